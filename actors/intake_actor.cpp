@@ -1,0 +1,148 @@
+#include "actors/intake_actor.hpp"
+
+#include "runtime/clock.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+namespace troupe {
+
+namespace {
+
+struct intake_state {
+  static inline const char* name = "intake";
+  std::unique_ptr<intake_core> core;
+  intake_config cfg;
+};
+
+using self_ptr = intake_actor::stateful_pointer<intake_state>;
+
+/// Asks the scheduler to cancel; the request's `done` (or nothing, if it
+/// already finished) is the answer, so the bool reply is not needed.
+void cancel(self_ptr self, std::uint64_t id) {
+  self->request(self->state.cfg.scheduler, caf::infinite, cancel_atom_v, id)
+    .then([](bool) {}, [](const caf::error&) {});
+}
+
+void emit(self_ptr self, std::vector<outbound_frame> frames) {
+  if (!frames.empty())
+    self->state.cfg.send(std::move(frames));
+}
+
+void submit(self_ptr self, request_spec spec) {
+  const auto id = spec.request_id;
+  auto ok = [self, id](std::uint8_t r) {
+    emit(self, self->state.core->on_submit_result(
+                 id, static_cast<scheduler_core::submit_result>(r)));
+  };
+  auto fail = [self, id](const caf::error& e) {
+    emit(self, self->state.core->on_submit_failed(id, self->system().render(e)));
+  };
+  if (self->state.cfg.classifier)
+    self->request(self->state.cfg.classifier, caf::infinite, classify_atom_v, std::move(spec))
+      .then(ok, fail);
+  else
+    self->request(self->state.cfg.scheduler, caf::infinite, submit_atom_v, std::move(spec))
+      .then(ok, fail);
+}
+
+/// Collects stats from every actor, one after another, then replies.
+void answer_stats(self_ptr self, std::string peer, std::string id) {
+  auto values = std::make_shared<stat_values>();
+  auto& core = *self->state.core;
+  values->push_back({"intake_in_flight", static_cast<double>(core.in_flight())});
+  values->push_back({"intake_accepted", static_cast<double>(core.accepted())});
+  values->push_back({"intake_rejected", static_cast<double>(core.rejected())});
+  auto finish = [self, peer, id, values] {
+    emit(self, {{peer, wire::to_json(wire::stats_reply{id, *values})}});
+  };
+  auto add = [values](const stat_values& v) {
+    values->insert(values->end(), v.begin(), v.end());
+  };
+  auto fail = [self, peer, id](const caf::error& e) {
+    emit(self, {{peer, wire::to_json(wire::error_reply{
+                         id, wire::error_code::internal,
+                         "could not collect stats: " + self->system().render(e)})}});
+  };
+  const auto& cfg = self->state.cfg;
+  self->request(cfg.scheduler, caf::infinite, stats_atom_v).then([=](const stat_values& a) {
+    add(a);
+    self->request(cfg.pool, caf::infinite, stats_atom_v).then([=](const stat_values& b) {
+      add(b);
+      self->request(cfg.adapter_cache, caf::infinite, stats_atom_v).then([=](const stat_values& c) {
+        add(c);
+        if (!cfg.metrics) {
+          finish();
+          return;
+        }
+        self->request(cfg.metrics, caf::infinite, stats_atom_v).then([=](const stat_values& d) {
+          add(d);
+          finish();
+        }, fail);
+      }, fail);
+    }, fail);
+  }, fail);
+}
+
+void answer_adapters(self_ptr self, std::string peer, std::string id) {
+  self->request(self->state.cfg.adapter_cache, caf::infinite, list_atom_v)
+    .then(
+      [self, peer, id](const std::vector<adapter_status>& list) {
+        wire::adapters_reply r;
+        r.id = id;
+        for (const auto& a : list)
+          r.adapters.push_back({a.name, a.rank, a.resident});
+        emit(self, {{peer, wire::to_json(r)}});
+      },
+      [self, peer, id](const caf::error& e) {
+        emit(self, {{peer, wire::to_json(wire::error_reply{
+                             id, wire::error_code::internal,
+                             "could not list adapters: " + self->system().render(e)})}});
+      });
+}
+
+intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
+  auto& st = self->state;
+  st.core = std::make_unique<intake_core>(cfg.limits, cfg.catalog, cfg.backend);
+  st.cfg = std::move(cfg);
+  return {
+    [self](frame_atom, const std::string& peer, const std::string& payload) {
+      auto act = self->state.core->on_frame(peer, payload, monotonic_seconds());
+      emit(self, std::move(act.replies));
+      if (act.submit)
+        submit(self, std::move(*act.submit));
+      if (act.cancel)
+        cancel(self, *act.cancel);
+      switch (act.ask) {
+        case intake_actions::query::none:
+          break;
+        case intake_actions::query::stats:
+          answer_stats(self, peer, act.query_id);
+          break;
+        case intake_actions::query::adapters:
+          answer_adapters(self, peer, act.query_id);
+          break;
+      }
+    },
+    [self](const progress_batch& batch) {
+      emit(self, self->state.core->on_progress(batch));
+    },
+    [self](gone_atom, const std::string& peer) {
+      for (auto id : self->state.core->on_peer_gone(peer))
+        cancel(self, id);
+    },
+    [self](drain_atom) {
+      self->state.core->start_drain();
+      return static_cast<std::uint64_t>(self->state.core->in_flight());
+    },
+  };
+}
+
+} // namespace
+
+intake_actor spawn_intake(caf::actor_system& sys, intake_config cfg) {
+  return sys.spawn(intake_impl, std::move(cfg));
+}
+
+} // namespace troupe

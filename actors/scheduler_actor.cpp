@@ -1,0 +1,196 @@
+#include "actors/scheduler_actor.hpp"
+
+#include "runtime/clock.hpp"
+#include "runtime/memory_pool.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include <vector>
+
+namespace troupe {
+
+namespace {
+
+constexpr auto request_owner = static_cast<std::uint8_t>(page_owner_kind::request);
+
+struct scheduler_state {
+  static inline const char* name = "scheduler";
+  std::unique_ptr<scheduler_core> core;
+  std::shared_ptr<const gpu::executor_backend> backend;
+  memory_pool_actor pool;
+  adapter_cache_actor adapter_cache;
+  executor_actor executor;
+  metrics_actor metrics;
+  std::vector<progress_sink_actor> sinks;
+  std::uint64_t steps = 0;
+  std::uint64_t trims = 0;
+  bool trim_pending = false;
+};
+
+using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
+
+void pump(self_ptr self);
+
+finish_event to_event(const scheduler_effects::finish& f) {
+  auto ms = [](double a, double b) { return b >= 0 && a >= 0 ? (b - a) * 1e3 : 0.0; };
+  const auto& t = f.times;
+  finish_event e;
+  e.request_id = f.request_id;
+  e.reason = static_cast<std::uint8_t>(f.reason);
+  e.prompt_tokens = f.prompt_tokens;
+  e.completion_tokens = f.completion_tokens;
+  e.queue_ms = ms(t.arrival_s, t.first_scheduled_s >= 0 ? t.first_scheduled_s : t.finished_s);
+  e.ttft_ms = ms(t.arrival_s, t.first_token_s);
+  e.e2e_ms = ms(t.arrival_s, t.finished_s);
+  return e;
+}
+
+/// Carries out what the core asked for.
+void apply(self_ptr self, scheduler_effects fx) {
+  auto& st = self->state;
+  for (const auto& r : fx.reserves) {
+    const auto id = r.request_id;
+    self->request(st.pool, caf::infinite, reserve_atom_v, request_owner, id, r.pages)
+      .then(
+        [self, id](bool granted) {
+          apply(self, self->state.core->on_pages(id, granted, monotonic_seconds()));
+          pump(self);
+        },
+        [self, id](const caf::error&) {
+          apply(self, self->state.core->on_pages(id, false, monotonic_seconds()));
+        });
+  }
+  for (const auto& a : fx.acquires) {
+    const auto id = a.request_id;
+    self->request(st.adapter_cache, caf::infinite, acquire_atom_v, a.adapter_id)
+      .then(
+        [self, id](bool granted) {
+          apply(self, self->state.core->on_adapter(id, granted, monotonic_seconds()));
+          pump(self);
+        },
+        [self, id](const caf::error&) {
+          apply(self, self->state.core->on_adapter(id, false, monotonic_seconds()));
+        });
+  }
+  for (auto id : fx.release_pages)
+    self->send(st.pool, release_atom_v, request_owner, id);
+  for (const auto& a : fx.release_adapters)
+    self->send(st.adapter_cache, release_atom_v, a.adapter_id);
+  if (fx.trim_pages > 0 && !st.trim_pending) {
+    st.trim_pending = true;
+    ++st.trims;
+    self->request(st.adapter_cache, caf::infinite, trim_atom_v, fx.trim_pages)
+      .then(
+        [self](std::uint64_t freed) {
+          auto& st = self->state;
+          st.trim_pending = false;
+          // Retry admission if pages came free, or if nothing else will free
+          // any (no request holds or awaits pages).
+          if (freed > 0 || (st.core->running() == 0 && st.core->admitting() == 0))
+            st.core->on_memory_changed();
+          pump(self);
+        },
+        [self](const caf::error&) { self->state.trim_pending = false; });
+  }
+  if (fx.tokens.empty() && fx.finished.empty())
+    return;
+  progress_batch batch;
+  batch.tokens.reserve(fx.tokens.size());
+  for (const auto& t : fx.tokens)
+    batch.tokens.push_back({t.request_id, t.index, t.token});
+  for (const auto& f : fx.finished)
+    batch.finished.push_back(to_event(f));
+  if (st.metrics)
+    self->send(st.metrics, batch);
+  for (const auto& s : st.sinks)
+    self->send(s, batch);
+}
+
+void run_step(self_ptr self, std::vector<gpu::step_entry> batch) {
+  auto& st = self->state;
+  const auto started = monotonic_seconds();
+  self->request(st.executor, caf::infinite, run_step_atom_v, batch)
+    .then(
+      [self, batch, started](const gpu::step_result& r) {
+        auto& st = self->state;
+        ++st.steps;
+        const auto now = monotonic_seconds();
+        if (st.metrics) {
+          step_metrics m;
+          m.batch_size = static_cast<std::uint32_t>(batch.size());
+          for (const auto& e : batch)
+            m.new_tokens += e.new_tokens;
+          m.device_seconds = r.device_seconds;
+          m.wall_seconds = now - started;
+          self->send(st.metrics, m);
+        }
+        apply(self, st.core->on_step_done(batch, r.tokens, now));
+        pump(self);
+      },
+      [self, batch](const caf::error&) {
+        apply(self, self->state.core->on_step_failed(batch, monotonic_seconds()));
+        pump(self);
+      });
+}
+
+/// Admits what the policy allows and starts a step if none is in flight.
+void pump(self_ptr self) {
+  auto& core = *self->state.core;
+  const auto now = monotonic_seconds();
+  apply(self, core.admit(now));
+  if (!core.step_in_flight()) {
+    auto batch = core.next_step(now);
+    if (!batch.empty())
+      run_step(self, std::move(batch));
+  }
+}
+
+scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cfg) {
+  auto& st = self->state;
+  st.backend = cfg.backend;
+  st.core = std::make_unique<scheduler_core>(cfg.limits, std::move(cfg.policy),
+                                             st.backend ? &st.backend->vocab() : nullptr);
+  st.pool = cfg.pool;
+  st.adapter_cache = cfg.adapter_cache;
+  st.executor = cfg.executor;
+  st.metrics = cfg.metrics;
+  return {
+    [self](submit_atom, request_spec& spec) {
+      const auto r = self->state.core->submit(std::move(spec));
+      if (r == scheduler_core::submit_result::accepted)
+        pump(self);
+      return static_cast<std::uint8_t>(r);
+    },
+    [self](cancel_atom, std::uint64_t id) {
+      auto [found, fx] = self->state.core->cancel(id, monotonic_seconds());
+      apply(self, std::move(fx));
+      pump(self);
+      return found;
+    },
+    [self](subscribe_atom, progress_sink_actor sink) {
+      self->state.sinks.push_back(std::move(sink));
+    },
+    [self](stats_atom) {
+      const auto& st = self->state;
+      const auto& c = *st.core;
+      return stat_values{
+        {"requests_waiting", static_cast<double>(c.waiting())},
+        {"requests_admitting", static_cast<double>(c.admitting())},
+        {"requests_running", static_cast<double>(c.running())},
+        {"kv_pages_reserved", static_cast<double>(c.reserved_pages())},
+        {"scheduler_steps", static_cast<double>(st.steps)},
+        {"adapter_trims", static_cast<double>(st.trims)},
+      };
+    },
+  };
+}
+
+} // namespace
+
+scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg) {
+  return sys.spawn(scheduler_impl, std::move(cfg));
+}
+
+} // namespace troupe

@@ -1,0 +1,93 @@
+#include "gpu/cost_model.hpp"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+namespace troupe::gpu {
+
+std::optional<std::string> validate_cost_constants(const cost_constants& c) {
+  const auto fraction = [](double x) { return x > 0.0 && x <= 1.0; };
+  if (!fraction(c.flops_efficiency))
+    return "flops_efficiency must be in (0, 1], got " + std::to_string(c.flops_efficiency);
+  if (!fraction(c.hbm_efficiency))
+    return "hbm_efficiency must be in (0, 1], got " + std::to_string(c.hbm_efficiency);
+  if (!fraction(c.pcie_efficiency))
+    return "pcie_efficiency must be in (0, 1], got " + std::to_string(c.pcie_efficiency);
+  if (!(c.step_overhead_seconds >= 0.0))
+    return "step_overhead_seconds must be >= 0, got " + std::to_string(c.step_overhead_seconds);
+  if (!(c.transfer_latency_seconds >= 0.0))
+    return "transfer_latency_seconds must be >= 0, got " + std::to_string(c.transfer_latency_seconds);
+  return std::nullopt;
+}
+
+roofline_cost_model::roofline_cost_model(model_shape shape, gpu_spec gpu, cost_constants constants)
+  : shape_(std::move(shape)), gpu_(std::move(gpu)), constants_(constants) {}
+
+double roofline_cost_model::flops(std::span<const step_entry> batch) const noexcept {
+  const double layer_params = static_cast<double>(shape_.layer_matmul_parameters());
+  const double lm_head_params = static_cast<double>(shape_.embedding_parameters());
+  // Per query-key pair and layer: QK^T and PV each take head_dim multiply-adds
+  // per query head.
+  const double attention_per_pair = 4.0 * shape_.num_layers * static_cast<double>(shape_.q_dim());
+  double total = 0.0;
+  for (const auto& e : batch) {
+    if (e.new_tokens == 0)
+      continue;
+    const double n = e.new_tokens;
+    const double c = e.context_tokens;
+    // New token i (0-based) attends to the c cached tokens and to i + 1 new ones.
+    const double pairs = n * c + n * (n + 1.0) / 2.0;
+    total += 2.0 * layer_params * n + 2.0 * lm_head_params + attention_per_pair * pairs;
+    if (e.adapter_id != 0)
+      total += shape_.lora_flops_per_token(e.adapter_rank) * n;
+  }
+  return total;
+}
+
+double roofline_cost_model::bytes(std::span<const step_entry> batch) const noexcept {
+  if (batch.empty())
+    return 0.0;
+  const double kv_per_token = static_cast<double>(shape_.kv_bytes_per_token());
+  double total = static_cast<double>(shape_.weight_bytes());
+  // Distinct adapters, each read once however many entries share it. A batch
+  // holds at most a few hundred entries, so a sorted vector is cheap enough.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> adapters;  // (id, rank)
+  for (const auto& e : batch) {
+    total += kv_per_token * (static_cast<double>(e.context_tokens) + e.new_tokens);
+    if (e.adapter_id != 0)
+      adapters.emplace_back(e.adapter_id, e.adapter_rank);
+  }
+  // Sorting by (id, descending rank) keeps the largest rank of an id first.
+  std::sort(adapters.begin(), adapters.end(), [](const auto& a, const auto& b) {
+    return a.first != b.first ? a.first < b.first : a.second > b.second;
+  });
+  const auto last = std::unique(adapters.begin(), adapters.end(),
+                                [](const auto& a, const auto& b) { return a.first == b.first; });
+  for (auto it = adapters.begin(); it != last; ++it)
+    total += static_cast<double>(shape_.lora_adapter_bytes(it->second));
+  return total;
+}
+
+double roofline_cost_model::compute_seconds(std::span<const step_entry> batch) const noexcept {
+  return flops(batch) / (gpu_.peak_flops * constants_.flops_efficiency);
+}
+
+double roofline_cost_model::memory_seconds(std::span<const step_entry> batch) const noexcept {
+  return bytes(batch) / (gpu_.hbm_bytes_per_s * constants_.hbm_efficiency);
+}
+
+double roofline_cost_model::step_seconds(std::span<const step_entry> batch) const noexcept {
+  if (batch.empty())
+    return 0.0;
+  return constants_.step_overhead_seconds + std::max(compute_seconds(batch), memory_seconds(batch));
+}
+
+double roofline_cost_model::transfer_seconds(std::uint64_t bytes) const noexcept {
+  if (bytes == 0)
+    return 0.0;
+  return constants_.transfer_latency_seconds +
+         static_cast<double>(bytes) / (gpu_.pcie_bytes_per_s * constants_.pcie_efficiency);
+}
+
+} // namespace troupe::gpu

@@ -1,0 +1,49 @@
+#include "gpu/sim_backend.hpp"
+
+#include <utility>
+
+namespace troupe::gpu {
+
+namespace {
+
+// splitmix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix whose output
+// passes BigCrush for consecutive inputs, so chained calls give independent
+// looking draws per (seed, request seed, output index).
+std::uint64_t splitmix64(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+} // namespace
+
+sim_backend::sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed, cost_constants constants)
+  : cost_model_(std::move(shape), std::move(gpu), constants),
+    tokenizer_(cost_model_.shape().vocab_size),
+    seed_(seed) {}
+
+std::int32_t sim_backend::token_for(const step_entry& entry) const noexcept {
+  std::uint64_t h = splitmix64(seed_);
+  h = splitmix64(h ^ entry.seed);
+  h = splitmix64(h ^ entry.output_index);
+  const auto first = static_cast<std::uint64_t>(sim_tokenizer::first_word_token);
+  const auto span = static_cast<std::uint64_t>(tokenizer_.vocab_size()) - first;
+  // The modulo bias is below span / 2^64: irrelevant for a simulation.
+  return static_cast<std::int32_t>(first + h % span);
+}
+
+step_result sim_backend::run_step(std::span<const step_entry> batch) {
+  step_result result;
+  result.tokens.reserve(batch.size());
+  for (const auto& entry : batch)
+    result.tokens.push_back(token_for(entry));
+  result.device_seconds = cost_model_.step_seconds(batch);
+  return result;
+}
+
+double sim_backend::transfer_seconds(std::uint64_t bytes) const {
+  return cost_model_.transfer_seconds(bytes);
+}
+
+} // namespace troupe::gpu

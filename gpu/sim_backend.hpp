@@ -1,0 +1,48 @@
+// sim_backend: an executor backend with no model math. Tokens are a pure hash
+// of (backend seed, request seed, output index); step time is what the roofline
+// cost model predicts. Lets runtime/ and troupe-sim run 7B/13B-shaped loads on a CPU.
+#pragma once
+
+#include "gpu/backend.hpp"
+#include "gpu/cost_model.hpp"
+#include "gpu/gpu_spec.hpp"
+#include "gpu/model_shape.hpp"
+#include "gpu/sim_tokenizer.hpp"
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+namespace troupe::gpu {
+
+/// Simulated backend. Called by one thread at a time (the executor's), like
+/// every executor_backend; the const members are safe from any thread.
+class sim_backend final : public executor_backend {
+public:
+  /// Simulates `shape` on `gpu`; `seed` perturbs every generated token.
+  sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed, cost_constants constants = {});
+
+  /// One token per entry in [sim_tokenizer::first_word_token, vocab_size()),
+  /// never EOS or a special; depends only on the backend seed, entry.seed and
+  /// entry.output_index, not on the rest of the batch. device_seconds is the
+  /// cost model's prediction; nothing sleeps (the caller scales time).
+  step_result run_step(std::span<const step_entry> batch) override;
+  /// The cost model's transfer_seconds(bytes).
+  double transfer_seconds(std::uint64_t bytes) const override;
+  /// A sim_tokenizer over the shape's vocab_size.
+  const tokenizer& vocab() const override { return tokenizer_; }
+  /// Always "sim".
+  std::string name() const override { return "sim"; }
+
+  /// The token run_step emits for `entry`; a pure function of the arguments.
+  std::int32_t token_for(const step_entry& entry) const noexcept;
+  /// The cost model that prices steps and transfers.
+  const roofline_cost_model& cost_model() const noexcept { return cost_model_; }
+
+private:
+  roofline_cost_model cost_model_;
+  sim_tokenizer tokenizer_;
+  std::uint64_t seed_;
+};
+
+} // namespace troupe::gpu

@@ -1,0 +1,38 @@
+// The unit of work an executor backend runs: one iteration of a continuous
+// batch. Built by the scheduler (runtime/), consumed by every backend in gpu/.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace troupe::gpu {
+
+/// One request's share of a step. Plain data; safe to copy across threads.
+struct step_entry {
+  std::uint64_t request_id = 0;
+  /// Adapter the request runs with; 0 means the base model only.
+  std::uint32_t adapter_id = 0;
+  /// LoRA rank of that adapter; 0 when adapter_id is 0.
+  std::uint32_t adapter_rank = 0;
+  /// Tokens this step feeds for the request: the prompt length on its prefill
+  /// step, 1 on each decode step.
+  std::uint32_t new_tokens = 0;
+  /// Tokens already held in the request's KV cache before this step.
+  std::uint32_t context_tokens = 0;
+  /// Index of the output token this step produces (0 on the prefill step).
+  std::uint32_t output_index = 0;
+  /// Sampling seed of the request; backends derive every random draw from it.
+  std::uint64_t seed = 0;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::int32_t top_k = 0;
+};
+
+/// What a backend returns for a step: one sampled token per entry, in entry
+/// order, and the device time the step took (measured or predicted).
+struct step_result {
+  std::vector<std::int32_t> tokens;
+  double device_seconds = 0.0;
+};
+
+} // namespace troupe::gpu

@@ -1,0 +1,62 @@
+// CAF 0.17 inspect overloads for every message payload, so they can be
+// serialized by CAF (and cross the middleman). Included by type_ids.hpp.
+#pragma once
+
+#include "messages/payloads.hpp"
+
+#include <caf/meta/type_name.hpp>
+
+namespace troupe {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_event& x) {
+  return f(caf::meta::type_name("token_event"), x.request_id, x.index, x.token);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, finish_event& x) {
+  return f(caf::meta::type_name("finish_event"), x.request_id, x.reason,
+           x.prompt_tokens, x.completion_tokens, x.queue_ms, x.ttft_ms, x.e2e_ms);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, progress_batch& x) {
+  return f(caf::meta::type_name("progress_batch"), x.tokens, x.finished);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_metrics& x) {
+  return f(caf::meta::type_name("step_metrics"), x.batch_size, x.new_tokens,
+           x.device_seconds, x.wall_seconds);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, adapter_status& x) {
+  return f(caf::meta::type_name("adapter_status"), x.name, x.rank, x.resident);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
+  return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt,
+           x.max_new_tokens, x.adapter_id, x.adapter_rank, x.seed, x.temperature,
+           x.top_p, x.top_k, x.priority, x.stop, x.queue, x.predicted_tokens,
+           x.arrival_s);
+}
+
+} // namespace troupe
+
+namespace troupe::gpu {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
+  return f(caf::meta::type_name("step_entry"), x.request_id, x.adapter_id,
+           x.adapter_rank, x.new_tokens, x.context_tokens, x.output_index, x.seed,
+           x.temperature, x.top_p, x.top_k);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.tokens, x.device_seconds);
+}
+
+} // namespace troupe::gpu

@@ -1,0 +1,77 @@
+// The typed actor interface of every role (CAF 0.17 syntax). Each actor in
+// actors/ implements exactly one of these; handles are passed by these types.
+// Payloads: messages/payloads.hpp; atoms and type IDs: messages/type_ids.hpp.
+#pragma once
+
+#include "messages/type_ids.hpp"
+
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// Anyone that takes a scheduler's progress (tokens, finished requests).
+using progress_sink_actor = caf::typed_actor<caf::reacts_to<progress_batch>>;
+
+/// intake: client frames in (from the ZeroMQ bridge), replies out.
+using intake_actor = caf::typed_actor<
+  caf::reacts_to<progress_batch>,
+  /// A frame from peer (routing id bytes), payload.
+  caf::reacts_to<frame_atom, std::string, std::string>,
+  /// The peer is gone (a send to it failed): cancel its requests.
+  caf::reacts_to<gone_atom, std::string>,
+  /// Stop taking new work; replies with the number of requests in flight.
+  caf::replies_to<drain_atom>::with<std::uint64_t>>;
+
+/// classifier: assigns a queue and a predicted length, then submits to the
+/// scheduler on the caller's behalf (the caller gets the scheduler's answer).
+using classifier_actor = caf::typed_actor<
+  caf::replies_to<classify_atom, request_spec>::with<std::uint8_t>>;
+
+/// scheduler: continuous batching. submit replies a
+/// scheduler_core::submit_result; cancel replies whether the id was known.
+using scheduler_actor = caf::typed_actor<
+  caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
+  caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
+  caf::reacts_to<subscribe_atom, progress_sink_actor>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// memory_pool: pages for (owner kind, owner id). reserve replies granted.
+using memory_pool_actor = caf::typed_actor<
+  caf::replies_to<reserve_atom, std::uint8_t, std::uint64_t, std::uint64_t>::with<bool>,
+  caf::reacts_to<release_atom, std::uint8_t, std::uint64_t>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// copy_engine: host-to-device transfers; load replies the seconds it took.
+using copy_engine_actor = caf::typed_actor<
+  caf::replies_to<load_atom, std::uint32_t, std::uint64_t>::with<double>,
+  /// Internal timer: transfer `id` finished.
+  caf::reacts_to<tick_atom, std::uint64_t>>;
+
+/// adapter_cache: pins adapters in GPU memory, loading them when absent.
+using adapter_cache_actor = caf::typed_actor<
+  caf::replies_to<acquire_atom, std::uint32_t>::with<bool>,
+  caf::reacts_to<release_atom, std::uint32_t>,
+  /// Evict idle adapters to free about this many pages; replies pages freed.
+  caf::replies_to<trim_atom, std::uint64_t>::with<std::uint64_t>,
+  caf::replies_to<list_atom>::with<std::vector<adapter_status>>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// executor: runs one step of a batch on its backend.
+using executor_actor = caf::typed_actor<
+  caf::replies_to<run_step_atom, std::vector<gpu::step_entry>>::with<gpu::step_result>,
+  /// Internal timer: step `id` finished.
+  caf::reacts_to<tick_atom, std::uint64_t>>;
+
+/// metrics: step and request figures; stats replies a snapshot.
+using metrics_actor = caf::typed_actor<
+  caf::reacts_to<step_metrics>,
+  caf::reacts_to<progress_batch>,
+  caf::reacts_to<tick_atom>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
+} // namespace troupe

@@ -1,0 +1,57 @@
+// Plain message payloads exchanged between actors (no CAF here: cores use
+// them too). Their CAF inspect overloads are in messages/inspect.hpp.
+#pragma once
+
+#include "gpu/step.hpp"
+#include "runtime/request_state.hpp"
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace troupe {
+
+/// One output token of one request.
+struct token_event {
+  std::uint64_t request_id = 0;
+  std::uint32_t index = 0;
+  std::int32_t token = 0;
+};
+
+/// A request's end, with its usage and timings (milliseconds).
+struct finish_event {
+  std::uint64_t request_id = 0;
+  std::uint8_t reason = 0; ///< a troupe::finish_reason
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  double queue_ms = 0;
+  double ttft_ms = 0;
+  double e2e_ms = 0;
+};
+
+/// What one scheduler iteration produced, sent to the intake as one message.
+struct progress_batch {
+  std::vector<token_event> tokens;
+  std::vector<finish_event> finished;
+};
+
+/// Per-step figures for the metrics actor.
+struct step_metrics {
+  std::uint32_t batch_size = 0;
+  std::uint32_t new_tokens = 0;
+  double device_seconds = 0;
+  double wall_seconds = 0;
+};
+
+/// A named figure in a stats reply.
+using stat_values = std::vector<std::pair<std::string, double>>;
+
+/// An adapter's status for list_adapters.
+struct adapter_status {
+  std::string name;
+  std::uint32_t rank = 0;
+  bool resident = false;
+};
+
+} // namespace troupe

@@ -1,0 +1,49 @@
+// The one CAF type-ID block of the project and its atoms. Every actor and
+// tool that builds an actor_system loads it with add_message_types (see
+// messages/type_ids.cpp: register_message_types).
+#pragma once
+
+#include "messages/inspect.hpp"
+
+#include <caf/atom.hpp>
+#include <caf/fwd.hpp>
+#include <caf/type_id.hpp>
+
+CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
+
+  CAF_ADD_TYPE_ID(troupe, (troupe::token_event))
+  CAF_ADD_TYPE_ID(troupe, (troupe::finish_event))
+  CAF_ADD_TYPE_ID(troupe, (troupe::progress_batch))
+  CAF_ADD_TYPE_ID(troupe, (troupe::step_metrics))
+  CAF_ADD_TYPE_ID(troupe, (troupe::adapter_status))
+  CAF_ADD_TYPE_ID(troupe, (troupe::request_spec))
+  CAF_ADD_TYPE_ID(troupe, (troupe::gpu::step_entry))
+  CAF_ADD_TYPE_ID(troupe, (troupe::gpu::step_result))
+  CAF_ADD_TYPE_ID(troupe, (troupe::stat_values))
+
+  CAF_ADD_ATOM(troupe, troupe, submit_atom, "submit")
+  CAF_ADD_ATOM(troupe, troupe, cancel_atom, "cancel")
+  CAF_ADD_ATOM(troupe, troupe, classify_atom, "classify")
+  CAF_ADD_ATOM(troupe, troupe, reserve_atom, "reserve")
+  CAF_ADD_ATOM(troupe, troupe, release_atom, "release")
+  CAF_ADD_ATOM(troupe, troupe, acquire_atom, "acquire")
+  CAF_ADD_ATOM(troupe, troupe, trim_atom, "trim")
+  CAF_ADD_ATOM(troupe, troupe, load_atom, "load")
+  CAF_ADD_ATOM(troupe, troupe, run_step_atom, "run_step")
+  CAF_ADD_ATOM(troupe, troupe, stats_atom, "stats")
+  CAF_ADD_ATOM(troupe, troupe, list_atom, "list")
+  CAF_ADD_ATOM(troupe, troupe, subscribe_atom, "subscribe")
+  CAF_ADD_ATOM(troupe, troupe, tick_atom, "tick")
+  CAF_ADD_ATOM(troupe, troupe, frame_atom, "frame")
+  CAF_ADD_ATOM(troupe, troupe, gone_atom, "gone")
+  CAF_ADD_ATOM(troupe, troupe, drain_atom, "drain")
+
+CAF_END_TYPE_ID_BLOCK(troupe)
+
+namespace troupe {
+
+/// Registers every message type of the project with `cfg`. Call once before
+/// constructing the actor_system.
+void register_message_types(caf::actor_system_config& cfg);
+
+} // namespace troupe

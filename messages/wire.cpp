@@ -1,0 +1,725 @@
+// JSON wire protocol: request parsing and validation, reply serialization and
+// parsing. nlohmann/json stays inside this file; see docs/protocol.md.
+#include "messages/wire.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <type_traits>
+
+namespace troupe::wire {
+
+namespace {
+
+// ordered_json keeps keys in insertion order: replies read "type", "id" first
+// and stats keep the order the server gave them.
+using json = nlohmann::ordered_json;
+
+/// Thrown by the validators below and caught in parse_request / parse_reply,
+/// which turn it into a parse_error. Never leaves this file.
+struct rejection {
+  std::string message;
+};
+
+[[noreturn]] void reject(std::string message) {
+  throw rejection{std::move(message)};
+}
+
+// -- describing values in messages ---------------------------------------
+
+constexpr std::size_t max_quoted_bytes = 48;
+
+/// Serializes `j` compactly; invalid UTF-8 becomes U+FFFD instead of throwing.
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string quote(std::string_view name) {
+  std::string out;
+  out.reserve(name.size() + 2);
+  out += '"';
+  out += name;
+  out += '"';
+  return out;
+}
+
+/// A short description of a client-supplied value for an error message.
+/// Never recurses into arrays or objects (they may be nested very deeply) and
+/// never echoes more than `max_quoted_bytes` of a string.
+std::string describe(const json& j) {
+  switch (j.type()) {
+    case json::value_t::string: {
+      const auto& s = j.get_ref<const std::string&>();
+      if (s.size() <= max_quoted_bytes)
+        return dump(j);
+      return "a string of " + std::to_string(s.size()) + " bytes starting with "
+             + dump(json(s.substr(0, max_quoted_bytes)));
+    }
+    case json::value_t::array:
+      if (j.empty())
+        return "an empty array";
+      if (j.size() == 1)
+        return "an array of 1 element";
+      return "an array of " + std::to_string(j.size()) + " elements";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::null:
+    case json::value_t::boolean:
+    case json::value_t::number_integer:
+    case json::value_t::number_unsigned:
+    case json::value_t::number_float:
+      return dump(j);
+    case json::value_t::binary:
+    case json::value_t::discarded:
+      break;
+  }
+  return "a value of an unexpected kind";
+}
+
+[[noreturn]] void reject_field(std::string_view field, std::string_view expected,
+                               const json& got) {
+  reject("field " + quote(field) + " must be " + std::string{expected} + ", got "
+         + describe(got));
+}
+
+/// The parser's message without nlohmann's "[json.exception...] " prefix,
+/// cut to a readable length.
+std::string parser_message(const std::exception& e) {
+  std::string_view msg = e.what();
+  if (!msg.empty() && msg.front() == '[') {
+    if (auto end = msg.find("] "); end != std::string_view::npos)
+      msg.remove_prefix(end + 2);
+  }
+  constexpr std::size_t max_len = 240;
+  if (msg.size() > max_len)
+    return std::string{msg.substr(0, max_len)} + "...";
+  return std::string{msg};
+}
+
+// -- reading numbers -------------------------------------------------------
+
+/// The value of `j` as an `Int` when `j` is a JSON number without a fractional
+/// part (1, 16.0, 1e3) that `Int` can hold; nullopt otherwise.
+template <class Int>
+std::optional<Int> integer_of(const json& j) {
+  static_assert(std::is_integral_v<Int>);
+  if (j.is_number_unsigned()) {
+    auto v = j.get<std::uint64_t>();
+    if (std::in_range<Int>(v))
+      return static_cast<Int>(v);
+    return std::nullopt;
+  }
+  if (j.is_number_integer()) {
+    auto v = j.get<std::int64_t>();
+    if (std::in_range<Int>(v))
+      return static_cast<Int>(v);
+    return std::nullopt;
+  }
+  if (j.is_number_float()) {
+    auto d = j.get<double>();
+    if (!std::isfinite(d) || std::trunc(d) != d)
+      return std::nullopt;
+    // Bounds are powers of two, so they are exact doubles.
+    const double hi = std::ldexp(1.0, std::numeric_limits<Int>::digits);
+    const double lo = std::is_signed_v<Int> ? -hi : 0.0;
+    if (d < lo || d >= hi)
+      return std::nullopt;
+    return static_cast<Int>(d);
+  }
+  return std::nullopt;
+}
+
+/// `f` as the double with the same shortest decimal form, so 0.7f goes on the
+/// wire as 0.7 rather than 0.699999988079071.
+double wire_float(float f) {
+  if (!std::isfinite(f))
+    return f;
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
+  if (ec != std::errc{})
+    return f;
+  double d = f;
+  std::from_chars(buf, end, d);
+  return d;
+}
+
+// -- request parsing -------------------------------------------------------
+
+constexpr std::string_view valid_types =
+  R"("generate", "cancel", "health", "stats", "list_adapters")";
+
+constexpr std::array<std::string_view, 2> id_only_fields{"type", "id"};
+
+constexpr std::array<std::string_view, 14> generate_fields{
+  "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature",
+  "top_p", "top_k", "seed",   "stop",          "stream",  "session",    "priority"};
+
+/// The member `key` of `obj`, or nullptr when it is absent or null (a null
+/// field counts as not given).
+const json* find(const json& obj, std::string_view key) {
+  auto i = obj.find(std::string{key});
+  if (i == obj.end() || i->is_null())
+    return nullptr;
+  return &*i;
+}
+
+std::string id_expectation(const parse_limits& limits) {
+  return "a non-empty string of at most " + std::to_string(limits.max_id_chars) + " bytes";
+}
+
+/// The request id when it is present and valid, "" otherwise.
+std::string peek_id(const json& obj, const parse_limits& limits) {
+  auto i = obj.find("id");
+  if (i == obj.end() || !i->is_string())
+    return {};
+  const auto& s = i->get_ref<const std::string&>();
+  if (s.empty() || s.size() > limits.max_id_chars)
+    return {};
+  return s;
+}
+
+std::string read_id(const json& obj, const parse_limits& limits) {
+  auto i = obj.find("id");
+  if (i == obj.end())
+    reject("missing field \"id\": every request needs one, "
+           + id_expectation(limits));
+  if (!i->is_string())
+    reject_field("id", id_expectation(limits), *i);
+  const auto& s = i->get_ref<const std::string&>();
+  if (s.empty())
+    reject_field("id", id_expectation(limits), *i);
+  if (s.size() > limits.max_id_chars)
+    reject("field \"id\" must be " + id_expectation(limits) + ", got one of "
+           + std::to_string(s.size()) + " bytes");
+  return s;
+}
+
+template <std::size_t N>
+void reject_unknown_fields(const json& obj, std::string_view type,
+                           const std::array<std::string_view, N>& allowed) {
+  for (const auto& [key, value] : obj.items()) {
+    bool known = false;
+    for (auto name : allowed)
+      known = known || key == name;
+    if (known)
+      continue;
+    std::string list;
+    for (auto name : allowed)
+      list += (list.empty() ? "" : ", ") + quote(name);
+    reject("unknown field " + dump(json(key)) + " in a " + std::string{type}
+           + " request; allowed fields: " + list);
+  }
+}
+
+std::vector<std::int32_t> read_prompt_tokens(const json& j, const parse_limits& limits) {
+  const std::string expected = "a non-empty array of integers in [0, "
+                               + std::to_string(limits.vocab_size) + ")";
+  if (!j.is_array() || j.empty())
+    reject_field("prompt_tokens", expected, j);
+  std::vector<std::int32_t> out;
+  out.reserve(j.size());
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    auto v = integer_of<std::int32_t>(j[i]);
+    if (!v || *v < 0 || *v >= limits.vocab_size)
+      reject("field \"prompt_tokens\" must be " + expected + ", but element "
+             + std::to_string(i) + " is " + describe(j[i]));
+    out.push_back(*v);
+  }
+  return out;
+}
+
+std::vector<std::string> read_stop(const json& j, const parse_limits& limits) {
+  const std::string expected = "a non-empty string or an array of at most "
+                               + std::to_string(limits.max_stop) + " non-empty strings";
+  if (j.is_string()) {
+    if (j.get_ref<const std::string&>().empty())
+      reject_field("stop", expected, j);
+    if (limits.max_stop == 0)
+      reject_field("stop", expected, j);
+    return {j.get<std::string>()};
+  }
+  if (!j.is_array() || j.size() > limits.max_stop)
+    reject_field("stop", expected, j);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_string() || j[i].get_ref<const std::string&>().empty())
+      reject("field \"stop\" must be " + expected + ", but element " + std::to_string(i)
+             + " is " + describe(j[i]));
+    out.push_back(j[i].get<std::string>());
+  }
+  return out;
+}
+
+/// A number in [lo, hi] (or (lo, hi] when `open_lo`), as a float.
+float read_real(const json& j, std::string_view field, double lo, double hi, bool open_lo,
+                std::string_view expected) {
+  if (!j.is_number())
+    reject_field(field, expected, j);
+  auto d = j.get<double>();
+  if (!std::isfinite(d) || d > hi || d < lo || (open_lo && d == lo))
+    reject_field(field, expected, j);
+  return static_cast<float>(d);
+}
+
+generate_request read_generate(const json& obj, std::string id, const parse_limits& limits) {
+  generate_request g;
+  g.id = std::move(id);
+  const json* prompt = find(obj, "prompt");
+  const json* prompt_tokens = find(obj, "prompt_tokens");
+  if (prompt && prompt_tokens)
+    reject(R"(give exactly one of "prompt" and "prompt_tokens", not both)");
+  if (!prompt && !prompt_tokens)
+    reject(R"(missing field "prompt" or "prompt_tokens": a generate request needs exactly one)");
+  if (prompt) {
+    if (!prompt->is_string() || prompt->get_ref<const std::string&>().empty())
+      reject_field("prompt", "a non-empty string", *prompt);
+    g.prompt = prompt->get<std::string>();
+  } else {
+    g.prompt_tokens = read_prompt_tokens(*prompt_tokens, limits);
+  }
+  if (auto j = find(obj, "adapter")) {
+    if (!j->is_string())
+      reject_field("adapter", "a string (\"\" or null for the base model)", *j);
+    g.adapter = j->get<std::string>();
+  }
+  if (auto j = find(obj, "max_tokens")) {
+    auto v = integer_of<std::int64_t>(*j);
+    if (!v || *v < 1 || *v > static_cast<std::int64_t>(limits.max_tokens))
+      reject_field("max_tokens",
+                   "an integer between 1 and " + std::to_string(limits.max_tokens), *j);
+    g.max_tokens = static_cast<std::uint32_t>(*v);
+  }
+  if (auto j = find(obj, "temperature"))
+    g.sampling.temperature = read_real(*j, "temperature", 0, 100, false,
+                                       "a number between 0 and 100");
+  if (auto j = find(obj, "top_p"))
+    g.sampling.top_p = read_real(*j, "top_p", 0, 1, true,
+                                 "a number greater than 0 and at most 1");
+  if (auto j = find(obj, "top_k")) {
+    auto v = integer_of<std::int32_t>(*j);
+    if (!v || *v < 0)
+      reject_field("top_k", "an integer between 0 and 2147483647 (0 = no top-k cut)", *j);
+    g.sampling.top_k = *v;
+  }
+  if (auto j = find(obj, "seed")) {
+    auto v = integer_of<std::uint64_t>(*j);
+    if (!v)
+      reject_field("seed", "an integer between 0 and 18446744073709551615", *j);
+    g.sampling.seed = *v;
+  }
+  if (auto j = find(obj, "stop"))
+    g.stop = read_stop(*j, limits);
+  if (auto j = find(obj, "stream")) {
+    if (!j->is_boolean())
+      reject_field("stream", "true or false", *j);
+    g.stream = j->get<bool>();
+  }
+  if (auto j = find(obj, "session")) {
+    if (!j->is_string())
+      reject_field("session", "a string", *j);
+    g.session = j->get<std::string>();
+  }
+  if (auto j = find(obj, "priority")) {
+    auto v = integer_of<std::int32_t>(*j);
+    if (!v)
+      reject_field("priority", "an integer between -2147483648 and 2147483647", *j);
+    g.priority = *v;
+  }
+  return g;
+}
+
+request read_request(const json& obj, const parse_limits& limits) {
+  auto t = obj.find("type");
+  if (t == obj.end())
+    reject("missing field \"type\": must be one of " + std::string{valid_types});
+  const std::string expected = "one of " + std::string{valid_types};
+  if (!t->is_string())
+    reject_field("type", expected, *t);
+  const auto& type = t->get_ref<const std::string&>();
+  if (type == "generate") {
+    auto id = read_id(obj, limits);
+    reject_unknown_fields(obj, type, generate_fields);
+    return read_generate(obj, std::move(id), limits);
+  }
+  if (type != "cancel" && type != "health" && type != "stats" && type != "list_adapters")
+    reject_field("type", expected, *t);
+  auto id = read_id(obj, limits);
+  reject_unknown_fields(obj, type, id_only_fields);
+  if (type == "cancel")
+    return cancel_request{std::move(id)};
+  if (type == "health")
+    return health_request{std::move(id)};
+  if (type == "stats")
+    return stats_request{std::move(id)};
+  return list_adapters_request{std::move(id)};
+}
+
+// -- reply parsing ----------------------------------------------------------
+
+/// Typed access to the members of one reply object; `path` prefixes field
+/// names in messages ("usage.prompt_tokens"). Unknown members are ignored so
+/// that clients keep working when the server adds fields.
+class reply_reader {
+public:
+  reply_reader(const json& obj, std::string path) : obj_(obj), path_(std::move(path)) {
+  }
+
+  bool has(std::string_view key) const {
+    auto i = obj_.find(std::string{key});
+    return i != obj_.end() && !i->is_null();
+  }
+
+  const json& at(std::string_view key) const {
+    auto i = obj_.find(std::string{key});
+    if (i == obj_.end())
+      reject("missing field " + quote(name(key)));
+    return *i;
+  }
+
+  std::string string(std::string_view key) const {
+    const auto& j = at(key);
+    if (!j.is_string())
+      reject_field(name(key), "a string", j);
+    return j.get<std::string>();
+  }
+
+  bool boolean(std::string_view key) const {
+    const auto& j = at(key);
+    if (!j.is_boolean())
+      reject_field(name(key), "true or false", j);
+    return j.get<bool>();
+  }
+
+  std::uint32_t count(std::string_view key) const {
+    const auto& j = at(key);
+    auto v = integer_of<std::uint32_t>(j);
+    if (!v)
+      reject_field(name(key), "an integer between 0 and 4294967295", j);
+    return *v;
+  }
+
+  /// A number; null (how a non-finite value is sent) reads as NaN.
+  double number(std::string_view key) const {
+    return number_of(at(key), name(key));
+  }
+
+  std::vector<std::int32_t> tokens(std::string_view key) const {
+    const auto& j = at(key);
+    if (!j.is_array())
+      reject_field(name(key), "an array of token ids", j);
+    std::vector<std::int32_t> out;
+    out.reserve(j.size());
+    for (const auto& e : j) {
+      auto v = integer_of<std::int32_t>(e);
+      if (!v)
+        reject_field(name(key), "an array of 32-bit integers", e);
+      out.push_back(*v);
+    }
+    return out;
+  }
+
+  reply_reader object(std::string_view key) const {
+    const auto& j = at(key);
+    if (!j.is_object())
+      reject_field(name(key), "an object", j);
+    return reply_reader{j, name(key)};
+  }
+
+  static double number_of(const json& j, const std::string& name) {
+    if (j.is_null())
+      return std::numeric_limits<double>::quiet_NaN();
+    if (!j.is_number())
+      reject_field(name, "a number", j);
+    return j.get<double>();
+  }
+
+  const json& raw() const noexcept {
+    return obj_;
+  }
+
+private:
+  std::string name(std::string_view key) const {
+    return path_.empty() ? std::string{key} : path_ + "." + std::string{key};
+  }
+
+  const json& obj_;
+  std::string path_;
+};
+
+std::optional<error_code> error_code_from(std::string_view name) {
+  for (auto c = 0; c <= static_cast<int>(error_code::internal); ++c) {
+    auto x = static_cast<error_code>(c);
+    if (to_string(x) == name)
+      return x;
+  }
+  return std::nullopt;
+}
+
+reply read_reply(const json& obj) {
+  reply_reader r{obj, ""};
+  auto type = r.string("type");
+  auto id = r.string("id");
+  if (type == "accepted")
+    return accepted_reply{std::move(id), r.count("prompt_tokens")};
+  if (type == "token")
+    return token_reply{std::move(id), r.count("index"), r.tokens("tokens"), r.string("text")};
+  if (type == "done") {
+    done_reply x;
+    x.id = std::move(id);
+    x.finish_reason = r.string("finish_reason");
+    auto usage = r.object("usage");
+    x.prompt_tokens = usage.count("prompt_tokens");
+    x.completion_tokens = usage.count("completion_tokens");
+    auto t = r.object("timings");
+    x.time = timings{t.number("queue_ms"), t.number("ttft_ms"), t.number("e2e_ms")};
+    if (r.has("tokens"))
+      x.tokens = r.tokens("tokens");
+    if (r.has("text"))
+      x.text = r.string("text");
+    return x;
+  }
+  if (type == "error") {
+    auto name = r.string("code");
+    auto code = error_code_from(name);
+    if (!code)
+      reject("field \"code\" is not a known error code, got " + dump(json(name)));
+    return error_reply{std::move(id), *code, r.string("message")};
+  }
+  if (type == "health")
+    return health_reply{std::move(id), r.string("status")};
+  if (type == "stats") {
+    auto s = r.object("stats");
+    stats_reply x{std::move(id), {}};
+    for (const auto& [key, value] : s.raw().items())
+      x.values.emplace_back(key, reply_reader::number_of(value, "stats." + key));
+    return x;
+  }
+  if (type == "adapters") {
+    const auto& list = r.at("adapters");
+    if (!list.is_array())
+      reject_field("adapters", "an array of objects", list);
+    adapters_reply x{std::move(id), {}};
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].is_object())
+        reject_field("adapters", "an array of objects", list[i]);
+      reply_reader a{list[i], "adapters[" + std::to_string(i) + "]"};
+      x.adapters.push_back(adapter_info{a.string("name"), a.count("rank"), a.boolean("resident")});
+    }
+    return x;
+  }
+  reject("field \"type\" must be one of \"accepted\", \"token\", \"done\", \"error\", "
+         "\"health\", \"stats\", \"adapters\", got "
+         + dump(json(type)));
+}
+
+// -- serialization helpers ---------------------------------------------------
+
+json header(std::string_view type, const std::string& id) {
+  json j = json::object();
+  j["type"] = type;
+  j["id"] = id;
+  return j;
+}
+
+} // namespace
+
+// -- error codes --------------------------------------------------------------
+
+std::string_view to_string(error_code x) noexcept {
+  switch (x) {
+    case error_code::bad_request:
+      return "bad_request";
+    case error_code::frame_too_large:
+      return "frame_too_large";
+    case error_code::unknown_adapter:
+      return "unknown_adapter";
+    case error_code::unknown_request:
+      return "unknown_request";
+    case error_code::duplicate_id:
+      return "duplicate_id";
+    case error_code::prompt_too_long:
+      return "prompt_too_long";
+    case error_code::overloaded:
+      return "overloaded";
+    case error_code::shutting_down:
+      return "shutting_down";
+    case error_code::internal:
+      return "internal";
+  }
+  return "internal";
+}
+
+// -- requests -----------------------------------------------------------------
+
+std::variant<request, parse_error> parse_request(std::string_view frame,
+                                                 const parse_limits& limits) {
+  if (frame.size() > limits.max_frame_bytes)
+    return parse_error{error_code::frame_too_large, {},
+                       "frame of " + std::to_string(frame.size())
+                         + " bytes exceeds the limit of "
+                         + std::to_string(limits.max_frame_bytes) + " bytes"};
+  std::string id;
+  try {
+    json doc;
+    try {
+      doc = json::parse(frame.begin(), frame.end());
+    } catch (const json::parse_error& e) {
+      return parse_error{error_code::bad_request, {},
+                         "frame is not valid JSON: " + parser_message(e)};
+    }
+    if (!doc.is_object())
+      return parse_error{error_code::bad_request, {},
+                         "a request must be a JSON object, got " + describe(doc)};
+    // Echo the id in the error reply whenever it is readable, even when an
+    // earlier check (such as "type") fails.
+    id = peek_id(doc, limits);
+    return read_request(doc, limits);
+  } catch (rejection& r) {
+    return parse_error{error_code::bad_request, std::move(id), std::move(r.message)};
+  } catch (const std::exception& e) {
+    return parse_error{error_code::internal, std::move(id),
+                       std::string{"internal error while parsing the request: "} + e.what()};
+  } catch (...) {
+    return parse_error{error_code::internal, std::move(id),
+                       "internal error while parsing the request"};
+  }
+}
+
+const std::string& id_of(const request& r) noexcept {
+  return std::visit([](const auto& x) -> const std::string& { return x.id; }, r);
+}
+
+std::string to_json(const request& x) {
+  struct visitor {
+    json operator()(const generate_request& g) const {
+      auto j = header("generate", g.id);
+      if (g.prompt)
+        j["prompt"] = *g.prompt;
+      if (g.prompt_tokens)
+        j["prompt_tokens"] = *g.prompt_tokens;
+      if (!g.adapter.empty())
+        j["adapter"] = g.adapter;
+      j["max_tokens"] = g.max_tokens;
+      j["temperature"] = wire_float(g.sampling.temperature);
+      j["top_p"] = wire_float(g.sampling.top_p);
+      j["top_k"] = g.sampling.top_k;
+      if (g.sampling.seed)
+        j["seed"] = *g.sampling.seed;
+      if (!g.stop.empty())
+        j["stop"] = g.stop;
+      j["stream"] = g.stream;
+      if (!g.session.empty())
+        j["session"] = g.session;
+      j["priority"] = g.priority;
+      return j;
+    }
+    json operator()(const cancel_request& c) const {
+      return header("cancel", c.id);
+    }
+    json operator()(const health_request& h) const {
+      return header("health", h.id);
+    }
+    json operator()(const stats_request& s) const {
+      return header("stats", s.id);
+    }
+    json operator()(const list_adapters_request& l) const {
+      return header("list_adapters", l.id);
+    }
+  };
+  return dump(std::visit(visitor{}, x));
+}
+
+// -- replies --------------------------------------------------------------------
+
+std::string to_json(const accepted_reply& x) {
+  auto j = header("accepted", x.id);
+  j["prompt_tokens"] = x.prompt_tokens;
+  return dump(j);
+}
+
+std::string to_json(const token_reply& x) {
+  auto j = header("token", x.id);
+  j["index"] = x.index;
+  j["tokens"] = x.tokens;
+  j["text"] = x.text;
+  return dump(j);
+}
+
+std::string to_json(const done_reply& x) {
+  auto j = header("done", x.id);
+  j["finish_reason"] = x.finish_reason;
+  j["usage"] = json{{"prompt_tokens", x.prompt_tokens},
+                    {"completion_tokens", x.completion_tokens}};
+  j["timings"] = json{{"queue_ms", x.time.queue_ms},
+                      {"ttft_ms", x.time.ttft_ms},
+                      {"e2e_ms", x.time.e2e_ms}};
+  if (x.tokens)
+    j["tokens"] = *x.tokens;
+  if (x.text)
+    j["text"] = *x.text;
+  return dump(j);
+}
+
+std::string to_json(const error_reply& x) {
+  auto j = header("error", x.id);
+  j["code"] = to_string(x.code);
+  j["message"] = x.message;
+  return dump(j);
+}
+
+std::string to_json(const health_reply& x) {
+  auto j = header("health", x.id);
+  j["status"] = x.status;
+  return dump(j);
+}
+
+std::string to_json(const stats_reply& x) {
+  auto j = header("stats", x.id);
+  auto values = json::object();
+  for (const auto& [name, value] : x.values)
+    values[name] = value;
+  j["stats"] = std::move(values);
+  return dump(j);
+}
+
+std::string to_json(const adapters_reply& x) {
+  auto j = header("adapters", x.id);
+  auto list = json::array();
+  for (const auto& a : x.adapters)
+    list.push_back(json{{"name", a.name}, {"rank", a.rank}, {"resident", a.resident}});
+  j["adapters"] = std::move(list);
+  return dump(j);
+}
+
+std::variant<reply, parse_error> parse_reply(std::string_view frame) {
+  std::string id;
+  try {
+    json doc;
+    try {
+      doc = json::parse(frame.begin(), frame.end());
+    } catch (const json::parse_error& e) {
+      return parse_error{error_code::bad_request, {},
+                         "frame is not valid JSON: " + parser_message(e)};
+    }
+    if (!doc.is_object())
+      return parse_error{error_code::bad_request, {},
+                         "a reply must be a JSON object, got " + describe(doc)};
+    if (auto i = doc.find("id"); i != doc.end() && i->is_string())
+      id = i->get<std::string>();
+    return read_reply(doc);
+  } catch (rejection& r) {
+    return parse_error{error_code::bad_request, std::move(id), std::move(r.message)};
+  } catch (const std::exception& e) {
+    return parse_error{error_code::internal, std::move(id),
+                       std::string{"internal error while parsing the reply: "} + e.what()};
+  } catch (...) {
+    return parse_error{error_code::internal, std::move(id),
+                       "internal error while parsing the reply"};
+  }
+}
+
+} // namespace troupe::wire

@@ -1,0 +1,163 @@
+// The client-facing JSON wire protocol (one JSON object per ZeroMQ frame):
+// typed requests and replies, the parser with its validation, and the
+// serializers. Used by the intake actor and troupe-client; see docs/protocol.md.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace troupe::wire {
+
+/// Stable error codes sent in `error` replies.
+enum class error_code : std::uint8_t {
+  bad_request,     ///< malformed JSON, missing or ill-typed field, bad value
+  frame_too_large, ///< the frame exceeds the server's size limit
+  unknown_adapter, ///< `adapter` names no adapter of this deployment
+  unknown_request, ///< `cancel` of an id with no request in flight
+  duplicate_id,    ///< a generate reuses the id of one still in flight
+  prompt_too_long, ///< prompt + max_tokens exceed the model's context
+  overloaded,      ///< too many requests pending; retry later
+  shutting_down,   ///< the server is draining and takes no new work
+  internal,        ///< a server-side failure; the request was not completed
+};
+
+/// Wire name of `x`, e.g. "bad_request".
+std::string_view to_string(error_code x) noexcept;
+
+// -- requests ------------------------------------------------------------
+
+struct sampling_params {
+  float temperature = 1.0f; ///< >= 0; 0 means greedy
+  float top_p = 1.0f;       ///< in (0, 1]
+  std::int32_t top_k = 0;   ///< >= 0; 0 means no top-k cut
+  std::optional<std::uint64_t> seed;
+};
+
+struct generate_request {
+  std::string id;
+  /// Exactly one of `prompt` (text) and `prompt_tokens` (ids) is given.
+  std::optional<std::string> prompt;
+  std::optional<std::vector<std::int32_t>> prompt_tokens;
+  /// Adapter name; empty for the base model.
+  std::string adapter;
+  std::uint32_t max_tokens = 16;
+  sampling_params sampling;
+  std::vector<std::string> stop;
+  bool stream = false;
+  std::string session;     ///< optional multi-turn session id
+  std::int32_t priority = 0; ///< higher is more urgent; policies may ignore it
+};
+
+struct cancel_request { std::string id; };
+struct health_request { std::string id; };
+struct stats_request { std::string id; };
+struct list_adapters_request { std::string id; };
+
+using request = std::variant<generate_request, cancel_request, health_request,
+                             stats_request, list_adapters_request>;
+
+/// Why a frame was refused; `id` is the request's id when it could be read.
+struct parse_error {
+  error_code code = error_code::bad_request;
+  std::string id;
+  std::string message;
+};
+
+/// Bounds the parser enforces.
+struct parse_limits {
+  std::uint64_t max_frame_bytes = 1 << 20;
+  std::uint32_t max_tokens = 1 << 20;   ///< largest accepted max_tokens
+  std::uint32_t max_stop = 16;          ///< most stop strings
+  std::uint32_t max_id_chars = 256;     ///< longest request id
+  std::int32_t vocab_size = 1 << 30;    ///< prompt_tokens must lie in [0, vocab)
+};
+
+/// Parses and validates one frame. Never throws.
+std::variant<request, parse_error> parse_request(std::string_view frame,
+                                                 const parse_limits& limits);
+
+/// The `id` of any request alternative.
+const std::string& id_of(const request& r) noexcept;
+
+// -- replies -------------------------------------------------------------
+
+struct accepted_reply {
+  std::string id;
+  std::uint32_t prompt_tokens = 0;
+};
+
+struct token_reply {
+  std::string id;
+  std::uint32_t index = 0; ///< position of tokens[0] in the output
+  std::vector<std::int32_t> tokens;
+  std::string text;
+};
+
+struct timings {
+  double queue_ms = 0; ///< arrival to first scheduled step
+  double ttft_ms = 0;  ///< arrival to first output token
+  double e2e_ms = 0;   ///< arrival to the terminal reply
+};
+
+struct done_reply {
+  std::string id;
+  std::string finish_reason; ///< "length", "stop", "eos", "cancelled"
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t completion_tokens = 0;
+  timings time;
+  /// Whole output; filled only for non-streaming requests.
+  std::optional<std::vector<std::int32_t>> tokens;
+  std::optional<std::string> text;
+};
+
+struct error_reply {
+  std::string id;
+  error_code code = error_code::internal;
+  std::string message;
+};
+
+struct health_reply {
+  std::string id;
+  std::string status; ///< "ok" or "draining"
+};
+
+struct stats_reply {
+  std::string id;
+  std::vector<std::pair<std::string, double>> values;
+};
+
+struct adapter_info {
+  std::string name;
+  std::uint32_t rank = 0;
+  bool resident = false;
+};
+
+struct adapters_reply {
+  std::string id;
+  std::vector<adapter_info> adapters;
+};
+
+std::string to_json(const accepted_reply& x);
+std::string to_json(const token_reply& x);
+std::string to_json(const done_reply& x);
+std::string to_json(const error_reply& x);
+std::string to_json(const health_reply& x);
+std::string to_json(const stats_reply& x);
+std::string to_json(const adapters_reply& x);
+
+/// Serializes a request (used by troupe-client and tests).
+std::string to_json(const request& x);
+
+/// A reply as a client sees it after parsing; for troupe-client and tests.
+using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply,
+                           health_reply, stats_reply, adapters_reply>;
+
+/// Parses a server reply; a parse_error for anything that is not one.
+std::variant<reply, parse_error> parse_reply(std::string_view frame);
+
+} // namespace troupe::wire

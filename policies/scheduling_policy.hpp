@@ -1,0 +1,76 @@
+// The scheduling policy interface: which waiting requests join the running
+// batch this iteration. Implemented in policies/, called by the scheduler core
+// (runtime/scheduler_core.cpp) in the live server and in the simulator alike.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe::policies {
+
+/// A request waiting for admission, as a policy sees it.
+struct waiting_view {
+  std::uint64_t request_id = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t max_new_tokens = 0;
+  /// Output length the classifier predicts (<= max_new_tokens).
+  std::uint32_t predicted_tokens = 0;
+  std::uint32_t adapter_id = 0; ///< 0: base model
+  std::uint32_t adapter_rank = 0;
+  std::uint32_t queue = 0;      ///< classifier's queue index
+  std::int32_t priority = 0;
+  double arrival_s = 0;         ///< on the scheduler's clock
+};
+
+/// A request in the running batch.
+struct running_view {
+  std::uint64_t request_id = 0;
+  std::uint32_t context_tokens = 0;
+  std::uint32_t remaining_tokens = 0;
+  std::uint32_t adapter_id = 0;
+};
+
+/// Capacity the policy must respect this iteration.
+struct schedule_limits {
+  std::uint32_t max_running = 0;
+  /// Tokens one step may process: 1 per running request plus admitted prompts.
+  std::uint32_t token_budget = 0;
+  /// Pages free for KV reservations (idle adapter pages count as free).
+  std::uint64_t free_pages = 0;
+  std::uint32_t page_tokens = 16;
+};
+
+struct schedule_input {
+  std::span<const waiting_view> waiting; ///< in arrival order
+  std::span<const running_view> running;
+  schedule_limits limits;
+  double now_s = 0;
+};
+
+/// What the policy decided: requests to admit, in the order to admit them.
+struct schedule_decision {
+  std::vector<std::uint64_t> admit;
+};
+
+/// Pages a request needs for its whole life (prompt + every output token):
+/// admission reserves them up front so a running request never runs out.
+std::uint64_t pages_for(std::uint32_t prompt_tokens, std::uint32_t max_new_tokens,
+                        std::uint32_t page_tokens) noexcept;
+
+/// Decides admissions. Called once per scheduler iteration from one thread.
+class scheduling_policy {
+public:
+  virtual ~scheduling_policy() = default;
+  /// Chooses which waiting requests join the batch; must not exceed `limits`,
+  /// except that a lone request may exceed the token budget when nothing else
+  /// runs (otherwise a long prompt could never start).
+  virtual schedule_decision schedule(const schedule_input& in) = 0;
+  /// Registry name of this policy.
+  virtual std::string_view name() const noexcept = 0;
+};
+
+} // namespace troupe::policies

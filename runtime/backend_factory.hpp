@@ -1,0 +1,39 @@
+// Builds the executor backend a deployment asks for, and the figures derived
+// from it (model shape, pool size, context limit). Used by the deployment
+// bootstrap and by troupe-bench/tests that run the cores without actors.
+#pragma once
+
+#include "gpu/backend.hpp"
+#include "gpu/gpu_spec.hpp"
+#include "gpu/model_shape.hpp"
+#include "runtime/config.hpp"
+#include "runtime/options.hpp"
+
+#include <memory>
+#include <string>
+#include <variant>
+
+namespace troupe {
+
+/// What a deployment runs on, resolved from its options.
+struct resolved_backend {
+  std::shared_ptr<gpu::executor_backend> backend;
+  gpu::model_shape shape;
+  gpu::gpu_spec gpu;
+  /// prompt + max_tokens limit.
+  std::uint32_t max_context = 0;
+  /// Pages in the unified pool and the bytes one page holds.
+  std::uint64_t pool_pages = 0;
+  std::uint64_t page_bytes = 0;
+  /// Wall seconds per device second for the executor and copy engine.
+  double time_scale = 1.0;
+};
+
+/// Resolves the model shape, the GPU and the pool size and builds the
+/// backend; an error message naming the option when something is wrong.
+std::variant<resolved_backend, std::string> make_backend(const deployment_options& opts);
+
+/// The names every registry knows now (for config validation).
+config_catalog default_catalog();
+
+} // namespace troupe

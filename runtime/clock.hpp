@@ -1,0 +1,15 @@
+// The wall clock the live server's shells use (the cores take time as a
+// parameter; the simulator passes its virtual clock instead).
+#pragma once
+
+#include <chrono>
+
+namespace troupe {
+
+/// Seconds on a monotonic clock; only differences are meaningful.
+inline double monotonic_seconds() noexcept {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+} // namespace troupe

@@ -1,0 +1,706 @@
+// Parsing and validation of the TOML deployment file (see runtime/config.hpp and
+// docs/configuration.md). toml++ stays inside this file.
+#include "runtime/config.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <system_error>
+#include <utility>
+
+#include <toml++/toml.h>
+
+namespace troupe {
+
+namespace {
+
+constexpr std::uint32_t max_lora_rank = 1024;
+constexpr std::uint32_t max_page_tokens = 1024;
+/// Guard against a typo allocating millions of adapter records.
+constexpr std::uint32_t max_generated_adapters = 1u << 20;
+constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
+constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
+
+constexpr std::array<std::string_view, 13> section_names = {
+  "server",     "logging",       "caf",         "model",   "backend",  "memory_pool",      "scheduler",
+  "classifier", "adapter_cache", "copy_engine", "metrics", "adapters", "adapters_generate",
+};
+
+const std::vector<std::string> log_levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
+
+// -- message helpers -------------------------------------------------------------
+
+/// `file:line:column` when the region is known, else `file`.
+std::string position(const std::string& source, const toml::source_region& where) {
+  if (where.begin.line == 0)
+    return source;
+  return source + ':' + std::to_string(where.begin.line) + ':' + std::to_string(where.begin.column);
+}
+
+std::string_view type_name(toml::node_type type) {
+  switch (type) {
+    case toml::node_type::none:
+      return "nothing";
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "floating-point";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+  }
+  return "value";
+}
+
+/// The value as TOML writes it (strings quoted), cut to one short line.
+std::string value_text(const toml::node& node) {
+  if (node.is_table())
+    return "a table";
+  std::ostringstream os;
+  // no flags: strings come out in double quotes with escapes, integers in decimal
+  os << toml::toml_formatter{node, toml::format_flags::allow_unicode_strings};
+  std::string text = os.str();
+  for (char& ch : text)
+    if (ch == '\n' || ch == '\r')
+      ch = ' ';
+  if (text.size() > 60) {
+    text.resize(57);
+    text += "...";
+  }
+  return text;
+}
+
+/// Type and value, for wrong-type messages: `string "abc"`, `an array [1, 2]`.
+std::string typed_text(const toml::node& node) {
+  if (node.is_table())
+    return "a table";
+  return std::string(type_name(node.type())) + ' ' + value_text(node);
+}
+
+std::string in_quotes(std::string_view text) {
+  return '"' + std::string(text) + '"';
+}
+
+std::string join(const std::vector<std::string>& names) {
+  if (names.empty())
+    return "none registered";
+  std::string out;
+  for (const auto& name : names) {
+    if (!out.empty())
+      out += ", ";
+    out += name;
+  }
+  return out;
+}
+
+bool contains(const std::vector<std::string>& names, std::string_view name) {
+  for (const auto& n : names)
+    if (n == name)
+      return true;
+  return false;
+}
+
+/// Optimal string alignment distance: insertions, deletions, substitutions and
+/// swaps of adjacent characters each cost 1.
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<std::size_t>> d(a.size() + 1, std::vector<std::size_t>(b.size() + 1));
+  for (std::size_t i = 0; i <= a.size(); ++i)
+    d[i][0] = i;
+  for (std::size_t j = 0; j <= b.size(); ++j)
+    d[0][j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  }
+  return d[a.size()][b.size()];
+}
+
+/// The known word closest to `word` if it is within `max_distance` edits, else empty.
+template <class Names>
+std::string_view closest(std::string_view word, const Names& known, std::size_t max_distance = 2) {
+  std::string_view best;
+  std::size_t best_distance = max_distance + 1;
+  for (std::string_view candidate : known) {
+    const auto distance = edit_distance(word, candidate);
+    if (distance < best_distance) {
+      best = candidate;
+      best_distance = distance;
+    }
+  }
+  return best;
+}
+
+bool has_whitespace(std::string_view text) {
+  for (char ch : text)
+    if (ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r' || ch == '\v' || ch == '\f')
+      return true;
+  return false;
+}
+
+bool valid_endpoint(std::string_view endpoint) {
+  for (std::string_view scheme : {"tcp://", "ipc://", "inproc://"})
+    if (endpoint.starts_with(scheme) && endpoint.size() > scheme.size())
+      return true;
+  return false;
+}
+
+/// `i` when `name` is exactly `generated_adapter_name(prefix, i)` for some i < count.
+std::optional<std::uint32_t> generated_index(std::string_view name, std::string_view prefix,
+                                             std::uint32_t count) {
+  if (!name.starts_with(prefix))
+    return std::nullopt;
+  const std::string_view digits = name.substr(prefix.size());
+  if (digits.empty() || digits.size() > 10 || (digits.size() > 1 && digits.front() == '0'))
+    return std::nullopt;
+  std::uint64_t index = 0;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9')
+      return std::nullopt;
+    index = index * 10 + static_cast<std::uint64_t>(ch - '0');
+  }
+  if (index >= count)
+    return std::nullopt;
+  return static_cast<std::uint32_t>(index);
+}
+
+// -- checker -------------------------------------------------------------------
+
+/// Keeps the first error; once one is recorded, every later check is a no-op
+/// and readers hand back their defaults.
+class checker {
+public:
+  explicit checker(const std::string& source) : source_(source) {}
+
+  bool failed() const noexcept { return error_.has_value(); }
+
+  /// Records `source:line:col: path: what` unless an earlier error exists.
+  void fail(const toml::source_region& where, std::string_view path, std::string_view what) {
+    if (failed())
+      return;
+    error_ = position(source_, where) + ": " + std::string(path) + ": " + std::string(what);
+  }
+
+  /// Records `... path: what, got <value>` for a value that is present.
+  void reject(const toml::node& node, std::string_view path, std::string_view what) {
+    fail(node.source(), path, std::string(what) + ", got " + value_text(node));
+  }
+
+  std::optional<std::string> take_error() { return std::exchange(error_, std::nullopt); }
+
+private:
+  const std::string& source_;
+  std::optional<std::string> error_;
+};
+
+/// An unsigned integer node within [lo, hi]; `type_max` names the target type's limit.
+std::optional<std::uint64_t> read_unsigned(checker& c, const toml::node& node, std::string_view path,
+                                           std::uint64_t lo, std::uint64_t hi, std::uint64_t type_max) {
+  const auto* integer = node.as_integer();
+  if (integer == nullptr) {
+    c.fail(node.source(), path, "expected an integer, got " + typed_text(node));
+    return std::nullopt;
+  }
+  const std::int64_t value = integer->get();
+  if (value < 0) {
+    c.reject(node, path, lo == 0 ? "must not be negative" : "must be at least " + std::to_string(lo));
+    return std::nullopt;
+  }
+  const auto unsigned_value = static_cast<std::uint64_t>(value);
+  if (unsigned_value > type_max) {
+    c.reject(node, path,
+             "does not fit in " + std::string(type_max == u32_max ? "32" : "64") + " bits (max " +
+               std::to_string(type_max) + ")");
+    return std::nullopt;
+  }
+  if (unsigned_value < lo) {
+    c.reject(node, path, "must be at least " + std::to_string(lo));
+    return std::nullopt;
+  }
+  if (unsigned_value > hi) {
+    c.reject(node, path, "must be at most " + std::to_string(hi));
+    return std::nullopt;
+  }
+  return unsigned_value;
+}
+
+// -- section -------------------------------------------------------------------
+
+/// One table of the file and its key path; a missing table reads as all defaults.
+class section {
+public:
+  section(checker& c, const toml::table* table, std::string path)
+    : c_(c), table_(table), path_(std::move(path)) {}
+
+  /// The key path of `key` in messages: `scheduler.max_running`.
+  std::string path(std::string_view key) const { return path_ + '.' + std::string(key); }
+
+  /// The node at `key`, or nullptr when absent.
+  const toml::node* node(std::string_view key) const {
+    return table_ == nullptr ? nullptr : table_->get(key);
+  }
+
+  /// Rejects any key not in `known`, suggesting the closest known one.
+  void allow_only(std::initializer_list<std::string_view> known) {
+    if (table_ == nullptr)
+      return;
+    for (auto&& [key, value] : *table_) {
+      bool ok = false;
+      for (std::string_view k : known)
+        ok = ok || k == key.str();
+      if (ok)
+        continue;
+      std::string what = "unknown key";
+      if (auto hint = closest(key.str(), known); !hint.empty())
+        what += "; did you mean " + path(hint) + "?";
+      c_.fail(key.source(), path(key.str()), what);
+    }
+  }
+
+  std::string text(std::string_view key, std::string fallback) {
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return fallback;
+    if (const auto* s = n->as_string())
+      return s->get();
+    c_.fail(n->source(), path(key), "expected a string, got " + typed_text(*n));
+    return fallback;
+  }
+
+  bool flag(std::string_view key, bool fallback) {
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return fallback;
+    if (const auto* b = n->as_boolean())
+      return b->get();
+    c_.fail(n->source(), path(key), "expected true or false, got " + typed_text(*n));
+    return fallback;
+  }
+
+  std::uint32_t u32(std::string_view key, std::uint32_t fallback, std::uint32_t lo = 0,
+                    std::uint32_t hi = static_cast<std::uint32_t>(u32_max)) {
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return fallback;
+    const auto value = read_unsigned(c_, *n, path(key), lo, hi, u32_max);
+    return value ? static_cast<std::uint32_t>(*value) : fallback;
+  }
+
+  std::uint64_t u64(std::string_view key, std::uint64_t fallback, std::uint64_t lo = 0) {
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return fallback;
+    return read_unsigned(c_, *n, path(key), lo, u64_max, u64_max).value_or(fallback);
+  }
+
+  /// A finite number; integers are accepted for floating-point keys.
+  double real(std::string_view key, double fallback) {
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return fallback;
+    double value = 0;
+    if (const auto* f = n->as_floating_point())
+      value = f->get();
+    else if (const auto* i = n->as_integer())
+      value = static_cast<double>(i->get());
+    else {
+      c_.fail(n->source(), path(key), "expected a number, got " + typed_text(*n));
+      return fallback;
+    }
+    if (!std::isfinite(value)) {
+      c_.reject(*n, path(key), "must be a finite number");
+      return fallback;
+    }
+    return value;
+  }
+
+  /// Fails with `what, got <value>` unless `ok`.
+  void require(std::string_view key, bool ok, std::string_view what) {
+    if (ok || c_.failed())
+      return;
+    if (const toml::node* n = node(key))
+      c_.reject(*n, path(key), what);
+    else
+      c_.fail(where(), path(key), std::string(what) + " (the default value)");
+  }
+
+  /// A string that must be one of `names`; `kind` names the registry in messages.
+  std::string choice(std::string_view key, std::string fallback, const std::vector<std::string>& names,
+                     std::string_view kind) {
+    std::string value = text(key, std::move(fallback));
+    if (c_.failed() || contains(names, value))
+      return value;
+    std::string what = "unknown " + std::string(kind) + ' ' + in_quotes(value);
+    // values are short, so only near-misses get a hint ("fcsf", not "V100" -> "H200")
+    const std::size_t max_distance = std::clamp<std::size_t>(value.size() / 3, 1, 2);
+    if (auto hint = closest(value, names, max_distance); !hint.empty())
+      what += "; did you mean " + in_quotes(hint) + "?";
+    what += " (valid: " + join(names) + ')';
+    if (const toml::node* n = node(key))
+      c_.fail(n->source(), path(key), what);
+    else
+      c_.fail(where(), path(key), what + " (the default value)");
+    return value;
+  }
+
+  /// Where the table itself starts (for messages about absent keys).
+  toml::source_region where() const { return table_ == nullptr ? toml::source_region{} : table_->source(); }
+
+  checker& check() noexcept { return c_; }
+
+private:
+  checker& c_;
+  const toml::table* table_;
+  std::string path_;
+};
+
+// -- sections ------------------------------------------------------------------
+
+server_options read_server(section s) {
+  server_options o;
+  s.allow_only({"endpoint", "max_frame_bytes", "max_pending", "drain_timeout_s"});
+  o.endpoint = s.text("endpoint", o.endpoint);
+  s.require("endpoint", valid_endpoint(o.endpoint),
+            "must be tcp://, ipc:// or inproc:// followed by an address");
+  o.max_frame_bytes = s.u64("max_frame_bytes", o.max_frame_bytes, 1);
+  o.max_pending = s.u32("max_pending", o.max_pending, 1);
+  o.drain_timeout_s = s.real("drain_timeout_s", o.drain_timeout_s);
+  s.require("drain_timeout_s", o.drain_timeout_s >= 0, "must not be negative");
+  return o;
+}
+
+logging_options read_logging(section s) {
+  logging_options o;
+  s.allow_only({"level", "file"});
+  o.level = s.choice("level", o.level, log_levels, "log level");
+  o.file = s.text("file", o.file);
+  return o;
+}
+
+caf_options read_caf(section s) {
+  caf_options o;
+  s.allow_only({"scheduler_threads"});
+  o.scheduler_threads = s.u32("scheduler_threads", o.scheduler_threads);
+  return o;
+}
+
+model_options read_model(section s, const config_catalog& catalog) {
+  model_options o;
+  s.allow_only({"preset", "shape_file", "max_context"});
+  o.shape_file = s.text("shape_file", o.shape_file);
+  // A shape file overrides the preset, so only an explicit preset must then be known.
+  if (o.shape_file.empty() || s.node("preset") != nullptr)
+    o.preset = s.choice("preset", o.preset, catalog.model_presets, "model preset");
+  o.max_context = s.u32("max_context", o.max_context);
+  return o;
+}
+
+backend_options read_backend(section s, const config_catalog& catalog) {
+  backend_options o;
+  s.allow_only({"kind", "gpu", "time_scale", "seed"});
+  o.kind = s.choice("kind", o.kind, catalog.backends, "backend");
+  o.gpu = s.choice("gpu", o.gpu, catalog.gpus, "GPU preset");
+  o.time_scale = s.real("time_scale", o.time_scale);
+  s.require("time_scale", o.time_scale >= 0, "must not be negative");
+  o.seed = s.u64("seed", o.seed);
+  return o;
+}
+
+memory_pool_options read_memory_pool(section s) {
+  memory_pool_options o;
+  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction"});
+  o.page_tokens = s.u32("page_tokens", o.page_tokens, 1, max_page_tokens);
+  s.require("page_tokens", std::has_single_bit(o.page_tokens), "must be a power of two");
+  o.pages = s.u64("pages", o.pages);
+  o.gpu_memory_fraction = s.real("gpu_memory_fraction", o.gpu_memory_fraction);
+  s.require("gpu_memory_fraction", o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
+            "must be in (0, 1]");
+  return o;
+}
+
+scheduler_options read_scheduler(section s, const config_catalog& catalog) {
+  scheduler_options o;
+  s.allow_only({"policy", "max_running", "token_budget", "max_waiting"});
+  o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
+  o.max_running = s.u32("max_running", o.max_running, 1);
+  o.token_budget = s.u32("token_budget", o.token_budget, 1);
+  o.max_waiting = s.u32("max_waiting", o.max_waiting, 1);
+  return o;
+}
+
+classifier_options read_classifier(section s, const config_catalog& catalog) {
+  classifier_options o;
+  s.allow_only({"enabled", "policy"});
+  o.enabled = s.flag("enabled", o.enabled);
+  o.policy = s.choice("policy", o.policy, catalog.classifier_policies, "classifier policy");
+  return o;
+}
+
+adapter_cache_options read_adapter_cache(section s, const config_catalog& catalog) {
+  adapter_cache_options o;
+  s.allow_only({"policy", "max_resident"});
+  o.policy = s.choice("policy", o.policy, catalog.eviction_policies, "eviction policy");
+  o.max_resident = s.u32("max_resident", o.max_resident);
+  return o;
+}
+
+copy_engine_options read_copy_engine(section s) {
+  copy_engine_options o;
+  s.allow_only({"max_inflight"});
+  o.max_inflight = s.u32("max_inflight", o.max_inflight, 1);
+  return o;
+}
+
+metrics_options read_metrics(section s) {
+  metrics_options o;
+  s.allow_only({"enabled", "log_interval_s"});
+  o.enabled = s.flag("enabled", o.enabled);
+  o.log_interval_s = s.real("log_interval_s", o.log_interval_s);
+  s.require("log_interval_s", o.log_interval_s >= 0, "must not be negative");
+  return o;
+}
+
+/// Checks an adapter name (explicit or a generate prefix) for emptiness and whitespace.
+void check_name(section& s, std::string_view key, std::string_view name, bool may_be_empty) {
+  s.require(key, may_be_empty || !name.empty(), "must not be empty");
+  s.require(key, !has_whitespace(name), "must not contain whitespace");
+}
+
+/// [[adapters]]: an array of tables, each with a unique name.
+std::vector<adapter_spec> read_adapters(checker& c, const toml::node* node) {
+  std::vector<adapter_spec> out;
+  if (node == nullptr)
+    return out;
+  const toml::array* entries = node->as_array();
+  // first index of each name, for the duplicate message
+  std::map<std::string, std::size_t, std::less<>> seen;
+  for (std::size_t i = 0; i < entries->size() && !c.failed(); ++i) {
+    const std::string path = "adapters[" + std::to_string(i) + ']';
+    const toml::node& entry = *entries->get(i);
+    const toml::table* table = entry.as_table();
+    if (table == nullptr) {
+      c.fail(entry.source(), path, "expected a table ([[adapters]]), got " + typed_text(entry));
+      break;
+    }
+    section s{c, table, path};
+    if (const toml::node* generate = s.node("generate"))
+      c.fail(generate->source(), s.path("generate"), "unknown key; generated adapters go in [adapters_generate]");
+    s.allow_only({"name", "rank", "path"});
+    adapter_spec spec;
+    if (s.node("name") == nullptr)
+      c.fail(s.where(), s.path("name"), "missing; every [[adapters]] entry needs a name");
+    spec.name = s.text("name", spec.name);
+    check_name(s, "name", spec.name, false);
+    spec.rank = s.u32("rank", spec.rank, 1, max_lora_rank);
+    spec.path = s.text("path", spec.path);
+    if (c.failed())
+      break;
+    if (auto [it, fresh] = seen.try_emplace(spec.name, i); !fresh)
+      s.require("name", false,
+                "duplicate adapter name, first used by adapters[" + std::to_string(it->second) + ']');
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+adapter_generate_options read_generate(section s) {
+  adapter_generate_options o;
+  s.allow_only({"count", "prefix", "ranks"});
+  o.count = s.u32("count", o.count, 0, max_generated_adapters);
+  o.prefix = s.text("prefix", o.prefix);
+  check_name(s, "prefix", o.prefix, true);
+  if (const toml::node* n = s.node("ranks"); n != nullptr && !s.check().failed()) {
+    const toml::array* ranks = n->as_array();
+    if (ranks == nullptr) {
+      s.check().fail(n->source(), s.path("ranks"), "expected an array of integers, got " + typed_text(*n));
+      return o;
+    }
+    o.ranks.clear();
+    for (std::size_t i = 0; i < ranks->size(); ++i) {
+      const std::string path = s.path("ranks") + '[' + std::to_string(i) + ']';
+      if (auto rank = read_unsigned(s.check(), *ranks->get(i), path, 1, max_lora_rank, u32_max))
+        o.ranks.push_back(static_cast<std::uint32_t>(*rank));
+    }
+  }
+  s.require("ranks", o.count == 0 || !o.ranks.empty(), "must not be empty when count > 0");
+  return o;
+}
+
+/// An explicit adapter whose name adapters_generate also produces is an error.
+void check_generated_collisions(checker& c, const toml::node* adapters, const deployment_options& o) {
+  const auto& gen = o.adapter_generate;
+  for (std::size_t i = 0; i < o.adapters.size() && !c.failed(); ++i) {
+    const auto& name = o.adapters[i].name;
+    if (!generated_index(name, gen.prefix, gen.count))
+      continue;
+    const toml::node& entry = *adapters->as_array()->get(i);
+    const toml::node& name_node = *entry.as_table()->get("name");
+    c.reject(name_node, "adapters[" + std::to_string(i) + "].name",
+             "collides with a name made by adapters_generate (prefix " + in_quotes(gen.prefix) + ", count " +
+               std::to_string(gen.count) + ", names " + generated_adapter_name(gen.prefix, 0) + " .. " +
+               generated_adapter_name(gen.prefix, gen.count - 1) + ')');
+  }
+}
+
+// -- document ------------------------------------------------------------------
+
+/// Top level: only known sections, each a table ([[adapters]]: an array of tables).
+void check_sections(checker& c, const toml::table& doc) {
+  for (auto&& [key, value] : doc) {
+    const std::string_view name = key.str();
+    bool known = false;
+    for (std::string_view s : section_names)
+      known = known || s == name;
+    if (!known) {
+      std::string what =
+        value.is_table() ? "unknown section [" + std::string(name) + ']' : std::string("unknown key");
+      if (auto hint = closest(name, section_names); !hint.empty())
+        what += "; did you mean [" + std::string(hint) + "]?";
+      c.fail(key.source(), name, what);
+    } else if (name == "adapters") {
+      if (!value.is_array_of_tables() && !(value.is_array() && value.as_array()->empty())) {
+        std::string what = "expected an array of tables ([[adapters]]), got " + typed_text(value);
+        if (value.is_table() && value.as_table()->contains("generate"))
+          what += "; generated adapters go in [adapters_generate]";
+        c.fail(value.source(), name, what);
+      }
+    } else if (!value.is_table()) {
+      c.fail(value.source(), name,
+             "expected a table ([" + std::string(name) + "]), got " + typed_text(value));
+    }
+  }
+}
+
+std::variant<deployment_options, config_error>
+read_document(const toml::table& doc, const std::string& source, const config_catalog& catalog) {
+  checker c{source};
+  check_sections(c, doc);
+  auto at = [&c, &doc](std::string_view name) {
+    return section{c, doc.get_as<toml::table>(name), std::string(name)};
+  };
+  deployment_options o;
+  o.source = source;
+  if (!c.failed()) {
+    o.server = read_server(at("server"));
+    o.logging = read_logging(at("logging"));
+    o.caf = read_caf(at("caf"));
+    o.model = read_model(at("model"), catalog);
+    o.backend = read_backend(at("backend"), catalog);
+    o.memory_pool = read_memory_pool(at("memory_pool"));
+    o.scheduler = read_scheduler(at("scheduler"), catalog);
+    o.classifier = read_classifier(at("classifier"), catalog);
+    o.adapter_cache = read_adapter_cache(at("adapter_cache"), catalog);
+    o.copy_engine = read_copy_engine(at("copy_engine"));
+    o.metrics = read_metrics(at("metrics"));
+    o.adapters = read_adapters(c, doc.get("adapters"));
+    o.adapter_generate = read_generate(at("adapters_generate"));
+    if (!c.failed())
+      check_generated_collisions(c, doc.get("adapters"), o);
+  }
+  if (auto error = c.take_error())
+    return config_error{std::move(*error)};
+  return o;
+}
+
+config_error syntax_error(const std::string& source, const toml::parse_error& e) {
+  return config_error{position(source, e.source()) + ": TOML syntax error: " + std::string(e.description())};
+}
+
+std::variant<deployment_options, config_error>
+parse_or_throw(std::string_view toml_text, const std::string& source, const config_catalog& catalog) {
+#if TOML_EXCEPTIONS
+  toml::table doc;
+  try {
+    doc = toml::parse(toml_text, source);
+  } catch (const toml::parse_error& e) {
+    return syntax_error(source, e);
+  }
+  return read_document(doc, source, catalog);
+#else
+  toml::parse_result result = toml::parse(toml_text, source);
+  if (!result)
+    return syntax_error(source, result.error());
+  return read_document(result.table(), source, catalog);
+#endif
+}
+
+} // namespace
+
+// -- loading -------------------------------------------------------------------
+
+std::variant<deployment_options, config_error>
+parse_config(std::string_view toml_text, const std::string& source, const config_catalog& catalog) {
+  try {
+    return parse_or_throw(toml_text, source, catalog);
+  } catch (const std::exception& e) {
+    return config_error{source + ": cannot load the configuration: " + e.what()};
+  }
+}
+
+std::variant<deployment_options, config_error>
+load_config_file(const std::string& path, const config_catalog& catalog) {
+  try {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec))
+      return config_error{path + ": cannot read the config file: it is a directory"};
+    std::ifstream in(path, std::ios::binary);
+    if (!in)
+      return config_error{path + ": cannot read the config file: " +
+                          std::error_code(errno, std::generic_category()).message()};
+    std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    if (in.bad())
+      return config_error{path + ": cannot read the config file: read error"};
+    return parse_config(text, path, catalog);
+  } catch (const std::exception& e) {
+    return config_error{path + ": cannot read the config file: " + e.what()};
+  }
+}
+
+// -- adapters ------------------------------------------------------------------
+
+std::string generated_adapter_name(std::string_view prefix, std::uint32_t index) {
+  return std::string(prefix) + std::to_string(index);
+}
+
+std::vector<adapter_spec> expand_adapters(const deployment_options& opts) {
+  const auto& gen = opts.adapter_generate;
+  std::vector<adapter_spec> out;
+  out.reserve(opts.adapters.size() + gen.count);
+  out.insert(out.end(), opts.adapters.begin(), opts.adapters.end());
+  for (std::uint32_t i = 0; i < gen.count; ++i) {
+    adapter_spec spec;
+    spec.name = generated_adapter_name(gen.prefix, i);
+    if (!gen.ranks.empty())
+      spec.rank = gen.ranks[i % gen.ranks.size()];
+    out.push_back(std::move(spec));
+  }
+  return out;
+}
+
+} // namespace troupe

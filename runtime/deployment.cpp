@@ -1,0 +1,178 @@
+#include "runtime/deployment.hpp"
+
+#include "actors/adapter_cache_actor.hpp"
+#include "actors/classifier_actor.hpp"
+#include "actors/copy_engine_actor.hpp"
+#include "actors/executor_actor.hpp"
+#include "actors/intake_actor.hpp"
+#include "actors/memory_pool_actor.hpp"
+#include "actors/metrics_actor.hpp"
+#include "actors/scheduler_actor.hpp"
+#include "policies/registry.hpp"
+#include "runtime/backend_factory.hpp"
+#include "runtime/config.hpp"
+#include "runtime/zmq_bridge.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <thread>
+
+namespace troupe {
+
+struct deployment::impl {
+  deployment_options opts;
+  resolved_backend resolved;
+  caf::actor_system_config cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<zmq_bridge> bridge;
+  intake_actor intake;
+  std::vector<caf::actor> actors; // every actor, for shutdown
+  bool stopped = false;
+};
+
+deployment::deployment(std::unique_ptr<impl> p) : impl_(std::move(p)) {
+}
+
+deployment::~deployment() {
+  stop();
+}
+
+const std::string& deployment::endpoint() const noexcept {
+  return impl_->bridge->endpoint();
+}
+
+std::variant<std::unique_ptr<deployment>, std::string>
+deployment::start(const deployment_options& opts) {
+  auto p = std::make_unique<impl>();
+  p->opts = opts;
+  auto backend = make_backend(opts);
+  if (auto* err = std::get_if<std::string>(&backend))
+    return opts.source + ": " + *err;
+  p->resolved = std::get<resolved_backend>(std::move(backend));
+  auto& rb = p->resolved;
+
+  auto sched_policy = policies::make_scheduling_policy(opts.scheduler.policy);
+  auto evict_policy = policies::make_eviction_policy(opts.adapter_cache.policy);
+  auto class_policy = policies::make_classifier_policy(opts.classifier.policy);
+  if (!sched_policy)
+    return opts.source + ": scheduler.policy: no policy named \"" + opts.scheduler.policy + "\"";
+  if (!evict_policy)
+    return opts.source + ": adapter_cache.policy: no policy named \"" + opts.adapter_cache.policy + "\"";
+  if (opts.classifier.enabled && !class_policy)
+    return opts.source + ": classifier.policy: no policy named \"" + opts.classifier.policy + "\"";
+
+  auto bridge = zmq_bridge::open(opts.server);
+  if (auto* err = std::get_if<std::string>(&bridge))
+    return opts.source + ": server.endpoint: " + *err;
+  p->bridge = std::get<std::unique_ptr<zmq_bridge>>(std::move(bridge));
+
+  register_message_types(p->cfg);
+  if (opts.caf.scheduler_threads > 0)
+    p->cfg.set("scheduler.max-threads", static_cast<std::size_t>(opts.caf.scheduler_threads));
+  p->sys = std::make_unique<caf::actor_system>(p->cfg);
+  auto& sys = *p->sys;
+
+  const auto shape = rb.shape;
+  auto catalog = std::make_shared<const adapter_catalog>(
+    expand_adapters(opts), adapter_generate_options{0, "", {}},
+    [shape](std::uint32_t rank) { return shape.lora_adapter_bytes(rank); }, rb.page_bytes);
+
+  auto pool = spawn_memory_pool(sys, rb.pool_pages);
+  auto backend_ptr = rb.backend;
+  auto copy = spawn_copy_engine(
+    sys, {[backend_ptr](std::uint64_t bytes) { return backend_ptr->transfer_seconds(bytes); },
+          rb.time_scale, opts.copy_engine.max_inflight});
+  auto cache = spawn_adapter_cache(
+    sys, {catalog, std::move(evict_policy), opts.adapter_cache.max_resident, pool, copy});
+  auto exec = spawn_executor(sys, {rb.backend, rb.time_scale});
+  metrics_actor metrics;
+  if (opts.metrics.enabled)
+    metrics = spawn_metrics(sys, opts.metrics);
+
+  scheduler_config sc;
+  sc.limits.max_running = opts.scheduler.max_running;
+  sc.limits.token_budget = opts.scheduler.token_budget;
+  sc.limits.max_waiting = opts.scheduler.max_waiting;
+  sc.limits.total_pages = rb.pool_pages;
+  sc.limits.page_tokens = opts.memory_pool.page_tokens;
+  sc.policy = std::move(sched_policy);
+  sc.backend = rb.backend;
+  sc.pool = pool;
+  sc.adapter_cache = cache;
+  sc.executor = exec;
+  sc.metrics = metrics;
+  auto sched = spawn_scheduler(sys, std::move(sc));
+
+  classifier_actor classifier;
+  if (opts.classifier.enabled)
+    classifier = spawn_classifier(sys, std::move(class_policy), sched);
+
+  intake_config ic;
+  ic.limits.parse.max_frame_bytes = opts.server.max_frame_bytes;
+  ic.limits.max_pending = opts.server.max_pending;
+  ic.limits.max_context = rb.max_context;
+  ic.limits.base_seed = opts.backend.seed;
+  ic.catalog = catalog;
+  ic.backend = rb.backend;
+  ic.classifier = classifier;
+  ic.scheduler = sched;
+  ic.pool = pool;
+  ic.adapter_cache = cache;
+  ic.metrics = metrics;
+  auto* bridge_ptr = p->bridge.get();
+  ic.send = [bridge_ptr](std::vector<outbound_frame> frames) {
+    bridge_ptr->send(std::move(frames));
+  };
+  p->intake = spawn_intake(sys, std::move(ic));
+  caf::anon_send(sched, subscribe_atom_v, progress_sink_actor{p->intake});
+
+  for (auto a : {caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(copy),
+                 caf::actor_cast<caf::actor>(cache), caf::actor_cast<caf::actor>(exec),
+                 caf::actor_cast<caf::actor>(metrics), caf::actor_cast<caf::actor>(sched),
+                 caf::actor_cast<caf::actor>(classifier), caf::actor_cast<caf::actor>(p->intake)})
+    if (a)
+      p->actors.push_back(a);
+
+  p->bridge->start(sys, p->intake);
+  spdlog::info("troupe: serving {} ({} on {}, {} pages of {} KiB, {} adapters) at {}",
+               opts.source, rb.shape.name, rb.gpu.name, rb.pool_pages, rb.page_bytes >> 10,
+               catalog->all().size(), p->bridge->endpoint());
+  return std::unique_ptr<deployment>(new deployment(std::move(p)));
+}
+
+std::uint64_t deployment::stop() {
+  auto& p = *impl_;
+  if (p.stopped)
+    return 0;
+  p.stopped = true;
+  std::uint64_t left = 0;
+  {
+    // Bootstrap code, like main(): blocking here is fine.
+    caf::scoped_actor self{*p.sys};
+    const auto deadline = std::chrono::steady_clock::now()
+                          + std::chrono::duration<double>(p.opts.server.drain_timeout_s);
+    for (;;) {
+      self->request(p.intake, std::chrono::seconds(5), drain_atom_v)
+        .receive([&](std::uint64_t n) { left = n; }, [&](caf::error&) { left = 0; });
+      if (left == 0 || std::chrono::steady_clock::now() >= deadline)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (left > 0)
+    spdlog::warn("troupe: stopping with {} requests still in flight", left);
+  p.bridge->stop();
+  for (auto& a : p.actors)
+    caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  p.actors.clear();
+  p.intake = nullptr;
+  p.sys.reset();
+  return left;
+}
+
+} // namespace troupe

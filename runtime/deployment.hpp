@@ -1,0 +1,40 @@
+// Deployment bootstrap: builds the actor system and every actor a deployment
+// file asks for, wires them together and opens the ZeroMQ endpoint. Used by
+// troupe-serve and by the end-to-end tests. CAF stays inside the .cpp.
+#pragma once
+
+#include "runtime/options.hpp"
+
+#include <memory>
+#include <string>
+#include <variant>
+
+namespace troupe {
+
+/// A running deployment. Not copyable; stop() (or the destructor) shuts it down.
+class deployment {
+public:
+  /// Starts everything; an error message that names the cause on failure.
+  static std::variant<std::unique_ptr<deployment>, std::string>
+  start(const deployment_options& opts);
+
+  ~deployment();
+  deployment(const deployment&) = delete;
+  deployment& operator=(const deployment&) = delete;
+
+  /// The endpoint clients connect to (real port when the config said 0).
+  const std::string& endpoint() const noexcept;
+
+  /// Graceful stop: refuses new work, waits up to server.drain_timeout_s for
+  /// in-flight requests to finish, then stops the bridge and every actor.
+  /// Returns the number of requests still in flight when it gave up.
+  std::uint64_t stop();
+
+  struct impl;
+
+private:
+  explicit deployment(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace troupe

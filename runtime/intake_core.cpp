@@ -1,0 +1,267 @@
+#include "runtime/intake_core.hpp"
+
+#include <string>
+
+namespace troupe {
+
+namespace {
+
+std::uint64_t mix(std::uint64_t x) noexcept {
+  // splitmix64 finalizer: spreads request ids into independent seeds.
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+} // namespace
+
+intake_core::intake_core(intake_limits limits, std::shared_ptr<const adapter_catalog> catalog,
+                         std::shared_ptr<const gpu::executor_backend> backend)
+  : limits_(limits), catalog_(std::move(catalog)), backend_(std::move(backend)) {
+  limits_.parse.vocab_size = backend_->vocab().vocab_size();
+  if (limits_.parse.max_tokens > limits_.max_context)
+    limits_.parse.max_tokens = limits_.max_context;
+}
+
+outbound_frame intake_core::error_frame(const std::string& peer, const std::string& id,
+                                        wire::error_code code, std::string message) {
+  ++rejected_;
+  return {peer, wire::to_json(wire::error_reply{id, code, std::move(message)})};
+}
+
+std::string intake_core::decode(const std::vector<std::int32_t>& tokens,
+                                std::size_t from) const {
+  std::string text;
+  for (auto i = from; i < tokens.size(); ++i)
+    text += backend_->vocab().decode(tokens[i]);
+  return text;
+}
+
+void intake_core::forget(std::uint64_t request_id) {
+  auto i = requests_.find(request_id);
+  if (i == requests_.end())
+    return;
+  by_client_.erase({i->second.peer, i->second.client_id});
+  requests_.erase(i);
+}
+
+intake_actions intake_core::on_frame(const std::string& peer, std::string_view payload,
+                                     double now_s) {
+  intake_actions out;
+  auto parsed = wire::parse_request(payload, limits_.parse);
+  if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+    out.replies.push_back(error_frame(peer, err->id, err->code, err->message));
+    return out;
+  }
+  auto& req = std::get<wire::request>(parsed);
+  if (auto* g = std::get_if<wire::generate_request>(&req)) {
+    generate(peer, std::move(*g), now_s, out);
+  } else if (auto* c = std::get_if<wire::cancel_request>(&req)) {
+    auto i = by_client_.find({peer, c->id});
+    if (i == by_client_.end())
+      out.replies.push_back(error_frame(peer, c->id, wire::error_code::unknown_request,
+                                        "no request with id \"" + c->id
+                                          + "\" is in flight for this client"));
+    else
+      out.cancel = i->second;
+  } else if (auto* h = std::get_if<wire::health_request>(&req)) {
+    out.replies.push_back(
+      {peer, wire::to_json(wire::health_reply{h->id, draining_ ? "draining" : "ok"})});
+  } else if (auto* s = std::get_if<wire::stats_request>(&req)) {
+    out.ask = intake_actions::query::stats;
+    out.query_id = s->id;
+  } else if (auto* l = std::get_if<wire::list_adapters_request>(&req)) {
+    out.ask = intake_actions::query::adapters;
+    out.query_id = l->id;
+  }
+  return out;
+}
+
+void intake_core::generate(const std::string& peer, wire::generate_request&& g,
+                           double now_s, intake_actions& out) {
+  using wire::error_code;
+  if (draining_) {
+    out.replies.push_back(error_frame(peer, g.id, error_code::shutting_down,
+                                      "the server is shutting down and takes no new requests"));
+    return;
+  }
+  if (by_client_.contains({peer, g.id})) {
+    out.replies.push_back(error_frame(peer, g.id, error_code::duplicate_id,
+                                      "a request with id \"" + g.id
+                                        + "\" is still in flight; use a new id"));
+    return;
+  }
+  if (requests_.size() >= limits_.max_pending) {
+    out.replies.push_back(error_frame(
+      peer, g.id, error_code::overloaded,
+      std::to_string(requests_.size()) + " requests are pending (limit "
+        + std::to_string(limits_.max_pending) + "); retry later"));
+    return;
+  }
+  const adapter_entry* adapter = nullptr;
+  if (!g.adapter.empty()) {
+    adapter = catalog_->find(g.adapter);
+    if (adapter == nullptr) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::unknown_adapter,
+                                        "no adapter named \"" + g.adapter
+                                          + "\"; list_adapters shows the known ones"));
+      return;
+    }
+  }
+  auto prompt = g.prompt_tokens ? std::move(*g.prompt_tokens)
+                                : backend_->vocab().encode(g.prompt.value_or(""));
+  const auto total = std::uint64_t{prompt.size()} + g.max_tokens;
+  if (total > limits_.max_context) {
+    out.replies.push_back(error_frame(
+      peer, g.id, error_code::prompt_too_long,
+      "prompt of " + std::to_string(prompt.size()) + " tokens plus max_tokens "
+        + std::to_string(g.max_tokens) + " exceeds the context of "
+        + std::to_string(limits_.max_context) + " tokens"));
+    return;
+  }
+  const auto id = next_id_++;
+  request_spec spec;
+  spec.request_id = id;
+  spec.prompt = std::move(prompt);
+  spec.max_new_tokens = g.max_tokens;
+  spec.adapter_id = adapter ? adapter->id : 0;
+  spec.adapter_rank = adapter ? adapter->rank : 0;
+  spec.seed = g.sampling.seed ? *g.sampling.seed : mix(limits_.base_seed ^ mix(id));
+  spec.temperature = g.sampling.temperature;
+  spec.top_p = g.sampling.top_p;
+  spec.top_k = g.sampling.top_k;
+  spec.priority = g.priority;
+  spec.stop = std::move(g.stop);
+  spec.predicted_tokens = g.max_tokens;
+  spec.arrival_s = now_s;
+  pending p;
+  p.peer = peer;
+  p.client_id = g.id;
+  p.stream = g.stream;
+  p.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
+  by_client_.emplace(std::pair{peer, g.id}, id);
+  requests_.emplace(id, std::move(p));
+  out.submit = std::move(spec);
+}
+
+std::vector<outbound_frame> intake_core::on_submit_result(std::uint64_t request_id,
+                                                          scheduler_core::submit_result r) {
+  std::vector<outbound_frame> out;
+  auto i = requests_.find(request_id);
+  if (i == requests_.end())
+    return out;
+  auto& p = i->second;
+  using sr = scheduler_core::submit_result;
+  std::string why;
+  wire::error_code code = wire::error_code::internal;
+  switch (r) {
+    case sr::accepted:
+      if (!p.accepted_sent && !p.peer_gone) {
+        p.accepted_sent = true;
+        ++accepted_;
+        out.push_back({p.peer, wire::to_json(wire::accepted_reply{p.client_id, p.prompt_tokens})});
+      }
+      return out;
+    case sr::queue_full:
+      code = wire::error_code::overloaded;
+      why = "the scheduler's waiting queue is full; retry later";
+      break;
+    case sr::duplicate:
+      why = "the scheduler already holds this request (internal id clash)";
+      break;
+    case sr::too_large:
+      code = wire::error_code::prompt_too_long;
+      why = "prompt plus max_tokens need more KV-cache pages than the GPU pool holds";
+      break;
+  }
+  if (!p.peer_gone)
+    out.push_back(error_frame(p.peer, p.client_id, code, why));
+  forget(request_id);
+  return out;
+}
+
+std::vector<outbound_frame> intake_core::on_submit_failed(std::uint64_t request_id,
+                                                          const std::string& why) {
+  std::vector<outbound_frame> out;
+  auto i = requests_.find(request_id);
+  if (i == requests_.end())
+    return out;
+  if (!i->second.peer_gone)
+    out.push_back(error_frame(i->second.peer, i->second.client_id,
+                              wire::error_code::internal, "could not schedule: " + why));
+  forget(request_id);
+  return out;
+}
+
+std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch) {
+  std::vector<outbound_frame> out;
+  // Tokens of one request within a batch are consecutive; send one chunk each.
+  std::size_t k = 0;
+  while (k < batch.tokens.size()) {
+    const auto id = batch.tokens[k].request_id;
+    std::size_t end = k;
+    while (end < batch.tokens.size() && batch.tokens[end].request_id == id)
+      ++end;
+    auto i = requests_.find(id);
+    if (i != requests_.end() && !i->second.peer_gone) {
+      auto& p = i->second;
+      if (!p.accepted_sent) {
+        p.accepted_sent = true;
+        ++accepted_;
+        out.push_back({p.peer, wire::to_json(wire::accepted_reply{p.client_id, p.prompt_tokens})});
+      }
+      if (p.stream) {
+        wire::token_reply t;
+        t.id = p.client_id;
+        t.index = batch.tokens[k].index;
+        for (auto j = k; j < end; ++j)
+          t.tokens.push_back(batch.tokens[j].token);
+        t.text = decode(t.tokens, 0);
+        out.push_back({p.peer, wire::to_json(t)});
+      } else {
+        for (auto j = k; j < end; ++j)
+          p.tokens.push_back(batch.tokens[j].token);
+      }
+    }
+    k = end;
+  }
+  for (const auto& f : batch.finished) {
+    auto i = requests_.find(f.request_id);
+    if (i == requests_.end())
+      continue;
+    auto& p = i->second;
+    if (!p.peer_gone) {
+      wire::done_reply d;
+      d.id = p.client_id;
+      d.finish_reason = std::string{to_string(static_cast<finish_reason>(f.reason))};
+      d.prompt_tokens = f.prompt_tokens;
+      d.completion_tokens = f.completion_tokens;
+      d.time = {f.queue_ms, f.ttft_ms, f.e2e_ms};
+      if (!p.stream) {
+        d.text = decode(p.tokens, 0);
+        d.tokens = std::move(p.tokens);
+      }
+      if (static_cast<finish_reason>(f.reason) == finish_reason::error)
+        out.push_back(error_frame(p.peer, p.client_id, wire::error_code::internal,
+                                  "the executor failed while running this request"));
+      else
+        out.push_back({p.peer, wire::to_json(d)});
+    }
+    forget(f.request_id);
+  }
+  return out;
+}
+
+std::vector<std::uint64_t> intake_core::on_peer_gone(const std::string& peer) {
+  std::vector<std::uint64_t> out;
+  for (auto& [id, p] : requests_) {
+    if (p.peer == peer && !p.peer_gone) {
+      p.peer_gone = true;
+      out.push_back(id);
+    }
+  }
+  return out;
+}
+
+} // namespace troupe

@@ -1,0 +1,115 @@
+// The intake core: turns client frames into scheduler submissions and
+// scheduler progress into client replies. Keeps, per accepted request, who
+// asked and what has been sent, so each gets exactly one terminal reply.
+// Wrapped by the intake actor; CPU-testable without CAF or ZeroMQ.
+#pragma once
+
+#include "gpu/backend.hpp"
+#include "messages/payloads.hpp"
+#include "messages/wire.hpp"
+#include "runtime/adapter_cache.hpp"
+#include "runtime/request_state.hpp"
+#include "runtime/scheduler_core.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace troupe {
+
+/// A frame to send: `peer` is the ZeroMQ routing envelope, `payload` JSON.
+struct outbound_frame {
+  std::string peer;
+  std::string payload;
+};
+
+struct intake_limits {
+  wire::parse_limits parse;
+  /// Accepted requests not yet finished; beyond it: `overloaded`.
+  std::uint32_t max_pending = 65536;
+  /// prompt + max_tokens must fit in this many tokens.
+  std::uint32_t max_context = 4096;
+  /// Mixed into the seed of requests that bring none.
+  std::uint64_t base_seed = 0;
+};
+
+/// What the shell must do after a frame.
+struct intake_actions {
+  enum class query : std::uint8_t { none, stats, adapters };
+  std::vector<outbound_frame> replies;
+  std::optional<request_spec> submit;
+  std::optional<std::uint64_t> cancel; ///< internal id to cancel
+  query ask = query::none;             ///< a reply that needs other actors
+  std::string query_id;                ///< client id for that reply
+};
+
+/// One owner thread (the intake actor).
+class intake_core {
+public:
+  intake_core(intake_limits limits, std::shared_ptr<const adapter_catalog> catalog,
+              std::shared_ptr<const gpu::executor_backend> backend);
+
+  // -- mutators ---------------------------------------------------------------
+
+  /// Handles one client frame from `peer`.
+  intake_actions on_frame(const std::string& peer, std::string_view payload, double now_s);
+
+  /// The scheduler answered a submission.
+  std::vector<outbound_frame> on_submit_result(std::uint64_t request_id,
+                                               scheduler_core::submit_result r);
+
+  /// The submission never reached the scheduler (an actor failed).
+  std::vector<outbound_frame> on_submit_failed(std::uint64_t request_id,
+                                               const std::string& why);
+
+  /// Tokens and finished requests from the scheduler.
+  std::vector<outbound_frame> on_progress(const progress_batch& batch);
+
+  /// `peer` cannot be reached any more: returns internal ids to cancel; their
+  /// replies are dropped from now on.
+  std::vector<std::uint64_t> on_peer_gone(const std::string& peer);
+
+  /// Refuse new generate requests from now on.
+  void start_drain() noexcept { draining_ = true; }
+
+  // -- observers --------------------------------------------------------------
+
+  bool draining() const noexcept { return draining_; }
+  std::size_t in_flight() const noexcept { return requests_.size(); }
+  std::uint64_t rejected() const noexcept { return rejected_; }
+  std::uint64_t accepted() const noexcept { return accepted_; }
+
+private:
+  struct pending {
+    std::string peer;
+    std::string client_id;
+    bool stream = false;
+    bool accepted_sent = false;
+    bool peer_gone = false;
+    std::uint32_t prompt_tokens = 0;
+    std::vector<std::int32_t> tokens; // non-streaming only
+  };
+
+  void generate(const std::string& peer, wire::generate_request&& g, double now_s,
+                intake_actions& out);
+  outbound_frame error_frame(const std::string& peer, const std::string& id,
+                             wire::error_code code, std::string message);
+  std::string decode(const std::vector<std::int32_t>& tokens, std::size_t from) const;
+  void forget(std::uint64_t request_id);
+
+  intake_limits limits_;
+  std::shared_ptr<const adapter_catalog> catalog_;
+  std::shared_ptr<const gpu::executor_backend> backend_;
+  std::uint64_t next_id_ = 1;
+  std::unordered_map<std::uint64_t, pending> requests_;
+  std::map<std::pair<std::string, std::string>, std::uint64_t> by_client_;
+  bool draining_ = false;
+  std::uint64_t rejected_ = 0;
+  std::uint64_t accepted_ = 0;
+};
+
+} // namespace troupe

@@ -1,0 +1,48 @@
+#include "runtime/memory_pool.hpp"
+
+namespace troupe {
+
+page_pool::page_pool(std::uint64_t pages) : total_(pages) {
+  free_.reserve(pages);
+  // Hand out low page ids first: pop_back() takes from the end.
+  for (std::uint64_t i = pages; i > 0; --i)
+    free_.push_back(static_cast<std::uint32_t>(i - 1));
+}
+
+bool page_pool::allocate(page_owner owner, std::uint64_t n) {
+  if (n > free_.size())
+    return false;
+  if (n == 0)
+    return true;
+  auto& mine = held_[owner];
+  for (std::uint64_t i = 0; i < n; ++i) {
+    mine.push_back(free_.back());
+    free_.pop_back();
+  }
+  used_[static_cast<int>(owner.kind)] += n;
+  return true;
+}
+
+std::uint64_t page_pool::release(page_owner owner) {
+  auto i = held_.find(owner);
+  if (i == held_.end())
+    return 0;
+  const auto n = i->second.size();
+  free_.insert(free_.end(), i->second.begin(), i->second.end());
+  used_[static_cast<int>(owner.kind)] -= n;
+  held_.erase(i);
+  return n;
+}
+
+std::uint64_t page_pool::used_pages(page_owner_kind kind) const noexcept {
+  return used_[static_cast<int>(kind)];
+}
+
+std::span<const std::uint32_t> page_pool::pages_of(page_owner owner) const {
+  auto i = held_.find(owner);
+  if (i == held_.end())
+    return {};
+  return i->second;
+}
+
+} // namespace troupe

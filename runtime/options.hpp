@@ -1,0 +1,143 @@
+// Plain per-role option structs, filled once from the deployment TOML file by
+// runtime/config.cpp and handed to actors and cores. No parsing logic here.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+/// [server]: the ZeroMQ front door.
+struct server_options {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  /// Frames larger than this get a `bad_request` error and are not parsed.
+  std::uint64_t max_frame_bytes = 1 << 20;
+  /// Accepted requests not yet finished; beyond it new ones get `overloaded`.
+  std::uint32_t max_pending = 65536;
+  /// Seconds a graceful stop waits for in-flight requests.
+  double drain_timeout_s = 30.0;
+};
+
+/// [logging]
+struct logging_options {
+  /// trace, debug, info, warn, error, critical, off
+  std::string level = "info";
+  /// Empty: stderr. Otherwise a file path.
+  std::string file;
+};
+
+/// [caf]: settings handed to CAF's actor_system_config.
+struct caf_options {
+  /// 0: CAF's default (hardware concurrency).
+  std::uint32_t scheduler_threads = 0;
+};
+
+/// [model]
+struct model_options {
+  /// Built-in shape name ("llama-2-7b", "llama-2-13b"); ignored if shape_file set.
+  std::string preset = "llama-2-7b";
+  /// JSON file with a model shape (HF config.json keys); overrides preset.
+  std::string shape_file;
+  /// Upper bound on prompt + max_tokens; 0 means the shape's own limit.
+  std::uint32_t max_context = 0;
+};
+
+/// [backend]: which executor/copy-engine backend runs.
+struct backend_options {
+  /// "sim" for now ("cpu" and "cuda" come with their issues).
+  std::string kind = "sim";
+  /// GPU preset for the sim cost model: "A100-80GB", "H100-80GB", "H200".
+  std::string gpu = "H100-80GB";
+  /// Wall seconds per predicted second: 1 = real time, 0 = instant.
+  double time_scale = 1.0;
+  /// Base seed mixed into per-request seeds.
+  std::uint64_t seed = 0;
+};
+
+/// [memory_pool]: the unified page pool for KV cache and adapter weights.
+struct memory_pool_options {
+  /// Tokens of KV cache per page.
+  std::uint32_t page_tokens = 16;
+  /// Pages in the pool; 0 derives it from the GPU memory and `gpu_memory_fraction`.
+  std::uint64_t pages = 0;
+  /// Share of GPU memory left after the weights that the pool may take.
+  double gpu_memory_fraction = 0.9;
+};
+
+/// [scheduler]
+struct scheduler_options {
+  /// Name in the scheduling policy registry ("fcfs").
+  std::string policy = "fcfs";
+  /// Most requests in the running batch.
+  std::uint32_t max_running = 256;
+  /// Most tokens (prefill + decode) one step may process.
+  std::uint32_t token_budget = 8192;
+  /// Most requests waiting to be admitted; beyond it: `overloaded`.
+  std::uint32_t max_waiting = 65536;
+};
+
+/// [classifier]: assigns queues and predicted output lengths.
+struct classifier_options {
+  bool enabled = true;
+  /// Name in the classifier policy registry ("single_queue").
+  std::string policy = "single_queue";
+};
+
+/// [adapter_cache]
+struct adapter_cache_options {
+  /// Name in the eviction policy registry ("lru").
+  std::string policy = "lru";
+  /// Most adapters resident on the GPU at once; 0: bounded by pool pages only.
+  std::uint32_t max_resident = 0;
+};
+
+/// [copy_engine]
+struct copy_engine_options {
+  /// Concurrent host-to-device transfers in flight.
+  std::uint32_t max_inflight = 4;
+};
+
+/// [metrics]
+struct metrics_options {
+  bool enabled = true;
+  /// Seconds between log lines with throughput figures; 0 disables them.
+  double log_interval_s = 10.0;
+};
+
+/// One LoRA adapter known to the deployment ([[adapters]] entries).
+struct adapter_spec {
+  std::string name;
+  std::uint32_t rank = 8;
+  /// Directory with PEFT files; empty for the sim backend.
+  std::string path;
+};
+
+/// [adapters.generate]: synthesize `count` adapters named `<prefix><i>`,
+/// with ranks drawn round-robin from `ranks` (for benchmarks and the sim).
+struct adapter_generate_options {
+  std::uint32_t count = 0;
+  std::string prefix = "lora-";
+  std::vector<std::uint32_t> ranks{8, 16, 32, 64};
+};
+
+/// The whole deployment, as validated from one file.
+struct deployment_options {
+  /// Path of the file it came from ("<embedded default>" for the built-in).
+  std::string source;
+  server_options server;
+  logging_options logging;
+  caf_options caf;
+  model_options model;
+  backend_options backend;
+  memory_pool_options memory_pool;
+  scheduler_options scheduler;
+  classifier_options classifier;
+  adapter_cache_options adapter_cache;
+  copy_engine_options copy_engine;
+  metrics_options metrics;
+  std::vector<adapter_spec> adapters;
+  adapter_generate_options adapter_generate;
+};
+
+} // namespace troupe

@@ -1,0 +1,72 @@
+// The life of a request inside the scheduler: its state machine and the data
+// the scheduler core keeps for it. Used by runtime/scheduler_core.cpp only.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace troupe {
+
+/// Request states. Transitions happen only in scheduler_core::transition().
+///
+///   waiting --admit--> admitting --pages+adapter granted--> ready
+///      ^                   |                                  |
+///      +---denied----------+                        first step|
+///                                                             v
+///   finished <--length/eos/stop/cancel-- running <------------+
+///
+/// cancel is allowed from every state but finished; a request cancelled
+/// while admitting is finished once its outstanding grants come back, so
+/// every grant is released exactly once.
+enum class request_state : std::uint8_t {
+  waiting,
+  admitting,
+  ready,
+  running,
+  finished,
+};
+
+std::string_view to_string(request_state x) noexcept;
+
+/// Why a request finished.
+enum class finish_reason : std::uint8_t {
+  length,    ///< produced max_tokens
+  eos,       ///< the model emitted end-of-sequence
+  stop,      ///< a stop string appeared in the output
+  cancelled, ///< the client cancelled or went away
+  error,     ///< the server could not complete it
+};
+
+/// Wire name ("length", "eos", ...).
+std::string_view to_string(finish_reason x) noexcept;
+
+/// What the scheduler knows about a request when it is submitted.
+struct request_spec {
+  std::uint64_t request_id = 0;
+  std::vector<std::int32_t> prompt;
+  std::uint32_t max_new_tokens = 0;
+  std::uint32_t adapter_id = 0;
+  std::uint32_t adapter_rank = 0;
+  std::uint64_t seed = 0;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  std::int32_t top_k = 0;
+  std::int32_t priority = 0;
+  std::vector<std::string> stop;
+  std::uint32_t queue = 0;
+  std::uint32_t predicted_tokens = 0;
+  /// Arrival on the scheduler's clock, in seconds.
+  double arrival_s = 0;
+};
+
+/// Per-request timestamps (seconds on the scheduler's clock).
+struct request_times {
+  double arrival_s = 0;
+  double first_scheduled_s = -1;
+  double first_token_s = -1;
+  double finished_s = -1;
+};
+
+} // namespace troupe

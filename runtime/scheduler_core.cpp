@@ -1,0 +1,407 @@
+#include "runtime/scheduler_core.hpp"
+
+#include <algorithm>
+
+namespace troupe {
+
+// -- scheduler_effects --------------------------------------------------------
+
+bool scheduler_effects::empty() const noexcept {
+  return reserves.empty() && acquires.empty() && release_pages.empty()
+         && release_adapters.empty() && trim_pages == 0 && tokens.empty()
+         && finished.empty();
+}
+
+void scheduler_effects::merge(scheduler_effects&& other) {
+  auto append = [](auto& to, auto& from) {
+    to.insert(to.end(), std::make_move_iterator(from.begin()),
+              std::make_move_iterator(from.end()));
+  };
+  append(reserves, other.reserves);
+  append(acquires, other.acquires);
+  append(release_pages, other.release_pages);
+  append(release_adapters, other.release_adapters);
+  trim_pages += other.trim_pages;
+  append(tokens, other.tokens);
+  append(finished, other.finished);
+}
+
+// -- scheduler_core: construction ---------------------------------------------
+
+scheduler_core::scheduler_core(scheduler_limits limits,
+                               std::unique_ptr<policies::scheduling_policy> policy,
+                               const gpu::tokenizer* vocab)
+  : limits_(limits), policy_(std::move(policy)), vocab_(vocab) {
+}
+
+request_state scheduler_core::state_of(std::uint64_t request_id) const {
+  auto i = records_.find(request_id);
+  return i == records_.end() ? request_state::finished : i->second.state;
+}
+
+bool scheduler_core::has_work() const noexcept {
+  if (step_in_flight_)
+    return false;
+  return !batch_.empty() || (waiting() > 0 && !memory_blocked_);
+}
+
+void scheduler_core::transition(record& r, request_state to) {
+  // The only place a state changes; keeps the counters in step with it.
+  if (r.state == request_state::admitting)
+    --admitting_;
+  if (to == request_state::admitting)
+    ++admitting_;
+  if (to == request_state::ready)
+    batch_.push_back(r.spec.request_id);
+  r.state = to;
+}
+
+// -- submission and admission ---------------------------------------------------
+
+scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
+  if (records_.contains(spec.request_id))
+    return submit_result::duplicate;
+  if (waiting() >= limits_.max_waiting)
+    return submit_result::queue_full;
+  const auto pages = policies::pages_for(static_cast<std::uint32_t>(spec.prompt.size()),
+                                        spec.max_new_tokens, limits_.page_tokens);
+  if (pages > limits_.total_pages)
+    return submit_result::too_large;
+  record r;
+  r.times.arrival_s = spec.arrival_s;
+  r.pages = pages;
+  r.spec = std::move(spec);
+  auto [i, added] = records_.emplace(r.spec.request_id, std::move(r));
+  enqueue_waiting(i->second);
+  return submit_result::accepted;
+}
+
+void scheduler_core::enqueue_waiting(const record& r) {
+  policies::waiting_view v;
+  v.request_id = r.spec.request_id;
+  v.prompt_tokens = static_cast<std::uint32_t>(r.spec.prompt.size());
+  v.max_new_tokens = r.spec.max_new_tokens;
+  v.predicted_tokens = r.spec.predicted_tokens;
+  v.adapter_id = r.spec.adapter_id;
+  v.adapter_rank = r.spec.adapter_rank;
+  v.queue = r.spec.queue;
+  v.priority = r.spec.priority;
+  v.arrival_s = r.spec.arrival_s;
+  // Keep arrival order; a request sent back by a denied reservation goes back
+  // to its place, which is near the head.
+  auto before = [](const policies::waiting_view& a, const policies::waiting_view& b) {
+    return a.arrival_s < b.arrival_s
+           || (a.arrival_s == b.arrival_s && a.request_id < b.request_id);
+  };
+  if (waiting_.size() == head_ || !before(v, waiting_.back())) {
+    waiting_.push_back(v);
+    return;
+  }
+  auto first = waiting_.begin() + static_cast<std::ptrdiff_t>(head_);
+  auto pos = std::upper_bound(first, waiting_.end(), v, before);
+  if (pos == first && head_ > 0) {
+    waiting_[--head_] = v;
+    return;
+  }
+  waiting_.insert(pos, v);
+}
+
+void scheduler_core::compact_waiting() {
+  if (head_ > 1024 && head_ * 2 > waiting_.size()) {
+    waiting_.erase(waiting_.begin(), waiting_.begin() + static_cast<std::ptrdiff_t>(head_));
+    head_ = 0;
+  }
+}
+
+scheduler_effects scheduler_core::admit(double now_s) {
+  scheduler_effects fx;
+  if (memory_blocked_ || waiting() == 0)
+    return fx;
+  running_views_.clear();
+  for (auto id : batch_) {
+    const auto& r = records_.at(id);
+    running_views_.push_back({id,
+                              static_cast<std::uint32_t>(r.spec.prompt.size()) + r.generated,
+                              r.spec.max_new_tokens - r.generated, r.spec.adapter_id});
+  }
+  policies::schedule_input in;
+  in.waiting = std::span{waiting_}.subspan(head_);
+  in.running = running_views_;
+  in.limits.max_running = limits_.max_running > admitting_
+                            ? limits_.max_running - static_cast<std::uint32_t>(admitting_)
+                            : 0;
+  in.limits.token_budget = limits_.token_budget;
+  in.limits.free_pages = limits_.total_pages > reserved_pages_
+                           ? limits_.total_pages - reserved_pages_
+                           : 0;
+  in.limits.page_tokens = limits_.page_tokens;
+  in.now_s = now_s;
+  auto decision = policy_->schedule(in);
+  if (decision.admit.empty())
+    return fx;
+  // Take the admitted requests out of the waiting queue. The common case
+  // (FCFS) admits a prefix, which only moves head_.
+  std::size_t prefix = 0;
+  while (prefix < decision.admit.size() && head_ + prefix < waiting_.size()
+         && waiting_[head_ + prefix].request_id == decision.admit[prefix])
+    ++prefix;
+  if (prefix == decision.admit.size()) {
+    head_ += prefix;
+  } else {
+    std::unordered_map<std::uint64_t, bool> chosen;
+    for (auto id : decision.admit)
+      chosen[id] = true;
+    auto first = waiting_.begin() + static_cast<std::ptrdiff_t>(head_);
+    waiting_.erase(std::remove_if(first, waiting_.end(),
+                                  [&](const auto& v) { return chosen.contains(v.request_id); }),
+                   waiting_.end());
+  }
+  compact_waiting();
+  for (auto id : decision.admit) {
+    auto i = records_.find(id);
+    if (i == records_.end() || i->second.state != request_state::waiting)
+      continue; // a policy naming an unknown id is ignored
+    auto& r = i->second;
+    transition(r, request_state::admitting);
+    reserved_pages_ += r.pages;
+    r.pages_pending = true;
+    fx.reserves.push_back({id, r.pages});
+    if (r.spec.adapter_id != 0) {
+      r.adapter_pending = true;
+      fx.acquires.push_back({id, r.spec.adapter_id});
+    }
+  }
+  return fx;
+}
+
+scheduler_effects scheduler_core::on_pages(std::uint64_t request_id, bool granted,
+                                           double now_s) {
+  scheduler_effects fx;
+  auto i = records_.find(request_id);
+  if (i == records_.end() || !i->second.pages_pending)
+    return fx;
+  auto& r = i->second;
+  r.pages_pending = false;
+  r.pages_granted = granted;
+  r.pages_failed = !granted;
+  if (!granted) {
+    reserved_pages_ -= r.pages;
+    memory_blocked_ = true;
+    fx.trim_pages += r.pages;
+  }
+  settle_admission(r, now_s, fx);
+  flush_finished();
+  return fx;
+}
+
+scheduler_effects scheduler_core::on_adapter(std::uint64_t request_id, bool granted,
+                                             double now_s) {
+  scheduler_effects fx;
+  auto i = records_.find(request_id);
+  if (i == records_.end() || !i->second.adapter_pending)
+    return fx;
+  auto& r = i->second;
+  r.adapter_pending = false;
+  r.adapter_granted = granted;
+  r.adapter_failed = !granted;
+  if (!granted)
+    memory_blocked_ = true;
+  settle_admission(r, now_s, fx);
+  flush_finished();
+  return fx;
+}
+
+void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects& fx) {
+  if (r.pages_pending || r.adapter_pending)
+    return; // wait for the other answer
+  if (r.cancel_requested) {
+    finish(r, finish_reason::cancelled, now_s, fx);
+    return;
+  }
+  if (r.pages_failed || r.adapter_failed) {
+    // Give back what was granted and queue again at the request's old place.
+    if (r.pages_granted) {
+      fx.release_pages.push_back(r.spec.request_id);
+      reserved_pages_ -= r.pages;
+    }
+    if (r.adapter_granted)
+      fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
+    r.pages_granted = r.adapter_granted = false;
+    r.pages_failed = r.adapter_failed = false;
+    transition(r, request_state::waiting);
+    enqueue_waiting(r);
+    return;
+  }
+  transition(r, request_state::ready);
+}
+
+// -- steps --------------------------------------------------------------------
+
+std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
+  std::vector<gpu::step_entry> out;
+  if (step_in_flight_ || batch_.empty())
+    return out;
+  std::uint64_t tokens = 0;
+  for (auto id : batch_) {
+    auto& r = records_.at(id);
+    gpu::step_entry e;
+    e.request_id = id;
+    e.adapter_id = r.spec.adapter_id;
+    e.adapter_rank = r.spec.adapter_rank;
+    e.seed = r.spec.seed;
+    e.temperature = r.spec.temperature;
+    e.top_p = r.spec.top_p;
+    e.top_k = r.spec.top_k;
+    const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
+    if (r.state == request_state::ready) {
+      // A prefill joins only while the budget allows, unless the step would
+      // otherwise be empty.
+      if (!out.empty() && tokens + prompt > limits_.token_budget)
+        continue;
+      e.new_tokens = prompt;
+      e.context_tokens = 0;
+      e.output_index = 0;
+    } else {
+      e.new_tokens = 1;
+      e.context_tokens = prompt + r.generated - 1;
+      e.output_index = r.generated;
+    }
+    tokens += e.new_tokens;
+    if (r.times.first_scheduled_s < 0)
+      r.times.first_scheduled_s = now_s;
+    r.in_step = true;
+    out.push_back(e);
+  }
+  step_in_flight_ = !out.empty();
+  return out;
+}
+
+bool scheduler_core::hits_stop(record& r, std::int32_t token) {
+  if (r.spec.stop.empty() || vocab_ == nullptr)
+    return false;
+  const auto before = r.text.size();
+  r.text += vocab_->decode(token);
+  for (const auto& s : r.spec.stop) {
+    // Only look where the new text could complete a match.
+    const auto from = before >= s.size() ? before - s.size() + 1 : 0;
+    if (r.text.find(s, from) != std::string::npos)
+      return true;
+  }
+  return false;
+}
+
+scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> batch,
+                                               std::span<const std::int32_t> tokens,
+                                               double now_s) {
+  scheduler_effects fx;
+  step_in_flight_ = false;
+  const std::int32_t eos = vocab_ ? vocab_->eos_token() : -1;
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    auto i = records_.find(batch[k].request_id);
+    if (i == records_.end())
+      continue;
+    auto& r = i->second;
+    r.in_step = false;
+    if (r.cancel_requested) {
+      finish(r, finish_reason::cancelled, now_s, fx);
+      continue;
+    }
+    if (k >= tokens.size()) {
+      finish(r, finish_reason::error, now_s, fx);
+      continue;
+    }
+    const auto tok = tokens[k];
+    if (r.state == request_state::ready)
+      transition(r, request_state::running);
+    if (r.times.first_token_s < 0)
+      r.times.first_token_s = now_s;
+    fx.tokens.push_back({r.spec.request_id, r.generated, tok});
+    ++r.generated;
+    if (tok == eos)
+      finish(r, finish_reason::eos, now_s, fx);
+    else if (hits_stop(r, tok))
+      finish(r, finish_reason::stop, now_s, fx);
+    else if (r.generated >= r.spec.max_new_tokens)
+      finish(r, finish_reason::length, now_s, fx);
+  }
+  flush_finished();
+  return fx;
+}
+
+scheduler_effects scheduler_core::on_step_failed(std::span<const gpu::step_entry> batch,
+                                                 double now_s) {
+  scheduler_effects fx;
+  step_in_flight_ = false;
+  for (const auto& e : batch) {
+    auto i = records_.find(e.request_id);
+    if (i == records_.end())
+      continue;
+    i->second.in_step = false;
+    finish(i->second, i->second.cancel_requested ? finish_reason::cancelled
+                                                 : finish_reason::error,
+           now_s, fx);
+  }
+  flush_finished();
+  return fx;
+}
+
+// -- ending a request -------------------------------------------------------------
+
+void scheduler_core::flush_finished() {
+  for (auto id : to_erase_)
+    records_.erase(id);
+  to_erase_.clear();
+}
+
+void scheduler_core::finish(record& r, finish_reason why, double now_s,
+                            scheduler_effects& fx) {
+  const auto id = r.spec.request_id;
+  switch (r.state) {
+    case request_state::waiting: {
+      auto first = waiting_.begin() + static_cast<std::ptrdiff_t>(head_);
+      waiting_.erase(std::remove_if(first, waiting_.end(),
+                                    [id](const auto& v) { return v.request_id == id; }),
+                     waiting_.end());
+      break;
+    }
+    case request_state::admitting:
+    case request_state::ready:
+    case request_state::running:
+      if (r.pages_granted) {
+        fx.release_pages.push_back(id);
+        reserved_pages_ -= r.pages;
+        // Freed pages may let a blocked admission through.
+        memory_blocked_ = false;
+      }
+      if (r.adapter_granted)
+        fx.release_adapters.push_back({id, r.spec.adapter_id});
+      batch_.erase(std::remove(batch_.begin(), batch_.end(), id), batch_.end());
+      break;
+    case request_state::finished:
+      return;
+  }
+  r.times.finished_s = now_s;
+  fx.finished.push_back({id, why, static_cast<std::uint32_t>(r.spec.prompt.size()),
+                         r.generated, r.times});
+  transition(r, request_state::finished);
+  to_erase_.push_back(id);
+}
+
+std::pair<bool, scheduler_effects> scheduler_core::cancel(std::uint64_t request_id,
+                                                          double now_s) {
+  scheduler_effects fx;
+  auto i = records_.find(request_id);
+  if (i == records_.end() || i->second.state == request_state::finished
+      || i->second.cancel_requested)
+    return {false, std::move(fx)};
+  auto& r = i->second;
+  r.cancel_requested = true;
+  // In the in-flight step or waiting for grants: finish when they come back.
+  if (r.in_step || r.pages_pending || r.adapter_pending)
+    return {true, std::move(fx)};
+  finish(r, finish_reason::cancelled, now_s, fx);
+  flush_finished();
+  return {true, std::move(fx)};
+}
+
+} // namespace troupe

@@ -1,0 +1,162 @@
+// The scheduler core: continuous (iteration-level) batching around a
+// scheduling policy. It owns every request's state machine and returns the
+// effects the shell must carry out (reserve pages, pin adapters, release
+// them, send tokens and terminal replies). Wrapped by the scheduler actor;
+// driven directly, with a virtual clock, by tests and the simulator.
+#pragma once
+
+#include "gpu/backend.hpp"
+#include "gpu/step.hpp"
+#include "policies/scheduling_policy.hpp"
+#include "runtime/request_state.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+namespace troupe {
+
+struct scheduler_limits {
+  std::uint32_t max_running = 256;
+  std::uint32_t token_budget = 8192;
+  std::uint32_t max_waiting = 65536;
+  /// Pages in the unified pool and tokens per page.
+  std::uint64_t total_pages = 0;
+  std::uint32_t page_tokens = 16;
+};
+
+/// Work the shell must do after a call into the core, in field order.
+struct scheduler_effects {
+  struct reserve { std::uint64_t request_id; std::uint64_t pages; };
+  struct acquire { std::uint64_t request_id; std::uint32_t adapter_id; };
+  struct release_adapter { std::uint64_t request_id; std::uint32_t adapter_id; };
+  struct token { std::uint64_t request_id; std::uint32_t index; std::int32_t token; };
+  struct finish {
+    std::uint64_t request_id;
+    finish_reason reason;
+    std::uint32_t prompt_tokens;
+    std::uint32_t completion_tokens;
+    request_times times;
+  };
+
+  std::vector<reserve> reserves;
+  std::vector<acquire> acquires;
+  std::vector<std::uint64_t> release_pages; ///< request ids whose pages to free
+  std::vector<release_adapter> release_adapters;
+  /// Pages to ask the adapter cache to free from idle adapters (0: none).
+  std::uint64_t trim_pages = 0;
+  std::vector<token> tokens;
+  std::vector<finish> finished;
+
+  bool empty() const noexcept;
+  /// Appends `other` to this.
+  void merge(scheduler_effects&& other);
+};
+
+/// Continuous batching. One step is in flight at a time. Not thread-safe:
+/// one owner (the scheduler actor or the simulator) calls it.
+class scheduler_core {
+public:
+  enum class submit_result : std::uint8_t {
+    accepted,
+    queue_full, ///< max_waiting requests already wait
+    duplicate,  ///< the id is in the system already
+    too_large,  ///< prompt + max_new_tokens need more pages than the pool has
+  };
+
+  /// `vocab` (may be null) gives the EOS id and decodes tokens for stop
+  /// strings; it must outlive the core.
+  scheduler_core(scheduler_limits limits,
+                 std::unique_ptr<policies::scheduling_policy> policy,
+                 const gpu::tokenizer* vocab);
+
+  // -- mutators ---------------------------------------------------------------
+
+  /// Queues a new request.
+  submit_result submit(request_spec spec);
+
+  /// Runs the policy and starts admitting what it chose.
+  scheduler_effects admit(double now_s);
+
+  /// The memory pool answered a reservation.
+  scheduler_effects on_pages(std::uint64_t request_id, bool granted, double now_s);
+
+  /// The adapter cache answered an acquisition.
+  scheduler_effects on_adapter(std::uint64_t request_id, bool granted, double now_s);
+
+  /// Pages were freed elsewhere (adapter trim): admission may resume.
+  void on_memory_changed() noexcept { memory_blocked_ = false; }
+
+  /// Builds the next step from ready and running requests; empty if a step is
+  /// already in flight or nothing can run. Marks the step in flight.
+  std::vector<gpu::step_entry> next_step(double now_s);
+
+  /// The in-flight step finished with one token per entry (same order).
+  scheduler_effects on_step_done(std::span<const gpu::step_entry> batch,
+                                 std::span<const std::int32_t> tokens, double now_s);
+
+  /// The in-flight step failed: every request in it finishes with an error.
+  scheduler_effects on_step_failed(std::span<const gpu::step_entry> batch, double now_s);
+
+  /// Cancels a request. False if it is unknown or already finished. A
+  /// request in the in-flight step finishes when that step returns.
+  std::pair<bool, scheduler_effects> cancel(std::uint64_t request_id, double now_s);
+
+  // -- observers --------------------------------------------------------------
+
+  std::size_t waiting() const noexcept { return waiting_.size() - head_; }
+  std::size_t running() const noexcept { return batch_.size(); }
+  std::size_t admitting() const noexcept { return admitting_; }
+  std::size_t in_system() const noexcept { return records_.size(); }
+  bool step_in_flight() const noexcept { return step_in_flight_; }
+  std::uint64_t reserved_pages() const noexcept { return reserved_pages_; }
+  bool memory_blocked() const noexcept { return memory_blocked_; }
+  /// State of a request; finished for unknown ids.
+  request_state state_of(std::uint64_t request_id) const;
+  /// True if the core has work it could do on the next admit()/next_step().
+  bool has_work() const noexcept;
+
+private:
+  struct record {
+    request_spec spec;
+    request_state state = request_state::waiting;
+    request_times times;
+    std::uint64_t pages = 0;
+    std::uint32_t generated = 0;
+    bool pages_pending = false;
+    bool pages_granted = false;
+    bool adapter_pending = false;
+    bool adapter_granted = false;
+    bool adapter_failed = false;
+    bool pages_failed = false;
+    bool in_step = false;
+    bool cancel_requested = false;
+    std::string text; // decoded output, kept only when stop strings are set
+  };
+
+  void transition(record& r, request_state to);
+  void enqueue_waiting(const record& r);
+  void settle_admission(record& r, double now_s, scheduler_effects& fx);
+  void finish(record& r, finish_reason why, double now_s, scheduler_effects& fx);
+  bool hits_stop(record& r, std::int32_t token);
+  void compact_waiting();
+  void flush_finished();
+
+  scheduler_limits limits_;
+  std::unique_ptr<policies::scheduling_policy> policy_;
+  const gpu::tokenizer* vocab_;
+  std::unordered_map<std::uint64_t, record> records_;
+  std::vector<policies::waiting_view> waiting_; // arrival order from head_
+  std::size_t head_ = 0;
+  std::vector<std::uint64_t> batch_; // ready and running, in join order
+  std::vector<policies::running_view> running_views_;
+  std::size_t admitting_ = 0;
+  std::uint64_t reserved_pages_ = 0;
+  bool step_in_flight_ = false;
+  bool memory_blocked_ = false;
+  std::vector<std::uint64_t> to_erase_;
+};
+
+} // namespace troupe

@@ -1,0 +1,242 @@
+// Tests for model_shape: parameter and byte counts of the Llama-2 presets,
+// LoRA sizes with grouped-query attention, and config.json parsing errors.
+#include "gpu/model_shape.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+namespace troupe::gpu {
+namespace {
+
+static_assert(std::is_aggregate_v<model_shape>);
+static_assert(std::is_nothrow_move_constructible_v<model_shape>);
+
+model_shape preset(std::string_view name) {
+  auto shape = find_model_preset(name);
+  EXPECT_TRUE(shape.has_value()) << name;
+  return shape.value_or(model_shape{});
+}
+
+// -- presets and derived sizes ---------------------------------------------------
+
+TEST(model_shape, presets_are_listed_and_found) {
+  const auto names = model_preset_names();
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(names[0], "llama-2-7b");
+  EXPECT_EQ(names[1], "llama-2-13b");
+  for (const auto& name : names)
+    EXPECT_EQ(preset(name).name, name);
+  EXPECT_FALSE(find_model_preset("llama-2-70b").has_value());
+}
+
+TEST(model_shape, llama_2_7b_has_6_74_billion_parameters) {
+  const auto shape = preset("llama-2-7b");
+  EXPECT_EQ(shape.head_dim, 128u);
+  EXPECT_NEAR(static_cast<double>(shape.parameter_count()), 6.74e9, 0.01 * 6.74e9);
+  EXPECT_EQ(shape.weight_bytes(), 2 * shape.parameter_count());
+}
+
+TEST(model_shape, llama_2_13b_has_13_billion_parameters) {
+  const auto shape = preset("llama-2-13b");
+  EXPECT_NEAR(static_cast<double>(shape.parameter_count()), 13.0e9, 0.01 * 13.0e9);
+}
+
+TEST(model_shape, parameter_count_adds_up_its_parts) {
+  const auto shape = preset("llama-2-7b");
+  EXPECT_EQ(shape.attention_parameters_per_layer(), 4u * 4096 * 4096);
+  EXPECT_EQ(shape.mlp_parameters_per_layer(), 3u * 4096 * 11008);
+  EXPECT_EQ(shape.parameter_count(),
+            2 * shape.embedding_parameters() + 32 * shape.parameters_per_layer() + 4096);
+  EXPECT_EQ(shape.layer_matmul_parameters(),
+            32 * (shape.attention_parameters_per_layer() + shape.mlp_parameters_per_layer()));
+  auto tied = shape;
+  tied.tie_word_embeddings = true;
+  EXPECT_EQ(tied.parameter_count(), shape.parameter_count() - shape.embedding_parameters());
+}
+
+TEST(model_shape, kv_bytes_per_token_of_7b_fp16) {
+  EXPECT_EQ(preset("llama-2-7b").kv_bytes_per_token(), 524288u);
+  EXPECT_EQ(preset("llama-2-13b").kv_bytes_per_token(), 2u * 40 * 40 * 128 * 2);
+}
+
+TEST(model_shape, lora_sizes_of_7b) {
+  const auto shape = preset("llama-2-7b");
+  // MHA: each of q,k,v,o is 4096 -> 4096, so A + B = 2 * 4096 * rank.
+  EXPECT_EQ(shape.lora_parameters(16), 32u * 4 * 2 * 4096 * 16);
+  EXPECT_EQ(shape.lora_adapter_bytes(16), 2 * shape.lora_parameters(16));
+  EXPECT_EQ(shape.lora_adapter_bytes(0), 0u);
+  EXPECT_DOUBLE_EQ(shape.lora_flops_per_token(16), 2.0 * static_cast<double>(shape.lora_parameters(16)));
+  EXPECT_EQ(shape.lora_parameters(64), 4 * shape.lora_parameters(16));
+}
+
+TEST(model_shape, lora_uses_kv_width_for_k_and_v_under_gqa) {
+  // Llama-3-8B-like: 8 KV heads, so k and v project 4096 -> 1024.
+  model_shape shape{.name = "gqa", .num_layers = 32, .hidden_size = 4096, .intermediate_size = 14336,
+                    .num_heads = 32, .num_kv_heads = 8, .head_dim = 128, .vocab_size = 128256,
+                    .max_context = 8192};
+  const std::uint64_t q = (4096 + 4096), k = (4096 + 1024), v = (4096 + 1024), o = (4096 + 4096);
+  EXPECT_EQ(shape.lora_parameters(8), 32u * 8 * (q + k + v + o));
+  EXPECT_EQ(shape.attention_parameters_per_layer(), 2u * 4096 * 4096 + 2u * 4096 * 1024);
+  EXPECT_EQ(shape.kv_bytes_per_token(), 2u * 32 * 8 * 128 * 2);
+}
+
+// -- config files ------------------------------------------------------------------
+
+constexpr const char* llama_2_7b_config = R"({
+  "architectures": ["LlamaForCausalLM"],
+  "hidden_size": 4096,
+  "intermediate_size": 11008,
+  "max_position_embeddings": 4096,
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "rms_norm_eps": 1e-05,
+  "tie_word_embeddings": false,
+  "torch_dtype": "float16",
+  "vocab_size": 32000,
+  "model_type": "llama"
+})";
+
+/// A fresh directory under the system temp dir, removed with the fixture.
+class model_shape_file : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("troupe_model_shape_" + std::to_string(std::random_device{}()));
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  std::string write(const std::string& text) {
+    const auto path = (dir_ / "config.json").string();
+    std::ofstream{path} << text;
+    return path;
+  }
+
+  /// Loads `text` from a file and expects an error naming the file and `key`.
+  void expect_error(const std::string& text, const std::string& key) {
+    const auto path = write(text);
+    const auto result = load_model_shape(path);
+    ASSERT_TRUE(std::holds_alternative<std::string>(result)) << text;
+    const auto& error = std::get<std::string>(result);
+    EXPECT_NE(error.find(path), std::string::npos) << error;
+    EXPECT_NE(error.find("'" + key + "'"), std::string::npos) << error;
+  }
+
+  /// The 7B config with `key` set to `value` (raw JSON), or removed when
+  /// `value` is empty. Every key but the last line's ends in a comma.
+  static std::string with(const std::string& key, const std::string& value) {
+    auto doc = std::string{llama_2_7b_config};
+    const auto at = doc.find("\"" + key + "\"");
+    const auto end = doc.find('\n', at);
+    const auto line = value.empty() ? std::string{} : "\"" + key + "\": " + value + ",";
+    return doc.replace(at, end - at, line);
+  }
+
+  std::filesystem::path dir_;
+};
+
+TEST_F(model_shape_file, loads_a_hugging_face_config) {
+  const auto path = write(llama_2_7b_config);
+  const auto result = load_model_shape(path);
+  ASSERT_TRUE(std::holds_alternative<model_shape>(result)) << std::get<std::string>(result);
+  const auto& shape = std::get<model_shape>(result);
+  const auto expected = preset("llama-2-7b");
+  EXPECT_EQ(shape.name, path);  // no "name" key: the file names it
+  EXPECT_EQ(shape.num_layers, expected.num_layers);
+  EXPECT_EQ(shape.hidden_size, expected.hidden_size);
+  EXPECT_EQ(shape.intermediate_size, expected.intermediate_size);
+  EXPECT_EQ(shape.num_heads, expected.num_heads);
+  EXPECT_EQ(shape.num_kv_heads, expected.num_kv_heads);
+  EXPECT_EQ(shape.head_dim, expected.head_dim);
+  EXPECT_EQ(shape.vocab_size, expected.vocab_size);
+  EXPECT_EQ(shape.max_context, expected.max_context);
+  EXPECT_EQ(shape.dtype_bytes, 2u);
+  EXPECT_EQ(shape.parameter_count(), expected.parameter_count());
+}
+
+TEST_F(model_shape_file, applies_defaults_and_optional_keys) {
+  const auto result = parse_model_shape(R"({"name": "tiny", "num_hidden_layers": 2,
+      "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+      "vocab_size": 300, "max_position_embeddings": 256, "torch_dtype": "float32",
+      "tie_word_embeddings": true})", "inline");
+  ASSERT_TRUE(std::holds_alternative<model_shape>(result)) << std::get<std::string>(result);
+  const auto& shape = std::get<model_shape>(result);
+  EXPECT_EQ(shape.name, "tiny");
+  EXPECT_EQ(shape.num_kv_heads, 4u);
+  EXPECT_EQ(shape.head_dim, 16u);
+  EXPECT_EQ(shape.dtype_bytes, 4u);
+  EXPECT_TRUE(shape.tie_word_embeddings);
+}
+
+TEST_F(model_shape_file, reads_gqa_explicit_head_dim_and_new_dtype_key) {
+  const auto result = parse_model_shape(R"({"num_hidden_layers": 28, "hidden_size": 1024,
+      "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
+      "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960,
+      "dtype": "bfloat16", "head_dim_unused": null})", "qwen");
+  ASSERT_TRUE(std::holds_alternative<model_shape>(result)) << std::get<std::string>(result);
+  const auto& shape = std::get<model_shape>(result);
+  EXPECT_EQ(shape.num_kv_heads, 8u);
+  EXPECT_EQ(shape.head_dim, 128u);
+  EXPECT_EQ(shape.q_dim(), 2048u);
+  EXPECT_EQ(shape.dtype_bytes, 2u);
+}
+
+TEST_F(model_shape_file, missing_key_is_named) {
+  expect_error(with("hidden_size", ""), "hidden_size");
+  expect_error(with("vocab_size", ""), "vocab_size");
+}
+
+TEST_F(model_shape_file, bad_type_is_named) {
+  expect_error(with("num_hidden_layers", "\"32\""), "num_hidden_layers");
+  expect_error(with("intermediate_size", "11008.5"), "intermediate_size");
+  expect_error(with("tie_word_embeddings", "\"no\""), "tie_word_embeddings");
+  expect_error(with("torch_dtype", "16"), "torch_dtype");
+}
+
+TEST_F(model_shape_file, bad_value_is_named) {
+  expect_error(with("num_attention_heads", "0"), "num_attention_heads");
+  expect_error(with("vocab_size", "-5"), "vocab_size");
+  expect_error(with("max_position_embeddings", "99999999999"), "max_position_embeddings");
+  expect_error(with("torch_dtype", "\"int8\""), "torch_dtype");
+}
+
+TEST_F(model_shape_file, hidden_not_divisible_by_heads_is_named) {
+  expect_error(with("hidden_size", "4100"), "hidden_size");
+  const auto result = load_model_shape(write(with("hidden_size", "4100")));
+  ASSERT_TRUE(std::holds_alternative<std::string>(result));
+  EXPECT_NE(std::get<std::string>(result).find("num_attention_heads"), std::string::npos);
+}
+
+TEST_F(model_shape_file, heads_not_divisible_by_kv_heads_is_named) {
+  expect_error(with("num_key_value_heads", "5"), "num_key_value_heads");
+  expect_error(with("num_key_value_heads", "64"), "num_key_value_heads");
+}
+
+TEST_F(model_shape_file, non_json_names_the_file) {
+  for (const std::string text : {"{ \"hidden_size\": 4096, ", "not json at all", "", "[1, 2]"}) {
+    const auto path = write(text);
+    const auto result = load_model_shape(path);
+    ASSERT_TRUE(std::holds_alternative<std::string>(result)) << text;
+    EXPECT_NE(std::get<std::string>(result).find(path), std::string::npos) << std::get<std::string>(result);
+  }
+}
+
+TEST_F(model_shape_file, missing_file_names_the_path) {
+  const auto path = (dir_ / "absent.json").string();
+  const auto result = load_model_shape(path);
+  ASSERT_TRUE(std::holds_alternative<std::string>(result));
+  EXPECT_NE(std::get<std::string>(result).find(path), std::string::npos);
+}
+
+} // namespace
+} // namespace troupe::gpu

@@ -1,0 +1,566 @@
+// Tests for messages/wire: every accepted request field, every rejection with
+// its code, echoed id and message, and request/reply round trips.
+#include "messages/wire.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace troupe::wire {
+namespace {
+
+static_assert(std::is_nothrow_move_constructible_v<request>);
+static_assert(std::is_nothrow_move_constructible_v<reply>);
+static_assert(std::is_nothrow_move_constructible_v<parse_error>);
+
+/// Small bounds so the edges are cheap to reach.
+parse_limits test_limits() {
+  parse_limits l;
+  l.max_frame_bytes = 4096;
+  l.max_tokens = 4096;
+  l.max_stop = 4;
+  l.max_id_chars = 16;
+  l.vocab_size = 1000;
+  return l;
+}
+
+/// A generate frame with id "g1", prompt "hi" and `extra` fields appended.
+std::string gen(const std::string& extra = "") {
+  return R"({"type":"generate","id":"g1","prompt":"hi")" + (extra.empty() ? "" : "," + extra)
+         + "}";
+}
+
+/// True when `s` is well-formed UTF-8.
+bool valid_utf8(std::string_view s) {
+  std::size_t i = 0;
+  while (i < s.size()) {
+    auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+    if (n == 0 || i + n > s.size())
+      return false;
+    for (std::size_t k = 1; k < n; ++k)
+      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80)
+        return false;
+    i += n;
+  }
+  return true;
+}
+
+void expect_same(const generate_request& a, const generate_request& b) {
+  EXPECT_EQ(a.id, b.id);
+  EXPECT_EQ(a.prompt, b.prompt);
+  EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
+  EXPECT_EQ(a.adapter, b.adapter);
+  EXPECT_EQ(a.max_tokens, b.max_tokens);
+  EXPECT_EQ(a.sampling.temperature, b.sampling.temperature);
+  EXPECT_EQ(a.sampling.top_p, b.sampling.top_p);
+  EXPECT_EQ(a.sampling.top_k, b.sampling.top_k);
+  EXPECT_EQ(a.sampling.seed, b.sampling.seed);
+  EXPECT_EQ(a.stop, b.stop);
+  EXPECT_EQ(a.stream, b.stream);
+  EXPECT_EQ(a.session, b.session);
+  EXPECT_EQ(a.priority, b.priority);
+}
+
+void expect_same(const request& a, const request& b) {
+  ASSERT_EQ(a.index(), b.index());
+  EXPECT_EQ(id_of(a), id_of(b));
+  if (auto* g = std::get_if<generate_request>(&a))
+    expect_same(*g, std::get<generate_request>(b));
+}
+
+void expect_same_double(double a, double b) {
+  if (std::isnan(a))
+    EXPECT_TRUE(std::isnan(b));
+  else
+    EXPECT_EQ(a, b);
+}
+
+void expect_same(const reply& a, const reply& b) {
+  ASSERT_EQ(a.index(), b.index());
+  std::visit(
+    [&b](const auto& x) {
+      using T = std::decay_t<decltype(x)>;
+      const auto& y = std::get<T>(b);
+      EXPECT_EQ(x.id, y.id);
+      if constexpr (std::is_same_v<T, accepted_reply>) {
+        EXPECT_EQ(x.prompt_tokens, y.prompt_tokens);
+      } else if constexpr (std::is_same_v<T, token_reply>) {
+        EXPECT_EQ(x.index, y.index);
+        EXPECT_EQ(x.tokens, y.tokens);
+        EXPECT_EQ(x.text, y.text);
+      } else if constexpr (std::is_same_v<T, done_reply>) {
+        EXPECT_EQ(x.finish_reason, y.finish_reason);
+        EXPECT_EQ(x.prompt_tokens, y.prompt_tokens);
+        EXPECT_EQ(x.completion_tokens, y.completion_tokens);
+        EXPECT_EQ(x.time.queue_ms, y.time.queue_ms);
+        EXPECT_EQ(x.time.ttft_ms, y.time.ttft_ms);
+        EXPECT_EQ(x.time.e2e_ms, y.time.e2e_ms);
+        EXPECT_EQ(x.tokens, y.tokens);
+        EXPECT_EQ(x.text, y.text);
+      } else if constexpr (std::is_same_v<T, error_reply>) {
+        EXPECT_EQ(x.code, y.code);
+        EXPECT_EQ(x.message, y.message);
+      } else if constexpr (std::is_same_v<T, health_reply>) {
+        EXPECT_EQ(x.status, y.status);
+      } else if constexpr (std::is_same_v<T, stats_reply>) {
+        ASSERT_EQ(x.values.size(), y.values.size());
+        for (std::size_t i = 0; i < x.values.size(); ++i) {
+          EXPECT_EQ(x.values[i].first, y.values[i].first);
+          expect_same_double(x.values[i].second, y.values[i].second);
+        }
+      } else {
+        static_assert(std::is_same_v<T, adapters_reply>);
+        ASSERT_EQ(x.adapters.size(), y.adapters.size());
+        for (std::size_t i = 0; i < x.adapters.size(); ++i) {
+          EXPECT_EQ(x.adapters[i].name, y.adapters[i].name);
+          EXPECT_EQ(x.adapters[i].rank, y.adapters[i].rank);
+          EXPECT_EQ(x.adapters[i].resident, y.adapters[i].resident);
+        }
+      }
+    },
+    a);
+}
+
+// -- accepted generate fields ------------------------------------------------
+
+struct accept_case {
+  std::string name;
+  std::string frame;
+  /// Applied to the defaults (id "g1", prompt "hi") to get the expectation.
+  std::function<void(generate_request&)> expect;
+};
+
+std::vector<accept_case> accept_cases() {
+  using g = generate_request&;
+  return {
+    {"defaults", gen(), [](g) {}},
+    {"prompt_tokens", R"({"type":"generate","id":"g1","prompt_tokens":[0,5,999]})",
+     [](g r) {
+       r.prompt.reset();
+       r.prompt_tokens = std::vector<std::int32_t>{0, 5, 999};
+     }},
+    {"prompt_null_with_tokens", R"({"type":"generate","id":"g1","prompt":null,"prompt_tokens":[7]})",
+     [](g r) {
+       r.prompt.reset();
+       r.prompt_tokens = std::vector<std::int32_t>{7};
+     }},
+    {"fields_in_any_order", R"({"prompt":"hi","id":"g1","type":"generate"})", [](g) {}},
+    {"id_at_limit", R"({"type":"generate","id":"0123456789abcdef","prompt":"hi"})",
+     [](g r) { r.id = "0123456789abcdef"; }},
+    {"utf8_prompt", R"({"type":"generate","id":"g1","prompt":"h\u00e9 \u263a"})",
+     [](g r) { r.prompt = "h\xc3\xa9 \xe2\x98\xba"; }},
+    {"adapter", gen(R"("adapter":"sql-lora")"), [](g r) { r.adapter = "sql-lora"; }},
+    {"adapter_empty", gen(R"("adapter":"")"), [](g) {}},
+    {"adapter_null", gen(R"("adapter":null)"), [](g) {}},
+    {"max_tokens_1", gen(R"("max_tokens":1)"), [](g r) { r.max_tokens = 1; }},
+    {"max_tokens_limit", gen(R"("max_tokens":4096)"), [](g r) { r.max_tokens = 4096; }},
+    {"max_tokens_integral_float", gen(R"("max_tokens":32.0)"), [](g r) { r.max_tokens = 32; }},
+    {"max_tokens_exponent", gen(R"("max_tokens":1e3)"), [](g r) { r.max_tokens = 1000; }},
+    {"max_tokens_null", gen(R"("max_tokens":null)"), [](g) {}},
+    {"temperature_0", gen(R"("temperature":0)"), [](g r) { r.sampling.temperature = 0; }},
+    {"temperature_0_7", gen(R"("temperature":0.7)"), [](g r) { r.sampling.temperature = 0.7f; }},
+    {"temperature_100", gen(R"("temperature":100)"), [](g r) { r.sampling.temperature = 100; }},
+    {"top_p_1", gen(R"("top_p":1)"), [](g r) { r.sampling.top_p = 1; }},
+    {"top_p_small", gen(R"("top_p":0.01)"), [](g r) { r.sampling.top_p = 0.01f; }},
+    {"top_k_0", gen(R"("top_k":0)"), [](g r) { r.sampling.top_k = 0; }},
+    {"top_k_40", gen(R"("top_k":40)"), [](g r) { r.sampling.top_k = 40; }},
+    {"seed_0", gen(R"("seed":0)"), [](g r) { r.sampling.seed = 0; }},
+    {"seed_max", gen(R"("seed":18446744073709551615)"),
+     [](g r) { r.sampling.seed = std::numeric_limits<std::uint64_t>::max(); }},
+    {"stop_string", gen(R"("stop":"\n\n")"), [](g r) { r.stop = {"\n\n"}; }},
+    {"stop_array", gen(R"("stop":["a","bc"])"), [](g r) { r.stop = {"a", "bc"}; }},
+    {"stop_array_at_limit", gen(R"("stop":["a","b","c","d"])"),
+     [](g r) { r.stop = {"a", "b", "c", "d"}; }},
+    {"stop_empty_array", gen(R"("stop":[])"), [](g) {}},
+    {"stream_true", gen(R"("stream":true)"), [](g r) { r.stream = true; }},
+    {"stream_false", gen(R"("stream":false)"), [](g) {}},
+    {"session", gen(R"("session":"chat-7")"), [](g r) { r.session = "chat-7"; }},
+    {"priority_negative", gen(R"("priority":-3)"), [](g r) { r.priority = -3; }},
+    {"priority_positive", gen(R"("priority":5)"), [](g r) { r.priority = 5; }},
+    {"all_fields",
+     gen(R"("adapter":"a","max_tokens":8,"temperature":0.5,"top_p":0.9,"top_k":3,)"
+         R"("seed":42,"stop":["x"],"stream":true,"session":"s","priority":2)"),
+     [](g r) {
+       r.adapter = "a";
+       r.max_tokens = 8;
+       r.sampling = {0.5f, 0.9f, 3, 42};
+       r.stop = {"x"};
+       r.stream = true;
+       r.session = "s";
+       r.priority = 2;
+     }},
+  };
+}
+
+class accept_test : public testing::TestWithParam<accept_case> {};
+
+TEST_P(accept_test, parses_generate) {
+  const auto& c = GetParam();
+  auto result = parse_request(c.frame, test_limits());
+  if (auto* err = std::get_if<parse_error>(&result))
+    FAIL() << "rejected: " << err->message;
+  auto* g = std::get_if<generate_request>(&std::get<request>(result));
+  ASSERT_NE(g, nullptr);
+  generate_request expected;
+  expected.id = "g1";
+  expected.prompt = "hi";
+  c.expect(expected);
+  expect_same(*g, expected);
+}
+
+INSTANTIATE_TEST_SUITE_P(wire, accept_test, testing::ValuesIn(accept_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(wire, parses_other_request_types) {
+  struct row {
+    std::string frame;
+    std::size_t index;
+  };
+  std::vector<row> rows{
+    {R"({"type":"cancel","id":"g1"})", 1},
+    {R"({"type":"health","id":"h"})", 2},
+    {R"({"id":"s","type":"stats"})", 3},
+    {R"({"type":"list_adapters","id":"l"})", 4},
+  };
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.frame);
+    auto result = parse_request(r.frame, test_limits());
+    ASSERT_TRUE(std::holds_alternative<request>(result));
+    EXPECT_EQ(std::get<request>(result).index(), r.index);
+  }
+  auto c = parse_request(R"({"type":"cancel","id":"g1"})", test_limits());
+  EXPECT_EQ(id_of(std::get<request>(c)), "g1");
+}
+
+// -- rejections ----------------------------------------------------------------
+
+struct reject_case {
+  std::string name;
+  std::string frame;
+  error_code code = error_code::bad_request;
+  std::string id;                    ///< expected echoed id
+  std::vector<std::string> mentions; ///< substrings the message must contain
+};
+
+std::vector<reject_case> reject_cases() {
+  const auto bad = error_code::bad_request;
+  const std::string big = gen(R"("session":")" + std::string(5000, 'x') + "\"");
+  return {
+    {"frame_too_large", big, error_code::frame_too_large, "",
+     {std::to_string(big.size()), "4096"}},
+    {"not_json", "{not json", bad, "", {"not valid JSON", "line 1"}},
+    {"empty_frame", "", bad, "", {"not valid JSON"}},
+    {"trailing_garbage", gen() + "x", bad, "", {"not valid JSON"}},
+    {"invalid_utf8", "{\"type\":\"health\",\"id\":\"\xff\"}", bad, "", {"not valid JSON"}},
+    {"array", R"([{"type":"health","id":"a"}])", bad, "", {"JSON object", "array"}},
+    {"string", R"("health")", bad, "", {"JSON object", "\"health\""}},
+    {"missing_type", R"({"id":"a"})", bad, "a", {"\"type\"", "\"generate\"", "\"list_adapters\""}},
+    {"type_not_string", R"({"type":1,"id":"a"})", bad, "a", {"\"type\"", "got 1"}},
+    {"unknown_type", R"({"type":"generat","id":"a"})", bad, "a",
+     {"\"type\"", "\"generat\"", "\"generate\", \"cancel\", \"health\", \"stats\", \"list_adapters\""}},
+    {"missing_id", R"({"type":"health"})", bad, "", {"\"id\"", "16"}},
+    {"id_not_string", R"({"type":"health","id":7})", bad, "", {"\"id\"", "got 7"}},
+    {"id_null", R"({"type":"health","id":null})", bad, "", {"\"id\"", "got null"}},
+    {"empty_id", R"({"type":"health","id":""})", bad, "", {"\"id\"", "non-empty", "got \"\""}},
+    {"id_too_long", R"({"type":"health","id":"0123456789abcdefg"})", bad, "",
+     {"\"id\"", "16", "17"}},
+    {"prompt_and_tokens", R"({"type":"generate","id":"a","prompt":"x","prompt_tokens":[1]})",
+     bad, "a", {"\"prompt\"", "\"prompt_tokens\"", "not both"}},
+    {"neither_prompt", R"({"type":"generate","id":"a"})", bad, "a",
+     {"\"prompt\"", "\"prompt_tokens\""}},
+    {"empty_prompt", R"({"type":"generate","id":"a","prompt":""})", bad, "a",
+     {"\"prompt\"", "non-empty"}},
+    {"prompt_not_string", R"({"type":"generate","id":"a","prompt":["x"]})", bad, "a",
+     {"\"prompt\"", "an array of 1 element"}},
+    {"empty_prompt_tokens", R"({"type":"generate","id":"a","prompt_tokens":[]})", bad, "a",
+     {"\"prompt_tokens\"", "an empty array"}},
+    {"prompt_tokens_not_array", R"({"type":"generate","id":"a","prompt_tokens":"1 2"})", bad,
+     "a", {"\"prompt_tokens\"", "\"1 2\""}},
+    {"token_out_of_range", R"({"type":"generate","id":"a","prompt_tokens":[1,1000]})", bad,
+     "a", {"\"prompt_tokens\"", "[0, 1000)", "element 1 is 1000"}},
+    {"token_negative", R"({"type":"generate","id":"a","prompt_tokens":[-1]})", bad, "a",
+     {"\"prompt_tokens\"", "element 0 is -1"}},
+    {"token_fractional", R"({"type":"generate","id":"a","prompt_tokens":[1.5]})", bad, "a",
+     {"\"prompt_tokens\"", "1.5"}},
+    {"max_tokens_negative", gen(R"("max_tokens":-1)"), bad, "g1",
+     {"\"max_tokens\"", "between 1 and 4096", "got -1"}},
+    {"max_tokens_zero", gen(R"("max_tokens":0)"), bad, "g1", {"\"max_tokens\"", "got 0"}},
+    {"max_tokens_fractional", gen(R"("max_tokens":1.5)"), bad, "g1",
+     {"\"max_tokens\"", "integer", "got 1.5"}},
+    {"max_tokens_string", gen(R"("max_tokens":"16")"), bad, "g1",
+     {"\"max_tokens\"", "got \"16\""}},
+    {"max_tokens_bool", gen(R"("max_tokens":true)"), bad, "g1", {"\"max_tokens\"", "got true"}},
+    {"max_tokens_above_limit", gen(R"("max_tokens":4097)"), bad, "g1",
+     {"\"max_tokens\"", "4096", "got 4097"}},
+    {"max_tokens_huge", gen(R"("max_tokens":18446744073709551616)"), bad, "g1",
+     {"\"max_tokens\"", "4096", "got 1.8446744073709552e+19"}},
+    {"max_tokens_nested", gen(R"("max_tokens":[[[16]]])"), bad, "g1",
+     {"\"max_tokens\"", "an array"}},
+    {"temperature_negative", gen(R"("temperature":-0.5)"), bad, "g1",
+     {"\"temperature\"", "between 0 and 100", "got -0.5"}},
+    {"temperature_too_high", gen(R"("temperature":100.5)"), bad, "g1",
+     {"\"temperature\"", "got 100.5"}},
+    {"temperature_string", gen(R"("temperature":"hot")"), bad, "g1",
+     {"\"temperature\"", "\"hot\""}},
+    {"top_p_zero", gen(R"("top_p":0)"), bad, "g1", {"\"top_p\"", "greater than 0", "got 0"}},
+    {"top_p_above_one", gen(R"("top_p":1.5)"), bad, "g1", {"\"top_p\"", "at most 1", "got 1.5"}},
+    {"top_k_negative", gen(R"("top_k":-1)"), bad, "g1", {"\"top_k\"", "got -1"}},
+    {"top_k_fractional", gen(R"("top_k":2.5)"), bad, "g1", {"\"top_k\"", "got 2.5"}},
+    {"seed_negative", gen(R"("seed":-1)"), bad, "g1", {"\"seed\"", "got -1"}},
+    {"seed_fractional", gen(R"("seed":0.5)"), bad, "g1", {"\"seed\"", "got 0.5"}},
+    {"stop_too_many", gen(R"("stop":["a","b","c","d","e"])"), bad, "g1",
+     {"\"stop\"", "at most 4", "an array of 5 elements"}},
+    {"stop_non_string", gen(R"("stop":["a",1])"), bad, "g1", {"\"stop\"", "element 1 is 1"}},
+    {"stop_empty_entry", gen(R"("stop":[""])"), bad, "g1", {"\"stop\"", "element 0 is \"\""}},
+    {"stop_empty_string", gen(R"("stop":"")"), bad, "g1", {"\"stop\"", "got \"\""}},
+    {"stop_number", gen(R"("stop":5)"), bad, "g1", {"\"stop\"", "got 5"}},
+    {"stream_string", gen(R"("stream":"yes")"), bad, "g1", {"\"stream\"", "got \"yes\""}},
+    {"adapter_number", gen(R"("adapter":5)"), bad, "g1", {"\"adapter\"", "got 5"}},
+    {"session_number", gen(R"("session":5)"), bad, "g1", {"\"session\"", "got 5"}},
+    {"priority_fractional", gen(R"("priority":1.5)"), bad, "g1", {"\"priority\"", "got 1.5"}},
+    {"priority_too_big", gen(R"("priority":2147483648)"), bad, "g1",
+     {"\"priority\"", "got 2147483648"}},
+    {"unknown_field", gen(R"("max_token":16)"), bad, "g1",
+     {"unknown field \"max_token\"", "generate", "\"max_tokens\""}},
+    {"unknown_field_before_prompt_check", R"({"type":"generate","id":"g1","promt":"hi"})", bad,
+     "g1", {"unknown field \"promt\""}},
+    {"unknown_field_on_cancel", R"({"type":"cancel","id":"c","prompt":"x"})", bad, "c",
+     {"unknown field \"prompt\"", "cancel", "\"type\", \"id\""}},
+    {"long_string_is_truncated", gen(R"("stream":")" + std::string(300, 'y') + "\""), bad,
+     "g1", {"\"stream\"", "a string of 300 bytes"}},
+  };
+}
+
+class reject_test : public testing::TestWithParam<reject_case> {};
+
+TEST_P(reject_test, reports_code_id_and_field) {
+  const auto& c = GetParam();
+  auto result = parse_request(c.frame, test_limits());
+  auto* err = std::get_if<parse_error>(&result);
+  ASSERT_NE(err, nullptr) << "accepted: " << c.frame;
+  EXPECT_EQ(err->code, c.code) << err->message;
+  EXPECT_EQ(err->id, c.id);
+  for (const auto& m : c.mentions)
+    EXPECT_NE(err->message.find(m), std::string::npos)
+      << "message \"" << err->message << "\" lacks \"" << m << "\"";
+  EXPECT_LT(err->message.size(), 600u);
+  EXPECT_EQ(err->message.find("json.exception"), std::string::npos) << err->message;
+}
+
+INSTANTIATE_TEST_SUITE_P(wire, reject_test, testing::ValuesIn(reject_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+TEST(wire, deeply_nested_frames_do_not_crash) {
+  const std::size_t depth = 200000;
+  auto nested = std::string(depth, '[') + std::string(depth, ']');
+  auto top = parse_request(nested, parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<parse_error>(top));
+  EXPECT_EQ(std::get<parse_error>(top).code, error_code::bad_request);
+
+  auto field = parse_request(gen("\"max_tokens\":" + nested), parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<parse_error>(field));
+  EXPECT_NE(std::get<parse_error>(field).message.find("\"max_tokens\""), std::string::npos);
+}
+
+// -- request round trips -----------------------------------------------------------
+
+TEST(wire, request_round_trips) {
+  generate_request full;
+  full.id = "full";
+  full.prompt = "Once upon a time \xe2\x98\xba";
+  full.adapter = "sql-lora";
+  full.max_tokens = 4096;
+  full.sampling = {0.7f, 0.95f, 40, std::numeric_limits<std::uint64_t>::max()};
+  full.stop = {"\n", "END"};
+  full.stream = true;
+  full.session = "chat-1";
+  full.priority = -2;
+
+  generate_request tokens;
+  tokens.id = "tok";
+  tokens.prompt_tokens = std::vector<std::int32_t>{0, 1, 999};
+  tokens.sampling = {0.0f, 0.1f, 0, 0};
+  tokens.stop = {"x"};
+
+  generate_request defaults;
+  defaults.id = "d";
+  defaults.prompt = "p";
+
+  std::vector<request> requests{full,
+                                tokens,
+                                defaults,
+                                cancel_request{"full"},
+                                health_request{"h"},
+                                stats_request{"s"},
+                                list_adapters_request{"l"}};
+  for (const auto& r : requests) {
+    auto text = to_json(r);
+    SCOPED_TRACE(text);
+    auto back = parse_request(text, test_limits());
+    if (auto* err = std::get_if<parse_error>(&back))
+      FAIL() << "rejected: " << err->message;
+    expect_same(r, std::get<request>(back));
+  }
+}
+
+TEST(wire, request_floats_are_written_in_shortest_form) {
+  generate_request g;
+  g.id = "f";
+  g.prompt = "p";
+  g.sampling.temperature = 0.7f;
+  auto text = to_json(request{g});
+  EXPECT_NE(text.find("\"temperature\":0.7,"), std::string::npos) << text;
+}
+
+// -- replies ------------------------------------------------------------------------
+
+TEST(wire, reply_json_shapes) {
+  EXPECT_EQ(to_json(accepted_reply{"a", 3}), R"({"type":"accepted","id":"a","prompt_tokens":3})");
+  EXPECT_EQ(to_json(token_reply{"a", 2, {5, 6}, "ab"}),
+            R"({"type":"token","id":"a","index":2,"tokens":[5,6],"text":"ab"})");
+  done_reply d{"a", "length", 3, 2, {1.5, 2.0, 3.25}, std::vector<std::int32_t>{5, 6}, "ab"};
+  EXPECT_EQ(to_json(d), R"({"type":"done","id":"a","finish_reason":"length",)"
+                        R"("usage":{"prompt_tokens":3,"completion_tokens":2},)"
+                        R"("timings":{"queue_ms":1.5,"ttft_ms":2.0,"e2e_ms":3.25},)"
+                        R"("tokens":[5,6],"text":"ab"})");
+  d.tokens.reset();
+  d.text.reset();
+  auto streamed = to_json(d);
+  EXPECT_EQ(streamed.find("\"tokens\""), std::string::npos) << streamed;
+  EXPECT_EQ(streamed.find("\"text\""), std::string::npos) << streamed;
+  EXPECT_EQ(to_json(error_reply{"a", error_code::unknown_adapter, "no adapter \"x\""}),
+            R"({"type":"error","id":"a","code":"unknown_adapter","message":"no adapter \"x\""})");
+  EXPECT_EQ(to_json(health_reply{"h", "ok"}), R"({"type":"health","id":"h","status":"ok"})");
+  EXPECT_EQ(to_json(stats_reply{"s", {{"queued", 2}, {"kv_util", 0.5}}}),
+            R"({"type":"stats","id":"s","stats":{"queued":2.0,"kv_util":0.5}})");
+  EXPECT_EQ(to_json(adapters_reply{"l", {{"sql", 16, true}}}),
+            R"({"type":"adapters","id":"l","adapters":[{"name":"sql","rank":16,"resident":true}]})");
+}
+
+TEST(wire, reply_round_trips) {
+  std::vector<reply> replies{
+    accepted_reply{"a", 12},
+    token_reply{"a", 0, {1}, "x"},
+    token_reply{"a", 7, {1, 2, 3}, "multi \xe2\x98\xba"},
+    token_reply{"a", 8, {}, ""},
+    done_reply{"a", "length", 12, 16, {0.25, 10.5, 99.75}, std::vector<std::int32_t>{4, 5}, "45"},
+    done_reply{"a", "stop", 1, 0, {0, 0, 0}, std::vector<std::int32_t>{}, ""},
+    done_reply{"a", "eos", 3, 4, {1, 2, 3}, std::nullopt, std::nullopt},
+    done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt},
+    health_reply{"h", "ok"},
+    health_reply{"h", "draining"},
+    stats_reply{"s", {{"zeta", 1}, {"alpha", 0.125}, {"queue_depth", 1e9}}},
+    stats_reply{"s", {}},
+    adapters_reply{"l", {{"sql", 16, true}, {"chat", 8, false}}},
+    adapters_reply{"l", {}},
+  };
+  for (auto c : {error_code::bad_request, error_code::frame_too_large,
+                 error_code::unknown_adapter, error_code::unknown_request,
+                 error_code::duplicate_id, error_code::prompt_too_long, error_code::overloaded,
+                 error_code::shutting_down, error_code::internal})
+    replies.push_back(error_reply{"e", c, "because"});
+  replies.push_back(error_reply{"", error_code::bad_request, "id unreadable"});
+
+  for (const auto& r : replies) {
+    auto text = std::visit([](const auto& x) { return to_json(x); }, r);
+    SCOPED_TRACE(text);
+    auto back = parse_reply(text);
+    if (auto* err = std::get_if<parse_error>(&back))
+      FAIL() << "rejected: " << err->message;
+    expect_same(r, std::get<reply>(back));
+  }
+}
+
+TEST(wire, non_finite_stats_travel_as_null) {
+  stats_reply s{"s", {{"nan", std::nan("")}}};
+  auto text = to_json(s);
+  EXPECT_EQ(text, R"({"type":"stats","id":"s","stats":{"nan":null}})");
+  auto back = parse_reply(text);
+  ASSERT_TRUE(std::holds_alternative<reply>(back));
+  expect_same(reply{s}, std::get<reply>(back));
+}
+
+TEST(wire, invalid_utf8_in_text_still_yields_valid_json) {
+  const std::string bad = "ok\xff\xc3(\xe2\x82";
+  std::vector<std::string> frames{
+    to_json(token_reply{"t", 0, {1}, bad}),
+    to_json(done_reply{"t", "length", 1, 1, {}, std::vector<std::int32_t>{1}, bad}),
+    to_json(error_reply{"t", error_code::internal, bad}),
+    to_json(request{generate_request{"t", bad, {}, "", 16, {}, {bad}, false, "", 0}}),
+  };
+  for (const auto& f : frames) {
+    SCOPED_TRACE(f);
+    EXPECT_TRUE(valid_utf8(f));
+    EXPECT_NE(f.find("ok\xef\xbf\xbd"), std::string::npos);
+  }
+  auto back = parse_reply(frames[0]);
+  ASSERT_TRUE(std::holds_alternative<reply>(back));
+  const auto& text = std::get<token_reply>(std::get<reply>(back)).text;
+  EXPECT_TRUE(valid_utf8(text));
+  EXPECT_EQ(text.substr(0, 2), "ok");
+}
+
+TEST(wire, parse_reply_ignores_unknown_fields) {
+  auto back = parse_reply(R"({"type":"health","id":"h","status":"ok","uptime_s":5})");
+  ASSERT_TRUE(std::holds_alternative<reply>(back));
+  EXPECT_EQ(std::get<health_reply>(std::get<reply>(back)).status, "ok");
+}
+
+TEST(wire, parse_reply_rejections) {
+  struct row {
+    std::string frame;
+    std::string id;
+    std::string mention;
+  };
+  std::vector<row> rows{
+    {"nope", "", "not valid JSON"},
+    {"[1]", "", "JSON object"},
+    {R"({"id":"a"})", "a", "\"type\""},
+    {R"({"type":"health"})", "", "\"id\""},
+    {R"({"type":"tokens","id":"a"})", "a", "\"tokens\""},
+    {R"({"type":"token","id":"a","index":0,"text":""})", "a", "\"tokens\""},
+    {R"({"type":"accepted","id":"a","prompt_tokens":"3"})", "a", "\"prompt_tokens\""},
+    {R"({"type":"done","id":"a","finish_reason":"eos","usage":{"prompt_tokens":1},)"
+     R"("timings":{"queue_ms":0,"ttft_ms":0,"e2e_ms":0}})",
+     "a", "usage.completion_tokens"},
+    {R"({"type":"error","id":"a","code":"teapot","message":"m"})", "a", "\"teapot\""},
+    {R"({"type":"adapters","id":"a","adapters":[{"name":"x","rank":-1,"resident":true}]})",
+     "a", "adapters[0].rank"},
+    {R"({"type":"stats","id":"a","stats":{"q":"1"}})", "a", "stats.q"},
+  };
+  for (const auto& r : rows) {
+    SCOPED_TRACE(r.frame);
+    auto back = parse_reply(r.frame);
+    auto* err = std::get_if<parse_error>(&back);
+    ASSERT_NE(err, nullptr);
+    EXPECT_EQ(err->code, error_code::bad_request);
+    EXPECT_EQ(err->id, r.id);
+    EXPECT_NE(err->message.find(r.mention), std::string::npos) << err->message;
+  }
+}
+
+TEST(wire, error_code_names) {
+  struct row {
+    error_code code;
+    std::string_view name;
+  };
+  for (auto [code, name] : {row{error_code::bad_request, "bad_request"},
+                            row{error_code::frame_too_large, "frame_too_large"},
+                            row{error_code::unknown_adapter, "unknown_adapter"},
+                            row{error_code::unknown_request, "unknown_request"},
+                            row{error_code::duplicate_id, "duplicate_id"},
+                            row{error_code::prompt_too_long, "prompt_too_long"},
+                            row{error_code::overloaded, "overloaded"},
+                            row{error_code::shutting_down, "shutting_down"},
+                            row{error_code::internal, "internal"}})
+    EXPECT_EQ(to_string(code), name);
+}
+
+} // namespace
+} // namespace troupe::wire

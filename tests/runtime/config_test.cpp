@@ -1,0 +1,440 @@
+// Tests for runtime/config: the shipped files and the embedded default load,
+// absent keys keep the options.hpp defaults, and every kind of bad value gives
+// one message naming the file and the key path. Runs from the repository root.
+#include "runtime/config.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <variant>
+
+namespace troupe {
+namespace {
+
+static_assert(std::is_nothrow_move_constructible_v<deployment_options>);
+static_assert(std::is_nothrow_move_constructible_v<config_error>);
+
+const config_catalog catalog{
+  .backends = {"sim"},
+  .gpus = {"A100-80GB", "H100-80GB", "H200"},
+  .model_presets = {"llama-2-7b", "llama-2-13b"},
+  .scheduling_policies = {"fcfs"},
+  .classifier_policies = {"single_queue"},
+  .eviction_policies = {"lru"},
+};
+
+/// Parses `text` as "bad.toml" and returns the options, failing the test on an error.
+deployment_options parse_ok(const std::string& text, const config_catalog& cat = catalog) {
+  auto result = parse_config(text, "bad.toml", cat);
+  if (const auto* error = std::get_if<config_error>(&result)) {
+    ADD_FAILURE() << "unexpected error: " << error->message;
+    return {};
+  }
+  return std::get<deployment_options>(std::move(result));
+}
+
+/// Parses `text` as "bad.toml" and returns the error message ("" if it parsed).
+std::string parse_error_message(const std::string& text, const config_catalog& cat = catalog) {
+  auto result = parse_config(text, "bad.toml", cat);
+  if (const auto* error = std::get_if<config_error>(&result))
+    return error->message;
+  return "";
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// -- shipped files -------------------------------------------------------------
+
+TEST(config, default_file_loads) {
+  auto result = load_config_file("config/default.toml", catalog);
+  ASSERT_TRUE(std::holds_alternative<deployment_options>(result)) << std::get<config_error>(result).message;
+  const auto& o = std::get<deployment_options>(result);
+  EXPECT_EQ(o.source, "config/default.toml");
+  EXPECT_EQ(o.backend.kind, "sim");
+  EXPECT_EQ(o.backend.gpu, "H100-80GB");
+  EXPECT_EQ(o.backend.time_scale, 1.0);
+  EXPECT_EQ(o.model.preset, "llama-2-7b");
+  EXPECT_EQ(o.server.endpoint, "tcp://127.0.0.1:5555");
+  EXPECT_EQ(o.scheduler.policy, "fcfs");
+  EXPECT_EQ(o.classifier.policy, "single_queue");
+  EXPECT_EQ(o.adapter_cache.policy, "lru");
+  EXPECT_EQ(o.adapter_generate.count, 8u);
+  EXPECT_TRUE(o.adapters.empty());
+}
+
+TEST(config, sim_h100_llama7b_file_loads) {
+  auto result = load_config_file("config/sim-h100-llama7b.toml", catalog);
+  ASSERT_TRUE(std::holds_alternative<deployment_options>(result)) << std::get<config_error>(result).message;
+  const auto& o = std::get<deployment_options>(result);
+  EXPECT_EQ(o.adapter_generate.count, 100u);
+  EXPECT_EQ(o.adapter_generate.ranks, (std::vector<std::uint32_t>{8, 16, 32, 64}));
+  EXPECT_GE(o.adapters.size(), 3u);
+  const auto all = expand_adapters(o);
+  EXPECT_EQ(all.size(), o.adapters.size() + 100);
+  std::set<std::string> names;
+  for (const auto& a : all)
+    names.insert(a.name);
+  EXPECT_EQ(names.size(), all.size());
+}
+
+TEST(config, embedded_default_parses_and_matches_the_file) {
+  auto result = parse_config(embedded_default_config(), "<embedded default>", catalog);
+  ASSERT_TRUE(std::holds_alternative<deployment_options>(result)) << std::get<config_error>(result).message;
+  EXPECT_EQ(std::get<deployment_options>(result).source, "<embedded default>");
+  EXPECT_EQ(embedded_default_config(), read_file("config/default.toml"));
+}
+
+// -- defaults ------------------------------------------------------------------
+
+TEST(config, empty_file_gives_the_options_defaults) {
+  const auto o = parse_ok("");
+  const deployment_options d;
+  EXPECT_EQ(o.source, "bad.toml");
+  EXPECT_EQ(o.server.endpoint, d.server.endpoint);
+  EXPECT_EQ(o.server.max_frame_bytes, d.server.max_frame_bytes);
+  EXPECT_EQ(o.server.max_pending, d.server.max_pending);
+  EXPECT_EQ(o.server.drain_timeout_s, d.server.drain_timeout_s);
+  EXPECT_EQ(o.logging.level, d.logging.level);
+  EXPECT_EQ(o.logging.file, d.logging.file);
+  EXPECT_EQ(o.caf.scheduler_threads, d.caf.scheduler_threads);
+  EXPECT_EQ(o.model.preset, d.model.preset);
+  EXPECT_EQ(o.model.shape_file, d.model.shape_file);
+  EXPECT_EQ(o.model.max_context, d.model.max_context);
+  EXPECT_EQ(o.backend.kind, d.backend.kind);
+  EXPECT_EQ(o.backend.gpu, d.backend.gpu);
+  EXPECT_EQ(o.backend.time_scale, d.backend.time_scale);
+  EXPECT_EQ(o.backend.seed, d.backend.seed);
+  EXPECT_EQ(o.memory_pool.page_tokens, d.memory_pool.page_tokens);
+  EXPECT_EQ(o.memory_pool.pages, d.memory_pool.pages);
+  EXPECT_EQ(o.memory_pool.gpu_memory_fraction, d.memory_pool.gpu_memory_fraction);
+  EXPECT_EQ(o.scheduler.policy, d.scheduler.policy);
+  EXPECT_EQ(o.scheduler.max_running, d.scheduler.max_running);
+  EXPECT_EQ(o.scheduler.token_budget, d.scheduler.token_budget);
+  EXPECT_EQ(o.scheduler.max_waiting, d.scheduler.max_waiting);
+  EXPECT_EQ(o.classifier.enabled, d.classifier.enabled);
+  EXPECT_EQ(o.classifier.policy, d.classifier.policy);
+  EXPECT_EQ(o.adapter_cache.policy, d.adapter_cache.policy);
+  EXPECT_EQ(o.adapter_cache.max_resident, d.adapter_cache.max_resident);
+  EXPECT_EQ(o.copy_engine.max_inflight, d.copy_engine.max_inflight);
+  EXPECT_EQ(o.metrics.enabled, d.metrics.enabled);
+  EXPECT_EQ(o.metrics.log_interval_s, d.metrics.log_interval_s);
+  EXPECT_TRUE(o.adapters.empty());
+  EXPECT_EQ(o.adapter_generate.count, d.adapter_generate.count);
+  EXPECT_EQ(o.adapter_generate.prefix, d.adapter_generate.prefix);
+  EXPECT_EQ(o.adapter_generate.ranks, d.adapter_generate.ranks);
+}
+
+TEST(config, keys_left_out_of_a_section_keep_their_defaults) {
+  const auto o = parse_ok("[scheduler]\nmax_running = 4\n[[adapters]]\nname = \"a\"\n");
+  EXPECT_EQ(o.scheduler.max_running, 4u);
+  EXPECT_EQ(o.scheduler.token_budget, scheduler_options{}.token_budget);
+  EXPECT_EQ(o.scheduler.policy, "fcfs");
+  ASSERT_EQ(o.adapters.size(), 1u);
+  EXPECT_EQ(o.adapters[0].rank, adapter_spec{}.rank);
+  EXPECT_EQ(o.adapters[0].path, "");
+}
+
+TEST(config, integers_are_accepted_for_float_keys) {
+  const auto o = parse_ok("[backend]\ntime_scale = 2\n[memory_pool]\ngpu_memory_fraction = 1\n"
+                          "[server]\ndrain_timeout_s = 0\n[metrics]\nlog_interval_s = 5\n");
+  EXPECT_EQ(o.backend.time_scale, 2.0);
+  EXPECT_EQ(o.memory_pool.gpu_memory_fraction, 1.0);
+  EXPECT_EQ(o.server.drain_timeout_s, 0.0);
+  EXPECT_EQ(o.metrics.log_interval_s, 5.0);
+}
+
+TEST(config, every_key_is_read) {
+  const auto o = parse_ok(R"(
+[server]
+endpoint = "ipc:///tmp/troupe.sock"
+max_frame_bytes = 4096
+max_pending = 7
+drain_timeout_s = 1.5
+[logging]
+level = "debug"
+file = "troupe.log"
+[caf]
+scheduler_threads = 3
+[model]
+preset = "llama-2-13b"
+shape_file = "shape.json"
+max_context = 2048
+[backend]
+kind = "sim"
+gpu = "H200"
+time_scale = 0
+seed = 9
+[memory_pool]
+page_tokens = 1024
+pages = 5000000000
+gpu_memory_fraction = 0.5
+[scheduler]
+policy = "fcfs"
+max_running = 1
+token_budget = 1
+max_waiting = 2
+[classifier]
+enabled = false
+policy = "single_queue"
+[adapter_cache]
+policy = "lru"
+max_resident = 12
+[copy_engine]
+max_inflight = 1
+[metrics]
+enabled = false
+log_interval_s = 0
+[[adapters]]
+name = "x"
+rank = 1024
+path = "/adapters/x"
+[adapters_generate]
+count = 3
+prefix = "g"
+ranks = [4]
+)");
+  EXPECT_EQ(o.server.endpoint, "ipc:///tmp/troupe.sock");
+  EXPECT_EQ(o.server.max_frame_bytes, 4096u);
+  EXPECT_EQ(o.server.max_pending, 7u);
+  EXPECT_EQ(o.server.drain_timeout_s, 1.5);
+  EXPECT_EQ(o.logging.level, "debug");
+  EXPECT_EQ(o.logging.file, "troupe.log");
+  EXPECT_EQ(o.caf.scheduler_threads, 3u);
+  EXPECT_EQ(o.model.preset, "llama-2-13b");
+  EXPECT_EQ(o.model.shape_file, "shape.json");
+  EXPECT_EQ(o.model.max_context, 2048u);
+  EXPECT_EQ(o.backend.gpu, "H200");
+  EXPECT_EQ(o.backend.time_scale, 0.0);
+  EXPECT_EQ(o.backend.seed, 9u);
+  EXPECT_EQ(o.memory_pool.page_tokens, 1024u);
+  EXPECT_EQ(o.memory_pool.pages, 5000000000u);
+  EXPECT_EQ(o.memory_pool.gpu_memory_fraction, 0.5);
+  EXPECT_EQ(o.scheduler.max_running, 1u);
+  EXPECT_EQ(o.scheduler.token_budget, 1u);
+  EXPECT_EQ(o.scheduler.max_waiting, 2u);
+  EXPECT_FALSE(o.classifier.enabled);
+  EXPECT_EQ(o.adapter_cache.max_resident, 12u);
+  EXPECT_EQ(o.copy_engine.max_inflight, 1u);
+  EXPECT_FALSE(o.metrics.enabled);
+  EXPECT_EQ(o.metrics.log_interval_s, 0.0);
+  ASSERT_EQ(o.adapters.size(), 1u);
+  EXPECT_EQ(o.adapters[0].name, "x");
+  EXPECT_EQ(o.adapters[0].rank, 1024u);
+  EXPECT_EQ(o.adapters[0].path, "/adapters/x");
+  EXPECT_EQ(o.adapter_generate.count, 3u);
+  EXPECT_EQ(o.adapter_generate.prefix, "g");
+  EXPECT_EQ(o.adapter_generate.ranks, std::vector<std::uint32_t>{4});
+}
+
+TEST(config, a_shape_file_lifts_the_preset_check_only_for_the_default_preset) {
+  config_catalog no_presets = catalog;
+  no_presets.model_presets.clear();
+  EXPECT_EQ(parse_ok("[model]\nshape_file = \"m.json\"\n", no_presets).model.shape_file, "m.json");
+  EXPECT_NE(parse_error_message("", no_presets).find("model.preset"), std::string::npos);
+  EXPECT_NE(parse_error_message("", no_presets).find("(the default value)"), std::string::npos);
+  const auto explicit_preset = "[model]\nshape_file = \"m.json\"\npreset = \"gpt\"\n";
+  EXPECT_NE(parse_error_message(explicit_preset, no_presets).find("model.preset"), std::string::npos);
+}
+
+// -- adapters ------------------------------------------------------------------
+
+TEST(config, expand_adapters_lists_explicit_then_generated_with_cycling_ranks) {
+  const auto o = parse_ok("[[adapters]]\nname = \"first\"\nrank = 4\n"
+                          "[adapters_generate]\ncount = 5\nprefix = \"g-\"\nranks = [8, 16]\n");
+  const auto all = expand_adapters(o);
+  ASSERT_EQ(all.size(), 6u);
+  const std::vector<std::pair<std::string, std::uint32_t>> expected{
+    {"first", 4}, {"g-0", 8}, {"g-1", 16}, {"g-2", 8}, {"g-3", 16}, {"g-4", 8}};
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    EXPECT_EQ(all[i].name, expected[i].first) << i;
+    EXPECT_EQ(all[i].rank, expected[i].second) << i;
+  }
+  EXPECT_EQ(generated_adapter_name("lora-", 42), "lora-42");
+}
+
+TEST(config, names_near_generated_ones_do_not_collide) {
+  // Only exactly <prefix><i> with i < count collides.
+  const auto o = parse_ok("[[adapters]]\nname = \"lora-8\"\n[[adapters]]\nname = \"lora-03\"\n"
+                          "[[adapters]]\nname = \"lora-\"\n[[adapters]]\nname = \"lora-1x\"\n"
+                          "[adapters_generate]\ncount = 8\n");
+  EXPECT_EQ(o.adapters.size(), 4u);
+  EXPECT_EQ(parse_ok("adapters = []\n").adapters.size(), 0u);
+  EXPECT_EQ(parse_ok("[adapters_generate]\ncount = 0\nranks = []\n").adapter_generate.ranks.size(), 0u);
+}
+
+// -- errors --------------------------------------------------------------------
+
+struct error_case {
+  const char* name;
+  const char* toml;
+  const char* key_path; ///< must appear in the message
+  const char* detail;   ///< must appear in the message too
+};
+
+const error_case error_cases[] = {
+  // unknown sections and keys
+  {"unknown_section", "[schedulr]\nmax_running = 1\n", "schedulr", "did you mean [scheduler]?"},
+  {"unknown_far_section", "[gpus]\n", "gpus", "unknown section [gpus]"},
+  {"unknown_top_level_key", "seed = 1\n", "seed", "unknown key"},
+  {"unknown_key", "[scheduler]\nmax_runing = 4\n", "scheduler.max_runing", "did you mean scheduler.max_running?"},
+  {"unknown_swapped_key", "[backend]\ntmie_scale = 4\n", "backend.tmie_scale", "did you mean backend.time_scale?"},
+  {"unknown_far_key", "[scheduler]\nfoo_bar_baz = 1\n", "scheduler.foo_bar_baz", "unknown key"},
+  {"unknown_adapter_key", "[[adapters]]\nname = \"a\"\nnmae = \"b\"\n", "adapters[0].nmae",
+   "did you mean adapters[0].name?"},
+  // wrong types
+  {"section_not_a_table", "server = 5\n", "server", "expected a table ([server]), got integer 5"},
+  {"string_for_integer", "[scheduler]\nmax_running = \"many\"\n", "scheduler.max_running",
+   "expected an integer, got string \"many\""},
+  {"float_for_integer", "[scheduler]\nmax_running = 2.5\n", "scheduler.max_running",
+   "expected an integer, got floating-point 2.5"},
+  {"integer_for_string", "[backend]\nkind = 3\n", "backend.kind", "expected a string, got integer 3"},
+  {"string_for_bool", "[metrics]\nenabled = \"yes\"\n", "metrics.enabled",
+   "expected true or false, got string \"yes\""},
+  {"string_for_float", "[backend]\ntime_scale = \"fast\"\n", "backend.time_scale", "expected a number, got string"},
+  {"array_for_string", "[logging]\nfile = [1]\n", "logging.file", "expected a string, got an array"},
+  {"adapters_as_table", "[adapters]\nname = \"a\"\n", "adapters", "expected an array of tables ([[adapters]])"},
+  {"adapters_dot_generate", "[adapters.generate]\ncount = 3\n", "adapters", "go in [adapters_generate]"},
+  {"adapters_dot_generate_after_entries", "[[adapters]]\nname = \"a\"\n[adapters.generate]\ncount = 3\n",
+   "adapters[0].generate", "go in [adapters_generate]"},
+  {"adapter_entry_not_table", "adapters = [1]\n", "adapters", "expected an array of tables"},
+  {"ranks_not_array", "[adapters_generate]\nranks = 8\n", "adapters_generate.ranks",
+   "expected an array of integers, got integer 8"},
+  // out of range
+  {"negative_u32", "[server]\nmax_pending = -1\n", "server.max_pending", "must be at least 1, got -1"},
+  {"negative_u64", "[backend]\nseed = -5\n", "backend.seed", "must not be negative, got -5"},
+  {"negative_threads", "[caf]\nscheduler_threads = -2\n", "caf.scheduler_threads", "must not be negative, got -2"},
+  {"zero_max_running", "[scheduler]\nmax_running = 0\n", "scheduler.max_running", "must be at least 1, got 0"},
+  {"zero_token_budget", "[scheduler]\ntoken_budget = 0\n", "scheduler.token_budget", "must be at least 1, got 0"},
+  {"zero_max_waiting", "[scheduler]\nmax_waiting = 0\n", "scheduler.max_waiting", "must be at least 1, got 0"},
+  {"zero_frame_bytes", "[server]\nmax_frame_bytes = 0\n", "server.max_frame_bytes", "must be at least 1, got 0"},
+  {"zero_inflight", "[copy_engine]\nmax_inflight = 0\n", "copy_engine.max_inflight", "must be at least 1, got 0"},
+  {"u32_overflow", "[scheduler]\nmax_running = 5000000000\n", "scheduler.max_running",
+   "does not fit in 32 bits (max 4294967295), got 5000000000"},
+  {"negative_time_scale", "[backend]\ntime_scale = -0.5\n", "backend.time_scale", "must not be negative, got -0.5"},
+  {"negative_drain", "[server]\ndrain_timeout_s = -1\n", "server.drain_timeout_s", "must not be negative, got -1"},
+  {"negative_log_interval", "[metrics]\nlog_interval_s = -3.0\n", "metrics.log_interval_s", "must not be negative"},
+  {"infinite_float", "[server]\ndrain_timeout_s = inf\n", "server.drain_timeout_s",
+   "must be a finite number, got inf"},
+  {"nan_float", "[backend]\ntime_scale = nan\n", "backend.time_scale", "must be a finite number, got nan"},
+  {"fraction_zero", "[memory_pool]\ngpu_memory_fraction = 0\n", "memory_pool.gpu_memory_fraction",
+   "must be in (0, 1], got 0"},
+  {"fraction_above_one", "[memory_pool]\ngpu_memory_fraction = 1.5\n", "memory_pool.gpu_memory_fraction",
+   "must be in (0, 1], got 1.5"},
+  {"page_tokens_not_power_of_two", "[memory_pool]\npage_tokens = 24\n", "memory_pool.page_tokens",
+   "must be a power of two, got 24"},
+  {"page_tokens_too_big", "[memory_pool]\npage_tokens = 2048\n", "memory_pool.page_tokens",
+   "must be at most 1024, got 2048"},
+  {"page_tokens_zero", "[memory_pool]\npage_tokens = 0\n", "memory_pool.page_tokens", "must be at least 1, got 0"},
+  {"adapter_rank_zero", "[[adapters]]\nname = \"a\"\nrank = 0\n", "adapters[0].rank", "must be at least 1, got 0"},
+  {"adapter_rank_too_big", "[[adapters]]\nname = \"a\"\nrank = 2048\n", "adapters[0].rank",
+   "must be at most 1024, got 2048"},
+  {"generate_rank_zero", "[adapters_generate]\ncount = 2\nranks = [8, 0]\n", "adapters_generate.ranks[1]",
+   "must be at least 1, got 0"},
+  {"generate_rank_too_big", "[adapters_generate]\nranks = [4096]\n", "adapters_generate.ranks[0]",
+   "must be at most 1024, got 4096"},
+  {"generate_ranks_empty", "[adapters_generate]\ncount = 2\nranks = []\n", "adapters_generate.ranks",
+   "must not be empty when count > 0, got []"},
+  {"generate_count_too_big", "[adapters_generate]\ncount = 2000000\n", "adapters_generate.count",
+   "must be at most 1048576, got 2000000"},
+  // names outside the catalog
+  {"unknown_backend", "[backend]\nkind = \"cuda\"\n", "backend.kind", "unknown backend \"cuda\" (valid: sim)"},
+  {"unknown_gpu", "[backend]\ngpu = \"V100\"\n", "backend.gpu",
+   "unknown GPU preset \"V100\" (valid: A100-80GB, H100-80GB, H200)"},
+  {"unknown_preset", "[model]\npreset = \"llama-3-8b\"\n", "model.preset", "valid: llama-2-7b, llama-2-13b"},
+  {"unknown_scheduling_policy", "[scheduler]\npolicy = \"fcsf\"\n", "scheduler.policy", "did you mean \"fcfs\"?"},
+  {"unknown_classifier_policy", "[classifier]\npolicy = \"kmeans\"\n", "classifier.policy",
+   "unknown classifier policy \"kmeans\" (valid: single_queue)"},
+  {"unknown_eviction_policy", "[adapter_cache]\npolicy = \"lfu\"\n", "adapter_cache.policy",
+   "unknown eviction policy \"lfu\"; did you mean \"lru\"? (valid: lru)"},
+  {"unknown_log_level", "[logging]\nlevel = \"verbose\"\n", "logging.level",
+   "valid: trace, debug, info, warn, error, critical, off"},
+  // endpoint
+  {"endpoint_scheme", "[server]\nendpoint = \"http://127.0.0.1:80\"\n", "server.endpoint",
+   "must be tcp://, ipc:// or inproc:// followed by an address, got \"http://127.0.0.1:80\""},
+  {"endpoint_without_address", "[server]\nendpoint = \"tcp://\"\n", "server.endpoint", "got \"tcp://\""},
+  // adapter names
+  {"duplicate_adapter", "[[adapters]]\nname = \"a\"\n[[adapters]]\nname = \"b\"\n[[adapters]]\nname = \"a\"\n",
+   "adapters[2].name", "duplicate adapter name, first used by adapters[0], got \"a\""},
+  {"empty_adapter_name", "[[adapters]]\nname = \"\"\n", "adapters[0].name", "must not be empty"},
+  {"adapter_name_with_space", "[[adapters]]\nname = \"my adapter\"\n", "adapters[0].name",
+   "must not contain whitespace, got \"my adapter\""},
+  {"adapter_name_with_tab", "[[adapters]]\nname = \"a\\tb\"\n", "adapters[0].name", "must not contain whitespace"},
+  {"adapter_without_name", "[[adapters]]\nrank = 8\n", "adapters[0].name", "missing"},
+  {"generate_prefix_with_space", "[adapters_generate]\nprefix = \"lora \"\n", "adapters_generate.prefix",
+   "must not contain whitespace"},
+  {"generated_name_collides", "[[adapters]]\nname = \"lora-3\"\n[adapters_generate]\ncount = 8\n",
+   "adapters[0].name",
+   "collides with a name made by adapters_generate (prefix \"lora-\", count 8, names lora-0 .. lora-7)"},
+  // syntax errors name the file, line and column
+  {"syntax_unclosed_header", "[server]\nmax_pending = 3\n[scheduler\n", "bad.toml:3:", "TOML syntax error"},
+  {"syntax_missing_value", "[server]\nmax_pending =\n", "bad.toml:2:", "TOML syntax error"},
+  {"syntax_int64_overflow", "[backend]\nseed = 99999999999999999999\n", "bad.toml:2:", "TOML syntax error"},
+  {"syntax_duplicate_key", "[server]\nmax_pending = 3\nmax_pending = 4\n", "bad.toml:3:", "TOML syntax error"},
+};
+
+class config_errors : public testing::TestWithParam<error_case> {};
+
+TEST_P(config_errors, name_the_file_and_the_key) {
+  const auto& c = GetParam();
+  const std::string message = parse_error_message(c.toml);
+  ASSERT_FALSE(message.empty()) << "parsed without error:\n" << c.toml;
+  EXPECT_EQ(message.rfind("bad.toml:", 0), 0u) << message;
+  EXPECT_NE(message.find(c.key_path), std::string::npos) << message;
+  EXPECT_NE(message.find(c.detail), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+INSTANTIATE_TEST_SUITE_P(table, config_errors, testing::ValuesIn(error_cases),
+                         [](const testing::TestParamInfo<error_case>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(config, errors_give_the_line_and_column_of_the_value) {
+  EXPECT_EQ(parse_error_message("[scheduler]\nmax_running = 0\n"),
+            "bad.toml:2:15: scheduler.max_running: must be at least 1, got 0");
+  EXPECT_EQ(parse_error_message("\n[scheduler]\nmax_runing = 4\n"),
+            "bad.toml:3:1: scheduler.max_runing: unknown key; did you mean scheduler.max_running?");
+}
+
+TEST(config, the_first_error_is_reported) {
+  const auto message = parse_error_message("[server]\nmax_pending = 0\n[scheduler]\nmax_running = 0\n");
+  EXPECT_NE(message.find("server.max_pending"), std::string::npos) << message;
+  EXPECT_EQ(message.find("scheduler"), std::string::npos) << message;
+}
+
+// -- files ---------------------------------------------------------------------
+
+TEST(config, an_unreadable_file_is_an_error_naming_the_path) {
+  auto missing = load_config_file("config/no-such-file.toml", catalog);
+  ASSERT_TRUE(std::holds_alternative<config_error>(missing));
+  EXPECT_EQ(std::get<config_error>(missing).message.rfind("config/no-such-file.toml: ", 0), 0u);
+
+  auto directory = load_config_file("config", catalog);
+  ASSERT_TRUE(std::holds_alternative<config_error>(directory));
+  EXPECT_EQ(std::get<config_error>(directory).message.rfind("config: ", 0), 0u);
+}
+
+TEST(config, errors_in_a_file_name_that_file) {
+  const auto path = (std::filesystem::temp_directory_path() / "troupe_config_test_bad.toml").string();
+  {
+    std::ofstream out(path, std::ios::binary);
+    out << "[backend]\ntime_scale = -1\n";
+  }
+  auto result = load_config_file(path, catalog);
+  std::remove(path.c_str());
+  ASSERT_TRUE(std::holds_alternative<config_error>(result));
+  EXPECT_EQ(std::get<config_error>(result).message,
+            path + ":2:14: backend.time_scale: must not be negative, got -1");
+}
+
+} // namespace
+} // namespace troupe

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and starts troupe-serve on the embedded
+# default deployment (config/default.toml) or on the file given as $1.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$root"
+tools/install-deps.sh
+tools/build.sh troupe-serve troupe-client
+if [ $# -gt 0 ]; then
+  exec build/bin/troupe-serve --config "$1"
+fi
+exec build/bin/troupe-serve

@@ -1,0 +1,144 @@
+// troupe-client: submits one job (or a health/stats/list_adapters query) to a
+// Troupe server over ZeroMQ, streams the output, and exits non-zero on an
+// error reply or a timeout.
+#include "tools/client_connection.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+namespace {
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+    "usage: troupe-client [--endpoint URL] [--prompt TEXT] [--max-tokens N]\n"
+    "                     [--adapter NAME] [--temperature T] [--top-p P] [--top-k K]\n"
+    "                     [--seed S] [--stop TEXT]... [--no-stream] [--id ID]\n"
+    "                     [--cancel-after N] [--timeout-ms MS] [--json]\n"
+    "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
+    "Defaults: endpoint tcp://127.0.0.1:5555, max-tokens 16, streaming on.\n"
+    "Exit status: 0 on done, 1 on an error reply, 2 on bad usage, 3 on timeout.\n");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace troupe;
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  wire::generate_request g;
+  g.id = "client-" + std::to_string(::getpid());
+  g.stream = true;
+  std::string query;
+  long cancel_after = -1;
+  long timeout_ms = 60000;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "troupe-client: %s needs a value\n", arg.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    auto number = [&]() -> double {
+      const auto v = value();
+      char* end = nullptr;
+      const double d = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0') {
+        std::fprintf(stderr, "troupe-client: %s needs a number, got '%s'\n", arg.c_str(), v.c_str());
+        std::exit(2);
+      }
+      return d;
+    };
+    if (arg == "--endpoint") endpoint = value();
+    else if (arg == "--prompt") g.prompt = value();
+    else if (arg == "--max-tokens") g.max_tokens = static_cast<std::uint32_t>(number());
+    else if (arg == "--adapter") g.adapter = value();
+    else if (arg == "--temperature") g.sampling.temperature = static_cast<float>(number());
+    else if (arg == "--top-p") g.sampling.top_p = static_cast<float>(number());
+    else if (arg == "--top-k") g.sampling.top_k = static_cast<std::int32_t>(number());
+    else if (arg == "--seed") g.sampling.seed = static_cast<std::uint64_t>(number());
+    else if (arg == "--stop") g.stop.push_back(value());
+    else if (arg == "--no-stream") g.stream = false;
+    else if (arg == "--id") g.id = value();
+    else if (arg == "--cancel-after") cancel_after = static_cast<long>(number());
+    else if (arg == "--timeout-ms") timeout_ms = static_cast<long>(number());
+    else if (arg == "--json") json = true;
+    else if (arg == "--health" || arg == "--stats" || arg == "--list-adapters") query = arg;
+    else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
+    else {
+      std::fprintf(stderr, "troupe-client: unknown argument '%s'\n", arg.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  client_connection conn{endpoint};
+  wire::request req;
+  if (query == "--health") req = wire::health_request{g.id};
+  else if (query == "--stats") req = wire::stats_request{g.id};
+  else if (query == "--list-adapters") req = wire::list_adapters_request{g.id};
+  else {
+    if (!g.prompt)
+      g.prompt = "hello";
+    req = g;
+  }
+  if (!conn.send(req)) {
+    std::fprintf(stderr, "troupe-client: cannot send to %s\n", endpoint.c_str());
+    return 3;
+  }
+  long tokens_seen = 0;
+  bool cancel_sent = false;
+  for (;;) {
+    auto raw = conn.receive_raw(std::chrono::milliseconds(timeout_ms));
+    if (!raw) {
+      std::fprintf(stderr, "troupe-client: no reply from %s within %ld ms\n", endpoint.c_str(), timeout_ms);
+      return 3;
+    }
+    if (json)
+      std::printf("%s\n", raw->c_str());
+    auto parsed = wire::parse_reply(*raw);
+    if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+      std::fprintf(stderr, "troupe-client: unreadable reply: %s\n", err->message.c_str());
+      return 1;
+    }
+    auto& reply = std::get<wire::reply>(parsed);
+    if (auto* e = std::get_if<wire::error_reply>(&reply)) {
+      std::fprintf(stderr, "error: %s: %s\n", std::string{wire::to_string(e->code)}.c_str(),
+                   e->message.c_str());
+      return 1;
+    }
+    if (auto* t = std::get_if<wire::token_reply>(&reply)) {
+      tokens_seen += static_cast<long>(t->tokens.size());
+      if (!json) {
+        std::fputs(t->text.c_str(), stdout);
+        std::fflush(stdout);
+      }
+      if (cancel_after >= 0 && tokens_seen >= cancel_after && !cancel_sent) {
+        conn.send(wire::cancel_request{g.id});
+        cancel_sent = true;
+      }
+      continue;
+    }
+    if (auto* d = std::get_if<wire::done_reply>(&reply)) {
+      if (!json) {
+        if (d->text)
+          std::fputs(d->text->c_str(), stdout);
+        std::printf("\n");
+      }
+      std::fprintf(stderr,
+                   "done: finish_reason=%s prompt_tokens=%u completion_tokens=%u "
+                   "queue_ms=%.2f ttft_ms=%.2f e2e_ms=%.2f\n",
+                   d->finish_reason.c_str(), d->prompt_tokens, d->completion_tokens,
+                   d->time.queue_ms, d->time.ttft_ms, d->time.e2e_ms);
+      return 0;
+    }
+    if (std::holds_alternative<wire::accepted_reply>(reply))
+      continue;
+    if (!json) // health, stats, adapters: print the raw reply
+      std::printf("%s\n", raw->c_str());
+    return 0;
+  }
+}

@@ -1,0 +1,98 @@
+// troupe-serve: runs one deployment from a TOML file (or the embedded
+// default) until SIGINT/SIGTERM, then drains in-flight requests and exits.
+#include "runtime/backend_factory.hpp"
+#include "runtime/config.hpp"
+#include "runtime/deployment.hpp"
+#include "runtime/logging.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace {
+
+volatile std::sig_atomic_t stop_requested = 0;
+
+void on_signal(int) {
+  stop_requested = 1;
+}
+
+void usage(std::FILE* out) {
+  std::fprintf(out,
+               "usage: troupe-serve [--config FILE] [--endpoint URL] [--log-level LEVEL]\n"
+               "                    [--print-default-config]\n"
+               "Serves the deployment in FILE (default: the embedded config/default.toml).\n");
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string config_path;
+  std::string endpoint;
+  std::string log_level;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "troupe-serve: %s needs a value\n", name);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--config")
+      config_path = value("--config");
+    else if (arg == "--endpoint")
+      endpoint = value("--endpoint");
+    else if (arg == "--log-level")
+      log_level = value("--log-level");
+    else if (arg == "--print-default-config") {
+      std::fwrite(troupe::embedded_default_config().data(), 1,
+                  troupe::embedded_default_config().size(), stdout);
+      return 0;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(stdout);
+      return 0;
+    } else {
+      std::fprintf(stderr, "troupe-serve: unknown argument '%s'\n", arg.c_str());
+      usage(stderr);
+      return 2;
+    }
+  }
+  const auto catalog = troupe::default_catalog();
+  auto loaded = config_path.empty()
+                  ? troupe::parse_config(troupe::embedded_default_config(),
+                                         "<embedded default>", catalog)
+                  : troupe::load_config_file(config_path, catalog);
+  if (auto* err = std::get_if<troupe::config_error>(&loaded)) {
+    std::fprintf(stderr, "troupe-serve: %s\n", err->message.c_str());
+    return 1;
+  }
+  auto opts = std::get<troupe::deployment_options>(std::move(loaded));
+  if (!endpoint.empty())
+    opts.server.endpoint = endpoint;
+  if (!log_level.empty())
+    opts.logging.level = log_level;
+  if (auto err = troupe::configure_logging(opts.logging)) {
+    std::fprintf(stderr, "troupe-serve: %s\n", err->c_str());
+    return 1;
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  auto started = troupe::deployment::start(opts);
+  if (auto* err = std::get_if<std::string>(&started)) {
+    std::fprintf(stderr, "troupe-serve: %s\n", err->c_str());
+    return 1;
+  }
+  auto& dep = *std::get<std::unique_ptr<troupe::deployment>>(started);
+  std::printf("troupe-serve: listening on %s\n", dep.endpoint().c_str());
+  std::fflush(stdout);
+  while (!stop_requested)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  spdlog::info("troupe: stopping (draining for up to {} s)", opts.server.drain_timeout_s);
+  const auto left = dep.stop();
+  return left == 0 ? 0 : 3;
+}
