@@ -117,7 +117,10 @@ adapter_cache_actor::behavior_type adapter_cache_impl(self_ptr self, adapter_cac
       return false;
     },
     [self](release_atom, std::uint32_t id) {
-      self->state.cache->release(id, monotonic_seconds());
+      const auto now = monotonic_seconds();
+      self->state.cache->release(id, now);
+      // Adapters over max_resident that were pinned when loaded go now.
+      drop(self, self->state.cache->evict_for_slot(now));
     },
     [self](trim_atom, std::uint64_t pages) {
       return drop(self, self->state.cache->evict_for(pages, monotonic_seconds()));

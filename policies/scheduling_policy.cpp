@@ -1,5 +1,7 @@
 #include "policies/scheduling_policy.hpp"
 
+#include <algorithm>
+
 namespace troupe::policies {
 
 std::uint64_t pages_for(std::uint32_t prompt_tokens, std::uint32_t max_new_tokens,
@@ -8,6 +10,29 @@ std::uint64_t pages_for(std::uint32_t prompt_tokens, std::uint32_t max_new_token
     return 0;
   const std::uint64_t tokens = std::uint64_t{prompt_tokens} + max_new_tokens;
   return (tokens + page_tokens - 1) / page_tokens;
+}
+
+page_budget::page_budget(std::uint64_t free_pages,
+                         std::span<const std::uint32_t> adapters_in_use)
+  : left_(free_pages), in_use_(adapters_in_use.begin(), adapters_in_use.end()) {
+  std::sort(in_use_.begin(), in_use_.end());
+}
+
+std::uint64_t page_budget::need(const waiting_view& w, std::uint32_t page_tokens) const {
+  auto n = pages_for(w.prompt_tokens, w.max_new_tokens, page_tokens);
+  if (w.adapter_id != 0 && !std::binary_search(in_use_.begin(), in_use_.end(), w.adapter_id))
+    n += w.adapter_pages;
+  return n;
+}
+
+bool page_budget::take(const waiting_view& w, std::uint32_t page_tokens) {
+  const auto n = need(w, page_tokens);
+  if (n > left_)
+    return false;
+  left_ -= n;
+  if (w.adapter_id != 0)
+    in_use_.insert(std::upper_bound(in_use_.begin(), in_use_.end(), w.adapter_id), w.adapter_id);
+  return true;
 }
 
 } // namespace troupe::policies

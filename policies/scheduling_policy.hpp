@@ -21,6 +21,8 @@ struct waiting_view {
   std::uint32_t predicted_tokens = 0;
   std::uint32_t adapter_id = 0; ///< 0: base model
   std::uint32_t adapter_rank = 0;
+  /// Pages the adapter's weights take when it must be loaded.
+  std::uint64_t adapter_pages = 0;
   std::uint32_t queue = 0;      ///< classifier's queue index
   std::int32_t priority = 0;
   double arrival_s = 0;         ///< on the scheduler's clock
@@ -39,7 +41,9 @@ struct schedule_limits {
   std::uint32_t max_running = 0;
   /// Tokens one step may process: 1 per running request plus admitted prompts.
   std::uint32_t token_budget = 0;
-  /// Pages free for KV reservations (idle adapter pages count as free).
+  /// Pages free for KV reservations and adapter loads: the pool less the KV
+  /// of admitted requests and the adapters they pin. Pages of idle cached
+  /// adapters count as free (the cache gives them back on demand).
   std::uint64_t free_pages = 0;
   std::uint32_t page_tokens = 16;
 };
@@ -47,6 +51,9 @@ struct schedule_limits {
 struct schedule_input {
   std::span<const waiting_view> waiting; ///< in arrival order
   std::span<const running_view> running;
+  /// Adapters pinned by admitted requests, sorted: their pages are already
+  /// taken out of free_pages.
+  std::span<const std::uint32_t> adapters_in_use;
   schedule_limits limits;
   double now_s = 0;
 };
@@ -60,6 +67,22 @@ struct schedule_decision {
 /// admission reserves them up front so a running request never runs out.
 std::uint64_t pages_for(std::uint32_t prompt_tokens, std::uint32_t max_new_tokens,
                         std::uint32_t page_tokens) noexcept;
+
+/// Tracks the pages admissions take within one decision: KV pages plus the
+/// adapter's pages the first time an adapter not yet in use is admitted.
+class page_budget {
+public:
+  page_budget(std::uint64_t free_pages, std::span<const std::uint32_t> adapters_in_use);
+  /// Pages admitting `w` would take now.
+  std::uint64_t need(const waiting_view& w, std::uint32_t page_tokens) const;
+  /// True (and the pages taken) if `w` fits.
+  bool take(const waiting_view& w, std::uint32_t page_tokens);
+  std::uint64_t left() const noexcept { return left_; }
+
+private:
+  std::uint64_t left_;
+  std::vector<std::uint32_t> in_use_; // sorted
+};
 
 /// Decides admissions. Called once per scheduler iteration from one thread.
 class scheduling_policy {

@@ -30,6 +30,7 @@ struct deployment::impl {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<zmq_bridge> bridge;
+  std::string endpoint;
   intake_actor intake;
   std::vector<caf::actor> actors; // every actor, for shutdown
   bool stopped = false;
@@ -43,7 +44,7 @@ deployment::~deployment() {
 }
 
 const std::string& deployment::endpoint() const noexcept {
-  return impl_->bridge->endpoint();
+  return impl_->endpoint;
 }
 
 std::variant<std::unique_ptr<deployment>, std::string>
@@ -139,6 +140,7 @@ deployment::start(const deployment_options& opts) {
       p->actors.push_back(a);
 
   p->bridge->start(sys, p->intake);
+  p->endpoint = p->bridge->endpoint();
   spdlog::info("troupe: serving {} ({} on {}, {} pages of {} KiB, {} adapters) at {}",
                opts.source, rb.shape.name, rb.gpu.name, rb.pool_pages, rb.page_bytes >> 10,
                catalog->all().size(), p->bridge->endpoint());
@@ -169,8 +171,10 @@ std::uint64_t deployment::stop() {
   p.bridge->stop();
   for (auto& a : p.actors)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  // Drop every handle before the system goes: its destructor waits for them.
   p.actors.clear();
   p.intake = nullptr;
+  p.bridge.reset();
   p.sys.reset();
   return left;
 }

@@ -27,7 +27,9 @@ public:
 
   /// Graceful stop: refuses new work, waits up to server.drain_timeout_s for
   /// in-flight requests to finish, then stops the bridge and every actor.
-  /// Returns the number of requests still in flight when it gave up.
+  /// Returns the number of requests still in flight when it gave up. Call
+  /// it from the thread that called start(): CAF 0.17 ties the actor
+  /// system's logger to that thread, and its destructor waits for it.
   std::uint64_t stop();
 
   struct impl;

@@ -127,6 +127,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.max_new_tokens = g.max_tokens;
   spec.adapter_id = adapter ? adapter->id : 0;
   spec.adapter_rank = adapter ? adapter->rank : 0;
+  spec.adapter_pages = adapter ? adapter->pages : 0;
   spec.seed = g.sampling.seed ? *g.sampling.seed : mix(limits_.base_seed ^ mix(id));
   spec.temperature = g.sampling.temperature;
   spec.top_p = g.sampling.top_p;

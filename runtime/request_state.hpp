@@ -49,6 +49,8 @@ struct request_spec {
   std::uint32_t max_new_tokens = 0;
   std::uint32_t adapter_id = 0;
   std::uint32_t adapter_rank = 0;
+  /// Pages the adapter's weights take in the pool.
+  std::uint64_t adapter_pages = 0;
   std::uint64_t seed = 0;
   float temperature = 1.0f;
   float top_p = 1.0f;

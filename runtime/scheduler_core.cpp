@@ -47,6 +47,20 @@ bool scheduler_core::has_work() const noexcept {
 
 void scheduler_core::transition(record& r, request_state to) {
   // The only place a state changes; keeps the counters in step with it.
+  const bool held = r.state == request_state::admitting || r.state == request_state::ready
+                    || r.state == request_state::running;
+  const bool holds = to == request_state::admitting || to == request_state::ready
+                     || to == request_state::running;
+  if (r.spec.adapter_id != 0 && held != holds) {
+    auto& use = adapter_use_[r.spec.adapter_id];
+    if (holds) {
+      if (use++ == 0)
+        adapter_pages_in_use_ += r.spec.adapter_pages;
+    } else if (--use == 0) {
+      adapter_pages_in_use_ -= r.spec.adapter_pages;
+      adapter_use_.erase(r.spec.adapter_id);
+    }
+  }
   if (r.state == request_state::admitting)
     --admitting_;
   if (to == request_state::admitting)
@@ -65,7 +79,7 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
     return submit_result::queue_full;
   const auto pages = policies::pages_for(static_cast<std::uint32_t>(spec.prompt.size()),
                                         spec.max_new_tokens, limits_.page_tokens);
-  if (pages > limits_.total_pages)
+  if (pages + spec.adapter_pages > limits_.total_pages)
     return submit_result::too_large;
   record r;
   r.times.arrival_s = spec.arrival_s;
@@ -84,6 +98,7 @@ void scheduler_core::enqueue_waiting(const record& r) {
   v.predicted_tokens = r.spec.predicted_tokens;
   v.adapter_id = r.spec.adapter_id;
   v.adapter_rank = r.spec.adapter_rank;
+  v.adapter_pages = r.spec.adapter_pages;
   v.queue = r.spec.queue;
   v.priority = r.spec.priority;
   v.arrival_s = r.spec.arrival_s;
@@ -124,16 +139,19 @@ scheduler_effects scheduler_core::admit(double now_s) {
                               static_cast<std::uint32_t>(r.spec.prompt.size()) + r.generated,
                               r.spec.max_new_tokens - r.generated, r.spec.adapter_id});
   }
+  adapters_in_use_.clear();
+  for (const auto& [id, n] : adapter_use_)
+    adapters_in_use_.push_back(id);
   policies::schedule_input in;
   in.waiting = std::span{waiting_}.subspan(head_);
   in.running = running_views_;
+  in.adapters_in_use = adapters_in_use_;
   in.limits.max_running = limits_.max_running > admitting_
                             ? limits_.max_running - static_cast<std::uint32_t>(admitting_)
                             : 0;
   in.limits.token_budget = limits_.token_budget;
-  in.limits.free_pages = limits_.total_pages > reserved_pages_
-                           ? limits_.total_pages - reserved_pages_
-                           : 0;
+  const auto taken = reserved_pages_ + adapter_pages_in_use_;
+  in.limits.free_pages = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   in.limits.page_tokens = limits_.page_tokens;
   in.now_s = now_s;
   auto decision = policy_->schedule(in);
@@ -204,8 +222,10 @@ scheduler_effects scheduler_core::on_adapter(std::uint64_t request_id, bool gran
   r.adapter_pending = false;
   r.adapter_granted = granted;
   r.adapter_failed = !granted;
-  if (!granted)
+  if (!granted) {
     memory_blocked_ = true;
+    fx.trim_pages += r.spec.adapter_pages;
+  }
   settle_admission(r, now_s, fx);
   flush_finished();
   return fx;

@@ -11,6 +11,7 @@
 #include "runtime/request_state.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <unordered_map>
@@ -112,6 +113,8 @@ public:
   std::size_t in_system() const noexcept { return records_.size(); }
   bool step_in_flight() const noexcept { return step_in_flight_; }
   std::uint64_t reserved_pages() const noexcept { return reserved_pages_; }
+  /// Pages of the distinct adapters admitted requests pin.
+  std::uint64_t adapter_pages_in_use() const noexcept { return adapter_pages_in_use_; }
   bool memory_blocked() const noexcept { return memory_blocked_; }
   /// State of a request; finished for unknown ids.
   request_state state_of(std::uint64_t request_id) const;
@@ -154,6 +157,11 @@ private:
   std::vector<policies::running_view> running_views_;
   std::size_t admitting_ = 0;
   std::uint64_t reserved_pages_ = 0;
+  // Adapters pinned by admitting/ready/running requests: use counts, and the
+  // pages of the distinct ones.
+  std::map<std::uint32_t, std::uint32_t> adapter_use_;
+  std::uint64_t adapter_pages_in_use_ = 0;
+  std::vector<std::uint32_t> adapters_in_use_;
   bool step_in_flight_ = false;
   bool memory_blocked_ = false;
   std::vector<std::uint64_t> to_erase_;

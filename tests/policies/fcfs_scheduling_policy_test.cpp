@@ -1,8 +1,9 @@
-// Tests for policies/fcfs_scheduling_policy and pages_for: a table of
-// (waiting, running, limits) -> admitted ids covering arrival order without
-// overtaking, max_running, the token budget (1 per running request), the lone
-// request exception and free pages; then a tiny engine loop with per-step
-// expected states.
+// Tests for policies/fcfs_scheduling_policy, pages_for and page_budget: a
+// table of (waiting, running, adapters in use, limits) -> admitted ids
+// covering arrival order without overtaking, max_running, the token budget (1
+// per running request), the lone request exception and free pages (KV pages
+// plus the pages of each adapter not yet in use); then a tiny engine loop with
+// per-step expected states.
 #include "policies/fcfs_scheduling_policy.hpp"
 
 #include <gtest/gtest.h>
@@ -60,11 +61,14 @@ TEST(pages_for, rounds_prompt_plus_output_up_to_whole_pages) {
 
 // -- one schedule() call per case ---------------------------------------------------
 
-/// A waiting request: id, prompt tokens, max new tokens.
+/// A waiting request: id, prompt tokens, max new tokens, adapter and the
+/// pages its weights take.
 struct w {
   std::uint64_t id;
   std::uint32_t prompt;
   std::uint32_t max_new;
+  std::uint32_t adapter = 0;
+  std::uint64_t adapter_pages = 0;
 };
 
 struct fcfs_case {
@@ -76,6 +80,7 @@ struct fcfs_case {
   std::uint64_t free_pages = 0;
   std::uint32_t page_tokens = 16;
   std::vector<std::uint64_t> expected;
+  std::vector<std::uint32_t> in_use = {}; ///< adapters pinned by admitted requests
 };
 
 std::vector<std::uint64_t> run_case(const fcfs_case& c) {
@@ -87,6 +92,9 @@ std::vector<std::uint64_t> run_case(const fcfs_case& c) {
     v.prompt_tokens = x.prompt;
     v.max_new_tokens = x.max_new;
     v.predicted_tokens = x.max_new;
+    v.adapter_id = x.adapter;
+    v.adapter_rank = x.adapter == 0 ? 0 : 8;
+    v.adapter_pages = x.adapter_pages;
     v.arrival_s = t += 1;
     waiting.push_back(v);
   }
@@ -96,6 +104,7 @@ std::vector<std::uint64_t> run_case(const fcfs_case& c) {
   schedule_input in;
   in.waiting = waiting;
   in.running = running;
+  in.adapters_in_use = c.in_use;
   in.limits = {c.max_running, c.token_budget, c.free_pages, c.page_tokens};
   in.now_s = 100;
   fcfs_scheduling_policy fcfs;
@@ -130,9 +139,56 @@ TEST(fcfs_scheduling_policy, admits_the_table_of_cases) {
     {"no free pages", {{1, 1, 1}}, 0, 8, 1000, 0, 16, {}},
     {"page size changes the count", {{1, 10, 6}, {2, 10, 6}}, 0, 8, 1000, 4, 8, {1, 2}},
     {"page size changes the count (over)", {{1, 10, 6}, {2, 10, 7}}, 0, 8, 1000, 4, 8, {1}},
+    // Adapter pages: paid once by the first admission of an adapter not in use.
+    {"a new adapter adds its pages", {{1, 4, 4, 7, 3}}, 0, 8, 1000, 4, 16, {1}},
+    {"a new adapter adds its pages (over)", {{1, 4, 4, 7, 3}}, 0, 8, 1000, 3, 16, {}},
+    {"an adapter in use costs nothing more", {{1, 4, 4, 7, 3}}, 1, 8, 1000, 1, 16, {1}, {7}},
+    {"second user of a new adapter pays only KV", {{1, 4, 4, 7, 3}, {2, 4, 4, 7, 3}}, 0, 8, 1000, 5, 16, {1, 2}},
+    {"second user (over)", {{1, 4, 4, 7, 3}, {2, 4, 4, 7, 3}}, 0, 8, 1000, 4, 16, {1}},
+    {"different adapters each pay", {{1, 4, 4, 7, 3}, {2, 4, 4, 8, 3}}, 0, 8, 1000, 7, 16, {1}},
+    {"different adapters each pay (fit)", {{1, 4, 4, 7, 3}, {2, 4, 4, 8, 3}}, 0, 8, 1000, 8, 16, {1, 2}},
+    {"other adapters in use do not help", {{1, 4, 4, 7, 3}}, 1, 8, 1000, 3, 16, {}, {5, 6, 8}},
+    {"base model pays no adapter pages", {{1, 4, 4, 0, 9}}, 0, 8, 1000, 1, 16, {1}},
+    {"adapter misfit blocks later base requests", {{1, 4, 4, 7, 9}, {2, 1, 1}}, 0, 8, 1000, 5, 16, {}},
   };
   for (const auto& c : table)
     EXPECT_EQ(run_case(c), c.expected) << c.name;
+}
+
+// -- page_budget -------------------------------------------------------------------
+
+waiting_view wv(std::uint32_t prompt, std::uint32_t max_new, std::uint32_t adapter,
+                std::uint64_t adapter_pages) {
+  waiting_view v;
+  v.prompt_tokens = prompt;
+  v.max_new_tokens = max_new;
+  v.adapter_id = adapter;
+  v.adapter_pages = adapter_pages;
+  return v;
+}
+
+TEST(page_budget, takes_kv_pages_and_each_new_adapter_once) {
+  const std::vector<std::uint32_t> in_use{9, 3}; // unsorted on purpose
+  page_budget b{20, in_use};
+  EXPECT_EQ(b.left(), 20u);
+  // 16 + 16 tokens = 2 pages, plus 5 for adapter 4 which is not in use.
+  EXPECT_EQ(b.need(wv(16, 16, 4, 5), 16), 7u);
+  EXPECT_EQ(b.need(wv(16, 16, 3, 5), 16), 2u); // 3 is in use
+  EXPECT_EQ(b.need(wv(16, 16, 9, 5), 16), 2u); // so is 9
+  EXPECT_EQ(b.need(wv(16, 16, 0, 5), 16), 2u); // base model
+  EXPECT_EQ(b.left(), 20u);                    // need() takes nothing
+  EXPECT_TRUE(b.take(wv(16, 16, 4, 5), 16));
+  EXPECT_EQ(b.left(), 13u);
+  EXPECT_EQ(b.need(wv(16, 16, 4, 5), 16), 2u); // 4 is in use now
+  EXPECT_TRUE(b.take(wv(16, 16, 4, 5), 16));
+  EXPECT_EQ(b.left(), 11u);
+  EXPECT_FALSE(b.take(wv(16, 16, 5, 10), 16)); // 12 > 11: nothing taken
+  EXPECT_EQ(b.left(), 11u);
+  EXPECT_EQ(b.need(wv(16, 16, 5, 10), 16), 12u); // and 5 did not become in use
+  EXPECT_TRUE(b.take(wv(16, 16, 5, 9), 16));     // exactly 11
+  EXPECT_EQ(b.left(), 0u);
+  EXPECT_FALSE(b.take(wv(1, 0, 0, 0), 16));
+  EXPECT_TRUE(b.take(wv(0, 0, 0, 0), 16)); // nothing needed, nothing taken
 }
 
 TEST(fcfs_scheduling_policy, name_is_fcfs) {

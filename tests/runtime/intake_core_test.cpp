@@ -1,0 +1,559 @@
+// Tests for runtime/intake_core with a sim_backend (llama-2-7b on H100-80GB)
+// and a two-adapter catalog: every refused frame gets one error with the
+// right code and echoed id; a good generate becomes a submit spec; submit
+// results, progress and finishes become accepted/token/done frames, once
+// each; ids free up after the terminal reply; gone peers get nothing more.
+#include "runtime/intake_core.hpp"
+
+#include "gpu/sim_backend.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <variant>
+#include <vector>
+
+namespace troupe {
+namespace {
+
+static_assert(std::is_nothrow_move_constructible_v<outbound_frame>);
+static_assert(std::is_nothrow_move_constructible_v<intake_actions>);
+static_assert(std::is_nothrow_move_constructible_v<progress_batch>);
+static_assert(std::is_trivially_copyable_v<token_event>);
+static_assert(std::is_trivially_copyable_v<finish_event>);
+
+using wire::error_code;
+using sr = scheduler_core::submit_result;
+
+std::shared_ptr<const gpu::sim_backend> make_backend() {
+  return std::make_shared<const gpu::sim_backend>(*gpu::find_model_preset("llama-2-7b"),
+                                                  *gpu::find_gpu_spec("H100-80GB"), 5);
+}
+
+/// "sql" (rank 8) and "chat" (rank 16), sized like llama-2-7b LoRA weights in
+/// pages of 16 tokens of KV cache.
+std::shared_ptr<const adapter_catalog> make_catalog() {
+  const auto shape = *gpu::find_model_preset("llama-2-7b");
+  return std::make_shared<const adapter_catalog>(
+    std::vector<adapter_spec>{{"sql", 8, ""}, {"chat", 16, ""}}, adapter_generate_options{},
+    [shape](std::uint32_t rank) { return shape.lora_adapter_bytes(rank); },
+    shape.kv_bytes_per_token() * 16);
+}
+
+intake_limits small_limits() {
+  intake_limits l;
+  l.max_pending = 3;
+  l.max_context = 64;
+  l.base_seed = 1234;
+  l.parse.max_frame_bytes = 4096;
+  return l;
+}
+
+/// The parsed reply of a frame (fails the test for anything else).
+wire::reply parsed(const outbound_frame& f) {
+  auto r = wire::parse_reply(f.payload);
+  if (auto* e = std::get_if<wire::parse_error>(&r)) {
+    ADD_FAILURE() << "not a reply: " << f.payload << ": " << e->message;
+    return wire::error_reply{};
+  }
+  return std::get<wire::reply>(r);
+}
+
+template <class T>
+T as(const outbound_frame& f) {
+  auto r = parsed(f);
+  if (auto* x = std::get_if<T>(&r))
+    return *x;
+  ADD_FAILURE() << "unexpected reply kind: " << f.payload;
+  return T{};
+}
+
+class intake_core_test : public ::testing::Test {
+protected:
+  intake_core_test() : intake_core_test(small_limits()) {}
+  explicit intake_core_test(intake_limits l)
+    : backend(make_backend()), catalog(make_catalog()), core(l, catalog, backend) {}
+
+  /// A generate frame with `id` and extra JSON fields.
+  static std::string gen(const std::string& id, const std::string& extra = "") {
+    return R"({"type":"generate","id":")" + id + R"(","prompt":"hi")"
+           + (extra.empty() ? "" : "," + extra) + "}";
+  }
+
+  /// Sends a good generate and returns the internal id it was given.
+  std::uint64_t submit(const std::string& peer, const std::string& id,
+                       const std::string& extra = "") {
+    auto a = core.on_frame(peer, gen(id, extra), now += 1);
+    EXPECT_TRUE(a.replies.empty()) << (a.replies.empty() ? "" : a.replies[0].payload);
+    EXPECT_TRUE(a.submit.has_value());
+    return a.submit ? a.submit->request_id : 0;
+  }
+
+  /// Sends a frame that must be refused with one error reply.
+  void expect_error(const std::string& peer, const std::string& frame, error_code code,
+                    const std::string& id) {
+    SCOPED_TRACE(frame.substr(0, 200));
+    const auto rejected = core.rejected();
+    const auto in_flight = core.in_flight();
+    auto a = core.on_frame(peer, frame, now += 1);
+    ASSERT_EQ(a.replies.size(), 1u);
+    EXPECT_EQ(a.replies[0].peer, peer);
+    const auto e = as<wire::error_reply>(a.replies[0]);
+    EXPECT_EQ(e.code, code) << a.replies[0].payload;
+    EXPECT_EQ(e.id, id);
+    EXPECT_FALSE(e.message.empty());
+    EXPECT_FALSE(a.submit.has_value());
+    EXPECT_FALSE(a.cancel.has_value());
+    EXPECT_EQ(a.ask, intake_actions::query::none);
+    EXPECT_EQ(core.rejected(), rejected + 1);
+    EXPECT_EQ(core.in_flight(), in_flight);
+  }
+
+  std::shared_ptr<const gpu::sim_backend> backend;
+  std::shared_ptr<const adapter_catalog> catalog;
+  intake_core core;
+  double now = 0;
+};
+
+// -- refused frames -------------------------------------------------------------------
+
+struct bad_frame {
+  std::string name;
+  std::string frame;
+  error_code code;
+  std::string id; ///< echoed
+};
+
+TEST_F(intake_core_test, each_bad_frame_gets_one_error_with_code_and_id) {
+  const std::string prompt_60(60, 'x'); // 60 byte tokens
+  std::string tokens_60 = "[";
+  for (int i = 0; i < 60; ++i)
+    tokens_60 += (i ? "," : "") + std::to_string(300 + i);
+  tokens_60 += "]";
+  const std::vector<bad_frame> table{
+    {"not JSON", "hello", error_code::bad_request, ""},
+    {"truncated JSON", R"({"type":"generate","id":"t1")", error_code::bad_request, ""},
+    {"not an object", "[1,2]", error_code::bad_request, ""},
+    {"unknown type", R"({"type":"launch","id":"u1"})", error_code::bad_request, "u1"},
+    {"missing prompt", R"({"type":"generate","id":"m1"})", error_code::bad_request, "m1"},
+    {"token id outside the vocabulary", R"({"type":"generate","id":"v1","prompt_tokens":[32000]})",
+     error_code::bad_request, "v1"},
+    {"max_tokens above max_context", gen("k1", R"("max_tokens":65)"), error_code::bad_request, "k1"},
+    {"frame too large", gen("big", R"("stop":[")" + std::string(5000, 'a') + R"("])"),
+     error_code::frame_too_large, ""},
+    {"unknown adapter", gen("a1", R"("adapter":"nope")"), error_code::unknown_adapter, "a1"},
+    {"adapter names are exact", gen("a2", R"("adapter":"SQL")"), error_code::unknown_adapter, "a2"},
+    {"text prompt too long", R"({"type":"generate","id":"p1","prompt":")" + prompt_60
+       + R"(","max_tokens":5})", error_code::prompt_too_long, "p1"},
+    {"token prompt too long", R"({"type":"generate","id":"p2","prompt_tokens":)" + tokens_60
+       + R"(,"max_tokens":5})", error_code::prompt_too_long, "p2"},
+    {"max_tokens alone too long", gen("p3", R"("max_tokens":63)"), error_code::prompt_too_long, "p3"},
+    {"cancel of an unknown id", R"({"type":"cancel","id":"c1"})", error_code::unknown_request, "c1"},
+  };
+  for (const auto& c : table) {
+    SCOPED_TRACE(c.name);
+    expect_error("peer-A", c.frame, c.code, c.id);
+  }
+  EXPECT_EQ(core.rejected(), table.size());
+  EXPECT_EQ(core.in_flight(), 0u);
+  EXPECT_EQ(core.accepted(), 0u);
+}
+
+TEST_F(intake_core_test, prompt_exactly_at_max_context_is_taken) {
+  const std::string prompt_59(59, 'x');
+  auto a = core.on_frame("p", R"({"type":"generate","id":"ok","prompt":")" + prompt_59
+                                 + R"(","max_tokens":5})",
+                         1.0);
+  EXPECT_TRUE(a.replies.empty());
+  ASSERT_TRUE(a.submit.has_value());
+  EXPECT_EQ(a.submit->prompt.size() + a.submit->max_new_tokens, 64u);
+}
+
+TEST_F(intake_core_test, duplicate_id_while_in_flight_is_refused_per_peer) {
+  const auto first = submit("peer-A", "r1");
+  expect_error("peer-A", gen("r1"), error_code::duplicate_id, "r1");
+  // The first request is unaffected, and the same id from another peer is
+  // another request.
+  EXPECT_EQ(core.in_flight(), 1u);
+  const auto other = submit("peer-B", "r1");
+  EXPECT_NE(other, first);
+  EXPECT_EQ(core.in_flight(), 2u);
+}
+
+TEST_F(intake_core_test, overloaded_when_max_pending_requests_are_in_flight) {
+  submit("p", "r1");
+  submit("p", "r2");
+  submit("q", "r3");
+  expect_error("p", gen("r4"), error_code::overloaded, "r4");
+  expect_error("z", gen("r1"), error_code::overloaded, "r1");
+  // One finishes: room again.
+  core.on_progress({{}, {{1, static_cast<std::uint8_t>(finish_reason::length), 2, 1, 0, 0, 0}}});
+  EXPECT_EQ(core.in_flight(), 2u);
+  submit("p", "r4");
+}
+
+TEST_F(intake_core_test, shutting_down_after_start_drain) {
+  const auto id = submit("p", "r1");
+  core.start_drain();
+  EXPECT_TRUE(core.draining());
+  expect_error("p", gen("r2"), error_code::shutting_down, "r2");
+  // Health says so; cancels of in-flight requests still work.
+  auto h = core.on_frame("p", R"({"type":"health","id":"h"})", 9.0);
+  ASSERT_EQ(h.replies.size(), 1u);
+  EXPECT_EQ(as<wire::health_reply>(h.replies[0]).status, "draining");
+  auto c = core.on_frame("p", R"({"type":"cancel","id":"r1"})", 10.0);
+  EXPECT_TRUE(c.replies.empty());
+  ASSERT_TRUE(c.cancel.has_value());
+  EXPECT_EQ(*c.cancel, id);
+}
+
+// -- good frames --------------------------------------------------------------------
+
+TEST_F(intake_core_test, a_good_generate_becomes_a_submit_spec) {
+  auto a = core.on_frame(
+    "peer-A",
+    R"({"type":"generate","id":"g1","prompt":"Hello!","adapter":"chat","max_tokens":7,)"
+    R"("temperature":0.5,"top_p":0.9,"top_k":40,"seed":77,"stop":["\n","END"],"priority":3})",
+    12.5);
+  EXPECT_TRUE(a.replies.empty());
+  ASSERT_TRUE(a.submit.has_value());
+  const auto& s = *a.submit;
+  const auto* chat = catalog->find("chat");
+  ASSERT_NE(chat, nullptr);
+  EXPECT_EQ(s.request_id, 1u);
+  EXPECT_EQ(s.prompt, backend->vocab().encode("Hello!"));
+  EXPECT_EQ(s.prompt.size(), 6u);
+  EXPECT_EQ(s.max_new_tokens, 7u);
+  EXPECT_EQ(s.adapter_id, chat->id);
+  EXPECT_EQ(s.adapter_id, 2u);
+  EXPECT_EQ(s.adapter_rank, 16u);
+  EXPECT_EQ(s.adapter_pages, chat->pages);
+  EXPECT_GT(s.adapter_pages, 0u);
+  EXPECT_EQ(s.seed, 77u);
+  EXPECT_FLOAT_EQ(s.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(s.top_p, 0.9f);
+  EXPECT_EQ(s.top_k, 40);
+  EXPECT_EQ(s.priority, 3);
+  EXPECT_EQ(s.stop, (std::vector<std::string>{"\n", "END"}));
+  EXPECT_EQ(s.predicted_tokens, 7u);
+  EXPECT_EQ(s.arrival_s, 12.5);
+  EXPECT_EQ(core.in_flight(), 1u);
+  EXPECT_EQ(core.accepted(), 0u); // not until the scheduler says so
+}
+
+TEST_F(intake_core_test, base_model_and_token_prompts) {
+  auto a = core.on_frame("p", R"({"type":"generate","id":"g","prompt_tokens":[1,500,31999],"adapter":""})",
+                         1.0);
+  ASSERT_TRUE(a.submit.has_value());
+  EXPECT_EQ(a.submit->prompt, (std::vector<std::int32_t>{1, 500, 31999}));
+  EXPECT_EQ(a.submit->adapter_id, 0u);
+  EXPECT_EQ(a.submit->adapter_rank, 0u);
+  EXPECT_EQ(a.submit->adapter_pages, 0u);
+  EXPECT_EQ(a.submit->max_new_tokens, 16u); // the protocol's default
+}
+
+TEST_F(intake_core_test, internal_ids_count_up_and_seeds_derive_from_them) {
+  const auto s1 = core.on_frame("p", gen("a"), 1.0).submit;
+  const auto s2 = core.on_frame("p", gen("b"), 2.0).submit;
+  ASSERT_TRUE(s1 && s2);
+  EXPECT_EQ(s1->request_id, 1u);
+  EXPECT_EQ(s2->request_id, 2u);
+  EXPECT_NE(s1->seed, s2->seed);
+  // Same base seed and id: same seed; another base seed: another one.
+  intake_core same{small_limits(), catalog, backend};
+  auto other_limits = small_limits();
+  other_limits.base_seed = 4321;
+  intake_core other{other_limits, catalog, backend};
+  const auto t1 = same.on_frame("x", gen("zz"), 5.0).submit;
+  const auto u1 = other.on_frame("x", gen("a"), 1.0).submit;
+  ASSERT_TRUE(t1 && u1);
+  EXPECT_EQ(t1->seed, s1->seed);
+  EXPECT_NE(u1->seed, s1->seed);
+  // A refused frame uses up no id.
+  core.on_frame("p", gen("c", R"("adapter":"nope")"), 3.0);
+  const auto s3 = core.on_frame("p", gen("d"), 4.0).submit;
+  ASSERT_TRUE(s3);
+  EXPECT_EQ(s3->request_id, 3u);
+}
+
+TEST_F(intake_core_test, queries_are_handed_to_the_shell) {
+  auto h = core.on_frame("p", R"({"type":"health","id":"h1"})", 1.0);
+  ASSERT_EQ(h.replies.size(), 1u);
+  EXPECT_EQ(h.replies[0].peer, "p");
+  const auto hr = as<wire::health_reply>(h.replies[0]);
+  EXPECT_EQ(hr.id, "h1");
+  EXPECT_EQ(hr.status, "ok");
+  auto s = core.on_frame("p", R"({"type":"stats","id":"s1"})", 2.0);
+  EXPECT_TRUE(s.replies.empty());
+  EXPECT_EQ(s.ask, intake_actions::query::stats);
+  EXPECT_EQ(s.query_id, "s1");
+  auto l = core.on_frame("p", R"({"type":"list_adapters","id":"l1"})", 3.0);
+  EXPECT_TRUE(l.replies.empty());
+  EXPECT_EQ(l.ask, intake_actions::query::adapters);
+  EXPECT_EQ(l.query_id, "l1");
+  EXPECT_EQ(core.rejected(), 0u);
+}
+
+TEST_F(intake_core_test, cancel_of_an_in_flight_request_names_its_internal_id) {
+  const auto id = submit("p", "r1");
+  auto c = core.on_frame("p", R"({"type":"cancel","id":"r1"})", 5.0);
+  EXPECT_TRUE(c.replies.empty());
+  ASSERT_TRUE(c.cancel.has_value());
+  EXPECT_EQ(*c.cancel, id);
+  // Another peer cannot cancel it.
+  expect_error("q", R"({"type":"cancel","id":"r1"})", error_code::unknown_request, "r1");
+  EXPECT_EQ(core.in_flight(), 1u); // still in flight until the scheduler finishes it
+}
+
+// -- submit results --------------------------------------------------------------------
+
+TEST_F(intake_core_test, accepted_is_sent_once) {
+  const auto id = submit("peer-A", "r1");
+  auto out = core.on_submit_result(id, sr::accepted);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].peer, "peer-A");
+  const auto acc = as<wire::accepted_reply>(out[0]);
+  EXPECT_EQ(acc.id, "r1");
+  EXPECT_EQ(acc.prompt_tokens, 2u); // "hi"
+  EXPECT_TRUE(core.on_submit_result(id, sr::accepted).empty());
+  EXPECT_EQ(core.accepted(), 1u);
+  EXPECT_EQ(core.in_flight(), 1u);
+  EXPECT_TRUE(core.on_submit_result(999, sr::accepted).empty()); // unknown id
+}
+
+TEST_F(intake_core_test, refused_submissions_map_to_errors_and_free_the_id) {
+  struct refusal_case {
+    sr result;
+    error_code code;
+  };
+  const std::vector<refusal_case> table{
+    {sr::queue_full, error_code::overloaded},
+    {sr::too_large, error_code::prompt_too_long},
+    {sr::duplicate, error_code::internal},
+  };
+  for (const auto& c : table) {
+    const auto id = submit("p", "r1");
+    auto out = core.on_submit_result(id, c.result);
+    ASSERT_EQ(out.size(), 1u);
+    const auto e = as<wire::error_reply>(out[0]);
+    EXPECT_EQ(e.code, c.code);
+    EXPECT_EQ(e.id, "r1");
+    EXPECT_EQ(core.in_flight(), 0u);
+    // Nothing more for it, and the id is free again.
+    EXPECT_TRUE(core.on_submit_result(id, c.result).empty());
+    EXPECT_TRUE(core.on_progress({{{id, 0, 400}}, {{id, 0, 2, 1, 0, 0, 0}}}).empty());
+  }
+  EXPECT_EQ(core.accepted(), 0u);
+}
+
+TEST_F(intake_core_test, submit_failed_sends_internal_once) {
+  const auto id = submit("p", "r1");
+  auto out = core.on_submit_failed(id, "scheduler down");
+  ASSERT_EQ(out.size(), 1u);
+  const auto e = as<wire::error_reply>(out[0]);
+  EXPECT_EQ(e.code, error_code::internal);
+  EXPECT_EQ(e.id, "r1");
+  EXPECT_NE(e.message.find("scheduler down"), std::string::npos);
+  EXPECT_TRUE(core.on_submit_failed(id, "again").empty());
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
+// -- progress ------------------------------------------------------------------------
+
+finish_event fin(std::uint64_t id, finish_reason why, std::uint32_t prompt, std::uint32_t completion) {
+  return {id, static_cast<std::uint8_t>(why), prompt, completion, 1.5, 2.5, 4.0};
+}
+
+std::string text_of(const gpu::tokenizer& v, const std::vector<std::int32_t>& toks) {
+  std::string s;
+  for (auto t : toks)
+    s += v.decode(t);
+  return s;
+}
+
+TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
+  const auto id = submit("peer-S", "s1", R"("stream":true)");
+  ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+  const std::vector<std::int32_t> w1{3 + 'H', 3 + 'i', 400};
+  auto out = core.on_progress({{{id, 0, w1[0]}, {id, 1, w1[1]}, {id, 2, w1[2]}}, {}});
+  ASSERT_EQ(out.size(), 1u); // one chunk, no second accepted
+  EXPECT_EQ(out[0].peer, "peer-S");
+  auto t = as<wire::token_reply>(out[0]);
+  EXPECT_EQ(t.id, "s1");
+  EXPECT_EQ(t.index, 0u);
+  EXPECT_EQ(t.tokens, w1);
+  EXPECT_EQ(t.text, text_of(backend->vocab(), w1));
+  EXPECT_EQ(t.text.substr(0, 2), "Hi");
+  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4)}});
+  ASSERT_EQ(out.size(), 2u);
+  t = as<wire::token_reply>(out[0]);
+  EXPECT_EQ(t.index, 3u);
+  EXPECT_EQ(t.tokens, std::vector<std::int32_t>{401});
+  const auto d = as<wire::done_reply>(out[1]);
+  EXPECT_EQ(d.id, "s1");
+  EXPECT_EQ(d.finish_reason, "length");
+  EXPECT_EQ(d.prompt_tokens, 2u);
+  EXPECT_EQ(d.completion_tokens, 4u);
+  EXPECT_DOUBLE_EQ(d.time.queue_ms, 1.5);
+  EXPECT_DOUBLE_EQ(d.time.ttft_ms, 2.5);
+  EXPECT_DOUBLE_EQ(d.time.e2e_ms, 4.0);
+  EXPECT_FALSE(d.tokens.has_value());
+  EXPECT_FALSE(d.text.has_value());
+  EXPECT_EQ(core.in_flight(), 0u);
+  // Nothing after the terminal reply.
+  EXPECT_TRUE(core.on_progress({{{id, 4, 402}}, {fin(id, finish_reason::length, 2, 5)}}).empty());
+}
+
+TEST_F(intake_core_test, first_tokens_before_the_submit_result_send_accepted_first) {
+  const auto id = submit("p", "s1", R"("stream":true)");
+  auto out = core.on_progress({{{id, 0, 400}}, {}});
+  ASSERT_EQ(out.size(), 2u);
+  const auto acc = as<wire::accepted_reply>(out[0]);
+  EXPECT_EQ(acc.id, "s1");
+  EXPECT_EQ(acc.prompt_tokens, 2u);
+  EXPECT_EQ(as<wire::token_reply>(out[1]).index, 0u);
+  EXPECT_EQ(core.accepted(), 1u);
+  // The late submit result does not repeat it.
+  EXPECT_TRUE(core.on_submit_result(id, sr::accepted).empty());
+  EXPECT_EQ(core.accepted(), 1u);
+}
+
+TEST_F(intake_core_test, non_streaming_requests_get_one_done_with_tokens_and_text) {
+  const auto id = submit("p", "n1", R"("stop":["!"])");
+  ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+  EXPECT_TRUE(core.on_progress({{{id, 0, 3 + 'O'}}, {}}).empty());
+  EXPECT_TRUE(core.on_progress({{{id, 1, 3 + 'k'}, {id, 2, 3 + '!'}}, {}}).empty());
+  auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 3)}});
+  ASSERT_EQ(out.size(), 1u);
+  const auto d = as<wire::done_reply>(out[0]);
+  EXPECT_EQ(d.id, "n1");
+  EXPECT_EQ(d.finish_reason, "stop");
+  ASSERT_TRUE(d.tokens.has_value());
+  EXPECT_EQ(*d.tokens, (std::vector<std::int32_t>{3 + 'O', 3 + 'k', 3 + '!'}));
+  ASSERT_TRUE(d.text.has_value());
+  EXPECT_EQ(*d.text, "Ok!");
+  EXPECT_EQ(d.completion_tokens, 3u);
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
+TEST_F(intake_core_test, finish_reasons_map_to_done_or_internal_error) {
+  struct reason_case {
+    finish_reason why;
+    std::string done_reason; ///< empty: an internal error instead
+  };
+  const std::vector<reason_case> table{
+    {finish_reason::length, "length"},
+    {finish_reason::eos, "eos"},
+    {finish_reason::stop, "stop"},
+    {finish_reason::cancelled, "cancelled"},
+    {finish_reason::error, ""},
+  };
+  for (const auto& c : table) {
+    SCOPED_TRACE(c.done_reason);
+    const auto id = submit("p", "r");
+    ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+    auto out = core.on_progress({{}, {fin(id, c.why, 2, 0)}});
+    ASSERT_EQ(out.size(), 1u);
+    if (c.done_reason.empty()) {
+      const auto e = as<wire::error_reply>(out[0]);
+      EXPECT_EQ(e.code, error_code::internal);
+      EXPECT_EQ(e.id, "r");
+    } else {
+      EXPECT_EQ(as<wire::done_reply>(out[0]).finish_reason, c.done_reason);
+    }
+    EXPECT_EQ(core.in_flight(), 0u);
+  }
+}
+
+TEST_F(intake_core_test, a_batch_mixing_requests_gives_one_chunk_per_request) {
+  const auto a = submit("p", "a", R"("stream":true)");
+  const auto b = submit("q", "b", R"("stream":true)");
+  const auto c = submit("p", "c"); // not streaming
+  for (auto id : {a, b, c})
+    ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+  auto out = core.on_progress(
+    {{{a, 0, 400}, {a, 1, 401}, {b, 0, 500}, {c, 0, 600}, {b, 1, 501}},
+     {fin(b, finish_reason::eos, 2, 2)}});
+  // a: one chunk of 2; b: two chunks (its tokens are not consecutive); c:
+  // nothing yet; then b's done.
+  ASSERT_EQ(out.size(), 4u);
+  auto ta = as<wire::token_reply>(out[0]);
+  EXPECT_EQ(out[0].peer, "p");
+  EXPECT_EQ(ta.id, "a");
+  EXPECT_EQ(ta.tokens, (std::vector<std::int32_t>{400, 401}));
+  auto tb0 = as<wire::token_reply>(out[1]);
+  EXPECT_EQ(out[1].peer, "q");
+  EXPECT_EQ(tb0.id, "b");
+  EXPECT_EQ(tb0.index, 0u);
+  auto tb1 = as<wire::token_reply>(out[2]);
+  EXPECT_EQ(tb1.index, 1u);
+  EXPECT_EQ(tb1.tokens, std::vector<std::int32_t>{501});
+  const auto db = as<wire::done_reply>(out[3]);
+  EXPECT_EQ(db.id, "b");
+  EXPECT_EQ(db.finish_reason, "eos");
+  EXPECT_EQ(core.in_flight(), 2u);
+  out = core.on_progress({{}, {fin(c, finish_reason::length, 2, 1)}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(*as<wire::done_reply>(out[0]).tokens, std::vector<std::int32_t>{600});
+}
+
+TEST_F(intake_core_test, after_done_the_id_can_be_reused) {
+  const auto first = submit("p", "r1");
+  ASSERT_EQ(core.on_submit_result(first, sr::accepted).size(), 1u);
+  expect_error("p", gen("r1"), error_code::duplicate_id, "r1");
+  ASSERT_EQ(core.on_progress({{}, {fin(first, finish_reason::length, 2, 0)}}).size(), 1u);
+  const auto second = submit("p", "r1");
+  EXPECT_NE(second, first);
+  // Replies for the new request carry the reused client id.
+  auto out = core.on_submit_result(second, sr::accepted);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(as<wire::accepted_reply>(out[0]).id, "r1");
+  // Stale progress for the old internal id sends nothing.
+  EXPECT_TRUE(core.on_progress({{{first, 0, 400}}, {fin(first, finish_reason::length, 2, 1)}}).empty());
+  EXPECT_EQ(core.in_flight(), 1u);
+}
+
+// -- gone peers ----------------------------------------------------------------------
+
+TEST_F(intake_core_test, a_gone_peer_gets_nothing_more) {
+  const auto a1 = submit("gone", "a1", R"("stream":true)");
+  const auto a2 = submit("gone", "a2");
+  const auto b1 = submit("stays", "b1", R"("stream":true)");
+  ASSERT_EQ(core.on_submit_result(a1, sr::accepted).size(), 1u);
+  auto ids = core.on_peer_gone("gone");
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<std::uint64_t>{a1, a2}));
+  EXPECT_TRUE(core.on_peer_gone("gone").empty()); // reported once
+  EXPECT_TRUE(core.on_peer_gone("nobody").empty());
+  // a2's late submit result, tokens and finishes for a1/a2: no frames.
+  EXPECT_TRUE(core.on_submit_result(a2, sr::accepted).empty());
+  auto out = core.on_progress({{{a1, 0, 400}, {a2, 0, 401}, {b1, 0, 402}}, {}});
+  ASSERT_EQ(out.size(), 2u); // b1: accepted, then its token
+  for (const auto& f : out)
+    EXPECT_EQ(f.peer, "stays");
+  EXPECT_TRUE(core.on_progress({{}, {fin(a1, finish_reason::cancelled, 2, 1),
+                                     fin(a2, finish_reason::cancelled, 2, 1)}})
+                .empty());
+  EXPECT_EQ(core.in_flight(), 1u); // a1 and a2 are forgotten once finished
+  out = core.on_progress({{}, {fin(b1, finish_reason::length, 2, 1)}});
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].peer, "stays");
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
+TEST_F(intake_core_test, a_gone_peers_refused_submission_sends_nothing) {
+  const auto id = submit("gone", "a1");
+  core.on_peer_gone("gone");
+  EXPECT_TRUE(core.on_submit_result(id, sr::queue_full).empty());
+  EXPECT_EQ(core.in_flight(), 0u);
+  const auto id2 = submit("gone2", "a1");
+  core.on_peer_gone("gone2");
+  EXPECT_TRUE(core.on_submit_failed(id2, "x").empty());
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
+} // namespace
+} // namespace troupe

@@ -1,0 +1,1231 @@
+// Tests for runtime/scheduler_core, driven by a tiny engine loop with a
+// virtual clock: the shell's side (page grants from a page_pool, adapter
+// grants, steps run with fixed tokens or a sim_backend) is simulated by
+// `engine`, which also keeps a ledger of every reserve/acquire/release and
+// fails on any unmatched one. Most tests are tables of actions with the
+// expected effects and per-step core state; a seeded property test runs many
+// random requests with random cancels, denials and adapter failures.
+#include "runtime/scheduler_core.hpp"
+
+#include "gpu/sim_backend.hpp"
+#include "policies/fcfs_scheduling_policy.hpp"
+#include "runtime/memory_pool.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <set>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace troupe {
+namespace {
+
+static_assert(std::is_nothrow_move_constructible_v<scheduler_effects>);
+static_assert(std::is_nothrow_move_constructible_v<request_spec>);
+static_assert(std::is_trivially_copyable_v<scheduler_limits>);
+static_assert(std::is_trivially_copyable_v<request_times>);
+static_assert(std::is_trivially_copyable_v<scheduler_effects::reserve>);
+static_assert(std::is_trivially_copyable_v<scheduler_effects::acquire>);
+static_assert(std::is_trivially_copyable_v<scheduler_effects::release_adapter>);
+static_assert(std::is_trivially_copyable_v<scheduler_effects::token>);
+static_assert(std::is_trivially_copyable_v<scheduler_effects::finish>);
+static_assert(std::is_trivially_copyable_v<gpu::step_entry>);
+static_assert(!std::is_copy_constructible_v<scheduler_core>);
+
+// -- a tokenizer whose decode the test controls ----------------------------------
+
+/// Decodes the tokens in `words`; everything else decodes to "". EOS is 2.
+class fake_tokenizer final : public gpu::tokenizer {
+public:
+  std::vector<std::int32_t> encode(const std::string& text) const override {
+    std::vector<std::int32_t> out;
+    for (unsigned char c : text)
+      out.push_back(3 + c);
+    return out;
+  }
+  std::string decode(std::int32_t token) const override {
+    auto i = words.find(token);
+    return i == words.end() ? std::string{} : i->second;
+  }
+  std::int32_t vocab_size() const override { return 1000; }
+  std::int32_t eos_token() const override { return eos; }
+
+  static constexpr std::int32_t eos = 2;
+  std::map<std::int32_t, std::string> words;
+};
+
+// -- describing effects and state compactly -----------------------------------------
+
+std::string letter(request_state s) {
+  switch (s) {
+    case request_state::waiting:
+      return "w";
+    case request_state::admitting:
+      return "a";
+    case request_state::ready:
+      return "r";
+    case request_state::running:
+      return "u";
+    case request_state::finished:
+      return "f";
+  }
+  return "?";
+}
+
+/// "R1:2" reserve 2 pages for 1, "A1@3" acquire adapter 3 for 1, "-P1"
+/// release 1's pages, "-A1@3" release its adapter, "trim2", "T1#0" token 0 of
+/// 1, "F1:length/3" finished with 3 completion tokens. Space separated.
+std::string describe(const scheduler_effects& fx) {
+  std::vector<std::string> parts;
+  for (const auto& r : fx.reserves)
+    parts.push_back("R" + std::to_string(r.request_id) + ":" + std::to_string(r.pages));
+  for (const auto& a : fx.acquires)
+    parts.push_back("A" + std::to_string(a.request_id) + "@" + std::to_string(a.adapter_id));
+  for (auto id : fx.release_pages)
+    parts.push_back("-P" + std::to_string(id));
+  for (const auto& a : fx.release_adapters)
+    parts.push_back("-A" + std::to_string(a.request_id) + "@" + std::to_string(a.adapter_id));
+  if (fx.trim_pages > 0)
+    parts.push_back("trim" + std::to_string(fx.trim_pages));
+  for (const auto& t : fx.tokens)
+    parts.push_back("T" + std::to_string(t.request_id) + "#" + std::to_string(t.index));
+  for (const auto& f : fx.finished)
+    parts.push_back("F" + std::to_string(f.request_id) + ":" + std::string{to_string(f.reason)}
+                    + "/" + std::to_string(f.completion_tokens));
+  std::string out;
+  for (const auto& p : parts)
+    out += (out.empty() ? "" : " ") + p;
+  return out;
+}
+
+/// "step[1:5/0#0 2:1/7#3]": id:new_tokens/context_tokens#output_index.
+std::string describe(const std::vector<gpu::step_entry>& batch) {
+  std::string out = "step[";
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    const auto& e = batch[i];
+    out += (i ? " " : "") + std::to_string(e.request_id) + ":" + std::to_string(e.new_tokens)
+           + "/" + std::to_string(e.context_tokens) + "#" + std::to_string(e.output_index);
+  }
+  return out + "]";
+}
+
+std::string to_str(scheduler_core::submit_result r) {
+  switch (r) {
+    case scheduler_core::submit_result::accepted:
+      return "accepted";
+    case scheduler_core::submit_result::queue_full:
+      return "queue_full";
+    case scheduler_core::submit_result::duplicate:
+      return "duplicate";
+    case scheduler_core::submit_result::too_large:
+      return "too_large";
+  }
+  return "?";
+}
+
+// -- the engine loop ------------------------------------------------------------------
+
+struct request_args {
+  std::uint32_t prompt = 4;
+  std::uint32_t max_new = 2;
+  std::uint32_t adapter = 0;
+  std::vector<std::string> stop = {};
+  std::uint64_t adapter_pages = 0;
+};
+
+/// The shell around one scheduler_core: answers reservations from a real
+/// page_pool, grants or denies adapters, runs steps, and checks every effect
+/// against a ledger as it goes.
+class engine {
+public:
+  using token_fn = std::function<std::int32_t(const gpu::step_entry&)>;
+
+  explicit engine(scheduler_limits limits, const gpu::tokenizer* vocab = nullptr,
+                  std::unique_ptr<policies::scheduling_policy> policy = nullptr)
+    : core(limits, policy ? std::move(policy) : std::make_unique<policies::fcfs_scheduling_policy>(),
+           vocab),
+      pool(limits.total_pages), limits_(limits) {}
+
+  // -- actions (each advances the virtual clock by one second) ------------------
+
+  std::string submit(std::uint64_t id, request_args a = {}) {
+    now += 1;
+    request_spec s;
+    s.request_id = id;
+    for (std::uint32_t i = 0; i < a.prompt; ++i)
+      s.prompt.push_back(static_cast<std::int32_t>(10 + i));
+    s.max_new_tokens = a.max_new;
+    s.adapter_id = a.adapter;
+    s.adapter_rank = a.adapter == 0 ? 0 : 8;
+    s.adapter_pages = a.adapter_pages;
+    s.seed = id * 7919;
+    s.stop = a.stop;
+    s.predicted_tokens = a.max_new;
+    s.arrival_s = now;
+    const auto spec = s;
+    const auto r = core.submit(std::move(s));
+    if (r == scheduler_core::submit_result::accepted) {
+      if (!std::count(order_.begin(), order_.end(), id))
+        order_.push_back(id);
+      specs_[id] = spec;
+      finished_.erase(id);
+      tokens_.erase(id);
+      cancelled_.erase(id);
+    }
+    check_invariants();
+    return to_str(r);
+  }
+
+  std::string admit() {
+    now += 1;
+    return apply(core.admit(now));
+  }
+
+  /// Answers 1's reservation: granted only if `grant` and the pool has room.
+  std::string pages(std::uint64_t id, bool grant = true) {
+    now += 1;
+    auto i = reserve_pending_.find(id);
+    EXPECT_NE(i, reserve_pending_.end()) << "no reservation pending for " << id;
+    bool granted = false;
+    if (i != reserve_pending_.end()) {
+      if (grant) {
+        // The core never reserves more than the pool holds.
+        granted = pool.allocate({page_owner_kind::request, id}, i->second);
+        EXPECT_TRUE(granted) << "the pool cannot hold " << id << "'s " << i->second << " pages";
+      }
+      if (granted) {
+        pages_held_[id] = i->second;
+        ++page_grants;
+      }
+      reserve_pending_.erase(i);
+    }
+    return apply(core.on_pages(id, granted, now));
+  }
+
+  std::string adapter(std::uint64_t id, bool grant = true) {
+    now += 1;
+    auto i = acquire_pending_.find(id);
+    EXPECT_NE(i, acquire_pending_.end()) << "no acquisition pending for " << id;
+    if (i != acquire_pending_.end()) {
+      if (grant) {
+        adapter_held_[id] = i->second;
+        ++adapter_pins_[i->second];
+        ++adapter_grants;
+      }
+      acquire_pending_.erase(i);
+    }
+    return apply(core.on_adapter(id, grant, now));
+  }
+
+  /// next_step(); at most one step may be in flight.
+  std::string step() {
+    now += 1;
+    auto batch = core.next_step(now);
+    if (in_flight_) {
+      EXPECT_TRUE(batch.empty()) << "a second step while one is in flight";
+    } else if (!batch.empty()) {
+      in_flight_ = std::move(batch);
+      EXPECT_TRUE(core.step_in_flight());
+      return describe(*in_flight_);
+    }
+    return describe(batch);
+  }
+
+  /// The in-flight step returns, with tokens from `tokens` (or the default).
+  std::string done(std::optional<std::vector<std::int32_t>> tokens = std::nullopt) {
+    now += 1;
+    EXPECT_TRUE(in_flight_.has_value()) << "no step in flight";
+    if (!in_flight_)
+      return "no step";
+    auto batch = std::move(*in_flight_);
+    in_flight_.reset();
+    std::vector<std::int32_t> t;
+    if (tokens) {
+      t = *tokens;
+    } else {
+      for (const auto& e : batch)
+        t.push_back(token_of(e));
+    }
+    return apply(core.on_step_done(batch, t, now));
+  }
+
+  std::string failed() {
+    now += 1;
+    EXPECT_TRUE(in_flight_.has_value()) << "no step in flight";
+    if (!in_flight_)
+      return "no step";
+    auto batch = std::move(*in_flight_);
+    in_flight_.reset();
+    return apply(core.on_step_failed(batch, now));
+  }
+
+  std::string cancel(std::uint64_t id) {
+    now += 1;
+    auto [found, fx] = core.cancel(id, now);
+    if (found)
+      cancelled_.insert(id);
+    const auto d = apply(std::move(fx));
+    return std::string{found ? "true" : "false"} + (d.empty() ? "" : " " + d);
+  }
+
+  std::string memory_changed() {
+    core.on_memory_changed();
+    check_invariants();
+    return "";
+  }
+
+  // -- observing --------------------------------------------------------------
+
+  /// Letters for each submitted id (w a r u f), then counts:
+  /// "wa w1 a1 r0 p3" (p: reserved KV pages), plus " ap2" while admitted
+  /// requests pin adapters of 2 pages, " step" while a step is in flight and
+  /// " blocked" while admission waits for memory.
+  std::string state() const {
+    std::string s;
+    for (auto id : order_)
+      s += letter(core.state_of(id));
+    s += " w" + std::to_string(core.waiting()) + " a" + std::to_string(core.admitting()) + " r"
+         + std::to_string(core.running()) + " p" + std::to_string(core.reserved_pages());
+    if (core.adapter_pages_in_use() > 0)
+      s += " ap" + std::to_string(core.adapter_pages_in_use());
+    if (core.step_in_flight())
+      s += " step";
+    if (core.memory_blocked())
+      s += " blocked";
+    return s;
+  }
+
+  bool step_pending() const { return in_flight_.has_value(); }
+  bool grants_pending() const { return !reserve_pending_.empty() || !acquire_pending_.empty(); }
+  const std::map<std::uint64_t, std::uint64_t>& reserve_pending() const { return reserve_pending_; }
+  const std::map<std::uint64_t, std::uint32_t>& acquire_pending() const { return acquire_pending_; }
+  const std::vector<scheduler_effects::token>& tokens_of(std::uint64_t id) { return tokens_[id]; }
+  std::optional<scheduler_effects::finish> finish_of(std::uint64_t id) const {
+    auto i = finished_.find(id);
+    return i == finished_.end() ? std::nullopt : std::optional{i->second};
+  }
+  /// Everything granted has come back: no pages or adapter pins held.
+  bool all_returned() const {
+    return pages_held_.empty() && adapter_held_.empty() && pool.free_pages() == pool.total_pages();
+  }
+
+  scheduler_core core;
+  page_pool pool;
+  double now = 0;
+  token_fn token_of = [](const gpu::step_entry& e) {
+    return static_cast<std::int32_t>(500 + e.output_index);
+  };
+  // Counters over a run.
+  std::uint64_t reserves = 0, page_grants = 0, page_releases = 0, acquires = 0, adapter_grants = 0,
+                adapter_releases = 0, trims = 0, trim_pages = 0, finishes = 0;
+  std::map<finish_reason, std::uint64_t> reasons;
+
+private:
+  std::string apply(scheduler_effects fx) {
+    const auto d = describe(fx);
+    for (const auto& r : fx.reserves) {
+      ++reserves;
+      EXPECT_FALSE(reserve_pending_.contains(r.request_id)) << "double reserve " << r.request_id;
+      EXPECT_FALSE(pages_held_.contains(r.request_id)) << "reserve while holding " << r.request_id;
+      EXPECT_EQ(r.pages, policies::pages_for(static_cast<std::uint32_t>(specs_[r.request_id].prompt.size()),
+                                             specs_[r.request_id].max_new_tokens, limits_.page_tokens));
+      reserve_pending_[r.request_id] = r.pages;
+    }
+    for (const auto& a : fx.acquires) {
+      ++acquires;
+      EXPECT_FALSE(acquire_pending_.contains(a.request_id)) << "double acquire " << a.request_id;
+      EXPECT_FALSE(adapter_held_.contains(a.request_id)) << "acquire while holding " << a.request_id;
+      EXPECT_EQ(a.adapter_id, specs_[a.request_id].adapter_id);
+      acquire_pending_[a.request_id] = a.adapter_id;
+    }
+    for (auto id : fx.release_pages) {
+      ++page_releases;
+      auto i = pages_held_.find(id);
+      EXPECT_NE(i, pages_held_.end()) << "release_pages of " << id << " which holds none";
+      if (i != pages_held_.end()) {
+        EXPECT_EQ(pool.release({page_owner_kind::request, id}), i->second);
+        pages_held_.erase(i);
+      }
+    }
+    for (const auto& a : fx.release_adapters) {
+      ++adapter_releases;
+      auto i = adapter_held_.find(a.request_id);
+      EXPECT_NE(i, adapter_held_.end()) << "release_adapter of " << a.request_id << " which holds none";
+      if (i != adapter_held_.end()) {
+        EXPECT_EQ(i->second, a.adapter_id);
+        --adapter_pins_[i->second];
+        adapter_held_.erase(i);
+      }
+    }
+    if (fx.trim_pages > 0) {
+      ++trims;
+      trim_pages += fx.trim_pages;
+    }
+    for (const auto& t : fx.tokens) {
+      EXPECT_FALSE(finished_.contains(t.request_id)) << "token after finish " << t.request_id;
+      auto& v = tokens_[t.request_id];
+      EXPECT_EQ(t.index, v.size()) << "token index of " << t.request_id;
+      v.push_back(t);
+    }
+    for (const auto& f : fx.finished) {
+      ++finishes;
+      ++reasons[f.reason];
+      const auto id = f.request_id;
+      EXPECT_FALSE(finished_.contains(id)) << "second finish of " << id;
+      // A request ends with nothing held and nothing outstanding.
+      EXPECT_FALSE(reserve_pending_.contains(id)) << id;
+      EXPECT_FALSE(acquire_pending_.contains(id)) << id;
+      EXPECT_FALSE(pages_held_.contains(id)) << id;
+      EXPECT_FALSE(adapter_held_.contains(id)) << id;
+      EXPECT_EQ(f.completion_tokens, tokens_[id].size()) << id;
+      EXPECT_LE(f.completion_tokens, specs_[id].max_new_tokens) << id;
+      EXPECT_EQ(f.prompt_tokens, specs_[id].prompt.size()) << id;
+      if (f.reason == finish_reason::length) {
+        EXPECT_EQ(f.completion_tokens, specs_[id].max_new_tokens) << id;
+      }
+      if (cancelled_.contains(id)) {
+        EXPECT_EQ(f.reason, finish_reason::cancelled) << id;
+      }
+      EXPECT_EQ(f.times.arrival_s, specs_[id].arrival_s) << id;
+      EXPECT_EQ(f.times.finished_s, now) << id;
+      if (f.times.first_token_s >= 0) {
+        EXPECT_GE(f.times.first_scheduled_s, f.times.arrival_s) << id;
+        EXPECT_GT(f.times.first_token_s, f.times.first_scheduled_s) << id;
+      }
+      finished_[id] = f;
+    }
+    check_invariants();
+    return d;
+  }
+
+  void check_invariants() {
+    std::uint64_t reserved = 0;
+    for (const auto& [id, p] : reserve_pending_)
+      reserved += p;
+    for (const auto& [id, p] : pages_held_)
+      reserved += p;
+    EXPECT_EQ(core.reserved_pages(), reserved);
+    // Adapter pages: those of each distinct adapter an admitted request pins.
+    std::map<std::uint32_t, std::uint64_t> adapters;
+    for (auto id : order_) {
+      const auto st = core.state_of(id);
+      const auto& spec = specs_[id];
+      if (spec.adapter_id != 0
+          && (st == request_state::admitting || st == request_state::ready
+              || st == request_state::running))
+        adapters[spec.adapter_id] = spec.adapter_pages;
+    }
+    std::uint64_t adapter_pages = 0;
+    for (const auto& [a, p] : adapters)
+      adapter_pages += p;
+    EXPECT_EQ(core.adapter_pages_in_use(), adapter_pages);
+    EXPECT_LE(core.reserved_pages() + core.adapter_pages_in_use(), limits_.total_pages);
+    EXPECT_EQ(core.waiting() + core.admitting() + core.running(), core.in_system());
+    std::size_t waiting = 0, admitting = 0, batch = 0, live = 0;
+    for (auto id : order_) {
+      switch (core.state_of(id)) {
+        case request_state::waiting:
+          ++waiting;
+          break;
+        case request_state::admitting:
+          ++admitting;
+          break;
+        case request_state::ready:
+        case request_state::running:
+          ++batch;
+          break;
+        case request_state::finished:
+          break;
+      }
+      if (core.state_of(id) != request_state::finished)
+        ++live;
+    }
+    EXPECT_EQ(core.waiting(), waiting);
+    EXPECT_EQ(core.admitting(), admitting);
+    EXPECT_EQ(core.running(), batch);
+    EXPECT_EQ(core.in_system(), live);
+    EXPECT_LE(core.running() + core.admitting(), limits_.max_running);
+    EXPECT_EQ(core.step_in_flight(), in_flight_.has_value());
+  }
+
+  scheduler_limits limits_;
+  std::vector<std::uint64_t> order_;
+  std::map<std::uint64_t, request_spec> specs_;
+  std::map<std::uint64_t, std::uint64_t> reserve_pending_;
+  std::map<std::uint64_t, std::uint64_t> pages_held_;
+  std::map<std::uint64_t, std::uint32_t> acquire_pending_;
+  std::map<std::uint64_t, std::uint32_t> adapter_held_;
+  std::map<std::uint32_t, std::int64_t> adapter_pins_;
+  std::map<std::uint64_t, std::vector<scheduler_effects::token>> tokens_;
+  std::map<std::uint64_t, scheduler_effects::finish> finished_;
+  std::set<std::uint64_t> cancelled_;
+  std::optional<std::vector<gpu::step_entry>> in_flight_;
+};
+
+/// One row of a table: an action, the effects (or result) it gives, and the
+/// engine state after it.
+struct row {
+  std::string what;
+  std::function<std::string(engine&)> act;
+  std::string result;
+  std::string state;
+};
+
+void run_table(engine& e, const std::vector<row>& rows) {
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    SCOPED_TRACE("row " + std::to_string(i) + ": " + r.what);
+    EXPECT_EQ(r.act(e), r.result);
+    EXPECT_EQ(e.state(), r.state);
+  }
+}
+
+// Shorthands for table actions.
+auto submit(std::uint64_t id, request_args a = {}) {
+  return [=](engine& e) { return e.submit(id, a); };
+}
+auto admit() { return [](engine& e) { return e.admit(); }; }
+auto pages(std::uint64_t id, bool grant = true) {
+  return [=](engine& e) { return e.pages(id, grant); };
+}
+auto adapter(std::uint64_t id, bool grant = true) {
+  return [=](engine& e) { return e.adapter(id, grant); };
+}
+auto step() { return [](engine& e) { return e.step(); }; }
+auto done() { return [](engine& e) { return e.done(); }; }
+auto done_with(std::vector<std::int32_t> t) { return [=](engine& e) { return e.done(t); }; }
+auto failed() { return [](engine& e) { return e.failed(); }; }
+auto cancel(std::uint64_t id) { return [=](engine& e) { return e.cancel(id); }; }
+auto memory_changed() { return [](engine& e) { return e.memory_changed(); }; }
+
+scheduler_limits limits(std::uint64_t total_pages, std::uint32_t max_running = 8,
+                        std::uint32_t token_budget = 1000, std::uint32_t max_waiting = 100) {
+  scheduler_limits l;
+  l.max_running = max_running;
+  l.token_budget = token_budget;
+  l.max_waiting = max_waiting;
+  l.total_pages = total_pages;
+  l.page_tokens = 4;
+  return l;
+}
+
+// -- the life of one request ---------------------------------------------------------
+
+TEST(scheduler_core, one_request_goes_through_every_state) {
+  engine e{limits(100)};
+  // prompt 5 + 3 new tokens = 8 tokens = 2 pages of 4.
+  run_table(e, {
+    {"submit", submit(1, {.prompt = 5, .max_new = 3, .adapter = 7}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2 A1@7", "a w0 a1 r0 p2"},
+    {"nothing ready to step", step(), "step[]", "a w0 a1 r0 p2"},
+    {"pages granted", pages(1), "", "a w0 a1 r0 p2"},
+    {"adapter granted", adapter(1), "", "r w0 a0 r1 p2"},
+    {"prefill step", step(), "step[1:5/0#0]", "r w0 a0 r1 p2 step"},
+    {"token 0", done(), "T1#0", "u w0 a0 r1 p2"},
+    {"decode", step(), "step[1:1/5#1]", "u w0 a0 r1 p2 step"},
+    {"token 1", done(), "T1#1", "u w0 a0 r1 p2"},
+    {"decode", step(), "step[1:1/6#2]", "u w0 a0 r1 p2 step"},
+    {"token 2: done, everything released", done(), "-P1 -A1@7 T1#2 F1:length/3", "f w0 a0 r0 p0"},
+    {"nothing left", step(), "step[]", "f w0 a0 r0 p0"},
+  });
+  EXPECT_EQ(e.core.in_system(), 0u);
+  EXPECT_FALSE(e.core.has_work());
+  EXPECT_TRUE(e.all_returned());
+  const auto f = e.finish_of(1);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->prompt_tokens, 5u);
+  EXPECT_EQ(f->completion_tokens, 3u);
+  // Virtual clock: submitted at 1, first step at 6, first token at 7, done at 11.
+  EXPECT_EQ(f->times.arrival_s, 1.0);
+  EXPECT_EQ(f->times.first_scheduled_s, 6.0);
+  EXPECT_EQ(f->times.first_token_s, 7.0);
+  EXPECT_EQ(f->times.finished_s, 11.0);
+  std::vector<std::int32_t> toks;
+  for (const auto& t : e.tokens_of(1))
+    toks.push_back(t.token);
+  EXPECT_EQ(toks, (std::vector<std::int32_t>{500, 501, 502}));
+}
+
+TEST(scheduler_core, base_model_request_needs_no_adapter) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.prompt = 4, .max_new = 1}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2", "a w0 a1 r0 p2"},
+    {"pages granted: ready", pages(1), "", "r w0 a0 r1 p2"},
+    {"prefill", step(), "step[1:4/0#0]", "r w0 a0 r1 p2 step"},
+    {"one token is all", done(), "-P1 T1#0 F1:length/1", "f w0 a0 r0 p0"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, sim_backend_requests_produce_exactly_max_new_tokens) {
+  const gpu::sim_backend backend{*gpu::find_model_preset("llama-2-7b"),
+                                 *gpu::find_gpu_spec("H100-80GB"), 11};
+  engine e{limits(1000, 4, 64), &backend.vocab()};
+  e.token_of = [&](const gpu::step_entry& x) { return backend.token_for(x); };
+  const std::vector<std::uint32_t> max_new{1, 2, 5, 9, 16, 3};
+  for (std::uint64_t id = 1; id <= max_new.size(); ++id)
+    ASSERT_EQ(e.submit(id, {.prompt = static_cast<std::uint32_t>(3 * id), .max_new = max_new[id - 1]}),
+              "accepted");
+  for (int guard = 0; e.core.in_system() > 0 && guard < 200; ++guard) {
+    e.admit();
+    while (!e.reserve_pending().empty())
+      e.pages(e.reserve_pending().begin()->first);
+    e.step();
+    if (e.step_pending()) {
+      // Run the batch through the backend itself.
+      e.done();
+    }
+  }
+  ASSERT_EQ(e.core.in_system(), 0u);
+  for (std::uint64_t id = 1; id <= max_new.size(); ++id) {
+    const auto f = e.finish_of(id);
+    ASSERT_TRUE(f.has_value()) << id;
+    EXPECT_EQ(f->reason, finish_reason::length) << id;
+    EXPECT_EQ(f->completion_tokens, max_new[id - 1]) << id;
+    const auto& toks = e.tokens_of(id);
+    ASSERT_EQ(toks.size(), max_new[id - 1]) << id;
+    for (std::uint32_t k = 0; k < toks.size(); ++k) {
+      EXPECT_EQ(toks[k].index, k);
+      gpu::step_entry x;
+      x.seed = id * 7919;
+      x.output_index = k;
+      EXPECT_EQ(toks[k].token, backend.token_for(x)) << id << "#" << k;
+    }
+  }
+  EXPECT_EQ(e.reasons[finish_reason::length], max_new.size());
+  EXPECT_EQ(e.reserves, e.page_releases);
+  EXPECT_TRUE(e.all_returned());
+}
+
+// -- submit ---------------------------------------------------------------------
+
+TEST(scheduler_core, submit_refuses_duplicates_full_queues_and_oversized_requests) {
+  // 10 pages of 4 tokens; at most 2 waiting.
+  engine e{limits(10, 1, 1000, 2)};
+  run_table(e, {
+    {"fits the pool exactly", submit(1, {.prompt = 30, .max_new = 10}), "accepted", "w w1 a0 r0 p0"},
+    {"one token too many", submit(2, {.prompt = 30, .max_new = 11}), "too_large", "w w1 a0 r0 p0"},
+    {"duplicate while waiting", submit(1, {.prompt = 1, .max_new = 1}), "duplicate", "w w1 a0 r0 p0"},
+    {"second waiting", submit(3, {.prompt = 1, .max_new = 1}), "accepted", "ww w2 a0 r0 p0"},
+    {"queue full", submit(4, {.prompt = 1, .max_new = 1}), "queue_full", "ww w2 a0 r0 p0"},
+    {"admit 1 (max_running 1)", admit(), "R1:10", "aw w1 a1 r0 p10"},
+    {"duplicate while admitting", submit(1), "duplicate", "aw w1 a1 r0 p10"},
+    {"room in the queue again", submit(4, {.prompt = 1, .max_new = 1}), "accepted", "aww w2 a1 r0 p10"},
+    {"granted", pages(1), "", "rww w2 a0 r1 p10"},
+    {"duplicate while ready", submit(1), "duplicate", "rww w2 a0 r1 p10"},
+    {"prefill", step(), "step[1:30/0#0]", "rww w2 a0 r1 p10 step"},
+    {"duplicate while in step", submit(1), "duplicate", "rww w2 a0 r1 p10 step"},
+    {"token", done(), "T1#0", "uww w2 a0 r1 p10"},
+    {"cancel 1", cancel(1), "true -P1 F1:cancelled/1", "fww w2 a0 r0 p0"},
+    {"still full", submit(1, {.prompt = 1, .max_new = 1}), "queue_full", "fww w2 a0 r0 p0"},
+    {"cancel 3", cancel(3), "true F3:cancelled/0", "ffw w1 a0 r0 p0"},
+    {"a finished id may be used again", submit(1, {.prompt = 1, .max_new = 1}), "accepted", "wfw w2 a0 r0 p0"},
+  });
+}
+
+// -- denials ---------------------------------------------------------------------
+
+TEST(scheduler_core, denied_pages_requeue_in_arrival_order_and_block_until_memory_changes) {
+  // 12 pages; every request needs 3 (prompt 8 + 4 new).
+  engine e{limits(12)};
+  const request_args r{.prompt = 8, .max_new = 4};
+  run_table(e, {
+    {"submit 1", submit(1, r), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2, r), "accepted", "ww w2 a0 r0 p0"},
+    {"submit 3", submit(3, r), "accepted", "www w3 a0 r0 p0"},
+    {"admit all three", admit(), "R1:3 R2:3 R3:3", "aaa w0 a3 r0 p9"},
+    {"1 granted", pages(1), "", "raa w0 a2 r1 p9"},
+    {"2 denied: back to waiting, trim asked", pages(2, false), "trim3", "rwa w1 a1 r1 p6 blocked"},
+    {"4 arrives", submit(4, r), "accepted", "rwaw w2 a1 r1 p6 blocked"},
+    {"blocked: admit does nothing", admit(), "", "rwaw w2 a1 r1 p6 blocked"},
+    {"3 denied too, queued before 4", pages(3, false), "trim3", "rwww w3 a0 r1 p3 blocked"},
+    {"memory changed", memory_changed(), "", "rwww w3 a0 r1 p3"},
+    // 9 pages free: 2, 3 and 4 fit, admitted in arrival order.
+    {"admit resumes in arrival order", admit(), "R2:3 R3:3 R4:3", "raaa w0 a3 r1 p12"},
+    {"2 granted", pages(2), "", "rraa w0 a2 r2 p12"},
+    {"3 granted", pages(3), "", "rrra w0 a1 r3 p12"},
+    {"4 granted", pages(4), "", "rrrr w0 a0 r4 p12"},
+  });
+}
+
+TEST(scheduler_core, a_denied_head_request_goes_back_before_later_arrivals) {
+  // max_running 1: only the head is ever admitting; 3 pages each.
+  engine e{limits(12, 1)};
+  const request_args r{.prompt = 8, .max_new = 4};
+  run_table(e, {
+    {"submit 1", submit(1, r), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2, r), "accepted", "ww w2 a0 r0 p0"},
+    {"submit 3", submit(3, r), "accepted", "www w3 a0 r0 p0"},
+    {"admit 1", admit(), "R1:3", "aww w2 a1 r0 p3"},
+    {"1 denied", pages(1, false), "trim3", "www w3 a0 r0 p0 blocked"},
+    {"memory changed", memory_changed(), "", "www w3 a0 r0 p0"},
+    {"1 is admitted first again", admit(), "R1:3", "aww w2 a1 r0 p3"},
+    {"granted", pages(1), "", "rww w2 a0 r1 p3"},
+  });
+}
+
+TEST(scheduler_core, a_finish_that_frees_pages_unblocks_admission) {
+  engine e{limits(6)};
+  const request_args r{.prompt = 8, .max_new = 4}; // 3 pages
+  run_table(e, {
+    {"submit 1", submit(1, {.prompt = 4, .max_new = 1}), "accepted", "w w1 a0 r0 p0"},
+    {"admit 1", admit(), "R1:2", "a w0 a1 r0 p2"},
+    {"granted", pages(1), "", "r w0 a0 r1 p2"},
+    {"submit 2", submit(2, r), "accepted", "rw w1 a0 r1 p2"},
+    {"admit 2", admit(), "R2:3", "ra w0 a1 r1 p5"},
+    {"2 denied (adapters hold the room)", pages(2, false), "trim3", "rw w1 a0 r1 p2 blocked"},
+    {"prefill 1", step(), "step[1:4/0#0]", "rw w1 a0 r1 p2 step blocked"},
+    {"1 finishes and frees its pages", done(), "-P1 T1#0 F1:length/1", "fw w1 a0 r0 p0"},
+    {"admit 2 again", admit(), "R2:3", "fa w0 a1 r0 p3"},
+  });
+}
+
+TEST(scheduler_core, adapter_denial_releases_granted_pages_and_requeues) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit 1", submit(1, {.prompt = 4, .max_new = 4, .adapter = 3}), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2, {.prompt = 4, .max_new = 4}), "accepted", "ww w2 a0 r0 p0"},
+    {"admit", admit(), "R1:2 R2:2 A1@3", "aa w0 a2 r0 p4"},
+    {"1's pages granted", pages(1), "", "aa w0 a2 r0 p4"},
+    {"1's adapter fails: pages back, requeued", adapter(1, false), "-P1", "wa w1 a1 r0 p2 blocked"},
+    {"2 granted meanwhile", pages(2), "", "wr w1 a0 r1 p2 blocked"},
+    {"memory changed", memory_changed(), "", "wr w1 a0 r1 p2"},
+    {"admit 1 again", admit(), "R1:2 A1@3", "ar w0 a1 r1 p4"},
+    {"adapter granted first this time", adapter(1), "", "ar w0 a1 r1 p4"},
+    {"pages denied: adapter back, requeued", pages(1, false), "-A1@3 trim2", "wr w1 a0 r1 p2 blocked"},
+  });
+}
+
+// An adapter that fails to load on an otherwise idle server: the request is
+// requeued and memory_blocked is set. Nothing runs or awaits a grant, and the
+// scheduler actor (actors/scheduler_actor.cpp) calls on_memory_changed() only
+// when a trim comes back, so the core must ask for one (or otherwise leave
+// itself a way forward), or admission stays blocked for good.
+TEST(scheduler_core, adapter_failure_on_an_idle_core_does_not_wedge_admission) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.prompt = 4, .max_new = 4, .adapter = 3, .adapter_pages = 5}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2 A1@3", "a w0 a1 r0 p2 ap5"},
+    {"pages granted", pages(1), "", "a w0 a1 r0 p2 ap5"},
+  });
+  const auto trims_before = e.trims;
+  EXPECT_EQ(e.adapter(1, false), "-P1 trim5");
+  EXPECT_EQ(e.state(), "w w1 a0 r0 p0 blocked");
+  const bool will_run_again = e.core.has_work();
+  const bool asked_for_trim = e.trims > trims_before;
+  const bool ended = e.core.state_of(1) == request_state::finished;
+  EXPECT_TRUE(will_run_again || asked_for_trim || ended)
+    << "after an adapter denial with nothing running, admitting or trimming, the core is "
+       "memory_blocked="
+    << e.core.memory_blocked() << " with " << e.core.waiting()
+    << " waiting and no effect that leads to on_memory_changed(): admission is wedged";
+}
+
+TEST(scheduler_core, adapter_pages_count_once_per_adapter_in_use) {
+  // 12 pages; requests of 2 KV pages; adapter 1 takes 3 pages, adapter 2 takes 4.
+  engine e{limits(12)};
+  run_table(e, {
+    {"submit 1 (adapter 1)", submit(1, {.adapter = 1, .adapter_pages = 3}), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2 (adapter 1)", submit(2, {.adapter = 1, .adapter_pages = 3}), "accepted", "ww w2 a0 r0 p0"},
+    {"submit 3 (adapter 2)", submit(3, {.adapter = 2, .adapter_pages = 4}), "accepted", "www w3 a0 r0 p0"},
+    {"submit 4 (base)", submit(4), "accepted", "wwww w4 a0 r0 p0"},
+    // 2+3 for 1, 2 for 2 (adapter 1 already counted), 2+4 for 3: 13 > 12.
+    {"admit 1 and 2", admit(), "R1:2 R2:2 A1@1 A2@1", "aaww w2 a2 r0 p4 ap3"},
+    {"1 granted", pages(1), "", "aaww w2 a2 r0 p4 ap3"},
+    {"1's adapter", adapter(1), "", "raww w2 a1 r1 p4 ap3"},
+    {"2 granted", pages(2), "", "raww w2 a1 r1 p4 ap3"},
+    {"2's adapter", adapter(2), "", "rrww w2 a0 r2 p4 ap3"},
+    {"3 does not fit yet", admit(), "", "rrww w2 a0 r2 p4 ap3"},
+    {"cancel 1: adapter 1 still in use by 2", cancel(1), "true -P1 -A1@1 F1:cancelled/0", "frww w2 a0 r1 p2 ap3"},
+    // 12 - 2 - 3 = 7 free: 3 takes 2 + 4, then 4 needs 2 > 1.
+    {"3 fits now", admit(), "R3:2 A3@2", "fraw w1 a1 r1 p4 ap7"},
+    {"cancel 2: adapter 1 unused", cancel(2), "true -P2 -A2@1 F2:cancelled/0", "ffaw w1 a1 r0 p2 ap4"},
+    {"4 fits", admit(), "R4:2", "ffaa w0 a2 r0 p4 ap4"},
+    {"3's adapter fails: trim of its pages", adapter(3, false), "trim4", "ffaa w0 a2 r0 p4 ap4 blocked"},
+    {"3's pages granted: released, 3 waits again", pages(3), "-P3", "ffwa w1 a1 r0 p2 blocked"},
+  });
+}
+
+TEST(scheduler_core, too_large_counts_the_adapter_pages) {
+  engine e{limits(10)};
+  // 30 + 10 tokens = 10 KV pages: the pool exactly, without an adapter.
+  EXPECT_EQ(e.submit(1, {.prompt = 30, .max_new = 10}), "accepted");
+  EXPECT_EQ(e.submit(2, {.prompt = 30, .max_new = 10, .adapter = 1, .adapter_pages = 1}), "too_large");
+  EXPECT_EQ(e.submit(3, {.prompt = 26, .max_new = 10, .adapter = 1, .adapter_pages = 1}), "accepted");
+}
+
+/// Admits scripted ids, one list per call, and records what it was shown.
+class scripted_policy final : public policies::scheduling_policy {
+public:
+  struct seen {
+    std::vector<std::uint64_t> waiting;
+    std::vector<std::uint64_t> running;
+    std::vector<std::uint32_t> adapters_in_use;
+    policies::schedule_limits limits;
+  };
+
+  scripted_policy(std::vector<std::vector<std::uint64_t>> script, std::vector<seen>* log)
+    : script_(std::move(script)), log_(log) {}
+
+  policies::schedule_decision schedule(const policies::schedule_input& in) override {
+    seen s;
+    for (const auto& w : in.waiting)
+      s.waiting.push_back(w.request_id);
+    for (const auto& r : in.running)
+      s.running.push_back(r.request_id);
+    s.adapters_in_use.assign(in.adapters_in_use.begin(), in.adapters_in_use.end());
+    s.limits = in.limits;
+    log_->push_back(s);
+    if (next_ >= script_.size())
+      return {};
+    return {script_[next_++]};
+  }
+  std::string_view name() const noexcept override { return "scripted"; }
+
+private:
+  std::vector<std::vector<std::uint64_t>> script_;
+  std::size_t next_ = 0;
+  std::vector<seen>* log_;
+};
+
+TEST(scheduler_core, a_policy_may_admit_out_of_order_and_unknown_ids_are_ignored) {
+  std::vector<scripted_policy::seen> log;
+  auto policy = std::make_unique<scripted_policy>(
+    std::vector<std::vector<std::uint64_t>>{{3, 99, 1}, {2, 2}, {4}}, &log);
+  engine e{limits(20, 5), nullptr, std::move(policy)};
+  run_table(e, {
+    {"submit 1", submit(1), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2, {.adapter = 6, .adapter_pages = 3}), "accepted", "ww w2 a0 r0 p0"},
+    {"submit 3", submit(3, {.adapter = 5, .adapter_pages = 1}), "accepted", "www w3 a0 r0 p0"},
+    {"3 and 1 (99 is nobody)", admit(), "R3:2 R1:2 A3@5", "awa w1 a2 r0 p4 ap1"},
+    {"3 granted", pages(3), "", "awa w1 a2 r0 p4 ap1"},
+    {"3's adapter", adapter(3), "", "awr w1 a1 r1 p4 ap1"},
+    {"1 denied: back before 2", pages(1, false), "trim2", "wwr w2 a0 r1 p2 ap1 blocked"},
+    {"memory changed", memory_changed(), "", "wwr w2 a0 r1 p2 ap1"},
+    {"2 named twice: admitted once", admit(), "R2:2 A2@6", "war w1 a1 r1 p4 ap4"},
+    {"submit 4", submit(4), "accepted", "warw w2 a1 r1 p4 ap4"},
+    {"4 overtakes 1", admit(), "R4:2", "wara w1 a2 r1 p6 ap4"},
+  });
+  ASSERT_EQ(log.size(), 3u);
+  // What the policy was shown: waiting in arrival order, the batch, the
+  // adapters in use, and limits net of admitting requests and pinned pages.
+  EXPECT_EQ(log[0].waiting, (std::vector<std::uint64_t>{1, 2, 3}));
+  EXPECT_TRUE(log[0].running.empty());
+  EXPECT_TRUE(log[0].adapters_in_use.empty());
+  EXPECT_EQ(log[0].limits.max_running, 5u);
+  EXPECT_EQ(log[0].limits.free_pages, 20u);
+  EXPECT_EQ(log[0].limits.page_tokens, 4u);
+  EXPECT_EQ(log[0].limits.token_budget, 1000u);
+  EXPECT_EQ(log[1].waiting, (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(log[1].running, std::vector<std::uint64_t>{3});
+  EXPECT_EQ(log[1].adapters_in_use, std::vector<std::uint32_t>{5});
+  EXPECT_EQ(log[1].limits.max_running, 5u);
+  EXPECT_EQ(log[1].limits.free_pages, 20u - 2 - 1);
+  EXPECT_EQ(log[2].waiting, (std::vector<std::uint64_t>{1, 4}));
+  EXPECT_EQ(log[2].running, std::vector<std::uint64_t>{3});
+  EXPECT_EQ(log[2].adapters_in_use, (std::vector<std::uint32_t>{5, 6}));
+  EXPECT_EQ(log[2].limits.max_running, 4u); // 2 is admitting
+  EXPECT_EQ(log[2].limits.free_pages, 20u - 4 - 4);
+}
+
+// -- cancel ---------------------------------------------------------------------
+
+TEST(scheduler_core, cancel_while_waiting_finishes_at_once) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit 1", submit(1), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2), "accepted", "ww w2 a0 r0 p0"},
+    {"cancel 1", cancel(1), "true F1:cancelled/0", "fw w1 a0 r0 p0"},
+    {"again: already finished", cancel(1), "false", "fw w1 a0 r0 p0"},
+    {"unknown id", cancel(99), "false", "fw w1 a0 r0 p0"},
+    {"admit takes 2", admit(), "R2:2", "fa w0 a1 r0 p2"},
+  });
+}
+
+TEST(scheduler_core, cancel_while_admitting_finishes_when_both_grants_are_back) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.adapter = 4}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2 A1@4", "a w0 a1 r0 p2"},
+    {"cancel: grants outstanding", cancel(1), "true", "a w0 a1 r0 p2"},
+    {"cancel twice", cancel(1), "false", "a w0 a1 r0 p2"},
+    {"pages granted: adapter still out", pages(1), "", "a w0 a1 r0 p2"},
+    {"adapter granted: both released", adapter(1), "-P1 -A1@4 F1:cancelled/0", "f w0 a0 r0 p0"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, cancel_while_admitting_with_denials_releases_only_grants) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.adapter = 4}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2 A1@4", "a w0 a1 r0 p2"},
+    {"cancel", cancel(1), "true", "a w0 a1 r0 p2"},
+    {"adapter granted", adapter(1), "", "a w0 a1 r0 p2"},
+    {"pages denied: adapter released", pages(1, false), "-A1@4 trim2 F1:cancelled/0", "f w0 a0 r0 p0 blocked"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, cancel_while_ready_finishes_at_once) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.adapter = 4}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2 A1@4", "a w0 a1 r0 p2"},
+    {"pages", pages(1), "", "a w0 a1 r0 p2"},
+    {"adapter", adapter(1), "", "r w0 a0 r1 p2"},
+    {"cancel", cancel(1), "true -P1 -A1@4 F1:cancelled/0", "f w0 a0 r0 p0"},
+    {"nothing to step", step(), "step[]", "f w0 a0 r0 p0"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, cancel_in_step_finishes_when_the_step_returns) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit 1", submit(1, {.max_new = 5}), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2, {.max_new = 5}), "accepted", "ww w2 a0 r0 p0"},
+    {"admit", admit(), "R1:3 R2:3", "aa w0 a2 r0 p6"},
+    {"1 granted", pages(1), "", "ra w0 a1 r1 p6"},
+    {"2 granted", pages(2), "", "rr w0 a0 r2 p6"},
+    {"prefill both", step(), "step[1:4/0#0 2:4/0#0]", "rr w0 a0 r2 p6 step"},
+    {"tokens", done(), "T1#0 T2#0", "uu w0 a0 r2 p6"},
+    {"decode both", step(), "step[1:1/4#1 2:1/4#1]", "uu w0 a0 r2 p6 step"},
+    {"cancel 1 in step: deferred", cancel(1), "true", "uu w0 a0 r2 p6 step"},
+    {"cancel 1 again", cancel(1), "false", "uu w0 a0 r2 p6 step"},
+    {"step returns: 1 cancelled, no token", done(), "-P1 T2#1 F1:cancelled/1", "fu w0 a0 r1 p3"},
+    {"2 goes on alone", step(), "step[2:1/5#2]", "fu w0 a0 r1 p3 step"},
+    {"cancel 2 in step", cancel(2), "true", "fu w0 a0 r1 p3 step"},
+    {"failed step still says cancelled", failed(), "-P2 F2:cancelled/2", "ff w0 a0 r0 p0"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, cancel_while_running_between_steps_finishes_at_once) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.max_new = 5, .adapter = 2}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:3 A1@2", "a w0 a1 r0 p3"},
+    {"pages", pages(1), "", "a w0 a1 r0 p3"},
+    {"adapter", adapter(1), "", "r w0 a0 r1 p3"},
+    {"prefill", step(), "step[1:4/0#0]", "r w0 a0 r1 p3 step"},
+    {"token", done(), "T1#0", "u w0 a0 r1 p3"},
+    {"cancel", cancel(1), "true -P1 -A1@2 F1:cancelled/1", "f w0 a0 r0 p0"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+// -- steps ---------------------------------------------------------------------
+
+TEST(scheduler_core, at_most_one_step_in_flight) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit 1", submit(1, {.max_new = 3}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2", "a w0 a1 r0 p2"},
+    {"granted", pages(1), "", "r w0 a0 r1 p2"},
+    {"prefill", step(), "step[1:4/0#0]", "r w0 a0 r1 p2 step"},
+    {"second step refused", step(), "step[]", "r w0 a0 r1 p2 step"},
+    {"submit 2", submit(2, {.max_new = 1}), "accepted", "rw w1 a0 r1 p2 step"},
+    {"admit during the step", admit(), "R2:2", "ra w0 a1 r1 p4 step"},
+    {"granted during the step", pages(2), "", "rr w0 a0 r2 p4 step"},
+    {"still one step", step(), "step[]", "rr w0 a0 r2 p4 step"},
+    {"step returns", done(), "T1#0", "ur w0 a0 r2 p4"},
+    {"2 joins the next step", step(), "step[1:1/4#1 2:4/0#0]", "ur w0 a0 r2 p4 step"},
+    {"refused again", step(), "step[]", "ur w0 a0 r2 p4 step"},
+    {"both produce", done(), "-P2 T1#1 T2#0 F2:length/1", "uf w0 a0 r1 p2"},
+  });
+  EXPECT_FALSE(e.core.step_in_flight());
+  EXPECT_TRUE(e.core.has_work());
+}
+
+TEST(scheduler_core, has_work_tracks_what_admit_and_next_step_could_do) {
+  engine e{limits(100)};
+  EXPECT_FALSE(e.core.has_work());
+  e.submit(1);
+  EXPECT_TRUE(e.core.has_work());
+  e.admit();
+  EXPECT_FALSE(e.core.has_work()); // awaiting the grant
+  e.pages(1);
+  EXPECT_TRUE(e.core.has_work());
+  e.step();
+  EXPECT_FALSE(e.core.has_work()); // step in flight
+  e.done();
+  EXPECT_TRUE(e.core.has_work());
+}
+
+TEST(scheduler_core, token_budget_limits_prefill_joins) {
+  // Budget 10 tokens per step.
+  engine e{limits(100, 8, 10)};
+  run_table(e, {
+    {"submit 1 (prompt 8)", submit(1, {.prompt = 8, .max_new = 3}), "accepted", "w w1 a0 r0 p0"},
+    {"admit 1 alone", admit(), "R1:3", "a w0 a1 r0 p3"},
+    {"granted", pages(1), "", "r w0 a0 r1 p3"},
+    {"submit 2 (prompt 8)", submit(2, {.prompt = 8, .max_new = 2}), "accepted", "rw w1 a0 r1 p3"},
+    // The policy sees 1 as one running token: 1 + 8 <= 10.
+    {"admit 2", admit(), "R2:3", "ra w0 a1 r1 p6"},
+    {"granted", pages(2), "", "rr w0 a0 r2 p6"},
+    {"submit 3 (prompt 1)", submit(3, {.prompt = 1, .max_new = 2}), "accepted", "rrw w1 a0 r2 p6"},
+    {"admit 3", admit(), "R3:1", "rra w0 a1 r2 p7"},
+    {"granted", pages(3), "", "rrr w0 a0 r3 p7"},
+    // 8 + 8 > 10: 2's prefill waits; 3's prompt of 1 still fits (8 + 1).
+    {"prefill 1 and 3", step(), "step[1:8/0#0 3:1/0#0]", "rrr w0 a0 r3 p7 step"},
+    {"tokens", done(), "T1#0 T3#0", "uru w0 a0 r3 p7"},
+    // 1 + 8 + 1 = 10: everyone fits now.
+    {"decodes and 2's prefill", step(), "step[1:1/8#1 2:8/0#0 3:1/1#1]", "uru w0 a0 r3 p7 step"},
+    {"tokens", done(), "-P3 T1#1 T2#0 T3#1 F3:length/2", "uuf w0 a0 r2 p6"},
+  });
+}
+
+TEST(scheduler_core, a_lone_prefill_may_exceed_the_token_budget) {
+  engine e{limits(100, 8, 10)};
+  run_table(e, {
+    {"submit (prompt 30)", submit(1, {.prompt = 30, .max_new = 2}), "accepted", "w w1 a0 r0 p0"},
+    {"admitted alone", admit(), "R1:8", "a w0 a1 r0 p8"},
+    {"granted", pages(1), "", "r w0 a0 r1 p8"},
+    {"prefill anyway", step(), "step[1:30/0#0]", "r w0 a0 r1 p8 step"},
+    {"token", done(), "T1#0", "u w0 a0 r1 p8"},
+  });
+}
+
+TEST(scheduler_core, max_running_counts_admitting_requests) {
+  engine e{limits(100, 2)};
+  run_table(e, {
+    {"submit 1", submit(1), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2), "accepted", "ww w2 a0 r0 p0"},
+    {"submit 3", submit(3), "accepted", "www w3 a0 r0 p0"},
+    {"admit two", admit(), "R1:2 R2:2", "aaw w1 a2 r0 p4"},
+    {"no room while they admit", admit(), "", "aaw w1 a2 r0 p4"},
+    {"1 ready", pages(1), "", "raw w1 a1 r1 p4"},
+    {"still no room", admit(), "", "raw w1 a1 r1 p4"},
+    {"2 denied", pages(2, false), "trim2", "rww w2 a0 r1 p2 blocked"},
+    {"memory changed", memory_changed(), "", "rww w2 a0 r1 p2"},
+    {"one slot: 2 before 3", admit(), "R2:2", "raw w1 a1 r1 p4"},
+  });
+}
+
+TEST(scheduler_core, failed_step_finishes_everyone_in_it_with_error) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit 1", submit(1, {.adapter = 1}), "accepted", "w w1 a0 r0 p0"},
+    {"submit 2", submit(2), "accepted", "ww w2 a0 r0 p0"},
+    {"admit", admit(), "R1:2 R2:2 A1@1", "aa w0 a2 r0 p4"},
+    {"1 pages", pages(1), "", "aa w0 a2 r0 p4"},
+    {"1 adapter", adapter(1), "", "ra w0 a1 r1 p4"},
+    {"step with 1 only", step(), "step[1:4/0#0]", "ra w0 a1 r1 p4 step"},
+    {"2 granted during it", pages(2), "", "rr w0 a0 r2 p4 step"},
+    {"step fails: 1 errors, 2 untouched", failed(), "-P1 -A1@1 F1:error/0", "fr w0 a0 r1 p2"},
+    {"2 runs", step(), "step[2:4/0#0]", "fr w0 a0 r1 p2 step"},
+    {"short token list: 2 errors", done_with({}), "-P2 F2:error/0", "ff w0 a0 r0 p0"},
+  });
+  EXPECT_TRUE(e.all_returned());
+}
+
+// -- eos and stop strings -----------------------------------------------------------
+
+TEST(scheduler_core, eos_token_finishes_with_reason_eos) {
+  fake_tokenizer vocab;
+  engine e{limits(100), &vocab};
+  run_table(e, {
+    {"submit", submit(1, {.max_new = 10}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:4", "a w0 a1 r0 p4"},
+    {"granted", pages(1), "", "r w0 a0 r1 p4"},
+    {"prefill", step(), "step[1:4/0#0]", "r w0 a0 r1 p4 step"},
+    {"a word", done_with({40}), "T1#0", "u w0 a0 r1 p4"},
+    {"decode", step(), "step[1:1/4#1]", "u w0 a0 r1 p4 step"},
+    {"eos", done_with({fake_tokenizer::eos}), "-P1 T1#1 F1:eos/2", "f w0 a0 r0 p0"},
+  });
+}
+
+TEST(scheduler_core, eos_wins_over_length_on_the_last_token) {
+  fake_tokenizer vocab;
+  engine e{limits(100), &vocab};
+  run_table(e, {
+    {"submit", submit(1, {.max_new = 1}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2", "a w0 a1 r0 p2"},
+    {"granted", pages(1), "", "r w0 a0 r1 p2"},
+    {"prefill", step(), "step[1:4/0#0]", "r w0 a0 r1 p2 step"},
+    {"eos", done_with({fake_tokenizer::eos}), "-P1 T1#0 F1:eos/1", "f w0 a0 r0 p0"},
+  });
+}
+
+TEST(scheduler_core, without_a_tokenizer_no_token_is_eos) {
+  engine e{limits(100)};
+  run_table(e, {
+    {"submit", submit(1, {.max_new = 2, .stop = {"x"}}), "accepted", "w w1 a0 r0 p0"},
+    {"admit", admit(), "R1:2", "a w0 a1 r0 p2"},
+    {"granted", pages(1), "", "r w0 a0 r1 p2"},
+    {"prefill", step(), "step[1:4/0#0]", "r w0 a0 r1 p2 step"},
+    {"token 2 is no eos here", done_with({2}), "T1#0", "u w0 a0 r1 p2"},
+  });
+}
+
+struct stop_case {
+  std::string name;
+  std::vector<std::string> stop;
+  std::vector<std::int32_t> tokens; ///< fed one per step
+  std::string expected;             ///< effects of the last step
+  std::uint32_t completion;
+};
+
+TEST(scheduler_core, stop_strings_finish_with_reason_stop) {
+  fake_tokenizer vocab;
+  vocab.words = {{10, "Hel"}, {11, "lo"}, {12, " wor"}, {13, "ld"}, {14, "!"}, {15, "l"},
+                 {fake_tokenizer::eos, "</s>"}};
+  const std::vector<stop_case> table{
+    {"whole token", {"!"}, {10, 14}, "-P1 T1#1 F1:stop/2", 2},
+    {"spans two tokens", {"lo w"}, {10, 11, 12}, "-P1 T1#2 F1:stop/3", 3},
+    {"spans three tokens", {"llo wo"}, {10, 11, 12}, "-P1 T1#2 F1:stop/3", 3},
+    {"inside one token", {"wo"}, {10, 12}, "-P1 T1#1 F1:stop/2", 2},
+    {"first of several", {"zzz", "ld"}, {10, 11, 12, 13}, "-P1 T1#3 F1:stop/4", 4},
+    {"special tokens add no text", {"Hello"}, {10, 99, 11}, "-P1 T1#2 F1:stop/3", 3},
+    {"never matches: length", {"xyz"}, {10, 11, 12, 13, 14, 15}, "-P1 T1#5 F1:length/6", 6},
+    {"stop wins over length", {"ld"}, {10, 11, 12, 14, 15, 13}, "-P1 T1#5 F1:stop/6", 6},
+    {"eos wins over stop", {"</s>"}, {10, fake_tokenizer::eos}, "-P1 T1#1 F1:eos/2", 2},
+    {"repeated letters", {"lll"}, {15, 15, 15}, "-P1 T1#2 F1:stop/3", 3},
+  };
+  for (const auto& c : table) {
+    SCOPED_TRACE(c.name);
+    engine e{limits(100), &vocab};
+    ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 6, .stop = c.stop}), "accepted");
+    e.admit();
+    e.pages(1);
+    std::string last;
+    for (std::size_t k = 0; k < c.tokens.size(); ++k) {
+      ASSERT_NE(e.step(), "step[]") << "token " << k;
+      last = e.done(std::vector<std::int32_t>{c.tokens[k]});
+      if (k + 1 < c.tokens.size()) {
+        EXPECT_EQ(last, "T1#" + std::to_string(k)) << "token " << k;
+      }
+    }
+    EXPECT_EQ(last, c.expected);
+    const auto f = e.finish_of(1);
+    ASSERT_TRUE(f.has_value());
+    EXPECT_EQ(f->completion_tokens, c.completion);
+    EXPECT_TRUE(e.all_returned());
+  }
+}
+
+// -- property: every grant is released exactly once ---------------------------------
+
+TEST(scheduler_core, random_runs_release_every_grant_exactly_once) {
+  fake_tokenizer vocab;
+  for (std::int32_t t = 100; t < 120; ++t)
+    vocab.words[t] = std::string(1, static_cast<char>('a' + (t - 100)));
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u}) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    std::mt19937_64 rng{seed};
+    auto chance = [&](double p) { return std::uniform_real_distribution<>{0, 1}(rng) < p; };
+    auto pick = [&](std::uint64_t n) { return rng() % n; };
+    engine e{limits(48, 6, 40, 1000), &vocab};
+    e.token_of = [&](const gpu::step_entry&) {
+      // Mostly letters; sometimes EOS.
+      return chance(0.03) ? fake_tokenizer::eos : static_cast<std::int32_t>(100 + pick(20));
+    };
+    std::uint64_t next_id = 1, accepted = 0;
+    std::vector<std::uint64_t> ids;
+    for (int iter = 0; iter < 3000 && (next_id <= 300 || e.core.in_system() > 0); ++iter) {
+      // Arrivals.
+      if (next_id <= 300 && chance(0.4)) {
+        request_args a;
+        a.prompt = 1 + static_cast<std::uint32_t>(pick(30));
+        a.max_new = 1 + static_cast<std::uint32_t>(pick(12));
+        a.adapter = chance(0.5) ? 1 + static_cast<std::uint32_t>(pick(4)) : 0;
+        a.adapter_pages = a.adapter; // adapter k takes k pages
+        if (chance(0.2))
+          a.stop = {std::string(1, static_cast<char>('a' + pick(20)))};
+        const auto r = e.submit(next_id, a);
+        if (r == "accepted") {
+          ++accepted;
+          ids.push_back(next_id);
+        } else {
+          EXPECT_EQ(r, "too_large");
+        }
+        ++next_id;
+      }
+      // Random cancels at random points (including unknown and finished ids).
+      if (!ids.empty() && chance(0.05))
+        e.cancel(ids[pick(ids.size())]);
+      e.admit();
+      // ... and while grants are outstanding.
+      if (!ids.empty() && chance(0.05))
+        e.cancel(ids[pick(ids.size())]);
+      // Answer some outstanding grants, in random order, some denied.
+      for (int k = 0; k < 3; ++k) {
+        if (!e.reserve_pending().empty() && chance(0.7)) {
+          auto it = e.reserve_pending().begin();
+          std::advance(it, static_cast<long>(pick(e.reserve_pending().size())));
+          e.pages(it->first, !chance(0.1));
+        }
+        if (!e.acquire_pending().empty() && chance(0.7)) {
+          auto it = e.acquire_pending().begin();
+          std::advance(it, static_cast<long>(pick(e.acquire_pending().size())));
+          e.adapter(it->first, !chance(0.1));
+        }
+      }
+      // Steps: start one if none runs; the running one returns (or fails).
+      if (e.step_pending()) {
+        if (chance(0.7)) {
+          if (chance(0.02))
+            e.failed();
+          else
+            e.done();
+        }
+      } else {
+        e.step();
+      }
+      // The shell's trim returns now and then; and whenever the core is
+      // blocked with nothing in flight that could unblock it, kick it (the
+      // adapter-denial wedge is tested on its own above).
+      if (e.core.memory_blocked() && chance(0.3))
+        e.memory_changed();
+      if (e.core.memory_blocked() && !e.grants_pending() && !e.step_pending()
+          && e.core.running() == 0 && e.core.admitting() == 0) {
+        e.memory_changed();
+      }
+    }
+    // Drain: answer everything, run to the end.
+    for (int guard = 0; e.core.in_system() > 0 && guard < 2000; ++guard) {
+      e.memory_changed();
+      e.admit();
+      while (!e.reserve_pending().empty())
+        e.pages(e.reserve_pending().begin()->first);
+      while (!e.acquire_pending().empty())
+        e.adapter(e.acquire_pending().begin()->first);
+      if (e.step_pending())
+        e.done();
+      else
+        e.step();
+    }
+    ASSERT_EQ(e.core.in_system(), 0u);
+    EXPECT_FALSE(e.step_pending());
+    EXPECT_FALSE(e.grants_pending());
+    EXPECT_TRUE(e.all_returned());
+    EXPECT_EQ(e.core.reserved_pages(), 0u);
+    EXPECT_EQ(e.finishes, accepted);
+    for (auto id : ids)
+      EXPECT_TRUE(e.finish_of(id).has_value()) << id;
+    // Every granted reservation and adapter came back exactly once (the ledger
+    // fails on a release of something not held; here: nothing is left held).
+    EXPECT_EQ(e.page_grants, e.page_releases);
+    EXPECT_EQ(e.adapter_grants, e.adapter_releases);
+    // The run exercised what it is meant to.
+    EXPECT_GT(e.reasons[finish_reason::length], 0u);
+    EXPECT_GT(e.reasons[finish_reason::cancelled], 0u);
+    EXPECT_GT(e.reasons[finish_reason::eos], 0u);
+    EXPECT_GT(e.reasons[finish_reason::stop], 0u);
+    EXPECT_GT(e.trims, 0u);
+    EXPECT_GT(e.adapter_grants, 0u);
+  }
+}
+
+} // namespace
+} // namespace troupe
