@@ -1,22 +1,10 @@
 #include "gpu/sim_backend.hpp"
 
+#include "gpu/random.hpp"
+
 #include <utility>
 
 namespace troupe::gpu {
-
-namespace {
-
-// splitmix64 (Steele, Lea, Flood 2014): a bijective 64-bit mix whose output
-// passes BigCrush for consecutive inputs, so chained calls give independent
-// looking draws per (seed, request seed, output index).
-std::uint64_t splitmix64(std::uint64_t x) noexcept {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-} // namespace
 
 sim_backend::sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed, cost_constants constants)
   : cost_model_(std::move(shape), std::move(gpu), constants),

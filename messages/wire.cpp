@@ -525,6 +525,39 @@ json header(std::string_view type, const std::string& id) {
   return j;
 }
 
+/// Parses `frame` as one JSON object, reads its id with `peek` (so errors can
+/// echo it) and the rest with `read`; every failure becomes a parse_error.
+/// `what` ("request" or "reply") appears in the messages.
+template <class Result, class Peek, class Read>
+std::variant<Result, parse_error> read_object(std::string_view frame, const char* what,
+                                              Peek peek, Read read) {
+  std::string id;
+  try {
+    json doc;
+    try {
+      doc = json::parse(frame.begin(), frame.end());
+    } catch (const json::parse_error& e) {
+      return parse_error{error_code::bad_request, {},
+                         "frame is not valid JSON: " + parser_message(e)};
+    }
+    if (!doc.is_object())
+      return parse_error{error_code::bad_request, {},
+                         std::string{"a "} + what + " must be a JSON object, got " + describe(doc)};
+    // Echo the id in the error reply whenever it is readable, even when an
+    // earlier check (such as "type") fails.
+    id = peek(doc);
+    return read(doc);
+  } catch (rejection& r) {
+    return parse_error{error_code::bad_request, std::move(id), std::move(r.message)};
+  } catch (const std::exception& e) {
+    return parse_error{error_code::internal, std::move(id),
+                       std::string{"internal error while parsing the "} + what + ": " + e.what()};
+  } catch (...) {
+    return parse_error{error_code::internal, std::move(id),
+                       std::string{"internal error while parsing the "} + what};
+  }
+}
+
 } // namespace
 
 // -- error codes --------------------------------------------------------------
@@ -562,31 +595,9 @@ std::variant<request, parse_error> parse_request(std::string_view frame,
                        "frame of " + std::to_string(frame.size())
                          + " bytes exceeds the limit of "
                          + std::to_string(limits.max_frame_bytes) + " bytes"};
-  std::string id;
-  try {
-    json doc;
-    try {
-      doc = json::parse(frame.begin(), frame.end());
-    } catch (const json::parse_error& e) {
-      return parse_error{error_code::bad_request, {},
-                         "frame is not valid JSON: " + parser_message(e)};
-    }
-    if (!doc.is_object())
-      return parse_error{error_code::bad_request, {},
-                         "a request must be a JSON object, got " + describe(doc)};
-    // Echo the id in the error reply whenever it is readable, even when an
-    // earlier check (such as "type") fails.
-    id = peek_id(doc, limits);
-    return read_request(doc, limits);
-  } catch (rejection& r) {
-    return parse_error{error_code::bad_request, std::move(id), std::move(r.message)};
-  } catch (const std::exception& e) {
-    return parse_error{error_code::internal, std::move(id),
-                       std::string{"internal error while parsing the request: "} + e.what()};
-  } catch (...) {
-    return parse_error{error_code::internal, std::move(id),
-                       "internal error while parsing the request"};
-  }
+  return read_object<request>(
+    frame, "request", [&](const json& doc) { return peek_id(doc, limits); },
+    [&](const json& doc) { return read_request(doc, limits); });
 }
 
 const std::string& id_of(const request& r) noexcept {
@@ -696,30 +707,13 @@ std::string to_json(const adapters_reply& x) {
 }
 
 std::variant<reply, parse_error> parse_reply(std::string_view frame) {
-  std::string id;
-  try {
-    json doc;
-    try {
-      doc = json::parse(frame.begin(), frame.end());
-    } catch (const json::parse_error& e) {
-      return parse_error{error_code::bad_request, {},
-                         "frame is not valid JSON: " + parser_message(e)};
-    }
-    if (!doc.is_object())
-      return parse_error{error_code::bad_request, {},
-                         "a reply must be a JSON object, got " + describe(doc)};
-    if (auto i = doc.find("id"); i != doc.end() && i->is_string())
-      id = i->get<std::string>();
-    return read_reply(doc);
-  } catch (rejection& r) {
-    return parse_error{error_code::bad_request, std::move(id), std::move(r.message)};
-  } catch (const std::exception& e) {
-    return parse_error{error_code::internal, std::move(id),
-                       std::string{"internal error while parsing the reply: "} + e.what()};
-  } catch (...) {
-    return parse_error{error_code::internal, std::move(id),
-                       "internal error while parsing the reply"};
-  }
+  return read_object<reply>(
+    frame, "reply",
+    [](const json& doc) {
+      auto i = doc.find("id");
+      return i != doc.end() && i->is_string() ? i->get<std::string>() : std::string{};
+    },
+    [](const json& doc) { return read_reply(doc); });
 }
 
 } // namespace troupe::wire

@@ -1,20 +1,10 @@
 #include "runtime/intake_core.hpp"
 
+#include "gpu/random.hpp"
+
 #include <string>
 
 namespace troupe {
-
-namespace {
-
-std::uint64_t mix(std::uint64_t x) noexcept {
-  // splitmix64 finalizer: spreads request ids into independent seeds.
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-} // namespace
 
 intake_core::intake_core(intake_limits limits, std::shared_ptr<const adapter_catalog> catalog,
                          std::shared_ptr<const gpu::executor_backend> backend)
@@ -128,7 +118,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.adapter_id = adapter ? adapter->id : 0;
   spec.adapter_rank = adapter ? adapter->rank : 0;
   spec.adapter_pages = adapter ? adapter->pages : 0;
-  spec.seed = g.sampling.seed ? *g.sampling.seed : mix(limits_.base_seed ^ mix(id));
+  spec.seed = g.sampling.seed ? *g.sampling.seed : gpu::splitmix64(limits_.base_seed ^ gpu::splitmix64(id));
   spec.temperature = g.sampling.temperature;
   spec.top_p = g.sampling.top_p;
   spec.top_k = g.sampling.top_k;

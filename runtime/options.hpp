@@ -11,7 +11,8 @@ namespace troupe {
 /// [server]: the ZeroMQ front door.
 struct server_options {
   std::string endpoint = "tcp://127.0.0.1:5555";
-  /// Frames larger than this get a `bad_request` error and are not parsed.
+  /// Frames larger than this get a `frame_too_large` error and are not parsed;
+  /// frames over twice this are dropped by ZeroMQ with the connection.
   std::uint64_t max_frame_bytes = 1 << 20;
   /// Accepted requests not yet finished; beyond it new ones get `overloaded`.
   std::uint32_t max_pending = 65536;
@@ -113,7 +114,7 @@ struct adapter_spec {
   std::string path;
 };
 
-/// [adapters.generate]: synthesize `count` adapters named `<prefix><i>`,
+/// [adapters_generate]: synthesize `count` adapters named `<prefix><i>`,
 /// with ranks drawn round-robin from `ranks` (for benchmarks and the sim).
 struct adapter_generate_options {
   std::uint32_t count = 0;
