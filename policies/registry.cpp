@@ -22,9 +22,16 @@ public:
   }
 
   std::unique_ptr<Policy> make(const std::string& name) const {
-    std::lock_guard guard{mtx_};
-    auto i = factories_.find(name);
-    return i == factories_.end() ? nullptr : i->second();
+    policy_factory<Policy> f;
+    {
+      std::lock_guard guard{mtx_};
+      auto i = factories_.find(name);
+      if (i == factories_.end())
+        return nullptr;
+      f = i->second;
+    }
+    // Outside the lock: a factory may build another policy by name.
+    return f();
   }
 
   std::vector<std::string> names() const {

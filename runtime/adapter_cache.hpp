@@ -79,7 +79,8 @@ public:
   /// policy) and forgets them; the caller frees their pages.
   std::vector<std::uint32_t> evict_for(std::uint64_t pages_needed, double now_s);
 
-  /// Picks victims so that one more adapter fits under max_resident.
+  /// Picks unpinned victims until the adapters held (loading ones included)
+  /// are at most max_resident.
   std::vector<std::uint32_t> evict_for_slot(double now_s);
 
   // -- observers --------------------------------------------------------------

@@ -235,7 +235,7 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
       }
       if (static_cast<finish_reason>(f.reason) == finish_reason::error)
         out.push_back(error_frame(p.peer, p.client_id, wire::error_code::internal,
-                                  "the executor failed while running this request"));
+                                  "the server could not complete this request (its adapter could not be loaded or a step failed); see the server log"));
       else
         out.push_back({p.peer, wire::to_json(d)});
     }

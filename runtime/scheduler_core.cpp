@@ -225,6 +225,7 @@ scheduler_effects scheduler_core::on_adapter(std::uint64_t request_id, bool gran
   if (!granted) {
     memory_blocked_ = true;
     fx.trim_pages += r.spec.adapter_pages;
+    ++r.adapter_failures;
   }
   settle_admission(r, now_s, fx);
   flush_finished();
@@ -236,6 +237,12 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     return; // wait for the other answer
   if (r.cancel_requested) {
     finish(r, finish_reason::cancelled, now_s, fx);
+    return;
+  }
+  if (r.adapter_failed && r.adapter_failures >= limits_.max_adapter_failures) {
+    // The adapter cannot be loaded: end the request rather than retry forever
+    // at the head of the queue.
+    finish(r, finish_reason::error, now_s, fx);
     return;
   }
   if (r.pages_failed || r.adapter_failed) {

@@ -26,6 +26,8 @@ struct scheduler_limits {
   /// Pages in the unified pool and tokens per page.
   std::uint64_t total_pages = 0;
   std::uint32_t page_tokens = 16;
+  /// A request whose adapter fails to load this many times ends with an error.
+  std::uint32_t max_adapter_failures = 3;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -134,6 +136,7 @@ private:
     bool adapter_granted = false;
     bool adapter_failed = false;
     bool pages_failed = false;
+    std::uint32_t adapter_failures = 0;
     bool in_step = false;
     bool cancel_requested = false;
     std::string text; // decoded output, kept only when stop strings are set

@@ -141,7 +141,7 @@ TEST(registry, registering_a_name_again_replaces_its_factory) {
 // calls the factory while holding the registry's std::mutex, so the nested
 // make_scheduling_policy() locks it again and deadlocks. Enable once make()
 // copies the factory out under the lock and calls it after unlocking.
-TEST(registry, DISABLED_a_factory_may_build_another_policy_by_name) {
+TEST(registry, a_factory_may_build_another_policy_by_name) {
   register_scheduling_policy("registry_test_wraps_fcfs",
                              [] { return make_scheduling_policy("fcfs"); });
   auto p = make_scheduling_policy("registry_test_wraps_fcfs");

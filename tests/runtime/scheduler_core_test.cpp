@@ -1227,5 +1227,41 @@ TEST(scheduler_core, random_runs_release_every_grant_exactly_once) {
   }
 }
 
+TEST(scheduler_core, a_request_whose_adapter_keeps_failing_ends_with_an_error) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  limits.max_adapter_failures = 3;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  request_spec spec;
+  spec.request_id = 1;
+  spec.prompt.assign(8, 5);
+  spec.max_new_tokens = 4;
+  spec.adapter_id = 7;
+  spec.adapter_pages = 2;
+  ASSERT_EQ(core.submit(spec), scheduler_core::submit_result::accepted);
+  for (std::uint32_t attempt = 1; attempt <= 3; ++attempt) {
+    SCOPED_TRACE(attempt);
+    auto fx = core.admit(attempt);
+    ASSERT_EQ(fx.reserves.size(), 1u);
+    ASSERT_EQ(fx.acquires.size(), 1u);
+    EXPECT_TRUE(core.on_pages(1, true, attempt).empty());
+    fx = core.on_adapter(1, false, attempt);
+    EXPECT_EQ(fx.trim_pages, 2u);
+    ASSERT_EQ(fx.release_pages.size(), 1u); // the granted KV pages go back
+    EXPECT_TRUE(fx.release_adapters.empty());
+    if (attempt < 3) {
+      EXPECT_TRUE(fx.finished.empty());
+      EXPECT_EQ(core.state_of(1), request_state::waiting);
+      core.on_memory_changed();
+    } else {
+      ASSERT_EQ(fx.finished.size(), 1u);
+      EXPECT_EQ(fx.finished[0].reason, finish_reason::error);
+      EXPECT_EQ(core.in_system(), 0u);
+    }
+  }
+  EXPECT_EQ(core.reserved_pages(), 0u);
+  EXPECT_EQ(core.adapter_pages_in_use(), 0u);
+}
+
 } // namespace
 } // namespace troupe
