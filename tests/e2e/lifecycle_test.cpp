@@ -9,16 +9,6 @@
 namespace troupe::testing {
 namespace {
 
-std::map<std::string, double> stats_of(client_connection& c, const std::string& id) {
-  std::map<std::string, reply_log> logs;
-  if (!c.send(wire::stats_request{id}) || !collect(c, {id}, logs))
-    return {};
-  auto* s = std::get_if<wire::stats_reply>(&logs[id].replies.back());
-  if (s == nullptr)
-    return {};
-  return {s->values.begin(), s->values.end()};
-}
-
 /// Waits for the first streamed token of `id`; returns false on timeout.
 bool await_first_token(client_connection& c, const std::string& id) {
   for (;;) {

@@ -103,12 +103,8 @@ TEST(pipeline, tight_memory_and_adapter_eviction_still_complete_every_request) {
   run_clients(dep->endpoint(), 4, 60, 8, 64);
   // Everything was released: the pool holds no KV pages any more.
   client_connection c{dep->endpoint()};
-  ASSERT_TRUE(c.send(wire::stats_request{"s"}));
-  std::map<std::string, reply_log> logs;
-  ASSERT_TRUE(collect(c, {"s"}, logs));
-  auto* stats = std::get_if<wire::stats_reply>(&logs["s"].replies.back());
-  ASSERT_NE(stats, nullptr);
-  std::map<std::string, double> v(stats->values.begin(), stats->values.end());
+  auto v = stats_of(c, "s");
+  ASSERT_FALSE(v.empty());
   EXPECT_EQ(v["pool_pages_kv"], 0);
   EXPECT_EQ(v["kv_pages_reserved"], 0);
   EXPECT_EQ(v["intake_in_flight"], 0);

@@ -97,4 +97,15 @@ inline bool collect(client_connection& c, const std::vector<std::string>& ids,
   return true;
 }
 
+/// Asks for stats on `c` and returns them by name; empty on failure.
+inline std::map<std::string, double> stats_of(client_connection& c, const std::string& id) {
+  std::map<std::string, reply_log> logs;
+  if (!c.send(wire::stats_request{id}) || !collect(c, {id}, logs))
+    return {};
+  auto* s = std::get_if<wire::stats_reply>(&logs[id].replies.back());
+  if (s == nullptr)
+    return {};
+  return {s->values.begin(), s->values.end()};
+}
+
 } // namespace troupe::testing
