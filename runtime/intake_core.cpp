@@ -28,6 +28,14 @@ std::string intake_core::decode(const std::vector<std::int32_t>& tokens,
   return text;
 }
 
+void intake_core::send_accepted(pending& p, std::vector<outbound_frame>& out) {
+  if (p.accepted_sent)
+    return;
+  p.accepted_sent = true;
+  ++accepted_;
+  out.push_back({p.peer, wire::to_json(wire::accepted_reply{p.client_id, p.prompt_tokens})});
+}
+
 void intake_core::forget(std::uint64_t request_id) {
   auto i = requests_.find(request_id);
   if (i == requests_.end())
@@ -148,11 +156,8 @@ std::vector<outbound_frame> intake_core::on_submit_result(std::uint64_t request_
   wire::error_code code = wire::error_code::internal;
   switch (r) {
     case sr::accepted:
-      if (!p.accepted_sent && !p.peer_gone) {
-        p.accepted_sent = true;
-        ++accepted_;
-        out.push_back({p.peer, wire::to_json(wire::accepted_reply{p.client_id, p.prompt_tokens})});
-      }
+      if (!p.peer_gone)
+        send_accepted(p, out);
       return out;
     case sr::queue_full:
       code = wire::error_code::overloaded;
@@ -197,11 +202,7 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
     auto i = requests_.find(id);
     if (i != requests_.end() && !i->second.peer_gone) {
       auto& p = i->second;
-      if (!p.accepted_sent) {
-        p.accepted_sent = true;
-        ++accepted_;
-        out.push_back({p.peer, wire::to_json(wire::accepted_reply{p.client_id, p.prompt_tokens})});
-      }
+      send_accepted(p, out);
       if (p.stream) {
         wire::token_reply t;
         t.id = p.client_id;
@@ -223,6 +224,8 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
       continue;
     auto& p = i->second;
     if (!p.peer_gone) {
+      // Progress may overtake the scheduler's answer: accepted comes first.
+      send_accepted(p, out);
       wire::done_reply d;
       d.id = p.client_id;
       d.finish_reason = std::string{to_string(static_cast<finish_reason>(f.reason))};

@@ -99,6 +99,7 @@ private:
   outbound_frame error_frame(const std::string& peer, const std::string& id,
                              wire::error_code code, std::string message);
   std::string decode(const std::vector<std::int32_t>& tokens, std::size_t from) const;
+  void send_accepted(pending& p, std::vector<outbound_frame>& out);
   void forget(std::uint64_t request_id);
 
   intake_limits limits_;
