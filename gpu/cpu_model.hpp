@@ -1,0 +1,44 @@
+// The fp32 reference forward pass of a Llama model on the CPU, batched over
+// sequences in prefill and decode, with the KV cache in fixed-size pages and
+// unmerged LoRA per sequence. Used by the cpu backend; the CUDA backend is
+// checked against it.
+#pragma once
+
+#include "gpu/llama_weights.hpp"
+#include "gpu/lora.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace troupe::gpu {
+
+/// One sequence's share of a forward pass.
+struct cpu_sequence {
+  std::span<const std::int32_t> tokens; ///< new tokens this pass
+  std::uint32_t start_pos = 0;          ///< tokens already in its KV cache
+  std::span<const std::uint32_t> pages; ///< its KV pages, in order; enough for start_pos + tokens
+  const lora_adapter* adapter = nullptr; ///< nullptr: base model
+};
+
+/// Owns the weights and a paged KV store. One thread calls forward() at a time.
+class cpu_model {
+public:
+  /// A KV store of `num_pages` pages of `page_tokens` tokens each.
+  cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32_t page_tokens);
+
+  /// Runs the batch: writes each sequence's new K/V into its pages and
+  /// returns the logits of its last new token, [batch.size(), vocab].
+  std::vector<float> forward(std::span<const cpu_sequence> batch);
+
+  const llama_config& config() const noexcept;
+  std::uint32_t page_tokens() const noexcept;
+  std::uint64_t num_pages() const noexcept;
+
+private:
+  struct impl;
+  std::shared_ptr<impl> impl_;
+};
+
+} // namespace troupe::gpu

@@ -1,0 +1,55 @@
+// The Llama family's hyperparameters as Hugging Face's config.json states
+// them, and their parser. Used by the weight loaders, the cpu backend and
+// troupe-mkmodel; the sim backend keeps the simpler gpu::model_shape.
+#pragma once
+
+#include "gpu/model_shape.hpp"
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace troupe::gpu {
+
+/// config.json "rope_scaling"; type "" means none.
+struct rope_scaling {
+  std::string type; ///< "" or "llama3"
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  std::uint32_t original_max_position_embeddings = 8192;
+};
+
+struct llama_config {
+  std::uint32_t hidden_size = 0;
+  std::uint32_t intermediate_size = 0;
+  std::uint32_t num_layers = 0;        ///< num_hidden_layers
+  std::uint32_t num_heads = 0;         ///< num_attention_heads
+  std::uint32_t num_kv_heads = 0;      ///< num_key_value_heads (default num_heads)
+  std::uint32_t head_dim = 0;          ///< head_dim (default hidden / heads)
+  std::uint32_t vocab_size = 0;
+  std::uint32_t max_position_embeddings = 4096;
+  float rms_norm_eps = 1e-6f;
+  float rope_theta = 10000.0f;
+  rope_scaling rope;
+  bool tie_word_embeddings = false;
+  std::int32_t bos_token_id = 1;
+  /// eos_token_id may be one id or a list in config.json.
+  std::vector<std::int32_t> eos_token_ids{2};
+  std::string torch_dtype = "float32";
+
+  /// The shape the cost model and the memory pool use.
+  model_shape to_shape(const std::string& name) const;
+};
+
+/// Parses config.json text; the error names `source` and the key.
+std::variant<llama_config, std::string> parse_llama_config(std::string_view json_text,
+                                                           const std::string& source);
+/// Reads and parses a config.json file.
+std::variant<llama_config, std::string> load_llama_config(const std::string& path);
+/// Serializes as Hugging Face writes it (for troupe-mkmodel).
+std::string to_config_json(const llama_config& c);
+
+} // namespace troupe::gpu

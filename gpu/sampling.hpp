@@ -1,0 +1,21 @@
+// Token sampling from logits: greedy, temperature, top-k, top-p, seeded per
+// request and per output position so results do not depend on batching.
+// Used by the cpu backend; the CUDA backend's sampler is checked against it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+namespace troupe::gpu {
+
+struct sampling_config {
+  float temperature = 1.0f; ///< 0: greedy (argmax, lowest id on ties)
+  float top_p = 1.0f;       ///< keep the smallest set of top tokens with mass >= top_p
+  std::int32_t top_k = 0;   ///< 0: no cut
+};
+
+/// Draws one token from `logits`; the draw depends only on the inputs.
+std::int32_t sample_token(std::span<const float> logits, const sampling_config& cfg,
+                          std::uint64_t seed, std::uint32_t output_index);
+
+} // namespace troupe::gpu
