@@ -70,8 +70,8 @@ void load(self_ptr self, std::uint32_t id, bool retried) {
   self->request(self->state.pool, caf::infinite, reserve_atom_v, adapter_owner,
                 std::uint64_t{id}, e->pages)
     .then(
-      [self, id, retried, pages = e->pages](bool granted) {
-        if (granted) {
+      [self, id, retried, pages = e->pages](const std::vector<std::uint32_t>& got) {
+        if (pages == 0 || !got.empty()) {
           copy_in(self, id);
           return;
         }

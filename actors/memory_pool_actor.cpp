@@ -22,10 +22,13 @@ memory_pool_impl(memory_pool_actor::stateful_pointer<memory_pool_state> self,
   self->state.pool = page_pool{pages};
   return {
     [self](reserve_atom, std::uint8_t kind, std::uint64_t owner, std::uint64_t n) {
-      const bool ok = self->state.pool.allocate({static_cast<page_owner_kind>(kind), owner}, n);
-      if (!ok)
+      const page_owner o{static_cast<page_owner_kind>(kind), owner};
+      if (!self->state.pool.allocate(o, n)) {
         ++self->state.denied;
-      return ok;
+        return std::vector<std::uint32_t>{};
+      }
+      const auto pages = self->state.pool.pages_of(o);
+      return std::vector<std::uint32_t>(pages.begin(), pages.end());
     },
     [self](release_atom, std::uint8_t kind, std::uint64_t owner) {
       self->state.pool.release({static_cast<page_owner_kind>(kind), owner});

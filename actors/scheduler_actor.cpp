@@ -54,8 +54,10 @@ void apply(self_ptr self, scheduler_effects fx) {
     const auto id = r.request_id;
     self->request(st.pool, caf::infinite, reserve_atom_v, request_owner, id, r.pages)
       .then(
-        [self, id](bool granted) {
-          apply(self, self->state.core->on_pages(id, granted, monotonic_seconds()));
+        [self, id, n = r.pages](std::vector<std::uint32_t>& pages) {
+          const bool granted = n == 0 || !pages.empty();
+          apply(self, self->state.core->on_pages(id, granted, monotonic_seconds(),
+                                                 std::move(pages)));
           pump(self);
         },
         [self, id](const caf::error&) {

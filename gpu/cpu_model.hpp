@@ -30,10 +30,18 @@ public:
 
   /// Runs the batch: writes each sequence's new K/V into its pages and
   /// returns the logits of its last new token, [batch.size(), vocab].
+  /// Returns an empty vector, touching no page, when the batch is empty or
+  /// invalid: a sequence with no new tokens, a token id outside [0, vocab),
+  /// fewer pages than start_pos + tokens need, a page id >= num_pages(), an
+  /// adapter whose matrices do not fit the model, or weights whose sizes do
+  /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
 
+  /// The model's hyperparameters.
   const llama_config& config() const noexcept;
+  /// Tokens per KV page.
   std::uint32_t page_tokens() const noexcept;
+  /// Pages in the KV store.
   std::uint64_t num_pages() const noexcept;
 
 private:

@@ -26,6 +26,11 @@ struct step_entry {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;
+  /// Input token ids of this step: the prompt on the prefill step, the last
+  /// output token on a decode step. Backends that do no math ignore them.
+  std::vector<std::int32_t> tokens;
+  /// The request's KV-cache pages in the unified pool, in position order.
+  std::vector<std::uint32_t> pages;
 };
 
 /// What a backend returns for a step: one sampled token per entry, in entry

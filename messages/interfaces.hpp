@@ -40,9 +40,10 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
-/// memory_pool: pages for (owner kind, owner id). reserve replies granted.
+/// memory_pool: pages for (owner kind, owner id). reserve replies the page
+/// ids granted: all of them, or none when the pool is short.
 using memory_pool_actor = caf::typed_actor<
-  caf::replies_to<reserve_atom, std::uint8_t, std::uint64_t, std::uint64_t>::with<bool>,
+  caf::replies_to<reserve_atom, std::uint8_t, std::uint64_t, std::uint64_t>::with<std::vector<std::uint32_t>>,
   caf::reacts_to<release_atom, std::uint8_t, std::uint64_t>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 

@@ -20,6 +20,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(troupe, (troupe::gpu::step_entry))
   CAF_ADD_TYPE_ID(troupe, (troupe::gpu::step_result))
   CAF_ADD_TYPE_ID(troupe, (troupe::stat_values))
+  CAF_ADD_TYPE_ID(troupe, (std::vector<std::uint32_t>))
 
   CAF_ADD_ATOM(troupe, troupe, submit_atom, "submit")
   CAF_ADD_ATOM(troupe, troupe, cancel_atom, "cancel")

@@ -193,7 +193,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
 }
 
 scheduler_effects scheduler_core::on_pages(std::uint64_t request_id, bool granted,
-                                           double now_s) {
+                                           double now_s, std::vector<std::uint32_t> pages) {
   scheduler_effects fx;
   auto i = records_.find(request_id);
   if (i == records_.end() || !i->second.pages_pending)
@@ -202,6 +202,7 @@ scheduler_effects scheduler_core::on_pages(std::uint64_t request_id, bool grante
   r.pages_pending = false;
   r.pages_granted = granted;
   r.pages_failed = !granted;
+  r.page_ids = std::move(pages);
   if (!granted) {
     reserved_pages_ -= r.pages;
     memory_blocked_ = true;
@@ -253,6 +254,7 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     }
     if (r.adapter_granted)
       fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
+    r.page_ids.clear();
     r.pages_granted = r.adapter_granted = false;
     r.pages_failed = r.adapter_failed = false;
     transition(r, request_state::waiting);
@@ -288,14 +290,17 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
       e.new_tokens = prompt;
       e.context_tokens = 0;
       e.output_index = 0;
+      e.tokens = r.spec.prompt;
     } else {
       e.new_tokens = 1;
       e.context_tokens = prompt + r.generated - 1;
       e.output_index = r.generated;
+      e.tokens.assign(1, r.last_token);
     }
     tokens += e.new_tokens;
     if (r.times.first_scheduled_s < 0)
       r.times.first_scheduled_s = now_s;
+    e.pages = r.page_ids;
     r.in_step = true;
     out.push_back(e);
   }
@@ -344,6 +349,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       r.times.first_token_s = now_s;
     fx.tokens.push_back({r.spec.request_id, r.generated, tok});
     ++r.generated;
+    r.last_token = tok;
     if (tok == eos)
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok))

@@ -83,8 +83,9 @@ public:
   /// Runs the policy and starts admitting what it chose.
   scheduler_effects admit(double now_s);
 
-  /// The memory pool answered a reservation.
-  scheduler_effects on_pages(std::uint64_t request_id, bool granted, double now_s);
+  /// The memory pool answered a reservation; `pages` are the page ids granted.
+  scheduler_effects on_pages(std::uint64_t request_id, bool granted, double now_s,
+                             std::vector<std::uint32_t> pages = {});
 
   /// The adapter cache answered an acquisition.
   scheduler_effects on_adapter(std::uint64_t request_id, bool granted, double now_s);
@@ -130,6 +131,8 @@ private:
     request_times times;
     std::uint64_t pages = 0;
     std::uint32_t generated = 0;
+    std::int32_t last_token = 0;
+    std::vector<std::uint32_t> page_ids;
     bool pages_pending = false;
     bool pages_granted = false;
     bool adapter_pending = false;

@@ -22,11 +22,25 @@ roofline_cost_model make_model(std::string_view model, std::string_view gpu, cos
 }
 
 step_entry decode(std::uint32_t context, std::uint32_t adapter_id = 0, std::uint32_t rank = 0) {
-  return step_entry{.adapter_id = adapter_id, .adapter_rank = rank, .new_tokens = 1, .context_tokens = context};
+  step_entry e;
+  e.adapter_id = adapter_id;
+  e.adapter_rank = rank;
+  e.new_tokens = 1;
+  e.context_tokens = context;
+  return e;
+}
+
+step_entry prefill_chunk(std::uint32_t tokens, std::uint32_t context) {
+  step_entry e;
+  e.new_tokens = tokens;
+  e.context_tokens = context;
+  return e;
 }
 
 step_entry prefill(std::uint32_t prompt) {
-  return step_entry{.new_tokens = prompt};
+  step_entry e;
+  e.new_tokens = prompt;
+  return e;
 }
 
 std::vector<step_entry> decode_batch(std::size_t size, std::uint32_t context) {
@@ -89,7 +103,7 @@ TEST(roofline_cost_model, attention_flops_are_causal_within_new_tokens) {
   const double per_token = 2.0 * static_cast<double>(s.layer_matmul_parameters());
   const double lm_head = 2.0 * static_cast<double>(s.embedding_parameters());
   // 100 new tokens after 50 cached: 100 * 50 + 100 * 101 / 2 query-key pairs.
-  const std::vector<step_entry> chunk{step_entry{.new_tokens = 100, .context_tokens = 50}};
+  const std::vector<step_entry> chunk{prefill_chunk(100, 50)};
   EXPECT_NEAR(model.flops(chunk), 100 * per_token + lm_head + per_pair * (100 * 50 + 5050), 1e3);
 }
 
@@ -136,7 +150,7 @@ TEST(roofline_cost_model, time_grows_with_context) {
   double prefill_previous = 0.0;
   for (std::uint32_t context = 0; context <= 4096; context += 256) {
     const double d = model.step_seconds(decode_batch(16, context));
-    const std::vector<step_entry> chunk{step_entry{.new_tokens = 512, .context_tokens = context}};
+    const std::vector<step_entry> chunk{prefill_chunk(512, context)};
     const double p = model.step_seconds(chunk);
     EXPECT_GT(d, decode_previous) << "context " << context;
     EXPECT_GT(p, prefill_previous) << "context " << context;

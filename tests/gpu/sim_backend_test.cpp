@@ -34,7 +34,12 @@ step_entry request(std::uint64_t seed, std::uint32_t output_index, std::uint32_t
                     .new_tokens = output_index == 0 ? 64u : 1u,
                     .context_tokens = output_index == 0 ? 0u : 64u + output_index,
                     .output_index = output_index,
-                    .seed = seed};
+                    .seed = seed,
+                    .temperature = 1.0f,
+                    .top_p = 1.0f,
+                    .top_k = 0,
+                    .tokens = {},
+                    .pages = {}};
 }
 
 // -- tokenizer --------------------------------------------------------------------

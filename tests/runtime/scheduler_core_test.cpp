@@ -37,7 +37,7 @@ static_assert(std::is_trivially_copyable_v<scheduler_effects::acquire>);
 static_assert(std::is_trivially_copyable_v<scheduler_effects::release_adapter>);
 static_assert(std::is_trivially_copyable_v<scheduler_effects::token>);
 static_assert(std::is_trivially_copyable_v<scheduler_effects::finish>);
-static_assert(std::is_trivially_copyable_v<gpu::step_entry>);
+static_assert(std::is_nothrow_move_constructible_v<gpu::step_entry>);
 static_assert(!std::is_copy_constructible_v<scheduler_core>);
 
 // -- a tokenizer whose decode the test controls ----------------------------------
@@ -1261,6 +1261,34 @@ TEST(scheduler_core, a_request_whose_adapter_keeps_failing_ends_with_an_error) {
   }
   EXPECT_EQ(core.reserved_pages(), 0u);
   EXPECT_EQ(core.adapter_pages_in_use(), 0u);
+}
+
+TEST(scheduler_core, steps_carry_input_tokens_and_the_granted_pages) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  limits.page_tokens = 4;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  request_spec spec;
+  spec.request_id = 9;
+  spec.prompt = {11, 12, 13, 14, 15};
+  spec.max_new_tokens = 3; // 8 tokens: 2 pages of 4
+  ASSERT_EQ(core.submit(spec), scheduler_core::submit_result::accepted);
+  auto fx = core.admit(0);
+  ASSERT_EQ(fx.reserves.size(), 1u);
+  EXPECT_EQ(fx.reserves[0].pages, 2u);
+  core.on_pages(9, true, 0, {42, 7});
+  auto step = core.next_step(0);
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].tokens, spec.prompt);
+  EXPECT_EQ(step[0].pages, (std::vector<std::uint32_t>{42, 7}));
+  const std::vector<std::int32_t> first{100};
+  core.on_step_done(step, first, 1);
+  step = core.next_step(1);
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].tokens, first); // decode feeds the last output token
+  EXPECT_EQ(step[0].context_tokens, 5u);
+  EXPECT_EQ(step[0].output_index, 1u);
+  EXPECT_EQ(step[0].pages, (std::vector<std::uint32_t>{42, 7}));
 }
 
 } // namespace

@@ -1,0 +1,392 @@
+// cpu_model: Hugging Face LlamaForCausalLM's forward pass in fp32 over a
+// batch of sequences, with every base projection one sgemm over all rows,
+// unmerged LoRA per sequence and the KV cache in host pages.
+#include "gpu/cpu_model.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <numbers>
+
+namespace troupe::gpu {
+
+namespace {
+
+using std::size_t;
+
+// c[m, n] = alpha * x[m, k] * w[n, k]^T + beta * c
+void gemm_xwt(const float* x, const float* w, float* c, size_t m, size_t n, size_t k,
+              float alpha, float beta) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
+              static_cast<blasint>(n), static_cast<blasint>(k), alpha, x, static_cast<blasint>(k),
+              w, static_cast<blasint>(k), beta, c, static_cast<blasint>(n));
+}
+
+// HF's default inv_freq, then _compute_llama3_parameters when asked.
+std::vector<float> rope_inv_freq(const llama_config& c) {
+  const size_t half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  for (size_t i = 0; i < half; ++i) {
+    const double e = static_cast<double>(2 * i) / static_cast<double>(c.head_dim);
+    inv[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(c.rope_theta), e));
+  }
+  if (c.rope.type != "llama3")
+    return inv;
+  const double factor = c.rope.factor;
+  const double low = c.rope.low_freq_factor;
+  const double high = c.rope.high_freq_factor;
+  const double orig = c.rope.original_max_position_embeddings;
+  const double low_wavelen = orig / low;
+  const double high_wavelen = orig / high;
+  for (auto& f : inv) {
+    const double freq = f;
+    const double wavelen = 2.0 * std::numbers::pi / freq;
+    double out = freq;
+    if (wavelen > low_wavelen) {
+      out = freq / factor;
+    } else if (!(wavelen < high_wavelen)) {
+      const double smooth = (orig / wavelen - low) / (high - low);
+      out = (1.0 - smooth) * freq / factor + smooth * freq;
+    }
+    f = static_cast<float>(out);
+  }
+  return inv;
+}
+
+// The [out, in] shape of each lora_target's projection.
+struct proj_dims {
+  size_t out = 0;
+  size_t in = 0;
+};
+
+std::array<proj_dims, lora_target_count> projection_dims(const llama_config& c) {
+  const size_t h = c.hidden_size;
+  const size_t qd = size_t{c.num_heads} * c.head_dim;
+  const size_t kvd = size_t{c.num_kv_heads} * c.head_dim;
+  const size_t inter = c.intermediate_size;
+  return {proj_dims{qd, h},     proj_dims{kvd, h},   proj_dims{kvd, h},  proj_dims{h, qd},
+          proj_dims{inter, h}, proj_dims{inter, h}, proj_dims{h, inter}};
+}
+
+bool weights_ok(const llama_weights& w) {
+  const auto& c = w.config;
+  if (c.hidden_size == 0 || c.intermediate_size == 0 || c.num_heads == 0 || c.num_kv_heads == 0 ||
+      c.head_dim == 0 || c.head_dim % 2 != 0 || c.vocab_size == 0 ||
+      c.num_heads % c.num_kv_heads != 0 || w.layers.size() != c.num_layers)
+    return false;
+  const size_t h = c.hidden_size;
+  const auto dims = projection_dims(c);
+  auto sized = [](const std::vector<float>& v, proj_dims d) { return v.size() == d.out * d.in; };
+  for (const auto& l : w.layers) {
+    if (l.attn_norm.size() != h || l.mlp_norm.size() != h || !sized(l.q, dims[0]) ||
+        !sized(l.k, dims[1]) || !sized(l.v, dims[2]) || !sized(l.o, dims[3]) ||
+        !sized(l.gate, dims[4]) || !sized(l.up, dims[5]) || !sized(l.down, dims[6]))
+      return false;
+  }
+  const size_t vh = size_t{c.vocab_size} * h;
+  return w.embed.size() == vh && w.final_norm.size() == h && (w.lm_head.empty() || w.lm_head.size() == vh);
+}
+
+bool adapter_ok(const lora_adapter& a, const llama_config& c) {
+  bool any = false;
+  for (bool t : a.targets)
+    any = any || t;
+  if (!any)
+    return true;
+  if (a.rank == 0 || a.layers.size() != c.num_layers)
+    return false;
+  const auto dims = projection_dims(c);
+  for (const auto& layer : a.layers)
+    for (size_t t = 0; t < lora_target_count; ++t)
+      if (a.targets[t] && (layer[t].a.size() != size_t{a.rank} * dims[t].in ||
+                           layer[t].b.size() != dims[t].out * a.rank))
+        return false;
+  return true;
+}
+
+// y[i] = x[i] * rsqrt(mean(x^2) + eps) * w[i], row by row.
+void rms_norm(const float* x, const float* w, float* y, size_t rows, size_t h, float eps) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * h;
+    float* yr = y + r * h;
+    double ss = 0;
+    for (size_t i = 0; i < h; ++i)
+      ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(h) + eps));
+    for (size_t i = 0; i < h; ++i)
+      yr[i] = w[i] * (xr[i] * inv);
+  }
+}
+
+} // namespace
+
+struct cpu_model::impl {
+  llama_weights w;
+  llama_config c;
+  std::uint64_t num_pages = 0;
+  std::uint32_t page_tokens = 0;
+  bool ok = false;
+  std::array<proj_dims, lora_target_count> dims{};
+  std::vector<float> inv_freq; // [head_dim / 2]
+  std::vector<float> kv;       // [num_pages, layers, 2, page_tokens, kv_heads * head_dim]
+
+  // Scratch, grown as needed and kept between passes.
+  std::vector<float> x, h, q, k, v, att, g, u, tmp, cos, sin, scores, last;
+  std::vector<size_t> row_off;
+
+  size_t kvd() const { return size_t{c.num_kv_heads} * c.head_dim; }
+  size_t qd() const { return size_t{c.num_heads} * c.head_dim; }
+
+  // K (which = 0) or V (which = 1) of `layer` in `page`: [page_tokens, kvd].
+  float* kv_block(std::uint32_t page, size_t layer, size_t which) {
+    const size_t block = size_t{page_tokens} * kvd();
+    return kv.data() + ((size_t{page} * c.num_layers + layer) * 2 + which) * block;
+  }
+
+  bool batch_ok(std::span<const cpu_sequence> batch) const;
+  void add_lora(std::span<const cpu_sequence> batch, size_t layer, lora_target t, const float* in,
+                float* out);
+  void attention(std::span<const cpu_sequence> batch, size_t layer);
+  std::vector<float> forward(std::span<const cpu_sequence> batch);
+};
+
+bool cpu_model::impl::batch_ok(std::span<const cpu_sequence> batch) const {
+  if (!ok)
+    return false;
+  for (const auto& s : batch) {
+    if (s.tokens.empty())
+      return false;
+    for (auto t : s.tokens)
+      if (t < 0 || static_cast<std::uint64_t>(t) >= c.vocab_size)
+        return false;
+    const std::uint64_t need = std::uint64_t{s.start_pos} + s.tokens.size();
+    const std::uint64_t pages_needed = (need + page_tokens - 1) / page_tokens;
+    if (s.pages.size() < pages_needed)
+      return false;
+    for (size_t i = 0; i < pages_needed; ++i)
+      if (s.pages[i] >= num_pages)
+        return false;
+    if (s.adapter != nullptr && !adapter_ok(*s.adapter, c))
+      return false;
+  }
+  return true;
+}
+
+// out[rows of s] += scale * (in[rows of s] A^T) B^T for each sequence whose adapter targets t.
+void cpu_model::impl::add_lora(std::span<const cpu_sequence> batch, size_t layer, lora_target t,
+                               const float* in, float* out) {
+  const auto ti = static_cast<size_t>(t);
+  const auto d = dims[ti];
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const lora_adapter* a = batch[s].adapter;
+    if (a == nullptr || !a->targets[ti])
+      continue;
+    const auto& m = a->layers[layer][ti];
+    const size_t n = batch[s].tokens.size();
+    const size_t r = a->rank;
+    if (tmp.size() < n * r)
+      tmp.resize(n * r);
+    gemm_xwt(in + row_off[s] * d.in, m.a.data(), tmp.data(), n, r, d.in, 1.0f, 0.0f);
+    gemm_xwt(tmp.data(), m.b.data(), out + row_off[s] * d.out, n, d.out, r, a->scale, 1.0f);
+  }
+}
+
+// att[row] = softmax(q K^T / sqrt(hd)) V over positions 0..pos of the row's sequence.
+void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t layer) {
+  const size_t hd = c.head_dim;
+  const size_t kd = kvd();
+  const size_t qdim = qd();
+  const size_t group = c.num_heads / c.num_kv_heads;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const auto& seq = batch[s];
+    const size_t n = seq.tokens.size();
+    const size_t ctx = size_t{seq.start_pos} + n;
+    if (scores.size() < ctx)
+      scores.resize(ctx);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t row = row_off[s] + i;
+      const size_t len = size_t{seq.start_pos} + i + 1;
+      for (size_t head = 0; head < c.num_heads; ++head) {
+        const size_t kvh = head / group;
+        const float* qh = q.data() + row * qdim + head * hd;
+        float mx = -std::numeric_limits<float>::infinity();
+        for (size_t t = 0; t < len; ++t) {
+          const float* kt = kv_block(seq.pages[t / page_tokens], layer, 0) +
+                            (t % page_tokens) * kd + kvh * hd;
+          float dot = 0;
+          for (size_t j = 0; j < hd; ++j)
+            dot += qh[j] * kt[j];
+          scores[t] = dot * scale;
+          mx = std::max(mx, scores[t]);
+        }
+        float sum = 0;
+        for (size_t t = 0; t < len; ++t) {
+          scores[t] = std::exp(scores[t] - mx);
+          sum += scores[t];
+        }
+        const float inv = 1.0f / sum;
+        float* oh = att.data() + row * qdim + head * hd;
+        std::fill(oh, oh + hd, 0.0f);
+        for (size_t t = 0; t < len; ++t) {
+          const float* vt = kv_block(seq.pages[t / page_tokens], layer, 1) +
+                            (t % page_tokens) * kd + kvh * hd;
+          const float p = scores[t] * inv;
+          for (size_t j = 0; j < hd; ++j)
+            oh[j] += p * vt[j];
+        }
+      }
+    }
+  }
+}
+
+std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch) {
+  if (batch.empty() || !batch_ok(batch))
+    return {};
+  const size_t hid = c.hidden_size;
+  const size_t hd = c.head_dim;
+  const size_t half = hd / 2;
+  const size_t kd = kvd();
+  const size_t qdim = qd();
+  const size_t inter = c.intermediate_size;
+  const size_t nb = batch.size();
+
+  row_off.assign(nb + 1, 0);
+  for (size_t s = 0; s < nb; ++s)
+    row_off[s + 1] = row_off[s] + batch[s].tokens.size();
+  const size_t rows = row_off[nb];
+
+  x.resize(rows * hid);
+  h.resize(rows * hid);
+  q.resize(rows * qdim);
+  k.resize(rows * kd);
+  v.resize(rows * kd);
+  att.resize(rows * qdim);
+  g.resize(rows * inter);
+  u.resize(rows * inter);
+  cos.resize(rows * half);
+  sin.resize(rows * half);
+
+  // Embeddings and each row's rotary angles, as HF computes them in fp32.
+  for (size_t s = 0; s < nb; ++s) {
+    for (size_t i = 0; i < batch[s].tokens.size(); ++i) {
+      const size_t row = row_off[s] + i;
+      const float* e = w.embed.data() + static_cast<size_t>(batch[s].tokens[i]) * hid;
+      std::copy(e, e + hid, x.data() + row * hid);
+      const auto pos = static_cast<float>(size_t{batch[s].start_pos} + i);
+      for (size_t j = 0; j < half; ++j) {
+        const float angle = pos * inv_freq[j];
+        cos[row * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
+        sin[row * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
+      }
+    }
+  }
+
+  // rotate_half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) for pairs (j, j + hd/2).
+  auto rope = [&](float* base, size_t heads, size_t row) {
+    const float* cr = cos.data() + row * half;
+    const float* sr = sin.data() + row * half;
+    for (size_t hh = 0; hh < heads; ++hh) {
+      float* p = base + hh * hd;
+      for (size_t j = 0; j < half; ++j) {
+        const float a = p[j];
+        const float b = p[j + half];
+        p[j] = a * cr[j] - b * sr[j];
+        p[j + half] = b * cr[j] + a * sr[j];
+      }
+    }
+  };
+
+  for (size_t l = 0; l < c.num_layers; ++l) {
+    const auto& lw = w.layers[l];
+    rms_norm(x.data(), lw.attn_norm.data(), h.data(), rows, hid, c.rms_norm_eps);
+    gemm_xwt(h.data(), lw.q.data(), q.data(), rows, qdim, hid, 1.0f, 0.0f);
+    gemm_xwt(h.data(), lw.k.data(), k.data(), rows, kd, hid, 1.0f, 0.0f);
+    gemm_xwt(h.data(), lw.v.data(), v.data(), rows, kd, hid, 1.0f, 0.0f);
+    add_lora(batch, l, lora_target::q, h.data(), q.data());
+    add_lora(batch, l, lora_target::k, h.data(), k.data());
+    add_lora(batch, l, lora_target::v, h.data(), v.data());
+
+    for (size_t s = 0; s < nb; ++s) {
+      const auto& seq = batch[s];
+      for (size_t i = 0; i < seq.tokens.size(); ++i) {
+        const size_t row = row_off[s] + i;
+        rope(q.data() + row * qdim, c.num_heads, row);
+        rope(k.data() + row * kd, c.num_kv_heads, row);
+        const size_t pos = size_t{seq.start_pos} + i;
+        const size_t slot = (pos % page_tokens) * kd;
+        const std::uint32_t page = seq.pages[pos / page_tokens];
+        std::copy_n(k.data() + row * kd, kd, kv_block(page, l, 0) + slot);
+        std::copy_n(v.data() + row * kd, kd, kv_block(page, l, 1) + slot);
+      }
+    }
+    attention(batch, l);
+
+    // x += o(att); h is free again, so it holds the projection.
+    gemm_xwt(att.data(), lw.o.data(), h.data(), rows, hid, qdim, 1.0f, 0.0f);
+    add_lora(batch, l, lora_target::o, att.data(), h.data());
+    for (size_t i = 0; i < rows * hid; ++i)
+      x[i] += h[i];
+
+    rms_norm(x.data(), lw.mlp_norm.data(), h.data(), rows, hid, c.rms_norm_eps);
+    gemm_xwt(h.data(), lw.gate.data(), g.data(), rows, inter, hid, 1.0f, 0.0f);
+    gemm_xwt(h.data(), lw.up.data(), u.data(), rows, inter, hid, 1.0f, 0.0f);
+    add_lora(batch, l, lora_target::gate, h.data(), g.data());
+    add_lora(batch, l, lora_target::up, h.data(), u.data());
+    for (size_t i = 0; i < rows * inter; ++i)
+      g[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    gemm_xwt(g.data(), lw.down.data(), h.data(), rows, hid, inter, 1.0f, 0.0f);
+    add_lora(batch, l, lora_target::down, g.data(), h.data());
+    for (size_t i = 0; i < rows * hid; ++i)
+      x[i] += h[i];
+  }
+
+  // Final norm and LM head on each sequence's last new token only.
+  last.resize(nb * hid);
+  for (size_t s = 0; s < nb; ++s) {
+    const float* src = x.data() + (row_off[s + 1] - 1) * hid;
+    std::copy(src, src + hid, h.data() + s * hid);
+  }
+  rms_norm(h.data(), w.final_norm.data(), last.data(), nb, hid, c.rms_norm_eps);
+  const float* head = w.lm_head.empty() ? w.embed.data() : w.lm_head.data();
+  std::vector<float> logits(nb * c.vocab_size);
+  gemm_xwt(last.data(), head, logits.data(), nb, c.vocab_size, hid, 1.0f, 0.0f);
+  return logits;
+}
+
+cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32_t page_tokens)
+    : impl_(std::make_shared<impl>()) {
+  auto& m = *impl_;
+  m.w = std::move(weights);
+  m.c = m.w.config;
+  m.num_pages = num_pages;
+  m.page_tokens = page_tokens;
+  m.ok = page_tokens > 0 && weights_ok(m.w);
+  if (!m.ok)
+    return;
+  m.dims = projection_dims(m.c);
+  m.inv_freq = rope_inv_freq(m.c);
+  m.kv.assign(num_pages * m.c.num_layers * 2 * page_tokens * m.kvd(), 0.0f);
+}
+
+std::vector<float> cpu_model::forward(std::span<const cpu_sequence> batch) {
+  return impl_->forward(batch);
+}
+
+const llama_config& cpu_model::config() const noexcept {
+  return impl_->c;
+}
+
+std::uint32_t cpu_model::page_tokens() const noexcept {
+  return impl_->page_tokens;
+}
+
+std::uint64_t cpu_model::num_pages() const noexcept {
+  return impl_->num_pages;
+}
+
+} // namespace troupe::gpu

@@ -1,0 +1,312 @@
+// Parsing and writing Hugging Face's Llama config.json: typed reads of each
+// key with defaults, llama3 rope scaling, and the reverse serialization that
+// troupe-mkmodel uses. Unknown keys are ignored, as HF configs carry many.
+#include "gpu/llama_config.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+
+namespace troupe::gpu {
+
+model_shape llama_config::to_shape(const std::string& name) const {
+  model_shape s;
+  s.name = name;
+  s.num_layers = num_layers;
+  s.hidden_size = hidden_size;
+  s.intermediate_size = intermediate_size;
+  s.num_heads = num_heads;
+  s.num_kv_heads = num_kv_heads;
+  s.head_dim = head_dim;
+  s.vocab_size = vocab_size;
+  s.max_context = max_position_embeddings;
+  s.dtype_bytes = torch_dtype == "float32" ? 4 : 2;
+  s.tie_word_embeddings = tie_word_embeddings;
+  return s;
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+/// Reads typed keys of one JSON object and keeps the first error, so the
+/// caller reads every field and checks once at the end.
+class key_reader {
+public:
+  key_reader(const json& doc, const std::string& source, std::string prefix = {})
+    : doc_(doc), source_(source), prefix_(std::move(prefix)) {}
+
+  bool present(const char* key) const { return doc_.contains(key) && !doc_.at(key).is_null(); }
+
+  /// A positive integer that fits 32 bits; `fallback` when absent and not required.
+  std::uint32_t positive(const char* key, std::optional<std::uint32_t> fallback) {
+    if (!present(key)) {
+      if (!fallback)
+        fail(key, "is missing");
+      return fallback.value_or(0);
+    }
+    const json& v = doc_.at(key);
+    if (!v.is_number_integer() || !v.is_number_unsigned() || v.get<std::uint64_t>() == 0) {
+      fail(key, "must be a positive integer, got " + v.dump());
+      return 0;
+    }
+    if (v.get<std::uint64_t>() > std::numeric_limits<std::uint32_t>::max()) {
+      fail(key, "is too large: " + v.dump());
+      return 0;
+    }
+    return static_cast<std::uint32_t>(v.get<std::uint64_t>());
+  }
+
+  /// A finite number; `fallback` when absent.
+  double number(const char* key, double fallback, bool required = false) {
+    if (!present(key)) {
+      if (required)
+        fail(key, "is missing");
+      return fallback;
+    }
+    const json& v = doc_.at(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>())) {
+      fail(key, "must be a number, got " + v.dump());
+      return fallback;
+    }
+    return v.get<double>();
+  }
+
+  /// A token id (a non-negative integer that fits 31 bits).
+  std::optional<std::int32_t> token_id(const char* key, const json& v) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+        v.get<std::int64_t>() > std::numeric_limits<std::int32_t>::max()) {
+      fail(key, "must be a non-negative integer token id, got " + v.dump());
+      return std::nullopt;
+    }
+    return static_cast<std::int32_t>(v.get<std::int64_t>());
+  }
+
+  bool boolean(const char* key, bool fallback) {
+    if (!present(key))
+      return fallback;
+    const json& v = doc_.at(key);
+    if (!v.is_boolean()) {
+      fail(key, "must be true or false, got " + v.dump());
+      return fallback;
+    }
+    return v.get<bool>();
+  }
+
+  std::optional<std::string> string(const char* key) {
+    if (!present(key))
+      return std::nullopt;
+    const json& v = doc_.at(key);
+    if (!v.is_string()) {
+      fail(key, "must be a string, got " + v.dump());
+      return std::nullopt;
+    }
+    return v.get<std::string>();
+  }
+
+  const json& at(const char* key) const { return doc_.at(key); }
+
+  void fail(std::string_view key, const std::string& what) {
+    if (!error_)
+      error_ = source_ + ": key '" + prefix_ + std::string{key} + "' " + what;
+  }
+
+  const std::optional<std::string>& error() const noexcept { return error_; }
+
+private:
+  const json& doc_;
+  const std::string& source_;
+  std::string prefix_;
+  std::optional<std::string> error_;
+};
+
+/// Reads "rope_scaling"; only llama3 (and none) are supported.
+std::optional<std::string> read_rope_scaling(const json& v, const std::string& source,
+                                             rope_scaling& out) {
+  if (v.is_null())
+    return std::nullopt;
+  if (!v.is_object())
+    return source + ": key 'rope_scaling' must be null or an object, got " + v.dump();
+  key_reader in{v, source, "rope_scaling."};
+  // Newer configs say rope_type, older ones type.
+  const char* type_key = in.present("rope_type") ? "rope_type" : "type";
+  const auto type = in.string(type_key);
+  if (in.error())
+    return in.error();
+  if (!type)
+    return source + ": key 'rope_scaling.rope_type' is missing";
+  if (*type == "default")
+    return std::nullopt;
+  if (*type != "llama3")
+    return source + ": key 'rope_scaling." + type_key + "' is \"" + *type +
+           "\": unsupported rope scaling type (only llama3 is supported)";
+  out.type = "llama3";
+  out.factor = in.number("factor", 1.0, true);
+  out.low_freq_factor = in.number("low_freq_factor", 1.0, true);
+  out.high_freq_factor = in.number("high_freq_factor", 4.0, true);
+  out.original_max_position_embeddings = in.positive("original_max_position_embeddings", std::nullopt);
+  if (!in.error() && out.factor < 1.0)
+    in.fail("factor", "must be at least 1, got " + std::to_string(out.factor));
+  if (!in.error() && out.high_freq_factor <= out.low_freq_factor)
+    in.fail("high_freq_factor", "must exceed low_freq_factor");
+  return in.error();
+}
+
+std::variant<llama_config, std::string> parse_document(const json& doc, const std::string& source) {
+  if (!doc.is_object())
+    return source + ": expected a JSON object at the top level, got " + std::string{doc.type_name()};
+
+  key_reader in{doc, source};
+  if (const auto type = in.string("model_type"); type && *type != "llama")
+    in.fail("model_type", "is \"" + *type + "\": unsupported model type (only llama is supported)");
+
+  llama_config c;
+  c.hidden_size = in.positive("hidden_size", std::nullopt);
+  c.intermediate_size = in.positive("intermediate_size", std::nullopt);
+  c.num_layers = in.positive("num_hidden_layers", std::nullopt);
+  c.num_heads = in.positive("num_attention_heads", std::nullopt);
+  c.vocab_size = in.positive("vocab_size", std::nullopt);
+  if (in.error())
+    return *in.error();
+  c.num_kv_heads = in.positive("num_key_value_heads", c.num_heads);
+  const bool has_head_dim = in.present("head_dim");
+  c.head_dim = in.positive("head_dim", 1);
+  c.max_position_embeddings = in.positive("max_position_embeddings", 4096);
+  c.rms_norm_eps = static_cast<float>(in.number("rms_norm_eps", 1e-6));
+  c.rope_theta = static_cast<float>(in.number("rope_theta", 10000.0));
+  c.tie_word_embeddings = in.boolean("tie_word_embeddings", false);
+  if (in.present("bos_token_id"))
+    c.bos_token_id = in.token_id("bos_token_id", in.at("bos_token_id")).value_or(1);
+  if (in.present("eos_token_id")) {
+    const json& eos = in.at("eos_token_id");
+    c.eos_token_ids.clear();
+    if (eos.is_array()) {
+      if (eos.empty())
+        in.fail("eos_token_id", "must not be an empty list");
+      for (const json& id : eos)
+        if (const auto v = in.token_id("eos_token_id", id))
+          c.eos_token_ids.push_back(*v);
+    } else if (const auto v = in.token_id("eos_token_id", eos)) {
+      c.eos_token_ids.push_back(*v);
+    }
+  }
+  // Older configs say torch_dtype, newer ones dtype.
+  const char* dtype_key = in.present("torch_dtype") ? "torch_dtype" : "dtype";
+  if (const auto dtype = in.string(dtype_key)) {
+    if (*dtype != "float32" && *dtype != "float16" && *dtype != "bfloat16")
+      in.fail(dtype_key, "is \"" + *dtype + "\": unsupported (expected float32, float16 or bfloat16)");
+    c.torch_dtype = *dtype;
+  }
+  if (in.present("rms_norm_eps") && !in.error() && !(c.rms_norm_eps > 0))
+    in.fail("rms_norm_eps", "must be positive");
+  if (in.present("rope_theta") && !in.error() && !(c.rope_theta > 0))
+    in.fail("rope_theta", "must be positive");
+  if (in.error())
+    return *in.error();
+
+  if (doc.contains("rope_scaling"))
+    if (auto err = read_rope_scaling(doc.at("rope_scaling"), source, c.rope))
+      return *err;
+
+  if (!has_head_dim) {
+    if (c.hidden_size % c.num_heads != 0)
+      in.fail("hidden_size", "(" + std::to_string(c.hidden_size) +
+                                 ") is not divisible by key 'num_attention_heads' (" +
+                                 std::to_string(c.num_heads) + ")");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (c.num_heads % c.num_kv_heads != 0)
+    in.fail("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
+                                       ") does not divide key 'num_attention_heads' (" +
+                                       std::to_string(c.num_heads) + ")");
+  if (in.error())
+    return *in.error();
+  return c;
+}
+
+/// The float as the shortest decimal that reads back as it, so 1e-6f prints
+/// as 1e-06 rather than 9.99999997e-07.
+double shortest(float x) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf - 1, x);
+  *r.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+} // namespace
+
+std::variant<llama_config, std::string> parse_llama_config(std::string_view json_text,
+                                                           const std::string& source) {
+  try {
+    const json doc = json::parse(json_text.begin(), json_text.end());
+    return parse_document(doc, source);
+  } catch (const json::exception& e) {
+    return source + ": not valid JSON: " + e.what();
+  } catch (const std::exception& e) {
+    return source + ": cannot parse config: " + e.what();
+  }
+}
+
+std::variant<llama_config, std::string> load_llama_config(const std::string& path) {
+  try {
+    std::ifstream file{path, std::ios::binary};
+    if (!file)
+      return path + ": cannot open config file";
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (file.bad())
+      return path + ": cannot read config file";
+    return parse_llama_config(text.str(), path);
+  } catch (const std::exception& e) {
+    return path + ": cannot read config file: " + e.what();
+  }
+}
+
+std::string to_config_json(const llama_config& c) {
+  json j = json::object();
+  j["architectures"] = json::array({"LlamaForCausalLM"});
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1)
+    j["eos_token_id"] = c.eos_token_ids.front();
+  else
+    j["eos_token_id"] = c.eos_token_ids;
+  j["head_dim"] = c.head_dim;
+  j["hidden_act"] = "silu";
+  j["hidden_size"] = c.hidden_size;
+  j["initializer_range"] = 0.02;
+  j["intermediate_size"] = c.intermediate_size;
+  j["max_position_embeddings"] = c.max_position_embeddings;
+  j["mlp_bias"] = false;
+  j["model_type"] = "llama";
+  j["num_attention_heads"] = c.num_heads;
+  j["num_hidden_layers"] = c.num_layers;
+  j["num_key_value_heads"] = c.num_kv_heads;
+  j["pretraining_tp"] = 1;
+  j["rms_norm_eps"] = shortest(c.rms_norm_eps);
+  if (c.rope.type.empty()) {
+    j["rope_scaling"] = nullptr;
+  } else {
+    j["rope_scaling"] = {{"factor", c.rope.factor},
+                         {"high_freq_factor", c.rope.high_freq_factor},
+                         {"low_freq_factor", c.rope.low_freq_factor},
+                         {"original_max_position_embeddings", c.rope.original_max_position_embeddings},
+                         {"rope_type", c.rope.type}};
+  }
+  j["rope_theta"] = shortest(c.rope_theta);
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = c.torch_dtype;
+  j["use_cache"] = true;
+  j["vocab_size"] = c.vocab_size;
+  return j.dump(2) + "\n";
+}
+
+} // namespace troupe::gpu

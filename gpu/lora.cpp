@@ -1,0 +1,224 @@
+// Loading a PEFT LoRA adapter: adapter_config.json (rank, alpha, targets,
+// rsLoRA; unsupported PEFT features are refused by name) and the A/B
+// matrices of adapter_model.safetensors, shape-checked against the base.
+#include "gpu/lora.hpp"
+
+#include "gpu/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace troupe::gpu {
+
+std::string_view to_string(lora_target x) noexcept {
+  switch (x) {
+    case lora_target::q:
+      return "q_proj";
+    case lora_target::k:
+      return "k_proj";
+    case lora_target::v:
+      return "v_proj";
+    case lora_target::o:
+      return "o_proj";
+    case lora_target::gate:
+      return "gate_proj";
+    case lora_target::up:
+      return "up_proj";
+    case lora_target::down:
+      return "down_proj";
+  }
+  return "?";
+}
+
+std::string peft_tensor_name(std::uint32_t layer, lora_target t, char matrix) {
+  const bool attn = t == lora_target::q || t == lora_target::k || t == lora_target::v || t == lora_target::o;
+  return "base_model.model.model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") +
+         std::string{to_string(t)} + ".lora_" + std::string(1, matrix) + ".weight";
+}
+
+namespace {
+
+using json = nlohmann::json;
+
+std::optional<lora_target> parse_target(std::string_view name) {
+  // PEFT matches by suffix, so "self_attn.q_proj" names q_proj too.
+  if (const auto dot = name.rfind('.'); dot != std::string_view::npos)
+    name = name.substr(dot + 1);
+  for (std::size_t t = 0; t < lora_target_count; ++t)
+    if (to_string(static_cast<lora_target>(t)) == name)
+      return static_cast<lora_target>(t);
+  return std::nullopt;
+}
+
+/// [in, out] features of target `t` for the base model `c`.
+std::pair<std::uint64_t, std::uint64_t> dims(lora_target t, const llama_config& c) {
+  const std::uint64_t hidden = c.hidden_size;
+  const std::uint64_t q_dim = std::uint64_t{c.num_heads} * c.head_dim;
+  const std::uint64_t kv_dim = std::uint64_t{c.num_kv_heads} * c.head_dim;
+  const std::uint64_t inter = c.intermediate_size;
+  switch (t) {
+    case lora_target::q:
+      return {hidden, q_dim};
+    case lora_target::k:
+    case lora_target::v:
+      return {hidden, kv_dim};
+    case lora_target::o:
+      return {q_dim, hidden};
+    case lora_target::gate:
+    case lora_target::up:
+      return {hidden, inter};
+    case lora_target::down:
+      return {inter, hidden};
+  }
+  return {0, 0};
+}
+
+bool present(const json& doc, const char* key) {
+  return doc.contains(key) && !doc.at(key).is_null();
+}
+
+/// True when `v` is a non-empty list or object (PEFT writes {} or [] when unused).
+bool non_empty(const json& v) {
+  return (v.is_object() || v.is_array()) ? !v.empty() : !v.is_null();
+}
+
+/// Parses adapter_config.json into everything but the matrices.
+std::variant<lora_adapter, std::string> parse_adapter_config(const json& doc, const std::string& src) {
+  const auto key_error = [&src](const char* key, const std::string& what) {
+    return src + ": key '" + key + "' " + what;
+  };
+  if (!doc.is_object())
+    return src + ": expected a JSON object at the top level";
+  if (present(doc, "peft_type") && doc["peft_type"] != "LORA")
+    return key_error("peft_type", "is " + doc["peft_type"].dump() + ": only LORA is supported");
+  if (present(doc, "bias") && doc["bias"] != "none")
+    return key_error("bias", "is " + doc["bias"].dump() + ": unsupported (only \"none\")");
+  if (present(doc, "fan_in_fan_out") && doc["fan_in_fan_out"] != false)
+    return key_error("fan_in_fan_out", "is " + doc["fan_in_fan_out"].dump() + ": unsupported");
+  if (present(doc, "use_dora") && doc["use_dora"] != false)
+    return key_error("use_dora", "is " + doc["use_dora"].dump() + ": DoRA is unsupported");
+  for (const char* key : {"layers_to_transform", "layers_pattern"})
+    if (present(doc, key) && non_empty(doc[key]))
+      return key_error(key, "is " + doc[key].dump() + ": unsupported");
+  for (const char* key : {"rank_pattern", "alpha_pattern", "modules_to_save"})
+    if (present(doc, key) && non_empty(doc[key]))
+      return key_error(key, "is " + doc[key].dump() + ": unsupported");
+
+  lora_adapter a;
+  if (!present(doc, "r"))
+    return key_error("r", "is missing");
+  if (!doc["r"].is_number_unsigned() || doc["r"].get<std::uint64_t>() == 0 ||
+      doc["r"].get<std::uint64_t>() > 65536)
+    return key_error("r", "must be a positive integer, got " + doc["r"].dump());
+  a.rank = static_cast<std::uint32_t>(doc["r"].get<std::uint64_t>());
+  if (!present(doc, "lora_alpha"))
+    return key_error("lora_alpha", "is missing");
+  if (!doc["lora_alpha"].is_number() || !std::isfinite(doc["lora_alpha"].get<double>()))
+    return key_error("lora_alpha", "must be a number, got " + doc["lora_alpha"].dump());
+  a.alpha = static_cast<float>(doc["lora_alpha"].get<double>());
+  if (present(doc, "use_rslora")) {
+    if (!doc["use_rslora"].is_boolean())
+      return key_error("use_rslora", "must be true or false, got " + doc["use_rslora"].dump());
+    a.use_rslora = doc["use_rslora"].get<bool>();
+  }
+  a.scale = a.use_rslora ? a.alpha / std::sqrt(static_cast<float>(a.rank))
+                         : a.alpha / static_cast<float>(a.rank);
+
+  if (!present(doc, "target_modules"))
+    return key_error("target_modules", "is missing");
+  const json& targets = doc["target_modules"];
+  std::vector<std::string> names;
+  if (targets.is_string()) {
+    names.push_back(targets.get<std::string>());
+  } else if (targets.is_array()) {
+    for (const json& t : targets) {
+      if (!t.is_string())
+        return key_error("target_modules", "holds " + t.dump() + ", not a module name");
+      names.push_back(t.get<std::string>());
+    }
+  } else {
+    return key_error("target_modules", "must be a list of module names, got " + targets.dump());
+  }
+  for (const auto& name : names) {
+    if (name == "all-linear") {
+      a.targets.fill(true);
+      continue;
+    }
+    const auto t = parse_target(name);
+    if (!t)
+      return key_error("target_modules", "names unsupported target module '" + name +
+                                             "' (supported: q_proj, k_proj, v_proj, o_proj, "
+                                             "gate_proj, up_proj, down_proj, all-linear)");
+    a.targets[static_cast<std::size_t>(*t)] = true;
+  }
+  if (std::none_of(a.targets.begin(), a.targets.end(), [](bool b) { return b; }))
+    return key_error("target_modules", "is empty");
+  return a;
+}
+
+} // namespace
+
+std::variant<lora_adapter, std::string> load_peft_adapter(const std::string& dir,
+                                                          const llama_config& base) {
+  try {
+    const std::filesystem::path root{dir};
+    const std::string config_path = (root / "adapter_config.json").string();
+    std::ifstream file{config_path, std::ios::binary};
+    if (!file)
+      return config_path + ": cannot open adapter config";
+    std::ostringstream text;
+    text << file.rdbuf();
+    const json doc = json::parse(text.str(), nullptr, false);
+    if (doc.is_discarded())
+      return config_path + ": not valid JSON";
+    auto parsed = parse_adapter_config(doc, config_path);
+    if (auto* err = std::get_if<std::string>(&parsed))
+      return *err;
+    lora_adapter a = std::move(std::get<lora_adapter>(parsed));
+
+    const std::string weights_path = (root / "adapter_model.safetensors").string();
+    auto opened = safetensors_archive::open(weights_path);
+    if (auto* err = std::get_if<std::string>(&opened))
+      return *err;
+    const auto& archive = std::get<safetensors_archive>(opened);
+
+    std::set<std::string> expected;
+    a.layers.resize(base.num_layers);
+    for (std::uint32_t i = 0; i < base.num_layers; ++i) {
+      for (std::size_t ti = 0; ti < lora_target_count; ++ti) {
+        if (!a.targets[ti])
+          continue;
+        const auto t = static_cast<lora_target>(ti);
+        const auto [in, out] = dims(t, base);
+        const std::uint64_t shape_a[] = {a.rank, in};
+        const std::uint64_t shape_b[] = {out, a.rank};
+        auto& m = a.layers[i][ti];
+        for (const char which : {'A', 'B'}) {
+          const std::string name = peft_tensor_name(i, t, which);
+          expected.insert(name);
+          auto r = archive.read_f32(name, which == 'A' ? std::span<const std::uint64_t>{shape_a}
+                                                       : std::span<const std::uint64_t>{shape_b});
+          if (auto* err = std::get_if<std::string>(&r))
+            return *err;
+          (which == 'A' ? m.a : m.b) = std::move(std::get<std::vector<float>>(r));
+        }
+      }
+    }
+    // Any other LoRA tensor is a target or layer this loader would silently drop.
+    for (const auto& name : archive.names())
+      if (!expected.count(name) && name.find("lora_") != std::string::npos)
+        return weights_path + ": tensor '" + name + "' is not one of the targets in " + config_path;
+    return a;
+  } catch (const std::exception& e) {
+    return dir + ": cannot load adapter: " + e.what();
+  }
+}
+
+} // namespace troupe::gpu

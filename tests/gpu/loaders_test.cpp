@@ -1,0 +1,759 @@
+// Tests for the model loaders: safetensors round trips and sharding, Llama
+// config.json parsing, a small Llama checkpoint, PEFT adapters, and a table
+// of malformed inputs whose errors must name the file and the tensor or key.
+#include "gpu/llama_config.hpp"
+#include "gpu/llama_weights.hpp"
+#include "gpu/lora.hpp"
+#include "gpu/safetensors.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <type_traits>
+#include <unistd.h>
+
+namespace troupe::gpu {
+namespace {
+
+static_assert(std::is_nothrow_move_constructible_v<safetensors_archive>);
+static_assert(std::is_nothrow_move_assignable_v<safetensors_archive>);
+
+namespace fs = std::filesystem;
+
+// -- helpers -------------------------------------------------------------------
+
+/// A fresh directory per test, removed afterwards.
+class loaders : public ::testing::Test {
+protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("troupe_loaders_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  /// `name` under the test dir, its parent directory created.
+  std::string path(const std::string& name) const {
+    fs::create_directories((dir_ / name).parent_path());
+    return (dir_ / name).string();
+  }
+
+  void write_text(const std::string& name, const std::string& text) const {
+    fs::create_directories(fs::path{path(name)}.parent_path());
+    std::ofstream{path(name), std::ios::binary} << text;
+  }
+
+  std::string read_bytes(const std::string& name) const {
+    std::ifstream in{path(name), std::ios::binary};
+    return {std::istreambuf_iterator<char>{in}, {}};
+  }
+
+  /// A safetensors file with a hand-made header and `data_bytes` zero bytes.
+  void write_raw(const std::string& name, const std::string& header, std::size_t data_bytes) const {
+    std::string bytes(8, '\0');
+    const std::uint64_t n = header.size();
+    std::memcpy(bytes.data(), &n, 8);
+    bytes += header;
+    bytes.append(data_bytes, '\0');
+    write_text(name, bytes);
+  }
+
+  fs::path dir_;
+};
+
+template <class T>
+T expect_ok(std::variant<T, std::string> r) {
+  if (auto* err = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << *err;
+    return T{};
+  }
+  return std::move(std::get<T>(r));
+}
+
+safetensors_archive open_ok(const std::string& p) {
+  auto r = safetensors_archive::open(p);
+  if (auto* err = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << *err;
+    std::abort();
+  }
+  return std::move(std::get<safetensors_archive>(r));
+}
+
+std::vector<float> ramp(std::size_t n, float scale = 0.01f, float offset = 0.0f) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = offset + scale * static_cast<float>(static_cast<int>(i % 97) - 48);
+  return v;
+}
+
+std::string small_config_json(const std::string& extra = "") {
+  return R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 16,
+             "max_position_embeddings": 64, "model_type": "llama")" +
+         extra + "}";
+}
+
+llama_config small_config(bool tied = false) {
+  auto c = expect_ok(parse_llama_config(
+      small_config_json(tied ? R"(, "tie_word_embeddings": true)" : ""), "config.json"));
+  return c;
+}
+
+/// Every tensor of a Llama checkpoint for `c`, with distinct values.
+std::vector<named_tensor> llama_tensors(const llama_config& c, bool with_lm_head) {
+  const std::uint64_t h = c.hidden_size, q = std::uint64_t{c.num_heads} * c.head_dim,
+                      kv = std::uint64_t{c.num_kv_heads} * c.head_dim, in = c.intermediate_size,
+                      v = c.vocab_size;
+  std::vector<named_tensor> t;
+  float offset = 0.0f;
+  const auto add = [&t, &offset](std::string name, std::vector<std::uint64_t> shape) {
+    std::size_t n = 1;
+    for (auto d : shape)
+      n *= d;
+    offset += 0.125f;
+    t.push_back({std::move(name), std::move(shape), ramp(n, 0.01f, offset)});
+  };
+  add("model.embed_tokens.weight", {v, h});
+  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
+    add(llama_tensor_name(i, "input_layernorm"), {h});
+    add(llama_tensor_name(i, "self_attn.q_proj"), {q, h});
+    add(llama_tensor_name(i, "self_attn.k_proj"), {kv, h});
+    add(llama_tensor_name(i, "self_attn.v_proj"), {kv, h});
+    add(llama_tensor_name(i, "self_attn.o_proj"), {h, q});
+    add(llama_tensor_name(i, "post_attention_layernorm"), {h});
+    add(llama_tensor_name(i, "mlp.gate_proj"), {in, h});
+    add(llama_tensor_name(i, "mlp.up_proj"), {in, h});
+    add(llama_tensor_name(i, "mlp.down_proj"), {h, in});
+  }
+  add("model.norm.weight", {h});
+  if (with_lm_head)
+    add("lm_head.weight", {v, h});
+  return t;
+}
+
+/// PEFT A/B tensors for `targets` of every layer, rank `r`.
+std::vector<named_tensor> peft_tensors(const llama_config& c, std::uint32_t r,
+                                       const std::vector<lora_target>& targets) {
+  const std::uint64_t h = c.hidden_size, q = std::uint64_t{c.num_heads} * c.head_dim,
+                      kv = std::uint64_t{c.num_kv_heads} * c.head_dim, in = c.intermediate_size;
+  std::vector<named_tensor> t;
+  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
+    for (const auto target : targets) {
+      std::uint64_t fan_in = h, fan_out = h;
+      switch (target) {
+        case lora_target::q:
+          fan_out = q;
+          break;
+        case lora_target::k:
+        case lora_target::v:
+          fan_out = kv;
+          break;
+        case lora_target::o:
+          fan_in = q;
+          break;
+        case lora_target::gate:
+        case lora_target::up:
+          fan_out = in;
+          break;
+        case lora_target::down:
+          fan_in = in;
+          break;
+      }
+      t.push_back({peft_tensor_name(i, target, 'A'), {r, fan_in}, ramp(r * fan_in, 0.02f)});
+      t.push_back({peft_tensor_name(i, target, 'B'), {fan_out, r}, ramp(fan_out * r, 0.03f)});
+    }
+  }
+  return t;
+}
+
+const std::vector<lora_target> all_targets{lora_target::q,    lora_target::k,  lora_target::v,
+                                           lora_target::o,    lora_target::gate, lora_target::up,
+                                           lora_target::down};
+
+// -- safetensors ---------------------------------------------------------------
+
+TEST_F(loaders, f32_round_trip_is_exact_and_names_are_sorted) {
+  const std::vector<float> special{0.0f, -0.0f, 1.0f, -2.5f, std::numeric_limits<float>::infinity(),
+                                   std::numeric_limits<float>::denorm_min(), 3.14159265f};
+  ASSERT_FALSE(write_safetensors(path("a.safetensors"),
+                                 {{"zeta", {7}, special}, {"alpha", {2, 3}, ramp(6)}}, dtype::f32,
+                                 {{"format", "pt"}}));
+  std::uint64_t header_length = 0;
+  std::memcpy(&header_length, read_bytes("a.safetensors").data(), 8);
+  EXPECT_EQ(header_length % 8, 0u);
+  const auto a = open_ok(path("a.safetensors"));
+  EXPECT_EQ(a.names(), (std::vector<std::string>{"alpha", "zeta"}));
+  ASSERT_NE(a.find("alpha"), nullptr);
+  EXPECT_EQ(a.find("alpha")->shape, (std::vector<std::uint64_t>{2, 3}));
+  EXPECT_EQ(a.find("alpha")->type, dtype::f32);
+  EXPECT_EQ(a.find("nope"), nullptr);
+  const std::uint64_t shape[] = {7};
+  const auto got = expect_ok(a.read_f32("zeta", shape));
+  ASSERT_EQ(got.size(), special.size());
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_EQ(std::memcmp(&got[i], &special[i], 4), 0) << i;
+  // NaN survives too.
+  ASSERT_FALSE(write_safetensors(path("n.safetensors"), {{"x", {1}, {std::nanf("")}}}, dtype::f32));
+  const std::uint64_t one[] = {1};
+  EXPECT_TRUE(std::isnan(expect_ok(open_ok(path("n.safetensors")).read_f32("x", one))[0]));
+}
+
+TEST_F(loaders, f16_round_trip_within_precision_and_special_values) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values = ramp(200, 0.37f);
+  const std::vector<float> special{65504.0f, 65519.0f, 65520.0f, -1e6f,    inf,        -inf,
+                                   0x1p-24f, 0x1p-25f, 0x1.8p-24f, 0x1p-14f, -0x1.ff8p-15f, -0.0f,
+                                   1.0f + 0x1p-11f, 1.0f + 0x1.8p-10f, std::nanf("")};
+  values.insert(values.end(), special.begin(), special.end());
+  ASSERT_FALSE(write_safetensors(path("h.safetensors"), {{"h", {values.size()}, values}}, dtype::f16));
+  const auto a = open_ok(path("h.safetensors"));
+  EXPECT_EQ(a.find("h")->type, dtype::f16);
+  const std::uint64_t shape[] = {values.size()};
+  const auto got = expect_ok(a.read_f32("h", shape));
+  ASSERT_EQ(got.size(), values.size());
+  for (std::size_t i = 0; i < 200; ++i)
+    EXPECT_NEAR(got[i], values[i], std::abs(values[i]) * 0x1p-11f + 1e-7f) << i;
+  const float* s = got.data() + 200;
+  EXPECT_EQ(s[0], 65504.0f);           // largest half
+  EXPECT_EQ(s[1], 65504.0f);           // rounds down
+  EXPECT_EQ(s[2], inf);                // rounds to inf
+  EXPECT_EQ(s[3], -inf);               // overflow
+  EXPECT_EQ(s[4], inf);
+  EXPECT_EQ(s[5], -inf);
+  EXPECT_EQ(s[6], 0x1p-24f);           // smallest subnormal
+  EXPECT_EQ(s[7], 0.0f);               // half of it: ties to even (zero)
+  EXPECT_EQ(s[8], 0x1p-23f);           // 1.5 ulp: ties to even (2 ulp)
+  EXPECT_EQ(s[9], 0x1p-14f);           // smallest normal
+  EXPECT_EQ(s[10], -0x1.ff8p-15f);     // largest subnormal, exact
+  EXPECT_TRUE(std::signbit(s[11]));    // -0 keeps its sign
+  EXPECT_EQ(s[12], 1.0f);              // tie between 1 and 1+2^-10: even
+  EXPECT_EQ(s[13], 1.0f + 0x1p-9f);    // tie between 1+2^-10 and 1+2^-9: even
+  EXPECT_TRUE(std::isnan(s[14]));
+}
+
+TEST_F(loaders, bf16_round_trip_within_precision_and_special_values) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> values = ramp(200, 13.7f);
+  const std::vector<float> special{1.0f + 0x1p-8f, 1.0f + 0x1.8p-7f, 3.0e38f, inf, -inf, std::nanf(""),
+                                   std::numeric_limits<float>::max()};
+  values.insert(values.end(), special.begin(), special.end());
+  ASSERT_FALSE(write_safetensors(path("b.safetensors"), {{"b", {values.size()}, values}}, dtype::bf16));
+  const auto a = open_ok(path("b.safetensors"));
+  EXPECT_EQ(a.find("b")->type, dtype::bf16);
+  const std::uint64_t shape[] = {values.size()};
+  const auto got = expect_ok(a.read_f32("b", shape));
+  ASSERT_EQ(got.size(), values.size());
+  for (std::size_t i = 0; i < 200; ++i)
+    EXPECT_NEAR(got[i], values[i], std::abs(values[i]) * 0x1p-8f) << i;
+  const float* s = got.data() + 200;
+  EXPECT_EQ(s[0], 1.0f);                    // tie: even
+  EXPECT_EQ(s[1], 1.0f + 0x1p-6f);          // tie: even
+  EXPECT_NEAR(s[2], 3.0e38f, 3.0e38f * 0x1p-8f);
+  EXPECT_EQ(s[3], inf);
+  EXPECT_EQ(s[4], -inf);
+  EXPECT_TRUE(std::isnan(s[5]));
+  EXPECT_EQ(s[6], inf);                     // max float rounds up to inf
+}
+
+TEST_F(loaders, sharded_index_and_directory_preference) {
+  ASSERT_FALSE(write_safetensors(path("m/model-00001-of-00002.safetensors"),
+                                 {{"a", {2}, {1, 2}}, {"b", {1}, {3}}}, dtype::f32));
+  ASSERT_FALSE(write_safetensors(path("m/model-00002-of-00002.safetensors"), {{"c", {2, 2}, {4, 5, 6, 7}}},
+                                 dtype::bf16));
+  write_text("m/model.safetensors.index.json",
+             R"({"metadata": {"total_size": 28}, "weight_map": {
+                   "a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
+                   "c": "model-00002-of-00002.safetensors"}})");
+  // A stray single file is ignored: the index comes first.
+  ASSERT_FALSE(write_safetensors(path("m/model.safetensors"), {{"z", {1}, {0}}}, dtype::f32));
+  for (const auto& p : {path("m"), path("m/model.safetensors.index.json")}) {
+    const auto a = open_ok(p);
+    EXPECT_EQ(a.names(), (std::vector<std::string>{"a", "b", "c"}));
+    const std::uint64_t shape[] = {2, 2};
+    EXPECT_EQ(expect_ok(a.read_f32("c", shape)), (std::vector<float>{4, 5, 6, 7}));
+    EXPECT_NE(a.find("a")->file.find("model-00001-of-00002"), std::string::npos);
+  }
+  // Without an index, model.safetensors; without that, adapter_model.safetensors.
+  fs::remove(path("m/model.safetensors.index.json"));
+  EXPECT_EQ(open_ok(path("m")).names(), (std::vector<std::string>{"z"}));
+  ASSERT_FALSE(write_safetensors(path("ad/adapter_model.safetensors"), {{"y", {1}, {0}}}, dtype::f16));
+  EXPECT_EQ(open_ok(path("ad")).names(), (std::vector<std::string>{"y"}));
+}
+
+TEST_F(loaders, archive_moves_keep_views_valid) {
+  ASSERT_FALSE(write_safetensors(path("a.safetensors"), {{"x", {3}, {1, 2, 3}}}, dtype::f32));
+  auto a = open_ok(path("a.safetensors"));
+  auto b = std::move(a);
+  const std::uint64_t shape[] = {3};
+  EXPECT_EQ(expect_ok(b.read_f32("x", shape)), (std::vector<float>{1, 2, 3}));
+}
+
+TEST_F(loaders, write_rejects_bad_input) {
+  const auto err = write_safetensors(path("w.safetensors"), {{"x", {2, 2}, {1, 2, 3}}}, dtype::f32);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->find("'x'"), std::string::npos) << *err;
+  EXPECT_TRUE(write_safetensors(path("w.safetensors"), {{"x", {1}, {1}}, {"x", {1}, {2}}}, dtype::f32));
+  EXPECT_TRUE(write_safetensors((dir_ / "no/such/dir/w.safetensors").string(), {}, dtype::f32));
+}
+
+// -- config.json ---------------------------------------------------------------
+
+TEST_F(loaders, config_defaults) {
+  const auto c = expect_ok(parse_llama_config(
+      R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
+          "num_attention_heads": 8, "vocab_size": 100, "some_unknown_key": [1, 2]})",
+      "config.json"));
+  EXPECT_EQ(c.num_kv_heads, 8u);
+  EXPECT_EQ(c.head_dim, 8u);
+  EXPECT_EQ(c.max_position_embeddings, 4096u);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-6f);
+  EXPECT_FLOAT_EQ(c.rope_theta, 10000.0f);
+  EXPECT_EQ(c.rope.type, "");
+  EXPECT_FALSE(c.tie_word_embeddings);
+  EXPECT_EQ(c.bos_token_id, 1);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{2}));
+  EXPECT_EQ(c.torch_dtype, "float32");
+  const auto s = c.to_shape("tiny");
+  EXPECT_EQ(s.name, "tiny");
+  EXPECT_EQ(s.num_layers, 3u);
+  EXPECT_EQ(s.hidden_size, 64u);
+  EXPECT_EQ(s.intermediate_size, 128u);
+  EXPECT_EQ(s.num_heads, 8u);
+  EXPECT_EQ(s.num_kv_heads, 8u);
+  EXPECT_EQ(s.head_dim, 8u);
+  EXPECT_EQ(s.vocab_size, 100u);
+  EXPECT_EQ(s.max_context, 4096u);
+  EXPECT_EQ(s.dtype_bytes, 4u);
+}
+
+TEST_F(loaders, config_llama3_full) {
+  // Values from meta-llama/Llama-3.2-1B's config.json.
+  const auto c = expect_ok(parse_llama_config(
+      R"({"architectures": ["LlamaForCausalLM"], "bos_token_id": 128000,
+          "eos_token_id": [128001, 128008, 128009], "head_dim": 64, "hidden_size": 2048,
+          "intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "llama",
+          "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+          "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+          "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+          "rope_theta": 500000.0, "tie_word_embeddings": true, "torch_dtype": "bfloat16",
+          "vocab_size": 128256})",
+      "config.json"));
+  EXPECT_EQ(c.bos_token_id, 128000);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c.num_kv_heads, 8u);
+  EXPECT_EQ(c.head_dim, 64u);
+  EXPECT_EQ(c.rope.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope.factor, 32.0);
+  EXPECT_DOUBLE_EQ(c.rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 8192u);
+  EXPECT_FLOAT_EQ(c.rope_theta, 500000.0f);
+  EXPECT_FLOAT_EQ(c.rms_norm_eps, 1e-5f);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const auto s = c.to_shape("llama-3.2-1b");
+  EXPECT_EQ(s.dtype_bytes, 2u);
+  EXPECT_TRUE(s.tie_word_embeddings);
+  EXPECT_EQ(s.max_context, 131072u);
+
+  // to_config_json round-trips, and says what HF says.
+  const std::string text = to_config_json(c);
+  for (const char* needle : {"\"LlamaForCausalLM\"", "\"model_type\": \"llama\"", "\"hidden_act\": \"silu\"",
+                             "\"attention_bias\": false", "\"mlp_bias\": false", "\"rms_norm_eps\": 1e-05",
+                             "\"rope_type\": \"llama3\""})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  const auto back = expect_ok(parse_llama_config(text, "back.json"));
+  EXPECT_EQ(back.eos_token_ids, c.eos_token_ids);
+  EXPECT_EQ(back.rope.type, "llama3");
+  EXPECT_EQ(back.head_dim, 64u);
+  EXPECT_EQ(back.num_kv_heads, 8u);
+  EXPECT_EQ(back.rms_norm_eps, c.rms_norm_eps);
+  EXPECT_EQ(back.rope_theta, c.rope_theta);
+  EXPECT_EQ(back.torch_dtype, "bfloat16");
+  EXPECT_TRUE(back.tie_word_embeddings);
+}
+
+TEST_F(loaders, config_errors_name_file_and_key) {
+  const std::string base = R"("hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2,
+                              "vocab_size": 16)";
+  struct row {
+    std::string json;
+    std::string key;
+  };
+  const std::vector<row> rows{
+    {"{" + base + "}", "num_attention_heads"},
+    {"{" + base + R"(, "num_attention_heads": 0})", "num_attention_heads"},
+    {"{" + base + R"(, "num_attention_heads": -4})", "num_attention_heads"},
+    {"{" + base + R"(, "num_attention_heads": "4"})", "num_attention_heads"},
+    {"{" + base + R"(, "num_attention_heads": 4, "num_key_value_heads": 3})", "num_key_value_heads"},
+    {"{" + base + R"(, "num_attention_heads": 3})", "hidden_size"},
+    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "mistral"})", "model_type"},
+    {"{" + base + R"(, "num_attention_heads": 4, "eos_token_id": [2, "x"]})", "eos_token_id"},
+    {"{" + base + R"(, "num_attention_heads": 4, "tie_word_embeddings": 1})", "tie_word_embeddings"},
+    {"{" + base + R"(, "num_attention_heads": 4, "torch_dtype": "int8"})", "torch_dtype"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "linear", "factor": 2}})",
+     "rope_scaling.type"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"rope_type": "dynamic", "factor": 2}})",
+     "rope_scaling.rope_type"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"rope_type": "llama3", "factor": 8}})",
+     "rope_scaling."},
+    {"[1, 2]", "object"},
+  };
+  for (const auto& r : rows) {
+    const auto got = parse_llama_config(r.json, "/x/config.json");
+    ASSERT_TRUE(std::holds_alternative<std::string>(got)) << r.json;
+    const auto& err = std::get<std::string>(got);
+    EXPECT_NE(err.find("/x/config.json"), std::string::npos) << err;
+    EXPECT_NE(err.find(r.key), std::string::npos) << err;
+  }
+  const auto linear = parse_llama_config(rows[10].json, "c.json");
+  EXPECT_NE(std::get<std::string>(linear).find("\"linear\": unsupported"), std::string::npos);
+}
+
+// -- Llama checkpoint ----------------------------------------------------------
+
+TEST_F(loaders, llama_dir_loads_with_every_shape) {
+  const auto c = small_config();
+  write_text("llama/config.json", to_config_json(c));
+  const auto tensors = llama_tensors(c, true);
+  ASSERT_FALSE(write_safetensors(path("llama/model.safetensors"), tensors, dtype::f32));
+  const auto w = expect_ok(load_llama(path("llama")));
+  EXPECT_EQ(w.config.head_dim, 2u);
+  EXPECT_EQ(w.embed, tensors[0].values);
+  ASSERT_EQ(w.layers.size(), 2u);
+  const auto& l = w.layers[1];
+  EXPECT_EQ(l.attn_norm.size(), 8u);
+  EXPECT_EQ(l.q.size(), 8u * 8u);
+  EXPECT_EQ(l.k.size(), 4u * 8u);
+  EXPECT_EQ(l.v.size(), 4u * 8u);
+  EXPECT_EQ(l.o.size(), 8u * 8u);
+  EXPECT_EQ(l.mlp_norm.size(), 8u);
+  EXPECT_EQ(l.gate.size(), 12u * 8u);
+  EXPECT_EQ(l.up.size(), 12u * 8u);
+  EXPECT_EQ(l.down.size(), 8u * 12u);
+  EXPECT_EQ(l.up, tensors[1 + 9 + 7].values);
+  EXPECT_EQ(w.final_norm.size(), 8u);
+  EXPECT_EQ(w.lm_head, tensors.back().values);
+}
+
+TEST_F(loaders, llama_tied_embeddings_need_no_lm_head_and_bf16_loads) {
+  const auto c = small_config(true);
+  write_text("llama/config.json", to_config_json(c));
+  ASSERT_FALSE(write_safetensors(path("llama/model.safetensors"), llama_tensors(c, false), dtype::bf16));
+  const auto w = expect_ok(load_llama(path("llama")));
+  EXPECT_TRUE(w.lm_head.empty());
+  EXPECT_EQ(w.embed.size(), 16u * 8u);
+
+  // Untied, the same files fail and the error names lm_head.
+  write_text("llama/config.json", to_config_json(small_config(false)));
+  const auto r = load_llama(path("llama"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("lm_head.weight"), std::string::npos);
+  EXPECT_NE(std::get<std::string>(r).find("model.safetensors"), std::string::npos);
+}
+
+// -- PEFT adapters -------------------------------------------------------------
+
+TEST_F(loaders, peft_adapter_loads_with_scale) {
+  const auto c = small_config();
+  write_text("ad/adapter_config.json",
+             R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"],
+                 "bias": "none", "fan_in_fan_out": false, "layers_to_transform": null,
+                 "rank_pattern": {}, "alpha_pattern": {}, "base_model_name_or_path": "x"})");
+  const auto tensors = peft_tensors(c, 4, {lora_target::q, lora_target::v});
+  ASSERT_FALSE(write_safetensors(path("ad/adapter_model.safetensors"), tensors, dtype::f16));
+  const auto a = expect_ok(load_peft_adapter(path("ad"), c));
+  EXPECT_EQ(a.rank, 4u);
+  EXPECT_FLOAT_EQ(a.alpha, 8.0f);
+  EXPECT_FALSE(a.use_rslora);
+  EXPECT_FLOAT_EQ(a.scale, 2.0f);
+  EXPECT_TRUE(a.targets[0]);
+  EXPECT_FALSE(a.targets[1]);
+  EXPECT_TRUE(a.targets[2]);
+  ASSERT_EQ(a.layers.size(), 2u);
+  EXPECT_EQ(a.layers[1][0].a.size(), 4u * 8u);
+  EXPECT_EQ(a.layers[1][0].b.size(), 8u * 4u);
+  EXPECT_EQ(a.layers[1][2].b.size(), 4u * 4u);
+  EXPECT_TRUE(a.layers[1][1].a.empty());
+  EXPECT_NEAR(a.layers[0][0].a[1], tensors[0].values[1], 1e-3f);
+}
+
+TEST_F(loaders, peft_all_linear_with_rslora) {
+  const auto c = small_config();
+  write_text("ad/adapter_config.json",
+             R"({"r": 16, "lora_alpha": 32, "target_modules": "all-linear", "use_rslora": true})");
+  ASSERT_FALSE(write_safetensors(path("ad/adapter_model.safetensors"), peft_tensors(c, 16, all_targets),
+                                 dtype::f32));
+  const auto a = expect_ok(load_peft_adapter(path("ad"), c));
+  EXPECT_TRUE(a.use_rslora);
+  EXPECT_FLOAT_EQ(a.scale, 8.0f); // 32 / sqrt(16)
+  for (bool t : a.targets)
+    EXPECT_TRUE(t);
+  EXPECT_EQ(a.layers[0][static_cast<std::size_t>(lora_target::down)].a.size(), 16u * 12u);
+  EXPECT_EQ(a.layers[0][static_cast<std::size_t>(lora_target::down)].b.size(), 8u * 16u);
+  EXPECT_EQ(a.layers[0][static_cast<std::size_t>(lora_target::gate)].b.size(), 12u * 16u);
+  EXPECT_EQ(a.layers[0][static_cast<std::size_t>(lora_target::o)].a.size(), 16u * 8u);
+  EXPECT_EQ(peft_tensor_name(3, lora_target::gate, 'A'),
+            "base_model.model.model.layers.3.mlp.gate_proj.lora_A.weight");
+  EXPECT_EQ(peft_tensor_name(0, lora_target::k, 'B'),
+            "base_model.model.model.layers.0.self_attn.k_proj.lora_B.weight");
+  EXPECT_EQ(llama_tensor_name(3, "mlp.up_proj"), "model.layers.3.mlp.up_proj.weight");
+}
+
+// -- malformed inputs ------------------------------------------------------------
+
+/// One broken input: `make` writes it under the test dir and returns the
+/// error of loading it; the error must mention every string in `needles`.
+struct malformed_case {
+  std::string what;
+  std::function<std::string(loaders&)> make;
+  std::vector<std::string> needles;
+};
+
+template <class T>
+std::string error_of(std::variant<T, std::string> r) {
+  if (auto* e = std::get_if<std::string>(&r))
+    return *e;
+  return "<no error>";
+}
+
+class malformed : public loaders {
+public:
+  using loaders::path;
+  using loaders::write_raw;
+  using loaders::write_text;
+
+  std::string open_error(const std::string& p) { return error_of(safetensors_archive::open(p)); }
+
+  /// A Llama dir with config.json and model.safetensors, then `edit` applied.
+  std::string llama_error(const std::function<void(std::vector<named_tensor>&)>& edit) {
+    const auto c = small_config();
+    write_text("llama/config.json", to_config_json(c));
+    auto tensors = llama_tensors(c, true);
+    edit(tensors);
+    EXPECT_FALSE(write_safetensors(path("llama/model.safetensors"), tensors, dtype::f32));
+    return error_of(load_llama(path("llama")));
+  }
+
+  /// An adapter dir with `config` and q/v tensors of rank 4, then `edit` applied.
+  std::string adapter_error(const std::string& config,
+                            const std::function<void(std::vector<named_tensor>&)>& edit) {
+    write_text("ad/adapter_config.json", config);
+    auto tensors = peft_tensors(small_config(), 4, {lora_target::q, lora_target::v});
+    edit(tensors);
+    EXPECT_FALSE(write_safetensors(path("ad/adapter_model.safetensors"), tensors, dtype::f32));
+    return error_of(load_peft_adapter(path("ad"), small_config()));
+  }
+};
+
+const std::string qv_config = R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})";
+
+TEST_F(malformed, every_error_names_file_and_subject) {
+  const std::vector<malformed_case> cases{
+    {"missing tensor",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.llama_error([](auto& ts) {
+         std::erase_if(ts, [](const auto& x) { return x.name == "model.layers.1.mlp.down_proj.weight"; });
+       });
+     },
+     {"model.safetensors", "no tensor 'model.layers.1.mlp.down_proj.weight'"}},
+    {"wrong shape",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.llama_error([](auto& ts) {
+         for (auto& x : ts)
+           if (x.name == "model.layers.0.self_attn.k_proj.weight")
+             x.shape = {8, 4};
+       });
+     },
+     {"model.safetensors", "'model.layers.0.self_attn.k_proj.weight'", "[8, 4]", "expected [4, 8]"}},
+    {"unknown dtype",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_raw("u.safetensors", R"({"w": {"dtype": "I64", "shape": [1], "data_offsets": [0, 8]}})", 8);
+       return m.open_error(m.path("u.safetensors"));
+     },
+     {"u.safetensors", "'w'", "I64"}},
+    {"truncated data",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       EXPECT_FALSE(write_safetensors(m.path("t.safetensors"), {{"big", {64}, ramp(64)}}, dtype::f32));
+       fs::resize_file(m.path("t.safetensors"), fs::file_size(m.path("t.safetensors")) - 10);
+       return m.open_error(m.path("t.safetensors"));
+     },
+     {"t.safetensors", "'big'", "truncated"}},
+    {"header length beyond EOF",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       std::string bytes(8, '\0');
+       bytes[0] = '\x40';
+       bytes[5] = '\x01';
+       m.write_text("h.safetensors", bytes + "{}");
+       return m.open_error(m.path("h.safetensors"));
+     },
+     {"h.safetensors", "header length"}},
+    {"file shorter than 8 bytes",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_text("s.safetensors", "abc");
+       return m.open_error(m.path("s.safetensors"));
+     },
+     {"s.safetensors", "too short"}},
+    {"header not JSON",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_raw("j.safetensors", "{\"w\": {not json", 0);
+       return m.open_error(m.path("j.safetensors"));
+     },
+     {"j.safetensors", "not valid JSON"}},
+    {"header not an object",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_raw("o.safetensors", "[1, 2]  ", 0);
+       return m.open_error(m.path("o.safetensors"));
+     },
+     {"o.safetensors", "not a JSON object"}},
+    {"offsets end before begin",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_raw("e.safetensors", R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [4, 0]}})", 8);
+       return m.open_error(m.path("e.safetensors"));
+     },
+     {"e.safetensors", "'w'", "end before begin"}},
+    {"bytes disagree with shape",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_raw("b.safetensors", R"({"w": {"dtype": "F16", "shape": [3], "data_offsets": [0, 8]}})", 8);
+       return m.open_error(m.path("b.safetensors"));
+     },
+     {"b.safetensors", "'w'", "[3]"}},
+    {"bad config.json",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_text("bad/config.json", "{\"hidden_size\": 8,");
+       return error_of(load_llama(m.path("bad")));
+     },
+     {"config.json", "not valid JSON"}},
+    {"missing config key",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_text("mk/config.json", R"({"hidden_size": 8, "intermediate_size": 12,
+                                         "num_attention_heads": 4, "vocab_size": 16})");
+       return error_of(load_llama(m.path("mk")));
+     },
+     {"mk/config.json", "'num_hidden_layers'", "missing"}},
+    {"unsupported rope type",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_text("rope/config.json",
+                    small_config_json(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"));
+       return error_of(load_llama(m.path("rope")));
+     },
+     {"rope/config.json", "rope_scaling.rope_type", "yarn", "unsupported"}},
+    {"unsupported target module",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "lm_head"]})",
+                              [](auto&) {});
+     },
+     {"adapter_config.json", "target_modules", "unsupported target module 'lm_head'"}},
+    {"adapter missing lora_B",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(qv_config, [](auto& ts) {
+         std::erase_if(ts, [](const auto& x) { return x.name == peft_tensor_name(1, lora_target::v, 'B'); });
+       });
+     },
+     {"adapter_model.safetensors", peft_tensor_name(1, lora_target::v, 'B')}},
+    {"adapter wrong rank",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(R"({"r": 8, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})",
+                              [](auto&) {});
+     },
+     {"adapter_model.safetensors", peft_tensor_name(0, lora_target::q, 'A'), "[4, 8]", "expected [8, 8]"}},
+    {"adapter extra target tensors",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"]})", [](auto&) {});
+     },
+     {"adapter_model.safetensors", peft_tensor_name(0, lora_target::v, 'A')}},
+    {"adapter rank_pattern",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"],
+                                  "rank_pattern": {"q_proj": 8}})",
+                              [](auto&) {});
+     },
+     {"adapter_config.json", "rank_pattern", "unsupported"}},
+    {"adapter layers_to_transform",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj"],
+                                  "layers_to_transform": [0]})",
+                              [](auto&) {});
+     },
+     {"adapter_config.json", "layers_to_transform", "unsupported"}},
+    {"adapter missing r",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.adapter_error(R"({"lora_alpha": 8, "target_modules": ["q_proj"]})", [](auto&) {});
+     },
+     {"adapter_config.json", "'r'"}},
+    {"index names a missing shard",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       EXPECT_FALSE(write_safetensors(m.path("ix/a.safetensors"), {{"x", {1}, {1}}}, dtype::f32));
+       m.write_text("ix/model.safetensors.index.json",
+                    R"({"weight_map": {"x": "a.safetensors", "y": "gone.safetensors"}})");
+       return m.open_error(m.path("ix"));
+     },
+     {"model.safetensors.index.json", "gone.safetensors", "'y'"}},
+    {"index names a tensor its shard lacks",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       EXPECT_FALSE(write_safetensors(m.path("iy/a.safetensors"), {{"x", {1}, {1}}}, dtype::f32));
+       m.write_text("iy/model.safetensors.index.json",
+                    R"({"weight_map": {"x": "a.safetensors", "y": "a.safetensors"}})");
+       return m.open_error(m.path("iy"));
+     },
+     {"model.safetensors.index.json", "a.safetensors", "'y'"}},
+    {"missing file",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       return m.open_error(m.path("nothing.safetensors"));
+     },
+     {"nothing.safetensors"}},
+    {"empty directory",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       fs::create_directories(m.path("empty"));
+       return m.open_error(m.path("empty"));
+     },
+     {"empty", "model.safetensors"}},
+  };
+  for (const auto& c : cases) {
+    const std::string err = c.make(*this);
+    for (const auto& needle : c.needles)
+      EXPECT_NE(err.find(needle), std::string::npos) << c.what << ": '" << needle << "' not in: " << err;
+  }
+}
+
+TEST_F(loaders, read_f32_errors_name_file_and_tensor) {
+  ASSERT_FALSE(write_safetensors(path("r.safetensors"), {{"x", {2, 3}, ramp(6)}}, dtype::f16));
+  const auto a = open_ok(path("r.safetensors"));
+  const std::uint64_t wrong[] = {3, 2};
+  EXPECT_EQ(error_of(a.read_f32("x", wrong)),
+            "tensor 'x' in " + path("r.safetensors") + " has shape [2, 3], expected [3, 2]");
+  EXPECT_EQ(error_of(a.read_f32("y", wrong)), path("r.safetensors") + ": no tensor 'y'");
+}
+
+} // namespace
+} // namespace troupe::gpu
