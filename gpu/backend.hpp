@@ -29,7 +29,9 @@ public:
 class executor_backend {
 public:
   virtual ~executor_backend() = default;
-  /// Runs one iteration over `batch` and returns one token per entry.
+  /// Runs one iteration over `batch` and returns one token per entry; a
+  /// negative token means the backend could not run that entry, which ends
+  /// that request with an error and leaves the others running.
   virtual step_result run_step(std::span<const step_entry> batch) = 0;
   /// Seconds a host-to-device copy of `bytes` takes on this backend.
   virtual double transfer_seconds(std::uint64_t bytes) const = 0;

@@ -36,6 +36,19 @@ namespace {
 
 using json = nlohmann::json;
 
+/// Parses `text` (nullptr-discarded on a syntax error). Values nested deeper
+/// than 64 are dropped and set `too_deep`: nlohmann's dump() recurses, so a
+/// hostile file could otherwise overflow the stack.
+json parse_bounded(std::string_view text, bool& too_deep, bool allow_exceptions) {
+  too_deep = false;
+  const json::parser_callback_t keep = [&too_deep](int depth, json::parse_event_t, json&) {
+    if (depth > 64)
+      too_deep = true;
+    return depth <= 64;
+  };
+  return json::parse(text.begin(), text.end(), keep, allow_exceptions);
+}
+
 /// Reads typed keys of one JSON object and keeps the first error, so the
 /// caller reads every field and checks once at the end.
 class key_reader {
@@ -245,7 +258,10 @@ double shortest(float x) {
 std::variant<llama_config, std::string> parse_llama_config(std::string_view json_text,
                                                            const std::string& source) {
   try {
-    const json doc = json::parse(json_text.begin(), json_text.end());
+    bool too_deep = false;
+    const json doc = parse_bounded(json_text, too_deep, true);
+    if (too_deep)
+      return source + ": JSON nests deeper than 64 levels";
     return parse_document(doc, source);
   } catch (const json::exception& e) {
     return source + ": not valid JSON: " + e.what();

@@ -47,6 +47,19 @@ namespace {
 
 using json = nlohmann::json;
 
+/// Parses `text` (nullptr-discarded on a syntax error). Values nested deeper
+/// than 64 are dropped and set `too_deep`: nlohmann's dump() recurses, so a
+/// hostile file could otherwise overflow the stack.
+json parse_bounded(std::string_view text, bool& too_deep, bool allow_exceptions) {
+  too_deep = false;
+  const json::parser_callback_t keep = [&too_deep](int depth, json::parse_event_t, json&) {
+    if (depth > 64)
+      too_deep = true;
+    return depth <= 64;
+  };
+  return json::parse(text.begin(), text.end(), keep, allow_exceptions);
+}
+
 std::optional<lora_target> parse_target(std::string_view name) {
   // PEFT matches by suffix, so "self_attn.q_proj" names q_proj too.
   if (const auto dot = name.rfind('.'); dot != std::string_view::npos)
@@ -104,10 +117,10 @@ std::variant<lora_adapter, std::string> parse_adapter_config(const json& doc, co
     return key_error("fan_in_fan_out", "is " + doc["fan_in_fan_out"].dump() + ": unsupported");
   if (present(doc, "use_dora") && doc["use_dora"] != false)
     return key_error("use_dora", "is " + doc["use_dora"].dump() + ": DoRA is unsupported");
-  for (const char* key : {"layers_to_transform", "layers_pattern"})
-    if (present(doc, key) && non_empty(doc[key]))
-      return key_error(key, "is " + doc[key].dump() + ": unsupported");
-  for (const char* key : {"rank_pattern", "alpha_pattern", "modules_to_save"})
+  // Even an empty list means "adapt only these layers" to PEFT.
+  if (present(doc, "layers_to_transform"))
+    return key_error("layers_to_transform", "is " + doc["layers_to_transform"].dump() + ": unsupported");
+  for (const char* key : {"layers_pattern", "rank_pattern", "alpha_pattern", "modules_to_save"})
     if (present(doc, key) && non_empty(doc[key]))
       return key_error(key, "is " + doc[key].dump() + ": unsupported");
 
@@ -175,9 +188,13 @@ std::variant<lora_adapter, std::string> load_peft_adapter(const std::string& dir
       return config_path + ": cannot open adapter config";
     std::ostringstream text;
     text << file.rdbuf();
-    const json doc = json::parse(text.str(), nullptr, false);
+    bool too_deep = false;
+    const std::string config_text = text.str();
+    const json doc = parse_bounded(config_text, too_deep, false);
     if (doc.is_discarded())
       return config_path + ": not valid JSON";
+    if (too_deep)
+      return config_path + ": JSON nests deeper than 64 levels";
     auto parsed = parse_adapter_config(doc, config_path);
     if (auto* err = std::get_if<std::string>(&parsed))
       return *err;

@@ -43,6 +43,19 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
+/// Parses `text` (nullptr-discarded on a syntax error). Values nested deeper
+/// than 64 are dropped and set `too_deep`: nlohmann's dump() recurses, so a
+/// hostile file could otherwise overflow the stack.
+json parse_bounded(std::string_view text, bool& too_deep, bool allow_exceptions) {
+  too_deep = false;
+  const json::parser_callback_t keep = [&too_deep](int depth, json::parse_event_t, json&) {
+    if (depth > 64)
+      too_deep = true;
+    return depth <= 64;
+  };
+  return json::parse(text.begin(), text.end(), keep, allow_exceptions);
+}
+
 std::size_t dtype_size(dtype x) noexcept {
   return x == dtype::f32 ? 4 : 2;
 }
@@ -237,9 +250,12 @@ struct safetensors_archive::impl {
       return path + ": header length " + std::to_string(n) + " runs past the end of the " +
              std::to_string(bytes.size()) + "-byte file";
     const auto* text = reinterpret_cast<const char*>(bytes.data() + 8);
-    const json header = json::parse(text, text + n, nullptr, false);
+    bool too_deep = false;
+    const json header = parse_bounded({text, static_cast<std::size_t>(n)}, too_deep, false);
     if (header.is_discarded())
       return path + ": header is not valid JSON";
+    if (too_deep)
+      return path + ": header nests JSON deeper than 64 levels";
     if (!header.is_object())
       return path + ": header is not a JSON object";
     const auto data = bytes.subspan(8 + n);
@@ -264,8 +280,10 @@ struct safetensors_archive::impl {
       return path + ": cannot open index";
     std::ostringstream text;
     text << in.rdbuf();
-    const json index = json::parse(text.str(), nullptr, false);
-    if (index.is_discarded() || !index.is_object())
+    bool too_deep = false;
+    const std::string index_text = text.str();
+    const json index = parse_bounded(index_text, too_deep, false);
+    if (index.is_discarded() || too_deep || !index.is_object())
       return path + ": index is not a valid JSON object";
     if (!index.contains("weight_map") || !index["weight_map"].is_object())
       return path + ": index has no object 'weight_map'";

@@ -15,6 +15,7 @@ struct sampling_config {
 };
 
 /// Draws one token from `logits`; the draw depends only on the inputs.
+/// Empty logits give -1; temperature <= 0 is greedy; NaN logits never win.
 std::int32_t sample_token(std::span<const float> logits, const sampling_config& cfg,
                           std::uint64_t seed, std::uint32_t output_index);
 

@@ -1,5 +1,7 @@
 #include "runtime/backend_factory.hpp"
 
+#include "gpu/cpu_backend.hpp"
+#include "gpu/llama_config.hpp"
 #include "gpu/sim_backend.hpp"
 #include "policies/registry.hpp"
 
@@ -7,7 +9,7 @@ namespace troupe {
 
 config_catalog default_catalog() {
   config_catalog c;
-  c.backends = {"sim"};
+  c.backends = {"cpu", "sim"};
   c.gpus = gpu::gpu_spec_names();
   c.model_presets = gpu::model_preset_names();
   c.scheduling_policies = policies::scheduling_policy_names();
@@ -16,7 +18,55 @@ config_catalog default_catalog() {
   return c;
 }
 
+namespace {
+
+/// The cpu backend: a real model from `model.path`, KV pages in host memory.
+std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_options& opts) {
+  resolved_backend out;
+  if (opts.model.path.empty())
+    return std::string{"model.path: required when backend.kind is \"cpu\""};
+  auto config = gpu::load_llama_config(opts.model.path + "/config.json");
+  if (auto* err = std::get_if<std::string>(&config))
+    return "model.path: " + *err;
+  const auto& c = std::get<gpu::llama_config>(config);
+  out.shape = c.to_shape(opts.model.path);
+  out.shape.dtype_bytes = 4; // the cpu backend computes and caches in fp32
+  if (auto gpu = gpu::find_gpu_spec(opts.backend.gpu))
+    out.gpu = *gpu; // only names the cost model's GPU in logs; the cpu runs for real
+  out.max_context = opts.model.max_context ? opts.model.max_context : c.max_position_embeddings;
+  out.page_bytes = std::uint64_t{opts.memory_pool.page_tokens} * out.shape.kv_bytes_per_token();
+  if (opts.memory_pool.pages > 0) {
+    out.pool_pages = opts.memory_pool.pages;
+  } else {
+    // Enough for every running request at full context, within 2 GiB of host memory.
+    const std::uint64_t per_request =
+      (out.max_context + opts.memory_pool.page_tokens - 1) / opts.memory_pool.page_tokens;
+    const std::uint64_t cap = (std::uint64_t{2} << 30) / std::max<std::uint64_t>(out.page_bytes, 1);
+    out.pool_pages = std::max<std::uint64_t>(1, std::min(per_request * opts.scheduler.max_running, cap));
+  }
+  std::vector<std::pair<std::uint32_t, std::string>> adapters;
+  const auto specs = expand_adapters(opts);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].path.empty())
+      return "adapters: the cpu backend loads PEFT files, but adapter \"" + specs[i].name
+             + "\" has no path";
+    adapters.emplace_back(static_cast<std::uint32_t>(i + 1), specs[i].path);
+  }
+  auto backend = gpu::cpu_backend::open(opts.model.path, out.pool_pages,
+                                        opts.memory_pool.page_tokens, adapters);
+  if (auto* err = std::get_if<std::string>(&backend))
+    return *err;
+  out.backend = std::shared_ptr<gpu::executor_backend>(
+    std::move(std::get<std::unique_ptr<gpu::cpu_backend>>(backend)));
+  out.time_scale = 0; // steps take the time the math takes
+  return out;
+}
+
+} // namespace
+
 std::variant<resolved_backend, std::string> make_backend(const deployment_options& opts) {
+  if (opts.backend.kind == "cpu")
+    return make_cpu_backend(opts);
   resolved_backend out;
   if (!opts.model.shape_file.empty()) {
     auto shape = gpu::load_model_shape(opts.model.shape_file);
@@ -50,7 +100,7 @@ std::variant<resolved_backend, std::string> make_backend(const deployment_option
     out.time_scale = opts.backend.time_scale;
     return out;
   }
-  return "backend.kind: \"" + opts.backend.kind + "\" is not built into this binary (have: sim)";
+  return "backend.kind: \"" + opts.backend.kind + "\" is not built into this binary (have: cpu, sim)";
 }
 
 } // namespace troupe

@@ -412,8 +412,9 @@ caf_options read_caf(section s) {
 
 model_options read_model(section s, const config_catalog& catalog) {
   model_options o;
-  s.allow_only({"preset", "shape_file", "max_context"});
+  s.allow_only({"preset", "shape_file", "path", "max_context"});
   o.shape_file = s.text("shape_file", o.shape_file);
+  o.path = s.text("path", o.path);
   // A shape file overrides the preset, so only an explicit preset must then be known.
   if (o.shape_file.empty() || s.node("preset") != nullptr)
     o.preset = s.choice("preset", o.preset, catalog.model_presets, "model preset");

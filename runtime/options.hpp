@@ -40,6 +40,9 @@ struct model_options {
   std::string preset = "llama-2-7b";
   /// JSON file with a model shape (HF config.json keys); overrides preset.
   std::string shape_file;
+  /// Directory of a Hugging Face Llama model (config.json, *.safetensors,
+  /// tokenizer.model) for the cpu backend; relative to the working directory.
+  std::string path;
   /// Upper bound on prompt + max_tokens; 0 means the shape's own limit.
   std::uint32_t max_context = 0;
 };

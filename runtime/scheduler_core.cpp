@@ -343,6 +343,11 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       continue;
     }
     const auto tok = tokens[k];
+    if (tok < 0) {
+      // The backend could not run this entry (see executor_backend).
+      finish(r, finish_reason::error, now_s, fx);
+      continue;
+    }
     if (r.state == request_state::ready)
       transition(r, request_state::running);
     if (r.times.first_token_s < 0)

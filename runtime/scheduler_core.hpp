@@ -97,7 +97,8 @@ public:
   /// already in flight or nothing can run. Marks the step in flight.
   std::vector<gpu::step_entry> next_step(double now_s);
 
-  /// The in-flight step finished with one token per entry (same order).
+  /// The in-flight step finished with one token per entry (same order); a
+  /// negative token ends that request with an error.
   scheduler_effects on_step_done(std::span<const gpu::step_entry> batch,
                                  std::span<const std::int32_t> tokens, double now_s);
 

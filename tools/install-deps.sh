@@ -8,6 +8,7 @@ packages=(
   libcaf-dev libboost-dev libzmq3-dev cppzmq-dev libspdlog-dev
   libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-dev libsentencepiece-dev sentencepiece python3-numpy
 )
 
 missing=()

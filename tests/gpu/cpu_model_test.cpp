@@ -535,7 +535,8 @@ TEST(cpu_model, invalid_input_returns_empty_and_keeps_the_cache) {
   bad.layers.pop_back();
   EXPECT_TRUE(run_one(m, all.subspan(8, 1), 8, pg, &bad).empty());
   const tokens other = {3, 4, 5};
-  const std::vector<cpu_sequence> mixed = {{.tokens = other, .start_pos = 0, .pages = pages{2}},
+  const pages other_pages = {2};
+  const std::vector<cpu_sequence> mixed = {{.tokens = other, .start_pos = 0, .pages = other_pages},
                                            {.tokens = too_big, .start_pos = 8, .pages = pg}};
   EXPECT_TRUE(m.forward(mixed).empty());
 

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
+#include <cstdlib>
 #include <limits>
 #include <type_traits>
 #include <unistd.h>
@@ -620,6 +622,13 @@ TEST_F(malformed, every_error_names_file_and_subject) {
        return m.open_error(m.path("o.safetensors"));
      },
      {"o.safetensors", "not a JSON object"}},
+    {"header nested too deep",
+     [](loaders& t) {
+       auto& m = static_cast<malformed&>(t);
+       m.write_raw("d.safetensors", "{\"w\": " + std::string(100000, '[') + std::string(100000, ']') + "}", 0);
+       return m.open_error(m.path("d.safetensors"));
+     },
+     {"d.safetensors", "deeper"}},
     {"offsets end before begin",
      [](loaders& t) {
        auto& m = static_cast<malformed&>(t);
@@ -741,6 +750,8 @@ TEST_F(malformed, every_error_names_file_and_subject) {
   };
   for (const auto& c : cases) {
     const std::string err = c.make(*this);
+    if (std::getenv("TROUPE_PRINT_ERRORS"))
+      std::cout << c.what << ": " << err << "\n";
     for (const auto& needle : c.needles)
       EXPECT_NE(err.find(needle), std::string::npos) << c.what << ": '" << needle << "' not in: " << err;
   }

@@ -1291,5 +1291,34 @@ TEST(scheduler_core, steps_carry_input_tokens_and_the_granted_pages) {
   EXPECT_EQ(step[0].pages, (std::vector<std::uint32_t>{42, 7}));
 }
 
+TEST(scheduler_core, a_negative_token_ends_only_that_request_with_an_error) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  for (std::uint64_t id : {1, 2}) {
+    request_spec spec;
+    spec.request_id = id;
+    spec.prompt = {3, 4};
+    spec.max_new_tokens = 4;
+    spec.arrival_s = static_cast<double>(id);
+    ASSERT_EQ(core.submit(spec), scheduler_core::submit_result::accepted);
+  }
+  auto fx = core.admit(3);
+  ASSERT_EQ(fx.reserves.size(), 2u);
+  core.on_pages(1, true, 3, {0});
+  core.on_pages(2, true, 3, {1});
+  auto step = core.next_step(3);
+  ASSERT_EQ(step.size(), 2u);
+  const std::vector<std::int32_t> tokens{-1, 50};
+  fx = core.on_step_done(step, tokens, 4);
+  ASSERT_EQ(fx.finished.size(), 1u);
+  EXPECT_EQ(fx.finished[0].request_id, 1u);
+  EXPECT_EQ(fx.finished[0].reason, finish_reason::error);
+  EXPECT_EQ(fx.release_pages, (std::vector<std::uint64_t>{1}));
+  ASSERT_EQ(fx.tokens.size(), 1u);
+  EXPECT_EQ(fx.tokens[0].request_id, 2u);
+  EXPECT_EQ(core.state_of(2), request_state::running);
+}
+
 } // namespace
 } // namespace troupe

@@ -1,0 +1,108 @@
+#include "gpu/sp_tokenizer.hpp"
+
+#include <sentencepiece_processor.h>
+
+#include <string_view>
+
+namespace troupe::gpu {
+
+namespace {
+
+constexpr std::string_view space_marker = "\xE2\x96\x81"; // U+2581 LOWER ONE EIGHTH BLOCK
+
+// "<0xAB>" -> 0xAB, or -1 when `piece` is not of that form.
+int byte_piece_value(std::string_view piece) {
+  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>')
+    return -1;
+  int value = 0;
+  for (const char c : piece.substr(3, 2)) {
+    value <<= 4;
+    if (c >= '0' && c <= '9')
+      value |= c - '0';
+    else if (c >= 'A' && c <= 'F')
+      value |= c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f')
+      value |= c - 'a' + 10;
+    else
+      return -1;
+  }
+  return value;
+}
+
+std::string replace_markers(std::string_view piece) {
+  std::string out;
+  out.reserve(piece.size());
+  std::size_t i = 0;
+  while (i < piece.size()) {
+    if (piece.substr(i, space_marker.size()) == space_marker) {
+      out.push_back(' ');
+      i += space_marker.size();
+    } else {
+      out.push_back(piece[i]);
+      ++i;
+    }
+  }
+  return out;
+}
+
+} // namespace
+
+sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p,
+                           std::int32_t bos_id, std::int32_t eos_id)
+  : sp_(std::move(p)), bos_id_(bos_id), eos_id_(eos_id) {
+  const int n = sp_->GetPieceSize();
+  pieces_.resize(static_cast<std::size_t>(n));
+  for (int id = 0; id < n; ++id) {
+    if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id))
+      continue;
+    const std::string& piece = sp_->IdToPiece(id);
+    if (sp_->IsByte(id)) {
+      if (const int b = byte_piece_value(piece); b >= 0)
+        pieces_[static_cast<std::size_t>(id)] = std::string(1, static_cast<char>(b));
+      continue;
+    }
+    pieces_[static_cast<std::size_t>(id)] = replace_markers(piece);
+  }
+}
+
+sp_tokenizer::~sp_tokenizer() = default;
+
+std::variant<std::unique_ptr<sp_tokenizer>, std::string>
+sp_tokenizer::load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id) {
+  auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
+  if (const auto status = sp->Load(model_path); !status.ok())
+    return model_path + ": cannot load SentencePiece model: " + status.ToString();
+  const int n = sp->GetPieceSize();
+  if (n <= 0)
+    return model_path + ": SentencePiece model has no pieces";
+  if (bos_id >= n)
+    return model_path + ": bos id " + std::to_string(bos_id) + " outside the vocabulary of " +
+           std::to_string(n);
+  if (eos_id >= n)
+    return model_path + ": eos id " + std::to_string(eos_id) + " outside the vocabulary of " +
+           std::to_string(n);
+  return std::unique_ptr<sp_tokenizer>(new sp_tokenizer(std::move(sp), bos_id, eos_id));
+}
+
+std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
+  std::vector<std::int32_t> ids;
+  if (bos_id_ >= 0)
+    ids.push_back(bos_id_);
+  std::vector<int> pieces;
+  if (!sp_->Encode(text, &pieces).ok())
+    return ids; // only fails on an unloaded model, which load() rules out
+  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  return ids;
+}
+
+std::string sp_tokenizer::decode(std::int32_t token) const {
+  if (token < 0 || static_cast<std::size_t>(token) >= pieces_.size())
+    return {};
+  return pieces_[static_cast<std::size_t>(token)];
+}
+
+std::int32_t sp_tokenizer::vocab_size() const {
+  return static_cast<std::int32_t>(pieces_.size());
+}
+
+} // namespace troupe::gpu

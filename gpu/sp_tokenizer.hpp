@@ -1,0 +1,65 @@
+// sp_tokenizer: the tokenizer of real Llama-family models, a SentencePiece
+// model file (tokenizer.model) read with libsentencepiece. Used by the cpu
+// (and later cuda) backend, troupe-mkmodel's tests and the oracle tests.
+#pragma once
+
+#include "gpu/backend.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace sentencepiece {
+class SentencePieceProcessor;
+} // namespace sentencepiece
+
+namespace troupe::gpu {
+
+/// A loaded SentencePiece model. Immutable after load(); safe to call from
+/// any thread. Per-token decode() is concatenation-correct: joining the
+/// decodes of a token run gives its text, with the model's dummy-prefix
+/// space (if it adds one) kept at the front, so streamed text needs no
+/// look-back. (A literal U+2581 in the input comes back as ' ', as with
+/// every SentencePiece decoder.)
+class sp_tokenizer final : public tokenizer {
+public:
+  /// Loads `model_path`; `bos_id` is prepended by encode() (-1: none) and
+  /// `eos_id` is what eos_token() reports. The error names the file.
+  static std::variant<std::unique_ptr<sp_tokenizer>, std::string>
+  load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id);
+
+  ~sp_tokenizer() override;
+  sp_tokenizer(const sp_tokenizer&) = delete;
+  sp_tokenizer& operator=(const sp_tokenizer&) = delete;
+
+  // -- tokenizer ---------------------------------------------------------
+
+  /// BOS (when set) followed by the ids of `text`'s pieces; bytes outside
+  /// the vocabulary become byte-fallback pieces when the model has them.
+  std::vector<std::int32_t> encode(const std::string& text) const override;
+  /// The piece with U+2581 turned into ' ', a byte piece <0xAB> as that
+  /// byte, "" for control/unknown pieces and ids outside [0, vocab_size()).
+  std::string decode(std::int32_t token) const override;
+  /// Number of pieces in the model.
+  std::int32_t vocab_size() const override;
+  /// The eos id given to load().
+  std::int32_t eos_token() const override { return eos_id_; }
+
+  // -- observers ---------------------------------------------------------
+
+  /// The BOS id given to load() (-1: encode() prepends nothing).
+  std::int32_t bos_token() const noexcept { return bos_id_; }
+
+private:
+  sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p, std::int32_t bos_id,
+               std::int32_t eos_id);
+
+  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
+  std::vector<std::string> pieces_; ///< [vocab] decoded text of each id
+  std::int32_t bos_id_;
+  std::int32_t eos_id_;
+};
+
+} // namespace troupe::gpu

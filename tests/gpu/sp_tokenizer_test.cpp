@@ -1,0 +1,146 @@
+// sp_tokenizer against a SentencePiece model that troupe-mkmodel trains
+// (BPE, 512 pieces, byte fallback): BOS handling, special tokens, and the
+// round trip of text through per-token decodes.
+
+#include "gpu/sp_tokenizer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <type_traits>
+
+namespace {
+
+using troupe::gpu::sp_tokenizer;
+namespace fs = std::filesystem;
+
+static_assert(!std::is_copy_constructible_v<sp_tokenizer>);
+static_assert(std::has_virtual_destructor_v<troupe::gpu::tokenizer>);
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (const char c : s)
+    q += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  return q + "'";
+}
+
+class sp_tokenizer_test : public ::testing::Test {
+protected:
+  static void SetUpTestSuite() {
+    const char* mkmodel = std::getenv("TROUPE_MKMODEL");
+    if (mkmodel == nullptr || *mkmodel == '\0') {
+      setup_error_ = "TROUPE_MKMODEL is not set (path of the built troupe-mkmodel)";
+      return;
+    }
+    std::string templ = (fs::temp_directory_path() / "troupe_sp_XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) {
+      setup_error_ = "mkdtemp failed";
+      return;
+    }
+    dir_ = templ;
+    const std::string cmd = shell_quote(mkmodel) + " --out " + shell_quote(dir_) +
+                            " --hidden 32 --intermediate 32 --layers 1 --heads 2 --kv-heads 2 >/dev/null";
+    if (std::system(cmd.c_str()) != 0)
+      setup_error_ = "failed: " + cmd;
+  }
+
+  static void TearDownTestSuite() {
+    std::error_code ec;
+    if (!dir_.empty())
+      fs::remove_all(dir_, ec);
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(setup_error_.empty()) << setup_error_;
+    auto r = sp_tokenizer::load(dir_ + "/tokenizer.model", 1, 2);
+    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<sp_tokenizer>>(r)) << std::get<std::string>(r);
+    tok_ = std::move(std::get<std::unique_ptr<sp_tokenizer>>(r));
+  }
+
+  /// Concatenated per-token decodes of everything after the BOS.
+  std::string stream_decode(const std::vector<std::int32_t>& ids) const {
+    std::string text;
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      text += tok_->decode(ids[i]);
+    return text;
+  }
+
+  static inline std::string dir_;
+  static inline std::string setup_error_;
+  std::unique_ptr<sp_tokenizer> tok_;
+};
+
+TEST_F(sp_tokenizer_test, reports_vocabulary_and_specials) {
+  EXPECT_EQ(tok_->vocab_size(), 512);
+  EXPECT_EQ(tok_->eos_token(), 2);
+  EXPECT_EQ(tok_->bos_token(), 1);
+  for (const std::int32_t id : {0, 1, 2, -1, 512, 100000})
+    EXPECT_EQ(tok_->decode(id), "") << "id " << id;
+}
+
+TEST_F(sp_tokenizer_test, prepends_bos) {
+  const auto ids = tok_->encode("The bread is ready.");
+  ASSERT_GE(ids.size(), 2u);
+  EXPECT_EQ(ids.front(), 1);
+  for (std::size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_GT(ids[i], 2);
+    EXPECT_LT(ids[i], 512);
+  }
+  EXPECT_EQ(tok_->encode(""), std::vector<std::int32_t>{1});
+}
+
+TEST_F(sp_tokenizer_test, ascii_round_trips_through_per_token_decode) {
+  // The model adds SentencePiece's dummy prefix: one space in front.
+  for (const std::string text : {"Hello world", "The kettle began to whistle.",
+                                 "  two  spaces,\ttab and\nnewline 12345 {json: [1, 2]}",
+                                 "zzqx~`|^ unusual"}) {
+    const auto ids = tok_->encode(text);
+    EXPECT_EQ(stream_decode(ids), " " + text) << text;
+  }
+}
+
+TEST_F(sp_tokenizer_test, utf8_round_trips_through_byte_fallback) {
+  for (const std::string text : {"caf\xC3\xA9 na\xC3\xAFve", "\xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x99\x82"}) {
+    const auto ids = tok_->encode(text);
+    EXPECT_EQ(stream_decode(ids), " " + text) << text;
+  }
+  // SentencePiece cannot tell a literal U+2581 from its space marker.
+  EXPECT_EQ(stream_decode(tok_->encode("a\xE2\x96\x81" "b")), " a b");
+  // A character the corpus never saw becomes one byte piece per UTF-8 byte,
+  // each decoding to a lone byte.
+  const auto ids = tok_->encode("\xF0\x9F\x99\x82");
+  std::size_t single_bytes = 0;
+  for (std::size_t i = 1; i < ids.size(); ++i)
+    single_bytes += tok_->decode(ids[i]).size() == 1 && (tok_->decode(ids[i])[0] & 0x80) ? 1 : 0;
+  EXPECT_EQ(single_bytes, 4u);
+}
+
+TEST_F(sp_tokenizer_test, common_words_become_few_pieces) {
+  const auto ids = tok_->encode("the water and the bread");
+  EXPECT_LT(ids.size(), 12u); // far fewer than 23 bytes + BOS
+}
+
+TEST(sp_tokenizer_load, bad_path_names_the_file) {
+  const std::string path = "/nonexistent/troupe/tokenizer.model";
+  auto r = sp_tokenizer::load(path, 1, 2);
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find(path), std::string::npos) << std::get<std::string>(r);
+}
+
+TEST(sp_tokenizer_load, not_a_model_names_the_file) {
+  const std::string path = (fs::temp_directory_path() / "troupe_sp_not_a_model.model").string();
+  {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fputs("this is not a protobuf", f);
+    std::fclose(f);
+  }
+  auto r = sp_tokenizer::load(path, 1, 2);
+  std::filesystem::remove(path);
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find(path), std::string::npos) << std::get<std::string>(r);
+}
+
+} // namespace

@@ -1,0 +1,257 @@
+#!/usr/bin/python3
+"""Independent NumPy reference for the Hugging Face Llama forward pass with an
+optional PEFT LoRA adapter, computed in float64. Written from the semantics of
+transformers' modeling_llama.py and PEFT's tuners/lora (not from Troupe's C++);
+tests/gpu/oracle_test.cpp compares gpu::cpu_model against it.
+
+usage: /usr/bin/python3 tests/oracle/llama_numpy.py --model DIR [--adapter DIR]
+           --tokens 1,5,9 [--tokens 1,7 ...]
+prints {"logits": [...last token of the first prompt...],
+        "all_logits": [[...one list per --tokens...]]}
+"""
+import argparse
+import json
+import math
+import os
+import re
+import struct
+import sys
+
+import numpy as np
+
+
+# -- safetensors -------------------------------------------------------------
+
+def read_safetensors(path):
+    """Returns {name: float64 ndarray} for an F32/F16/BF16 safetensors file."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: too short for a safetensors header")
+    (header_len,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + header_len].decode("utf-8"))
+    data = raw[8 + header_len:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        shape = tuple(int(d) for d in info["shape"])
+        buf = data[begin:end]
+        dt = info["dtype"]
+        if dt == "F32":
+            arr = np.frombuffer(buf, dtype="<f4").astype(np.float64)
+        elif dt == "F16":
+            arr = np.frombuffer(buf, dtype="<f2").astype(np.float64)
+        elif dt == "BF16":
+            bits = np.frombuffer(buf, dtype="<u2").astype(np.uint32) << 16
+            arr = bits.view(np.float32).astype(np.float64)
+        else:
+            raise ValueError(f"{path}: tensor {name}: unsupported dtype {dt}")
+        if arr.size != int(np.prod(shape, dtype=np.int64)):
+            raise ValueError(f"{path}: tensor {name}: size does not match shape")
+        out[name] = arr.reshape(shape)
+    return out
+
+
+def read_model_tensors(model_dir):
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            files = sorted(set(json.load(f)["weight_map"].values()))
+        tensors = {}
+        for name in files:
+            tensors.update(read_safetensors(os.path.join(model_dir, name)))
+        return tensors
+    return read_safetensors(os.path.join(model_dir, "model.safetensors"))
+
+
+# -- model pieces ------------------------------------------------------------
+
+def rms_norm(x, weight, eps):
+    # LlamaRMSNorm: x * rsqrt(mean(x^2) + eps), then scaled by weight.
+    variance = np.mean(x * x, axis=-1, keepdims=True)
+    return weight * (x / np.sqrt(variance + eps))
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def inverse_frequencies(cfg, head_dim):
+    base = float(cfg.get("rope_theta", 10000.0))
+    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    scaling = cfg.get("rope_scaling") or {}
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind in (None, "default"):
+        return inv_freq
+    if kind != "llama3":
+        raise ValueError(f"unsupported rope_scaling type {kind}")
+    # transformers' _compute_llama3_parameters.
+    factor = float(scaling["factor"])
+    low = float(scaling["low_freq_factor"])
+    high = float(scaling["high_freq_factor"])
+    old_len = float(scaling["original_max_position_embeddings"])
+    low_wavelen = old_len / low
+    high_wavelen = old_len / high
+    wavelen = 2.0 * math.pi / inv_freq
+    scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low) / (high - low)
+    smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return np.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    half = x.shape[-1] // 2
+    return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+
+
+def apply_rope(x, positions, inv_freq):
+    # x: [heads, T, head_dim]
+    freqs = np.outer(positions.astype(np.float64), inv_freq)     # [T, hd/2]
+    emb = np.concatenate([freqs, freqs], axis=-1)                 # [T, hd]
+    return x * np.cos(emb)[None] + rotate_half(x) * np.sin(emb)[None]
+
+
+# -- PEFT adapter ------------------------------------------------------------
+
+LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class Adapter:
+    def __init__(self, adapter_dir):
+        with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+            cfg = json.load(f)
+        if cfg.get("peft_type", "LORA") != "LORA":
+            raise ValueError("only LORA adapters are supported")
+        if cfg.get("rank_pattern") or cfg.get("alpha_pattern"):
+            raise ValueError("rank_pattern/alpha_pattern are not supported")
+        if cfg.get("bias", "none") != "none" or cfg.get("fan_in_fan_out", False):
+            raise ValueError("bias and fan_in_fan_out are not supported")
+        self.r = int(cfg["r"])
+        self.alpha = float(cfg.get("lora_alpha", 8))
+        if cfg.get("use_rslora", False):
+            self.scaling = self.alpha / math.sqrt(self.r)
+        else:
+            self.scaling = self.alpha / self.r
+        self.targets = cfg["target_modules"]
+        path = os.path.join(adapter_dir, "adapter_model.safetensors")
+        self.tensors = read_safetensors(path)
+
+    def targets_module(self, full_name):
+        # PEFT check_target_module_exists: a string is a regex that must
+        # fullmatch the module's name (or "all-linear"); a list matches a
+        # module whose name equals an entry or ends with "." + entry.
+        if isinstance(self.targets, str):
+            if self.targets == "all-linear":
+                return full_name.rsplit(".", 1)[-1] in LINEAR_MODULES
+            return re.fullmatch(self.targets, full_name) is not None
+        return any(full_name == t or full_name.endswith("." + t) for t in self.targets)
+
+    def delta(self, module_name, x):
+        """scaling * B(A(x)) for module `module_name` ("model.layers.0.self_attn.q_proj")."""
+        if not self.targets_module(module_name):
+            return 0.0
+        prefix = "base_model.model." + module_name
+        a = self.tensors[prefix + ".lora_A.weight"]   # [r, in]
+        b = self.tensors[prefix + ".lora_B.weight"]   # [out, r]
+        return ((x @ a.T) @ b.T) * self.scaling
+
+
+# -- forward -----------------------------------------------------------------
+
+class Llama:
+    def __init__(self, model_dir, adapter=None):
+        with open(os.path.join(model_dir, "config.json")) as f:
+            self.cfg = json.load(f)
+        self.w = read_model_tensors(model_dir)
+        self.adapter = adapter
+        c = self.cfg
+        self.hidden = int(c["hidden_size"])
+        self.n_heads = int(c["num_attention_heads"])
+        self.n_kv = int(c.get("num_key_value_heads") or self.n_heads)
+        self.head_dim = int(c.get("head_dim") or self.hidden // self.n_heads)
+        self.n_layers = int(c["num_hidden_layers"])
+        self.eps = float(c.get("rms_norm_eps", 1e-6))
+        self.inv_freq = inverse_frequencies(c, self.head_dim)
+        if c.get("tie_word_embeddings", False) and "lm_head.weight" not in self.w:
+            self.lm_head = self.w["model.embed_tokens.weight"]
+        else:
+            self.lm_head = self.w["lm_head.weight"]
+
+    def linear(self, module_name, x):
+        y = x @ self.w[module_name + ".weight"].T
+        bias = self.w.get(module_name + ".bias")
+        if bias is not None:
+            y = y + bias
+        if self.adapter is not None:
+            y = y + self.adapter.delta(module_name, x)
+        return y
+
+    def attention(self, i, x, positions):
+        p = f"model.layers.{i}.self_attn."
+        t = x.shape[0]
+        q = self.linear(p + "q_proj", x).reshape(t, self.n_heads, self.head_dim).transpose(1, 0, 2)
+        k = self.linear(p + "k_proj", x).reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
+        v = self.linear(p + "v_proj", x).reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
+        q = apply_rope(q, positions, self.inv_freq)
+        k = apply_rope(k, positions, self.inv_freq)
+        # repeat_kv: query head h reads key/value head h // (heads / kv_heads).
+        rep = self.n_heads // self.n_kv
+        k = np.repeat(k, rep, axis=0)
+        v = np.repeat(v, rep, axis=0)
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(self.head_dim)   # [H, T, T]
+        mask = np.triu(np.ones((t, t), dtype=bool), k=1)
+        scores = np.where(mask[None], -np.inf, scores)
+        scores = scores - scores.max(axis=-1, keepdims=True)
+        probs = np.exp(scores)
+        probs = probs / probs.sum(axis=-1, keepdims=True)
+        out = (probs @ v).transpose(1, 0, 2).reshape(t, self.n_heads * self.head_dim)
+        return self.linear(p + "o_proj", out)
+
+    def mlp(self, i, x):
+        p = f"model.layers.{i}.mlp."
+        return self.linear(p + "down_proj",
+                           silu(self.linear(p + "gate_proj", x)) * self.linear(p + "up_proj", x))
+
+    def last_logits(self, tokens):
+        ids = np.asarray(tokens, dtype=np.int64)
+        h = self.w["model.embed_tokens.weight"][ids]
+        positions = np.arange(len(tokens))
+        for i in range(self.n_layers):
+            p = f"model.layers.{i}."
+            h = h + self.attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], self.eps),
+                                   positions)
+            h = h + self.mlp(i, rms_norm(h, self.w[p + "post_attention_layernorm.weight"],
+                                         self.eps))
+        h = rms_norm(h, self.w["model.norm.weight"], self.eps)
+        return self.lm_head @ h[-1]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--adapter")
+    ap.add_argument("--tokens", action="append", required=True,
+                    help="comma-separated token ids; repeat for more prompts")
+    args = ap.parse_args()
+    try:
+        adapter = Adapter(args.adapter) if args.adapter else None
+        model = Llama(args.model, adapter)
+        prompts = [[int(t) for t in s.split(",") if t.strip()] for s in args.tokens]
+        vocab = model.lm_head.shape[0]
+        for p in prompts:
+            if not p or min(p) < 0 or max(p) >= vocab:
+                raise ValueError(f"bad prompt {p} for vocab {vocab}")
+        logits = [model.last_logits(p).tolist() for p in prompts]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"llama_numpy.py: error: {e!r}", file=sys.stderr)
+        return 1
+    json.dump({"logits": logits[0], "all_logits": logits}, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

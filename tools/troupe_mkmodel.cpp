@@ -1,0 +1,520 @@
+// troupe-mkmodel: writes a small random Llama model in Hugging Face's layout
+// (config.json, model.safetensors, a SentencePiece tokenizer.model) plus PEFT
+// LoRA adapters, deterministic by seed. Used by the oracle and cpu-backend
+// tests and for local runs without downloading a model.
+
+#include "gpu/llama_config.hpp"
+#include "gpu/llama_weights.hpp"
+#include "gpu/lora.hpp"
+#include "gpu/random.hpp"
+#include "gpu/safetensors.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fcntl.h>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numbers>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#ifndef TROUPE_MKMODEL_CORPUS
+#define TROUPE_MKMODEL_CORPUS "tools/mkmodel/corpus.txt"
+#endif
+
+namespace {
+
+using namespace troupe::gpu;
+namespace fs = std::filesystem;
+
+constexpr std::string_view usage =
+  "usage: troupe-mkmodel --out DIR [--preset 100m] [--hidden 256] [--intermediate 688]\n"
+  "         [--layers 4] [--heads 8] [--kv-heads 4] [--vocab 512] [--max-context 2048]\n"
+  "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
+  "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
+  "         [--alpha A] [--rslora] [--spm-train PATH] [--corpus PATH]\n";
+
+struct options {
+  std::string out;
+  std::uint32_t hidden = 256;
+  std::uint32_t intermediate = 688;
+  std::uint32_t layers = 4;
+  std::uint32_t heads = 8;
+  std::uint32_t kv_heads = 4;
+  std::uint32_t vocab = 512;
+  std::uint32_t max_context = 2048;
+  std::uint64_t seed = 1;
+  dtype type = dtype::f32;
+  bool rope_llama3 = false;
+  bool tie = false;
+  std::uint32_t adapters = 0;
+  std::vector<std::uint32_t> ranks{4, 8, 16, 64};
+  std::vector<lora_target> targets{lora_target::q, lora_target::v};
+  std::optional<double> alpha;
+  bool rslora = false;
+  std::string spm_train = "spm_train";
+  std::string corpus = TROUPE_MKMODEL_CORPUS;
+};
+
+// -- argument parsing ------------------------------------------------------
+
+std::optional<std::uint64_t> parse_uint(std::string_view s) {
+  std::uint64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || p != s.data() + s.size())
+    return std::nullopt;
+  return v;
+}
+
+std::vector<std::string> split(std::string_view s) {
+  std::vector<std::string> parts;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const auto comma = s.find(',', start);
+    const auto end = comma == std::string_view::npos ? s.size() : comma;
+    parts.emplace_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return parts;
+}
+
+std::optional<lora_target> target_by_name(std::string_view name) {
+  for (std::size_t t = 0; t < lora_target_count; ++t)
+    if (to_string(static_cast<lora_target>(t)) == name)
+      return static_cast<lora_target>(t);
+  return std::nullopt;
+}
+
+/// Parses argv into options; an error message on bad input.
+std::variant<options, std::string> parse_args(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const auto value = [&]() -> std::optional<std::string_view> {
+      if (i + 1 >= argc)
+        return std::nullopt;
+      return std::string_view{argv[++i]};
+    };
+    const auto number = [&](auto& field, std::uint64_t lo, std::uint64_t hi) -> std::optional<std::string> {
+      const auto v = value();
+      const auto n = v ? parse_uint(*v) : std::nullopt;
+      if (!n || *n < lo || *n > hi)
+        return std::string{arg} + " needs an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+      field = static_cast<std::remove_reference_t<decltype(field)>>(*n);
+      return std::nullopt;
+    };
+    std::optional<std::string> err;
+    if (arg == "--out") {
+      const auto v = value();
+      if (!v || v->empty())
+        return std::string{"--out needs a directory"};
+      o.out = *v;
+    } else if (arg == "--preset") {
+      const auto v = value();
+      if (!v || *v != "100m")
+        return std::string{"--preset supports only 100m"};
+      o.hidden = 1024;
+      o.intermediate = 3072;
+      o.layers = 8;
+      o.heads = 16;
+      o.kv_heads = 8;
+    } else if (arg == "--hidden") {
+      err = number(o.hidden, 1, 1u << 16);
+    } else if (arg == "--intermediate") {
+      err = number(o.intermediate, 1, 1u << 18);
+    } else if (arg == "--layers") {
+      err = number(o.layers, 1, 256);
+    } else if (arg == "--heads") {
+      err = number(o.heads, 1, 1024);
+    } else if (arg == "--kv-heads") {
+      err = number(o.kv_heads, 1, 1024);
+    } else if (arg == "--vocab") {
+      err = number(o.vocab, 1, 1u << 20);
+    } else if (arg == "--max-context") {
+      err = number(o.max_context, 1, 1u << 24);
+    } else if (arg == "--seed") {
+      err = number(o.seed, 0, UINT64_MAX);
+    } else if (arg == "--adapters") {
+      err = number(o.adapters, 0, 4096);
+    } else if (arg == "--dtype") {
+      const auto v = value();
+      if (v && *v == "f32")
+        o.type = dtype::f32;
+      else if (v && *v == "f16")
+        o.type = dtype::f16;
+      else if (v && *v == "bf16")
+        o.type = dtype::bf16;
+      else
+        return std::string{"--dtype must be f32, f16 or bf16"};
+    } else if (arg == "--ranks") {
+      const auto v = value();
+      if (!v)
+        return std::string{"--ranks needs a list such as 4,8,16"};
+      o.ranks.clear();
+      for (const auto& part : split(*v)) {
+        const auto n = parse_uint(part);
+        if (!n || *n == 0 || *n > 65536)
+          return "--ranks: '" + part + "' is not a rank in [1, 65536]";
+        o.ranks.push_back(static_cast<std::uint32_t>(*n));
+      }
+    } else if (arg == "--targets") {
+      const auto v = value();
+      if (!v)
+        return std::string{"--targets needs a list such as q_proj,v_proj or all-linear"};
+      o.targets.clear();
+      for (const auto& part : split(*v)) {
+        if (part == "all-linear") {
+          for (std::size_t t = 0; t < lora_target_count; ++t)
+            o.targets.push_back(static_cast<lora_target>(t));
+        } else if (const auto t = target_by_name(part)) {
+          o.targets.push_back(*t);
+        } else {
+          return "--targets: unknown module '" + part + "'";
+        }
+      }
+    } else if (arg == "--alpha") {
+      const auto v = value();
+      double a = 0;
+      if (!v || std::from_chars(v->data(), v->data() + v->size(), a).ec != std::errc{} || !(a > 0))
+        return std::string{"--alpha needs a positive number"};
+      o.alpha = a;
+    } else if (arg == "--rope-llama3") {
+      o.rope_llama3 = true;
+    } else if (arg == "--tie") {
+      o.tie = true;
+    } else if (arg == "--rslora") {
+      o.rslora = true;
+    } else if (arg == "--spm-train" || arg == "--corpus") {
+      const auto v = value();
+      if (!v)
+        return std::string{arg} + " needs a path";
+      (arg == "--spm-train" ? o.spm_train : o.corpus) = *v;
+    } else if (arg == "--help" || arg == "-h") {
+      return std::string{};
+    } else {
+      return "unknown argument '" + std::string{arg} + "'";
+    }
+    if (err)
+      return *err;
+  }
+  if (o.out.empty())
+    return std::string{"--out is required"};
+  if (o.hidden % o.heads != 0)
+    return std::string{"--hidden must be a multiple of --heads"};
+  if ((o.hidden / o.heads) % 2 != 0)
+    return std::string{"head dim (hidden / heads) must be even for RoPE"};
+  if (o.heads % o.kv_heads != 0)
+    return std::string{"--heads must be a multiple of --kv-heads"};
+  if (o.ranks.empty() || o.targets.empty())
+    return std::string{"--ranks and --targets must not be empty"};
+  return o;
+}
+
+// -- random weights ----------------------------------------------------------
+
+/// Deterministic standard normals: value `i` of stream `stream` under `seed`.
+class normal_stream {
+public:
+  normal_stream(std::uint64_t seed, std::uint64_t stream)
+    : state_(splitmix64(splitmix64(seed) ^ (stream * 0x9e3779b97f4a7c15ULL))) {}
+
+  double next() {
+    // Box-Muller on two 53-bit uniforms in (0, 1].
+    const double u1 = (static_cast<double>(splitmix64(state_++) >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(splitmix64(state_++) >> 11) * 0x1.0p-53;
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+  }
+
+private:
+  std::uint64_t state_;
+};
+
+named_tensor random_tensor(std::string name, std::vector<std::uint64_t> shape, std::uint64_t seed,
+                           std::uint64_t stream, double mean, double stddev) {
+  std::uint64_t n = 1;
+  for (const auto d : shape)
+    n *= d;
+  named_tensor t{std::move(name), std::move(shape), {}};
+  t.values.resize(n);
+  normal_stream rng{seed, stream};
+  for (auto& v : t.values)
+    v = static_cast<float>(mean + stddev * rng.next());
+  return t;
+}
+
+// -- writers -----------------------------------------------------------------
+
+std::optional<std::string> write_text(const fs::path& path, const std::string& text) {
+  std::ofstream f{path, std::ios::binary | std::ios::trunc};
+  f << text;
+  f.close();
+  if (!f)
+    return path.string() + ": cannot write";
+  return std::nullopt;
+}
+
+llama_config make_config(const options& o) {
+  llama_config c;
+  c.hidden_size = o.hidden;
+  c.intermediate_size = o.intermediate;
+  c.num_layers = o.layers;
+  c.num_heads = o.heads;
+  c.num_kv_heads = o.kv_heads;
+  c.head_dim = o.hidden / o.heads;
+  c.vocab_size = o.vocab;
+  c.max_position_embeddings = o.max_context;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = o.rope_llama3 ? 500000.0f : 10000.0f;
+  if (o.rope_llama3) {
+    c.rope.type = "llama3";
+    c.rope.factor = 8.0;
+    c.rope.low_freq_factor = 1.0;
+    c.rope.high_freq_factor = 4.0;
+    c.rope.original_max_position_embeddings = 8192;
+  }
+  c.tie_word_embeddings = o.tie;
+  c.bos_token_id = 1;
+  c.eos_token_ids = {2};
+  switch (o.type) {
+    case dtype::f32:
+      c.torch_dtype = "float32";
+      break;
+    case dtype::f16:
+      c.torch_dtype = "float16";
+      break;
+    case dtype::bf16:
+      c.torch_dtype = "bfloat16";
+      break;
+  }
+  return c;
+}
+
+std::optional<std::string> write_model(const options& o, const llama_config& c, std::uint64_t& params) {
+  const std::uint64_t h = c.hidden_size, inter = c.intermediate_size, v = c.vocab_size;
+  const std::uint64_t q_dim = std::uint64_t{c.num_heads} * c.head_dim;
+  const std::uint64_t kv_dim = std::uint64_t{c.num_kv_heads} * c.head_dim;
+  std::vector<named_tensor> ts;
+  std::uint64_t stream = 0;
+  const auto add = [&](std::string name, std::vector<std::uint64_t> shape, double mean, double sd) {
+    ts.push_back(random_tensor(std::move(name), std::move(shape), o.seed, stream++, mean, sd));
+  };
+  add("model.embed_tokens.weight", {v, h}, 0.0, 0.02);
+  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
+    add(llama_tensor_name(i, "input_layernorm"), {h}, 1.0, 0.05);
+    add(llama_tensor_name(i, "self_attn.q_proj"), {q_dim, h}, 0.0, 0.02);
+    add(llama_tensor_name(i, "self_attn.k_proj"), {kv_dim, h}, 0.0, 0.02);
+    add(llama_tensor_name(i, "self_attn.v_proj"), {kv_dim, h}, 0.0, 0.02);
+    add(llama_tensor_name(i, "self_attn.o_proj"), {h, q_dim}, 0.0, 0.02);
+    add(llama_tensor_name(i, "post_attention_layernorm"), {h}, 1.0, 0.05);
+    add(llama_tensor_name(i, "mlp.gate_proj"), {inter, h}, 0.0, 0.02);
+    add(llama_tensor_name(i, "mlp.up_proj"), {inter, h}, 0.0, 0.02);
+    add(llama_tensor_name(i, "mlp.down_proj"), {h, inter}, 0.0, 0.02);
+  }
+  add("model.norm.weight", {h}, 1.0, 0.05);
+  if (!c.tie_word_embeddings)
+    add("lm_head.weight", {v, h}, 0.0, 0.02);
+  params = 0;
+  for (const auto& t : ts)
+    params += t.values.size();
+  return write_safetensors((fs::path{o.out} / "model.safetensors").string(), ts, o.type,
+                           {{"format", "pt"}});
+}
+
+std::optional<std::string> write_adapter(const options& o, const llama_config& c, std::uint32_t index,
+                                         const fs::path& dir, std::uint32_t& rank) {
+  rank = o.ranks[index % o.ranks.size()];
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return dir.string() + ": cannot create: " + ec.message();
+  std::array<bool, lora_target_count> on{};
+  for (const auto t : o.targets)
+    on[static_cast<std::size_t>(t)] = true;
+  nlohmann::json names = nlohmann::json::array();
+  for (std::size_t t = 0; t < lora_target_count; ++t)
+    if (on[t])
+      names.push_back(std::string{to_string(static_cast<lora_target>(t))});
+  const double alpha = o.alpha.value_or(2.0 * rank);
+  nlohmann::json cfg = {{"peft_type", "LORA"},
+                        {"r", rank},
+                        {"lora_alpha", alpha},
+                        {"target_modules", names},
+                        {"use_rslora", o.rslora},
+                        {"bias", "none"},
+                        {"fan_in_fan_out", false},
+                        {"base_model_name_or_path", fs::absolute(o.out).lexically_normal().string()},
+                        {"task_type", "CAUSAL_LM"},
+                        {"lora_dropout", 0.0},
+                        {"inference_mode", true}};
+  if (auto err = write_text(dir / "adapter_config.json", cfg.dump(2) + "\n"))
+    return err;
+
+  const std::uint64_t h = c.hidden_size, inter = c.intermediate_size;
+  const std::uint64_t q_dim = std::uint64_t{c.num_heads} * c.head_dim;
+  const std::uint64_t kv_dim = std::uint64_t{c.num_kv_heads} * c.head_dim;
+  std::vector<named_tensor> ts;
+  const std::uint64_t seed = splitmix64(o.seed ^ (0xada97e5ULL + index));
+  std::uint64_t stream = 0;
+  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
+    for (std::size_t ti = 0; ti < lora_target_count; ++ti) {
+      if (!on[ti])
+        continue;
+      const auto t = static_cast<lora_target>(ti);
+      std::uint64_t in = h, out = h;
+      switch (t) {
+        case lora_target::q:
+          out = q_dim;
+          break;
+        case lora_target::k:
+        case lora_target::v:
+          out = kv_dim;
+          break;
+        case lora_target::o:
+          in = q_dim;
+          break;
+        case lora_target::gate:
+        case lora_target::up:
+          out = inter;
+          break;
+        case lora_target::down:
+          in = inter;
+          break;
+      }
+      ts.push_back(random_tensor(peft_tensor_name(i, t, 'A'), {rank, in}, seed, stream++, 0.0, 0.02));
+      ts.push_back(random_tensor(peft_tensor_name(i, t, 'B'), {out, rank}, seed, stream++, 0.0, 0.02));
+    }
+  }
+  // PEFT saves adapters in the base model's dtype.
+  return write_safetensors((dir / "adapter_model.safetensors").string(), ts, o.type, {{"format", "pt"}});
+}
+
+/// Runs spm_train (no shell: arguments go to execvp as they are); its log
+/// goes to `log`. Returns an error message on failure.
+std::optional<std::string> train_tokenizer(const options& o, const fs::path& out) {
+  if (!fs::is_regular_file(o.corpus))
+    return o.corpus + ": corpus not found (pass --corpus PATH)";
+  const fs::path log = out / "spm_train.log";
+  std::vector<std::string> args = {o.spm_train,
+                                   "--input=" + o.corpus,
+                                   "--model_prefix=" + (out / "tokenizer").string(),
+                                   "--model_type=bpe",
+                                   "--vocab_size=" + std::to_string(o.vocab),
+                                   "--byte_fallback=true",
+                                   "--bos_id=1",
+                                   "--eos_id=2",
+                                   "--unk_id=0",
+                                   "--pad_id=-1",
+                                   "--character_coverage=1.0",
+                                   "--normalization_rule_name=identity",
+                                   "--remove_extra_whitespaces=false",
+                                   "--split_digits=true",
+                                   "--num_threads=1"};
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::cout.flush();
+  const pid_t pid = fork();
+  if (pid < 0)
+    return std::string{"cannot fork to run "} + o.spm_train;
+  if (pid == 0) {
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+      dup2(fd, 1);
+      dup2(fd, 2);
+      close(fd);
+    }
+    execvp(argv[0], argv.data());
+    std::fprintf(stderr, "cannot execute %s\n", argv[0]);
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR)
+      return std::string{"waitpid failed for "} + o.spm_train;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::ifstream f{log};
+    std::string line, last;
+    std::vector<std::string> tail;
+    while (std::getline(f, line))
+      tail.push_back(line);
+    const std::size_t from = tail.size() > 5 ? tail.size() - 5 : 0;
+    for (std::size_t k = from; k < tail.size(); ++k)
+      last += "\n  " + tail[k];
+    return o.spm_train + " failed (vocab " + std::to_string(o.vocab) + ", corpus " + o.corpus +
+           "; see " + log.string() + "):" + last;
+  }
+  std::error_code ec;
+  fs::remove(log, ec);
+  fs::remove(out / "tokenizer.vocab", ec);
+  return std::nullopt;
+}
+
+int run(const options& o) {
+  const fs::path out{o.out};
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  if (ec) {
+    std::cerr << "troupe-mkmodel: " << o.out << ": cannot create: " << ec.message() << "\n";
+    return 1;
+  }
+  // The tokenizer first: it is what fails on a bad --vocab.
+  if (auto err = train_tokenizer(o, out)) {
+    std::cerr << "troupe-mkmodel: " << *err << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << (out / "tokenizer.model").string() << " (vocab " << o.vocab << ")\n";
+  const llama_config c = make_config(o);
+  if (auto err = write_text(out / "config.json", to_config_json(c))) {
+    std::cerr << "troupe-mkmodel: " << *err << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << (out / "config.json").string() << "\n";
+  std::uint64_t params = 0;
+  if (auto err = write_model(o, c, params)) {
+    std::cerr << "troupe-mkmodel: " << *err << "\n";
+    return 1;
+  }
+  std::cout << "wrote " << (out / "model.safetensors").string() << " (" << params << " parameters, "
+            << to_string(o.type) << ")\n";
+  for (std::uint32_t i = 0; i < o.adapters; ++i) {
+    const fs::path dir = out / "adapters" / ("lora-" + std::to_string(i));
+    std::uint32_t rank = 0;
+    if (auto err = write_adapter(o, c, i, dir, rank)) {
+      std::cerr << "troupe-mkmodel: " << *err << "\n";
+      return 1;
+    }
+    std::cout << "wrote " << dir.string() << " (rank " << rank << (o.rslora ? ", rslora" : "")
+              << ")\n";
+  }
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = parse_args(argc, argv);
+  if (auto* err = std::get_if<std::string>(&parsed)) {
+    if (err->empty()) {
+      std::cout << usage;
+      return 0;
+    }
+    std::cerr << "troupe-mkmodel: " << *err << "\n" << usage;
+    return 1;
+  }
+  return run(std::get<options>(parsed));
+}
