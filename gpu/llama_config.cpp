@@ -3,6 +3,8 @@
 // troupe-mkmodel uses. Unknown keys are ignored, as HF configs carry many.
 #include "gpu/llama_config.hpp"
 
+#include "gpu/json_bounded.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <charconv>
@@ -36,18 +38,7 @@ namespace {
 
 using json = nlohmann::json;
 
-/// Parses `text` (nullptr-discarded on a syntax error). Values nested deeper
-/// than 64 are dropped and set `too_deep`: nlohmann's dump() recurses, so a
-/// hostile file could otherwise overflow the stack.
-json parse_bounded(std::string_view text, bool& too_deep, bool allow_exceptions) {
-  too_deep = false;
-  const json::parser_callback_t keep = [&too_deep](int depth, json::parse_event_t, json&) {
-    if (depth > 64)
-      too_deep = true;
-    return depth <= 64;
-  };
-  return json::parse(text.begin(), text.end(), keep, allow_exceptions);
-}
+using detail::parse_bounded;
 
 /// Reads typed keys of one JSON object and keeps the first error, so the
 /// caller reads every field and checks once at the end.

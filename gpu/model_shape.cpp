@@ -1,5 +1,7 @@
 #include "gpu/model_shape.hpp"
 
+#include "gpu/json_bounded.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -273,7 +275,11 @@ model_shape_result parse_document(const json& doc, const std::string& source) {
 
 model_shape_result parse_model_shape(std::string_view json_text, const std::string& source) {
   try {
-    const json doc = json::parse(json_text.begin(), json_text.end());
+    bool too_deep = false;
+    const json doc = detail::parse_bounded(json_text, too_deep, true);
+    if (too_deep)
+      return source + ": JSON nested deeper than " + std::to_string(detail::max_json_depth)
+             + " levels";
     return parse_document(doc, source);
   } catch (const json::exception& e) {
     return source + ": not valid JSON: " + e.what();

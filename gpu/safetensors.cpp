@@ -3,6 +3,8 @@
 // conversions (round-to-nearest-even on write, subnormals, inf and NaN).
 #include "gpu/safetensors.hpp"
 
+#include "gpu/json_bounded.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -43,18 +45,7 @@ namespace {
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
-/// Parses `text` (nullptr-discarded on a syntax error). Values nested deeper
-/// than 64 are dropped and set `too_deep`: nlohmann's dump() recurses, so a
-/// hostile file could otherwise overflow the stack.
-json parse_bounded(std::string_view text, bool& too_deep, bool allow_exceptions) {
-  too_deep = false;
-  const json::parser_callback_t keep = [&too_deep](int depth, json::parse_event_t, json&) {
-    if (depth > 64)
-      too_deep = true;
-    return depth <= 64;
-  };
-  return json::parse(text.begin(), text.end(), keep, allow_exceptions);
-}
+using detail::parse_bounded;
 
 std::size_t dtype_size(dtype x) noexcept {
   return x == dtype::f32 ? 4 : 2;
