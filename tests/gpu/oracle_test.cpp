@@ -20,6 +20,9 @@
 #include <string>
 #include <vector>
 
+#ifndef TROUPE_MKMODEL_PATH
+#define TROUPE_MKMODEL_PATH ""
+#endif
 #ifndef TROUPE_ORACLE_SCRIPT
 #define TROUPE_ORACLE_SCRIPT "tests/oracle/llama_numpy.py"
 #endif
@@ -92,7 +95,7 @@ protected:
   void SetUp() override {
     if (std::system((shell_quote(python()) + " -c 'import numpy' 2>/dev/null").c_str()) != 0)
       GTEST_SKIP() << python() << " cannot import numpy; the NumPy oracle cannot run";
-    mkmodel_ = env_or("TROUPE_MKMODEL", "");
+    mkmodel_ = env_or("TROUPE_MKMODEL", TROUPE_MKMODEL_PATH);
     ASSERT_FALSE(mkmodel_.empty()) << "TROUPE_MKMODEL is not set (path of the built troupe-mkmodel)";
     script_ = env_or("TROUPE_ORACLE", TROUPE_ORACLE_SCRIPT);
     ASSERT_TRUE(fs::is_regular_file(script_)) << script_ << " not found (set TROUPE_ORACLE)";

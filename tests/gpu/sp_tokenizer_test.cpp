@@ -11,6 +11,10 @@
 #include <string>
 #include <type_traits>
 
+#ifndef TROUPE_MKMODEL_PATH
+#define TROUPE_MKMODEL_PATH ""
+#endif
+
 namespace {
 
 using troupe::gpu::sp_tokenizer;
@@ -30,7 +34,9 @@ class sp_tokenizer_test : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
     const char* mkmodel = std::getenv("TROUPE_MKMODEL");
-    if (mkmodel == nullptr || *mkmodel == '\0') {
+    if (mkmodel == nullptr || *mkmodel == '\0')
+      mkmodel = TROUPE_MKMODEL_PATH;
+    if (*mkmodel == '\0') {
       setup_error_ = "TROUPE_MKMODEL is not set (path of the built troupe-mkmodel)";
       return;
     }
