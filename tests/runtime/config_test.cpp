@@ -21,7 +21,7 @@ static_assert(std::is_nothrow_move_constructible_v<deployment_options>);
 static_assert(std::is_nothrow_move_constructible_v<config_error>);
 
 const config_catalog catalog{
-  .backends = {"sim"},
+  .backends = {"cpu", "sim"},
   .gpus = {"A100-80GB", "H100-80GB", "H200"},
   .model_presets = {"llama-2-7b", "llama-2-13b"},
   .scheduling_policies = {"fcfs"},
@@ -59,16 +59,15 @@ TEST(config, default_file_loads) {
   ASSERT_TRUE(std::holds_alternative<deployment_options>(result)) << std::get<config_error>(result).message;
   const auto& o = std::get<deployment_options>(result);
   EXPECT_EQ(o.source, "config/default.toml");
-  EXPECT_EQ(o.backend.kind, "sim");
-  EXPECT_EQ(o.backend.gpu, "H100-80GB");
-  EXPECT_EQ(o.backend.time_scale, 1.0);
-  EXPECT_EQ(o.model.preset, "llama-2-7b");
+  EXPECT_EQ(o.backend.kind, "cpu");
+  EXPECT_EQ(o.model.path, "models/demo");
   EXPECT_EQ(o.server.endpoint, "tcp://127.0.0.1:5555");
   EXPECT_EQ(o.scheduler.policy, "fcfs");
   EXPECT_EQ(o.classifier.policy, "single_queue");
   EXPECT_EQ(o.adapter_cache.policy, "lru");
-  EXPECT_EQ(o.adapter_generate.count, 8u);
-  EXPECT_TRUE(o.adapters.empty());
+  EXPECT_EQ(o.adapter_generate.count, 0u);
+  ASSERT_EQ(o.adapters.size(), 3u);
+  EXPECT_EQ(o.adapters[0].path, "models/demo/adapters/lora-0");
 }
 
 TEST(config, sim_h100_llama7b_file_loads) {
@@ -346,7 +345,7 @@ const error_case error_cases[] = {
   {"generate_count_too_big", "[adapters_generate]\ncount = 2000000\n", "adapters_generate.count",
    "must be at most 1048576, got 2000000"},
   // names outside the catalog
-  {"unknown_backend", "[backend]\nkind = \"cuda\"\n", "backend.kind", "unknown backend \"cuda\" (valid: sim)"},
+  {"unknown_backend", "[backend]\nkind = \"cuda\"\n", "backend.kind", "unknown backend \"cuda\" (valid: cpu, sim)"},
   {"unknown_gpu", "[backend]\ngpu = \"V100\"\n", "backend.gpu",
    "unknown GPU preset \"V100\" (valid: A100-80GB, H100-80GB, H200)"},
   {"unknown_preset", "[model]\npreset = \"llama-3-8b\"\n", "model.preset", "valid: llama-2-7b, llama-2-13b"},
