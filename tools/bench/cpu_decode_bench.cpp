@@ -1,0 +1,131 @@
+// troupe-cpu-bench: decode throughput of the cpu backend's forward pass at
+// several batch sizes, beside the bound that this machine's memory bandwidth
+// (measured in the same run) puts on it: every decode step must read all the
+// weights once plus each sequence's KV cache.
+// Usage: troupe-cpu-bench MODEL_DIR [--context N] [--steps N] [--batches 1,8,32]
+#include "gpu/cpu_model.hpp"
+#include "gpu/llama_weights.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+/// Read bandwidth in bytes/s: every hardware thread sums its share of a
+/// buffer far larger than the caches (as the GEMMs read weights).
+double measure_read_bandwidth() {
+  std::vector<float> buf((std::size_t{512} << 20) / sizeof(float), 1.0f); // 512 MiB
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<float> sums(threads);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = clock_type::now();
+    std::vector<std::thread> pool;
+    const std::size_t chunk = buf.size() / threads;
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        float acc[8] = {};
+        const float* p = buf.data() + t * chunk;
+        for (std::size_t i = 0; i + 7 < chunk; i += 8)
+          for (int j = 0; j < 8; ++j)
+            acc[j] += p[i + static_cast<std::size_t>(j)];
+        sums[t] = std::accumulate(acc, acc + 8, 0.0f);
+      });
+    for (auto& th : pool)
+      th.join();
+    best = std::max(best, static_cast<double>(chunk * threads * sizeof(float)) / seconds_since(t0));
+  }
+  std::printf("(checksum %.0f)\n", static_cast<double>(std::accumulate(sums.begin(), sums.end(), 0.0f)));
+  return best;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  using namespace troupe::gpu;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: troupe-cpu-bench MODEL_DIR [--context N] [--steps N] [--batches 1,8,32]\n");
+    return 2;
+  }
+  const std::string dir = argv[1];
+  std::uint32_t context = 128;
+  int steps = 8;
+  std::vector<std::uint32_t> batches{1, 8, 32};
+  for (int i = 2; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--context") context = static_cast<std::uint32_t>(std::atoi(argv[i + 1]));
+    else if (a == "--steps") steps = std::atoi(argv[i + 1]);
+    else if (a == "--batches") {
+      batches.clear();
+      std::stringstream ss(argv[i + 1]);
+      std::string item;
+      while (std::getline(ss, item, ','))
+        batches.push_back(static_cast<std::uint32_t>(std::atoi(item.c_str())));
+    }
+  }
+  auto loaded = load_llama(dir);
+  if (auto* err = std::get_if<std::string>(&loaded)) {
+    std::fprintf(stderr, "troupe-cpu-bench: %s\n", err->c_str());
+    return 1;
+  }
+  auto weights = std::get<llama_weights>(std::move(loaded));
+  const auto cfg = weights.config;
+  const auto shape = cfg.to_shape(dir);
+  const double weight_bytes = static_cast<double>(shape.parameter_count()) * 4.0; // fp32
+  const double kv_token_bytes = 2.0 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4.0;
+  const std::uint32_t page_tokens = 16;
+  const std::uint32_t max_batch = *std::max_element(batches.begin(), batches.end());
+  const std::uint32_t per_seq = (context + steps + page_tokens) / page_tokens + 1;
+  cpu_model model{std::move(weights), std::uint64_t{per_seq} * max_batch, page_tokens};
+  const double bandwidth = measure_read_bandwidth();
+  std::printf("model %s: %.1fM parameters (%.0f MB fp32), context %u, read bandwidth %.2f GB/s\n",
+              dir.c_str(), static_cast<double>(shape.parameter_count()) / 1e6, weight_bytes / 1e6,
+              context, bandwidth / 1e9);
+  std::printf("%6s %14s %14s %8s\n", "batch", "tokens/s", "bound tok/s", "ratio");
+  for (auto b : batches) {
+    std::vector<std::vector<std::uint32_t>> pages(b);
+    std::vector<std::vector<std::int32_t>> prompt(b);
+    for (std::uint32_t s = 0; s < b; ++s) {
+      pages[s].resize(per_seq);
+      std::iota(pages[s].begin(), pages[s].end(), s * per_seq);
+      prompt[s].assign(context, static_cast<std::int32_t>(5 + s % 50));
+    }
+    // Prefill each sequence's context once (not timed).
+    for (std::uint32_t s = 0; s < b; ++s) {
+      cpu_sequence seq{prompt[s], 0, pages[s], nullptr};
+      model.forward({&seq, 1});
+    }
+    std::vector<std::int32_t> next(b, 7);
+    std::vector<cpu_sequence> batch(b);
+    const auto t0 = clock_type::now();
+    for (int step = 0; step < steps; ++step) {
+      for (std::uint32_t s = 0; s < b; ++s)
+        batch[s] = {std::span<const std::int32_t>(&next[s], 1), context + static_cast<std::uint32_t>(step), pages[s], nullptr};
+      auto logits = model.forward(batch);
+      if (logits.empty()) {
+        std::fprintf(stderr, "troupe-cpu-bench: forward failed\n");
+        return 1;
+      }
+    }
+    const double secs = seconds_since(t0);
+    const double tps = static_cast<double>(b) * steps / secs;
+    const double step_bytes = weight_bytes + kv_token_bytes * b * (context + steps / 2.0);
+    const double bound = bandwidth / step_bytes * b;
+    std::printf("%6u %14.1f %14.1f %8.2f\n", b, tps, bound, tps / bound);
+  }
+  return 0;
+}
