@@ -17,6 +17,8 @@ struct executor_config {
   /// Wall seconds per device second the backend reports (0: reply at once).
   /// 1 for backends that really compute.
   double time_scale = 1.0;
+  /// Run on a dedicated thread: for backends whose steps compute on the CPU.
+  bool own_thread = false;
 };
 
 executor_actor spawn_executor(caf::actor_system& sys, executor_config cfg);

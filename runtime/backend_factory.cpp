@@ -59,6 +59,7 @@ std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_op
   out.backend = std::shared_ptr<gpu::executor_backend>(
     std::move(std::get<std::unique_ptr<gpu::cpu_backend>>(backend)));
   out.time_scale = 0; // steps take the time the math takes
+  out.computes = true;
   return out;
 }
 

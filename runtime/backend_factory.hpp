@@ -27,6 +27,8 @@ struct resolved_backend {
   std::uint64_t page_bytes = 0;
   /// Wall seconds per device second for the executor and copy engine.
   double time_scale = 1.0;
+  /// The backend computes in run_step (the executor gets its own thread).
+  bool computes = false;
 };
 
 /// Resolves the model shape, the GPU and the pool size and builds the

@@ -90,7 +90,7 @@ deployment::start(const deployment_options& opts) {
           rb.time_scale, opts.copy_engine.max_inflight});
   auto cache = spawn_adapter_cache(
     sys, {catalog, std::move(evict_policy), opts.adapter_cache.max_resident, pool, copy});
-  auto exec = spawn_executor(sys, {rb.backend, rb.time_scale});
+  auto exec = spawn_executor(sys, {rb.backend, rb.time_scale, rb.computes});
   metrics_actor metrics;
   if (opts.metrics.enabled)
     metrics = spawn_metrics(sys, opts.metrics);
