@@ -2,7 +2,7 @@
 // Hugging Face Llama forward pass with PEFT LoRA (tests/oracle/llama_numpy.py),
 // over models that troupe-mkmodel generates: MHA and GQA, tied embeddings,
 // llama3 RoPE, f32/f16/bf16 files, LoRA ranks 4-64 on several target sets,
-// rsLoRA. Needs TROUPE_MKMODEL (the built tool) and /usr/bin/python3 with numpy.
+// rsLoRA. Needs troupe-mkmodel (built alongside) and /usr/bin/python3 with numpy.
 
 #include "gpu/cpu_model.hpp"
 #include "gpu/llama_weights.hpp"
@@ -93,8 +93,9 @@ const oracle_case cases[] = {
 class oracle_test : public ::testing::TestWithParam<oracle_case> {
 protected:
   void SetUp() override {
-    if (std::system((shell_quote(python()) + " -c 'import numpy' 2>/dev/null").c_str()) != 0)
-      GTEST_SKIP() << python() << " cannot import numpy; the NumPy oracle cannot run";
+    // The oracle is a dependency (python3-numpy, tools/install-deps.sh): fail, never skip.
+    ASSERT_EQ(std::system((shell_quote(python()) + " -c 'import numpy' 2>/dev/null").c_str()), 0)
+      << python() << " cannot import numpy; run tools/install-deps.sh (python3-numpy)";
     mkmodel_ = env_or("TROUPE_MKMODEL", TROUPE_MKMODEL_PATH);
     ASSERT_FALSE(mkmodel_.empty()) << "TROUPE_MKMODEL is not set (path of the built troupe-mkmodel)";
     script_ = env_or("TROUPE_ORACLE", TROUPE_ORACLE_SCRIPT);
