@@ -1,72 +1,135 @@
 #include "actors/copy_engine_actor.hpp"
 
+#include "runtime/clock.hpp"
+#include "runtime/transfer_queue.hpp"
+
 #include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
 
 #include <chrono>
-#include <deque>
 #include <unordered_map>
+#include <vector>
 
 namespace troupe {
 
 namespace {
 
-struct transfer {
-  std::uint64_t bytes = 0;
-  caf::typed_response_promise<double> promise;
+struct pending_transfer {
+  transfer_order order;
+  std::vector<caf::typed_response_promise<transfer_report>> promises;
 };
 
 struct copy_engine_state {
   static inline const char* name = "copy_engine";
   copy_engine_config cfg;
-  std::uint64_t next_id = 1;
-  std::uint32_t inflight = 0;
-  std::deque<std::pair<std::uint64_t, transfer>> queued;
-  std::unordered_map<std::uint64_t, transfer> running;
+  std::unique_ptr<transfer_queue> queue;
+  std::unordered_map<std::uint64_t, pending_transfer> transfers;
+  std::uint64_t host_hits = 0;
+  std::uint64_t disk_reads = 0;
+  double disk_seconds = 0;
+  std::uint64_t failures = 0;
 };
 
 using self_ptr = copy_engine_actor::stateful_pointer<copy_engine_state>;
 
-void start_next(self_ptr self) {
+std::chrono::microseconds wall(double seconds) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
+}
+
+/// Starts what the queue lets run now.
+void start_ready(self_ptr self) {
   auto& st = self->state;
-  while (st.inflight < st.cfg.max_inflight && !st.queued.empty()) {
-    auto [id, t] = std::move(st.queued.front());
-    st.queued.pop_front();
-    const double secs = st.cfg.transfer_seconds(t.bytes);
-    const double wall = secs * st.cfg.time_scale;
-    ++st.inflight;
-    if (wall <= 0) {
-      t.promise.deliver(secs);
-      --st.inflight;
+  for (const auto& started : st.queue->start_ready(monotonic_seconds())) {
+    auto i = st.transfers.find(started.id);
+    if (i == st.transfers.end())
+      continue;
+    const auto id = started.id;
+    const auto order = i->second.order;
+    auto backend = st.cfg.backend;
+    if (st.cfg.real) {
+      // Reading and parsing files blocks: a worker thread of its own, which
+      // reports back and ends.
+      copy_engine_actor engine = self;
+      self->system().spawn<caf::detached>([backend, order, id, engine] {
+        const auto r = backend->load_adapter(order.adapter_id, order.path, order.bytes);
+        caf::anon_send(engine, tick_atom_v, id,
+                       transfer_report{r.error, r.host_hit, r.disk_seconds, r.copy_seconds});
+      });
       continue;
     }
-    st.running.emplace(id, std::move(t));
-    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(wall)), tick_atom_v, id);
+    // Modelled: the backend only does the accounting; time passes by timer.
+    const auto r = backend->load_adapter(order.adapter_id, order.path, order.bytes);
+    transfer_report report{r.error, r.host_hit, r.disk_seconds, r.copy_seconds};
+    const double delay = (r.disk_seconds + r.copy_seconds) * st.cfg.time_scale;
+    if (delay <= 0)
+      self->send(self, tick_atom_v, id, std::move(report));
+    else
+      self->delayed_send(self, wall(delay), tick_atom_v, id, std::move(report));
   }
 }
 
 copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_config cfg) {
-  self->state.cfg = std::move(cfg);
-  if (self->state.cfg.max_inflight == 0)
-    self->state.cfg.max_inflight = 1;
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.queue = std::make_unique<transfer_queue>(std::max<std::uint32_t>(st.cfg.max_inflight, 1));
   return {
-    [self](load_atom, std::uint32_t, std::uint64_t bytes) {
-      auto rp = self->make_response_promise<double>();
-      self->state.queued.emplace_back(self->state.next_id++, transfer{bytes, rp});
-      start_next(self);
+    [self](load_atom, transfer_order& order) {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<transfer_report>();
+      const auto id = st.queue->enqueue(static_cast<transfer_class>(order.kind), order.adapter_id,
+                                        order.bytes, monotonic_seconds());
+      auto& t = st.transfers[id];
+      if (t.promises.empty())
+        t.order = std::move(order);
+      t.promises.push_back(rp);
+      start_ready(self);
       return rp;
     },
-    [self](tick_atom, std::uint64_t id) {
+    [self](tick_atom, std::uint64_t id, transfer_report& report) {
       auto& st = self->state;
-      auto i = st.running.find(id);
-      if (i == st.running.end())
-        return;
-      i->second.promise.deliver(st.cfg.transfer_seconds(i->second.bytes));
-      st.running.erase(i);
-      --st.inflight;
-      start_next(self);
+      const bool ok = report.error.empty();
+      st.queue->finished(id, monotonic_seconds(), ok);
+      if (!ok)
+        ++st.failures;
+      else if (report.host_hit)
+        ++st.host_hits;
+      else
+        ++st.disk_reads;
+      st.disk_seconds += report.disk_seconds;
+      if (auto i = st.transfers.find(id); i != st.transfers.end()) {
+        for (auto& rp : i->second.promises)
+          rp.deliver(report);
+        st.transfers.erase(i);
+      }
+      start_ready(self);
+    },
+    [self](evict_atom, std::uint32_t adapter_id) {
+      self->state.cfg.backend->drop_adapter(adapter_id);
+    },
+    [self](forget_atom, std::uint32_t adapter_id) {
+      self->state.cfg.backend->forget_adapter(adapter_id);
+    },
+    [self](stats_atom) {
+      const auto& st = self->state;
+      stat_values out;
+      for (auto c : {transfer_class::demand_load, transfer_class::swap_in, transfer_class::prefetch,
+                     transfer_class::swap_out}) {
+        const auto& a = st.queue->stats(c);
+        const std::string prefix = "copy_" + std::string{to_string(c)};
+        out.emplace_back(prefix + "_transfers", static_cast<double>(a.transfers));
+        out.emplace_back(prefix + "_bytes", static_cast<double>(a.bytes));
+        out.emplace_back(prefix + "_busy_s", a.busy_seconds);
+        out.emplace_back(prefix + "_queued_s", a.queue_seconds);
+      }
+      out.emplace_back("copy_host_hits", static_cast<double>(st.host_hits));
+      out.emplace_back("copy_disk_reads", static_cast<double>(st.disk_reads));
+      out.emplace_back("copy_disk_s", st.disk_seconds);
+      out.emplace_back("copy_failures", static_cast<double>(st.failures));
+      return out;
     },
   };
 }

@@ -32,6 +32,8 @@ void emit(self_ptr self, std::vector<outbound_frame> frames) {
 
 void submit(self_ptr self, request_spec spec) {
   const auto id = spec.request_id;
+  if (self->state.cfg.prefetcher && spec.adapter_id != 0)
+    self->send(self->state.cfg.prefetcher, arrival_atom_v, spec.adapter_id);
   auto ok = [self, id](std::uint8_t r) {
     emit(self, self->state.core->on_submit_result(
                  id, static_cast<scheduler_core::submit_result>(r)));
@@ -72,13 +74,16 @@ void answer_stats(self_ptr self, std::string peer, std::string id) {
       add(b);
       self->request(cfg.adapter_cache, caf::infinite, stats_atom_v).then([=](const stat_values& c) {
         add(c);
-        if (!cfg.metrics) {
-          finish();
-          return;
-        }
-        self->request(cfg.metrics, caf::infinite, stats_atom_v).then([=](const stat_values& d) {
-          add(d);
-          finish();
+        self->request(cfg.copy_engine, caf::infinite, stats_atom_v).then([=](const stat_values& c2) {
+          add(c2);
+          if (!cfg.metrics) {
+            finish();
+            return;
+          }
+          self->request(cfg.metrics, caf::infinite, stats_atom_v).then([=](const stat_values& d) {
+            add(d);
+            finish();
+          }, fail);
         }, fail);
       }, fail);
     }, fail);
@@ -102,6 +107,35 @@ void answer_adapters(self_ptr self, std::string peer, std::string id) {
       });
 }
 
+void register_adapter(self_ptr self, std::string peer, std::string id, adapter_spec spec) {
+  self->request(self->state.cfg.adapter_cache, caf::infinite, register_atom_v, std::move(spec))
+    .then(
+      [self, peer, id](const register_result& r) {
+        std::variant<adapter_entry, std::string> v;
+        if (r.error.empty())
+          v = r.entry;
+        else
+          v = r.error;
+        emit(self, self->state.core->on_registered(peer, id, v));
+      },
+      [self, peer, id](const caf::error& e) {
+        emit(self, self->state.core->on_registered(
+                     peer, id, std::string{"could not register: " + self->system().render(e)}));
+      });
+}
+
+void unregister_adapter(self_ptr self, std::string peer, std::string id, adapter_entry entry) {
+  self->request(self->state.cfg.adapter_cache, caf::infinite, unregister_atom_v, entry.id)
+    .then(
+      [self, peer, id, entry](const std::string& error) {
+        emit(self, self->state.core->on_unregistered(peer, id, entry, error));
+      },
+      [self, peer, id, entry](const caf::error& e) {
+        emit(self, self->state.core->on_unregistered(
+                     peer, id, entry, "could not unregister: " + self->system().render(e)));
+      });
+}
+
 intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
   auto& st = self->state;
   st.core = std::make_unique<intake_core>(cfg.limits, cfg.catalog, cfg.backend);
@@ -114,6 +148,10 @@ intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
         submit(self, std::move(*act.submit));
       if (act.cancel)
         cancel(self, *act.cancel);
+      if (act.register_adapter)
+        register_adapter(self, peer, act.query_id, std::move(*act.register_adapter));
+      if (act.unregister_adapter)
+        unregister_adapter(self, peer, act.query_id, std::move(*act.unregister_adapter));
       switch (act.ask) {
         case intake_actions::query::none:
           break;

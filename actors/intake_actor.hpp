@@ -16,14 +16,18 @@ namespace troupe {
 
 struct intake_config {
   intake_limits limits;
-  std::shared_ptr<const adapter_catalog> catalog;
+  /// The adapters registered at start (a snapshot; later changes go through
+  /// the intake itself).
+  adapter_catalog catalog;
   std::shared_ptr<const gpu::executor_backend> backend;
   /// Where submissions go: the classifier when enabled, else the scheduler.
   classifier_actor classifier;
   scheduler_actor scheduler;
   memory_pool_actor pool;
   adapter_cache_actor adapter_cache;
+  copy_engine_actor copy_engine;
   metrics_actor metrics; ///< may be null
+  prefetcher_actor prefetcher; ///< may be null: told of each accepted request's adapter
   /// Hands frames to the transport; thread-safe, never blocks. // local only
   std::function<void(std::vector<outbound_frame>)> send;
 };

@@ -8,7 +8,9 @@
 
 namespace troupe {
 
-/// Spawns a memory pool of `pages` pages.
-memory_pool_actor spawn_memory_pool(caf::actor_system& sys, std::uint64_t pages);
+/// Spawns a memory pool of `pages` device pages and `host_pages` host pages
+/// (for swapped KV).
+memory_pool_actor spawn_memory_pool(caf::actor_system& sys, std::uint64_t pages,
+                                    std::uint64_t host_pages = 0);
 
 } // namespace troupe

@@ -14,6 +14,7 @@ namespace troupe {
 namespace {
 
 constexpr auto request_owner = static_cast<std::uint8_t>(page_owner_kind::request);
+constexpr auto device_tier = static_cast<std::uint8_t>(pool_tier::device);
 
 struct scheduler_state {
   static inline const char* name = "scheduler";
@@ -52,7 +53,8 @@ void apply(self_ptr self, scheduler_effects fx) {
   auto& st = self->state;
   for (const auto& r : fx.reserves) {
     const auto id = r.request_id;
-    self->request(st.pool, caf::infinite, reserve_atom_v, request_owner, id, r.pages)
+    self->request(st.pool, caf::infinite, reserve_atom_v, device_tier, request_owner, id, r.pages,
+                  std::uint64_t{0})
       .then(
         [self, id, n = r.pages](std::vector<std::uint32_t>& pages) {
           const bool granted = n == 0 || !pages.empty();
@@ -68,8 +70,9 @@ void apply(self_ptr self, scheduler_effects fx) {
     const auto id = a.request_id;
     self->request(st.adapter_cache, caf::infinite, acquire_atom_v, a.adapter_id)
       .then(
-        [self, id](bool granted) {
-          apply(self, self->state.core->on_adapter(id, granted, monotonic_seconds()));
+        [self, id](std::uint8_t grant) {
+          apply(self, self->state.core->on_adapter(
+                        id, static_cast<scheduler_core::adapter_grant>(grant), monotonic_seconds()));
           pump(self);
         },
         [self, id](const caf::error&) {
@@ -77,7 +80,15 @@ void apply(self_ptr self, scheduler_effects fx) {
         });
   }
   for (auto id : fx.release_pages)
-    self->send(st.pool, release_atom_v, request_owner, id);
+    self->send(st.pool, release_atom_v, device_tier, request_owner, id);
+  if (!fx.queued.empty()) {
+    adapter_demand d;
+    for (const auto& [adapter, waiting] : fx.queued) {
+      d.adapter_ids.push_back(adapter);
+      d.waiting.push_back(waiting);
+    }
+    self->send(st.adapter_cache, std::move(d));
+  }
   for (const auto& a : fx.release_adapters)
     self->send(st.adapter_cache, release_atom_v, a.adapter_id);
   if (fx.trim_pages > 0 && !st.trim_pending) {

@@ -25,7 +25,21 @@ public:
   virtual std::int32_t eos_token() const = 0;
 };
 
-/// Runs steps of a continuous batch. Called by one thread at a time.
+/// What loading one adapter onto the device took.
+struct adapter_load {
+  /// Empty on success; otherwise what was wrong, naming the file at fault.
+  std::string error;
+  /// Found in the host tier: no disk read.
+  bool host_hit = false;
+  /// Reading and parsing the files into the host tier (0 on a host hit).
+  double disk_seconds = 0;
+  /// Host to device.
+  double copy_seconds = 0;
+};
+
+/// Runs steps of a continuous batch. run_step is called by one thread at a
+/// time; the adapter calls may come from another thread (the copy engine's)
+/// while a step runs.
 class executor_backend {
 public:
   virtual ~executor_backend() = default;
@@ -35,6 +49,17 @@ public:
   virtual step_result run_step(std::span<const step_entry> batch) = 0;
   /// Seconds a host-to-device copy of `bytes` takes on this backend.
   virtual double transfer_seconds(std::uint64_t bytes) const = 0;
+  /// Makes adapter `id` usable by run_step: from the host tier, or read from
+  /// `path` (its PEFT directory; empty where the backend needs no files)
+  /// into the host tier first. `bytes` is its device size. A failure leaves
+  /// the adapter absent; other adapters are unaffected.
+  virtual adapter_load load_adapter(std::uint32_t id, const std::string& path,
+                                    std::uint64_t bytes) = 0;
+  /// Frees adapter `id` on the device (evicted or unloaded); its host copy
+  /// stays in the host tier. No step may be using it.
+  virtual void drop_adapter(std::uint32_t id) = 0;
+  /// Forgets adapter `id` in the host tier too (unregistered).
+  virtual void forget_adapter(std::uint32_t id) = 0;
   /// The tokenizer of the served model.
   virtual const tokenizer& vocab() const = 0;
   /// Short name for logs and stats ("sim", "cpu", "cuda").

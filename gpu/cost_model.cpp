@@ -18,6 +18,8 @@ std::optional<std::string> validate_cost_constants(const cost_constants& c) {
     return "step_overhead_seconds must be >= 0, got " + std::to_string(c.step_overhead_seconds);
   if (!(c.transfer_latency_seconds >= 0.0))
     return "transfer_latency_seconds must be >= 0, got " + std::to_string(c.transfer_latency_seconds);
+  if (!(c.disk_bytes_per_s > 0.0))
+    return "disk_bytes_per_s must be > 0, got " + std::to_string(c.disk_bytes_per_s);
   return std::nullopt;
 }
 
@@ -81,6 +83,10 @@ double roofline_cost_model::step_seconds(std::span<const step_entry> batch) cons
   if (batch.empty())
     return 0.0;
   return constants_.step_overhead_seconds + std::max(compute_seconds(batch), memory_seconds(batch));
+}
+
+double roofline_cost_model::disk_seconds(std::uint64_t bytes) const noexcept {
+  return static_cast<double>(bytes) / constants_.disk_bytes_per_s;
 }
 
 double roofline_cost_model::transfer_seconds(std::uint64_t bytes) const noexcept {

@@ -38,6 +38,10 @@ struct cost_constants {
   /// Seconds every non-empty copy costs on top of its bytes: driver call and
   /// DMA setup of one cudaMemcpyAsync, about 10 us.
   double transfer_latency_seconds = 10e-6;
+  /// Bytes per second of reading adapter files from disk into host memory:
+  /// a datacenter NVMe SSD reads 3-7 GB/s sequentially, less after
+  /// filesystem and parsing overhead; 2 GB/s.
+  double disk_bytes_per_s = 2e9;
 };
 
 /// Why `c` is unusable (an efficiency outside (0, 1], a negative time), or
@@ -80,6 +84,8 @@ public:
   /// Seconds a host-to-device copy of `bytes` takes: latency plus bytes over
   /// the effective PCIe rate; 0 for 0 bytes.
   double transfer_seconds(std::uint64_t bytes) const noexcept;
+  /// Seconds reading `bytes` of adapter files from disk into host memory.
+  double disk_seconds(std::uint64_t bytes) const noexcept;
 
   // -- observers ----------------------------------------------------------------
 

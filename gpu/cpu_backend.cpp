@@ -9,7 +9,7 @@ namespace troupe::gpu {
 
 std::variant<std::unique_ptr<cpu_backend>, std::string>
 cpu_backend::open(const std::string& model_dir, std::uint64_t pages, std::uint32_t page_tokens,
-                  const std::vector<std::pair<std::uint32_t, std::string>>& adapters) {
+                  std::uint64_t host_adapter_bytes) {
   auto weights = load_llama(model_dir);
   if (auto* err = std::get_if<std::string>(&weights))
     return *err;
@@ -24,12 +24,7 @@ cpu_backend::open(const std::string& model_dir, std::uint64_t pages, std::uint32
   if (b->tokenizer_->vocab_size() > static_cast<std::int32_t>(config.vocab_size))
     return model_dir + "/tokenizer.model: " + std::to_string(b->tokenizer_->vocab_size())
            + " pieces, but config.json's vocab_size is " + std::to_string(config.vocab_size);
-  for (const auto& [id, dir] : adapters) {
-    auto a = load_peft_adapter(dir, config);
-    if (auto* err = std::get_if<std::string>(&a))
-      return *err;
-    b->adapters_.emplace(id, std::move(std::get<lora_adapter>(a)));
-  }
+  b->host_ = host_tier{host_adapter_bytes};
   b->model_ = std::make_unique<cpu_model>(std::move(w), pages, page_tokens);
   return b;
 }
@@ -40,7 +35,9 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
   out.tokens.assign(batch.size(), -1);
   std::vector<cpu_sequence> seqs;
   std::vector<std::size_t> index; // seqs[i] runs batch[index[i]]
+  std::vector<std::shared_ptr<const lora_adapter>> held; // alive for the step
   seqs.reserve(batch.size());
+  std::unique_lock lock{adapters_mtx_};
   for (std::size_t i = 0; i < batch.size(); ++i) {
     const auto& e = batch[i];
     cpu_sequence s;
@@ -48,14 +45,16 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     s.start_pos = e.context_tokens;
     s.pages = e.pages;
     if (e.adapter_id != 0) {
-      auto a = adapters_.find(e.adapter_id);
-      if (a == adapters_.end())
+      auto a = device_.find(e.adapter_id);
+      if (a == device_.end())
         continue; // stays -1: the request ends with an error
-      s.adapter = &a->second;
+      held.push_back(a->second);
+      s.adapter = a->second.get();
     }
     seqs.push_back(s);
     index.push_back(i);
   }
+  lock.unlock();
   const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
   auto logits = model_->forward(seqs);
   if (logits.size() == seqs.size() * vocab) {
@@ -74,6 +73,83 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
 double cpu_backend::transfer_seconds(std::uint64_t bytes) const {
   // A host-to-host copy at a conservative 10 GB/s.
   return static_cast<double>(bytes) / 10e9;
+}
+
+namespace {
+
+std::uint64_t host_bytes_of(const lora_adapter& a) {
+  std::uint64_t n = 0;
+  for (const auto& layer : a.layers)
+    for (const auto& m : layer)
+      n += (m.a.size() + m.b.size()) * sizeof(float);
+  return n;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+} // namespace
+
+adapter_load cpu_backend::load_adapter(std::uint32_t id, const std::string& path,
+                                       std::uint64_t) {
+  adapter_load out;
+  std::shared_ptr<const lora_adapter> host;
+  {
+    std::lock_guard guard{adapters_mtx_};
+    if (host_.touch(id)) {
+      host = host_copies_.at(id);
+      out.host_hit = true;
+    }
+  }
+  if (!host) {
+    // Parse outside the lock: steps keep running meanwhile.
+    const auto t0 = std::chrono::steady_clock::now();
+    auto parsed = load_peft_adapter(path, model_->config());
+    out.disk_seconds = seconds_since(t0);
+    if (auto* err = std::get_if<std::string>(&parsed)) {
+      out.error = std::move(*err);
+      return out;
+    }
+    host = std::make_shared<const lora_adapter>(std::move(std::get<lora_adapter>(parsed)));
+    std::lock_guard guard{adapters_mtx_};
+    for (auto dropped : host_.insert(id, host_bytes_of(*host)))
+      host_copies_.erase(dropped);
+    host_copies_[id] = host;
+  }
+  // The host-to-device copy: the device set holds its own weights.
+  const auto t0 = std::chrono::steady_clock::now();
+  auto on_device = std::make_shared<const lora_adapter>(*host);
+  out.copy_seconds = seconds_since(t0);
+  std::lock_guard guard{adapters_mtx_};
+  device_[id] = std::move(on_device);
+  return out;
+}
+
+void cpu_backend::drop_adapter(std::uint32_t id) {
+  std::shared_ptr<const lora_adapter> gone;
+  std::lock_guard guard{adapters_mtx_};
+  if (auto i = device_.find(id); i != device_.end()) {
+    gone = std::move(i->second); // freed after the lock, when no step holds it
+    device_.erase(i);
+  }
+}
+
+void cpu_backend::forget_adapter(std::uint32_t id) {
+  std::lock_guard guard{adapters_mtx_};
+  device_.erase(id);
+  host_.erase(id);
+  host_copies_.erase(id);
+}
+
+std::size_t cpu_backend::device_adapters() const {
+  std::lock_guard guard{adapters_mtx_};
+  return device_.size();
+}
+
+std::size_t cpu_backend::host_adapters() const {
+  std::lock_guard guard{adapters_mtx_};
+  return host_copies_.size();
 }
 
 } // namespace troupe::gpu

@@ -6,10 +6,12 @@
 
 #include "gpu/backend.hpp"
 #include "gpu/cpu_model.hpp"
+#include "gpu/host_tier.hpp"
 #include "gpu/lora.hpp"
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -21,18 +23,29 @@ namespace troupe::gpu {
 class cpu_backend final : public executor_backend {
 public:
   /// Loads the model in `model_dir` (config.json, safetensors,
-  /// tokenizer.model) and every adapter in `adapters` (id, PEFT directory),
-  /// with a KV store of `pages` pages of `page_tokens` tokens. Errors name
-  /// the file at fault.
+  /// tokenizer.model) with a KV store of `pages` pages of `page_tokens`
+  /// tokens. Adapters come later, one load_adapter() each, through a host
+  /// tier of parsed adapters bounded by `host_adapter_bytes` (0: unbounded).
+  /// Errors name the file at fault.
   static std::variant<std::unique_ptr<cpu_backend>, std::string>
   open(const std::string& model_dir, std::uint64_t pages, std::uint32_t page_tokens,
-       const std::vector<std::pair<std::uint32_t, std::string>>& adapters);
+       std::uint64_t host_adapter_bytes = 0);
 
   /// Runs the batch; an entry the model cannot run (bad token id, missing
   /// pages, unknown adapter) gets token -1, which ends that request only.
   step_result run_step(std::span<const step_entry> batch) override;
-  /// Adapters are already in host memory: a load costs a host copy.
+  /// A host-to-host copy at 10 GB/s (the device is host memory here).
   double transfer_seconds(std::uint64_t bytes) const override;
+  /// Parses the PEFT files into the host tier on a miss (timed as disk),
+  /// then copies the weights to the "device" set run_step reads (timed as
+  /// the copy). A corrupt or missing file fails this adapter only.
+  adapter_load load_adapter(std::uint32_t id, const std::string& path,
+                            std::uint64_t bytes) override;
+  void drop_adapter(std::uint32_t id) override;
+  void forget_adapter(std::uint32_t id) override;
+  /// Adapters on the device and in the host tier (for tests).
+  std::size_t device_adapters() const;
+  std::size_t host_adapters() const;
   const tokenizer& vocab() const override { return *tokenizer_; }
   std::string name() const override { return "cpu"; }
 
@@ -43,7 +56,13 @@ private:
 
   std::unique_ptr<cpu_model> model_;
   std::unique_ptr<tokenizer> tokenizer_;
-  std::unordered_map<std::uint32_t, lora_adapter> adapters_;
+  // Guards the adapter sets: loads run on the copy engine's thread while
+  // run_step runs on the executor's. A step holds shared_ptrs, so a drop
+  // never frees weights under it.
+  mutable std::mutex adapters_mtx_;
+  host_tier host_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<const lora_adapter>> host_copies_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<const lora_adapter>> device_;
 };
 
 } // namespace troupe::gpu

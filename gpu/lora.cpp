@@ -169,6 +169,27 @@ std::variant<lora_adapter, std::string> parse_adapter_config(const json& doc, co
 
 } // namespace
 
+std::variant<lora_adapter, std::string> read_peft_config(const std::string& dir) {
+  try {
+    const std::string config_path = (std::filesystem::path{dir} / "adapter_config.json").string();
+    std::ifstream file{config_path, std::ios::binary};
+    if (!file)
+      return config_path + ": cannot open adapter config";
+    std::ostringstream text;
+    text << file.rdbuf();
+    bool too_deep = false;
+    const std::string config_text = text.str();
+    const json doc = parse_bounded(config_text, too_deep, false);
+    if (doc.is_discarded())
+      return config_path + ": not valid JSON";
+    if (too_deep)
+      return config_path + ": JSON nests deeper than 64 levels";
+    return parse_adapter_config(doc, config_path);
+  } catch (const std::exception& e) {
+    return dir + ": " + e.what();
+  }
+}
+
 std::variant<lora_adapter, std::string> load_peft_adapter(const std::string& dir,
                                                           const llama_config& base) {
   try {

@@ -44,6 +44,10 @@ struct lora_adapter {
 std::variant<lora_adapter, std::string> load_peft_adapter(const std::string& dir,
                                                           const llama_config& base);
 
+/// Reads only adapter_config.json of a PEFT directory: rank, alpha, targets
+/// (no matrices). For registering an adapter without loading it.
+std::variant<lora_adapter, std::string> read_peft_config(const std::string& dir);
+
 /// PEFT's tensor name for layer `i`, target `t`, matrix "A" or "B".
 std::string peft_tensor_name(std::uint32_t layer, lora_target t, char matrix);
 

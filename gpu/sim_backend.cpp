@@ -6,10 +6,12 @@
 
 namespace troupe::gpu {
 
-sim_backend::sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed, cost_constants constants)
+sim_backend::sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed,
+                         cost_constants constants, std::uint64_t host_adapter_bytes)
   : cost_model_(std::move(shape), std::move(gpu), constants),
     tokenizer_(cost_model_.shape().vocab_size),
-    seed_(seed) {}
+    seed_(seed),
+    host_(host_adapter_bytes) {}
 
 std::int32_t sim_backend::token_for(const step_entry& entry) const noexcept {
   std::uint64_t h = splitmix64(seed_);
@@ -32,6 +34,25 @@ step_result sim_backend::run_step(std::span<const step_entry> batch) {
 
 double sim_backend::transfer_seconds(std::uint64_t bytes) const {
   return cost_model_.transfer_seconds(bytes);
+}
+
+adapter_load sim_backend::load_adapter(std::uint32_t id, const std::string&,
+                                       std::uint64_t bytes) {
+  adapter_load out;
+  {
+    std::lock_guard guard{host_mtx_};
+    out.host_hit = host_.touch(id);
+    if (!out.host_hit)
+      host_.insert(id, bytes);
+  }
+  out.disk_seconds = out.host_hit ? 0.0 : cost_model_.disk_seconds(bytes);
+  out.copy_seconds = cost_model_.transfer_seconds(bytes);
+  return out;
+}
+
+void sim_backend::forget_adapter(std::uint32_t id) {
+  std::lock_guard guard{host_mtx_};
+  host_.erase(id);
 }
 
 } // namespace troupe::gpu

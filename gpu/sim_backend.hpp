@@ -6,10 +6,12 @@
 #include "gpu/backend.hpp"
 #include "gpu/cost_model.hpp"
 #include "gpu/gpu_spec.hpp"
+#include "gpu/host_tier.hpp"
 #include "gpu/model_shape.hpp"
 #include "gpu/sim_tokenizer.hpp"
 
 #include <cstdint>
+#include <mutex>
 #include <span>
 #include <string>
 
@@ -20,7 +22,9 @@ namespace troupe::gpu {
 class sim_backend final : public executor_backend {
 public:
   /// Simulates `shape` on `gpu`; `seed` perturbs every generated token.
-  sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed, cost_constants constants = {});
+  /// `host_adapter_bytes` bounds the modelled host tier (0: unbounded).
+  sim_backend(model_shape shape, gpu_spec gpu, std::uint64_t seed, cost_constants constants = {},
+              std::uint64_t host_adapter_bytes = 0);
 
   /// One token per entry in [sim_tokenizer::first_word_token, vocab_size()),
   /// never EOS or a special; depends only on the backend seed, entry.seed and
@@ -29,6 +33,14 @@ public:
   step_result run_step(std::span<const step_entry> batch) override;
   /// The cost model's transfer_seconds(bytes).
   double transfer_seconds(std::uint64_t bytes) const override;
+  /// Never fails: models a disk read into the host tier on a host miss and
+  /// the PCIe copy; nothing moves. Safe beside run_step.
+  adapter_load load_adapter(std::uint32_t id, const std::string& path,
+                            std::uint64_t bytes) override;
+  /// Nothing to free on a simulated device.
+  void drop_adapter(std::uint32_t) override {}
+  /// Drops it from the modelled host tier.
+  void forget_adapter(std::uint32_t id) override;
   /// A sim_tokenizer over the shape's vocab_size.
   const tokenizer& vocab() const override { return tokenizer_; }
   /// Always "sim".
@@ -43,6 +55,8 @@ private:
   roofline_cost_model cost_model_;
   sim_tokenizer tokenizer_;
   std::uint64_t seed_;
+  std::mutex host_mtx_;
+  host_tier host_;
 };
 
 } // namespace troupe::gpu

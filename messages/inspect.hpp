@@ -43,6 +43,37 @@ typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
            x.arrival_s);
 }
 
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, adapter_demand& x) {
+  return f(caf::meta::type_name("adapter_demand"), x.adapter_ids, x.waiting);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_order& x) {
+  return f(caf::meta::type_name("transfer_order"), x.adapter_id, x.bytes, x.path, x.kind);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, transfer_report& x) {
+  return f(caf::meta::type_name("transfer_report"), x.error, x.host_hit, x.disk_seconds,
+           x.copy_seconds);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, adapter_spec& x) {
+  return f(caf::meta::type_name("adapter_spec"), x.name, x.rank, x.path);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, adapter_entry& x) {
+  return f(caf::meta::type_name("adapter_entry"), x.id, x.name, x.rank, x.bytes, x.pages, x.path);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, register_result& x) {
+  return f(caf::meta::type_name("register_result"), x.entry, x.error);
+}
+
 } // namespace troupe
 
 namespace troupe::gpu {

@@ -40,27 +40,53 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
-/// memory_pool: pages for (owner kind, owner id). reserve replies the page
-/// ids granted: all of them, or none when the pool is short.
+/// memory_pool: pages for (tier, owner kind, owner id) from the device's
+/// unified pool or the host pool (pool_tier, page_owner_kind in
+/// runtime/memory_pool.hpp). reserve(tier, kind, owner, n, keep_free) replies
+/// the owner's page ids: all n, or none when fewer than n + keep_free pages
+/// are free.
 using memory_pool_actor = caf::typed_actor<
-  caf::replies_to<reserve_atom, std::uint8_t, std::uint64_t, std::uint64_t>::with<std::vector<std::uint32_t>>,
-  caf::reacts_to<release_atom, std::uint8_t, std::uint64_t>,
+  caf::replies_to<reserve_atom, std::uint8_t, std::uint8_t, std::uint64_t, std::uint64_t,
+                  std::uint64_t>::with<std::vector<std::uint32_t>>,
+  caf::reacts_to<release_atom, std::uint8_t, std::uint8_t, std::uint64_t>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
-/// copy_engine: host-to-device transfers; load replies the seconds it took.
+/// copy_engine: adapter loads onto the device through the backend, queued by
+/// transfer_kind priority; load replies what the transfer took (an error
+/// string in the report when the adapter's files could not be read).
 using copy_engine_actor = caf::typed_actor<
-  caf::replies_to<load_atom, std::uint32_t, std::uint64_t>::with<double>,
-  /// Internal timer: transfer `id` finished.
-  caf::reacts_to<tick_atom, std::uint64_t>>;
+  caf::replies_to<load_atom, transfer_order>::with<transfer_report>,
+  /// Free an evicted adapter on the device.
+  caf::reacts_to<evict_atom, std::uint32_t>,
+  /// Forget an unregistered adapter on the device and in the host tier.
+  caf::reacts_to<forget_atom, std::uint32_t>,
+  /// Internal: transfer `id` finished (modelled time elapsed, or the worker
+  /// thread is done) with this report.
+  caf::reacts_to<tick_atom, std::uint64_t, transfer_report>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
 
-/// adapter_cache: pins adapters in GPU memory, loading them when absent.
+/// adapter_cache: owns the adapter registry; pins adapters in GPU memory,
+/// loading them when absent. acquire replies a scheduler_core::adapter_grant.
 using adapter_cache_actor = caf::typed_actor<
-  caf::replies_to<acquire_atom, std::uint32_t>::with<bool>,
+  caf::replies_to<acquire_atom, std::uint32_t>::with<std::uint8_t>,
   caf::reacts_to<release_atom, std::uint32_t>,
   /// Evict idle adapters to free about this many pages; replies pages freed.
   caf::replies_to<trim_atom, std::uint64_t>::with<std::uint64_t>,
+  /// Waiting requests per adapter, from the scheduler.
+  caf::reacts_to<adapter_demand>,
+  /// Adapters a predictor expects soon: load them while memory is idle.
+  caf::reacts_to<prefetch_atom, std::vector<std::uint32_t>>,
+  caf::replies_to<register_atom, adapter_spec>::with<register_result>,
+  /// Unregister by id; replies "" or why it could not.
+  caf::replies_to<unregister_atom, std::uint32_t>::with<std::string>,
   caf::replies_to<list_atom>::with<std::vector<adapter_status>>,
   caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// A predictive prefetcher (policy actor): told of arrivals per adapter,
+/// it sends prefetch lists to the adapter cache on its own schedule.
+using prefetcher_actor = caf::typed_actor<
+  caf::reacts_to<arrival_atom, std::uint32_t>,
+  caf::reacts_to<tick_atom>>;
 
 /// executor: runs one step of a batch on its backend.
 using executor_actor = caf::typed_actor<

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "gpu/step.hpp"
+#include "runtime/adapter_registry.hpp"
 #include "runtime/request_state.hpp"
 
 #include <cstdint>
@@ -52,6 +53,38 @@ struct adapter_status {
   std::string name;
   std::uint32_t rank = 0;
   bool resident = false;
+};
+
+/// The scheduler's waiting requests per adapter, for the adapter cache:
+/// waiting[i] requests wait for adapter_ids[i] (0 clears it).
+struct adapter_demand {
+  std::vector<std::uint32_t> adapter_ids;
+  std::vector<std::uint32_t> waiting;
+};
+
+/// The class of a copy-engine transfer, highest priority first.
+enum class transfer_kind : std::uint8_t { demand_load, swap_in, prefetch, swap_out };
+
+/// An adapter load for the copy engine.
+struct transfer_order {
+  std::uint32_t adapter_id = 0;
+  std::uint64_t bytes = 0;
+  std::string path; ///< PEFT directory; empty for the sim backend
+  std::uint8_t kind = 0; ///< transfer_kind
+};
+
+/// What a transfer took; `error` is empty on success.
+struct transfer_report {
+  std::string error;
+  bool host_hit = false;
+  double disk_seconds = 0;
+  double copy_seconds = 0;
+};
+
+/// The answer to registering an adapter: the entry, or why not.
+struct register_result {
+  adapter_entry entry;
+  std::string error;
 };
 
 } // namespace troupe

@@ -150,9 +150,11 @@ double wire_float(float f) {
 // -- request parsing -------------------------------------------------------
 
 constexpr std::string_view valid_types =
-  R"("generate", "cancel", "health", "stats", "list_adapters")";
+  R"("generate", "cancel", "health", "stats", "list_adapters", "load_adapter", "unload_adapter")";
 
 constexpr std::array<std::string_view, 2> id_only_fields{"type", "id"};
+constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "name", "path", "rank"};
+constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
 
 constexpr std::array<std::string_view, 14> generate_fields{
   "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature",
@@ -345,6 +347,38 @@ request read_request(const json& obj, const parse_limits& limits) {
     reject_unknown_fields(obj, type, generate_fields);
     return read_generate(obj, std::move(id), limits);
   }
+  if (type == "load_adapter" || type == "unload_adapter") {
+    auto id = read_id(obj, limits);
+    const bool load = type == "load_adapter";
+    if (load)
+      reject_unknown_fields(obj, type, load_adapter_fields);
+    else
+      reject_unknown_fields(obj, type, unload_adapter_fields);
+    const json* name = find(obj, "name");
+    if (name == nullptr)
+      reject("missing field \"name\": the adapter's name");
+    if (!name->is_string() || name->get_ref<const std::string&>().empty()
+        || name->get_ref<const std::string&>().size() > limits.max_id_chars)
+      reject_field("name", "a non-empty string of at most " + std::to_string(limits.max_id_chars)
+                             + " bytes", *name);
+    if (!load)
+      return unload_adapter_request{std::move(id), name->get<std::string>()};
+    load_adapter_request l{std::move(id), name->get<std::string>(), "", 0};
+    if (const json* path = find(obj, "path")) {
+      if (!path->is_string() || path->get_ref<const std::string&>().empty())
+        reject_field("path", "a non-empty string (a PEFT adapter directory on the server)", *path);
+      l.path = path->get<std::string>();
+    }
+    if (const json* rank = find(obj, "rank")) {
+      auto v = integer_of<std::uint32_t>(*rank);
+      if (!v || *v == 0 || *v > 4096)
+        reject_field("rank", "an integer in [1, 4096]", *rank);
+      l.rank = *v;
+    }
+    if (l.path.empty() && l.rank == 0)
+      reject("a load_adapter request needs \"path\" (a PEFT directory) or \"rank\" (sim backend)");
+    return l;
+  }
   if (type != "cancel" && type != "health" && type != "stats" && type != "list_adapters")
     reject_field("type", expected, *t);
   auto id = read_id(obj, limits);
@@ -511,8 +545,10 @@ reply read_reply(const json& obj) {
     }
     return x;
   }
+  if (type == "adapter")
+    return adapter_reply{std::move(id), r.string("name"), r.count("rank"), r.string("status")};
   reject("field \"type\" must be one of \"accepted\", \"token\", \"done\", \"error\", "
-         "\"health\", \"stats\", \"adapters\", got "
+         "\"health\", \"stats\", \"adapters\", \"adapter\", got "
          + dump(json(type)));
 }
 
@@ -578,6 +614,12 @@ std::string_view to_string(error_code x) noexcept {
       return "prompt_too_long";
     case error_code::overloaded:
       return "overloaded";
+    case error_code::adapter_in_use:
+      return "adapter_in_use";
+    case error_code::adapter_exists:
+      return "adapter_exists";
+    case error_code::bad_adapter:
+      return "bad_adapter";
     case error_code::shutting_down:
       return "shutting_down";
     case error_code::internal:
@@ -639,6 +681,20 @@ std::string to_json(const request& x) {
     }
     json operator()(const list_adapters_request& l) const {
       return header("list_adapters", l.id);
+    }
+    json operator()(const load_adapter_request& l) const {
+      auto j = header("load_adapter", l.id);
+      j["name"] = l.name;
+      if (!l.path.empty())
+        j["path"] = l.path;
+      if (l.rank != 0)
+        j["rank"] = l.rank;
+      return j;
+    }
+    json operator()(const unload_adapter_request& u) const {
+      auto j = header("unload_adapter", u.id);
+      j["name"] = u.name;
+      return j;
     }
   };
   return dump(std::visit(visitor{}, x));
@@ -703,6 +759,14 @@ std::string to_json(const adapters_reply& x) {
   for (const auto& a : x.adapters)
     list.push_back(json{{"name", a.name}, {"rank", a.rank}, {"resident", a.resident}});
   j["adapters"] = std::move(list);
+  return dump(j);
+}
+
+std::string to_json(const adapter_reply& x) {
+  auto j = header("adapter", x.id);
+  j["name"] = x.name;
+  j["rank"] = x.rank;
+  j["status"] = x.status;
   return dump(j);
 }
 

@@ -23,6 +23,9 @@ enum class error_code : std::uint8_t {
   prompt_too_long, ///< prompt + max_tokens exceed the model's context
   overloaded,      ///< too many requests pending; retry later
   shutting_down,   ///< the server is draining and takes no new work
+  adapter_in_use,  ///< `unload_adapter` of an adapter requests in flight use
+  adapter_exists,  ///< `load_adapter` of a name already registered
+  bad_adapter,     ///< the adapter's files are missing or corrupt
   internal,        ///< a server-side failure; the request was not completed
 };
 
@@ -58,8 +61,24 @@ struct health_request { std::string id; };
 struct stats_request { std::string id; };
 struct list_adapters_request { std::string id; };
 
+/// Registers an adapter at run time: `path` is a PEFT directory (its rank is
+/// read from adapter_config.json); without one (sim backend) `rank` is needed.
+struct load_adapter_request {
+  std::string id;
+  std::string name;
+  std::string path;
+  std::uint32_t rank = 0; ///< 0: from the files
+};
+
+/// Unregisters an adapter; refused while requests using it are in flight.
+struct unload_adapter_request {
+  std::string id;
+  std::string name;
+};
+
 using request = std::variant<generate_request, cancel_request, health_request,
-                             stats_request, list_adapters_request>;
+                             stats_request, list_adapters_request, load_adapter_request,
+                             unload_adapter_request>;
 
 /// Why a frame was refused; `id` is the request's id when it could be read.
 struct parse_error {
@@ -142,6 +161,14 @@ struct adapters_reply {
   std::vector<adapter_info> adapters;
 };
 
+/// The answer to load_adapter / unload_adapter.
+struct adapter_reply {
+  std::string id;
+  std::string name;
+  std::uint32_t rank = 0;
+  std::string status; ///< "loaded" or "unloaded"
+};
+
 std::string to_json(const accepted_reply& x);
 std::string to_json(const token_reply& x);
 std::string to_json(const done_reply& x);
@@ -149,13 +176,14 @@ std::string to_json(const error_reply& x);
 std::string to_json(const health_reply& x);
 std::string to_json(const stats_reply& x);
 std::string to_json(const adapters_reply& x);
+std::string to_json(const adapter_reply& x);
 
 /// Serializes a request (used by troupe-client and tests).
 std::string to_json(const request& x);
 
 /// A reply as a client sees it after parsing; for troupe-client and tests.
 using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply,
-                           health_reply, stats_reply, adapters_reply>;
+                           health_reply, stats_reply, adapters_reply, adapter_reply>;
 
 /// Parses a server reply; a parse_error for anything that is not one.
 std::variant<reply, parse_error> parse_reply(std::string_view frame);

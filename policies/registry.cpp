@@ -58,7 +58,18 @@ registry<classifier_policy>& classifiers() {
 }
 
 registry<eviction_policy>& evictions() {
-  static registry<eviction_policy> r{"lru", [] { return std::make_unique<lru_eviction_policy>(); }};
+  static registry<eviction_policy>& r = [] () -> registry<eviction_policy>& {
+    static registry<eviction_policy> built{"lru", [] { return std::make_unique<lru_eviction_policy>(); }};
+    built.add("lfu", [] { return std::make_unique<lfu_eviction_policy>(); });
+    built.add("slora", [] { return std::make_unique<slora_eviction_policy>(); });
+    built.add("chameleon", [] {
+      return std::make_unique<score_eviction_policy>("chameleon", score_weights{0.45, 0.10, 0.45});
+    });
+    built.add("fairshare", [] {
+      return std::make_unique<score_eviction_policy>("fairshare", score_weights{1.0 / 3, 1.0 / 3, 1.0 / 3});
+    });
+    return built;
+  }();
   return r;
 }
 

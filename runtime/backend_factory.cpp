@@ -3,6 +3,7 @@
 #include "gpu/cpu_backend.hpp"
 #include "gpu/llama_config.hpp"
 #include "gpu/sim_backend.hpp"
+#include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 
 namespace troupe {
@@ -15,6 +16,7 @@ config_catalog default_catalog() {
   c.scheduling_policies = policies::scheduling_policy_names();
   c.classifier_policies = policies::classifier_policy_names();
   c.eviction_policies = policies::eviction_policy_names();
+  c.prefetch_policies = policies::prefetch_policy_names();
   return c;
 }
 
@@ -44,16 +46,8 @@ std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_op
     const std::uint64_t cap = (std::uint64_t{2} << 30) / std::max<std::uint64_t>(out.page_bytes, 1);
     out.pool_pages = std::max<std::uint64_t>(1, std::min(per_request * opts.scheduler.max_running, cap));
   }
-  std::vector<std::pair<std::uint32_t, std::string>> adapters;
-  const auto specs = expand_adapters(opts);
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    if (specs[i].path.empty())
-      return "adapters: the cpu backend loads PEFT files, but adapter \"" + specs[i].name
-             + "\" has no path";
-    adapters.emplace_back(static_cast<std::uint32_t>(i + 1), specs[i].path);
-  }
   auto backend = gpu::cpu_backend::open(opts.model.path, out.pool_pages,
-                                        opts.memory_pool.page_tokens, adapters);
+                                        opts.memory_pool.page_tokens, opts.adapter_cache.host_bytes);
   if (auto* err = std::get_if<std::string>(&backend))
     return *err;
   out.backend = std::shared_ptr<gpu::executor_backend>(
@@ -97,11 +91,52 @@ std::variant<resolved_backend, std::string> make_backend(const deployment_option
     out.pool_pages = static_cast<std::uint64_t>(budget / static_cast<double>(out.page_bytes));
   }
   if (opts.backend.kind == "sim") {
-    out.backend = std::make_shared<gpu::sim_backend>(out.shape, out.gpu, opts.backend.seed);
+    out.backend = std::make_shared<gpu::sim_backend>(out.shape, out.gpu, opts.backend.seed,
+                                                     gpu::cost_constants{}, opts.adapter_cache.host_bytes);
     out.time_scale = opts.backend.time_scale;
     return out;
   }
   return "backend.kind: \"" + opts.backend.kind + "\" is not built into this binary (have: cpu, sim)";
+}
+
+std::variant<adapter_catalog, std::string> make_adapter_catalog(const deployment_options& opts,
+                                                                const resolved_backend& rb) {
+  const auto shape = rb.shape;
+  adapter_catalog catalog{{}, {}, [shape](std::uint32_t rank) { return shape.lora_adapter_bytes(rank); },
+                          rb.page_bytes};
+  const bool needs_files = opts.backend.kind == "cpu";
+  auto add = [&](adapter_spec spec, const std::string& where) -> std::string {
+    if (!spec.path.empty()) {
+      auto described = describe_adapter(spec.name, spec.path);
+      if (auto* err = std::get_if<std::string>(&described))
+        return where + ": " + *err;
+      spec.rank = std::get<adapter_spec>(described).rank;
+    } else if (needs_files) {
+      return where + ": the cpu backend loads PEFT files, but adapter \"" + spec.name
+             + "\" has no path";
+    }
+    auto added = catalog.add(spec);
+    if (auto* err = std::get_if<std::string>(&added))
+      return where + ": " + *err;
+    return {};
+  };
+  const auto specs = expand_adapters(opts);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const auto where = i < opts.adapters.size() ? "adapters[" + std::to_string(i) + "]"
+                                                : std::string{"adapters_generate"};
+    if (auto err = add(specs[i], where); !err.empty())
+      return err;
+  }
+  for (std::size_t d = 0; d < opts.adapter_cache.directories.size(); ++d) {
+    const auto where = "adapter_cache.directories[" + std::to_string(d) + "]";
+    auto found = scan_adapter_directory(opts.adapter_cache.directories[d]);
+    if (auto* err = std::get_if<std::string>(&found))
+      return where + ": " + *err;
+    for (auto& spec : std::get<std::vector<adapter_spec>>(found))
+      if (auto err = add(std::move(spec), where); !err.empty())
+        return err;
+  }
+  return catalog;
 }
 
 } // namespace troupe

@@ -6,6 +6,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/gpu_spec.hpp"
 #include "gpu/model_shape.hpp"
+#include "runtime/adapter_registry.hpp"
 #include "runtime/config.hpp"
 #include "runtime/options.hpp"
 
@@ -34,6 +35,13 @@ struct resolved_backend {
 /// Resolves the model shape, the GPU and the pool size and builds the
 /// backend; an error message naming the option when something is wrong.
 std::variant<resolved_backend, std::string> make_backend(const deployment_options& opts);
+
+/// The adapters a deployment starts with: [[adapters]], [adapters_generate]
+/// and the subdirectories of adapter_cache.directories. Adapters with files
+/// take their rank from adapter_config.json; the cpu backend needs files for
+/// every adapter. An error names the key or file at fault.
+std::variant<adapter_catalog, std::string> make_adapter_catalog(const deployment_options& opts,
+                                                                const resolved_backend& rb);
 
 /// The names every registry knows now (for config validation).
 config_catalog default_catalog();

@@ -435,13 +435,14 @@ backend_options read_backend(section s, const config_catalog& catalog) {
 
 memory_pool_options read_memory_pool(section s) {
   memory_pool_options o;
-  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction"});
+  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction", "host_pages"});
   o.page_tokens = s.u32("page_tokens", o.page_tokens, 1, max_page_tokens);
   s.require("page_tokens", std::has_single_bit(o.page_tokens), "must be a power of two");
   o.pages = s.u64("pages", o.pages);
   o.gpu_memory_fraction = s.real("gpu_memory_fraction", o.gpu_memory_fraction);
   s.require("gpu_memory_fraction", o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
             "must be in (0, 1]");
+  o.host_pages = s.u64("host_pages", o.host_pages);
   return o;
 }
 
@@ -465,9 +466,47 @@ classifier_options read_classifier(section s, const config_catalog& catalog) {
 
 adapter_cache_options read_adapter_cache(section s, const config_catalog& catalog) {
   adapter_cache_options o;
-  s.allow_only({"policy", "max_resident"});
+  s.allow_only({"policy", "params", "max_resident", "window_s", "prefetch", "prefetch_free_fraction",
+                "predictor", "predictor_interval_s", "host_bytes", "directories"});
   o.policy = s.choice("policy", o.policy, catalog.eviction_policies, "eviction policy");
+  if (const toml::node* n = s.node("params"); n != nullptr && !s.check().failed()) {
+    const toml::table* t = n->as_table();
+    if (t == nullptr) {
+      s.check().fail(n->source(), s.path("params"),
+                     "expected a table of numbers, e.g. { frequency = 0.45 }, got " + typed_text(*n));
+    } else {
+      section params{s.check(), t, s.path("params")};
+      for (auto&& [key, value] : *t)
+        o.params[std::string(key.str())] = params.real(key.str(), 0.0);
+    }
+  }
   o.max_resident = s.u32("max_resident", o.max_resident);
+  o.window_s = s.real("window_s", o.window_s);
+  s.require("window_s", o.window_s > 0, "must be positive");
+  o.prefetch = s.flag("prefetch", o.prefetch);
+  o.prefetch_free_fraction = s.real("prefetch_free_fraction", o.prefetch_free_fraction);
+  s.require("prefetch_free_fraction", o.prefetch_free_fraction >= 0 && o.prefetch_free_fraction < 1,
+            "must be in [0, 1)");
+  o.predictor = s.choice("predictor", o.predictor, catalog.prefetch_policies, "prefetch predictor");
+  o.predictor_interval_s = s.real("predictor_interval_s", o.predictor_interval_s);
+  s.require("predictor_interval_s", o.predictor_interval_s > 0, "must be positive");
+  o.host_bytes = s.u64("host_bytes", o.host_bytes);
+  if (const toml::node* n = s.node("directories"); n != nullptr && !s.check().failed()) {
+    const toml::array* dirs = n->as_array();
+    if (dirs == nullptr) {
+      s.check().fail(n->source(), s.path("directories"),
+                     "expected an array of strings, got " + typed_text(*n));
+    } else {
+      for (std::size_t i = 0; i < dirs->size() && !s.check().failed(); ++i) {
+        const toml::node& d = *dirs->get(i);
+        const std::string path = s.path("directories") + '[' + std::to_string(i) + ']';
+        if (const auto* str = d.as_string())
+          o.directories.push_back(str->get());
+        else
+          s.check().fail(d.source(), path, "expected a string, got " + typed_text(d));
+      }
+    }
+  }
   return o;
 }
 

@@ -7,7 +7,9 @@
 #include "actors/intake_actor.hpp"
 #include "actors/memory_pool_actor.hpp"
 #include "actors/metrics_actor.hpp"
+#include "actors/prefetcher_actor.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
@@ -64,6 +66,12 @@ deployment::start(const deployment_options& opts) {
     return opts.source + ": scheduler.policy: no policy named \"" + opts.scheduler.policy + "\"";
   if (!evict_policy)
     return opts.source + ": adapter_cache.policy: no policy named \"" + opts.adapter_cache.policy + "\"";
+  if (auto err = evict_policy ? evict_policy->configure(opts.adapter_cache.params) : std::string{};
+      !err.empty())
+    return opts.source + ": adapter_cache.params: " + err;
+  auto predict_policy = policies::make_prefetch_policy(opts.adapter_cache.predictor);
+  if (!predict_policy)
+    return opts.source + ": adapter_cache.predictor: no predictor named \"" + opts.adapter_cache.predictor + "\"";
   if (opts.classifier.enabled && !class_policy)
     return opts.source + ": classifier.policy: no policy named \"" + opts.classifier.policy + "\"";
 
@@ -78,18 +86,28 @@ deployment::start(const deployment_options& opts) {
   p->sys = std::make_unique<caf::actor_system>(p->cfg);
   auto& sys = *p->sys;
 
-  const auto shape = rb.shape;
-  auto catalog = std::make_shared<const adapter_catalog>(
-    expand_adapters(opts), adapter_generate_options{0, "", {}},
-    [shape](std::uint32_t rank) { return shape.lora_adapter_bytes(rank); }, rb.page_bytes);
+  auto catalog = make_adapter_catalog(opts, rb);
+  if (auto* err = std::get_if<std::string>(&catalog))
+    return opts.source + ": " + *err;
+  auto& adapters = std::get<adapter_catalog>(catalog);
+  const auto adapters_known = adapters.all().size();
 
-  auto pool = spawn_memory_pool(sys, rb.pool_pages);
-  auto backend_ptr = rb.backend;
-  auto copy = spawn_copy_engine(
-    sys, {[backend_ptr](std::uint64_t bytes) { return backend_ptr->transfer_seconds(bytes); },
-          rb.time_scale, opts.copy_engine.max_inflight});
-  auto cache = spawn_adapter_cache(
-    sys, {catalog, std::move(evict_policy), opts.adapter_cache.max_resident, pool, copy});
+  auto pool = spawn_memory_pool(sys, rb.pool_pages, opts.memory_pool.host_pages);
+  auto copy = spawn_copy_engine(sys, {rb.backend, rb.time_scale, rb.computes,
+                                      opts.copy_engine.max_inflight});
+  adapter_cache_config acc;
+  acc.catalog = adapters;
+  acc.policy = std::move(evict_policy);
+  acc.options = opts.adapter_cache;
+  acc.pool_pages = rb.pool_pages;
+  acc.needs_files = rb.computes;
+  acc.pool = pool;
+  acc.copy_engine = copy;
+  auto cache = spawn_adapter_cache(sys, std::move(acc));
+  prefetcher_actor prefetcher;
+  if (opts.adapter_cache.predictor != "none")
+    prefetcher = spawn_prefetcher(sys, {std::move(predict_policy), cache,
+                                        opts.adapter_cache.predictor_interval_s});
   auto exec = spawn_executor(sys, {rb.backend, rb.time_scale, rb.computes});
   metrics_actor metrics;
   if (opts.metrics.enabled)
@@ -118,12 +136,14 @@ deployment::start(const deployment_options& opts) {
   ic.limits.max_pending = opts.server.max_pending;
   ic.limits.max_context = rb.max_context;
   ic.limits.base_seed = opts.backend.seed;
-  ic.catalog = catalog;
+  ic.catalog = std::move(adapters);
   ic.backend = rb.backend;
   ic.classifier = classifier;
   ic.scheduler = sched;
   ic.pool = pool;
   ic.adapter_cache = cache;
+  ic.copy_engine = copy;
+  ic.prefetcher = prefetcher;
   ic.metrics = metrics;
   auto* bridge_ptr = p->bridge.get();
   ic.send = [bridge_ptr](std::vector<outbound_frame> frames) {
@@ -135,7 +155,8 @@ deployment::start(const deployment_options& opts) {
   for (auto a : {caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(copy),
                  caf::actor_cast<caf::actor>(cache), caf::actor_cast<caf::actor>(exec),
                  caf::actor_cast<caf::actor>(metrics), caf::actor_cast<caf::actor>(sched),
-                 caf::actor_cast<caf::actor>(classifier), caf::actor_cast<caf::actor>(p->intake)})
+                 caf::actor_cast<caf::actor>(classifier), caf::actor_cast<caf::actor>(prefetcher),
+                 caf::actor_cast<caf::actor>(p->intake)})
     if (a)
       p->actors.push_back(a);
 
@@ -143,7 +164,7 @@ deployment::start(const deployment_options& opts) {
   p->endpoint = p->bridge->endpoint();
   spdlog::info("troupe: serving {} ({} on {}, {} pages of {} KiB, {} adapters) at {}",
                opts.source, rb.shape.name, rb.gpu.name, rb.pool_pages, rb.page_bytes >> 10,
-               catalog->all().size(), p->bridge->endpoint());
+               adapters_known, p->bridge->endpoint());
   return std::unique_ptr<deployment>(new deployment(std::move(p)));
 }
 

@@ -6,9 +6,11 @@
 
 namespace troupe {
 
-intake_core::intake_core(intake_limits limits, std::shared_ptr<const adapter_catalog> catalog,
+intake_core::intake_core(intake_limits limits, const adapter_catalog& adapters,
                          std::shared_ptr<const gpu::executor_backend> backend)
-  : limits_(limits), catalog_(std::move(catalog)), backend_(std::move(backend)) {
+  : limits_(limits), backend_(std::move(backend)) {
+  for (const auto& [id, e] : adapters.all())
+    adapters_.emplace(e.name, e);
   limits_.parse.vocab_size = backend_->vocab().vocab_size();
   if (limits_.parse.max_tokens > limits_.max_context)
     limits_.parse.max_tokens = limits_.max_context;
@@ -41,7 +43,69 @@ void intake_core::forget(std::uint64_t request_id) {
   if (i == requests_.end())
     return;
   by_client_.erase({i->second.peer, i->second.client_id});
+  if (!i->second.adapter.empty()) {
+    auto u = adapter_users_.find(i->second.adapter);
+    if (u != adapter_users_.end() && --u->second == 0)
+      adapter_users_.erase(u);
+  }
   requests_.erase(i);
+}
+
+std::uint32_t intake_core::adapter_users(const std::string& name) const {
+  auto i = adapter_users_.find(name);
+  return i == adapter_users_.end() ? 0 : i->second;
+}
+
+void intake_core::adapter_request(const std::string& peer, wire::load_adapter_request&& l,
+                                  intake_actions& out) {
+  if (adapters_.contains(l.name)) {
+    out.replies.push_back(error_frame(peer, l.id, wire::error_code::adapter_exists,
+                                      "an adapter named \"" + l.name
+                                        + "\" is already registered; unload it first"));
+    return;
+  }
+  out.register_adapter = adapter_spec{l.name, l.rank, l.path};
+  out.query_id = l.id;
+}
+
+void intake_core::adapter_request(const std::string& peer, wire::unload_adapter_request&& u,
+                                  intake_actions& out) {
+  auto i = adapters_.find(u.name);
+  if (i == adapters_.end()) {
+    out.replies.push_back(error_frame(peer, u.id, wire::error_code::unknown_adapter,
+                                      "no adapter named \"" + u.name + "\""));
+    return;
+  }
+  if (const auto users = adapter_users(u.name); users > 0) {
+    out.replies.push_back(error_frame(
+      peer, u.id, wire::error_code::adapter_in_use,
+      "adapter \"" + u.name + "\" is used by " + std::to_string(users)
+        + " request(s) in flight; unload it after they finish"));
+    return;
+  }
+  // Forget the name now: no request accepted from here on can use it.
+  out.unregister_adapter = i->second;
+  out.query_id = u.id;
+  adapters_.erase(i);
+}
+
+std::vector<outbound_frame> intake_core::on_registered(const std::string& peer,
+                                                       const std::string& client_id,
+                                                       const std::variant<adapter_entry, std::string>& r) {
+  if (const auto* err = std::get_if<std::string>(&r))
+    return {error_frame(peer, client_id, wire::error_code::bad_adapter, *err)};
+  const auto& e = std::get<adapter_entry>(r);
+  adapters_[e.name] = e;
+  return {{peer, wire::to_json(wire::adapter_reply{client_id, e.name, e.rank, "loaded"})}};
+}
+
+std::vector<outbound_frame> intake_core::on_unregistered(const std::string& peer,
+                                                         const std::string& client_id,
+                                                         const adapter_entry& entry,
+                                                         const std::string& error) {
+  if (!error.empty())
+    return {error_frame(peer, client_id, wire::error_code::internal, error)};
+  return {{peer, wire::to_json(wire::adapter_reply{client_id, entry.name, entry.rank, "unloaded"})}};
 }
 
 intake_actions intake_core::on_frame(const std::string& peer, std::string_view payload,
@@ -72,6 +136,10 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
   } else if (auto* l = std::get_if<wire::list_adapters_request>(&req)) {
     out.ask = intake_actions::query::adapters;
     out.query_id = l->id;
+  } else if (auto* la = std::get_if<wire::load_adapter_request>(&req)) {
+    adapter_request(peer, std::move(*la), out);
+  } else if (auto* ua = std::get_if<wire::unload_adapter_request>(&req)) {
+    adapter_request(peer, std::move(*ua), out);
   }
   return out;
 }
@@ -99,7 +167,8 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   }
   const adapter_entry* adapter = nullptr;
   if (!g.adapter.empty()) {
-    adapter = catalog_->find(g.adapter);
+    auto a = adapters_.find(g.adapter);
+    adapter = a == adapters_.end() ? nullptr : &a->second;
     if (adapter == nullptr) {
       out.replies.push_back(error_frame(peer, g.id, error_code::unknown_adapter,
                                         "no adapter named \"" + g.adapter
@@ -139,6 +208,10 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   p.client_id = g.id;
   p.stream = g.stream;
   p.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
+  if (adapter != nullptr) {
+    p.adapter = adapter->name;
+    ++adapter_users_[adapter->name];
+  }
   by_client_.emplace(std::pair{peer, g.id}, id);
   requests_.emplace(id, std::move(p));
   out.submit = std::move(spec);
@@ -236,7 +309,11 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         d.text = decode(p.tokens, 0);
         d.tokens = std::move(p.tokens);
       }
-      if (static_cast<finish_reason>(f.reason) == finish_reason::error)
+      if (static_cast<finish_reason>(f.reason) == finish_reason::adapter_error)
+        out.push_back(error_frame(p.peer, p.client_id, wire::error_code::bad_adapter,
+                                  "adapter \"" + p.adapter
+                                    + "\" could not be loaded (its files are missing or corrupt; the server log names the file)"));
+      else if (static_cast<finish_reason>(f.reason) == finish_reason::error)
         out.push_back(error_frame(p.peer, p.client_id, wire::error_code::internal,
                                   "the server could not complete this request (its adapter could not be loaded or a step failed); see the server log"));
       else

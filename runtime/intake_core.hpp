@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <variant>
 #include <vector>
 
 namespace troupe {
@@ -45,12 +46,18 @@ struct intake_actions {
   std::optional<std::uint64_t> cancel; ///< internal id to cancel
   query ask = query::none;             ///< a reply that needs other actors
   std::string query_id;                ///< client id for that reply
+  /// Register this adapter with the adapter cache, then on_registered().
+  std::optional<adapter_spec> register_adapter;
+  /// Unregister this adapter (the intake has already forgotten its name),
+  /// then on_unregistered().
+  std::optional<adapter_entry> unregister_adapter;
 };
 
 /// One owner thread (the intake actor).
 class intake_core {
 public:
-  intake_core(intake_limits limits, std::shared_ptr<const adapter_catalog> catalog,
+  /// `adapters`: the adapters registered at start.
+  intake_core(intake_limits limits, const adapter_catalog& adapters,
               std::shared_ptr<const gpu::executor_backend> backend);
 
   // -- mutators ---------------------------------------------------------------
@@ -69,6 +76,15 @@ public:
   /// Tokens and finished requests from the scheduler.
   std::vector<outbound_frame> on_progress(const progress_batch& batch);
 
+  /// The adapter cache answered a register_adapter action for client
+  /// request `client_id` of `peer`: the entry, or why it was refused.
+  std::vector<outbound_frame> on_registered(const std::string& peer, const std::string& client_id,
+                                            const std::variant<adapter_entry, std::string>& r);
+
+  /// The adapter cache has unregistered `entry` (or failed to: `error`).
+  std::vector<outbound_frame> on_unregistered(const std::string& peer, const std::string& client_id,
+                                              const adapter_entry& entry, const std::string& error);
+
   /// `peer` cannot be reached any more: returns internal ids to cancel; their
   /// replies are dropped from now on.
   std::vector<std::uint64_t> on_peer_gone(const std::string& peer);
@@ -82,6 +98,8 @@ public:
   std::size_t in_flight() const noexcept { return requests_.size(); }
   std::uint64_t rejected() const noexcept { return rejected_; }
   std::uint64_t accepted() const noexcept { return accepted_; }
+  /// Requests in flight that use adapter `name`.
+  std::uint32_t adapter_users(const std::string& name) const;
 
 private:
   struct pending {
@@ -91,6 +109,7 @@ private:
     bool accepted_sent = false;
     bool peer_gone = false;
     std::uint32_t prompt_tokens = 0;
+    std::string adapter;
     std::vector<std::int32_t> tokens; // non-streaming only
   };
 
@@ -102,8 +121,12 @@ private:
   void send_accepted(pending& p, std::vector<outbound_frame>& out);
   void forget(std::uint64_t request_id);
 
+  void adapter_request(const std::string& peer, wire::load_adapter_request&& l, intake_actions& out);
+  void adapter_request(const std::string& peer, wire::unload_adapter_request&& u, intake_actions& out);
+
   intake_limits limits_;
-  std::shared_ptr<const adapter_catalog> catalog_;
+  std::unordered_map<std::string, adapter_entry> adapters_;
+  std::unordered_map<std::string, std::uint32_t> adapter_users_;
   std::shared_ptr<const gpu::executor_backend> backend_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, pending> requests_;

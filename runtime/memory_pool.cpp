@@ -2,16 +2,26 @@
 
 namespace troupe {
 
-page_pool::page_pool(std::uint64_t pages) : total_(pages) {
+page_pool::page_pool(std::uint64_t pages) : total_(pages), low_water_(pages) {
   free_.reserve(pages);
   // Hand out low page ids first: pop_back() takes from the end.
   for (std::uint64_t i = pages; i > 0; --i)
     free_.push_back(static_cast<std::uint32_t>(i - 1));
 }
 
-bool page_pool::allocate(page_owner owner, std::uint64_t n) {
-  if (n > free_.size())
+bool page_pool::allocate_keeping(page_owner owner, std::uint64_t n, std::uint64_t keep_free) {
+  if (n + keep_free > free_.size()) {
+    ++denied_;
     return false;
+  }
+  return allocate(owner, n);
+}
+
+bool page_pool::allocate(page_owner owner, std::uint64_t n) {
+  if (n > free_.size()) {
+    ++denied_;
+    return false;
+  }
   if (n == 0)
     return true;
   auto& mine = held_[owner];
@@ -20,13 +30,17 @@ bool page_pool::allocate(page_owner owner, std::uint64_t n) {
     free_.pop_back();
   }
   used_[static_cast<int>(owner.kind)] += n;
+  if (free_.size() < low_water_)
+    low_water_ = free_.size();
   return true;
 }
 
 std::uint64_t page_pool::release(page_owner owner) {
   auto i = held_.find(owner);
-  if (i == held_.end())
+  if (i == held_.end()) {
+    ++empty_releases_;
     return 0;
+  }
   const auto n = i->second.size();
   free_.insert(free_.end(), i->second.begin(), i->second.end());
   used_[static_cast<int>(owner.kind)] -= n;

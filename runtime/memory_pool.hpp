@@ -10,8 +10,13 @@
 
 namespace troupe {
 
-/// What holds a page.
-enum class page_owner_kind : std::uint8_t { request, adapter };
+/// What holds a page: a request's KV cache, a request's hidden-state cache
+/// (Apt-Serve), or an adapter's weights.
+enum class page_owner_kind : std::uint8_t { request, adapter, hidden };
+inline constexpr std::size_t page_owner_kinds = 3;
+
+/// Which pool: the device's unified pool or the host pool for swapped KV.
+enum class pool_tier : std::uint8_t { device, host };
 
 struct page_owner {
   page_owner_kind kind = page_owner_kind::request;
@@ -31,6 +36,9 @@ public:
   /// Gives `n` more pages to `owner`. All or nothing: false (and no change)
   /// when fewer than `n` pages are free.
   bool allocate(page_owner owner, std::uint64_t n);
+  /// allocate(), but only when at least `keep_free` pages stay free after it
+  /// (a watermark for optional work such as prefetch).
+  bool allocate_keeping(page_owner owner, std::uint64_t n, std::uint64_t keep_free);
 
   /// Frees every page of `owner`; returns how many (0 if it held none, so a
   /// second release is harmless).
@@ -46,18 +54,27 @@ public:
   std::span<const std::uint32_t> pages_of(page_owner owner) const;
   /// Owners holding pages.
   std::size_t owners() const noexcept { return held_.size(); }
+  /// The fewest free pages there have been (the low-water mark).
+  std::uint64_t low_water() const noexcept { return low_water_; }
+  /// Allocations refused for want of pages.
+  std::uint64_t denied() const noexcept { return denied_; }
+  /// release() calls for owners holding nothing (a second release included).
+  std::uint64_t empty_releases() const noexcept { return empty_releases_; }
 
 private:
   struct owner_hash {
     std::size_t operator()(const page_owner& o) const noexcept {
-      return std::hash<std::uint64_t>{}(o.id * 2 + static_cast<std::uint64_t>(o.kind));
+      return std::hash<std::uint64_t>{}(o.id * 4 + static_cast<std::uint64_t>(o.kind));
     }
   };
 
   std::uint64_t total_;
   std::vector<std::uint32_t> free_;
   std::unordered_map<page_owner, std::vector<std::uint32_t>, owner_hash> held_;
-  std::uint64_t used_[2] = {0, 0};
+  std::uint64_t used_[page_owner_kinds] = {};
+  std::uint64_t low_water_ = 0;
+  std::uint64_t denied_ = 0;
+  std::uint64_t empty_releases_ = 0;
 };
 
 } // namespace troupe

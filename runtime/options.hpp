@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,8 @@ struct memory_pool_options {
   std::uint64_t pages = 0;
   /// Share of GPU memory left after the weights that the pool may take.
   double gpu_memory_fraction = 0.9;
+  /// Pages of host memory for swapped-out KV (same page size); 0: none.
+  std::uint64_t host_pages = 0;
 };
 
 /// [scheduler]
@@ -90,10 +93,29 @@ struct classifier_options {
 
 /// [adapter_cache]
 struct adapter_cache_options {
-  /// Name in the eviction policy registry ("lru").
+  /// Name in the eviction policy registry: lru, lfu, fairshare, slora, chameleon.
   std::string policy = "lru";
+  /// Parameters handed to the policy (chameleon/fairshare: frequency,
+  /// recency, size weights); the policy rejects keys it does not take.
+  std::map<std::string, double> params;
   /// Most adapters resident on the GPU at once; 0: bounded by pool pages only.
   std::uint32_t max_resident = 0;
+  /// Seconds of history behind an adapter's use frequency.
+  double window_s = 300.0;
+  /// Load the adapters of queued requests before they are admitted.
+  bool prefetch = true;
+  /// Prefetch only while this share of the pool stays free afterwards.
+  double prefetch_free_fraction = 0.1;
+  /// Predictive prefetch policy actor: "none" (off) or "histogram".
+  std::string predictor = "none";
+  /// Seconds between the predictor's rounds.
+  double predictor_interval_s = 1.0;
+  /// Host memory for parsed adapters (the host tier); 0: unbounded. Adapters
+  /// beyond it are read from disk again on their next load.
+  std::uint64_t host_bytes = 0;
+  /// Directories scanned at start: each subdirectory with an
+  /// adapter_config.json registers as an adapter named after it.
+  std::vector<std::string> directories;
 };
 
 /// [copy_engine]

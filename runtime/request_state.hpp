@@ -37,6 +37,7 @@ enum class finish_reason : std::uint8_t {
   stop,      ///< a stop string appeared in the output
   cancelled, ///< the client cancelled or went away
   error,     ///< the server could not complete it
+  adapter_error, ///< its adapter could not be loaded (missing or corrupt files)
 };
 
 /// Wire name ("length", "eos", ...).

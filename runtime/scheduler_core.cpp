@@ -9,7 +9,7 @@ namespace troupe {
 bool scheduler_effects::empty() const noexcept {
   return reserves.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && trim_pages == 0 && tokens.empty()
-         && finished.empty();
+         && finished.empty() && queued.empty();
 }
 
 void scheduler_effects::merge(scheduler_effects&& other) {
@@ -24,6 +24,7 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   trim_pages += other.trim_pages;
   append(tokens, other.tokens);
   append(finished, other.finished);
+  append(queued, other.queued);
 }
 
 // -- scheduler_core: construction ---------------------------------------------
@@ -90,7 +91,31 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
   return submit_result::accepted;
 }
 
+void scheduler_core::count_waiting(std::uint32_t adapter_id, bool up) {
+  if (adapter_id == 0)
+    return;
+  auto& n = waiting_per_adapter_[adapter_id];
+  n = up ? n + 1 : (n > 0 ? n - 1 : 0);
+  queued_dirty_.push_back(adapter_id);
+}
+
+void scheduler_core::flush_queued(scheduler_effects& fx) {
+  if (queued_dirty_.empty())
+    return;
+  std::sort(queued_dirty_.begin(), queued_dirty_.end());
+  queued_dirty_.erase(std::unique(queued_dirty_.begin(), queued_dirty_.end()), queued_dirty_.end());
+  for (auto id : queued_dirty_) {
+    auto i = waiting_per_adapter_.find(id);
+    const std::uint32_t n = i == waiting_per_adapter_.end() ? 0 : i->second;
+    if (n == 0 && i != waiting_per_adapter_.end())
+      waiting_per_adapter_.erase(i);
+    fx.queued.emplace_back(id, n);
+  }
+  queued_dirty_.clear();
+}
+
 void scheduler_core::enqueue_waiting(const record& r) {
+  count_waiting(r.spec.adapter_id, true);
   policies::waiting_view v;
   v.request_id = r.spec.request_id;
   v.prompt_tokens = static_cast<std::uint32_t>(r.spec.prompt.size());
@@ -130,6 +155,7 @@ void scheduler_core::compact_waiting() {
 
 scheduler_effects scheduler_core::admit(double now_s) {
   scheduler_effects fx;
+  flush_queued(fx);
   if (memory_blocked_ || waiting() == 0)
     return fx;
   running_views_.clear();
@@ -180,6 +206,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
     if (i == records_.end() || i->second.state != request_state::waiting)
       continue; // a policy naming an unknown id is ignored
     auto& r = i->second;
+    count_waiting(r.spec.adapter_id, false);
     transition(r, request_state::admitting);
     reserved_pages_ += r.pages;
     r.pages_pending = true;
@@ -189,6 +216,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
       fx.acquires.push_back({id, r.spec.adapter_id});
     }
   }
+  flush_queued(fx);
   return fx;
 }
 
@@ -213,17 +241,19 @@ scheduler_effects scheduler_core::on_pages(std::uint64_t request_id, bool grante
   return fx;
 }
 
-scheduler_effects scheduler_core::on_adapter(std::uint64_t request_id, bool granted,
+scheduler_effects scheduler_core::on_adapter(std::uint64_t request_id, adapter_grant grant,
                                              double now_s) {
   scheduler_effects fx;
   auto i = records_.find(request_id);
   if (i == records_.end() || !i->second.adapter_pending)
     return fx;
   auto& r = i->second;
+  const bool granted = grant == adapter_grant::granted;
   r.adapter_pending = false;
   r.adapter_granted = granted;
   r.adapter_failed = !granted;
-  if (!granted) {
+  r.adapter_broken = grant == adapter_grant::failed;
+  if (grant == adapter_grant::retry) {
     memory_blocked_ = true;
     fx.trim_pages += r.spec.adapter_pages;
     ++r.adapter_failures;
@@ -238,6 +268,10 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     return; // wait for the other answer
   if (r.cancel_requested) {
     finish(r, finish_reason::cancelled, now_s, fx);
+    return;
+  }
+  if (r.adapter_broken) {
+    finish(r, finish_reason::adapter_error, now_s, fx);
     return;
   }
   if (r.adapter_failed && r.adapter_failures >= limits_.max_adapter_failures) {
@@ -396,6 +430,7 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
   const auto id = r.spec.request_id;
   switch (r.state) {
     case request_state::waiting: {
+      count_waiting(r.spec.adapter_id, false);
       auto first = waiting_.begin() + static_cast<std::ptrdiff_t>(head_);
       waiting_.erase(std::remove_if(first, waiting_.end(),
                                     [id](const auto& v) { return v.request_id == id; }),

@@ -52,6 +52,9 @@ struct scheduler_effects {
   std::uint64_t trim_pages = 0;
   std::vector<token> tokens;
   std::vector<finish> finished;
+  /// Adapters whose count of waiting requests changed: (adapter id, waiting
+  /// now), for the adapter cache's prefetch and eviction tiers.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> queued;
 
   bool empty() const noexcept;
   /// Appends `other` to this.
@@ -87,8 +90,19 @@ public:
   scheduler_effects on_pages(std::uint64_t request_id, bool granted, double now_s,
                              std::vector<std::uint32_t> pages = {});
 
+  /// How the adapter cache answered an acquisition.
+  enum class adapter_grant : std::uint8_t {
+    granted, ///< resident and pinned
+    retry,   ///< no room now: back to the queue (at most max_adapter_failures times)
+    failed,  ///< its files cannot be loaded: the request ends with adapter_error
+  };
+
   /// The adapter cache answered an acquisition.
-  scheduler_effects on_adapter(std::uint64_t request_id, bool granted, double now_s);
+  scheduler_effects on_adapter(std::uint64_t request_id, adapter_grant grant, double now_s);
+  /// Shorthand: true is granted, false is retry.
+  scheduler_effects on_adapter(std::uint64_t request_id, bool granted, double now_s) {
+    return on_adapter(request_id, granted ? adapter_grant::granted : adapter_grant::retry, now_s);
+  }
 
   /// Pages were freed elsewhere (adapter trim): admission may resume.
   void on_memory_changed() noexcept { memory_blocked_ = false; }
@@ -139,6 +153,7 @@ private:
     bool adapter_pending = false;
     bool adapter_granted = false;
     bool adapter_failed = false;
+    bool adapter_broken = false;
     bool pages_failed = false;
     std::uint32_t adapter_failures = 0;
     bool in_step = false;
@@ -152,6 +167,8 @@ private:
   void finish(record& r, finish_reason why, double now_s, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
   void compact_waiting();
+  void count_waiting(std::uint32_t adapter_id, bool up);
+  void flush_queued(scheduler_effects& fx);
   void flush_finished();
 
   scheduler_limits limits_;
@@ -172,6 +189,10 @@ private:
   bool step_in_flight_ = false;
   bool memory_blocked_ = false;
   std::vector<std::uint64_t> to_erase_;
+  // Waiting requests per adapter, and the adapters whose count changed since
+  // the last flush.
+  std::unordered_map<std::uint32_t, std::uint32_t> waiting_per_adapter_;
+  std::vector<std::uint32_t> queued_dirty_;
 };
 
 } // namespace troupe

@@ -72,6 +72,15 @@ void expect_same(const request& a, const request& b) {
   EXPECT_EQ(id_of(a), id_of(b));
   if (auto* g = std::get_if<generate_request>(&a))
     expect_same(*g, std::get<generate_request>(b));
+  if (auto* l = std::get_if<load_adapter_request>(&a)) {
+    const auto& m = std::get<load_adapter_request>(b);
+    EXPECT_EQ(l->name, m.name);
+    EXPECT_EQ(l->path, m.path);
+    EXPECT_EQ(l->rank, m.rank);
+  }
+  if (auto* u = std::get_if<unload_adapter_request>(&a)) {
+    EXPECT_EQ(u->name, std::get<unload_adapter_request>(b).name);
+  }
 }
 
 void expect_same_double(double a, double b) {
@@ -114,6 +123,10 @@ void expect_same(const reply& a, const reply& b) {
           EXPECT_EQ(x.values[i].first, y.values[i].first);
           expect_same_double(x.values[i].second, y.values[i].second);
         }
+      } else if constexpr (std::is_same_v<T, adapter_reply>) {
+        EXPECT_EQ(x.name, y.name);
+        EXPECT_EQ(x.rank, y.rank);
+        EXPECT_EQ(x.status, y.status);
       } else {
         static_assert(std::is_same_v<T, adapters_reply>);
         ASSERT_EQ(x.adapters.size(), y.adapters.size());
@@ -227,6 +240,9 @@ TEST(wire, parses_other_request_types) {
     {R"({"type":"health","id":"h"})", 2},
     {R"({"id":"s","type":"stats"})", 3},
     {R"({"type":"list_adapters","id":"l"})", 4},
+    {R"({"type":"load_adapter","id":"l","name":"sql","path":"/a/b"})", 5},
+    {R"({"type":"load_adapter","id":"l","name":"sql","rank":16})", 5},
+    {R"({"type":"unload_adapter","id":"u","name":"sql"})", 6},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(r.frame);
@@ -263,7 +279,16 @@ std::vector<reject_case> reject_cases() {
     {"missing_type", R"({"id":"a"})", bad, "a", {"\"type\"", "\"generate\"", "\"list_adapters\""}},
     {"type_not_string", R"({"type":1,"id":"a"})", bad, "a", {"\"type\"", "got 1"}},
     {"unknown_type", R"({"type":"generat","id":"a"})", bad, "a",
-     {"\"type\"", "\"generat\"", "\"generate\", \"cancel\", \"health\", \"stats\", \"list_adapters\""}},
+     {"\"type\"", "\"generat\"", "\"generate\", \"cancel\", \"health\", \"stats\", \"list_adapters\", \"load_adapter\", \"unload_adapter\""}},
+    {"load_without_name", R"({"type":"load_adapter","id":"a","path":"/x"})", bad, "a", {"\"name\""}},
+    {"load_name_not_string", R"({"type":"load_adapter","id":"a","name":3,"rank":8})", bad, "a", {"\"name\"", "got 3"}},
+    {"load_without_path_or_rank", R"({"type":"load_adapter","id":"a","name":"x"})", bad, "a", {"\"path\"", "\"rank\""}},
+    {"load_rank_zero", R"({"type":"load_adapter","id":"a","name":"x","rank":0})", bad, "a", {"\"rank\"", "got 0"}},
+    {"load_rank_fractional", R"({"type":"load_adapter","id":"a","name":"x","rank":1.5})", bad, "a", {"\"rank\"", "1.5"}},
+    {"load_empty_path", R"({"type":"load_adapter","id":"a","name":"x","path":""})", bad, "a", {"\"path\""}},
+    {"load_unknown_field", R"({"type":"load_adapter","id":"a","name":"x","rank":8,"alpha":2})", bad, "a", {"\"alpha\"", "load_adapter"}},
+    {"unload_without_name", R"({"type":"unload_adapter","id":"a"})", bad, "a", {"\"name\""}},
+    {"unload_with_path", R"({"type":"unload_adapter","id":"a","name":"x","path":"/p"})", bad, "a", {"\"path\"", "unload_adapter"}},
     {"missing_id", R"({"type":"health"})", bad, "", {"\"id\"", "16"}},
     {"id_not_string", R"({"type":"health","id":7})", bad, "", {"\"id\"", "got 7"}},
     {"id_null", R"({"type":"health","id":null})", bad, "", {"\"id\"", "got null"}},
@@ -398,7 +423,10 @@ TEST(wire, request_round_trips) {
                                 cancel_request{"full"},
                                 health_request{"h"},
                                 stats_request{"s"},
-                                list_adapters_request{"l"}};
+                                list_adapters_request{"l"},
+                                load_adapter_request{"la", "sql", "/srv/adapters/sql", 0},
+                                load_adapter_request{"lb", "sim-1", "", 64},
+                                unload_adapter_request{"u", "sql"}};
   for (const auto& r : requests) {
     auto text = to_json(r);
     SCOPED_TRACE(text);
@@ -459,11 +487,14 @@ TEST(wire, reply_round_trips) {
     stats_reply{"s", {}},
     adapters_reply{"l", {{"sql", 16, true}, {"chat", 8, false}}},
     adapters_reply{"l", {}},
+    adapter_reply{"la", "sql", 16, "loaded"},
+    adapter_reply{"u", "sql", 16, "unloaded"},
   };
   for (auto c : {error_code::bad_request, error_code::frame_too_large,
                  error_code::unknown_adapter, error_code::unknown_request,
                  error_code::duplicate_id, error_code::prompt_too_long, error_code::overloaded,
-                 error_code::shutting_down, error_code::internal})
+                 error_code::shutting_down, error_code::adapter_in_use,
+                 error_code::adapter_exists, error_code::bad_adapter, error_code::internal})
     replies.push_back(error_reply{"e", c, "because"});
   replies.push_back(error_reply{"", error_code::bad_request, "id unreadable"});
 
@@ -558,6 +589,9 @@ TEST(wire, error_code_names) {
                             row{error_code::prompt_too_long, "prompt_too_long"},
                             row{error_code::overloaded, "overloaded"},
                             row{error_code::shutting_down, "shutting_down"},
+                            row{error_code::adapter_in_use, "adapter_in_use"},
+                            row{error_code::adapter_exists, "adapter_exists"},
+                            row{error_code::bad_adapter, "bad_adapter"},
                             row{error_code::internal, "internal"}})
     EXPECT_EQ(to_string(code), name);
 }

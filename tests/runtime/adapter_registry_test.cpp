@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -48,7 +51,7 @@ TEST(adapter_catalog, explicit_then_generated_entries_with_one_based_ids) {
     EXPECT_EQ(e->bytes, r.bytes) << r.name;
     EXPECT_EQ(e->pages, r.pages) << r.name;
     EXPECT_EQ(cat.find(r.name), e) << r.name;
-    EXPECT_EQ(&cat.all()[r.id - 1], e) << r.name;
+    EXPECT_EQ(&cat.all().at(r.id), e) << r.name;
   }
 }
 
@@ -61,12 +64,11 @@ TEST(adapter_catalog, pages_round_up) {
   const std::vector<pages_case> table{
     {8, 8000, 1}, {8, 7999, 2}, {8, 8001, 1}, {8, 4000, 2}, {8, 3999, 3}, {8, 1, 8000},
     {8, 0, 0}, // no page size: no pages
-    {0, 4096, 0},
   };
   for (const auto& c : table) {
     const adapter_catalog cat{{{"a", c.rank, ""}}, {}, bytes_of, c.page_bytes};
     ASSERT_EQ(cat.all().size(), 1u);
-    EXPECT_EQ(cat.all()[0].pages, c.pages) << "rank " << c.rank << " page_bytes " << c.page_bytes;
+    EXPECT_EQ(cat.all().begin()->second.pages, c.pages) << "rank " << c.rank << " page_bytes " << c.page_bytes;
   }
 }
 
@@ -98,6 +100,70 @@ TEST(adapter_catalog, empty_without_specs_or_ranks) {
   EXPECT_EQ(def.find("lora-0"), nullptr);
 }
 
+
+TEST(adapter_catalog, add_and_remove_at_run_time_never_reuse_ids) {
+  adapter_catalog cat{{{"a", 8, ""}, {"b", 16, ""}}, {}, bytes_of, 4096};
+  auto added = cat.add({"c", 32, "/x"});
+  ASSERT_TRUE(std::holds_alternative<adapter_entry>(added));
+  EXPECT_EQ(std::get<adapter_entry>(added).id, 3u);
+  EXPECT_EQ(std::get<adapter_entry>(added).path, "/x");
+  EXPECT_TRUE(cat.remove("b"));
+  EXPECT_FALSE(cat.remove("b"));
+  EXPECT_EQ(cat.find("b"), nullptr);
+  EXPECT_EQ(cat.by_id(2), nullptr);
+  auto again = cat.add({"b", 16, ""});
+  ASSERT_TRUE(std::holds_alternative<adapter_entry>(again));
+  EXPECT_EQ(std::get<adapter_entry>(again).id, 4u) << "ids are never reused";
+  EXPECT_EQ(cat.all().size(), 3u);
+}
+
+TEST(adapter_catalog, add_refusals_say_why) {
+  adapter_catalog cat{{{"a", 8, ""}}, {}, bytes_of, 4096};
+  struct row {
+    adapter_spec spec;
+    std::string mentions;
+  };
+  for (const auto& r : std::vector<row>{{{"a", 8, ""}, "already registered"},
+                                        {{"", 8, ""}, "empty"},
+                                        {{"has space", 8, ""}, "whitespace"},
+                                        {{"z", 0, ""}, "rank"}}) {
+    auto got = cat.add(r.spec);
+    ASSERT_TRUE(std::holds_alternative<std::string>(got)) << r.spec.name;
+    EXPECT_NE(std::get<std::string>(got).find(r.mentions), std::string::npos) << std::get<std::string>(got);
+  }
+  EXPECT_EQ(cat.all().size(), 1u);
+}
+
+TEST(adapter_catalog, scans_a_directory_of_peft_adapters) {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("troupe-scan-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  for (auto [name, rank] : {std::pair{"beta", 16}, {"alpha", 4}}) {
+    fs::create_directories(dir / name);
+    std::ofstream{dir / name / "adapter_config.json"}
+      << R"({"r":)" << rank << R"(,"lora_alpha":8,"target_modules":["q_proj","v_proj"]})";
+  }
+  fs::create_directories(dir / "not-an-adapter");
+  std::ofstream{dir / "README"} << "x";
+  auto found = scan_adapter_directory(dir.string());
+  ASSERT_TRUE(std::holds_alternative<std::vector<adapter_spec>>(found)) << std::get<std::string>(found);
+  const auto& specs = std::get<std::vector<adapter_spec>>(found);
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name, "alpha");
+  EXPECT_EQ(specs[0].rank, 4u);
+  EXPECT_EQ(specs[1].name, "beta");
+  EXPECT_EQ(specs[1].rank, 16u);
+  EXPECT_EQ(specs[1].path, (dir / "beta").string());
+  // A broken config names its file.
+  std::ofstream{dir / "beta" / "adapter_config.json"} << "{not json";
+  auto broken = scan_adapter_directory(dir.string());
+  ASSERT_TRUE(std::holds_alternative<std::string>(broken));
+  EXPECT_NE(std::get<std::string>(broken).find("beta/adapter_config.json"), std::string::npos);
+  auto missing = scan_adapter_directory((dir / "nope").string());
+  ASSERT_TRUE(std::holds_alternative<std::string>(missing));
+  EXPECT_NE(std::get<std::string>(missing).find("not a directory"), std::string::npos);
+  fs::remove_all(dir);
+}
 
 } // namespace
 } // namespace troupe

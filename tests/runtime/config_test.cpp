@@ -27,6 +27,7 @@ const config_catalog catalog{
   .scheduling_policies = {"fcfs"},
   .classifier_policies = {"single_queue"},
   .eviction_policies = {"lru"},
+  .prefetch_policies = {"none", "histogram"},
 };
 
 /// Parses `text` as "bad.toml" and returns the options, failing the test on an error.

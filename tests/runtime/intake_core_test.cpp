@@ -75,7 +75,7 @@ class intake_core_test : public ::testing::Test {
 protected:
   intake_core_test() : intake_core_test(small_limits()) {}
   explicit intake_core_test(intake_limits l)
-    : backend(make_backend()), catalog(make_catalog()), core(l, catalog, backend) {}
+    : backend(make_backend()), catalog(make_catalog()), core(l, *catalog, backend) {}
 
   /// A generate frame with `id` and extra JSON fields.
   static std::string gen(const std::string& id, const std::string& extra = "") {
@@ -263,10 +263,10 @@ TEST_F(intake_core_test, internal_ids_count_up_and_seeds_derive_from_them) {
   EXPECT_EQ(s2->request_id, 2u);
   EXPECT_NE(s1->seed, s2->seed);
   // Same base seed and id: same seed; another base seed: another one.
-  intake_core same{small_limits(), catalog, backend};
+  intake_core same{small_limits(), *catalog, backend};
   auto other_limits = small_limits();
   other_limits.base_seed = 4321;
-  intake_core other{other_limits, catalog, backend};
+  intake_core other{other_limits, *catalog, backend};
   const auto t1 = same.on_frame("x", gen("zz"), 5.0).submit;
   const auto u1 = other.on_frame("x", gen("a"), 1.0).submit;
   ASSERT_TRUE(t1 && u1);
@@ -552,6 +552,81 @@ TEST_F(intake_core_test, a_gone_peers_refused_submission_sends_nothing) {
   const auto id2 = submit("gone2", "a1");
   core.on_peer_gone("gone2");
   EXPECT_TRUE(core.on_submit_failed(id2, "x").empty());
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
+// -- adapters at run time ------------------------------------------------------------
+
+TEST_F(intake_core_test, load_adapter_asks_the_cache_then_serves_the_new_name) {
+  auto a = core.on_frame("p", R"({"type":"load_adapter","id":"L","name":"new","rank":32})", now += 1);
+  EXPECT_TRUE(a.replies.empty());
+  ASSERT_TRUE(a.register_adapter.has_value());
+  EXPECT_EQ(a.register_adapter->name, "new");
+  EXPECT_EQ(a.register_adapter->rank, 32u);
+  EXPECT_EQ(a.query_id, "L");
+  // Not usable until the cache has registered it.
+  expect_error("p", gen("g0", R"("adapter":"new")"), error_code::unknown_adapter, "g0");
+  adapter_entry e;
+  e.id = 7;
+  e.name = "new";
+  e.rank = 32;
+  e.pages = 3;
+  auto replies = core.on_registered("p", "L", e);
+  ASSERT_EQ(replies.size(), 1u);
+  const auto r = as<wire::adapter_reply>(replies[0]);
+  EXPECT_EQ(r.id, "L");
+  EXPECT_EQ(r.status, "loaded");
+  EXPECT_EQ(r.rank, 32u);
+  auto g = core.on_frame("p", gen("g1", R"("adapter":"new")"), now += 1);
+  ASSERT_TRUE(g.submit.has_value());
+  EXPECT_EQ(g.submit->adapter_id, 7u);
+  EXPECT_EQ(g.submit->adapter_rank, 32u);
+  EXPECT_EQ(g.submit->adapter_pages, 3u);
+}
+
+TEST_F(intake_core_test, load_adapter_refusals) {
+  expect_error("p", R"({"type":"load_adapter","id":"L1","name":"sql","rank":8})",
+               error_code::adapter_exists, "L1");
+  auto a = core.on_frame("p", R"({"type":"load_adapter","id":"L2","name":"x","path":"/nowhere"})", now += 1);
+  ASSERT_TRUE(a.register_adapter.has_value());
+  auto replies = core.on_registered("p", "L2", std::string{"/nowhere/adapter_config.json: cannot open"});
+  ASSERT_EQ(replies.size(), 1u);
+  const auto e = as<wire::error_reply>(replies[0]);
+  EXPECT_EQ(e.code, error_code::bad_adapter);
+  EXPECT_NE(e.message.find("/nowhere"), std::string::npos);
+  expect_error("p", gen("g", R"("adapter":"x")"), error_code::unknown_adapter, "g");
+}
+
+TEST_F(intake_core_test, unload_is_refused_while_requests_use_the_adapter) {
+  const auto id = submit("p", "g1", R"("adapter":"sql")");
+  EXPECT_EQ(core.adapter_users("sql"), 1u);
+  expect_error("p", R"({"type":"unload_adapter","id":"U1","name":"sql"})", error_code::adapter_in_use, "U1");
+  expect_error("p", R"({"type":"unload_adapter","id":"U2","name":"nope"})", error_code::unknown_adapter, "U2");
+  // The request finishes: the adapter is free to go.
+  progress_batch b;
+  b.finished.push_back({id, static_cast<std::uint8_t>(finish_reason::length), 1, 0, 0, 0, 0});
+  core.on_progress(b);
+  EXPECT_EQ(core.adapter_users("sql"), 0u);
+  auto a = core.on_frame("p", R"({"type":"unload_adapter","id":"U3","name":"sql"})", now += 1);
+  EXPECT_TRUE(a.replies.empty());
+  ASSERT_TRUE(a.unregister_adapter.has_value());
+  EXPECT_EQ(a.unregister_adapter->name, "sql");
+  // Forgotten at once: new requests for it are refused before the cache answers.
+  expect_error("p", gen("g2", R"("adapter":"sql")"), error_code::unknown_adapter, "g2");
+  auto replies = core.on_unregistered("p", "U3", *a.unregister_adapter, "");
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(as<wire::adapter_reply>(replies[0]).status, "unloaded");
+}
+
+TEST_F(intake_core_test, a_request_whose_adapter_fails_to_load_gets_bad_adapter) {
+  const auto id = submit("p", "g1", R"("adapter":"chat")");
+  progress_batch b;
+  b.finished.push_back({id, static_cast<std::uint8_t>(finish_reason::adapter_error), 1, 0, 0, 0, 0});
+  auto out = core.on_progress(b);
+  ASSERT_EQ(out.size(), 2u); // accepted, then the terminal error
+  const auto e = as<wire::error_reply>(out[1]);
+  EXPECT_EQ(e.code, error_code::bad_adapter);
+  EXPECT_NE(e.message.find("chat"), std::string::npos);
   EXPECT_EQ(core.in_flight(), 0u);
 }
 

@@ -1320,5 +1320,65 @@ TEST(scheduler_core, a_negative_token_ends_only_that_request_with_an_error) {
   EXPECT_EQ(core.state_of(2), request_state::running);
 }
 
+/// The last reported waiting count per adapter, as a consumer applying
+/// scheduler_effects::queued in order ends up with.
+std::map<std::uint32_t, std::uint32_t> queued_after(const scheduler_effects& fx,
+                                                    std::map<std::uint32_t, std::uint32_t> seen = {}) {
+  for (const auto& [adapter, waiting] : fx.queued)
+    seen[adapter] = waiting;
+  return seen;
+}
+
+request_spec spec_with_adapter(std::uint64_t id, std::uint32_t adapter) {
+  request_spec spec;
+  spec.request_id = id;
+  spec.prompt = {3, 4};
+  spec.max_new_tokens = 2;
+  spec.adapter_id = adapter;
+  spec.adapter_rank = adapter == 0 ? 0 : 8;
+  spec.adapter_pages = adapter == 0 ? 0 : 2;
+  spec.arrival_s = static_cast<double>(id);
+  return spec;
+}
+
+TEST(scheduler_core_adapters, reports_waiting_requests_per_adapter) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  limits.max_running = 1;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  for (auto [id, adapter] : {std::pair{1, 5}, {2, 5}, {3, 6}, {4, 5}, {5, 0}})
+    ASSERT_EQ(core.submit(spec_with_adapter(id, adapter)), scheduler_core::submit_result::accepted);
+  auto fx = core.admit(10); // admits request 1 (adapter 5)
+  auto seen = queued_after(fx);
+  EXPECT_EQ(seen, (std::map<std::uint32_t, std::uint32_t>{{5, 2}, {6, 1}}));
+  // A cancelled waiting request leaves the count; reported on the next admit.
+  core.cancel(3, 11);
+  seen = queued_after(core.admit(12), seen);
+  EXPECT_EQ(seen[6], 0u);
+  // Nothing changed: nothing reported.
+  EXPECT_TRUE(core.admit(13).queued.empty());
+}
+
+TEST(scheduler_core_adapters, an_adapter_that_cannot_load_ends_its_request_with_adapter_error) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  ASSERT_EQ(core.submit(spec_with_adapter(1, 5)), scheduler_core::submit_result::accepted);
+  ASSERT_EQ(core.submit(spec_with_adapter(2, 6)), scheduler_core::submit_result::accepted);
+  auto fx = core.admit(3);
+  ASSERT_EQ(fx.acquires.size(), 2u);
+  core.on_pages(1, true, 3, {0});
+  core.on_pages(2, true, 3, {1});
+  fx = core.on_adapter(1, scheduler_core::adapter_grant::failed, 4);
+  ASSERT_EQ(fx.finished.size(), 1u);
+  EXPECT_EQ(fx.finished[0].reason, finish_reason::adapter_error);
+  EXPECT_EQ(fx.release_pages, (std::vector<std::uint64_t>{1}));
+  EXPECT_TRUE(fx.release_adapters.empty()); // the failed adapter was never pinned
+  fx = core.on_adapter(2, scheduler_core::adapter_grant::granted, 4);
+  EXPECT_TRUE(fx.finished.empty());
+  EXPECT_EQ(core.state_of(2), request_state::ready);
+  EXPECT_EQ(core.in_system(), 1u);
+}
+
 } // namespace
 } // namespace troupe

@@ -64,7 +64,8 @@ inline const std::string& reply_id(const wire::reply& r) {
 inline bool is_terminal(const wire::reply& r) {
   return std::holds_alternative<wire::done_reply>(r) || std::holds_alternative<wire::error_reply>(r)
          || std::holds_alternative<wire::health_reply>(r) || std::holds_alternative<wire::stats_reply>(r)
-         || std::holds_alternative<wire::adapters_reply>(r);
+         || std::holds_alternative<wire::adapters_reply>(r)
+         || std::holds_alternative<wire::adapter_reply>(r);
 }
 
 /// Receives until every id in `ids` has a terminal reply or `timeout` passes

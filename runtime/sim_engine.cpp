@@ -1,0 +1,235 @@
+#include "runtime/sim_engine.hpp"
+
+#include <cmath>
+#include <utility>
+
+namespace troupe {
+
+namespace {
+
+constexpr page_owner adapter_owner(std::uint32_t id) { return {page_owner_kind::adapter, id}; }
+constexpr page_owner request_owner(std::uint64_t id) { return {page_owner_kind::request, id}; }
+
+} // namespace
+
+sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> backend,
+                       adapter_catalog catalog, std::uint64_t pool_pages)
+  : cfg_(std::move(cfg)),
+    backend_(std::move(backend)),
+    catalog_(std::move(catalog)),
+    core_(cfg_.limits, std::move(cfg_.scheduling), &backend_->vocab()),
+    pool_(pool_pages),
+    cache_(std::move(cfg_.eviction), cfg_.cache.max_resident, cfg_.cache.window_s),
+    transfers_(std::max<std::uint32_t>(cfg_.copy_inflight, 1)),
+    pool_pages_(pool_pages) {}
+
+void sim_engine::schedule(double at, event_kind kind, std::uint64_t arg) {
+  events_.push({at, seq_++, kind, arg});
+}
+
+std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& requests) {
+  outcomes_.assign(requests.size(), {});
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    outcomes_[i].arrival_s = requests[i].arrival_s;
+    schedule(requests[i].arrival_s, event_kind::arrival, i);
+  }
+  while (!events_.empty()) {
+    const auto ev = events_.top();
+    events_.pop();
+    now_ = ev.at;
+    switch (ev.kind) {
+      case event_kind::arrival: {
+        const auto& r = requests[ev.arg];
+        request_spec spec;
+        spec.request_id = ev.arg + 1;
+        // Token ids do not matter to the sim backend; lengths do.
+        spec.prompt.assign(std::max<std::uint32_t>(r.prompt_tokens, 1), 1);
+        spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
+        spec.predicted_tokens = spec.max_new_tokens;
+        if (const auto* e = catalog_.by_id(r.adapter_id)) {
+          spec.adapter_id = e->id;
+          spec.adapter_rank = e->rank;
+          spec.adapter_pages = e->pages;
+        }
+        spec.seed = ev.arg;
+        spec.arrival_s = now_;
+        if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted)
+          outcomes_[ev.arg].reason = finish_reason::error; // refused: counted as lost
+        break;
+      }
+      case event_kind::step_done: {
+        auto batch = std::move(in_flight_);
+        auto tokens = std::move(in_flight_tokens_);
+        ++totals_.steps;
+        apply(core_.on_step_done(batch, tokens, now_));
+        break;
+      }
+      case event_kind::transfer_done: {
+        auto i = running_transfers_.find(ev.arg);
+        if (i == running_transfers_.end())
+          break;
+        const auto t = i->second;
+        running_transfers_.erase(i);
+        transfers_.finished(ev.arg, now_, true);
+        totals_.pcie_bytes += t.bytes;
+        totals_.pcie_seconds += t.copy_s;
+        if (t.disk) {
+          totals_.disk_bytes += t.bytes;
+          totals_.disk_seconds += t.disk_s;
+        }
+        settle(t.adapter_id, scheduler_core::adapter_grant::granted);
+        start_transfers();
+        break;
+      }
+    }
+    pump();
+  }
+  totals_.end_s = now_;
+  totals_.adapter_hits = cache_.hits();
+  totals_.adapter_misses = cache_.misses();
+  totals_.adapter_evictions = cache_.evictions();
+  totals_.prefetches = cache_.prefetches();
+  totals_.prefetch_hits = cache_.prefetch_hits();
+  totals_.pool_low_water = pool_.low_water();
+  return std::move(outcomes_);
+}
+
+void sim_engine::pump() {
+  apply(core_.admit(now_));
+  if (core_.step_in_flight())
+    return;
+  auto batch = core_.next_step(now_);
+  if (batch.empty())
+    return;
+  auto result = backend_->run_step(batch);
+  in_flight_ = std::move(batch);
+  in_flight_tokens_ = std::move(result.tokens);
+  schedule(now_ + result.device_seconds, event_kind::step_done, 0);
+}
+
+void sim_engine::apply(scheduler_effects fx) {
+  for (const auto& r : fx.reserves) {
+    const bool ok = pool_.allocate(request_owner(r.request_id), r.pages);
+    const auto pages = pool_.pages_of(request_owner(r.request_id));
+    apply(core_.on_pages(r.request_id, ok, now_,
+                         ok ? std::vector<std::uint32_t>(pages.begin(), pages.end())
+                            : std::vector<std::uint32_t>{}));
+  }
+  for (const auto& a : fx.acquires)
+    acquire(a.request_id, a.adapter_id);
+  for (auto id : fx.release_pages)
+    pool_.release(request_owner(id));
+  for (const auto& a : fx.release_adapters) {
+    cache_.release(a.adapter_id, now_);
+    drop(cache_.evict_idle(now_));
+  }
+  if (fx.trim_pages > 0) {
+    const auto before = pool_.free_pages();
+    drop(cache_.evict_for(fx.trim_pages, now_));
+    if (pool_.free_pages() > before || (core_.running() == 0 && core_.admitting() == 0))
+      core_.on_memory_changed();
+  }
+  for (const auto& [adapter, waiting] : fx.queued) {
+    cache_.set_queued(adapter, waiting);
+    if (cfg_.cache.prefetch && waiting > 0)
+      prefetch(adapter);
+  }
+  for (const auto& f : fx.finished) {
+    auto& o = outcomes_[f.request_id - 1];
+    o.reason = f.reason;
+    o.completion_tokens = f.completion_tokens;
+    if (f.times.first_token_s >= 0)
+      o.ttft_s = f.times.first_token_s - f.times.arrival_s;
+    o.e2e_s = f.times.finished_s - f.times.arrival_s;
+  }
+}
+
+void sim_engine::drop(const std::vector<std::uint32_t>& victims) {
+  for (auto id : victims)
+    pool_.release(adapter_owner(id));
+}
+
+void sim_engine::acquire(std::uint64_t request_id, std::uint32_t adapter_id) {
+  using grant = scheduler_core::adapter_grant;
+  const auto* e = catalog_.by_id(adapter_id);
+  if (e == nullptr) {
+    apply(core_.on_adapter(request_id, grant::failed, now_));
+    return;
+  }
+  switch (cache_.acquire(adapter_id, e->pages, e->rank, now_)) {
+    case adapter_cache::outcome::hit:
+      apply(core_.on_adapter(request_id, grant::granted, now_));
+      return;
+    case adapter_cache::outcome::wait:
+      waiters_[adapter_id].push_back(request_id);
+      return;
+    case adapter_cache::outcome::load:
+      waiters_[adapter_id].push_back(request_id);
+      drop(cache_.evict_idle(now_));
+      load(adapter_id, transfer_class::demand_load, false);
+      return;
+  }
+}
+
+void sim_engine::prefetch(std::uint32_t adapter_id) {
+  const auto* e = catalog_.by_id(adapter_id);
+  if (e != nullptr && cache_.prefetch(adapter_id, e->pages, e->rank, now_) == adapter_cache::outcome::load)
+    load(adapter_id, transfer_class::prefetch, false);
+}
+
+void sim_engine::load(std::uint32_t adapter_id, transfer_class kind, bool retried) {
+  const auto* e = catalog_.by_id(adapter_id);
+  const bool prefetch = kind == transfer_class::prefetch;
+  const auto keep_free = prefetch ? static_cast<std::uint64_t>(std::ceil(
+                           cfg_.cache.prefetch_free_fraction * static_cast<double>(pool_pages_)))
+                                  : std::uint64_t{0};
+  if (pool_.allocate_keeping(adapter_owner(adapter_id), e->pages, keep_free)) {
+    transfers_.enqueue(kind, adapter_id, e->bytes, now_);
+    start_transfers();
+    return;
+  }
+  if (prefetch && !waiters_.contains(adapter_id)) {
+    settle(adapter_id, scheduler_core::adapter_grant::retry);
+    return;
+  }
+  if (retried) {
+    settle(adapter_id, scheduler_core::adapter_grant::retry);
+    return;
+  }
+  drop(cache_.evict_for(e->pages, now_));
+  load(adapter_id, transfer_class::demand_load, true);
+}
+
+void sim_engine::start_transfers() {
+  for (const auto& s : transfers_.start_ready(now_)) {
+    const auto adapter_id = static_cast<std::uint32_t>(s.key);
+    const auto* e = catalog_.by_id(adapter_id);
+    const auto r = backend_->load_adapter(adapter_id, e ? e->path : std::string{}, s.bytes);
+    transfer t{adapter_id, s.bytes};
+    t.disk = !r.host_hit;
+    t.disk_s = r.disk_seconds;
+    t.copy_s = r.copy_seconds;
+    t.done_s = now_ + r.disk_seconds + r.copy_seconds;
+    running_transfers_.emplace(s.id, t);
+    schedule(t.done_s, event_kind::transfer_done, s.id);
+  }
+}
+
+void sim_engine::settle(std::uint32_t adapter_id, scheduler_core::adapter_grant g) {
+  if (g == scheduler_core::adapter_grant::granted) {
+    cache_.loaded(adapter_id);
+  } else {
+    cache_.load_failed(adapter_id);
+    if (!pool_.pages_of(adapter_owner(adapter_id)).empty())
+      pool_.release(adapter_owner(adapter_id));
+  }
+  auto i = waiters_.find(adapter_id);
+  if (i == waiters_.end())
+    return;
+  auto waiting = std::move(i->second);
+  waiters_.erase(i);
+  for (auto request_id : waiting)
+    apply(core_.on_adapter(request_id, g, now_));
+}
+
+} // namespace troupe

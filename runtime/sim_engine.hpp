@@ -1,0 +1,129 @@
+// The virtual-time engine: the scheduler core, the page pool, the adapter
+// cache core and the copy engine's transfer queue composed synchronously on a
+// virtual clock, with the sim backend pricing steps and transfers. The same
+// decision code as the actors in a live deployment, without CAF; an hour of
+// trace runs in seconds. Used by troupe-sim and its tests.
+#pragma once
+
+#include "gpu/sim_backend.hpp"
+#include "policies/eviction_policy.hpp"
+#include "policies/scheduling_policy.hpp"
+#include "runtime/adapter_cache.hpp"
+#include "runtime/adapter_registry.hpp"
+#include "runtime/memory_pool.hpp"
+#include "runtime/options.hpp"
+#include "runtime/scheduler_core.hpp"
+#include "runtime/transfer_queue.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+namespace troupe {
+
+struct sim_engine_config {
+  scheduler_limits limits;
+  std::unique_ptr<policies::scheduling_policy> scheduling;
+  std::unique_ptr<policies::eviction_policy> eviction;
+  adapter_cache_options cache;
+  std::uint32_t copy_inflight = 4;
+};
+
+/// One request of a simulated workload.
+struct sim_request {
+  double arrival_s = 0;
+  std::uint32_t prompt_tokens = 1;
+  std::uint32_t output_tokens = 1;
+  std::uint32_t adapter_id = 0; ///< 0: the base model
+};
+
+/// What happened to one request.
+struct sim_outcome {
+  double arrival_s = 0;
+  double ttft_s = -1; ///< arrival to first token; -1 when it never came
+  double e2e_s = -1;
+  finish_reason reason = finish_reason::error;
+  std::uint32_t completion_tokens = 0;
+};
+
+/// Totals of a run.
+struct sim_totals {
+  std::uint64_t steps = 0;
+  double end_s = 0;
+  std::uint64_t adapter_hits = 0;
+  std::uint64_t adapter_misses = 0;
+  std::uint64_t adapter_evictions = 0;
+  std::uint64_t prefetches = 0;
+  std::uint64_t prefetch_hits = 0;
+  std::uint64_t pcie_bytes = 0;   ///< host-to-device adapter bytes
+  std::uint64_t disk_bytes = 0;   ///< adapter bytes read from disk (host-tier misses)
+  double pcie_seconds = 0;
+  double disk_seconds = 0;
+  std::uint64_t pool_low_water = 0;
+};
+
+/// Runs a workload to completion on a virtual clock. One thread.
+class sim_engine {
+public:
+  /// `backend` prices steps and transfers; `catalog` holds the adapters.
+  sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> backend,
+             adapter_catalog catalog, std::uint64_t pool_pages);
+
+  /// Submits every request at its arrival time and runs until all finished.
+  /// Outcomes come back in input order.
+  std::vector<sim_outcome> run(const std::vector<sim_request>& requests);
+
+  const sim_totals& totals() const noexcept { return totals_; }
+  const adapter_cache& cache() const noexcept { return cache_; }
+
+private:
+  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done };
+  struct event {
+    double at;
+    std::uint64_t seq;
+    event_kind kind;
+    std::uint64_t arg; ///< request index, or transfer id
+    bool operator>(const event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  struct transfer {
+    std::uint32_t adapter_id;
+    std::uint64_t bytes;
+    double done_s = 0;
+    bool disk = false;
+    double disk_s = 0;
+    double copy_s = 0;
+  };
+
+  void schedule(double at, event_kind kind, std::uint64_t arg);
+  void pump();
+  void apply(scheduler_effects fx);
+  void acquire(std::uint64_t request_id, std::uint32_t adapter_id);
+  void load(std::uint32_t adapter_id, transfer_class kind, bool retried);
+  void start_transfers();
+  void settle(std::uint32_t adapter_id, scheduler_core::adapter_grant g);
+  void drop(const std::vector<std::uint32_t>& victims);
+  void prefetch(std::uint32_t adapter_id);
+
+  sim_engine_config cfg_;
+  std::shared_ptr<gpu::sim_backend> backend_;
+  adapter_catalog catalog_;
+  scheduler_core core_;
+  page_pool pool_;
+  adapter_cache cache_;
+  transfer_queue transfers_;
+  std::uint64_t pool_pages_;
+  double now_ = 0;
+  std::uint64_t seq_ = 0;
+  std::priority_queue<event, std::vector<event>, std::greater<>> events_;
+  std::unordered_map<std::uint64_t, transfer> running_transfers_;
+  std::unordered_map<std::uint32_t, std::vector<std::uint64_t>> waiters_; // adapter -> requests
+  std::vector<gpu::step_entry> in_flight_;
+  std::vector<std::int32_t> in_flight_tokens_;
+  std::vector<sim_outcome> outcomes_;
+  bool trim_pending_ = false;
+  sim_totals totals_;
+};
+
+} // namespace troupe

@@ -1,0 +1,157 @@
+// End to end on the cpu backend with the demo model (tools/make-demo-model.sh):
+// adapters load lazily through the copy engine; load_adapter / unload_adapter
+// at run time; unloading an adapter in use is refused; a request for an
+// unloaded adapter gets unknown_adapter; a corrupt adapter file fails only
+// the requests for that adapter while the others are served.
+#include "tests/support/deployment_fixture.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+namespace troupe::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path demo_adapters = "models/demo/adapters";
+
+/// A scratch directory with a config serving the demo model with a good
+/// adapter ("good", lora-0) and a corrupt one ("broken": lora-1 with its
+/// weights file cut in half), plus a spare copy of lora-2 to load later.
+class adapters_e2e : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!fs::exists(demo_adapters / "lora-2" / "adapter_config.json"))
+      GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
+    dir_ = fs::temp_directory_path() / ("troupe-adapters-" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    fs::copy(demo_adapters / "lora-1", dir_ / "broken");
+    const auto weights = dir_ / "broken" / "adapter_model.safetensors";
+    fs::resize_file(weights, fs::file_size(weights) / 2);
+    fs::copy(demo_adapters / "lora-2", dir_ / "spare");
+    std::ofstream cfg{dir_ / "deploy.toml"};
+    cfg << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+        << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+        << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n"
+        << "[scheduler]\nmax_running = 8\ntoken_budget = 1024\n[metrics]\nlog_interval_s = 0.0\n"
+        << "[[adapters]]\nname = \"good\"\npath = \"" << (demo_adapters / "lora-0").string() << "\"\n"
+        << "[[adapters]]\nname = \"broken\"\npath = \"" << (dir_ / "broken").string() << "\"\n";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static wire::generate_request gen(std::string id, std::string adapter, std::uint32_t max_tokens = 4) {
+    wire::generate_request g;
+    g.id = std::move(id);
+    g.prompt = "once upon a time";
+    g.adapter = std::move(adapter);
+    g.max_tokens = max_tokens;
+    g.sampling.temperature = 0;
+    return g;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(adapters_e2e, corrupt_adapter_fails_only_its_requests) {
+  auto d = start_from_file((dir_ / "deploy.toml").string());
+  ASSERT_NE(d, nullptr);
+  client_connection c{d->endpoint()};
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3; ++i) {
+    for (const char* a : {"good", "broken", ""}) {
+      auto g = gen(std::string(a[0] ? a : "base") + std::to_string(i), a);
+      ASSERT_TRUE(c.send(g));
+      ids.push_back(g.id);
+    }
+  }
+  std::map<std::string, reply_log> logs;
+  ASSERT_TRUE(collect(c, ids, logs));
+  for (int i = 0; i < 3; ++i) {
+    for (const char* name : {"good", "base"}) {
+      const auto& log = logs[std::string(name) + std::to_string(i)];
+      EXPECT_EQ(log.terminal, 1u);
+      ASSERT_NE(log.done(), nullptr) << name << i << ": " << (log.error() ? log.error()->message : "");
+      EXPECT_EQ(log.done()->completion_tokens, 4u);
+    }
+    const auto& bad = logs["broken" + std::to_string(i)];
+    EXPECT_EQ(bad.terminal, 1u);
+    ASSERT_NE(bad.error(), nullptr);
+    EXPECT_EQ(bad.error()->code, wire::error_code::bad_adapter);
+    EXPECT_NE(bad.error()->message.find("broken"), std::string::npos) << bad.error()->message;
+  }
+  // Still serving, and the failures are counted.
+  auto stats = stats_of(c, "s");
+  EXPECT_GE(stats["adapter_load_failures"], 1.0);
+  EXPECT_GE(stats["copy_failures"], 1.0);
+  EXPECT_GE(stats["copy_demand_load_transfers"] + stats["copy_prefetch_transfers"], 1.0);
+  EXPECT_EQ(stats["pool_empty_releases"], 0.0) << "no page released twice";
+  d->stop();
+}
+
+TEST_F(adapters_e2e, load_use_unload_at_run_time) {
+  auto d = start_from_file((dir_ / "deploy.toml").string());
+  ASSERT_NE(d, nullptr);
+  client_connection c{d->endpoint()};
+  std::map<std::string, reply_log> logs;
+
+  // Unknown before it is loaded.
+  ASSERT_TRUE(c.send(gen("before", "spare")));
+  ASSERT_TRUE(collect(c, {"before"}, logs));
+  ASSERT_NE(logs["before"].error(), nullptr);
+  EXPECT_EQ(logs["before"].error()->code, wire::error_code::unknown_adapter);
+
+  // Load it: the rank comes from its adapter_config.json.
+  ASSERT_TRUE(c.send(wire::load_adapter_request{"load", "spare", (dir_ / "spare").string(), 0}));
+  ASSERT_TRUE(collect(c, {"load"}, logs));
+  auto* loaded = std::get_if<wire::adapter_reply>(&logs["load"].replies.back());
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->status, "loaded");
+  EXPECT_EQ(loaded->rank, 16u);
+
+  // Loading the same name again is refused; so is a directory without files.
+  ASSERT_TRUE(c.send(wire::load_adapter_request{"again", "spare", (dir_ / "spare").string(), 0}));
+  ASSERT_TRUE(c.send(wire::load_adapter_request{"nofiles", "ghost", (dir_ / "nowhere").string(), 0}));
+  ASSERT_TRUE(collect(c, {"again", "nofiles"}, logs));
+  ASSERT_NE(logs["again"].error(), nullptr);
+  EXPECT_EQ(logs["again"].error()->code, wire::error_code::adapter_exists);
+  ASSERT_NE(logs["nofiles"].error(), nullptr);
+  EXPECT_EQ(logs["nofiles"].error()->code, wire::error_code::bad_adapter);
+  EXPECT_NE(logs["nofiles"].error()->message.find("nowhere"), std::string::npos);
+
+  // In use: a long request is in flight when the unload arrives (the intake
+  // handles frames in order), so the unload is refused.
+  ASSERT_TRUE(c.send(gen("long", "spare", 48)));
+  ASSERT_TRUE(c.send(wire::unload_adapter_request{"busy", "spare"}));
+  ASSERT_TRUE(collect(c, {"long", "busy"}, logs));
+  ASSERT_NE(logs["busy"].error(), nullptr);
+  EXPECT_EQ(logs["busy"].error()->code, wire::error_code::adapter_in_use);
+  ASSERT_NE(logs["long"].done(), nullptr);
+  EXPECT_EQ(logs["long"].done()->completion_tokens, 48u);
+
+  // Idle now: unloaded, and then unknown again; the other adapters serve on.
+  ASSERT_TRUE(c.send(wire::unload_adapter_request{"unload", "spare"}));
+  ASSERT_TRUE(collect(c, {"unload"}, logs));
+  auto* unloaded = std::get_if<wire::adapter_reply>(&logs["unload"].replies.back());
+  ASSERT_NE(unloaded, nullptr) << (logs["unload"].error() ? logs["unload"].error()->message : "");
+  EXPECT_EQ(unloaded->status, "unloaded");
+  ASSERT_TRUE(c.send(gen("after", "spare")));
+  ASSERT_TRUE(c.send(gen("other", "good")));
+  ASSERT_TRUE(c.send(wire::list_adapters_request{"list"}));
+  ASSERT_TRUE(collect(c, {"after", "other", "list"}, logs));
+  ASSERT_NE(logs["after"].error(), nullptr);
+  EXPECT_EQ(logs["after"].error()->code, wire::error_code::unknown_adapter);
+  ASSERT_NE(logs["other"].done(), nullptr);
+  auto* list = std::get_if<wire::adapters_reply>(&logs["list"].replies.back());
+  ASSERT_NE(list, nullptr);
+  std::vector<std::string> names;
+  for (const auto& a : list->adapters)
+    names.push_back(a.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"good", "broken"}));
+  d->stop();
+}
+
+} // namespace
+} // namespace troupe::testing

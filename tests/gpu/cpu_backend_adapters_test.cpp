@@ -1,0 +1,124 @@
+// The cpu backend's adapter lifecycle on a model troupe-mkmodel writes: an
+// adapter is unusable until load_adapter(); the first load reads the files
+// (disk), a reload after drop_adapter() comes from the host tier and decodes
+// the same tokens; a bounded host tier re-reads evicted adapters; a corrupt
+// file fails only that adapter, naming the file.
+#include "gpu/cpu_backend.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#ifndef TROUPE_MKMODEL_PATH
+#define TROUPE_MKMODEL_PATH ""
+#endif
+
+namespace troupe::gpu {
+namespace {
+
+namespace fs = std::filesystem;
+
+class cpu_backend_adapters : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string templ = (fs::temp_directory_path() / "troupe_cpu_adapters_XXXXXX").string();
+    ASSERT_NE(mkdtemp(templ.data()), nullptr);
+    dir_ = templ;
+    const std::string cmd = std::string{"'"} + TROUPE_MKMODEL_PATH + "' --out '" + dir_
+                            + "' --hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2"
+                              " --adapters 2 --ranks 4,8 --targets q_proj,v_proj >/dev/null";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  }
+  void TearDown() override {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+
+  std::unique_ptr<cpu_backend> open(std::uint64_t host_bytes = 0) {
+    auto b = cpu_backend::open(dir_, 64, 16, host_bytes);
+    if (auto* err = std::get_if<std::string>(&b)) {
+      ADD_FAILURE() << *err;
+      return nullptr;
+    }
+    return std::move(std::get<std::unique_ptr<cpu_backend>>(b));
+  }
+
+  /// The greedy first token of a fixed prompt through `adapter`.
+  static std::int32_t first_token(cpu_backend& b, std::uint32_t adapter) {
+    step_entry e;
+    e.request_id = 1;
+    e.adapter_id = adapter;
+    e.adapter_rank = adapter == 0 ? 0 : 4;
+    e.tokens = {1, 5, 9, 13, 17};
+    e.new_tokens = 5;
+    e.temperature = 0;
+    e.pages = {0};
+    return b.run_step(std::span{&e, 1}).tokens.at(0);
+  }
+
+  std::string adapter_dir(int i) const { return dir_ + "/adapters/lora-" + std::to_string(i); }
+
+  std::string dir_;
+};
+
+TEST_F(cpu_backend_adapters, load_drop_reload_from_the_host_tier) {
+  auto b = open();
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(first_token(*b, 1), -1) << "unusable before it is loaded";
+  const auto base = first_token(*b, 0);
+  EXPECT_GE(base, 0);
+
+  auto first = b->load_adapter(1, adapter_dir(0), 0);
+  ASSERT_TRUE(first.error.empty()) << first.error;
+  EXPECT_FALSE(first.host_hit);
+  EXPECT_EQ(b->device_adapters(), 1u);
+  EXPECT_EQ(b->host_adapters(), 1u);
+  const auto with_adapter = first_token(*b, 1);
+  EXPECT_GE(with_adapter, 0);
+
+  b->drop_adapter(1);
+  EXPECT_EQ(b->device_adapters(), 0u);
+  EXPECT_EQ(first_token(*b, 1), -1) << "dropped from the device";
+  auto again = b->load_adapter(1, adapter_dir(0), 0);
+  ASSERT_TRUE(again.error.empty()) << again.error;
+  EXPECT_TRUE(again.host_hit) << "the host tier kept it";
+  EXPECT_EQ(again.disk_seconds, 0.0);
+  EXPECT_EQ(first_token(*b, 1), with_adapter);
+
+  b->forget_adapter(1);
+  EXPECT_EQ(b->host_adapters(), 0u);
+  EXPECT_FALSE(b->load_adapter(1, adapter_dir(0), 0).host_hit);
+}
+
+TEST_F(cpu_backend_adapters, a_bounded_host_tier_rereads_what_it_dropped) {
+  auto b = open(1); // one byte: holds only the adapter being loaded
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0).error.empty());
+  ASSERT_TRUE(b->load_adapter(2, adapter_dir(1), 0).error.empty());
+  EXPECT_EQ(b->host_adapters(), 1u);
+  EXPECT_EQ(b->device_adapters(), 2u) << "the device set is not bounded by the host tier";
+  EXPECT_FALSE(b->load_adapter(1, adapter_dir(0), 0).host_hit);
+}
+
+TEST_F(cpu_backend_adapters, a_corrupt_file_fails_only_that_adapter) {
+  const auto broken = dir_ + "/broken";
+  fs::copy(adapter_dir(1), broken);
+  const auto weights = broken + "/adapter_model.safetensors";
+  fs::resize_file(weights, fs::file_size(weights) / 3);
+  auto b = open();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0).error.empty());
+  auto r = b->load_adapter(2, broken, 0);
+  EXPECT_FALSE(r.error.empty());
+  EXPECT_NE(r.error.find("adapter_model.safetensors"), std::string::npos) << r.error;
+  EXPECT_EQ(first_token(*b, 2), -1);
+  EXPECT_GE(first_token(*b, 1), 0) << "the good adapter still serves";
+  auto missing = b->load_adapter(3, dir_ + "/nowhere", 0);
+  EXPECT_NE(missing.error.find("nowhere"), std::string::npos) << missing.error;
+}
+
+} // namespace
+} // namespace troupe::gpu
