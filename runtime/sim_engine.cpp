@@ -91,6 +91,9 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
   totals_.prefetches = cache_.prefetches();
   totals_.prefetch_hits = cache_.prefetch_hits();
   totals_.pool_low_water = pool_.low_water();
+  totals_.pool_request_pages_at_end = pool_.used_pages(page_owner_kind::request);
+  totals_.pool_adapter_pages_at_end = pool_.used_pages(page_owner_kind::adapter);
+  totals_.cache_pages_at_end = cache_.resident_pages();
   return std::move(outcomes_);
 }
 

@@ -62,6 +62,11 @@ struct sim_totals {
   double pcie_seconds = 0;
   double disk_seconds = 0;
   std::uint64_t pool_low_water = 0;
+  /// Pages still held when the run ended: adapters kept resident only (every
+  /// request's pages must be back).
+  std::uint64_t pool_request_pages_at_end = 0;
+  std::uint64_t pool_adapter_pages_at_end = 0;
+  std::uint64_t cache_pages_at_end = 0;
 };
 
 /// Runs a workload to completion on a virtual clock. One thread.

@@ -1,0 +1,183 @@
+// Tests for tools/workload: the Azure trace reader (good rows, CRLF, every
+// malformed case named by file and line), Gamma arrivals (mean and CV),
+// shaping (window, rate, context clamp), and the adapter popularity
+// samplers against their formulas.
+#include "tools/workload/workload.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <unistd.h>
+
+namespace troupe::workload {
+namespace {
+
+namespace fs = std::filesystem;
+
+class trace_file : public ::testing::Test {
+protected:
+  std::string write(const std::string& text) {
+    path_ = (fs::temp_directory_path() / ("troupe-trace-" + std::to_string(::getpid()) + ".csv")).string();
+    std::ofstream{path_, std::ios::binary} << text;
+    return path_;
+  }
+  void TearDown() override { fs::remove(path_); }
+  std::string path_;
+};
+
+const std::string header = "TIMESTAMP,ContextTokens,GeneratedTokens\n";
+
+TEST_F(trace_file, reads_rows_relative_to_the_first) {
+  auto got = load_azure_trace(write(header + "2023-11-16 18:15:46.6805900,374,44\r\n"
+                                             "2023-11-16 18:15:50.9951690,396,109\n"
+                                             "2023-11-16 18:16:00,5,1\n"));
+  ASSERT_TRUE(std::holds_alternative<std::vector<request>>(got)) << std::get<std::string>(got);
+  const auto& r = std::get<std::vector<request>>(got);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_DOUBLE_EQ(r[0].arrival_s, 0);
+  EXPECT_NEAR(r[1].arrival_s, 4.314579, 1e-6);
+  EXPECT_NEAR(r[2].arrival_s, 13.31941, 1e-6);
+  EXPECT_EQ(r[1].prompt_tokens, 396u);
+  EXPECT_EQ(r[1].output_tokens, 109u);
+  EXPECT_EQ(r[0].adapter, none_adapter);
+}
+
+TEST_F(trace_file, malformed_files_name_the_line_and_field) {
+  struct row {
+    std::string text, mentions;
+  };
+  const std::vector<row> table{
+    {"", "empty file"},
+    {"time,in,out\n", ":1: expected the header"},
+    {header + "2023-11-16 18:15:46,1\n", ":2: expected 3 comma-separated fields"},
+    {header + "2023-11-16 18:15:46,1,2,3\n", ":2: expected 3"},
+    {header + "yesterday,1,2\n", ":2: TIMESTAMP \"yesterday\""},
+    {header + "2023-13-16 18:15:46,1,2\n", "TIMESTAMP"},
+    {header + "2023-11-16 18:15:46.,1,2\n", "TIMESTAMP"},
+    {header + "2023-11-16 18:15:46,x,2\n", ":2: ContextTokens \"x\""},
+    {header + "2023-11-16 18:15:46,0,2\n", "ContextTokens \"0\""},
+    {header + "2023-11-16 18:15:46,5,-2\n", "GeneratedTokens \"-2\""},
+    {header + "2023-11-16 18:15:46,5,2\n2023-11-16 18:15:45,5,2\n", ":3: TIMESTAMP goes back"},
+    {header, "no requests"},
+  };
+  for (const auto& r : table) {
+    auto got = load_azure_trace(write(r.text));
+    ASSERT_TRUE(std::holds_alternative<std::string>(got)) << r.text;
+    EXPECT_NE(std::get<std::string>(got).find(r.mentions), std::string::npos) << std::get<std::string>(got);
+    EXPECT_NE(std::get<std::string>(got).find(path_), std::string::npos);
+  }
+  auto missing = load_azure_trace("/nonexistent/trace.csv");
+  EXPECT_NE(std::get<std::string>(missing).find("cannot open"), std::string::npos);
+}
+
+TEST(workload, the_real_conversation_trace_when_present) {
+  const std::string path = "../shared/traces/AzureLLMInferenceTrace_conv.csv";
+  if (!fs::exists(path))
+    GTEST_SKIP() << path << " is not on this machine";
+  auto got = load_azure_trace(path);
+  ASSERT_TRUE(std::holds_alternative<std::vector<request>>(got)) << std::get<std::string>(got);
+  const auto s = summarize(std::get<std::vector<request>>(got));
+  EXPECT_EQ(s.requests, 19366u);
+  EXPECT_NEAR(s.duration_s, 3501.7, 1.0);
+}
+
+TEST(workload, gamma_arrivals_have_the_asked_rate_and_cv) {
+  for (double cv : {0.5, 1.0, 4.0}) {
+    const auto t = gamma_arrivals(100000, 8.0, cv, 11);
+    std::vector<double> gaps;
+    double prev = 0;
+    for (double x : t) {
+      gaps.push_back(x - prev);
+      prev = x;
+    }
+    const double mean = std::accumulate(gaps.begin(), gaps.end(), 0.0) / gaps.size();
+    double var = 0;
+    for (double g : gaps)
+      var += (g - mean) * (g - mean);
+    var /= gaps.size();
+    EXPECT_NEAR(mean, 1.0 / 8, 0.03 / 8) << "cv " << cv;
+    EXPECT_NEAR(std::sqrt(var) / mean, cv, 0.05 * cv + 0.02) << "cv " << cv;
+    EXPECT_EQ(gamma_arrivals(10, 8.0, cv, 11), gamma_arrivals(10, 8.0, cv, 11)) << "deterministic";
+  }
+}
+
+TEST(workload, shaping) {
+  std::vector<request> r{{0, 10, 5, 0}, {1, 10, 5, 0}, {2, 3000, 3000, 0}, {3, 10, 9000, 0}};
+  auto w = window(r, 1, 2);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_DOUBLE_EQ(w[0].arrival_s, 0);
+  EXPECT_DOUBLE_EQ(w[1].arrival_s, 1);
+  auto q = r;
+  set_rate(q, 2.0); // 4 requests over 3 s: 1 req/s -> 2 req/s
+  EXPECT_DOUBLE_EQ(q.back().arrival_s, 1.5);
+  scale_time(q, 2);
+  EXPECT_DOUBLE_EQ(q.back().arrival_s, 3);
+  EXPECT_EQ(clamp_context(r, 4096), 2u);
+  EXPECT_EQ(r[2].prompt_tokens + r[2].output_tokens, 4096u);
+  EXPECT_EQ(r[2].output_tokens, 3000u);
+  EXPECT_EQ(r[3].output_tokens, 4095u);
+  EXPECT_EQ(r[3].prompt_tokens, 1u);
+  EXPECT_EQ(r[0].prompt_tokens, 10u);
+}
+
+/// Shares of each adapter over many draws.
+std::vector<double> shares(const adapter_set& set, std::size_t draws, double base = 0) {
+  std::vector<request> r(draws);
+  assign_adapters(r, set, base, 5);
+  std::vector<double> n(set.ranks.size(), 0);
+  for (const auto& x : r)
+    if (x.adapter != none_adapter)
+      n[x.adapter] += 1.0 / static_cast<double>(draws);
+  return n;
+}
+
+TEST(workload, popularity_samplers_follow_their_formulas) {
+  const std::vector<std::uint32_t> ranks{8, 16, 32, 64, 128};
+  auto uniform = std::get<adapter_set>(make_adapter_set(10, ranks, "uniform"));
+  EXPECT_EQ(uniform.ranks, (std::vector<std::uint32_t>{8, 8, 16, 16, 32, 32, 64, 64, 128, 128}));
+  for (double s : shares(uniform, 200000))
+    EXPECT_NEAR(s, 0.1, 0.005);
+  auto power = std::get<adapter_set>(make_adapter_set(10, ranks, "power:0.3"));
+  auto p = shares(power, 200000);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_NEAR(p[i], std::pow((i + 1) / 10.0, 0.3) - std::pow(i / 10.0, 0.3), 0.005) << i;
+  auto zipf = std::get<adapter_set>(make_adapter_set(10, ranks, "zipf:1"));
+  auto z = shares(zipf, 200000);
+  double h = 0;
+  for (int i = 1; i <= 10; ++i)
+    h += 1.0 / i;
+  for (int i = 0; i < 10; ++i)
+    EXPECT_NEAR(z[i], 1.0 / (i + 1) / h, 0.005) << i;
+  auto cham = std::get<adapter_set>(make_adapter_set(10, ranks, "chameleon:1"));
+  auto c = shares(cham, 200000);
+  double hc = 0;
+  for (int k = 1; k <= 5; ++k)
+    hc += 1.0 / k;
+  for (int i = 0; i < 10; ++i)
+    EXPECT_NEAR(c[i], 1.0 / (i / 2 + 1) / hc / 2, 0.005) << i << ": class share split over its 2 adapters";
+  auto half = shares(uniform, 100000, 0.5);
+  EXPECT_NEAR(std::accumulate(half.begin(), half.end(), 0.0), 0.5, 0.01);
+  for (const char* bad : {"gauss", "zipf:x", "power:-1", "power:0", "zipf:"})
+    EXPECT_TRUE(std::holds_alternative<std::string>(make_adapter_set(10, ranks, bad))) << bad;
+  EXPECT_TRUE(std::holds_alternative<std::string>(make_adapter_set(0, ranks, "uniform")));
+}
+
+TEST(workload, summary_and_percentiles) {
+  EXPECT_EQ(percentile({}, 50), 0);
+  EXPECT_EQ(percentile({5, 1, 3, 2, 4}, 50), 3);
+  EXPECT_EQ(percentile({5, 1, 3, 2, 4}, 99), 5);
+  EXPECT_EQ(percentile({5, 1, 3, 2, 4}, 0), 1);
+  std::vector<request> r{{0, 10, 1, 3}, {2, 30, 3, none_adapter}, {4, 20, 2, 3}};
+  const auto s = summarize(r);
+  EXPECT_EQ(s.requests, 3u);
+  EXPECT_DOUBLE_EQ(s.duration_s, 4);
+  EXPECT_DOUBLE_EQ(s.mean_rate, 0.5);
+  EXPECT_DOUBLE_EQ(s.prompt_mean, 20);
+  EXPECT_EQ(s.distinct_adapters, 1u);
+}
+
+} // namespace
+} // namespace troupe::workload

@@ -1,0 +1,295 @@
+// troupe-sim: runs a workload through the same cores and policies as a live
+// deployment (runtime/sim_engine), on a virtual clock priced by the sim cost
+// model, so an hour of trace takes seconds. This version answers the adapter
+// cache questions: for each eviction policy, the adapter hit rate, the PCIe
+// and disk bytes moved, and the time to first token.
+//
+//   troupe-sim --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv
+//              --adapters 2000 --ranks 8,16,32,64,128 --popularity zipf:1.0
+//              --gpu A100-80GB --policies lru,lfu,fairshare,slora,chameleon
+#include "gpu/model_shape.hpp"
+#include "gpu/sim_backend.hpp"
+#include "policies/fcfs_scheduling_policy.hpp"
+#include "policies/registry.hpp"
+#include "runtime/sim_engine.hpp"
+#include "tools/workload/workload.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace troupe;
+
+constexpr const char* usage =
+  "usage: troupe-sim [--trace FILE | --requests N --rate R [--cv C]] [options]\n"
+  "  --trace FILE          an Azure LLM inference trace CSV (arrivals and lengths)\n"
+  "  --from S --seconds S  the part of the trace to replay (default: all)\n"
+  "  --rate R              rescale arrivals to R requests/s (with --trace), or generate at R\n"
+  "  --requests N --cv C   generated: N requests, Gamma gaps of CV C, lengths --prompt/--output\n"
+  "  --prompt N --output N lengths of generated requests (default 512, 128)\n"
+  "  --adapters N          registered adapters (default 2000)\n"
+  "  --ranks LIST          ranks dealt to them in equal blocks (default 8,16,32,64,128)\n"
+  "  --popularity P        uniform | power:A | zipf:S | chameleon:A (default zipf:1)\n"
+  "  --base-fraction F     share of requests without an adapter (default 0)\n"
+  "  --model NAME          model shape preset (default llama-2-7b)\n"
+  "  --gpu NAME            GPU preset (default A100-80GB)\n"
+  "  --max-context N       prompt + output limit; longer prompts are cut (default 4096)\n"
+  "  --policies LIST       eviction policies to compare (default lru,lfu,fairshare,slora,chameleon)\n"
+  "  --prefetch on|off     load queued requests' adapters early (default on)\n"
+  "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
+  "  --max-running N       running batch cap (default 256)\n"
+  "  --seed N              adapter draws (default 1)\n"
+  "  --json FILE           also write the results as JSON\n";
+
+struct options {
+  std::string trace;
+  double from_s = 0, seconds = -1, rate = 0, cv = 1;
+  std::size_t requests = 0;
+  std::uint32_t prompt = 512, output = 128;
+  std::uint32_t adapters = 2000;
+  std::vector<std::uint32_t> ranks{8, 16, 32, 64, 128};
+  std::string popularity = "zipf:1";
+  double base_fraction = 0;
+  std::string model = "llama-2-7b", gpu = "A100-80GB";
+  std::uint32_t max_context = 4096;
+  std::vector<std::string> policies{"lru", "lfu", "fairshare", "slora", "chameleon"};
+  bool prefetch = true;
+  std::uint64_t host_bytes = 0;
+  std::uint32_t max_running = 256;
+  std::uint64_t seed = 1;
+  std::string json;
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in{s};
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+bool parse(int argc, char** argv, options& o, std::string& err) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--help" || a == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    }
+    if (i + 1 >= argc) {
+      err = a + " needs a value";
+      return false;
+    }
+    const std::string v = argv[++i];
+    char* end = nullptr;
+    const double num = std::strtod(v.c_str(), &end);
+    const bool is_num = end == v.c_str() + v.size() && !v.empty() && std::isfinite(num) && num >= 0;
+    auto need_num = [&] {
+      if (!is_num)
+        err = a + ": expected a number >= 0, got \"" + v + "\"";
+      return is_num;
+    };
+    if (a == "--trace") o.trace = v;
+    else if (a == "--from") { if (!need_num()) return false; o.from_s = num; }
+    else if (a == "--seconds") { if (!need_num()) return false; o.seconds = num; }
+    else if (a == "--rate") { if (!need_num()) return false; o.rate = num; }
+    else if (a == "--cv") { if (!need_num() || num == 0) { err = "--cv must be > 0"; return false; } o.cv = num; }
+    else if (a == "--requests") { if (!need_num()) return false; o.requests = static_cast<std::size_t>(num); }
+    else if (a == "--prompt") { if (!need_num() || num < 1) { err = "--prompt must be >= 1"; return false; } o.prompt = static_cast<std::uint32_t>(num); }
+    else if (a == "--output") { if (!need_num() || num < 1) { err = "--output must be >= 1"; return false; } o.output = static_cast<std::uint32_t>(num); }
+    else if (a == "--adapters") { if (!need_num() || num < 1) { err = "--adapters must be >= 1"; return false; } o.adapters = static_cast<std::uint32_t>(num); }
+    else if (a == "--ranks") {
+      o.ranks.clear();
+      for (const auto& r : split(v)) {
+        const long x = std::strtol(r.c_str(), nullptr, 10);
+        if (x < 1 || x > 4096) { err = "--ranks: \"" + r + "\" is not a rank in [1, 4096]"; return false; }
+        o.ranks.push_back(static_cast<std::uint32_t>(x));
+      }
+    }
+    else if (a == "--popularity") o.popularity = v;
+    else if (a == "--base-fraction") { if (!need_num() || num > 1) { err = "--base-fraction must be in [0, 1]"; return false; } o.base_fraction = num; }
+    else if (a == "--model") o.model = v;
+    else if (a == "--gpu") o.gpu = v;
+    else if (a == "--max-context") { if (!need_num() || num < 2) { err = "--max-context must be >= 2"; return false; } o.max_context = static_cast<std::uint32_t>(num); }
+    else if (a == "--policies") o.policies = split(v);
+    else if (a == "--prefetch") {
+      if (v != "on" && v != "off") { err = "--prefetch: on or off"; return false; }
+      o.prefetch = v == "on";
+    }
+    else if (a == "--host-bytes") { if (!need_num()) return false; o.host_bytes = static_cast<std::uint64_t>(num); }
+    else if (a == "--max-running") { if (!need_num() || num < 1) { err = "--max-running must be >= 1"; return false; } o.max_running = static_cast<std::uint32_t>(num); }
+    else if (a == "--seed") { if (!need_num()) return false; o.seed = static_cast<std::uint64_t>(num); }
+    else if (a == "--json") o.json = v;
+    else { err = "unknown option " + a; return false; }
+  }
+  if (o.trace.empty() && (o.requests == 0 || o.rate <= 0)) {
+    err = "give --trace FILE, or --requests N and --rate R";
+    return false;
+  }
+  return true;
+}
+
+struct result {
+  std::string policy;
+  sim_totals totals;
+  std::size_t finished = 0, lost = 0;
+  double ttft_p50 = 0, ttft_p99 = 0, e2e_p50 = 0, e2e_p99 = 0;
+  double wall_s = 0;
+};
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  std::string err;
+  if (!parse(argc, argv, o, err)) {
+    std::cerr << "troupe-sim: " << err << "\n" << usage;
+    return 2;
+  }
+  auto shape = gpu::find_model_preset(o.model);
+  auto spec = gpu::find_gpu_spec(o.gpu);
+  if (!shape || !spec) {
+    std::cerr << "troupe-sim: unknown " << (!shape ? "--model " + o.model : "--gpu " + o.gpu) << "\n";
+    return 2;
+  }
+
+  // The workload.
+  std::vector<workload::request> reqs;
+  if (!o.trace.empty()) {
+    auto loaded = workload::load_azure_trace(o.trace);
+    if (auto* e = std::get_if<std::string>(&loaded)) {
+      std::cerr << "troupe-sim: " << *e << "\n";
+      return 1;
+    }
+    reqs = std::get<std::vector<workload::request>>(std::move(loaded));
+    if (o.seconds >= 0 || o.from_s > 0)
+      reqs = workload::window(reqs, o.from_s, o.seconds >= 0 ? o.seconds : 1e18);
+    if (o.rate > 0)
+      workload::set_rate(reqs, o.rate);
+  } else {
+    for (double t : workload::gamma_arrivals(o.requests, o.rate, o.cv, o.seed))
+      reqs.push_back({t, o.prompt, o.output, workload::none_adapter});
+  }
+  const auto clamped = workload::clamp_context(reqs, o.max_context);
+  auto set = workload::make_adapter_set(o.adapters, o.ranks, o.popularity);
+  if (auto* e = std::get_if<std::string>(&set)) {
+    std::cerr << "troupe-sim: --popularity: " << *e << "\n";
+    return 2;
+  }
+  workload::assign_adapters(reqs, std::get<workload::adapter_set>(set), o.base_fraction, o.seed);
+  const auto sum = workload::summarize(reqs);
+  std::printf("workload: %zu requests over %.0f s (%.2f req/s), prompt mean %.0f p99 %.0f, output mean %.0f p99 %.0f, "
+              "%zu of %u adapters used, %zu prompts cut to %u tokens\n",
+              sum.requests, sum.duration_s, sum.mean_rate, sum.prompt_mean, sum.prompt_p99, sum.output_mean,
+              sum.output_p99, sum.distinct_adapters, o.adapters, clamped, o.max_context);
+
+  // The pool: GPU memory left by the weights, as the sim backend sizes it.
+  const std::uint32_t page_tokens = 16;
+  const auto page_bytes = std::uint64_t{page_tokens} * shape->kv_bytes_per_token();
+  const double budget = static_cast<double>(spec->memory_bytes) * 0.9 - static_cast<double>(shape->weight_bytes());
+  const auto pool_pages = static_cast<std::uint64_t>(budget / static_cast<double>(page_bytes));
+  std::uint64_t all_adapter_bytes = 0;
+  for (auto r : std::get<workload::adapter_set>(set).ranks)
+    all_adapter_bytes += shape->lora_adapter_bytes(r);
+  std::printf("pool: %llu pages of %llu KiB (%.1f GiB) on %s; all adapters together: %.1f GiB\n",
+              static_cast<unsigned long long>(pool_pages), static_cast<unsigned long long>(page_bytes >> 10),
+              static_cast<double>(pool_pages * page_bytes) / (1 << 30), spec->name.c_str(),
+              static_cast<double>(all_adapter_bytes) / (1 << 30));
+
+  std::vector<result> results;
+  for (const auto& name : o.policies) {
+    auto policy = policies::make_eviction_policy(name);
+    if (!policy) {
+      std::cerr << "troupe-sim: no eviction policy named \"" << name << "\"\n";
+      return 2;
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<adapter_spec> specs;
+    const auto& ranks = std::get<workload::adapter_set>(set).ranks;
+    for (std::size_t i = 0; i < ranks.size(); ++i)
+      specs.push_back({"a" + std::to_string(i), ranks[i], ""});
+    adapter_catalog catalog{specs, {}, [&](std::uint32_t r) { return shape->lora_adapter_bytes(r); }, page_bytes};
+    sim_engine_config cfg;
+    cfg.limits.max_running = o.max_running;
+    cfg.limits.token_budget = 8192;
+    cfg.limits.max_waiting = 1u << 30;
+    cfg.limits.total_pages = pool_pages;
+    cfg.limits.page_tokens = page_tokens;
+    cfg.scheduling = std::make_unique<policies::fcfs_scheduling_policy>();
+    cfg.eviction = std::move(policy);
+    cfg.cache.prefetch = o.prefetch;
+    auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, gpu::cost_constants{}, o.host_bytes);
+    sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
+    std::vector<sim_request> in;
+    in.reserve(reqs.size());
+    for (const auto& r : reqs)
+      in.push_back({r.arrival_s, r.prompt_tokens, r.output_tokens,
+                    r.adapter == workload::none_adapter ? 0u : r.adapter + 1});
+    const auto out = engine.run(in);
+    result res;
+    res.policy = name;
+    res.totals = engine.totals();
+    std::vector<double> ttft, e2e;
+    for (const auto& x : out) {
+      if (x.reason == finish_reason::length || x.reason == finish_reason::eos) {
+        ++res.finished;
+        ttft.push_back(x.ttft_s);
+        e2e.push_back(x.e2e_s);
+      } else {
+        ++res.lost;
+      }
+    }
+    res.ttft_p50 = workload::percentile(ttft, 50);
+    res.ttft_p99 = workload::percentile(ttft, 99);
+    res.e2e_p50 = workload::percentile(e2e, 50);
+    res.e2e_p99 = workload::percentile(e2e, 99);
+    res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    results.push_back(res);
+  }
+
+  std::printf("\n| policy | finished | lost | hit rate | misses | evictions | prefetches (hits) | PCIe GB | disk GB | TTFT P50 s | TTFT P99 s | E2E P99 s | wall s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const auto& r : results) {
+    const auto& t = r.totals;
+    const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
+    std::printf("| %s | %zu | %zu | %.3f | %llu | %llu | %llu (%llu) | %.1f | %.1f | %.3f | %.3f | %.2f | %.1f |\n",
+                r.policy.c_str(), r.finished, r.lost, lookups > 0 ? static_cast<double>(t.adapter_hits) / lookups : 0.0,
+                static_cast<unsigned long long>(t.adapter_misses), static_cast<unsigned long long>(t.adapter_evictions),
+                static_cast<unsigned long long>(t.prefetches), static_cast<unsigned long long>(t.prefetch_hits),
+                static_cast<double>(t.pcie_bytes) / 1e9, static_cast<double>(t.disk_bytes) / 1e9, r.ttft_p50,
+                r.ttft_p99, r.e2e_p99, r.wall_s);
+  }
+  if (!o.json.empty()) {
+    std::ofstream j{o.json};
+    j << "{\"requests\":" << sum.requests << ",\"adapters\":" << o.adapters << ",\"gpu\":\"" << spec->name
+      << "\",\"model\":\"" << o.model << "\",\"popularity\":\"" << o.popularity << "\",\"results\":[";
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      const auto& t = r.totals;
+      const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
+      j << (i ? "," : "") << "{\"policy\":\"" << r.policy << "\",\"finished\":" << r.finished
+        << ",\"lost\":" << r.lost << ",\"hit_rate\":" << (lookups > 0 ? t.adapter_hits / lookups : 0.0)
+        << ",\"misses\":" << t.adapter_misses << ",\"evictions\":" << t.adapter_evictions
+        << ",\"prefetches\":" << t.prefetches << ",\"prefetch_hits\":" << t.prefetch_hits
+        << ",\"pcie_bytes\":" << t.pcie_bytes << ",\"disk_bytes\":" << t.disk_bytes
+        << ",\"ttft_p50_s\":" << r.ttft_p50 << ",\"ttft_p99_s\":" << r.ttft_p99
+        << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99 << ",\"steps\":" << t.steps
+        << ",\"end_s\":" << t.end_s << "}";
+    }
+    j << "]}\n";
+  }
+  for (const auto& r : results)
+    if (r.lost > 0) {
+      std::cerr << "troupe-sim: " << r.lost << " requests did not finish under " << r.policy << "\n";
+      return 1;
+    }
+  return 0;
+}

@@ -1,0 +1,296 @@
+#include "tools/workload/workload.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <set>
+#include <string_view>
+
+namespace troupe::workload {
+
+namespace {
+
+std::uint64_t splitmix(std::uint64_t& state) {
+  std::uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+/// Uniform in (0, 1).
+double uniform(std::uint64_t& s) {
+  return (static_cast<double>(splitmix(s) >> 11) + 0.5) / 9007199254740992.0;
+}
+
+double normal(std::uint64_t& s) {
+  // Box-Muller; one of the pair is enough here.
+  const double u1 = uniform(s), u2 = uniform(s);
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+/// Gamma(shape, 1) by Marsaglia and Tsang; shape < 1 by the boost u^(1/shape).
+double gamma(std::uint64_t& s, double shape) {
+  if (shape < 1.0)
+    return gamma(s, shape + 1.0) * std::pow(uniform(s), 1.0 / shape);
+  const double d = shape - 1.0 / 3.0, c = 1.0 / std::sqrt(9.0 * d);
+  for (;;) {
+    double x = 0, v = 0;
+    do {
+      x = normal(s);
+      v = 1.0 + c * x;
+    } while (v <= 0);
+    v = v * v * v;
+    const double u = uniform(s);
+    if (u < 1.0 - 0.0331 * x * x * x * x || std::log(u) < 0.5 * x * x + d * (1.0 - v + std::log(v)))
+      return d * v;
+  }
+}
+
+bool parse_u32(std::string_view text, std::uint32_t& out) {
+  while (!text.empty() && (text.back() == '\r' || text.back() == ' '))
+    text.remove_suffix(1);
+  auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc{} && p == text.data() + text.size();
+}
+
+/// Days since 1970-01-01 of a civil date (proleptic Gregorian).
+std::int64_t days_from_civil(std::int64_t y, unsigned m, unsigned d) {
+  y -= m <= 2;
+  const std::int64_t era = (y >= 0 ? y : y - 399) / 400;
+  const unsigned yoe = static_cast<unsigned>(y - era * 400);
+  const unsigned doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+  const unsigned doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+  return era * 146097 + static_cast<std::int64_t>(doe) - 719468;
+}
+
+/// "YYYY-MM-DD HH:MM:SS[.fffffff]" to seconds since the epoch; false if malformed.
+bool parse_timestamp(std::string_view t, double& out) {
+  if (t.size() < 19 || t[4] != '-' || t[7] != '-' || t[10] != ' ' || t[13] != ':' || t[16] != ':')
+    return false;
+  auto num = [&](std::size_t at, std::size_t len, unsigned& v) {
+    auto [p, ec] = std::from_chars(t.data() + at, t.data() + at + len, v);
+    return ec == std::errc{} && p == t.data() + at + len;
+  };
+  unsigned y, mo, d, h, mi, s;
+  if (!num(0, 4, y) || !num(5, 2, mo) || !num(8, 2, d) || !num(11, 2, h) || !num(14, 2, mi)
+      || !num(17, 2, s) || mo < 1 || mo > 12 || d < 1 || d > 31 || h > 23 || mi > 59 || s > 60)
+    return false;
+  double frac = 0;
+  if (t.size() > 19) {
+    if (t[19] != '.' || t.size() == 20)
+      return false;
+    double scale = 0.1;
+    for (std::size_t i = 20; i < t.size(); ++i) {
+      if (t[i] < '0' || t[i] > '9')
+        return false;
+      frac += (t[i] - '0') * scale;
+      scale /= 10;
+    }
+  }
+  out = static_cast<double>(days_from_civil(y, mo, d)) * 86400.0 + h * 3600.0 + mi * 60.0 + s + frac;
+  return true;
+}
+
+} // namespace
+
+std::variant<std::vector<request>, std::string> load_azure_trace(const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    return path + ": cannot open";
+  std::string line;
+  if (!std::getline(in, line))
+    return path + ": empty file";
+  if (!line.empty() && line.back() == '\r')
+    line.pop_back();
+  if (line != "TIMESTAMP,ContextTokens,GeneratedTokens")
+    return path + ":1: expected the header TIMESTAMP,ContextTokens,GeneratedTokens, got \"" + line + "\"";
+  std::vector<request> out;
+  double first = 0;
+  for (std::size_t n = 2; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.empty())
+      continue;
+    const auto where = path + ":" + std::to_string(n) + ": ";
+    const auto c1 = line.find(',');
+    const auto c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
+    if (c2 == std::string::npos || line.find(',', c2 + 1) != std::string::npos)
+      return where + "expected 3 comma-separated fields, got \"" + line + "\"";
+    double t = 0;
+    if (!parse_timestamp(std::string_view{line}.substr(0, c1), t))
+      return where + "TIMESTAMP \"" + line.substr(0, c1) + "\" is not YYYY-MM-DD HH:MM:SS.fffffff";
+    request r;
+    if (!parse_u32(std::string_view{line}.substr(c1 + 1, c2 - c1 - 1), r.prompt_tokens) || r.prompt_tokens == 0)
+      return where + "ContextTokens \"" + line.substr(c1 + 1, c2 - c1 - 1) + "\" is not a positive integer";
+    if (!parse_u32(std::string_view{line}.substr(c2 + 1), r.output_tokens) || r.output_tokens == 0)
+      return where + "GeneratedTokens \"" + line.substr(c2 + 1) + "\" is not a positive integer";
+    if (out.empty())
+      first = t;
+    r.arrival_s = t - first;
+    if (r.arrival_s < 0)
+      return where + "TIMESTAMP goes back in time";
+    r.adapter = none_adapter;
+    out.push_back(r);
+  }
+  if (out.empty())
+    return path + ": no requests";
+  return out;
+}
+
+std::vector<double> gamma_arrivals(std::size_t n, double rate, double cv, std::uint64_t seed) {
+  std::vector<double> out;
+  out.reserve(n);
+  std::uint64_t s = seed;
+  const double shape = 1.0 / (cv * cv), scale = cv * cv / rate;
+  double t = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    t += gamma(s, shape) * scale;
+    out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<request> window(const std::vector<request>& in, double from_s, double seconds) {
+  std::vector<request> out;
+  for (const auto& r : in)
+    if (r.arrival_s >= from_s && r.arrival_s < from_s + seconds) {
+      out.push_back(r);
+      out.back().arrival_s -= from_s;
+    }
+  return out;
+}
+
+void scale_time(std::vector<request>& r, double factor) {
+  for (auto& x : r)
+    x.arrival_s *= factor;
+}
+
+void set_rate(std::vector<request>& r, double rate) {
+  if (r.size() < 2 || rate <= 0)
+    return;
+  const double span = r.back().arrival_s - r.front().arrival_s;
+  if (span <= 0)
+    return;
+  const double current = static_cast<double>(r.size() - 1) / span;
+  scale_time(r, current / rate);
+}
+
+std::size_t clamp_context(std::vector<request>& r, std::uint32_t max_context) {
+  std::size_t changed = 0;
+  for (auto& x : r) {
+    bool c = false;
+    if (x.output_tokens >= max_context) {
+      x.output_tokens = max_context - 1;
+      c = true;
+    }
+    if (x.prompt_tokens + x.output_tokens > max_context) {
+      x.prompt_tokens = max_context - x.output_tokens;
+      c = true;
+    }
+    changed += c ? 1 : 0;
+  }
+  return changed;
+}
+
+std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
+                                                        const std::vector<std::uint32_t>& ranks,
+                                                        const std::string& popularity) {
+  if (n == 0)
+    return std::string{"the adapter count must be at least 1"};
+  if (ranks.empty())
+    return std::string{"no ranks given"};
+  adapter_set set;
+  const std::size_t k = ranks.size();
+  for (std::uint32_t i = 0; i < n; ++i)
+    set.ranks.push_back(ranks[std::min<std::size_t>(k - 1, static_cast<std::size_t>(i) * k / n)]);
+  const auto colon = popularity.find(':');
+  const std::string kind = popularity.substr(0, colon);
+  double param = 1.0;
+  if (colon != std::string::npos) {
+    const auto text = popularity.substr(colon + 1);
+    char* end = nullptr;
+    param = std::strtod(text.c_str(), &end);
+    if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(param) || param < 0)
+      return "popularity \"" + popularity + "\": \"" + text + "\" is not a number >= 0";
+  }
+  const double dn = n;
+  if (kind == "uniform") {
+    set.weights.assign(n, 1.0);
+  } else if (kind == "power") {
+    if (param <= 0)
+      return std::string{"power:<alpha> needs alpha > 0"};
+    for (std::uint32_t i = 0; i < n; ++i)
+      set.weights.push_back(std::pow((i + 1) / dn, param) - std::pow(i / dn, param));
+  } else if (kind == "zipf") {
+    for (std::uint32_t i = 0; i < n; ++i)
+      set.weights.push_back(1.0 / std::pow(i + 1.0, param));
+  } else if (kind == "chameleon") {
+    // Class of each adapter = its rank's position in `ranks`.
+    std::vector<double> members(k, 0);
+    std::vector<std::size_t> cls(n);
+    for (std::uint32_t i = 0; i < n; ++i) {
+      cls[i] = std::min<std::size_t>(k - 1, static_cast<std::size_t>(i) * k / n);
+      members[cls[i]] += 1;
+    }
+    for (std::uint32_t i = 0; i < n; ++i)
+      set.weights.push_back(1.0 / std::pow(cls[i] + 1.0, param) / members[cls[i]]);
+  } else {
+    return "popularity \"" + popularity + "\": expected uniform, power:<alpha>, zipf:<s> or chameleon:<alpha>";
+  }
+  return set;
+}
+
+void assign_adapters(std::vector<request>& r, const adapter_set& set, double base_fraction,
+                     std::uint64_t seed) {
+  std::vector<double> cdf(set.weights.size());
+  std::partial_sum(set.weights.begin(), set.weights.end(), cdf.begin());
+  const double total = cdf.empty() ? 0 : cdf.back();
+  std::uint64_t s = seed;
+  for (auto& x : r) {
+    if (cdf.empty() || uniform(s) < base_fraction) {
+      x.adapter = none_adapter;
+      continue;
+    }
+    const double u = uniform(s) * total;
+    const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
+    x.adapter = static_cast<std::uint32_t>(std::min<std::ptrdiff_t>(it - cdf.begin(),
+                                                                    static_cast<std::ptrdiff_t>(cdf.size()) - 1));
+  }
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty())
+    return 0;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
+  return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
+}
+
+summary summarize(const std::vector<request>& r) {
+  summary s;
+  s.requests = r.size();
+  if (r.empty())
+    return s;
+  s.duration_s = r.back().arrival_s - r.front().arrival_s;
+  s.mean_rate = s.duration_s > 0 ? static_cast<double>(r.size() - 1) / s.duration_s : 0;
+  std::vector<double> in, out;
+  std::set<std::uint32_t> adapters;
+  for (const auto& x : r) {
+    in.push_back(x.prompt_tokens);
+    out.push_back(x.output_tokens);
+    if (x.adapter != none_adapter)
+      adapters.insert(x.adapter);
+  }
+  s.prompt_mean = std::accumulate(in.begin(), in.end(), 0.0) / static_cast<double>(in.size());
+  s.output_mean = std::accumulate(out.begin(), out.end(), 0.0) / static_cast<double>(out.size());
+  s.prompt_p50 = percentile(in, 50);
+  s.prompt_p99 = percentile(in, 99);
+  s.output_p50 = percentile(out, 50);
+  s.output_p99 = percentile(out, 99);
+  s.distinct_adapters = adapters.size();
+  return s;
+}
+
+} // namespace troupe::workload

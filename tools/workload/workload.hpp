@@ -1,0 +1,90 @@
+// Workloads for troupe-sim and troupe-bench: request arrivals and lengths
+// from the Azure LLM inference trace 2023 (or generated), and which adapter
+// each request uses (uniform, S-LoRA's Power(alpha), Zipf, or Chameleon's
+// power law over rank classes). Deterministic from a seed: every draw comes
+// from splitmix64, none from the standard library's distributions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace troupe::workload {
+
+/// One request of a workload. `adapter` indexes the adapter set; none_adapter
+/// means the base model.
+struct request {
+  double arrival_s = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t output_tokens = 0;
+  std::uint32_t adapter = 0;
+};
+inline constexpr std::uint32_t none_adapter = 0xffffffffu;
+
+// -- traces -----------------------------------------------------------------
+
+/// Reads AzureLLMInferenceTrace_{code,conv}.csv (TIMESTAMP, ContextTokens,
+/// GeneratedTokens): arrivals in seconds after the first row. An error names
+/// the file, the line and the field.
+std::variant<std::vector<request>, std::string> load_azure_trace(const std::string& path);
+
+// -- generators -------------------------------------------------------------
+
+/// Arrivals of `n` requests at mean rate `rate` (per second) with inter-
+/// arrival gaps of coefficient of variation `cv` (Gamma; cv = 1 is Poisson).
+std::vector<double> gamma_arrivals(std::size_t n, double rate, double cv, std::uint64_t seed);
+
+// -- shaping ----------------------------------------------------------------
+
+/// Keeps the requests arriving in [from_s, from_s + seconds), re-based to 0.
+std::vector<request> window(const std::vector<request>& in, double from_s, double seconds);
+/// Multiplies every arrival time by `factor` (2 = half the rate).
+void scale_time(std::vector<request>& r, double factor);
+/// Rescales arrival times so the mean rate is `rate` per second.
+void set_rate(std::vector<request>& r, double rate);
+/// Trims prompts so prompt + output <= max_context (outputs longer than
+/// max_context - 1 are trimmed too); returns how many requests changed.
+std::size_t clamp_context(std::vector<request>& r, std::uint32_t max_context);
+
+// -- adapter popularity -----------------------------------------------------
+
+/// A set of adapters and how requests pick among them.
+struct adapter_set {
+  std::vector<std::uint32_t> ranks; ///< rank of adapter i
+  std::vector<double> weights;      ///< unnormalised probability of adapter i
+};
+
+/// `n` adapters with ranks dealt from `ranks` in equal blocks (the first
+/// n/len(ranks) get ranks[0], ...), and:
+///   "uniform":          every adapter alike;
+///   "power:<alpha>":    S-LoRA's Power(alpha): P(i) = ((i+1)/n)^a - (i/n)^a;
+///   "zipf:<s>":         P(i) proportional to 1/(i+1)^s;
+///   "chameleon:<alpha>": rank class k (smallest rank first) with P ∝ 1/(k+1)^alpha,
+///                        then uniform within the class.
+/// An error says what was wrong with `popularity`.
+std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
+                                                        const std::vector<std::uint32_t>& ranks,
+                                                        const std::string& popularity);
+
+/// Assigns each request an adapter drawn from `set` (base_fraction of them
+/// get none_adapter).
+void assign_adapters(std::vector<request>& r, const adapter_set& set, double base_fraction,
+                     std::uint64_t seed);
+
+// -- summary ----------------------------------------------------------------
+
+struct summary {
+  std::size_t requests = 0;
+  double duration_s = 0;
+  double mean_rate = 0;
+  double prompt_mean = 0, prompt_p50 = 0, prompt_p99 = 0;
+  double output_mean = 0, output_p50 = 0, output_p99 = 0;
+  std::size_t distinct_adapters = 0;
+};
+summary summarize(const std::vector<request>& r);
+
+/// The p-th percentile (0..100, nearest rank) of `v` (sorted inside); 0 if empty.
+double percentile(std::vector<double> v, double p);
+
+} // namespace troupe::workload
