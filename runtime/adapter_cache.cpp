@@ -53,8 +53,10 @@ adapter_cache::outcome adapter_cache::acquire(std::uint32_t id, std::uint64_t pa
     ++misses_;
     return outcome::load;
   }
-  if (s.loading)
+  if (s.loading) {
+    s.prefetched = false; // a late prefetch: the demand takes it over
     return outcome::wait;
+  }
   ++hits_;
   if (s.prefetched) {
     s.prefetched = false;
@@ -72,15 +74,18 @@ adapter_cache::outcome adapter_cache::prefetch(std::uint32_t id, std::uint64_t p
     s.rank = rank;
     s.prefetched = true;
     held_pages_ += pages;
-    ++prefetches_;
     return outcome::load;
   }
   return s.loading ? outcome::wait : outcome::hit;
 }
 
 void adapter_cache::loaded(std::uint32_t id) {
-  if (auto i = slots_.find(id); i != slots_.end())
-    i->second.loading = false;
+  auto i = slots_.find(id);
+  if (i == slots_.end())
+    return;
+  i->second.loading = false;
+  if (i->second.prefetched)
+    ++prefetches_;
 }
 
 void adapter_cache::load_failed(std::uint32_t id) {

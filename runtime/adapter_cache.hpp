@@ -87,6 +87,7 @@ public:
   std::uint64_t hits() const noexcept { return hits_; }
   std::uint64_t misses() const noexcept { return misses_; }
   std::uint64_t evictions() const noexcept { return evictions_; }
+  /// Prefetches that completed (loaded before any request pinned them).
   std::uint64_t prefetches() const noexcept { return prefetches_; }
   /// Acquisitions that found an adapter a prefetch brought in, unused since.
   std::uint64_t prefetch_hits() const noexcept { return prefetch_hits_; }

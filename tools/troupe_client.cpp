@@ -18,6 +18,8 @@ void usage(std::FILE* out) {
     "                     [--seed S] [--stop TEXT]... [--no-stream] [--id ID]\n"
     "                     [--cancel-after N] [--timeout-ms MS] [--json]\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
+    "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
+    "                                      | --unload-adapter NAME\n"
     "Defaults: endpoint tcp://127.0.0.1:5555, max-tokens 16, streaming on.\n"
     "Exit status: 0 on done, 1 on an error reply, 2 on bad usage, 3 on timeout.\n");
 }
@@ -31,6 +33,7 @@ int main(int argc, char** argv) {
   g.id = "client-" + std::to_string(::getpid());
   g.stream = true;
   std::string query;
+  std::string adapter_arg;
   long cancel_after = -1;
   long timeout_ms = 60000;
   bool json = false;
@@ -68,6 +71,10 @@ int main(int argc, char** argv) {
     else if (arg == "--timeout-ms") timeout_ms = static_cast<long>(number());
     else if (arg == "--json") json = true;
     else if (arg == "--health" || arg == "--stats" || arg == "--list-adapters") query = arg;
+    else if (arg == "--load-adapter" || arg == "--unload-adapter") {
+      query = arg;
+      adapter_arg = value();
+    }
     else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
     else {
       std::fprintf(stderr, "troupe-client: unknown argument '%s'\n", arg.c_str());
@@ -80,7 +87,30 @@ int main(int argc, char** argv) {
   if (query == "--health") req = wire::health_request{g.id};
   else if (query == "--stats") req = wire::stats_request{g.id};
   else if (query == "--list-adapters") req = wire::list_adapters_request{g.id};
-  else {
+  else if (query == "--unload-adapter") req = wire::unload_adapter_request{g.id, adapter_arg};
+  else if (query == "--load-adapter") {
+    // NAME=PATH (a PEFT directory on the server) or NAME:RANK (sim backend).
+    const auto eq = adapter_arg.find('=');
+    const auto colon = adapter_arg.rfind(':');
+    wire::load_adapter_request l{g.id, "", "", 0};
+    if (eq != std::string::npos) {
+      l.name = adapter_arg.substr(0, eq);
+      l.path = adapter_arg.substr(eq + 1);
+    } else if (colon != std::string::npos) {
+      l.name = adapter_arg.substr(0, colon);
+      char* end = nullptr;
+      const auto rank = std::strtoul(adapter_arg.c_str() + colon + 1, &end, 10);
+      if (*end != '\0' || rank == 0) {
+        std::fprintf(stderr, "troupe-client: --load-adapter NAME:RANK needs a positive rank\n");
+        return 2;
+      }
+      l.rank = static_cast<std::uint32_t>(rank);
+    } else {
+      std::fprintf(stderr, "troupe-client: --load-adapter takes NAME=PATH or NAME:RANK\n");
+      return 2;
+    }
+    req = l;
+  } else {
     if (!g.prompt)
       g.prompt = "hello";
     req = g;
@@ -137,7 +167,7 @@ int main(int argc, char** argv) {
     }
     if (std::holds_alternative<wire::accepted_reply>(reply))
       continue;
-    if (!json) // health, stats, adapters: print the raw reply
+    if (!json) // health, stats, adapters, adapter: print the raw reply
       std::printf("%s\n", raw->c_str());
     return 0;
   }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's commands as a person runs them: troupe-serve on a config file,
 # then troupe-client streams 16 tokens and a done line with timings; an
-# unknown adapter makes the client exit non-zero with the error.
+# unknown adapter makes the client exit non-zero with the error; an adapter
+# loaded at run time serves, and after unloading it is unknown again.
 set -euo pipefail
 bin="$1"
 log="$(mktemp)"
@@ -32,6 +33,18 @@ grep -q 'finish_reason=length' "$err" || { cat "$err"; exit 1; }
 
 if "$bin/troupe-client" --endpoint "$endpoint" --prompt hi --adapter no-such 2> "$err"; then
   echo "client exited 0 on an error reply"; exit 1
+fi
+grep -q 'unknown_adapter' "$err" || { cat "$err"; exit 1; }
+
+# Adapters at run time (the sim backend needs only a rank): load, use, unload.
+"$bin/troupe-client" --endpoint "$endpoint" --load-adapter extra:32 > "$out"
+grep -q '"status":"loaded"' "$out" || { echo "load_adapter failed"; cat "$out"; exit 1; }
+"$bin/troupe-client" --endpoint "$endpoint" --prompt hi --adapter extra --max-tokens 4 2> "$err" > /dev/null
+grep -q 'completion_tokens=4' "$err" || { cat "$err"; exit 1; }
+"$bin/troupe-client" --endpoint "$endpoint" --unload-adapter extra > "$out"
+grep -q '"status":"unloaded"' "$out" || { echo "unload_adapter failed"; cat "$out"; exit 1; }
+if "$bin/troupe-client" --endpoint "$endpoint" --prompt hi --adapter extra 2> "$err"; then
+  echo "an unloaded adapter still served"; exit 1
 fi
 grep -q 'unknown_adapter' "$err" || { cat "$err"; exit 1; }
 

@@ -468,6 +468,7 @@ TEST(adapter_cache_prefetch, brings_an_adapter_in_without_a_pin_or_a_counted_use
   EXPECT_EQ(r.cache.pins(3), 0u);
   EXPECT_EQ(r.cache.resident_pages(), 8u) << "loading pages are held";
   EXPECT_EQ(r.cache.evict_for(100, 2), std::vector<std::uint32_t>{}) << "loading: not evictable";
+  EXPECT_EQ(r.cache.prefetches(), 0u) << "counted once loaded";
   r.cache.loaded(3);
   EXPECT_EQ(r.cache.prefetch(3, e->pages, e->rank, 2), outcome::hit);
   EXPECT_EQ(r.cache.prefetches(), 1u);
