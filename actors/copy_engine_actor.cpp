@@ -1,6 +1,7 @@
 #include "actors/copy_engine_actor.hpp"
 
 #include "runtime/clock.hpp"
+#include "runtime/detached_task.hpp"
 #include "runtime/transfer_queue.hpp"
 
 #include <caf/actor_system.hpp>
@@ -11,6 +12,7 @@
 #include <caf/typed_response_promise.hpp>
 
 #include <chrono>
+#include <coroutine>
 #include <unordered_map>
 #include <vector>
 
@@ -28,10 +30,23 @@ struct copy_engine_state {
   copy_engine_config cfg;
   std::unique_ptr<transfer_queue> queue;
   std::unordered_map<std::uint64_t, pending_transfer> transfers;
+  /// Transfer coroutines waiting for their copy, by transfer id, with the
+  /// report the tick handler hands them when it resumes them.
+  std::unordered_map<std::uint64_t, std::coroutine_handle<>> suspended;
+  std::unordered_map<std::uint64_t, transfer_report> reports;
   std::uint64_t host_hits = 0;
   std::uint64_t disk_reads = 0;
   double disk_seconds = 0;
   std::uint64_t failures = 0;
+
+  copy_engine_state() = default;
+  copy_engine_state(const copy_engine_state&) = delete;
+  copy_engine_state& operator=(const copy_engine_state&) = delete;
+  ~copy_engine_state() {
+    // Frames of transfers still in flight when the actor goes.
+    for (auto& [id, h] : suspended)
+      h.destroy();
+  }
 };
 
 using self_ptr = copy_engine_actor::stateful_pointer<copy_engine_state>;
@@ -40,28 +55,32 @@ std::chrono::microseconds wall(double seconds) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
 }
 
-/// Starts what the queue lets run now.
-void start_ready(self_ptr self) {
-  auto& st = self->state;
-  for (const auto& started : st.queue->start_ready(monotonic_seconds())) {
-    auto i = st.transfers.find(started.id);
-    if (i == st.transfers.end())
-      continue;
-    const auto id = started.id;
-    const auto order = i->second.order;
+/// co_await copy{self, id, order}: runs the load on the backend (on a worker
+/// thread when it really moves data, else modelled by a timer) and resumes
+/// the awaiting coroutine, on the actor's thread, with the report.
+struct copy {
+  self_ptr self;
+  std::uint64_t id;
+  transfer_order order;
+
+  bool await_ready() const noexcept { return false; }
+
+  void await_suspend(std::coroutine_handle<> h) {
+    auto& st = self->state;
+    st.suspended.emplace(id, h);
     auto backend = st.cfg.backend;
     if (st.cfg.real) {
       // Reading and parsing files blocks: a worker thread of its own, which
       // reports back and ends.
       copy_engine_actor engine = self;
-      self->system().spawn<caf::detached>([backend, order, id, engine] {
+      self->system().spawn<caf::detached>([backend, order = order, id = id, engine] {
         const auto r = backend->load_adapter(order.adapter_id, order.path, order.bytes);
         caf::anon_send(engine, tick_atom_v, id,
                        transfer_report{r.error, r.host_hit, r.disk_seconds, r.copy_seconds});
       });
-      continue;
+      return;
     }
-    // Modelled: the backend only does the accounting; time passes by timer.
+    // Modelled: the backend does the accounting; the time passes by timer.
     const auto r = backend->load_adapter(order.adapter_id, order.path, order.bytes);
     transfer_report report{r.error, r.host_hit, r.disk_seconds, r.copy_seconds};
     const double delay = (r.disk_seconds + r.copy_seconds) * st.cfg.time_scale;
@@ -70,6 +89,47 @@ void start_ready(self_ptr self) {
     else
       self->delayed_send(self, wall(delay), tick_atom_v, id, std::move(report));
   }
+
+  transfer_report await_resume() {
+    auto& reports = self->state.reports;
+    auto report = std::move(reports.at(id));
+    reports.erase(id);
+    return report;
+  }
+};
+
+void start_ready(self_ptr self);
+
+/// One transfer, start to finish.
+detached_task run_transfer(self_ptr self, std::uint64_t id, transfer_order order) {
+  // A named awaiter: GCC 12 destroys temporaries in a co_await expression
+  // twice when they own memory (the order's path).
+  copy transfer{self, id, std::move(order)};
+  const auto report = co_await transfer;
+  auto& st = self->state;
+  const bool ok = report.error.empty();
+  st.queue->finished(id, monotonic_seconds(), ok);
+  if (!ok)
+    ++st.failures;
+  else if (report.host_hit)
+    ++st.host_hits;
+  else
+    ++st.disk_reads;
+  st.disk_seconds += report.disk_seconds;
+  if (auto i = st.transfers.find(id); i != st.transfers.end()) {
+    for (auto& rp : i->second.promises)
+      rp.deliver(report);
+    st.transfers.erase(i);
+  }
+  start_ready(self);
+}
+
+/// Starts what the queue lets run now.
+void start_ready(self_ptr self) {
+  auto& st = self->state;
+  for (const auto& started : st.queue->start_ready(monotonic_seconds()))
+    if (auto i = st.transfers.find(started.id); i != st.transfers.end())
+      run_transfer(self, started.id, i->second.order);
 }
 
 copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_config cfg) {
@@ -91,21 +151,13 @@ copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_con
     },
     [self](tick_atom, std::uint64_t id, transfer_report& report) {
       auto& st = self->state;
-      const bool ok = report.error.empty();
-      st.queue->finished(id, monotonic_seconds(), ok);
-      if (!ok)
-        ++st.failures;
-      else if (report.host_hit)
-        ++st.host_hits;
-      else
-        ++st.disk_reads;
-      st.disk_seconds += report.disk_seconds;
-      if (auto i = st.transfers.find(id); i != st.transfers.end()) {
-        for (auto& rp : i->second.promises)
-          rp.deliver(report);
-        st.transfers.erase(i);
-      }
-      start_ready(self);
+      auto i = st.suspended.find(id);
+      if (i == st.suspended.end())
+        return;
+      const auto h = i->second;
+      st.suspended.erase(i);
+      st.reports[id] = std::move(report);
+      h.resume();
     },
     [self](evict_atom, std::uint32_t adapter_id) {
       self->state.cfg.backend->drop_adapter(adapter_id);

@@ -44,6 +44,7 @@ constexpr const char* usage =
   "  --max-context N       prompt + output limit; longer prompts are cut (default 4096)\n"
   "  --policies LIST       eviction policies to compare (default lru,lfu,fairshare,slora,chameleon)\n"
   "  --prefetch on|off     load queued requests' adapters early (default on)\n"
+  "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
   "  --max-running N       running batch cap (default 256)\n"
   "  --seed N              adapter draws (default 1)\n"
@@ -62,6 +63,7 @@ struct options {
   std::uint32_t max_context = 4096;
   std::vector<std::string> policies{"lru", "lfu", "fairshare", "slora", "chameleon"};
   bool prefetch = true;
+  double prefetch_free = 0.1;
   std::uint64_t host_bytes = 0;
   std::uint32_t max_running = 256;
   std::uint64_t seed = 1;
@@ -124,6 +126,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (v != "on" && v != "off") { err = "--prefetch: on or off"; return false; }
       o.prefetch = v == "on";
     }
+    else if (a == "--prefetch-free") { if (!need_num() || num >= 1) { err = "--prefetch-free must be in [0, 1)"; return false; } o.prefetch_free = num; }
     else if (a == "--host-bytes") { if (!need_num()) return false; o.host_bytes = static_cast<std::uint64_t>(num); }
     else if (a == "--max-running") { if (!need_num() || num < 1) { err = "--max-running must be >= 1"; return false; } o.max_running = static_cast<std::uint32_t>(num); }
     else if (a == "--seed") { if (!need_num()) return false; o.seed = static_cast<std::uint64_t>(num); }
@@ -226,6 +229,7 @@ int main(int argc, char** argv) {
     cfg.scheduling = std::make_unique<policies::fcfs_scheduling_policy>();
     cfg.eviction = std::move(policy);
     cfg.cache.prefetch = o.prefetch;
+    cfg.cache.prefetch_free_fraction = o.prefetch_free;
     auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, gpu::cost_constants{}, o.host_bytes);
     sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
     std::vector<sim_request> in;
