@@ -9,6 +9,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
+#include <unistd.h>
 
 namespace troupe::testing {
 namespace {
@@ -151,6 +153,56 @@ TEST_F(adapters_e2e, load_use_unload_at_run_time) {
     names.push_back(a.name);
   EXPECT_EQ(names, (std::vector<std::string>{"good", "broken"}));
   d->stop();
+}
+
+/// A sim deployment written to a scratch file with `adapter_cache` keys.
+std::string sim_config(const std::string& adapter_cache) {
+  const auto path = fs::temp_directory_path() / ("troupe-sim-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+                      << "[backend]\nkind = \"sim\"\ntime_scale = 0.0\n[metrics]\nlog_interval_s = 0.0\n"
+                      << "[adapters_generate]\ncount = 4\nranks = [8, 16]\n"
+                      << "[adapter_cache]\n" << adapter_cache;
+  return path.string();
+}
+
+TEST(adapters_sim, the_histogram_predictor_prefetches_an_idle_adapter_back) {
+  // slora frees the adapter as soon as its request ends; the predictor, told
+  // of the arrival, names it again on its next round and it is loaded back.
+  const auto path = sim_config("policy = \"slora\"\npredictor = \"histogram\"\npredictor_interval_s = 0.02\n");
+  auto d = start_from_file(path);
+  ASSERT_NE(d, nullptr);
+  client_connection c{d->endpoint()};
+  wire::generate_request g;
+  g.id = "g";
+  g.prompt = "hi";
+  g.adapter = "lora-1";
+  g.max_tokens = 2;
+  std::map<std::string, reply_log> logs;
+  ASSERT_TRUE(c.send(g));
+  ASSERT_TRUE(collect(c, {"g"}, logs));
+  ASSERT_NE(logs["g"].done(), nullptr);
+  double prefetched = 0;
+  for (int i = 0; i < 250 && prefetched < 1; ++i) {
+    prefetched = stats_of(c, "s" + std::to_string(i))["adapter_prefetches"];
+    if (prefetched < 1)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GE(prefetched, 1.0) << "no prefetch within 5 s";
+  d->stop();
+  fs::remove(path);
+}
+
+TEST(adapters_sim, a_policy_refusing_its_params_stops_the_start_and_says_why) {
+  const auto path = sim_config("policy = \"lru\"\nparams = { size = 1.0 }\n");
+  auto loaded = load_config_file(path, default_catalog());
+  ASSERT_TRUE(std::holds_alternative<deployment_options>(loaded));
+  auto started = deployment::start(std::get<deployment_options>(loaded));
+  ASSERT_TRUE(std::holds_alternative<std::string>(started));
+  const auto& err = std::get<std::string>(started);
+  EXPECT_NE(err.find("adapter_cache.params"), std::string::npos) << err;
+  EXPECT_NE(err.find("takes no parameters"), std::string::npos) << err;
+  fs::remove(path);
 }
 
 } // namespace

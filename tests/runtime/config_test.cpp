@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +179,7 @@ seed = 9
 page_tokens = 1024
 pages = 5000000000
 gpu_memory_fraction = 0.5
+host_pages = 77
 [scheduler]
 policy = "fcfs"
 max_running = 1
@@ -187,7 +190,15 @@ enabled = false
 policy = "single_queue"
 [adapter_cache]
 policy = "lru"
+params = { frequency = 0.5, size = 2 }
 max_resident = 12
+window_s = 60
+prefetch = false
+prefetch_free_fraction = 0.25
+predictor = "histogram"
+predictor_interval_s = 0.5
+host_bytes = 1000000
+directories = ["a/b", "/c"]
 [copy_engine]
 max_inflight = 1
 [metrics]
@@ -223,6 +234,15 @@ ranks = [4]
   EXPECT_EQ(o.scheduler.max_waiting, 2u);
   EXPECT_FALSE(o.classifier.enabled);
   EXPECT_EQ(o.adapter_cache.max_resident, 12u);
+  EXPECT_EQ(o.memory_pool.host_pages, 77u);
+  EXPECT_EQ(o.adapter_cache.params, (std::map<std::string, double>{{"frequency", 0.5}, {"size", 2.0}}));
+  EXPECT_EQ(o.adapter_cache.window_s, 60.0);
+  EXPECT_FALSE(o.adapter_cache.prefetch);
+  EXPECT_EQ(o.adapter_cache.prefetch_free_fraction, 0.25);
+  EXPECT_EQ(o.adapter_cache.predictor, "histogram");
+  EXPECT_EQ(o.adapter_cache.predictor_interval_s, 0.5);
+  EXPECT_EQ(o.adapter_cache.host_bytes, 1000000u);
+  EXPECT_EQ(o.adapter_cache.directories, (std::vector<std::string>{"a/b", "/c"}));
   EXPECT_EQ(o.copy_engine.max_inflight, 1u);
   EXPECT_FALSE(o.metrics.enabled);
   EXPECT_EQ(o.metrics.log_interval_s, 0.0);
@@ -355,6 +375,19 @@ const error_case error_cases[] = {
    "unknown classifier policy \"kmeans\" (valid: single_queue)"},
   {"unknown_eviction_policy", "[adapter_cache]\npolicy = \"lfu\"\n", "adapter_cache.policy",
    "unknown eviction policy \"lfu\"; did you mean \"lru\"? (valid: lru)"},
+  {"params_not_a_table", "[adapter_cache]\nparams = 3\n", "adapter_cache.params", "expected a table of numbers"},
+  {"params_value_not_a_number", "[adapter_cache]\nparams = { size = \"big\" }\n", "adapter_cache.params.size",
+   "expected a number, got string"},
+  {"directories_not_array", "[adapter_cache]\ndirectories = \"x\"\n", "adapter_cache.directories",
+   "expected an array of strings"},
+  {"directories_item_not_string", "[adapter_cache]\ndirectories = [\"a\", 2]\n", "adapter_cache.directories[1]",
+   "expected a string, got integer 2"},
+  {"window_zero", "[adapter_cache]\nwindow_s = 0\n", "adapter_cache.window_s", "must be positive"},
+  {"prefetch_free_one", "[adapter_cache]\nprefetch_free_fraction = 1\n", "adapter_cache.prefetch_free_fraction",
+   "must be in [0, 1)"},
+  {"unknown_predictor", "[adapter_cache]\npredictor = \"oracle\"\n", "adapter_cache.predictor",
+   "unknown prefetch predictor \"oracle\""},
+  {"negative_host_pages", "[memory_pool]\nhost_pages = -1\n", "memory_pool.host_pages", "must not be negative"},
   {"unknown_log_level", "[logging]\nlevel = \"verbose\"\n", "logging.level",
    "valid: trace, debug, info, warn, error, critical, off"},
   // endpoint
