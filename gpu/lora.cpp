@@ -195,19 +195,7 @@ std::variant<lora_adapter, std::string> load_peft_adapter(const std::string& dir
   try {
     const std::filesystem::path root{dir};
     const std::string config_path = (root / "adapter_config.json").string();
-    std::ifstream file{config_path, std::ios::binary};
-    if (!file)
-      return config_path + ": cannot open adapter config";
-    std::ostringstream text;
-    text << file.rdbuf();
-    bool too_deep = false;
-    const std::string config_text = text.str();
-    const json doc = parse_bounded(config_text, too_deep, false);
-    if (doc.is_discarded())
-      return config_path + ": not valid JSON";
-    if (too_deep)
-      return config_path + ": JSON nests deeper than 64 levels";
-    auto parsed = parse_adapter_config(doc, config_path);
+    auto parsed = read_peft_config(dir);
     if (auto* err = std::get_if<std::string>(&parsed))
       return *err;
     lora_adapter a = std::move(std::get<lora_adapter>(parsed));
