@@ -1,6 +1,8 @@
 #include "policies/registry.hpp"
 
+#include "policies/chameleon_scheduling_policy.hpp"
 #include "policies/fcfs_scheduling_policy.hpp"
+#include "policies/slora_scheduling_policy.hpp"
 
 #include <map>
 #include <mutex>
@@ -48,7 +50,12 @@ private:
 };
 
 registry<scheduling_policy>& schedulers() {
-  static registry<scheduling_policy> r{"fcfs", [] { return std::make_unique<fcfs_scheduling_policy>(); }};
+  static registry<scheduling_policy>& r = []() -> registry<scheduling_policy>& {
+    static registry<scheduling_policy> built{"fcfs", [] { return std::make_unique<fcfs_scheduling_policy>(); }};
+    built.add("slora", [] { return std::make_unique<slora_scheduling_policy>(); });
+    built.add("chameleon", [] { return std::make_unique<chameleon_scheduling_policy>(); });
+    return built;
+  }();
   return r;
 }
 

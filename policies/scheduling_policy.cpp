@@ -35,4 +35,10 @@ bool page_budget::take(const waiting_view& w, std::uint32_t page_tokens) {
   return true;
 }
 
+std::string scheduling_policy::configure(const std::map<std::string, double>& params) {
+  if (params.empty())
+    return {};
+  return "policy \"" + std::string{name()} + "\" takes no parameters; got \"" + params.begin()->first + "\"";
+}
+
 } // namespace troupe::policies

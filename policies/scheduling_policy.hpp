@@ -3,7 +3,10 @@
 // (runtime/scheduler_core.cpp) in the live server and in the simulator alike.
 #pragma once
 
+#include "policies/queue_tuning.hpp"
+
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,12 +31,19 @@ struct waiting_view {
   double arrival_s = 0;         ///< on the scheduler's clock
 };
 
-/// A request in the running batch.
+/// A request in the running batch (admitted: pages and adapter granted or
+/// being granted).
 struct running_view {
   std::uint64_t request_id = 0;
-  std::uint32_t context_tokens = 0;
-  std::uint32_t remaining_tokens = 0;
+  std::uint32_t context_tokens = 0;   ///< prompt + generated so far
+  std::uint32_t remaining_tokens = 0; ///< max_new_tokens - generated
   std::uint32_t adapter_id = 0;
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t generated = 0;
+  std::uint32_t predicted_tokens = 0; ///< the classifier's prediction
+  std::uint32_t queue = 0;
+  std::uint64_t pages = 0;            ///< KV pages it holds (freed when it ends)
+  std::uint64_t adapter_pages = 0;
 };
 
 /// Capacity the policy must respect this iteration.
@@ -58,9 +68,17 @@ struct schedule_input {
   double now_s = 0;
 };
 
-/// What the policy decided: requests to admit, in the order to admit them.
+/// What the policy decided.
 struct schedule_decision {
+  /// Waiting requests to admit, in the order to admit them.
   std::vector<std::uint64_t> admit;
+  /// Waiting requests to end now without running (they can no longer meet
+  /// their first-token target); the client gets an error.
+  std::vector<std::uint64_t> abort;
+  /// Running requests to stop and queue again; their KV is dropped and
+  /// recomputed when they are admitted again, and their output continues
+  /// where it stopped.
+  std::vector<std::uint64_t> squash;
 };
 
 /// Pages a request needs for its whole life (prompt + every output token):
@@ -94,6 +112,13 @@ public:
   virtual schedule_decision schedule(const schedule_input& in) = 0;
   /// Registry name of this policy.
   virtual std::string_view name() const noexcept = 0;
+  /// Applies `[scheduler] params`; "" when accepted, otherwise what was
+  /// wrong. The default takes none.
+  virtual std::string configure(const std::map<std::string, double>& params);
+  /// New queue cut-offs and quotas from a queue tuner; ignored by default.
+  virtual void on_tuning(const queue_tuning&) {}
+  /// Counters for stats (name, value); none by default.
+  virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
 };
 
 } // namespace troupe::policies

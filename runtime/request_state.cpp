@@ -28,6 +28,8 @@ std::string_view to_string(finish_reason x) noexcept {
       return "stop";
     case finish_reason::cancelled:
       return "cancelled";
+    case finish_reason::aborted:
+      return "aborted";
     case finish_reason::adapter_error:
       return "adapter_error";
     case finish_reason::error:

@@ -38,6 +38,7 @@ enum class finish_reason : std::uint8_t {
   cancelled, ///< the client cancelled or went away
   error,     ///< the server could not complete it
   adapter_error, ///< its adapter could not be loaded (missing or corrupt files)
+  aborted,   ///< the policy ended it unstarted: it could not meet its first-token target
 };
 
 /// Wire name ("length", "eos", ...).

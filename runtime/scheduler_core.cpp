@@ -161,9 +161,18 @@ scheduler_effects scheduler_core::admit(double now_s) {
   running_views_.clear();
   for (auto id : batch_) {
     const auto& r = records_.at(id);
-    running_views_.push_back({id,
-                              static_cast<std::uint32_t>(r.spec.prompt.size()) + r.generated,
-                              r.spec.max_new_tokens - r.generated, r.spec.adapter_id});
+    policies::running_view v;
+    v.request_id = id;
+    v.prompt_tokens = static_cast<std::uint32_t>(r.spec.prompt.size());
+    v.generated = r.generated;
+    v.context_tokens = v.prompt_tokens + r.generated;
+    v.remaining_tokens = r.spec.max_new_tokens - r.generated;
+    v.adapter_id = r.spec.adapter_id;
+    v.predicted_tokens = r.spec.predicted_tokens;
+    v.queue = r.spec.queue;
+    v.pages = r.pages;
+    v.adapter_pages = r.spec.adapter_pages;
+    running_views_.push_back(v);
   }
   adapters_in_use_.clear();
   for (const auto& [id, n] : adapter_use_)
@@ -181,8 +190,25 @@ scheduler_effects scheduler_core::admit(double now_s) {
   in.limits.page_tokens = limits_.page_tokens;
   in.now_s = now_s;
   auto decision = policy_->schedule(in);
-  if (decision.admit.empty())
+  for (auto id : decision.squash) {
+    auto i = records_.find(id);
+    if (i == records_.end() || (i->second.state != request_state::ready
+                                && i->second.state != request_state::running))
+      continue; // only admitted requests can be squashed
+    squash(i->second, fx);
+  }
+  for (auto id : decision.abort) {
+    auto i = records_.find(id);
+    if (i == records_.end() || i->second.state != request_state::waiting)
+      continue; // only waiting requests can be aborted
+    ++aborted_;
+    finish(i->second, finish_reason::aborted, now_s, fx);
+  }
+  flush_finished();
+  if (decision.admit.empty()) {
+    flush_queued(fx);
     return fx;
+  }
   // Take the admitted requests out of the waiting queue. The common case
   // (FCFS) admits a prefix, which only moves head_.
   std::size_t prefix = 0;
@@ -296,6 +322,8 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     return;
   }
   transition(r, request_state::ready);
+  if (r.squash_requested)
+    squash(r, fx);
 }
 
 // -- steps --------------------------------------------------------------------
@@ -318,13 +346,16 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
       // A prefill joins only while the budget allows, unless the step would
-      // otherwise be empty.
-      if (!out.empty() && tokens + prompt > limits_.token_budget)
+      // otherwise be empty. A squashed request's prefill recomputes its
+      // output so far too.
+      const auto prefill = prompt + r.generated;
+      if (!out.empty() && tokens + prefill > limits_.token_budget)
         continue;
-      e.new_tokens = prompt;
+      e.new_tokens = prefill;
       e.context_tokens = 0;
-      e.output_index = 0;
+      e.output_index = r.generated;
       e.tokens = r.spec.prompt;
+      e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end());
     } else {
       e.new_tokens = 1;
       e.context_tokens = prompt + r.generated - 1;
@@ -372,6 +403,12 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       finish(r, finish_reason::cancelled, now_s, fx);
       continue;
     }
+    if (r.squash_requested) {
+      // Squashed while its step ran: this step's token is dropped and
+      // recomputed when it runs again.
+      squash(r, fx);
+      continue;
+    }
     if (k >= tokens.size()) {
       finish(r, finish_reason::error, now_s, fx);
       continue;
@@ -387,6 +424,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     if (r.times.first_token_s < 0)
       r.times.first_token_s = now_s;
     fx.tokens.push_back({r.spec.request_id, r.generated, tok});
+    r.output.push_back(tok);
     ++r.generated;
     r.last_token = tok;
     if (tok == eos)
@@ -458,6 +496,29 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
                          r.generated, r.times});
   transition(r, request_state::finished);
   to_erase_.push_back(id);
+}
+
+void scheduler_core::squash(record& r, scheduler_effects& fx) {
+  if (r.in_step || r.pages_pending || r.adapter_pending) {
+    r.squash_requested = true; // when the step or the grants come back
+    return;
+  }
+  r.squash_requested = false;
+  const auto id = r.spec.request_id;
+  if (r.pages_granted) {
+    fx.release_pages.push_back(id);
+    reserved_pages_ -= r.pages;
+    memory_blocked_ = false;
+  }
+  if (r.adapter_granted)
+    fx.release_adapters.push_back({id, r.spec.adapter_id});
+  r.page_ids.clear();
+  r.pages_granted = r.adapter_granted = false;
+  batch_.erase(std::remove(batch_.begin(), batch_.end(), id), batch_.end());
+  ++r.squashes;
+  ++squashed_;
+  transition(r, request_state::waiting);
+  enqueue_waiting(r);
 }
 
 std::pair<bool, scheduler_effects> scheduler_core::cancel(std::uint64_t request_id,

@@ -129,6 +129,12 @@ public:
   std::size_t running() const noexcept { return batch_.size(); }
   std::size_t admitting() const noexcept { return admitting_; }
   std::size_t in_system() const noexcept { return records_.size(); }
+  std::uint64_t squashed() const noexcept { return squashed_; }
+  std::uint64_t aborted() const noexcept { return aborted_; }
+  /// The policy's own counters (for stats).
+  std::vector<std::pair<std::string, double>> policy_counters() const { return policy_->counters(); }
+  /// Passes new queue cut-offs and quotas to the policy.
+  void on_tuning(const policies::queue_tuning& t) { policy_->on_tuning(t); }
   bool step_in_flight() const noexcept { return step_in_flight_; }
   std::uint64_t reserved_pages() const noexcept { return reserved_pages_; }
   /// Pages of the distinct adapters admitted requests pin.
@@ -158,6 +164,11 @@ private:
     std::uint32_t adapter_failures = 0;
     bool in_step = false;
     bool cancel_requested = false;
+    bool squash_requested = false;
+    std::uint32_t squashes = 0;
+    /// Output so far: a squashed request re-runs prompt + output as its
+    /// prefill and continues at index `generated`.
+    std::vector<std::int32_t> output;
     std::string text; // decoded output, kept only when stop strings are set
   };
 
@@ -165,6 +176,7 @@ private:
   void enqueue_waiting(const record& r);
   void settle_admission(record& r, double now_s, scheduler_effects& fx);
   void finish(record& r, finish_reason why, double now_s, scheduler_effects& fx);
+  void squash(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
   void compact_waiting();
   void count_waiting(std::uint32_t adapter_id, bool up);
@@ -193,6 +205,8 @@ private:
   // the last flush.
   std::unordered_map<std::uint32_t, std::uint32_t> waiting_per_adapter_;
   std::vector<std::uint32_t> queued_dirty_;
+  std::uint64_t squashed_ = 0;
+  std::uint64_t aborted_ = 0;
 };
 
 } // namespace troupe

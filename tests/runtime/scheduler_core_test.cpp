@@ -787,7 +787,9 @@ public:
     log_->push_back(s);
     if (next_ >= script_.size())
       return {};
-    return {script_[next_++]};
+    policies::schedule_decision d;
+    d.admit = script_[next_++];
+    return d;
   }
   std::string_view name() const noexcept override { return "scripted"; }
 

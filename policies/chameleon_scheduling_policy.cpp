@@ -1,0 +1,188 @@
+#include "policies/chameleon_scheduling_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace troupe::policies {
+
+std::string chameleon_scheduling_policy::configure(const std::map<std::string, double>& params) {
+  bool bypass = bypass_;
+  std::size_t lookahead = lookahead_;
+  for (const auto& [key, value] : params) {
+    if (key == "bypass") {
+      if (value != 0 && value != 1)
+        return "\"bypass\" must be 0 or 1, got " + std::to_string(value);
+      bypass = value == 1;
+    } else if (key == "bypass_lookahead") {
+      if (!std::isfinite(value) || value < 1 || value != std::floor(value) || value > 1e6)
+        return "\"bypass_lookahead\" must be a whole number >= 1, got " + std::to_string(value);
+      lookahead = static_cast<std::size_t>(value);
+    } else {
+      return "policy \"chameleon\" takes \"bypass\" and \"bypass_lookahead\"; got \"" + key + "\"";
+    }
+  }
+  bypass_ = bypass;
+  lookahead_ = lookahead;
+  return {};
+}
+
+std::vector<std::pair<std::string, double>> chameleon_scheduling_policy::counters() const {
+  return {{"chameleon_queues", static_cast<double>(tuning_.queues())},
+          {"chameleon_bypassed", static_cast<double>(bypassed_)},
+          {"chameleon_squashed", static_cast<double>(squashed_)}};
+}
+
+schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in) {
+  schedule_decision out;
+  const auto& lim = in.limits;
+  const std::size_t k = std::max<std::size_t>(tuning_.queues(), 1);
+  const std::uint64_t pool_tokens = std::numeric_limits<std::uint64_t>::max() / 4;
+
+  // Bypassers that overran their prediction are squashed; the rest charge
+  // their queue's quota.
+  std::vector<std::uint64_t> charged(k, 0);
+  std::vector<std::uint32_t> running_in(k, 0);
+  for (const auto& r : in.running) {
+    if (auto b = bypassers_.find(r.request_id); b != bypassers_.end() && r.generated > b->second) {
+      out.squash.push_back(r.request_id);
+      bypassers_.erase(b);
+      ++squashed_;
+      continue;
+    }
+    const auto q = std::min<std::size_t>(r.queue, k - 1);
+    charged[q] += cost(r.prompt_tokens, r.predicted_tokens, r.adapter_pages, lim.page_tokens);
+    ++running_in[q];
+  }
+  // Forget bypassers that finished.
+  if (!bypassers_.empty()) {
+    std::unordered_map<std::uint64_t, std::uint32_t> alive;
+    for (const auto& r : in.running)
+      if (auto b = bypassers_.find(r.request_id); b != bypassers_.end())
+        alive.insert(*b);
+    bypassers_ = std::move(alive);
+  }
+  std::vector<std::uint64_t> avail(k);
+  for (std::size_t q = 0; q < k; ++q) {
+    const std::uint64_t quota = q < tuning_.quotas.size() ? tuning_.quotas[q] : pool_tokens;
+    avail[q] = quota > charged[q] ? quota - charged[q] : 0;
+  }
+
+  // Waiting requests per queue, in arrival order.
+  std::vector<std::vector<const waiting_view*>> queues(k);
+  for (const auto& w : in.waiting)
+    queues[std::min<std::size_t>(w.queue, k - 1)].push_back(&w);
+
+  std::uint64_t running = in.running.size() - out.squash.size();
+  std::uint64_t tokens = running;
+  page_budget pages{lim.free_pages, in.adapters_in_use};
+  std::vector<std::size_t> next(k, 0); // first not-yet-admitted index per queue
+  std::unordered_map<std::uint64_t, char> taken;
+
+  auto global_fit = [&](const waiting_view& w) {
+    if (running >= lim.max_running)
+      return false;
+    if (running > 0 && tokens + w.prompt_tokens > lim.token_budget)
+      return false;
+    return pages.need(w, lim.page_tokens) <= pages.left();
+  };
+  auto admit = [&](const waiting_view& w) {
+    pages.take(w, lim.page_tokens);
+    out.admit.push_back(w.request_id);
+    taken[w.request_id] = 1;
+    ++running;
+    tokens += w.prompt_tokens;
+  };
+  auto cost_of = [&](const waiting_view& w) {
+    return cost(w.prompt_tokens, w.predicted_tokens, w.adapter_pages, lim.page_tokens);
+  };
+  // Iterations until enough running requests end to free `deficit` pages,
+  // by their predicted remaining output; "never" when they cannot.
+  auto head_wait = [&](std::uint64_t deficit) {
+    std::vector<std::pair<std::uint32_t, std::uint64_t>> ends; // remaining iterations, pages
+    for (const auto& r : in.running) {
+      const auto predicted = std::max(r.predicted_tokens, r.generated + 1);
+      ends.emplace_back(predicted - r.generated, r.pages + r.adapter_pages);
+    }
+    std::sort(ends.begin(), ends.end());
+    std::uint64_t freed = 0;
+    for (const auto& [iters, p] : ends) {
+      freed += p;
+      if (freed >= deficit)
+        return static_cast<double>(iters);
+    }
+    return std::numeric_limits<double>::infinity();
+  };
+
+  // Phase 1: each queue within its own quota.
+  for (std::size_t q = 0; q < k; ++q) {
+    auto& list = queues[q];
+    while (next[q] < list.size()) {
+      const auto& w = *list[next[q]];
+      const auto c = cost_of(w);
+      // A queue with nothing running may start its head whatever its quota.
+      const bool quota_ok = c <= avail[q] || (running_in[q] == 0 && next[q] == 0);
+      if (!quota_ok)
+        break;
+      if (global_fit(w)) {
+        admit(w);
+        avail[q] = avail[q] > c ? avail[q] - c : 0;
+        ++running_in[q];
+        ++next[q];
+        continue;
+      }
+      // Blocked. On adapter memory (its KV alone would fit)? Then a younger
+      // request of this queue that fits now may pass if it is predicted to
+      // finish before the head could start.
+      const auto need = pages.need(w, lim.page_tokens);
+      const auto kv_only = pages_for(w.prompt_tokens, w.max_new_tokens, lim.page_tokens);
+      if (bypass_ && w.adapter_id != 0 && need > pages.left() && kv_only <= pages.left()) {
+        const double wait = head_wait(need - pages.left());
+        for (std::size_t j = next[q] + 1; j < list.size() && j <= next[q] + lookahead_; ++j) {
+          const auto& y = *list[j];
+          const auto cy = cost_of(y);
+          if (taken.contains(y.request_id) || cy > avail[q] || !global_fit(y))
+            continue;
+          if (static_cast<double>(y.predicted_tokens) + 1 > wait)
+            continue;
+          admit(y);
+          avail[q] = avail[q] > cy ? avail[q] - cy : 0;
+          ++running_in[q];
+          bypassers_[y.request_id] = std::max<std::uint32_t>(y.predicted_tokens, 1);
+          ++bypassed_;
+        }
+      }
+      break;
+    }
+  }
+
+  // Phase 2: the quota of queues with nothing left waiting, from the small
+  // queue down; a queue whose head does not fit gets nothing more.
+  std::uint64_t spare = 0;
+  for (std::size_t q = 0; q < k; ++q) {
+    bool empty = true;
+    for (std::size_t j = next[q]; j < queues[q].size() && empty; ++j)
+      empty = taken.contains(queues[q][j]->request_id);
+    if (empty)
+      spare += avail[q];
+  }
+  for (std::size_t q = 0; q < k && spare > 0; ++q) {
+    auto& list = queues[q];
+    while (next[q] < list.size()) {
+      const auto& w = *list[next[q]];
+      if (taken.contains(w.request_id)) {
+        ++next[q];
+        continue;
+      }
+      const auto c = cost_of(w);
+      if (c > spare || !global_fit(w))
+        break;
+      admit(w);
+      spare -= c;
+      ++next[q];
+    }
+  }
+  return out;
+}
+
+} // namespace troupe::policies
