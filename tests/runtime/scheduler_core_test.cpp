@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <utility>
 #include <memory>
 #include <optional>
 #include <random>
@@ -1380,6 +1381,122 @@ TEST(scheduler_core_adapters, an_adapter_that_cannot_load_ends_its_request_with_
   EXPECT_TRUE(fx.finished.empty());
   EXPECT_EQ(core.state_of(2), request_state::ready);
   EXPECT_EQ(core.in_system(), 1u);
+}
+
+/// Admits everything waiting, and aborts / squashes what it is told to next.
+class abort_squash_policy final : public policies::scheduling_policy {
+public:
+  policies::schedule_decision schedule(const policies::schedule_input& in) override {
+    policies::schedule_decision d;
+    d.abort = std::exchange(abort, {});
+    d.squash = std::exchange(squash, {});
+    for (const auto& w : in.waiting)
+      if (std::find(d.abort.begin(), d.abort.end(), w.request_id) == d.abort.end())
+        d.admit.push_back(w.request_id);
+    seen_running = in.running.size();
+    return d;
+  }
+  std::string_view name() const noexcept override { return "abort_squash"; }
+  std::vector<std::uint64_t> abort, squash;
+  std::size_t seen_running = 0;
+};
+
+struct squash_fixture {
+  squash_fixture() {
+    scheduler_limits limits;
+    limits.total_pages = 100;
+    auto p = std::make_unique<abort_squash_policy>();
+    policy = p.get();
+    core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
+  }
+  void submit(std::uint64_t id) {
+    request_spec spec = spec_with_adapter(id, 0);
+    spec.max_new_tokens = 4;
+    ASSERT_EQ(core->submit(spec), scheduler_core::submit_result::accepted);
+  }
+  abort_squash_policy* policy;
+  std::unique_ptr<scheduler_core> core;
+};
+
+TEST(scheduler_core_decisions, aborted_waiting_requests_finish_without_running) {
+  squash_fixture f;
+  f.submit(1);
+  f.submit(2);
+  f.policy->abort = {1, 99};
+  auto fx = f.core->admit(5);
+  ASSERT_EQ(fx.finished.size(), 1u);
+  EXPECT_EQ(fx.finished[0].request_id, 1u);
+  EXPECT_EQ(fx.finished[0].reason, finish_reason::aborted);
+  EXPECT_TRUE(fx.release_pages.empty()) << "it held nothing";
+  ASSERT_EQ(fx.reserves.size(), 1u);
+  EXPECT_EQ(fx.reserves[0].request_id, 2u);
+  EXPECT_EQ(f.core->aborted(), 1u);
+  EXPECT_EQ(f.core->in_system(), 1u);
+}
+
+TEST(scheduler_core_decisions, a_squashed_request_recomputes_and_continues_its_output) {
+  squash_fixture f;
+  f.submit(1);
+  f.core->admit(1);
+  f.core->on_pages(1, true, 1, {0});
+  auto step = f.core->next_step(1);
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].new_tokens, 2u);
+  auto fx = f.core->on_step_done(step, std::vector<std::int32_t>{50}, 2);
+  step = f.core->next_step(2);
+  fx = f.core->on_step_done(step, std::vector<std::int32_t>{51}, 3);
+  ASSERT_EQ(fx.tokens.size(), 1u);
+  // Squash it between steps (the policy runs when something waits): pages
+  // back, waiting again; admitted again on the next round.
+  f.submit(2);
+  f.policy->squash = {1};
+  fx = f.core->admit(4);
+  EXPECT_EQ(fx.release_pages, (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(f.core->squashed(), 1u);
+  EXPECT_EQ(f.core->state_of(1), request_state::waiting);
+  fx = f.core->admit(4);
+  ASSERT_EQ(fx.reserves.size(), 1u);
+  EXPECT_EQ(fx.reserves[0].request_id, 1u);
+  f.core->on_pages(1, true, 4, {7});
+  f.core->on_pages(2, true, 4, {8});
+  step = f.core->next_step(5);
+  ASSERT_EQ(step.size(), 2u);
+  std::erase_if(step, [](const auto& e) { return e.request_id != 1; });
+  // The prefill recomputes prompt + output so far and produces index 2.
+  EXPECT_EQ(step[0].tokens, (std::vector<std::int32_t>{3, 4, 50, 51}));
+  EXPECT_EQ(step[0].new_tokens, 4u);
+  EXPECT_EQ(step[0].context_tokens, 0u);
+  EXPECT_EQ(step[0].output_index, 2u);
+  EXPECT_EQ(step[0].pages, (std::vector<std::uint32_t>{7}));
+  fx = f.core->on_step_done(step, std::vector<std::int32_t>{52}, 6);
+  ASSERT_EQ(fx.tokens.size(), 1u);
+  EXPECT_EQ(fx.tokens[0].index, 2u);
+  f.core->cancel(2, 6);
+  step = f.core->next_step(7);
+  std::erase_if(step, [](const auto& e) { return e.request_id != 1; });
+  ASSERT_EQ(step.size(), 1u);
+  EXPECT_EQ(step[0].new_tokens, 1u);
+  EXPECT_EQ(step[0].context_tokens, 4u);
+  fx = f.core->on_step_done(step, std::vector<std::int32_t>{53}, 8);
+  ASSERT_EQ(fx.finished.size(), 1u);
+  EXPECT_EQ(fx.finished[0].reason, finish_reason::length);
+  EXPECT_EQ(fx.finished[0].completion_tokens, 4u);
+}
+
+TEST(scheduler_core_decisions, a_squash_during_its_step_waits_for_the_step_and_drops_its_token) {
+  squash_fixture f;
+  f.submit(1);
+  f.core->admit(1);
+  f.core->on_pages(1, true, 1, {0});
+  auto step = f.core->next_step(1);
+  f.submit(2);
+  f.policy->squash = {1};
+  auto fx = f.core->admit(1);
+  EXPECT_TRUE(fx.release_pages.empty()) << "not while its step runs";
+  fx = f.core->on_step_done(step, std::vector<std::int32_t>{50}, 2);
+  EXPECT_TRUE(fx.tokens.empty()) << "the squashed step's token is recomputed later";
+  EXPECT_EQ(fx.release_pages, (std::vector<std::uint64_t>{1}));
+  EXPECT_EQ(f.core->state_of(1), request_state::waiting);
 }
 
 } // namespace
