@@ -60,7 +60,12 @@ registry<scheduling_policy>& schedulers() {
 }
 
 registry<classifier_policy>& classifiers() {
-  static registry<classifier_policy> r{"single_queue", [] { return std::make_unique<single_queue_classifier_policy>(); }};
+  static registry<classifier_policy>& r = []() -> registry<classifier_policy>& {
+    static registry<classifier_policy> built{"single_queue",
+                                             [] { return std::make_unique<single_queue_classifier_policy>(); }};
+    built.add("chameleon", [] { return std::make_unique<chameleon_classifier_policy>(); });
+    return built;
+  }();
   return r;
 }
 
