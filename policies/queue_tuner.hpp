@@ -27,7 +27,7 @@ struct tuner_params {
   std::size_t max_queues = 4;
   /// Stop adding queues once one more lowers the within-cluster sum of
   /// squares by less than this share of the one-queue sum (the elbow).
-  double elbow = 0.1;
+  double elbow = 0.05;
   /// One queue when the WRS values spread less than this (standard deviation).
   double min_spread = 0.02;
   double slo_s = 5.0;

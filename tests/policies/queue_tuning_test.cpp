@@ -108,7 +108,7 @@ TEST(queue_tuner, elbow_picks_the_number_of_queues_and_midpoint_cutoffs) {
   auto four = tune_queues(samples_at({0.05, 0.35, 0.65, 0.95}), p);
   EXPECT_EQ(four.queues(), 4u);
   auto six = tune_queues(samples_at({0.0, 0.2, 0.4, 0.6, 0.8, 1.0}), p);
-  EXPECT_EQ(six.queues(), 3u) << "a fourth queue would remove under 10% of the spread";
+  EXPECT_EQ(six.queues(), 3u) << "a fourth queue would remove under 5% of the spread";
   auto eager = p;
   eager.elbow = 1e-6;
   EXPECT_EQ(tune_queues(samples_at({0.0, 0.2, 0.4, 0.6, 0.8, 1.0}), eager).queues(), 4u) << "at most 4";
