@@ -1,11 +1,15 @@
 #include "actors/classifier_actor.hpp"
 
+#include "runtime/clock.hpp"
+#include "runtime/scheduler_core.hpp"
+
 #include <caf/actor_system.hpp>
-#include <caf/delegated.hpp>
+#include <caf/typed_response_promise.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace troupe {
 
@@ -13,39 +17,73 @@ namespace {
 
 struct classifier_state {
   static inline const char* name = "classifier";
-  std::unique_ptr<policies::classifier_policy> policy;
-  scheduler_actor scheduler;
+  classifier_config cfg;
+  /// Requests classified and not finished: what the predictor learns from.
+  std::unordered_map<std::uint64_t, std::pair<std::uint32_t, std::uint32_t>> open; // id -> adapter, prompt
 };
 
 using self_ptr = classifier_actor::stateful_pointer<classifier_state>;
 
-classifier_actor::behavior_type
-classifier_impl(self_ptr self, std::unique_ptr<policies::classifier_policy> policy,
-                scheduler_actor scheduler) {
-  self->state.policy = std::move(policy);
-  self->state.scheduler = std::move(scheduler);
+classifier_actor::behavior_type classifier_impl(self_ptr self, classifier_config cfg) {
+  self->state.cfg = std::move(cfg);
   return {
-    [self](classify_atom, request_spec& spec) -> caf::delegated<std::uint8_t> {
+    [self](classify_atom, request_spec& spec) -> caf::result<std::uint8_t> {
+      auto& st = self->state;
       policies::classify_input in;
       in.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
       in.max_new_tokens = spec.max_new_tokens;
       in.adapter_id = spec.adapter_id;
       in.adapter_rank = spec.adapter_rank;
       in.priority = spec.priority;
-      const auto c = self->state.policy->classify(in);
+      in.request_id = spec.request_id;
+      const auto c = st.cfg.policy->classify(in);
       spec.queue = c.queue;
-      spec.predicted_tokens = std::min(c.predicted_tokens, spec.max_new_tokens);
-      return self->delegate(self->state.scheduler, submit_atom_v, std::move(spec));
+      spec.predicted_tokens = std::max<std::uint32_t>(c.predicted_tokens, 1);
+      st.open.emplace(spec.request_id, std::pair{spec.adapter_id, in.prompt_tokens});
+      if (st.cfg.tuner)
+        self->send(st.cfg.tuner,
+                   wrs_sample{monotonic_seconds(), c.wrs,
+                              in.prompt_tokens + std::uint64_t{spec.predicted_tokens}
+                                + spec.adapter_pages * st.cfg.page_tokens,
+                              spec.predicted_tokens});
+      // Not delegated: a request the scheduler refuses never finishes, so
+      // it leaves `open` here.
+      auto rp = self->make_response_promise<std::uint8_t>();
+      const auto id = spec.request_id;
+      self->request(st.cfg.scheduler, caf::infinite, submit_atom_v, std::move(spec))
+        .then(
+          [self, rp, id](std::uint8_t r) mutable {
+            if (r != static_cast<std::uint8_t>(scheduler_core::submit_result::accepted))
+              self->state.open.erase(id);
+            rp.deliver(r);
+          },
+          [self, rp, id](caf::error& e) mutable {
+            self->state.open.erase(id);
+            rp.deliver(std::move(e));
+          });
+      return rp;
+    },
+    [self](const policies::queue_tuning& t) { self->state.cfg.policy->on_tuning(t); },
+    [self](const progress_batch& b) {
+      auto& st = self->state;
+      for (const auto& f : b.finished) {
+        auto i = st.open.find(f.request_id);
+        if (i == st.open.end())
+          continue;
+        // Only natural ends say how long the output really is.
+        const auto why = static_cast<finish_reason>(f.reason);
+        if (why == finish_reason::eos || why == finish_reason::stop || why == finish_reason::length)
+          st.cfg.policy->observe(i->second.first, i->second.second, f.completion_tokens);
+        st.open.erase(i);
+      }
     },
   };
 }
 
 } // namespace
 
-classifier_actor spawn_classifier(caf::actor_system& sys,
-                                  std::unique_ptr<policies::classifier_policy> policy,
-                                  scheduler_actor scheduler) {
-  return sys.spawn(classifier_impl, std::move(policy), std::move(scheduler));
+classifier_actor spawn_classifier(caf::actor_system& sys, classifier_config cfg) {
+  return sys.spawn(classifier_impl, std::move(cfg));
 }
 
 } // namespace troupe

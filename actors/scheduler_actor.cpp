@@ -185,17 +185,26 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
     [self](subscribe_atom, progress_sink_actor sink) {
       self->state.sinks.push_back(std::move(sink));
     },
+    [self](const policies::queue_tuning& t) {
+      self->state.core->on_tuning(t);
+      pump(self);
+    },
     [self](stats_atom) {
       const auto& st = self->state;
       const auto& c = *st.core;
-      return stat_values{
+      stat_values out{
         {"requests_waiting", static_cast<double>(c.waiting())},
         {"requests_admitting", static_cast<double>(c.admitting())},
         {"requests_running", static_cast<double>(c.running())},
         {"kv_pages_reserved", static_cast<double>(c.reserved_pages())},
         {"scheduler_steps", static_cast<double>(st.steps)},
         {"adapter_trims", static_cast<double>(st.trims)},
+        {"requests_squashed", static_cast<double>(c.squashed())},
+        {"requests_aborted", static_cast<double>(c.aborted())},
       };
+      for (auto& kv : c.policy_counters())
+        out.push_back(std::move(kv));
+      return out;
     },
   };
 }

@@ -70,6 +70,11 @@ typename Inspector::result_type inspect(Inspector& f, adapter_entry& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, wrs_sample& x) {
+  return f(caf::meta::type_name("wrs_sample"), x.arrival_s, x.wrs, x.cost_tokens, x.predicted_tokens);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, register_result& x) {
   return f(caf::meta::type_name("register_result"), x.entry, x.error);
 }
@@ -91,3 +96,12 @@ typename Inspector::result_type inspect(Inspector& f, step_result& x) {
 }
 
 } // namespace troupe::gpu
+
+namespace troupe::policies {
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, queue_tuning& x) {
+  return f(caf::meta::type_name("queue_tuning"), x.cutoffs, x.quotas);
+}
+
+} // namespace troupe::policies

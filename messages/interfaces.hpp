@@ -6,6 +6,7 @@
 #include "messages/type_ids.hpp"
 
 #include <caf/replies_to.hpp>
+#include <caf/actor.hpp>
 #include <caf/typed_actor.hpp>
 
 #include <cstdint>
@@ -30,12 +31,18 @@ using intake_actor = caf::typed_actor<
 /// classifier: assigns a queue and a predicted length, then submits to the
 /// scheduler on the caller's behalf (the caller gets the scheduler's answer).
 using classifier_actor = caf::typed_actor<
-  caf::replies_to<classify_atom, request_spec>::with<std::uint8_t>>;
+  caf::replies_to<classify_atom, request_spec>::with<std::uint8_t>,
+  /// New cut-offs from the queue tuner.
+  caf::reacts_to<policies::queue_tuning>,
+  /// Finished requests: the output-length predictor learns from them.
+  caf::reacts_to<progress_batch>>;
 
 /// scheduler: continuous batching. submit replies a
 /// scheduler_core::submit_result; cancel replies whether the id was known.
 using scheduler_actor = caf::typed_actor<
   caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
+  /// New queue quotas from the queue tuner.
+  caf::reacts_to<policies::queue_tuning>,
   caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
   caf::replies_to<stats_atom>::with<stat_values>>;
@@ -80,6 +87,16 @@ using adapter_cache_actor = caf::typed_actor<
   /// Unregister by id; replies "" or why it could not.
   caf::replies_to<unregister_atom, std::uint32_t>::with<std::string>,
   caf::replies_to<list_atom>::with<std::vector<adapter_status>>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// The queue tuner (policy actor): samples from the classifier; on its timer
+/// it re-tunes and sends the result to the classifier and the scheduler.
+using queue_tuner_actor = caf::typed_actor<
+  caf::reacts_to<wrs_sample>,
+  /// Also send tunings to this actor (the classifier, which is spawned after
+  /// the tuner because it sends to it).
+  caf::reacts_to<subscribe_atom, caf::actor>,
+  caf::reacts_to<tick_atom>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// A predictive prefetcher (policy actor): told of arrivals per adapter,

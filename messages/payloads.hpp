@@ -3,6 +3,7 @@
 #pragma once
 
 #include "gpu/step.hpp"
+#include "policies/queue_tuning.hpp"
 #include "runtime/adapter_registry.hpp"
 #include "runtime/request_state.hpp"
 
@@ -79,6 +80,15 @@ struct transfer_report {
   bool host_hit = false;
   double disk_seconds = 0;
   double copy_seconds = 0;
+};
+
+/// A classified request, for the queue tuner: when it arrived, its weighted
+/// size, its token cost and its predicted output.
+struct wrs_sample {
+  double arrival_s = 0;
+  double wrs = 0;
+  std::uint64_t cost_tokens = 0;
+  std::uint32_t predicted_tokens = 0;
 };
 
 /// The answer to registering an adapter: the entry, or why not.

@@ -27,6 +27,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(troupe, (troupe::adapter_spec))
   CAF_ADD_TYPE_ID(troupe, (troupe::adapter_entry))
   CAF_ADD_TYPE_ID(troupe, (troupe::register_result))
+  CAF_ADD_TYPE_ID(troupe, (troupe::wrs_sample))
+  CAF_ADD_TYPE_ID(troupe, (troupe::policies::queue_tuning))
 
   CAF_ADD_ATOM(troupe, troupe, submit_atom, "submit")
   CAF_ADD_ATOM(troupe, troupe, cancel_atom, "cancel")

@@ -3,6 +3,7 @@
 #include "gpu/cpu_backend.hpp"
 #include "gpu/llama_config.hpp"
 #include "gpu/sim_backend.hpp"
+#include "policies/output_predictor.hpp"
 #include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 
@@ -17,6 +18,7 @@ config_catalog default_catalog() {
   c.classifier_policies = policies::classifier_policy_names();
   c.eviction_policies = policies::eviction_policy_names();
   c.prefetch_policies = policies::prefetch_policy_names();
+  c.output_predictors = policies::output_predictor_names();
   return c;
 }
 

@@ -33,9 +33,9 @@ constexpr std::uint32_t max_generated_adapters = 1u << 20;
 constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 
-constexpr std::array<std::string_view, 13> section_names = {
-  "server",     "logging",       "caf",         "model",   "backend",  "memory_pool",      "scheduler",
-  "classifier", "adapter_cache", "copy_engine", "metrics", "adapters", "adapters_generate",
+constexpr std::array<std::string_view, 14> section_names = {
+  "server",      "logging",     "caf",         "model",   "backend",  "memory_pool",       "scheduler",
+  "classifier",  "queue_tuner", "adapter_cache", "copy_engine", "metrics", "adapters", "adapters_generate",
 };
 
 const std::vector<std::string> log_levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -340,6 +340,23 @@ public:
     return value;
   }
 
+  /// A table of numbers (`params = { frequency = 0.45 }`), empty when absent.
+  std::map<std::string, double> numbers(std::string_view key) {
+    std::map<std::string, double> out;
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return out;
+    const toml::table* t = n->as_table();
+    if (t == nullptr) {
+      c_.fail(n->source(), path(key), "expected a table of numbers, e.g. { name = 0.5 }, got " + typed_text(*n));
+      return out;
+    }
+    section inner{c_, t, path(key)};
+    for (auto&& [k, v] : *t)
+      out[std::string(k.str())] = inner.real(k.str(), 0.0);
+    return out;
+  }
+
   /// Fails with `what, got <value>` unless `ok`.
   void require(std::string_view key, bool ok, std::string_view what) {
     if (ok || c_.failed())
@@ -448,8 +465,9 @@ memory_pool_options read_memory_pool(section s) {
 
 scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   scheduler_options o;
-  s.allow_only({"policy", "max_running", "token_budget", "max_waiting"});
+  s.allow_only({"policy", "params", "max_running", "token_budget", "max_waiting"});
   o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
+  o.params = s.numbers("params");
   o.max_running = s.u32("max_running", o.max_running, 1);
   o.token_budget = s.u32("token_budget", o.token_budget, 1);
   o.max_waiting = s.u32("max_waiting", o.max_waiting, 1);
@@ -458,9 +476,30 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
 
 classifier_options read_classifier(section s, const config_catalog& catalog) {
   classifier_options o;
-  s.allow_only({"enabled", "policy"});
+  s.allow_only({"enabled", "policy", "params", "predictor", "predictor_params"});
   o.enabled = s.flag("enabled", o.enabled);
   o.policy = s.choice("policy", o.policy, catalog.classifier_policies, "classifier policy");
+  o.params = s.numbers("params");
+  o.predictor = s.choice("predictor", o.predictor, catalog.output_predictors, "output-length predictor");
+  o.predictor_params = s.numbers("predictor_params");
+  return o;
+}
+
+queue_tuner_options read_queue_tuner(section s) {
+  queue_tuner_options o;
+  s.allow_only({"enabled", "period_s", "window_s", "max_queues", "elbow", "slo_s", "iteration_s"});
+  o.enabled = s.flag("enabled", o.enabled);
+  o.period_s = s.real("period_s", o.period_s);
+  s.require("period_s", o.period_s > 0, "must be positive");
+  o.window_s = s.real("window_s", o.window_s);
+  s.require("window_s", o.window_s > 0, "must be positive");
+  o.max_queues = s.u32("max_queues", o.max_queues, 1, 4);
+  o.elbow = s.real("elbow", o.elbow);
+  s.require("elbow", o.elbow >= 0 && o.elbow < 1, "must be in [0, 1)");
+  o.slo_s = s.real("slo_s", o.slo_s);
+  s.require("slo_s", o.slo_s > 0, "must be positive");
+  o.iteration_s = s.real("iteration_s", o.iteration_s);
+  s.require("iteration_s", o.iteration_s > 0, "must be positive");
   return o;
 }
 
@@ -469,17 +508,7 @@ adapter_cache_options read_adapter_cache(section s, const config_catalog& catalo
   s.allow_only({"policy", "params", "max_resident", "window_s", "prefetch", "prefetch_free_fraction",
                 "predictor", "predictor_interval_s", "host_bytes", "directories"});
   o.policy = s.choice("policy", o.policy, catalog.eviction_policies, "eviction policy");
-  if (const toml::node* n = s.node("params"); n != nullptr && !s.check().failed()) {
-    const toml::table* t = n->as_table();
-    if (t == nullptr) {
-      s.check().fail(n->source(), s.path("params"),
-                     "expected a table of numbers, e.g. { frequency = 0.45 }, got " + typed_text(*n));
-    } else {
-      section params{s.check(), t, s.path("params")};
-      for (auto&& [key, value] : *t)
-        o.params[std::string(key.str())] = params.real(key.str(), 0.0);
-    }
-  }
+  o.params = s.numbers("params");
   o.max_resident = s.u32("max_resident", o.max_resident);
   o.window_s = s.real("window_s", o.window_s);
   s.require("window_s", o.window_s > 0, "must be positive");
@@ -655,6 +684,7 @@ read_document(const toml::table& doc, const std::string& source, const config_ca
     o.memory_pool = read_memory_pool(at("memory_pool"));
     o.scheduler = read_scheduler(at("scheduler"), catalog);
     o.classifier = read_classifier(at("classifier"), catalog);
+    o.queue_tuner = read_queue_tuner(at("queue_tuner"));
     o.adapter_cache = read_adapter_cache(at("adapter_cache"), catalog);
     o.copy_engine = read_copy_engine(at("copy_engine"));
     o.metrics = read_metrics(at("metrics"));

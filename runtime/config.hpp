@@ -24,6 +24,7 @@ struct config_catalog {
   std::vector<std::string> classifier_policies; ///< classifier.policy
   std::vector<std::string> eviction_policies;   ///< adapter_cache.policy
   std::vector<std::string> prefetch_policies;   ///< adapter_cache.predictor
+  std::vector<std::string> output_predictors;   ///< classifier.predictor
 };
 
 /// Why a deployment file was rejected: one line naming the file, the position

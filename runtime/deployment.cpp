@@ -8,7 +8,9 @@
 #include "actors/memory_pool_actor.hpp"
 #include "actors/metrics_actor.hpp"
 #include "actors/prefetcher_actor.hpp"
+#include "actors/queue_tuner_actor.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "policies/output_predictor.hpp"
 #include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 #include "runtime/backend_factory.hpp"
@@ -74,6 +76,17 @@ deployment::start(const deployment_options& opts) {
     return opts.source + ": adapter_cache.predictor: no predictor named \"" + opts.adapter_cache.predictor + "\"";
   if (opts.classifier.enabled && !class_policy)
     return opts.source + ": classifier.policy: no policy named \"" + opts.classifier.policy + "\"";
+  if (auto err = sched_policy->configure(opts.scheduler.params); !err.empty())
+    return opts.source + ": scheduler.params: " + err;
+  auto predictor = policies::make_output_predictor(opts.classifier.predictor);
+  if (!predictor)
+    return opts.source + ": classifier.predictor: no predictor named \"" + opts.classifier.predictor + "\"";
+  if (auto err = predictor->configure(opts.classifier.predictor_params); !err.empty())
+    return opts.source + ": classifier.predictor_params: " + err;
+  if (class_policy) {
+    if (auto err = class_policy->configure(opts.classifier.params); !err.empty())
+      return opts.source + ": classifier.params: " + err;
+  }
 
   auto bridge = zmq_bridge::open(opts.server);
   if (auto* err = std::get_if<std::string>(&bridge))
@@ -127,9 +140,17 @@ deployment::start(const deployment_options& opts) {
   sc.metrics = metrics;
   auto sched = spawn_scheduler(sys, std::move(sc));
 
+  queue_tuner_actor tuner;
+  if (opts.queue_tuner.enabled)
+    tuner = spawn_queue_tuner(sys, {opts.queue_tuner, rb.pool_pages * opts.memory_pool.page_tokens, sched});
   classifier_actor classifier;
-  if (opts.classifier.enabled)
-    classifier = spawn_classifier(sys, std::move(class_policy), sched);
+  if (opts.classifier.enabled) {
+    class_policy->set_predictor(std::move(predictor));
+    classifier = spawn_classifier(sys, {std::move(class_policy), sched, tuner, opts.memory_pool.page_tokens});
+    caf::anon_send(sched, subscribe_atom_v, progress_sink_actor{caf::actor_cast<progress_sink_actor>(classifier)});
+    if (tuner)
+      caf::anon_send(tuner, subscribe_atom_v, caf::actor_cast<caf::actor>(classifier));
+  }
 
   intake_config ic;
   ic.limits.parse.max_frame_bytes = opts.server.max_frame_bytes;
@@ -156,6 +177,7 @@ deployment::start(const deployment_options& opts) {
                  caf::actor_cast<caf::actor>(cache), caf::actor_cast<caf::actor>(exec),
                  caf::actor_cast<caf::actor>(metrics), caf::actor_cast<caf::actor>(sched),
                  caf::actor_cast<caf::actor>(classifier), caf::actor_cast<caf::actor>(prefetcher),
+                 caf::actor_cast<caf::actor>(tuner),
                  caf::actor_cast<caf::actor>(p->intake)})
     if (a)
       p->actors.push_back(a);

@@ -309,7 +309,11 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         d.text = decode(p.tokens, 0);
         d.tokens = std::move(p.tokens);
       }
-      if (static_cast<finish_reason>(f.reason) == finish_reason::adapter_error)
+      if (static_cast<finish_reason>(f.reason) == finish_reason::aborted)
+        out.push_back(error_frame(p.peer, p.client_id, wire::error_code::overloaded,
+                                  "aborted before it started: the server could not return its first token "
+                                  "within the scheduler's first-token target; retry later"));
+      else if (static_cast<finish_reason>(f.reason) == finish_reason::adapter_error)
         out.push_back(error_frame(p.peer, p.client_id, wire::error_code::bad_adapter,
                                   "adapter \"" + p.adapter
                                     + "\" could not be loaded (its files are missing or corrupt; the server log names the file)"));

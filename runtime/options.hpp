@@ -74,8 +74,10 @@ struct memory_pool_options {
 
 /// [scheduler]
 struct scheduler_options {
-  /// Name in the scheduling policy registry ("fcfs").
+  /// Name in the scheduling policy registry: fcfs, slora, chameleon.
   std::string policy = "fcfs";
+  /// Handed to the policy (slora: cluster, slo_s; chameleon: bypass, ...).
+  std::map<std::string, double> params;
   /// Most requests in the running batch.
   std::uint32_t max_running = 256;
   /// Most tokens (prefill + decode) one step may process.
@@ -87,8 +89,29 @@ struct scheduler_options {
 /// [classifier]: assigns queues and predicted output lengths.
 struct classifier_options {
   bool enabled = true;
-  /// Name in the classifier policy registry ("single_queue").
+  /// Name in the classifier policy registry: single_queue, chameleon.
   std::string policy = "single_queue";
+  /// Handed to the policy (chameleon: WRS weights and scales).
+  std::map<std::string, double> params;
+  /// Output-length predictor: max_tokens, history, oracle.
+  std::string predictor = "max_tokens";
+  std::map<std::string, double> predictor_params;
+};
+
+/// [queue_tuner]: the policy actor that re-runs K-means, cut-offs and quotas.
+struct queue_tuner_options {
+  bool enabled = false;
+  /// Seconds between tunings.
+  double period_s = 300.0;
+  /// Seconds of recent requests a tuning looks at.
+  double window_s = 300.0;
+  std::uint32_t max_queues = 4;
+  /// Share of the one-queue WCSS another queue must remove.
+  double elbow = 0.05;
+  /// Latency target each queue's minimum quota is sized for.
+  double slo_s = 5.0;
+  /// Seconds per output token used to turn predicted lengths into durations.
+  double iteration_s = 0.03;
 };
 
 /// [adapter_cache]
@@ -159,6 +182,7 @@ struct deployment_options {
   memory_pool_options memory_pool;
   scheduler_options scheduler;
   classifier_options classifier;
+  queue_tuner_options queue_tuner;
   adapter_cache_options adapter_cache;
   copy_engine_options copy_engine;
   metrics_options metrics;

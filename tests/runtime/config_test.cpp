@@ -30,6 +30,7 @@ const config_catalog catalog{
   .classifier_policies = {"single_queue"},
   .eviction_policies = {"lru"},
   .prefetch_policies = {"none", "histogram"},
+  .output_predictors = {"history", "max_tokens", "oracle"},
 };
 
 /// Parses `text` as "bad.toml" and returns the options, failing the test on an error.
