@@ -2,6 +2,7 @@
 
 #include "runtime/clock.hpp"
 
+#include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -49,45 +50,43 @@ void submit(self_ptr self, request_spec spec) {
       .then(ok, fail);
 }
 
-/// Collects stats from every actor, one after another, then replies.
+using stats_source = caf::typed_actor<caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// Asks sources[i..] for their stats, one after another, then replies.
+void collect_stats(self_ptr self, std::shared_ptr<std::vector<stats_source>> sources, std::size_t i,
+                   std::shared_ptr<stat_values> values, std::string peer, std::string id) {
+  if (i == sources->size()) {
+    emit(self, {{peer, wire::to_json(wire::stats_reply{id, *values})}});
+    return;
+  }
+  self->request((*sources)[i], caf::infinite, stats_atom_v)
+    .then(
+      [=](const stat_values& v) {
+        values->insert(values->end(), v.begin(), v.end());
+        collect_stats(self, sources, i + 1, values, peer, id);
+      },
+      [self, peer, id](const caf::error& e) {
+        emit(self, {{peer, wire::to_json(wire::error_reply{
+                             id, wire::error_code::internal,
+                             "could not collect stats: " + self->system().render(e)})}});
+      });
+}
+
+/// Collects stats from every actor that keeps any, then replies.
 void answer_stats(self_ptr self, std::string peer, std::string id) {
   auto values = std::make_shared<stat_values>();
   auto& core = *self->state.core;
   values->push_back({"intake_in_flight", static_cast<double>(core.in_flight())});
   values->push_back({"intake_accepted", static_cast<double>(core.accepted())});
   values->push_back({"intake_rejected", static_cast<double>(core.rejected())});
-  auto finish = [self, peer, id, values] {
-    emit(self, {{peer, wire::to_json(wire::stats_reply{id, *values})}});
-  };
-  auto add = [values](const stat_values& v) {
-    values->insert(values->end(), v.begin(), v.end());
-  };
-  auto fail = [self, peer, id](const caf::error& e) {
-    emit(self, {{peer, wire::to_json(wire::error_reply{
-                         id, wire::error_code::internal,
-                         "could not collect stats: " + self->system().render(e)})}});
-  };
   const auto& cfg = self->state.cfg;
-  self->request(cfg.scheduler, caf::infinite, stats_atom_v).then([=](const stat_values& a) {
-    add(a);
-    self->request(cfg.pool, caf::infinite, stats_atom_v).then([=](const stat_values& b) {
-      add(b);
-      self->request(cfg.adapter_cache, caf::infinite, stats_atom_v).then([=](const stat_values& c) {
-        add(c);
-        self->request(cfg.copy_engine, caf::infinite, stats_atom_v).then([=](const stat_values& c2) {
-          add(c2);
-          if (!cfg.metrics) {
-            finish();
-            return;
-          }
-          self->request(cfg.metrics, caf::infinite, stats_atom_v).then([=](const stat_values& d) {
-            add(d);
-            finish();
-          }, fail);
-        }, fail);
-      }, fail);
-    }, fail);
-  }, fail);
+  auto sources = std::make_shared<std::vector<stats_source>>();
+  for (auto a : {caf::actor_cast<caf::actor>(cfg.scheduler), caf::actor_cast<caf::actor>(cfg.pool),
+                 caf::actor_cast<caf::actor>(cfg.adapter_cache), caf::actor_cast<caf::actor>(cfg.copy_engine),
+                 caf::actor_cast<caf::actor>(cfg.tuner), caf::actor_cast<caf::actor>(cfg.metrics)})
+    if (a)
+      sources->push_back(caf::actor_cast<stats_source>(a));
+  collect_stats(self, sources, 0, values, std::move(peer), std::move(id));
 }
 
 void answer_adapters(self_ptr self, std::string peer, std::string id) {

@@ -26,6 +26,7 @@ struct intake_config {
   memory_pool_actor pool;
   adapter_cache_actor adapter_cache;
   copy_engine_actor copy_engine;
+  queue_tuner_actor tuner; ///< may be null
   metrics_actor metrics; ///< may be null
   prefetcher_actor prefetcher; ///< may be null: told of each accepted request's adapter
   /// Hands frames to the transport; thread-safe, never blocks. // local only

@@ -164,6 +164,7 @@ deployment::start(const deployment_options& opts) {
   ic.pool = pool;
   ic.adapter_cache = cache;
   ic.copy_engine = copy;
+  ic.tuner = tuner;
   ic.prefetcher = prefetcher;
   ic.metrics = metrics;
   auto* bridge_ptr = p->bridge.get();
