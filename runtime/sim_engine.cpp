@@ -21,7 +21,34 @@ sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> 
     pool_(pool_pages),
     cache_(std::move(cfg_.eviction), cfg_.cache.max_resident, cfg_.cache.window_s),
     transfers_(std::max<std::uint32_t>(cfg_.copy_inflight, 1)),
-    pool_pages_(pool_pages) {}
+    pool_pages_(pool_pages) {
+  if (!cfg_.classifier)
+    cfg_.classifier = std::make_unique<policies::single_queue_classifier_policy>();
+  next_tune_s_ = cfg_.tuner.period_s;
+}
+
+void sim_engine::tune_if_due() {
+  if (!cfg_.tuner.enabled)
+    return;
+  while (now_ >= next_tune_s_) {
+    const double from = next_tune_s_ - cfg_.tuner.window_s;
+    std::erase_if(samples_, [from](const auto& s) { return s.arrival_s < from; });
+    if (!samples_.empty()) {
+      policies::tuner_params p;
+      p.max_queues = cfg_.tuner.max_queues;
+      p.elbow = cfg_.tuner.elbow;
+      p.slo_s = cfg_.tuner.slo_s;
+      p.window_s = cfg_.tuner.window_s;
+      p.total_tokens = pool_pages_ * cfg_.limits.page_tokens;
+      const auto t = policies::tune_queues(samples_, p);
+      cfg_.classifier->on_tuning(t);
+      core_.on_tuning(t);
+      ++totals_.tunings;
+      totals_.queues = t.queues();
+    }
+    next_tune_s_ += cfg_.tuner.period_s;
+  }
+}
 
 void sim_engine::schedule(double at, event_kind kind, std::uint64_t arg) {
   events_.push({at, seq_++, kind, arg});
@@ -29,6 +56,7 @@ void sim_engine::schedule(double at, event_kind kind, std::uint64_t arg) {
 
 std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& requests) {
   outcomes_.assign(requests.size(), {});
+  request_meta_.assign(requests.size(), {});
   for (std::size_t i = 0; i < requests.size(); ++i) {
     outcomes_[i].arrival_s = requests[i].arrival_s;
     schedule(requests[i].arrival_s, event_kind::arrival, i);
@@ -37,6 +65,7 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
     const auto ev = events_.top();
     events_.pop();
     now_ = ev.at;
+    tune_if_due();
     switch (ev.kind) {
       case event_kind::arrival: {
         const auto& r = requests[ev.arg];
@@ -53,6 +82,21 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         }
         spec.seed = ev.arg;
         spec.arrival_s = now_;
+        policies::classify_input ci;
+        ci.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
+        ci.max_new_tokens = spec.max_new_tokens;
+        ci.adapter_id = spec.adapter_id;
+        ci.adapter_rank = spec.adapter_rank;
+        ci.request_id = spec.request_id;
+        const auto c = cfg_.classifier->classify(ci);
+        spec.queue = c.queue;
+        spec.predicted_tokens = std::max<std::uint32_t>(c.predicted_tokens, 1);
+        request_meta_[ev.arg] = {spec.adapter_id, ci.prompt_tokens};
+        if (cfg_.tuner.enabled)
+          samples_.push_back({now_, c.wrs,
+                              ci.prompt_tokens + std::uint64_t{spec.predicted_tokens}
+                                + spec.adapter_pages * cfg_.limits.page_tokens,
+                              (spec.predicted_tokens + 1) * cfg_.tuner.iteration_s});
         if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted)
           outcomes_[ev.arg].reason = finish_reason::error; // refused: counted as lost
         break;
@@ -94,6 +138,8 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
   totals_.pool_request_pages_at_end = pool_.used_pages(page_owner_kind::request);
   totals_.pool_adapter_pages_at_end = pool_.used_pages(page_owner_kind::adapter);
   totals_.cache_pages_at_end = cache_.resident_pages();
+  totals_.squashed = core_.squashed();
+  totals_.aborted = core_.aborted();
   return std::move(outcomes_);
 }
 
@@ -144,6 +190,10 @@ void sim_engine::apply(scheduler_effects fx) {
     if (f.times.first_token_s >= 0)
       o.ttft_s = f.times.first_token_s - f.times.arrival_s;
     o.e2e_s = f.times.finished_s - f.times.arrival_s;
+    if (f.reason == finish_reason::length || f.reason == finish_reason::eos) {
+      const auto& [adapter, prompt] = request_meta_[f.request_id - 1];
+      cfg_.classifier->observe(adapter, prompt, f.completion_tokens);
+    }
   }
 }
 

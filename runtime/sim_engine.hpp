@@ -6,7 +6,9 @@
 #pragma once
 
 #include "gpu/sim_backend.hpp"
+#include "policies/classifier_policy.hpp"
 #include "policies/eviction_policy.hpp"
+#include "policies/queue_tuner.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "runtime/adapter_cache.hpp"
 #include "runtime/adapter_registry.hpp"
@@ -27,7 +29,12 @@ struct sim_engine_config {
   scheduler_limits limits;
   std::unique_ptr<policies::scheduling_policy> scheduling;
   std::unique_ptr<policies::eviction_policy> eviction;
+  /// Queue and predicted length per request; single_queue with max_tokens
+  /// when null.
+  std::unique_ptr<policies::classifier_policy> classifier;
   adapter_cache_options cache;
+  /// The queue tuner, run every period_s of virtual time when enabled.
+  queue_tuner_options tuner;
   std::uint32_t copy_inflight = 4;
 };
 
@@ -67,6 +74,10 @@ struct sim_totals {
   std::uint64_t pool_request_pages_at_end = 0;
   std::uint64_t pool_adapter_pages_at_end = 0;
   std::uint64_t cache_pages_at_end = 0;
+  std::uint64_t squashed = 0;
+  std::uint64_t aborted = 0;
+  std::uint64_t tunings = 0;
+  std::size_t queues = 1; ///< after the last tuning
 };
 
 /// Runs a workload to completion on a virtual clock. One thread.
@@ -102,6 +113,7 @@ private:
   };
 
   void schedule(double at, event_kind kind, std::uint64_t arg);
+  void tune_if_due();
   void pump();
   void apply(scheduler_effects fx);
   void acquire(std::uint64_t request_id, std::uint32_t adapter_id);
@@ -128,6 +140,9 @@ private:
   std::vector<std::int32_t> in_flight_tokens_;
   std::vector<sim_outcome> outcomes_;
   bool trim_pending_ = false;
+  std::vector<policies::tuner_sample> samples_;
+  double next_tune_s_ = 0;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> request_meta_; // adapter, prompt
   sim_totals totals_;
 };
 

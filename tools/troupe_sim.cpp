@@ -9,7 +9,8 @@
 //              --gpu A100-80GB --policies lru,lfu,fairshare,slora,chameleon
 #include "gpu/model_shape.hpp"
 #include "gpu/sim_backend.hpp"
-#include "policies/fcfs_scheduling_policy.hpp"
+#include "policies/classifier_policy.hpp"
+#include "policies/output_predictor.hpp"
 #include "policies/registry.hpp"
 #include "runtime/sim_engine.hpp"
 #include "tools/workload/workload.hpp"
@@ -42,7 +43,14 @@ constexpr const char* usage =
   "  --model NAME          model shape preset (default llama-2-7b)\n"
   "  --gpu NAME            GPU preset (default A100-80GB)\n"
   "  --max-context N       prompt + output limit; longer prompts are cut (default 4096)\n"
-  "  --policies LIST       eviction policies to compare (default lru,lfu,fairshare,slora,chameleon)\n"
+  "  --policies LIST       eviction policies to compare, scheduler fcfs (default lru,lfu,fairshare,slora,chameleon)\n"
+  "  --setups LIST         instead: scheduler:eviction pairs to compare, e.g. fcfs:lru,slora:slora,chameleon:chameleon;\n"
+  "                        chameleon scheduling brings its classifier and the queue tuner\n"
+  "  --arrivals KIND       trace (the trace's times) or poisson (at --rate, trace lengths kept)\n"
+  "  --predictor NAME      output-length predictor: max_tokens, history, oracle (default oracle)\n"
+  "  --predictor-error E   the oracle's relative error (default 0.2)\n"
+  "  --tuner-period S      seconds between queue tunings (default 60)\n"
+  "  --slo S               slora's early-abort first-token target; 0 = off (default 0)\n"
   "  --prefetch on|off     load queued requests' adapters early (default on)\n"
   "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
@@ -62,6 +70,12 @@ struct options {
   std::string model = "llama-2-7b", gpu = "A100-80GB";
   std::uint32_t max_context = 4096;
   std::vector<std::string> policies{"lru", "lfu", "fairshare", "slora", "chameleon"};
+  std::vector<std::string> setups;
+  bool poisson = false;
+  std::string predictor = "oracle";
+  double predictor_error = 0.2;
+  double tuner_period = 60;
+  double slo = 0;
   bool prefetch = true;
   double prefetch_free = 0.1;
   std::uint64_t host_bytes = 0;
@@ -122,6 +136,15 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--gpu") o.gpu = v;
     else if (a == "--max-context") { if (!need_num() || num < 2) { err = "--max-context must be >= 2"; return false; } o.max_context = static_cast<std::uint32_t>(num); }
     else if (a == "--policies") o.policies = split(v);
+    else if (a == "--setups") o.setups = split(v);
+    else if (a == "--arrivals") {
+      if (v != "trace" && v != "poisson") { err = "--arrivals: trace or poisson"; return false; }
+      o.poisson = v == "poisson";
+    }
+    else if (a == "--predictor") o.predictor = v;
+    else if (a == "--predictor-error") { if (!need_num() || num > 1) { err = "--predictor-error must be in [0, 1]"; return false; } o.predictor_error = num; }
+    else if (a == "--tuner-period") { if (!need_num() || num <= 0) { err = "--tuner-period must be > 0"; return false; } o.tuner_period = num; }
+    else if (a == "--slo") { if (!need_num()) return false; o.slo = num; }
     else if (a == "--prefetch") {
       if (v != "on" && v != "off") { err = "--prefetch: on or off"; return false; }
       o.prefetch = v == "on";
@@ -133,6 +156,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--json") o.json = v;
     else { err = "unknown option " + a; return false; }
   }
+  if (o.poisson && o.rate <= 0) {
+    err = "--arrivals poisson needs --rate";
+    return false;
+  }
   if (o.trace.empty() && (o.requests == 0 || o.rate <= 0)) {
     err = "give --trace FILE, or --requests N and --rate R";
     return false;
@@ -142,6 +169,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
 
 struct result {
   std::string policy;
+  std::size_t aborted = 0;
   sim_totals totals;
   std::size_t finished = 0, lost = 0;
   double ttft_p50 = 0, ttft_p99 = 0, e2e_p50 = 0, e2e_p99 = 0;
@@ -175,8 +203,13 @@ int main(int argc, char** argv) {
     reqs = std::get<std::vector<workload::request>>(std::move(loaded));
     if (o.seconds >= 0 || o.from_s > 0)
       reqs = workload::window(reqs, o.from_s, o.seconds >= 0 ? o.seconds : 1e18);
-    if (o.rate > 0)
+    if (o.poisson) {
+      const auto t = workload::gamma_arrivals(reqs.size(), o.rate, 1.0, o.seed + 7);
+      for (std::size_t i = 0; i < reqs.size(); ++i)
+        reqs[i].arrival_s = t[i];
+    } else if (o.rate > 0) {
       workload::set_rate(reqs, o.rate);
+    }
   } else {
     for (double t : workload::gamma_arrivals(o.requests, o.rate, o.cv, o.seed))
       reqs.push_back({t, o.prompt, o.output, workload::none_adapter});
@@ -207,13 +240,46 @@ int main(int argc, char** argv) {
               static_cast<double>(pool_pages * page_bytes) / (1 << 30), spec->name.c_str(),
               static_cast<double>(all_adapter_bytes) / (1 << 30));
 
+  // What to compare: scheduler:eviction pairs.
+  std::vector<std::pair<std::string, std::string>> pairs;
+  if (o.setups.empty()) {
+    for (const auto& e : o.policies)
+      pairs.emplace_back("fcfs", e);
+  } else {
+    for (const auto& s : o.setups) {
+      const auto colon = s.find(':');
+      if (colon == std::string::npos) {
+        std::cerr << "troupe-sim: --setups: \"" << s << "\" is not scheduler:eviction\n";
+        return 2;
+      }
+      pairs.emplace_back(s.substr(0, colon), s.substr(colon + 1));
+    }
+  }
   std::vector<result> results;
-  for (const auto& name : o.policies) {
+  for (const auto& [sched_name, name] : pairs) {
     auto policy = policies::make_eviction_policy(name);
-    if (!policy) {
-      std::cerr << "troupe-sim: no eviction policy named \"" << name << "\"\n";
+    auto scheduling = policies::make_scheduling_policy(sched_name);
+    if (!policy || !scheduling) {
+      std::cerr << "troupe-sim: no " << (!policy ? "eviction policy named \"" + name : "scheduling policy named \"" + sched_name)
+                << "\"\n";
       return 2;
     }
+    if (sched_name == "slora" && o.slo > 0)
+      scheduling->configure({{"slo_s", o.slo}});
+    const bool chameleon = sched_name == "chameleon";
+    std::unique_ptr<policies::classifier_policy> classifier;
+    if (chameleon)
+      classifier = std::make_unique<policies::chameleon_classifier_policy>();
+    else
+      classifier = std::make_unique<policies::single_queue_classifier_policy>();
+    auto predictor = policies::make_output_predictor(o.predictor);
+    if (!predictor) {
+      std::cerr << "troupe-sim: no predictor named \"" << o.predictor << "\"\n";
+      return 2;
+    }
+    if (o.predictor == "oracle")
+      predictor->configure({{"error", o.predictor_error}, {"seed", static_cast<double>(o.seed)}});
+    classifier->set_predictor(std::move(predictor));
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<adapter_spec> specs;
     const auto& ranks = std::get<workload::adapter_set>(set).ranks;
@@ -226,8 +292,12 @@ int main(int argc, char** argv) {
     cfg.limits.max_waiting = 1u << 30;
     cfg.limits.total_pages = pool_pages;
     cfg.limits.page_tokens = page_tokens;
-    cfg.scheduling = std::make_unique<policies::fcfs_scheduling_policy>();
+    cfg.scheduling = std::move(scheduling);
     cfg.eviction = std::move(policy);
+    cfg.classifier = std::move(classifier);
+    cfg.tuner.enabled = chameleon;
+    cfg.tuner.period_s = o.tuner_period;
+    cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
     cfg.cache.prefetch = o.prefetch;
     cfg.cache.prefetch_free_fraction = o.prefetch_free;
     auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, gpu::cost_constants{}, o.host_bytes);
@@ -239,7 +309,7 @@ int main(int argc, char** argv) {
                     r.adapter == workload::none_adapter ? 0u : r.adapter + 1});
     const auto out = engine.run(in);
     result res;
-    res.policy = name;
+    res.policy = o.setups.empty() ? name : sched_name + ":" + name;
     res.totals = engine.totals();
     std::vector<double> ttft, e2e;
     for (const auto& x : out) {
@@ -247,6 +317,8 @@ int main(int argc, char** argv) {
         ++res.finished;
         ttft.push_back(x.ttft_s);
         e2e.push_back(x.e2e_s);
+      } else if (x.reason == finish_reason::aborted) {
+        ++res.aborted; // answered, on purpose: counted apart
       } else {
         ++res.lost;
       }
@@ -259,6 +331,19 @@ int main(int argc, char** argv) {
     results.push_back(res);
   }
 
+  if (!o.setups.empty()) {
+    std::printf("\n| scheduler:eviction | finished | aborted | squashed | queues | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | hit rate | PCIe GB | wall s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& r : results) {
+      const auto& t = r.totals;
+      const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
+      std::printf("| %s | %zu | %zu | %llu | %zu | %.3f | %.3f | %.2f | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
+                  r.finished, r.aborted, static_cast<unsigned long long>(t.squashed), t.queues, r.ttft_p50,
+                  r.ttft_p99, r.e2e_p50, r.e2e_p99,
+                  lookups > 0 ? static_cast<double>(t.adapter_hits) / lookups : 0.0,
+                  static_cast<double>(t.pcie_bytes) / 1e9, r.wall_s);
+    }
+  } else {
   std::printf("\n| policy | finished | lost | hit rate | misses | evictions | prefetches (hits) | PCIe GB | disk GB | TTFT P50 s | TTFT P99 s | E2E P99 s | wall s |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const auto& r : results) {
@@ -271,6 +356,7 @@ int main(int argc, char** argv) {
                 static_cast<double>(t.pcie_bytes) / 1e9, static_cast<double>(t.disk_bytes) / 1e9, r.ttft_p50,
                 r.ttft_p99, r.e2e_p99, r.wall_s);
   }
+  }
   if (!o.json.empty()) {
     std::ofstream j{o.json};
     j << "{\"requests\":" << sum.requests << ",\"adapters\":" << o.adapters << ",\"gpu\":\"" << spec->name
@@ -280,7 +366,7 @@ int main(int argc, char** argv) {
       const auto& t = r.totals;
       const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
       j << (i ? "," : "") << "{\"policy\":\"" << r.policy << "\",\"finished\":" << r.finished
-        << ",\"lost\":" << r.lost << ",\"hit_rate\":" << (lookups > 0 ? t.adapter_hits / lookups : 0.0)
+        << ",\"lost\":" << r.lost << ",\"aborted\":" << r.aborted << ",\"squashed\":" << t.squashed << ",\"hit_rate\":" << (lookups > 0 ? t.adapter_hits / lookups : 0.0)
         << ",\"misses\":" << t.adapter_misses << ",\"evictions\":" << t.adapter_evictions
         << ",\"prefetches\":" << t.prefetches << ",\"prefetch_hits\":" << t.prefetch_hits
         << ",\"pcie_bytes\":" << t.pcie_bytes << ",\"disk_bytes\":" << t.disk_bytes
