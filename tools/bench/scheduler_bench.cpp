@@ -1,6 +1,7 @@
 // Google Benchmark: the scheduler core's cost per iteration (admission by the
-// policy, batch building, step bookkeeping) with 10,000 requests waiting and
-// a full running batch. Run: build/bin/troupe-scheduler-bench
+// policy, batch building, step bookkeeping) with 10,000 requests waiting over
+// 2,000 adapters and a full running batch, for every scheduling policy.
+// Run: build/bin/troupe-scheduler-bench
 #include "policies/registry.hpp"
 #include "runtime/scheduler_core.hpp"
 
@@ -17,9 +18,11 @@ struct harness {
   std::uint64_t next_id = 1;
   double now = 0;
 
-  explicit harness(std::uint32_t max_running)
-    : core({max_running, 8192, 1u << 20, 1u << 30, 16}, policies::make_scheduling_policy("fcfs"),
+  harness(std::uint32_t max_running, const char* policy)
+    : core({max_running, 8192, 1u << 20, 1u << 30, 16}, policies::make_scheduling_policy(policy),
            nullptr) {
+    // Four queues with room for everything (the tuner's output shape).
+    core.on_tuning({{0.25, 0.5, 0.75}, {1u << 28, 1u << 28, 1u << 28, 1u << 28}});
   }
 
   void submit(std::uint32_t max_new) {
@@ -27,14 +30,22 @@ struct harness {
     s.request_id = next_id++;
     s.prompt.assign(64, 7);
     s.max_new_tokens = max_new;
+    s.predicted_tokens = max_new;
+    s.adapter_id = 1 + static_cast<std::uint32_t>(s.request_id % 2000);
+    s.adapter_rank = 8u << (s.request_id % 5);
+    s.adapter_pages = s.adapter_rank / 4;
+    s.queue = static_cast<std::uint32_t>(s.request_id % 4);
     s.arrival_s = now;
     core.submit(std::move(s));
   }
 
-  /// Grants whatever the core asks for, like an idle memory pool.
+  /// Grants whatever the core asks for, like an idle memory pool and a
+  /// cache holding every adapter.
   void grant(scheduler_effects fx) {
     for (const auto& r : fx.reserves)
       core.on_pages(r.request_id, true, now);
+    for (const auto& a : fx.acquires)
+      core.on_adapter(a.request_id, true, now);
   }
 
   /// One scheduler iteration: admit, build the step, take its tokens; keeps
@@ -51,10 +62,14 @@ struct harness {
   }
 };
 
+const char* const policy_names[] = {"fcfs", "slora", "chameleon"};
+
 void bm_scheduler_iteration(benchmark::State& state) {
   const auto waiting = static_cast<std::size_t>(state.range(0));
   const auto running = static_cast<std::uint32_t>(state.range(1));
-  harness h{running};
+  const char* policy = policy_names[state.range(2)];
+  state.SetLabel(policy);
+  harness h{running, policy};
   for (std::size_t i = 0; i < waiting + running; ++i)
     h.submit(64);
   std::vector<std::int32_t> tokens;
@@ -68,9 +83,8 @@ void bm_scheduler_iteration(benchmark::State& state) {
 }
 
 BENCHMARK(bm_scheduler_iteration)
-  ->Args({0, 256})
-  ->Args({10000, 256})
-  ->Args({10000, 32})
+  ->ArgNames({"waiting", "running", "policy"})
+  ->ArgsProduct({{0, 10000}, {32, 256}, {0, 1, 2}})
   ->Unit(benchmark::kMicrosecond);
 
 } // namespace
