@@ -26,7 +26,9 @@ public:
   schedule_decision schedule(const schedule_input& in) override;
   std::string_view name() const noexcept override { return "chameleon"; }
   /// Keys: "bypass" (1: on, 0: off), "bypass_lookahead" (requests searched
-  /// behind a blocked head, 64).
+  /// behind a blocked head, 64), "pool_all_spare" (0: phase 2 pools only the
+  /// quota of queues left empty, as the paper's example; 1: every queue's
+  /// unused quota).
   std::string configure(const std::map<std::string, double>& params) override;
   void on_tuning(const queue_tuning& t) override { tuning_ = t; }
   std::vector<std::pair<std::string, double>> counters() const override;
@@ -45,6 +47,7 @@ public:
 private:
   queue_tuning tuning_;
   bool bypass_ = true;
+  bool pool_all_spare_ = false;
   std::size_t lookahead_ = 64;
   /// Running bypassers: id -> generated tokens by which they must finish.
   std::unordered_map<std::uint64_t, std::uint32_t> bypassers_;

@@ -141,6 +141,11 @@ TEST(chameleon_scheduling_policy, phase_one_within_quotas_then_phase_two_spare) 
   // Small: 20 left, 7 needs 40: blocked. Large: 100 left, 8 needs 150: blocked.
   // No queue emptied: no spare.
   EXPECT_TRUE(d.admit.empty());
+  // Pooling every queue's leftover instead: 20 + 100 spare admit 7 (40),
+  // then 9 (40); 8 (150) does not fit what is left.
+  ASSERT_EQ(p.configure({{"pool_all_spare", 1}}), "");
+  EXPECT_EQ(p.schedule(input(more, running, 1000)).admit, (ids{7, 9}));
+  EXPECT_NE(p.configure({{"pool_all_spare", 2}}), "");
 }
 
 TEST(chameleon_scheduling_policy, a_queue_with_nothing_running_may_start_a_head_over_its_quota) {
