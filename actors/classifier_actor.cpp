@@ -29,22 +29,14 @@ classifier_actor::behavior_type classifier_impl(self_ptr self, classifier_config
   return {
     [self](classify_atom, request_spec& spec) -> caf::result<std::uint8_t> {
       auto& st = self->state;
-      policies::classify_input in;
-      in.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
-      in.max_new_tokens = spec.max_new_tokens;
-      in.adapter_id = spec.adapter_id;
-      in.adapter_rank = spec.adapter_rank;
-      in.priority = spec.priority;
-      in.request_id = spec.request_id;
+      const auto in = classify_input_of(spec);
       const auto c = st.cfg.policy->classify(in);
       spec.queue = c.queue;
       spec.predicted_tokens = std::max<std::uint32_t>(c.predicted_tokens, 1);
       st.open.emplace(spec.request_id, std::pair{spec.adapter_id, in.prompt_tokens});
       if (st.cfg.tuner)
         self->send(st.cfg.tuner,
-                   wrs_sample{monotonic_seconds(), c.wrs,
-                              in.prompt_tokens + std::uint64_t{spec.predicted_tokens}
-                                + spec.adapter_pages * st.cfg.page_tokens,
+                   wrs_sample{monotonic_seconds(), c.wrs, quota_cost_of(spec, st.cfg.page_tokens),
                               spec.predicted_tokens});
       // Not delegated: a request the scheduler refuses never finishes, so
       // it leaves `open` here.

@@ -38,4 +38,19 @@ std::string_view to_string(finish_reason x) noexcept {
   return "?";
 }
 
+policies::classify_input classify_input_of(const request_spec& spec) {
+  policies::classify_input in;
+  in.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
+  in.max_new_tokens = spec.max_new_tokens;
+  in.adapter_id = spec.adapter_id;
+  in.adapter_rank = spec.adapter_rank;
+  in.priority = spec.priority;
+  in.request_id = spec.request_id;
+  return in;
+}
+
+std::uint64_t quota_cost_of(const request_spec& spec, std::uint32_t page_tokens) {
+  return spec.prompt.size() + std::uint64_t{spec.predicted_tokens} + spec.adapter_pages * page_tokens;
+}
+
 } // namespace troupe

@@ -2,6 +2,8 @@
 // the scheduler core keeps for it. Used by runtime/scheduler_core.cpp only.
 #pragma once
 
+#include "policies/classifier_policy.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -72,5 +74,12 @@ struct request_times {
   double first_token_s = -1;
   double finished_s = -1;
 };
+
+/// What a classifier policy sees of a request.
+policies::classify_input classify_input_of(const request_spec& spec);
+
+/// A request's cost against a queue quota, in tokens: prompt + predicted
+/// output + its adapter's pages in tokens.
+std::uint64_t quota_cost_of(const request_spec& spec, std::uint32_t page_tokens);
 
 } // namespace troupe

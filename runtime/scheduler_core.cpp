@@ -478,15 +478,7 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
     case request_state::admitting:
     case request_state::ready:
     case request_state::running:
-      if (r.pages_granted) {
-        fx.release_pages.push_back(id);
-        reserved_pages_ -= r.pages;
-        // Freed pages may let a blocked admission through.
-        memory_blocked_ = false;
-      }
-      if (r.adapter_granted)
-        fx.release_adapters.push_back({id, r.spec.adapter_id});
-      batch_.erase(std::remove(batch_.begin(), batch_.end(), id), batch_.end());
+      give_back(r, fx);
       break;
     case request_state::finished:
       return;
@@ -498,23 +490,28 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
   to_erase_.push_back(id);
 }
 
+void scheduler_core::give_back(record& r, scheduler_effects& fx) {
+  const auto id = r.spec.request_id;
+  if (r.pages_granted) {
+    fx.release_pages.push_back(id);
+    reserved_pages_ -= r.pages;
+    // Freed pages may let a blocked admission through.
+    memory_blocked_ = false;
+  }
+  if (r.adapter_granted)
+    fx.release_adapters.push_back({id, r.spec.adapter_id});
+  batch_.erase(std::remove(batch_.begin(), batch_.end(), id), batch_.end());
+}
+
 void scheduler_core::squash(record& r, scheduler_effects& fx) {
   if (r.in_step || r.pages_pending || r.adapter_pending) {
     r.squash_requested = true; // when the step or the grants come back
     return;
   }
   r.squash_requested = false;
-  const auto id = r.spec.request_id;
-  if (r.pages_granted) {
-    fx.release_pages.push_back(id);
-    reserved_pages_ -= r.pages;
-    memory_blocked_ = false;
-  }
-  if (r.adapter_granted)
-    fx.release_adapters.push_back({id, r.spec.adapter_id});
+  give_back(r, fx);
   r.page_ids.clear();
   r.pages_granted = r.adapter_granted = false;
-  batch_.erase(std::remove(batch_.begin(), batch_.end(), id), batch_.end());
   ++r.squashes;
   ++squashed_;
   transition(r, request_state::waiting);

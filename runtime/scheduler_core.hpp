@@ -177,6 +177,8 @@ private:
   void settle_admission(record& r, double now_s, scheduler_effects& fx);
   void finish(record& r, finish_reason why, double now_s, scheduler_effects& fx);
   void squash(record& r, scheduler_effects& fx);
+  /// Releases what an admitted request holds and takes it out of the batch.
+  void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
   void compact_waiting();
   void count_waiting(std::uint32_t adapter_id, bool up);

@@ -82,20 +82,13 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         }
         spec.seed = ev.arg;
         spec.arrival_s = now_;
-        policies::classify_input ci;
-        ci.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
-        ci.max_new_tokens = spec.max_new_tokens;
-        ci.adapter_id = spec.adapter_id;
-        ci.adapter_rank = spec.adapter_rank;
-        ci.request_id = spec.request_id;
+        const auto ci = classify_input_of(spec);
         const auto c = cfg_.classifier->classify(ci);
         spec.queue = c.queue;
         spec.predicted_tokens = std::max<std::uint32_t>(c.predicted_tokens, 1);
         request_meta_[ev.arg] = {spec.adapter_id, ci.prompt_tokens};
         if (cfg_.tuner.enabled)
-          samples_.push_back({now_, c.wrs,
-                              ci.prompt_tokens + std::uint64_t{spec.predicted_tokens}
-                                + spec.adapter_pages * cfg_.limits.page_tokens,
+          samples_.push_back({now_, c.wrs, quota_cost_of(spec, cfg_.limits.page_tokens),
                               (spec.predicted_tokens + 1) * cfg_.tuner.iteration_s});
         if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted)
           outcomes_[ev.arg].reason = finish_reason::error; // refused: counted as lost
