@@ -147,6 +147,20 @@ struct cpu_model::impl {
     return kv.data() + ((size_t{page} * c.num_layers + layer) * 2 + which) * block;
   }
 
+  // A hidden cache packs hidden_size floats per token into the K and V
+  // blocks of a layer (contiguous): hidden_tokens() tokens per page.
+  size_t hidden_tokens() const { return c.hidden_size == 0 ? 0 : 2 * size_t{page_tokens} * kvd() / c.hidden_size; }
+  bool hidden_saves() const { return hidden_tokens() > page_tokens; }
+  float* hidden_slot(std::span<const std::uint32_t> pages, size_t layer, size_t pos) {
+    const size_t per = hidden_tokens();
+    return kv_block(pages[pos / per], layer, 0) + (pos % per) * c.hidden_size;
+  }
+  size_t tokens_per_page(const cpu_sequence& s) const { return s.hidden ? hidden_tokens() : page_tokens; }
+
+  // Scratch for K and V recomputed from a hidden cache: [ctx, kvd] each.
+  std::vector<float> hk, hv, hh;
+  void recompute_kv(const cpu_sequence& seq, size_t layer);
+
   bool batch_ok(std::span<const cpu_sequence> batch) const;
   void add_lora(std::span<const cpu_sequence> batch, size_t layer, lora_target t, const float* in,
                 float* out);
@@ -163,8 +177,11 @@ bool cpu_model::impl::batch_ok(std::span<const cpu_sequence> batch) const {
     for (auto t : s.tokens)
       if (t < 0 || static_cast<std::uint64_t>(t) >= c.vocab_size)
         return false;
+    if (s.hidden && !hidden_saves())
+      return false;
+    const std::uint64_t per = tokens_per_page(s);
     const std::uint64_t need = std::uint64_t{s.start_pos} + s.tokens.size();
-    const std::uint64_t pages_needed = (need + page_tokens - 1) / page_tokens;
+    const std::uint64_t pages_needed = (need + per - 1) / per;
     if (s.pages.size() < pages_needed)
       return false;
     for (size_t i = 0; i < pages_needed; ++i)
@@ -208,6 +225,8 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
     const size_t ctx = size_t{seq.start_pos} + n;
     if (scores.size() < ctx)
       scores.resize(ctx);
+    if (seq.hidden)
+      recompute_kv(seq, layer);
     for (size_t i = 0; i < n; ++i) {
       const size_t row = row_off[s] + i;
       const size_t len = size_t{seq.start_pos} + i + 1;
@@ -216,8 +235,9 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
         const float* qh = q.data() + row * qdim + head * hd;
         float mx = -std::numeric_limits<float>::infinity();
         for (size_t t = 0; t < len; ++t) {
-          const float* kt = kv_block(seq.pages[t / page_tokens], layer, 0) +
-                            (t % page_tokens) * kd + kvh * hd;
+          const float* kt = seq.hidden ? hk.data() + t * kd + kvh * hd
+                                       : kv_block(seq.pages[t / page_tokens], layer, 0) +
+                                           (t % page_tokens) * kd + kvh * hd;
           float dot = 0;
           for (size_t j = 0; j < hd; ++j)
             dot += qh[j] * kt[j];
@@ -233,12 +253,57 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
         float* oh = att.data() + row * qdim + head * hd;
         std::fill(oh, oh + hd, 0.0f);
         for (size_t t = 0; t < len; ++t) {
-          const float* vt = kv_block(seq.pages[t / page_tokens], layer, 1) +
-                            (t % page_tokens) * kd + kvh * hd;
+          const float* vt = seq.hidden ? hv.data() + t * kd + kvh * hd
+                                       : kv_block(seq.pages[t / page_tokens], layer, 1) +
+                                           (t % page_tokens) * kd + kvh * hd;
           const float p = scores[t] * inv;
           for (size_t j = 0; j < hd; ++j)
             oh[j] += p * vt[j];
         }
+      }
+    }
+  }
+}
+
+// K and V of every position of a hidden-cache sequence, from its stored
+// hidden states: the same projections (and LoRA) as when K and V are cached,
+// and rotary embeddings at each token's own position.
+void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
+  const size_t hid = c.hidden_size;
+  const size_t kd = kvd();
+  const size_t hd = c.head_dim;
+  const size_t half = hd / 2;
+  const size_t ctx = size_t{seq.start_pos} + seq.tokens.size();
+  hh.resize(ctx * hid);
+  hk.resize(ctx * kd);
+  hv.resize(ctx * kd);
+  for (size_t t = 0; t < ctx; ++t)
+    std::copy_n(hidden_slot(seq.pages, layer, t), hid, hh.data() + t * hid);
+  const auto& lw = w.layers[layer];
+  gemm_xwt(hh.data(), lw.k.data(), hk.data(), ctx, kd, hid, 1.0f, 0.0f);
+  gemm_xwt(hh.data(), lw.v.data(), hv.data(), ctx, kd, hid, 1.0f, 0.0f);
+  if (const lora_adapter* a = seq.adapter) {
+    for (auto [target, out] : {std::pair{lora_target::k, &hk}, std::pair{lora_target::v, &hv}}) {
+      const auto ti = static_cast<size_t>(target);
+      if (!a->targets[ti])
+        continue;
+      const auto& m = a->layers[layer][ti];
+      if (tmp.size() < ctx * a->rank)
+        tmp.resize(ctx * a->rank);
+      gemm_xwt(hh.data(), m.a.data(), tmp.data(), ctx, a->rank, hid, 1.0f, 0.0f);
+      gemm_xwt(tmp.data(), m.b.data(), out->data(), ctx, kd, a->rank, a->scale, 1.0f);
+    }
+  }
+  for (size_t t = 0; t < ctx; ++t) {
+    for (size_t head = 0; head < c.num_kv_heads; ++head) {
+      float* p = hk.data() + t * kd + head * hd;
+      for (size_t j = 0; j < half; ++j) {
+        const float angle = static_cast<float>(t) * inv_freq[j];
+        const auto cr = static_cast<float>(std::cos(static_cast<double>(angle)));
+        const auto sr = static_cast<float>(std::sin(static_cast<double>(angle)));
+        const float x0 = p[j], x1 = p[j + half];
+        p[j] = x0 * cr - x1 * sr;
+        p[j + half] = x1 * cr + x0 * sr;
       }
     }
   }
@@ -318,6 +383,12 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch)
         rope(q.data() + row * qdim, c.num_heads, row);
         rope(k.data() + row * kd, c.num_kv_heads, row);
         const size_t pos = size_t{seq.start_pos} + i;
+        if (seq.hidden) {
+          // The normalised input of the QKV projection; K and V are
+          // recomputed from it in attention().
+          std::copy_n(h.data() + row * hid, hid, hidden_slot(seq.pages, l, pos));
+          continue;
+        }
         const size_t slot = (pos % page_tokens) * kd;
         const std::uint32_t page = seq.pages[pos / page_tokens];
         std::copy_n(k.data() + row * kd, kd, kv_block(page, l, 0) + slot);
@@ -383,6 +454,14 @@ const llama_config& cpu_model::config() const noexcept {
 
 std::uint32_t cpu_model::page_tokens() const noexcept {
   return impl_->page_tokens;
+}
+
+std::uint32_t cpu_model::hidden_page_tokens() const noexcept {
+  return static_cast<std::uint32_t>(impl_->hidden_tokens());
+}
+
+bool cpu_model::hidden_saves() const noexcept {
+  return impl_->hidden_saves();
 }
 
 std::uint64_t cpu_model::num_pages() const noexcept {

@@ -1,6 +1,9 @@
 // The fp32 reference forward pass of a Llama model on the CPU, batched over
 // sequences in prefill and decode, with the KV cache in fixed-size pages and
-// unmerged LoRA per sequence. Used by the cpu backend; the CUDA backend is
+// unmerged LoRA per sequence. A sequence may keep a hidden cache instead
+// (Apt-Serve): per layer the input of the QKV projection, from which K and V
+// are recomputed (rotary embeddings at their original positions) every pass;
+// a page then holds more tokens. Used by the cpu backend; the CUDA backend is
 // checked against it.
 #pragma once
 
@@ -20,6 +23,9 @@ struct cpu_sequence {
   std::uint32_t start_pos = 0;          ///< tokens already in its KV cache
   std::span<const std::uint32_t> pages; ///< its KV pages, in order; enough for start_pos + tokens
   const lora_adapter* adapter = nullptr; ///< nullptr: base model
+  /// Keep a hidden cache instead of K and V (only where hidden_saves()):
+  /// its pages hold hidden_page_tokens() tokens each.
+  bool hidden = false;
 };
 
 /// Owns the weights and a paged KV store. One thread calls forward() at a time.
@@ -43,6 +49,13 @@ public:
   std::uint32_t page_tokens() const noexcept;
   /// Pages in the KV store.
   std::uint64_t num_pages() const noexcept;
+  /// Tokens a page holds as a hidden cache: the K and V space of page_tokens
+  /// tokens over the hidden size.
+  std::uint32_t hidden_page_tokens() const noexcept;
+  /// Whether a hidden cache holds more tokens per page than K and V do
+  /// (false with grouped-query attention where 2·kv_heads·head_dim <= hidden
+  /// size: there it saves nothing and forward() refuses hidden sequences).
+  bool hidden_saves() const noexcept;
 
 private:
   struct impl;
