@@ -60,6 +60,10 @@ public:
   virtual void drop_adapter(std::uint32_t id) = 0;
   /// Forgets adapter `id` in the host tier too (unregistered).
   virtual void forget_adapter(std::uint32_t id) = 0;
+  /// Tokens a page holds as a hidden cache, or 0 where the backend keeps no
+  /// hidden caches or they would save nothing (grouped-query attention with
+  /// 2·kv_heads·head_dim <= hidden size).
+  virtual std::uint32_t hidden_cache_tokens_per_page() const { return 0; }
   /// The tokenizer of the served model.
   virtual const tokenizer& vocab() const = 0;
   /// Short name for logs and stats ("sim", "cpu", "cuda").

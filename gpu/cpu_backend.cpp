@@ -44,6 +44,7 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     s.tokens = e.tokens;
     s.start_pos = e.context_tokens;
     s.pages = e.pages;
+    s.hidden = e.hidden;
     if (e.adapter_id != 0) {
       auto a = device_.find(e.adapter_id);
       if (a == device_.end())

@@ -31,6 +31,10 @@ struct step_entry {
   std::vector<std::int32_t> tokens;
   /// The request's KV-cache pages in the unified pool, in position order.
   std::vector<std::uint32_t> pages;
+  /// The request keeps a hidden cache (the QKV input per layer) in its
+  /// pages instead of K and V; only where the backend's hidden cache saves
+  /// memory (executor_backend::hidden_cache_tokens_per_page() > 0).
+  bool hidden = false;
 };
 
 /// What a backend returns for a step: one sampled token per entry, in entry

@@ -185,6 +185,15 @@ deployment::start(const deployment_options& opts) {
 
   p->bridge->start(sys, p->intake);
   p->endpoint = p->bridge->endpoint();
+  if (rb.computes) {
+    if (const auto per = rb.backend->hidden_cache_tokens_per_page(); per > 0)
+      spdlog::info("troupe: hidden caches hold {} tokens per page (KV caches {})", per,
+                   opts.memory_pool.page_tokens);
+    else
+      spdlog::info("troupe: hidden caches disabled: with {} KV heads of {} the model's K and V take no more "
+                   "memory than its hidden states",
+                   rb.shape.num_kv_heads, rb.shape.head_dim);
+  }
   spdlog::info("troupe: serving {} ({} on {}, {} pages of {} KiB, {} adapters) at {}",
                opts.source, rb.shape.name, rb.gpu.name, rb.pool_pages, rb.page_bytes >> 10,
                adapters_known, p->bridge->endpoint());
