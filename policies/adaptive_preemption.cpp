@@ -41,10 +41,13 @@ recompute_model recompute_model::fit(std::span<const std::pair<std::uint32_t, do
   for (const auto& [n, t] : points) {
     const double x = n / scale;
     const double row[3] = {1, x, x * x};
+    // Relative least squares (weight 1/t²): short prefills count as much as
+    // long ones, which is what a percentage error measures.
+    const double w = t > 0 ? 1.0 / (t * t) : 1.0;
     for (int i = 0; i < 3; ++i) {
       for (int j = 0; j < 3; ++j)
-        m[i][j] += row[i] * row[j];
-      m[i][3] += row[i] * t;
+        m[i][j] += w * row[i] * row[j];
+      m[i][3] += w * row[i] * t;
     }
   }
   for (int col = 0; col < 3; ++col) {

@@ -32,8 +32,8 @@ struct swap_model {
   double seconds(std::uint64_t kv_bytes) const noexcept;
 };
 
-/// Prefill time as a quadratic in tokens: a + b·n + c·n², fitted by least
-/// squares on measured (tokens, seconds) points.
+/// Prefill time as a quadratic in tokens: a + b·n + c·n², fitted on
+/// measured (tokens, seconds) points by least squares of the relative error.
 struct recompute_model {
   double a = 0, b = 0, c = 0;
   double seconds(std::uint32_t tokens) const noexcept;
