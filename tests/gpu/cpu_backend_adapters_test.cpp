@@ -4,6 +4,7 @@
 // the same tokens; a bounded host tier re-reads evicted adapters; a corrupt
 // file fails only that adapter, naming the file.
 #include "gpu/cpu_backend.hpp"
+#include "tests/support/temp_model.hpp"
 
 #include <gtest/gtest.h>
 
@@ -11,10 +12,6 @@
 #include <filesystem>
 #include <string>
 #include <vector>
-
-#ifndef TROUPE_MKMODEL_PATH
-#define TROUPE_MKMODEL_PATH ""
-#endif
 
 namespace troupe::gpu {
 namespace {
@@ -24,17 +21,11 @@ namespace fs = std::filesystem;
 class cpu_backend_adapters : public ::testing::Test {
 protected:
   void SetUp() override {
-    std::string templ = (fs::temp_directory_path() / "troupe_cpu_adapters_XXXXXX").string();
-    ASSERT_NE(mkdtemp(templ.data()), nullptr);
-    dir_ = templ;
-    const std::string cmd = std::string{"'"} + TROUPE_MKMODEL_PATH + "' --out '" + dir_
-                            + "' --hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2"
-                              " --adapters 2 --ranks 4,8 --targets q_proj,v_proj >/dev/null";
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+    model_ = std::make_unique<testing::temp_model>(
+      "--hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2 --adapters 2 --ranks 4,8 "
+      "--targets q_proj,v_proj");
+    dir_ = model_->dir();
+    ASSERT_FALSE(dir_.empty()) << "troupe-mkmodel failed";
   }
 
   std::unique_ptr<cpu_backend> open(std::uint64_t host_bytes = 0) {
@@ -61,6 +52,7 @@ protected:
 
   std::string adapter_dir(int i) const { return dir_ + "/adapters/lora-" + std::to_string(i); }
 
+  std::unique_ptr<testing::temp_model> model_;
   std::string dir_;
 };
 

@@ -8,6 +8,7 @@
 #include "gpu/cpu_model.hpp"
 #include "gpu/llama_weights.hpp"
 #include "gpu/lora.hpp"
+#include "tests/support/temp_model.hpp"
 
 #include <gtest/gtest.h>
 
@@ -18,24 +19,10 @@
 #include <string>
 #include <vector>
 
-#ifndef TROUPE_MKMODEL_PATH
-#define TROUPE_MKMODEL_PATH ""
-#endif
-
 namespace troupe::gpu {
 namespace {
 
-namespace fs = std::filesystem;
-
-std::string make_model(const std::string& extra) {
-  std::string templ = (fs::temp_directory_path() / "troupe_hidden_XXXXXX").string();
-  if (mkdtemp(templ.data()) == nullptr)
-    return {};
-  const std::string cmd = std::string{"'"} + TROUPE_MKMODEL_PATH + "' --out '" + templ + "' " + extra + " >/dev/null";
-  if (std::system(cmd.c_str()) != 0)
-    return {};
-  return templ;
-}
+using troupe::testing::temp_model;
 
 std::int32_t argmax(std::span<const float> row) {
   return static_cast<std::int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
@@ -91,24 +78,10 @@ decoded decode(cpu_model& m, const std::vector<std::int32_t>& prompt, std::size_
   return d;
 }
 
-class hidden_cache : public ::testing::Test {
-protected:
-  void TearDown() override {
-    std::error_code ec;
-    for (const auto& d : dirs_)
-      fs::remove_all(d, ec);
-  }
-  std::string model(const std::string& args) {
-    auto d = make_model(args);
-    dirs_.push_back(d);
-    return d;
-  }
-  std::vector<std::string> dirs_;
-};
-
-TEST_F(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
-  const auto dir = model("--hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 4 --adapters 1 "
-                         "--ranks 8 --targets q_proj,v_proj --seed 3");
+TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
+  const temp_model tm{"--hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 4 --adapters 1 "
+                      "--ranks 8 --targets q_proj,v_proj --seed 3"};
+  const auto& dir = tm.dir();
   ASSERT_FALSE(dir.empty());
   auto w = load_llama(dir);
   ASSERT_TRUE(std::holds_alternative<llama_weights>(w)) << std::get<std::string>(w);
@@ -145,9 +118,10 @@ TEST_F(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
   EXPECT_TRUE(m.forward(std::span{&s, 1}).empty());
 }
 
-TEST_F(hidden_cache, grouped_query_models_where_it_saves_nothing_refuse_it) {
+TEST(hidden_cache, grouped_query_models_where_it_saves_nothing_refuse_it) {
   // kv-heads 2 of 8: K and V take half the hidden size together.
-  const auto dir = model("--hidden 64 --intermediate 128 --layers 1 --heads 8 --kv-heads 2");
+  const temp_model tm{"--hidden 64 --intermediate 128 --layers 1 --heads 8 --kv-heads 2"};
+  const auto& dir = tm.dir();
   ASSERT_FALSE(dir.empty());
   auto w = load_llama(dir);
   ASSERT_TRUE(std::holds_alternative<llama_weights>(w));
