@@ -3,6 +3,7 @@
 #include "runtime/clock.hpp"
 #include "runtime/memory_pool.hpp"
 #include "runtime/scheduler_core.hpp"
+#include "runtime/transfer_queue.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
@@ -87,7 +88,7 @@ void settle(self_ptr self, std::uint32_t id, grant g) {
     forget_now(self, id);
 }
 
-void copy_in(self_ptr self, const adapter_entry& e, transfer_kind kind) {
+void copy_in(self_ptr self, const adapter_entry& e, transfer_class kind) {
   const auto id = e.id;
   const auto bytes = e.bytes;
   self->request(self->state.cfg.copy_engine, caf::infinite, load_atom_v,
@@ -109,14 +110,14 @@ void copy_in(self_ptr self, const adapter_entry& e, transfer_kind kind) {
 /// Reserves pages for `id` and copies it in. A prefetch keeps the watermark
 /// free and gives up quietly; a demand load evicts idle adapters once and
 /// retries before answering `retry`.
-void load(self_ptr self, std::uint32_t id, transfer_kind kind, bool retried) {
+void load(self_ptr self, std::uint32_t id, transfer_class kind, bool retried) {
   auto& st = self->state;
   const auto* e = st.cfg.catalog.by_id(id);
   if (e == nullptr) {
     settle(self, id, grant::failed);
     return;
   }
-  const bool prefetch = kind == transfer_kind::prefetch;
+  const bool prefetch = kind == transfer_class::prefetch;
   const auto keep_free = prefetch ? static_cast<std::uint64_t>(std::ceil(
                            st.cfg.options.prefetch_free_fraction * static_cast<double>(st.cfg.pool_pages)))
                                   : std::uint64_t{0};
@@ -148,7 +149,7 @@ void load(self_ptr self, std::uint32_t id, transfer_kind kind, bool retried) {
         }
         // Make room from idle adapters, then try once more as a demand load.
         drop(self, st.cache->evict_for(pages, monotonic_seconds()));
-        load(self, id, transfer_kind::demand_load, true);
+        load(self, id, transfer_class::demand_load, true);
       },
       [self, id](const caf::error&) { settle(self, id, grant::retry); });
 }
@@ -159,7 +160,7 @@ void prefetch(self_ptr self, std::uint32_t id) {
   if (e == nullptr)
     return;
   if (st.cache->prefetch(id, e->pages, e->rank, monotonic_seconds()) == adapter_cache::outcome::load)
-    load(self, id, transfer_kind::prefetch, false);
+    load(self, id, transfer_class::prefetch, false);
 }
 
 adapter_cache_actor::behavior_type adapter_cache_impl(self_ptr self, adapter_cache_config cfg) {
@@ -186,7 +187,7 @@ adapter_cache_actor::behavior_type adapter_cache_impl(self_ptr self, adapter_cac
           auto rp = self->make_response_promise<std::uint8_t>();
           st.waiters[id].push_back(rp);
           drop(self, st.cache->evict_idle(now));
-          load(self, id, transfer_kind::demand_load, false);
+          load(self, id, transfer_class::demand_load, false);
           return rp;
         }
       }

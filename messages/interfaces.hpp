@@ -59,7 +59,7 @@ using memory_pool_actor = caf::typed_actor<
   caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// copy_engine: adapter loads onto the device through the backend, queued by
-/// transfer_kind priority; load replies what the transfer took (an error
+/// transfer_class priority; load replies what the transfer took (an error
 /// string in the report when the adapter's files could not be read).
 using copy_engine_actor = caf::typed_actor<
   caf::replies_to<load_atom, transfer_order>::with<transfer_report>,

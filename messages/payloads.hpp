@@ -63,15 +63,12 @@ struct adapter_demand {
   std::vector<std::uint32_t> waiting;
 };
 
-/// The class of a copy-engine transfer, highest priority first.
-enum class transfer_kind : std::uint8_t { demand_load, swap_in, prefetch, swap_out };
-
 /// An adapter load for the copy engine.
 struct transfer_order {
   std::uint32_t adapter_id = 0;
   std::uint64_t bytes = 0;
   std::string path; ///< PEFT directory; empty for the sim backend
-  std::uint8_t kind = 0; ///< transfer_kind
+  std::uint8_t kind = 0; ///< a troupe::transfer_class (runtime/transfer_queue.hpp)
 };
 
 /// What a transfer took; `error` is empty on success.
