@@ -1,5 +1,6 @@
 #include "policies/registry.hpp"
 
+#include "policies/adaptive_scheduling_policy.hpp"
 #include "policies/chameleon_scheduling_policy.hpp"
 #include "policies/fcfs_scheduling_policy.hpp"
 #include "policies/slora_scheduling_policy.hpp"
@@ -54,6 +55,7 @@ registry<scheduling_policy>& schedulers() {
     static registry<scheduling_policy> built{"fcfs", [] { return std::make_unique<fcfs_scheduling_policy>(); }};
     built.add("slora", [] { return std::make_unique<slora_scheduling_policy>(); });
     built.add("chameleon", [] { return std::make_unique<chameleon_scheduling_policy>(); });
+    built.add("adaptive", [] { return std::make_unique<adaptive_scheduling_policy>(); });
     return built;
   }();
   return r;

@@ -29,6 +29,8 @@ struct waiting_view {
   std::uint32_t queue = 0;      ///< classifier's queue index
   std::int32_t priority = 0;
   double arrival_s = 0;         ///< on the scheduler's clock
+  /// Output already produced (a preempted request waiting to resume).
+  std::uint32_t generated = 0;
 };
 
 /// A request in the running batch (admitted: pages and adapter granted or
@@ -44,6 +46,10 @@ struct running_view {
   std::uint32_t queue = 0;
   std::uint64_t pages = 0;            ///< KV pages it holds (freed when it ends)
   std::uint64_t adapter_pages = 0;
+  double arrival_s = 0;               ///< first arrival, on the scheduler's clock
+  /// It has run at least one step since it was (re)admitted; preempting one
+  /// that has not would undo an admission before it made any progress.
+  bool started = false;
 };
 
 /// Capacity the policy must respect this iteration.

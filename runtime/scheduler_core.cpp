@@ -127,6 +127,7 @@ void scheduler_core::enqueue_waiting(const record& r) {
   v.queue = r.spec.queue;
   v.priority = r.spec.priority;
   v.arrival_s = r.spec.arrival_s;
+  v.generated = r.generated;
   // Keep arrival order; a request sent back by a denied reservation goes back
   // to its place, which is near the head.
   auto before = [](const policies::waiting_view& a, const policies::waiting_view& b) {
@@ -172,6 +173,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
     v.queue = r.spec.queue;
     v.pages = r.pages;
     v.adapter_pages = r.spec.adapter_pages;
+    v.arrival_s = r.spec.arrival_s;
+    v.started = r.state == request_state::running;
     running_views_.push_back(v);
   }
   adapters_in_use_.clear();

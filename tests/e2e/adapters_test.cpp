@@ -205,5 +205,75 @@ TEST(adapters_sim, a_policy_refusing_its_params_stops_the_start_and_says_why) {
   fs::remove(path);
 }
 
+/// Runs `requests` on the demo model with `scheduler` settings; returns each
+/// request's output tokens and the stats afterwards.
+std::pair<std::map<std::string, std::vector<std::int32_t>>, std::map<std::string, double>>
+run_demo(const std::string& name, const std::string& extra, const std::vector<wire::generate_request>& requests) {
+  const auto path = fs::temp_directory_path() / ("troupe-" + name + "-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+                      << "[[adapters]]\nname = \"demo-r4\"\npath = \"models/demo/adapters/lora-0\"\n" << extra;
+  std::map<std::string, std::vector<std::int32_t>> out;
+  std::map<std::string, double> stats;
+  auto d = start_from_file(path.string());
+  if (d == nullptr)
+    return {out, stats};
+  client_connection c{d->endpoint()};
+  std::vector<std::string> ids;
+  for (const auto& g : requests) {
+    EXPECT_TRUE(c.send(g));
+    ids.push_back(g.id);
+  }
+  std::map<std::string, reply_log> logs;
+  EXPECT_TRUE(collect(c, ids, logs, std::chrono::seconds(60)));
+  for (const auto& id : ids) {
+    const auto* done = logs[id].done();
+    EXPECT_NE(done, nullptr) << name << " " << id << ": " << (logs[id].error() ? logs[id].error()->message : "");
+    if (done != nullptr && done->tokens)
+      out[id] = *done->tokens;
+  }
+  stats = stats_of(c, "stats");
+  d->stop();
+  fs::remove(path);
+  return {out, stats};
+}
+
+TEST(preemption_e2e, preempted_requests_finish_with_the_tokens_they_would_have_produced) {
+  if (!fs::exists("models/demo/config.json"))
+    GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
+  std::vector<wire::generate_request> requests;
+  const char* prompts[] = {"once upon a time", "the quick brown fox", "in a land far away",
+                           "it was a dark and stormy night", "call me", "all happy families"};
+  for (int i = 0; i < 6; ++i) {
+    wire::generate_request g;
+    g.id = "p" + std::to_string(i);
+    g.prompt = prompts[i];
+    g.max_tokens = 40;
+    g.sampling.temperature = 0;
+    if (i % 2 == 1)
+      g.adapter = "demo-r4";
+    requests.push_back(g);
+  }
+  // Plenty of memory: nothing is preempted.
+  const auto [free_run, free_stats] = run_demo("free", "[scheduler]\npolicy = \"fcfs\"\n", requests);
+  ASSERT_EQ(free_run.size(), requests.size());
+  EXPECT_EQ(free_stats.at("requests_squashed"), 0.0);
+  // A pool of 12 pages (16 tokens each; a request needs 4, its adapter 1):
+  // two or three run at once and the adaptive policy preempts whenever the
+  // most urgent waiting request is blocked (margin 0).
+  const auto [tight_run, tight_stats] =
+    run_demo("tight", "[memory_pool]\npages = 12\n[scheduler]\npolicy = \"adaptive\"\n"
+                      "params = { preempt_margin = 0 }\n", requests);
+  ASSERT_EQ(tight_run.size(), requests.size());
+  EXPECT_GT(tight_stats.at("requests_squashed"), 0.0) << "the pool was meant to force preemptions";
+  EXPECT_EQ(tight_stats.at("requests_squashed"), tight_stats.at("adaptive_preempted"));
+  for (const auto& [id, tokens] : free_run) {
+    EXPECT_EQ(tokens.size(), 40u) << id;
+    EXPECT_EQ(tight_run.at(id), tokens) << id << ": preemption changed the output";
+  }
+  EXPECT_EQ(tight_stats.at("pool_empty_releases"), 0.0) << "no page released twice";
+}
+
 } // namespace
 } // namespace troupe::testing

@@ -3,6 +3,7 @@
 // and when predicted cheaper, the predictors (a quadratic fit recovers its
 // coefficients; MAPE).
 #include "policies/adaptive_preemption.hpp"
+#include "policies/adaptive_scheduling_policy.hpp"
 
 #include <gtest/gtest.h>
 
@@ -78,6 +79,76 @@ TEST(adaptive_predictors, quadratic_fit_and_mape) {
   const std::vector<std::pair<std::uint32_t, double>> too_few{{1, 1.0}, {1, 1.0}};
   const auto degenerate = recompute_model::fit(too_few);
   EXPECT_EQ(degenerate.b, 0.0) << "a singular system gives the zero model";
+}
+
+// -- the adaptive scheduling policy ---------------------------------------------------
+
+waiting_view wv(std::uint64_t id, std::uint32_t prompt, double arrival, std::uint32_t max_new = 16) {
+  waiting_view v;
+  v.request_id = id;
+  v.prompt_tokens = prompt;
+  v.max_new_tokens = max_new;
+  v.arrival_s = arrival;
+  return v;
+}
+
+running_view rv(std::uint64_t id, std::uint32_t context, double arrival, std::uint64_t pages) {
+  running_view v;
+  v.request_id = id;
+  v.context_tokens = context;
+  v.arrival_s = arrival;
+  v.pages = pages;
+  v.started = true;
+  return v;
+}
+
+schedule_input at(double now, const std::vector<waiting_view>& w, const std::vector<running_view>& r,
+                  std::uint64_t free_pages) {
+  schedule_input in;
+  in.waiting = w;
+  in.running = r;
+  in.limits.max_running = 64;
+  in.limits.token_budget = 100000;
+  in.limits.free_pages = free_pages;
+  in.limits.page_tokens = 16;
+  in.now_s = now;
+  return in;
+}
+
+TEST(adaptive_scheduling_policy, admits_by_priority_and_preempts_lower_priority_runners) {
+  adaptive_scheduling_policy p;
+  // now 10: priorities 1: 9/16 = 0.56; 2: 2/16 = 0.125; 3: 9/144 = 0.06.
+  const std::vector<waiting_view> w{wv(1, 16, 1), wv(2, 16, 8), wv(3, 144, 1)};
+  // 2 pages each for 1 and 2 (16 + 16 tokens), 10 for 3.
+  auto d = p.schedule(at(10, w, {}, 100));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{1, 2, 3})) << "highest priority first";
+  d = p.schedule(at(10, w, {}, 3));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{1})) << "stops at the first that does not fit";
+  EXPECT_TRUE(d.squash.empty()) << "nothing running to preempt";
+  // Blocked with runners: request 1 (P 0.56) needs 2 pages, 0 free. Runner 8
+  // (P 9/900 = 0.01, 3 pages) goes; runner 9 (P 9/10 = 0.9) outranks it.
+  const std::vector<running_view> r{rv(8, 900, 1, 3), rv(9, 10, 1, 3)};
+  d = p.schedule(at(10, {wv(1, 16, 1)}, r, 0));
+  EXPECT_TRUE(d.admit.empty());
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{8}));
+  // The margin: 0.56 must exceed 2 × the victim's priority; 0.3 does not qualify.
+  const std::vector<running_view> close{rv(8, 30, 1, 3)}; // P 0.3
+  EXPECT_TRUE(p.schedule(at(10, {wv(1, 16, 1)}, close, 0)).squash.empty());
+  ASSERT_EQ(p.configure({{"preempt_margin", 0}}), "");
+  EXPECT_EQ(p.schedule(at(10, {wv(1, 16, 1)}, close, 0)).squash, (std::vector<std::uint64_t>{8}));
+  // Never one that has not run a step since its admission.
+  auto fresh = rv(8, 900, 1, 3);
+  fresh.started = false;
+  EXPECT_TRUE(p.schedule(at(10, {wv(1, 16, 1)}, {fresh}, 0)).squash.empty());
+  // Never preempt when it would not make room.
+  const std::vector<running_view> tiny{rv(8, 900, 1, 1)};
+  EXPECT_TRUE(p.schedule(at(10, {wv(1, 16, 1)}, tiny, 0)).squash.empty());
+  // A preempted request resumes with its output counted in its length.
+  auto resumed = wv(5, 16, 1);
+  resumed.generated = 144; // P 9/160, below request 6's 2/16
+  d = p.schedule(at(10, {resumed, wv(6, 16, 8)}, {}, 100));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{6, 5}));
+  EXPECT_NE(p.configure({{"margin", 1}}), "");
 }
 
 } // namespace
