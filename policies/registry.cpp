@@ -1,6 +1,7 @@
 #include "policies/registry.hpp"
 
 #include "policies/adaptive_scheduling_policy.hpp"
+#include "policies/aptserve_scheduling_policy.hpp"
 #include "policies/chameleon_scheduling_policy.hpp"
 #include "policies/fcfs_scheduling_policy.hpp"
 #include "policies/slora_scheduling_policy.hpp"
@@ -56,6 +57,7 @@ registry<scheduling_policy>& schedulers() {
     built.add("slora", [] { return std::make_unique<slora_scheduling_policy>(); });
     built.add("chameleon", [] { return std::make_unique<chameleon_scheduling_policy>(); });
     built.add("adaptive", [] { return std::make_unique<adaptive_scheduling_policy>(); });
+    built.add("aptserve", [] { return std::make_unique<aptserve_scheduling_policy>(); });
     return built;
   }();
   return r;

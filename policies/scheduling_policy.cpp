@@ -26,7 +26,13 @@ std::uint64_t page_budget::need(const waiting_view& w, std::uint32_t page_tokens
 }
 
 bool page_budget::take(const waiting_view& w, std::uint32_t page_tokens) {
-  const auto n = need(w, page_tokens);
+  return take_with(w, pages_for(w.prompt_tokens, w.max_new_tokens, page_tokens));
+}
+
+bool page_budget::take_with(const waiting_view& w, std::uint64_t cache_pages) {
+  auto n = cache_pages;
+  if (w.adapter_id != 0 && !std::binary_search(in_use_.begin(), in_use_.end(), w.adapter_id))
+    n += w.adapter_pages;
   if (n > left_)
     return false;
   left_ -= n;

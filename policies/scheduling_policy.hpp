@@ -62,6 +62,8 @@ struct schedule_limits {
   /// adapters count as free (the cache gives them back on demand).
   std::uint64_t free_pages = 0;
   std::uint32_t page_tokens = 16;
+  /// Tokens a page holds as a hidden cache; 0: the backend keeps none.
+  std::uint32_t hidden_page_tokens = 0;
 };
 
 struct schedule_input {
@@ -85,6 +87,9 @@ struct schedule_decision {
   /// recomputed when they are admitted again, and their output continues
   /// where it stopped.
   std::vector<std::uint64_t> squash;
+  /// Admitted requests (a subset of `admit`) that keep a hidden cache
+  /// instead of K and V; ignored where the backend keeps none.
+  std::vector<std::uint64_t> hidden;
 };
 
 /// Pages a request needs for its whole life (prompt + every output token):
@@ -101,6 +106,8 @@ public:
   std::uint64_t need(const waiting_view& w, std::uint32_t page_tokens) const;
   /// True (and the pages taken) if `w` fits.
   bool take(const waiting_view& w, std::uint32_t page_tokens);
+  /// take() with `cache_pages` for its cache instead of its KV pages.
+  bool take_with(const waiting_view& w, std::uint64_t cache_pages);
   std::uint64_t left() const noexcept { return left_; }
 
 private:

@@ -132,6 +132,7 @@ deployment::start(const deployment_options& opts) {
   sc.limits.max_waiting = opts.scheduler.max_waiting;
   sc.limits.total_pages = rb.pool_pages;
   sc.limits.page_tokens = opts.memory_pool.page_tokens;
+  sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page();
   sc.policy = std::move(sched_policy);
   sc.backend = rb.backend;
   sc.pool = pool;

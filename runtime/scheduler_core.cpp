@@ -191,6 +191,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
   const auto taken = reserved_pages_ + adapter_pages_in_use_;
   in.limits.free_pages = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   in.limits.page_tokens = limits_.page_tokens;
+  in.limits.hidden_page_tokens = limits_.hidden_page_tokens;
   in.now_s = now_s;
   auto decision = policy_->schedule(in);
   for (auto id : decision.squash) {
@@ -237,6 +238,13 @@ scheduler_effects scheduler_core::admit(double now_s) {
     auto& r = i->second;
     count_waiting(r.spec.adapter_id, false);
     transition(r, request_state::admitting);
+    // The cache type is chosen at each admission (a change of type is a
+    // discard and a re-prefill, which a preemption already is).
+    const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
+    r.hidden = limits_.hidden_page_tokens > 0
+               && std::find(decision.hidden.begin(), decision.hidden.end(), id) != decision.hidden.end();
+    r.pages = policies::pages_for(prompt, r.spec.max_new_tokens,
+                                  r.hidden ? limits_.hidden_page_tokens : limits_.page_tokens);
     reserved_pages_ += r.pages;
     r.pages_pending = true;
     fx.reserves.push_back({id, r.pages});
@@ -369,6 +377,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     if (r.times.first_scheduled_s < 0)
       r.times.first_scheduled_s = now_s;
     e.pages = r.page_ids;
+    e.hidden = r.hidden;
     r.in_step = true;
     out.push_back(e);
   }

@@ -28,6 +28,8 @@ struct scheduler_limits {
   std::uint32_t page_tokens = 16;
   /// A request whose adapter fails to load this many times ends with an error.
   std::uint32_t max_adapter_failures = 3;
+  /// Tokens a page holds as a hidden cache; 0: the backend keeps none.
+  std::uint32_t hidden_page_tokens = 0;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -165,6 +167,7 @@ private:
     bool in_step = false;
     bool cancel_requested = false;
     bool squash_requested = false;
+    bool hidden = false; ///< keeps a hidden cache (pages counted for it)
     std::uint32_t squashes = 0;
     /// Output so far: a squashed request re-runs prompt + output as its
     /// prefill and continues at index `generated`.

@@ -4,6 +4,7 @@
 // unloaded adapter gets unknown_adapter; a corrupt adapter file fails only
 // the requests for that adapter while the others are served.
 #include "tests/support/deployment_fixture.hpp"
+#include "tests/support/temp_model.hpp"
 
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@ namespace troupe::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using troupe::testing::temp_model;
 
 const fs::path demo_adapters = "models/demo/adapters";
 
@@ -208,12 +210,13 @@ TEST(adapters_sim, a_policy_refusing_its_params_stops_the_start_and_says_why) {
 /// Runs `requests` on the demo model with `scheduler` settings; returns each
 /// request's output tokens and the stats afterwards.
 std::pair<std::map<std::string, std::vector<std::int32_t>>, std::map<std::string, double>>
-run_demo(const std::string& name, const std::string& extra, const std::vector<wire::generate_request>& requests) {
+run_demo(const std::string& name, const std::string& extra, const std::vector<wire::generate_request>& requests,
+         const std::string& model_dir = "models/demo") {
   const auto path = fs::temp_directory_path() / ("troupe-" + name + "-" + std::to_string(::getpid()) + ".toml");
   std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
-                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
-                      << "[[adapters]]\nname = \"demo-r4\"\npath = \"models/demo/adapters/lora-0\"\n" << extra;
+                      << "[model]\npath = \"" << model_dir << "\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+                      << "[[adapters]]\nname = \"demo-r4\"\npath = \"" << model_dir << "/adapters/lora-0\"\n" << extra;
   std::map<std::string, std::vector<std::int32_t>> out;
   std::map<std::string, double> stats;
   auto d = start_from_file(path.string());
@@ -273,6 +276,40 @@ TEST(preemption_e2e, preempted_requests_finish_with_the_tokens_they_would_have_p
     EXPECT_EQ(tight_run.at(id), tokens) << id << ": preemption changed the output";
   }
   EXPECT_EQ(tight_stats.at("pool_empty_releases"), 0.0) << "no page released twice";
+}
+
+TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {
+  // A multi-head model (the demo model's grouped-query attention makes a
+  // hidden cache save nothing): a hidden cache holds 32 tokens per page.
+  const temp_model model{"--hidden 128 --intermediate 256 --layers 2 --heads 4 --kv-heads 4 "
+                         "--adapters 1 --ranks 8 --targets q_proj,v_proj --seed 11"};
+  ASSERT_FALSE(model.dir().empty());
+  std::vector<wire::generate_request> requests;
+  for (int i = 0; i < 6; ++i) {
+    wire::generate_request g;
+    g.id = "h" + std::to_string(i);
+    g.prompt_tokens = std::vector<std::int32_t>{};
+    for (int t = 0; t < 10 + i; ++t)
+      g.prompt_tokens->push_back(5 + (t * 7 + i * 13) % 200);
+    g.max_tokens = 30;
+    g.sampling.temperature = 0;
+    if (i % 2 == 1)
+      g.adapter = "demo-r4";
+    requests.push_back(g);
+  }
+  const auto [kv_run, kv_stats] = run_demo("kv", "[scheduler]\npolicy = \"fcfs\"\n", requests, model.dir());
+  ASSERT_EQ(kv_run.size(), requests.size());
+  // 14 pages: KV caches would need 3 pages a request, hidden caches 2; the
+  // greedy takes the hidden steps first.
+  const auto [hidden_run, hidden_stats] =
+    run_demo("hidden", "[memory_pool]\npages = 14\n[scheduler]\npolicy = \"aptserve\"\n"
+                       "params = { rho = 0.0, ttft_slo_s = 0.0 }\n", requests, model.dir());
+  ASSERT_EQ(hidden_run.size(), requests.size());
+  EXPECT_GT(hidden_stats.at("aptserve_hidden_admitted"), 0.0) << "no request was held as a hidden cache";
+  for (const auto& [id, tokens] : kv_run) {
+    EXPECT_EQ(tokens.size(), 30u) << id;
+    EXPECT_EQ(hidden_run.at(id), tokens) << id << ": the hidden cache changed the output";
+  }
 }
 
 } // namespace

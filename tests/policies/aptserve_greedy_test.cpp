@@ -2,9 +2,11 @@
 // by value per page, hidden steps and upgrades, demoted SLO-violated
 // requests, and a case where the single-request fallback wins.
 #include "policies/aptserve_greedy.hpp"
+#include "policies/aptserve_scheduling_policy.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -83,6 +85,60 @@ TEST(apt_greedy, the_fallback_can_be_switched_off_and_must_fit) {
   s = apt_greedy(big, 10, p);
   EXPECT_TRUE(s.chosen.empty());
   EXPECT_FALSE(s.fallback);
+}
+
+// -- the aptserve scheduling policy --------------------------------------------------
+
+waiting_view wv(std::uint64_t id, std::uint32_t prompt, std::uint32_t max_new, double arrival) {
+  waiting_view v;
+  v.request_id = id;
+  v.prompt_tokens = prompt;
+  v.max_new_tokens = max_new;
+  v.arrival_s = arrival;
+  return v;
+}
+
+schedule_input apt_input(const std::vector<waiting_view>& w, std::uint64_t free_pages, std::uint32_t hidden_pt) {
+  schedule_input in;
+  in.waiting = w;
+  in.limits.max_running = 64;
+  in.limits.token_budget = 100000;
+  in.limits.free_pages = free_pages;
+  in.limits.page_tokens = 16;
+  in.limits.hidden_page_tokens = hidden_pt;
+  in.now_s = 10;
+  return in;
+}
+
+TEST(aptserve_scheduling_policy, hidden_caches_when_memory_is_tight_kv_when_not) {
+  // Four requests of 48 + 16 tokens: 4 KV pages, 2 as hidden caches (32 per page).
+  const std::vector<waiting_view> w{wv(1, 48, 16, 1), wv(2, 48, 16, 2), wv(3, 48, 16, 3), wv(4, 48, 16, 4)};
+  struct row {
+    std::string what;
+    std::uint64_t free;
+    std::uint32_t hidden_pt;
+    std::vector<std::uint64_t> admit, hidden;
+  };
+  const std::vector<row> table{
+    {"ample memory: all as KV", 100, 32, {1, 2, 3, 4}, {}},
+    {"8 pages: four hidden caches fit where two KV caches would", 8, 32, {1, 2, 3, 4}, {1, 2, 3, 4}},
+    {"12 pages: two upgraded to KV, two hidden", 12, 32, {1, 2, 3, 4}, {3, 4}},
+    {"no hidden caches on this backend: KV only", 8, 0, {1, 2}, {}},
+  };
+  for (const auto& r : table) {
+    aptserve_scheduling_policy p;
+    ASSERT_EQ(p.configure({{"rho", 0}, {"ttft_slo_s", 0}}), "");
+    const auto d = p.schedule(apt_input(w, r.free, r.hidden_pt));
+    auto admitted = d.admit;
+    std::sort(admitted.begin(), admitted.end());
+    auto hidden = d.hidden;
+    std::sort(hidden.begin(), hidden.end());
+    EXPECT_EQ(admitted, r.admit) << r.what;
+    EXPECT_EQ(hidden, r.hidden) << r.what;
+  }
+  aptserve_scheduling_policy p;
+  EXPECT_NE(p.configure({{"fallback", 3}}), "");
+  EXPECT_NE(p.configure({{"beta", 1}}), "");
 }
 
 } // namespace
