@@ -60,10 +60,13 @@ public:
   virtual void drop_adapter(std::uint32_t id) = 0;
   /// Forgets adapter `id` in the host tier too (unregistered).
   virtual void forget_adapter(std::uint32_t id) = 0;
-  /// Tokens a page holds as a hidden cache, or 0 where the backend keeps no
-  /// hidden caches or they would save nothing (grouped-query attention with
-  /// 2·kv_heads·head_dim <= hidden size).
-  virtual std::uint32_t hidden_cache_tokens_per_page() const { return 0; }
+  /// Tokens a page of `kv_page_tokens` KV tokens holds as a hidden cache,
+  /// or 0 where the backend keeps no hidden caches or they would save
+  /// nothing (grouped-query attention with 2·kv_heads·head_dim <= hidden size).
+  virtual std::uint32_t hidden_cache_tokens_per_page(std::uint32_t kv_page_tokens) const {
+    (void)kv_page_tokens;
+    return 0;
+  }
   /// The tokenizer of the served model.
   virtual const tokenizer& vocab() const = 0;
   /// Short name for logs and stats ("sim", "cpu", "cuda").

@@ -41,6 +41,9 @@ double roofline_cost_model::flops(std::span<const step_entry> batch) const noexc
     // New token i (0-based) attends to the c cached tokens and to i + 1 new ones.
     const double pairs = n * c + n * (n + 1.0) / 2.0;
     total += 2.0 * layer_params * n + 2.0 * lm_head_params + attention_per_pair * pairs;
+    // A hidden cache recomputes K and V of every cached token, every layer.
+    if (e.hidden)
+      total += 2.0 * c * shape_.hidden_size * 2.0 * static_cast<double>(shape_.kv_dim()) * shape_.num_layers;
     if (e.adapter_id != 0)
       total += shape_.lora_flops_per_token(e.adapter_rank) * n;
   }
@@ -55,8 +58,10 @@ double roofline_cost_model::bytes(std::span<const step_entry> batch) const noexc
   // Distinct adapters, each read once however many entries share it. A batch
   // holds at most a few hundred entries, so a sorted vector is cheap enough.
   std::vector<std::pair<std::uint32_t, std::uint32_t>> adapters;  // (id, rank)
+  const double hidden_per_token =
+    static_cast<double>(shape_.hidden_size) * shape_.num_layers * shape_.dtype_bytes;
   for (const auto& e : batch) {
-    total += kv_per_token * (static_cast<double>(e.context_tokens) + e.new_tokens);
+    total += (e.hidden ? hidden_per_token : kv_per_token) * (static_cast<double>(e.context_tokens) + e.new_tokens);
     if (e.adapter_id != 0)
       adapters.emplace_back(e.adapter_id, e.adapter_rank);
   }
@@ -83,6 +88,21 @@ double roofline_cost_model::step_seconds(std::span<const step_entry> batch) cons
   if (batch.empty())
     return 0.0;
   return constants_.step_overhead_seconds + std::max(compute_seconds(batch), memory_seconds(batch));
+}
+
+std::uint32_t roofline_cost_model::hidden_tokens_per_page(std::uint32_t kv_page_tokens) const noexcept {
+  const double hidden_per_token = static_cast<double>(shape_.hidden_size) * shape_.num_layers * shape_.dtype_bytes;
+  if (hidden_per_token <= 0)
+    return 0;
+  const auto per = static_cast<std::uint32_t>(
+    static_cast<double>(kv_page_tokens) * static_cast<double>(shape_.kv_bytes_per_token()) / hidden_per_token);
+  return per > kv_page_tokens ? per : 0;
+}
+
+double roofline_cost_model::hidden_seconds_per_kv_page(std::uint32_t kv_page_tokens) const noexcept {
+  const double flops = 2.0 * kv_page_tokens * shape_.hidden_size * 2.0 * static_cast<double>(shape_.kv_dim())
+                       * shape_.num_layers;
+  return flops / (gpu_.peak_flops * constants_.flops_efficiency);
 }
 
 double roofline_cost_model::disk_seconds(std::uint64_t bytes) const noexcept {

@@ -86,6 +86,12 @@ public:
   double transfer_seconds(std::uint64_t bytes) const noexcept;
   /// Seconds reading `bytes` of adapter files from disk into host memory.
   double disk_seconds(std::uint64_t bytes) const noexcept;
+  /// Tokens a page of `kv_page_tokens` KV tokens holds as a hidden cache
+  /// (the QKV input per layer), or 0 where that saves nothing.
+  std::uint32_t hidden_tokens_per_page(std::uint32_t kv_page_tokens) const noexcept;
+  /// Apt-Serve's ρ: seconds a step spends recomputing K and V for one KV
+  /// page's worth of tokens held as a hidden cache.
+  double hidden_seconds_per_kv_page(std::uint32_t kv_page_tokens) const noexcept;
 
   // -- observers ----------------------------------------------------------------
 

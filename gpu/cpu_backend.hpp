@@ -42,7 +42,8 @@ public:
   adapter_load load_adapter(std::uint32_t id, const std::string& path,
                             std::uint64_t bytes) override;
   void drop_adapter(std::uint32_t id) override;
-  std::uint32_t hidden_cache_tokens_per_page() const override {
+  /// The model's own page size decides (it is the pool's).
+  std::uint32_t hidden_cache_tokens_per_page(std::uint32_t) const override {
     return model_->hidden_saves() ? model_->hidden_page_tokens() : 0;
   }
   void forget_adapter(std::uint32_t id) override;

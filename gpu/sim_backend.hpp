@@ -41,6 +41,11 @@ public:
   void drop_adapter(std::uint32_t) override {}
   /// Drops it from the modelled host tier.
   void forget_adapter(std::uint32_t id) override;
+  /// From the shape: twice the tokens on multi-head models, none with
+  /// grouped-query attention; steps with hidden entries cost their recompute.
+  std::uint32_t hidden_cache_tokens_per_page(std::uint32_t kv_page_tokens) const override {
+    return cost_model_.hidden_tokens_per_page(kv_page_tokens);
+  }
   /// A sim_tokenizer over the shape's vocab_size.
   const tokenizer& vocab() const override { return tokenizer_; }
   /// Always "sim".

@@ -33,7 +33,7 @@ struct step_entry {
   std::vector<std::uint32_t> pages;
   /// The request keeps a hidden cache (the QKV input per layer) in its
   /// pages instead of K and V; only where the backend's hidden cache saves
-  /// memory (executor_backend::hidden_cache_tokens_per_page() > 0).
+  /// memory (executor_backend::hidden_cache_tokens_per_page > 0).
   bool hidden = false;
 };
 

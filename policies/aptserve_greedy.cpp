@@ -26,7 +26,9 @@ apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_
     const auto& c = candidates[i];
     const auto m = std::max<std::uint64_t>(c.kv_pages, 1);
     if (c.violated) {
-      items.push_back({p.demoted_value, i, m, false, 0});
+      const double theta = p.violated_decay > 0 ? p.violated_decay * c.pending_s / static_cast<double>(m)
+                                                : p.demoted_value;
+      items.push_back({theta, i, m, false, 0});
       continue;
     }
     const double pending = c.pending_s;

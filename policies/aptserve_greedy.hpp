@@ -45,6 +45,10 @@ struct apt_params {
   std::size_t affected = 0;
   /// Value per page of a demoted (SLO-violated) candidate.
   double demoted_value = 1e-6;
+  /// When > 0, a violated candidate keeps this share of its value (KV only)
+  /// instead of the near-zero constant: Apt-Serve's "Scheduling*" (0.4),
+  /// which starves late requests less.
+  double violated_decay = 0;
   /// Compare against the single-request alternative (Algorithm 1, step 4).
   bool fallback = true;
 };

@@ -11,6 +11,7 @@ std::string aptserve_scheduling_policy::configure(const std::map<std::string, do
   auto slo = ttft_slo_s_;
   auto rho = rho_;
   auto fallback = fallback_;
+  auto decay = decay_;
   for (const auto& [key, value] : params) {
     if (!std::isfinite(value) || value < 0)
       return "\"" + key + "\" must be a finite number >= 0, got " + std::to_string(value);
@@ -18,16 +19,23 @@ std::string aptserve_scheduling_policy::configure(const std::map<std::string, do
       slo = value;
     else if (key == "rho")
       rho = value;
+    else if (key == "violated_decay") {
+      if (value > 1)
+        return "\"violated_decay\" must be in [0, 1], got " + std::to_string(value);
+      decay = value;
+    }
     else if (key == "fallback") {
       if (value != 0 && value != 1)
         return "\"fallback\" must be 0 or 1, got " + std::to_string(value);
       fallback = value == 1;
     } else
-      return "policy \"aptserve\" takes \"ttft_slo_s\", \"rho\" and \"fallback\"; got \"" + key + "\"";
+      return "policy \"aptserve\" takes \"ttft_slo_s\", \"rho\", \"fallback\" and \"violated_decay\"; got \"" + key
+             + "\"";
   }
   ttft_slo_s_ = slo;
   rho_ = rho;
   fallback_ = fallback;
+  decay_ = decay;
   return {};
 }
 
@@ -60,6 +68,7 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
   p.rho = rho_;
   p.affected = in.waiting.size() + in.running.size() - violated;
   p.fallback = fallback_;
+  p.violated_decay = decay_;
   const auto sel = apt_greedy(candidates, lim.free_pages, p);
   fallbacks_ += sel.fallback ? 1 : 0;
 

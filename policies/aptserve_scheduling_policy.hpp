@@ -18,7 +18,9 @@ public:
   schedule_decision schedule(const schedule_input& in) override;
   std::string_view name() const noexcept override { return "aptserve"; }
   /// Keys: "ttft_slo_s" (1), "rho" (seconds a hidden page adds to a step,
-  /// 0.0005), "fallback" (1: Algorithm 1's single-request alternative).
+  /// 0.0005), "fallback" (1: Algorithm 1's single-request alternative),
+  /// "violated_decay" (0: demote late requests to a near-zero value; 0.4:
+  /// Apt-Serve's Scheduling*, which keeps 40% of their value).
   std::string configure(const std::map<std::string, double>& params) override;
   std::vector<std::pair<std::string, double>> counters() const override;
 
@@ -26,6 +28,7 @@ private:
   double ttft_slo_s_ = 1.0;
   double rho_ = 0.0005;
   bool fallback_ = true;
+  double decay_ = 0;
   std::uint64_t hidden_admitted_ = 0;
   std::uint64_t kv_admitted_ = 0;
   std::uint64_t fallbacks_ = 0;

@@ -132,7 +132,7 @@ deployment::start(const deployment_options& opts) {
   sc.limits.max_waiting = opts.scheduler.max_waiting;
   sc.limits.total_pages = rb.pool_pages;
   sc.limits.page_tokens = opts.memory_pool.page_tokens;
-  sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page();
+  sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
   sc.policy = std::move(sched_policy);
   sc.backend = rb.backend;
   sc.pool = pool;
@@ -186,8 +186,8 @@ deployment::start(const deployment_options& opts) {
 
   p->bridge->start(sys, p->intake);
   p->endpoint = p->bridge->endpoint();
-  if (rb.computes) {
-    if (const auto per = rb.backend->hidden_cache_tokens_per_page(); per > 0)
+  {
+    if (const auto per = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens); per > 0)
       spdlog::info("troupe: hidden caches hold {} tokens per page (KV caches {})", per,
                    opts.memory_pool.page_tokens);
     else

@@ -301,6 +301,11 @@ int main(int argc, char** argv) {
     cfg.cache.prefetch = o.prefetch;
     cfg.cache.prefetch_free_fraction = o.prefetch_free;
     auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, gpu::cost_constants{}, o.host_bytes);
+    cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
+    if (sched_name == "aptserve") // ρ from the cost model, as a calibration on the backend would give
+      cfg.scheduling->configure({{"rho", backend->cost_model().hidden_seconds_per_kv_page(page_tokens)},
+                                 {"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
+                                 {"violated_decay", 0.4}});
     sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
     std::vector<sim_request> in;
     in.reserve(reqs.size());

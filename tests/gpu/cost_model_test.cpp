@@ -232,3 +232,32 @@ TEST(roofline_cost_model, transfer_time_is_linear_in_bytes) {
 
 } // namespace
 } // namespace troupe::gpu
+
+namespace troupe::gpu {
+namespace {
+
+TEST(roofline_cost_model, a_hidden_cache_halves_cache_bytes_and_adds_the_kv_recompute) {
+  const auto model = make_model("llama-2-7b", "H100-80GB");
+  auto kv = decode(1000);
+  auto hidden = kv;
+  hidden.hidden = true;
+  const auto& s = model.shape();
+  // Llama-2-7B is multi-head: hidden states take half the bytes of K and V.
+  const double cache_bytes = static_cast<double>(s.kv_bytes_per_token()) * 1001;
+  EXPECT_DOUBLE_EQ(model.bytes(std::span{&kv, 1}) - model.bytes(std::span{&hidden, 1}), cache_bytes / 2);
+  // K and V of the 1000 cached tokens are recomputed: 2 matrices of
+  // hidden × kv_dim per layer, 2 flops per multiply-add.
+  const double recompute = 2.0 * 1000 * s.hidden_size * 2.0 * static_cast<double>(s.kv_dim()) * s.num_layers;
+  EXPECT_DOUBLE_EQ(model.flops(std::span{&hidden, 1}) - model.flops(std::span{&kv, 1}), recompute);
+  EXPECT_EQ(model.hidden_tokens_per_page(16), 32u);
+  EXPECT_NEAR(model.hidden_seconds_per_kv_page(16),
+              recompute / 1000 * 16 / (model.gpu().peak_flops * cost_constants{}.flops_efficiency), 1e-15);
+  // No hidden caches where they would save nothing.
+  auto gqa_shape = s;
+  gqa_shape.num_kv_heads = s.num_heads / 4;
+  const roofline_cost_model gqa{gqa_shape, model.gpu(), {}};
+  EXPECT_EQ(gqa.hidden_tokens_per_page(16), 0u);
+}
+
+} // namespace
+} // namespace troupe::gpu

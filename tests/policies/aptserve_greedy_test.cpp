@@ -68,6 +68,17 @@ TEST(apt_greedy, table) {
   }
 }
 
+TEST(apt_greedy, scheduling_star_keeps_part_of_a_late_requests_value) {
+  apt_params p;
+  p.rho = 1;
+  p.affected = 100; // KV only
+  // 1 is late (p 10, demoted); 2 is on time (p 3). Both 1 page.
+  const std::vector<apt_candidate> c{cand(1, 10, 1, true), cand(2, 3, 1)};
+  EXPECT_EQ(apt_greedy(c, 1, p).chosen[0].request_id, 2u) << "near-zero: the late one waits";
+  p.violated_decay = 0.4; // 0.4 · 10 = 4 > 3
+  EXPECT_EQ(apt_greedy(c, 1, p).chosen[0].request_id, 1u) << "Scheduling*: 40% of its value still wins";
+}
+
 TEST(apt_greedy, the_fallback_can_be_switched_off_and_must_fit) {
   apt_params p;
   p.rho = 1;
