@@ -1,6 +1,7 @@
 #include "policies/adaptive_scheduling_policy.hpp"
 
 #include "policies/adaptive_preemption.hpp"
+#include "policies/params.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,24 +9,10 @@
 namespace troupe::policies {
 
 std::string adaptive_scheduling_policy::configure(const std::map<std::string, double>& params) {
-  auto margin = margin_;
-  auto max_pre = max_preemptions_;
-  for (const auto& [key, value] : params) {
-    if (!std::isfinite(value) || value < 0)
-      return "\"" + key + "\" must be a finite number >= 0, got " + std::to_string(value);
-    if (key == "preempt_margin") {
-      margin = value;
-    } else if (key == "max_preemptions") {
-      if (value != std::floor(value) || value > 1e6)
-        return "\"max_preemptions\" must be a whole number, got " + std::to_string(value);
-      max_pre = static_cast<std::size_t>(value);
-    } else {
-      return "policy \"adaptive\" takes \"preempt_margin\" and \"max_preemptions\"; got \"" + key + "\"";
-    }
-  }
-  margin_ = margin;
-  max_preemptions_ = max_pre;
-  return {};
+  return param_spec{"policy \"adaptive\""}
+    .number("preempt_margin", margin_)
+    .whole("max_preemptions", max_preemptions_)
+    .apply(params);
 }
 
 std::vector<std::pair<std::string, double>> adaptive_scheduling_policy::counters() const {

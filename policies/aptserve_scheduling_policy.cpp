@@ -1,6 +1,7 @@
 #include "policies/aptserve_scheduling_policy.hpp"
 
 #include "policies/aptserve_greedy.hpp"
+#include "policies/params.hpp"
 
 #include <cmath>
 #include <unordered_map>
@@ -8,35 +9,12 @@
 namespace troupe::policies {
 
 std::string aptserve_scheduling_policy::configure(const std::map<std::string, double>& params) {
-  auto slo = ttft_slo_s_;
-  auto rho = rho_;
-  auto fallback = fallback_;
-  auto decay = decay_;
-  for (const auto& [key, value] : params) {
-    if (!std::isfinite(value) || value < 0)
-      return "\"" + key + "\" must be a finite number >= 0, got " + std::to_string(value);
-    if (key == "ttft_slo_s")
-      slo = value;
-    else if (key == "rho")
-      rho = value;
-    else if (key == "violated_decay") {
-      if (value > 1)
-        return "\"violated_decay\" must be in [0, 1], got " + std::to_string(value);
-      decay = value;
-    }
-    else if (key == "fallback") {
-      if (value != 0 && value != 1)
-        return "\"fallback\" must be 0 or 1, got " + std::to_string(value);
-      fallback = value == 1;
-    } else
-      return "policy \"aptserve\" takes \"ttft_slo_s\", \"rho\", \"fallback\" and \"violated_decay\"; got \"" + key
-             + "\"";
-  }
-  ttft_slo_s_ = slo;
-  rho_ = rho;
-  fallback_ = fallback;
-  decay_ = decay;
-  return {};
+  return param_spec{"policy \"aptserve\""}
+    .number("ttft_slo_s", ttft_slo_s_)
+    .number("rho", rho_)
+    .flag("fallback", fallback_)
+    .number("violated_decay", decay_, 0, 1)
+    .apply(params);
 }
 
 std::vector<std::pair<std::string, double>> aptserve_scheduling_policy::counters() const {

@@ -1,5 +1,7 @@
 #include "policies/chameleon_scheduling_policy.hpp"
 
+#include "policies/params.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,31 +9,11 @@
 namespace troupe::policies {
 
 std::string chameleon_scheduling_policy::configure(const std::map<std::string, double>& params) {
-  bool bypass = bypass_;
-  bool pool_all = pool_all_spare_;
-  std::size_t lookahead = lookahead_;
-  for (const auto& [key, value] : params) {
-    if (key == "bypass") {
-      if (value != 0 && value != 1)
-        return "\"bypass\" must be 0 or 1, got " + std::to_string(value);
-      bypass = value == 1;
-    } else if (key == "pool_all_spare") {
-      if (value != 0 && value != 1)
-        return "\"pool_all_spare\" must be 0 or 1, got " + std::to_string(value);
-      pool_all = value == 1;
-    } else if (key == "bypass_lookahead") {
-      if (!std::isfinite(value) || value < 1 || value != std::floor(value) || value > 1e6)
-        return "\"bypass_lookahead\" must be a whole number >= 1, got " + std::to_string(value);
-      lookahead = static_cast<std::size_t>(value);
-    } else {
-      return "policy \"chameleon\" takes \"bypass\", \"bypass_lookahead\" and \"pool_all_spare\"; got \"" + key
-             + "\"";
-    }
-  }
-  bypass_ = bypass;
-  pool_all_spare_ = pool_all;
-  lookahead_ = lookahead;
-  return {};
+  return param_spec{"policy \"chameleon\""}
+    .flag("bypass", bypass_)
+    .whole("bypass_lookahead", lookahead_, 1)
+    .flag("pool_all_spare", pool_all_spare_)
+    .apply(params);
 }
 
 std::vector<std::pair<std::string, double>> chameleon_scheduling_policy::counters() const {

@@ -1,13 +1,13 @@
 #include "policies/classifier_policy.hpp"
 
+#include "policies/params.hpp"
+
 #include <cmath>
 
 namespace troupe::policies {
 
 std::string classifier_policy::configure(const std::map<std::string, double>& params) {
-  if (params.empty())
-    return {};
-  return "classifier \"" + std::string{name()} + "\" takes no parameters; got \"" + params.begin()->first + "\"";
+  return param_spec{"classifier \"" + std::string{name()} + "\""}.apply(params);
 }
 
 classification chameleon_classifier_policy::classify(const classify_input& in) {
@@ -20,21 +20,16 @@ classification chameleon_classifier_policy::classify(const classify_input& in) {
 
 std::string chameleon_classifier_policy::configure(const std::map<std::string, double>& params) {
   auto w = w_;
-  for (const auto& [key, value] : params) {
-    double* slot = key == "input"          ? &w.input
-                   : key == "output"       ? &w.output
-                   : key == "rank"         ? &w.rank
-                   : key == "input_scale"  ? &w.input_scale
-                   : key == "output_scale" ? &w.output_scale
-                   : key == "rank_scale"   ? &w.rank_scale
-                                           : nullptr;
-    if (slot == nullptr)
-      return "classifier \"chameleon\" takes input, output, rank, input_scale, output_scale, rank_scale; got \""
-             + key + "\"";
-    if (!std::isfinite(value) || value < 0)
-      return "\"" + key + "\" must be a finite number >= 0, got " + std::to_string(value);
-    *slot = value;
-  }
+  if (auto err = param_spec{"classifier \"chameleon\""}
+                   .number("input", w.input)
+                   .number("output", w.output)
+                   .number("rank", w.rank)
+                   .number("input_scale", w.input_scale)
+                   .number("output_scale", w.output_scale)
+                   .number("rank_scale", w.rank_scale)
+                   .apply(params);
+      !err.empty())
+    return err;
   if (w.input_scale <= 0 || w.output_scale <= 0 || w.rank_scale <= 0)
     return "the scales must be positive";
   w_ = w;

@@ -1,5 +1,7 @@
 #include "policies/eviction_policy.hpp"
 
+#include "policies/params.hpp"
+
 #include <algorithm>
 #include <cmath>
 
@@ -36,10 +38,7 @@ bool lru_before(const resident_adapter_view* a, const resident_adapter_view* b) 
 } // namespace
 
 std::string eviction_policy::configure(const std::map<std::string, double>& params) {
-  if (params.empty())
-    return {};
-  return "policy \"" + std::string{name()} + "\" takes no parameters; got \"" + params.begin()->first
-         + "\"";
+  return param_spec{"policy \"" + std::string{name()} + "\""}.apply(params);
 }
 
 std::vector<std::uint32_t>
@@ -114,17 +113,13 @@ score_eviction_policy::choose_victims(std::span<const resident_adapter_view> res
 
 std::string score_eviction_policy::configure(const std::map<std::string, double>& params) {
   score_weights w = w_;
-  for (const auto& [key, value] : params) {
-    double* slot = key == "frequency" ? &w.frequency
-                   : key == "recency" ? &w.recency
-                   : key == "size"    ? &w.size
-                                      : nullptr;
-    if (slot == nullptr)
-      return "policy \"" + name_ + "\" takes \"frequency\", \"recency\" and \"size\"; got \"" + key + "\"";
-    if (!std::isfinite(value) || value < 0)
-      return "weight \"" + key + "\" must be a finite number >= 0, got " + std::to_string(value);
-    *slot = value;
-  }
+  if (auto err = param_spec{"policy \"" + name_ + "\""}
+                   .number("frequency", w.frequency)
+                   .number("recency", w.recency)
+                   .number("size", w.size)
+                   .apply(params);
+      !err.empty())
+    return err;
   if (w.frequency + w.recency + w.size <= 0)
     return "at least one of the weights \"frequency\", \"recency\", \"size\" must be positive";
   w_ = w;

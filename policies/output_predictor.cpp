@@ -1,5 +1,7 @@
 #include "policies/output_predictor.hpp"
 
+#include "policies/params.hpp"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -23,9 +25,7 @@ std::uint64_t mix(std::uint64_t x) {
 } // namespace
 
 std::string output_predictor::configure(const std::map<std::string, double>& params) {
-  if (params.empty())
-    return {};
-  return "predictor \"" + std::string{name()} + "\" takes no parameters; got \"" + params.begin()->first + "\"";
+  return param_spec{"predictor \"" + std::string{name()} + "\""}.apply(params);
 }
 
 std::uint32_t max_tokens_predictor::predict(const predict_input& in) {
@@ -71,21 +71,13 @@ std::string history_predictor::configure(const std::map<std::string, double>& pa
   auto q = quantile_;
   auto keep = keep_;
   auto min_samples = min_samples_;
-  for (const auto& [key, value] : params) {
-    if (!std::isfinite(value))
-      return "\"" + key + "\" must be finite";
-    if (key == "quantile") {
-      if (value < 0 || value > 1)
-        return "\"quantile\" must be in [0, 1], got " + std::to_string(value);
-      q = value;
-    } else if (key == "keep" || key == "min_samples") {
-      if (value < 1 || value != std::floor(value) || value > 1e6)
-        return "\"" + key + "\" must be a whole number >= 1, got " + std::to_string(value);
-      (key == "keep" ? keep : min_samples) = static_cast<std::size_t>(value);
-    } else {
-      return "predictor \"history\" takes \"quantile\", \"keep\" and \"min_samples\"; got \"" + key + "\"";
-    }
-  }
+  if (auto err = param_spec{"predictor \"history\""}
+                   .number("quantile", q, 0, 1)
+                   .whole("keep", keep, 1)
+                   .whole("min_samples", min_samples, 1)
+                   .apply(params);
+      !err.empty())
+    return err;
   if (min_samples > keep)
     return "\"min_samples\" must not exceed \"keep\"";
   quantile_ = q;
@@ -107,24 +99,7 @@ std::uint32_t oracle_predictor::predict(const predict_input& in) {
 }
 
 std::string oracle_predictor::configure(const std::map<std::string, double>& params) {
-  auto e = error_;
-  auto seed = seed_;
-  for (const auto& [key, value] : params) {
-    if (key == "error") {
-      if (!std::isfinite(value) || value < 0 || value > 1)
-        return "\"error\" must be in [0, 1], got " + std::to_string(value);
-      e = value;
-    } else if (key == "seed") {
-      if (!std::isfinite(value) || value < 0)
-        return "\"seed\" must be >= 0";
-      seed = static_cast<std::uint64_t>(value);
-    } else {
-      return "predictor \"oracle\" takes \"error\" and \"seed\"; got \"" + key + "\"";
-    }
-  }
-  error_ = e;
-  seed_ = seed;
-  return {};
+  return param_spec{"predictor \"oracle\""}.number("error", error_, 0, 1).whole("seed", seed_, 0, 9e15).apply(params);
 }
 
 std::unique_ptr<output_predictor> make_output_predictor(const std::string& name) {

@@ -1,5 +1,7 @@
 #include "policies/scheduling_policy.hpp"
 
+#include "policies/params.hpp"
+
 #include <algorithm>
 
 namespace troupe::policies {
@@ -42,9 +44,7 @@ bool page_budget::take_with(const waiting_view& w, std::uint64_t cache_pages) {
 }
 
 std::string scheduling_policy::configure(const std::map<std::string, double>& params) {
-  if (params.empty())
-    return {};
-  return "policy \"" + std::string{name()} + "\" takes no parameters; got \"" + params.begin()->first + "\"";
+  return param_spec{"policy \"" + std::string{name()} + "\""}.apply(params);
 }
 
 } // namespace troupe::policies

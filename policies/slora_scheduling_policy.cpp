@@ -1,33 +1,18 @@
 #include "policies/slora_scheduling_policy.hpp"
 
+#include "policies/params.hpp"
+
 #include <algorithm>
 #include <cmath>
 
 namespace troupe::policies {
 
 std::string slora_scheduling_policy::configure(const std::map<std::string, double>& params) {
-  auto cluster = cluster_;
-  auto slo = slo_s_;
-  auto margin = margin_s_;
-  for (const auto& [key, value] : params) {
-    if (!std::isfinite(value) || value < 0)
-      return "\"" + key + "\" must be a finite number >= 0, got " + std::to_string(value);
-    if (key == "cluster") {
-      if (value != std::floor(value) || value > 1e6)
-        return "\"cluster\" must be a whole number of adapters, got " + std::to_string(value);
-      cluster = static_cast<std::uint32_t>(value);
-    } else if (key == "slo_s") {
-      slo = value;
-    } else if (key == "abort_margin_s") {
-      margin = value;
-    } else {
-      return "policy \"slora\" takes \"cluster\", \"slo_s\" and \"abort_margin_s\"; got \"" + key + "\"";
-    }
-  }
-  cluster_ = cluster;
-  slo_s_ = slo;
-  margin_s_ = margin;
-  return {};
+  return param_spec{"policy \"slora\""}
+    .whole("cluster", cluster_)
+    .number("slo_s", slo_s_)
+    .number("abort_margin_s", margin_s_)
+    .apply(params);
 }
 
 std::vector<std::pair<std::string, double>> slora_scheduling_policy::counters() const {
