@@ -4,6 +4,7 @@
 // coefficients; MAPE).
 #include "policies/adaptive_preemption.hpp"
 #include "policies/adaptive_scheduling_policy.hpp"
+#include "tests/support/policy_views.hpp"
 
 #include <gtest/gtest.h>
 
@@ -84,12 +85,7 @@ TEST(adaptive_predictors, quadratic_fit_and_mape) {
 // -- the adaptive scheduling policy ---------------------------------------------------
 
 waiting_view wv(std::uint64_t id, std::uint32_t prompt, double arrival, std::uint32_t max_new = 16) {
-  waiting_view v;
-  v.request_id = id;
-  v.prompt_tokens = prompt;
-  v.max_new_tokens = max_new;
-  v.arrival_s = arrival;
-  return v;
+  return testing::waiting(id, prompt, max_new, arrival);
 }
 
 running_view rv(std::uint64_t id, std::uint32_t context, double arrival, std::uint64_t pages) {
@@ -104,15 +100,7 @@ running_view rv(std::uint64_t id, std::uint32_t context, double arrival, std::ui
 
 schedule_input at(double now, const std::vector<waiting_view>& w, const std::vector<running_view>& r,
                   std::uint64_t free_pages) {
-  schedule_input in;
-  in.waiting = w;
-  in.running = r;
-  in.limits.max_running = 64;
-  in.limits.token_budget = 100000;
-  in.limits.free_pages = free_pages;
-  in.limits.page_tokens = 16;
-  in.now_s = now;
-  return in;
+  return testing::schedule_at(now, w, r, free_pages);
 }
 
 TEST(adaptive_scheduling_policy, admits_by_priority_and_preempts_lower_priority_runners) {

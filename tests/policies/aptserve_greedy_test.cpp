@@ -3,6 +3,7 @@
 // requests, and a case where the single-request fallback wins.
 #include "policies/aptserve_greedy.hpp"
 #include "policies/aptserve_scheduling_policy.hpp"
+#include "tests/support/policy_views.hpp"
 
 #include <gtest/gtest.h>
 
@@ -101,24 +102,13 @@ TEST(apt_greedy, the_fallback_can_be_switched_off_and_must_fit) {
 // -- the aptserve scheduling policy --------------------------------------------------
 
 waiting_view wv(std::uint64_t id, std::uint32_t prompt, std::uint32_t max_new, double arrival) {
-  waiting_view v;
-  v.request_id = id;
-  v.prompt_tokens = prompt;
-  v.max_new_tokens = max_new;
-  v.arrival_s = arrival;
-  return v;
+  return testing::waiting(id, prompt, max_new, arrival);
 }
 
 schedule_input apt_input(const std::vector<waiting_view>& w, std::uint64_t free_pages, std::uint32_t hidden_pt) {
-  schedule_input in;
-  in.waiting = w;
-  in.limits.max_running = 64;
-  in.limits.token_budget = 100000;
-  in.limits.free_pages = free_pages;
-  in.limits.page_tokens = 16;
-  in.limits.hidden_page_tokens = hidden_pt;
-  in.now_s = 10;
-  return in;
+  static const std::vector<running_view> none;
+  static const std::vector<std::uint32_t> no_adapters;
+  return testing::schedule_at(10, w, none, free_pages, no_adapters, hidden_pt);
 }
 
 TEST(aptserve_scheduling_policy, hidden_caches_when_memory_is_tight_kv_when_not) {

@@ -4,6 +4,7 @@
 // within a bounded number of iterations by chameleon.
 #include "policies/chameleon_scheduling_policy.hpp"
 #include "policies/slora_scheduling_policy.hpp"
+#include "tests/support/policy_views.hpp"
 
 #include <gtest/gtest.h>
 
@@ -19,16 +20,12 @@ using ids = std::vector<std::uint64_t>;
 waiting_view w(std::uint64_t id, std::uint32_t prompt, std::uint32_t max_new, std::uint32_t adapter = 0,
                std::uint64_t adapter_pages = 0, double arrival = 0, std::uint32_t queue = 0,
                std::uint32_t predicted = 0) {
-  waiting_view v;
-  v.request_id = id;
-  v.prompt_tokens = prompt;
-  v.max_new_tokens = max_new;
+  auto v = testing::waiting(id, prompt, max_new, arrival);
   v.predicted_tokens = predicted ? predicted : max_new;
   v.adapter_id = adapter;
   v.adapter_rank = adapter ? 8 : 0;
   v.adapter_pages = adapter_pages;
   v.queue = queue;
-  v.arrival_s = arrival;
   return v;
 }
 
@@ -50,16 +47,7 @@ running_view r(std::uint64_t id, std::uint32_t queue, std::uint32_t prompt, std:
 schedule_input input(const std::vector<waiting_view>& waiting, const std::vector<running_view>& running,
                      std::uint64_t free_pages, const std::vector<std::uint32_t>& in_use = {},
                      double now = 10) {
-  schedule_input in;
-  in.waiting = waiting;
-  in.running = running;
-  in.adapters_in_use = in_use;
-  in.limits.max_running = 64;
-  in.limits.token_budget = 100000;
-  in.limits.free_pages = free_pages;
-  in.limits.page_tokens = 16;
-  in.now_s = now;
-  return in;
+  return testing::schedule_at(now, waiting, running, free_pages, in_use);
 }
 
 // -- slora --------------------------------------------------------------------------
