@@ -91,8 +91,12 @@ void settle(self_ptr self, std::uint32_t id, grant g) {
 void copy_in(self_ptr self, const adapter_entry& e, transfer_class kind) {
   const auto id = e.id;
   const auto bytes = e.bytes;
-  self->request(self->state.cfg.copy_engine, caf::infinite, load_atom_v,
-                transfer_order{id, e.bytes, e.path, static_cast<std::uint8_t>(kind)})
+  transfer_order order;
+  order.adapter_id = id;
+  order.bytes = e.bytes;
+  order.path = e.path;
+  order.kind = static_cast<std::uint8_t>(kind);
+  self->request(self->state.cfg.copy_engine, caf::infinite, load_atom_v, std::move(order))
     .then(
       [self, id, bytes](const transfer_report& r) {
         if (!r.error.empty()) {

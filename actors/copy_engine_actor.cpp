@@ -55,7 +55,25 @@ std::chrono::microseconds wall(double seconds) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
 }
 
-/// co_await copy{self, id, order}: runs the load on the backend (on a worker
+bool is_swap(const transfer_order& o) {
+  const auto c = static_cast<transfer_class>(o.kind);
+  return c == transfer_class::swap_in || c == transfer_class::swap_out;
+}
+
+/// Runs one transfer on the backend: an adapter load, or a KV swap.
+transfer_report perform(gpu::executor_backend& backend, const transfer_order& o) {
+  if (is_swap(o)) {
+    const auto dir = static_cast<transfer_class>(o.kind) == transfer_class::swap_out
+                       ? gpu::swap_direction::out
+                       : gpu::swap_direction::in;
+    const auto r = backend.swap_pages(dir, o.device_pages, o.host_pages, o.bytes);
+    return {r.error, false, 0, r.seconds};
+  }
+  const auto r = backend.load_adapter(o.adapter_id, o.path, o.bytes);
+  return {r.error, r.host_hit, r.disk_seconds, r.copy_seconds};
+}
+
+/// co_await copy{self, id, order}: runs the transfer on the backend (on a worker
 /// thread when it really moves data, else modelled by a timer) and resumes
 /// the awaiting coroutine, on the actor's thread, with the report.
 struct copy {
@@ -74,16 +92,13 @@ struct copy {
       // reports back and ends.
       copy_engine_actor engine = self;
       self->system().spawn<caf::detached>([backend, order = order, id = id, engine] {
-        const auto r = backend->load_adapter(order.adapter_id, order.path, order.bytes);
-        caf::anon_send(engine, tick_atom_v, id,
-                       transfer_report{r.error, r.host_hit, r.disk_seconds, r.copy_seconds});
+        caf::anon_send(engine, tick_atom_v, id, perform(*backend, order));
       });
       return;
     }
     // Modelled: the backend does the accounting; the time passes by timer.
-    const auto r = backend->load_adapter(order.adapter_id, order.path, order.bytes);
-    transfer_report report{r.error, r.host_hit, r.disk_seconds, r.copy_seconds};
-    const double delay = (r.disk_seconds + r.copy_seconds) * st.cfg.time_scale;
+    auto report = perform(*backend, order);
+    const double delay = (report.disk_seconds + report.copy_seconds) * st.cfg.time_scale;
     if (delay <= 0)
       self->send(self, tick_atom_v, id, std::move(report));
     else
@@ -113,7 +128,7 @@ detached_task run_transfer(self_ptr self, std::uint64_t id, transfer_order order
     ++st.failures;
   else if (report.host_hit)
     ++st.host_hits;
-  else
+  else if (!is_swap(transfer.order))
     ++st.disk_reads;
   st.disk_seconds += report.disk_seconds;
   if (auto i = st.transfers.find(id); i != st.transfers.end()) {
@@ -140,8 +155,10 @@ copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_con
     [self](load_atom, transfer_order& order) {
       auto& st = self->state;
       auto rp = self->make_response_promise<transfer_report>();
-      const auto id = st.queue->enqueue(static_cast<transfer_class>(order.kind), order.adapter_id,
-                                        order.bytes, monotonic_seconds());
+      // Adapters are keyed by adapter id, swaps by request id.
+      const std::uint64_t key = is_swap(order) ? order.request_id : order.adapter_id;
+      const auto id = st.queue->enqueue(static_cast<transfer_class>(order.kind), key, order.bytes,
+                                        monotonic_seconds());
       auto& t = st.transfers[id];
       if (t.promises.empty())
         t.order = std::move(order);

@@ -1,10 +1,10 @@
-// The copy_engine actor: adapter loads onto the device (KV swaps join with
-// preemption), queued by priority (demand load before swap-in before prefetch
+// The copy_engine actor: adapter loads onto the device and KV swaps between
+// the device and host pools (preemption), queued by priority (demand load before swap-in before prefetch
 // before swap-out) in runtime/transfer_queue, at most `max_inflight` at once.
 // On the sim backend a transfer takes the modelled disk + PCIe time; on the
 // cpu backend the backend really reads and copies, on a worker thread so the
 // actor system keeps running. Spawned by runtime/deployment.cpp; used by the
-// adapter cache.
+// adapter cache and the scheduler.
 #pragma once
 
 #include "gpu/backend.hpp"

@@ -2,6 +2,7 @@
 
 #include "runtime/clock.hpp"
 #include "runtime/memory_pool.hpp"
+#include "runtime/transfer_queue.hpp"
 
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
@@ -15,6 +16,7 @@ namespace {
 
 constexpr auto request_owner = static_cast<std::uint8_t>(page_owner_kind::request);
 constexpr auto device_tier = static_cast<std::uint8_t>(pool_tier::device);
+constexpr auto host_tier = static_cast<std::uint8_t>(pool_tier::host);
 
 struct scheduler_state {
   static inline const char* name = "scheduler";
@@ -23,6 +25,7 @@ struct scheduler_state {
   memory_pool_actor pool;
   adapter_cache_actor adapter_cache;
   executor_actor executor;
+  copy_engine_actor copy_engine;
   metrics_actor metrics;
   std::vector<progress_sink_actor> sinks;
   std::uint64_t steps = 0;
@@ -33,6 +36,47 @@ struct scheduler_state {
 using self_ptr = scheduler_actor::stateful_pointer<scheduler_state>;
 
 void pump(self_ptr self);
+void apply(self_ptr self, scheduler_effects fx);
+
+/// A swap through the copy engine; `done` gets whether it succeeded.
+template <class Done>
+void copy_kv(self_ptr self, transfer_class cls, const scheduler_effects::swap& s,
+             std::vector<std::uint32_t> host_pages, Done done) {
+  transfer_order o;
+  o.kind = static_cast<std::uint8_t>(cls);
+  o.request_id = s.request_id;
+  o.bytes = s.bytes;
+  o.device_pages = s.device_pages;
+  o.host_pages = std::move(host_pages);
+  self->request(self->state.copy_engine, caf::infinite, load_atom_v, std::move(o))
+    .then([done](const transfer_report& r) mutable { done(r.error.empty()); },
+          [done](const caf::error&) mutable { done(false); });
+}
+
+/// Swap-out: host pages first, then the copy; a refusal or a failed copy
+/// leaves the request to be recomputed.
+void start_swap_out(self_ptr self, const scheduler_effects::swap& s) {
+  const auto id = s.request_id;
+  auto answer = [self, id](bool ok, std::vector<std::uint32_t> host) {
+    if (!ok && !host.empty())
+      self->send(self->state.pool, release_atom_v, host_tier, request_owner, id);
+    apply(self, self->state.core->on_swapped_out(id, ok, monotonic_seconds(),
+                                                 ok ? std::move(host) : std::vector<std::uint32_t>{}));
+    pump(self);
+  };
+  self->request(self->state.pool, caf::infinite, reserve_atom_v, host_tier, request_owner, id,
+                static_cast<std::uint64_t>(s.device_pages.size()), std::uint64_t{0})
+    .then(
+      [self, s, answer](std::vector<std::uint32_t>& host) {
+        if (host.size() != s.device_pages.size()) {
+          answer(false, std::move(host));
+          return;
+        }
+        copy_kv(self, transfer_class::swap_out, s, host,
+                [answer, host](bool ok) mutable { answer(ok, std::move(host)); });
+      },
+      [answer](const caf::error&) { answer(false, {}); });
+}
 
 finish_event to_event(const scheduler_effects::finish& f) {
   auto ms = [](double a, double b) { return b >= 0 && a >= 0 ? (b - a) * 1e3 : 0.0; };
@@ -81,6 +125,17 @@ void apply(self_ptr self, scheduler_effects fx) {
   }
   for (auto id : fx.release_pages)
     self->send(st.pool, release_atom_v, device_tier, request_owner, id);
+  for (auto id : fx.release_host_pages)
+    self->send(st.pool, release_atom_v, host_tier, request_owner, id);
+  for (const auto& s : fx.swap_outs)
+    start_swap_out(self, s);
+  for (const auto& s : fx.swap_ins) {
+    const auto id = s.request_id;
+    copy_kv(self, transfer_class::swap_in, s, s.host_pages, [self, id](bool ok) {
+      apply(self, self->state.core->on_swapped_in(id, ok, monotonic_seconds()));
+      pump(self);
+    });
+  }
   if (!fx.queued.empty()) {
     adapter_demand d;
     for (const auto& [adapter, waiting] : fx.queued) {
@@ -168,6 +223,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
   st.pool = cfg.pool;
   st.adapter_cache = cfg.adapter_cache;
   st.executor = cfg.executor;
+  st.copy_engine = cfg.copy_engine;
   st.metrics = cfg.metrics;
   return {
     [self](submit_atom, request_spec& spec) {
@@ -201,6 +257,9 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"adapter_trims", static_cast<double>(st.trims)},
         {"requests_squashed", static_cast<double>(c.squashed())},
         {"requests_aborted", static_cast<double>(c.aborted())},
+        {"requests_swapped_out", static_cast<double>(c.swapped_out())},
+        {"requests_swapped_in", static_cast<double>(c.swapped_in())},
+        {"host_pages_swapped", static_cast<double>(c.host_pages_held())},
       };
       for (auto& kv : c.policy_counters())
         out.push_back(std::move(kv));

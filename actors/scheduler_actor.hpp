@@ -20,6 +20,8 @@ struct scheduler_config {
   memory_pool_actor pool;
   adapter_cache_actor adapter_cache;
   executor_actor executor;
+  /// Moves swapped KV between the device and host pools.
+  copy_engine_actor copy_engine;
   /// Receives step figures and progress; may be null.
   metrics_actor metrics;
 };

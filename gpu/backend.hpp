@@ -37,6 +37,20 @@ struct adapter_load {
   double copy_seconds = 0;
 };
 
+/// Which way a KV swap moves a request's cache pages.
+enum class swap_direction : std::uint8_t {
+  out, ///< device pool to host pool (preemption)
+  in,  ///< host pool to device pool (resumption)
+};
+
+/// What a KV swap took.
+struct swap_result {
+  /// Empty on success; otherwise what was wrong.
+  std::string error;
+  /// Time of the copy (measured, or modelled where nothing moves).
+  double seconds = 0;
+};
+
 /// Runs steps of a continuous batch. run_step is called by one thread at a
 /// time; the adapter calls may come from another thread (the copy engine's)
 /// while a step runs.
@@ -60,6 +74,13 @@ public:
   virtual void drop_adapter(std::uint32_t id) = 0;
   /// Forgets adapter `id` in the host tier too (unregistered).
   virtual void forget_adapter(std::uint32_t id) = 0;
+  /// Copies a request's cache pages (K and V, or a hidden cache) between
+  /// the device pool and the host pool, page i to page i, `bytes` in all:
+  /// out reads `device_pages` into `host_pages`, in writes `host_pages`
+  /// back into `device_pages` (which may differ from those swapped out).
+  /// Called from the copy engine's thread, for pages no step is using.
+  virtual swap_result swap_pages(swap_direction dir, std::span<const std::uint32_t> device_pages,
+                                 std::span<const std::uint32_t> host_pages, std::uint64_t bytes) = 0;
   /// Tokens a page of `kv_page_tokens` KV tokens holds as a hidden cache,
   /// or 0 where the backend keeps no hidden caches or they would save
   /// nothing (grouped-query attention with 2·kv_heads·head_dim <= hidden size).

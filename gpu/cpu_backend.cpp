@@ -71,6 +71,45 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
   return out;
 }
 
+gpu::swap_result cpu_backend::swap_pages(swap_direction dir,
+                                         std::span<const std::uint32_t> device_pages,
+                                         std::span<const std::uint32_t> host_pages,
+                                         std::uint64_t) {
+  swap_result r;
+  if (device_pages.size() != host_pages.size()) {
+    r.error = "swap of " + std::to_string(device_pages.size()) + " device pages into "
+              + std::to_string(host_pages.size()) + " host pages";
+    return r;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  const auto n = model_->page_floats();
+  std::lock_guard guard{host_kv_mtx_};
+  for (std::size_t i = 0; i < device_pages.size(); ++i) {
+    bool ok = false;
+    if (dir == swap_direction::out) {
+      auto& buf = host_kv_[host_pages[i]];
+      buf.resize(n);
+      ok = model_->read_page(device_pages[i], buf);
+    } else if (auto h = host_kv_.find(host_pages[i]); h != host_kv_.end()) {
+      ok = model_->write_page(device_pages[i], h->second);
+      host_kv_.erase(h);
+    }
+    if (!ok) {
+      r.error = "swap " + std::string{dir == swap_direction::out ? "out" : "in"} + " of device page "
+                + std::to_string(device_pages[i]) + " / host page " + std::to_string(host_pages[i])
+                + ": no such page";
+      return r;
+    }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return r;
+}
+
+std::size_t cpu_backend::host_kv_pages() const {
+  std::lock_guard guard{host_kv_mtx_};
+  return host_kv_.size();
+}
+
 double cpu_backend::transfer_seconds(std::uint64_t bytes) const {
   // A host-to-host copy at a conservative 10 GB/s.
   return static_cast<double>(bytes) / 10e9;

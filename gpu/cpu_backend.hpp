@@ -42,6 +42,12 @@ public:
   adapter_load load_adapter(std::uint32_t id, const std::string& path,
                             std::uint64_t bytes) override;
   void drop_adapter(std::uint32_t id) override;
+  /// Copies whole pages of the model's store to and from host pages kept
+  /// here (a host page's memory is freed when it is swapped back in); timed.
+  gpu::swap_result swap_pages(swap_direction dir, std::span<const std::uint32_t> device_pages,
+                              std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override;
+  /// Host pages holding swapped-out caches (for tests).
+  std::size_t host_kv_pages() const;
   /// The model's own page size decides (it is the pool's).
   std::uint32_t hidden_cache_tokens_per_page(std::uint32_t) const override {
     return model_->hidden_saves() ? model_->hidden_page_tokens() : 0;
@@ -67,6 +73,10 @@ private:
   host_tier host_;
   std::unordered_map<std::uint32_t, std::shared_ptr<const lora_adapter>> host_copies_;
   std::unordered_map<std::uint32_t, std::shared_ptr<const lora_adapter>> device_;
+  // Swapped-out pages by host page id. Swaps run on the copy engine's thread
+  // and touch only pages no step uses.
+  mutable std::mutex host_kv_mtx_;
+  std::unordered_map<std::uint32_t, std::vector<float>> host_kv_;
 };
 
 } // namespace troupe::gpu

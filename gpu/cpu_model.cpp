@@ -448,6 +448,28 @@ std::vector<float> cpu_model::forward(std::span<const cpu_sequence> batch) {
   return impl_->forward(batch);
 }
 
+std::uint64_t cpu_model::page_floats() const noexcept {
+  const auto& m = *impl_;
+  return std::uint64_t{m.c.num_layers} * 2 * m.page_tokens * m.kvd();
+}
+
+bool cpu_model::read_page(std::uint32_t page, std::span<float> out) const {
+  // Pages are contiguous in the store: [layers, 2, page_tokens, kvd] each.
+  const auto n = page_floats();
+  if (page >= impl_->num_pages || out.size() != n)
+    return false;
+  std::copy_n(impl_->kv.data() + page * n, n, out.data());
+  return true;
+}
+
+bool cpu_model::write_page(std::uint32_t page, std::span<const float> in) {
+  const auto n = page_floats();
+  if (page >= impl_->num_pages || in.size() != n)
+    return false;
+  std::copy_n(in.data(), n, impl_->kv.data() + page * n);
+  return true;
+}
+
 const llama_config& cpu_model::config() const noexcept {
   return impl_->c;
 }

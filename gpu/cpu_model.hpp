@@ -43,6 +43,14 @@ public:
   /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
 
+  /// Floats one page holds (all layers, K and V).
+  std::uint64_t page_floats() const noexcept;
+  /// Copies page `page` into `out` (page_floats() long); false if `page` is
+  /// not in the store or `out` has the wrong size.
+  bool read_page(std::uint32_t page, std::span<float> out) const;
+  /// Overwrites page `page` with `in` (page_floats() long); false as above.
+  bool write_page(std::uint32_t page, std::span<const float> in);
+
   /// The model's hyperparameters.
   const llama_config& config() const noexcept;
   /// Tokens per KV page.

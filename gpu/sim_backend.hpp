@@ -39,6 +39,11 @@ public:
                             std::uint64_t bytes) override;
   /// Nothing to free on a simulated device.
   void drop_adapter(std::uint32_t) override {}
+  /// Moves nothing: the cost model's PCIe time for `bytes`.
+  swap_result swap_pages(swap_direction, std::span<const std::uint32_t>,
+                         std::span<const std::uint32_t>, std::uint64_t bytes) override {
+    return {{}, transfer_seconds(bytes)};
+  }
   /// Drops it from the modelled host tier.
   void forget_adapter(std::uint32_t id) override;
   /// From the shape: twice the tokens on multi-head models, none with

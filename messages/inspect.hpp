@@ -50,7 +50,8 @@ typename Inspector::result_type inspect(Inspector& f, adapter_demand& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_order& x) {
-  return f(caf::meta::type_name("transfer_order"), x.adapter_id, x.bytes, x.path, x.kind);
+  return f(caf::meta::type_name("transfer_order"), x.adapter_id, x.bytes, x.path, x.kind,
+           x.request_id, x.device_pages, x.host_pages);
 }
 
 template <class Inspector>

@@ -69,6 +69,11 @@ struct transfer_order {
   std::uint64_t bytes = 0;
   std::string path; ///< PEFT directory; empty for the sim backend
   std::uint8_t kind = 0; ///< a troupe::transfer_class (runtime/transfer_queue.hpp)
+  /// A KV swap (kind swap_in or swap_out): the request and its pages, page i
+  /// to page i.
+  std::uint64_t request_id = 0;
+  std::vector<std::uint32_t> device_pages;
+  std::vector<std::uint32_t> host_pages;
 };
 
 /// What a transfer took; `error` is empty on success.

@@ -1,6 +1,5 @@
 #include "policies/adaptive_scheduling_policy.hpp"
 
-#include "policies/adaptive_preemption.hpp"
 #include "policies/params.hpp"
 
 #include <algorithm>
@@ -15,58 +14,122 @@ std::string adaptive_scheduling_policy::configure(const std::map<std::string, do
     .apply(params);
 }
 
-std::vector<std::pair<std::string, double>> adaptive_scheduling_policy::counters() const {
-  return {{"adaptive_preempted", static_cast<double>(preempted_)}};
+void adaptive_scheduling_policy::on_calibration(const cost_calibration& c) {
+  swap_ = {c.d2h_bytes_per_s, c.h2d_bytes_per_s};
+  recompute_ = recompute_model::fit(c.prefill_points);
 }
+
+std::vector<std::pair<std::string, double>> adaptive_scheduling_policy::counters() const {
+  return {{"adaptive_preempted", static_cast<double>(preempted_)},
+          {"adaptive_swaps_chosen", static_cast<double>(swaps_)},
+          {"adaptive_swap_in_rounds", static_cast<double>(swap_in_rounds_)}};
+}
+
+namespace {
+
+struct ranked {
+  double priority;
+  const waiting_view* w;
+};
+
+/// The highest-priority prefix of `set` that fits, as Algorithm 2's
+/// SWAP_IN_SCHE / RECOMP_SCHE: pages (a swapped request takes its pages
+/// back, a fresh one its whole life's KV), the running cap and the tokens
+/// (a swap-in decodes 1 token, a prefill its prompt and output so far).
+std::vector<ranked> fitting_prefix(std::span<const ranked> set, const schedule_input& in) {
+  const auto& lim = in.limits;
+  std::vector<ranked> out;
+  std::uint64_t running = in.running.size();
+  std::uint64_t tokens = running;
+  page_budget pages{lim.free_pages, in.adapters_in_use};
+  for (const auto& r : set) {
+    const auto cost = r.w->swapped ? 1u : r.w->prompt_tokens + r.w->generated;
+    if (running >= lim.max_running || (running > 0 && tokens + cost > lim.token_budget))
+      break;
+    if (!pages.take(*r.w, lim.page_tokens))
+      break;
+    out.push_back(r);
+    ++running;
+    tokens += cost;
+  }
+  return out;
+}
+
+double mean_of(std::span<const ranked> set) {
+  std::vector<double> p;
+  for (const auto& r : set)
+    p.push_back(r.priority);
+  return mean_priority(p);
+}
+
+} // namespace
 
 schedule_decision adaptive_scheduling_policy::schedule(const schedule_input& in) {
   schedule_decision out;
   const auto& lim = in.limits;
-  // Waiting requests by priority, highest first (ties: earlier arrival).
-  std::vector<std::pair<double, const waiting_view*>> order;
-  order.reserve(in.waiting.size());
+  // Waiting requests by priority, highest first (ties: earlier arrival), in
+  // two sets: swapped out (resume by swap-in) and to prefill.
+  std::vector<ranked> swapped, fresh;
   for (const auto& w : in.waiting)
-    order.emplace_back(adaptive_priority(in.now_s, w.arrival_s, w.prompt_tokens + w.generated), &w);
-  std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    (w.swapped ? swapped : fresh)
+      .push_back({adaptive_priority(in.now_s, w.arrival_s, w.prompt_tokens + w.generated), &w});
+  auto by_priority = [](const ranked& a, const ranked& b) { return a.priority > b.priority; };
+  std::stable_sort(swapped.begin(), swapped.end(), by_priority);
+  std::stable_sort(fresh.begin(), fresh.end(), by_priority);
 
-  std::uint64_t running = in.running.size();
-  std::uint64_t tokens = running;
+  // Algorithm 2: the set whose admissible prefix has the higher mean
+  // priority goes; swap-ins win ties.
+  const auto s_sche = fitting_prefix(swapped, in);
+  const auto w_sche = fitting_prefix(fresh, in);
+  const bool swap_in = !s_sche.empty() && mean_of(w_sche) <= mean_of(s_sche);
+  const auto& chosen = swap_in ? s_sche : w_sche;
+  swap_in_rounds_ += swap_in ? 1 : 0;
   page_budget pages{lim.free_pages, in.adapters_in_use};
-  for (const auto& [p, w] : order) {
-    if (running >= lim.max_running || (running > 0 && tokens + w->prompt_tokens > lim.token_budget))
-      break;
-    if (pages.take(*w, lim.page_tokens)) {
-      out.admit.push_back(w->request_id);
-      ++running;
-      tokens += w->prompt_tokens;
-      continue;
-    }
-    // The most urgent request left does not fit: preempt running requests
-    // of lower priority, lowest first, until it would.
-    const auto need = pages.need(*w, lim.page_tokens);
-    std::uint64_t freed = pages.left();
-    std::vector<std::pair<double, const running_view*>> victims;
-    for (const auto& r : in.running) {
-      if (!r.started)
-        continue; // every admission makes progress before it can be undone
-      const double pr = adaptive_priority(in.now_s, r.arrival_s, r.context_tokens);
-      if (p > margin_ * pr)
-        victims.emplace_back(pr, &r);
-    }
-    std::sort(victims.begin(), victims.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    std::vector<std::uint64_t> chosen;
-    for (const auto& [pr, r] : victims) {
-      if (freed >= need || chosen.size() >= max_preemptions_)
-        break;
-      chosen.push_back(r->request_id);
-      freed += r->pages;
-    }
-    if (freed >= need) { // only preempt when it makes room
-      out.squash = std::move(chosen);
-      preempted_ += out.squash.size();
-    }
-    break;
+  for (const auto& r : chosen) {
+    pages.take(*r.w, lim.page_tokens);
+    out.admit.push_back(r.w->request_id);
   }
+
+  // Algorithm 1: when the most urgent waiting request does not fit, running
+  // requests of lower priority make room, lowest first, each swapped out
+  // when the host pool has room and a swap is predicted cheaper than its
+  // recompute, else dropped for recompute.
+  const ranked* top = nullptr;
+  for (const auto* set : {&swapped, &fresh})
+    if (!set->empty() && (top == nullptr || set->front().priority > top->priority))
+      top = &set->front();
+  if (top == nullptr || !out.admit.empty() || in.running.size() >= lim.max_running)
+    return out;
+  const auto need = pages.need(*top->w, lim.page_tokens);
+  if (need <= pages.left())
+    return out; // it waits for the token budget, not for memory
+  std::vector<preempt_candidate> victims;
+  for (const auto& r : in.running) {
+    if (!r.started)
+      continue; // every admission makes progress before it can be undone
+    const double pr = adaptive_priority(in.now_s, r.arrival_s, r.context_tokens);
+    if (top->priority > margin_ * pr)
+      victims.push_back({r.request_id, pr, r.pages, r.context_tokens, r.pages * lim.page_bytes});
+  }
+  auto plan = choose_preemptions(victims, need - pages.left(), lim.host_free_pages, swap_, recompute_);
+  if (plan.size() > max_preemptions_)
+    return out;
+  std::uint64_t freed = pages.left();
+  for (const auto& p : plan)
+    for (const auto& v : victims)
+      if (v.request_id == p.request_id)
+        freed += v.pages;
+  if (freed < need)
+    return out; // only preempt when it makes room
+  for (const auto& p : plan) {
+    if (p.mode == preempt_mode::swap) {
+      out.swap.push_back(p.request_id);
+      ++swaps_;
+    } else {
+      out.squash.push_back(p.request_id);
+    }
+  }
+  preempted_ += plan.size();
   return out;
 }
 

@@ -1,14 +1,19 @@
-// AdaptiveLLM's fairness scheduling (registered as "adaptive"): waiting
-// requests are admitted by priority P = (now − arrival) / length, highest
-// first, as many as fit; when the most urgent one does not fit, running
-// requests of lower priority are preempted, lowest first, until it would:
-// dropped for recompute (policies/adaptive_preemption chooses swap when a host
-// pool and the copy engine's swap path are available; this policy recomputes).
-// A preempted request keeps its output and continues after a prefill of
-// prompt + output. `preempt_margin` m preempts a victim only when the waiting
-// request's priority exceeds m times the victim's (m = 0: always).
+// AdaptiveLLM's fairness scheduling (registered as "adaptive"), from
+// adaptivellm.md: priority P = (now − first arrival) / current length.
+// Each iteration (Algorithm 2) the highest-priority prefix that fits is
+// formed from the swapped-out requests and from the requests to prefill;
+// the set with the higher mean priority is admitted (swap-ins win ties).
+// When the most urgent waiting request does not fit, running requests of
+// lower priority make room, lowest first (Algorithm 1): each is swapped out
+// to the host pool when it has room and the predicted swap time (bandwidths
+// measured at start-up) is below the predicted recompute time (a quadratic
+// fitted on prefills timed at start-up), else dropped for recompute.
+// `preempt_margin` m preempts a victim only when the waiting request's
+// priority exceeds m times the victim's (m = 0: always); at most
+// `max_preemptions` per iteration. Uncalibrated, it always recomputes.
 #pragma once
 
+#include "policies/adaptive_preemption.hpp"
 #include "policies/scheduling_policy.hpp"
 
 namespace troupe::policies {
@@ -19,12 +24,22 @@ public:
   std::string_view name() const noexcept override { return "adaptive"; }
   /// Keys: "preempt_margin" (2), "max_preemptions" (per iteration, 4).
   std::string configure(const std::map<std::string, double>& params) override;
+  bool wants_calibration() const noexcept override { return true; }
+  /// Swap bandwidths and the recompute regression from the backend.
+  void on_calibration(const cost_calibration& c) override;
   std::vector<std::pair<std::string, double>> counters() const override;
+
+  const swap_model& swap() const noexcept { return swap_; }
+  const recompute_model& recompute() const noexcept { return recompute_; }
 
 private:
   double margin_ = 2.0;
   std::size_t max_preemptions_ = 4;
+  swap_model swap_;
+  recompute_model recompute_;
   std::uint64_t preempted_ = 0;
+  std::uint64_t swaps_ = 0;
+  std::uint64_t swap_in_rounds_ = 0;
 };
 
 } // namespace troupe::policies

@@ -9,12 +9,18 @@
 namespace troupe::policies {
 
 std::string aptserve_scheduling_policy::configure(const std::map<std::string, double>& params) {
+  rho_configured_ = params.contains("rho");
   return param_spec{"policy \"aptserve\""}
     .number("ttft_slo_s", ttft_slo_s_)
     .number("rho", rho_)
     .flag("fallback", fallback_)
     .number("violated_decay", decay_, 0, 1)
     .apply(params);
+}
+
+void aptserve_scheduling_policy::on_calibration(const cost_calibration& c) {
+  if (!rho_configured_ && c.hidden_page_seconds > 0)
+    rho_ = c.hidden_page_seconds;
 }
 
 std::vector<std::pair<std::string, double>> aptserve_scheduling_policy::counters() const {

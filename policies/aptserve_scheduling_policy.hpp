@@ -22,11 +22,16 @@ public:
   /// "violated_decay" (0: demote late requests to a near-zero value; 0.4:
   /// Apt-Serve's Scheduling*, which keeps 40% of their value).
   std::string configure(const std::map<std::string, double>& params) override;
+  bool wants_calibration() const noexcept override { return true; }
+  /// ρ measured on the backend, unless "rho" was configured.
+  void on_calibration(const cost_calibration& c) override;
+  double rho() const noexcept { return rho_; }
   std::vector<std::pair<std::string, double>> counters() const override;
 
 private:
   double ttft_slo_s_ = 1.0;
   double rho_ = 0.0005;
+  bool rho_configured_ = false;
   bool fallback_ = true;
   double decay_ = 0;
   std::uint64_t hidden_admitted_ = 0;

@@ -20,15 +20,19 @@ page_budget::page_budget(std::uint64_t free_pages,
   std::sort(in_use_.begin(), in_use_.end());
 }
 
+std::uint64_t page_budget::cache_pages(const waiting_view& w, std::uint32_t page_tokens) {
+  return w.swapped ? w.pages : pages_for(w.prompt_tokens, w.max_new_tokens, page_tokens);
+}
+
 std::uint64_t page_budget::need(const waiting_view& w, std::uint32_t page_tokens) const {
-  auto n = pages_for(w.prompt_tokens, w.max_new_tokens, page_tokens);
+  auto n = cache_pages(w, page_tokens);
   if (w.adapter_id != 0 && !std::binary_search(in_use_.begin(), in_use_.end(), w.adapter_id))
     n += w.adapter_pages;
   return n;
 }
 
 bool page_budget::take(const waiting_view& w, std::uint32_t page_tokens) {
-  return take_with(w, pages_for(w.prompt_tokens, w.max_new_tokens, page_tokens));
+  return take_with(w, cache_pages(w, page_tokens));
 }
 
 bool page_budget::take_with(const waiting_view& w, std::uint64_t cache_pages) {

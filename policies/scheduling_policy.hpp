@@ -3,6 +3,7 @@
 // (runtime/scheduler_core.cpp) in the live server and in the simulator alike.
 #pragma once
 
+#include "policies/cost_calibration.hpp"
 #include "policies/queue_tuning.hpp"
 
 #include <cstdint>
@@ -31,6 +32,13 @@ struct waiting_view {
   double arrival_s = 0;         ///< on the scheduler's clock
   /// Output already produced (a preempted request waiting to resume).
   std::uint32_t generated = 0;
+  /// Swapped out: its cache waits in host pages and resumes by a swap-in
+  /// into `pages` device pages (no prefill); otherwise it needs a prefill of
+  /// prompt + generated tokens.
+  bool swapped = false;
+  /// Device pages a swapped request takes back (its cache as it was: K and
+  /// V, or a hidden cache).
+  std::uint64_t pages = 0;
 };
 
 /// A request in the running batch (admitted: pages and adapter granted or
@@ -64,6 +72,10 @@ struct schedule_limits {
   std::uint32_t page_tokens = 16;
   /// Tokens a page holds as a hidden cache; 0: the backend keeps none.
   std::uint32_t hidden_page_tokens = 0;
+  /// Free pages of the host pool, for swap-outs (0: no swapping).
+  std::uint64_t host_free_pages = 0;
+  /// Bytes of one page (what a swap moves per page); 0 where unknown.
+  std::uint64_t page_bytes = 0;
 };
 
 struct schedule_input {
@@ -87,6 +99,10 @@ struct schedule_decision {
   /// recomputed when they are admitted again, and their output continues
   /// where it stopped.
   std::vector<std::uint64_t> squash;
+  /// Running requests to preempt by swapping their cache out to the host
+  /// pool; they resume by a swap-in. One that has not started yet, or whose
+  /// swap-out fails, is squashed instead.
+  std::vector<std::uint64_t> swap;
   /// Admitted requests (a subset of `admit`) that keep a hidden cache
   /// instead of K and V; ignored where the backend keeps none.
   std::vector<std::uint64_t> hidden;
@@ -106,6 +122,9 @@ public:
   std::uint64_t need(const waiting_view& w, std::uint32_t page_tokens) const;
   /// True (and the pages taken) if `w` fits.
   bool take(const waiting_view& w, std::uint32_t page_tokens);
+  /// Pages a request needs now: a swapped one its pages as they were,
+  /// another its whole life's KV.
+  static std::uint64_t cache_pages(const waiting_view& w, std::uint32_t page_tokens);
   /// take() with `cache_pages` for its cache instead of its KV pages.
   bool take_with(const waiting_view& w, std::uint64_t cache_pages);
   std::uint64_t left() const noexcept { return left_; }
@@ -128,6 +147,11 @@ public:
   /// Applies `[scheduler] params`; "" when accepted, otherwise what was
   /// wrong. The default takes none.
   virtual std::string configure(const std::map<std::string, double>& params);
+  /// True if the policy predicts costs and wants the backend measured at
+  /// start-up (on_calibration() then follows before the first schedule()).
+  virtual bool wants_calibration() const noexcept { return false; }
+  /// The start-up measurements; ignored by default.
+  virtual void on_calibration(const cost_calibration&) {}
   /// New queue cut-offs and quotas from a queue tuner; ignored by default.
   virtual void on_tuning(const queue_tuning&) {}
   /// Counters for stats (name, value); none by default.

@@ -14,6 +14,7 @@
 #include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 #include "runtime/backend_factory.hpp"
+#include "runtime/calibration.hpp"
 #include "runtime/config.hpp"
 #include "runtime/zmq_bridge.hpp"
 
@@ -21,6 +22,7 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -88,6 +90,27 @@ deployment::start(const deployment_options& opts) {
       return opts.source + ": classifier.params: " + err;
   }
 
+  if (sched_policy->wants_calibration()) {
+    // Cost-predicting policies get the backend measured before it serves.
+    calibration_setup cs;
+    cs.pool_pages = rb.pool_pages;
+    cs.page_tokens = opts.memory_pool.page_tokens;
+    cs.page_bytes = rb.page_bytes;
+    cs.max_tokens = std::min<std::uint32_t>(rb.max_context > 0 ? rb.max_context : 512, 512);
+    cs.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
+    const auto cal = calibrate_backend(*rb.backend, cs);
+    std::string points;
+    for (const auto& [n, t] : cal.prefill_points)
+      points += fmt::format(" {}:{:.3g}s", n, t);
+    spdlog::info("calibrated {} backend for policy {}: prefill{}; swap out {:.3g} GB/s, in {:.3g} GB/s; "
+                 "hidden page {:.3g} s/step",
+                 rb.backend->name(), sched_policy->name(), points.empty() ? " -" : points,
+                 cal.d2h_bytes_per_s / 1e9, cal.h2d_bytes_per_s / 1e9, cal.hidden_page_seconds);
+    sched_policy->on_calibration(cal);
+  }
+  if (opts.memory_pool.host_pages == 0 && sched_policy->name() == "adaptive")
+    spdlog::info("memory_pool.host_pages is 0: preempted requests are recomputed, never swapped");
+
   auto bridge = zmq_bridge::open(opts.server);
   if (auto* err = std::get_if<std::string>(&bridge))
     return opts.source + ": server.endpoint: " + *err;
@@ -133,11 +156,14 @@ deployment::start(const deployment_options& opts) {
   sc.limits.total_pages = rb.pool_pages;
   sc.limits.page_tokens = opts.memory_pool.page_tokens;
   sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
+  sc.limits.host_pages = opts.memory_pool.host_pages;
+  sc.limits.page_bytes = rb.page_bytes;
   sc.policy = std::move(sched_policy);
   sc.backend = rb.backend;
   sc.pool = pool;
   sc.adapter_cache = cache;
   sc.executor = exec;
+  sc.copy_engine = copy;
   sc.metrics = metrics;
   auto sched = spawn_scheduler(sys, std::move(sc));
 

@@ -12,6 +12,10 @@ std::string_view to_string(request_state x) noexcept {
       return "ready";
     case request_state::running:
       return "running";
+    case request_state::swapping_out:
+      return "swapping_out";
+    case request_state::swapping_in:
+      return "swapping_in";
     case request_state::finished:
       return "finished";
   }

@@ -18,6 +18,11 @@ namespace troupe {
 ///      +---denied----------+                        first step|
 ///                                                             v
 ///   finished <--length/eos/stop/cancel-- running <------------+
+///                                             |  ^
+///        swap (preemption): running --> swapping_out --> waiting (swapped,
+///        its cache in host pages) --admit--> admitting --> swapping_in -->
+///        running, decoding on where it stopped. A failed swap-out or
+///        swap-in falls back to recompute (a prefill of prompt + output).
 ///
 /// cancel is allowed from every state but finished; a request cancelled
 /// while admitting is finished once its outstanding grants come back, so
@@ -27,6 +32,8 @@ enum class request_state : std::uint8_t {
   admitting,
   ready,
   running,
+  swapping_out, ///< its cache is being copied to the host pool
+  swapping_in,  ///< its cache is being copied back to the device
   finished,
 };
 

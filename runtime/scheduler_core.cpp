@@ -8,7 +8,8 @@ namespace troupe {
 
 bool scheduler_effects::empty() const noexcept {
   return reserves.empty() && acquires.empty() && release_pages.empty()
-         && release_adapters.empty() && trim_pages == 0 && tokens.empty()
+         && release_adapters.empty() && swap_outs.empty() && swap_ins.empty()
+         && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
 }
 
@@ -21,6 +22,9 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   append(acquires, other.acquires);
   append(release_pages, other.release_pages);
   append(release_adapters, other.release_adapters);
+  append(swap_outs, other.swap_outs);
+  append(swap_ins, other.swap_ins);
+  append(release_host_pages, other.release_host_pages);
   trim_pages += other.trim_pages;
   append(tokens, other.tokens);
   append(finished, other.finished);
@@ -48,10 +52,13 @@ bool scheduler_core::has_work() const noexcept {
 
 void scheduler_core::transition(record& r, request_state to) {
   // The only place a state changes; keeps the counters in step with it.
-  const bool held = r.state == request_state::admitting || r.state == request_state::ready
-                    || r.state == request_state::running;
-  const bool holds = to == request_state::admitting || to == request_state::ready
-                     || to == request_state::running;
+  // Admitting, ready, running and swapping-in requests pin their adapter.
+  auto pins = [](request_state s) {
+    return s == request_state::admitting || s == request_state::ready
+           || s == request_state::running || s == request_state::swapping_in;
+  };
+  const bool held = pins(r.state);
+  const bool holds = pins(to);
   if (r.spec.adapter_id != 0 && held != holds) {
     auto& use = adapter_use_[r.spec.adapter_id];
     if (holds) {
@@ -64,9 +71,12 @@ void scheduler_core::transition(record& r, request_state to) {
   }
   if (r.state == request_state::admitting)
     --admitting_;
-  if (to == request_state::admitting)
+  if (to == request_state::admitting) {
     ++admitting_;
-  if (to == request_state::ready)
+    r.stepped = false; // (re)admitted: no step yet
+  }
+  auto runs = [](request_state s) { return s == request_state::ready || s == request_state::running; };
+  if (runs(to) && !runs(r.state))
     batch_.push_back(r.spec.request_id);
   r.state = to;
 }
@@ -128,6 +138,8 @@ void scheduler_core::enqueue_waiting(const record& r) {
   v.priority = r.spec.priority;
   v.arrival_s = r.spec.arrival_s;
   v.generated = r.generated;
+  v.swapped = r.swapped;
+  v.pages = r.swapped ? r.pages : 0;
   // Keep arrival order; a request sent back by a denied reservation goes back
   // to its place, which is near the head.
   auto before = [](const policies::waiting_view& a, const policies::waiting_view& b) {
@@ -174,7 +186,9 @@ scheduler_effects scheduler_core::admit(double now_s) {
     v.pages = r.pages;
     v.adapter_pages = r.spec.adapter_pages;
     v.arrival_s = r.spec.arrival_s;
-    v.started = r.state == request_state::running;
+    // One already chosen for preemption (waiting for its step) is not
+    // offered again.
+    v.started = r.stepped && !r.squash_requested && !r.swap_requested;
     running_views_.push_back(v);
   }
   adapters_in_use_.clear();
@@ -192,6 +206,9 @@ scheduler_effects scheduler_core::admit(double now_s) {
   in.limits.free_pages = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   in.limits.page_tokens = limits_.page_tokens;
   in.limits.hidden_page_tokens = limits_.hidden_page_tokens;
+  const auto host_taken = host_reserved_ + host_pending_;
+  in.limits.host_free_pages = limits_.host_pages > host_taken ? limits_.host_pages - host_taken : 0;
+  in.limits.page_bytes = limits_.page_bytes;
   in.now_s = now_s;
   auto decision = policy_->schedule(in);
   for (auto id : decision.squash) {
@@ -200,6 +217,13 @@ scheduler_effects scheduler_core::admit(double now_s) {
                                 && i->second.state != request_state::running))
       continue; // only admitted requests can be squashed
     squash(i->second, fx);
+  }
+  for (auto id : decision.swap) {
+    auto i = records_.find(id);
+    if (i == records_.end() || (i->second.state != request_state::ready
+                                && i->second.state != request_state::running))
+      continue;
+    swap_out(i->second, fx);
   }
   for (auto id : decision.abort) {
     auto i = records_.find(id);
@@ -239,12 +263,15 @@ scheduler_effects scheduler_core::admit(double now_s) {
     count_waiting(r.spec.adapter_id, false);
     transition(r, request_state::admitting);
     // The cache type is chosen at each admission (a change of type is a
-    // discard and a re-prefill, which a preemption already is).
-    const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
-    r.hidden = limits_.hidden_page_tokens > 0
-               && std::find(decision.hidden.begin(), decision.hidden.end(), id) != decision.hidden.end();
-    r.pages = policies::pages_for(prompt, r.spec.max_new_tokens,
-                                  r.hidden ? limits_.hidden_page_tokens : limits_.page_tokens);
+    // discard and a re-prefill, which a preemption already is); a swapped
+    // request comes back with the cache it had.
+    if (!r.swapped) {
+      const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
+      r.hidden = limits_.hidden_page_tokens > 0
+                 && std::find(decision.hidden.begin(), decision.hidden.end(), id) != decision.hidden.end();
+      r.pages = policies::pages_for(prompt, r.spec.max_new_tokens,
+                                    r.hidden ? limits_.hidden_page_tokens : limits_.page_tokens);
+    }
     reserved_pages_ += r.pages;
     r.pages_pending = true;
     fx.reserves.push_back({id, r.pages});
@@ -330,6 +357,12 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     r.pages_failed = r.adapter_failed = false;
     transition(r, request_state::waiting);
     enqueue_waiting(r);
+    return;
+  }
+  if (r.swapped) {
+    // Its cache comes back from the host pool; it decodes on from there.
+    transition(r, request_state::swapping_in);
+    fx.swap_ins.push_back({r.spec.request_id, r.page_ids, r.host_page_ids, r.pages * limits_.page_bytes});
     return;
   }
   transition(r, request_state::ready);
@@ -433,6 +466,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     }
     if (r.state == request_state::ready)
       transition(r, request_state::running);
+    r.stepped = true;
     if (r.times.first_token_s < 0)
       r.times.first_token_s = now_s;
     fx.tokens.push_back({r.spec.request_id, r.generated, tok});
@@ -445,6 +479,8 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       finish(r, finish_reason::stop, now_s, fx);
     else if (r.generated >= r.spec.max_new_tokens)
       finish(r, finish_reason::length, now_s, fx);
+    else if (r.swap_requested)
+      swap_out(r, fx); // chosen while this step ran; its token is kept
   }
   flush_finished();
   return fx;
@@ -490,11 +526,15 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
     case request_state::admitting:
     case request_state::ready:
     case request_state::running:
+    case request_state::swapping_in:
       give_back(r, fx);
       break;
+    case request_state::swapping_out:
+      break; // ended by on_swapped_out, which released its device pages
     case request_state::finished:
       return;
   }
+  release_host(r, fx);
   r.times.finished_s = now_s;
   fx.finished.push_back({id, why, static_cast<std::uint32_t>(r.spec.prompt.size()),
                          r.generated, r.times});
@@ -516,7 +556,7 @@ void scheduler_core::give_back(record& r, scheduler_effects& fx) {
 }
 
 void scheduler_core::squash(record& r, scheduler_effects& fx) {
-  if (r.in_step || r.pages_pending || r.adapter_pending) {
+  if (r.in_step || r.pages_pending || r.adapter_pending || r.state == request_state::swapping_in) {
     r.squash_requested = true; // when the step or the grants come back
     return;
   }
@@ -530,6 +570,102 @@ void scheduler_core::squash(record& r, scheduler_effects& fx) {
   enqueue_waiting(r);
 }
 
+void scheduler_core::swap_out(record& r, scheduler_effects& fx) {
+  if (r.in_step || r.pages_pending || r.adapter_pending) {
+    r.swap_requested = true; // when the step or the grants come back
+    return;
+  }
+  r.swap_requested = false;
+  if (r.state != request_state::running || limits_.host_pages == 0 || limits_.page_bytes == 0) {
+    // Nothing computed yet, or nowhere to swap to: recompute instead.
+    squash(r, fx);
+    return;
+  }
+  // The adapter is not needed while the cache is away; the device pages are
+  // released when the copy has read them (on_swapped_out).
+  batch_.erase(std::remove(batch_.begin(), batch_.end(), r.spec.request_id), batch_.end());
+  if (r.adapter_granted)
+    fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
+  r.adapter_granted = false;
+  transition(r, request_state::swapping_out);
+  host_pending_ += r.pages;
+  fx.swap_outs.push_back({r.spec.request_id, r.page_ids, {}, r.pages * limits_.page_bytes});
+}
+
+void scheduler_core::release_host(record& r, scheduler_effects& fx) {
+  if (!r.swapped)
+    return;
+  fx.release_host_pages.push_back(r.spec.request_id);
+  host_reserved_ -= r.pages;
+  r.host_page_ids.clear();
+  r.swapped = false;
+}
+
+scheduler_effects scheduler_core::on_swapped_out(std::uint64_t request_id, bool ok, double now_s,
+                                                 std::vector<std::uint32_t> host_pages) {
+  scheduler_effects fx;
+  auto i = records_.find(request_id);
+  if (i == records_.end() || i->second.state != request_state::swapping_out)
+    return fx;
+  auto& r = i->second;
+  host_pending_ -= r.pages;
+  fx.release_pages.push_back(request_id);
+  reserved_pages_ -= r.pages;
+  r.pages_granted = false;
+  r.page_ids.clear();
+  memory_blocked_ = false;
+  if (ok && host_pages.size() == r.pages) {
+    r.swapped = true;
+    r.host_page_ids = std::move(host_pages);
+    host_reserved_ += r.pages;
+    ++swapped_out_;
+  } else {
+    // No room in the host pool or a failed copy: the cache is dropped and
+    // recomputed on readmission.
+    if (!host_pages.empty())
+      fx.release_host_pages.push_back(request_id);
+    ++r.squashes;
+    ++squashed_;
+  }
+  if (r.cancel_requested) {
+    finish(r, finish_reason::cancelled, now_s, fx);
+    flush_finished();
+    return fx;
+  }
+  transition(r, request_state::waiting);
+  enqueue_waiting(r);
+  flush_queued(fx);
+  return fx;
+}
+
+scheduler_effects scheduler_core::on_swapped_in(std::uint64_t request_id, bool ok, double now_s) {
+  scheduler_effects fx;
+  auto i = records_.find(request_id);
+  if (i == records_.end() || i->second.state != request_state::swapping_in)
+    return fx;
+  auto& r = i->second;
+  release_host(r, fx);
+  if (r.cancel_requested) {
+    finish(r, finish_reason::cancelled, now_s, fx);
+    flush_finished();
+    return fx;
+  }
+  if (ok) {
+    ++swapped_in_;
+    transition(r, request_state::running);
+  } else {
+    // The copy failed: recompute prompt + output into the granted pages.
+    ++r.squashes;
+    ++squashed_;
+    transition(r, request_state::ready);
+  }
+  if (r.squash_requested)
+    squash(r, fx);
+  else if (r.swap_requested)
+    swap_out(r, fx);
+  return fx;
+}
+
 std::pair<bool, scheduler_effects> scheduler_core::cancel(std::uint64_t request_id,
                                                           double now_s) {
   scheduler_effects fx;
@@ -539,8 +675,10 @@ std::pair<bool, scheduler_effects> scheduler_core::cancel(std::uint64_t request_
     return {false, std::move(fx)};
   auto& r = i->second;
   r.cancel_requested = true;
-  // In the in-flight step or waiting for grants: finish when they come back.
-  if (r.in_step || r.pages_pending || r.adapter_pending)
+  // In the in-flight step, waiting for grants or a swap: finish when they
+  // come back.
+  if (r.in_step || r.pages_pending || r.adapter_pending || r.state == request_state::swapping_out
+      || r.state == request_state::swapping_in)
     return {true, std::move(fx)};
   finish(r, finish_reason::cancelled, now_s, fx);
   flush_finished();

@@ -30,6 +30,10 @@ struct scheduler_limits {
   std::uint32_t max_adapter_failures = 3;
   /// Tokens a page holds as a hidden cache; 0: the backend keeps none.
   std::uint32_t hidden_page_tokens = 0;
+  /// Pages of the host pool for swapped-out caches (0: no swapping) and the
+  /// bytes of a page (what a swap moves per page).
+  std::uint64_t host_pages = 0;
+  std::uint64_t page_bytes = 0;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -37,6 +41,15 @@ struct scheduler_effects {
   struct reserve { std::uint64_t request_id; std::uint64_t pages; };
   struct acquire { std::uint64_t request_id; std::uint32_t adapter_id; };
   struct release_adapter { std::uint64_t request_id; std::uint32_t adapter_id; };
+  /// A KV swap: out copies `device_pages` into `host` pages the shell
+  /// reserves (then answers on_swapped_out); in copies `host_pages` into
+  /// `device_pages` (then answers on_swapped_in).
+  struct swap {
+    std::uint64_t request_id;
+    std::vector<std::uint32_t> device_pages;
+    std::vector<std::uint32_t> host_pages; ///< empty on a swap-out: the shell reserves them
+    std::uint64_t bytes;
+  };
   struct token { std::uint64_t request_id; std::uint32_t index; std::int32_t token; };
   struct finish {
     std::uint64_t request_id;
@@ -50,6 +63,9 @@ struct scheduler_effects {
   std::vector<acquire> acquires;
   std::vector<std::uint64_t> release_pages; ///< request ids whose pages to free
   std::vector<release_adapter> release_adapters;
+  std::vector<swap> swap_outs;
+  std::vector<swap> swap_ins;
+  std::vector<std::uint64_t> release_host_pages; ///< request ids whose host pages to free
   /// Pages to ask the adapter cache to free from idle adapters (0: none).
   std::uint64_t trim_pages = 0;
   std::vector<token> tokens;
@@ -106,6 +122,15 @@ public:
     return on_adapter(request_id, granted ? adapter_grant::granted : adapter_grant::retry, now_s);
   }
 
+  /// A swap-out ended: on success the cache is in `host_pages` and the
+  /// request waits to be swapped in; on failure (no host pages, a copy
+  /// error) it waits to be recomputed. Its device pages are released.
+  scheduler_effects on_swapped_out(std::uint64_t request_id, bool ok, double now_s,
+                                   std::vector<std::uint32_t> host_pages = {});
+  /// A swap-in ended: the request decodes on (or, on failure, recomputes
+  /// into the pages it was granted). Its host pages are released.
+  scheduler_effects on_swapped_in(std::uint64_t request_id, bool ok, double now_s);
+
   /// Pages were freed elsewhere (adapter trim): admission may resume.
   void on_memory_changed() noexcept { memory_blocked_ = false; }
 
@@ -133,6 +158,11 @@ public:
   std::size_t in_system() const noexcept { return records_.size(); }
   std::uint64_t squashed() const noexcept { return squashed_; }
   std::uint64_t aborted() const noexcept { return aborted_; }
+  /// Swap-outs that completed, and swap-ins.
+  std::uint64_t swapped_out() const noexcept { return swapped_out_; }
+  std::uint64_t swapped_in() const noexcept { return swapped_in_; }
+  /// Host pages held by swapped-out requests.
+  std::uint64_t host_pages_held() const noexcept { return host_reserved_; }
   /// The policy's own counters (for stats).
   std::vector<std::pair<std::string, double>> policy_counters() const { return policy_->counters(); }
   /// Passes new queue cut-offs and quotas to the policy.
@@ -168,6 +198,13 @@ private:
     bool cancel_requested = false;
     bool squash_requested = false;
     bool hidden = false; ///< keeps a hidden cache (pages counted for it)
+    bool swap_requested = false;
+    /// Has produced a token since its last admission (only such a request
+    /// is offered to the policy for preemption: each admission makes progress).
+    bool stepped = false;
+    /// Its cache waits in these host pages (swapped out).
+    std::vector<std::uint32_t> host_page_ids;
+    bool swapped = false;
     std::uint32_t squashes = 0;
     /// Output so far: a squashed request re-runs prompt + output as its
     /// prefill and continues at index `generated`.
@@ -180,6 +217,11 @@ private:
   void settle_admission(record& r, double now_s, scheduler_effects& fx);
   void finish(record& r, finish_reason why, double now_s, scheduler_effects& fx);
   void squash(record& r, scheduler_effects& fx);
+  /// Starts a swap-out of a running request (falls back to squash when it
+  /// has no cache yet or no host pool is configured).
+  void swap_out(record& r, scheduler_effects& fx);
+  /// Frees the host pages of a swapped-out request.
+  void release_host(record& r, scheduler_effects& fx);
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
@@ -212,6 +254,10 @@ private:
   std::vector<std::uint32_t> queued_dirty_;
   std::uint64_t squashed_ = 0;
   std::uint64_t aborted_ = 0;
+  std::uint64_t swapped_out_ = 0;
+  std::uint64_t swapped_in_ = 0;
+  std::uint64_t host_reserved_ = 0; // host pages of swapped-out requests
+  std::uint64_t host_pending_ = 0;  // host pages of swap-outs in flight
 };
 
 } // namespace troupe

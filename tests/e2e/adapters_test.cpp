@@ -270,12 +270,30 @@ TEST(preemption_e2e, preempted_requests_finish_with_the_tokens_they_would_have_p
                       "params = { preempt_margin = 0 }\n", requests);
   ASSERT_EQ(tight_run.size(), requests.size());
   EXPECT_GT(tight_stats.at("requests_squashed"), 0.0) << "the pool was meant to force preemptions";
-  EXPECT_EQ(tight_stats.at("requests_squashed"), tight_stats.at("adaptive_preempted"));
+  // (A victim may finish in the step that was running when it was chosen.)
+  EXPECT_LE(tight_stats.at("requests_squashed"), tight_stats.at("adaptive_preempted"));
   for (const auto& [id, tokens] : free_run) {
     EXPECT_EQ(tokens.size(), 40u) << id;
     EXPECT_EQ(tight_run.at(id), tokens) << id << ": preemption changed the output";
   }
   EXPECT_EQ(tight_stats.at("pool_empty_releases"), 0.0) << "no page released twice";
+  // The same pool with a host pool: the adaptive policy, calibrated on this
+  // backend at start-up, swaps victims out (a copy of a few pages costs far
+  // less than re-running their prefill) and they resume by a swap-in into
+  // other pages.
+  const auto [swap_run, swap_stats] =
+    run_demo("swap", "[memory_pool]\npages = 12\nhost_pages = 64\n[scheduler]\npolicy = \"adaptive\"\n"
+                     "params = { preempt_margin = 0 }\n", requests);
+  ASSERT_EQ(swap_run.size(), requests.size());
+  EXPECT_GT(swap_stats.at("requests_swapped_out"), 0.0) << "the pool was meant to force swaps";
+  EXPECT_EQ(swap_stats.at("requests_swapped_in"), swap_stats.at("requests_swapped_out"));
+  EXPECT_LE(swap_stats.at("requests_swapped_out"), swap_stats.at("adaptive_swaps_chosen"));
+  EXPECT_GT(swap_stats.at("copy_swap_out_transfers"), 0.0);
+  for (const auto& [id, tokens] : free_run)
+    EXPECT_EQ(swap_run.at(id), tokens) << id << ": swapping changed the output";
+  EXPECT_EQ(swap_stats.at("pool_empty_releases"), 0.0) << "no page released twice";
+  EXPECT_EQ(swap_stats.at("host_pool_empty_releases"), 0.0) << "no host page released twice";
+  EXPECT_EQ(swap_stats.at("host_pool_pages_kv"), 0.0) << "every host page came back";
 }
 
 TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {

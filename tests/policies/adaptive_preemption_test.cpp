@@ -139,5 +139,75 @@ TEST(adaptive_scheduling_policy, admits_by_priority_and_preempts_lower_priority_
   EXPECT_NE(p.configure({{"margin", 1}}), "");
 }
 
+waiting_view swapped_wv(std::uint64_t id, std::uint32_t prompt, std::uint32_t generated, double arrival,
+                        std::uint64_t pages) {
+  auto v = wv(id, prompt, arrival);
+  v.generated = generated;
+  v.swapped = true;
+  v.pages = pages;
+  return v;
+}
+
+TEST(adaptive_scheduling_policy, algorithm_2_admits_the_set_with_the_higher_mean_priority) {
+  adaptive_scheduling_policy p;
+  // now 10. Swapped 1: P 10/(16+4) = 0.5, takes 2 pages back; swapped 2:
+  // P 10/(16+984) = 0.01. Fresh 3: P 10/32 = 0.31 (3 pages).
+  const std::vector<waiting_view> w{swapped_wv(1, 16, 4, 0, 2), swapped_wv(2, 16, 984, 0, 2), wv(3, 32, 0)};
+  // Everything fits: swap-in set {1, 2} (mean 0.255) against prefill set
+  // {3} (0.31): the prefill goes, although swapped 1 is the most urgent.
+  auto d = p.schedule(at(10, w, {}, 100));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{3}));
+  // Room for only 2 pages: the swap-in set is {1} (0.5); the prefill set is
+  // empty (3 needs 3 pages): swap in.
+  d = p.schedule(at(10, w, {}, 2));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{1}));
+  // Ties go to the swap-ins.
+  const std::vector<waiting_view> tie{swapped_wv(1, 16, 0, 0, 2), wv(3, 16, 0)};
+  d = p.schedule(at(10, tie, {}, 100));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{1}));
+  // A swap-in costs one token of the budget, a prefill its whole prompt.
+  const std::vector<waiting_view> two{swapped_wv(1, 16, 0, 0, 2), swapped_wv(2, 16, 0, 0, 2)};
+  const std::vector<running_view> one{rv(9, 100, 0, 1)};
+  auto in = at(10, two, one, 100);
+  in.limits.token_budget = 3;
+  EXPECT_EQ(p.schedule(in).admit, (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(p.counters()[2].second, 3.0) << "swap-in rounds";
+}
+
+TEST(adaptive_scheduling_policy, preempts_by_swap_when_calibrated_cheaper_and_the_host_has_room) {
+  adaptive_scheduling_policy p;
+  const std::vector<waiting_view> w{wv(1, 16, 1)};
+  // Victim 8: 900 tokens in 3 pages of 1 MB.
+  const std::vector<running_view> r{rv(8, 900, 1, 3)};
+  auto in = at(10, w, r, 0);
+  in.limits.page_bytes = 1 << 20;
+  in.limits.host_free_pages = 10;
+  // Uncalibrated: no swap model, always recompute.
+  auto d = p.schedule(in);
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{8}));
+  EXPECT_TRUE(d.swap.empty());
+  // Calibrated: 3 MB out and back at 1 GB/s each takes 6.3 ms; recomputing
+  // 900 tokens at 1 ms per token takes 900 ms: swap.
+  cost_calibration c;
+  c.d2h_bytes_per_s = c.h2d_bytes_per_s = 1e9;
+  c.prefill_points = {{100, 0.1}, {200, 0.2}, {400, 0.4}, {800, 0.8}};
+  p.on_calibration(c);
+  EXPECT_NEAR(p.recompute().seconds(900), 0.9, 1e-4);
+  d = p.schedule(in);
+  EXPECT_EQ(d.swap, (std::vector<std::uint64_t>{8}));
+  EXPECT_TRUE(d.squash.empty());
+  // No room in the host pool: recompute after all.
+  in.limits.host_free_pages = 2;
+  d = p.schedule(in);
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{8}));
+  // A slow link makes the recompute cheaper.
+  c.d2h_bytes_per_s = c.h2d_bytes_per_s = 1e6;
+  p.on_calibration(c);
+  in.limits.host_free_pages = 10;
+  d = p.schedule(in);
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{8}));
+  EXPECT_EQ(p.counters()[1].second, 1.0) << "swaps chosen";
+}
+
 } // namespace
 } // namespace troupe::policies

@@ -75,6 +75,10 @@ std::string letter(request_state s) {
       return "r";
     case request_state::running:
       return "u";
+    case request_state::swapping_out:
+      return "o";
+    case request_state::swapping_in:
+      return "i";
     case request_state::finished:
       return "f";
   }
@@ -442,6 +446,10 @@ private:
         case request_state::ready:
         case request_state::running:
           ++batch;
+          break;
+        case request_state::swapping_out:
+        case request_state::swapping_in:
+          ADD_FAILURE() << "this shell never swaps";
           break;
         case request_state::finished:
           break;
