@@ -110,6 +110,22 @@ void apply(self_ptr self, scheduler_effects fx) {
           apply(self, self->state.core->on_pages(id, false, monotonic_seconds()));
         });
   }
+  for (const auto& g : fx.grows) {
+    const auto id = g.request_id;
+    const auto ticket = g.ticket;
+    self->request(st.pool, caf::infinite, reserve_atom_v, device_tier, request_owner, id, g.pages,
+                  std::uint64_t{0})
+      .then(
+        [self, id, ticket](std::vector<std::uint32_t>& pages) {
+          const bool granted = !pages.empty();
+          apply(self, self->state.core->on_grown(id, ticket, granted, std::move(pages)));
+          pump(self);
+        },
+        [self, id, ticket](const caf::error&) {
+          apply(self, self->state.core->on_grown(id, ticket, false));
+          pump(self);
+        });
+  }
   for (const auto& a : fx.acquires) {
     const auto id = a.request_id;
     self->request(st.adapter_cache, caf::infinite, acquire_atom_v, a.adapter_id)
@@ -260,6 +276,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"requests_swapped_out", static_cast<double>(c.swapped_out())},
         {"requests_swapped_in", static_cast<double>(c.swapped_in())},
         {"host_pages_swapped", static_cast<double>(c.host_pages_held())},
+        {"kv_growths_denied", static_cast<double>(c.growths_denied())},
+        {"kv_pages_short", static_cast<double>(c.pages_short())},
       };
       for (auto& kv : c.policy_counters())
         out.push_back(std::move(kv));

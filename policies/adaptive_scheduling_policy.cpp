@@ -64,6 +64,28 @@ double mean_of(std::span<const ranked> set) {
 
 } // namespace
 
+void adaptive_scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
+  std::uint64_t freed = 0;
+  std::vector<preempt_candidate> victims;
+  for (const auto& r : in.running) {
+    const bool chosen = std::find(d.squash.begin(), d.squash.end(), r.request_id) != d.squash.end()
+                        || std::find(d.swap.begin(), d.swap.end(), r.request_id) != d.swap.end();
+    if (chosen)
+      freed += r.pages;
+    else if (r.started)
+      victims.push_back({r.request_id, adaptive_priority(in.now_s, r.arrival_s, r.context_tokens), r.pages,
+                         r.context_tokens, r.pages * in.limits.page_bytes});
+  }
+  if (freed >= in.pages_short)
+    return;
+  for (const auto& p : choose_preemptions(victims, in.pages_short - freed, in.limits.host_free_pages, swap_,
+                                          recompute_)) {
+    (p.mode == preempt_mode::swap ? d.swap : d.squash).push_back(p.request_id);
+    swaps_ += p.mode == preempt_mode::swap ? 1 : 0;
+    ++preempted_;
+  }
+}
+
 schedule_decision adaptive_scheduling_policy::schedule(const schedule_input& in) {
   schedule_decision out;
   const auto& lim = in.limits;

@@ -27,6 +27,10 @@ public:
   bool wants_calibration() const noexcept override { return true; }
   /// Swap bandwidths and the recompute regression from the backend.
   void on_calibration(const cost_calibration& c) override;
+  /// Algorithm 1 when running requests cannot grow: victims lowest
+  /// priority first (the short requests themselves included), swap or
+  /// recompute as above.
+  void preempt_for_growth(const schedule_input& in, schedule_decision& d) override;
   std::vector<std::pair<std::string, double>> counters() const override;
 
   const swap_model& swap() const noexcept { return swap_; }

@@ -41,7 +41,7 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
     apt_candidate c;
     c.request_id = w.request_id;
     c.pending_s = in.now_s - w.arrival_s;
-    c.kv_pages = pages_for(w.prompt_tokens, w.max_new_tokens, lim.page_tokens);
+    c.kv_pages = page_budget::cache_pages(w, lim.page_tokens);
     c.violated = ttft_slo_s_ > 0 && c.pending_s > ttft_slo_s_;
     c.hidden_capable = hidden_ok;
     violated += c.violated ? 1 : 0;
@@ -65,7 +65,7 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
     const auto& w = *by_id.at(ch.request_id);
     if (running >= lim.max_running || (running > 0 && tokens + w.prompt_tokens > lim.token_budget))
       break;
-    const auto cache = pages_for(w.prompt_tokens, w.max_new_tokens, ch.hidden ? lim.hidden_page_tokens : lim.page_tokens);
+    const auto cache = page_budget::cache_pages(w, ch.hidden ? lim.hidden_page_tokens : lim.page_tokens);
     if (!pages.take_with(w, cache))
       break;
     out.admit.push_back(w.request_id);

@@ -124,7 +124,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
       // request of this queue that fits now may pass if it is predicted to
       // finish before the head could start.
       const auto need = pages.need(w, lim.page_tokens);
-      const auto kv_only = pages_for(w.prompt_tokens, w.max_new_tokens, lim.page_tokens);
+      const auto kv_only = page_budget::cache_pages(w, lim.page_tokens);
       if (bypass_ && w.adapter_id != 0 && need > pages.left() && kv_only <= pages.left()) {
         const double wait = head_wait(need - pages.left());
         for (std::size_t j = next[q] + 1; j < list.size() && j <= next[q] + lookahead_; ++j) {

@@ -14,6 +14,10 @@ std::uint64_t pages_for(std::uint32_t prompt_tokens, std::uint32_t max_new_token
   return (tokens + page_tokens - 1) / page_tokens;
 }
 
+std::uint32_t admission_tokens(const waiting_view& w) noexcept {
+  return w.reserve_tokens != 0 ? w.reserve_tokens : w.prompt_tokens + w.max_new_tokens;
+}
+
 page_budget::page_budget(std::uint64_t free_pages,
                          std::span<const std::uint32_t> adapters_in_use)
   : left_(free_pages), in_use_(adapters_in_use.begin(), adapters_in_use.end()) {
@@ -21,7 +25,7 @@ page_budget::page_budget(std::uint64_t free_pages,
 }
 
 std::uint64_t page_budget::cache_pages(const waiting_view& w, std::uint32_t page_tokens) {
-  return w.swapped ? w.pages : pages_for(w.prompt_tokens, w.max_new_tokens, page_tokens);
+  return w.swapped ? w.pages : pages_for(admission_tokens(w), 0, page_tokens);
 }
 
 std::uint64_t page_budget::need(const waiting_view& w, std::uint32_t page_tokens) const {
@@ -45,6 +49,31 @@ bool page_budget::take_with(const waiting_view& w, std::uint64_t cache_pages) {
   if (w.adapter_id != 0)
     in_use_.insert(std::upper_bound(in_use_.begin(), in_use_.end(), w.adapter_id), w.adapter_id);
   return true;
+}
+
+void scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
+  std::uint64_t freed = 0;
+  auto chosen = [&](std::uint64_t id) {
+    return std::find(d.squash.begin(), d.squash.end(), id) != d.squash.end()
+           || std::find(d.swap.begin(), d.swap.end(), id) != d.swap.end();
+  };
+  std::vector<const running_view*> order;
+  for (const auto& r : in.running) {
+    if (chosen(r.request_id))
+      freed += r.pages;
+    else if (r.started)
+      order.push_back(&r);
+  }
+  // Latest arrival first (ties: the larger id).
+  std::sort(order.begin(), order.end(), [](const running_view* a, const running_view* b) {
+    return a->arrival_s != b->arrival_s ? a->arrival_s > b->arrival_s : a->request_id > b->request_id;
+  });
+  for (const auto* r : order) {
+    if (freed >= in.pages_short)
+      break;
+    d.squash.push_back(r->request_id);
+    freed += r->pages;
+  }
 }
 
 std::string scheduling_policy::configure(const std::map<std::string, double>& params) {

@@ -39,7 +39,14 @@ struct waiting_view {
   /// Device pages a swapped request takes back (its cache as it was: K and
   /// V, or a hidden cache).
   std::uint64_t pages = 0;
+  /// Tokens of cache its admission reserves: prompt + max_new_tokens when
+  /// the whole life is reserved up front; prompt + generated + 1 when pages
+  /// come as it grows (schedule_limits::on_demand). 0: the whole life.
+  std::uint32_t reserve_tokens = 0;
 };
+
+/// The tokens of cache admitting `w` reserves (see reserve_tokens).
+std::uint32_t admission_tokens(const waiting_view& w) noexcept;
 
 /// A request in the running batch (admitted: pages and adapter granted or
 /// being granted).
@@ -76,6 +83,9 @@ struct schedule_limits {
   std::uint64_t host_free_pages = 0;
   /// Bytes of one page (what a swap moves per page); 0 where unknown.
   std::uint64_t page_bytes = 0;
+  /// Pages are reserved as requests grow rather than for their whole life
+  /// up front; running requests may then run short (schedule_input::pages_short).
+  bool on_demand = false;
 };
 
 struct schedule_input {
@@ -86,6 +96,10 @@ struct schedule_input {
   std::span<const std::uint32_t> adapters_in_use;
   schedule_limits limits;
   double now_s = 0;
+  /// Pages running requests need for their next steps and could not get
+  /// (on-demand reservation only): the policy should preempt running
+  /// requests to free at least this many (see preempt_for_growth).
+  std::uint64_t pages_short = 0;
 };
 
 /// What the policy decided.
@@ -108,8 +122,8 @@ struct schedule_decision {
   std::vector<std::uint64_t> hidden;
 };
 
-/// Pages a request needs for its whole life (prompt + every output token):
-/// admission reserves them up front so a running request never runs out.
+/// Pages a request needs for its whole life (prompt + every output token);
+/// with `max_new_tokens` 0, the pages for `prompt_tokens` tokens.
 std::uint64_t pages_for(std::uint32_t prompt_tokens, std::uint32_t max_new_tokens,
                         std::uint32_t page_tokens) noexcept;
 
@@ -152,6 +166,11 @@ public:
   virtual bool wants_calibration() const noexcept { return false; }
   /// The start-up measurements; ignored by default.
   virtual void on_calibration(const cost_calibration&) {}
+  /// Running requests are `in.pages_short` pages short of their next steps
+  /// (on-demand reservation) and `d` (from schedule()) does not free that
+  /// many: add victims to d.squash or d.swap. The default is vLLM's: the
+  /// latest arrivals that have run a step, recomputed, until enough is freed.
+  virtual void preempt_for_growth(const schedule_input& in, schedule_decision& d);
   /// New queue cut-offs and quotas from a queue tuner; ignored by default.
   virtual void on_tuning(const queue_tuning&) {}
   /// Counters for stats (name, value); none by default.

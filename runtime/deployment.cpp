@@ -157,6 +157,9 @@ deployment::start(const deployment_options& opts) {
   sc.limits.page_tokens = opts.memory_pool.page_tokens;
   sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
   sc.limits.host_pages = opts.memory_pool.host_pages;
+  sc.limits.on_demand = opts.scheduler.kv_reservation == "on_demand";
+  sc.limits.growth_watermark = static_cast<std::uint64_t>(
+    opts.scheduler.growth_watermark * static_cast<double>(rb.pool_pages));
   sc.limits.page_bytes = rb.page_bytes;
   sc.policy = std::move(sched_policy);
   sc.backend = rb.backend;

@@ -84,6 +84,13 @@ struct scheduler_options {
   std::uint32_t token_budget = 8192;
   /// Most requests waiting to be admitted; beyond it: `overloaded`.
   std::uint32_t max_waiting = 65536;
+  /// "full": admission reserves a request's whole life (prompt +
+  /// max_tokens), so it never runs short (S-LoRA). "on_demand": pages as it
+  /// grows (vLLM): more requests fit, and when one cannot grow the policy
+  /// preempts (swap or recompute).
+  std::string kv_reservation = "full";
+  /// on_demand: fraction of the pool admissions leave free for growth.
+  double growth_watermark = 0.01;
 };
 
 /// [classifier]: assigns queues and predicted output lengths.

@@ -7,7 +7,7 @@ namespace troupe {
 // -- scheduler_effects --------------------------------------------------------
 
 bool scheduler_effects::empty() const noexcept {
-  return reserves.empty() && acquires.empty() && release_pages.empty()
+  return reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && swap_outs.empty() && swap_ins.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
@@ -19,6 +19,7 @@ void scheduler_effects::merge(scheduler_effects&& other) {
               std::make_move_iterator(from.end()));
   };
   append(reserves, other.reserves);
+  append(grows, other.grows);
   append(acquires, other.acquires);
   append(release_pages, other.release_pages);
   append(release_adapters, other.release_adapters);
@@ -74,6 +75,7 @@ void scheduler_core::transition(record& r, request_state to) {
   if (to == request_state::admitting) {
     ++admitting_;
     r.stepped = false; // (re)admitted: no step yet
+    r.grow_blocked = false;
   }
   auto runs = [](request_state s) { return s == request_state::ready || s == request_state::running; };
   if (runs(to) && !runs(r.state))
@@ -140,6 +142,7 @@ void scheduler_core::enqueue_waiting(const record& r) {
   v.generated = r.generated;
   v.swapped = r.swapped;
   v.pages = r.swapped ? r.pages : 0;
+  v.reserve_tokens = reserve_tokens(r);
   // Keep arrival order; a request sent back by a denied reservation goes back
   // to its place, which is near the head.
   auto before = [](const policies::waiting_view& a, const policies::waiting_view& b) {
@@ -166,10 +169,76 @@ void scheduler_core::compact_waiting() {
   }
 }
 
+std::uint32_t scheduler_core::tokens_per_page(const record& r) const noexcept {
+  return r.hidden ? limits_.hidden_page_tokens : limits_.page_tokens;
+}
+
+std::uint32_t scheduler_core::reserve_tokens(const record& r) const noexcept {
+  const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
+  const auto life = prompt + r.spec.max_new_tokens;
+  // On demand: the prefill (prompt + output so far) and the next token.
+  return limits_.on_demand ? std::min(life, prompt + r.generated + 1) : life;
+}
+
+void scheduler_core::request_growth(scheduler_effects& fx) {
+  pages_short_ = 0;
+  const bool retry = std::exchange(growth_retry_, false);
+  for (auto id : batch_) {
+    auto& r = records_.at(id);
+    if (r.state != request_state::running || r.grow_pending)
+      continue;
+    const auto per = tokens_per_page(r);
+    const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
+    // Room for the next step (it writes position prompt + generated - 1)
+    // and the one after, so a granted growth rarely stalls a step.
+    const auto life = policies::pages_for(prompt, r.spec.max_new_tokens, per);
+    const auto want = std::min(life, policies::pages_for(prompt + r.generated + 1, 0, per));
+    if (want <= r.pages)
+      continue;
+    const auto next = policies::pages_for(prompt + r.generated, 0, per);
+    if (r.grow_blocked && !retry) {
+      if (next > r.pages)
+        pages_short_ += next - r.pages;
+      continue;
+    }
+    r.grow_pending = true;
+    r.grow_pages = want - r.pages;
+    r.grow_ticket = next_ticket_++;
+    reserved_pages_ += r.grow_pages;
+    fx.grows.push_back({id, r.grow_pages, r.grow_ticket});
+  }
+}
+
+scheduler_effects scheduler_core::on_grown(std::uint64_t request_id, std::uint64_t ticket,
+                                           bool granted, std::vector<std::uint32_t> pages) {
+  scheduler_effects fx;
+  auto i = records_.find(request_id);
+  if (i == records_.end() || !i->second.grow_pending || i->second.grow_ticket != ticket)
+    return fx; // ended or preempted meanwhile: its release (sent after) freed these pages too
+  auto& r = i->second;
+  r.grow_pending = false;
+  if (granted && pages.size() == r.pages + r.grow_pages) {
+    r.pages += r.grow_pages;
+    r.page_ids = std::move(pages);
+    r.grow_blocked = false;
+  } else {
+    reserved_pages_ -= r.grow_pages;
+    r.grow_blocked = true;
+    ++growths_denied_;
+    fx.trim_pages += r.grow_pages; // idle adapters may give pages back
+  }
+  r.grow_pages = 0;
+  if (r.swap_requested && !r.in_step)
+    swap_out(r, fx);
+  return fx;
+}
+
 scheduler_effects scheduler_core::admit(double now_s) {
   scheduler_effects fx;
   flush_queued(fx);
-  if (memory_blocked_ || waiting() == 0)
+  if (limits_.on_demand)
+    request_growth(fx);
+  if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
     return fx;
   running_views_.clear();
   for (auto id : batch_) {
@@ -202,15 +271,22 @@ scheduler_effects scheduler_core::admit(double now_s) {
                             ? limits_.max_running - static_cast<std::uint32_t>(admitting_)
                             : 0;
   in.limits.token_budget = limits_.token_budget;
-  const auto taken = reserved_pages_ + adapter_pages_in_use_;
+  // On demand, admissions leave the watermark and what running requests
+  // are short of.
+  const auto taken = reserved_pages_ + adapter_pages_in_use_
+                     + (limits_.on_demand ? limits_.growth_watermark + pages_short_ : 0);
   in.limits.free_pages = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
+  in.limits.on_demand = limits_.on_demand;
+  in.pages_short = pages_short_;
   in.limits.page_tokens = limits_.page_tokens;
   in.limits.hidden_page_tokens = limits_.hidden_page_tokens;
   const auto host_taken = host_reserved_ + host_pending_;
   in.limits.host_free_pages = limits_.host_pages > host_taken ? limits_.host_pages - host_taken : 0;
   in.limits.page_bytes = limits_.page_bytes;
   in.now_s = now_s;
-  auto decision = policy_->schedule(in);
+  auto decision = memory_blocked_ || waiting() == 0 ? policies::schedule_decision{} : policy_->schedule(in);
+  if (pages_short_ > 0)
+    policy_->preempt_for_growth(in, decision);
   for (auto id : decision.squash) {
     auto i = records_.find(id);
     if (i == records_.end() || (i->second.state != request_state::ready
@@ -266,11 +342,9 @@ scheduler_effects scheduler_core::admit(double now_s) {
     // discard and a re-prefill, which a preemption already is); a swapped
     // request comes back with the cache it had.
     if (!r.swapped) {
-      const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
       r.hidden = limits_.hidden_page_tokens > 0
                  && std::find(decision.hidden.begin(), decision.hidden.end(), id) != decision.hidden.end();
-      r.pages = policies::pages_for(prompt, r.spec.max_new_tokens,
-                                    r.hidden ? limits_.hidden_page_tokens : limits_.page_tokens);
+      r.pages = policies::pages_for(reserve_tokens(r), 0, tokens_per_page(r));
     }
     reserved_pages_ += r.pages;
     r.pages_pending = true;
@@ -401,6 +475,9 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
       e.tokens = r.spec.prompt;
       e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end());
     } else {
+      if (limits_.on_demand
+          && policies::pages_for(prompt + r.generated, 0, tokens_per_page(r)) > r.pages)
+        continue; // stalled: waits for pages (a growth or a preemption)
       e.new_tokens = 1;
       e.context_tokens = prompt + r.generated - 1;
       e.output_index = r.generated;
@@ -547,9 +624,16 @@ void scheduler_core::give_back(record& r, scheduler_effects& fx) {
   if (r.pages_granted) {
     fx.release_pages.push_back(id);
     reserved_pages_ -= r.pages;
-    // Freed pages may let a blocked admission through.
+    // Freed pages may let a blocked admission or growth through.
     memory_blocked_ = false;
+    growth_retry_ = true;
   }
+  if (r.grow_pending) {
+    reserved_pages_ -= r.grow_pages; // the release frees them when granted
+    r.grow_pending = false;
+    r.grow_pages = 0;
+  }
+  r.grow_blocked = false;
   if (r.adapter_granted)
     fx.release_adapters.push_back({id, r.spec.adapter_id});
   batch_.erase(std::remove(batch_.begin(), batch_.end(), id), batch_.end());
@@ -571,7 +655,7 @@ void scheduler_core::squash(record& r, scheduler_effects& fx) {
 }
 
 void scheduler_core::swap_out(record& r, scheduler_effects& fx) {
-  if (r.in_step || r.pages_pending || r.adapter_pending) {
+  if (r.in_step || r.pages_pending || r.adapter_pending || r.grow_pending) {
     r.swap_requested = true; // when the step or the grants come back
     return;
   }
@@ -614,6 +698,7 @@ scheduler_effects scheduler_core::on_swapped_out(std::uint64_t request_id, bool 
   r.pages_granted = false;
   r.page_ids.clear();
   memory_blocked_ = false;
+  growth_retry_ = true;
   if (ok && host_pages.size() == r.pages) {
     r.swapped = true;
     r.host_page_ids = std::move(host_pages);

@@ -34,11 +34,23 @@ struct scheduler_limits {
   /// bytes of a page (what a swap moves per page).
   std::uint64_t host_pages = 0;
   std::uint64_t page_bytes = 0;
+  /// Reserve pages as requests grow (vLLM's way: more requests fit, and a
+  /// request that cannot grow makes the policy preempt) instead of each
+  /// request's whole life at admission (S-LoRA's memory-safe way: never
+  /// preempts for memory).
+  bool on_demand = false;
+  /// On demand: pages kept free from admissions for growth (vLLM's 1%).
+  std::uint64_t growth_watermark = 0;
 };
 
 /// Work the shell must do after a call into the core, in field order.
 struct scheduler_effects {
   struct reserve { std::uint64_t request_id; std::uint64_t pages; };
+  /// `pages` more for a running request (on-demand reservation); answered
+  /// by on_grown with all of its pages.
+  /// `ticket` tells a stale answer (for a growth the request no longer
+  /// waits for) from the current one.
+  struct grow { std::uint64_t request_id; std::uint64_t pages; std::uint64_t ticket; };
   struct acquire { std::uint64_t request_id; std::uint32_t adapter_id; };
   struct release_adapter { std::uint64_t request_id; std::uint32_t adapter_id; };
   /// A KV swap: out copies `device_pages` into `host` pages the shell
@@ -60,6 +72,7 @@ struct scheduler_effects {
   };
 
   std::vector<reserve> reserves;
+  std::vector<grow> grows;
   std::vector<acquire> acquires;
   std::vector<std::uint64_t> release_pages; ///< request ids whose pages to free
   std::vector<release_adapter> release_adapters;
@@ -122,6 +135,12 @@ public:
     return on_adapter(request_id, granted ? adapter_grant::granted : adapter_grant::retry, now_s);
   }
 
+  /// The memory pool answered a growth; `pages` are all the request's page
+  /// ids. On refusal the request stalls until pages come free (the policy
+  /// is asked to preempt).
+  scheduler_effects on_grown(std::uint64_t request_id, std::uint64_t ticket, bool granted,
+                             std::vector<std::uint32_t> pages = {});
+
   /// A swap-out ended: on success the cache is in `host_pages` and the
   /// request waits to be swapped in; on failure (no host pages, a copy
   /// error) it waits to be recomputed. Its device pages are released.
@@ -132,7 +151,10 @@ public:
   scheduler_effects on_swapped_in(std::uint64_t request_id, bool ok, double now_s);
 
   /// Pages were freed elsewhere (adapter trim): admission may resume.
-  void on_memory_changed() noexcept { memory_blocked_ = false; }
+  void on_memory_changed() noexcept {
+    memory_blocked_ = false;
+    growth_retry_ = true;
+  }
 
   /// Builds the next step from ready and running requests; empty if a step is
   /// already in flight or nothing can run. Marks the step in flight.
@@ -163,6 +185,10 @@ public:
   std::uint64_t swapped_in() const noexcept { return swapped_in_; }
   /// Host pages held by swapped-out requests.
   std::uint64_t host_pages_held() const noexcept { return host_reserved_; }
+  /// Growths refused (on-demand reservation), and pages running requests
+  /// are short now.
+  std::uint64_t growths_denied() const noexcept { return growths_denied_; }
+  std::uint64_t pages_short() const noexcept { return pages_short_; }
   /// The policy's own counters (for stats).
   std::vector<std::pair<std::string, double>> policy_counters() const { return policy_->counters(); }
   /// Passes new queue cut-offs and quotas to the policy.
@@ -202,6 +228,10 @@ private:
     /// Has produced a token since its last admission (only such a request
     /// is offered to the policy for preemption: each admission makes progress).
     bool stepped = false;
+    bool grow_pending = false;
+    bool grow_blocked = false;
+    std::uint64_t grow_pages = 0; ///< asked for by the pending or refused growth
+    std::uint64_t grow_ticket = 0;
     /// Its cache waits in these host pages (swapped out).
     std::vector<std::uint32_t> host_page_ids;
     bool swapped = false;
@@ -222,6 +252,12 @@ private:
   void swap_out(record& r, scheduler_effects& fx);
   /// Frees the host pages of a swapped-out request.
   void release_host(record& r, scheduler_effects& fx);
+  /// Tokens one page of `r`'s cache holds.
+  std::uint32_t tokens_per_page(const record& r) const noexcept;
+  /// Tokens of cache admitting `r` reserves.
+  std::uint32_t reserve_tokens(const record& r) const noexcept;
+  /// On demand: asks for pages running requests need soon; totals pages_short_.
+  void request_growth(scheduler_effects& fx);
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
@@ -258,6 +294,10 @@ private:
   std::uint64_t swapped_in_ = 0;
   std::uint64_t host_reserved_ = 0; // host pages of swapped-out requests
   std::uint64_t host_pending_ = 0;  // host pages of swap-outs in flight
+  std::uint64_t growths_denied_ = 0;
+  std::uint64_t pages_short_ = 0;
+  bool growth_retry_ = false; // pages came free: retry refused growths
+  std::uint64_t next_ticket_ = 1;
 };
 
 } // namespace troupe

@@ -1,5 +1,7 @@
 #include "runtime/sim_engine.hpp"
 
+#include "runtime/calibration.hpp"
+
 #include <cmath>
 #include <utility>
 
@@ -10,6 +12,23 @@ namespace {
 constexpr page_owner adapter_owner(std::uint32_t id) { return {page_owner_kind::adapter, id}; }
 constexpr page_owner request_owner(std::uint64_t id) { return {page_owner_kind::request, id}; }
 
+/// Hands a cost-predicting policy the sim backend's figures, measured the
+/// way a live deployment measures its backend at start-up.
+std::unique_ptr<policies::scheduling_policy> calibrated(std::unique_ptr<policies::scheduling_policy> p,
+                                                        gpu::sim_backend& backend,
+                                                        const scheduler_limits& limits) {
+  if (p && p->wants_calibration()) {
+    calibration_setup cs;
+    cs.pool_pages = limits.total_pages;
+    cs.page_tokens = limits.page_tokens;
+    cs.page_bytes = limits.page_bytes;
+    cs.hidden_page_tokens = limits.hidden_page_tokens;
+    cs.repeats = 1; // modelled times do not vary
+    p->on_calibration(calibrate_backend(backend, cs));
+  }
+  return p;
+}
+
 } // namespace
 
 sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> backend,
@@ -17,8 +36,9 @@ sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> 
   : cfg_(std::move(cfg)),
     backend_(std::move(backend)),
     catalog_(std::move(catalog)),
-    core_(cfg_.limits, std::move(cfg_.scheduling), &backend_->vocab()),
+    core_(cfg_.limits, calibrated(std::move(cfg_.scheduling), *backend_, cfg_.limits), &backend_->vocab()),
     pool_(pool_pages),
+    host_(cfg_.limits.host_pages),
     cache_(std::move(cfg_.eviction), cfg_.cache.max_resident, cfg_.cache.window_s),
     transfers_(std::max<std::uint32_t>(cfg_.copy_inflight, 1)),
     pool_pages_(pool_pages) {
@@ -108,6 +128,18 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         const auto t = i->second;
         running_transfers_.erase(i);
         transfers_.finished(ev.arg, now_, true);
+        if (t.cls == transfer_class::swap_out || t.cls == transfer_class::swap_in) {
+          totals_.swap_bytes += t.bytes;
+          const auto key = std::make_pair(t.request_id, t.cls);
+          auto s = std::move(swaps_.at(key));
+          swaps_.erase(key);
+          if (t.cls == transfer_class::swap_out)
+            apply(core_.on_swapped_out(t.request_id, true, now_, std::move(s.host_pages)));
+          else
+            apply(core_.on_swapped_in(t.request_id, true, now_));
+          start_transfers();
+          break;
+        }
         totals_.pcie_bytes += t.bytes;
         totals_.pcie_seconds += t.copy_s;
         if (t.disk) {
@@ -132,6 +164,10 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
   totals_.pool_adapter_pages_at_end = pool_.used_pages(page_owner_kind::adapter);
   totals_.cache_pages_at_end = cache_.resident_pages();
   totals_.squashed = core_.squashed();
+  totals_.swapped_out = core_.swapped_out();
+  totals_.swapped_in = core_.swapped_in();
+  totals_.growths_denied = core_.growths_denied();
+  totals_.host_pages_at_end = host_.used_pages(page_owner_kind::request);
   totals_.aborted = core_.aborted();
   return std::move(outcomes_);
 }
@@ -157,10 +193,26 @@ void sim_engine::apply(scheduler_effects fx) {
                          ok ? std::vector<std::uint32_t>(pages.begin(), pages.end())
                             : std::vector<std::uint32_t>{}));
   }
+  for (const auto& g : fx.grows) {
+    // The pool answers at once, so no growth is ever stale here.
+    const bool ok = pool_.allocate(request_owner(g.request_id), g.pages);
+    const auto pages = pool_.pages_of(request_owner(g.request_id));
+    apply(core_.on_grown(g.request_id, g.ticket, ok, {pages.begin(), pages.end()}));
+  }
   for (const auto& a : fx.acquires)
     acquire(a.request_id, a.adapter_id);
   for (auto id : fx.release_pages)
     pool_.release(request_owner(id));
+  for (auto id : fx.release_host_pages)
+    host_.release(request_owner(id));
+  for (const auto& s : fx.swap_outs)
+    swap_out(s);
+  for (auto& s : fx.swap_ins) {
+    transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
+    swaps_[{s.request_id, transfer_class::swap_in}] = std::move(s);
+  }
+  if (!fx.swap_outs.empty() || !fx.swap_ins.empty())
+    start_transfers();
   for (const auto& a : fx.release_adapters) {
     cache_.release(a.adapter_id, now_);
     drop(cache_.evict_idle(now_));
@@ -188,6 +240,20 @@ void sim_engine::apply(scheduler_effects fx) {
       cfg_.classifier->observe(adapter, prompt, f.completion_tokens);
     }
   }
+}
+
+void sim_engine::swap_out(const scheduler_effects::swap& s) {
+  // Host pages first; without them the request is recomputed instead.
+  const auto owner = request_owner(s.request_id);
+  if (!host_.allocate(owner, s.device_pages.size())) {
+    apply(core_.on_swapped_out(s.request_id, false, now_));
+    return;
+  }
+  auto copy = s;
+  const auto held = host_.pages_of(owner);
+  copy.host_pages.assign(held.begin(), held.end());
+  transfers_.enqueue(transfer_class::swap_out, s.request_id, s.bytes, now_);
+  swaps_[{s.request_id, transfer_class::swap_out}] = std::move(copy);
 }
 
 void sim_engine::drop(const std::vector<std::uint32_t>& victims) {
@@ -248,6 +314,20 @@ void sim_engine::load(std::uint32_t adapter_id, transfer_class kind, bool retrie
 
 void sim_engine::start_transfers() {
   for (const auto& s : transfers_.start_ready(now_)) {
+    if (s.cls == transfer_class::swap_out || s.cls == transfer_class::swap_in) {
+      const auto& sw = swaps_.at({s.key, s.cls});
+      const auto r = backend_->swap_pages(
+        s.cls == transfer_class::swap_out ? gpu::swap_direction::out : gpu::swap_direction::in,
+        sw.device_pages, sw.host_pages, s.bytes);
+      transfer t{0, s.bytes};
+      t.cls = s.cls;
+      t.request_id = s.key;
+      t.copy_s = r.seconds;
+      t.done_s = now_ + r.seconds;
+      running_transfers_.emplace(s.id, t);
+      schedule(t.done_s, event_kind::transfer_done, s.id);
+      continue;
+    }
     const auto adapter_id = static_cast<std::uint32_t>(s.key);
     const auto* e = catalog_.by_id(adapter_id);
     const auto r = backend_->load_adapter(adapter_id, e ? e->path : std::string{}, s.bytes);

@@ -18,6 +18,7 @@
 #include "runtime/transfer_queue.hpp"
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <queue>
 #include <unordered_map>
@@ -76,6 +77,11 @@ struct sim_totals {
   std::uint64_t cache_pages_at_end = 0;
   std::uint64_t squashed = 0;
   std::uint64_t aborted = 0;
+  std::uint64_t swapped_out = 0;
+  std::uint64_t swapped_in = 0;
+  std::uint64_t swap_bytes = 0; ///< KV bytes moved by swaps, both ways
+  std::uint64_t growths_denied = 0;
+  std::uint64_t host_pages_at_end = 0;
   std::uint64_t tunings = 0;
   std::size_t queues = 1; ///< after the last tuning
 };
@@ -104,8 +110,10 @@ private:
     bool operator>(const event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
   struct transfer {
-    std::uint32_t adapter_id;
+    std::uint32_t adapter_id; ///< adapter loads
     std::uint64_t bytes;
+    transfer_class cls = transfer_class::demand_load;
+    std::uint64_t request_id = 0; ///< swaps
     double done_s = 0;
     bool disk = false;
     double disk_s = 0;
@@ -122,12 +130,16 @@ private:
   void settle(std::uint32_t adapter_id, scheduler_core::adapter_grant g);
   void drop(const std::vector<std::uint32_t>& victims);
   void prefetch(std::uint32_t adapter_id);
+  void swap_out(const scheduler_effects::swap& s);
 
   sim_engine_config cfg_;
   std::shared_ptr<gpu::sim_backend> backend_;
   adapter_catalog catalog_;
   scheduler_core core_;
   page_pool pool_;
+  page_pool host_;
+  /// Swaps queued or running: (request id, class) -> the swap.
+  std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> swaps_;
   adapter_cache cache_;
   transfer_queue transfers_;
   std::uint64_t pool_pages_;

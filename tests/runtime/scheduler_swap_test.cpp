@@ -47,13 +47,14 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 /// The shell: device and host page pools, answers on demand, and a check of
 /// every step entry against what the request should be fed.
 struct swap_shell {
-  explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages)
+  explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
     limits.page_tokens = 4;
     limits.host_pages = host_pages;
     limits.page_bytes = 1024;
+    limits.on_demand = on_demand;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -71,16 +72,30 @@ struct swap_shell {
     ASSERT_EQ(core->submit(std::move(s)), scheduler_core::submit_result::accepted);
   }
 
-  /// Carries out the effects; swaps are queued until answered.
+  /// Carries out the effects; swaps and growths are queued until answered.
   void apply(scheduler_effects fx) {
+    for (const auto& g : fx.grows) {
+      EXPECT_FALSE(grows.contains(g.request_id)) << "two growths at once for " << g.request_id;
+      grows[g.request_id] = g;
+    }
     for (const auto& r : fx.reserves) {
       const bool ok = device.allocate({page_owner_kind::request, r.request_id}, r.pages);
       auto ids = device.pages_of({page_owner_kind::request, r.request_id});
       apply(core->on_pages(r.request_id, ok, now, {ids.begin(), ids.end()}));
     }
     EXPECT_TRUE(fx.acquires.empty());
-    for (auto id : fx.release_pages)
+    for (auto id : fx.release_pages) {
+      // The pool takes messages in order: a growth asked for before this
+      // release is carried out first, and its (stale) answer comes later.
+      if (auto g = grows.find(id); g != grows.end()) {
+        const page_owner owner{page_owner_kind::request, id};
+        const bool ok = device.allocate(owner, g->second.pages);
+        const auto held = device.pages_of(owner);
+        stale.push_back({g->second, ok, {held.begin(), held.end()}});
+        grows.erase(g);
+      }
       EXPECT_GT(device.release({page_owner_kind::request, id}), 0u) << "device pages of " << id;
+    }
     for (auto id : fx.release_host_pages)
       EXPECT_GT(host.release({page_owner_kind::request, id}), 0u) << "host pages of " << id;
     for (auto& s : fx.swap_outs) {
@@ -122,6 +137,26 @@ struct swap_shell {
     }
     const bool copied = ok && !ids.empty();
     apply(core->on_swapped_out(s.request_id, copied, now, std::move(ids)));
+  }
+
+  /// Answers the oldest growth from the device pool.
+  void answer_grow() {
+    const auto g = grows.begin()->second;
+    grows.erase(grows.begin());
+    const page_owner owner{page_owner_kind::request, g.request_id};
+    const bool ok = device.allocate(owner, g.pages);
+    const auto held = device.pages_of(owner);
+    apply(core->on_grown(g.request_id, g.ticket, ok, {held.begin(), held.end()}));
+  }
+
+  /// Delivers the answer to a growth whose request was released meanwhile:
+  /// the core must ignore it.
+  void answer_stale() {
+    auto a = std::move(stale.front());
+    stale.erase(stale.begin());
+    const auto reserved = core->reserved_pages();
+    apply(core->on_grown(a.g.request_id, a.g.ticket, a.ok, std::move(a.pages)));
+    EXPECT_EQ(core->reserved_pages(), reserved);
   }
 
   void answer_in(bool ok = true) {
@@ -167,6 +202,13 @@ struct swap_shell {
   std::map<std::uint64_t, std::vector<std::int32_t>> tokens;
   std::map<std::uint64_t, finish_reason> finished;
   std::vector<scheduler_effects::swap> outs, ins;
+  std::map<std::uint64_t, scheduler_effects::grow> grows;
+  struct stale_answer {
+    scheduler_effects::grow g;
+    bool ok;
+    std::vector<std::uint32_t> pages;
+  };
+  std::vector<stale_answer> stale;
 };
 
 /// Request 1 (`prompt` + `max_new` tokens) runs two steps; then 2 arrives
@@ -324,12 +366,13 @@ TEST(scheduler_swap, cancels_while_swapping_or_swapped_release_each_page_once) {
 }
 
 TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once) {
-  for (std::uint64_t seed : {1u, 2u, 3u, 4u}) {
-    SCOPED_TRACE("seed " + std::to_string(seed));
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
+    const bool on_demand = seed % 2 == 0;
+    SCOPED_TRACE("seed " + std::to_string(seed) + (on_demand ? ", pages on demand" : ""));
     std::mt19937_64 rng{seed};
     auto chance = [&](double p) { return std::uniform_real_distribution<>{0, 1}(rng) < p; };
     auto pick = [&](std::uint64_t n) { return rng() % n; };
-    swap_shell s{48, 20};
+    swap_shell s{on_demand ? 14u : 48u, 20, on_demand};
     std::uint64_t next = 1;
     std::vector<std::uint64_t> ids;
     for (int iter = 0; iter < 4000 && (next <= 150 || s.core->in_system() > 0); ++iter) {
@@ -354,6 +397,10 @@ TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once
         s.answer_out(!chance(0.1));
       if (!s.ins.empty() && chance(0.6))
         s.answer_in(!chance(0.1));
+      if (!s.grows.empty() && chance(0.7))
+        s.answer_grow();
+      if (!s.stale.empty() && chance(0.5))
+        s.answer_stale();
       if (chance(0.8))
         s.step();
       if (s.core->memory_blocked() && chance(0.5))
@@ -366,6 +413,10 @@ TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once
         s.answer_out();
       while (!s.ins.empty())
         s.answer_in();
+      while (!s.grows.empty())
+        s.answer_grow();
+      while (!s.stale.empty())
+        s.answer_stale();
       s.step();
     }
     ASSERT_EQ(s.core->in_system(), 0u);
@@ -387,7 +438,55 @@ TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once
     EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
     EXPECT_EQ(s.core->reserved_pages(), 0u);
     EXPECT_EQ(s.core->host_pages_held(), 0u);
+    if (on_demand) {
+      EXPECT_GT(s.core->growths_denied(), 0u) << "the pool was meant to run short";
+    }
   }
+}
+
+TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_preempts_the_latest) {
+  swap_shell s{6, 0, true};
+  // 4-token pages. Each request: 3-token prompt, 12 new tokens: 4 pages
+  // for its life, 1 at admission.
+  s.submit(1, 3, 12);
+  s.now += 1;
+  s.submit(2, 3, 12);
+  s.admit();
+  EXPECT_EQ(s.core->reserved_pages(), 2u) << "one page each: prompt + the next token";
+  s.step(); // both prefill: positions 0-2 written, the next step writes 3
+  s.admit();
+  // The step after next writes position 4, on a second page: both ask for
+  // it a step early.
+  ASSERT_EQ(s.grows.size(), 2u);
+  s.answer_grow();
+  s.answer_grow();
+  EXPECT_EQ(s.core->reserved_pages(), 4u);
+  // Run until the pool (6 pages) cannot give both a third page and a
+  // fourth: the later arrival (2) is preempted for recompute (the default
+  // policy's choice) and 1 goes on.
+  for (int i = 0; i < 40 && s.core->squashed() == 0; ++i) {
+    s.step();
+    s.admit();
+    while (!s.grows.empty())
+      s.answer_grow();
+  }
+  EXPECT_GT(s.core->growths_denied(), 0u);
+  EXPECT_EQ(s.core->squashed(), 1u);
+  EXPECT_NE(s.core->state_of(1), request_state::waiting) << "the earlier arrival keeps running";
+  for (int i = 0; i < 200 && s.core->in_system() > 0; ++i) {
+    s.step();
+    s.admit();
+    while (!s.grows.empty())
+      s.answer_grow();
+  }
+  ASSERT_EQ(s.core->in_system(), 0u);
+  for (std::uint64_t id : {1u, 2u}) {
+    ASSERT_EQ(s.tokens[id].size(), 12u);
+    for (std::uint32_t i = 0; i < 12; ++i)
+      EXPECT_EQ(s.tokens[id][i], token_for(id, i));
+  }
+  EXPECT_EQ(s.device.owners(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
 } // namespace
