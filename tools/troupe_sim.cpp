@@ -55,6 +55,8 @@ constexpr const char* usage =
   "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
   "  --max-running N       running batch cap (default 256)\n"
+  "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
+  "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --seed N              adapter draws (default 1)\n"
   "  --json FILE           also write the results as JSON\n";
 
@@ -80,6 +82,8 @@ struct options {
   double prefetch_free = 0.1;
   std::uint64_t host_bytes = 0;
   std::uint32_t max_running = 256;
+  bool on_demand = false;
+  double host_gib = 0;
   std::uint64_t seed = 1;
   std::string json;
 };
@@ -152,6 +156,11 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--prefetch-free") { if (!need_num() || num >= 1) { err = "--prefetch-free must be in [0, 1)"; return false; } o.prefetch_free = num; }
     else if (a == "--host-bytes") { if (!need_num()) return false; o.host_bytes = static_cast<std::uint64_t>(num); }
     else if (a == "--max-running") { if (!need_num() || num < 1) { err = "--max-running must be >= 1"; return false; } o.max_running = static_cast<std::uint32_t>(num); }
+    else if (a == "--kv") {
+      if (v != "full" && v != "on_demand") { err = "--kv: full or on_demand"; return false; }
+      o.on_demand = v == "on_demand";
+    }
+    else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
     else if (a == "--seed") { if (!need_num()) return false; o.seed = static_cast<std::uint64_t>(num); }
     else if (a == "--json") o.json = v;
     else { err = "unknown option " + a; return false; }
@@ -292,6 +301,10 @@ int main(int argc, char** argv) {
     cfg.limits.max_waiting = 1u << 30;
     cfg.limits.total_pages = pool_pages;
     cfg.limits.page_tokens = page_tokens;
+    cfg.limits.page_bytes = page_bytes;
+    cfg.limits.on_demand = o.on_demand;
+    cfg.limits.growth_watermark = pool_pages / 100;
+    cfg.limits.host_pages = static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
     cfg.scheduling = std::move(scheduling);
     cfg.eviction = std::move(policy);
     cfg.classifier = std::move(classifier);
@@ -302,9 +315,8 @@ int main(int argc, char** argv) {
     cfg.cache.prefetch_free_fraction = o.prefetch_free;
     auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, gpu::cost_constants{}, o.host_bytes);
     cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
-    if (sched_name == "aptserve") // ρ from the cost model, as a calibration on the backend would give
-      cfg.scheduling->configure({{"rho", backend->cost_model().hidden_seconds_per_kv_page(page_tokens)},
-                                 {"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
+    if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
+      cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
                                  {"violated_decay", 0.4}});
     sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
     std::vector<sim_request> in;
@@ -337,13 +349,15 @@ int main(int argc, char** argv) {
   }
 
   if (!o.setups.empty()) {
-    std::printf("\n| scheduler:eviction | finished | aborted | squashed | queues | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | hit rate | PCIe GB | wall s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| scheduler:eviction | finished | aborted | recomputed | swapped | queues | req/s | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | hit rate | PCIe GB | wall s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const auto& r : results) {
       const auto& t = r.totals;
       const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
-      std::printf("| %s | %zu | %zu | %llu | %zu | %.3f | %.3f | %.2f | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
-                  r.finished, r.aborted, static_cast<unsigned long long>(t.squashed), t.queues, r.ttft_p50,
+      std::printf("| %s | %zu | %zu | %llu | %llu | %zu | %.2f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
+                  r.finished, r.aborted, static_cast<unsigned long long>(t.squashed),
+                  static_cast<unsigned long long>(t.swapped_out), t.queues,
+                  t.end_s > 0 ? static_cast<double>(r.finished) / t.end_s : 0.0, r.ttft_p50,
                   r.ttft_p99, r.e2e_p50, r.e2e_p99,
                   lookups > 0 ? static_cast<double>(t.adapter_hits) / lookups : 0.0,
                   static_cast<double>(t.pcie_bytes) / 1e9, r.wall_s);
@@ -371,7 +385,8 @@ int main(int argc, char** argv) {
       const auto& t = r.totals;
       const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
       j << (i ? "," : "") << "{\"policy\":\"" << r.policy << "\",\"finished\":" << r.finished
-        << ",\"lost\":" << r.lost << ",\"aborted\":" << r.aborted << ",\"squashed\":" << t.squashed << ",\"hit_rate\":" << (lookups > 0 ? t.adapter_hits / lookups : 0.0)
+        << ",\"lost\":" << r.lost << ",\"aborted\":" << r.aborted << ",\"squashed\":" << t.squashed << ",\"swapped_out\":" << t.swapped_out
+        << ",\"swap_bytes\":" << t.swap_bytes << ",\"growths_denied\":" << t.growths_denied << ",\"hit_rate\":" << (lookups > 0 ? t.adapter_hits / lookups : 0.0)
         << ",\"misses\":" << t.adapter_misses << ",\"evictions\":" << t.adapter_evictions
         << ",\"prefetches\":" << t.prefetches << ",\"prefetch_hits\":" << t.prefetch_hits
         << ",\"pcie_bytes\":" << t.pcie_bytes << ",\"disk_bytes\":" << t.disk_bytes
