@@ -43,6 +43,8 @@ struct waiting_view {
   /// the whole life is reserved up front; prompt + generated + 1 when pages
   /// come as it grows (schedule_limits::on_demand). 0: the whole life.
   std::uint32_t reserve_tokens = 0;
+  /// When its last token came (a preempted request); 0: none yet.
+  double last_token_s = 0;
 };
 
 /// The tokens of cache admitting `w` reserves (see reserve_tokens).
@@ -65,6 +67,10 @@ struct running_view {
   /// It has run at least one step since it was (re)admitted; preempting one
   /// that has not would undo an admission before it made any progress.
   bool started = false;
+  /// Its cache holds hidden states (else K and V).
+  bool hidden = false;
+  /// When its last token came; 0: none since it was admitted.
+  double last_token_s = 0;
 };
 
 /// Capacity the policy must respect this iteration.

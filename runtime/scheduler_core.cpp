@@ -143,6 +143,7 @@ void scheduler_core::enqueue_waiting(const record& r) {
   v.swapped = r.swapped;
   v.pages = r.swapped ? r.pages : 0;
   v.reserve_tokens = reserve_tokens(r);
+  v.last_token_s = r.last_token_s;
   // Keep arrival order; a request sent back by a denied reservation goes back
   // to its place, which is near the head.
   auto before = [](const policies::waiting_view& a, const policies::waiting_view& b) {
@@ -258,6 +259,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
     // One already chosen for preemption (waiting for its step) is not
     // offered again.
     v.started = r.stepped && !r.squash_requested && !r.swap_requested;
+    v.hidden = r.hidden;
+    v.last_token_s = r.last_token_s;
     running_views_.push_back(v);
   }
   adapters_in_use_.clear();
@@ -550,6 +553,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     r.output.push_back(tok);
     ++r.generated;
     r.last_token = tok;
+    r.last_token_s = now_s;
     if (tok == eos)
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok))

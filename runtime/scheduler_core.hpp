@@ -211,6 +211,7 @@ private:
     std::uint64_t pages = 0;
     std::uint32_t generated = 0;
     std::int32_t last_token = 0;
+    double last_token_s = 0;
     std::vector<std::uint32_t> page_ids;
     bool pages_pending = false;
     bool pages_granted = false;

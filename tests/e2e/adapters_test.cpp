@@ -294,6 +294,20 @@ TEST(preemption_e2e, preempted_requests_finish_with_the_tokens_they_would_have_p
   EXPECT_EQ(swap_stats.at("pool_empty_releases"), 0.0) << "no page released twice";
   EXPECT_EQ(swap_stats.at("host_pool_empty_releases"), 0.0) << "no host page released twice";
   EXPECT_EQ(swap_stats.at("host_pool_pages_kv"), 0.0) << "every host page came back";
+  // Pages on demand: twice as many requests start in the same pool, and
+  // those that cannot grow are preempted (swapped or recomputed).
+  const auto [grow_run, grow_stats] =
+    run_demo("grow", "[memory_pool]\npages = 12\nhost_pages = 64\n[scheduler]\npolicy = \"adaptive\"\n"
+                     "kv_reservation = \"on_demand\"\ngrowth_watermark = 0.0\n"
+                     "params = { preempt_margin = 0 }\n", requests);
+  ASSERT_EQ(grow_run.size(), requests.size());
+  EXPECT_GT(grow_stats.at("kv_growths_denied"), 0.0) << "the pool was meant to run short";
+  EXPECT_GT(grow_stats.at("requests_swapped_out") + grow_stats.at("requests_squashed"), 0.0);
+  for (const auto& [id, tokens] : free_run)
+    EXPECT_EQ(grow_run.at(id), tokens) << id << ": growing on demand changed the output";
+  EXPECT_EQ(grow_stats.at("pool_empty_releases"), 0.0);
+  EXPECT_EQ(grow_stats.at("host_pool_pages_kv"), 0.0);
+  EXPECT_EQ(grow_stats.at("pool_pages_kv"), 0.0) << "every page came back";
 }
 
 TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {
@@ -328,6 +342,18 @@ TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {
     EXPECT_EQ(tokens.size(), 30u) << id;
     EXPECT_EQ(hidden_run.at(id), tokens) << id << ": the hidden cache changed the output";
   }
+  // Hidden caches grown on demand in a pool too small for all: the decode
+  // greedy preempts, requests come back with a cache type chosen again.
+  const auto [grow_run, grow_stats] =
+    run_demo("hidden-grow", "[memory_pool]\npages = 6\n[scheduler]\npolicy = \"aptserve\"\n"
+                            "kv_reservation = \"on_demand\"\ngrowth_watermark = 0.0\n"
+                            "params = { rho = 0.0, ttft_slo_s = 0.0, tbt_slo_s = 0.0 }\n", requests, model.dir());
+  ASSERT_EQ(grow_run.size(), requests.size());
+  EXPECT_GT(grow_stats.at("aptserve_hidden_admitted"), 0.0);
+  EXPECT_GT(grow_stats.at("requests_squashed"), 0.0) << "the pool was meant to force preemptions";
+  for (const auto& [id, tokens] : kv_run)
+    EXPECT_EQ(grow_run.at(id), tokens) << id << ": growing hidden caches changed the output";
+  EXPECT_EQ(grow_stats.at("pool_pages_kv"), 0.0) << "every page came back";
 }
 
 } // namespace

@@ -142,5 +142,77 @@ TEST(aptserve_scheduling_policy, hidden_caches_when_memory_is_tight_kv_when_not)
   EXPECT_NE(p.configure({{"beta", 1}}), "");
 }
 
+running_view started(std::uint64_t id, std::uint32_t context, std::uint64_t pages, double last_token,
+                     bool hidden = false) {
+  running_view v;
+  v.request_id = id;
+  v.context_tokens = context;
+  v.pages = pages;
+  v.last_token_s = last_token;
+  v.started = true;
+  v.hidden = hidden;
+  return v;
+}
+
+TEST(aptserve_scheduling_policy, the_running_requests_turn_when_they_are_more_urgent) {
+  // now 10. Waiting: 1 arrived at 9.5 (p 0.5). Running: 8 and 9, tokens last
+  // at 7 and 8 (p 3 and 2), 48 tokens each: 4 KV pages with the next token.
+  const std::vector<waiting_view> w{wv(1, 48, 16, 9.5)};
+  const std::vector<running_view> r{started(8, 48, 4, 7), started(9, 48, 4, 8)};
+  aptserve_scheduling_policy p;
+  ASSERT_EQ(p.configure({{"rho", 0}, {"ttft_slo_s", 0}, {"tbt_slo_s", 0}}), "");
+  auto d = p.schedule(testing::schedule_at(10, w, r, 100));
+  EXPECT_TRUE(d.admit.empty()) << "Σp running 5 > Σp waiting 0.5: a decode round";
+  EXPECT_TRUE(d.squash.empty()) << "the whole pool holds both";
+  // A long-waiting request tips it: Σp waiting 6 > 5.
+  const std::vector<waiting_view> late{wv(1, 48, 16, 4)};
+  d = p.schedule(testing::schedule_at(10, late, r, 100));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{1}));
+  // Nothing waiting fits: the running requests' turn even when less urgent.
+  d = p.schedule(testing::schedule_at(10, late, r, 3));
+  EXPECT_TRUE(d.admit.empty());
+  // Grown to 64 tokens (5 pages with the next) in 4 pages each, nothing
+  // free: the decode greedy keeps the more urgent (8) and preempts 9.
+  const std::vector<running_view> grown{started(8, 64, 4, 7), started(9, 64, 4, 8)};
+  d = p.schedule(testing::schedule_at(10, w, grown, 0));
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{9}));
+  // Admissions only: the waiting request goes in, no one is preempted.
+  ASSERT_EQ(p.configure({{"rho", 0}, {"ttft_slo_s", 0}, {"tbt_slo_s", 0}, {"decode_side", 0}}), "");
+  d = p.schedule(testing::schedule_at(10, w, r, 100));
+  EXPECT_EQ(d.admit, (std::vector<std::uint64_t>{1}));
+  EXPECT_TRUE(d.squash.empty());
+}
+
+TEST(aptserve_scheduling_policy, a_running_hidden_cache_kept_as_kv_is_prefilled_again) {
+  // Hidden caches hold 32 tokens a page. Running 8 keeps a hidden cache;
+  // with room and a positive ρ the decode greedy upgrades it to KV.
+  const std::vector<waiting_view> none;
+  const std::vector<running_view> r{started(8, 48, 2, 7, true), started(9, 48, 4, 7)};
+  const std::vector<std::uint32_t> no_adapters;
+  aptserve_scheduling_policy p;
+  ASSERT_EQ(p.configure({{"rho", 0.001}, {"ttft_slo_s", 0}, {"tbt_slo_s", 0}}), "");
+  auto d = p.schedule(testing::schedule_at(10, none, r, 100, no_adapters, 32));
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{8}));
+  ASSERT_EQ(p.configure({{"rho", 0.001}, {"ttft_slo_s", 0}, {"tbt_slo_s", 0}, {"retype", 0}}), "");
+  d = p.schedule(testing::schedule_at(10, none, r, 100, no_adapters, 32));
+  EXPECT_TRUE(d.squash.empty());
+}
+
+TEST(aptserve_scheduling_policy, short_of_pages_the_decode_greedy_picks_the_survivors) {
+  // On-demand reservation: three running requests, 2 pages short. The decode
+  // greedy over the pool they hold (12 pages) keeps the two most valuable
+  // per page; the third (least pending time) is preempted.
+  const std::vector<waiting_view> none;
+  const std::vector<running_view> r{started(7, 64, 4, 7), started(8, 64, 4, 8), started(9, 64, 4, 9)};
+  aptserve_scheduling_policy p;
+  ASSERT_EQ(p.configure({{"rho", 0}, {"ttft_slo_s", 0}, {"tbt_slo_s", 0}}), "");
+  auto in = testing::schedule_at(10, none, r, 0);
+  in.limits.on_demand = true;
+  in.pages_short = 2;
+  schedule_decision d;
+  p.preempt_for_growth(in, d);
+  EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{9}));
+}
+
 } // namespace
 } // namespace troupe::policies
