@@ -58,24 +58,31 @@ gpu::step_entry prefill_entry(const std::vector<std::int32_t>& tokens, std::vect
   return e;
 }
 
-/// Median decode-step time after a prefill of `context` tokens, or < 0.
-double decode_seconds(gpu::executor_backend& b, const std::vector<std::int32_t>& context,
-                      std::vector<std::uint32_t> pages, bool hidden, int repeats) {
-  auto e = prefill_entry(context, std::move(pages), hidden);
-  if (time_step(b, e) < 0)
-    return -1;
+/// Median time of a decode step over `seqs` sequences of `context` tokens
+/// each (prefilled first), on consecutive pages from `first_page`; < 0 on a
+/// failure.
+double decode_seconds(gpu::executor_backend& b, const std::vector<std::int32_t>& context, std::uint32_t seqs,
+                      std::uint64_t pages_each, std::uint32_t first_page, bool hidden, int repeats) {
+  std::vector<gpu::step_entry> batch;
+  for (std::uint32_t i = 0; i < seqs; ++i) {
+    auto e = prefill_entry(context, page_range(first_page + static_cast<std::uint32_t>(i * pages_each), pages_each),
+                           hidden);
+    e.request_id = i + 1;
+    if (time_step(b, e) < 0)
+      return -1;
+    // The decode: the same position each time (it overwrites one slot).
+    e.new_tokens = 1;
+    e.context_tokens = static_cast<std::uint32_t>(context.size());
+    e.output_index = 1;
+    e.tokens.assign(1, context.back());
+    batch.push_back(std::move(e));
+  }
   std::vector<double> times;
   for (int i = 0; i < repeats; ++i) {
-    // The same position each time: it overwrites one slot, the context stays.
-    gpu::step_entry d = e;
-    d.new_tokens = 1;
-    d.context_tokens = static_cast<std::uint32_t>(context.size());
-    d.output_index = 1;
-    d.tokens.assign(1, context.back());
-    const double t = time_step(b, d);
-    if (t < 0)
+    const auto r = b.run_step(batch);
+    if (r.tokens.size() != batch.size() || std::any_of(r.tokens.begin(), r.tokens.end(), [](auto t) { return t < 0; }))
       return -1;
-    times.push_back(t);
+    times.push_back(r.device_seconds);
   }
   return median(times);
 }
@@ -129,18 +136,24 @@ policies::cost_calibration calibrate_backend(gpu::executor_backend& b, const cal
     }
   }
 
-  // ρ: a decode step over a hidden cache against one over K and V.
+  // ρ: a decode step over hidden caches against one over K and V, with as
+  // long a context and as many sequences (up to 8) as the pool holds: at
+  // small sizes a memory-bound step hides the recompute entirely.
   if (s.hidden_page_tokens > s.page_tokens) {
-    const auto context = std::min<std::uint32_t>(s.max_tokens, 256);
-    const auto kv_pages = pages_for(context + 1, s.page_tokens);
-    const auto hidden_pages = pages_for(context + 1, s.hidden_page_tokens);
-    if (kv_pages + hidden_pages <= s.pool_pages && context > 1) {
+    for (std::uint32_t context = std::min<std::uint32_t>(s.max_tokens, 512); context >= 16; context /= 2) {
+      const auto kv_pages = pages_for(context + 1, s.page_tokens);
+      const auto hidden_pages = pages_for(context + 1, s.hidden_page_tokens);
+      const auto seqs = std::min<std::uint64_t>(8, s.pool_pages / (kv_pages + hidden_pages));
+      if (seqs == 0)
+        continue;
       const std::vector<std::int32_t> prompt(text.begin(), text.begin() + context);
-      const double kv = decode_seconds(b, prompt, page_range(0, kv_pages), false, repeats);
-      const double hidden = decode_seconds(
-        b, prompt, page_range(static_cast<std::uint32_t>(kv_pages), hidden_pages), true, repeats);
+      const auto n = static_cast<std::uint32_t>(seqs);
+      const double kv = decode_seconds(b, prompt, n, kv_pages, 0, false, repeats);
+      const double hidden = decode_seconds(b, prompt, n, hidden_pages, static_cast<std::uint32_t>(seqs * kv_pages),
+                                           true, repeats);
       if (kv >= 0 && hidden >= 0)
-        out.hidden_page_seconds = std::max(0.0, hidden - kv) / static_cast<double>(hidden_pages);
+        out.hidden_page_seconds = std::max(0.0, hidden - kv) / static_cast<double>(seqs * hidden_pages);
+      break;
     }
   }
   return out;

@@ -1,8 +1,9 @@
 // The cpu model's hybrid cache and recompute on models troupe-mkmodel writes:
 // a request's greedy tokens are the same with a KV cache, with a hidden cache
 // (K and V recomputed from stored hidden states, rotary embeddings at their
-// original positions), with an adapter on q/v, and after a recompute (a
-// prefill of prompt + output so far); a hidden cache packs twice the tokens
+// original positions), with an adapter on q/v, after a recompute (a
+// prefill of prompt + output so far) and after a swap (pages copied out to
+// host memory and back into other pages); a hidden cache packs twice the tokens
 // per page on a multi-head model, and a grouped-query model where it saves
 // nothing refuses it.
 #include "gpu/cpu_model.hpp"
@@ -51,7 +52,8 @@ double relative_gap(const std::vector<float>& a, const std::vector<float>& b) {
 
 decoded decode(cpu_model& m, const std::vector<std::int32_t>& prompt, std::size_t steps,
                bool hidden, const lora_adapter* adapter, std::vector<std::uint32_t> pages,
-               std::vector<std::uint32_t> fresh = {}, std::size_t recompute_at = 0) {
+               std::vector<std::uint32_t> fresh = {}, std::size_t recompute_at = 0,
+               std::size_t swap_at = 0) {
   const auto vocab = m.config().vocab_size;
   decoded d;
   auto& out = d.tokens;
@@ -66,6 +68,20 @@ decoded decode(cpu_model& m, const std::vector<std::int32_t>& prompt, std::size_
     start += static_cast<std::uint32_t>(feed.size());
     out.push_back(argmax(logits));
     feed = {out.back()};
+    if (swap_at > 0 && out.size() == swap_at) {
+      // Preempted by swap: every page out to host memory, the device pages
+      // scribbled over (another request used them), then back into others.
+      std::vector<std::vector<float>> host(pages.size(), std::vector<float>(m.page_floats()));
+      for (std::size_t i = 0; i < pages.size(); ++i)
+        EXPECT_TRUE(m.read_page(pages[i], host[i]));
+      const std::vector<float> junk(m.page_floats(), 7.0f);
+      for (auto pg : pages)
+        EXPECT_TRUE(m.write_page(pg, junk));
+      for (std::size_t i = 0; i < fresh.size(); ++i)
+        EXPECT_TRUE(m.write_page(fresh[i], host[i]));
+      pages = fresh;
+      swap_at = 0;
+    }
     if (recompute_at > 0 && out.size() == recompute_at) {
       // Preempted by recompute: the cache is gone; prefill prompt + output.
       feed = prompt;
@@ -106,6 +122,8 @@ TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
       {"recompute (KV)", decode(m, prompt, steps, false, ad, {20, 21, 22}, {30, 31, 32}, 9)},
       {"recompute into a hidden cache", decode(m, prompt, steps, true, ad, {40, 41}, {42, 43}, 9)},
       {"recompute after one token", decode(m, prompt, steps, false, ad, {50, 51, 52}, {53, 54, 55}, 1)},
+      {"swapped out and in (KV)", decode(m, prompt, steps, false, ad, {56, 57, 58}, {59, 60, 61}, 0, 9)},
+      {"swapped out and in (hidden)", decode(m, prompt, steps, true, ad, {44, 45}, {46, 47}, 0, 17)},
     };
     for (const auto& [what, d] : others) {
       EXPECT_EQ(d.tokens, kv.tokens) << what;
@@ -113,6 +131,12 @@ TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
       EXPECT_LE(relative_gap(d.logits, kv.logits), 1e-4) << what;
     }
   }
+  // Page copies check their bounds.
+  std::vector<float> page(m.page_floats());
+  EXPECT_FALSE(m.read_page(64, page)) << "no page 64 in a store of 64";
+  EXPECT_FALSE(m.write_page(64, page));
+  page.pop_back();
+  EXPECT_FALSE(m.read_page(0, page)) << "a buffer of the wrong size";
   // A hidden sequence given too few pages for its tokens is refused.
   cpu_sequence s{prompt, 0, std::vector<std::uint32_t>{}, nullptr, true};
   EXPECT_TRUE(m.forward(std::span{&s, 1}).empty());
