@@ -3,6 +3,7 @@
 #include "policies/aptserve_greedy.hpp"
 #include "policies/params.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_map>
 
@@ -18,6 +19,7 @@ std::string aptserve_scheduling_policy::configure(const std::map<std::string, do
     .number("tbt_slo_s", tbt_slo_s_)
     .flag("decode_side", decode_side_)
     .flag("retype", retype_)
+    .flag("preempt_unselected", preempt_unselected_)
     .apply(params);
 }
 
@@ -88,10 +90,12 @@ void aptserve_scheduling_policy::decode_select(const schedule_input& in, std::sp
     if (!r.started)
       continue;
     auto k = kept.find(r.request_id);
-    // Unselected, or selected with the other cache type: discarded and
-    // prefilled again (the prefill greedy picks its type then).
+    // Selected with the other cache type: discarded and prefilled again (the
+    // prefill greedy picks its type then). Unselected: kept by default (its
+    // pages are already held; a real shortage goes through
+    // preempt_for_growth), preempted as in the paper with preempt_unselected.
     const bool retype = k != kept.end() && retype_ && k->second != r.hidden;
-    if (k == kept.end() || retype) {
+    if ((k == kept.end() && preempt_unselected_) || retype) {
       d.squash.push_back(r.request_id);
       ++decode_preempted_;
     }
@@ -99,16 +103,29 @@ void aptserve_scheduling_policy::decode_select(const schedule_input& in, std::sp
 }
 
 void aptserve_scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
-  if (decode_side_) {
-    const auto running = running_candidates(in);
-    std::size_t violated = 0;
-    for (const auto& c : running)
-      violated += c.violated ? 1 : 0;
-    auto tight = in;
-    // The pages the short requests need are not there to give.
-    tight.limits.free_pages = 0;
-    if (d.squash.empty() && d.swap.empty())
-      decode_select(tight, running, params_for(in, violated), d);
+  if (decode_side_ && d.squash.empty() && d.swap.empty()) {
+    // The decode greedy's choice at the margin: the running requests it
+    // values least per page go first, only until the shortfall is covered
+    // (its break-at-the-first-misfit over the whole batch would preempt
+    // every request after the misfit, far more than the growth needs).
+    std::vector<std::pair<double, const running_view*>> order;
+    for (const auto& r : in.running) {
+      if (!r.started)
+        continue;
+      const double p = pending_of(in.now_s, r.arrival_s, r.last_token_s);
+      const bool violated = tbt_slo_s_ > 0 && p > tbt_slo_s_;
+      const double m = static_cast<double>(std::max<std::uint64_t>(pages_for(r.context_tokens + 1, 0, in.limits.page_tokens), 1));
+      order.emplace_back(violated ? (decay_ > 0 ? decay_ * p / m : 0.0) : p / m, &r);
+    }
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::uint64_t freed = 0;
+    for (const auto& [value, r] : order) {
+      if (freed >= in.pages_short)
+        break;
+      d.squash.push_back(r->request_id);
+      freed += r->pages;
+      ++decode_preempted_;
+    }
   }
   scheduling_policy::preempt_for_growth(in, d); // whatever is still short
 }

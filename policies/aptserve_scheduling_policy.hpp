@@ -8,11 +8,13 @@
 // keeps hidden caches, or with a KV cache. The iteration's type (§4.4): when
 // the running requests' summed pending time exceeds the waiting ones', or
 // nothing waiting fits, it is the running requests' turn: nothing is
-// admitted, and the decode greedy over the whole pool keeps or preempts each
-// running request (recompute; a request kept with the other cache type is
-// discarded and prefilled again). Under on-demand reservation the same
-// decode greedy chooses whom to preempt when requests cannot grow. ρ is
-// measured on the backend at start-up unless configured.
+// admitted, and the decode greedy over the whole pool chooses each running
+// request's cache type (a request kept with the other type is discarded and
+// prefilled again; one left out is preempted only with preempt_unselected).
+// Under on-demand reservation, when requests cannot grow, the running
+// requests the greedy values least per page are preempted until the
+// shortfall is covered. ρ is measured on the backend at start-up unless
+// configured.
 #pragma once
 
 #include "policies/aptserve_greedy.hpp"
@@ -30,7 +32,11 @@ public:
   /// to a near-zero value; 0.4: Apt-Serve's Scheduling*, which keeps 40% of
   /// their value), "decode_side" (1: the iteration-type choice and the decode
   /// greedy; 0: admissions only), "retype" (1: a running request the decode
-  /// greedy keeps with the other cache type is prefilled again with it).
+  /// greedy keeps with the other cache type is prefilled again with it),
+  /// "preempt_unselected" (0: a running request the decode greedy leaves out
+  /// keeps running on the pages it holds; 1: preempted, as in the paper,
+  /// which in this mixed prefill/decode engine costs far more recomputes
+  /// than it saves: docs/benchmarks.md).
   std::string configure(const std::map<std::string, double>& params) override;
   bool wants_calibration() const noexcept override { return true; }
   /// ρ measured on the backend, unless "rho" was configured.
@@ -53,6 +59,7 @@ private:
   bool fallback_ = true;
   bool decode_side_ = true;
   bool retype_ = true;
+  bool preempt_unselected_ = false;
   double decay_ = 0;
   std::uint64_t hidden_admitted_ = 0;
   std::uint64_t kv_admitted_ = 0;

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -57,6 +58,7 @@ constexpr const char* usage =
   "  --max-running N       running batch cap (default 256)\n"
   "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
+  "  --sched-params LIST   key=value pairs handed to every scheduling policy's configure(), after the tool's own\n"
   "  --seed N              adapter draws (default 1)\n"
   "  --json FILE           also write the results as JSON\n";
 
@@ -84,6 +86,7 @@ struct options {
   std::uint32_t max_running = 256;
   bool on_demand = false;
   double host_gib = 0;
+  std::map<std::string, double> sched_params;
   std::uint64_t seed = 1;
   std::string json;
 };
@@ -161,6 +164,18 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.on_demand = v == "on_demand";
     }
     else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
+    else if (a == "--sched-params") {
+      for (const auto& kv : split(v)) {
+        const auto eq = kv.find('=');
+        char* end = nullptr;
+        const double x = eq == std::string::npos ? 0 : std::strtod(kv.c_str() + eq + 1, &end);
+        if (eq == std::string::npos || end == kv.c_str() + eq + 1 || *end != '\0') {
+          err = "--sched-params: \"" + kv + "\" is not key=number";
+          return false;
+        }
+        o.sched_params[kv.substr(0, eq)] = x;
+      }
+    }
     else if (a == "--seed") { if (!need_num()) return false; o.seed = static_cast<std::uint64_t>(num); }
     else if (a == "--json") o.json = v;
     else { err = "unknown option " + a; return false; }
@@ -318,6 +333,17 @@ int main(int argc, char** argv) {
     if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
       cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
                                  {"violated_decay", 0.4}});
+    if (!o.sched_params.empty()) {
+      auto params = o.sched_params;
+      if (sched_name == "aptserve") { // keep the tool's own unless overridden
+        params.try_emplace("ttft_slo_s", o.slo > 0 ? o.slo : 5.0);
+        params.try_emplace("violated_decay", 0.4);
+      }
+      if (auto e = cfg.scheduling->configure(params); !e.empty()) {
+        std::cerr << "troupe-sim: --sched-params: " << e << "\n";
+        return 2;
+      }
+    }
     sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
     std::vector<sim_request> in;
     in.reserve(reqs.size());

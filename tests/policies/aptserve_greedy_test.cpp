@@ -172,8 +172,12 @@ TEST(aptserve_scheduling_policy, the_running_requests_turn_when_they_are_more_ur
   d = p.schedule(testing::schedule_at(10, late, r, 3));
   EXPECT_TRUE(d.admit.empty());
   // Grown to 64 tokens (5 pages with the next) in 4 pages each, nothing
-  // free: the decode greedy keeps the more urgent (8) and preempts 9.
+  // free: the decode greedy keeps the more urgent (8) only. 9 keeps running
+  // on the pages it holds, unless preempt_unselected (the paper's rule).
   const std::vector<running_view> grown{started(8, 64, 4, 7), started(9, 64, 4, 8)};
+  d = p.schedule(testing::schedule_at(10, w, grown, 0));
+  EXPECT_TRUE(d.squash.empty());
+  ASSERT_EQ(p.configure({{"rho", 0}, {"ttft_slo_s", 0}, {"tbt_slo_s", 0}, {"preempt_unselected", 1}}), "");
   d = p.schedule(testing::schedule_at(10, w, grown, 0));
   EXPECT_EQ(d.squash, (std::vector<std::uint64_t>{9}));
   // Admissions only: the waiting request goes in, no one is preempted.
@@ -199,9 +203,9 @@ TEST(aptserve_scheduling_policy, a_running_hidden_cache_kept_as_kv_is_prefilled_
 }
 
 TEST(aptserve_scheduling_policy, short_of_pages_the_decode_greedy_picks_the_survivors) {
-  // On-demand reservation: three running requests, 2 pages short. The decode
-  // greedy over the pool they hold (12 pages) keeps the two most valuable
-  // per page; the third (least pending time) is preempted.
+  // On-demand reservation: three running requests, 2 pages short. The one
+  // the greedy values least per page (least pending time) goes, and only
+  // it: its 4 pages cover the shortfall.
   const std::vector<waiting_view> none;
   const std::vector<running_view> r{started(7, 64, 4, 7), started(8, 64, 4, 8), started(9, 64, 4, 9)};
   aptserve_scheduling_policy p;
