@@ -95,6 +95,53 @@ bool parse_timestamp(std::string_view t, double& out) {
 
 } // namespace
 
+std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    return path + ": cannot open";
+  std::string line;
+  if (!std::getline(in, line))
+    return path + ": empty file";
+  if (!line.empty() && line.back() == '\r')
+    line.pop_back();
+  if (line.rfind("num_prefill_tokens,num_decode_tokens", 0) != 0)
+    return path + ":1: expected a header starting num_prefill_tokens,num_decode_tokens, got \"" + line + "\"";
+  std::vector<request> out;
+  for (std::size_t n = 2; std::getline(in, line); ++n) {
+    if (!line.empty() && line.back() == '\r')
+      line.pop_back();
+    if (line.empty())
+      continue;
+    const auto where = path + ":" + std::to_string(n) + ": ";
+    const auto c1 = line.find(',');
+    const auto c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
+    if (c1 == std::string::npos)
+      return where + "expected comma-separated fields, got \"" + line + "\"";
+    request r;
+    r.adapter = none_adapter;
+    if (!parse_u32(std::string_view{line}.substr(0, c1), r.prompt_tokens) || r.prompt_tokens == 0)
+      return where + "num_prefill_tokens \"" + line.substr(0, c1) + "\" is not a positive integer";
+    const auto decode = std::string_view{line}.substr(c1 + 1, c2 == std::string::npos ? std::string::npos : c2 - c1 - 1);
+    if (!parse_u32(decode, r.output_tokens) || r.output_tokens == 0)
+      return where + "num_decode_tokens \"" + std::string{decode} + "\" is not a positive integer";
+    out.push_back(r);
+  }
+  if (out.empty())
+    return path + ": no requests";
+  return out;
+}
+
+std::variant<std::vector<request>, std::string> load_trace(const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    return path + ": cannot open";
+  std::string header;
+  std::getline(in, header);
+  if (header.rfind("num_prefill_tokens", 0) == 0)
+    return load_sharegpt_lengths(path);
+  return load_azure_trace(path);
+}
+
 std::variant<std::vector<request>, std::string> load_azure_trace(const std::string& path) {
   std::ifstream in{path};
   if (!in)
@@ -149,6 +196,23 @@ std::vector<double> gamma_arrivals(std::size_t n, double rate, double cv, std::u
     t += gamma(s, shape) * scale;
     out.push_back(t);
   }
+  return out;
+}
+
+std::vector<request> synthetic(std::size_t n, double rate, double cv, std::uint32_t prompt_lo,
+                               std::uint32_t prompt_hi, std::uint32_t output_lo, std::uint32_t output_hi,
+                               std::uint64_t seed) {
+  const auto t = gamma_arrivals(n, rate, cv, seed);
+  std::uint64_t s = seed ^ 0x5bd1e995u;
+  auto draw = [&](std::uint32_t lo, std::uint32_t hi) {
+    if (hi <= lo)
+      return lo;
+    return lo + static_cast<std::uint32_t>(splitmix(s) % (std::uint64_t{hi} - lo + 1));
+  };
+  std::vector<request> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out.push_back({t[i], draw(prompt_lo, prompt_hi), draw(output_lo, output_hi), none_adapter});
   return out;
 }
 

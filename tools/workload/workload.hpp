@@ -29,11 +29,26 @@ inline constexpr std::uint32_t none_adapter = 0xffffffffu;
 /// the file, the line and the field.
 std::variant<std::vector<request>, std::string> load_azure_trace(const std::string& path);
 
+/// Reads a ShareGPT length file (num_prefill_tokens, num_decode_tokens, ...;
+/// the one Sarathi-Serve and Vidur use): lengths only, every arrival 0 (give
+/// them arrivals with gamma_arrivals). An error names the file, the line and
+/// the field.
+std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std::string& path);
+
+/// Reads either trace kind, by its header.
+std::variant<std::vector<request>, std::string> load_trace(const std::string& path);
+
 // -- generators -------------------------------------------------------------
 
 /// Arrivals of `n` requests at mean rate `rate` (per second) with inter-
 /// arrival gaps of coefficient of variation `cv` (Gamma; cv = 1 is Poisson).
 std::vector<double> gamma_arrivals(std::size_t n, double rate, double cv, std::uint64_t seed);
+
+/// S-LoRA's synthetic workload: `n` requests with Gamma arrivals (rate, cv)
+/// and prompt and output lengths uniform in [lo, hi] (inclusive).
+std::vector<request> synthetic(std::size_t n, double rate, double cv, std::uint32_t prompt_lo,
+                               std::uint32_t prompt_hi, std::uint32_t output_lo, std::uint32_t output_hi,
+                               std::uint64_t seed);
 
 // -- shaping ----------------------------------------------------------------
 

@@ -1,0 +1,107 @@
+// The benchmark report: per-request records summarised into percentiles,
+// throughput and SLO attainment; the effective throughput over a rate sweep;
+// the ShareGPT length loader and S-LoRA's synthetic generator.
+#include "tools/workload/report.hpp"
+#include "tools/workload/workload.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unistd.h>
+
+namespace troupe::workload {
+namespace {
+
+request_record rec(double arrival, double ttft, double tbt, double e2e, std::uint32_t tokens,
+                   std::string outcome = "length") {
+  request_record r;
+  r.arrival_s = arrival;
+  r.ttft_s = ttft;
+  r.tbt_mean_s = tbt;
+  r.e2e_s = e2e;
+  r.completion_tokens = tokens;
+  r.outcome = std::move(outcome);
+  return r;
+}
+
+TEST(report, summary_percentiles_throughput_and_attainment) {
+  const std::vector<request_record> records{
+    rec(0, 0.1, 0.02, 1.0, 10), rec(1, 0.2, 0.03, 2.0, 20), rec(2, 0.5, 0.05, 3.0, 30),
+    rec(3, 2.0, 0.04, 5.0, 40), rec(4, -1, -1, -1, 0, "overloaded")};
+  const auto s = summarize_run(records, {0.6, 0.045}, 1.0, "fcfs");
+  EXPECT_EQ(s.requests, 5u);
+  EXPECT_EQ(s.finished, 4u);
+  EXPECT_EQ(s.failed, 1u);
+  // First arrival 0, last reply at 3 + 5 = 8: 4 requests and 100 tokens in 8 s.
+  EXPECT_DOUBLE_EQ(s.duration_s, 8.0);
+  EXPECT_DOUBLE_EQ(s.requests_per_s, 0.5);
+  EXPECT_DOUBLE_EQ(s.tokens_per_s, 12.5);
+  EXPECT_DOUBLE_EQ(s.ttft.p50, 0.2) << "nearest rank";
+  EXPECT_DOUBLE_EQ(s.ttft.p99, 2.0);
+  EXPECT_DOUBLE_EQ(s.e2e.mean, 2.75);
+  // Within TTFT 0.6 s and TBT 0.045 s: the first two only (the third's TBT
+  // and the fourth's TTFT miss); the failed one counts against it.
+  EXPECT_DOUBLE_EQ(s.attainment, 2.0 / 5.0);
+  EXPECT_DOUBLE_EQ(summarize_run(records, {}, 1.0, "x").attainment, 4.0 / 5.0) << "no SLO: finished ones";
+}
+
+TEST(report, effective_throughput_is_the_highest_rate_meeting_the_attainment) {
+  std::vector<run_summary> runs(4);
+  const double rates[] = {1, 2, 3, 4}, attain[] = {1.0, 0.95, 0.85, 0.91};
+  for (int i = 0; i < 4; ++i) {
+    runs[i].offered_rate = rates[i];
+    runs[i].attainment = attain[i];
+  }
+  EXPECT_DOUBLE_EQ(effective_throughput(runs, 0.9), 4.0) << "the highest, even past a dip";
+  EXPECT_DOUBLE_EQ(effective_throughput(runs, 0.96), 1.0);
+  EXPECT_DOUBLE_EQ(effective_throughput(runs, 1.01), 0.0);
+  std::ostringstream json;
+  runs[0].label = runs[1].label = runs[2].label = runs[3].label = "a\"b";
+  write_json(json, runs);
+  EXPECT_NE(json.str().find("\"effective_throughput\":{\"a\\\"b\":4}"), std::string::npos) << json.str();
+}
+
+std::string temp_file(const std::string& text) {
+  const auto p = std::filesystem::temp_directory_path() / ("troupe-report-" + std::to_string(::getpid()) + ".csv");
+  std::ofstream{p} << text;
+  return p.string();
+}
+
+TEST(workload, sharegpt_lengths_load_and_bad_rows_are_named) {
+  const auto path = temp_file("num_prefill_tokens,num_decode_tokens,num_total_tokens,pd_ratio\n"
+                              "74,918,992,0.08\n290,905,1195,0.32\n");
+  auto got = load_trace(path);
+  ASSERT_TRUE(std::holds_alternative<std::vector<request>>(got)) << std::get<std::string>(got);
+  const auto& r = std::get<std::vector<request>>(got);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].prompt_tokens, 290u);
+  EXPECT_EQ(r[1].output_tokens, 905u);
+  const auto bad = temp_file("num_prefill_tokens,num_decode_tokens\n74,918\n12,zero\n");
+  auto err = load_sharegpt_lengths(bad);
+  ASSERT_TRUE(std::holds_alternative<std::string>(err));
+  EXPECT_NE(std::get<std::string>(err).find(":3: num_decode_tokens \"zero\""), std::string::npos)
+    << std::get<std::string>(err);
+  std::filesystem::remove(path);
+}
+
+TEST(workload, synthetic_lengths_are_uniform_in_their_ranges_and_reproducible) {
+  const auto a = synthetic(2000, 4, 1, 8, 512, 8, 64, 7);
+  const auto b = synthetic(2000, 4, 1, 8, 512, 8, 64, 7);
+  ASSERT_EQ(a.size(), 2000u);
+  double sum = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt_tokens, b[i].prompt_tokens);
+    EXPECT_GE(a[i].prompt_tokens, 8u);
+    EXPECT_LE(a[i].prompt_tokens, 512u);
+    EXPECT_GE(a[i].output_tokens, 8u);
+    EXPECT_LE(a[i].output_tokens, 64u);
+    sum += a[i].prompt_tokens;
+  }
+  EXPECT_NEAR(sum / 2000, 260, 15) << "uniform on [8, 512]: mean 260";
+}
+
+} // namespace
+} // namespace troupe::workload

@@ -1,0 +1,75 @@
+// What a benchmark run measured, request by request, and its summary: the
+// same records and outputs for troupe-bench (a live deployment over ZeroMQ)
+// and troupe-sim (virtual time), so their results can be compared and
+// plotted alike. Latencies are in seconds of model time (a live run on a
+// scaled sim backend divides its wall times by the scale).
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+namespace troupe::workload {
+
+/// One request's fate.
+struct request_record {
+  std::string id;
+  double arrival_s = 0;         ///< when it was (to be) sent, from the run's start
+  std::uint32_t prompt_tokens = 0;
+  std::uint32_t max_tokens = 0; ///< output asked for
+  std::uint32_t completion_tokens = 0;
+  std::int64_t adapter = -1;    ///< adapter index; -1: base model
+  double ttft_s = -1;           ///< arrival to first token; -1: none came
+  double e2e_s = -1;            ///< arrival to the terminal reply; -1: none came
+  /// Mean time between tokens after the first; -1 with fewer than 2 tokens.
+  double tbt_mean_s = -1;
+  /// "length", "eos", "stop", or an error code ("overloaded", ...); "lost" if
+  /// no terminal reply came.
+  std::string outcome = "lost";
+  bool ok() const noexcept { return outcome == "length" || outcome == "eos" || outcome == "stop"; }
+};
+
+struct latency_summary {
+  double mean = 0, p50 = 0, p90 = 0, p99 = 0;
+  std::size_t count = 0;
+};
+
+/// SLOs a request must meet to count as attained (0: not checked).
+struct slo {
+  double ttft_s = 0;
+  double tbt_s = 0; ///< on its mean time between tokens
+};
+
+struct run_summary {
+  std::string label;       ///< the setup (policy, ...)
+  double offered_rate = 0; ///< requests/s the workload offered
+  std::size_t requests = 0, finished = 0, failed = 0;
+  double duration_s = 0;   ///< first arrival to the last terminal reply
+  double requests_per_s = 0, tokens_per_s = 0;
+  latency_summary ttft, tbt, e2e;
+  /// Share of all requests that finished within the SLOs.
+  double attainment = 0;
+  /// Server figures pulled from stats (-1: not available).
+  double pcie_bytes = -1, adapter_hit_rate = -1;
+};
+
+latency_summary summarize_latency(std::vector<double> v);
+
+run_summary summarize_run(const std::vector<request_record>& records, const slo& target,
+                          double offered_rate, std::string label);
+
+/// The highest offered rate whose attainment is at least `min_attainment`
+/// (Apt-Serve's effective throughput); 0 if none.
+double effective_throughput(const std::vector<run_summary>& runs, double min_attainment = 0.9);
+
+/// One JSON object: the runs' summaries (and the effective throughput per
+/// label when more than one rate was run).
+void write_json(std::ostream& out, const std::vector<run_summary>& runs, double min_attainment = 0.9);
+/// CSV of the summaries, one row per run (for plots).
+void write_summary_csv(std::ostream& out, const std::vector<run_summary>& runs);
+/// CSV of the records, one row per request, with the run's label and rate.
+void write_records_csv(std::ostream& out, const std::string& label, double offered_rate,
+                       const std::vector<request_record>& records, bool header);
+
+} // namespace troupe::workload
