@@ -1,14 +1,27 @@
-// troupe-bench: control-plane load generator. Starts a deployment from a
-// config file in-process (or targets a running server with --endpoint),
-// sends N generate requests from C concurrent ZeroMQ clients, and reports
-// requests/s and tokens/s through intake, scheduler, executor and back.
+// troupe-bench: load generator for a deployment, started in-process from a
+// config file or running at --endpoint. Two modes:
+//   open loop (--trace FILE or --synthetic N): requests sent at their
+//     arrival times from an Azure or ShareGPT trace or S-LoRA's generator,
+//     at one rate or a sweep (--rates), each rate on a fresh deployment;
+//     reports TTFT, TBT and end-to-end latency (P50/P90/P99), throughput,
+//     SLO attainment, effective throughput, PCIe bytes and the adapter hit
+//     rate; JSON and CSV out (tools/workload/report.hpp).
+//   closed loop (neither): N requests from C clients as fast as the server
+//     answers, for the control plane's requests/s.
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/deployment.hpp"
 #include "runtime/logging.hpp"
+#include "tools/bench_driver.hpp"
 #include "tools/client_connection.hpp"
+#include "tools/workload/report.hpp"
+#include "tools/workload/workload.hpp"
 
 #include <atomic>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -20,14 +33,203 @@ namespace {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: troupe-bench [--config FILE | --endpoint URL] [--clients C]\n"
-               "                    [--requests N] [--max-tokens K] [--prompt-bytes B]\n"
-               "                    [--adapters A] [--stream]\n"
+               "usage: troupe-bench [--config FILE | --endpoint URL] OPEN-LOOP | CLOSED-LOOP\n"
+               "open loop (requests at their arrival times):\n"
+               "  --trace FILE | --synthetic N   Azure 2023 or ShareGPT-lengths CSV, or N generated requests\n"
+               "  --rate R | --rates R1,R2,...   requests/s (a sweep starts a fresh deployment per rate)\n"
+               "  --cv C                        Gamma CV of gaps for generated arrivals (default 1)\n"
+               "  --from S --seconds S          the part of an Azure trace to replay\n"
+               "  --requests N                  at most N requests (the first N)\n"
+               "  --prompt-range A:B --output-range A:B   generated lengths, uniform (default 8:512, 8:128)\n"
+               "  --max-context N               prompt + output limit; longer prompts are cut (default 4096)\n"
+               "  --adapters N --popularity P --base-fraction F   adapters lora-0..N-1 by uniform |\n"
+               "                                power:A | zipf:S (default 0: base model only)\n"
+               "  --time-scale X                wall s per model s (default: the config's sim time_scale, else 1)\n"
+               "  --slo-ttft S --slo-tbt S      SLOs for attainment (default 0: not checked)\n"
+               "  --label L --seed N --json FILE --csv FILE --records FILE --no-progress\n"
+               "closed loop (control plane):\n"
+               "  --clients C --requests N --max-tokens K --prompt-bytes B --adapters A --stream\n"
                "Defaults: config tests/e2e/configs/sim-instant.toml, 8 clients,\n"
                "20000 requests, 8 tokens, 32 prompt bytes, 0 adapters, no streaming.\n");
 }
 
+std::vector<std::string> split(const std::string& s, char sep = ',') {
+  std::vector<std::string> out;
+  std::stringstream in{s};
+  for (std::string item; std::getline(in, item, sep);)
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+bool parse_range(const std::string& v, std::uint32_t& lo, std::uint32_t& hi) {
+  const auto parts = split(v, ':');
+  if (parts.size() != 2)
+    return false;
+  char* e1 = nullptr;
+  char* e2 = nullptr;
+  const long a = std::strtol(parts[0].c_str(), &e1, 10), b = std::strtol(parts[1].c_str(), &e2, 10);
+  if (*e1 != '\0' || *e2 != '\0' || a < 1 || b < a)
+    return false;
+  lo = static_cast<std::uint32_t>(a);
+  hi = static_cast<std::uint32_t>(b);
+  return true;
+}
+
+struct open_loop_args {
+  std::string trace;
+  long synthetic = 0;
+  std::vector<double> rates;
+  double cv = 1, from_s = 0, seconds = -1;
+  long max_requests = 0;
+  std::uint32_t prompt_lo = 8, prompt_hi = 512, output_lo = 8, output_hi = 128;
+  std::uint32_t max_context = 4096;
+  std::uint32_t adapters = 0;
+  std::string popularity = "uniform";
+  double base_fraction = 0;
+  double time_scale = -1;
+  troupe::workload::slo target;
+  std::string label = "run";
+  std::uint64_t seed = 1;
+  std::string json, csv, records;
+  bool progress = true;
+};
+
+/// The workload at `rate` (0: the trace's own times).
+std::variant<std::vector<troupe::workload::request>, std::string> make_workload(const open_loop_args& a, double rate) {
+  using namespace troupe::workload;
+  std::vector<request> reqs;
+  if (!a.trace.empty()) {
+    auto loaded = load_trace(a.trace);
+    if (auto* e = std::get_if<std::string>(&loaded))
+      return *e;
+    reqs = std::get<std::vector<request>>(std::move(loaded));
+    const bool timed = std::any_of(reqs.begin(), reqs.end(), [](const request& r) { return r.arrival_s > 0; });
+    if (timed && (a.seconds >= 0 || a.from_s > 0))
+      reqs = window(reqs, a.from_s, a.seconds >= 0 ? a.seconds : 1e18);
+    if (a.max_requests > 0 && reqs.size() > static_cast<std::size_t>(a.max_requests))
+      reqs.resize(static_cast<std::size_t>(a.max_requests));
+    if (!timed) { // lengths only: arrivals from the generator
+      if (rate <= 0)
+        return std::string{"--trace "} + a.trace + " has no arrival times: give --rate";
+      const auto t = gamma_arrivals(reqs.size(), rate, a.cv, a.seed + 7);
+      for (std::size_t i = 0; i < reqs.size(); ++i)
+        reqs[i].arrival_s = t[i];
+    } else if (rate > 0) {
+      set_rate(reqs, rate);
+    }
+  } else {
+    if (rate <= 0)
+      return std::string{"--synthetic needs --rate"};
+    reqs = synthetic(static_cast<std::size_t>(a.synthetic), rate, a.cv, a.prompt_lo, a.prompt_hi, a.output_lo,
+                     a.output_hi, a.seed);
+  }
+  clamp_context(reqs, a.max_context);
+  if (a.adapters > 0) {
+    auto set = make_adapter_set(a.adapters, {8}, a.popularity);
+    if (auto* e = std::get_if<std::string>(&set))
+      return "--popularity: " + *e;
+    assign_adapters(reqs, std::get<adapter_set>(set), a.base_fraction, a.seed);
+  }
+  return reqs;
+}
+
 } // namespace
+
+int run_open_loop_mode(const std::string& config, std::string endpoint, open_loop_args a) {
+  using namespace troupe;
+  std::vector<workload::run_summary> runs;
+  std::ofstream records;
+  if (!a.records.empty()) {
+    records.open(a.records);
+    if (!records) {
+      std::fprintf(stderr, "troupe-bench: cannot write %s\n", a.records.c_str());
+      return 1;
+    }
+  }
+  if (a.rates.empty())
+    a.rates.push_back(0);
+  std::optional<deployment_options> opts;
+  if (endpoint.empty()) {
+    auto loaded = load_config_file(config, default_catalog());
+    if (auto* err = std::get_if<config_error>(&loaded)) {
+      std::fprintf(stderr, "troupe-bench: %s\n", err->message.c_str());
+      return 1;
+    }
+    opts = std::get<deployment_options>(std::move(loaded));
+    configure_logging(opts->logging);
+    if (a.time_scale < 0)
+      a.time_scale = opts->backend.kind == "sim" ? opts->backend.time_scale : 1.0;
+  }
+  if (a.time_scale <= 0) {
+    std::fprintf(stderr, "troupe-bench: open loop needs a time scale > 0 (a sim server with time_scale 0 "
+                         "answers instantly: latencies would mean nothing)\n");
+    return 2;
+  }
+  bool lost = false;
+  for (std::size_t k = 0; k < a.rates.size(); ++k) {
+    const double rate = a.rates[k];
+    auto w = make_workload(a, rate);
+    if (auto* e = std::get_if<std::string>(&w)) {
+      std::fprintf(stderr, "troupe-bench: %s\n", e->c_str());
+      return 2;
+    }
+    const auto& reqs = std::get<std::vector<workload::request>>(w);
+    const auto sum = workload::summarize(reqs);
+    std::fprintf(stderr, "troupe-bench: %zu requests over %.0f s (%.2f req/s), prompt mean %.0f, output mean %.0f\n",
+                 sum.requests, sum.duration_s, sum.mean_rate, sum.prompt_mean, sum.output_mean);
+    std::unique_ptr<deployment> dep;
+    std::string target = endpoint;
+    if (opts) {
+      auto o = *opts;
+      o.server.max_pending = std::max<std::uint32_t>(o.server.max_pending, static_cast<std::uint32_t>(reqs.size()));
+      o.scheduler.max_waiting = std::max<std::uint32_t>(o.scheduler.max_waiting, static_cast<std::uint32_t>(reqs.size()));
+      auto started = deployment::start(o);
+      if (auto* err = std::get_if<std::string>(&started)) {
+        std::fprintf(stderr, "troupe-bench: %s\n", err->c_str());
+        return 1;
+      }
+      dep = std::get<std::unique_ptr<deployment>>(std::move(started));
+      target = dep->endpoint();
+    }
+    open_loop_options ol;
+    ol.endpoint = target;
+    ol.time_scale = a.time_scale;
+    ol.progress = a.progress && ::isatty(2);
+    const auto recs = run_open_loop(reqs, ol);
+    auto s = workload::summarize_run(recs, a.target, sum.mean_rate, a.label);
+    const auto [pcie, hit] = pull_server_figures(target);
+    s.pcie_bytes = pcie;
+    s.adapter_hit_rate = hit;
+    if (dep)
+      dep->stop();
+    for (const auto& r : recs)
+      lost = lost || r.outcome == "lost";
+    if (records)
+      workload::write_records_csv(records, a.label, s.offered_rate, recs, k == 0);
+    std::printf("%-10s rate %.2f: %zu/%zu ok, %.2f req/s, %.0f tok/s, TTFT p50 %.3f p90 %.3f p99 %.3f s, "
+                "TBT p50 %.4f p99 %.4f s, E2E p50 %.2f p99 %.2f s, attainment %.3f, PCIe %.2f GB, hit %.3f\n",
+                s.label.c_str(), s.offered_rate, s.finished, s.requests, s.requests_per_s, s.tokens_per_s,
+                s.ttft.p50, s.ttft.p90, s.ttft.p99, s.tbt.p50, s.tbt.p99, s.e2e.p50, s.e2e.p99, s.attainment,
+                s.pcie_bytes >= 0 ? s.pcie_bytes / 1e9 : 0.0, s.adapter_hit_rate);
+    runs.push_back(s);
+  }
+  if (runs.size() > 1)
+    std::printf("effective throughput (attainment >= 0.9): %.2f req/s\n", workload::effective_throughput(runs));
+  if (!a.json.empty()) {
+    std::ofstream j{a.json};
+    workload::write_json(j, runs);
+  }
+  if (!a.csv.empty()) {
+    std::ofstream c{a.csv};
+    workload::write_summary_csv(c, runs);
+  }
+  if (lost) {
+    std::fprintf(stderr, "troupe-bench: some requests got no terminal reply\n");
+    return 1;
+  }
+  return 0;
+}
 
 int main(int argc, char** argv) {
   using namespace troupe;
@@ -39,6 +241,17 @@ int main(int argc, char** argv) {
   std::size_t prompt_bytes = 32;
   int adapters = 0;
   bool stream = false;
+  open_loop_args ol;
+  bool open_loop = false;
+  auto number = [](const std::string& flag, const std::string& v) {
+    char* end = nullptr;
+    const double x = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0') {
+      std::fprintf(stderr, "troupe-bench: %s: \"%s\" is not a number\n", flag.c_str(), v.c_str());
+      std::exit(2);
+    }
+    return x;
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -56,8 +269,43 @@ int main(int argc, char** argv) {
     else if (arg == "--prompt-bytes") prompt_bytes = static_cast<std::size_t>(std::atol(value().c_str()));
     else if (arg == "--adapters") adapters = std::atoi(value().c_str());
     else if (arg == "--stream") stream = true;
+    else if (arg == "--trace") { ol.trace = value(); open_loop = true; }
+    else if (arg == "--synthetic") { ol.synthetic = static_cast<long>(number(arg, value())); open_loop = true; }
+    else if (arg == "--rate") ol.rates = {number(arg, value())};
+    else if (arg == "--rates") { ol.rates.clear(); for (const auto& r : split(value())) ol.rates.push_back(number(arg, r)); }
+    else if (arg == "--cv") ol.cv = number(arg, value());
+    else if (arg == "--from") ol.from_s = number(arg, value());
+    else if (arg == "--seconds") ol.seconds = number(arg, value());
+    else if (arg == "--prompt-range" || arg == "--output-range") {
+      const auto v = value();
+      if (!parse_range(v, arg == "--prompt-range" ? ol.prompt_lo : ol.output_lo, arg == "--prompt-range" ? ol.prompt_hi : ol.output_hi)) {
+        std::fprintf(stderr, "troupe-bench: %s: \"%s\" is not LO:HI with 1 <= LO <= HI\n", arg.c_str(), v.c_str());
+        return 2;
+      }
+    }
+    else if (arg == "--max-context") ol.max_context = static_cast<std::uint32_t>(number(arg, value()));
+    else if (arg == "--popularity") ol.popularity = value();
+    else if (arg == "--base-fraction") ol.base_fraction = number(arg, value());
+    else if (arg == "--time-scale") ol.time_scale = number(arg, value());
+    else if (arg == "--slo-ttft") ol.target.ttft_s = number(arg, value());
+    else if (arg == "--slo-tbt") ol.target.tbt_s = number(arg, value());
+    else if (arg == "--label") ol.label = value();
+    else if (arg == "--seed") ol.seed = static_cast<std::uint64_t>(number(arg, value()));
+    else if (arg == "--json") ol.json = value();
+    else if (arg == "--csv") ol.csv = value();
+    else if (arg == "--records") ol.records = value();
+    else if (arg == "--no-progress") ol.progress = false;
     else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
+  }
+  if (open_loop) {
+    ol.max_requests = requests == 20000 ? 0 : requests;
+    ol.adapters = static_cast<std::uint32_t>(std::max(adapters, 0));
+    if (!ol.trace.empty() && ol.synthetic > 0) {
+      std::fprintf(stderr, "troupe-bench: --trace and --synthetic are exclusive\n");
+      return 2;
+    }
+    return run_open_loop_mode(config, endpoint, ol);
   }
   if (clients < 1 || requests < clients || max_tokens < 1) {
     std::fprintf(stderr, "troupe-bench: need clients >= 1, requests >= clients, max-tokens >= 1\n");

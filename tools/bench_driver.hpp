@@ -1,0 +1,42 @@
+// The open-loop load generator behind troupe-bench: sends a workload's
+// requests to a deployment at their arrival times (never waiting for
+// replies), streams every reply back on the same socket, and records each
+// request's time to first token, time between tokens and end-to-end
+// latency. Used by troupe-bench and by the test that checks troupe-sim
+// against a live deployment.
+#pragma once
+
+#include "tools/workload/report.hpp"
+#include "tools/workload/workload.hpp"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+namespace troupe {
+
+struct open_loop_options {
+  std::string endpoint;
+  /// Wall seconds per second of the workload's (and the server's model)
+  /// time: arrivals are sent at arrival × scale and latencies reported ÷
+  /// scale. Match the server's `[backend] time_scale` on the sim backend.
+  double time_scale = 1.0;
+  /// Adapter i is requested by name prefix + i.
+  std::string adapter_prefix = "lora-";
+  /// After the last send, how long to wait for outstanding replies.
+  std::chrono::milliseconds drain{std::chrono::seconds(300)};
+  /// A progress bar on stderr.
+  bool progress = false;
+  std::string id_prefix = "b";
+};
+
+/// Runs `requests` (arrival order) against `opt.endpoint`; records in the
+/// same order. Requests with no terminal reply by the end are "lost".
+std::vector<workload::request_record> run_open_loop(const std::vector<workload::request>& requests,
+                                                    const open_loop_options& opt);
+
+/// Server figures from a stats reply: PCIe bytes (adapter loads, prefetches
+/// and swaps) and the adapter cache hit rate; -1 where absent.
+std::pair<double, double> pull_server_figures(const std::string& endpoint);
+
+} // namespace troupe
