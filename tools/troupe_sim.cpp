@@ -13,6 +13,7 @@
 #include "policies/output_predictor.hpp"
 #include "policies/registry.hpp"
 #include "runtime/sim_engine.hpp"
+#include "tools/workload/report.hpp"
 #include "tools/workload/workload.hpp"
 
 #include <chrono>
@@ -35,8 +36,10 @@ constexpr const char* usage =
   "  --trace FILE          an Azure LLM inference trace CSV (arrivals and lengths)\n"
   "  --from S --seconds S  the part of the trace to replay (default: all)\n"
   "  --rate R              rescale arrivals to R requests/s (with --trace), or generate at R\n"
-  "  --requests N --cv C   generated: N requests, Gamma gaps of CV C, lengths --prompt/--output\n"
-  "  --prompt N --output N lengths of generated requests (default 512, 128)\n"
+  "  --trace FILE          (also a ShareGPT length file: arrivals then come from --rate, Poisson)\n"
+  "  --requests N --cv C   generated: N requests, Gamma gaps of CV C (--synthetic N is the same)\n"
+  "  --prompt N --output N lengths of generated requests (default 512, 128), or uniform in\n"
+  "  --prompt-range A:B --output-range A:B   (S-LoRA's generator, as troupe-bench's)\n"
   "  --adapters N          registered adapters (default 2000)\n"
   "  --ranks LIST          ranks dealt to them in equal blocks (default 8,16,32,64,128)\n"
   "  --popularity P        uniform | power:A | zipf:S | chameleon:A (default zipf:1)\n"
@@ -60,13 +63,18 @@ constexpr const char* usage =
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --sched-params LIST   key=value pairs handed to every scheduling policy's configure(), after the tool's own\n"
   "  --seed N              adapter draws (default 1)\n"
-  "  --json FILE           also write the results as JSON\n";
+  "  --json FILE           also write the results as JSON\n"
+  "  --slo-ttft S --slo-tbt S   SLOs for attainment (default 0: not checked)\n"
+  "  --report FILE --csv FILE --records FILE   troupe-bench's JSON, summary CSV and per-request CSV\n";
 
 struct options {
   std::string trace;
   double from_s = 0, seconds = -1, rate = 0, cv = 1;
   std::size_t requests = 0;
   std::uint32_t prompt = 512, output = 128;
+  std::uint32_t prompt_hi = 0, output_hi = 0; // > 0: uniform ranges
+  troupe::workload::slo target;
+  std::string report, csv, records;
   std::uint32_t adapters = 2000;
   std::vector<std::uint32_t> ranks{8, 16, 32, 64, 128};
   std::string popularity = "zipf:1";
@@ -125,7 +133,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--seconds") { if (!need_num()) return false; o.seconds = num; }
     else if (a == "--rate") { if (!need_num()) return false; o.rate = num; }
     else if (a == "--cv") { if (!need_num() || num == 0) { err = "--cv must be > 0"; return false; } o.cv = num; }
-    else if (a == "--requests") { if (!need_num()) return false; o.requests = static_cast<std::size_t>(num); }
+    else if (a == "--requests" || a == "--synthetic") { if (!need_num()) return false; o.requests = static_cast<std::size_t>(num); }
     else if (a == "--prompt") { if (!need_num() || num < 1) { err = "--prompt must be >= 1"; return false; } o.prompt = static_cast<std::uint32_t>(num); }
     else if (a == "--output") { if (!need_num() || num < 1) { err = "--output must be >= 1"; return false; } o.output = static_cast<std::uint32_t>(num); }
     else if (a == "--adapters") { if (!need_num() || num < 1) { err = "--adapters must be >= 1"; return false; } o.adapters = static_cast<std::uint32_t>(num); }
@@ -178,6 +186,27 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     }
     else if (a == "--seed") { if (!need_num()) return false; o.seed = static_cast<std::uint64_t>(num); }
     else if (a == "--json") o.json = v;
+    else if (a == "--report") o.report = v;
+    else if (a == "--csv") o.csv = v;
+    else if (a == "--records") o.records = v;
+    else if (a == "--slo-ttft") { if (!need_num()) return false; o.target.ttft_s = num; }
+    else if (a == "--slo-tbt") { if (!need_num()) return false; o.target.tbt_s = num; }
+    else if (a == "--prompt-range" || a == "--output-range") {
+      const auto colon = v.find(':');
+      char* e1 = nullptr;
+      char* e2 = nullptr;
+      const std::string lo_text = colon == std::string::npos ? "" : v.substr(0, colon);
+      const std::string hi_text = colon == std::string::npos ? "" : v.substr(colon + 1);
+      const long lo = std::strtol(lo_text.c_str(), &e1, 10);
+      const long hi = std::strtol(hi_text.c_str(), &e2, 10);
+      if (colon == std::string::npos || lo_text.empty() || hi_text.empty() || *e1 != '\0' || *e2 != '\0' || lo < 1
+          || hi < lo) {
+        err = a + ": \"" + v + "\" is not LO:HI with 1 <= LO <= HI";
+        return false;
+      }
+      (a == "--prompt-range" ? o.prompt : o.output) = static_cast<std::uint32_t>(lo);
+      (a == "--prompt-range" ? o.prompt_hi : o.output_hi) = static_cast<std::uint32_t>(hi);
+    }
     else { err = "unknown option " + a; return false; }
   }
   if (o.poisson && o.rate <= 0) {
@@ -219,12 +248,19 @@ int main(int argc, char** argv) {
   // The workload.
   std::vector<workload::request> reqs;
   if (!o.trace.empty()) {
-    auto loaded = workload::load_azure_trace(o.trace);
+    auto loaded = workload::load_trace(o.trace);
     if (auto* e = std::get_if<std::string>(&loaded)) {
       std::cerr << "troupe-sim: " << *e << "\n";
       return 1;
     }
     reqs = std::get<std::vector<workload::request>>(std::move(loaded));
+    if (std::none_of(reqs.begin(), reqs.end(), [](const auto& r) { return r.arrival_s > 0; })) {
+      if (o.rate <= 0) {
+        std::cerr << "troupe-sim: " << o.trace << " has no arrival times: give --rate\n";
+        return 2;
+      }
+      o.poisson = true;
+    }
     if (o.seconds >= 0 || o.from_s > 0)
       reqs = workload::window(reqs, o.from_s, o.seconds >= 0 ? o.seconds : 1e18);
     if (o.poisson) {
@@ -235,8 +271,8 @@ int main(int argc, char** argv) {
       workload::set_rate(reqs, o.rate);
     }
   } else {
-    for (double t : workload::gamma_arrivals(o.requests, o.rate, o.cv, o.seed))
-      reqs.push_back({t, o.prompt, o.output, workload::none_adapter});
+    reqs = workload::synthetic(o.requests, o.rate, o.cv, o.prompt, std::max(o.prompt, o.prompt_hi), o.output,
+                               std::max(o.output, o.output_hi), o.seed);
   }
   const auto clamped = workload::clamp_context(reqs, o.max_context);
   auto set = workload::make_adapter_set(o.adapters, o.ranks, o.popularity);
@@ -280,6 +316,10 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<result> results;
+  std::vector<workload::run_summary> summaries;
+  std::ofstream records;
+  if (!o.records.empty())
+    records.open(o.records);
   for (const auto& [sched_name, name] : pairs) {
     auto policy = policies::make_eviction_policy(name);
     auto scheduling = policies::make_scheduling_policy(sched_name);
@@ -371,6 +411,32 @@ int main(int argc, char** argv) {
     res.e2e_p50 = workload::percentile(e2e, 50);
     res.e2e_p99 = workload::percentile(e2e, 99);
     res.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    // The same records and summary troupe-bench writes.
+    std::vector<workload::request_record> recs(out.size());
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      auto& r = recs[i];
+      const auto& x = out[i];
+      r.id = "b" + std::to_string(i);
+      r.arrival_s = x.arrival_s;
+      r.prompt_tokens = in[i].prompt_tokens;
+      r.max_tokens = in[i].output_tokens;
+      r.completion_tokens = x.completion_tokens;
+      r.adapter = in[i].adapter_id == 0 ? -1 : static_cast<std::int64_t>(in[i].adapter_id - 1);
+      r.ttft_s = x.ttft_s;
+      r.e2e_s = x.e2e_s;
+      if (x.completion_tokens >= 2 && x.ttft_s >= 0)
+        r.tbt_mean_s = (x.e2e_s - x.ttft_s) / static_cast<double>(x.completion_tokens - 1);
+      r.outcome = std::string{to_string(x.reason)};
+      if (x.reason == finish_reason::aborted)
+        r.outcome = "overloaded"; // what a client is told
+    }
+    auto summary = workload::summarize_run(recs, o.target, sum.mean_rate, res.policy);
+    summary.pcie_bytes = static_cast<double>(res.totals.pcie_bytes + res.totals.swap_bytes);
+    const double looks = static_cast<double>(res.totals.adapter_hits + res.totals.adapter_misses);
+    summary.adapter_hit_rate = looks > 0 ? static_cast<double>(res.totals.adapter_hits) / looks : 0.0;
+    summaries.push_back(summary);
+    if (records)
+      workload::write_records_csv(records, res.policy, summary.offered_rate, recs, results.empty());
     results.push_back(res);
   }
 
@@ -401,6 +467,14 @@ int main(int argc, char** argv) {
                 static_cast<double>(t.pcie_bytes) / 1e9, static_cast<double>(t.disk_bytes) / 1e9, r.ttft_p50,
                 r.ttft_p99, r.e2e_p99, r.wall_s);
   }
+  }
+  if (!o.report.empty()) {
+    std::ofstream j{o.report};
+    workload::write_json(j, summaries);
+  }
+  if (!o.csv.empty()) {
+    std::ofstream c{o.csv};
+    workload::write_summary_csv(c, summaries);
   }
   if (!o.json.empty()) {
     std::ofstream j{o.json};
