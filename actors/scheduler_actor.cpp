@@ -220,14 +220,25 @@ void run_step(self_ptr self, std::vector<gpu::step_entry> batch) {
 }
 
 /// Admits what the policy allows and starts a step if none is in flight.
+/// An admission round that only preempted (pages freed, nothing admitted,
+/// no step to run) is followed by another at once: no answer is coming that
+/// would call back here.
 void pump(self_ptr self) {
   auto& core = *self->state.core;
-  const auto now = monotonic_seconds();
-  apply(self, core.admit(now));
-  if (!core.step_in_flight()) {
+  for (int round = 0; round < 4; ++round) {
+    const auto now = monotonic_seconds();
+    auto fx = core.admit(now);
+    const bool freed = !fx.release_pages.empty();
+    apply(self, std::move(fx));
+    if (core.step_in_flight())
+      return;
     auto batch = core.next_step(now);
-    if (!batch.empty())
+    if (!batch.empty()) {
       run_step(self, std::move(batch));
+      return;
+    }
+    if (!freed)
+      return;
   }
 }
 
@@ -278,6 +289,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"host_pages_swapped", static_cast<double>(c.host_pages_held())},
         {"kv_growths_denied", static_cast<double>(c.growths_denied())},
         {"kv_pages_short", static_cast<double>(c.pages_short())},
+        {"admission_memory_blocked", c.memory_blocked() ? 1.0 : 0.0},
+        {"adapter_trim_pending", st.trim_pending ? 1.0 : 0.0},
       };
       for (auto& kv : c.policy_counters())
         out.push_back(std::move(kv));

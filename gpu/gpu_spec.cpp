@@ -11,9 +11,11 @@ constexpr std::uint64_t mib = std::uint64_t{1} << 20;
 //   rates (the "with sparsity" figures are twice these). A100 80GB SXM4:
 //   312 TFLOP/s, 2.039 TB/s HBM2e. H100 SXM5 80GB: 989 TFLOP/s, 3.35 TB/s HBM3.
 //   H200 SXM: same compute die as H100 (989 TFLOP/s), 4.8 TB/s HBM3e.
+//   A40 (Chameleon's GPU): 149.7 TFLOP/s, 696 GB/s GDDR6.
 // - Memory: what nvidia-smi reports as memory.total on these cards (81920,
-//   81559 and 143771 MiB); the marketing "80 GB" / "141 GB" are rounded.
-// - PCIe: A100 is PCIe gen4 x16 (32 GB/s raw per direction) and pinned
+//   81559, 143771 and 46068 MiB); the marketing "80 GB" / "141 GB" / "48 GB"
+//   are rounded.
+// - PCIe: A100 and A40 are PCIe gen4 x16 (32 GB/s raw per direction) and pinned
 //   host-to-device copies sustain about 25 GB/s; H100 and H200 are gen5 x16
 //   (64 GB/s raw) and sustain about 50 GB/s. These are effective rates, so the
 //   cost model's PCIe efficiency defaults to 1.
@@ -34,6 +36,11 @@ const std::vector<gpu_spec>& presets() {
              .peak_flops = 989e12,
              .hbm_bytes_per_s = 4.8e12,
              .pcie_bytes_per_s = 50e9},
+    gpu_spec{.name = "A40",
+             .memory_bytes = 46068 * mib,
+             .peak_flops = 149.7e12,
+             .hbm_bytes_per_s = 696e9,
+             .pcie_bytes_per_s = 25e9},
   };
   return all;
 }

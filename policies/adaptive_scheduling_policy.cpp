@@ -11,12 +11,23 @@ std::string adaptive_scheduling_policy::configure(const std::map<std::string, do
   return param_spec{"policy \"adaptive\""}
     .number("preempt_margin", margin_)
     .whole("max_preemptions", max_preemptions_)
+    .whole("mode", mode_, 0, 2)
     .apply(params);
 }
 
 void adaptive_scheduling_policy::on_calibration(const cost_calibration& c) {
   swap_ = {c.d2h_bytes_per_s, c.h2d_bytes_per_s};
   recompute_ = recompute_model::fit(c.prefill_points);
+}
+
+swap_model adaptive_scheduling_policy::swap_for_mode() const {
+  // Always recompute: a swap that never finishes.
+  return mode_ == 1 ? swap_model{} : swap_;
+}
+
+recompute_model adaptive_scheduling_policy::recompute_for_mode() const {
+  // Always swap (when the host pool has room): a recompute that takes forever.
+  return mode_ == 2 ? recompute_model{1e30, 0, 0} : recompute_;
 }
 
 std::vector<std::pair<std::string, double>> adaptive_scheduling_policy::counters() const {
@@ -78,8 +89,8 @@ void adaptive_scheduling_policy::preempt_for_growth(const schedule_input& in, sc
   }
   if (freed >= in.pages_short)
     return;
-  for (const auto& p : choose_preemptions(victims, in.pages_short - freed, in.limits.host_free_pages, swap_,
-                                          recompute_)) {
+  for (const auto& p : choose_preemptions(victims, in.pages_short - freed, in.limits.host_free_pages,
+                                          swap_for_mode(), recompute_for_mode())) {
     (p.mode == preempt_mode::swap ? d.swap : d.squash).push_back(p.request_id);
     swaps_ += p.mode == preempt_mode::swap ? 1 : 0;
     ++preempted_;
@@ -133,7 +144,7 @@ schedule_decision adaptive_scheduling_policy::schedule(const schedule_input& in)
     if (top->priority > margin_ * pr)
       victims.push_back({r.request_id, pr, r.pages, r.context_tokens, r.pages * lim.page_bytes});
   }
-  auto plan = choose_preemptions(victims, need - pages.left(), lim.host_free_pages, swap_, recompute_);
+  auto plan = choose_preemptions(victims, need - pages.left(), lim.host_free_pages, swap_for_mode(), recompute_for_mode());
   if (plan.size() > max_preemptions_)
     return out;
   std::uint64_t freed = pages.left();

@@ -22,7 +22,9 @@ class adaptive_scheduling_policy final : public scheduling_policy {
 public:
   schedule_decision schedule(const schedule_input& in) override;
   std::string_view name() const noexcept override { return "adaptive"; }
-  /// Keys: "preempt_margin" (2), "max_preemptions" (per iteration, 4).
+  /// Keys: "preempt_margin" (2), "max_preemptions" (per iteration, 4),
+  /// "mode" (0: swap or recompute by predicted cost; 1: always recompute;
+  /// 2: always swap when the host pool has room: the papers' baselines).
   std::string configure(const std::map<std::string, double>& params) override;
   bool wants_calibration() const noexcept override { return true; }
   /// Swap bandwidths and the recompute regression from the backend.
@@ -37,8 +39,12 @@ public:
   const recompute_model& recompute() const noexcept { return recompute_; }
 
 private:
+  swap_model swap_for_mode() const;
+  recompute_model recompute_for_mode() const;
+
   double margin_ = 2.0;
   std::size_t max_preemptions_ = 4;
+  std::size_t mode_ = 0;
   swap_model swap_;
   recompute_model recompute_;
   std::uint64_t preempted_ = 0;

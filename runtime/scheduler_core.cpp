@@ -312,6 +312,10 @@ scheduler_effects scheduler_core::admit(double now_s) {
     finish(i->second, finish_reason::aborted, now_s, fx);
   }
   flush_finished();
+  // Preemptions just freed pages: short requests ask again at once (no
+  // later answer is coming that would make the shell call back).
+  if (limits_.on_demand && growth_retry_)
+    request_growth(fx);
   if (decision.admit.empty()) {
     flush_queued(fx);
     return fx;

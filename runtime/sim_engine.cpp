@@ -173,10 +173,24 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
 }
 
 void sim_engine::pump() {
-  apply(core_.admit(now_));
-  if (core_.step_in_flight())
-    return;
-  auto batch = core_.next_step(now_);
+  // As the scheduler actor's pump: a round that freed pages without
+  // starting anything is followed by another; and the pool answers growths
+  // at once, so a refusal must reach the policy now.
+  std::vector<gpu::step_entry> batch;
+  for (int round = 0; round < 4; ++round) {
+    const auto denied = core_.growths_denied();
+    auto fx = core_.admit(now_);
+    const bool freed = !fx.release_pages.empty();
+    const bool grew = !fx.grows.empty();
+    apply(std::move(fx));
+    if (core_.step_in_flight())
+      return;
+    batch = core_.next_step(now_);
+    if (!batch.empty())
+      break;
+    if (!freed && !(grew && core_.growths_denied() > denied))
+      return;
+  }
   if (batch.empty())
     return;
   auto result = backend_->run_step(batch);
@@ -235,6 +249,8 @@ void sim_engine::apply(scheduler_effects fx) {
     if (f.times.first_token_s >= 0)
       o.ttft_s = f.times.first_token_s - f.times.arrival_s;
     o.e2e_s = f.times.finished_s - f.times.arrival_s;
+    if (f.times.first_scheduled_s >= 0)
+      o.queue_s = f.times.first_scheduled_s - f.times.arrival_s;
     if (f.reason == finish_reason::length || f.reason == finish_reason::eos) {
       const auto& [adapter, prompt] = request_meta_[f.request_id - 1];
       cfg_.classifier->observe(adapter, prompt, f.completion_tokens);

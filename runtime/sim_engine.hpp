@@ -51,6 +51,7 @@ struct sim_request {
 struct sim_outcome {
   double arrival_s = 0;
   double ttft_s = -1; ///< arrival to first token; -1 when it never came
+  double queue_s = -1; ///< arrival to its first scheduled step; -1 when never scheduled
   double e2e_s = -1;
   finish_reason reason = finish_reason::error;
   std::uint32_t completion_tokens = 0;

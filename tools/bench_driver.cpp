@@ -103,6 +103,8 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
             f.tokens += static_cast<std::uint32_t>(tk->tokens.size());
           }
         } else if (auto* d = std::get_if<wire::done_reply>(rep)) {
+          if (auto i = pending.find(d->id); i != pending.end())
+            out[i->second.index].queue_s = d->time.queue_ms / 1e3 / scale;
           finish(d->id, d->finish_reason, d->completion_tokens);
         } else if (auto* e = std::get_if<wire::error_reply>(rep)) {
           finish(e->id, std::string{wire::to_string(e->code)}, 0);

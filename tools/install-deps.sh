@@ -10,6 +10,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libsentencepiece-dev sentencepiece python3-numpy
 )
+# Plots for docs/results.md (tools/plot-latency.sh): only when asked for.
+if [ "${1:-}" = "--plots" ]; then
+  packages+=(gnuplot-nox)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -61,7 +61,9 @@ constexpr const char* usage =
   "  --max-running N       running batch cap (default 256)\n"
   "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
-  "  --sched-params LIST   key=value pairs handed to every scheduling policy's configure(), after the tool's own\n"
+  "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
+  "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
+  "  --sched-params LIST   policy.key=value pairs for a scheduling policy's configure() (key=value: every policy)\n"
   "  --seed N              adapter draws (default 1)\n"
   "  --json FILE           also write the results as JSON\n"
   "  --slo-ttft S --slo-tbt S   SLOs for attainment (default 0: not checked)\n"
@@ -94,6 +96,8 @@ struct options {
   std::uint32_t max_running = 256;
   bool on_demand = false;
   double host_gib = 0;
+  std::uint64_t pool_pages_override = 0, host_pages = 0;
+  std::uint32_t max_output = 0;
   std::map<std::string, double> sched_params;
   std::uint64_t seed = 1;
   std::string json;
@@ -172,6 +176,9 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.on_demand = v == "on_demand";
     }
     else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
+    else if (a == "--pool-pages") { if (!need_num() || num < 1) { err = "--pool-pages must be >= 1"; return false; } o.pool_pages_override = static_cast<std::uint64_t>(num); }
+    else if (a == "--host-pages") { if (!need_num()) return false; o.host_pages = static_cast<std::uint64_t>(num); }
+    else if (a == "--max-output") { if (!need_num() || num < 1) { err = "--max-output must be >= 1"; return false; } o.max_output = static_cast<std::uint32_t>(num); }
     else if (a == "--sched-params") {
       for (const auto& kv : split(v)) {
         const auto eq = kv.find('=');
@@ -254,6 +261,8 @@ int main(int argc, char** argv) {
       return 1;
     }
     reqs = std::get<std::vector<workload::request>>(std::move(loaded));
+    if (o.requests > 0 && reqs.size() > o.requests)
+      reqs.resize(o.requests);
     if (std::none_of(reqs.begin(), reqs.end(), [](const auto& r) { return r.arrival_s > 0; })) {
       if (o.rate <= 0) {
         std::cerr << "troupe-sim: " << o.trace << " has no arrival times: give --rate\n";
@@ -274,6 +283,9 @@ int main(int argc, char** argv) {
     reqs = workload::synthetic(o.requests, o.rate, o.cv, o.prompt, std::max(o.prompt, o.prompt_hi), o.output,
                                std::max(o.output, o.output_hi), o.seed);
   }
+  if (o.max_output > 0)
+    for (auto& r : reqs)
+      r.output_tokens = std::min(r.output_tokens, o.max_output);
   const auto clamped = workload::clamp_context(reqs, o.max_context);
   auto set = workload::make_adapter_set(o.adapters, o.ranks, o.popularity);
   if (auto* e = std::get_if<std::string>(&set)) {
@@ -291,7 +303,8 @@ int main(int argc, char** argv) {
   const std::uint32_t page_tokens = 16;
   const auto page_bytes = std::uint64_t{page_tokens} * shape->kv_bytes_per_token();
   const double budget = static_cast<double>(spec->memory_bytes) * 0.9 - static_cast<double>(shape->weight_bytes());
-  const auto pool_pages = static_cast<std::uint64_t>(budget / static_cast<double>(page_bytes));
+  const auto pool_pages = o.pool_pages_override > 0 ? o.pool_pages_override
+                                                   : static_cast<std::uint64_t>(budget / static_cast<double>(page_bytes));
   std::uint64_t all_adapter_bytes = 0;
   for (auto r : std::get<workload::adapter_set>(set).ranks)
     all_adapter_bytes += shape->lora_adapter_bytes(r);
@@ -359,7 +372,8 @@ int main(int argc, char** argv) {
     cfg.limits.page_bytes = page_bytes;
     cfg.limits.on_demand = o.on_demand;
     cfg.limits.growth_watermark = pool_pages / 100;
-    cfg.limits.host_pages = static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
+    cfg.limits.host_pages = o.host_pages > 0 ? o.host_pages
+                                              : static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
     cfg.scheduling = std::move(scheduling);
     cfg.eviction = std::move(policy);
     cfg.classifier = std::move(classifier);
@@ -373,8 +387,15 @@ int main(int argc, char** argv) {
     if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
       cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
                                  {"violated_decay", 0.4}});
-    if (!o.sched_params.empty()) {
-      auto params = o.sched_params;
+    std::map<std::string, double> params;
+    for (const auto& [k, v] : o.sched_params) {
+      const auto dot = k.find('.');
+      if (dot == std::string::npos)
+        params[k] = v;
+      else if (k.substr(0, dot) == sched_name)
+        params[k.substr(dot + 1)] = v;
+    }
+    if (!params.empty()) {
       if (sched_name == "aptserve") { // keep the tool's own unless overridden
         params.try_emplace("ttft_slo_s", o.slo > 0 ? o.slo : 5.0);
         params.try_emplace("violated_decay", 0.4);
@@ -424,6 +445,7 @@ int main(int argc, char** argv) {
       r.adapter = in[i].adapter_id == 0 ? -1 : static_cast<std::int64_t>(in[i].adapter_id - 1);
       r.ttft_s = x.ttft_s;
       r.e2e_s = x.e2e_s;
+      r.queue_s = x.queue_s;
       if (x.completion_tokens >= 2 && x.ttft_s >= 0)
         r.tbt_mean_s = (x.e2e_s - x.ttft_s) / static_cast<double>(x.completion_tokens - 1);
       r.outcome = std::string{to_string(x.reason)};
@@ -441,16 +463,17 @@ int main(int argc, char** argv) {
   }
 
   if (!o.setups.empty()) {
-    std::printf("\n| scheduler:eviction | finished | aborted | recomputed | swapped | queues | req/s | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | hit rate | PCIe GB | wall s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for (const auto& r : results) {
+    std::printf("\n| scheduler:eviction | finished | aborted | recomputed | swapped | queues | req/s | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | WTT | hit rate | PCIe GB | wall s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
       const auto& t = r.totals;
       const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
-      std::printf("| %s | %zu | %zu | %llu | %llu | %zu | %.2f | %.3f | %.3f | %.2f | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
+      std::printf("| %s | %zu | %zu | %llu | %llu | %zu | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
                   r.finished, r.aborted, static_cast<unsigned long long>(t.squashed),
                   static_cast<unsigned long long>(t.swapped_out), t.queues,
                   t.end_s > 0 ? static_cast<double>(r.finished) / t.end_s : 0.0, r.ttft_p50,
-                  r.ttft_p99, r.e2e_p50, r.e2e_p99,
+                  r.ttft_p99, r.e2e_p50, r.e2e_p99, summaries[i].weighted_turnaround,
                   lookups > 0 ? static_cast<double>(t.adapter_hits) / lookups : 0.0,
                   static_cast<double>(t.pcie_bytes) / 1e9, r.wall_s);
     }

@@ -51,8 +51,11 @@ std::vector<step_entry> decode_batch(std::size_t size, std::uint32_t context) {
 
 TEST(gpu_spec, presets_match_datasheets) {
   const auto names = gpu_spec_names();
-  ASSERT_EQ(names.size(), 3u);
+  ASSERT_EQ(names.size(), 4u);
   const auto a100 = find_gpu_spec("A100-80GB").value();
+  const auto a40 = find_gpu_spec("A40").value();
+  EXPECT_DOUBLE_EQ(a40.hbm_bytes_per_s, 696e9);
+  EXPECT_DOUBLE_EQ(a40.peak_flops, 149.7e12);
   const auto h100 = find_gpu_spec("H100-80GB").value();
   const auto h200 = find_gpu_spec("H200").value();
   EXPECT_DOUBLE_EQ(a100.peak_flops, 312e12);

@@ -489,5 +489,28 @@ TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_pr
   EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
+TEST(scheduler_swap, a_preemption_for_growth_lets_the_survivor_grow_in_the_same_call) {
+  // Without this the shell would have no answer coming to call back on:
+  // the short request would stall for good.
+  swap_shell s{6, 0, true};
+  s.submit(1, 3, 12);
+  s.now += 1;
+  s.submit(2, 3, 12);
+  s.admit();
+  bool preempted = false;
+  for (int i = 0; i < 40 && !preempted; ++i) {
+    s.step();
+    auto fx = s.core->admit(s.now += 1);
+    if (!fx.release_pages.empty()) {
+      preempted = true;
+      EXPECT_FALSE(fx.grows.empty()) << "the survivor asks for its page in the same call";
+    }
+    s.apply(std::move(fx));
+    while (!s.grows.empty())
+      s.answer_grow();
+  }
+  EXPECT_TRUE(preempted);
+}
+
 } // namespace
 } // namespace troupe

@@ -5,7 +5,6 @@
 #include "runtime/sim_engine.hpp"
 
 #include "gpu/model_shape.hpp"
-#include "policies/fcfs_scheduling_policy.hpp"
 #include "policies/registry.hpp"
 
 #include <gtest/gtest.h>
@@ -18,7 +17,9 @@ struct run_result {
   std::vector<sim_outcome> out;
 };
 
-run_result run(const std::string& policy, std::uint64_t pool_pages, bool prefetch) {
+run_result run(const std::string& policy, std::uint64_t pool_pages, bool prefetch,
+               const std::string& scheduling = "fcfs", bool on_demand = false, std::uint64_t host_pages = 0,
+               bool burst = false) {
   const auto shape = *gpu::find_model_preset("llama-2-7b");
   const auto gpu = *gpu::find_gpu_spec("A100-80GB");
   const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
@@ -31,7 +32,11 @@ run_result run(const std::string& policy, std::uint64_t pool_pages, bool prefetc
   cfg.limits.max_running = 32;
   cfg.limits.total_pages = pool_pages;
   cfg.limits.page_tokens = 16;
-  cfg.scheduling = std::make_unique<policies::fcfs_scheduling_policy>();
+  cfg.limits.page_bytes = page_bytes;
+  cfg.limits.on_demand = on_demand;
+  cfg.limits.host_pages = host_pages;
+  cfg.limits.hidden_page_tokens = 32; // llama-2-7b is multi-head
+  cfg.scheduling = policies::make_scheduling_policy(scheduling);
   cfg.eviction = policies::make_eviction_policy(policy);
   cfg.cache.prefetch = prefetch;
   auto backend = std::make_shared<gpu::sim_backend>(shape, gpu, 1);
@@ -43,7 +48,10 @@ run_result run(const std::string& policy, std::uint64_t pool_pages, bool prefetc
     const auto r = static_cast<std::uint32_t>(x >> 33);
     // Skewed: half the requests use adapters 1-4; some use none.
     const std::uint32_t adapter = r % 10 == 0 ? 0 : (r % 2 == 0 ? 1 + r % 4 : 1 + r % 40);
-    reqs.push_back({i * 0.05, 64 + r % 512, 1 + r % 64, adapter});
+    if (burst) // AdaptiveLLM's setting: all at once, long prompts, 64 new tokens
+      reqs.push_back({0.0, 300 + r % 700, 64, 0});
+    else
+      reqs.push_back({i * 0.05, 64 + r % 512, 1 + r % 64, adapter});
   }
   auto out = engine.run(reqs);
   return {engine.totals(), std::move(out)};
@@ -64,6 +72,25 @@ TEST(sim_engine, every_request_finishes_and_every_page_comes_back) {
       EXPECT_EQ(r.totals.pool_adapter_pages_at_end, r.totals.cache_pages_at_end);
       EXPECT_GT(r.totals.adapter_evictions, 0u) << "the pool is meant to be tight";
       EXPECT_GT(r.totals.pcie_bytes, 0u);
+    }
+  }
+}
+
+TEST(sim_engine, pages_on_demand_with_preemption_finish_every_request_under_each_policy) {
+  // 400 requests at once into 128 pages (2,048 tokens: two or three
+  // prompts): on demand they grow until the pool runs short and the policy
+  // preempts (swap where there is host room, recompute); a round that only
+  // preempts must be followed at once, or the run stalls.
+  for (const char* scheduling : {"fcfs", "slora", "adaptive", "aptserve"}) {
+    for (std::uint64_t host : {0u, 64u}) {
+      SCOPED_TRACE(std::string{scheduling} + (host ? " with a host pool" : ""));
+      const auto r = run("lru", 128, false, scheduling, true, host, true);
+      for (std::size_t i = 0; i < r.out.size(); ++i)
+        ASSERT_EQ(r.out[i].reason, finish_reason::length) << "request " << i;
+      EXPECT_GT(r.totals.growths_denied, 0u) << "the pool is meant to run short";
+      EXPECT_EQ(r.totals.pool_request_pages_at_end, 0u);
+      EXPECT_EQ(r.totals.host_pages_at_end, 0u);
+      EXPECT_EQ(r.totals.swapped_in, r.totals.swapped_out);
     }
   }
 }

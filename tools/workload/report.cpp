@@ -31,6 +31,8 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
   double first = std::numeric_limits<double>::infinity(), last = 0;
   std::uint64_t tokens = 0;
   std::size_t attained = 0;
+  double wtt = 0;
+  std::size_t wtt_n = 0;
   for (const auto& x : records) {
     first = std::min(first, x.arrival_s);
     if (!x.ok()) {
@@ -45,6 +47,10 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
     if (x.tbt_mean_s >= 0)
       tbt.push_back(x.tbt_mean_s);
     e2e.push_back(x.e2e_s);
+    if (x.queue_s >= 0 && x.e2e_s > x.queue_s) {
+      wtt += x.e2e_s / (x.e2e_s - x.queue_s);
+      ++wtt_n;
+    }
     const bool ttft_ok = target.ttft_s <= 0 || (x.ttft_s >= 0 && x.ttft_s <= target.ttft_s);
     const bool tbt_ok = target.tbt_s <= 0 || x.tbt_mean_s <= target.tbt_s;
     attained += ttft_ok && tbt_ok ? 1 : 0;
@@ -57,6 +63,7 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
   r.ttft = summarize_latency(std::move(ttft));
   r.tbt = summarize_latency(std::move(tbt));
   r.e2e = summarize_latency(std::move(e2e));
+  r.weighted_turnaround = wtt_n > 0 ? wtt / static_cast<double>(wtt_n) : 0;
   r.attainment = r.requests > 0 ? static_cast<double>(attained) / static_cast<double>(r.requests) : 0;
   return r;
 }
@@ -102,7 +109,7 @@ void write_json(std::ostream& out, const std::vector<run_summary>& runs, double 
     latency_json(out, "tbt_s", r.tbt);
     out << ",";
     latency_json(out, "e2e_s", r.e2e);
-    out << ",\"attainment\":" << r.attainment << ",\"pcie_bytes\":" << r.pcie_bytes
+    out << ",\"weighted_turnaround\":" << r.weighted_turnaround << ",\"attainment\":" << r.attainment << ",\"pcie_bytes\":" << r.pcie_bytes
         << ",\"adapter_hit_rate\":" << r.adapter_hit_rate << "}";
   }
   out << "],\"effective_throughput\":{";
@@ -119,23 +126,24 @@ void write_json(std::ostream& out, const std::vector<run_summary>& runs, double 
 
 void write_summary_csv(std::ostream& out, const std::vector<run_summary>& runs) {
   out << "label,offered_rate,requests,finished,failed,requests_per_s,tokens_per_s,ttft_p50_s,ttft_p90_s,"
-         "ttft_p99_s,tbt_p50_s,tbt_p99_s,e2e_p50_s,e2e_p90_s,e2e_p99_s,attainment,pcie_bytes,adapter_hit_rate\n";
+         "ttft_p99_s,tbt_p50_s,tbt_p99_s,e2e_p50_s,e2e_p90_s,e2e_p99_s,weighted_turnaround,attainment,pcie_bytes,"
+         "adapter_hit_rate\n";
   for (const auto& r : runs)
     out << r.label << "," << r.offered_rate << "," << r.requests << "," << r.finished << "," << r.failed << ","
         << r.requests_per_s << "," << r.tokens_per_s << "," << r.ttft.p50 << "," << r.ttft.p90 << ","
         << r.ttft.p99 << "," << r.tbt.p50 << "," << r.tbt.p99 << "," << r.e2e.p50 << "," << r.e2e.p90 << ","
-        << r.e2e.p99 << "," << r.attainment << "," << r.pcie_bytes << "," << r.adapter_hit_rate << "\n";
+        << r.e2e.p99 << "," << r.weighted_turnaround << "," << r.attainment << "," << r.pcie_bytes << "," << r.adapter_hit_rate << "\n";
 }
 
 void write_records_csv(std::ostream& out, const std::string& label, double offered_rate,
                        const std::vector<request_record>& records, bool header) {
   if (header)
     out << "label,offered_rate,id,arrival_s,prompt_tokens,max_tokens,completion_tokens,adapter,ttft_s,tbt_mean_s,"
-           "e2e_s,outcome\n";
+           "e2e_s,queue_s,outcome\n";
   for (const auto& x : records)
     out << label << "," << offered_rate << "," << x.id << "," << x.arrival_s << "," << x.prompt_tokens << ","
         << x.max_tokens << "," << x.completion_tokens << "," << x.adapter << "," << x.ttft_s << ","
-        << x.tbt_mean_s << "," << x.e2e_s << "," << x.outcome << "\n";
+        << x.tbt_mean_s << "," << x.e2e_s << "," << x.queue_s << "," << x.outcome << "\n";
 }
 
 } // namespace troupe::workload

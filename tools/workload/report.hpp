@@ -24,6 +24,8 @@ struct request_record {
   double e2e_s = -1;            ///< arrival to the terminal reply; -1: none came
   /// Mean time between tokens after the first; -1 with fewer than 2 tokens.
   double tbt_mean_s = -1;
+  /// Arrival to its first scheduled step (server side); -1: unknown.
+  double queue_s = -1;
   /// "length", "eos", "stop", or an error code ("overloaded", ...); "lost" if
   /// no terminal reply came.
   std::string outcome = "lost";
@@ -48,6 +50,10 @@ struct run_summary {
   double duration_s = 0;   ///< first arrival to the last terminal reply
   double requests_per_s = 0, tokens_per_s = 0;
   latency_summary ttft, tbt, e2e;
+  /// AdaptiveLLM's weighted turnaround, mean of e2e / (e2e − queue) over
+  /// finished requests whose queue time is known (≥ 1; lower is better);
+  /// 0 when none is known.
+  double weighted_turnaround = 0;
   /// Share of all requests that finished within the SLOs.
   double attainment = 0;
   /// Server figures pulled from stats (-1: not available).
