@@ -39,6 +39,7 @@ sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> 
     core_(cfg_.limits, calibrated(std::move(cfg_.scheduling), *backend_, cfg_.limits), &backend_->vocab()),
     pool_(pool_pages),
     host_(cfg_.limits.host_pages),
+    adapter_partition_(cfg_.adapter_partition_pages),
     cache_(std::move(cfg_.eviction), cfg_.cache.max_resident, cfg_.cache.window_s),
     transfers_(std::max<std::uint32_t>(cfg_.copy_inflight, 1)),
     pool_pages_(pool_pages) {
@@ -98,7 +99,8 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         if (const auto* e = catalog_.by_id(r.adapter_id)) {
           spec.adapter_id = e->id;
           spec.adapter_rank = e->rank;
-          spec.adapter_pages = e->pages;
+          // In a static partition adapters take no KV pages.
+          spec.adapter_pages = cfg_.adapter_partition_pages > 0 ? 0 : e->pages;
         }
         spec.seed = ev.arg;
         spec.arrival_s = now_;
@@ -161,7 +163,7 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
   totals_.prefetch_hits = cache_.prefetch_hits();
   totals_.pool_low_water = pool_.low_water();
   totals_.pool_request_pages_at_end = pool_.used_pages(page_owner_kind::request);
-  totals_.pool_adapter_pages_at_end = pool_.used_pages(page_owner_kind::adapter);
+  totals_.pool_adapter_pages_at_end = adapter_pages().used_pages(page_owner_kind::adapter);
   totals_.cache_pages_at_end = cache_.resident_pages();
   totals_.squashed = core_.squashed();
   totals_.swapped_out = core_.swapped_out();
@@ -232,9 +234,10 @@ void sim_engine::apply(scheduler_effects fx) {
     drop(cache_.evict_idle(now_));
   }
   if (fx.trim_pages > 0) {
-    const auto before = pool_.free_pages();
+    const auto before = pool_.free_pages() + adapter_partition_.free_pages();
     drop(cache_.evict_for(fx.trim_pages, now_));
-    if (pool_.free_pages() > before || (core_.running() == 0 && core_.admitting() == 0))
+    if (pool_.free_pages() + adapter_partition_.free_pages() > before
+        || (core_.running() == 0 && core_.admitting() == 0))
       core_.on_memory_changed();
   }
   for (const auto& [adapter, waiting] : fx.queued) {
@@ -274,7 +277,7 @@ void sim_engine::swap_out(const scheduler_effects::swap& s) {
 
 void sim_engine::drop(const std::vector<std::uint32_t>& victims) {
   for (auto id : victims)
-    pool_.release(adapter_owner(id));
+    adapter_pages().release(adapter_owner(id));
 }
 
 void sim_engine::acquire(std::uint64_t request_id, std::uint32_t adapter_id) {
@@ -311,7 +314,8 @@ void sim_engine::load(std::uint32_t adapter_id, transfer_class kind, bool retrie
   const auto keep_free = prefetch ? static_cast<std::uint64_t>(std::ceil(
                            cfg_.cache.prefetch_free_fraction * static_cast<double>(pool_pages_)))
                                   : std::uint64_t{0};
-  if (pool_.allocate_keeping(adapter_owner(adapter_id), e->pages, keep_free)) {
+  if (adapter_pages().allocate_keeping(adapter_owner(adapter_id), e->pages,
+                                      cfg_.adapter_partition_pages > 0 ? 0 : keep_free)) {
     transfers_.enqueue(kind, adapter_id, e->bytes, now_);
     start_transfers();
     return;
@@ -362,8 +366,8 @@ void sim_engine::settle(std::uint32_t adapter_id, scheduler_core::adapter_grant 
     cache_.loaded(adapter_id);
   } else {
     cache_.load_failed(adapter_id);
-    if (!pool_.pages_of(adapter_owner(adapter_id)).empty())
-      pool_.release(adapter_owner(adapter_id));
+    if (!adapter_pages().pages_of(adapter_owner(adapter_id)).empty())
+      adapter_pages().release(adapter_owner(adapter_id));
   }
   auto i = waiters_.find(adapter_id);
   if (i == waiters_.end())

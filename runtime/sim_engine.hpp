@@ -37,6 +37,10 @@ struct sim_engine_config {
   /// The queue tuner, run every period_s of virtual time when enabled.
   queue_tuner_options tuner;
   std::uint32_t copy_inflight = 4;
+  /// > 0: adapters live in a static region of this many pages, apart from
+  /// the KV pages (S-LoRA's "no unified paging" ablation); 0: one unified
+  /// pool for both.
+  std::uint64_t adapter_partition_pages = 0;
 };
 
 /// One request of a simulated workload.
@@ -139,6 +143,9 @@ private:
   scheduler_core core_;
   page_pool pool_;
   page_pool host_;
+  page_pool adapter_partition_;
+  /// Where adapter weights go: the unified pool, or the static partition.
+  page_pool& adapter_pages() noexcept { return cfg_.adapter_partition_pages > 0 ? adapter_partition_ : pool_; }
   /// Swaps queued or running: (request id, class) -> the swap.
   std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> swaps_;
   adapter_cache cache_;

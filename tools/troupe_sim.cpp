@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <iostream>
 #include <sstream>
@@ -63,6 +64,8 @@ constexpr const char* usage =
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
+  "  --adapter-partition-gib G   adapters in a static region of G GiB carved out of the pool, apart from\n"
+  "                        KV (S-LoRA's no-unified-paging ablation; default 0: one unified pool)\n"
   "  --sched-params LIST   policy.key=value pairs for a scheduling policy's configure() (key=value: every policy)\n"
   "  --seed N              adapter draws (default 1)\n"
   "  --json FILE           also write the results as JSON\n"
@@ -98,6 +101,7 @@ struct options {
   double host_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
+  double adapter_partition_gib = 0;
   std::map<std::string, double> sched_params;
   std::uint64_t seed = 1;
   std::string json;
@@ -178,6 +182,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
     else if (a == "--pool-pages") { if (!need_num() || num < 1) { err = "--pool-pages must be >= 1"; return false; } o.pool_pages_override = static_cast<std::uint64_t>(num); }
     else if (a == "--host-pages") { if (!need_num()) return false; o.host_pages = static_cast<std::uint64_t>(num); }
+    else if (a == "--adapter-partition-gib") { if (!need_num()) return false; o.adapter_partition_gib = num; }
     else if (a == "--max-output") { if (!need_num() || num < 1) { err = "--max-output must be >= 1"; return false; } o.max_output = static_cast<std::uint32_t>(num); }
     else if (a == "--sched-params") {
       for (const auto& kv : split(v)) {
@@ -303,8 +308,15 @@ int main(int argc, char** argv) {
   const std::uint32_t page_tokens = 16;
   const auto page_bytes = std::uint64_t{page_tokens} * shape->kv_bytes_per_token();
   const double budget = static_cast<double>(spec->memory_bytes) * 0.9 - static_cast<double>(shape->weight_bytes());
-  const auto pool_pages = o.pool_pages_override > 0 ? o.pool_pages_override
+  const auto all_pages = o.pool_pages_override > 0 ? o.pool_pages_override
                                                    : static_cast<std::uint64_t>(budget / static_cast<double>(page_bytes));
+  const auto partition_pages =
+    static_cast<std::uint64_t>(o.adapter_partition_gib * (1ull << 30) / static_cast<double>(page_bytes));
+  if (partition_pages >= all_pages) {
+    std::cerr << "troupe-sim: --adapter-partition-gib leaves no pages for KV\n";
+    return 2;
+  }
+  const auto pool_pages = all_pages - partition_pages;
   std::uint64_t all_adapter_bytes = 0;
   for (auto r : std::get<workload::adapter_set>(set).ranks)
     all_adapter_bytes += shape->lora_adapter_bytes(r);
@@ -370,6 +382,9 @@ int main(int argc, char** argv) {
     cfg.limits.total_pages = pool_pages;
     cfg.limits.page_tokens = page_tokens;
     cfg.limits.page_bytes = page_bytes;
+    cfg.adapter_partition_pages = partition_pages;
+    if (partition_pages > 0) // a full partition means waiting for room, not a broken adapter
+      cfg.limits.max_adapter_failures = std::numeric_limits<std::uint32_t>::max();
     cfg.limits.on_demand = o.on_demand;
     cfg.limits.growth_watermark = pool_pages / 100;
     cfg.limits.host_pages = o.host_pages > 0 ? o.host_pages

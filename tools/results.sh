@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Reruns the seeds' experiments on troupe-sim (docs/results.md): each writes
+# summary CSVs and, where gnuplot is present, PNG plots into OUT_DIR.
+# Usage: tools/results.sh [chameleon|slora|aptserve|adaptive|eviction|all] [OUT_DIR]
+# Needs build/bin/troupe-sim (tools/build.sh) and ../shared/traces.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what=${1:-all}
+out=${2:-build/results}
+sim=build/bin/troupe-sim
+traces=${TROUPE_TRACES:-../shared/traces}
+mkdir -p "$out"
+
+# Runs troupe-sim once per rate, appending the summary rows to $csv; the
+# label column becomes "$label" when one is given.
+sweep() { # csv label rates... -- troupe-sim args
+  local csv=$1 label=$2; shift 2
+  local rates=()
+  while [ "$1" != "--" ]; do rates+=("$1"); shift; done
+  shift
+  for r in "${rates[@]}"; do
+    "$sim" "$@" --rate "$r" --csv "$out/.one.csv" > /dev/null
+    if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
+    if [ -n "$label" ]; then
+      tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
+    else
+      tail -n +2 "$out/.one.csv" >> "$csv"
+    fi
+  done
+  rm -f "$out/.one.csv"
+}
+
+plot() { # png metric title csv
+  if command -v gnuplot > /dev/null; then tools/plot-latency.sh "$@" > /dev/null; fi
+}
+
+chameleon() {
+  # Chameleon's setting (chameleon.md §7), on the A100-80GB preset: 100
+  # adapters, ranks 8-128 by a rank-class power law, Azure conversation lengths,
+  # Poisson arrivals. Setups: S-LoRA, vLLM-like FCFS with LRU, Chameleon, and
+  # the two ablations (scheduler only, cache only).
+  local csv=$out/chameleon.csv
+  rm -f "$csv"
+  sweep "$csv" "" 3 4 4.5 5 5.5 6 -- --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 \
+    --ranks 8,16,32,64,128 --popularity chameleon:1 --gpu A100-80GB --arrivals poisson \
+    --setups slora:slora,fcfs:lru,chameleon:chameleon,chameleon:slora,fcfs:chameleon
+  plot "$out/chameleon-ttft-p99.png" ttft_p99_s "P99 TTFT, Chameleon setting (A100-80GB, Llama-2-7B, 100 adapters)" "$csv"
+  plot "$out/chameleon-ttft-p50.png" ttft_p50_s "P50 TTFT, Chameleon setting (A100-80GB, Llama-2-7B, 100 adapters)" "$csv"
+}
+
+eviction() {
+  # Eviction policies alone (FCFS scheduling), 2,000 adapters, Zipf(1).
+  "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
+    --gpu A100-80GB --popularity zipf:1 --rate 2 --csv "$out/eviction.csv"
+}
+
+slora() {
+  # S-LoRA's synthetic workload (slora.md): Power(1) popularity, lengths
+  # uniform in [8, 512], Gamma CV 1, A100-80GB, Llama-2-7B, ranks 8-64;
+  # throughput at an offered 12 req/s (beyond saturation) against the number
+  # of adapters, with one unified pool and with adapters in a static region.
+  local csv=$out/slora.csv
+  rm -f "$csv"
+  for n in 5 100 1000 2000; do
+    sweep "$csv" "unified/n=$n" 12 -- --synthetic 3000 --prompt-range 8:512 --output-range 8:512 \
+      --adapters "$n" --ranks 8,16,32,64 --popularity power:1 --gpu A100-80GB --setups slora:slora
+    # Without unified paging: adapters in a static 4 GiB region, KV in the rest.
+    sweep "$csv" "partition4g/n=$n" 12 -- --synthetic 3000 --prompt-range 8:512 --output-range 8:512 \
+      --adapters "$n" --ranks 8,16,32,64 --popularity power:1 --gpu A100-80GB --setups slora:slora \
+      --adapter-partition-gib 4
+  done
+}
+
+aptserve() {
+  # Apt-Serve's ShareGPT setting (aptserve.md §6): lengths from the ShareGPT
+  # file (1,000 requests), Poisson, Llama-2-13B (multi-head, as OPT-13B) on
+  # the A100-80GB preset, TTFT SLO 1 s and TBT SLO 1 s (per request mean),
+  # pages on demand for both; effective throughput at 90 % attainment.
+  local csv=$out/aptserve.csv
+  rm -f "$csv"
+  sweep "$csv" "" 0.3 0.5 0.6 0.7 0.8 0.9 1.0 1.2 -- --trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" \
+    --requests 1000 --model llama-2-13b --gpu A100-80GB --adapters 1 --base-fraction 1 --kv on_demand \
+    --slo-ttft 1 --slo-tbt 1 --slo 1 --setups fcfs:lru,aptserve:lru
+  plot "$out/aptserve-attainment.png" attainment "SLO attainment, ShareGPT, Llama-2-13B on A100-80GB" "$csv"
+}
+
+adaptive() {
+  # AdaptiveLLM's setting (adaptivellm.md §6): 1,000 ShareGPT requests sent
+  # at once, Llama-2-13B on the A100-80GB preset (the A800's twin), a pool
+  # shrunk to 128 GPU pages and 64 host pages of 16 tokens, outputs capped at
+  # 64, prompts cut to 1,024; vLLM-like FCFS (latest arrival recomputed) vs
+  # AdaptiveLLM always-recompute, always-swap and by predicted cost.
+  local csv=$out/adaptive.csv
+  rm -f "$csv"
+  local args=(--trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" --requests 1000 --model llama-2-13b
+              --gpu A100-80GB --adapters 1 --base-fraction 1 --max-output 64 --max-context 1024 --pool-pages 128
+              --host-pages 64 --kv on_demand)
+  for b in 64 128; do
+    sweep "$csv" "vllm-fcfs/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups fcfs:lru
+    sweep "$csv" "recompute/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups adaptive:lru --sched-params adaptive.mode=1
+    sweep "$csv" "swap/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups adaptive:lru --sched-params adaptive.mode=2
+    sweep "$csv" "adaptive/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups adaptive:lru --sched-params adaptive.mode=0
+  done
+}
+
+case $what in
+  chameleon) chameleon ;;
+  eviction) eviction ;;
+  slora) slora ;;
+  aptserve) aptserve ;;
+  adaptive) adaptive ;;
+  all) chameleon; eviction; slora; aptserve; adaptive ;;
+  *) echo "usage: $0 [chameleon|slora|aptserve|adaptive|eviction|all] [OUT_DIR]" >&2; exit 2 ;;
+esac
+echo "results: $out"
