@@ -29,7 +29,7 @@ while IFS=$'\t' read -r file label; do
   plots+="${plots:+, }'$file' using 1:2 with linespoints title '$label'"
 done < <(sort "$work/labels")
 gnuplot <<GP
-set terminal png size 900,560
+set terminal png size 900,560 noenhanced
 set output '$out'
 set title '$title'
 set xlabel 'offered load (requests/s)'
