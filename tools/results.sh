@@ -82,6 +82,13 @@ aptserve() {
     --requests 1000 --model llama-2-13b --gpu A100-80GB --adapters 1 --base-fraction 1 --kv on_demand \
     --slo-ttft 1 --slo-tbt 1 --slo 1 --setups fcfs:lru,aptserve:lru
   plot "$out/aptserve-attainment.png" attainment "SLO attainment, ShareGPT, Llama-2-13B on A100-80GB" "$csv"
+  # The same with the KV pool cut to 1,500 pages (24k tokens): memory-bound.
+  csv=$out/aptserve-tight.csv
+  rm -f "$csv"
+  sweep "$csv" "" 0.2 0.3 0.4 0.5 0.6 0.8 1.0 -- --trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" \
+    --requests 1000 --model llama-2-13b --gpu A100-80GB --adapters 1 --base-fraction 1 --kv on_demand \
+    --slo-ttft 1 --slo-tbt 1 --slo 1 --setups fcfs:lru,aptserve:lru --pool-pages 1500
+  plot "$out/aptserve-tight-attainment.png" attainment "SLO attainment, ShareGPT, Llama-2-13B, 1,500-page pool" "$csv"
 }
 
 adaptive() {
