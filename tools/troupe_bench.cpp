@@ -215,15 +215,8 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
     runs.push_back(s);
   }
   if (runs.size() > 1)
-    std::printf("effective throughput (attainment >= 0.9): %.2f req/s\n", workload::effective_throughput(runs));
-  if (!a.json.empty()) {
-    std::ofstream j{a.json};
-    workload::write_json(j, runs);
-  }
-  if (!a.csv.empty()) {
-    std::ofstream c{a.csv};
-    workload::write_summary_csv(c, runs);
-  }
+    std::printf("%s", workload::effective_throughput_lines(runs).c_str());
+  workload::write_outputs(runs, a.json, a.csv);
   if (lost) {
     std::fprintf(stderr, "troupe-bench: some requests got no terminal reply\n");
     return 1;

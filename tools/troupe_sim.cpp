@@ -26,6 +26,7 @@
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -37,6 +38,7 @@ constexpr const char* usage =
   "  --trace FILE          an Azure LLM inference trace CSV (arrivals and lengths)\n"
   "  --from S --seconds S  the part of the trace to replay (default: all)\n"
   "  --rate R              rescale arrivals to R requests/s (with --trace), or generate at R\n"
+  "  --rates R1,R2,...     a sweep: each rate in turn, effective throughput at 90 % attainment\n"
   "  --trace FILE          (also a ShareGPT length file: arrivals then come from --rate, Poisson)\n"
   "  --requests N --cv C   generated: N requests, Gamma gaps of CV C (--synthetic N is the same)\n"
   "  --prompt N --output N lengths of generated requests (default 512, 128), or uniform in\n"
@@ -101,6 +103,7 @@ struct options {
   double host_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
+  std::vector<double> rates;
   double adapter_partition_gib = 0;
   std::map<std::string, double> sched_params;
   std::uint64_t seed = 1;
@@ -140,6 +143,17 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--from") { if (!need_num()) return false; o.from_s = num; }
     else if (a == "--seconds") { if (!need_num()) return false; o.seconds = num; }
     else if (a == "--rate") { if (!need_num()) return false; o.rate = num; }
+    else if (a == "--rates") {
+      o.rates.clear();
+      for (const auto& x : split(v)) {
+        char* end = nullptr;
+        const double r = std::strtod(x.c_str(), &end);
+        if (end == x.c_str() || *end != '\0' || r <= 0) { err = "--rates: \"" + x + "\" is not a rate > 0"; return false; }
+        o.rates.push_back(r);
+      }
+      if (o.rates.empty()) { err = "--rates: give at least one rate"; return false; }
+      o.rate = o.rates.front();
+    }
     else if (a == "--cv") { if (!need_num() || num == 0) { err = "--cv must be > 0"; return false; } o.cv = num; }
     else if (a == "--requests" || a == "--synthetic") { if (!need_num()) return false; o.requests = static_cast<std::size_t>(num); }
     else if (a == "--prompt") { if (!need_num() || num < 1) { err = "--prompt must be >= 1"; return false; } o.prompt = static_cast<std::uint32_t>(num); }
@@ -243,13 +257,8 @@ struct result {
 
 } // namespace
 
-int main(int argc, char** argv) {
-  options o;
-  std::string err;
-  if (!parse(argc, argv, o, err)) {
-    std::cerr << "troupe-sim: " << err << "\n" << usage;
-    return 2;
-  }
+/// One rate: every setup on the workload; summaries appended.
+int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofstream& records, bool& first_record) {
   auto shape = gpu::find_model_preset(o.model);
   auto spec = gpu::find_gpu_spec(o.gpu);
   if (!shape || !spec) {
@@ -341,10 +350,6 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<result> results;
-  std::vector<workload::run_summary> summaries;
-  std::ofstream records;
-  if (!o.records.empty())
-    records.open(o.records);
   for (const auto& [sched_name, name] : pairs) {
     auto policy = policies::make_eviction_policy(name);
     auto scheduling = policies::make_scheduling_policy(sched_name);
@@ -473,7 +478,7 @@ int main(int argc, char** argv) {
     summary.adapter_hit_rate = looks > 0 ? static_cast<double>(res.totals.adapter_hits) / looks : 0.0;
     summaries.push_back(summary);
     if (records)
-      workload::write_records_csv(records, res.policy, summary.offered_rate, recs, results.empty());
+      workload::write_records_csv(records, res.policy, summary.offered_rate, recs, std::exchange(first_record, false));
     results.push_back(res);
   }
 
@@ -506,14 +511,6 @@ int main(int argc, char** argv) {
                 r.ttft_p99, r.e2e_p99, r.wall_s);
   }
   }
-  if (!o.report.empty()) {
-    std::ofstream j{o.report};
-    workload::write_json(j, summaries);
-  }
-  if (!o.csv.empty()) {
-    std::ofstream c{o.csv};
-    workload::write_summary_csv(c, summaries);
-  }
   if (!o.json.empty()) {
     std::ofstream j{o.json};
     j << "{\"requests\":" << sum.requests << ",\"adapters\":" << o.adapters << ",\"gpu\":\"" << spec->name
@@ -539,5 +536,32 @@ int main(int argc, char** argv) {
       std::cerr << "troupe-sim: " << r.lost << " requests did not finish under " << r.policy << "\n";
       return 1;
     }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  options o;
+  std::string err;
+  if (!parse(argc, argv, o, err)) {
+    std::cerr << "troupe-sim: " << err << "\n" << usage;
+    return 2;
+  }
+  std::vector<workload::run_summary> summaries;
+  std::ofstream records;
+  if (!o.records.empty())
+    records.open(o.records);
+  bool first_record = true;
+  const auto rates = o.rates.empty() ? std::vector<double>{o.rate} : o.rates;
+  for (double rate : rates) {
+    auto one = o;
+    one.rate = rate;
+    if (rates.size() > 1)
+      std::printf("\n## offered rate %.3g req/s\n", rate);
+    if (const int rc = simulate(one, summaries, records, first_record); rc != 0)
+      return rc;
+  }
+  if (rates.size() > 1)
+    std::printf("%s", workload::effective_throughput_lines(summaries).c_str());
+  workload::write_outputs(summaries, o.report, o.csv);
   return 0;
 }

@@ -444,14 +444,20 @@ TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once
   }
 }
 
-TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_preempts_the_latest) {
+/// Six 4-token pages on demand; requests 1 and 2 (3-token prompts, 12 new
+/// tokens: 4 pages for a life, 1 at admission) arrive a second apart and are
+/// admitted.
+swap_shell two_growing() {
   swap_shell s{6, 0, true};
-  // 4-token pages. Each request: 3-token prompt, 12 new tokens: 4 pages
-  // for its life, 1 at admission.
   s.submit(1, 3, 12);
   s.now += 1;
   s.submit(2, 3, 12);
   s.admit();
+  return s;
+}
+
+TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_preempts_the_latest) {
+  auto s = two_growing();
   EXPECT_EQ(s.core->reserved_pages(), 2u) << "one page each: prompt + the next token";
   s.step(); // both prefill: positions 0-2 written, the next step writes 3
   s.admit();
@@ -492,11 +498,7 @@ TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_pr
 TEST(scheduler_swap, a_preemption_for_growth_lets_the_survivor_grow_in_the_same_call) {
   // Without this the shell would have no answer coming to call back on:
   // the short request would stall for good.
-  swap_shell s{6, 0, true};
-  s.submit(1, 3, 12);
-  s.now += 1;
-  s.submit(2, 3, 12);
-  s.admit();
+  auto s = two_growing();
   bool preempted = false;
   for (int i = 0; i < 40 && !preempted; ++i) {
     s.step();

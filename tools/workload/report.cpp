@@ -3,6 +3,8 @@
 #include "tools/workload/workload.hpp"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -122,6 +124,29 @@ void write_json(std::ostream& out, const std::vector<run_summary>& runs, double 
     first = false;
   }
   out << "},\"min_attainment\":" << min_attainment << "}\n";
+}
+
+void write_outputs(const std::vector<run_summary>& runs, const std::string& json_path,
+                   const std::string& csv_path) {
+  if (!json_path.empty()) {
+    std::ofstream j{json_path};
+    write_json(j, runs);
+  }
+  if (!csv_path.empty()) {
+    std::ofstream c{csv_path};
+    write_summary_csv(c, runs);
+  }
+}
+
+std::string effective_throughput_lines(const std::vector<run_summary>& runs, double min_attainment) {
+  std::map<std::string, std::vector<run_summary>> by_label;
+  for (const auto& r : runs)
+    by_label[r.label].push_back(r);
+  std::ostringstream out;
+  for (const auto& [label, rs] : by_label)
+    out << "effective throughput (attainment >= " << min_attainment << ") " << label << ": "
+        << effective_throughput(rs, min_attainment) << " req/s\n";
+  return out.str();
 }
 
 void write_summary_csv(std::ostream& out, const std::vector<run_summary>& runs) {

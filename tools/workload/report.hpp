@@ -74,6 +74,12 @@ double effective_throughput(const std::vector<run_summary>& runs, double min_att
 void write_json(std::ostream& out, const std::vector<run_summary>& runs, double min_attainment = 0.9);
 /// CSV of the summaries, one row per run (for plots).
 void write_summary_csv(std::ostream& out, const std::vector<run_summary>& runs);
+/// Writes the JSON report and the summary CSV to the paths given (an empty
+/// path: not written).
+void write_outputs(const std::vector<run_summary>& runs, const std::string& json_path,
+                   const std::string& csv_path);
+/// One line per label: its effective throughput over the runs (a sweep).
+std::string effective_throughput_lines(const std::vector<run_summary>& runs, double min_attainment = 0.9);
 /// CSV of the records, one row per request, with the run's label and rate.
 void write_records_csv(std::ostream& out, const std::string& label, double offered_rate,
                        const std::vector<request_record>& records, bool header);

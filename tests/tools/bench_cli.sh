@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# troupe-sim and troupe-bench on the command line: a sweep writes the report
+# JSON, the summary CSV (one row per rate and setup) and the per-request CSV;
+# bad flags exit 2 naming the flag.
+# Usage: bench_cli.sh BIN_DIR (run from the repository root)
+set -euo pipefail
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "bench_cli: $*" >&2; exit 1; }
+
+"$bin/troupe-sim" --trace tests/tools/data/azure_conv_head200.csv --adapters 10 --rates 1,2 \
+  --setups fcfs:lru,adaptive:lru --slo-ttft 1 --report "$work/r.json" --csv "$work/s.csv" \
+  --records "$work/q.csv" > "$work/out.txt"
+grep -q "effective throughput (attainment >= 0.9) adaptive:lru" "$work/out.txt" || fail "no effective throughput line"
+[ "$(wc -l < "$work/s.csv")" -eq 5 ] || fail "summary CSV: expected a header and 4 rows"
+[ "$(wc -l < "$work/q.csv")" -eq 801 ] || fail "records CSV: expected a header and 800 rows"
+python3 - "$work/r.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["runs"]) == 4, r["runs"]
+assert set(r["effective_throughput"]) == {"fcfs:lru", "adaptive:lru"}, r["effective_throughput"]
+for run in r["runs"]:
+    assert run["finished"] == 200 and run["failed"] == 0, run
+    assert 0 < run["ttft_s"]["p50"] <= run["ttft_s"]["p99"], run
+PY
+
+expect_usage_error() { # what, then the command
+  local what=$1; shift
+  if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
+  grep -q -- "$what" "$work/err.txt" || fail "$what: the message does not name it: $(head -1 "$work/err.txt")"
+}
+set +e
+expect_usage_error --rates "$bin/troupe-sim" --requests 10 --rates 0,2
+expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --prompt-range 5:2
+expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
+expect_usage_error --adapter-partition-gib "$bin/troupe-sim" --requests 10 --rate 1 --adapter-partition-gib 100000
+expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
+expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv
+set -e
+echo "bench_cli: ok"
