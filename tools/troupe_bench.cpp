@@ -39,6 +39,7 @@ void usage(std::FILE* out) {
                "  --rate R | --rates R1,R2,...   requests/s (a sweep starts a fresh deployment per rate)\n"
                "  --cv C                        Gamma CV of gaps for generated arrivals (default 1)\n"
                "  --from S --seconds S          the part of an Azure trace to replay\n"
+               "  --time-factor F               multiply every arrival time by F (2: half the rate)\n"
                "  --requests N                  at most N requests (the first N)\n"
                "  --prompt-range A:B --output-range A:B   generated lengths, uniform (default 8:512, 8:128)\n"
                "  --max-context N               prompt + output limit; longer prompts are cut (default 4096)\n"
@@ -80,7 +81,7 @@ struct open_loop_args {
   std::string trace;
   long synthetic = 0;
   std::vector<double> rates;
-  double cv = 1, from_s = 0, seconds = -1;
+  double cv = 1, from_s = 0, seconds = -1, time_factor = 1;
   long max_requests = 0;
   std::uint32_t prompt_lo = 8, prompt_hi = 512, output_lo = 8, output_hi = 128;
   std::uint32_t max_context = 4096;
@@ -125,6 +126,8 @@ std::variant<std::vector<troupe::workload::request>, std::string> make_workload(
                      a.output_hi, a.seed);
   }
   clamp_context(reqs, a.max_context);
+  if (a.time_factor != 1)
+    scale_time(reqs, a.time_factor);
   if (a.adapters > 0) {
     auto set = make_adapter_set(a.adapters, {8}, a.popularity);
     if (auto* e = std::get_if<std::string>(&set))
@@ -268,6 +271,10 @@ int main(int argc, char** argv) {
     else if (arg == "--rates") { ol.rates.clear(); for (const auto& r : split(value())) ol.rates.push_back(number(arg, r)); }
     else if (arg == "--cv") ol.cv = number(arg, value());
     else if (arg == "--from") ol.from_s = number(arg, value());
+    else if (arg == "--time-factor") {
+      ol.time_factor = number(arg, value());
+      if (ol.time_factor <= 0) { std::fprintf(stderr, "troupe-bench: --time-factor must be > 0\n"); return 2; }
+    }
     else if (arg == "--seconds") ol.seconds = number(arg, value());
     else if (arg == "--prompt-range" || arg == "--output-range") {
       const auto v = value();

@@ -39,6 +39,7 @@ constexpr const char* usage =
   "  --from S --seconds S  the part of the trace to replay (default: all)\n"
   "  --rate R              rescale arrivals to R requests/s (with --trace), or generate at R\n"
   "  --rates R1,R2,...     a sweep: each rate in turn, effective throughput at 90 % attainment\n"
+  "  --time-factor F       multiply every arrival time by F (2: half the rate)\n"
   "  --trace FILE          (also a ShareGPT length file: arrivals then come from --rate, Poisson)\n"
   "  --requests N --cv C   generated: N requests, Gamma gaps of CV C (--synthetic N is the same)\n"
   "  --prompt N --output N lengths of generated requests (default 512, 128), or uniform in\n"
@@ -104,6 +105,7 @@ struct options {
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
   std::vector<double> rates;
+  double time_factor = 1;
   double adapter_partition_gib = 0;
   std::map<std::string, double> sched_params;
   std::uint64_t seed = 1;
@@ -143,6 +145,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--from") { if (!need_num()) return false; o.from_s = num; }
     else if (a == "--seconds") { if (!need_num()) return false; o.seconds = num; }
     else if (a == "--rate") { if (!need_num()) return false; o.rate = num; }
+    else if (a == "--time-factor") { if (!need_num() || num <= 0) { err = "--time-factor must be > 0"; return false; } o.time_factor = num; }
     else if (a == "--rates") {
       o.rates.clear();
       for (const auto& x : split(v)) {
@@ -301,6 +304,8 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     for (auto& r : reqs)
       r.output_tokens = std::min(r.output_tokens, o.max_output);
   const auto clamped = workload::clamp_context(reqs, o.max_context);
+  if (o.time_factor != 1)
+    workload::scale_time(reqs, o.time_factor);
   auto set = workload::make_adapter_set(o.adapters, o.ranks, o.popularity);
   if (auto* e = std::get_if<std::string>(&set)) {
     std::cerr << "troupe-sim: --popularity: " << *e << "\n";
