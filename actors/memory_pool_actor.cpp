@@ -51,6 +51,10 @@ memory_pool_impl(memory_pool_actor::stateful_pointer<memory_pool_state> self,
     [self](release_atom, std::uint8_t tier, std::uint8_t kind, std::uint64_t owner) {
       self->state.tier(tier).release({static_cast<page_owner_kind>(kind), owner});
     },
+    [self](adopt_atom, std::uint8_t tier, std::uint8_t kind, std::uint64_t from, std::uint64_t to) {
+      const auto k = static_cast<page_owner_kind>(kind);
+      self->state.tier(tier).transfer({k, from}, {k, to});
+    },
     [self](stats_atom) {
       stat_values out;
       // "pool_*" is the device pool (the names clients already read).

@@ -95,6 +95,12 @@ finish_event to_event(const scheduler_effects::finish& f) {
 /// Carries out what the core asked for.
 void apply(self_ptr self, scheduler_effects fx) {
   auto& st = self->state;
+  // The pool takes this actor's messages in order: adoptions and releases
+  // (evicted session caches) before the reservations that count on them.
+  for (const auto& a : fx.adopts)
+    self->send(st.pool, adopt_atom_v, device_tier, request_owner, a.from, a.to);
+  for (auto id : fx.release_pages)
+    self->send(st.pool, release_atom_v, device_tier, request_owner, id);
   for (const auto& r : fx.reserves) {
     const auto id = r.request_id;
     self->request(st.pool, caf::infinite, reserve_atom_v, device_tier, request_owner, id, r.pages,
@@ -139,8 +145,6 @@ void apply(self_ptr self, scheduler_effects fx) {
           apply(self, self->state.core->on_adapter(id, false, monotonic_seconds()));
         });
   }
-  for (auto id : fx.release_pages)
-    self->send(st.pool, release_atom_v, device_tier, request_owner, id);
   for (auto id : fx.release_host_pages)
     self->send(st.pool, release_atom_v, host_tier, request_owner, id);
   for (const auto& s : fx.swap_outs)
@@ -288,6 +292,12 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"requests_swapped_in", static_cast<double>(c.swapped_in())},
         {"host_pages_swapped", static_cast<double>(c.host_pages_held())},
         {"kv_growths_denied", static_cast<double>(c.growths_denied())},
+        {"sessions_cached", static_cast<double>(c.sessions_cached())},
+        {"session_hits", static_cast<double>(c.session_hits())},
+        {"session_pages", static_cast<double>(c.session_pages_held())},
+        {"session_evictions", static_cast<double>(c.session_evictions())},
+        {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
+        {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},
         {"kv_pages_short", static_cast<double>(c.pages_short())},
         {"admission_memory_blocked", c.memory_blocked() ? 1.0 : 0.0},
         {"adapter_trim_pending", st.trim_pending ? 1.0 : 0.0},

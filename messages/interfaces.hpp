@@ -56,6 +56,8 @@ using memory_pool_actor = caf::typed_actor<
   caf::replies_to<reserve_atom, std::uint8_t, std::uint8_t, std::uint64_t, std::uint64_t,
                   std::uint64_t>::with<std::vector<std::uint32_t>>,
   caf::reacts_to<release_atom, std::uint8_t, std::uint8_t, std::uint64_t>,
+  /// adopt(tier, kind, from, to): every page of `from` becomes `to`'s.
+  caf::reacts_to<adopt_atom, std::uint8_t, std::uint8_t, std::uint64_t, std::uint64_t>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// copy_engine: adapter loads onto the device through the backend, queued by

@@ -52,6 +52,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe, forget_atom, "forget")
   CAF_ADD_ATOM(troupe, troupe, prefetch_atom, "prefetch")
   CAF_ADD_ATOM(troupe, troupe, arrival_atom, "arrival")
+  CAF_ADD_ATOM(troupe, troupe, adopt_atom, "adopt")
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

@@ -466,7 +466,7 @@ memory_pool_options read_memory_pool(section s) {
 scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   scheduler_options o;
   s.allow_only({"policy", "params", "max_running", "token_budget", "max_waiting", "kv_reservation",
-                "growth_watermark"});
+                "growth_watermark", "session_fraction"});
   o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
   o.params = s.numbers("params");
   o.max_running = s.u32("max_running", o.max_running, 1);
@@ -476,6 +476,8 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   o.kv_reservation = s.choice("kv_reservation", o.kv_reservation, reservations, "KV reservation");
   o.growth_watermark = s.real("growth_watermark", o.growth_watermark);
   s.require("growth_watermark", o.growth_watermark >= 0 && o.growth_watermark < 1, "must be in [0, 1)");
+  o.session_fraction = s.real("session_fraction", o.session_fraction);
+  s.require("session_fraction", o.session_fraction >= 0 && o.session_fraction <= 1, "must be in [0, 1]");
   return o;
 }
 

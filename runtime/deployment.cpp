@@ -158,6 +158,8 @@ deployment::start(const deployment_options& opts) {
   sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
   sc.limits.host_pages = opts.memory_pool.host_pages;
   sc.limits.on_demand = opts.scheduler.kv_reservation == "on_demand";
+  sc.limits.session_pages = static_cast<std::uint64_t>(
+    opts.scheduler.session_fraction * static_cast<double>(rb.pool_pages));
   sc.limits.growth_watermark = static_cast<std::uint64_t>(
     opts.scheduler.growth_watermark * static_cast<double>(rb.pool_pages));
   sc.limits.page_bytes = rb.page_bytes;

@@ -200,6 +200,14 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.top_p = g.sampling.top_p;
   spec.top_k = g.sampling.top_k;
   spec.priority = g.priority;
+  if (!g.session.empty()) {
+    // A 64-bit FNV-1a of the name: a collision could only offer a cache
+    // whose tokens the next turn's prompt must still match exactly.
+    std::uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : g.session)
+      h = (h ^ c) * 1099511628211ull;
+    spec.session = h | 1;
+  }
   spec.stop = std::move(g.stop);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;

@@ -35,6 +35,20 @@ bool page_pool::allocate(page_owner owner, std::uint64_t n) {
   return true;
 }
 
+std::uint64_t page_pool::transfer(page_owner from, page_owner to) {
+  auto i = held_.find(from);
+  if (i == held_.end() || from == to)
+    return 0;
+  auto pages = std::move(i->second);
+  held_.erase(i);
+  const auto n = static_cast<std::uint64_t>(pages.size());
+  used_[static_cast<int>(from.kind)] -= n;
+  used_[static_cast<int>(to.kind)] += n;
+  auto& mine = held_[to];
+  mine.insert(mine.end(), pages.begin(), pages.end());
+  return n;
+}
+
 std::uint64_t page_pool::release(page_owner owner) {
   auto i = held_.find(owner);
   if (i == held_.end()) {

@@ -40,6 +40,11 @@ public:
   /// (a watermark for optional work such as prefetch).
   bool allocate_keeping(page_owner owner, std::uint64_t n, std::uint64_t keep_free);
 
+  /// Hands every page of `from` to `to` (appended after any `to` holds, in
+  /// order): a session's cached KV becomes the next turn's. Returns how
+  /// many moved (0 if `from` held none).
+  std::uint64_t transfer(page_owner from, page_owner to);
+
   /// Frees every page of `owner`; returns how many (0 if it held none, so a
   /// second release is harmless).
   std::uint64_t release(page_owner owner);

@@ -91,6 +91,9 @@ struct scheduler_options {
   std::string kv_reservation = "full";
   /// on_demand: fraction of the pool admissions leave free for growth.
   double growth_watermark = 0.01;
+  /// Share of the pool finished turns may keep for their sessions (the next
+  /// turn reuses the KV of its history instead of recomputing it); 0: none.
+  double session_fraction = 0.25;
 };
 
 /// [classifier]: assigns queues and predicted output lengths.

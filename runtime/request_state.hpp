@@ -67,6 +67,9 @@ struct request_spec {
   float top_p = 1.0f;
   std::int32_t top_k = 0;
   std::int32_t priority = 0;
+  /// Multi-turn session (0: none): its KV may be kept after this turn and
+  /// reused by the next turn whose prompt extends it.
+  std::uint64_t session = 0;
   std::vector<std::string> stop;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;

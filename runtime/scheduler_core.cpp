@@ -7,7 +7,7 @@ namespace troupe {
 // -- scheduler_effects --------------------------------------------------------
 
 bool scheduler_effects::empty() const noexcept {
-  return reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
+  return adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && swap_outs.empty() && swap_ins.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
@@ -18,6 +18,7 @@ void scheduler_effects::merge(scheduler_effects&& other) {
     to.insert(to.end(), std::make_move_iterator(from.begin()),
               std::make_move_iterator(from.end()));
   };
+  append(adopts, other.adopts);
   append(reserves, other.reserves);
   append(grows, other.grows);
   append(acquires, other.acquires);
@@ -241,6 +242,15 @@ scheduler_effects scheduler_core::admit(double now_s) {
     request_growth(fx);
   if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
     return fx;
+  if (!sessions_.empty() && waiting() > 0) {
+    // Cached sessions give way to the head of the queue.
+    const auto& head = waiting_[head_];
+    auto need = policies::page_budget::cache_pages(head, limits_.page_tokens);
+    if (head.adapter_id != 0 && !adapter_use_.contains(head.adapter_id))
+      need += head.adapter_pages;
+    const auto& hr = records_.at(head.request_id);
+    make_room(need, hr.spec.session, fx);
+  }
   running_views_.clear();
   for (auto id : batch_) {
     const auto& r = records_.at(id);
@@ -353,9 +363,27 @@ scheduler_effects scheduler_core::admit(double now_s) {
                  && std::find(decision.hidden.begin(), decision.hidden.end(), id) != decision.hidden.end();
       r.pages = policies::pages_for(reserve_tokens(r), 0, tokens_per_page(r));
     }
-    reserved_pages_ += r.pages;
+    std::uint64_t adopted = 0;
+    if (auto sit = sessions_.find(r.spec.session);
+        r.spec.session != 0 && !r.swapped && !r.hidden && r.generated == 0 && sit != sessions_.end()) {
+      // The turn's prompt extends the cached tokens: their K and V are
+      // reused (at least one prompt token is left to prefill).
+      const auto& e = sit->second;
+      const auto& p = r.spec.prompt;
+      if (e.tokens.size() < p.size() && std::equal(e.tokens.begin(), e.tokens.end(), p.begin())) {
+        adopted = e.pages;
+        r.pages = std::max(r.pages, adopted);
+        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.adopted = true;
+        fx.adopts.push_back({e.owner, id});
+        session_pages_held_ -= e.pages;
+        ++session_hits_;
+        sessions_.erase(sit); // its pages are this request's now (still counted in reserved_pages_)
+      }
+    }
+    reserved_pages_ += r.pages - adopted;
     r.pages_pending = true;
-    fx.reserves.push_back({id, r.pages});
+    fx.reserves.push_back({id, r.pages - adopted});
     if (r.spec.adapter_id != 0) {
       r.adapter_pending = true;
       fx.acquires.push_back({id, r.spec.adapter_id});
@@ -380,6 +408,13 @@ scheduler_effects scheduler_core::on_pages(std::uint64_t request_id, bool grante
     reserved_pages_ -= r.pages;
     memory_blocked_ = true;
     fx.trim_pages += r.pages;
+    if (r.adopted) {
+      // The adopted pages are this request's in the pool: free them (its
+      // prompt will be prefilled whole).
+      fx.release_pages.push_back(request_id);
+      r.adopted = false;
+      r.cached_tokens = 0;
+    }
   }
   settle_admission(r, now_s, fx);
   flush_finished();
@@ -473,13 +508,14 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
       // A prefill joins only while the budget allows, unless the step would
       // otherwise be empty. A squashed request's prefill recomputes its
       // output so far too.
-      const auto prefill = prompt + r.generated;
+      const auto cached = r.cached_tokens;
+      const auto prefill = prompt + r.generated - cached;
       if (!out.empty() && tokens + prefill > limits_.token_budget)
         continue;
       e.new_tokens = prefill;
-      e.context_tokens = 0;
+      e.context_tokens = cached;
       e.output_index = r.generated;
-      e.tokens = r.spec.prompt;
+      e.tokens.assign(r.spec.prompt.begin() + cached, r.spec.prompt.end());
       e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end());
     } else {
       if (limits_.on_demand
@@ -548,8 +584,12 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       finish(r, finish_reason::error, now_s, fx);
       continue;
     }
-    if (r.state == request_state::ready)
+    if (r.state == request_state::ready) {
       transition(r, request_state::running);
+      prefilled_tokens_ += batch[k].new_tokens;
+      reused_tokens_ += r.cached_tokens;
+      r.cached_tokens = 0; // its cache is whole now
+    }
     r.stepped = true;
     if (r.times.first_token_s < 0)
       r.times.first_token_s = now_s;
@@ -608,9 +648,14 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
                      waiting_.end());
       break;
     }
+    case request_state::running:
+      if ((why == finish_reason::length || why == finish_reason::eos || why == finish_reason::stop)
+          && keep_for_session(r, fx, now_s))
+        break;
+      give_back(r, fx);
+      break;
     case request_state::admitting:
     case request_state::ready:
-    case request_state::running:
     case request_state::swapping_in:
       give_back(r, fx);
       break;
@@ -640,6 +685,9 @@ void scheduler_core::give_back(record& r, scheduler_effects& fx) {
     reserved_pages_ -= r.grow_pages; // the release frees them when granted
     r.grow_pending = false;
     r.grow_pages = 0;
+    // Asked for in this same batch of effects: not sent yet, so never send
+    // it (shells send releases before growths).
+    std::erase_if(fx.grows, [id](const auto& g) { return g.request_id == id; });
   }
   r.grow_blocked = false;
   if (r.adapter_granted)
@@ -660,6 +708,62 @@ void scheduler_core::squash(record& r, scheduler_effects& fx) {
   ++squashed_;
   transition(r, request_state::waiting);
   enqueue_waiting(r);
+}
+
+bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double now_s) {
+  if (r.spec.session == 0 || limits_.session_pages == 0 || r.hidden || !r.pages_granted || r.grow_pending
+      || r.pages > limits_.session_pages || r.generated == 0)
+    return false;
+  // The pages hold K and V of the prompt and every output token but the
+  // last (which no step has fed yet).
+  session_entry e;
+  e.owner = r.spec.request_id;
+  e.page_ids = r.page_ids;
+  e.pages = r.pages;
+  e.tokens = r.spec.prompt;
+  e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end() - 1);
+  e.last_use_s = now_s;
+  if (sessions_.contains(r.spec.session))
+    evict_session(r.spec.session, fx);
+  // Give back the adapter and leave the batch; the pages stay reserved.
+  if (r.adapter_granted)
+    fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
+  r.adapter_granted = false;
+  r.pages_granted = false;
+  batch_.erase(std::remove(batch_.begin(), batch_.end(), r.spec.request_id), batch_.end());
+  session_pages_held_ += e.pages;
+  sessions_.emplace(r.spec.session, std::move(e));
+  make_room(0, r.spec.session, fx);
+  return true;
+}
+
+void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx) {
+  auto i = sessions_.find(session);
+  if (i == sessions_.end())
+    return;
+  fx.release_pages.push_back(i->second.owner);
+  reserved_pages_ -= i->second.pages;
+  session_pages_held_ -= i->second.pages;
+  ++session_evictions_;
+  sessions_.erase(i);
+  memory_blocked_ = false;
+  growth_retry_ = true;
+}
+
+void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx) {
+  auto free_pages = [&] {
+    const auto taken = reserved_pages_ + adapter_pages_in_use_;
+    return limits_.total_pages > taken ? limits_.total_pages - taken : 0;
+  };
+  while (!sessions_.empty() && (session_pages_held_ > limits_.session_pages || free_pages() < need)) {
+    auto victim = sessions_.end();
+    for (auto i = sessions_.begin(); i != sessions_.end(); ++i)
+      if (i->first != keep && (victim == sessions_.end() || i->second.last_use_s < victim->second.last_use_s))
+        victim = i;
+    if (victim == sessions_.end())
+      return;
+    evict_session(victim->first, fx);
+  }
 }
 
 void scheduler_core::swap_out(record& r, scheduler_effects& fx) {

@@ -41,6 +41,10 @@ struct scheduler_limits {
   bool on_demand = false;
   /// On demand: pages kept free from admissions for growth (vLLM's 1%).
   std::uint64_t growth_watermark = 0;
+  /// Most pages finished turns may keep for their sessions (0: sessions
+  /// keep nothing); least recently used sessions go first, and whenever an
+  /// admission needs the pages.
+  std::uint64_t session_pages = 0;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -52,6 +56,9 @@ struct scheduler_effects {
   /// waits for) from the current one.
   struct grow { std::uint64_t request_id; std::uint64_t pages; std::uint64_t ticket; };
   struct acquire { std::uint64_t request_id; std::uint32_t adapter_id; };
+  /// The pages of (finished) request `from`, a session's cached KV, become
+  /// `to`'s; carried out before `to`'s reservation, which adds the rest.
+  struct adopt { std::uint64_t from; std::uint64_t to; };
   struct release_adapter { std::uint64_t request_id; std::uint32_t adapter_id; };
   /// A KV swap: out copies `device_pages` into `host` pages the shell
   /// reserves (then answers on_swapped_out); in copies `host_pages` into
@@ -71,6 +78,7 @@ struct scheduler_effects {
     request_times times;
   };
 
+  std::vector<adopt> adopts;
   std::vector<reserve> reserves;
   std::vector<grow> grows;
   std::vector<acquire> acquires;
@@ -189,6 +197,14 @@ public:
   /// are short now.
   std::uint64_t growths_denied() const noexcept { return growths_denied_; }
   std::uint64_t pages_short() const noexcept { return pages_short_; }
+  /// Sessions: caches kept, turns that reused one, pages held, evictions;
+  /// prompt tokens reused from a cache and prefilled (computed).
+  std::size_t sessions_cached() const noexcept { return sessions_.size(); }
+  std::uint64_t session_hits() const noexcept { return session_hits_; }
+  std::uint64_t session_pages_held() const noexcept { return session_pages_held_; }
+  std::uint64_t session_evictions() const noexcept { return session_evictions_; }
+  std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
+  std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
   /// The policy's own counters (for stats).
   std::vector<std::pair<std::string, double>> policy_counters() const { return policy_->counters(); }
   /// Passes new queue cut-offs and quotas to the policy.
@@ -233,6 +249,10 @@ private:
     bool grow_blocked = false;
     std::uint64_t grow_pages = 0; ///< asked for by the pending or refused growth
     std::uint64_t grow_ticket = 0;
+    /// Prompt tokens whose KV it adopted from its session's cache: its
+    /// prefill starts after them.
+    std::uint32_t cached_tokens = 0;
+    bool adopted = false;
     /// Its cache waits in these host pages (swapped out).
     std::vector<std::uint32_t> host_page_ids;
     bool swapped = false;
@@ -259,6 +279,12 @@ private:
   std::uint32_t reserve_tokens(const record& r) const noexcept;
   /// On demand: asks for pages running requests need soon; totals pages_short_.
   void request_growth(scheduler_effects& fx);
+  /// A finished turn's pages become its session's cache (false: not kept).
+  bool keep_for_session(record& r, scheduler_effects& fx, double now_s);
+  void evict_session(std::uint64_t session, scheduler_effects& fx);
+  /// Frees least recently used session caches until `need` pages are free
+  /// for admission (sparing `keep`), or within the session limit.
+  void make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx);
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
@@ -299,6 +325,19 @@ private:
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths
   std::uint64_t next_ticket_ = 1;
+  struct session_entry {
+    std::uint64_t owner = 0; ///< the finished request whose pages hold it
+    std::vector<std::uint32_t> page_ids;
+    std::vector<std::int32_t> tokens; ///< whose K and V the pages hold
+    std::uint64_t pages = 0;
+    double last_use_s = 0;
+  };
+  std::unordered_map<std::uint64_t, session_entry> sessions_;
+  std::uint64_t session_pages_held_ = 0;
+  std::uint64_t session_hits_ = 0;
+  std::uint64_t session_evictions_ = 0;
+  std::uint64_t reused_tokens_ = 0;
+  std::uint64_t prefilled_tokens_ = 0;
 };
 
 } // namespace troupe

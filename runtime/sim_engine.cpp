@@ -202,6 +202,10 @@ void sim_engine::pump() {
 }
 
 void sim_engine::apply(scheduler_effects fx) {
+  for (const auto& a : fx.adopts)
+    pool_.transfer(request_owner(a.from), request_owner(a.to));
+  for (auto id : fx.release_pages)
+    pool_.release(request_owner(id));
   for (const auto& r : fx.reserves) {
     const bool ok = pool_.allocate(request_owner(r.request_id), r.pages);
     const auto pages = pool_.pages_of(request_owner(r.request_id));
@@ -217,8 +221,6 @@ void sim_engine::apply(scheduler_effects fx) {
   }
   for (const auto& a : fx.acquires)
     acquire(a.request_id, a.adapter_id);
-  for (auto id : fx.release_pages)
-    pool_.release(request_owner(id));
   for (auto id : fx.release_host_pages)
     host_.release(request_owner(id));
   for (const auto& s : fx.swap_outs)

@@ -356,5 +356,53 @@ TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {
   EXPECT_EQ(grow_stats.at("pool_pages_kv"), 0.0) << "every page came back";
 }
 
+TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_tokens) {
+  if (!fs::exists("models/demo/config.json"))
+    GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
+  const auto path = fs::temp_directory_path() / ("troupe-session-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n";
+  auto d = start_from_file(path.string());
+  ASSERT_NE(d, nullptr);
+  client_connection c{d->endpoint()};
+  // One greedy turn; returns its output tokens.
+  auto turn = [&](const std::string& id, const std::vector<std::int32_t>& prompt, const std::string& session) {
+    wire::generate_request g;
+    g.id = id;
+    g.prompt_tokens = prompt;
+    g.max_tokens = 12;
+    g.sampling.temperature = 0;
+    g.session = session;
+    EXPECT_TRUE(c.send(g));
+    std::map<std::string, reply_log> logs;
+    EXPECT_TRUE(collect(c, {id}, logs, std::chrono::seconds(30)));
+    const auto* done = logs[id].done();
+    EXPECT_NE(done, nullptr) << id;
+    return done && done->tokens ? *done->tokens : std::vector<std::int32_t>{};
+  };
+  std::vector<std::int32_t> prompt1;
+  for (int t = 0; t < 20; ++t)
+    prompt1.push_back(5 + (t * 11) % 300);
+  const auto reply1 = turn("t1", prompt1, "chat");
+  ASSERT_EQ(reply1.size(), 12u);
+  auto prompt2 = prompt1;
+  prompt2.insert(prompt2.end(), reply1.begin(), reply1.end());
+  for (int t = 0; t < 6; ++t)
+    prompt2.push_back(40 + t);
+  const auto with_cache = turn("t2", prompt2, "chat");
+  auto stats = stats_of(c, "s1");
+  EXPECT_EQ(stats.at("session_hits"), 1.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 20.0 + 11.0) << "prompt 1 and reply 1 but its last token";
+  // The same turn computed whole (another session: no cache to reuse).
+  const auto recomputed = turn("t3", prompt2, "other");
+  EXPECT_EQ(recomputed, with_cache) << "reusing the session's KV changed the output";
+  stats = stats_of(c, "s2");
+  EXPECT_EQ(stats.at("session_hits"), 1.0);
+  EXPECT_EQ(stats.at("sessions_cached"), 2.0);
+  d->stop();
+  fs::remove(path);
+}
+
 } // namespace
 } // namespace troupe::testing

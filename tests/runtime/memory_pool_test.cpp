@@ -70,6 +70,24 @@ TEST(page_pool, release_returns_the_count_once) {
   EXPECT_EQ(pool.owners(), 0u);
 }
 
+TEST(page_pool, transfer_hands_every_page_to_the_new_owner_in_order) {
+  page_pool pool{8};
+  const page_owner a{page_owner_kind::request, 1}, b{page_owner_kind::request, 2};
+  ASSERT_TRUE(pool.allocate(a, 3));
+  const std::vector<std::uint32_t> first{pool.pages_of(a).begin(), pool.pages_of(a).end()};
+  EXPECT_EQ(pool.transfer(a, b), 3u);
+  EXPECT_TRUE(pool.pages_of(a).empty());
+  ASSERT_TRUE(pool.allocate(b, 2));
+  const auto held = pool.pages_of(b);
+  ASSERT_EQ(held.size(), 5u);
+  EXPECT_TRUE(std::equal(first.begin(), first.end(), held.begin())) << "adopted pages first, in order";
+  EXPECT_EQ(pool.used_pages(page_owner_kind::request), 5u);
+  EXPECT_EQ(pool.transfer(a, b), 0u) << "a holds nothing now";
+  EXPECT_EQ(pool.release(b), 5u);
+  EXPECT_EQ(pool.release(a), 0u);
+  EXPECT_EQ(pool.free_pages(), 8u);
+}
+
 TEST(page_pool, kinds_with_the_same_id_are_separate_owners) {
   page_pool pool{10};
   ASSERT_TRUE(pool.allocate(req(7), 2));

@@ -47,7 +47,8 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 /// The shell: device and host page pools, answers on demand, and a check of
 /// every step entry against what the request should be fed.
 struct swap_shell {
-  explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false)
+  explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
+                      std::uint64_t session_pages = 0)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -55,16 +56,27 @@ struct swap_shell {
     limits.host_pages = host_pages;
     limits.page_bytes = 1024;
     limits.on_demand = on_demand;
+    limits.session_pages = session_pages;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
   }
 
   void submit(std::uint64_t id, std::uint32_t prompt, std::uint32_t max_new) {
+    std::vector<std::int32_t> tokens;
+    for (std::uint32_t i = 0; i < prompt; ++i)
+      tokens.push_back(static_cast<std::int32_t>(10 + i));
+    submit_tokens(id, std::move(tokens), max_new);
+  }
+
+  void submit_tokens(std::uint64_t id, std::vector<std::int32_t> tokens, std::uint32_t max_new,
+                     std::uint64_t session = 0) {
     request_spec s;
     s.request_id = id;
-    for (std::uint32_t i = 0; i < prompt; ++i)
-      s.prompt.push_back(static_cast<std::int32_t>(10 + i));
+    s.session = session;
+    s.prompt = tokens;
+    prompts_of[id] = std::move(tokens);
+    const auto prompt = static_cast<std::uint32_t>(s.prompt.size());
     s.max_new_tokens = max_new;
     s.predicted_tokens = max_new;
     s.arrival_s = now;
@@ -74,16 +86,12 @@ struct swap_shell {
 
   /// Carries out the effects; swaps and growths are queued until answered.
   void apply(scheduler_effects fx) {
+    for (const auto& a : fx.adopts)
+      device.transfer({page_owner_kind::request, a.from}, {page_owner_kind::request, a.to});
     for (const auto& g : fx.grows) {
       EXPECT_FALSE(grows.contains(g.request_id)) << "two growths at once for " << g.request_id;
       grows[g.request_id] = g;
     }
-    for (const auto& r : fx.reserves) {
-      const bool ok = device.allocate({page_owner_kind::request, r.request_id}, r.pages);
-      auto ids = device.pages_of({page_owner_kind::request, r.request_id});
-      apply(core->on_pages(r.request_id, ok, now, {ids.begin(), ids.end()}));
-    }
-    EXPECT_TRUE(fx.acquires.empty());
     for (auto id : fx.release_pages) {
       // The pool takes messages in order: a growth asked for before this
       // release is carried out first, and its (stale) answer comes later.
@@ -96,6 +104,13 @@ struct swap_shell {
       }
       EXPECT_GT(device.release({page_owner_kind::request, id}), 0u) << "device pages of " << id;
     }
+    for (const auto& r : fx.reserves) {
+      const bool ok = device.allocate({page_owner_kind::request, r.request_id}, r.pages);
+      auto ids = device.pages_of({page_owner_kind::request, r.request_id});
+      apply(core->on_pages(r.request_id, ok, now, {ids.begin(), ids.end()}));
+    }
+    EXPECT_TRUE(fx.acquires.empty());
+
     for (auto id : fx.release_host_pages)
       EXPECT_GT(host.release({page_owner_kind::request, id}), 0u) << "host pages of " << id;
     for (auto& s : fx.swap_outs) {
@@ -180,8 +195,13 @@ struct swap_shell {
       const auto held = device.pages_of({page_owner_kind::request, e.request_id});
       EXPECT_TRUE(std::equal(held.begin(), held.end(), e.pages.begin(), e.pages.end()))
         << "request " << e.request_id << " runs on pages it does not hold";
-      if (e.context_tokens == 0) {
-        EXPECT_EQ(e.new_tokens, prompt + got.size()) << "a prefill covers prompt + output so far";
+      if (got.empty()) {
+        // The first prefill: the prompt, less a session's cached prefix.
+        EXPECT_EQ(e.context_tokens, expect_cached[e.request_id]);
+        EXPECT_EQ(e.context_tokens + e.new_tokens, prompt);
+        EXPECT_TRUE(std::equal(e.tokens.begin(), e.tokens.end(), prompts_of[e.request_id].begin() + e.context_tokens));
+      } else if (e.context_tokens == 0) {
+        EXPECT_EQ(e.new_tokens, prompt + got.size()) << "a recompute covers prompt + output so far";
         EXPECT_TRUE(std::equal(got.begin(), got.end(), e.tokens.begin() + prompt, e.tokens.end()));
       } else {
         EXPECT_EQ(e.context_tokens, prompt + got.size() - 1);
@@ -203,6 +223,8 @@ struct swap_shell {
   std::map<std::uint64_t, finish_reason> finished;
   std::vector<scheduler_effects::swap> outs, ins;
   std::map<std::uint64_t, scheduler_effects::grow> grows;
+  std::map<std::uint64_t, std::uint32_t> expect_cached;
+  std::map<std::uint64_t, std::vector<std::int32_t>> prompts_of;
   struct stale_answer {
     scheduler_effects::grow g;
     bool ok;
@@ -512,6 +534,78 @@ TEST(scheduler_swap, a_preemption_for_growth_lets_the_survivor_grow_in_the_same_
       s.answer_grow();
   }
   EXPECT_TRUE(preempted);
+}
+
+// -- sessions ---------------------------------------------------------------------
+
+/// Runs steps until `id` has finished.
+void run_until_done(swap_shell& s, std::uint64_t id) {
+  for (int i = 0; i < 100 && !s.finished.contains(id); ++i) {
+    s.admit();
+    s.step();
+  }
+  ASSERT_TRUE(s.finished.contains(id));
+}
+
+std::vector<std::int32_t> tokens_from(std::int32_t first, std::size_t n) {
+  std::vector<std::int32_t> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = first + static_cast<std::int32_t>(i);
+  return v;
+}
+
+TEST(scheduler_session, the_next_turn_reuses_the_cached_history) {
+  swap_shell s{40, 0, false, 20};
+  const page_owner turn1{page_owner_kind::request, 1}, turn2{page_owner_kind::request, 2};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  EXPECT_EQ(s.finished.at(1), finish_reason::length);
+  EXPECT_EQ(s.core->sessions_cached(), 1u);
+  EXPECT_EQ(s.device.pages_of(turn1).size(), 3u) << "its pages (6 + 4 tokens) stay for the session";
+  EXPECT_EQ(s.core->session_pages_held(), 3u);
+  EXPECT_EQ(s.core->reserved_pages(), 3u);
+  // Turn 2: the history (prompt and reply) and two new tokens. The cache
+  // holds K and V of the prompt and the reply but its last token.
+  auto prompt2 = tokens_from(10, 6);
+  prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
+  prompt2.push_back(50);
+  prompt2.push_back(51);
+  s.expect_cached[2] = 6 + 3;
+  s.submit_tokens(2, prompt2, 3, 7);
+  run_until_done(s, 2);
+  EXPECT_EQ(s.core->session_hits(), 1u);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.core->prefilled_tokens(), 6u + 3u) << "turn 2 prefilled only what was new";
+  EXPECT_TRUE(s.device.pages_of(turn1).empty()) << "turn 2 adopted them";
+  EXPECT_EQ(s.device.pages_of(turn2).size(), 4u) << "12 + 3 tokens, kept for the session again";
+  // A turn whose prompt does not extend the cache prefills whole.
+  s.submit_tokens(3, tokens_from(90, 5), 2, 7);
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->session_hits(), 1u);
+  EXPECT_EQ(s.core->sessions_cached(), 1u) << "its own turn replaced the cache";
+  EXPECT_TRUE(s.device.pages_of(turn2).empty()) << "the replaced cache was freed";
+  EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, sessions_stay_within_their_limit_and_give_way_to_admissions) {
+  swap_shell s{12, 0, false, 8};
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 8), 4, 100 + id);
+    run_until_done(s, id);
+  }
+  // Three caches of 3 pages against a limit of 8: the oldest went.
+  EXPECT_EQ(s.core->sessions_cached(), 2u);
+  EXPECT_EQ(s.core->session_evictions(), 1u);
+  EXPECT_EQ(s.device.pages_of({page_owner_kind::request, 1}).size(), 0u);
+  EXPECT_EQ(s.core->session_pages_held(), 6u);
+  // A request needing 10 of the 12 pages: the caches give way.
+  s.submit_tokens(4, tokens_from(200, 30), 8);
+  run_until_done(s, 4);
+  EXPECT_EQ(s.finished.at(4), finish_reason::length);
+  EXPECT_EQ(s.core->sessions_cached(), 0u);
+  EXPECT_EQ(s.core->reserved_pages(), 0u);
+  EXPECT_EQ(s.device.owners(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
 } // namespace
