@@ -78,8 +78,17 @@ void sim_engine::schedule(double at, event_kind kind, std::uint64_t arg) {
 std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& requests) {
   outcomes_.assign(requests.size(), {});
   request_meta_.assign(requests.size(), {});
+  history_len_.assign(requests.size(), 0);
+  requests_ = &requests;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     outcomes_[i].arrival_s = requests[i].arrival_s;
+    const auto s = requests[i].session;
+    if (s != 0 && next_turns_.contains(s)) {
+      next_turns_[s].push_back(i); // arrives when the previous turn is answered
+      continue;
+    }
+    if (s != 0)
+      next_turns_[s]; // the first turn: later ones queue behind it
     schedule(requests[i].arrival_s, event_kind::arrival, i);
   }
   while (!events_.empty()) {
@@ -92,8 +101,20 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         const auto& r = requests[ev.arg];
         request_spec spec;
         spec.request_id = ev.arg + 1;
-        // Token ids do not matter to the sim backend; lengths do.
-        spec.prompt.assign(std::max<std::uint32_t>(r.prompt_tokens, 1), 1);
+        // Token ids do not matter to the sim backend; lengths do. A
+        // conversation's turn carries its history first.
+        if (r.session != 0) {
+          auto& h = history_[r.session];
+          if (h.size() + r.prompt_tokens + r.output_tokens > cfg_.max_context)
+            h.clear(); // the context window is full: a fresh one
+          spec.prompt = h;
+          history_len_[ev.arg] = static_cast<std::uint32_t>(h.size());
+          spec.session = r.session;
+        }
+        spec.prompt.insert(spec.prompt.end(), std::max<std::uint32_t>(r.prompt_tokens, 1),
+                           static_cast<std::int32_t>(1 + ev.arg % 1000));
+        outcomes_[ev.arg].arrival_s = now_;
+        new_prompt_tokens_ += std::max<std::uint32_t>(r.prompt_tokens, 1);
         spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
         spec.predicted_tokens = spec.max_new_tokens;
         if (const auto* e = catalog_.by_id(r.adapter_id)) {
@@ -112,8 +133,11 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         if (cfg_.tuner.enabled)
           samples_.push_back({now_, c.wrs, quota_cost_of(spec, cfg_.limits.page_tokens),
                               (spec.predicted_tokens + 1) * cfg_.tuner.iteration_s});
-        if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted)
+        if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted) {
           outcomes_[ev.arg].reason = finish_reason::error; // refused: counted as lost
+          if (r.session != 0)
+            next_turn(r.session);
+        }
         break;
       }
       case event_kind::step_done: {
@@ -167,6 +191,12 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
   totals_.cache_pages_at_end = cache_.resident_pages();
   totals_.squashed = core_.squashed();
   totals_.swapped_out = core_.swapped_out();
+  totals_.prefill_tokens = core_.prefilled_tokens();
+  totals_.reused_tokens = core_.reused_tokens();
+  totals_.recomputed_tokens =
+    totals_.prefill_tokens > new_prompt_tokens_ ? totals_.prefill_tokens - new_prompt_tokens_ : 0;
+  for (const auto& o : outcomes_)
+    totals_.decode_tokens += o.completion_tokens;
   totals_.swapped_in = core_.swapped_in();
   totals_.growths_denied = core_.growths_denied();
   totals_.host_pages_at_end = host_.used_pages(page_owner_kind::request);
@@ -247,7 +277,22 @@ void sim_engine::apply(scheduler_effects fx) {
     if (cfg_.cache.prefetch && waiting > 0)
       prefetch(adapter);
   }
+  for (const auto& t : fx.tokens)
+    if (requests_ != nullptr && (*requests_)[t.request_id - 1].session != 0)
+      outputs_[t.request_id].push_back(t.token);
   for (const auto& f : fx.finished) {
+    const auto index = f.request_id - 1;
+    if (requests_ != nullptr && (*requests_)[index].session != 0) {
+      // The conversation so far: this turn's prompt (history included) and
+      // reply; its next turn arrives after the think time.
+      const auto& r = (*requests_)[index];
+      auto& h = history_[r.session];
+      h.insert(h.end(), std::max<std::uint32_t>(r.prompt_tokens, 1), static_cast<std::int32_t>(1 + index % 1000));
+      auto& out = outputs_[f.request_id];
+      h.insert(h.end(), out.begin(), out.end());
+      outputs_.erase(f.request_id);
+      next_turn(r.session);
+    }
     auto& o = outcomes_[f.request_id - 1];
     o.reason = f.reason;
     o.completion_tokens = f.completion_tokens;
@@ -275,6 +320,15 @@ void sim_engine::swap_out(const scheduler_effects::swap& s) {
   copy.host_pages.assign(held.begin(), held.end());
   transfers_.enqueue(transfer_class::swap_out, s.request_id, s.bytes, now_);
   swaps_[{s.request_id, transfer_class::swap_out}] = std::move(copy);
+}
+
+void sim_engine::next_turn(std::uint64_t session) {
+  auto& q = next_turns_[session];
+  if (q.empty())
+    return;
+  const auto next = q.front();
+  q.pop_front();
+  schedule(now_ + (*requests_)[next].think_s, event_kind::arrival, next);
 }
 
 void sim_engine::drop(const std::vector<std::uint32_t>& victims) {

@@ -18,6 +18,7 @@
 #include "runtime/transfer_queue.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <queue>
@@ -41,6 +42,9 @@ struct sim_engine_config {
   /// the KV pages (S-LoRA's "no unified paging" ablation); 0: one unified
   /// pool for both.
   std::uint64_t adapter_partition_pages = 0;
+  /// A conversation whose history would pass this many tokens (with the
+  /// turn's prompt and reply) starts a fresh context window.
+  std::uint32_t max_context = 4096;
 };
 
 /// One request of a simulated workload.
@@ -49,6 +53,12 @@ struct sim_request {
   std::uint32_t prompt_tokens = 1;
   std::uint32_t output_tokens = 1;
   std::uint32_t adapter_id = 0; ///< 0: the base model
+  /// A turn of a multi-turn conversation (0: none). A later turn of the same
+  /// session arrives `think_s` after the previous turn's reply ends (its
+  /// arrival_s is ignored) and its prompt is the conversation so far (every
+  /// earlier prompt and reply) followed by its own `prompt_tokens`.
+  std::uint64_t session = 0;
+  double think_s = 0;
 };
 
 /// What happened to one request.
@@ -87,6 +97,13 @@ struct sim_totals {
   std::uint64_t swap_bytes = 0; ///< KV bytes moved by swaps, both ways
   std::uint64_t growths_denied = 0;
   std::uint64_t host_pages_at_end = 0;
+  /// Prompt tokens computed by prefills; of them, the ones computed before
+  /// (a conversation's history again, or a preempted request's recompute);
+  /// history tokens reused from a session cache instead; output tokens.
+  std::uint64_t prefill_tokens = 0;
+  std::uint64_t recomputed_tokens = 0;
+  std::uint64_t reused_tokens = 0;
+  std::uint64_t decode_tokens = 0;
   std::uint64_t tunings = 0;
   std::size_t queues = 1; ///< after the last tuning
 };
@@ -163,6 +180,16 @@ private:
   std::vector<policies::tuner_sample> samples_;
   double next_tune_s_ = 0;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> request_meta_; // adapter, prompt
+  // Conversations: the turns still to come per session (request indices, in
+  // order), each session's tokens so far, each running turn's output, and
+  // the history length each turn carried.
+  std::unordered_map<std::uint64_t, std::deque<std::size_t>> next_turns_;
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> history_;
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> outputs_;
+  std::vector<std::uint32_t> history_len_;
+  std::uint64_t new_prompt_tokens_ = 0;
+  void next_turn(std::uint64_t session);
+  const std::vector<sim_request>* requests_ = nullptr;
   sim_totals totals_;
 };
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns the seeds' experiments on troupe-sim (docs/results.md): each writes
 # summary CSVs and, where gnuplot is present, PNG plots into OUT_DIR.
-# Usage: tools/results.sh [chameleon|slora|aptserve|adaptive|eviction|all] [OUT_DIR]
+# Usage: tools/results.sh [chameleon|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]
 # Needs build/bin/troupe-sim (tools/build.sh) and ../shared/traces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,13 +110,35 @@ adaptive() {
   done
 }
 
+symphony() {
+  # Multi-turn sessions (symphony.md): 1,000 ShareGPT conversations (turn
+  # counts and sizes from the conversations file), started at a rate per
+  # second, each turn 10 s after the previous reply; Llama-2-7B on the
+  # A100-80GB preset. Recompute (no session cache) against sessions kept in
+  # up to 90 % of the GPU pool.
+  local csv=$out/symphony.csv
+  rm -f "$csv"
+  for f in 0 0.9; do
+    local label=recompute
+    [ "$f" != 0 ] && label=sessions
+    "$sim" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+      --rates 0.1,0.2,0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB \
+      --setups fcfs:lru --session-fraction "$f" --csv "$out/.one.csv" > "$out/symphony-$label.txt"
+    if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
+    tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
+  done
+  rm -f "$out/.one.csv"
+  plot "$out/symphony-tbt.png" tbt_p50_s "Time per output token, multi-turn ShareGPT (A100-80GB, Llama-2-7B)" "$csv"
+}
+
 case $what in
   chameleon) chameleon ;;
   eviction) eviction ;;
   slora) slora ;;
   aptserve) aptserve ;;
   adaptive) adaptive ;;
-  all) chameleon; eviction; slora; aptserve; adaptive ;;
-  *) echo "usage: $0 [chameleon|slora|aptserve|adaptive|eviction|all] [OUT_DIR]" >&2; exit 2 ;;
+  symphony) symphony ;;
+  all) chameleon; eviction; slora; aptserve; adaptive; symphony ;;
+  *) echo "usage: $0 [chameleon|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]" >&2; exit 2 ;;
 esac
 echo "results: $out"

@@ -40,6 +40,9 @@ constexpr const char* usage =
   "  --rate R              rescale arrivals to R requests/s (with --trace), or generate at R\n"
   "  --rates R1,R2,...     a sweep: each rate in turn, effective throughput at 90 % attainment\n"
   "  --time-factor F       multiply every arrival time by F (2: half the rate)\n"
+  "  --conversations FILE  multi-turn: ShareGPT conversations (turn counts and sizes), --requests N of them\n"
+  "                        started at --rate per second, each turn --think S after the last reply (default 10)\n"
+  "  --session-fraction F  share of the pool finished turns keep for their sessions (default 0.25; 0: recompute)\n"
   "  --trace FILE          (also a ShareGPT length file: arrivals then come from --rate, Poisson)\n"
   "  --requests N --cv C   generated: N requests, Gamma gaps of CV C (--synthetic N is the same)\n"
   "  --prompt N --output N lengths of generated requests (default 512, 128), or uniform in\n"
@@ -106,6 +109,9 @@ struct options {
   std::uint32_t max_output = 0;
   std::vector<double> rates;
   double time_factor = 1;
+  std::string conversations;
+  double think_s = 10;
+  double session_fraction = 0.25;
   double adapter_partition_gib = 0;
   std::map<std::string, double> sched_params;
   std::uint64_t seed = 1;
@@ -145,6 +151,9 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--from") { if (!need_num()) return false; o.from_s = num; }
     else if (a == "--seconds") { if (!need_num()) return false; o.seconds = num; }
     else if (a == "--rate") { if (!need_num()) return false; o.rate = num; }
+    else if (a == "--conversations") o.conversations = v;
+    else if (a == "--think") { if (!need_num()) return false; o.think_s = num; }
+    else if (a == "--session-fraction") { if (!need_num() || num > 1) { err = "--session-fraction must be in [0, 1]"; return false; } o.session_fraction = num; }
     else if (a == "--time-factor") { if (!need_num() || num <= 0) { err = "--time-factor must be > 0"; return false; } o.time_factor = num; }
     else if (a == "--rates") {
       o.rates.clear();
@@ -242,7 +251,11 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     err = "--arrivals poisson needs --rate";
     return false;
   }
-  if (o.trace.empty() && (o.requests == 0 || o.rate <= 0)) {
+  if (!o.conversations.empty() && o.rate <= 0) {
+    err = "--conversations needs --rate (conversations started per second)";
+    return false;
+  }
+  if (o.trace.empty() && o.conversations.empty() && (o.requests == 0 || o.rate <= 0)) {
     err = "give --trace FILE, or --requests N and --rate R";
     return false;
   }
@@ -271,7 +284,17 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
 
   // The workload.
   std::vector<workload::request> reqs;
-  if (!o.trace.empty()) {
+  if (!o.conversations.empty()) {
+    auto loaded = workload::load_conversations(o.conversations);
+    if (auto* e = std::get_if<std::string>(&loaded)) {
+      std::cerr << "troupe-sim: " << *e << "\n";
+      return 1;
+    }
+    auto convs = std::get<std::vector<workload::conversation>>(std::move(loaded));
+    if (o.requests > 0 && convs.size() > o.requests)
+      convs.resize(o.requests);
+    reqs = workload::multi_turn(convs, o.rate, o.think_s, o.seed + 7);
+  } else if (!o.trace.empty()) {
     auto loaded = workload::load_trace(o.trace);
     if (auto* e = std::get_if<std::string>(&loaded)) {
       std::cerr << "troupe-sim: " << *e << "\n";
@@ -392,6 +415,8 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.limits.total_pages = pool_pages;
     cfg.limits.page_tokens = page_tokens;
     cfg.limits.page_bytes = page_bytes;
+    cfg.limits.session_pages = static_cast<std::uint64_t>(o.session_fraction * static_cast<double>(pool_pages));
+    cfg.max_context = o.max_context;
     cfg.adapter_partition_pages = partition_pages;
     if (partition_pages > 0) // a full partition means waiting for room, not a broken adapter
       cfg.limits.max_adapter_failures = std::numeric_limits<std::uint32_t>::max();
@@ -435,7 +460,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     in.reserve(reqs.size());
     for (const auto& r : reqs)
       in.push_back({r.arrival_s, r.prompt_tokens, r.output_tokens,
-                    r.adapter == workload::none_adapter ? 0u : r.adapter + 1});
+                    r.adapter == workload::none_adapter ? 0u : r.adapter + 1, r.session, r.think_s});
     const auto out = engine.run(in);
     result res;
     res.policy = o.setups.empty() ? name : sched_name + ":" + name;
@@ -477,7 +502,9 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       if (x.reason == finish_reason::aborted)
         r.outcome = "overloaded"; // what a client is told
     }
-    auto summary = workload::summarize_run(recs, o.target, sum.mean_rate, res.policy);
+    // Offered load: requests per second, or conversations started per second.
+    auto summary = workload::summarize_run(recs, o.target, o.conversations.empty() ? sum.mean_rate : o.rate,
+                                           res.policy);
     summary.pcie_bytes = static_cast<double>(res.totals.pcie_bytes + res.totals.swap_bytes);
     const double looks = static_cast<double>(res.totals.adapter_hits + res.totals.adapter_misses);
     summary.adapter_hit_rate = looks > 0 ? static_cast<double>(res.totals.adapter_hits) / looks : 0.0;
@@ -501,6 +528,18 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
                   r.ttft_p99, r.e2e_p50, r.e2e_p99, summaries[i].weighted_turnaround,
                   lookups > 0 ? static_cast<double>(t.adapter_hits) / lookups : 0.0,
                   static_cast<double>(t.pcie_bytes) / 1e9, r.wall_s);
+    }
+    if (!o.conversations.empty()) {
+      std::printf("\n| scheduler:eviction | prompt tokens computed | of them computed before | history reused | output tokens | recomputed share of processed |\n");
+      std::printf("|---|---|---|---|---|---|\n");
+      for (const auto& r : results) {
+        const auto& t = r.totals;
+        const double processed = static_cast<double>(t.prefill_tokens + t.decode_tokens);
+        std::printf("| %s | %llu | %llu | %llu | %llu | %.3f |\n", r.policy.c_str(),
+                    static_cast<unsigned long long>(t.prefill_tokens), static_cast<unsigned long long>(t.recomputed_tokens),
+                    static_cast<unsigned long long>(t.reused_tokens), static_cast<unsigned long long>(t.decode_tokens),
+                    processed > 0 ? static_cast<double>(t.recomputed_tokens) / processed : 0.0);
+      }
     }
   } else {
   std::printf("\n| policy | finished | lost | hit rate | misses | evictions | prefetches (hits) | PCIe GB | disk GB | TTFT P50 s | TTFT P99 s | E2E P99 s | wall s |\n");

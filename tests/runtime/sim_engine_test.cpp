@@ -95,6 +95,44 @@ TEST(sim_engine, pages_on_demand_with_preemption_finish_every_request_under_each
   }
 }
 
+TEST(sim_engine, a_conversations_turns_follow_each_other_and_reuse_the_session_cache) {
+  const auto shape = *gpu::find_model_preset("llama-2-7b");
+  const auto gpu = *gpu::find_gpu_spec("A100-80GB");
+  auto conversation_run = [&](std::uint64_t session_pages) {
+    sim_engine_config cfg;
+    cfg.limits.total_pages = 2000;
+    cfg.limits.page_tokens = 16;
+    cfg.limits.session_pages = session_pages;
+    cfg.scheduling = policies::make_scheduling_policy("fcfs");
+    cfg.eviction = policies::make_eviction_policy("lru");
+    adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, 16 * shape.kv_bytes_per_token()};
+    sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1), std::move(catalog), 2000};
+    // Two conversations of three turns: 100 new prompt tokens and 20 reply
+    // tokens a turn, 5 s of thinking between turns.
+    std::vector<sim_request> reqs;
+    for (std::uint64_t c = 1; c <= 2; ++c)
+      for (int t = 0; t < 3; ++t)
+        reqs.push_back({0.5 * static_cast<double>(c), 100, 20, 0, c, 5.0});
+    const auto out = engine.run(reqs);
+    for (const auto& o : out)
+      EXPECT_EQ(o.reason, finish_reason::length);
+    // Turn 2 starts after turn 1's reply and the think time.
+    EXPECT_GE(out[1].arrival_s, out[0].arrival_s + out[0].e2e_s + 5.0 - 1e-9);
+    return engine.totals();
+  };
+  const auto recompute = conversation_run(0);
+  const auto sessions = conversation_run(1000);
+  // Turn prompts: 100, 220 and 340 tokens (history + new), per conversation.
+  EXPECT_EQ(recompute.prefill_tokens, 2u * (100 + 220 + 340));
+  EXPECT_EQ(recompute.recomputed_tokens, 2u * (120 + 240));
+  EXPECT_EQ(recompute.reused_tokens, 0u);
+  // With sessions each later turn prefills its 100 new tokens and the last
+  // reply token, whose K and V no step had computed.
+  EXPECT_EQ(sessions.prefill_tokens, 2u * (100 + 101 + 101));
+  EXPECT_EQ(sessions.reused_tokens, 2u * (119 + 239));
+  EXPECT_EQ(sessions.decode_tokens, recompute.decode_tokens);
+}
+
 TEST(sim_engine, keeping_idle_adapters_beats_discarding_them) {
   const auto lru = run("lru", 4000, false);
   const auto slora = run("slora", 4000, false);

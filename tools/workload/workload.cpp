@@ -93,9 +93,10 @@ bool parse_timestamp(std::string_view t, double& out) {
   return true;
 }
 
-} // namespace
-
-std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std::string& path) {
+/// The data rows of a CSV file whose header starts with `header`: (line
+/// number, text), line ends and empty lines dropped; or what was wrong.
+std::variant<std::vector<std::pair<std::size_t, std::string>>, std::string>
+read_rows(const std::string& path, std::string_view header) {
   std::ifstream in{path};
   if (!in)
     return path + ": cannot open";
@@ -104,14 +105,26 @@ std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std:
     return path + ": empty file";
   if (!line.empty() && line.back() == '\r')
     line.pop_back();
-  if (line.rfind("num_prefill_tokens,num_decode_tokens", 0) != 0)
-    return path + ":1: expected a header starting num_prefill_tokens,num_decode_tokens, got \"" + line + "\"";
-  std::vector<request> out;
+  if (line.rfind(header, 0) != 0)
+    return path + ":1: expected a header starting " + std::string{header} + ", got \"" + line + "\"";
+  std::vector<std::pair<std::size_t, std::string>> rows;
   for (std::size_t n = 2; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r')
       line.pop_back();
-    if (line.empty())
-      continue;
+    if (!line.empty())
+      rows.emplace_back(n, std::move(line));
+  }
+  return rows;
+}
+
+} // namespace
+
+std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std::string& path) {
+  auto read = read_rows(path, "num_prefill_tokens,num_decode_tokens");
+  if (auto* e = std::get_if<std::string>(&read))
+    return *e;
+  std::vector<request> out;
+  for (const auto& [n, line] : std::get<0>(read)) {
     const auto where = path + ":" + std::to_string(n) + ": ";
     const auto c1 = line.find(',');
     const auto c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
@@ -128,6 +141,61 @@ std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std:
   }
   if (out.empty())
     return path + ": no requests";
+  return out;
+}
+
+std::variant<std::vector<conversation>, std::string> load_conversations(const std::string& path) {
+  // conversation_id,messages,rounds,role_sequence,prompt_chars,response_chars,
+  // prompt_tokens_est,response_tokens_est,is_failure
+  auto read = read_rows(path, "conversation_id,messages,rounds,");
+  if (auto* e = std::get_if<std::string>(&read))
+    return *e;
+  std::vector<conversation> out;
+  for (const auto& [n, line] : std::get<0>(read)) {
+    std::vector<std::string_view> f;
+    std::string_view rest{line};
+    for (auto c = rest.find(','); ; c = rest.find(',')) {
+      f.push_back(rest.substr(0, c));
+      if (c == std::string_view::npos)
+        break;
+      rest.remove_prefix(c + 1);
+    }
+    const auto where = path + ":" + std::to_string(n) + ": ";
+    if (f.size() != 9)
+      return where + "expected 9 fields, got " + std::to_string(f.size());
+    if (f[8] == "1")
+      continue;
+    conversation c;
+    if (!parse_u32(f[2], c.rounds) || !parse_u32(f[6], c.prompt_tokens) || !parse_u32(f[7], c.response_tokens))
+      return where + "rounds, prompt_tokens_est and response_tokens_est must be integers";
+    if (c.rounds == 0)
+      continue;
+    c.prompt_tokens = std::max<std::uint32_t>(c.prompt_tokens, c.rounds);
+    c.response_tokens = std::max<std::uint32_t>(c.response_tokens, c.rounds);
+    out.push_back(c);
+  }
+  if (out.empty())
+    return path + ": no conversations";
+  return out;
+}
+
+std::vector<request> multi_turn(const std::vector<conversation>& conversations, double rate, double think_s,
+                                std::uint64_t seed) {
+  const auto starts = gamma_arrivals(conversations.size(), rate, 1.0, seed);
+  std::vector<request> out;
+  for (std::size_t i = 0; i < conversations.size(); ++i) {
+    const auto& c = conversations[i];
+    for (std::uint32_t t = 0; t < c.rounds; ++t) {
+      request r;
+      r.arrival_s = starts[i];
+      r.prompt_tokens = std::max<std::uint32_t>(c.prompt_tokens / c.rounds, 1);
+      r.output_tokens = std::max<std::uint32_t>(c.response_tokens / c.rounds, 1);
+      r.adapter = none_adapter;
+      r.session = i + 1;
+      r.think_s = think_s;
+      out.push_back(r);
+    }
+  }
   return out;
 }
 

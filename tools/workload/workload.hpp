@@ -19,6 +19,10 @@ struct request {
   std::uint32_t prompt_tokens = 0;
   std::uint32_t output_tokens = 0;
   std::uint32_t adapter = 0;
+  /// A multi-turn conversation's turn (0: none); a later turn follows the
+  /// previous reply after `think_s` (see multi_turn).
+  std::uint64_t session = 0;
+  double think_s = 0;
 };
 inline constexpr std::uint32_t none_adapter = 0xffffffffu;
 
@@ -35,6 +39,17 @@ std::variant<std::vector<request>, std::string> load_azure_trace(const std::stri
 /// the field.
 std::variant<std::vector<request>, std::string> load_sharegpt_lengths(const std::string& path);
 
+/// One conversation of a multi-turn trace.
+struct conversation {
+  std::uint32_t rounds = 1;          ///< user turns
+  std::uint32_t prompt_tokens = 1;   ///< over all user turns
+  std::uint32_t response_tokens = 1; ///< over all replies
+};
+
+/// Reads sharegpt52k_head1000_conversations.csv (rounds, prompt_tokens_est,
+/// response_tokens_est; rows marked is_failure are skipped).
+std::variant<std::vector<conversation>, std::string> load_conversations(const std::string& path);
+
 /// Reads either trace kind, by its header.
 std::variant<std::vector<request>, std::string> load_trace(const std::string& path);
 
@@ -49,6 +64,12 @@ std::vector<double> gamma_arrivals(std::size_t n, double rate, double cv, std::u
 std::vector<request> synthetic(std::size_t n, double rate, double cv, std::uint32_t prompt_lo,
                                std::uint32_t prompt_hi, std::uint32_t output_lo, std::uint32_t output_hi,
                                std::uint64_t seed);
+
+/// The turns of `conversations`: conversation i starts at Poisson arrival i
+/// (rate per second) and each of its turns carries an even share of its
+/// prompt and response tokens (at least 1); session ids are 1 + i.
+std::vector<request> multi_turn(const std::vector<conversation>& conversations, double rate, double think_s,
+                                std::uint64_t seed);
 
 // -- shaping ----------------------------------------------------------------
 
