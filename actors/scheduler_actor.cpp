@@ -53,15 +53,18 @@ void copy_kv(self_ptr self, transfer_class cls, const scheduler_effects::swap& s
           [done](const caf::error&) mutable { done(false); });
 }
 
-/// Swap-out: host pages first, then the copy; a refusal or a failed copy
-/// leaves the request to be recomputed.
-void start_swap_out(self_ptr self, const scheduler_effects::swap& s) {
+/// Swap-out (of a preempted request, or of a session's cache): host pages
+/// first, then the copy; a refusal or a failed copy leaves the request to be
+/// recomputed (the cache dropped).
+void start_swap_out(self_ptr self, const scheduler_effects::swap& s, bool session_cache) {
   const auto id = s.request_id;
-  auto answer = [self, id](bool ok, std::vector<std::uint32_t> host) {
+  auto answer = [self, id, session_cache](bool ok, std::vector<std::uint32_t> host) {
     if (!ok && !host.empty())
       self->send(self->state.pool, release_atom_v, host_tier, request_owner, id);
-    apply(self, self->state.core->on_swapped_out(id, ok, monotonic_seconds(),
-                                                 ok ? std::move(host) : std::vector<std::uint32_t>{}));
+    auto& core = *self->state.core;
+    auto pages = ok ? std::move(host) : std::vector<std::uint32_t>{};
+    apply(self, session_cache ? core.on_session_out(id, ok, monotonic_seconds(), std::move(pages))
+                              : core.on_swapped_out(id, ok, monotonic_seconds(), std::move(pages)));
     pump(self);
   };
   self->request(self->state.pool, caf::infinite, reserve_atom_v, host_tier, request_owner, id,
@@ -148,7 +151,9 @@ void apply(self_ptr self, scheduler_effects fx) {
   for (auto id : fx.release_host_pages)
     self->send(st.pool, release_atom_v, host_tier, request_owner, id);
   for (const auto& s : fx.swap_outs)
-    start_swap_out(self, s);
+    start_swap_out(self, s, false);
+  for (const auto& s : fx.session_outs)
+    start_swap_out(self, s, true);
   for (const auto& s : fx.swap_ins) {
     const auto id = s.request_id;
     copy_kv(self, transfer_class::swap_in, s, s.host_pages, [self, id](bool ok) {
@@ -296,6 +301,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_hits", static_cast<double>(c.session_hits())},
         {"session_pages", static_cast<double>(c.session_pages_held())},
         {"session_evictions", static_cast<double>(c.session_evictions())},
+        {"session_offloads", static_cast<double>(c.session_offloads())},
+        {"session_host_hits", static_cast<double>(c.session_host_hits())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
         {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},
         {"kv_pages_short", static_cast<double>(c.pages_short())},

@@ -8,7 +8,7 @@ namespace troupe {
 
 bool scheduler_effects::empty() const noexcept {
   return adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
-         && release_adapters.empty() && swap_outs.empty() && swap_ins.empty()
+         && release_adapters.empty() && swap_outs.empty() && swap_ins.empty() && session_outs.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
 }
@@ -26,6 +26,7 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   append(release_adapters, other.release_adapters);
   append(swap_outs, other.swap_outs);
   append(swap_ins, other.swap_ins);
+  append(session_outs, other.session_outs);
   append(release_host_pages, other.release_host_pages);
   trim_pages += other.trim_pages;
   append(tokens, other.tokens);
@@ -370,7 +371,17 @@ scheduler_effects scheduler_core::admit(double now_s) {
       // reused (at least one prompt token is left to prefill).
       const auto& e = sit->second;
       const auto& p = r.spec.prompt;
-      if (e.tokens.size() < p.size() && std::equal(e.tokens.begin(), e.tokens.end(), p.begin())) {
+      const bool extends = e.tokens.size() < p.size() && std::equal(e.tokens.begin(), e.tokens.end(), p.begin());
+      if (extends && e.where == session_tier::host) {
+        // In the host pool: fresh pages now, the cache copied into the
+        // first of them once granted (swapping_in), then the rest prefilled.
+        r.pages = std::max(r.pages, e.pages);
+        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.session_owner = e.owner;
+        r.session_host_pages = e.host_page_ids;
+        ++session_host_hits_;
+        sessions_.erase(sit);
+      } else if (extends && e.where == session_tier::device) {
         adopted = e.pages;
         r.pages = std::max(r.pages, adopted);
         r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
@@ -473,6 +484,15 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     r.pages_failed = r.adapter_failed = false;
     transition(r, request_state::waiting);
     enqueue_waiting(r);
+    return;
+  }
+  if (r.session_owner != 0) {
+    // Its session's cache comes back from the host pool into its first pages.
+    const auto n = r.session_host_pages.size();
+    transition(r, request_state::swapping_in);
+    fx.swap_ins.push_back({r.spec.request_id,
+                           {r.page_ids.begin(), r.page_ids.begin() + static_cast<std::ptrdiff_t>(n)},
+                           r.session_host_pages, n * limits_.page_bytes});
     return;
   }
   if (r.swapped) {
@@ -665,6 +685,7 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
       return;
   }
   release_host(r, fx);
+  release_session_host(r, fx);
   r.times.finished_s = now_s;
   fx.finished.push_back({id, why, static_cast<std::uint32_t>(r.spec.prompt.size()),
                          r.generated, r.times});
@@ -723,8 +744,21 @@ bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double n
   e.tokens = r.spec.prompt;
   e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end() - 1);
   e.last_use_s = now_s;
-  if (sessions_.contains(r.spec.session))
-    evict_session(r.spec.session, fx);
+  if (auto old = sessions_.find(r.spec.session); old != sessions_.end()) {
+    // This turn's cache supersedes the session's older one: freed outright
+    // (one still on its way to the host keeps its place; this one is not kept).
+    if (old->second.where == session_tier::moving_out)
+      return false;
+    if (old->second.where == session_tier::host) {
+      fx.release_host_pages.push_back(old->second.owner);
+      host_reserved_ -= old->second.pages;
+    } else {
+      fx.release_pages.push_back(old->second.owner);
+      reserved_pages_ -= old->second.pages;
+      session_pages_held_ -= old->second.pages;
+    }
+    sessions_.erase(old);
+  }
   // Give back the adapter and leave the batch; the pages stay reserved.
   if (r.adapter_granted)
     fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
@@ -741,13 +775,88 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   auto i = sessions_.find(session);
   if (i == sessions_.end())
     return;
-  fx.release_pages.push_back(i->second.owner);
-  reserved_pages_ -= i->second.pages;
-  session_pages_held_ -= i->second.pages;
+  auto& e = i->second;
+  if (e.where == session_tier::moving_out)
+    return; // on_session_out decides
+  if (e.where == session_tier::host) {
+    fx.release_host_pages.push_back(e.owner);
+    host_reserved_ -= e.pages;
+    ++session_evictions_;
+    sessions_.erase(i);
+    return;
+  }
+  session_pages_held_ -= e.pages;
+  auto host_free = [&] {
+    const auto taken = host_reserved_ + host_pending_;
+    return limits_.host_pages > taken ? limits_.host_pages - taken : 0;
+  };
+  // Room in the host pool: the oldest host-tier caches give way to it.
+  while (limits_.page_bytes > 0 && limits_.host_pages >= e.pages && host_free() < e.pages) {
+    auto oldest = sessions_.end();
+    for (auto j = sessions_.begin(); j != sessions_.end(); ++j)
+      if (j->second.where == session_tier::host
+          && (oldest == sessions_.end() || j->second.last_use_s < oldest->second.last_use_s))
+        oldest = j;
+    if (oldest == sessions_.end())
+      break;
+    evict_session(oldest->first, fx);
+    i = sessions_.find(session); // the map changed
+  }
+  auto& entry = i->second;
+  if (limits_.page_bytes > 0 && host_free() >= entry.pages) {
+    // Down a tier: copied to the host pool, its device pages freed after.
+    entry.where = session_tier::moving_out;
+    host_pending_ += entry.pages;
+    moving_out_pages_ += entry.pages;
+    ++session_offloads_;
+    fx.session_outs.push_back({entry.owner, entry.page_ids, {}, entry.pages * limits_.page_bytes});
+    return;
+  }
+  fx.release_pages.push_back(entry.owner);
+  reserved_pages_ -= entry.pages;
   ++session_evictions_;
   sessions_.erase(i);
   memory_blocked_ = false;
   growth_retry_ = true;
+}
+
+void scheduler_core::release_session_host(record& r, scheduler_effects& fx) {
+  if (r.session_owner == 0)
+    return;
+  fx.release_host_pages.push_back(r.session_owner);
+  host_reserved_ -= r.session_host_pages.size();
+  r.session_owner = 0;
+  r.session_host_pages.clear();
+}
+
+scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, double now_s,
+                                                 std::vector<std::uint32_t> host_pages) {
+  (void)now_s;
+  scheduler_effects fx;
+  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
+    return kv.second.owner == owner && kv.second.where == session_tier::moving_out;
+  });
+  if (i == sessions_.end())
+    return fx;
+  auto& e = i->second;
+  host_pending_ -= e.pages;
+  moving_out_pages_ -= e.pages;
+  fx.release_pages.push_back(owner);
+  reserved_pages_ -= e.pages;
+  memory_blocked_ = false;
+  growth_retry_ = true;
+  if (ok && host_pages.size() == e.pages) {
+    e.where = session_tier::host;
+    e.host_page_ids = std::move(host_pages);
+    host_reserved_ += e.pages;
+    e.page_ids.clear();
+    return fx;
+  }
+  if (!host_pages.empty())
+    fx.release_host_pages.push_back(owner);
+  ++session_evictions_;
+  sessions_.erase(i);
+  return fx;
 }
 
 void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx) {
@@ -755,10 +864,13 @@ void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler
     const auto taken = reserved_pages_ + adapter_pages_in_use_;
     return limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   };
-  while (!sessions_.empty() && (session_pages_held_ > limits_.session_pages || free_pages() < need)) {
+  // Caches on their way to the host free their pages soon: counted as free.
+  while (!sessions_.empty()
+         && (session_pages_held_ > limits_.session_pages || free_pages() + moving_out_pages_ < need)) {
     auto victim = sessions_.end();
     for (auto i = sessions_.begin(); i != sessions_.end(); ++i)
-      if (i->first != keep && (victim == sessions_.end() || i->second.last_use_s < victim->second.last_use_s))
+      if (i->first != keep && i->second.where == session_tier::device
+          && (victim == sessions_.end() || i->second.last_use_s < victim->second.last_use_s))
         victim = i;
     if (victim == sessions_.end())
       return;
@@ -842,9 +954,19 @@ scheduler_effects scheduler_core::on_swapped_in(std::uint64_t request_id, bool o
     return fx;
   auto& r = i->second;
   release_host(r, fx);
+  const bool session_cache = r.session_owner != 0;
+  release_session_host(r, fx);
   if (r.cancel_requested) {
     finish(r, finish_reason::cancelled, now_s, fx);
     flush_finished();
+    return fx;
+  }
+  if (session_cache) {
+    // Its history is in its pages now (or, if the copy failed, prefilled
+    // whole): the rest of the prompt is prefilled.
+    if (!ok)
+      r.cached_tokens = 0;
+    transition(r, request_state::ready);
     return fx;
   }
   if (ok) {

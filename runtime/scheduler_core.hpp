@@ -86,6 +86,10 @@ struct scheduler_effects {
   std::vector<release_adapter> release_adapters;
   std::vector<swap> swap_outs;
   std::vector<swap> swap_ins;
+  /// A session cache moving to the host pool: as a swap-out, for the
+  /// finished request (`request_id`) whose pages hold it; answered by
+  /// on_session_out.
+  std::vector<swap> session_outs;
   std::vector<std::uint64_t> release_host_pages; ///< request ids whose host pages to free
   /// Pages to ask the adapter cache to free from idle adapters (0: none).
   std::uint64_t trim_pages = 0;
@@ -154,6 +158,11 @@ public:
   /// error) it waits to be recomputed. Its device pages are released.
   scheduler_effects on_swapped_out(std::uint64_t request_id, bool ok, double now_s,
                                    std::vector<std::uint32_t> host_pages = {});
+  /// A session cache's move to the host pool ended (`owner`: the request id
+  /// it was sent with). Its device pages are released either way.
+  scheduler_effects on_session_out(std::uint64_t owner, bool ok, double now_s,
+                                   std::vector<std::uint32_t> host_pages = {});
+
   /// A swap-in ended: the request decodes on (or, on failure, recomputes
   /// into the pages it was granted). Its host pages are released.
   scheduler_effects on_swapped_in(std::uint64_t request_id, bool ok, double now_s);
@@ -203,6 +212,9 @@ public:
   std::uint64_t session_hits() const noexcept { return session_hits_; }
   std::uint64_t session_pages_held() const noexcept { return session_pages_held_; }
   std::uint64_t session_evictions() const noexcept { return session_evictions_; }
+  /// Session caches moved to the host pool, and brought back from it.
+  std::uint64_t session_offloads() const noexcept { return session_offloads_; }
+  std::uint64_t session_host_hits() const noexcept { return session_host_hits_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
   /// The policy's own counters (for stats).
@@ -253,6 +265,10 @@ private:
     /// prefill starts after them.
     std::uint32_t cached_tokens = 0;
     bool adopted = false;
+    /// Its session's cache waits in these host pages (of that finished
+    /// request, `session_owner`): copied into its first pages before it runs.
+    std::uint64_t session_owner = 0;
+    std::vector<std::uint32_t> session_host_pages;
     /// Its cache waits in these host pages (swapped out).
     std::vector<std::uint32_t> host_page_ids;
     bool swapped = false;
@@ -281,7 +297,10 @@ private:
   void request_growth(scheduler_effects& fx);
   /// A finished turn's pages become its session's cache (false: not kept).
   bool keep_for_session(record& r, scheduler_effects& fx, double now_s);
+  /// Moves a session cache to the host pool when it has room (or frees it).
   void evict_session(std::uint64_t session, scheduler_effects& fx);
+  /// Frees the host pages a request brought its session cache back from.
+  void release_session_host(record& r, scheduler_effects& fx);
   /// Frees least recently used session caches until `need` pages are free
   /// for admission (sparing `keep`), or within the session limit.
   void make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx);
@@ -325,7 +344,10 @@ private:
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths
   std::uint64_t next_ticket_ = 1;
+  enum class session_tier : std::uint8_t { device, moving_out, host };
   struct session_entry {
+    session_tier where = session_tier::device;
+    std::vector<std::uint32_t> host_page_ids;
     std::uint64_t owner = 0; ///< the finished request whose pages hold it
     std::vector<std::uint32_t> page_ids;
     std::vector<std::int32_t> tokens; ///< whose K and V the pages hold
@@ -336,6 +358,9 @@ private:
   std::uint64_t session_pages_held_ = 0;
   std::uint64_t session_hits_ = 0;
   std::uint64_t session_evictions_ = 0;
+  std::uint64_t session_offloads_ = 0;
+  std::uint64_t session_host_hits_ = 0;
+  std::uint64_t moving_out_pages_ = 0; // device pages of caches on their way to the host
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;
 };

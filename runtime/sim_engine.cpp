@@ -159,7 +159,9 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
           const auto key = std::make_pair(t.request_id, t.cls);
           auto s = std::move(swaps_.at(key));
           swaps_.erase(key);
-          if (t.cls == transfer_class::swap_out)
+          if (t.cls == transfer_class::swap_out && session_outs_.erase(t.request_id) > 0)
+            apply(core_.on_session_out(t.request_id, true, now_, std::move(s.host_pages)));
+          else if (t.cls == transfer_class::swap_out)
             apply(core_.on_swapped_out(t.request_id, true, now_, std::move(s.host_pages)));
           else
             apply(core_.on_swapped_in(t.request_id, true, now_));
@@ -254,12 +256,14 @@ void sim_engine::apply(scheduler_effects fx) {
   for (auto id : fx.release_host_pages)
     host_.release(request_owner(id));
   for (const auto& s : fx.swap_outs)
-    swap_out(s);
+    swap_out(s, false);
+  for (const auto& s : fx.session_outs)
+    swap_out(s, true);
   for (auto& s : fx.swap_ins) {
     transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
     swaps_[{s.request_id, transfer_class::swap_in}] = std::move(s);
   }
-  if (!fx.swap_outs.empty() || !fx.swap_ins.empty())
+  if (!fx.swap_outs.empty() || !fx.swap_ins.empty() || !fx.session_outs.empty())
     start_transfers();
   for (const auto& a : fx.release_adapters) {
     cache_.release(a.adapter_id, now_);
@@ -308,13 +312,17 @@ void sim_engine::apply(scheduler_effects fx) {
   }
 }
 
-void sim_engine::swap_out(const scheduler_effects::swap& s) {
-  // Host pages first; without them the request is recomputed instead.
+void sim_engine::swap_out(const scheduler_effects::swap& s, bool session_cache) {
+  // Host pages first; without them the request is recomputed instead (a
+  // session's cache dropped).
   const auto owner = request_owner(s.request_id);
   if (!host_.allocate(owner, s.device_pages.size())) {
-    apply(core_.on_swapped_out(s.request_id, false, now_));
+    apply(session_cache ? core_.on_session_out(s.request_id, false, now_)
+                        : core_.on_swapped_out(s.request_id, false, now_));
     return;
   }
+  if (session_cache)
+    session_outs_.insert(s.request_id);
   auto copy = s;
   const auto held = host_.pages_of(owner);
   copy.host_pages.assign(held.begin(), held.end());

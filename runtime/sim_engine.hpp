@@ -23,6 +23,7 @@
 #include <memory>
 #include <queue>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace troupe {
@@ -152,7 +153,7 @@ private:
   void settle(std::uint32_t adapter_id, scheduler_core::adapter_grant g);
   void drop(const std::vector<std::uint32_t>& victims);
   void prefetch(std::uint32_t adapter_id);
-  void swap_out(const scheduler_effects::swap& s);
+  void swap_out(const scheduler_effects::swap& s, bool session_cache);
 
   sim_engine_config cfg_;
   std::shared_ptr<gpu::sim_backend> backend_;
@@ -165,6 +166,7 @@ private:
   page_pool& adapter_pages() noexcept { return cfg_.adapter_partition_pages > 0 ? adapter_partition_ : pool_; }
   /// Swaps queued or running: (request id, class) -> the swap.
   std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> swaps_;
+  std::unordered_set<std::uint64_t> session_outs_; // swap-outs that move a session's cache
   adapter_cache cache_;
   transfer_queue transfers_;
   std::uint64_t pool_pages_;

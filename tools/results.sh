@@ -115,15 +115,15 @@ symphony() {
   # counts and sizes from the conversations file), started at a rate per
   # second, each turn 10 s after the previous reply; Llama-2-7B on the
   # A100-80GB preset. Recompute (no session cache) against sessions kept in
-  # up to 90 % of the GPU pool.
+  # up to 90 % of the GPU pool, and with a 128 GiB host tier behind it.
   local csv=$out/symphony.csv
   rm -f "$csv"
-  for f in 0 0.9; do
-    local label=recompute
-    [ "$f" != 0 ] && label=sessions
+  for setup in recompute:0:0 sessions:0.9:0 sessions+host:0.9:128; do
+    local label=${setup%%:*} rest=${setup#*:}
+    local f=${rest%%:*} host=${rest#*:}
     "$sim" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.1,0.2,0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB \
-      --setups fcfs:lru --session-fraction "$f" --csv "$out/.one.csv" > "$out/symphony-$label.txt"
+      --setups fcfs:lru --session-fraction "$f" --host-gib "$host" --csv "$out/.one.csv" > "$out/symphony-$label.txt"
     if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
     tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
   done

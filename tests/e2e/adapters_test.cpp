@@ -356,6 +356,23 @@ TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {
   EXPECT_EQ(grow_stats.at("pool_pages_kv"), 0.0) << "every page came back";
 }
 
+/// One greedy turn of 12 tokens in `session` on `c`; its output tokens.
+std::vector<std::int32_t> greedy_turn(client_connection& c, const std::string& id,
+                                      const std::vector<std::int32_t>& prompt, const std::string& session) {
+  wire::generate_request g;
+  g.id = id;
+  g.prompt_tokens = prompt;
+  g.max_tokens = 12;
+  g.sampling.temperature = 0;
+  g.session = session;
+  EXPECT_TRUE(c.send(g));
+  std::map<std::string, reply_log> logs;
+  EXPECT_TRUE(collect(c, {id}, logs, std::chrono::seconds(30)));
+  const auto* done = logs[id].done();
+  EXPECT_NE(done, nullptr) << id;
+  return done && done->tokens ? *done->tokens : std::vector<std::int32_t>{};
+}
+
 TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_tokens) {
   if (!fs::exists("models/demo/config.json"))
     GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
@@ -366,20 +383,8 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   auto d = start_from_file(path.string());
   ASSERT_NE(d, nullptr);
   client_connection c{d->endpoint()};
-  // One greedy turn; returns its output tokens.
   auto turn = [&](const std::string& id, const std::vector<std::int32_t>& prompt, const std::string& session) {
-    wire::generate_request g;
-    g.id = id;
-    g.prompt_tokens = prompt;
-    g.max_tokens = 12;
-    g.sampling.temperature = 0;
-    g.session = session;
-    EXPECT_TRUE(c.send(g));
-    std::map<std::string, reply_log> logs;
-    EXPECT_TRUE(collect(c, {id}, logs, std::chrono::seconds(30)));
-    const auto* done = logs[id].done();
-    EXPECT_NE(done, nullptr) << id;
-    return done && done->tokens ? *done->tokens : std::vector<std::int32_t>{};
+    return greedy_turn(c, id, prompt, session);
   };
   std::vector<std::int32_t> prompt1;
   for (int t = 0; t < 20; ++t)
@@ -400,6 +405,32 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   stats = stats_of(c, "s2");
   EXPECT_EQ(stats.at("session_hits"), 1.0);
   EXPECT_EQ(stats.at("sessions_cached"), 2.0);
+  d->stop();
+
+  // Down a tier and back: room for one cache of 2 pages on the GPU
+  // (session_fraction 3/64), a host pool behind it. Session A's first turn
+  // is pushed to the host by session B's; A's second turn copies it back
+  // into new pages and prefills only its new tokens.
+  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+                      << "[memory_pool]\npages = 64\nhost_pages = 64\n[scheduler]\nsession_fraction = 0.047\n";
+  d = start_from_file(path.string());
+  ASSERT_NE(d, nullptr);
+  client_connection c2{d->endpoint()};
+  auto turn2 = [&](const std::string& id, const std::vector<std::int32_t>& prompt, const std::string& session) {
+    return greedy_turn(c2, id, prompt, session);
+  };
+  EXPECT_EQ(turn2("a1", prompt1, "A"), reply1);
+  auto other = prompt1;
+  other[0] = 77;
+  turn2("b1", other, "B");
+  stats = stats_of(c2, "s3");
+  EXPECT_EQ(stats.at("session_offloads"), 1.0) << "A's cache went to the host pool";
+  EXPECT_EQ(turn2("a2", prompt2, "A"), with_cache) << "the cache brought back from the host changed the output";
+  stats = stats_of(c2, "s4");
+  EXPECT_EQ(stats.at("session_host_hits"), 1.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
   d->stop();
   fs::remove(path);
 }

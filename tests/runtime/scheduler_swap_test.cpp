@@ -121,10 +121,16 @@ struct swap_shell {
       outs.push_back(std::move(s));
     }
     for (auto& s : fx.swap_ins) {
+      // A swapped request's host pages are its own; a session cache's belong
+      // to the turn that left it.
       const auto held = host.pages_of({page_owner_kind::request, s.request_id});
-      EXPECT_TRUE(std::equal(held.begin(), held.end(), s.host_pages.begin(), s.host_pages.end()));
+      if (!held.empty()) {
+        EXPECT_TRUE(std::equal(held.begin(), held.end(), s.host_pages.begin(), s.host_pages.end()));
+      }
       ins.push_back(std::move(s));
     }
+    for (auto& s : fx.session_outs)
+      session_outs.push_back(std::move(s));
     for (const auto& t : fx.tokens) {
       auto& got = tokens[t.request_id];
       EXPECT_EQ(t.index, got.size()) << "request " << t.request_id << " skipped or repeated a token";
@@ -137,18 +143,23 @@ struct swap_shell {
 
   /// Answers the oldest swap-out: host pages reserved (when the host pool
   /// has room and `ok`), then the copy reported.
+  /// Host pages for `owner`: all `n` of them, or none.
+  std::vector<std::uint32_t> reserve_host(std::uint64_t owner, std::size_t n) {
+    const page_owner o{page_owner_kind::request, owner};
+    if (!host.allocate(o, n))
+      return {};
+    const auto held = host.pages_of(o);
+    return {held.begin(), held.end()};
+  }
+
   void answer_out(bool ok = true) {
     auto s = outs.front();
     outs.erase(outs.begin());
     const page_owner owner{page_owner_kind::request, s.request_id};
-    std::vector<std::uint32_t> ids;
-    if (host.allocate(owner, s.device_pages.size())) {
-      auto held = host.pages_of(owner);
-      ids.assign(held.begin(), held.end());
-      if (!ok) {
-        host.release(owner); // the shell gives back what a failed copy held
-        ids.clear();
-      }
+    auto ids = reserve_host(s.request_id, s.device_pages.size());
+    if (!ids.empty() && !ok) {
+      host.release(owner); // the shell gives back what a failed copy held
+      ids.clear();
     }
     const bool copied = ok && !ids.empty();
     apply(core->on_swapped_out(s.request_id, copied, now, std::move(ids)));
@@ -174,11 +185,23 @@ struct swap_shell {
     EXPECT_EQ(core->reserved_pages(), reserved);
   }
 
+  /// Answers the oldest move of a session cache to the host pool.
+  void answer_session_out() {
+    auto s = session_outs.front();
+    session_outs.erase(session_outs.begin());
+    auto ids = reserve_host(s.request_id, s.device_pages.size());
+    const bool copied = !ids.empty();
+    apply(core->on_session_out(s.request_id, copied, now, std::move(ids)));
+  }
+
   void answer_in(bool ok = true) {
     auto s = ins.front();
     ins.erase(ins.begin());
+    // Into pages it holds: all of them for a swapped request, the first
+    // ones for a session cache.
     const auto held = device.pages_of({page_owner_kind::request, s.request_id});
-    EXPECT_TRUE(std::equal(held.begin(), held.end(), s.device_pages.begin(), s.device_pages.end()));
+    EXPECT_LE(s.device_pages.size(), held.size());
+    EXPECT_TRUE(std::equal(s.device_pages.begin(), s.device_pages.end(), held.begin()));
     apply(core->on_swapped_in(s.request_id, ok, now));
   }
 
@@ -221,7 +244,7 @@ struct swap_shell {
   std::map<std::uint64_t, std::uint32_t> prompts;
   std::map<std::uint64_t, std::vector<std::int32_t>> tokens;
   std::map<std::uint64_t, finish_reason> finished;
-  std::vector<scheduler_effects::swap> outs, ins;
+  std::vector<scheduler_effects::swap> outs, ins, session_outs;
   std::map<std::uint64_t, scheduler_effects::grow> grows;
   std::map<std::uint64_t, std::uint32_t> expect_cached;
   std::map<std::uint64_t, std::vector<std::int32_t>> prompts_of;
@@ -606,6 +629,41 @@ TEST(scheduler_session, sessions_stay_within_their_limit_and_give_way_to_admissi
   EXPECT_EQ(s.core->reserved_pages(), 0u);
   EXPECT_EQ(s.device.owners(), 0u);
   EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn) {
+  // Room for one 3-page cache on the device, a host pool behind it.
+  swap_shell s{40, 20, false, 4};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7); // session 7
+  run_until_done(s, 1);
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8); // session 8 pushes 7 down
+  run_until_done(s, 2);
+  ASSERT_EQ(s.session_outs.size(), 1u);
+  EXPECT_EQ(s.session_outs[0].request_id, 1u) << "the least recently used: session 7's";
+  s.answer_session_out();
+  EXPECT_EQ(s.core->session_offloads(), 1u);
+  EXPECT_TRUE(s.device.pages_of({page_owner_kind::request, 1}).empty()) << "its device pages are free";
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u);
+  // Session 7's second turn: fresh pages, the cache copied into the first
+  // three, then only the new tokens prefilled.
+  auto prompt2 = tokens_from(10, 6);
+  prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
+  prompt2.push_back(60);
+  s.expect_cached[3] = 9;
+  s.submit_tokens(3, prompt2, 2, 7);
+  s.admit();
+  ASSERT_EQ(s.ins.size(), 1u);
+  EXPECT_EQ(s.ins[0].device_pages.size(), 3u);
+  EXPECT_EQ(s.core->state_of(3), request_state::swapping_in);
+  s.answer_in();
+  EXPECT_EQ(s.core->state_of(3), request_state::ready);
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty()) << "host pages freed after the copy";
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->session_host_hits(), 1u);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
 }
 
 } // namespace
