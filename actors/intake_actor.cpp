@@ -151,6 +151,22 @@ intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
         register_adapter(self, peer, act.query_id, std::move(*act.register_adapter));
       if (act.unregister_adapter)
         unregister_adapter(self, peer, act.query_id, std::move(*act.unregister_adapter));
+      if (act.advise) {
+        auto peer_copy = peer;
+        auto id = act.query_id;
+        auto name = act.advise->second;
+        self->request(self->state.cfg.scheduler, caf::infinite, advise_atom_v, act.advise->first)
+          .then(
+            [self, peer_copy, id, name](std::uint8_t a) {
+              static constexpr const char* names[] = {"none", "on_gpu", "fetching", "in_host"};
+              emit(self, {{peer_copy, wire::to_json(wire::advise_reply{id, name, a < 4 ? names[a] : "none"})}});
+            },
+            [self, peer_copy, id](const caf::error& e) {
+              emit(self, {{peer_copy, wire::to_json(wire::error_reply{
+                                        id, wire::error_code::internal,
+                                        "could not pass the advisory on: " + self->system().render(e)})}});
+            });
+      }
       switch (act.ask) {
         case intake_actions::query::none:
           break;

@@ -154,6 +154,28 @@ void apply(self_ptr self, scheduler_effects fx) {
     start_swap_out(self, s, false);
   for (const auto& s : fx.session_outs)
     start_swap_out(self, s, true);
+  for (const auto& s : fx.session_ins) {
+    // Device pages for the cache first, then the copy from the host pool.
+    const auto owner = s.request_id;
+    auto answer = [self, owner](bool ok, std::vector<std::uint32_t> pages) {
+      apply(self, self->state.core->on_session_in(owner, ok, monotonic_seconds(), std::move(pages)));
+      pump(self);
+    };
+    self->request(st.pool, caf::infinite, reserve_atom_v, device_tier, request_owner, owner,
+                  static_cast<std::uint64_t>(s.host_pages.size()), std::uint64_t{0})
+      .then(
+        [self, s, answer](std::vector<std::uint32_t>& pages) {
+          if (pages.size() != s.host_pages.size()) {
+            answer(false, std::move(pages));
+            return;
+          }
+          auto in = s;
+          in.device_pages = pages;
+          copy_kv(self, transfer_class::swap_in, in, s.host_pages,
+                  [answer, pages](bool ok) mutable { answer(ok, std::move(pages)); });
+        },
+        [answer](const caf::error&) { answer(false, {}); });
+  }
   for (const auto& s : fx.swap_ins) {
     const auto id = s.request_id;
     copy_kv(self, transfer_class::swap_in, s, s.host_pages, [self, id](bool ok) {
@@ -274,6 +296,12 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
       pump(self);
       return found;
     },
+    [self](advise_atom, std::uint64_t session) {
+      scheduler_effects fx;
+      const auto a = self->state.core->advise(session, monotonic_seconds(), fx);
+      apply(self, std::move(fx));
+      return static_cast<std::uint8_t>(a);
+    },
     [self](subscribe_atom, progress_sink_actor sink) {
       self->state.sinks.push_back(std::move(sink));
     },
@@ -303,6 +331,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_evictions", static_cast<double>(c.session_evictions())},
         {"session_offloads", static_cast<double>(c.session_offloads())},
         {"session_host_hits", static_cast<double>(c.session_host_hits())},
+        {"advisories", static_cast<double>(c.advisories())},
+        {"session_prefetches", static_cast<double>(c.session_prefetches())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
         {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},
         {"kv_pages_short", static_cast<double>(c.pages_short())},

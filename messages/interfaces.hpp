@@ -45,6 +45,9 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<policies::queue_tuning>,
   caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
+  /// An advisory for a session (internal id): where its cache is now
+  /// (a scheduler_core::advice).
+  caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// memory_pool: pages for (tier, owner kind, owner id) from the device's

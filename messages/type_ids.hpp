@@ -53,6 +53,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe, prefetch_atom, "prefetch")
   CAF_ADD_ATOM(troupe, troupe, arrival_atom, "arrival")
   CAF_ADD_ATOM(troupe, troupe, adopt_atom, "adopt")
+  CAF_ADD_ATOM(troupe, troupe, advise_atom, "advise")
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

@@ -150,11 +150,12 @@ double wire_float(float f) {
 // -- request parsing -------------------------------------------------------
 
 constexpr std::string_view valid_types =
-  R"("generate", "cancel", "health", "stats", "list_adapters", "load_adapter", "unload_adapter")";
+  R"("generate", "cancel", "health", "stats", "list_adapters", "load_adapter", "unload_adapter", "advise")";
 
 constexpr std::array<std::string_view, 2> id_only_fields{"type", "id"};
 constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "name", "path", "rank"};
 constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
+constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session", "in_s", "priority"};
 
 constexpr std::array<std::string_view, 14> generate_fields{
   "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature",
@@ -379,6 +380,27 @@ request read_request(const json& obj, const parse_limits& limits) {
       reject("a load_adapter request needs \"path\" (a PEFT directory) or \"rank\" (sim backend)");
     return l;
   }
+  if (type == "advise") {
+    auto id = read_id(obj, limits);
+    reject_unknown_fields(obj, type, advise_fields);
+    const json* session = find(obj, "session");
+    if (session == nullptr)
+      reject("missing field \"session\": the session the advisory is about");
+    if (!session->is_string() || session->get_ref<const std::string&>().empty()
+        || session->get_ref<const std::string&>().size() > limits.max_id_chars)
+      reject_field("session", "a non-empty string of at most " + std::to_string(limits.max_id_chars) + " bytes",
+                   *session);
+    advise_request a{std::move(id), session->get<std::string>(), 0, 0};
+    if (const json* in = find(obj, "in_s"))
+      a.in_s = read_real(*in, "in_s", 0, 86400, false, "seconds in [0, 86400]");
+    if (const json* p = find(obj, "priority")) {
+      auto v = integer_of<std::int32_t>(*p);
+      if (!v)
+        reject_field("priority", "an integer between -2147483648 and 2147483647", *p);
+      a.priority = *v;
+    }
+    return a;
+  }
   if (type != "cancel" && type != "health" && type != "stats" && type != "list_adapters")
     reject_field("type", expected, *t);
   auto id = read_id(obj, limits);
@@ -547,8 +569,10 @@ reply read_reply(const json& obj) {
   }
   if (type == "adapter")
     return adapter_reply{std::move(id), r.string("name"), r.count("rank"), r.string("status")};
+  if (type == "advise")
+    return advise_reply{std::move(id), r.string("session"), r.string("status")};
   reject("field \"type\" must be one of \"accepted\", \"token\", \"done\", \"error\", "
-         "\"health\", \"stats\", \"adapters\", \"adapter\", got "
+         "\"health\", \"stats\", \"adapters\", \"adapter\", \"advise\", got "
          + dump(json(type)));
 }
 
@@ -696,6 +720,15 @@ std::string to_json(const request& x) {
       j["name"] = u.name;
       return j;
     }
+    json operator()(const advise_request& a) const {
+      auto j = header("advise", a.id);
+      j["session"] = a.session;
+      if (a.in_s != 0)
+        j["in_s"] = a.in_s;
+      if (a.priority != 0)
+        j["priority"] = a.priority;
+      return j;
+    }
   };
   return dump(std::visit(visitor{}, x));
 }
@@ -766,6 +799,13 @@ std::string to_json(const adapter_reply& x) {
   auto j = header("adapter", x.id);
   j["name"] = x.name;
   j["rank"] = x.rank;
+  j["status"] = x.status;
+  return dump(j);
+}
+
+std::string to_json(const advise_reply& x) {
+  auto j = header("advise", x.id);
+  j["session"] = x.session;
   j["status"] = x.status;
   return dump(j);
 }

@@ -76,9 +76,18 @@ struct unload_adapter_request {
   std::string name;
 };
 
+/// Advisory (Symphony): `session`'s next turn is expected in about `in_s`
+/// seconds; the server brings its cached KV toward the GPU ahead of it.
+struct advise_request {
+  std::string id;
+  std::string session;
+  double in_s = 0;
+  std::int32_t priority = 0;
+};
+
 using request = std::variant<generate_request, cancel_request, health_request,
                              stats_request, list_adapters_request, load_adapter_request,
-                             unload_adapter_request>;
+                             unload_adapter_request, advise_request>;
 
 /// Why a frame was refused; `id` is the request's id when it could be read.
 struct parse_error {
@@ -182,8 +191,17 @@ std::string to_json(const adapter_reply& x);
 std::string to_json(const request& x);
 
 /// A reply as a client sees it after parsing; for troupe-client and tests.
+/// The answer to advise: where the session's cache is ("none", "on_gpu",
+/// "fetching", "in_host").
+struct advise_reply {
+  std::string id;
+  std::string session;
+  std::string status;
+};
+std::string to_json(const advise_reply& x);
+
 using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply,
-                           health_reply, stats_reply, adapters_reply, adapter_reply>;
+                           health_reply, stats_reply, adapters_reply, adapter_reply, advise_reply>;
 
 /// Parses a server reply; a parse_error for anything that is not one.
 std::variant<reply, parse_error> parse_reply(std::string_view frame);

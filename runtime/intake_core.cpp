@@ -140,8 +140,20 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
     adapter_request(peer, std::move(*la), out);
   } else if (auto* ua = std::get_if<wire::unload_adapter_request>(&req)) {
     adapter_request(peer, std::move(*ua), out);
+  } else if (auto* ad = std::get_if<wire::advise_request>(&req)) {
+    out.advise = std::pair{session_id_of(ad->session), ad->session};
+    out.query_id = ad->id;
   }
   return out;
+}
+
+std::uint64_t session_id_of(const std::string& name) noexcept {
+  if (name.empty())
+    return 0;
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : name)
+    h = (h ^ c) * 1099511628211ull;
+  return h | 1;
 }
 
 void intake_core::generate(const std::string& peer, wire::generate_request&& g,
@@ -200,14 +212,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.top_p = g.sampling.top_p;
   spec.top_k = g.sampling.top_k;
   spec.priority = g.priority;
-  if (!g.session.empty()) {
-    // A 64-bit FNV-1a of the name: a collision could only offer a cache
-    // whose tokens the next turn's prompt must still match exactly.
-    std::uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : g.session)
-      h = (h ^ c) * 1099511628211ull;
-    spec.session = h | 1;
-  }
+  spec.session = session_id_of(g.session);
   spec.stop = std::move(g.stop);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;

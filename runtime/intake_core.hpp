@@ -51,7 +51,14 @@ struct intake_actions {
   /// Unregister this adapter (the intake has already forgotten its name),
   /// then on_unregistered().
   std::optional<adapter_entry> unregister_adapter;
+  /// An advisory for this session (its internal id, as generate requests
+  /// carry it): ask the scheduler, reply an advise_reply with query_id.
+  std::optional<std::pair<std::uint64_t, std::string>> advise;
 };
+
+/// The internal id of a session name (0 for none): a 64-bit FNV-1a hash. A
+/// collision could only offer a cache whose tokens a prompt must still match.
+std::uint64_t session_id_of(const std::string& name) noexcept;
 
 /// One owner thread (the intake actor).
 class intake_core {

@@ -9,6 +9,7 @@ namespace troupe {
 bool scheduler_effects::empty() const noexcept {
   return adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && swap_outs.empty() && swap_ins.empty() && session_outs.empty()
+         && session_ins.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
 }
@@ -27,6 +28,7 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   append(swap_outs, other.swap_outs);
   append(swap_ins, other.swap_ins);
   append(session_outs, other.session_outs);
+  append(session_ins, other.session_ins);
   append(release_host_pages, other.release_host_pages);
   trim_pages += other.trim_pages;
   append(tokens, other.tokens);
@@ -747,7 +749,7 @@ bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double n
   if (auto old = sessions_.find(r.spec.session); old != sessions_.end()) {
     // This turn's cache supersedes the session's older one: freed outright
     // (one still on its way to the host keeps its place; this one is not kept).
-    if (old->second.where == session_tier::moving_out)
+    if (old->second.where == session_tier::moving_out || old->second.where == session_tier::moving_in)
       return false;
     if (old->second.where == session_tier::host) {
       fx.release_host_pages.push_back(old->second.owner);
@@ -776,8 +778,8 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   if (i == sessions_.end())
     return;
   auto& e = i->second;
-  if (e.where == session_tier::moving_out)
-    return; // on_session_out decides
+  if (e.where == session_tier::moving_out || e.where == session_tier::moving_in)
+    return; // on_session_out / on_session_in decides
   if (e.where == session_tier::host) {
     fx.release_host_pages.push_back(e.owner);
     host_reserved_ -= e.pages;
@@ -818,6 +820,68 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   sessions_.erase(i);
   memory_blocked_ = false;
   growth_retry_ = true;
+}
+
+scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_s,
+                                              scheduler_effects& fx) {
+  ++advisories_;
+  auto i = sessions_.find(session);
+  if (session == 0 || i == sessions_.end())
+    return advice::none;
+  auto& e = i->second;
+  e.last_use_s = now_s; // wanted soon: the last to be pushed off the GPU
+  switch (e.where) {
+    case session_tier::device:
+      return advice::on_gpu;
+    case session_tier::moving_in:
+      return advice::fetching;
+    case session_tier::moving_out:
+    case session_tier::host:
+      break;
+  }
+  if (e.where == session_tier::moving_out)
+    return advice::in_host;
+  // Room on the GPU without displacing anything admitted or waiting.
+  const auto taken = reserved_pages_ + adapter_pages_in_use_ + limits_.growth_watermark;
+  const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
+  if (waiting() > 0 || free < e.pages || limits_.page_bytes == 0)
+    return advice::in_host;
+  e.where = session_tier::moving_in;
+  reserved_pages_ += e.pages;
+  session_pages_held_ += e.pages;
+  ++session_prefetches_;
+  fx.session_ins.push_back({e.owner, {}, e.host_page_ids, e.pages * limits_.page_bytes});
+  return advice::fetching;
+}
+
+scheduler_effects scheduler_core::on_session_in(std::uint64_t owner, bool ok, double now_s,
+                                                std::vector<std::uint32_t> device_pages) {
+  scheduler_effects fx;
+  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
+    return kv.second.owner == owner && kv.second.where == session_tier::moving_in;
+  });
+  if (i == sessions_.end())
+    return fx;
+  auto& e = i->second;
+  fx.release_host_pages.push_back(owner);
+  host_reserved_ -= e.pages;
+  e.host_page_ids.clear();
+  if (ok && device_pages.size() == e.pages) {
+    e.where = session_tier::device;
+    e.page_ids = std::move(device_pages);
+    e.last_use_s = now_s;
+    make_room(0, i->first, fx);
+    return fx;
+  }
+  // No room after all, or a failed copy: the cache is gone.
+  if (!device_pages.empty())
+    fx.release_pages.push_back(owner);
+  reserved_pages_ -= e.pages;
+  session_pages_held_ -= e.pages;
+  ++session_evictions_;
+  sessions_.erase(i);
+  memory_blocked_ = false;
+  return fx;
 }
 
 void scheduler_core::release_session_host(record& r, scheduler_effects& fx) {

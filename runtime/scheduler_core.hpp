@@ -90,6 +90,10 @@ struct scheduler_effects {
   /// finished request (`request_id`) whose pages hold it; answered by
   /// on_session_out.
   std::vector<swap> session_outs;
+  /// A session cache coming back from the host pool ahead of its turn (an
+  /// advisory): the shell reserves `host_pages.size()` device pages for
+  /// `request_id` (the turn that left it), copies, then answers on_session_in.
+  std::vector<swap> session_ins;
   std::vector<std::uint64_t> release_host_pages; ///< request ids whose host pages to free
   /// Pages to ask the adapter cache to free from idle adapters (0: none).
   std::uint64_t trim_pages = 0;
@@ -163,6 +167,20 @@ public:
   scheduler_effects on_session_out(std::uint64_t owner, bool ok, double now_s,
                                    std::vector<std::uint32_t> host_pages = {});
 
+  /// An advisory (Symphony): the session's next turn is coming. A cache in
+  /// the host pool starts back toward the GPU when there is room.
+  enum class advice : std::uint8_t {
+    none,     ///< no cache for this session
+    on_gpu,   ///< already in device pages
+    fetching, ///< on its way from the host pool
+    in_host,  ///< in the host pool, no room on the GPU now
+  };
+  advice advise(std::uint64_t session, double now_s, scheduler_effects& fx);
+  /// A session cache's copy back from the host ended (`device_pages`: the
+  /// pages reserved for it). Its host pages are released either way.
+  scheduler_effects on_session_in(std::uint64_t owner, bool ok, double now_s,
+                                  std::vector<std::uint32_t> device_pages = {});
+
   /// A swap-in ended: the request decodes on (or, on failure, recomputes
   /// into the pages it was granted). Its host pages are released.
   scheduler_effects on_swapped_in(std::uint64_t request_id, bool ok, double now_s);
@@ -215,6 +233,9 @@ public:
   /// Session caches moved to the host pool, and brought back from it.
   std::uint64_t session_offloads() const noexcept { return session_offloads_; }
   std::uint64_t session_host_hits() const noexcept { return session_host_hits_; }
+  /// Advisories received, and those that brought a cache back ahead of its turn.
+  std::uint64_t advisories() const noexcept { return advisories_; }
+  std::uint64_t session_prefetches() const noexcept { return session_prefetches_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
   /// The policy's own counters (for stats).
@@ -344,7 +365,7 @@ private:
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths
   std::uint64_t next_ticket_ = 1;
-  enum class session_tier : std::uint8_t { device, moving_out, host };
+  enum class session_tier : std::uint8_t { device, moving_out, host, moving_in };
   struct session_entry {
     session_tier where = session_tier::device;
     std::vector<std::uint32_t> host_page_ids;
@@ -360,6 +381,8 @@ private:
   std::uint64_t session_evictions_ = 0;
   std::uint64_t session_offloads_ = 0;
   std::uint64_t session_host_hits_ = 0;
+  std::uint64_t advisories_ = 0;
+  std::uint64_t session_prefetches_ = 0;
   std::uint64_t moving_out_pages_ = 0; // device pages of caches on their way to the host
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;

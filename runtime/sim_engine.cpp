@@ -163,6 +163,8 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
             apply(core_.on_session_out(t.request_id, true, now_, std::move(s.host_pages)));
           else if (t.cls == transfer_class::swap_out)
             apply(core_.on_swapped_out(t.request_id, true, now_, std::move(s.host_pages)));
+          else if (session_ins_.erase(t.request_id) > 0)
+            apply(core_.on_session_in(t.request_id, true, now_, std::move(s.device_pages)));
           else
             apply(core_.on_swapped_in(t.request_id, true, now_));
           start_transfers();
@@ -259,11 +261,25 @@ void sim_engine::apply(scheduler_effects fx) {
     swap_out(s, false);
   for (const auto& s : fx.session_outs)
     swap_out(s, true);
+  for (const auto& s : fx.session_ins) {
+    // Device pages at once (the pool answers synchronously), then the copy.
+    const auto owner = request_owner(s.request_id);
+    if (!pool_.allocate(owner, s.host_pages.size())) {
+      apply(core_.on_session_in(s.request_id, false, now_));
+      continue;
+    }
+    auto in = s;
+    const auto held = pool_.pages_of(owner);
+    in.device_pages.assign(held.begin(), held.end());
+    transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
+    session_ins_.insert(s.request_id);
+    swaps_[{s.request_id, transfer_class::swap_in}] = std::move(in);
+  }
   for (auto& s : fx.swap_ins) {
     transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
     swaps_[{s.request_id, transfer_class::swap_in}] = std::move(s);
   }
-  if (!fx.swap_outs.empty() || !fx.swap_ins.empty() || !fx.session_outs.empty())
+  if (!fx.swap_outs.empty() || !fx.swap_ins.empty() || !fx.session_outs.empty() || !fx.session_ins.empty())
     start_transfers();
   for (const auto& a : fx.release_adapters) {
     cache_.release(a.adapter_id, now_);

@@ -167,6 +167,7 @@ private:
   /// Swaps queued or running: (request id, class) -> the swap.
   std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> swaps_;
   std::unordered_set<std::uint64_t> session_outs_; // swap-outs that move a session's cache
+  std::unordered_set<std::uint64_t> session_ins_;  // swap-ins that bring one back (advisories)
   adapter_cache cache_;
   transfer_queue transfers_;
   std::uint64_t pool_pages_;

@@ -16,10 +16,11 @@ void usage(std::FILE* out) {
     "usage: troupe-client [--endpoint URL] [--prompt TEXT] [--max-tokens N]\n"
     "                     [--adapter NAME] [--temperature T] [--top-p P] [--top-k K]\n"
     "                     [--seed S] [--stop TEXT]... [--no-stream] [--id ID]\n"
-    "                     [--cancel-after N] [--timeout-ms MS] [--json]\n"
+    "                     [--cancel-after N] [--timeout-ms MS] [--json] [--session S]\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
+    "       troupe-client [--endpoint URL] --advise SESSION [--in S]   (its next turn is coming)\n"
     "Defaults: endpoint tcp://127.0.0.1:5555, max-tokens 16, streaming on.\n"
     "Exit status: 0 on done, 1 on an error reply, 2 on bad usage, 3 on timeout.\n");
 }
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   std::string adapter_arg;
   long cancel_after = -1;
   long timeout_ms = 60000;
+  double advise_in = 0;
   bool json = false;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -70,6 +72,9 @@ int main(int argc, char** argv) {
     else if (arg == "--cancel-after") cancel_after = static_cast<long>(number());
     else if (arg == "--timeout-ms") timeout_ms = static_cast<long>(number());
     else if (arg == "--json") json = true;
+    else if (arg == "--session") g.session = value();
+    else if (arg == "--advise") { query = arg; adapter_arg = value(); }
+    else if (arg == "--in") advise_in = number();
     else if (arg == "--health" || arg == "--stats" || arg == "--list-adapters") query = arg;
     else if (arg == "--load-adapter" || arg == "--unload-adapter") {
       query = arg;
@@ -88,6 +93,7 @@ int main(int argc, char** argv) {
   else if (query == "--stats") req = wire::stats_request{g.id};
   else if (query == "--list-adapters") req = wire::list_adapters_request{g.id};
   else if (query == "--unload-adapter") req = wire::unload_adapter_request{g.id, adapter_arg};
+  else if (query == "--advise") req = wire::advise_request{g.id, adapter_arg, advise_in, 0};
   else if (query == "--load-adapter") {
     // NAME=PATH (a PEFT directory on the server) or NAME:RANK (sim backend).
     const auto eq = adapter_arg.find('=');
@@ -167,7 +173,7 @@ int main(int argc, char** argv) {
     }
     if (std::holds_alternative<wire::accepted_reply>(reply))
       continue;
-    if (!json) // health, stats, adapters, adapter: print the raw reply
+    if (!json) // health, stats, adapters, adapter, advise: print the raw reply
       std::printf("%s\n", raw->c_str());
     return 0;
   }

@@ -424,13 +424,48 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(turn2("a1", prompt1, "A"), reply1);
   auto other = prompt1;
   other[0] = 77;
-  turn2("b1", other, "B");
+  const auto b_reply = turn2("b1", other, "B");
   stats = stats_of(c2, "s3");
   EXPECT_EQ(stats.at("session_offloads"), 1.0) << "A's cache went to the host pool";
   EXPECT_EQ(turn2("a2", prompt2, "A"), with_cache) << "the cache brought back from the host changed the output";
   stats = stats_of(c2, "s4");
   EXPECT_EQ(stats.at("session_host_hits"), 1.0);
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
+
+  // An advisory brings a cache up ahead of its turn. A third session's turn
+  // pushes B's cache to the host; advise B, and its next turn finds the
+  // cache on the GPU (no copy on its critical path).
+  auto third = prompt1;
+  third[1] = 99;
+  turn2("c1", third, "C");
+  EXPECT_EQ(stats_of(c2, "s5").at("session_offloads"), 2.0) << "B's cache went to the host";
+  wire::advise_request adv{"adv", "B", 1.0, 0};
+  ASSERT_TRUE(c2.send(adv));
+  std::string status;
+  for (int i = 0; i < 50 && status.empty(); ++i) {
+    auto got = c2.receive(std::chrono::milliseconds(200));
+    if (!got)
+      continue;
+    if (auto* r = std::get_if<wire::reply>(&*got))
+      if (auto* a = std::get_if<wire::advise_reply>(r))
+        status = a->status;
+  }
+  EXPECT_EQ(status, "fetching");
+  // When B's cache is back on the GPU, C's (now the least recently used)
+  // makes room for it by going to the host: the third offload.
+  for (int i = 0; i < 100 && stats_of(c2, "s6").at("session_offloads") < 3.0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(stats_of(c2, "s6b").at("session_offloads"), 3.0);
+  auto prompt_b2 = other;
+  prompt_b2.insert(prompt_b2.end(), b_reply.begin(), b_reply.end());
+  prompt_b2.push_back(41);
+  const auto hits_before = stats_of(c2, "s7").at("session_hits");
+  const auto b2 = turn2("b2", prompt_b2, "B");
+  stats = stats_of(c2, "s8");
+  EXPECT_EQ(stats.at("session_prefetches"), 1.0);
+  EXPECT_EQ(stats.at("session_hits"), hits_before + 1) << "taken over on the GPU";
+  EXPECT_EQ(stats.at("session_host_hits"), 1.0) << "no copy at admission this time";
+  EXPECT_EQ(b2, greedy_turn(c2, "b3", prompt_b2, "fresh")) << "the prefetched cache changed the output";
   d->stop();
   fs::remove(path);
 }

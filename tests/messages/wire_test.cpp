@@ -72,6 +72,12 @@ void expect_same(const request& a, const request& b) {
   EXPECT_EQ(id_of(a), id_of(b));
   if (auto* g = std::get_if<generate_request>(&a))
     expect_same(*g, std::get<generate_request>(b));
+  if (auto* v = std::get_if<advise_request>(&a)) {
+    const auto& w = std::get<advise_request>(b);
+    EXPECT_EQ(v->session, w.session);
+    EXPECT_DOUBLE_EQ(v->in_s, w.in_s);
+    EXPECT_EQ(v->priority, w.priority);
+  }
   if (auto* l = std::get_if<load_adapter_request>(&a)) {
     const auto& m = std::get<load_adapter_request>(b);
     EXPECT_EQ(l->name, m.name);
@@ -126,6 +132,9 @@ void expect_same(const reply& a, const reply& b) {
       } else if constexpr (std::is_same_v<T, adapter_reply>) {
         EXPECT_EQ(x.name, y.name);
         EXPECT_EQ(x.rank, y.rank);
+        EXPECT_EQ(x.status, y.status);
+      } else if constexpr (std::is_same_v<T, advise_reply>) {
+        EXPECT_EQ(x.session, y.session);
         EXPECT_EQ(x.status, y.status);
       } else {
         static_assert(std::is_same_v<T, adapters_reply>);
@@ -289,6 +298,9 @@ std::vector<reject_case> reject_cases() {
     {"load_unknown_field", R"({"type":"load_adapter","id":"a","name":"x","rank":8,"alpha":2})", bad, "a", {"\"alpha\"", "load_adapter"}},
     {"unload_without_name", R"({"type":"unload_adapter","id":"a"})", bad, "a", {"\"name\""}},
     {"unload_with_path", R"({"type":"unload_adapter","id":"a","name":"x","path":"/p"})", bad, "a", {"\"path\"", "unload_adapter"}},
+    {"advise_without_session", R"({"type":"advise","id":"a"})", bad, "a", {"\"session\""}},
+    {"advise_negative_time", R"({"type":"advise","id":"a","session":"s","in_s":-1})", bad, "a", {"\"in_s\"", "[0, 86400]"}},
+    {"advise_unknown_field", R"({"type":"advise","id":"a","session":"s","adapter":"x"})", bad, "a", {"\"adapter\"", "advise"}},
     {"missing_id", R"({"type":"health"})", bad, "", {"\"id\"", "16"}},
     {"id_not_string", R"({"type":"health","id":7})", bad, "", {"\"id\"", "got 7"}},
     {"id_null", R"({"type":"health","id":null})", bad, "", {"\"id\"", "got null"}},
@@ -426,7 +438,9 @@ TEST(wire, request_round_trips) {
                                 list_adapters_request{"l"},
                                 load_adapter_request{"la", "sql", "/srv/adapters/sql", 0},
                                 load_adapter_request{"lb", "sim-1", "", 64},
-                                unload_adapter_request{"u", "sql"}};
+                                unload_adapter_request{"u", "sql"},
+                                advise_request{"ad", "chat-1", 2.5, 3},
+                                advise_request{"ad2", "chat-2", 0, 0}};
   for (const auto& r : requests) {
     auto text = to_json(r);
     SCOPED_TRACE(text);
@@ -489,6 +503,7 @@ TEST(wire, reply_round_trips) {
     adapters_reply{"l", {}},
     adapter_reply{"la", "sql", 16, "loaded"},
     adapter_reply{"u", "sql", 16, "unloaded"},
+    advise_reply{"ad", "chat-1", "fetching"},
   };
   for (auto c : {error_code::bad_request, error_code::frame_too_large,
                  error_code::unknown_adapter, error_code::unknown_request,

@@ -131,6 +131,8 @@ struct swap_shell {
     }
     for (auto& s : fx.session_outs)
       session_outs.push_back(std::move(s));
+    for (auto& s : fx.session_ins)
+      session_ins.push_back(std::move(s));
     for (const auto& t : fx.tokens) {
       auto& got = tokens[t.request_id];
       EXPECT_EQ(t.index, got.size()) << "request " << t.request_id << " skipped or repeated a token";
@@ -194,6 +196,16 @@ struct swap_shell {
     apply(core->on_session_out(s.request_id, copied, now, std::move(ids)));
   }
 
+  /// Answers the oldest advisory fetch: device pages for the cache, copied.
+  void answer_session_in() {
+    auto s = session_ins.front();
+    session_ins.erase(session_ins.begin());
+    const page_owner owner{page_owner_kind::request, s.request_id};
+    const bool ok = device.allocate(owner, s.host_pages.size());
+    const auto held = device.pages_of(owner);
+    apply(core->on_session_in(s.request_id, ok, now, {held.begin(), held.end()}));
+  }
+
   void answer_in(bool ok = true) {
     auto s = ins.front();
     ins.erase(ins.begin());
@@ -244,7 +256,7 @@ struct swap_shell {
   std::map<std::uint64_t, std::uint32_t> prompts;
   std::map<std::uint64_t, std::vector<std::int32_t>> tokens;
   std::map<std::uint64_t, finish_reason> finished;
-  std::vector<scheduler_effects::swap> outs, ins, session_outs;
+  std::vector<scheduler_effects::swap> outs, ins, session_outs, session_ins;
   std::map<std::uint64_t, scheduler_effects::grow> grows;
   std::map<std::uint64_t, std::uint32_t> expect_cached;
   std::map<std::uint64_t, std::vector<std::int32_t>> prompts_of;
@@ -631,13 +643,28 @@ TEST(scheduler_session, sessions_stay_within_their_limit_and_give_way_to_admissi
   EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
-TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn) {
-  // Room for one 3-page cache on the device, a host pool behind it.
+/// Room for one 3-page cache on the device, a host pool behind it: session
+/// 7's first turn (request 1) is pushed down by session 8's (request 2).
+swap_shell one_session_pushed_down() {
   swap_shell s{40, 20, false, 4};
-  s.submit_tokens(1, tokens_from(10, 6), 4, 7); // session 7
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
   run_until_done(s, 1);
-  s.submit_tokens(2, tokens_from(50, 6), 4, 8); // session 8 pushes 7 down
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8);
   run_until_done(s, 2);
+  return s;
+}
+
+/// Session 7's second turn (request 3): its history and one new token.
+void submit_second_turn(swap_shell& s) {
+  auto prompt2 = tokens_from(10, 6);
+  prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
+  prompt2.push_back(60);
+  s.expect_cached[3] = 9;
+  s.submit_tokens(3, prompt2, 2, 7);
+}
+
+TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn) {
+  auto s = one_session_pushed_down();
   ASSERT_EQ(s.session_outs.size(), 1u);
   EXPECT_EQ(s.session_outs[0].request_id, 1u) << "the least recently used: session 7's";
   s.answer_session_out();
@@ -646,11 +673,7 @@ TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn)
   EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u);
   // Session 7's second turn: fresh pages, the cache copied into the first
   // three, then only the new tokens prefilled.
-  auto prompt2 = tokens_from(10, 6);
-  prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
-  prompt2.push_back(60);
-  s.expect_cached[3] = 9;
-  s.submit_tokens(3, prompt2, 2, 7);
+  submit_second_turn(s);
   s.admit();
   ASSERT_EQ(s.ins.size(), 1u);
   EXPECT_EQ(s.ins[0].device_pages.size(), 3u);
@@ -664,6 +687,31 @@ TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn)
   EXPECT_EQ(s.finished.at(3), finish_reason::length);
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
   EXPECT_EQ(s.core->host_pages_held(), 0u);
+}
+
+TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
+  auto s = one_session_pushed_down();
+  s.answer_session_out(); // session 7 is in the host pool now
+  scheduler_effects fx;
+  EXPECT_EQ(s.core->advise(99, s.now, fx), scheduler_core::advice::none);
+  EXPECT_EQ(s.core->advise(8, s.now, fx), scheduler_core::advice::on_gpu);
+  EXPECT_TRUE(fx.session_ins.empty());
+  EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::fetching);
+  ASSERT_EQ(fx.session_ins.size(), 1u);
+  EXPECT_EQ(fx.session_ins[0].request_id, 1u);
+  s.apply(std::move(fx));
+  s.answer_session_in();
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty());
+  EXPECT_EQ(s.device.pages_of({page_owner_kind::request, 1}).size(), 3u);
+  // Its turn takes the cache over on the GPU: no copy, only new tokens.
+  submit_second_turn(s);
+  s.admit();
+  EXPECT_TRUE(s.ins.empty());
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->session_prefetches(), 1u);
+  EXPECT_EQ(s.core->session_host_hits(), 0u);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
 } // namespace
