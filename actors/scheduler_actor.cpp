@@ -53,12 +53,35 @@ void copy_kv(self_ptr self, transfer_class cls, const scheduler_effects::swap& s
           [done](const caf::error&) mutable { done(false); });
 }
 
+/// Pages in `tier` for `s.request_id` (as many as the other side holds),
+/// then the copy between them; `answer(ok, pages reserved)`: ok false when
+/// the pool refused or the copy failed.
+template <class Answer>
+void reserve_and_copy(self_ptr self, const scheduler_effects::swap& s, std::uint8_t tier, Answer answer) {
+  const bool out = tier == host_tier;
+  const auto n = out ? s.device_pages.size() : s.host_pages.size();
+  self->request(self->state.pool, caf::infinite, reserve_atom_v, tier, request_owner, s.request_id,
+                static_cast<std::uint64_t>(n), std::uint64_t{0})
+    .then(
+      [self, s, out, n, answer](std::vector<std::uint32_t>& pages) {
+        if (pages.size() != n) {
+          answer(false, std::move(pages));
+          return;
+        }
+        auto copy = s;
+        (out ? copy.host_pages : copy.device_pages) = pages;
+        copy_kv(self, out ? transfer_class::swap_out : transfer_class::swap_in, copy, copy.host_pages,
+                [answer, pages](bool ok) mutable { answer(ok, std::move(pages)); });
+      },
+      [answer](const caf::error&) { answer(false, {}); });
+}
+
 /// Swap-out (of a preempted request, or of a session's cache): host pages
 /// first, then the copy; a refusal or a failed copy leaves the request to be
 /// recomputed (the cache dropped).
 void start_swap_out(self_ptr self, const scheduler_effects::swap& s, bool session_cache) {
   const auto id = s.request_id;
-  auto answer = [self, id, session_cache](bool ok, std::vector<std::uint32_t> host) {
+  reserve_and_copy(self, s, host_tier, [self, id, session_cache](bool ok, std::vector<std::uint32_t> host) {
     if (!ok && !host.empty())
       self->send(self->state.pool, release_atom_v, host_tier, request_owner, id);
     auto& core = *self->state.core;
@@ -66,19 +89,7 @@ void start_swap_out(self_ptr self, const scheduler_effects::swap& s, bool sessio
     apply(self, session_cache ? core.on_session_out(id, ok, monotonic_seconds(), std::move(pages))
                               : core.on_swapped_out(id, ok, monotonic_seconds(), std::move(pages)));
     pump(self);
-  };
-  self->request(self->state.pool, caf::infinite, reserve_atom_v, host_tier, request_owner, id,
-                static_cast<std::uint64_t>(s.device_pages.size()), std::uint64_t{0})
-    .then(
-      [self, s, answer](std::vector<std::uint32_t>& host) {
-        if (host.size() != s.device_pages.size()) {
-          answer(false, std::move(host));
-          return;
-        }
-        copy_kv(self, transfer_class::swap_out, s, host,
-                [answer, host](bool ok) mutable { answer(ok, std::move(host)); });
-      },
-      [answer](const caf::error&) { answer(false, {}); });
+  });
 }
 
 finish_event to_event(const scheduler_effects::finish& f) {
@@ -157,24 +168,10 @@ void apply(self_ptr self, scheduler_effects fx) {
   for (const auto& s : fx.session_ins) {
     // Device pages for the cache first, then the copy from the host pool.
     const auto owner = s.request_id;
-    auto answer = [self, owner](bool ok, std::vector<std::uint32_t> pages) {
+    reserve_and_copy(self, s, device_tier, [self, owner](bool ok, std::vector<std::uint32_t> pages) {
       apply(self, self->state.core->on_session_in(owner, ok, monotonic_seconds(), std::move(pages)));
       pump(self);
-    };
-    self->request(st.pool, caf::infinite, reserve_atom_v, device_tier, request_owner, owner,
-                  static_cast<std::uint64_t>(s.host_pages.size()), std::uint64_t{0})
-      .then(
-        [self, s, answer](std::vector<std::uint32_t>& pages) {
-          if (pages.size() != s.host_pages.size()) {
-            answer(false, std::move(pages));
-            return;
-          }
-          auto in = s;
-          in.device_pages = pages;
-          copy_kv(self, transfer_class::swap_in, in, s.host_pages,
-                  [answer, pages](bool ok) mutable { answer(ok, std::move(pages)); });
-        },
-        [answer](const caf::error&) { answer(false, {}); });
+    });
   }
   for (const auto& s : fx.swap_ins) {
     const auto id = s.request_id;

@@ -93,10 +93,11 @@ bool parse_timestamp(std::string_view t, double& out) {
   return true;
 }
 
-/// The data rows of a CSV file whose header starts with `header`: (line
-/// number, text), line ends and empty lines dropped; or what was wrong.
+/// The data rows of a CSV file whose header starts with `header` (or is
+/// exactly `header`): (line number, text), line ends and empty lines
+/// dropped; or what was wrong.
 std::variant<std::vector<std::pair<std::size_t, std::string>>, std::string>
-read_rows(const std::string& path, std::string_view header) {
+read_rows(const std::string& path, std::string_view header, bool exact = false) {
   std::ifstream in{path};
   if (!in)
     return path + ": cannot open";
@@ -105,8 +106,9 @@ read_rows(const std::string& path, std::string_view header) {
     return path + ": empty file";
   if (!line.empty() && line.back() == '\r')
     line.pop_back();
-  if (line.rfind(header, 0) != 0)
-    return path + ":1: expected a header starting " + std::string{header} + ", got \"" + line + "\"";
+  if (exact ? line != header : line.rfind(header, 0) != 0)
+    return path + ":1: expected " + (exact ? "the header " : "a header starting ") + std::string{header}
+           + ", got \"" + line + "\"";
   std::vector<std::pair<std::size_t, std::string>> rows;
   for (std::size_t n = 2; std::getline(in, line); ++n) {
     if (!line.empty() && line.back() == '\r')
@@ -211,23 +213,12 @@ std::variant<std::vector<request>, std::string> load_trace(const std::string& pa
 }
 
 std::variant<std::vector<request>, std::string> load_azure_trace(const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    return path + ": cannot open";
-  std::string line;
-  if (!std::getline(in, line))
-    return path + ": empty file";
-  if (!line.empty() && line.back() == '\r')
-    line.pop_back();
-  if (line != "TIMESTAMP,ContextTokens,GeneratedTokens")
-    return path + ":1: expected the header TIMESTAMP,ContextTokens,GeneratedTokens, got \"" + line + "\"";
+  auto read = read_rows(path, "TIMESTAMP,ContextTokens,GeneratedTokens", true);
+  if (auto* e = std::get_if<std::string>(&read))
+    return *e;
   std::vector<request> out;
   double first = 0;
-  for (std::size_t n = 2; std::getline(in, line); ++n) {
-    if (!line.empty() && line.back() == '\r')
-      line.pop_back();
-    if (line.empty())
-      continue;
+  for (const auto& [n, line] : std::get<0>(read)) {
     const auto where = path + ":" + std::to_string(n) + ": ";
     const auto c1 = line.find(',');
     const auto c2 = c1 == std::string::npos ? c1 : line.find(',', c1 + 1);
