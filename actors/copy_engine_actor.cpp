@@ -62,15 +62,33 @@ bool is_swap(const transfer_order& o) {
 
 /// Runs one transfer on the backend: an adapter load, or a KV swap.
 transfer_report perform(gpu::executor_backend& backend, const transfer_order& o) {
+  switch (static_cast<kv_op>(o.kv_op)) {
+    case kv_op::swap:
+      break;
+    case kv_op::export_device:
+    case kv_op::export_host: {
+      const bool host = static_cast<kv_op>(o.kv_op) == kv_op::export_host;
+      auto r = backend.read_pages(host, host ? o.host_pages : o.device_pages, o.bytes);
+      transfer_report out{r.error, false, 0, r.seconds, {}};
+      out.data = std::move(r.data);
+      return out;
+    }
+    case kv_op::import_host: {
+      const auto r = backend.write_host_pages(o.host_pages, o.data, o.bytes);
+      return {r.error, false, 0, r.seconds, {}};
+    }
+    default:
+      return {"unknown cache operation " + std::to_string(o.kv_op), false, 0, 0, {}};
+  }
   if (is_swap(o)) {
     const auto dir = static_cast<transfer_class>(o.kind) == transfer_class::swap_out
                        ? gpu::swap_direction::out
                        : gpu::swap_direction::in;
     const auto r = backend.swap_pages(dir, o.device_pages, o.host_pages, o.bytes);
-    return {r.error, false, 0, r.seconds};
+    return {r.error, false, 0, r.seconds, {}};
   }
   const auto r = backend.load_adapter(o.adapter_id, o.path, o.bytes);
-  return {r.error, r.host_hit, r.disk_seconds, r.copy_seconds};
+  return {r.error, r.host_hit, r.disk_seconds, r.copy_seconds, {}};
 }
 
 /// co_await copy{self, id, order}: runs the transfer on the backend (on a worker

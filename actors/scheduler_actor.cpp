@@ -8,6 +8,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <memory>
 #include <vector>
 
 namespace troupe {
@@ -28,6 +29,7 @@ struct scheduler_state {
   copy_engine_actor copy_engine;
   metrics_actor metrics;
   std::vector<progress_sink_actor> sinks;
+  std::uint64_t page_bytes = 0;
   std::uint64_t steps = 0;
   std::uint64_t trims = 0;
   bool trim_pending = false;
@@ -90,6 +92,83 @@ void start_swap_out(self_ptr self, const scheduler_effects::swap& s, bool sessio
                               : core.on_swapped_out(id, ok, monotonic_seconds(), std::move(pages)));
     pump(self);
   });
+}
+
+/// Reads a session's cache out for another node, then frees its pages.
+caf::typed_response_promise<session_kv> export_session(self_ptr self, std::uint64_t session) {
+  auto rp = self->make_response_promise<session_kv>();
+  auto plan = self->state.core->begin_export(session);
+  if (!plan) {
+    rp.deliver(session_kv{session, {}, 0, {}, {}});
+    return rp;
+  }
+  transfer_order o;
+  o.kind = static_cast<std::uint8_t>(transfer_class::swap_out);
+  o.kv_op = static_cast<std::uint8_t>(plan->host ? kv_op::export_host : kv_op::export_device);
+  o.request_id = plan->owner;
+  o.bytes = plan->bytes;
+  (plan->host ? o.host_pages : o.device_pages) = plan->pages;
+  auto kv = std::make_shared<session_kv>();
+  kv->session = session;
+  kv->tokens = std::move(plan->tokens);
+  kv->pages = plan->pages.size();
+  auto finish = [self, rp, kv, session](std::string error, std::string data) mutable {
+    apply(self, self->state.core->on_exported(session));
+    pump(self);
+    kv->error = std::move(error);
+    kv->data = std::move(data);
+    if (!kv->error.empty())
+      kv->pages = 0;
+    rp.deliver(std::move(*kv));
+  };
+  self->request(self->state.copy_engine, caf::infinite, load_atom_v, std::move(o))
+    .then([finish](transfer_report& r) mutable { finish(std::move(r.error), std::move(r.data)); },
+          [self, finish](const caf::error& e) mutable { finish(self->system().render(e), {}); });
+  return rp;
+}
+
+/// Takes a session's cache from another node into host pages.
+caf::typed_response_promise<bool> import_session(self_ptr self, session_kv kv) {
+  auto rp = self->make_response_promise<bool>();
+  scheduler_effects fx;
+  const auto session = kv.session;
+  const auto n = kv.pages;
+  const auto owner = kv.error.empty() ? self->state.core->begin_import(session, n, kv.tokens, fx) : 0;
+  apply(self, std::move(fx));
+  if (owner == 0) {
+    rp.deliver(false);
+    return rp;
+  }
+  auto done = [self, rp, session](bool ok, std::vector<std::uint32_t> pages) mutable {
+    apply(self, self->state.core->on_imported(session, ok, monotonic_seconds(), std::move(pages)));
+    pump(self);
+    rp.deliver(ok);
+  };
+  auto data = std::make_shared<std::string>(std::move(kv.data));
+  const auto bytes = n * self->state.page_bytes;
+  self->request(self->state.pool, caf::infinite, reserve_atom_v, host_tier, request_owner, owner, n,
+                std::uint64_t{0})
+    .then(
+      [self, done, data, owner, n, bytes](std::vector<std::uint32_t>& pages) mutable {
+        if (pages.size() != n) {
+          if (!pages.empty())
+            self->send(self->state.pool, release_atom_v, host_tier, request_owner, owner);
+          done(false, {});
+          return;
+        }
+        transfer_order o;
+        o.kind = static_cast<std::uint8_t>(transfer_class::swap_in);
+        o.kv_op = static_cast<std::uint8_t>(kv_op::import_host);
+        o.request_id = owner;
+        o.bytes = bytes;
+        o.host_pages = pages;
+        o.data = std::move(*data);
+        self->request(self->state.copy_engine, caf::infinite, load_atom_v, std::move(o))
+          .then([done, pages](const transfer_report& r) mutable { done(r.error.empty(), pages); },
+                [done, pages](const caf::error&) mutable { done(false, pages); });
+      },
+      [done](const caf::error&) mutable { done(false, {}); });
+  return rp;
 }
 
 finish_event to_event(const scheduler_effects::finish& f) {
@@ -273,6 +352,7 @@ void pump(self_ptr self) {
 scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cfg) {
   auto& st = self->state;
   st.backend = cfg.backend;
+  st.page_bytes = cfg.limits.page_bytes;
   st.core = std::make_unique<scheduler_core>(cfg.limits, std::move(cfg.policy),
                                              st.backend ? &st.backend->vocab() : nullptr);
   st.pool = cfg.pool;
@@ -299,6 +379,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
       apply(self, std::move(fx));
       return static_cast<std::uint8_t>(a);
     },
+    [self](export_atom, std::uint64_t session) { return export_session(self, session); },
+    [self](import_atom, session_kv& kv) { return import_session(self, std::move(kv)); },
     [self](subscribe_atom, progress_sink_actor sink) {
       self->state.sinks.push_back(std::move(sink));
     },
@@ -330,6 +412,8 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_host_hits", static_cast<double>(c.session_host_hits())},
         {"advisories", static_cast<double>(c.advisories())},
         {"session_prefetches", static_cast<double>(c.session_prefetches())},
+        {"sessions_exported", static_cast<double>(c.sessions_exported())},
+        {"sessions_imported", static_cast<double>(c.sessions_imported())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
         {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},
         {"kv_pages_short", static_cast<double>(c.pages_short())},

@@ -51,6 +51,15 @@ struct swap_result {
   double seconds = 0;
 };
 
+/// Cache pages read out of a pool, page after page (for another node, or a
+/// file). The sim backend moves no data: `data` stays empty there.
+struct page_blob {
+  /// Empty on success; otherwise what was wrong.
+  std::string error;
+  std::string data;
+  double seconds = 0;
+};
+
 /// Runs steps of a continuous batch. run_step is called by one thread at a
 /// time; the adapter calls may come from another thread (the copy engine's)
 /// while a step runs.
@@ -81,6 +90,24 @@ public:
   /// Called from the copy engine's thread, for pages no step is using.
   virtual swap_result swap_pages(swap_direction dir, std::span<const std::uint32_t> device_pages,
                                  std::span<const std::uint32_t> host_pages, std::uint64_t bytes) = 0;
+  /// Reads `pages` of the device pool (`host_pool` false) or of the host
+  /// pool into one buffer, `bytes` in all, leaving them as they are. Called
+  /// from the copy engine's thread, for pages no step is using.
+  virtual page_blob read_pages(bool host_pool, std::span<const std::uint32_t> pages,
+                               std::uint64_t bytes) {
+    (void)host_pool;
+    (void)pages;
+    (void)bytes;
+    return {name() + " backend cannot read cache pages", {}, 0};
+  }
+  /// Writes a buffer from read_pages into `host_pages` of the host pool.
+  virtual swap_result write_host_pages(std::span<const std::uint32_t> host_pages,
+                                       const std::string& data, std::uint64_t bytes) {
+    (void)host_pages;
+    (void)data;
+    (void)bytes;
+    return {name() + " backend cannot write cache pages", 0};
+  }
   /// Tokens a page of `kv_page_tokens` KV tokens holds as a hidden cache,
   /// or 0 where the backend keeps no hidden caches or they would save
   /// nothing (grouped-query attention with 2·kv_heads·head_dim <= hidden size).

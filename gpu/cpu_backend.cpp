@@ -4,6 +4,7 @@
 #include "gpu/sp_tokenizer.hpp"
 
 #include <chrono>
+#include <cstring>
 
 namespace troupe::gpu {
 
@@ -100,6 +101,54 @@ gpu::swap_result cpu_backend::swap_pages(swap_direction dir,
                 + ": no such page";
       return r;
     }
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return r;
+}
+
+gpu::page_blob cpu_backend::read_pages(bool host_pool, std::span<const std::uint32_t> pages,
+                                       std::uint64_t) {
+  page_blob out;
+  const auto started = std::chrono::steady_clock::now();
+  const auto n = model_->page_floats();
+  std::vector<float> buf(n);
+  out.data.reserve(pages.size() * n * sizeof(float));
+  std::lock_guard guard{host_kv_mtx_};
+  for (auto p : pages) {
+    bool ok = false;
+    if (!host_pool) {
+      ok = model_->read_page(p, buf);
+    } else if (auto h = host_kv_.find(p); h != host_kv_.end() && h->second.size() == n) {
+      std::copy(h->second.begin(), h->second.end(), buf.begin());
+      ok = true;
+    }
+    if (!ok) {
+      out.error = "read of " + std::string{host_pool ? "host" : "device"} + " page " + std::to_string(p)
+                  + ": no such page";
+      out.data.clear();
+      return out;
+    }
+    out.data.append(reinterpret_cast<const char*>(buf.data()), n * sizeof(float));
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+gpu::swap_result cpu_backend::write_host_pages(std::span<const std::uint32_t> host_pages,
+                                               const std::string& data, std::uint64_t) {
+  swap_result r;
+  const auto n = model_->page_floats();
+  if (data.size() != host_pages.size() * n * sizeof(float)) {
+    r.error = "cache of " + std::to_string(data.size()) + " bytes does not fill " + std::to_string(host_pages.size())
+              + " pages of " + std::to_string(n * sizeof(float)) + " bytes (another model?)";
+    return r;
+  }
+  const auto started = std::chrono::steady_clock::now();
+  std::lock_guard guard{host_kv_mtx_};
+  for (std::size_t i = 0; i < host_pages.size(); ++i) {
+    auto& buf = host_kv_[host_pages[i]];
+    buf.resize(n);
+    std::memcpy(buf.data(), data.data() + i * n * sizeof(float), n * sizeof(float));
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return r;

@@ -46,6 +46,10 @@ public:
   /// here (a host page's memory is freed when it is swapped back in); timed.
   gpu::swap_result swap_pages(swap_direction dir, std::span<const std::uint32_t> device_pages,
                               std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override;
+  gpu::page_blob read_pages(bool host_pool, std::span<const std::uint32_t> pages,
+                            std::uint64_t bytes) override;
+  gpu::swap_result write_host_pages(std::span<const std::uint32_t> host_pages, const std::string& data,
+                                    std::uint64_t bytes) override;
   /// Host pages holding swapped-out caches (for tests).
   std::size_t host_kv_pages() const;
   /// The model's own page size decides (it is the pool's).

@@ -44,6 +44,14 @@ public:
                          std::span<const std::uint32_t>, std::uint64_t bytes) override {
     return {{}, transfer_seconds(bytes)};
   }
+  /// Nothing to read: the modelled copy's time only.
+  page_blob read_pages(bool, std::span<const std::uint32_t>, std::uint64_t bytes) override {
+    return {{}, {}, transfer_seconds(bytes)};
+  }
+  swap_result write_host_pages(std::span<const std::uint32_t>, const std::string&,
+                               std::uint64_t bytes) override {
+    return {{}, transfer_seconds(bytes)};
+  }
   /// Drops it from the modelled host tier.
   void forget_adapter(std::uint32_t id) override;
   /// From the shape: twice the tokens on multi-head models, none with

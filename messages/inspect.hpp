@@ -51,13 +51,18 @@ typename Inspector::result_type inspect(Inspector& f, adapter_demand& x) {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_order& x) {
   return f(caf::meta::type_name("transfer_order"), x.adapter_id, x.bytes, x.path, x.kind,
-           x.request_id, x.device_pages, x.host_pages);
+           x.request_id, x.device_pages, x.host_pages, x.kv_op, x.data);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, session_kv& x) {
+  return f(caf::meta::type_name("session_kv"), x.session, x.tokens, x.pages, x.data, x.error);
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, transfer_report& x) {
   return f(caf::meta::type_name("transfer_report"), x.error, x.host_hit, x.disk_seconds,
-           x.copy_seconds);
+           x.copy_seconds, x.data);
 }
 
 template <class Inspector>

@@ -48,6 +48,12 @@ using scheduler_actor = caf::typed_actor<
   /// An advisory for a session (internal id): where its cache is now
   /// (a scheduler_core::advice).
   caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
+  /// The session's cache (read out of its pages, which are then freed),
+  /// for another node; pages 0 when there is none to give.
+  caf::replies_to<export_atom, std::uint64_t>::with<session_kv>,
+  /// A session's cache from another node, kept in the host pool; replies
+  /// whether it was taken.
+  caf::replies_to<import_atom, session_kv>::with<bool>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// memory_pool: pages for (tier, owner kind, owner id) from the device's

@@ -74,6 +74,30 @@ struct transfer_order {
   std::uint64_t request_id = 0;
   std::vector<std::uint32_t> device_pages;
   std::vector<std::uint32_t> host_pages;
+  /// Not a swap but a session cache leaving or joining this node (class
+  /// swap_out or swap_in for the queue): a kv_op.
+  std::uint8_t kv_op = 0;
+  /// kv_op import: the cache to write into `host_pages`.
+  std::string data;
+};
+
+/// transfer_order::kv_op.
+enum class kv_op : std::uint8_t {
+  swap = 0,
+  export_device = 1, ///< read `device_pages` into the report's data
+  export_host = 2,   ///< read `host_pages` into the report's data
+  import_host = 3,   ///< write the order's data into `host_pages`
+};
+
+/// A session's cached KV on its way between nodes: the tokens whose K and V
+/// it holds, and the page contents (empty on the sim backend). `pages` 0: no
+/// cache came (none there, or `error` says why).
+struct session_kv {
+  std::uint64_t session = 0;
+  std::vector<std::int32_t> tokens;
+  std::uint64_t pages = 0;
+  std::string data;
+  std::string error;
 };
 
 /// What a transfer took; `error` is empty on success.
@@ -82,6 +106,8 @@ struct transfer_report {
   bool host_hit = false;
   double disk_seconds = 0;
   double copy_seconds = 0;
+  /// What a kv_op export read.
+  std::string data;
 };
 
 /// A classified request, for the queue tuner: when it arrived, its weighted

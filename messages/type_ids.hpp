@@ -29,6 +29,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(troupe, (troupe::register_result))
   CAF_ADD_TYPE_ID(troupe, (troupe::wrs_sample))
   CAF_ADD_TYPE_ID(troupe, (troupe::policies::queue_tuning))
+  CAF_ADD_TYPE_ID(troupe, (troupe::session_kv))
 
   CAF_ADD_ATOM(troupe, troupe, submit_atom, "submit")
   CAF_ADD_ATOM(troupe, troupe, cancel_atom, "cancel")
@@ -54,6 +55,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe, arrival_atom, "arrival")
   CAF_ADD_ATOM(troupe, troupe, adopt_atom, "adopt")
   CAF_ADD_ATOM(troupe, troupe, advise_atom, "advise")
+  CAF_ADD_ATOM(troupe, troupe, export_atom, "export")
+  CAF_ADD_ATOM(troupe, troupe, import_atom, "import")
+  CAF_ADD_ATOM(troupe, troupe, pull_atom, "pull")
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

@@ -749,7 +749,7 @@ bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double n
   if (auto old = sessions_.find(r.spec.session); old != sessions_.end()) {
     // This turn's cache supersedes the session's older one: freed outright
     // (one still on its way to the host keeps its place; this one is not kept).
-    if (old->second.where == session_tier::moving_out || old->second.where == session_tier::moving_in)
+    if (old->second.where != session_tier::device && old->second.where != session_tier::host)
       return false;
     if (old->second.where == session_tier::host) {
       fx.release_host_pages.push_back(old->second.owner);
@@ -778,8 +778,8 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   if (i == sessions_.end())
     return;
   auto& e = i->second;
-  if (e.where == session_tier::moving_out || e.where == session_tier::moving_in)
-    return; // on_session_out / on_session_in decides
+  if (e.where != session_tier::device && e.where != session_tier::host)
+    return; // on_session_out / on_session_in / on_exported / on_imported decides
   if (e.where == session_tier::host) {
     fx.release_host_pages.push_back(e.owner);
     host_reserved_ -= e.pages;
@@ -788,24 +788,10 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
     return;
   }
   session_pages_held_ -= e.pages;
-  auto host_free = [&] {
-    const auto taken = host_reserved_ + host_pending_;
-    return limits_.host_pages > taken ? limits_.host_pages - taken : 0;
-  };
-  // Room in the host pool: the oldest host-tier caches give way to it.
-  while (limits_.page_bytes > 0 && limits_.host_pages >= e.pages && host_free() < e.pages) {
-    auto oldest = sessions_.end();
-    for (auto j = sessions_.begin(); j != sessions_.end(); ++j)
-      if (j->second.where == session_tier::host
-          && (oldest == sessions_.end() || j->second.last_use_s < oldest->second.last_use_s))
-        oldest = j;
-    if (oldest == sessions_.end())
-      break;
-    evict_session(oldest->first, fx);
-    i = sessions_.find(session); // the map changed
-  }
+  const bool room = host_room(e.pages, session, fx);
+  i = sessions_.find(session); // the map changed
   auto& entry = i->second;
-  if (limits_.page_bytes > 0 && host_free() >= entry.pages) {
+  if (room) {
     // Down a tier: copied to the host pool, its device pages freed after.
     entry.where = session_tier::moving_out;
     host_pending_ += entry.pages;
@@ -822,6 +808,103 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   growth_retry_ = true;
 }
 
+bool scheduler_core::host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx) {
+  auto host_free = [&] {
+    const auto taken = host_reserved_ + host_pending_;
+    return limits_.host_pages > taken ? limits_.host_pages - taken : 0;
+  };
+  if (limits_.page_bytes == 0 || limits_.host_pages < pages)
+    return false;
+  // The oldest host-tier caches give way.
+  while (host_free() < pages) {
+    auto oldest = sessions_.end();
+    for (auto j = sessions_.begin(); j != sessions_.end(); ++j)
+      if (j->first != keep && j->second.where == session_tier::host
+          && (oldest == sessions_.end() || j->second.last_use_s < oldest->second.last_use_s))
+        oldest = j;
+    if (oldest == sessions_.end())
+      return false;
+    evict_session(oldest->first, fx);
+  }
+  return true;
+}
+
+std::optional<scheduler_core::session_export> scheduler_core::begin_export(std::uint64_t session) {
+  auto i = sessions_.find(session);
+  if (session == 0 || i == sessions_.end())
+    return std::nullopt;
+  auto& e = i->second;
+  if (e.where != session_tier::device && e.where != session_tier::host)
+    return std::nullopt;
+  session_export out;
+  out.owner = e.owner;
+  out.host = e.where == session_tier::host;
+  out.pages = out.host ? e.host_page_ids : e.page_ids;
+  out.tokens = e.tokens;
+  out.bytes = e.pages * limits_.page_bytes;
+  e.where = session_tier::leaving;
+  if (!out.host)
+    session_pages_held_ -= e.pages; // no longer a cache the limit counts; its pages still held
+  return out;
+}
+
+scheduler_effects scheduler_core::on_exported(std::uint64_t session) {
+  scheduler_effects fx;
+  auto i = sessions_.find(session);
+  if (i == sessions_.end() || i->second.where != session_tier::leaving)
+    return fx;
+  auto& e = i->second;
+  if (!e.host_page_ids.empty()) {
+    fx.release_host_pages.push_back(e.owner);
+    host_reserved_ -= e.pages;
+  } else {
+    fx.release_pages.push_back(e.owner);
+    reserved_pages_ -= e.pages;
+    memory_blocked_ = false;
+    growth_retry_ = true;
+  }
+  ++sessions_exported_;
+  sessions_.erase(i);
+  return fx;
+}
+
+std::uint64_t scheduler_core::begin_import(std::uint64_t session, std::uint64_t pages,
+                                           std::vector<std::int32_t> tokens, scheduler_effects& fx) {
+  if (session == 0 || pages == 0 || sessions_.count(session) > 0 || !host_room(pages, session, fx))
+    return 0;
+  session_entry e;
+  e.where = session_tier::arriving;
+  e.owner = next_import_owner_++;
+  e.pages = pages;
+  e.tokens = std::move(tokens);
+  host_pending_ += pages;
+  const auto owner = e.owner;
+  sessions_.emplace(session, std::move(e));
+  return owner;
+}
+
+scheduler_effects scheduler_core::on_imported(std::uint64_t session, bool ok, double now_s,
+                                              std::vector<std::uint32_t> host_pages) {
+  scheduler_effects fx;
+  auto i = sessions_.find(session);
+  if (i == sessions_.end() || i->second.where != session_tier::arriving)
+    return fx;
+  auto& e = i->second;
+  host_pending_ -= e.pages;
+  if (ok && host_pages.size() == e.pages) {
+    e.where = session_tier::host;
+    e.host_page_ids = std::move(host_pages);
+    e.last_use_s = now_s;
+    host_reserved_ += e.pages;
+    ++sessions_imported_;
+    return fx;
+  }
+  if (!host_pages.empty())
+    fx.release_host_pages.push_back(e.owner);
+  sessions_.erase(i);
+  return fx;
+}
+
 scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_s,
                                               scheduler_effects& fx) {
   ++advisories_;
@@ -835,6 +918,10 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
       return advice::on_gpu;
     case session_tier::moving_in:
       return advice::fetching;
+    case session_tier::leaving:
+      return advice::none;
+    case session_tier::arriving:
+      return advice::in_host;
     case session_tier::moving_out:
     case session_tier::host:
       break;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <optional>
 #include <vector>
 
 namespace troupe {
@@ -181,6 +182,33 @@ public:
   scheduler_effects on_session_in(std::uint64_t owner, bool ok, double now_s,
                                   std::vector<std::uint32_t> device_pages = {});
 
+  /// A session cache leaving for another node (Symphony's KV migration):
+  /// its pages in one pool, and the tokens whose K and V they hold.
+  struct session_export {
+    std::uint64_t owner = 0; ///< the pool owner of its pages
+    bool host = false;       ///< in host pages (else device pages)
+    std::vector<std::uint32_t> pages;
+    std::vector<std::int32_t> tokens;
+    std::uint64_t bytes = 0;
+  };
+  /// Takes the session's cache out of service to be read for export; none
+  /// when there is no cache here that can go now (none, or one moving
+  /// between tiers). Its pages stay held until on_exported.
+  std::optional<session_export> begin_export(std::uint64_t session);
+  /// The export's read ended: the cache leaves this node either way (after
+  /// a failed read the next turn recomputes) and its pages are released.
+  scheduler_effects on_exported(std::uint64_t session);
+  /// A cache of `pages` pages for `tokens` arriving from another node: the
+  /// owner to reserve host pages under, or 0 when it is not taken (a cache
+  /// of this session is here already, or the host pool has no room even
+  /// after older host-tier caches give way).
+  std::uint64_t begin_import(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens,
+                             scheduler_effects& fx);
+  /// The import ended: on success the cache waits in `host_pages` like one
+  /// pushed down from this node's GPU; else the host pages are released.
+  scheduler_effects on_imported(std::uint64_t session, bool ok, double now_s,
+                                std::vector<std::uint32_t> host_pages = {});
+
   /// A swap-in ended: the request decodes on (or, on failure, recomputes
   /// into the pages it was granted). Its host pages are released.
   scheduler_effects on_swapped_in(std::uint64_t request_id, bool ok, double now_s);
@@ -236,6 +264,8 @@ public:
   /// Advisories received, and those that brought a cache back ahead of its turn.
   std::uint64_t advisories() const noexcept { return advisories_; }
   std::uint64_t session_prefetches() const noexcept { return session_prefetches_; }
+  std::uint64_t sessions_exported() const noexcept { return sessions_exported_; }
+  std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
   /// The policy's own counters (for stats).
@@ -365,7 +395,10 @@ private:
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths
   std::uint64_t next_ticket_ = 1;
-  enum class session_tier : std::uint8_t { device, moving_out, host, moving_in };
+  enum class session_tier : std::uint8_t { device, moving_out, host, moving_in, leaving, arriving };
+  /// Host room for `pages` more, pushing older host-tier caches out; false
+  /// when even that leaves too little.
+  bool host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx);
   struct session_entry {
     session_tier where = session_tier::device;
     std::vector<std::uint32_t> host_page_ids;
@@ -383,6 +416,9 @@ private:
   std::uint64_t session_host_hits_ = 0;
   std::uint64_t advisories_ = 0;
   std::uint64_t session_prefetches_ = 0;
+  std::uint64_t sessions_exported_ = 0;
+  std::uint64_t sessions_imported_ = 0;
+  std::uint64_t next_import_owner_ = std::uint64_t{1} << 62; // apart from request ids
   std::uint64_t moving_out_pages_ = 0; // device pages of caches on their way to the host
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;

@@ -714,5 +714,73 @@ TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
+/// Moves session 7's cache from `from` to `to` as two nodes would: read
+/// out, pages freed on `from`, host pages reserved and written on `to`.
+void migrate_session(swap_shell& from, swap_shell& to, std::uint64_t session) {
+  auto plan = from.core->begin_export(session);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_FALSE(from.core->begin_export(session).has_value()) << "already on its way";
+  from.apply(from.core->on_exported(session));
+  scheduler_effects fx;
+  const auto owner = to.core->begin_import(session, plan->pages.size(), plan->tokens, fx);
+  ASSERT_NE(owner, 0u);
+  to.apply(std::move(fx));
+  EXPECT_EQ(to.core->begin_import(session, plan->pages.size(), plan->tokens, fx), 0u)
+    << "one cache per session";
+  const page_owner o{page_owner_kind::request, owner};
+  ASSERT_TRUE(to.host.allocate(o, plan->pages.size()));
+  const auto ids = to.host.pages_of(o);
+  to.apply(to.core->on_imported(session, true, to.now, {ids.begin(), ids.end()}));
+}
+
+TEST(scheduler_session, a_cache_moves_to_another_node_and_serves_the_next_turn_there) {
+  for (const bool from_host : {false, true}) {
+    SCOPED_TRACE(from_host ? "from the host pool" : "from the GPU");
+    // On the GPU, or pushed down to the host pool by session 8's cache.
+    swap_shell a{40, 20, false, from_host ? 4u : 20u};
+    swap_shell b{40, 20, false, 20};
+    a.submit_tokens(1, tokens_from(10, 6), 4, 7);
+    run_until_done(a, 1);
+    if (from_host) {
+      a.submit_tokens(2, tokens_from(50, 6), 4, 8);
+      run_until_done(a, 2);
+      a.answer_session_out();
+      ASSERT_EQ(a.host.pages_of({page_owner_kind::request, 1}).size(), 3u);
+    }
+    migrate_session(a, b, 7);
+    EXPECT_TRUE(a.device.pages_of({page_owner_kind::request, 1}).empty()) << "freed where it left";
+    EXPECT_TRUE(a.host.pages_of({page_owner_kind::request, 1}).empty());
+    EXPECT_EQ(a.core->host_pages_held(), 0u);
+    EXPECT_EQ(a.core->sessions_exported(), 1u);
+    EXPECT_EQ(a.device.empty_releases() + a.host.empty_releases(), 0u);
+    b.tokens[1] = a.tokens[1];
+    EXPECT_EQ(b.core->sessions_imported(), 1u);
+    scheduler_effects fx;
+    EXPECT_EQ(b.core->advise(7, b.now, fx), scheduler_core::advice::fetching) << "waiting in b's host pool";
+    b.apply(std::move(fx));
+    b.answer_session_in();
+    submit_second_turn(b);
+    run_until_done(b, 3);
+    EXPECT_EQ(b.core->reused_tokens(), 9u) << "b computed only the new token";
+    EXPECT_EQ(b.finished.at(3), finish_reason::length);
+    EXPECT_EQ(b.device.empty_releases() + b.host.empty_releases(), 0u);
+  }
+}
+
+TEST(scheduler_session, an_import_without_host_room_is_refused) {
+  swap_shell b{40, 2, false, 20};
+  scheduler_effects fx;
+  EXPECT_EQ(b.core->begin_import(7, 3, tokens_from(10, 9), fx), 0u);
+  EXPECT_EQ(b.core->begin_import(0, 1, {}, fx), 0u) << "no session";
+  const auto owner = b.core->begin_import(7, 2, tokens_from(10, 5), fx);
+  ASSERT_NE(owner, 0u);
+  // A failed write: the session is not cached and the pages go back.
+  ASSERT_TRUE(b.host.allocate({page_owner_kind::request, owner}, 2));
+  b.apply(b.core->on_imported(7, false, b.now, {0, 1}));
+  EXPECT_EQ(b.core->sessions_cached(), 0u);
+  EXPECT_EQ(b.host.owners(), 0u);
+  EXPECT_EQ(b.core->begin_export(7), std::nullopt);
+}
+
 } // namespace
 } // namespace troupe

@@ -1,0 +1,142 @@
+// The router's bookkeeping: placement by load and KV locality, migrations,
+// and a node's loss: its requests placed again, the client's stream neither
+// repeated nor cut.
+#include "runtime/router_core.hpp"
+
+#include <gtest/gtest.h>
+
+namespace troupe {
+namespace {
+
+request_spec spec(std::uint64_t id, std::uint64_t session = 0, double arrival = 0) {
+  request_spec s;
+  s.request_id = id;
+  s.session = session;
+  s.prompt = {1, 2, 3};
+  s.max_new_tokens = 4;
+  s.arrival_s = arrival;
+  return s;
+}
+
+progress_batch tokens(std::uint64_t id, std::uint32_t from, std::uint32_t to) {
+  progress_batch b;
+  for (auto i = from; i < to; ++i)
+    b.tokens.push_back({id, i, static_cast<std::int32_t>(100 + i)});
+  return b;
+}
+
+progress_batch finish(std::uint64_t id) {
+  progress_batch b;
+  b.finished.push_back({id, static_cast<std::uint8_t>(finish_reason::length), 3, 4, 0, 0, 0});
+  return b;
+}
+
+TEST(placement, least_loaded_breaks_ties_by_tokens_then_placements_and_skips_dead_nodes) {
+  std::vector<policies::node_load> n(3);
+  n[0].in_flight = 1;
+  n[1].placed = 2;
+  n[2].placed = 1;
+  EXPECT_EQ(policies::least_loaded(n), 2);
+  n[2].tokens = 10;
+  EXPECT_EQ(policies::least_loaded(n), 1);
+  n[1].alive = false;
+  EXPECT_EQ(policies::least_loaded(n), 2);
+  for (auto& x : n)
+    x.alive = false;
+  EXPECT_EQ(policies::least_loaded(n), -1);
+  EXPECT_EQ(policies::place(n, 0, 2).node, -1);
+}
+
+TEST(placement, a_session_stays_with_its_kv_until_its_node_is_too_busy) {
+  std::vector<policies::node_load> n(2);
+  n[0].in_flight = 2;
+  auto p = policies::place(n, 0, 2);
+  EXPECT_EQ(p.node, 0);
+  EXPECT_FALSE(p.migrate);
+  n[0].in_flight = 3;
+  p = policies::place(n, 0, 2);
+  EXPECT_EQ(p.node, 1);
+  EXPECT_TRUE(p.migrate);
+  n[0].alive = false;
+  p = policies::place(n, 0, 2);
+  EXPECT_EQ(p.node, 1);
+  EXPECT_FALSE(p.migrate) << "nothing to pull from a dead node";
+}
+
+TEST(router_core, requests_spread_over_idle_nodes_and_sessions_follow_their_kv) {
+  router_core r{3, 1};
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    const auto route = r.place(spec(id, 10 + id));
+    EXPECT_EQ(route.node, static_cast<std::int32_t>(id - 1));
+    EXPECT_EQ(route.pull_from, -1);
+    r.assign(spec(id, 10 + id), static_cast<std::uint32_t>(route.node));
+  }
+  for (std::uint64_t id = 1; id <= 3; ++id)
+    r.on_progress(finish(id));
+  EXPECT_EQ(r.in_flight(), 0u);
+  // Session 12's next turn goes back to node 1, where its KV is.
+  EXPECT_EQ(r.place(spec(4, 12)).node, 1);
+  r.assign(spec(4, 12), 1);
+  r.assign(spec(5), 1);
+  r.assign(spec(6), 1);
+  // Node 1 now carries three, the others none: session 12 moves, KV and all.
+  const auto route = r.place(spec(7, 12));
+  EXPECT_EQ(route.pull_from, 1);
+  EXPECT_NE(route.node, 1);
+  EXPECT_EQ(r.migrations(), 1u);
+}
+
+TEST(router_core, an_advisory_chooses_the_node_and_the_turn_goes_there) {
+  router_core r{2, 0};
+  r.assign(spec(1, 7), 0);
+  r.on_progress(finish(1));
+  r.assign(spec(2), 0); // node 0 busier than node 1 by one: imbalance 0
+  const auto a = r.advise(7);
+  EXPECT_EQ(a.node, 1);
+  EXPECT_EQ(a.pull_from, 0) << "its KV is pulled at advisory time";
+  r.assign(spec(3), 1);
+  r.assign(spec(4), 1); // node 1 is now the busier one, but the turn was advised there
+  const auto t = r.place(spec(5, 7));
+  EXPECT_EQ(t.node, 1);
+  EXPECT_EQ(t.pull_from, -1) << "already moved";
+  EXPECT_EQ(r.migrations(), 1u);
+}
+
+TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither_repeats_nor_stops) {
+  router_core r{2, 4};
+  r.assign(spec(1, 0, 1.0), 0);
+  r.assign(spec(2, 9, 0.5), 0);
+  r.assign(spec(3, 0, 0.7), 1);
+  auto out = r.on_progress(tokens(1, 0, 3));
+  EXPECT_EQ(out.tokens.size(), 3u);
+  auto again = r.on_node_down(0);
+  ASSERT_EQ(again.size(), 2u);
+  EXPECT_EQ(again[0].request_id, 2u) << "in arrival order";
+  EXPECT_EQ(again[1].request_id, 1u);
+  EXPECT_TRUE(r.on_node_down(0).empty()) << "once";
+  EXPECT_EQ(r.resubmitted(), 2u);
+  EXPECT_EQ(r.alive(), 1u);
+  for (const auto& s : again) {
+    const auto route = r.place(s);
+    EXPECT_EQ(route.node, 1);
+    r.assign(s, 1);
+  }
+  EXPECT_EQ(r.loads()[1].in_flight, 3u);
+  // Node 1 recomputes request 1 from its first token: the client gets
+  // tokens 3 and on only, once each.
+  out = r.on_progress(tokens(1, 0, 5));
+  ASSERT_EQ(out.tokens.size(), 2u);
+  EXPECT_EQ(out.tokens[0].index, 3u);
+  EXPECT_TRUE(r.on_progress(tokens(1, 4, 5)).tokens.empty());
+  EXPECT_EQ(r.on_progress(finish(1)).finished.size(), 1u);
+  EXPECT_TRUE(r.on_progress(finish(1)).finished.empty()) << "one end per request";
+  EXPECT_TRUE(r.on_progress(tokens(1, 5, 6)).tokens.empty()) << "nothing after the end";
+  // Session 9's KV was on node 0: gone, so nothing to pull.
+  r.on_progress(finish(2));
+  EXPECT_EQ(r.place(spec(8, 9)).pull_from, -1);
+  r.forget(3);
+  EXPECT_EQ(r.loads()[1].in_flight, 0u);
+}
+
+} // namespace
+} // namespace troupe
