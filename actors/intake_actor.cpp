@@ -1,5 +1,6 @@
 #include "actors/intake_actor.hpp"
 
+#include "actors/stats_gather.hpp"
 #include "runtime/clock.hpp"
 
 #include <caf/actor_cast.hpp>
@@ -22,8 +23,12 @@ using self_ptr = intake_actor::stateful_pointer<intake_state>;
 /// Asks the scheduler to cancel; the request's `done` (or nothing, if it
 /// already finished) is the answer, so the bool reply is not needed.
 void cancel(self_ptr self, std::uint64_t id) {
-  self->request(self->state.cfg.scheduler, caf::infinite, cancel_atom_v, id)
-    .then([](bool) {}, [](const caf::error&) {});
+  if (self->state.cfg.router)
+    self->request(self->state.cfg.router, caf::infinite, cancel_atom_v, id)
+      .then([](bool) {}, [](const caf::error&) {});
+  else
+    self->request(self->state.cfg.scheduler, caf::infinite, cancel_atom_v, id)
+      .then([](bool) {}, [](const caf::error&) {});
 }
 
 void emit(self_ptr self, std::vector<outbound_frame> frames) {
@@ -42,7 +47,9 @@ void submit(self_ptr self, request_spec spec) {
   auto fail = [self, id](const caf::error& e) {
     emit(self, self->state.core->on_submit_failed(id, self->system().render(e)));
   };
-  if (self->state.cfg.classifier)
+  if (self->state.cfg.router)
+    self->request(self->state.cfg.router, caf::infinite, submit_atom_v, std::move(spec)).then(ok, fail);
+  else if (self->state.cfg.classifier)
     self->request(self->state.cfg.classifier, caf::infinite, classify_atom_v, std::move(spec))
       .then(ok, fail);
   else
@@ -50,29 +57,8 @@ void submit(self_ptr self, request_spec spec) {
       .then(ok, fail);
 }
 
-using stats_source = caf::typed_actor<caf::replies_to<stats_atom>::with<stat_values>>;
-
-/// Asks sources[i..] for their stats, one after another, then replies.
-void collect_stats(self_ptr self, std::shared_ptr<std::vector<stats_source>> sources, std::size_t i,
-                   std::shared_ptr<stat_values> values, std::string peer, std::string id) {
-  if (i == sources->size()) {
-    emit(self, {{peer, wire::to_json(wire::stats_reply{id, *values})}});
-    return;
-  }
-  self->request((*sources)[i], caf::infinite, stats_atom_v)
-    .then(
-      [=](const stat_values& v) {
-        values->insert(values->end(), v.begin(), v.end());
-        collect_stats(self, sources, i + 1, values, peer, id);
-      },
-      [self, peer, id](const caf::error& e) {
-        emit(self, {{peer, wire::to_json(wire::error_reply{
-                             id, wire::error_code::internal,
-                             "could not collect stats: " + self->system().render(e)})}});
-      });
-}
-
-/// Collects stats from every actor that keeps any, then replies.
+/// Collects stats from every actor that keeps any (through the router in a
+/// multi-node deployment), then replies.
 void answer_stats(self_ptr self, std::string peer, std::string id) {
   auto values = std::make_shared<stat_values>();
   auto& core = *self->state.core;
@@ -80,13 +66,18 @@ void answer_stats(self_ptr self, std::string peer, std::string id) {
   values->push_back({"intake_accepted", static_cast<double>(core.accepted())});
   values->push_back({"intake_rejected", static_cast<double>(core.rejected())});
   const auto& cfg = self->state.cfg;
-  auto sources = std::make_shared<std::vector<stats_source>>();
-  for (auto a : {caf::actor_cast<caf::actor>(cfg.scheduler), caf::actor_cast<caf::actor>(cfg.pool),
-                 caf::actor_cast<caf::actor>(cfg.adapter_cache), caf::actor_cast<caf::actor>(cfg.copy_engine),
-                 caf::actor_cast<caf::actor>(cfg.tuner), caf::actor_cast<caf::actor>(cfg.metrics)})
-    if (a)
-      sources->push_back(caf::actor_cast<stats_source>(a));
-  collect_stats(self, sources, 0, values, std::move(peer), std::move(id));
+  auto sources = std::make_shared<const std::vector<stats_source>>(
+    cfg.router ? stats_sources(cfg.router)
+               : stats_sources(cfg.scheduler, cfg.pool, cfg.adapter_cache, cfg.copy_engine, cfg.tuner,
+                               cfg.metrics));
+  gather_stats(
+    self, sources, values,
+    [self, peer, id](const stat_values& all) { emit(self, {{peer, wire::to_json(wire::stats_reply{id, all})}}); },
+    [self, peer, id](const caf::error& e) {
+      emit(self, {{peer, wire::to_json(wire::error_reply{
+                           id, wire::error_code::internal,
+                           "could not collect stats: " + self->system().render(e)})}});
+    });
 }
 
 void answer_adapters(self_ptr self, std::string peer, std::string id) {
@@ -155,17 +146,21 @@ intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
         auto peer_copy = peer;
         auto id = act.query_id;
         auto name = act.advise->second;
-        self->request(self->state.cfg.scheduler, caf::infinite, advise_atom_v, act.advise->first)
-          .then(
-            [self, peer_copy, id, name](std::uint8_t a) {
-              static constexpr const char* names[] = {"none", "on_gpu", "fetching", "in_host"};
-              emit(self, {{peer_copy, wire::to_json(wire::advise_reply{id, name, a < 4 ? names[a] : "none"})}});
-            },
-            [self, peer_copy, id](const caf::error& e) {
-              emit(self, {{peer_copy, wire::to_json(wire::error_reply{
-                                        id, wire::error_code::internal,
-                                        "could not pass the advisory on: " + self->system().render(e)})}});
-            });
+        auto answer = [self, peer_copy, id, name](std::uint8_t a) {
+          static constexpr const char* names[] = {"none", "on_gpu", "fetching", "in_host"};
+          emit(self, {{peer_copy, wire::to_json(wire::advise_reply{id, name, a < 4 ? names[a] : "none"})}});
+        };
+        auto failed = [self, peer_copy, id](const caf::error& e) {
+          emit(self, {{peer_copy, wire::to_json(wire::error_reply{
+                                    id, wire::error_code::internal,
+                                    "could not pass the advisory on: " + self->system().render(e)})}});
+        };
+        if (self->state.cfg.router)
+          self->request(self->state.cfg.router, caf::infinite, advise_atom_v, act.advise->first)
+            .then(answer, failed);
+        else
+          self->request(self->state.cfg.scheduler, caf::infinite, advise_atom_v, act.advise->first)
+            .then(answer, failed);
       }
       switch (act.ask) {
         case intake_actions::query::none:

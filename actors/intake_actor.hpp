@@ -23,6 +23,9 @@ struct intake_config {
   /// Where submissions go: the classifier when enabled, else the scheduler.
   classifier_actor classifier;
   scheduler_actor scheduler;
+  /// A multi-node deployment's router: submissions, cancels, advisories and
+  /// stats go there instead (may be null).
+  front_actor router;
   memory_pool_actor pool;
   adapter_cache_actor adapter_cache;
   copy_engine_actor copy_engine;

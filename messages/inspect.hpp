@@ -39,7 +39,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt,
            x.max_new_tokens, x.adapter_id, x.adapter_rank, x.adapter_pages, x.seed, x.temperature,
-           x.top_p, x.top_k, x.priority, x.stop, x.queue, x.predicted_tokens,
+           x.top_p, x.top_k, x.priority, x.session, x.stop, x.queue, x.predicted_tokens,
            x.arrival_s);
 }
 

@@ -56,6 +56,31 @@ using scheduler_actor = caf::typed_actor<
   caf::replies_to<import_atom, session_kv>::with<bool>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
+/// node: one node of a multi-node deployment as the router sees it,
+/// published over CAF's middleman. submit, cancel and advise go to the
+/// node's scheduler (through its classifier when it has one).
+using node_actor = caf::typed_actor<
+  caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
+  caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
+  caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
+  caf::reacts_to<subscribe_atom, progress_sink_actor>,
+  /// The session's cache, leaving this node (the scheduler's export).
+  caf::replies_to<export_atom, std::uint64_t>::with<session_kv>,
+  /// Pulls the session's cache from node `from` (a node_actor) into this
+  /// node's host pool; replies whether it came.
+  caf::replies_to<pull_atom, std::uint64_t, caf::actor>::with<bool>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
+/// The front of a deployment for the intake: the router of a multi-node
+/// deployment (which also takes the nodes' progress and passes it on).
+using front_actor = caf::typed_actor<
+  caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
+  caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
+  caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
+  caf::reacts_to<subscribe_atom, progress_sink_actor>,
+  caf::reacts_to<progress_batch>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
+
 /// memory_pool: pages for (tier, owner kind, owner id) from the device's
 /// unified pool or the host pool (pool_tier, page_owner_kind in
 /// runtime/memory_pool.hpp). reserve(tier, kind, owner, n, keep_free) replies

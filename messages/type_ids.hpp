@@ -7,7 +7,9 @@
 
 #include <caf/atom.hpp>
 #include <caf/fwd.hpp>
+#include <caf/replies_to.hpp>
 #include <caf/type_id.hpp>
+#include <caf/typed_actor.hpp>
 
 CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
 
@@ -30,6 +32,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_TYPE_ID(troupe, (troupe::wrs_sample))
   CAF_ADD_TYPE_ID(troupe, (troupe::policies::queue_tuning))
   CAF_ADD_TYPE_ID(troupe, (troupe::session_kv))
+  // Sent between nodes (the router subscribes to each node's progress).
+  CAF_ADD_TYPE_ID(troupe, (caf::typed_actor<caf::reacts_to<troupe::progress_batch>>))
 
   CAF_ADD_ATOM(troupe, troupe, submit_atom, "submit")
   CAF_ADD_ATOM(troupe, troupe, cancel_atom, "cancel")

@@ -33,9 +33,10 @@ constexpr std::uint32_t max_generated_adapters = 1u << 20;
 constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 
-constexpr std::array<std::string_view, 14> section_names = {
-  "server",      "logging",     "caf",         "model",   "backend",  "memory_pool",       "scheduler",
-  "classifier",  "queue_tuner", "adapter_cache", "copy_engine", "metrics", "adapters", "adapters_generate",
+constexpr std::array<std::string_view, 15> section_names = {
+  "server",      "logging",     "caf",           "model",       "backend", "memory_pool", "scheduler",
+  "classifier",  "queue_tuner", "adapter_cache", "copy_engine", "metrics", "adapters",    "adapters_generate",
+  "cluster",
 };
 
 const std::vector<std::string> log_levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -357,6 +358,27 @@ public:
     return out;
   }
 
+  /// An array of strings, empty when absent.
+  std::vector<std::string> strings(std::string_view key) {
+    std::vector<std::string> out;
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return out;
+    const toml::array* items = n->as_array();
+    if (items == nullptr) {
+      c_.fail(n->source(), path(key), "expected an array of strings, got " + typed_text(*n));
+      return out;
+    }
+    for (std::size_t i = 0; i < items->size() && !c_.failed(); ++i) {
+      const toml::node& d = *items->get(i);
+      if (const auto* str = d.as_string())
+        out.push_back(str->get());
+      else
+        c_.fail(d.source(), path(key) + '[' + std::to_string(i) + ']', "expected a string, got " + typed_text(d));
+    }
+    return out;
+  }
+
   /// Fails with `what, got <value>` unless `ok`.
   void require(std::string_view key, bool ok, std::string_view what) {
     if (ok || c_.failed())
@@ -527,22 +549,7 @@ adapter_cache_options read_adapter_cache(section s, const config_catalog& catalo
   o.predictor_interval_s = s.real("predictor_interval_s", o.predictor_interval_s);
   s.require("predictor_interval_s", o.predictor_interval_s > 0, "must be positive");
   o.host_bytes = s.u64("host_bytes", o.host_bytes);
-  if (const toml::node* n = s.node("directories"); n != nullptr && !s.check().failed()) {
-    const toml::array* dirs = n->as_array();
-    if (dirs == nullptr) {
-      s.check().fail(n->source(), s.path("directories"),
-                     "expected an array of strings, got " + typed_text(*n));
-    } else {
-      for (std::size_t i = 0; i < dirs->size() && !s.check().failed(); ++i) {
-        const toml::node& d = *dirs->get(i);
-        const std::string path = s.path("directories") + '[' + std::to_string(i) + ']';
-        if (const auto* str = d.as_string())
-          o.directories.push_back(str->get());
-        else
-          s.check().fail(d.source(), path, "expected a string, got " + typed_text(d));
-      }
-    }
-  }
+  o.directories = s.strings("directories");
   return o;
 }
 
@@ -550,6 +557,37 @@ copy_engine_options read_copy_engine(section s) {
   copy_engine_options o;
   s.allow_only({"max_inflight"});
   o.max_inflight = s.u32("max_inflight", o.max_inflight, 1);
+  return o;
+}
+
+/// "host:port" with a port in 1..65535.
+bool valid_node_address(const std::string& a) {
+  const auto colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size() || a.size() - colon > 6)
+    return false;
+  unsigned port = 0;
+  for (std::size_t i = colon + 1; i < a.size(); ++i) {
+    if (a[i] < '0' || a[i] > '9')
+      return false;
+    port = port * 10 + static_cast<unsigned>(a[i] - '0');
+  }
+  return port >= 1 && port <= 65535;
+}
+
+cluster_options read_cluster(section s) {
+  cluster_options o;
+  s.allow_only({"nodes", "node", "router", "connect_timeout_s", "imbalance"});
+  o.nodes = s.strings("nodes");
+  for (std::size_t i = 0; i < o.nodes.size(); ++i)
+    s.require("nodes", valid_node_address(o.nodes[i]),
+              "entry " + std::to_string(i) + " (\"" + o.nodes[i]
+                + "\") is not \"host:port\" (a node's CAF middleman address, port 1..65535)");
+  const auto last = o.nodes.empty() ? 0u : static_cast<std::uint32_t>(o.nodes.size() - 1);
+  o.node = s.u32("node", o.node, 0, last);
+  o.router = s.u32("router", o.router, 0, last);
+  o.connect_timeout_s = s.real("connect_timeout_s", o.connect_timeout_s);
+  s.require("connect_timeout_s", o.connect_timeout_s > 0, "must be positive");
+  o.imbalance = s.u32("imbalance", o.imbalance);
   return o;
 }
 
@@ -695,6 +733,7 @@ read_document(const toml::table& doc, const std::string& source, const config_ca
     o.adapter_cache = read_adapter_cache(at("adapter_cache"), catalog);
     o.copy_engine = read_copy_engine(at("copy_engine"));
     o.metrics = read_metrics(at("metrics"));
+    o.cluster = read_cluster(at("cluster"));
     o.adapters = read_adapters(c, doc.get("adapters"));
     o.adapter_generate = read_generate(at("adapters_generate"));
     if (!c.failed())

@@ -7,6 +7,8 @@
 #include "actors/intake_actor.hpp"
 #include "actors/memory_pool_actor.hpp"
 #include "actors/metrics_actor.hpp"
+#include "actors/node_actor.hpp"
+#include "actors/router_actor.hpp"
 #include "actors/prefetcher_actor.hpp"
 #include "actors/queue_tuner_actor.hpp"
 #include "actors/scheduler_actor.hpp"
@@ -20,6 +22,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/send.hpp>
 #include <fmt/format.h>
@@ -37,7 +40,7 @@ struct deployment::impl {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<zmq_bridge> bridge;
   std::string endpoint;
-  intake_actor intake;
+  intake_actor intake; ///< null on a node without the router
   std::vector<caf::actor> actors; // every actor, for shutdown
   bool stopped = false;
 };
@@ -51,6 +54,57 @@ deployment::~deployment() {
 
 const std::string& deployment::endpoint() const noexcept {
   return impl_->endpoint;
+}
+
+namespace {
+
+/// "host:port" split; the config checked the form.
+std::pair<std::string, std::uint16_t> split_address(const std::string& a) {
+  const auto colon = a.rfind(':');
+  return {a.substr(0, colon), static_cast<std::uint16_t>(std::stoul(a.substr(colon + 1)))};
+}
+
+} // namespace
+
+/// Spawns this node's node actor and publishes it at its address; on the
+/// router node also connects to every other node (waiting for them up to
+/// connect_timeout_s) and spawns the router. An error message, or "".
+static std::string join_cluster(deployment::impl& p, caf::actor_system& sys, node_config nc, front_actor& router) {
+  const auto& cl = p.opts.cluster;
+  auto node = spawn_node(sys, std::move(nc));
+  p.actors.push_back(caf::actor_cast<caf::actor>(node));
+  const auto [host, port] = split_address(cl.nodes[cl.node]);
+  if (auto published = sys.middleman().publish(node, port, host.c_str(), true); !published)
+    return "node " + std::to_string(cl.node) + " cannot listen at " + cl.nodes[cl.node] + ": "
+           + sys.render(published.error());
+  if (cl.node != cl.router)
+    return {};
+  router_config rc;
+  rc.imbalance = cl.imbalance;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cl.connect_timeout_s);
+  for (std::uint32_t i = 0; i < cl.nodes.size(); ++i) {
+    rc.names.push_back(cl.nodes[i]);
+    if (i == cl.node) {
+      rc.nodes.push_back(node);
+      continue;
+    }
+    const auto [h, pt] = split_address(cl.nodes[i]);
+    for (;;) {
+      auto remote = sys.middleman().remote_actor<node_actor>(h, pt);
+      if (remote) {
+        rc.nodes.push_back(*remote);
+        spdlog::info("troupe: node {} at {} joined", i, cl.nodes[i]);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline)
+        return "node " + std::to_string(i) + " at " + cl.nodes[i] + " did not answer within "
+               + fmt::format("{}", cl.connect_timeout_s) + " s: " + sys.render(remote.error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  router = spawn_router(sys, std::move(rc));
+  p.actors.push_back(caf::actor_cast<caf::actor>(router));
+  return {};
 }
 
 std::variant<std::unique_ptr<deployment>, std::string>
@@ -111,12 +165,19 @@ deployment::start(const deployment_options& opts) {
   if (opts.memory_pool.host_pages == 0 && sched_policy->name() == "adaptive")
     spdlog::info("memory_pool.host_pages is 0: preempted requests are recomputed, never swapped");
 
-  auto bridge = zmq_bridge::open(opts.server);
-  if (auto* err = std::get_if<std::string>(&bridge))
-    return opts.source + ": server.endpoint: " + *err;
-  p->bridge = std::get<std::unique_ptr<zmq_bridge>>(std::move(bridge));
+  const auto& cl = opts.cluster;
+  // Clients come to the router node (or the only node).
+  const bool front = !cl.enabled() || cl.node == cl.router;
+  if (front) {
+    auto bridge = zmq_bridge::open(opts.server);
+    if (auto* err = std::get_if<std::string>(&bridge))
+      return opts.source + ": server.endpoint: " + *err;
+    p->bridge = std::get<std::unique_ptr<zmq_bridge>>(std::move(bridge));
+  }
 
   register_message_types(p->cfg);
+  if (cl.enabled())
+    p->cfg.load<caf::io::middleman>();
   if (opts.caf.scheduler_threads > 0)
     p->cfg.set("scheduler.max-threads", static_cast<std::size_t>(opts.caf.scheduler_threads));
   p->sys = std::make_unique<caf::actor_system>(p->cfg);
@@ -184,6 +245,26 @@ deployment::start(const deployment_options& opts) {
       caf::anon_send(tuner, subscribe_atom_v, caf::actor_cast<caf::actor>(classifier));
   }
 
+  front_actor router;
+  if (cl.enabled()) {
+    auto joined = join_cluster(*p, sys, {classifier, sched, pool, cache, copy, tuner, metrics}, router);
+    if (!joined.empty())
+      return opts.source + ": cluster: " + joined;
+  }
+  if (!front) {
+    for (auto a : {caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(copy),
+                   caf::actor_cast<caf::actor>(cache), caf::actor_cast<caf::actor>(exec),
+                   caf::actor_cast<caf::actor>(metrics), caf::actor_cast<caf::actor>(sched),
+                   caf::actor_cast<caf::actor>(classifier), caf::actor_cast<caf::actor>(prefetcher),
+                   caf::actor_cast<caf::actor>(tuner)})
+      if (a)
+        p->actors.push_back(a);
+    p->endpoint = "node " + std::to_string(cl.node) + " at " + cl.nodes[cl.node];
+    spdlog::info("troupe: node {} of {} serving {} ({} on {}, {} pages) for the router at {}", cl.node,
+                 cl.nodes.size(), opts.source, rb.shape.name, rb.gpu.name, rb.pool_pages, cl.nodes[cl.router]);
+    return std::unique_ptr<deployment>(new deployment(std::move(p)));
+  }
+
   intake_config ic;
   ic.limits.parse.max_frame_bytes = opts.server.max_frame_bytes;
   ic.limits.max_pending = opts.server.max_pending;
@@ -203,8 +284,12 @@ deployment::start(const deployment_options& opts) {
   ic.send = [bridge_ptr](std::vector<outbound_frame> frames) {
     bridge_ptr->send(std::move(frames));
   };
+  ic.router = router;
   p->intake = spawn_intake(sys, std::move(ic));
-  caf::anon_send(sched, subscribe_atom_v, progress_sink_actor{p->intake});
+  if (router)
+    caf::anon_send(router, subscribe_atom_v, progress_sink_actor{p->intake});
+  else
+    caf::anon_send(sched, subscribe_atom_v, progress_sink_actor{p->intake});
 
   for (auto a : {caf::actor_cast<caf::actor>(pool), caf::actor_cast<caf::actor>(copy),
                  caf::actor_cast<caf::actor>(cache), caf::actor_cast<caf::actor>(exec),
@@ -238,7 +323,7 @@ std::uint64_t deployment::stop() {
     return 0;
   p.stopped = true;
   std::uint64_t left = 0;
-  {
+  if (p.intake) {
     // Bootstrap code, like main(): blocking here is fine.
     caf::scoped_actor self{*p.sys};
     const auto deadline = std::chrono::steady_clock::now()
@@ -253,7 +338,8 @@ std::uint64_t deployment::stop() {
   }
   if (left > 0)
     spdlog::warn("troupe: stopping with {} requests still in flight", left);
-  p.bridge->stop();
+  if (p.bridge)
+    p.bridge->stop();
   for (auto& a : p.actors)
     caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
   // Drop every handle before the system goes: its destructor waits for them.

@@ -180,6 +180,25 @@ struct adapter_generate_options {
   std::vector<std::uint32_t> ranks{8, 16, 32, 64};
 };
 
+/// A multi-node deployment: every node runs its own actors; the router node
+/// also takes clients over ZeroMQ and places their requests on the nodes.
+/// Nodes talk through CAF's middleman. No nodes: a single-node deployment.
+struct cluster_options {
+  /// Each node's middleman address, "host:port", in node order.
+  std::vector<std::string> nodes;
+  /// The node this process is (troupe-serve --node overrides it).
+  std::uint32_t node = 0;
+  /// The node with the router and the ZeroMQ endpoint.
+  std::uint32_t router = 0;
+  /// How long the router waits for the other nodes to come up.
+  double connect_timeout_s = 30;
+  /// A session's turn stays on the node holding its KV while that node has
+  /// at most this many more requests in flight than the least loaded node;
+  /// past that it moves and its KV is pulled along.
+  std::uint32_t imbalance = 2;
+  bool enabled() const noexcept { return !nodes.empty(); }
+};
+
 /// The whole deployment, as validated from one file.
 struct deployment_options {
   /// Path of the file it came from ("<embedded default>" for the built-in).
@@ -196,6 +215,7 @@ struct deployment_options {
   adapter_cache_options adapter_cache;
   copy_engine_options copy_engine;
   metrics_options metrics;
+  cluster_options cluster;
   std::vector<adapter_spec> adapters;
   adapter_generate_options adapter_generate;
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <unordered_map>
 
 namespace troupe {
@@ -18,6 +19,7 @@ struct in_flight {
   double first_token_s = -1;
   double last_token_s = -1;
   std::uint32_t tokens = 0;
+  std::vector<std::int32_t> output;
 };
 
 void draw_progress(std::size_t sent, std::size_t done, std::size_t total, double elapsed) {
@@ -38,13 +40,34 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
   std::unordered_map<std::string, in_flight> pending;
   const auto t0 = clock_type::now();
   auto now = [&] { return std::chrono::duration<double>(clock_type::now() - t0).count(); };
-  std::size_t next = 0, done = 0;
-  double last_progress = -1, last_send = 0;
+  // Sends due by wall time; a session's later turn becomes due when the
+  // turn before it ends.
+  std::multimap<double, std::size_t> due;
+  std::vector<std::size_t> next_turn(requests.size(), requests.size());
+  {
+    std::unordered_map<std::uint64_t, std::size_t> last;
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const auto s = requests[i].session;
+      if (s != 0) {
+        if (auto l = last.find(s); l != last.end()) {
+          next_turn[l->second] = i;
+          l->second = i;
+          continue;
+        }
+        last[s] = i;
+      }
+      due.emplace(requests[i].arrival_s * scale, i);
+    }
+  }
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> history;
+  std::size_t sent = 0, done = 0;
+  double last_progress = -1, last_activity = 0;
+  std::uint64_t advisories = 0;
   auto finish = [&](const std::string& id, std::string outcome, std::uint32_t completion) {
     auto i = pending.find(id);
     if (i == pending.end())
       return;
-    const auto& f = i->second;
+    auto& f = i->second;
     auto& r = out[f.index];
     const double t = now();
     r.outcome = std::move(outcome);
@@ -54,42 +77,75 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
       r.ttft_s = (f.first_token_s - f.sent_s) / scale;
     if (f.tokens >= 2)
       r.tbt_mean_s = (f.last_token_s - f.first_token_s) / scale / static_cast<double>(f.tokens - 1);
+    if (!f.output.empty()) {
+      std::uint64_t h = 1469598103934665603ull;
+      for (auto tok : f.output) {
+        h ^= static_cast<std::uint32_t>(tok);
+        h *= 1099511628211ull;
+      }
+      r.tokens_fnv = h;
+    }
+    const auto& q = requests[f.index];
+    if (q.session != 0) {
+      auto& hist = history[q.session];
+      hist.insert(hist.end(), f.output.begin(), f.output.end());
+      if (const auto n = next_turn[f.index]; n < requests.size()) {
+        due.emplace(t + requests[n].think_s * scale, n);
+        if (opt.advise) {
+          wire::advise_request a;
+          a.id = opt.id_prefix + "-advise-" + std::to_string(advisories++);
+          a.session = "c" + std::to_string(q.session);
+          a.in_s = requests[n].think_s;
+          c.send(a);
+        }
+      }
+    }
     pending.erase(i);
     ++done;
+    last_activity = t;
   };
   while (done < requests.size()) {
     const double t = now();
     // Send everything due.
-    while (next < requests.size() && requests[next].arrival_s * scale <= t) {
-      const auto& q = requests[next];
-      auto& r = out[next];
-      r.id = opt.id_prefix + std::to_string(next);
-      r.arrival_s = q.arrival_s;
-      r.prompt_tokens = q.prompt_tokens;
+    while (!due.empty() && due.begin()->first <= t) {
+      const auto index = due.begin()->second;
+      due.erase(due.begin());
+      const auto& q = requests[index];
+      auto& r = out[index];
+      r.id = opt.id_prefix + std::to_string(index);
+      r.arrival_s = q.session != 0 ? t / scale : q.arrival_s;
       r.max_tokens = q.output_tokens;
+      r.session = q.session;
       r.adapter = q.adapter == workload::none_adapter ? -1 : static_cast<std::int64_t>(q.adapter);
       wire::generate_request g;
       g.id = r.id;
-      g.prompt_tokens = std::vector<std::int32_t>(q.prompt_tokens);
+      std::vector<std::int32_t> prompt;
+      if (q.session != 0) {
+        prompt = history[q.session];
+        g.session = "c" + std::to_string(q.session);
+      }
       for (std::uint32_t j = 0; j < q.prompt_tokens; ++j)
-        (*g.prompt_tokens)[j] = static_cast<std::int32_t>(10 + (next * 31 + j * 7) % 400);
+        prompt.push_back(static_cast<std::int32_t>(10 + (index * 31 + j * 7) % 400));
+      if (q.session != 0)
+        history[q.session] = prompt;
+      r.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
+      g.prompt_tokens = std::move(prompt);
       g.max_tokens = q.output_tokens;
       g.stream = true;
       g.sampling.temperature = 0;
       if (q.adapter != workload::none_adapter)
         g.adapter = opt.adapter_prefix + std::to_string(q.adapter);
-      pending[r.id] = {next, now()};
-      if (!c.send(g)) {
-        r.outcome = "send_failed";
-        pending.erase(r.id);
-        ++done;
-      }
-      last_send = now();
-      ++next;
+      auto& fl = pending[r.id];
+      fl.index = index;
+      fl.sent_s = now();
+      ++sent;
+      last_activity = now();
+      if (!c.send(g))
+        finish(r.id, "send_failed", 0);
     }
-    if (next == requests.size() && now() - last_send > std::chrono::duration<double>(opt.drain).count())
+    if (due.empty() && now() - last_activity > std::chrono::duration<double>(opt.drain).count())
       break; // the rest are lost
-    const double wait_s = next < requests.size() ? requests[next].arrival_s * scale - now() : 0.05;
+    const double wait_s = !due.empty() ? due.begin()->first - now() : 0.05;
     const auto wait = std::chrono::milliseconds(static_cast<long>(std::clamp(wait_s, 0.0, 0.05) * 1000));
     if (auto got = c.receive(wait)) {
       if (auto* rep = std::get_if<wire::reply>(&*got)) {
@@ -101,6 +157,8 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
               f.first_token_s = at;
             f.last_token_s = at;
             f.tokens += static_cast<std::uint32_t>(tk->tokens.size());
+            f.output.insert(f.output.end(), tk->tokens.begin(), tk->tokens.end());
+            last_activity = at;
           }
         } else if (auto* d = std::get_if<wire::done_reply>(rep)) {
           if (auto i = pending.find(d->id); i != pending.end())
@@ -112,12 +170,12 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
       }
     }
     if (opt.progress && now() - last_progress > 0.2) {
-      draw_progress(next, done, requests.size(), now());
+      draw_progress(sent, done, requests.size(), now());
       last_progress = now();
     }
   }
   if (opt.progress) {
-    draw_progress(next, done, requests.size(), now());
+    draw_progress(sent, done, requests.size(), now());
     std::fprintf(stderr, "\n");
   }
   return out;

@@ -28,10 +28,17 @@ struct open_loop_options {
   /// A progress bar on stderr.
   bool progress = false;
   std::string id_prefix = "b";
+  /// Multi-turn requests (session != 0): send an advisory for a session's
+  /// next turn when its reply ends (Symphony's hint, think_s ahead).
+  bool advise = false;
 };
 
 /// Runs `requests` (arrival order) against `opt.endpoint`; records in the
 /// same order. Requests with no terminal reply by the end are "lost".
+/// Turns of one session (in order in `requests`) form a conversation: the
+/// first goes at its arrival, each later one `think_s` after the previous
+/// reply ended, its prompt the conversation so far (earlier prompts and
+/// replies) and then its own tokens; all name the session "c<session>".
 std::vector<workload::request_record> run_open_loop(const std::vector<workload::request>& requests,
                                                     const open_loop_options& opt);
 

@@ -36,6 +36,11 @@ void usage(std::FILE* out) {
                "usage: troupe-bench [--config FILE | --endpoint URL] OPEN-LOOP | CLOSED-LOOP\n"
                "open loop (requests at their arrival times):\n"
                "  --trace FILE | --synthetic N   Azure 2023 or ShareGPT-lengths CSV, or N generated requests\n"
+               "  --conversations FILE          multi-turn: ShareGPT conversations (rounds and lengths); --rate is\n"
+               "                                conversations/s, --requests N the first N conversations;\n"
+               "                                --think S between a reply and the next turn (default 2),\n"
+               "                                --max-rounds K, --turn-tokens P:O (caps per turn), --advise\n"
+               "                                (an advisory for each next turn when the reply ends)\n"
                "  --rate R | --rates R1,R2,...   requests/s (a sweep starts a fresh deployment per rate)\n"
                "  --cv C                        Gamma CV of gaps for generated arrivals (default 1)\n"
                "  --from S --seconds S          the part of an Azure trace to replay\n"
@@ -80,6 +85,10 @@ bool parse_range(const std::string& v, std::uint32_t& lo, std::uint32_t& hi) {
 struct open_loop_args {
   std::string trace;
   long synthetic = 0;
+  std::string conversations;
+  double think_s = 2;
+  std::uint32_t max_rounds = 0, turn_prompt = 0, turn_output = 0;
+  bool advise = false;
   std::vector<double> rates;
   double cv = 1, from_s = 0, seconds = -1, time_factor = 1;
   long max_requests = 0;
@@ -100,6 +109,31 @@ struct open_loop_args {
 std::variant<std::vector<troupe::workload::request>, std::string> make_workload(const open_loop_args& a, double rate) {
   using namespace troupe::workload;
   std::vector<request> reqs;
+  if (!a.conversations.empty()) {
+    auto loaded = load_conversations(a.conversations);
+    if (auto* e = std::get_if<std::string>(&loaded))
+      return *e;
+    auto convs = std::get<std::vector<conversation>>(std::move(loaded));
+    if (a.max_requests > 0 && convs.size() > static_cast<std::size_t>(a.max_requests))
+      convs.resize(static_cast<std::size_t>(a.max_requests));
+    if (rate <= 0)
+      return std::string{"--conversations needs --rate (conversations per second)"};
+    for (auto& c : convs)
+      if (a.max_rounds > 0 && c.rounds > a.max_rounds) {
+        // Fewer rounds of the same per-turn lengths.
+        c.prompt_tokens = static_cast<std::uint32_t>(std::uint64_t{c.prompt_tokens} * a.max_rounds / c.rounds);
+        c.response_tokens = static_cast<std::uint32_t>(std::uint64_t{c.response_tokens} * a.max_rounds / c.rounds);
+        c.rounds = a.max_rounds;
+      }
+    reqs = multi_turn(convs, rate, a.think_s, a.seed);
+    for (auto& r : reqs) {
+      if (a.turn_prompt > 0)
+        r.prompt_tokens = std::min(r.prompt_tokens, a.turn_prompt);
+      if (a.turn_output > 0)
+        r.output_tokens = std::min(r.output_tokens, a.turn_output);
+    }
+    return reqs;
+  }
   if (!a.trace.empty()) {
     auto loaded = load_trace(a.trace);
     if (auto* e = std::get_if<std::string>(&loaded))
@@ -199,6 +233,7 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
     ol.endpoint = target;
     ol.time_scale = a.time_scale;
     ol.progress = a.progress && ::isatty(2);
+    ol.advise = a.advise;
     const auto recs = run_open_loop(reqs, ol);
     auto s = workload::summarize_run(recs, a.target, sum.mean_rate, a.label);
     const auto [pcie, hit] = pull_server_figures(target);
@@ -266,6 +301,20 @@ int main(int argc, char** argv) {
     else if (arg == "--adapters") adapters = std::atoi(value().c_str());
     else if (arg == "--stream") stream = true;
     else if (arg == "--trace") { ol.trace = value(); open_loop = true; }
+    else if (arg == "--conversations") { ol.conversations = value(); open_loop = true; }
+    else if (arg == "--think") ol.think_s = number(arg, value());
+    else if (arg == "--max-rounds") ol.max_rounds = static_cast<std::uint32_t>(number(arg, value()));
+    else if (arg == "--advise") ol.advise = true;
+    else if (arg == "--turn-tokens") {
+      const auto v = value();
+      const auto parts = split(v, ':');
+      if (parts.size() != 2) {
+        std::fprintf(stderr, "troupe-bench: --turn-tokens: \"%s\" is not P:O\n", v.c_str());
+        return 2;
+      }
+      ol.turn_prompt = static_cast<std::uint32_t>(number(arg, parts[0]));
+      ol.turn_output = static_cast<std::uint32_t>(number(arg, parts[1]));
+    }
     else if (arg == "--synthetic") { ol.synthetic = static_cast<long>(number(arg, value())); open_loop = true; }
     else if (arg == "--rate") ol.rates = {number(arg, value())};
     else if (arg == "--rates") { ol.rates.clear(); for (const auto& r : split(value())) ol.rates.push_back(number(arg, r)); }
@@ -301,8 +350,8 @@ int main(int argc, char** argv) {
   if (open_loop) {
     ol.max_requests = requests == 20000 ? 0 : requests;
     ol.adapters = static_cast<std::uint32_t>(std::max(adapters, 0));
-    if (!ol.trace.empty() && ol.synthetic > 0) {
-      std::fprintf(stderr, "troupe-bench: --trace and --synthetic are exclusive\n");
+    if ((!ol.trace.empty()) + (ol.synthetic > 0) + (!ol.conversations.empty()) > 1) {
+      std::fprintf(stderr, "troupe-bench: --trace, --synthetic and --conversations are exclusive\n");
       return 2;
     }
     return run_open_loop_mode(config, endpoint, ol);

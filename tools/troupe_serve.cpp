@@ -9,6 +9,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -24,8 +25,10 @@ void on_signal(int) {
 void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: troupe-serve [--config FILE] [--endpoint URL] [--log-level LEVEL]\n"
-               "                    [--print-default-config]\n"
-               "Serves the deployment in FILE (default: the embedded config/default.toml).\n");
+               "                    [--node N] [--print-default-config]\n"
+               "Serves the deployment in FILE (default: the embedded config/default.toml).\n"
+               "--node N: in a multi-node deployment ([cluster] nodes), run node N\n"
+               "(overrides cluster.node); the router node takes the clients.\n");
 }
 
 } // namespace
@@ -34,6 +37,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string endpoint;
   std::string log_level;
+  std::string node;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&](const char* name) -> std::string {
@@ -47,6 +51,8 @@ int main(int argc, char** argv) {
       config_path = value("--config");
     else if (arg == "--endpoint")
       endpoint = value("--endpoint");
+    else if (arg == "--node")
+      node = value("--node");
     else if (arg == "--log-level")
       log_level = value("--log-level");
     else if (arg == "--print-default-config") {
@@ -76,6 +82,18 @@ int main(int argc, char** argv) {
     opts.server.endpoint = endpoint;
   if (!log_level.empty())
     opts.logging.level = log_level;
+  if (!node.empty()) {
+    char* end = nullptr;
+    const auto n = std::strtoul(node.c_str(), &end, 10);
+    if (end == node.c_str() || *end != '\0' || !opts.cluster.enabled() || n >= opts.cluster.nodes.size()) {
+      std::fprintf(stderr, "troupe-serve: --node %s: %s\n", node.c_str(),
+                   opts.cluster.enabled()
+                     ? ("must be a node index below " + std::to_string(opts.cluster.nodes.size())).c_str()
+                     : "the deployment has no [cluster] nodes");
+      return 2;
+    }
+    opts.cluster.node = static_cast<std::uint32_t>(n);
+  }
   if (auto err = troupe::configure_logging(opts.logging)) {
     std::fprintf(stderr, "troupe-serve: %s\n", err->c_str());
     return 1;

@@ -164,11 +164,12 @@ void write_records_csv(std::ostream& out, const std::string& label, double offer
                        const std::vector<request_record>& records, bool header) {
   if (header)
     out << "label,offered_rate,id,arrival_s,prompt_tokens,max_tokens,completion_tokens,adapter,ttft_s,tbt_mean_s,"
-           "e2e_s,queue_s,outcome\n";
+           "e2e_s,queue_s,outcome,session,tokens_fnv\n";
   for (const auto& x : records)
     out << label << "," << offered_rate << "," << x.id << "," << x.arrival_s << "," << x.prompt_tokens << ","
         << x.max_tokens << "," << x.completion_tokens << "," << x.adapter << "," << x.ttft_s << ","
-        << x.tbt_mean_s << "," << x.e2e_s << "," << x.queue_s << "," << x.outcome << "\n";
+        << x.tbt_mean_s << "," << x.e2e_s << "," << x.queue_s << "," << x.outcome << "," << x.session << ","
+        << x.tokens_fnv << "\n";
 }
 
 } // namespace troupe::workload

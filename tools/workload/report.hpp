@@ -29,6 +29,11 @@ struct request_record {
   /// "length", "eos", "stop", or an error code ("overloaded", ...); "lost" if
   /// no terminal reply came.
   std::string outcome = "lost";
+  /// FNV-1a of the output token ids in order (0: none came), to tell runs
+  /// that produced the same tokens.
+  std::uint64_t tokens_fnv = 0;
+  /// The conversation it belongs to (0: none).
+  std::uint64_t session = 0;
   bool ok() const noexcept { return outcome == "length" || outcome == "eos" || outcome == "stop"; }
 };
 
