@@ -6,6 +6,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
+#include <spdlog/spdlog.h>
 
 namespace troupe {
 
@@ -23,30 +24,31 @@ using self_ptr = node_actor::stateful_pointer<node_state>;
 /// Asks `from` for the session's cache and hands it to this node's scheduler.
 caf::typed_response_promise<bool> pull(self_ptr self, std::uint64_t session, const caf::actor& from) {
   auto rp = self->make_response_promise<bool>();
-  auto failed = [self, rp]() mutable {
+  auto failed = [self, rp, session](const std::string& why) mutable {
     ++self->state.pulls_failed;
+    spdlog::info("node: session {:#x} not pulled: {}", session, why);
     rp.deliver(false);
   };
   self->request(caf::actor_cast<node_actor>(from), caf::infinite, export_atom_v, session)
     .then(
       [self, rp, failed](session_kv& kv) mutable {
         if (kv.pages == 0) {
-          failed();
+          failed(kv.error.empty() ? "the other node has no cache of it to give now" : kv.error);
           return;
         }
         self->request(self->state.cfg.scheduler, caf::infinite, import_atom_v, std::move(kv))
           .then(
             [self, rp, failed](bool ok) mutable {
               if (!ok) {
-                failed();
+                failed("not taken here (a cache of it is here already, or no host room)");
                 return;
               }
               ++self->state.pulls;
               rp.deliver(true);
             },
-            [failed](const caf::error&) mutable { failed(); });
+            [self, failed](const caf::error& e) mutable { failed(self->system().render(e)); });
       },
-      [failed](const caf::error&) mutable { failed(); });
+      [self, failed](const caf::error& e) mutable { failed(self->system().render(e)); });
   return rp;
 }
 

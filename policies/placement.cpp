@@ -15,7 +15,8 @@ std::int32_t least_loaded(std::span<const node_load> nodes) {
       continue;
     }
     const auto& b = nodes[static_cast<std::size_t>(best)];
-    if (std::tie(n.in_flight, n.tokens, n.placed) < std::tie(b.in_flight, b.tokens, b.placed))
+    if (std::make_tuple(n.in_flight + n.expected, n.tokens, n.placed)
+        < std::make_tuple(b.in_flight + b.expected, b.tokens, b.placed))
       best = static_cast<std::int32_t>(i);
   }
   return best;
@@ -30,7 +31,8 @@ placement place(std::span<const node_load> nodes, std::int32_t holder, std::uint
   if (!held)
     return {best, false};
   const auto& h = nodes[static_cast<std::size_t>(holder)];
-  if (h.in_flight <= nodes[static_cast<std::size_t>(best)].in_flight + imbalance)
+  const auto& b = nodes[static_cast<std::size_t>(best)];
+  if (h.in_flight + h.expected <= b.in_flight + b.expected + imbalance)
     return {holder, false};
   return {best, true};
 }

@@ -13,6 +13,9 @@ namespace troupe::policies {
 struct node_load {
   bool alive = true;
   std::uint32_t in_flight = 0; ///< requests placed there and not finished
+  /// Turns announced by advisories and placed there, not yet arrived:
+  /// load that is coming (counted with in_flight).
+  std::uint32_t expected = 0;
   std::uint64_t tokens = 0;    ///< their prompt and output budgets, summed
   std::uint64_t placed = 0;    ///< requests ever placed there
 };
@@ -23,13 +26,13 @@ struct placement {
   bool migrate = false;        ///< the session's KV moves from `holder` to `node`
 };
 
-/// The least loaded live node: fewest requests in flight, then fewest
+/// The least loaded live node: fewest requests in flight or announced, then fewest
 /// tokens, then fewest ever placed (round robin when idle), then lowest index.
 std::int32_t least_loaded(std::span<const node_load> nodes);
 
 /// `holder`: the node holding the session's KV (-1: none, or no session).
 /// The session stays there while it carries at most `imbalance` more
-/// requests in flight than the least loaded node.
+/// requests (in flight or announced) than the least loaded node.
 placement place(std::span<const node_load> nodes, std::int32_t holder, std::uint32_t imbalance);
 
 } // namespace troupe::policies

@@ -31,9 +31,19 @@ router_core::route router_core::decide(std::uint64_t session) {
 }
 
 router_core::route router_core::advise(std::uint64_t session) {
+  if (session == 0)
+    return decide(session);
+  if (auto old = advised_.find(session); old != advised_.end()) {
+    // Advised again before its turn came: counted once, where it goes now.
+    auto& l = loads_[old->second];
+    l.expected -= std::min<std::uint32_t>(l.expected, 1);
+    advised_.erase(old);
+  }
   auto r = decide(session);
-  if (r.node >= 0 && session != 0)
+  if (r.node >= 0) {
     advised_[session] = static_cast<std::uint32_t>(r.node);
+    ++loads_[static_cast<std::size_t>(r.node)].expected;
+  }
   return r;
 }
 
@@ -41,6 +51,7 @@ router_core::route router_core::place(const request_spec& spec) {
   if (auto a = advised_.find(spec.session); spec.session != 0 && a != advised_.end()) {
     const auto node = a->second;
     advised_.erase(a);
+    loads_[node].expected -= std::min<std::uint32_t>(loads_[node].expected, 1);
     if (loads_[node].alive) {
       route r;
       r.node = static_cast<std::int32_t>(node);
@@ -125,6 +136,7 @@ std::vector<request_spec> router_core::on_node_down(std::uint32_t node) {
   }
   loads_[node].in_flight = 0;
   loads_[node].tokens = 0;
+  loads_[node].expected = 0;
   for (auto i = sessions_.begin(); i != sessions_.end();)
     i = i->second == node ? sessions_.erase(i) : std::next(i);
   for (auto i = advised_.begin(); i != advised_.end();)

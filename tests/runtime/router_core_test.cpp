@@ -102,6 +102,26 @@ TEST(router_core, an_advisory_chooses_the_node_and_the_turn_goes_there) {
   EXPECT_EQ(r.migrations(), 1u);
 }
 
+TEST(router_core, announced_turns_count_as_load_and_spread_sessions_held_on_one_node) {
+  router_core r{2, 0};
+  for (std::uint64_t id = 1; id <= 2; ++id) {
+    r.assign(spec(id, 20 + id), 0);
+    r.on_progress(finish(id));
+  }
+  // Both sessions' KV is on node 0; both announce their next turn.
+  const auto a = r.advise(21);
+  EXPECT_EQ(a.node, 0);
+  EXPECT_EQ(r.loads()[0].expected, 1u);
+  const auto b = r.advise(22);
+  EXPECT_EQ(b.node, 1) << "node 0 has a turn coming already";
+  EXPECT_EQ(b.pull_from, 0);
+  EXPECT_EQ(r.advise(22).node, 1) << "advised again: counted once";
+  EXPECT_EQ(r.loads()[1].expected, 1u);
+  EXPECT_EQ(r.place(spec(3, 21)).node, 0);
+  EXPECT_EQ(r.place(spec(4, 22)).node, 1);
+  EXPECT_EQ(r.loads()[0].expected + r.loads()[1].expected, 0u) << "arrived";
+}
+
 TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither_repeats_nor_stops) {
   router_core r{2, 4};
   r.assign(spec(1, 0, 1.0), 0);

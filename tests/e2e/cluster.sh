@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# Issue 9's multi-node check at a small scale: three troupe-serve processes
+# from one config (nodes on loopback, CAF's middleman between them) serve
+# multi-turn conversations from the ShareGPT conversations trace on the cpu
+# backend. Sessions migrate (KV pulled between nodes), the load spreads over
+# the three, and one worker node is killed while it has requests in flight.
+# Every turn must still end normally with the same tokens as on one node
+# (greedy decoding: the conversation's history depends on every reply).
+set -euo pipefail
+bin="$1"
+work="$(mktemp -d)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+fail() { echo "cluster: $*"; for f in "$work"/*.log; do echo "== $f"; tail -20 "$f"; done; exit 1; }
+
+"$bin/troupe-mkmodel" --out "$work/model" --hidden 256 --intermediate 512 --layers 4 --heads 8 --kv-heads 4 \
+  --vocab 512 --max-context 1024 --seed 3 > /dev/null
+
+# Free ports for the three middleman listeners.
+ports=($(python3 - <<'PY'
+import socket
+socks = [socket.socket() for _ in range(3)]
+for s in socks: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in socks))
+for s in socks: s.close()
+PY
+))
+
+write_config() { # $1: file, $2: cluster section or ""
+  cat > "$1" <<TOML
+[server]
+endpoint = "tcp://127.0.0.1:*"
+drain_timeout_s = 5.0
+[logging]
+level = "info"
+[caf]
+scheduler_threads = 1
+[model]
+path = "$work/model"
+[backend]
+kind = "cpu"
+[memory_pool]
+page_tokens = 8
+pages = 96
+host_pages = 256
+[scheduler]
+session_fraction = 0.5
+[metrics]
+log_interval_s = 0.0
+$2
+TOML
+}
+write_config "$work/one.toml" ""
+write_config "$work/three.toml" "[cluster]
+nodes = [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\", \"127.0.0.1:${ports[2]}\"]
+imbalance = 0
+connect_timeout_s = 30"
+
+start() { # $1: log, then troupe-serve arguments; sets $pid
+  "$bin/troupe-serve" "${@:2}" > "$1" 2>&1 &
+  pid=$!
+  pids+=("$pid")
+}
+wait_listening() { # $1: log; prints the endpoint
+  for _ in $(seq 1 600); do
+    local ep
+    ep="$(sed -n 's/^troupe-serve: listening on //p' "$1")"
+    if [ -n "$ep" ]; then echo "$ep"; return 0; fi
+    sleep 0.05
+  done
+  return 1
+}
+stat() { # $1: endpoint, $2: name
+  "$bin/troupe-client" --endpoint "$1" --stats --timeout-ms 5000 | tr ',{}' '\n\n\n' \
+    | sed -n "s/^\"$2\":\([0-9.]*\)$/\1/p"
+}
+bench() { # $1: endpoint, $2: records
+  "$bin/troupe-bench" --endpoint "$1" --conversations ../shared/traces/sharegpt52k_head1000_conversations.csv \
+    --requests 16 --rate 16 --think 0.2 --max-rounds 4 --turn-tokens 32:64 --time-scale 1 --advise \
+    --records "$2" --no-progress
+}
+
+# The reference: one node.
+start "$work/one.log" --config "$work/one.toml"
+one=$pid
+ep="$(wait_listening "$work/one.log")" || fail "the single node did not start"
+t0=$(date +%s.%N); bench "$ep" "$work/one.csv" > "$work/one.out" 2>&1 || fail "the single-node run failed: $(cat "$work/one.out")"
+echo "cluster: one node took $(python3 -c "import time; print(round(time.time() - $t0, 1))") s"; kill -INT "$one"; wait "$one" || true
+
+# Three nodes; node 0 holds the router and takes the clients.
+start "$work/n1.log" --config "$work/three.toml" --node 1
+start "$work/n2.log" --config "$work/three.toml" --node 2
+victim=$pid
+start "$work/n0.log" --config "$work/three.toml" --node 0
+ep="$(wait_listening "$work/n0.log")" || fail "the router node did not start"
+bench "$ep" "$work/three.csv" > "$work/three.out" 2>&1 &
+bp=$!
+# Kill node 2 once it has requests in flight (and the run is under way).
+killed=0
+for _ in $(seq 1 400); do
+  n="$(stat "$ep" node2_in_flight || true)"
+  done_before="$(stat "$ep" finished_length || true)"
+  if [ "${n%.*}" != "" ] && [ "${n%.*}" -gt 0 ] && [ "${done_before%.*}" -ge 24 ]; then
+    placed=($(for i in 0 1 2; do stat "$ep" "node${i}_placed"; done))
+    kill -9 "$victim"
+    killed=1
+    break
+  fi
+  sleep 0.05
+done
+[ "$killed" = 1 ] || fail "node 2 never had requests in flight"
+wait "$bp" || fail "the three-node run lost requests: $(cat "$work/three.out")"
+
+# No request lost, every turn ended normally with the reference's tokens.
+python3 - "$work/one.csv" "$work/three.csv" <<'PY' || fail "the runs differ"
+import csv, sys
+def load(p):
+    return {r["id"]: r for r in csv.DictReader(open(p))}
+one, three = load(sys.argv[1]), load(sys.argv[2])
+assert len(one) >= 32 and one.keys() == three.keys(), (len(one), len(three))
+bad = [i for i, r in three.items() if r["outcome"] != "length"]
+assert not bad, f"turns that did not end normally: {bad}"
+diff = [i for i in one if (one[i]["tokens_fnv"], one[i]["completion_tokens"]) != (three[i]["tokens_fnv"], three[i]["completion_tokens"])]
+assert not diff, f"turns whose tokens differ from one node's: {diff}"
+print(f"cluster: {len(three)} turns of 16 conversations, all ended normally with the same tokens as on one node")
+PY
+
+alive="$(stat "$ep" router_nodes_alive)"
+resub="$(stat "$ep" router_resubmitted)"
+pulls="$(stat "$ep" router_kv_pulls)"
+migr="$(stat "$ep" router_migrations)"; pf="$(stat "$ep" router_kv_pulls_failed)"
+reused="$(stat "$ep" prompt_tokens_reused)"
+echo "cluster: nodes alive $alive, resubmitted $resub, migrations $migr, KV pulls $pulls (failed $pf), placed before the kill ${placed[*]}, prompt tokens reused $reused"
+[ "${alive%.*}" -eq 2 ] || fail "expected two nodes alive after the kill"
+[ "${resub%.*}" -ge 1 ] || fail "node 2's requests were not placed again"
+[ "${pulls%.*}" -ge 1 ] || fail "no session migrated"
+[ "${reused%.*}" -gt 0 ] || fail "no session reused its KV"
+# Load spread: until the kill each node took at least a sixth of the turns
+# (sessions stay with their KV, and conversations differ in length).
+total=$(( ${placed[0]%.*} + ${placed[1]%.*} + ${placed[2]%.*} ))
+for p in "${placed[@]}"; do
+  [ $(( ${p%.*} * 6 )) -ge "$total" ] || fail "load not spread: ${placed[*]}"
+done
+echo "cluster: ok"
