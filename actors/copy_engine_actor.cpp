@@ -12,6 +12,8 @@
 #include <caf/typed_response_promise.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <coroutine>
 #include <unordered_map>
 #include <vector>
@@ -76,6 +78,31 @@ transfer_report perform(gpu::executor_backend& backend, const transfer_order& o)
     case kv_op::import_host: {
       const auto r = backend.write_host_pages(o.host_pages, o.data, o.bytes);
       return {r.error, false, 0, r.seconds, {}};
+    }
+    case kv_op::host_to_file: {
+      auto r = backend.read_pages(true, o.host_pages, o.bytes);
+      if (!r.error.empty())
+        return {r.error, false, 0, r.seconds, {}};
+      const auto started = std::chrono::steady_clock::now();
+      std::ofstream out{o.path, std::ios::binary | std::ios::trunc};
+      out.write(r.data.data(), static_cast<std::streamsize>(r.data.size()));
+      out.close();
+      if (!out)
+        return {"cannot write " + o.path, false, 0, r.seconds, {}};
+      return {{}, false, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+              r.seconds, {}};
+    }
+    case kv_op::file_to_host: {
+      const auto started = std::chrono::steady_clock::now();
+      std::ifstream in{o.path, std::ios::binary};
+      std::string data{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      if (!in && !in.eof())
+        return {"cannot read " + o.path, false, 0, 0, {}};
+      if (!std::filesystem::exists(o.path))
+        return {o.path + " is gone", false, 0, 0, {}};
+      const double disk = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const auto r = backend.write_host_pages(o.host_pages, data, o.bytes);
+      return {r.error, false, disk, r.seconds, {}};
     }
     default:
       return {"unknown cache operation " + std::to_string(o.kv_op), false, 0, 0, {}};

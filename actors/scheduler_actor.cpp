@@ -8,6 +8,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include <filesystem>
 #include <memory>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct scheduler_state {
   metrics_actor metrics;
   std::vector<progress_sink_actor> sinks;
   std::uint64_t page_bytes = 0;
+  std::string disk_dir;
   std::uint64_t steps = 0;
   std::uint64_t trims = 0;
   bool trim_pending = false;
@@ -92,6 +94,70 @@ void start_swap_out(self_ptr self, const scheduler_effects::swap& s, bool sessio
                               : core.on_swapped_out(id, ok, monotonic_seconds(), std::move(pages)));
     pump(self);
   });
+}
+
+/// The file of a disk-tier session cache (by its owner).
+std::string disk_file(const scheduler_state& st, std::uint64_t owner) {
+  return (std::filesystem::path{st.disk_dir} / ("session-" + std::to_string(owner) + ".kv")).string();
+}
+
+/// A session cache between its host pages and its file, on the copy engine.
+template <class Done>
+void file_copy(self_ptr self, kv_op op, std::uint64_t owner, std::vector<std::uint32_t> host_pages,
+               std::uint64_t bytes, Done done) {
+  transfer_order o;
+  o.kind = static_cast<std::uint8_t>(op == kv_op::host_to_file ? transfer_class::swap_out : transfer_class::swap_in);
+  o.kv_op = static_cast<std::uint8_t>(op);
+  o.request_id = owner;
+  o.bytes = bytes;
+  o.host_pages = std::move(host_pages);
+  o.path = disk_file(self->state, owner);
+  self->request(self->state.copy_engine, caf::infinite, load_atom_v, std::move(o))
+    .then([done](const transfer_report& r) mutable { done(r.error.empty()); },
+          [done](const caf::error&) mutable { done(false); });
+}
+
+void apply_disk(self_ptr self, const scheduler_effects& fx) {
+  auto& st = self->state;
+  for (auto owner : fx.disk_deletes) {
+    std::error_code ec;
+    std::filesystem::remove(disk_file(st, owner), ec);
+  }
+  for (const auto& s : fx.disk_outs) {
+    const auto owner = s.request_id;
+    file_copy(self, kv_op::host_to_file, owner, s.host_pages, s.bytes, [self, owner](bool ok) {
+      if (!ok) {
+        std::error_code ec;
+        std::filesystem::remove(disk_file(self->state, owner), ec);
+      }
+      apply(self, self->state.core->on_disk_out(owner, ok));
+      pump(self);
+    });
+  }
+  for (const auto& s : fx.disk_ins) {
+    // Host pages for the cache, then the read; the file goes either way.
+    const auto owner = s.request_id;
+    const auto n = st.page_bytes > 0 ? s.bytes / st.page_bytes : 0;
+    auto done = [self, owner](bool ok, std::vector<std::uint32_t> pages) {
+      std::error_code ec;
+      std::filesystem::remove(disk_file(self->state, owner), ec);
+      apply(self, self->state.core->on_disk_in(owner, ok, monotonic_seconds(), std::move(pages)));
+      pump(self);
+    };
+    self->request(st.pool, caf::infinite, reserve_atom_v, host_tier, request_owner, owner, n, std::uint64_t{0})
+      .then(
+        [self, owner, n, bytes = s.bytes, done](std::vector<std::uint32_t>& pages) mutable {
+          if (pages.size() != n) {
+            if (!pages.empty())
+              self->send(self->state.pool, release_atom_v, host_tier, request_owner, owner);
+            done(false, {});
+            return;
+          }
+          file_copy(self, kv_op::file_to_host, owner, pages, bytes,
+                    [done, pages](bool ok) mutable { done(ok, pages); });
+        },
+        [done](const caf::error&) mutable { done(false, {}); });
+  }
 }
 
 /// Reads a session's cache out for another node, then frees its pages.
@@ -240,6 +306,7 @@ void apply(self_ptr self, scheduler_effects fx) {
   }
   for (auto id : fx.release_host_pages)
     self->send(st.pool, release_atom_v, host_tier, request_owner, id);
+  apply_disk(self, fx);
   for (const auto& s : fx.swap_outs)
     start_swap_out(self, s, false);
   for (const auto& s : fx.session_outs)
@@ -353,6 +420,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
   auto& st = self->state;
   st.backend = cfg.backend;
   st.page_bytes = cfg.limits.page_bytes;
+  st.disk_dir = cfg.disk_dir;
   st.core = std::make_unique<scheduler_core>(cfg.limits, std::move(cfg.policy),
                                              st.backend ? &st.backend->vocab() : nullptr);
   st.pool = cfg.pool;
@@ -413,6 +481,9 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"advisories", static_cast<double>(c.advisories())},
         {"session_prefetches", static_cast<double>(c.session_prefetches())},
         {"sessions_exported", static_cast<double>(c.sessions_exported())},
+        {"session_disk_writes", static_cast<double>(c.session_disk_writes())},
+        {"session_disk_reads", static_cast<double>(c.session_disk_reads())},
+        {"session_disk_pages", static_cast<double>(c.session_disk_pages())},
         {"sessions_imported", static_cast<double>(c.sessions_imported())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
         {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},

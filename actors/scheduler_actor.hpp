@@ -24,6 +24,8 @@ struct scheduler_config {
   copy_engine_actor copy_engine;
   /// Receives step figures and progress; may be null.
   metrics_actor metrics;
+  /// Where disk-tier session caches go (limits.disk_pages > 0), one file each.
+  std::string disk_dir;
 };
 
 scheduler_actor spawn_scheduler(caf::actor_system& sys, scheduler_config cfg);

@@ -87,6 +87,8 @@ enum class kv_op : std::uint8_t {
   export_device = 1, ///< read `device_pages` into the report's data
   export_host = 2,   ///< read `host_pages` into the report's data
   import_host = 3,   ///< write the order's data into `host_pages`
+  host_to_file = 4,  ///< read `host_pages` into the file at `path`
+  file_to_host = 5,  ///< read the file at `path` into `host_pages`
 };
 
 /// A session's cached KV on its way between nodes: the tokens whose K and V

@@ -474,7 +474,7 @@ backend_options read_backend(section s, const config_catalog& catalog) {
 
 memory_pool_options read_memory_pool(section s) {
   memory_pool_options o;
-  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction", "host_pages"});
+  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction", "host_pages", "disk_pages", "disk_dir"});
   o.page_tokens = s.u32("page_tokens", o.page_tokens, 1, max_page_tokens);
   s.require("page_tokens", std::has_single_bit(o.page_tokens), "must be a power of two");
   o.pages = s.u64("pages", o.pages);
@@ -482,6 +482,10 @@ memory_pool_options read_memory_pool(section s) {
   s.require("gpu_memory_fraction", o.gpu_memory_fraction > 0 && o.gpu_memory_fraction <= 1,
             "must be in (0, 1]");
   o.host_pages = s.u64("host_pages", o.host_pages);
+  o.disk_pages = s.u64("disk_pages", o.disk_pages);
+  o.disk_dir = s.text("disk_dir", o.disk_dir);
+  s.require("disk_pages", o.disk_pages == 0 || o.host_pages > 0,
+            "needs memory_pool.host_pages: caches reach the disk through the host pool");
   return o;
 }
 

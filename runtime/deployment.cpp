@@ -29,6 +29,8 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <filesystem>
+#include <unistd.h>
 #include <thread>
 
 namespace troupe {
@@ -42,6 +44,7 @@ struct deployment::impl {
   std::string endpoint;
   intake_actor intake; ///< null on a node without the router
   std::vector<caf::actor> actors; // every actor, for shutdown
+  std::string disk_dir;            // this process's session files, removed at stop
   bool stopped = false;
 };
 
@@ -224,6 +227,19 @@ deployment::start(const deployment_options& opts) {
   sc.limits.growth_watermark = static_cast<std::uint64_t>(
     opts.scheduler.growth_watermark * static_cast<double>(rb.pool_pages));
   sc.limits.page_bytes = rb.page_bytes;
+  sc.limits.disk_pages = opts.memory_pool.disk_pages;
+  if (opts.memory_pool.disk_pages > 0) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    const fs::path base = opts.memory_pool.disk_dir.empty() ? fs::temp_directory_path(ec)
+                                                            : fs::path{opts.memory_pool.disk_dir};
+    const auto dir = base / ("troupe-kv-" + std::to_string(::getpid()));
+    fs::create_directories(dir, ec);
+    if (ec)
+      return opts.source + ": memory_pool.disk_dir: cannot create " + dir.string() + ": " + ec.message();
+    p->disk_dir = dir.string();
+    sc.disk_dir = p->disk_dir;
+  }
   sc.policy = std::move(sched_policy);
   sc.backend = rb.backend;
   sc.pool = pool;
@@ -347,6 +363,10 @@ std::uint64_t deployment::stop() {
   p.intake = nullptr;
   p.bridge.reset();
   p.sys.reset();
+  if (!p.disk_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(p.disk_dir, ec);
+  }
   return left;
 }
 

@@ -70,6 +70,12 @@ struct memory_pool_options {
   double gpu_memory_fraction = 0.9;
   /// Pages of host memory for swapped-out KV (same page size); 0: none.
   std::uint64_t host_pages = 0;
+  /// Pages of session caches kept in files on disk, below the host pool
+  /// (0: no disk tier).
+  std::uint64_t disk_pages = 0;
+  /// Where those files go ("": the system's temporary directory); each
+  /// process uses a directory of its own in it, removed when it stops.
+  std::string disk_dir;
 };
 
 /// [scheduler]

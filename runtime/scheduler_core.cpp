@@ -9,7 +9,7 @@ namespace troupe {
 bool scheduler_effects::empty() const noexcept {
   return adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && swap_outs.empty() && swap_ins.empty() && session_outs.empty()
-         && session_ins.empty()
+         && session_ins.empty() && disk_outs.empty() && disk_ins.empty() && disk_deletes.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
 }
@@ -29,6 +29,9 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   append(swap_ins, other.swap_ins);
   append(session_outs, other.session_outs);
   append(session_ins, other.session_ins);
+  append(disk_outs, other.disk_outs);
+  append(disk_ins, other.disk_ins);
+  append(disk_deletes, other.disk_deletes);
   append(release_host_pages, other.release_host_pages);
   trim_pages += other.trim_pages;
   append(tokens, other.tokens);
@@ -383,6 +386,13 @@ scheduler_effects scheduler_core::admit(double now_s) {
         r.session_host_pages = e.host_page_ids;
         ++session_host_hits_;
         sessions_.erase(sit);
+      } else if (extends && e.where == session_tier::disk && fetch_from_disk(r.spec.session, id, fx)) {
+        // On disk: read back into host pages while the turn gets its pages,
+        // then copied into the first of them as from the host pool.
+        r.pages = std::max(r.pages, e.pages);
+        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.session_owner = e.owner;
+        r.session_host_pages.clear();
       } else if (extends && e.where == session_tier::device) {
         adopted = e.pages;
         r.pages = std::max(r.pages, adopted);
@@ -489,12 +499,11 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     return;
   }
   if (r.session_owner != 0) {
-    // Its session's cache comes back from the host pool into its first pages.
-    const auto n = r.session_host_pages.size();
+    // Its session's cache comes back from the host pool into its first
+    // pages (once read from disk, if it is on its way from there).
     transition(r, request_state::swapping_in);
-    fx.swap_ins.push_back({r.spec.request_id,
-                           {r.page_ids.begin(), r.page_ids.begin() + static_cast<std::ptrdiff_t>(n)},
-                           r.session_host_pages, n * limits_.page_bytes});
+    if (!r.session_host_pages.empty())
+      copy_session_in(r, fx);
     return;
   }
   if (r.swapped) {
@@ -749,9 +758,13 @@ bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double n
   if (auto old = sessions_.find(r.spec.session); old != sessions_.end()) {
     // This turn's cache supersedes the session's older one: freed outright
     // (one still on its way to the host keeps its place; this one is not kept).
-    if (old->second.where != session_tier::device && old->second.where != session_tier::host)
+    if (old->second.where != session_tier::device && old->second.where != session_tier::host
+        && old->second.where != session_tier::disk)
       return false;
-    if (old->second.where == session_tier::host) {
+    if (old->second.where == session_tier::disk) {
+      fx.disk_deletes.push_back(old->second.owner);
+      disk_held_ -= old->second.pages;
+    } else if (old->second.where == session_tier::host) {
       fx.release_host_pages.push_back(old->second.owner);
       host_reserved_ -= old->second.pages;
     } else {
@@ -778,8 +791,25 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   if (i == sessions_.end())
     return;
   auto& e = i->second;
-  if (e.where != session_tier::device && e.where != session_tier::host)
-    return; // on_session_out / on_session_in / on_exported / on_imported decides
+  if (e.where != session_tier::device && e.where != session_tier::host && e.where != session_tier::disk)
+    return; // the answer to the move under way decides
+  if (e.where == session_tier::disk) {
+    fx.disk_deletes.push_back(e.owner);
+    disk_held_ -= e.pages;
+    ++session_evictions_;
+    sessions_.erase(i);
+    return;
+  }
+  if (e.where == session_tier::host && limits_.disk_pages >= e.pages && limits_.page_bytes > 0
+      && disk_room(e.pages, fx)) {
+    // Down to disk: written to a file, its host pages freed after.
+    auto& d = sessions_.find(session)->second;
+    d.where = session_tier::to_disk;
+    disk_held_ += d.pages;
+    ++session_disk_writes_;
+    fx.disk_outs.push_back({d.owner, {}, d.host_page_ids, d.pages * limits_.page_bytes});
+    return;
+  }
   if (e.where == session_tier::host) {
     fx.release_host_pages.push_back(e.owner);
     host_reserved_ -= e.pages;
@@ -921,7 +951,13 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
     case session_tier::leaving:
       return advice::none;
     case session_tier::arriving:
+    case session_tier::to_disk:
       return advice::in_host;
+    case session_tier::from_disk:
+      return advice::fetching;
+    case session_tier::disk:
+      // Up a tier now; a later advisory (or the turn) takes it on to the GPU.
+      return fetch_from_disk(session, 0, fx) ? advice::fetching : advice::none;
     case session_tier::moving_out:
     case session_tier::host:
       break;
@@ -971,9 +1007,133 @@ scheduler_effects scheduler_core::on_session_in(std::uint64_t owner, bool ok, do
   return fx;
 }
 
+void scheduler_core::copy_session_in(record& r, scheduler_effects& fx) {
+  const auto n = r.session_host_pages.size();
+  fx.swap_ins.push_back({r.spec.request_id,
+                         {r.page_ids.begin(), r.page_ids.begin() + static_cast<std::ptrdiff_t>(n)},
+                         r.session_host_pages, n * limits_.page_bytes});
+}
+
+bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
+  while (disk_held_ + pages > limits_.disk_pages) {
+    auto oldest = sessions_.end();
+    for (auto j = sessions_.begin(); j != sessions_.end(); ++j)
+      if (j->second.where == session_tier::disk
+          && (oldest == sessions_.end() || j->second.last_use_s < oldest->second.last_use_s))
+        oldest = j;
+    if (oldest == sessions_.end())
+      return false;
+    evict_session(oldest->first, fx);
+  }
+  return true;
+}
+
+bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter, scheduler_effects& fx) {
+  auto i = sessions_.find(session);
+  if (i == sessions_.end() || i->second.where != session_tier::disk)
+    return false;
+  // Marked first, so that making host room (which may push older caches to
+  // disk, and the oldest there out) leaves this one be.
+  i->second.where = session_tier::from_disk;
+  if (!host_room(i->second.pages, session, fx)) {
+    sessions_.find(session)->second.where = session_tier::disk;
+    return false;
+  }
+  auto& e = sessions_.find(session)->second;
+  e.waiter = waiter;
+  host_pending_ += e.pages;
+  ++session_disk_reads_;
+  fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
+  return true;
+}
+
+scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok) {
+  scheduler_effects fx;
+  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
+    return kv.second.owner == owner && kv.second.where == session_tier::to_disk;
+  });
+  if (i == sessions_.end())
+    return fx;
+  auto& e = i->second;
+  fx.release_host_pages.push_back(owner);
+  host_reserved_ -= e.pages;
+  e.host_page_ids.clear();
+  if (ok) {
+    e.where = session_tier::disk;
+    return fx;
+  }
+  disk_held_ -= e.pages;
+  ++session_evictions_;
+  sessions_.erase(i);
+  return fx;
+}
+
+scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, double now_s,
+                                             std::vector<std::uint32_t> host_pages) {
+  scheduler_effects fx;
+  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
+    return kv.second.owner == owner && kv.second.where == session_tier::from_disk;
+  });
+  if (i == sessions_.end())
+    return fx;
+  auto& e = i->second;
+  host_pending_ -= e.pages;
+  disk_held_ -= e.pages;
+  ok = ok && host_pages.size() == e.pages;
+  if (e.waiter == 0) {
+    // An advisory's fetch: the cache waits in the host pool.
+    if (ok) {
+      e.where = session_tier::host;
+      e.host_page_ids = std::move(host_pages);
+      e.last_use_s = now_s;
+      host_reserved_ += e.pages;
+      return fx;
+    }
+    if (!host_pages.empty())
+      fx.release_host_pages.push_back(owner);
+    ++session_evictions_;
+    sessions_.erase(i);
+    return fx;
+  }
+  const auto waiter = e.waiter;
+  sessions_.erase(i);
+  auto r = records_.find(waiter);
+  const bool waiting = r != records_.end() && r->second.session_owner == owner
+                       && r->second.state != request_state::finished;
+  if (!ok || !waiting) {
+    if (!host_pages.empty())
+      fx.release_host_pages.push_back(owner);
+    if (!waiting)
+      return fx;
+    auto& rec = r->second;
+    // No cache after all: the turn prefills its whole prompt.
+    rec.session_owner = 0;
+    rec.cached_tokens = 0;
+    if (rec.state == request_state::swapping_in) {
+      if (rec.cancel_requested) {
+        finish(rec, finish_reason::cancelled, now_s, fx);
+        flush_finished();
+      } else {
+        transition(rec, request_state::ready);
+      }
+    }
+    return fx;
+  }
+  auto& rec = r->second;
+  host_reserved_ += host_pages.size();
+  rec.session_host_pages = std::move(host_pages);
+  if (rec.state == request_state::swapping_in)
+    copy_session_in(rec, fx); // its pages came first
+  return fx;
+}
+
 void scheduler_core::release_session_host(record& r, scheduler_effects& fx) {
   if (r.session_owner == 0)
     return;
+  if (r.session_host_pages.empty()) {
+    r.session_owner = 0; // still on its way from disk: on_disk_in frees it
+    return;
+  }
   fx.release_host_pages.push_back(r.session_owner);
   host_reserved_ -= r.session_host_pages.size();
   r.session_owner = 0;

@@ -46,6 +46,9 @@ struct scheduler_limits {
   /// keep nothing); least recently used sessions go first, and whenever an
   /// admission needs the pages.
   std::uint64_t session_pages = 0;
+  /// Pages of session caches that may wait in files on disk, the tier
+  /// below the host pool (0: none): a host-tier cache pushed out goes there.
+  std::uint64_t disk_pages = 0;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -95,6 +98,16 @@ struct scheduler_effects {
   /// advisory): the shell reserves `host_pages.size()` device pages for
   /// `request_id` (the turn that left it), copies, then answers on_session_in.
   std::vector<swap> session_ins;
+  /// A host-tier session cache moving to a file (`request_id`: its owner;
+  /// `host_pages`: where it is); answered by on_disk_out. The host pages are
+  /// released by the core after.
+  std::vector<swap> disk_outs;
+  /// A session cache coming back from its file: the shell reserves
+  /// `bytes / page_bytes` host pages for the owner (`request_id`), reads the
+  /// file into them, removes it and answers on_disk_in.
+  std::vector<swap> disk_ins;
+  /// Owners whose files to remove (caches dropped from the disk tier).
+  std::vector<std::uint64_t> disk_deletes;
   std::vector<std::uint64_t> release_host_pages; ///< request ids whose host pages to free
   /// Pages to ask the adapter cache to free from idle adapters (0: none).
   std::uint64_t trim_pages = 0;
@@ -209,6 +222,15 @@ public:
   scheduler_effects on_imported(std::uint64_t session, bool ok, double now_s,
                                 std::vector<std::uint32_t> host_pages = {});
 
+  /// A session cache's write to its file ended; its host pages are freed
+  /// either way (a failed write drops the cache).
+  scheduler_effects on_disk_out(std::uint64_t owner, bool ok);
+  /// A session cache's read from its file ended: on success it is in
+  /// `host_pages` (a turn waiting for it goes on to copy it to the GPU);
+  /// else it is gone (the waiting turn recomputes).
+  scheduler_effects on_disk_in(std::uint64_t owner, bool ok, double now_s,
+                               std::vector<std::uint32_t> host_pages = {});
+
   /// A swap-in ended: the request decodes on (or, on failure, recomputes
   /// into the pages it was granted). Its host pages are released.
   scheduler_effects on_swapped_in(std::uint64_t request_id, bool ok, double now_s);
@@ -265,6 +287,9 @@ public:
   std::uint64_t advisories() const noexcept { return advisories_; }
   std::uint64_t session_prefetches() const noexcept { return session_prefetches_; }
   std::uint64_t sessions_exported() const noexcept { return sessions_exported_; }
+  std::uint64_t session_disk_writes() const noexcept { return session_disk_writes_; }
+  std::uint64_t session_disk_reads() const noexcept { return session_disk_reads_; }
+  std::uint64_t session_disk_pages() const noexcept { return disk_held_; }
   std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
@@ -350,6 +375,8 @@ private:
   bool keep_for_session(record& r, scheduler_effects& fx, double now_s);
   /// Moves a session cache to the host pool when it has room (or frees it).
   void evict_session(std::uint64_t session, scheduler_effects& fx);
+  /// Copies a turn's session cache from its host pages into its first pages.
+  void copy_session_in(record& r, scheduler_effects& fx);
   /// Frees the host pages a request brought its session cache back from.
   void release_session_host(record& r, scheduler_effects& fx);
   /// Frees least recently used session caches until `need` pages are free
@@ -395,7 +422,14 @@ private:
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths
   std::uint64_t next_ticket_ = 1;
-  enum class session_tier : std::uint8_t { device, moving_out, host, moving_in, leaving, arriving };
+  enum class session_tier : std::uint8_t {
+    device, moving_out, host, moving_in, leaving, arriving, to_disk, disk, from_disk
+  };
+  /// Starts a disk-tier cache's read back into host pages (false: no host
+  /// room); `waiter`: the turn that waits for it (0: an advisory).
+  bool fetch_from_disk(std::uint64_t session, std::uint64_t waiter, scheduler_effects& fx);
+  /// Room on disk for `pages` more, dropping the oldest disk-tier caches.
+  bool disk_room(std::uint64_t pages, scheduler_effects& fx);
   /// Host room for `pages` more, pushing older host-tier caches out; false
   /// when even that leaves too little.
   bool host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx);
@@ -406,6 +440,7 @@ private:
     std::vector<std::uint32_t> page_ids;
     std::vector<std::int32_t> tokens; ///< whose K and V the pages hold
     std::uint64_t pages = 0;
+    std::uint64_t waiter = 0; ///< from_disk: the turn waiting for it (0: none)
     double last_use_s = 0;
   };
   std::unordered_map<std::uint64_t, session_entry> sessions_;
@@ -416,6 +451,9 @@ private:
   std::uint64_t session_host_hits_ = 0;
   std::uint64_t advisories_ = 0;
   std::uint64_t session_prefetches_ = 0;
+  std::uint64_t disk_held_ = 0; // pages of caches on disk or on their way there
+  std::uint64_t session_disk_writes_ = 0;
+  std::uint64_t session_disk_reads_ = 0;
   std::uint64_t sessions_exported_ = 0;
   std::uint64_t sessions_imported_ = 0;
   std::uint64_t next_import_owner_ = std::uint64_t{1} << 62; // apart from request ids

@@ -467,6 +467,38 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(stats.at("session_host_hits"), 1.0) << "no copy at admission this time";
   EXPECT_EQ(b2, greedy_turn(c2, "b3", prompt_b2, "fresh")) << "the prefetched cache changed the output";
   d->stop();
+
+  // Down to disk and back: room for one 2-page cache on the GPU and one in
+  // the host pool, files below. A's cache goes GPU -> host (B's turn) ->
+  // disk (C's turn); A's second turn reads it back through the host pool.
+  const auto disk_dir = fs::temp_directory_path() / ("troupe-session-disk-" + std::to_string(::getpid()));
+  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
+                      << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n";
+  d = start_from_file(path.string());
+  ASSERT_NE(d, nullptr);
+  client_connection c3{d->endpoint()};
+  auto turn3 = [&](const std::string& id, const std::vector<std::int32_t>& prompt, const std::string& session) {
+    return greedy_turn(c3, id, prompt, session);
+  };
+  EXPECT_EQ(turn3("a1", prompt1, "A"), reply1);
+  turn3("b1", other, "B");
+  turn3("c1", third, "C");
+  for (int i = 0; i < 100 && stats_of(c3, "d1").at("session_disk_pages") < 2.0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stats = stats_of(c3, "d2");
+  EXPECT_EQ(stats.at("session_disk_writes"), 1.0) << "A's cache went to disk";
+  EXPECT_EQ(stats.at("session_disk_pages"), 2.0);
+  EXPECT_EQ(turn3("a2", prompt2, "A"), with_cache) << "the cache read back from disk changed the output";
+  stats = stats_of(c3, "d3");
+  EXPECT_EQ(stats.at("session_disk_reads"), 1.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
+  EXPECT_EQ(stats.at("session_disk_pages"), 0.0);
+  d->stop();
+  EXPECT_FALSE(fs::exists(disk_dir / ("troupe-kv-" + std::to_string(::getpid())))) << "its files outlive it";
+  fs::remove_all(disk_dir);
   fs::remove(path);
 }
 

@@ -48,7 +48,7 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 /// every step entry against what the request should be fed.
 struct swap_shell {
   explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
-                      std::uint64_t session_pages = 0)
+                      std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -57,6 +57,7 @@ struct swap_shell {
     limits.page_bytes = 1024;
     limits.on_demand = on_demand;
     limits.session_pages = session_pages;
+    limits.disk_pages = disk_pages;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -133,6 +134,17 @@ struct swap_shell {
       session_outs.push_back(std::move(s));
     for (auto& s : fx.session_ins)
       session_ins.push_back(std::move(s));
+    for (auto owner : fx.disk_deletes)
+      EXPECT_EQ(disk.erase(owner), 1u) << "no file for " << owner;
+    for (auto& s : fx.disk_outs) {
+      const auto held = host.pages_of({page_owner_kind::request, s.request_id});
+      EXPECT_TRUE(std::equal(held.begin(), held.end(), s.host_pages.begin(), s.host_pages.end()));
+      disk_outs.push_back(std::move(s));
+    }
+    for (auto& s : fx.disk_ins) {
+      EXPECT_TRUE(disk.contains(s.request_id)) << "no file for " << s.request_id;
+      disk_ins.push_back(std::move(s));
+    }
     for (const auto& t : fx.tokens) {
       auto& got = tokens[t.request_id];
       EXPECT_EQ(t.index, got.size()) << "request " << t.request_id << " skipped or repeated a token";
@@ -196,6 +208,32 @@ struct swap_shell {
     apply(core->on_session_out(s.request_id, copied, now, std::move(ids)));
   }
 
+  /// Answers the oldest write of a session cache to its file.
+  void answer_disk_out(bool ok = true) {
+    auto s = disk_outs.front();
+    disk_outs.erase(disk_outs.begin());
+    if (ok)
+      disk[s.request_id] = s.host_pages.size();
+    apply(core->on_disk_out(s.request_id, ok));
+  }
+
+  /// Answers the oldest read of a session cache from its file: host pages
+  /// reserved, the file read and removed.
+  void answer_disk_in(bool ok = true) {
+    auto s = disk_ins.front();
+    disk_ins.erase(disk_ins.begin());
+    const auto n = disk.at(s.request_id);
+    EXPECT_EQ(s.bytes, n * 1024);
+    disk.erase(s.request_id);
+    auto ids = reserve_host(s.request_id, n);
+    if (!ok && !ids.empty()) {
+      host.release({page_owner_kind::request, s.request_id});
+      ids.clear();
+    }
+    const bool read = ok && !ids.empty();
+    apply(core->on_disk_in(s.request_id, read, now, std::move(ids)));
+  }
+
   /// Answers the oldest advisory fetch: device pages for the cache, copied.
   void answer_session_in() {
     auto s = session_ins.front();
@@ -256,7 +294,8 @@ struct swap_shell {
   std::map<std::uint64_t, std::uint32_t> prompts;
   std::map<std::uint64_t, std::vector<std::int32_t>> tokens;
   std::map<std::uint64_t, finish_reason> finished;
-  std::vector<scheduler_effects::swap> outs, ins, session_outs, session_ins;
+  std::vector<scheduler_effects::swap> outs, ins, session_outs, session_ins, disk_outs, disk_ins;
+  std::map<std::uint64_t, std::size_t> disk; // owner -> pages in its file
   std::map<std::uint64_t, scheduler_effects::grow> grows;
   std::map<std::uint64_t, std::uint32_t> expect_cached;
   std::map<std::uint64_t, std::vector<std::int32_t>> prompts_of;
@@ -780,6 +819,76 @@ TEST(scheduler_session, an_import_without_host_room_is_refused) {
   EXPECT_EQ(b.core->sessions_cached(), 0u);
   EXPECT_EQ(b.host.owners(), 0u);
   EXPECT_EQ(b.core->begin_export(7), std::nullopt);
+}
+
+/// Room for one 3-page cache on the GPU and one in the host pool, a disk
+/// tier below: session 7's cache (request 1) ends up in a file when
+/// sessions 8 and 9 follow.
+swap_shell one_session_on_disk() {
+  swap_shell s{40, 3, false, 4, 30};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8);
+  run_until_done(s, 2);
+  s.answer_session_out(); // 7 in the host pool
+  s.submit_tokens(4, tokens_from(80, 6), 4, 9);
+  run_until_done(s, 4);
+  EXPECT_EQ(s.disk_outs.size(), 1u) << "7 goes down to disk to make host room";
+  s.answer_disk_out();
+  EXPECT_EQ(s.core->session_disk_writes(), 1u);
+  EXPECT_EQ(s.core->session_disk_pages(), 3u);
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty()) << "host pages freed after the write";
+  return s;
+}
+
+TEST(scheduler_session, a_cache_on_disk_comes_back_through_the_host_for_the_next_turn) {
+  auto s = one_session_on_disk();
+  submit_second_turn(s);
+  s.admit();
+  ASSERT_EQ(s.disk_ins.size(), 1u);
+  EXPECT_EQ(s.core->state_of(3), request_state::swapping_in) << "its pages came; the file not yet";
+  EXPECT_TRUE(s.ins.empty());
+  s.answer_disk_in();
+  ASSERT_EQ(s.ins.size(), 1u) << "then copied into its first pages";
+  s.answer_in();
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.core->session_disk_reads(), 1u);
+  EXPECT_EQ(s.core->session_disk_pages(), 0u);
+  EXPECT_TRUE(s.disk.empty());
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, an_advisory_lifts_a_cache_from_disk_to_the_host) {
+  auto s = one_session_on_disk();
+  scheduler_effects fx;
+  EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::fetching);
+  s.apply(std::move(fx));
+  s.answer_disk_in();
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u);
+  submit_second_turn(s);
+  s.admit();
+  ASSERT_EQ(s.ins.size(), 1u) << "a host hit now";
+  s.answer_in();
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_failed_read_from_disk_recomputes_the_turn) {
+  auto s = one_session_on_disk();
+  submit_second_turn(s);
+  s.expect_cached[3] = 0;
+  s.admit();
+  s.answer_disk_in(false);
+  EXPECT_EQ(s.core->state_of(3), request_state::ready);
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->reused_tokens(), 0u);
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.core->sessions_cached(), 2u) << "8 is gone (no host room then), 9 and 7's new turn";
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
 } // namespace
