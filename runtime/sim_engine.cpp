@@ -147,6 +147,16 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         apply(core_.on_step_done(batch, tokens, now_));
         break;
       }
+      case event_kind::advise: {
+        scheduler_effects fx;
+        core_.advise(ev.arg, now_, fx);
+        apply(std::move(fx));
+        break;
+      }
+      case event_kind::first_layer_in:
+        // The rest of its layers stream in under its step (pump gates it).
+        apply(core_.on_swapped_in(ev.arg, true, now_));
+        break;
       case event_kind::transfer_done: {
         auto i = running_transfers_.find(ev.arg);
         if (i == running_transfers_.end())
@@ -165,8 +175,9 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
             apply(core_.on_swapped_out(t.request_id, true, now_, std::move(s.host_pages)));
           else if (session_ins_.erase(t.request_id) > 0)
             apply(core_.on_session_in(t.request_id, true, now_, std::move(s.device_pages)));
-          else
+          else if (!cfg_.layer_streaming)
             apply(core_.on_swapped_in(t.request_id, true, now_));
+          // (streamed: the request took its pages over at its first layer)
           start_transfers();
           break;
         }
@@ -230,9 +241,26 @@ void sim_engine::pump() {
   if (batch.empty())
     return;
   auto result = backend_->run_step(batch);
+  double done = now_ + result.device_seconds;
+  if (!streams_.empty()) {
+    // Layer l computes once layer l-1 has and layer l's copy is in:
+    // t(l) = max(t(l-1), copy_start + (l+1) c / L) + s / L.
+    const double layers = std::max<std::uint32_t>(cfg_.layers, 1);
+    for (const auto& e : batch) {
+      auto st = streams_.find(e.request_id);
+      if (st == streams_.end())
+        continue;
+      const auto [start, copy] = st->second;
+      double t = now_;
+      for (std::uint32_t l = 0; l < cfg_.layers; ++l)
+        t = std::max(t, start + (l + 1) * copy / layers) + result.device_seconds / layers;
+      done = std::max(done, t);
+      streams_.erase(st);
+    }
+  }
   in_flight_ = std::move(batch);
   in_flight_tokens_ = std::move(result.tokens);
-  schedule(now_ + result.device_seconds, event_kind::step_done, 0);
+  schedule(done, event_kind::step_done, 0);
 }
 
 void sim_engine::apply(scheduler_effects fx) {
@@ -352,7 +380,10 @@ void sim_engine::next_turn(std::uint64_t session) {
     return;
   const auto next = q.front();
   q.pop_front();
-  schedule(now_ + (*requests_)[next].think_s, event_kind::arrival, next);
+  const auto think = (*requests_)[next].think_s;
+  schedule(now_ + think, event_kind::arrival, next);
+  if (cfg_.advise_lead_s >= 0)
+    schedule(now_ + std::max(0.0, think - cfg_.advise_lead_s), event_kind::advise, session);
 }
 
 void sim_engine::drop(const std::vector<std::uint32_t>& victims) {
@@ -426,6 +457,10 @@ void sim_engine::start_transfers() {
       t.done_s = now_ + r.seconds;
       running_transfers_.emplace(s.id, t);
       schedule(t.done_s, event_kind::transfer_done, s.id);
+      if (cfg_.layer_streaming && s.cls == transfer_class::swap_in && !session_ins_.contains(s.key)) {
+        streams_[s.key] = {now_, r.seconds};
+        schedule(now_ + r.seconds / std::max<std::uint32_t>(cfg_.layers, 1), event_kind::first_layer_in, s.key);
+      }
       continue;
     }
     const auto adapter_id = static_cast<std::uint32_t>(s.key);

@@ -46,6 +46,15 @@ struct sim_engine_config {
   /// A conversation whose history would pass this many tokens (with the
   /// turn's prompt and reply) starts a fresh context window.
   std::uint32_t max_context = 4096;
+  /// Layer-wise streaming (Symphony): a request whose cache comes back from
+  /// the host pool starts its step once the first of `layers` layers is on
+  /// the GPU, and each layer's compute waits only for that layer's copy
+  /// (modelled). Off: the whole copy, then the step.
+  bool layer_streaming = false;
+  std::uint32_t layers = 32;
+  /// Advisories (Symphony): this many seconds before each later turn of a
+  /// conversation arrives, the scheduler is told it is coming (< 0: never).
+  double advise_lead_s = -1;
 };
 
 /// One request of a simulated workload.
@@ -124,7 +133,7 @@ public:
   const adapter_cache& cache() const noexcept { return cache_; }
 
 private:
-  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done };
+  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise };
   struct event {
     double at;
     std::uint64_t seq;
@@ -168,6 +177,9 @@ private:
   std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> swaps_;
   std::unordered_set<std::uint64_t> session_outs_; // swap-outs that move a session's cache
   std::unordered_set<std::uint64_t> session_ins_;  // swap-ins that bring one back (advisories)
+  /// Streamed swap-ins: request id -> (copy start, copy seconds); the
+  /// request runs from its first layer's arrival, its step gated per layer.
+  std::unordered_map<std::uint64_t, std::pair<double, double>> streams_;
   adapter_cache cache_;
   transfer_queue transfers_;
   std::uint64_t pool_pages_;

@@ -115,13 +115,18 @@ symphony() {
   # counts and sizes from the conversations file), started at a rate per
   # second, each turn 10 s after the previous reply; Llama-2-7B on the
   # A100-80GB preset. Recompute (no session cache) against sessions kept in
-  # up to 90 % of the GPU pool, and with a 128 GiB host tier behind it.
+  # up to 90 % of the GPU pool, with a 128 GiB host tier behind it, with
+  # caches from the host streamed in layer by layer under the step, with
+  # advisories 1 s before each turn, and with both.
   local csv=$out/symphony.csv
   rm -f "$csv"
-  for setup in recompute:0:0 sessions:0.9:0 sessions+host:0.9:128; do
-    local label=${setup%%:*} rest=${setup#*:}
-    local f=${rest%%:*} host=${rest#*:}
-    "$sim" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+  # label:session_fraction:host_gib:layer_streaming:advise_lead_s
+  for setup in recompute:0:0:off:off sessions:0.9:0:off:off sessions+host:0.9:128:off:off \
+               sessions+host+stream:0.9:128:on:off sessions+host+advise:0.9:128:off:1 \
+               all:0.9:128:on:1; do
+    local label f host stream lead
+    IFS=: read -r label f host stream lead <<< "$setup"
+    "$sim" --layer-streaming "$stream" --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.1,0.2,0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB \
       --setups fcfs:lru --session-fraction "$f" --host-gib "$host" --csv "$out/.one.csv" > "$out/symphony-$label.txt"
     if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi

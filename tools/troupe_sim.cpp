@@ -67,6 +67,9 @@ constexpr const char* usage =
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
   "  --max-running N       running batch cap (default 256)\n"
   "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
+  "  --layer-streaming on|off  a cache coming back from the host pool streams in layer by layer under\n"
+  "                        its step (Symphony), or is copied whole first (default off)\n"
+  "  --advise-lead S|off   an advisory S seconds before each later turn of a conversation (default off)\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
@@ -104,6 +107,8 @@ struct options {
   std::uint64_t host_bytes = 0;
   std::uint32_t max_running = 256;
   bool on_demand = false;
+  bool layer_streaming = false;
+  double advise_lead = -1;
   double host_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
@@ -201,6 +206,15 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--prefetch-free") { if (!need_num() || num >= 1) { err = "--prefetch-free must be in [0, 1)"; return false; } o.prefetch_free = num; }
     else if (a == "--host-bytes") { if (!need_num()) return false; o.host_bytes = static_cast<std::uint64_t>(num); }
     else if (a == "--max-running") { if (!need_num() || num < 1) { err = "--max-running must be >= 1"; return false; } o.max_running = static_cast<std::uint32_t>(num); }
+    else if (a == "--advise-lead") {
+      if (v == "off") o.advise_lead = -1;
+      else if (!need_num()) return false;
+      else o.advise_lead = num;
+    }
+    else if (a == "--layer-streaming") {
+      if (v != "on" && v != "off") { err = "--layer-streaming: on or off"; return false; }
+      o.layer_streaming = v == "on";
+    }
     else if (a == "--kv") {
       if (v != "full" && v != "on_demand") { err = "--kv: full or on_demand"; return false; }
       o.on_demand = v == "on_demand";
@@ -417,6 +431,9 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.limits.page_bytes = page_bytes;
     cfg.limits.session_pages = static_cast<std::uint64_t>(o.session_fraction * static_cast<double>(pool_pages));
     cfg.max_context = o.max_context;
+    cfg.layer_streaming = o.layer_streaming;
+    cfg.advise_lead_s = o.advise_lead;
+    cfg.layers = shape->num_layers;
     cfg.adapter_partition_pages = partition_pages;
     if (partition_pages > 0) // a full partition means waiting for room, not a broken adapter
       cfg.limits.max_adapter_failures = std::numeric_limits<std::uint32_t>::max();

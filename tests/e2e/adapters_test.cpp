@@ -373,6 +373,13 @@ std::vector<std::int32_t> greedy_turn(client_connection& c, const std::string& i
   return done && done->tokens ? *done->tokens : std::vector<std::int32_t>{};
 }
 
+/// A cache's move to the host pool is a copy: waits until it has landed
+/// (the host pool holds KV pages), so that the next turn finds it there.
+void wait_host_kv(client_connection& c, const std::string& id) {
+  for (int i = 0; i < 250 && stats_of(c, id).at("host_pool_pages_kv") < 1.0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_tokens) {
   if (!fs::exists("models/demo/config.json"))
     GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
@@ -427,6 +434,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   const auto b_reply = turn2("b1", other, "B");
   stats = stats_of(c2, "s3");
   EXPECT_EQ(stats.at("session_offloads"), 1.0) << "A's cache went to the host pool";
+  wait_host_kv(c2, "w1");
   EXPECT_EQ(turn2("a2", prompt2, "A"), with_cache) << "the cache brought back from the host changed the output";
   stats = stats_of(c2, "s4");
   EXPECT_EQ(stats.at("session_host_hits"), 1.0);
@@ -439,6 +447,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   third[1] = 99;
   turn2("c1", third, "C");
   EXPECT_EQ(stats_of(c2, "s5").at("session_offloads"), 2.0) << "B's cache went to the host";
+  wait_host_kv(c2, "w2");
   wire::advise_request adv{"adv", "B", 1.0, 0};
   ASSERT_TRUE(c2.send(adv));
   std::string status;
@@ -486,8 +495,13 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(turn3("a1", prompt1, "A"), reply1);
   turn3("b1", other, "B");
   turn3("c1", third, "C");
-  for (int i = 0; i < 100 && stats_of(c3, "d1").at("session_disk_pages") < 2.0; ++i)
+  // The write is a copy: done when the host pool has let A's pages go.
+  for (int i = 0; i < 250; ++i) {
+    const auto st = stats_of(c3, "d1");
+    if (st.at("session_disk_pages") >= 2.0 && st.at("host_pool_pages_kv") == 0.0)
+      break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   stats = stats_of(c3, "d2");
   EXPECT_EQ(stats.at("session_disk_writes"), 1.0) << "A's cache went to disk";
   EXPECT_EQ(stats.at("session_disk_pages"), 2.0);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Issue 9's multi-node check at a small scale: three troupe-serve processes
 # from one config (nodes on loopback, CAF's middleman between them) serve
-# multi-turn conversations from the ShareGPT conversations trace on the cpu
-# backend. Sessions migrate (KV pulled between nodes), the load spreads over
+# multi-turn conversations from the ShareGPT conversations trace (its first
+# rows, tests/e2e/data) on the cpu backend. Sessions migrate (KV pulled between nodes), the load spreads over
 # the three, and one worker node is killed while it has requests in flight.
 # Every turn must still end normally with the same tokens as on one node
 # (greedy decoding: the conversation's history depends on every reply).
@@ -79,7 +79,7 @@ stat() { # $1: endpoint, $2: name
     | sed -n "s/^\"$2\":\([0-9.]*\)$/\1/p"
 }
 bench() { # $1: endpoint, $2: records
-  "$bin/troupe-bench" --endpoint "$1" --conversations ../shared/traces/sharegpt52k_head1000_conversations.csv \
+  "$bin/troupe-bench" --endpoint "$1" --conversations tests/e2e/data/sharegpt_conversations_head.csv \
     --requests 16 --rate 16 --think 0.2 --max-rounds 4 --turn-tokens 32:64 --time-scale 1 --advise \
     --records "$2" --no-progress
 }

@@ -133,6 +133,50 @@ TEST(sim_engine, a_conversations_turns_follow_each_other_and_reuse_the_session_c
   EXPECT_EQ(sessions.decode_tokens, recompute.decode_tokens);
 }
 
+TEST(sim_engine, a_cache_streamed_in_layer_by_layer_starts_the_turn_sooner) {
+  const auto shape = *gpu::find_model_preset("llama-2-7b");
+  const auto gpu = *gpu::find_gpu_spec("A100-80GB");
+  const auto page_bytes = 16 * shape.kv_bytes_per_token();
+  auto second_turn = [&](bool streaming, double advise_lead = -1) {
+    sim_engine_config cfg;
+    cfg.limits.total_pages = 2000;
+    cfg.limits.page_tokens = 16;
+    cfg.limits.page_bytes = page_bytes;
+    cfg.limits.host_pages = 2000;
+    cfg.limits.session_pages = 200; // one conversation's cache: the other's goes to the host
+    cfg.layer_streaming = streaming;
+    cfg.layers = shape.num_layers;
+    cfg.advise_lead_s = advise_lead;
+    cfg.scheduling = policies::make_scheduling_policy("fcfs");
+    cfg.eviction = policies::make_eviction_policy("lru");
+    adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+    sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1), std::move(catalog), 2000};
+    // Conversation 1's first turn (2,000 tokens of prompt) ends; conversation
+    // 2's pushes its cache to the host; conversation 1's second turn brings
+    // it back.
+    std::vector<sim_request> reqs{{0.0, 2000, 8, 0, 1, 1.0}, {0.0, 2000, 8, 0, 1, 1.0}, {0.2, 2000, 8, 0, 2, 1.0}};
+    const auto out = engine.run(reqs);
+    for (const auto& o : out)
+      EXPECT_EQ(o.reason, finish_reason::length);
+    EXPECT_EQ(engine.totals().reused_tokens, 2007u) << "the second turn reused the first's cache";
+    EXPECT_EQ(engine.totals().swapped_in, 0u);
+    return out[1].ttft_s;
+  };
+  const auto whole = second_turn(false);
+  const auto streamed = second_turn(true);
+  // 126 pages of 0.5 MiB over PCIe: milliseconds; its prefill of 9 tokens
+  // overlaps all but the first layer's share of it.
+  EXPECT_LT(streamed, whole);
+  const auto copy = gpu::sim_backend(shape, gpu, 1).transfer_seconds(126 * page_bytes);
+  EXPECT_GT(whole - streamed, 0.5 * copy) << "most of the copy hidden";
+  EXPECT_GE(streamed, copy) << "the last layer cannot compute before it arrives";
+  // An advisory half a second ahead brings the cache back before the turn:
+  // no copy left on its critical path at all.
+  const auto advised = second_turn(false, 0.5);
+  EXPECT_LT(advised, streamed);
+  EXPECT_LT(advised, whole - 0.9 * copy);
+}
+
 TEST(sim_engine, keeping_idle_adapters_beats_discarding_them) {
   const auto lru = run("lru", 4000, false);
   const auto slora = run("slora", 4000, false);
