@@ -1,0 +1,120 @@
+// Messages that cross nodes (CAF's binary format over the middleman) keep
+// every field: a field missing from its inspect overload would arrive as its
+// default on the other node (a request's session did, once).
+#include "messages/type_ids.hpp"
+
+#include <caf/binary_deserializer.hpp>
+#include <caf/binary_serializer.hpp>
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace troupe {
+namespace {
+
+template <class T>
+T round_trip(T x) {
+  std::vector<char> buf;
+  caf::binary_serializer out{nullptr, buf};
+  EXPECT_FALSE(out(x)) << "serializing";
+  T y{};
+  caf::binary_deserializer in{nullptr, buf};
+  EXPECT_FALSE(in(y)) << "deserializing";
+  return y;
+}
+
+TEST(serialize, a_request_keeps_every_field) {
+  request_spec s;
+  s.request_id = 7;
+  s.prompt = {1, 2, 3};
+  s.max_new_tokens = 9;
+  s.adapter_id = 4;
+  s.adapter_rank = 16;
+  s.adapter_pages = 5;
+  s.seed = 11;
+  s.temperature = 0.5f;
+  s.top_p = 0.9f;
+  s.top_k = 40;
+  s.priority = -2;
+  s.session = 0xabcdef;
+  s.stop = {"\n\n"};
+  s.queue = 2;
+  s.predicted_tokens = 33;
+  s.arrival_s = 12.5;
+  const auto r = round_trip(s);
+  EXPECT_EQ(r.request_id, s.request_id);
+  EXPECT_EQ(r.prompt, s.prompt);
+  EXPECT_EQ(r.max_new_tokens, s.max_new_tokens);
+  EXPECT_EQ(r.adapter_id, s.adapter_id);
+  EXPECT_EQ(r.adapter_rank, s.adapter_rank);
+  EXPECT_EQ(r.adapter_pages, s.adapter_pages);
+  EXPECT_EQ(r.seed, s.seed);
+  EXPECT_EQ(r.temperature, s.temperature);
+  EXPECT_EQ(r.top_p, s.top_p);
+  EXPECT_EQ(r.top_k, s.top_k);
+  EXPECT_EQ(r.priority, s.priority);
+  EXPECT_EQ(r.session, s.session);
+  EXPECT_EQ(r.stop, s.stop);
+  EXPECT_EQ(r.queue, s.queue);
+  EXPECT_EQ(r.predicted_tokens, s.predicted_tokens);
+  EXPECT_EQ(r.arrival_s, s.arrival_s);
+}
+
+TEST(serialize, a_session_cache_and_progress_keep_every_field) {
+  session_kv kv{42, {5, 6, 7}, 3, std::string("\0\1\2kv", 5), "why"};
+  const auto k = round_trip(kv);
+  EXPECT_EQ(k.session, kv.session);
+  EXPECT_EQ(k.tokens, kv.tokens);
+  EXPECT_EQ(k.pages, kv.pages);
+  EXPECT_EQ(k.data, kv.data);
+  EXPECT_EQ(k.error, kv.error);
+
+  progress_batch b;
+  b.tokens.push_back({3, 4, 99});
+  b.finished.push_back({3, 1, 10, 5, 1.5, 2.5, 3.5});
+  const auto p = round_trip(b);
+  ASSERT_EQ(p.tokens.size(), 1u);
+  EXPECT_EQ(p.tokens[0].request_id, 3u);
+  EXPECT_EQ(p.tokens[0].index, 4u);
+  EXPECT_EQ(p.tokens[0].token, 99);
+  ASSERT_EQ(p.finished.size(), 1u);
+  EXPECT_EQ(p.finished[0].reason, 1u);
+  EXPECT_EQ(p.finished[0].prompt_tokens, 10u);
+  EXPECT_EQ(p.finished[0].completion_tokens, 5u);
+  EXPECT_EQ(p.finished[0].queue_ms, 1.5);
+  EXPECT_EQ(p.finished[0].ttft_ms, 2.5);
+  EXPECT_EQ(p.finished[0].e2e_ms, 3.5);
+}
+
+TEST(serialize, a_cache_transfer_keeps_its_operation_and_data) {
+  transfer_order o;
+  o.adapter_id = 1;
+  o.bytes = 4096;
+  o.path = "/tmp/x.kv";
+  o.kind = 3;
+  o.request_id = 8;
+  o.device_pages = {1, 2};
+  o.host_pages = {3, 4};
+  o.kv_op = static_cast<std::uint8_t>(kv_op::file_to_host);
+  o.data = "abc";
+  const auto r = round_trip(o);
+  EXPECT_EQ(r.adapter_id, o.adapter_id);
+  EXPECT_EQ(r.bytes, o.bytes);
+  EXPECT_EQ(r.path, o.path);
+  EXPECT_EQ(r.kind, o.kind);
+  EXPECT_EQ(r.request_id, o.request_id);
+  EXPECT_EQ(r.device_pages, o.device_pages);
+  EXPECT_EQ(r.host_pages, o.host_pages);
+  EXPECT_EQ(r.kv_op, o.kv_op);
+  EXPECT_EQ(r.data, o.data);
+  transfer_report rep{"err", true, 1.0, 2.0, "data"};
+  const auto q = round_trip(rep);
+  EXPECT_EQ(q.error, rep.error);
+  EXPECT_EQ(q.host_hit, rep.host_hit);
+  EXPECT_EQ(q.disk_seconds, rep.disk_seconds);
+  EXPECT_EQ(q.copy_seconds, rep.copy_seconds);
+  EXPECT_EQ(q.data, rep.data);
+}
+
+} // namespace
+} // namespace troupe
