@@ -79,6 +79,10 @@ transfer_report perform(gpu::executor_backend& backend, const transfer_order& o)
       const auto r = backend.write_host_pages(o.host_pages, o.data, o.bytes);
       return {r.error, false, 0, r.seconds, {}};
     }
+    case kv_op::stream_in: {
+      const auto r = backend.stream_in(o.request_id, o.device_pages, o.host_pages, o.bytes);
+      return {r.error, false, 0, r.seconds, {}};
+    }
     case kv_op::host_to_file: {
       auto r = backend.read_pages(true, o.host_pages, o.bytes);
       if (!r.error.empty())

@@ -45,9 +45,10 @@ void apply(self_ptr self, scheduler_effects fx);
 /// A swap through the copy engine; `done` gets whether it succeeded.
 template <class Done>
 void copy_kv(self_ptr self, transfer_class cls, const scheduler_effects::swap& s,
-             std::vector<std::uint32_t> host_pages, Done done) {
+             std::vector<std::uint32_t> host_pages, Done done, kv_op op = kv_op::swap) {
   transfer_order o;
   o.kind = static_cast<std::uint8_t>(cls);
+  o.kv_op = static_cast<std::uint8_t>(op);
   o.request_id = s.request_id;
   o.bytes = s.bytes;
   o.device_pages = s.device_pages;
@@ -326,6 +327,16 @@ void apply(self_ptr self, scheduler_effects fx) {
       pump(self);
     });
   }
+  for (const auto& s : fx.stream_ins) {
+    // Layer by layer, while the request's first step may already run.
+    const auto id = s.request_id;
+    copy_kv(self, transfer_class::swap_in, s, s.host_pages, [self, id](bool ok) {
+      apply(self, self->state.core->on_swapped_in(id, ok, monotonic_seconds()));
+      pump(self);
+    }, kv_op::stream_in);
+  }
+  for (auto id : fx.end_streams)
+    st.backend->end_stream(id);
   if (!fx.queued.empty()) {
     adapter_demand d;
     for (const auto& [adapter, waiting] : fx.queued) {
@@ -483,6 +494,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"sessions_exported", static_cast<double>(c.sessions_exported())},
         {"session_disk_writes", static_cast<double>(c.session_disk_writes())},
         {"session_disk_reads", static_cast<double>(c.session_disk_reads())},
+        {"session_streamed_ins", static_cast<double>(c.streamed_ins())},
         {"session_disk_pages", static_cast<double>(c.session_disk_pages())},
         {"sessions_imported", static_cast<double>(c.sessions_imported())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},

@@ -108,6 +108,20 @@ public:
     (void)bytes;
     return {name() + " backend cannot write cache pages", 0};
   }
+  /// Layer-wise streaming (Symphony): stream_in copies layer after layer and
+  /// a step entry naming the stream computes each layer once it is in.
+  virtual bool streams_layers() const { return false; }
+  /// Copies `host_pages` into `device_pages` (as swap_pages in) layer by
+  /// layer, publishing each layer under `stream` as it lands; a step with an
+  /// entry naming the stream may run meanwhile. The stream is forgotten
+  /// once a step has used it, or by end_stream.
+  virtual swap_result stream_in(std::uint64_t stream, std::span<const std::uint32_t> device_pages,
+                                std::span<const std::uint32_t> host_pages, std::uint64_t bytes) {
+    (void)stream;
+    return swap_pages(swap_direction::in, device_pages, host_pages, bytes);
+  }
+  /// A stream that no step will use (its request ended first): forget it.
+  virtual void end_stream(std::uint64_t stream) const { (void)stream; }
   /// Tokens a page of `kv_page_tokens` KV tokens holds as a hidden cache,
   /// or 0 where the backend keeps no hidden caches or they would save
   /// nothing (grouped-query attention with 2·kv_heads·head_dim <= hidden size).

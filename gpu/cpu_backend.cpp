@@ -3,6 +3,7 @@
 #include "gpu/sampling.hpp"
 #include "gpu/sp_tokenizer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 
@@ -58,10 +59,34 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
   }
   lock.unlock();
   const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
-  auto logits = model_->forward(seqs);
+  // Entries whose cache is still streaming in: each layer waits for its own.
+  std::vector<std::uint64_t> streams;
+  for (const auto& e : batch)
+    if (e.stream != 0)
+      streams.push_back(e.stream);
+  std::vector<std::uint64_t> failed;
+  auto before_layer = [&](std::size_t layer) {
+    std::unique_lock guard{streams_mtx_};
+    for (auto id : streams)
+      streams_cv_.wait(guard, [&] {
+        const auto& s = streams_[id];
+        return s.failed || s.layers_in > layer;
+      });
+  };
+  auto logits = streams.empty() ? model_->forward(seqs) : model_->forward(seqs, before_layer);
+  if (!streams.empty()) {
+    std::lock_guard guard{streams_mtx_};
+    for (auto id : streams) {
+      if (streams_[id].failed)
+        failed.push_back(id);
+      streams_.erase(id); // used: the step has all of it (or knows it failed)
+    }
+  }
   if (logits.size() == seqs.size() * vocab) {
     for (std::size_t k = 0; k < seqs.size(); ++k) {
       const auto& e = batch[index[k]];
+      if (e.stream != 0 && std::find(failed.begin(), failed.end(), e.stream) != failed.end())
+        continue; // its cache never fully came: stays -1
       const std::span<const float> row{logits.data() + k * vocab, vocab};
       out.tokens[index[k]] = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed,
                                           e.output_index);
@@ -152,6 +177,64 @@ gpu::swap_result cpu_backend::write_host_pages(std::span<const std::uint32_t> ho
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return r;
+}
+
+gpu::swap_result cpu_backend::stream_in(std::uint64_t stream, std::span<const std::uint32_t> device_pages,
+                                        std::span<const std::uint32_t> host_pages, std::uint64_t) {
+  swap_result r;
+  const auto started = std::chrono::steady_clock::now();
+  auto publish = [&](std::size_t layers, bool failed) {
+    {
+      std::lock_guard guard{streams_mtx_};
+      auto& s = streams_[stream];
+      s.layers_in = layers;
+      s.failed = failed;
+    }
+    streams_cv_.notify_all();
+  };
+  const auto layers = model_->config().num_layers;
+  const auto per_layer = model_->layer_floats();
+  std::vector<const std::vector<float>*> sources(host_pages.size(), nullptr);
+  {
+    std::lock_guard guard{host_kv_mtx_};
+    for (std::size_t i = 0; i < host_pages.size(); ++i)
+      if (auto h = host_kv_.find(host_pages[i]); h != host_kv_.end() && h->second.size() == per_layer * layers)
+        sources[i] = &h->second; // stays put: only swaps of these pages touch it
+  }
+  if (device_pages.size() != host_pages.size()
+      || std::find(sources.begin(), sources.end(), nullptr) != sources.end()) {
+    r.error = "stream of " + std::to_string(host_pages.size()) + " host pages: a page is missing";
+    publish(0, true);
+    return r;
+  }
+  for (std::size_t l = 0; l < layers; ++l) {
+    for (std::size_t i = 0; i < device_pages.size(); ++i) {
+      const std::span<const float> slice{sources[i]->data() + l * per_layer, per_layer};
+      if (!model_->write_page_layer(device_pages[i], l, slice)) {
+        r.error = "stream into device page " + std::to_string(device_pages[i]) + ": no such page";
+        publish(l, true);
+        return r;
+      }
+    }
+    publish(l + 1, false);
+  }
+  {
+    std::lock_guard guard{host_kv_mtx_};
+    for (auto h : host_pages)
+      host_kv_.erase(h);
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return r;
+}
+
+void cpu_backend::end_stream(std::uint64_t stream) const {
+  std::lock_guard guard{streams_mtx_};
+  streams_.erase(stream);
+}
+
+std::size_t cpu_backend::streams() const {
+  std::lock_guard guard{streams_mtx_};
+  return streams_.size();
 }
 
 std::size_t cpu_backend::host_kv_pages() const {

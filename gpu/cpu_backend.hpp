@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <string>
 #include <unordered_map>
@@ -50,6 +51,14 @@ public:
                             std::uint64_t bytes) override;
   gpu::swap_result write_host_pages(std::span<const std::uint32_t> host_pages, const std::string& data,
                                     std::uint64_t bytes) override;
+  bool streams_layers() const override { return true; }
+  /// Writes layer after layer of every page, publishing each; run_step
+  /// waits before layer l of an entry naming the stream until l is in.
+  gpu::swap_result stream_in(std::uint64_t stream, std::span<const std::uint32_t> device_pages,
+                             std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override;
+  void end_stream(std::uint64_t stream) const override;
+  /// Streams known (for tests): in flight, or landed and not yet used.
+  std::size_t streams() const;
   /// Host pages holding swapped-out caches (for tests).
   std::size_t host_kv_pages() const;
   /// The model's own page size decides (it is the pool's).
@@ -81,6 +90,14 @@ private:
   // and touch only pages no step uses.
   mutable std::mutex host_kv_mtx_;
   std::unordered_map<std::uint32_t, std::vector<float>> host_kv_;
+  // Layer-wise streams: layers landed so far (or failed), by stream id.
+  struct stream_state {
+    std::size_t layers_in = 0;
+    bool failed = false;
+  };
+  mutable std::mutex streams_mtx_;
+  std::condition_variable streams_cv_;
+  mutable std::unordered_map<std::uint64_t, stream_state> streams_;
 };
 
 } // namespace troupe::gpu

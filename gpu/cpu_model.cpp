@@ -165,7 +165,8 @@ struct cpu_model::impl {
   void add_lora(std::span<const cpu_sequence> batch, size_t layer, lora_target t, const float* in,
                 float* out);
   void attention(std::span<const cpu_sequence> batch, size_t layer);
-  std::vector<float> forward(std::span<const cpu_sequence> batch);
+  std::vector<float> forward(std::span<const cpu_sequence> batch,
+                             const std::function<void(std::size_t)>& before_layer);
 };
 
 bool cpu_model::impl::batch_ok(std::span<const cpu_sequence> batch) const {
@@ -309,7 +310,8 @@ void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
   }
 }
 
-std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch) {
+std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
+                                            const std::function<void(std::size_t)>& before_layer) {
   if (batch.empty() || !batch_ok(batch))
     return {};
   const size_t hid = c.hidden_size;
@@ -367,6 +369,8 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch)
   };
 
   for (size_t l = 0; l < c.num_layers; ++l) {
+    if (before_layer)
+      before_layer(l);
     const auto& lw = w.layers[l];
     rms_norm(x.data(), lw.attn_norm.data(), h.data(), rows, hid, c.rms_norm_eps);
     gemm_xwt(h.data(), lw.q.data(), q.data(), rows, qdim, hid, 1.0f, 0.0f);
@@ -445,7 +449,12 @@ cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32
 }
 
 std::vector<float> cpu_model::forward(std::span<const cpu_sequence> batch) {
-  return impl_->forward(batch);
+  return impl_->forward(batch, {});
+}
+
+std::vector<float> cpu_model::forward(std::span<const cpu_sequence> batch,
+                                      const std::function<void(std::size_t)>& before_layer) {
+  return impl_->forward(batch, before_layer);
 }
 
 std::uint64_t cpu_model::page_floats() const noexcept {
@@ -467,6 +476,19 @@ bool cpu_model::write_page(std::uint32_t page, std::span<const float> in) {
   if (page >= impl_->num_pages || in.size() != n)
     return false;
   std::copy_n(in.data(), n, impl_->kv.data() + page * n);
+  return true;
+}
+
+std::uint64_t cpu_model::layer_floats() const noexcept {
+  return 2 * std::uint64_t{impl_->page_tokens} * impl_->kvd();
+}
+
+bool cpu_model::write_page_layer(std::uint32_t page, std::size_t layer, std::span<const float> in) {
+  const auto n = layer_floats();
+  if (page >= impl_->num_pages || layer >= impl_->c.num_layers || in.size() != n)
+    return false;
+  // [layers, 2, page_tokens, kvd] per page: a layer's K and V are adjacent.
+  std::copy_n(in.data(), n, impl_->kv.data() + (std::uint64_t{page} * impl_->c.num_layers + layer) * n);
   return true;
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -42,6 +43,10 @@ public:
   /// adapter whose matrices do not fit the model, or weights whose sizes do
   /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
+  /// As above, calling `before_layer(l)` before layer l reads or writes
+  /// any cache (layer-wise streaming waits there for layer l's pages).
+  std::vector<float> forward(std::span<const cpu_sequence> batch,
+                             const std::function<void(std::size_t)>& before_layer);
 
   /// Floats one page holds (all layers, K and V).
   std::uint64_t page_floats() const noexcept;
@@ -50,6 +55,11 @@ public:
   bool read_page(std::uint32_t page, std::span<float> out) const;
   /// Overwrites page `page` with `in` (page_floats() long); false as above.
   bool write_page(std::uint32_t page, std::span<const float> in);
+  /// Floats of one layer of a page (K and V); a page is num_layers of them.
+  std::uint64_t layer_floats() const noexcept;
+  /// Overwrites layer `layer` of page `page` with `in` (layer_floats() long,
+  /// the matching slice of a read_page buffer).
+  bool write_page_layer(std::uint32_t page, std::size_t layer, std::span<const float> in);
 
   /// The model's hyperparameters.
   const llama_config& config() const noexcept;

@@ -35,6 +35,10 @@ struct step_entry {
   /// pages instead of K and V; only where the backend's hidden cache saves
   /// memory (executor_backend::hidden_cache_tokens_per_page > 0).
   bool hidden = false;
+  /// Non-zero: the request's cache is still coming in from the host pool
+  /// under this stream (executor_backend::stream_in); each layer computes
+  /// once that layer's pages are in.
+  std::uint64_t stream = 0;
 };
 
 /// What a backend returns for a step: one sampled token per entry, in entry

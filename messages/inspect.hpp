@@ -93,7 +93,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.request_id, x.adapter_id,
            x.adapter_rank, x.new_tokens, x.context_tokens, x.output_index, x.seed,
-           x.temperature, x.top_p, x.top_k, x.tokens, x.pages, x.hidden);
+           x.temperature, x.top_p, x.top_k, x.tokens, x.pages, x.hidden, x.stream);
 }
 
 template <class Inspector>

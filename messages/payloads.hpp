@@ -89,6 +89,7 @@ enum class kv_op : std::uint8_t {
   import_host = 3,   ///< write the order's data into `host_pages`
   host_to_file = 4,  ///< read `host_pages` into the file at `path`
   file_to_host = 5,  ///< read the file at `path` into `host_pages`
+  stream_in = 6,     ///< a swap-in layer by layer, under stream `request_id`
 };
 
 /// A session's cached KV on its way between nodes: the tokens whose K and V

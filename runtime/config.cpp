@@ -559,8 +559,9 @@ adapter_cache_options read_adapter_cache(section s, const config_catalog& catalo
 
 copy_engine_options read_copy_engine(section s) {
   copy_engine_options o;
-  s.allow_only({"max_inflight"});
+  s.allow_only({"max_inflight", "layer_streaming"});
   o.max_inflight = s.u32("max_inflight", o.max_inflight, 1);
+  o.layer_streaming = s.flag("layer_streaming", o.layer_streaming);
   return o;
 }
 

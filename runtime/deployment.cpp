@@ -228,6 +228,7 @@ deployment::start(const deployment_options& opts) {
     opts.scheduler.growth_watermark * static_cast<double>(rb.pool_pages));
   sc.limits.page_bytes = rb.page_bytes;
   sc.limits.disk_pages = opts.memory_pool.disk_pages;
+  sc.limits.layer_streaming = opts.copy_engine.layer_streaming && rb.backend->streams_layers();
   if (opts.memory_pool.disk_pages > 0) {
     namespace fs = std::filesystem;
     std::error_code ec;

@@ -159,6 +159,9 @@ struct adapter_cache_options {
 
 /// [copy_engine]
 struct copy_engine_options {
+  /// A session cache coming back from the host pool streams in layer by
+  /// layer under its turn's first step (backends that can; cpu).
+  bool layer_streaming = true;
   /// Concurrent host-to-device transfers in flight.
   std::uint32_t max_inflight = 4;
 };

@@ -10,6 +10,7 @@ bool scheduler_effects::empty() const noexcept {
   return adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && swap_outs.empty() && swap_ins.empty() && session_outs.empty()
          && session_ins.empty() && disk_outs.empty() && disk_ins.empty() && disk_deletes.empty()
+         && stream_ins.empty() && end_streams.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
 }
@@ -32,6 +33,8 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   append(disk_outs, other.disk_outs);
   append(disk_ins, other.disk_ins);
   append(disk_deletes, other.disk_deletes);
+  append(stream_ins, other.stream_ins);
+  append(end_streams, other.end_streams);
   append(release_host_pages, other.release_host_pages);
   trim_pages += other.trim_pages;
   append(tokens, other.tokens);
@@ -526,6 +529,8 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
   std::uint64_t tokens = 0;
   for (auto id : batch_) {
     auto& r = records_.at(id);
+    if (r.stream_pending && (r.cancel_requested || r.squash_requested || r.swap_requested))
+      continue; // settled when its copy answers
     gpu::step_entry e;
     e.request_id = id;
     e.adapter_id = r.spec.adapter_id;
@@ -562,6 +567,10 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
       r.times.first_scheduled_s = now_s;
     e.pages = r.page_ids;
     e.hidden = r.hidden;
+    if (r.stream_first) {
+      e.stream = id;
+      r.stream_first = false;
+    }
     r.in_step = true;
     out.push_back(e);
   }
@@ -728,8 +737,9 @@ void scheduler_core::give_back(record& r, scheduler_effects& fx) {
 }
 
 void scheduler_core::squash(record& r, scheduler_effects& fx) {
-  if (r.in_step || r.pages_pending || r.adapter_pending || r.state == request_state::swapping_in) {
-    r.squash_requested = true; // when the step or the grants come back
+  if (r.in_step || r.pages_pending || r.adapter_pending || r.state == request_state::swapping_in
+      || r.stream_pending) {
+    r.squash_requested = true; // when the step, the grants or the copy come back
     return;
   }
   r.squash_requested = false;
@@ -1009,9 +1019,19 @@ scheduler_effects scheduler_core::on_session_in(std::uint64_t owner, bool ok, do
 
 void scheduler_core::copy_session_in(record& r, scheduler_effects& fx) {
   const auto n = r.session_host_pages.size();
-  fx.swap_ins.push_back({r.spec.request_id,
-                         {r.page_ids.begin(), r.page_ids.begin() + static_cast<std::ptrdiff_t>(n)},
-                         r.session_host_pages, n * limits_.page_bytes});
+  scheduler_effects::swap s{r.spec.request_id,
+                            {r.page_ids.begin(), r.page_ids.begin() + static_cast<std::ptrdiff_t>(n)},
+                            r.session_host_pages, n * limits_.page_bytes};
+  if (!limits_.layer_streaming || r.hidden) {
+    fx.swap_ins.push_back(std::move(s));
+    return;
+  }
+  // Runs now; its first step waits per layer for the copy.
+  fx.stream_ins.push_back(std::move(s));
+  ++streamed_ins_;
+  r.stream_pending = true;
+  r.stream_first = true;
+  transition(r, request_state::ready);
 }
 
 bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
@@ -1190,7 +1210,7 @@ void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler
 }
 
 void scheduler_core::swap_out(record& r, scheduler_effects& fx) {
-  if (r.in_step || r.pages_pending || r.adapter_pending || r.grow_pending) {
+  if (r.in_step || r.pages_pending || r.adapter_pending || r.grow_pending || r.stream_pending) {
     r.swap_requested = true; // when the step or the grants come back
     return;
   }
@@ -1261,6 +1281,8 @@ scheduler_effects scheduler_core::on_swapped_out(std::uint64_t request_id, bool 
 scheduler_effects scheduler_core::on_swapped_in(std::uint64_t request_id, bool ok, double now_s) {
   scheduler_effects fx;
   auto i = records_.find(request_id);
+  if (i != records_.end() && i->second.stream_pending)
+    return on_streamed_in(i->second, ok, now_s);
   if (i == records_.end() || i->second.state != request_state::swapping_in)
     return fx;
   auto& r = i->second;
@@ -1296,6 +1318,34 @@ scheduler_effects scheduler_core::on_swapped_in(std::uint64_t request_id, bool o
   return fx;
 }
 
+scheduler_effects scheduler_core::on_streamed_in(record& r, bool ok, double now_s) {
+  scheduler_effects fx;
+  r.stream_pending = false;
+  if (r.stream_first) {
+    // No step used the stream: the backend forgets it; without the cache
+    // the turn prefills its whole prompt.
+    fx.end_streams.push_back(r.spec.request_id);
+    r.stream_first = false;
+    if (!ok)
+      r.cached_tokens = 0;
+  }
+  // (A step that used it and failed ended the request with an error.)
+  if (r.state == request_state::finished)
+    return fx;
+  release_session_host(r, fx);
+  if (r.in_step)
+    return fx; // its step settles what was asked meanwhile
+  if (r.cancel_requested) {
+    finish(r, finish_reason::cancelled, now_s, fx);
+    flush_finished();
+  } else if (r.squash_requested) {
+    squash(r, fx);
+  } else if (r.swap_requested) {
+    swap_out(r, fx);
+  }
+  return fx;
+}
+
 std::pair<bool, scheduler_effects> scheduler_core::cancel(std::uint64_t request_id,
                                                           double now_s) {
   scheduler_effects fx;
@@ -1308,7 +1358,7 @@ std::pair<bool, scheduler_effects> scheduler_core::cancel(std::uint64_t request_
   // In the in-flight step, waiting for grants or a swap: finish when they
   // come back.
   if (r.in_step || r.pages_pending || r.adapter_pending || r.state == request_state::swapping_out
-      || r.state == request_state::swapping_in)
+      || r.state == request_state::swapping_in || r.stream_pending)
     return {true, std::move(fx)};
   finish(r, finish_reason::cancelled, now_s, fx);
   flush_finished();

@@ -49,6 +49,10 @@ struct scheduler_limits {
   /// Pages of session caches that may wait in files on disk, the tier
   /// below the host pool (0: none): a host-tier cache pushed out goes there.
   std::uint64_t disk_pages = 0;
+  /// Layer-wise streaming (Symphony; the backend must stream_in): a turn
+  /// whose session cache comes from the host pool runs at once, its first
+  /// step computing each layer as that layer's pages land.
+  bool layer_streaming = false;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -98,6 +102,12 @@ struct scheduler_effects {
   /// advisory): the shell reserves `host_pages.size()` device pages for
   /// `request_id` (the turn that left it), copies, then answers on_session_in.
   std::vector<swap> session_ins;
+  /// As swap_ins, copied layer by layer (executor_backend::stream_in under
+  /// the request's id) while the request's first step may already run;
+  /// answered by on_swapped_in.
+  std::vector<swap> stream_ins;
+  /// Streams no step will use (their request ended first): forget them.
+  std::vector<std::uint64_t> end_streams;
   /// A host-tier session cache moving to a file (`request_id`: its owner;
   /// `host_pages`: where it is); answered by on_disk_out. The host pages are
   /// released by the core after.
@@ -289,6 +299,7 @@ public:
   std::uint64_t sessions_exported() const noexcept { return sessions_exported_; }
   std::uint64_t session_disk_writes() const noexcept { return session_disk_writes_; }
   std::uint64_t session_disk_reads() const noexcept { return session_disk_reads_; }
+  std::uint64_t streamed_ins() const noexcept { return streamed_ins_; }
   std::uint64_t session_disk_pages() const noexcept { return disk_held_; }
   std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
@@ -327,6 +338,11 @@ private:
     std::uint32_t adapter_failures = 0;
     bool in_step = false;
     bool cancel_requested = false;
+    /// Its session cache is streaming in (stream_ins) and not yet answered:
+    /// its pages stay until on_swapped_in, whatever else happens.
+    bool stream_pending = false;
+    /// Its next step is the first over the streaming cache (names the stream).
+    bool stream_first = false;
     bool squash_requested = false;
     bool hidden = false; ///< keeps a hidden cache (pages counted for it)
     bool swap_requested = false;
@@ -375,6 +391,8 @@ private:
   bool keep_for_session(record& r, scheduler_effects& fx, double now_s);
   /// Moves a session cache to the host pool when it has room (or frees it).
   void evict_session(std::uint64_t session, scheduler_effects& fx);
+  /// A streamed session cache's copy ended (see stream_ins).
+  scheduler_effects on_streamed_in(record& r, bool ok, double now_s);
   /// Copies a turn's session cache from its host pages into its first pages.
   void copy_session_in(record& r, scheduler_effects& fx);
   /// Frees the host pages a request brought its session cache back from.
@@ -454,6 +472,7 @@ private:
   std::uint64_t disk_held_ = 0; // pages of caches on disk or on their way there
   std::uint64_t session_disk_writes_ = 0;
   std::uint64_t session_disk_reads_ = 0;
+  std::uint64_t streamed_ins_ = 0;
   std::uint64_t sessions_exported_ = 0;
   std::uint64_t sessions_imported_ = 0;
   std::uint64_t next_import_owner_ = std::uint64_t{1} << 62; // apart from request ids

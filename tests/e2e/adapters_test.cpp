@@ -438,6 +438,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(turn2("a2", prompt2, "A"), with_cache) << "the cache brought back from the host changed the output";
   stats = stats_of(c2, "s4");
   EXPECT_EQ(stats.at("session_host_hits"), 1.0);
+  EXPECT_EQ(stats.at("session_streamed_ins"), 1.0) << "streamed in layer by layer under its step";
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
 
   // An advisory brings a cache up ahead of its turn. A third session's turn
@@ -485,7 +486,8 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
                       << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
                       << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
-                      << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n";
+                      << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
+                      << "[copy_engine]\nlayer_streaming = false\n"; // copied whole, then computed
   d = start_from_file(path.string());
   ASSERT_NE(d, nullptr);
   client_connection c3{d->endpoint()};
@@ -508,6 +510,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(turn3("a2", prompt2, "A"), with_cache) << "the cache read back from disk changed the output";
   stats = stats_of(c3, "d3");
   EXPECT_EQ(stats.at("session_disk_reads"), 1.0);
+  EXPECT_EQ(stats.at("session_streamed_ins"), 0.0);
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
   EXPECT_EQ(stats.at("session_disk_pages"), 0.0);
   d->stop();

@@ -48,7 +48,7 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 /// every step entry against what the request should be fed.
 struct swap_shell {
   explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
-                      std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0)
+                      std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0, bool streaming = false)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -58,6 +58,7 @@ struct swap_shell {
     limits.on_demand = on_demand;
     limits.session_pages = session_pages;
     limits.disk_pages = disk_pages;
+    limits.layer_streaming = streaming;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -130,6 +131,10 @@ struct swap_shell {
       }
       ins.push_back(std::move(s));
     }
+    for (auto& s : fx.stream_ins)
+      ins.push_back(std::move(s)); // answered the same way, by on_swapped_in
+    for (auto id : fx.end_streams)
+      ended_streams.push_back(id);
     for (auto& s : fx.session_outs)
       session_outs.push_back(std::move(s));
     for (auto& s : fx.session_ins)
@@ -296,6 +301,7 @@ struct swap_shell {
   std::map<std::uint64_t, finish_reason> finished;
   std::vector<scheduler_effects::swap> outs, ins, session_outs, session_ins, disk_outs, disk_ins;
   std::map<std::uint64_t, std::size_t> disk; // owner -> pages in its file
+  std::vector<std::uint64_t> ended_streams;
   std::map<std::uint64_t, scheduler_effects::grow> grows;
   std::map<std::uint64_t, std::uint32_t> expect_cached;
   std::map<std::uint64_t, std::vector<std::int32_t>> prompts_of;
@@ -889,6 +895,72 @@ TEST(scheduler_session, a_failed_read_from_disk_recomputes_the_turn) {
   EXPECT_EQ(s.finished.at(3), finish_reason::length);
   EXPECT_EQ(s.core->sessions_cached(), 2u) << "8 is gone (no host room then), 9 and 7's new turn";
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+/// one_session_pushed_down with layer-wise streaming on.
+swap_shell one_session_pushed_down_streaming() {
+  swap_shell s{40, 20, false, 4, 0, true};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8);
+  run_until_done(s, 2);
+  s.answer_session_out();
+  return s;
+}
+
+TEST(scheduler_session, a_streamed_cache_lets_the_turn_run_while_it_comes_in) {
+  auto s = one_session_pushed_down_streaming();
+  submit_second_turn(s);
+  s.admit();
+  ASSERT_EQ(s.ins.size(), 1u);
+  EXPECT_EQ(s.core->state_of(3), request_state::ready) << "runs at once";
+  EXPECT_EQ(s.core->streamed_ins(), 1u);
+  auto batch = s.core->next_step(s.now += 1);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0].stream, 3u) << "its first step waits per layer for the copy";
+  EXPECT_EQ(batch[0].context_tokens, 9u);
+  std::vector<std::int32_t> toks{token_for(3, 0)};
+  s.apply(s.core->on_step_done(batch, toks, s.now));
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u) << "host pages held until the copy answers";
+  s.answer_in();
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty());
+  EXPECT_TRUE(s.ended_streams.empty()) << "the step used the stream";
+  batch = s.core->next_step(s.now += 1);
+  ASSERT_EQ(batch.size(), 1u);
+  EXPECT_EQ(batch[0].stream, 0u) << "only the first step";
+  s.apply(s.core->on_step_done(batch, std::vector<std::int32_t>{token_for(3, 1)}, s.now));
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_streaming_turn_cancelled_or_failed_before_its_step_keeps_its_pages_until_the_copy_answers) {
+  for (const bool cancel : {true, false}) {
+    SCOPED_TRACE(cancel ? "cancelled" : "copy failed");
+    auto s = one_session_pushed_down_streaming();
+    submit_second_turn(s);
+    s.admit();
+    ASSERT_EQ(s.ins.size(), 1u);
+    if (cancel) {
+      auto [found, fx] = s.core->cancel(3, s.now);
+      EXPECT_TRUE(found);
+      s.apply(std::move(fx));
+      EXPECT_TRUE(s.core->next_step(s.now).empty()) << "no step for it while its copy runs";
+      EXPECT_FALSE(s.finished.contains(3));
+      EXPECT_FALSE(s.device.pages_of({page_owner_kind::request, 3}).empty()) << "the copy writes them";
+      s.answer_in(true);
+      EXPECT_EQ(s.finished.at(3), finish_reason::cancelled);
+    } else {
+      s.answer_in(false);
+      s.expect_cached[3] = 0; // recomputed whole
+      run_until_done(s, 3);
+      EXPECT_EQ(s.finished.at(3), finish_reason::length);
+      EXPECT_EQ(s.core->reused_tokens(), 0u);
+    }
+    EXPECT_EQ(s.ended_streams, std::vector<std::uint64_t>{3}) << "no step used it";
+    EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty());
+    EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+  }
 }
 
 } // namespace
