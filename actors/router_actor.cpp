@@ -216,7 +216,7 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
           if (--*waiting == 0)
             rp.deliver(router_stats(self->state, *per_node));
         };
-        self->request(st.cfg.nodes[i], std::chrono::seconds(10), stats_atom_v)
+        self->request(st.cfg.nodes[i], std::chrono::seconds(2), stats_atom_v)
           .then([one](const stat_values& v) mutable { one(v); },
                 [self, one, i](const caf::error& e) mutable {
                   spdlog::warn("router: no stats from node {}: {}", i, self->system().render(e));

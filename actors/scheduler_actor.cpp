@@ -32,6 +32,7 @@ struct scheduler_state {
   std::vector<progress_sink_actor> sinks;
   std::uint64_t page_bytes = 0;
   std::string disk_dir;
+  std::vector<std::pair<std::uint64_t, caf::typed_response_promise<session_kv>>> exports_waiting;
   std::uint64_t steps = 0;
   std::uint64_t trims = 0;
   bool trim_pending = false;
@@ -162,12 +163,35 @@ void apply_disk(self_ptr self, const scheduler_effects& fx) {
 }
 
 /// Reads a session's cache out for another node, then frees its pages.
+void start_export(self_ptr self, std::uint64_t session, caf::typed_response_promise<session_kv> rp);
+
 caf::typed_response_promise<session_kv> export_session(self_ptr self, std::uint64_t session) {
   auto rp = self->make_response_promise<session_kv>();
-  auto plan = self->state.core->begin_export(session);
+  start_export(self, session, rp);
+  return rp;
+}
+
+/// Exports waiting for their cache to finish a move between tiers: tried
+/// again after every answer that may have ended one.
+void retry_exports(self_ptr self) {
+  auto& waiting = self->state.exports_waiting;
+  if (waiting.empty())
+    return;
+  auto again = std::move(waiting);
+  waiting.clear();
+  for (auto& [session, rp] : again)
+    start_export(self, session, rp);
+}
+
+void start_export(self_ptr self, std::uint64_t session, caf::typed_response_promise<session_kv> rp) {
+  auto& core = *self->state.core;
+  auto plan = core.begin_export(session);
   if (!plan) {
-    rp.deliver(session_kv{session, {}, 0, {}, {}});
-    return rp;
+    if (core.session_moving(session))
+      self->state.exports_waiting.emplace_back(session, rp); // on its way between tiers
+    else
+      rp.deliver(session_kv{session, {}, 0, {}, {}});
+    return;
   }
   transfer_order o;
   o.kind = static_cast<std::uint8_t>(transfer_class::swap_out);
@@ -191,7 +215,6 @@ caf::typed_response_promise<session_kv> export_session(self_ptr self, std::uint6
   self->request(self->state.copy_engine, caf::infinite, load_atom_v, std::move(o))
     .then([finish](transfer_report& r) mutable { finish(std::move(r.error), std::move(r.data)); },
           [self, finish](const caf::error& e) mutable { finish(self->system().render(e), {}); });
-  return rp;
 }
 
 /// Takes a session's cache from another node into host pages.
@@ -252,9 +275,12 @@ finish_event to_event(const scheduler_effects::finish& f) {
   return e;
 }
 
+void retry_exports(self_ptr self);
+
 /// Carries out what the core asked for.
 void apply(self_ptr self, scheduler_effects fx) {
   auto& st = self->state;
+  retry_exports(self);
   // The pool takes this actor's messages in order: adoptions and releases
   // (evicted session caches) before the reservations that count on them.
   for (const auto& a : fx.adopts)

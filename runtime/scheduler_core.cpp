@@ -888,6 +888,15 @@ std::optional<scheduler_core::session_export> scheduler_core::begin_export(std::
   return out;
 }
 
+bool scheduler_core::session_moving(std::uint64_t session) const {
+  auto i = sessions_.find(session);
+  if (i == sessions_.end())
+    return false;
+  const auto w = i->second.where;
+  return w == session_tier::moving_out || w == session_tier::moving_in || w == session_tier::arriving
+         || w == session_tier::to_disk || w == session_tier::from_disk;
+}
+
 scheduler_effects scheduler_core::on_exported(std::uint64_t session) {
   scheduler_effects fx;
   auto i = sessions_.find(session);

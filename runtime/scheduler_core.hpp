@@ -218,6 +218,9 @@ public:
   /// when there is no cache here that can go now (none, or one moving
   /// between tiers). Its pages stay held until on_exported.
   std::optional<session_export> begin_export(std::uint64_t session);
+  /// The session's cache is moving between tiers here (an export can go
+  /// once that move ends).
+  bool session_moving(std::uint64_t session) const;
   /// The export's read ended: the cache leaves this node either way (after
   /// a failed read the next turn recomputes) and its pages are released.
   scheduler_effects on_exported(std::uint64_t session);
