@@ -2,6 +2,8 @@
 // docs/configuration.md). toml++ stays inside this file.
 #include "runtime/config.hpp"
 
+#include "policies/session_eviction.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -492,7 +494,7 @@ memory_pool_options read_memory_pool(section s) {
 scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   scheduler_options o;
   s.allow_only({"policy", "params", "max_running", "token_budget", "max_waiting", "kv_reservation",
-                "growth_watermark", "session_fraction"});
+                "growth_watermark", "session_fraction", "session_eviction"});
   o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
   o.params = s.numbers("params");
   o.max_running = s.u32("max_running", o.max_running, 1);
@@ -504,6 +506,8 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   s.require("growth_watermark", o.growth_watermark >= 0 && o.growth_watermark < 1, "must be in [0, 1)");
   o.session_fraction = s.real("session_fraction", o.session_fraction);
   s.require("session_fraction", o.session_fraction >= 0 && o.session_fraction <= 1, "must be in [0, 1]");
+  o.session_eviction = s.choice("session_eviction", o.session_eviction, policies::session_eviction_names(),
+                                "session eviction policy");
   return o;
 }
 

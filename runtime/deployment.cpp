@@ -229,6 +229,8 @@ deployment::start(const deployment_options& opts) {
   sc.limits.page_bytes = rb.page_bytes;
   sc.limits.disk_pages = opts.memory_pool.disk_pages;
   sc.limits.layer_streaming = opts.copy_engine.layer_streaming && rb.backend->streams_layers();
+  sc.limits.session_eviction =
+    policies::session_eviction_named(opts.scheduler.session_eviction).value_or(policies::session_eviction::lru);
   if (opts.memory_pool.disk_pages > 0) {
     namespace fs = std::filesystem;
     std::error_code ec;

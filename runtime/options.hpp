@@ -100,6 +100,8 @@ struct scheduler_options {
   /// Share of the pool finished turns may keep for their sessions (the next
   /// turn reuses the KV of its history instead of recomputing it); 0: none.
   double session_fraction = 0.25;
+  /// Which session cache leaves a tier first: "lru" or "largest".
+  std::string session_eviction = "lru";
 };
 
 /// [classifier]: assigns queues and predicted output lengths.

@@ -855,16 +855,12 @@ bool scheduler_core::host_room(std::uint64_t pages, std::uint64_t keep, schedule
   };
   if (limits_.page_bytes == 0 || limits_.host_pages < pages)
     return false;
-  // The oldest host-tier caches give way.
+  // Host-tier caches give way, in the session policy's order.
   while (host_free() < pages) {
-    auto oldest = sessions_.end();
-    for (auto j = sessions_.begin(); j != sessions_.end(); ++j)
-      if (j->first != keep && j->second.where == session_tier::host
-          && (oldest == sessions_.end() || j->second.last_use_s < oldest->second.last_use_s))
-        oldest = j;
-    if (oldest == sessions_.end())
+    const auto victim = session_victim(session_tier::host, keep);
+    if (victim == sessions_.end())
       return false;
-    evict_session(oldest->first, fx);
+    evict_session(victim->first, fx);
   }
   return true;
 }
@@ -1045,16 +1041,26 @@ void scheduler_core::copy_session_in(record& r, scheduler_effects& fx) {
 
 bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
   while (disk_held_ + pages > limits_.disk_pages) {
-    auto oldest = sessions_.end();
-    for (auto j = sessions_.begin(); j != sessions_.end(); ++j)
-      if (j->second.where == session_tier::disk
-          && (oldest == sessions_.end() || j->second.last_use_s < oldest->second.last_use_s))
-        oldest = j;
-    if (oldest == sessions_.end())
+    const auto victim = session_victim(session_tier::disk, 0);
+    if (victim == sessions_.end())
       return false;
-    evict_session(oldest->first, fx);
+    evict_session(victim->first, fx);
   }
   return true;
+}
+
+std::unordered_map<std::uint64_t, scheduler_core::session_entry>::iterator
+scheduler_core::session_victim(session_tier tier, std::uint64_t keep) {
+  std::vector<policies::session_view> views;
+  std::vector<std::unordered_map<std::uint64_t, session_entry>::iterator> at;
+  for (auto i = sessions_.begin(); i != sessions_.end(); ++i)
+    if (i->first != keep && i->second.where == tier) {
+      views.push_back({i->first, i->second.last_use_s, i->second.pages});
+      at.push_back(i);
+    }
+  if (views.empty())
+    return sessions_.end();
+  return at[policies::pick_session_victim(limits_.session_eviction, views)];
 }
 
 bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter, scheduler_effects& fx) {
@@ -1207,11 +1213,7 @@ void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler
   // Caches on their way to the host free their pages soon: counted as free.
   while (!sessions_.empty()
          && (session_pages_held_ > limits_.session_pages || free_pages() + moving_out_pages_ < need)) {
-    auto victim = sessions_.end();
-    for (auto i = sessions_.begin(); i != sessions_.end(); ++i)
-      if (i->first != keep && i->second.where == session_tier::device
-          && (victim == sessions_.end() || i->second.last_use_s < victim->second.last_use_s))
-        victim = i;
+    const auto victim = session_victim(session_tier::device, keep);
     if (victim == sessions_.end())
       return;
     evict_session(victim->first, fx);

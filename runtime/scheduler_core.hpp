@@ -8,6 +8,7 @@
 #include "gpu/backend.hpp"
 #include "gpu/step.hpp"
 #include "policies/scheduling_policy.hpp"
+#include "policies/session_eviction.hpp"
 #include "runtime/request_state.hpp"
 
 #include <cstdint>
@@ -53,6 +54,8 @@ struct scheduler_limits {
   /// whose session cache comes from the host pool runs at once, its first
   /// step computing each layer as that layer's pages land.
   bool layer_streaming = false;
+  /// Which session cache leaves a tier first when it needs room.
+  policies::session_eviction session_eviction = policies::session_eviction::lru;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -465,6 +468,10 @@ private:
     double last_use_s = 0;
   };
   std::unordered_map<std::uint64_t, session_entry> sessions_;
+  /// The cache of `tier` to move down first (the session policy's choice),
+  /// sparing `keep`; end() when there is none.
+  std::unordered_map<std::uint64_t, session_entry>::iterator session_victim(session_tier tier,
+                                                                            std::uint64_t keep);
   std::uint64_t session_pages_held_ = 0;
   std::uint64_t session_hits_ = 0;
   std::uint64_t session_evictions_ = 0;

@@ -12,6 +12,7 @@
 #include "policies/classifier_policy.hpp"
 #include "policies/output_predictor.hpp"
 #include "policies/registry.hpp"
+#include "policies/session_eviction.hpp"
 #include "runtime/sim_engine.hpp"
 #include "tools/workload/report.hpp"
 #include "tools/workload/workload.hpp"
@@ -70,6 +71,7 @@ constexpr const char* usage =
   "  --layer-streaming on|off  a cache coming back from the host pool streams in layer by layer under\n"
   "                        its step (Symphony), or is copied whole first (default off)\n"
   "  --advise-lead S|off   an advisory S seconds before each later turn of a conversation (default off)\n"
+  "  --session-eviction lru|largest   which session cache leaves a tier first (default lru)\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
@@ -109,6 +111,7 @@ struct options {
   bool on_demand = false;
   bool layer_streaming = false;
   double advise_lead = -1;
+  std::string session_eviction = "lru";
   double host_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
@@ -206,6 +209,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--prefetch-free") { if (!need_num() || num >= 1) { err = "--prefetch-free must be in [0, 1)"; return false; } o.prefetch_free = num; }
     else if (a == "--host-bytes") { if (!need_num()) return false; o.host_bytes = static_cast<std::uint64_t>(num); }
     else if (a == "--max-running") { if (!need_num() || num < 1) { err = "--max-running must be >= 1"; return false; } o.max_running = static_cast<std::uint32_t>(num); }
+    else if (a == "--session-eviction") {
+      if (!troupe::policies::session_eviction_named(v)) { err = "--session-eviction: lru or largest"; return false; }
+      o.session_eviction = v;
+    }
     else if (a == "--advise-lead") {
       if (v == "off") o.advise_lead = -1;
       else if (!need_num()) return false;
@@ -433,6 +440,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.max_context = o.max_context;
     cfg.layer_streaming = o.layer_streaming;
     cfg.advise_lead_s = o.advise_lead;
+    cfg.limits.session_eviction = *policies::session_eviction_named(o.session_eviction);
     cfg.layers = shape->num_layers;
     cfg.adapter_partition_pages = partition_pages;
     if (partition_pages > 0) // a full partition means waiting for room, not a broken adapter

@@ -48,7 +48,8 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 /// every step entry against what the request should be fed.
 struct swap_shell {
   explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
-                      std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0, bool streaming = false)
+                      std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0, bool streaming = false,
+                      policies::session_eviction how = policies::session_eviction::lru)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -59,6 +60,7 @@ struct swap_shell {
     limits.session_pages = session_pages;
     limits.disk_pages = disk_pages;
     limits.layer_streaming = streaming;
+    limits.session_eviction = how;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -960,6 +962,32 @@ TEST(scheduler_session, a_streaming_turn_cancelled_or_failed_before_its_step_kee
     EXPECT_EQ(s.ended_streams, std::vector<std::uint64_t>{3}) << "no step used it";
     EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty());
     EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+  }
+}
+
+TEST(scheduler_session, the_session_policy_chooses_which_cache_leaves_the_gpu) {
+  for (const auto how : {policies::session_eviction::lru, policies::session_eviction::largest}) {
+    const bool lru = how == policies::session_eviction::lru;
+    SCOPED_TRACE(lru ? "lru" : "largest");
+    swap_shell s{40, 0, false, 8, 0, false, how};
+    // Session 7: a 5-page cache; session 8: a 3-page one, newer; then an
+    // advisory makes 7 the most recently used.
+    s.submit_tokens(1, tokens_from(10, 16), 4, 7);
+    run_until_done(s, 1);
+    s.submit_tokens(2, tokens_from(50, 6), 4, 8);
+    run_until_done(s, 2);
+    scheduler_effects fx;
+    s.now += 1;
+    EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::on_gpu);
+    // Session 9's 3 pages pass the limit of 8: one of the two goes.
+    s.submit_tokens(3, tokens_from(90, 6), 4, 9);
+    run_until_done(s, 3);
+    EXPECT_EQ(s.core->sessions_cached(), 2u);
+    const auto seven = s.device.pages_of({page_owner_kind::request, 1}).size();
+    const auto eight = s.device.pages_of({page_owner_kind::request, 2}).size();
+    EXPECT_EQ(seven, lru ? 5u : 0u) << "LRU keeps the recently advised 7; largest drops its 5 pages";
+    EXPECT_EQ(eight, lru ? 0u : 3u);
+    EXPECT_EQ(s.device.empty_releases(), 0u);
   }
 }
 
