@@ -765,25 +765,10 @@ bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double n
   e.tokens = r.spec.prompt;
   e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end() - 1);
   e.last_use_s = now_s;
-  if (auto old = sessions_.find(r.spec.session); old != sessions_.end()) {
-    // This turn's cache supersedes the session's older one: freed outright
-    // (one still on its way to the host keeps its place; this one is not kept).
-    if (old->second.where != session_tier::device && old->second.where != session_tier::host
-        && old->second.where != session_tier::disk)
-      return false;
-    if (old->second.where == session_tier::disk) {
-      fx.disk_deletes.push_back(old->second.owner);
-      disk_held_ -= old->second.pages;
-    } else if (old->second.where == session_tier::host) {
-      fx.release_host_pages.push_back(old->second.owner);
-      host_reserved_ -= old->second.pages;
-    } else {
-      fx.release_pages.push_back(old->second.owner);
-      reserved_pages_ -= old->second.pages;
-      session_pages_held_ -= old->second.pages;
-    }
-    sessions_.erase(old);
-  }
+  // This turn's cache supersedes the session's older one (one on its way
+  // between tiers keeps its place, and this one is not kept).
+  if (!drop_older_cache(r.spec.session, fx))
+    return false;
   // Give back the adapter and leave the batch; the pages stay reserved.
   if (r.adapter_granted)
     fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
@@ -846,6 +831,32 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   sessions_.erase(i);
   memory_blocked_ = false;
   growth_retry_ = true;
+}
+
+bool scheduler_core::drop_older_cache(std::uint64_t session, scheduler_effects& fx) {
+  auto old = sessions_.find(session);
+  if (old == sessions_.end())
+    return true;
+  auto& e = old->second;
+  switch (e.where) {
+    case session_tier::disk:
+      fx.disk_deletes.push_back(e.owner);
+      disk_held_ -= e.pages;
+      break;
+    case session_tier::host:
+      fx.release_host_pages.push_back(e.owner);
+      host_reserved_ -= e.pages;
+      break;
+    case session_tier::device:
+      fx.release_pages.push_back(e.owner);
+      reserved_pages_ -= e.pages;
+      session_pages_held_ -= e.pages;
+      break;
+    default:
+      return false;
+  }
+  sessions_.erase(old);
+  return true;
 }
 
 bool scheduler_core::host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx) {
@@ -915,7 +926,8 @@ scheduler_effects scheduler_core::on_exported(std::uint64_t session) {
 
 std::uint64_t scheduler_core::begin_import(std::uint64_t session, std::uint64_t pages,
                                            std::vector<std::int32_t> tokens, scheduler_effects& fx) {
-  if (session == 0 || pages == 0 || sessions_.count(session) > 0 || !host_room(pages, session, fx))
+  // The cache coming is the session's latest: an older one here goes.
+  if (session == 0 || pages == 0 || !drop_older_cache(session, fx) || !host_room(pages, session, fx))
     return 0;
   session_entry e;
   e.where = session_tier::arriving;
@@ -995,9 +1007,7 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
 scheduler_effects scheduler_core::on_session_in(std::uint64_t owner, bool ok, double now_s,
                                                 std::vector<std::uint32_t> device_pages) {
   scheduler_effects fx;
-  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
-    return kv.second.owner == owner && kv.second.where == session_tier::moving_in;
-  });
+  auto i = session_of_owner(owner, session_tier::moving_in);
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
@@ -1050,6 +1060,13 @@ bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
 }
 
 std::unordered_map<std::uint64_t, scheduler_core::session_entry>::iterator
+scheduler_core::session_of_owner(std::uint64_t owner, session_tier tier) {
+  return std::find_if(sessions_.begin(), sessions_.end(), [owner, tier](const auto& kv) {
+    return kv.second.owner == owner && kv.second.where == tier;
+  });
+}
+
+std::unordered_map<std::uint64_t, scheduler_core::session_entry>::iterator
 scheduler_core::session_victim(session_tier tier, std::uint64_t keep) {
   std::vector<policies::session_view> views;
   std::vector<std::unordered_map<std::uint64_t, session_entry>::iterator> at;
@@ -1084,9 +1101,7 @@ bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter
 
 scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok) {
   scheduler_effects fx;
-  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
-    return kv.second.owner == owner && kv.second.where == session_tier::to_disk;
-  });
+  auto i = session_of_owner(owner, session_tier::to_disk);
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
@@ -1106,9 +1121,7 @@ scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok) {
 scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, double now_s,
                                              std::vector<std::uint32_t> host_pages) {
   scheduler_effects fx;
-  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
-    return kv.second.owner == owner && kv.second.where == session_tier::from_disk;
-  });
+  auto i = session_of_owner(owner, session_tier::from_disk);
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
@@ -1179,9 +1192,7 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
                                                  std::vector<std::uint32_t> host_pages) {
   (void)now_s;
   scheduler_effects fx;
-  auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
-    return kv.second.owner == owner && kv.second.where == session_tier::moving_out;
-  });
+  auto i = session_of_owner(owner, session_tier::moving_out);
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;

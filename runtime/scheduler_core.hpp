@@ -227,10 +227,11 @@ public:
   /// The export's read ended: the cache leaves this node either way (after
   /// a failed read the next turn recomputes) and its pages are released.
   scheduler_effects on_exported(std::uint64_t session);
-  /// A cache of `pages` pages for `tokens` arriving from another node: the
-  /// owner to reserve host pages under, or 0 when it is not taken (a cache
-  /// of this session is here already, or the host pool has no room even
-  /// after older host-tier caches give way).
+  /// A cache of `pages` pages for `tokens` arriving from another node (the
+  /// session's latest: an older cache of it here is dropped): the owner to
+  /// reserve host pages under, or 0 when it is not taken (the older cache is
+  /// moving between tiers, or the host pool has no room even after older
+  /// host-tier caches give way).
   std::uint64_t begin_import(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens,
                              scheduler_effects& fx);
   /// The import ended: on success the cache waits in `host_pages` like one
@@ -452,6 +453,9 @@ private:
   /// Starts a disk-tier cache's read back into host pages (false: no host
   /// room); `waiter`: the turn that waits for it (0: an advisory).
   bool fetch_from_disk(std::uint64_t session, std::uint64_t waiter, scheduler_effects& fx);
+  /// Frees the session's cache here (superseded by a newer one); false
+  /// when it is moving between tiers (then it stays).
+  bool drop_older_cache(std::uint64_t session, scheduler_effects& fx);
   /// Room on disk for `pages` more, dropping the oldest disk-tier caches.
   bool disk_room(std::uint64_t pages, scheduler_effects& fx);
   /// Host room for `pages` more, pushing older host-tier caches out; false
@@ -472,6 +476,9 @@ private:
   /// sparing `keep`; end() when there is none.
   std::unordered_map<std::uint64_t, session_entry>::iterator session_victim(session_tier tier,
                                                                             std::uint64_t keep);
+  /// The cache held under `owner` in `tier` (a move's answer finds it so).
+  std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,
+                                                                              session_tier tier);
   std::uint64_t session_pages_held_ = 0;
   std::uint64_t session_hits_ = 0;
   std::uint64_t session_evictions_ = 0;

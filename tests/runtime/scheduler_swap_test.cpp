@@ -773,7 +773,7 @@ void migrate_session(swap_shell& from, swap_shell& to, std::uint64_t session) {
   ASSERT_NE(owner, 0u);
   to.apply(std::move(fx));
   EXPECT_EQ(to.core->begin_import(session, plan->pages.size(), plan->tokens, fx), 0u)
-    << "one cache per session";
+    << "one on its way already";
   const page_owner o{page_owner_kind::request, owner};
   ASSERT_TRUE(to.host.allocate(o, plan->pages.size()));
   const auto ids = to.host.pages_of(o);
@@ -989,6 +989,24 @@ TEST(scheduler_session, the_session_policy_chooses_which_cache_leaves_the_gpu) {
     EXPECT_EQ(eight, lru ? 0u : 3u);
     EXPECT_EQ(s.device.empty_releases(), 0u);
   }
+}
+
+TEST(scheduler_session, an_import_replaces_an_older_cache_of_the_session) {
+  swap_shell b{40, 20, false, 20};
+  b.submit_tokens(1, tokens_from(10, 6), 4, 7); // b's own, older cache of session 7
+  run_until_done(b, 1);
+  ASSERT_EQ(b.device.pages_of({page_owner_kind::request, 1}).size(), 3u);
+  scheduler_effects fx;
+  const auto owner = b.core->begin_import(7, 2, tokens_from(10, 5), fx);
+  ASSERT_NE(owner, 0u);
+  b.apply(std::move(fx));
+  EXPECT_TRUE(b.device.pages_of({page_owner_kind::request, 1}).empty()) << "the older cache was freed";
+  EXPECT_EQ(b.core->reserved_pages(), 0u);
+  ASSERT_TRUE(b.host.allocate({page_owner_kind::request, owner}, 2));
+  const auto ids = b.host.pages_of({page_owner_kind::request, owner});
+  b.apply(b.core->on_imported(7, true, b.now, {ids.begin(), ids.end()}));
+  EXPECT_EQ(b.core->sessions_cached(), 1u);
+  EXPECT_EQ(b.device.empty_releases() + b.host.empty_releases(), 0u);
 }
 
 } // namespace
