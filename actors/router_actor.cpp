@@ -90,9 +90,9 @@ void dispatch(self_ptr self, request_spec spec, Reply reply) {
 
 void node_lost(self_ptr self, std::uint32_t node, const std::string& why) {
   auto& st = self->state;
+  if (!st.core->loads()[node].alive)
+    return; // known already
   auto again = st.core->on_node_down(node);
-  if (again.empty() && st.core->loads()[node].alive)
-    return;
   spdlog::warn("router: node {} ({}) lost: {}; placing its {} requests again", node, st.cfg.names[node], why,
                again.size());
   for (auto& spec : again) {
@@ -101,6 +101,7 @@ void node_lost(self_ptr self, std::uint32_t node, const std::string& why) {
       if constexpr (std::is_same_v<decltype(r), caf::error>) {
         // Nowhere left to run it: it ends with an error, once.
         spdlog::error("router: request {} lost with every node: {}", id, self->system().render(r));
+        self->state.core->forget(id);
         progress_batch b;
         b.finished.push_back({id, static_cast<std::uint8_t>(finish_reason::error), 0, 0, 0, 0, 0});
         for (const auto& s : self->state.sinks)
