@@ -1,0 +1,42 @@
+// The base model's GEMMs on cuBLAS: row-major activations times Hugging
+// Face's [out, in] weights, fp16 or bf16 in and out, fp32 accumulation,
+// over the whole token-flattened batch in one call.
+#pragma once
+
+#include "gpu/cuda/dtype.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace troupe::gpu::cuda {
+
+/// A cuBLAS handle bound to one stream, with its workspace; not shared
+/// between threads.
+class blas {
+public:
+  explicit blas(cudaStream_t stream);
+  blas(const blas&) = delete;
+  blas& operator=(const blas&) = delete;
+  ~blas();
+
+  /// y[rows, out] = x[rows, in] * w[out, in]^T (+ y when accumulate):
+  /// y, x, w of type t; `out_f32` writes y as fp32 (the logits).
+  void linear(dtype t, const void* x, const void* w, void* y, std::uint32_t rows,
+              std::uint32_t in, std::uint32_t out, bool accumulate = false, bool out_f32 = false);
+
+  /// Dense fp16 or bf16 GEMM on plain column-major operands, C[m, n] =
+  /// A[m, k] B[k, n], for the benchmark's tensor-core ceiling.
+  void dense(dtype t, const void* a, const void* b, void* c, std::uint32_t m, std::uint32_t n,
+             std::uint32_t k);
+
+  cudaStream_t stream() const noexcept { return stream_; }
+
+private:
+  cublasHandle_t handle_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  void* workspace_ = nullptr;
+};
+
+} // namespace troupe::gpu::cuda

@@ -1,0 +1,123 @@
+// The CUDA backend's kernels, as host-side launchers. Element arrays are
+// fp16 or bf16 (`dtype`), accumulation is fp32; every launcher enqueues on
+// `stream` and returns at once (cudaGetLastError reports a bad launch).
+// Pointers are device pointers. Each kernel has a CPU reference of the same
+// signature in gpu/cuda/reference.hpp, and tests/gpu/cuda compares the two.
+#pragma once
+
+#include "gpu/cuda/dtype.hpp"
+#include "gpu/cuda/plan.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace troupe::gpu::cuda {
+
+/// A batch_plan's arrays copied to the device (the backend uploads them in
+/// one copy per step); the sizes are the plan's.
+struct device_plan {
+  std::uint32_t seqs = 0;
+  std::uint32_t rows = 0;
+  const std::int32_t* token_ids = nullptr;
+  const std::int32_t* positions = nullptr;
+  const std::uint32_t* row_seq = nullptr;
+  const std::uint32_t* qo_indptr = nullptr;
+  const std::uint32_t* last_row = nullptr;
+  const std::uint32_t* kv_indptr = nullptr;
+  const std::uint32_t* kv_pages = nullptr;
+  const std::uint32_t* kv_len = nullptr;
+  const std::uint32_t* row_page = nullptr;
+  const std::uint32_t* row_slot = nullptr;
+  const lora_slot* slots = nullptr;
+  const std::uint32_t* lora_pages = nullptr;
+  const std::int32_t* row_lora = nullptr;
+  const lora_segment* segments = nullptr;
+  std::uint32_t num_segments = 0;
+  std::uint32_t max_rank = 0;
+  const attention_item* items = nullptr;
+  std::uint32_t num_items = 0;
+  const std::uint32_t* tile_indptr = nullptr;
+  std::uint32_t num_tiles = 0;
+  const sample_params* sampling = nullptr;
+  std::uint32_t max_new_tokens = 0;
+  std::uint32_t max_kv_len = 0;
+};
+
+// -- elementwise and normalisation -------------------------------------------
+
+/// out[r] = table[ids[r]] for r < rows; table is [vocab, hidden].
+void embedding_gather(dtype t, const void* table, const std::int32_t* ids, std::uint32_t rows,
+                      std::uint32_t hidden, void* out, cudaStream_t stream);
+
+/// out[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight, in fp32, rounded once.
+void rmsnorm(dtype t, const void* x, const void* weight, float eps, std::uint32_t rows,
+             std::uint32_t hidden, void* out, cudaStream_t stream);
+
+/// residual[r] += x[r] (rounded to t), then out[r] = rmsnorm(residual[r]):
+/// the residual add fused with the next layer's norm.
+void add_rmsnorm(dtype t, void* residual, const void* x, const void* weight, float eps,
+                 std::uint32_t rows, std::uint32_t hidden, void* out, cudaStream_t stream);
+
+/// Rotary embeddings in place, Hugging Face Llama's rotate-half form: for
+/// each head, element i < head_dim/2 pairs with i + head_dim/2, angle
+/// positions[r] * inv_freq[i] (inv_freq: [head_dim/2] fp32, any scaling
+/// already applied). q: [rows, heads * head_dim], k: [rows, kv_heads * head_dim].
+void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float* inv_freq,
+          std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
+          cudaStream_t stream);
+
+/// out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]; gate_up is the
+/// fused [rows, 2 * inter] output of the gate and up projections.
+void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,
+            cudaStream_t stream);
+
+// -- paged KV cache and attention ----------------------------------------------
+
+/// Writes each row's K and V ([rows, kv_dim] each) into its page and slot
+/// (plan.row_page, plan.row_slot) of `layer` in `pool`.
+void write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
+              const void* k, const void* v, void* pool, cudaStream_t stream);
+
+/// Attention over the paged cache for every row of the plan, causal, with
+/// grouped-query heads (head h reads kv head h / (heads / kv_heads)):
+/// out[r] = softmax(q[r] K^T * scale) V over the positions <= positions[r]
+/// of the row's sequence. The plan's items are computed independently into
+/// `partial` (items * max rows per tile * heads * (head_dim + 2) fp32, see
+/// attention_workspace_floats) and each tile's items merged into out.
+void attention(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
+               std::uint32_t heads, float scale, const void* q, const void* pool, float* partial,
+               void* out, cudaStream_t stream);
+
+/// fp32 workspace `attention` needs for `plan` (0 when no tile is split).
+std::uint64_t attention_workspace_floats(const batch_plan& plan, std::uint32_t heads,
+                                         std::uint32_t head_dim) noexcept;
+
+// -- LoRA over adapter pages (S-LoRA's MBGMM / MBGMV, Punica's SGMV / BGMV) ----
+
+/// Shrink: tmp[r, j] = sum_k x[r, k] * A[j, k] for j < rank of the row's
+/// adapter (tmp: [rows, plan.max_rank] fp32; entries j >= rank and rows with
+/// no adapter untouched). x: [rows, in_dim(proj)]. `gathered` picks the
+/// decode kernel (one row per sequence, plan.row_lora) over the segmented one
+/// (plan.segments); both give the same result.
+void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                 lora_proj proj, const void* x, const void* pool, bool gathered, float* tmp,
+                 cudaStream_t stream);
+
+/// Expand: y[r, o] += scale * sum_{j < rank} tmp[r, j] * B[o, j], rounded to
+/// t once; rows with no adapter untouched. y: [rows, out_dim(proj)].
+void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                 lora_proj proj, const float* tmp, const void* pool, bool gathered, void* y,
+                 cudaStream_t stream);
+
+// -- sampling ------------------------------------------------------------------
+
+/// One token per sequence from logits [seqs, vocab] fp32 (the rows already
+/// picked by plan.last_row), by gpu/sampling.hpp's rules: greedy below
+/// temperature 0 (lowest id on ties, NaN never wins), else softmax at the
+/// temperature, top-k, top-p, and the draw uniform01(seed, output_index),
+/// walking tokens by descending probability, ties by lower id.
+void sample(const device_plan& plan, const float* logits, std::uint32_t vocab,
+            std::int32_t* tokens, cudaStream_t stream);
+
+} // namespace troupe::gpu::cuda
