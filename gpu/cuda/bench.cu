@@ -1,0 +1,296 @@
+// troupe-gpu-bench: issue 4's measurements on one GPU, all in one run so
+// every ratio compares figures taken side by side:
+//  - HBM bandwidth (device-to-device copy) and dense fp16 cuBLAS GEMM rate;
+//  - decode at batch 1 against weight bytes / bandwidth;
+//  - decode at batch 64 with 64 distinct rank-16 adapters on q, k, v, o
+//    against the same batch without adapters;
+//  - prefill of 8 prompts of 1,024 tokens against the GEMM rate;
+//  - a CUDA-event timeline of an adapter load on a copy stream while a
+//    decode step computes.
+// A Llama-2-7B-shaped model with random fp16 weights (untrained weights run
+// at the same speed). Writes JSON to the path given by --json (stdout
+// otherwise). Needs only CUDA and cuBLAS.
+#include "gpu/cuda/check.hpp"
+#include "gpu/cuda/device_buffer.hpp"
+#include "gpu/cuda/gemm.hpp"
+#include "gpu/cuda/model.hpp"
+#include "gpu/cuda/plan.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace troupe::gpu::cuda {
+namespace {
+
+struct options {
+  std::string json;
+  std::uint32_t layers = 32; // fewer for a quick look
+  int reps = 20;
+};
+
+// Median milliseconds of `reps` runs of f on `s`, timed with events.
+template <class F>
+double time_ms(cudaStream_t s, int reps, F&& f) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  TROUPE_CUDA_CHECK(cudaEventCreate(&a));
+  TROUPE_CUDA_CHECK(cudaEventCreate(&b));
+  f(); // warm-up
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+  std::vector<float> ms(static_cast<std::size_t>(reps));
+  for (auto& m : ms) {
+    TROUPE_CUDA_CHECK(cudaEventRecord(a, s));
+    f();
+    TROUPE_CUDA_CHECK(cudaEventRecord(b, s));
+    TROUPE_CUDA_CHECK(cudaEventSynchronize(b));
+    TROUPE_CUDA_CHECK(cudaEventElapsedTime(&m, a, b));
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+model_config llama2_7b(std::uint32_t layers) {
+  model_config c;
+  c.hidden = 4096;
+  c.intermediate = 11008;
+  c.layers = layers;
+  c.heads = 32;
+  c.kv_heads = 32;
+  c.head_dim = 128;
+  c.vocab = 32000;
+  c.type = dtype::f16;
+  for (std::uint32_t i = 0; i < c.head_dim / 2; ++i)
+    c.inv_freq.push_back(static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / c.head_dim)));
+  return c;
+}
+
+// Page allocation for the benchmark's batches: pages handed out in order.
+struct pages {
+  std::uint32_t next = 0;
+  std::uint64_t limit = 0;
+  std::vector<std::uint32_t> take(std::uint64_t n) {
+    if (next + n > limit)
+      throw cuda_error("benchmark pool too small");
+    std::vector<std::uint32_t> v(n);
+    for (auto& p : v)
+      p = next++;
+    return v;
+  }
+};
+
+std::vector<step_entry> batch(pages& pool, std::uint32_t n, std::uint32_t context,
+                              std::uint32_t new_tokens, std::uint32_t page_tokens,
+                              bool adapters, std::uint32_t rank) {
+  std::vector<step_entry> b(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    auto& e = b[i];
+    e.request_id = i + 1;
+    e.context_tokens = context;
+    e.new_tokens = new_tokens;
+    e.temperature = 0;
+    e.tokens.assign(new_tokens, static_cast<std::int32_t>(1 + i));
+    e.pages = pool.take((context + new_tokens + page_tokens - 1) / page_tokens);
+    if (adapters) {
+      e.adapter_id = i + 1;
+      e.adapter_rank = rank;
+    }
+  }
+  return b;
+}
+
+int run(const options& o) {
+  if (!device_visible()) {
+    std::cerr << "troupe-gpu-bench: no CUDA device visible\n";
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  TROUPE_CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  cudaStream_t s = nullptr, copy = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));
+  std::ostringstream js;
+  js.precision(6);
+  js << "{\n  \"gpu\": \"" << prop.name << "\",\n";
+
+  // Bandwidth: a 2 GiB device-to-device copy reads and writes each byte.
+  double bandwidth = 0;
+  {
+    const std::size_t bytes = std::size_t{2} << 30;
+    device_buffer<std::byte> a(bytes), b(bytes);
+    TROUPE_CUDA_CHECK(cudaMemsetAsync(a.data(), 1, bytes, s));
+    const double ms = time_ms(s, o.reps, [&] {
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, s));
+    });
+    bandwidth = 2.0 * bytes / (ms * 1e-3);
+    js << "  \"hbm_bytes_per_s\": " << bandwidth << ",\n";
+  }
+  // Dense GEMM ceiling, fp16 in and out, fp32 accumulation.
+  double gemm_flops = 0;
+  {
+    const std::uint32_t n = 8192;
+    device_buffer<std::uint16_t> a(std::size_t{n} * n), b(std::size_t{n} * n), c(std::size_t{n} * n);
+    TROUPE_CUDA_CHECK(cudaMemsetAsync(a.data(), 0x11, a.bytes(), s));
+    TROUPE_CUDA_CHECK(cudaMemsetAsync(b.data(), 0x11, b.bytes(), s));
+    blas bl{s};
+    const double ms = time_ms(s, o.reps, [&] { bl.dense(dtype::f16, a.data(), b.data(), c.data(), n, n, n); });
+    gemm_flops = 2.0 * n * n * n / (ms * 1e-3);
+    js << "  \"dense_gemm_flops\": " << gemm_flops << ",\n";
+  }
+
+  // The model, a pool, and 64 rank-16 adapters in it.
+  const auto cfg = llama2_7b(o.layers);
+  const kv_layout kv{.num_layers = cfg.layers, .num_kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim,
+                     .page_tokens = 16};
+  const std::uint64_t pool_pages = 1600;
+  cuda_model m{cfg, kv, pool_pages, s};
+  m.randomize(7, 0.02f);
+  TROUPE_CUDA_CHECK(cudaMemsetAsync(m.pool(), 0, pool_pages * m.page_bytes(), s));
+  pages alloc{0, pool_pages};
+  const std::uint32_t rank = 16, n_adapters = 64;
+  std::map<std::uint32_t, resident_adapter> resident;
+  const auto& lora = m.lora();
+  pinned_buffer<std::uint16_t> adapter_host(lora.pages(rank) * kv.page_elems());
+  for (std::size_t i = 0; i < adapter_host.size(); ++i) // small values, any pattern
+    adapter_host.data()[i] = to_bits(dtype::f16, static_cast<float>(static_cast<int>(i % 17) - 8) * 1e-3f);
+  for (std::uint32_t a = 1; a <= n_adapters; ++a) {
+    resident_adapter r{rank, 2.0f, alloc.take(lora.pages(rank))};
+    for (std::size_t p = 0; p < r.pages.size(); ++p)
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::uint16_t*>(m.pool()) + r.pages[p] * kv.page_elems(),
+                                        adapter_host.data() + p * kv.page_elems(), m.page_bytes(),
+                                        cudaMemcpyHostToDevice, s));
+    resident.emplace(a, std::move(r));
+  }
+  // Where the timeline's adapter load lands: pages no batch uses.
+  const auto load_target = alloc.take(lora.pages(rank));
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+  plan_inputs in;
+  in.kv = kv;
+  in.vocab_size = cfg.vocab;
+  in.pool_pages = pool_pages;
+  in.adapter = [&](std::uint32_t id) -> const resident_adapter* {
+    auto it = resident.find(id);
+    return it == resident.end() ? nullptr : &it->second;
+  };
+  in.split = {.q_tile = 64, .kv_chunk = 256};
+  const std::uint32_t pt = kv.page_tokens;
+
+  const auto step_ms = [&](const std::vector<step_entry>& b) {
+    const auto plan = plan_batch(b, in);
+    if (!plan.rejected.empty())
+      throw cuda_error("benchmark entry rejected: " + plan.rejected.front().second);
+    return time_ms(s, o.reps, [&] { m.enqueue_forward(plan); });
+  };
+  const std::uint32_t mark = alloc.next;
+  const double decode1 = step_ms(batch(alloc, 1, 128, 1, pt, false, 0));
+  const double bound_ms = static_cast<double>(cfg.weight_bytes()) / bandwidth * 1e3;
+  js << "  \"weight_bytes\": " << cfg.weight_bytes() << ",\n"
+     << "  \"decode_b1_ms\": " << decode1 << ",\n"
+     << "  \"decode_b1_bound_ms\": " << bound_ms << ",\n"
+     << "  \"decode_b1_over_bound\": " << decode1 / bound_ms << ",\n";
+  alloc.next = mark;
+  const double decode64 = step_ms(batch(alloc, 64, 128, 1, pt, false, 0));
+  alloc.next = mark;
+  const auto lora_batch = batch(alloc, 64, 128, 1, pt, true, rank);
+  const double decode64_lora = step_ms(lora_batch);
+  js << "  \"decode_b64_ms\": " << decode64 << ",\n"
+     << "  \"decode_b64_lora_r16_ms\": " << decode64_lora << ",\n"
+     << "  \"decode_b64_lora_over_base\": " << decode64_lora / decode64 << ",\n";
+  alloc.next = mark;
+  const double prefill = step_ms(batch(alloc, 8, 0, 1024, pt, false, 0));
+  const double tokens = 8.0 * 1024;
+  const double linear_params = static_cast<double>(cfg.weight_bytes()) / 2 -
+                               2.0 * cfg.vocab * cfg.hidden; // the LM head sees 8 rows only
+  const double attn_flops = 8.0 * cfg.layers * 2.0 * 2.0 * cfg.heads * cfg.head_dim * (1024.0 * 1025 / 2);
+  const double prefill_flops = 2.0 * linear_params * tokens + attn_flops;
+  js << "  \"prefill_8x1024_ms\": " << prefill << ",\n"
+     << "  \"prefill_flops_per_s\": " << prefill_flops / (prefill * 1e-3) << ",\n"
+     << "  \"prefill_over_dense_gemm\": " << prefill_flops / (prefill * 1e-3) / gemm_flops << ",\n";
+
+  // Overlap: one adapter's pages copied on the copy stream while a decode
+  // step with adapters runs on the compute stream; every event's time from
+  // a common origin.
+  {
+    const auto plan = plan_batch(lora_batch, in);
+    const auto& target = load_target;
+    cudaEvent_t origin, c0, c1, k0, k1;
+    for (auto* e : {&origin, &c0, &c1, &k0, &k1})
+      TROUPE_CUDA_CHECK(cudaEventCreate(e));
+    TROUPE_CUDA_CHECK(cudaEventRecord(origin, s));
+    TROUPE_CUDA_CHECK(cudaStreamWaitEvent(copy, origin, 0));
+    TROUPE_CUDA_CHECK(cudaEventRecord(k0, s));
+    m.enqueue_forward(plan);
+    TROUPE_CUDA_CHECK(cudaEventRecord(k1, s));
+    TROUPE_CUDA_CHECK(cudaEventRecord(c0, copy));
+    for (std::size_t p = 0; p < target.size(); ++p)
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::uint16_t*>(m.pool()) + target[p] * kv.page_elems(),
+                                        adapter_host.data() + p * kv.page_elems(), m.page_bytes(),
+                                        cudaMemcpyHostToDevice, copy));
+    TROUPE_CUDA_CHECK(cudaEventRecord(c1, copy));
+    TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
+    float t[4];
+    TROUPE_CUDA_CHECK(cudaEventElapsedTime(&t[0], origin, k0));
+    TROUPE_CUDA_CHECK(cudaEventElapsedTime(&t[1], origin, k1));
+    TROUPE_CUDA_CHECK(cudaEventElapsedTime(&t[2], origin, c0));
+    TROUPE_CUDA_CHECK(cudaEventElapsedTime(&t[3], origin, c1));
+    const double overlap = std::max(0.0, std::min<double>(t[1], t[3]) - std::max<double>(t[0], t[2]));
+    js << "  \"timeline_ms\": {\"decode_start\": " << t[0] << ", \"decode_end\": " << t[1]
+       << ", \"adapter_copy_start\": " << t[2] << ", \"adapter_copy_end\": " << t[3]
+       << ", \"adapter_bytes\": " << target.size() * m.page_bytes() << ", \"overlap\": " << overlap
+       << "},\n";
+    for (auto e : {origin, c0, c1, k0, k1})
+      cudaEventDestroy(e);
+  }
+  js << "  \"layers\": " << cfg.layers << ",\n  \"reps\": " << o.reps << "\n}\n";
+  if (o.json.empty()) {
+    std::cout << js.str();
+  } else {
+    std::ofstream(o.json) << js.str();
+    std::cout << js.str();
+  }
+  cudaStreamDestroy(s);
+  cudaStreamDestroy(copy);
+  return 0;
+}
+
+} // namespace
+} // namespace troupe::gpu::cuda
+
+int main(int argc, char** argv) {
+  troupe::gpu::cuda::options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::cerr << "troupe-gpu-bench: " << a << " needs a value\n";
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--json")
+      o.json = value();
+    else if (a == "--layers")
+      o.layers = static_cast<std::uint32_t>(std::stoul(value()));
+    else if (a == "--reps")
+      o.reps = std::stoi(value());
+    else {
+      std::cerr << "usage: troupe-gpu-bench [--json FILE] [--layers N] [--reps N]\n"
+                << "unknown argument " << a << "\n";
+      return 2;
+    }
+  }
+  try {
+    return troupe::gpu::cuda::run(o);
+  } catch (const std::exception& e) {
+    std::cerr << "troupe-gpu-bench: " << e.what() << "\n";
+    return 1;
+  }
+}

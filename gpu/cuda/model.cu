@@ -1,0 +1,255 @@
+// cuda_model: weights and scratch on the device, one step as a fixed
+// sequence of launches on the model's stream (nothing waits on the host
+// until the sampled tokens are copied back).
+#include "gpu/cuda/model.hpp"
+
+#include "gpu/cuda/check.hpp"
+#include "gpu/random.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+namespace troupe::gpu::cuda {
+
+namespace {
+
+__device__ __forceinline__ std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// w[i] = uniform in [-scale, scale] keyed by (seed, i), as fp16 or bf16 bits.
+__global__ void fill_uniform(std::uint16_t* w, std::uint64_t n, std::uint64_t seed, float scale,
+                             bool bf16) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::uint64_t{gridDim.x} * blockDim.x) {
+    const float u = static_cast<float>(mix64(seed ^ mix64(i)) >> 40) * 0x1.0p-24f;
+    const float x = (2.0f * u - 1.0f) * scale;
+    w[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
+  }
+}
+
+__global__ void fill_value(std::uint16_t* w, std::uint64_t n, std::uint16_t bits) {
+  for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
+       i += std::uint64_t{gridDim.x} * blockDim.x)
+    w[i] = bits;
+}
+
+unsigned blocks_for(std::uint64_t n) {
+  return static_cast<unsigned>(std::min<std::uint64_t>((n + 255) / 256, 4096));
+}
+
+template <class T>
+void grow(device_buffer<T>& b, std::uint64_t n) {
+  if (b.size() < n)
+    b = device_buffer<T>(n);
+}
+
+} // namespace
+
+std::uint64_t model_config::weight_bytes() const noexcept {
+  const std::uint64_t h = hidden;
+  const std::uint64_t per_layer =
+    2 * h + h * q_dim() + 2 * h * kv_dim() + q_dim() * h + 3 * h * intermediate;
+  const std::uint64_t embeds = (tied_embeddings ? 1 : 2) * std::uint64_t{vocab} * h;
+  return (layers * per_layer + embeds + h) * dtype_bytes(type);
+}
+
+cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
+                       cudaStream_t stream)
+  : cfg_(std::move(cfg)), kv_(kv), pool_pages_(pool_pages), stream_(stream), blas_(stream) {
+  if (kv_.num_layers != cfg_.layers || kv_.num_kv_heads != cfg_.kv_heads ||
+      kv_.head_dim != cfg_.head_dim)
+    throw cuda_error("cuda_model: the pool's layout (" + std::to_string(kv_.num_layers) +
+                     " layers, " + std::to_string(kv_.num_kv_heads) + " KV heads of " +
+                     std::to_string(kv_.head_dim) + ") does not match the model's");
+  if (cfg_.inv_freq.size() != cfg_.head_dim / 2)
+    throw cuda_error("cuda_model: " + std::to_string(cfg_.inv_freq.size()) +
+                     " rotary frequencies for head_dim " + std::to_string(cfg_.head_dim));
+  lora_ = lora_layout::make(kv_, cfg_.hidden, cfg_.q_dim());
+  const std::uint64_t h = cfg_.hidden;
+  embed_ = device_buffer<std::uint16_t>(std::uint64_t{cfg_.vocab} * h);
+  final_norm_ = device_buffer<std::uint16_t>(h);
+  if (!cfg_.tied_embeddings)
+    lm_head_ = device_buffer<std::uint16_t>(std::uint64_t{cfg_.vocab} * h);
+  layers_.resize(cfg_.layers);
+  for (auto& l : layers_) {
+    l.attn_norm = device_buffer<std::uint16_t>(h);
+    l.wq = device_buffer<std::uint16_t>(std::uint64_t{cfg_.q_dim()} * h);
+    l.wk = device_buffer<std::uint16_t>(std::uint64_t{cfg_.kv_dim()} * h);
+    l.wv = device_buffer<std::uint16_t>(std::uint64_t{cfg_.kv_dim()} * h);
+    l.wo = device_buffer<std::uint16_t>(h * cfg_.q_dim());
+    l.mlp_norm = device_buffer<std::uint16_t>(h);
+    l.w_gate_up = device_buffer<std::uint16_t>(2 * std::uint64_t{cfg_.intermediate} * h);
+    l.w_down = device_buffer<std::uint16_t>(h * cfg_.intermediate);
+  }
+  pool_ = device_buffer<std::uint16_t>(pool_pages_ * kv_.page_elems());
+  inv_freq_ = device_buffer<float>(cfg_.inv_freq.size());
+  inv_freq_.upload(cfg_.inv_freq);
+}
+
+void cuda_model::set_weight(weight w, std::uint32_t layer, std::span<const float> values) {
+  const auto per_layer = [&]() -> layer_weights& {
+    if (layer >= layers_.size())
+      throw cuda_error("cuda_model::set_weight: layer " + std::to_string(layer) + " of " +
+                       std::to_string(layers_.size()));
+    return layers_[layer];
+  };
+  device_buffer<std::uint16_t>* dst = nullptr;
+  std::uint64_t offset = 0;
+  std::uint64_t n = 0;
+  const std::uint64_t inter_rows = std::uint64_t{cfg_.intermediate} * cfg_.hidden;
+  switch (w) {
+    case weight::embed: dst = &embed_; break;
+    case weight::final_norm: dst = &final_norm_; break;
+    case weight::lm_head: dst = cfg_.tied_embeddings ? &embed_ : &lm_head_; break;
+    case weight::attn_norm: dst = &per_layer().attn_norm; break;
+    case weight::wq: dst = &per_layer().wq; break;
+    case weight::wk: dst = &per_layer().wk; break;
+    case weight::wv: dst = &per_layer().wv; break;
+    case weight::wo: dst = &per_layer().wo; break;
+    case weight::mlp_norm: dst = &per_layer().mlp_norm; break;
+    case weight::w_gate: dst = &per_layer().w_gate_up; n = inter_rows; break;
+    case weight::w_up: dst = &per_layer().w_gate_up; offset = inter_rows; n = inter_rows; break;
+    case weight::w_down: dst = &per_layer().w_down; break;
+  }
+  if (n == 0)
+    n = dst->size();
+  if (values.size() != n)
+    throw cuda_error("cuda_model::set_weight: weight " + std::to_string(static_cast<int>(w)) +
+                     " of layer " + std::to_string(layer) + " takes " + std::to_string(n) +
+                     " values, got " + std::to_string(values.size()));
+  std::vector<std::uint16_t> bits(n);
+  std::transform(values.begin(), values.end(), bits.begin(),
+                 [t = cfg_.type](float f) { return to_bits(t, f); });
+  TROUPE_CUDA_CHECK(cudaMemcpy(dst->data() + offset, bits.data(), n * 2, cudaMemcpyHostToDevice));
+}
+
+void cuda_model::randomize(std::uint64_t seed, float scale) {
+  const bool bf16 = cfg_.type == dtype::bf16;
+  std::uint64_t k = 0;
+  auto fill = [&](device_buffer<std::uint16_t>& b) {
+    if (b.size() == 0)
+      return;
+    fill_uniform<<<blocks_for(b.size()), 256, 0, stream_>>>(b.data(), b.size(), splitmix64(seed + ++k),
+                                                           scale, bf16);
+    TROUPE_CUDA_CHECK(cudaGetLastError());
+  };
+  const std::uint16_t one = to_bits(cfg_.type, 1.0f);
+  auto ones = [&](device_buffer<std::uint16_t>& b) {
+    fill_value<<<blocks_for(b.size()), 256, 0, stream_>>>(b.data(), b.size(), one);
+    TROUPE_CUDA_CHECK(cudaGetLastError());
+  };
+  fill(embed_);
+  fill(lm_head_);
+  ones(final_norm_);
+  for (auto& l : layers_) {
+    ones(l.attn_norm);
+    ones(l.mlp_norm);
+    for (auto* b : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate_up, &l.w_down})
+      fill(*b);
+  }
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void cuda_model::ensure_scratch(const batch_plan& plan) {
+  const std::uint64_t rows = plan.rows();
+  const std::uint64_t seqs = plan.seqs();
+  if (rows > s_.rows) {
+    s_.rows = static_cast<std::uint32_t>(rows);
+    const std::uint64_t h = cfg_.hidden;
+    s_.residual = device_buffer<std::uint16_t>(rows * h);
+    s_.h = device_buffer<std::uint16_t>(rows * h);
+    s_.q = device_buffer<std::uint16_t>(rows * cfg_.q_dim());
+    s_.k = device_buffer<std::uint16_t>(rows * cfg_.kv_dim());
+    s_.v = device_buffer<std::uint16_t>(rows * cfg_.kv_dim());
+    s_.attn = device_buffer<std::uint16_t>(rows * cfg_.q_dim());
+    s_.proj = device_buffer<std::uint16_t>(rows * h);
+    s_.gate_up = device_buffer<std::uint16_t>(rows * 2 * cfg_.intermediate);
+    s_.mlp = device_buffer<std::uint16_t>(rows * cfg_.intermediate);
+  }
+  if (seqs > s_.seqs) {
+    s_.seqs = static_cast<std::uint32_t>(seqs);
+    s_.last = device_buffer<std::uint16_t>(seqs * cfg_.hidden);
+    logits_ = device_buffer<float>(seqs * cfg_.vocab);
+    tokens_ = device_buffer<std::int32_t>(seqs);
+  }
+  grow(s_.lora_tmp, rows * plan.max_rank);
+  grow(s_.partial_buf, attention_workspace_floats(plan, cfg_.heads, cfg_.head_dim));
+}
+
+void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, lora_proj p, const void* x,
+                          void* y) {
+  if (d.max_rank == 0)
+    return;
+  const bool gathered = d.max_new_tokens <= 1;
+  lora_shrink(cfg_.type, d, lora_, layer, p, x, pool_.data(), gathered, s_.lora_tmp.data(), stream_);
+  lora_expand(cfg_.type, d, lora_, layer, p, s_.lora_tmp.data(), pool_.data(), gathered, y, stream_);
+}
+
+void cuda_model::enqueue_forward(const batch_plan& plan) {
+  if (plan.rows() == 0)
+    return;
+  ensure_scratch(plan);
+  const auto d = upload_.upload(plan, stream_);
+  const dtype t = cfg_.type;
+  const std::uint32_t rows = plan.rows();
+  const std::uint32_t h = cfg_.hidden;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+
+  embedding_gather(t, embed_.data(), d.token_ids, rows, h, s_.residual.data(), stream_);
+  for (std::uint32_t l = 0; l < cfg_.layers; ++l) {
+    auto& w = layers_[l];
+    // The previous layer's MLP output joins the residual inside the norm.
+    if (l == 0)
+      rmsnorm(t, s_.residual.data(), w.attn_norm.data(), cfg_.rms_eps, rows, h, s_.h.data(), stream_);
+    else
+      add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.attn_norm.data(), cfg_.rms_eps, rows, h,
+                  s_.h.data(), stream_);
+    blas_.linear(t, s_.h.data(), w.wq.data(), s_.q.data(), rows, h, cfg_.q_dim());
+    blas_.linear(t, s_.h.data(), w.wk.data(), s_.k.data(), rows, h, cfg_.kv_dim());
+    blas_.linear(t, s_.h.data(), w.wv.data(), s_.v.data(), rows, h, cfg_.kv_dim());
+    add_lora(d, l, lora_proj::q, s_.h.data(), s_.q.data());
+    add_lora(d, l, lora_proj::k, s_.h.data(), s_.k.data());
+    add_lora(d, l, lora_proj::v, s_.h.data(), s_.v.data());
+    rope(t, s_.q.data(), s_.k.data(), d.positions, inv_freq_.data(), rows, cfg_.heads,
+         cfg_.kv_heads, cfg_.head_dim, stream_);
+    write_kv(t, d, kv_, l, s_.k.data(), s_.v.data(), pool_.data(), stream_);
+    attention(t, d, kv_, l, cfg_.heads, scale, s_.q.data(), pool_.data(), s_.partial_buf.data(),
+              s_.attn.data(), stream_);
+    blas_.linear(t, s_.attn.data(), w.wo.data(), s_.proj.data(), rows, cfg_.q_dim(), h);
+    add_lora(d, l, lora_proj::o, s_.attn.data(), s_.proj.data());
+    add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.mlp_norm.data(), cfg_.rms_eps, rows, h,
+                s_.h.data(), stream_);
+    blas_.linear(t, s_.h.data(), w.w_gate_up.data(), s_.gate_up.data(), rows, h,
+                 2 * cfg_.intermediate);
+    swiglu(t, s_.gate_up.data(), rows, cfg_.intermediate, s_.mlp.data(), stream_);
+    blas_.linear(t, s_.mlp.data(), w.w_down.data(), s_.proj.data(), rows, cfg_.intermediate, h);
+  }
+  add_rmsnorm(t, s_.residual.data(), s_.proj.data(), final_norm_.data(), cfg_.rms_eps, rows, h,
+              s_.h.data(), stream_);
+  // Only each sequence's last row reaches the LM head.
+  embedding_gather(t, s_.h.data(), reinterpret_cast<const std::int32_t*>(d.last_row), d.seqs, h,
+                   s_.last.data(), stream_);
+  const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
+  blas_.linear(t, s_.last.data(), head, logits_.data(), d.seqs, h, cfg_.vocab, false, true);
+  sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
+  TROUPE_CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_model::forward(const batch_plan& plan, std::span<std::int32_t> tokens) {
+  if (tokens.size() < plan.seqs())
+    throw cuda_error("cuda_model::forward: room for " + std::to_string(tokens.size()) +
+                     " tokens, the plan has " + std::to_string(plan.seqs()) + " sequences");
+  enqueue_forward(plan);
+  if (plan.seqs() == 0)
+    return;
+  TROUPE_CUDA_CHECK(cudaMemcpyAsync(tokens.data(), tokens_.data(), plan.seqs() * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, stream_));
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+} // namespace troupe::gpu::cuda

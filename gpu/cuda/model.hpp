@@ -1,0 +1,121 @@
+// The Llama forward pass on the GPU: cuBLAS for every base projection over
+// the whole token-flattened batch, this backend's kernels for the rest
+// (norms, rotary embeddings, paged attention, SwiGLU, sampling) and S-LoRA's
+// kernels for the adapters, whose weights sit in the same page pool as the
+// KV cache. Weights are fp16 or bf16 in HF's [out, in] layout; the pool is
+// one cudaMalloc. One thread drives a model at a time, on its stream.
+#pragma once
+
+#include "gpu/cuda/device_buffer.hpp"
+#include "gpu/cuda/dtype.hpp"
+#include "gpu/cuda/gemm.hpp"
+#include "gpu/cuda/kernels.hpp"
+#include "gpu/cuda/plan.hpp"
+#include "gpu/cuda/plan_upload.hpp"
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace troupe::gpu::cuda {
+
+struct model_config {
+  std::uint32_t hidden = 0;
+  std::uint32_t intermediate = 0;
+  std::uint32_t layers = 0;
+  std::uint32_t heads = 0;
+  std::uint32_t kv_heads = 0;
+  std::uint32_t head_dim = 0;
+  std::uint32_t vocab = 0;
+  float rms_eps = 1e-6f;
+  /// [head_dim / 2] rotary inverse frequencies, scaling applied.
+  std::vector<float> inv_freq;
+  bool tied_embeddings = false;
+  dtype type = dtype::f16;
+
+  std::uint32_t q_dim() const noexcept { return heads * head_dim; }
+  std::uint32_t kv_dim() const noexcept { return kv_heads * head_dim; }
+  /// Bytes of all weights (what a decode step must read at least once).
+  std::uint64_t weight_bytes() const noexcept;
+};
+
+/// Which weight of a layer (or of the model) set_weight writes.
+enum class weight : std::uint8_t {
+  embed,       ///< [vocab, hidden]
+  final_norm,  ///< [hidden]
+  lm_head,     ///< [vocab, hidden] (the embedding when tied)
+  attn_norm,   ///< per layer [hidden]
+  wq,          ///< [q_dim, hidden]
+  wk,          ///< [kv_dim, hidden]
+  wv,          ///< [kv_dim, hidden]
+  wo,          ///< [hidden, q_dim]
+  mlp_norm,    ///< [hidden]
+  w_gate,      ///< [intermediate, hidden]
+  w_up,        ///< [intermediate, hidden]
+  w_down,      ///< [hidden, intermediate]
+};
+
+class cuda_model {
+public:
+  /// Allocates the weights (unset) and a pool of `pool_pages` pages laid
+  /// out as `kv` (which must match the config's layers and KV heads).
+  cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages, cudaStream_t stream);
+
+  /// Writes weight `w` (of `layer` for per-layer weights) from fp32 values,
+  /// rounded to the model's type. Throws cuda_error naming the weight when
+  /// the size is wrong.
+  void set_weight(weight w, std::uint32_t layer, std::span<const float> values);
+  /// Fills every weight with a seeded uniform draw in [-scale, scale] (the
+  /// norms with 1): a model of the right shape for speed measurements.
+  void randomize(std::uint64_t seed, float scale);
+
+  /// Runs one step of `plan` (planned against this model's pool) and
+  /// writes one token per sequence into `tokens` (plan order), returning
+  /// when they are on the host.
+  void forward(const batch_plan& plan, std::span<std::int32_t> tokens);
+  /// Enqueues the step without waiting: the tokens land in device memory
+  /// (device_tokens()) when the stream reaches them.
+  void enqueue_forward(const batch_plan& plan);
+  const std::int32_t* device_tokens() const noexcept { return tokens_.data(); }
+  /// The last step's logits, [seqs, vocab] fp32, on the device.
+  const float* device_logits() const noexcept { return logits_.data(); }
+
+  const model_config& config() const noexcept { return cfg_; }
+  const kv_layout& kv() const noexcept { return kv_; }
+  const lora_layout& lora() const noexcept { return lora_; }
+  std::uint64_t pool_pages() const noexcept { return pool_pages_; }
+  /// The unified pool: KV pages and adapter pages.
+  void* pool() const noexcept { return pool_.data(); }
+  std::uint64_t page_bytes() const noexcept { return kv_.page_elems() * dtype_bytes(cfg_.type); }
+  cudaStream_t stream() const noexcept { return stream_; }
+
+private:
+  struct layer_weights {
+    device_buffer<std::uint16_t> attn_norm, wq, wk, wv, wo, mlp_norm, w_gate_up, w_down;
+  };
+  struct scratch {
+    std::uint32_t rows = 0, seqs = 0, rank = 0;
+    std::uint64_t partial = 0;
+    device_buffer<std::uint16_t> residual, h, q, k, v, attn, proj, gate_up, mlp, last;
+    device_buffer<float> lora_tmp, partial_buf;
+  };
+  void ensure_scratch(const batch_plan& plan);
+  void add_lora(const device_plan& d, std::uint32_t layer, lora_proj p, const void* x, void* y);
+
+  model_config cfg_;
+  kv_layout kv_;
+  lora_layout lora_;
+  std::uint64_t pool_pages_ = 0;
+  cudaStream_t stream_ = nullptr;
+  blas blas_;
+  plan_upload upload_;
+  device_buffer<std::uint16_t> embed_, final_norm_, lm_head_;
+  std::vector<layer_weights> layers_;
+  device_buffer<std::uint16_t> pool_;
+  device_buffer<float> inv_freq_;
+  scratch s_;
+  device_buffer<float> logits_;
+  device_buffer<std::int32_t> tokens_;
+};
+
+} // namespace troupe::gpu::cuda
