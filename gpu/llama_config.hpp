@@ -49,6 +49,10 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view json
                                                            const std::string& source);
 /// Reads and parses a config.json file.
 std::variant<llama_config, std::string> load_llama_config(const std::string& path);
+/// The rotary inverse frequencies [head_dim / 2] as Hugging Face computes
+/// them: theta^(-2i/head_dim), then the llama3 scaling when configured.
+std::vector<float> rope_inv_freq(const llama_config& c);
+
 /// Serializes as Hugging Face writes it (for troupe-mkmodel).
 std::string to_config_json(const llama_config& c);
 
