@@ -514,6 +514,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_pages", static_cast<double>(c.session_pages_held())},
         {"session_evictions", static_cast<double>(c.session_evictions())},
         {"session_offloads", static_cast<double>(c.session_offloads())},
+        {"session_pages_moving_out", static_cast<double>(c.session_pages_moving_out())},
         {"session_host_hits", static_cast<double>(c.session_host_hits())},
         {"advisories", static_cast<double>(c.advisories())},
         {"session_prefetches", static_cast<double>(c.session_prefetches())},

@@ -299,6 +299,8 @@ public:
   std::uint64_t session_evictions() const noexcept { return session_evictions_; }
   /// Session caches moved to the host pool, and brought back from it.
   std::uint64_t session_offloads() const noexcept { return session_offloads_; }
+  /// Device pages of session caches still being copied to the host pool.
+  std::uint64_t session_pages_moving_out() const noexcept { return moving_out_pages_; }
   std::uint64_t session_host_hits() const noexcept { return session_host_hits_; }
   /// Advisories received, and those that brought a cache back ahead of its turn.
   std::uint64_t advisories() const noexcept { return advisories_; }

@@ -185,7 +185,7 @@ TEST(adapters_sim, the_histogram_predictor_prefetches_an_idle_adapter_back) {
   ASSERT_TRUE(collect(c, {"g"}, logs));
   ASSERT_NE(logs["g"].done(), nullptr);
   double prefetched = 0;
-  for (int i = 0; i < 250 && prefetched < 1; ++i) {
+  for (int i = 0; i < 500 && prefetched < 1; ++i) {
     prefetched = stats_of(c, "s" + std::to_string(i))["adapter_prefetches"];
     if (prefetched < 1)
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -375,9 +375,15 @@ std::vector<std::int32_t> greedy_turn(client_connection& c, const std::string& i
 
 /// A cache's move to the host pool is a copy: waits until it has landed
 /// (the host pool holds KV pages), so that the next turn finds it there.
+// Until a cache has landed in the host pool: host pages taken and no copy
+// to the host still under way.
 void wait_host_kv(client_connection& c, const std::string& id) {
-  for (int i = 0; i < 250 && stats_of(c, id).at("host_pool_pages_kv") < 1.0; ++i)
+  for (int i = 0; i < 500; ++i) {
+    const auto st = stats_of(c, id);
+    if (st.at("host_pool_pages_kv") >= 1.0 && st.at("session_pages_moving_out") == 0.0)
+      return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_tokens) {
@@ -463,7 +469,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(status, "fetching");
   // When B's cache is back on the GPU, C's (now the least recently used)
   // makes room for it by going to the host: the third offload.
-  for (int i = 0; i < 100 && stats_of(c2, "s6").at("session_offloads") < 3.0; ++i)
+  for (int i = 0; i < 500 && stats_of(c2, "s6").at("session_offloads") < 3.0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   EXPECT_EQ(stats_of(c2, "s6b").at("session_offloads"), 3.0);
   auto prompt_b2 = other;
@@ -498,7 +504,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   turn3("b1", other, "B");
   turn3("c1", third, "C");
   // The write is a copy: done when the host pool has let A's pages go.
-  for (int i = 0; i < 250; ++i) {
+  for (int i = 0; i < 500; ++i) {
     const auto st = stats_of(c3, "d1");
     if (st.at("session_disk_pages") >= 2.0 && st.at("host_pool_pages_kv") == 0.0)
       break;
