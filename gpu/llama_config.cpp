@@ -4,6 +4,7 @@
 #include "gpu/llama_config.hpp"
 
 #include "gpu/json_bounded.hpp"
+#include "gpu/rope.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -317,35 +318,8 @@ std::string to_config_json(const llama_config& c) {
   return j.dump(2) + "\n";
 }
 
-// HF's default inv_freq, then _compute_llama3_parameters when asked.
 std::vector<float> rope_inv_freq(const llama_config& c) {
-  const std::size_t half = c.head_dim / 2;
-  std::vector<float> inv(half);
-  for (std::size_t i = 0; i < half; ++i) {
-    const double e = static_cast<double>(2 * i) / static_cast<double>(c.head_dim);
-    inv[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(c.rope_theta), e));
-  }
-  if (c.rope.type != "llama3")
-    return inv;
-  const double factor = c.rope.factor;
-  const double low = c.rope.low_freq_factor;
-  const double high = c.rope.high_freq_factor;
-  const double orig = c.rope.original_max_position_embeddings;
-  const double low_wavelen = orig / low;
-  const double high_wavelen = orig / high;
-  for (auto& f : inv) {
-    const double freq = f;
-    const double wavelen = 2.0 * std::numbers::pi / freq;
-    double out = freq;
-    if (wavelen > low_wavelen) {
-      out = freq / factor;
-    } else if (!(wavelen < high_wavelen)) {
-      const double smooth = (orig / wavelen - low) / (high - low);
-      out = (1.0 - smooth) * freq / factor + smooth * freq;
-    }
-    f = static_cast<float>(out);
-  }
-  return inv;
+  return rope_inv_freq(c.head_dim, c.rope_theta, c.rope);
 }
 
 } // namespace troupe::gpu

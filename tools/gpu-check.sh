@@ -9,8 +9,11 @@
 #
 # --gtest: GoogleTest's sources (a copy of Debian's /usr/src/googletest, made
 # by tools/gpu-carry.sh) for machines where it is not installed.
-# Writes DIR/gpu-check.json (default build-gpu/results), DIR/tests.xml
-# (JUnit), DIR/bench.json and DIR/build.log.
+# Where PyTorch, transformers and PEFT import and troupe-hf-parity was
+# built (nlohmann-json found), also the parity with Hugging Face
+# (tools/gpu/hf_parity.py). Writes DIR/gpu-check.json (default
+# build-gpu/results), DIR/tests.xml (JUnit), DIR/bench.json,
+# DIR/hf_parity.json and DIR/build.log.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -61,10 +64,20 @@ if [ "$bench" = 1 ]; then
   set -e
 fi
 
-python3 - "$out" "$tests_rc" "$bench_rc" <<'PY'
+hf_rc=-1
+if [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transformers, peft" 2> /dev/null; then
+  echo "gpu-check: parity with transformers + PEFT"
+  set +e
+  python3 tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work build-gpu/hf \
+    --out "$out/hf_parity.json"
+  hf_rc=$?
+  set -e
+fi
+
+python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" <<'PY'
 import json, os, sys, xml.etree.ElementTree as ET
-out, tests_rc, bench_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-res = {"tests_exit": tests_rc, "bench_exit": bench_rc}
+out, tests_rc, bench_rc, hf_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+res = {"tests_exit": tests_rc, "bench_exit": bench_rc, "hf_parity_exit": hf_rc}
 try:
     suite = ET.parse(os.path.join(out, "tests.xml")).getroot()
     cases = suite.iter("testcase")
@@ -83,12 +96,13 @@ try:
     res["failed_tests"] = failed
 except (OSError, ET.ParseError) as e:
     res["tests_error"] = str(e)
-bench = os.path.join(out, "bench.json")
-if os.path.exists(bench):
-    with open(bench) as f:
-        res["bench"] = json.load(f)
+for key, name in (("bench", "bench.json"), ("hf_parity", "hf_parity.json")):
+    path = os.path.join(out, name)
+    if os.path.exists(path):
+        with open(path) as f:
+            res[key] = json.load(f)
 with open(os.path.join(out, "gpu-check.json"), "w") as f:
     json.dump(res, f, indent=2)
 print(json.dumps(res, indent=2))
 PY
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hf_rc" -le 0 ]

@@ -2,7 +2,7 @@
 // fp16 or bf16 (`dtype`), accumulation is fp32; every launcher enqueues on
 // `stream` and returns at once (cudaGetLastError reports a bad launch).
 // Pointers are device pointers. Each kernel has a CPU reference of the same
-// signature in gpu/cuda/reference.hpp, and tests/gpu/cuda compares the two.
+// signature in gpu/cuda/reference_*.hpp, and tests/gpu/cuda compares the two.
 #pragma once
 
 #include "gpu/cuda/dtype.hpp"
@@ -82,14 +82,18 @@ void write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32
 /// Attention over the paged cache for every row of the plan, causal, with
 /// grouped-query heads (head h reads kv head h / (heads / kv_heads)):
 /// out[r] = softmax(q[r] K^T * scale) V over the positions <= positions[r]
-/// of the row's sequence. The plan's items are computed independently into
-/// `partial` (items * max rows per tile * heads * (head_dim + 2) fp32, see
-/// attention_workspace_floats) and each tile's items merged into out.
+/// of the row's sequence. The plan's items are computed independently and a
+/// split tile's items merged into out by their softmax max and sum; `partial`
+/// (attention_workspace_floats(plan, heads, head_dim) fp32; may be null when
+/// that is 0) holds the items' query blocks, slots and partials (gpu/cuda/
+/// attention.cu). head_dim 64 or 128 and at most 64 query heads per kv head,
+/// else std::invalid_argument (also for a missing workspace).
 void attention(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
                std::uint32_t heads, float scale, const void* q, const void* pool, float* partial,
                void* out, cudaStream_t stream);
 
-/// fp32 workspace `attention` needs for `plan` (0 when no tile is split).
+/// fp32 workspace `attention` needs for `plan`: 0 for a decode-only plan
+/// whose tiles are unsplit, else > 0.
 std::uint64_t attention_workspace_floats(const batch_plan& plan, std::uint32_t heads,
                                          std::uint32_t head_dim) noexcept;
 
@@ -99,7 +103,11 @@ std::uint64_t attention_workspace_floats(const batch_plan& plan, std::uint32_t h
 /// adapter (tmp: [rows, plan.max_rank] fp32; entries j >= rank and rows with
 /// no adapter untouched). x: [rows, in_dim(proj)]. `gathered` picks the
 /// decode kernel (one row per sequence, plan.row_lora) over the segmented one
-/// (plan.segments); both give the same result.
+/// (plan.segments); both give the same result. Adapter pages lie
+/// lora.page_elems elements apart in `pool` (the page size of the
+/// kv_layout `lora` was made from; gpu/cuda/lora_pack.hpp); a layout with no
+/// such size, or a layer past it, throws std::invalid_argument. CPU
+/// references of both launchers: gpu/cuda/reference_lora.hpp.
 void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
                  lora_proj proj, const void* x, const void* pool, bool gathered, float* tmp,
                  cudaStream_t stream);
@@ -113,7 +121,7 @@ void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std:
 // -- sampling ------------------------------------------------------------------
 
 /// One token per sequence from logits [seqs, vocab] fp32 (the rows already
-/// picked by plan.last_row), by gpu/sampling.hpp's rules: greedy below
+/// picked by plan.last_row), by gpu/sampling.hpp's rules: greedy at or below
 /// temperature 0 (lowest id on ties, NaN never wins), else softmax at the
 /// temperature, top-k, top-p, and the draw uniform01(seed, output_index),
 /// walking tokens by descending probability, ties by lower id.

@@ -16,8 +16,8 @@ lora_layout lora_layout::make(const kv_layout& kv, std::uint32_t hidden,
   l.q_dim = q_dim;
   l.kv_dim = kv.kv_dim();
   l.row_width = std::max({hidden, q_dim, l.kv_dim});
-  l.rows_per_page =
-    l.row_width == 0 ? 0 : static_cast<std::uint32_t>(kv.page_elems() / l.row_width);
+  l.page_elems = kv.page_elems();
+  l.rows_per_page = l.row_width == 0 ? 0 : static_cast<std::uint32_t>(l.page_elems / l.row_width);
   return l;
 }
 

@@ -61,6 +61,9 @@ struct lora_layout {
   std::uint32_t kv_dim = 0; ///< kv_heads * head_dim: k's and v's output
   std::uint32_t row_width = 0;
   std::uint32_t rows_per_page = 0;
+  /// Elements between the starts of two pool pages (kv_layout::page_elems);
+  /// a page may end in a tail no row uses.
+  std::uint64_t page_elems = 0;
 
   /// The layout for a pool of `kv` pages and a model of `hidden`, `q_dim`.
   /// rows_per_page is 0 (unusable) when a page holds less than one row.

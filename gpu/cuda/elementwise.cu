@@ -1,0 +1,368 @@
+// The elementwise launchers of kernels.hpp: embedding_gather, rmsnorm,
+// add_rmsnorm, rope, swiglu. Elements travel as 16-bit patterns, in packs
+// of 8 (one 16-byte access) where the width and the pointers allow, else one
+// at a time; math is fp32 with each output rounded once to nearest even, the
+// rounding points of gpu/cuda/reference_elementwise.hpp. The norms run one
+// block per row with an fp32 block reduction of the squares. A bad shape
+// throws std::invalid_argument before anything is enqueued; launch errors
+// are left to cudaGetLastError, as kernels.hpp says.
+#include "gpu/cuda/kernels.hpp"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace troupe::gpu::cuda {
+
+namespace {
+
+using bits16 = unsigned short;
+
+// -- element types ---------------------------------------------------------------
+
+template <class T>
+struct elem;
+
+template <>
+struct elem<__half> {
+  static __device__ __forceinline__ float load(bits16 b) { return __half2float(__ushort_as_half(b)); }
+  static __device__ __forceinline__ bits16 store(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+  }
+};
+
+template <>
+struct elem<__nv_bfloat16> {
+  static __device__ __forceinline__ float load(bits16 b) {
+    return __bfloat162float(__ushort_as_bfloat16(b));
+  }
+  static __device__ __forceinline__ bits16 store(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+  }
+};
+
+/// Vec consecutive elements, read and written as one access.
+template <int Vec>
+struct alignas(2 * Vec) pack {
+  bits16 v[Vec];
+};
+
+template <class T>
+struct type_tag {
+  using type = T;
+};
+
+/// Calls f(type_tag<T>) for the element type `t`; an unknown value throws.
+template <class F>
+void dispatch_dtype(dtype t, const char* who, F&& f) {
+  switch (t) {
+    case dtype::f16:
+      f(type_tag<__half>{});
+      return;
+    case dtype::bf16:
+      f(type_tag<__nv_bfloat16>{});
+      return;
+  }
+  throw std::invalid_argument(std::string(who) + ": unknown element type " +
+                              std::to_string(static_cast<int>(t)));
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+unsigned round_up_warp(std::uint64_t n) {
+  return static_cast<unsigned>(std::max<std::uint64_t>(32, (n + 31) / 32 * 32));
+}
+
+// -- reductions ------------------------------------------------------------------
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/// The block's sum of v, in every thread. blockDim.x is a multiple of 32;
+/// call once per kernel (the partials are not guarded for reuse).
+__device__ float block_sum(float v) {
+  __shared__ float part[32];
+  const unsigned lane = threadIdx.x % 32;
+  const unsigned warp = threadIdx.x / 32;
+  v = warp_sum(v);
+  if (lane == 0)
+    part[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < blockDim.x / 32 ? part[lane] : 0.0f;
+    v = warp_sum(v);
+    if (lane == 0)
+      part[0] = v;
+  }
+  __syncthreads();
+  return part[0];
+}
+
+// -- kernels ---------------------------------------------------------------------
+
+template <int Vec>
+__global__ void gather_kernel(const bits16* __restrict__ table, // [vocab, hidden]
+                              const std::int32_t* __restrict__ ids, // [rows]
+                              std::uint32_t hidden,
+                              bits16* __restrict__ out) { // [rows, hidden]
+  using P = pack<Vec>;
+  const std::size_t row = blockIdx.x;
+  const auto* src = reinterpret_cast<const P*>(table + static_cast<std::size_t>(ids[row]) * hidden);
+  auto* dst = reinterpret_cast<P*>(out + row * hidden);
+  for (std::uint32_t v = threadIdx.x; v < hidden / Vec; v += blockDim.x)
+    dst[v] = src[v];
+}
+
+/// One block per row. Add: residual = round(residual + x), normalised; else
+/// x normalised. out = round(w * (x * scale)), scale = 1 / sqrt(mean + eps).
+template <class T, int Vec, bool Add>
+__global__ void __launch_bounds__(1024)
+  rmsnorm_kernel(bits16* residual,                 // [rows, hidden] (Add only)
+                 const bits16* __restrict__ x,      // [rows, hidden]
+                 const bits16* __restrict__ weight, // [hidden]
+                 float eps, std::uint32_t hidden,
+                 bits16* __restrict__ out) { // [rows, hidden]
+  using E = elem<T>;
+  using P = pack<Vec>;
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * hidden;
+  const std::uint32_t nvec = hidden / Vec;
+  const auto* xp = reinterpret_cast<const P*>(x + base);
+  P* rp = Add ? reinterpret_cast<P*>(residual + base) : nullptr;
+
+  float ss = 0.0f;
+  for (std::uint32_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const P a = xp[v];
+    if constexpr (Add) {
+      P r = rp[v];
+#pragma unroll
+      for (int i = 0; i < Vec; ++i) {
+        r.v[i] = E::store(E::load(r.v[i]) + E::load(a.v[i]));
+        const float s = E::load(r.v[i]); // the norm reads the rounded sum
+        ss += s * s;
+      }
+      rp[v] = r;
+    } else {
+#pragma unroll
+      for (int i = 0; i < Vec; ++i) {
+        const float f = E::load(a.v[i]);
+        ss += f * f;
+      }
+    }
+  }
+  ss = block_sum(ss);
+  const float scale = 1.0f / sqrtf(ss / static_cast<float>(hidden) + eps);
+
+  // Each thread reads back the residual packs it wrote itself.
+  const P* src = Add ? rp : xp;
+  const auto* wp = reinterpret_cast<const P*>(weight);
+  auto* op = reinterpret_cast<P*>(out + base);
+  for (std::uint32_t v = threadIdx.x; v < nvec; v += blockDim.x) {
+    const P a = src[v];
+    const P w = wp[v];
+    P o;
+#pragma unroll
+    for (int i = 0; i < Vec; ++i)
+      o.v[i] = E::store(E::load(w.v[i]) * (E::load(a.v[i]) * scale));
+    op[v] = o;
+  }
+}
+
+/// One block per row: the row's cos and sin into shared memory, then every
+/// (head, chunk of Vec pairs) of q and k rotated in place. The products and
+/// differences are the reference's (no fused multiply-add).
+template <class T, int Vec>
+__global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, heads * head_dim]
+                            bits16* __restrict__ k,                   // [rows, kv_heads * head_dim]
+                            const std::int32_t* __restrict__ positions, // [rows]
+                            const float* __restrict__ inv_freq,       // [head_dim / 2]
+                            std::uint32_t heads, std::uint32_t kv_heads,
+                            std::uint32_t head_dim) {
+  using E = elem<T>;
+  using P = pack<Vec>;
+  extern __shared__ float cos_sin[]; // [2][head_dim / 2]
+  const std::uint32_t half = head_dim / 2;
+  const std::size_t row = blockIdx.x;
+  const float pos = static_cast<float>(positions[row]);
+  for (std::uint32_t j = threadIdx.x; j < half; j += blockDim.x) {
+    float s, c;
+    sincosf(__fmul_rn(pos, inv_freq[j]), &s, &c);
+    cos_sin[j] = c;
+    cos_sin[half + j] = s;
+  }
+  __syncthreads();
+
+  const std::uint32_t chunks = half / Vec;
+  const std::uint32_t items = (heads + kv_heads) * chunks;
+  for (std::uint32_t it = threadIdx.x; it < items; it += blockDim.x) {
+    const std::uint32_t h = it / chunks;
+    const std::uint32_t j0 = (it % chunks) * Vec;
+    bits16* p = h < heads ? q + (row * heads + h) * head_dim
+                          : k + (row * kv_heads + (h - heads)) * head_dim;
+    P a = *reinterpret_cast<const P*>(p + j0);
+    P b = *reinterpret_cast<const P*>(p + half + j0);
+#pragma unroll
+    for (int i = 0; i < Vec; ++i) {
+      const float x0 = E::load(a.v[i]);
+      const float x1 = E::load(b.v[i]);
+      const float c = cos_sin[j0 + i];
+      const float s = cos_sin[half + j0 + i];
+      a.v[i] = E::store(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+      b.v[i] = E::store(__fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, s)));
+    }
+    *reinterpret_cast<P*>(p + j0) = a;
+    *reinterpret_cast<P*>(p + half + j0) = b;
+  }
+}
+
+/// grid (rows, chunks of blockDim.x packs): out = round(g / (1 + expf(-g)) * u).
+template <class T, int Vec>
+__global__ void swiglu_kernel(const bits16* __restrict__ gate_up, // [rows, 2 * inter]
+                              std::uint32_t inter,
+                              bits16* __restrict__ out) { // [rows, inter]
+  using E = elem<T>;
+  using P = pack<Vec>;
+  const std::uint32_t v = blockIdx.y * blockDim.x + threadIdx.x;
+  if (v >= inter / Vec)
+    return;
+  const std::size_t row = blockIdx.x;
+  const P g = reinterpret_cast<const P*>(gate_up + row * 2 * inter)[v];
+  const P u = reinterpret_cast<const P*>(gate_up + row * 2 * inter + inter)[v];
+  P o;
+#pragma unroll
+  for (int i = 0; i < Vec; ++i) {
+    const float gf = E::load(g.v[i]);
+    o.v[i] = E::store(gf / (1.0f + expf(-gf)) * E::load(u.v[i]));
+  }
+  reinterpret_cast<P*>(out + row * inter)[v] = o;
+}
+
+// -- launch helpers ----------------------------------------------------------------
+
+template <class T, int Vec, bool Add>
+void rmsnorm_launch(void* residual, const void* x, const void* weight, float eps,
+                    std::uint32_t rows, std::uint32_t hidden, void* out, cudaStream_t stream) {
+  const unsigned threads = std::min(1024u, round_up_warp(hidden / Vec));
+  rmsnorm_kernel<T, Vec, Add><<<rows, threads, 0, stream>>>(
+    static_cast<bits16*>(residual), static_cast<const bits16*>(x),
+    static_cast<const bits16*>(weight), eps, hidden, static_cast<bits16*>(out));
+}
+
+void check_grid_rows(std::uint32_t rows, const char* who) {
+  if (rows > 0x7fffffffu)
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(rows) +
+                                " rows exceed the grid");
+}
+
+} // namespace
+
+void embedding_gather(dtype t, const void* table, const std::int32_t* ids, std::uint32_t rows,
+                      std::uint32_t hidden, void* out, cudaStream_t stream) {
+  if (rows == 0 || hidden == 0)
+    return;
+  check_grid_rows(rows, "embedding_gather");
+  // The bits are copied, so the type only has to be a known one.
+  dispatch_dtype(t, "embedding_gather", [](auto) {});
+  const auto* tb = static_cast<const bits16*>(table);
+  auto* ob = static_cast<bits16*>(out);
+  if (hidden % 8 == 0 && aligned16(table) && aligned16(out))
+    gather_kernel<8><<<rows, std::min(256u, round_up_warp(hidden / 8)), 0, stream>>>(tb, ids,
+                                                                                      hidden, ob);
+  else
+    gather_kernel<1><<<rows, std::min(256u, round_up_warp(hidden)), 0, stream>>>(tb, ids, hidden,
+                                                                                 ob);
+}
+
+void rmsnorm(dtype t, const void* x, const void* weight, float eps, std::uint32_t rows,
+             std::uint32_t hidden, void* out, cudaStream_t stream) {
+  if (rows == 0 || hidden == 0)
+    return;
+  check_grid_rows(rows, "rmsnorm");
+  const bool vec = hidden % 8 == 0 && aligned16(x) && aligned16(weight) && aligned16(out);
+  dispatch_dtype(t, "rmsnorm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (vec)
+      rmsnorm_launch<T, 8, false>(nullptr, x, weight, eps, rows, hidden, out, stream);
+    else
+      rmsnorm_launch<T, 1, false>(nullptr, x, weight, eps, rows, hidden, out, stream);
+  });
+}
+
+void add_rmsnorm(dtype t, void* residual, const void* x, const void* weight, float eps,
+                 std::uint32_t rows, std::uint32_t hidden, void* out, cudaStream_t stream) {
+  if (rows == 0 || hidden == 0)
+    return;
+  check_grid_rows(rows, "add_rmsnorm");
+  const bool vec = hidden % 8 == 0 && aligned16(residual) && aligned16(x) && aligned16(weight) &&
+                   aligned16(out);
+  dispatch_dtype(t, "add_rmsnorm", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    if (vec)
+      rmsnorm_launch<T, 8, true>(residual, x, weight, eps, rows, hidden, out, stream);
+    else
+      rmsnorm_launch<T, 1, true>(residual, x, weight, eps, rows, hidden, out, stream);
+  });
+}
+
+void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float* inv_freq,
+          std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
+          cudaStream_t stream) {
+  if (head_dim == 0 || head_dim % 2 != 0)
+    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) + " is not even");
+  if (head_dim > 8192)
+    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) +
+                                " exceeds the 8192 the shared cos/sin table holds");
+  if (rows == 0 || heads + kv_heads == 0)
+    return;
+  check_grid_rows(rows, "rope");
+  const std::uint32_t half = head_dim / 2;
+  const bool vec = half % 8 == 0 && aligned16(q) && aligned16(k);
+  const int width = vec ? 8 : 1;
+  const std::uint64_t items = std::uint64_t{heads + kv_heads} * (half / width);
+  const unsigned threads = std::min(256u, round_up_warp(std::max<std::uint64_t>(items, half)));
+  const std::size_t smem = 2 * std::size_t{half} * sizeof(float);
+  dispatch_dtype(t, "rope", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto* qb = static_cast<bits16*>(q);
+    auto* kb = static_cast<bits16*>(k);
+    if (vec)
+      rope_kernel<T, 8><<<rows, threads, smem, stream>>>(qb, kb, positions, inv_freq, heads,
+                                                          kv_heads, head_dim);
+    else
+      rope_kernel<T, 1><<<rows, threads, smem, stream>>>(qb, kb, positions, inv_freq, heads,
+                                                          kv_heads, head_dim);
+  });
+}
+
+void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,
+            cudaStream_t stream) {
+  if (rows == 0 || inter == 0)
+    return;
+  check_grid_rows(rows, "swiglu");
+  constexpr unsigned threads = 256;
+  const bool vec = inter % 8 == 0 && aligned16(gate_up) && aligned16(out);
+  const std::uint32_t packs = vec ? inter / 8 : inter;
+  const std::uint32_t chunks = (packs + threads - 1) / threads;
+  if (chunks > 65535)
+    throw std::invalid_argument("swiglu: intermediate size " + std::to_string(inter) +
+                                " exceeds the grid");
+  const dim3 grid(rows, chunks);
+  dispatch_dtype(t, "swiglu", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto* g = static_cast<const bits16*>(gate_up);
+    auto* o = static_cast<bits16*>(out);
+    if (vec)
+      swiglu_kernel<T, 8><<<grid, threads, 0, stream>>>(g, inter, o);
+    else
+      swiglu_kernel<T, 1><<<grid, threads, 0, stream>>>(g, inter, o);
+  });
+}
+
+} // namespace troupe::gpu::cuda

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Parity with Hugging Face (issue 4), run on a GPU machine with PyTorch,
+transformers and PEFT.
+
+Writes a random Llama and two LoRA adapters with transformers' and PEFT's own
+save_pretrained, computes each case's greedy tokens and logits with
+transformers + PEFT, then runs troupe-hf-parity on the same files (all cases
+in one mixed-adapter batch) and prints its verdict. Exit 0 when Troupe's
+logits and greedy tokens match.
+
+  tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work /tmp/hf --out results/hf_parity.json
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import LlamaConfig, LlamaForCausalLM
+
+
+def make_files(work):
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=512, intermediate_size=1024,
+                      num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
+                      max_position_embeddings=1024, rms_norm_eps=1e-5,
+                      tie_word_embeddings=False, initializer_range=0.05)
+    model_dir = os.path.join(work, "model")
+    LlamaForCausalLM(cfg).to(torch.float16).save_pretrained(model_dir, safe_serialization=True)
+    adapters = {}
+    for name, rank in (("a8", 8), ("a16", 16)):
+        base = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+        lc = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, init_lora_weights=False,
+                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+        peft = get_peft_model(base, lc)
+        path = os.path.join(work, name)
+        peft.save_pretrained(path)
+        adapters[name] = path
+    return model_dir, adapters
+
+
+def reference(model_dir, adapters, steps):
+    base = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).cuda().eval()
+    names = list(adapters)
+    model = PeftModel.from_pretrained(base, adapters[names[0]], adapter_name=names[0])
+    for n in names[1:]:
+        model.load_adapter(adapters[n], adapter_name=n)
+    g = torch.Generator().manual_seed(1)
+    cases = []
+    for adapter, length in (("", 7), ("a8", 20), ("a16", 33), ("a8", 1), ("a16", 64)):
+        prompt = torch.randint(0, 1000, (length,), generator=g).tolist()
+        ids = list(prompt)
+        tokens, logits = [], []
+        for _ in range(steps):
+            x = torch.tensor([ids], device="cuda")
+            with torch.no_grad():
+                if adapter:
+                    model.set_adapter(adapter)
+                    out = model(input_ids=x).logits[0, -1]
+                else:
+                    with model.disable_adapter():
+                        out = model(input_ids=x).logits[0, -1]
+            logits.append(out.float().cpu().tolist())
+            tok = int(out.argmax())
+            tokens.append(tok)
+            ids.append(tok)
+        cases.append({"adapter": adapter, "prompt": prompt, "tokens": tokens, "logits": logits})
+    return cases
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin", required=True, help="troupe-hf-parity")
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=8)
+    args = ap.parse_args()
+    os.makedirs(args.work, exist_ok=True)
+    model_dir, adapters = make_files(args.work)
+    cases = reference(model_dir, adapters, args.steps)
+    spec = os.path.join(args.work, "cases.json")
+    with open(spec, "w") as f:
+        json.dump({"model": model_dir, "adapters": adapters, "cases": cases}, f)
+    rc = 0
+    results = {}
+    for dtype in ("f16", "bf16"):
+        out = args.out.replace(".json", f"_{dtype}.json")
+        p = subprocess.run([args.bin, "--cases", spec, "--dtype", dtype, "--out", out])
+        rc |= p.returncode
+        if os.path.exists(out):
+            with open(out) as f:
+                results[dtype] = json.load(f)
+    with open(args.out, "w") as f:
+        json.dump({"exit": rc, "results": results}, f, indent=2)
+    print(json.dumps({"exit": rc, "results": results}, indent=2))
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
