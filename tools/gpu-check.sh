@@ -9,11 +9,12 @@
 #
 # --gtest: GoogleTest's sources (a copy of Debian's /usr/src/googletest, made
 # by tools/gpu-carry.sh) for machines where it is not installed.
-# Where PyTorch, transformers and PEFT import and troupe-hf-parity was
-# built (nlohmann-json found), also the parity with Hugging Face
+# Where PyTorch, transformers and PEFT import: the same multi-adapter decode
+# batch on them (tools/gpu/peft_bench.py, the throughput ratio) and, when
+# troupe-hf-parity was built (nlohmann-json found), the parity with them
 # (tools/gpu/hf_parity.py). Writes DIR/gpu-check.json (default
 # build-gpu/results), DIR/tests.xml (JUnit), DIR/bench.json,
-# DIR/hf_parity.json and DIR/build.log.
+# DIR/peft_bench.json, DIR/hf_parity.json and DIR/build.log.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -51,8 +52,8 @@ fi
 
 echo "gpu-check: running the tests"
 set +e
-(cd build-gpu && ctest --output-on-failure --timeout 900 --output-junit "$out/tests.xml") | tee "$out/ctest.log"
-tests_rc=${PIPESTATUS[0]}
+(cd build-gpu && ctest --output-on-failure --timeout 900 --output-junit "$out/tests.xml")
+tests_rc=$?
 set -e
 
 bench_rc=0
@@ -65,6 +66,14 @@ if [ "$bench" = 1 ]; then
 fi
 
 hf_rc=-1
+peft_rc=-1
+if python3 -c "import torch, transformers, peft" 2> /dev/null && [ "$bench" = 1 ]; then
+  echo "gpu-check: the same multi-adapter decode batch on transformers + PEFT"
+  set +e
+  python3 tools/gpu/peft_bench.py --layers "$layers" --out "$out/peft_bench.json"
+  peft_rc=$?
+  set -e
+fi
 if [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transformers, peft" 2> /dev/null; then
   echo "gpu-check: parity with transformers + PEFT"
   set +e
@@ -74,10 +83,12 @@ if [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transforme
   set -e
 fi
 
-python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" <<'PY'
+python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" "$peft_rc" <<'PY'
 import json, os, sys, xml.etree.ElementTree as ET
-out, tests_rc, bench_rc, hf_rc = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-res = {"tests_exit": tests_rc, "bench_exit": bench_rc, "hf_parity_exit": hf_rc}
+out = sys.argv[1]
+tests_rc, bench_rc, hf_rc, peft_rc = (int(x) for x in sys.argv[2:6])
+res = {"tests_exit": tests_rc, "bench_exit": bench_rc, "hf_parity_exit": hf_rc,
+       "peft_bench_exit": peft_rc}
 try:
     suite = ET.parse(os.path.join(out, "tests.xml")).getroot()
     cases = suite.iter("testcase")
@@ -96,13 +107,18 @@ try:
     res["failed_tests"] = failed
 except (OSError, ET.ParseError) as e:
     res["tests_error"] = str(e)
-for key, name in (("bench", "bench.json"), ("hf_parity", "hf_parity.json")):
+for key, name in (("bench", "bench.json"), ("hf_parity", "hf_parity.json"),
+                  ("peft_bench", "peft_bench.json")):
     path = os.path.join(out, name)
     if os.path.exists(path):
         with open(path) as f:
             res[key] = json.load(f)
+# Throughput against PEFT for the same batch (same tokens per step).
+if "bench" in res and "peft_bench" in res:
+    res["throughput_over_peft"] = (res["peft_bench"]["peft_decode_ms"] /
+                                   res["bench"]["decode_b64_lora_r16_ms"])
 with open(os.path.join(out, "gpu-check.json"), "w") as f:
     json.dump(res, f, indent=2)
 print(json.dumps(res, indent=2))
 PY
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hf_rc" -le 0 ]
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hf_rc" -le 0 ] && [ "$peft_rc" -le 0 ]

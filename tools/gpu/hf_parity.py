@@ -86,7 +86,7 @@ def main():
     rc = 0
     results = {}
     for dtype in ("f16", "bf16"):
-        out = args.out.replace(".json", f"_{dtype}.json")
+        out = os.path.join(args.work, f"troupe_{dtype}.json")
         p = subprocess.run([args.bin, "--cases", spec, "--dtype", dtype, "--out", out])
         rc |= p.returncode
         if os.path.exists(out):
