@@ -18,6 +18,7 @@
 #include "gpu/cuda/attention_decode.cuh"
 #include "gpu/cuda/attention_prefill.cuh"
 #include "gpu/cuda/check.hpp"
+#include "gpu/cuda/dispatch.cuh"
 #include "gpu/cuda/kernels.hpp"
 #include "gpu/cuda/reference_attention.hpp"
 
@@ -33,23 +34,8 @@ static_assert(attn::kv_tile == attention_kv_tile);
 
 namespace {
 
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
 template <int N>
 using int_c = std::integral_constant<int, N>;
-
-// Element type: fp16 or bf16.
-template <class F>
-void dispatch_dtype(dtype t, F&& f) {
-  switch (t) {
-    case dtype::f16: f(type_tag<__half>{}); return;
-    case dtype::bf16: f(type_tag<__nv_bfloat16>{}); return;
-  }
-  throw std::invalid_argument("attention: unknown element type");
-}
 
 // head_dim: 64 or 128.
 template <class F>
@@ -166,8 +152,7 @@ void write_kv(dtype, const device_plan& plan, const kv_layout& kv, std::uint32_t
   if (plan.rows == 0)
     return;
   const std::uint32_t kv_dim = kv.kv_dim();
-  const auto aligned = [](const void* ptr) { return reinterpret_cast<std::uintptr_t>(ptr) % 16 == 0; };
-  const bool vec = kv_dim % 8 == 0 && aligned(k) && aligned(v) && aligned(pool);
+  const bool vec = kv_dim % 8 == 0 && aligned16(k) && aligned16(v) && aligned16(pool);
   const std::uint32_t width = vec ? 8 : 1;
   const std::uint64_t work = std::uint64_t{plan.rows} * 2 * (kv_dim / width);
   constexpr std::uint32_t block = 256;
@@ -208,7 +193,7 @@ void attention(dtype t, const device_plan& plan, const kv_layout& kv, std::uint3
   if ((split || plan.max_new_tokens > 1) && partial == nullptr)
     throw std::invalid_argument("attention: this plan needs attention_workspace_floats() floats "
                                 "of workspace, partial is null");
-  dispatch_dtype(t, [&](auto tag) {
+  dispatch_dtype(t, "attention", [&](auto tag) {
     using T = typename decltype(tag)::type;
     dispatch_head_dim(kv.head_dim, [&](auto hd) {
       launch_attention<T, decltype(hd)::value>(plan, kv, layer, heads, scale, q, pool, partial, out,

@@ -163,10 +163,7 @@ int run(const options& o) {
     adapter_host.data()[i] = to_bits(dtype::f16, static_cast<float>(static_cast<int>(i % 17) - 8) * 1e-3f);
   for (std::uint32_t a = 1; a <= n_adapters; ++a) {
     resident_adapter r{rank, 2.0f, alloc.take(lora.pages(rank))};
-    for (std::size_t p = 0; p < r.pages.size(); ++p)
-      TROUPE_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::uint16_t*>(m.pool()) + r.pages[p] * kv.page_elems(),
-                                        adapter_host.data() + p * kv.page_elems(), m.page_bytes(),
-                                        cudaMemcpyHostToDevice, s));
+    m.write_pages(r.pages, adapter_host.data(), s);
     resident.emplace(a, std::move(r));
   }
   // Where the timeline's adapter load lands: pages no batch uses.
@@ -230,10 +227,7 @@ int run(const options& o) {
     m.enqueue_forward(plan);
     TROUPE_CUDA_CHECK(cudaEventRecord(k1, s));
     TROUPE_CUDA_CHECK(cudaEventRecord(c0, copy));
-    for (std::size_t p = 0; p < target.size(); ++p)
-      TROUPE_CUDA_CHECK(cudaMemcpyAsync(static_cast<std::uint16_t*>(m.pool()) + target[p] * kv.page_elems(),
-                                        adapter_host.data() + p * kv.page_elems(), m.page_bytes(),
-                                        cudaMemcpyHostToDevice, copy));
+    m.write_pages(target, adapter_host.data(), copy);
     TROUPE_CUDA_CHECK(cudaEventRecord(c1, copy));
     TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
     float t[4];

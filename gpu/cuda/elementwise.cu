@@ -6,6 +6,7 @@
 // block per row with an fp32 block reduction of the squares. A bad shape
 // throws std::invalid_argument before anything is enqueued; launch errors
 // are left to cudaGetLastError, as kernels.hpp says.
+#include "gpu/cuda/dispatch.cuh"
 #include "gpu/cuda/kernels.hpp"
 
 #include <cuda_bf16.h>
@@ -51,28 +52,6 @@ template <int Vec>
 struct alignas(2 * Vec) pack {
   bits16 v[Vec];
 };
-
-template <class T>
-struct type_tag {
-  using type = T;
-};
-
-/// Calls f(type_tag<T>) for the element type `t`; an unknown value throws.
-template <class F>
-void dispatch_dtype(dtype t, const char* who, F&& f) {
-  switch (t) {
-    case dtype::f16:
-      f(type_tag<__half>{});
-      return;
-    case dtype::bf16:
-      f(type_tag<__nv_bfloat16>{});
-      return;
-  }
-  throw std::invalid_argument(std::string(who) + ": unknown element type " +
-                              std::to_string(static_cast<int>(t)));
-}
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 unsigned round_up_warp(std::uint64_t n) {
   return static_cast<unsigned>(std::max<std::uint64_t>(32, (n + 31) / 32 * 32));

@@ -86,10 +86,8 @@ int run(const std::string& cases_path, dtype t, const std::string& out_path) {
     const auto& bits = std::get<std::vector<std::uint16_t>>(packed);
     const std::uint32_t id = static_cast<std::uint32_t>(adapter_ids.size() + 1);
     resident_adapter r{adapter.rank, adapter.scale, take(m.lora().pages(adapter.rank))};
-    for (std::size_t p = 0; p < r.pages.size(); ++p)
-      TROUPE_CUDA_CHECK(cudaMemcpy(static_cast<std::uint16_t*>(m.pool()) + r.pages[p] * kv.page_elems(),
-                                   bits.data() + p * kv.page_elems(), m.page_bytes(),
-                                   cudaMemcpyHostToDevice));
+    m.write_pages(r.pages, bits.data(), s);
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(s)); // `bits` is freed next
     adapter_ids[name] = id;
     resident.emplace(id, std::move(r));
   }

@@ -1,6 +1,7 @@
 // The LoRA launchers of kernels.hpp: check the layout, find the pool's page
 // size, pick 16-byte or scalar loads by the alignment of the arrays, dispatch
 // the element type and launch the gathered or segmented kernel.
+#include "gpu/cuda/dispatch.cuh"
 #include "gpu/cuda/kernels.hpp"
 #include "gpu/cuda/lora_gathered.cuh"
 #include "gpu/cuda/lora_segmented.cuh"
@@ -37,7 +38,6 @@ weight_rows rows_of(const device_plan& plan, const lora_layout& lora, std::uint3
   return w;
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
 
 // 16-byte loads need every row start, in the activations and in the pool,
 // on a 16-byte boundary.
@@ -122,12 +122,10 @@ void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std:
   if (in_dim == 0)
     throw std::invalid_argument("lora_shrink: input dimension 0");
   const bool vec = vectorizable(in_dim, w, x, pool);
-  switch (t) {
-    case dtype::f16:
-      return shrink_typed<__half>(vec, plan, w, in_dim, x, pool, gathered, tmp, stream);
-    case dtype::bf16:
-      return shrink_typed<__nv_bfloat16>(vec, plan, w, in_dim, x, pool, gathered, tmp, stream);
-  }
+  dispatch_dtype(t, "lora_shrink", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    shrink_typed<T>(vec, plan, w, in_dim, x, pool, gathered, tmp, stream);
+  });
 }
 
 void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
@@ -143,12 +141,10 @@ void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std:
     throw std::invalid_argument("lora_expand: rank " + std::to_string(plan.max_rank) +
                                 " is past the gathered kernel's 4096");
   const bool vec = vectorizable(out_dim, w, y, pool);
-  switch (t) {
-    case dtype::f16:
-      return expand_typed<__half>(vec, plan, w, out_dim, tmp, pool, gathered, y, stream);
-    case dtype::bf16:
-      return expand_typed<__nv_bfloat16>(vec, plan, w, out_dim, tmp, pool, gathered, y, stream);
-  }
+  dispatch_dtype(t, "lora_expand", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    expand_typed<T>(vec, plan, w, out_dim, tmp, pool, gathered, y, stream);
+  });
 }
 
 } // namespace troupe::gpu::cuda

@@ -112,6 +112,31 @@ __device__ __forceinline__ void shrink_tile_fma(const float* xs, // [shrink_tm][
   }
 }
 
+/// Stages a Rows x Cols tile into shared floats (row stride ld): element
+/// (r, c) is src(r)[c0 + c] where r < nrows and c0 + c < width, else 0;
+/// Vec-wide loads (8 only where the launcher found width and pointers
+/// aligned). Every thread of the block takes part.
+template <class T, unsigned Vec, unsigned Rows, unsigned Cols, class RowPtr>
+__device__ __forceinline__ void stage_tile(float* dst, unsigned ld, RowPtr src, unsigned nrows,
+                                           std::uint32_t c0, std::uint32_t width) {
+  constexpr unsigned per_row = Cols / Vec;
+  static_assert(Cols % Vec == 0);
+#pragma unroll
+  for (unsigned i = threadIdx.x; i < Rows * per_row; i += segmented_threads) {
+    const unsigned r = i / per_row;
+    const unsigned c = (i % per_row) * Vec;
+    float v[Vec] = {};
+    if (r < nrows && c0 + c < width)
+      load_f<T, Vec>(src(r) + c0 + c, v);
+    if constexpr (Vec == 8) {
+      *reinterpret_cast<float4*>(&dst[r * ld + c]) = make_float4(v[0], v[1], v[2], v[3]);
+      *reinterpret_cast<float4*>(&dst[r * ld + c + 4]) = make_float4(v[4], v[5], v[6], v[7]);
+    } else {
+      dst[r * ld + c] = v[0];
+    }
+  }
+}
+
 /// Shrink over one tile of shrink_tm rows of a segment and shrink_tj ranks
 /// (blockIdx.y): x and A staged in shared memory as fp32, shrink_tk at a
 /// time; each thread accumulates 4 rows x 2 ranks in fp32. grid
@@ -151,46 +176,10 @@ __global__ void __launch_bounds__(segmented_threads)
   const unsigned nc = tj + 8 < nj ? 2 : (tj < nj ? 1 : 0);
   float acc[4][2] = {};
   for (std::uint32_t k0 = 0; k0 < in_dim; k0 += shrink_tk) {
-    if constexpr (Vec == 8) {
-#pragma unroll
-      for (unsigned m = 0; m < shrink_tm * shrink_tk / 8 / segmented_threads; ++m) {
-        const unsigned i = tid + m * segmented_threads;
-        const unsigned row = i / (shrink_tk / 8);
-        const unsigned c = (i % (shrink_tk / 8)) * 8;
-        float v[8] = {};
-        if (row < nr && k0 + c < in_dim)
-          load_f<T, 8>(x + std::uint64_t{row0 + row} * in_dim + k0 + c, v);
-        *reinterpret_cast<float4*>(&xs[row * ld + c]) = make_float4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<float4*>(&xs[row * ld + c + 4]) = make_float4(v[4], v[5], v[6], v[7]);
-      }
-      static_assert(shrink_tj * shrink_tk / 8 == segmented_threads);
-      {
-        const unsigned jj = tid / (shrink_tk / 8);
-        const unsigned c = (tid % (shrink_tk / 8)) * 8;
-        float v[8] = {};
-        if (jj < nj && k0 + c < in_dim)
-          load_f<T, 8>(arow[jj] + k0 + c, v);
-        *reinterpret_cast<float4*>(&as[jj * ld + c]) = make_float4(v[0], v[1], v[2], v[3]);
-        *reinterpret_cast<float4*>(&as[jj * ld + c + 4]) = make_float4(v[4], v[5], v[6], v[7]);
-      }
-    } else {
-      for (unsigned i = tid; i < shrink_tm * shrink_tk; i += segmented_threads) {
-        const unsigned row = i / shrink_tk;
-        const unsigned c = i % shrink_tk;
-        float v[1] = {0.0f};
-        if (row < nr && k0 + c < in_dim)
-          load_f<T, 1>(x + std::uint64_t{row0 + row} * in_dim + k0 + c, v);
-        xs[row * ld + c] = v[0];
-      }
-      for (unsigned i = tid; i < shrink_tj * shrink_tk; i += segmented_threads) {
-        const unsigned jj = i / shrink_tk;
-        const unsigned c = i % shrink_tk;
-        float v[1] = {0.0f};
-        if (jj < nj && k0 + c < in_dim)
-          load_f<T, 1>(arow[jj] + k0 + c, v);
-        as[jj * ld + c] = v[0];
-      }
-    }
+    stage_tile<T, Vec, shrink_tm, shrink_tk>(
+      xs, ld, [&](unsigned r) { return x + std::uint64_t{row0 + r} * in_dim; }, nr, k0, in_dim);
+    stage_tile<T, Vec, shrink_tj, shrink_tk>(
+      as, ld, [&](unsigned r) { return arow[r]; }, nj, k0, in_dim);
     __syncthreads();
     if (nc == 2)
       shrink_tile_fma<2>(xs, as, tr, tj, acc);
@@ -252,25 +241,8 @@ __global__ void __launch_bounds__(segmented_threads)
         row < nr && jj < nj ? tmp[std::uint64_t{row0 + row} * tmp_stride + j0 + jj] : 0.0f;
     }
     __syncthreads();
-    if constexpr (Vec == 8) {
-      static_assert(expand_tr * expand_tn / 8 == segmented_threads);
-      const unsigned jj = tid / (expand_tn / 8);
-      const unsigned c = (tid % (expand_tn / 8)) * 8;
-      float v[8] = {};
-      if (jj < nj && n0 + c < out_dim)
-        load_f<T, 8>(brow[jj] + n0 + c, v);
-      *reinterpret_cast<float4*>(&bs[jj * ldb + c]) = make_float4(v[0], v[1], v[2], v[3]);
-      *reinterpret_cast<float4*>(&bs[jj * ldb + c + 4]) = make_float4(v[4], v[5], v[6], v[7]);
-    } else {
-      for (unsigned i = tid; i < expand_tr * expand_tn; i += segmented_threads) {
-        const unsigned jj = i / expand_tn;
-        const unsigned c = i % expand_tn;
-        float v[1] = {0.0f};
-        if (jj < nj && n0 + c < out_dim)
-          load_f<T, 1>(brow[jj] + n0 + c, v);
-        bs[jj * ldb + c] = v[0];
-      }
-    }
+    stage_tile<T, Vec, expand_tr, expand_tn>(
+      bs, ldb, [&](unsigned r) { return brow[r]; }, nj, n0, out_dim);
     __syncthreads();
     for (unsigned jj = 0; jj < nj; ++jj) {
       const float4 b = *reinterpret_cast<const float4*>(&bs[jj * ldb + 4 * tc]);

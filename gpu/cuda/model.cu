@@ -14,19 +14,12 @@ namespace troupe::gpu::cuda {
 
 namespace {
 
-__device__ __forceinline__ std::uint64_t mix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 // w[i] = uniform in [-scale, scale] keyed by (seed, i), as fp16 or bf16 bits.
 __global__ void fill_uniform(std::uint16_t* w, std::uint64_t n, std::uint64_t seed, float scale,
                              bool bf16) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::uint64_t{gridDim.x} * blockDim.x) {
-    const float u = static_cast<float>(mix64(seed ^ mix64(i)) >> 40) * 0x1.0p-24f;
+    const float u = static_cast<float>(splitmix64(seed ^ splitmix64(i)) >> 40) * 0x1.0p-24f;
     const float x = (2.0f * u - 1.0f) * scale;
     w[i] = bf16 ? __bfloat16_as_ushort(__float2bfloat16_rn(x)) : __half_as_ushort(__float2half_rn(x));
   }
@@ -153,6 +146,18 @@ void cuda_model::randomize(std::uint64_t seed, float scale) {
       fill(*b);
   }
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void cuda_model::write_pages(std::span<const std::uint32_t> pages, const std::uint16_t* host,
+                             cudaStream_t stream) {
+  const std::uint64_t elems = kv_.page_elems();
+  for (std::size_t p = 0; p < pages.size(); ++p) {
+    if (pages[p] >= pool_pages_)
+      throw cuda_error("cuda_model::write_pages: page " + std::to_string(pages[p]) +
+                       " outside the pool of " + std::to_string(pool_pages_));
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(pool_.data() + pages[p] * elems, host + p * elems,
+                                      page_bytes(), cudaMemcpyHostToDevice, stream));
+  }
 }
 
 void cuda_model::ensure_scratch(const batch_plan& plan) {

@@ -80,6 +80,13 @@ public:
   /// The last step's logits, [seqs, vocab] fp32, on the device.
   const float* device_logits() const noexcept { return logits_.data(); }
 
+  /// Copies host page i (page_bytes() of it, in pool layout: an adapter
+  /// packed by pack_lora_adapter, a cache read out earlier) into pool page
+  /// pages[i], on `stream`; `host` should be pinned for the copy to run
+  /// asynchronously. Throws cuda_error for a page outside the pool.
+  void write_pages(std::span<const std::uint32_t> pages, const std::uint16_t* host,
+                   cudaStream_t stream);
+
   const model_config& config() const noexcept { return cfg_; }
   const kv_layout& kv() const noexcept { return kv_; }
   const lora_layout& lora() const noexcept { return lora_; }

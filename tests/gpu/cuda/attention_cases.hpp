@@ -7,6 +7,7 @@
 
 #include "gpu/cuda/dtype.hpp"
 #include "gpu/cuda/plan.hpp"
+#include "gpu/random.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -49,10 +50,8 @@ class uniform_source {
 public:
   explicit uniform_source(std::uint64_t seed) : x_(seed) {}
   float next() noexcept {
-    std::uint64_t z = (x_ += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
+    const std::uint64_t z = splitmix64(x_); // splitmix64's own sequence
+    x_ += 0x9e3779b97f4a7c15ull;
     return static_cast<float>(z >> 40) * 0x1.0p-23f - 1.0f;
   }
 

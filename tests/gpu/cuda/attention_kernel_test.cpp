@@ -13,6 +13,8 @@
 
 #include "tests/gpu/cuda/attention_cases.hpp"
 
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,6 +27,8 @@
 
 namespace troupe::gpu::cuda {
 namespace {
+
+using namespace gpu_testing;
 
 static_assert(std::is_trivially_copyable_v<attention_item>);
 static_assert(std::is_trivially_copyable_v<device_plan>);
@@ -43,22 +47,6 @@ struct tolerance {
 };
 tolerance tolerance_of(dtype t) {
   return t == dtype::f16 ? tolerance{2e-3f, 4e-3f} : tolerance{8e-3f, 1.6e-2f};
-}
-
-// A stream the test owns.
-struct stream_holder {
-  cudaStream_t s = nullptr;
-  stream_holder() { TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); }
-  ~stream_holder() { cudaStreamDestroy(s); }
-  stream_holder(const stream_holder&) = delete;
-  stream_holder& operator=(const stream_holder&) = delete;
-};
-
-template <class T>
-device_buffer<T> to_device(const std::vector<T>& host) {
-  device_buffer<T> d(host.size());
-  d.upload(host);
-  return d;
 }
 
 // The kernels' output for case `c`: [rows, heads * head_dim] bits.
@@ -122,6 +110,24 @@ void check_case(const std::vector<seq_spec>& seqs, const case_options& o) {
 
 // -- grids over (dtype, head_dim) ------------------------------------------------
 
+// write_kv of rows' K and V into the case's pool, bit for bit as the
+// reference writes them.
+void expect_write_kv_matches_reference(attention_case& c, const std::vector<std::uint16_t>& k,
+                                       const std::vector<std::uint16_t>& v) {
+  stream_holder stream;
+  auto pool = to_device(c.pool);
+  const auto dk = to_device(k);
+  const auto dv = to_device(v);
+  plan_upload upload;
+  const device_plan dp = upload.upload(c.plan, stream.s);
+  write_kv(c.t, dp, c.kv, c.layer, dk.data(), dv.data(), pool.data(), stream.s);
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+  std::vector<std::uint16_t> got(c.pool.size());
+  pool.download(got);
+  write_kv_reference(c.t, c.plan, c.kv, c.layer, k, v, c.pool);
+  EXPECT_TRUE(got == c.pool) << "the device pool differs from the reference's";
+}
+
 class attention_kernel : public ::testing::TestWithParam<std::tuple<dtype, std::uint32_t>> {
 protected:
   case_options base() const {
@@ -135,7 +141,7 @@ protected:
 };
 
 TEST_P(attention_kernel, prefill_matches_reference) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   for (std::uint32_t group : {1u, 4u})
     for (std::uint32_t tokens : {1u, 17u, 300u, 1024u})
       for (std::uint32_t context : {0u, 700u})
@@ -149,7 +155,7 @@ TEST_P(attention_kernel, prefill_matches_reference) {
 }
 
 TEST_P(attention_kernel, decode_matches_reference) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::mt19937_64 rng{42};
   std::uniform_int_distribution<std::uint32_t> length{1, 4000};
   std::vector<std::vector<std::uint32_t>> batches{{1}, {4000}, {1, 2, 63, 64, 65, 1000, 3999}};
@@ -175,7 +181,7 @@ TEST_P(attention_kernel, decode_matches_reference) {
 }
 
 TEST_P(attention_kernel, mixed_batches_with_odd_tiles_pages_and_groups) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   struct config {
     std::uint32_t group, page_tokens;
     attention_split split;
@@ -205,7 +211,7 @@ TEST_P(attention_kernel, mixed_batches_with_odd_tiles_pages_and_groups) {
 }
 
 TEST_P(attention_kernel, write_kv_matches_reference_bit_for_bit) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const std::vector<seq_spec> seqs{{0, 37}, {16, 1}, {5, 20}, {63, 1}};
   for (std::uint32_t kv_heads : {1u, 8u}) {
     auto o = base();
@@ -223,18 +229,7 @@ TEST_P(attention_kernel, write_kv_matches_reference_bit_for_bit) {
       k[i] = to_bits(c.t, u.next());
       v[i] = to_bits(c.t, u.next());
     }
-    stream_holder stream;
-    auto pool = to_device(c.pool);
-    const auto dk = to_device(k);
-    const auto dv = to_device(v);
-    plan_upload upload;
-    const device_plan dp = upload.upload(c.plan, stream.s);
-    write_kv(c.t, dp, c.kv, c.layer, dk.data(), dv.data(), pool.data(), stream.s);
-    TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-    std::vector<std::uint16_t> got(c.pool.size());
-    pool.download(got);
-    write_kv_reference(c.t, c.plan, c.kv, c.layer, k, v, c.pool);
-    EXPECT_TRUE(got == c.pool) << "the device pool differs from the reference's";
+    expect_write_kv_matches_reference(c, k, v);
   }
 }
 
@@ -251,7 +246,7 @@ INSTANTIATE_TEST_SUITE_P(shapes, attention_kernel,
 // -- single cases ------------------------------------------------------------------------
 
 TEST(attention_kernel_edges, write_kv_with_a_kv_dim_not_a_multiple_of_eight) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   // 3 kv heads of 6: the element-wise path.
   case_options o{.t = dtype::bf16, .kv_heads = 3, .head_dim = 6, .page_tokens = 4};
   auto c = make_case({{0, 9}, {3, 1}}, o);
@@ -261,22 +256,11 @@ TEST(attention_kernel_edges, write_kv_with_a_kv_dim_not_a_multiple_of_eight) {
     k[i] = static_cast<std::uint16_t>(i + 1);
     v[i] = static_cast<std::uint16_t>(i + 7001);
   }
-  stream_holder stream;
-  auto pool = to_device(c.pool);
-  const auto dk = to_device(k);
-  const auto dv = to_device(v);
-  plan_upload upload;
-  const device_plan dp = upload.upload(c.plan, stream.s);
-  write_kv(c.t, dp, c.kv, c.layer, dk.data(), dv.data(), pool.data(), stream.s);
-  TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
-  std::vector<std::uint16_t> got(c.pool.size());
-  pool.download(got);
-  write_kv_reference(c.t, c.plan, c.kv, c.layer, k, v, c.pool);
-  EXPECT_TRUE(got == c.pool);
+  expect_write_kv_matches_reference(c, k, v);
 }
 
 TEST(attention_kernel_edges, the_workspace_is_needed_unless_an_unsplit_decode) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const auto decode = make_case({{10, 1}, {200, 1}}, {.split = {.q_tile = 64, .kv_chunk = 0}});
   EXPECT_EQ(attention_workspace_floats(decode.plan, decode.heads, 64), 0u);
   const auto split = make_case({{10, 1}, {200, 1}}, {.split = {.q_tile = 64, .kv_chunk = 64}});
@@ -288,7 +272,7 @@ TEST(attention_kernel_edges, the_workspace_is_needed_unless_an_unsplit_decode) {
 }
 
 TEST(attention_kernel_edges, unsupported_shapes_and_a_missing_workspace_are_refused) {
-  if (!::troupe::gpu::cuda::device_visible()) GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const auto c = make_case({{3, 5}}, {.group = 2, .head_dim = 64});
   stream_holder stream;
   plan_upload upload;

@@ -10,6 +10,8 @@
 
 #include "elementwise_test_support.hpp"
 
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +23,8 @@
 
 namespace troupe::gpu::cuda {
 namespace {
+
+using namespace gpu_testing;
 
 using namespace elementwise_test;
 
@@ -66,16 +70,14 @@ private:
   device_buffer<std::uint16_t> buf_;
 };
 
-template <class T>
-device_buffer<T> to_device(const std::vector<T>& host) {
-  device_buffer<T> d(std::max<std::size_t>(host.size(), 1));
-  d.upload(host);
-  return d;
-}
-
-void finish() {
-  TROUPE_CUDA_CHECK(cudaGetLastError());
-  TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
+// The norms' rule: every element within an ulp of the reference, NaN where
+// it has NaN, and at most inexact_allowance of them not exact.
+void expect_within_an_ulp(dtype t, const std::vector<std::uint16_t>& got,
+                          const std::vector<std::uint16_t>& want) {
+  const auto c = compare_bits(t, got, want);
+  EXPECT_EQ(c.bad, 0u) << c.first;
+  EXPECT_EQ(c.nan_mismatch, 0u) << c.first;
+  EXPECT_LE(c.inexact, inexact_allowance(want.size()));
 }
 
 std::string label(dtype t, const char* what, std::uint32_t n, std::uint32_t rows,
@@ -87,8 +89,7 @@ std::string label(dtype t, const char* what, std::uint32_t n, std::uint32_t rows
 // -- embedding_gather -----------------------------------------------------------------
 
 TEST(elementwise_kernel, embedding_gather_copies_rows_exactly) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const std::uint32_t vocab = 1000;
   for (dtype t : both_dtypes)
     for (std::uint32_t hidden : hiddens)
@@ -121,8 +122,7 @@ TEST(elementwise_kernel, embedding_gather_copies_rows_exactly) {
 // -- rmsnorm and add_rmsnorm ------------------------------------------------------------
 
 TEST(elementwise_kernel, rmsnorm_matches_reference) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   for (dtype t : both_dtypes)
     for (std::uint32_t hidden : hiddens)
       for (std::uint32_t rows : row_counts)
@@ -141,16 +141,12 @@ TEST(elementwise_kernel, rmsnorm_matches_reference) {
           EXPECT_TRUE(got.guards_intact);
           EXPECT_TRUE(d_x.read().guards_intact);
           EXPECT_EQ(d_x.read().data, x); // the input is not touched
-          const auto c = compare_bits(t, got.data, want);
-          EXPECT_EQ(c.bad, 0u) << c.first;
-          EXPECT_EQ(c.nan_mismatch, 0u) << c.first;
-          EXPECT_LE(c.inexact, inexact_allowance(want.size()));
+          expect_within_an_ulp(t, got.data, want);
         }
 }
 
 TEST(elementwise_kernel, add_rmsnorm_matches_reference_and_rounds_the_residual_exactly) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   for (dtype t : both_dtypes)
     for (std::uint32_t hidden : hiddens)
       for (std::uint32_t rows : row_counts)
@@ -173,16 +169,12 @@ TEST(elementwise_kernel, add_rmsnorm_matches_reference_and_rounds_the_residual_e
           EXPECT_EQ(res.data, res_want); // round(residual + x), bit for bit
           const auto got = d_out.read();
           EXPECT_TRUE(got.guards_intact);
-          const auto c = compare_bits(t, got.data, want);
-          EXPECT_EQ(c.bad, 0u) << c.first;
-          EXPECT_EQ(c.nan_mismatch, 0u) << c.first;
-          EXPECT_LE(c.inexact, inexact_allowance(want.size()));
+          expect_within_an_ulp(t, got.data, want);
         }
 }
 
 TEST(elementwise_kernel, norms_turn_a_row_with_nan_into_nan_and_leave_the_others) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (dtype t : both_dtypes)
     for (std::uint32_t hidden : {64u, 4096u, 37u}) {
@@ -222,16 +214,6 @@ TEST(elementwise_kernel, norms_turn_a_row_with_nan_into_nan_and_leave_the_others
 struct rope_case {
   std::uint32_t heads, kv_heads, head_dim;
 };
-
-rope_scaling llama3_scaling() {
-  rope_scaling s;
-  s.type = "llama3";
-  s.factor = 8.0;
-  s.low_freq_factor = 1.0;
-  s.high_freq_factor = 4.0;
-  s.original_max_position_embeddings = 8192;
-  return s;
-}
 
 // Within an ulp, or (where a cos - b sin cancels) within a few fp32 ulps of
 // |a| + |b|: the device's sincosf is not the reference's fp64 cos and sin.
@@ -287,8 +269,7 @@ void check_rope(dtype t, const rope_case& rc, std::uint32_t rows, bool llama3, s
 }
 
 TEST(elementwise_kernel, rope_matches_reference_with_and_without_llama3_scaling) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const std::pair<std::uint32_t, std::uint32_t> head_counts[] = {{8, 8}, {32, 8}, {40, 8}, {4, 1}};
   std::uint64_t seed = 500;
   for (bool llama3 : {false, true})
@@ -300,8 +281,7 @@ TEST(elementwise_kernel, rope_matches_reference_with_and_without_llama3_scaling)
 }
 
 TEST(elementwise_kernel, rope_scalar_path_for_narrow_heads_and_misaligned_arrays) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::uint64_t seed = 900;
   for (dtype t : both_dtypes) {
     check_rope(t, {6, 2, 40}, 7, false, 0, seed += 10);  // half 20: no 16-byte packs
@@ -312,8 +292,7 @@ TEST(elementwise_kernel, rope_scalar_path_for_narrow_heads_and_misaligned_arrays
 }
 
 TEST(elementwise_kernel, rope_nan_stays_in_its_pair_and_bad_shapes_throw) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const std::uint32_t hd = 128, heads = 4, rows = 3;
   for (dtype t : both_dtypes) {
     auto q0 = random_bits(t, std::size_t{rows} * heads * hd, 1001);
@@ -340,8 +319,7 @@ TEST(elementwise_kernel, rope_nan_stays_in_its_pair_and_bad_shapes_throw) {
 // -- swiglu -------------------------------------------------------------------------------------
 
 TEST(elementwise_kernel, swiglu_matches_reference) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   for (dtype t : both_dtypes)
     for (std::uint32_t inter : {64u, 14336u, 5120u, 37u})
       for (std::uint32_t rows : row_counts)
@@ -363,8 +341,7 @@ TEST(elementwise_kernel, swiglu_matches_reference) {
 }
 
 TEST(elementwise_kernel, swiglu_extremes_and_nan) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   // inter 8 (one 16-byte pack): gates, then ups.
@@ -396,8 +373,7 @@ TEST(elementwise_kernel, swiglu_extremes_and_nan) {
 }
 
 TEST(elementwise_kernel, no_rows_launch_nothing) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   embedding_gather(dtype::f16, nullptr, nullptr, 0, 64, nullptr, nullptr);
   rmsnorm(dtype::f16, nullptr, nullptr, eps, 0, 64, nullptr, nullptr);
   add_rmsnorm(dtype::bf16, nullptr, nullptr, nullptr, eps, 0, 64, nullptr, nullptr);

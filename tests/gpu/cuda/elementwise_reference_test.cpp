@@ -26,16 +26,6 @@ constexpr float eps = 1e-5f;
 const std::uint32_t hiddens[] = {64, 4096, 5120, 37};
 const std::uint32_t row_counts[] = {1, 7, 300};
 
-rope_scaling llama3_scaling() {
-  rope_scaling s;
-  s.type = "llama3";
-  s.factor = 8.0;
-  s.low_freq_factor = 1.0;
-  s.high_freq_factor = 4.0;
-  s.original_max_position_embeddings = 8192;
-  return s;
-}
-
 // -- rope_inv_freq ---------------------------------------------------------------
 
 TEST(elementwise_reference, inv_freq_is_hf_default_without_scaling) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "gpu/cuda/dtype.hpp"
+#include "gpu/rope.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,17 @@
 namespace troupe::gpu::cuda::elementwise_test {
 
 inline constexpr dtype both_dtypes[] = {dtype::f16, dtype::bf16};
+
+/// Llama 3.1's rotary scaling (factor 8 over 8,192 positions).
+inline rope_scaling llama3_scaling() {
+  rope_scaling s;
+  s.type = "llama3";
+  s.factor = 8.0;
+  s.low_freq_factor = 1.0;
+  s.high_freq_factor = 4.0;
+  s.original_max_position_embeddings = 8192;
+  return s;
+}
 
 /// n values of N(mean, sd) rounded to `t`, as bits.
 inline std::vector<std::uint16_t> random_bits(dtype t, std::size_t n, std::uint64_t seed,

@@ -13,6 +13,8 @@
 #include "gpu/cuda/reference_lora.hpp"
 #include "tests/gpu/cuda/lora_test_support.hpp"
 
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -22,6 +24,8 @@
 
 namespace troupe::gpu::cuda {
 namespace {
+
+using namespace gpu_testing;
 
 using namespace lora_testing;
 
@@ -271,8 +275,7 @@ std::vector<step_entry> prefill_batch(const rig& g, popularity pop, std::uint64_
 }
 
 TEST(lora_kernels, decode_batches_match_the_reference) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::uint64_t seed = 100;
   for (const shape& s : {gqa, odd, ragged})
     for (dtype t : dtypes) {
@@ -293,8 +296,7 @@ TEST(lora_kernels, decode_batches_match_the_reference) {
 }
 
 TEST(lora_kernels, prefill_batches_match_the_reference) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::uint64_t seed = 200;
   for (const shape& s : {gqa, odd, ragged})
     for (dtype t : dtypes) {
@@ -317,8 +319,7 @@ TEST(lora_kernels, prefill_batches_match_the_reference) {
 }
 
 TEST(lora_kernels, gathered_and_segmented_agree_on_decode_batches) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::uint64_t seed = 300;
   for (const shape& s : {gqa, ragged})
     for (dtype t : dtypes) {
@@ -347,8 +348,7 @@ TEST(lora_kernels, gathered_and_segmented_agree_on_decode_batches) {
 }
 
 TEST(lora_kernels, decode_at_hidden_4096) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::uint64_t seed = 400;
   for (dtype t : dtypes) {
     const rig g(wide, t, cycle_ranks(16), seed++);
@@ -365,8 +365,7 @@ TEST(lora_kernels, decode_at_hidden_4096) {
 }
 
 TEST(lora_kernels, ranks_outside_the_usual_set) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::uint64_t seed = 500;
   const std::vector<std::uint32_t> ranks{1, 3, 12, 100, 136, 17};
   for (const shape& s : {gqa, odd})
@@ -385,8 +384,7 @@ TEST(lora_kernels, ranks_outside_the_usual_set) {
 }
 
 TEST(lora_kernels, batches_without_adapters_change_nothing) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const rig g(gqa, dtype::bf16, cycle_ranks(2), 600);
   std::vector<step_entry> batch{lora_entry(g.host, 1, -1, 0, 9, 4),
                                 lora_entry(g.host, 2, -1, 3, 1, 4)};
@@ -402,8 +400,7 @@ TEST(lora_kernels, batches_without_adapters_change_nothing) {
 }
 
 TEST(lora_kernels, launchers_refuse_layouts_they_cannot_read) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const rig g(odd, dtype::f16, cycle_ranks(1), 700);
   const auto plan = plan_for(g.host, odd.kv, std::vector{lora_entry(g.host, 1, 0, 0, 2, 8)});
   plan_upload up;

@@ -8,6 +8,8 @@
 #include "gpu/cuda/check.hpp"
 #include "gpu/cuda/llama_upload.hpp"
 
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -71,8 +73,7 @@ struct sequence {
 class model_parity : public ::testing::TestWithParam<std::tuple<dtype, std::uint32_t>> {};
 
 TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
-  if (!device_visible())
-    GTEST_SKIP() << "no CUDA device visible";
+  TROUPE_REQUIRE_GPU();
   const auto [t, head_dim] = GetParam();
   const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = 512 / head_dim,
                .kv_heads = 256 / head_dim, .head_dim = head_dim, .vocab = 1000};

@@ -9,6 +9,8 @@
 #include "gpu/random.hpp"
 #include "runtime/detached_task.hpp"
 
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,10 +21,6 @@
 
 namespace troupe::gpu::cuda {
 namespace {
-
-#define REQUIRE_GPU()                                                                              \
-  if (!device_visible())                                                                           \
-  GTEST_SKIP() << "no CUDA device visible"
 
 std::vector<std::uint16_t> random_bits(dtype t, std::size_t n, std::uint64_t seed, float range) {
   std::vector<std::uint16_t> v(n);
@@ -36,7 +34,7 @@ std::vector<std::uint16_t> random_bits(dtype t, std::size_t n, std::uint64_t see
 class linear_test : public ::testing::TestWithParam<dtype> {};
 
 TEST_P(linear_test, matches_a_cpu_product_over_token_counts_and_shapes) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   const dtype t = GetParam();
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
@@ -80,7 +78,7 @@ INSTANTIATE_TEST_SUITE_P(dtypes, linear_test, ::testing::Values(dtype::f16, dtyp
                          [](const auto& i) { return std::string{to_string(i.param)}; });
 
 TEST(plan_upload, device_arrays_equal_the_plan) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
   {
@@ -163,7 +161,7 @@ detached_task wait_event(cudaEvent_t e, cudaStream_t notify, owner& o, int& stag
 }
 
 TEST(stream_await, a_coroutine_resumes_on_its_owner_after_the_copy_lands) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
   {
@@ -185,7 +183,7 @@ TEST(stream_await, a_coroutine_resumes_on_its_owner_after_the_copy_lands) {
 }
 
 TEST(stream_await, an_event_on_a_copy_stream_resumes_without_holding_that_stream) {
-  REQUIRE_GPU();
+  TROUPE_REQUIRE_GPU();
   cudaStream_t copy = nullptr, notify = nullptr;
   cudaEvent_t e = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking));

@@ -12,6 +12,8 @@
 #include "gpu/random.hpp"
 #include "gpu/sampling.hpp"
 
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,16 +30,13 @@
 namespace troupe::gpu::cuda {
 namespace {
 
+using namespace gpu_testing;
+
 static_assert(std::is_trivially_copyable_v<sample_params>);
 
 constexpr double boundary_tolerance = 1e-5;
 const float nan_f = std::numeric_limits<float>::quiet_NaN();
 const float inf_f = std::numeric_limits<float>::infinity();
-
-void finish() {
-  TROUPE_CUDA_CHECK(cudaGetLastError());
-  TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
-}
 
 /// One launch of `sample` over rows [params.size(), vocab].
 std::vector<std::int32_t> run_sample(const std::vector<float>& logits, std::uint32_t vocab,
@@ -281,8 +280,7 @@ std::vector<sample_params> configs(std::uint32_t vocab, shape s, std::uint64_t s
 // -- greedy ----------------------------------------------------------------------------------
 
 TEST(sampling_kernel, greedy_takes_the_lowest_id_among_the_largest_and_never_nan) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   struct greedy_case {
     std::vector<float> logits;
     float temperature;
@@ -313,8 +311,7 @@ TEST(sampling_kernel, greedy_takes_the_lowest_id_among_the_largest_and_never_nan
 }
 
 TEST(sampling_kernel, greedy_over_large_vocabularies_with_duplicated_maxima) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   for (std::uint32_t vocab : {512u, 32000u, 152064u}) {
     std::vector<float> logits;
     std::vector<sample_params> params;
@@ -339,8 +336,7 @@ TEST(sampling_kernel, greedy_over_large_vocabularies_with_duplicated_maxima) {
 }
 
 TEST(sampling_kernel, empty_and_tiny_vocabularies) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   const std::vector<sample_params> three{params_of(1.0f, 1.0f, 0, 1, 0),
                                          params_of(0.0f, 1.0f, 0, 2, 0),
                                          params_of(0.5f, 0.5f, 2, 3, 9)};
@@ -358,8 +354,7 @@ TEST(sampling_kernel, empty_and_tiny_vocabularies) {
 // -- sampling against the CPU ------------------------------------------------------------------
 
 TEST(sampling_kernel, temperature_top_k_top_p_match_the_cpu_sampler) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   std::size_t near = 0, total = 0;
   for (std::uint32_t vocab : {512u, 32000u, 152064u})
     for (shape s : all_shapes) {
@@ -377,8 +372,7 @@ TEST(sampling_kernel, temperature_top_k_top_p_match_the_cpu_sampler) {
 }
 
 TEST(sampling_kernel, many_draws_from_one_distribution_match_the_cpu_sampler) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   struct many_case {
     std::uint32_t vocab;
     shape s;
@@ -406,8 +400,7 @@ TEST(sampling_kernel, many_draws_from_one_distribution_match_the_cpu_sampler) {
 }
 
 TEST(sampling_kernel, ties_larger_than_a_leaf_are_walked_by_id) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   // 5000 tokens share the top logit (more than one shared-memory leaf
   // holds), the rest lie below; cuts and draws land inside the tie.
   const std::uint32_t vocab = 32000;
@@ -437,8 +430,7 @@ TEST(sampling_kernel, ties_larger_than_a_leaf_are_walked_by_id) {
 // -- the draw and batch independence -------------------------------------------------------------
 
 TEST(sampling_kernel, device_draw_is_the_host_uniform01) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   // 2^17 equal logits: the draw picks token floor(u * 2^17), u's top 17 bits.
   const std::uint32_t vocab = 1u << 17;
   const std::vector<float> row(vocab, 0.0f);
@@ -467,8 +459,7 @@ TEST(sampling_kernel, device_draw_is_the_host_uniform01) {
 }
 
 TEST(sampling_kernel, same_seed_and_index_give_the_same_token_in_any_batch) {
-  if (!::troupe::gpu::cuda::device_visible())
-    GTEST_SKIP() << "no CUDA device";
+  TROUPE_REQUIRE_GPU();
   for (std::uint32_t vocab : {512u, 50257u, 152064u}) {
     // Eight probes, each a row and its parameters.
     std::vector<std::vector<float>> rows;
