@@ -88,7 +88,8 @@ void settle(self_ptr self, std::uint32_t id, grant g) {
     forget_now(self, id);
 }
 
-void copy_in(self_ptr self, const adapter_entry& e, transfer_class kind) {
+/// Copies `e` into `pages`, the pool pages reserved for it.
+void copy_in(self_ptr self, const adapter_entry& e, transfer_class kind, std::vector<std::uint32_t> pages) {
   const auto id = e.id;
   const auto bytes = e.bytes;
   transfer_order order;
@@ -96,6 +97,7 @@ void copy_in(self_ptr self, const adapter_entry& e, transfer_class kind) {
   order.bytes = e.bytes;
   order.path = e.path;
   order.kind = static_cast<std::uint8_t>(kind);
+  order.device_pages = std::move(pages);
   self->request(self->state.cfg.copy_engine, caf::infinite, load_atom_v, std::move(order))
     .then(
       [self, id, bytes](const transfer_report& r) {
@@ -138,7 +140,7 @@ void load(self_ptr self, std::uint32_t id, transfer_class kind, bool retried) {
         if (pages == 0 || !got.empty()) {
           if (!got.empty())
             st.holding.insert(id);
-          copy_in(self, *e, kind);
+          copy_in(self, *e, kind, got);
           return;
         }
         const bool demanded = st.waiters.contains(id);

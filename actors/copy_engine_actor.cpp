@@ -118,7 +118,7 @@ transfer_report perform(gpu::executor_backend& backend, const transfer_order& o)
     const auto r = backend.swap_pages(dir, o.device_pages, o.host_pages, o.bytes);
     return {r.error, false, 0, r.seconds, {}};
   }
-  const auto r = backend.load_adapter(o.adapter_id, o.path, o.bytes);
+  const auto r = backend.load_adapter(o.adapter_id, o.path, o.bytes, o.device_pages);
   return {r.error, r.host_hit, r.disk_seconds, r.copy_seconds, {}};
 }
 

@@ -74,10 +74,13 @@ public:
   virtual double transfer_seconds(std::uint64_t bytes) const = 0;
   /// Makes adapter `id` usable by run_step: from the host tier, or read from
   /// `path` (its PEFT directory; empty where the backend needs no files)
-  /// into the host tier first. `bytes` is its device size. A failure leaves
-  /// the adapter absent; other adapters are unaffected.
-  virtual adapter_load load_adapter(std::uint32_t id, const std::string& path,
-                                    std::uint64_t bytes) = 0;
+  /// into the host tier first. `bytes` is its device size and
+  /// `device_pages` the unified pool's pages the memory pool granted it
+  /// (backends whose weights live in the pool write them there; the others
+  /// ignore them). A failure leaves the adapter absent; other adapters are
+  /// unaffected.
+  virtual adapter_load load_adapter(std::uint32_t id, const std::string& path, std::uint64_t bytes,
+                                    std::span<const std::uint32_t> device_pages) = 0;
   /// Frees adapter `id` on the device (evicted or unloaded); its host copy
   /// stays in the host tier. No step may be using it.
   virtual void drop_adapter(std::uint32_t id) = 0;

@@ -263,8 +263,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 } // namespace
 
-adapter_load cpu_backend::load_adapter(std::uint32_t id, const std::string& path,
-                                       std::uint64_t) {
+adapter_load cpu_backend::load_adapter(std::uint32_t id, const std::string& path, std::uint64_t,
+                                       std::span<const std::uint32_t>) {
   adapter_load out;
   std::shared_ptr<const lora_adapter> host;
   {

@@ -39,9 +39,10 @@ public:
   double transfer_seconds(std::uint64_t bytes) const override;
   /// Parses the PEFT files into the host tier on a miss (timed as disk),
   /// then copies the weights to the "device" set run_step reads (timed as
-  /// the copy). A corrupt or missing file fails this adapter only.
-  adapter_load load_adapter(std::uint32_t id, const std::string& path,
-                            std::uint64_t bytes) override;
+  /// the copy). A corrupt or missing file fails this adapter only. The
+  /// weights stay fp32 beside the pool: `device_pages` go unused.
+  adapter_load load_adapter(std::uint32_t id, const std::string& path, std::uint64_t bytes,
+                            std::span<const std::uint32_t> device_pages) override;
   void drop_adapter(std::uint32_t id) override;
   /// Copies whole pages of the model's store to and from host pages kept
   /// here (a host page's memory is freed when it is swapped back in); timed.

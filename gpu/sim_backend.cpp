@@ -36,8 +36,8 @@ double sim_backend::transfer_seconds(std::uint64_t bytes) const {
   return cost_model_.transfer_seconds(bytes);
 }
 
-adapter_load sim_backend::load_adapter(std::uint32_t id, const std::string&,
-                                       std::uint64_t bytes) {
+adapter_load sim_backend::load_adapter(std::uint32_t id, const std::string&, std::uint64_t bytes,
+                                       std::span<const std::uint32_t>) {
   adapter_load out;
   {
     std::lock_guard guard{host_mtx_};

@@ -35,8 +35,8 @@ public:
   double transfer_seconds(std::uint64_t bytes) const override;
   /// Never fails: models a disk read into the host tier on a host miss and
   /// the PCIe copy; nothing moves. Safe beside run_step.
-  adapter_load load_adapter(std::uint32_t id, const std::string& path,
-                            std::uint64_t bytes) override;
+  adapter_load load_adapter(std::uint32_t id, const std::string& path, std::uint64_t bytes,
+                            std::span<const std::uint32_t> device_pages) override;
   /// Nothing to free on a simulated device.
   void drop_adapter(std::uint32_t) override {}
   /// Moves nothing: the cost model's PCIe time for `bytes`.

@@ -63,14 +63,15 @@ struct adapter_demand {
   std::vector<std::uint32_t> waiting;
 };
 
-/// An adapter load for the copy engine.
+/// A transfer for the copy engine: an adapter load (into `device_pages`,
+/// the pool pages reserved for it), a KV swap or a session cache's move.
 struct transfer_order {
   std::uint32_t adapter_id = 0;
   std::uint64_t bytes = 0;
   std::string path; ///< PEFT directory; empty for the sim backend
   std::uint8_t kind = 0; ///< a troupe::transfer_class (runtime/transfer_queue.hpp)
   /// A KV swap (kind swap_in or swap_out): the request and its pages, page i
-  /// to page i.
+  /// to page i. An adapter load: its pool pages in `device_pages`.
   std::uint64_t request_id = 0;
   std::vector<std::uint32_t> device_pages;
   std::vector<std::uint32_t> host_pages;

@@ -12,6 +12,9 @@ namespace troupe {
 config_catalog default_catalog() {
   config_catalog c;
   c.backends = {"cpu", "sim"};
+#if TROUPE_HAVE_CUDA_BACKEND
+  c.backends.push_back("cuda");
+#endif
   c.gpus = gpu::gpu_spec_names();
   c.model_presets = gpu::model_preset_names();
   c.scheduling_policies = policies::scheduling_policy_names();
@@ -22,22 +25,32 @@ config_catalog default_catalog() {
   return c;
 }
 
+std::variant<hf_model, std::string> describe_hf_model(const deployment_options& opts,
+                                                     std::uint32_t dtype_bytes) {
+  hf_model m;
+  auto& out = m.resolved;
+  if (opts.model.path.empty())
+    return "model.path: required when backend.kind is \"" + opts.backend.kind + "\"";
+  auto config = gpu::load_llama_config(opts.model.path + "/config.json");
+  if (auto* err = std::get_if<std::string>(&config))
+    return "model.path: " + *err;
+  m.config = std::get<gpu::llama_config>(config);
+  out.shape = m.config.to_shape(opts.model.path);
+  out.shape.dtype_bytes = dtype_bytes;
+  if (auto gpu = gpu::find_gpu_spec(opts.backend.gpu))
+    out.gpu = *gpu; // names the cost model's GPU in logs; the model runs for real
+  out.max_context = opts.model.max_context ? opts.model.max_context : m.config.max_position_embeddings;
+  return m;
+}
+
 namespace {
 
 /// The cpu backend: a real model from `model.path`, KV pages in host memory.
 std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_options& opts) {
-  resolved_backend out;
-  if (opts.model.path.empty())
-    return std::string{"model.path: required when backend.kind is \"cpu\""};
-  auto config = gpu::load_llama_config(opts.model.path + "/config.json");
-  if (auto* err = std::get_if<std::string>(&config))
-    return "model.path: " + *err;
-  const auto& c = std::get<gpu::llama_config>(config);
-  out.shape = c.to_shape(opts.model.path);
-  out.shape.dtype_bytes = 4; // the cpu backend computes and caches in fp32
-  if (auto gpu = gpu::find_gpu_spec(opts.backend.gpu))
-    out.gpu = *gpu; // only names the cost model's GPU in logs; the cpu runs for real
-  out.max_context = opts.model.max_context ? opts.model.max_context : c.max_position_embeddings;
+  auto described = describe_hf_model(opts, 4); // the cpu backend computes and caches in fp32
+  if (auto* err = std::get_if<std::string>(&described))
+    return *err;
+  auto& out = std::get<hf_model>(described).resolved;
   out.page_bytes = std::uint64_t{opts.memory_pool.page_tokens} * out.shape.kv_bytes_per_token();
   if (opts.memory_pool.pages > 0) {
     out.pool_pages = opts.memory_pool.pages;
@@ -64,6 +77,10 @@ std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_op
 std::variant<resolved_backend, std::string> make_backend(const deployment_options& opts) {
   if (opts.backend.kind == "cpu")
     return make_cpu_backend(opts);
+#if TROUPE_HAVE_CUDA_BACKEND
+  if (opts.backend.kind == "cuda")
+    return make_cuda_backend(opts);
+#endif
   resolved_backend out;
   if (!opts.model.shape_file.empty()) {
     auto shape = gpu::load_model_shape(opts.model.shape_file);
@@ -98,15 +115,20 @@ std::variant<resolved_backend, std::string> make_backend(const deployment_option
     out.time_scale = opts.backend.time_scale;
     return out;
   }
-  return "backend.kind: \"" + opts.backend.kind + "\" is not built into this binary (have: cpu, sim)";
+  std::string have;
+  for (const auto& k : default_catalog().backends)
+    have += (have.empty() ? "" : ", ") + k;
+  return "backend.kind: \"" + opts.backend.kind + "\" is not built into this binary (have: " + have + ")";
 }
 
 std::variant<adapter_catalog, std::string> make_adapter_catalog(const deployment_options& opts,
                                                                 const resolved_backend& rb) {
   const auto shape = rb.shape;
-  adapter_catalog catalog{{}, {}, [shape](std::uint32_t rank) { return shape.lora_adapter_bytes(rank); },
-                          rb.page_bytes};
-  const bool needs_files = opts.backend.kind == "cpu";
+  adapter_catalog::bytes_fn bytes = rb.adapter_bytes;
+  if (!bytes)
+    bytes = [shape](std::uint32_t rank) { return shape.lora_adapter_bytes(rank); };
+  adapter_catalog catalog{{}, {}, std::move(bytes), rb.page_bytes};
+  const bool needs_files = opts.backend.kind == "cpu" || opts.backend.kind == "cuda";
   auto add = [&](adapter_spec spec, const std::string& where) -> std::string {
     if (!spec.path.empty()) {
       auto described = describe_adapter(spec.name, spec.path);
@@ -114,7 +136,7 @@ std::variant<adapter_catalog, std::string> make_adapter_catalog(const deployment
         return where + ": " + *err;
       spec.rank = std::get<adapter_spec>(described).rank;
     } else if (needs_files) {
-      return where + ": the cpu backend loads PEFT files, but adapter \"" + spec.name
+      return where + ": the " + opts.backend.kind + " backend loads PEFT files, but adapter \"" + spec.name
              + "\" has no path";
     }
     auto added = catalog.add(spec);

@@ -465,12 +465,14 @@ model_options read_model(section s, const config_catalog& catalog) {
 
 backend_options read_backend(section s, const config_catalog& catalog) {
   backend_options o;
-  s.allow_only({"kind", "gpu", "time_scale", "seed"});
+  s.allow_only({"kind", "gpu", "time_scale", "seed", "dtype", "device"});
   o.kind = s.choice("kind", o.kind, catalog.backends, "backend");
   o.gpu = s.choice("gpu", o.gpu, catalog.gpus, "GPU preset");
   o.time_scale = s.real("time_scale", o.time_scale);
   s.require("time_scale", o.time_scale >= 0, "must not be negative");
   o.seed = s.u64("seed", o.seed);
+  o.dtype = s.choice("dtype", o.dtype, {"float16", "bfloat16"}, "dtype");
+  o.device = s.u32("device", o.device);
   return o;
 }
 

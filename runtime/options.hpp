@@ -50,7 +50,7 @@ struct model_options {
 
 /// [backend]: which executor/copy-engine backend runs.
 struct backend_options {
-  /// "sim" for now ("cpu" and "cuda" come with their issues).
+  /// "sim" (cost model), "cpu" (fp32 reference) or "cuda" (where built).
   std::string kind = "sim";
   /// GPU preset for the sim cost model: "A100-80GB", "H100-80GB", "H200".
   std::string gpu = "H100-80GB";
@@ -58,6 +58,10 @@ struct backend_options {
   double time_scale = 1.0;
   /// Base seed mixed into per-request seeds.
   std::uint64_t seed = 0;
+  /// cuda: weights, activations and cache as "float16" or "bfloat16".
+  std::string dtype = "float16";
+  /// cuda: the CUDA device ordinal.
+  std::uint32_t device = 0;
 };
 
 /// [memory_pool]: the unified page pool for KV cache and adapter weights.

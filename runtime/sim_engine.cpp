@@ -465,7 +465,8 @@ void sim_engine::start_transfers() {
     }
     const auto adapter_id = static_cast<std::uint32_t>(s.key);
     const auto* e = catalog_.by_id(adapter_id);
-    const auto r = backend_->load_adapter(adapter_id, e ? e->path : std::string{}, s.bytes);
+    const auto pages = adapter_pages().pages_of(adapter_owner(adapter_id));
+    const auto r = backend_->load_adapter(adapter_id, e ? e->path : std::string{}, s.bytes, pages);
     transfer t{adapter_id, s.bytes};
     t.disk = !r.host_hit;
     t.disk_s = r.disk_seconds;

@@ -161,8 +161,25 @@ void cuda_model::write_pages(std::span<const std::uint32_t> pages, const std::ui
 }
 
 void cuda_model::ensure_scratch(const batch_plan& plan) {
-  const std::uint64_t rows = plan.rows();
-  const std::uint64_t seqs = plan.seqs();
+  ensure_rows(plan.rows(), plan.seqs(), std::uint64_t{plan.rows()} * plan.max_rank);
+  grow(s_.partial_buf, attention_workspace_floats(plan, cfg_.heads, cfg_.head_dim));
+}
+
+void cuda_model::reserve_scratch(std::uint32_t rows, std::uint32_t seqs, std::uint32_t rank) {
+  ensure_rows(rows, seqs, std::uint64_t{rows} * rank);
+}
+
+std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t rows,
+                                        std::uint32_t seqs, std::uint32_t rank) noexcept {
+  const std::uint64_t per_row = 3ull * cfg.hidden + 2ull * cfg.q_dim() + 2ull * cfg.kv_dim() +
+                                3ull * cfg.intermediate;
+  const std::uint64_t per_seq = cfg.hidden;
+  return (rows * per_row + seqs * per_seq) * dtype_bytes(cfg.type) +
+         std::uint64_t{seqs} * cfg.vocab * sizeof(float) + std::uint64_t{seqs} * sizeof(std::int32_t) +
+         std::uint64_t{rows} * rank * sizeof(float);
+}
+
+void cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats) {
   if (rows > s_.rows) {
     s_.rows = static_cast<std::uint32_t>(rows);
     const std::uint64_t h = cfg_.hidden;
@@ -182,8 +199,7 @@ void cuda_model::ensure_scratch(const batch_plan& plan) {
     logits_ = device_buffer<float>(seqs * cfg_.vocab);
     tokens_ = device_buffer<std::int32_t>(seqs);
   }
-  grow(s_.lora_tmp, rows * plan.max_rank);
-  grow(s_.partial_buf, attention_workspace_floats(plan, cfg_.heads, cfg_.head_dim));
+  grow(s_.lora_tmp, lora_floats);
 }
 
 void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, lora_proj p, const void* x,
@@ -195,7 +211,8 @@ void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, lora_proj p
   lora_expand(cfg_.type, d, lora_, layer, p, s_.lora_tmp.data(), pool_.data(), gathered, y, stream_);
 }
 
-void cuda_model::enqueue_forward(const batch_plan& plan) {
+void cuda_model::enqueue_forward(const batch_plan& plan,
+                                 const std::function<void(std::uint32_t)>& before_layer) {
   if (plan.rows() == 0)
     return;
   ensure_scratch(plan);
@@ -207,6 +224,8 @@ void cuda_model::enqueue_forward(const batch_plan& plan) {
 
   embedding_gather(t, embed_.data(), d.token_ids, rows, h, s_.residual.data(), stream_);
   for (std::uint32_t l = 0; l < cfg_.layers; ++l) {
+    if (before_layer)
+      before_layer(l);
     auto& w = layers_[l];
     // The previous layer's MLP output joins the residual inside the norm.
     if (l == 0)

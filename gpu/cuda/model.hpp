@@ -14,6 +14,7 @@
 #include "gpu/cuda/plan_upload.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -74,8 +75,19 @@ public:
   /// when they are on the host.
   void forward(const batch_plan& plan, std::span<std::int32_t> tokens);
   /// Enqueues the step without waiting: the tokens land in device memory
-  /// (device_tokens()) when the stream reaches them.
-  void enqueue_forward(const batch_plan& plan);
+  /// (device_tokens()) when the stream reaches them. `before_layer(l)`,
+  /// when given, runs on the host before layer l's work is enqueued (to make
+  /// the stream wait for that layer's cache: cudaStreamWaitEvent).
+  void enqueue_forward(const batch_plan& plan,
+                       const std::function<void(std::uint32_t layer)>& before_layer = {});
+  /// Grows the step's scratch buffers now for steps of up to `rows` token
+  /// rows, `seqs` sequences and adapters of rank `rank` (they grow on demand
+  /// too; reserving them at start keeps the pool from taking their memory).
+  void reserve_scratch(std::uint32_t rows, std::uint32_t seqs, std::uint32_t rank);
+  /// Device bytes reserve_scratch(rows, seqs, rank) takes for `cfg`, the
+  /// attention's split workspace aside.
+  static std::uint64_t scratch_bytes(const model_config& cfg, std::uint32_t rows, std::uint32_t seqs,
+                                     std::uint32_t rank) noexcept;
   const std::int32_t* device_tokens() const noexcept { return tokens_.data(); }
   /// The last step's logits, [seqs, vocab] fp32, on the device.
   const float* device_logits() const noexcept { return logits_.data(); }
@@ -107,6 +119,7 @@ private:
     device_buffer<float> lora_tmp, partial_buf;
   };
   void ensure_scratch(const batch_plan& plan);
+  void ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats);
   void add_lora(const device_plan& d, std::uint32_t layer, lora_proj p, const void* x, void* y);
 
   model_config cfg_;

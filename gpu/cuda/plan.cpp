@@ -176,4 +176,13 @@ batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) 
   return p;
 }
 
+std::uint64_t pool_pages_for(std::uint64_t free_bytes, std::uint64_t weight_bytes,
+                             std::uint64_t scratch_bytes, double fraction,
+                             std::uint64_t page_bytes) noexcept {
+  if (page_bytes == 0 || free_bytes <= weight_bytes + scratch_bytes)
+    return 0;
+  const double left = static_cast<double>(free_bytes - weight_bytes - scratch_bytes) * fraction;
+  return static_cast<std::uint64_t>(left / static_cast<double>(page_bytes));
+}
+
 } // namespace troupe::gpu::cuda

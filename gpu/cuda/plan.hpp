@@ -183,6 +183,13 @@ struct batch_plan {
   bool decode_only() const noexcept { return max_new_tokens <= 1; }
 };
 
+/// Pages in a device pool sized from free memory: what is left of
+/// `free_bytes` after the weights and the largest step's scratch, times
+/// `fraction`, in whole pages of `page_bytes`; 0 when nothing is left.
+std::uint64_t pool_pages_for(std::uint64_t free_bytes, std::uint64_t weight_bytes,
+                             std::uint64_t scratch_bytes, double fraction,
+                             std::uint64_t page_bytes) noexcept;
+
 /// What the planner needs of the backend.
 struct plan_inputs {
   kv_layout kv;

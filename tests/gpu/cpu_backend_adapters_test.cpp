@@ -63,7 +63,7 @@ TEST_F(cpu_backend_adapters, load_drop_reload_from_the_host_tier) {
   const auto base = first_token(*b, 0);
   EXPECT_GE(base, 0);
 
-  auto first = b->load_adapter(1, adapter_dir(0), 0);
+  auto first = b->load_adapter(1, adapter_dir(0), 0, {});
   ASSERT_TRUE(first.error.empty()) << first.error;
   EXPECT_FALSE(first.host_hit);
   EXPECT_EQ(b->device_adapters(), 1u);
@@ -74,7 +74,7 @@ TEST_F(cpu_backend_adapters, load_drop_reload_from_the_host_tier) {
   b->drop_adapter(1);
   EXPECT_EQ(b->device_adapters(), 0u);
   EXPECT_EQ(first_token(*b, 1), -1) << "dropped from the device";
-  auto again = b->load_adapter(1, adapter_dir(0), 0);
+  auto again = b->load_adapter(1, adapter_dir(0), 0, {});
   ASSERT_TRUE(again.error.empty()) << again.error;
   EXPECT_TRUE(again.host_hit) << "the host tier kept it";
   EXPECT_EQ(again.disk_seconds, 0.0);
@@ -82,17 +82,17 @@ TEST_F(cpu_backend_adapters, load_drop_reload_from_the_host_tier) {
 
   b->forget_adapter(1);
   EXPECT_EQ(b->host_adapters(), 0u);
-  EXPECT_FALSE(b->load_adapter(1, adapter_dir(0), 0).host_hit);
+  EXPECT_FALSE(b->load_adapter(1, adapter_dir(0), 0, {}).host_hit);
 }
 
 TEST_F(cpu_backend_adapters, a_bounded_host_tier_rereads_what_it_dropped) {
   auto b = open(1); // one byte: holds only the adapter being loaded
   ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0).error.empty());
-  ASSERT_TRUE(b->load_adapter(2, adapter_dir(1), 0).error.empty());
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0, {}).error.empty());
+  ASSERT_TRUE(b->load_adapter(2, adapter_dir(1), 0, {}).error.empty());
   EXPECT_EQ(b->host_adapters(), 1u);
   EXPECT_EQ(b->device_adapters(), 2u) << "the device set is not bounded by the host tier";
-  EXPECT_FALSE(b->load_adapter(1, adapter_dir(0), 0).host_hit);
+  EXPECT_FALSE(b->load_adapter(1, adapter_dir(0), 0, {}).host_hit);
 }
 
 TEST_F(cpu_backend_adapters, a_corrupt_file_fails_only_that_adapter) {
@@ -102,13 +102,13 @@ TEST_F(cpu_backend_adapters, a_corrupt_file_fails_only_that_adapter) {
   fs::resize_file(weights, fs::file_size(weights) / 3);
   auto b = open();
   ASSERT_NE(b, nullptr);
-  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0).error.empty());
-  auto r = b->load_adapter(2, broken, 0);
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0, {}).error.empty());
+  auto r = b->load_adapter(2, broken, 0, {});
   EXPECT_FALSE(r.error.empty());
   EXPECT_NE(r.error.find("adapter_model.safetensors"), std::string::npos) << r.error;
   EXPECT_EQ(first_token(*b, 2), -1);
   EXPECT_GE(first_token(*b, 1), 0) << "the good adapter still serves";
-  auto missing = b->load_adapter(3, dir_ + "/nowhere", 0);
+  auto missing = b->load_adapter(3, dir_ + "/nowhere", 0, {});
   EXPECT_NE(missing.error.find("nowhere"), std::string::npos) << missing.error;
 }
 

@@ -43,21 +43,21 @@ TEST(sim_backend_adapters, first_load_reads_disk_then_the_host_tier_hits) {
   const auto gpu = *find_gpu_spec("A100-80GB");
   const auto bytes = shape.lora_adapter_bytes(16);
   sim_backend b{shape, gpu, 1, cost_constants{}, bytes * 2}; // room for two adapters
-  auto first = b.load_adapter(1, "", bytes);
+  auto first = b.load_adapter(1, "", bytes, {});
   EXPECT_TRUE(first.error.empty());
   EXPECT_FALSE(first.host_hit);
   EXPECT_DOUBLE_EQ(first.disk_seconds, b.cost_model().disk_seconds(bytes));
   EXPECT_DOUBLE_EQ(first.copy_seconds, b.transfer_seconds(bytes));
   EXPECT_GT(first.disk_seconds, 0.0);
-  auto again = b.load_adapter(1, "", bytes);
+  auto again = b.load_adapter(1, "", bytes, {});
   EXPECT_TRUE(again.host_hit);
   EXPECT_EQ(again.disk_seconds, 0.0);
   EXPECT_DOUBLE_EQ(again.copy_seconds, first.copy_seconds);
-  b.load_adapter(2, "", bytes);
-  b.load_adapter(3, "", bytes); // pushes 1 out of the host tier
-  EXPECT_FALSE(b.load_adapter(1, "", bytes).host_hit);
+  b.load_adapter(2, "", bytes, {});
+  b.load_adapter(3, "", bytes, {}); // pushes 1 out of the host tier
+  EXPECT_FALSE(b.load_adapter(1, "", bytes, {}).host_hit);
   b.forget_adapter(3);
-  EXPECT_FALSE(b.load_adapter(3, "", bytes).host_hit);
+  EXPECT_FALSE(b.load_adapter(3, "", bytes, {}).host_hit);
 }
 
 } // namespace

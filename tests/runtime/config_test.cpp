@@ -176,6 +176,8 @@ kind = "sim"
 gpu = "H200"
 time_scale = 0
 seed = 9
+dtype = "bfloat16"
+device = 3
 [memory_pool]
 page_tokens = 1024
 pages = 5000000000
@@ -227,6 +229,8 @@ ranks = [4]
   EXPECT_EQ(o.backend.gpu, "H200");
   EXPECT_EQ(o.backend.time_scale, 0.0);
   EXPECT_EQ(o.backend.seed, 9u);
+  EXPECT_EQ(o.backend.dtype, "bfloat16");
+  EXPECT_EQ(o.backend.device, 3u);
   EXPECT_EQ(o.memory_pool.page_tokens, 1024u);
   EXPECT_EQ(o.memory_pool.pages, 5000000000u);
   EXPECT_EQ(o.memory_pool.gpu_memory_fraction, 0.5);
@@ -370,6 +374,8 @@ const error_case error_cases[] = {
    "must be at most 1048576, got 2000000"},
   // names outside the catalog
   {"unknown_backend", "[backend]\nkind = \"cuda\"\n", "backend.kind", "unknown backend \"cuda\" (valid: cpu, sim)"},
+  {"unknown_dtype", "[backend]\ndtype = \"fp8\"\n", "backend.dtype",
+   "unknown dtype \"fp8\" (valid: float16, bfloat16)"},
   {"unknown_gpu", "[backend]\ngpu = \"V100\"\n", "backend.gpu",
    "unknown GPU preset \"V100\" (valid: A100-80GB, H100-80GB, H200)"},
   {"unknown_preset", "[model]\npreset = \"llama-3-8b\"\n", "model.preset", "valid: llama-2-7b, llama-2-13b"},

@@ -245,5 +245,19 @@ TEST(plan_batch, same_adapter_sequences_split_by_the_input_order_still_share_a_s
   EXPECT_TRUE(p.decode_only());
 }
 
+TEST(pool_pages_for, takes_the_fraction_of_what_weights_and_scratch_leave_in_whole_pages) {
+  constexpr std::uint64_t gib = std::uint64_t{1} << 30;
+  // 80 GiB free, 13 GiB of weights, 3 GiB of scratch: 64 GiB left, 90% of it
+  // in 8 MiB pages.
+  EXPECT_EQ(pool_pages_for(80 * gib, 13 * gib, 3 * gib, 0.9, 8 << 20),
+            static_cast<std::uint64_t>(64.0 * 0.9 * 128));
+  EXPECT_EQ(pool_pages_for(80 * gib, 13 * gib, 3 * gib, 1.0, 8 << 20), 64u * 128);
+  // Less than a page left after rounding, or nothing at all.
+  EXPECT_EQ(pool_pages_for(16 * gib + (4 << 20), 13 * gib, 3 * gib, 1.0, 8 << 20), 0u);
+  EXPECT_EQ(pool_pages_for(10 * gib, 13 * gib, 3 * gib, 0.9, 8 << 20), 0u);
+  EXPECT_EQ(pool_pages_for(16 * gib, 13 * gib, 3 * gib, 0.9, 8 << 20), 0u);
+  EXPECT_EQ(pool_pages_for(80 * gib, 13 * gib, 3 * gib, 0.9, 0), 0u);
+}
+
 } // namespace
 } // namespace troupe::gpu::cuda

@@ -1,0 +1,168 @@
+// The `cuda` executor backend: cuda_model behind the executor_backend calls.
+// One device pool (one cudaMalloc) holds KV pages and adapter weights in the
+// pages the memory pool actor hands out; a pinned host pool holds swapped
+// and offloaded caches; adapters are parsed and packed once into pinned host
+// copies (the host tier) and copied into their pool pages on the copy
+// engine's host-to-device stream. Steps run on the compute stream; copies
+// run on their own streams while a step computes, and a step over a cache
+// still streaming in waits, on the GPU, for each layer's event only.
+//
+// Threads: run_step on the executor's; the copy calls on the copy engine's
+// workers, several at once. Built by runtime/backend_factory_cuda.cpp.
+#pragma once
+
+#include "gpu/backend.hpp"
+#include "gpu/cuda/device_buffer.hpp"
+#include "gpu/cuda/dtype.hpp"
+#include "gpu/cuda/model.hpp"
+#include "gpu/host_tier.hpp"
+#include "gpu/llama_weights.hpp"
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+namespace troupe::gpu::cuda {
+
+/// What opening the backend answers where no CUDA device is visible.
+inline constexpr std::string_view no_device_message =
+  "no CUDA device is visible to this process (no GPU, no driver, or CUDA_VISIBLE_DEVICES hides it)";
+
+struct cuda_backend_options {
+  /// CUDA device ordinal.
+  int device = 0;
+  dtype type = dtype::f16;
+  /// Tokens of KV cache per page.
+  std::uint32_t page_tokens = 16;
+  /// Pages in the device pool; 0: `memory_fraction` of the device memory
+  /// left after the weights and the scratch of the largest step.
+  std::uint64_t pages = 0;
+  double memory_fraction = 0.9;
+  /// Pages of pinned host memory for swapped and offloaded caches.
+  std::uint64_t host_pages = 0;
+  /// Bytes of packed adapters kept in pinned host memory; 0: unbounded.
+  std::uint64_t host_adapter_bytes = 0;
+  /// The largest step: token rows (the scheduler's token budget), sequences
+  /// (max_running) and adapter rank; its scratch is reserved at start.
+  std::uint32_t max_rows = 8192;
+  std::uint32_t max_seqs = 256;
+  std::uint32_t max_rank = 64;
+};
+
+class cuda_backend final : public executor_backend {
+public:
+  /// Loads the Llama in `model_dir` (config.json and safetensors) onto
+  /// device `opts.device`; `tok` is its tokenizer. Errors say what was
+  /// wrong: no device visible, a file at fault, a pool that does not fit.
+  static std::variant<std::unique_ptr<cuda_backend>, std::string>
+  open(const std::string& model_dir, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts);
+  /// The same from weights already in host memory (tests, tools).
+  static std::variant<std::unique_ptr<cuda_backend>, std::string>
+  create(const llama_weights& w, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts);
+
+  ~cuda_backend() override;
+  cuda_backend(const cuda_backend&) = delete;
+  cuda_backend& operator=(const cuda_backend&) = delete;
+
+  /// Plans the batch (gpu/cuda/plan), runs it on the compute stream and
+  /// returns when the tokens are on the host. An entry the planner rejects
+  /// (bad token, too few pages, adapter not resident, hidden cache) or whose
+  /// stream failed gets -1; a CUDA error fails the whole step (and is kept
+  /// in last_error()). device_seconds is the step's GPU time.
+  step_result run_step(std::span<const step_entry> batch) override;
+  /// From the host-to-device bandwidth measured at start (pinned memory).
+  double transfer_seconds(std::uint64_t bytes) const override;
+  /// Parses and packs the PEFT files into a pinned host copy on a host-tier
+  /// miss (timed as disk), then copies it into the first pages of
+  /// `device_pages` it needs (lora_layout::pages(rank)) on the copy stream
+  /// and waits for that copy only. Refused, naming the reason: too few
+  /// pages, a target outside q/k/v/o, a file at fault.
+  adapter_load load_adapter(std::uint32_t id, const std::string& path, std::uint64_t bytes,
+                            std::span<const std::uint32_t> device_pages) override;
+  void drop_adapter(std::uint32_t id) override;
+  void forget_adapter(std::uint32_t id) override;
+  /// Whole pages between the device pool and the pinned host pool, on the
+  /// device-to-host or host-to-device stream.
+  swap_result swap_pages(swap_direction dir, std::span<const std::uint32_t> device_pages,
+                         std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override;
+  page_blob read_pages(bool host_pool, std::span<const std::uint32_t> pages, std::uint64_t bytes) override;
+  swap_result write_host_pages(std::span<const std::uint32_t> host_pages, const std::string& data,
+                               std::uint64_t bytes) override;
+  bool streams_layers() const override { return true; }
+  /// Enqueues every page's layer l, then records layer l's event, layer
+  /// after layer, publishing each event as it is recorded; a step naming
+  /// the stream makes the compute stream wait for layer l's event before
+  /// layer l's work. Returns when the last layer has landed.
+  swap_result stream_in(std::uint64_t stream, std::span<const std::uint32_t> device_pages,
+                        std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override;
+  void end_stream(std::uint64_t stream) const override;
+  const tokenizer& vocab() const override { return *tokenizer_; }
+  std::string name() const override { return "cuda"; }
+
+  // -- observers (the factory, stats and tests) -----------------------------
+  const model_config& config() const noexcept { return model_->config(); }
+  const lora_layout& lora() const noexcept { return model_->lora(); }
+  std::uint64_t pool_pages() const noexcept { return model_->pool_pages(); }
+  std::uint64_t host_pages() const noexcept { return host_pages_; }
+  std::uint64_t page_bytes() const noexcept { return model_->page_bytes(); }
+  /// Pool bytes an adapter of rank `r` takes: whole pages of lora().
+  std::uint64_t adapter_bytes(std::uint32_t r) const noexcept { return lora().pages(r) * page_bytes(); }
+  /// Measured host-to-device bandwidth, bytes per second.
+  double h2d_bandwidth() const noexcept { return h2d_bytes_per_s_; }
+  std::size_t device_adapters() const;
+  std::size_t host_adapters() const;
+  /// Streams known: in flight, or landed and not yet used by a step.
+  std::size_t streams() const;
+  /// The CUDA error that failed the last failed step ("" if none has).
+  std::string last_error() const;
+
+private:
+  struct host_adapter;
+  struct layer_stream;
+
+  cuda_backend() = default;
+  void bind() const;
+  std::shared_ptr<layer_stream> stream_state(std::uint64_t id) const;
+  /// Copies pages one after the other between the pools on `stream`, then
+  /// waits for that copy; an error names the page at fault.
+  std::string copy_pages(bool to_host, std::span<const std::uint32_t> device_pages,
+                         std::span<const std::uint32_t> host_pages, cudaStream_t stream);
+
+  int device_ = 0;
+  llama_config llama_;
+  std::unique_ptr<tokenizer> tokenizer_;
+  cudaStream_t compute_ = nullptr;
+  cudaStream_t h2d_ = nullptr;
+  cudaStream_t d2h_ = nullptr;
+  cudaEvent_t step_begin_ = nullptr;
+  cudaEvent_t step_end_ = nullptr;
+  std::unique_ptr<cuda_model> model_;
+  pinned_buffer<std::int32_t> tokens_;
+  double h2d_bytes_per_s_ = 0;
+
+  // Pinned host pool: page i at host_pool_ + i * page_bytes().
+  std::uint64_t host_pages_ = 0;
+  pinned_buffer<std::uint8_t> host_pool_;
+
+  // Adapters: host copies (packed, pinned) and those resident in the pool.
+  mutable std::mutex adapters_mtx_;
+  host_tier host_;
+  std::unordered_map<std::uint32_t, std::shared_ptr<const host_adapter>> host_copies_;
+  std::unordered_map<std::uint32_t, resident_adapter> resident_;
+
+  // Layer-wise streams by id.
+  mutable std::mutex streams_mtx_;
+  mutable std::condition_variable streams_cv_;
+  mutable std::unordered_map<std::uint64_t, std::shared_ptr<layer_stream>> streams_;
+
+  mutable std::mutex error_mtx_;
+  std::string last_error_;
+};
+
+} // namespace troupe::gpu::cuda

@@ -1,0 +1,322 @@
+// The cuda executor backend through the calls the runtime makes: a cache
+// swapped to the pinned host pool and back into other pages, streamed in
+// layer by layer under a step that is already running, or read out and
+// written back (a migration), gives the token the cache in place gives; an
+// adapter loaded from PEFT files into scattered pool pages gives the same
+// tokens wherever its pages are, beside base-model sequences in one batch;
+// refusals (too few pages, an MLP target, missing files, a dropped adapter,
+// a bad token) fail only what they concern. Skipped where no CUDA device is
+// visible.
+#include "gpu/cuda/backend.hpp"
+#include "gpu/lora.hpp"
+#include "gpu/safetensors.hpp"
+#include "gpu/sim_tokenizer.hpp"
+
+#include "tests/gpu/cuda/gpu_test_support.hpp"
+#include "tests/gpu/cuda/lora_test_support.hpp"
+#include "tests/gpu/cuda/random_llama.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <thread>
+
+namespace troupe::gpu::cuda {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr dims tiny{.hidden = 256, .inter = 512, .layers = 3, .heads = 4, .kv_heads = 2, .head_dim = 64,
+                    .vocab = 512};
+constexpr std::uint32_t page_tokens = 16;
+
+std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) {
+  cuda_backend_options o;
+  o.type = t;
+  o.page_tokens = page_tokens;
+  o.pages = 128;
+  o.host_pages = 16;
+  o.max_rows = 512;
+  o.max_seqs = 16;
+  o.max_rank = 16;
+  auto b = cuda_backend::create(make_weights(tiny, t, 7), std::make_unique<sim_tokenizer>(tiny.vocab), o);
+  if (auto* err = std::get_if<std::string>(&b)) {
+    ADD_FAILURE() << *err;
+    return nullptr;
+  }
+  return std::move(std::get<std::unique_ptr<cuda_backend>>(b));
+}
+
+step_entry entry(std::vector<std::int32_t> tokens, std::uint32_t context, std::vector<std::uint32_t> pages,
+                 std::uint32_t adapter = 0, std::uint32_t rank = 0) {
+  step_entry e;
+  e.request_id = 1;
+  e.tokens = std::move(tokens);
+  e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
+  e.context_tokens = context;
+  e.temperature = 0;
+  e.pages = std::move(pages);
+  e.adapter_id = adapter;
+  e.adapter_rank = rank;
+  return e;
+}
+
+std::vector<std::int32_t> prompt(std::uint32_t n, std::int32_t salt) {
+  std::vector<std::int32_t> p;
+  for (std::uint32_t i = 0; i < n; ++i)
+    p.push_back(3 + static_cast<std::int32_t>((i * 37 + salt * 11) % (tiny.vocab - 3)));
+  return p;
+}
+
+std::int32_t one(cuda_backend& b, const step_entry& e) {
+  const auto r = b.run_step(std::span{&e, 1});
+  EXPECT_EQ(b.last_error(), "");
+  return r.tokens.at(0);
+}
+
+/// Greedy tokens of `n` steps (a prefill, then decodes) of one sequence.
+std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32_t>& p,
+                                   const std::vector<std::uint32_t>& pages, std::uint32_t n,
+                                   std::uint32_t adapter = 0, std::uint32_t rank = 0) {
+  std::vector<std::int32_t> out{one(b, entry(p, 0, pages, adapter, rank))};
+  for (std::uint32_t i = 1; i < n; ++i) {
+    auto e = entry({out.back()}, static_cast<std::uint32_t>(p.size()) + i - 1, pages, adapter, rank);
+    e.output_index = i;
+    out.push_back(one(b, e));
+  }
+  return out;
+}
+
+/// A PEFT directory (adapter_config.json, adapter_model.safetensors) for
+/// `a`, written the way PEFT names things.
+class peft_dir {
+public:
+  peft_dir(const lora_adapter& a, const std::vector<lora_target>& targets) {
+    std::string templ = (fs::temp_directory_path() / "troupe_cuda_peft_XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr)
+      return;
+    dir_ = templ;
+    std::string names;
+    for (auto t : targets)
+      names += std::string{names.empty() ? "" : ", "} + "\"" + std::string{to_string(t)} + "\"";
+    std::ofstream{dir_ / "adapter_config.json"} << "{\"peft_type\": \"LORA\", \"r\": " << a.rank
+                                                << ", \"lora_alpha\": " << a.alpha
+                                                << ", \"target_modules\": [" << names << "]}\n";
+    std::vector<named_tensor> ts;
+    for (std::uint32_t l = 0; l < a.layers.size(); ++l)
+      for (auto t : targets) {
+        const auto& m = a.layers[l][static_cast<std::size_t>(t)];
+        const std::uint64_t in = m.a.size() / a.rank;
+        const std::uint64_t out = m.b.size() / a.rank;
+        ts.push_back({peft_tensor_name(l, t, 'A'), {a.rank, in}, m.a});
+        ts.push_back({peft_tensor_name(l, t, 'B'), {out, a.rank}, m.b});
+      }
+    if (auto err = write_safetensors((dir_ / "adapter_model.safetensors").string(), ts, gpu::dtype::f32))
+      ADD_FAILURE() << *err;
+  }
+  ~peft_dir() {
+    std::error_code ec;
+    if (!dir_.empty())
+      fs::remove_all(dir_, ec);
+  }
+  peft_dir(const peft_dir&) = delete;
+  peft_dir& operator=(const peft_dir&) = delete;
+  std::string path() const { return dir_.string(); }
+
+private:
+  fs::path dir_;
+};
+
+const std::vector<lora_target> attention_targets{lora_target::q, lora_target::k, lora_target::v, lora_target::o};
+
+TEST(cuda_backend, a_cache_swapped_to_the_host_and_back_into_other_pages_gives_the_same_token) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend();
+  ASSERT_NE(b, nullptr);
+  const auto p = prompt(20, 1);
+  const auto first = one(*b, entry(p, 0, {0, 1}));
+  ASSERT_GE(first, 0);
+  const auto want = one(*b, entry({first}, 20, {0, 1}));
+  ASSERT_GE(want, 0);
+  ASSERT_EQ(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1}, std::vector<std::uint32_t>{5, 3}, 0)
+              .error,
+            "");
+  ASSERT_EQ(b->swap_pages(swap_direction::in, std::vector<std::uint32_t>{40, 9}, std::vector<std::uint32_t>{5, 3}, 0)
+              .error,
+            "");
+  EXPECT_EQ(one(*b, entry({first}, 20, {40, 9})), want);
+  // Out of range: refused with the page named, nothing copied.
+  const auto bad = b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0}, std::vector<std::uint32_t>{16}, 0);
+  EXPECT_NE(bad.error.find("host page 16"), std::string::npos) << bad.error;
+}
+
+TEST(cuda_backend, a_step_over_a_cache_still_streaming_in_waits_layer_by_layer_on_the_gpu) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend();
+  ASSERT_NE(b, nullptr);
+  const auto history = prompt(40, 2);
+  const auto first = one(*b, entry(history, 0, {0, 1, 2}));
+  const std::vector<std::int32_t> next_turn{40, 41, 42};
+  ASSERT_EQ(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1, 2},
+                          std::vector<std::uint32_t>{10, 11, 12}, 0)
+              .error,
+            "");
+  const auto want = one(*b, entry(next_turn, 40, {0, 1, 2, 3}));
+  ASSERT_GE(want, 0);
+  ASSERT_GE(first, 0);
+  // The step starts first and waits for each layer's event.
+  auto streamed = entry(next_turn, 40, {20, 21, 22, 23});
+  streamed.stream = 77;
+  std::int32_t got = -2;
+  std::thread step{[&] { got = b->run_step(std::span{&streamed, 1}).tokens.at(0); }};
+  const auto r = b->stream_in(77, std::vector<std::uint32_t>{20, 21, 22}, std::vector<std::uint32_t>{10, 11, 12}, 0);
+  step.join();
+  EXPECT_EQ(r.error, "");
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(b->streams(), 0u) << "the step used the stream: it is forgotten";
+
+  // A stream that fails ends its own entry only.
+  auto broken = entry(next_turn, 40, {30, 31, 32, 33});
+  broken.stream = 78;
+  auto other = entry(next_turn, 40, {0, 1, 2, 3});
+  other.request_id = 2;
+  std::vector<step_entry> batch{broken, other};
+  std::vector<std::int32_t> tokens;
+  std::thread step2{[&] { tokens = b->run_step(batch).tokens; }};
+  const auto failed = b->stream_in(78, std::vector<std::uint32_t>{30, 31, 32}, std::vector<std::uint32_t>{10, 11, 99}, 0);
+  step2.join();
+  EXPECT_NE(failed.error, "");
+  ASSERT_EQ(tokens.size(), 2u);
+  EXPECT_EQ(tokens[0], -1);
+  EXPECT_EQ(tokens[1], want);
+  EXPECT_EQ(b->streams(), 0u);
+}
+
+TEST(cuda_backend, a_cache_read_out_and_written_back_is_the_same_cache) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend();
+  ASSERT_NE(b, nullptr);
+  const auto p = prompt(30, 3);
+  const auto first = one(*b, entry(p, 0, {4, 5}));
+  const auto want = one(*b, entry({first}, 30, {4, 5}));
+  auto blob = b->read_pages(false, std::vector<std::uint32_t>{4, 5}, 0);
+  ASSERT_EQ(blob.error, "");
+  EXPECT_EQ(blob.data.size(), 2 * b->page_bytes());
+  ASSERT_EQ(b->write_host_pages(std::vector<std::uint32_t>{7, 8}, blob.data, 0).error, "");
+  auto host = b->read_pages(true, std::vector<std::uint32_t>{7, 8}, 0);
+  ASSERT_EQ(host.error, "");
+  EXPECT_EQ(host.data, blob.data);
+  ASSERT_EQ(b->swap_pages(swap_direction::in, std::vector<std::uint32_t>{60, 61}, std::vector<std::uint32_t>{7, 8}, 0)
+              .error,
+            "");
+  EXPECT_EQ(one(*b, entry({first}, 30, {60, 61})), want);
+  // Another model's cache does not fit these pages.
+  const auto wrong = b->write_host_pages(std::vector<std::uint32_t>{7}, std::string(100, 'x'), 0);
+  EXPECT_NE(wrong.error.find("does not fill"), std::string::npos) << wrong.error;
+  EXPECT_NE(b->read_pages(false, std::vector<std::uint32_t>{128}, 0).error, "");
+}
+
+TEST(cuda_backend, an_adapter_gives_the_same_tokens_wherever_its_pages_are_and_beside_the_base_model) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend();
+  ASSERT_NE(b, nullptr);
+  const auto& l = b->lora();
+  const auto a = lora_testing::random_adapter(l, 8, 2.0f, 11);
+  peft_dir files{a, attention_targets};
+  const auto need = l.pages(8);
+  ASSERT_GT(need, 0u);
+  ASSERT_LE(2 * need + 40, 128u);
+  // Scattered, descending pages for one copy; others for a second copy.
+  std::vector<std::uint32_t> pages_a, pages_b;
+  for (std::uint64_t i = 0; i < need; ++i) {
+    pages_a.push_back(static_cast<std::uint32_t>(127 - 2 * i));
+    pages_b.push_back(static_cast<std::uint32_t>(40 + i));
+  }
+  const auto first = b->load_adapter(1, files.path(), 0, pages_a);
+  ASSERT_EQ(first.error, "");
+  EXPECT_FALSE(first.host_hit);
+  const auto second = b->load_adapter(2, files.path(), 0, pages_b);
+  ASSERT_EQ(second.error, "");
+  EXPECT_EQ(b->device_adapters(), 2u);
+
+  const auto p = prompt(24, 4);
+  const auto base = generate(*b, p, {0, 1, 2}, 6);
+  const auto with_a = generate(*b, p, {3, 4, 5}, 6, 1, 8);
+  const auto with_b = generate(*b, p, {6, 7, 8}, 6, 2, 8);
+  EXPECT_EQ(with_a, with_b);
+  EXPECT_NE(with_a, base) << "an adapter of scale 2 on q, k, v and o changes the output";
+
+  // One batch: base, adapter 1 and adapter 2 side by side, prefill.
+  std::vector<step_entry> batch{entry(p, 0, {10, 11}), entry(p, 0, {12, 13}, 1, 8), entry(p, 0, {14, 15}, 2, 8)};
+  const auto mixed = b->run_step(batch).tokens;
+  EXPECT_EQ(mixed, (std::vector<std::int32_t>{base[0], with_a[0], with_a[0]}));
+
+  // A dropped adapter fails its own entry; it comes back from the host tier.
+  b->drop_adapter(2);
+  const auto after_drop = b->run_step(batch).tokens;
+  EXPECT_EQ(after_drop, (std::vector<std::int32_t>{base[0], with_a[0], -1}));
+  const auto again = b->load_adapter(2, files.path(), 0, pages_b);
+  EXPECT_EQ(again.error, "");
+  EXPECT_TRUE(again.host_hit);
+  b->forget_adapter(2);
+  EXPECT_FALSE(b->load_adapter(2, files.path(), 0, pages_b).host_hit);
+}
+
+TEST(cuda_backend, adapter_loads_are_refused_with_the_reason_and_others_keep_serving) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend();
+  ASSERT_NE(b, nullptr);
+  const auto& l = b->lora();
+  const auto a = lora_testing::random_adapter(l, 16, 1.0f, 12);
+  peft_dir files{a, attention_targets};
+  std::vector<std::uint32_t> few(l.pages(16) - 1);
+  std::iota(few.begin(), few.end(), 50u);
+  const auto short_of_pages = b->load_adapter(1, files.path(), 0, few);
+  EXPECT_NE(short_of_pages.error.find("needs " + std::to_string(l.pages(16)) + " pool pages"), std::string::npos)
+    << short_of_pages.error;
+
+  // An adapter on the MLP: the cuda backend adapts q, k, v and o only.
+  lora_adapter mlp = a;
+  for (auto& layer : mlp.layers) {
+    layer[static_cast<std::size_t>(lora_target::gate)].a.assign(16 * tiny.hidden, 0.01f);
+    layer[static_cast<std::size_t>(lora_target::gate)].b.assign(tiny.inter * 16, 0.01f);
+  }
+  peft_dir mlp_files{mlp, {lora_target::q, lora_target::gate}};
+  std::vector<std::uint32_t> enough(l.pages(16));
+  std::iota(enough.begin(), enough.end(), 50u);
+  const auto refused = b->load_adapter(2, mlp_files.path(), 0, enough);
+  EXPECT_NE(refused.error.find("gate_proj"), std::string::npos) << refused.error;
+  const auto missing = b->load_adapter(3, "/nowhere/at/all", 0, enough);
+  EXPECT_NE(missing.error, "");
+  EXPECT_EQ(b->device_adapters(), 0u);
+
+  // Bad entries fail alone.
+  std::vector<step_entry> batch{entry({static_cast<std::int32_t>(tiny.vocab)}, 0, {0}), entry(prompt(5, 5), 0, {1}),
+                                entry(prompt(5, 5), 0, {2}, 9, 8)};
+  const auto tokens = b->run_step(batch).tokens;
+  ASSERT_EQ(tokens.size(), 3u);
+  EXPECT_EQ(tokens[0], -1);
+  EXPECT_GE(tokens[1], 0);
+  EXPECT_EQ(tokens[2], -1);
+}
+
+TEST(cuda_backend, sampling_follows_each_requests_seed) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend(dtype::bf16);
+  ASSERT_NE(b, nullptr);
+  auto e = entry(prompt(12, 6), 0, {0});
+  e.temperature = 1.0f;
+  e.top_p = 0.9f;
+  e.seed = 1234;
+  const auto x = one(*b, e);
+  EXPECT_EQ(one(*b, e), x);
+  EXPECT_GT(b->transfer_seconds(1 << 20), 0.0);
+  EXPECT_EQ(b->name(), "cuda");
+  EXPECT_EQ(b->vocab().vocab_size(), static_cast<std::int32_t>(tiny.vocab));
+}
+
+} // namespace
+} // namespace troupe::gpu::cuda

@@ -1,0 +1,62 @@
+// Test fixture: a random Llama of given dimensions in host memory, weights
+// drawn from normal distributions scaled so activations stay of order one,
+// and rounded to the GPU's type (so the cpu model and the GPU see the same
+// values). Plain C++.
+#pragma once
+
+#include "gpu/cuda/dtype.hpp"
+#include "gpu/llama_weights.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+namespace troupe::gpu::cuda {
+
+struct dims {
+  std::uint32_t hidden, inter, layers, heads, kv_heads, head_dim, vocab;
+};
+
+inline std::vector<float> randn(std::mt19937_64& rng, std::size_t n, float scale, float mean, dtype t) {
+  std::normal_distribution<float> d{0.0f, 1.0f};
+  std::vector<float> v(n);
+  for (auto& x : v)
+    x = round_to(t, mean + scale * d(rng));
+  return v;
+}
+
+inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
+  std::mt19937_64 rng{seed};
+  llama_weights w;
+  auto& c = w.config;
+  c.hidden_size = d.hidden;
+  c.intermediate_size = d.inter;
+  c.num_layers = d.layers;
+  c.num_heads = d.heads;
+  c.num_kv_heads = d.kv_heads;
+  c.head_dim = d.head_dim;
+  c.vocab_size = d.vocab;
+  c.rms_norm_eps = 1e-5f;
+  const std::size_t h = d.hidden, qd = d.heads * d.head_dim, kd = d.kv_heads * d.head_dim;
+  const float s_h = 1.0f / std::sqrt(static_cast<float>(h));
+  w.embed = randn(rng, d.vocab * h, 1.0f, 0, t);
+  for (std::uint32_t l = 0; l < d.layers; ++l) {
+    llama_layer_weights lw;
+    lw.attn_norm = randn(rng, h, 0.1f, 1.0f, t);
+    lw.q = randn(rng, qd * h, s_h, 0, t);
+    lw.k = randn(rng, kd * h, s_h, 0, t);
+    lw.v = randn(rng, kd * h, s_h, 0, t);
+    lw.o = randn(rng, h * qd, 1.0f / std::sqrt(static_cast<float>(qd)), 0, t);
+    lw.mlp_norm = randn(rng, h, 0.1f, 1.0f, t);
+    lw.gate = randn(rng, d.inter * h, s_h, 0, t);
+    lw.up = randn(rng, d.inter * h, s_h, 0, t);
+    lw.down = randn(rng, h * d.inter, 1.0f / std::sqrt(static_cast<float>(d.inter)), 0, t);
+    w.layers.push_back(std::move(lw));
+  }
+  w.final_norm = randn(rng, h, 0.1f, 1.0f, t);
+  w.lm_head = randn(rng, d.vocab * h, s_h, 0, t);
+  return w;
+}
+
+} // namespace troupe::gpu::cuda
