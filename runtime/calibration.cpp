@@ -116,8 +116,8 @@ policies::cost_calibration calibrate_backend(gpu::executor_backend& b, const cal
   }
 
   // Swap bandwidths: a block of pages out to host pages and back.
-  if (s.page_bytes > 0) {
-    const auto n = std::min<std::uint64_t>(s.pool_pages, 64);
+  if (s.page_bytes > 0 && s.host_pages > 0) {
+    const auto n = std::min<std::uint64_t>({s.pool_pages, s.host_pages, 64});
     const auto device = page_range(0, n);
     const auto host = page_range(0, n);
     const double bytes = static_cast<double>(n * s.page_bytes);

@@ -17,6 +17,9 @@ struct calibration_setup {
   std::uint64_t pool_pages = 0;
   std::uint32_t page_tokens = 16;
   std::uint64_t page_bytes = 0;
+  /// Pages of the host pool the swap timing may use (0: no host pool,
+  /// nothing ever swaps, no swap is timed).
+  std::uint64_t host_pages = 0;
   /// Longest prompt to time (the model's context, or less).
   std::uint32_t max_tokens = 512;
   /// Tokens a hidden-cache page holds (0: none; ρ is not measured).

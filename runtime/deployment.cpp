@@ -153,6 +153,7 @@ deployment::start(const deployment_options& opts) {
     cs.pool_pages = rb.pool_pages;
     cs.page_tokens = opts.memory_pool.page_tokens;
     cs.page_bytes = rb.page_bytes;
+    cs.host_pages = opts.memory_pool.host_pages;
     cs.max_tokens = std::min<std::uint32_t>(rb.max_context > 0 ? rb.max_context : 512, 512);
     cs.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
     const auto cal = calibrate_backend(*rb.backend, cs);

@@ -22,6 +22,7 @@ std::unique_ptr<policies::scheduling_policy> calibrated(std::unique_ptr<policies
     cs.pool_pages = limits.total_pages;
     cs.page_tokens = limits.page_tokens;
     cs.page_bytes = limits.page_bytes;
+    cs.host_pages = limits.host_pages;
     cs.hidden_page_tokens = limits.hidden_page_tokens;
     cs.repeats = 1; // modelled times do not vary
     p->on_calibration(calibrate_backend(backend, cs));

@@ -21,6 +21,7 @@ calibration_setup setup_for(const gpu::sim_backend& b) {
   s.pool_pages = 4096;
   s.page_tokens = 16;
   s.page_bytes = 16 * b.cost_model().shape().kv_bytes_per_token();
+  s.host_pages = 1000;
   s.hidden_page_tokens = b.hidden_cache_tokens_per_page(16);
   s.repeats = 1;
   return s;
@@ -54,6 +55,17 @@ TEST(calibration, no_hidden_caches_no_rho_and_a_small_pool_skips_long_prompts) {
   const auto c = calibrate_backend(b, s);
   ASSERT_EQ(c.prefill_points.size(), 3u) << "32, 64 and 128 tokens fit in 8 pages";
   EXPECT_EQ(c.hidden_page_seconds, 0.0);
+  // The swap times as many pages as both pools hold, up to 64.
+  const double bytes = 8.0 * static_cast<double>(s.page_bytes);
+  EXPECT_NEAR(c.d2h_bytes_per_s, bytes / b.transfer_seconds(8 * s.page_bytes), 1e-6 * c.d2h_bytes_per_s);
+  s.pool_pages = 4096;
+  s.host_pages = 4;
+  const double four = 4.0 * static_cast<double>(s.page_bytes);
+  EXPECT_NEAR(calibrate_backend(b, s).h2d_bytes_per_s, four / b.transfer_seconds(4 * s.page_bytes),
+              1e-6 * four / b.transfer_seconds(4 * s.page_bytes));
+  s.host_pages = 0;
+  EXPECT_EQ(calibrate_backend(b, s).d2h_bytes_per_s, 0.0) << "no host pool: nothing swaps, no swap measured";
+  s.host_pages = 4;
   s.page_bytes = 0;
   EXPECT_EQ(calibrate_backend(b, s).d2h_bytes_per_s, 0.0) << "no page size: no swap measured";
 }
