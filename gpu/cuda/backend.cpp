@@ -135,6 +135,8 @@ cuda_backend::create(const llama_weights& w, std::unique_ptr<tokenizer> tok, con
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_end_));
     auto cfg = model_config_for(w.config, opts.type);
     const kv_layout kv{cfg.layers, cfg.kv_heads, cfg.head_dim, opts.page_tokens};
+    if (auto why = unsupported_model(cfg.hidden, cfg.heads, kv); !why.empty())
+      return "the cuda backend cannot serve this model: " + why;
     const std::uint64_t page_bytes = kv.page_elems() * dtype_bytes(cfg.type);
     std::uint64_t pages = opts.pages;
     if (pages == 0) {
@@ -159,7 +161,7 @@ cuda_backend::create(const llama_weights& w, std::unique_ptr<tokenizer> tok, con
       b->host_pool_ = pinned_buffer<std::uint8_t>(opts.host_pages * page_bytes);
     b->h2d_bytes_per_s_ = measure_h2d(b->h2d_);
     TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
-  } catch (const cuda_error& e) {
+  } catch (const std::exception& e) {
     return std::string{e.what()};
   }
   return b;
@@ -251,7 +253,7 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
     TROUPE_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
     out.device_seconds = static_cast<double>(ms) * 1e-3;
     std::copy_n(tokens_.data(), plan.seqs(), tokens.begin());
-  } catch (const cuda_error& e) {
+  } catch (const std::exception& e) {
     std::lock_guard guard{error_mtx_};
     last_error_ = e.what();
     tokens.assign(plan.seqs(), -1);
@@ -333,7 +335,7 @@ adapter_load cuda_backend::load_adapter(std::uint32_t id, const std::string& pat
     out.copy_seconds = seconds_since(t0);
     std::lock_guard guard{adapters_mtx_};
     resident_[id] = std::move(r);
-  } catch (const cuda_error& e) {
+  } catch (const std::exception& e) {
     out.error = e.what();
   }
   return out;
@@ -382,7 +384,7 @@ swap_result cuda_backend::swap_pages(swap_direction dir, std::span<const std::ui
   try {
     const bool out = dir == swap_direction::out;
     r.error = copy_pages(out, device_pages, host_pages, out ? d2h_ : h2d_);
-  } catch (const cuda_error& e) {
+  } catch (const std::exception& e) {
     r.error = e.what();
   }
   r.seconds = seconds_since(t0);
@@ -412,7 +414,7 @@ page_blob cuda_backend::read_pages(bool host_pool, std::span<const std::uint32_t
                                           cudaMemcpyDeviceToHost, d2h_));
       wait_for(d2h_);
     }
-  } catch (const cuda_error& e) {
+  } catch (const std::exception& e) {
     out.error = e.what();
     out.data.clear();
   }
@@ -491,7 +493,7 @@ swap_result cuda_backend::stream_in(std::uint64_t stream, std::span<const std::u
       streams_cv_.notify_all();
     }
     TROUPE_CUDA_CHECK(cudaEventSynchronize(events.back()));
-  } catch (const cuda_error& e) {
+  } catch (const std::exception& e) {
     return fail(e.what());
   }
   r.seconds = seconds_since(t0);

@@ -59,7 +59,8 @@ class cuda_backend final : public executor_backend {
 public:
   /// Loads the Llama in `model_dir` (config.json and safetensors) onto
   /// device `opts.device`; `tok` is its tokenizer. Errors say what was
-  /// wrong: no device visible, a file at fault, a pool that does not fit.
+  /// wrong: no device visible, a file at fault, dimensions the kernels do
+  /// not take (unsupported_model), a pool that does not fit.
   static std::variant<std::unique_ptr<cuda_backend>, std::string>
   open(const std::string& model_dir, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts);
   /// The same from weights already in host memory (tests, tools).
@@ -73,8 +74,8 @@ public:
   /// Plans the batch (gpu/cuda/plan), runs it on the compute stream and
   /// returns when the tokens are on the host. An entry the planner rejects
   /// (bad token, too few pages, adapter not resident, hidden cache) or whose
-  /// stream failed gets -1; a CUDA error fails the whole step (and is kept
-  /// in last_error()). device_seconds is the step's GPU time.
+  /// stream failed gets -1; a CUDA error (or a launcher's refusal) fails the
+  /// whole step and is kept in last_error(). device_seconds is the step's GPU time.
   step_result run_step(std::span<const step_entry> batch) override;
   /// From the host-to-device bandwidth measured at start (pinned memory).
   double transfer_seconds(std::uint64_t bytes) const override;

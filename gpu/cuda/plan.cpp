@@ -185,4 +185,20 @@ std::uint64_t pool_pages_for(std::uint64_t free_bytes, std::uint64_t weight_byte
   return static_cast<std::uint64_t>(left / static_cast<double>(page_bytes));
 }
 
+std::string unsupported_model(std::uint32_t hidden, std::uint32_t heads, const kv_layout& kv) {
+  if (kv.head_dim != 64 && kv.head_dim != 128)
+    return "head_dim " + std::to_string(kv.head_dim) + ": the attention kernels take 64 or 128";
+  if (kv.num_kv_heads == 0 || heads == 0 || heads % kv.num_kv_heads != 0)
+    return std::to_string(heads) + " attention heads do not split evenly over " + std::to_string(kv.num_kv_heads) +
+           " KV heads";
+  if (heads / kv.num_kv_heads > 64)
+    return std::to_string(heads / kv.num_kv_heads) + " query heads per KV head: the attention kernels take 64 at most";
+  if (kv.page_tokens == 0)
+    return "pages of 0 tokens";
+  if (lora_layout::make(kv, hidden, heads * kv.head_dim).rows_per_page == 0)
+    return "a page of " + std::to_string(kv.page_tokens) + " tokens holds less than one adapter row of " +
+           std::to_string(std::max({hidden, heads * kv.head_dim, kv.kv_dim()})) + " elements (raise page_tokens)";
+  return {};
+}
+
 } // namespace troupe::gpu::cuda

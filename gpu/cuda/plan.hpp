@@ -183,6 +183,12 @@ struct batch_plan {
   bool decode_only() const noexcept { return max_new_tokens <= 1; }
 };
 
+/// Why this backend's kernels cannot serve a model of `hidden` and `heads`
+/// query heads over pages of `kv` ("" when they can): attention takes
+/// head_dim 64 or 128 and whole groups of at most 64 query heads per KV
+/// head; an adapter needs pages that hold at least one of its rows.
+std::string unsupported_model(std::uint32_t hidden, std::uint32_t heads, const kv_layout& kv);
+
 /// Pages in a device pool sized from free memory: what is left of
 /// `free_bytes` after the weights and the largest step's scratch, times
 /// `fraction`, in whole pages of `page_bytes`; 0 when nothing is left.

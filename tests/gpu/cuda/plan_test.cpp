@@ -259,5 +259,19 @@ TEST(pool_pages_for, takes_the_fraction_of_what_weights_and_scratch_leave_in_who
   EXPECT_EQ(pool_pages_for(80 * gib, 13 * gib, 3 * gib, 0.9, 0), 0u);
 }
 
+
+TEST(unsupported_model, names_what_the_kernels_do_not_take) {
+  // Llama-2-7B and a GQA model: served.
+  EXPECT_EQ(unsupported_model(4096, 32, {32, 32, 128, 16}), "");
+  EXPECT_EQ(unsupported_model(2048, 32, {16, 8, 64, 16}), "");
+  EXPECT_EQ(unsupported_model(256, 8, {4, 4, 32, 16}), "head_dim 32: the attention kernels take 64 or 128");
+  EXPECT_EQ(unsupported_model(768, 12, {2, 5, 64, 16}), "12 attention heads do not split evenly over 5 KV heads");
+  EXPECT_EQ(unsupported_model(8320, 130, {2, 2, 64, 16}),
+            "65 query heads per KV head: the attention kernels take 64 at most");
+  // One layer, one KV head, one token per page: 256 elements a page, rows of 4096.
+  const auto small = unsupported_model(4096, 32, {1, 1, 128, 1});
+  EXPECT_NE(small.find("less than one adapter row of 4096 elements"), std::string::npos) << small;
+}
+
 } // namespace
 } // namespace troupe::gpu::cuda
