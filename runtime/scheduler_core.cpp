@@ -1,6 +1,7 @@
 #include "runtime/scheduler_core.hpp"
 
 #include <algorithm>
+#include <utility>
 
 namespace troupe {
 
@@ -989,19 +990,25 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
     case session_tier::host:
       break;
   }
-  if (e.where == session_tier::moving_out)
+  if (e.where == session_tier::moving_out) {
+    e.advised = true; // fetched back once it lands (on_session_out)
     return advice::in_host;
+  }
+  return prefetch_session(e, fx) ? advice::fetching : advice::in_host;
+}
+
+bool scheduler_core::prefetch_session(session_entry& e, scheduler_effects& fx) {
   // Room on the GPU without displacing anything admitted or waiting.
   const auto taken = reserved_pages_ + adapter_pages_in_use_ + limits_.growth_watermark;
   const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   if (waiting() > 0 || free < e.pages || limits_.page_bytes == 0)
-    return advice::in_host;
+    return false;
   e.where = session_tier::moving_in;
   reserved_pages_ += e.pages;
   session_pages_held_ += e.pages;
   ++session_prefetches_;
   fx.session_ins.push_back({e.owner, {}, e.host_page_ids, e.pages * limits_.page_bytes});
-  return advice::fetching;
+  return true;
 }
 
 scheduler_effects scheduler_core::on_session_in(std::uint64_t owner, bool ok, double now_s,
@@ -1207,6 +1214,8 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
     e.host_page_ids = std::move(host_pages);
     host_reserved_ += e.pages;
     e.page_ids.clear();
+    if (std::exchange(e.advised, false))
+      prefetch_session(e, fx); // its turn is coming: back up, room permitting
     return fx;
   }
   if (!host_pages.empty())

@@ -195,7 +195,9 @@ public:
                                    std::vector<std::uint32_t> host_pages = {});
 
   /// An advisory (Symphony): the session's next turn is coming. A cache in
-  /// the host pool starts back toward the GPU when there is room.
+  /// the host pool starts back toward the GPU when there is room; one still
+  /// being copied to the host (answered in_host) starts back once it lands,
+  /// if there is room then.
   enum class advice : std::uint8_t {
     none,     ///< no cache for this session
     on_gpu,   ///< already in device pages
@@ -472,12 +474,17 @@ private:
     std::uint64_t pages = 0;
     std::uint64_t waiter = 0; ///< from_disk: the turn waiting for it (0: none)
     double last_use_s = 0;
+    /// moving_out: an advisory came meanwhile; fetched back once it lands.
+    bool advised = false;
   };
   std::unordered_map<std::uint64_t, session_entry> sessions_;
   /// The cache of `tier` to move down first (the session policy's choice),
   /// sparing `keep`; end() when there is none.
   std::unordered_map<std::uint64_t, session_entry>::iterator session_victim(session_tier tier,
                                                                             std::uint64_t keep);
+  /// Starts `e` (in the host pool) back to the GPU when there is room
+  /// without displacing anything admitted or waiting; false when not.
+  bool prefetch_session(session_entry& e, scheduler_effects& fx);
   /// The cache held under `owner` in `tier` (a move's answer finds it so).
   std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,
                                                                               session_tier tier);

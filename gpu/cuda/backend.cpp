@@ -217,6 +217,10 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
     };
     plan = plan_batch(batch, in);
   }
+  // A rejected entry's stream is done with too: its request ends here.
+  for (const auto& [i, why] : plan.rejected)
+    if (batch[i].stream != 0)
+      end_stream(batch[i].stream);
   if (plan.seqs() == 0)
     return out;
   // The streams this step's sequences read, held until the step is done.

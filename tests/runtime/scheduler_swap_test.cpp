@@ -761,6 +761,44 @@ TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
+TEST(scheduler_session, an_advisory_while_the_cache_is_still_leaving_fetches_it_back_once_it_lands) {
+  auto s = one_session_pushed_down();
+  ASSERT_EQ(s.session_outs.size(), 1u) << "session 7's cache is on its way to the host";
+  scheduler_effects fx;
+  EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::in_host);
+  EXPECT_TRUE(fx.session_ins.empty()) << "nothing to copy back before the copy out lands";
+  EXPECT_EQ(s.core->session_pages_moving_out(), 3u);
+  s.answer_session_out();
+  EXPECT_EQ(s.core->session_pages_moving_out(), 0u);
+  ASSERT_EQ(s.session_ins.size(), 1u) << "landed in the host pool: straight back up, as advised";
+  EXPECT_EQ(s.session_ins[0].request_id, 1u);
+  const auto held = s.host.pages_of({page_owner_kind::request, 1});
+  EXPECT_EQ(s.session_ins[0].host_pages, std::vector<std::uint32_t>(held.begin(), held.end()));
+  s.answer_session_in();
+  EXPECT_EQ(s.device.pages_of({page_owner_kind::request, 1}).size(), 3u);
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty());
+  // The turn finds its cache on the GPU: no copy, only the new tokens.
+  submit_second_turn(s);
+  s.admit();
+  EXPECT_TRUE(s.ins.empty());
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->session_prefetches(), 1u);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, an_advisory_for_a_leaving_cache_is_forgotten_when_the_copy_fails) {
+  auto s = one_session_pushed_down();
+  scheduler_effects fx;
+  EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::in_host);
+  auto out = s.session_outs.front();
+  s.session_outs.clear();
+  s.apply(s.core->on_session_out(out.request_id, false, s.now));
+  EXPECT_TRUE(s.session_ins.empty()) << "the cache is gone: nothing to fetch";
+  EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::none);
+  EXPECT_TRUE(fx.session_ins.empty());
+}
+
 /// Moves session 7's cache from `from` to `to` as two nodes would: read
 /// out, pages freed on `from`, host pages reserved and written on `to`.
 void migrate_session(swap_shell& from, swap_shell& to, std::uint64_t session) {
