@@ -16,16 +16,11 @@ cpu_backend::open(const std::string& model_dir, std::uint64_t pages, std::uint32
   if (auto* err = std::get_if<std::string>(&weights))
     return *err;
   auto& w = std::get<llama_weights>(weights);
-  const auto config = w.config;
-  const auto eos = config.eos_token_ids.empty() ? -1 : config.eos_token_ids.front();
-  auto tok = sp_tokenizer::load(model_dir + "/tokenizer.model", config.bos_token_id, eos);
+  auto tok = sp_tokenizer::load_for_model(model_dir, w.config);
   if (auto* err = std::get_if<std::string>(&tok))
     return *err;
   std::unique_ptr<cpu_backend> b{new cpu_backend};
   b->tokenizer_ = std::move(std::get<std::unique_ptr<sp_tokenizer>>(tok));
-  if (b->tokenizer_->vocab_size() > static_cast<std::int32_t>(config.vocab_size))
-    return model_dir + "/tokenizer.model: " + std::to_string(b->tokenizer_->vocab_size())
-           + " pieces, but config.json's vocab_size is " + std::to_string(config.vocab_size);
   b->host_ = host_tier{host_adapter_bytes};
   b->model_ = std::make_unique<cpu_model>(std::move(w), pages, page_tokens);
   return b;

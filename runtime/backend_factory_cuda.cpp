@@ -19,8 +19,7 @@ std::variant<resolved_backend, std::string> make_cuda_backend(const deployment_o
   if (auto* err = std::get_if<std::string>(&described))
     return *err;
   auto& [out, config] = std::get<hf_model>(described);
-  const auto eos = config.eos_token_ids.empty() ? -1 : config.eos_token_ids.front();
-  auto tok = gpu::sp_tokenizer::load(opts.model.path + "/tokenizer.model", config.bos_token_id, eos);
+  auto tok = gpu::sp_tokenizer::load_for_model(opts.model.path, config);
   if (auto* err = std::get_if<std::string>(&tok))
     return "model.path: " + *err;
   gpu::cuda::cuda_backend_options o;

@@ -262,21 +262,19 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
     last_error_ = e.what();
     tokens.assign(plan.seqs(), -1);
   }
-  for (std::uint32_t k = 0; k < plan.seqs(); ++k) {
-    const auto& e = batch[plan.order[k]];
-    bool lost = false;
-    if (e.stream != 0) {
-      std::lock_guard guard{streams_mtx_};
-      for (auto& [id, s] : streams)
-        if (id == e.stream && s->failed)
-          lost = true;
-    }
-    out.tokens[plan.order[k]] = lost ? -1 : tokens[k];
-  }
+  std::vector<std::uint64_t> lost; // streams whose cache never fully came
   {
     std::lock_guard guard{streams_mtx_};
-    for (auto& [id, s] : streams)
+    for (auto& [id, s] : streams) {
+      if (s->failed)
+        lost.push_back(id);
       streams_.erase(id); // used: the step has all of it (or knows it failed)
+    }
+  }
+  for (std::uint32_t k = 0; k < plan.seqs(); ++k) {
+    const auto& e = batch[plan.order[k]];
+    const bool failed = e.stream != 0 && std::find(lost.begin(), lost.end(), e.stream) != lost.end();
+    out.tokens[plan.order[k]] = failed ? -1 : tokens[k];
   }
   return out;
 }
