@@ -18,12 +18,14 @@ namespace {
 
 using std::size_t;
 
-// c[m, n] = alpha * x[m, k] * w[n, k]^T + beta * c
+// c[m, n] = alpha * x[m, k] * w[n, k]^T + beta * c. Plain int dimensions:
+// the CBLAS interface of any BLAS (OpenBLAS's blasint, the reference BLAS's
+// CBLAS_INT) takes them, so the GPU check can link the reference BLAS.
 void gemm_xwt(const float* x, const float* w, float* c, size_t m, size_t n, size_t k,
               float alpha, float beta) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m),
-              static_cast<blasint>(n), static_cast<blasint>(k), alpha, x, static_cast<blasint>(k),
-              w, static_cast<blasint>(k), beta, c, static_cast<blasint>(n));
+  const auto i = [](size_t v) { return static_cast<int>(v); };
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(m), i(n), i(k), alpha, x, i(k), w, i(k),
+              beta, c, i(n));
 }
 
 // The [out, in] shape of each lora_target's projection.

@@ -6,6 +6,13 @@
 # benchmark is left out, which the JSON says).
 #
 #   tools/gpu-check.sh [--out DIR] [--gtest DIR] [--layers N] [--no-bench]
+#                      [--tests REGEX] [--sanitize GTEST_FILTER]
+#
+# --tests: run only the ctest tests matching REGEX (default: all).
+# --sanitize: also run cuda_kernel_test's cases matching the filter under
+# compute-sanitizer's memcheck, racecheck and synccheck (each up to 240 s),
+# into DIR/sanitizer.log: out-of-bounds accesses, shared-memory races and
+# misplaced barriers, which a wrong answer alone does not locate.
 #
 # --gtest: GoogleTest's sources (a copy of Debian's /usr/src/googletest, made
 # by tools/gpu-carry.sh) for machines where it is not installed.
@@ -14,7 +21,11 @@
 # troupe-hf-parity was built (nlohmann-json found), the parity with them
 # (tools/gpu/hf_parity.py). Writes DIR/gpu-check.json (default
 # build-gpu/results), DIR/tests.xml (JUnit), DIR/bench.json,
-# DIR/peft_bench.json, DIR/hf_parity.json and DIR/build.log.
+# DIR/peft_bench.json, DIR/hf_parity.json, DIR/build.log, DIR/tests.log and
+# DIR/sanitizer.log (eight files at most: what a device call brings back).
+# Where tools/gpu-carry.sh --server carried the server: the default config
+# served on the cuda backend (tests/e2e/default_config.sh ... cuda).
+# Each step has its own time limit, so a hung kernel costs that step only.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -22,16 +33,22 @@ out="$root/build-gpu/results"
 gtest=""
 layers=32
 bench=1
+tests_regex=""
+sanitize=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
     --gtest) gtest="$(cd "$2" && pwd)"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
+    --tests) tests_regex="$2"; shift 2 ;;
+    --sanitize) sanitize="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
+start=$SECONDS
+step() { echo "gpu-check: [$((SECONDS - start)) s] $*"; }
 nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 [ -x "$nvcc" ] || { echo "gpu-check: nvcc not found (set CUDACXX)" >&2; exit 2; }
 if [ -z "$gtest" ] && [ -d .gpu-carry/googletest ]; then
@@ -42,7 +59,7 @@ gen=()
 command -v ninja > /dev/null && gen=(-G Ninja)
 args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc")
 [ -n "$gtest" ] && args+=(-DTROUPE_GTEST_SOURCE_DIR="$gtest")
-echo "gpu-check: building gpu/cuda into build-gpu"
+step "building gpu/cuda into build-gpu"
 if ! { cmake -S gpu/cuda -B build-gpu "${gen[@]}" "${args[@]}" &&
        cmake --build build-gpu -j "$(nproc)"; } > "$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
@@ -50,17 +67,46 @@ if ! { cmake -S gpu/cuda -B build-gpu "${gen[@]}" "${args[@]}" &&
   exit 1
 fi
 
-echo "gpu-check: running the tests"
+step "running the tests"
+ctest_args=(--output-on-failure --timeout 240 --output-junit "$out/tests.xml")
+[ -n "$tests_regex" ] && ctest_args+=(-R "$tests_regex")
 set +e
-(cd build-gpu && ctest --output-on-failure --timeout 900 --output-junit "$out/tests.xml")
+(cd build-gpu && ctest "${ctest_args[@]}") > "$out/tests.log" 2>&1
 tests_rc=$?
 set -e
+# The failed tests, then ctest's summary (their output is in tests.log).
+grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(Failed|Timeout|Exception|SEGFAULT)" "$out/tests.log" | head -40 || true
+grep -E "tests passed|tests failed|Total Test time" "$out/tests.log" || true
+
+sanitize_rc=-1
+if [ -n "$sanitize" ]; then
+  sanitizer="$(command -v compute-sanitizer || echo "$(dirname "$nvcc")/compute-sanitizer")"
+  if [ -x "$sanitizer" ] && [ -x build-gpu/tests/cuda_kernel_test ]; then
+    step "compute-sanitizer over cuda_kernel_test --gtest_filter=$sanitize"
+    sanitize_rc=0
+    : > "$out/sanitizer.log"
+    for tool in memcheck racecheck synccheck; do
+      echo "== $tool" >> "$out/sanitizer.log"
+      set +e
+      timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+        build-gpu/tests/cuda_kernel_test --gtest_filter="$sanitize" --gtest_brief=1 \
+        >> "$out/sanitizer.log" 2>&1
+      rc=$?
+      set -e
+      echo "== $tool exit $rc" >> "$out/sanitizer.log"
+      [ "$rc" != 0 ] && sanitize_rc=$rc
+    done
+    grep -E "^== |=========  (Invalid|Race|Barrier|Error)" "$out/sanitizer.log" | head -30 || true
+  else
+    echo "gpu-check: compute-sanitizer or cuda_kernel_test missing; no sanitizer run" >&2
+  fi
+fi
 
 bench_rc=0
 if [ "$bench" = 1 ]; then
-  echo "gpu-check: running the benchmark"
+  step "running the benchmark"
   set +e
-  build-gpu/bin/troupe-gpu-bench --layers "$layers" --json "$out/bench.json"
+  timeout 300 build-gpu/bin/troupe-gpu-bench --layers "$layers" --json "$out/bench.json"
   bench_rc=$?
   set -e
 fi
@@ -68,27 +114,50 @@ fi
 hf_rc=-1
 peft_rc=-1
 if python3 -c "import torch, transformers, peft" 2> /dev/null && [ "$bench" = 1 ]; then
-  echo "gpu-check: the same multi-adapter decode batch on transformers + PEFT"
+  step "the same multi-adapter decode batch on transformers + PEFT"
   set +e
-  python3 tools/gpu/peft_bench.py --layers "$layers" --out "$out/peft_bench.json"
+  PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu/peft_bench.py --layers "$layers" --out "$out/peft_bench.json"
   peft_rc=$?
   set -e
 fi
 if [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transformers, peft" 2> /dev/null; then
-  echo "gpu-check: parity with transformers + PEFT"
+  step "parity with transformers + PEFT"
   set +e
-  python3 tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work build-gpu/hf \
+  PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work build-gpu/hf \
     --out "$out/hf_parity.json"
   hf_rc=$?
   set -e
 fi
 
-python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" "$peft_rc" <<'PY'
-import json, os, sys, xml.etree.ElementTree as ET
+# The default config served on the cuda backend, where tools/gpu-carry.sh
+# --server carried the server (troupe-serve with its libraries).
+serve_rc=-1
+if [ -x .gpu-carry/server/bin/troupe-serve ]; then
+  step "serving the default config on the cuda backend (tests/e2e/default_config.sh)"
+  set +e
+  cuda_lib="$(cd "$(dirname "$nvcc")/.." && pwd)/lib64"
+  LD_LIBRARY_PATH="$root/.gpu-carry/server/lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    timeout 300 tests/e2e/default_config.sh "$root/.gpu-carry/server/bin" cuda
+  serve_rc=$?
+  set -e
+  [ "$serve_rc" = 77 ] && serve_rc=-1 # skipped: no CUDA device visible
+fi
+
+step "done"
+python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" "$peft_rc" "$sanitize_rc" "$serve_rc" "$nvcc" <<'PY'
+import json, os, subprocess, sys, xml.etree.ElementTree as ET
 out = sys.argv[1]
-tests_rc, bench_rc, hf_rc, peft_rc = (int(x) for x in sys.argv[2:6])
+tests_rc, bench_rc, hf_rc, peft_rc, sanitize_rc, serve_rc = (int(x) for x in sys.argv[2:8])
 res = {"tests_exit": tests_rc, "bench_exit": bench_rc, "hf_parity_exit": hf_rc,
-       "peft_bench_exit": peft_rc}
+       "peft_bench_exit": peft_rc, "sanitizer_exit": sanitize_rc, "serve_cuda_exit": serve_rc}
+def command(*argv):
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+res["device"] = command("nvidia-smi", "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
+                        "clocks.max.mem", "--format=csv,noheader")
+res["nvcc"] = (command(sys.argv[8], "--version") or "").splitlines()[-1:]
 try:
     suite = ET.parse(os.path.join(out, "tests.xml")).getroot()
     cases = suite.iter("testcase")
@@ -121,4 +190,5 @@ with open(os.path.join(out, "gpu-check.json"), "w") as f:
     json.dump(res, f, indent=2)
 print(json.dumps(res, indent=2))
 PY
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hf_rc" -le 0 ] && [ "$peft_rc" -le 0 ]
+[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hf_rc" -le 0 ] && [ "$peft_rc" -le 0 ] &&
+  [ "$sanitize_rc" -le 0 ] && [ "$serve_rc" -le 0 ]

@@ -189,6 +189,10 @@ void attention(dtype t, const device_plan& plan, const kv_layout& kv, std::uint3
   dispatch_head_dim(kv.head_dim, [](auto) {}); // refuses other head dims even for empty plans
   if (plan.num_items == 0 || plan.rows == 0)
     return;
+  // The kernels copy q and the pool 16 bytes at a time (cp.async): a
+  // misaligned base would fault on the device and poison the context.
+  if (!aligned16(q) || !aligned16(pool))
+    throw std::invalid_argument("attention: q and pool must be 16-byte aligned");
   const bool split = plan.num_items > plan.num_tiles;
   if ((split || plan.max_new_tokens > 1) && partial == nullptr)
     throw std::invalid_argument("attention: this plan needs attention_workspace_floats() floats "

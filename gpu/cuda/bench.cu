@@ -5,6 +5,7 @@
 //  - decode at batch 64 with 64 distinct rank-16 adapters on q, k, v, o
 //    against the same batch without adapters;
 //  - prefill of 8 prompts of 1,024 tokens against the GEMM rate;
+//  - the same steps' linear layers alone (what the other kernels add);
 //  - a CUDA-event timeline of an adapter load on a copy stream while a
 //    decode step computes.
 // A Llama-2-7B-shaped model with random fp16 weights (untrained weights run
@@ -138,8 +139,9 @@ int run(const options& o) {
   {
     const std::uint32_t n = 8192;
     device_buffer<std::uint16_t> a(std::size_t{n} * n), b(std::size_t{n} * n), c(std::size_t{n} * n);
-    TROUPE_CUDA_CHECK(cudaMemsetAsync(a.data(), 0x11, a.bytes(), s));
-    TROUPE_CUDA_CHECK(cudaMemsetAsync(b.data(), 0x11, b.bytes(), s));
+    // Random operands: constant ones run faster on tensor cores.
+    fill_uniform(dtype::f16, a.data(), a.size(), 1, 1.0f, s);
+    fill_uniform(dtype::f16, b.data(), b.size(), 2, 1.0f, s);
     blas bl{s};
     const double ms = time_ms(s, o.reps, [&] { bl.dense(dtype::f16, a.data(), b.data(), c.data(), n, n, n); });
     gemm_flops = 2.0 * n * n * n / (ms * 1e-3);
@@ -186,21 +188,51 @@ int run(const options& o) {
       throw cuda_error("benchmark entry rejected: " + plan.rejected.front().second);
     return time_ms(s, o.reps, [&] { m.enqueue_forward(plan); });
   };
+  // The fewest bytes a decode step must read: every weight but the
+  // embedding table (one row of it per sequence), each sequence's cache,
+  // and each distinct adapter's A and B on q, k, v and o.
+  const auto tb = static_cast<double>(dtype_bytes(cfg.type));
+  const auto step_bytes = [&](const std::vector<step_entry>& b) {
+    double bytes = static_cast<double>(cfg.weight_bytes());
+    if (!cfg.tied_embeddings)
+      bytes -= tb * cfg.vocab * cfg.hidden;
+    std::map<std::uint32_t, std::uint32_t> adapters;
+    for (const auto& e : b) {
+      bytes += tb * cfg.hidden + 2.0 * tb * cfg.layers * cfg.kv_dim() * (e.context_tokens + e.new_tokens);
+      if (e.adapter_id != 0)
+        adapters[e.adapter_id] = e.adapter_rank;
+    }
+    const double h = cfg.hidden, qd = cfg.q_dim(), kvd = cfg.kv_dim();
+    const double in_plus_out = (h + qd) + 2 * (h + kvd) + (qd + h); // q, k, v, o
+    for (const auto& [id, r] : adapters)
+      bytes += tb * cfg.layers * r * in_plus_out;
+    return bytes;
+  };
   const std::uint32_t mark = alloc.next;
-  const double decode1 = step_ms(batch(alloc, 1, 128, 1, pt, false, 0));
-  const double bound_ms = static_cast<double>(cfg.weight_bytes()) / bandwidth * 1e3;
+  const auto b1 = batch(alloc, 1, 128, 1, pt, false, 0);
+  const double decode1 = step_ms(b1);
+  const double bound_ms = step_bytes(b1) / bandwidth * 1e3;
+  const double weight_bound_ms = static_cast<double>(cfg.weight_bytes()) / bandwidth * 1e3;
   js << "  \"weight_bytes\": " << cfg.weight_bytes() << ",\n"
      << "  \"decode_b1_ms\": " << decode1 << ",\n"
      << "  \"decode_b1_bound_ms\": " << bound_ms << ",\n"
-     << "  \"decode_b1_over_bound\": " << decode1 / bound_ms << ",\n";
+     << "  \"decode_b1_over_bound\": " << decode1 / bound_ms << ",\n"
+     << "  \"decode_b1_weight_bound_ms\": " << weight_bound_ms << ",\n"
+     << "  \"decode_b1_over_weight_bound\": " << decode1 / weight_bound_ms << ",\n";
   alloc.next = mark;
-  const double decode64 = step_ms(batch(alloc, 64, 128, 1, pt, false, 0));
+  const auto b64 = batch(alloc, 64, 128, 1, pt, false, 0);
+  const double decode64 = step_ms(b64);
   alloc.next = mark;
   const auto lora_batch = batch(alloc, 64, 128, 1, pt, true, rank);
   const double decode64_lora = step_ms(lora_batch);
+  // The ratio the bytes alone allow: adapters add reads a step cannot skip.
+  const double floor_ratio = step_bytes(lora_batch) / step_bytes(b64);
   js << "  \"decode_b64_ms\": " << decode64 << ",\n"
+     << "  \"decode_b64_bound_ms\": " << step_bytes(b64) / bandwidth * 1e3 << ",\n"
      << "  \"decode_b64_lora_r16_ms\": " << decode64_lora << ",\n"
-     << "  \"decode_b64_lora_over_base\": " << decode64_lora / decode64 << ",\n";
+     << "  \"decode_b64_lora_bound_ms\": " << step_bytes(lora_batch) / bandwidth * 1e3 << ",\n"
+     << "  \"decode_b64_lora_over_base\": " << decode64_lora / decode64 << ",\n"
+     << "  \"decode_b64_lora_bytes_over_base\": " << floor_ratio << ",\n";
   alloc.next = mark;
   const double prefill = step_ms(batch(alloc, 8, 0, 1024, pt, false, 0));
   const double tokens = 8.0 * 1024;
@@ -211,6 +243,41 @@ int run(const options& o) {
   js << "  \"prefill_8x1024_ms\": " << prefill << ",\n"
      << "  \"prefill_flops_per_s\": " << prefill_flops / (prefill * 1e-3) << ",\n"
      << "  \"prefill_over_dense_gemm\": " << prefill_flops / (prefill * 1e-3) / gemm_flops << ",\n";
+
+  // The same steps' linear layers alone, on cuBLAS over a second set of
+  // weights in the model's shapes (each layer its own, so none sits in L2
+  // for the next): beside the step times above, what the attention, norms,
+  // rotary, cache writes, LoRA and sampling add, and where to look first.
+  {
+    const std::uint64_t h = cfg.hidden, qd = cfg.q_dim(), kvd = cfg.kv_dim(), f = cfg.intermediate;
+    struct shape { std::uint64_t in, out; };
+    const shape shapes[] = {{h, qd}, {h, kvd}, {h, kvd}, {qd, h}, {h, 2 * f}, {f, h}};
+    std::uint64_t per_layer = 0;
+    for (const auto& sh : shapes)
+      per_layer += sh.in * sh.out;
+    device_buffer<std::uint16_t> w(per_layer * cfg.layers + std::uint64_t{cfg.vocab} * h);
+    fill_uniform(cfg.type, w.data(), w.size(), 3, 0.02f, s);
+    const std::uint64_t widest = std::max<std::uint64_t>(2 * f, std::max(qd, h));
+    const std::uint32_t most_rows = 8 * 1024;
+    device_buffer<std::uint16_t> x(most_rows * widest), y(most_rows * widest);
+    fill_uniform(cfg.type, x.data(), x.size(), 4, 1.0f, s);
+    blas bl{s};
+    const auto linear_ms = [&](std::uint32_t rows, std::uint32_t seqs) {
+      return time_ms(s, o.reps, [&] {
+        const std::uint16_t* wp = w.data();
+        for (std::uint32_t l = 0; l < cfg.layers; ++l)
+          for (const auto& sh : shapes) {
+            bl.linear(cfg.type, x.data(), wp, y.data(), rows, static_cast<std::uint32_t>(sh.in),
+                      static_cast<std::uint32_t>(sh.out));
+            wp += sh.in * sh.out;
+          }
+        bl.linear(cfg.type, x.data(), wp, y.data(), seqs, cfg.hidden, cfg.vocab);
+      });
+    };
+    js << "  \"decode_b1_linear_ms\": " << linear_ms(1, 1) << ",\n"
+       << "  \"decode_b64_linear_ms\": " << linear_ms(64, 64) << ",\n"
+       << "  \"prefill_8x1024_linear_ms\": " << linear_ms(most_rows, 8) << ",\n";
+  }
 
   // Overlap: one adapter's pages copied on the copy stream while a decode
   // step with adapters runs on the compute stream; every event's time from

@@ -61,11 +61,16 @@ public:
   std::size_t size() const noexcept { return n_; }
   std::size_t bytes() const noexcept { return n_ * sizeof(T); }
 
-  /// Synchronous copies from and to the host, for tests and set-up.
+  /// Synchronous copies from and to the host, for tests and set-up. An
+  /// upload has landed when it returns, also for work on non-blocking
+  /// streams (cudaMemcpy from pageable memory may return once the bytes are
+  /// staged, before the device holds them).
   void upload(std::span<const T> host) {
     check_fits(host.size(), "upload");
-    if (!host.empty())
+    if (!host.empty()) {
       TROUPE_CUDA_CHECK(cudaMemcpy(p_, host.data(), host.size_bytes(), cudaMemcpyDefault));
+      TROUPE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+    }
   }
   void download(std::span<T> host) const {
     check_fits(host.size(), "download");

@@ -15,8 +15,8 @@ namespace troupe::gpu::cuda {
 namespace {
 
 // w[i] = uniform in [-scale, scale] keyed by (seed, i), as fp16 or bf16 bits.
-__global__ void fill_uniform(std::uint16_t* w, std::uint64_t n, std::uint64_t seed, float scale,
-                             bool bf16) {
+__global__ void fill_uniform_kernel(std::uint16_t* w, std::uint64_t n, std::uint64_t seed,
+                                    float scale, bool bf16) {
   for (std::uint64_t i = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; i < n;
        i += std::uint64_t{gridDim.x} * blockDim.x) {
     const float u = static_cast<float>(splitmix64(seed ^ splitmix64(i)) >> 40) * 0x1.0p-24f;
@@ -42,6 +42,14 @@ void grow(device_buffer<T>& b, std::uint64_t n) {
 }
 
 } // namespace
+
+void fill_uniform(dtype t, std::uint16_t* data, std::uint64_t n, std::uint64_t seed, float scale,
+                  cudaStream_t stream) {
+  if (n == 0)
+    return;
+  fill_uniform_kernel<<<blocks_for(n), 256, 0, stream>>>(data, n, seed, scale, t == dtype::bf16);
+  TROUPE_CUDA_CHECK(cudaGetLastError());
+}
 
 std::uint64_t model_config::weight_bytes() const noexcept {
   const std::uint64_t h = hidden;
@@ -119,17 +127,14 @@ void cuda_model::set_weight(weight w, std::uint32_t layer, std::span<const float
   std::transform(values.begin(), values.end(), bits.begin(),
                  [t = cfg_.type](float f) { return to_bits(t, f); });
   TROUPE_CUDA_CHECK(cudaMemcpy(dst->data() + offset, bits.data(), n * 2, cudaMemcpyHostToDevice));
+  // Landed before any stream's next step (a pageable copy may return staged).
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void cuda_model::randomize(std::uint64_t seed, float scale) {
-  const bool bf16 = cfg_.type == dtype::bf16;
   std::uint64_t k = 0;
   auto fill = [&](device_buffer<std::uint16_t>& b) {
-    if (b.size() == 0)
-      return;
-    fill_uniform<<<blocks_for(b.size()), 256, 0, stream_>>>(b.data(), b.size(), splitmix64(seed + ++k),
-                                                           scale, bf16);
-    TROUPE_CUDA_CHECK(cudaGetLastError());
+    fill_uniform(cfg_.type, b.data(), b.size(), splitmix64(seed + ++k), scale, stream_);
   };
   const std::uint16_t one = to_bits(cfg_.type, 1.0f);
   auto ones = [&](device_buffer<std::uint16_t>& b) {

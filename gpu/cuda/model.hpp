@@ -40,6 +40,13 @@ struct model_config {
   std::uint64_t weight_bytes() const noexcept;
 };
 
+/// Fills `n` values of type `t` at `data` with a uniform draw in
+/// [-scale, scale] keyed by (seed, index), enqueued on `stream`: random
+/// weights, and random operands for measurements (constant or zero operands
+/// run faster than real data on tensor cores).
+void fill_uniform(dtype t, std::uint16_t* data, std::uint64_t n, std::uint64_t seed, float scale,
+                  cudaStream_t stream);
+
 /// Which weight of a layer (or of the model) set_weight writes.
 enum class weight : std::uint8_t {
   embed,       ///< [vocab, hidden]

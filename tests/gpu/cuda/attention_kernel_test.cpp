@@ -17,6 +17,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <stdexcept>
@@ -60,7 +61,10 @@ std::vector<std::uint16_t> run_attention(const attention_case& c) {
   const std::uint64_t ws_floats = attention_workspace_floats(c.plan, c.heads, c.kv.head_dim);
   device_buffer<float> ws(ws_floats);
   if (ws_floats > 0) // all ones: NaN floats and 0xffffffff indices until the kernels write them
-    TROUPE_CUDA_CHECK(cudaMemset(ws.data(), 0xff, ws.bytes()));
+    TROUPE_CUDA_CHECK(cudaMemsetAsync(ws.data(), 0xff, ws.bytes(), stream.s));
+  // The uploads ran on the legacy stream, which the test's non-blocking
+  // stream does not wait for.
+  TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
   plan_upload upload;
   const device_plan dp = upload.upload(c.plan, stream.s);
   attention(c.t, dp, c.kv, c.layer, c.heads, c.scale, q.data(), pool.data(),
@@ -118,6 +122,7 @@ void expect_write_kv_matches_reference(attention_case& c, const std::vector<std:
   auto pool = to_device(c.pool);
   const auto dk = to_device(k);
   const auto dv = to_device(v);
+  TROUPE_CUDA_CHECK(cudaDeviceSynchronize()); // the uploads, before the non-blocking stream's work
   plan_upload upload;
   const device_plan dp = upload.upload(c.plan, stream.s);
   write_kv(c.t, dp, c.kv, c.layer, dk.data(), dv.data(), pool.data(), stream.s);
@@ -190,7 +195,7 @@ TEST_P(attention_kernel, mixed_batches_with_odd_tiles_pages_and_groups) {
   const config configs[] = {
     {1, 1, {16, 100}, true},   {2, 5, {100, 17}, false}, {4, 16, {64, 256}, true},
     {7, 64, {1, 64}, true},    {8, 256, {64, 0}, true},  {16, 16, {32, 128}, true},
-    {4, 16, {64, 0}, false},   {3, 7, {5, 3}, true},
+    {4, 16, {64, 0}, false},   {3, 7, {5, 3}, true},     {64, 16, {48, 200}, true},
   };
   const std::vector<seq_spec> seqs{{0, 130}, {5, 1}, {300, 70}, {2, 1}, {64, 64}, {1500, 1},
                                    {0, 2},   {31, 33}};
@@ -207,6 +212,33 @@ TEST_P(attention_kernel, mixed_batches_with_odd_tiles_pages_and_groups) {
     const auto first = run_attention(c);
     expect_matches_reference(c, first);
     EXPECT_EQ(run_attention(c), first) << "a second run gives other bits";
+  }
+}
+
+// More query blocks than the prefill grid has blocks (about 8 per SM over
+// the kv heads), so blocks take several query blocks each and reuse their
+// shared memory, and more items and tiles than the prep kernel's block of
+// 1024 threads scans at once, unsplit and split.
+TEST_P(attention_kernel, many_short_prefills_outnumber_the_grid) {
+  TROUPE_REQUIRE_GPU();
+  int device = 0;
+  int sms = 0;
+  TROUPE_CUDA_CHECK(cudaGetDevice(&device));
+  TROUPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // kv_heads 2: the grid has 4 * sms blocks per kv head; each sequence is
+  // at least one query block of 2 to 4 rows.
+  const std::uint32_t n = std::max(1100u, 5 * static_cast<std::uint32_t>(sms));
+  std::vector<seq_spec> seqs;
+  for (std::uint32_t i = 0; i < n; ++i)
+    seqs.push_back({i * 37 % 100, 2 + i % 3});
+  for (std::uint32_t chunk : {0u, 48u}) {
+    auto o = base();
+    o.num_layers = 1;
+    o.layer = 0;
+    o.group = 4;
+    o.split = {.q_tile = 64, .kv_chunk = chunk};
+    o.seed = 5 + chunk;
+    check_case(seqs, o);
   }
 }
 
@@ -291,6 +323,9 @@ TEST(attention_kernel_edges, unsupported_shapes_and_a_missing_workspace_are_refu
   EXPECT_THROW(run(c.kv, 3, ws.data()), std::invalid_argument);
   EXPECT_THROW(run(c.kv, c.kv.num_kv_heads * 65, ws.data()), std::invalid_argument);
   EXPECT_THROW(run(c.kv, c.heads, nullptr), std::invalid_argument); // a prefill needs one
+  EXPECT_THROW(attention(c.t, dp, c.kv, c.layer, c.heads, c.scale, q.data() + 1, pool.data(),
+                         ws.data(), out.data(), stream.s),
+               std::invalid_argument); // q not 16-byte aligned
   kv_layout past = c.kv;
   past.num_layers = c.layer;
   EXPECT_THROW(run(past, c.heads, ws.data()), std::invalid_argument);

@@ -116,8 +116,11 @@ struct device_result {
   std::vector<std::uint16_t> y_isolated;
 };
 
+/// `pool`: the device pool the plan's pages index (g.dev when null).
 device_result run_kernels(const rig& g, const batch_plan& plan, const reference_case& c,
-                          bool gathered) {
+                          bool gathered, const std::uint16_t* pool = nullptr) {
+  if (pool == nullptr)
+    pool = g.dev.data();
   cudaStream_t stream = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&stream));
   device_result r;
@@ -135,13 +138,12 @@ device_result run_kernels(const rig& g, const batch_plan& plan, const reference_
     tmp_ref.upload(c.tmp);
     y_chain.upload(c.y0);
     y_isolated.upload(c.y0);
-    lora_shrink(g.t, dp, g.l, c.layer, c.proj, x.data(), g.dev.data(), gathered, tmp.data(),
+    lora_shrink(g.t, dp, g.l, c.layer, c.proj, x.data(), pool, gathered, tmp.data(), stream);
+    TROUPE_CUDA_CHECK(cudaGetLastError());
+    lora_expand(g.t, dp, g.l, c.layer, c.proj, tmp.data(), pool, gathered, y_chain.data(),
                 stream);
     TROUPE_CUDA_CHECK(cudaGetLastError());
-    lora_expand(g.t, dp, g.l, c.layer, c.proj, tmp.data(), g.dev.data(), gathered,
-                y_chain.data(), stream);
-    TROUPE_CUDA_CHECK(cudaGetLastError());
-    lora_expand(g.t, dp, g.l, c.layer, c.proj, tmp_ref.data(), g.dev.data(), gathered,
+    lora_expand(g.t, dp, g.l, c.layer, c.proj, tmp_ref.data(), pool, gathered,
                 y_isolated.data(), stream);
     TROUPE_CUDA_CHECK(cudaGetLastError());
     TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -227,10 +229,12 @@ void expect_y(dtype t, const batch_plan& plan, const reference_case& c,
   }
 }
 
-/// Both kernels of one form on (layer, proj) of `plan` against the reference.
-void check_form(const rig& g, const batch_plan& plan, const reference_case& c, bool gathered) {
+/// Both kernels of one form on (layer, proj) of `plan` against the reference;
+/// `dev_plan` and `pool` (when given) are where the device finds the same pages.
+void check_form(const rig& g, const batch_plan& plan, const reference_case& c, bool gathered,
+                const batch_plan* dev_plan = nullptr, const std::uint16_t* pool = nullptr) {
   const std::string form = gathered ? "gathered" : "segmented";
-  const auto d = run_kernels(g, plan, c, gathered);
+  const auto d = run_kernels(g, dev_plan != nullptr ? *dev_plan : plan, c, gathered, pool);
   expect_tmp(plan, c, d.tmp, form);
   expect_y(g.t, plan, c, d.y_isolated, form + " expand");
   // The chain adds shrink's error (tmp_rel of sum |x a|) carried through B.
@@ -379,6 +383,41 @@ TEST(lora_kernels, ranks_outside_the_usual_set) {
         const auto c = make_reference(g, plan, 1, proj, seed++);
         check_form(g, plan, c, false);
         check_form(g, plan, c, true);
+      }
+    }
+}
+
+TEST(lora_kernels, adapter_pages_past_2_to_the_32_elements) {
+  TROUPE_REQUIRE_GPU();
+  // The rig's pool copied to pages whose first element lies past 2^32 (a
+  // pool of tens of GiB): a page * page_elems or row offset taken in 32
+  // bits wraps and reads the wrong page. The reference reads the rig's
+  // small host pool; the device plan's pages are shifted by `base`.
+  std::uint64_t seed = 800;
+  for (const shape& s : {gqa, odd})
+    for (dtype t : dtypes) {
+      const rig g(s, t, cycle_ranks(6), seed++);
+      const std::uint64_t base = (1ull << 32) / g.l.page_elems + 1;
+      const std::uint64_t elems = (base + g.host.pages) * g.l.page_elems;
+      std::size_t free_bytes = 0, total_bytes = 0;
+      TROUPE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+      if (elems * sizeof(std::uint16_t) + (1ull << 30) > free_bytes)
+        GTEST_SKIP() << "needs " << (elems * 2 >> 20) << " MiB of device memory, "
+                     << (free_bytes >> 20) << " MiB free";
+      device_buffer<std::uint16_t> big(elems); // only the copied pages are ever read
+      TROUPE_CUDA_CHECK(cudaMemcpy(big.data() + base * g.l.page_elems, g.host.data.data(),
+                                   g.host.data.size() * sizeof(std::uint16_t),
+                                   cudaMemcpyHostToDevice));
+      for (std::uint32_t p = 0; p < lora_proj_count; ++p) {
+        const auto proj = static_cast<lora_proj>(p);
+        SCOPED_TRACE(trace(g, popularity::distinct, 1, proj) + " pages past 2^32 elements");
+        const auto plan = plan_for(g.host, s.kv, prefill_batch(g, popularity::distinct, seed++));
+        batch_plan shifted = plan;
+        for (auto& page : shifted.lora_pages)
+          page = static_cast<std::uint32_t>(page + base);
+        const auto c = make_reference(g, plan, 1, proj, seed++);
+        check_form(g, plan, c, false, &shifted, big.data());
+        check_form(g, plan, c, true, &shifted, big.data());
       }
     }
 }
