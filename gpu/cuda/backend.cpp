@@ -79,6 +79,12 @@ void wait_for(cudaStream_t stream) {
   TROUPE_CUDA_CHECK(waited);
 }
 
+/// After a copy or step failed part-way: lets what it had enqueued on
+/// `stream` finish (or fail) before the caller answers, since the runtime
+/// reuses the pages (and may free the host buffer) on that answer. The
+/// error is the caller's already; a sticky one returns at once.
+void drain(cudaStream_t stream) noexcept { cudaStreamSynchronize(stream); }
+
 std::string range_error(const char* pool, std::uint32_t page, std::uint64_t pages) {
   return std::string{pool} + " page " + std::to_string(page) + " outside the pool of " + std::to_string(pages);
 }
@@ -198,6 +204,19 @@ std::shared_ptr<cuda_backend::layer_stream> cuda_backend::stream_state(std::uint
   return s;
 }
 
+void cuda_backend::settle(const layer_stream& s) const {
+  cudaEvent_t last = nullptr;
+  {
+    std::unique_lock guard{streams_mtx_};
+    streams_cv_.wait(guard, [&] { return s.failed || s.recorded >= model_->kv().num_layers; });
+    if (s.failed)
+      return; // stream_in drained what it had enqueued before saying so
+    last = s.events.back();
+  }
+  cudaSetDevice(device_);
+  cudaEventSynchronize(last); // an error here is stream_in's to report
+}
+
 step_result cuda_backend::run_step(std::span<const step_entry> batch) {
   step_result out;
   out.tokens.assign(batch.size(), -1);
@@ -217,51 +236,65 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
     };
     plan = plan_batch(batch, in);
   }
-  // A rejected entry's stream is done with too: its request ends here.
-  for (const auto& [i, why] : plan.rejected)
-    if (batch[i].stream != 0)
-      end_stream(batch[i].stream);
-  if (plan.seqs() == 0)
-    return out;
-  // The streams this step's sequences read, held until the step is done.
+  // Every stream the batch names, held until the step is done and then
+  // forgotten: `streams` are read by the step's sequences layer by layer;
+  // `unread` (a rejected entry's, whose request ends here) are waited for
+  // whole. The runtime frees an entry's pages when the step answers, so no
+  // copy into them may still be in flight then. stream_state, not a bare
+  // lookup: a stream_in that has not started yet must find this state.
   std::vector<std::pair<std::uint64_t, std::shared_ptr<layer_stream>>> streams;
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<layer_stream>>> unread;
+  for (const auto& [i, why] : plan.rejected)
+    if (const auto id = batch[i].stream; id != 0)
+      unread.emplace_back(id, stream_state(id));
   for (auto i : plan.order)
     if (const auto id = batch[i].stream; id != 0)
       streams.emplace_back(id, stream_state(id));
   std::vector<std::int32_t> tokens(plan.seqs(), -1);
-  try {
-    bind();
-    if (tokens_.size() < plan.seqs())
-      tokens_ = pinned_buffer<std::int32_t>(plan.seqs());
-    auto before_layer = [&](std::uint32_t layer) {
-      for (auto& [id, s] : streams) {
-        {
-          std::unique_lock guard{streams_mtx_};
-          streams_cv_.wait(guard, [&] { return s->failed || s->recorded > layer; });
-          if (s->failed)
-            continue; // its sequence's token is dropped below
+  if (plan.seqs() > 0) {
+    try {
+      bind();
+      if (tokens_.size() < plan.seqs())
+        tokens_ = pinned_buffer<std::int32_t>(plan.seqs());
+      auto before_layer = [&](std::uint32_t layer) {
+        for (auto& [id, s] : streams) {
+          {
+            std::unique_lock guard{streams_mtx_};
+            streams_cv_.wait(guard, [&] { return s->failed || s->recorded > layer; });
+            if (s->failed)
+              continue; // its sequence's token is dropped below
+          }
+          TROUPE_CUDA_CHECK(cudaStreamWaitEvent(compute_, s->events[layer], 0));
         }
-        TROUPE_CUDA_CHECK(cudaStreamWaitEvent(compute_, s->events[layer], 0));
+      };
+      TROUPE_CUDA_CHECK(cudaEventRecord(step_begin_, compute_));
+      if (streams.empty())
+        model_->enqueue_forward(plan);
+      else
+        model_->enqueue_forward(plan, before_layer);
+      TROUPE_CUDA_CHECK(cudaEventRecord(step_end_, compute_));
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), model_->device_tokens(),
+                                        plan.seqs() * sizeof(std::int32_t), cudaMemcpyDeviceToHost, compute_));
+      TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
+      float ms = 0;
+      TROUPE_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
+      out.device_seconds = static_cast<double>(ms) * 1e-3;
+      std::copy_n(tokens_.data(), plan.seqs(), tokens.begin());
+    } catch (const std::exception& e) {
+      {
+        std::lock_guard guard{error_mtx_};
+        last_error_ = e.what();
       }
-    };
-    TROUPE_CUDA_CHECK(cudaEventRecord(step_begin_, compute_));
-    if (streams.empty())
-      model_->enqueue_forward(plan);
-    else
-      model_->enqueue_forward(plan, before_layer);
-    TROUPE_CUDA_CHECK(cudaEventRecord(step_end_, compute_));
-    TROUPE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), model_->device_tokens(),
-                                      plan.seqs() * sizeof(std::int32_t), cudaMemcpyDeviceToHost, compute_));
-    TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
-    float ms = 0;
-    TROUPE_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
-    out.device_seconds = static_cast<double>(ms) * 1e-3;
-    std::copy_n(tokens_.data(), plan.seqs(), tokens.begin());
-  } catch (const std::exception& e) {
-    std::lock_guard guard{error_mtx_};
-    last_error_ = e.what();
-    tokens.assign(plan.seqs(), -1);
+      tokens.assign(plan.seqs(), -1);
+      // The launches before the error still run, and the streams past the
+      // layer it stopped at still copy: both end before the pages are freed.
+      cudaSetDevice(device_);
+      drain(compute_);
+      unread.insert(unread.end(), streams.begin(), streams.end());
+    }
   }
+  for (const auto& [id, s] : unread)
+    settle(*s);
   std::vector<std::uint64_t> lost; // streams whose cache never fully came
   {
     std::lock_guard guard{streams_mtx_};
@@ -270,6 +303,8 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
         lost.push_back(id);
       streams_.erase(id); // used: the step has all of it (or knows it failed)
     }
+    for (const auto& [id, s] : unread)
+      streams_.erase(id);
   }
   for (std::uint32_t k = 0; k < plan.seqs(); ++k) {
     const auto& e = batch[plan.order[k]];
@@ -339,6 +374,7 @@ adapter_load cuda_backend::load_adapter(std::uint32_t id, const std::string& pat
     resident_[id] = std::move(r);
   } catch (const std::exception& e) {
     out.error = e.what();
+    drain(h2d_); // the pages go back to the pool, and `host` may be freed, on this answer
   }
   return out;
 }
@@ -388,6 +424,7 @@ swap_result cuda_backend::swap_pages(swap_direction dir, std::span<const std::ui
     r.error = copy_pages(out, device_pages, host_pages, out ? d2h_ : h2d_);
   } catch (const std::exception& e) {
     r.error = e.what();
+    drain(dir == swap_direction::out ? d2h_ : h2d_); // both pools' pages are freed on this answer
   }
   r.seconds = seconds_since(t0);
   return r;
@@ -496,6 +533,9 @@ swap_result cuda_backend::stream_in(std::uint64_t stream, std::span<const std::u
     }
     TROUPE_CUDA_CHECK(cudaEventSynchronize(events.back()));
   } catch (const std::exception& e) {
+    // Before `failed` is seen: a step then skips this stream's waits, and
+    // the runtime frees its pages, so nothing of it may still be copying.
+    drain(h2d_);
     return fail(e.what());
   }
   r.seconds = seconds_since(t0);

@@ -76,6 +76,9 @@ public:
   /// (bad token, too few pages, adapter not resident, hidden cache) or whose
   /// stream failed gets -1; a CUDA error (or a launcher's refusal) fails the
   /// whole step and is kept in last_error(). device_seconds is the step's GPU time.
+  /// Whatever the outcome, it returns only once nothing of the step and no
+  /// copy of a stream it names (a rejected entry's too) is still running:
+  /// the runtime frees the entries' pages on the answer.
   step_result run_step(std::span<const step_entry> batch) override;
   /// From the host-to-device bandwidth measured at start (pinned memory).
   double transfer_seconds(std::uint64_t bytes) const override;
@@ -130,6 +133,9 @@ private:
   cuda_backend() = default;
   void bind() const;
   std::shared_ptr<layer_stream> stream_state(std::uint64_t id) const;
+  /// Blocks until stream_in has enqueued every layer of `s` and the last
+  /// has landed, or it failed (having drained its copies first).
+  void settle(const layer_stream& s) const;
   /// Copies pages one after the other between the pools on `stream`, then
   /// waits for that copy; an error names the page at fault.
   std::string copy_pages(bool to_host, std::span<const std::uint32_t> device_pages,

@@ -182,11 +182,21 @@ int run(const options& o) {
   in.split = {.q_tile = 64, .kv_chunk = 256};
   const std::uint32_t pt = kv.page_tokens;
 
+  // Every timed step, described for troupe-cost-fit (which rebuilds the
+  // batch and fits the sim cost model's constants to these times).
+  std::ostringstream steps;
   const auto step_ms = [&](const std::vector<step_entry>& b) {
     const auto plan = plan_batch(b, in);
     if (!plan.rejected.empty())
       throw cuda_error("benchmark entry rejected: " + plan.rejected.front().second);
-    return time_ms(s, o.reps, [&] { m.enqueue_forward(plan); });
+    const double ms = time_ms(s, o.reps, [&] { m.enqueue_forward(plan); });
+    // The benchmark's batches are uniform: one shape for every sequence,
+    // each with its own adapter where it has one.
+    const auto& e = b.front();
+    steps << (steps.tellp() > 0 ? ",\n" : "") << "    {\"sequences\": " << b.size()
+          << ", \"context_tokens\": " << e.context_tokens << ", \"new_tokens\": " << e.new_tokens
+          << ", \"adapter_rank\": " << e.adapter_rank << ", \"ms\": " << ms << "}";
+    return ms;
   };
   // The fewest bytes a decode step must read: every weight but the
   // embedding table (one row of it per sequence), each sequence's cache,
@@ -310,6 +320,19 @@ int run(const options& o) {
     for (auto e : {origin, c0, c1, k0, k1})
       cudaEventDestroy(e);
   }
+  // Host-to-device rate of a large copy from pinned memory (adapter loads
+  // and swap-ins): the sim's pcie_bytes_per_s.
+  {
+    const std::size_t bytes = std::size_t{256} << 20;
+    pinned_buffer<std::byte> host(bytes);
+    std::memset(host.data(), 1, bytes);
+    device_buffer<std::byte> dev(bytes);
+    const double ms = time_ms(s, o.reps, [&] {
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(dev.data(), host.data(), bytes, cudaMemcpyHostToDevice, s));
+    });
+    js << "  \"h2d_pinned_bytes_per_s\": " << bytes / (ms * 1e-3) << ",\n";
+  }
+  js << "  \"steps\": [\n" << steps.str() << "\n  ],\n";
   js << "  \"layers\": " << cfg.layers << ",\n  \"reps\": " << o.reps << "\n}\n";
   if (o.json.empty()) {
     std::cout << js.str();

@@ -1,13 +1,14 @@
 // Awaiting GPU work from a C++20 coroutine without blocking a thread: the
-// coroutine suspends, cudaLaunchHostFunc queues a host function behind the
-// awaited work, and that function (on a CUDA driver thread) hands the
+// coroutine suspends, cudaStreamAddCallback queues a callback behind the
+// awaited work, and the callback (on a CUDA driver thread) hands the
 // coroutine to `post`, which schedules its resumption on the owner's thread
-// (an actor's message to itself, an io_context post). The host function
-// calls no CUDA API, as the runtime requires.
+// (an actor's message to itself, an io_context post). The callback calls no
+// CUDA API, as the runtime requires.
 //
-// If the CUDA context fails for good the host function never runs (CUDA
-// skips them after a sticky error); the backend treats such an error as the
-// end of the device, so nothing waits on it in practice.
+// The coroutine resumes exactly once: the callback runs also after the
+// awaited work failed, even with a sticky error (cudaLaunchHostFunc's
+// function would not run then), and the awaiter yields that error. `post`
+// must not resume the coroutine inline; it runs on the driver's thread.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -21,8 +22,9 @@ namespace troupe::gpu::cuda {
 using resume_poster = std::function<void(std::coroutine_handle<>)>;
 
 /// co_await stream_done{stream, post}: resumes once everything enqueued on
-/// `stream` before the co_await has run. Yields the error that kept it from
-/// being queued (cudaSuccess normally); on such an error it resumes at once.
+/// `stream` before the co_await has run. Yields cudaSuccess, the error that
+/// work ended with, or the error that kept the wait from being queued (then
+/// it resumes at once, on the awaiting thread).
 struct stream_done {
   cudaStream_t stream = nullptr;
   resume_poster post;

@@ -5,7 +5,8 @@
 // adapter loaded from PEFT files into scattered pool pages gives the same
 // tokens wherever its pages are, beside base-model sequences in one batch;
 // refusals (too few pages, an MLP target, missing files, a dropped adapter,
-// a bad token) fail only what they concern. Skipped where no CUDA device is
+// a bad token) fail only what they concern, and a step answers only once no
+// copy into its entries' pages is in flight. Skipped where no CUDA device is
 // visible.
 #include "gpu/cuda/backend.hpp"
 #include "gpu/lora.hpp"
@@ -18,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -192,6 +194,38 @@ TEST(cuda_backend, a_step_over_a_cache_still_streaming_in_waits_layer_by_layer_o
   ASSERT_EQ(tokens.size(), 2u);
   EXPECT_EQ(tokens[0], -1);
   EXPECT_EQ(tokens[1], want);
+  EXPECT_EQ(b->streams(), 0u);
+}
+
+TEST(cuda_backend, a_rejected_entry_answers_only_once_its_stream_has_landed) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend();
+  ASSERT_NE(b, nullptr);
+  ASSERT_GE(one(*b, entry(prompt(40, 8), 0, {0, 1, 2})), 0);
+  ASSERT_EQ(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1, 2},
+                          std::vector<std::uint32_t>{10, 11, 12}, 0)
+              .error,
+            "");
+  const auto host = b->read_pages(true, std::vector<std::uint32_t>{10, 11, 12}, 0);
+  ASSERT_EQ(host.error, "");
+  // The planner rejects the entry (a token outside the vocabulary); its
+  // stream starts only after the step has planned. The runtime frees the
+  // entry's pages on the step's answer: the copy into them must be done by
+  // then, and the stream forgotten, not left to a stream_in that came late.
+  auto rejected = entry({static_cast<std::int32_t>(tiny.vocab)}, 40, {50, 51, 52, 53});
+  rejected.stream = 80;
+  swap_result copied;
+  std::thread copy{[&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    copied = b->stream_in(80, std::vector<std::uint32_t>{50, 51, 52}, std::vector<std::uint32_t>{10, 11, 12}, 0);
+  }};
+  const auto tokens = b->run_step(std::span{&rejected, 1}).tokens;
+  const auto landed = b->read_pages(false, std::vector<std::uint32_t>{50, 51, 52}, 0);
+  copy.join();
+  EXPECT_EQ(tokens, std::vector<std::int32_t>{-1});
+  EXPECT_EQ(copied.error, "");
+  ASSERT_EQ(landed.error, "");
+  EXPECT_TRUE(landed.data == host.data) << "the step answered before its stream's copy landed";
   EXPECT_EQ(b->streams(), 0u);
 }
 
