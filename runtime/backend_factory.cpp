@@ -1,5 +1,6 @@
 #include "runtime/backend_factory.hpp"
 
+#include "gpu/cost_fit.hpp"
 #include "gpu/cpu_backend.hpp"
 #include "gpu/llama_config.hpp"
 #include "gpu/sim_backend.hpp"
@@ -110,8 +111,11 @@ std::variant<resolved_backend, std::string> make_backend(const deployment_option
     out.pool_pages = static_cast<std::uint64_t>(budget / static_cast<double>(out.page_bytes));
   }
   if (opts.backend.kind == "sim") {
+    gpu::cost_constants constants;
+    if (auto error = gpu::apply_cost_overrides(opts.backend.cost, constants, out.gpu))
+      return "backend.cost: " + *error;
     out.backend = std::make_shared<gpu::sim_backend>(out.shape, out.gpu, opts.backend.seed,
-                                                     gpu::cost_constants{}, opts.adapter_cache.host_bytes);
+                                                     constants, opts.adapter_cache.host_bytes);
     out.time_scale = opts.backend.time_scale;
     return out;
   }

@@ -2,6 +2,7 @@
 // docs/configuration.md). toml++ stays inside this file.
 #include "runtime/config.hpp"
 
+#include "gpu/cost_fit.hpp"
 #include "policies/session_eviction.hpp"
 
 #include <algorithm>
@@ -465,7 +466,7 @@ model_options read_model(section s, const config_catalog& catalog) {
 
 backend_options read_backend(section s, const config_catalog& catalog) {
   backend_options o;
-  s.allow_only({"kind", "gpu", "time_scale", "seed", "dtype", "device"});
+  s.allow_only({"kind", "gpu", "time_scale", "seed", "dtype", "device", "cost"});
   o.kind = s.choice("kind", o.kind, catalog.backends, "backend");
   o.gpu = s.choice("gpu", o.gpu, catalog.gpus, "GPU preset");
   o.time_scale = s.real("time_scale", o.time_scale);
@@ -473,6 +474,15 @@ backend_options read_backend(section s, const config_catalog& catalog) {
   o.seed = s.u64("seed", o.seed);
   o.dtype = s.choice("dtype", o.dtype, {"float16", "bfloat16"}, "dtype");
   o.device = s.u32("device", o.device);
+  o.cost = s.numbers("cost");
+  s.require("cost", o.cost.empty() || o.kind == "sim",
+            "prices the sim backend's steps only; backend.kind is \"" + o.kind + "\"");
+  if (!o.cost.empty()) {
+    gpu::cost_constants constants;
+    auto spec = gpu::find_gpu_spec(o.gpu).value_or(gpu::gpu_spec{});
+    const auto error = gpu::apply_cost_overrides(o.cost, constants, spec);
+    s.require("cost", !error, error.value_or(""));
+  }
   return o;
 }
 

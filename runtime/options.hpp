@@ -62,6 +62,10 @@ struct backend_options {
   std::string dtype = "float16";
   /// cuda: the CUDA device ordinal.
   std::uint32_t device = 0;
+  /// sim: the cost model's constants and the GPU preset's rates by name
+  /// (gpu::cost_override_names(); troupe-cost-fit writes them from a GPU's
+  /// measurements); empty keeps the defaults and the preset.
+  std::map<std::string, double> cost;
 };
 
 /// [memory_pool]: the unified page pool for KV cache and adapter weights.

@@ -7,6 +7,7 @@
 //   troupe-sim --trace ../shared/traces/AzureLLMInferenceTrace_conv.csv
 //              --adapters 2000 --ranks 8,16,32,64,128 --popularity zipf:1.0
 //              --gpu A100-80GB --policies lru,lfu,fairshare,slora,chameleon
+#include "gpu/cost_fit.hpp"
 #include "gpu/model_shape.hpp"
 #include "gpu/sim_backend.hpp"
 #include "policies/classifier_policy.hpp"
@@ -54,6 +55,8 @@ constexpr const char* usage =
   "  --base-fraction F     share of requests without an adapter (default 0)\n"
   "  --model NAME          model shape preset (default llama-2-7b)\n"
   "  --gpu NAME            GPU preset (default A100-80GB)\n"
+  "  --cost N=V[,N=V...]   the cost model's constants and the GPU's rates by name, as\n"
+  "                        troupe-cost-fit prints them (e.g. hbm_efficiency=0.85)\n"
   "  --max-context N       prompt + output limit; longer prompts are cut (default 4096)\n"
   "  --policies LIST       eviction policies to compare, scheduler fcfs (default lru,lfu,fairshare,slora,chameleon)\n"
   "  --setups LIST         instead: scheduler:eviction pairs to compare, e.g. fcfs:lru,slora:slora,chameleon:chameleon;\n"
@@ -85,6 +88,7 @@ constexpr const char* usage =
 
 struct options {
   std::string trace;
+  std::map<std::string, double> cost; // --cost
   double from_s = 0, seconds = -1, rate = 0, cv = 1;
   std::size_t requests = 0;
   std::uint32_t prompt = 512, output = 128;
@@ -191,6 +195,18 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--base-fraction") { if (!need_num() || num > 1) { err = "--base-fraction must be in [0, 1]"; return false; } o.base_fraction = num; }
     else if (a == "--model") o.model = v;
     else if (a == "--gpu") o.gpu = v;
+    else if (a == "--cost") {
+      for (const auto& item : split(v)) {
+        const auto eq = item.find('=');
+        char* end = nullptr;
+        const double x = eq == std::string::npos ? 0 : std::strtod(item.c_str() + eq + 1, &end);
+        if (eq == std::string::npos || end == item.c_str() + eq + 1 || *end != '\0') {
+          err = "--cost: \"" + item + "\" is not NAME=NUMBER";
+          return false;
+        }
+        o.cost[item.substr(0, eq)] = x;
+      }
+    }
     else if (a == "--max-context") { if (!need_num() || num < 2) { err = "--max-context must be >= 2"; return false; } o.max_context = static_cast<std::uint32_t>(num); }
     else if (a == "--policies") o.policies = split(v);
     else if (a == "--setups") o.setups = split(v);
@@ -300,6 +316,11 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
   auto spec = gpu::find_gpu_spec(o.gpu);
   if (!shape || !spec) {
     std::cerr << "troupe-sim: unknown " << (!shape ? "--model " + o.model : "--gpu " + o.gpu) << "\n";
+    return 2;
+  }
+  gpu::cost_constants constants;
+  if (auto error = gpu::apply_cost_overrides(o.cost, constants, *spec)) {
+    std::cerr << "troupe-sim: --cost: " << *error << "\n";
     return 2;
   }
 
@@ -457,7 +478,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
     cfg.cache.prefetch = o.prefetch;
     cfg.cache.prefetch_free_fraction = o.prefetch_free;
-    auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, gpu::cost_constants{}, o.host_bytes);
+    auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, constants, o.host_bytes);
     cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
     if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
       cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},

@@ -93,5 +93,22 @@ TEST(backend_factory, an_adapters_pages_come_from_the_backends_own_size_when_it_
   EXPECT_EQ(std::get<adapter_catalog>(own).find("big")->pages, 24u);
 }
 
+TEST(backend_factory, the_sim_prices_steps_with_the_configured_cost_table) {
+  deployment_options o;
+  o.backend.kind = "sim";
+  auto plain = make_backend(o);
+  ASSERT_TRUE(std::holds_alternative<resolved_backend>(plain)) << error_of(plain);
+  o.backend.cost = {{"pcie_bytes_per_s", 1e9}, {"transfer_latency_seconds", 0}};
+  auto costed = make_backend(o);
+  ASSERT_TRUE(std::holds_alternative<resolved_backend>(costed)) << error_of(costed);
+  const auto& rb = std::get<resolved_backend>(costed);
+  EXPECT_DOUBLE_EQ(rb.backend->transfer_seconds(1'000'000'000), 1.0);
+  EXPECT_NE(std::get<resolved_backend>(plain).backend->transfer_seconds(1'000'000'000), 1.0);
+  EXPECT_EQ(rb.gpu.pcie_bytes_per_s, 1e9); // the deployment's GPU is the one priced
+  o.backend.cost = {{"pcie_eficiency", 1}};
+  EXPECT_NE(error_of(make_backend(o)).find("backend.cost: unknown cost constant \"pcie_eficiency\""),
+            std::string::npos);
+}
+
 } // namespace
 } // namespace troupe

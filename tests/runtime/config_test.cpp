@@ -155,6 +155,14 @@ TEST(config, integers_are_accepted_for_float_keys) {
   EXPECT_EQ(o.metrics.log_interval_s, 5.0);
 }
 
+TEST(config, the_sim_cost_table_is_read_by_name) {
+  const auto o = parse_ok("[backend]\nkind = \"sim\"\n"
+                          "cost = { hbm_efficiency = 0.85, step_overhead_seconds = 0.0004, pcie_bytes_per_s = 2.5e10 }\n");
+  EXPECT_EQ(o.backend.cost, (std::map<std::string, double>{
+                              {"hbm_efficiency", 0.85}, {"step_overhead_seconds", 0.0004}, {"pcie_bytes_per_s", 2.5e10}}));
+  EXPECT_TRUE(parse_ok("").backend.cost.empty());
+}
+
 TEST(config, every_key_is_read) {
   const auto o = parse_ok(R"(
 [server]
@@ -376,6 +384,14 @@ const error_case error_cases[] = {
   {"unknown_backend", "[backend]\nkind = \"cuda\"\n", "backend.kind", "unknown backend \"cuda\" (valid: cpu, sim)"},
   {"unknown_dtype", "[backend]\ndtype = \"fp8\"\n", "backend.dtype",
    "unknown dtype \"fp8\" (valid: float16, bfloat16)"},
+  {"cost_unknown_name", "[backend]\nkind = \"sim\"\ncost = { hbm_eficiency = 0.9 }\n", "backend.cost",
+   "unknown cost constant \"hbm_eficiency\" (known: flops_efficiency, hbm_efficiency"},
+  {"cost_out_of_bounds", "[backend]\nkind = \"sim\"\ncost = { flops_efficiency = 1.5 }\n", "backend.cost",
+   "flops_efficiency must be in (0, 1], got 1.5"},
+  {"cost_not_a_number", "[backend]\nkind = \"sim\"\ncost = { hbm_efficiency = \"high\" }\n",
+   "backend.cost.hbm_efficiency", "expected a number"},
+  {"cost_for_another_backend", "[backend]\nkind = \"cpu\"\ncost = { hbm_efficiency = 0.9 }\n", "backend.cost",
+   "prices the sim backend's steps only; backend.kind is \"cpu\""},
   {"unknown_gpu", "[backend]\ngpu = \"V100\"\n", "backend.gpu",
    "unknown GPU preset \"V100\" (valid: A100-80GB, H100-80GB, H200)"},
   {"unknown_preset", "[model]\npreset = \"llama-3-8b\"\n", "model.preset", "valid: llama-2-7b, llama-2-13b"},
