@@ -19,8 +19,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -98,8 +100,10 @@ class peft_dir {
 public:
   peft_dir(const lora_adapter& a, const std::vector<lora_target>& targets) {
     std::string templ = (fs::temp_directory_path() / "troupe_cuda_peft_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr)
+    if (mkdtemp(templ.data()) == nullptr) { // path() stays empty: the load then fails too
+      ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
       return;
+    }
     dir_ = templ;
     std::string names;
     for (auto t : targets)

@@ -401,9 +401,10 @@ TEST(lora_kernels, adapter_pages_past_2_to_the_32_elements) {
       const std::uint64_t elems = (base + g.host.pages) * g.l.page_elems;
       std::size_t free_bytes = 0, total_bytes = 0;
       TROUPE_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-      if (elems * sizeof(std::uint16_t) + (1ull << 30) > free_bytes)
-        GTEST_SKIP() << "needs " << (elems * 2 >> 20) << " MiB of device memory, "
-                     << (free_bytes >> 20) << " MiB free";
+      // About 8.6 GB: any GPU this backend serves a 7B model on has it.
+      ASSERT_LE(elems * sizeof(std::uint16_t) + (1ull << 30), free_bytes)
+        << "needs " << (elems * 2 >> 20) << " MiB of device memory, " << (free_bytes >> 20)
+        << " MiB free";
       device_buffer<std::uint16_t> big(elems); // only the copied pages are ever read
       TROUPE_CUDA_CHECK(cudaMemcpy(big.data() + base * g.l.page_elems, g.host.data.data(),
                                    g.host.data.size() * sizeof(std::uint16_t),
