@@ -10,10 +10,13 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <string>
 #include <coroutine>
 #include <unordered_map>
 #include <vector>
@@ -60,6 +63,34 @@ std::chrono::microseconds wall(double seconds) {
 bool is_swap(const transfer_order& o) {
   const auto c = static_cast<transfer_class>(o.kind);
   return c == transfer_class::swap_in || c == transfer_class::swap_out;
+}
+
+/// The transfer in words, for the log.
+std::string describe(const transfer_order& o) {
+  const auto request = "request " + std::to_string(o.request_id);
+  const auto pages = std::to_string(std::max(o.device_pages.size(), o.host_pages.size())) + " pages";
+  switch (static_cast<kv_op>(o.kv_op)) {
+    case kv_op::swap:
+      break;
+    case kv_op::export_device:
+    case kv_op::export_host:
+      return "reading out the cache of " + request + " (" + pages + ")";
+    case kv_op::import_host:
+      return "writing in the cache of " + request + " (" + pages + ")";
+    case kv_op::stream_in:
+      return "streaming in the cache of " + request + " (" + pages + ")";
+    case kv_op::host_to_file:
+      return "saving the cache of " + request + " to " + o.path;
+    case kv_op::file_to_host:
+      return "restoring the cache of " + request + " from " + o.path;
+    default:
+      return "cache operation " + std::to_string(o.kv_op);
+  }
+  if (is_swap(o))
+    return std::string{static_cast<transfer_class>(o.kind) == transfer_class::swap_out ? "swapping out"
+                                                                                       : "swapping in"}
+           + " the cache of " + request + " (" + pages + ")";
+  return "loading adapter " + std::to_string(o.adapter_id) + (o.path.empty() ? "" : " from " + o.path);
 }
 
 /// Runs one transfer on the backend: an adapter load, or a KV swap.
@@ -173,8 +204,10 @@ detached_task run_transfer(self_ptr self, std::uint64_t id, transfer_order order
   auto& st = self->state;
   const bool ok = report.error.empty();
   st.queue->finished(id, monotonic_seconds(), ok);
-  if (!ok)
+  if (!ok) {
     ++st.failures;
+    spdlog::warn("copy engine: {} failed: {}", describe(transfer.order), report.error);
+  }
   else if (report.host_hit)
     ++st.host_hits;
   else if (!is_swap(transfer.order))

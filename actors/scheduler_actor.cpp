@@ -7,7 +7,9 @@
 #include <caf/actor_system.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
+#include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -320,15 +322,27 @@ void apply(self_ptr self, scheduler_effects fx) {
   }
   for (const auto& a : fx.acquires) {
     const auto id = a.request_id;
-    self->request(st.adapter_cache, caf::infinite, acquire_atom_v, a.adapter_id)
+    const auto adapter = a.adapter_id;
+    // A request that runs out of retries ends with an error its client is
+    // told to look up in the log: say why there.
+    auto log_if_ended = [id, adapter](const scheduler_effects& out, const char* why) {
+      for (const auto& f : out.finished)
+        if (f.request_id == id && f.reason == finish_reason::error)
+          spdlog::warn("scheduler: request {} ends: adapter {} {}", id, adapter, why);
+    };
+    self->request(st.adapter_cache, caf::infinite, acquire_atom_v, adapter)
       .then(
-        [self, id](std::uint8_t grant) {
-          apply(self, self->state.core->on_adapter(
-                        id, static_cast<scheduler_core::adapter_grant>(grant), monotonic_seconds()));
+        [self, id, log_if_ended](std::uint8_t grant) {
+          auto out = self->state.core->on_adapter(id, static_cast<scheduler_core::adapter_grant>(grant),
+                                                  monotonic_seconds());
+          log_if_ended(out, "found no room in the device pool after repeated tries");
+          apply(self, std::move(out));
           pump(self);
         },
-        [self, id](const caf::error&) {
-          apply(self, self->state.core->on_adapter(id, false, monotonic_seconds()));
+        [self, id, log_if_ended](const caf::error& e) {
+          auto out = self->state.core->on_adapter(id, false, monotonic_seconds());
+          log_if_ended(out, ("could not be acquired: " + self->system().render(e)).c_str());
+          apply(self, std::move(out));
         });
   }
   for (auto id : fx.release_host_pages)
@@ -403,6 +417,23 @@ void apply(self_ptr self, scheduler_effects fx) {
     self->send(s, batch);
 }
 
+/// Names in the log each request a step could not run and why: the reply
+/// its client gets points here. A -1 with no reason breaks the backend's
+/// contract and is logged as such.
+void log_failures(const std::vector<gpu::step_entry>& batch, const gpu::step_result& r) {
+  auto failures = r.failures;
+  for (std::size_t k = 0; k < batch.size(); ++k) {
+    const bool missing = k >= r.tokens.size() || r.tokens[k] < 0;
+    const auto id = batch[k].request_id;
+    if (missing && std::none_of(failures.begin(), failures.end(), [id](const auto& f) { return f.request_id == id; }))
+      failures.push_back({id, "the backend returned no token and no reason"});
+  }
+  if (!failures.empty())
+    spdlog::warn("scheduler: a step of {} requests could not run {}: {}", batch.size(),
+                 failures.size() == 1 ? "one of them" : std::to_string(failures.size()) + " of them",
+                 gpu::describe(failures));
+}
+
 void run_step(self_ptr self, std::vector<gpu::step_entry> batch) {
   auto& st = self->state;
   const auto started = monotonic_seconds();
@@ -421,10 +452,15 @@ void run_step(self_ptr self, std::vector<gpu::step_entry> batch) {
           m.wall_seconds = now - started;
           self->send(st.metrics, m);
         }
+        log_failures(batch, r);
         apply(self, st.core->on_step_done(batch, r.tokens, now));
         pump(self);
       },
-      [self, batch](const caf::error&) {
+      [self, batch](const caf::error& e) {
+        std::vector<gpu::step_failure> lost;
+        for (const auto& entry : batch)
+          lost.push_back({entry.request_id, "the executor did not answer the step: " + self->system().render(e)});
+        spdlog::error("scheduler: a step of {} requests failed: {}", batch.size(), gpu::describe(lost));
         apply(self, self->state.core->on_step_failed(batch, monotonic_seconds()));
         pump(self);
       });

@@ -44,48 +44,66 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     s.hidden = e.hidden;
     if (e.adapter_id != 0) {
       auto a = device_.find(e.adapter_id);
-      if (a == device_.end())
+      if (a == device_.end()) {
+        out.failures.push_back({e.request_id, "adapter " + std::to_string(e.adapter_id) + " is not on the device"});
         continue; // stays -1: the request ends with an error
+      }
       held.push_back(a->second);
       s.adapter = a->second.get();
+    }
+    // One entry the model would refuse ends only its own request.
+    if (auto why = model_->refusal(s); !why.empty()) {
+      out.failures.push_back({e.request_id, std::move(why)});
+      continue;
     }
     seqs.push_back(s);
     index.push_back(i);
   }
   lock.unlock();
   const auto vocab = static_cast<std::size_t>(model_->config().vocab_size);
+  const auto layers = model_->config().num_layers;
   // Entries whose cache is still streaming in: each layer waits for its own.
+  // A rejected entry's stream, and every stream of a step that runs no
+  // layer, is waited for whole: its request's pages are freed on the answer.
   std::vector<std::uint64_t> streams;
   for (const auto& e : batch)
     if (e.stream != 0)
       streams.push_back(e.stream);
-  std::vector<std::uint64_t> failed;
+  auto wait_for = [&](std::unique_lock<std::mutex>& guard, std::uint64_t id, std::size_t layers_in) {
+    streams_cv_.wait(guard, [&] {
+      const auto& s = streams_[id];
+      return s.failed || s.layers_in >= layers_in;
+    });
+  };
   auto before_layer = [&](std::size_t layer) {
     std::unique_lock guard{streams_mtx_};
     for (auto id : streams)
-      streams_cv_.wait(guard, [&] {
-        const auto& s = streams_[id];
-        return s.failed || s.layers_in > layer;
-      });
+      wait_for(guard, id, layer + 1);
   };
-  auto logits = streams.empty() ? model_->forward(seqs) : model_->forward(seqs, before_layer);
+  std::vector<float> logits;
+  if (!seqs.empty())
+    logits = streams.empty() ? model_->forward(seqs) : model_->forward(seqs, before_layer);
+  lost_streams lost; // streams whose cache never fully came
   if (!streams.empty()) {
-    std::lock_guard guard{streams_mtx_};
+    std::unique_lock guard{streams_mtx_};
     for (auto id : streams) {
-      if (streams_[id].failed)
-        failed.push_back(id);
+      wait_for(guard, id, layers);
+      if (const auto& s = streams_[id]; s.failed)
+        lost.emplace_back(id, s.error);
       streams_.erase(id); // used: the step has all of it (or knows it failed)
     }
   }
-  if (logits.size() == seqs.size() * vocab) {
-    for (std::size_t k = 0; k < seqs.size(); ++k) {
-      const auto& e = batch[index[k]];
-      if (e.stream != 0 && std::find(failed.begin(), failed.end(), e.stream) != failed.end())
-        continue; // its cache never fully came: stays -1
-      const std::span<const float> row{logits.data() + k * vocab, vocab};
-      out.tokens[index[k]] = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed,
-                                          e.output_index);
+  const bool ran = logits.size() == seqs.size() * vocab;
+  for (std::size_t k = 0; k < seqs.size(); ++k) {
+    const auto& e = batch[index[k]];
+    if (!ran) {
+      out.failures.push_back({e.request_id, "the cpu model refused the batch"});
+      continue;
     }
+    if (fail_if_stream_lost(out, e, lost))
+      continue;
+    const std::span<const float> row{logits.data() + k * vocab, vocab};
+    out.tokens[index[k]] = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
   }
   out.device_seconds =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -184,6 +202,7 @@ gpu::swap_result cpu_backend::stream_in(std::uint64_t stream, std::span<const st
       auto& s = streams_[stream];
       s.layers_in = layers;
       s.failed = failed;
+      s.error = r.error;
     }
     streams_cv_.notify_all();
   };

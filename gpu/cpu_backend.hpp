@@ -33,7 +33,9 @@ public:
        std::uint64_t host_adapter_bytes = 0);
 
   /// Runs the batch; an entry the model cannot run (bad token id, missing
-  /// pages, unknown adapter) gets token -1, which ends that request only.
+  /// pages, unknown adapter, its cache stream failed) gets token -1 and a
+  /// failure naming why, which ends that request only. Returns once every
+  /// stream the batch names has landed or failed.
   step_result run_step(std::span<const step_entry> batch) override;
   /// A host-to-host copy at 10 GB/s (the device is host memory here).
   double transfer_seconds(std::uint64_t bytes) const override;
@@ -95,6 +97,7 @@ private:
   struct stream_state {
     std::size_t layers_in = 0;
     bool failed = false;
+    std::string error; ///< stream_in's, once failed
   };
   mutable std::mutex streams_mtx_;
   std::condition_variable streams_cv_;

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <limits>
 #include <numbers>
+#include <string>
 
 namespace troupe::gpu {
 
@@ -132,6 +133,7 @@ struct cpu_model::impl {
   std::vector<float> hk, hv, hh;
   void recompute_kv(const cpu_sequence& seq, size_t layer);
 
+  std::string refusal(const cpu_sequence& s) const;
   bool batch_ok(std::span<const cpu_sequence> batch) const;
   void add_lora(std::span<const cpu_sequence> batch, size_t layer, lora_target t, const float* in,
                 float* out);
@@ -140,29 +142,32 @@ struct cpu_model::impl {
                              const std::function<void(std::size_t)>& before_layer);
 };
 
-bool cpu_model::impl::batch_ok(std::span<const cpu_sequence> batch) const {
+std::string cpu_model::impl::refusal(const cpu_sequence& s) const {
   if (!ok)
-    return false;
-  for (const auto& s : batch) {
-    if (s.tokens.empty())
-      return false;
-    for (auto t : s.tokens)
-      if (t < 0 || static_cast<std::uint64_t>(t) >= c.vocab_size)
-        return false;
-    if (s.hidden && !hidden_saves())
-      return false;
-    const std::uint64_t per = tokens_per_page(s);
-    const std::uint64_t need = std::uint64_t{s.start_pos} + s.tokens.size();
-    const std::uint64_t pages_needed = (need + per - 1) / per;
-    if (s.pages.size() < pages_needed)
-      return false;
-    for (size_t i = 0; i < pages_needed; ++i)
-      if (s.pages[i] >= num_pages)
-        return false;
-    if (s.adapter != nullptr && !adapter_ok(*s.adapter, c))
-      return false;
-  }
-  return true;
+    return "the model's weights do not match its config";
+  if (s.tokens.empty())
+    return "no new tokens";
+  for (auto t : s.tokens)
+    if (t < 0 || static_cast<std::uint64_t>(t) >= c.vocab_size)
+      return "token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(c.vocab_size);
+  if (s.hidden && !hidden_saves())
+    return "a hidden cache, which this model's KV heads make no smaller than K and V";
+  const std::uint64_t per = tokens_per_page(s);
+  const std::uint64_t need = std::uint64_t{s.start_pos} + s.tokens.size();
+  const std::uint64_t pages_needed = (need + per - 1) / per;
+  if (s.pages.size() < pages_needed)
+    return std::to_string(s.pages.size()) + " cache pages for " + std::to_string(need) + " tokens, which need "
+           + std::to_string(pages_needed);
+  for (size_t i = 0; i < pages_needed; ++i)
+    if (s.pages[i] >= num_pages)
+      return "cache page " + std::to_string(s.pages[i]) + " is outside the pool of " + std::to_string(num_pages);
+  if (s.adapter != nullptr && !adapter_ok(*s.adapter, c))
+    return "an adapter whose matrices do not fit the model";
+  return {};
+}
+
+bool cpu_model::impl::batch_ok(std::span<const cpu_sequence> batch) const {
+  return std::all_of(batch.begin(), batch.end(), [&](const cpu_sequence& s) { return refusal(s).empty(); });
 }
 
 // out[rows of s] += scale * (in[rows of s] A^T) B^T for each sequence whose adapter targets t.
@@ -417,6 +422,10 @@ cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32
   m.dims = projection_dims(m.c);
   m.inv_freq = rope_inv_freq(m.c);
   m.kv.assign(num_pages * m.c.num_layers * 2 * page_tokens * m.kvd(), 0.0f);
+}
+
+std::string cpu_model::refusal(const cpu_sequence& seq) const {
+  return impl_->refusal(seq);
 }
 
 std::vector<float> cpu_model::forward(std::span<const cpu_sequence> batch) {

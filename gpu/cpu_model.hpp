@@ -14,6 +14,7 @@
 #include <memory>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace troupe::gpu {
@@ -43,6 +44,8 @@ public:
   /// adapter whose matrices do not fit the model, or weights whose sizes do
   /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
+  /// Why forward() would refuse a batch holding `seq` ("" if it would not).
+  std::string refusal(const cpu_sequence& seq) const;
   /// As above, calling `before_layer(l)` before layer l reads or writes
   /// any cache (layer-wise streaming waits there for layer l's pages).
   std::vector<float> forward(std::span<const cpu_sequence> batch,

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace troupe::gpu {
@@ -41,11 +44,33 @@ struct step_entry {
   std::uint64_t stream = 0;
 };
 
+/// An entry a backend could not run (its token is -1), and why.
+struct step_failure {
+  std::uint64_t request_id = 0;
+  std::string reason;
+};
+
 /// What a backend returns for a step: one sampled token per entry, in entry
-/// order, and the device time the step took (measured or predicted).
+/// order, and the device time the step took (measured or predicted). Every
+/// entry whose token is -1 has a failure naming the reason, for the log;
+/// its request ends with an error.
 struct step_result {
   std::vector<std::int32_t> tokens;
   double device_seconds = 0.0;
+  std::vector<step_failure> failures;
 };
+
+/// Streams (executor_backend::stream_in) that failed under a step, each
+/// with stream_in's error.
+using lost_streams = std::vector<std::pair<std::uint64_t, std::string>>;
+
+/// If entry `e` reads a stream in `lost`, records its failure in `out` and
+/// returns true (its token stays -1).
+bool fail_if_stream_lost(step_result& out, const step_entry& e, const lost_streams& lost);
+
+/// One line for the log: the failures grouped by reason in order of first
+/// appearance, each naming its requests ("requests 3, 9: reason; request
+/// 4: other reason"); at most `max_ids` ids per reason, then how many more.
+std::string describe(std::span<const step_failure> failures, std::size_t max_ids = 8);
 
 } // namespace troupe::gpu

@@ -97,8 +97,13 @@ typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_failure& x) {
+  return f(caf::meta::type_name("step_failure"), x.request_id, x.reason);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.tokens, x.device_seconds);
+  return f(caf::meta::type_name("step_result"), x.tokens, x.device_seconds, x.failures);
 }
 
 } // namespace troupe::gpu

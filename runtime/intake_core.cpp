@@ -332,7 +332,8 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
                                     + "\" could not be loaded (its files are missing or corrupt; the server log names the file)"));
       else if (static_cast<finish_reason>(f.reason) == finish_reason::error)
         out.push_back(error_frame(p.peer, p.client_id, wire::error_code::internal,
-                                  "the server could not complete this request (its adapter could not be loaded or a step failed); see the server log"));
+                                  "the server could not complete this request (its adapter could not be loaded or a step failed); "
+                                  "the server log says why under request " + std::to_string(f.request_id)));
       else
         out.push_back({p.peer, wire::to_json(d)});
     }

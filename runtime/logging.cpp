@@ -18,6 +18,9 @@ std::optional<std::string> configure_logging(const logging_options& opts) {
     else
       logger = spdlog::basic_logger_mt("troupe", opts.file);
     logger->set_level(level);
+    // Warnings name what failed and why (a client's error reply points
+    // here): on disk at once, not when a buffer fills or the process ends.
+    logger->flush_on(spdlog::level::warn);
     spdlog::set_default_logger(logger);
   } catch (const spdlog::spdlog_ex& e) {
     return std::string{"logging.file: "} + e.what();

@@ -26,6 +26,7 @@ struct cuda_backend::layer_stream {
   std::vector<cudaEvent_t> events;
   std::uint32_t recorded = 0;
   bool failed = false;
+  std::string error; ///< stream_in's, once failed
 
   layer_stream() = default;
   layer_stream(const layer_stream&) = delete;
@@ -244,13 +245,16 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
   // lookup: a stream_in that has not started yet must find this state.
   std::vector<std::pair<std::uint64_t, std::shared_ptr<layer_stream>>> streams;
   std::vector<std::pair<std::uint64_t, std::shared_ptr<layer_stream>>> unread;
-  for (const auto& [i, why] : plan.rejected)
+  for (const auto& [i, why] : plan.rejected) {
+    out.failures.push_back({batch[i].request_id, why});
     if (const auto id = batch[i].stream; id != 0)
       unread.emplace_back(id, stream_state(id));
+  }
   for (auto i : plan.order)
     if (const auto id = batch[i].stream; id != 0)
       streams.emplace_back(id, stream_state(id));
   std::vector<std::int32_t> tokens(plan.seqs(), -1);
+  std::string step_error; // the CUDA error that failed the whole step
   if (plan.seqs() > 0) {
     try {
       bind();
@@ -281,10 +285,7 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
       out.device_seconds = static_cast<double>(ms) * 1e-3;
       std::copy_n(tokens_.data(), plan.seqs(), tokens.begin());
     } catch (const std::exception& e) {
-      {
-        std::lock_guard guard{error_mtx_};
-        last_error_ = e.what();
-      }
+      step_error = e.what();
       tokens.assign(plan.seqs(), -1);
       // The launches before the error still run, and the streams past the
       // layer it stopped at still copy: both end before the pages are freed.
@@ -295,12 +296,12 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
   }
   for (const auto& [id, s] : unread)
     settle(*s);
-  std::vector<std::uint64_t> lost; // streams whose cache never fully came
+  lost_streams lost; // streams whose cache never fully came
   {
     std::lock_guard guard{streams_mtx_};
     for (auto& [id, s] : streams) {
       if (s->failed)
-        lost.push_back(id);
+        lost.emplace_back(id, s->error);
       streams_.erase(id); // used: the step has all of it (or knows it failed)
     }
     for (const auto& [id, s] : unread)
@@ -308,8 +309,13 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
   }
   for (std::uint32_t k = 0; k < plan.seqs(); ++k) {
     const auto& e = batch[plan.order[k]];
-    const bool failed = e.stream != 0 && std::find(lost.begin(), lost.end(), e.stream) != lost.end();
-    out.tokens[plan.order[k]] = failed ? -1 : tokens[k];
+    if (!step_error.empty()) {
+      out.failures.push_back({e.request_id, "the step failed on the GPU: " + step_error});
+      continue;
+    }
+    if (fail_if_stream_lost(out, e, lost))
+      continue;
+    out.tokens[plan.order[k]] = tokens[k];
   }
   return out;
 }
@@ -491,6 +497,7 @@ swap_result cuda_backend::stream_in(std::uint64_t stream, std::span<const std::u
     {
       std::lock_guard guard{streams_mtx_};
       s->failed = true;
+      s->error = why;
     }
     streams_cv_.notify_all();
     r.error = std::move(why);
@@ -560,11 +567,6 @@ std::size_t cuda_backend::host_adapters() const {
 std::size_t cuda_backend::streams() const {
   std::lock_guard guard{streams_mtx_};
   return streams_.size();
-}
-
-std::string cuda_backend::last_error() const {
-  std::lock_guard guard{error_mtx_};
-  return last_error_;
 }
 
 } // namespace troupe::gpu::cuda

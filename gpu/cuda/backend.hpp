@@ -75,7 +75,8 @@ public:
   /// returns when the tokens are on the host. An entry the planner rejects
   /// (bad token, too few pages, adapter not resident, hidden cache) or whose
   /// stream failed gets -1; a CUDA error (or a launcher's refusal) fails the
-  /// whole step and is kept in last_error(). device_seconds is the step's GPU time.
+  /// whole step. Each -1 has a failure naming why. device_seconds is the
+  /// step's GPU time.
   /// Whatever the outcome, it returns only once nothing of the step and no
   /// copy of a stream it names (a rejected entry's too) is still running:
   /// the runtime frees the entries' pages on the answer.
@@ -123,8 +124,6 @@ public:
   std::size_t host_adapters() const;
   /// Streams known: in flight, or landed and not yet used by a step.
   std::size_t streams() const;
-  /// The CUDA error that failed the last failed step ("" if none has).
-  std::string last_error() const;
 
 private:
   struct host_adapter;
@@ -168,8 +167,6 @@ private:
   mutable std::condition_variable streams_cv_;
   mutable std::unordered_map<std::uint64_t, std::shared_ptr<layer_stream>> streams_;
 
-  mutable std::mutex error_mtx_;
-  std::string last_error_;
 };
 
 } // namespace troupe::gpu::cuda

@@ -2,7 +2,8 @@
 // adapters load lazily through the copy engine; load_adapter / unload_adapter
 // at run time; unloading an adapter in use is refused; a request for an
 // unloaded adapter gets unknown_adapter; a corrupt adapter file fails only
-// the requests for that adapter while the others are served.
+// the requests for that adapter while the others are served, and the server
+// log names the file.
 #include "tests/support/deployment_fixture.hpp"
 #include "tests/support/temp_model.hpp"
 
@@ -10,6 +11,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 #include <unistd.h>
 
@@ -38,7 +41,8 @@ protected:
     fs::copy(demo_adapters / "lora-2", dir_ / "spare");
     std::ofstream cfg{dir_ / "deploy.toml"};
     cfg << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-        << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+        << "[logging]\nlevel = \"warn\"\nfile = \"" << (dir_ / "server.log").string() << "\"\n"
+        << "[caf]\nscheduler_threads = 2\n"
         << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n"
         << "[scheduler]\nmax_running = 8\ntoken_budget = 1024\n[metrics]\nlog_interval_s = 0.0\n"
         << "[[adapters]]\nname = \"good\"\npath = \"" << (demo_adapters / "lora-0").string() << "\"\n"
@@ -93,6 +97,12 @@ TEST_F(adapters_e2e, corrupt_adapter_fails_only_its_requests) {
   EXPECT_GE(stats["copy_demand_load_transfers"] + stats["copy_prefetch_transfers"], 1.0);
   EXPECT_EQ(stats["pool_empty_releases"], 0.0) << "no page released twice";
   d->stop();
+  // The reply says the server log names the file: it does.
+  std::ifstream in{dir_ / "server.log"};
+  const std::string log{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  EXPECT_NE(log.find("loading adapter"), std::string::npos) << log;
+  EXPECT_NE(log.find((dir_ / "broken").string()), std::string::npos) << log;
+  EXPECT_NE(log.find("adapter_model.safetensors"), std::string::npos) << log;
 }
 
 TEST_F(adapters_e2e, load_use_unload_at_run_time) {

@@ -2,7 +2,8 @@
 // adapter is unusable until load_adapter(); the first load reads the files
 // (disk), a reload after drop_adapter() comes from the host tier and decodes
 // the same tokens; a bounded host tier re-reads evicted adapters; a corrupt
-// file fails only that adapter, naming the file.
+// file fails only that adapter, naming the file; entries the model cannot
+// run fail alone, each named with why.
 #include "gpu/cpu_backend.hpp"
 #include "tests/support/temp_model.hpp"
 
@@ -110,6 +111,46 @@ TEST_F(cpu_backend_adapters, a_corrupt_file_fails_only_that_adapter) {
   EXPECT_GE(first_token(*b, 1), 0) << "the good adapter still serves";
   auto missing = b->load_adapter(3, dir_ + "/nowhere", 0, {});
   EXPECT_NE(missing.error.find("nowhere"), std::string::npos) << missing.error;
+}
+
+TEST_F(cpu_backend_adapters, entries_it_cannot_run_fail_alone_each_named_with_why) {
+  auto b = open();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0, {}).error.empty());
+  const auto alone = first_token(*b, 1);
+  ASSERT_GE(alone, 0);
+  auto make = [](std::uint64_t id, std::vector<std::int32_t> tokens, std::vector<std::uint32_t> pages,
+                 std::uint32_t adapter) {
+    step_entry e;
+    e.request_id = id;
+    e.adapter_id = adapter;
+    e.adapter_rank = adapter == 0 ? 0 : 4;
+    e.tokens = std::move(tokens);
+    e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
+    e.temperature = 0;
+    e.pages = std::move(pages);
+    return e;
+  };
+  std::vector<step_entry> batch{
+    make(10, {1, 5, 512}, {1}, 0),                 // a token outside the vocabulary of 512
+    make(11, std::vector<std::int32_t>(20, 7), {2}, 0), // 20 tokens in one page of 16
+    make(12, {1, 5, 9}, {3}, 2),                   // adapter 2 was never loaded
+    make(13, {1, 5, 9, 13, 17}, {0}, 1),           // runs
+    make(14, {1, 5, 9}, {64}, 0),                  // a page outside the pool of 64
+  };
+  const auto r = b->run_step(batch);
+  ASSERT_EQ(r.tokens.size(), batch.size());
+  EXPECT_EQ(r.tokens[3], alone) << "the good entry runs as it would alone";
+  for (std::size_t i : {0u, 1u, 2u, 4u})
+    EXPECT_EQ(r.tokens[i], -1) << "entry " << i;
+  ASSERT_EQ(r.failures.size(), 4u) << describe(r.failures);
+  const std::vector<std::pair<std::uint64_t, std::string>> want{
+    {10, "token 512"}, {11, "1 cache pages for 20 tokens"}, {12, "adapter 2"}, {14, "page 64"}};
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(r.failures[i].request_id, want[i].first);
+    EXPECT_NE(r.failures[i].reason.find(want[i].second), std::string::npos) << r.failures[i].reason;
+  }
+  EXPECT_EQ(first_token(*b, 1), alone) << "no failed entry touched the cache of another";
 }
 
 } // namespace

@@ -1,7 +1,8 @@
 // Layer-wise streaming on the cpu backend: a step over a cache that is still
 // coming in from host pages (stream_in on another thread) computes each layer
 // once that layer has landed, and gives the token a step over the cache in
-// place gives; a stream that fails ends only its own entry.
+// place gives; a stream that fails ends only its own entry, named with why;
+// a refused entry answers only once its stream has landed.
 #include "gpu/cpu_backend.hpp"
 #include "tests/support/temp_model.hpp"
 
@@ -72,14 +73,41 @@ TEST(cpu_stream, a_step_over_a_streaming_cache_gives_the_token_of_the_cache_in_p
   std::vector<step_entry> batch{streamed, other};
   batch[0].stream = 78;
   batch[0].pages = {40, 41, 42, 43};
-  std::vector<std::int32_t> tokens;
-  std::thread step2{[&] { tokens = b->run_step(batch).tokens; }};
+  step_result result;
+  std::thread step2{[&] { result = b->run_step(batch); }};
   const auto failed = b->stream_in(78, std::vector<std::uint32_t>{40, 41, 42}, std::vector<std::uint32_t>{10, 11, 12}, 0);
   step2.join();
   EXPECT_FALSE(failed.error.empty());
-  ASSERT_EQ(tokens.size(), 2u);
-  EXPECT_EQ(tokens[0], -1);
-  EXPECT_EQ(tokens[1], history_token);
+  ASSERT_EQ(result.tokens.size(), 2u);
+  EXPECT_EQ(result.tokens[0], -1);
+  EXPECT_EQ(result.tokens[1], history_token);
+  ASSERT_EQ(result.failures.size(), 1u) << describe(result.failures);
+  EXPECT_EQ(result.failures[0].request_id, 1u);
+  EXPECT_NE(result.failures[0].reason.find(failed.error), std::string::npos) << result.failures[0].reason;
+  // An entry the model refuses (a token outside the vocabulary) answers only
+  // once its stream has landed: the runtime frees its pages on the answer.
+  ASSERT_TRUE(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{30, 31, 32},
+                            std::vector<std::uint32_t>{20, 21, 22}, 0).error.empty());
+  const auto host = b->read_pages(true, std::vector<std::uint32_t>{20, 21, 22}, 0);
+  ASSERT_TRUE(host.error.empty()) << host.error;
+  auto refused = entry({1 << 20}, 20, {44, 45, 46, 47});
+  refused.stream = 80;
+  swap_result copied;
+  std::thread copy{[&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    copied = b->stream_in(80, std::vector<std::uint32_t>{44, 45, 46}, std::vector<std::uint32_t>{20, 21, 22}, 0);
+  }};
+  const auto rejected = b->run_step(std::span{&refused, 1});
+  const auto landed = b->read_pages(false, std::vector<std::uint32_t>{44, 45, 46}, 0);
+  copy.join();
+  EXPECT_EQ(rejected.tokens, std::vector<std::int32_t>{-1});
+  ASSERT_EQ(rejected.failures.size(), 1u);
+  EXPECT_NE(rejected.failures[0].reason.find("vocabulary"), std::string::npos) << rejected.failures[0].reason;
+  EXPECT_TRUE(copied.error.empty()) << copied.error;
+  ASSERT_TRUE(landed.error.empty()) << landed.error;
+  EXPECT_TRUE(landed.data == host.data) << "the step answered before its stream's copy landed";
+  EXPECT_EQ(b->streams(), 0u);
+
   // A stream no step used is forgotten on request.
   ASSERT_TRUE(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0}, std::vector<std::uint32_t>{50}, 0)
                 .error.empty());

@@ -461,6 +461,8 @@ TEST_F(intake_core_test, finish_reasons_map_to_done_or_internal_error) {
       const auto e = as<wire::error_reply>(out[0]);
       EXPECT_EQ(e.code, error_code::internal);
       EXPECT_EQ(e.id, "r");
+      // The server log names the request by the server's id: so does the reply.
+      EXPECT_NE(e.message.find("request " + std::to_string(id)), std::string::npos) << e.message;
     } else {
       EXPECT_EQ(as<wire::done_reply>(out[0]).finish_reason, c.done_reason);
     }

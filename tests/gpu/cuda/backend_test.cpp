@@ -77,7 +77,7 @@ std::vector<std::int32_t> prompt(std::uint32_t n, std::int32_t salt) {
 
 std::int32_t one(cuda_backend& b, const step_entry& e) {
   const auto r = b.run_step(std::span{&e, 1});
-  EXPECT_EQ(b.last_error(), "");
+  EXPECT_TRUE(r.failures.empty()) << describe(r.failures);
   return r.tokens.at(0);
 }
 
@@ -190,14 +190,18 @@ TEST(cuda_backend, a_step_over_a_cache_still_streaming_in_waits_layer_by_layer_o
   auto other = entry(next_turn, 40, {0, 1, 2, 3});
   other.request_id = 2;
   std::vector<step_entry> batch{broken, other};
-  std::vector<std::int32_t> tokens;
-  std::thread step2{[&] { tokens = b->run_step(batch).tokens; }};
+  step_result result;
+  std::thread step2{[&] { result = b->run_step(batch); }};
   const auto failed = b->stream_in(78, std::vector<std::uint32_t>{30, 31, 32}, std::vector<std::uint32_t>{10, 11, 99}, 0);
   step2.join();
   EXPECT_NE(failed.error, "");
+  const auto& tokens = result.tokens;
   ASSERT_EQ(tokens.size(), 2u);
   EXPECT_EQ(tokens[0], -1);
   EXPECT_EQ(tokens[1], want);
+  ASSERT_EQ(result.failures.size(), 1u) << describe(result.failures);
+  EXPECT_EQ(result.failures[0].request_id, 1u);
+  EXPECT_NE(result.failures[0].reason.find(failed.error), std::string::npos) << result.failures[0].reason;
   EXPECT_EQ(b->streams(), 0u);
 }
 
@@ -223,10 +227,12 @@ TEST(cuda_backend, a_rejected_entry_answers_only_once_its_stream_has_landed) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     copied = b->stream_in(80, std::vector<std::uint32_t>{50, 51, 52}, std::vector<std::uint32_t>{10, 11, 12}, 0);
   }};
-  const auto tokens = b->run_step(std::span{&rejected, 1}).tokens;
+  const auto result = b->run_step(std::span{&rejected, 1});
   const auto landed = b->read_pages(false, std::vector<std::uint32_t>{50, 51, 52}, 0);
   copy.join();
-  EXPECT_EQ(tokens, std::vector<std::int32_t>{-1});
+  EXPECT_EQ(result.tokens, std::vector<std::int32_t>{-1});
+  ASSERT_EQ(result.failures.size(), 1u);
+  EXPECT_NE(result.failures[0].reason.find("vocabulary"), std::string::npos) << result.failures[0].reason;
   EXPECT_EQ(copied.error, "");
   ASSERT_EQ(landed.error, "");
   EXPECT_TRUE(landed.data == host.data) << "the step answered before its stream's copy landed";
@@ -334,11 +340,20 @@ TEST(cuda_backend, adapter_loads_are_refused_with_the_reason_and_others_keep_ser
   // Bad entries fail alone.
   std::vector<step_entry> batch{entry({static_cast<std::int32_t>(tiny.vocab)}, 0, {0}), entry(prompt(5, 5), 0, {1}),
                                 entry(prompt(5, 5), 0, {2}, 9, 8)};
-  const auto tokens = b->run_step(batch).tokens;
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    batch[i].request_id = 10 + i;
+  const auto result = b->run_step(batch);
+  const auto& tokens = result.tokens;
   ASSERT_EQ(tokens.size(), 3u);
   EXPECT_EQ(tokens[0], -1);
   EXPECT_GE(tokens[1], 0);
   EXPECT_EQ(tokens[2], -1);
+  // Each failed entry is named, with why.
+  ASSERT_EQ(result.failures.size(), 2u) << describe(result.failures);
+  EXPECT_EQ(result.failures[0].request_id, 10u);
+  EXPECT_NE(result.failures[0].reason.find("vocabulary"), std::string::npos) << result.failures[0].reason;
+  EXPECT_EQ(result.failures[1].request_id, 12u);
+  EXPECT_NE(result.failures[1].reason.find("adapter 9"), std::string::npos) << result.failures[1].reason;
 }
 
 TEST(cuda_backend, sampling_follows_each_requests_seed) {
