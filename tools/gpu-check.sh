@@ -6,7 +6,7 @@
 # benchmark is left out, which the JSON says).
 #
 #   tools/gpu-check.sh [--out DIR] [--gtest DIR] [--layers N] [--no-bench]
-#                      [--tests REGEX] [--sanitize GTEST_FILTER]
+#                      [--tests REGEX] [--sanitize GTEST_FILTER] [--budget S]
 #
 # --tests: run only the ctest tests matching REGEX (default: all).
 # --sanitize: also run cuda_kernel_test's cases matching the filter under
@@ -25,7 +25,12 @@
 # DIR/sanitizer.log (eight files at most: what a device call brings back).
 # Where tools/gpu-carry.sh --server carried the server: the default config
 # served on the cuda backend (tests/e2e/default_config.sh ... cuda).
-# Each step has its own time limit, so a hung kernel costs that step only.
+# Each step has its own time limit, so a hung kernel costs that step only,
+# and all of them fit --budget seconds (default 560: a device call runs at
+# most 600): a step is cut short at the budget, a step that would start
+# with too little of it left is skipped, and the JSON is written either way
+# (naming what was cut short or skipped, under "out_of_time") unless the
+# build itself failed, whose log says why.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
@@ -35,6 +40,7 @@ layers=32
 bench=1
 tests_regex=""
 sanitize=""
+budget=560
 while [ $# -gt 0 ]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
@@ -43,12 +49,34 @@ while [ $# -gt 0 ]; do
     --no-bench) bench=0; shift ;;
     --tests) tests_regex="$2"; shift 2 ;;
     --sanitize) sanitize="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$out"
 start=$SECONDS
 step() { echo "gpu-check: [$((SECONDS - start)) s] $*"; }
+# Seconds a step may take: its own limit, or what the budget has left after
+# 15 s kept for the summary; 0 when under 30 s are left (the step is skipped).
+out_of_time=()
+limit() {
+  local left=$((budget - (SECONDS - start) - 15))
+  if [ "$left" -lt 30 ]; then echo 0; elif [ "$left" -lt "$1" ]; then echo "$left"; else echo "$1"; fi
+}
+# Runs "$@" under `timeout $2`, named $1 in out_of_time if it ran out.
+timed() {
+  local name="$1" secs="$2"
+  shift 2
+  if [ "$secs" = 0 ]; then
+    out_of_time+=("$name (skipped)")
+    echo "gpu-check: no time left for $name" >&2
+    return 124
+  fi
+  local rc=0
+  timeout "$secs" "$@" || rc=$?
+  [ "$rc" = 124 ] && out_of_time+=("$name (cut at $secs s)")
+  return "$rc"
+}
 nvcc="${CUDACXX:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}"
 [ -x "$nvcc" ] || { echo "gpu-check: nvcc not found (set CUDACXX)" >&2; exit 2; }
 if [ -z "$gtest" ] && [ -d .gpu-carry/googletest ]; then
@@ -61,18 +89,28 @@ args=(-DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_COMPILER="$nvcc")
 [ -n "$gtest" ] && args+=(-DTROUPE_GTEST_SOURCE_DIR="$gtest")
 step "building gpu/cuda into build-gpu"
 if ! { cmake -S gpu/cuda -B build-gpu "${gen[@]}" "${args[@]}" &&
-       cmake --build build-gpu -j "$(nproc)"; } > "$out/build.log" 2>&1; then
+       timed build "$(limit 480)" cmake --build build-gpu -j "$(nproc)"; } > "$out/build.log" 2>&1; then
   tail -40 "$out/build.log"
-  echo "gpu-check: the build failed (see $out/build.log)" >&2
+  if [ ${#out_of_time[@]} -gt 0 ]; then
+    echo "gpu-check: the build ran out of --budget's time: ${out_of_time[*]}" >&2
+  else
+    echo "gpu-check: the build failed (see $out/build.log)" >&2
+  fi
   exit 1
 fi
 
 step "running the tests"
+# ctest stops starting tests 10 s before the step's limit and still writes
+# its JUnit file; the limit itself is for a test that hangs past that.
+tests_secs=$(limit 100000)
 ctest_args=(--output-on-failure --timeout 240 --output-junit "$out/tests.xml")
+[ "$tests_secs" -gt 20 ] && ctest_args+=(--stop-time "$(date -d "+$((tests_secs - 10)) seconds" +%H:%M:%S)")
 [ -n "$tests_regex" ] && ctest_args+=(-R "$tests_regex")
 set +e
-(cd build-gpu && ctest "${ctest_args[@]}") > "$out/tests.log" 2>&1
+cd build-gpu
+timed tests "$tests_secs" ctest "${ctest_args[@]}" > "$out/tests.log" 2>&1
 tests_rc=$?
+cd "$root"
 set -e
 # The failed tests, then ctest's summary (their output is in tests.log).
 grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(Failed|Timeout|Exception|SEGFAULT)" "$out/tests.log" | head -40 || true
@@ -88,7 +126,7 @@ if [ -n "$sanitize" ]; then
     for tool in memcheck racecheck synccheck; do
       echo "== $tool" >> "$out/sanitizer.log"
       set +e
-      timeout 240 "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
+      timed "sanitizer $tool" "$(limit 240)" "$sanitizer" --tool "$tool" --error-exitcode 99 --print-limit 20 \
         build-gpu/tests/cuda_kernel_test --gtest_filter="$sanitize" --gtest_brief=1 \
         >> "$out/sanitizer.log" 2>&1
       rc=$?
@@ -106,7 +144,7 @@ bench_rc=0
 if [ "$bench" = 1 ]; then
   step "running the benchmark"
   set +e
-  timeout 300 build-gpu/bin/troupe-gpu-bench --layers "$layers" --json "$out/bench.json"
+  timed bench "$(limit 300)" build-gpu/bin/troupe-gpu-bench --layers "$layers" --json "$out/bench.json"
   bench_rc=$?
   set -e
 fi
@@ -116,14 +154,15 @@ peft_rc=-1
 if python3 -c "import torch, transformers, peft" 2> /dev/null && [ "$bench" = 1 ]; then
   step "the same multi-adapter decode batch on transformers + PEFT"
   set +e
-  PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu/peft_bench.py --layers "$layers" --out "$out/peft_bench.json"
+  timed peft_bench "$(limit 300)" env PYTHONUNBUFFERED=1 python3 tools/gpu/peft_bench.py --layers "$layers" \
+    --out "$out/peft_bench.json"
   peft_rc=$?
   set -e
 fi
 if [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transformers, peft" 2> /dev/null; then
   step "parity with transformers + PEFT"
   set +e
-  PYTHONUNBUFFERED=1 timeout 300 python3 tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work build-gpu/hf \
+  timed hf_parity "$(limit 300)" env PYTHONUNBUFFERED=1 python3 tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work build-gpu/hf \
     --out "$out/hf_parity.json"
   hf_rc=$?
   set -e
@@ -136,20 +175,23 @@ if [ -x .gpu-carry/server/bin/troupe-serve ]; then
   step "serving the default config on the cuda backend (tests/e2e/default_config.sh)"
   set +e
   cuda_lib="$(cd "$(dirname "$nvcc")/.." && pwd)/lib64"
-  LD_LIBRARY_PATH="$root/.gpu-carry/server/lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    timeout 300 tests/e2e/default_config.sh "$root/.gpu-carry/server/bin" cuda
+  timed serve_cuda "$(limit 300)" \
+    env LD_LIBRARY_PATH="$root/.gpu-carry/server/lib:$cuda_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    tests/e2e/default_config.sh "$root/.gpu-carry/server/bin" cuda
   serve_rc=$?
   set -e
   [ "$serve_rc" = 77 ] && serve_rc=-1 # skipped: no CUDA device visible
 fi
 
 step "done"
-python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" "$peft_rc" "$sanitize_rc" "$serve_rc" "$nvcc" <<'PY'
+python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" "$peft_rc" "$sanitize_rc" "$serve_rc" "$nvcc" \
+  ${out_of_time[@]+"${out_of_time[@]}"} <<'PY'
 import json, os, subprocess, sys, xml.etree.ElementTree as ET
 out = sys.argv[1]
 tests_rc, bench_rc, hf_rc, peft_rc, sanitize_rc, serve_rc = (int(x) for x in sys.argv[2:8])
 res = {"tests_exit": tests_rc, "bench_exit": bench_rc, "hf_parity_exit": hf_rc,
-       "peft_bench_exit": peft_rc, "sanitizer_exit": sanitize_rc, "serve_cuda_exit": serve_rc}
+       "peft_bench_exit": peft_rc, "sanitizer_exit": sanitize_rc, "serve_cuda_exit": serve_rc,
+       "out_of_time": sys.argv[9:]}
 def command(*argv):
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout.strip()

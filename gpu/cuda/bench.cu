@@ -3,7 +3,8 @@
 //  - HBM bandwidth (device-to-device copy) and dense fp16 cuBLAS GEMM rate;
 //  - decode at batch 1 against weight bytes / bandwidth;
 //  - decode at batch 64 with 64 distinct rank-16 adapters on q, k, v, o
-//    against the same batch without adapters;
+//    against the same batch without adapters, at 128 and 512 tokens of
+//    context;
 //  - prefill of 8 prompts of 1,024 tokens against the GEMM rate;
 //  - the same steps' linear layers alone (what the other kernels add);
 //  - a CUDA-event timeline of an adapter load on a copy stream while a
@@ -152,7 +153,9 @@ int run(const options& o) {
   const auto cfg = llama2_7b(o.layers);
   const kv_layout kv{.num_layers = cfg.layers, .num_kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim,
                      .page_tokens = 16};
-  const std::uint64_t pool_pages = 1600;
+  // Enough for 64 sequences of 512 tokens (2,112 pages at 16 tokens) beside
+  // the 64 adapters: 21 GB at 32 layers.
+  const std::uint64_t pool_pages = 2600;
   cuda_model m{cfg, kv, pool_pages, s};
   m.randomize(7, 0.02f);
   TROUPE_CUDA_CHECK(cudaMemsetAsync(m.pool(), 0, pool_pages * m.page_bytes(), s));
@@ -229,20 +232,30 @@ int run(const options& o) {
      << "  \"decode_b1_over_bound\": " << decode1 / bound_ms << ",\n"
      << "  \"decode_b1_weight_bound_ms\": " << weight_bound_ms << ",\n"
      << "  \"decode_b1_over_weight_bound\": " << decode1 / weight_bound_ms << ",\n";
-  alloc.next = mark;
-  const auto b64 = batch(alloc, 64, 128, 1, pt, false, 0);
-  const double decode64 = step_ms(b64);
-  alloc.next = mark;
-  const auto lora_batch = batch(alloc, 64, 128, 1, pt, true, rank);
-  const double decode64_lora = step_ms(lora_batch);
-  // The ratio the bytes alone allow: adapters add reads a step cannot skip.
-  const double floor_ratio = step_bytes(lora_batch) / step_bytes(b64);
-  js << "  \"decode_b64_ms\": " << decode64 << ",\n"
-     << "  \"decode_b64_bound_ms\": " << step_bytes(b64) / bandwidth * 1e3 << ",\n"
-     << "  \"decode_b64_lora_r16_ms\": " << decode64_lora << ",\n"
-     << "  \"decode_b64_lora_bound_ms\": " << step_bytes(lora_batch) / bandwidth * 1e3 << ",\n"
-     << "  \"decode_b64_lora_over_base\": " << decode64_lora / decode64 << ",\n"
-     << "  \"decode_b64_lora_bytes_over_base\": " << floor_ratio << ",\n";
+  // Decode at batch 64 without adapters and with 64 distinct ones, at
+  // `context` tokens, under keys starting with `key`; beside the ratio the
+  // bytes alone allow (adapters add reads a step cannot skip). Returns the
+  // batch with adapters.
+  const auto adapters_cost = [&](std::uint32_t context, const std::string& key) {
+    alloc.next = mark;
+    const auto base = batch(alloc, 64, context, 1, pt, false, 0);
+    const double base_ms = step_ms(base);
+    alloc.next = mark;
+    auto with = batch(alloc, 64, context, 1, pt, true, rank);
+    const double with_ms = step_ms(with);
+    js << "  \"" << key << "_ms\": " << base_ms << ",\n"
+       << "  \"" << key << "_bound_ms\": " << step_bytes(base) / bandwidth * 1e3 << ",\n"
+       << "  \"" << key << "_lora_r16_ms\": " << with_ms << ",\n"
+       << "  \"" << key << "_lora_bound_ms\": " << step_bytes(with) / bandwidth * 1e3 << ",\n"
+       << "  \"" << key << "_lora_over_base\": " << with_ms / base_ms << ",\n"
+       << "  \"" << key << "_lora_bytes_over_base\": " << step_bytes(with) / step_bytes(base) << ",\n";
+    return with;
+  };
+  const auto lora_batch = adapters_cost(128, "decode_b64");
+  // Again at 512 tokens, the upper end of S-LoRA's synthetic workloads
+  // (prompts and outputs of 8 to 512 tokens): the cache grows and the
+  // adapters' share of the bytes shrinks.
+  adapters_cost(512, "decode_b64_c512");
   alloc.next = mark;
   const double prefill = step_ms(batch(alloc, 8, 0, 1024, pt, false, 0));
   const double tokens = 8.0 * 1024;
