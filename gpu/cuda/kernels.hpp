@@ -11,6 +11,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <span>
 
 namespace troupe::gpu::cuda {
 
@@ -117,6 +118,26 @@ void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std:
 void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
                  lora_proj proj, const float* tmp, const void* pool, bool gathered, void* y,
                  cudaStream_t stream);
+
+/// Projections one launch of the two below serves.
+inline constexpr unsigned lora_max_fused = 3;
+
+/// The shrink of up to lora_max_fused projections of one layer that read
+/// the same x (q, k and v) in one launch: projection i's tmp is [rows,
+/// plan.max_rank] at tmp + i * rows * plan.max_rank. Each result is the
+/// one-projection launcher's, bit for bit. Projections whose in_dim differ
+/// throw std::invalid_argument.
+void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                 std::span<const lora_proj> projs, const void* x, const void* pool, bool gathered,
+                 float* tmp, cudaStream_t stream);
+
+/// The expand of up to lora_max_fused projections of one layer in one
+/// launch: projection i's tmp as the shrink above left it, its output
+/// ys[i] ([rows, out_dim(projs[i])]). Bit for bit the one-projection
+/// launcher's.
+void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                 std::span<const lora_proj> projs, const float* tmp, const void* pool, bool gathered,
+                 std::span<void* const> ys, cudaStream_t stream);
 
 // -- sampling ------------------------------------------------------------------
 

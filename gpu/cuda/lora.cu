@@ -7,7 +7,9 @@
 #include "gpu/cuda/lora_segmented.cuh"
 #include "gpu/cuda/lora_pack.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -38,7 +40,6 @@ weight_rows rows_of(const device_plan& plan, const lora_layout& lora, std::uint3
   return w;
 }
 
-
 // 16-byte loads need every row start, in the activations and in the pool,
 // on a 16-byte boundary.
 bool vectorizable(std::uint32_t dim, const weight_rows& w, const void* act, const void* pool) {
@@ -48,61 +49,60 @@ bool vectorizable(std::uint32_t dim, const weight_rows& w, const void* act, cons
 
 unsigned blocks(std::uint64_t n, std::uint64_t per) { return static_cast<unsigned>((n + per - 1) / per); }
 
+/// The projections of one launch: their rows, and how many.
+struct launch_set {
+  weight_rows_set ws{};
+  unsigned n = 0;
+};
+
+/// Checks 1 to max_fused projections and finds their rows (side 0: A, 1: B^T).
+launch_set rows_of(const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                   std::span<const lora_proj> projs, std::uint32_t side, const char* who) {
+  if (projs.empty() || projs.size() > max_fused)
+    throw std::invalid_argument(std::string(who) + ": " + std::to_string(projs.size()) +
+                                " projections in one launch (1 to " + std::to_string(max_fused) + ")");
+  launch_set set;
+  for (const auto p : projs)
+    set.ws.w[set.n++] = rows_of(plan, lora, layer, p, side, who);
+  return set;
+}
+
 template <class T, unsigned Vec>
-void shrink_launch(const device_plan& plan, const weight_rows& w, std::uint32_t in_dim,
+void shrink_launch(const device_plan& plan, const launch_set& set, std::uint32_t in_dim,
                    const void* x, const void* pool, bool gathered, float* tmp,
                    cudaStream_t stream) {
   const T* xt = static_cast<const T*>(x);
   const T* pt = static_cast<const T*>(pool);
+  const std::uint64_t step = std::uint64_t{plan.rows} * plan.max_rank;
   if (gathered) {
-    const dim3 grid(plan.rows, blocks(plan.max_rank, gathered_warps));
+    const dim3 grid(plan.rows, blocks(plan.max_rank, gathered_warps), set.n);
     shrink_gathered<T, Vec><<<grid, dim3(32, gathered_warps), 0, stream>>>(
-      xt, pt, w, plan.row_lora, in_dim, plan.max_rank, tmp);
+      xt, pt, set.ws, plan.row_lora, in_dim, plan.max_rank, step, tmp);
   } else {
     const dim3 grid(blocks(plan.rows, shrink_tm) + plan.num_segments,
-                    blocks(plan.max_rank, shrink_tj));
+                    blocks(plan.max_rank, shrink_tj), set.n);
     shrink_segmented<T, Vec><<<grid, segmented_threads, 0, stream>>>(
-      xt, pt, w, plan.segments, plan.num_segments, in_dim, plan.max_rank, tmp);
+      xt, pt, set.ws, plan.segments, plan.num_segments, in_dim, plan.max_rank, step, tmp);
   }
 }
 
 template <class T, unsigned Vec>
-void expand_launch(const device_plan& plan, const weight_rows& w, std::uint32_t out_dim,
-                   const float* tmp, const void* pool, bool gathered, void* y,
+void expand_launch(const device_plan& plan, const launch_set& set, const output_set<T>& ys,
+                   std::uint32_t widest, const float* tmp, const void* pool, bool gathered,
                    cudaStream_t stream) {
-  T* yt = static_cast<T*>(y);
   const T* pt = static_cast<const T*>(pool);
+  const std::uint64_t step = std::uint64_t{plan.rows} * plan.max_rank;
   if (gathered) {
-    const dim3 grid(plan.rows, blocks(out_dim, expand_threads * Vec));
+    const dim3 grid(plan.rows, blocks(widest, expand_threads * Vec), set.n);
     const std::size_t smem = std::size_t{plan.max_rank} * (sizeof(const T*) + sizeof(float));
     expand_gathered<T, Vec><<<grid, expand_threads, smem, stream>>>(
-      tmp, pt, w, plan.row_lora, out_dim, plan.max_rank, yt);
+      tmp, pt, set.ws, plan.row_lora, plan.max_rank, step, ys);
   } else {
-    const dim3 grid(blocks(plan.rows, expand_tm) + plan.num_segments,
-                    blocks(out_dim, expand_tn));
+    const dim3 grid(blocks(plan.rows, expand_tm) + plan.num_segments, blocks(widest, expand_tn),
+                    set.n);
     expand_segmented<T, Vec><<<grid, segmented_threads, 0, stream>>>(
-      tmp, pt, w, plan.segments, plan.num_segments, out_dim, plan.max_rank, yt);
+      tmp, pt, set.ws, plan.segments, plan.num_segments, plan.max_rank, step, ys);
   }
-}
-
-template <class T>
-void shrink_typed(bool vec, const device_plan& plan, const weight_rows& w, std::uint32_t in_dim,
-                  const void* x, const void* pool, bool gathered, float* tmp,
-                  cudaStream_t stream) {
-  if (vec)
-    shrink_launch<T, 8>(plan, w, in_dim, x, pool, gathered, tmp, stream);
-  else
-    shrink_launch<T, 1>(plan, w, in_dim, x, pool, gathered, tmp, stream);
-}
-
-template <class T>
-void expand_typed(bool vec, const device_plan& plan, const weight_rows& w, std::uint32_t out_dim,
-                  const float* tmp, const void* pool, bool gathered, void* y,
-                  cudaStream_t stream) {
-  if (vec)
-    expand_launch<T, 8>(plan, w, out_dim, tmp, pool, gathered, y, stream);
-  else
-    expand_launch<T, 1>(plan, w, out_dim, tmp, pool, gathered, y, stream);
 }
 
 // Nothing to do: no rows, no adapter, or (segmented) no segment.
@@ -113,38 +113,76 @@ bool no_work(const device_plan& plan, bool gathered) {
 } // namespace
 
 void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
-                 lora_proj proj, const void* x, const void* pool, bool gathered, float* tmp,
-                 cudaStream_t stream) {
-  if (no_work(plan, gathered))
-    return;
-  const weight_rows w = rows_of(plan, lora, layer, proj, 0, "lora_shrink");
-  const std::uint32_t in_dim = lora.in_dim(proj);
+                 std::span<const lora_proj> projs, const void* x, const void* pool, bool gathered,
+                 float* tmp, cudaStream_t stream) {
+  const launch_set set = rows_of(plan, lora, layer, projs, 0, "lora_shrink");
+  const std::uint32_t in_dim = lora.in_dim(projs.front());
   if (in_dim == 0)
     throw std::invalid_argument("lora_shrink: input dimension 0");
-  const bool vec = vectorizable(in_dim, w, x, pool);
+  bool vec = true;
+  for (unsigned z = 0; z < set.n; ++z) {
+    if (lora.in_dim(projs[z]) != in_dim)
+      throw std::invalid_argument("lora_shrink: projections of one launch read inputs of " +
+                                  std::to_string(in_dim) + " and " + std::to_string(lora.in_dim(projs[z])));
+    vec = vec && vectorizable(in_dim, set.ws.w[z], x, pool);
+  }
+  if (no_work(plan, gathered))
+    return;
   dispatch_dtype(t, "lora_shrink", [&](auto tag) {
     using T = typename decltype(tag)::type;
-    shrink_typed<T>(vec, plan, w, in_dim, x, pool, gathered, tmp, stream);
+    if (vec)
+      shrink_launch<T, 8>(plan, set, in_dim, x, pool, gathered, tmp, stream);
+    else
+      shrink_launch<T, 1>(plan, set, in_dim, x, pool, gathered, tmp, stream);
   });
+}
+
+void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                 std::span<const lora_proj> projs, const float* tmp, const void* pool, bool gathered,
+                 std::span<void* const> ys, cudaStream_t stream) {
+  const launch_set set = rows_of(plan, lora, layer, projs, 1, "lora_expand");
+  if (ys.size() != projs.size())
+    throw std::invalid_argument("lora_expand: " + std::to_string(ys.size()) + " outputs for " +
+                                std::to_string(projs.size()) + " projections");
+  if (gathered && std::uint64_t{plan.max_rank} * 12 > 48 * 1024)
+    throw std::invalid_argument("lora_expand: rank " + std::to_string(plan.max_rank) +
+                                " is past the gathered kernel's 4096");
+  std::uint32_t widest = 0;
+  bool vec = true;
+  for (unsigned z = 0; z < set.n; ++z) {
+    const std::uint32_t out_dim = lora.out_dim(projs[z]);
+    if (out_dim == 0)
+      throw std::invalid_argument("lora_expand: output dimension 0");
+    widest = std::max(widest, out_dim);
+    vec = vec && vectorizable(out_dim, set.ws.w[z], ys[z], pool);
+  }
+  if (no_work(plan, gathered))
+    return;
+  dispatch_dtype(t, "lora_expand", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    output_set<T> out{};
+    for (unsigned z = 0; z < set.n; ++z) {
+      out.y[z] = static_cast<T*>(ys[z]);
+      out.out_dim[z] = lora.out_dim(projs[z]);
+    }
+    if (vec)
+      expand_launch<T, 8>(plan, set, out, widest, tmp, pool, gathered, stream);
+    else
+      expand_launch<T, 1>(plan, set, out, widest, tmp, pool, gathered, stream);
+  });
+}
+
+void lora_shrink(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
+                 lora_proj proj, const void* x, const void* pool, bool gathered, float* tmp,
+                 cudaStream_t stream) {
+  lora_shrink(t, plan, lora, layer, std::span{&proj, 1}, x, pool, gathered, tmp, stream);
 }
 
 void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std::uint32_t layer,
                  lora_proj proj, const float* tmp, const void* pool, bool gathered, void* y,
                  cudaStream_t stream) {
-  if (no_work(plan, gathered))
-    return;
-  const weight_rows w = rows_of(plan, lora, layer, proj, 1, "lora_expand");
-  const std::uint32_t out_dim = lora.out_dim(proj);
-  if (out_dim == 0)
-    throw std::invalid_argument("lora_expand: output dimension 0");
-  if (gathered && std::uint64_t{plan.max_rank} * 12 > 48 * 1024)
-    throw std::invalid_argument("lora_expand: rank " + std::to_string(plan.max_rank) +
-                                " is past the gathered kernel's 4096");
-  const bool vec = vectorizable(out_dim, w, y, pool);
-  dispatch_dtype(t, "lora_expand", [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    expand_typed<T>(vec, plan, w, out_dim, tmp, pool, gathered, y, stream);
-  });
+  lora_expand(t, plan, lora, layer, std::span{&proj, 1}, tmp, pool, gathered, std::span<void* const>{&y, 1},
+              stream);
 }
 
 } // namespace troupe::gpu::cuda

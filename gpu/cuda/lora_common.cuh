@@ -4,6 +4,7 @@
 // and page list). Header-only device code; lora.cu instantiates the kernels.
 #pragma once
 
+#include "gpu/cuda/kernels.hpp"
 #include "gpu/cuda/plan.hpp"
 
 #include <cuda_bf16.h>
@@ -76,6 +77,37 @@ struct weight_rows {
   std::uint32_t rows_per_page;
   std::uint32_t block; // (layer * 4 + proj) * 2 + side
 };
+
+/// Up to max_fused projections of one layer in one launch (q, k and v read
+/// the same input): blockIdx.z picks one. Passed by value (kernel
+/// parameters); unused entries are never picked.
+inline constexpr unsigned max_fused = lora_max_fused;
+
+struct weight_rows_set {
+  weight_rows w[max_fused];
+};
+
+/// This block's projection's rows (selects, not an indexed parameter load).
+__device__ __forceinline__ weight_rows pick(const weight_rows_set& set) {
+  return blockIdx.z == 0 ? set.w[0] : (blockIdx.z == 1 ? set.w[1] : set.w[2]);
+}
+
+/// The expand's outputs, one per projection: y[z] is [rows, out_dim[z]].
+template <class T>
+struct output_set {
+  T* y[max_fused];
+  std::uint32_t out_dim[max_fused];
+};
+
+template <class T>
+__device__ __forceinline__ T* pick_y(const output_set<T>& set) {
+  return blockIdx.z == 0 ? set.y[0] : (blockIdx.z == 1 ? set.y[1] : set.y[2]);
+}
+
+template <class T>
+__device__ __forceinline__ std::uint32_t pick_out_dim(const output_set<T>& set) {
+  return blockIdx.z == 0 ? set.out_dim[0] : (blockIdx.z == 1 ? set.out_dim[1] : set.out_dim[2]);
+}
 
 /// A slot as the kernels keep it (lora_slot without default initializers,
 /// so it may sit in shared memory).

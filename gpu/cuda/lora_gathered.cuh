@@ -17,16 +17,20 @@ inline constexpr unsigned expand_threads = 64;
 
 /// tmp[r, j] = sum_k x[r, k] A_j[k] for the adapter of row r (row_lora),
 /// j < its rank; a warp per (r, j), lanes striding k by 32 * Vec, a shuffle
-/// reduction. grid (rows, ceil(max_rank / gathered_warps)), block (32,
-/// gathered_warps). Base-model rows and j past the rank return at once.
+/// reduction. grid (rows, ceil(max_rank / gathered_warps), projections),
+/// block (32, gathered_warps); projection z's A rows are ws.w[z] and its
+/// tmp starts tmp_step floats after z - 1's. Base-model rows and j past the
+/// rank return at once.
 template <class T, unsigned Vec>
 __global__ void __launch_bounds__(32 * gathered_warps)
   shrink_gathered(const T* __restrict__ x,                  // [rows, in_dim]
                   const T* __restrict__ pool,               // [pool pages * page_elems]
-                  weight_rows w,                            // side 0 (A rows)
+                  weight_rows_set ws,                       // side 0 (A rows)
                   const std::int32_t* __restrict__ row_lora, // [rows] slot, -1: base model
-                  std::uint32_t in_dim, std::uint32_t tmp_stride,
-                  float* __restrict__ tmp) { // [rows, tmp_stride]
+                  std::uint32_t in_dim, std::uint32_t tmp_stride, std::uint64_t tmp_step,
+                  float* __restrict__ tmp) { // [projections][rows, tmp_stride]
+  const weight_rows w = pick(ws);
+  tmp += blockIdx.z * tmp_step;
   const std::uint32_t r = blockIdx.x;
   const std::int32_t s = row_lora[r];
   if (s < 0)
@@ -57,21 +61,27 @@ __global__ void __launch_bounds__(32 * gathered_warps)
 
 /// y[r, o] = round(y[r, o] + scale * sum_{j < rank} tmp[r, j] Bt_j[o]) for
 /// the adapter of row r, j ascending; a thread per Vec outputs, no
-/// reduction (B^T rows are contiguous in o). grid (rows, ceil(out_dim /
-/// (expand_threads * Vec))), block expand_threads, dynamic shared memory
-/// max_rank * (8 + 4) bytes. Base-model rows return at once.
+/// reduction (B^T rows are contiguous in o). grid (rows, ceil(widest
+/// out_dim / (expand_threads * Vec)), projections), block expand_threads,
+/// dynamic shared memory max_rank * (8 + 4) bytes; projection z's B^T rows
+/// are ws.w[z], its output ys.y[z] of ys.out_dim[z] columns, its tmp
+/// tmp_step floats after z - 1's. Base-model rows return at once.
 template <class T, unsigned Vec>
 __global__ void __launch_bounds__(expand_threads)
-  expand_gathered(const float* __restrict__ tmp,             // [rows, tmp_stride]
+  expand_gathered(const float* __restrict__ tmp,             // [projections][rows, tmp_stride]
                   const T* __restrict__ pool,                // [pool pages * page_elems]
-                  weight_rows w,                             // side 1 (B^T rows)
+                  weight_rows_set ws,                        // side 1 (B^T rows)
                   const std::int32_t* __restrict__ row_lora, // [rows]
-                  std::uint32_t out_dim, std::uint32_t tmp_stride,
-                  T* __restrict__ y) { // [rows, out_dim]
+                  std::uint32_t tmp_stride, std::uint64_t tmp_step,
+                  output_set<T> ys) {
   extern __shared__ std::uint64_t expand_smem[];
+  const weight_rows w = pick(ws);
+  const std::uint32_t out_dim = pick_out_dim(ys);
+  T* __restrict__ y = pick_y(ys); // [rows, out_dim]
+  tmp += blockIdx.z * tmp_step;
   const std::uint32_t r = blockIdx.x;
   const std::int32_t s = row_lora[r];
-  if (s < 0)
+  if (s < 0 || blockIdx.y * expand_threads * Vec >= out_dim) // whole block: before the barrier
     return;
   const slot_info slot = load_slot(w.slots, static_cast<std::uint32_t>(s));
   const T** brow = reinterpret_cast<const T**>(expand_smem);     // [rank]

@@ -140,18 +140,23 @@ __device__ __forceinline__ void stage_tile(float* dst, unsigned ld, RowPtr src, 
 /// Shrink over one tile of shrink_tm rows of a segment and shrink_tj ranks
 /// (blockIdx.y): x and A staged in shared memory as fp32, shrink_tk at a
 /// time; each thread accumulates 4 rows x 2 ranks in fp32. grid
-/// (ceil(rows / shrink_tm) + segments, ceil(max_rank / shrink_tj)), block
-/// segmented_threads. Blocks past the last tile or the adapter's rank
-/// return at once; a thread whose ranks are past it does no arithmetic.
+/// (ceil(rows / shrink_tm) + segments, ceil(max_rank / shrink_tj),
+/// projections), block segmented_threads; projection z's A rows are
+/// ws.w[z] and its tmp starts tmp_step floats after z - 1's. Blocks past the
+/// last tile or the adapter's rank return at once; a thread whose ranks are
+/// past it does no arithmetic.
 template <class T, unsigned Vec>
 __global__ void __launch_bounds__(segmented_threads)
   shrink_segmented(const T* __restrict__ x,                // [rows, in_dim]
                    const T* __restrict__ pool,             // [pool pages * page_elems]
-                   weight_rows w,                          // side 0 (A rows)
+                   weight_rows_set ws,                     // side 0 (A rows)
                    const lora_segment* __restrict__ segs,  // [nseg]
                    std::uint32_t nseg, std::uint32_t in_dim, std::uint32_t tmp_stride,
-                   float* __restrict__ tmp) { // [rows, tmp_stride]
+                   std::uint64_t tmp_step,
+                   float* __restrict__ tmp) { // [projections][rows, tmp_stride]
   constexpr unsigned ld = shrink_tk + 4;    // padded row of a staged tile
+  const weight_rows w = pick(ws);
+  tmp += blockIdx.z * tmp_step;
   __shared__ __align__(16) float xs[shrink_tm * ld];
   __shared__ __align__(16) float as[shrink_tj * ld];
   __shared__ const T* arow[shrink_tj];
@@ -203,16 +208,24 @@ __global__ void __launch_bounds__(segmented_threads)
 /// outputs (blockIdx.y): tmp and B^T staged in shared memory, expand_tr
 /// ranks at a time up to the adapter's rank (no padded ranks); each thread
 /// accumulates 8 rows x 4 outputs, j ascending, then y = round(y + scale *
-/// acc). grid (ceil(rows / expand_tm) + segments, ceil(out_dim /
-/// expand_tn)), block segmented_threads.
+/// acc). grid (ceil(rows / expand_tm) + segments, ceil(widest out_dim /
+/// expand_tn), projections), block segmented_threads; projection z's B^T
+/// rows are ws.w[z], its output ys.y[z] of ys.out_dim[z] columns, its tmp
+/// tmp_step floats after z - 1's.
 template <class T, unsigned Vec>
 __global__ void __launch_bounds__(segmented_threads)
-  expand_segmented(const float* __restrict__ tmp,          // [rows, tmp_stride]
+  expand_segmented(const float* __restrict__ tmp,          // [projections][rows, tmp_stride]
                    const T* __restrict__ pool,             // [pool pages * page_elems]
-                   weight_rows w,                          // side 1 (B^T rows)
+                   weight_rows_set ws,                     // side 1 (B^T rows)
                    const lora_segment* __restrict__ segs,  // [nseg]
-                   std::uint32_t nseg, std::uint32_t out_dim, std::uint32_t tmp_stride,
-                   T* __restrict__ y) { // [rows, out_dim]
+                   std::uint32_t nseg, std::uint32_t tmp_stride, std::uint64_t tmp_step,
+                   output_set<T> ys) {
+  const weight_rows w = pick(ws);
+  const std::uint32_t out_dim = pick_out_dim(ys);
+  if (blockIdx.y * expand_tn >= out_dim) // a narrower projection's: the whole block
+    return;
+  T* __restrict__ y = pick_y(ys); // [rows, out_dim]
+  tmp += blockIdx.z * tmp_step;
   constexpr unsigned ldt = expand_tr + 1;
   constexpr unsigned ldb = expand_tn + 4;
   __shared__ float ts[expand_tm * ldt];

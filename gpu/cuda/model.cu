@@ -166,12 +166,12 @@ void cuda_model::write_pages(std::span<const std::uint32_t> pages, const std::ui
 }
 
 void cuda_model::ensure_scratch(const batch_plan& plan) {
-  ensure_rows(plan.rows(), plan.seqs(), std::uint64_t{plan.rows()} * plan.max_rank);
+  ensure_rows(plan.rows(), plan.seqs(), std::uint64_t{lora_max_fused} * plan.rows() * plan.max_rank);
   grow(s_.partial_buf, attention_workspace_floats(plan, cfg_.heads, cfg_.head_dim));
 }
 
 void cuda_model::reserve_scratch(std::uint32_t rows, std::uint32_t seqs, std::uint32_t rank) {
-  ensure_rows(rows, seqs, std::uint64_t{rows} * rank);
+  ensure_rows(rows, seqs, std::uint64_t{lora_max_fused} * rows * rank);
 }
 
 std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t rows,
@@ -181,7 +181,7 @@ std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t r
   const std::uint64_t per_seq = cfg.hidden;
   return (rows * per_row + seqs * per_seq) * dtype_bytes(cfg.type) +
          std::uint64_t{seqs} * cfg.vocab * sizeof(float) + std::uint64_t{seqs} * sizeof(std::int32_t) +
-         std::uint64_t{rows} * rank * sizeof(float);
+         std::uint64_t{lora_max_fused} * rows * rank * sizeof(float);
 }
 
 void cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats) {
@@ -207,13 +207,13 @@ void cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64
   grow(s_.lora_tmp, lora_floats);
 }
 
-void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, lora_proj p, const void* x,
-                          void* y) {
+void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, std::span<const lora_proj> projs,
+                          const void* x, std::span<void* const> ys) {
   if (d.max_rank == 0)
     return;
   const bool gathered = d.max_new_tokens <= 1;
-  lora_shrink(cfg_.type, d, lora_, layer, p, x, pool_.data(), gathered, s_.lora_tmp.data(), stream_);
-  lora_expand(cfg_.type, d, lora_, layer, p, s_.lora_tmp.data(), pool_.data(), gathered, y, stream_);
+  lora_shrink(cfg_.type, d, lora_, layer, projs, x, pool_.data(), gathered, s_.lora_tmp.data(), stream_);
+  lora_expand(cfg_.type, d, lora_, layer, projs, s_.lora_tmp.data(), pool_.data(), gathered, ys, stream_);
 }
 
 void cuda_model::enqueue_forward(const batch_plan& plan,
@@ -241,16 +241,19 @@ void cuda_model::enqueue_forward(const batch_plan& plan,
     blas_.linear(t, s_.h.data(), w.wq.data(), s_.q.data(), rows, h, cfg_.q_dim());
     blas_.linear(t, s_.h.data(), w.wk.data(), s_.k.data(), rows, h, cfg_.kv_dim());
     blas_.linear(t, s_.h.data(), w.wv.data(), s_.v.data(), rows, h, cfg_.kv_dim());
-    add_lora(d, l, lora_proj::q, s_.h.data(), s_.q.data());
-    add_lora(d, l, lora_proj::k, s_.h.data(), s_.k.data());
-    add_lora(d, l, lora_proj::v, s_.h.data(), s_.v.data());
+    // q, k and v read the same input: one shrink and one expand for all three.
+    constexpr lora_proj qkv[] = {lora_proj::q, lora_proj::k, lora_proj::v};
+    void* const qkv_out[] = {s_.q.data(), s_.k.data(), s_.v.data()};
+    add_lora(d, l, qkv, s_.h.data(), qkv_out);
     rope(t, s_.q.data(), s_.k.data(), d.positions, inv_freq_.data(), rows, cfg_.heads,
          cfg_.kv_heads, cfg_.head_dim, stream_);
     write_kv(t, d, kv_, l, s_.k.data(), s_.v.data(), pool_.data(), stream_);
     attention(t, d, kv_, l, cfg_.heads, scale, s_.q.data(), pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);
     blas_.linear(t, s_.attn.data(), w.wo.data(), s_.proj.data(), rows, cfg_.q_dim(), h);
-    add_lora(d, l, lora_proj::o, s_.attn.data(), s_.proj.data());
+    constexpr lora_proj o[] = {lora_proj::o};
+    void* const o_out[] = {s_.proj.data()};
+    add_lora(d, l, o, s_.attn.data(), o_out);
     add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.mlp_norm.data(), cfg_.rms_eps, rows, h,
                 s_.h.data(), stream_);
     blas_.linear(t, s_.h.data(), w.w_gate_up.data(), s_.gate_up.data(), rows, h,

@@ -127,7 +127,10 @@ private:
   };
   void ensure_scratch(const batch_plan& plan);
   void ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats);
-  void add_lora(const device_plan& d, std::uint32_t layer, lora_proj p, const void* x, void* y);
+  /// y[i] += LoRA of projs[i] (all reading x) for the plan's adapters: one
+  /// shrink and one expand launch.
+  void add_lora(const device_plan& d, std::uint32_t layer, std::span<const lora_proj> projs,
+                const void* x, std::span<void* const> ys);
 
   model_config cfg_;
   kv_layout kv_;

@@ -3,9 +3,10 @@
 // widths with scalar loads and page tails, widths that cut every tile
 // short, 4096), ranks 8..128 mixed in one batch, adapter popularity
 // (distinct, uniform, Zipf, identical), decode and prefill batches with
-// base-model rows, adapters in shuffled pages. Tolerances are per dtype and
-// relative to each output's magnitude; NaNs fail; entries a kernel must not
-// write are compared bit for bit. Skips without a GPU.
+// base-model rows, adapters in shuffled pages; q, k and v in one launch
+// against one launch each. Tolerances are per dtype and relative to each
+// output's magnitude; NaNs fail; entries a kernel must not write are
+// compared bit for bit. Skips without a GPU.
 #include "gpu/cuda/check.hpp"
 #include "gpu/cuda/device_buffer.hpp"
 #include "gpu/cuda/kernels.hpp"
@@ -439,6 +440,86 @@ TEST(lora_kernels, batches_without_adapters_change_nothing) {
   }
 }
 
+/// q, k and v of one layer through the launchers one projection at a time,
+/// then all three in one launch; returns whether each tmp and y is the same
+/// bits (tmp entries no kernel writes stay the sentinel in both).
+void expect_fused_is_single(const rig& g, const batch_plan& plan, std::uint32_t layer, bool gathered,
+                            std::uint64_t seed) {
+  constexpr lora_proj qkv[] = {lora_proj::q, lora_proj::k, lora_proj::v};
+  const std::uint64_t rows = plan.rows();
+  const std::uint64_t tmp_n = std::max<std::uint64_t>(rows * plan.max_rank, 1);
+  cudaStream_t stream = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreate(&stream));
+  {
+    plan_upload up;
+    const device_plan dp = up.upload(plan, stream);
+    const auto x_host = random_bits(g.t, rows * g.l.in_dim(lora_proj::q), 1.0f, seed);
+    device_buffer<std::uint16_t> x(std::max<std::size_t>(x_host.size(), 1));
+    x.upload(x_host);
+    device_buffer<float> tmp_single(tmp_n);
+    device_buffer<float> tmp_fused(3 * tmp_n);
+    tmp_fused.upload(std::vector<float>(3 * tmp_n, sentinel));
+    std::vector<std::vector<std::uint16_t>> y0(3);
+    std::vector<device_buffer<std::uint16_t>> y_single, y_fused;
+    std::vector<std::vector<float>> tmp_want(3);
+    for (unsigned z = 0; z < 3; ++z) {
+      y0[z] = random_bits(g.t, rows * g.l.out_dim(qkv[z]), 0.5f, seed + 1 + z);
+      y_single.emplace_back(std::max<std::size_t>(y0[z].size(), 1));
+      y_fused.emplace_back(std::max<std::size_t>(y0[z].size(), 1));
+      y_single[z].upload(y0[z]);
+      y_fused[z].upload(y0[z]);
+      tmp_single.upload(std::vector<float>(tmp_n, sentinel));
+      lora_shrink(g.t, dp, g.l, layer, qkv[z], x.data(), g.dev.data(), gathered, tmp_single.data(), stream);
+      lora_expand(g.t, dp, g.l, layer, qkv[z], tmp_single.data(), g.dev.data(), gathered, y_single[z].data(),
+                  stream);
+      TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream));
+      tmp_want[z].resize(tmp_n);
+      tmp_single.download(tmp_want[z]);
+    }
+    void* const outs[] = {y_fused[0].data(), y_fused[1].data(), y_fused[2].data()};
+    lora_shrink(g.t, dp, g.l, layer, qkv, x.data(), g.dev.data(), gathered, tmp_fused.data(), stream);
+    lora_expand(g.t, dp, g.l, layer, qkv, tmp_fused.data(), g.dev.data(), gathered, outs, stream);
+    TROUPE_CUDA_CHECK(cudaGetLastError());
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<float> fused(3 * tmp_n);
+    tmp_fused.download(fused);
+    for (unsigned z = 0; z < 3; ++z) {
+      SCOPED_TRACE("projection " + std::to_string(z));
+      const std::vector<float> got(fused.begin() + static_cast<std::ptrdiff_t>(z * tmp_n),
+                                   fused.begin() + static_cast<std::ptrdiff_t>((z + 1) * tmp_n));
+      std::uint64_t off = 0;
+      for (std::uint64_t i = 0; i < tmp_n; ++i)
+        off += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(tmp_want[z][i]);
+      EXPECT_EQ(off, 0u) << "tmp entries not the one-projection launch's";
+      std::vector<std::uint16_t> a(y0[z].size()), b(y0[z].size());
+      y_single[z].download(a);
+      y_fused[z].download(b);
+      EXPECT_EQ(a, b) << "y not the one-projection launch's";
+      if (plan.max_rank > 0) {
+        EXPECT_NE(a, y0[z]) << "the adapters changed nothing: the comparison proves nothing";
+      }
+    }
+  }
+  TROUPE_CUDA_CHECK(cudaStreamDestroy(stream));
+}
+
+TEST(lora_kernels, q_k_and_v_in_one_launch_are_each_ones_launch_bit_for_bit) {
+  TROUPE_REQUIRE_GPU();
+  std::uint64_t seed = 900;
+  for (const shape& s : {gqa, odd, ragged})
+    for (dtype t : dtypes) {
+      const rig g(s, t, cycle_ranks(12), seed++);
+      for (popularity pop : {popularity::distinct, popularity::zipf}) {
+        SCOPED_TRACE(trace(g, pop, 1, lora_proj::q) + " and k, v");
+        const auto decode = plan_for(g.host, s.kv, decode_batch(g, pop, 33, seed++));
+        expect_fused_is_single(g, decode, 1, true, seed++);
+        const auto prefill = plan_for(g.host, s.kv, prefill_batch(g, pop, seed++));
+        expect_fused_is_single(g, prefill, 1, false, seed++);
+        expect_fused_is_single(g, prefill, 0, true, seed++);
+      }
+    }
+}
+
 TEST(lora_kernels, launchers_refuse_layouts_they_cannot_read) {
   TROUPE_REQUIRE_GPU();
   const rig g(odd, dtype::f16, cycle_ranks(1), 700);
@@ -454,6 +535,17 @@ TEST(lora_kernels, launchers_refuse_layouts_they_cannot_read) {
   EXPECT_THROW(lora_expand(g.t, dp, g.l, 2, lora_proj::q, tmp.data(), g.dev.data(), false,
                            x.data(), nullptr),
                std::invalid_argument); // layer 2 of 2
+  // One launch serves 1 to 3 projections, reading one input, an output each.
+  constexpr lora_proj four[] = {lora_proj::q, lora_proj::k, lora_proj::v, lora_proj::o};
+  EXPECT_THROW(lora_shrink(g.t, dp, g.l, 0, four, x.data(), g.dev.data(), true, tmp.data(), nullptr),
+               std::invalid_argument);
+  EXPECT_THROW(lora_shrink(g.t, dp, g.l, 0, std::span<const lora_proj>{}, x.data(), g.dev.data(), true,
+                           tmp.data(), nullptr),
+               std::invalid_argument);
+  constexpr lora_proj qk[] = {lora_proj::q, lora_proj::k};
+  void* const one_out[] = {x.data()};
+  EXPECT_THROW(lora_expand(g.t, dp, g.l, 0, qk, tmp.data(), g.dev.data(), true, one_out, nullptr),
+               std::invalid_argument);
   TROUPE_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
