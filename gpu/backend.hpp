@@ -134,6 +134,11 @@ public:
   }
   /// The tokenizer of the served model.
   virtual const tokenizer& vocab() const = 0;
+  /// Non-empty once the backend can run nothing more, saying why (a fault
+  /// that poisoned the CUDA context: every later call fails until the
+  /// process ends). The server then takes no new requests, reports
+  /// "failed" to health checks, and troupe-serve stops. Any thread may call it.
+  virtual std::string broken() const { return {}; }
   /// Short name for logs and stats ("sim", "cpu", "cuda").
   virtual std::string name() const = 0;
 };

@@ -59,6 +59,11 @@ const std::string& deployment::endpoint() const noexcept {
   return impl_->endpoint;
 }
 
+std::string deployment::broken() const {
+  const auto& b = impl_->resolved.backend;
+  return b ? b->broken() : std::string{};
+}
+
 namespace {
 
 /// "host:port" split; the config checked the form.

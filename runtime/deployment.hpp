@@ -25,6 +25,10 @@ public:
   /// The endpoint clients connect to (real port when the config said 0).
   const std::string& endpoint() const noexcept;
 
+  /// Why this process's backend can run nothing more ("" while it can):
+  /// executor_backend::broken().
+  std::string broken() const;
+
   /// Graceful stop: refuses new work, waits up to server.drain_timeout_s for
   /// in-flight requests to finish, then stops the bridge and every actor.
   /// Returns the number of requests still in flight when it gave up. Call

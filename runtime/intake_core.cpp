@@ -128,8 +128,9 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
     else
       out.cancel = i->second;
   } else if (auto* h = std::get_if<wire::health_request>(&req)) {
+    const bool failed = backend_ && !backend_->broken().empty();
     out.replies.push_back(
-      {peer, wire::to_json(wire::health_reply{h->id, draining_ ? "draining" : "ok"})});
+      {peer, wire::to_json(wire::health_reply{h->id, failed ? "failed" : draining_ ? "draining" : "ok"})});
   } else if (auto* s = std::get_if<wire::stats_request>(&req)) {
     out.ask = intake_actions::query::stats;
     out.query_id = s->id;
@@ -163,6 +164,14 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     out.replies.push_back(error_frame(peer, g.id, error_code::shutting_down,
                                       "the server is shutting down and takes no new requests"));
     return;
+  }
+  if (backend_) {
+    if (auto why = backend_->broken(); !why.empty()) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::internal,
+                                        "the " + backend_->name() + " backend can run nothing more (" + why
+                                          + "); the server is stopping"));
+      return;
+    }
   }
   if (by_client_.contains({peer, g.id})) {
     out.replies.push_back(error_frame(peer, g.id, error_code::duplicate_id,

@@ -108,8 +108,16 @@ int main(int argc, char** argv) {
   auto& dep = *std::get<std::unique_ptr<troupe::deployment>>(started);
   std::printf("troupe-serve: listening on %s\n", dep.endpoint().c_str());
   std::fflush(stdout);
-  while (!stop_requested)
+  std::string broken;
+  while (!stop_requested && (broken = dep.broken()).empty())
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (!broken.empty()) {
+    // Nothing more can run in this process: stop, so a supervisor starts a
+    // fresh one; the requests in flight end with errors.
+    spdlog::critical("troupe: the backend can run nothing more ({}); stopping", broken);
+    dep.stop();
+    return 4;
+  }
   spdlog::info("troupe: stopping (draining for up to {} s)", opts.server.drain_timeout_s);
   const auto left = dep.stop();
   return left == 0 ? 0 : 3;

@@ -80,11 +80,25 @@ void wait_for(cudaStream_t stream) {
   TROUPE_CUDA_CHECK(waited);
 }
 
-/// After a copy or step failed part-way: lets what it had enqueued on
-/// `stream` finish (or fail) before the caller answers, since the runtime
-/// reuses the pages (and may free the host buffer) on that answer. The
-/// error is the caller's already; a sticky one returns at once.
-void drain(cudaStream_t stream) noexcept { cudaStreamSynchronize(stream); }
+/// Errors after which the context runs nothing more: a fault in a kernel or
+/// a copy ("sticky": every later call returns it until the process ends).
+bool poisons_context(cudaError_t e) noexcept {
+  switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorAssert:
+    case cudaErrorHardwareStackError:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorInvalidAddressSpace:
+    case cudaErrorInvalidPc:
+    case cudaErrorLaunchTimeout:
+    case cudaErrorECCUncorrectable:
+      return true;
+    default:
+      return false;
+  }
+}
 
 std::string range_error(const char* pool, std::uint32_t page, std::uint64_t pages) {
   return std::string{pool} + " page " + std::to_string(page) + " outside the pool of " + std::to_string(pages);
@@ -289,7 +303,6 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
       tokens.assign(plan.seqs(), -1);
       // The launches before the error still run, and the streams past the
       // layer it stopped at still copy: both end before the pages are freed.
-      cudaSetDevice(device_);
       drain(compute_);
       unread.insert(unread.end(), streams.begin(), streams.end());
     }
@@ -562,6 +575,22 @@ std::size_t cuda_backend::device_adapters() const {
 std::size_t cuda_backend::host_adapters() const {
   std::lock_guard guard{adapters_mtx_};
   return host_copies_.size();
+}
+
+void cuda_backend::drain(cudaStream_t stream) const noexcept {
+  cudaSetDevice(device_);
+  const cudaError_t e = cudaStreamSynchronize(stream);
+  if (!poisons_context(e))
+    return;
+  std::lock_guard guard{broken_mtx_};
+  if (broken_.empty())
+    broken_ = std::string{"CUDA context on device "} + std::to_string(device_) + ": " + cudaGetErrorName(e) + " (" +
+              cudaGetErrorString(e) + ")";
+}
+
+std::string cuda_backend::broken() const {
+  std::lock_guard guard{broken_mtx_};
+  return broken_;
 }
 
 std::size_t cuda_backend::streams() const {

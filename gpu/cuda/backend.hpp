@@ -109,6 +109,9 @@ public:
   void end_stream(std::uint64_t stream) const override;
   const tokenizer& vocab() const override { return *tokenizer_; }
   std::string name() const override { return "cuda"; }
+  /// Set when a failed step or copy finds the context poisoned (an illegal
+  /// address, a kernel fault): every later call would fail too.
+  std::string broken() const override;
 
   // -- observers (the factory, stats and tests) -----------------------------
   const model_config& config() const noexcept { return model_->config(); }
@@ -131,6 +134,11 @@ private:
 
   cuda_backend() = default;
   void bind() const;
+  /// After a copy or step failed part-way: lets what it had enqueued on
+  /// `stream` finish (or fail) before the caller answers, since the runtime
+  /// reuses the pages (and may free the host buffer) on that answer. A
+  /// fault that poisoned the context is kept for broken().
+  void drain(cudaStream_t stream) const noexcept;
   std::shared_ptr<layer_stream> stream_state(std::uint64_t id) const;
   /// Blocks until stream_in has enqueued every layer of `s` and the last
   /// has landed, or it failed (having drained its copies first).
@@ -163,6 +171,8 @@ private:
   std::unordered_map<std::uint32_t, resident_adapter> resident_;
 
   // Layer-wise streams by id.
+  mutable std::mutex broken_mtx_;
+  mutable std::string broken_;
   mutable std::mutex streams_mtx_;
   mutable std::condition_variable streams_cv_;
   mutable std::unordered_map<std::uint64_t, std::shared_ptr<layer_stream>> streams_;

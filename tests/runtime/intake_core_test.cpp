@@ -195,6 +195,65 @@ TEST_F(intake_core_test, overloaded_when_max_pending_requests_are_in_flight) {
   submit("p", "r4");
 }
 
+/// A sim backend that can be told it runs nothing more (as a poisoned CUDA
+/// context makes the cuda backend).
+class breakable_backend final : public gpu::executor_backend {
+public:
+  gpu::step_result run_step(std::span<const gpu::step_entry> b) override { return sim_->run_step(b); }
+  double transfer_seconds(std::uint64_t bytes) const override { return sim_->transfer_seconds(bytes); }
+  gpu::adapter_load load_adapter(std::uint32_t id, const std::string& path, std::uint64_t bytes,
+                                 std::span<const std::uint32_t> pages) override {
+    return sim_->load_adapter(id, path, bytes, pages);
+  }
+  void drop_adapter(std::uint32_t id) override { sim_->drop_adapter(id); }
+  void forget_adapter(std::uint32_t id) override { sim_->forget_adapter(id); }
+  gpu::swap_result swap_pages(gpu::swap_direction dir, std::span<const std::uint32_t> device_pages,
+                              std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override {
+    return sim_->swap_pages(dir, device_pages, host_pages, bytes);
+  }
+  gpu::page_blob read_pages(bool host_pool, std::span<const std::uint32_t> pages, std::uint64_t bytes) override {
+    return sim_->read_pages(host_pool, pages, bytes);
+  }
+  gpu::swap_result write_host_pages(std::span<const std::uint32_t> host_pages, const std::string& data,
+                                    std::uint64_t bytes) override {
+    return sim_->write_host_pages(host_pages, data, bytes);
+  }
+  const gpu::tokenizer& vocab() const override { return sim_->vocab(); }
+  std::string name() const override { return "breakable"; }
+  std::string broken() const override { return why; }
+
+  std::string why;
+
+private:
+  std::shared_ptr<gpu::sim_backend> sim_ = std::make_shared<gpu::sim_backend>(
+    *gpu::find_model_preset("llama-2-7b"), *gpu::find_gpu_spec("H100-80GB"), 5);
+};
+
+TEST(intake_core_broken_backend, refuses_new_requests_and_fails_health_checks_saying_why) {
+  auto backend = std::make_shared<breakable_backend>();
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  const auto health = [&] {
+    auto h = core.on_frame("p", R"({"type":"health","id":"h"})", 1.0);
+    EXPECT_EQ(h.replies.size(), 1u);
+    return h.replies.empty() ? std::string{} : as<wire::health_reply>(h.replies[0]).status;
+  };
+  EXPECT_EQ(health(), "ok");
+  auto a = core.on_frame("p", R"({"type":"generate","id":"before","prompt":"hi"})", 2.0);
+  EXPECT_TRUE(a.submit.has_value()) << "a working backend takes requests";
+  backend->why = "CUDA context on device 0: cudaErrorIllegalAddress";
+  EXPECT_EQ(health(), "failed");
+  auto b = core.on_frame("p", R"({"type":"generate","id":"after","prompt":"hi"})", 3.0);
+  EXPECT_FALSE(b.submit.has_value());
+  ASSERT_EQ(b.replies.size(), 1u);
+  const auto e = as<wire::error_reply>(b.replies[0]);
+  EXPECT_EQ(e.id, "after");
+  EXPECT_EQ(e.code, error_code::internal);
+  EXPECT_NE(e.message.find("cudaErrorIllegalAddress"), std::string::npos) << e.message;
+  core.start_drain();
+  EXPECT_EQ(health(), "failed") << "failed outranks draining";
+}
+
 TEST_F(intake_core_test, shutting_down_after_start_drain) {
   const auto id = submit("p", "r1");
   core.start_drain();
