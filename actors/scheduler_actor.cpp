@@ -421,6 +421,10 @@ void apply(self_ptr self, scheduler_effects fx) {
 /// its client gets points here. A -1 with no reason breaks the backend's
 /// contract and is logged as such.
 void log_failures(const std::vector<gpu::step_entry>& batch, const gpu::step_result& r) {
+  const bool all_ran = r.tokens.size() >= batch.size() &&
+                       std::none_of(r.tokens.begin(), r.tokens.end(), [](auto t) { return t < 0; });
+  if (all_ran && r.failures.empty())
+    return; // the usual step: nothing to copy or say
   auto failures = r.failures;
   for (std::size_t k = 0; k < batch.size(); ++k) {
     const bool missing = k >= r.tokens.size() || r.tokens[k] < 0;

@@ -87,9 +87,12 @@ struct weight_rows_set {
   weight_rows w[max_fused];
 };
 
-/// This block's projection's rows (selects, not an indexed parameter load).
-__device__ __forceinline__ weight_rows pick(const weight_rows_set& set) {
-  return blockIdx.z == 0 ? set.w[0] : (blockIdx.z == 1 ? set.w[1] : set.w[2]);
+/// This block's projection's entry of a per-projection array (selects, not
+/// an indexed parameter load).
+template <class U>
+__device__ __forceinline__ U pick(const U (&per_proj)[max_fused]) {
+  static_assert(max_fused == 3);
+  return blockIdx.z == 0 ? per_proj[0] : (blockIdx.z == 1 ? per_proj[1] : per_proj[2]);
 }
 
 /// The expand's outputs, one per projection: y[z] is [rows, out_dim[z]].
@@ -98,16 +101,6 @@ struct output_set {
   T* y[max_fused];
   std::uint32_t out_dim[max_fused];
 };
-
-template <class T>
-__device__ __forceinline__ T* pick_y(const output_set<T>& set) {
-  return blockIdx.z == 0 ? set.y[0] : (blockIdx.z == 1 ? set.y[1] : set.y[2]);
-}
-
-template <class T>
-__device__ __forceinline__ std::uint32_t pick_out_dim(const output_set<T>& set) {
-  return blockIdx.z == 0 ? set.out_dim[0] : (blockIdx.z == 1 ? set.out_dim[1] : set.out_dim[2]);
-}
 
 /// A slot as the kernels keep it (lora_slot without default initializers,
 /// so it may sit in shared memory).

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(32 * gathered_warps)
                   const std::int32_t* __restrict__ row_lora, // [rows] slot, -1: base model
                   std::uint32_t in_dim, std::uint32_t tmp_stride, std::uint64_t tmp_step,
                   float* __restrict__ tmp) { // [projections][rows, tmp_stride]
-  const weight_rows w = pick(ws);
+  const weight_rows w = pick(ws.w);
   tmp += blockIdx.z * tmp_step;
   const std::uint32_t r = blockIdx.x;
   const std::int32_t s = row_lora[r];
@@ -75,9 +75,9 @@ __global__ void __launch_bounds__(expand_threads)
                   std::uint32_t tmp_stride, std::uint64_t tmp_step,
                   output_set<T> ys) {
   extern __shared__ std::uint64_t expand_smem[];
-  const weight_rows w = pick(ws);
-  const std::uint32_t out_dim = pick_out_dim(ys);
-  T* __restrict__ y = pick_y(ys); // [rows, out_dim]
+  const weight_rows w = pick(ws.w);
+  const std::uint32_t out_dim = pick(ys.out_dim);
+  T* __restrict__ y = pick(ys.y); // [rows, out_dim]
   tmp += blockIdx.z * tmp_step;
   const std::uint32_t r = blockIdx.x;
   const std::int32_t s = row_lora[r];

@@ -155,7 +155,7 @@ __global__ void __launch_bounds__(segmented_threads)
                    std::uint64_t tmp_step,
                    float* __restrict__ tmp) { // [projections][rows, tmp_stride]
   constexpr unsigned ld = shrink_tk + 4;    // padded row of a staged tile
-  const weight_rows w = pick(ws);
+  const weight_rows w = pick(ws.w);
   tmp += blockIdx.z * tmp_step;
   __shared__ __align__(16) float xs[shrink_tm * ld];
   __shared__ __align__(16) float as[shrink_tj * ld];
@@ -220,11 +220,11 @@ __global__ void __launch_bounds__(segmented_threads)
                    const lora_segment* __restrict__ segs,  // [nseg]
                    std::uint32_t nseg, std::uint32_t tmp_stride, std::uint64_t tmp_step,
                    output_set<T> ys) {
-  const weight_rows w = pick(ws);
-  const std::uint32_t out_dim = pick_out_dim(ys);
+  const weight_rows w = pick(ws.w);
+  const std::uint32_t out_dim = pick(ys.out_dim);
   if (blockIdx.y * expand_tn >= out_dim) // a narrower projection's: the whole block
     return;
-  T* __restrict__ y = pick_y(ys); // [rows, out_dim]
+  T* __restrict__ y = pick(ys.y); // [rows, out_dim]
   tmp += blockIdx.z * tmp_step;
   constexpr unsigned ldt = expand_tr + 1;
   constexpr unsigned ldb = expand_tn + 4;
