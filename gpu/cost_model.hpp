@@ -32,7 +32,7 @@ struct cost_constants {
   /// host memory (roughly half).
   double pcie_efficiency = 1.0;
   /// Seconds every non-empty step costs on top of the roofline: host-side
-  /// batch planning, page-table upload, sampling and launch gaps of the ~400
+  /// batch planning, page-table upload, sampling and launch gaps of the ~300
   /// kernels of a 32-40 layer decoder without CUDA graphs; about 1 ms.
   double step_overhead_seconds = 1e-3;
   /// Seconds every non-empty copy costs on top of its bytes: driver call and

@@ -7,6 +7,8 @@
 //    context;
 //  - prefill of 8 prompts of 1,024 tokens against the GEMM rate;
 //  - the same steps' linear layers alone (what the other kernels add);
+//  - decode at batch 1 with q, k and v as three cuBLAS calls instead of
+//    one, and decode steps replayed as CUDA graphs (what launch gaps cost);
 //  - a CUDA-event timeline of an adapter load on a copy stream while a
 //    decode step computes.
 // A Llama-2-7B-shaped model with random fp16 weights (untrained weights run
@@ -221,9 +223,50 @@ int run(const options& o) {
       bytes += tb * cfg.layers * r * in_plus_out;
     return bytes;
   };
+  // The step of `b` captured once as a CUDA graph and replayed: beside
+  // step_ms, what the gaps between launches cost. Writes "<key>_ms", or
+  // "<key>_error" where the capture fails.
+  const auto graph_ms = [&](const std::vector<step_entry>& b, const std::string& key) {
+    const auto plan = plan_batch(b, in);
+    const auto d = m.upload_plan(plan);
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    std::string error;
+    TROUPE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    try {
+      m.enqueue_step(d);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const cudaError_t ended = cudaStreamEndCapture(s, &g);
+    if (error.empty() && ended != cudaSuccess)
+      error = cudaGetErrorString(ended);
+    if (error.empty()) {
+      const cudaError_t made = cudaGraphInstantiate(&exec, g, 0);
+      if (made != cudaSuccess)
+        error = cudaGetErrorString(made);
+    }
+    if (g != nullptr)
+      cudaGraphDestroy(g);
+    if (!error.empty()) {
+      cudaGetLastError(); // a failed capture's error is not sticky
+      js << "  \"" << key << "_error\": \"" << error << "\",\n";
+      return;
+    }
+    const double ms = time_ms(s, o.reps, [&] { TROUPE_CUDA_CHECK(cudaGraphLaunch(exec, s)); });
+    cudaGraphExecDestroy(exec);
+    js << "  \"" << key << "_ms\": " << ms << ",\n";
+  };
   const std::uint32_t mark = alloc.next;
   const auto b1 = batch(alloc, 1, 128, 1, pt, false, 0);
   const double decode1 = step_ms(b1);
+  m.set_batched_qkv(false);
+  js << "  \"decode_b1_separate_qkv_ms\": " << time_ms(s, o.reps, [&] {
+    m.enqueue_forward(plan_batch(b1, in));
+  }) << ",\n";
+  m.set_batched_qkv(true);
+  graph_ms(b1, "decode_b1_graph");
   const double bound_ms = step_bytes(b1) / bandwidth * 1e3;
   const double weight_bound_ms = static_cast<double>(cfg.weight_bytes()) / bandwidth * 1e3;
   js << "  \"weight_bytes\": " << cfg.weight_bytes() << ",\n"
@@ -252,6 +295,7 @@ int run(const options& o) {
     return with;
   };
   const auto lora_batch = adapters_cost(128, "decode_b64");
+  graph_ms(lora_batch, "decode_b64_lora_r16_graph");
   // Again at 512 tokens, the upper end of S-LoRA's synthetic workloads
   // (prompts and outputs of 8 to 512 tokens): the cache grows and the
   // adapters' share of the bytes shrinks.
@@ -273,11 +317,15 @@ int run(const options& o) {
   // rotary, cache writes, LoRA and sampling add, and where to look first.
   {
     const std::uint64_t h = cfg.hidden, qd = cfg.q_dim(), kvd = cfg.kv_dim(), f = cfg.intermediate;
-    struct shape { std::uint64_t in, out; };
-    const shape shapes[] = {{h, qd}, {h, kvd}, {h, kvd}, {qd, h}, {h, 2 * f}, {f, h}};
+    // As the model calls them: q, k and v in one batched call (the 7B
+    // shape's heads all have their own K and V), then o, gate and up, down.
+    struct shape { std::uint64_t in, out, count; };
+    const shape shapes[] = {{h, qd, 3}, {qd, h, 1}, {h, 2 * f, 1}, {f, h, 1}};
+    if (qd != kvd)
+      throw cuda_error("the benchmark's linear layers assume q_dim == kv_dim");
     std::uint64_t per_layer = 0;
     for (const auto& sh : shapes)
-      per_layer += sh.in * sh.out;
+      per_layer += sh.in * sh.out * sh.count;
     device_buffer<std::uint16_t> w(per_layer * cfg.layers + std::uint64_t{cfg.vocab} * h);
     fill_uniform(cfg.type, w.data(), w.size(), 3, 0.02f, s);
     const std::uint64_t widest = std::max<std::uint64_t>(2 * f, std::max(qd, h));
@@ -290,9 +338,14 @@ int run(const options& o) {
         const std::uint16_t* wp = w.data();
         for (std::uint32_t l = 0; l < cfg.layers; ++l)
           for (const auto& sh : shapes) {
-            bl.linear(cfg.type, x.data(), wp, y.data(), rows, static_cast<std::uint32_t>(sh.in),
-                      static_cast<std::uint32_t>(sh.out));
-            wp += sh.in * sh.out;
+            const auto in = static_cast<std::uint32_t>(sh.in), out = static_cast<std::uint32_t>(sh.out);
+            if (sh.count == 1)
+              bl.linear(cfg.type, x.data(), wp, y.data(), rows, in, out);
+            else
+              bl.linear_batched(cfg.type, x.data(), wp, sh.in * sh.out, y.data(),
+                                std::uint64_t{rows} * sh.out, rows, in, out,
+                                static_cast<std::uint32_t>(sh.count));
+            wp += sh.in * sh.out * sh.count;
           }
         bl.linear(cfg.type, x.data(), wp, y.data(), seqs, cfg.hidden, cfg.vocab);
       });

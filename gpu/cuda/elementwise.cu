@@ -154,21 +154,38 @@ __global__ void __launch_bounds__(1024)
   }
 }
 
+/// Where rope_kernel also writes each row's rotated K and its V: the row's
+/// slot of one layer in the paged pool (write_kv's placement). No pool: q
+/// and k are rotated in place only.
+struct kv_sink {
+  const std::uint32_t* row_page = nullptr; // [rows]
+  const std::uint32_t* row_slot = nullptr; // [rows]
+  const bits16* v = nullptr;               // [rows, kv_heads * head_dim]
+  bits16* pool = nullptr;
+  std::uint64_t page_elems = 0, layer_offset = 0, v_offset = 0;
+};
+
 /// One block per row: the row's cos and sin into shared memory, then every
-/// (head, chunk of Vec pairs) of q and k rotated in place. The products and
-/// differences are the reference's (no fused multiply-add).
+/// (head, chunk of Vec pairs) of q and k rotated in place, and with a sink
+/// the rotated K and the V copied into the row's cache slot. The products
+/// and differences are the reference's (no fused multiply-add).
 template <class T, int Vec>
 __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, heads * head_dim]
                             bits16* __restrict__ k,                   // [rows, kv_heads * head_dim]
                             const std::int32_t* __restrict__ positions, // [rows]
                             const float* __restrict__ inv_freq,       // [head_dim / 2]
                             std::uint32_t heads, std::uint32_t kv_heads,
-                            std::uint32_t head_dim) {
+                            std::uint32_t head_dim, kv_sink sink) {
   using E = elem<T>;
   using P = pack<Vec>;
   extern __shared__ float cos_sin[]; // [2][head_dim / 2]
   const std::uint32_t half = head_dim / 2;
   const std::size_t row = blockIdx.x;
+  const std::uint64_t kv_dim = std::uint64_t{kv_heads} * head_dim;
+  bits16* slot = sink.pool == nullptr
+                   ? nullptr
+                   : sink.pool + sink.row_page[row] * sink.page_elems + sink.layer_offset +
+                       sink.row_slot[row] * kv_dim;
   const float pos = static_cast<float>(positions[row]);
   for (std::uint32_t j = threadIdx.x; j < half; j += blockDim.x) {
     float s, c;
@@ -198,7 +215,18 @@ __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, 
     }
     *reinterpret_cast<P*>(p + j0) = a;
     *reinterpret_cast<P*>(p + half + j0) = b;
+    if (slot != nullptr && h >= heads) {
+      bits16* dst = slot + (h - heads) * head_dim;
+      *reinterpret_cast<P*>(dst + j0) = a;
+      *reinterpret_cast<P*>(dst + half + j0) = b;
+    }
   }
+  if (slot == nullptr)
+    return;
+  const auto* vs = reinterpret_cast<const P*>(sink.v + row * kv_dim);
+  auto* vd = reinterpret_cast<P*>(slot + sink.v_offset);
+  for (std::uint64_t c = threadIdx.x; c < kv_dim / Vec; c += blockDim.x)
+    vd[c] = vs[c];
 }
 
 /// grid (rows, chunks of blockDim.x packs): out = round(g / (1 + expf(-g)) * u).
@@ -290,34 +318,78 @@ void add_rmsnorm(dtype t, void* residual, const void* x, const void* weight, flo
   });
 }
 
-void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float* inv_freq,
-          std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
-          cudaStream_t stream) {
+namespace {
+
+void check_rope_head_dim(std::uint32_t head_dim, const char* who) {
   if (head_dim == 0 || head_dim % 2 != 0)
-    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) + " is not even");
+    throw std::invalid_argument(std::string(who) + ": head_dim " + std::to_string(head_dim) +
+                                " is not even");
   if (head_dim > 8192)
-    throw std::invalid_argument("rope: head_dim " + std::to_string(head_dim) +
+    throw std::invalid_argument(std::string(who) + ": head_dim " + std::to_string(head_dim) +
                                 " exceeds the 8192 the shared cos/sin table holds");
-  if (rows == 0 || heads + kv_heads == 0)
-    return;
-  check_grid_rows(rows, "rope");
+}
+
+// rope_kernel over `rows` rows, in packs of 8 where `aligned` (every array
+// it touches on a 16-byte boundary) and the head allows.
+void rope_launch(dtype t, const char* who, void* q, void* k, const std::int32_t* positions,
+                 const float* inv_freq, std::uint32_t rows, std::uint32_t heads,
+                 std::uint32_t kv_heads, std::uint32_t head_dim, bool aligned, const kv_sink& sink,
+                 cudaStream_t stream) {
+  check_grid_rows(rows, who);
   const std::uint32_t half = head_dim / 2;
-  const bool vec = half % 8 == 0 && aligned16(q) && aligned16(k);
+  const bool vec = half % 8 == 0 && aligned;
   const int width = vec ? 8 : 1;
   const std::uint64_t items = std::uint64_t{heads + kv_heads} * (half / width);
   const unsigned threads = std::min(256u, round_up_warp(std::max<std::uint64_t>(items, half)));
   const std::size_t smem = 2 * std::size_t{half} * sizeof(float);
-  dispatch_dtype(t, "rope", [&](auto tag) {
+  dispatch_dtype(t, who, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto* qb = static_cast<bits16*>(q);
     auto* kb = static_cast<bits16*>(k);
     if (vec)
       rope_kernel<T, 8><<<rows, threads, smem, stream>>>(qb, kb, positions, inv_freq, heads,
-                                                          kv_heads, head_dim);
+                                                          kv_heads, head_dim, sink);
     else
       rope_kernel<T, 1><<<rows, threads, smem, stream>>>(qb, kb, positions, inv_freq, heads,
-                                                          kv_heads, head_dim);
+                                                          kv_heads, head_dim, sink);
   });
+}
+
+} // namespace
+
+void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float* inv_freq,
+          std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
+          cudaStream_t stream) {
+  check_rope_head_dim(head_dim, "rope");
+  if (rows == 0 || heads + kv_heads == 0)
+    return;
+  rope_launch(t, "rope", q, k, positions, inv_freq, rows, heads, kv_heads, head_dim,
+              aligned16(q) && aligned16(k), kv_sink{}, stream);
+}
+
+void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
+                   std::uint32_t heads, void* q, void* k, const void* v, const float* inv_freq,
+                   void* pool, cudaStream_t stream) {
+  check_rope_head_dim(kv.head_dim, "rope_write_kv");
+  if (layer >= kv.num_layers || kv.page_tokens == 0 || kv.num_kv_heads == 0)
+    throw std::invalid_argument("rope_write_kv: layer " + std::to_string(layer) + " of a pool of " +
+                                std::to_string(kv.num_layers) + " layers, " +
+                                std::to_string(kv.num_kv_heads) + " kv heads, pages of " +
+                                std::to_string(kv.page_tokens) + " tokens");
+  if (plan.rows == 0)
+    return;
+  const kv_sink sink{.row_page = plan.row_page,
+                     .row_slot = plan.row_slot,
+                     .v = static_cast<const bits16*>(v),
+                     .pool = static_cast<bits16*>(pool),
+                     .page_elems = kv.page_elems(),
+                     .layer_offset = std::uint64_t{layer} * kv.layer_elems(),
+                     .v_offset = std::uint64_t{kv.page_tokens} * kv.kv_dim()};
+  // Offsets into the pool are multiples of kv_dim, a multiple of 8 whenever
+  // the packs are (head_dim / 2 a multiple of 8).
+  rope_launch(t, "rope_write_kv", q, k, plan.positions, inv_freq, plan.rows, heads,
+              kv.num_kv_heads, kv.head_dim,
+              aligned16(q) && aligned16(k) && aligned16(v) && aligned16(pool), sink, stream);
 }
 
 void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,

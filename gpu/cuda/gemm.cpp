@@ -44,6 +44,22 @@ void blas::linear(dtype t, const void* x, const void* w, void* y, std::uint32_t 
                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+void blas::linear_batched(dtype t, const void* x, const void* w, std::uint64_t w_stride, void* y,
+                          std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in,
+                          std::uint32_t out, std::uint32_t count) {
+  if (rows == 0 || count == 0)
+    return;
+  const float alpha = 1.0f;
+  const float beta = 0.0f;
+  // The input's stride is 0: every linear of the batch reads the same x.
+  TROUPE_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+    handle_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(out), static_cast<int>(rows),
+    static_cast<int>(in), &alpha, w, cuda_type(t), static_cast<int>(in),
+    static_cast<long long>(w_stride), x, cuda_type(t), static_cast<int>(in), 0, &beta, y,
+    cuda_type(t), static_cast<int>(out), static_cast<long long>(y_stride), static_cast<int>(count),
+    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 void blas::dense(dtype t, const void* a, const void* b, void* c, std::uint32_t m, std::uint32_t n,
                  std::uint32_t k) {
   const float alpha = 1.0f;

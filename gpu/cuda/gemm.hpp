@@ -26,6 +26,15 @@ public:
   void linear(dtype t, const void* x, const void* w, void* y, std::uint32_t rows,
               std::uint32_t in, std::uint32_t out, bool accumulate = false, bool out_f32 = false);
 
+  /// `count` linears over the same input in one launch: y_i[rows, out] =
+  /// x[rows, in] * w_i[out, in]^T for i < count, where w_i sits at
+  /// w + i * w_stride and y_i at y + i * y_stride (elements of type t). The
+  /// q, k and v projections of a layer whose weights are stored one after
+  /// another.
+  void linear_batched(dtype t, const void* x, const void* w, std::uint64_t w_stride, void* y,
+                      std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in,
+                      std::uint32_t out, std::uint32_t count);
+
   /// Dense fp16 or bf16 GEMM on plain column-major operands, C[m, n] =
   /// A[m, k] B[k, n], for the benchmark's tensor-core ceiling.
   void dense(dtype t, const void* a, const void* b, void* c, std::uint32_t m, std::uint32_t n,

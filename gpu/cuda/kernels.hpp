@@ -68,6 +68,16 @@ void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float*
           std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
           cudaStream_t stream);
 
+/// rope(q, k) and then write_kv(k, v) in one launch, bit for bit the two:
+/// q and k ([rows, heads * head_dim], [rows, kv_heads * head_dim]) rotated
+/// in place at plan.positions, and each row's rotated K and its V written
+/// into its page and slot (plan.row_page, plan.row_slot) of `layer` in
+/// `pool`; kv_heads and head_dim are the layout's. Throws
+/// std::invalid_argument for an odd head_dim or a layer outside the pool.
+void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
+                   std::uint32_t heads, void* q, void* k, const void* v, const float* inv_freq,
+                   void* pool, cudaStream_t stream);
+
 /// out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]; gate_up is the
 /// fused [rows, 2 * inter] output of the gate and up projections.
 void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,

@@ -79,9 +79,7 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
   layers_.resize(cfg_.layers);
   for (auto& l : layers_) {
     l.attn_norm = device_buffer<std::uint16_t>(h);
-    l.wq = device_buffer<std::uint16_t>(std::uint64_t{cfg_.q_dim()} * h);
-    l.wk = device_buffer<std::uint16_t>(std::uint64_t{cfg_.kv_dim()} * h);
-    l.wv = device_buffer<std::uint16_t>(std::uint64_t{cfg_.kv_dim()} * h);
+    l.wqkv = device_buffer<std::uint16_t>((std::uint64_t{cfg_.q_dim()} + 2 * cfg_.kv_dim()) * h);
     l.wo = device_buffer<std::uint16_t>(h * cfg_.q_dim());
     l.mlp_norm = device_buffer<std::uint16_t>(h);
     l.w_gate_up = device_buffer<std::uint16_t>(2 * std::uint64_t{cfg_.intermediate} * h);
@@ -103,14 +101,16 @@ void cuda_model::set_weight(weight w, std::uint32_t layer, std::span<const float
   std::uint64_t offset = 0;
   std::uint64_t n = 0;
   const std::uint64_t inter_rows = std::uint64_t{cfg_.intermediate} * cfg_.hidden;
+  const std::uint64_t q_elems = std::uint64_t{cfg_.q_dim()} * cfg_.hidden;
+  const std::uint64_t kv_elems = std::uint64_t{cfg_.kv_dim()} * cfg_.hidden;
   switch (w) {
     case weight::embed: dst = &embed_; break;
     case weight::final_norm: dst = &final_norm_; break;
     case weight::lm_head: dst = cfg_.tied_embeddings ? &embed_ : &lm_head_; break;
     case weight::attn_norm: dst = &per_layer().attn_norm; break;
-    case weight::wq: dst = &per_layer().wq; break;
-    case weight::wk: dst = &per_layer().wk; break;
-    case weight::wv: dst = &per_layer().wv; break;
+    case weight::wq: dst = &per_layer().wqkv; n = q_elems; break;
+    case weight::wk: dst = &per_layer().wqkv; offset = q_elems; n = kv_elems; break;
+    case weight::wv: dst = &per_layer().wqkv; offset = q_elems + kv_elems; n = kv_elems; break;
     case weight::wo: dst = &per_layer().wo; break;
     case weight::mlp_norm: dst = &per_layer().mlp_norm; break;
     case weight::w_gate: dst = &per_layer().w_gate_up; n = inter_rows; break;
@@ -147,7 +147,7 @@ void cuda_model::randomize(std::uint64_t seed, float scale) {
   for (auto& l : layers_) {
     ones(l.attn_norm);
     ones(l.mlp_norm);
-    for (auto* b : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate_up, &l.w_down})
+    for (auto* b : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
       fill(*b);
   }
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -190,9 +190,7 @@ void cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64
     const std::uint64_t h = cfg_.hidden;
     s_.residual = device_buffer<std::uint16_t>(rows * h);
     s_.h = device_buffer<std::uint16_t>(rows * h);
-    s_.q = device_buffer<std::uint16_t>(rows * cfg_.q_dim());
-    s_.k = device_buffer<std::uint16_t>(rows * cfg_.kv_dim());
-    s_.v = device_buffer<std::uint16_t>(rows * cfg_.kv_dim());
+    s_.qkv = device_buffer<std::uint16_t>(rows * (cfg_.q_dim() + 2 * cfg_.kv_dim()));
     s_.attn = device_buffer<std::uint16_t>(rows * cfg_.q_dim());
     s_.proj = device_buffer<std::uint16_t>(rows * h);
     s_.gate_up = device_buffer<std::uint16_t>(rows * 2 * cfg_.intermediate);
@@ -216,16 +214,55 @@ void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, std::span<c
   lora_expand(cfg_.type, d, lora_, layer, projs, s_.lora_tmp.data(), pool_.data(), gathered, ys, stream_);
 }
 
+void cuda_model::project_qkv(const layer_weights& w, std::uint32_t rows, void* q, void* k,
+                             void* v) {
+  const dtype t = cfg_.type;
+  const std::uint32_t h = cfg_.hidden, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
+  const std::uint16_t* wq = w.wqkv.data();
+  const std::uint16_t* wk = wq + std::uint64_t{qd} * h;
+  const std::uint16_t* wv = wk + std::uint64_t{kvd} * h;
+  if (!cfg_.batched_qkv) {
+    blas_.linear(t, s_.h.data(), wq, q, rows, h, qd);
+    blas_.linear(t, s_.h.data(), wk, k, rows, h, kvd);
+    blas_.linear(t, s_.h.data(), wv, v, rows, h, kvd);
+  } else if (qd == kvd) { // every head has its own K and V: three of one shape
+    blas_.linear_batched(t, s_.h.data(), wq, std::uint64_t{qd} * h, q, std::uint64_t{rows} * qd,
+                         rows, h, qd, 3);
+  } else { // grouped-query heads: q alone, then k and v together
+    blas_.linear(t, s_.h.data(), wq, q, rows, h, qd);
+    blas_.linear_batched(t, s_.h.data(), wk, std::uint64_t{kvd} * h, k, std::uint64_t{rows} * kvd,
+                         rows, h, kvd, 2);
+  }
+}
+
 void cuda_model::enqueue_forward(const batch_plan& plan,
                                  const std::function<void(std::uint32_t)>& before_layer) {
   if (plan.rows() == 0)
     return;
+  enqueue_step(upload_plan(plan), before_layer);
+}
+
+device_plan cuda_model::upload_plan(const batch_plan& plan) {
   ensure_scratch(plan);
-  const auto d = upload_.upload(plan, stream_);
+  return upload_.upload(plan, stream_);
+}
+
+void cuda_model::enqueue_step(const device_plan& d,
+                              const std::function<void(std::uint32_t)>& before_layer) {
+  if (d.rows == 0)
+    return;
+  if (d.rows > s_.rows || d.seqs > s_.seqs)
+    throw cuda_error("cuda_model::enqueue_step: a plan of " + std::to_string(d.rows) + " rows and " +
+                     std::to_string(d.seqs) + " sequences over scratch for " + std::to_string(s_.rows) +
+                     " and " + std::to_string(s_.seqs) + ": upload it with upload_plan first");
   const dtype t = cfg_.type;
-  const std::uint32_t rows = plan.rows();
+  const std::uint32_t rows = d.rows;
   const std::uint32_t h = cfg_.hidden;
   const float scale = 1.0f / std::sqrt(static_cast<float>(cfg_.head_dim));
+  // q, k and v one after another in one buffer, as their weights are.
+  std::uint16_t* const q = s_.qkv.data();
+  std::uint16_t* const k = q + std::uint64_t{rows} * cfg_.q_dim();
+  std::uint16_t* const v = k + std::uint64_t{rows} * cfg_.kv_dim();
 
   embedding_gather(t, embed_.data(), d.token_ids, rows, h, s_.residual.data(), stream_);
   for (std::uint32_t l = 0; l < cfg_.layers; ++l) {
@@ -238,17 +275,13 @@ void cuda_model::enqueue_forward(const batch_plan& plan,
     else
       add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.attn_norm.data(), cfg_.rms_eps, rows, h,
                   s_.h.data(), stream_);
-    blas_.linear(t, s_.h.data(), w.wq.data(), s_.q.data(), rows, h, cfg_.q_dim());
-    blas_.linear(t, s_.h.data(), w.wk.data(), s_.k.data(), rows, h, cfg_.kv_dim());
-    blas_.linear(t, s_.h.data(), w.wv.data(), s_.v.data(), rows, h, cfg_.kv_dim());
+    project_qkv(w, rows, q, k, v);
     // q, k and v read the same input: one shrink and one expand for all three.
     constexpr lora_proj qkv[] = {lora_proj::q, lora_proj::k, lora_proj::v};
-    void* const qkv_out[] = {s_.q.data(), s_.k.data(), s_.v.data()};
+    void* const qkv_out[] = {q, k, v};
     add_lora(d, l, qkv, s_.h.data(), qkv_out);
-    rope(t, s_.q.data(), s_.k.data(), d.positions, inv_freq_.data(), rows, cfg_.heads,
-         cfg_.kv_heads, cfg_.head_dim, stream_);
-    write_kv(t, d, kv_, l, s_.k.data(), s_.v.data(), pool_.data(), stream_);
-    attention(t, d, kv_, l, cfg_.heads, scale, s_.q.data(), pool_.data(), s_.partial_buf.data(),
+    rope_write_kv(t, d, kv_, l, cfg_.heads, q, k, v, inv_freq_.data(), pool_.data(), stream_);
+    attention(t, d, kv_, l, cfg_.heads, scale, q, pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);
     blas_.linear(t, s_.attn.data(), w.wo.data(), s_.proj.data(), rows, cfg_.q_dim(), h);
     constexpr lora_proj o[] = {lora_proj::o};

@@ -33,6 +33,11 @@ struct model_config {
   std::vector<float> inv_freq;
   bool tied_embeddings = false;
   dtype type = dtype::f16;
+  /// The q, k and v projections as one strided-batched cuBLAS call (two
+  /// with grouped-query heads: q, then k and v) instead of three: fewer
+  /// launches per layer. Off gives the three separate calls (the benchmark
+  /// measures both).
+  bool batched_qkv = true;
 
   std::uint32_t q_dim() const noexcept { return heads * head_dim; }
   std::uint32_t kv_dim() const noexcept { return kv_heads * head_dim; }
@@ -87,6 +92,17 @@ public:
   /// the stream wait for that layer's cache: cudaStreamWaitEvent).
   void enqueue_forward(const batch_plan& plan,
                        const std::function<void(std::uint32_t layer)>& before_layer = {});
+  /// enqueue_forward in two parts: upload_plan grows the scratch for `plan`
+  /// and copies it to the device (on the stream); enqueue_step enqueues the
+  /// step's launches, and nothing else, so a stream capture of it is a
+  /// CUDA graph of the step that replays while the upload's view stays
+  /// valid (until the next upload_plan).
+  device_plan upload_plan(const batch_plan& plan);
+  void enqueue_step(const device_plan& d,
+                    const std::function<void(std::uint32_t layer)>& before_layer = {});
+  /// Switches model_config::batched_qkv (the weights' layout is the same
+  /// either way).
+  void set_batched_qkv(bool on) noexcept { cfg_.batched_qkv = on; }
   /// Grows the step's scratch buffers now for steps of up to `rows` token
   /// rows, `seqs` sequences and adapters of rank `rank` (they grow on demand
   /// too; reserving them at start keeps the pool from taking their memory).
@@ -117,15 +133,19 @@ public:
 
 private:
   struct layer_weights {
-    device_buffer<std::uint16_t> attn_norm, wq, wk, wv, wo, mlp_norm, w_gate_up, w_down;
+    // wqkv: [q_dim + 2 kv_dim, hidden], wq then wk then wv.
+    device_buffer<std::uint16_t> attn_norm, wqkv, wo, mlp_norm, w_gate_up, w_down;
   };
   struct scratch {
     std::uint32_t rows = 0, seqs = 0, rank = 0;
     std::uint64_t partial = 0;
-    device_buffer<std::uint16_t> residual, h, q, k, v, attn, proj, gate_up, mlp, last;
+    // qkv: the step's q, then k, then v ([rows, q_dim], [rows, kv_dim] x 2).
+    device_buffer<std::uint16_t> residual, h, qkv, attn, proj, gate_up, mlp, last;
     device_buffer<float> lora_tmp, partial_buf;
   };
   void ensure_scratch(const batch_plan& plan);
+  /// q, k, v = s_.h times the layer's wq, wk, wv.
+  void project_qkv(const layer_weights& w, std::uint32_t rows, void* q, void* k, void* v);
   void ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats);
   /// y[i] += LoRA of projs[i] (all reading x) for the plan's adapters: one
   /// shrink and one expand launch.

@@ -10,6 +10,7 @@
 #include "gpu/cuda/kernels.hpp"
 #include "gpu/cuda/plan_upload.hpp"
 #include "gpu/cuda/reference_attention.hpp"
+#include "gpu/cuda/reference_elementwise.hpp"
 
 #include "tests/gpu/cuda/attention_cases.hpp"
 
@@ -131,6 +132,84 @@ void expect_write_kv_matches_reference(attention_case& c, const std::vector<std:
   pool.download(got);
   write_kv_reference(c.t, c.plan, c.kv, c.layer, k, v, c.pool);
   EXPECT_TRUE(got == c.pool) << "the device pool differs from the reference's";
+}
+
+// rope_write_kv on case `c` with random k and v against its two parts:
+// rope then write_kv on the device, bit for bit (q, k and the pool), and
+// the CPU references (rope_reference within the rope kernel's tolerance,
+// write_kv_reference of the rotated k exactly).
+void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t seed) {
+  const std::uint32_t rows = c.plan.rows(), hd = c.kv.head_dim;
+  testing::uniform_source u{seed};
+  for (auto& x : c.pool) // arbitrary finite contents
+    x = to_bits(c.t, u.next());
+  const std::size_t n = std::size_t{rows} * c.kv.kv_dim();
+  std::vector<std::uint16_t> k(n), v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    k[i] = to_bits(c.t, u.next());
+    v[i] = to_bits(c.t, u.next());
+  }
+  std::vector<float> inv_freq(hd / 2);
+  for (std::uint32_t i = 0; i < hd / 2; ++i)
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
+
+  stream_holder stream;
+  struct run_out {
+    std::vector<std::uint16_t> q, k, pool;
+  };
+  const auto run = [&](bool fused) {
+    auto dq = to_device(c.q);
+    auto dk = to_device(k);
+    const auto dv = to_device(v);
+    auto pool = to_device(c.pool);
+    const auto inv = to_device(inv_freq);
+    TROUPE_CUDA_CHECK(cudaDeviceSynchronize()); // the uploads, before the non-blocking stream's work
+    plan_upload upload;
+    const device_plan dp = upload.upload(c.plan, stream.s);
+    if (fused) {
+      rope_write_kv(c.t, dp, c.kv, c.layer, c.heads, dq.data(), dk.data(), dv.data(), inv.data(),
+                    pool.data(), stream.s);
+    } else {
+      rope(c.t, dq.data(), dk.data(), dp.positions, inv.data(), rows, c.heads, c.kv.num_kv_heads, hd,
+           stream.s);
+      write_kv(c.t, dp, c.kv, c.layer, dk.data(), dv.data(), pool.data(), stream.s);
+    }
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream.s));
+    TROUPE_CUDA_CHECK(cudaGetLastError());
+    run_out r{std::vector<std::uint16_t>(c.q.size()), std::vector<std::uint16_t>(n),
+              std::vector<std::uint16_t>(c.pool.size())};
+    dq.download(r.q);
+    dk.download(r.k);
+    pool.download(r.pool);
+    return r;
+  };
+  const auto fused = run(true);
+  const auto parts = run(false);
+  EXPECT_TRUE(fused.q == parts.q) << "q differs from rope's";
+  EXPECT_TRUE(fused.k == parts.k) << "k differs from rope's";
+  EXPECT_TRUE(fused.pool == parts.pool) << "the pool differs from write_kv's";
+
+  // The references: rotation within the type's last bits, placement exact.
+  auto want_q = c.q;
+  auto want_k = k;
+  rope_reference(c.t, want_q, want_k, c.plan.positions, inv_freq, rows, c.heads, c.kv.num_kv_heads,
+                 hd);
+  const float tol = c.t == dtype::f16 ? 2e-3f : 1.6e-2f;
+  const auto near = [&](const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
+                        const char* what) {
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      const float g = from_bits(c.t, got[i]), w = from_bits(c.t, want[i]);
+      if (!(std::abs(g - w) <= tol * std::max(1.0f, std::abs(w))) && ++bad <= 3)
+        ADD_FAILURE() << what << "[" << i << "]: " << g << " vs " << w;
+    }
+    EXPECT_EQ(bad, 0u) << what << ": of " << got.size();
+  };
+  near(fused.q, want_q, "q");
+  near(fused.k, want_k, "k");
+  auto want_pool = c.pool;
+  write_kv_reference(c.t, c.plan, c.kv, c.layer, fused.k, v, want_pool);
+  EXPECT_TRUE(fused.pool == want_pool) << "the pool is not the reference's placement of k and v";
 }
 
 class attention_kernel : public ::testing::TestWithParam<std::tuple<dtype, std::uint32_t>> {
@@ -265,6 +344,22 @@ TEST_P(attention_kernel, write_kv_matches_reference_bit_for_bit) {
   }
 }
 
+TEST_P(attention_kernel, rope_write_kv_is_rope_then_write_kv_bit_for_bit) {
+  TROUPE_REQUIRE_GPU();
+  const std::vector<seq_spec> seqs{{0, 37}, {16, 1}, {5, 20}, {63, 1}, {500, 1}};
+  for (std::uint32_t kv_heads : {1u, 8u})
+    for (std::uint32_t group : {1u, 4u}) {
+      auto o = base();
+      o.kv_heads = kv_heads;
+      o.group = group;
+      o.num_layers = 3;
+      o.layer = 2;
+      auto c = make_case(seqs, o);
+      SCOPED_TRACE(testing::describe(seqs, o));
+      expect_rope_write_kv_is_rope_then_write_kv(c, 31 + kv_heads + group);
+    }
+}
+
 std::string shape_name(const ::testing::TestParamInfo<std::tuple<dtype, std::uint32_t>>& info) {
   return std::string(to_string(std::get<0>(info.param))) + "_hd" +
          std::to_string(std::get<1>(info.param));
@@ -289,6 +384,23 @@ TEST(attention_kernel_edges, write_kv_with_a_kv_dim_not_a_multiple_of_eight) {
     v[i] = static_cast<std::uint16_t>(i + 7001);
   }
   expect_write_kv_matches_reference(c, k, v);
+}
+
+TEST(attention_kernel_edges, rope_write_kv_element_by_element_and_its_errors) {
+  TROUPE_REQUIRE_GPU();
+  // 3 kv heads of 6 (half 3: no 16-byte packs), two query heads each.
+  case_options o{.t = dtype::bf16, .kv_heads = 3, .group = 2, .head_dim = 6, .page_tokens = 4};
+  auto c = make_case({{0, 9}, {3, 1}}, o);
+  expect_rope_write_kv_is_rope_then_write_kv(c, 8);
+  const device_plan empty{};
+  EXPECT_THROW(rope_write_kv(c.t, empty, c.kv, c.kv.num_layers, c.heads, nullptr, nullptr, nullptr,
+                             nullptr, nullptr, nullptr),
+               std::invalid_argument);
+  kv_layout odd = c.kv;
+  odd.head_dim = 7;
+  EXPECT_THROW(rope_write_kv(c.t, empty, odd, 0, c.heads, nullptr, nullptr, nullptr, nullptr,
+                             nullptr, nullptr),
+               std::invalid_argument);
 }
 
 TEST(attention_kernel_edges, the_workspace_is_needed_unless_an_unsplit_decode) {

@@ -25,17 +25,20 @@ struct sequence {
   std::vector<std::int32_t> generated;
 };
 
-class model_parity : public ::testing::TestWithParam<std::tuple<dtype, std::uint32_t>> {};
+// (type, head_dim, query heads per kv head, q/k/v as one batched call)
+using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, bool>;
+class model_parity : public ::testing::TestWithParam<parity_param> {};
 
 TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   TROUPE_REQUIRE_GPU();
-  const auto [t, head_dim] = GetParam();
+  const auto [t, head_dim, group, batched_qkv] = GetParam();
   const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = 512 / head_dim,
-               .kv_heads = 256 / head_dim, .head_dim = head_dim, .vocab = 1000};
+               .kv_heads = 512 / head_dim / group, .head_dim = head_dim, .vocab = 1000};
   const std::uint32_t page_tokens = 16, pool_pages = 64;
   auto weights = make_weights(d, t, 11);
 
-  const auto mc = model_config_for(weights.config, t);
+  auto mc = model_config_for(weights.config, t);
+  mc.batched_qkv = batched_qkv;
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
   {
@@ -128,12 +131,24 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   cudaStreamDestroy(s);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-  types_and_heads, model_parity,
-  ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u, 128u)),
-  [](const auto& i) {
-    return std::string{to_string(std::get<0>(i.param))} + "_hd" + std::to_string(std::get<1>(i.param));
-  });
+std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
+  const auto [t, hd, group, batched] = i.param;
+  return std::string{to_string(t)} + "_hd" + std::to_string(hd) + (group == 1 ? "_mha" : "_gqa") +
+         (batched ? "" : "_separate_qkv");
+}
+
+// q, k and v in one strided-batched call with every head its own K and V
+// (mha), in two with grouped-query heads (gqa: q, then k and v).
+INSTANTIATE_TEST_SUITE_P(types_and_heads, model_parity,
+                         ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16),
+                                            ::testing::Values(64u, 128u), ::testing::Values(1u, 2u),
+                                            ::testing::Values(true)),
+                         parity_name);
+// ... and as three calls.
+INSTANTIATE_TEST_SUITE_P(separate_qkv, model_parity,
+                         ::testing::Combine(::testing::Values(dtype::f16), ::testing::Values(128u),
+                                            ::testing::Values(1u, 2u), ::testing::Values(false)),
+                         parity_name);
 
 } // namespace
 } // namespace troupe::gpu::cuda
