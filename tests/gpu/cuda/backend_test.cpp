@@ -6,13 +6,15 @@
 // tokens wherever its pages are, beside base-model sequences in one batch;
 // refusals (too few pages, an MLP target, missing files, a dropped adapter,
 // a bad token) fail only what they concern, and a step answers only once no
-// copy into its entries' pages is in flight. Skipped where no CUDA device is
-// visible.
+// copy into its entries' pages is in flight; a fault that poisons the CUDA
+// context breaks the backend, which says why. Skipped where no CUDA device
+// is visible.
 #include "gpu/cuda/backend.hpp"
 #include "gpu/lora.hpp"
 #include "gpu/safetensors.hpp"
 #include "gpu/sim_tokenizer.hpp"
 
+#include "tests/gpu/cuda/device_fault.hpp"
 #include "tests/gpu/cuda/gpu_test_support.hpp"
 #include "tests/gpu/cuda/lora_test_support.hpp"
 #include "tests/gpu/cuda/random_llama.hpp"
@@ -20,6 +22,7 @@
 #include <gtest/gtest.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -369,6 +372,38 @@ TEST(cuda_backend, sampling_follows_each_requests_seed) {
   EXPECT_GT(b->transfer_seconds(1 << 20), 0.0);
   EXPECT_EQ(b->name(), "cuda");
   EXPECT_EQ(b->vocab().vocab_size(), static_cast<std::int32_t>(tiny.vocab));
+}
+
+// The fault poisons the process's CUDA context, so the test runs in a child
+// process started afresh (the threadsafe death-test style re-runs the
+// binary; a fork after CUDA's start would not work). The child exits 0
+// only when every check holds and prints what the backend said.
+TEST(cuda_backend_death, a_device_fault_breaks_the_backend_which_says_why) {
+  TROUPE_REQUIRE_GPU();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+    {
+      auto b = open_backend();
+      if (b == nullptr)
+        std::exit(2);
+      const auto e = entry(prompt(5, 1), 0, {0});
+      const auto healthy = b->run_step(std::span{&e, 1});
+      if (!healthy.failures.empty() || healthy.tokens.at(0) < 0 || !b->broken().empty())
+        std::exit(3);
+      if (testing::fault_the_device() != cudaErrorIllegalAddress)
+        std::exit(4);
+      // The next step fails, every entry of it with the fault named, and
+      // the backend is broken from then on.
+      const auto after = b->run_step(std::span{&e, 1});
+      if (after.tokens.at(0) != -1 || after.failures.size() != 1 ||
+          after.failures[0].reason.find("illegal") == std::string::npos) {
+        std::fprintf(stderr, "step after the fault: %s\n", describe(after.failures).c_str());
+        std::exit(5);
+      }
+      std::fprintf(stderr, "broken: %s\n", b->broken().c_str());
+      std::exit(b->broken().find("cudaErrorIllegalAddress") == std::string::npos ? 6 : 0);
+    },
+    ::testing::ExitedWithCode(0), "broken: CUDA context on device 0: cudaErrorIllegalAddress");
 }
 
 } // namespace
