@@ -296,11 +296,16 @@ void cuda_model::enqueue_step(const device_plan& d,
   }
   add_rmsnorm(t, s_.residual.data(), s_.proj.data(), final_norm_.data(), cfg_.rms_eps, rows, h,
               s_.h.data(), stream_);
-  // Only each sequence's last row reaches the LM head.
-  embedding_gather(t, s_.h.data(), reinterpret_cast<const std::int32_t*>(d.last_row), d.seqs, h,
-                   s_.last.data(), stream_);
+  // Only each sequence's last row reaches the LM head. A row per sequence
+  // (a decode step) is each sequence's last already, in order.
+  const void* last = s_.h.data();
+  if (d.rows != d.seqs) {
+    embedding_gather(t, s_.h.data(), reinterpret_cast<const std::int32_t*>(d.last_row), d.seqs, h,
+                     s_.last.data(), stream_);
+    last = s_.last.data();
+  }
   const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
-  blas_.linear(t, s_.last.data(), head, logits_.data(), d.seqs, h, cfg_.vocab, false, true);
+  blas_.linear(t, last, head, logits_.data(), d.seqs, h, cfg_.vocab, false, true);
   sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }

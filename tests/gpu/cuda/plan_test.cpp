@@ -243,6 +243,9 @@ TEST(plan_batch, same_adapter_sequences_split_by_the_input_order_still_share_a_s
   EXPECT_EQ(p.segments[0].rows, 2u);
   EXPECT_EQ(p.lora_pages, (std::vector<std::uint32_t>{40, 41, 50, 51, 52, 53}));
   EXPECT_TRUE(p.decode_only());
+  // A row per sequence: each is its sequence's last, in order (cuda_model
+  // then feeds the LM head the rows as they are).
+  EXPECT_EQ(p.last_row, (std::vector<std::uint32_t>{0, 1, 2, 3}));
 }
 
 TEST(pool_pages_for, takes_the_fraction_of_what_weights_and_scratch_leave_in_whole_pages) {
