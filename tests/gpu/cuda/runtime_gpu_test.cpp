@@ -74,6 +74,54 @@ TEST_P(linear_test, matches_a_cpu_product_over_token_counts_and_shapes) {
   cudaStreamDestroy(s);
 }
 
+// linear_batched: each of `count` weights, stored one after another, times
+// the same input into outputs one after another, as `count` linear calls
+// give them (within accumulation order), and nothing written past them.
+TEST_P(linear_test, batched_over_weights_one_after_another_is_each_ones_linear) {
+  TROUPE_REQUIRE_GPU();
+  const dtype t = GetParam();
+  cudaStream_t s = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
+  {
+    blas b{s};
+    struct shape {
+      std::uint32_t rows, in, out, count;
+    };
+    for (const auto sh : {shape{1, 256, 256, 3}, shape{5, 128, 64, 2}, shape{64, 512, 512, 3}}) {
+      SCOPED_TRACE(testing::Message() << sh.count << " x " << sh.rows << "x" << sh.in << "->" << sh.out);
+      const std::size_t w_elems = std::size_t{sh.out} * sh.in, y_elems = std::size_t{sh.rows} * sh.out;
+      const auto x = random_bits(t, std::size_t{sh.rows} * sh.in, 3, 1.0f);
+      const auto w = random_bits(t, w_elems * sh.count, 4, 0.1f);
+      device_buffer<std::uint16_t> dx(x.size()), dw(w.size()), batched(y_elems * sh.count + 8),
+        each(y_elems * sh.count);
+      dx.upload(x);
+      dw.upload(w);
+      const std::vector<std::uint16_t> guard(batched.size(), 0x7e00);
+      batched.upload(guard);
+      b.linear_batched(t, dx.data(), dw.data(), w_elems, batched.data(), y_elems, sh.rows, sh.in,
+                       sh.out, sh.count);
+      for (std::uint32_t i = 0; i < sh.count; ++i)
+        b.linear(t, dx.data(), dw.data() + i * w_elems, each.data() + i * y_elems, sh.rows, sh.in,
+                 sh.out);
+      TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+      std::vector<std::uint16_t> got(batched.size()), want(each.size());
+      batched.download(got);
+      each.download(want);
+      const float tol = t == dtype::f16 ? 2e-3f : 1.6e-2f;
+      for (std::size_t i = 0; i < want.size(); ++i) {
+        const float g = from_bits(t, got[i]), e = from_bits(t, want[i]);
+        ASSERT_FALSE(std::isnan(g)) << i;
+        ASSERT_NEAR(g, e, tol * (1 + std::abs(e))) << i;
+      }
+      for (std::size_t i = want.size(); i < got.size(); ++i)
+        EXPECT_EQ(got[i], 0x7e00) << "written past the last output at " << i;
+    }
+    b.linear_batched(t, nullptr, nullptr, 0, nullptr, 0, 0, 8, 8, 3); // no rows: nothing
+    b.linear_batched(t, nullptr, nullptr, 0, nullptr, 0, 8, 8, 8, 0); // no weights: nothing
+  }
+  cudaStreamDestroy(s);
+}
+
 INSTANTIATE_TEST_SUITE_P(dtypes, linear_test, ::testing::Values(dtype::f16, dtype::bf16),
                          [](const auto& i) { return std::string{to_string(i.param)}; });
 
