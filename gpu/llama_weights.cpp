@@ -1,11 +1,15 @@
-// Loading a Hugging Face Llama checkpoint (config.json plus safetensors) into
-// fp32 host memory, checking every tensor's shape against the config.
+// A Hugging Face Llama checkpoint (config.json plus safetensors): its
+// tensors, checked against the config and visited one at a time, or loaded
+// whole into fp32 host memory.
 #include "gpu/llama_weights.hpp"
 
 #include "gpu/safetensors.hpp"
 
 #include <exception>
 #include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <utility>
 
 namespace troupe::gpu {
 
@@ -13,31 +17,85 @@ std::string llama_tensor_name(std::uint32_t layer, std::string_view module) {
   return "model.layers." + std::to_string(layer) + "." + std::string{module} + ".weight";
 }
 
-namespace {
-
-/// Reads tensors into fp32 and keeps the first error.
-class tensor_reader {
-public:
-  explicit tensor_reader(const safetensors_archive& archive) : archive_(archive) {}
-
-  void read(const std::string& name, std::initializer_list<std::uint64_t> shape, std::vector<float>& out) {
-    if (error_)
-      return;
-    auto r = archive_.read_f32(name, std::span<const std::uint64_t>{shape.begin(), shape.size()});
-    if (auto* err = std::get_if<std::string>(&r))
-      error_ = *err;
-    else
-      out = std::move(std::get<std::vector<float>>(r));
+std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c) {
+  const std::uint64_t hidden = c.hidden_size;
+  const std::uint64_t q_dim = std::uint64_t{c.num_heads} * c.head_dim;
+  const std::uint64_t kv_dim = std::uint64_t{c.num_kv_heads} * c.head_dim;
+  const std::uint64_t inter = c.intermediate_size;
+  const std::uint64_t vocab = c.vocab_size;
+  std::vector<llama_tensor_ref> t;
+  t.push_back({llama_tensor::embed, 0, "model.embed_tokens.weight", {vocab, hidden}});
+  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
+    const auto add = [&](llama_tensor w, std::string_view module, std::vector<std::uint64_t> shape) {
+      t.push_back({w, i, llama_tensor_name(i, module), std::move(shape)});
+    };
+    add(llama_tensor::attn_norm, "input_layernorm", {hidden});
+    add(llama_tensor::q, "self_attn.q_proj", {q_dim, hidden});
+    add(llama_tensor::k, "self_attn.k_proj", {kv_dim, hidden});
+    add(llama_tensor::v, "self_attn.v_proj", {kv_dim, hidden});
+    add(llama_tensor::o, "self_attn.o_proj", {hidden, q_dim});
+    add(llama_tensor::mlp_norm, "post_attention_layernorm", {hidden});
+    add(llama_tensor::gate, "mlp.gate_proj", {inter, hidden});
+    add(llama_tensor::up, "mlp.up_proj", {inter, hidden});
+    add(llama_tensor::down, "mlp.down_proj", {hidden, inter});
   }
+  t.push_back({llama_tensor::final_norm, 0, "model.norm.weight", {hidden}});
+  if (!c.tie_word_embeddings)
+    t.push_back({llama_tensor::lm_head, 0, "lm_head.weight", {vocab, hidden}});
+  return t;
+}
 
-  const std::optional<std::string>& error() const noexcept { return error_; }
+std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_t layer) {
+  return const_cast<std::vector<float>&>(std::as_const(*this).tensor(which, layer));
+}
 
-private:
-  const safetensors_archive& archive_;
-  std::optional<std::string> error_;
-};
+const std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_t layer) const {
+  switch (which) {
+    case llama_tensor::embed: return embed;
+    case llama_tensor::final_norm: return final_norm;
+    case llama_tensor::lm_head: return lm_head;
+    default: break;
+  }
+  if (layer >= layers.size())
+    throw std::out_of_range("llama_weights: layer " + std::to_string(layer) + " of " +
+                            std::to_string(layers.size()));
+  const auto& l = layers[layer];
+  switch (which) {
+    case llama_tensor::attn_norm: return l.attn_norm;
+    case llama_tensor::q: return l.q;
+    case llama_tensor::k: return l.k;
+    case llama_tensor::v: return l.v;
+    case llama_tensor::o: return l.o;
+    case llama_tensor::mlp_norm: return l.mlp_norm;
+    case llama_tensor::gate: return l.gate;
+    case llama_tensor::up: return l.up;
+    default: return l.down;
+  }
+}
 
-} // namespace
+std::optional<std::string>
+visit_llama_tensors(const std::string& model_dir, const llama_config& c,
+                    const std::function<void(llama_tensor, std::uint32_t, const tensor_view&)>& visit) {
+  auto opened = safetensors_archive::open(model_dir);
+  if (auto* err = std::get_if<std::string>(&opened))
+    return *err;
+  const auto& archive = std::get<safetensors_archive>(opened);
+  const auto tensors = llama_checkpoint_tensors(c);
+  std::vector<const tensor_view*> views;
+  views.reserve(tensors.size());
+  for (const auto& t : tensors) {
+    auto v = archive.get(t.name, t.shape);
+    if (auto* err = std::get_if<std::string>(&v)) {
+      if (t.which == llama_tensor::lm_head && archive.find(t.name) == nullptr)
+        *err += " (and config.json has tie_word_embeddings false)";
+      return *err;
+    }
+    views.push_back(std::get<const tensor_view*>(v));
+  }
+  for (std::size_t i = 0; i < tensors.size(); ++i)
+    visit(tensors[i].which, tensors[i].layer, *views[i]);
+  return std::nullopt;
+}
 
 std::variant<llama_weights, std::string> load_llama(const std::string& model_dir) {
   try {
@@ -45,44 +103,14 @@ std::variant<llama_weights, std::string> load_llama(const std::string& model_dir
     auto config = load_llama_config((dir / "config.json").string());
     if (auto* err = std::get_if<std::string>(&config))
       return *err;
-    auto opened = safetensors_archive::open(model_dir);
-    if (auto* err = std::get_if<std::string>(&opened))
-      return *err;
-    const auto& archive = std::get<safetensors_archive>(opened);
-
     llama_weights w;
     w.config = std::get<llama_config>(config);
-    const llama_config& c = w.config;
-    const std::uint64_t hidden = c.hidden_size;
-    const std::uint64_t q_dim = std::uint64_t{c.num_heads} * c.head_dim;
-    const std::uint64_t kv_dim = std::uint64_t{c.num_kv_heads} * c.head_dim;
-    const std::uint64_t inter = c.intermediate_size;
-    const std::uint64_t vocab = c.vocab_size;
-
-    tensor_reader in{archive};
-    in.read("model.embed_tokens.weight", {vocab, hidden}, w.embed);
-    w.layers.resize(c.num_layers);
-    for (std::uint32_t i = 0; i < c.num_layers && !in.error(); ++i) {
-      auto& l = w.layers[i];
-      in.read(llama_tensor_name(i, "input_layernorm"), {hidden}, l.attn_norm);
-      in.read(llama_tensor_name(i, "self_attn.q_proj"), {q_dim, hidden}, l.q);
-      in.read(llama_tensor_name(i, "self_attn.k_proj"), {kv_dim, hidden}, l.k);
-      in.read(llama_tensor_name(i, "self_attn.v_proj"), {kv_dim, hidden}, l.v);
-      in.read(llama_tensor_name(i, "self_attn.o_proj"), {hidden, q_dim}, l.o);
-      in.read(llama_tensor_name(i, "post_attention_layernorm"), {hidden}, l.mlp_norm);
-      in.read(llama_tensor_name(i, "mlp.gate_proj"), {inter, hidden}, l.gate);
-      in.read(llama_tensor_name(i, "mlp.up_proj"), {inter, hidden}, l.up);
-      in.read(llama_tensor_name(i, "mlp.down_proj"), {hidden, inter}, l.down);
-    }
-    in.read("model.norm.weight", {hidden}, w.final_norm);
-    if (!c.tie_word_embeddings)
-      in.read("lm_head.weight", {vocab, hidden}, w.lm_head);
-    if (in.error()) {
-      if (!c.tie_word_embeddings && !archive.find("lm_head.weight") && w.lm_head.empty() &&
-          in.error()->find("'lm_head.weight'") != std::string::npos)
-        return *in.error() + " (and config.json has tie_word_embeddings false)";
-      return *in.error();
-    }
+    w.layers.resize(w.config.num_layers);
+    const auto problem = visit_llama_tensors(
+      model_dir, w.config,
+      [&](llama_tensor which, std::uint32_t layer, const tensor_view& t) { w.tensor(which, layer) = to_f32(t); });
+    if (problem)
+      return *problem;
     return w;
   } catch (const std::exception& e) {
     return model_dir + ": cannot load Llama weights: " + e.what();

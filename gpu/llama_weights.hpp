@@ -1,15 +1,25 @@
 // A Llama model's weights in fp32 host memory, in Hugging Face's layout
 // (every projection row-major [out_features, in_features]), and its loader.
-// Used by the cpu backend; the CUDA backend will upload the same structure.
+// Used by the cpu backend. The CUDA backend reads the tensors one at a time
+// instead (visit_llama_tensors), straight from the mapped files to the
+// device, so a 7B model never sits in host memory in fp32.
 #pragma once
 
 #include "gpu/llama_config.hpp"
 
+#include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 namespace troupe::gpu {
+
+/// Which weight of a Llama checkpoint (per layer from attn_norm to down).
+enum class llama_tensor : std::uint8_t {
+  embed, final_norm, lm_head, attn_norm, q, k, v, o, mlp_norm, gate, up, down
+};
 
 struct llama_layer_weights {
   std::vector<float> attn_norm;  ///< [hidden]            input_layernorm
@@ -30,11 +40,43 @@ struct llama_weights {
   std::vector<float> final_norm; ///< [hidden]            model.norm
   /// [vocab, hidden] lm_head; empty when tie_word_embeddings (use embed).
   std::vector<float> lm_head;
+
+  /// The values of tensor `which` (of `layer` for per-layer tensors).
+  std::vector<float>& tensor(llama_tensor which, std::uint32_t layer);
+  const std::vector<float>& tensor(llama_tensor which, std::uint32_t layer) const;
 };
+
+/// One tensor of a checkpoint: which, its layer (0 for the model's own),
+/// Hugging Face's name and the shape the config gives it.
+struct llama_tensor_ref {
+  llama_tensor which;
+  std::uint32_t layer = 0;
+  std::string name;
+  std::vector<std::uint64_t> shape;
+};
+
+/// Every tensor of a checkpoint with config `c`, in this order: embed, each
+/// layer's attn_norm, q, k, v, o, mlp_norm, gate, up and down, final_norm,
+/// and lm_head unless the embeddings are tied.
+std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c);
+
+struct tensor_view;
 
 /// Loads config.json and the safetensors weights of `model_dir`. Errors
 /// name the file and the tensor.
 std::variant<llama_weights, std::string> load_llama(const std::string& model_dir);
+
+/// The tensors of the checkpoint in `model_dir` (safetensors, one file or
+/// shards) whose config.json says `c`, one at a time: every tensor is
+/// checked first (present, of the shape `c` gives it), and only then is
+/// visit(which, layer, tensor) called for each, in llama_checkpoint_tensors'
+/// order. The tensor's data is mapped from its file, in the file's
+/// type, and valid during the call. Returns the first problem, naming the
+/// file and the tensor, with nothing visited; an exception thrown by
+/// `visit` passes through.
+std::optional<std::string>
+visit_llama_tensors(const std::string& model_dir, const llama_config& c,
+                    const std::function<void(llama_tensor, std::uint32_t layer, const tensor_view&)>& visit);
 
 /// Hugging Face's tensor name of each weight of layer `i` ("model.layers.3.mlp.up_proj.weight").
 std::string llama_tensor_name(std::uint32_t layer, std::string_view module);

@@ -345,36 +345,48 @@ std::vector<std::string> safetensors_archive::names() const {
   return out;
 }
 
+std::variant<const tensor_view*, std::string>
+safetensors_archive::get(const std::string& name, std::span<const std::uint64_t> shape) const {
+  const tensor_view* t = find(name);
+  if (!t)
+    return impl_->source + ": no tensor '" + name + "'";
+  if (!std::equal(t->shape.begin(), t->shape.end(), shape.begin(), shape.end()))
+    return "tensor '" + name + "' in " + t->file + " has shape " + shape_string(t->shape) +
+           ", expected " + shape_string(shape);
+  return t;
+}
+
 std::variant<std::vector<float>, std::string>
 safetensors_archive::read_f32(const std::string& name, std::span<const std::uint64_t> shape) const {
   try {
-    const tensor_view* t = find(name);
-    if (!t)
-      return impl_->source + ": no tensor '" + name + "'";
-    if (!std::equal(t->shape.begin(), t->shape.end(), shape.begin(), shape.end()))
-      return "tensor '" + name + "' in " + t->file + " has shape " + shape_string(t->shape) +
-             ", expected " + shape_string(shape);
-    const std::size_t n = t->data.size() / dtype_size(t->type);
-    std::vector<float> out(n);
-    const std::byte* src = t->data.data();
-    switch (t->type) {
-      case dtype::f32:
-        if (n)
-          std::memcpy(out.data(), src, n * 4);
-        break;
-      case dtype::f16:
-      case dtype::bf16:
-        for (std::size_t i = 0; i < n; ++i) {
-          std::uint16_t v = 0;
-          std::memcpy(&v, src + 2 * i, 2);
-          out[i] = t->type == dtype::f16 ? half_to_float(v) : bf16_to_float(v);
-        }
-        break;
-    }
-    return out;
+    auto t = get(name, shape);
+    if (auto* err = std::get_if<std::string>(&t))
+      return *err;
+    return to_f32(*std::get<const tensor_view*>(t));
   } catch (const std::exception& e) {
     return impl_->source + ": cannot read tensor '" + name + "': " + e.what();
   }
+}
+
+std::vector<float> to_f32(const tensor_view& t) {
+  const std::size_t n = t.data.size() / dtype_size(t.type);
+  std::vector<float> out(n);
+  const std::byte* src = t.data.data();
+  switch (t.type) {
+    case dtype::f32:
+      if (n)
+        std::memcpy(out.data(), src, n * 4);
+      break;
+    case dtype::f16:
+    case dtype::bf16:
+      for (std::size_t i = 0; i < n; ++i) {
+        std::uint16_t v = 0;
+        std::memcpy(&v, src + 2 * i, 2);
+        out[i] = t.type == dtype::f16 ? half_to_float(v) : bf16_to_float(v);
+      }
+      break;
+  }
+  return out;
 }
 
 // -- writing -------------------------------------------------------------------

@@ -43,8 +43,11 @@ public:
   /// Every tensor name, sorted.
   std::vector<std::string> names() const;
 
-  /// Converts tensor `name` to fp32 after checking that its shape is `shape`;
-  /// the error names the file and the tensor (missing, wrong shape, ...).
+  /// Tensor `name` after checking that its shape is `shape`; the error
+  /// names the file and the tensor (missing, wrong shape).
+  std::variant<const tensor_view*, std::string> get(const std::string& name,
+                                                    std::span<const std::uint64_t> shape) const;
+  /// get(name, shape), converted to fp32 (to_f32).
   std::variant<std::vector<float>, std::string>
   read_f32(const std::string& name, std::span<const std::uint64_t> shape) const;
 
@@ -54,6 +57,9 @@ private:
   explicit safetensors_archive(std::unique_ptr<impl> p);
   std::unique_ptr<impl> impl_;
 };
+
+/// The values of `t` as fp32 (exact from F16 and BF16).
+std::vector<float> to_f32(const tensor_view& t);
 
 /// A tensor to write.
 struct named_tensor {

@@ -303,29 +303,15 @@ llama_config make_config(const options& o) {
 }
 
 std::optional<std::string> write_model(const options& o, const llama_config& c, std::uint64_t& params) {
-  const std::uint64_t h = c.hidden_size, inter = c.intermediate_size, v = c.vocab_size;
-  const std::uint64_t q_dim = std::uint64_t{c.num_heads} * c.head_dim;
-  const std::uint64_t kv_dim = std::uint64_t{c.num_kv_heads} * c.head_dim;
   std::vector<named_tensor> ts;
   std::uint64_t stream = 0;
-  const auto add = [&](std::string name, std::vector<std::uint64_t> shape, double mean, double sd) {
-    ts.push_back(random_tensor(std::move(name), std::move(shape), o.seed, stream++, mean, sd));
-  };
-  add("model.embed_tokens.weight", {v, h}, 0.0, 0.02);
-  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
-    add(llama_tensor_name(i, "input_layernorm"), {h}, 1.0, 0.05);
-    add(llama_tensor_name(i, "self_attn.q_proj"), {q_dim, h}, 0.0, 0.02);
-    add(llama_tensor_name(i, "self_attn.k_proj"), {kv_dim, h}, 0.0, 0.02);
-    add(llama_tensor_name(i, "self_attn.v_proj"), {kv_dim, h}, 0.0, 0.02);
-    add(llama_tensor_name(i, "self_attn.o_proj"), {h, q_dim}, 0.0, 0.02);
-    add(llama_tensor_name(i, "post_attention_layernorm"), {h}, 1.0, 0.05);
-    add(llama_tensor_name(i, "mlp.gate_proj"), {inter, h}, 0.0, 0.02);
-    add(llama_tensor_name(i, "mlp.up_proj"), {inter, h}, 0.0, 0.02);
-    add(llama_tensor_name(i, "mlp.down_proj"), {h, inter}, 0.0, 0.02);
+  for (auto& t : llama_checkpoint_tensors(c)) {
+    // Norm weights near 1, projections and embeddings near 0.
+    const bool norm = t.which == llama_tensor::attn_norm || t.which == llama_tensor::mlp_norm ||
+                      t.which == llama_tensor::final_norm;
+    ts.push_back(random_tensor(std::move(t.name), std::move(t.shape), o.seed, stream++, norm ? 1.0 : 0.0,
+                               norm ? 0.05 : 0.02));
   }
-  add("model.norm.weight", {h}, 1.0, 0.05);
-  if (!c.tie_word_embeddings)
-    add("lm_head.weight", {v, h}, 0.0, 0.02);
   params = 0;
   for (const auto& t : ts)
     params += t.values.size();

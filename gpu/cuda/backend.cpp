@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 namespace troupe::gpu::cuda {
 
@@ -125,26 +126,37 @@ cuda_backend::open(const std::string& model_dir, std::unique_ptr<tokenizer> tok,
                    const cuda_backend_options& opts) {
   if (auto problem = device_problem(opts.device); !problem.empty())
     return problem; // before reading gigabytes of weights
-  auto weights = load_llama(model_dir);
-  if (auto* err = std::get_if<std::string>(&weights))
+  auto config = load_llama_config((std::filesystem::path{model_dir} / "config.json").string());
+  if (auto* err = std::get_if<std::string>(&config))
     return *err;
-  return create(std::get<llama_weights>(weights), std::move(tok), opts);
+  const auto& c = std::get<llama_config>(config);
+  // Tensor by tensor from the mapped files: never the whole model in host memory.
+  return build(c, std::move(tok), opts, [&](cuda_model& m) { return upload_checkpoint(m, model_dir, c); });
 }
 
 std::variant<std::unique_ptr<cuda_backend>, std::string>
 cuda_backend::create(const llama_weights& w, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts) {
+  return build(w.config, std::move(tok), opts, [&](cuda_model& m) -> std::optional<std::string> {
+    upload_weights(m, w);
+    return std::nullopt;
+  });
+}
+
+std::variant<std::unique_ptr<cuda_backend>, std::string>
+cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts,
+                    const std::function<std::optional<std::string>(cuda_model&)>& upload) {
   if (auto problem = device_problem(opts.device); !problem.empty())
     return problem;
   if (!tok)
     return std::string{"no tokenizer"};
-  if (tok->vocab_size() > static_cast<std::int32_t>(w.config.vocab_size))
+  if (tok->vocab_size() > static_cast<std::int32_t>(config.vocab_size))
     return "the tokenizer has " + std::to_string(tok->vocab_size()) + " ids, the model's vocabulary "
-           + std::to_string(w.config.vocab_size);
+           + std::to_string(config.vocab_size);
   if (opts.page_tokens == 0)
     return std::string{"page_tokens must be at least 1"};
   std::unique_ptr<cuda_backend> b{new cuda_backend};
   b->device_ = opts.device;
-  b->llama_ = w.config;
+  b->llama_ = config;
   b->tokenizer_ = std::move(tok);
   b->host_ = host_tier{opts.host_adapter_bytes};
   try {
@@ -154,7 +166,7 @@ cuda_backend::create(const llama_weights& w, std::unique_ptr<tokenizer> tok, con
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->d2h_, cudaStreamNonBlocking));
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_begin_));
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_end_));
-    auto cfg = model_config_for(w.config, opts.type);
+    auto cfg = model_config_for(config, opts.type);
     const kv_layout kv{cfg.layers, cfg.kv_heads, cfg.head_dim, opts.page_tokens};
     if (auto why = unsupported_model(cfg.hidden, cfg.heads, kv); !why.empty())
       return "the cuda backend cannot serve this model: " + why;
@@ -174,7 +186,8 @@ cuda_backend::create(const llama_weights& w, std::unique_ptr<tokenizer> tok, con
                + std::to_string(cfg.weight_bytes() >> 20) + " MiB of weights and the step's scratch";
     }
     b->model_ = std::make_unique<cuda_model>(std::move(cfg), kv, pages, b->compute_);
-    upload_weights(*b->model_, w);
+    if (auto why = upload(*b->model_))
+      return *why;
     b->model_->reserve_scratch(opts.max_rows, opts.max_seqs, opts.max_rank);
     b->tokens_ = pinned_buffer<std::int32_t>(std::max<std::uint32_t>(opts.max_seqs, 1));
     b->host_pages_ = opts.host_pages;

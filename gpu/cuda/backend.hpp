@@ -20,7 +20,9 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -63,7 +65,9 @@ public:
   /// not take (unsupported_model), a pool that does not fit.
   static std::variant<std::unique_ptr<cuda_backend>, std::string>
   open(const std::string& model_dir, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts);
-  /// The same from weights already in host memory (tests, tools).
+  /// The same from weights already in host memory (tests, tools). open()
+  /// reads the checkpoint tensor by tensor instead, so a model never sits in
+  /// host memory whole.
   static std::variant<std::unique_ptr<cuda_backend>, std::string>
   create(const llama_weights& w, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts);
 
@@ -129,6 +133,12 @@ public:
   std::size_t streams() const;
 
 private:
+  /// open and create: the backend for `config` with the model's weights
+  /// written by `upload` (its error, if any, is the answer).
+  static std::variant<std::unique_ptr<cuda_backend>, std::string>
+  build(const llama_config& config, std::unique_ptr<tokenizer> tok, const cuda_backend_options& opts,
+        const std::function<std::optional<std::string>(cuda_model&)>& upload);
+
   struct host_adapter;
   struct layer_stream;
 

@@ -46,11 +46,11 @@ int run(const std::string& cases_path, dtype t, const std::string& out_path) {
   if (spec.is_discarded() || !spec.contains("model") || !spec.contains("cases"))
     bad_input(cases_path + ": not a cases file (model, adapters, cases)");
 
-  auto loaded = load_llama(spec["model"].get<std::string>());
-  if (auto* err = std::get_if<std::string>(&loaded))
+  const auto model_dir = spec["model"].get<std::string>();
+  auto config = load_llama_config(model_dir + "/config.json");
+  if (auto* err = std::get_if<std::string>(&config))
     bad_input(*err);
-  auto weights = std::get<llama_weights>(std::move(loaded));
-  const auto c = weights.config;
+  const auto c = std::get<llama_config>(config);
 
   const auto mc = model_config_for(c, t);
   const std::uint32_t page_tokens = 16;
@@ -60,7 +60,9 @@ int run(const std::string& cases_path, dtype t, const std::string& out_path) {
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
   cuda_model m{mc, kv, pool_pages, s};
-  upload_weights(m, weights);
+  // The server's route: tensor by tensor from the files into the model's type.
+  if (auto err = upload_checkpoint(m, model_dir, c))
+    bad_input(*err);
   std::uint32_t next_page = 0;
   auto take = [&](std::uint64_t n) {
     if (next_page + n > pool_pages)

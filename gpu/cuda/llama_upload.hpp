@@ -1,12 +1,17 @@
-// A Hugging Face Llama (gpu/llama_weights.hpp, fp32 on the host) onto the
-// GPU: its cuda_model configuration and its weights, rounded to the model's
-// type. Header-only: the weights' loaders are built only where nlohmann-json
-// is (troupe_gpu_loaders), the CUDA library everywhere nvcc is.
+// A Hugging Face Llama onto the GPU: its cuda_model configuration, and its
+// weights rounded to the model's type, from fp32 in host memory
+// (llama_weights) or tensor by tensor from the checkpoint's mapped files.
+// Header-only: the weights' loaders are built only where nlohmann-json is
+// (troupe_gpu_loaders), the CUDA library everywhere nvcc is.
 #pragma once
 
 #include "gpu/cuda/model.hpp"
+#include "gpu/cuda/weight_bits.hpp"
 #include "gpu/llama_weights.hpp"
 #include "gpu/rope.hpp"
+
+#include <optional>
+#include <string>
 
 namespace troupe::gpu::cuda {
 
@@ -43,6 +48,36 @@ inline void upload_weights(cuda_model& m, const llama_weights& w) {
     m.set_weight(weight::w_up, l, lw.up);
     m.set_weight(weight::w_down, l, lw.down);
   }
+}
+
+/// The cuda_model weight a checkpoint's tensor fills.
+constexpr weight weight_of(llama_tensor t) noexcept {
+  switch (t) {
+    case llama_tensor::embed: return weight::embed;
+    case llama_tensor::final_norm: return weight::final_norm;
+    case llama_tensor::lm_head: return weight::lm_head;
+    case llama_tensor::attn_norm: return weight::attn_norm;
+    case llama_tensor::q: return weight::wq;
+    case llama_tensor::k: return weight::wk;
+    case llama_tensor::v: return weight::wv;
+    case llama_tensor::o: return weight::wo;
+    case llama_tensor::mlp_norm: return weight::mlp_norm;
+    case llama_tensor::gate: return weight::w_gate;
+    case llama_tensor::up: return weight::w_up;
+    case llama_tensor::down: return weight::w_down;
+  }
+  return weight::embed;
+}
+
+/// Uploads the checkpoint in `model_dir` (config `c`, which `m` was made
+/// for) one tensor at a time: at most one tensor in the model's type sits
+/// in host memory at once. Returns the loader's error (a missing tensor, a
+/// wrong shape: nothing uploaded then), or nullopt.
+inline std::optional<std::string> upload_checkpoint(cuda_model& m, const std::string& model_dir,
+                                                    const llama_config& c) {
+  return visit_llama_tensors(model_dir, c, [&](llama_tensor which, std::uint32_t layer, const tensor_view& t) {
+    m.set_weight_bits(weight_of(which), layer, weight_bits(t, m.config().type));
+  });
 }
 
 } // namespace troupe::gpu::cuda

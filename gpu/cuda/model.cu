@@ -91,6 +91,13 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
 }
 
 void cuda_model::set_weight(weight w, std::uint32_t layer, std::span<const float> values) {
+  std::vector<std::uint16_t> bits(values.size());
+  std::transform(values.begin(), values.end(), bits.begin(),
+                 [t = cfg_.type](float f) { return to_bits(t, f); });
+  set_weight_bits(w, layer, bits);
+}
+
+void cuda_model::set_weight_bits(weight w, std::uint32_t layer, std::span<const std::uint16_t> bits) {
   const auto per_layer = [&]() -> layer_weights& {
     if (layer >= layers_.size())
       throw cuda_error("cuda_model::set_weight: layer " + std::to_string(layer) + " of " +
@@ -119,13 +126,10 @@ void cuda_model::set_weight(weight w, std::uint32_t layer, std::span<const float
   }
   if (n == 0)
     n = dst->size();
-  if (values.size() != n)
+  if (bits.size() != n)
     throw cuda_error("cuda_model::set_weight: weight " + std::to_string(static_cast<int>(w)) +
                      " of layer " + std::to_string(layer) + " takes " + std::to_string(n) +
-                     " values, got " + std::to_string(values.size()));
-  std::vector<std::uint16_t> bits(n);
-  std::transform(values.begin(), values.end(), bits.begin(),
-                 [t = cfg_.type](float f) { return to_bits(t, f); });
+                     " values, got " + std::to_string(bits.size()));
   TROUPE_CUDA_CHECK(cudaMemcpy(dst->data() + offset, bits.data(), n * 2, cudaMemcpyHostToDevice));
   // Landed before any stream's next step (a pageable copy may return staged).
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));

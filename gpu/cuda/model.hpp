@@ -78,6 +78,9 @@ public:
   /// rounded to the model's type. Throws cuda_error naming the weight when
   /// the size is wrong.
   void set_weight(weight w, std::uint32_t layer, std::span<const float> values);
+  /// set_weight from values already of the model's type (16-bit patterns:
+  /// weight_bits of a checkpoint's tensor), copied as they are.
+  void set_weight_bits(weight w, std::uint32_t layer, std::span<const std::uint16_t> bits);
   /// Fills every weight with a seeded uniform draw in [-scale, scale] (the
   /// norms with 1): a model of the right shape for speed measurements.
   void randomize(std::uint64_t seed, float scale);

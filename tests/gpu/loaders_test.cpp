@@ -460,6 +460,67 @@ TEST_F(loaders, llama_tied_embeddings_need_no_lm_head_and_bf16_loads) {
   EXPECT_NE(std::get<std::string>(r).find("model.safetensors"), std::string::npos);
 }
 
+TEST_F(loaders, llama_tensors_are_visited_one_at_a_time_in_order_in_the_files_type) {
+  const auto c = small_config();
+  write_text("llama/config.json", to_config_json(c));
+  const auto tensors = llama_tensors(c, true);
+  ASSERT_FALSE(write_safetensors(path("llama/model.safetensors"), tensors, dtype::bf16));
+  std::vector<std::pair<llama_tensor, std::uint32_t>> seen;
+  std::size_t i = 0;
+  const auto problem = visit_llama_tensors(path("llama"), c, [&](llama_tensor which, std::uint32_t layer,
+                                                                 const tensor_view& t) {
+    seen.emplace_back(which, layer);
+    ASSERT_LT(i, tensors.size());
+    EXPECT_EQ(t.name, tensors[i].name); // the helper writes them in the documented order
+    EXPECT_EQ(t.type, dtype::bf16);     // as stored: no conversion on the way
+    EXPECT_EQ(t.shape, tensors[i].shape);
+    // Each tensor's values, as load_llama reads them.
+    const auto values = to_f32(t);
+    ASSERT_EQ(values.size(), tensors[i].values.size());
+    for (std::size_t k = 0; k < values.size(); ++k)
+      EXPECT_NEAR(values[k], tensors[i].values[k], 1e-2f * std::abs(tensors[i].values[k]) + 1e-6f);
+    ++i;
+  });
+  EXPECT_FALSE(problem) << *problem;
+  ASSERT_EQ(seen.size(), 1 + 9 * 2 + 2u);
+  using lt = llama_tensor;
+  EXPECT_EQ(seen.front(), std::make_pair(lt::embed, 0u));
+  const lt per_layer[] = {lt::attn_norm, lt::q, lt::k, lt::v, lt::o, lt::mlp_norm, lt::gate, lt::up, lt::down};
+  for (std::uint32_t l = 0; l < 2; ++l)
+    for (std::size_t k = 0; k < 9; ++k)
+      EXPECT_EQ(seen[1 + l * 9 + k], std::make_pair(per_layer[k], l)) << l << " " << k;
+  EXPECT_EQ(seen[19], std::make_pair(lt::final_norm, 0u));
+  EXPECT_EQ(seen[20], std::make_pair(lt::lm_head, 0u));
+}
+
+TEST_F(loaders, llama_tensors_are_all_checked_before_any_is_visited) {
+  const auto c = small_config();
+  write_text("llama/config.json", to_config_json(c));
+  // The last layer's down projection has the wrong shape; then lm_head is missing.
+  auto tensors = llama_tensors(c, true);
+  auto& down = *std::find_if(tensors.begin(), tensors.end(), [](const named_tensor& t) {
+    return t.name == llama_tensor_name(1, "mlp.down_proj");
+  });
+  down.shape = {12, 8};
+  ASSERT_FALSE(write_safetensors(path("bad/model.safetensors"), tensors, dtype::f16));
+  std::size_t visited = 0;
+  const auto count = [&](llama_tensor, std::uint32_t, const tensor_view&) { ++visited; };
+  const auto problem = visit_llama_tensors(path("bad"), c, count);
+  ASSERT_TRUE(problem);
+  EXPECT_NE(problem->find("model.layers.1.mlp.down_proj.weight"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("[12, 8]"), std::string::npos) << *problem;
+  EXPECT_NE(problem->find("model.safetensors"), std::string::npos) << *problem;
+  EXPECT_EQ(visited, 0u);
+
+  ASSERT_FALSE(write_safetensors(path("nohead/model.safetensors"), llama_tensors(c, false), dtype::f16));
+  const auto missing = visit_llama_tensors(path("nohead"), c, count);
+  ASSERT_TRUE(missing);
+  EXPECT_NE(missing->find("'lm_head.weight'"), std::string::npos) << *missing;
+  EXPECT_NE(missing->find("tie_word_embeddings false"), std::string::npos) << *missing;
+  EXPECT_EQ(visited, 0u);
+  EXPECT_TRUE(visit_llama_tensors(path("nowhere"), c, count));
+}
+
 // -- PEFT adapters -------------------------------------------------------------
 
 TEST_F(loaders, peft_adapter_loads_with_scale) {

@@ -40,7 +40,7 @@ constexpr dims tiny{.hidden = 256, .inter = 512, .layers = 3, .heads = 4, .kv_he
                     .vocab = 512};
 constexpr std::uint32_t page_tokens = 16;
 
-std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) {
+cuda_backend_options options_for(dtype t) {
   cuda_backend_options o;
   o.type = t;
   o.page_tokens = page_tokens;
@@ -49,7 +49,12 @@ std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) {
   o.max_rows = 512;
   o.max_seqs = 16;
   o.max_rank = 16;
-  auto b = cuda_backend::create(make_weights(tiny, t, 7), std::make_unique<sim_tokenizer>(tiny.vocab), o);
+  return o;
+}
+
+std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) {
+  auto b = cuda_backend::create(make_weights(tiny, t, 7), std::make_unique<sim_tokenizer>(tiny.vocab),
+                                options_for(t));
   if (auto* err = std::get_if<std::string>(&b)) {
     ADD_FAILURE() << *err;
     return nullptr;
@@ -97,23 +102,45 @@ std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32
   return out;
 }
 
-/// A PEFT directory (adapter_config.json, adapter_model.safetensors) for
-/// `a`, written the way PEFT names things.
-class peft_dir {
+/// A fresh directory under the system's temporary one, removed with
+/// everything in it at the end.
+class temp_dir {
 public:
-  peft_dir(const lora_adapter& a, const std::vector<lora_target>& targets) {
-    std::string templ = (fs::temp_directory_path() / "troupe_cuda_peft_XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) { // path() stays empty: the load then fails too
+  explicit temp_dir(const char* prefix) {
+    std::string templ = (fs::temp_directory_path() / (std::string{prefix} + "_XXXXXX")).string();
+    if (mkdtemp(templ.data()) == nullptr) { // path() stays empty: whatever reads it then fails too
       ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
       return;
     }
     dir_ = templ;
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    if (!dir_.empty())
+      fs::remove_all(dir_, ec);
+  }
+  temp_dir(const temp_dir&) = delete;
+  temp_dir& operator=(const temp_dir&) = delete;
+  const fs::path& dir() const { return dir_; }
+  std::string path() const { return dir_.string(); }
+
+private:
+  fs::path dir_;
+};
+
+/// A PEFT directory (adapter_config.json, adapter_model.safetensors) for
+/// `a` on `targets`, written the way PEFT names things.
+class peft_dir : public temp_dir {
+public:
+  peft_dir(const lora_adapter& a, const std::vector<lora_target>& targets) : temp_dir("troupe_cuda_peft") {
+    if (dir().empty())
+      return;
     std::string names;
     for (auto t : targets)
       names += std::string{names.empty() ? "" : ", "} + "\"" + std::string{to_string(t)} + "\"";
-    std::ofstream{dir_ / "adapter_config.json"} << "{\"peft_type\": \"LORA\", \"r\": " << a.rank
-                                                << ", \"lora_alpha\": " << a.alpha
-                                                << ", \"target_modules\": [" << names << "]}\n";
+    std::ofstream{dir() / "adapter_config.json"} << "{\"peft_type\": \"LORA\", \"r\": " << a.rank
+                                                 << ", \"lora_alpha\": " << a.alpha
+                                                 << ", \"target_modules\": [" << names << "]}\n";
     std::vector<named_tensor> ts;
     for (std::uint32_t l = 0; l < a.layers.size(); ++l)
       for (auto t : targets) {
@@ -123,20 +150,25 @@ public:
         ts.push_back({peft_tensor_name(l, t, 'A'), {a.rank, in}, m.a});
         ts.push_back({peft_tensor_name(l, t, 'B'), {out, a.rank}, m.b});
       }
-    if (auto err = write_safetensors((dir_ / "adapter_model.safetensors").string(), ts, gpu::dtype::f32))
+    if (auto err = write_safetensors((dir() / "adapter_model.safetensors").string(), ts, gpu::dtype::f32))
       ADD_FAILURE() << *err;
   }
-  ~peft_dir() {
-    std::error_code ec;
-    if (!dir_.empty())
-      fs::remove_all(dir_, ec);
-  }
-  peft_dir(const peft_dir&) = delete;
-  peft_dir& operator=(const peft_dir&) = delete;
-  std::string path() const { return dir_.string(); }
+};
 
-private:
-  fs::path dir_;
+/// A Hugging Face checkpoint of `w`: config.json and model.safetensors, its
+/// tensors stored as `stored`.
+class checkpoint_dir : public temp_dir {
+public:
+  checkpoint_dir(const llama_weights& w, gpu::dtype stored) : temp_dir("troupe_cuda_model") {
+    if (dir().empty())
+      return;
+    std::ofstream{dir() / "config.json"} << to_config_json(w.config);
+    std::vector<named_tensor> ts;
+    for (auto& t : llama_checkpoint_tensors(w.config))
+      ts.push_back({std::move(t.name), std::move(t.shape), w.tensor(t.which, t.layer)});
+    if (auto err = write_safetensors((dir() / "model.safetensors").string(), ts, stored))
+      ADD_FAILURE() << *err;
+  }
 };
 
 const std::vector<lora_target> attention_targets{lora_target::q, lora_target::k, lora_target::v, lora_target::o};
@@ -357,6 +389,38 @@ TEST(cuda_backend, adapter_loads_are_refused_with_the_reason_and_others_keep_ser
   EXPECT_NE(result.failures[0].reason.find("vocabulary"), std::string::npos) << result.failures[0].reason;
   EXPECT_EQ(result.failures[1].request_id, 12u);
   EXPECT_NE(result.failures[1].reason.find("adapter 9"), std::string::npos) << result.failures[1].reason;
+}
+
+// open() reads the checkpoint tensor by tensor into the model's type: from
+// files in that type (the bits as stored) and from fp32 files (rounded on
+// the way), it serves the tokens the same weights give from host memory.
+TEST(cuda_backend, a_checkpoint_opened_from_its_files_serves_as_its_weights_in_memory_do) {
+  TROUPE_REQUIRE_GPU();
+  for (const dtype t : {dtype::f16, dtype::bf16})
+    for (const bool same_type : {true, false}) {
+      SCOPED_TRACE(std::string{to_string(t)} + (same_type ? " files" : " from fp32 files"));
+      const auto w = make_weights(tiny, t, 7); // values exact in t, so every route gives the same bits
+      const checkpoint_dir files{w, same_type ? (t == dtype::f16 ? gpu::dtype::f16 : gpu::dtype::bf16)
+                                              : gpu::dtype::f32};
+      auto opened = cuda_backend::open(files.path(), std::make_unique<sim_tokenizer>(tiny.vocab), options_for(t));
+      ASSERT_TRUE(std::holds_alternative<std::unique_ptr<cuda_backend>>(opened)) << std::get<std::string>(opened);
+      auto& from_files = *std::get<std::unique_ptr<cuda_backend>>(opened);
+      auto in_memory = open_backend(t);
+      ASSERT_NE(in_memory, nullptr);
+      for (std::int32_t salt = 1; salt <= 3; ++salt) {
+        const auto e = entry(prompt(9 + salt, salt), 0, {static_cast<std::uint32_t>(salt)});
+        EXPECT_EQ(one(from_files, e), one(*in_memory, e)) << "prompt " << salt;
+      }
+    }
+  // A checkpoint that does not match its config is refused, naming the tensor.
+  auto w = make_weights(tiny, dtype::f16, 7);
+  w.config.intermediate_size = tiny.inter * 2;
+  const checkpoint_dir wrong{make_weights(tiny, dtype::f16, 7), gpu::dtype::f16};
+  std::ofstream{wrong.dir() / "config.json"} << to_config_json(w.config);
+  auto refused = cuda_backend::open(wrong.path(), std::make_unique<sim_tokenizer>(tiny.vocab),
+                                    options_for(dtype::f16));
+  ASSERT_TRUE(std::holds_alternative<std::string>(refused));
+  EXPECT_NE(std::get<std::string>(refused).find("mlp.gate_proj"), std::string::npos) << std::get<std::string>(refused);
 }
 
 TEST(cuda_backend, sampling_follows_each_requests_seed) {
