@@ -7,8 +7,16 @@
 #
 #   tools/gpu-check.sh [--out DIR] [--gtest DIR] [--layers N] [--no-bench]
 #                      [--tests REGEX] [--sanitize GTEST_FILTER] [--budget S]
+#                      [--steps LIST] [--jobs N]
 #
+# --steps: which of tests, bench, peft, hf and serve to run, comma-separated
+# (default all of them; the build always runs), so a check too long for one
+# device call can be split over several: say --steps tests,bench, then
+# --steps peft,hf,serve. --no-bench is --steps without bench and peft.
 # --tests: run only the ctest tests matching REGEX (default: all).
+# --jobs: tests run at once (default the cores, at most 8): the GPU tests
+# spend most of their time in their CPU references, and each test is its
+# own process with its own CUDA context.
 # --sanitize: also run cuda_kernel_test's cases matching the filter under
 # compute-sanitizer's memcheck, racecheck and synccheck (each up to 240 s),
 # into DIR/sanitizer.log: out-of-bounds accesses, shared-memory races and
@@ -39,6 +47,8 @@ gtest=""
 layers=32
 bench=1
 tests_regex=""
+steps="tests,bench,peft,hf,serve"
+jobs=$(( $(nproc) < 8 ? $(nproc) : 8 ))
 sanitize=""
 budget=560
 while [ $# -gt 0 ]; do
@@ -48,11 +58,24 @@ while [ $# -gt 0 ]; do
     --layers) layers="$2"; shift 2 ;;
     --no-bench) bench=0; shift ;;
     --tests) tests_regex="$2"; shift 2 ;;
+    --steps) steps="$2"; shift 2 ;;
+    --jobs) jobs="$2"; shift 2 ;;
     --sanitize) sanitize="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     *) echo "gpu-check: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+for s in ${steps//,/ }; do
+  case "$s" in
+    tests|bench|peft|hf|serve) ;;
+    *) echo "gpu-check: unknown step $s in --steps (tests, bench, peft, hf, serve)" >&2; exit 2 ;;
+  esac
+done
+# Whether step $1 was asked for (--no-bench leaves out bench and peft).
+wanted() {
+  case ",$steps," in *",$1,"*) ;; *) return 1 ;; esac
+  [ "$bench" = 1 ] || { [ "$1" != bench ] && [ "$1" != peft ]; }
+}
 mkdir -p "$out"
 start=$SECONDS
 step() { echo "gpu-check: [$((SECONDS - start)) s] $*"; }
@@ -99,22 +122,25 @@ if ! { cmake -S gpu/cuda -B build-gpu "${gen[@]}" "${args[@]}" &&
   exit 1
 fi
 
-step "running the tests"
-# ctest stops starting tests 10 s before the step's limit and still writes
-# its JUnit file; the limit itself is for a test that hangs past that.
-tests_secs=$(limit 100000)
-ctest_args=(--output-on-failure --timeout 240 --output-junit "$out/tests.xml")
-[ "$tests_secs" -gt 20 ] && ctest_args+=(--stop-time "$(date -d "+$((tests_secs - 10)) seconds" +%H:%M:%S)")
-[ -n "$tests_regex" ] && ctest_args+=(-R "$tests_regex")
-set +e
-cd build-gpu
-timed tests "$tests_secs" ctest "${ctest_args[@]}" > "$out/tests.log" 2>&1
-tests_rc=$?
-cd "$root"
-set -e
-# The failed tests, then ctest's summary (their output is in tests.log).
-grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(Failed|Timeout|Exception|SEGFAULT)" "$out/tests.log" | head -40 || true
-grep -E "tests passed|tests failed|Total Test time" "$out/tests.log" || true
+tests_rc=-1
+if wanted tests; then
+  step "running the tests ($jobs at once)"
+  # ctest stops starting tests 10 s before the step's limit and still writes
+  # its JUnit file; the limit itself is for a test that hangs past that.
+  tests_secs=$(limit 100000)
+  ctest_args=(--output-on-failure --timeout 240 -j "$jobs" --output-junit "$out/tests.xml")
+  [ "$tests_secs" -gt 20 ] && ctest_args+=(--stop-time "$(date -d "+$((tests_secs - 10)) seconds" +%H:%M:%S)")
+  [ -n "$tests_regex" ] && ctest_args+=(-R "$tests_regex")
+  set +e
+  cd build-gpu
+  timed tests "$tests_secs" ctest "${ctest_args[@]}" > "$out/tests.log" 2>&1
+  tests_rc=$?
+  cd "$root"
+  set -e
+  # The failed tests, then ctest's summary (their output is in tests.log).
+  grep -E "^ *[0-9]+/[0-9]+ Test +#[0-9]+: .*(Failed|Timeout|Exception|SEGFAULT)" "$out/tests.log" | head -40 || true
+  grep -E "tests passed|tests failed|Total Test time" "$out/tests.log" || true
+fi
 
 sanitize_rc=-1
 if [ -n "$sanitize" ]; then
@@ -140,8 +166,8 @@ if [ -n "$sanitize" ]; then
   fi
 fi
 
-bench_rc=0
-if [ "$bench" = 1 ]; then
+bench_rc=-1
+if wanted bench; then
   step "running the benchmark"
   set +e
   timed bench "$(limit 300)" build-gpu/bin/troupe-gpu-bench --layers "$layers" --json "$out/bench.json"
@@ -151,7 +177,7 @@ fi
 
 hf_rc=-1
 peft_rc=-1
-if python3 -c "import torch, transformers, peft" 2> /dev/null && [ "$bench" = 1 ]; then
+if wanted peft && python3 -c "import torch, transformers, peft" 2> /dev/null; then
   step "the same multi-adapter decode batch on transformers + PEFT"
   set +e
   timed peft_bench "$(limit 300)" env PYTHONUNBUFFERED=1 python3 tools/gpu/peft_bench.py --layers "$layers" \
@@ -159,7 +185,7 @@ if python3 -c "import torch, transformers, peft" 2> /dev/null && [ "$bench" = 1 
   peft_rc=$?
   set -e
 fi
-if [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transformers, peft" 2> /dev/null; then
+if wanted hf && [ -x build-gpu/bin/troupe-hf-parity ] && python3 -c "import torch, transformers, peft" 2> /dev/null; then
   step "parity with transformers + PEFT"
   set +e
   timed hf_parity "$(limit 300)" env PYTHONUNBUFFERED=1 python3 tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work build-gpu/hf \
@@ -171,7 +197,7 @@ fi
 # The default config served on the cuda backend, where tools/gpu-carry.sh
 # --server carried the server (troupe-serve with its libraries).
 serve_rc=-1
-if [ -x .gpu-carry/server/bin/troupe-serve ]; then
+if wanted serve && [ -x .gpu-carry/server/bin/troupe-serve ]; then
   step "serving the default config on the cuda backend (tests/e2e/default_config.sh)"
   set +e
   cuda_lib="$(cd "$(dirname "$nvcc")/.." && pwd)/lib64"
@@ -189,6 +215,7 @@ python3 - "$out" "$tests_rc" "$bench_rc" "$hf_rc" "$peft_rc" "$sanitize_rc" "$se
 import json, os, subprocess, sys, xml.etree.ElementTree as ET
 out = sys.argv[1]
 tests_rc, bench_rc, hf_rc, peft_rc, sanitize_rc, serve_rc = (int(x) for x in sys.argv[2:8])
+# An exit of -1: the step did not run (not asked for, or what it needs is missing).
 res = {"tests_exit": tests_rc, "bench_exit": bench_rc, "hf_parity_exit": hf_rc,
        "peft_bench_exit": peft_rc, "sanitizer_exit": sanitize_rc, "serve_cuda_exit": serve_rc,
        "out_of_time": sys.argv[9:]}
@@ -201,6 +228,8 @@ res["device"] = command("nvidia-smi", "--query-gpu=name,driver_version,memory.to
                         "clocks.max.mem", "--format=csv,noheader")
 res["nvcc"] = (command(sys.argv[8], "--version") or "").splitlines()[-1:]
 try:
+    if tests_rc == -1:
+        raise OSError("the tests did not run")
     suite = ET.parse(os.path.join(out, "tests.xml")).getroot()
     cases = suite.iter("testcase")
     summary = {"passed": 0, "failed": 0, "skipped": 0}
@@ -235,5 +264,5 @@ with open(os.path.join(out, "gpu-check.json"), "w") as f:
     json.dump(res, f, indent=2)
 print(json.dumps(res, indent=2))
 PY
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ] && [ "$hf_rc" -le 0 ] && [ "$peft_rc" -le 0 ] &&
+[ "$tests_rc" -le 0 ] && [ "$bench_rc" -le 0 ] && [ "$hf_rc" -le 0 ] && [ "$peft_rc" -le 0 ] &&
   [ "$sanitize_rc" -le 0 ] && [ "$serve_rc" -le 0 ]
