@@ -11,6 +11,8 @@
 //    (planning to tokens on the host), for the ratio against PEFT;
 //  - decode at batch 1 with q, k and v as three cuBLAS calls instead of
 //    one, and decode steps replayed as CUDA graphs (what launch gaps cost);
+//  - where a decode step's time goes, part by part (norms, q/k/v, LoRA,
+//    rotary + KV write, attention, o, gate/up, SwiGLU, down, head, sampling);
 //  - a CUDA-event timeline of an adapter load on a copy stream while a
 //    decode step computes.
 // A Llama-2-7B-shaped model with random fp16 weights (untrained weights run
@@ -261,6 +263,54 @@ int run(const options& o) {
     cudaGraphExecDestroy(exec);
     js << "  \"" << key << "_ms\": " << ms << ",\n";
   };
+  // Where a step's time goes: an event recorded before each part's
+  // launches (cuda_model::set_probe), each part's time summed over the
+  // layers, the median of `reps` steps. The events add a little time of
+  // their own between the parts; "all" is the probed step's whole time.
+  std::vector<cudaEvent_t> events;
+  const auto parts_ms = [&](const std::vector<step_entry>& b, const std::string& key) {
+    const auto plan = plan_batch(b, in);
+    std::vector<std::pair<step_part, cudaEvent_t>> marks;
+    m.set_probe([&](step_part p) {
+      if (marks.size() == events.size()) {
+        events.emplace_back();
+        TROUPE_CUDA_CHECK(cudaEventCreate(&events.back()));
+      }
+      const cudaEvent_t e = events[marks.size()];
+      TROUPE_CUDA_CHECK(cudaEventRecord(e, s));
+      marks.emplace_back(p, e);
+    });
+    constexpr int n_parts = static_cast<int>(step_part::end) + 1;
+    std::vector<std::vector<double>> per_part(n_parts);
+    std::vector<double> all;
+    for (int r = 0; r <= o.reps; ++r) { // the first is a warm-up
+      marks.clear();
+      m.enqueue_forward(plan);
+      TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+      if (r == 0)
+        continue;
+      std::vector<double> sum(n_parts, 0.0);
+      for (std::size_t i = 0; i + 1 < marks.size(); ++i) {
+        float ms = 0;
+        TROUPE_CUDA_CHECK(cudaEventElapsedTime(&ms, marks[i].second, marks[i + 1].second));
+        sum[static_cast<int>(marks[i].first)] += ms;
+      }
+      float whole = 0;
+      TROUPE_CUDA_CHECK(cudaEventElapsedTime(&whole, marks.front().second, marks.back().second));
+      all.push_back(whole);
+      for (int p = 0; p < n_parts; ++p)
+        per_part[p].push_back(sum[p]);
+    }
+    m.set_probe({});
+    const auto median = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    js << "  \"" << key << "\": {";
+    for (int p = 0; p + 1 < n_parts; ++p)
+      js << "\"" << to_string(static_cast<step_part>(p)) << "\": " << median(per_part[p]) << ", ";
+    js << "\"all\": " << median(all) << "},\n";
+  };
   const std::uint32_t mark = alloc.next;
   const auto b1 = batch(alloc, 1, 128, 1, pt, false, 0);
   const double decode1 = step_ms(b1);
@@ -270,6 +320,7 @@ int run(const options& o) {
   }) << ",\n";
   m.set_batched_qkv(true);
   graph_ms(b1, "decode_b1_graph");
+  parts_ms(b1, "decode_b1_parts_ms");
   const double bound_ms = step_bytes(b1) / bandwidth * 1e3;
   const double weight_bound_ms = static_cast<double>(cfg.weight_bytes()) / bandwidth * 1e3;
   js << "  \"weight_bytes\": " << cfg.weight_bytes() << ",\n"
@@ -316,6 +367,7 @@ int run(const options& o) {
     js << "  \"decode_b64_lora_r16_wall_ms\": " << ms[ms.size() / 2] << ",\n";
   }
   graph_ms(lora_batch, "decode_b64_lora_r16_graph");
+  parts_ms(lora_batch, "decode_b64_lora_r16_parts_ms");
   // Again at 512 tokens, the upper end of S-LoRA's synthetic workloads
   // (prompts and outputs of 8 to 512 tokens): the cache grows and the
   // adapters' share of the bytes shrinks.
@@ -418,6 +470,8 @@ int run(const options& o) {
     });
     js << "  \"h2d_pinned_bytes_per_s\": " << bytes / (ms * 1e-3) << ",\n";
   }
+  for (auto e : events)
+    cudaEventDestroy(e);
   js << "  \"steps\": [\n" << steps.str() << "\n  ],\n";
   js << "  \"layers\": " << cfg.layers << ",\n  \"reps\": " << o.reps << "\n}\n";
   if (o.json.empty()) {

@@ -268,36 +268,53 @@ void cuda_model::enqueue_step(const device_plan& d,
   std::uint16_t* const k = q + std::uint64_t{rows} * cfg_.q_dim();
   std::uint16_t* const v = k + std::uint64_t{rows} * cfg_.kv_dim();
 
+  const auto part = [this](step_part p) {
+    if (probe_)
+      probe_(p);
+  };
+  part(step_part::embed);
   embedding_gather(t, embed_.data(), d.token_ids, rows, h, s_.residual.data(), stream_);
   for (std::uint32_t l = 0; l < cfg_.layers; ++l) {
     if (before_layer)
       before_layer(l);
     auto& w = layers_[l];
+    part(step_part::norm);
     // The previous layer's MLP output joins the residual inside the norm.
     if (l == 0)
       rmsnorm(t, s_.residual.data(), w.attn_norm.data(), cfg_.rms_eps, rows, h, s_.h.data(), stream_);
     else
       add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.attn_norm.data(), cfg_.rms_eps, rows, h,
                   s_.h.data(), stream_);
+    part(step_part::qkv);
     project_qkv(w, rows, q, k, v);
     // q, k and v read the same input: one shrink and one expand for all three.
     constexpr lora_proj qkv[] = {lora_proj::q, lora_proj::k, lora_proj::v};
     void* const qkv_out[] = {q, k, v};
+    part(step_part::lora);
     add_lora(d, l, qkv, s_.h.data(), qkv_out);
+    part(step_part::rope_kv);
     rope_write_kv(t, d, kv_, l, cfg_.heads, q, k, v, inv_freq_.data(), pool_.data(), stream_);
+    part(step_part::attention);
     attention(t, d, kv_, l, cfg_.heads, scale, q, pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);
+    part(step_part::o);
     blas_.linear(t, s_.attn.data(), w.wo.data(), s_.proj.data(), rows, cfg_.q_dim(), h);
     constexpr lora_proj o[] = {lora_proj::o};
     void* const o_out[] = {s_.proj.data()};
+    part(step_part::lora);
     add_lora(d, l, o, s_.attn.data(), o_out);
+    part(step_part::norm);
     add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.mlp_norm.data(), cfg_.rms_eps, rows, h,
                 s_.h.data(), stream_);
+    part(step_part::gate_up);
     blas_.linear(t, s_.h.data(), w.w_gate_up.data(), s_.gate_up.data(), rows, h,
                  2 * cfg_.intermediate);
+    part(step_part::swiglu);
     swiglu(t, s_.gate_up.data(), rows, cfg_.intermediate, s_.mlp.data(), stream_);
+    part(step_part::down);
     blas_.linear(t, s_.mlp.data(), w.w_down.data(), s_.proj.data(), rows, cfg_.intermediate, h);
   }
+  part(step_part::head);
   add_rmsnorm(t, s_.residual.data(), s_.proj.data(), final_norm_.data(), cfg_.rms_eps, rows, h,
               s_.h.data(), stream_);
   // Only each sequence's last row reaches the LM head. A row per sequence
@@ -310,7 +327,9 @@ void cuda_model::enqueue_step(const device_plan& d,
   }
   const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
   blas_.linear(t, last, head, logits_.data(), d.seqs, h, cfg_.vocab, false, true);
+  part(step_part::sample);
   sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
+  part(step_part::end);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 

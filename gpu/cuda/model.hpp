@@ -68,6 +68,17 @@ enum class weight : std::uint8_t {
   w_down,      ///< [hidden, intermediate]
 };
 
+/// The parts of a step, in the order a layer runs them (norm and lora come
+/// twice per layer), for a probe that times them.
+enum class step_part : std::uint8_t {
+  embed, norm, qkv, lora, rope_kv, attention, o, gate_up, swiglu, down, head, sample, end
+};
+constexpr const char* to_string(step_part p) noexcept {
+  constexpr const char* names[] = {"embed", "norm", "qkv", "lora", "rope_kv", "attention", "o",
+                                   "gate_up", "swiglu", "down", "head", "sample", "end"};
+  return names[static_cast<int>(p)];
+}
+
 class cuda_model {
 public:
   /// Allocates the weights (unset) and a pool of `pool_pages` pages laid
@@ -103,6 +114,10 @@ public:
   device_plan upload_plan(const batch_plan& plan);
   void enqueue_step(const device_plan& d,
                     const std::function<void(std::uint32_t layer)>& before_layer = {});
+  /// Called on the host as the step is enqueued, before each part's
+  /// launches (and with `end` after the last), so a benchmark can record an
+  /// event on the stream there and time each part; none by default.
+  void set_probe(std::function<void(step_part)> probe) { probe_ = std::move(probe); }
   /// Switches model_config::batched_qkv (the weights' layout is the same
   /// either way).
   void set_batched_qkv(bool on) noexcept { cfg_.batched_qkv = on; }
@@ -167,6 +182,7 @@ private:
   device_buffer<std::uint16_t> pool_;
   device_buffer<float> inv_freq_;
   scratch s_;
+  std::function<void(step_part)> probe_;
   device_buffer<float> logits_;
   device_buffer<std::int32_t> tokens_;
 };
