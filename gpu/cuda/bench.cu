@@ -10,7 +10,7 @@
 //  - that step with adapters timed on the host as the executor runs it
 //    (planning to tokens on the host), for the ratio against PEFT;
 //  - decode at batch 1 with q, k and v as three cuBLAS calls instead of
-//    one, and decode steps replayed as CUDA graphs (what launch gaps cost);
+//    one, and with every linear layer on cuBLAS instead of gemv, and decode steps replayed as CUDA graphs (what launch gaps cost);
 //  - where a decode step's time goes, part by part (norms, q/k/v, LoRA,
 //    rotary + KV write, attention, o, gate/up, SwiGLU, down, head, sampling);
 //  - a CUDA-event timeline of an adapter load on a copy stream while a
@@ -319,6 +319,11 @@ int run(const options& o) {
     m.enqueue_forward(plan_batch(b1, in));
   }) << ",\n";
   m.set_batched_qkv(true);
+  m.set_gemv_rows(0);
+  js << "  \"decode_b1_cublas_ms\": " << time_ms(s, o.reps, [&] {
+    m.enqueue_forward(plan_batch(b1, in));
+  }) << ",\n";
+  m.set_gemv_rows(gemv_max_rows);
   graph_ms(b1, "decode_b1_graph");
   parts_ms(b1, "decode_b1_parts_ms");
   const double bound_ms = step_bytes(b1) / bandwidth * 1e3;
@@ -405,26 +410,24 @@ int run(const options& o) {
     device_buffer<std::uint16_t> x(most_rows * widest), y(most_rows * widest);
     fill_uniform(cfg.type, x.data(), x.size(), 4, 1.0f, s);
     blas bl{s};
-    const auto linear_ms = [&](std::uint32_t rows, std::uint32_t seqs) {
+    // As the model runs them: on gemv up to `gemv_rows` rows, else cuBLAS.
+    const auto linear_ms = [&](std::uint32_t rows, std::uint32_t seqs, std::uint32_t gemv_rows) {
       return time_ms(s, o.reps, [&] {
         const std::uint16_t* wp = w.data();
         for (std::uint32_t l = 0; l < cfg.layers; ++l)
           for (const auto& sh : shapes) {
-            const auto in = static_cast<std::uint32_t>(sh.in), out = static_cast<std::uint32_t>(sh.out);
-            if (sh.count == 1)
-              bl.linear(cfg.type, x.data(), wp, y.data(), rows, in, out);
-            else
-              bl.linear_batched(cfg.type, x.data(), wp, sh.in * sh.out, y.data(),
-                                std::uint64_t{rows} * sh.out, rows, in, out,
-                                static_cast<std::uint32_t>(sh.count));
+            linear_on(bl, cfg.type, x.data(), wp, sh.in * sh.out, y.data(), std::uint64_t{rows} * sh.out, rows,
+                      static_cast<std::uint32_t>(sh.in), static_cast<std::uint32_t>(sh.out),
+                      static_cast<std::uint32_t>(sh.count), false, gemv_rows);
             wp += sh.in * sh.out * sh.count;
           }
-        bl.linear(cfg.type, x.data(), wp, y.data(), seqs, cfg.hidden, cfg.vocab);
+        linear_on(bl, cfg.type, x.data(), wp, 0, y.data(), 0, seqs, cfg.hidden, cfg.vocab, 1, false, gemv_rows);
       });
     };
-    js << "  \"decode_b1_linear_ms\": " << linear_ms(1, 1) << ",\n"
-       << "  \"decode_b64_linear_ms\": " << linear_ms(64, 64) << ",\n"
-       << "  \"prefill_8x1024_linear_ms\": " << linear_ms(most_rows, 8) << ",\n";
+    js << "  \"decode_b1_linear_ms\": " << linear_ms(1, 1, gemv_max_rows) << ",\n"
+       << "  \"decode_b1_linear_cublas_ms\": " << linear_ms(1, 1, 0) << ",\n"
+       << "  \"decode_b64_linear_ms\": " << linear_ms(64, 64, gemv_max_rows) << ",\n"
+       << "  \"prefill_8x1024_linear_ms\": " << linear_ms(most_rows, 8, gemv_max_rows) << ",\n";
   }
 
   // Overlap: one adapter's pages copied on the copy stream while a decode

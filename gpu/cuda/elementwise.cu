@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace troupe::gpu::cuda {
 
@@ -251,6 +252,61 @@ __global__ void swiglu_kernel(const bits16* __restrict__ gate_up, // [rows, 2 * 
   reinterpret_cast<P*>(out + row * inter)[v] = o;
 }
 
+/// y_z[r, o] = sum_k x[r, k] w_z[o, k] for R rows: one warp per output o
+/// (blockIdx.x * warps + warp) of projection z = blockIdx.y, each lane
+/// reading 16 bytes of w's row per step and using them for every row of x,
+/// fp32 sums reduced across the warp. A matrix-vector product for decode's
+/// few rows: the weights are read once, in long coalesced runs.
+template <class T, int R, bool F32Out>
+__global__ void __launch_bounds__(256)
+  gemv_kernel(const bits16* __restrict__ x, // [R, in]
+              const bits16* __restrict__ w, // count x [out, in], w_stride apart
+              std::uint64_t w_stride,
+              void* __restrict__ y, // count x [R, out], y_stride apart (T, or fp32)
+              std::uint64_t y_stride, std::uint32_t in, std::uint32_t out) {
+  using E = elem<T>;
+  using P = pack<8>;
+  const std::uint32_t lane = threadIdx.x % 32;
+  const std::uint32_t o = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (o >= out)
+    return; // a whole warp leaves together: o is the warp's
+  const auto* wrow = reinterpret_cast<const P*>(w + blockIdx.y * w_stride + std::uint64_t{o} * in);
+  const auto* xs = reinterpret_cast<const P*>(x);
+  const std::uint32_t packs = in / 8;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    acc[r] = 0.0f;
+#pragma unroll 4
+  for (std::uint32_t c = lane; c < packs; c += 32) {
+    const P wp = wrow[c];
+    float wf[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+      wf[i] = E::load(wp.v[i]);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const P xp = xs[static_cast<std::uint64_t>(r) * packs + c];
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        acc[r] += wf[i] * E::load(xp.v[i]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    acc[r] = warp_sum(acc[r]);
+  if (lane != 0)
+    return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const std::uint64_t at = blockIdx.y * y_stride + static_cast<std::uint64_t>(r) * out + o;
+    if constexpr (F32Out)
+      static_cast<float*>(y)[at] = acc[r];
+    else
+      static_cast<bits16*>(y)[at] = E::store(acc[r]);
+  }
+}
+
 // -- launch helpers ----------------------------------------------------------------
 
 template <class T, int Vec, bool Add>
@@ -390,6 +446,35 @@ void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::u
   rope_launch(t, "rope_write_kv", q, k, plan.positions, inv_freq, plan.rows, heads,
               kv.num_kv_heads, kv.head_dim,
               aligned16(q) && aligned16(k) && aligned16(v) && aligned16(pool), sink, stream);
+}
+
+bool gemv(dtype t, const void* x, const void* w, std::uint64_t w_stride, void* y,
+          std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
+          std::uint32_t count, bool out_f32, cudaStream_t stream) {
+  if (rows == 0 || rows > gemv_max_rows || in == 0 || in % 8 != 0 || out == 0 || count == 0 ||
+      count > 65535 || w_stride % 8 != 0 || !aligned16(x) || !aligned16(w))
+    return false;
+  constexpr unsigned threads = 256, warps = threads / 32;
+  const dim3 grid((out + warps - 1) / warps, count);
+  const auto* xb = static_cast<const bits16*>(x);
+  const auto* wb = static_cast<const bits16*>(w);
+  dispatch_dtype(t, "gemv", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    const auto go = [&](auto r) {
+      constexpr int R = decltype(r)::value;
+      if (out_f32)
+        gemv_kernel<T, R, true><<<grid, threads, 0, stream>>>(xb, wb, w_stride, y, y_stride, in, out);
+      else
+        gemv_kernel<T, R, false><<<grid, threads, 0, stream>>>(xb, wb, w_stride, y, y_stride, in, out);
+    };
+    switch (rows) {
+      case 1: go(std::integral_constant<int, 1>{}); break;
+      case 2: go(std::integral_constant<int, 2>{}); break;
+      case 3: go(std::integral_constant<int, 3>{}); break;
+      default: go(std::integral_constant<int, 4>{}); break;
+    }
+  });
+  return true;
 }
 
 void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,

@@ -4,6 +4,7 @@
 #include "gpu/cuda/gemm.hpp"
 
 #include "gpu/cuda/check.hpp"
+#include "gpu/cuda/kernels.hpp"
 
 namespace troupe::gpu::cuda {
 
@@ -69,6 +70,20 @@ void blas::dense(dtype t, const void* a, const void* b, void* c, std::uint32_t m
                                    cuda_type(t), static_cast<int>(m), b, cuda_type(t),
                                    static_cast<int>(k), &beta, c, cuda_type(t),
                                    static_cast<int>(m), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+void linear_on(blas& b, dtype t, const void* x, const void* w, std::uint64_t w_stride, void* y,
+               std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
+               std::uint32_t count, bool out_f32, std::uint32_t gemv_rows) {
+  if (rows <= gemv_rows && gemv(t, x, w, w_stride, y, y_stride, rows, in, out, count, out_f32, b.stream()))
+    return;
+  if (count == 1) {
+    b.linear(t, x, w, y, rows, in, out, false, out_f32);
+    return;
+  }
+  if (out_f32)
+    throw cuda_error("linear_on: fp32 output of a batched product");
+  b.linear_batched(t, x, w, w_stride, y, y_stride, rows, in, out, count);
 }
 
 } // namespace troupe::gpu::cuda

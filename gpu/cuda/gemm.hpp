@@ -48,4 +48,12 @@ private:
   void* workspace_ = nullptr;
 };
 
+/// y = x w^T as blas::linear_batched computes it (count 1: blas::linear,
+/// the strides unused; fp32 output only then), on gemv (kernels.hpp) where
+/// rows <= gemv_rows and gemv takes the shape, else on `b`'s cuBLAS: the
+/// model's linear layers, and the benchmark's.
+void linear_on(blas& b, dtype t, const void* x, const void* w, std::uint64_t w_stride, void* y,
+               std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
+               std::uint32_t count, bool out_f32, std::uint32_t gemv_rows);
+
 } // namespace troupe::gpu::cuda

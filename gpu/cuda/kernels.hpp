@@ -83,6 +83,23 @@ void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::u
 void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,
             cudaStream_t stream);
 
+// -- matrix-vector products -------------------------------------------------------
+
+/// The most rows gemv takes.
+constexpr std::uint32_t gemv_max_rows = 4;
+
+/// y_z[r, o] = sum_k x[r, k] * w_z[o, k] for z < count, r < rows, o < out
+/// (x: [rows, in]; w_z: [out, in] at w + z * w_stride; y_z: [rows, out] at
+/// y + z * y_stride elements; type t, or fp32 out when `out_f32`), fp32
+/// sums rounded once: what blas::linear_batched computes, for decode's few
+/// rows, one warp per output reading its weight row once in 16-byte loads.
+/// Returns false, enqueuing nothing, unless 1 <= rows <= gemv_max_rows,
+/// in and w_stride are multiples of 8, count <= 65535, and x and w are
+/// 16-byte aligned (the caller then uses cuBLAS).
+bool gemv(dtype t, const void* x, const void* w, std::uint64_t w_stride, void* y,
+          std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in, std::uint32_t out,
+          std::uint32_t count, bool out_f32, cudaStream_t stream);
+
 // -- paged KV cache and attention ----------------------------------------------
 
 /// Writes each row's K and V ([rows, kv_dim] each) into its page and slot

@@ -218,24 +218,27 @@ void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, std::span<c
   lora_expand(cfg_.type, d, lora_, layer, projs, s_.lora_tmp.data(), pool_.data(), gathered, ys, stream_);
 }
 
+void cuda_model::linear(const void* x, const void* w, std::uint64_t w_stride, void* y,
+                        std::uint64_t y_stride, std::uint32_t rows, std::uint32_t in,
+                        std::uint32_t out, std::uint32_t count, bool out_f32) {
+  linear_on(blas_, cfg_.type, x, w, w_stride, y, y_stride, rows, in, out, count, out_f32, cfg_.gemv_rows);
+}
+
 void cuda_model::project_qkv(const layer_weights& w, std::uint32_t rows, void* q, void* k,
                              void* v) {
-  const dtype t = cfg_.type;
   const std::uint32_t h = cfg_.hidden, qd = cfg_.q_dim(), kvd = cfg_.kv_dim();
   const std::uint16_t* wq = w.wqkv.data();
   const std::uint16_t* wk = wq + std::uint64_t{qd} * h;
   const std::uint16_t* wv = wk + std::uint64_t{kvd} * h;
   if (!cfg_.batched_qkv) {
-    blas_.linear(t, s_.h.data(), wq, q, rows, h, qd);
-    blas_.linear(t, s_.h.data(), wk, k, rows, h, kvd);
-    blas_.linear(t, s_.h.data(), wv, v, rows, h, kvd);
+    linear(s_.h.data(), wq, 0, q, 0, rows, h, qd);
+    linear(s_.h.data(), wk, 0, k, 0, rows, h, kvd);
+    linear(s_.h.data(), wv, 0, v, 0, rows, h, kvd);
   } else if (qd == kvd) { // every head has its own K and V: three of one shape
-    blas_.linear_batched(t, s_.h.data(), wq, std::uint64_t{qd} * h, q, std::uint64_t{rows} * qd,
-                         rows, h, qd, 3);
+    linear(s_.h.data(), wq, std::uint64_t{qd} * h, q, std::uint64_t{rows} * qd, rows, h, qd, 3);
   } else { // grouped-query heads: q alone, then k and v together
-    blas_.linear(t, s_.h.data(), wq, q, rows, h, qd);
-    blas_.linear_batched(t, s_.h.data(), wk, std::uint64_t{kvd} * h, k, std::uint64_t{rows} * kvd,
-                         rows, h, kvd, 2);
+    linear(s_.h.data(), wq, 0, q, 0, rows, h, qd);
+    linear(s_.h.data(), wk, std::uint64_t{kvd} * h, k, std::uint64_t{rows} * kvd, rows, h, kvd, 2);
   }
 }
 
@@ -298,7 +301,7 @@ void cuda_model::enqueue_step(const device_plan& d,
     attention(t, d, kv_, l, cfg_.heads, scale, q, pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);
     part(step_part::o);
-    blas_.linear(t, s_.attn.data(), w.wo.data(), s_.proj.data(), rows, cfg_.q_dim(), h);
+    linear(s_.attn.data(), w.wo.data(), 0, s_.proj.data(), 0, rows, cfg_.q_dim(), h);
     constexpr lora_proj o[] = {lora_proj::o};
     void* const o_out[] = {s_.proj.data()};
     part(step_part::lora);
@@ -307,12 +310,11 @@ void cuda_model::enqueue_step(const device_plan& d,
     add_rmsnorm(t, s_.residual.data(), s_.proj.data(), w.mlp_norm.data(), cfg_.rms_eps, rows, h,
                 s_.h.data(), stream_);
     part(step_part::gate_up);
-    blas_.linear(t, s_.h.data(), w.w_gate_up.data(), s_.gate_up.data(), rows, h,
-                 2 * cfg_.intermediate);
+    linear(s_.h.data(), w.w_gate_up.data(), 0, s_.gate_up.data(), 0, rows, h, 2 * cfg_.intermediate);
     part(step_part::swiglu);
     swiglu(t, s_.gate_up.data(), rows, cfg_.intermediate, s_.mlp.data(), stream_);
     part(step_part::down);
-    blas_.linear(t, s_.mlp.data(), w.w_down.data(), s_.proj.data(), rows, cfg_.intermediate, h);
+    linear(s_.mlp.data(), w.w_down.data(), 0, s_.proj.data(), 0, rows, cfg_.intermediate, h);
   }
   part(step_part::head);
   add_rmsnorm(t, s_.residual.data(), s_.proj.data(), final_norm_.data(), cfg_.rms_eps, rows, h,
@@ -326,7 +328,7 @@ void cuda_model::enqueue_step(const device_plan& d,
     last = s_.last.data();
   }
   const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
-  blas_.linear(t, last, head, logits_.data(), d.seqs, h, cfg_.vocab, false, true);
+  linear(last, head, 0, logits_.data(), 0, d.seqs, h, cfg_.vocab, 1, true);
   part(step_part::sample);
   sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
   part(step_part::end);

@@ -38,6 +38,11 @@ struct model_config {
   /// launches per layer. Off gives the three separate calls (the benchmark
   /// measures both).
   bool batched_qkv = true;
+  /// Steps of at most this many rows (decode batches of up to 4) run their
+  /// linear layers on gemv, a matrix-vector kernel that reads each weight
+  /// once in long coalesced runs, instead of cuBLAS; 0 keeps cuBLAS for
+  /// every step (the benchmark measures both).
+  std::uint32_t gemv_rows = gemv_max_rows;
 
   std::uint32_t q_dim() const noexcept { return heads * head_dim; }
   std::uint32_t kv_dim() const noexcept { return kv_heads * head_dim; }
@@ -121,6 +126,8 @@ public:
   /// Switches model_config::batched_qkv (the weights' layout is the same
   /// either way).
   void set_batched_qkv(bool on) noexcept { cfg_.batched_qkv = on; }
+  /// Sets model_config::gemv_rows.
+  void set_gemv_rows(std::uint32_t rows) noexcept { cfg_.gemv_rows = rows; }
   /// Grows the step's scratch buffers now for steps of up to `rows` token
   /// rows, `seqs` sequences and adapters of rank `rank` (they grow on demand
   /// too; reserving them at start keeps the pool from taking their memory).
@@ -162,6 +169,12 @@ private:
     device_buffer<float> lora_tmp, partial_buf;
   };
   void ensure_scratch(const batch_plan& plan);
+  /// y = x w^T as blas::linear_batched (count 1: blas::linear; strides
+  /// then unused), on gemv where the rows are few enough and its
+  /// conditions hold, else on cuBLAS.
+  void linear(const void* x, const void* w, std::uint64_t w_stride, void* y, std::uint64_t y_stride,
+              std::uint32_t rows, std::uint32_t in, std::uint32_t out, std::uint32_t count = 1,
+              bool out_f32 = false);
   /// q, k, v = s_.h times the layer's wq, wk, wv.
   void project_qkv(const layer_weights& w, std::uint32_t rows, void* q, void* k, void* v);
   void ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats);

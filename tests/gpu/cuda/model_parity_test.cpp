@@ -25,7 +25,8 @@ struct sequence {
   std::vector<std::int32_t> generated;
 };
 
-// (type, head_dim, query heads per kv head, q/k/v as one batched call)
+// (type, head_dim, query heads per kv head, q/k/v as one batched call and
+// decode's linear layers on gemv; else three calls, all on cuBLAS)
 using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, bool>;
 class model_parity : public ::testing::TestWithParam<parity_param> {};
 
@@ -39,6 +40,8 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
 
   auto mc = model_config_for(weights.config, t);
   mc.batched_qkv = batched_qkv;
+  if (!batched_qkv)
+    mc.gemv_rows = 0;
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
   {
@@ -134,7 +137,7 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
 std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
   const auto [t, hd, group, batched] = i.param;
   return std::string{to_string(t)} + "_hd" + std::to_string(hd) + (group == 1 ? "_mha" : "_gqa") +
-         (batched ? "" : "_separate_qkv");
+         (batched ? "" : "_separate_qkv_cublas");
 }
 
 // q, k and v in one strided-batched call with every head its own K and V
@@ -144,7 +147,7 @@ INSTANTIATE_TEST_SUITE_P(types_and_heads, model_parity,
                                             ::testing::Values(64u, 128u), ::testing::Values(1u, 2u),
                                             ::testing::Values(true)),
                          parity_name);
-// ... and as three calls.
+// ... and as three calls, every linear layer on cuBLAS.
 INSTANTIATE_TEST_SUITE_P(separate_qkv, model_parity,
                          ::testing::Combine(::testing::Values(dtype::f16), ::testing::Values(128u),
                                             ::testing::Values(1u, 2u), ::testing::Values(false)),

@@ -1,9 +1,10 @@
-// The CUDA runtime pieces on a GPU: cuBLAS linear against a CPU product,
+// The CUDA runtime pieces on a GPU: cuBLAS linear and gemv against a CPU product,
 // a plan's upload, and coroutines resumed by stream and event completion.
 // Skipped where no CUDA device is visible.
 #include "gpu/cuda/check.hpp"
 #include "gpu/cuda/device_buffer.hpp"
 #include "gpu/cuda/gemm.hpp"
+#include "gpu/cuda/kernels.hpp"
 #include "gpu/cuda/plan_upload.hpp"
 #include "gpu/cuda/stream_await.hpp"
 #include "gpu/random.hpp"
@@ -119,6 +120,74 @@ TEST_P(linear_test, batched_over_weights_one_after_another_is_each_ones_linear) 
     b.linear_batched(t, nullptr, nullptr, 0, nullptr, 0, 0, 8, 8, 3); // no rows: nothing
     b.linear_batched(t, nullptr, nullptr, 0, nullptr, 0, 8, 8, 8, 0); // no weights: nothing
   }
+  cudaStreamDestroy(s);
+}
+
+// gemv (decode's few rows): each projection's product as a CPU product in
+// double gives it within the type's rounding, fp32 outputs within fp32 sums'
+// error, nothing written between or past the outputs; shapes it does not
+// take are refused with nothing enqueued.
+TEST_P(linear_test, gemv_matches_a_cpu_product_and_refuses_what_it_does_not_take) {
+  TROUPE_REQUIRE_GPU();
+  const dtype t = GetParam();
+  cudaStream_t s = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreate(&s));
+  struct shape {
+    std::uint32_t rows, in, out, count;
+    bool f32;
+  };
+  for (const auto sh : {shape{1, 4096, 4096, 3, false}, shape{2, 4096, 1000, 1, true},
+                        shape{3, 11008, 257, 1, false}, shape{4, 64, 33, 2, false}, shape{1, 8, 1, 1, true}}) {
+    SCOPED_TRACE(testing::Message() << sh.count << " x " << sh.rows << "x" << sh.in << "->" << sh.out
+                                    << (sh.f32 ? " fp32" : ""));
+    const std::uint64_t w_stride = std::uint64_t{sh.out} * sh.in + 8; // weights apart, not adjacent
+    const std::uint64_t y_stride = std::uint64_t{sh.rows} * sh.out + 3;
+    const auto x = random_bits(t, std::size_t{sh.rows} * sh.in, 5, 1.0f);
+    const auto w = random_bits(t, w_stride * sh.count, 6, 0.05f);
+    device_buffer<std::uint16_t> dx(x.size()), dw(w.size()), dy(y_stride * sh.count + 8);
+    device_buffer<float> dy32(y_stride * sh.count + 8);
+    dx.upload(x);
+    dw.upload(w);
+    const std::vector<std::uint16_t> nan16(dy.size(), 0x7e00);
+    const std::vector<float> nan32(dy32.size(), std::nanf(""));
+    dy.upload(nan16);
+    dy32.upload(nan32);
+    void* y = sh.f32 ? static_cast<void*>(dy32.data()) : static_cast<void*>(dy.data());
+    ASSERT_TRUE(gemv(t, dx.data(), dw.data(), w_stride, y, y_stride, sh.rows, sh.in, sh.out, sh.count,
+                     sh.f32, s));
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+    std::vector<std::uint16_t> got16(dy.size());
+    std::vector<float> got32(dy32.size());
+    dy.download(got16);
+    dy32.download(got32);
+    const float tol = sh.f32 ? 1e-4f : (t == dtype::f16 ? 2e-3f : 1.6e-2f);
+    for (std::uint32_t z = 0; z < sh.count; ++z) {
+      for (std::uint32_t r = 0; r < sh.rows; ++r)
+        for (std::uint32_t o = 0; o < sh.out; ++o) {
+          double want = 0;
+          for (std::uint32_t k = 0; k < sh.in; ++k)
+            want += double{from_bits(t, x[std::size_t{r} * sh.in + k])} *
+                    from_bits(t, w[z * w_stride + std::uint64_t{o} * sh.in + k]);
+          const std::uint64_t at = z * y_stride + std::uint64_t{r} * sh.out + o;
+          const float g = sh.f32 ? got32[at] : from_bits(t, got16[at]);
+          ASSERT_FALSE(std::isnan(g)) << z << "," << r << "," << o;
+          ASSERT_NEAR(g, want, tol * (1 + std::abs(want))) << z << "," << r << "," << o;
+        }
+      for (std::uint64_t i = z * y_stride + std::uint64_t{sh.rows} * sh.out; i < (z + 1) * y_stride; ++i)
+        ASSERT_TRUE(sh.f32 ? std::isnan(got32[i]) : got16[i] == 0x7e00) << "written between outputs at " << i;
+    }
+  }
+  std::vector<std::uint16_t> host(64);
+  device_buffer<std::uint16_t> d(64);
+  d.upload(host);
+  auto* p = d.data();
+  EXPECT_FALSE(gemv(t, p, p, 0, p, 0, gemv_max_rows + 1, 8, 1, 1, false, s)); // too many rows
+  EXPECT_FALSE(gemv(t, p, p, 0, p, 0, 0, 8, 1, 1, false, s));                 // none
+  EXPECT_FALSE(gemv(t, p, p, 0, p, 0, 1, 12, 1, 1, false, s));                // in not a multiple of 8
+  EXPECT_FALSE(gemv(t, p + 1, p, 0, p, 0, 1, 8, 1, 1, false, s));            // x off 16 bytes
+  EXPECT_FALSE(gemv(t, p, p + 1, 0, p, 0, 1, 8, 1, 1, false, s));            // w off 16 bytes
+  EXPECT_FALSE(gemv(t, p, p, 4, p, 0, 1, 8, 1, 2, false, s));                // stride off 16 bytes
+  TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
   cudaStreamDestroy(s);
 }
 
