@@ -134,6 +134,71 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   cudaStreamDestroy(s);
 }
 
+// enqueue_step captured into a CUDA graph (as the benchmark replays decode
+// steps) gives, replayed, the tokens the step gives launched directly, each
+// time; a device plan that was not uploaded for the model's scratch is
+// refused.
+TEST(model_graph, a_captured_step_replays_to_the_tokens_of_the_step) {
+  TROUPE_REQUIRE_GPU();
+  const dims d{.hidden = 256, .inter = 512, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64, .vocab = 300};
+  const auto weights = make_weights(d, dtype::f16, 3);
+  const kv_layout kv{.num_layers = d.layers, .num_kv_heads = d.kv_heads, .head_dim = d.head_dim,
+                     .page_tokens = 16};
+  cudaStream_t s = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    cuda_model gpu{model_config_for(weights.config, dtype::f16), kv, 16, s};
+    upload_weights(gpu, weights);
+    plan_inputs in;
+    in.kv = kv;
+    in.vocab_size = d.vocab;
+    in.pool_pages = 16;
+    const auto make = [&](std::uint32_t context, std::uint32_t n, std::uint32_t page, std::int32_t salt) {
+      step_entry e;
+      e.request_id = page + 1;
+      e.temperature = 0;
+      e.context_tokens = context;
+      for (std::uint32_t i = 0; i < n; ++i)
+        e.tokens.push_back(static_cast<std::int32_t>((salt * 31 + i * 7) % d.vocab));
+      e.new_tokens = n;
+      e.pages = {page};
+      return e;
+    };
+    // Prefill two prompts, then the decode step that is captured.
+    std::vector<std::int32_t> tokens(2);
+    gpu.forward(plan_batch(std::vector<step_entry>{make(0, 9, 0, 1), make(0, 5, 1, 2)}, in), tokens);
+    const auto decode = plan_batch(std::vector<step_entry>{make(9, 1, 0, 3), make(5, 1, 1, 4)}, in);
+    ASSERT_TRUE(decode.rejected.empty());
+    std::vector<std::int32_t> direct(2);
+    gpu.forward(decode, direct); // writes the same cache slots the replays write again
+
+    const auto dp = gpu.upload_plan(decode);
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraph_t g = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    TROUPE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    gpu.enqueue_step(dp);
+    TROUPE_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    TROUPE_CUDA_CHECK(cudaGraphInstantiate(&exec, g, 0));
+    for (int replay = 0; replay < 2; ++replay) {
+      TROUPE_CUDA_CHECK(cudaMemsetAsync(const_cast<std::int32_t*>(gpu.device_tokens()), 0xff, 2 * sizeof(std::int32_t), s));
+      TROUPE_CUDA_CHECK(cudaGraphLaunch(exec, s));
+      std::vector<std::int32_t> replayed(2, -2);
+      TROUPE_CUDA_CHECK(cudaMemcpyAsync(replayed.data(), gpu.device_tokens(), 2 * sizeof(std::int32_t),
+                                        cudaMemcpyDeviceToHost, s));
+      TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+      EXPECT_EQ(replayed, direct) << "replay " << replay;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+
+    device_plan too_big = dp;
+    too_big.rows = 1u << 20;
+    EXPECT_THROW(gpu.enqueue_step(too_big), cuda_error);
+  }
+  cudaStreamDestroy(s);
+}
+
 std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
   const auto [t, hd, group, batched] = i.param;
   return std::string{to_string(t)} + "_hd" + std::to_string(hd) + (group == 1 ? "_mha" : "_gqa") +
