@@ -260,6 +260,27 @@ if "bench" in res and "peft_bench" in res:
     peft_ms = res["peft_bench"]["peft_decode_ms"]
     res["throughput_over_peft"] = peft_ms / res["bench"]["decode_b64_lora_r16_wall_ms"]
     res["throughput_over_peft_gpu_time"] = peft_ms / res["bench"]["decode_b64_lora_r16_ms"]
+# Issue 4's figures beside their targets (each "ok" is the figure against
+# its bound; the bounds are the issue's).
+bench = res.get("bench")
+if bench:
+    def figure(key, bound, at_most=True):
+        if key not in bench:
+            return {"missing": True}
+        v = bench[key]
+        return {"value": v, "bound": bound, "ok": v <= bound if at_most else v >= bound}
+    must = {
+        "decode_b1_over_bound": figure("decode_b1_over_bound", 1.15),
+        "decode_b64_lora_over_base_ctx128": figure("decode_b64_lora_over_base", 1.10),
+        "decode_b64_lora_over_base_ctx512": figure("decode_b64_c512_lora_over_base", 1.10),
+        "prefill_over_dense_gemm": figure("prefill_over_dense_gemm", 0.60, at_most=False),
+    }
+    timeline = bench.get("timeline_ms", {})
+    must["adapter_copy_overlaps_decode_ms"] = {"value": timeline.get("overlap"),
+                                               "ok": (timeline.get("overlap") or 0) > 0}
+    if "throughput_over_peft" in res:
+        must["throughput_over_peft"] = {"value": res["throughput_over_peft"]}
+    res["must_show"] = must
 with open(os.path.join(out, "gpu-check.json"), "w") as f:
     json.dump(res, f, indent=2)
 print(json.dumps(res, indent=2))
