@@ -1,7 +1,8 @@
 // The elementwise launchers of kernels.hpp: embedding_gather, rmsnorm,
-// add_rmsnorm, rope, swiglu. Elements travel as 16-bit patterns, in packs
-// of 8 (one 16-byte access) where the width and the pointers allow, else one
-// at a time; math is fp32 with each output rounded once to nearest even, the
+// add_rmsnorm, rope, rope_write_kv, swiglu, and gemv, which shares their
+// element plumbing. Elements travel as 16-bit patterns, in packs of 8 (one
+// 16-byte access) where the width and the pointers allow, else one at a
+// time; math is fp32 with each output rounded once to nearest even, the
 // rounding points of gpu/cuda/reference_elementwise.hpp. The norms run one
 // block per row with an fp32 block reduction of the squares. A bad shape
 // throws std::invalid_argument before anything is enqueued; launch errors
