@@ -6,15 +6,15 @@
 // tokens wherever its pages are, beside base-model sequences in one batch;
 // refusals (too few pages, an MLP target, missing files, a dropped adapter,
 // a bad token) fail only what they concern, and a step answers only once no
-// copy into its entries' pages is in flight; a fault that poisons the CUDA
-// context breaks the backend, which says why. Skipped where no CUDA device
-// is visible.
+// copy into its entries' pages is in flight; a checkpoint read from its
+// files serves as its weights in memory do. Skipped where no CUDA device is
+// visible.
 #include "gpu/cuda/backend.hpp"
 #include "gpu/lora.hpp"
 #include "gpu/safetensors.hpp"
 #include "gpu/sim_tokenizer.hpp"
 
-#include "tests/gpu/cuda/device_fault.hpp"
+#include "tests/gpu/cuda/backend_test_support.hpp"
 #include "tests/gpu/cuda/gpu_test_support.hpp"
 #include "tests/gpu/cuda/lora_test_support.hpp"
 #include "tests/gpu/cuda/random_llama.hpp"
@@ -35,59 +35,7 @@ namespace troupe::gpu::cuda {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr dims tiny{.hidden = 256, .inter = 512, .layers = 3, .heads = 4, .kv_heads = 2, .head_dim = 64,
-                    .vocab = 512};
-constexpr std::uint32_t page_tokens = 16;
-
-cuda_backend_options options_for(dtype t) {
-  cuda_backend_options o;
-  o.type = t;
-  o.page_tokens = page_tokens;
-  o.pages = 128;
-  o.host_pages = 16;
-  o.max_rows = 512;
-  o.max_seqs = 16;
-  o.max_rank = 16;
-  return o;
-}
-
-std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) {
-  auto b = cuda_backend::create(make_weights(tiny, t, 7), std::make_unique<sim_tokenizer>(tiny.vocab),
-                                options_for(t));
-  if (auto* err = std::get_if<std::string>(&b)) {
-    ADD_FAILURE() << *err;
-    return nullptr;
-  }
-  return std::move(std::get<std::unique_ptr<cuda_backend>>(b));
-}
-
-step_entry entry(std::vector<std::int32_t> tokens, std::uint32_t context, std::vector<std::uint32_t> pages,
-                 std::uint32_t adapter = 0, std::uint32_t rank = 0) {
-  step_entry e;
-  e.request_id = 1;
-  e.tokens = std::move(tokens);
-  e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
-  e.context_tokens = context;
-  e.temperature = 0;
-  e.pages = std::move(pages);
-  e.adapter_id = adapter;
-  e.adapter_rank = rank;
-  return e;
-}
-
-std::vector<std::int32_t> prompt(std::uint32_t n, std::int32_t salt) {
-  std::vector<std::int32_t> p;
-  for (std::uint32_t i = 0; i < n; ++i)
-    p.push_back(3 + static_cast<std::int32_t>((i * 37 + salt * 11) % (tiny.vocab - 3)));
-  return p;
-}
-
-std::int32_t one(cuda_backend& b, const step_entry& e) {
-  const auto r = b.run_step(std::span{&e, 1});
-  EXPECT_TRUE(r.failures.empty()) << describe(r.failures);
-  return r.tokens.at(0);
-}
+using namespace backend_testing;
 
 /// Greedy tokens of `n` steps (a prefill, then decodes) of one sequence.
 std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32_t>& p,
@@ -436,38 +384,6 @@ TEST(cuda_backend, sampling_follows_each_requests_seed) {
   EXPECT_GT(b->transfer_seconds(1 << 20), 0.0);
   EXPECT_EQ(b->name(), "cuda");
   EXPECT_EQ(b->vocab().vocab_size(), static_cast<std::int32_t>(tiny.vocab));
-}
-
-// The fault poisons the process's CUDA context, so the test runs in a child
-// process started afresh (the threadsafe death-test style re-runs the
-// binary; a fork after CUDA's start would not work). The child exits 0
-// only when every check holds and prints what the backend said.
-TEST(cuda_backend_death, a_device_fault_breaks_the_backend_which_says_why) {
-  TROUPE_REQUIRE_GPU();
-  GTEST_FLAG_SET(death_test_style, "threadsafe");
-  EXPECT_EXIT(
-    {
-      auto b = open_backend();
-      if (b == nullptr)
-        std::exit(2);
-      const auto e = entry(prompt(5, 1), 0, {0});
-      const auto healthy = b->run_step(std::span{&e, 1});
-      if (!healthy.failures.empty() || healthy.tokens.at(0) < 0 || !b->broken().empty())
-        std::exit(3);
-      if (testing::fault_the_device() != cudaErrorIllegalAddress)
-        std::exit(4);
-      // The next step fails, every entry of it with the fault named, and
-      // the backend is broken from then on.
-      const auto after = b->run_step(std::span{&e, 1});
-      if (after.tokens.at(0) != -1 || after.failures.size() != 1 ||
-          after.failures[0].reason.find("illegal") == std::string::npos) {
-        std::fprintf(stderr, "step after the fault: %s\n", describe(after.failures).c_str());
-        std::exit(5);
-      }
-      std::fprintf(stderr, "broken: %s\n", b->broken().c_str());
-      std::exit(b->broken().find("cudaErrorIllegalAddress") == std::string::npos ? 6 : 0);
-    },
-    ::testing::ExitedWithCode(0), "broken: CUDA context on device 0: cudaErrorIllegalAddress");
 }
 
 } // namespace
