@@ -161,6 +161,9 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
   b->host_ = host_tier{opts.host_adapter_bytes};
   try {
     b->bind();
+    int sms = 0;
+    TROUPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, opts.device));
+    b->sms_ = static_cast<std::uint32_t>(std::max(sms, 1));
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->compute_, cudaStreamNonBlocking));
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->h2d_, cudaStreamNonBlocking));
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->d2h_, cudaStreamNonBlocking));
@@ -252,7 +255,7 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
   in.kv = model_->kv();
   in.vocab_size = model_->config().vocab;
   in.pool_pages = model_->pool_pages();
-  in.split = {.q_tile = 64, .kv_chunk = 256};
+  in.split = split_for(batch, in.kv.num_kv_heads, sms_);
   batch_plan plan;
   {
     // The plan copies each adapter's pages: a drop after this is harmless

@@ -181,6 +181,7 @@ private:
   std::unordered_map<std::uint32_t, resident_adapter> resident_;
 
   // Layer-wise streams by id.
+  std::uint32_t sms_ = 1; ///< the device's multiprocessors, for split_for
   mutable std::mutex broken_mtx_;
   mutable std::string broken_;
   mutable std::mutex streams_mtx_;

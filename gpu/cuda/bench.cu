@@ -189,14 +189,18 @@ int run(const options& o) {
     auto it = resident.find(id);
     return it == resident.end() ? nullptr : &it->second;
   };
-  in.split = {.q_tile = 64, .kv_chunk = 256};
   const std::uint32_t pt = kv.page_tokens;
+  // Each step's attention cut as the server cuts it (split_for).
+  const auto plan_of = [&](const std::vector<step_entry>& b) {
+    in.split = split_for(b, kv.num_kv_heads, static_cast<std::uint32_t>(prop.multiProcessorCount));
+    return plan_batch(b, in);
+  };
 
   // Every timed step, described for troupe-cost-fit (which rebuilds the
   // batch and fits the sim cost model's constants to these times).
   std::ostringstream steps;
   const auto step_ms = [&](const std::vector<step_entry>& b) {
-    const auto plan = plan_batch(b, in);
+    const auto plan = plan_of(b);
     if (!plan.rejected.empty())
       throw cuda_error("benchmark entry rejected: " + plan.rejected.front().second);
     const double ms = time_ms(s, o.reps, [&] { m.enqueue_forward(plan); });
@@ -232,7 +236,7 @@ int run(const options& o) {
   // step_ms, what the gaps between launches cost. Writes "<key>_ms", or
   // "<key>_error" where the capture fails.
   const auto graph_ms = [&](const std::vector<step_entry>& b, const std::string& key) {
-    const auto plan = plan_batch(b, in);
+    const auto plan = plan_of(b);
     const auto d = m.upload_plan(plan);
     TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
     cudaGraph_t g = nullptr;
@@ -269,7 +273,7 @@ int run(const options& o) {
   // their own between the parts; "all" is the probed step's whole time.
   std::vector<cudaEvent_t> events;
   const auto parts_ms = [&](const std::vector<step_entry>& b, const std::string& key) {
-    const auto plan = plan_batch(b, in);
+    const auto plan = plan_of(b);
     std::vector<std::pair<step_part, cudaEvent_t>> marks;
     m.set_probe([&](step_part p) {
       if (marks.size() == events.size()) {
@@ -316,12 +320,12 @@ int run(const options& o) {
   const double decode1 = step_ms(b1);
   m.set_batched_qkv(false);
   js << "  \"decode_b1_separate_qkv_ms\": " << time_ms(s, o.reps, [&] {
-    m.enqueue_forward(plan_batch(b1, in));
+    m.enqueue_forward(plan_of(b1));
   }) << ",\n";
   m.set_batched_qkv(true);
   m.set_gemv_rows(0);
   js << "  \"decode_b1_cublas_ms\": " << time_ms(s, o.reps, [&] {
-    m.enqueue_forward(plan_batch(b1, in));
+    m.enqueue_forward(plan_of(b1));
   }) << ",\n";
   m.set_gemv_rows(gemv_max_rows);
   graph_ms(b1, "decode_b1_graph");
@@ -360,7 +364,7 @@ int run(const options& o) {
   // throughput ratio against it takes this one.
   {
     std::vector<std::int32_t> tokens(lora_batch.size());
-    const auto once = [&] { m.forward(plan_batch(lora_batch, in), tokens); };
+    const auto once = [&] { m.forward(plan_of(lora_batch), tokens); };
     once();
     std::vector<double> ms(static_cast<std::size_t>(o.reps));
     for (auto& x : ms) {
@@ -434,7 +438,7 @@ int run(const options& o) {
   // step with adapters runs on the compute stream; every event's time from
   // a common origin.
   {
-    const auto plan = plan_batch(lora_batch, in);
+    const auto plan = plan_of(lora_batch);
     const auto& target = load_target;
     cudaEvent_t origin, c0, c1, k0, k1;
     for (auto* e : {&origin, &c0, &c1, &k0, &k1})

@@ -75,6 +75,15 @@ std::string check_entry(const step_entry& e, const plan_inputs& in, const reside
 
 } // namespace
 
+attention_split split_for(std::span<const step_entry> batch, std::uint32_t kv_heads, std::uint32_t sms) {
+  constexpr std::uint32_t q_tile = 64, kv_chunk = 256;
+  std::uint64_t tiles = 0;
+  for (const auto& e : batch)
+    tiles += (std::uint64_t{e.new_tokens} + q_tile - 1) / q_tile;
+  const bool enough = tiles * kv_heads >= 2ull * sms;
+  return {.q_tile = q_tile, .kv_chunk = enough ? 0 : kv_chunk};
+}
+
 batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) {
   batch_plan p;
   if (in.kv.page_tokens == 0) {

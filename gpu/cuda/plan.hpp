@@ -206,6 +206,14 @@ struct plan_inputs {
   attention_split split;
 };
 
+/// How a step on `sms` multiprocessors cuts its attention (kv_heads heads
+/// of cache): tiles of 64 query rows, each tile whole (kv_chunk 0) where the
+/// batch's tiles give the kernels at least two blocks per multiprocessor
+/// (tiles x kv_heads >= 2 sms: splitting would only add a merge), else
+/// contexts cut into items of 256 positions, so that a few long sequences
+/// still spread over the GPU (flash-decoding).
+attention_split split_for(std::span<const step_entry> batch, std::uint32_t kv_heads, std::uint32_t sms);
+
 /// Lays out `batch`. An entry with no tokens, a token outside the
 /// vocabulary, too few pages (or a page outside the pool) for its context
 /// plus new tokens, a hidden cache, or an adapter that is not resident (or

@@ -248,6 +248,33 @@ TEST(plan_batch, same_adapter_sequences_split_by_the_input_order_still_share_a_s
   EXPECT_EQ(p.last_row, (std::vector<std::uint32_t>{0, 1, 2, 3}));
 }
 
+TEST(split_for, contexts_are_cut_only_where_the_tiles_leave_multiprocessors_idle) {
+  const auto decode = [](std::uint32_t n, std::uint32_t context) {
+    std::vector<step_entry> b(n);
+    for (auto& e : b) {
+      e.context_tokens = context;
+      e.new_tokens = 1;
+    }
+    return b;
+  };
+  // One sequence, 32 kv heads, 132 multiprocessors: 32 blocks; cut.
+  EXPECT_EQ(split_for(decode(1, 4000), 32, 132).kv_chunk, 256u);
+  // 64 sequences: 2,048 blocks; whole.
+  EXPECT_EQ(split_for(decode(64, 512), 32, 132).kv_chunk, 0u);
+  // 8 sequences of 8 kv heads: 64 blocks; cut. 33 of them: 264, two waves; whole.
+  EXPECT_EQ(split_for(decode(8, 4000), 8, 132).kv_chunk, 256u);
+  EXPECT_EQ(split_for(decode(33, 4000), 8, 132).kv_chunk, 0u);
+  EXPECT_EQ(split_for(decode(32, 4000), 8, 132).kv_chunk, 256u);
+  // A prompt counts its tiles of 64 rows: 8 x 1,024 tokens is 128 tiles.
+  std::vector<step_entry> prefill(8);
+  for (auto& e : prefill)
+    e.new_tokens = 1024;
+  EXPECT_EQ(split_for(prefill, 32, 132).kv_chunk, 0u);
+  EXPECT_EQ(split_for(prefill, 1, 132).kv_chunk, 256u);
+  EXPECT_EQ(split_for(prefill, 1, 132).q_tile, 64u);
+  EXPECT_EQ(split_for({}, 32, 132).kv_chunk, 256u);
+}
+
 TEST(pool_pages_for, takes_the_fraction_of_what_weights_and_scratch_leave_in_whole_pages) {
   constexpr std::uint64_t gib = std::uint64_t{1} << 30;
   // 80 GiB free, 13 GiB of weights, 3 GiB of scratch: 64 GiB left, 90% of it
