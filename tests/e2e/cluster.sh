@@ -146,7 +146,17 @@ reused="$(stat "$ep" prompt_tokens_reused)"
 echo "cluster: nodes alive $alive, resubmitted $resub, migrations $migr, KV pulls $pulls (failed $pf), placed before the first stop ${placed[*]}, prompt tokens reused $reused"
 [ "${alive%.*}" -eq 2 ] || fail "expected two nodes alive after the kill"
 [ "${resub%.*}" -ge 1 ] || fail "node 2's requests were not placed again"
-[ "${pulls%.*}" -ge 1 ] || fail "no session migrated"
+if [ "${pulls%.*}" -lt 1 ]; then
+  # A migration to or from node 2 while it was stopped is never pulled; on a
+  # loaded machine it can be the run's only one. Once more, from the start.
+  if [ -z "${TROUPE_CLUSTER_RETRY:-}" ]; then
+    echo "cluster: no KV pull in this run (migrations $migr, failed pulls $pf); running it once more"
+    cleanup
+    trap - EXIT
+    TROUPE_CLUSTER_RETRY=1 exec "$0" "$@"
+  fi
+  fail "no session migrated"
+fi
 [ "${reused%.*}" -gt 0 ] || fail "no session reused its KV"
 # Load spread: until node 2 was first stopped each node took at least an
 # eighth of the turns.

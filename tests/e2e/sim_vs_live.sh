@@ -8,6 +8,8 @@
 #   time between tokens, P50 and mean: within 20 %
 #   throughput (requests/s):           within 5 %
 #   time to first token, P50:          within 50 % or 10 ms
+# A live run outside them is run once more (the sim is deterministic; a
+# loaded machine stalls only the live run) and the second one decides.
 # Usage: sim_vs_live.sh BIN_DIR (run from the repository root)
 set -euo pipefail
 bin=$1
@@ -20,7 +22,8 @@ workload=(--synthetic 60 --rate 10 --prompt-range 64:512 --output-range 16:64 --
 "$bin/troupe-sim" "${workload[@]}" --gpu H100-80GB --model llama-2-7b --adapters 1 --base-fraction 1 \
   --setups fcfs:lru --report "$work/sim.json" > "$work/sim.txt"
 cat "$work/live.txt"
-python3 - "$work/live.json" "$work/sim.json" <<'PY'
+status=0
+python3 - "$work/live.json" "$work/sim.json" <<'PY' || status=$?
 import json, sys
 live = json.load(open(sys.argv[1]))["runs"][0]
 sim = json.load(open(sys.argv[2]))["runs"][0]
@@ -39,3 +42,10 @@ close("requests/s", live["requests_per_s"], sim["requests_per_s"], 0.05)
 close("ttft p50", live["ttft_s"]["p50"], sim["ttft_s"]["p50"], 0.50, 0.010)
 sys.exit(1 if bad else 0)
 PY
+if [ "$status" != 0 ] && [ -z "${TROUPE_SIM_VS_LIVE_RETRY:-}" ]; then
+  echo "sim_vs_live: the live run is out of tolerance; running it once more"
+  rm -rf "$work"
+  trap - EXIT
+  TROUPE_SIM_VS_LIVE_RETRY=1 exec "$0" "$@"
+fi
+exit "$status"
