@@ -29,7 +29,8 @@ caf::typed_response_promise<bool> pull(self_ptr self, std::uint64_t session, con
     spdlog::info("node: session {:#x} not pulled: {}", session, why);
     rp.deliver(false);
   };
-  self->request(caf::actor_cast<node_actor>(from), caf::infinite, export_atom_v, session)
+  // Bounded: a request to a node that is gone is never answered.
+  self->request(caf::actor_cast<node_actor>(from), self->state.cfg.pull_timeout, export_atom_v, session)
     .then(
       [self, rp, failed](session_kv& kv) mutable {
         if (kv.pages == 0) {

@@ -43,7 +43,8 @@ void pull_then(self_ptr self, std::uint64_t session, std::int32_t from, std::int
   }
   auto& st = self->state;
   const auto holder = caf::actor_cast<caf::actor>(st.cfg.nodes[static_cast<std::size_t>(from)]);
-  self->request(st.cfg.nodes[static_cast<std::size_t>(to)], caf::infinite, pull_atom_v, session, holder)
+  // Bounded: a request to a node that is gone is never answered.
+  self->request(st.cfg.nodes[static_cast<std::size_t>(to)], st.cfg.pull_timeout, pull_atom_v, session, holder)
     .then(
       [self, next](bool ok) mutable {
         ++(ok ? self->state.pulls : self->state.pulls_failed);

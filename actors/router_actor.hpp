@@ -8,6 +8,9 @@
 #include "messages/interfaces.hpp"
 
 #include <caf/fwd.hpp>
+#include <caf/timespan.hpp>
+
+#include <chrono>
 
 #include <string>
 #include <vector>
@@ -19,6 +22,8 @@ struct router_config {
   std::vector<node_actor> nodes;
   std::vector<std::string> names; ///< for logs and stats
   std::uint32_t imbalance = 2;
+  /// How long a KV pull between nodes may take (cluster.pull_timeout_s).
+  caf::timespan pull_timeout = std::chrono::seconds{30};
 };
 
 front_actor spawn_router(caf::actor_system& sys, router_config cfg);
