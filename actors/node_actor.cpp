@@ -30,7 +30,7 @@ caf::typed_response_promise<bool> pull(self_ptr self, std::uint64_t session, con
     rp.deliver(false);
   };
   // Bounded: a request to a node that is gone is never answered.
-  self->request(caf::actor_cast<node_actor>(from), self->state.cfg.pull_timeout, export_atom_v, session)
+  self->request(caf::actor_cast<node_actor>(from), self->state.cfg.node_timeout, export_atom_v, session)
     .then(
       [self, rp, failed](session_kv& kv) mutable {
         if (kv.pages == 0) {

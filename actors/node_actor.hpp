@@ -22,9 +22,9 @@ struct node_config {
   copy_engine_actor copy_engine;
   queue_tuner_actor tuner;     ///< may be null
   metrics_actor metrics;       ///< may be null
-  /// How long the export of a session's KV from another node may take
-  /// (cluster.pull_timeout_s).
-  caf::timespan pull_timeout = std::chrono::seconds{30};
+  /// How long another node may take to export a session's KV
+  /// (cluster.node_timeout_s).
+  caf::timespan node_timeout = std::chrono::seconds{30};
 };
 
 node_actor spawn_node(caf::actor_system& sys, node_config cfg);

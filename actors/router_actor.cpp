@@ -43,8 +43,9 @@ void pull_then(self_ptr self, std::uint64_t session, std::int32_t from, std::int
   }
   auto& st = self->state;
   const auto holder = caf::actor_cast<caf::actor>(st.cfg.nodes[static_cast<std::size_t>(from)]);
-  // Bounded: a request to a node that is gone is never answered.
-  self->request(st.cfg.nodes[static_cast<std::size_t>(to)], st.cfg.pull_timeout, pull_atom_v, session, holder)
+  // Every request to a node is bounded (node_timeout): CAF never answers one
+  // to a node that is gone.
+  self->request(st.cfg.nodes[static_cast<std::size_t>(to)], st.cfg.node_timeout, pull_atom_v, session, holder)
     .then(
       [self, next](bool ok) mutable {
         ++(ok ? self->state.pulls : self->state.pulls_failed);
@@ -71,7 +72,7 @@ void dispatch(self_ptr self, request_spec spec, Reply reply) {
   st.core->assign(spec, node);
   pull_then(self, spec.session, route.pull_from, route.node, [self, spec, node, reply]() mutable {
     const auto id = spec.request_id;
-    self->request(self->state.cfg.nodes[node], caf::infinite, submit_atom_v, std::move(spec))
+    self->request(self->state.cfg.nodes[node], self->state.cfg.node_timeout, submit_atom_v, std::move(spec))
       .then(
         [self, id, reply](std::uint8_t r) mutable {
           if (static_cast<scheduler_core::submit_result>(r) != scheduler_core::submit_result::accepted)
@@ -167,7 +168,7 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
         rp.deliver(false);
         return rp;
       }
-      self->request(self->state.cfg.nodes[*node], caf::infinite, cancel_atom_v, id)
+      self->request(self->state.cfg.nodes[*node], self->state.cfg.node_timeout, cancel_atom_v, id)
         .then([rp](bool found) mutable { rp.deliver(found); },
               [rp](const caf::error&) mutable { rp.deliver(false); });
       return rp;
@@ -181,7 +182,7 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
       }
       const auto node = static_cast<std::uint32_t>(route.node);
       pull_then(self, session, route.pull_from, route.node, [self, rp, node, session]() mutable {
-        self->request(self->state.cfg.nodes[node], caf::infinite, advise_atom_v, session)
+        self->request(self->state.cfg.nodes[node], self->state.cfg.node_timeout, advise_atom_v, session)
           .then([rp](std::uint8_t a) mutable { rp.deliver(a); },
                 [rp](const caf::error&) mutable {
                   rp.deliver(static_cast<std::uint8_t>(scheduler_core::advice::none));

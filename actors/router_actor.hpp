@@ -22,8 +22,9 @@ struct router_config {
   std::vector<node_actor> nodes;
   std::vector<std::string> names; ///< for logs and stats
   std::uint32_t imbalance = 2;
-  /// How long a KV pull between nodes may take (cluster.pull_timeout_s).
-  caf::timespan pull_timeout = std::chrono::seconds{30};
+  /// How long a node may take to answer a submission, a cancel, an
+  /// advisory or a KV pull (cluster.node_timeout_s).
+  caf::timespan node_timeout = std::chrono::seconds{30};
 };
 
 front_actor spawn_router(caf::actor_system& sys, router_config cfg);

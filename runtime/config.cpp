@@ -597,7 +597,7 @@ bool valid_node_address(const std::string& a) {
 
 cluster_options read_cluster(section s) {
   cluster_options o;
-  s.allow_only({"nodes", "node", "router", "connect_timeout_s", "pull_timeout_s", "imbalance"});
+  s.allow_only({"nodes", "node", "router", "connect_timeout_s", "node_timeout_s", "imbalance"});
   o.nodes = s.strings("nodes");
   for (std::size_t i = 0; i < o.nodes.size(); ++i)
     s.require("nodes", valid_node_address(o.nodes[i]),
@@ -608,8 +608,8 @@ cluster_options read_cluster(section s) {
   o.router = s.u32("router", o.router, 0, last);
   o.connect_timeout_s = s.real("connect_timeout_s", o.connect_timeout_s);
   s.require("connect_timeout_s", o.connect_timeout_s > 0, "must be positive");
-  o.pull_timeout_s = s.real("pull_timeout_s", o.pull_timeout_s);
-  s.require("pull_timeout_s", o.pull_timeout_s > 0, "must be positive");
+  o.node_timeout_s = s.real("node_timeout_s", o.node_timeout_s);
+  s.require("node_timeout_s", o.node_timeout_s > 0, "must be positive");
   o.imbalance = s.u32("imbalance", o.imbalance);
   return o;
 }

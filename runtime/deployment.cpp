@@ -79,7 +79,8 @@ std::pair<std::string, std::uint16_t> split_address(const std::string& a) {
 /// connect_timeout_s) and spawns the router. An error message, or "".
 static std::string join_cluster(deployment::impl& p, caf::actor_system& sys, node_config nc, front_actor& router) {
   const auto& cl = p.opts.cluster;
-  nc.pull_timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(cl.pull_timeout_s));
+  const auto node_timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(cl.node_timeout_s));
+  nc.node_timeout = node_timeout;
   auto node = spawn_node(sys, std::move(nc));
   p.actors.push_back(caf::actor_cast<caf::actor>(node));
   const auto [host, port] = split_address(cl.nodes[cl.node]);
@@ -90,7 +91,7 @@ static std::string join_cluster(deployment::impl& p, caf::actor_system& sys, nod
     return {};
   router_config rc;
   rc.imbalance = cl.imbalance;
-  rc.pull_timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(cl.pull_timeout_s));
+  rc.node_timeout = node_timeout;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cl.connect_timeout_s);
   for (std::uint32_t i = 0; i < cl.nodes.size(); ++i) {
     rc.names.push_back(cl.nodes[i]);

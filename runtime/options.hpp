@@ -211,11 +211,13 @@ struct cluster_options {
   std::uint32_t router = 0;
   /// How long the router waits for the other nodes to come up.
   double connect_timeout_s = 30;
-  /// How long a session's KV pull between nodes may take. Past it the pull
-  /// counts as failed and the turn runs without it (its prompt computed
-  /// again): a node lost in the middle of a pull holds up no request (a
-  /// request to a node that is gone is never answered otherwise).
-  double pull_timeout_s = 30;
+  /// How long the router waits for a node's answer (a submission, a cancel,
+  /// an advisory, a session's KV pull) and a node for another's KV export.
+  /// A request to a node that is gone is never answered otherwise. Past it
+  /// a submission takes the node as lost (its requests go elsewhere), a KV
+  /// pull counts as failed and the turn runs without it (its prompt
+  /// computed again), a cancel answers "not found", an advisory "none".
+  double node_timeout_s = 30;
   /// A session's turn stays on the node holding its KV while that node has
   /// at most this many more requests in flight than the least loaded node;
   /// past that it moves and its KV is pulled along.

@@ -59,7 +59,7 @@ write_config "$work/three.toml" "[cluster]
 nodes = [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\", \"127.0.0.1:${ports[2]}\"]
 imbalance = 0
 connect_timeout_s = 30
-pull_timeout_s = 5"
+node_timeout_s = 5"
 
 start() { # $1: log, then troupe-serve arguments; sets $pid
   "$bin/troupe-serve" "${@:2}" > "$1" 2>&1 &

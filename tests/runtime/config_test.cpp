@@ -275,16 +275,16 @@ nodes = ["127.0.0.1:4001", "127.0.0.1:4002"]
 node = 1
 router = 1
 connect_timeout_s = 12.5
-pull_timeout_s = 4
+node_timeout_s = 4
 imbalance = 0
 )");
   EXPECT_EQ(o.cluster.nodes.size(), 2u);
   EXPECT_EQ(o.cluster.node, 1u);
   EXPECT_EQ(o.cluster.router, 1u);
   EXPECT_DOUBLE_EQ(o.cluster.connect_timeout_s, 12.5);
-  EXPECT_DOUBLE_EQ(o.cluster.pull_timeout_s, 4.0);
+  EXPECT_DOUBLE_EQ(o.cluster.node_timeout_s, 4.0);
   EXPECT_EQ(o.cluster.imbalance, 0u);
-  EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.pull_timeout_s, 30.0);
+  EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.node_timeout_s, 30.0);
 }
 
 TEST(config, a_shape_file_lifts_the_preset_check_only_for_the_default_preset) {
@@ -342,7 +342,7 @@ const error_case error_cases[] = {
   {"unknown_far_key", "[scheduler]\nfoo_bar_baz = 1\n", "scheduler.foo_bar_baz", "unknown key"},
   {"unknown_adapter_key", "[[adapters]]\nname = \"a\"\nnmae = \"b\"\n", "adapters[0].nmae",
    "did you mean adapters[0].name?"},
-  {"pull_timeout_not_positive", "[cluster]\npull_timeout_s = 0\n", "cluster.pull_timeout_s", "must be positive"},
+  {"node_timeout_not_positive", "[cluster]\nnode_timeout_s = 0\n", "cluster.node_timeout_s", "must be positive"},
   // wrong types
   {"section_not_a_table", "server = 5\n", "server", "expected a table ([server]), got integer 5"},
   {"string_for_integer", "[scheduler]\nmax_running = \"many\"\n", "scheduler.max_running",
