@@ -50,27 +50,27 @@ std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_t laye
 }
 
 const std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_t layer) const {
+  const auto at = [&]() -> const llama_layer_weights& {
+    if (layer >= layers.size())
+      throw std::out_of_range("llama_weights: layer " + std::to_string(layer) + " of " +
+                              std::to_string(layers.size()));
+    return layers[layer];
+  };
   switch (which) {
     case llama_tensor::embed: return embed;
     case llama_tensor::final_norm: return final_norm;
     case llama_tensor::lm_head: return lm_head;
-    default: break;
+    case llama_tensor::attn_norm: return at().attn_norm;
+    case llama_tensor::q: return at().q;
+    case llama_tensor::k: return at().k;
+    case llama_tensor::v: return at().v;
+    case llama_tensor::o: return at().o;
+    case llama_tensor::mlp_norm: return at().mlp_norm;
+    case llama_tensor::gate: return at().gate;
+    case llama_tensor::up: return at().up;
+    case llama_tensor::down: return at().down;
   }
-  if (layer >= layers.size())
-    throw std::out_of_range("llama_weights: layer " + std::to_string(layer) + " of " +
-                            std::to_string(layers.size()));
-  const auto& l = layers[layer];
-  switch (which) {
-    case llama_tensor::attn_norm: return l.attn_norm;
-    case llama_tensor::q: return l.q;
-    case llama_tensor::k: return l.k;
-    case llama_tensor::v: return l.v;
-    case llama_tensor::o: return l.o;
-    case llama_tensor::mlp_norm: return l.mlp_norm;
-    case llama_tensor::gate: return l.gate;
-    case llama_tensor::up: return l.up;
-    default: return l.down;
-  }
+  throw std::invalid_argument("llama_weights: tensor " + std::to_string(static_cast<int>(which)));
 }
 
 std::optional<std::string>

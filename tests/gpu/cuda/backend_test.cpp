@@ -18,14 +18,12 @@
 #include "tests/gpu/cuda/gpu_test_support.hpp"
 #include "tests/gpu/cuda/lora_test_support.hpp"
 #include "tests/gpu/cuda/random_llama.hpp"
+#include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
 
-#include <cerrno>
-#include <cstdio>
 #include <chrono>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <numeric>
@@ -50,31 +48,7 @@ std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32
   return out;
 }
 
-/// A fresh directory under the system's temporary one, removed with
-/// everything in it at the end.
-class temp_dir {
-public:
-  explicit temp_dir(const char* prefix) {
-    std::string templ = (fs::temp_directory_path() / (std::string{prefix} + "_XXXXXX")).string();
-    if (mkdtemp(templ.data()) == nullptr) { // path() stays empty: whatever reads it then fails too
-      ADD_FAILURE() << "mkdtemp " << templ << ": " << std::strerror(errno);
-      return;
-    }
-    dir_ = templ;
-  }
-  ~temp_dir() {
-    std::error_code ec;
-    if (!dir_.empty())
-      fs::remove_all(dir_, ec);
-  }
-  temp_dir(const temp_dir&) = delete;
-  temp_dir& operator=(const temp_dir&) = delete;
-  const fs::path& dir() const { return dir_; }
-  std::string path() const { return dir_.string(); }
-
-private:
-  fs::path dir_;
-};
+using troupe::testing::temp_dir;
 
 /// A PEFT directory (adapter_config.json, adapter_model.safetensors) for
 /// `a` on `targets`, written the way PEFT names things.

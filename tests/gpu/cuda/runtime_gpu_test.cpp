@@ -32,6 +32,18 @@ std::vector<std::uint16_t> random_bits(dtype t, std::size_t n, std::uint64_t see
   return v;
 }
 
+// x . w over n elements of type-t bits, summed in double: the products'
+// reference.
+double dot(dtype t, const std::uint16_t* x, const std::uint16_t* w, std::uint32_t n) {
+  double sum = 0;
+  for (std::uint32_t k = 0; k < n; ++k)
+    sum += double{from_bits(t, x[k])} * from_bits(t, w[k]);
+  return sum;
+}
+
+// What rounding the output to t allows, relative to 1 + |want|.
+float tolerance_of(dtype t) { return t == dtype::f16 ? 2e-3f : 1.6e-2f; }
+
 class linear_test : public ::testing::TestWithParam<dtype> {};
 
 TEST_P(linear_test, matches_a_cpu_product_over_token_counts_and_shapes) {
@@ -59,12 +71,10 @@ TEST_P(linear_test, matches_a_cpu_product_over_token_counts_and_shapes) {
       std::vector<float> y32(dy32.size());
       dy.download(y);
       dy32.download(y32);
-      const float tol = t == dtype::f16 ? 2e-3f : 1.6e-2f;
+      const float tol = tolerance_of(t);
       for (std::uint32_t r = 0; r < sh.rows; ++r)
         for (std::uint32_t o = 0; o < sh.out; ++o) {
-          double want = 0;
-          for (std::uint32_t k = 0; k < sh.in; ++k)
-            want += double{from_bits(t, x[r * sh.in + k])} * from_bits(t, w[o * sh.in + k]);
+          const double want = dot(t, &x[r * sh.in], &w[o * sh.in], sh.in);
           const float got = from_bits(t, y[r * sh.out + o]);
           ASSERT_FALSE(std::isnan(got));
           ASSERT_NEAR(got, want, tol * (1 + std::abs(want))) << r << "," << o;
@@ -108,7 +118,7 @@ TEST_P(linear_test, batched_over_weights_one_after_another_is_each_ones_linear) 
       std::vector<std::uint16_t> got(batched.size()), want(each.size());
       batched.download(got);
       each.download(want);
-      const float tol = t == dtype::f16 ? 2e-3f : 1.6e-2f;
+      const float tol = tolerance_of(t);
       for (std::size_t i = 0; i < want.size(); ++i) {
         const float g = from_bits(t, got[i]), e = from_bits(t, want[i]);
         ASSERT_FALSE(std::isnan(g)) << i;
@@ -160,14 +170,11 @@ TEST_P(linear_test, gemv_matches_a_cpu_product_and_refuses_what_it_does_not_take
     std::vector<float> got32(dy32.size());
     dy.download(got16);
     dy32.download(got32);
-    const float tol = sh.f32 ? 1e-4f : (t == dtype::f16 ? 2e-3f : 1.6e-2f);
+    const float tol = sh.f32 ? 1e-4f : tolerance_of(t);
     for (std::uint32_t z = 0; z < sh.count; ++z) {
       for (std::uint32_t r = 0; r < sh.rows; ++r)
         for (std::uint32_t o = 0; o < sh.out; ++o) {
-          double want = 0;
-          for (std::uint32_t k = 0; k < sh.in; ++k)
-            want += double{from_bits(t, x[std::size_t{r} * sh.in + k])} *
-                    from_bits(t, w[z * w_stride + std::uint64_t{o} * sh.in + k]);
+          const double want = dot(t, &x[std::size_t{r} * sh.in], &w[z * w_stride + std::uint64_t{o} * sh.in], sh.in);
           const std::uint64_t at = z * y_stride + std::uint64_t{r} * sh.out + o;
           const float g = sh.f32 ? got32[at] : from_bits(t, got16[at]);
           ASSERT_FALSE(std::isnan(g)) << z << "," << r << "," << o;
