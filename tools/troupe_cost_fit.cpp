@@ -36,6 +36,11 @@ int run(const std::string& bench, const std::string& gpu_name, const std::string
     return 2;
   }
   const auto j = nlohmann::json::parse(in);
+  if (j.value("smoke", false)) {
+    std::cerr << "troupe-cost-fit: " << bench << " is from troupe-gpu-bench --smoke (a tiny model; "
+              << "its times mean nothing): run the benchmark without --smoke\n";
+    return 2;
+  }
   auto shape = gpu::find_model_preset(model_name);
   auto spec = gpu::find_gpu_spec(gpu_name);
   if (!shape || !spec) {

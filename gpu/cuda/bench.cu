@@ -17,7 +17,9 @@
 //    decode step computes.
 // A Llama-2-7B-shaped model with random fp16 weights (untrained weights run
 // at the same speed). Writes JSON to the path given by --json (stdout
-// otherwise). Needs only CUDA and cuBLAS.
+// otherwise). Needs only CUDA and cuBLAS. --smoke runs every step over a
+// tiny model, small batches and small copies, in seconds anywhere (the
+// emulated device's check of this code); its figures mean nothing.
 #include "gpu/cuda/check.hpp"
 #include "gpu/cuda/device_buffer.hpp"
 #include "gpu/cuda/gemm.hpp"
@@ -43,7 +45,21 @@ struct options {
   std::string json;
   std::uint32_t layers = 32; // fewer for a quick look
   int reps = 20;
+  bool smoke = false;
 };
+
+// What the benchmark's steps are made of: issue 4's sizes, or --smoke's.
+struct sizes {
+  std::size_t copy_bytes;   // the bandwidth copy
+  std::uint32_t gemm_n;     // the dense GEMM's m = n = k
+  std::uint64_t pool_pages; // the batches' caches and the adapters
+  std::uint32_t context;    // decode's context (batch 1 and 64)
+  std::uint32_t long_context;
+  std::uint32_t prompt;     // prefill: 8 prompts of this many tokens
+  std::size_t h2d_bytes;    // the pinned host-to-device copy
+};
+constexpr sizes issue_sizes{std::size_t{2} << 30, 8192, 2600, 128, 512, 1024, std::size_t{256} << 20};
+constexpr sizes smoke_sizes{std::size_t{8} << 20, 256, 900, 32, 64, 48, std::size_t{8} << 20};
 
 // Median milliseconds of `reps` runs of f on `s`, timed with events.
 template <class F>
@@ -67,15 +83,15 @@ double time_ms(cudaStream_t s, int reps, F&& f) {
   return ms[ms.size() / 2];
 }
 
-model_config llama2_7b(std::uint32_t layers) {
+model_config llama2_7b(std::uint32_t layers, bool smoke) {
   model_config c;
-  c.hidden = 4096;
-  c.intermediate = 11008;
+  c.hidden = smoke ? 256 : 4096;
+  c.intermediate = smoke ? 512 : 11008;
   c.layers = layers;
-  c.heads = 32;
-  c.kv_heads = 32;
+  c.heads = smoke ? 2 : 32;
+  c.kv_heads = c.heads;
   c.head_dim = 128;
-  c.vocab = 32000;
+  c.vocab = smoke ? 512 : 32000;
   c.type = dtype::f16;
   for (std::uint32_t i = 0; i < c.head_dim / 2; ++i)
     c.inv_freq.push_back(static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / c.head_dim)));
@@ -129,11 +145,14 @@ int run(const options& o) {
   std::ostringstream js;
   js.precision(6);
   js << "{\n  \"gpu\": \"" << prop.name << "\",\n";
+  const sizes& z = o.smoke ? smoke_sizes : issue_sizes;
+  if (o.smoke)
+    js << "  \"smoke\": true,\n";
 
   // Bandwidth: a 2 GiB device-to-device copy reads and writes each byte.
   double bandwidth = 0;
   {
-    const std::size_t bytes = std::size_t{2} << 30;
+    const std::size_t bytes = z.copy_bytes;
     device_buffer<std::byte> a(bytes), b(bytes);
     TROUPE_CUDA_CHECK(cudaMemsetAsync(a.data(), 1, bytes, s));
     const double ms = time_ms(s, o.reps, [&] {
@@ -145,7 +164,7 @@ int run(const options& o) {
   // Dense GEMM ceiling, fp16 in and out, fp32 accumulation.
   double gemm_flops = 0;
   {
-    const std::uint32_t n = 8192;
+    const std::uint32_t n = z.gemm_n;
     device_buffer<std::uint16_t> a(std::size_t{n} * n), b(std::size_t{n} * n), c(std::size_t{n} * n);
     // Random operands: constant ones run faster on tensor cores.
     fill_uniform(dtype::f16, a.data(), a.size(), 1, 1.0f, s);
@@ -157,12 +176,12 @@ int run(const options& o) {
   }
 
   // The model, a pool, and 64 rank-16 adapters in it.
-  const auto cfg = llama2_7b(o.layers);
+  const auto cfg = llama2_7b(o.layers, o.smoke);
   const kv_layout kv{.num_layers = cfg.layers, .num_kv_heads = cfg.kv_heads, .head_dim = cfg.head_dim,
                      .page_tokens = 16};
   // Enough for 64 sequences of 512 tokens (2,112 pages at 16 tokens) beside
   // the 64 adapters: 21 GB at 32 layers.
-  const std::uint64_t pool_pages = 2600;
+  const std::uint64_t pool_pages = z.pool_pages;
   cuda_model m{cfg, kv, pool_pages, s};
   m.randomize(7, 0.02f);
   TROUPE_CUDA_CHECK(cudaMemsetAsync(m.pool(), 0, pool_pages * m.page_bytes(), s));
@@ -316,7 +335,7 @@ int run(const options& o) {
     js << "\"all\": " << median(all) << "},\n";
   };
   const std::uint32_t mark = alloc.next;
-  const auto b1 = batch(alloc, 1, 128, 1, pt, false, 0);
+  const auto b1 = batch(alloc, 1, z.context, 1, pt, false, 0);
   const double decode1 = step_ms(b1);
   // The same step in other forms, planned once as step_ms plans it (the
   // planning is host time, not the step's).
@@ -359,7 +378,7 @@ int run(const options& o) {
        << "  \"" << key << "_lora_bytes_over_base\": " << step_bytes(with) / step_bytes(base) << ",\n";
     return with;
   };
-  const auto lora_batch = adapters_cost(128, "decode_b64");
+  const auto lora_batch = adapters_cost(z.context, "decode_b64");
   // The same step as the server's executor runs it, timed on the host:
   // planning, the plan's upload, the launches and the sampled tokens back
   // on the host. The PEFT baseline's step times are host times too, so the
@@ -382,13 +401,13 @@ int run(const options& o) {
   // Again at 512 tokens, the upper end of S-LoRA's synthetic workloads
   // (prompts and outputs of 8 to 512 tokens): the cache grows and the
   // adapters' share of the bytes shrinks.
-  adapters_cost(512, "decode_b64_c512");
+  adapters_cost(z.long_context, "decode_b64_c512");
   alloc.next = mark;
-  const double prefill = step_ms(batch(alloc, 8, 0, 1024, pt, false, 0));
-  const double tokens = 8.0 * 1024;
+  const double prefill = step_ms(batch(alloc, 8, 0, z.prompt, pt, false, 0));
+  const double tokens = 8.0 * z.prompt;
   const double linear_params = static_cast<double>(cfg.weight_bytes()) / 2 -
                                2.0 * cfg.vocab * cfg.hidden; // the LM head sees 8 rows only
-  const double attn_flops = 8.0 * cfg.layers * 2.0 * 2.0 * cfg.heads * cfg.head_dim * (1024.0 * 1025 / 2);
+  const double attn_flops = 8.0 * cfg.layers * 2.0 * 2.0 * cfg.heads * cfg.head_dim * (z.prompt * (z.prompt + 1.0) / 2);
   const double prefill_flops = 2.0 * linear_params * tokens + attn_flops;
   js << "  \"prefill_8x1024_ms\": " << prefill << ",\n"
      << "  \"prefill_flops_per_s\": " << prefill_flops / (prefill * 1e-3) << ",\n"
@@ -412,7 +431,7 @@ int run(const options& o) {
     device_buffer<std::uint16_t> w(per_layer * cfg.layers + std::uint64_t{cfg.vocab} * h);
     fill_uniform(cfg.type, w.data(), w.size(), 3, 0.02f, s);
     const std::uint64_t widest = std::max<std::uint64_t>(2 * f, std::max(qd, h));
-    const std::uint32_t most_rows = 8 * 1024;
+    const std::uint32_t most_rows = 8 * z.prompt;
     device_buffer<std::uint16_t> x(most_rows * widest), y(most_rows * widest);
     fill_uniform(cfg.type, x.data(), x.size(), 4, 1.0f, s);
     blas bl{s};
@@ -470,7 +489,7 @@ int run(const options& o) {
   // Host-to-device rate of a large copy from pinned memory (adapter loads
   // and swap-ins): the sim's pcie_bytes_per_s.
   {
-    const std::size_t bytes = std::size_t{256} << 20;
+    const std::size_t bytes = z.h2d_bytes;
     pinned_buffer<std::byte> host(bytes);
     std::memset(host.data(), 1, bytes);
     device_buffer<std::byte> dev(bytes);
@@ -508,17 +527,38 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
+    const auto number = [&]() -> int {
+      const std::string v = value();
+      std::size_t used = 0;
+      int n = 0;
+      try {
+        n = std::stoi(v, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      if (used == 0 || used != v.size()) {
+        std::cerr << "troupe-gpu-bench: " << a << " needs a number, not \"" << v << "\"\n";
+        std::exit(2);
+      }
+      return n;
+    };
     if (a == "--json")
       o.json = value();
     else if (a == "--layers")
-      o.layers = static_cast<std::uint32_t>(std::stoul(value()));
+      o.layers = static_cast<std::uint32_t>(std::max(0, number()));
     else if (a == "--reps")
-      o.reps = std::stoi(value());
+      o.reps = number();
+    else if (a == "--smoke")
+      o.smoke = true;
     else {
-      std::cerr << "usage: troupe-gpu-bench [--json FILE] [--layers N] [--reps N]\n"
+      std::cerr << "usage: troupe-gpu-bench [--json FILE] [--layers N] [--reps N] [--smoke]\n"
                 << "unknown argument " << a << "\n";
       return 2;
     }
+  }
+  if (o.reps < 1 || o.layers < 1) {
+    std::cerr << "troupe-gpu-bench: --reps and --layers need at least 1\n";
+    return 2;
   }
   try {
     return troupe::gpu::cuda::run(o);

@@ -460,7 +460,7 @@ cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
   if (a == cudaDevAttrMultiProcessorCount) { *v = 132; return cudaSuccess; }
   emu_die("cudaDeviceGetAttribute: attribute not emulated");
 }
-cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp* p, int) {
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated H100");
   p->multiProcessorCount = 132;
