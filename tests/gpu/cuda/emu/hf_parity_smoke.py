@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""troupe-hf-parity on the emulated device, with the NumPy oracle
+(tests/oracle/llama_numpy.py, Hugging Face's forward pass in float64) in
+transformers' place: a random Llama and PEFT adapters written by
+troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
+tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
+troupe-hf-parity at fp16 and bf16. Passes when both match.
+usage: hf_parity_smoke.py HF_PARITY MKMODEL ORACLE [PYTHON]"""
+import json, os, random, subprocess, sys, tempfile
+
+hf_parity, mkmodel, oracle = sys.argv[1:4]
+python = sys.argv[4] if len(sys.argv) > 4 else "/usr/bin/python3"
+STEPS = 4
+
+with tempfile.TemporaryDirectory() as work:
+    model = os.path.join(work, "model")
+    subprocess.run([mkmodel, "--out", model, "--hidden", "256", "--intermediate", "512", "--heads", "4",
+                    "--kv-heads", "2", "--layers", "2", "--vocab", "512", "--adapters", "2", "--ranks", "8,16",
+                    "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3"],
+                   check=True, stdout=subprocess.DEVNULL)
+    adapter_dirs = sorted(os.listdir(os.path.join(model, "adapters")))
+    adapters = {name: os.path.join(model, "adapters", name) for name in adapter_dirs}
+    rng = random.Random(1)
+    cases = []
+    for adapter, length in (("", 7), (adapter_dirs[0], 20), (adapter_dirs[1], 33), (adapter_dirs[0], 1),
+                            (adapter_dirs[1], 40)):
+        prompt = [rng.randrange(512) for _ in range(length)]
+        ids, tokens, logits = list(prompt), [], []
+        for _ in range(STEPS):
+            cmd = [python, oracle, "--model", model, "--tokens", ",".join(map(str, ids))]
+            if adapter:
+                cmd += ["--adapter", adapters[adapter]]
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+            row = out["logits"]
+            tok = max(range(len(row)), key=row.__getitem__)
+            logits.append(row)
+            tokens.append(tok)
+            ids.append(tok)
+        cases.append({"adapter": adapter, "prompt": prompt, "tokens": tokens, "logits": logits})
+    spec = os.path.join(work, "cases.json")
+    with open(spec, "w") as f:
+        json.dump({"model": model, "adapters": adapters, "cases": cases}, f)
+    failed = []
+    for dtype in ("f16", "bf16"):
+        out = os.path.join(work, f"troupe_{dtype}.json")
+        r = subprocess.run([hf_parity, "--cases", spec, "--dtype", dtype, "--out", out],
+                           capture_output=True, text=True, timeout=900)
+        print(r.stdout, end="")
+        if r.returncode != 0:
+            failed.append(f"{dtype}: exit {r.returncode}\n{r.stderr}")
+            continue
+        with open(out) as f:
+            res = json.load(f)
+        if not res["ok"] or res["greedy_checked"] == 0:
+            failed.append(f"{dtype}: not ok")
+    if failed:
+        sys.exit("troupe-hf-parity against the oracle failed:\n" + "\n".join(failed))
+print("troupe-hf-parity against the oracle: ok")
