@@ -289,6 +289,17 @@ int kernels_run = 0;
 std::map<const void*, int> max_dyn_smem;
 thread_local bool in_device_op = false;
 
+// The emulated device's memory is the host's: 2 GiB unless
+// TROUPE_EMU_DEVICE_MIB says otherwise.
+std::size_t device_total() {
+  static const std::size_t total = [] {
+    const char* v = std::getenv("TROUPE_EMU_DEVICE_MIB");
+    const std::size_t mib = v != nullptr && std::atoll(v) > 0 ? static_cast<std::size_t>(std::atoll(v)) : 2048;
+    return mib << 20;
+  }();
+  return total;
+}
+
 CUstream_st* legacy() {
   auto& s = streams[cudaStreamLegacy];
   if (!s) s = std::make_unique<CUstream_st>();
@@ -464,7 +475,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated H100");
   p->multiProcessorCount = 132;
-  p->totalGlobalMem = 80ull << 30;
+  p->totalGlobalMem = device_total();
   p->major = 9;
   p->minor = 0;
   p->sharedMemPerBlockOptin = 232448;
@@ -475,13 +486,21 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
 }
 cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
   std::lock_guard lk(mu);
-  *total = 80ull << 30;
+  *total = device_total();
   *free = *total - device_bytes;
   return cudaSuccess;
 }
 cudaError_t cudaMalloc(void** p, size_t n) {
   const std::size_t r = (std::max<std::size_t>(n, 1) + 255) / 256 * 256;
+  {
+    std::lock_guard lk(mu);
+    if (r > device_total() - device_bytes) {
+      *p = nullptr;
+      return cudaErrorMemoryAllocation;
+    }
+  }
   *p = std::aligned_alloc(256, r);
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
   std::memset(*p, 0xff, r); // fresh device memory reads as NaN
   std::lock_guard lk(mu);
   device_allocs[reinterpret_cast<std::uintptr_t>(*p)] = n;
@@ -661,6 +680,7 @@ const char* cudaGetErrorName(cudaError_t e) {
   case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
   case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
   case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
   default: return "cudaError(other)";
   }
 }
