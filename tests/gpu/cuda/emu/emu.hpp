@@ -47,6 +47,7 @@ void sync_warp();
 std::uint64_t exchange(std::uint64_t mine, unsigned src_lane);
 void exchange_all(std::uint64_t mine, std::uint64_t* all); // every lane's value
 unsigned char* dynamic_smem();
+void launch_bound(unsigned max_threads); // aborts a block larger than the kernel's __launch_bounds__
 void cp_async(void* dst, const void* src, bool valid);
 void cp_async_commit();
 void cp_async_wait(int n);

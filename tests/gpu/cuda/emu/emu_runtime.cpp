@@ -150,6 +150,13 @@ unsigned char* dynamic_smem() {
   auto p = reinterpret_cast<std::uintptr_t>(smem_buf.data());
   return reinterpret_cast<unsigned char*>((p + 127) / 128 * 128);
 }
+void launch_bound(unsigned max_threads) {
+  if (block_dim.x * block_dim.y * block_dim.z > max_threads) {
+    std::fprintf(stderr, "emu: a block of %u threads launched for a kernel of __launch_bounds__(%u)\n",
+                 block_dim.x * block_dim.y * block_dim.z, max_threads);
+    std::abort();
+  }
+}
 void cp_async(void* dst, const void* src, bool valid) { fibers[cur].open.push_back({dst, src, valid}); }
 void cp_async_commit() {
   fibers[cur].groups.push_back(std::move(fibers[cur].open));
@@ -271,6 +278,7 @@ struct CUstream_st {
   std::uint64_t queued = 0, ran = 0;
   bool blocking = true;
   CUgraph_st* capture = nullptr;
+  bool invalidated = false; // a capture some call broke
 };
 
 namespace {
@@ -288,6 +296,20 @@ bool stopping = false;
 int kernels_run = 0;
 std::map<const void*, int> max_dyn_smem;
 thread_local bool in_device_op = false;
+// The streams this thread is capturing: a call that is unsafe during a
+// capture (one that allocates, frees or synchronizes, or work sent to the
+// legacy stream) fails, and the capture is invalidated, as CUDA does.
+thread_local std::vector<CUstream_st*> captures_here;
+
+void api_call() {
+  if (in_device_op) emu_die("a CUDA call from a stream callback or host function");
+}
+bool unsafe_in_capture() {
+  if (captures_here.empty()) return false;
+  std::lock_guard lk(mu);
+  for (auto* c : captures_here) c->invalidated = true;
+  return true;
+}
 
 // The emulated device's memory is the host's: 2 GiB unless
 // TROUPE_EMU_DEVICE_MIB says otherwise.
@@ -376,6 +398,10 @@ std::uint64_t enqueue(cudaStream_t h, op o) {
   starter();
   std::lock_guard lk(mu);
   CUstream_st* s = stream_of(h);
+  if (s == legacy() && !captures_here.empty()) {
+    for (auto* c : captures_here) c->invalidated = true;
+    return 0; // the caller reports cudaErrorStreamCaptureImplicit (capture_implicit)
+  }
   if (s->capture) {
     s->capture->ops.push_back(std::move(o));
     return 0;
@@ -388,6 +414,19 @@ std::uint64_t enqueue(cudaStream_t h, op o) {
 void wait_stream(CUstream_st* s, std::uint64_t upto) {
   std::unique_lock lk(mu);
   cv_done.wait(lk, [&] { return s->ran >= upto; });
+}
+// Work for the legacy stream while this thread captures another.
+bool capture_implicit(cudaStream_t h) {
+  if (captures_here.empty()) return false;
+  std::lock_guard lk(mu);
+  return stream_of(h) == legacy();
+}
+// cudaErrorStreamCaptureImplicit (the capture invalidated) for work sent
+// to the legacy stream during a capture, else cudaSuccess.
+cudaError_t stream_ok(cudaStream_t h) {
+  if (!capture_implicit(h)) return cudaSuccess;
+  unsafe_in_capture();
+  return cudaErrorStreamCaptureImplicit;
 }
 bool capturing(cudaStream_t h) {
   std::lock_guard lk(mu);
@@ -411,6 +450,7 @@ mem kind_of(const void* p, std::size_t n) {
 }
 
 cudaError_t copy_async(void* d, const void* s, std::size_t n, cudaMemcpyKind kind, cudaStream_t st) {
+  if (const auto e = stream_ok(st); e != cudaSuccess) return e;
   if (n == 0) return cudaSuccess;
   const mem dk = kind_of(d, n), sk = kind_of(s, n);
   const bool d_dev = dk == mem::device, s_dev = sk == mem::device;
@@ -420,6 +460,11 @@ cudaError_t copy_async(void* d, const void* s, std::size_t n, cudaMemcpyKind kin
   case cudaMemcpyDeviceToDevice: if (!d_dev || !s_dev) emu_die("cudaMemcpyDeviceToDevice between the wrong kinds of memory"); break;
   case cudaMemcpyDefault: break;
   default: emu_die("unexpected cudaMemcpyKind");
+  }
+  if ((sk == mem::pageable || dk == mem::pageable) && capturing(st)) { // a graph cannot stage them
+    std::lock_guard lk(mu);
+    stream_of(st)->invalidated = true;
+    return cudaErrorStreamCaptureUnsupported;
   }
   if (sk == mem::pageable) { // staged before the call returns
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(s),
@@ -454,6 +499,11 @@ void emu::enqueue_kernel(const launch_cfg& c, const void* kernel, std::function<
     last_error = cudaErrorInvalidConfiguration;
     return;
   }
+  if (capture_implicit(c.stream)) {
+    unsafe_in_capture();
+    last_error = cudaErrorStreamCaptureImplicit;
+    return;
+  }
   auto b = std::make_shared<std::function<void()>>(std::move(body));
   const launch_cfg cc = c;
   enqueue(c.stream, {.run = [cc, b] {
@@ -464,14 +514,14 @@ void emu::enqueue_kernel(const launch_cfg& c, const void* kernel, std::function<
 
 // ---------------------------------------------------------------- runtime
 extern "C" {
-cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
-cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
-cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) {
+cudaError_t cudaGetDeviceCount(int* n) { api_call(); *n = 1; return cudaSuccess; }
+cudaError_t cudaSetDevice(int d) { api_call(); return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDevice(int* d) { api_call(); *d = 0; return cudaSuccess; }
+cudaError_t cudaDeviceGetAttribute(int* v, cudaDeviceAttr a, int) { api_call();
   if (a == cudaDevAttrMultiProcessorCount) { *v = 132; return cudaSuccess; }
   emu_die("cudaDeviceGetAttribute: attribute not emulated");
 }
-cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) { api_call();
   std::memset(p, 0, sizeof *p);
   std::strcpy(p->name, "emulated H100");
   p->multiProcessorCount = 132;
@@ -484,13 +534,14 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
   p->warpSize = 32;
   return cudaSuccess;
 }
-cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+cudaError_t cudaMemGetInfo(size_t* free, size_t* total) { api_call();
   std::lock_guard lk(mu);
   *total = device_total();
   *free = *total - device_bytes;
   return cudaSuccess;
 }
-cudaError_t cudaMalloc(void** p, size_t n) {
+cudaError_t cudaMalloc(void** p, size_t n) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   const std::size_t r = (std::max<std::size_t>(n, 1) + 255) / 256 * 256;
   {
     std::lock_guard lk(mu);
@@ -507,7 +558,8 @@ cudaError_t cudaMalloc(void** p, size_t n) {
   device_bytes += r;
   return cudaSuccess;
 }
-cudaError_t cudaFree(void* p) {
+cudaError_t cudaFree(void* p) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   if (p == nullptr) return cudaSuccess;
   cudaDeviceSynchronize(); // cudaFree synchronizes
   std::lock_guard lk(mu);
@@ -518,13 +570,15 @@ cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMallocHost(void** p, size_t n) {
+cudaError_t cudaMallocHost(void** p, size_t n) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   *p = std::aligned_alloc(256, (std::max<std::size_t>(n, 1) + 255) / 256 * 256);
   std::lock_guard lk(mu);
   pinned_allocs[reinterpret_cast<std::uintptr_t>(*p)] = n;
   return cudaSuccess;
 }
-cudaError_t cudaFreeHost(void* p) {
+cudaError_t cudaFreeHost(void* p) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   if (p == nullptr) return cudaSuccess;
   cudaDeviceSynchronize();
   std::lock_guard lk(mu);
@@ -532,24 +586,27 @@ cudaError_t cudaFreeHost(void* p) {
   std::free(p);
   return cudaSuccess;
 }
-cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st) {
+cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t st) { api_call();
   return copy_async(d, s, n, k, st);
 }
-cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) {
+cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind k) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   const auto e = copy_async(d, s, n, k, nullptr);
   if (e == cudaSuccess) cudaStreamSynchronize(nullptr);
   return e;
 }
-cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st) {
+cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t st) { api_call();
+  if (const auto err = stream_ok(st); err != cudaSuccess) return err;
   if (kind_of(d, n) != mem::device) emu_die("cudaMemsetAsync of memory that is not the device's");
   enqueue(st, {.run = [d, v, n] { std::memset(d, v, n); }});
   return cudaSuccess;
 }
-cudaError_t cudaMemset(void* d, int v, size_t n) {
+cudaError_t cudaMemset(void* d, int v, size_t n) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   cudaMemsetAsync(d, v, n, nullptr);
   return cudaStreamSynchronize(nullptr);
 }
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) { api_call();
   starter();
   auto st = std::make_unique<CUstream_st>();
   st->blocking = (flags & cudaStreamNonBlocking) == 0;
@@ -558,9 +615,8 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
   streams[*s] = std::move(st);
   return cudaSuccess;
 }
-cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
-cudaError_t cudaStreamSynchronize(cudaStream_t h) {
-  if (in_device_op) emu_die("a CUDA call from a stream callback");
+cudaError_t cudaStreamCreate(cudaStream_t* s) { api_call(); return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamSynchronize(cudaStream_t h) { api_call();
   CUstream_st* s;
   std::uint64_t upto;
   {
@@ -572,8 +628,8 @@ cudaError_t cudaStreamSynchronize(cudaStream_t h) {
   wait_stream(s, upto); // (the legacy stream's work waits for the blocking streams' earlier work)
   return cudaSuccess;
 }
-cudaError_t cudaDeviceSynchronize() {
-  if (in_device_op) emu_die("a CUDA call from a stream callback");
+cudaError_t cudaDeviceSynchronize() { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   std::unique_lock lk(mu);
   std::vector<std::pair<CUstream_st*, std::uint64_t>> marks;
   for (auto& [h, s] : streams) marks.push_back({s.get(), s->queued});
@@ -583,13 +639,13 @@ cudaError_t cudaDeviceSynchronize() {
   });
   return cudaSuccess;
 }
-cudaError_t cudaStreamDestroy(cudaStream_t h) {
+cudaError_t cudaStreamDestroy(cudaStream_t h) { api_call();
   cudaStreamSynchronize(h); // (CUDA lets the work finish; so does this)
   std::lock_guard lk(mu);
   if (streams.erase(h) == 0) emu_die("cudaStreamDestroy of an unknown stream");
   return cudaSuccess;
 }
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) { api_call();
   auto ev = std::make_shared<CUevent_st>();
   ev->timing = (flags & cudaEventDisableTiming) == 0;
   *e = ev.get();
@@ -597,8 +653,8 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
   events[*e] = ev;
   return cudaSuccess;
 }
-cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
+cudaError_t cudaEventCreate(cudaEvent_t* e) { api_call(); return cudaEventCreateWithFlags(e, 0); }
+cudaError_t cudaEventDestroy(cudaEvent_t e) { api_call();
   std::lock_guard lk(mu);
   if (events.erase(e) == 0) emu_die("cudaEventDestroy of an unknown event");
   return cudaSuccess; // queued work holds its own reference
@@ -609,7 +665,8 @@ static std::shared_ptr<CUevent_st> event_of(cudaEvent_t e) {
   if (it == events.end()) emu_die("a call names an event that was never created or was destroyed");
   return it->second;
 }
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) { api_call();
+  if (const auto err = stream_ok(s); err != cudaSuccess) return err;
   auto ev = event_of(e);
   if (capturing(s)) emu_die("cudaEventRecord in a stream capture is not emulated");
   std::uint64_t gen;
@@ -624,20 +681,20 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
               }});
   return cudaSuccess;
 }
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-  if (in_device_op) emu_die("a CUDA call from a stream callback");
+cudaError_t cudaEventSynchronize(cudaEvent_t e) { api_call();
+  if (unsafe_in_capture()) return cudaErrorStreamCaptureUnsupported;
   auto ev = event_of(e);
   std::unique_lock lk(mu);
   const auto upto = ev->recorded;
   cv_done.wait(lk, [&] { return ev->landed >= upto; });
   return cudaSuccess;
 }
-cudaError_t cudaEventQuery(cudaEvent_t e) {
+cudaError_t cudaEventQuery(cudaEvent_t e) { api_call();
   auto ev = event_of(e);
   std::lock_guard lk(mu);
   return ev->landed >= ev->recorded ? cudaSuccess : cudaErrorNotReady;
 }
-cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) { api_call();
   auto ea = event_of(a), eb = event_of(b);
   std::lock_guard lk(mu);
   if (!ea->timing || !eb->timing) return cudaErrorInvalidResourceHandle;
@@ -646,7 +703,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = std::chrono::duration<float, std::milli>(eb->at - ea->at).count();
   return cudaSuccess;
 }
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) { api_call();
+  if (const auto err = stream_ok(s); err != cudaSuccess) return err;
   auto ev = event_of(e);
   if (capturing(s)) emu_die("cudaStreamWaitEvent in a stream capture is not emulated");
   std::uint64_t gen;
@@ -658,12 +716,14 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
   enqueue(s, {.wait_on = ev, .wait_for = gen});
   return cudaSuccess;
 }
-cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* user) {
+cudaError_t cudaLaunchHostFunc(cudaStream_t s, cudaHostFn_t fn, void* user) { api_call();
+  if (const auto err = stream_ok(s); err != cudaSuccess) return err;
   if (capturing(s)) emu_die("host functions in a stream capture are not emulated");
   enqueue(s, {.run = [fn, user] { fn(user); }});
   return cudaSuccess;
 }
-cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t cb, void* user, unsigned flags) {
+cudaError_t cudaStreamAddCallback(cudaStream_t s, cudaStreamCallback_t cb, void* user, unsigned flags) { api_call();
+  if (const auto err = stream_ok(s); err != cudaSuccess) return err;
   if (flags != 0) return cudaErrorInvalidValue;
   if (capturing(s)) return cudaErrorStreamCaptureUnsupported;
   enqueue(s, {.run = [s, cb, user] { cb(s, cudaSuccess, user); }});
@@ -678,6 +738,9 @@ const char* cudaGetErrorName(cudaError_t e) {
   case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
   case cudaErrorNotReady: return "cudaErrorNotReady";
   case cudaErrorStreamCaptureUnsupported: return "cudaErrorStreamCaptureUnsupported";
+  case cudaErrorStreamCaptureImplicit: return "cudaErrorStreamCaptureImplicit";
+  case cudaErrorStreamCaptureInvalidated: return "cudaErrorStreamCaptureInvalidated";
+  case cudaErrorIllegalState: return "cudaErrorIllegalState";
   case cudaErrorInvalidResourceHandle: return "cudaErrorInvalidResourceHandle";
   case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
   case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
@@ -685,39 +748,47 @@ const char* cudaGetErrorName(cudaError_t e) {
   }
 }
 const char* cudaGetErrorString(cudaError_t e) { return cudaGetErrorName(e); }
-cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) {
+cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) { api_call();
   if (a != cudaFuncAttributeMaxDynamicSharedMemorySize) emu_die("cudaFuncSetAttribute: attribute not emulated");
   if (v > 232448 - 1024) return cudaErrorInvalidValue; // H100: 227 KiB per block
   std::lock_guard lk(mu);
   max_dyn_smem[f] = v;
   return cudaSuccess;
 }
-cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode) {
+cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode) { api_call();
   std::lock_guard lk(mu);
   CUstream_st* s = stream_of(h);
   if (s == legacy()) return cudaErrorStreamCaptureUnsupported;
   if (s->capture) return cudaErrorIllegalState;
   s->capture = new CUgraph_st;
+  s->invalidated = false;
+  if (mode != cudaStreamCaptureModeRelaxed) captures_here.push_back(s);
   return cudaSuccess;
 }
-cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* g) {
+cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* g) { api_call();
   std::lock_guard lk(mu);
   CUstream_st* s = stream_of(h);
   if (!s->capture) return cudaErrorIllegalState;
-  *g = s->capture;
+  std::erase(captures_here, s);
+  std::unique_ptr<CUgraph_st> graph{s->capture};
   s->capture = nullptr;
+  if (s->invalidated) {
+    *g = nullptr;
+    return cudaErrorStreamCaptureInvalidated;
+  }
+  *g = graph.release();
   return cudaSuccess;
 }
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t* x, cudaGraph_t g, unsigned long long) {
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* x, cudaGraph_t g, unsigned long long) { api_call();
   *x = new CUgraphExec_st{g->ops};
   return cudaSuccess;
 }
-cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) { api_call();
   for (const auto& o : x->ops) enqueue(s, op{.run = o.run, .wait_on = o.wait_on, .wait_for = o.wait_for});
   return cudaSuccess;
 }
-cudaError_t cudaGraphDestroy(cudaGraph_t g) { delete g; return cudaSuccess; }
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { delete x; return cudaSuccess; }
+cudaError_t cudaGraphDestroy(cudaGraph_t g) { api_call(); delete g; return cudaSuccess; }
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) { api_call(); delete x; return cudaSuccess; }
 } // extern "C"
 
 // ---------------------------------------------------------------- cuBLAS

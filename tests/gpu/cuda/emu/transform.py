@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Copies gpu/cuda's CUDA sources into src/ as host C++ for the emulator:
+"""transform.py ROOT OUT [FILE.cu ...]: copies gpu/cuda's CUDA sources (and
+the files named) into OUT as host C++ for the emulator:
 launches K<<<g, b, s, st>>>(args) become ::emu::launch(::emu::cfg(g, b, s, st), K, args),
 dynamic shared memory comes from the emulator, cp.async from its copies."""
 import os, re, sys
@@ -50,6 +51,35 @@ def rewrite_launches(s):
         n += 1
 
 
+def balanced(s, i):
+    """Index just past the parenthesis that closes the one at s[i]."""
+    depth = 0
+    for j in range(i, len(s)):
+        if s[j] == '(':
+            depth += 1
+        elif s[j] == ')':
+            depth -= 1
+            if depth == 0:
+                return j + 1
+    raise ValueError('unbalanced parentheses')
+
+
+def rewrite_launch_bounds(s):
+    """__launch_bounds__(N) becomes a check, first thing in the kernel's body,
+    that the launch has at most N threads per block (a GPU refuses more)."""
+    while True:
+        i = s.find('__launch_bounds__(')
+        if i < 0:
+            return s
+        open_paren = i + len('__launch_bounds__')
+        end = balanced(s, open_paren)
+        bound = s[open_paren + 1:end - 1]
+        s = s[:i] + s[end:]
+        params = s.index('(', i)
+        body = s.index('{', balanced(s, params))
+        s = s[:body + 1] + ' ::emu::launch_bound(' + bound + ');' + s[body + 1:]
+
+
 def rewrite(name, s):
     s = s.replace('#include <mma.h>\n', '')
     s = re.sub(r'extern\s+__shared__\s+(?:__align__\(\d+\)\s+)?([\w:][\w:\s]*?)\s+(\w+)\[\];',
@@ -63,6 +93,7 @@ template <int N>
 inline void cp_async_wait() { ::emu::cp_async_wait(N); }
 
 ''' + s[b:]
+    s = rewrite_launch_bounds(s)
     s, n = rewrite_launches(s)
     assert 'asm' not in re.sub(r'//.*', '', s), name
     return s, n
@@ -85,4 +116,9 @@ for f in sorted(os.listdir(tsrc)):
         s, n = rewrite(f, open(os.path.join(tsrc, f)).read())
         total += n
         open(os.path.join(tdst, f[:-3] + '.cu.cpp'), 'w').write(s)
+# Further CUDA sources named on the command line (the emulator's own test).
+for f in sys.argv[3:]:
+    s, n = rewrite(os.path.basename(f), open(f).read())
+    total += n
+    open(os.path.join(out, os.path.basename(f) + '.cpp'), 'w').write(s)
 print('launches rewritten:', total)
