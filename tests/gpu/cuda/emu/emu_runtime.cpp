@@ -293,7 +293,6 @@ thread_local cudaError_t last_error = cudaSuccess;
 std::mt19937 pick_rng(777);
 std::thread device_thread;
 bool stopping = false;
-int kernels_run = 0;
 std::map<const void*, int> max_dyn_smem;
 thread_local bool in_device_op = false;
 // The streams this thread is capturing: a call that is unsafe during a
@@ -508,7 +507,6 @@ void emu::enqueue_kernel(const launch_cfg& c, const void* kernel, std::function<
   const launch_cfg cc = c;
   enqueue(c.stream, {.run = [cc, b] {
             run_grid(cc.grid, cc.block, cc.smem, *b);
-            ++kernels_run;
           }});
 }
 
