@@ -36,9 +36,27 @@ unsigned blocks_for(std::uint64_t n) {
 }
 
 template <class T>
-void grow(device_buffer<T>& b, std::uint64_t n) {
-  if (b.size() < n)
-    b = device_buffer<T>(n);
+bool grow(device_buffer<T>& b, std::uint64_t n) {
+  if (b.size() >= n)
+    return false;
+  b = device_buffer<T>(n);
+  return true;
+}
+
+// Whether two device plans make the same launches: every count and array
+// address a launch reads. max_kv_len is host-side information no launch
+// takes (it grows every decode step; comparing it would capture each step
+// anew).
+bool same_launches(const device_plan& a, const device_plan& b) noexcept {
+  static_assert(sizeof(device_plan) == 176, "a device_plan field was added: compare it here");
+  return a.seqs == b.seqs && a.rows == b.rows && a.token_ids == b.token_ids &&
+         a.positions == b.positions && a.row_seq == b.row_seq && a.qo_indptr == b.qo_indptr &&
+         a.last_row == b.last_row && a.kv_indptr == b.kv_indptr && a.kv_pages == b.kv_pages &&
+         a.kv_len == b.kv_len && a.row_page == b.row_page && a.row_slot == b.row_slot &&
+         a.slots == b.slots && a.lora_pages == b.lora_pages && a.row_lora == b.row_lora &&
+         a.segments == b.segments && a.num_segments == b.num_segments && a.max_rank == b.max_rank &&
+         a.items == b.items && a.num_items == b.num_items && a.tile_indptr == b.tile_indptr &&
+         a.num_tiles == b.num_tiles && a.sampling == b.sampling && a.max_new_tokens == b.max_new_tokens;
 }
 
 } // namespace
@@ -88,6 +106,30 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
   pool_ = device_buffer<std::uint16_t>(pool_pages_ * kv_.page_elems());
   inv_freq_ = device_buffer<float>(cfg_.inv_freq.size());
   inv_freq_.upload(cfg_.inv_freq);
+}
+
+cuda_model::~cuda_model() { drop_graphs(); }
+
+void cuda_model::drop_graphs() noexcept {
+  for (auto& g : graphs_)
+    cudaGraphExecDestroy(g.exec);
+  graphs_.clear();
+  have_last_ = false;
+}
+
+void cuda_model::set_batched_qkv(bool on) noexcept {
+  cfg_.batched_qkv = on;
+  drop_graphs();
+}
+
+void cuda_model::set_gemv_rows(std::uint32_t rows) noexcept {
+  cfg_.gemv_rows = rows;
+  drop_graphs();
+}
+
+void cuda_model::set_step_graphs(std::uint32_t n) noexcept {
+  cfg_.step_graphs = n;
+  drop_graphs();
 }
 
 void cuda_model::set_weight(weight w, std::uint32_t layer, std::span<const float> values) {
@@ -169,13 +211,14 @@ void cuda_model::write_pages(std::span<const std::uint32_t> pages, const std::ui
   }
 }
 
-void cuda_model::ensure_scratch(const batch_plan& plan) {
-  ensure_rows(plan.rows(), plan.seqs(), std::uint64_t{lora_max_fused} * plan.rows() * plan.max_rank);
-  grow(s_.partial_buf, attention_workspace_floats(plan, cfg_.heads, cfg_.head_dim));
+bool cuda_model::ensure_scratch(const batch_plan& plan) {
+  const bool rows = ensure_rows(plan.rows(), plan.seqs(), std::uint64_t{lora_max_fused} * plan.rows() * plan.max_rank);
+  return grow(s_.partial_buf, attention_workspace_floats(plan, cfg_.heads, cfg_.head_dim)) || rows;
 }
 
 void cuda_model::reserve_scratch(std::uint32_t rows, std::uint32_t seqs, std::uint32_t rank) {
-  ensure_rows(rows, seqs, std::uint64_t{lora_max_fused} * rows * rank);
+  if (ensure_rows(rows, seqs, std::uint64_t{lora_max_fused} * rows * rank))
+    drop_graphs();
 }
 
 std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t rows,
@@ -188,8 +231,10 @@ std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t r
          std::uint64_t{lora_max_fused} * rows * rank * sizeof(float);
 }
 
-void cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats) {
+bool cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats) {
+  bool grew = false;
   if (rows > s_.rows) {
+    grew = true;
     s_.rows = static_cast<std::uint32_t>(rows);
     const std::uint64_t h = cfg_.hidden;
     s_.residual = device_buffer<std::uint16_t>(rows * h);
@@ -201,12 +246,13 @@ void cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64
     s_.mlp = device_buffer<std::uint16_t>(rows * cfg_.intermediate);
   }
   if (seqs > s_.seqs) {
+    grew = true;
     s_.seqs = static_cast<std::uint32_t>(seqs);
     s_.last = device_buffer<std::uint16_t>(seqs * cfg_.hidden);
     logits_ = device_buffer<float>(seqs * cfg_.vocab);
     tokens_ = device_buffer<std::int32_t>(seqs);
   }
-  grow(s_.lora_tmp, lora_floats);
+  return grow(s_.lora_tmp, lora_floats) || grew;
 }
 
 void cuda_model::add_lora(const device_plan& d, std::uint32_t layer, std::span<const lora_proj> projs,
@@ -250,7 +296,8 @@ void cuda_model::enqueue_forward(const batch_plan& plan,
 }
 
 device_plan cuda_model::upload_plan(const batch_plan& plan) {
-  ensure_scratch(plan);
+  if (ensure_scratch(plan))
+    drop_graphs();
   return upload_.upload(plan, stream_);
 }
 
@@ -258,6 +305,69 @@ void cuda_model::enqueue_step(const device_plan& d,
                               const std::function<void(std::uint32_t)>& before_layer) {
   if (d.rows == 0)
     return;
+  // A step that waits on other streams layer by layer, or is timed part by
+  // part, launches directly.
+  if (cfg_.step_graphs > 0 && graphs_error_.empty() && !before_layer && !probe_ && replay_step(d))
+    return;
+  launch_step(d, before_layer);
+}
+
+bool cuda_model::replay_step(const device_plan& d) {
+  ++graph_clock_;
+  for (auto& g : graphs_)
+    if (same_launches(g.plan, d)) {
+      TROUPE_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+      g.used = graph_clock_;
+      ++replayed_;
+      return true;
+    }
+  const bool repeated = have_last_ && same_launches(last_plan_, d);
+  last_plan_ = d;
+  have_last_ = true;
+  if (!repeated)
+    return false;
+  // The second time in a row: capture it. Nothing in launch_step
+  // synchronizes or allocates; a capture CUDA refuses all the same turns
+  // step graphs off, and the step launches directly.
+  const auto refused = [&](const std::string& what, cudaError_t e) {
+    cudaGetLastError(); // a failed capture's error is not sticky
+    graphs_error_ = what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+    drop_graphs();
+    return false;
+  };
+  if (const auto e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal); e != cudaSuccess)
+    return refused("cudaStreamBeginCapture", e);
+  cudaGraph_t graph = nullptr;
+  try {
+    launch_step(d, {});
+  } catch (...) {
+    cudaStreamEndCapture(stream_, &graph);
+    if (graph != nullptr)
+      cudaGraphDestroy(graph);
+    cudaGetLastError();
+    throw;
+  }
+  if (const auto e = cudaStreamEndCapture(stream_, &graph); e != cudaSuccess)
+    return refused("cudaStreamEndCapture", e);
+  cudaGraphExec_t exec = nullptr;
+  const auto made = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  if (made != cudaSuccess)
+    return refused("cudaGraphInstantiate", made);
+  if (graphs_.size() >= cfg_.step_graphs) { // the least recently used goes
+    auto lru = std::min_element(graphs_.begin(), graphs_.end(),
+                                [](const auto& a, const auto& b) { return a.used < b.used; });
+    cudaGraphExecDestroy(lru->exec);
+    graphs_.erase(lru);
+  }
+  graphs_.push_back({d, exec, graph_clock_});
+  TROUPE_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
+  ++replayed_;
+  return true;
+}
+
+void cuda_model::launch_step(const device_plan& d,
+                             const std::function<void(std::uint32_t)>& before_layer) {
   if (d.rows > s_.rows || d.seqs > s_.seqs)
     throw cuda_error("cuda_model::enqueue_step: a plan of " + std::to_string(d.rows) + " rows and " +
                      std::to_string(d.seqs) + " sequences over scratch for " + std::to_string(s_.rows) +

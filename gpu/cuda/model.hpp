@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace troupe::gpu::cuda {
@@ -43,6 +44,13 @@ struct model_config {
   /// once in long coalesced runs, instead of cuBLAS; 0 keeps cuBLAS for
   /// every step (the benchmark measures both).
   std::uint32_t gemv_rows = gemv_max_rows;
+  /// Steps whose launches repeat an earlier step's (the same device plan:
+  /// counts and array addresses; a decode batch of the same sequences and
+  /// adapters, step after step) replay a CUDA graph captured from them,
+  /// one launch for the step's dozens. At most this many graphs are kept
+  /// (the least recently used replaced); a step is captured the second
+  /// time in a row its launches come. 0: every step launches directly.
+  std::uint32_t step_graphs = 0;
 
   std::uint32_t q_dim() const noexcept { return heads * head_dim; }
   std::uint32_t kv_dim() const noexcept { return kv_heads * head_dim; }
@@ -89,6 +97,9 @@ public:
   /// Allocates the weights (unset) and a pool of `pool_pages` pages laid
   /// out as `kv` (which must match the config's layers and KV heads).
   cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages, cudaStream_t stream);
+  ~cuda_model();
+  cuda_model(const cuda_model&) = delete;
+  cuda_model& operator=(const cuda_model&) = delete;
 
   /// Writes weight `w` (of `layer` for per-layer weights) from fp32 values,
   /// rounded to the model's type. Throws cuda_error naming the weight when
@@ -125,9 +136,17 @@ public:
   void set_probe(std::function<void(step_part)> probe) { probe_ = std::move(probe); }
   /// Switches model_config::batched_qkv (the weights' layout is the same
   /// either way).
-  void set_batched_qkv(bool on) noexcept { cfg_.batched_qkv = on; }
+  void set_batched_qkv(bool on) noexcept;
   /// Sets model_config::gemv_rows.
-  void set_gemv_rows(std::uint32_t rows) noexcept { cfg_.gemv_rows = rows; }
+  void set_gemv_rows(std::uint32_t rows) noexcept;
+  /// Sets model_config::step_graphs (0 drops the graphs kept).
+  void set_step_graphs(std::uint32_t n) noexcept;
+  /// Graphs kept now, and steps replayed from one so far.
+  std::size_t step_graphs_kept() const noexcept { return graphs_.size(); }
+  std::uint64_t steps_replayed() const noexcept { return replayed_; }
+  /// Why step graphs stopped (a capture CUDA refused; steps then launch
+  /// directly), empty while they work.
+  const std::string& step_graphs_error() const noexcept { return graphs_error_; }
   /// Grows the step's scratch buffers now for steps of up to `rows` token
   /// rows, `seqs` sequences and adapters of rank `rank` (they grow on demand
   /// too; reserving them at start keeps the pool from taking their memory).
@@ -168,7 +187,16 @@ private:
     device_buffer<std::uint16_t> residual, h, qkv, attn, proj, gate_up, mlp, last;
     device_buffer<float> lora_tmp, partial_buf;
   };
-  void ensure_scratch(const batch_plan& plan);
+  /// The scratch for `plan`; true when a buffer was reallocated.
+  bool ensure_scratch(const batch_plan& plan);
+  /// The step's launches (enqueue_step without graphs).
+  void launch_step(const device_plan& d, const std::function<void(std::uint32_t layer)>& before_layer);
+  /// enqueue_step through a graph: replays the one of `d`'s launches, or
+  /// captures it; false when the step should launch directly.
+  bool replay_step(const device_plan& d);
+  /// Forgets every graph: they hold the scratch's addresses and the
+  /// switches' choices.
+  void drop_graphs() noexcept;
   /// y = x w^T as blas::linear_batched (count 1: blas::linear; strides
   /// then unused), on gemv where the rows are few enough and its
   /// conditions hold, else on cuBLAS.
@@ -177,7 +205,7 @@ private:
               bool out_f32 = false);
   /// q, k, v = s_.h times the layer's wq, wk, wv.
   void project_qkv(const layer_weights& w, std::uint32_t rows, void* q, void* k, void* v);
-  void ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats);
+  bool ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64_t lora_floats);
   /// y[i] += LoRA of projs[i] (all reading x) for the plan's adapters: one
   /// shrink and one expand launch.
   void add_lora(const device_plan& d, std::uint32_t layer, std::span<const lora_proj> projs,
@@ -198,6 +226,16 @@ private:
   std::function<void(step_part)> probe_;
   device_buffer<float> logits_;
   device_buffer<std::int32_t> tokens_;
+  struct step_graph {
+    device_plan plan;
+    cudaGraphExec_t exec = nullptr;
+    std::uint64_t used = 0; // graph_clock_ at its last replay
+  };
+  std::vector<step_graph> graphs_;
+  device_plan last_plan_{}; // the last step launched directly
+  bool have_last_ = false;
+  std::uint64_t graph_clock_ = 0, replayed_ = 0;
+  std::string graphs_error_;
 };
 
 } // namespace troupe::gpu::cuda

@@ -47,16 +47,20 @@ device_plan plan_upload::upload(const batch_plan& plan, cudaStream_t stream) {
   d.max_new_tokens = plan.max_new_tokens;
   d.max_kv_len = plan.max_kv_len;
 
+  // The arrays whose length changes while a decode batch stays the same
+  // (its caches' pages, its adapters' pages) go last, so the others keep
+  // their addresses step after step and the step's launches repeat
+  // (model_config::step_graphs).
   const part parts[] = {
     make_part(plan.token_ids, &d.token_ids),   make_part(plan.positions, &d.positions),
     make_part(plan.row_seq, &d.row_seq),       make_part(plan.qo_indptr, &d.qo_indptr),
     make_part(plan.last_row, &d.last_row),     make_part(plan.kv_indptr, &d.kv_indptr),
-    make_part(plan.kv_pages, &d.kv_pages),     make_part(plan.kv_len, &d.kv_len),
-    make_part(plan.row_page, &d.row_page),     make_part(plan.row_slot, &d.row_slot),
-    make_part(plan.slots, &d.slots),           make_part(plan.lora_pages, &d.lora_pages),
+    make_part(plan.kv_len, &d.kv_len),         make_part(plan.row_page, &d.row_page),
+    make_part(plan.row_slot, &d.row_slot),     make_part(plan.slots, &d.slots),
     make_part(plan.row_lora, &d.row_lora),     make_part(plan.segments, &d.segments),
     make_part(plan.items, &d.items),           make_part(plan.tile_indptr, &d.tile_indptr),
-    make_part(plan.sampling, &d.sampling),
+    make_part(plan.sampling, &d.sampling),     make_part(plan.lora_pages, &d.lora_pages),
+    make_part(plan.kv_pages, &d.kv_pages),
   };
   std::size_t total = 0;
   for (const auto& p : parts)

@@ -147,12 +147,17 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
 // steps) gives, replayed, the tokens the step gives launched directly, each
 // time; a device plan that was not uploaded for the model's scratch is
 // refused.
+// The graph tests' model: small, grouped-query heads, 16-token pages.
+constexpr dims graph_dims{.hidden = 256, .inter = 512, .layers = 2, .heads = 4, .kv_heads = 2,
+                          .head_dim = 64, .vocab = 300};
+constexpr kv_layout graph_kv{.num_layers = graph_dims.layers, .num_kv_heads = graph_dims.kv_heads,
+                             .head_dim = graph_dims.head_dim, .page_tokens = 16};
+
 TEST(model_graph, a_captured_step_replays_to_the_tokens_of_the_step) {
   TROUPE_REQUIRE_GPU();
-  const dims d{.hidden = 256, .inter = 512, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 64, .vocab = 300};
+  const dims d = graph_dims;
+  const kv_layout kv = graph_kv;
   const auto weights = make_weights(d, dtype::f16, 3);
-  const kv_layout kv{.num_layers = d.layers, .num_kv_heads = d.kv_heads, .head_dim = d.head_dim,
-                     .page_tokens = 16};
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   {
@@ -204,6 +209,93 @@ TEST(model_graph, a_captured_step_replays_to_the_tokens_of_the_step) {
     device_plan too_big = dp;
     too_big.rows = 1u << 20;
     EXPECT_THROW(gpu.enqueue_step(too_big), cuda_error);
+  }
+  cudaStreamDestroy(s);
+}
+
+// model_config::step_graphs: a decode batch repeated step after step is
+// captured on its second step and replayed after, giving the tokens and
+// logits (bit for bit) of a model that launches every step; switching a
+// form, or scratch that grows, forgets the graphs.
+TEST(model_graph, steps_replayed_from_step_graphs_match_steps_launched_directly) {
+  TROUPE_REQUIRE_GPU();
+  const dims d = graph_dims;
+  const kv_layout kv = graph_kv;
+  const auto weights = make_weights(d, dtype::f16, 5);
+  const std::uint64_t pool_pages = 32;
+  cudaStream_t s = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    auto mc = model_config_for(weights.config, dtype::f16);
+    cuda_model direct{mc, kv, pool_pages, s};
+    mc.step_graphs = 2;
+    cuda_model graphs{mc, kv, pool_pages, s};
+    upload_weights(direct, weights);
+    upload_weights(graphs, weights);
+    plan_inputs in;
+    in.kv = kv;
+    in.vocab_size = d.vocab;
+    in.pool_pages = pool_pages;
+    in.split = {.q_tile = 16, .kv_chunk = 1024}; // one attention item per sequence throughout
+    // Three sequences, 4 pages each: prompts of 3, 14 and 30 tokens (they
+    // cross page boundaries as they decode), then decode steps.
+    std::vector<std::vector<std::int32_t>> seqs = {{5, 7, 9}, {}, {}};
+    for (std::int32_t i = 0; i < 14; ++i)
+      seqs[1].push_back((i * 13 + 1) % 300);
+    for (std::int32_t i = 0; i < 30; ++i)
+      seqs[2].push_back((i * 29 + 2) % 300);
+    std::vector<std::uint32_t> prompt_len;
+    for (const auto& q : seqs)
+      prompt_len.push_back(static_cast<std::uint32_t>(q.size()));
+    const auto step = [&](bool prefill) {
+      std::vector<step_entry> batch;
+      for (std::uint32_t i = 0; i < seqs.size(); ++i) {
+        step_entry e;
+        e.request_id = i + 1;
+        e.temperature = 0;
+        e.tokens = prefill ? seqs[i] : std::vector<std::int32_t>{seqs[i].back()};
+        e.context_tokens = prefill ? 0 : static_cast<std::uint32_t>(seqs[i].size() - 1);
+        e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        for (std::uint32_t p = 0; p < 4; ++p)
+          e.pages.push_back(i * 4 + p);
+        batch.push_back(std::move(e));
+      }
+      const auto plan = plan_batch(batch, in);
+      EXPECT_TRUE(plan.rejected.empty());
+      std::vector<std::int32_t> a(plan.seqs()), b(plan.seqs());
+      direct.forward(plan, a);
+      graphs.forward(plan, b);
+      EXPECT_EQ(a, b);
+      std::vector<float> la(std::size_t{plan.seqs()} * d.vocab), lb(la.size());
+      TROUPE_CUDA_CHECK(cudaMemcpy(la.data(), direct.device_logits(), la.size() * 4, cudaMemcpyDeviceToHost));
+      TROUPE_CUDA_CHECK(cudaMemcpy(lb.data(), graphs.device_logits(), lb.size() * 4, cudaMemcpyDeviceToHost));
+      EXPECT_EQ(la, lb);
+      for (std::uint32_t k = 0; k < plan.seqs(); ++k)
+        seqs[plan.order[k]].push_back(a[k]);
+    };
+    step(true);
+    EXPECT_EQ(graphs.step_graphs_kept(), 0u);
+    const int decode_steps = 8;
+    for (int i = 0; i < decode_steps; ++i)
+      step(false);
+    // Launched directly once, captured on the second step, replayed after.
+    EXPECT_EQ(graphs.step_graphs_kept(), 1u);
+    EXPECT_EQ(graphs.steps_replayed(), static_cast<std::uint64_t>(decode_steps - 1));
+    EXPECT_TRUE(graphs.step_graphs_error().empty()) << graphs.step_graphs_error();
+
+    graphs.set_gemv_rows(0); // another form: the graph goes, the steps still agree
+    EXPECT_EQ(graphs.step_graphs_kept(), 0u);
+    direct.set_gemv_rows(0);
+    for (int i = 0; i < 3; ++i)
+      step(false);
+    EXPECT_EQ(graphs.step_graphs_kept(), 1u);
+    EXPECT_EQ(graphs.steps_replayed(), static_cast<std::uint64_t>(decode_steps - 1 + 2));
+
+    graphs.reserve_scratch(512, 64, 64); // scratch reallocated: its graphs go
+    EXPECT_EQ(graphs.step_graphs_kept(), 0u);
+    step(false);
+    EXPECT_EQ(graphs.step_graphs_kept(), 0u); // launched directly, captured next time
+    EXPECT_GT(seqs[0].size(), prompt_len[0]);
   }
   cudaStreamDestroy(s);
 }
