@@ -466,7 +466,7 @@ model_options read_model(section s, const config_catalog& catalog) {
 
 backend_options read_backend(section s, const config_catalog& catalog) {
   backend_options o;
-  s.allow_only({"kind", "gpu", "time_scale", "seed", "dtype", "device", "cost"});
+  s.allow_only({"kind", "gpu", "time_scale", "seed", "dtype", "device", "step_graphs", "cost"});
   o.kind = s.choice("kind", o.kind, catalog.backends, "backend");
   o.gpu = s.choice("gpu", o.gpu, catalog.gpus, "GPU preset");
   o.time_scale = s.real("time_scale", o.time_scale);
@@ -474,6 +474,7 @@ backend_options read_backend(section s, const config_catalog& catalog) {
   o.seed = s.u64("seed", o.seed);
   o.dtype = s.choice("dtype", o.dtype, {"float16", "bfloat16"}, "dtype");
   o.device = s.u32("device", o.device);
+  o.step_graphs = s.u32("step_graphs", o.step_graphs, 0, 64);
   o.cost = s.numbers("cost");
   s.require("cost", o.cost.empty() || o.kind == "sim",
             "prices the sim backend's steps only; backend.kind is \"" + o.kind + "\"");

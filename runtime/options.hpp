@@ -62,6 +62,9 @@ struct backend_options {
   std::string dtype = "float16";
   /// cuda: the CUDA device ordinal.
   std::uint32_t device = 0;
+  /// cuda: CUDA graphs of repeated steps kept for replay
+  /// (gpu::cuda::model_config::step_graphs); 0 launches every step directly.
+  std::uint32_t step_graphs = 0;
   /// sim: the cost model's constants and the GPU preset's rates by name
   /// (gpu::cost_override_names(); troupe-cost-fit writes them from a GPU's
   /// measurements); empty keeps the defaults and the preset.

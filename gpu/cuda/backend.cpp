@@ -170,6 +170,7 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_begin_));
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_end_));
     auto cfg = model_config_for(config, opts.type);
+    cfg.step_graphs = opts.step_graphs;
     const kv_layout kv{cfg.layers, cfg.kv_heads, cfg.head_dim, opts.page_tokens};
     if (auto why = unsupported_model(cfg.hidden, cfg.heads, kv); !why.empty())
       return "the cuda backend cannot serve this model: " + why;

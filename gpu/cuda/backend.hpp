@@ -55,6 +55,8 @@ struct cuda_backend_options {
   std::uint32_t max_rows = 8192;
   std::uint32_t max_seqs = 256;
   std::uint32_t max_rank = 64;
+  /// model_config::step_graphs: CUDA graphs of repeated steps kept; 0 off.
+  std::uint32_t step_graphs = 0;
 };
 
 class cuda_backend final : public executor_backend {
@@ -123,6 +125,8 @@ public:
   std::uint64_t pool_pages() const noexcept { return model_->pool_pages(); }
   std::uint64_t host_pages() const noexcept { return host_pages_; }
   std::uint64_t page_bytes() const noexcept { return model_->page_bytes(); }
+  /// Steps replayed from step graphs so far (cuda_backend_options::step_graphs).
+  std::uint64_t steps_replayed() const noexcept { return model_->steps_replayed(); }
   /// Pool bytes an adapter of rank `r` takes: whole pages of lora().
   std::uint64_t adapter_bytes(std::uint32_t r) const noexcept { return lora().pages(r) * page_bytes(); }
   /// Measured host-to-device bandwidth, bytes per second.

@@ -10,7 +10,9 @@
 //  - that step with adapters timed on the host as the executor runs it
 //    (planning to tokens on the host), for the ratio against PEFT;
 //  - decode at batch 1 with q, k and v as three cuBLAS calls instead of
-//    one, and with every linear layer on cuBLAS instead of gemv, and decode steps replayed as CUDA graphs (what launch gaps cost);
+//    one, and with every linear layer on cuBLAS instead of gemv, and decode
+//    steps replayed as CUDA graphs (what launch gaps cost), captured here
+//    and as the model's step graphs (backend.step_graphs) replay them;
 //  - where a decode step's time goes, part by part (norms, q/k/v, LoRA,
 //    rotary + KV write, attention, o, gate/up, SwiGLU, down, head, sampling);
 //  - a CUDA-event timeline of an adapter load on a copy stream while a
@@ -349,6 +351,19 @@ int run(const options& o) {
     js << "  \"decode_b1_cublas_ms\": " << form_ms() << ",\n";
     m.set_gemv_rows(gemv_max_rows);
   }
+  // The same step as the server runs it with backend.step_graphs: the plan
+  // uploaded each time, the step replayed from the model's graph (captured
+  // on the second of the repeated steps; the median is of replays).
+  const auto step_graphs_ms = [&](const std::vector<step_entry>& b) {
+    const auto plan = plan_of(b);
+    m.set_step_graphs(4);
+    const double ms = time_ms(s, std::max(o.reps, 3), [&] { m.enqueue_forward(plan); });
+    if (!m.step_graphs_error().empty())
+      throw cuda_error("step graphs: " + m.step_graphs_error());
+    m.set_step_graphs(0);
+    return ms;
+  };
+  js << "  \"decode_b1_step_graphs_ms\": " << step_graphs_ms(b1) << ",\n";
   graph_ms(b1, "decode_b1_graph");
   parts_ms(b1, "decode_b1_parts_ms");
   const double bound_ms = step_bytes(b1) / bandwidth * 1e3;
@@ -396,6 +411,7 @@ int run(const options& o) {
     std::sort(ms.begin(), ms.end());
     js << "  \"decode_b64_lora_r16_wall_ms\": " << ms[ms.size() / 2] << ",\n";
   }
+  js << "  \"decode_b64_lora_r16_step_graphs_ms\": " << step_graphs_ms(lora_batch) << ",\n";
   graph_ms(lora_batch, "decode_b64_lora_r16_graph");
   parts_ms(lora_batch, "decode_b64_lora_r16_parts_ms");
   // Again at 512 tokens, the upper end of S-LoRA's synthetic workloads

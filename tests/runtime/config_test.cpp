@@ -186,6 +186,7 @@ time_scale = 0
 seed = 9
 dtype = "bfloat16"
 device = 3
+step_graphs = 8
 [memory_pool]
 page_tokens = 1024
 pages = 5000000000
@@ -239,6 +240,7 @@ ranks = [4]
   EXPECT_EQ(o.backend.seed, 9u);
   EXPECT_EQ(o.backend.dtype, "bfloat16");
   EXPECT_EQ(o.backend.device, 3u);
+  EXPECT_EQ(o.backend.step_graphs, 8u);
   EXPECT_EQ(o.memory_pool.page_tokens, 1024u);
   EXPECT_EQ(o.memory_pool.pages, 5000000000u);
   EXPECT_EQ(o.memory_pool.gpu_memory_fraction, 0.5);
@@ -404,6 +406,7 @@ const error_case error_cases[] = {
   {"unknown_backend", "[backend]\nkind = \"cuda\"\n", "backend.kind", "unknown backend \"cuda\" (valid: cpu, sim)"},
   {"unknown_dtype", "[backend]\ndtype = \"fp8\"\n", "backend.dtype",
    "unknown dtype \"fp8\" (valid: float16, bfloat16)"},
+  {"step_graphs_too_many", "[backend]\nstep_graphs = 65\n", "backend.step_graphs", "must be at most 64"},
   {"cost_unknown_name", "[backend]\nkind = \"sim\"\ncost = { hbm_eficiency = 0.9 }\n", "backend.cost",
    "unknown cost constant \"hbm_eficiency\" (known: flops_efficiency, hbm_efficiency"},
   {"cost_out_of_bounds", "[backend]\nkind = \"sim\"\ncost = { flops_efficiency = 1.5 }\n", "backend.cost",

@@ -345,6 +345,25 @@ TEST(cuda_backend, a_checkpoint_opened_from_its_files_serves_as_its_weights_in_m
   EXPECT_NE(std::get<std::string>(refused).find("mlp.gate_proj"), std::string::npos) << std::get<std::string>(refused);
 }
 
+// backend.step_graphs: a sequence decoded step after step is replayed from
+// a graph after its second decode step, and its tokens are those of a
+// backend that launches every step.
+TEST(cuda_backend, decode_steps_replayed_from_step_graphs_give_the_same_tokens) {
+  TROUPE_REQUIRE_GPU();
+  auto direct = open_backend(dtype::f16);
+  auto o = options_for(dtype::f16);
+  o.step_graphs = 4;
+  auto graphs = open_backend(o);
+  ASSERT_NE(direct, nullptr);
+  ASSERT_NE(graphs, nullptr);
+  const auto p = prompt(20, 3);
+  const std::uint32_t steps = 12;
+  const auto want = generate(*direct, p, {0, 1, 2}, steps);
+  EXPECT_EQ(generate(*graphs, p, {0, 1, 2}, steps), want);
+  EXPECT_EQ(direct->steps_replayed(), 0u);
+  EXPECT_GE(graphs->steps_replayed(), steps - 3); // all but the prefill and the first decode step or two
+}
+
 TEST(cuda_backend, sampling_follows_each_requests_seed) {
   TROUPE_REQUIRE_GPU();
   auto b = open_backend(dtype::bf16);

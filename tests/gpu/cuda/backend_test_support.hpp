@@ -35,15 +35,15 @@ inline cuda_backend_options options_for(dtype t) {
   return o;
 }
 
-inline std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) {
-  auto b = cuda_backend::create(make_weights(tiny, t, 7), std::make_unique<sim_tokenizer>(tiny.vocab),
-                                options_for(t));
+inline std::unique_ptr<cuda_backend> open_backend(const cuda_backend_options& o) {
+  auto b = cuda_backend::create(make_weights(tiny, o.type, 7), std::make_unique<sim_tokenizer>(tiny.vocab), o);
   if (auto* err = std::get_if<std::string>(&b)) {
     ADD_FAILURE() << *err;
     return nullptr;
   }
   return std::move(std::get<std::unique_ptr<cuda_backend>>(b));
 }
+inline std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) { return open_backend(options_for(t)); }
 
 inline step_entry entry(std::vector<std::int32_t> tokens, std::uint32_t context, std::vector<std::uint32_t> pages,
                  std::uint32_t adapter = 0, std::uint32_t rank = 0) {

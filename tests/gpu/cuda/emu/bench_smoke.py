@@ -19,9 +19,9 @@ with tempfile.TemporaryDirectory() as d:
     if errors:
         sys.exit(f"steps that failed: {', '.join(f'{k}: {js[k]}' for k in errors)}")
     wanted = ["gpu", "smoke", "hbm_bytes_per_s", "dense_gemm_flops", "decode_b1_ms", "decode_b1_over_bound",
-              "decode_b1_separate_qkv_ms", "decode_b1_cublas_ms", "decode_b1_graph_ms", "decode_b1_parts_ms",
+              "decode_b1_separate_qkv_ms", "decode_b1_cublas_ms", "decode_b1_graph_ms", "decode_b1_step_graphs_ms", "decode_b1_parts_ms",
               "decode_b64_ms", "decode_b64_lora_r16_ms", "decode_b64_lora_over_base", "decode_b64_lora_r16_wall_ms",
-              "decode_b64_lora_r16_graph_ms", "decode_b64_lora_r16_parts_ms", "decode_b64_c512_lora_over_base",
+              "decode_b64_lora_r16_graph_ms", "decode_b64_lora_r16_step_graphs_ms", "decode_b64_lora_r16_parts_ms", "decode_b64_c512_lora_over_base",
               "prefill_8x1024_ms", "prefill_over_dense_gemm", "decode_b1_linear_ms", "decode_b1_linear_cublas_ms",
               "decode_b64_linear_ms", "prefill_8x1024_linear_ms", "timeline_ms", "h2d_pinned_bytes_per_s", "steps"]
     missing = [k for k in wanted if k not in js]
