@@ -313,6 +313,11 @@ void cuda_model::enqueue_step(const device_plan& d,
 }
 
 bool cuda_model::replay_step(const device_plan& d) {
+  // Inside the caller's own capture (the benchmark's), the launches go into
+  // that graph as they are.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream_, &capturing) != cudaSuccess || capturing != cudaStreamCaptureStatusNone)
+    return false;
   ++graph_clock_;
   for (auto& g : graphs_)
     if (same_launches(g.plan, d)) {

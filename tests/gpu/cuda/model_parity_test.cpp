@@ -247,7 +247,7 @@ TEST(model_graph, steps_replayed_from_step_graphs_match_steps_launched_directly)
     std::vector<std::uint32_t> prompt_len;
     for (const auto& q : seqs)
       prompt_len.push_back(static_cast<std::uint32_t>(q.size()));
-    const auto step = [&](bool prefill) {
+    const auto batch_of = [&](bool prefill) {
       std::vector<step_entry> batch;
       for (std::uint32_t i = 0; i < seqs.size(); ++i) {
         step_entry e;
@@ -260,7 +260,10 @@ TEST(model_graph, steps_replayed_from_step_graphs_match_steps_launched_directly)
           e.pages.push_back(i * 4 + p);
         batch.push_back(std::move(e));
       }
-      const auto plan = plan_batch(batch, in);
+      return plan_batch(batch, in);
+    };
+    const auto step = [&](bool prefill) {
+      const auto plan = batch_of(prefill);
       EXPECT_TRUE(plan.rejected.empty());
       std::vector<std::int32_t> a(plan.seqs()), b(plan.seqs());
       direct.forward(plan, a);
@@ -296,6 +299,18 @@ TEST(model_graph, steps_replayed_from_step_graphs_match_steps_launched_directly)
     step(false);
     EXPECT_EQ(graphs.step_graphs_kept(), 0u); // launched directly, captured next time
     EXPECT_GT(seqs[0].size(), prompt_len[0]);
+
+    // Inside the caller's own capture, the step's launches join that graph.
+    const auto dp = graphs.upload_plan(batch_of(false));
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(s));
+    cudaGraph_t outer = nullptr;
+    TROUPE_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    graphs.enqueue_step(dp);
+    EXPECT_EQ(cudaStreamEndCapture(s, &outer), cudaSuccess);
+    EXPECT_NE(outer, nullptr);
+    EXPECT_TRUE(graphs.step_graphs_error().empty()) << graphs.step_graphs_error();
+    if (outer != nullptr)
+      cudaGraphDestroy(outer);
   }
   cudaStreamDestroy(s);
 }

@@ -770,6 +770,14 @@ cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode) {
   if (mode != cudaStreamCaptureModeRelaxed) captures_here.push_back(s);
   return cudaSuccess;
 }
+cudaError_t cudaStreamIsCapturing(cudaStream_t h, cudaStreamCaptureStatus* status) { api_call();
+  std::lock_guard lk(mu);
+  CUstream_st* s = stream_of(h);
+  *status = s->capture == nullptr    ? cudaStreamCaptureStatusNone
+            : s->invalidated         ? cudaStreamCaptureStatusInvalidated
+                                     : cudaStreamCaptureStatusActive;
+  return cudaSuccess;
+}
 cudaError_t cudaStreamEndCapture(cudaStream_t h, cudaGraph_t* g) { api_call();
   std::lock_guard lk(mu);
   CUstream_st* s = stream_of(h);
