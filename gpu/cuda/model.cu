@@ -129,6 +129,7 @@ void cuda_model::set_gemv_rows(std::uint32_t rows) noexcept {
 
 void cuda_model::set_step_graphs(std::uint32_t n) noexcept {
   cfg_.step_graphs = n;
+  graphs_error_.clear(); // a new setting tries again
   drop_graphs();
 }
 

@@ -139,7 +139,8 @@ public:
   void set_batched_qkv(bool on) noexcept;
   /// Sets model_config::gemv_rows.
   void set_gemv_rows(std::uint32_t rows) noexcept;
-  /// Sets model_config::step_graphs (0 drops the graphs kept).
+  /// Sets model_config::step_graphs (0 drops the graphs kept); after a
+  /// refused capture, step graphs are tried again.
   void set_step_graphs(std::uint32_t n) noexcept;
   /// Graphs kept now, and steps replayed from one so far.
   std::size_t step_graphs_kept() const noexcept { return graphs_.size(); }
