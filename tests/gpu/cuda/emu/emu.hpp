@@ -47,7 +47,9 @@ void sync_warp();
 std::uint64_t exchange(std::uint64_t mine, unsigned src_lane);
 void exchange_all(std::uint64_t mine, std::uint64_t* all); // every lane's value
 unsigned char* dynamic_smem();
-void launch_bound(unsigned max_threads); // aborts a block larger than the kernel's __launch_bounds__
+// Aborts a block larger than the kernel's __launch_bounds__ (its further
+// arguments, blocks per multiprocessor, change nothing here).
+void launch_bound(unsigned max_threads, unsigned min_blocks = 0, unsigned max_blocks_per_cluster = 0);
 void cp_async(void* dst, const void* src, bool valid);
 void cp_async_commit();
 void cp_async_wait(int n);

@@ -150,7 +150,7 @@ unsigned char* dynamic_smem() {
   auto p = reinterpret_cast<std::uintptr_t>(smem_buf.data());
   return reinterpret_cast<unsigned char*>((p + 127) / 128 * 128);
 }
-void launch_bound(unsigned max_threads) {
+void launch_bound(unsigned max_threads, unsigned, unsigned) {
   if (block_dim.x * block_dim.y * block_dim.z > max_threads) {
     std::fprintf(stderr, "emu: a block of %u threads launched for a kernel of __launch_bounds__(%u)\n",
                  block_dim.x * block_dim.y * block_dim.z, max_threads);

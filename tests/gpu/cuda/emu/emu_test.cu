@@ -41,6 +41,7 @@ __global__ void lanes_at_different_barriers(int* out) {
 }
 
 __global__ void __launch_bounds__(64) bounded(int* out) { out[threadIdx.x] = 1; }
+__global__ void __launch_bounds__(128, 4) bounded_with_blocks(int* out) { out[threadIdx.x] = 2; }
 
 template <class T>
 T* device_array(std::size_t n) {
@@ -102,6 +103,8 @@ TEST(cuda_emu, launches_cuda_refuses_fail_with_its_error) {
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
   ASSERT_EQ(cudaFuncSetAttribute(bounded, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10), cudaSuccess);
   bounded<<<1, 32, 64 << 10>>>(d);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  bounded_with_blocks<<<2, 128>>>(d); // within its bound
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
   EXPECT_EQ(cudaFuncSetAttribute(bounded, cudaFuncAttributeMaxDynamicSharedMemorySize, 300 << 10),
             cudaErrorInvalidValue); // past an H100's 227 KiB
