@@ -4,6 +4,7 @@
 // place gives; a stream that fails ends only its own entry, named with why;
 // a refused entry answers only once its stream has landed.
 #include "gpu/cpu_backend.hpp"
+#include "tests/support/step_entry.hpp"
 #include "tests/support/temp_model.hpp"
 
 #include <gtest/gtest.h>
@@ -23,16 +24,7 @@ std::unique_ptr<cpu_backend> open_backend(const std::string& dir) {
   return std::move(std::get<std::unique_ptr<cpu_backend>>(b));
 }
 
-step_entry entry(std::vector<std::int32_t> tokens, std::uint32_t context, std::vector<std::uint32_t> pages) {
-  step_entry e;
-  e.request_id = 1;
-  e.tokens = std::move(tokens);
-  e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
-  e.context_tokens = context;
-  e.temperature = 0;
-  e.pages = std::move(pages);
-  return e;
-}
+using testing::greedy_entry;
 
 TEST(cpu_stream, a_step_over_a_streaming_cache_gives_the_token_of_the_cache_in_place) {
   testing::temp_model model{"--hidden 64 --intermediate 128 --layers 4 --heads 4 --kv-heads 2"};
@@ -44,18 +36,18 @@ TEST(cpu_stream, a_step_over_a_streaming_cache_gives_the_token_of_the_cache_in_p
     history.push_back(3 + (i * 7) % 200);
   const std::vector<std::int32_t> next_turn{40, 41, 42};
   // The history's cache in pages 0..2, then the next turn on top of it.
-  auto first = entry(history, 0, {0, 1, 2});
+  auto first = greedy_entry(history, 0, {0, 1, 2});
   const auto history_token = b->run_step(std::span{&first, 1}).tokens.at(0);
   ASSERT_GE(history_token, 0);
   ASSERT_TRUE(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1, 2},
                             std::vector<std::uint32_t>{10, 11, 12}, 0).error.empty());
-  auto in_place = entry(next_turn, 20, {0, 1, 2, 3});
+  auto in_place = greedy_entry(next_turn, 20, {0, 1, 2, 3});
   const auto want = b->run_step(std::span{&in_place, 1}).tokens.at(0);
   ASSERT_GE(want, 0);
 
   // The cache streams from the host pages into other pages while the step
   // over them runs; the step starts first and waits layer by layer.
-  auto streamed = entry(next_turn, 20, {20, 21, 22, 23});
+  auto streamed = greedy_entry(next_turn, 20, {20, 21, 22, 23});
   streamed.stream = 77;
   std::int32_t got = -2;
   std::thread step{[&] { got = b->run_step(std::span{&streamed, 1}).tokens.at(0); }};
@@ -68,7 +60,7 @@ TEST(cpu_stream, a_step_over_a_streaming_cache_gives_the_token_of_the_cache_in_p
   EXPECT_EQ(b->host_kv_pages(), 0u) << "host pages given back";
 
   // A stream whose host pages are gone fails, and only its entry fails.
-  auto other = entry(history, 0, {30, 31, 32});
+  auto other = greedy_entry(history, 0, {30, 31, 32});
   other.request_id = 2;
   std::vector<step_entry> batch{streamed, other};
   batch[0].stream = 78;
@@ -90,7 +82,7 @@ TEST(cpu_stream, a_step_over_a_streaming_cache_gives_the_token_of_the_cache_in_p
                             std::vector<std::uint32_t>{20, 21, 22}, 0).error.empty());
   const auto host = b->read_pages(true, std::vector<std::uint32_t>{20, 21, 22}, 0);
   ASSERT_TRUE(host.error.empty()) << host.error;
-  auto refused = entry({1 << 20}, 20, {44, 45, 46, 47});
+  auto refused = greedy_entry({1 << 20}, 20, {44, 45, 46, 47});
   refused.stream = 80;
   swap_result copied;
   std::thread copy{[&] {

@@ -39,9 +39,9 @@ using namespace backend_testing;
 std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32_t>& p,
                                    const std::vector<std::uint32_t>& pages, std::uint32_t n,
                                    std::uint32_t adapter = 0, std::uint32_t rank = 0) {
-  std::vector<std::int32_t> out{one(b, entry(p, 0, pages, adapter, rank))};
+  std::vector<std::int32_t> out{one(b, greedy_entry(p, 0, pages, adapter, rank))};
   for (std::uint32_t i = 1; i < n; ++i) {
-    auto e = entry({out.back()}, static_cast<std::uint32_t>(p.size()) + i - 1, pages, adapter, rank);
+    auto e = greedy_entry({out.back()}, static_cast<std::uint32_t>(p.size()) + i - 1, pages, adapter, rank);
     e.output_index = i;
     out.push_back(one(b, e));
   }
@@ -100,9 +100,9 @@ TEST(cuda_backend, a_cache_swapped_to_the_host_and_back_into_other_pages_gives_t
   auto b = open_backend();
   ASSERT_NE(b, nullptr);
   const auto p = prompt(20, 1);
-  const auto first = one(*b, entry(p, 0, {0, 1}));
+  const auto first = one(*b, greedy_entry(p, 0, {0, 1}));
   ASSERT_GE(first, 0);
-  const auto want = one(*b, entry({first}, 20, {0, 1}));
+  const auto want = one(*b, greedy_entry({first}, 20, {0, 1}));
   ASSERT_GE(want, 0);
   ASSERT_EQ(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1}, std::vector<std::uint32_t>{5, 3}, 0)
               .error,
@@ -110,7 +110,7 @@ TEST(cuda_backend, a_cache_swapped_to_the_host_and_back_into_other_pages_gives_t
   ASSERT_EQ(b->swap_pages(swap_direction::in, std::vector<std::uint32_t>{40, 9}, std::vector<std::uint32_t>{5, 3}, 0)
               .error,
             "");
-  EXPECT_EQ(one(*b, entry({first}, 20, {40, 9})), want);
+  EXPECT_EQ(one(*b, greedy_entry({first}, 20, {40, 9})), want);
   // Out of range: refused with the page named, nothing copied.
   const auto bad = b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0}, std::vector<std::uint32_t>{16}, 0);
   EXPECT_NE(bad.error.find("host page 16"), std::string::npos) << bad.error;
@@ -121,17 +121,17 @@ TEST(cuda_backend, a_step_over_a_cache_still_streaming_in_waits_layer_by_layer_o
   auto b = open_backend();
   ASSERT_NE(b, nullptr);
   const auto history = prompt(40, 2);
-  const auto first = one(*b, entry(history, 0, {0, 1, 2}));
+  const auto first = one(*b, greedy_entry(history, 0, {0, 1, 2}));
   const std::vector<std::int32_t> next_turn{40, 41, 42};
   ASSERT_EQ(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1, 2},
                           std::vector<std::uint32_t>{10, 11, 12}, 0)
               .error,
             "");
-  const auto want = one(*b, entry(next_turn, 40, {0, 1, 2, 3}));
+  const auto want = one(*b, greedy_entry(next_turn, 40, {0, 1, 2, 3}));
   ASSERT_GE(want, 0);
   ASSERT_GE(first, 0);
   // The step starts first and waits for each layer's event.
-  auto streamed = entry(next_turn, 40, {20, 21, 22, 23});
+  auto streamed = greedy_entry(next_turn, 40, {20, 21, 22, 23});
   streamed.stream = 77;
   std::int32_t got = -2;
   std::thread step{[&] { got = b->run_step(std::span{&streamed, 1}).tokens.at(0); }};
@@ -142,9 +142,9 @@ TEST(cuda_backend, a_step_over_a_cache_still_streaming_in_waits_layer_by_layer_o
   EXPECT_EQ(b->streams(), 0u) << "the step used the stream: it is forgotten";
 
   // A stream that fails ends its own entry only.
-  auto broken = entry(next_turn, 40, {30, 31, 32, 33});
+  auto broken = greedy_entry(next_turn, 40, {30, 31, 32, 33});
   broken.stream = 78;
-  auto other = entry(next_turn, 40, {0, 1, 2, 3});
+  auto other = greedy_entry(next_turn, 40, {0, 1, 2, 3});
   other.request_id = 2;
   std::vector<step_entry> batch{broken, other};
   step_result result;
@@ -166,7 +166,7 @@ TEST(cuda_backend, a_rejected_entry_answers_only_once_its_stream_has_landed) {
   TROUPE_REQUIRE_GPU();
   auto b = open_backend();
   ASSERT_NE(b, nullptr);
-  ASSERT_GE(one(*b, entry(prompt(40, 8), 0, {0, 1, 2})), 0);
+  ASSERT_GE(one(*b, greedy_entry(prompt(40, 8), 0, {0, 1, 2})), 0);
   ASSERT_EQ(b->swap_pages(swap_direction::out, std::vector<std::uint32_t>{0, 1, 2},
                           std::vector<std::uint32_t>{10, 11, 12}, 0)
               .error,
@@ -177,7 +177,7 @@ TEST(cuda_backend, a_rejected_entry_answers_only_once_its_stream_has_landed) {
   // stream starts only after the step has planned. The runtime frees the
   // entry's pages on the step's answer: the copy into them must be done by
   // then, and the stream forgotten, not left to a stream_in that came late.
-  auto rejected = entry({static_cast<std::int32_t>(tiny.vocab)}, 40, {50, 51, 52, 53});
+  auto rejected = greedy_entry({static_cast<std::int32_t>(tiny.vocab)}, 40, {50, 51, 52, 53});
   rejected.stream = 80;
   swap_result copied;
   std::thread copy{[&] {
@@ -201,8 +201,8 @@ TEST(cuda_backend, a_cache_read_out_and_written_back_is_the_same_cache) {
   auto b = open_backend();
   ASSERT_NE(b, nullptr);
   const auto p = prompt(30, 3);
-  const auto first = one(*b, entry(p, 0, {4, 5}));
-  const auto want = one(*b, entry({first}, 30, {4, 5}));
+  const auto first = one(*b, greedy_entry(p, 0, {4, 5}));
+  const auto want = one(*b, greedy_entry({first}, 30, {4, 5}));
   auto blob = b->read_pages(false, std::vector<std::uint32_t>{4, 5}, 0);
   ASSERT_EQ(blob.error, "");
   EXPECT_EQ(blob.data.size(), 2 * b->page_bytes());
@@ -213,7 +213,7 @@ TEST(cuda_backend, a_cache_read_out_and_written_back_is_the_same_cache) {
   ASSERT_EQ(b->swap_pages(swap_direction::in, std::vector<std::uint32_t>{60, 61}, std::vector<std::uint32_t>{7, 8}, 0)
               .error,
             "");
-  EXPECT_EQ(one(*b, entry({first}, 30, {60, 61})), want);
+  EXPECT_EQ(one(*b, greedy_entry({first}, 30, {60, 61})), want);
   // Another model's cache does not fit these pages.
   const auto wrong = b->write_host_pages(std::vector<std::uint32_t>{7}, std::string(100, 'x'), 0);
   EXPECT_NE(wrong.error.find("does not fill"), std::string::npos) << wrong.error;
@@ -251,7 +251,7 @@ TEST(cuda_backend, an_adapter_gives_the_same_tokens_wherever_its_pages_are_and_b
   EXPECT_NE(with_a, base) << "an adapter of scale 2 on q, k, v and o changes the output";
 
   // One batch: base, adapter 1 and adapter 2 side by side, prefill.
-  std::vector<step_entry> batch{entry(p, 0, {10, 11}), entry(p, 0, {12, 13}, 1, 8), entry(p, 0, {14, 15}, 2, 8)};
+  std::vector<step_entry> batch{greedy_entry(p, 0, {10, 11}), greedy_entry(p, 0, {12, 13}, 1, 8), greedy_entry(p, 0, {14, 15}, 2, 8)};
   const auto mixed = b->run_step(batch).tokens;
   EXPECT_EQ(mixed, (std::vector<std::int32_t>{base[0], with_a[0], with_a[0]}));
 
@@ -295,8 +295,8 @@ TEST(cuda_backend, adapter_loads_are_refused_with_the_reason_and_others_keep_ser
   EXPECT_EQ(b->device_adapters(), 0u);
 
   // Bad entries fail alone.
-  std::vector<step_entry> batch{entry({static_cast<std::int32_t>(tiny.vocab)}, 0, {0}), entry(prompt(5, 5), 0, {1}),
-                                entry(prompt(5, 5), 0, {2}, 9, 8)};
+  std::vector<step_entry> batch{greedy_entry({static_cast<std::int32_t>(tiny.vocab)}, 0, {0}), greedy_entry(prompt(5, 5), 0, {1}),
+                                greedy_entry(prompt(5, 5), 0, {2}, 9, 8)};
   for (std::size_t i = 0; i < batch.size(); ++i)
     batch[i].request_id = 10 + i;
   const auto result = b->run_step(batch);
@@ -330,7 +330,7 @@ TEST(cuda_backend, a_checkpoint_opened_from_its_files_serves_as_its_weights_in_m
       auto in_memory = open_backend(t);
       ASSERT_NE(in_memory, nullptr);
       for (std::int32_t salt = 1; salt <= 3; ++salt) {
-        const auto e = entry(prompt(9 + salt, salt), 0, {static_cast<std::uint32_t>(salt)});
+        const auto e = greedy_entry(prompt(9 + salt, salt), 0, {static_cast<std::uint32_t>(salt)});
         EXPECT_EQ(one(from_files, e), one(*in_memory, e)) << "prompt " << salt;
       }
     }
@@ -368,7 +368,7 @@ TEST(cuda_backend, sampling_follows_each_requests_seed) {
   TROUPE_REQUIRE_GPU();
   auto b = open_backend(dtype::bf16);
   ASSERT_NE(b, nullptr);
-  auto e = entry(prompt(12, 6), 0, {0});
+  auto e = greedy_entry(prompt(12, 6), 0, {0});
   e.temperature = 1.0f;
   e.top_p = 0.9f;
   e.seed = 1234;

@@ -7,6 +7,7 @@
 #include "gpu/sim_tokenizer.hpp"
 
 #include "tests/gpu/cuda/random_llama.hpp"
+#include "tests/support/step_entry.hpp"
 
 #include <gtest/gtest.h>
 
@@ -45,19 +46,7 @@ inline std::unique_ptr<cuda_backend> open_backend(const cuda_backend_options& o)
 }
 inline std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) { return open_backend(options_for(t)); }
 
-inline step_entry entry(std::vector<std::int32_t> tokens, std::uint32_t context, std::vector<std::uint32_t> pages,
-                 std::uint32_t adapter = 0, std::uint32_t rank = 0) {
-  step_entry e;
-  e.request_id = 1;
-  e.tokens = std::move(tokens);
-  e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
-  e.context_tokens = context;
-  e.temperature = 0;
-  e.pages = std::move(pages);
-  e.adapter_id = adapter;
-  e.adapter_rank = rank;
-  return e;
-}
+using troupe::testing::greedy_entry;
 
 inline std::vector<std::int32_t> prompt(std::uint32_t n, std::int32_t salt) {
   std::vector<std::int32_t> p;

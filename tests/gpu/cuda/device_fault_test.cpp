@@ -27,7 +27,7 @@ TEST(cuda_backend_death, a_device_fault_breaks_the_backend_which_says_why) {
       auto b = open_backend();
       if (b == nullptr)
         std::exit(2);
-      const auto e = entry(prompt(5, 1), 0, {0});
+      const auto e = greedy_entry(prompt(5, 1), 0, {0});
       const auto healthy = b->run_step(std::span{&e, 1});
       if (!healthy.failures.empty() || healthy.tokens.at(0) < 0 || !b->broken().empty())
         std::exit(3);
