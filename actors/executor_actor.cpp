@@ -5,6 +5,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 #include <caf/typed_response_promise.hpp>
+#include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <unordered_map>
@@ -34,6 +35,8 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_config cfg) 
       -> caf::result<gpu::step_result> {
       auto& st = self->state;
       auto result = st.cfg.backend->run_step(batch);
+      if (auto note = st.cfg.backend->notice(); !note.empty())
+        spdlog::warn("executor: {} backend: {}", st.cfg.backend->name(), note);
       const double wall = result.device_seconds * st.cfg.time_scale;
       if (wall <= 0)
         return result;

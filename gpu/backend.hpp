@@ -139,6 +139,11 @@ public:
   /// process ends). The server then takes no new requests, reports
   /// "failed" to health checks, and troupe-serve stops. Any thread may call it.
   virtual std::string broken() const { return {}; }
+  /// What the operator should hear of that failed no request: a feature
+  /// that switched itself off, and why (the cuda backend's step graphs,
+  /// after a capture CUDA refused). Each is given once; empty when there is
+  /// nothing new. Called by run_step's thread, after run_step.
+  virtual std::string notice() { return {}; }
   /// Short name for logs and stats ("sim", "cpu", "cuda").
   virtual std::string name() const = 0;
 };

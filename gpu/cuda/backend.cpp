@@ -605,6 +605,14 @@ void cuda_backend::drain(cudaStream_t stream) const noexcept {
               cudaGetErrorString(e) + ")";
 }
 
+std::string cuda_backend::notice() {
+  const std::string& why = model_->step_graphs_error();
+  if (why.empty() || why == graphs_noticed_)
+    return {};
+  graphs_noticed_ = why;
+  return "step graphs are off, steps launch directly: " + why;
+}
+
 std::string cuda_backend::broken() const {
   std::lock_guard guard{broken_mtx_};
   return broken_;

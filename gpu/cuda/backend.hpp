@@ -118,6 +118,9 @@ public:
   /// Set when a failed step or copy finds the context poisoned (an illegal
   /// address, a kernel fault): every later call would fail too.
   std::string broken() const override;
+  /// Step graphs turned off by a capture CUDA refused (steps then launch
+  /// directly): once for each reason.
+  std::string notice() override;
 
   // -- observers (the factory, stats and tests) -----------------------------
   const model_config& config() const noexcept { return model_->config(); }
@@ -186,6 +189,8 @@ private:
 
   // Layer-wise streams by id.
   std::uint32_t sms_ = 1; ///< the device's multiprocessors, for split_for
+  /// The step-graph refusal notice() last gave.
+  std::string graphs_noticed_;
   mutable std::mutex broken_mtx_;
   mutable std::string broken_;
   mutable std::mutex streams_mtx_;

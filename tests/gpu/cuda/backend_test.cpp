@@ -35,19 +35,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace backend_testing;
 
-/// Greedy tokens of `n` steps (a prefill, then decodes) of one sequence.
-std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32_t>& p,
-                                   const std::vector<std::uint32_t>& pages, std::uint32_t n,
-                                   std::uint32_t adapter = 0, std::uint32_t rank = 0) {
-  std::vector<std::int32_t> out{one(b, greedy_entry(p, 0, pages, adapter, rank))};
-  for (std::uint32_t i = 1; i < n; ++i) {
-    auto e = greedy_entry({out.back()}, static_cast<std::uint32_t>(p.size()) + i - 1, pages, adapter, rank);
-    e.output_index = i;
-    out.push_back(one(b, e));
-  }
-  return out;
-}
-
 using troupe::testing::temp_dir;
 
 /// A PEFT directory (adapter_config.json, adapter_model.safetensors) for
@@ -351,9 +338,7 @@ TEST(cuda_backend, a_checkpoint_opened_from_its_files_serves_as_its_weights_in_m
 TEST(cuda_backend, decode_steps_replayed_from_step_graphs_give_the_same_tokens) {
   TROUPE_REQUIRE_GPU();
   auto direct = open_backend(dtype::f16);
-  auto o = options_for(dtype::f16);
-  o.step_graphs = 4;
-  auto graphs = open_backend(o);
+  auto graphs = open_backend_with_step_graphs(4);
   ASSERT_NE(direct, nullptr);
   ASSERT_NE(graphs, nullptr);
   const auto p = prompt(20, 3);
@@ -362,6 +347,7 @@ TEST(cuda_backend, decode_steps_replayed_from_step_graphs_give_the_same_tokens) 
   EXPECT_EQ(generate(*graphs, p, {0, 1, 2}, steps), want);
   EXPECT_EQ(direct->steps_replayed(), 0u);
   EXPECT_GE(graphs->steps_replayed(), steps - 3); // all but the prefill and the first decode step or two
+  EXPECT_EQ(graphs->notice(), ""); // no capture was refused
 }
 
 TEST(cuda_backend, sampling_follows_each_requests_seed) {

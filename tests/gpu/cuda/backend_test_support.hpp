@@ -45,6 +45,12 @@ inline std::unique_ptr<cuda_backend> open_backend(const cuda_backend_options& o)
   return std::move(std::get<std::unique_ptr<cuda_backend>>(b));
 }
 inline std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) { return open_backend(options_for(t)); }
+/// An f16 backend keeping `n` step graphs.
+inline std::unique_ptr<cuda_backend> open_backend_with_step_graphs(std::uint32_t n) {
+  auto o = options_for(dtype::f16);
+  o.step_graphs = n;
+  return open_backend(o);
+}
 
 using troupe::testing::greedy_entry;
 
@@ -59,6 +65,19 @@ inline std::int32_t one(cuda_backend& b, const step_entry& e) {
   const auto r = b.run_step(std::span{&e, 1});
   EXPECT_TRUE(r.failures.empty()) << describe(r.failures);
   return r.tokens.at(0);
+}
+
+/// Greedy tokens of `n` steps (a prefill, then decodes) of one sequence.
+inline std::vector<std::int32_t> generate(cuda_backend& b, const std::vector<std::int32_t>& p,
+                                          const std::vector<std::uint32_t>& pages, std::uint32_t n,
+                                          std::uint32_t adapter = 0, std::uint32_t rank = 0) {
+  std::vector<std::int32_t> out{one(b, greedy_entry(p, 0, pages, adapter, rank))};
+  for (std::uint32_t i = 1; i < n; ++i) {
+    auto e = greedy_entry({out.back()}, static_cast<std::uint32_t>(p.size()) + i - 1, pages, adapter, rank);
+    e.output_index = i;
+    out.push_back(one(b, e));
+  }
+  return out;
 }
 
 } // namespace troupe::gpu::cuda::backend_testing

@@ -153,6 +153,31 @@ constexpr dims graph_dims{.hidden = 256, .inter = 512, .layers = 2, .heads = 4, 
 constexpr kv_layout graph_kv{.num_layers = graph_dims.layers, .num_kv_heads = graph_dims.kv_heads,
                              .head_dim = graph_dims.head_dim, .page_tokens = 16};
 
+/// Two graph-test models of one set of f16 weights: `direct` launches every
+/// step on `s`; `graphs` keeps `step_graphs` step graphs on `graphs_stream`.
+struct graph_models {
+  graph_models(std::uint64_t seed, std::uint64_t pool_pages, std::uint32_t step_graphs, cudaStream_t s,
+               cudaStream_t graphs_stream)
+      : weights(make_weights(graph_dims, dtype::f16, seed)),
+        direct(model_config_for(weights.config, dtype::f16), graph_kv, pool_pages, s),
+        graphs(with_graphs(model_config_for(weights.config, dtype::f16), step_graphs), graph_kv, pool_pages,
+               graphs_stream) {
+    upload_weights(direct, weights);
+    upload_weights(graphs, weights);
+    in.kv = graph_kv;
+    in.vocab_size = graph_dims.vocab;
+    in.pool_pages = pool_pages;
+  }
+  static model_config with_graphs(model_config mc, std::uint32_t n) {
+    mc.step_graphs = n;
+    return mc;
+  }
+  llama_weights weights;
+  cuda_model direct;
+  cuda_model graphs;
+  plan_inputs in;
+};
+
 TEST(model_graph, a_captured_step_replays_to_the_tokens_of_the_step) {
   TROUPE_REQUIRE_GPU();
   const dims d = graph_dims;
@@ -220,22 +245,11 @@ TEST(model_graph, a_captured_step_replays_to_the_tokens_of_the_step) {
 TEST(model_graph, steps_replayed_from_step_graphs_match_steps_launched_directly) {
   TROUPE_REQUIRE_GPU();
   const dims d = graph_dims;
-  const kv_layout kv = graph_kv;
-  const auto weights = make_weights(d, dtype::f16, 5);
-  const std::uint64_t pool_pages = 32;
   cudaStream_t s = nullptr;
   TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   {
-    auto mc = model_config_for(weights.config, dtype::f16);
-    cuda_model direct{mc, kv, pool_pages, s};
-    mc.step_graphs = 2;
-    cuda_model graphs{mc, kv, pool_pages, s};
-    upload_weights(direct, weights);
-    upload_weights(graphs, weights);
-    plan_inputs in;
-    in.kv = kv;
-    in.vocab_size = d.vocab;
-    in.pool_pages = pool_pages;
+    graph_models m{5, 32, 2, s, s};
+    auto& [weights, direct, graphs, in] = m;
     in.split = {.q_tile = 16, .kv_chunk = 1024}; // one attention item per sequence throughout
     // Three sequences, 4 pages each: prompts of 3, 14 and 30 tokens (they
     // cross page boundaries as they decode), then decode steps.
@@ -311,6 +325,51 @@ TEST(model_graph, steps_replayed_from_step_graphs_match_steps_launched_directly)
     EXPECT_TRUE(graphs.step_graphs_error().empty()) << graphs.step_graphs_error();
     if (outer != nullptr)
       cudaGraphDestroy(outer);
+  }
+  cudaStreamDestroy(s);
+}
+
+// A capture CUDA refuses (the legacy default stream cannot be captured)
+// turns step graphs off, saying why, and every step launches directly with
+// the tokens of a model that never tried; a new setting tries again.
+TEST(model_graph, a_capture_cuda_refuses_turns_step_graphs_off_and_steps_launch_directly) {
+  TROUPE_REQUIRE_GPU();
+  cudaStream_t s = nullptr;
+  TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  {
+    graph_models m{6, 8, 2, s, cudaStream_t{}};
+    auto& [weights, direct, legacy, in] = m;
+    std::vector<std::int32_t> seq = {3, 1, 4, 1, 5};
+    const auto step = [&](bool prefill) {
+      step_entry e;
+      e.request_id = 1;
+      e.temperature = 0;
+      e.tokens = prefill ? seq : std::vector<std::int32_t>{seq.back()};
+      e.context_tokens = prefill ? 0 : static_cast<std::uint32_t>(seq.size() - 1);
+      e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
+      e.pages = {0, 1};
+      const auto plan = plan_batch(std::span{&e, 1}, in);
+      ASSERT_TRUE(plan.rejected.empty());
+      std::vector<std::int32_t> a(1, -1), b(1, -2);
+      direct.forward(plan, a);
+      legacy.forward(plan, b);
+      EXPECT_EQ(a, b);
+      seq.push_back(a[0]);
+    };
+    step(true);
+    for (int i = 0; i < 4; ++i)
+      step(false);
+    EXPECT_NE(legacy.step_graphs_error().find("cudaStreamBeginCapture"), std::string::npos)
+        << legacy.step_graphs_error();
+    EXPECT_EQ(legacy.step_graphs_kept(), 0u);
+    EXPECT_EQ(legacy.steps_replayed(), 0u);
+
+    legacy.set_step_graphs(2);
+    EXPECT_TRUE(legacy.step_graphs_error().empty());
+    for (int i = 0; i < 2; ++i)
+      step(false);
+    EXPECT_FALSE(legacy.step_graphs_error().empty());
+    EXPECT_EQ(legacy.steps_replayed(), 0u);
   }
   cudaStreamDestroy(s);
 }

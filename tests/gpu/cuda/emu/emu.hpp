@@ -51,6 +51,11 @@ unsigned char* dynamic_smem();
 // arguments, blocks per multiprocessor, change nothing here).
 void launch_bound(unsigned max_threads, unsigned min_blocks = 0, unsigned max_blocks_per_cluster = 0);
 void cp_async(void* dst, const void* src, bool valid);
+// For tests of what a refused capture does: while on, cudaStreamBeginCapture
+// refuses every stream with cudaErrorStreamCaptureUnsupported, as CUDA does
+// the legacy stream (on from the start where TROUPE_EMU_REFUSE_CAPTURES is
+// set).
+void refuse_captures(bool on);
 void cp_async_commit();
 void cp_async_wait(int n);
 template <class V> std::uint64_t to_u64(V v) { static_assert(sizeof(V) <= 8); std::uint64_t u = 0; std::memcpy(&u, &v, sizeof(V)); return u; }

@@ -491,6 +491,13 @@ cudaError_t copy_async(void* d, const void* s, std::size_t n, cudaMemcpyKind kin
 }
 } // namespace
 
+namespace {
+// emu::refuse_captures, or TROUPE_EMU_REFUSE_CAPTURES set (for a whole
+// program: troupe-serve's log when step graphs switch off).
+std::atomic<bool> captures_refused{std::getenv("TROUPE_EMU_REFUSE_CAPTURES") != nullptr};
+}
+void emu::refuse_captures(bool on) { captures_refused = on; }
+
 void emu::enqueue_kernel(const launch_cfg& c, const void* kernel, std::function<void()> body) {
   const unsigned n = c.block.x * c.block.y * c.block.z;
   int limit = 48 * 1024;
@@ -763,7 +770,7 @@ cudaError_t cudaFuncSetAttribute(const void* f, cudaFuncAttribute a, int v) { ap
 cudaError_t cudaStreamBeginCapture(cudaStream_t h, cudaStreamCaptureMode mode) { api_call();
   std::lock_guard lk(mu);
   CUstream_st* s = stream_of(h);
-  if (s == legacy()) return cudaErrorStreamCaptureUnsupported;
+  if (s == legacy() || captures_refused) return cudaErrorStreamCaptureUnsupported;
   if (s->capture) return cudaErrorIllegalState;
   s->capture = new CUgraph_st;
   s->invalidated = false;
