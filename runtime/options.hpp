@@ -19,6 +19,7 @@ struct server_options {
   std::uint32_t max_pending = 65536;
   /// Seconds a graceful stop waits for in-flight requests.
   double drain_timeout_s = 30.0;
+  bool operator==(const server_options&) const = default;
 };
 
 /// [logging]
@@ -27,12 +28,14 @@ struct logging_options {
   std::string level = "info";
   /// Empty: stderr. Otherwise a file path.
   std::string file;
+  bool operator==(const logging_options&) const = default;
 };
 
 /// [caf]: settings handed to CAF's actor_system_config.
 struct caf_options {
   /// 0: CAF's default (hardware concurrency).
   std::uint32_t scheduler_threads = 0;
+  bool operator==(const caf_options&) const = default;
 };
 
 /// [model]
@@ -46,6 +49,7 @@ struct model_options {
   std::string path;
   /// Upper bound on prompt + max_tokens; 0 means the shape's own limit.
   std::uint32_t max_context = 0;
+  bool operator==(const model_options&) const = default;
 };
 
 /// [backend]: which executor/copy-engine backend runs.
@@ -69,6 +73,7 @@ struct backend_options {
   /// (gpu::cost_override_names(); troupe-cost-fit writes them from a GPU's
   /// measurements); empty keeps the defaults and the preset.
   std::map<std::string, double> cost;
+  bool operator==(const backend_options&) const = default;
 };
 
 /// [memory_pool]: the unified page pool for KV cache and adapter weights.
@@ -87,6 +92,7 @@ struct memory_pool_options {
   /// Where those files go ("": the system's temporary directory); each
   /// process uses a directory of its own in it, removed when it stops.
   std::string disk_dir;
+  bool operator==(const memory_pool_options&) const = default;
 };
 
 /// [scheduler]
@@ -113,6 +119,7 @@ struct scheduler_options {
   double session_fraction = 0.25;
   /// Which session cache leaves a tier first: "lru" or "largest".
   std::string session_eviction = "lru";
+  bool operator==(const scheduler_options&) const = default;
 };
 
 /// [classifier]: assigns queues and predicted output lengths.
@@ -125,6 +132,7 @@ struct classifier_options {
   /// Output-length predictor: max_tokens, history, oracle.
   std::string predictor = "max_tokens";
   std::map<std::string, double> predictor_params;
+  bool operator==(const classifier_options&) const = default;
 };
 
 /// [queue_tuner]: the policy actor that re-runs K-means, cut-offs and quotas.
@@ -141,6 +149,7 @@ struct queue_tuner_options {
   double slo_s = 5.0;
   /// Seconds per output token used to turn predicted lengths into durations.
   double iteration_s = 0.03;
+  bool operator==(const queue_tuner_options&) const = default;
 };
 
 /// [adapter_cache]
@@ -168,6 +177,7 @@ struct adapter_cache_options {
   /// Directories scanned at start: each subdirectory with an
   /// adapter_config.json registers as an adapter named after it.
   std::vector<std::string> directories;
+  bool operator==(const adapter_cache_options&) const = default;
 };
 
 /// [copy_engine]
@@ -177,6 +187,7 @@ struct copy_engine_options {
   bool layer_streaming = true;
   /// Concurrent host-to-device transfers in flight.
   std::uint32_t max_inflight = 4;
+  bool operator==(const copy_engine_options&) const = default;
 };
 
 /// [metrics]
@@ -184,6 +195,7 @@ struct metrics_options {
   bool enabled = true;
   /// Seconds between log lines with throughput figures; 0 disables them.
   double log_interval_s = 10.0;
+  bool operator==(const metrics_options&) const = default;
 };
 
 /// One LoRA adapter known to the deployment ([[adapters]] entries).
@@ -192,6 +204,7 @@ struct adapter_spec {
   std::uint32_t rank = 8;
   /// Directory with PEFT files; empty for the sim backend.
   std::string path;
+  bool operator==(const adapter_spec&) const = default;
 };
 
 /// [adapters_generate]: synthesize `count` adapters named `<prefix><i>`,
@@ -200,6 +213,7 @@ struct adapter_generate_options {
   std::uint32_t count = 0;
   std::string prefix = "lora-";
   std::vector<std::uint32_t> ranks{8, 16, 32, 64};
+  bool operator==(const adapter_generate_options&) const = default;
 };
 
 /// A multi-node deployment: every node runs its own actors; the router node
@@ -226,6 +240,7 @@ struct cluster_options {
   /// past that it moves and its KV is pulled along.
   std::uint32_t imbalance = 2;
   bool enabled() const noexcept { return !nodes.empty(); }
+  bool operator==(const cluster_options&) const = default;
 };
 
 /// The whole deployment, as validated from one file.
@@ -247,6 +262,7 @@ struct deployment_options {
   cluster_options cluster;
   std::vector<adapter_spec> adapters;
   adapter_generate_options adapter_generate;
+  bool operator==(const deployment_options&) const = default;
 };
 
 } // namespace troupe

@@ -98,42 +98,124 @@ TEST(config, embedded_default_parses_and_matches_the_file) {
 
 // -- defaults ------------------------------------------------------------------
 
+/// The parts in which `a` and `b` differ, comma-separated ("" when equal).
+std::string differing_parts(const deployment_options& a, const deployment_options& b) {
+  std::string out;
+  const auto part = [&](bool same, const char* name) {
+    if (!same)
+      out += (out.empty() ? "" : ", ") + std::string(name);
+  };
+  part(a.source == b.source, "source");
+  part(a.server == b.server, "server");
+  part(a.logging == b.logging, "logging");
+  part(a.caf == b.caf, "caf");
+  part(a.model == b.model, "model");
+  part(a.backend == b.backend, "backend");
+  part(a.memory_pool == b.memory_pool, "memory_pool");
+  part(a.scheduler == b.scheduler, "scheduler");
+  part(a.classifier == b.classifier, "classifier");
+  part(a.queue_tuner == b.queue_tuner, "queue_tuner");
+  part(a.adapter_cache == b.adapter_cache, "adapter_cache");
+  part(a.copy_engine == b.copy_engine, "copy_engine");
+  part(a.metrics == b.metrics, "metrics");
+  part(a.cluster == b.cluster, "cluster");
+  part(a.adapters == b.adapters, "adapters");
+  part(a.adapter_generate == b.adapter_generate, "adapters_generate");
+  return out;
+}
+
 TEST(config, empty_file_gives_the_options_defaults) {
   const auto o = parse_ok("");
-  const deployment_options d;
-  EXPECT_EQ(o.source, "bad.toml");
-  EXPECT_EQ(o.server.endpoint, d.server.endpoint);
-  EXPECT_EQ(o.server.max_frame_bytes, d.server.max_frame_bytes);
-  EXPECT_EQ(o.server.max_pending, d.server.max_pending);
-  EXPECT_EQ(o.server.drain_timeout_s, d.server.drain_timeout_s);
-  EXPECT_EQ(o.logging.level, d.logging.level);
-  EXPECT_EQ(o.logging.file, d.logging.file);
-  EXPECT_EQ(o.caf.scheduler_threads, d.caf.scheduler_threads);
-  EXPECT_EQ(o.model.preset, d.model.preset);
-  EXPECT_EQ(o.model.shape_file, d.model.shape_file);
-  EXPECT_EQ(o.model.max_context, d.model.max_context);
-  EXPECT_EQ(o.backend.kind, d.backend.kind);
-  EXPECT_EQ(o.backend.gpu, d.backend.gpu);
-  EXPECT_EQ(o.backend.time_scale, d.backend.time_scale);
-  EXPECT_EQ(o.backend.seed, d.backend.seed);
-  EXPECT_EQ(o.memory_pool.page_tokens, d.memory_pool.page_tokens);
-  EXPECT_EQ(o.memory_pool.pages, d.memory_pool.pages);
-  EXPECT_EQ(o.memory_pool.gpu_memory_fraction, d.memory_pool.gpu_memory_fraction);
-  EXPECT_EQ(o.scheduler.policy, d.scheduler.policy);
-  EXPECT_EQ(o.scheduler.max_running, d.scheduler.max_running);
-  EXPECT_EQ(o.scheduler.token_budget, d.scheduler.token_budget);
-  EXPECT_EQ(o.scheduler.max_waiting, d.scheduler.max_waiting);
-  EXPECT_EQ(o.classifier.enabled, d.classifier.enabled);
-  EXPECT_EQ(o.classifier.policy, d.classifier.policy);
-  EXPECT_EQ(o.adapter_cache.policy, d.adapter_cache.policy);
-  EXPECT_EQ(o.adapter_cache.max_resident, d.adapter_cache.max_resident);
-  EXPECT_EQ(o.copy_engine.max_inflight, d.copy_engine.max_inflight);
-  EXPECT_EQ(o.metrics.enabled, d.metrics.enabled);
-  EXPECT_EQ(o.metrics.log_interval_s, d.metrics.log_interval_s);
-  EXPECT_TRUE(o.adapters.empty());
-  EXPECT_EQ(o.adapter_generate.count, d.adapter_generate.count);
-  EXPECT_EQ(o.adapter_generate.prefix, d.adapter_generate.prefix);
-  EXPECT_EQ(o.adapter_generate.ranks, d.adapter_generate.ranks);
+  deployment_options d;
+  d.source = "bad.toml";
+  EXPECT_EQ(differing_parts(o, d), "");
+  EXPECT_TRUE(o == d);
+  d.scheduler.max_running += 1; // the comparison sees a field
+  EXPECT_EQ(differing_parts(o, d), "scheduler");
+}
+
+// -- the reference (docs/configuration.md) ----------------------------------------
+
+/// docs/configuration.md's key tables: section ("adapters" for the
+/// [[adapters]] array) to key to its default as written there (the Default
+/// column's first `code` span; "" where it has none).
+std::map<std::string, std::map<std::string, std::string>> documented_keys() {
+  std::ifstream in("docs/configuration.md");
+  std::map<std::string, std::map<std::string, std::string>> keys;
+  std::string line, section;
+  while (std::getline(in, line)) {
+    if (line.rfind("## [", 0) == 0) {
+      section = line.substr(3);
+      std::erase(section, '[');
+      std::erase(section, ']');
+    } else if (line.rfind("| `", 0) == 0 && !section.empty()) {
+      std::vector<std::string> cells;
+      std::size_t at = 1;
+      for (std::size_t bar; (bar = line.find('|', at)) != std::string::npos; at = bar + 1)
+        cells.push_back(line.substr(at, bar - at));
+      if (cells.size() < 3)
+        continue;
+      const auto code = [](const std::string& cell) {
+        const auto open = cell.find('`');
+        const auto close = open == std::string::npos ? open : cell.find('`', open + 1);
+        return close == std::string::npos ? std::string{} : cell.substr(open + 1, close - open - 1);
+      };
+      keys[section][code(cells[0])] = code(cells[2]);
+    }
+  }
+  return keys;
+}
+
+TEST(config, every_documented_key_is_read_and_its_documented_default_is_the_default) {
+  const auto keys = documented_keys();
+  ASSERT_EQ(keys.size(), 15u) << "sections in docs/configuration.md";
+  const std::string adapter = "[[adapters]]\nname = \"a\"\n";
+  const auto defaults = parse_ok(adapter);
+  for (const auto& [section, entries] : keys) {
+    std::string text = section == "adapters" ? adapter : "[" + section + "]\n";
+    for (const auto& [key, value] : entries) {
+      if (section == "adapters" && key == "name")
+        continue; // required: no default
+      EXPECT_FALSE(value.empty()) << section << "." << key << ": no default documented";
+      if (!value.empty())
+        text += key + " = " + value + "\n";
+    }
+    if (section != "adapters")
+      text += adapter;
+    // A key the parser does not know, or a default it refuses, fails here.
+    const auto o = parse_ok(text);
+    EXPECT_EQ(differing_parts(o, defaults), "") << "the documented defaults of [" << section << "]:\n" << text;
+  }
+}
+
+TEST(config, every_key_the_shipped_files_set_is_documented) {
+  const auto keys = documented_keys();
+  for (const char* file : {"config/default.toml", "config/sim-h100-llama7b.toml"}) {
+    std::ifstream in(file);
+    ASSERT_TRUE(in) << file;
+    std::string line, section;
+    int lines = 0;
+    for (int n = 1; std::getline(in, line); ++n) {
+      const auto first = line.find_first_not_of(" \t");
+      if (first == std::string::npos || line[first] == '#')
+        continue;
+      if (line[first] == '[') { // [section], [section.table] or [[adapters]]
+        section = line.substr(first, line.find(']', first) - first);
+        std::erase(section, '[');
+        continue;
+      }
+      const auto eq = line.find('=');
+      if (eq == std::string::npos || section.find('.') != std::string::npos)
+        continue; // an array's later lines, or a table of numbers' own keys
+      std::string key = line.substr(first, eq - first);
+      key.erase(key.find_last_not_of(" \t") + 1);
+      ++lines;
+      const auto s = keys.find(section);
+      EXPECT_TRUE(s != keys.end() && s->second.contains(key))
+          << file << ":" << n << ": " << section << "." << key << " is not in docs/configuration.md";
+    }
+    EXPECT_GT(lines, 5) << file;
+  }
 }
 
 TEST(config, keys_left_out_of_a_section_keep_their_defaults) {
