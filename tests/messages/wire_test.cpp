@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <set>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -609,6 +611,25 @@ TEST(wire, error_code_names) {
                             row{error_code::bad_adapter, "bad_adapter"},
                             row{error_code::internal, "internal"}})
     EXPECT_EQ(to_string(code), name);
+}
+
+// docs/protocol.md's table of error codes names every code, and only those.
+TEST(wire, the_protocol_reference_lists_every_error_code) {
+  std::ifstream in("docs/protocol.md");
+  ASSERT_TRUE(in) << "docs/protocol.md (the tests run from the repository root)";
+  std::set<std::string> documented;
+  bool table = false;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0)
+      table = line == "## Error codes";
+    else if (table && line.rfind("| `", 0) == 0)
+      documented.insert(line.substr(3, line.find('`', 3) - 3));
+  }
+  std::set<std::string> codes;
+  for (auto c = static_cast<int>(error_code::bad_request); c <= static_cast<int>(error_code::internal); ++c)
+    codes.insert(std::string{to_string(static_cast<error_code>(c))});
+  EXPECT_EQ(codes.size(), 12u);
+  EXPECT_EQ(documented, codes);
 }
 
 } // namespace
