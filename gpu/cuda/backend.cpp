@@ -182,12 +182,14 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
       TROUPE_CUDA_CHECK(cudaMemGetInfo(&free, &total));
       // cuBLAS's workspaces and the attention's split buffers: a margin.
       constexpr std::uint64_t margin = std::uint64_t{512} << 20;
-      pages = pool_pages_for(free, cfg.weight_bytes(),
-                             cuda_model::scratch_bytes(cfg, opts.max_rows, opts.max_seqs, opts.max_rank) + margin,
-                             opts.memory_fraction, page_bytes);
+      const std::uint64_t scratch = cuda_model::scratch_bytes(cfg, opts.max_rows, opts.max_seqs, opts.max_rank);
+      pages = pool_pages_for(free, cfg.weight_bytes(), scratch + margin, opts.memory_fraction, page_bytes);
       if (pages == 0)
         return "the device's " + std::to_string(free >> 20) + " MiB free leave no room for a page pool after "
-               + std::to_string(cfg.weight_bytes() >> 20) + " MiB of weights and the step's scratch";
+               + std::to_string(cfg.weight_bytes() >> 20) + " MiB of weights, " + std::to_string(scratch >> 20)
+               + " MiB of step scratch (steps of up to " + std::to_string(opts.max_rows) + " token rows and "
+               + std::to_string(opts.max_seqs) + " sequences, adapters up to rank " + std::to_string(opts.max_rank)
+               + ") and a " + std::to_string(margin >> 20) + " MiB margin for cuBLAS and attention splits";
     }
     b->model_ = std::make_unique<cuda_model>(std::move(cfg), kv, pages, b->compute_);
     if (auto why = upload(*b->model_))

@@ -332,6 +332,22 @@ TEST(cuda_backend, a_checkpoint_opened_from_its_files_serves_as_its_weights_in_m
   EXPECT_NE(std::get<std::string>(refused).find("mlp.gate_proj"), std::string::npos) << std::get<std::string>(refused);
 }
 
+// A step too large for the device (the scheduler's token budget sets its
+// rows) leaves no room for a page pool: refused at start, saying what took
+// the memory.
+TEST(cuda_backend, a_pool_with_no_room_left_is_refused_naming_what_took_the_memory) {
+  TROUPE_REQUIRE_GPU();
+  auto o = options_for(dtype::f16);
+  o.pages = 0; // sized from the free memory
+  o.max_rows = 1u << 26;
+  auto b = cuda_backend::create(make_weights(tiny, o.type, 7), std::make_unique<sim_tokenizer>(tiny.vocab), o);
+  ASSERT_TRUE(std::holds_alternative<std::string>(b));
+  const auto& why = std::get<std::string>(b);
+  for (const char* part : {"MiB free leave no room for a page pool", "MiB of weights", "MiB of step scratch",
+                           "67108864 token rows", "16 sequences", "rank 16", "MiB margin"})
+    EXPECT_NE(why.find(part), std::string::npos) << part << " in: " << why;
+}
+
 // backend.step_graphs: a sequence decoded step after step is replayed from
 // a graph after its second decode step, and its tokens are those of a
 // backend that launches every step.
