@@ -38,8 +38,6 @@ std::variant<hf_model, std::string> describe_hf_model(const deployment_options& 
   m.config = std::get<gpu::llama_config>(config);
   out.shape = m.config.to_shape(opts.model.path);
   out.shape.dtype_bytes = dtype_bytes;
-  if (auto gpu = gpu::find_gpu_spec(opts.backend.gpu))
-    out.gpu = *gpu; // names the cost model's GPU in logs; the model runs for real
   out.max_context = opts.model.max_context ? opts.model.max_context : m.config.max_position_embeddings;
   return m;
 }
@@ -68,6 +66,7 @@ std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_op
     return *err;
   out.backend = std::shared_ptr<gpu::executor_backend>(
     std::move(std::get<std::unique_ptr<gpu::cpu_backend>>(backend)));
+  out.gpu.name = "the host's CPU"; // for the logs: no GPU is priced or used
   out.time_scale = 0; // steps take the time the math takes
   out.computes = true;
   return out;

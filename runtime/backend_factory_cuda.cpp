@@ -38,6 +38,7 @@ std::variant<resolved_backend, std::string> make_cuda_backend(const deployment_o
   if (auto* err = std::get_if<std::string>(&opened))
     return "backend.kind \"cuda\": " + *err;
   std::shared_ptr<gpu::cuda::cuda_backend> b = std::move(std::get<std::unique_ptr<gpu::cuda::cuda_backend>>(opened));
+  out.gpu.name = b->device_name(); // for the logs: the device the model runs on
   out.pool_pages = b->pool_pages();
   out.page_bytes = b->page_bytes();
   out.adapter_bytes = [lora = b->lora(), page = b->page_bytes()](std::uint32_t rank) {

@@ -161,9 +161,10 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
   b->host_ = host_tier{opts.host_adapter_bytes};
   try {
     b->bind();
-    int sms = 0;
-    TROUPE_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, opts.device));
-    b->sms_ = static_cast<std::uint32_t>(std::max(sms, 1));
+    cudaDeviceProp prop{};
+    TROUPE_CUDA_CHECK(cudaGetDeviceProperties(&prop, opts.device));
+    b->device_name_ = std::string{prop.name} + " (CUDA device " + std::to_string(opts.device) + ")";
+    b->sms_ = static_cast<std::uint32_t>(std::max(prop.multiProcessorCount, 1));
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->compute_, cudaStreamNonBlocking));
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->h2d_, cudaStreamNonBlocking));
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->d2h_, cudaStreamNonBlocking));

@@ -123,6 +123,8 @@ public:
   std::string notice() override;
 
   // -- observers (the factory, stats and tests) -----------------------------
+  /// The device's name and ordinal, "NVIDIA H100 80GB HBM3 (CUDA device 0)".
+  const std::string& device_name() const noexcept { return device_name_; }
   const model_config& config() const noexcept { return model_->config(); }
   const lora_layout& lora() const noexcept { return model_->lora(); }
   std::uint64_t pool_pages() const noexcept { return model_->pool_pages(); }
@@ -189,6 +191,7 @@ private:
 
   // Layer-wise streams by id.
   std::uint32_t sms_ = 1; ///< the device's multiprocessors, for split_for
+  std::string device_name_;
   /// The step-graph refusal notice() last gave.
   std::string graphs_noticed_;
   mutable std::mutex broken_mtx_;

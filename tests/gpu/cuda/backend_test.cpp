@@ -314,6 +314,10 @@ TEST(cuda_backend, a_checkpoint_opened_from_its_files_serves_as_its_weights_in_m
       auto opened = cuda_backend::open(files.path(), std::make_unique<sim_tokenizer>(tiny.vocab), options_for(t));
       ASSERT_TRUE(std::holds_alternative<std::unique_ptr<cuda_backend>>(opened)) << std::get<std::string>(opened);
       auto& from_files = *std::get<std::unique_ptr<cuda_backend>>(opened);
+      // The device it runs on, by name, for the server's log.
+      const std::string device = " (CUDA device 0)";
+      EXPECT_GT(from_files.device_name().size(), device.size());
+      EXPECT_TRUE(from_files.device_name().ends_with(device)) << from_files.device_name();
       auto in_memory = open_backend(t);
       ASSERT_NE(in_memory, nullptr);
       for (std::int32_t salt = 1; salt <= 3; ++salt) {
