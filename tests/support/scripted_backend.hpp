@@ -1,0 +1,61 @@
+// An executor backend whose answers a test sets, for tests of the shells
+// around a backend (the executor and copy engine actors): every call is
+// written to `calls` in order ("step 2" for a step of two entries, "load 5",
+// "swap out 9" and "swap in 9" (naming the first device page), "drop 5",
+// "forget 5").
+#pragma once
+
+#include "gpu/backend.hpp"
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace troupe::testing {
+
+class scripted_backend final : public gpu::executor_backend {
+public:
+  /// Device time of every step; token 7 for each entry.
+  double step_seconds = 0;
+  /// Modelled time of every adapter load and swap.
+  double copy_seconds = 0;
+  /// Adapters whose load fails.
+  std::set<std::uint32_t> failing;
+  std::vector<std::string> calls;
+
+  gpu::step_result run_step(std::span<const gpu::step_entry> batch) override {
+    calls.push_back("step " + std::to_string(batch.size()));
+    return {std::vector<std::int32_t>(batch.size(), 7), step_seconds, {}};
+  }
+  double transfer_seconds(std::uint64_t) const override { return copy_seconds; }
+  gpu::adapter_load load_adapter(std::uint32_t id, const std::string&, std::uint64_t,
+                                 std::span<const std::uint32_t>) override {
+    calls.push_back("load " + std::to_string(id));
+    if (failing.contains(id))
+      return {"adapter " + std::to_string(id) + " is scripted to fail", false, 0, 0};
+    return {{}, false, 0, copy_seconds};
+  }
+  void drop_adapter(std::uint32_t id) override { calls.push_back("drop " + std::to_string(id)); }
+  void forget_adapter(std::uint32_t id) override { calls.push_back("forget " + std::to_string(id)); }
+  gpu::swap_result swap_pages(gpu::swap_direction dir, std::span<const std::uint32_t> device_pages,
+                              std::span<const std::uint32_t>, std::uint64_t) override {
+    calls.push_back(std::string{dir == gpu::swap_direction::out ? "swap out " : "swap in "}
+                    + std::to_string(device_pages.empty() ? 0 : device_pages.front()));
+    return {{}, copy_seconds};
+  }
+  const gpu::tokenizer& vocab() const override { return bytes_; }
+  std::string name() const override { return "scripted"; }
+
+private:
+  struct byte_tokenizer final : gpu::tokenizer {
+    std::vector<std::int32_t> encode(const std::string& text) const override {
+      return {text.begin(), text.end()};
+    }
+    std::string decode(std::int32_t token) const override { return std::string(1, static_cast<char>(token)); }
+    std::int32_t vocab_size() const override { return 256; }
+    std::int32_t eos_token() const override { return -1; }
+  } bytes_;
+};
+
+} // namespace troupe::testing
