@@ -13,13 +13,16 @@ std::string chameleon_scheduling_policy::configure(const std::map<std::string, d
     .flag("bypass", bypass_)
     .whole("bypass_lookahead", lookahead_, 1)
     .flag("pool_all_spare", pool_all_spare_)
+    .number("max_wait_s", max_wait_s_)
     .apply(params);
 }
 
 std::vector<std::pair<std::string, double>> chameleon_scheduling_policy::counters() const {
   return {{"chameleon_queues", static_cast<double>(tuning_.queues())},
           {"chameleon_bypassed", static_cast<double>(bypassed_)},
-          {"chameleon_squashed", static_cast<double>(squashed_)}};
+          {"chameleon_squashed", static_cast<double>(squashed_)},
+          {"chameleon_overdue_admitted", static_cast<double>(overdue_)},
+          {"chameleon_held_for_overdue", static_cast<double>(held_)}};
 }
 
 schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in) {
@@ -103,11 +106,54 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
     return std::numeric_limits<double>::infinity();
   };
 
+  // Phase 0: requests that have waited max_wait_s or more go first, oldest
+  // first, whatever their queue's quota; when the oldest of them does not
+  // fit, nothing else is admitted, so the pages running requests free go to
+  // it and no request waits for ever behind smaller ones.
+  bool held = false;
+  if (max_wait_s_ > 0) {
+    for (const auto& w : in.waiting) {
+      if (in.now_s - w.arrival_s < max_wait_s_)
+        continue;
+      if (!global_fit(w)) {
+        held = true;
+        ++held_;
+        // Others may start now if they are predicted to end (and give their
+        // pages back) before the running requests have freed enough for it;
+        // one that overruns is squashed.
+        const auto need = pages.need(w, lim.page_tokens);
+        const double wait = need > pages.left() ? head_wait(need - pages.left()) : 0.0;
+        for (const auto& y : in.waiting) {
+          if (taken.contains(y.request_id) || y.request_id == w.request_id || !global_fit(y))
+            continue;
+          if (static_cast<double>(y.predicted_tokens) + 1 > wait)
+            continue;
+          admit(y);
+          bypassers_[y.request_id] = std::max<std::uint32_t>(y.predicted_tokens, 1);
+          ++bypassed_;
+        }
+        break;
+      }
+      admit(w);
+      const auto q = std::min<std::size_t>(w.queue, k - 1);
+      const auto c = cost_of(w);
+      avail[q] = avail[q] > c ? avail[q] - c : 0;
+      ++running_in[q];
+      ++overdue_;
+    }
+  }
+  if (held)
+    return out;
+
   // Phase 1: each queue within its own quota.
   for (std::size_t q = 0; q < k; ++q) {
     auto& list = queues[q];
     while (next[q] < list.size()) {
       const auto& w = *list[next[q]];
+      if (taken.contains(w.request_id)) { // admitted in phase 0
+        ++next[q];
+        continue;
+      }
       const auto c = cost_of(w);
       // A queue with nothing running may start its head whatever its quota.
       const bool quota_ok = c <= avail[q] || (running_in[q] == 0 && next[q] == 0);

@@ -9,6 +9,11 @@
 //   phase 2  the quota left by queues that emptied is pooled and handed out
 //            from the small-request queue down, skipping a queue whose head
 //            does not fit.
+// With "max_wait_s" set, a phase 0 comes first: requests that have waited
+// that long are admitted oldest first whatever their queue's quota; when the
+// oldest does not fit, only requests predicted to end before the running
+// ones free its pages start (squashed if they overrun), so it waits no
+// longer than that (a bound on starvation that Chameleon lacks).
 // Memory, the running cap and the token budget bound every admission. A head
 // blocked on adapter memory may be bypassed by a younger request of its queue
 // that fits now and is predicted to finish before the head could start; a
@@ -28,7 +33,8 @@ public:
   /// Keys: "bypass" (1: on, 0: off), "bypass_lookahead" (requests searched
   /// behind a blocked head, 64), "pool_all_spare" (0: phase 2 pools only the
   /// quota of queues left empty, as the paper's example; 1: every queue's
-  /// unused quota).
+  /// unused quota), "max_wait_s" (seconds after which a waiting request
+  /// goes first; 0, the default: never).
   std::string configure(const std::map<std::string, double>& params) override;
   void on_tuning(const queue_tuning& t) override { tuning_ = t; }
   std::vector<std::pair<std::string, double>> counters() const override;
@@ -53,6 +59,9 @@ private:
   std::unordered_map<std::uint64_t, std::uint32_t> bypassers_;
   std::uint64_t bypassed_ = 0;
   std::uint64_t squashed_ = 0;
+  double max_wait_s_ = 0;
+  std::uint64_t overdue_ = 0;
+  std::uint64_t held_ = 0;
 };
 
 } // namespace troupe::policies

@@ -189,6 +189,50 @@ TEST(chameleon_scheduling_policy, no_bypass_when_switched_off_or_blocked_by_kv) 
   EXPECT_NE(on.configure({{"lookahead", 2}}), "");
 }
 
+// max_wait_s: a request that has waited that long goes first, oldest first,
+// whatever its queue's quota (off by default).
+TEST(chameleon_scheduling_policy, requests_waiting_max_wait_s_go_first_oldest_first_whatever_their_quota) {
+  // The small queue's quota (100 tokens) is spent by two running requests.
+  const std::vector<running_view> running{r(20, 0, 20, 30, 1, 4), r(21, 0, 20, 30, 1, 4)};
+  // 1 (small, arrived at 30) and 2 (large, arrived at 10) are overdue at
+  // now = 100 with max_wait_s 60; 3 (small) and 4 (large, 300 tokens: over
+  // what 2 leaves of the large quota) are not.
+  const std::vector<waiting_view> q{w(1, 20, 20, 0, 0, 30, 0), w(2, 100, 200, 0, 0, 10, 1),
+                                    w(3, 20, 20, 0, 0, 90, 0), w(4, 100, 200, 0, 0, 95, 1)};
+  chameleon_scheduling_policy off;
+  off.on_tuning(two_queues());
+  EXPECT_EQ(off.schedule(input(q, running, 1000, {}, 100)).admit, (ids{2})) << "small quota spent";
+  chameleon_scheduling_policy p;
+  p.on_tuning(two_queues());
+  ASSERT_EQ(p.configure({{"max_wait_s", 60}}), "");
+  // In arrival order (the views' order): 1, then 2; 3 and 4 still wait for quota.
+  EXPECT_EQ(p.schedule(input(q, running, 1000, {}, 100)).admit, (ids{1, 2}));
+  const auto counters = p.counters();
+  EXPECT_NE(std::find(counters.begin(), counters.end(), std::pair<std::string, double>{"chameleon_overdue_admitted", 2}),
+            counters.end());
+  EXPECT_NE(p.configure({{"max_wait_s", -1}}), "");
+}
+
+TEST(chameleon_scheduling_policy, an_overdue_request_that_does_not_fit_lets_in_only_requests_ending_before_it_can_start) {
+  chameleon_scheduling_policy p;
+  ASSERT_EQ(p.configure({{"max_wait_s", 60}}), "");
+  // Overdue 1 needs 6 pages (96 tokens), 4 are free: 2 short. Running 9 (4
+  // pages) ends in 5 predicted iterations, 10 (10 pages) in 50.
+  const std::vector<running_view> running{r(9, 0, 16, 10, 5, 4), r(10, 0, 16, 60, 10, 10)};
+  const std::vector<waiting_view> q{w(1, 48, 48, 0, 0, 0), w(2, 16, 16, 0, 0, 50, 0, 3),
+                                    w(3, 16, 16, 0, 0, 50, 0, 30), w(4, 16, 16, 0, 0, 50, 0, 4),
+                                    w(5, 16, 16, 0, 0, 50, 0, 2)};
+  const auto d = p.schedule(input(q, running, 4, {}, 100));
+  // 2 (3 + 1 iterations) and 4 (4 + 1) end in time; 3 (31) would not; 5
+  // would, but 2 and 4 took the 4 pages.
+  EXPECT_EQ(d.admit, (ids{2, 4}));
+  EXPECT_EQ(p.bypassed(), 2u);
+  EXPECT_EQ(p.counters().back(), (std::pair<std::string, double>{"chameleon_held_for_overdue", 1}));
+  // Without the bound, the head (not blocked on an adapter) holds its queue.
+  chameleon_scheduling_policy off;
+  EXPECT_TRUE(off.schedule(input(q, running, 4, {}, 100)).admit.empty());
+}
+
 /// An engine loop: every iteration three small requests arrive in queue 0
 /// and keep the pool nearly full; at iteration 10 a large request arrives in
 /// queue 1. Running requests produce one token per iteration and end at their
