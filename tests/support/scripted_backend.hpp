@@ -1,5 +1,5 @@
 // An executor backend whose answers a test sets, for tests of the shells
-// around a backend (the executor and copy engine actors): every call is
+// around a backend (the executor, copy engine and scheduler actors): every call is
 // written to `calls` in order ("step 2" for a step of two entries, "load 5",
 // "swap out 9" and "swap in 9" (naming the first device page), "drop 5",
 // "forget 5").
@@ -22,11 +22,19 @@ public:
   double copy_seconds = 0;
   /// Adapters whose load fails.
   std::set<std::uint32_t> failing;
+  /// Requests whose entries the backend cannot run (token -1, a failure).
+  std::set<std::uint64_t> failing_requests;
   std::vector<std::string> calls;
 
   gpu::step_result run_step(std::span<const gpu::step_entry> batch) override {
     calls.push_back("step " + std::to_string(batch.size()));
-    return {std::vector<std::int32_t>(batch.size(), 7), step_seconds, {}};
+    gpu::step_result r{std::vector<std::int32_t>(batch.size(), 7), step_seconds, {}};
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      if (failing_requests.contains(batch[i].request_id)) {
+        r.tokens[i] = -1;
+        r.failures.push_back({batch[i].request_id, "scripted to fail"});
+      }
+    return r;
   }
   double transfer_seconds(std::uint64_t) const override { return copy_seconds; }
   gpu::adapter_load load_adapter(std::uint32_t id, const std::string&, std::uint64_t,
