@@ -152,7 +152,7 @@ void scheduler_core::enqueue_waiting(const record& r) {
   v.arrival_s = r.spec.arrival_s;
   v.generated = r.generated;
   v.swapped = r.swapped;
-  v.pages = r.swapped ? r.pages : 0;
+  v.pages = r.swapped ? swap_in_pages(r) : 0;
   v.reserve_tokens = reserve_tokens(r);
   v.last_token_s = r.last_token_s;
   // Keep arrival order; a request sent back by a denied reservation goes back
@@ -190,6 +190,11 @@ std::uint32_t scheduler_core::reserve_tokens(const record& r) const noexcept {
   const auto life = prompt + r.spec.max_new_tokens;
   // On demand: the prefill (prompt + output so far) and the next token.
   return limits_.on_demand ? std::min(life, prompt + r.generated + 1) : life;
+}
+
+std::uint64_t scheduler_core::swap_in_pages(const record& r) const noexcept {
+  return std::max<std::uint64_t>(r.host_page_ids.size(),
+                                 policies::pages_for(reserve_tokens(r), 0, tokens_per_page(r)));
 }
 
 void scheduler_core::request_growth(scheduler_effects& fx) {
@@ -262,8 +267,13 @@ scheduler_effects scheduler_core::admit(double now_s) {
     make_room(need, hr.spec.session, fx);
   }
   running_views_.clear();
+  // Pages already on their way back: swap-outs in flight, and requests
+  // chosen for preemption that wait for their step to end.
+  std::uint64_t freeing = swapping_out_pages_;
   for (auto id : batch_) {
     const auto& r = records_.at(id);
+    if (r.squash_requested || r.swap_requested)
+      freeing += r.pages;
     policies::running_view v;
     v.request_id = id;
     v.prompt_tokens = static_cast<std::uint32_t>(r.spec.prompt.size());
@@ -300,7 +310,9 @@ scheduler_effects scheduler_core::admit(double now_s) {
                      + (limits_.on_demand ? limits_.growth_watermark + pages_short_ : 0);
   in.limits.free_pages = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   in.limits.on_demand = limits_.on_demand;
-  in.pages_short = pages_short_;
+  // Preempt only for what those will not cover (else a second victim goes
+  // for pages the first is already giving back).
+  in.pages_short = pages_short_ > freeing ? pages_short_ - freeing : 0;
   in.limits.page_tokens = limits_.page_tokens;
   in.limits.hidden_page_tokens = limits_.hidden_page_tokens;
   const auto host_taken = host_reserved_ + host_pending_;
@@ -308,7 +320,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
   in.limits.page_bytes = limits_.page_bytes;
   in.now_s = now_s;
   auto decision = memory_blocked_ || waiting() == 0 ? policies::schedule_decision{} : policy_->schedule(in);
-  if (pages_short_ > 0)
+  if (in.pages_short > 0)
     policy_->preempt_for_growth(in, decision);
   for (auto id : decision.squash) {
     auto i = records_.find(id);
@@ -372,6 +384,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
       r.hidden = limits_.hidden_page_tokens > 0
                  && std::find(decision.hidden.begin(), decision.hidden.end(), id) != decision.hidden.end();
       r.pages = policies::pages_for(reserve_tokens(r), 0, tokens_per_page(r));
+    } else {
+      r.pages = swap_in_pages(r);
     }
     std::uint64_t adopted = 0;
     if (auto sit = sessions_.find(r.spec.session);
@@ -513,7 +527,11 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
   if (r.swapped) {
     // Its cache comes back from the host pool; it decodes on from there.
     transition(r, request_state::swapping_in);
-    fx.swap_ins.push_back({r.spec.request_id, r.page_ids, r.host_page_ids, r.pages * limits_.page_bytes});
+    // Into its first pages; the rest are room for its next step.
+    const auto cached = r.host_page_ids.size();
+    fx.swap_ins.push_back({r.spec.request_id,
+                           {r.page_ids.begin(), r.page_ids.begin() + static_cast<std::ptrdiff_t>(cached)},
+                           r.host_page_ids, cached * limits_.page_bytes});
     return;
   }
   transition(r, request_state::ready);
@@ -1259,6 +1277,7 @@ void scheduler_core::swap_out(record& r, scheduler_effects& fx) {
   r.adapter_granted = false;
   transition(r, request_state::swapping_out);
   host_pending_ += r.pages;
+  swapping_out_pages_ += r.pages;
   fx.swap_outs.push_back({r.spec.request_id, r.page_ids, {}, r.pages * limits_.page_bytes});
 }
 
@@ -1266,7 +1285,7 @@ void scheduler_core::release_host(record& r, scheduler_effects& fx) {
   if (!r.swapped)
     return;
   fx.release_host_pages.push_back(r.spec.request_id);
-  host_reserved_ -= r.pages;
+  host_reserved_ -= r.host_page_ids.size();
   r.host_page_ids.clear();
   r.swapped = false;
 }
@@ -1279,6 +1298,7 @@ scheduler_effects scheduler_core::on_swapped_out(std::uint64_t request_id, bool 
     return fx;
   auto& r = i->second;
   host_pending_ -= r.pages;
+  swapping_out_pages_ -= r.pages;
   fx.release_pages.push_back(request_id);
   reserved_pages_ -= r.pages;
   r.pages_granted = false;

@@ -396,6 +396,11 @@ private:
   std::uint32_t tokens_per_page(const record& r) const noexcept;
   /// Tokens of cache admitting `r` reserves.
   std::uint32_t reserve_tokens(const record& r) const noexcept;
+  /// Device pages a swapped-out request takes back: its cache's, and room
+  /// for its next step (a request swapped out while it waited to grow would
+  /// otherwise come back unable to step, and, not having stepped, never be
+  /// chosen to make room: a stall).
+  std::uint64_t swap_in_pages(const record& r) const noexcept;
   /// On demand: asks for pages running requests need soon; totals pages_short_.
   void request_growth(scheduler_effects& fx);
   /// A finished turn's pages become its session's cache (false: not kept).
@@ -447,6 +452,7 @@ private:
   std::uint64_t swapped_in_ = 0;
   std::uint64_t host_reserved_ = 0; // host pages of swapped-out requests
   std::uint64_t host_pending_ = 0;  // host pages of swap-outs in flight
+  std::uint64_t swapping_out_pages_ = 0; // device pages those swap-outs free when read
   std::uint64_t growths_denied_ = 0;
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths

@@ -3,8 +3,9 @@
 // take 10 modelled ms and whose adapter loads take 50: requests run to their
 // length one token per step; a cancelled one, one whose adapter cannot be
 // loaded and one the backend cannot run each end once, with their reason,
-// while the rest run on; and when all have ended every page is free again,
-// none given back twice.
+// while the rest run on; requests that outgrow the pool are swapped out and
+// back in; and when all have ended every page is free again, none given
+// back twice.
 #include "actors/adapter_cache_actor.hpp"
 #include "actors/copy_engine_actor.hpp"
 #include "actors/executor_actor.hpp"
@@ -48,28 +49,32 @@ progress_sink_actor::behavior_type sink(progress_sink_actor::pointer, std::share
   };
 }
 
-constexpr std::uint64_t pool_pages = 64;
-
 class scheduler_actor_test : public testing::actor_fixture {
 protected:
-  scheduler_actor_test() {
+  /// The node: `pages` device pages and `host_pages` host pages of 16
+  /// tokens; pages reserved for each request's whole life, or as it grows.
+  void start(std::uint64_t pages = 64, std::uint64_t host_pages = 0, bool on_demand = false,
+             std::unique_ptr<policies::scheduling_policy> policy = policies::make_scheduling_policy("fcfs")) {
     backend->step_seconds = 0.010;
     backend->copy_seconds = 0.050;
-    pool = spawn_memory_pool(sys(), pool_pages);
+    pool = spawn_memory_pool(sys(), pages, host_pages);
     auto copy = spawn_copy_engine(sys(), {backend, 1.0, false, 4});
     adapter_cache_config acc;
     acc.catalog = adapter_catalog({{"a", 16, ""}, {"b", 16, ""}}, adapter_generate_options{},
                                   [](std::uint32_t r) { return r * 125ull; }, 1000);
     acc.policy = policies::make_eviction_policy("lru");
     acc.options.prefetch = false;
-    acc.pool_pages = pool_pages;
+    acc.pool_pages = pages;
     acc.pool = pool;
     acc.copy_engine = copy;
     auto cache = spawn_adapter_cache(sys(), std::move(acc));
     scheduler_config sc;
-    sc.limits.total_pages = pool_pages;
+    sc.limits.total_pages = pages;
     sc.limits.page_tokens = 16;
-    sc.policy = policies::make_scheduling_policy("fcfs");
+    sc.limits.host_pages = host_pages;
+    sc.limits.page_bytes = 1000;
+    sc.limits.on_demand = on_demand;
+    sc.policy = std::move(policy);
     sc.backend = backend;
     sc.pool = pool;
     sc.adapter_cache = cache;
@@ -104,6 +109,8 @@ protected:
   void expect_pool_empty() {
     EXPECT_EQ(stat(pool, "pool_pages_kv"), 0);
     EXPECT_EQ(stat(pool, "pool_empty_releases"), 0);
+    EXPECT_EQ(stat(pool, "host_pool_pages_kv"), 0);
+    EXPECT_EQ(stat(pool, "host_pool_empty_releases"), 0);
   }
 
   std::shared_ptr<scripted_backend> backend = std::make_shared<scripted_backend>();
@@ -113,6 +120,7 @@ protected:
 };
 
 TEST_F(scheduler_actor_test, requests_run_to_their_length_and_end_once) {
+  start();
   ASSERT_TRUE(submit(1, 3));
   ASSERT_TRUE(submit(2, 5, 1)); // waits 50 ms for its adapter
   ASSERT_TRUE(submit(3, 4));
@@ -127,6 +135,7 @@ TEST_F(scheduler_actor_test, requests_run_to_their_length_and_end_once) {
 }
 
 TEST_F(scheduler_actor_test, a_cancelled_request_ends_once_and_the_others_run_on) {
+  start();
   ASSERT_TRUE(submit(1, 1000));
   ASSERT_TRUE(submit(2, 6));
   for (int i = 0; i < 35; ++i) // three steps
@@ -147,6 +156,7 @@ TEST_F(scheduler_actor_test, a_cancelled_request_ends_once_and_the_others_run_on
 }
 
 TEST_F(scheduler_actor_test, an_adapter_that_cannot_load_or_a_step_that_fails_ends_only_its_requests) {
+  start();
   backend->failing = {2};
   backend->failing_requests = {3};
   ASSERT_TRUE(submit(1, 4, 2));
@@ -162,6 +172,35 @@ TEST_F(scheduler_actor_test, an_adapter_that_cannot_load_or_a_step_that_fails_en
   EXPECT_EQ(log->tokens[4].size(), 4u);
   expect_pool_empty();
   EXPECT_EQ(stat(pool, "pool_pages_adapters"), 0);
+}
+
+// Two requests that outgrow a pool of 6 pages as they decode: one is
+// swapped out to the host pool and back in, and both still produce every
+// token, once each.
+TEST_F(scheduler_actor_test, a_request_swapped_out_to_make_room_resumes_and_finishes) {
+  auto adaptive = policies::make_scheduling_policy("adaptive");
+  ASSERT_EQ(adaptive->configure({{"mode", 2}}), ""); // swap whenever the host pool has room
+  adaptive->on_calibration({1e9, 1e9, {}, 0}); // what start-up measures
+  start(6, 16, true, std::move(adaptive));
+  ASSERT_TRUE(submit(1, 40)); // 20 + 40 tokens: 4 pages in the end, 2 at first
+  ASSERT_TRUE(submit(2, 40));
+  until_ended(2);
+  for (std::uint64_t id : {1, 2}) {
+    EXPECT_EQ(log->tokens[id].size(), 40u) << "request " << id;
+    EXPECT_EQ(log->ends[id], std::vector<finish_reason>{finish_reason::length}) << "request " << id;
+  }
+  const auto swaps_out = std::count_if(backend->calls.begin(), backend->calls.end(),
+                                       [](const std::string& c) { return c.starts_with("swap out"); });
+  const auto swaps_in = std::count_if(backend->calls.begin(), backend->calls.end(),
+                                      [](const std::string& c) { return c.starts_with("swap in"); });
+  // One of them makes room for the other, once: the pages of a swap-out
+  // in flight count as freed, and the one swapped back in has room for its
+  // next step (before, both were swapped out, came back without that room,
+  // and neither could step again).
+  EXPECT_EQ(swaps_out, 1);
+  EXPECT_EQ(swaps_in, 1);
+  EXPECT_EQ(stat(sched, "requests_swapped_out"), static_cast<double>(swaps_out));
+  expect_pool_empty();
 }
 
 } // namespace

@@ -35,6 +35,23 @@ public:
     return d;
   }
   std::string_view name() const noexcept override { return "scripted_preemption"; }
+  /// With swap_for_growth, a shortage swaps out the latest started running
+  /// requests until it is covered (the default squashes them).
+  void preempt_for_growth(const policies::schedule_input& in, policies::schedule_decision& d) override {
+    if (!swap_for_growth) {
+      scheduling_policy::preempt_for_growth(in, d);
+      return;
+    }
+    ++growth_calls;
+    std::uint64_t freed = 0;
+    for (auto r = in.running.rbegin(); r != in.running.rend() && freed < in.pages_short; ++r)
+      if (r->started) {
+        d.swap.push_back(r->request_id);
+        freed += r->pages;
+      }
+  }
+  bool swap_for_growth = false;
+  int growth_calls = 0;
   std::vector<std::uint64_t> swap, squash;
   std::uint64_t host_free_seen = 0;
   std::set<std::uint64_t> swapped_seen;
@@ -597,6 +614,48 @@ TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_pr
   }
   EXPECT_EQ(s.device.owners(), 0u);
   EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
+// Swapping out for growth: the pages of a swap-out in flight count as freed
+// (no second victim goes for them), and the request swapped back in gets
+// room for its next step with its cache (else it could not step, and, not
+// having stepped, would never be chosen to make room: both requests would
+// stall for good).
+TEST(scheduler_swap, a_request_swapped_out_for_growth_comes_back_with_room_for_its_next_step) {
+  swap_shell s{6, 8, true};
+  s.policy->swap_for_growth = true;
+  s.submit(1, 3, 12);
+  s.now += 1;
+  s.submit(2, 3, 12);
+  s.admit();
+  for (int i = 0; i < 200 && s.core->in_system() > 0; ++i) {
+    s.step();
+    s.admit();
+    while (!s.grows.empty())
+      s.answer_grow();
+    while (!s.outs.empty())
+      s.answer_out();
+    s.admit();
+    while (!s.ins.empty()) {
+      const auto& in = s.ins.front();
+      // Its cache into its first pages; it holds one more, for its next step.
+      EXPECT_EQ(in.device_pages.size(), in.host_pages.size());
+      EXPECT_EQ(s.device.pages_of({page_owner_kind::request, in.request_id}).size(), in.host_pages.size() + 1);
+      s.answer_in();
+    }
+  }
+  ASSERT_EQ(s.core->in_system(), 0u) << "stalled";
+  EXPECT_EQ(s.core->swapped_out(), 1u);
+  EXPECT_EQ(s.core->swapped_in(), 1u);
+  for (std::uint64_t id : {1u, 2u}) {
+    ASSERT_EQ(s.tokens[id].size(), 12u);
+    for (std::uint32_t i = 0; i < 12; ++i)
+      EXPECT_EQ(s.tokens[id][i], token_for(id, i));
+  }
+  EXPECT_EQ(s.device.owners(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
+  EXPECT_EQ(s.host.owners(), 0u);
+  EXPECT_EQ(s.host.empty_releases(), 0u);
 }
 
 TEST(scheduler_swap, a_preemption_for_growth_lets_the_survivor_grow_in_the_same_call) {
