@@ -577,6 +577,18 @@ swap_shell two_growing() {
   return s;
 }
 
+/// two_growing()'s requests produced their 12 tokens each, and every device
+/// page went back once.
+void expect_both_produced_12_tokens_and_released_their_pages(swap_shell& s) {
+  for (std::uint64_t id : {1u, 2u}) {
+    ASSERT_EQ(s.tokens[id].size(), 12u);
+    for (std::uint32_t i = 0; i < 12; ++i)
+      EXPECT_EQ(s.tokens[id][i], token_for(id, i));
+  }
+  EXPECT_EQ(s.device.owners(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
 TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_preempts_the_latest) {
   auto s = two_growing();
   EXPECT_EQ(s.core->reserved_pages(), 2u) << "one page each: prompt + the next token";
@@ -607,13 +619,7 @@ TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_pr
       s.answer_grow();
   }
   ASSERT_EQ(s.core->in_system(), 0u);
-  for (std::uint64_t id : {1u, 2u}) {
-    ASSERT_EQ(s.tokens[id].size(), 12u);
-    for (std::uint32_t i = 0; i < 12; ++i)
-      EXPECT_EQ(s.tokens[id][i], token_for(id, i));
-  }
-  EXPECT_EQ(s.device.owners(), 0u);
-  EXPECT_EQ(s.device.empty_releases(), 0u);
+  expect_both_produced_12_tokens_and_released_their_pages(s);
 }
 
 // Swapping out for growth: the pages of a swap-out in flight count as freed
@@ -647,13 +653,7 @@ TEST(scheduler_swap, a_request_swapped_out_for_growth_comes_back_with_room_for_i
   ASSERT_EQ(s.core->in_system(), 0u) << "stalled";
   EXPECT_EQ(s.core->swapped_out(), 1u);
   EXPECT_EQ(s.core->swapped_in(), 1u);
-  for (std::uint64_t id : {1u, 2u}) {
-    ASSERT_EQ(s.tokens[id].size(), 12u);
-    for (std::uint32_t i = 0; i < 12; ++i)
-      EXPECT_EQ(s.tokens[id][i], token_for(id, i));
-  }
-  EXPECT_EQ(s.device.owners(), 0u);
-  EXPECT_EQ(s.device.empty_releases(), 0u);
+  expect_both_produced_12_tokens_and_released_their_pages(s);
   EXPECT_EQ(s.host.owners(), 0u);
   EXPECT_EQ(s.host.empty_releases(), 0u);
 }
