@@ -486,14 +486,20 @@ TEST(scheduler_swap, cancels_while_swapping_or_swapped_release_each_page_once) {
   EXPECT_EQ(s.core->host_pages_held(), 0u);
 }
 
-TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once) {
-  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u}) {
-    const bool on_demand = seed % 2 == 0;
-    SCOPED_TRACE("seed " + std::to_string(seed) + (on_demand ? ", pages on demand" : ""));
+/// 150 requests arriving at random, preempted at random by swap or
+/// recompute, cancelled now and then, every answer (pages, growths, copies,
+/// stale growths) coming in a random order; with `swap_for_growth`, a
+/// shortage of pages swaps the latest running requests out too. Then
+/// everything is answered until the core is empty.
+void random_preemptions(std::uint64_t seed, bool on_demand, bool swap_for_growth) {
+  {
+    SCOPED_TRACE("seed " + std::to_string(seed) + (on_demand ? ", pages on demand" : "")
+                 + (swap_for_growth ? ", swaps for growth" : ""));
     std::mt19937_64 rng{seed};
     auto chance = [&](double p) { return std::uniform_real_distribution<>{0, 1}(rng) < p; };
     auto pick = [&](std::uint64_t n) { return rng() % n; };
     swap_shell s{on_demand ? 14u : 48u, 20, on_demand};
+    s.policy->swap_for_growth = swap_for_growth;
     std::uint64_t next = 1;
     std::vector<std::uint64_t> ids;
     for (int iter = 0; iter < 4000 && (next <= 150 || s.core->in_system() > 0); ++iter) {
@@ -540,7 +546,7 @@ TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once
         s.answer_stale();
       s.step();
     }
-    ASSERT_EQ(s.core->in_system(), 0u);
+    ASSERT_EQ(s.core->in_system(), 0u) << "stalled";
     EXPECT_EQ(s.finished.size(), ids.size()) << "every request got exactly one reply";
     for (auto id : ids) {
       const auto reason = s.finished.at(id);
@@ -563,6 +569,18 @@ TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once
       EXPECT_GT(s.core->growths_denied(), 0u) << "the pool was meant to run short";
     }
   }
+}
+
+TEST(scheduler_swap, random_preemptions_lose_nothing_and_release_everything_once) {
+  for (std::uint64_t seed : {1u, 2u, 3u, 4u, 5u, 6u, 7u, 8u})
+    random_preemptions(seed, seed % 2 == 0, false);
+}
+
+// Swaps chosen for growth as well, answers in random orders: nothing lost,
+// nothing stalls, every page back once.
+TEST(scheduler_swap, random_swaps_for_growth_never_stall) {
+  for (std::uint64_t seed : {11u, 12u, 13u, 14u, 15u, 16u})
+    random_preemptions(seed, true, true);
 }
 
 /// Six 4-token pages on demand; requests 1 and 2 (3-token prompts, 12 new
