@@ -50,7 +50,7 @@ struct metrics_state {
   std::uint64_t batch_sum = 0;
   double device_seconds = 0;
   std::uint64_t output_tokens = 0;
-  std::array<std::uint64_t, 5> finished{};
+  std::array<std::uint64_t, finish_reasons> finished{};
   recent_samples ttft_ms, e2e_ms, queue_ms;
   std::uint64_t last_tokens = 0;
   double last_log_s = 0;
@@ -114,6 +114,8 @@ metrics_actor::behavior_type metrics_impl(self_ptr self, metrics_options opts) {
         {"finished_stop", count(finish_reason::stop)},
         {"finished_cancelled", count(finish_reason::cancelled)},
         {"finished_error", count(finish_reason::error)},
+        {"finished_adapter_error", count(finish_reason::adapter_error)},
+        {"finished_aborted", count(finish_reason::aborted)},
         {"ttft_ms_p50", st.ttft_ms.percentile(0.5)},
         {"ttft_ms_p99", st.ttft_ms.percentile(0.99)},
         {"e2e_ms_p50", st.e2e_ms.percentile(0.5)},

@@ -4,6 +4,7 @@
 
 #include "policies/classifier_policy.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -49,6 +50,8 @@ enum class finish_reason : std::uint8_t {
   adapter_error, ///< its adapter could not be loaded (missing or corrupt files)
   aborted,   ///< the policy ended it unstarted: it could not meet its first-token target
 };
+/// How many finish reasons there are.
+inline constexpr std::size_t finish_reasons = static_cast<std::size_t>(finish_reason::aborted) + 1;
 
 /// Wire name ("length", "eos", ...).
 std::string_view to_string(finish_reason x) noexcept;
