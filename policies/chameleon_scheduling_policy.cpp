@@ -107,9 +107,10 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
   };
 
   // Phase 0: requests that have waited max_wait_s or more go first, oldest
-  // first, whatever their queue's quota; when the oldest of them does not
-  // fit, nothing else is admitted, so the pages running requests free go to
-  // it and no request waits for ever behind smaller ones.
+  // first, whatever their queue's quota. When the oldest of them does not
+  // fit, the only others let in are those predicted to end before it could
+  // start (backfilling), so the pages running requests free go to it and no
+  // request waits for ever behind smaller ones.
   bool held = false;
   if (max_wait_s_ > 0) {
     for (const auto& w : in.waiting) {
