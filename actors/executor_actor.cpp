@@ -54,6 +54,10 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_config cfg) 
       i->second.promise.deliver(std::move(i->second.result));
       self->state.pending.erase(i);
     },
+    [self](stats_atom) {
+      const auto figures = self->state.cfg.backend->counters();
+      return stat_values{figures.begin(), figures.end()};
+    },
   };
 }
 

@@ -69,7 +69,7 @@ void answer_stats(self_ptr self, std::string peer, std::string id) {
   auto sources = std::make_shared<const std::vector<stats_source>>(
     cfg.router ? stats_sources(cfg.router)
                : stats_sources(cfg.scheduler, cfg.pool, cfg.adapter_cache, cfg.copy_engine, cfg.tuner,
-                               cfg.metrics));
+                               cfg.metrics, cfg.executor));
   gather_stats(
     self, sources, values,
     [self, peer, id](const stat_values& all) { emit(self, {{peer, wire::to_json(wire::stats_reply{id, all})}}); },

@@ -31,6 +31,7 @@ struct intake_config {
   copy_engine_actor copy_engine;
   queue_tuner_actor tuner; ///< may be null
   metrics_actor metrics; ///< may be null
+  executor_actor executor; ///< may be null: stats only (the backend's figures)
   prefetcher_actor prefetcher; ///< may be null: told of each accepted request's adapter
   /// Hands frames to the transport; thread-safe, never blocks. // local only
   std::function<void(std::vector<outbound_frame>)> send;

@@ -82,7 +82,7 @@ node_actor::behavior_type node_impl(self_ptr self, node_config cfg) {
       values->push_back({"node_pulls", static_cast<double>(self->state.pulls)});
       values->push_back({"node_pulls_failed", static_cast<double>(self->state.pulls_failed)});
       auto sources = std::make_shared<const std::vector<stats_source>>(
-        stats_sources(c.scheduler, c.pool, c.adapter_cache, c.copy_engine, c.tuner, c.metrics));
+        stats_sources(c.scheduler, c.pool, c.adapter_cache, c.copy_engine, c.tuner, c.metrics, c.executor));
       gather_stats(
         self, sources, values, [rp](const stat_values& all) mutable { rp.deliver(all); },
         [rp](const caf::error& e) mutable { rp.deliver(e); });

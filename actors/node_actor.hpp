@@ -22,6 +22,7 @@ struct node_config {
   copy_engine_actor copy_engine;
   queue_tuner_actor tuner;     ///< may be null
   metrics_actor metrics;       ///< may be null
+  executor_actor executor;     ///< may be null: stats only (the backend's figures)
   /// How long another node may take to export a session's KV
   /// (cluster.node_timeout_s).
   caf::timespan node_timeout = std::chrono::seconds{30};

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace troupe::gpu {
@@ -144,6 +145,9 @@ public:
   /// after a capture CUDA refused). Each is given once; empty when there is
   /// nothing new. Called by run_step's thread, after run_step.
   virtual std::string notice() { return {}; }
+  /// Figures for the server's stats (name, value), read by run_step's
+  /// thread between steps; none by default.
+  virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
   /// Short name for logs and stats ("sim", "cpu", "cuda").
   virtual std::string name() const = 0;
 };

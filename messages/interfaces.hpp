@@ -141,11 +141,13 @@ using prefetcher_actor = caf::typed_actor<
   caf::reacts_to<arrival_atom, std::uint32_t>,
   caf::reacts_to<tick_atom>>;
 
-/// executor: runs one step of a batch on its backend.
+/// executor: runs one step of a batch on its backend; stats replies the
+/// backend's own figures (executor_backend::counters).
 using executor_actor = caf::typed_actor<
   caf::replies_to<run_step_atom, std::vector<gpu::step_entry>>::with<gpu::step_result>,
   /// Internal timer: step `id` finished.
-  caf::reacts_to<tick_atom, std::uint64_t>>;
+  caf::reacts_to<tick_atom, std::uint64_t>,
+  caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// metrics: step and request figures; stats replies a snapshot.
 using metrics_actor = caf::typed_actor<

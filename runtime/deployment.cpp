@@ -275,7 +275,7 @@ deployment::start(const deployment_options& opts) {
 
   front_actor router;
   if (cl.enabled()) {
-    auto joined = join_cluster(*p, sys, {classifier, sched, pool, cache, copy, tuner, metrics}, router);
+    auto joined = join_cluster(*p, sys, {classifier, sched, pool, cache, copy, tuner, metrics, exec}, router);
     if (!joined.empty())
       return opts.source + ": cluster: " + joined;
   }
@@ -308,6 +308,7 @@ deployment::start(const deployment_options& opts) {
   ic.tuner = tuner;
   ic.prefetcher = prefetcher;
   ic.metrics = metrics;
+  ic.executor = exec;
   auto* bridge_ptr = p->bridge.get();
   ic.send = [bridge_ptr](std::vector<outbound_frame> frames) {
     bridge_ptr->send(std::move(frames));

@@ -616,6 +616,15 @@ std::string cuda_backend::notice() {
   return "step graphs are off, steps launch directly: " + why;
 }
 
+std::vector<std::pair<std::string, double>> cuda_backend::counters() const {
+  return {{"cuda_steps_replayed", static_cast<double>(model_->steps_replayed())},
+          {"cuda_step_graphs_kept", static_cast<double>(model_->step_graphs_kept())},
+          {"cuda_step_graphs_off", model_->step_graphs_error().empty() ? 0.0 : 1.0},
+          {"cuda_device_adapters", static_cast<double>(device_adapters())},
+          {"cuda_host_adapters", static_cast<double>(host_adapters())},
+          {"cuda_h2d_gb_per_s", h2d_bytes_per_s_ / 1e9}};
+}
+
 std::string cuda_backend::broken() const {
   std::lock_guard guard{broken_mtx_};
   return broken_;

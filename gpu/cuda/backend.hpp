@@ -121,6 +121,10 @@ public:
   /// Step graphs turned off by a capture CUDA refused (steps then launch
   /// directly): once for each reason.
   std::string notice() override;
+  /// cuda_steps_replayed, cuda_step_graphs_kept, cuda_step_graphs_off (1
+  /// after a refused capture), cuda_device_adapters, cuda_host_adapters,
+  /// cuda_h2d_gb_per_s.
+  std::vector<std::pair<std::string, double>> counters() const override;
 
   // -- observers (the factory, stats and tests) -----------------------------
   /// The device's name and ordinal, "NVIDIA H100 80GB HBM3 (CUDA device 0)".

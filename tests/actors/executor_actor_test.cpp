@@ -1,7 +1,7 @@
 // The executor actor on CAF's deterministic scheduler: it answers a step
 // with the backend's result, at once where steps take no modelled time, and
 // otherwise only once the step's device time, scaled by time_scale, has
-// passed on the actor system's clock.
+// passed on the actor system's clock; its stats are the backend's figures.
 #include "actors/executor_actor.hpp"
 
 #include "tests/support/actor_fixture.hpp"
@@ -59,6 +59,14 @@ TEST_F(executor_actor_test, holds_each_answer_until_the_steps_scaled_device_time
   auto second = receive_now<gpu::step_result>();
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->tokens.size(), 3u);
+}
+
+TEST_F(executor_actor_test, stats_are_the_backends_own_figures) {
+  auto exec = spawn_executor(sys(), {backend, 0.0, false});
+  self->send(exec, run_step_atom_v, std::vector<gpu::step_entry>(2));
+  self->send(exec, run_step_atom_v, std::vector<gpu::step_entry>(1));
+  run();
+  EXPECT_EQ(stat(exec, "scripted_calls"), 2);
 }
 
 } // namespace

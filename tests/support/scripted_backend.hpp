@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace troupe::testing {
@@ -51,6 +52,9 @@ public:
     calls.push_back(std::string{dir == gpu::swap_direction::out ? "swap out " : "swap in "}
                     + std::to_string(device_pages.empty() ? 0 : device_pages.front()));
     return {{}, copy_seconds};
+  }
+  std::vector<std::pair<std::string, double>> counters() const override {
+    return {{"scripted_calls", static_cast<double>(calls.size())}};
   }
   const gpu::tokenizer& vocab() const override { return bytes_; }
   std::string name() const override { return "scripted"; }

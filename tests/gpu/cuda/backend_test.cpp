@@ -368,6 +368,17 @@ TEST(cuda_backend, decode_steps_replayed_from_step_graphs_give_the_same_tokens) 
   EXPECT_EQ(direct->steps_replayed(), 0u);
   EXPECT_GE(graphs->steps_replayed(), steps - 3); // all but the prefill and the first decode step or two
   EXPECT_EQ(graphs->notice(), ""); // no capture was refused
+  // The server's stats carry the same figures.
+  const auto figure = [](const cuda_backend& b, const std::string& name) {
+    for (const auto& [k, v] : b.counters())
+      if (k == name)
+        return v;
+    return -1.0;
+  };
+  EXPECT_EQ(figure(*graphs, "cuda_steps_replayed"), static_cast<double>(graphs->steps_replayed()));
+  EXPECT_EQ(figure(*graphs, "cuda_step_graphs_kept"), 1);
+  EXPECT_EQ(figure(*graphs, "cuda_step_graphs_off"), 0);
+  EXPECT_GT(figure(*graphs, "cuda_h2d_gb_per_s"), 0);
 }
 
 TEST(cuda_backend, sampling_follows_each_requests_seed) {

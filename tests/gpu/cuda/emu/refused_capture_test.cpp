@@ -35,6 +35,10 @@ TEST(cuda_backend_refused_capture, step_graphs_switch_off_once_noticed_and_the_t
   EXPECT_NE(note.find("cudaStreamBeginCapture"), std::string::npos) << note;
   EXPECT_NE(note.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << note;
   EXPECT_EQ(graphs->notice(), ""); // once
+  bool off = false;
+  for (const auto& [k, v] : graphs->counters())
+    off = off || (k == "cuda_step_graphs_off" && v == 1);
+  EXPECT_TRUE(off) << "stats say step graphs are off";
   EXPECT_EQ(direct->notice(), "");
   // Off for good: captures allowed again, the steps still launch directly.
   EXPECT_EQ(generate(*graphs, p, {3, 4, 5}, 4), std::vector<std::int32_t>(want.begin(), want.begin() + 4));
