@@ -88,6 +88,24 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
   auto cost_of = [&](const waiting_view& w) {
     return cost(w.prompt_tokens, w.predicted_tokens, w.adapter_pages, lim.page_tokens);
   };
+  // An admitted request charges its queue's quota.
+  auto charge = [&](const waiting_view& w) {
+    const auto q = std::min<std::size_t>(w.queue, k - 1);
+    const auto c = cost_of(w);
+    avail[q] = avail[q] > c ? avail[q] - c : 0;
+    ++running_in[q];
+  };
+  // Lets `y` pass a blocked request that can start in `wait` iterations:
+  // admitted if it fits now and is predicted to end before then (squashed
+  // if it overruns).
+  auto pass = [&](const waiting_view& y, double wait) {
+    if (taken.contains(y.request_id) || !global_fit(y) || static_cast<double>(y.predicted_tokens) + 1 > wait)
+      return false;
+    admit(y);
+    bypassers_[y.request_id] = std::max<std::uint32_t>(y.predicted_tokens, 1);
+    ++bypassed_;
+    return true;
+  };
   // Iterations until enough running requests end to free `deficit` pages,
   // by their predicted remaining output; "never" when they cannot.
   auto head_wait = [&](std::uint64_t deficit) {
@@ -120,26 +138,15 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
         held = true;
         ++held_;
         // Others may start now if they are predicted to end (and give their
-        // pages back) before the running requests have freed enough for it;
-        // one that overruns is squashed.
+        // pages back) before the running requests have freed enough for it.
         const auto need = pages.need(w, lim.page_tokens);
         const double wait = need > pages.left() ? head_wait(need - pages.left()) : 0.0;
-        for (const auto& y : in.waiting) {
-          if (taken.contains(y.request_id) || y.request_id == w.request_id || !global_fit(y))
-            continue;
-          if (static_cast<double>(y.predicted_tokens) + 1 > wait)
-            continue;
-          admit(y);
-          bypassers_[y.request_id] = std::max<std::uint32_t>(y.predicted_tokens, 1);
-          ++bypassed_;
-        }
+        for (const auto& y : in.waiting)
+          pass(y, wait);
         break;
       }
       admit(w);
-      const auto q = std::min<std::size_t>(w.queue, k - 1);
-      const auto c = cost_of(w);
-      avail[q] = avail[q] > c ? avail[q] - c : 0;
-      ++running_in[q];
+      charge(w);
       ++overdue_;
     }
   }
@@ -162,8 +169,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
         break;
       if (global_fit(w)) {
         admit(w);
-        avail[q] = avail[q] > c ? avail[q] - c : 0;
-        ++running_in[q];
+        charge(w);
         ++next[q];
         continue;
       }
@@ -176,16 +182,8 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
         const double wait = head_wait(need - pages.left());
         for (std::size_t j = next[q] + 1; j < list.size() && j <= next[q] + lookahead_; ++j) {
           const auto& y = *list[j];
-          const auto cy = cost_of(y);
-          if (taken.contains(y.request_id) || cy > avail[q] || !global_fit(y))
-            continue;
-          if (static_cast<double>(y.predicted_tokens) + 1 > wait)
-            continue;
-          admit(y);
-          avail[q] = avail[q] > cy ? avail[q] - cy : 0;
-          ++running_in[q];
-          bypassers_[y.request_id] = std::max<std::uint32_t>(y.predicted_tokens, 1);
-          ++bypassed_;
+          if (cost_of(y) <= avail[q] && pass(y, wait))
+            charge(y);
         }
       }
       break;

@@ -586,8 +586,8 @@ TEST(scheduler_swap, random_swaps_for_growth_never_stall) {
 /// Six 4-token pages on demand; requests 1 and 2 (3-token prompts, 12 new
 /// tokens: 4 pages for a life, 1 at admission) arrive a second apart and are
 /// admitted.
-swap_shell two_growing() {
-  swap_shell s{6, 0, true};
+swap_shell two_growing(std::uint64_t host_pages = 0) {
+  swap_shell s{6, host_pages, true};
   s.submit(1, 3, 12);
   s.now += 1;
   s.submit(2, 3, 12);
@@ -646,12 +646,8 @@ TEST(scheduler_swap, on_demand_pages_grow_with_the_output_and_a_short_request_pr
 // having stepped, would never be chosen to make room: both requests would
 // stall for good).
 TEST(scheduler_swap, a_request_swapped_out_for_growth_comes_back_with_room_for_its_next_step) {
-  swap_shell s{6, 8, true};
-  s.policy->swap_for_growth = true;
-  s.submit(1, 3, 12);
-  s.now += 1;
-  s.submit(2, 3, 12);
-  s.admit();
+  auto s = two_growing(8);
+  s.policy->swap_for_growth = true; // they grow short only steps later
   for (int i = 0; i < 200 && s.core->in_system() > 0; ++i) {
     s.step();
     s.admit();

@@ -357,8 +357,7 @@ TEST(cuda_backend, a_pool_with_no_room_left_is_refused_naming_what_took_the_memo
 // backend that launches every step.
 TEST(cuda_backend, decode_steps_replayed_from_step_graphs_give_the_same_tokens) {
   TROUPE_REQUIRE_GPU();
-  auto direct = open_backend(dtype::f16);
-  auto graphs = open_backend_with_step_graphs(4);
+  auto [direct, graphs] = open_with_and_without_step_graphs(4);
   ASSERT_NE(direct, nullptr);
   ASSERT_NE(graphs, nullptr);
   const auto p = prompt(20, 3);

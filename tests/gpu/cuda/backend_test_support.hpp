@@ -45,11 +45,15 @@ inline std::unique_ptr<cuda_backend> open_backend(const cuda_backend_options& o)
   return std::move(std::get<std::unique_ptr<cuda_backend>>(b));
 }
 inline std::unique_ptr<cuda_backend> open_backend(dtype t = dtype::f16) { return open_backend(options_for(t)); }
-/// An f16 backend keeping `n` step graphs.
-inline std::unique_ptr<cuda_backend> open_backend_with_step_graphs(std::uint32_t n) {
+/// Two f16 backends of one model: `direct` launches every step, `graphs`
+/// keeps `n` step graphs.
+struct step_graph_backends {
+  std::unique_ptr<cuda_backend> direct, graphs;
+};
+inline step_graph_backends open_with_and_without_step_graphs(std::uint32_t n) {
   auto o = options_for(dtype::f16);
   o.step_graphs = n;
-  return open_backend(o);
+  return {open_backend(dtype::f16), open_backend(o)};
 }
 
 using troupe::testing::greedy_entry;

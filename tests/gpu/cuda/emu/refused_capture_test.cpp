@@ -18,8 +18,7 @@ struct captures_refused {
 };
 
 TEST(cuda_backend_refused_capture, step_graphs_switch_off_once_noticed_and_the_tokens_stay) {
-  auto direct = open_backend(dtype::f16);
-  auto graphs = open_backend_with_step_graphs(4);
+  auto [direct, graphs] = open_with_and_without_step_graphs(4);
   ASSERT_NE(direct, nullptr);
   ASSERT_NE(graphs, nullptr);
   const auto p = prompt(20, 5);
