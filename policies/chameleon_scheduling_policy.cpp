@@ -65,25 +65,15 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
   for (const auto& w : in.waiting)
     queues[std::min<std::size_t>(w.queue, k - 1)].push_back(&w);
 
-  std::uint64_t running = in.running.size() - out.squash.size();
-  std::uint64_t tokens = running;
-  page_budget pages{lim.free_pages, in.adapters_in_use};
+  batch_admission batch{in, out.squash.size()};
+  const auto& pages = batch.pages();
   std::vector<std::size_t> next(k, 0); // first not-yet-admitted index per queue
   std::unordered_map<std::uint64_t, char> taken;
 
-  auto global_fit = [&](const waiting_view& w) {
-    if (running >= lim.max_running)
-      return false;
-    if (running > 0 && tokens + w.prompt_tokens > lim.token_budget)
-      return false;
-    return pages.need(w, lim.page_tokens) <= pages.left();
-  };
+  auto global_fit = [&](const waiting_view& w) { return batch.fits(w); };
   auto admit = [&](const waiting_view& w) {
-    pages.take(w, lim.page_tokens);
-    out.admit.push_back(w.request_id);
+    batch.admit(w, out);
     taken[w.request_id] = 1;
-    ++running;
-    tokens += w.prompt_tokens;
   };
   auto cost_of = [&](const waiting_view& w) {
     return cost(w.prompt_tokens, w.predicted_tokens, w.adapter_pages, lim.page_tokens);

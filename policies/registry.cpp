@@ -4,6 +4,7 @@
 #include "policies/aptserve_scheduling_policy.hpp"
 #include "policies/chameleon_scheduling_policy.hpp"
 #include "policies/fcfs_scheduling_policy.hpp"
+#include "policies/sjf_scheduling_policy.hpp"
 #include "policies/slora_scheduling_policy.hpp"
 
 #include <map>
@@ -58,6 +59,7 @@ registry<scheduling_policy>& schedulers() {
     built.add("chameleon", [] { return std::make_unique<chameleon_scheduling_policy>(); });
     built.add("adaptive", [] { return std::make_unique<adaptive_scheduling_policy>(); });
     built.add("aptserve", [] { return std::make_unique<aptserve_scheduling_policy>(); });
+    built.add("sjf", [] { return std::make_unique<sjf_scheduling_policy>(); });
     return built;
   }();
   return r;

@@ -51,6 +51,29 @@ bool page_budget::take_with(const waiting_view& w, std::uint64_t cache_pages) {
   return true;
 }
 
+batch_admission::batch_admission(const schedule_input& in, std::uint64_t leaving)
+  : limits_(in.limits), running_(in.running.size() - std::min<std::uint64_t>(leaving, in.running.size())),
+    tokens_(running_),
+    pages_(in.limits.free_pages, in.adapters_in_use) {}
+
+bool batch_admission::fits(const waiting_view& w) const {
+  if (running_ >= limits_.max_running)
+    return false;
+  if (running_ > 0 && tokens_ + w.prompt_tokens > limits_.token_budget)
+    return false;
+  return pages_.need(w, limits_.page_tokens) <= pages_.left();
+}
+
+bool batch_admission::admit(const waiting_view& w, schedule_decision& d) {
+  if (!fits(w))
+    return false;
+  pages_.take(w, limits_.page_tokens);
+  d.admit.push_back(w.request_id);
+  ++running_;
+  tokens_ += w.prompt_tokens;
+  return true;
+}
+
 void scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
   std::uint64_t freed = 0;
   auto chosen = [&](std::uint64_t id) {

@@ -154,6 +154,32 @@ private:
   std::vector<std::uint32_t> in_use_; // sorted
 };
 
+/// One iteration's admissions under its limits: the running cap, the token
+/// budget (one token per running request plus each admitted prompt; a lone
+/// request may exceed it, else a long prompt could never start) and the free
+/// pages (a page_budget). The policies that admit in some order and stop at
+/// the first request that does not fit share it.
+class batch_admission {
+public:
+  /// `leaving`: running requests this decision takes out of the batch
+  /// (squashed), which neither count against the cap nor decode a token.
+  explicit batch_admission(const schedule_input& in, std::uint64_t leaving = 0);
+  /// True if `w` fits now.
+  bool fits(const waiting_view& w) const;
+  /// Admits `w` into `d` (appended to d.admit, its pages taken) if it fits;
+  /// false, and nothing changed, otherwise.
+  bool admit(const waiting_view& w, schedule_decision& d);
+  /// Requests running once this iteration's admissions join them.
+  std::uint64_t running() const noexcept { return running_; }
+  const page_budget& pages() const noexcept { return pages_; }
+
+private:
+  const schedule_limits& limits_;
+  std::uint64_t running_;
+  std::uint64_t tokens_;
+  page_budget pages_;
+};
+
 /// Decides admissions. Called once per scheduler iteration from one thread.
 class scheduling_policy {
 public:

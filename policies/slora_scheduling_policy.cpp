@@ -22,7 +22,6 @@ std::vector<std::pair<std::string, double>> slora_scheduling_policy::counters() 
 
 schedule_decision slora_scheduling_policy::schedule(const schedule_input& in) {
   schedule_decision out;
-  const auto& lim = in.limits;
 
   // Early abort, and the order the rest are considered in.
   std::vector<const waiting_view*> order;
@@ -48,9 +47,7 @@ schedule_decision slora_scheduling_policy::schedule(const schedule_input& in) {
   }
   last_now_ = in.now_s;
 
-  std::uint64_t running = in.running.size();
-  std::uint64_t tokens = running; // one decode token per running request
-  page_budget pages{lim.free_pages, in.adapters_in_use};
+  batch_admission batch{in};
   std::vector<std::uint32_t> batch_adapters(in.adapters_in_use.begin(), in.adapters_in_use.end());
   std::sort(batch_adapters.begin(), batch_adapters.end());
   std::vector<char> taken(order.size(), 0);
@@ -66,16 +63,9 @@ schedule_decision slora_scheduling_policy::schedule(const schedule_input& in) {
       if (only_batch_adapters && w.adapter_id != 0
           && !std::binary_search(batch_adapters.begin(), batch_adapters.end(), w.adapter_id))
         continue;
-      if (running >= lim.max_running)
-        return;
-      if (running > 0 && tokens + w.prompt_tokens > lim.token_budget)
-        return;
-      if (!pages.take(w, lim.page_tokens))
+      if (!batch.admit(w, out))
         return;
       taken[i] = 1;
-      out.admit.push_back(w.request_id);
-      ++running;
-      tokens += w.prompt_tokens;
       if (w.adapter_id != 0 && !std::binary_search(batch_adapters.begin(), batch_adapters.end(), w.adapter_id))
         batch_adapters.insert(std::upper_bound(batch_adapters.begin(), batch_adapters.end(), w.adapter_id),
                               w.adapter_id);

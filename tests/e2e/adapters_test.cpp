@@ -318,6 +318,17 @@ TEST(preemption_e2e, preempted_requests_finish_with_the_tokens_they_would_have_p
   EXPECT_EQ(grow_stats.at("pool_empty_releases"), 0.0);
   EXPECT_EQ(grow_stats.at("host_pool_pages_kv"), 0.0);
   EXPECT_EQ(grow_stats.at("pool_pages_kv"), 0.0) << "every page came back";
+  // Shortest predicted first (the max_tokens predictor) in the same tight
+  // pool on demand: the engine's own preemption, the same tokens.
+  const auto [sjf_run, sjf_stats] =
+    run_demo("sjf", "[memory_pool]\npages = 12\n[scheduler]\npolicy = \"sjf\"\n"
+                    "kv_reservation = \"on_demand\"\ngrowth_watermark = 0.0\n", requests);
+  ASSERT_EQ(sjf_run.size(), requests.size());
+  EXPECT_GT(sjf_stats.at("kv_growths_denied"), 0.0) << "the pool was meant to run short";
+  for (const auto& [id, tokens] : free_run)
+    EXPECT_EQ(sjf_run.at(id), tokens) << id << ": sjf changed the output";
+  EXPECT_EQ(sjf_stats.at("pool_empty_releases"), 0.0);
+  EXPECT_EQ(sjf_stats.at("pool_pages_kv"), 0.0) << "every page came back";
 }
 
 TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {

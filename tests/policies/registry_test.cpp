@@ -37,6 +37,15 @@ TEST(registry, builds_the_builtins_by_name) {
   EXPECT_EQ(e->name(), "lru");
 }
 
+TEST(registry, every_builtin_scheduling_policy_builds_under_its_own_name) {
+  for (const std::string name : {"fcfs", "slora", "chameleon", "adaptive", "aptserve", "sjf"}) {
+    auto s = make_scheduling_policy(name);
+    ASSERT_NE(s, nullptr) << name;
+    EXPECT_EQ(s->name(), name);
+    EXPECT_TRUE(contains(scheduling_policy_names(), name)) << name;
+  }
+}
+
 TEST(registry, each_make_builds_a_new_instance) {
   auto a = make_scheduling_policy("fcfs");
   auto b = make_scheduling_policy("fcfs");

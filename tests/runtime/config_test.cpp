@@ -3,6 +3,8 @@
 // one message naming the file and the key path. Runs from the repository root.
 #include "runtime/config.hpp"
 
+#include "policies/registry.hpp"
+
 #include <gtest/gtest.h>
 
 #include <map>
@@ -216,6 +218,81 @@ TEST(config, every_key_the_shipped_files_set_is_documented) {
     }
     EXPECT_GT(lines, 5) << file;
   }
+}
+
+/// The line of `file` that starts with `prefix` after the heading that
+/// starts with `heading`; "" when there is none.
+std::string doc_line(const char* file, const std::string& heading, const std::string& prefix) {
+  std::ifstream in(file);
+  std::string line;
+  bool under = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("#", 0) == 0)
+      under = line.rfind(heading, 0) == 0;
+    else if (under && line.rfind(prefix, 0) == 0)
+      return line;
+  }
+  return {};
+}
+
+/// The keys a policy's configure() takes, from the error it gives for a key
+/// it does not: `... takes "a", "b" and "c"; got "..."`.
+template <class Policy>
+std::vector<std::string> params_of(Policy& p) {
+  const auto e = p.configure({{"config_test_no_such_key", 1}});
+  std::vector<std::string> keys;
+  const auto from = e.find(" takes "), to = e.find("; got");
+  if (from == std::string::npos || to == std::string::npos)
+    return keys;
+  for (auto at = e.find('"', from); at != std::string::npos && at < to;) {
+    const auto close = e.find('"', at + 1);
+    keys.push_back(e.substr(at + 1, close - at - 1));
+    at = e.find('"', close + 1);
+  }
+  return keys;
+}
+
+bool names_code(const std::string& text, const std::string& name) {
+  for (auto at = text.find("`" + name); at != std::string::npos; at = text.find("`" + name, at + 1)) {
+    const auto after = at + 1 + name.size();
+    if (after < text.size() && (text[after] == '`' || text[after] == ' '))
+      return true;
+  }
+  return false;
+}
+
+TEST(config, every_registered_policy_and_its_params_are_documented) {
+  const auto sched_policy = doc_line("docs/configuration.md", "## [scheduler]", "| `policy` |");
+  const auto sched_params = doc_line("docs/configuration.md", "## [scheduler]", "| `params` |");
+  const auto evict_policy = doc_line("docs/configuration.md", "## [adapter_cache]", "| `policy` |");
+  const auto evict_params = doc_line("docs/configuration.md", "## [adapter_cache]", "| `params` |");
+  const auto class_policy = doc_line("docs/configuration.md", "## [classifier]", "| `policy` |");
+  for (const auto* line : {&sched_policy, &sched_params, &evict_policy, &evict_params, &class_policy})
+    ASSERT_FALSE(line->empty()) << "a policy row of docs/configuration.md is missing";
+  for (const auto& name : policies::scheduling_policy_names()) {
+    auto p = policies::make_scheduling_policy(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_TRUE(names_code(sched_policy, name)) << name << " is not listed under [scheduler] policy";
+    const auto row = doc_line("docs/policies.md", "## Scheduling policies", "| `" + name + "` |");
+    EXPECT_FALSE(row.empty()) << name << " has no row in docs/policies.md";
+    const auto keys = params_of(*p);
+    if (!keys.empty()) {
+      EXPECT_TRUE(names_code(sched_params, name)) << name << "'s params are not in docs/configuration.md";
+    }
+    for (const auto& key : keys) {
+      EXPECT_TRUE(names_code(sched_params, key)) << name << "." << key << " is not in docs/configuration.md";
+      EXPECT_TRUE(names_code(row, key)) << name << "." << key << " is not in docs/policies.md";
+    }
+  }
+  for (const auto& name : policies::eviction_policy_names()) {
+    auto p = policies::make_eviction_policy(name);
+    ASSERT_NE(p, nullptr) << name;
+    EXPECT_TRUE(names_code(evict_policy, name)) << name << " is not listed under [adapter_cache] policy";
+    for (const auto& key : params_of(*p))
+      EXPECT_TRUE(names_code(evict_params, key)) << name << "." << key << " is not in docs/configuration.md";
+  }
+  for (const auto& name : policies::classifier_policy_names())
+    EXPECT_TRUE(names_code(class_policy, name)) << name << " is not listed under [classifier] policy";
 }
 
 TEST(config, keys_left_out_of_a_section_keep_their_defaults) {

@@ -81,7 +81,7 @@ TEST(sim_engine, pages_on_demand_with_preemption_finish_every_request_under_each
   // prompts): on demand they grow until the pool runs short and the policy
   // preempts (swap where there is host room, recompute); a round that only
   // preempts must be followed at once, or the run stalls.
-  for (const char* scheduling : {"fcfs", "slora", "adaptive", "aptserve"}) {
+  for (const char* scheduling : {"fcfs", "slora", "adaptive", "aptserve", "sjf"}) {
     for (std::uint64_t host : {0u, 64u}) {
       SCOPED_TRACE(std::string{scheduling} + (host ? " with a host pool" : ""));
       const auto r = run("lru", 128, false, scheduling, true, host, true);
