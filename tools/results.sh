@@ -37,13 +37,13 @@ plot() { # png metric title csv
 chameleon() {
   # Chameleon's setting (chameleon.md §7), on the A100-80GB preset: 100
   # adapters, ranks 8-128 by a rank-class power law, Azure conversation lengths,
-  # Poisson arrivals. Setups: S-LoRA, vLLM-like FCFS with LRU, Chameleon, and
+  # Poisson arrivals. Setups: S-LoRA, vLLM-like FCFS with LRU, SJF (µ-Serve), Chameleon, and
   # the two ablations (scheduler only, cache only).
   local csv=$out/chameleon.csv
   rm -f "$csv"
   sweep "$csv" "" 3 4 4.5 5 5.5 6 -- --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 \
     --ranks 8,16,32,64,128 --popularity chameleon:1 --gpu A100-80GB --arrivals poisson \
-    --setups slora:slora,fcfs:lru,chameleon:chameleon,chameleon:slora,fcfs:chameleon
+    --setups slora:slora,fcfs:lru,sjf:lru,chameleon:chameleon,chameleon:slora,fcfs:chameleon
   plot "$out/chameleon-ttft-p99.png" ttft_p99_s "P99 TTFT, Chameleon setting (A100-80GB, Llama-2-7B, 100 adapters)" "$csv"
   plot "$out/chameleon-ttft-p50.png" ttft_p50_s "P50 TTFT, Chameleon setting (A100-80GB, Llama-2-7B, 100 adapters)" "$csv"
 }
