@@ -95,18 +95,30 @@ adaptive() {
   # AdaptiveLLM's setting (adaptivellm.md §6): 1,000 ShareGPT requests sent
   # at once, Llama-2-13B on the A100-80GB preset (the A800's twin), a pool
   # shrunk to 128 GPU pages and 64 host pages of 16 tokens, outputs capped at
-  # 64, prompts cut to 1,024; vLLM-like FCFS (latest arrival recomputed) vs
-  # AdaptiveLLM always-recompute, always-swap and by predicted cost.
+  # 64 (then 64 to 512), prompts cut to 1,024; vLLM-like FCFS (latest
+  # arrival recomputed) vs AdaptiveLLM always-recompute, always-swap and by
+  # predicted cost.
   local csv=$out/adaptive.csv
   rm -f "$csv"
-  local args=(--trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" --requests 1000 --model llama-2-13b
-              --gpu A100-80GB --adapters 1 --base-fraction 1 --max-output 64 --max-context 1024 --pool-pages 128
+  local base=(--trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" --requests 1000 --model llama-2-13b
+              --gpu A100-80GB --adapters 1 --base-fraction 1 --max-context 1024 --pool-pages 128
               --host-pages 64 --kv on_demand)
+  local args=("${base[@]}" --max-output 64)
   for b in 64 128; do
     sweep "$csv" "vllm-fcfs/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups fcfs:lru
     sweep "$csv" "recompute/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups adaptive:lru --sched-params adaptive.mode=1
     sweep "$csv" "swap/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups adaptive:lru --sched-params adaptive.mode=2
     sweep "$csv" "adaptive/b$b" 1000 -- "${args[@]}" --max-running "$b" --setups adaptive:lru --sched-params adaptive.mode=0
+  done
+  # The paper's sweep over the maximum output length (batch cap 64).
+  local sweep_csv=$out/adaptive-output.csv
+  rm -f "$sweep_csv"
+  for o in 64 128 256 512; do
+    local oargs=("${base[@]}" --max-output "$o")
+    sweep "$sweep_csv" "vllm-fcfs/o$o" 1000 -- "${oargs[@]}" --max-running 64 --setups fcfs:lru
+    sweep "$sweep_csv" "recompute/o$o" 1000 -- "${oargs[@]}" --max-running 64 --setups adaptive:lru --sched-params adaptive.mode=1
+    sweep "$sweep_csv" "swap/o$o" 1000 -- "${oargs[@]}" --max-running 64 --setups adaptive:lru --sched-params adaptive.mode=2
+    sweep "$sweep_csv" "adaptive/o$o" 1000 -- "${oargs[@]}" --max-running 64 --setups adaptive:lru --sched-params adaptive.mode=0
   done
 }
 
