@@ -46,6 +46,13 @@ chameleon() {
     --setups slora:slora,fcfs:lru,sjf:lru,chameleon:chameleon,chameleon:slora,fcfs:chameleon
   plot "$out/chameleon-ttft-p99.png" ttft_p99_s "P99 TTFT, Chameleon setting (A100-80GB, Llama-2-7B, 100 adapters)" "$csv"
   plot "$out/chameleon-ttft-p50.png" ttft_p50_s "P50 TTFT, Chameleon setting (A100-80GB, Llama-2-7B, 100 adapters)" "$csv"
+  # Throughput at the SLO (the paper's: 5x the low-load latency): 1 req/s
+  # for the low-load P99 TTFT, then a fine grid around the knee.
+  local knee=$out/chameleon-knee.csv
+  rm -f "$knee"
+  sweep "$knee" "" 1 4.0 4.05 4.1 4.15 4.2 4.25 4.3 4.35 4.4 4.45 4.5 -- \
+    --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
+    --popularity chameleon:1 --gpu A100-80GB --arrivals poisson --setups slora:slora,fcfs:lru,sjf:lru,chameleon:chameleon
 }
 
 eviction() {
