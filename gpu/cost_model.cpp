@@ -1,6 +1,7 @@
 #include "gpu/cost_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -103,6 +104,53 @@ double roofline_cost_model::hidden_seconds_per_kv_page(std::uint32_t kv_page_tok
   const double flops = 2.0 * kv_page_tokens * shape_.hidden_size * 2.0 * static_cast<double>(shape_.kv_dim())
                        * shape_.num_layers;
   return flops / (gpu_.peak_flops * constants_.flops_efficiency);
+}
+
+double sum_of_max_affine(double a0, double a1, double b0, double b1, std::uint64_t m) noexcept {
+  // Σ_{j=from}^{to-1} (c0 + c1·j).
+  const auto affine_sum = [](double c0, double c1, std::uint64_t from, std::uint64_t to) {
+    if (to <= from)
+      return 0.0;
+    const double n = static_cast<double>(to - from);
+    const double first = static_cast<double>(from), last = static_cast<double>(to - 1);
+    return c0 * n + c1 * (first + last) * n / 2.0;
+  };
+  if (m == 0)
+    return 0.0;
+  // Order so that `a` leads at j = 0; a line that leads at 0 and grows no
+  // slower leads throughout, otherwise `b` overtakes it from j* on.
+  if (b0 > a0 || (b0 == a0 && b1 > a1)) {
+    std::swap(a0, b0);
+    std::swap(a1, b1);
+  }
+  if (b1 <= a1)
+    return affine_sum(a0, a1, 0, m);
+  // b0 + b1·j > a0 + a1·j from j > (a0 - b0) / (b1 - a1).
+  const double cross = (a0 - b0) / (b1 - a1);
+  const auto split = static_cast<std::uint64_t>(std::min(std::floor(cross) + 1.0, static_cast<double>(m)));
+  return affine_sum(a0, a1, 0, split) + affine_sum(b0, b1, split, m);
+}
+
+double roofline_cost_model::isolated_seconds(std::uint32_t prompt_tokens, std::uint32_t output_tokens,
+                                             std::uint32_t adapter_id, std::uint32_t adapter_rank) const noexcept {
+  step_entry e;
+  e.adapter_id = adapter_id;
+  e.adapter_rank = adapter_id != 0 ? adapter_rank : 0;
+  e.new_tokens = std::max<std::uint32_t>(prompt_tokens, 1);
+  const std::span<const step_entry> one{&e, 1};
+  double total = step_seconds(one);
+  if (output_tokens <= 1)
+    return total;
+  // Decode step k (k = 0 .. output - 2) feeds one token over the prompt and
+  // the k outputs before it.
+  e.new_tokens = 1;
+  e.context_tokens = std::max<std::uint32_t>(prompt_tokens, 1);
+  const double c0 = compute_seconds(one), m0 = memory_seconds(one);
+  ++e.context_tokens;
+  const double c1 = compute_seconds(one) - c0, m1 = memory_seconds(one) - m0;
+  const std::uint64_t steps = output_tokens - 1u;
+  return total + constants_.step_overhead_seconds * static_cast<double>(steps)
+         + sum_of_max_affine(c0, c1, m0, m1, steps);
 }
 
 double roofline_cost_model::disk_seconds(std::uint64_t bytes) const noexcept {

@@ -48,6 +48,9 @@ struct cost_constants {
 /// nullopt when it is fine. For config loaders; the model itself does not check.
 std::optional<std::string> validate_cost_constants(const cost_constants& c);
 
+/// Σ_{j=0}^{m-1} max(a0 + a1·j, b0 + b1·j), in closed form.
+double sum_of_max_affine(double a0, double a1, double b0, double b1, std::uint64_t m) noexcept;
+
 /// Roofline time of a step: fixed overhead + max(compute time, memory time).
 /// Immutable after construction; every member is safe to call concurrently.
 class roofline_cost_model {
@@ -78,6 +81,15 @@ public:
 
   /// bytes(batch) / (hbm_bytes_per_s * hbm_efficiency).
   double memory_seconds(std::span<const step_entry> batch) const noexcept;
+
+  /// A request's latency alone on an idle GPU, its adapter resident: one
+  /// prefill step over the prompt (which gives the first token), then one
+  /// decode step for each further output token over the growing context.
+  /// The denominator of a request's slowdown (Chameleon's, e2e over this).
+  /// Constant time: a lone decode step's compute and memory times are both
+  /// affine in the context, so their maxima sum in closed form.
+  double isolated_seconds(std::uint32_t prompt_tokens, std::uint32_t output_tokens, std::uint32_t adapter_id = 0,
+                          std::uint32_t adapter_rank = 0) const noexcept;
 
   // -- transfers ----------------------------------------------------------------
 

@@ -53,6 +53,28 @@ chameleon() {
   sweep "$knee" "" 1 4.0 4.05 4.1 4.15 4.2 4.25 4.3 4.35 4.4 4.45 4.5 -- \
     --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
     --popularity chameleon:1 --gpu A100-80GB --arrivals poisson --setups slora:slora,fcfs:lru,sjf:lru,chameleon:chameleon
+  # Slowdown (e2e over the latency alone) at 5.5 req/s, overall and for the
+  # shorter half and the longest tenth of requests by latency alone (Fig. 7).
+  "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
+    --popularity chameleon:1 --gpu A100-80GB --arrivals poisson --setups slora:slora,sjf:lru,chameleon:chameleon \
+    --rate 5.5 --records "$out/.records.csv" > /dev/null
+  python3 - "$out/.records.csv" > "$out/chameleon-slowdown.csv" <<'PY'
+import collections, csv, math, sys
+runs = collections.defaultdict(list)
+for x in csv.DictReader(open(sys.argv[1])):
+    runs[x["label"]].append((float(x["isolated_s"]), float(x["e2e_s"])))
+def pct(v, q):  # nearest rank, as troupe-sim's summaries
+    v = sorted(v)
+    return v[min(max(math.ceil(q * len(v)), 1), len(v)) - 1]
+print("label,slowdown_p50,slowdown_p99,short_half_p99,longest_tenth_p50,longest_tenth_p99")
+for label, v in runs.items():
+    alone = [i for i, _ in v]
+    half, tenth = pct(alone, 0.5), pct(alone, 0.9)
+    sd = lambda keep: [e / i for i, e in v if keep(i)]
+    print("%s,%.2f,%.1f,%.1f,%.2f,%.1f" % (label, pct(sd(lambda i: True), 0.5), pct(sd(lambda i: True), 0.99),
+          pct(sd(lambda i: i <= half), 0.99), pct(sd(lambda i: i >= tenth), 0.5), pct(sd(lambda i: i >= tenth), 0.99)))
+PY
+  rm -f "$out/.records.csv"
 }
 
 eviction() {

@@ -312,6 +312,8 @@ struct result {
 
 /// One rate: every setup on the workload; summaries appended.
 int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofstream& records, bool& first_record) {
+  // Earlier rates' summaries come first; this rate's start here.
+  const std::size_t first_summary = summaries.size();
   auto shape = gpu::find_model_preset(o.model);
   auto spec = gpu::find_gpu_spec(o.gpu);
   if (!shape || !spec) {
@@ -547,6 +549,12 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       r.outcome = std::string{to_string(x.reason)};
       if (x.reason == finish_reason::aborted)
         r.outcome = "overloaded"; // what a client is told
+      // Alone on the GPU, its adapter resident (a conversation's turn is not
+      // priced: its prompt carries a history whose cache may be reused).
+      if (in[i].session == 0)
+        r.isolated_s = backend->cost_model().isolated_seconds(
+          in[i].prompt_tokens, in[i].output_tokens, in[i].adapter_id,
+          in[i].adapter_id == 0 ? 0 : ranks[in[i].adapter_id - 1]);
     }
     // Offered load: requests per second, or conversations started per second.
     auto summary = workload::summarize_run(recs, o.target, o.conversations.empty() ? sum.mean_rate : o.rate,
@@ -561,17 +569,25 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
   }
 
   if (!o.setups.empty()) {
-    std::printf("\n| scheduler:eviction | finished | aborted | recomputed | swapped | queues | req/s | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | WTT | hit rate | PCIe GB | wall s |\n");
-    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| scheduler:eviction | finished | aborted | recomputed | swapped | queues | req/s | TTFT P50 s | TTFT P99 s | E2E P50 s | E2E P99 s | slowdown P50 | slowdown P99 | WTT | hit rate | PCIe GB | wall s |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (std::size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       const auto& t = r.totals;
       const double lookups = static_cast<double>(t.adapter_hits + t.adapter_misses);
-      std::printf("| %s | %zu | %zu | %llu | %llu | %zu | %.2f | %.3f | %.3f | %.2f | %.2f | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
+      // Slowdown is priced only where the latency alone is (not for turns).
+      const auto& slowdown = summaries[first_summary + i].slowdown;
+      const auto known = [&](double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.2f", v);
+        return slowdown.count > 0 ? std::string{buf} : std::string{"-"};
+      };
+      std::printf("| %s | %zu | %zu | %llu | %llu | %zu | %.2f | %.3f | %.3f | %.2f | %.2f | %s | %s | %.2f | %.3f | %.1f | %.1f |\n", r.policy.c_str(),
                   r.finished, r.aborted, static_cast<unsigned long long>(t.squashed),
                   static_cast<unsigned long long>(t.swapped_out), t.queues,
                   t.end_s > 0 ? static_cast<double>(r.finished) / t.end_s : 0.0, r.ttft_p50,
-                  r.ttft_p99, r.e2e_p50, r.e2e_p99, summaries[i].weighted_turnaround,
+                  r.ttft_p99, r.e2e_p50, r.e2e_p99, known(slowdown.p50).c_str(), known(slowdown.p99).c_str(),
+                  summaries[first_summary + i].weighted_turnaround,
                   lookups > 0 ? static_cast<double>(t.adapter_hits) / lookups : 0.0,
                   static_cast<double>(t.pcie_bytes) / 1e9, r.wall_s);
     }
@@ -616,7 +632,9 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
         << ",\"prefetches\":" << t.prefetches << ",\"prefetch_hits\":" << t.prefetch_hits
         << ",\"pcie_bytes\":" << t.pcie_bytes << ",\"disk_bytes\":" << t.disk_bytes
         << ",\"ttft_p50_s\":" << r.ttft_p50 << ",\"ttft_p99_s\":" << r.ttft_p99
-        << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99 << ",\"steps\":" << t.steps
+        << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99
+        << ",\"slowdown_p50\":" << summaries[first_summary + i].slowdown.p50 << ",\"slowdown_p99\":" << summaries[first_summary + i].slowdown.p99
+        << ",\"steps\":" << t.steps
         << ",\"end_s\":" << t.end_s << "}";
     }
     j << "]}\n";

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <tuple>
 #include <type_traits>
 #include <vector>
 
@@ -214,6 +216,77 @@ TEST(roofline_cost_model, constants_scale_the_bound_they_govern) {
 }
 
 // -- transfers -------------------------------------------------------------------
+
+// -- a request alone -----------------------------------------------------------------
+
+TEST(sum_of_max_affine, matches_the_sum_term_by_term) {
+  struct row {
+    double a0, a1, b0, b1;
+    std::uint64_t m;
+  };
+  const std::vector<row> table{
+    {1, 1, 0, 0.5, 10},     // a leads and grows faster: a throughout
+    {0, 0.5, 1, 1, 10},     // the same, the lines swapped
+    {5, 0.1, 0, 1, 20},     // b overtakes a between j = 5 and 6
+    {5, 0.1, 0, 1, 3},      // ... but only after the last term
+    {4, 0, 0, 1, 10},       // they meet at j = 4 exactly
+    {2, 1, 2, 3, 7},        // equal at 0, b faster
+    {3, 2, 3, 2, 9},        // the same line
+    {1e-3, 1e-7, 9e-4, 3e-7, 4000},
+    {1, 1, 0, 2, 0},
+    {1, 1, 0, 2, 1},
+  };
+  for (const auto& r : table) {
+    double expected = 0;
+    for (std::uint64_t j = 0; j < r.m; ++j)
+      expected += std::max(r.a0 + r.a1 * static_cast<double>(j), r.b0 + r.b1 * static_cast<double>(j));
+    EXPECT_NEAR(sum_of_max_affine(r.a0, r.a1, r.b0, r.b1, r.m), expected, 1e-9 * std::max(1.0, expected))
+      << r.a0 << " + " << r.a1 << "j vs " << r.b0 << " + " << r.b1 << "j over " << r.m;
+  }
+}
+
+/// A request alone, step by step: the prefill, then a decode per further token.
+double isolated_by_steps(const roofline_cost_model& model, std::uint32_t prompt, std::uint32_t output,
+                         std::uint32_t adapter = 0, std::uint32_t rank = 0) {
+  step_entry first = prefill(prompt);
+  first.adapter_id = adapter;
+  first.adapter_rank = rank;
+  double total = model.step_seconds(std::vector<step_entry>{first});
+  for (std::uint32_t k = 0; k + 1 < output; ++k)
+    total += model.step_seconds(std::vector<step_entry>{decode(prompt + k, adapter, rank)});
+  return total;
+}
+
+TEST(roofline_cost_model, a_request_alone_costs_its_prefill_and_one_decode_per_further_token) {
+  const auto model = make_model("llama-2-7b", "A100-80GB");
+  for (const auto& [prompt, output, adapter, rank] :
+       std::vector<std::tuple<std::uint32_t, std::uint32_t, std::uint32_t, std::uint32_t>>{
+         {1000, 200, 0, 0}, {1000, 200, 3, 16}, {7, 1, 0, 0}, {4000, 600, 9, 128}, {1, 2, 0, 0}}) {
+    const double steps = isolated_by_steps(model, prompt, output, adapter, rank);
+    EXPECT_NEAR(model.isolated_seconds(prompt, output, adapter, rank), steps, 1e-9 * steps)
+      << prompt << " + " << output << " rank " << rank;
+  }
+  EXPECT_LT(model.isolated_seconds(1000, 200), model.isolated_seconds(1000, 201));
+  EXPECT_LT(model.isolated_seconds(1000, 200), model.isolated_seconds(1000, 200, 3, 64));
+  EXPECT_DOUBLE_EQ(model.isolated_seconds(500, 1), model.step_seconds(std::vector<step_entry>{prefill(500)}));
+}
+
+TEST(roofline_cost_model, a_request_alone_is_summed_exactly_where_the_bound_changes) {
+  // A GPU whose lone decode is bound by one resource at a 1,000-token
+  // context and by the other at 40,000: FLOP/s set so both times are equal
+  // at 20,000 (attention's FLOPs grow faster with the context than its KV
+  // bytes, relative to the weights).
+  const auto a100 = make_model("llama-2-7b", "A100-80GB");
+  const std::vector<step_entry> mid{decode(20000)};
+  auto spec = a100.gpu();
+  spec.peak_flops *= a100.compute_seconds(mid) / a100.memory_seconds(mid);
+  const roofline_cost_model model{a100.shape(), spec};
+  const std::vector<step_entry> early{decode(1000)}, late{decode(40000)};
+  ASSERT_LT(model.compute_seconds(early), model.memory_seconds(early));
+  ASSERT_GT(model.compute_seconds(late), model.memory_seconds(late));
+  const double steps = isolated_by_steps(model, 1000, 39001);
+  EXPECT_NEAR(model.isolated_seconds(1000, 39001), steps, 1e-9 * steps);
+}
 
 TEST(roofline_cost_model, transfer_time_is_linear_in_bytes) {
   const auto model = make_model("llama-2-7b", "H100-80GB");

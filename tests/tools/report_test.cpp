@@ -48,6 +48,39 @@ TEST(report, summary_percentiles_throughput_and_attainment) {
   EXPECT_DOUBLE_EQ(summarize_run(records, {}, 1.0, "x").attainment, 4.0 / 5.0) << "no SLO: finished ones";
 }
 
+TEST(report, slowdown_is_e2e_over_the_latency_alone_where_that_is_known) {
+  std::vector<request_record> records{rec(0, 0.1, 0.02, 1.0, 10), rec(1, 0.2, 0.03, 6.0, 20),
+                                      rec(2, 0.5, 0.05, 3.0, 30), rec(3, -1, -1, -1, 0, "overloaded")};
+  // A live run knows no latency alone: no slowdown, and the CSV says -1.
+  auto live = summarize_run(records, {}, 1.0, "live");
+  EXPECT_EQ(live.slowdown.count, 0u);
+  std::ostringstream live_csv, live_json;
+  write_summary_csv(live_csv, {live});
+  EXPECT_NE(live_csv.str().find(",slowdown_p50,slowdown_p99\n"), std::string::npos) << live_csv.str();
+  EXPECT_NE(live_csv.str().find(",-1,-1\n"), std::string::npos) << live_csv.str();
+  write_json(live_json, {live});
+  EXPECT_EQ(live_json.str().find("slowdown"), std::string::npos);
+  // Priced ones: 1.0 / 0.5 = 2, 6.0 / 2.0 = 3; the third is not priced, the
+  // failed one does not count.
+  records[0].isolated_s = 0.5;
+  records[1].isolated_s = 2.0;
+  records[3].isolated_s = 1.0;
+  const auto sim = summarize_run(records, {}, 1.0, "sim");
+  EXPECT_EQ(sim.slowdown.count, 2u);
+  EXPECT_DOUBLE_EQ(sim.slowdown.mean, 2.5);
+  EXPECT_DOUBLE_EQ(sim.slowdown.p50, 2.0) << "nearest rank";
+  EXPECT_DOUBLE_EQ(sim.slowdown.p99, 3.0);
+  std::ostringstream sim_csv, sim_json, recs_csv;
+  write_summary_csv(sim_csv, {sim});
+  EXPECT_NE(sim_csv.str().find(",2,3\n"), std::string::npos) << sim_csv.str();
+  write_json(sim_json, {sim});
+  EXPECT_NE(sim_json.str().find("\"slowdown\":{\"mean\":2.5,\"p50\":2,\"p90\":3,\"p99\":3,\"count\":2}"),
+            std::string::npos) << sim_json.str();
+  write_records_csv(recs_csv, "sim", 1.0, records, true);
+  EXPECT_NE(recs_csv.str().find(",tokens_fnv,isolated_s\n"), std::string::npos) << recs_csv.str();
+  EXPECT_NE(recs_csv.str().find(",0.5\n"), std::string::npos) << recs_csv.str();
+}
+
 TEST(report, effective_throughput_is_the_highest_rate_meeting_the_attainment) {
   std::vector<run_summary> runs(4);
   const double rates[] = {1, 2, 3, 4}, attain[] = {1.0, 0.95, 0.85, 0.91};

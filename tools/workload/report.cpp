@@ -29,7 +29,7 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
   r.label = std::move(label);
   r.offered_rate = offered_rate;
   r.requests = records.size();
-  std::vector<double> ttft, tbt, e2e;
+  std::vector<double> ttft, tbt, e2e, slowdown;
   double first = std::numeric_limits<double>::infinity(), last = 0;
   std::uint64_t tokens = 0;
   std::size_t attained = 0;
@@ -49,6 +49,8 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
     if (x.tbt_mean_s >= 0)
       tbt.push_back(x.tbt_mean_s);
     e2e.push_back(x.e2e_s);
+    if (x.isolated_s > 0)
+      slowdown.push_back(x.e2e_s / x.isolated_s);
     if (x.queue_s >= 0 && x.e2e_s > x.queue_s) {
       wtt += x.e2e_s / (x.e2e_s - x.queue_s);
       ++wtt_n;
@@ -65,6 +67,7 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
   r.ttft = summarize_latency(std::move(ttft));
   r.tbt = summarize_latency(std::move(tbt));
   r.e2e = summarize_latency(std::move(e2e));
+  r.slowdown = summarize_latency(std::move(slowdown));
   r.weighted_turnaround = wtt_n > 0 ? wtt / static_cast<double>(wtt_n) : 0;
   r.attainment = r.requests > 0 ? static_cast<double>(attained) / static_cast<double>(r.requests) : 0;
   return r;
@@ -111,6 +114,10 @@ void write_json(std::ostream& out, const std::vector<run_summary>& runs, double 
     latency_json(out, "tbt_s", r.tbt);
     out << ",";
     latency_json(out, "e2e_s", r.e2e);
+    if (r.slowdown.count > 0) {
+      out << ",";
+      latency_json(out, "slowdown", r.slowdown);
+    }
     out << ",\"weighted_turnaround\":" << r.weighted_turnaround << ",\"attainment\":" << r.attainment << ",\"pcie_bytes\":" << r.pcie_bytes
         << ",\"adapter_hit_rate\":" << r.adapter_hit_rate << "}";
   }
@@ -152,24 +159,25 @@ std::string effective_throughput_lines(const std::vector<run_summary>& runs, dou
 void write_summary_csv(std::ostream& out, const std::vector<run_summary>& runs) {
   out << "label,offered_rate,requests,finished,failed,requests_per_s,tokens_per_s,ttft_p50_s,ttft_p90_s,"
          "ttft_p99_s,tbt_p50_s,tbt_p99_s,e2e_p50_s,e2e_p90_s,e2e_p99_s,weighted_turnaround,attainment,pcie_bytes,"
-         "adapter_hit_rate\n";
+         "adapter_hit_rate,slowdown_p50,slowdown_p99\n";
   for (const auto& r : runs)
     out << r.label << "," << r.offered_rate << "," << r.requests << "," << r.finished << "," << r.failed << ","
         << r.requests_per_s << "," << r.tokens_per_s << "," << r.ttft.p50 << "," << r.ttft.p90 << ","
         << r.ttft.p99 << "," << r.tbt.p50 << "," << r.tbt.p99 << "," << r.e2e.p50 << "," << r.e2e.p90 << ","
-        << r.e2e.p99 << "," << r.weighted_turnaround << "," << r.attainment << "," << r.pcie_bytes << "," << r.adapter_hit_rate << "\n";
+        << r.e2e.p99 << "," << r.weighted_turnaround << "," << r.attainment << "," << r.pcie_bytes << "," << r.adapter_hit_rate << ","
+        << (r.slowdown.count > 0 ? r.slowdown.p50 : -1.0) << "," << (r.slowdown.count > 0 ? r.slowdown.p99 : -1.0) << "\n";
 }
 
 void write_records_csv(std::ostream& out, const std::string& label, double offered_rate,
                        const std::vector<request_record>& records, bool header) {
   if (header)
     out << "label,offered_rate,id,arrival_s,prompt_tokens,max_tokens,completion_tokens,adapter,ttft_s,tbt_mean_s,"
-           "e2e_s,queue_s,outcome,session,tokens_fnv\n";
+           "e2e_s,queue_s,outcome,session,tokens_fnv,isolated_s\n";
   for (const auto& x : records)
     out << label << "," << offered_rate << "," << x.id << "," << x.arrival_s << "," << x.prompt_tokens << ","
         << x.max_tokens << "," << x.completion_tokens << "," << x.adapter << "," << x.ttft_s << ","
         << x.tbt_mean_s << "," << x.e2e_s << "," << x.queue_s << "," << x.outcome << "," << x.session << ","
-        << x.tokens_fnv << "\n";
+        << x.tokens_fnv << "," << x.isolated_s << "\n";
 }
 
 } // namespace troupe::workload

@@ -34,6 +34,9 @@ struct request_record {
   std::uint64_t tokens_fnv = 0;
   /// The conversation it belongs to (0: none).
   std::uint64_t session = 0;
+  /// Its latency alone on an idle server (troupe-sim prices it with its cost
+  /// model); -1: unknown, as in a live run.
+  double isolated_s = -1;
   bool ok() const noexcept { return outcome == "length" || outcome == "eos" || outcome == "stop"; }
 };
 
@@ -55,6 +58,9 @@ struct run_summary {
   double duration_s = 0;   ///< first arrival to the last terminal reply
   double requests_per_s = 0, tokens_per_s = 0;
   latency_summary ttft, tbt, e2e;
+  /// Slowdown (Chameleon's): e2e over the latency alone, over finished
+  /// requests whose isolated_s is known; count 0 when none is.
+  latency_summary slowdown;
   /// AdaptiveLLM's weighted turnaround, mean of e2e / (e2e − queue) over
   /// finished requests whose queue time is known (≥ 1; lower is better);
   /// 0 when none is known.
