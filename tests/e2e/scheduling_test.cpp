@@ -3,6 +3,7 @@
 // runs with its classifier and the queue_tuner policy actor, which re-tunes
 // and pushes cut-offs and quotas while requests flow; slora's early abort
 // answers `overloaded`; bad scheduler params stop the start naming the key.
+#include "policies/registry.hpp"
 #include "tests/support/deployment_fixture.hpp"
 
 #include <gtest/gtest.h>
@@ -48,7 +49,8 @@ std::map<std::string, reply_log> run_mix(client_connection& c, int n, unsigned s
 }
 
 TEST(scheduling_e2e, every_policy_completes_a_mixed_workload) {
-  for (const char* policy : {"fcfs", "slora", "chameleon"}) {
+  // Every registered policy, so a new one is served end to end too.
+  for (const auto& policy : policies::scheduling_policy_names()) {
     SCOPED_TRACE(policy);
     const auto path = write_config(policy, std::string{"[scheduler]\npolicy = \""} + policy
                                              + "\"\nmax_running = 16\n[classifier]\npolicy = \"chameleon\"\n"
