@@ -2,6 +2,7 @@
 
 #include "policies/queue_tuner.hpp"
 #include "runtime/clock.hpp"
+#include "runtime/tuner_params.hpp"
 
 #include <caf/actor_cast.hpp>
 #include <caf/actor_system.hpp>
@@ -43,12 +44,7 @@ queue_tuner_actor::behavior_type queue_tuner_impl(self_ptr self, queue_tuner_con
       const double now = monotonic_seconds();
       while (!st.samples.empty() && st.samples.front().arrival_s < now - o.window_s)
         st.samples.pop_front();
-      policies::tuner_params p;
-      p.max_queues = o.max_queues;
-      p.elbow = o.elbow;
-      p.slo_s = o.slo_s;
-      p.window_s = o.window_s;
-      p.total_tokens = st.cfg.total_tokens;
+      const auto p = tuner_params_of(o, st.cfg.total_tokens);
       const std::vector<policies::tuner_sample> window(st.samples.begin(), st.samples.end());
       if (!window.empty()) {
         st.last = policies::tune_queues(window, p);

@@ -77,11 +77,13 @@ queue_tuning tune_queues(std::span<const tuner_sample> samples, const tuner_para
     t.cutoffs.push_back((c[j] + c[j + 1]) / 2);
   const std::size_t k = t.queues();
 
-  // Per queue: largest cost S, mean duration T, arrival rate λ.
-  std::vector<double> s_max(k, 0), t_sum(k, 0), n(k, 0);
+  // Per queue: largest and total cost, total duration, count (for S, the
+  // mean duration T and the arrival rate λ).
+  std::vector<double> s_max(k, 0), s_sum(k, 0), t_sum(k, 0), n(k, 0);
   for (const auto& s : samples) {
     const auto q = queue_of(t, s.wrs);
     s_max[q] = std::max(s_max[q], static_cast<double>(s.cost_tokens));
+    s_sum[q] += static_cast<double>(s.cost_tokens);
     t_sum[q] += s.duration_s;
     n[q] += 1;
   }
@@ -91,7 +93,8 @@ queue_tuning tune_queues(std::span<const tuner_sample> samples, const tuner_para
   for (std::size_t q = 0; q < k; ++q) {
     const double mean_t = n[q] > 0 ? t_sum[q] / n[q] : 0;
     const double lambda = n[q] / window;
-    q_min[q] = s_max[q] * mean_t * (lambda + (p.slo_s > 0 ? 1.0 / p.slo_s : 0.0));
+    const double size = p.size == tuner_params::quota_size::mean && n[q] > 0 ? s_sum[q] / n[q] : s_max[q];
+    q_min[q] = size * mean_t * (lambda + (p.slo_s > 0 ? 1.0 / p.slo_s : 0.0));
     min_sum += q_min[q];
     weight[q] = static_cast<double>(k - q); // smaller-request queues get more
     weight_sum += weight[q];

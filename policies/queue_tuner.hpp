@@ -31,6 +31,12 @@ struct tuner_params {
   /// One queue when the WRS values spread less than this (standard deviation).
   double min_spread = 0.02;
   double slo_s = 5.0;
+  /// S in each queue's minimum quota S·T·(λ + 1/SLO): the largest cost in
+  /// the queue (Chameleon's slot model: Q/S slots of the biggest request),
+  /// or the mean cost (Little's law: the tokens the queue's requests hold
+  /// on average), which sizes queues of widely spread requests by what they
+  /// use rather than by their largest.
+  enum class quota_size { max, mean } size = quota_size::max;
   /// Seconds of history the samples span (for arrival rates).
   double window_s = 300.0;
   /// Tokens the pool holds (pages × tokens per page).

@@ -3,7 +3,6 @@
 #include "policies/params.hpp"
 
 #include <algorithm>
-#include <functional>
 
 namespace troupe::policies {
 
@@ -19,24 +18,24 @@ double sjf_scheduling_policy::key(const waiting_view& w, double aging_tokens_per
 
 schedule_decision sjf_scheduling_policy::schedule(const schedule_input& in) {
   schedule_decision out;
-  // A min-heap over (key, arrival index): building it is linear and only the
-  // requests looked at until the first that does not fit are popped, so a
-  // long queue costs O(n + admitted log n) per iteration, not a sort. Equal
-  // keys go in arrival order.
-  heap_.clear();
-  heap_.reserve(in.waiting.size());
-  for (std::size_t i = 0; i < in.waiting.size(); ++i)
-    heap_.emplace_back(key(in.waiting[i], aging_), i);
-  const auto later = std::greater<>{};
-  std::make_heap(heap_.begin(), heap_.end(), later);
   batch_admission batch{in};
-  while (!heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), later);
-    const auto next = heap_.back().second;
-    heap_.pop_back();
-    if (!batch.admit(in.waiting[next], out))
+  const auto cap = static_cast<std::uint64_t>(in.limits.max_running);
+  if (in.waiting.empty() || batch.running() >= cap)
+    return out;
+  // At most `room` requests can join, so only the room + 1 smallest keys
+  // are ever looked at (the last one to find where admission stops): a
+  // partial sort keeps a long queue at one pass, not a full sort. Equal
+  // keys go in arrival order (the index breaks ties).
+  order_.clear();
+  order_.reserve(in.waiting.size());
+  for (std::size_t i = 0; i < in.waiting.size(); ++i)
+    order_.emplace_back(key(in.waiting[i], aging_), i);
+  const auto room = std::min<std::uint64_t>(cap - batch.running(), order_.size());
+  const auto looked_at = order_.begin() + static_cast<std::ptrdiff_t>(room);
+  std::partial_sort(order_.begin(), looked_at, order_.end());
+  for (auto it = order_.begin(); it != looked_at; ++it)
+    if (!batch.admit(in.waiting[it->second], out))
       break;
-  }
   return out;
 }
 

@@ -36,7 +36,7 @@ public:
 private:
   double aging_ = 1.0;
   /// Reused across calls: (key, index in arrival order).
-  std::vector<std::pair<double, std::size_t>> heap_;
+  std::vector<std::pair<double, std::size_t>> order_;
 };
 
 } // namespace troupe::policies

@@ -537,7 +537,7 @@ classifier_options read_classifier(section s, const config_catalog& catalog) {
 
 queue_tuner_options read_queue_tuner(section s) {
   queue_tuner_options o;
-  s.allow_only({"enabled", "period_s", "window_s", "max_queues", "elbow", "slo_s", "iteration_s"});
+  s.allow_only({"enabled", "period_s", "window_s", "max_queues", "elbow", "slo_s", "quota_size", "iteration_s"});
   o.enabled = s.flag("enabled", o.enabled);
   o.period_s = s.real("period_s", o.period_s);
   s.require("period_s", o.period_s > 0, "must be positive");
@@ -548,6 +548,7 @@ queue_tuner_options read_queue_tuner(section s) {
   s.require("elbow", o.elbow >= 0 && o.elbow < 1, "must be in [0, 1)");
   o.slo_s = s.real("slo_s", o.slo_s);
   s.require("slo_s", o.slo_s > 0, "must be positive");
+  o.quota_size = s.choice("quota_size", o.quota_size, {"max", "mean"}, "quota size");
   o.iteration_s = s.real("iteration_s", o.iteration_s);
   s.require("iteration_s", o.iteration_s > 0, "must be positive");
   return o;

@@ -147,6 +147,9 @@ struct queue_tuner_options {
   double elbow = 0.05;
   /// Latency target each queue's minimum quota is sized for.
   double slo_s = 5.0;
+  /// S in the minimum quota S·T·(λ + 1/SLO): "max" (the queue's largest
+  /// cost, Chameleon's) or "mean" (its mean cost, Little's law).
+  std::string quota_size = "max";
   /// Seconds per output token used to turn predicted lengths into durations.
   double iteration_s = 0.03;
   bool operator==(const queue_tuner_options&) const = default;

@@ -1,6 +1,7 @@
 #include "runtime/sim_engine.hpp"
 
 #include "runtime/calibration.hpp"
+#include "runtime/tuner_params.hpp"
 
 #include <cmath>
 #include <utility>
@@ -56,13 +57,7 @@ void sim_engine::tune_if_due() {
     const double from = next_tune_s_ - cfg_.tuner.window_s;
     std::erase_if(samples_, [from](const auto& s) { return s.arrival_s < from; });
     if (!samples_.empty()) {
-      policies::tuner_params p;
-      p.max_queues = cfg_.tuner.max_queues;
-      p.elbow = cfg_.tuner.elbow;
-      p.slo_s = cfg_.tuner.slo_s;
-      p.window_s = cfg_.tuner.window_s;
-      p.total_tokens = pool_pages_ * cfg_.limits.page_tokens;
-      const auto t = policies::tune_queues(samples_, p);
+      const auto t = policies::tune_queues(samples_, tuner_params_of(cfg_.tuner, pool_pages_ * cfg_.limits.page_tokens));
       cfg_.classifier->on_tuning(t);
       core_.on_tuning(t);
       ++totals_.tunings;

@@ -65,6 +65,7 @@ constexpr const char* usage =
   "  --predictor NAME      output-length predictor: max_tokens, history, oracle (default oracle)\n"
   "  --predictor-error E   the oracle's relative error (default 0.2)\n"
   "  --tuner-period S      seconds between queue tunings (default 60)\n"
+  "  --quota-size max|mean S in each queue's minimum quota: its largest cost (Chameleon's) or its mean (default max)\n"
   "  --slo S               slora's early-abort first-token target; 0 = off (default 0)\n"
   "  --prefetch on|off     load queued requests' adapters early (default on)\n"
   "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
@@ -107,6 +108,7 @@ struct options {
   std::string predictor = "oracle";
   double predictor_error = 0.2;
   double tuner_period = 60;
+  std::string quota_size = "max";
   double slo = 0;
   bool prefetch = true;
   double prefetch_free = 0.1;
@@ -216,6 +218,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     }
     else if (a == "--predictor") o.predictor = v;
     else if (a == "--predictor-error") { if (!need_num() || num > 1) { err = "--predictor-error must be in [0, 1]"; return false; } o.predictor_error = num; }
+    else if (a == "--quota-size") {
+      if (v != "max" && v != "mean") { err = "--quota-size: max or mean, got \"" + v + "\""; return false; }
+      o.quota_size = v;
+    }
     else if (a == "--tuner-period") { if (!need_num() || num <= 0) { err = "--tuner-period must be > 0"; return false; } o.tuner_period = num; }
     else if (a == "--slo") { if (!need_num()) return false; o.slo = num; }
     else if (a == "--prefetch") {
@@ -477,6 +483,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.classifier = std::move(classifier);
     cfg.tuner.enabled = chameleon;
     cfg.tuner.period_s = o.tuner_period;
+    cfg.tuner.quota_size = o.quota_size;
     cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
     cfg.cache.prefetch = o.prefetch;
     cfg.cache.prefetch_free_fraction = o.prefetch_free;

@@ -117,16 +117,31 @@ TEST(queue_tuner, elbow_picks_the_number_of_queues_and_midpoint_cutoffs) {
   EXPECT_EQ(none.quotas, (std::vector<std::uint64_t>{100000}));
 }
 
-TEST(queue_tuner, quotas_cover_each_minimum_and_split_the_surplus_small_first) {
+/// A 10 s window with an SLO of 5 s: ten small requests (WRS 0.1, 1 s each:
+/// λ 1) and five large ones (WRS 0.8, 4 s each: λ 0.5), whose costs
+/// `small_cost(i)` and `large_cost(i)` give.
+template <class Small, class Large>
+std::vector<tuner_sample> two_queues(Small small_cost, Large large_cost) {
+  std::vector<tuner_sample> s;
+  for (int i = 0; i < 10; ++i)
+    s.push_back({static_cast<double>(i), 0.1, small_cost(i), 1.0});
+  for (int i = 0; i < 5; ++i)
+    s.push_back({static_cast<double>(i), 0.8, large_cost(i), 4.0});
+  return s;
+}
+
+tuner_params two_queue_params() {
   tuner_params p;
   p.total_tokens = 10000;
   p.window_s = 10;
   p.slo_s = 5;
-  std::vector<tuner_sample> s;
-  for (int i = 0; i < 10; ++i)
-    s.push_back({static_cast<double>(i), 0.1, 100, 1.0}); // small: S 100, T 1, λ 1
-  for (int i = 0; i < 5; ++i)
-    s.push_back({static_cast<double>(i), 0.8, 1000, 4.0}); // large: S 1000, T 4, λ 0.5
+  return p;
+}
+
+TEST(queue_tuner, quotas_cover_each_minimum_and_split_the_surplus_small_first) {
+  auto p = two_queue_params();
+  // Small: S 100; large: S 1000.
+  const auto s = two_queues([](int) { return 100u; }, [](int) { return 1000u; });
   auto t = tune_queues(s, p);
   ASSERT_EQ(t.queues(), 2u);
   // Q_min small = 100·1·(1 + 0.2) = 120; large = 1000·4·(0.5 + 0.2) = 2800.
@@ -139,6 +154,35 @@ TEST(queue_tuner, quotas_cover_each_minimum_and_split_the_surplus_small_first) {
   t = tune_queues(s, p);
   EXPECT_EQ(t.quotas[0], 60u);
   EXPECT_EQ(t.quotas[1], 1400u);
+}
+
+TEST(queue_tuner, quota_size_takes_the_largest_or_the_mean_cost_of_each_queue) {
+  auto p = two_queue_params();
+  // Small queue: costs 50 and 150 alternately (largest 150, mean 100); large
+  // queue: 1600, 400, 1600, 400, 1600 (largest 1600, mean 1120).
+  const auto s = two_queues([](int i) { return i % 2 ? 150u : 50u; }, [](int i) { return i % 2 ? 400u : 1600u; });
+  struct row {
+    tuner_params::quota_size size;
+    std::uint64_t total;
+    std::vector<std::uint64_t> quotas;
+  };
+  const std::vector<row> table{
+    // max: Q_min 150·1·1.2 = 180 and 1600·4·0.7 = 4480; surplus 5340 split 2:1.
+    {tuner_params::quota_size::max, 10000, {180 + 3560, 4480 + 1780}},
+    // mean: 100·1·1.2 = 120 and 1120·4·0.7 = 3136; surplus 6744 split 2:1.
+    {tuner_params::quota_size::mean, 10000, {120 + 4496, 3136 + 2248}},
+    // Overloaded (a pool of 3256 tokens = the two means' minimums): mean
+    // fills it exactly, max shrinks both alike.
+    {tuner_params::quota_size::mean, 3256, {120, 3136}},
+    {tuner_params::quota_size::max, 3256, {125, 3130}},
+  };
+  for (const auto& r : table) {
+    p.size = r.size;
+    p.total_tokens = r.total;
+    const auto t = tune_queues(s, p);
+    ASSERT_EQ(t.queues(), 2u);
+    EXPECT_EQ(t.quotas, r.quotas) << (r.size == tuner_params::quota_size::mean ? "mean" : "max") << " of " << r.total;
+  }
 }
 
 TEST(chameleon_classifier_policy, queue_by_wrs_under_the_cutoffs) {

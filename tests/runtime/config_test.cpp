@@ -295,6 +295,11 @@ TEST(config, every_registered_policy_and_its_params_are_documented) {
     EXPECT_TRUE(names_code(class_policy, name)) << name << " is not listed under [classifier] policy";
 }
 
+TEST(config, the_queue_tuner_reads_its_quota_size) {
+  EXPECT_EQ(parse_ok("").queue_tuner.quota_size, "max");
+  EXPECT_EQ(parse_ok("[queue_tuner]\nquota_size = \"mean\"\n").queue_tuner.quota_size, "mean");
+}
+
 TEST(config, keys_left_out_of_a_section_keep_their_defaults) {
   const auto o = parse_ok("[scheduler]\nmax_running = 4\n[[adapters]]\nname = \"a\"\n");
   EXPECT_EQ(o.scheduler.max_running, 4u);
@@ -597,6 +602,8 @@ const error_case error_cases[] = {
   {"negative_host_pages", "[memory_pool]\nhost_pages = -1\n", "memory_pool.host_pages", "must not be negative"},
   {"unknown_log_level", "[logging]\nlevel = \"verbose\"\n", "logging.level",
    "valid: trace, debug, info, warn, error, critical, off"},
+  {"quota_size_unknown", "[queue_tuner]\nquota_size = \"avg\"\n", "queue_tuner.quota_size",
+   "unknown quota size \"avg\" (valid: max, mean)"},
   // endpoint
   {"endpoint_scheme", "[server]\nendpoint = \"http://127.0.0.1:80\"\n", "server.endpoint",
    "must be tcp://, ipc:// or inproc:// followed by an address, got \"http://127.0.0.1:80\""},

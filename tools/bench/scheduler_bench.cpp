@@ -62,7 +62,7 @@ struct harness {
   }
 };
 
-const char* const policy_names[] = {"fcfs", "slora", "chameleon"};
+const char* const policy_names[] = {"fcfs", "slora", "chameleon", "sjf", "adaptive", "aptserve"};
 
 void bm_scheduler_iteration(benchmark::State& state) {
   const auto waiting = static_cast<std::size_t>(state.range(0));
@@ -84,7 +84,7 @@ void bm_scheduler_iteration(benchmark::State& state) {
 
 BENCHMARK(bm_scheduler_iteration)
   ->ArgNames({"waiting", "running", "policy"})
-  ->ArgsProduct({{0, 10000}, {32, 256}, {0, 1, 2}})
+  ->ArgsProduct({{0, 10000}, {32, 256}, {0, 1, 2, 3, 4, 5}})
   ->Unit(benchmark::kMicrosecond);
 
 } // namespace
