@@ -81,6 +81,15 @@ eviction() {
   # Eviction policies alone (FCFS scheduling), 2,000 adapters, Zipf(1).
   "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
     --gpu A100-80GB --popularity zipf:1 --rate 2 --csv "$out/eviction.csv"
+  # lfu with an hour of history, under both popularities.
+  local window=$out/eviction-window.csv
+  rm -f "$window"
+  for pop in zipf:1 chameleon:1; do
+    sweep "$window" "lru/$pop" 2 -- --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 \
+      --ranks 8,16,32,64,128 --gpu A100-80GB --popularity "$pop" --policies lru
+    sweep "$window" "lfu-3600s/$pop" 2 -- --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 \
+      --ranks 8,16,32,64,128 --gpu A100-80GB --popularity "$pop" --policies lfu --cache-window 3600
+  done
 }
 
 slora() {

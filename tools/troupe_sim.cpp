@@ -68,6 +68,7 @@ constexpr const char* usage =
   "  --quota-size max|mean S in each queue's minimum quota: its largest cost (Chameleon's) or its mean (default max)\n"
   "  --slo S               slora's early-abort first-token target; 0 = off (default 0)\n"
   "  --prefetch on|off     load queued requests' adapters early (default on)\n"
+  "  --cache-window S      seconds of history behind an adapter's use frequency (lfu, chameleon, fairshare; default 300)\n"
   "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
   "  --max-running N       running batch cap (default 256)\n"
@@ -108,6 +109,7 @@ struct options {
   std::string predictor = "oracle";
   double predictor_error = 0.2;
   double tuner_period = 60;
+  double cache_window = 300;
   std::string quota_size = "max";
   double slo = 0;
   bool prefetch = true;
@@ -222,6 +224,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (v != "max" && v != "mean") { err = "--quota-size: max or mean, got \"" + v + "\""; return false; }
       o.quota_size = v;
     }
+    else if (a == "--cache-window") { if (!need_num() || num <= 0) { err = "--cache-window must be > 0"; return false; } o.cache_window = num; }
     else if (a == "--tuner-period") { if (!need_num() || num <= 0) { err = "--tuner-period must be > 0"; return false; } o.tuner_period = num; }
     else if (a == "--slo") { if (!need_num()) return false; o.slo = num; }
     else if (a == "--prefetch") {
@@ -486,6 +489,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.tuner.quota_size = o.quota_size;
     cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
     cfg.cache.prefetch = o.prefetch;
+    cfg.cache.window_s = o.cache_window;
     cfg.cache.prefetch_free_fraction = o.prefetch_free;
     auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, constants, o.host_bytes);
     cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
