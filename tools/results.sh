@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns the seeds' experiments on troupe-sim (docs/results.md): each writes
 # summary CSVs and, where gnuplot is present, PNG plots into OUT_DIR.
-# Usage: tools/results.sh [chameleon|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]
+# Usage: tools/results.sh [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]
 # Needs build/bin/troupe-sim (tools/build.sh) and ../shared/traces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +75,24 @@ for label, v in runs.items():
           pct(sd(lambda i: i <= half), 0.99), pct(sd(lambda i: i >= tenth), 0.5), pct(sd(lambda i: i >= tenth), 0.99)))
 PY
   rm -f "$out/.records.csv"
+}
+
+compose() {
+  # What none of the papers does alone: Chameleon's queues (quotas by mean
+  # cost, a 30 s bound on waiting), lfu over an hour of history and pages on
+  # demand, against S-LoRA, vLLM-like FCFS and Chameleon as published; the
+  # Chameleon setting with 2,000 adapters, two arrival seeds.
+  local csv=$out/compose.csv
+  rm -f "$csv"
+  local args=(--trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128
+              --popularity chameleon:1 --gpu A100-80GB --arrivals poisson --host-gib 64)
+  for seed in 1 2; do
+    sweep "$csv" "slora/seed$seed" 4 4.5 5 5.5 -- "${args[@]}" --seed "$seed" --setups slora:slora
+    sweep "$csv" "fcfs-lru/seed$seed" 4 4.5 5 5.5 -- "${args[@]}" --seed "$seed" --setups fcfs:lru
+    sweep "$csv" "chameleon/seed$seed" 4 4.5 5 5.5 -- "${args[@]}" --seed "$seed" --setups chameleon:chameleon
+    sweep "$csv" "composed/seed$seed" 4 4.5 5 5.5 -- "${args[@]}" --seed "$seed" --setups chameleon:lfu \
+      --quota-size mean --sched-params chameleon.max_wait_s=30 --cache-window 3600 --kv on_demand
+  done
 }
 
 eviction() {
@@ -188,12 +206,13 @@ symphony() {
 
 case $what in
   chameleon) chameleon ;;
+  compose) compose ;;
   eviction) eviction ;;
   slora) slora ;;
   aptserve) aptserve ;;
   adaptive) adaptive ;;
   symphony) symphony ;;
-  all) chameleon; eviction; slora; aptserve; adaptive; symphony ;;
-  *) echo "usage: $0 [chameleon|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]" >&2; exit 2 ;;
+  all) chameleon; compose; eviction; slora; aptserve; adaptive; symphony ;;
+  *) echo "usage: $0 [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]" >&2; exit 2 ;;
 esac
 echo "results: $out"
