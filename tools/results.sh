@@ -50,9 +50,14 @@ chameleon() {
   # for the low-load P99 TTFT, then a fine grid around the knee.
   local knee=$out/chameleon-knee.csv
   rm -f "$knee"
-  sweep "$knee" "" 1 4.0 4.05 4.1 4.15 4.2 4.25 4.3 4.35 4.4 4.45 4.5 -- \
-    --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
-    --popularity chameleon:1 --gpu A100-80GB --arrivals poisson --setups slora:slora,fcfs:lru,sjf:lru,chameleon:chameleon
+  local grid=(1 4.0 4.05 4.1 4.15 4.2 4.25 4.3 4.35 4.4 4.45 4.5)
+  local setting=(--trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128
+                 --popularity chameleon:1 --gpu A100-80GB --arrivals poisson)
+  sweep "$knee" "" "${grid[@]}" -- "${setting[@]}" --setups slora:slora,fcfs:lru,sjf:lru,chameleon:chameleon
+  # Pages on demand alone, and the composed deployment (results.sh compose).
+  sweep "$knee" "fcfs:lru/on_demand" "${grid[@]}" -- "${setting[@]}" --setups fcfs:lru --kv on_demand --host-gib 64
+  sweep "$knee" "composed" "${grid[@]}" -- "${setting[@]}" --setups chameleon:lfu --quota-size mean \
+    --sched-params chameleon.max_wait_s=30 --cache-window 3600 --kv on_demand --host-gib 64
   # Slowdown (e2e over the latency alone) at 5.5 req/s, overall and for the
   # shorter half and the longest tenth of requests by latency alone (Fig. 7).
   "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
