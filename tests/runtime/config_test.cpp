@@ -4,6 +4,7 @@
 #include "runtime/config.hpp"
 
 #include "policies/registry.hpp"
+#include "runtime/tuner_params.hpp"
 
 #include <gtest/gtest.h>
 
@@ -295,9 +296,20 @@ TEST(config, every_registered_policy_and_its_params_are_documented) {
     EXPECT_TRUE(names_code(class_policy, name)) << name << " is not listed under [classifier] policy";
 }
 
-TEST(config, the_queue_tuner_reads_its_quota_size) {
-  EXPECT_EQ(parse_ok("").queue_tuner.quota_size, "max");
-  EXPECT_EQ(parse_ok("[queue_tuner]\nquota_size = \"mean\"\n").queue_tuner.quota_size, "mean");
+TEST(config, the_queue_tuner_reads_its_quota_size_and_hands_the_tuner_its_params) {
+  const auto defaults = parse_ok("").queue_tuner;
+  EXPECT_EQ(defaults.quota_size, "max");
+  EXPECT_EQ(tuner_params_of(defaults, 1000).size, policies::tuner_params::quota_size::max);
+  const auto o = parse_ok("[queue_tuner]\nquota_size = \"mean\"\nmax_queues = 3\nelbow = 0.1\nslo_s = 2\n"
+                          "window_s = 90\n").queue_tuner;
+  EXPECT_EQ(o.quota_size, "mean");
+  const auto p = tuner_params_of(o, 4096);
+  EXPECT_EQ(p.size, policies::tuner_params::quota_size::mean);
+  EXPECT_EQ(p.max_queues, 3u);
+  EXPECT_DOUBLE_EQ(p.elbow, 0.1);
+  EXPECT_DOUBLE_EQ(p.slo_s, 2.0);
+  EXPECT_DOUBLE_EQ(p.window_s, 90.0);
+  EXPECT_EQ(p.total_tokens, 4096u);
 }
 
 TEST(config, keys_left_out_of_a_section_keep_their_defaults) {
