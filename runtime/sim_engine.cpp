@@ -87,6 +87,8 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
       next_turns_[s]; // the first turn: later ones queue behind it
     schedule(requests[i].arrival_s, event_kind::arrival, i);
   }
+  if (cfg_.prefetcher && !events_.empty())
+    schedule(events_.top().at + cfg_.cache.predictor_interval_s, event_kind::predict, 0);
   while (!events_.empty()) {
     const auto ev = events_.top();
     events_.pop();
@@ -121,6 +123,8 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         }
         spec.seed = ev.arg;
         spec.arrival_s = now_;
+        if (cfg_.prefetcher && spec.adapter_id != 0)
+          cfg_.prefetcher->on_request(spec.adapter_id, now_);
         const auto ci = classify_input_of(spec);
         const auto c = cfg_.classifier->classify(ci);
         spec.queue = c.queue;
@@ -149,6 +153,14 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         apply(std::move(fx));
         break;
       }
+      case event_kind::predict:
+        // As the prefetcher actor: a round of predictions every interval,
+        // while anything else is still to happen.
+        for (const auto id : cfg_.prefetcher->predict(now_, cfg_.prefetch_per_round))
+          prefetch(id);
+        if (!events_.empty())
+          schedule(now_ + cfg_.cache.predictor_interval_s, event_kind::predict, 0);
+        break;
       case event_kind::first_layer_in:
         // The rest of its layers stream in under its step (pump gates it).
         apply(core_.on_swapped_in(ev.arg, true, now_));

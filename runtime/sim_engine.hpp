@@ -8,6 +8,7 @@
 #include "gpu/sim_backend.hpp"
 #include "policies/classifier_policy.hpp"
 #include "policies/eviction_policy.hpp"
+#include "policies/prefetch_policy.hpp"
 #include "policies/queue_tuner.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "runtime/adapter_cache.hpp"
@@ -55,6 +56,12 @@ struct sim_engine_config {
   /// Advisories (Symphony): this many seconds before each later turn of a
   /// conversation arrives, the scheduler is told it is coming (< 0: never).
   double advise_lead_s = -1;
+  /// Predictive adapter prefetch (Chameleon's optional one; the prefetcher
+  /// actor's policy): told of every arrival, asked every
+  /// cache.predictor_interval_s for up to `prefetch_per_round` adapters to
+  /// load. Null: off.
+  std::unique_ptr<policies::prefetch_policy> prefetcher;
+  std::size_t prefetch_per_round = 16;
 };
 
 /// One request of a simulated workload.
@@ -133,7 +140,7 @@ public:
   const adapter_cache& cache() const noexcept { return cache_; }
 
 private:
-  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise };
+  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise, predict };
   struct event {
     double at;
     std::uint64_t seq;

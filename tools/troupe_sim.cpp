@@ -12,6 +12,7 @@
 #include "gpu/sim_backend.hpp"
 #include "policies/classifier_policy.hpp"
 #include "policies/output_predictor.hpp"
+#include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 #include "policies/session_eviction.hpp"
 #include "runtime/sim_engine.hpp"
@@ -69,6 +70,8 @@ constexpr const char* usage =
   "  --slo S               slora's early-abort first-token target; 0 = off (default 0)\n"
   "  --prefetch on|off     load queued requests' adapters early (default on)\n"
   "  --cache-window S      seconds of history behind an adapter's use frequency (lfu, chameleon, fairshare; default 300)\n"
+  "  --adapter-predictor NAME   predictive adapter prefetch: none or histogram (Chameleon's; default none)\n"
+  "  --adapter-predictor-interval S   seconds between its rounds (default 1)\n"
   "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
   "  --max-running N       running batch cap (default 256)\n"
@@ -110,6 +113,8 @@ struct options {
   double predictor_error = 0.2;
   double tuner_period = 60;
   double cache_window = 300;
+  std::string adapter_predictor = "none";
+  double adapter_predictor_interval = 1;
   std::string quota_size = "max";
   double slo = 0;
   bool prefetch = true;
@@ -224,6 +229,8 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (v != "max" && v != "mean") { err = "--quota-size: max or mean, got \"" + v + "\""; return false; }
       o.quota_size = v;
     }
+    else if (a == "--adapter-predictor") o.adapter_predictor = v;
+    else if (a == "--adapter-predictor-interval") { if (!need_num() || num <= 0) { err = "--adapter-predictor-interval must be > 0"; return false; } o.adapter_predictor_interval = num; }
     else if (a == "--cache-window") { if (!need_num() || num <= 0) { err = "--cache-window must be > 0"; return false; } o.cache_window = num; }
     else if (a == "--tuner-period") { if (!need_num() || num <= 0) { err = "--tuner-period must be > 0"; return false; } o.tuner_period = num; }
     else if (a == "--slo") { if (!need_num()) return false; o.slo = num; }
@@ -490,6 +497,14 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
     cfg.cache.prefetch = o.prefetch;
     cfg.cache.window_s = o.cache_window;
+    cfg.cache.predictor_interval_s = o.adapter_predictor_interval;
+    if (o.adapter_predictor != "none") {
+      cfg.prefetcher = policies::make_prefetch_policy(o.adapter_predictor);
+      if (!cfg.prefetcher) {
+        std::cerr << "troupe-sim: no adapter predictor named \"" << o.adapter_predictor << "\"\n";
+        return 2;
+      }
+    }
     cfg.cache.prefetch_free_fraction = o.prefetch_free;
     auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, constants, o.host_bytes);
     cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);

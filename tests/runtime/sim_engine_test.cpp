@@ -5,6 +5,7 @@
 #include "runtime/sim_engine.hpp"
 
 #include "gpu/model_shape.hpp"
+#include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 
 #include <gtest/gtest.h>
@@ -95,16 +96,56 @@ TEST(sim_engine, pages_on_demand_with_preemption_finish_every_request_under_each
   }
 }
 
+/// A 2,000-page pool of 16-token pages, fcfs, and `eviction`.
+sim_engine_config small_config(const std::string& eviction) {
+  sim_engine_config cfg;
+  cfg.limits.total_pages = 2000;
+  cfg.limits.page_tokens = 16;
+  cfg.scheduling = policies::make_scheduling_policy("fcfs");
+  cfg.eviction = policies::make_eviction_policy(eviction);
+  return cfg;
+}
+
+TEST(sim_engine, the_histogram_predictor_loads_an_adapter_before_its_periodic_requests) {
+  // One adapter asked for every 20 s; the cache drops it when idle
+  // (S-LoRA's policy), so without prediction every request loads it. With
+  // the histogram (idle times of 20 s, pre-warmed at 0.9 x 20 = 18 s) it is
+  // back before each request once five gaps are known.
+  const auto shape = *gpu::find_model_preset("llama-2-7b");
+  const auto gpu = *gpu::find_gpu_spec("A100-80GB");
+  const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
+  auto periodic_run = [&](bool predict) {
+    adapter_catalog catalog{{{"a0", 64, ""}}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); },
+                            page_bytes};
+    auto cfg = small_config("slora");
+    cfg.limits.page_bytes = page_bytes;
+    cfg.cache.predictor_interval_s = 0.5;
+    if (predict)
+      cfg.prefetcher = policies::make_prefetch_policy("histogram");
+    sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1), std::move(catalog), 2000};
+    std::vector<sim_request> reqs;
+    for (int i = 0; i < 12; ++i)
+      reqs.push_back({20.0 * i, 100, 10, 1});
+    for (const auto& o : engine.run(reqs))
+      EXPECT_EQ(o.reason, finish_reason::length);
+    return engine.totals();
+  };
+  const auto plain = periodic_run(false);
+  EXPECT_EQ(plain.prefetches, 0u);
+  EXPECT_EQ(plain.adapter_hits, 0u) << "dropped when idle: every request loads it";
+  const auto predicted = periodic_run(true);
+  // Gaps 1-5 teach the histogram; requests 7-12 find the adapter loaded.
+  EXPECT_GE(predicted.prefetch_hits, 5u);
+  EXPECT_GE(predicted.adapter_hits, 5u);
+  EXPECT_LE(predicted.prefetches, 12u) << "one load per gap, not one per round";
+}
+
 TEST(sim_engine, a_conversations_turns_follow_each_other_and_reuse_the_session_cache) {
   const auto shape = *gpu::find_model_preset("llama-2-7b");
   const auto gpu = *gpu::find_gpu_spec("A100-80GB");
   auto conversation_run = [&](std::uint64_t session_pages) {
-    sim_engine_config cfg;
-    cfg.limits.total_pages = 2000;
-    cfg.limits.page_tokens = 16;
+    auto cfg = small_config("lru");
     cfg.limits.session_pages = session_pages;
-    cfg.scheduling = policies::make_scheduling_policy("fcfs");
-    cfg.eviction = policies::make_eviction_policy("lru");
     adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, 16 * shape.kv_bytes_per_token()};
     sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1), std::move(catalog), 2000};
     // Two conversations of three turns: 100 new prompt tokens and 20 reply
