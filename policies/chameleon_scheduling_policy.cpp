@@ -86,13 +86,18 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
     ++running_in[q];
   };
   // Lets `y` pass a blocked request that can start in `wait` iterations:
-  // admitted if it fits now and is predicted to end before then (squashed
-  // if it overruns).
-  auto pass = [&](const waiting_view& y, double wait) {
-    if (taken.contains(y.request_id) || !global_fit(y) || static_cast<double>(y.predicted_tokens) + 1 > wait)
+  // admitted if it fits now and what it has left of its prediction ends
+  // before then; `squash`: squashed if it overruns. A request that already ran past
+  // its prediction (squashed before, its output kept) has nothing left to
+  // go by and never passes: admitted again as a bypasser, it would be
+  // squashed at once, over and over.
+  auto pass = [&](const waiting_view& y, double wait, bool squash) {
+    const std::uint32_t left = y.predicted_tokens > y.generated ? y.predicted_tokens - y.generated : 0;
+    if (left == 0 || taken.contains(y.request_id) || !global_fit(y) || static_cast<double>(left) + 1 > wait)
       return false;
     admit(y);
-    bypassers_[y.request_id] = std::max<std::uint32_t>(y.predicted_tokens, 1);
+    if (squash)
+      bypassers_[y.request_id] = y.predicted_tokens;
     ++bypassed_;
     return true;
   };
@@ -118,7 +123,10 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
   // first, whatever their queue's quota. When the oldest of them does not
   // fit, the only others let in are those predicted to end before it could
   // start (backfilling), so the pages running requests free go to it and no
-  // request waits for ever behind smaller ones.
+  // request waits for ever behind smaller ones. A backfilled request that
+  // overruns its prediction runs on (squashing it would throw away its work
+  // to win the overdue one a few iterations; measured worse in tight pools,
+  // docs/benchmarks.md).
   bool held = false;
   if (max_wait_s_ > 0) {
     for (const auto& w : in.waiting) {
@@ -132,7 +140,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
         const auto need = pages.need(w, lim.page_tokens);
         const double wait = need > pages.left() ? head_wait(need - pages.left()) : 0.0;
         for (const auto& y : in.waiting)
-          pass(y, wait);
+          pass(y, wait, false);
         break;
       }
       admit(w);
@@ -172,7 +180,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
         const double wait = head_wait(need - pages.left());
         for (std::size_t j = next[q] + 1; j < list.size() && j <= next[q] + lookahead_; ++j) {
           const auto& y = *list[j];
-          if (cost_of(y) <= avail[q] && pass(y, wait))
+          if (cost_of(y) <= avail[q] && pass(y, wait, true))
             charge(y);
         }
       }

@@ -12,8 +12,8 @@
 // With "max_wait_s" set, a phase 0 comes first: requests that have waited
 // that long are admitted oldest first whatever their queue's quota; when the
 // oldest does not fit, only requests predicted to end before the running
-// ones free its pages start (squashed if they overrun), so it waits no
-// longer than that (a bound on starvation that Chameleon lacks).
+// ones free its pages start (and run on if they overrun), so it waits about
+// that long and no longer (a bound on starvation that Chameleon lacks).
 // Memory, the running cap and the token budget bound every admission. A head
 // blocked on adapter memory may be bypassed by a younger request of its queue
 // that fits now and is predicted to finish before the head could start; a

@@ -176,6 +176,24 @@ TEST(chameleon_scheduling_policy, bypass_of_a_head_blocked_on_adapter_memory_the
   EXPECT_TRUE(fresh.schedule(input({}, on_time, 0)).squash.empty());
 }
 
+TEST(chameleon_scheduling_policy, a_request_squashed_for_overrunning_never_passes_again) {
+  // As above: the head (1) is blocked on its adapter for 5 iterations.
+  const std::vector<running_view> running{r(9, 0, 16, 10, 5, 4), r(10, 0, 16, 60, 10, 10)};
+  // 2 was squashed after 4 tokens against a prediction of 3: nothing of its
+  // prediction is left, so it waits like any other. 3 predicted 20 and has
+  // made 17: its 3 left (+ 1) end in time, and it is squashed only past 20.
+  auto squashed = w(2, 16, 16, 0, 0, 0, 0, 3);
+  squashed.generated = 4;
+  auto resumed = w(3, 16, 32, 0, 0, 0, 0, 20);
+  resumed.generated = 17;
+  const std::vector<waiting_view> q{w(1, 16, 16, 7, 6), squashed, resumed};
+  chameleon_scheduling_policy p;
+  EXPECT_EQ(p.schedule(input(q, running, 4)).admit, (ids{3}));
+  const std::vector<running_view> on_time{r(3, 0, 16, 20, 20, 2)}, late{r(3, 0, 16, 20, 21, 2)};
+  EXPECT_TRUE(p.schedule(input({}, on_time, 0)).squash.empty());
+  EXPECT_EQ(p.schedule(input({}, late, 0)).squash, (ids{3}));
+}
+
 TEST(chameleon_scheduling_policy, no_bypass_when_switched_off_or_blocked_by_kv) {
   chameleon_scheduling_policy off;
   ASSERT_EQ(off.configure({{"bypass", 0}}), "");
@@ -228,6 +246,10 @@ TEST(chameleon_scheduling_policy, an_overdue_request_that_does_not_fit_lets_in_o
   EXPECT_EQ(d.admit, (ids{2, 4}));
   EXPECT_EQ(p.bypassed(), 2u);
   EXPECT_EQ(p.counters().back(), (std::pair<std::string, double>{"chameleon_held_for_overdue", 1}));
+  // A backfilled request that overruns its prediction (2: 3 predicted, 4
+  // made) runs on.
+  const std::vector<running_view> later{r(2, 0, 16, 3, 4, 2), r(4, 0, 16, 4, 2, 2)};
+  EXPECT_TRUE(p.schedule(input({w(1, 48, 48, 0, 0, 0)}, later, 0, {}, 101)).squash.empty());
   // Without the bound, the head (not blocked on an adapter) holds its queue.
   chameleon_scheduling_policy off;
   EXPECT_TRUE(off.schedule(input(q, running, 4, {}, 100)).admit.empty());
