@@ -22,10 +22,9 @@ schedule_decision sjf_scheduling_policy::schedule(const schedule_input& in) {
   const auto cap = static_cast<std::uint64_t>(in.limits.max_running);
   if (in.waiting.empty() || batch.running() >= cap)
     return out;
-  // At most `room` requests can join, so only the room + 1 smallest keys
-  // are ever looked at (the last one to find where admission stops): a
-  // partial sort keeps a long queue at one pass, not a full sort. Equal
-  // keys go in arrival order (the index breaks ties).
+  // At most `room` requests can join, so only the `room` smallest keys are
+  // ever looked at: a partial sort keeps a long queue at about one pass, not
+  // a full sort. Equal keys go in arrival order (the index breaks ties).
   order_.clear();
   order_.reserve(in.waiting.size());
   for (std::size_t i = 0; i < in.waiting.size(); ++i)

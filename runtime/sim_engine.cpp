@@ -3,6 +3,7 @@
 #include "runtime/calibration.hpp"
 #include "runtime/tuner_params.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -87,8 +88,11 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
       next_turns_[s]; // the first turn: later ones queue behind it
     schedule(requests[i].arrival_s, event_kind::arrival, i);
   }
+  // Predictor rounds (a period of at least 1 ms, so a bad interval cannot
+  // stall the clock).
+  const double predict_period = std::max(cfg_.cache.predictor_interval_s, 1e-3);
   if (cfg_.prefetcher && !events_.empty())
-    schedule(events_.top().at + cfg_.cache.predictor_interval_s, event_kind::predict, 0);
+    schedule(events_.top().at + predict_period, event_kind::predict, 0);
   while (!events_.empty()) {
     const auto ev = events_.top();
     events_.pop();
@@ -159,7 +163,7 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
         for (const auto id : cfg_.prefetcher->predict(now_, cfg_.prefetch_per_round))
           prefetch(id);
         if (!events_.empty())
-          schedule(now_ + cfg_.cache.predictor_interval_s, event_kind::predict, 0);
+          schedule(now_ + predict_period, event_kind::predict, 0);
         break;
       case event_kind::first_layer_in:
         // The rest of its layers stream in under its step (pump gates it).
