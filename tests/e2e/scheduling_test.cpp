@@ -87,6 +87,11 @@ TEST(scheduling_e2e, chameleon_with_the_queue_tuner_retunes_while_serving) {
   EXPECT_GE(tunings, 2.0);
   const auto stats = stats_of(c, "final");
   EXPECT_GE(stats.at("chameleon_queues"), 1.0);
+  // Each queue's quota (tokens) is in the stats.
+  double quotas = 0;
+  for (std::size_t q = 0; q < static_cast<std::size_t>(stats.at("queue_tuner_queues")); ++q)
+    quotas += stats.at("queue_tuner_quota_" + std::to_string(q));
+  EXPECT_GT(quotas, 0.0);
   EXPECT_EQ(stats.at("requests_squashed"), stats.at("chameleon_squashed"));
   // Serving on after the re-tunings.
   auto more = run_mix(c, 50, 9);
