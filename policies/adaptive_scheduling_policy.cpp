@@ -106,14 +106,27 @@ schedule_decision adaptive_scheduling_policy::schedule(const schedule_input& in)
   for (const auto& w : in.waiting)
     (w.swapped ? swapped : fresh)
       .push_back({adaptive_priority(in.now_s, w.arrival_s, w.prompt_tokens + w.generated), &w});
-  auto by_priority = [](const ranked& a, const ranked& b) { return a.priority > b.priority; };
-  std::stable_sort(swapped.begin(), swapped.end(), by_priority);
-  std::stable_sort(fresh.begin(), fresh.end(), by_priority);
+  // Ties go to the earlier arrival: the views are in arrival order, so to
+  // the lower address.
+  auto by_priority = [](const ranked& a, const ranked& b) {
+    return a.priority != b.priority ? a.priority > b.priority : a.w < b.w;
+  };
+  // No prefix can hold more than the batch has room for, and Algorithm 1
+  // needs only the most urgent of each set: only that many are ordered (a
+  // partial sort, about one pass over a long queue).
+  const std::size_t room = in.running.size() < lim.max_running ? lim.max_running - in.running.size() : 0;
+  auto order = [&](std::vector<ranked>& set) {
+    const auto head = std::min(std::max<std::size_t>(room, 1), set.size());
+    std::partial_sort(set.begin(), set.begin() + static_cast<std::ptrdiff_t>(head), set.end(), by_priority);
+    return std::span<const ranked>{set.data(), head};
+  };
+  const auto swapped_head = order(swapped);
+  const auto fresh_head = order(fresh);
 
   // Algorithm 2: the set whose admissible prefix has the higher mean
   // priority goes; swap-ins win ties.
-  const auto s_sche = fitting_prefix(swapped, in);
-  const auto w_sche = fitting_prefix(fresh, in);
+  const auto s_sche = fitting_prefix(swapped_head, in);
+  const auto w_sche = fitting_prefix(fresh_head, in);
   const bool swap_in = !s_sche.empty() && mean_of(w_sche) <= mean_of(s_sche);
   const auto& chosen = swap_in ? s_sche : w_sche;
   swap_in_rounds_ += swap_in ? 1 : 0;
