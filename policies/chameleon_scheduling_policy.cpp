@@ -70,7 +70,6 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
   std::vector<std::size_t> next(k, 0); // first not-yet-admitted index per queue
   std::unordered_map<std::uint64_t, char> taken;
 
-  auto global_fit = [&](const waiting_view& w) { return batch.fits(w); };
   auto admit = [&](const waiting_view& w) {
     batch.admit(w, out);
     taken[w.request_id] = 1;
@@ -87,13 +86,13 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
   };
   // Lets `y` pass a blocked request that can start in `wait` iterations:
   // admitted if it fits now and what it has left of its prediction ends
-  // before then; `squash`: squashed if it overruns. A request that already ran past
-  // its prediction (squashed before, its output kept) has nothing left to
-  // go by and never passes: admitted again as a bypasser, it would be
-  // squashed at once, over and over.
+  // before then; with `squash`, squashed if it overruns. A request that
+  // already ran past its prediction (squashed before, its output kept) has
+  // nothing left to go by and never passes: admitted again as a bypasser,
+  // it would be squashed at once, over and over.
   auto pass = [&](const waiting_view& y, double wait, bool squash) {
     const std::uint32_t left = y.predicted_tokens > y.generated ? y.predicted_tokens - y.generated : 0;
-    if (left == 0 || taken.contains(y.request_id) || !global_fit(y) || static_cast<double>(left) + 1 > wait)
+    if (left == 0 || taken.contains(y.request_id) || !batch.fits(y) || static_cast<double>(left) + 1 > wait)
       return false;
     admit(y);
     if (squash)
@@ -132,7 +131,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
     for (const auto& w : in.waiting) {
       if (in.now_s - w.arrival_s < max_wait_s_)
         continue;
-      if (!global_fit(w)) {
+      if (!batch.fits(w)) {
         held = true;
         ++held_;
         // Others may start now if they are predicted to end (and give their
@@ -165,7 +164,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
       const bool quota_ok = c <= avail[q] || (running_in[q] == 0 && next[q] == 0);
       if (!quota_ok)
         break;
-      if (global_fit(w)) {
+      if (batch.fits(w)) {
         admit(w);
         charge(w);
         ++next[q];
@@ -207,7 +206,7 @@ schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in
         continue;
       }
       const auto c = cost_of(w);
-      if (c > spare || !global_fit(w))
+      if (c > spare || !batch.fits(w))
         break;
       admit(w);
       spare -= c;
