@@ -73,12 +73,8 @@ void sim_engine::schedule(double at, event_kind kind, std::uint64_t arg) {
 }
 
 std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& requests) {
-  outcomes_.assign(requests.size(), {});
-  request_meta_.assign(requests.size(), {});
-  history_len_.assign(requests.size(), 0);
-  requests_ = &requests;
+  begin(requests, nullptr, nullptr);
   for (std::size_t i = 0; i < requests.size(); ++i) {
-    outcomes_[i].arrival_s = requests[i].arrival_s;
     const auto s = requests[i].session;
     if (s != 0 && next_turns_.contains(s)) {
       next_turns_[s].push_back(i); // arrives when the previous turn is answered
@@ -86,126 +82,171 @@ std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& request
     }
     if (s != 0)
       next_turns_[s]; // the first turn: later ones queue behind it
-    schedule(requests[i].arrival_s, event_kind::arrival, i);
+    submit(i, requests[i].arrival_s, requests[i].arrival_s);
   }
+  if (!events_.empty())
+    arm_predictor(events_.top().at);
+  while (!events_.empty())
+    step();
+  return end();
+}
+
+void sim_engine::begin(const std::vector<sim_request>& requests, end_hook on_end,
+                       std::shared_ptr<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>> histories) {
+  outcomes_.assign(requests.size(), {});
+  request_meta_.assign(requests.size(), {});
+  history_len_.assign(requests.size(), 0);
+  sent_s_.assign(requests.size(), 0.0);
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    outcomes_[i].arrival_s = requests[i].arrival_s;
+  requests_ = &requests;
+  on_end_ = std::move(on_end);
+  histories_ = histories ? std::move(histories)
+                         : std::make_shared<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>>();
+}
+
+void sim_engine::submit(std::size_t index, double now_s, double arrival_s) {
+  sent_s_[index] = arrival_s;
+  schedule(now_s, event_kind::arrival, index);
+  if (on_end_)
+    arm_predictor(now_s);
+}
+
+void sim_engine::arm_predictor(double from_s) {
   // Predictor rounds (a period of at least 1 ms, so a bad interval cannot
-  // stall the clock).
-  const double predict_period = std::max(cfg_.cache.predictor_interval_s, 1e-3);
-  if (cfg_.prefetcher && !events_.empty())
-    schedule(events_.top().at + predict_period, event_kind::predict, 0);
-  while (!events_.empty()) {
-    const auto ev = events_.top();
-    events_.pop();
-    now_ = ev.at;
-    tune_if_due();
-    switch (ev.kind) {
-      case event_kind::arrival: {
-        const auto& r = requests[ev.arg];
-        request_spec spec;
-        spec.request_id = ev.arg + 1;
-        // Token ids do not matter to the sim backend; lengths do. A
-        // conversation's turn carries its history first.
-        if (r.session != 0) {
-          auto& h = history_[r.session];
-          if (h.size() + r.prompt_tokens + r.output_tokens > cfg_.max_context)
-            h.clear(); // the context window is full: a fresh one
-          spec.prompt = h;
-          history_len_[ev.arg] = static_cast<std::uint32_t>(h.size());
-          spec.session = r.session;
-        }
-        spec.prompt.insert(spec.prompt.end(), std::max<std::uint32_t>(r.prompt_tokens, 1),
-                           static_cast<std::int32_t>(1 + ev.arg % 1000));
-        outcomes_[ev.arg].arrival_s = now_;
-        new_prompt_tokens_ += std::max<std::uint32_t>(r.prompt_tokens, 1);
-        spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
-        spec.predicted_tokens = spec.max_new_tokens;
-        if (const auto* e = catalog_.by_id(r.adapter_id)) {
-          spec.adapter_id = e->id;
-          spec.adapter_rank = e->rank;
-          // In a static partition adapters take no KV pages.
-          spec.adapter_pages = cfg_.adapter_partition_pages > 0 ? 0 : e->pages;
-        }
-        spec.seed = ev.arg;
-        spec.arrival_s = now_;
-        if (cfg_.prefetcher && spec.adapter_id != 0)
-          cfg_.prefetcher->on_request(spec.adapter_id, now_);
-        const auto ci = classify_input_of(spec);
-        const auto c = cfg_.classifier->classify(ci);
-        spec.queue = c.queue;
-        spec.predicted_tokens = std::max<std::uint32_t>(c.predicted_tokens, 1);
-        request_meta_[ev.arg] = {spec.adapter_id, ci.prompt_tokens};
-        if (cfg_.tuner.enabled)
-          samples_.push_back({now_, c.wrs, quota_cost_of(spec, cfg_.limits.page_tokens),
-                              (spec.predicted_tokens + 1) * cfg_.tuner.iteration_s});
-        if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted) {
-          outcomes_[ev.arg].reason = finish_reason::error; // refused: counted as lost
-          if (r.session != 0)
-            next_turn(r.session);
-        }
-        break;
+  // stall the clock), while anything else is still to happen.
+  if (!cfg_.prefetcher || predict_pending_ || events_.empty())
+    return;
+  predict_pending_ = true;
+  schedule(from_s + std::max(cfg_.cache.predictor_interval_s, 1e-3), event_kind::predict, 0);
+}
+
+double sim_engine::next_event_s() const noexcept {
+  return events_.empty() ? std::numeric_limits<double>::infinity() : events_.top().at;
+}
+
+void sim_engine::ended(std::size_t index, finish_reason reason) {
+  if (on_end_)
+    on_end_(index, reason, now_);
+  else if ((*requests_)[index].session != 0)
+    next_turn((*requests_)[index].session);
+}
+
+void sim_engine::step() {
+  const auto& requests = *requests_;
+  const auto ev = events_.top();
+  events_.pop();
+  now_ = ev.at;
+  tune_if_due();
+  switch (ev.kind) {
+    case event_kind::arrival: {
+      const auto& r = requests[ev.arg];
+      request_spec spec;
+      spec.request_id = ev.arg + 1;
+      // Token ids do not matter to the sim backend; lengths do. A
+      // conversation's turn carries its history first.
+      if (r.session != 0) {
+        auto& h = (*histories_)[r.session];
+        if (h.size() + r.prompt_tokens + r.output_tokens > cfg_.max_context)
+          h.clear(); // the context window is full: a fresh one
+        spec.prompt = h;
+        history_len_[ev.arg] = static_cast<std::uint32_t>(h.size());
+        spec.session = r.session;
       }
-      case event_kind::step_done: {
-        auto batch = std::move(in_flight_);
-        auto tokens = std::move(in_flight_tokens_);
-        ++totals_.steps;
-        apply(core_.on_step_done(batch, tokens, now_));
-        break;
+      spec.prompt.insert(spec.prompt.end(), std::max<std::uint32_t>(r.prompt_tokens, 1),
+                         static_cast<std::int32_t>(1 + ev.arg % 1000));
+      outcomes_[ev.arg].arrival_s = sent_s_[ev.arg];
+      new_prompt_tokens_ += std::max<std::uint32_t>(r.prompt_tokens, 1);
+      spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
+      spec.predicted_tokens = spec.max_new_tokens;
+      if (const auto* e = catalog_.by_id(r.adapter_id)) {
+        spec.adapter_id = e->id;
+        spec.adapter_rank = e->rank;
+        // In a static partition adapters take no KV pages.
+        spec.adapter_pages = cfg_.adapter_partition_pages > 0 ? 0 : e->pages;
       }
-      case event_kind::advise: {
-        scheduler_effects fx;
-        core_.advise(ev.arg, now_, fx);
-        apply(std::move(fx));
-        break;
+      spec.seed = ev.arg;
+      spec.arrival_s = sent_s_[ev.arg];
+      if (cfg_.prefetcher && spec.adapter_id != 0)
+        cfg_.prefetcher->on_request(spec.adapter_id, now_);
+      const auto ci = classify_input_of(spec);
+      const auto c = cfg_.classifier->classify(ci);
+      spec.queue = c.queue;
+      spec.predicted_tokens = std::max<std::uint32_t>(c.predicted_tokens, 1);
+      request_meta_[ev.arg] = {spec.adapter_id, ci.prompt_tokens};
+      if (cfg_.tuner.enabled)
+        samples_.push_back({now_, c.wrs, quota_cost_of(spec, cfg_.limits.page_tokens),
+                            (spec.predicted_tokens + 1) * cfg_.tuner.iteration_s});
+      if (core_.submit(std::move(spec)) != scheduler_core::submit_result::accepted) {
+        outcomes_[ev.arg].reason = finish_reason::error; // refused: counted as lost
+        ended(ev.arg, finish_reason::error);
       }
-      case event_kind::predict:
-        // As the prefetcher actor: a round of predictions every interval,
-        // while anything else is still to happen.
-        for (const auto id : cfg_.prefetcher->predict(now_, cfg_.prefetch_per_round))
-          prefetch(id);
-        if (!events_.empty())
-          schedule(now_ + predict_period, event_kind::predict, 0);
+      break;
+    }
+    case event_kind::step_done: {
+      auto batch = std::move(in_flight_);
+      auto tokens = std::move(in_flight_tokens_);
+      ++totals_.steps;
+      apply(core_.on_step_done(batch, tokens, now_));
+      break;
+    }
+    case event_kind::advise: {
+      scheduler_effects fx;
+      core_.advise(ev.arg, now_, fx);
+      apply(std::move(fx));
+      break;
+    }
+    case event_kind::predict:
+      // As the prefetcher actor: a round of predictions every interval,
+      // while anything else is still to happen.
+      for (const auto id : cfg_.prefetcher->predict(now_, cfg_.prefetch_per_round))
+        prefetch(id);
+      predict_pending_ = false;
+      arm_predictor(now_);
+      break;
+    case event_kind::first_layer_in:
+      // The rest of its layers stream in under its step (pump gates it).
+      apply(core_.on_swapped_in(ev.arg, true, now_));
+      break;
+    case event_kind::transfer_done: {
+      auto i = running_transfers_.find(ev.arg);
+      if (i == running_transfers_.end())
         break;
-      case event_kind::first_layer_in:
-        // The rest of its layers stream in under its step (pump gates it).
-        apply(core_.on_swapped_in(ev.arg, true, now_));
-        break;
-      case event_kind::transfer_done: {
-        auto i = running_transfers_.find(ev.arg);
-        if (i == running_transfers_.end())
-          break;
-        const auto t = i->second;
-        running_transfers_.erase(i);
-        transfers_.finished(ev.arg, now_, true);
-        if (t.cls == transfer_class::swap_out || t.cls == transfer_class::swap_in) {
-          totals_.swap_bytes += t.bytes;
-          const auto key = std::make_pair(t.request_id, t.cls);
-          auto s = std::move(swaps_.at(key));
-          swaps_.erase(key);
-          if (t.cls == transfer_class::swap_out && session_outs_.erase(t.request_id) > 0)
-            apply(core_.on_session_out(t.request_id, true, now_, std::move(s.host_pages)));
-          else if (t.cls == transfer_class::swap_out)
-            apply(core_.on_swapped_out(t.request_id, true, now_, std::move(s.host_pages)));
-          else if (session_ins_.erase(t.request_id) > 0)
-            apply(core_.on_session_in(t.request_id, true, now_, std::move(s.device_pages)));
-          else if (!cfg_.layer_streaming)
-            apply(core_.on_swapped_in(t.request_id, true, now_));
-          // (streamed: the request took its pages over at its first layer)
-          start_transfers();
-          break;
-        }
-        totals_.pcie_bytes += t.bytes;
-        totals_.pcie_seconds += t.copy_s;
-        if (t.disk) {
-          totals_.disk_bytes += t.bytes;
-          totals_.disk_seconds += t.disk_s;
-        }
-        settle(t.adapter_id, scheduler_core::adapter_grant::granted);
+      const auto t = i->second;
+      running_transfers_.erase(i);
+      transfers_.finished(ev.arg, now_, true);
+      if (t.cls == transfer_class::swap_out || t.cls == transfer_class::swap_in) {
+        totals_.swap_bytes += t.bytes;
+        const auto key = std::make_pair(t.request_id, t.cls);
+        auto s = std::move(swaps_.at(key));
+        swaps_.erase(key);
+        if (t.cls == transfer_class::swap_out && session_outs_.erase(t.request_id) > 0)
+          apply(core_.on_session_out(t.request_id, true, now_, std::move(s.host_pages)));
+        else if (t.cls == transfer_class::swap_out)
+          apply(core_.on_swapped_out(t.request_id, true, now_, std::move(s.host_pages)));
+        else if (session_ins_.erase(t.request_id) > 0)
+          apply(core_.on_session_in(t.request_id, true, now_, std::move(s.device_pages)));
+        else if (!cfg_.layer_streaming)
+          apply(core_.on_swapped_in(t.request_id, true, now_));
+        // (streamed: the request took its pages over at its first layer)
         start_transfers();
         break;
       }
+      totals_.pcie_bytes += t.bytes;
+      totals_.pcie_seconds += t.copy_s;
+      if (t.disk) {
+        totals_.disk_bytes += t.bytes;
+        totals_.disk_seconds += t.disk_s;
+      }
+      settle(t.adapter_id, scheduler_core::adapter_grant::granted);
+      start_transfers();
+      break;
     }
-    pump();
   }
+  pump();
+}
+
+std::vector<sim_outcome> sim_engine::end() {
   totals_.end_s = now_;
   totals_.adapter_hits = cache_.hits();
   totals_.adapter_misses = cache_.misses();
@@ -346,12 +387,11 @@ void sim_engine::apply(scheduler_effects fx) {
       // The conversation so far: this turn's prompt (history included) and
       // reply; its next turn arrives after the think time.
       const auto& r = (*requests_)[index];
-      auto& h = history_[r.session];
+      auto& h = (*histories_)[r.session];
       h.insert(h.end(), std::max<std::uint32_t>(r.prompt_tokens, 1), static_cast<std::int32_t>(1 + index % 1000));
       auto& out = outputs_[f.request_id];
       h.insert(h.end(), out.begin(), out.end());
       outputs_.erase(f.request_id);
-      next_turn(r.session);
     }
     auto& o = outcomes_[f.request_id - 1];
     o.reason = f.reason;
@@ -365,6 +405,7 @@ void sim_engine::apply(scheduler_effects fx) {
       const auto& [adapter, prompt] = request_meta_[f.request_id - 1];
       cfg_.classifier->observe(adapter, prompt, f.completion_tokens);
     }
+    ended(f.request_id - 1, f.reason);
   }
 }
 
@@ -393,6 +434,7 @@ void sim_engine::next_turn(std::uint64_t session) {
   const auto next = q.front();
   q.pop_front();
   const auto think = (*requests_)[next].think_s;
+  sent_s_[next] = now_ + think;
   schedule(now_ + think, event_kind::arrival, next);
   if (cfg_.advise_lead_s >= 0)
     schedule(now_ + std::max(0.0, think - cfg_.advise_lead_s), event_kind::advise, session);
@@ -504,6 +546,53 @@ void sim_engine::settle(std::uint32_t adapter_id, scheduler_core::adapter_grant 
   waiters_.erase(i);
   for (auto request_id : waiting)
     apply(core_.on_adapter(request_id, g, now_));
+}
+
+std::optional<sim_engine::kv_export> sim_engine::begin_export(std::uint64_t session, double now_s) {
+  now_ = std::max(now_, now_s);
+  auto plan = core_.begin_export(session);
+  if (!plan)
+    return std::nullopt;
+  kv_export out;
+  out.pages = plan->pages.size();
+  out.bytes = plan->bytes;
+  out.tokens = std::move(plan->tokens);
+  // A cache on the GPU is read out over PCIe first; one in host memory is
+  // sent from where it is.
+  if (!plan->host)
+    out.read_s = backend_->swap_pages(gpu::swap_direction::out, plan->pages, {}, plan->bytes).seconds;
+  return out;
+}
+
+void sim_engine::end_export(std::uint64_t session, double now_s) {
+  now_ = std::max(now_, now_s);
+  apply(core_.on_exported(session));
+  pump();
+}
+
+bool sim_engine::import_session(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens,
+                                double now_s) {
+  now_ = std::max(now_, now_s);
+  scheduler_effects fx;
+  const auto owner = core_.begin_import(session, pages, std::move(tokens), fx);
+  apply(std::move(fx));
+  bool ok = false;
+  if (owner != 0) {
+    ok = host_.allocate(request_owner(owner), pages);
+    const auto held = host_.pages_of(request_owner(owner));
+    apply(core_.on_imported(session, ok, now_, ok ? std::vector<std::uint32_t>(held.begin(), held.end())
+                                                  : std::vector<std::uint32_t>{}));
+  }
+  pump();
+  return ok;
+}
+
+void sim_engine::advise(std::uint64_t session, double now_s) {
+  now_ = std::max(now_, now_s);
+  scheduler_effects fx;
+  core_.advise(session, now_, fx);
+  apply(std::move(fx));
+  pump();
 }
 
 } // namespace troupe

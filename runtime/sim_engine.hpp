@@ -20,6 +20,9 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
+#include <limits>
+#include <optional>
 #include <map>
 #include <memory>
 #include <queue>
@@ -136,6 +139,50 @@ public:
   /// Outcomes come back in input order.
   std::vector<sim_outcome> run(const std::vector<sim_request>& requests);
 
+  // Stepwise use, for a cluster of engines on one virtual clock
+  // (runtime/sim_cluster): begin(), then submit() requests, step() while
+  // next_event_s() is the earliest event of all, and end(). The cluster
+  // places each request and chains a conversation's turns; the engine runs
+  // what it is given. Calls that take `now_s` are made at the cluster's
+  // time, never before this engine's last event.
+
+  /// A request's end (finished, refused or aborted), at the engine's time.
+  using end_hook = std::function<void(std::size_t index, finish_reason reason, double now_s)>;
+  /// Takes `requests` (kept by reference until end()); schedules nothing.
+  /// `histories`: the conversations' tokens so far, shared by every engine
+  /// of a cluster (null: this engine's own).
+  void begin(const std::vector<sim_request>& requests, end_hook on_end,
+             std::shared_ptr<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>> histories);
+  /// Request `index` reaches this engine at `now_s`; it was sent at
+  /// `arrival_s` (its latency counts from then).
+  void submit(std::size_t index, double now_s, double arrival_s);
+  /// The time of this engine's next event (infinity: none).
+  double next_event_s() const noexcept;
+  /// Runs the next event and what follows from it at the same instant.
+  void step();
+  /// Fills totals() and hands back the outcomes (only the submitted
+  /// requests' are meaningful).
+  std::vector<sim_outcome> end();
+
+  /// A session cache read out for another node (Symphony's KV migration).
+  struct kv_export {
+    std::uint64_t pages = 0;
+    std::uint64_t bytes = 0;
+    std::vector<std::int32_t> tokens;
+    double read_s = 0; ///< a cache on the GPU: its copy to the host first
+  };
+  /// Takes the session's cache out of service for export (none: no cache
+  /// here, or one moving between tiers: see session_moving).
+  std::optional<kv_export> begin_export(std::uint64_t session, double now_s);
+  bool session_moving(std::uint64_t session) const { return core_.session_moving(session); }
+  /// The export ended: its pages here are freed.
+  void end_export(std::uint64_t session, double now_s);
+  /// A session cache arriving from another node, into host pages here;
+  /// false when there is no room (the turn recomputes).
+  bool import_session(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens, double now_s);
+  /// An advisory for the session's next turn, now.
+  void advise(std::uint64_t session, double now_s);
+
   const sim_totals& totals() const noexcept { return totals_; }
   const adapter_cache& cache() const noexcept { return cache_; }
 
@@ -206,12 +253,19 @@ private:
   // order), each session's tokens so far, each running turn's output, and
   // the history length each turn carried.
   std::unordered_map<std::uint64_t, std::deque<std::size_t>> next_turns_;
-  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> history_;
+  std::shared_ptr<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>> histories_;
+  end_hook on_end_; ///< set: a cluster places requests and chains turns
   std::unordered_map<std::uint64_t, std::vector<std::int32_t>> outputs_;
   std::vector<std::uint32_t> history_len_;
   std::uint64_t new_prompt_tokens_ = 0;
   void next_turn(std::uint64_t session);
   const std::vector<sim_request>* requests_ = nullptr;
+  std::vector<double> sent_s_; ///< per request: when it was sent (its latency's start)
+  bool predict_pending_ = false;
+  /// Schedules a predictor round `from_s` plus the interval, unless one is
+  /// pending or nothing else is to happen.
+  void arm_predictor(double from_s);
+  void ended(std::size_t index, finish_reason reason);
   sim_totals totals_;
 };
 
