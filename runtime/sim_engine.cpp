@@ -72,18 +72,36 @@ void sim_engine::schedule(double at, event_kind kind, std::uint64_t arg) {
   events_.push({at, seq_++, kind, arg});
 }
 
-std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& requests) {
-  begin(requests, nullptr, nullptr);
+std::vector<std::size_t> sent_at_arrival(const std::vector<sim_request>& requests,
+                                         std::unordered_map<std::uint64_t, std::deque<std::size_t>>& later) {
+  std::vector<std::size_t> now;
   for (std::size_t i = 0; i < requests.size(); ++i) {
     const auto s = requests[i].session;
-    if (s != 0 && next_turns_.contains(s)) {
-      next_turns_[s].push_back(i); // arrives when the previous turn is answered
+    if (s != 0 && later.contains(s)) {
+      later[s].push_back(i);
       continue;
     }
     if (s != 0)
-      next_turns_[s]; // the first turn: later ones queue behind it
-    submit(i, requests[i].arrival_s, requests[i].arrival_s);
+      later[s]; // the first turn: later ones queue behind it
+    now.push_back(i);
   }
+  return now;
+}
+
+std::optional<std::size_t> take_next_turn(std::unordered_map<std::uint64_t, std::deque<std::size_t>>& later,
+                                          std::uint64_t session) {
+  auto i = later.find(session);
+  if (i == later.end() || i->second.empty())
+    return std::nullopt;
+  const auto next = i->second.front();
+  i->second.pop_front();
+  return next;
+}
+
+std::vector<sim_outcome> sim_engine::run(const std::vector<sim_request>& requests) {
+  begin(requests, nullptr, nullptr);
+  for (const auto i : sent_at_arrival(requests, next_turns_))
+    submit(i, requests[i].arrival_s, requests[i].arrival_s);
   if (!events_.empty())
     arm_predictor(events_.top().at);
   while (!events_.empty())
@@ -428,11 +446,10 @@ void sim_engine::swap_out(const scheduler_effects::swap& s, bool session_cache) 
 }
 
 void sim_engine::next_turn(std::uint64_t session) {
-  auto& q = next_turns_[session];
-  if (q.empty())
+  const auto turn = take_next_turn(next_turns_, session);
+  if (!turn)
     return;
-  const auto next = q.front();
-  q.pop_front();
+  const auto next = *turn;
   const auto think = (*requests_)[next].think_s;
   sent_s_[next] = now_ + think;
   schedule(now_ + think, event_kind::arrival, next);

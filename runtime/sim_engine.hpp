@@ -128,6 +128,16 @@ struct sim_totals {
   std::size_t queues = 1; ///< after the last tuning
 };
 
+/// The requests sent at their own arrival times, in input order: every
+/// request outside a conversation and each conversation's first turn.
+/// `later` gets each conversation's other turns, in order: each is sent once
+/// the one before it is answered.
+std::vector<std::size_t> sent_at_arrival(const std::vector<sim_request>& requests,
+                                         std::unordered_map<std::uint64_t, std::deque<std::size_t>>& later);
+/// Takes the session's next turn off `later` (none: it has no more).
+std::optional<std::size_t> take_next_turn(std::unordered_map<std::uint64_t, std::deque<std::size_t>>& later,
+                                          std::uint64_t session);
+
 /// Runs a workload to completion on a virtual clock. One thread.
 class sim_engine {
 public:

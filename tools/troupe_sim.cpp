@@ -15,6 +15,7 @@
 #include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 #include "policies/session_eviction.hpp"
+#include "runtime/sim_cluster.hpp"
 #include "runtime/sim_engine.hpp"
 #include "tools/workload/report.hpp"
 #include "tools/workload/workload.hpp"
@@ -80,6 +81,12 @@ constexpr const char* usage =
   "                        its step (Symphony), or is copied whole first (default off)\n"
   "  --advise-lead S|off   an advisory S seconds before each later turn of a conversation (default off)\n"
   "  --session-eviction lru|largest   which session cache leaves a tier first (default lru)\n"
+  "  --nodes N             N nodes, each one GPU as configured, behind the router's placement by load and\n"
+  "                        KV locality (default 1); the offered rate is the whole deployment's\n"
+  "  --imbalance K         a turn stays on its session's node while it carries at most K more requests\n"
+  "                        than the least loaded node (the router's; default 2)\n"
+  "  --migrate on|off      a turn moved off its session's node pulls its KV along, or recomputes it (default on)\n"
+  "  --network-gbps G      bandwidth between nodes for KV pulls, Gb/s (default 100)\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
@@ -125,6 +132,10 @@ struct options {
   bool layer_streaming = false;
   double advise_lead = -1;
   std::string session_eviction = "lru";
+  std::uint32_t nodes = 1;
+  std::uint32_t imbalance = 2;
+  bool migrate = true;
+  double network_gbps = 100;
   double host_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
@@ -245,6 +256,13 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (!troupe::policies::session_eviction_named(v)) { err = "--session-eviction: lru or largest"; return false; }
       o.session_eviction = v;
     }
+    else if (a == "--nodes") { if (!need_num() || num < 1 || num > 1024 || num != std::floor(num)) { err = "--nodes must be a whole number in [1, 1024]"; return false; } o.nodes = static_cast<std::uint32_t>(num); }
+    else if (a == "--imbalance") { if (!need_num() || num != std::floor(num)) { err = "--imbalance must be a whole number >= 0"; return false; } o.imbalance = static_cast<std::uint32_t>(std::min(num, 1e9)); }
+    else if (a == "--migrate") {
+      if (v != "on" && v != "off") { err = "--migrate: on or off"; return false; }
+      o.migrate = v == "on";
+    }
+    else if (a == "--network-gbps") { if (!need_num() || num <= 0) { err = "--network-gbps must be > 0"; return false; } o.network_gbps = num; }
     else if (a == "--advise-lead") {
       if (v == "off") o.advise_lead = -1;
       else if (!need_num()) return false;
@@ -439,106 +457,142 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
   }
   std::vector<result> results;
   for (const auto& [sched_name, name] : pairs) {
-    auto policy = policies::make_eviction_policy(name);
-    auto scheduling = policies::make_scheduling_policy(sched_name);
-    if (!policy || !scheduling) {
-      std::cerr << "troupe-sim: no " << (!policy ? "eviction policy named \"" + name : "scheduling policy named \"" + sched_name)
-                << "\"\n";
-      return 2;
-    }
-    if (sched_name == "slora" && o.slo > 0)
-      scheduling->configure({{"slo_s", o.slo}});
-    const bool chameleon = sched_name == "chameleon";
-    std::unique_ptr<policies::classifier_policy> classifier;
-    if (chameleon)
-      classifier = std::make_unique<policies::chameleon_classifier_policy>();
-    else
-      classifier = std::make_unique<policies::single_queue_classifier_policy>();
-    auto predictor = policies::make_output_predictor(o.predictor);
-    if (!predictor) {
-      std::cerr << "troupe-sim: no predictor named \"" << o.predictor << "\"\n";
-      return 2;
-    }
-    if (o.predictor == "oracle")
-      predictor->configure({{"error", o.predictor_error}, {"seed", static_cast<double>(o.seed)}});
-    classifier->set_predictor(std::move(predictor));
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<adapter_spec> specs;
     const auto& ranks = std::get<workload::adapter_set>(set).ranks;
     for (std::size_t i = 0; i < ranks.size(); ++i)
       specs.push_back({"a" + std::to_string(i), ranks[i], ""});
-    adapter_catalog catalog{specs, {}, [&](std::uint32_t r) { return shape->lora_adapter_bytes(r); }, page_bytes};
-    sim_engine_config cfg;
-    cfg.limits.max_running = o.max_running;
-    cfg.limits.token_budget = 8192;
-    cfg.limits.max_waiting = 1u << 30;
-    cfg.limits.total_pages = pool_pages;
-    cfg.limits.page_tokens = page_tokens;
-    cfg.limits.page_bytes = page_bytes;
-    cfg.limits.session_pages = static_cast<std::uint64_t>(o.session_fraction * static_cast<double>(pool_pages));
-    cfg.max_context = o.max_context;
-    cfg.layer_streaming = o.layer_streaming;
-    cfg.advise_lead_s = o.advise_lead;
-    cfg.limits.session_eviction = *policies::session_eviction_named(o.session_eviction);
-    cfg.layers = shape->num_layers;
-    cfg.adapter_partition_pages = partition_pages;
-    if (partition_pages > 0) // a full partition means waiting for room, not a broken adapter
-      cfg.limits.max_adapter_failures = std::numeric_limits<std::uint32_t>::max();
-    cfg.limits.on_demand = o.on_demand;
-    cfg.limits.growth_watermark = pool_pages / 100;
-    cfg.limits.host_pages = o.host_pages > 0 ? o.host_pages
-                                              : static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
-    cfg.scheduling = std::move(scheduling);
-    cfg.eviction = std::move(policy);
-    cfg.classifier = std::move(classifier);
-    cfg.tuner.enabled = chameleon;
-    cfg.tuner.period_s = o.tuner_period;
-    cfg.tuner.quota_size = o.quota_size;
-    cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
-    cfg.cache.prefetch = o.prefetch;
-    cfg.cache.window_s = o.cache_window;
-    cfg.cache.predictor_interval_s = o.adapter_predictor_interval;
-    if (o.adapter_predictor != "none") {
-      cfg.prefetcher = policies::make_prefetch_policy(o.adapter_predictor);
-      if (!cfg.prefetcher) {
-        std::cerr << "troupe-sim: no adapter predictor named \"" << o.adapter_predictor << "\"\n";
-        return 2;
+    std::shared_ptr<gpu::sim_backend> first_backend;
+    // One node of the deployment: its own policies, pool and backend.
+    auto make_node = [&]() -> std::unique_ptr<sim_engine> {
+      auto policy = policies::make_eviction_policy(name);
+      auto scheduling = policies::make_scheduling_policy(sched_name);
+      if (!policy || !scheduling) {
+        std::cerr << "troupe-sim: no " << (!policy ? "eviction policy named \"" + name : "scheduling policy named \"" + sched_name)
+                  << "\"\n";
+        return nullptr;
       }
-    }
-    cfg.cache.prefetch_free_fraction = o.prefetch_free;
-    auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, constants, o.host_bytes);
-    cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
-    if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
-      cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
-                                 {"violated_decay", 0.4}});
-    std::map<std::string, double> params;
-    for (const auto& [k, v] : o.sched_params) {
-      const auto dot = k.find('.');
-      if (dot == std::string::npos)
-        params[k] = v;
-      else if (k.substr(0, dot) == sched_name)
-        params[k.substr(dot + 1)] = v;
-    }
-    if (!params.empty()) {
-      if (sched_name == "aptserve") { // keep the tool's own unless overridden
-        params.try_emplace("ttft_slo_s", o.slo > 0 ? o.slo : 5.0);
-        params.try_emplace("violated_decay", 0.4);
+      if (sched_name == "slora" && o.slo > 0)
+        scheduling->configure({{"slo_s", o.slo}});
+      const bool chameleon = sched_name == "chameleon";
+      std::unique_ptr<policies::classifier_policy> classifier;
+      if (chameleon)
+        classifier = std::make_unique<policies::chameleon_classifier_policy>();
+      else
+        classifier = std::make_unique<policies::single_queue_classifier_policy>();
+      auto predictor = policies::make_output_predictor(o.predictor);
+      if (!predictor) {
+        std::cerr << "troupe-sim: no predictor named \"" << o.predictor << "\"\n";
+        return nullptr;
       }
-      if (auto e = cfg.scheduling->configure(params); !e.empty()) {
-        std::cerr << "troupe-sim: --sched-params: " << e << "\n";
-        return 2;
+      if (o.predictor == "oracle")
+        predictor->configure({{"error", o.predictor_error}, {"seed", static_cast<double>(o.seed)}});
+      classifier->set_predictor(std::move(predictor));
+      sim_engine_config cfg;
+      cfg.limits.max_running = o.max_running;
+      cfg.limits.token_budget = 8192;
+      cfg.limits.max_waiting = 1u << 30;
+      cfg.limits.total_pages = pool_pages;
+      cfg.limits.page_tokens = page_tokens;
+      cfg.limits.page_bytes = page_bytes;
+      cfg.limits.session_pages = static_cast<std::uint64_t>(o.session_fraction * static_cast<double>(pool_pages));
+      cfg.max_context = o.max_context;
+      cfg.layer_streaming = o.layer_streaming;
+      cfg.advise_lead_s = o.advise_lead;
+      cfg.limits.session_eviction = *policies::session_eviction_named(o.session_eviction);
+      cfg.layers = shape->num_layers;
+      cfg.adapter_partition_pages = partition_pages;
+      if (partition_pages > 0) // a full partition means waiting for room, not a broken adapter
+        cfg.limits.max_adapter_failures = std::numeric_limits<std::uint32_t>::max();
+      cfg.limits.on_demand = o.on_demand;
+      cfg.limits.growth_watermark = pool_pages / 100;
+      cfg.limits.host_pages = o.host_pages > 0 ? o.host_pages
+                                                : static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
+      cfg.scheduling = std::move(scheduling);
+      cfg.eviction = std::move(policy);
+      cfg.classifier = std::move(classifier);
+      cfg.tuner.enabled = chameleon;
+      cfg.tuner.period_s = o.tuner_period;
+      cfg.tuner.quota_size = o.quota_size;
+      cfg.tuner.window_s = std::max(o.tuner_period, 300.0);
+      cfg.cache.prefetch = o.prefetch;
+      cfg.cache.window_s = o.cache_window;
+      cfg.cache.predictor_interval_s = o.adapter_predictor_interval;
+      if (o.adapter_predictor != "none") {
+        cfg.prefetcher = policies::make_prefetch_policy(o.adapter_predictor);
+        if (!cfg.prefetcher) {
+          std::cerr << "troupe-sim: no adapter predictor named \"" << o.adapter_predictor << "\"\n";
+          return nullptr;
+        }
       }
+      cfg.cache.prefetch_free_fraction = o.prefetch_free;
+      auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, constants, o.host_bytes);
+      cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
+      if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
+        cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
+                                   {"violated_decay", 0.4}});
+      std::map<std::string, double> params;
+      for (const auto& [k, v] : o.sched_params) {
+        const auto dot = k.find('.');
+        if (dot == std::string::npos)
+          params[k] = v;
+        else if (k.substr(0, dot) == sched_name)
+          params[k.substr(dot + 1)] = v;
+      }
+      if (!params.empty()) {
+        if (sched_name == "aptserve") { // keep the tool's own unless overridden
+          params.try_emplace("ttft_slo_s", o.slo > 0 ? o.slo : 5.0);
+          params.try_emplace("violated_decay", 0.4);
+        }
+        if (auto e = cfg.scheduling->configure(params); !e.empty()) {
+          std::cerr << "troupe-sim: --sched-params: " << e << "\n";
+          return nullptr;
+        }
+      }
+      if (!first_backend)
+        first_backend = backend;
+      return std::make_unique<sim_engine>(std::move(cfg), backend,
+                                          adapter_catalog{specs, {}, [&](std::uint32_t r) { return shape->lora_adapter_bytes(r); },
+                                                          page_bytes},
+                                          pool_pages);
+    };
+    std::vector<std::unique_ptr<sim_engine>> nodes;
+    for (std::uint32_t n = 0; n < o.nodes; ++n) {
+      nodes.push_back(make_node());
+      if (!nodes.back())
+        return 2; // told why
     }
-    sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
+    const auto backend = first_backend;
     std::vector<sim_request> in;
     in.reserve(reqs.size());
     for (const auto& r : reqs)
       in.push_back({r.arrival_s, r.prompt_tokens, r.output_tokens,
                     r.adapter == workload::none_adapter ? 0u : r.adapter + 1, r.session, r.think_s});
-    const auto out = engine.run(in);
     result res;
     res.policy = o.setups.empty() ? name : sched_name + ":" + name;
-    res.totals = engine.totals();
+    std::vector<sim_outcome> out;
+    if (nodes.size() == 1) {
+      out = nodes.front()->run(in);
+      res.totals = nodes.front()->totals();
+    } else {
+      sim_cluster_config cc;
+      cc.imbalance = o.imbalance;
+      cc.migrate = o.migrate;
+      cc.network_bytes_per_s = o.network_gbps * 1e9 / 8;
+      cc.advise_lead_s = o.advise_lead;
+      sim_cluster cluster{std::move(nodes), cc};
+      out = cluster.run(in);
+      const auto& ct = cluster.totals();
+      res.totals = ct.nodes;
+      std::string placed;
+      for (const auto p : ct.placed)
+        placed += (placed.empty() ? "" : "/") + std::to_string(p);
+      std::printf("%s on %zu nodes: requests placed %s; %llu turns moved off their session's node, %llu caches "
+                  "pulled along (%.2f GB), %llu recomputed there\n",
+                  res.policy.c_str(), cluster.size(), placed.c_str(), static_cast<unsigned long long>(ct.moves),
+                  static_cast<unsigned long long>(ct.pulls), static_cast<double>(ct.pull_bytes) / 1e9,
+                  static_cast<unsigned long long>(ct.pulls_missed));
+    }
     std::vector<double> ttft, e2e;
     for (const auto& x : out) {
       if (x.reason == finish_reason::length || x.reason == finish_reason::eos) {

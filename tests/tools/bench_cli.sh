@@ -25,6 +25,20 @@ for run in r["runs"]:
     assert 0 < run["ttft_s"]["p50"] <= run["ttft_s"]["p99"], run
 PY
 
+# Several nodes: conversations behind the router, turns moved off a busy
+# node pull their KV along; every turn finishes.
+"$bin/troupe-sim" --conversations tests/tools/data/sharegpt_conversations_head60.csv --requests 60 --rate 2 \
+  --think 2 --adapters 1 --base-fraction 1 --setups fcfs:lru --session-fraction 0.5 --host-gib 16 \
+  --nodes 3 --imbalance 0 --records "$work/m.csv" > "$work/nodes.txt"
+grep -Eq "fcfs:lru on 3 nodes: requests placed [0-9]+/[0-9]+/[0-9]+; [1-9][0-9]* turns moved off their session's node, [1-9][0-9]* caches pulled" \
+  "$work/nodes.txt" || fail "no multi-node line with moves and pulls: $(grep nodes "$work/nodes.txt")"
+python3 - "$work/m.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) > 60, len(rows)
+assert all(r["outcome"] == "length" for r in rows), {r["outcome"] for r in rows}
+PY
+
 expect_usage_error() { # what, then the command
   local what=$1; shift
   if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
@@ -35,6 +49,9 @@ expect_usage_error --rates "$bin/troupe-sim" --requests 10 --rates 0,2
 expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --prompt-range 5:2
 expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
 expect_usage_error --adapter-partition-gib "$bin/troupe-sim" --requests 10 --rate 1 --adapter-partition-gib 100000
+expect_usage_error --nodes "$bin/troupe-sim" --requests 10 --rate 1 --nodes 0
+expect_usage_error --migrate "$bin/troupe-sim" --requests 10 --rate 1 --migrate maybe
+expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --network-gbps 0
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
 expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv
 set -e

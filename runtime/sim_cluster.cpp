@@ -1,0 +1,244 @@
+#include "runtime/sim_cluster.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+#include <utility>
+
+namespace troupe {
+
+namespace {
+
+void add(sim_totals& a, const sim_totals& b) {
+  a.steps += b.steps;
+  a.end_s = std::max(a.end_s, b.end_s);
+  a.adapter_hits += b.adapter_hits;
+  a.adapter_misses += b.adapter_misses;
+  a.adapter_evictions += b.adapter_evictions;
+  a.prefetches += b.prefetches;
+  a.prefetch_hits += b.prefetch_hits;
+  a.pcie_bytes += b.pcie_bytes;
+  a.disk_bytes += b.disk_bytes;
+  a.pcie_seconds += b.pcie_seconds;
+  a.disk_seconds += b.disk_seconds;
+  a.pool_low_water += b.pool_low_water;
+  a.pool_request_pages_at_end += b.pool_request_pages_at_end;
+  a.pool_adapter_pages_at_end += b.pool_adapter_pages_at_end;
+  a.cache_pages_at_end += b.cache_pages_at_end;
+  a.squashed += b.squashed;
+  a.aborted += b.aborted;
+  a.swapped_out += b.swapped_out;
+  a.swapped_in += b.swapped_in;
+  a.swap_bytes += b.swap_bytes;
+  a.growths_denied += b.growths_denied;
+  a.host_pages_at_end += b.host_pages_at_end;
+  a.prefill_tokens += b.prefill_tokens;
+  a.recomputed_tokens += b.recomputed_tokens;
+  a.reused_tokens += b.reused_tokens;
+  a.decode_tokens += b.decode_tokens;
+  a.tunings += b.tunings;
+  a.queues = std::max(a.queues, b.queues);
+}
+
+} // namespace
+
+sim_cluster::sim_cluster(std::vector<std::unique_ptr<sim_engine>> nodes, sim_cluster_config cfg)
+  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance), deferred_(nodes_.size()) {
+  if (nodes_.empty())
+    throw std::invalid_argument("sim_cluster: no nodes");
+  if (!(cfg_.network_bytes_per_s > 0))
+    throw std::invalid_argument("sim_cluster: the network's bandwidth must be positive");
+}
+
+void sim_cluster::schedule(double at, event_kind kind, std::uint64_t arg) {
+  events_.push({at, seq_++, kind, arg});
+}
+
+std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& requests) {
+  requests_ = &requests;
+  histories_ = std::make_shared<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>>();
+  sent_s_.assign(requests.size(), 0.0);
+  node_of_.assign(requests.size(), -1);
+  totals_ = {};
+  totals_.placed.assign(nodes_.size(), 0);
+  for (auto& n : nodes_)
+    n->begin(requests, [this](std::size_t index, finish_reason reason, double now_s) { ended(index, reason, now_s); },
+             histories_);
+  for (const auto i : sent_at_arrival(requests, next_turns_)) {
+    sent_s_[i] = requests[i].arrival_s;
+    schedule(requests[i].arrival_s, event_kind::arrival, i);
+  }
+  // One clock: the earliest event of the router's and every node's runs
+  // next (the router's first at a tie).
+  for (;;) {
+    std::size_t first = 0;
+    for (std::size_t n = 1; n < nodes_.size(); ++n)
+      if (nodes_[n]->next_event_s() < nodes_[first]->next_event_s())
+        first = n;
+    const double node_at = nodes_[first]->next_event_s();
+    if (!events_.empty() && events_.top().at <= node_at) {
+      const auto ev = events_.top();
+      events_.pop();
+      now_ = ev.at;
+      switch (ev.kind) {
+        case event_kind::arrival: arrive(ev.arg); break;
+        case event_kind::pulled: pulled(ev.arg); break;
+        case event_kind::advise: advise(ev.arg); break;
+      }
+      continue;
+    }
+    if (node_at == std::numeric_limits<double>::infinity())
+      break;
+    now_ = node_at;
+    nodes_[first]->step();
+    // Exports that waited for a cache to settle between tiers there.
+    if (!deferred_[first].empty()) {
+      auto again = std::exchange(deferred_[first], {});
+      for (const auto session : again)
+        start_pull(session);
+    }
+  }
+  std::vector<std::vector<sim_outcome>> per_node;
+  for (auto& n : nodes_) {
+    per_node.push_back(n->end());
+    add(totals_.nodes, n->totals());
+  }
+  std::vector<sim_outcome> out(requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i)
+    if (node_of_[i] >= 0)
+      out[i] = per_node[static_cast<std::size_t>(node_of_[i])][i];
+  requests_ = nullptr;
+  return out;
+}
+
+request_spec sim_cluster::spec_of(std::size_t index) const {
+  // What the router weighs: the prompt's length (history included) and the
+  // output's budget.
+  const auto& r = (*requests_)[index];
+  request_spec spec;
+  spec.request_id = index + 1;
+  spec.session = r.session;
+  std::size_t history = 0;
+  if (r.session != 0)
+    if (auto h = histories_->find(r.session); h != histories_->end())
+      history = h->second.size();
+  spec.prompt.resize(history + std::max<std::uint32_t>(r.prompt_tokens, 1));
+  spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
+  spec.arrival_s = sent_s_[index];
+  return spec;
+}
+
+void sim_cluster::arrive(std::size_t index) {
+  auto spec = spec_of(index);
+  const auto route = router_.place(spec);
+  if (route.node < 0)
+    throw std::logic_error("sim_cluster: no node alive"); // nodes never fail here
+  const auto node = static_cast<std::uint32_t>(route.node);
+  router_.assign(spec, node);
+  const auto session = spec.session;
+  if (auto p = pulls_.find(session); session != 0 && p != pulls_.end()) {
+    p->second.waiting.emplace_back(index, node); // its cache is on its way (an advisory's pull)
+    return;
+  }
+  if (route.pull_from >= 0) {
+    ++totals_.moves;
+    if (cfg_.migrate) {
+      auto& p = pulls_[session];
+      p.from = static_cast<std::uint32_t>(route.pull_from);
+      p.to = node;
+      p.waiting.emplace_back(index, node);
+      start_pull(session);
+      return;
+    }
+    ++totals_.pulls_missed;
+  }
+  submit(index, node);
+}
+
+void sim_cluster::advise(std::uint64_t session) {
+  const auto route = router_.advise(session);
+  if (route.node < 0)
+    return;
+  const auto node = static_cast<std::uint32_t>(route.node);
+  if (route.pull_from >= 0 && !pulls_.contains(session)) {
+    ++totals_.moves;
+    if (cfg_.migrate) {
+      auto& p = pulls_[session];
+      p.from = static_cast<std::uint32_t>(route.pull_from);
+      p.to = node;
+      start_pull(session);
+      return;
+    }
+    ++totals_.pulls_missed;
+  }
+  nodes_[node]->advise(session, now_);
+}
+
+void sim_cluster::start_pull(std::uint64_t session) {
+  auto& p = pulls_.at(session);
+  auto& holder = *nodes_[p.from];
+  if (auto kv = holder.begin_export(session, now_)) {
+    p.kv = std::move(*kv);
+    p.started = true;
+    const double network_s = static_cast<double>(p.kv.bytes) / cfg_.network_bytes_per_s;
+    schedule(now_ + p.kv.read_s + network_s, event_kind::pulled, session);
+    return;
+  }
+  if (holder.session_moving(session)) {
+    deferred_[p.from].push_back(session); // tried again once the move ends
+    return;
+  }
+  // No cache left at the holder: the turns recompute where they go.
+  ++totals_.pulls_missed;
+  auto waiting = std::move(p.waiting);
+  pulls_.erase(session);
+  for (const auto& [index, node] : waiting)
+    submit(index, node);
+}
+
+void sim_cluster::pulled(std::uint64_t session) {
+  auto p = std::move(pulls_.at(session));
+  pulls_.erase(session);
+  nodes_[p.from]->end_export(session, now_);
+  const auto bytes = p.kv.bytes;
+  if (nodes_[p.to]->import_session(session, p.kv.pages, std::move(p.kv.tokens), now_)) {
+    ++totals_.pulls;
+    totals_.pull_bytes += bytes;
+  } else {
+    ++totals_.pulls_missed;
+  }
+  if (p.waiting.empty()) // an advisory's pull: on toward the GPU, if there is room
+    nodes_[p.to]->advise(session, now_);
+  for (const auto& [index, node] : p.waiting)
+    submit(index, node);
+}
+
+void sim_cluster::submit(std::size_t index, std::uint32_t node) {
+  node_of_[index] = static_cast<std::int32_t>(node);
+  ++totals_.placed[node];
+  nodes_[node]->submit(index, now_, sent_s_[index]);
+}
+
+void sim_cluster::ended(std::size_t index, finish_reason reason, double now_s) {
+  progress_batch b;
+  finish_event f;
+  f.request_id = index + 1;
+  f.reason = static_cast<std::uint8_t>(reason);
+  b.finished.push_back(f);
+  router_.on_progress(b); // the session's KV is where this turn ran
+  const auto session = (*requests_)[index].session;
+  if (session == 0)
+    return;
+  const auto turn = take_next_turn(next_turns_, session);
+  if (!turn)
+    return;
+  const auto next = *turn;
+  const auto think = (*requests_)[next].think_s;
+  // The advisory first: at a tie it must come before the turn.
+  if (cfg_.advise_lead_s >= 0)
+    schedule(now_s + std::max(0.0, think - cfg_.advise_lead_s), event_kind::advise, session);
+  sent_s_[next] = now_s + think;
+  schedule(now_s + think, event_kind::arrival, next);
+}
+
+} // namespace troupe

@@ -1,0 +1,109 @@
+// Several nodes of a deployment on one virtual clock: one sim_engine per
+// node, and the live router's core (runtime/router_core) placing requests
+// and conversations' turns by load and KV locality. When the router moves a
+// session to another node, its cache is pulled there as in a live
+// deployment (Symphony's KV migration): read out of the holder (over PCIe
+// when it is on the GPU), sent over the network, taken into the new node's
+// host pool; the turn is submitted there once it has landed. An advisory
+// (Symphony) lets the router choose the node, and the pull start, before the
+// turn arrives. Used by troupe-sim --nodes and its tests.
+#pragma once
+
+#include "runtime/router_core.hpp"
+#include "runtime/sim_engine.hpp"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <queue>
+#include <unordered_map>
+#include <vector>
+
+namespace troupe {
+
+struct sim_cluster_config {
+  /// The router's: a turn stays on its session's node while that node
+  /// carries at most this many more requests than the least loaded one.
+  std::uint32_t imbalance = 2;
+  /// Off: a turn placed away from its session's node recomputes its
+  /// history there (load balancing blind to the KV).
+  bool migrate = true;
+  /// Between nodes (default 100 Gb/s).
+  double network_bytes_per_s = 12.5e9;
+  /// This many seconds before each later turn of a conversation arrives,
+  /// the router is told it is coming (< 0: never).
+  double advise_lead_s = -1;
+};
+
+struct sim_cluster_totals {
+  sim_totals nodes;                  ///< summed over the nodes (end_s, queues: the largest)
+  std::vector<std::uint64_t> placed; ///< requests submitted to each node
+  std::uint64_t moves = 0;           ///< turns the router sent away from their session's KV
+  std::uint64_t pulls = 0;           ///< caches that reached the new node
+  std::uint64_t pull_bytes = 0;
+  /// Moves whose cache did not follow (none left at the holder, no room at
+  /// the new node, or migration off): the turn recomputed its history.
+  std::uint64_t pulls_missed = 0;
+};
+
+class sim_cluster {
+public:
+  /// The engines are the nodes, each configured as one node of the
+  /// deployment (its own pool, cache, policies and backend).
+  sim_cluster(std::vector<std::unique_ptr<sim_engine>> nodes, sim_cluster_config cfg);
+
+  /// Sends every request (a conversation's later turns after the previous
+  /// reply and think time, as sim_engine::run) and runs until all ended.
+  /// Outcomes come back in input order.
+  std::vector<sim_outcome> run(const std::vector<sim_request>& requests);
+
+  const sim_cluster_totals& totals() const noexcept { return totals_; }
+  const sim_engine& node(std::size_t i) const { return *nodes_.at(i); }
+  std::size_t size() const noexcept { return nodes_.size(); }
+
+private:
+  enum class event_kind : std::uint8_t { arrival, pulled, advise };
+  struct event {
+    double at;
+    std::uint64_t seq;
+    event_kind kind;
+    std::uint64_t arg; ///< request index, or session
+    bool operator>(const event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+  };
+  /// A session's cache on its way between nodes, and the turns waiting for
+  /// it (request index, node).
+  struct pull {
+    std::uint32_t from = 0;
+    std::uint32_t to = 0;
+    bool started = false; ///< false: waiting for the cache to settle at `from`
+    sim_engine::kv_export kv;
+    std::vector<std::pair<std::size_t, std::uint32_t>> waiting;
+  };
+
+  void schedule(double at, event_kind kind, std::uint64_t arg);
+  void arrive(std::size_t index);
+  void advise(std::uint64_t session);
+  void start_pull(std::uint64_t session);
+  void pulled(std::uint64_t session);
+  void submit(std::size_t index, std::uint32_t node);
+  void ended(std::size_t index, finish_reason reason, double now_s);
+  request_spec spec_of(std::size_t index) const;
+
+  std::vector<std::unique_ptr<sim_engine>> nodes_;
+  sim_cluster_config cfg_;
+  router_core router_;
+  const std::vector<sim_request>* requests_ = nullptr;
+  std::shared_ptr<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>> histories_;
+  std::unordered_map<std::uint64_t, std::deque<std::size_t>> next_turns_;
+  std::unordered_map<std::uint64_t, pull> pulls_;
+  /// Per node: sessions whose export waits for a move between tiers there.
+  std::vector<std::vector<std::uint64_t>> deferred_;
+  std::vector<double> sent_s_;
+  std::vector<std::int32_t> node_of_;
+  std::priority_queue<event, std::vector<event>, std::greater<>> events_;
+  std::uint64_t seq_ = 0;
+  double now_ = 0;
+  sim_cluster_totals totals_;
+};
+
+} // namespace troupe

@@ -1,0 +1,187 @@
+// Tests for runtime/sim_cluster: several sim_engines on one clock behind the
+// live router's core. One node runs exactly as the engine alone; requests
+// spread over the nodes; a turn moved off its session's node takes the cache
+// along (or recomputes when migration is off); a large imbalance keeps every
+// turn where its cache is; an advisory moves the cache before the turn.
+#include "runtime/sim_cluster.hpp"
+
+#include "gpu/model_shape.hpp"
+#include "policies/registry.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace troupe {
+namespace {
+
+const auto shape = *gpu::find_model_preset("llama-2-7b");
+const auto a100 = *gpu::find_gpu_spec("A100-80GB");
+const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
+
+std::unique_ptr<sim_engine> node(std::uint64_t session_pages = 1500, std::uint64_t host_pages = 4000) {
+  sim_engine_config cfg;
+  cfg.limits.max_running = 32;
+  cfg.limits.total_pages = 2000;
+  cfg.limits.page_tokens = 16;
+  cfg.limits.page_bytes = page_bytes;
+  cfg.limits.host_pages = host_pages;
+  cfg.limits.session_pages = session_pages;
+  cfg.layers = shape.num_layers;
+  cfg.scheduling = policies::make_scheduling_policy("fcfs");
+  cfg.eviction = policies::make_eviction_policy("lru");
+  adapter_catalog catalog{{}, {}, [](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+  return std::make_unique<sim_engine>(std::move(cfg), std::make_shared<gpu::sim_backend>(shape, a100, 1),
+                                      std::move(catalog), 2000);
+}
+
+std::vector<std::unique_ptr<sim_engine>> nodes(std::size_t n, std::uint64_t session_pages = 1500) {
+  std::vector<std::unique_ptr<sim_engine>> out;
+  for (std::size_t i = 0; i < n; ++i)
+    out.push_back(node(session_pages));
+  return out;
+}
+
+/// `conversations` of `turns` turns (300 new prompt tokens, 40 reply
+/// tokens, 4 s of thinking), started `gap_s` apart at irregular offsets.
+std::vector<sim_request> conversations(std::uint64_t conversations, int turns, double gap_s) {
+  std::vector<sim_request> reqs;
+  std::uint64_t x = 11;
+  for (std::uint64_t c = 1; c <= conversations; ++c) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const double jitter = static_cast<double>(x >> 40) / static_cast<double>(1ull << 24) * 0.5 * gap_s;
+    for (int t = 0; t < turns; ++t)
+      reqs.push_back({static_cast<double>(c) * gap_s + jitter, 300 + static_cast<std::uint32_t>(x % 97), 40, 0, c,
+                      4.0 + static_cast<double>(c % 7) * 0.1});
+  }
+  return reqs;
+}
+
+void expect_all_finished(const std::vector<sim_outcome>& out) {
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    ASSERT_EQ(out[i].reason, finish_reason::length) << "request " << i;
+    ASSERT_GE(out[i].ttft_s, 0.0) << "request " << i;
+  }
+}
+
+TEST(sim_cluster, one_node_runs_as_the_engine_alone) {
+  const auto reqs = conversations(30, 4, 0.3);
+  auto alone = node();
+  const auto expected = alone->run(reqs);
+  sim_cluster cluster{nodes(1), {}};
+  const auto out = cluster.run(reqs);
+  ASSERT_EQ(out.size(), expected.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].reason, expected[i].reason) << i;
+    EXPECT_DOUBLE_EQ(out[i].arrival_s, expected[i].arrival_s) << i;
+    EXPECT_DOUBLE_EQ(out[i].ttft_s, expected[i].ttft_s) << i;
+    EXPECT_DOUBLE_EQ(out[i].e2e_s, expected[i].e2e_s) << i;
+  }
+  EXPECT_EQ(cluster.totals().nodes.steps, alone->totals().steps);
+  EXPECT_EQ(cluster.totals().nodes.reused_tokens, alone->totals().reused_tokens);
+  EXPECT_EQ(cluster.totals().moves, 0u);
+  EXPECT_EQ(cluster.totals().placed.at(0), reqs.size());
+}
+
+TEST(sim_cluster, independent_requests_spread_over_the_nodes_and_finish_sooner) {
+  std::vector<sim_request> reqs;
+  for (std::uint32_t i = 0; i < 400; ++i)
+    reqs.push_back({0.01 * i, 200 + i % 300, 50 + i % 150, 0});
+  sim_cluster four{nodes(4), {}};
+  const auto out = four.run(reqs);
+  expect_all_finished(out);
+  const auto& placed = four.totals().placed;
+  EXPECT_EQ(std::accumulate(placed.begin(), placed.end(), std::uint64_t{0}), reqs.size());
+  for (const auto p : placed) {
+    EXPECT_GE(p, 80u) << "least loaded placement spreads the load";
+    EXPECT_LE(p, 120u);
+  }
+  sim_cluster one{nodes(1), {}};
+  expect_all_finished(one.run(reqs));
+  EXPECT_LT(four.totals().nodes.end_s, one.totals().nodes.end_s);
+  EXPECT_EQ(four.totals().nodes.decode_tokens, one.totals().nodes.decode_tokens);
+}
+
+TEST(sim_cluster, a_turn_moved_to_a_less_loaded_node_takes_its_cache_along) {
+  const auto reqs = conversations(60, 4, 0.15);
+  auto run = [&](bool migrate) {
+    sim_cluster_config cfg;
+    cfg.imbalance = 0; // move whenever the session's node is not the least loaded
+    cfg.migrate = migrate;
+    sim_cluster c{nodes(2), cfg};
+    expect_all_finished(c.run(reqs));
+    return c.totals();
+  };
+  const auto pulled = run(true);
+  const auto blind = run(false);
+  EXPECT_GT(pulled.moves, 0u);
+  EXPECT_GT(pulled.pulls, 0u);
+  EXPECT_GT(pulled.pull_bytes, pulled.pulls * page_bytes);
+  EXPECT_EQ(pulled.moves, pulled.pulls + pulled.pulls_missed);
+  EXPECT_EQ(blind.pulls, 0u);
+  EXPECT_EQ(blind.pulls_missed, blind.moves);
+  EXPECT_GT(blind.moves, 0u);
+  // A moved turn without its cache prefills its history again.
+  EXPECT_LT(pulled.nodes.recomputed_tokens, blind.nodes.recomputed_tokens);
+  EXPECT_GT(pulled.nodes.reused_tokens, blind.nodes.reused_tokens);
+  EXPECT_EQ(pulled.nodes.decode_tokens, blind.nodes.decode_tokens);
+}
+
+TEST(sim_cluster, a_large_imbalance_keeps_every_turn_on_its_sessions_node) {
+  const auto reqs = conversations(60, 4, 0.15);
+  sim_cluster_config cfg;
+  cfg.imbalance = 1000;
+  // Room on each node for every cache it keeps (none pushed to the host).
+  sim_cluster c{nodes(2, 1999), cfg};
+  expect_all_finished(c.run(reqs));
+  EXPECT_EQ(c.totals().moves, 0u);
+  // Each later turn found its cache and prefilled only its new tokens and
+  // the previous reply's last token (whose K and V no step computed).
+  EXPECT_EQ(c.totals().nodes.recomputed_tokens, 60u * 3);
+  EXPECT_GT(c.totals().placed.at(0), 0u);
+  EXPECT_GT(c.totals().placed.at(1), 0u);
+}
+
+TEST(sim_cluster, without_sessions_every_later_turn_recomputes_its_history) {
+  const auto reqs = conversations(20, 3, 0.3);
+  std::vector<std::unique_ptr<sim_engine>> ns;
+  ns.push_back(node(0, 0));
+  ns.push_back(node(0, 0));
+  sim_cluster c{std::move(ns), {}};
+  expect_all_finished(c.run(reqs));
+  EXPECT_EQ(c.totals().nodes.reused_tokens, 0u);
+  EXPECT_GT(c.totals().nodes.recomputed_tokens, 0u);
+  EXPECT_EQ(c.totals().pulls, 0u);
+}
+
+TEST(sim_cluster, an_advisory_moves_the_cache_before_the_turn_arrives) {
+  const auto reqs = conversations(60, 4, 0.15);
+  auto later_turns_ttft = [&](double lead) {
+    sim_cluster_config cfg;
+    cfg.imbalance = 0;
+    cfg.advise_lead_s = lead;
+    sim_cluster c{nodes(2), cfg};
+    const auto out = c.run(reqs);
+    expect_all_finished(out);
+    EXPECT_GT(c.totals().pulls, 0u);
+    double sum = 0;
+    int n = 0;
+    for (std::size_t i = 0; i < out.size(); ++i)
+      if (i % 4 != 0) { // turns 2-4
+        sum += out[i].ttft_s;
+        ++n;
+      }
+    return sum / n;
+  };
+  EXPECT_LT(later_turns_ttft(2.0), later_turns_ttft(-1));
+}
+
+TEST(sim_cluster, bad_configuration_is_refused) {
+  EXPECT_THROW(sim_cluster({}, {}), std::invalid_argument);
+  sim_cluster_config cfg;
+  cfg.network_bytes_per_s = 0;
+  EXPECT_THROW(sim_cluster(nodes(1), cfg), std::invalid_argument);
+}
+
+} // namespace
+} // namespace troupe
