@@ -207,6 +207,30 @@ symphony() {
   done
   rm -f "$out/.one.csv"
   plot "$out/symphony-tbt.png" tbt_p50_s "Time per output token, multi-turn ShareGPT (A100-80GB, Llama-2-7B)" "$csv"
+
+  # Four nodes behind the router (troupe-sim --nodes 4), the same
+  # conversations at four times the rates and beyond: recompute (no session
+  # cache); sticky (sessions and host tier, every turn on its session's
+  # node); blind (balanced by load, a moved turn recomputes its history);
+  # migrate (Symphony: balanced by load and KV locality, a moved turn pulls
+  # its cache over a 100 Gb/s network); migrate+advise (advisories 1 s ahead
+  # choose the node and start the pull before the turn).
+  csv=$out/symphony-nodes.csv
+  rm -f "$csv"
+  # label:session_fraction:host_gib:imbalance:migrate:advise_lead_s
+  for setup in recompute:0:0:2:on:off sticky:0.9:128:1000000000:on:off blind:0.9:128:2:off:off \
+               migrate:0.9:128:2:on:off migrate+advise:0.9:128:2:on:1; do
+    local label f host imbalance migrate lead
+    IFS=: read -r label f host imbalance migrate lead <<< "$setup"
+    "$sim" --nodes 4 --imbalance "$imbalance" --migrate "$migrate" --advise-lead "$lead" \
+      --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 --rates 2,3,4,5,6,8 --think 10 \
+      --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru --session-fraction "$f" --host-gib "$host" \
+      --csv "$out/.one.csv" > "$out/symphony-nodes-$label.txt"
+    if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
+    tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
+  done
+  rm -f "$out/.one.csv"
+  plot "$out/symphony-nodes-ttft-p99.png" ttft_p99_s "P99 TTFT, multi-turn ShareGPT on 4 nodes (A100-80GB, Llama-2-7B)" "$csv"
 }
 
 case $what in
