@@ -186,6 +186,7 @@ void sim_cluster::start_pull(std::uint64_t session) {
   }
   if (holder.session_moving(session)) {
     deferred_[p.from].push_back(session); // tried again once the move ends
+    ++totals_.pulls_deferred;
     return;
   }
   // No cache left at the holder: the turns recompute where they go.

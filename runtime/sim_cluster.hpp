@@ -44,6 +44,9 @@ struct sim_cluster_totals {
   /// Moves whose cache did not follow (none left at the holder, no room at
   /// the new node, or migration off): the turn recomputed its history.
   std::uint64_t pulls_missed = 0;
+  /// Pulls that waited for the cache to finish a move between tiers at the
+  /// holder before it could be read out.
+  std::uint64_t pulls_deferred = 0;
 };
 
 class sim_cluster {

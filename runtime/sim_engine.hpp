@@ -195,6 +195,7 @@ public:
 
   const sim_totals& totals() const noexcept { return totals_; }
   const adapter_cache& cache() const noexcept { return cache_; }
+  const scheduler_core& core() const noexcept { return core_; }
 
 private:
   enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise, predict };

@@ -19,7 +19,8 @@ const auto shape = *gpu::find_model_preset("llama-2-7b");
 const auto a100 = *gpu::find_gpu_spec("A100-80GB");
 const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
 
-std::unique_ptr<sim_engine> node(std::uint64_t session_pages = 1500, std::uint64_t host_pages = 4000) {
+std::unique_ptr<sim_engine> node(std::uint64_t session_pages = 1500, std::uint64_t host_pages = 4000,
+                                 gpu::gpu_spec gpu = a100) {
   sim_engine_config cfg;
   cfg.limits.max_running = 32;
   cfg.limits.total_pages = 2000;
@@ -31,7 +32,7 @@ std::unique_ptr<sim_engine> node(std::uint64_t session_pages = 1500, std::uint64
   cfg.scheduling = policies::make_scheduling_policy("fcfs");
   cfg.eviction = policies::make_eviction_policy("lru");
   adapter_catalog catalog{{}, {}, [](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
-  return std::make_unique<sim_engine>(std::move(cfg), std::make_shared<gpu::sim_backend>(shape, a100, 1),
+  return std::make_unique<sim_engine>(std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1),
                                       std::move(catalog), 2000);
 }
 
@@ -62,6 +63,19 @@ void expect_all_finished(const std::vector<sim_outcome>& out) {
     ASSERT_EQ(out[i].reason, finish_reason::length) << "request " << i;
     ASSERT_GE(out[i].ttft_s, 0.0) << "request " << i;
   }
+}
+
+/// After a run every node's pages are held by its session caches only (on
+/// the GPU and in the host pool), and every cache pulled was taken in once.
+void expect_pages_accounted(const sim_cluster& c) {
+  std::uint64_t imported = 0;
+  for (std::size_t n = 0; n < c.size(); ++n) {
+    const auto& node = c.node(n);
+    EXPECT_EQ(node.totals().pool_request_pages_at_end, node.core().session_pages_held()) << "node " << n;
+    EXPECT_EQ(node.totals().host_pages_at_end, node.core().host_pages_held()) << "node " << n;
+    imported += node.core().sessions_imported();
+  }
+  EXPECT_EQ(imported, c.totals().pulls);
 }
 
 TEST(sim_cluster, one_node_runs_as_the_engine_alone) {
@@ -110,6 +124,7 @@ TEST(sim_cluster, a_turn_moved_to_a_less_loaded_node_takes_its_cache_along) {
     cfg.migrate = migrate;
     sim_cluster c{nodes(2), cfg};
     expect_all_finished(c.run(reqs));
+    expect_pages_accounted(c);
     return c.totals();
   };
   const auto pulled = run(true);
@@ -127,6 +142,26 @@ TEST(sim_cluster, a_turn_moved_to_a_less_loaded_node_takes_its_cache_along) {
   EXPECT_EQ(pulled.nodes.decode_tokens, blind.nodes.decode_tokens);
 }
 
+TEST(sim_cluster, a_pull_waits_for_a_cache_moving_between_tiers_then_takes_it) {
+  // PCIe at 100 MB/s: a cache pushed to the host pool (room for 40 pages of
+  // sessions on the GPU) is on its way for seconds, and pulls that find it
+  // so wait for it to land rather than lose it.
+  auto slow = a100;
+  slow.pcie_bytes_per_s = 1e8;
+  std::vector<std::unique_ptr<sim_engine>> ns;
+  for (int i = 0; i < 2; ++i)
+    ns.push_back(node(40, 4000, slow));
+  sim_cluster_config cfg;
+  cfg.imbalance = 0;
+  sim_cluster c{std::move(ns), cfg};
+  expect_all_finished(c.run(conversations(60, 4, 0.15)));
+  expect_pages_accounted(c);
+  const auto& t = c.totals();
+  EXPECT_GT(t.pulls_deferred, 0u);
+  EXPECT_GT(t.pulls, 0u);
+  EXPECT_EQ(t.moves, t.pulls + t.pulls_missed);
+}
+
 TEST(sim_cluster, a_large_imbalance_keeps_every_turn_on_its_sessions_node) {
   const auto reqs = conversations(60, 4, 0.15);
   sim_cluster_config cfg;
@@ -134,6 +169,7 @@ TEST(sim_cluster, a_large_imbalance_keeps_every_turn_on_its_sessions_node) {
   // Room on each node for every cache it keeps (none pushed to the host).
   sim_cluster c{nodes(2, 1999), cfg};
   expect_all_finished(c.run(reqs));
+  expect_pages_accounted(c);
   EXPECT_EQ(c.totals().moves, 0u);
   // Each later turn found its cache and prefilled only its new tokens and
   // the previous reply's last token (whose K and V no step computed).
@@ -163,6 +199,7 @@ TEST(sim_cluster, an_advisory_moves_the_cache_before_the_turn_arrives) {
     sim_cluster c{nodes(2), cfg};
     const auto out = c.run(reqs);
     expect_all_finished(out);
+    expect_pages_accounted(c);
     EXPECT_GT(c.totals().pulls, 0u);
     double sum = 0;
     int n = 0;
