@@ -396,9 +396,16 @@ void sim_engine::apply(scheduler_effects fx) {
     if (cfg_.cache.prefetch && waiting > 0)
       prefetch(adapter);
   }
-  for (const auto& t : fx.tokens)
+  for (const auto& t : fx.tokens) {
     if (requests_ != nullptr && (*requests_)[t.request_id - 1].session != 0)
       outputs_[t.request_id].push_back(t.token);
+    auto& g = gaps_[t.request_id];
+    if (t.index != g.seen)
+      continue; // (not a new token)
+    if (g.seen++ > 0)
+      g.gaps.push_back(static_cast<float>(now_ - g.last_s));
+    g.last_s = now_;
+  }
   for (const auto& f : fx.finished) {
     const auto index = f.request_id - 1;
     if (requests_ != nullptr && (*requests_)[index].session != 0) {
@@ -414,6 +421,16 @@ void sim_engine::apply(scheduler_effects fx) {
     auto& o = outcomes_[f.request_id - 1];
     o.reason = f.reason;
     o.completion_tokens = f.completion_tokens;
+    if (auto g = gaps_.find(f.request_id); g != gaps_.end()) {
+      auto& v = g->second.gaps;
+      if (!v.empty()) {
+        // Nearest rank: the ceil(0.99 n)-th smallest.
+        const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(v.size())));
+        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rank - 1), v.end());
+        o.tbt_p99_s = v[rank - 1];
+      }
+      gaps_.erase(g);
+    }
     if (f.times.first_token_s >= 0)
       o.ttft_s = f.times.first_token_s - f.times.arrival_s;
     o.e2e_s = f.times.finished_s - f.times.arrival_s;

@@ -89,6 +89,9 @@ struct sim_outcome {
   double e2e_s = -1;
   finish_reason reason = finish_reason::error;
   std::uint32_t completion_tokens = 0;
+  /// Its own 99th-percentile time between tokens (nearest rank over the
+  /// gaps after the first token); -1 with fewer than 2 tokens.
+  double tbt_p99_s = -1;
 };
 
 /// Totals of a run.
@@ -256,6 +259,14 @@ private:
   std::vector<gpu::step_entry> in_flight_;
   std::vector<std::int32_t> in_flight_tokens_;
   std::vector<sim_outcome> outcomes_;
+  /// Per running request: when its last token came, how many came, and the
+  /// gaps between them (for its P99 time between tokens).
+  struct token_gaps {
+    double last_s = 0;
+    std::uint32_t seen = 0;
+    std::vector<float> gaps;
+  };
+  std::unordered_map<std::uint64_t, token_gaps> gaps_;
   bool trim_pending_ = false;
   std::vector<policies::tuner_sample> samples_;
   double next_tune_s_ = 0;

@@ -20,6 +20,7 @@ struct in_flight {
   double last_token_s = -1;
   std::uint32_t tokens = 0;
   std::vector<std::int32_t> output;
+  std::vector<double> gaps; ///< between tokens after the first, wall seconds
 };
 
 void draw_progress(std::size_t sent, std::size_t done, std::size_t total, double elapsed) {
@@ -77,6 +78,8 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
       r.ttft_s = (f.first_token_s - f.sent_s) / scale;
     if (f.tokens >= 2)
       r.tbt_mean_s = (f.last_token_s - f.first_token_s) / scale / static_cast<double>(f.tokens - 1);
+    if (!f.gaps.empty())
+      r.tbt_p99_s = workload::percentile(std::move(f.gaps), 99) / scale;
     if (!f.output.empty()) {
       std::uint64_t h = 1469598103934665603ull;
       for (auto tok : f.output) {
@@ -155,6 +158,11 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
             const double at = now();
             if (f.first_token_s < 0)
               f.first_token_s = at;
+            else if (!tk->tokens.empty())
+              f.gaps.push_back(at - f.last_token_s);
+            // Tokens that come in one reply came together.
+            for (std::size_t k = 1; k < tk->tokens.size(); ++k)
+              f.gaps.push_back(0.0);
             f.last_token_s = at;
             f.tokens += static_cast<std::uint32_t>(tk->tokens.size());
             f.output.insert(f.output.end(), tk->tokens.begin(), tk->tokens.end());

@@ -52,6 +52,7 @@ void usage(std::FILE* out) {
                "                                power:A | zipf:S (default 0: base model only)\n"
                "  --time-scale X                wall s per model s (default: the config's sim time_scale, else 1)\n"
                "  --slo-ttft S --slo-tbt S      SLOs for attainment (default 0: not checked)\n"
+               "  --slo-tbt-stat mean|p99       --slo-tbt on each request's mean time between tokens or its P99\n"
                "  --label L --seed N --json FILE --csv FILE --records FILE --no-progress\n"
                "closed loop (control plane):\n"
                "  --clients C --requests N --max-tokens K --prompt-bytes B --adapters A --stream\n"
@@ -338,6 +339,14 @@ int main(int argc, char** argv) {
     else if (arg == "--time-scale") ol.time_scale = number(arg, value());
     else if (arg == "--slo-ttft") ol.target.ttft_s = number(arg, value());
     else if (arg == "--slo-tbt") ol.target.tbt_s = number(arg, value());
+    else if (arg == "--slo-tbt-stat") {
+      const auto v = value();
+      if (v != "mean" && v != "p99") {
+        std::fprintf(stderr, "troupe-bench: --slo-tbt-stat: mean or p99, got \"%s\"\n", v.c_str());
+        return 2;
+      }
+      ol.target.tbt_p99 = v == "p99";
+    }
     else if (arg == "--label") ol.label = value();
     else if (arg == "--seed") ol.seed = static_cast<std::uint64_t>(number(arg, value()));
     else if (arg == "--json") ol.json = value();

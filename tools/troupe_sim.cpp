@@ -96,6 +96,8 @@ constexpr const char* usage =
   "  --seed N              adapter draws (default 1)\n"
   "  --json FILE           also write the results as JSON\n"
   "  --slo-ttft S --slo-tbt S   SLOs for attainment (default 0: not checked)\n"
+  "  --slo-tbt-stat mean|p99    --slo-tbt on each request's mean time between tokens or its own P99\n"
+  "                        (Apt-Serve's; default mean)\n"
   "  --report FILE --csv FILE --records FILE   troupe-bench's JSON, summary CSV and per-request CSV\n";
 
 struct options {
@@ -300,6 +302,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--records") o.records = v;
     else if (a == "--slo-ttft") { if (!need_num()) return false; o.target.ttft_s = num; }
     else if (a == "--slo-tbt") { if (!need_num()) return false; o.target.tbt_s = num; }
+    else if (a == "--slo-tbt-stat") {
+      if (v != "mean" && v != "p99") { err = "--slo-tbt-stat: mean or p99, got \"" + v + "\""; return false; }
+      o.target.tbt_p99 = v == "p99";
+    }
     else if (a == "--prompt-range" || a == "--output-range") {
       const auto colon = v.find(':');
       char* e1 = nullptr;
@@ -626,6 +632,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       r.queue_s = x.queue_s;
       if (x.completion_tokens >= 2 && x.ttft_s >= 0)
         r.tbt_mean_s = (x.e2e_s - x.ttft_s) / static_cast<double>(x.completion_tokens - 1);
+      r.tbt_p99_s = x.tbt_p99_s;
       r.outcome = std::string{to_string(x.reason)};
       if (x.reason == finish_reason::aborted)
         r.outcome = "overloaded"; // what a client is told

@@ -65,9 +65,19 @@ TEST(sim_engine, every_request_finishes_and_every_page_comes_back) {
       // 600 pages of 16 tokens: a few requests' worst case plus a few adapters.
       const auto r = run(policy, 600, prefetch);
       for (std::size_t i = 0; i < r.out.size(); ++i) {
-        ASSERT_EQ(r.out[i].reason, finish_reason::length) << "request " << i;
-        ASSERT_GE(r.out[i].ttft_s, 0.0);
-        ASSERT_GE(r.out[i].e2e_s, r.out[i].ttft_s);
+        const auto& o = r.out[i];
+        ASSERT_EQ(o.reason, finish_reason::length) << "request " << i;
+        ASSERT_GE(o.ttft_s, 0.0);
+        ASSERT_GE(o.e2e_s, o.ttft_s);
+        if (o.completion_tokens < 2) {
+          EXPECT_EQ(o.tbt_p99_s, -1.0) << "request " << i;
+          continue;
+        }
+        // At most 63 gaps: the P99 is the longest, at least the mean and at
+        // most all of them together.
+        const double gaps = o.e2e_s - o.ttft_s;
+        EXPECT_GE(o.tbt_p99_s, gaps / (o.completion_tokens - 1) * (1 - 1e-6)) << "request " << i;
+        EXPECT_LE(o.tbt_p99_s, gaps * (1 + 1e-6)) << "request " << i;
       }
       EXPECT_EQ(r.totals.pool_request_pages_at_end, 0u);
       EXPECT_EQ(r.totals.pool_adapter_pages_at_end, r.totals.cache_pages_at_end);

@@ -37,6 +37,10 @@ import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 assert len(rows) > 60, len(rows)
 assert all(r["outcome"] == "length" for r in rows), {r["outcome"] for r in rows}
+# Each turn's own P99 gap between tokens: at least its mean (-1 below 2 tokens).
+for r in rows:
+    n, mean, p99 = int(r["completion_tokens"]), float(r["tbt_mean_s"]), float(r["tbt_p99_s"])
+    assert (p99 == -1) if n < 2 else p99 >= 0, r
 PY
 
 expect_usage_error() { # what, then the command
@@ -50,6 +54,8 @@ expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --pro
 expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
 expect_usage_error --adapter-partition-gib "$bin/troupe-sim" --requests 10 --rate 1 --adapter-partition-gib 100000
 expect_usage_error --nodes "$bin/troupe-sim" --requests 10 --rate 1 --nodes 0
+expect_usage_error --slo-tbt-stat "$bin/troupe-sim" --requests 10 --rate 1 --slo-tbt-stat max
+expect_usage_error --slo-tbt-stat "$bin/troupe-bench" --synthetic 10 --rate 1 --slo-tbt-stat max
 expect_usage_error --migrate "$bin/troupe-sim" --requests 10 --rate 1 --migrate maybe
 expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --network-gbps 0
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x

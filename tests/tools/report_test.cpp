@@ -48,6 +48,25 @@ TEST(report, summary_percentiles_throughput_and_attainment) {
   EXPECT_DOUBLE_EQ(summarize_run(records, {}, 1.0, "x").attainment, 4.0 / 5.0) << "no SLO: finished ones";
 }
 
+TEST(report, the_tbt_slo_on_each_requests_p99_catches_stalls_its_mean_hides) {
+  // Two requests with the same mean time between tokens; the second stalled
+  // once (its own P99 gap is 0.5 s).
+  auto smooth = rec(0, 0.1, 0.05, 2.0, 40);
+  smooth.tbt_p99_s = 0.06;
+  auto stalled = rec(1, 0.1, 0.05, 2.0, 40);
+  stalled.tbt_p99_s = 0.5;
+  auto one_token = rec(2, 0.1, -1, 0.1, 1); // no gap at all: within any TBT SLO
+  const std::vector<request_record> records{smooth, stalled, one_token};
+  slo mean{1.0, 0.1};
+  EXPECT_DOUBLE_EQ(summarize_run(records, mean, 1.0, "x").attainment, 1.0);
+  slo p99 = mean;
+  p99.tbt_p99 = true;
+  EXPECT_DOUBLE_EQ(summarize_run(records, p99, 1.0, "x").attainment, 2.0 / 3.0);
+  std::ostringstream csv;
+  write_records_csv(csv, "x", 1.0, records, false);
+  EXPECT_NE(csv.str().find(",0.5\n"), std::string::npos) << csv.str();
+}
+
 TEST(report, slowdown_is_e2e_over_the_latency_alone_where_that_is_known) {
   std::vector<request_record> records{rec(0, 0.1, 0.02, 1.0, 10), rec(1, 0.2, 0.03, 6.0, 20),
                                       rec(2, 0.5, 0.05, 3.0, 30), rec(3, -1, -1, -1, 0, "overloaded")};
@@ -77,8 +96,8 @@ TEST(report, slowdown_is_e2e_over_the_latency_alone_where_that_is_known) {
   EXPECT_NE(sim_json.str().find("\"slowdown\":{\"mean\":2.5,\"p50\":2,\"p90\":3,\"p99\":3,\"count\":2}"),
             std::string::npos) << sim_json.str();
   write_records_csv(recs_csv, "sim", 1.0, records, true);
-  EXPECT_NE(recs_csv.str().find(",tokens_fnv,isolated_s\n"), std::string::npos) << recs_csv.str();
-  EXPECT_NE(recs_csv.str().find(",0.5\n"), std::string::npos) << recs_csv.str();
+  EXPECT_NE(recs_csv.str().find(",tokens_fnv,isolated_s,tbt_p99_s\n"), std::string::npos) << recs_csv.str();
+  EXPECT_NE(recs_csv.str().find(",0.5,-1\n"), std::string::npos) << recs_csv.str();
 }
 
 TEST(report, effective_throughput_is_the_highest_rate_meeting_the_attainment) {

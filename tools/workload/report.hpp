@@ -24,6 +24,9 @@ struct request_record {
   double e2e_s = -1;            ///< arrival to the terminal reply; -1: none came
   /// Mean time between tokens after the first; -1 with fewer than 2 tokens.
   double tbt_mean_s = -1;
+  /// Its own 99th-percentile time between tokens (nearest rank over the
+  /// gaps after the first token); -1 with fewer than 2 tokens.
+  double tbt_p99_s = -1;
   /// Arrival to its first scheduled step (server side); -1: unknown.
   double queue_s = -1;
   /// "length", "eos", "stop", or an error code ("overloaded", ...); "lost" if
@@ -48,7 +51,10 @@ struct latency_summary {
 /// SLOs a request must meet to count as attained (0: not checked).
 struct slo {
   double ttft_s = 0;
-  double tbt_s = 0; ///< on its mean time between tokens
+  double tbt_s = 0; ///< on its mean time between tokens, or its P99 with tbt_p99
+  /// Test tbt_s on each request's own P99 time between tokens (Apt-Serve's
+  /// SLO) rather than its mean.
+  bool tbt_p99 = false;
 };
 
 struct run_summary {
