@@ -1,26 +1,14 @@
 #include "policies/aptserve_greedy.hpp"
 
 #include <algorithm>
-#include <unordered_map>
 
 namespace troupe::policies {
 
-namespace {
-
-struct item {
-  double theta; ///< value per page
-  std::size_t candidate;
-  std::uint64_t pages;
-  bool hidden_step; ///< the 0 -> m/2 step (else KV-only or the upgrade)
-  int order;        ///< a request's hidden step sorts before its upgrade
-};
-
-} // namespace
-
-apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_t budget_pages,
-                         const apt_params& p) {
+void apt_greedy(std::span<const apt_candidate> candidates, std::uint64_t budget_pages, const apt_params& p,
+                apt_workspace& ws, apt_selection& greedy) {
   const double n_rho = static_cast<double>(p.affected) * p.rho;
-  std::vector<item> items;
+  auto& items = ws.items;
+  items.clear();
   items.reserve(candidates.size() * 2);
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const auto& c = candidates[i];
@@ -43,7 +31,10 @@ apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_
     items.push_back({h / static_cast<double>(first), i, first, true, 0});
     items.push_back({(pending - h) / static_cast<double>(second), i, second, false, 1});
   }
-  std::stable_sort(items.begin(), items.end(), [&](const item& a, const item& b) {
+  // (candidate, order) is unique: a strict total order, so the result is the
+  // one order there is (a merge sort: the queue changes little between
+  // iterations, and nearly sorted input is its best case).
+  std::stable_sort(items.begin(), items.end(), [&](const apt_item& a, const apt_item& b) {
     if (a.theta != b.theta)
       return a.theta > b.theta;
     if (a.candidate != b.candidate)
@@ -51,8 +42,11 @@ apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_
     return a.order < b.order;
   });
 
-  apt_selection greedy;
-  std::unordered_map<std::size_t, std::size_t> taken; // candidate -> index in chosen
+  greedy.chosen.clear();
+  greedy.value = 0;
+  greedy.fallback = false;
+  auto& taken = ws.taken;
+  taken.assign(candidates.size(), -1);
   std::uint64_t used = 0;
   double breaking_value = -1;
   std::size_t breaking = 0;
@@ -67,27 +61,32 @@ apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_
     used += it.pages;
     greedy.value += it.theta * static_cast<double>(it.pages);
     const auto& c = candidates[it.candidate];
-    if (auto t = taken.find(it.candidate); t != taken.end()) {
-      auto& ch = greedy.chosen[t->second];
+    if (auto& t = taken[it.candidate]; t >= 0) {
+      auto& ch = greedy.chosen[static_cast<std::size_t>(t)];
       ch.hidden = false; // the upgrade to KV
       ch.pages += it.pages;
     } else {
-      taken.emplace(it.candidate, greedy.chosen.size());
-      greedy.chosen.push_back({c.request_id, it.hidden_step, it.pages});
+      t = static_cast<std::int64_t>(greedy.chosen.size());
+      greedy.chosen.push_back({c.request_id, it.hidden_step, it.pages, it.candidate});
     }
   }
   if (p.fallback && breaking_value > greedy.value) {
     const auto& c = candidates[breaking];
     const auto m = std::max<std::uint64_t>(c.kv_pages, 1);
     if (m <= budget_pages) {
-      apt_selection alone;
-      alone.chosen.push_back({c.request_id, false, m});
-      alone.value = breaking_value;
-      alone.fallback = true;
-      return alone;
+      greedy.chosen.assign(1, {c.request_id, false, m, breaking});
+      greedy.value = breaking_value;
+      greedy.fallback = true;
     }
   }
-  return greedy;
+}
+
+apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_t budget_pages,
+                         const apt_params& p) {
+  apt_workspace ws;
+  apt_selection out;
+  apt_greedy(candidates, budget_pages, p, ws, out);
+  return out;
 }
 
 } // namespace troupe::policies

@@ -28,7 +28,10 @@ struct apt_choice {
   std::uint64_t request_id = 0;
   bool hidden = false;     ///< hidden cache (else KV)
   std::uint64_t pages = 0; ///< pages granted
-  friend bool operator==(const apt_choice&, const apt_choice&) = default;
+  std::size_t candidate = 0; ///< its index in the candidates (not compared)
+  friend bool operator==(const apt_choice& a, const apt_choice& b) {
+    return a.request_id == b.request_id && a.hidden == b.hidden && a.pages == b.pages;
+  }
 };
 
 struct apt_selection {
@@ -53,7 +56,26 @@ struct apt_params {
   bool fallback = true;
 };
 
-/// Algorithm 1 over `candidates` within `budget_pages`.
+/// One marginal-gain step of a candidate, as the greedy orders them.
+struct apt_item {
+  double theta = 0;          ///< value per page
+  std::size_t candidate = 0;
+  std::uint64_t pages = 0;
+  bool hidden_step = false;  ///< the 0 -> m/2 step (else KV-only or the upgrade)
+  int order = 0;             ///< a request's hidden step sorts before its upgrade
+};
+
+/// Buffers the greedy reuses: a policy keeps one, so an iteration over a
+/// long queue allocates nothing once they have grown.
+struct apt_workspace {
+  std::vector<apt_item> items;
+  std::vector<std::int64_t> taken; ///< candidate -> index in chosen (-1: not taken)
+};
+
+/// Algorithm 1 over `candidates` within `budget_pages`, into `out`.
+void apt_greedy(std::span<const apt_candidate> candidates, std::uint64_t budget_pages, const apt_params& p,
+                apt_workspace& ws, apt_selection& out);
+/// The same with buffers of its own.
 apt_selection apt_greedy(std::span<const apt_candidate> candidates, std::uint64_t budget_pages,
                          const apt_params& p);
 

@@ -134,11 +134,11 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
   schedule_decision out;
   const auto& lim = in.limits;
   const bool hidden_ok = lim.hidden_page_tokens > lim.page_tokens;
-  std::vector<apt_candidate> candidates;
+  auto& candidates = candidates_;
+  candidates.clear();
   candidates.reserve(in.waiting.size());
   std::size_t violated = 0;
   double urgency_w = 0;
-  std::unordered_map<std::uint64_t, const waiting_view*> by_id;
   for (const auto& w : in.waiting) {
     apt_candidate c;
     c.request_id = w.request_id;
@@ -151,7 +151,6 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
     violated += c.violated ? 1 : 0;
     urgency_w += c.pending_s;
     candidates.push_back(c);
-    by_id.emplace(w.request_id, &w);
   }
   const auto running = running_candidates(in);
   double urgency_r = 0;
@@ -160,7 +159,8 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
     urgency_r += c.pending_s;
   }
   const auto p = params_for(in, violated);
-  const auto sel = apt_greedy(candidates, lim.free_pages, p);
+  apt_greedy(candidates, lim.free_pages, p, workspace_, selection_);
+  const auto& sel = selection_;
 
   // The greedy budgets KV pages; admission checks the real pages (the hidden
   // cache's own page count, adapters once), the running cap and the tokens.
@@ -169,7 +169,7 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
   std::uint64_t tokens = n_running;
   page_budget pages{lim.free_pages, in.adapters_in_use};
   for (const auto& ch : sel.chosen) {
-    const auto& w = *by_id.at(ch.request_id);
+    const auto& w = in.waiting[ch.candidate]; // candidates follow the waiting order
     if (n_running >= lim.max_running || (n_running > 0 && tokens + w.prompt_tokens > lim.token_budget))
       break;
     const auto cache = page_budget::cache_pages(w, ch.hidden ? lim.hidden_page_tokens : lim.page_tokens);

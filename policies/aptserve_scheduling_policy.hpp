@@ -66,6 +66,10 @@ private:
   std::uint64_t fallbacks_ = 0;
   std::uint64_t decode_rounds_ = 0;
   std::uint64_t decode_preempted_ = 0;
+  // Per-iteration buffers, kept so that a long queue allocates nothing.
+  std::vector<apt_candidate> candidates_;
+  apt_workspace workspace_;
+  apt_selection selection_;
 };
 
 } // namespace troupe::policies
