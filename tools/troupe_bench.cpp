@@ -119,20 +119,9 @@ std::variant<std::vector<troupe::workload::request>, std::string> make_workload(
       convs.resize(static_cast<std::size_t>(a.max_requests));
     if (rate <= 0)
       return std::string{"--conversations needs --rate (conversations per second)"};
-    for (auto& c : convs)
-      if (a.max_rounds > 0 && c.rounds > a.max_rounds) {
-        // Fewer rounds of the same per-turn lengths.
-        c.prompt_tokens = static_cast<std::uint32_t>(std::uint64_t{c.prompt_tokens} * a.max_rounds / c.rounds);
-        c.response_tokens = static_cast<std::uint32_t>(std::uint64_t{c.response_tokens} * a.max_rounds / c.rounds);
-        c.rounds = a.max_rounds;
-      }
+    cap_rounds(convs, a.max_rounds);
     reqs = multi_turn(convs, rate, a.think_s, a.seed);
-    for (auto& r : reqs) {
-      if (a.turn_prompt > 0)
-        r.prompt_tokens = std::min(r.prompt_tokens, a.turn_prompt);
-      if (a.turn_output > 0)
-        r.output_tokens = std::min(r.output_tokens, a.turn_output);
-    }
+    cap_lengths(reqs, a.turn_prompt, a.turn_output);
     return reqs;
   }
   if (!a.trace.empty()) {

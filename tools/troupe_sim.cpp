@@ -47,6 +47,8 @@ constexpr const char* usage =
   "  --conversations FILE  multi-turn: ShareGPT conversations (turn counts and sizes), --requests N of them\n"
   "                        started at --rate per second, each turn --think S after the last reply (default 10)\n"
   "  --session-fraction F  share of the pool finished turns keep for their sessions (default 0.25; 0: recompute)\n"
+  "  --max-rounds K --turn-tokens P:O   at most K turns per conversation (each as long as before), and\n"
+  "                        every turn's prompt and reply capped (troupe-bench's)\n"
   "  --trace FILE          (also a ShareGPT length file: arrivals then come from --rate, Poisson)\n"
   "  --requests N --cv C   generated: N requests, Gamma gaps of CV C (--synthetic N is the same)\n"
   "  --prompt N --output N lengths of generated requests (default 512, 128), or uniform in\n"
@@ -145,6 +147,7 @@ struct options {
   double time_factor = 1;
   std::string conversations;
   double think_s = 10;
+  std::uint32_t max_rounds = 0, turn_prompt = 0, turn_output = 0;
   double session_fraction = 0.25;
   double adapter_partition_gib = 0;
   std::map<std::string, double> sched_params;
@@ -187,6 +190,22 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--rate") { if (!need_num()) return false; o.rate = num; }
     else if (a == "--conversations") o.conversations = v;
     else if (a == "--think") { if (!need_num()) return false; o.think_s = num; }
+    else if (a == "--max-rounds") { if (!need_num() || num < 1) { err = "--max-rounds must be >= 1"; return false; } o.max_rounds = static_cast<std::uint32_t>(num); }
+    else if (a == "--turn-tokens") {
+      const auto colon = v.find(':');
+      char* e1 = nullptr;
+      char* e2 = nullptr;
+      const std::string p_text = colon == std::string::npos ? "" : v.substr(0, colon);
+      const std::string o_text = colon == std::string::npos ? "" : v.substr(colon + 1);
+      const long p = std::strtol(p_text.c_str(), &e1, 10);
+      const long out = std::strtol(o_text.c_str(), &e2, 10);
+      if (p_text.empty() || o_text.empty() || *e1 != '\0' || *e2 != '\0' || p < 1 || out < 1) {
+        err = "--turn-tokens: \"" + v + "\" is not P:O with both >= 1";
+        return false;
+      }
+      o.turn_prompt = static_cast<std::uint32_t>(p);
+      o.turn_output = static_cast<std::uint32_t>(out);
+    }
     else if (a == "--session-fraction") { if (!need_num() || num > 1) { err = "--session-fraction must be in [0, 1]"; return false; } o.session_fraction = num; }
     else if (a == "--time-factor") { if (!need_num() || num <= 0) { err = "--time-factor must be > 0"; return false; } o.time_factor = num; }
     else if (a == "--rates") {
@@ -377,7 +396,9 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     auto convs = std::get<std::vector<workload::conversation>>(std::move(loaded));
     if (o.requests > 0 && convs.size() > o.requests)
       convs.resize(o.requests);
+    workload::cap_rounds(convs, o.max_rounds);
     reqs = workload::multi_turn(convs, o.rate, o.think_s, o.seed + 7);
+    workload::cap_lengths(reqs, o.turn_prompt, o.turn_output);
   } else if (!o.trace.empty()) {
     auto loaded = workload::load_trace(o.trace);
     if (auto* e = std::get_if<std::string>(&loaded)) {

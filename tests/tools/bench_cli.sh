@@ -55,6 +55,7 @@ expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sch
 expect_usage_error --adapter-partition-gib "$bin/troupe-sim" --requests 10 --rate 1 --adapter-partition-gib 100000
 expect_usage_error --nodes "$bin/troupe-sim" --requests 10 --rate 1 --nodes 0
 expect_usage_error --slo-tbt-stat "$bin/troupe-sim" --requests 10 --rate 1 --slo-tbt-stat max
+expect_usage_error --turn-tokens "$bin/troupe-sim" --requests 10 --rate 1 --turn-tokens 100
 expect_usage_error --slo-tbt-stat "$bin/troupe-bench" --synthetic 10 --rate 1 --slo-tbt-stat max
 expect_usage_error --migrate "$bin/troupe-sim" --requests 10 --rate 1 --migrate maybe
 expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --network-gbps 0

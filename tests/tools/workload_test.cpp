@@ -88,6 +88,31 @@ TEST(workload, reads_the_head_of_the_real_conversation_trace) {
     EXPECT_GE(r[i].arrival_s, r[i - 1].arrival_s);
 }
 
+TEST(workload, conversations_become_turns_with_rounds_and_lengths_capped) {
+  // The first 60 rows of the ShareGPT conversations trace, kept in the repo.
+  auto got = load_conversations("tests/tools/data/sharegpt_conversations_head60.csv");
+  ASSERT_TRUE(std::holds_alternative<std::vector<conversation>>(got)) << std::get<std::string>(got);
+  auto convs = std::get<std::vector<conversation>>(got);
+  // Og9h3C1: 19 rounds, 2,250 prompt and 6,167 reply tokens (estimates).
+  ASSERT_EQ(convs[0].rounds, 19u);
+  auto all = multi_turn(convs, 1.0, 10.0, 5);
+  cap_rounds(convs, 6);
+  EXPECT_EQ(convs[0].rounds, 6u);
+  EXPECT_EQ(convs[0].prompt_tokens, 2250u * 6 / 19) << "each turn as long as before";
+  EXPECT_EQ(convs[0].response_tokens, 6167u * 6 / 19);
+  auto capped = multi_turn(convs, 1.0, 10.0, 5);
+  cap_lengths(capped, 100, 200);
+  EXPECT_LT(capped.size(), all.size());
+  std::size_t first = 0;
+  for (const auto& r : capped) {
+    EXPECT_LE(r.prompt_tokens, 100u);
+    EXPECT_LE(r.output_tokens, 200u);
+    first += r.session == 1 ? 1 : 0;
+  }
+  EXPECT_EQ(first, 6u) << "the first conversation's turns";
+  EXPECT_EQ(capped.front().output_tokens, 200u) << "6,167 / 19 = 324 reply tokens a turn, capped";
+}
+
 TEST(workload, gamma_arrivals_have_the_asked_rate_and_cv) {
   for (double cv : {0.5, 1.0, 4.0}) {
     const auto t = gamma_arrivals(100000, 8.0, cv, 11);

@@ -181,6 +181,26 @@ std::variant<std::vector<conversation>, std::string> load_conversations(const st
   return out;
 }
 
+void cap_rounds(std::vector<conversation>& conversations, std::uint32_t max_rounds) {
+  if (max_rounds == 0)
+    return;
+  for (auto& c : conversations)
+    if (c.rounds > max_rounds) {
+      c.prompt_tokens = static_cast<std::uint32_t>(std::uint64_t{c.prompt_tokens} * max_rounds / c.rounds);
+      c.response_tokens = static_cast<std::uint32_t>(std::uint64_t{c.response_tokens} * max_rounds / c.rounds);
+      c.rounds = max_rounds;
+    }
+}
+
+void cap_lengths(std::vector<request>& r, std::uint32_t prompt, std::uint32_t output) {
+  for (auto& x : r) {
+    if (prompt > 0)
+      x.prompt_tokens = std::min(x.prompt_tokens, prompt);
+    if (output > 0)
+      x.output_tokens = std::min(x.output_tokens, output);
+  }
+}
+
 std::vector<request> multi_turn(const std::vector<conversation>& conversations, double rate, double think_s,
                                 std::uint64_t seed) {
   const auto starts = gamma_arrivals(conversations.size(), rate, 1.0, seed);

@@ -73,6 +73,12 @@ std::vector<request> multi_turn(const std::vector<conversation>& conversations, 
 
 // -- shaping ----------------------------------------------------------------
 
+/// At most `max_rounds` user turns per conversation (0: all), each turn as
+/// long as before (the conversation's totals shrink with its rounds).
+void cap_rounds(std::vector<conversation>& conversations, std::uint32_t max_rounds);
+/// Caps every request's prompt and output tokens (0: that one uncapped).
+void cap_lengths(std::vector<request>& r, std::uint32_t prompt, std::uint32_t output);
+
 /// Keeps the requests arriving in [from_s, from_s + seconds), re-based to 0.
 std::vector<request> window(const std::vector<request>& in, double from_s, double seconds);
 /// Multiplies every arrival time by `factor` (2 = half the rate).
