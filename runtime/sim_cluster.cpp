@@ -48,6 +48,11 @@ sim_cluster::sim_cluster(std::vector<std::unique_ptr<sim_engine>> nodes, sim_clu
     throw std::invalid_argument("sim_cluster: no nodes");
   if (!(cfg_.network_bytes_per_s > 0))
     throw std::invalid_argument("sim_cluster: the network's bandwidth must be positive");
+  for (const auto& [node, at] : cfg_.failures)
+    if (node >= nodes_.size() || !(at >= 0))
+      throw std::invalid_argument("sim_cluster: a failure names node " + std::to_string(node) + " at " +
+                                  std::to_string(at) + " s; the nodes are 0 to " +
+                                  std::to_string(nodes_.size() - 1) + ", times >= 0");
 }
 
 void sim_cluster::schedule(double at, event_kind kind, std::uint64_t arg) {
@@ -59,11 +64,14 @@ std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& reques
   histories_ = std::make_shared<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>>();
   sent_s_.assign(requests.size(), 0.0);
   node_of_.assign(requests.size(), -1);
+  dead_.assign(nodes_.size(), false);
   totals_ = {};
   totals_.placed.assign(nodes_.size(), 0);
   for (auto& n : nodes_)
     n->begin(requests, [this](std::size_t index, finish_reason reason, double now_s) { ended(index, reason, now_s); },
              histories_);
+  for (const auto& [node, at] : cfg_.failures)
+    schedule(at, event_kind::node_down, node);
   for (const auto i : sent_at_arrival(requests, next_turns_)) {
     sent_s_[i] = requests[i].arrival_s;
     schedule(requests[i].arrival_s, event_kind::arrival, i);
@@ -71,11 +79,15 @@ std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& reques
   // One clock: the earliest event of the router's and every node's runs
   // next (the router's first at a tie).
   for (;;) {
+    // A lost node's events never run.
+    const auto next_of = [&](std::size_t n) {
+      return dead_[n] ? std::numeric_limits<double>::infinity() : nodes_[n]->next_event_s();
+    };
     std::size_t first = 0;
     for (std::size_t n = 1; n < nodes_.size(); ++n)
-      if (nodes_[n]->next_event_s() < nodes_[first]->next_event_s())
+      if (next_of(n) < next_of(first))
         first = n;
-    const double node_at = nodes_[first]->next_event_s();
+    const double node_at = next_of(first);
     if (!events_.empty() && events_.top().at <= node_at) {
       const auto ev = events_.top();
       events_.pop();
@@ -84,6 +96,7 @@ std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& reques
         case event_kind::arrival: arrive(ev.arg); break;
         case event_kind::pulled: pulled(ev.arg); break;
         case event_kind::advise: advise(ev.arg); break;
+        case event_kind::node_down: node_down(static_cast<std::uint32_t>(ev.arg)); break;
       }
       continue;
     }
@@ -175,16 +188,19 @@ void sim_cluster::advise(std::uint64_t session) {
 }
 
 void sim_cluster::start_pull(std::uint64_t session) {
-  auto& p = pulls_.at(session);
+  auto i = pulls_.find(session);
+  if (i == pulls_.end())
+    return; // dropped when its node was lost
+  auto& p = i->second;
   auto& holder = *nodes_[p.from];
-  if (auto kv = holder.begin_export(session, now_)) {
+  if (auto kv = dead_[p.from] ? std::nullopt : holder.begin_export(session, now_)) {
     p.kv = std::move(*kv);
     p.started = true;
     const double network_s = static_cast<double>(p.kv.bytes) / cfg_.network_bytes_per_s;
     schedule(now_ + p.kv.read_s + network_s, event_kind::pulled, session);
     return;
   }
-  if (holder.session_moving(session)) {
+  if (!dead_[p.from] && holder.session_moving(session)) {
     deferred_[p.from].push_back(session); // tried again once the move ends
     ++totals_.pulls_deferred;
     return;
@@ -200,18 +216,55 @@ void sim_cluster::start_pull(std::uint64_t session) {
 void sim_cluster::pulled(std::uint64_t session) {
   auto p = std::move(pulls_.at(session));
   pulls_.erase(session);
-  nodes_[p.from]->end_export(session, now_);
+  if (!dead_[p.from])
+    nodes_[p.from]->end_export(session, now_);
   const auto bytes = p.kv.bytes;
-  if (nodes_[p.to]->import_session(session, p.kv.pages, std::move(p.kv.tokens), now_)) {
+  if (dead_[p.from] || dead_[p.to]) {
+    ++totals_.pulls_missed; // lost on the way: the turns recompute (or were placed again)
+  } else if (nodes_[p.to]->import_session(session, p.kv.pages, std::move(p.kv.tokens), now_)) {
     ++totals_.pulls;
     totals_.pull_bytes += bytes;
   } else {
     ++totals_.pulls_missed;
   }
-  if (p.waiting.empty()) // an advisory's pull: on toward the GPU, if there is room
+  if (p.waiting.empty() && !dead_[p.to]) // an advisory's pull: on toward the GPU, if there is room
     nodes_[p.to]->advise(session, now_);
   for (const auto& [index, node] : p.waiting)
     submit(index, node);
+}
+
+void sim_cluster::node_down(std::uint32_t node) {
+  if (dead_[node])
+    return;
+  dead_[node] = true;
+  ++totals_.nodes_lost;
+  // Pulls to it: their turns come back from the router below. Pulls from
+  // it: the cache is gone (one under way ends as missed when it was due).
+  for (auto it = pulls_.begin(); it != pulls_.end();) {
+    auto& p = it->second;
+    if (p.to == node && !p.started) { // not begun: nothing to undo at the holder
+      it = pulls_.erase(it);
+      continue;
+    }
+    if (p.to == node)
+      p.waiting.clear();
+    if (p.from == node && !p.started) { // was waiting for the cache to settle there
+      ++totals_.pulls_missed;
+      auto waiting = std::move(p.waiting);
+      it = pulls_.erase(it);
+      for (const auto& [index, to] : waiting)
+        submit(index, to);
+      continue;
+    }
+    ++it;
+  }
+  deferred_[node].clear();
+  // Its requests, in arrival order, placed again: their prompts recomputed
+  // where they go.
+  for (const auto& spec : router_.on_node_down(node)) {
+    ++totals_.resubmitted;
+    arrive(spec.request_id - 1);
+  }
 }
 
 void sim_cluster::submit(std::size_t index, std::uint32_t node) {

@@ -33,6 +33,10 @@ struct sim_cluster_config {
   /// This many seconds before each later turn of a conversation arrives,
   /// the router is told it is coming (< 0: never).
   double advise_lead_s = -1;
+  /// Nodes lost during the run: (node, time). A lost node runs nothing
+  /// more; its requests are placed again and recomputed from their prompts
+  /// (as the live router does), and the session caches it held are gone.
+  std::vector<std::pair<std::uint32_t, double>> failures;
 };
 
 struct sim_cluster_totals {
@@ -47,6 +51,9 @@ struct sim_cluster_totals {
   /// Pulls that waited for the cache to finish a move between tiers at the
   /// holder before it could be read out.
   std::uint64_t pulls_deferred = 0;
+  std::uint64_t nodes_lost = 0;
+  /// Requests a lost node held, placed again elsewhere.
+  std::uint64_t resubmitted = 0;
 };
 
 class sim_cluster {
@@ -62,10 +69,12 @@ public:
 
   const sim_cluster_totals& totals() const noexcept { return totals_; }
   const sim_engine& node(std::size_t i) const { return *nodes_.at(i); }
+  /// False once the node was lost (config failures).
+  bool alive(std::size_t i) const { return !dead_.at(i); }
   std::size_t size() const noexcept { return nodes_.size(); }
 
 private:
-  enum class event_kind : std::uint8_t { arrival, pulled, advise };
+  enum class event_kind : std::uint8_t { arrival, pulled, advise, node_down };
   struct event {
     double at;
     std::uint64_t seq;
@@ -90,6 +99,7 @@ private:
   void pulled(std::uint64_t session);
   void submit(std::size_t index, std::uint32_t node);
   void ended(std::size_t index, finish_reason reason, double now_s);
+  void node_down(std::uint32_t node);
   request_spec spec_of(std::size_t index) const;
 
   std::vector<std::unique_ptr<sim_engine>> nodes_;
@@ -103,6 +113,7 @@ private:
   std::vector<std::vector<std::uint64_t>> deferred_;
   std::vector<double> sent_s_;
   std::vector<std::int32_t> node_of_;
+  std::vector<bool> dead_;
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
   std::uint64_t seq_ = 0;
   double now_ = 0;

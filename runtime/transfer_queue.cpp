@@ -21,29 +21,25 @@ std::string_view to_string(transfer_class c) noexcept {
 transfer_queue::transfer_queue(std::uint32_t max_inflight)
   : max_inflight_(std::max<std::uint32_t>(max_inflight, 1)) {}
 
-std::uint64_t transfer_queue::family_key(transfer_class c, std::uint64_t key) noexcept {
-  // Two families: in (demand_load, prefetch, swap_in) and out (swap_out); a
-  // swap_in and an adapter load never share keys (request vs adapter ids), so
-  // the key space is split by the family and by adapter-vs-KV.
-  std::uint64_t family = 0;
+transfer_queue::family_key transfer_queue::family_of(transfer_class c, std::uint64_t key) noexcept {
+  // Two families of direction, in (demand_load, prefetch, swap_in) and out
+  // (swap_out); adapter loads and KV swap-ins never share keys (adapter vs
+  // request ids), so they are kept apart too.
   switch (c) {
     case transfer_class::demand_load:
     case transfer_class::prefetch:
-      family = 0;
-      break;
+      return {0, key};
     case transfer_class::swap_in:
-      family = 1;
-      break;
+      return {1, key};
     case transfer_class::swap_out:
-      family = 2;
       break;
   }
-  return key * 4 + family;
+  return {2, key};
 }
 
 std::uint64_t transfer_queue::enqueue(transfer_class c, std::uint64_t key, std::uint64_t bytes,
                                       double now_s) {
-  const auto fk = family_key(c, key);
+  const auto fk = family_of(c, key);
   if (auto i = by_key_.find(fk); i != by_key_.end()) {
     const auto id = i->second;
     auto& it = items_.at(id);
@@ -71,7 +67,7 @@ bool transfer_queue::cancel(std::uint64_t id) {
     return false;
   auto& q = queues_[static_cast<std::size_t>(i->second.cls)];
   q.erase(std::find(q.begin(), q.end(), id));
-  by_key_.erase(family_key(i->second.cls, i->second.key));
+  by_key_.erase(family_of(i->second.cls, i->second.key));
   items_.erase(i);
   return true;
 }
@@ -104,7 +100,7 @@ bool transfer_queue::finished(std::uint64_t id, double now_s, bool ok) {
   } else {
     ++s.failures;
   }
-  by_key_.erase(family_key(i->second.cls, i->second.key));
+  by_key_.erase(family_of(i->second.cls, i->second.key));
   items_.erase(i);
   return true;
 }

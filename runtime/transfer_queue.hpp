@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -72,14 +73,26 @@ private:
     double enqueued_s;
     double started_s = 0;
   };
-  /// Loads and prefetches share a family (both move a key in).
-  static std::uint64_t family_key(transfer_class c, std::uint64_t key) noexcept;
+  /// A key within its family: loads and prefetches share one (both move an
+  /// adapter in); swap-ins and swap-outs have their own. Every key of 64
+  /// bits stays apart (imported session caches use owners from 2^62 up).
+  struct family_key {
+    std::uint8_t family;
+    std::uint64_t key;
+    friend bool operator==(const family_key&, const family_key&) = default;
+  };
+  struct family_key_hash {
+    std::size_t operator()(const family_key& k) const noexcept {
+      return std::hash<std::uint64_t>{}(k.key) ^ (std::size_t{k.family} * 0x9e3779b97f4a7c15ull);
+    }
+  };
+  static family_key family_of(transfer_class c, std::uint64_t key) noexcept;
 
   std::uint32_t max_inflight_;
   std::uint64_t next_id_ = 1;
   std::array<std::deque<std::uint64_t>, transfer_classes> queues_;
   std::unordered_map<std::uint64_t, item> items_;   // queued and running
-  std::unordered_map<std::uint64_t, std::uint64_t> by_key_; // family key -> id
+  std::unordered_map<family_key, std::uint64_t, family_key_hash> by_key_; // -> id
   std::unordered_map<std::uint64_t, bool> running_; // ids running
   std::array<transfer_stats, transfer_classes> stats_{};
 };

@@ -27,6 +27,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -89,6 +90,8 @@ constexpr const char* usage =
   "                        than the least loaded node (the router's; default 2)\n"
   "  --migrate on|off      a turn moved off its session's node pulls its KV along, or recomputes it (default on)\n"
   "  --network-gbps G      bandwidth between nodes for KV pulls, Gb/s (default 100)\n"
+  "  --fail-node I@T[,...] node I (from 0) is lost T seconds into the run: its requests are placed again\n"
+  "                        and recomputed elsewhere, its session caches are gone\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
@@ -140,6 +143,7 @@ struct options {
   std::uint32_t imbalance = 2;
   bool migrate = true;
   double network_gbps = 100;
+  std::vector<std::pair<std::uint32_t, double>> failures;
   double host_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
@@ -163,6 +167,22 @@ std::vector<std::string> split(const std::string& s) {
       out.push_back(item);
   return out;
 }
+
+/// "A<sep>B" as two numbers, each the whole of its half: false otherwise.
+bool number_pair(const std::string& v, char sep, double& a, double& b) {
+  const auto at = v.find(sep);
+  if (at == std::string::npos)
+    return false;
+  const std::string a_text = v.substr(0, at), b_text = v.substr(at + 1);
+  char* e1 = nullptr;
+  char* e2 = nullptr;
+  a = std::strtod(a_text.c_str(), &e1);
+  b = std::strtod(b_text.c_str(), &e2);
+  return !a_text.empty() && !b_text.empty() && *e1 == '\0' && *e2 == '\0' && std::isfinite(a) && std::isfinite(b);
+}
+
+/// A whole number.
+bool whole(double x) { return x == std::floor(x); }
 
 bool parse(int argc, char** argv, options& o, std::string& err) {
   for (int i = 1; i < argc; ++i) {
@@ -192,14 +212,8 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--think") { if (!need_num()) return false; o.think_s = num; }
     else if (a == "--max-rounds") { if (!need_num() || num < 1) { err = "--max-rounds must be >= 1"; return false; } o.max_rounds = static_cast<std::uint32_t>(num); }
     else if (a == "--turn-tokens") {
-      const auto colon = v.find(':');
-      char* e1 = nullptr;
-      char* e2 = nullptr;
-      const std::string p_text = colon == std::string::npos ? "" : v.substr(0, colon);
-      const std::string o_text = colon == std::string::npos ? "" : v.substr(colon + 1);
-      const long p = std::strtol(p_text.c_str(), &e1, 10);
-      const long out = std::strtol(o_text.c_str(), &e2, 10);
-      if (p_text.empty() || o_text.empty() || *e1 != '\0' || *e2 != '\0' || p < 1 || out < 1) {
+      double p = 0, out = 0;
+      if (!number_pair(v, ':', p, out) || !whole(p) || !whole(out) || p < 1 || out < 1 || p > 1e9 || out > 1e9) {
         err = "--turn-tokens: \"" + v + "\" is not P:O with both >= 1";
         return false;
       }
@@ -277,11 +291,21 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (!troupe::policies::session_eviction_named(v)) { err = "--session-eviction: lru or largest"; return false; }
       o.session_eviction = v;
     }
-    else if (a == "--nodes") { if (!need_num() || num < 1 || num > 1024 || num != std::floor(num)) { err = "--nodes must be a whole number in [1, 1024]"; return false; } o.nodes = static_cast<std::uint32_t>(num); }
-    else if (a == "--imbalance") { if (!need_num() || num != std::floor(num)) { err = "--imbalance must be a whole number >= 0"; return false; } o.imbalance = static_cast<std::uint32_t>(std::min(num, 1e9)); }
+    else if (a == "--nodes") { if (!need_num() || num < 1 || num > 1024 || !whole(num)) { err = "--nodes must be a whole number in [1, 1024]"; return false; } o.nodes = static_cast<std::uint32_t>(num); }
+    else if (a == "--imbalance") { if (!need_num() || !whole(num)) { err = "--imbalance must be a whole number >= 0"; return false; } o.imbalance = static_cast<std::uint32_t>(std::min(num, 1e9)); }
     else if (a == "--migrate") {
       if (v != "on" && v != "off") { err = "--migrate: on or off"; return false; }
       o.migrate = v == "on";
+    }
+    else if (a == "--fail-node") {
+      for (const auto& f : split(v)) {
+        double n = 0, t = 0;
+        if (!number_pair(f, '@', n, t) || !whole(n) || n < 0 || n > 1e6 || t < 0) {
+          err = "--fail-node: \"" + f + "\" is not NODE@SECONDS";
+          return false;
+        }
+        o.failures.emplace_back(static_cast<std::uint32_t>(n), t);
+      }
     }
     else if (a == "--network-gbps") { if (!need_num() || num <= 0) { err = "--network-gbps must be > 0"; return false; } o.network_gbps = num; }
     else if (a == "--advise-lead") {
@@ -326,15 +350,8 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.target.tbt_p99 = v == "p99";
     }
     else if (a == "--prompt-range" || a == "--output-range") {
-      const auto colon = v.find(':');
-      char* e1 = nullptr;
-      char* e2 = nullptr;
-      const std::string lo_text = colon == std::string::npos ? "" : v.substr(0, colon);
-      const std::string hi_text = colon == std::string::npos ? "" : v.substr(colon + 1);
-      const long lo = std::strtol(lo_text.c_str(), &e1, 10);
-      const long hi = std::strtol(hi_text.c_str(), &e2, 10);
-      if (colon == std::string::npos || lo_text.empty() || hi_text.empty() || *e1 != '\0' || *e2 != '\0' || lo < 1
-          || hi < lo) {
+      double lo = 0, hi = 0;
+      if (!number_pair(v, ':', lo, hi) || !whole(lo) || !whole(hi) || lo < 1 || hi < lo || hi > 1e9) {
         err = a + ": \"" + v + "\" is not LO:HI with 1 <= LO <= HI";
         return false;
       }
@@ -351,6 +368,12 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     err = "--conversations needs --rate (conversations started per second)";
     return false;
   }
+  for (const auto& [node, at] : o.failures)
+    if (node >= o.nodes) {
+      err = "--fail-node: node " + std::to_string(node) + " of " + std::to_string(o.nodes) + " (--nodes); they are 0 to " +
+            std::to_string(o.nodes - 1);
+      return false;
+    }
   if (o.trace.empty() && o.conversations.empty() && (o.requests == 0 || o.rate <= 0)) {
     err = "give --trace FILE, or --requests N and --rate R";
     return false;
@@ -360,6 +383,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
 
 struct result {
   std::string policy;
+  std::optional<sim_cluster_totals> cluster; ///< with --nodes > 1
   std::size_t aborted = 0;
   sim_totals totals;
   std::size_t finished = 0, lost = 0;
@@ -607,6 +631,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cc.migrate = o.migrate;
       cc.network_bytes_per_s = o.network_gbps * 1e9 / 8;
       cc.advise_lead_s = o.advise_lead;
+      cc.failures = o.failures;
       sim_cluster cluster{std::move(nodes), cc};
       out = cluster.run(in);
       const auto& ct = cluster.totals();
@@ -615,10 +640,15 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       for (const auto p : ct.placed)
         placed += (placed.empty() ? "" : "/") + std::to_string(p);
       std::printf("%s on %zu nodes: requests placed %s; %llu turns moved off their session's node, %llu caches "
-                  "pulled along (%.2f GB), %llu recomputed there\n",
+                  "pulled along (%.2f GB), %llu recomputed there",
                   res.policy.c_str(), cluster.size(), placed.c_str(), static_cast<unsigned long long>(ct.moves),
                   static_cast<unsigned long long>(ct.pulls), static_cast<double>(ct.pull_bytes) / 1e9,
                   static_cast<unsigned long long>(ct.pulls_missed));
+      if (ct.nodes_lost > 0)
+        std::printf("; %llu nodes lost, %llu of their requests placed again",
+                    static_cast<unsigned long long>(ct.nodes_lost), static_cast<unsigned long long>(ct.resubmitted));
+      std::printf("\n");
+      res.cluster = ct;
     }
     std::vector<double> ttft, e2e;
     for (const auto& x : out) {
@@ -742,8 +772,13 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
         << ",\"ttft_p50_s\":" << r.ttft_p50 << ",\"ttft_p99_s\":" << r.ttft_p99
         << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99
         << ",\"slowdown_p50\":" << summaries[first_summary + i].slowdown.p50 << ",\"slowdown_p99\":" << summaries[first_summary + i].slowdown.p99
-        << ",\"steps\":" << t.steps
-        << ",\"end_s\":" << t.end_s << "}";
+        << ",\"steps\":" << t.steps;
+      if (r.cluster)
+        j << ",\"cluster\":{\"nodes\":" << r.cluster->placed.size() << ",\"moves\":" << r.cluster->moves
+          << ",\"pulls\":" << r.cluster->pulls << ",\"pull_bytes\":" << r.cluster->pull_bytes
+          << ",\"pulls_missed\":" << r.cluster->pulls_missed << ",\"nodes_lost\":" << r.cluster->nodes_lost
+          << ",\"resubmitted\":" << r.cluster->resubmitted << "}";
+      j << ",\"end_s\":" << t.end_s << "}";
     }
     j << "]}\n";
   }

@@ -65,15 +65,18 @@ void expect_all_finished(const std::vector<sim_outcome>& out) {
   }
 }
 
-/// After a run every node's pages are held by its session caches only (on
-/// the GPU and in the host pool), and every cache pulled was taken in once.
+/// After a run every live node's pages are held by its session caches only
+/// (on the GPU and in the host pool), and every cache pulled was taken in
+/// once.
 void expect_pages_accounted(const sim_cluster& c) {
   std::uint64_t imported = 0;
   for (std::size_t n = 0; n < c.size(); ++n) {
     const auto& node = c.node(n);
+    imported += node.core().sessions_imported();
+    if (!c.alive(n))
+      continue; // stopped where it was lost
     EXPECT_EQ(node.totals().pool_request_pages_at_end, node.core().session_pages_held()) << "node " << n;
     EXPECT_EQ(node.totals().host_pages_at_end, node.core().host_pages_held()) << "node " << n;
-    imported += node.core().sessions_imported();
   }
   EXPECT_EQ(imported, c.totals().pulls);
 }
@@ -213,11 +216,68 @@ TEST(sim_cluster, an_advisory_moves_the_cache_before_the_turn_arrives) {
   EXPECT_LT(later_turns_ttft(2.0), later_turns_ttft(-1));
 }
 
+TEST(sim_cluster, a_lost_nodes_requests_finish_elsewhere_and_its_caches_are_recomputed) {
+  // Conversations and plain requests over three nodes; node 1 is lost in
+  // the middle of the run, with requests in flight and caches held.
+  auto reqs = conversations(60, 4, 0.15);
+  for (std::uint32_t i = 0; i < 100; ++i)
+    reqs.push_back({0.1 * i, 200 + i % 300, 50 + i % 100, 0});
+  auto run = [&](std::vector<std::pair<std::uint32_t, double>> failures) {
+    sim_cluster_config cfg;
+    cfg.failures = std::move(failures);
+    auto c = std::make_unique<sim_cluster>(nodes(3), cfg);
+    const auto out = c->run(reqs);
+    expect_all_finished(out); // every request once, from a live node
+    expect_pages_accounted(*c);
+    return c;
+  };
+  const auto whole = run({});
+  const auto lost = run({{1, 6.0}});
+  EXPECT_EQ(whole->totals().nodes_lost, 0u);
+  EXPECT_EQ(lost->totals().nodes_lost, 1u);
+  EXPECT_FALSE(lost->alive(1));
+  EXPECT_GT(lost->totals().resubmitted, 0u) << "it held requests when it was lost";
+  const auto placed = [](const sim_cluster& c) {
+    return std::accumulate(c.totals().placed.begin(), c.totals().placed.end(), std::uint64_t{0});
+  };
+  EXPECT_EQ(placed(*whole), reqs.size());
+  EXPECT_EQ(placed(*lost), reqs.size() + lost->totals().resubmitted);
+  // Its conversations' later turns recompute the history it held.
+  EXPECT_GT(lost->totals().nodes.recomputed_tokens, whole->totals().nodes.recomputed_tokens);
+}
+
+TEST(sim_cluster, a_node_lost_while_caches_move_and_advisories_wait_loses_no_request) {
+  // Turns move at every imbalance and advisories pull ahead, so pulls to
+  // and from the lost node are under way when it goes (at several times;
+  // slow PCIe keeps caches moving between tiers for long).
+  auto slow = a100;
+  slow.pcie_bytes_per_s = 1e9;
+  const auto reqs = conversations(80, 5, 0.1);
+  for (const double at : {1.0, 3.0, 5.0, 8.0, 12.0}) {
+    SCOPED_TRACE(at);
+    std::vector<std::unique_ptr<sim_engine>> ns;
+    for (int i = 0; i < 3; ++i)
+      ns.push_back(node(60, 4000, slow));
+    sim_cluster_config cfg;
+    cfg.imbalance = 0;
+    cfg.advise_lead_s = 2;
+    cfg.failures = {{0, at}};
+    sim_cluster c{std::move(ns), cfg};
+    expect_all_finished(c.run(reqs));
+    expect_pages_accounted(c);
+    EXPECT_GT(c.totals().moves, 0u);
+    EXPECT_EQ(c.totals().nodes_lost, 1u);
+  }
+}
+
 TEST(sim_cluster, bad_configuration_is_refused) {
   EXPECT_THROW(sim_cluster({}, {}), std::invalid_argument);
   sim_cluster_config cfg;
   cfg.network_bytes_per_s = 0;
   EXPECT_THROW(sim_cluster(nodes(1), cfg), std::invalid_argument);
+  sim_cluster_config failing;
+  failing.failures = {{2, 1.0}};
+  EXPECT_THROW(sim_cluster(nodes(2), failing), std::invalid_argument);
 }
 
 } // namespace

@@ -78,6 +78,26 @@ TEST(transfer_queue, joins_a_transfer_of_the_same_key_and_raises_a_prefetch) {
   EXPECT_EQ(q.inflight() + q.queued(), 0u);
 }
 
+TEST(transfer_queue, keys_of_any_size_stay_apart) {
+  // Imported session caches are owned from 2^62 up: 2^62 + 7 and request 7
+  // are different keys in every family (a key folded into 64 bits with its
+  // family once made them one transfer, and one of them never moved).
+  transfer_queue q{8};
+  const std::uint64_t imported = (std::uint64_t{1} << 62) + 7;
+  for (auto c : {tc::swap_out, tc::swap_in, tc::demand_load}) {
+    const auto a = q.enqueue(c, 7, 10, 0);
+    const auto b = q.enqueue(c, imported, 10, 0);
+    EXPECT_NE(a, b) << to_string(c);
+    EXPECT_EQ(q.enqueue(c, imported, 10, 0), b) << "the same key still joins";
+  }
+  EXPECT_EQ(q.queued(), 6u);
+  const auto s = q.start_ready(1);
+  ASSERT_EQ(s.size(), 6u);
+  for (const auto& x : s)
+    EXPECT_TRUE(q.finished(x.id, 2, true));
+  EXPECT_EQ(q.inflight(), 0u);
+}
+
 TEST(transfer_queue, randomised_invariants) {
   for (unsigned seed : {1u, 2u, 3u}) {
     std::mt19937 rng{seed};

@@ -43,6 +43,18 @@ for r in rows:
     assert (p99 == -1) if n < 2 else p99 >= 0, r
 PY
 
+# A node lost mid-run: its requests finish elsewhere, once each.
+"$bin/troupe-sim" --conversations tests/tools/data/sharegpt_conversations_head60.csv --requests 60 --rate 2 \
+  --think 2 --adapters 1 --base-fraction 1 --setups fcfs:lru --session-fraction 0.5 --host-gib 16 \
+  --nodes 3 --fail-node 1@5 --json "$work/lost.json" --records "$work/lost.csv" > "$work/lost.txt"
+python3 - "$work/lost.json" "$work/lost.csv" <<'PY'
+import csv, json, sys
+c = json.load(open(sys.argv[1]))["results"][0]["cluster"]
+assert c["nodes"] == 3 and c["nodes_lost"] == 1 and c["resubmitted"] > 0, c
+rows = list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) > 60 and all(r["outcome"] == "length" for r in rows), {r["outcome"] for r in rows}
+PY
+
 expect_usage_error() { # what, then the command
   local what=$1; shift
   if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
@@ -54,6 +66,7 @@ expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --pro
 expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
 expect_usage_error --adapter-partition-gib "$bin/troupe-sim" --requests 10 --rate 1 --adapter-partition-gib 100000
 expect_usage_error --nodes "$bin/troupe-sim" --requests 10 --rate 1 --nodes 0
+expect_usage_error --fail-node "$bin/troupe-sim" --requests 10 --rate 1 --nodes 2 --fail-node 2@1
 expect_usage_error --slo-tbt-stat "$bin/troupe-sim" --requests 10 --rate 1 --slo-tbt-stat max
 expect_usage_error --turn-tokens "$bin/troupe-sim" --requests 10 --rate 1 --turn-tokens 100
 expect_usage_error --slo-tbt-stat "$bin/troupe-bench" --synthetic 10 --rate 1 --slo-tbt-stat max
