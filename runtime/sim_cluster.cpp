@@ -60,6 +60,8 @@ void sim_cluster::schedule(double at, event_kind kind, std::uint64_t arg) {
 }
 
 std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& requests) {
+  if (std::exchange(ran_, true))
+    throw std::logic_error("sim_cluster: run() once per cluster (its engines are spent)");
   requests_ = &requests;
   histories_ = std::make_shared<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>>();
   sent_s_.assign(requests.size(), 0.0);

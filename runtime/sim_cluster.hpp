@@ -64,7 +64,8 @@ public:
 
   /// Sends every request (a conversation's later turns after the previous
   /// reply and think time, as sim_engine::run) and runs until all ended.
-  /// Outcomes come back in input order.
+  /// Outcomes come back in input order. Once per cluster (its engines are
+  /// spent after it).
   std::vector<sim_outcome> run(const std::vector<sim_request>& requests);
 
   const sim_cluster_totals& totals() const noexcept { return totals_; }
@@ -117,6 +118,7 @@ private:
   std::priority_queue<event, std::vector<event>, std::greater<>> events_;
   std::uint64_t seq_ = 0;
   double now_ = 0;
+  bool ran_ = false;
   sim_cluster_totals totals_;
 };
 

@@ -278,6 +278,10 @@ TEST(sim_cluster, bad_configuration_is_refused) {
   sim_cluster_config failing;
   failing.failures = {{2, 1.0}};
   EXPECT_THROW(sim_cluster(nodes(2), failing), std::invalid_argument);
+  sim_cluster once{nodes(1), {}};
+  const auto reqs = conversations(2, 2, 1.0);
+  expect_all_finished(once.run(reqs));
+  EXPECT_THROW(once.run(reqs), std::logic_error);
 }
 
 } // namespace
