@@ -144,7 +144,7 @@ stat_values router_stats(const router_state& st, const std::vector<stat_values>&
 front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.core = std::make_unique<router_core>(st.cfg.nodes.size(), st.cfg.imbalance);
+  st.core = std::make_unique<router_core>(st.cfg.nodes.size(), st.cfg.imbalance, st.cfg.adapter_affinity);
   for (const auto& n : st.cfg.nodes) {
     self->monitor(n);
     self->send(n, subscribe_atom_v, progress_sink_actor{caf::actor_cast<progress_sink_actor>(self)});

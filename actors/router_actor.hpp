@@ -22,6 +22,7 @@ struct router_config {
   std::vector<node_actor> nodes;
   std::vector<std::string> names; ///< for logs and stats
   std::uint32_t imbalance = 2;
+  bool adapter_affinity = false; ///< see router_core
   /// How long a node may take to answer a submission, a cancel, an
   /// advisory or a KV pull (cluster.node_timeout_s).
   caf::timespan node_timeout = std::chrono::seconds{30};

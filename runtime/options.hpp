@@ -242,6 +242,10 @@ struct cluster_options {
   /// at most this many more requests in flight than the least loaded node;
   /// past that it moves and its KV is pulled along.
   std::uint32_t imbalance = 2;
+  /// A request with an adapter and no session goes to the node its
+  /// adapter's last request went to (its weights likely cached there), by
+  /// the same imbalance rule.
+  bool adapter_affinity = false;
   bool enabled() const noexcept { return !nodes.empty(); }
   bool operator==(const cluster_options&) const = default;
 };

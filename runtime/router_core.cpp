@@ -6,8 +6,8 @@
 
 namespace troupe {
 
-router_core::router_core(std::size_t nodes, std::uint32_t imbalance)
-  : loads_(nodes), imbalance_(imbalance) {
+router_core::router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity)
+  : loads_(nodes), imbalance_(imbalance), adapter_affinity_(adapter_affinity) {
 }
 
 std::int32_t router_core::holder_of(std::uint64_t session) const {
@@ -65,6 +65,15 @@ router_core::route router_core::place(const request_spec& spec) {
       return r;
     }
   }
+  if (spec.session == 0 && adapter_affinity_ && spec.adapter_id != 0) {
+    // Adapter locality: the node its last request went to, unless that one
+    // is markedly busier (nothing moves: the adapter loads where it goes).
+    const auto a = adapters_.find(spec.adapter_id);
+    const auto holder = a == adapters_.end() ? -1 : static_cast<std::int32_t>(a->second);
+    route r;
+    r.node = policies::place(loads_, holder, imbalance_).node;
+    return r;
+  }
   return decide(spec.session);
 }
 
@@ -82,6 +91,8 @@ void router_core::assign(const request_spec& spec, std::uint32_t node) {
   ++l.in_flight;
   l.tokens += e.tokens;
   ++l.placed;
+  if (adapter_affinity_ && spec.adapter_id != 0)
+    adapters_[spec.adapter_id] = node;
 }
 
 void router_core::forget(std::uint64_t request_id) {
@@ -141,6 +152,8 @@ std::vector<request_spec> router_core::on_node_down(std::uint32_t node) {
     i = i->second == node ? sessions_.erase(i) : std::next(i);
   for (auto i = advised_.begin(); i != advised_.end();)
     i = i->second == node ? advised_.erase(i) : std::next(i);
+  for (auto i = adapters_.begin(); i != adapters_.end();)
+    i = i->second == node ? adapters_.erase(i) : std::next(i);
   std::sort(out.begin(), out.end(), [](const request_spec& a, const request_spec& b) {
     return a.arrival_s < b.arrival_s || (a.arrival_s == b.arrival_s && a.request_id < b.request_id);
   });

@@ -19,8 +19,10 @@ namespace troupe {
 
 class router_core {
 public:
-  /// `imbalance`: see policies::place.
-  router_core(std::size_t nodes, std::uint32_t imbalance);
+  /// `imbalance`: see policies::place. `adapter_affinity`: a request with
+  /// an adapter and no session goes where that adapter's last request went
+  /// (its weights likely still cached there), by the same imbalance rule.
+  router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity = false);
 
   /// Where a request goes. `pull_from` >= 0: its session's KV is on that
   /// node and should be pulled to `node` before the request is submitted.
@@ -69,6 +71,9 @@ private:
   std::unordered_map<std::uint64_t, std::uint32_t> sessions_;
   /// Nodes chosen by advisories, for the sessions' next turns.
   std::unordered_map<std::uint64_t, std::uint32_t> advised_;
+  /// Where each adapter's last request was placed (with adapter_affinity).
+  std::unordered_map<std::uint32_t, std::uint32_t> adapters_;
+  bool adapter_affinity_ = false;
   std::uint64_t migrations_ = 0;
   std::uint64_t resubmitted_ = 0;
 };

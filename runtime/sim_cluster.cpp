@@ -43,7 +43,7 @@ void add(sim_totals& a, const sim_totals& b) {
 } // namespace
 
 sim_cluster::sim_cluster(std::vector<std::unique_ptr<sim_engine>> nodes, sim_cluster_config cfg)
-  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance), deferred_(nodes_.size()) {
+  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance, cfg.adapter_affinity), deferred_(nodes_.size()) {
   if (nodes_.empty())
     throw std::invalid_argument("sim_cluster: no nodes");
   if (!(cfg_.network_bytes_per_s > 0))
@@ -127,8 +127,8 @@ std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& reques
 }
 
 request_spec sim_cluster::spec_of(std::size_t index) const {
-  // What the router weighs: the prompt's length (history included) and the
-  // output's budget.
+  // What the router weighs: the prompt's length (history included), the
+  // output's budget, and the adapter.
   const auto& r = (*requests_)[index];
   request_spec spec;
   spec.request_id = index + 1;
@@ -139,6 +139,7 @@ request_spec sim_cluster::spec_of(std::size_t index) const {
       history = h->second.size();
   spec.prompt.resize(history + std::max<std::uint32_t>(r.prompt_tokens, 1));
   spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
+  spec.adapter_id = r.adapter_id;
   spec.arrival_s = sent_s_[index];
   return spec;
 }

@@ -28,6 +28,9 @@ struct sim_cluster_config {
   /// Off: a turn placed away from its session's node recomputes its
   /// history there (load balancing blind to the KV).
   bool migrate = true;
+  /// A request with an adapter and no session goes where that adapter's
+  /// last request went, by the imbalance rule (the router's).
+  bool adapter_affinity = false;
   /// Between nodes (default 100 Gb/s).
   double network_bytes_per_s = 12.5e9;
   /// This many seconds before each later turn of a conversation arrives,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns the seeds' experiments on troupe-sim (docs/results.md): each writes
 # summary CSVs and, where gnuplot is present, PNG plots into OUT_DIR.
-# Usage: tools/results.sh [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]
+# Usage: tools/results.sh [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|nodes|all] [OUT_DIR]
 # Needs build/bin/troupe-sim (tools/build.sh) and ../shared/traces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -245,6 +245,23 @@ symphony() {
   plot "$out/symphony-nodes-ttft-p99.png" ttft_p99_s "P99 TTFT, multi-turn ShareGPT on 4 nodes (A100-80GB, Llama-2-7B)" "$csv"
 }
 
+nodes() {
+  # Four A100-80GB nodes behind the router with 2,000 adapters (ranks
+  # 8-128), the conversation trace's lengths, Poisson arrivals: placement by
+  # load alone against adapter affinity (a request goes where its adapter's
+  # last one went, within an imbalance of 4), under Chameleon's popularity
+  # and Zipf(1).
+  local csv=$out/nodes-adapters.csv
+  rm -f "$csv"
+  for pop in chameleon:1 zipf:1; do
+    for affinity in off on; do
+      sweep "$csv" "$pop/affinity-$affinity" 14 16 18 -- --trace "$traces/AzureLLMInferenceTrace_conv.csv" \
+        --requests 8000 --adapters 2000 --popularity "$pop" --gpu A100-80GB --arrivals poisson --setups fcfs:lru \
+        --nodes 4 --imbalance 4 --adapter-affinity "$affinity"
+    done
+  done
+}
+
 case $what in
   chameleon) chameleon ;;
   compose) compose ;;
@@ -253,7 +270,8 @@ case $what in
   aptserve) aptserve ;;
   adaptive) adaptive ;;
   symphony) symphony ;;
-  all) chameleon; compose; eviction; slora; aptserve; adaptive; symphony ;;
-  *) echo "usage: $0 [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|all] [OUT_DIR]" >&2; exit 2 ;;
+  nodes) nodes ;;
+  all) chameleon; compose; eviction; slora; aptserve; adaptive; symphony; nodes ;;
+  *) echo "usage: $0 [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|nodes|all] [OUT_DIR]" >&2; exit 2 ;;
 esac
 echo "results: $out"

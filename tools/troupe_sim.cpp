@@ -90,6 +90,8 @@ constexpr const char* usage =
   "                        than the least loaded node (the router's; default 2)\n"
   "  --migrate on|off      a turn moved off its session's node pulls its KV along, or recomputes it (default on)\n"
   "  --network-gbps G      bandwidth between nodes for KV pulls, Gb/s (default 100)\n"
+  "  --adapter-affinity on|off   a request with an adapter goes where that adapter's last one went, by\n"
+  "                        the same imbalance rule (the router's; default off)\n"
   "  --fail-node I@T[,...] node I (from 0) is lost T seconds into the run: its requests are placed again\n"
   "                        and recomputed elsewhere, its session caches are gone\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
@@ -142,6 +144,7 @@ struct options {
   std::uint32_t nodes = 1;
   std::uint32_t imbalance = 2;
   bool migrate = true;
+  bool adapter_affinity = false;
   double network_gbps = 100;
   std::vector<std::pair<std::uint32_t, double>> failures;
   double host_gib = 0;
@@ -296,6 +299,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--migrate") {
       if (v != "on" && v != "off") { err = "--migrate: on or off"; return false; }
       o.migrate = v == "on";
+    }
+    else if (a == "--adapter-affinity") {
+      if (v != "on" && v != "off") { err = "--adapter-affinity: on or off"; return false; }
+      o.adapter_affinity = v == "on";
     }
     else if (a == "--fail-node") {
       for (const auto& f : split(v)) {
@@ -629,6 +636,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       sim_cluster_config cc;
       cc.imbalance = o.imbalance;
       cc.migrate = o.migrate;
+      cc.adapter_affinity = o.adapter_affinity;
       cc.network_bytes_per_s = o.network_gbps * 1e9 / 8;
       cc.advise_lead_s = o.advise_lead;
       cc.failures = o.failures;

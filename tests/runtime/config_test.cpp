@@ -455,6 +455,7 @@ router = 1
 connect_timeout_s = 12.5
 node_timeout_s = 4
 imbalance = 0
+adapter_affinity = true
 )");
   EXPECT_EQ(o.cluster.nodes.size(), 2u);
   EXPECT_EQ(o.cluster.node, 1u);
@@ -462,7 +463,9 @@ imbalance = 0
   EXPECT_DOUBLE_EQ(o.cluster.connect_timeout_s, 12.5);
   EXPECT_DOUBLE_EQ(o.cluster.node_timeout_s, 4.0);
   EXPECT_EQ(o.cluster.imbalance, 0u);
+  EXPECT_TRUE(o.cluster.adapter_affinity);
   EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.node_timeout_s, 30.0);
+  EXPECT_FALSE(parse_ok("[cluster]\nnodes = []\n").cluster.adapter_affinity);
 }
 
 TEST(config, a_shape_file_lifts_the_preset_check_only_for_the_default_preset) {

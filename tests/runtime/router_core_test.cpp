@@ -122,6 +122,40 @@ TEST(router_core, announced_turns_count_as_load_and_spread_sessions_held_on_one_
   EXPECT_EQ(r.loads()[0].expected + r.loads()[1].expected, 0u) << "arrived";
 }
 
+request_spec with_adapter(std::uint64_t id, std::uint32_t adapter) {
+  auto s = spec(id);
+  s.adapter_id = adapter;
+  return s;
+}
+
+TEST(router_core, adapter_affinity_sends_an_adapters_requests_where_its_last_one_went) {
+  router_core r{2, 1, true};
+  const auto place = [&](std::uint64_t id, std::uint32_t adapter) {
+    const auto route = r.place(with_adapter(id, adapter));
+    EXPECT_EQ(route.pull_from, -1) << "nothing moves for an adapter";
+    r.assign(with_adapter(id, adapter), static_cast<std::uint32_t>(route.node));
+    return route.node;
+  };
+  EXPECT_EQ(place(1, 7), 0);
+  EXPECT_EQ(place(2, 9), 1) << "a new adapter: the least loaded";
+  EXPECT_EQ(place(3, 7), 0) << "adapter 7 again: where its last one went";
+  EXPECT_EQ(place(4, 7), 0) << "still within the imbalance of 1";
+  EXPECT_EQ(place(5, 7), 1) << "node 0 carries 2 more than node 1: past the imbalance";
+  EXPECT_EQ(place(6, 7), 1) << "and adapter 7 follows its last request";
+  const auto least = policies::least_loaded(r.loads());
+  EXPECT_EQ(place(7, 0), least) << "no adapter: by load alone";
+  // Without affinity the same sequence spreads by load.
+  router_core plain{2, 1};
+  plain.assign(with_adapter(1, 7), 0);
+  plain.assign(with_adapter(2, 9), 1);
+  EXPECT_EQ(plain.place(with_adapter(3, 7)).node, 0) << "by load (the tie: fewer tokens, then placed, then index)";
+  plain.assign(with_adapter(3, 7), 0);
+  EXPECT_EQ(plain.place(with_adapter(4, 7)).node, 1);
+  // A lost node forgets the adapters it held: adapter 7 goes by load.
+  EXPECT_FALSE(r.on_node_down(1).empty());
+  EXPECT_EQ(place(8, 7), 0);
+}
+
 TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither_repeats_nor_stops) {
   router_core r{2, 4};
   r.assign(spec(1, 0, 1.0), 0);

@@ -36,6 +36,25 @@ std::unique_ptr<sim_engine> node(std::uint64_t session_pages = 1500, std::uint64
                                       std::move(catalog), 2000);
 }
 
+/// A node serving 400 adapters of ranks 8-64 with room for about 60 of
+/// them beside the requests' KV.
+std::unique_ptr<sim_engine> adapter_node() {
+  sim_engine_config cfg;
+  cfg.limits.max_running = 32;
+  cfg.limits.total_pages = 2000;
+  cfg.limits.page_tokens = 16;
+  cfg.limits.page_bytes = page_bytes;
+  cfg.scheduling = policies::make_scheduling_policy("fcfs");
+  cfg.eviction = policies::make_eviction_policy("lru");
+  std::vector<adapter_spec> specs;
+  const std::uint32_t ranks[] = {8, 16, 32, 64};
+  for (std::uint32_t i = 0; i < 400; ++i)
+    specs.push_back({"a" + std::to_string(i), ranks[i % 4], ""});
+  adapter_catalog catalog{specs, {}, [](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+  return std::make_unique<sim_engine>(std::move(cfg), std::make_shared<gpu::sim_backend>(shape, a100, 1),
+                                      std::move(catalog), 2000);
+}
+
 std::vector<std::unique_ptr<sim_engine>> nodes(std::size_t n, std::uint64_t session_pages = 1500) {
   std::vector<std::unique_ptr<sim_engine>> out;
   for (std::size_t i = 0; i < n; ++i)
@@ -163,6 +182,36 @@ TEST(sim_cluster, a_pull_waits_for_a_cache_moving_between_tiers_then_takes_it) {
   EXPECT_GT(t.pulls_deferred, 0u);
   EXPECT_GT(t.pulls, 0u);
   EXPECT_EQ(t.moves, t.pulls + t.pulls_missed);
+}
+
+TEST(sim_cluster, adapter_affinity_keeps_each_nodes_adapters_apart_and_loads_fewer) {
+  // 3,000 requests over 400 adapters, popular ones first, on four nodes.
+  std::vector<sim_request> reqs;
+  std::uint64_t x = 5;
+  for (std::uint32_t i = 0; i < 3000; ++i) {
+    x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+    const auto r = static_cast<std::uint32_t>(x >> 33);
+    const std::uint32_t adapter = 1 + (r % 3 == 0 ? r % 400 : r % 40);
+    reqs.push_back({0.005 * i, 100 + r % 400, 20 + r % 60, adapter});
+  }
+  auto run = [&](bool affinity) {
+    std::vector<std::unique_ptr<sim_engine>> ns;
+    for (int i = 0; i < 4; ++i)
+      ns.push_back(adapter_node());
+    sim_cluster_config cfg;
+    cfg.imbalance = 4;
+    cfg.adapter_affinity = affinity;
+    sim_cluster c{std::move(ns), cfg};
+    expect_all_finished(c.run(reqs));
+    return c.totals();
+  };
+  const auto spread = run(false);
+  const auto kept = run(true);
+  const auto misses = [](const sim_cluster_totals& t) { return t.nodes.adapter_misses; };
+  EXPECT_LT(misses(kept), misses(spread));
+  EXPECT_LT(kept.nodes.pcie_bytes, spread.nodes.pcie_bytes);
+  for (const auto p : kept.placed)
+    EXPECT_GT(p, 300u) << "the imbalance rule still spreads the load";
 }
 
 TEST(sim_cluster, a_large_imbalance_keeps_every_turn_on_its_sessions_node) {
