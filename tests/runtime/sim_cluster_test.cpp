@@ -319,6 +319,23 @@ TEST(sim_cluster, a_node_lost_while_caches_move_and_advisories_wait_loses_no_req
   }
 }
 
+TEST(sim_cluster, with_every_node_lost_the_rest_end_unanswered) {
+  std::vector<sim_request> reqs;
+  for (std::uint32_t i = 0; i < 50; ++i)
+    reqs.push_back({0.1 * i, 200, 50, 0});
+  sim_cluster_config cfg;
+  cfg.failures = {{0, 2.0}, {1, 2.0}};
+  sim_cluster c{nodes(2), cfg};
+  const auto out = c.run(reqs);
+  std::size_t done = 0, lost = 0;
+  for (const auto& o : out)
+    (o.reason == finish_reason::length ? done : lost) += 1;
+  EXPECT_GT(done, 0u) << "those that ended before";
+  EXPECT_GT(lost, 0u);
+  EXPECT_EQ(done + lost, reqs.size());
+  EXPECT_EQ(c.totals().nodes_lost, 2u);
+}
+
 TEST(sim_cluster, bad_configuration_is_refused) {
   EXPECT_THROW(sim_cluster({}, {}), std::invalid_argument);
   sim_cluster_config cfg;
