@@ -150,6 +150,20 @@ aptserve() {
     --requests 1000 --model llama-2-13b --gpu A100-80GB --adapters 1 --base-fraction 1 --kv on_demand \
     --slo-ttft 1 --slo-tbt 1 --slo 1 --setups fcfs:lru,aptserve:lru --pool-pages 1500
   plot "$out/aptserve-tight-attainment.png" attainment "SLO attainment, ShareGPT, Llama-2-13B, 1,500-page pool" "$csv"
+  # The 90 % knee on a finer grid (0.02 req/s), both pools.
+  csv=$out/aptserve-knee.csv
+  rm -f "$csv"
+  local setup
+  for setup in fcfs aptserve; do
+    sweep "$csv" "default/$setup" 0.62 0.64 0.66 0.68 0.70 0.72 0.74 0.76 0.78 -- \
+      --trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" \
+      --requests 1000 --model llama-2-13b --gpu A100-80GB --adapters 1 --base-fraction 1 --kv on_demand \
+      --slo-ttft 1 --slo-tbt 1 --slo 1 --setups "$setup:lru"
+    sweep "$csv" "tight/$setup" 0.30 0.32 0.34 0.36 0.38 0.40 0.42 -- \
+      --trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" \
+      --requests 1000 --model llama-2-13b --gpu A100-80GB --adapters 1 --base-fraction 1 --kv on_demand \
+      --slo-ttft 1 --slo-tbt 1 --slo 1 --setups "$setup:lru" --pool-pages 1500
+  done
   # Both again with the paper's TBT SLO: each request's own P99 gap between
   # tokens (its mean above).
   csv=$out/aptserve-p99tbt.csv
