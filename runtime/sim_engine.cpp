@@ -222,6 +222,8 @@ void sim_engine::step() {
       predict_pending_ = false;
       arm_predictor(now_);
       break;
+    case event_kind::retry:
+      break; // the pump below
     case event_kind::first_layer_in:
       // The rest of its layers stream in under its step (pump gates it).
       apply(core_.on_swapped_in(ev.arg, true, now_));
@@ -307,10 +309,21 @@ void sim_engine::pump() {
     if (!batch.empty())
       break;
     if (!freed && !(grew && core_.growths_denied() > denied))
-      return;
+      break;
   }
-  if (batch.empty())
+  if (batch.empty()) {
+    // Requests wait and nothing else is to happen here: the round above
+    // may have freed memory only inside its own answers (a refused grant
+    // trims the adapter cache), which a live deployment's next message
+    // acts on and here no event would. Once more at once, a few times at
+    // most without a step between.
+    if (events_.empty() && core_.waiting() > 0 && idle_retries_ < 8) {
+      ++idle_retries_;
+      schedule(now_, event_kind::retry, 0);
+    }
     return;
+  }
+  idle_retries_ = 0;
   auto result = backend_->run_step(batch);
   double done = now_ + result.device_seconds;
   if (!streams_.empty()) {

@@ -228,6 +228,32 @@ TEST(sim_engine, a_cache_streamed_in_layer_by_layer_starts_the_turn_sooner) {
   EXPECT_LT(advised, whole - 0.9 * copy);
 }
 
+TEST(sim_engine, the_last_request_gets_pages_that_idle_adapters_held) {
+  // Ten adapters of rank 64 (16 pages each) loaded one after another stay
+  // cached, idle, in a 300-page pool; then a request of 250 pages comes and
+  // nothing else will: its grant is refused, the refusal trims the cache,
+  // and with no further event it must still be admitted.
+  const auto shape = *gpu::find_model_preset("llama-2-7b");
+  const auto gpu = *gpu::find_gpu_spec("A100-80GB");
+  const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
+  std::vector<adapter_spec> specs;
+  for (std::uint32_t i = 0; i < 10; ++i)
+    specs.push_back({"a" + std::to_string(i), 64, ""});
+  adapter_catalog catalog{specs, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+  auto cfg = small_config("lru");
+  cfg.limits.total_pages = 300;
+  cfg.limits.page_bytes = page_bytes;
+  sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1), std::move(catalog), 300};
+  std::vector<sim_request> reqs;
+  for (std::uint32_t i = 0; i < 10; ++i)
+    reqs.push_back({1.0 * i, 32, 4, i + 1});
+  reqs.push_back({20.0, 3900, 8, 0});
+  const auto out = engine.run(reqs);
+  for (std::size_t i = 0; i < out.size(); ++i)
+    EXPECT_EQ(out[i].reason, finish_reason::length) << "request " << i;
+  EXPECT_GT(engine.totals().adapter_evictions, 0u) << "the adapters gave their pages to it";
+}
+
 TEST(sim_engine, keeping_idle_adapters_beats_discarding_them) {
   const auto lru = run("lru", 4000, false);
   const auto slora = run("slora", 4000, false);
