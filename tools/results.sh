@@ -104,6 +104,11 @@ eviction() {
   # Eviction policies alone (FCFS scheduling), 2,000 adapters, Zipf(1).
   "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
     --gpu A100-80GB --popularity zipf:1 --rate 2 --csv "$out/eviction.csv"
+  # The same with ranks dealt in turn, so that an adapter's size is unrelated
+  # to its Zipf popularity (in blocks the most popular adapters are the smallest).
+  "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
+    --gpu A100-80GB --popularity zipf:1 --rate 2 --rank-order cycle --csv "$out/eviction-cycle.csv" \
+    > "$out/eviction-cycle.txt"
   # lfu with an hour of history, under both popularities.
   local window=$out/eviction-window.csv
   rm -f "$window"

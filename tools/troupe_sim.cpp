@@ -56,6 +56,8 @@ constexpr const char* usage =
   "  --prompt-range A:B --output-range A:B   (S-LoRA's generator, as troupe-bench's)\n"
   "  --adapters N          registered adapters (default 2000)\n"
   "  --ranks LIST          ranks dealt to them in equal blocks (default 8,16,32,64,128)\n"
+  "  --rank-order blocks|cycle   or in turn (adapter i gets the (i mod n)-th rank), so that rank is\n"
+  "                        unrelated to a Zipf or Power popularity order (default blocks)\n"
   "  --popularity P        uniform | power:A | zipf:S | chameleon:A (default zipf:1)\n"
   "  --base-fraction F     share of requests without an adapter (default 0)\n"
   "  --model NAME          model shape preset (default llama-2-7b)\n"
@@ -118,6 +120,7 @@ struct options {
   std::string report, csv, records;
   std::uint32_t adapters = 2000;
   std::vector<std::uint32_t> ranks{8, 16, 32, 64, 128};
+  bool cycle_ranks = false;
   std::string popularity = "zipf:1";
   double base_fraction = 0;
   std::string model = "llama-2-7b", gpu = "A100-80GB";
@@ -250,6 +253,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       }
     }
     else if (a == "--popularity") o.popularity = v;
+    else if (a == "--rank-order") {
+      if (v != "blocks" && v != "cycle") { err = "--rank-order: blocks or cycle"; return false; }
+      o.cycle_ranks = v == "cycle";
+    }
     else if (a == "--base-fraction") { if (!need_num() || num > 1) { err = "--base-fraction must be in [0, 1]"; return false; } o.base_fraction = num; }
     else if (a == "--model") o.model = v;
     else if (a == "--gpu") o.gpu = v;
@@ -465,7 +472,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
   const auto clamped = workload::clamp_context(reqs, o.max_context);
   if (o.time_factor != 1)
     workload::scale_time(reqs, o.time_factor);
-  auto set = workload::make_adapter_set(o.adapters, o.ranks, o.popularity);
+  auto set = workload::make_adapter_set(o.adapters, o.ranks, o.popularity, o.cycle_ranks);
   if (auto* e = std::get_if<std::string>(&set)) {
     std::cerr << "troupe-sim: --popularity: " << *e << "\n";
     return 2;

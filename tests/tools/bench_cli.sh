@@ -66,6 +66,7 @@ expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --pro
 expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
 expect_usage_error --adapter-partition-gib "$bin/troupe-sim" --requests 10 --rate 1 --adapter-partition-gib 100000
 expect_usage_error --nodes "$bin/troupe-sim" --requests 10 --rate 1 --nodes 0
+expect_usage_error --rank-order "$bin/troupe-sim" --requests 10 --rate 1 --rank-order random
 expect_usage_error --fail-node "$bin/troupe-sim" --requests 10 --rate 1 --nodes 2 --fail-node 2@1
 expect_usage_error --slo-tbt-stat "$bin/troupe-sim" --requests 10 --rate 1 --slo-tbt-stat max
 expect_usage_error --turn-tokens "$bin/troupe-sim" --requests 10 --rate 1 --turn-tokens 100

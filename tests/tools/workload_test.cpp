@@ -187,6 +187,12 @@ TEST(workload, popularity_samplers_follow_their_formulas) {
     hc += 1.0 / k;
   for (int i = 0; i < 10; ++i)
     EXPECT_NEAR(c[i], 1.0 / (i / 2 + 1) / hc / 2, 0.005) << i << ": class share split over its 2 adapters";
+  // Ranks dealt in turn: the same class shares, now over adapters i % 5.
+  auto cycled = std::get<adapter_set>(make_adapter_set(10, ranks, "chameleon:1", true));
+  EXPECT_EQ(cycled.ranks, (std::vector<std::uint32_t>{8, 16, 32, 64, 128, 8, 16, 32, 64, 128}));
+  auto cc = shares(cycled, 200000);
+  for (int i = 0; i < 10; ++i)
+    EXPECT_NEAR(cc[i], 1.0 / (i % 5 + 1) / hc / 2, 0.005) << i;
   auto half = shares(uniform, 100000, 0.5);
   EXPECT_NEAR(std::accumulate(half.begin(), half.end(), 0.0), 0.5, 0.01);
   for (const char* bad : {"gauss", "zipf:x", "power:-1", "power:0", "zipf:"})

@@ -339,15 +339,19 @@ std::size_t clamp_context(std::vector<request>& r, std::uint32_t max_context) {
 
 std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
                                                         const std::vector<std::uint32_t>& ranks,
-                                                        const std::string& popularity) {
+                                                        const std::string& popularity, bool cycle_ranks) {
   if (n == 0)
     return std::string{"the adapter count must be at least 1"};
   if (ranks.empty())
     return std::string{"no ranks given"};
   adapter_set set;
   const std::size_t k = ranks.size();
-  for (std::uint32_t i = 0; i < n; ++i)
-    set.ranks.push_back(ranks[std::min<std::size_t>(k - 1, static_cast<std::size_t>(i) * k / n)]);
+  // Each adapter's rank class: its rank's position in `ranks`.
+  std::vector<std::size_t> cls(n);
+  for (std::uint32_t i = 0; i < n; ++i) {
+    cls[i] = cycle_ranks ? i % k : std::min<std::size_t>(k - 1, static_cast<std::size_t>(i) * k / n);
+    set.ranks.push_back(ranks[cls[i]]);
+  }
   const auto colon = popularity.find(':');
   const std::string kind = popularity.substr(0, colon);
   double param = 1.0;
@@ -370,13 +374,9 @@ std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
     for (std::uint32_t i = 0; i < n; ++i)
       set.weights.push_back(1.0 / std::pow(i + 1.0, param));
   } else if (kind == "chameleon") {
-    // Class of each adapter = its rank's position in `ranks`.
     std::vector<double> members(k, 0);
-    std::vector<std::size_t> cls(n);
-    for (std::uint32_t i = 0; i < n; ++i) {
-      cls[i] = std::min<std::size_t>(k - 1, static_cast<std::size_t>(i) * k / n);
+    for (std::uint32_t i = 0; i < n; ++i)
       members[cls[i]] += 1;
-    }
     for (std::uint32_t i = 0; i < n; ++i)
       set.weights.push_back(1.0 / std::pow(cls[i] + 1.0, param) / members[cls[i]]);
   } else {

@@ -98,7 +98,9 @@ struct adapter_set {
 };
 
 /// `n` adapters with ranks dealt from `ranks` in equal blocks (the first
-/// n/len(ranks) get ranks[0], ...), and:
+/// n/len(ranks) get ranks[0], ...), or in turn with `cycle_ranks` (adapter
+/// i gets ranks[i % len(ranks)]: rank unrelated to a Zipf or Power rank
+/// order), and:
 ///   "uniform":          every adapter alike;
 ///   "power:<alpha>":    S-LoRA's Power(alpha): P(i) = ((i+1)/n)^a - (i/n)^a;
 ///   "zipf:<s>":         P(i) proportional to 1/(i+1)^s;
@@ -107,7 +109,8 @@ struct adapter_set {
 /// An error says what was wrong with `popularity`.
 std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
                                                         const std::vector<std::uint32_t>& ranks,
-                                                        const std::string& popularity);
+                                                        const std::string& popularity,
+                                                        bool cycle_ranks = false);
 
 /// Assigns each request an adapter drawn from `set` (base_fraction of them
 /// get none_adapter).
