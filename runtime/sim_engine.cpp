@@ -222,8 +222,6 @@ void sim_engine::step() {
       predict_pending_ = false;
       arm_predictor(now_);
       break;
-    case event_kind::retry:
-      break; // the pump below
     case event_kind::first_layer_in:
       // The rest of its layers stream in under its step (pump gates it).
       apply(core_.on_swapped_in(ev.arg, true, now_));
@@ -299,31 +297,25 @@ void sim_engine::pump() {
   std::vector<gpu::step_entry> batch;
   for (int round = 0; round < 4; ++round) {
     const auto denied = core_.growths_denied();
+    const auto trimmed = trimmed_pages_;
     auto fx = core_.admit(now_);
-    const bool freed = !fx.release_pages.empty();
+    const bool released = !fx.release_pages.empty();
     const bool grew = !fx.grows.empty();
     apply(std::move(fx));
+    // Pages freed count whether the round released them or a refused grant
+    // trimmed the adapter cache inside it (the live pump hears of that from
+    // the cache's answer; here it happened within apply).
+    const bool freed = released || trimmed_pages_ > trimmed;
     if (core_.step_in_flight())
       return;
     batch = core_.next_step(now_);
     if (!batch.empty())
       break;
     if (!freed && !(grew && core_.growths_denied() > denied))
-      break;
+      return;
   }
-  if (batch.empty()) {
-    // Requests wait and nothing else is to happen here: the round above
-    // may have freed memory only inside its own answers (a refused grant
-    // trims the adapter cache), which a live deployment's next message
-    // acts on and here no event would. Once more at once, a few times at
-    // most without a step between.
-    if (events_.empty() && core_.waiting() > 0 && idle_retries_ < 8) {
-      ++idle_retries_;
-      schedule(now_, event_kind::retry, 0);
-    }
+  if (batch.empty())
     return;
-  }
-  idle_retries_ = 0;
   auto result = backend_->run_step(batch);
   double done = now_ + result.device_seconds;
   if (!streams_.empty()) {
@@ -400,7 +392,9 @@ void sim_engine::apply(scheduler_effects fx) {
   if (fx.trim_pages > 0) {
     const auto before = pool_.free_pages() + adapter_partition_.free_pages();
     drop(cache_.evict_for(fx.trim_pages, now_));
-    if (pool_.free_pages() + adapter_partition_.free_pages() > before
+    const auto after = pool_.free_pages() + adapter_partition_.free_pages();
+    trimmed_pages_ += after > before ? after - before : 0;
+    if (after > before
         || (core_.running() == 0 && core_.admitting() == 0))
       core_.on_memory_changed();
   }

@@ -201,7 +201,7 @@ public:
   const scheduler_core& core() const noexcept { return core_; }
 
 private:
-  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise, predict, retry };
+  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise, predict };
   struct event {
     double at;
     std::uint64_t seq;
@@ -284,7 +284,8 @@ private:
   const std::vector<sim_request>* requests_ = nullptr;
   std::vector<double> sent_s_; ///< per request: when it was sent (its latency's start)
   bool predict_pending_ = false;
-  std::uint32_t idle_retries_ = 0; ///< admission retries since the last step (see pump)
+  /// Pages the adapter cache gave back to trims, in all (see pump).
+  std::uint64_t trimmed_pages_ = 0;
   /// Schedules a predictor round `from_s` plus the interval, unless one is
   /// pending or nothing else is to happen.
   void arm_predictor(double from_s);
