@@ -156,19 +156,24 @@ void sim_cluster::arrive(std::size_t index) {
     p->second.waiting.emplace_back(index, node); // its cache is on its way (an advisory's pull)
     return;
   }
-  if (route.pull_from >= 0) {
-    ++totals_.moves;
-    if (cfg_.migrate) {
-      auto& p = pulls_[session];
-      p.from = static_cast<std::uint32_t>(route.pull_from);
-      p.to = node;
-      p.waiting.emplace_back(index, node);
-      start_pull(session);
-      return;
-    }
-    ++totals_.pulls_missed;
-  }
+  if (route.pull_from >= 0 && move(session, static_cast<std::uint32_t>(route.pull_from), node, {{index, node}}))
+    return;
   submit(index, node);
+}
+
+bool sim_cluster::move(std::uint64_t session, std::uint32_t from, std::uint32_t to,
+                       std::vector<std::pair<std::size_t, std::uint32_t>> waiting) {
+  ++totals_.moves;
+  if (!cfg_.migrate) {
+    ++totals_.pulls_missed; // the turns recompute where they go
+    return false;
+  }
+  auto& p = pulls_[session];
+  p.from = from;
+  p.to = to;
+  p.waiting = std::move(waiting);
+  start_pull(session);
+  return true;
 }
 
 void sim_cluster::advise(std::uint64_t session) {
@@ -176,17 +181,9 @@ void sim_cluster::advise(std::uint64_t session) {
   if (route.node < 0)
     return;
   const auto node = static_cast<std::uint32_t>(route.node);
-  if (route.pull_from >= 0 && !pulls_.contains(session)) {
-    ++totals_.moves;
-    if (cfg_.migrate) {
-      auto& p = pulls_[session];
-      p.from = static_cast<std::uint32_t>(route.pull_from);
-      p.to = node;
-      start_pull(session);
-      return;
-    }
-    ++totals_.pulls_missed;
-  }
+  if (route.pull_from >= 0 && !pulls_.contains(session)
+      && move(session, static_cast<std::uint32_t>(route.pull_from), node, {}))
+    return; // advised on arrival at the new node (pulled)
   nodes_[node]->advise(session, now_);
 }
 

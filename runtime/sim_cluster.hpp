@@ -99,6 +99,10 @@ private:
   void schedule(double at, event_kind kind, std::uint64_t arg);
   void arrive(std::size_t index);
   void advise(std::uint64_t session);
+  /// The router moved the session from `from` to `to`: its cache follows
+  /// (true; `waiting` are submitted once it lands) unless migration is off.
+  bool move(std::uint64_t session, std::uint32_t from, std::uint32_t to,
+            std::vector<std::pair<std::size_t, std::uint32_t>> waiting);
   void start_pull(std::uint64_t session);
   void pulled(std::uint64_t session);
   void submit(std::size_t index, std::uint32_t node);

@@ -115,6 +115,7 @@ void sim_engine::begin(const std::vector<sim_request>& requests, end_hook on_end
   request_meta_.assign(requests.size(), {});
   history_len_.assign(requests.size(), 0);
   sent_s_.assign(requests.size(), 0.0);
+  gaps_.assign(requests.size(), {});
   for (std::size_t i = 0; i < requests.size(); ++i)
     outcomes_[i].arrival_s = requests[i].arrival_s;
   requests_ = &requests;
@@ -406,7 +407,7 @@ void sim_engine::apply(scheduler_effects fx) {
   for (const auto& t : fx.tokens) {
     if (requests_ != nullptr && (*requests_)[t.request_id - 1].session != 0)
       outputs_[t.request_id].push_back(t.token);
-    auto& g = gaps_[t.request_id];
+    auto& g = gaps_[t.request_id - 1];
     if (t.index != g.seen)
       continue; // (not a new token)
     if (g.seen++ > 0)
@@ -428,15 +429,12 @@ void sim_engine::apply(scheduler_effects fx) {
     auto& o = outcomes_[f.request_id - 1];
     o.reason = f.reason;
     o.completion_tokens = f.completion_tokens;
-    if (auto g = gaps_.find(f.request_id); g != gaps_.end()) {
-      auto& v = g->second.gaps;
-      if (!v.empty()) {
-        // Nearest rank: the ceil(0.99 n)-th smallest.
-        const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(v.size())));
-        std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rank - 1), v.end());
-        o.tbt_p99_s = v[rank - 1];
-      }
-      gaps_.erase(g);
+    if (auto& v = gaps_[f.request_id - 1].gaps; !v.empty()) {
+      // Nearest rank: the ceil(0.99 n)-th smallest.
+      const auto rank = static_cast<std::size_t>(std::ceil(0.99 * static_cast<double>(v.size())));
+      std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(rank - 1), v.end());
+      o.tbt_p99_s = v[rank - 1];
+      std::vector<float>{}.swap(v); // done with them
     }
     if (f.times.first_token_s >= 0)
       o.ttft_s = f.times.first_token_s - f.times.arrival_s;

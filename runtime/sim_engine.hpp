@@ -266,7 +266,7 @@ private:
     std::uint32_t seen = 0;
     std::vector<float> gaps;
   };
-  std::unordered_map<std::uint64_t, token_gaps> gaps_;
+  std::vector<token_gaps> gaps_; ///< per request index
   bool trim_pending_ = false;
   std::vector<policies::tuner_sample> samples_;
   double next_tune_s_ = 0;
