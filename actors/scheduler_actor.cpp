@@ -134,7 +134,7 @@ void apply_disk(self_ptr self, const scheduler_effects& fx) {
         std::error_code ec;
         std::filesystem::remove(disk_file(self->state, owner), ec);
       }
-      apply(self, self->state.core->on_disk_out(owner, ok));
+      apply(self, self->state.core->on_disk_out(owner, ok, monotonic_seconds()));
       pump(self);
     });
   }

@@ -253,6 +253,8 @@ scheduler_effects scheduler_core::on_grown(std::uint64_t request_id, std::uint64
 scheduler_effects scheduler_core::admit(double now_s) {
   scheduler_effects fx;
   flush_queued(fx);
+  if (!host_claims_.empty())
+    serve_host_claims(now_s, fx); // host pages may have come free since
   if (limits_.on_demand)
     request_growth(fx);
   if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
@@ -315,7 +317,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
   in.pages_short = pages_short_ > freeing ? pages_short_ - freeing : 0;
   in.limits.page_tokens = limits_.page_tokens;
   in.limits.hidden_page_tokens = limits_.hidden_page_tokens;
-  const auto host_taken = host_reserved_ + host_pending_;
+  const auto host_taken = host_reserved_ + host_pending_ + host_claimed_;
   in.limits.host_free_pages = limits_.host_pages > host_taken ? limits_.host_pages - host_taken : 0;
   in.limits.page_bytes = limits_.page_bytes;
   in.now_s = now_s;
@@ -392,9 +394,11 @@ scheduler_effects scheduler_core::admit(double now_s) {
         r.spec.session != 0 && !r.swapped && !r.hidden && r.generated == 0 && sit != sessions_.end()) {
       // The turn's prompt extends the cached tokens: their K and V are
       // reused (at least one prompt token is left to prefill).
-      const auto& e = sit->second;
+      auto& e = sit->second;
       const auto& p = r.spec.prompt;
       const bool extends = e.tokens.size() < p.size() && std::equal(e.tokens.begin(), e.tokens.end(), p.begin());
+      if (extends && e.where == session_tier::awaiting_host)
+        keep_on_device(e); // still on the GPU: its turn takes it there
       if (extends && e.where == session_tier::host) {
         // In the host pool: fresh pages now, the cache copied into the
         // first of them once granted (swapping_in), then the rest prefilled.
@@ -820,6 +824,7 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
     auto& d = sessions_.find(session)->second;
     d.where = session_tier::to_disk;
     disk_held_ += d.pages;
+    to_disk_pages_ += d.pages;
     ++session_disk_writes_;
     fx.disk_outs.push_back({d.owner, {}, d.host_page_ids, d.pages * limits_.page_bytes});
     return;
@@ -832,20 +837,37 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
     return;
   }
   session_pages_held_ -= e.pages;
-  const bool room = host_room(e.pages, session, fx);
+  const auto room = host_room(e.pages, session, fx);
   i = sessions_.find(session); // the map changed
   auto& entry = i->second;
-  if (room) {
-    // Down a tier: copied to the host pool, its device pages freed after.
-    entry.where = session_tier::moving_out;
-    host_pending_ += entry.pages;
+  if (room == host_room_result::soon) {
+    // Host pages come free as caches pushed to disk are written: it stays
+    // on the GPU until then, its pages counted as leaving.
+    entry.where = session_tier::awaiting_host;
     moving_out_pages_ += entry.pages;
-    ++session_offloads_;
-    fx.session_outs.push_back({entry.owner, entry.page_ids, {}, entry.pages * limits_.page_bytes});
+    claim_host(entry);
     return;
   }
-  fx.release_pages.push_back(entry.owner);
-  reserved_pages_ -= entry.pages;
+  if (room == host_room_result::now) {
+    moving_out_pages_ += entry.pages;
+    move_out(entry, fx);
+    return;
+  }
+  drop_device_cache(i, fx);
+}
+
+void scheduler_core::move_out(session_entry& e, scheduler_effects& fx) {
+  // Down a tier: copied to the host pool, its device pages freed after.
+  e.where = session_tier::moving_out;
+  host_pending_ += e.pages;
+  ++session_offloads_;
+  fx.session_outs.push_back({e.owner, e.page_ids, {}, e.pages * limits_.page_bytes});
+}
+
+void scheduler_core::drop_device_cache(std::unordered_map<std::uint64_t, session_entry>::iterator i,
+                                       scheduler_effects& fx) {
+  fx.release_pages.push_back(i->second.owner);
+  reserved_pages_ -= i->second.pages;
   ++session_evictions_;
   sessions_.erase(i);
   memory_blocked_ = false;
@@ -866,6 +888,9 @@ bool scheduler_core::drop_older_cache(std::uint64_t session, scheduler_effects& 
       fx.release_host_pages.push_back(e.owner);
       host_reserved_ -= e.pages;
       break;
+    case session_tier::awaiting_host:
+      keep_on_device(e);
+      [[fallthrough]];
     case session_tier::device:
       fx.release_pages.push_back(e.owner);
       reserved_pages_ -= e.pages;
@@ -878,21 +903,89 @@ bool scheduler_core::drop_older_cache(std::uint64_t session, scheduler_effects& 
   return true;
 }
 
-bool scheduler_core::host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx) {
-  auto host_free = [&] {
-    const auto taken = host_reserved_ + host_pending_;
-    return limits_.host_pages > taken ? limits_.host_pages - taken : 0;
+scheduler_core::host_room_result scheduler_core::host_room(std::uint64_t pages, std::uint64_t keep,
+                                                            scheduler_effects& fx) {
+  // Claims waiting for pages count as taken; the pages of caches being
+  // written to disk (still held, so among host_reserved_) come free later.
+  const auto taken = [&] { return host_reserved_ + host_pending_ + host_claimed_; };
+  auto host_free = [&] { return limits_.host_pages > taken() ? limits_.host_pages - taken() : 0; };
+  auto free_soon = [&] {
+    const auto total = limits_.host_pages + to_disk_pages_;
+    return total > taken() ? total - taken() : 0;
   };
   if (limits_.page_bytes == 0 || limits_.host_pages < pages)
-    return false;
-  // Host-tier caches give way, in the session policy's order.
+    return host_room_result::none;
+  // Host-tier caches give way, in the session policy's order, until the
+  // pages free now and those the writes to disk under way give back cover
+  // the room: a cache pushed to disk frees its host pages only once
+  // written, and pushing more meanwhile would empty the tier for nothing.
   while (host_free() < pages) {
+    if (free_soon() >= pages)
+      return host_room_result::soon;
     const auto victim = session_victim(session_tier::host, keep);
     if (victim == sessions_.end())
-      return false;
+      return host_room_result::none;
     evict_session(victim->first, fx);
   }
-  return true;
+  return host_room_result::now;
+}
+
+std::uint64_t scheduler_core::host_free_now() const noexcept {
+  const auto taken = host_reserved_ + host_pending_;
+  return limits_.host_pages > taken ? limits_.host_pages - taken : 0;
+}
+
+void scheduler_core::claim_host(session_entry& e) {
+  e.claimed = true;
+  host_claimed_ += e.pages;
+  host_claims_.push_back(e.owner);
+}
+
+void scheduler_core::keep_on_device(session_entry& e) {
+  e.where = session_tier::device;
+  e.claimed = false; // its place in host_claims_ is skipped
+  host_claimed_ -= e.pages;
+  moving_out_pages_ -= e.pages;
+  session_pages_held_ += e.pages;
+}
+
+void scheduler_core::serve_host_claims(double now_s, scheduler_effects& fx) {
+  while (!host_claims_.empty()) {
+    const auto owner = host_claims_.front();
+    auto i = std::find_if(sessions_.begin(), sessions_.end(), [owner](const auto& kv) {
+      return kv.second.owner == owner && kv.second.claimed;
+    });
+    if (i == sessions_.end()) {
+      host_claims_.pop_front(); // withdrawn
+      continue;
+    }
+    auto& e = i->second;
+    const bool fits = host_free_now() >= e.pages;
+    if (!fits && to_disk_pages_ > 0)
+      return; // in order: the head waits for the writes under way
+    host_claims_.pop_front();
+    host_claimed_ -= e.pages;
+    e.claimed = false;
+    if (e.where == session_tier::awaiting_host) {
+      if (fits) {
+        move_out(e, fx); // its pages already count as leaving
+      } else {
+        // Nothing left to wait for: the cache is dropped after all.
+        moving_out_pages_ -= e.pages;
+        drop_device_cache(i, fx);
+      }
+      continue;
+    }
+    // A read from disk (from_disk).
+    host_pending_ += e.pages;
+    if (fits) {
+      ++session_disk_reads_;
+      fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
+      continue;
+    }
+    fx.disk_deletes.push_back(e.owner); // never read: its file goes
+    fx.merge(on_disk_in(e.owner, false, now_s));
+  }
 }
 
 std::optional<scheduler_core::session_export> scheduler_core::begin_export(std::uint64_t session) {
@@ -900,6 +993,8 @@ std::optional<scheduler_core::session_export> scheduler_core::begin_export(std::
   if (session == 0 || i == sessions_.end())
     return std::nullopt;
   auto& e = i->second;
+  if (e.where == session_tier::awaiting_host)
+    keep_on_device(e); // read out from the GPU instead
   if (e.where != session_tier::device && e.where != session_tier::host)
     return std::nullopt;
   session_export out;
@@ -946,7 +1041,8 @@ scheduler_effects scheduler_core::on_exported(std::uint64_t session) {
 std::uint64_t scheduler_core::begin_import(std::uint64_t session, std::uint64_t pages,
                                            std::vector<std::int32_t> tokens, scheduler_effects& fx) {
   // The cache coming is the session's latest: an older one here goes.
-  if (session == 0 || pages == 0 || !drop_older_cache(session, fx) || !host_room(pages, session, fx))
+  if (session == 0 || pages == 0 || !drop_older_cache(session, fx)
+      || host_room(pages, session, fx) != host_room_result::now)
     return 0;
   session_entry e;
   e.where = session_tier::arriving;
@@ -990,6 +1086,9 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
   auto& e = i->second;
   e.last_use_s = now_s; // wanted soon: the last to be pushed off the GPU
   switch (e.where) {
+    case session_tier::awaiting_host:
+      keep_on_device(e); // wanted soon: it stays
+      return advice::on_gpu;
     case session_tier::device:
       return advice::on_gpu;
     case session_tier::moving_in:
@@ -1112,19 +1211,24 @@ bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter
   // Marked first, so that making host room (which may push older caches to
   // disk, and the oldest there out) leaves this one be.
   i->second.where = session_tier::from_disk;
-  if (!host_room(i->second.pages, session, fx)) {
+  const auto room = host_room(i->second.pages, session, fx);
+  if (room == host_room_result::none) {
     sessions_.find(session)->second.where = session_tier::disk;
     return false;
   }
   auto& e = sessions_.find(session)->second;
   e.waiter = waiter;
+  if (room == host_room_result::soon) {
+    claim_host(e); // read once the writes under way free host pages
+    return true;
+  }
   host_pending_ += e.pages;
   ++session_disk_reads_;
   fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
   return true;
 }
 
-scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok) {
+scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok, double now_s) {
   scheduler_effects fx;
   auto i = session_of_owner(owner, session_tier::to_disk);
   if (i == sessions_.end())
@@ -1132,14 +1236,17 @@ scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok) {
   auto& e = i->second;
   fx.release_host_pages.push_back(owner);
   host_reserved_ -= e.pages;
+  to_disk_pages_ -= e.pages;
   e.host_page_ids.clear();
   if (ok) {
     e.where = session_tier::disk;
-    return fx;
+  } else {
+    disk_held_ -= e.pages;
+    ++session_evictions_;
+    sessions_.erase(i);
   }
-  disk_held_ -= e.pages;
-  ++session_evictions_;
-  sessions_.erase(i);
+  // Its host pages are free either way: the caches waiting for them go.
+  serve_host_claims(now_s, fx);
   return fx;
 }
 

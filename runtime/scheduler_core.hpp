@@ -12,6 +12,7 @@
 #include "runtime/request_state.hpp"
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -243,7 +244,7 @@ public:
 
   /// A session cache's write to its file ended; its host pages are freed
   /// either way (a failed write drops the cache).
-  scheduler_effects on_disk_out(std::uint64_t owner, bool ok);
+  scheduler_effects on_disk_out(std::uint64_t owner, bool ok, double now_s);
   /// A session cache's read from its file ended: on success it is in
   /// `host_pages` (a turn waiting for it goes on to copy it to the GPU);
   /// else it is gone (the waiting turn recomputes).
@@ -457,9 +458,15 @@ private:
   std::uint64_t pages_short_ = 0;
   bool growth_retry_ = false; // pages came free: retry refused growths
   std::uint64_t next_ticket_ = 1;
+  /// Where a session cache is. `awaiting_host`: on the GPU still, chosen to
+  /// move down once host pages that caches being written to disk hold come
+  /// free (see host_room).
   enum class session_tier : std::uint8_t {
-    device, moving_out, host, moving_in, leaving, arriving, to_disk, disk, from_disk
+    device, moving_out, host, moving_in, leaving, arriving, to_disk, disk, from_disk, awaiting_host
   };
+  /// host_room's answer: room now; room once the disk writes under way end
+  /// (the caller claims it and waits); none.
+  enum class host_room_result : std::uint8_t { now, soon, none };
   /// Starts a disk-tier cache's read back into host pages (false: no host
   /// room); `waiter`: the turn that waits for it (0: an advisory).
   bool fetch_from_disk(std::uint64_t session, std::uint64_t waiter, scheduler_effects& fx);
@@ -468,9 +475,11 @@ private:
   bool drop_older_cache(std::uint64_t session, scheduler_effects& fx);
   /// Room on disk for `pages` more, dropping the oldest disk-tier caches.
   bool disk_room(std::uint64_t pages, scheduler_effects& fx);
-  /// Host room for `pages` more, pushing older host-tier caches out; false
-  /// when even that leaves too little.
-  bool host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx);
+  /// Host room for `pages` more, pushing older host-tier caches out (down
+  /// to disk, or dropped), no more of them than the room needs. Pages of
+  /// caches on their way to disk count as coming free: when they cover the
+  /// rest the answer is `soon`.
+  host_room_result host_room(std::uint64_t pages, std::uint64_t keep, scheduler_effects& fx);
   struct session_entry {
     session_tier where = session_tier::device;
     std::vector<std::uint32_t> host_page_ids;
@@ -482,6 +491,8 @@ private:
     double last_use_s = 0;
     /// moving_out: an advisory came meanwhile; fetched back once it lands.
     bool advised = false;
+    /// from_disk or awaiting_host: its host pages are claimed, not yet given.
+    bool claimed = false;
   };
   std::unordered_map<std::uint64_t, session_entry> sessions_;
   /// The cache of `tier` to move down first (the session policy's choice),
@@ -494,6 +505,23 @@ private:
   /// The cache held under `owner` in `tier` (a move's answer finds it so).
   std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,
                                                                               session_tier tier);
+  /// Host pages free now for a claim: neither held nor being filled.
+  std::uint64_t host_free_now() const noexcept;
+  /// Queues a claim on host pages for `e` (its move from the GPU, or its
+  /// read from disk), served in order as disk writes give pages back.
+  void claim_host(session_entry& e);
+  /// Starts the claims that fit now, in order; a claim left with no write
+  /// under way to wait for is given up (the cache dropped, a waiting turn
+  /// recomputes).
+  void serve_host_claims(double now_s, scheduler_effects& fx);
+  /// An awaiting_host cache stays on the GPU after all (its turn, an
+  /// advisory or an export came first): its claim is withdrawn.
+  void keep_on_device(session_entry& e);
+  /// Starts a GPU cache's copy down to host pages (moving_out); the caller
+  /// has counted its pages in moving_out_pages_.
+  void move_out(session_entry& e, scheduler_effects& fx);
+  /// Drops a cache held on the GPU: its pages freed, the queue retried.
+  void drop_device_cache(std::unordered_map<std::uint64_t, session_entry>::iterator i, scheduler_effects& fx);
   std::uint64_t session_pages_held_ = 0;
   std::uint64_t session_hits_ = 0;
   std::uint64_t session_evictions_ = 0;
@@ -509,6 +537,9 @@ private:
   std::uint64_t sessions_imported_ = 0;
   std::uint64_t next_import_owner_ = std::uint64_t{1} << 62; // apart from request ids
   std::uint64_t moving_out_pages_ = 0; // device pages of caches on their way to the host
+  std::uint64_t to_disk_pages_ = 0;    // host pages of caches being written to disk
+  std::uint64_t host_claimed_ = 0;     // host pages claimed by caches waiting for those
+  std::deque<std::uint64_t> host_claims_; // their owners, in order
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;
 };

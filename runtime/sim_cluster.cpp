@@ -32,6 +32,11 @@ void add(sim_totals& a, const sim_totals& b) {
   a.swap_bytes += b.swap_bytes;
   a.growths_denied += b.growths_denied;
   a.host_pages_at_end += b.host_pages_at_end;
+  a.session_disk_writes += b.session_disk_writes;
+  a.session_disk_reads += b.session_disk_reads;
+  a.session_disk_bytes += b.session_disk_bytes;
+  a.session_disk_seconds += b.session_disk_seconds;
+  a.disk_pages_at_end += b.disk_pages_at_end;
   a.prefill_tokens += b.prefill_tokens;
   a.recomputed_tokens += b.recomputed_tokens;
   a.reused_tokens += b.reused_tokens;

@@ -234,6 +234,19 @@ void sim_engine::step() {
       const auto t = i->second;
       running_transfers_.erase(i);
       transfers_.finished(ev.arg, now_, true);
+      if (t.session_file) {
+        const auto key = std::make_pair(t.request_id, t.cls);
+        auto s = std::move(disk_copies_.at(key));
+        disk_copies_.erase(key);
+        totals_.session_disk_bytes += t.bytes;
+        totals_.session_disk_seconds += t.disk_s + t.copy_s;
+        if (t.cls == transfer_class::swap_out)
+          apply(core_.on_disk_out(t.request_id, true, now_));
+        else
+          apply(core_.on_disk_in(t.request_id, true, now_, std::move(s.host_pages)));
+        start_transfers();
+        break;
+      }
       if (t.cls == transfer_class::swap_out || t.cls == transfer_class::swap_in) {
         totals_.swap_bytes += t.bytes;
         const auto key = std::make_pair(t.request_id, t.cls);
@@ -287,6 +300,9 @@ std::vector<sim_outcome> sim_engine::end() {
   totals_.swapped_in = core_.swapped_in();
   totals_.growths_denied = core_.growths_denied();
   totals_.host_pages_at_end = host_.used_pages(page_owner_kind::request);
+  totals_.session_disk_writes = core_.session_disk_writes();
+  totals_.session_disk_reads = core_.session_disk_reads();
+  totals_.disk_pages_at_end = core_.session_disk_pages();
   totals_.aborted = core_.aborted();
   return std::move(outcomes_);
 }
@@ -384,7 +400,14 @@ void sim_engine::apply(scheduler_effects fx) {
     transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
     swaps_[{s.request_id, transfer_class::swap_in}] = std::move(s);
   }
-  if (!fx.swap_outs.empty() || !fx.swap_ins.empty() || !fx.session_outs.empty() || !fx.session_ins.empty())
+  // Files of caches dropped from the disk tier: nothing to remove here (the
+  // core counts the tier's pages).
+  for (const auto& s : fx.disk_outs)
+    disk_out(s);
+  for (const auto& s : fx.disk_ins)
+    disk_in(s);
+  if (!fx.swap_outs.empty() || !fx.swap_ins.empty() || !fx.session_outs.empty() || !fx.session_ins.empty()
+      || !fx.disk_outs.empty() || !fx.disk_ins.empty())
     start_transfers();
   for (const auto& a : fx.release_adapters) {
     cache_.release(a.adapter_id, now_);
@@ -467,6 +490,28 @@ void sim_engine::swap_out(const scheduler_effects::swap& s, bool session_cache) 
   swaps_[{s.request_id, transfer_class::swap_out}] = std::move(copy);
 }
 
+void sim_engine::disk_out(const scheduler_effects::swap& s) {
+  // As the live copy engine: on the swap-out class, keyed by the owner.
+  transfers_.enqueue(transfer_class::swap_out, s.request_id, s.bytes, now_);
+  disk_copies_[{s.request_id, transfer_class::swap_out}] = s;
+}
+
+void sim_engine::disk_in(const scheduler_effects::swap& s) {
+  // Host pages first, as the live scheduler reserves them; none: the turn
+  // (or advisory) goes without the cache.
+  const auto owner = request_owner(s.request_id);
+  const auto pages = cfg_.limits.page_bytes > 0 ? s.bytes / cfg_.limits.page_bytes : 0;
+  if (pages == 0 || !host_.allocate(owner, pages)) {
+    apply(core_.on_disk_in(s.request_id, false, now_));
+    return;
+  }
+  auto copy = s;
+  const auto held = host_.pages_of(owner);
+  copy.host_pages.assign(held.end() - static_cast<std::ptrdiff_t>(pages), held.end());
+  transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
+  disk_copies_[{s.request_id, transfer_class::swap_in}] = std::move(copy);
+}
+
 void sim_engine::next_turn(std::uint64_t session) {
   const auto turn = take_next_turn(next_turns_, session);
   if (!turn)
@@ -538,6 +583,24 @@ void sim_engine::load(std::uint32_t adapter_id, transfer_class kind, bool retrie
 
 void sim_engine::start_transfers() {
   for (const auto& s : transfers_.start_ready(now_)) {
+    if (auto d = disk_copies_.find({s.key, s.cls}); d != disk_copies_.end()) {
+      // The file's read or write at the disk's rate, and the host pages'
+      // copy as the backend prices it.
+      const bool out = s.cls == transfer_class::swap_out;
+      const auto host = out ? backend_->read_pages(true, d->second.host_pages, s.bytes).seconds
+                            : backend_->write_host_pages(d->second.host_pages, {}, s.bytes).seconds;
+      transfer t{0, s.bytes};
+      t.cls = s.cls;
+      t.request_id = s.key;
+      t.session_file = true;
+      t.disk = true;
+      t.disk_s = backend_->cost_model().disk_seconds(s.bytes);
+      t.copy_s = host;
+      t.done_s = now_ + t.disk_s + t.copy_s;
+      running_transfers_.emplace(s.id, t);
+      schedule(t.done_s, event_kind::transfer_done, s.id);
+      continue;
+    }
     if (s.cls == transfer_class::swap_out || s.cls == transfer_class::swap_in) {
       const auto& sw = swaps_.at({s.key, s.cls});
       const auto r = backend_->swap_pages(

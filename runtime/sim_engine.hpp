@@ -120,6 +120,15 @@ struct sim_totals {
   std::uint64_t swap_bytes = 0; ///< KV bytes moved by swaps, both ways
   std::uint64_t growths_denied = 0;
   std::uint64_t host_pages_at_end = 0;
+  /// The disk tier of session caches (scheduler_limits::disk_pages): caches
+  /// written to disk and read back, their bytes both ways, and the modelled
+  /// seconds of those copies (disk plus host copy).
+  std::uint64_t session_disk_writes = 0;
+  std::uint64_t session_disk_reads = 0;
+  std::uint64_t session_disk_bytes = 0;
+  double session_disk_seconds = 0;
+  /// Pages of session caches on disk when the run ended.
+  std::uint64_t disk_pages_at_end = 0;
   /// Prompt tokens computed by prefills; of them, the ones computed before
   /// (a conversation's history again, or a preempted request's recompute);
   /// history tokens reused from a session cache instead; output tokens.
@@ -218,6 +227,7 @@ private:
     bool disk = false;
     double disk_s = 0;
     double copy_s = 0;
+    bool session_file = false; ///< a session cache to or from its file (disk tier)
   };
 
   void schedule(double at, event_kind kind, std::uint64_t arg);
@@ -231,6 +241,10 @@ private:
   void drop(const std::vector<std::uint32_t>& victims);
   void prefetch(std::uint32_t adapter_id);
   void swap_out(const scheduler_effects::swap& s, bool session_cache);
+  /// A disk-tier copy of a session cache: out writes its host pages to a
+  /// file, in reads the file into host pages reserved first.
+  void disk_out(const scheduler_effects::swap& s);
+  void disk_in(const scheduler_effects::swap& s);
 
   sim_engine_config cfg_;
   std::shared_ptr<gpu::sim_backend> backend_;
@@ -245,6 +259,9 @@ private:
   std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> swaps_;
   std::unordered_set<std::uint64_t> session_outs_; // swap-outs that move a session's cache
   std::unordered_set<std::uint64_t> session_ins_;  // swap-ins that bring one back (advisories)
+  /// Session caches on their way to or from the disk tier: (owner, class:
+  /// swap_out writes the file, swap_in reads it) -> the copy.
+  std::map<std::pair<std::uint64_t, transfer_class>, scheduler_effects::swap> disk_copies_;
   /// Streamed swap-ins: request id -> (copy start, copy seconds); the
   /// request runs from its first layer's arrival, its step gated per layer.
   std::unordered_map<std::uint64_t, std::pair<double, double>> streams_;

@@ -98,6 +98,8 @@ constexpr const char* usage =
   "                        and recomputed elsewhere, its session caches are gone\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
+  "  --disk-gib G          disk tier for session caches, GiB: a cache pushed out of the host pool is written\n"
+  "                        to disk and read back for its next turn (default 0: none; needs a host pool)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
   "  --adapter-partition-gib G   adapters in a static region of G GiB carved out of the pool, apart from\n"
   "                        KV (S-LoRA's no-unified-paging ablation; default 0: one unified pool)\n"
@@ -151,6 +153,7 @@ struct options {
   double network_gbps = 100;
   std::vector<std::pair<std::uint32_t, double>> failures;
   double host_gib = 0;
+  double disk_gib = 0;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
   std::vector<double> rates;
@@ -336,6 +339,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.on_demand = v == "on_demand";
     }
     else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
+    else if (a == "--disk-gib") { if (!need_num() || num < 0) { err = "--disk-gib must be >= 0"; return false; } o.disk_gib = num; }
     else if (a == "--pool-pages") { if (!need_num() || num < 1) { err = "--pool-pages must be >= 1"; return false; } o.pool_pages_override = static_cast<std::uint64_t>(num); }
     else if (a == "--host-pages") { if (!need_num()) return false; o.host_pages = static_cast<std::uint64_t>(num); }
     else if (a == "--adapter-partition-gib") { if (!need_num()) return false; o.adapter_partition_gib = num; }
@@ -388,6 +392,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
             std::to_string(o.nodes - 1);
       return false;
     }
+  if (o.disk_gib > 0 && o.host_gib <= 0 && o.host_pages == 0) {
+    err = "--disk-gib needs a host pool (--host-gib or --host-pages): caches reach the disk through it";
+    return false;
+  }
   if (o.trace.empty() && o.conversations.empty() && (o.requests == 0 || o.rate <= 0)) {
     err = "give --trace FILE, or --requests N and --rate R";
     return false;
@@ -573,6 +581,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cfg.limits.growth_watermark = pool_pages / 100;
       cfg.limits.host_pages = o.host_pages > 0 ? o.host_pages
                                                 : static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
+      cfg.limits.disk_pages = static_cast<std::uint64_t>(o.disk_gib * (1ull << 30) / static_cast<double>(page_bytes));
       cfg.scheduling = std::move(scheduling);
       cfg.eviction = std::move(policy);
       cfg.classifier = std::move(classifier);
@@ -745,15 +754,17 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
                   static_cast<double>(t.pcie_bytes) / 1e9, r.wall_s);
     }
     if (!o.conversations.empty()) {
-      std::printf("\n| scheduler:eviction | prompt tokens computed | of them computed before | history reused | output tokens | recomputed share of processed |\n");
-      std::printf("|---|---|---|---|---|---|\n");
+      std::printf("\n| scheduler:eviction | prompt tokens computed | of them computed before | history reused | output tokens | recomputed share of processed | caches to disk / back |\n");
+      std::printf("|---|---|---|---|---|---|---|\n");
       for (const auto& r : results) {
         const auto& t = r.totals;
         const double processed = static_cast<double>(t.prefill_tokens + t.decode_tokens);
-        std::printf("| %s | %llu | %llu | %llu | %llu | %.3f |\n", r.policy.c_str(),
+        std::printf("| %s | %llu | %llu | %llu | %llu | %.3f | %llu / %llu |\n", r.policy.c_str(),
                     static_cast<unsigned long long>(t.prefill_tokens), static_cast<unsigned long long>(t.recomputed_tokens),
                     static_cast<unsigned long long>(t.reused_tokens), static_cast<unsigned long long>(t.decode_tokens),
-                    processed > 0 ? static_cast<double>(t.recomputed_tokens) / processed : 0.0);
+                    processed > 0 ? static_cast<double>(t.recomputed_tokens) / processed : 0.0,
+                    static_cast<unsigned long long>(t.session_disk_writes),
+                    static_cast<unsigned long long>(t.session_disk_reads));
       }
     }
   } else {
@@ -784,6 +795,9 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
         << ",\"misses\":" << t.adapter_misses << ",\"evictions\":" << t.adapter_evictions
         << ",\"prefetches\":" << t.prefetches << ",\"prefetch_hits\":" << t.prefetch_hits
         << ",\"pcie_bytes\":" << t.pcie_bytes << ",\"disk_bytes\":" << t.disk_bytes
+        << ",\"session_disk_writes\":" << t.session_disk_writes << ",\"session_disk_reads\":" << t.session_disk_reads
+        << ",\"session_disk_bytes\":" << t.session_disk_bytes
+        << ",\"recomputed_tokens\":" << t.recomputed_tokens << ",\"reused_tokens\":" << t.reused_tokens
         << ",\"ttft_p50_s\":" << r.ttft_p50 << ",\"ttft_p99_s\":" << r.ttft_p99
         << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99
         << ",\"slowdown_p50\":" << summaries[first_summary + i].slowdown.p50 << ",\"slowdown_p99\":" << summaries[first_summary + i].slowdown.p99

@@ -507,7 +507,9 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
 
   // Down to disk and back: room for one 2-page cache on the GPU and one in
   // the host pool, files below. A's cache goes GPU -> host (B's turn) ->
-  // disk (C's turn); A's second turn reads it back through the host pool.
+  // disk (C's turn, B's cache taking its host pages once written); A's
+  // second turn reads it back through the host pool, B's going to disk to
+  // make room.
   const auto disk_dir = fs::temp_directory_path() / ("troupe-session-disk-" + std::to_string(::getpid()));
   std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
@@ -524,22 +526,27 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(turn3("a1", prompt1, "A"), reply1);
   turn3("b1", other, "B");
   turn3("c1", third, "C");
-  // The write is a copy: done when the host pool has let A's pages go.
+  // The write is a copy: done when the host pool has let A's pages go and
+  // B's cache has moved into them.
   for (int i = 0; i < 500; ++i) {
     const auto st = stats_of(c3, "d1");
-    if (st.at("session_disk_pages") >= 2.0 && st.at("host_pool_pages_kv") == 0.0)
+    if (st.at("session_disk_pages") >= 2.0 && st.at("session_offloads") >= 2.0 && st.at("host_pool_pages_kv") == 2.0)
       break;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   stats = stats_of(c3, "d2");
   EXPECT_EQ(stats.at("session_disk_writes"), 1.0) << "A's cache went to disk";
   EXPECT_EQ(stats.at("session_disk_pages"), 2.0);
+  EXPECT_EQ(stats.at("session_offloads"), 2.0) << "B's cache went to the host pool after it";
+  EXPECT_EQ(stats.at("host_pool_pages_kv"), 2.0);
+  EXPECT_EQ(stats.at("sessions_cached"), 3.0) << "none dropped";
   EXPECT_EQ(turn3("a2", prompt2, "A"), with_cache) << "the cache read back from disk changed the output";
   stats = stats_of(c3, "d3");
   EXPECT_EQ(stats.at("session_disk_reads"), 1.0);
+  EXPECT_EQ(stats.at("session_disk_writes"), 2.0) << "B's cache went to disk to make room for A's";
   EXPECT_EQ(stats.at("session_streamed_ins"), 0.0);
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
-  EXPECT_EQ(stats.at("session_disk_pages"), 0.0);
+  EXPECT_EQ(stats.at("session_disk_pages"), 2.0) << "B's";
   d->stop();
   EXPECT_FALSE(fs::exists(disk_dir / ("troupe-kv-" + std::to_string(::getpid())))) << "its files outlive it";
   fs::remove_all(disk_dir);

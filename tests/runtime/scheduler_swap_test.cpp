@@ -238,7 +238,7 @@ struct swap_shell {
     disk_outs.erase(disk_outs.begin());
     if (ok)
       disk[s.request_id] = s.host_pages.size();
-    apply(core->on_disk_out(s.request_id, ok));
+    apply(core->on_disk_out(s.request_id, ok, now));
   }
 
   /// Answers the oldest read of a session cache from its file: host pages
@@ -942,7 +942,7 @@ TEST(scheduler_session, an_import_without_host_room_is_refused) {
 
 /// Room for one 3-page cache on the GPU and one in the host pool, a disk
 /// tier below: session 7's cache (request 1) ends up in a file when
-/// sessions 8 and 9 follow.
+/// sessions 8 and 9 follow, and 8's cache (request 2) in the host pool.
 swap_shell one_session_on_disk() {
   swap_shell s{40, 3, false, 4, 30};
   s.submit_tokens(1, tokens_from(10, 6), 4, 7);
@@ -953,28 +953,128 @@ swap_shell one_session_on_disk() {
   s.submit_tokens(4, tokens_from(80, 6), 4, 9);
   run_until_done(s, 4);
   EXPECT_EQ(s.disk_outs.size(), 1u) << "7 goes down to disk to make host room";
+  EXPECT_TRUE(s.session_outs.empty()) << "8 waits on the GPU for the pages 7's write frees";
   s.answer_disk_out();
   EXPECT_EQ(s.core->session_disk_writes(), 1u);
   EXPECT_EQ(s.core->session_disk_pages(), 3u);
   EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty()) << "host pages freed after the write";
+  EXPECT_TRUE(s.disk_outs.empty()) << "only as many caches pushed down as the room needs";
+  EXPECT_EQ(s.session_outs.size(), 1u) << "then 8 moves down into them";
+  s.answer_session_out();
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 2}).size(), 3u);
+  EXPECT_EQ(s.core->sessions_cached(), 3u) << "none lost on the way";
   return s;
+}
+
+TEST(scheduler_session, a_cache_coming_down_pushes_one_host_cache_to_disk_and_waits_for_its_pages) {
+  // The GPU keeps one 3-page cache, the host pool two, the disk many.
+  swap_shell s{40, 6, false, 4, 30};
+  std::uint64_t id = 10;
+  for (std::uint64_t session = 7; session <= 9; ++session, ++id) {
+    s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 6), 4, session);
+    run_until_done(s, id);
+    if (session > 7)
+      s.answer_session_out();
+  }
+  // 7 and 8 in the host pool (full), 9 on the GPU; 10's turn pushes 9 down.
+  EXPECT_EQ(s.host.used_pages(page_owner_kind::request), 6u);
+  s.submit_tokens(id, tokens_from(200, 6), 4, 10);
+  run_until_done(s, id);
+  ASSERT_EQ(s.disk_outs.size(), 1u) << "one host cache down to disk makes the room, not both";
+  EXPECT_EQ(s.disk_outs[0].request_id, 10u) << "the least recently used: session 7's";
+  EXPECT_TRUE(s.session_outs.empty()) << "9 waits on the GPU while 7 is written";
+  EXPECT_EQ(s.core->session_pages_moving_out(), 3u) << "its pages counted as leaving";
+  s.answer_disk_out();
+  ASSERT_EQ(s.session_outs.size(), 1u) << "then 9 moves into the pages 7 left";
+  EXPECT_EQ(s.session_outs[0].request_id, 12u);
+  s.answer_session_out();
+  EXPECT_EQ(s.core->sessions_cached(), 4u) << "none dropped: 7 on disk, 8 and 9 in the host pool, 10 on the GPU";
+  EXPECT_EQ(s.core->session_evictions(), 0u);
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 11}).size(), 3u);
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 12}).size(), 3u);
+  EXPECT_EQ(s.core->session_disk_pages(), 3u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, two_caches_coming_down_at_once_each_get_host_pages_of_their_own) {
+  // A 20-page GPU keeping two 3-page caches, a host pool of two, disk.
+  swap_shell s{20, 6, false, 7, 30};
+  std::uint64_t id = 10;
+  for (std::uint64_t session = 7; session <= 10; ++session, ++id) {
+    s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 6), 4, session);
+    run_until_done(s, id);
+    if (session > 8)
+      s.answer_session_out();
+  }
+  // 7 and 8 in the host pool (full), 9 and 10 on the GPU. A request of 18
+  // pages (14 free) pushes both GPU caches down: each needs a host cache
+  // written to disk, the pages of one write cannot serve both.
+  EXPECT_EQ(s.host.used_pages(page_owner_kind::request), 6u);
+  s.submit(20, 68, 4);
+  s.admit();
+  EXPECT_EQ(s.core->session_pages_moving_out(), 6u);
+  ASSERT_EQ(s.disk_outs.size(), 2u) << "7 and 8 to disk, one for each";
+  s.answer_disk_out();
+  s.answer_disk_out();
+  ASSERT_EQ(s.session_outs.size(), 2u);
+  s.answer_session_out();
+  s.answer_session_out();
+  run_until_done(s, 20);
+  EXPECT_EQ(s.finished.at(20), finish_reason::length);
+  EXPECT_EQ(s.core->session_evictions(), 0u);
+  EXPECT_EQ(s.core->sessions_cached(), 4u);
+  EXPECT_EQ(s.core->session_disk_pages(), 6u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_cache_waiting_for_host_pages_is_taken_by_its_turn_from_the_gpu) {
+  swap_shell s{40, 3, false, 4, 30};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8);
+  run_until_done(s, 2);
+  s.answer_session_out(); // 7 in the host pool (full)
+  s.submit_tokens(4, tokens_from(80, 6), 4, 9);
+  run_until_done(s, 4);
+  ASSERT_EQ(s.disk_outs.size(), 1u);
+  EXPECT_EQ(s.core->session_pages_moving_out(), 3u) << "8 waits on the GPU";
+  // 8's next turn comes before 7's write ends: it adopts 8's pages where
+  // they are, and the claim on host pages is withdrawn.
+  auto prompt = s.prompts_of.at(2);
+  prompt.insert(prompt.end(), s.tokens.at(2).begin(), s.tokens.at(2).end());
+  for (std::int32_t t = 0; t < 3; ++t)
+    prompt.push_back(300 + t);
+  s.submit_tokens(5, prompt, 2, 8);
+  s.expect_cached[5] = 9;
+  s.admit();
+  EXPECT_EQ(s.core->session_pages_moving_out(), 0u);
+  s.answer_disk_out();
+  EXPECT_TRUE(s.session_outs.empty()) << "nothing left to move";
+  run_until_done(s, 5);
+  EXPECT_EQ(s.finished.at(5), finish_reason::length);
+  EXPECT_EQ(s.core->session_hits(), 1u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
 TEST(scheduler_session, a_cache_on_disk_comes_back_through_the_host_for_the_next_turn) {
   auto s = one_session_on_disk();
   submit_second_turn(s);
   s.admit();
-  ASSERT_EQ(s.disk_ins.size(), 1u);
   EXPECT_EQ(s.core->state_of(3), request_state::swapping_in) << "its pages came; the file not yet";
+  ASSERT_EQ(s.disk_outs.size(), 1u) << "8 goes down to disk to make host room for 7";
+  EXPECT_TRUE(s.disk_ins.empty()) << "the read waits for the host pages 8's write frees";
+  s.answer_disk_out();
+  ASSERT_EQ(s.disk_ins.size(), 1u);
   EXPECT_TRUE(s.ins.empty());
   s.answer_disk_in();
   ASSERT_EQ(s.ins.size(), 1u) << "then copied into its first pages";
   s.answer_in();
   run_until_done(s, 3);
   EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.core->session_disk_writes(), 2u);
   EXPECT_EQ(s.core->session_disk_reads(), 1u);
-  EXPECT_EQ(s.core->session_disk_pages(), 0u);
-  EXPECT_TRUE(s.disk.empty());
+  EXPECT_EQ(s.core->session_disk_pages(), 3u) << "8's";
+  EXPECT_EQ(s.disk.size(), 1u);
   EXPECT_EQ(s.finished.at(3), finish_reason::length);
   EXPECT_EQ(s.core->host_pages_held(), 0u);
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
@@ -985,6 +1085,7 @@ TEST(scheduler_session, an_advisory_lifts_a_cache_from_disk_to_the_host) {
   scheduler_effects fx;
   EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::fetching);
   s.apply(std::move(fx));
+  s.answer_disk_out(); // 8 down to disk, freeing the host pages
   s.answer_disk_in();
   EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u);
   submit_second_turn(s);
@@ -1001,12 +1102,13 @@ TEST(scheduler_session, a_failed_read_from_disk_recomputes_the_turn) {
   submit_second_turn(s);
   s.expect_cached[3] = 0;
   s.admit();
+  s.answer_disk_out();
   s.answer_disk_in(false);
   EXPECT_EQ(s.core->state_of(3), request_state::ready);
   run_until_done(s, 3);
   EXPECT_EQ(s.core->reused_tokens(), 0u);
   EXPECT_EQ(s.finished.at(3), finish_reason::length);
-  EXPECT_EQ(s.core->sessions_cached(), 2u) << "8 is gone (no host room then), 9 and 7's new turn";
+  EXPECT_EQ(s.core->sessions_cached(), 3u) << "8 on disk, 9, and 7's new turn";
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 

@@ -228,6 +228,63 @@ TEST(sim_engine, a_cache_streamed_in_layer_by_layer_starts_the_turn_sooner) {
   EXPECT_LT(advised, whole - 0.9 * copy);
 }
 
+TEST(sim_engine, a_disk_tier_below_a_small_host_pool_keeps_every_conversations_cache) {
+  const auto shape = *gpu::find_model_preset("llama-2-7b");
+  const auto gpu = *gpu::find_gpu_spec("A100-80GB");
+  const auto page_bytes = 16 * shape.kv_bytes_per_token();
+  struct outcome {
+    sim_totals totals;
+    std::size_t sessions = 0;
+    std::uint64_t session_pages = 0;
+  };
+  auto conversations = [&](std::uint64_t disk_pages) {
+    sim_engine_config cfg;
+    cfg.limits.total_pages = 2000;
+    cfg.limits.page_tokens = 16;
+    cfg.limits.page_bytes = page_bytes;
+    cfg.limits.session_pages = 200; // about one conversation's cache on the GPU
+    cfg.limits.host_pages = 600;    // three in the host pool
+    cfg.limits.disk_pages = disk_pages;
+    cfg.scheduling = policies::make_scheduling_policy("fcfs");
+    cfg.eviction = policies::make_eviction_policy("lru");
+    adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+    sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu, 1), std::move(catalog), 2000};
+    // Eight conversations of three turns, started 0.1 s apart: 1,000 new
+    // prompt tokens and 16 reply tokens a turn, 2 s of thinking. Their
+    // caches (63 to 190 pages) outgrow the GPU's share and the host pool.
+    std::vector<sim_request> reqs;
+    for (std::uint64_t c = 1; c <= 8; ++c)
+      for (int t = 0; t < 3; ++t)
+        reqs.push_back({0.1 * static_cast<double>(c), 1000, 16, 0, c, 2.0});
+    const auto out = engine.run(reqs);
+    for (const auto& o : out)
+      EXPECT_EQ(o.reason, finish_reason::length);
+    return outcome{engine.totals(), engine.core().sessions_cached(), engine.core().session_pages_held()};
+  };
+  const auto host_only = conversations(0);
+  const auto disk = conversations(100000);
+  // The turns of the eight conversations end together and their caches
+  // come down at once, some while the host pool's pages are still in
+  // transit (those are dropped with or without a disk tier); the disk tier
+  // keeps more of the rest.
+  EXPECT_GT(host_only.totals.recomputed_tokens, 0u) << "the host pool alone drops caches";
+  EXPECT_LT(disk.totals.recomputed_tokens, host_only.totals.recomputed_tokens);
+  EXPECT_GT(disk.totals.reused_tokens, host_only.totals.reused_tokens);
+  EXPECT_EQ(host_only.totals.session_disk_writes, 0u);
+  EXPECT_GT(disk.totals.session_disk_reads, 0u);
+  EXPECT_GE(disk.totals.session_disk_writes, disk.totals.session_disk_reads) << "a cache is read back once written";
+  EXPECT_GT(disk.totals.session_disk_seconds, 0.0);
+  for (const auto* r : {&host_only, &disk}) {
+    // Every page a request held is back: what is left belongs to the caches
+    // kept on the GPU, in the host pool and on disk, each a conversation's
+    // last (3 x 1,016 tokens: 191 pages).
+    EXPECT_EQ(r->totals.pool_request_pages_at_end, r->session_pages);
+    EXPECT_EQ(r->totals.pool_request_pages_at_end + r->totals.host_pages_at_end + r->totals.disk_pages_at_end,
+              191u * r->sessions);
+    EXPECT_GT(r->sessions, 0u);
+  }
+}
+
 TEST(sim_engine, the_last_request_gets_pages_that_idle_adapters_held) {
   // Ten adapters of rank 64 (16 pages each) loaded one after another stay
   // cached, idle, in a 300-page pool; then a request of 250 pages comes and
