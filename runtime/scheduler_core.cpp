@@ -415,6 +415,15 @@ scheduler_effects scheduler_core::admit(double now_s) {
         r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
         r.session_owner = e.owner;
         r.session_host_pages.clear();
+      } else if (extends && e.where == session_tier::to_disk && e.waiter == 0) {
+        // On its way to disk: its host pages still hold it. The turn takes
+        // them once the write has read them (on_disk_out); the file goes.
+        r.pages = std::max(r.pages, e.pages);
+        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.session_owner = e.owner;
+        r.session_host_pages.clear();
+        e.waiter = id;
+        ++session_host_hits_;
       } else if (extends && e.where == session_tier::device) {
         adopted = e.pages;
         r.pages = std::max(r.pages, adopted);
@@ -960,9 +969,20 @@ void scheduler_core::serve_host_claims(double now_s, scheduler_effects& fx) {
       continue;
     }
     auto& e = i->second;
-    const bool fits = host_free_now() >= e.pages;
+    bool fits = host_free_now() >= e.pages;
     if (!fits && to_disk_pages_ > 0)
       return; // in order: the head waits for the writes under way
+    if (!fits) {
+      // The pages it waited for went elsewhere (a turn took a cache on its
+      // way to disk): push more host caches down, as for a new claim.
+      host_claimed_ -= e.pages; // not counted against itself
+      const auto session = i->first;
+      const auto room = host_room(e.pages, session, fx);
+      host_claimed_ += e.pages;
+      if (room == host_room_result::soon)
+        return;
+      fits = room == host_room_result::now; // (erasing others keeps i and e valid)
+    }
     host_claims_.pop_front();
     host_claimed_ -= e.pages;
     e.claimed = false;
@@ -1234,9 +1254,22 @@ scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok, doub
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
-  fx.release_host_pages.push_back(owner);
   host_reserved_ -= e.pages;
   to_disk_pages_ -= e.pages;
+  if (e.waiter != 0) {
+    // Its turn came while it was written: the turn takes the host pages,
+    // and the file is not needed.
+    if (ok)
+      fx.disk_deletes.push_back(owner);
+    disk_held_ -= e.pages;
+    const auto waiter = e.waiter;
+    auto pages = std::move(e.host_page_ids);
+    sessions_.erase(i);
+    give_to_waiter(waiter, owner, true, std::move(pages), now_s, fx);
+    serve_host_claims(now_s, fx);
+    return fx;
+  }
+  fx.release_host_pages.push_back(owner);
   e.host_page_ids.clear();
   if (ok) {
     e.where = session_tier::disk;
@@ -1277,6 +1310,12 @@ scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, doubl
   }
   const auto waiter = e.waiter;
   sessions_.erase(i);
+  give_to_waiter(waiter, owner, ok, std::move(host_pages), now_s, fx);
+  return fx;
+}
+
+void scheduler_core::give_to_waiter(std::uint64_t waiter, std::uint64_t owner, bool ok,
+                                    std::vector<std::uint32_t> host_pages, double now_s, scheduler_effects& fx) {
   auto r = records_.find(waiter);
   const bool waiting = r != records_.end() && r->second.session_owner == owner
                        && r->second.state != request_state::finished;
@@ -1284,7 +1323,7 @@ scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, doubl
     if (!host_pages.empty())
       fx.release_host_pages.push_back(owner);
     if (!waiting)
-      return fx;
+      return;
     auto& rec = r->second;
     // No cache after all: the turn prefills its whole prompt.
     rec.session_owner = 0;
@@ -1297,14 +1336,13 @@ scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, doubl
         transition(rec, request_state::ready);
       }
     }
-    return fx;
+    return;
   }
   auto& rec = r->second;
   host_reserved_ += host_pages.size();
   rec.session_host_pages = std::move(host_pages);
   if (rec.state == request_state::swapping_in)
     copy_session_in(rec, fx); // its pages came first
-  return fx;
 }
 
 void scheduler_core::release_session_host(record& r, scheduler_effects& fx) {

@@ -487,7 +487,7 @@ private:
     std::vector<std::uint32_t> page_ids;
     std::vector<std::int32_t> tokens; ///< whose K and V the pages hold
     std::uint64_t pages = 0;
-    std::uint64_t waiter = 0; ///< from_disk: the turn waiting for it (0: none)
+    std::uint64_t waiter = 0; ///< from_disk, to_disk: the turn waiting for it (0: none)
     double last_use_s = 0;
     /// moving_out: an advisory came meanwhile; fetched back once it lands.
     bool advised = false;
@@ -517,6 +517,11 @@ private:
   /// An awaiting_host cache stays on the GPU after all (its turn, an
   /// advisory or an export came first): its claim is withdrawn.
   void keep_on_device(session_entry& e);
+  /// Hands a session cache in `host_pages` (already reserved when `ok`) to
+  /// the turn `waiter` that waits for it under `owner`; when it no longer
+  /// waits, or `ok` is false, the pages go and a waiting turn recomputes.
+  void give_to_waiter(std::uint64_t waiter, std::uint64_t owner, bool ok, std::vector<std::uint32_t> host_pages,
+                      double now_s, scheduler_effects& fx);
   /// Starts a GPU cache's copy down to host pages (moving_out); the caller
   /// has counted its pages in moving_out_pages_.
   void move_out(session_entry& e, scheduler_effects& fx);

@@ -941,9 +941,9 @@ TEST(scheduler_session, an_import_without_host_room_is_refused) {
 }
 
 /// Room for one 3-page cache on the GPU and one in the host pool, a disk
-/// tier below: session 7's cache (request 1) ends up in a file when
-/// sessions 8 and 9 follow, and 8's cache (request 2) in the host pool.
-swap_shell one_session_on_disk() {
+/// tier below: session 7's cache (request 1) is on its way to a file when
+/// sessions 8 and 9 have followed.
+swap_shell one_session_going_to_disk() {
   swap_shell s{40, 3, false, 4, 30};
   s.submit_tokens(1, tokens_from(10, 6), 4, 7);
   run_until_done(s, 1);
@@ -952,6 +952,13 @@ swap_shell one_session_on_disk() {
   s.answer_session_out(); // 7 in the host pool
   s.submit_tokens(4, tokens_from(80, 6), 4, 9);
   run_until_done(s, 4);
+  return s;
+}
+
+/// one_session_going_to_disk, written: 8's cache (request 2) in the host
+/// pool after it.
+swap_shell one_session_on_disk() {
+  auto s = one_session_going_to_disk();
   EXPECT_EQ(s.disk_outs.size(), 1u) << "7 goes down to disk to make host room";
   EXPECT_TRUE(s.session_outs.empty()) << "8 waits on the GPU for the pages 7's write frees";
   s.answer_disk_out();
@@ -1053,6 +1060,28 @@ TEST(scheduler_session, a_cache_waiting_for_host_pages_is_taken_by_its_turn_from
   run_until_done(s, 5);
   EXPECT_EQ(s.finished.at(5), finish_reason::length);
   EXPECT_EQ(s.core->session_hits(), 1u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_turn_whose_cache_is_being_written_to_disk_takes_its_host_pages) {
+  auto s = one_session_going_to_disk();
+  ASSERT_EQ(s.disk_outs.size(), 1u) << "7 on its way to disk";
+  // 7's next turn comes before the write ends.
+  submit_second_turn(s);
+  s.admit();
+  EXPECT_EQ(s.core->state_of(3), request_state::swapping_in) << "waits for the write to let the pages go";
+  EXPECT_TRUE(s.ins.empty());
+  s.answer_disk_out();
+  EXPECT_TRUE(s.disk.empty()) << "the file it no longer needs is removed";
+  EXPECT_TRUE(s.disk_ins.empty()) << "nothing read back: the host pages still held it";
+  ASSERT_EQ(s.ins.size(), 1u);
+  s.answer_in();
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.core->session_disk_reads(), 0u);
+  EXPECT_EQ(s.core->session_disk_pages(), 0u);
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 

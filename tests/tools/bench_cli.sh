@@ -55,6 +55,20 @@ rows = list(csv.DictReader(open(sys.argv[2])))
 assert len(rows) > 60 and all(r["outcome"] == "length" for r in rows), {r["outcome"] for r in rows}
 PY
 
+# The disk tier below a small host pool: caches written to disk and read
+# back for their next turns; every turn finishes.
+"$bin/troupe-sim" --conversations tests/tools/data/sharegpt_conversations_head60.csv --requests 60 --rate 2 \
+  --think 2 --adapters 1 --base-fraction 1 --setups fcfs:lru --session-fraction 0.05 --host-pages 400 \
+  --disk-gib 8 --json "$work/disk.json" --records "$work/disk.csv" > "$work/disk.txt"
+python3 - "$work/disk.json" "$work/disk.csv" <<'PY'
+import csv, json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+assert r["session_disk_writes"] >= r["session_disk_reads"] > 0, r
+assert r["session_disk_bytes"] > 0 and r["reused_tokens"] > 0, r
+rows = list(csv.DictReader(open(sys.argv[2])))
+assert len(rows) > 60 and all(x["outcome"] == "length" for x in rows), {x["outcome"] for x in rows}
+PY
+
 expect_usage_error() { # what, then the command
   local what=$1; shift
   if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
@@ -73,6 +87,8 @@ expect_usage_error --turn-tokens "$bin/troupe-sim" --requests 10 --rate 1 --turn
 expect_usage_error --slo-tbt-stat "$bin/troupe-bench" --synthetic 10 --rate 1 --slo-tbt-stat max
 expect_usage_error --migrate "$bin/troupe-sim" --requests 10 --rate 1 --migrate maybe
 expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --network-gbps 0
+expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --disk-gib 8
+expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --host-gib 1 --disk-gib -1
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
 expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv
 set -e
