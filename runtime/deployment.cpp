@@ -238,6 +238,7 @@ deployment::start(const deployment_options& opts) {
     opts.scheduler.growth_watermark * static_cast<double>(rb.pool_pages));
   sc.limits.page_bytes = rb.page_bytes;
   sc.limits.disk_pages = opts.memory_pool.disk_pages;
+  sc.limits.disk_write_back = opts.memory_pool.disk_write_back;
   sc.limits.layer_streaming = opts.copy_engine.layer_streaming && rb.backend->streams_layers();
   sc.limits.session_eviction =
     policies::session_eviction_named(opts.scheduler.session_eviction).value_or(policies::session_eviction::lru);

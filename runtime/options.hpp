@@ -92,6 +92,10 @@ struct memory_pool_options {
   /// Where those files go ("": the system's temporary directory); each
   /// process uses a directory of its own in it, removed when it stops.
   std::string disk_dir;
+  /// Write-back below this share of the host pool free or clean (a copy on
+  /// disk already): host caches are copied to disk ahead of need, so a
+  /// cache leaving the GPU rarely waits for a write (0: only on demand).
+  double disk_write_back = 0.5;
   bool operator==(const memory_pool_options&) const = default;
 };
 

@@ -255,6 +255,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
   flush_queued(fx);
   if (!host_claims_.empty())
     serve_host_claims(now_s, fx); // host pages may have come free since
+  clean_host(fx);
   if (limits_.on_demand)
     request_growth(fx);
   if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
@@ -407,6 +408,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
         r.session_owner = e.owner;
         r.session_host_pages = e.host_page_ids;
         ++session_host_hits_;
+        forget_disk_copy(e, fx);
         sessions_.erase(sit);
       } else if (extends && e.where == session_tier::disk && fetch_from_disk(r.spec.session, id, fx)) {
         // On disk: read back into host pages while the turn gets its pages,
@@ -818,6 +820,13 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
   if (i == sessions_.end())
     return;
   auto& e = i->second;
+  if (e.where == session_tier::to_disk && e.keep_host) {
+    // A write-back under way: its host pages go once it is written.
+    e.keep_host = false;
+    to_disk_pages_ += e.pages;
+    cleaning_ = false;
+    return;
+  }
   if (e.where != session_tier::device && e.where != session_tier::host && e.where != session_tier::disk)
     return; // the answer to the move under way decides
   if (e.where == session_tier::disk) {
@@ -825,6 +834,16 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
     disk_held_ -= e.pages;
     ++session_evictions_;
     sessions_.erase(i);
+    return;
+  }
+  if (e.where == session_tier::host && e.on_disk) {
+    // Already written (clean_host): down a tier at once.
+    fx.release_host_pages.push_back(e.owner);
+    host_reserved_ -= e.pages;
+    clean_pages_ -= e.pages;
+    e.on_disk = false;
+    e.host_page_ids.clear();
+    e.where = session_tier::disk;
     return;
   }
   if (e.where == session_tier::host && limits_.disk_pages >= e.pages && limits_.page_bytes > 0
@@ -896,6 +915,7 @@ bool scheduler_core::drop_older_cache(std::uint64_t session, scheduler_effects& 
     case session_tier::host:
       fx.release_host_pages.push_back(e.owner);
       host_reserved_ -= e.pages;
+      forget_disk_copy(e, fx);
       break;
     case session_tier::awaiting_host:
       keep_on_device(e);
@@ -931,9 +951,15 @@ scheduler_core::host_room_result scheduler_core::host_room(std::uint64_t pages, 
   while (host_free() < pages) {
     if (free_soon() >= pages)
       return host_room_result::soon;
-    const auto victim = session_victim(session_tier::host, keep);
-    if (victim == sessions_.end())
-      return host_room_result::none;
+    auto victim = session_victim(session_tier::host, keep);
+    if (victim == sessions_.end()) {
+      // A write-back under way frees its pages when written, if asked.
+      victim = std::find_if(sessions_.begin(), sessions_.end(), [keep](const auto& kv) {
+        return kv.first != keep && kv.second.where == session_tier::to_disk && kv.second.keep_host;
+      });
+      if (victim == sessions_.end())
+        return host_room_result::none;
+    }
     evict_session(victim->first, fx);
   }
   return host_room_result::now;
@@ -1044,6 +1070,7 @@ scheduler_effects scheduler_core::on_exported(std::uint64_t session) {
   if (i == sessions_.end() || i->second.where != session_tier::leaving)
     return fx;
   auto& e = i->second;
+  forget_disk_copy(e, fx);
   if (!e.host_page_ids.empty()) {
     fx.release_host_pages.push_back(e.owner);
     host_reserved_ -= e.pages;
@@ -1140,6 +1167,7 @@ bool scheduler_core::prefetch_session(session_entry& e, scheduler_effects& fx) {
   const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   if (waiting() > 0 || free < e.pages || limits_.page_bytes == 0)
     return false;
+  forget_disk_copy(e, fx);
   e.where = session_tier::moving_in;
   reserved_pages_ += e.pages;
   session_pages_held_ += e.pages;
@@ -1196,11 +1224,50 @@ void scheduler_core::copy_session_in(record& r, scheduler_effects& fx) {
 bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
   while (disk_held_ + pages > limits_.disk_pages) {
     const auto victim = session_victim(session_tier::disk, 0);
-    if (victim == sessions_.end())
+    if (victim != sessions_.end()) {
+      evict_session(victim->first, fx);
+      continue;
+    }
+    // Then the copies of caches still in the host pool.
+    auto clean = std::find_if(sessions_.begin(), sessions_.end(), [](const auto& kv) {
+      return kv.second.where == session_tier::host && kv.second.on_disk;
+    });
+    if (clean == sessions_.end())
       return false;
-    evict_session(victim->first, fx);
+    forget_disk_copy(clean->second, fx);
   }
   return true;
+}
+
+void scheduler_core::forget_disk_copy(session_entry& e, scheduler_effects& fx) {
+  if (!e.on_disk)
+    return;
+  fx.disk_deletes.push_back(e.owner);
+  disk_held_ -= e.pages;
+  clean_pages_ -= e.pages;
+  e.on_disk = false;
+}
+
+void scheduler_core::clean_host(scheduler_effects& fx) {
+  if (limits_.disk_pages == 0 || limits_.page_bytes == 0 || limits_.disk_write_back <= 0 || cleaning_)
+    return;
+  const auto taken = host_reserved_ + host_pending_ + host_claimed_;
+  const auto free = limits_.host_pages > taken ? limits_.host_pages - taken : 0;
+  if (static_cast<double>(free + clean_pages_) >= limits_.disk_write_back * static_cast<double>(limits_.host_pages))
+    return;
+  const auto victim = session_victim(session_tier::host, 0, true);
+  if (victim == sessions_.end() || limits_.disk_pages < victim->second.pages)
+    return;
+  const auto session = victim->first;
+  if (!disk_room(victim->second.pages, fx))
+    return;
+  auto& e = sessions_.find(session)->second;
+  e.where = session_tier::to_disk;
+  e.keep_host = true;
+  disk_held_ += e.pages;
+  ++session_disk_writes_;
+  cleaning_ = true;
+  fx.disk_outs.push_back({e.owner, {}, e.host_page_ids, e.pages * limits_.page_bytes});
 }
 
 std::unordered_map<std::uint64_t, scheduler_core::session_entry>::iterator
@@ -1211,11 +1278,11 @@ scheduler_core::session_of_owner(std::uint64_t owner, session_tier tier) {
 }
 
 std::unordered_map<std::uint64_t, scheduler_core::session_entry>::iterator
-scheduler_core::session_victim(session_tier tier, std::uint64_t keep) {
+scheduler_core::session_victim(session_tier tier, std::uint64_t keep, bool without_disk_copy) {
   std::vector<policies::session_view> views;
   std::vector<std::unordered_map<std::uint64_t, session_entry>::iterator> at;
   for (auto i = sessions_.begin(); i != sessions_.end(); ++i)
-    if (i->first != keep && i->second.where == tier) {
+    if (i->first != keep && i->second.where == tier && !(without_disk_copy && i->second.on_disk)) {
       views.push_back({i->first, i->second.last_use_s, i->second.pages});
       at.push_back(i);
     }
@@ -1254,8 +1321,27 @@ scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok, doub
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
+  if (e.keep_host && e.waiter == 0) {
+    // A write-back: the cache stays in its host pages, now with a copy on
+    // disk (a failed write leaves it without one; the shell removed the file).
+    cleaning_ = false;
+    e.keep_host = false;
+    e.where = session_tier::host;
+    if (ok) {
+      e.on_disk = true;
+      clean_pages_ += e.pages;
+    } else {
+      disk_held_ -= e.pages;
+    }
+    serve_host_claims(now_s, fx);
+    clean_host(fx);
+    return fx;
+  }
+  if (e.keep_host)
+    cleaning_ = false; // its turn takes it below
+  else
+    to_disk_pages_ -= e.pages;
   host_reserved_ -= e.pages;
-  to_disk_pages_ -= e.pages;
   if (e.waiter != 0) {
     // Its turn came while it was written: the turn takes the host pages,
     // and the file is not needed.

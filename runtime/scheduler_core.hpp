@@ -51,6 +51,10 @@ struct scheduler_limits {
   /// Pages of session caches that may wait in files on disk, the tier
   /// below the host pool (0: none): a host-tier cache pushed out goes there.
   std::uint64_t disk_pages = 0;
+  /// Write-back (with disk_pages): while less than this share of the host
+  /// pool is free or clean (its cache already copied to disk), the next
+  /// host cache to go down is copied ahead of need (0: never).
+  double disk_write_back = 0;
   /// Layer-wise streaming (Symphony; the backend must stream_in): a turn
   /// whose session cache comes from the host pool runs at once, its first
   /// step computing each layer as that layer's pages land.
@@ -313,6 +317,8 @@ public:
   std::uint64_t session_disk_reads() const noexcept { return session_disk_reads_; }
   std::uint64_t streamed_ins() const noexcept { return streamed_ins_; }
   std::uint64_t session_disk_pages() const noexcept { return disk_held_; }
+  /// Of those, the copies of caches still in the host pool (write-back).
+  std::uint64_t session_clean_pages() const noexcept { return clean_pages_; }
   std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
@@ -493,12 +499,25 @@ private:
     bool advised = false;
     /// from_disk or awaiting_host: its host pages are claimed, not yet given.
     bool claimed = false;
+    /// to_disk: a write-back (clean_host): the host pages stay after it.
+    bool keep_host = false;
+    /// host: a copy is in a file too, so it goes down a tier at once.
+    bool on_disk = false;
   };
   std::unordered_map<std::uint64_t, session_entry> sessions_;
   /// The cache of `tier` to move down first (the session policy's choice),
   /// sparing `keep`; end() when there is none.
   std::unordered_map<std::uint64_t, session_entry>::iterator session_victim(session_tier tier,
-                                                                            std::uint64_t keep);
+                                                                            std::uint64_t keep,
+                                                                            bool without_disk_copy = false);
+  /// Write-back: while the host pool's free and clean pages (caches with a
+  /// copy on disk) are under limits_.disk_write_back of it, the next host
+  /// cache to go down is copied to disk ahead of need, one at a time, and
+  /// keeps its host pages; pushing it down later frees them at once, and a
+  /// cache coming down from the GPU need not wait for a write.
+  void clean_host(scheduler_effects& fx);
+  /// A host cache's copy on disk is no longer wanted: its file goes.
+  void forget_disk_copy(session_entry& e, scheduler_effects& fx);
   /// Starts `e` (in the host pool) back to the GPU when there is room
   /// without displacing anything admitted or waiting; false when not.
   bool prefetch_session(session_entry& e, scheduler_effects& fx);
@@ -545,6 +564,8 @@ private:
   std::uint64_t to_disk_pages_ = 0;    // host pages of caches being written to disk
   std::uint64_t host_claimed_ = 0;     // host pages claimed by caches waiting for those
   std::deque<std::uint64_t> host_claims_; // their owners, in order
+  std::uint64_t clean_pages_ = 0;      // host pages of caches with a copy on disk
+  bool cleaning_ = false;              // a write-back under way
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;
 };

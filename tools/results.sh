@@ -239,6 +239,26 @@ symphony() {
   rm -f "$out/.one.csv"
   plot "$out/symphony-tbt.png" tbt_p50_s "Time per output token, multi-turn ShareGPT (A100-80GB, Llama-2-7B)" "$csv"
 
+  # The disk tier: an 8 GiB host pool alone, with 512 GiB of disk below it
+  # (2 GB/s, the cost model's default) written only when a cache is pushed
+  # down, with write-back (the default: copies made ahead of need), and
+  # with write-back and advisories 3 s ahead.
+  csv=$out/symphony-disk.csv
+  rm -f "$csv"
+  # label:disk_gib:disk_write_back:advise_lead_s
+  for setup in host8:0:0.5:off host8+disk-on-demand:512:0:off host8+disk:512:0.5:off \
+               host8+disk+advise:512:0.5:3; do
+    local label disk wb lead
+    IFS=: read -r label disk wb lead <<< "$setup"
+    "$sim" --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+      --rates 0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru \
+      --session-fraction 0.9 --host-gib 8 --disk-gib "$disk" --disk-write-back "$wb" --csv "$out/.one.csv" \
+      > "$out/symphony-disk-$label.txt"
+    if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
+    tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
+  done
+  rm -f "$out/.one.csv"
+
   # Four nodes behind the router (troupe-sim --nodes 4), the same
   # conversations at four times the rates and beyond: recompute (no session
   # cache); sticky (sessions and host tier, every turn on its session's

@@ -100,6 +100,8 @@ constexpr const char* usage =
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --disk-gib G          disk tier for session caches, GiB: a cache pushed out of the host pool is written\n"
   "                        to disk and read back for its next turn (default 0: none; needs a host pool)\n"
+  "  --disk-write-back F   copy host caches to disk ahead of need while less than F of the host pool\n"
+  "                        is free or already copied (default 0.5, the server's; 0: only on demand)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
   "  --adapter-partition-gib G   adapters in a static region of G GiB carved out of the pool, apart from\n"
   "                        KV (S-LoRA's no-unified-paging ablation; default 0: one unified pool)\n"
@@ -154,6 +156,7 @@ struct options {
   std::vector<std::pair<std::uint32_t, double>> failures;
   double host_gib = 0;
   double disk_gib = 0;
+  double disk_write_back = 0.5;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
   std::vector<double> rates;
@@ -339,6 +342,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.on_demand = v == "on_demand";
     }
     else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
+    else if (a == "--disk-write-back") { if (!need_num() || num < 0 || num > 1) { err = "--disk-write-back must be in [0, 1]"; return false; } o.disk_write_back = num; }
     else if (a == "--disk-gib") { if (!need_num() || num < 0) { err = "--disk-gib must be >= 0"; return false; } o.disk_gib = num; }
     else if (a == "--pool-pages") { if (!need_num() || num < 1) { err = "--pool-pages must be >= 1"; return false; } o.pool_pages_override = static_cast<std::uint64_t>(num); }
     else if (a == "--host-pages") { if (!need_num()) return false; o.host_pages = static_cast<std::uint64_t>(num); }
@@ -582,6 +586,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cfg.limits.host_pages = o.host_pages > 0 ? o.host_pages
                                                 : static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
       cfg.limits.disk_pages = static_cast<std::uint64_t>(o.disk_gib * (1ull << 30) / static_cast<double>(page_bytes));
+      cfg.limits.disk_write_back = o.disk_write_back;
       cfg.scheduling = std::move(scheduling);
       cfg.eviction = std::move(policy);
       cfg.classifier = std::move(classifier);

@@ -506,7 +506,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   d->stop();
 
   // Down to disk and back: room for one 2-page cache on the GPU and one in
-  // the host pool, files below. A's cache goes GPU -> host (B's turn) ->
+  // the host pool, files below, written only when pushed down. A's cache goes GPU -> host (B's turn) ->
   // disk (C's turn, B's cache taking its host pages once written); A's
   // second turn reads it back through the host pool, B's going to disk to
   // make room.
@@ -514,7 +514,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
                       << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
-                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
+                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_write_back = 0\ndisk_dir = \""
                       << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
                       << "[copy_engine]\nlayer_streaming = false\n"; // copied whole, then computed
   d = start_from_file(path.string());
@@ -547,6 +547,38 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(stats.at("session_streamed_ins"), 0.0);
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
   EXPECT_EQ(stats.at("session_disk_pages"), 2.0) << "B's";
+  d->stop();
+  EXPECT_FALSE(fs::exists(disk_dir / ("troupe-kv-" + std::to_string(::getpid())))) << "its files outlive it";
+
+  // Write-back (the default share, half of the host pool): A's cache, once
+  // in the full host pool, is copied to disk ahead of need and keeps its
+  // host pages; C's turn then pushes B down without waiting for a write,
+  // and A's second turn reads its cache back from the file.
+  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
+                      << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
+                      << "[copy_engine]\nlayer_streaming = false\n";
+  d = start_from_file(path.string());
+  ASSERT_NE(d, nullptr);
+  client_connection c4{d->endpoint()};
+  auto turn4 = [&](const std::string& id, const std::vector<std::int32_t>& prompt, const std::string& session) {
+    return greedy_turn(c4, id, prompt, session);
+  };
+  EXPECT_EQ(turn4("a1", prompt1, "A"), reply1);
+  turn4("b1", other, "B");
+  for (int i = 0; i < 500 && stats_of(c4, "e1").at("session_clean_pages") < 2.0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  stats = stats_of(c4, "e2");
+  EXPECT_EQ(stats.at("session_clean_pages"), 2.0) << "A's cache copied to disk, still in the host pool";
+  EXPECT_EQ(stats.at("host_pool_pages_kv"), 2.0);
+  turn4("c1", third, "C");
+  EXPECT_EQ(turn4("a2", prompt2, "A"), with_cache) << "the cache written back and read from disk changed the output";
+  stats = stats_of(c4, "e3");
+  EXPECT_EQ(stats.at("session_disk_reads"), 1.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
+  EXPECT_EQ(stats.at("session_evictions"), 0.0) << "no cache dropped on the way";
   d->stop();
   EXPECT_FALSE(fs::exists(disk_dir / ("troupe-kv-" + std::to_string(::getpid())))) << "its files outlive it";
   fs::remove_all(disk_dir);

@@ -66,7 +66,7 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 struct swap_shell {
   explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
                       std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0, bool streaming = false,
-                      policies::session_eviction how = policies::session_eviction::lru)
+                      policies::session_eviction how = policies::session_eviction::lru, double write_back = 0)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -78,6 +78,7 @@ struct swap_shell {
     limits.disk_pages = disk_pages;
     limits.layer_streaming = streaming;
     limits.session_eviction = how;
+    limits.disk_write_back = write_back;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -783,6 +784,17 @@ void submit_second_turn(swap_shell& s) {
   s.submit_tokens(3, prompt2, 2, 7);
 }
 
+/// Session 7's second turn (request 3), its cache copying in from the host
+/// pool: runs to the end reusing the 9 cached tokens, every page released
+/// once.
+void the_second_turn_copies_its_cache_in(swap_shell& s) {
+  ASSERT_EQ(s.ins.size(), 1u);
+  s.answer_in();
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
 TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn) {
   auto s = one_session_pushed_down();
   ASSERT_EQ(s.session_outs.size(), 1u);
@@ -973,9 +985,10 @@ swap_shell one_session_on_disk() {
   return s;
 }
 
-TEST(scheduler_session, a_cache_coming_down_pushes_one_host_cache_to_disk_and_waits_for_its_pages) {
-  // The GPU keeps one 3-page cache, the host pool two, the disk many.
-  swap_shell s{40, 6, false, 4, 30};
+/// A GPU keeping one 3-page cache and a host pool of two: sessions 7, 8
+/// and 9 (requests 10 to 12) end, 7's and 8's caches in the host pool and
+/// 9's on the GPU. Returns the next request id.
+std::uint64_t three_sessions_down(swap_shell& s) {
   std::uint64_t id = 10;
   for (std::uint64_t session = 7; session <= 9; ++session, ++id) {
     s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 6), 4, session);
@@ -983,6 +996,13 @@ TEST(scheduler_session, a_cache_coming_down_pushes_one_host_cache_to_disk_and_wa
     if (session > 7)
       s.answer_session_out();
   }
+  return id;
+}
+
+TEST(scheduler_session, a_cache_coming_down_pushes_one_host_cache_to_disk_and_waits_for_its_pages) {
+  // The GPU keeps one 3-page cache, the host pool two, the disk many.
+  swap_shell s{40, 6, false, 4, 30};
+  const auto id = three_sessions_down(s);
   // 7 and 8 in the host pool (full), 9 on the GPU; 10's turn pushes 9 down.
   EXPECT_EQ(s.host.used_pages(page_owner_kind::request), 6u);
   s.submit_tokens(id, tokens_from(200, 6), 4, 10);
@@ -1034,6 +1054,83 @@ TEST(scheduler_session, two_caches_coming_down_at_once_each_get_host_pages_of_th
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
+TEST(scheduler_session, write_back_copies_a_host_cache_to_disk_ahead_so_the_next_one_down_need_not_wait) {
+  // The GPU keeps one 3-page cache, the host pool two; write-back below
+  // half of the host pool free or clean.
+  swap_shell s{40, 6, false, 4, 30, false, policies::session_eviction::lru, 0.5};
+  const auto id = three_sessions_down(s);
+  // 7 and 8 fill the host pool: 7's cache is copied to disk ahead of need,
+  // and keeps its host pages.
+  s.admit();
+  ASSERT_EQ(s.disk_outs.size(), 1u);
+  EXPECT_EQ(s.disk_outs[0].request_id, 10u);
+  s.answer_disk_out();
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 10}).size(), 3u) << "still in the host pool";
+  EXPECT_EQ(s.core->session_clean_pages(), 3u);
+  EXPECT_EQ(s.core->session_disk_pages(), 3u);
+  EXPECT_TRUE(s.disk_outs.empty()) << "one clean cache is enough here";
+  // 10's turn pushes 9 down: 7's host pages come free at once.
+  s.submit_tokens(id, tokens_from(200, 6), 4, 10);
+  run_until_done(s, id);
+  ASSERT_EQ(s.session_outs.size(), 1u) << "9 moves down without waiting for a write";
+  EXPECT_EQ(s.session_outs[0].request_id, 12u);
+  s.answer_session_out();
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 10}).empty());
+  EXPECT_EQ(s.core->session_clean_pages(), 0u) << "7 is on disk only now";
+  EXPECT_EQ(s.core->session_disk_pages(), 3u);
+  EXPECT_EQ(s.core->session_evictions(), 0u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+/// One 3-page cache on the GPU and one in the host pool, write-back on:
+/// session 7's cache (request 1) in the host pool, which it fills, with a
+/// copy on disk; 8's (request 2) on the GPU.
+swap_shell one_session_written_back() {
+  swap_shell s{40, 3, false, 4, 30, false, policies::session_eviction::lru, 0.5};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8);
+  run_until_done(s, 2);
+  s.answer_session_out();
+  s.admit();
+  EXPECT_EQ(s.disk_outs.size(), 1u) << "written back";
+  s.answer_disk_out();
+  return s;
+}
+
+TEST(scheduler_session, a_clean_cache_used_again_loses_its_copy_on_disk) {
+  auto s = one_session_written_back();
+  EXPECT_EQ(s.core->session_clean_pages(), 3u);
+  submit_second_turn(s); // 7's next turn: a host hit
+  s.admit();
+  EXPECT_TRUE(s.disk.empty()) << "the copy on disk is removed";
+  EXPECT_EQ(s.core->session_disk_pages(), 0u);
+  EXPECT_EQ(s.core->session_clean_pages(), 0u);
+  the_second_turn_copies_its_cache_in(s);
+}
+
+TEST(scheduler_session, a_read_from_disk_turns_a_write_back_under_way_into_room) {
+  auto s = one_session_written_back();
+  s.submit_tokens(4, tokens_from(80, 6), 4, 9);
+  run_until_done(s, 4);
+  ASSERT_EQ(s.session_outs.size(), 1u) << "8 down at once: 7 was clean";
+  s.answer_session_out();
+  s.admit();
+  ASSERT_EQ(s.disk_outs.size(), 1u) << "8 written back in turn";
+  // 7's next turn needs host room for its read while 8's write-back runs:
+  // that write now frees 8's host pages when it ends.
+  submit_second_turn(s);
+  s.admit();
+  EXPECT_TRUE(s.disk_ins.empty());
+  s.answer_disk_out();
+  EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 2}).empty()) << "8 on disk only";
+  ASSERT_EQ(s.disk_ins.size(), 1u);
+  s.answer_disk_in();
+  the_second_turn_copies_its_cache_in(s);
+  EXPECT_EQ(s.core->session_evictions(), 0u);
+  EXPECT_EQ(s.core->session_clean_pages(), 0u);
+}
+
 TEST(scheduler_session, a_cache_waiting_for_host_pages_is_taken_by_its_turn_from_the_gpu) {
   swap_shell s{40, 3, false, 4, 30};
   s.submit_tokens(1, tokens_from(10, 6), 4, 7);
@@ -1074,10 +1171,7 @@ TEST(scheduler_session, a_turn_whose_cache_is_being_written_to_disk_takes_its_ho
   s.answer_disk_out();
   EXPECT_TRUE(s.disk.empty()) << "the file it no longer needs is removed";
   EXPECT_TRUE(s.disk_ins.empty()) << "nothing read back: the host pages still held it";
-  ASSERT_EQ(s.ins.size(), 1u);
-  s.answer_in();
-  run_until_done(s, 3);
-  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  the_second_turn_copies_its_cache_in(s);
   EXPECT_EQ(s.core->session_disk_reads(), 0u);
   EXPECT_EQ(s.core->session_disk_pages(), 0u);
   EXPECT_EQ(s.finished.at(3), finish_reason::length);
@@ -1119,11 +1213,7 @@ TEST(scheduler_session, an_advisory_lifts_a_cache_from_disk_to_the_host) {
   EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u);
   submit_second_turn(s);
   s.admit();
-  ASSERT_EQ(s.ins.size(), 1u) << "a host hit now";
-  s.answer_in();
-  run_until_done(s, 3);
-  EXPECT_EQ(s.core->reused_tokens(), 9u);
-  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+  the_second_turn_copies_its_cache_in(s); // a host hit now
 }
 
 TEST(scheduler_session, a_failed_read_from_disk_recomputes_the_turn) {

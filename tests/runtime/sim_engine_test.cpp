@@ -236,8 +236,9 @@ TEST(sim_engine, a_disk_tier_below_a_small_host_pool_keeps_every_conversations_c
     sim_totals totals;
     std::size_t sessions = 0;
     std::uint64_t session_pages = 0;
+    std::uint64_t clean_pages = 0; ///< on disk and in the host pool both
   };
-  auto conversations = [&](std::uint64_t disk_pages) {
+  auto conversations = [&](std::uint64_t disk_pages, double write_back = 0) {
     sim_engine_config cfg;
     cfg.limits.total_pages = 2000;
     cfg.limits.page_tokens = 16;
@@ -245,6 +246,7 @@ TEST(sim_engine, a_disk_tier_below_a_small_host_pool_keeps_every_conversations_c
     cfg.limits.session_pages = 200; // about one conversation's cache on the GPU
     cfg.limits.host_pages = 600;    // three in the host pool
     cfg.limits.disk_pages = disk_pages;
+    cfg.limits.disk_write_back = write_back;
     cfg.scheduling = policies::make_scheduling_policy("fcfs");
     cfg.eviction = policies::make_eviction_policy("lru");
     adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
@@ -259,10 +261,12 @@ TEST(sim_engine, a_disk_tier_below_a_small_host_pool_keeps_every_conversations_c
     const auto out = engine.run(reqs);
     for (const auto& o : out)
       EXPECT_EQ(o.reason, finish_reason::length);
-    return outcome{engine.totals(), engine.core().sessions_cached(), engine.core().session_pages_held()};
+    return outcome{engine.totals(), engine.core().sessions_cached(), engine.core().session_pages_held(),
+                   engine.core().session_clean_pages()};
   };
   const auto host_only = conversations(0);
   const auto disk = conversations(100000);
+  const auto write_back = conversations(100000, 0.5);
   // The turns of the eight conversations end together and their caches
   // come down at once, some while the host pool's pages are still in
   // transit (those are dropped with or without a disk tier); the disk tier
@@ -274,12 +278,16 @@ TEST(sim_engine, a_disk_tier_below_a_small_host_pool_keeps_every_conversations_c
   EXPECT_GT(disk.totals.session_disk_reads, 0u);
   EXPECT_GE(disk.totals.session_disk_writes, disk.totals.session_disk_reads) << "a cache is read back once written";
   EXPECT_GT(disk.totals.session_disk_seconds, 0.0);
-  for (const auto* r : {&host_only, &disk}) {
+  EXPECT_LT(write_back.totals.recomputed_tokens, host_only.totals.recomputed_tokens);
+  EXPECT_GT(write_back.totals.session_disk_writes, disk.totals.session_disk_writes) << "copies made ahead of need";
+  for (const auto* r : {&host_only, &disk, &write_back}) {
     // Every page a request held is back: what is left belongs to the caches
-    // kept on the GPU, in the host pool and on disk, each a conversation's
-    // last (3 x 1,016 tokens: 191 pages).
+    // kept on the GPU, in the host pool and on disk (a host cache's copy
+    // on disk counted once), each a conversation's last (3 x 1,016 tokens:
+    // 191 pages).
     EXPECT_EQ(r->totals.pool_request_pages_at_end, r->session_pages);
-    EXPECT_EQ(r->totals.pool_request_pages_at_end + r->totals.host_pages_at_end + r->totals.disk_pages_at_end,
+    EXPECT_EQ(r->totals.pool_request_pages_at_end + r->totals.host_pages_at_end + r->totals.disk_pages_at_end
+                - r->clean_pages,
               191u * r->sessions);
     EXPECT_GT(r->sessions, 0u);
   }
