@@ -489,7 +489,8 @@ backend_options read_backend(section s, const config_catalog& catalog) {
 
 memory_pool_options read_memory_pool(section s) {
   memory_pool_options o;
-  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction", "host_pages", "disk_pages", "disk_dir", "disk_write_back"});
+  s.allow_only({"page_tokens", "pages", "gpu_memory_fraction", "host_pages", "disk_pages", "disk_dir", "disk_write_back",
+                "disk_fetch", "disk_bytes_per_s", "disk_max_wait_s"});
   o.page_tokens = s.u32("page_tokens", o.page_tokens, 1, max_page_tokens);
   s.require("page_tokens", std::has_single_bit(o.page_tokens), "must be a power of two");
   o.pages = s.u64("pages", o.pages);
@@ -501,6 +502,12 @@ memory_pool_options read_memory_pool(section s) {
   o.disk_dir = s.text("disk_dir", o.disk_dir);
   o.disk_write_back = s.real("disk_write_back", o.disk_write_back);
   s.require("disk_write_back", o.disk_write_back >= 0 && o.disk_write_back <= 1, "must be in [0, 1]");
+  o.disk_fetch = s.text("disk_fetch", o.disk_fetch);
+  s.require("disk_fetch", o.disk_fetch == "cost" || o.disk_fetch == "read", "valid: cost, read");
+  o.disk_bytes_per_s = s.real("disk_bytes_per_s", o.disk_bytes_per_s);
+  s.require("disk_bytes_per_s", o.disk_bytes_per_s > 0, "must be positive");
+  o.disk_max_wait_s = s.real("disk_max_wait_s", o.disk_max_wait_s);
+  s.require("disk_max_wait_s", o.disk_max_wait_s > 0, "must be positive");
   s.require("disk_pages", o.disk_pages == 0 || o.host_pages > 0,
             "needs memory_pool.host_pages: caches reach the disk through the host pool");
   return o;

@@ -12,6 +12,7 @@
 #include "actors/prefetcher_actor.hpp"
 #include "actors/queue_tuner_actor.hpp"
 #include "actors/scheduler_actor.hpp"
+#include "policies/disk_fetch.hpp"
 #include "policies/output_predictor.hpp"
 #include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
@@ -29,6 +30,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <optional>
 #include <filesystem>
 #include <unistd.h>
 #include <thread>
@@ -156,7 +158,11 @@ deployment::start(const deployment_options& opts) {
       return opts.source + ": classifier.params: " + err;
   }
 
-  if (sched_policy->wants_calibration()) {
+  // Measured once, for a cost-predicting policy and for the disk tier's
+  // read-or-recompute choice.
+  const bool fetch_by_cost = opts.memory_pool.disk_pages > 0 && opts.memory_pool.disk_fetch == "cost";
+  std::optional<policies::cost_calibration> calibration;
+  if (sched_policy->wants_calibration() || fetch_by_cost) {
     // Cost-predicting policies get the backend measured before it serves.
     calibration_setup cs;
     cs.pool_pages = rb.pool_pages;
@@ -173,7 +179,9 @@ deployment::start(const deployment_options& opts) {
                  "hidden page {:.3g} s/step",
                  rb.backend->name(), sched_policy->name(), points.empty() ? " -" : points,
                  cal.d2h_bytes_per_s / 1e9, cal.h2d_bytes_per_s / 1e9, cal.hidden_page_seconds);
-    sched_policy->on_calibration(cal);
+    if (sched_policy->wants_calibration())
+      sched_policy->on_calibration(cal);
+    calibration = cal;
   }
   if (opts.memory_pool.host_pages == 0 && sched_policy->name() == "adaptive")
     spdlog::info("memory_pool.host_pages is 0: preempted requests are recomputed, never swapped");
@@ -239,6 +247,14 @@ deployment::start(const deployment_options& opts) {
   sc.limits.page_bytes = rb.page_bytes;
   sc.limits.disk_pages = opts.memory_pool.disk_pages;
   sc.limits.disk_write_back = opts.memory_pool.disk_write_back;
+  if (fetch_by_cost && calibration) {
+    auto m = policies::disk_fetch_model::from(*calibration, opts.memory_pool.disk_bytes_per_s);
+    m.max_wait_s = opts.memory_pool.disk_max_wait_s;
+    if (!m.fitted)
+      spdlog::warn("memory_pool.disk_fetch = \"cost\": too few prefill timings to predict a recompute; "
+                   "caches on disk are always read back");
+    sc.limits.disk_fetch = m;
+  }
   sc.limits.layer_streaming = opts.copy_engine.layer_streaming && rb.backend->streams_layers();
   sc.limits.session_eviction =
     policies::session_eviction_named(opts.scheduler.session_eviction).value_or(policies::session_eviction::lru);

@@ -96,6 +96,15 @@ struct memory_pool_options {
   /// disk already): host caches are copied to disk ahead of need, so a
   /// cache leaving the GPU rarely waits for a write (0: only on demand).
   double disk_write_back = 0.5;
+  /// A turn whose cache is on disk: "read" it back always, or by "cost":
+  /// only when predicted no slower than recomputing it, counting the disk's
+  /// queue and the batch a recompute holds up, within disk_max_wait_s
+  /// (policies/disk_fetch.hpp); a cache pushed out on demand is written by
+  /// the same measure, else dropped.
+  std::string disk_fetch = "cost";
+  /// The disk's sustained rate for those predictions.
+  double disk_bytes_per_s = 2e9;
+  double disk_max_wait_s = 1.0;
   bool operator==(const memory_pool_options&) const = default;
 };
 

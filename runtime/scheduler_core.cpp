@@ -410,7 +410,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
         ++session_host_hits_;
         forget_disk_copy(e, fx);
         sessions_.erase(sit);
-      } else if (extends && e.where == session_tier::disk && fetch_from_disk(r.spec.session, id, fx)) {
+      } else if (extends && e.where == session_tier::disk && read_from_disk(e)
+                 && fetch_from_disk(r.spec.session, id, fx)) {
         // On disk: read back into host pages while the turn gets its pages,
         // then copied into the first of them as from the host pool.
         r.pages = std::max(r.pages, e.pages);
@@ -847,6 +848,9 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
     return;
   }
   if (e.where == session_tier::host && limits_.disk_pages >= e.pages && limits_.page_bytes > 0
+      && (!limits_.disk_fetch
+          || limits_.disk_fetch->write(e.pages * limits_.page_bytes, static_cast<std::uint32_t>(e.tokens.size()),
+                                       disk_queued_bytes_, running()))
       && disk_room(e.pages, fx)) {
     // Down to disk: written to a file, its host pages freed after.
     auto& d = sessions_.find(session)->second;
@@ -854,6 +858,7 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
     disk_held_ += d.pages;
     to_disk_pages_ += d.pages;
     ++session_disk_writes_;
+    disk_queued_bytes_ += d.pages * limits_.page_bytes;
     fx.disk_outs.push_back({d.owner, {}, d.host_page_ids, d.pages * limits_.page_bytes});
     return;
   }
@@ -888,6 +893,7 @@ void scheduler_core::move_out(session_entry& e, scheduler_effects& fx) {
   // Down a tier: copied to the host pool, its device pages freed after.
   e.where = session_tier::moving_out;
   host_pending_ += e.pages;
+  landing_pages_ += e.pages;
   ++session_offloads_;
   fx.session_outs.push_back({e.owner, e.page_ids, {}, e.pages * limits_.page_bytes});
 }
@@ -957,8 +963,12 @@ scheduler_core::host_room_result scheduler_core::host_room(std::uint64_t pages, 
       victim = std::find_if(sessions_.begin(), sessions_.end(), [keep](const auto& kv) {
         return kv.first != keep && kv.second.where == session_tier::to_disk && kv.second.keep_host;
       });
-      if (victim == sessions_.end())
-        return host_room_result::none;
+      if (victim == sessions_.end()) {
+        // Caches still landing in the pool can be pushed out once there
+        // (a claim's retry does it): wait for them rather than give up.
+        const auto total = limits_.host_pages + to_disk_pages_ + landing_pages_;
+        return total >= taken() + pages ? host_room_result::soon : host_room_result::none;
+      }
     }
     evict_session(victim->first, fx);
   }
@@ -1026,10 +1036,12 @@ void scheduler_core::serve_host_claims(double now_s, scheduler_effects& fx) {
     host_pending_ += e.pages;
     if (fits) {
       ++session_disk_reads_;
+      disk_queued_bytes_ += e.pages * limits_.page_bytes;
       fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
       continue;
     }
     fx.disk_deletes.push_back(e.owner); // never read: its file goes
+    disk_queued_bytes_ += e.pages * limits_.page_bytes; // answered below as a failed read
     fx.merge(on_disk_in(e.owner, false, now_s));
   }
 }
@@ -1249,7 +1261,9 @@ void scheduler_core::forget_disk_copy(session_entry& e, scheduler_effects& fx) {
 }
 
 void scheduler_core::clean_host(scheduler_effects& fx) {
-  if (limits_.disk_pages == 0 || limits_.page_bytes == 0 || limits_.disk_write_back <= 0 || cleaning_)
+  // In the background only: never ahead of a read or write something waits for.
+  if (limits_.disk_pages == 0 || limits_.page_bytes == 0 || limits_.disk_write_back <= 0 || cleaning_
+      || disk_queued_bytes_ > 0)
     return;
   const auto taken = host_reserved_ + host_pending_ + host_claimed_;
   const auto free = limits_.host_pages > taken ? limits_.host_pages - taken : 0;
@@ -1267,6 +1281,7 @@ void scheduler_core::clean_host(scheduler_effects& fx) {
   disk_held_ += e.pages;
   ++session_disk_writes_;
   cleaning_ = true;
+  disk_queued_bytes_ += e.pages * limits_.page_bytes;
   fx.disk_outs.push_back({e.owner, {}, e.host_page_ids, e.pages * limits_.page_bytes});
 }
 
@@ -1291,6 +1306,15 @@ scheduler_core::session_victim(session_tier tier, std::uint64_t keep, bool witho
   return at[policies::pick_session_victim(limits_.session_eviction, views)];
 }
 
+bool scheduler_core::read_from_disk(const session_entry& e) {
+  if (!limits_.disk_fetch
+      || limits_.disk_fetch->read(e.pages * limits_.page_bytes, static_cast<std::uint32_t>(e.tokens.size()),
+                                  disk_queued_bytes_, running()))
+    return true;
+  ++session_disk_skips_; // computed again instead; the file goes when the turn's cache replaces it
+  return false;
+}
+
 bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter, scheduler_effects& fx) {
   auto i = sessions_.find(session);
   if (i == sessions_.end() || i->second.where != session_tier::disk)
@@ -1311,6 +1335,7 @@ bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter
   }
   host_pending_ += e.pages;
   ++session_disk_reads_;
+  disk_queued_bytes_ += e.pages * limits_.page_bytes;
   fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
   return true;
 }
@@ -1321,6 +1346,7 @@ scheduler_effects scheduler_core::on_disk_out(std::uint64_t owner, bool ok, doub
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
+  disk_queued_bytes_ -= e.pages * limits_.page_bytes;
   if (e.keep_host && e.waiter == 0) {
     // A write-back: the cache stays in its host pages, now with a copy on
     // disk (a failed write leaves it without one; the shell removed the file).
@@ -1376,6 +1402,7 @@ scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, doubl
   if (i == sessions_.end())
     return fx;
   auto& e = i->second;
+  disk_queued_bytes_ -= e.pages * limits_.page_bytes;
   host_pending_ -= e.pages;
   disk_held_ -= e.pages;
   ok = ok && host_pages.size() == e.pages;
@@ -1453,6 +1480,7 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
     return fx;
   auto& e = i->second;
   host_pending_ -= e.pages;
+  landing_pages_ -= e.pages;
   moving_out_pages_ -= e.pages;
   fx.release_pages.push_back(owner);
   reserved_pages_ -= e.pages;

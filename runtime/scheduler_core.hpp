@@ -7,6 +7,7 @@
 
 #include "gpu/backend.hpp"
 #include "gpu/step.hpp"
+#include "policies/disk_fetch.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
 #include "runtime/request_state.hpp"
@@ -55,6 +56,10 @@ struct scheduler_limits {
   /// pool is free or clean (its cache already copied to disk), the next
   /// host cache to go down is copied ahead of need (0: never).
   double disk_write_back = 0;
+  /// Set: a turn whose cache is on disk reads it back only when the model
+  /// predicts that no slower than recomputing it (policies/disk_fetch.hpp);
+  /// unset: it always reads.
+  std::optional<policies::disk_fetch_model> disk_fetch;
   /// Layer-wise streaming (Symphony; the backend must stream_in): a turn
   /// whose session cache comes from the host pool runs at once, its first
   /// step computing each layer as that layer's pages land.
@@ -317,6 +322,9 @@ public:
   std::uint64_t session_disk_reads() const noexcept { return session_disk_reads_; }
   std::uint64_t streamed_ins() const noexcept { return streamed_ins_; }
   std::uint64_t session_disk_pages() const noexcept { return disk_held_; }
+  /// Turns whose cache was on disk that recomputed it instead, by the
+  /// disk_fetch model's prediction.
+  std::uint64_t session_disk_skips() const noexcept { return session_disk_skips_; }
   /// Of those, the copies of caches still in the host pool (write-back).
   std::uint64_t session_clean_pages() const noexcept { return clean_pages_; }
   std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
@@ -524,6 +532,9 @@ private:
   /// The cache held under `owner` in `tier` (a move's answer finds it so).
   std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,
                                                                               session_tier tier);
+  /// The disk_fetch model's choice for a turn whose cache `e` is on disk:
+  /// true to read it back, false to recompute (counted).
+  bool read_from_disk(const session_entry& e);
   /// Host pages free now for a claim: neither held nor being filled.
   std::uint64_t host_free_now() const noexcept;
   /// Queues a claim on host pages for `e` (its move from the GPU, or its
@@ -562,9 +573,12 @@ private:
   std::uint64_t next_import_owner_ = std::uint64_t{1} << 62; // apart from request ids
   std::uint64_t moving_out_pages_ = 0; // device pages of caches on their way to the host
   std::uint64_t to_disk_pages_ = 0;    // host pages of caches being written to disk
+  std::uint64_t landing_pages_ = 0;    // host pages of caches on their way down from the GPU
   std::uint64_t host_claimed_ = 0;     // host pages claimed by caches waiting for those
   std::deque<std::uint64_t> host_claims_; // their owners, in order
   std::uint64_t clean_pages_ = 0;      // host pages of caches with a copy on disk
+  std::uint64_t disk_queued_bytes_ = 0; // of writes and reads asked of the disk, not yet answered
+  std::uint64_t session_disk_skips_ = 0;
   bool cleaning_ = false;              // a write-back under way
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;

@@ -34,6 +34,7 @@ void add(sim_totals& a, const sim_totals& b) {
   a.host_pages_at_end += b.host_pages_at_end;
   a.session_disk_writes += b.session_disk_writes;
   a.session_disk_reads += b.session_disk_reads;
+  a.session_disk_skips += b.session_disk_skips;
   a.session_disk_bytes += b.session_disk_bytes;
   a.session_disk_seconds += b.session_disk_seconds;
   a.disk_pages_at_end += b.disk_pages_at_end;

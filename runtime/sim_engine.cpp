@@ -32,6 +32,24 @@ std::unique_ptr<policies::scheduling_policy> calibrated(std::unique_ptr<policies
   return p;
 }
 
+/// The limits, with the disk tier's read-or-recompute model fitted on the
+/// backend when asked for.
+scheduler_limits with_disk_fetch(scheduler_limits limits, gpu::sim_backend& backend, bool by_cost,
+                                 std::uint32_t max_context) {
+  if (!by_cost || limits.disk_pages == 0)
+    return limits;
+  calibration_setup cs;
+  cs.pool_pages = limits.total_pages;
+  cs.page_tokens = limits.page_tokens;
+  cs.page_bytes = limits.page_bytes;
+  cs.host_pages = limits.host_pages;
+  cs.max_tokens = max_context;
+  cs.repeats = 1;
+  limits.disk_fetch = policies::disk_fetch_model::from(calibrate_backend(backend, cs),
+                                                       backend.cost_model().constants().disk_bytes_per_s);
+  return limits;
+}
+
 } // namespace
 
 sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> backend,
@@ -39,7 +57,8 @@ sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> 
   : cfg_(std::move(cfg)),
     backend_(std::move(backend)),
     catalog_(std::move(catalog)),
-    core_(cfg_.limits, calibrated(std::move(cfg_.scheduling), *backend_, cfg_.limits), &backend_->vocab()),
+    core_(with_disk_fetch(cfg_.limits, *backend_, cfg_.disk_fetch_by_cost, cfg_.max_context),
+          calibrated(std::move(cfg_.scheduling), *backend_, cfg_.limits), &backend_->vocab()),
     pool_(pool_pages),
     host_(cfg_.limits.host_pages),
     adapter_partition_(cfg_.adapter_partition_pages),
@@ -233,7 +252,10 @@ void sim_engine::step() {
         break;
       const auto t = i->second;
       running_transfers_.erase(i);
-      transfers_.finished(ev.arg, now_, true);
+      if (t.session_file)
+        disk_transfers_.finished(ev.arg & ~disk_transfer_bit, now_, true);
+      else
+        transfers_.finished(ev.arg, now_, true);
       if (t.session_file) {
         const auto key = std::make_pair(t.request_id, t.cls);
         auto s = std::move(disk_copies_.at(key));
@@ -302,6 +324,7 @@ std::vector<sim_outcome> sim_engine::end() {
   totals_.host_pages_at_end = host_.used_pages(page_owner_kind::request);
   totals_.session_disk_writes = core_.session_disk_writes();
   totals_.session_disk_reads = core_.session_disk_reads();
+  totals_.session_disk_skips = core_.session_disk_skips();
   totals_.disk_pages_at_end = core_.session_disk_pages();
   totals_.aborted = core_.aborted();
   return std::move(outcomes_);
@@ -491,8 +514,9 @@ void sim_engine::swap_out(const scheduler_effects::swap& s, bool session_cache) 
 }
 
 void sim_engine::disk_out(const scheduler_effects::swap& s) {
-  // As the live copy engine: on the swap-out class, keyed by the owner.
-  transfers_.enqueue(transfer_class::swap_out, s.request_id, s.bytes, now_);
+  // As the live copy engine: on the swap-out class, keyed by the owner, in
+  // the disk's own queue.
+  disk_transfers_.enqueue(transfer_class::swap_out, s.request_id, s.bytes, now_);
   disk_copies_[{s.request_id, transfer_class::swap_out}] = s;
 }
 
@@ -508,7 +532,7 @@ void sim_engine::disk_in(const scheduler_effects::swap& s) {
   auto copy = s;
   const auto held = host_.pages_of(owner);
   copy.host_pages.assign(held.end() - static_cast<std::ptrdiff_t>(pages), held.end());
-  transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
+  disk_transfers_.enqueue(transfer_class::swap_in, s.request_id, s.bytes, now_);
   disk_copies_[{s.request_id, transfer_class::swap_in}] = std::move(copy);
 }
 
@@ -582,25 +606,24 @@ void sim_engine::load(std::uint32_t adapter_id, transfer_class kind, bool retrie
 }
 
 void sim_engine::start_transfers() {
+  for (const auto& s : disk_transfers_.start_ready(now_)) {
+    // The file's read or write at the disk's rate, and the host pages' copy
+    // as the backend prices it.
+    const auto& d = disk_copies_.at({s.key, s.cls});
+    const bool out = s.cls == transfer_class::swap_out;
+    transfer t{0, s.bytes};
+    t.cls = s.cls;
+    t.request_id = s.key;
+    t.session_file = true;
+    t.disk = true;
+    t.disk_s = backend_->cost_model().disk_seconds(s.bytes);
+    t.copy_s = out ? backend_->read_pages(true, d.host_pages, s.bytes).seconds
+                   : backend_->write_host_pages(d.host_pages, {}, s.bytes).seconds;
+    t.done_s = now_ + t.disk_s + t.copy_s;
+    running_transfers_.emplace(s.id | disk_transfer_bit, t);
+    schedule(t.done_s, event_kind::transfer_done, s.id | disk_transfer_bit);
+  }
   for (const auto& s : transfers_.start_ready(now_)) {
-    if (auto d = disk_copies_.find({s.key, s.cls}); d != disk_copies_.end()) {
-      // The file's read or write at the disk's rate, and the host pages'
-      // copy as the backend prices it.
-      const bool out = s.cls == transfer_class::swap_out;
-      const auto host = out ? backend_->read_pages(true, d->second.host_pages, s.bytes).seconds
-                            : backend_->write_host_pages(d->second.host_pages, {}, s.bytes).seconds;
-      transfer t{0, s.bytes};
-      t.cls = s.cls;
-      t.request_id = s.key;
-      t.session_file = true;
-      t.disk = true;
-      t.disk_s = backend_->cost_model().disk_seconds(s.bytes);
-      t.copy_s = host;
-      t.done_s = now_ + t.disk_s + t.copy_s;
-      running_transfers_.emplace(s.id, t);
-      schedule(t.done_s, event_kind::transfer_done, s.id);
-      continue;
-    }
     if (s.cls == transfer_class::swap_out || s.cls == transfer_class::swap_in) {
       const auto& sw = swaps_.at({s.key, s.cls});
       const auto r = backend_->swap_pages(

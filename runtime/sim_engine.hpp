@@ -43,6 +43,11 @@ struct sim_engine_config {
   /// The queue tuner, run every period_s of virtual time when enabled.
   queue_tuner_options tuner;
   std::uint32_t copy_inflight = 4;
+  /// With a disk tier: fit limits.disk_fetch on the backend (its prefill
+  /// times, its copy rate, the cost model's disk rate), as the live server
+  /// does, so a turn reads its cache from disk only when that is predicted
+  /// no slower than recomputing it. False: always read.
+  bool disk_fetch_by_cost = false;
   /// > 0: adapters live in a static region of this many pages, apart from
   /// the KV pages (S-LoRA's "no unified paging" ablation); 0: one unified
   /// pool for both.
@@ -126,6 +131,8 @@ struct sim_totals {
   std::uint64_t session_disk_writes = 0;
   std::uint64_t session_disk_reads = 0;
   std::uint64_t session_disk_bytes = 0;
+  /// Turns whose cache was on disk that recomputed it (disk_fetch_by_cost).
+  std::uint64_t session_disk_skips = 0;
   double session_disk_seconds = 0;
   /// Pages of session caches on disk when the run ended.
   std::uint64_t disk_pages_at_end = 0;
@@ -267,6 +274,11 @@ private:
   std::unordered_map<std::uint64_t, std::pair<double, double>> streams_;
   adapter_cache cache_;
   transfer_queue transfers_;
+  /// Session caches to and from their files: the disk's own queue, one at a
+  /// time (its bandwidth is the disk's, not one per copy slot), apart from
+  /// PCIe copies. Their ids carry disk_transfer_bit in events.
+  transfer_queue disk_transfers_{1};
+  static constexpr std::uint64_t disk_transfer_bit = std::uint64_t{1} << 63;
   std::uint64_t pool_pages_;
   double now_ = 0;
   std::uint64_t seq_ = 0;

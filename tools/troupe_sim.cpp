@@ -100,6 +100,8 @@ constexpr const char* usage =
   "  --pool-pages N --host-pages N   pool sizes in 16-token pages instead (AdaptiveLLM shrinks them on purpose)\n"
   "  --disk-gib G          disk tier for session caches, GiB: a cache pushed out of the host pool is written\n"
   "                        to disk and read back for its next turn (default 0: none; needs a host pool)\n"
+  "  --disk-fetch read|cost   a turn whose cache is on disk reads it back always, or only when that is\n"
+  "                        predicted no slower than recomputing it (the disk's queue counted; default cost)\n"
   "  --disk-write-back F   copy host caches to disk ahead of need while less than F of the host pool\n"
   "                        is free or already copied (default 0.5, the server's; 0: only on demand)\n"
   "  --max-output N        cap every request's output (AdaptiveLLM's max output length)\n"
@@ -157,6 +159,7 @@ struct options {
   double host_gib = 0;
   double disk_gib = 0;
   double disk_write_back = 0.5;
+  bool disk_fetch_by_cost = true;
   std::uint64_t pool_pages_override = 0, host_pages = 0;
   std::uint32_t max_output = 0;
   std::vector<double> rates;
@@ -342,6 +345,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.on_demand = v == "on_demand";
     }
     else if (a == "--host-gib") { if (!need_num()) return false; o.host_gib = num; }
+    else if (a == "--disk-fetch") {
+      if (v != "read" && v != "cost") { err = "--disk-fetch: read or cost, got \"" + v + "\""; return false; }
+      o.disk_fetch_by_cost = v == "cost";
+    }
     else if (a == "--disk-write-back") { if (!need_num() || num < 0 || num > 1) { err = "--disk-write-back must be in [0, 1]"; return false; } o.disk_write_back = num; }
     else if (a == "--disk-gib") { if (!need_num() || num < 0) { err = "--disk-gib must be >= 0"; return false; } o.disk_gib = num; }
     else if (a == "--pool-pages") { if (!need_num() || num < 1) { err = "--pool-pages must be >= 1"; return false; } o.pool_pages_override = static_cast<std::uint64_t>(num); }
@@ -587,6 +594,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
                                                 : static_cast<std::uint64_t>(o.host_gib * (1ull << 30) / static_cast<double>(page_bytes));
       cfg.limits.disk_pages = static_cast<std::uint64_t>(o.disk_gib * (1ull << 30) / static_cast<double>(page_bytes));
       cfg.limits.disk_write_back = o.disk_write_back;
+      cfg.disk_fetch_by_cost = o.disk_fetch_by_cost;
       cfg.scheduling = std::move(scheduling);
       cfg.eviction = std::move(policy);
       cfg.classifier = std::move(classifier);
@@ -801,7 +809,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
         << ",\"prefetches\":" << t.prefetches << ",\"prefetch_hits\":" << t.prefetch_hits
         << ",\"pcie_bytes\":" << t.pcie_bytes << ",\"disk_bytes\":" << t.disk_bytes
         << ",\"session_disk_writes\":" << t.session_disk_writes << ",\"session_disk_reads\":" << t.session_disk_reads
-        << ",\"session_disk_bytes\":" << t.session_disk_bytes
+        << ",\"session_disk_bytes\":" << t.session_disk_bytes << ",\"session_disk_skips\":" << t.session_disk_skips
         << ",\"recomputed_tokens\":" << t.recomputed_tokens << ",\"reused_tokens\":" << t.reused_tokens
         << ",\"ttft_p50_s\":" << r.ttft_p50 << ",\"ttft_p99_s\":" << r.ttft_p99
         << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99

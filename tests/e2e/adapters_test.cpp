@@ -514,7 +514,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
                       << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
-                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_write_back = 0\ndisk_dir = \""
+                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_write_back = 0\ndisk_fetch = \"read\"\ndisk_dir = \""
                       << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
                       << "[copy_engine]\nlayer_streaming = false\n"; // copied whole, then computed
   d = start_from_file(path.string());
@@ -557,7 +557,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
                       << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
-                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
+                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_fetch = \"read\"\ndisk_dir = \""
                       << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
                       << "[copy_engine]\nlayer_streaming = false\n";
   d = start_from_file(path.string());

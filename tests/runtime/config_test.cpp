@@ -369,6 +369,9 @@ pages = 5000000000
 gpu_memory_fraction = 0.5
 host_pages = 77
 disk_write_back = 0.25
+disk_fetch = "read"
+disk_bytes_per_s = 7e9
+disk_max_wait_s = 0.5
 [scheduler]
 policy = "fcfs"
 max_running = 1
@@ -428,6 +431,9 @@ ranks = [4]
   EXPECT_EQ(o.adapter_cache.max_resident, 12u);
   EXPECT_EQ(o.memory_pool.host_pages, 77u);
   EXPECT_EQ(o.memory_pool.disk_write_back, 0.25);
+  EXPECT_EQ(o.memory_pool.disk_fetch, "read");
+  EXPECT_EQ(o.memory_pool.disk_bytes_per_s, 7e9);
+  EXPECT_EQ(o.memory_pool.disk_max_wait_s, 0.5);
   EXPECT_EQ(o.adapter_cache.params, (std::map<std::string, double>{{"frequency", 0.5}, {"size", 2.0}}));
   EXPECT_EQ(o.adapter_cache.window_s, 60.0);
   EXPECT_FALSE(o.adapter_cache.prefetch);
@@ -618,6 +624,8 @@ const error_case error_cases[] = {
    "unknown prefetch predictor \"oracle\""},
   {"negative_host_pages", "[memory_pool]\nhost_pages = -1\n", "memory_pool.host_pages", "must not be negative"},
   {"write_back_above_one", "[memory_pool]\ndisk_write_back = 1.5\n", "memory_pool.disk_write_back", "must be in [0, 1]"},
+  {"disk_fetch_unknown", "[memory_pool]\ndisk_fetch = \"always\"\n", "memory_pool.disk_fetch", "valid: cost, read"},
+  {"disk_rate_zero", "[memory_pool]\ndisk_bytes_per_s = 0\n", "memory_pool.disk_bytes_per_s", "must be positive"},
   {"unknown_log_level", "[logging]\nlevel = \"verbose\"\n", "logging.level",
    "valid: trace, debug, info, warn, error, critical, off"},
   {"quota_size_unknown", "[queue_tuner]\nquota_size = \"avg\"\n", "queue_tuner.quota_size",

@@ -66,7 +66,8 @@ std::int32_t token_for(std::uint64_t id, std::uint32_t index) {
 struct swap_shell {
   explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
                       std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0, bool streaming = false,
-                      policies::session_eviction how = policies::session_eviction::lru, double write_back = 0)
+                      policies::session_eviction how = policies::session_eviction::lru, double write_back = 0,
+                      std::optional<policies::disk_fetch_model> fetch = std::nullopt)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -79,6 +80,7 @@ struct swap_shell {
     limits.layer_streaming = streaming;
     limits.session_eviction = how;
     limits.disk_write_back = write_back;
+    limits.disk_fetch = fetch;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -955,8 +957,8 @@ TEST(scheduler_session, an_import_without_host_room_is_refused) {
 /// Room for one 3-page cache on the GPU and one in the host pool, a disk
 /// tier below: session 7's cache (request 1) is on its way to a file when
 /// sessions 8 and 9 have followed.
-swap_shell one_session_going_to_disk() {
-  swap_shell s{40, 3, false, 4, 30};
+swap_shell one_session_going_to_disk(std::optional<policies::disk_fetch_model> fetch = std::nullopt) {
+  swap_shell s{40, 3, false, 4, 30, false, policies::session_eviction::lru, 0, fetch};
   s.submit_tokens(1, tokens_from(10, 6), 4, 7);
   run_until_done(s, 1);
   s.submit_tokens(2, tokens_from(50, 6), 4, 8);
@@ -1129,6 +1131,64 @@ TEST(scheduler_session, a_read_from_disk_turns_a_write_back_under_way_into_room)
   the_second_turn_copies_its_cache_in(s);
   EXPECT_EQ(s.core->session_evictions(), 0u);
   EXPECT_EQ(s.core->session_clean_pages(), 0u);
+}
+
+/// A disk_fetch model: prefill of n tokens takes n ms; the disk and the
+/// copy up at the given rates.
+policies::disk_fetch_model fetch_model(double disk_bytes_per_s, double h2d_bytes_per_s) {
+  policies::cost_calibration c;
+  c.h2d_bytes_per_s = h2d_bytes_per_s;
+  c.prefill_points = {{10, 0.01}, {20, 0.02}, {40, 0.04}};
+  return policies::disk_fetch_model::from(c, disk_bytes_per_s);
+}
+
+TEST(scheduler_session, a_host_cache_whose_write_would_outlast_its_recompute_is_dropped_instead) {
+  // A disk so slow that any write takes longer than recomputing: 7's cache
+  // leaves the full host pool by being dropped, and 8's moves in at once.
+  auto s = one_session_going_to_disk(fetch_model(1, 1e12));
+  EXPECT_TRUE(s.disk_outs.empty());
+  EXPECT_EQ(s.session_outs.size(), 1u) << "8 down without waiting";
+  EXPECT_EQ(s.core->session_evictions(), 1u);
+  EXPECT_EQ(s.core->session_disk_writes(), 0u);
+}
+
+TEST(scheduler_session, a_turn_recomputes_a_cache_on_disk_when_reading_it_would_take_longer) {
+  // Writes are quick, the copy up from the host crawls: 7's cache goes to
+  // disk, and its next turn prefills its history rather than wait for it.
+  auto s = one_session_going_to_disk(fetch_model(1e12, 1));
+  ASSERT_EQ(s.disk_outs.size(), 1u);
+  s.answer_disk_out();
+  s.answer_session_out(); // 8 into the pages 7 left
+  submit_second_turn(s);
+  s.expect_cached[3] = 0;
+  s.admit();
+  EXPECT_TRUE(s.disk_ins.empty()) << "no read";
+  EXPECT_EQ(s.core->session_disk_skips(), 1u);
+  run_until_done(s, 3);
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.core->reused_tokens(), 0u);
+  EXPECT_FALSE(s.disk.contains(1)) << "the file of the cache the turn replaced is gone";
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_read_from_disk_waits_for_a_cache_still_landing_in_the_host_pool) {
+  auto s = one_session_going_to_disk();
+  s.answer_disk_out(); // 7 on disk; 8 now on its way into the host pool
+  ASSERT_EQ(s.session_outs.size(), 1u);
+  // 7's next turn: the only host pages are the ones 8 lands in; once it
+  // has, 8 goes down to disk to make room, then 7 is read back.
+  submit_second_turn(s);
+  s.admit();
+  EXPECT_TRUE(s.disk_ins.empty());
+  EXPECT_EQ(s.core->session_disk_skips(), 0u);
+  s.answer_session_out();
+  s.admit();
+  ASSERT_EQ(s.disk_outs.size(), 1u) << "8 pushed down once it landed";
+  s.answer_disk_out();
+  ASSERT_EQ(s.disk_ins.size(), 1u);
+  s.answer_disk_in();
+  the_second_turn_copies_its_cache_in(s);
+  EXPECT_EQ(s.core->session_evictions(), 0u);
 }
 
 TEST(scheduler_session, a_cache_waiting_for_host_pages_is_taken_by_its_turn_from_the_gpu) {

@@ -65,8 +65,17 @@ import csv, json, sys
 r = json.load(open(sys.argv[1]))["results"][0]
 assert r["session_disk_writes"] >= r["session_disk_reads"] > 0, r
 assert r["session_disk_bytes"] > 0 and r["reused_tokens"] > 0, r
+assert r["session_disk_skips"] > 0, r  # by cost (the default): some turns recompute instead
 rows = list(csv.DictReader(open(sys.argv[2])))
 assert len(rows) > 60 and all(x["outcome"] == "length" for x in rows), {x["outcome"] for x in rows}
+PY
+"$bin/troupe-sim" --conversations tests/tools/data/sharegpt_conversations_head60.csv --requests 60 --rate 2 \
+  --think 2 --adapters 1 --base-fraction 1 --setups fcfs:lru --session-fraction 0.05 --host-pages 400 \
+  --disk-gib 8 --disk-fetch read --json "$work/disk-read.json" > /dev/null
+python3 - "$work/disk.json" "$work/disk-read.json" <<'PY'
+import json, sys
+cost, read = (json.load(open(f))["results"][0] for f in sys.argv[1:])
+assert read["session_disk_skips"] == 0 and read["session_disk_reads"] > cost["session_disk_reads"], (read, cost)
 PY
 
 expect_usage_error() { # what, then the command
@@ -88,6 +97,7 @@ expect_usage_error --slo-tbt-stat "$bin/troupe-bench" --synthetic 10 --rate 1 --
 expect_usage_error --migrate "$bin/troupe-sim" --requests 10 --rate 1 --migrate maybe
 expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --network-gbps 0
 expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --disk-gib 8
+expect_usage_error --disk-fetch "$bin/troupe-sim" --requests 10 --rate 1 --disk-fetch sometimes
 expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --host-gib 1 --disk-gib -1
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
 expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv

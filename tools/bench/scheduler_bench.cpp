@@ -18,9 +18,18 @@ struct harness {
   std::uint64_t next_id = 1;
   double now = 0;
 
+  static scheduler_limits limits(std::uint32_t max_running) {
+    scheduler_limits l;
+    l.max_running = max_running;
+    l.token_budget = 8192;
+    l.max_waiting = 1u << 20;
+    l.total_pages = 1u << 30;
+    l.page_tokens = 16;
+    return l;
+  }
+
   harness(std::uint32_t max_running, const char* policy)
-    : core({max_running, 8192, 1u << 20, 1u << 30, 16}, policies::make_scheduling_policy(policy),
-           nullptr) {
+    : core(limits(max_running), policies::make_scheduling_policy(policy), nullptr) {
     // Four queues with room for everything (the tuner's output shape).
     core.on_tuning({{0.25, 0.5, 0.75}, {1u << 28, 1u << 28, 1u << 28, 1u << 28}});
   }
