@@ -239,21 +239,21 @@ symphony() {
   rm -f "$out/.one.csv"
   plot "$out/symphony-tbt.png" tbt_p50_s "Time per output token, multi-turn ShareGPT (A100-80GB, Llama-2-7B)" "$csv"
 
-  # The disk tier: an 8 GiB host pool alone, with 512 GiB of disk below it
-  # (2 GB/s, the cost model's default) written only when a cache is pushed
-  # down, with write-back (the default: copies made ahead of need), and
-  # with write-back and advisories 3 s ahead.
+  # The disk tier: an 8 GiB host pool alone, and with 512 GiB of disk below
+  # it (one transfer at a time, write-back on), a turn's cache read back
+  # always or by cost (against recomputing it), on a 2 GB/s disk (the cost
+  # model's default) and on a 7 GB/s one.
   csv=$out/symphony-disk.csv
   rm -f "$csv"
-  # label:disk_gib:disk_write_back:advise_lead_s
-  for setup in host8:0:0.5:off host8+disk-on-demand:512:0:off host8+disk:512:0.5:off \
-               host8+disk+advise:512:0.5:3; do
-    local label disk wb lead
-    IFS=: read -r label disk wb lead <<< "$setup"
-    "$sim" --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+  # label:disk_gib:disk_fetch:disk_bytes_per_s
+  for setup in host8:0:cost:2e9 disk-read:512:read:2e9 disk-cost:512:cost:2e9 \
+               disk7-read:512:read:7e9 disk7-cost:512:cost:7e9; do
+    local label disk fetch rate
+    IFS=: read -r label disk fetch rate <<< "$setup"
+    "$sim" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru \
-      --session-fraction 0.9 --host-gib 8 --disk-gib "$disk" --disk-write-back "$wb" --csv "$out/.one.csv" \
-      > "$out/symphony-disk-$label.txt"
+      --session-fraction 0.9 --host-gib 8 --disk-gib "$disk" --disk-fetch "$fetch" --cost disk_bytes_per_s="$rate" \
+      --csv "$out/.one.csv" > "$out/symphony-disk-$label.txt"
     if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
     tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
   done
