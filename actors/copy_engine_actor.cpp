@@ -34,6 +34,10 @@ struct copy_engine_state {
   static inline const char* name = "copy_engine";
   copy_engine_config cfg;
   std::unique_ptr<transfer_queue> queue;
+  /// The disk tier's file copies: a lane of their own, one at a time (the
+  /// disk's bandwidth is one), so they never hold up PCIe copies. Their ids
+  /// carry file_lane_bit.
+  std::unique_ptr<transfer_queue> file_queue;
   std::unordered_map<std::uint64_t, pending_transfer> transfers;
   /// Transfer coroutines waiting for their copy, by transfer id, with the
   /// report the tick handler hands them when it resumes them.
@@ -58,6 +62,14 @@ using self_ptr = copy_engine_actor::stateful_pointer<copy_engine_state>;
 
 std::chrono::microseconds wall(double seconds) {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
+}
+
+constexpr std::uint64_t file_lane_bit = std::uint64_t{1} << 63;
+
+/// A session cache to or from its file (the disk tier).
+bool is_file_op(const transfer_order& o) {
+  const auto op = static_cast<kv_op>(o.kv_op);
+  return op == kv_op::host_to_file || op == kv_op::file_to_host;
 }
 
 bool is_swap(const transfer_order& o) {
@@ -203,7 +215,10 @@ detached_task run_transfer(self_ptr self, std::uint64_t id, transfer_order order
   const auto report = co_await transfer;
   auto& st = self->state;
   const bool ok = report.error.empty();
-  st.queue->finished(id, monotonic_seconds(), ok);
+  if (id & file_lane_bit)
+    st.file_queue->finished(id & ~file_lane_bit, monotonic_seconds(), ok);
+  else
+    st.queue->finished(id, monotonic_seconds(), ok);
   if (!ok) {
     ++st.failures;
     spdlog::warn("copy engine: {} failed: {}", describe(transfer.order), report.error);
@@ -227,20 +242,30 @@ void start_ready(self_ptr self) {
   for (const auto& started : st.queue->start_ready(monotonic_seconds()))
     if (auto i = st.transfers.find(started.id); i != st.transfers.end())
       run_transfer(self, started.id, i->second.order);
+  for (const auto& started : st.file_queue->start_ready(monotonic_seconds())) {
+    const auto id = started.id | file_lane_bit;
+    if (auto i = st.transfers.find(id); i != st.transfers.end())
+      run_transfer(self, id, i->second.order);
+  }
 }
 
 copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.queue = std::make_unique<transfer_queue>(std::max<std::uint32_t>(st.cfg.max_inflight, 1));
+  st.file_queue = std::make_unique<transfer_queue>(1);
   return {
     [self](load_atom, transfer_order& order) {
       auto& st = self->state;
       auto rp = self->make_response_promise<transfer_report>();
       // Adapters are keyed by adapter id, swaps by request id.
       const std::uint64_t key = is_swap(order) ? order.request_id : order.adapter_id;
-      const auto id = st.queue->enqueue(static_cast<transfer_class>(order.kind), key, order.bytes,
-                                        monotonic_seconds());
+      const auto id = is_file_op(order)
+                        ? st.file_queue->enqueue(static_cast<transfer_class>(order.kind), key, order.bytes,
+                                                 monotonic_seconds())
+                            | file_lane_bit
+                        : st.queue->enqueue(static_cast<transfer_class>(order.kind), key, order.bytes,
+                                            monotonic_seconds());
       auto& t = st.transfers[id];
       if (t.promises.empty())
         t.order = std::move(order);
@@ -275,6 +300,14 @@ copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_con
         out.emplace_back(prefix + "_bytes", static_cast<double>(a.bytes));
         out.emplace_back(prefix + "_busy_s", a.busy_seconds);
         out.emplace_back(prefix + "_queued_s", a.queue_seconds);
+      }
+      // The disk tier's lane: writes to files (swap_out) and reads back.
+      for (auto [c, name] : {std::pair{transfer_class::swap_out, "copy_file_writes"},
+                             std::pair{transfer_class::swap_in, "copy_file_reads"}}) {
+        const auto& a = st.file_queue->stats(c);
+        out.emplace_back(name, static_cast<double>(a.transfers));
+        out.emplace_back(std::string{name} + "_busy_s", a.busy_seconds);
+        out.emplace_back(std::string{name} + "_queued_s", a.queue_seconds);
       }
       out.emplace_back("copy_host_hits", static_cast<double>(st.host_hits));
       out.emplace_back("copy_disk_reads", static_cast<double>(st.disk_reads));

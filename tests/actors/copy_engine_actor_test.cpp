@@ -2,8 +2,9 @@
 // whose copies each take a modelled second: at most max_inflight transfers
 // run, the most urgent class first (a demand load, a swap-in, a prefetch, a
 // swap-out), each order gets one report when its copy is done, loads of one
-// adapter share one copy, and a failed load is reported and counted without
-// holding up the rest.
+// adapter share one copy, a failed load is reported and counted without
+// holding up the rest, and the disk tier's file copies run one at a time in
+// a lane of their own.
 #include "actors/copy_engine_actor.hpp"
 
 #include "runtime/transfer_queue.hpp"
@@ -14,9 +15,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 namespace troupe {
 namespace {
@@ -39,6 +43,18 @@ transfer_order swap(std::uint64_t request, transfer_class c, std::uint32_t page)
   o.device_pages = {page};
   o.host_pages = {page};
   o.bytes = 1000;
+  return o;
+}
+
+/// A session cache's write to its file (the disk tier).
+transfer_order file_write(std::uint64_t owner, std::uint32_t page, const std::string& path) {
+  transfer_order o;
+  o.request_id = owner;
+  o.kind = static_cast<std::uint8_t>(transfer_class::swap_out);
+  o.kv_op = static_cast<std::uint8_t>(kv_op::host_to_file);
+  o.host_pages = {page};
+  o.bytes = 1000;
+  o.path = path;
   return o;
 }
 
@@ -93,6 +109,32 @@ TEST_F(copy_engine_actor_test, up_to_max_inflight_copies_run_side_by_side) {
   EXPECT_EQ(backend->calls, (std::vector<std::string>{"load 1", "load 2", "load 3"}));
   advance(1s);
   EXPECT_EQ(reports().size(), 1u);
+}
+
+TEST_F(copy_engine_actor_test, the_disk_tiers_file_copies_run_in_a_lane_of_their_own_one_at_a_time) {
+  namespace fs = std::filesystem;
+  const auto dir = fs::temp_directory_path() / ("troupe-copy-lane-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto e = engine(1);
+  self->send(e, load_atom_v, file_write(5, 5, (dir / "a").string()));
+  self->send(e, load_atom_v, file_write(6, 6, (dir / "b").string()));
+  self->send(e, load_atom_v, swap(8, transfer_class::swap_in, 8));
+  run();
+  // The swap-in runs beside the first write though one copy runs at a
+  // time: the disk has a lane of its own, where the second write waits.
+  EXPECT_EQ(backend->calls, (std::vector<std::string>{"read host 5", "swap in 8"}));
+  advance(1100ms);
+  EXPECT_EQ(reports().size(), 2u);
+  EXPECT_EQ(backend->calls, (std::vector<std::string>{"read host 5", "swap in 8", "read host 6"}));
+  advance(1100ms);
+  const auto last = reports();
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_TRUE(last[0].error.empty()) << last[0].error;
+  EXPECT_EQ(fs::file_size(dir / "b"), 1000u);
+  EXPECT_EQ(stat(e, "copy_file_writes"), 2);
+  EXPECT_EQ(stat(e, "copy_swap_out_transfers"), 0) << "not counted as PCIe copies";
+  EXPECT_EQ(stat(e, "copy_swap_in_transfers"), 1);
+  fs::remove_all(dir);
 }
 
 TEST_F(copy_engine_actor_test, loads_of_one_adapter_share_its_copy_and_each_gets_the_report) {

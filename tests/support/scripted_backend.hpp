@@ -53,6 +53,17 @@ public:
                     + std::to_string(device_pages.empty() ? 0 : device_pages.front()));
     return {{}, copy_seconds};
   }
+  /// Host pages read out (the disk tier's writes): `bytes` of zeros.
+  gpu::page_blob read_pages(bool host_pool, std::span<const std::uint32_t> pages, std::uint64_t bytes) override {
+    calls.push_back(std::string{host_pool ? "read host " : "read device "}
+                    + std::to_string(pages.empty() ? 0 : pages.front()));
+    return {{}, std::string(bytes, '\0'), copy_seconds};
+  }
+  gpu::swap_result write_host_pages(std::span<const std::uint32_t> host_pages, const std::string&,
+                                    std::uint64_t) override {
+    calls.push_back("write host " + std::to_string(host_pages.empty() ? 0 : host_pages.front()));
+    return {{}, copy_seconds};
+  }
   std::vector<std::pair<std::string, double>> counters() const override {
     return {{"scripted_calls", static_cast<double>(calls.size())}};
   }
