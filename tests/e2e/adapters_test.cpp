@@ -553,11 +553,12 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   // Write-back (the default share, half of the host pool): A's cache, once
   // in the full host pool, is copied to disk ahead of need and keeps its
   // host pages; C's turn then pushes B down without waiting for a write,
-  // and A's second turn reads its cache back from the file.
+  // and A's second turn reads its cache back from the file: by cost (the
+  // default), reading two pages beats recomputing 31 tokens.
   std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
                       << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
                       << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
-                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_fetch = \"read\"\ndisk_dir = \""
+                      << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
                       << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
                       << "[copy_engine]\nlayer_streaming = false\n";
   d = start_from_file(path.string());
@@ -579,6 +580,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(stats.at("session_disk_reads"), 1.0);
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
   EXPECT_EQ(stats.at("session_evictions"), 0.0) << "no cache dropped on the way";
+  EXPECT_EQ(stats.at("session_disk_skips"), 0.0);
   d->stop();
   EXPECT_FALSE(fs::exists(disk_dir / ("troupe-kv-" + std::to_string(::getpid())))) << "its files outlive it";
   fs::remove_all(disk_dir);
