@@ -260,12 +260,10 @@ copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_con
       auto rp = self->make_response_promise<transfer_report>();
       // Adapters are keyed by adapter id, swaps by request id.
       const std::uint64_t key = is_swap(order) ? order.request_id : order.adapter_id;
-      const auto id = is_file_op(order)
-                        ? st.file_queue->enqueue(static_cast<transfer_class>(order.kind), key, order.bytes,
-                                                 monotonic_seconds())
-                            | file_lane_bit
-                        : st.queue->enqueue(static_cast<transfer_class>(order.kind), key, order.bytes,
-                                            monotonic_seconds());
+      const bool file = is_file_op(order);
+      const auto id = (file ? st.file_queue : st.queue)->enqueue(static_cast<transfer_class>(order.kind), key,
+                                                                 order.bytes, monotonic_seconds())
+                      | (file ? file_lane_bit : 0);
       auto& t = st.transfers[id];
       if (t.promises.empty())
         t.order = std::move(order);

@@ -12,20 +12,20 @@ double disk_fetch_model::read_seconds(std::uint64_t bytes, std::uint64_t queued_
   return s;
 }
 
+bool disk_fetch_model::worth(double disk_seconds, std::uint32_t tokens, std::size_t running) const noexcept {
+  return disk_seconds <= max_wait_s && disk_seconds <= recompute.seconds(tokens) * static_cast<double>(1 + running);
+}
+
 bool disk_fetch_model::read(std::uint64_t bytes, std::uint32_t tokens, std::uint64_t queued_bytes,
                             std::size_t running) const noexcept {
-  if (!fitted || !(disk_bytes_per_s > 0))
-    return true;
-  const double r = read_seconds(bytes, queued_bytes);
-  return r <= max_wait_s && r <= recompute.seconds(tokens) * static_cast<double>(1 + running);
+  return !fitted || !(disk_bytes_per_s > 0) || worth(read_seconds(bytes, queued_bytes), tokens, running);
 }
 
 bool disk_fetch_model::write(std::uint64_t bytes, std::uint32_t tokens, std::uint64_t queued_bytes,
                              std::size_t running) const noexcept {
-  if (!fitted || !(disk_bytes_per_s > 0))
-    return true;
-  const double w = (static_cast<double>(queued_bytes) + static_cast<double>(bytes)) / disk_bytes_per_s;
-  return w <= max_wait_s && w <= recompute.seconds(tokens) * static_cast<double>(1 + running);
+  return !fitted || !(disk_bytes_per_s > 0)
+         || worth((static_cast<double>(queued_bytes) + static_cast<double>(bytes)) / disk_bytes_per_s, tokens,
+                  running);
 }
 
 disk_fetch_model disk_fetch_model::from(const cost_calibration& c, double disk_bytes_per_s) {

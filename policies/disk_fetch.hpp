@@ -36,6 +36,11 @@ struct disk_fetch_model {
              std::size_t running = 0) const noexcept;
   /// From the start-up measurements and the disk's rate.
   static disk_fetch_model from(const cost_calibration& c, double disk_bytes_per_s);
+
+private:
+  /// Whether `disk_seconds` on the disk beats recomputing `tokens` while
+  /// `running` requests wait on the GPU for it, within max_wait_s.
+  bool worth(double disk_seconds, std::uint32_t tokens, std::size_t running) const noexcept;
 };
 
 } // namespace troupe::policies

@@ -318,8 +318,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
   in.pages_short = pages_short_ > freeing ? pages_short_ - freeing : 0;
   in.limits.page_tokens = limits_.page_tokens;
   in.limits.hidden_page_tokens = limits_.hidden_page_tokens;
-  const auto host_taken = host_reserved_ + host_pending_ + host_claimed_;
-  in.limits.host_free_pages = limits_.host_pages > host_taken ? limits_.host_pages - host_taken : 0;
+  in.limits.host_free_pages = host_free();
   in.limits.page_bytes = limits_.page_bytes;
   in.now_s = now_s;
   auto decision = memory_blocked_ || waiting() == 0 ? policies::schedule_decision{} : policy_->schedule(in);
@@ -410,23 +409,22 @@ scheduler_effects scheduler_core::admit(double now_s) {
         ++session_host_hits_;
         forget_disk_copy(e, fx);
         sessions_.erase(sit);
-      } else if (extends && e.where == session_tier::disk && read_from_disk(e)
-                 && fetch_from_disk(r.spec.session, id, fx)) {
-        // On disk: read back into host pages while the turn gets its pages,
-        // then copied into the first of them as from the host pool.
+      } else if (extends
+                 && ((e.where == session_tier::disk && read_from_disk(e) && fetch_from_disk(r.spec.session, id, fx))
+                     || (e.where == session_tier::to_disk && e.waiter == 0))) {
+        // On disk: read back into host pages while the turn gets its pages.
+        // On its way there: its host pages still hold it, and the turn takes
+        // them once the write has read them (on_disk_out; the file goes).
+        // Either way then copied into the turn's first pages, as from the
+        // host pool.
         r.pages = std::max(r.pages, e.pages);
         r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
         r.session_owner = e.owner;
         r.session_host_pages.clear();
-      } else if (extends && e.where == session_tier::to_disk && e.waiter == 0) {
-        // On its way to disk: its host pages still hold it. The turn takes
-        // them once the write has read them (on_disk_out); the file goes.
-        r.pages = std::max(r.pages, e.pages);
-        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
-        r.session_owner = e.owner;
-        r.session_host_pages.clear();
-        e.waiter = id;
-        ++session_host_hits_;
+        if (e.where == session_tier::to_disk) {
+          e.waiter = id;
+          ++session_host_hits_;
+        }
       } else if (extends && e.where == session_tier::device) {
         adopted = e.pages;
         r.pages = std::max(r.pages, adopted);
@@ -853,13 +851,7 @@ void scheduler_core::evict_session(std::uint64_t session, scheduler_effects& fx)
                                        disk_queued_bytes_, running()))
       && disk_room(e.pages, fx)) {
     // Down to disk: written to a file, its host pages freed after.
-    auto& d = sessions_.find(session)->second;
-    d.where = session_tier::to_disk;
-    disk_held_ += d.pages;
-    to_disk_pages_ += d.pages;
-    ++session_disk_writes_;
-    disk_queued_bytes_ += d.pages * limits_.page_bytes;
-    fx.disk_outs.push_back({d.owner, {}, d.host_page_ids, d.pages * limits_.page_bytes});
+    write_to_disk(sessions_.find(session)->second, false, fx);
     return;
   }
   if (e.where == session_tier::host) {
@@ -940,10 +932,9 @@ bool scheduler_core::drop_older_cache(std::uint64_t session, scheduler_effects& 
 
 scheduler_core::host_room_result scheduler_core::host_room(std::uint64_t pages, std::uint64_t keep,
                                                             scheduler_effects& fx) {
-  // Claims waiting for pages count as taken; the pages of caches being
-  // written to disk (still held, so among host_reserved_) come free later.
+  // The pages of caches being written to disk (still held, so among
+  // host_reserved_) come free later.
   const auto taken = [&] { return host_reserved_ + host_pending_ + host_claimed_; };
-  auto host_free = [&] { return limits_.host_pages > taken() ? limits_.host_pages - taken() : 0; };
   auto free_soon = [&] {
     const auto total = limits_.host_pages + to_disk_pages_;
     return total > taken() ? total - taken() : 0;
@@ -978,6 +969,11 @@ scheduler_core::host_room_result scheduler_core::host_room(std::uint64_t pages, 
 std::uint64_t scheduler_core::host_free_now() const noexcept {
   const auto taken = host_reserved_ + host_pending_;
   return limits_.host_pages > taken ? limits_.host_pages - taken : 0;
+}
+
+std::uint64_t scheduler_core::host_free() const noexcept {
+  const auto free = host_free_now();
+  return free > host_claimed_ ? free - host_claimed_ : 0;
 }
 
 void scheduler_core::claim_host(session_entry& e) {
@@ -1033,16 +1029,12 @@ void scheduler_core::serve_host_claims(double now_s, scheduler_effects& fx) {
       continue;
     }
     // A read from disk (from_disk).
-    host_pending_ += e.pages;
     if (fits) {
-      ++session_disk_reads_;
-      disk_queued_bytes_ += e.pages * limits_.page_bytes;
-      fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
+      read_into_host(e, fx);
       continue;
     }
     fx.disk_deletes.push_back(e.owner); // never read: its file goes
-    disk_queued_bytes_ += e.pages * limits_.page_bytes; // answered below as a failed read
-    fx.merge(on_disk_in(e.owner, false, now_s));
+    settle_disk_read(i, false, {}, now_s, fx);
   }
 }
 
@@ -1265,9 +1257,8 @@ void scheduler_core::clean_host(scheduler_effects& fx) {
   if (limits_.disk_pages == 0 || limits_.page_bytes == 0 || limits_.disk_write_back <= 0 || cleaning_
       || disk_queued_bytes_ > 0)
     return;
-  const auto taken = host_reserved_ + host_pending_ + host_claimed_;
-  const auto free = limits_.host_pages > taken ? limits_.host_pages - taken : 0;
-  if (static_cast<double>(free + clean_pages_) >= limits_.disk_write_back * static_cast<double>(limits_.host_pages))
+  if (static_cast<double>(host_free() + clean_pages_)
+      >= limits_.disk_write_back * static_cast<double>(limits_.host_pages))
     return;
   const auto victim = session_victim(session_tier::host, 0, true);
   if (victim == sessions_.end() || limits_.disk_pages < victim->second.pages)
@@ -1275,14 +1266,27 @@ void scheduler_core::clean_host(scheduler_effects& fx) {
   const auto session = victim->first;
   if (!disk_room(victim->second.pages, fx))
     return;
-  auto& e = sessions_.find(session)->second;
+  write_to_disk(sessions_.find(session)->second, true, fx);
+}
+
+void scheduler_core::write_to_disk(session_entry& e, bool keep_host, scheduler_effects& fx) {
   e.where = session_tier::to_disk;
-  e.keep_host = true;
+  e.keep_host = keep_host;
+  if (keep_host)
+    cleaning_ = true;
+  else
+    to_disk_pages_ += e.pages; // freed when written
   disk_held_ += e.pages;
   ++session_disk_writes_;
-  cleaning_ = true;
   disk_queued_bytes_ += e.pages * limits_.page_bytes;
   fx.disk_outs.push_back({e.owner, {}, e.host_page_ids, e.pages * limits_.page_bytes});
+}
+
+void scheduler_core::read_into_host(session_entry& e, scheduler_effects& fx) {
+  host_pending_ += e.pages;
+  ++session_disk_reads_;
+  disk_queued_bytes_ += e.pages * limits_.page_bytes;
+  fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
 }
 
 std::unordered_map<std::uint64_t, scheduler_core::session_entry>::iterator
@@ -1333,10 +1337,7 @@ bool scheduler_core::fetch_from_disk(std::uint64_t session, std::uint64_t waiter
     claim_host(e); // read once the writes under way free host pages
     return true;
   }
-  host_pending_ += e.pages;
-  ++session_disk_reads_;
-  disk_queued_bytes_ += e.pages * limits_.page_bytes;
-  fx.disk_ins.push_back({e.owner, {}, {}, e.pages * limits_.page_bytes});
+  read_into_host(e, fx);
   return true;
 }
 
@@ -1404,8 +1405,16 @@ scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, doubl
   auto& e = i->second;
   disk_queued_bytes_ -= e.pages * limits_.page_bytes;
   host_pending_ -= e.pages;
-  disk_held_ -= e.pages;
   ok = ok && host_pages.size() == e.pages;
+  settle_disk_read(i, ok, std::move(host_pages), now_s, fx);
+  return fx;
+}
+
+void scheduler_core::settle_disk_read(std::unordered_map<std::uint64_t, session_entry>::iterator i, bool ok,
+                                      std::vector<std::uint32_t> host_pages, double now_s, scheduler_effects& fx) {
+  auto& e = i->second;
+  const auto owner = e.owner;
+  disk_held_ -= e.pages;
   if (e.waiter == 0) {
     // An advisory's fetch: the cache waits in the host pool.
     if (ok) {
@@ -1413,18 +1422,17 @@ scheduler_effects scheduler_core::on_disk_in(std::uint64_t owner, bool ok, doubl
       e.host_page_ids = std::move(host_pages);
       e.last_use_s = now_s;
       host_reserved_ += e.pages;
-      return fx;
+      return;
     }
     if (!host_pages.empty())
       fx.release_host_pages.push_back(owner);
     ++session_evictions_;
     sessions_.erase(i);
-    return fx;
+    return;
   }
   const auto waiter = e.waiter;
   sessions_.erase(i);
   give_to_waiter(waiter, owner, ok, std::move(host_pages), now_s, fx);
-  return fx;
 }
 
 void scheduler_core::give_to_waiter(std::uint64_t waiter, std::uint64_t owner, bool ok,

@@ -535,6 +535,18 @@ private:
   /// The disk_fetch model's choice for a turn whose cache `e` is on disk:
   /// true to read it back, false to recompute (counted).
   bool read_from_disk(const session_entry& e);
+  /// Host pages free for new work: neither held, being filled nor claimed.
+  std::uint64_t host_free() const noexcept;
+  /// Asks the disk to write `e` (in the host pool) to its file: a
+  /// write-back that keeps the host pages (`keep_host`), or a move down
+  /// that frees them once written.
+  void write_to_disk(session_entry& e, bool keep_host, scheduler_effects& fx);
+  /// Asks the disk to read `e`'s file into host pages the shell reserves.
+  void read_into_host(session_entry& e, scheduler_effects& fx);
+  /// A read of `i`'s file ended (or will never start: `ok` false): the
+  /// cache waits in `host_pages` for an advisory, or goes to its turn.
+  void settle_disk_read(std::unordered_map<std::uint64_t, session_entry>::iterator i, bool ok,
+                        std::vector<std::uint32_t> host_pages, double now_s, scheduler_effects& fx);
   /// Host pages free now for a claim: neither held nor being filled.
   std::uint64_t host_free_now() const noexcept;
   /// Queues a claim on host pages for `e` (its move from the GPU, or its

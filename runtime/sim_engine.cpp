@@ -14,37 +14,36 @@ namespace {
 constexpr page_owner adapter_owner(std::uint32_t id) { return {page_owner_kind::adapter, id}; }
 constexpr page_owner request_owner(std::uint64_t id) { return {page_owner_kind::request, id}; }
 
-/// Hands a cost-predicting policy the sim backend's figures, measured the
-/// way a live deployment measures its backend at start-up.
-std::unique_ptr<policies::scheduling_policy> calibrated(std::unique_ptr<policies::scheduling_policy> p,
-                                                        gpu::sim_backend& backend,
-                                                        const scheduler_limits& limits) {
-  if (p && p->wants_calibration()) {
-    calibration_setup cs;
-    cs.pool_pages = limits.total_pages;
-    cs.page_tokens = limits.page_tokens;
-    cs.page_bytes = limits.page_bytes;
-    cs.host_pages = limits.host_pages;
-    cs.hidden_page_tokens = limits.hidden_page_tokens;
-    cs.repeats = 1; // modelled times do not vary
-    p->on_calibration(calibrate_backend(backend, cs));
-  }
-  return p;
-}
-
-/// The limits, with the disk tier's read-or-recompute model fitted on the
-/// backend when asked for.
-scheduler_limits with_disk_fetch(scheduler_limits limits, gpu::sim_backend& backend, bool by_cost,
-                                 std::uint32_t max_context) {
-  if (!by_cost || limits.disk_pages == 0)
-    return limits;
+/// The start-up measurement of the sim backend for `limits`' pools.
+calibration_setup calibration_of(const scheduler_limits& limits) {
   calibration_setup cs;
   cs.pool_pages = limits.total_pages;
   cs.page_tokens = limits.page_tokens;
   cs.page_bytes = limits.page_bytes;
   cs.host_pages = limits.host_pages;
+  cs.hidden_page_tokens = limits.hidden_page_tokens;
+  cs.repeats = 1; // modelled times do not vary
+  return cs;
+}
+
+/// Hands a cost-predicting policy the sim backend's figures, measured the
+/// way a live deployment measures its backend at start-up.
+std::unique_ptr<policies::scheduling_policy> calibrated(std::unique_ptr<policies::scheduling_policy> p,
+                                                        gpu::sim_backend& backend,
+                                                        const scheduler_limits& limits) {
+  if (p && p->wants_calibration())
+    p->on_calibration(calibrate_backend(backend, calibration_of(limits)));
+  return p;
+}
+
+/// The limits, with the disk tier's read-or-recompute model fitted on the
+/// backend when asked for (prefills timed up to the context's length).
+scheduler_limits with_disk_fetch(scheduler_limits limits, gpu::sim_backend& backend, bool by_cost,
+                                 std::uint32_t max_context) {
+  if (!by_cost || limits.disk_pages == 0)
+    return limits;
+  auto cs = calibration_of(limits);
   cs.max_tokens = max_context;
-  cs.repeats = 1;
   limits.disk_fetch = policies::disk_fetch_model::from(calibrate_backend(backend, cs),
                                                        backend.cost_model().constants().disk_bytes_per_s);
   return limits;
@@ -252,11 +251,8 @@ void sim_engine::step() {
         break;
       const auto t = i->second;
       running_transfers_.erase(i);
-      if (t.session_file)
-        disk_transfers_.finished(ev.arg & ~disk_transfer_bit, now_, true);
-      else
-        transfers_.finished(ev.arg, now_, true);
       if (t.session_file) {
+        disk_transfers_.finished(ev.arg & ~disk_transfer_bit, now_, true);
         const auto key = std::make_pair(t.request_id, t.cls);
         auto s = std::move(disk_copies_.at(key));
         disk_copies_.erase(key);
@@ -269,6 +265,7 @@ void sim_engine::step() {
         start_transfers();
         break;
       }
+      transfers_.finished(ev.arg, now_, true);
       if (t.cls == transfer_class::swap_out || t.cls == transfer_class::swap_in) {
         totals_.swap_bytes += t.bytes;
         const auto key = std::make_pair(t.request_id, t.cls);
@@ -615,7 +612,6 @@ void sim_engine::start_transfers() {
     t.cls = s.cls;
     t.request_id = s.key;
     t.session_file = true;
-    t.disk = true;
     t.disk_s = backend_->cost_model().disk_seconds(s.bytes);
     t.copy_s = out ? backend_->read_pages(true, d.host_pages, s.bytes).seconds
                    : backend_->write_host_pages(d.host_pages, {}, s.bytes).seconds;

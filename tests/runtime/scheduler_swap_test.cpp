@@ -987,19 +987,24 @@ swap_shell one_session_on_disk() {
   return s;
 }
 
-/// A GPU keeping one 3-page cache and a host pool of two: sessions 7, 8
-/// and 9 (requests 10 to 12) end, 7's and 8's caches in the host pool and
-/// 9's on the GPU. Returns the next request id.
-std::uint64_t three_sessions_down(swap_shell& s) {
+/// Sessions 7 to `last` (requests 10 on) each end one 3-page turn on a GPU
+/// that keeps `on_gpu` caches: each later turn pushes the oldest cache on
+/// the GPU down to the host pool. Returns the next request id.
+std::uint64_t sessions_down(swap_shell& s, std::uint64_t last, std::uint64_t on_gpu) {
   std::uint64_t id = 10;
-  for (std::uint64_t session = 7; session <= 9; ++session, ++id) {
+  for (std::uint64_t session = 7; session <= last; ++session, ++id) {
     s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 6), 4, session);
     run_until_done(s, id);
-    if (session > 7)
+    if (session > 6 + on_gpu)
       s.answer_session_out();
   }
   return id;
 }
+
+/// A GPU keeping one 3-page cache and a host pool of two: sessions 7, 8
+/// and 9 (requests 10 to 12) end, 7's and 8's caches in the host pool and
+/// 9's on the GPU. Returns the next request id.
+std::uint64_t three_sessions_down(swap_shell& s) { return sessions_down(s, 9, 1); }
 
 TEST(scheduler_session, a_cache_coming_down_pushes_one_host_cache_to_disk_and_waits_for_its_pages) {
   // The GPU keeps one 3-page cache, the host pool two, the disk many.
@@ -1028,13 +1033,7 @@ TEST(scheduler_session, a_cache_coming_down_pushes_one_host_cache_to_disk_and_wa
 TEST(scheduler_session, two_caches_coming_down_at_once_each_get_host_pages_of_their_own) {
   // A 20-page GPU keeping two 3-page caches, a host pool of two, disk.
   swap_shell s{20, 6, false, 7, 30};
-  std::uint64_t id = 10;
-  for (std::uint64_t session = 7; session <= 10; ++session, ++id) {
-    s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 6), 4, session);
-    run_until_done(s, id);
-    if (session > 8)
-      s.answer_session_out();
-  }
+  sessions_down(s, 10, 2);
   // 7 and 8 in the host pool (full), 9 and 10 on the GPU. A request of 18
   // pages (14 free) pushes both GPU caches down: each needs a host cache
   // written to disk, the pages of one write cannot serve both.
