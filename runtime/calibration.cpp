@@ -111,8 +111,11 @@ policies::cost_calibration calibrate_backend(gpu::executor_backend& b, const cal
         break;
       times.push_back(t);
     }
-    if (static_cast<int>(times.size()) == repeats)
-      out.prefill_points.emplace_back(n, median(times));
+    if (static_cast<int>(times.size()) != repeats)
+      continue;
+    out.prefill_points.emplace_back(n, median(times));
+    if (out.prefill_points.back().second > s.max_prefill_seconds)
+      break;
   }
 
   // Swap bandwidths: a block of pages out to host pages and back.

@@ -22,6 +22,10 @@ struct calibration_setup {
   std::uint64_t host_pages = 0;
   /// Longest prompt to time (the model's context, or less).
   std::uint32_t max_tokens = 512;
+  /// Prompts double in length until one takes longer than this: a GPU is
+  /// measured across its context, a slow backend on short prompts only (its
+  /// start-up stays short).
+  double max_prefill_seconds = 0.5;
   /// Tokens a hidden-cache page holds (0: none; ρ is not measured).
   std::uint32_t hidden_page_tokens = 0;
   /// Timings per point; the median is kept.

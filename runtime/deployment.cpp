@@ -169,7 +169,8 @@ deployment::start(const deployment_options& opts) {
     cs.page_tokens = opts.memory_pool.page_tokens;
     cs.page_bytes = rb.page_bytes;
     cs.host_pages = opts.memory_pool.host_pages;
-    cs.max_tokens = std::min<std::uint32_t>(rb.max_context > 0 ? rb.max_context : 512, 512);
+    if (rb.max_context > 0)
+      cs.max_tokens = rb.max_context; // as far as max_prefill_seconds lets it
     cs.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
     const auto cal = calibrate_backend(*rb.backend, cs);
     std::string points;

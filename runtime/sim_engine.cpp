@@ -14,9 +14,11 @@ namespace {
 constexpr page_owner adapter_owner(std::uint32_t id) { return {page_owner_kind::adapter, id}; }
 constexpr page_owner request_owner(std::uint64_t id) { return {page_owner_kind::request, id}; }
 
-/// The start-up measurement of the sim backend for `limits`' pools.
-calibration_setup calibration_of(const scheduler_limits& limits) {
+/// The start-up measurement of the sim backend for `limits`' pools, as a
+/// live deployment measures its backend (prompts up to the context).
+calibration_setup calibration_of(const scheduler_limits& limits, std::uint32_t max_context) {
   calibration_setup cs;
+  cs.max_tokens = max_context;
   cs.pool_pages = limits.total_pages;
   cs.page_tokens = limits.page_tokens;
   cs.page_bytes = limits.page_bytes;
@@ -30,21 +32,20 @@ calibration_setup calibration_of(const scheduler_limits& limits) {
 /// way a live deployment measures its backend at start-up.
 std::unique_ptr<policies::scheduling_policy> calibrated(std::unique_ptr<policies::scheduling_policy> p,
                                                         gpu::sim_backend& backend,
-                                                        const scheduler_limits& limits) {
+                                                        const scheduler_limits& limits,
+                                                        std::uint32_t max_context) {
   if (p && p->wants_calibration())
-    p->on_calibration(calibrate_backend(backend, calibration_of(limits)));
+    p->on_calibration(calibrate_backend(backend, calibration_of(limits, max_context)));
   return p;
 }
 
 /// The limits, with the disk tier's read-or-recompute model fitted on the
-/// backend when asked for (prefills timed up to the context's length).
+/// backend when asked for.
 scheduler_limits with_disk_fetch(scheduler_limits limits, gpu::sim_backend& backend, bool by_cost,
                                  std::uint32_t max_context) {
   if (!by_cost || limits.disk_pages == 0)
     return limits;
-  auto cs = calibration_of(limits);
-  cs.max_tokens = max_context;
-  limits.disk_fetch = policies::disk_fetch_model::from(calibrate_backend(backend, cs),
+  limits.disk_fetch = policies::disk_fetch_model::from(calibrate_backend(backend, calibration_of(limits, max_context)),
                                                        backend.cost_model().constants().disk_bytes_per_s);
   return limits;
 }
@@ -57,7 +58,7 @@ sim_engine::sim_engine(sim_engine_config cfg, std::shared_ptr<gpu::sim_backend> 
     backend_(std::move(backend)),
     catalog_(std::move(catalog)),
     core_(with_disk_fetch(cfg_.limits, *backend_, cfg_.disk_fetch_by_cost, cfg_.max_context),
-          calibrated(std::move(cfg_.scheduling), *backend_, cfg_.limits), &backend_->vocab()),
+          calibrated(std::move(cfg_.scheduling), *backend_, cfg_.limits, cfg_.max_context), &backend_->vocab()),
     pool_(pool_pages),
     host_(cfg_.limits.host_pages),
     adapter_partition_(cfg_.adapter_partition_pages),

@@ -47,6 +47,22 @@ TEST(calibration, sim_backend_prefills_swaps_and_rho) {
   EXPECT_GT(c.hidden_page_seconds, 0.0);
 }
 
+TEST(calibration, prompts_lengthen_to_the_context_until_one_takes_too_long) {
+  auto b = sim("llama-2-7b");
+  auto s = setup_for(b);
+  s.max_tokens = 4096;
+  const auto c = calibrate_backend(b, s);
+  ASSERT_EQ(c.prefill_points.size(), 8u) << "32 to 4,096 tokens: each prefill well under the limit";
+  EXPECT_EQ(c.prefill_points.back().first, 4096u);
+  // A slower backend (or a tighter limit): the first prefill past it is the last.
+  s.max_prefill_seconds = 0.99 * c.prefill_points[3].second;
+  const auto short_only = calibrate_backend(b, s);
+  ASSERT_EQ(short_only.prefill_points.size(), 4u) << "32, 64, 128, then 256 takes too long";
+  EXPECT_EQ(short_only.prefill_points.back(), c.prefill_points[3]);
+  s.max_prefill_seconds = 0;
+  EXPECT_EQ(calibrate_backend(b, s).prefill_points.size(), 1u) << "at least one point";
+}
+
 TEST(calibration, no_hidden_caches_no_rho_and_a_small_pool_skips_long_prompts) {
   auto b = sim("llama-2-7b");
   auto s = setup_for(b);
