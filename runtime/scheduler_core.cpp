@@ -1162,14 +1162,27 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
     e.advised = true; // fetched back once it lands (on_session_out)
     return advice::in_host;
   }
-  return prefetch_session(e, fx) ? advice::fetching : advice::in_host;
+  if (prefetch_session(e, fx))
+    return advice::fetching;
+  // Older caches on the GPU give way: fetched once one of them has landed.
+  e.advised = true;
+  make_room(e.pages + limits_.growth_watermark, session, fx);
+  return advice::in_host;
 }
 
 bool scheduler_core::prefetch_session(session_entry& e, scheduler_effects& fx) {
-  // Room on the GPU without displacing anything admitted or waiting.
+  // Room on the GPU without displacing anything admitted, nor what the head
+  // of the queue needs.
   const auto taken = reserved_pages_ + adapter_pages_in_use_ + limits_.growth_watermark;
   const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
-  if (waiting() > 0 || free < e.pages || limits_.page_bytes == 0)
+  std::uint64_t need = 0;
+  if (waiting() > 0) {
+    const auto& head = waiting_[head_];
+    need = policies::page_budget::cache_pages(head, limits_.page_tokens);
+    if (head.adapter_id != 0 && !adapter_use_.contains(head.adapter_id))
+      need += head.adapter_pages;
+  }
+  if (free < e.pages + need || limits_.page_bytes == 0)
     return false;
   forget_disk_copy(e, fx);
   e.where = session_tier::moving_in;
@@ -1501,6 +1514,10 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
     e.page_ids.clear();
     if (std::exchange(e.advised, false))
       prefetch_session(e, fx); // its turn is coming: back up, room permitting
+    // Advised caches waiting in the host pool for the room this one left.
+    for (auto& [id, other] : sessions_)
+      if (other.where == session_tier::host && other.advised && prefetch_session(other, fx))
+        other.advised = false;
     return fx;
   }
   if (!host_pages.empty())

@@ -205,9 +205,11 @@ public:
                                    std::vector<std::uint32_t> host_pages = {});
 
   /// An advisory (Symphony): the session's next turn is coming. A cache in
-  /// the host pool starts back toward the GPU when there is room; one still
-  /// being copied to the host (answered in_host) starts back once it lands,
-  /// if there is room then.
+  /// the host pool starts back toward the GPU when there is room beyond what
+  /// the head of the queue needs; without it, older caches on the GPU are
+  /// pushed down to the host and it starts back once one has landed
+  /// (answered in_host). One still being copied to the host starts back once
+  /// it lands, room permitting.
   enum class advice : std::uint8_t {
     none,     ///< no cache for this session
     on_gpu,   ///< already in device pages
@@ -503,7 +505,9 @@ private:
     std::uint64_t pages = 0;
     std::uint64_t waiter = 0; ///< from_disk, to_disk: the turn waiting for it (0: none)
     double last_use_s = 0;
-    /// moving_out: an advisory came meanwhile; fetched back once it lands.
+    /// An advisory came while it was moving_out (fetched back once it
+    /// lands), or while it was in the host pool with no GPU room (fetched
+    /// once an older cache pushed down for it has landed).
     bool advised = false;
     /// from_disk or awaiting_host: its host pages are claimed, not yet given.
     bool claimed = false;
@@ -527,7 +531,8 @@ private:
   /// A host cache's copy on disk is no longer wanted: its file goes.
   void forget_disk_copy(session_entry& e, scheduler_effects& fx);
   /// Starts `e` (in the host pool) back to the GPU when there is room
-  /// without displacing anything admitted or waiting; false when not.
+  /// without displacing anything admitted, nor the head of the queue;
+  /// false when not.
   bool prefetch_session(session_entry& e, scheduler_effects& fx);
   /// The cache held under `owner` in `tier` (a move's answer finds it so).
   std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,

@@ -848,6 +848,40 @@ TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
+TEST(scheduler_session, an_advisory_with_the_gpu_full_of_older_caches_pushes_one_down_and_fetches_in_its_place) {
+  // Room for two 3-page caches on the GPU: 9's turn pushed 7's down, so 8
+  // and 9 fill it.
+  swap_shell s{6, 20, false, 6};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  s.submit_tokens(2, tokens_from(50, 6), 4, 8);
+  run_until_done(s, 2);
+  s.submit_tokens(4, tokens_from(80, 6), 4, 9);
+  s.admit();
+  ASSERT_EQ(s.session_outs.size(), 1u);
+  s.answer_session_out();
+  run_until_done(s, 4);
+  ASSERT_EQ(s.host.pages_of({page_owner_kind::request, 1}).size(), 3u) << "7 in the host pool";
+  scheduler_effects fx;
+  EXPECT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::in_host) << "no room yet";
+  EXPECT_TRUE(fx.session_ins.empty());
+  ASSERT_EQ(fx.session_outs.size(), 1u);
+  EXPECT_EQ(fx.session_outs[0].request_id, 2u) << "the least recently used cache on the GPU gives way: 8's";
+  s.apply(std::move(fx));
+  s.answer_session_out();
+  ASSERT_EQ(s.session_ins.size(), 1u) << "fetched once 8's has landed";
+  EXPECT_EQ(s.session_ins[0].request_id, 1u);
+  s.answer_session_in();
+  EXPECT_EQ(s.device.pages_of({page_owner_kind::request, 1}).size(), 3u);
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 2}).size(), 3u);
+  scheduler_effects again;
+  EXPECT_EQ(s.core->advise(7, s.now, again), scheduler_core::advice::on_gpu) << "where its turn adopts it";
+  EXPECT_TRUE(again.empty());
+  EXPECT_EQ(s.core->session_prefetches(), 1u);
+  EXPECT_EQ(s.core->sessions_cached(), 3u) << "none lost";
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
 TEST(scheduler_session, an_advisory_while_the_cache_is_still_leaving_fetches_it_back_once_it_lands) {
   auto s = one_session_pushed_down();
   ASSERT_EQ(s.session_outs.size(), 1u) << "session 7's cache is on its way to the host";
