@@ -565,6 +565,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_disk_pages", static_cast<double>(c.session_disk_pages())},
         {"session_clean_pages", static_cast<double>(c.session_clean_pages())},
         {"session_disk_skips", static_cast<double>(c.session_disk_skips())},
+        {"session_turns_held", static_cast<double>(c.turns_held_for_cache())},
         {"sessions_imported", static_cast<double>(c.sessions_imported())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
         {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},

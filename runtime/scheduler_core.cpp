@@ -185,6 +185,21 @@ std::uint32_t scheduler_core::tokens_per_page(const record& r) const noexcept {
   return r.hidden ? limits_.hidden_page_tokens : limits_.page_tokens;
 }
 
+bool scheduler_core::cache_between_tiers(const record& r, const policies::schedule_decision& d) const {
+  if (r.spec.session == 0 || r.swapped || r.generated != 0)
+    return false;
+  const auto sit = sessions_.find(r.spec.session);
+  if (sit == sessions_.end()
+      || (sit->second.where != session_tier::moving_in && sit->second.where != session_tier::moving_out))
+    return false;
+  if (limits_.hidden_page_tokens > 0
+      && std::find(d.hidden.begin(), d.hidden.end(), r.spec.request_id) != d.hidden.end())
+    return false; // held as a hidden cache: it prefills its whole prompt anyway
+  const auto& cached = sit->second.tokens;
+  const auto& p = r.spec.prompt;
+  return cached.size() < p.size() && std::equal(cached.begin(), cached.end(), p.begin());
+}
+
 std::uint32_t scheduler_core::reserve_tokens(const record& r) const noexcept {
   const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
   const auto life = prompt + r.spec.max_new_tokens;
@@ -377,6 +392,15 @@ scheduler_effects scheduler_core::admit(double now_s) {
     if (i == records_.end() || i->second.state != request_state::waiting)
       continue; // a policy naming an unknown id is ignored
     auto& r = i->second;
+    if (cache_between_tiers(r, decision)) {
+      // Its session's cache is being copied between the GPU and the host
+      // pool: the turn stays in its place in the queue until the copy ends,
+      // then takes the cache over, rather than compute its history again.
+      ++turns_held_for_cache_;
+      count_waiting(r.spec.adapter_id, false);
+      enqueue_waiting(r);
+      continue;
+    }
     count_waiting(r.spec.adapter_id, false);
     transition(r, request_state::admitting);
     // The cache type is chosen at each admission (a change of type is a
@@ -411,20 +435,21 @@ scheduler_effects scheduler_core::admit(double now_s) {
         sessions_.erase(sit);
       } else if (extends
                  && ((e.where == session_tier::disk && read_from_disk(e) && fetch_from_disk(r.spec.session, id, fx))
-                     || (e.where == session_tier::to_disk && e.waiter == 0))) {
-        // On disk: read back into host pages while the turn gets its pages.
-        // On its way there: its host pages still hold it, and the turn takes
-        // them once the write has read them (on_disk_out; the file goes).
-        // Either way then copied into the turn's first pages, as from the
-        // host pool.
+                     || (e.where == session_tier::to_disk && e.waiter == 0)
+                     || (e.where == session_tier::from_disk && e.waiter == 0))) {
+        // On disk: read back into host pages while the turn gets its pages
+        // (or already being read, for an advisory: the turn takes the read
+        // over). On its way there: its host pages still hold it, and the
+        // turn takes them once the write has read them (on_disk_out; the
+        // file goes). Either way then copied into the turn's first pages, as
+        // from the host pool.
         r.pages = std::max(r.pages, e.pages);
         r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
         r.session_owner = e.owner;
         r.session_host_pages.clear();
-        if (e.where == session_tier::to_disk) {
-          e.waiter = id;
+        if (e.where == session_tier::to_disk)
           ++session_host_hits_;
-        }
+        e.waiter = id;
       } else if (extends && e.where == session_tier::device) {
         adopted = e.pages;
         r.pages = std::max(r.pages, adopted);

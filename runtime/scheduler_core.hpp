@@ -327,6 +327,9 @@ public:
   /// Turns whose cache was on disk that recomputed it instead, by the
   /// disk_fetch model's prediction.
   std::uint64_t session_disk_skips() const noexcept { return session_disk_skips_; }
+  /// Turns that waited in the queue for their cache's copy between the GPU
+  /// and the host pool to end.
+  std::uint64_t turns_held_for_cache() const noexcept { return turns_held_for_cache_; }
   /// Of those, the copies of caches still in the host pool (write-back).
   std::uint64_t session_clean_pages() const noexcept { return clean_pages_; }
   std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
@@ -534,6 +537,10 @@ private:
   /// without displacing anything admitted, nor the head of the queue;
   /// false when not.
   bool prefetch_session(session_entry& e, scheduler_effects& fx);
+  /// `r` is a turn whose session's cache (which its prompt extends) is being
+  /// copied between the GPU and the host pool, and `d` does not hold it as
+  /// a hidden cache: it waits for the copy rather than be admitted now.
+  bool cache_between_tiers(const record& r, const policies::schedule_decision& d) const;
   /// The cache held under `owner` in `tier` (a move's answer finds it so).
   std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,
                                                                               session_tier tier);
@@ -596,6 +603,7 @@ private:
   std::uint64_t clean_pages_ = 0;      // host pages of caches with a copy on disk
   std::uint64_t disk_queued_bytes_ = 0; // of writes and reads asked of the disk, not yet answered
   std::uint64_t session_disk_skips_ = 0;
+  std::uint64_t turns_held_for_cache_ = 0;
   bool cleaning_ = false;              // a write-back under way
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;

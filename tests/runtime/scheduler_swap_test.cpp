@@ -786,6 +786,16 @@ void submit_second_turn(swap_shell& s) {
   s.submit_tokens(3, prompt2, 2, 7);
 }
 
+/// Session 7's second turn (request 3) runs to its end reusing the 9
+/// cached tokens; every page released once, none left in the host pool.
+void the_second_turn_ends_with_its_history_reused(swap_shell& s) {
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->reused_tokens(), 9u);
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
+}
+
 /// Session 7's second turn (request 3), its cache copying in from the host
 /// pool: runs to the end reusing the 9 cached tokens, every page released
 /// once.
@@ -815,12 +825,8 @@ TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn)
   s.answer_in();
   EXPECT_EQ(s.core->state_of(3), request_state::ready);
   EXPECT_TRUE(s.host.pages_of({page_owner_kind::request, 1}).empty()) << "host pages freed after the copy";
-  run_until_done(s, 3);
+  the_second_turn_ends_with_its_history_reused(s);
   EXPECT_EQ(s.core->session_host_hits(), 1u);
-  EXPECT_EQ(s.core->reused_tokens(), 9u);
-  EXPECT_EQ(s.finished.at(3), finish_reason::length);
-  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
-  EXPECT_EQ(s.core->host_pages_held(), 0u);
 }
 
 TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
@@ -880,6 +886,46 @@ TEST(scheduler_session, an_advisory_with_the_gpu_full_of_older_caches_pushes_one
   EXPECT_EQ(s.core->session_prefetches(), 1u);
   EXPECT_EQ(s.core->sessions_cached(), 3u) << "none lost";
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
+/// Session 7 is advised (its cache starts up a tier), then its second turn
+/// comes before that move has ended.
+void advised_then_the_second_turn(swap_shell& s) {
+  scheduler_effects fx;
+  ASSERT_EQ(s.core->advise(7, s.now, fx), scheduler_core::advice::fetching);
+  s.apply(std::move(fx));
+  submit_second_turn(s);
+  s.admit();
+}
+
+TEST(scheduler_session, a_turn_waits_for_its_cache_still_coming_up_and_takes_it_over_on_the_gpu) {
+  auto s = one_session_pushed_down();
+  s.answer_session_out();
+  // The turn keeps its place in the queue rather than compute its history
+  // again.
+  advised_then_the_second_turn(s);
+  EXPECT_EQ(s.core->state_of(3), request_state::waiting);
+  EXPECT_EQ(s.core->turns_held_for_cache(), 1u);
+  EXPECT_TRUE(s.device.pages_of({page_owner_kind::request, 3}).empty()) << "no pages yet";
+  s.answer_session_in();
+  s.admit();
+  EXPECT_TRUE(s.ins.empty()) << "taken over on the GPU: no copy";
+  the_second_turn_ends_with_its_history_reused(s);
+}
+
+TEST(scheduler_session, a_turn_waits_for_its_cache_still_going_down_and_copies_it_back) {
+  auto s = one_session_pushed_down();
+  ASSERT_EQ(s.session_outs.size(), 1u) << "7's cache on its way to the host";
+  submit_second_turn(s);
+  s.admit();
+  EXPECT_EQ(s.core->state_of(3), request_state::waiting);
+  EXPECT_TRUE(s.ins.empty());
+  s.answer_session_out();
+  s.admit();
+  EXPECT_EQ(s.core->state_of(3), request_state::swapping_in) << "from the host pool now";
+  the_second_turn_copies_its_cache_in(s);
+  EXPECT_EQ(s.core->turns_held_for_cache(), 1u);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
 }
 
 TEST(scheduler_session, an_advisory_while_the_cache_is_still_leaving_fetches_it_back_once_it_lands) {
@@ -1307,6 +1353,21 @@ TEST(scheduler_session, an_advisory_lifts_a_cache_from_disk_to_the_host) {
   submit_second_turn(s);
   s.admit();
   the_second_turn_copies_its_cache_in(s); // a host hit now
+}
+
+TEST(scheduler_session, a_turn_takes_over_an_advisorys_read_from_disk) {
+  auto s = one_session_on_disk();
+  // The turn comes while the read waits for host room: it waits for the
+  // read, then copies the cache in.
+  advised_then_the_second_turn(s);
+  EXPECT_EQ(s.core->state_of(3), request_state::swapping_in);
+  s.answer_disk_out(); // 8 down to disk, freeing the host pages
+  ASSERT_EQ(s.disk_ins.size(), 1u);
+  s.answer_disk_in();
+  the_second_turn_copies_its_cache_in(s);
+  EXPECT_EQ(s.core->session_disk_reads(), 1u) << "one read, for the advisory and the turn";
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
 }
 
 TEST(scheduler_session, a_failed_read_from_disk_recomputes_the_turn) {
