@@ -212,6 +212,20 @@ adaptive() {
     sweep "$sweep_csv" "swap/o$o" 1000 -- "${oargs[@]}" --max-running 64 --setups adaptive:lru --sched-params adaptive.mode=2
     sweep "$sweep_csv" "adaptive/o$o" 1000 -- "${oargs[@]}" --max-running 64 --setups adaptive:lru --sched-params adaptive.mode=0
   done
+  # The paper's Chatbot shape: prompts of 17 tokens on average (uniform in
+  # 4-30 here), outputs of 64; AdaptiveLLM by default (a waiting request of
+  # twice a running one's priority preempts it) and with preemption only
+  # when running requests cannot grow (Algorithm 1's own trigger).
+  local short_csv=$out/adaptive-short.csv
+  rm -f "$short_csv"
+  local sargs=(--requests 1000 --prompt-range 4:30 --output-range 64:64 --model llama-2-13b --gpu A100-80GB
+               --adapters 1 --base-fraction 1 --max-context 1024 --pool-pages 128 --host-pages 64 --kv on_demand)
+  for b in 64 128; do
+    sweep "$short_csv" "vllm-fcfs/b$b" 1000 -- "${sargs[@]}" --max-running "$b" --setups fcfs:lru
+    sweep "$short_csv" "adaptive/b$b" 1000 -- "${sargs[@]}" --max-running "$b" --setups adaptive:lru
+    sweep "$short_csv" "adaptive-growth-only/b$b" 1000 -- "${sargs[@]}" --max-running "$b" --setups adaptive:lru \
+      --sched-params adaptive.preempt_margin=1e9
+  done
 }
 
 symphony() {
