@@ -1178,6 +1178,11 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
       return advice::fetching;
     case session_tier::disk:
       // Up a tier now; a later advisory (or the turn) takes it on to the GPU.
+      // Only while the disk has nothing else to do: a read ahead is a guess,
+      // never ahead of a read or write something waits for (its turn reads
+      // the cache itself if it is still there).
+      if (disk_queued_bytes_ > 0)
+        return advice::none;
       return fetch_from_disk(session, 0, fx) ? advice::fetching : advice::none;
     case session_tier::moving_out:
     case session_tier::host:

@@ -209,7 +209,8 @@ public:
   /// the head of the queue needs; without it, older caches on the GPU are
   /// pushed down to the host and it starts back once one has landed
   /// (answered in_host). One still being copied to the host starts back once
-  /// it lands, room permitting.
+  /// it lands, room permitting. One on disk is read up to the host pool
+  /// while the disk has nothing else queued.
   enum class advice : std::uint8_t {
     none,     ///< no cache for this session
     on_gpu,   ///< already in device pages

@@ -259,12 +259,14 @@ symphony() {
   # model's default) and on a 7 GB/s one.
   csv=$out/symphony-disk.csv
   rm -f "$csv"
-  # label:disk_gib:disk_fetch:disk_bytes_per_s
-  for setup in host8:0:cost:2e9 disk-read:512:read:2e9 disk-cost:512:cost:2e9 \
-               disk7-read:512:read:7e9 disk7-cost:512:cost:7e9; do
-    local label disk fetch rate
-    IFS=: read -r label disk fetch rate <<< "$setup"
-    "$sim" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+  # label:disk_gib:disk_fetch:disk_bytes_per_s:advise_lead_s (advisories
+  # read ahead from disk only while it is idle)
+  for setup in host8:0:cost:2e9:off disk-read:512:read:2e9:off disk-cost:512:cost:2e9:off \
+               disk7-read:512:read:7e9:off disk7-cost:512:cost:7e9:off \
+               disk-cost-advise:512:cost:2e9:1 disk7-cost-advise:512:cost:7e9:1; do
+    local label disk fetch rate lead
+    IFS=: read -r label disk fetch rate lead <<< "$setup"
+    "$sim" --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru \
       --session-fraction 0.9 --host-gib 8 --disk-gib "$disk" --disk-fetch "$fetch" --cost disk_bytes_per_s="$rate" \
       --csv "$out/.one.csv" > "$out/symphony-disk-$label.txt"

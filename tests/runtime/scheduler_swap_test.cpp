@@ -1370,6 +1370,48 @@ TEST(scheduler_session, a_turn_takes_over_an_advisorys_read_from_disk) {
   EXPECT_EQ(s.core->host_pages_held(), 0u);
 }
 
+TEST(scheduler_session, an_advisory_reads_from_disk_only_while_the_disk_is_idle) {
+  // One 3-page cache on the GPU, three in the host pool, the rest on disk:
+  // sessions 7 to 12 (requests 10 to 15) end a turn each, every move
+  // answered as it comes.
+  swap_shell s{40, 9, false, 4, 30};
+  auto settle = [&s] {
+    while (!s.disk_outs.empty() || !s.session_outs.empty())
+      s.disk_outs.empty() ? s.answer_session_out() : s.answer_disk_out();
+  };
+  for (std::uint64_t session = 7, id = 10; session <= 12; ++session, ++id) {
+    s.submit_tokens(id, tokens_from(static_cast<std::int32_t>(10 * id), 6), 4, session);
+    run_until_done(s, id);
+    settle();
+  }
+  ASSERT_EQ(s.core->session_disk_pages(), 6u) << "7's and 8's caches on disk";
+  // The next turns of sessions 9 and 10 take their caches out of the host
+  // pool, leaving room there; session 7's reads its cache from disk.
+  auto next_turn = [&s](std::uint64_t id, std::uint64_t first, std::uint64_t session) {
+    auto prompt = tokens_from(static_cast<std::int32_t>(10 * first), 6);
+    prompt.insert(prompt.end(), s.tokens[first].begin(), s.tokens[first].end());
+    prompt.push_back(60);
+    s.expect_cached[id] = 9;
+    s.submit_tokens(id, prompt, 2, session);
+    s.admit();
+  };
+  next_turn(20, 12, 9);
+  s.answer_in();
+  next_turn(21, 13, 10);
+  s.answer_in();
+  next_turn(22, 10, 7);
+  ASSERT_EQ(s.disk_ins.size(), 1u) << "7's read under way";
+  scheduler_effects fx;
+  EXPECT_EQ(s.core->advise(8, s.now, fx), scheduler_core::advice::none) << "the disk is busy: no read ahead";
+  EXPECT_TRUE(fx.empty());
+  s.answer_disk_in();
+  EXPECT_EQ(s.core->advise(8, s.now, fx), scheduler_core::advice::fetching) << "idle now";
+  s.apply(std::move(fx));
+  ASSERT_EQ(s.disk_ins.size(), 1u);
+  s.answer_disk_in();
+  EXPECT_EQ(s.host.pages_of({page_owner_kind::request, 11}).size(), 3u) << "8's cache in the host pool";
+}
+
 TEST(scheduler_session, a_failed_read_from_disk_recomputes_the_turn) {
   auto s = one_session_on_disk();
   submit_second_turn(s);
