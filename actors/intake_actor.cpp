@@ -145,10 +145,10 @@ intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
       if (act.advise) {
         auto peer_copy = peer;
         auto id = act.query_id;
-        auto name = act.advise->second;
+        auto name = act.advise->name;
         auto answer = [self, peer_copy, id, name](std::uint8_t a) {
-          static constexpr const char* names[] = {"none", "on_gpu", "fetching", "in_host"};
-          emit(self, {{peer_copy, wire::to_json(wire::advise_reply{id, name, a < 4 ? names[a] : "none"})}});
+          static constexpr const char* names[] = {"none", "on_gpu", "fetching", "in_host", "scheduled"};
+          emit(self, {{peer_copy, wire::to_json(wire::advise_reply{id, name, a < 5 ? names[a] : "none"})}});
         };
         auto failed = [self, peer_copy, id](const caf::error& e) {
           emit(self, {{peer_copy, wire::to_json(wire::error_reply{
@@ -156,10 +156,11 @@ intake_actor::behavior_type intake_impl(self_ptr self, intake_config cfg) {
                                     "could not pass the advisory on: " + self->system().render(e)})}});
         };
         if (self->state.cfg.router)
-          self->request(self->state.cfg.router, caf::infinite, advise_atom_v, act.advise->first)
+          self->request(self->state.cfg.router, caf::infinite, advise_atom_v, act.advise->session, act.advise->in_s)
             .then(answer, failed);
         else
-          self->request(self->state.cfg.scheduler, caf::infinite, advise_atom_v, act.advise->first)
+          self->request(self->state.cfg.scheduler, caf::infinite, advise_atom_v, act.advise->session,
+                        act.advise->in_s)
             .then(answer, failed);
       }
       switch (act.ask) {

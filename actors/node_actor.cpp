@@ -65,8 +65,8 @@ node_actor::behavior_type node_impl(self_ptr self, node_config cfg) {
     [self](cancel_atom, std::uint64_t id) -> caf::result<bool> {
       return self->delegate(self->state.cfg.scheduler, cancel_atom_v, id);
     },
-    [self](advise_atom, std::uint64_t session) -> caf::result<std::uint8_t> {
-      return self->delegate(self->state.cfg.scheduler, advise_atom_v, session);
+    [self](advise_atom, std::uint64_t session, double in_s) -> caf::result<std::uint8_t> {
+      return self->delegate(self->state.cfg.scheduler, advise_atom_v, session, in_s);
     },
     [self](subscribe_atom, progress_sink_actor sink) {
       self->send(self->state.cfg.scheduler, subscribe_atom_v, std::move(sink));

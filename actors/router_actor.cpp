@@ -1,6 +1,7 @@
 #include "actors/router_actor.hpp"
 
 #include "actors/stats_gather.hpp"
+#include "runtime/clock.hpp"
 #include "runtime/router_core.hpp"
 #include "runtime/scheduler_core.hpp"
 
@@ -10,6 +11,7 @@
 #include <caf/typed_response_promise.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -173,7 +175,7 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
               [rp](const caf::error&) mutable { rp.deliver(false); });
       return rp;
     },
-    [self](advise_atom, std::uint64_t session) {
+    [self](advise_atom, std::uint64_t session, double in_s) {
       auto rp = self->make_response_promise<std::uint8_t>();
       const auto route = self->state.core->advise(session);
       if (route.node < 0) {
@@ -181,8 +183,11 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
         return rp;
       }
       const auto node = static_cast<std::uint32_t>(route.node);
-      pull_then(self, session, route.pull_from, route.node, [self, rp, node, session]() mutable {
-        self->request(self->state.cfg.nodes[node], self->state.cfg.node_timeout, advise_atom_v, session)
+      const auto sent = monotonic_seconds();
+      pull_then(self, session, route.pull_from, route.node, [self, rp, node, session, in_s, sent]() mutable {
+        // The turn is that much nearer once the cache has come.
+        const double left = std::max(0.0, in_s - (monotonic_seconds() - sent));
+        self->request(self->state.cfg.nodes[node], self->state.cfg.node_timeout, advise_atom_v, session, left)
           .then([rp](std::uint8_t a) mutable { rp.deliver(a); },
                 [rp](const caf::error&) mutable {
                   rp.deliver(static_cast<std::uint8_t>(scheduler_core::advice::none));

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <memory>
 #include <vector>
@@ -518,11 +519,24 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
       pump(self);
       return found;
     },
-    [self](advise_atom, std::uint64_t session) {
+    [self](advise_atom, std::uint64_t session, double in_s) {
+      auto& core = *self->state.core;
       scheduler_effects fx;
-      const auto a = self->state.core->advise(session, monotonic_seconds(), fx);
+      const auto a = core.advise(session, monotonic_seconds(), fx, in_s);
       apply(self, std::move(fx));
+      // Put off: asked again shortly before the turn, wherever the cache is then.
+      if (a != scheduler_core::advice::none && core.advise_fetch_delay(in_s) > 0)
+        self->delayed_send(self,
+                           std::chrono::duration_cast<std::chrono::microseconds>(
+                             std::chrono::duration<double>(core.advise_fetch_delay(in_s))),
+                           tick_atom_v, advise_atom_v, session);
       return static_cast<std::uint8_t>(a);
+    },
+    [self](tick_atom, advise_atom, std::uint64_t session) {
+      scheduler_effects fx;
+      self->state.core->advise(session, monotonic_seconds(), fx);
+      apply(self, std::move(fx));
+      pump(self);
     },
     [self](export_atom, std::uint64_t session) { return export_session(self, session); },
     [self](import_atom, session_kv& kv) { return import_session(self, std::move(kv)); },

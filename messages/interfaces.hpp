@@ -45,9 +45,11 @@ using scheduler_actor = caf::typed_actor<
   caf::reacts_to<policies::queue_tuning>,
   caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
-  /// An advisory for a session (internal id): where its cache is now
-  /// (a scheduler_core::advice).
-  caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
+  /// An advisory for a session (internal id), its turn expected in the
+  /// given seconds: where its cache is now (a scheduler_core::advice).
+  caf::replies_to<advise_atom, std::uint64_t, double>::with<std::uint8_t>,
+  /// To itself: the fetch an advisory put off is due.
+  caf::reacts_to<tick_atom, advise_atom, std::uint64_t>,
   /// The session's cache (read out of its pages, which are then freed),
   /// for another node; pages 0 when there is none to give.
   caf::replies_to<export_atom, std::uint64_t>::with<session_kv>,
@@ -62,7 +64,7 @@ using scheduler_actor = caf::typed_actor<
 using node_actor = caf::typed_actor<
   caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
   caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
-  caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
+  caf::replies_to<advise_atom, std::uint64_t, double>::with<std::uint8_t>,
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
   /// The session's cache, leaving this node (the scheduler's export).
   caf::replies_to<export_atom, std::uint64_t>::with<session_kv>,
@@ -76,7 +78,7 @@ using node_actor = caf::typed_actor<
 using front_actor = caf::typed_actor<
   caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
   caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
-  caf::replies_to<advise_atom, std::uint64_t>::with<std::uint8_t>,
+  caf::replies_to<advise_atom, std::uint64_t, double>::with<std::uint8_t>,
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
   caf::reacts_to<progress_batch>,
   caf::replies_to<stats_atom>::with<stat_values>>;

@@ -192,7 +192,7 @@ std::string to_json(const request& x);
 
 /// A reply as a client sees it after parsing; for troupe-client and tests.
 /// The answer to advise: where the session's cache is ("none", "on_gpu",
-/// "fetching", "in_host").
+/// "fetching", "in_host", "scheduled").
 struct advise_reply {
   std::string id;
   std::string session;

@@ -516,7 +516,7 @@ memory_pool_options read_memory_pool(section s) {
 scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   scheduler_options o;
   s.allow_only({"policy", "params", "max_running", "token_budget", "max_waiting", "kv_reservation",
-                "growth_watermark", "session_fraction", "session_eviction"});
+                "growth_watermark", "session_fraction", "session_eviction", "advise_fetch_lead_s"});
   o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
   o.params = s.numbers("params");
   o.max_running = s.u32("max_running", o.max_running, 1);
@@ -530,6 +530,8 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   s.require("session_fraction", o.session_fraction >= 0 && o.session_fraction <= 1, "must be in [0, 1]");
   o.session_eviction = s.choice("session_eviction", o.session_eviction, policies::session_eviction_names(),
                                 "session eviction policy");
+  o.advise_fetch_lead_s = s.real("advise_fetch_lead_s", o.advise_fetch_lead_s);
+  s.require("advise_fetch_lead_s", o.advise_fetch_lead_s >= 0, "must be >= 0");
   return o;
 }
 

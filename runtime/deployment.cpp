@@ -257,6 +257,7 @@ deployment::start(const deployment_options& opts) {
     sc.limits.disk_fetch = m;
   }
   sc.limits.layer_streaming = opts.copy_engine.layer_streaming && rb.backend->streams_layers();
+  sc.limits.advise_fetch_lead_s = opts.scheduler.advise_fetch_lead_s;
   sc.limits.session_eviction =
     policies::session_eviction_named(opts.scheduler.session_eviction).value_or(policies::session_eviction::lru);
   if (opts.memory_pool.disk_pages > 0) {

@@ -142,7 +142,7 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
   } else if (auto* ua = std::get_if<wire::unload_adapter_request>(&req)) {
     adapter_request(peer, std::move(*ua), out);
   } else if (auto* ad = std::get_if<wire::advise_request>(&req)) {
-    out.advise = std::pair{session_id_of(ad->session), ad->session};
+    out.advise = intake_actions::advisory{session_id_of(ad->session), ad->session, ad->in_s};
     out.query_id = ad->id;
   }
   return out;

@@ -52,8 +52,14 @@ struct intake_actions {
   /// then on_unregistered().
   std::optional<adapter_entry> unregister_adapter;
   /// An advisory for this session (its internal id, as generate requests
-  /// carry it): ask the scheduler, reply an advise_reply with query_id.
-  std::optional<std::pair<std::uint64_t, std::string>> advise;
+  /// carry it; its name; the turn expected in `in_s`): ask the scheduler,
+  /// reply an advise_reply with query_id.
+  struct advisory {
+    std::uint64_t session = 0;
+    std::string name;
+    double in_s = 0;
+  };
+  std::optional<advisory> advise;
 };
 
 /// The internal id of a session name (0 for none): a 64-bit FNV-1a hash. A

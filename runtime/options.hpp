@@ -132,6 +132,9 @@ struct scheduler_options {
   double session_fraction = 0.25;
   /// Which session cache leaves a tier first: "lru" or "largest".
   std::string session_eviction = "lru";
+  /// An advisory whose turn is expected later (`in_s`) than this fetches
+  /// the session's cache only this many seconds before the turn.
+  double advise_fetch_lead_s = 1.0;
   bool operator==(const scheduler_options&) const = default;
 };
 

@@ -1154,13 +1154,27 @@ scheduler_effects scheduler_core::on_imported(std::uint64_t session, bool ok, do
 }
 
 scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_s,
-                                              scheduler_effects& fx) {
+                                              scheduler_effects& fx, double in_s) {
   ++advisories_;
   auto i = sessions_.find(session);
   if (session == 0 || i == sessions_.end())
     return advice::none;
   auto& e = i->second;
   e.last_use_s = now_s; // wanted soon: the last to be pushed off the GPU
+  if (advise_fetch_delay(in_s) > 0) {
+    // Too early to fetch: marked only.
+    switch (e.where) {
+      case session_tier::device:
+        return advice::on_gpu;
+      case session_tier::moving_in:
+      case session_tier::from_disk:
+        return advice::fetching;
+      case session_tier::leaving:
+        return advice::none;
+      default:
+        return advice::scheduled;
+    }
+  }
   switch (e.where) {
     case session_tier::awaiting_host:
       keep_on_device(e); // wanted soon: it stays

@@ -66,6 +66,10 @@ struct scheduler_limits {
   bool layer_streaming = false;
   /// Which session cache leaves a tier first when it needs room.
   policies::session_eviction session_eviction = policies::session_eviction::lru;
+  /// An advisory for a turn expected later than this fetches its cache
+  /// only this long before the turn (Symphony's expected arrival), so that
+  /// the cache does not take GPU pages, or push other caches down, early.
+  double advise_fetch_lead_s = 1.0;
 };
 
 /// Work the shell must do after a call into the core, in field order.
@@ -211,13 +215,22 @@ public:
   /// (answered in_host). One still being copied to the host starts back once
   /// it lands, room permitting. One on disk is read up to the host pool
   /// while the disk has nothing else queued.
+  /// `in_s`: when the turn is expected, from now. Past advise_fetch_lead_s
+  /// the cache is only marked as wanted (answered scheduled when it is off
+  /// the GPU): the shell advises again, with in_s 0, that long before the
+  /// turn, whatever the answer (but none), since the cache may have moved.
   enum class advice : std::uint8_t {
-    none,     ///< no cache for this session
-    on_gpu,   ///< already in device pages
-    fetching, ///< on its way from the host pool
-    in_host,  ///< in the host pool, no room on the GPU now
+    none,      ///< no cache for this session
+    on_gpu,    ///< already in device pages
+    fetching,  ///< on its way from the host pool
+    in_host,   ///< in the host pool, no room on the GPU now
+    scheduled, ///< off the GPU; fetched advise_fetch_lead_s before the turn
   };
-  advice advise(std::uint64_t session, double now_s, scheduler_effects& fx);
+  advice advise(std::uint64_t session, double now_s, scheduler_effects& fx, double in_s = 0);
+  /// Seconds from an advisory expecting its turn in `in_s` to its fetch.
+  double advise_fetch_delay(double in_s) const noexcept {
+    return in_s > limits_.advise_fetch_lead_s ? in_s - limits_.advise_fetch_lead_s : 0;
+  }
   /// A session cache's copy back from the host ended (`device_pages`: the
   /// pages reserved for it). Its host pages are released either way.
   scheduler_effects on_session_in(std::uint64_t owner, bool ok, double now_s,

@@ -177,6 +177,7 @@ bool sim_cluster::move(std::uint64_t session, std::uint32_t from, std::uint32_t 
   auto& p = pulls_[session];
   p.from = from;
   p.to = to;
+  p.started_s = now_;
   p.waiting = std::move(waiting);
   start_pull(session);
   return true;
@@ -190,7 +191,7 @@ void sim_cluster::advise(std::uint64_t session) {
   if (route.pull_from >= 0 && !pulls_.contains(session)
       && move(session, static_cast<std::uint32_t>(route.pull_from), node, {}))
     return; // advised on arrival at the new node (pulled)
-  nodes_[node]->advise(session, now_);
+  nodes_[node]->advise(session, now_, cfg_.advise_lead_s);
 }
 
 void sim_cluster::start_pull(std::uint64_t session) {
@@ -233,8 +234,8 @@ void sim_cluster::pulled(std::uint64_t session) {
   } else {
     ++totals_.pulls_missed;
   }
-  if (p.waiting.empty() && !dead_[p.to]) // an advisory's pull: on toward the GPU, if there is room
-    nodes_[p.to]->advise(session, now_);
+  if (p.waiting.empty() && !dead_[p.to]) // an advisory's pull: on toward the GPU, if there is room, when due
+    nodes_[p.to]->advise(session, now_, std::max(0.0, p.started_s + cfg_.advise_lead_s - now_));
   for (const auto& [index, node] : p.waiting)
     submit(index, node);
 }

@@ -94,6 +94,7 @@ private:
     bool started = false; ///< false: waiting for the cache to settle at `from`
     sim_engine::kv_export kv;
     std::vector<std::pair<std::size_t, std::uint32_t>> waiting;
+    double started_s = 0; ///< when the router moved the session
   };
 
   void schedule(double at, event_kind kind, std::uint64_t arg);

@@ -228,12 +228,12 @@ void sim_engine::step() {
       apply(core_.on_step_done(batch, tokens, now_));
       break;
     }
-    case event_kind::advise: {
-      scheduler_effects fx;
-      core_.advise(ev.arg, now_, fx);
-      apply(std::move(fx));
+    case event_kind::advise:
+      advise_core(ev.arg, cfg_.advise_lead_s);
       break;
-    }
+    case event_kind::fetch:
+      advise_core(ev.arg, 0);
+      break;
     case event_kind::predict:
       // As the prefetcher actor: a round of predictions every interval,
       // while anything else is still to happen.
@@ -709,12 +709,18 @@ bool sim_engine::import_session(std::uint64_t session, std::uint64_t pages, std:
   return ok;
 }
 
-void sim_engine::advise(std::uint64_t session, double now_s) {
+void sim_engine::advise(std::uint64_t session, double now_s, double in_s) {
   now_ = std::max(now_, now_s);
-  scheduler_effects fx;
-  core_.advise(session, now_, fx);
-  apply(std::move(fx));
+  advise_core(session, in_s);
   pump();
+}
+
+void sim_engine::advise_core(std::uint64_t session, double in_s) {
+  scheduler_effects fx;
+  // Put off: asked again shortly before the turn, wherever the cache is then.
+  if (core_.advise(session, now_, fx, in_s) != scheduler_core::advice::none && core_.advise_fetch_delay(in_s) > 0)
+    schedule(now_ + core_.advise_fetch_delay(in_s), event_kind::fetch, session);
+  apply(std::move(fx));
 }
 
 } // namespace troupe

@@ -210,14 +210,17 @@ public:
   /// false when there is no room (the turn recomputes).
   bool import_session(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens, double now_s);
   /// An advisory for the session's next turn, now.
-  void advise(std::uint64_t session, double now_s);
+  /// An advisory for `session`, its turn expected in `in_s`.
+  void advise(std::uint64_t session, double now_s, double in_s);
 
   const sim_totals& totals() const noexcept { return totals_; }
   const adapter_cache& cache() const noexcept { return cache_; }
   const scheduler_core& core() const noexcept { return core_; }
 
 private:
-  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise, predict };
+  enum class event_kind : std::uint8_t { arrival, step_done, transfer_done, first_layer_in, advise, fetch, predict };
+  /// Hands an advisory to the core; a fetch it puts off comes as a fetch event.
+  void advise_core(std::uint64_t session, double in_s);
   struct event {
     double at;
     std::uint64_t seq;

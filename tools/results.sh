@@ -238,13 +238,16 @@ symphony() {
   # advisories 1 s before each turn, and with both.
   local csv=$out/symphony.csv
   rm -f "$csv"
-  # label:session_fraction:host_gib:layer_streaming:advise_lead_s
-  for setup in recompute:0:0:off:off sessions:0.9:0:off:off sessions+host:0.9:128:off:off \
-               sessions+host+stream:0.9:128:on:off sessions+host+advise:0.9:128:off:1 \
-               all:0.9:128:on:1; do
-    local label f host stream lead
-    IFS=: read -r label f host stream lead <<< "$setup"
-    "$sim" --layer-streaming "$stream" --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+  # label:session_fraction:host_gib:layer_streaming:advise_lead_s:advise_fetch_lead_s
+  # (the advise10 pair: advisories 10 s ahead, as Symphony's chat clients
+  # send them, the fetch 1 s before the turn or at once)
+  for setup in recompute:0:0:off:off:1 sessions:0.9:0:off:off:1 sessions+host:0.9:128:off:off:1 \
+               sessions+host+stream:0.9:128:on:off:1 sessions+host+advise:0.9:128:off:1:1 \
+               all:0.9:128:on:1:1 advise10:0.9:128:off:10:1 advise10-at-once:0.9:128:off:10:1e9; do
+    local label f host stream lead fetch_lead
+    IFS=: read -r label f host stream lead fetch_lead <<< "$setup"
+    "$sim" --layer-streaming "$stream" --advise-lead "$lead" --advise-fetch-lead "$fetch_lead" \
+      --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.1,0.2,0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB \
       --setups fcfs:lru --session-fraction "$f" --host-gib "$host" --csv "$out/.one.csv" > "$out/symphony-$label.txt"
     if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi

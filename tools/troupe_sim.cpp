@@ -85,6 +85,8 @@ constexpr const char* usage =
   "  --layer-streaming on|off  a cache coming back from the host pool streams in layer by layer under\n"
   "                        its step (Symphony), or is copied whole first (default off)\n"
   "  --advise-lead S|off   an advisory S seconds before each later turn of a conversation (default off)\n"
+  "  --advise-fetch-lead S an advisory further ahead fetches its cache only S seconds before the turn\n"
+  "                        (the server's [scheduler] advise_fetch_lead_s; default 1)\n"
   "  --session-eviction lru|largest   which session cache leaves a tier first (default lru)\n"
   "  --nodes N             N nodes, each one GPU as configured, behind the router's placement by load and\n"
   "                        KV locality (default 1); the offered rate is the whole deployment's\n"
@@ -149,6 +151,7 @@ struct options {
   bool on_demand = false;
   bool layer_streaming = false;
   double advise_lead = -1;
+  double advise_fetch_lead = 1.0;
   std::string session_eviction = "lru";
   std::uint32_t nodes = 1;
   std::uint32_t imbalance = 2;
@@ -335,6 +338,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (v == "off") o.advise_lead = -1;
       else if (!need_num()) return false;
       else o.advise_lead = num;
+    }
+    else if (a == "--advise-fetch-lead") {
+      if (!need_num() || num < 0) { err = "--advise-fetch-lead must be >= 0"; return false; }
+      o.advise_fetch_lead = num;
     }
     else if (a == "--layer-streaming") {
       if (v != "on" && v != "off") { err = "--layer-streaming: on or off"; return false; }
@@ -583,6 +590,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cfg.max_context = o.max_context;
       cfg.layer_streaming = o.layer_streaming;
       cfg.advise_lead_s = o.advise_lead;
+      cfg.limits.advise_fetch_lead_s = o.advise_fetch_lead;
       cfg.limits.session_eviction = *policies::session_eviction_named(o.session_eviction);
       cfg.layers = shape->num_layers;
       cfg.adapter_partition_pages = partition_pages;

@@ -469,14 +469,15 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   EXPECT_EQ(stats.at("prompt_tokens_reused"), 31.0);
 
   // An advisory brings a cache up ahead of its turn. A third session's turn
-  // pushes B's cache to the host; advise B, and its next turn finds the
-  // cache on the GPU (no copy on its critical path).
+  // pushes B's cache to the host; advise B, its turn expected in 1.5 s:
+  // the fetch waits until 1 s before (advise_fetch_lead_s), and the turn
+  // then finds the cache on the GPU (no copy on its critical path).
   auto third = prompt1;
   third[1] = 99;
   turn2("c1", third, "C");
   EXPECT_EQ(stats_of(c2, "s5").at("session_offloads"), 2.0) << "B's cache went to the host";
   wait_host_kv(c2, "w2");
-  wire::advise_request adv{"adv", "B", 1.0, 0};
+  wire::advise_request adv{"adv", "B", 1.5, 0};
   ASSERT_TRUE(c2.send(adv));
   std::string status;
   for (int i = 0; i < 50 && status.empty(); ++i) {
@@ -487,7 +488,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
       if (auto* a = std::get_if<wire::advise_reply>(r))
         status = a->status;
   }
-  EXPECT_EQ(status, "fetching");
+  EXPECT_EQ(status, "scheduled");
   // When B's cache is back on the GPU, C's (now the least recently used)
   // makes room for it by going to the host: the third offload.
   for (int i = 0; i < 500 && stats_of(c2, "s6").at("session_offloads") < 3.0; ++i)

@@ -854,6 +854,27 @@ TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
+TEST(scheduler_session, an_advisory_well_ahead_of_its_turn_puts_the_fetch_off_until_shortly_before) {
+  auto s = one_session_pushed_down();
+  s.answer_session_out(); // session 7 is in the host pool now
+  scheduler_effects fx;
+  // The turn is 5 s away, the fetch lead 1 s: marked now, fetched in 4 s.
+  EXPECT_EQ(s.core->advise(7, s.now, fx, 5.0), scheduler_core::advice::scheduled);
+  EXPECT_TRUE(fx.empty()) << "no GPU pages taken yet";
+  EXPECT_DOUBLE_EQ(s.core->advise_fetch_delay(5.0), 4.0);
+  EXPECT_DOUBLE_EQ(s.core->advise_fetch_delay(0.5), 0.0);
+  EXPECT_EQ(s.core->advise(8, s.now, fx, 5.0), scheduler_core::advice::on_gpu);
+  EXPECT_EQ(s.core->advise(99, s.now, fx, 5.0), scheduler_core::advice::none);
+  // Within the lead (the shell's second call, or an advisory sent late): at once.
+  EXPECT_EQ(s.core->advise(7, s.now + 4, fx, 0.5), scheduler_core::advice::fetching);
+  ASSERT_EQ(fx.session_ins.size(), 1u);
+  s.apply(std::move(fx));
+  s.answer_session_in();
+  EXPECT_EQ(s.core->advise(7, s.now, fx, 5.0), scheduler_core::advice::on_gpu);
+  EXPECT_EQ(s.core->advisories(), 5u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+}
+
 TEST(scheduler_session, an_advisory_with_the_gpu_full_of_older_caches_pushes_one_down_and_fetches_in_its_place) {
   // Room for two 3-page caches on the GPU: 9's turn pushed 7's down, so 8
   // and 9 fill it.
