@@ -1161,35 +1161,26 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
     return advice::none;
   auto& e = i->second;
   e.last_use_s = now_s; // wanted soon: the last to be pushed off the GPU
-  if (advise_fetch_delay(in_s) > 0) {
-    // Too early to fetch: marked only.
-    switch (e.where) {
-      case session_tier::device:
-        return advice::on_gpu;
-      case session_tier::moving_in:
-      case session_tier::from_disk:
-        return advice::fetching;
-      case session_tier::leaving:
-        return advice::none;
-      default:
-        return advice::scheduled;
-    }
+  switch (e.where) {
+    case session_tier::device:
+      return advice::on_gpu;
+    case session_tier::moving_in:
+    case session_tier::from_disk:
+      return advice::fetching;
+    case session_tier::leaving:
+      return advice::none;
+    default:
+      break;
   }
+  if (advise_fetch_delay(in_s) > 0)
+    return advice::scheduled; // too early to fetch: marked only
   switch (e.where) {
     case session_tier::awaiting_host:
       keep_on_device(e); // wanted soon: it stays
       return advice::on_gpu;
-    case session_tier::device:
-      return advice::on_gpu;
-    case session_tier::moving_in:
-      return advice::fetching;
-    case session_tier::leaving:
-      return advice::none;
     case session_tier::arriving:
     case session_tier::to_disk:
       return advice::in_host;
-    case session_tier::from_disk:
-      return advice::fetching;
     case session_tier::disk:
       // Up a tier now; a later advisory (or the turn) takes it on to the GPU.
       // Only while the disk has nothing else to do: a read ahead is a guess,
@@ -1199,12 +1190,10 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
         return advice::none;
       return fetch_from_disk(session, 0, fx) ? advice::fetching : advice::none;
     case session_tier::moving_out:
-    case session_tier::host:
-      break;
-  }
-  if (e.where == session_tier::moving_out) {
-    e.advised = true; // fetched back once it lands (on_session_out)
-    return advice::in_host;
+      e.advised = true; // fetched back once it lands (on_session_out)
+      return advice::in_host;
+    default:
+      break; // in the host pool
   }
   if (prefetch_session(e, fx))
     return advice::fetching;
