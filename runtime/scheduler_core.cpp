@@ -200,6 +200,16 @@ bool scheduler_core::cache_between_tiers(const record& r, const policies::schedu
   return cached.size() < p.size() && std::equal(cached.begin(), cached.end(), p.begin());
 }
 
+std::uint64_t scheduler_core::head_pages() const {
+  if (waiting() == 0)
+    return 0;
+  const auto& head = waiting_[head_];
+  auto need = policies::page_budget::cache_pages(head, limits_.page_tokens);
+  if (head.adapter_id != 0 && !adapter_use_.contains(head.adapter_id))
+    need += head.adapter_pages;
+  return need;
+}
+
 std::uint32_t scheduler_core::reserve_tokens(const record& r) const noexcept {
   const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
   const auto life = prompt + r.spec.max_new_tokens;
@@ -277,12 +287,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
     return fx;
   if (!sessions_.empty() && waiting() > 0) {
     // Cached sessions give way to the head of the queue.
-    const auto& head = waiting_[head_];
-    auto need = policies::page_budget::cache_pages(head, limits_.page_tokens);
-    if (head.adapter_id != 0 && !adapter_use_.contains(head.adapter_id))
-      need += head.adapter_pages;
-    const auto& hr = records_.at(head.request_id);
-    make_room(need, hr.spec.session, fx);
+    make_room(head_pages(), records_.at(waiting_[head_].request_id).spec.session, fx);
   }
   running_views_.clear();
   // Pages already on their way back: swap-outs in flight, and requests
@@ -1208,14 +1213,7 @@ bool scheduler_core::prefetch_session(session_entry& e, scheduler_effects& fx) {
   // of the queue needs.
   const auto taken = reserved_pages_ + adapter_pages_in_use_ + limits_.growth_watermark;
   const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
-  std::uint64_t need = 0;
-  if (waiting() > 0) {
-    const auto& head = waiting_[head_];
-    need = policies::page_budget::cache_pages(head, limits_.page_tokens);
-    if (head.adapter_id != 0 && !adapter_use_.contains(head.adapter_id))
-      need += head.adapter_pages;
-  }
-  if (free < e.pages + need || limits_.page_bytes == 0)
+  if (free < e.pages + head_pages() || limits_.page_bytes == 0)
     return false;
   forget_disk_copy(e, fx);
   e.where = session_tier::moving_in;

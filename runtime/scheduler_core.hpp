@@ -555,6 +555,9 @@ private:
   /// copied between the GPU and the host pool, and `d` does not hold it as
   /// a hidden cache: it waits for the copy rather than be admitted now.
   bool cache_between_tiers(const record& r, const policies::schedule_decision& d) const;
+  /// Pages the head of the waiting queue needs: its cache, and its adapter
+  /// when that is not loaded (0 with nothing waiting).
+  std::uint64_t head_pages() const;
   /// The cache held under `owner` in `tier` (a move's answer finds it so).
   std::unordered_map<std::uint64_t, session_entry>::iterator session_of_owner(std::uint64_t owner,
                                                                               session_tier tier);
