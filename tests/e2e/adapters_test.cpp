@@ -167,11 +167,22 @@ TEST_F(adapters_e2e, load_use_unload_at_run_time) {
   d->stop();
 }
 
+/// A server on a free local port, quiet, on two scheduler threads.
+std::string server_config() {
+  return "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
+         "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n";
+}
+
+/// server_config() serving the model in `model_dir` on the cpu backend.
+std::string cpu_server_config(const std::string& model_dir) {
+  return server_config() + "[model]\npath = \"" + model_dir + "\"\n[backend]\nkind = \"cpu\"\n"
+         + "[metrics]\nlog_interval_s = 0.0\n";
+}
+
 /// A sim deployment written to a scratch file with `adapter_cache` keys.
 std::string sim_config(const std::string& adapter_cache) {
   const auto path = fs::temp_directory_path() / ("troupe-sim-" + std::to_string(::getpid()) + ".toml");
-  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
+  std::ofstream{path} << server_config()
                       << "[backend]\nkind = \"sim\"\ntime_scale = 0.0\n[metrics]\nlog_interval_s = 0.0\n"
                       << "[adapters_generate]\ncount = 4\nranks = [8, 16]\n"
                       << "[adapter_cache]\n" << adapter_cache;
@@ -223,9 +234,7 @@ std::pair<std::map<std::string, std::vector<std::int32_t>>, std::map<std::string
 run_demo(const std::string& name, const std::string& extra, const std::vector<wire::generate_request>& requests,
          const std::string& model_dir = "models/demo") {
   const auto path = fs::temp_directory_path() / ("troupe-" + name + "-" + std::to_string(::getpid()) + ".toml");
-  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
-                      << "[model]\npath = \"" << model_dir << "\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+  std::ofstream{path} << cpu_server_config(model_dir)
                       << "[[adapters]]\nname = \"demo-r4\"\npath = \"" << model_dir << "/adapters/lora-0\"\n" << extra;
   std::map<std::string, std::vector<std::int32_t>> out;
   std::map<std::string, double> stats;
@@ -411,9 +420,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   if (!fs::exists("models/demo/config.json"))
     GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
   const auto path = fs::temp_directory_path() / ("troupe-session-" + std::to_string(::getpid()) + ".toml");
-  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
-                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n";
+  std::ofstream{path} << cpu_server_config("models/demo");
   auto d = start_from_file(path.string());
   ASSERT_NE(d, nullptr);
   client_connection c{d->endpoint()};
@@ -445,9 +452,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   // (session_fraction 3/64), a host pool behind it. Session A's first turn
   // is pushed to the host by session B's; A's second turn copies it back
   // into new pages and prefills only its new tokens.
-  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
-                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+  std::ofstream{path} << cpu_server_config("models/demo")
                       << "[memory_pool]\npages = 64\nhost_pages = 64\n[scheduler]\nsession_fraction = 0.047\n";
   d = start_from_file(path.string());
   ASSERT_NE(d, nullptr);
@@ -512,9 +517,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   // second turn reads it back through the host pool, B's going to disk to
   // make room.
   const auto disk_dir = fs::temp_directory_path() / ("troupe-session-disk-" + std::to_string(::getpid()));
-  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
-                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+  std::ofstream{path} << cpu_server_config("models/demo")
                       << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_write_back = 0\ndisk_fetch = \"read\"\ndisk_dir = \""
                       << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
                       << "[copy_engine]\nlayer_streaming = false\n"; // copied whole, then computed
@@ -556,9 +559,7 @@ TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_toke
   // host pages; C's turn then pushes B down without waiting for a write,
   // and A's second turn reads its cache back from the file: by cost (the
   // default), reading two pages beats recomputing 31 tokens.
-  std::ofstream{path} << "[server]\nendpoint = \"tcp://127.0.0.1:*\"\ndrain_timeout_s = 5.0\n"
-                      << "[logging]\nlevel = \"error\"\n[caf]\nscheduler_threads = 2\n"
-                      << "[model]\npath = \"models/demo\"\n[backend]\nkind = \"cpu\"\n[metrics]\nlog_interval_s = 0.0\n"
+  std::ofstream{path} << cpu_server_config("models/demo")
                       << "[memory_pool]\npages = 64\nhost_pages = 2\ndisk_pages = 16\ndisk_dir = \""
                       << disk_dir.string() << "\"\n[scheduler]\nsession_fraction = 0.047\n"
                       << "[copy_engine]\nlayer_streaming = false\n";
