@@ -60,10 +60,6 @@ struct copy_engine_state {
 
 using self_ptr = copy_engine_actor::stateful_pointer<copy_engine_state>;
 
-std::chrono::microseconds wall(double seconds) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(seconds));
-}
-
 constexpr std::uint64_t file_lane_bit = std::uint64_t{1} << 63;
 
 /// A session cache to or from its file (the disk tier).
@@ -194,7 +190,7 @@ struct copy {
     if (delay <= 0)
       self->send(self, tick_atom_v, id, std::move(report));
     else
-      self->delayed_send(self, wall(delay), tick_atom_v, id, std::move(report));
+      self->delayed_send(self, seconds_span(delay), tick_atom_v, id, std::move(report));
   }
 
   transfer_report await_resume() {

@@ -1,5 +1,7 @@
 #include "actors/executor_actor.hpp"
 
+#include "runtime/clock.hpp"
+
 #include <caf/actor_system.hpp>
 #include <caf/spawn_options.hpp>
 #include <caf/stateful_actor.hpp>
@@ -44,7 +46,7 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_config cfg) 
       auto rp = self->make_response_promise<gpu::step_result>();
       const auto id = st.next_id++;
       st.pending.emplace(id, pending_step{std::move(result), rp});
-      self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(wall)), tick_atom_v, id);
+      self->delayed_send(self, seconds_span(wall), tick_atom_v, id);
       return rp;
     },
     [self](tick_atom, std::uint64_t id) {

@@ -21,8 +21,7 @@ using self_ptr = prefetcher_actor::stateful_pointer<prefetcher_state>;
 
 prefetcher_actor::behavior_type prefetcher_impl(self_ptr self, prefetcher_config cfg) {
   self->state.cfg = std::move(cfg);
-  const auto period = std::chrono::duration_cast<std::chrono::milliseconds>(
-    std::chrono::duration<double>(self->state.cfg.interval_s));
+  const auto period = seconds_span(self->state.cfg.interval_s);
   self->delayed_send(self, period, tick_atom_v);
   return {
     [self](arrival_atom, std::uint32_t adapter_id) {

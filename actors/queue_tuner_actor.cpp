@@ -29,8 +29,7 @@ using self_ptr = queue_tuner_actor::stateful_pointer<queue_tuner_state>;
 
 queue_tuner_actor::behavior_type queue_tuner_impl(self_ptr self, queue_tuner_config cfg) {
   self->state.cfg = std::move(cfg);
-  const auto period = std::chrono::duration_cast<std::chrono::milliseconds>(
-    std::chrono::duration<double>(self->state.cfg.options.period_s));
+  const auto period = seconds_span(self->state.cfg.options.period_s);
   self->delayed_send(self, period, tick_atom_v);
   return {
     [self](const wrs_sample& s) {

@@ -59,6 +59,28 @@ void pull_then(self_ptr self, std::uint64_t session, std::int32_t from, std::int
       });
 }
 
+/// An advisory acted on now: the node the turn will go to, the session's KV
+/// pulled there when it is elsewhere, then the node told (`in_s` then less
+/// the pull's time); done(what the node answered).
+template <class Done>
+void advise_now(self_ptr self, std::uint64_t session, double in_s, Done done) {
+  using advice = scheduler_core::advice;
+  const auto route = self->state.core->advise(session);
+  if (route.node < 0) {
+    done(advice::none);
+    return;
+  }
+  const auto node = static_cast<std::uint32_t>(route.node);
+  const auto sent = monotonic_seconds();
+  pull_then(self, session, route.pull_from, route.node, [self, done, node, session, in_s, sent]() mutable {
+    // The turn is that much nearer once the cache has come.
+    const double left = std::max(0.0, in_s - (monotonic_seconds() - sent));
+    self->request(self->state.cfg.nodes[node], self->state.cfg.node_timeout, advise_atom_v, session, left)
+      .then([done](std::uint8_t a) mutable { done(static_cast<advice>(a)); },
+            [done](const caf::error&) mutable { done(advice::none); });
+  });
+}
+
 /// Submits `spec` on the node core.place chose (its KV pulled there first),
 /// then answers `reply` with the scheduler's verdict. A node that cannot be
 /// reached is taken as lost: its requests, this one included, go elsewhere.
@@ -134,6 +156,8 @@ stat_values router_stats(const router_state& st, const std::vector<stat_values>&
   out.emplace_back("router_kv_pulls", static_cast<double>(st.pulls));
   out.emplace_back("router_kv_pulls_failed", static_cast<double>(st.pulls_failed));
   out.emplace_back("router_resubmitted", static_cast<double>(st.core->resubmitted()));
+  out.emplace_back("router_advisories_deferred", static_cast<double>(st.core->advisories_deferred()));
+  out.emplace_back("router_advisories_placed_late", static_cast<double>(st.core->advisories_placed_late()));
   for (std::size_t i = 0; i < loads.size(); ++i) {
     const auto p = "node" + std::to_string(i) + "_";
     out.emplace_back(p + "alive", loads[i].alive ? 1.0 : 0.0);
@@ -146,7 +170,8 @@ stat_values router_stats(const router_state& st, const std::vector<stat_values>&
 front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
-  st.core = std::make_unique<router_core>(st.cfg.nodes.size(), st.cfg.imbalance, st.cfg.adapter_affinity);
+  st.core = std::make_unique<router_core>(st.cfg.nodes.size(), st.cfg.imbalance, st.cfg.adapter_affinity,
+                                         st.cfg.advise_place_lead_s);
   for (const auto& n : st.cfg.nodes) {
     self->monitor(n);
     self->send(n, subscribe_atom_v, progress_sink_actor{caf::actor_cast<progress_sink_actor>(self)});
@@ -176,24 +201,21 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
       return rp;
     },
     [self](advise_atom, std::uint64_t session, double in_s) {
+      using advice = scheduler_core::advice;
       auto rp = self->make_response_promise<std::uint8_t>();
-      const auto route = self->state.core->advise(session);
-      if (route.node < 0) {
-        rp.deliver(static_cast<std::uint8_t>(scheduler_core::advice::none));
+      if (const auto d = self->state.core->defer_advise(session, in_s)) {
+        // The node is chosen nearer the turn, by the load then.
+        self->delayed_send(self, seconds_span(d->delay_s), tick_atom_v, advise_atom_v, session, d->token);
+        rp.deliver(static_cast<std::uint8_t>(d->held ? advice::scheduled : advice::none));
         return rp;
       }
-      const auto node = static_cast<std::uint32_t>(route.node);
-      const auto sent = monotonic_seconds();
-      pull_then(self, session, route.pull_from, route.node, [self, rp, node, session, in_s, sent]() mutable {
-        // The turn is that much nearer once the cache has come.
-        const double left = std::max(0.0, in_s - (monotonic_seconds() - sent));
-        self->request(self->state.cfg.nodes[node], self->state.cfg.node_timeout, advise_atom_v, session, left)
-          .then([rp](std::uint8_t a) mutable { rp.deliver(a); },
-                [rp](const caf::error&) mutable {
-                  rp.deliver(static_cast<std::uint8_t>(scheduler_core::advice::none));
-                });
-      });
+      advise_now(self, session, in_s, [rp](advice a) mutable { rp.deliver(static_cast<std::uint8_t>(a)); });
       return rp;
+    },
+    [self](tick_atom, advise_atom, std::uint64_t session, std::uint64_t token) {
+      auto& core = *self->state.core;
+      if (core.advise_due(session, token))
+        advise_now(self, session, core.advise_place_lead_s(), [](scheduler_core::advice) {});
     },
     [self](subscribe_atom, progress_sink_actor sink) { self->state.sinks.push_back(std::move(sink)); },
     [self](const progress_batch& batch) {

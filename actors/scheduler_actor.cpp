@@ -526,10 +526,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
       apply(self, std::move(fx));
       // Put off: asked again shortly before the turn, wherever the cache is then.
       if (a != scheduler_core::advice::none && core.advise_fetch_delay(in_s) > 0)
-        self->delayed_send(self,
-                           std::chrono::duration_cast<std::chrono::microseconds>(
-                             std::chrono::duration<double>(core.advise_fetch_delay(in_s))),
-                           tick_atom_v, advise_atom_v, session);
+        self->delayed_send(self, seconds_span(core.advise_fetch_delay(in_s)), tick_atom_v, advise_atom_v, session);
       return static_cast<std::uint8_t>(a);
     },
     [self](tick_atom, advise_atom, std::uint64_t session) {

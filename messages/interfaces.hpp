@@ -79,6 +79,9 @@ using front_actor = caf::typed_actor<
   caf::replies_to<submit_atom, request_spec>::with<std::uint8_t>,
   caf::replies_to<cancel_atom, std::uint64_t>::with<bool>,
   caf::replies_to<advise_atom, std::uint64_t, double>::with<std::uint8_t>,
+  /// To itself: an advisory whose placement was put off (session, token)
+  /// is due.
+  caf::reacts_to<tick_atom, advise_atom, std::uint64_t, std::uint64_t>,
   caf::reacts_to<subscribe_atom, progress_sink_actor>,
   caf::reacts_to<progress_batch>,
   caf::replies_to<stats_atom>::with<stat_values>>;

@@ -12,4 +12,10 @@ inline double monotonic_seconds() noexcept {
   return duration<double>(steady_clock::now().time_since_epoch()).count();
 }
 
+/// `seconds` as a delay for a timer (microseconds; CAF's delayed_send).
+inline std::chrono::microseconds seconds_span(double seconds) noexcept {
+  using namespace std::chrono;
+  return duration_cast<microseconds>(duration<double>(seconds));
+}
+
 } // namespace troupe

@@ -262,6 +262,11 @@ struct cluster_options {
   /// adapter's last request went to (its weights likely cached there), by
   /// the same imbalance rule.
   bool adapter_affinity = false;
+  /// An advisory further ahead than this chooses its turn's node (and
+  /// starts the pull of its KV) only this many seconds before the turn,
+  /// by the load then; one nearer is placed at once. A large value places
+  /// every advisory at once.
+  double advise_place_lead_s = 1.0;
   bool enabled() const noexcept { return !nodes.empty(); }
   bool operator==(const cluster_options&) const = default;
 };

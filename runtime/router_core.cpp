@@ -6,8 +6,10 @@
 
 namespace troupe {
 
-router_core::router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity)
-  : loads_(nodes), imbalance_(imbalance), adapter_affinity_(adapter_affinity) {
+router_core::router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity,
+                         double advise_place_lead_s)
+  : loads_(nodes), imbalance_(imbalance), advise_place_lead_s_(advise_place_lead_s),
+    adapter_affinity_(adapter_affinity) {
 }
 
 std::int32_t router_core::holder_of(std::uint64_t session) const {
@@ -30,9 +32,28 @@ router_core::route router_core::decide(std::uint64_t session) {
   return r;
 }
 
+std::optional<router_core::deferral> router_core::defer_advise(std::uint64_t session, double in_s) {
+  if (session == 0 || advise_place_lead_s_ < 0 || !(in_s > advise_place_lead_s_))
+    return std::nullopt;
+  const auto token = ++next_token_;
+  deferred_[session] = token; // a later advisory replaces an earlier one
+  ++advisories_deferred_;
+  return deferral{token, in_s - advise_place_lead_s_, holder_of(session) >= 0};
+}
+
+bool router_core::advise_due(std::uint64_t session, std::uint64_t token) {
+  auto i = deferred_.find(session);
+  if (i == deferred_.end() || i->second != token)
+    return false;
+  deferred_.erase(i);
+  ++advisories_placed_late_;
+  return true;
+}
+
 router_core::route router_core::advise(std::uint64_t session) {
   if (session == 0)
     return decide(session);
+  deferred_.erase(session);
   if (auto old = advised_.find(session); old != advised_.end()) {
     // Advised again before its turn came: counted once, where it goes now.
     auto& l = loads_[old->second];
@@ -48,6 +69,8 @@ router_core::route router_core::advise(std::uint64_t session) {
 }
 
 router_core::route router_core::place(const request_spec& spec) {
+  if (spec.session != 0)
+    deferred_.erase(spec.session); // its turn came before its advisory's placement
   if (auto a = advised_.find(spec.session); spec.session != 0 && a != advised_.end()) {
     const auto node = a->second;
     advised_.erase(a);

@@ -22,7 +22,11 @@ public:
   /// `imbalance`: see policies::place. `adapter_affinity`: a request with
   /// an adapter and no session goes where that adapter's last request went
   /// (its weights likely still cached there), by the same imbalance rule.
-  router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity = false);
+  /// `advise_place_lead_s` >= 0: an advisory further ahead than that
+  /// chooses its node only that long before its turn (see defer_advise);
+  /// < 0: always at once.
+  router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity = false,
+              double advise_place_lead_s = -1);
 
   /// Where a request goes. `pull_from` >= 0: its session's KV is on that
   /// node and should be pulled to `node` before the request is submitted.
@@ -36,6 +40,24 @@ public:
   /// An advisory: the node the session's next turn will go to, chosen now;
   /// the caller pulls its KV there when `pull_from` says so.
   route advise(std::uint64_t session);
+  /// An advisory whose turn is `in_s` seconds off. Further ahead than the
+  /// placement lead, the node is not chosen yet: the load will have moved
+  /// by the time the turn comes, and a cache pulled now would sit in the
+  /// new node's memory, or push others out, for nothing until then. The
+  /// caller calls advise_due(session, token) after `delay_s`, then
+  /// advise(session) when it answers true. std::nullopt: advise now.
+  struct deferral {
+    std::uint64_t token = 0;
+    double delay_s = 0;
+    bool held = false; ///< a node holds the session's KV, as far as the router knows
+  };
+  std::optional<deferral> defer_advise(std::uint64_t session, double in_s);
+  /// A deferred advisory is due: true while it still stands (no turn of
+  /// its session arrived since, no later advisory replaced it).
+  bool advise_due(std::uint64_t session, std::uint64_t token);
+  /// Seconds before its turn that an advisory's placement happens (< 0:
+  /// at once).
+  double advise_place_lead_s() const noexcept { return advise_place_lead_s_; }
   /// The request is being submitted to `node` (counted in its load).
   void assign(const request_spec& spec, std::uint32_t node);
   /// The node refused or never answered the submission: forgotten.
@@ -51,6 +73,11 @@ public:
   const std::vector<policies::node_load>& loads() const noexcept { return loads_; }
   std::size_t in_flight() const noexcept { return requests_.size(); }
   std::uint64_t migrations() const noexcept { return migrations_; }
+  /// Advisories whose placement was put off, and of them those placed
+  /// when due (the others' turns came first, or a later advisory replaced
+  /// them).
+  std::uint64_t advisories_deferred() const noexcept { return advisories_deferred_; }
+  std::uint64_t advisories_placed_late() const noexcept { return advisories_placed_late_; }
   std::uint64_t resubmitted() const noexcept { return resubmitted_; }
   std::size_t alive() const noexcept;
 
@@ -71,6 +98,12 @@ private:
   std::unordered_map<std::uint64_t, std::uint32_t> sessions_;
   /// Nodes chosen by advisories, for the sessions' next turns.
   std::unordered_map<std::uint64_t, std::uint32_t> advised_;
+  /// Advisories whose placement waits (defer_advise): session -> token.
+  std::unordered_map<std::uint64_t, std::uint64_t> deferred_;
+  std::uint64_t next_token_ = 0;
+  std::uint64_t advisories_deferred_ = 0;
+  std::uint64_t advisories_placed_late_ = 0;
+  double advise_place_lead_s_ = -1;
   /// Where each adapter's last request was placed (with adapter_affinity).
   std::unordered_map<std::uint32_t, std::uint32_t> adapters_;
   bool adapter_affinity_ = false;

@@ -49,7 +49,8 @@ void add(sim_totals& a, const sim_totals& b) {
 } // namespace
 
 sim_cluster::sim_cluster(std::vector<std::unique_ptr<sim_engine>> nodes, sim_cluster_config cfg)
-  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance, cfg.adapter_affinity), deferred_(nodes_.size()) {
+  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance, cfg.adapter_affinity, cfg.advise_place_lead_s),
+    deferred_(nodes_.size()) {
   if (nodes_.empty())
     throw std::invalid_argument("sim_cluster: no nodes");
   if (!(cfg_.network_bytes_per_s > 0))
@@ -103,7 +104,8 @@ std::vector<sim_outcome> sim_cluster::run(const std::vector<sim_request>& reques
       switch (ev.kind) {
         case event_kind::arrival: arrive(ev.arg); break;
         case event_kind::pulled: pulled(ev.arg); break;
-        case event_kind::advise: advise(ev.arg); break;
+        case event_kind::advise: advise(ev.arg, std::max(0.0, turn_due_s_[ev.arg] - now_)); break;
+        case event_kind::advise_due: advise_due(ev.arg); break;
         case event_kind::node_down: node_down(static_cast<std::uint32_t>(ev.arg)); break;
       }
       continue;
@@ -168,7 +170,7 @@ void sim_cluster::arrive(std::size_t index) {
 }
 
 bool sim_cluster::move(std::uint64_t session, std::uint32_t from, std::uint32_t to,
-                       std::vector<std::pair<std::size_t, std::uint32_t>> waiting) {
+                       std::vector<std::pair<std::size_t, std::uint32_t>> waiting, double due_s) {
   ++totals_.moves;
   if (!cfg_.migrate) {
     ++totals_.pulls_missed; // the turns recompute where they go
@@ -177,21 +179,36 @@ bool sim_cluster::move(std::uint64_t session, std::uint32_t from, std::uint32_t 
   auto& p = pulls_[session];
   p.from = from;
   p.to = to;
-  p.started_s = now_;
+  p.due_s = due_s;
   p.waiting = std::move(waiting);
   start_pull(session);
   return true;
 }
 
-void sim_cluster::advise(std::uint64_t session) {
+void sim_cluster::advise(std::uint64_t session, double in_s) {
+  if (const auto d = router_.defer_advise(session, in_s)) {
+    deferrals_[d->token] = session;
+    schedule(now_ + d->delay_s, event_kind::advise_due, d->token);
+    return;
+  }
   const auto route = router_.advise(session);
   if (route.node < 0)
     return;
   const auto node = static_cast<std::uint32_t>(route.node);
   if (route.pull_from >= 0 && !pulls_.contains(session)
-      && move(session, static_cast<std::uint32_t>(route.pull_from), node, {}))
+      && move(session, static_cast<std::uint32_t>(route.pull_from), node, {}, now_ + in_s))
     return; // advised on arrival at the new node (pulled)
-  nodes_[node]->advise(session, now_, cfg_.advise_lead_s);
+  nodes_[node]->advise(session, now_, in_s);
+}
+
+void sim_cluster::advise_due(std::uint64_t token) {
+  const auto i = deferrals_.find(token);
+  if (i == deferrals_.end())
+    return;
+  const auto session = i->second;
+  deferrals_.erase(i);
+  if (router_.advise_due(session, token))
+    advise(session, router_.advise_place_lead_s());
 }
 
 void sim_cluster::start_pull(std::uint64_t session) {
@@ -235,7 +252,7 @@ void sim_cluster::pulled(std::uint64_t session) {
     ++totals_.pulls_missed;
   }
   if (p.waiting.empty() && !dead_[p.to]) // an advisory's pull: on toward the GPU, if there is room, when due
-    nodes_[p.to]->advise(session, now_, std::max(0.0, p.started_s + cfg_.advise_lead_s - now_));
+    nodes_[p.to]->advise(session, now_, std::max(0.0, p.due_s - now_));
   for (const auto& [index, node] : p.waiting)
     submit(index, node);
 }
@@ -296,8 +313,10 @@ void sim_cluster::ended(std::size_t index, finish_reason reason, double now_s) {
   const auto next = *turn;
   const auto think = (*requests_)[next].think_s;
   // The advisory first: at a tie it must come before the turn.
-  if (cfg_.advise_lead_s >= 0)
+  if (cfg_.advise_lead_s >= 0) {
+    turn_due_s_[session] = now_s + think;
     schedule(now_s + std::max(0.0, think - cfg_.advise_lead_s), event_kind::advise, session);
+  }
   sent_s_[next] = now_s + think;
   schedule(now_s + think, event_kind::arrival, next);
 }

@@ -36,6 +36,10 @@ struct sim_cluster_config {
   /// This many seconds before each later turn of a conversation arrives,
   /// the router is told it is coming (< 0: never).
   double advise_lead_s = -1;
+  /// The router's: an advisory further ahead chooses the turn's node (and
+  /// starts its cache's pull) only this long before the turn (< 0: at once;
+  /// the server's cluster.advise_place_lead_s).
+  double advise_place_lead_s = 1.0;
   /// Nodes lost during the run: (node, time). A lost node runs nothing
   /// more; its requests are placed again and recomputed from their prompts
   /// (as the live router does), and the session caches it held are gone.
@@ -78,12 +82,12 @@ public:
   std::size_t size() const noexcept { return nodes_.size(); }
 
 private:
-  enum class event_kind : std::uint8_t { arrival, pulled, advise, node_down };
+  enum class event_kind : std::uint8_t { arrival, pulled, advise, advise_due, node_down };
   struct event {
     double at;
     std::uint64_t seq;
     event_kind kind;
-    std::uint64_t arg; ///< request index, or session
+    std::uint64_t arg; ///< request index, session, or (advise_due) deferral token
     bool operator>(const event& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
   /// A session's cache on its way between nodes, and the turns waiting for
@@ -94,16 +98,21 @@ private:
     bool started = false; ///< false: waiting for the cache to settle at `from`
     sim_engine::kv_export kv;
     std::vector<std::pair<std::size_t, std::uint32_t>> waiting;
-    double started_s = 0; ///< when the router moved the session
+    double due_s = 0; ///< an advisory's pull: when its turn is expected
   };
 
   void schedule(double at, event_kind kind, std::uint64_t arg);
   void arrive(std::size_t index);
-  void advise(std::uint64_t session);
+  /// An advisory, its turn `in_s` seconds off: the router chooses the
+  /// node now, or (advise_place_lead_s) an advise_due event does later.
+  void advise(std::uint64_t session, double in_s);
+  void advise_due(std::uint64_t token);
   /// The router moved the session from `from` to `to`: its cache follows
   /// (true; `waiting` are submitted once it lands) unless migration is off.
+  /// `due_s`: when an advisory's turn is expected (its pull's waiting
+  /// turns are empty).
   bool move(std::uint64_t session, std::uint32_t from, std::uint32_t to,
-            std::vector<std::pair<std::size_t, std::uint32_t>> waiting);
+            std::vector<std::pair<std::size_t, std::uint32_t>> waiting, double due_s = 0);
   void start_pull(std::uint64_t session);
   void pulled(std::uint64_t session);
   void submit(std::size_t index, std::uint32_t node);
@@ -118,6 +127,10 @@ private:
   std::shared_ptr<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>> histories_;
   std::unordered_map<std::uint64_t, std::deque<std::size_t>> next_turns_;
   std::unordered_map<std::uint64_t, pull> pulls_;
+  /// When each advised session's next turn comes (the advisory's in_s).
+  std::unordered_map<std::uint64_t, double> turn_due_s_;
+  /// Deferred advisories' tokens (router_core::defer_advise) -> session.
+  std::unordered_map<std::uint64_t, std::uint64_t> deferrals_;
   /// Per node: sessions whose export waits for a move between tiers there.
   std::vector<std::vector<std::uint64_t>> deferred_;
   std::vector<double> sent_s_;

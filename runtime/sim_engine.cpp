@@ -229,7 +229,7 @@ void sim_engine::step() {
       break;
     }
     case event_kind::advise:
-      advise_core(ev.arg, cfg_.advise_lead_s);
+      advise_core(ev.arg, std::max(0.0, turn_due_s_[ev.arg] - now_));
       break;
     case event_kind::fetch:
       advise_core(ev.arg, 0);
@@ -542,8 +542,10 @@ void sim_engine::next_turn(std::uint64_t session) {
   const auto think = (*requests_)[next].think_s;
   sent_s_[next] = now_ + think;
   schedule(now_ + think, event_kind::arrival, next);
-  if (cfg_.advise_lead_s >= 0)
+  if (cfg_.advise_lead_s >= 0) {
+    turn_due_s_[session] = now_ + think; // the advisory's in_s: no more than the think time
     schedule(now_ + std::max(0.0, think - cfg_.advise_lead_s), event_kind::advise, session);
+  }
 }
 
 void sim_engine::drop(const std::vector<std::uint32_t>& victims) {

@@ -307,6 +307,8 @@ private:
   // order), each session's tokens so far, each running turn's output, and
   // the history length each turn carried.
   std::unordered_map<std::uint64_t, std::deque<std::size_t>> next_turns_;
+  /// When each advised session's next turn comes.
+  std::unordered_map<std::uint64_t, double> turn_due_s_;
   std::shared_ptr<std::unordered_map<std::uint64_t, std::vector<std::int32_t>>> histories_;
   end_hook on_end_; ///< set: a cluster places requests and chains turns
   std::unordered_map<std::uint64_t, std::vector<std::int32_t>> outputs_;

@@ -284,15 +284,18 @@ symphony() {
   # node); blind (balanced by load, a moved turn recomputes its history);
   # migrate (Symphony: balanced by load and KV locality, a moved turn pulls
   # its cache over a 100 Gb/s network); migrate+advise (advisories 1 s ahead
-  # choose the node and start the pull before the turn).
+  # choose the node and start the pull before the turn); +advise10
+  # (advisories 10 s ahead, as Symphony's chat clients send them, placed 1 s
+  # before the turn) and +advise10-at-once (placed at the advisory).
   csv=$out/symphony-nodes.csv
   rm -f "$csv"
-  # label:session_fraction:host_gib:imbalance:migrate:advise_lead_s
-  for setup in recompute:0:0:2:on:off sticky:0.9:128:1000000000:on:off blind:0.9:128:2:off:off \
-               migrate:0.9:128:2:on:off migrate+advise:0.9:128:2:on:1; do
-    local label f host imbalance migrate lead
-    IFS=: read -r label f host imbalance migrate lead <<< "$setup"
-    "$sim" --nodes 4 --imbalance "$imbalance" --migrate "$migrate" --advise-lead "$lead" \
+  # label:session_fraction:host_gib:imbalance:migrate:advise_lead_s:advise_place_lead_s
+  for setup in recompute:0:0:2:on:off:1 sticky:0.9:128:1000000000:on:off:1 blind:0.9:128:2:off:off:1 \
+               migrate:0.9:128:2:on:off:1 migrate+advise:0.9:128:2:on:1:1 migrate+advise10:0.9:128:2:on:10:1 \
+               migrate+advise10-at-once:0.9:128:2:on:10:off; do
+    local label f host imbalance migrate lead place_lead
+    IFS=: read -r label f host imbalance migrate lead place_lead <<< "$setup"
+    "$sim" --nodes 4 --imbalance "$imbalance" --migrate "$migrate" --advise-lead "$lead" --advise-place-lead "$place_lead" \
       --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 --rates 2,3,4,5,6,8 --think 10 \
       --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru --session-fraction "$f" --host-gib "$host" \
       --csv "$out/.one.csv" > "$out/symphony-nodes-$label.txt"

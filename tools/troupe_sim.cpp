@@ -87,6 +87,9 @@ constexpr const char* usage =
   "  --advise-lead S|off   an advisory S seconds before each later turn of a conversation (default off)\n"
   "  --advise-fetch-lead S an advisory further ahead fetches its cache only S seconds before the turn\n"
   "                        (the server's [scheduler] advise_fetch_lead_s; default 1)\n"
+  "  --advise-place-lead S|off  with --nodes, the router chooses an advised turn's node (and starts its\n"
+  "                        cache's pull) only S seconds before the turn; off: at the advisory (the\n"
+  "                        server's [cluster] advise_place_lead_s; default 1)\n"
   "  --session-eviction lru|largest   which session cache leaves a tier first (default lru)\n"
   "  --nodes N             N nodes, each one GPU as configured, behind the router's placement by load and\n"
   "                        KV locality (default 1); the offered rate is the whole deployment's\n"
@@ -152,6 +155,7 @@ struct options {
   bool layer_streaming = false;
   double advise_lead = -1;
   double advise_fetch_lead = 1.0;
+  double advise_place_lead = 1.0;
   std::string session_eviction = "lru";
   std::uint32_t nodes = 1;
   std::uint32_t imbalance = 2;
@@ -338,6 +342,11 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (v == "off") o.advise_lead = -1;
       else if (!need_num()) return false;
       else o.advise_lead = num;
+    }
+    else if (a == "--advise-place-lead") {
+      if (v == "off") o.advise_place_lead = -1;
+      else if (!need_num() || num < 0) { err = "--advise-place-lead must be >= 0 or off"; return false; }
+      else o.advise_place_lead = num;
     }
     else if (a == "--advise-fetch-lead") {
       if (!need_num() || num < 0) { err = "--advise-fetch-lead must be >= 0"; return false; }
@@ -676,6 +685,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cc.adapter_affinity = o.adapter_affinity;
       cc.network_bytes_per_s = o.network_gbps * 1e9 / 8;
       cc.advise_lead_s = o.advise_lead;
+      cc.advise_place_lead_s = o.advise_place_lead;
       cc.failures = o.failures;
       sim_cluster cluster{std::move(nodes), cc};
       out = cluster.run(in);

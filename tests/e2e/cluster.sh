@@ -58,6 +58,7 @@ write_config "$work/one.toml" ""
 write_config "$work/three.toml" "[cluster]
 nodes = [\"127.0.0.1:${ports[0]}\", \"127.0.0.1:${ports[1]}\", \"127.0.0.1:${ports[2]}\"]
 imbalance = 0
+advise_place_lead_s = 0.1
 connect_timeout_s = 30
 node_timeout_s = 5"
 
@@ -144,7 +145,10 @@ resub="$(stat "$ep" router_resubmitted)"
 pulls="$(stat "$ep" router_kv_pulls)"
 migr="$(stat "$ep" router_migrations)"; pf="$(stat "$ep" router_kv_pulls_failed)"
 reused="$(stat "$ep" prompt_tokens_reused)"
-echo "cluster: nodes alive $alive, resubmitted $resub, migrations $migr, KV pulls $pulls (failed $pf), placed before the first stop ${placed[*]}, prompt tokens reused $reused"
+late="$(stat "$ep" router_advisories_placed_late)"
+echo "cluster: nodes alive $alive, resubmitted $resub, migrations $migr, KV pulls $pulls (failed $pf), placed before the first stop ${placed[*]}, prompt tokens reused $reused, advisories placed near their turn $late"
+# Advisories come 0.2 s ahead and are placed 0.1 s before their turn.
+[ "${late%.*}" -ge 1 ] || fail "no advisory was placed near its turn"
 [ "${alive%.*}" -eq 2 ] || fail "expected two nodes alive after the kill"
 [ "${resub%.*}" -ge 1 ] || fail "node 2's requests were not placed again"
 if [ "${pulls%.*}" -lt 1 ]; then

@@ -466,6 +466,7 @@ connect_timeout_s = 12.5
 node_timeout_s = 4
 imbalance = 0
 adapter_affinity = true
+advise_place_lead_s = 2.5
 )");
   EXPECT_EQ(o.cluster.nodes.size(), 2u);
   EXPECT_EQ(o.cluster.node, 1u);
@@ -474,6 +475,8 @@ adapter_affinity = true
   EXPECT_DOUBLE_EQ(o.cluster.node_timeout_s, 4.0);
   EXPECT_EQ(o.cluster.imbalance, 0u);
   EXPECT_TRUE(o.cluster.adapter_affinity);
+  EXPECT_DOUBLE_EQ(o.cluster.advise_place_lead_s, 2.5);
+  EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.advise_place_lead_s, 1.0);
   EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.node_timeout_s, 30.0);
   EXPECT_FALSE(parse_ok("[cluster]\nnodes = []\n").cluster.adapter_affinity);
 }
@@ -534,6 +537,8 @@ const error_case error_cases[] = {
   {"unknown_adapter_key", "[[adapters]]\nname = \"a\"\nnmae = \"b\"\n", "adapters[0].nmae",
    "did you mean adapters[0].name?"},
   {"node_timeout_not_positive", "[cluster]\nnode_timeout_s = 0\n", "cluster.node_timeout_s", "must be positive"},
+  {"advise_place_lead_negative", "[cluster]\nadvise_place_lead_s = -1\n", "cluster.advise_place_lead_s",
+   "must not be negative"},
   // wrong types
   {"section_not_a_table", "server = 5\n", "server", "expected a table ([server]), got integer 5"},
   {"string_for_integer", "[scheduler]\nmax_running = \"many\"\n", "scheduler.max_running",

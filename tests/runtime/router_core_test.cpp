@@ -122,6 +122,51 @@ TEST(router_core, announced_turns_count_as_load_and_spread_sessions_held_on_one_
   EXPECT_EQ(r.loads()[0].expected + r.loads()[1].expected, 0u) << "arrived";
 }
 
+TEST(router_core, an_advisory_far_ahead_is_placed_by_the_load_near_its_turn) {
+  router_core r{2, 0, false, 1.0};
+  r.assign(spec(1, 7), 0);
+  r.on_progress(finish(1));
+  r.assign(spec(2), 0); // node 0 is the busier now
+  EXPECT_FALSE(r.defer_advise(7, 1.0)) << "no further ahead than the lead: placed at once";
+  EXPECT_FALSE(r.defer_advise(0, 10)) << "no session, nothing to place";
+  const auto d = r.defer_advise(7, 10);
+  ASSERT_TRUE(d);
+  EXPECT_DOUBLE_EQ(d->delay_s, 9.0);
+  EXPECT_TRUE(d->held) << "node 0 holds its KV";
+  EXPECT_FALSE(r.defer_advise(8, 10)->held) << "a session no node holds";
+  EXPECT_EQ(r.loads()[0].expected + r.loads()[1].expected, 0u) << "not counted before it is placed";
+  EXPECT_EQ(r.migrations(), 0u);
+  // By the time it is due, node 0 has emptied and node 1 filled: the turn
+  // stays with its KV, where a placement at the advisory would have moved it.
+  r.on_progress(finish(2));
+  r.assign(spec(3), 1);
+  EXPECT_FALSE(r.advise_due(7, d->token + 100)) << "not its token";
+  ASSERT_TRUE(r.advise_due(7, d->token));
+  EXPECT_FALSE(r.advise_due(7, d->token)) << "due once";
+  const auto a = r.advise(7);
+  EXPECT_EQ(a.node, 0);
+  EXPECT_EQ(a.pull_from, -1);
+  EXPECT_EQ(r.advisories_deferred(), 2u);
+  EXPECT_EQ(r.advisories_placed_late(), 1u);
+}
+
+TEST(router_core, a_deferred_advisory_is_dropped_when_its_turn_comes_first_or_another_replaces_it) {
+  router_core r{2, 0, false, 1.0};
+  r.assign(spec(1, 7), 0);
+  r.on_progress(finish(1));
+  const auto early = r.defer_advise(7, 10);
+  const auto later = r.defer_advise(7, 5);
+  EXPECT_FALSE(r.advise_due(7, early->token)) << "replaced by the later advisory";
+  r.place(spec(2, 7)); // the turn itself, before its advisory was due
+  EXPECT_FALSE(r.advise_due(7, later->token)) << "its turn was placed already";
+  // An advisory acted on at once also replaces a deferred one.
+  const auto third = r.defer_advise(7, 10);
+  r.advise(7);
+  EXPECT_FALSE(r.advise_due(7, third->token));
+  EXPECT_EQ(r.advisories_placed_late(), 0u);
+  EXPECT_FALSE(router_core(2, 0).defer_advise(7, 1e6)) << "no lead: always at once";
+}
+
 request_spec with_adapter(std::uint64_t id, std::uint32_t adapter) {
   auto s = spec(id);
   s.adapter_id = adapter;

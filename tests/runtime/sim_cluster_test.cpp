@@ -265,6 +265,31 @@ TEST(sim_cluster, an_advisory_moves_the_cache_before_the_turn_arrives) {
   EXPECT_LT(later_turns_ttft(2.0), later_turns_ttft(-1));
 }
 
+TEST(sim_cluster, an_advisory_far_ahead_acts_as_one_the_placement_lead_before_its_turn) {
+  // The router puts off choosing the node (and pulling the cache) of an
+  // advisory 3.5 s ahead until 1 s before the turn: every turn then runs as
+  // with advisories 1 s ahead. Placed at once, it runs otherwise.
+  const auto reqs = conversations(60, 4, 0.15);
+  auto run = [&](double lead, double place_lead) {
+    sim_cluster_config cfg;
+    cfg.imbalance = 0;
+    cfg.advise_lead_s = lead;
+    cfg.advise_place_lead_s = place_lead;
+    sim_cluster c{nodes(2), cfg};
+    auto out = c.run(reqs);
+    expect_all_finished(out);
+    expect_pages_accounted(c);
+    EXPECT_GT(c.totals().pulls, 0u);
+    std::vector<double> ttft;
+    for (const auto& o : out)
+      ttft.push_back(o.ttft_s);
+    return ttft;
+  };
+  const auto near = run(1.0, -1);
+  EXPECT_EQ(run(3.5, 1.0), near);
+  EXPECT_NE(run(3.5, -1), near);
+}
+
 TEST(sim_cluster, a_lost_nodes_requests_finish_elsewhere_and_its_caches_are_recomputed) {
   // Conversations and plain requests over three nodes; node 1 is lost in
   // the middle of the run, with requests in flight and caches held.
