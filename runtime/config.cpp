@@ -36,10 +36,10 @@ constexpr std::uint32_t max_generated_adapters = 1u << 20;
 constexpr std::uint64_t u32_max = std::numeric_limits<std::uint32_t>::max();
 constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 
-constexpr std::array<std::string_view, 15> section_names = {
+constexpr std::array<std::string_view, 16> section_names = {
   "server",      "logging",     "caf",           "model",       "backend", "memory_pool", "scheduler",
   "classifier",  "queue_tuner", "adapter_cache", "copy_engine", "metrics", "adapters",    "adapters_generate",
-  "cluster",
+  "cluster",     "http",
 };
 
 const std::vector<std::string> log_levels = {"trace", "debug", "info", "warn", "error", "critical", "off"};
@@ -437,6 +437,32 @@ server_options read_server(section s) {
   return o;
 }
 
+/// "host:port" with a port in min_port..65535.
+bool valid_host_port(const std::string& a, unsigned min_port) {
+  const auto colon = a.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size() || a.size() - colon > 6)
+    return false;
+  unsigned port = 0;
+  for (std::size_t i = colon + 1; i < a.size(); ++i) {
+    if (a[i] < '0' || a[i] > '9')
+      return false;
+    port = port * 10 + static_cast<unsigned>(a[i] - '0');
+  }
+  return port >= min_port && port <= 65535;
+}
+
+http_options read_http(section s) {
+  http_options o;
+  s.allow_only({"listen", "model", "max_connections"});
+  o.listen = s.text("listen", o.listen);
+  s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
+            "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
+            "no HTTP front");
+  o.model = s.text("model", o.model);
+  o.max_connections = s.u32("max_connections", o.max_connections, 1);
+  return o;
+}
+
 logging_options read_logging(section s) {
   logging_options o;
   s.allow_only({"level", "file"});
@@ -596,16 +622,7 @@ copy_engine_options read_copy_engine(section s) {
 
 /// "host:port" with a port in 1..65535.
 bool valid_node_address(const std::string& a) {
-  const auto colon = a.rfind(':');
-  if (colon == std::string::npos || colon == 0 || colon + 1 == a.size() || a.size() - colon > 6)
-    return false;
-  unsigned port = 0;
-  for (std::size_t i = colon + 1; i < a.size(); ++i) {
-    if (a[i] < '0' || a[i] > '9')
-      return false;
-    port = port * 10 + static_cast<unsigned>(a[i] - '0');
-  }
-  return port >= 1 && port <= 65535;
+  return valid_host_port(a, 1);
 }
 
 cluster_options read_cluster(section s) {
@@ -762,6 +779,7 @@ read_document(const toml::table& doc, const std::string& source, const config_ca
   o.source = source;
   if (!c.failed()) {
     o.server = read_server(at("server"));
+    o.http = read_http(at("http"));
     o.logging = read_logging(at("logging"));
     o.caf = read_caf(at("caf"));
     o.model = read_model(at("model"), catalog);

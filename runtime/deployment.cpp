@@ -19,6 +19,7 @@
 #include "runtime/backend_factory.hpp"
 #include "runtime/calibration.hpp"
 #include "runtime/config.hpp"
+#include "runtime/http_front.hpp"
 #include "runtime/zmq_bridge.hpp"
 
 #include <caf/actor_system.hpp>
@@ -43,7 +44,9 @@ struct deployment::impl {
   caf::actor_system_config cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<zmq_bridge> bridge;
+  std::unique_ptr<http_front> http;
   std::string endpoint;
+  std::string http_endpoint;
   intake_actor intake; ///< null on a node without the router
   std::vector<caf::actor> actors; // every actor, for shutdown
   std::string disk_dir;            // this process's session files, removed at stop
@@ -59,6 +62,10 @@ deployment::~deployment() {
 
 const std::string& deployment::endpoint() const noexcept {
   return impl_->endpoint;
+}
+
+const std::string& deployment::http_endpoint() const noexcept {
+  return impl_->http_endpoint;
 }
 
 std::string deployment::broken() const {
@@ -196,6 +203,24 @@ deployment::start(const deployment_options& opts) {
     if (auto* err = std::get_if<std::string>(&bridge))
       return opts.source + ": server.endpoint: " + *err;
     p->bridge = std::get<std::unique_ptr<zmq_bridge>>(std::move(bridge));
+    if (opts.http.enabled()) {
+      http_front_config hc;
+      hc.listen = opts.http.listen;
+      hc.intake = p->bridge->endpoint();
+      hc.model = !opts.http.model.empty()  ? opts.http.model
+                 : !opts.model.path.empty() ? std::filesystem::path(opts.model.path).lexically_normal().filename().string()
+                                            : rb.shape.name;
+      if (hc.model.empty()) // a path ending in '/'
+        hc.model = std::filesystem::path(opts.model.path).lexically_normal().parent_path().filename().string();
+      hc.max_body_bytes = opts.server.max_frame_bytes;
+      hc.max_connections = opts.http.max_connections;
+      auto http = http_front::open(hc);
+      if (auto* err = std::get_if<std::string>(&http))
+        return opts.source + ": http.listen: " + *err;
+      p->http = std::get<std::unique_ptr<http_front>>(std::move(http));
+      p->http_endpoint = p->http->endpoint();
+      spdlog::info("troupe: OpenAI-compatible HTTP at {} (model \"{}\")", p->http_endpoint, hc.model);
+    }
   }
 
   register_message_types(p->cfg);
@@ -388,6 +413,8 @@ std::uint64_t deployment::stop() {
   }
   if (left > 0)
     spdlog::warn("troupe: stopping with {} requests still in flight", left);
+  if (p.http)
+    p.http->stop();
   if (p.bridge)
     p.bridge->stop();
   for (auto& a : p.actors)
@@ -395,6 +422,7 @@ std::uint64_t deployment::stop() {
   // Drop every handle before the system goes: its destructor waits for them.
   p.actors.clear();
   p.intake = nullptr;
+  p.http.reset();
   p.bridge.reset();
   p.sys.reset();
   if (!p.disk_dir.empty()) {

@@ -24,6 +24,8 @@ public:
 
   /// The endpoint clients connect to (real port when the config said 0).
   const std::string& endpoint() const noexcept;
+  /// The OpenAI-compatible HTTP front's "host:port" ("" without [http] listen).
+  const std::string& http_endpoint() const noexcept;
 
   /// Why this process's backend can run nothing more ("" while it can):
   /// executor_backend::broken().

@@ -22,6 +22,21 @@ struct server_options {
   bool operator==(const server_options&) const = default;
 };
 
+/// [http]: the OpenAI-compatible HTTP front (runtime/http_front), a client
+/// of the intake on the node that takes the clients.
+struct http_options {
+  /// "host:port" (an IP address or localhost; port 0: any free one); empty:
+  /// no HTTP front.
+  std::string listen;
+  /// The name clients give as "model" for the base model; empty: the model
+  /// directory's name, else the model shape's (e.g. "llama-2-7b").
+  std::string model;
+  /// Connections open at once; past it a new one gets 503.
+  std::uint32_t max_connections = 256;
+  bool enabled() const noexcept { return !listen.empty(); }
+  bool operator==(const http_options&) const = default;
+};
+
 /// [logging]
 struct logging_options {
   /// trace, debug, info, warn, error, critical, off
@@ -276,6 +291,7 @@ struct deployment_options {
   /// Path of the file it came from ("<embedded default>" for the built-in).
   std::string source;
   server_options server;
+  http_options http;
   logging_options logging;
   caf_options caf;
   model_options model;

@@ -1,5 +1,7 @@
 #include "runtime/zmq_bridge.hpp"
 
+#include "runtime/zmq_io.hpp"
+
 // Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
 #include <utility>
 
@@ -78,25 +80,8 @@ struct zmq_bridge::impl {
   /// Receives every frame ZeroMQ has ready. ZMQ_FD is edge-triggered, so
   /// this runs after every wake-up and after every send.
   void drain() {
-    for (;;) {
-      int events = 0;
-      size_t len = sizeof events;
-      if (zmq_getsockopt(socket, ZMQ_EVENTS, &events, &len) != 0 || !(events & ZMQ_POLLIN))
-        return;
-      std::vector<std::string> parts;
-      for (;;) {
-        zmq_msg_t msg;
-        zmq_msg_init(&msg);
-        if (zmq_msg_recv(&msg, socket, ZMQ_DONTWAIT) < 0) {
-          zmq_msg_close(&msg);
-          break;
-        }
-        parts.emplace_back(static_cast<const char*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
-        const bool more = zmq_msg_more(&msg);
-        zmq_msg_close(&msg);
-        if (!more)
-          break;
-      }
+    while (auto got = zmq_io::receive(socket)) {
+      auto& parts = *got;
       if (parts.size() < 2)
         continue; // not a routed message; nothing to answer to
       ++in;
@@ -116,21 +101,6 @@ struct zmq_bridge::impl {
         payload = "multipart frames are not supported: send one JSON object per message";
       }
       caf::anon_send(intake, frame_atom_v, encode_envelope(env), std::move(payload));
-    }
-  }
-
-  asio::awaitable<void> reader() {
-    for (;;) {
-      drain();
-      boost::system::error_code ec;
-      co_await fd->async_wait(asio::posix::stream_descriptor::wait_read,
-                              asio::redirect_error(asio::use_awaitable, ec));
-      if (stopped)
-        co_return;
-      if (ec && ec != asio::error::operation_aborted) {
-        spdlog::error("zmq bridge: wait failed: {}", ec.message());
-        co_return;
-      }
     }
   }
 
@@ -207,7 +177,7 @@ void zmq_bridge::start(caf::actor_system& sys, intake_actor intake) {
   size_t len = sizeof raw;
   zmq_getsockopt(p.socket, ZMQ_FD, &raw, &len);
   p.fd.emplace(p.io, raw);
-  asio::co_spawn(p.io, p.reader(), asio::detached);
+  asio::co_spawn(p.io, zmq_io::serve(*p.fd, p.stopped, [&p] { p.drain(); }, "zmq bridge"), asio::detached);
   p.thread = std::thread([&p] {
     auto guard = asio::make_work_guard(p.io);
     p.io.run();

@@ -107,6 +107,8 @@ int main(int argc, char** argv) {
   }
   auto& dep = *std::get<std::unique_ptr<troupe::deployment>>(started);
   std::printf("troupe-serve: listening on %s\n", dep.endpoint().c_str());
+  if (!dep.http_endpoint().empty())
+    std::printf("troupe-serve: http on %s\n", dep.http_endpoint().c_str());
   std::fflush(stdout);
   std::string broken;
   while (!stop_requested && (broken = dep.broken()).empty())

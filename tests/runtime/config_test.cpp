@@ -122,6 +122,7 @@ std::string differing_parts(const deployment_options& a, const deployment_option
   part(a.copy_engine == b.copy_engine, "copy_engine");
   part(a.metrics == b.metrics, "metrics");
   part(a.cluster == b.cluster, "cluster");
+  part(a.http == b.http, "http");
   part(a.adapters == b.adapters, "adapters");
   part(a.adapter_generate == b.adapter_generate, "adapters_generate");
   return out;
@@ -456,6 +457,20 @@ ranks = [4]
   EXPECT_EQ(o.adapter_generate.ranks, std::vector<std::uint32_t>{4});
 }
 
+TEST(config, http_keys_are_read) {
+  const auto o = parse_ok(R"(
+[http]
+listen = "127.0.0.1:0"
+model = "my-llama"
+max_connections = 8
+)");
+  EXPECT_TRUE(o.http.enabled());
+  EXPECT_EQ(o.http.listen, "127.0.0.1:0");
+  EXPECT_EQ(o.http.model, "my-llama");
+  EXPECT_EQ(o.http.max_connections, 8u);
+  EXPECT_FALSE(parse_ok("").http.enabled()) << "off by default";
+}
+
 TEST(config, cluster_keys_are_read) {
   const auto o = parse_ok(R"(
 [cluster]
@@ -537,6 +552,9 @@ const error_case error_cases[] = {
   {"unknown_adapter_key", "[[adapters]]\nname = \"a\"\nnmae = \"b\"\n", "adapters[0].nmae",
    "did you mean adapters[0].name?"},
   {"node_timeout_not_positive", "[cluster]\nnode_timeout_s = 0\n", "cluster.node_timeout_s", "must be positive"},
+  {"http_listen_not_host_port", "[http]\nlisten = \"8000\"\n", "http.listen", "must be \"host:port\""},
+  {"http_listen_bad_port", "[http]\nlisten = \"0.0.0.0:70000\"\n", "http.listen", "must be \"host:port\""},
+  {"http_no_connections", "[http]\nmax_connections = 0\n", "http.max_connections", "must be at least 1, got 0"},
   {"advise_place_lead_negative", "[cluster]\nadvise_place_lead_s = -1\n", "cluster.advise_place_lead_s",
    "must not be negative"},
   // wrong types

@@ -1,0 +1,502 @@
+#include "runtime/http_front.hpp"
+
+#include "messages/openai.hpp"
+#include "messages/wire.hpp"
+#include "runtime/zmq_io.hpp"
+
+// Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
+#include <utility>
+
+#include <boost/asio/co_spawn.hpp>
+#include <boost/asio/detached.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/asio/redirect_error.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/use_awaitable.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/tcp_stream.hpp>
+#include <boost/beast/http.hpp>
+#include <spdlog/spdlog.h>
+#include <zmq.h>
+
+#include <array>
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace troupe {
+
+namespace {
+
+/// One request's wire replies as the intake sends them, and the timer that
+/// wakes its coroutine when one comes (cancelled on arrival).
+struct waiter {
+  explicit waiter(asio::io_context& io) : wake(io, asio::steady_timer::time_point::max()) {}
+  asio::steady_timer wake;
+  std::deque<wire::reply> replies;
+  bool closed = false; ///< the front is stopping: no reply will come
+};
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+    .count();
+}
+
+const std::string& reply_id(const wire::reply& r) {
+  return std::visit([](const auto& x) -> const std::string& { return x.id; }, r);
+}
+
+using response = http::response<http::string_body>;
+
+response make(unsigned version, bool keep_alive, http::status status, std::string body,
+              const char* content_type = "application/json") {
+  response res{status, version};
+  res.set(http::field::server, "troupe");
+  res.set(http::field::content_type, content_type);
+  res.keep_alive(keep_alive);
+  res.body() = std::move(body);
+  res.prepare_payload();
+  return res;
+}
+
+response error_response(unsigned version, bool keep_alive, const openai::api_error& e) {
+  return make(version, keep_alive, static_cast<http::status>(e.status), openai::to_json(e));
+}
+
+openai::api_error api_error_of(int status, std::string type, std::string code, std::string message) {
+  openai::api_error e;
+  e.status = status;
+  e.type = std::move(type);
+  e.code = std::move(code);
+  e.message = std::move(message);
+  return e;
+}
+
+openai::api_error stopping() {
+  return api_error_of(503, "server_error", "shutting_down", "the server is stopping");
+}
+
+} // namespace
+
+struct http_front::impl {
+  http_front_config cfg;
+  std::string endpoint;
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  void* ctx = nullptr;
+  void* socket = nullptr;
+  std::optional<asio::posix::stream_descriptor> fd;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
+  std::thread thread;
+  std::unordered_map<std::string, std::shared_ptr<waiter>> pending;
+  /// Open connections, closed at stop so that every coroutine ends before
+  /// the io thread does.
+  std::unordered_set<beast::tcp_stream*> connections;
+  std::uint64_t next_id = 0;
+  bool stopped = false;
+
+  ~impl() {
+    if (socket)
+      zmq_close(socket);
+    if (ctx)
+      zmq_ctx_term(ctx);
+  }
+
+  // -- the intake side ------------------------------------------------------
+
+  /// Every reply ZeroMQ has ready, to its waiter; one for a request no
+  /// longer waited for (its client went away) is dropped. ZMQ_FD is
+  /// edge-triggered, so this runs after every wake-up and every send.
+  void drain() {
+    while (auto parts = zmq_io::receive(socket)) {
+      if (parts->size() != 1)
+        continue; // the intake sends one frame per reply
+      auto parsed = wire::parse_reply(parts->front());
+      if (auto* e = std::get_if<wire::parse_error>(&parsed)) {
+        spdlog::warn("http: a reply from the intake that is not one: {}", e->message);
+        continue;
+      }
+      auto& r = std::get<wire::reply>(parsed);
+      auto w = pending.find(reply_id(r));
+      if (w == pending.end())
+        continue;
+      w->second->replies.push_back(std::move(r));
+      w->second->wake.cancel();
+    }
+  }
+
+  /// Sends a wire frame; false when ZeroMQ would not take it.
+  bool send(const std::string& frame) {
+    const bool ok = zmq_send(socket, frame.data(), frame.size(), ZMQ_DONTWAIT) >= 0;
+    if (!ok)
+      spdlog::warn("http: cannot send to the intake: {}", zmq_strerror(zmq_errno()));
+    drain();
+    return ok;
+  }
+
+  /// A fresh wire id and its waiter.
+  std::pair<std::string, std::shared_ptr<waiter>> expect() {
+    auto id = "http-" + std::to_string(++next_id);
+    auto w = std::make_shared<waiter>(io);
+    pending[id] = w;
+    return {std::move(id), w};
+  }
+
+  /// The next reply for `w`; nullopt when the front stops or `deadline`
+  /// passes first.
+  asio::awaitable<std::optional<wire::reply>> next(std::shared_ptr<waiter> w,
+                                                   asio::steady_timer::time_point deadline) {
+    while (w->replies.empty()) {
+      if (w->closed || stopped || asio::steady_timer::clock_type::now() >= deadline)
+        co_return std::nullopt;
+      w->wake.expires_at(deadline);
+      boost::system::error_code ec;
+      co_await w->wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    }
+    auto r = std::move(w->replies.front());
+    w->replies.pop_front();
+    co_return r;
+  }
+
+  /// One request and its one reply (health, stats, list_adapters), waited
+  /// for up to 10 s.
+  asio::awaitable<std::optional<wire::reply>> ask(const char* type) {
+    auto [id, w] = expect();
+    std::optional<wire::reply> r;
+    if (send(std::string("{\"type\":\"") + type + "\",\"id\":\"" + id + "\"}"))
+      r = co_await next(w, asio::steady_timer::clock_type::now() + std::chrono::seconds(10));
+    pending.erase(id);
+    co_return r;
+  }
+
+  // -- the HTTP side --------------------------------------------------------
+
+  asio::awaitable<void> accept_loop() {
+    for (;;) {
+      boost::system::error_code ec;
+      auto sock = co_await acceptor.async_accept(asio::redirect_error(asio::use_awaitable, ec));
+      if (stopped)
+        co_return;
+      if (ec) {
+        spdlog::warn("http: accept failed: {}", ec.message());
+        continue;
+      }
+      asio::co_spawn(io, connection(std::move(sock)), asio::detached);
+    }
+  }
+
+  asio::awaitable<void> connection(tcp::socket sock) {
+    beast::tcp_stream stream(std::move(sock));
+    connections.insert(&stream);
+    struct counted {
+      std::unordered_set<beast::tcp_stream*>& open;
+      beast::tcp_stream* self;
+      ~counted() { open.erase(self); }
+    } count{connections, &stream};
+    if (connections.size() > cfg.max_connections) {
+      auto res = make(11, false, http::status::service_unavailable,
+                      openai::to_json(api_error_of(503, "server_error", "overloaded",
+                                                   "too many connections (http.max_connections = "
+                                                     + std::to_string(cfg.max_connections) + ")")));
+      boost::system::error_code ec;
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return;
+    }
+    beast::flat_buffer buffer;
+    for (;;) {
+      http::request_parser<http::string_body> parser;
+      parser.body_limit(cfg.max_body_bytes);
+      stream.expires_after(std::chrono::seconds(300)); // an idle keep-alive connection
+      boost::system::error_code ec;
+      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      if (ec == http::error::body_limit) {
+        auto res = error_response(11, false, api_error_of(413, "invalid_request_error", "frame_too_large",
+                                                          "the request body is over "
+                                                            + std::to_string(cfg.max_body_bytes) + " bytes"));
+        co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        // The client may still be sending the body: read it away (for a
+        // while) so that closing does not reset the connection before the
+        // client has read the answer.
+        boost::system::error_code ignored;
+        stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        stream.expires_after(std::chrono::seconds(5));
+        std::array<char, 65536> sink;
+        while (!ec)
+          co_await stream.async_read_some(asio::buffer(sink), asio::redirect_error(asio::use_awaitable, ec));
+        co_return;
+      }
+      if (ec) {
+        if (ec != http::error::end_of_stream && ec != beast::error::timeout && ec != asio::error::eof
+            && ec != asio::error::connection_reset && ec != asio::error::operation_aborted) {
+          // Not HTTP: say so once, then close.
+          auto res = error_response(11, false, api_error_of(400, "invalid_request_error", "bad_request",
+                                                            "not an HTTP/1.1 request: " + ec.message()));
+          co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+        }
+        break;
+      }
+      stream.expires_never(); // a completion may stream for long
+      auto req = parser.release();
+      const bool keep = co_await handle(stream, req);
+      if (!keep || stopped)
+        break;
+    }
+    boost::system::error_code ignored;
+    stream.socket().shutdown(tcp::socket::shutdown_send, ignored);
+  }
+
+  /// Answers one request; whether the connection stays open.
+  asio::awaitable<bool> handle(beast::tcp_stream& stream, const http::request<http::string_body>& req) {
+    const auto version = req.version();
+    const bool keep = req.keep_alive();
+    std::string_view target(req.target().data(), req.target().size());
+    target = target.substr(0, target.find('?'));
+    boost::system::error_code ec;
+    auto reply = [&](response res) -> asio::awaitable<bool> {
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && res.keep_alive();
+    };
+    const auto method = req.method();
+    auto wrong_method = [&](const char* allowed) {
+      auto res = error_response(version, keep,
+                                api_error_of(405, "invalid_request_error", "method_not_allowed",
+                                             std::string(target) + " takes " + allowed));
+      res.set(http::field::allow, allowed);
+      return res;
+    };
+
+    if (target == "/v1/completions") {
+      if (method != http::verb::post)
+        co_return co_await reply(wrong_method("POST"));
+      co_return co_await completion(stream, req);
+    }
+    if (target == "/v1/models" || target == "/health" || target == "/metrics") {
+      if (method != http::verb::get)
+        co_return co_await reply(wrong_method("GET"));
+      const char* type = target == "/v1/models" ? "list_adapters" : target == "/health" ? "health" : "stats";
+      const auto r = co_await ask(type);
+      if (!r)
+        co_return co_await reply(error_response(
+          version, keep,
+          stopped ? stopping() : api_error_of(504, "server_error", "timeout", "the server did not answer in 10 s")));
+      if (const auto* e = std::get_if<wire::error_reply>(&*r))
+        co_return co_await reply(error_response(version, keep, openai::from_wire(e->code, e->message)));
+      if (const auto* a = std::get_if<wire::adapters_reply>(&*r))
+        co_return co_await reply(make(version, keep, http::status::ok, openai::models_json(cfg.model, *a, unix_now())));
+      if (const auto* h = std::get_if<wire::health_reply>(&*r))
+        co_return co_await reply(make(version, keep, h->status == "ok" ? http::status::ok
+                                                                        : http::status::service_unavailable,
+                                      "{\"status\":\"" + h->status + "\"}"));
+      if (const auto* s = std::get_if<wire::stats_reply>(&*r))
+        co_return co_await reply(
+          make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4"));
+      co_return co_await reply(error_response(
+        version, keep, api_error_of(500, "server_error", "internal", "an unexpected reply from the server")));
+    }
+    if (target == "/v1/chat/completions")
+      co_return co_await reply(error_response(
+        version, keep,
+        api_error_of(404, "invalid_request_error", "not_found",
+                     "chat completions are not served (the deployment has no chat template); use "
+                     "/v1/completions with the conversation as the prompt")));
+    co_return co_await reply(error_response(
+      version, keep,
+      api_error_of(404, "invalid_request_error", "not_found",
+                   "no such path: " + std::string(target)
+                     + " (served: POST /v1/completions, GET /v1/models, GET /health, GET /metrics)")));
+  }
+
+  /// POST /v1/completions: whole, or streamed as server-sent events.
+  asio::awaitable<bool> completion(beast::tcp_stream& stream, const http::request<http::string_body>& req) {
+    const auto version = req.version();
+    const bool keep = req.keep_alive();
+    boost::system::error_code ec;
+    auto [id, w] = expect();
+    struct forget {
+      impl& self;
+      std::string id;
+      ~forget() { self.pending.erase(id); }
+    } forget_it{*this, id};
+
+    auto parsed = openai::parse_completion(req.body(), cfg.model, id);
+    if (auto* e = std::get_if<openai::api_error>(&parsed)) {
+      auto res = error_response(version, keep, *e);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && keep;
+    }
+    const auto c = std::get<openai::completion_request>(std::move(parsed));
+    const openai::completion_answer answer("cmpl-" + id, c.model, unix_now(), c.include_usage);
+    const auto never = asio::steady_timer::time_point::max();
+    auto fail = [&](const openai::api_error& e) -> asio::awaitable<bool> {
+      auto res = error_response(version, keep, e);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && keep;
+    };
+    if (!send(c.frame))
+      co_return co_await fail(api_error_of(503, "server_error", "overloaded", "the server's queue is full"));
+
+    // Until the request is taken on (or refused) nothing is sent.
+    std::optional<wire::reply> r = co_await next(w, never);
+    if (!r)
+      co_return co_await fail(stopping());
+    if (auto* e = std::get_if<wire::error_reply>(&*r))
+      co_return co_await fail(openai::from_wire(e->code, e->message));
+    if (!std::holds_alternative<wire::accepted_reply>(*r))
+      co_return co_await fail(api_error_of(500, "server_error", "internal", "an unexpected reply from the server"));
+
+    if (!c.stream) {
+      for (;;) {
+        r = co_await next(w, never);
+        if (!r)
+          co_return co_await fail(stopping());
+        if (auto* d = std::get_if<wire::done_reply>(&*r)) {
+          auto res = make(version, keep, http::status::ok, answer.body(*d));
+          co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+          co_return !ec && keep;
+        }
+        if (auto* e = std::get_if<wire::error_reply>(&*r))
+          co_return co_await fail(openai::from_wire(e->code, e->message));
+      }
+    }
+
+    // Streaming: the headers now, then one chunk per event.
+    http::response<http::empty_body> head{http::status::ok, version};
+    head.set(http::field::server, "troupe");
+    head.set(http::field::content_type, "text/event-stream");
+    head.set(http::field::cache_control, "no-cache");
+    head.keep_alive(keep);
+    head.chunked(true);
+    http::response_serializer<http::empty_body> sr{head};
+    co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
+    auto write = [&](const std::string& s) -> asio::awaitable<bool> {
+      if (!ec)
+        co_await asio::async_write(stream, http::make_chunk(asio::buffer(s)),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec;
+    };
+    bool open = !ec;
+    for (;;) {
+      r = co_await next(w, never);
+      std::string last;
+      if (!r)
+        last = answer.stream_error(stopping());
+      else if (auto* t = std::get_if<wire::token_reply>(&*r)) {
+        if (open && !co_await write(answer.chunk(*t))) {
+          // The client went away: the request is cancelled, its memory freed.
+          open = false;
+          send("{\"type\":\"cancel\",\"id\":\"" + id + "\"}");
+          co_return false;
+        }
+        continue;
+      } else if (auto* d = std::get_if<wire::done_reply>(&*r))
+        last = answer.stream_end(*d);
+      else if (auto* e = std::get_if<wire::error_reply>(&*r))
+        last = answer.stream_error(openai::from_wire(e->code, e->message));
+      else
+        continue;
+      if (open && co_await write(last))
+        co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && keep;
+    }
+  }
+};
+
+http_front::http_front(std::unique_ptr<impl> p) : impl_(std::move(p)) {
+}
+
+http_front::~http_front() {
+  stop();
+}
+
+std::variant<std::unique_ptr<http_front>, std::string> http_front::open(const http_front_config& cfg) {
+  auto p = std::make_unique<impl>();
+  p->cfg = cfg;
+  const auto colon = cfg.listen.rfind(':');
+  if (colon == std::string::npos)
+    return "http.listen \"" + cfg.listen + "\" is not \"host:port\"";
+  boost::system::error_code ec;
+  const auto host = cfg.listen.substr(0, colon);
+  const auto address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec)
+    return "http.listen \"" + cfg.listen + "\": \"" + host + "\" is not an IP address";
+  const tcp::endpoint at{address, static_cast<unsigned short>(std::stoul(cfg.listen.substr(colon + 1)))};
+  p->acceptor.open(at.protocol(), ec);
+  if (!ec)
+    p->acceptor.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec)
+    p->acceptor.bind(at, ec);
+  if (!ec)
+    p->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec)
+    return "cannot listen for HTTP at " + cfg.listen + ": " + ec.message();
+  const auto bound = p->acceptor.local_endpoint();
+  p->endpoint = bound.address().to_string() + ":" + std::to_string(bound.port());
+
+  p->ctx = zmq_ctx_new();
+  p->socket = zmq_socket(p->ctx, ZMQ_DEALER);
+  int zero = 0;
+  int linger = 0;
+  zmq_setsockopt(p->socket, ZMQ_SNDHWM, &zero, sizeof zero);
+  zmq_setsockopt(p->socket, ZMQ_RCVHWM, &zero, sizeof zero);
+  zmq_setsockopt(p->socket, ZMQ_LINGER, &linger, sizeof linger);
+  if (zmq_connect(p->socket, cfg.intake.c_str()) != 0)
+    return "the HTTP front cannot connect to the intake at " + cfg.intake + ": " + zmq_strerror(zmq_errno());
+  int raw = -1;
+  size_t len = sizeof raw;
+  zmq_getsockopt(p->socket, ZMQ_FD, &raw, &len);
+  p->fd.emplace(p->io, raw);
+  asio::co_spawn(p->io, zmq_io::serve(*p->fd, p->stopped, [ip = p.get()] { ip->drain(); }, "http"), asio::detached);
+  asio::co_spawn(p->io, p->accept_loop(), asio::detached);
+  p->work.emplace(p->io.get_executor());
+  auto* ip = p.get();
+  p->thread = std::thread([ip] { ip->io.run(); });
+  return std::unique_ptr<http_front>(new http_front(std::move(p)));
+}
+
+void http_front::stop() {
+  auto& p = *impl_;
+  if (!p.thread.joinable())
+    return;
+  asio::steady_timer grace(p.io);
+  asio::post(p.io, [&p, &grace] {
+    p.stopped = true;
+    boost::system::error_code ignored;
+    p.acceptor.close(ignored);
+    if (p.fd) {
+      p.fd->cancel();
+      p.fd->release(); // the descriptor belongs to ZeroMQ
+    }
+    // Whoever still waits for the intake is answered 503; a moment for those
+    // answers to be written, then every connection is closed, so that every
+    // coroutine ends and io.run() returns.
+    for (auto& [id, w] : p.pending) {
+      w->closed = true;
+      w->wake.cancel();
+    }
+    grace.expires_after(std::chrono::milliseconds(200));
+    grace.async_wait([&p](const boost::system::error_code&) {
+      for (auto* c : p.connections)
+        c->socket().close();
+    });
+    p.work.reset();
+  });
+  p.thread.join();
+}
+
+const std::string& http_front::endpoint() const noexcept {
+  return impl_->endpoint;
+}
+
+} // namespace troupe

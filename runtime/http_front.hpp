@@ -1,0 +1,54 @@
+// The OpenAI-compatible HTTP front ([http] listen): an HTTP/1.1 server on
+// Boost.Asio C++20 coroutines (Boost.Beast for the protocol) on its own
+// io_context thread, and a client of the deployment's own ZeroMQ intake: each
+// HTTP request becomes wire requests on one DEALER socket, and the wire
+// replies become the HTTP response (messages/openai does the translating).
+// So the intake, its validation and its one-terminal-reply rule serve both
+// fronts unchanged. Asio, Beast and ZeroMQ stay in the .cpp.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <variant>
+
+namespace troupe {
+
+struct http_front_config {
+  /// "host:port" to listen on (port 0: any free one).
+  std::string listen;
+  /// The intake's ZeroMQ endpoint (zmq_bridge::endpoint()).
+  std::string intake;
+  /// The name clients give as "model" for the base model.
+  std::string model;
+  /// Larger request bodies get 413.
+  std::uint64_t max_body_bytes = 1 << 20;
+  /// Connections open at once; past it a new one gets 503 and is closed.
+  std::uint32_t max_connections = 256;
+};
+
+class http_front {
+public:
+  /// Binds the listening socket and connects to the intake; an error message
+  /// (naming the address) on failure. Serves from the call on.
+  static std::variant<std::unique_ptr<http_front>, std::string> open(const http_front_config& cfg);
+
+  ~http_front();
+  http_front(const http_front&) = delete;
+  http_front& operator=(const http_front&) = delete;
+
+  /// Stops taking connections; requests still waiting for the intake are
+  /// answered 503; then the io thread ends.
+  void stop();
+
+  /// "host:port" actually bound (the real port when the config said 0).
+  const std::string& endpoint() const noexcept;
+
+  struct impl;
+
+private:
+  explicit http_front(std::unique_ptr<impl> p);
+  std::unique_ptr<impl> impl_;
+};
+
+} // namespace troupe

@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# The OpenAI-compatible HTTP front as a client sees it: troupe-serve with the
+# embedded default's demo model (cpu backend) and [http] listen; plain HTTP
+# from Python's standard library. A greedy completion gives the same text as
+# the ZeroMQ front, whole or streamed; bad requests get the right status and
+# a message naming the field; a client that drops a stream has its request
+# cancelled and the server goes on serving.
+# Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
+set -euo pipefail
+bin="$1"
+work="$(mktemp -d)"
+pid=""
+trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
+{
+  cat config/default.toml
+  printf '\n[http]\nlisten = "127.0.0.1:0"\n'
+} > "$work/http.toml"
+"$bin/troupe-serve" --config "$work/http.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
+pid=$!
+http="" zmq=""
+for _ in $(seq 1 400); do
+  http="$(sed -n 's/^troupe-serve: http on //p' "$work/log")"
+  zmq="$(sed -n 's/^troupe-serve: listening on //p' "$work/log")"
+  [ -n "$http" ] && [ -n "$zmq" ] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
+  sleep 0.05
+done
+[ -n "$http" ] || { echo "http: the server did not start"; cat "$work/log"; exit 1; }
+
+# The reference: the same greedy completion over ZeroMQ.
+ref="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
+  --no-stream --json 2>/dev/null | tail -1)"
+
+python3 - "$http" "$ref" <<'PY'
+import json, socket, sys, time, urllib.request, urllib.error
+
+base = "http://" + sys.argv[1]
+ref = json.loads(sys.argv[2])
+
+def call(path, body=None, method=None, raw=None):
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(base + path, data=data, method=method,
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers.get("Content-Type"), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read().decode()
+
+def events(text):
+    out = []
+    for block in text.split("\n\n"):
+        if block.startswith("data: "):
+            p = block[6:]
+            out.append(p if p == "[DONE]" else json.loads(p))
+    return out
+
+status, _, body = call("/health")
+assert status == 200 and json.loads(body) == {"status": "ok"}, (status, body)
+
+status, _, body = call("/v1/models")
+models = [m["id"] for m in json.loads(body)["data"]]
+assert status == 200 and models[0] == "demo" and "demo-r8" in models, (status, body)
+
+req = {"model": "demo", "prompt": "The river runs", "max_tokens": 12, "temperature": 0}
+status, ctype, body = call("/v1/completions", req)
+assert status == 200 and ctype == "application/json", (status, body)
+whole = json.loads(body)
+choice = whole["choices"][0]
+assert whole["object"] == "text_completion" and whole["model"] == "demo", whole
+assert choice["text"] == ref["text"], (choice["text"], ref["text"])
+assert whole["usage"]["completion_tokens"] == ref["usage"]["completion_tokens"], (whole, ref)
+assert whole["usage"]["total_tokens"] == whole["usage"]["prompt_tokens"] + whole["usage"]["completion_tokens"]
+
+status, ctype, body = call("/v1/completions", dict(req, stream=True, stream_options={"include_usage": True}))
+assert status == 200 and ctype == "text/event-stream", (status, ctype)
+ev = events(body)
+assert ev[-1] == "[DONE]", ev[-3:]
+usage = ev[-2]
+assert usage["choices"] == [] and usage["usage"] == whole["usage"], usage
+streamed = "".join(e["choices"][0]["text"] for e in ev[:-2])
+assert streamed == choice["text"], (streamed, choice["text"])
+assert ev[-3]["choices"][0]["finish_reason"] == choice["finish_reason"], ev[-3]
+
+status, _, body = call("/v1/completions", dict(req, model="demo-r8", temperature=1, seed=3))
+assert status == 200 and json.loads(body)["model"] == "demo-r8", body
+
+def refused(expect, path="/v1/completions", body=None, method=None, raw=None, says=""):
+    status, _, text = call(path, body, method, raw)
+    err = json.loads(text)["error"]
+    assert status == expect and says in err["message"], (path, body, status, text)
+    return err
+
+assert refused(404, body=dict(req, model="nope"))["code"] == "model_not_found"
+refused(400, body=dict(req, max_tokens=-5), says="max_tokens")
+refused(400, raw=b"{not json", says="not valid JSON")
+refused(400, body=dict(req, n=2), says='"n"')
+refused(400, body=dict(req, prompt=["a", "b"]), says="one prompt per request")
+refused(413, raw=b'{"model":"demo","prompt":"' + b"x" * (2 << 20) + b'"}')
+refused(405, method="GET")
+refused(404, path="/v1/chat/completions", body=req, says="/v1/completions")
+refused(404, path="/nope", says="/nope")
+
+# A client that drops its stream: the request is cancelled.
+host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+payload = json.dumps(dict(req, max_tokens=1500, temperature=1, stream=True)).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+got = b""
+while b"data: " not in got:
+    chunk = s.recv(4096)
+    assert chunk, got
+    got += chunk
+assert got.startswith(b"HTTP/1.1 200"), got[:200]
+s.close()
+
+def metric(name):
+    status, ctype, text = call("/metrics")
+    assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
+
+for _ in range(200):
+    if (metric("troupe_finished_cancelled") or 0) >= 1:
+        break
+    time.sleep(0.05)
+else:
+    raise AssertionError("the dropped stream's request was not cancelled: " + call("/metrics")[2])
+status, _, body = call("/v1/completions", req)
+assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], body
+print("http: completions whole and streamed match the ZeroMQ front; errors, models, metrics, health and a "
+      "dropped stream as expected")
+PY
+kill -INT "$pid"
+wait "$pid"
+pid=""
+echo "http: ok"
