@@ -345,7 +345,7 @@ struct http_front::impl {
       co_return !ec && keep;
     };
     if (!send(c.frame))
-      co_return co_await fail(api_error_of(503, "server_error", "overloaded", "the server's queue is full"));
+      co_return co_await fail(api_error_of(503, "server_error", "overloaded", "the server cannot take the request now"));
 
     // Until the request is taken on (or refused) nothing is sent.
     std::optional<wire::reply> r = co_await next(w, never);

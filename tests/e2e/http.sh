@@ -11,10 +11,8 @@ bin="$1"
 work="$(mktemp -d)"
 pid=""
 trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
-{
-  cat config/default.toml
-  printf '\n[http]\nlisten = "127.0.0.1:0"\n'
-} > "$work/http.toml"
+sed 's/^listen = ""$/listen = "127.0.0.1:0"/' config/default.toml > "$work/http.toml"
+grep -q '^listen = "127.0.0.1:0"$' "$work/http.toml"
 "$bin/troupe-serve" --config "$work/http.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
 pid=$!
 http="" zmq=""
