@@ -172,7 +172,7 @@ std::map<std::string, std::map<std::string, std::string>> documented_keys() {
 
 TEST(config, every_documented_key_is_read_and_its_documented_default_is_the_default) {
   const auto keys = documented_keys();
-  ASSERT_EQ(keys.size(), 15u) << "sections in docs/configuration.md";
+  ASSERT_EQ(keys.size(), 16u) << "sections in docs/configuration.md";
   const std::string adapter = "[[adapters]]\nname = \"a\"\n";
   const auto defaults = parse_ok(adapter);
   for (const auto& [section, entries] : keys) {
