@@ -18,6 +18,7 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http.hpp>
 #include <spdlog/spdlog.h>
@@ -220,7 +221,15 @@ struct http_front::impl {
       parser.body_limit(cfg.max_body_bytes);
       stream.expires_after(std::chrono::seconds(300)); // an idle keep-alive connection
       boost::system::error_code ec;
-      co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
+        // curl asks before sending a body over 1 KiB, and waits a second
+        // for the answer if none comes.
+        http::response<http::empty_body> go_on{http::status::continue_, parser.get().version()};
+        co_await http::async_write(stream, go_on, asio::redirect_error(asio::use_awaitable, ec));
+      }
+      if (!ec && !parser.is_done())
+        co_await http::async_read(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
       if (ec == http::error::body_limit) {
         auto res = error_response(11, false, api_error_of(413, "invalid_request_error", "frame_too_large",
                                                           "the request body is over "

@@ -99,8 +99,27 @@ refused(405, method="GET")
 refused(404, path="/v1/chat/completions", body=req, says="/v1/completions")
 refused(404, path="/nope", says="/nope")
 
-# A client that drops its stream: the request is cancelled.
+# A client that asks before sending its body (curl does, over 1 KiB) is told
+# to go on at once.
 host, port = sys.argv[1].rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+s.settimeout(0.5)
+payload = json.dumps(dict(req, prompt="The river runs" + " " * 1200)).encode()
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
+          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n")
+assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue"), "no 100 Continue within 0.5 s"
+s.settimeout(30)
+s.sendall(payload)
+got = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    got += chunk
+s.close()
+assert got.startswith(b"HTTP/1.1 200"), got[:200]
+
+# A client that drops its stream: the request is cancelled.
 s = socket.create_connection((host, int(port)))
 payload = json.dumps(dict(req, max_tokens=1500, temperature=1, stream=True)).encode()
 s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
