@@ -24,7 +24,10 @@
 #include <spdlog/spdlog.h>
 #include <zmq.h>
 
+#include <sys/socket.h>
+
 #include <array>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -145,6 +148,27 @@ struct http_front::impl {
       spdlog::warn("http: cannot send to the intake: {}", zmq_strerror(zmq_errno()));
     drain();
     return ok;
+  }
+
+  /// The client of wire request `id` went away: the request is cancelled,
+  /// its memory freed (its terminal reply then finds no waiter).
+  void cancel(const std::string& id) {
+    send("{\"type\":\"cancel\",\"id\":\"" + id + "\"}");
+  }
+
+  /// While a whole completion is computed nothing is written, so a client
+  /// that goes away would not show until its answer: this watches the
+  /// socket for its end, without reading (a pipelined request stays for the
+  /// next read), and cancels the request then. `done` ends the watch.
+  asio::awaitable<void> watch_hangup(tcp::socket& sock, std::shared_ptr<bool> done, std::string id) {
+    boost::system::error_code ec;
+    co_await sock.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
+    if (*done || ec || stopped)
+      co_return; // `sock` may be gone: only `done` is looked at first
+    char probe = 0;
+    const auto n = ::recv(sock.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+      cancel(id); // the end of the stream, or a reset
   }
 
   /// A fresh wire id and its waiter.
@@ -366,6 +390,17 @@ struct http_front::impl {
       co_return co_await fail(api_error_of(500, "server_error", "internal", "an unexpected reply from the server"));
 
     if (!c.stream) {
+      auto done = std::make_shared<bool>(false);
+      asio::co_spawn(io, watch_hangup(stream.socket(), done, id), asio::detached);
+      struct end_watch {
+        std::shared_ptr<bool> done;
+        tcp::socket& sock;
+        ~end_watch() {
+          *done = true;
+          boost::system::error_code ignored;
+          sock.cancel(ignored); // its wait, the only operation on the socket now
+        }
+      } end_watch_at_exit{done, stream.socket()};
       for (;;) {
         r = co_await next(w, never);
         if (!r)
@@ -405,7 +440,7 @@ struct http_front::impl {
         if (open && !co_await write(answer.chunk(*t))) {
           // The client went away: the request is cancelled, its memory freed.
           open = false;
-          send("{\"type\":\"cancel\",\"id\":\"" + id + "\"}");
+          cancel(id);
           co_return false;
         }
         continue;

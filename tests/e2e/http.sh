@@ -121,7 +121,7 @@ assert got.startswith(b"HTTP/1.1 200"), got[:200]
 
 # A client that drops its stream: the request is cancelled.
 s = socket.create_connection((host, int(port)))
-payload = json.dumps(dict(req, max_tokens=1500, temperature=1, stream=True)).encode()
+payload = json.dumps(dict(req, max_tokens=1500, stream=True)).encode()  # greedy: runs to its length
 s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
           b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
 got = b""
@@ -146,10 +146,23 @@ for _ in range(200):
     time.sleep(0.05)
 else:
     raise AssertionError("the dropped stream's request was not cancelled: " + call("/metrics")[2])
+# One that goes away while waiting for a whole completion: cancelled too.
+s = socket.create_connection((host, int(port)))
+payload = json.dumps(dict(req, max_tokens=1500)).encode()  # greedy: runs to its length
+s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+time.sleep(0.3)
+s.close()
+for _ in range(200):
+    if (metric("troupe_finished_cancelled") or 0) >= 2:
+        break
+    time.sleep(0.05)
+else:
+    raise AssertionError("the dropped whole completion was not cancelled: " + call("/metrics")[2])
 status, _, body = call("/v1/completions", req)
 assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], body
-print("http: completions whole and streamed match the ZeroMQ front; errors, models, metrics, health and a "
-      "dropped stream as expected")
+print("http: completions whole and streamed match the ZeroMQ front; errors, models, metrics, health, 100-continue "
+      "and dropped requests as expected")
 PY
 kill -INT "$pid"
 wait "$pid"
