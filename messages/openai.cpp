@@ -22,11 +22,6 @@ api_error bad(std::string message, std::string param = {}) {
   return e;
 }
 
-/// JSON's name for a value's type, for messages.
-std::string kind(const json& v) {
-  return v.type_name();
-}
-
 /// The OpenAI fields Troupe takes, and those it refuses unless they hold
 /// the value that means "off".
 constexpr std::array<std::string_view, 11> taken{"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
@@ -34,7 +29,9 @@ constexpr std::array<std::string_view, 11> taken{"model", "prompt", "max_tokens"
 constexpr std::array<std::string_view, 8> only_off{"n", "best_of", "echo", "logprobs", "suffix",
                                                    "presence_penalty", "frequency_penalty", "logit_bias"};
 
-/// Whether `v` is the "off" value of an unimplemented field.
+/// Whether `v` is the value that turns off one of OpenAI's fields Troupe
+/// does not serve (n = 1, echo = false, penalties 0, ...), so that clients
+/// sending the defaults explicitly are served.
 bool is_off(std::string_view field, const json& v) {
   if (v.is_null())
     return true;
@@ -67,7 +64,7 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
     return bad(std::string("the body is not valid JSON: ") + e.what());
   }
   if (!doc.is_object())
-    return bad("the body must be a JSON object, got " + kind(doc));
+    return bad("the body must be a JSON object, got " + std::string(doc.type_name()));
   for (const auto& [key, value] : doc.items()) {
     if (std::find(taken.begin(), taken.end(), key) != taken.end())
       continue;
@@ -112,12 +109,12 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
       for (const auto& t : *one)
         if (!t.is_number())
           return bad("field \"prompt\" holds one prompt per request: a string, or an array of token ids (got an "
-                       "array holding " + kind(t) + "); send several prompts as several requests",
+                       "array holding " + std::string(t.type_name()) + "); send several prompts as several requests",
                      "prompt");
       gen["prompt_tokens"] = *one;
     }
   } else {
-    return bad("field \"prompt\" must be a string or an array of token ids, got " + kind(*prompt), "prompt");
+    return bad("field \"prompt\" must be a string or an array of token ids, got " + std::string(prompt->type_name()), "prompt");
   }
 
   // Passed on as given: the wire parser checks them and names the field.
@@ -135,7 +132,7 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
     if (!out.stream)
       return bad("field \"stream_options\" is only allowed with \"stream\": true", "stream_options");
     if (!so->is_object())
-      return bad("field \"stream_options\" must be an object, got " + kind(*so), "stream_options");
+      return bad("field \"stream_options\" must be an object, got " + std::string(so->type_name()), "stream_options");
     for (const auto& [key, value] : so->items()) {
       if (key != "include_usage")
         return bad("unknown field \"" + key + "\" in \"stream_options\"", "stream_options");
@@ -146,7 +143,7 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
     }
   }
   if (auto u = doc.find("user"); u != doc.end() && !u->is_null() && !u->is_string())
-    return bad("field \"user\" must be a string, got " + kind(*u), "user");
+    return bad("field \"user\" must be a string, got " + std::string(u->type_name()), "user");
   out.frame = gen.dump(-1, ' ', false, json::error_handler_t::replace);
   return out;
 }

@@ -29,7 +29,6 @@
 #include <array>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <deque>
 #include <thread>
 #include <unordered_map>
@@ -94,13 +93,11 @@ openai::api_error stopping() {
 
 } // namespace
 
-struct http_front::impl {
+struct http_front::impl : zmq_io::owned_socket {
   http_front_config cfg;
   std::string endpoint;
   asio::io_context io{1};
   tcp::acceptor acceptor{io};
-  void* ctx = nullptr;
-  void* socket = nullptr;
   std::optional<asio::posix::stream_descriptor> fd;
   std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work;
   std::thread thread;
@@ -110,13 +107,6 @@ struct http_front::impl {
   std::unordered_set<beast::tcp_stream*> connections;
   std::uint64_t next_id = 0;
   bool stopped = false;
-
-  ~impl() {
-    if (socket)
-      zmq_close(socket);
-    if (ctx)
-      zmq_ctx_term(ctx);
-  }
 
   // -- the intake side ------------------------------------------------------
 

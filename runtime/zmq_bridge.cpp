@@ -56,10 +56,8 @@ std::vector<std::string> decode_envelope(const std::string& peer) {
 
 // -- impl -------------------------------------------------------------------------
 
-struct zmq_bridge::impl {
+struct zmq_bridge::impl : zmq_io::owned_socket {
   server_options opts;
-  void* ctx = nullptr;
-  void* socket = nullptr;
   std::string endpoint;
   asio::io_context io{1};
   std::optional<asio::posix::stream_descriptor> fd;
@@ -69,13 +67,6 @@ struct zmq_bridge::impl {
   std::atomic<std::uint64_t> in{0};
   std::atomic<std::uint64_t> out{0};
   bool stopped = false;
-
-  ~impl() {
-    if (socket)
-      zmq_close(socket);
-    if (ctx)
-      zmq_ctx_term(ctx);
-  }
 
   /// Receives every frame ZeroMQ has ready. ZMQ_FD is edge-triggered, so
   /// this runs after every wake-up and after every send.

@@ -21,6 +21,22 @@
 
 namespace troupe::zmq_io {
 
+/// A ZeroMQ context and the one socket a front holds in it, closed in that
+/// order when it goes (the fronts' impls derive from it).
+struct owned_socket {
+  void* ctx = nullptr;
+  void* socket = nullptr;
+  owned_socket() = default;
+  owned_socket(const owned_socket&) = delete;
+  owned_socket& operator=(const owned_socket&) = delete;
+  ~owned_socket() {
+    if (socket)
+      zmq_close(socket);
+    if (ctx)
+      zmq_ctx_term(ctx);
+  }
+};
+
 /// The next message ready on `socket`, its frames in order, without
 /// blocking; std::nullopt when none is ready.
 inline std::optional<std::vector<std::string>> receive(void* socket) {
