@@ -2,7 +2,9 @@
 
 #include "gpu/random.hpp"
 
+#include <algorithm>
 #include <string>
+#include <string_view>
 
 namespace troupe {
 
@@ -21,6 +23,25 @@ outbound_frame intake_core::error_frame(const std::string& peer, const std::stri
   ++rejected_;
   return {peer, wire::to_json(wire::error_reply{id, code, std::move(message)})};
 }
+
+namespace {
+
+/// The length of `s` without a UTF-8 sequence cut short at its end: a lead
+/// byte in the last three bytes whose sequence runs past the end. Bytes
+/// that are not UTF-8 at all are not held (they could never complete).
+std::size_t complete_utf8_prefix(std::string_view s) {
+  const auto n = s.size();
+  for (std::size_t back = 1; back <= 3 && back <= n; ++back) {
+    const auto c = static_cast<unsigned char>(s[n - back]);
+    if ((c & 0xC0) == 0x80)
+      continue; // a continuation byte: its lead is further back
+    const std::size_t len = (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+    return back < len ? n - back : n;
+  }
+  return n;
+}
+
+} // namespace
 
 std::string intake_core::decode(const std::vector<std::int32_t>& tokens,
                                 std::size_t from) const {
@@ -304,7 +325,17 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         t.index = batch.tokens[k].index;
         for (auto j = k; j < end; ++j)
           t.tokens.push_back(batch.tokens[j].token);
-        t.text = decode(t.tokens, 0);
+        // Each chunk's text ends on a character boundary, so that it is
+        // valid UTF-8 on its own; the request's last chunk takes all.
+        t.text = std::move(p.held) + decode(t.tokens, 0);
+        p.held.clear();
+        const bool last = std::any_of(batch.finished.begin(), batch.finished.end(),
+                                      [id](const finish_event& f) { return f.request_id == id; });
+        if (!last) {
+          const auto whole = complete_utf8_prefix(t.text);
+          p.held = t.text.substr(whole);
+          t.text.resize(whole);
+        }
         out.push_back({p.peer, wire::to_json(t)});
       } else {
         for (auto j = k; j < end; ++j)

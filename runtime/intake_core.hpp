@@ -124,6 +124,10 @@ private:
     std::uint32_t prompt_tokens = 0;
     std::string adapter;
     std::vector<std::int32_t> tokens; // non-streaming only
+    /// Streaming: the start of a character whose last bytes are still to
+    /// come (a token may decode to part of a UTF-8 sequence), sent with the
+    /// chunk that completes it.
+    std::string held;
   };
 
   void generate(const std::string& peer, wire::generate_request&& g, double now_s,

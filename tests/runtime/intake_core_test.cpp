@@ -466,6 +466,33 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_TRUE(core.on_progress({{{id, 4, 402}}, {fin(id, finish_reason::length, 2, 5)}}).empty());
 }
 
+TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_last_takes_the_rest) {
+  // Byte tokens split characters: "é" is C3 A9, "你" E4 BD A0, "😀" F0 9F 98 80.
+  const auto id = submit("peer-U", "u1", R"("stream":true)");
+  ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+  auto byte = [](unsigned b) { return static_cast<std::int32_t>(3 + b); };
+  auto chunk_text = [&](std::vector<token_event> toks, std::vector<finish_event> fins = {}) {
+    auto out = core.on_progress({std::move(toks), std::move(fins)});
+    EXPECT_GE(out.size(), 1u);
+    return out.empty() ? std::string{} : as<wire::token_reply>(out[0]).text;
+  };
+  EXPECT_EQ(chunk_text({{id, 0, byte('a')}, {id, 1, byte(0xC3)}}), "a");
+  EXPECT_EQ(chunk_text({{id, 2, byte(0xA9)}, {id, 3, byte(0xE4)}, {id, 4, byte(0xBD)}}), "\xC3\xA9");
+  EXPECT_EQ(chunk_text({{id, 5, byte(0xA0)}}), "\xE4\xBD\xA0");
+  EXPECT_EQ(chunk_text({{id, 6, byte(0xF0)}, {id, 7, byte(0x9F)}, {id, 8, byte(0x98)}}), "");
+  EXPECT_EQ(chunk_text({{id, 9, byte(0x80)}, {id, 10, byte('b')}}), "\xF0\x9F\x98\x80" "b");
+  // A stray continuation byte can never complete: it is not held (and the
+  // wire writes it as U+FFFD).
+  EXPECT_EQ(chunk_text({{id, 11, byte(0x80)}}), "\xEF\xBF\xBD");
+  // The last chunk (its request finishes in the same batch) takes all, even
+  // a character the model left unfinished.
+  auto out = core.on_progress({{{id, 12, byte(0xE4)}}, {fin(id, finish_reason::length, 2, 13)}});
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(as<wire::token_reply>(out[0]).tokens, std::vector<std::int32_t>{byte(0xE4)});
+  EXPECT_EQ(as<wire::done_reply>(out[1]).completion_tokens, 13u);
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
 TEST_F(intake_core_test, first_tokens_before_the_submit_result_send_accepted_first) {
   const auto id = submit("p", "s1", R"("stream":true)");
   auto out = core.on_progress({{{id, 0, 400}}, {}});
