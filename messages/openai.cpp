@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <optional>
 
 namespace troupe::openai {
 
@@ -22,16 +23,26 @@ api_error bad(std::string message, std::string param = {}) {
   return e;
 }
 
-/// The OpenAI fields Troupe takes, and those it refuses unless they hold
-/// the value that means "off".
-constexpr std::array<std::string_view, 11> taken{"model", "prompt", "max_tokens", "temperature", "top_p", "top_k",
-                                                 "seed", "stop", "stream", "stream_options", "user"};
-constexpr std::array<std::string_view, 8> only_off{"n", "best_of", "echo", "logprobs", "suffix",
-                                                   "presence_penalty", "frequency_penalty", "logit_bias"};
+/// The fields both endpoints take, those only one takes, and those refused
+/// unless they hold the value that means "off".
+constexpr std::array<std::string_view, 10> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
+                                                         "seed", "stop", "stream", "stream_options", "user"};
+constexpr std::array<std::string_view, 1> taken_by_completions{"prompt"};
+constexpr std::array<std::string_view, 3> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls"};
+constexpr std::array<std::string_view, 8> off_in_completions{"n", "best_of", "echo", "logprobs", "suffix",
+                                                             "presence_penalty", "frequency_penalty", "logit_bias"};
+constexpr std::array<std::string_view, 9> off_in_chat{"n",          "logprobs",        "top_logprobs",
+                                                      "presence_penalty", "frequency_penalty", "logit_bias",
+                                                      "tools",      "tool_choice",     "response_format"};
+
+template <std::size_t N>
+bool in(const std::array<std::string_view, N>& names, std::string_view key) {
+  return std::find(names.begin(), names.end(), key) != names.end();
+}
 
 /// Whether `v` is the value that turns off one of OpenAI's fields Troupe
-/// does not serve (n = 1, echo = false, penalties 0, ...), so that clients
-/// sending the defaults explicitly are served.
+/// does not serve (n = 1, echo = false, penalties 0, no tools, ...), so that
+/// clients sending the defaults explicitly are served.
 bool is_off(std::string_view field, const json& v) {
   if (v.is_null())
     return true;
@@ -43,20 +54,25 @@ bool is_off(std::string_view field, const json& v) {
     return v.is_number() && v.get<double>() == 0.0;
   if (field == "logit_bias")
     return v.is_object() && v.empty();
-  return false; // logprobs, suffix: only null
+  if (field == "tools")
+    return v.is_array() && v.empty();
+  if (field == "tool_choice")
+    return v == "none";
+  if (field == "response_format")
+    return v == json{{"type", "text"}};
+  if (field == "top_logprobs")
+    return v.is_number() && v.get<double>() == 0.0;
+  if (field == "logprobs") // a chat's is a boolean; a completion's a count
+    return v.is_boolean() && !v.get<bool>();
+  return false; // suffix: only null
 }
 
-} // namespace
-
-std::string to_json(const api_error& e) {
-  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", e.code}};
-  if (!e.param.empty())
-    err["param"] = e.param;
-  return json{{"error", err}}.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
-                                                             std::string_view wire_id) {
+/// The body as a JSON object whose fields all are ones the endpoint takes
+/// (or hold their "off" value); the error otherwise.
+template <std::size_t T, std::size_t O>
+std::variant<json, api_error> read_body(std::string_view body, const std::array<std::string_view, T>& own,
+                                        const std::array<std::string_view, O>& off, const char* what,
+                                        const char* refused_features) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -66,56 +82,48 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
   if (!doc.is_object())
     return bad("the body must be a JSON object, got " + std::string(doc.type_name()));
   for (const auto& [key, value] : doc.items()) {
-    if (std::find(taken.begin(), taken.end(), key) != taken.end())
+    if (in(taken_by_both, key) || in(own, key))
       continue;
-    if (std::find(only_off.begin(), only_off.end(), key) != only_off.end()) {
+    if (in(off, key)) {
       if (!is_off(key, value))
-        return bad("field \"" + key + "\" is not supported with the value " + value.dump()
-                     + " (Troupe returns one choice, without log-probabilities, echo, suffix, penalties or "
-                       "logit bias); leave it out",
+        return bad("field \"" + key + "\" is not supported with the value " + value.dump() + " (Troupe returns "
+                     + refused_features + "); leave it out",
                    key);
       continue;
     }
-    return bad("unknown field \"" + key + "\" in a completion request", key);
+    return bad("unknown field \"" + key + "\" in " + what, key);
   }
+  return doc;
+}
 
-  completion_request out;
+/// The stop strings of a request's "stop" as given (the wire parser checks
+/// the value: what is not a string is left to it).
+std::vector<std::string> stop_strings(const json& doc) {
+  std::vector<std::string> out;
+  const auto s = doc.find("stop");
+  if (s == doc.end())
+    return out;
+  if (s->is_string())
+    out.push_back(s->get<std::string>());
+  else if (s->is_array())
+    for (const auto& x : *s)
+      if (x.is_string())
+        out.push_back(x.get<std::string>());
+  return out;
+}
+
+/// The fields both endpoints share, into `gen` (the wire generate) and
+/// `out`; `gen` already holds the prompt.
+std::optional<api_error> take_common(const json& doc, std::string_view base_model, json& gen,
+                                     completion_request& out) {
   const auto model = doc.find("model");
   if (model == doc.end() || !model->is_string() || model->get<std::string>().empty())
     return bad("field \"model\" must name the base model (\"" + std::string(base_model)
                  + "\") or an adapter (GET /v1/models lists them)",
                "model");
   out.model = model->get<std::string>();
-
-  json gen = {{"type", "generate"}, {"id", wire_id}};
   if (out.model != base_model)
     gen["adapter"] = out.model;
-
-  const auto prompt = doc.find("prompt");
-  if (prompt == doc.end() || prompt->is_null())
-    return bad("missing field \"prompt\": a string, or an array of token ids", "prompt");
-  if (prompt->is_string()) {
-    gen["prompt"] = *prompt;
-  } else if (prompt->is_array()) {
-    const json* one = &*prompt;
-    // A batch of one is the same request.
-    if (prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-      one = &(*prompt)[0];
-    if (one->is_string()) {
-      gen["prompt"] = *one;
-    } else {
-      if (one->empty())
-        return bad("field \"prompt\" must not be empty", "prompt");
-      for (const auto& t : *one)
-        if (!t.is_number())
-          return bad("field \"prompt\" holds one prompt per request: a string, or an array of token ids (got an "
-                       "array holding " + std::string(t.type_name()) + "); send several prompts as several requests",
-                     "prompt");
-      gen["prompt_tokens"] = *one;
-    }
-  } else {
-    return bad("field \"prompt\" must be a string or an array of token ids, got " + std::string(prompt->type_name()), "prompt");
-  }
 
   // Passed on as given: the wire parser checks them and names the field.
   for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop"})
@@ -144,7 +152,292 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
   }
   if (auto u = doc.find("user"); u != doc.end() && !u->is_null() && !u->is_string())
     return bad("field \"user\" must be a string, got " + std::string(u->type_name()), "user");
-  out.frame = gen.dump(-1, ' ', false, json::error_handler_t::replace);
+  return std::nullopt;
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+} // namespace
+
+std::string to_json(const api_error& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", e.code}};
+  if (!e.param.empty())
+    err["param"] = e.param;
+  return dump(json{{"error", err}});
+}
+
+std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
+                                                             std::string_view wire_id) {
+  auto read = read_body(body, taken_by_completions, off_in_completions, "a completion request",
+                        "one choice, without log-probabilities, echo, suffix, penalties or logit bias");
+  if (auto* e = std::get_if<api_error>(&read))
+    return std::move(*e);
+  const auto& doc = std::get<json>(read);
+
+  completion_request out;
+  json gen = {{"type", "generate"}, {"id", wire_id}};
+  const auto prompt = doc.find("prompt");
+  if (prompt == doc.end() || prompt->is_null())
+    return bad("missing field \"prompt\": a string, or an array of token ids", "prompt");
+  if (prompt->is_string()) {
+    gen["prompt"] = *prompt;
+  } else if (prompt->is_array()) {
+    const json* one = &*prompt;
+    // A batch of one is the same request.
+    if (prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
+      one = &(*prompt)[0];
+    if (one->is_string()) {
+      gen["prompt"] = *one;
+    } else {
+      if (one->empty())
+        return bad("field \"prompt\" must not be empty", "prompt");
+      for (const auto& t : *one)
+        if (!t.is_number())
+          return bad("field \"prompt\" holds one prompt per request: a string, or an array of token ids (got an "
+                       "array holding " + std::string(t.type_name()) + "); send several prompts as several requests",
+                     "prompt");
+      gen["prompt_tokens"] = *one;
+    }
+  } else {
+    return bad("field \"prompt\" must be a string or an array of token ids, got " + std::string(prompt->type_name()), "prompt");
+  }
+  if (auto e = take_common(doc, base_model, gen, out))
+    return std::move(*e);
+  out.stop = stop_strings(doc);
+  out.frame = dump(gen);
+  return out;
+}
+
+// -- chat -------------------------------------------------------------------
+
+namespace {
+
+constexpr std::string_view content_slot = "{content}";
+
+std::string fill(std::string_view format, std::string_view content) {
+  std::string out(format);
+  if (const auto at = out.find(content_slot); at != std::string::npos)
+    out.replace(at, content_slot.size(), content);
+  return out;
+}
+
+std::string_view trimmed(std::string_view s) {
+  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
+  while (!s.empty() && space(s.front()))
+    s.remove_prefix(1);
+  while (!s.empty() && space(s.back()))
+    s.remove_suffix(1);
+  return s;
+}
+
+struct chat_message {
+  std::string role; ///< "system" (also for "developer"), "user" or "assistant"
+  std::string content;
+};
+
+/// The messages of a chat request, each checked; the error names the one at
+/// fault ("messages[2].content").
+std::variant<std::vector<chat_message>, api_error> read_messages(const json& doc) {
+  const auto m = doc.find("messages");
+  if (m == doc.end() || m->is_null())
+    return bad("missing field \"messages\": an array of {\"role\", \"content\"}", "messages");
+  if (!m->is_array() || m->empty())
+    return bad("field \"messages\" must be a non-empty array of {\"role\", \"content\"}", "messages");
+  std::vector<chat_message> out;
+  for (std::size_t i = 0; i < m->size(); ++i) {
+    const auto& msg = (*m)[i];
+    const auto at = "messages[" + std::to_string(i) + "]";
+    if (!msg.is_object())
+      return bad("\"" + at + "\" must be an object, got " + std::string(msg.type_name()), "messages");
+    for (const auto& [key, value] : msg.items())
+      if (key != "role" && key != "content")
+        return bad("field \"" + at + "." + key + "\" is not supported (Troupe serves text messages: \"role\" and "
+                     "\"content\"; no names or tool calls)",
+                   "messages");
+    const auto role = msg.find("role");
+    if (role == msg.end() || !role->is_string())
+      return bad("\"" + at + ".role\" must be \"system\", \"developer\", \"user\" or \"assistant\"", "messages");
+    chat_message one;
+    one.role = role->get<std::string>();
+    if (one.role == "developer")
+      one.role = "system";
+    if (one.role != "system" && one.role != "user" && one.role != "assistant")
+      return bad("\"" + at + ".role\" is \"" + one.role
+                   + "\": Troupe serves \"system\", \"developer\", \"user\" and \"assistant\" messages (no tools)",
+                 "messages");
+    const auto content = msg.find("content");
+    if (content == msg.end() || content->is_null())
+      return bad("\"" + at + ".content\" is missing", "messages");
+    if (content->is_string()) {
+      one.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      // Text parts, joined by newlines.
+      for (std::size_t k = 0; k < content->size(); ++k) {
+        const auto& part = (*content)[k];
+        const auto where = at + ".content[" + std::to_string(k) + "]";
+        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text")
+            || !part["text"].is_string())
+          return bad("\"" + where + "\" must be {\"type\": \"text\", \"text\": \"...\"} (Troupe serves text only)",
+                     "messages");
+        if (k > 0)
+          one.content += '\n';
+        one.content += part["text"].get<std::string>();
+      }
+    } else {
+      return bad("\"" + at + ".content\" must be a string or an array of text parts, got "
+                   + std::string(content->type_name()),
+                 "messages");
+    }
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
+/// The prompt of `messages` under `tpl`; the error says which order or role
+/// the template cannot take.
+std::variant<std::string, api_error> render(const chat_template& tpl, const std::vector<chat_message>& messages) {
+  std::string out;
+  if (tpl.llama2) {
+    std::size_t i = 0;
+    std::string system;
+    if (messages[0].role == "system") {
+      system = fill(tpl.system, trimmed(messages[0].content));
+      i = 1;
+    }
+    if (i == messages.size())
+      return bad("the chat has no user message", "messages");
+    for (std::size_t k = i; k < messages.size(); ++k) {
+      const bool user_turn = (k - i) % 2 == 0;
+      const auto& m = messages[k];
+      if (m.role != (user_turn ? "user" : "assistant"))
+        return bad("with the " + tpl.name + " chat template, after an optional first system message, messages "
+                     "must alternate user, assistant, user, ... (messages[" + std::to_string(k) + "] is \""
+                     + m.role + "\")",
+                   "messages");
+      if (user_turn)
+        out += fill(tpl.user, (k == i ? system : std::string()) + std::string(trimmed(m.content)));
+      else
+        out += fill(tpl.assistant, trimmed(m.content));
+    }
+    if (messages.back().role != "user")
+      return bad("with the " + tpl.name + " chat template the last message must be the user's", "messages");
+    return out + tpl.generation;
+  }
+  for (std::size_t k = 0; k < messages.size(); ++k) {
+    const auto& m = messages[k];
+    const std::string& format = m.role == "system" ? tpl.system : m.role == "user" ? tpl.user : tpl.assistant;
+    if (format.empty())
+      return bad("the " + tpl.name + " chat template has no system messages (messages[" + std::to_string(k) + "])",
+                 "messages");
+    out += fill(format, m.content);
+  }
+  return out + tpl.generation;
+}
+
+} // namespace
+
+const std::vector<std::string>& chat_template_names() {
+  static const std::vector<std::string> names{"llama2", "chatml"};
+  return names;
+}
+
+std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, std::string system,
+                                                                    std::string user, std::string assistant,
+                                                                    std::string generation,
+                                                                    std::vector<std::string> stop) {
+  chat_template t;
+  t.name = std::string(name);
+  if (name == "custom") {
+    if (user.find(content_slot) == std::string::npos)
+      return chat_template_error{"chat_user", "must hold \"{content}\" (where a user message's text goes)"};
+    if (assistant.find(content_slot) == std::string::npos)
+      return chat_template_error{"chat_assistant", "must hold \"{content}\" (where an assistant message's text goes)"};
+    if (!system.empty() && system.find(content_slot) == std::string::npos)
+      return chat_template_error{"chat_system", "must hold \"{content}\", or be empty (no system messages)"};
+    for (const auto& s : stop)
+      if (s.empty())
+        return chat_template_error{"chat_stop", "must not hold an empty string"};
+    t.system = std::move(system);
+    t.user = std::move(user);
+    t.assistant = std::move(assistant);
+    t.generation = std::move(generation);
+    t.stop = std::move(stop);
+    return t;
+  }
+  const std::pair<const char*, bool> custom[]{{"chat_system", !system.empty()},
+                                              {"chat_user", !user.empty()},
+                                              {"chat_assistant", !assistant.empty()},
+                                              {"chat_generation", !generation.empty()},
+                                              {"chat_stop", !stop.empty()}};
+  for (const auto& [key, given] : custom)
+    if (given)
+      return chat_template_error{key, "is for chat_template = \"custom\" (chat_template is \"" + t.name + "\")"};
+  if (name == "llama2") {
+    // Meta's format: BOS (the tokenizer's) [INST] <<SYS>> ... the reply ends
+    // with the end-of-sequence token, so no stop string.
+    t.llama2 = true;
+    t.system = "<<SYS>>\n{content}\n<</SYS>>\n\n";
+    t.user = "[INST] {content} [/INST]";
+    t.assistant = " {content} </s><s>";
+    return t;
+  }
+  if (name == "chatml") {
+    t.system = "<|im_start|>system\n{content}<|im_end|>\n";
+    t.user = "<|im_start|>user\n{content}<|im_end|>\n";
+    t.assistant = "<|im_start|>assistant\n{content}<|im_end|>\n";
+    t.generation = "<|im_start|>assistant\n";
+    t.stop = {"<|im_end|>"};
+    return t;
+  }
+  return chat_template_error{"chat_template", "unknown chat template \"" + t.name + "\" (valid: llama2, chatml, custom)"};
+}
+
+std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
+                                                                  std::string_view wire_id, const chat_template& tpl) {
+  auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request",
+                        "one text message, without log-probabilities, penalties, logit bias, tools or response "
+                        "formats");
+  if (auto* e = std::get_if<api_error>(&read))
+    return std::move(*e);
+  auto& doc = std::get<json>(read);
+
+  auto messages = read_messages(doc);
+  if (auto* e = std::get_if<api_error>(&messages))
+    return std::move(*e);
+  auto prompt = render(tpl, std::get<std::vector<chat_message>>(messages));
+  if (auto* e = std::get_if<api_error>(&prompt))
+    return std::move(*e);
+
+  // max_completion_tokens is the newer name of max_tokens.
+  if (auto m = doc.find("max_completion_tokens"); m != doc.end() && !m->is_null()) {
+    if (auto t = doc.find("max_tokens"); t != doc.end() && !t->is_null() && *t != *m)
+      return bad("fields \"max_tokens\" and \"max_completion_tokens\" disagree; give one", "max_completion_tokens");
+    doc["max_tokens"] = *m;
+  }
+  if (auto p = doc.find("parallel_tool_calls"); p != doc.end() && !p->is_null() && !p->is_boolean())
+    return bad("field \"parallel_tool_calls\" must be true or false, got " + p->dump(), "parallel_tool_calls");
+
+  // The template's stop strings go after the request's (a "stop" that is
+  // neither a string nor an array the wire parser refuses, naming it).
+  if (const auto s = doc.find("stop"); !tpl.stop.empty() && (s == doc.end() || s->is_null() || s->is_string() || s->is_array())) {
+    json all = json::array();
+    if (s != doc.end() && s->is_string())
+      all.push_back(*s);
+    else if (s != doc.end() && s->is_array())
+      all = *s;
+    for (const auto& x : tpl.stop)
+      all.push_back(x);
+    doc["stop"] = std::move(all);
+  }
+  completion_request out;
+  out.chat = true;
+  out.stop = stop_strings(doc);
+  json gen = {{"type", "generate"}, {"id", wire_id}, {"prompt", std::get<std::string>(prompt)}};
+  if (auto e = take_common(doc, base_model, gen, out))
+    return std::move(*e);
+  out.frame = dump(gen);
   return out;
 }
 
@@ -194,8 +487,9 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
   return wire_reason;
 }
 
-completion_answer::completion_answer(std::string id, std::string model, std::int64_t created, bool include_usage)
-  : id_(std::move(id)), model_(std::move(model)), created_(created), include_usage_(include_usage) {
+completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
+  : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
+    chat_(request.chat), stop_(request.stop) {
 }
 
 namespace {
@@ -207,40 +501,94 @@ json usage_of(const wire::done_reply& d) {
 }
 
 std::string event(const json& j) {
-  return "data: " + j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n\n";
+  return "data: " + dump(j) + "\n\n";
+}
+
+/// Where the first of `stop` begins in `text` (npos: none does).
+std::size_t first_stop(std::string_view text, const std::vector<std::string>& stop) {
+  auto at = std::string_view::npos;
+  for (const auto& s : stop)
+    at = std::min(at, text.find(s));
+  return at;
+}
+
+/// The length of the longest end of `text` that begins one of `stop` (and
+/// so may turn into it with the next chunk).
+std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::string>& stop) {
+  std::size_t longest = 0;
+  for (const auto& s : stop)
+    for (std::size_t k = std::min(text.size(), s.size() - 1); k > longest; --k)
+      if (text.substr(text.size() - k) == std::string_view(s).substr(0, k)) {
+        longest = k;
+        break;
+      }
+  return longest;
 }
 
 } // namespace
 
 std::string completion_answer::body(const wire::done_reply& done) const {
-  json choice = {{"text", done.text.value_or("")},
-                 {"index", 0},
-                 {"logprobs", nullptr},
-                 {"finish_reason", finish_reason(done.finish_reason)}};
-  json j = {{"id", id_},           {"object", "text_completion"}, {"created", created_},
-            {"model", model_},     {"choices", json::array({choice})}, {"usage", usage_of(done)}};
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  std::string_view text = done.text ? std::string_view(*done.text) : std::string_view();
+  text = text.substr(0, first_stop(text, stop_));
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.finish_reason)}};
+  if (chat_)
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  else
+    choice["text"] = text;
+  json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
+            {"created", created_}, {"model", model_},
+            {"choices", json::array({choice})}, {"usage", usage_of(done)}};
+  return dump(j);
 }
 
-std::string completion_answer::chunk_with(std::string_view text, const char* finish) const {
-  json choice = {{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+std::string completion_answer::chunk_with(std::string_view text, const char* finish, bool role) const {
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
   if (finish != nullptr)
     choice["finish_reason"] = finish;
-  json j = {{"id", id_}, {"object", "text_completion"}, {"created", created_}, {"model", model_},
-            {"choices", json::array({choice})}};
+  if (!chat_)
+    choice["text"] = text;
+  else if (role)
+    choice["delta"] = {{"role", "assistant"}, {"content", text}};
+  else if (finish != nullptr && text.empty())
+    choice["delta"] = json::object();
+  else
+    choice["delta"] = {{"content", text}};
+  json j = {{"id", id_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
+            {"model", model_}, {"choices", json::array({choice})}};
   return event(j);
 }
 
-std::string completion_answer::chunk(const wire::token_reply& t) const {
-  return chunk_with(t.text, nullptr);
+std::string completion_answer::stream_start() const {
+  return chat_ ? chunk_with("", nullptr, true) : std::string();
 }
 
-std::string completion_answer::stream_end(const wire::done_reply& done) const {
+std::string completion_answer::chunk(const wire::token_reply& t) {
+  if (cut_)
+    return {};
+  std::string text = std::move(held_) + t.text;
+  held_.clear();
+  if (const auto at = first_stop(text, stop_); at != std::string::npos) {
+    cut_ = true;
+    text.resize(at);
+  } else {
+    const auto keep = stop_prefix_at_end(text, stop_);
+    held_ = text.substr(text.size() - keep);
+    text.resize(text.size() - keep);
+  }
+  return text.empty() ? std::string() : chunk_with(text, nullptr);
+}
+
+std::string completion_answer::stream_end(const wire::done_reply& done) {
+  std::string out;
+  // What was held did not become a stop string: it is the output's end.
+  if (!cut_ && !held_.empty())
+    out = chunk_with(held_, nullptr);
+  held_.clear();
   const std::string reason(finish_reason(done.finish_reason));
-  auto out = chunk_with("", reason.c_str());
+  out += chunk_with("", reason.c_str());
   if (include_usage_) {
-    json j = {{"id", id_},      {"object", "text_completion"}, {"created", created_},
-              {"model", model_}, {"choices", json::array()},   {"usage", usage_of(done)}};
+    json j = {{"id", id_},      {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
+              {"created", created_}, {"model", model_}, {"choices", json::array()}, {"usage", usage_of(done)}};
     out += event(j);
   }
   return out + "data: [DONE]\n\n";
@@ -261,7 +609,7 @@ std::string models_json(std::string_view base_model, const wire::adapters_reply&
                     {"parent", base_model},
                     {"rank", a.rank},
                     {"resident", a.resident}});
-  return json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, json::error_handler_t::replace);
+  return dump(json{{"object", "list"}, {"data", data}});
 }
 
 std::string prometheus_text(const wire::stats_reply& stats) {

@@ -1,8 +1,9 @@
 // The OpenAI-compatible HTTP API Troupe serves (POST /v1/completions,
-// GET /v1/models, GET /health, GET /metrics), as translations to and from the
-// wire protocol: a completion request becomes one wire generate frame, and
-// the wire replies become OpenAI's completion object or its server-sent
-// events. No I/O here; runtime/http_front does the sockets. The wire parser
+// POST /v1/chat/completions, GET /v1/models, GET /health, GET /metrics), as
+// translations to and from the wire protocol: a completion request becomes
+// one wire generate frame (a chat's messages rendered into one prompt by a
+// chat template), and the wire replies become OpenAI's completion object or
+// its server-sent events. No I/O here; runtime/http_front does the sockets. The wire parser
 // stays the one place that validates values (max_tokens, temperature, ...):
 // its bad_request messages, which name the field, come back as 400s.
 // See docs/protocol.md, "OpenAI-compatible HTTP".
@@ -14,6 +15,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
 namespace troupe::openai {
 
@@ -34,6 +36,10 @@ struct completion_request {
   std::string model;         ///< as the client named it (the base model or an adapter)
   bool stream = false;
   bool include_usage = false; ///< stream_options.include_usage: a last chunk with the usage
+  bool chat = false;          ///< a chat completion (its answer is a message)
+  /// The stop strings (the request's, then the chat template's): the wire
+  /// keeps the one that ended the output in its text, OpenAI leaves it out.
+  std::vector<std::string> stop;
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
@@ -44,6 +50,52 @@ struct completion_request {
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
 
+/// How a chat's messages become one prompt: each message's text put into
+/// its role's format where "{content}" is, in order, then `generation` (the
+/// assistant's turn opening). The result is the text a Hugging Face chat
+/// template renders; the model's tokenizer reads its markers as text (it
+/// adds BOS in front, and has no other special tokens in text).
+struct chat_template {
+  std::string name;
+  std::string system;    ///< empty: system messages are refused
+  std::string user;
+  std::string assistant;
+  std::string generation;
+  /// Strings that close the assistant's turn: generation stops there.
+  std::vector<std::string> stop;
+  /// Llama 2's form: an optional system message first, which goes inside
+  /// the first user message; then user and assistant alternate, starting
+  /// and ending with user; each message's text is trimmed.
+  bool llama2 = false;
+};
+
+/// The built-in template names: "llama2" (Meta's [INST] format), "chatml".
+const std::vector<std::string>& chat_template_names();
+
+/// Why a template cannot be made: the config key at fault ("chat_user") and
+/// what is wrong with it.
+struct chat_template_error {
+  std::string key;
+  std::string what;
+};
+
+/// The template `name`: a built-in one, or "custom" from the given formats
+/// (the user and assistant formats must hold "{content}", the system format
+/// too unless empty; stop strings must not be empty). Custom formats given
+/// with another name are an error.
+std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, std::string system,
+                                                                    std::string user, std::string assistant,
+                                                                    std::string generation,
+                                                                    std::vector<std::string> stop);
+
+/// Translates a POST /v1/chat/completions body: `messages` (system or
+/// developer, user and assistant; text content) rendered by `tpl` into the
+/// prompt, the template's stop strings added to the request's; otherwise as
+/// parse_completion (max_completion_tokens is max_tokens; tools, images,
+/// log-probabilities and response formats other than text are refused).
+std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
+                                                                  std::string_view wire_id, const chat_template& tpl);
+
 /// The HTTP form of a wire error (a refusal, or a failure after acceptance).
 api_error from_wire(wire::error_code code, std::string message);
 
@@ -52,27 +104,38 @@ api_error from_wire(wire::error_code code, std::string message);
 /// away, so nobody reads it).
 std::string_view finish_reason(std::string_view wire_reason) noexcept;
 
-/// Builds one completion's answer from its wire replies.
+/// Builds one completion's answer from its wire replies: a text completion
+/// or a chat completion, whole or streamed. The text ends before the first
+/// stop string in it (OpenAI's rule; the wire keeps it): a stream holds back
+/// text that may be the start of one until the next chunk tells.
 class completion_answer {
 public:
-  completion_answer(std::string id, std::string model, std::int64_t created, bool include_usage);
+  completion_answer(std::string id, std::int64_t created, const completion_request& request);
   /// Non-streaming: the whole completion object.
   std::string body(const wire::done_reply& done) const;
-  /// Streaming: the event for a chunk of tokens ("data: {...}\n\n").
-  std::string chunk(const wire::token_reply& t) const;
-  /// Streaming: the last events (the chunk with finish_reason, the usage
-  /// chunk when asked for, then "data: [DONE]").
-  std::string stream_end(const wire::done_reply& done) const;
+  /// Streaming: the events that open the stream ("" for a text completion;
+  /// a chat's first chunk names the assistant's role).
+  std::string stream_start() const;
+  /// Streaming: the event for a chunk of tokens ("data: {...}\n\n"); ""
+  /// when all its text is held back or after a stop string.
+  std::string chunk(const wire::token_reply& t);
+  /// Streaming: the last events (the text still held, the chunk with
+  /// finish_reason, the usage chunk when asked for, then "data: [DONE]").
+  std::string stream_end(const wire::done_reply& done);
   /// Streaming: a failure after the response began (headers already sent),
   /// as an error event, then "data: [DONE]".
   std::string stream_error(const api_error& e) const;
 
 private:
-  std::string chunk_with(std::string_view text, const char* finish) const;
+  std::string chunk_with(std::string_view text, const char* finish, bool role = false) const;
   std::string id_;
   std::string model_;
   std::int64_t created_;
   bool include_usage_;
+  bool chat_;
+  std::vector<std::string> stop_;
+  std::string held_;  ///< streamed text that may begin a stop string
+  bool cut_ = false;  ///< a stop string came: nothing more is sent
 };
 
 /// GET /v1/models: the base model, then every adapter (its parent the base).

@@ -3,6 +3,7 @@
 #include "runtime/config.hpp"
 
 #include "gpu/cost_fit.hpp"
+#include "messages/openai.hpp"
 #include "policies/session_eviction.hpp"
 
 #include <algorithm>
@@ -453,13 +454,31 @@ bool valid_host_port(const std::string& a, unsigned min_port) {
 
 http_options read_http(section s) {
   http_options o;
-  s.allow_only({"listen", "model", "max_connections"});
+  s.allow_only({"listen", "model", "max_connections", "chat_template", "chat_system", "chat_user", "chat_assistant",
+                "chat_generation", "chat_stop"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
             "no HTTP front");
   o.model = s.text("model", o.model);
   o.max_connections = s.u32("max_connections", o.max_connections, 1);
+  auto names = openai::chat_template_names();
+  names.insert(names.begin(), "");
+  names.push_back("custom");
+  o.chat_template = s.choice("chat_template", o.chat_template, names, "chat template");
+  o.chat_system = s.text("chat_system", o.chat_system);
+  o.chat_user = s.text("chat_user", o.chat_user);
+  o.chat_assistant = s.text("chat_assistant", o.chat_assistant);
+  o.chat_generation = s.text("chat_generation", o.chat_generation);
+  o.chat_stop = s.strings("chat_stop");
+  // Checked by the code that makes the template, so that the server and
+  // the config check agree; an empty name (no chat) takes no formats either.
+  const auto t = openai::make_chat_template(o.chat_template.empty() ? "none" : o.chat_template, o.chat_system,
+                                            o.chat_user, o.chat_assistant, o.chat_generation, o.chat_stop);
+  if (const auto* e = std::get_if<openai::chat_template_error>(&t); e != nullptr && !o.chat_template.empty())
+    s.require(e->key, false, e->what);
+  else if (e != nullptr && e->key != "chat_template")
+    s.require(e->key, false, "is for chat_template = \"custom\" (chat_template is \"\": no chat completions)");
   return o;
 }
 

@@ -214,12 +214,21 @@ deployment::start(const deployment_options& opts) {
         hc.model = std::filesystem::path(opts.model.path).lexically_normal().parent_path().filename().string();
       hc.max_body_bytes = opts.server.max_frame_bytes;
       hc.max_connections = opts.http.max_connections;
+      if (!opts.http.chat_template.empty()) {
+        const auto& h = opts.http;
+        auto t = openai::make_chat_template(h.chat_template, h.chat_system, h.chat_user, h.chat_assistant,
+                                            h.chat_generation, h.chat_stop);
+        if (auto* e = std::get_if<openai::chat_template_error>(&t)) // the config check lets none through
+          return opts.source + ": http." + e->key + ": " + e->what;
+        hc.chat = std::get<openai::chat_template>(std::move(t));
+      }
       auto http = http_front::open(hc);
       if (auto* err = std::get_if<std::string>(&http))
         return opts.source + ": http.listen: " + *err;
       p->http = std::get<std::unique_ptr<http_front>>(std::move(http));
       p->http_endpoint = p->http->endpoint();
-      spdlog::info("troupe: OpenAI-compatible HTTP at {} (model \"{}\")", p->http_endpoint, hc.model);
+      spdlog::info("troupe: OpenAI-compatible HTTP at {} (model \"{}\"{})", p->http_endpoint, hc.model,
+                   hc.chat ? ", chat template " + hc.chat->name : std::string());
     }
   }
 

@@ -300,10 +300,17 @@ struct http_front::impl : zmq_io::owned_socket {
       return res;
     };
 
-    if (target == "/v1/completions") {
+    if (target == "/v1/completions" || target == "/v1/chat/completions") {
       if (method != http::verb::post)
         co_return co_await reply(wrong_method("POST"));
-      co_return co_await completion(stream, req);
+      const bool chat = target == "/v1/chat/completions";
+      if (chat && !cfg.chat)
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       "chat completions are not served: the deployment names no chat template ([http] "
+                       "chat_template); use /v1/completions with the conversation as the prompt")));
+      co_return co_await completion(stream, req, chat);
     }
     if (target == "/v1/models" || target == "/health" || target == "/metrics") {
       if (method != http::verb::get)
@@ -328,21 +335,18 @@ struct http_front::impl : zmq_io::owned_socket {
       co_return co_await reply(error_response(
         version, keep, api_error_of(500, "server_error", "internal", "an unexpected reply from the server")));
     }
-    if (target == "/v1/chat/completions")
-      co_return co_await reply(error_response(
-        version, keep,
-        api_error_of(404, "invalid_request_error", "not_found",
-                     "chat completions are not served (the deployment has no chat template); use "
-                     "/v1/completions with the conversation as the prompt")));
     co_return co_await reply(error_response(
       version, keep,
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
-                     + " (served: POST /v1/completions, GET /v1/models, GET /health, GET /metrics)")));
+                     + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET "
+                       "/metrics)")));
   }
 
-  /// POST /v1/completions: whole, or streamed as server-sent events.
-  asio::awaitable<bool> completion(beast::tcp_stream& stream, const http::request<http::string_body>& req) {
+  /// POST /v1/completions and /v1/chat/completions: whole, or streamed as
+  /// server-sent events.
+  asio::awaitable<bool> completion(beast::tcp_stream& stream, const http::request<http::string_body>& req,
+                                   bool chat) {
     const auto version = req.version();
     const bool keep = req.keep_alive();
     boost::system::error_code ec;
@@ -353,14 +357,15 @@ struct http_front::impl : zmq_io::owned_socket {
       ~forget() { self.pending.erase(id); }
     } forget_it{*this, id};
 
-    auto parsed = openai::parse_completion(req.body(), cfg.model, id);
+    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, id, *cfg.chat)
+                       : openai::parse_completion(req.body(), cfg.model, id);
     if (auto* e = std::get_if<openai::api_error>(&parsed)) {
       auto res = error_response(version, keep, *e);
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
     }
     const auto c = std::get<openai::completion_request>(std::move(parsed));
-    const openai::completion_answer answer("cmpl-" + id, c.model, unix_now(), c.include_usage);
+    openai::completion_answer answer((chat ? "chatcmpl-" : "cmpl-") + id, unix_now(), c);
     const auto never = asio::steady_timer::time_point::max();
     auto fail = [&](const openai::api_error& e) -> asio::awaitable<bool> {
       auto res = error_response(version, keep, e);
@@ -415,12 +420,14 @@ struct http_front::impl : zmq_io::owned_socket {
     http::response_serializer<http::empty_body> sr{head};
     co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
     auto write = [&](const std::string& s) -> asio::awaitable<bool> {
-      if (!ec)
+      if (!ec && !s.empty())
         co_await asio::async_write(stream, http::make_chunk(asio::buffer(s)),
                                    asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec;
     };
     bool open = !ec;
+    if (open)
+      open = co_await write(answer.stream_start());
     for (;;) {
       r = co_await next(w, never);
       std::string last;

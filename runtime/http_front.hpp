@@ -7,8 +7,11 @@
 // fronts unchanged. Asio, Beast and ZeroMQ stay in the .cpp.
 #pragma once
 
+#include "messages/openai.hpp"
+
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <variant>
 
@@ -25,6 +28,8 @@ struct http_front_config {
   std::uint64_t max_body_bytes = 1 << 20;
   /// Connections open at once; past it a new one gets 503 and is closed.
   std::uint32_t max_connections = 256;
+  /// How POST /v1/chat/completions renders messages; none: not served.
+  std::optional<openai::chat_template> chat;
 };
 
 class http_front {

@@ -33,6 +33,14 @@ struct http_options {
   std::string model;
   /// Connections open at once; past it a new one gets 503.
   std::uint32_t max_connections = 256;
+  /// POST /v1/chat/completions' template: "llama2", "chatml" or "custom"
+  /// (the chat_* formats below); empty: chat completions are not served.
+  std::string chat_template;
+  std::string chat_system;     ///< custom: a system message, "{content}" its text; empty: refused
+  std::string chat_user;       ///< custom: a user message
+  std::string chat_assistant;  ///< custom: an assistant message
+  std::string chat_generation; ///< custom: after the last message (the assistant's turn opens)
+  std::vector<std::string> chat_stop; ///< custom: strings that end the assistant's turn
   bool enabled() const noexcept { return !listen.empty(); }
   bool operator==(const http_options&) const = default;
 };

@@ -2,28 +2,41 @@
 # The OpenAI-compatible HTTP front as a client sees it: troupe-serve with the
 # embedded default's demo model (cpu backend) and [http] listen; plain HTTP
 # from Python's standard library. A greedy completion gives the same text as
-# the ZeroMQ front, whole or streamed; bad requests get the right status and
-# a message naming the field; a client that drops a stream has its request
-# cancelled and the server goes on serving.
+# the ZeroMQ front, whole or streamed, and ends before a stop string; a chat
+# completion (chatml) gives the text of a completion of its rendered prompt;
+# bad requests get the right status and a message naming the field; a client
+# that drops a stream has its request cancelled and the server goes on
+# serving. A server without a chat template answers chat with 404.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
 work="$(mktemp -d)"
 pid=""
 trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
-sed 's/^listen = ""$/listen = "127.0.0.1:0"/' config/default.toml > "$work/http.toml"
-grep -q '^listen = "127.0.0.1:0"$' "$work/http.toml"
-"$bin/troupe-serve" --config "$work/http.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
-pid=$!
-http="" zmq=""
-for _ in $(seq 1 400); do
-  http="$(sed -n 's/^troupe-serve: http on //p' "$work/log")"
-  zmq="$(sed -n 's/^troupe-serve: listening on //p' "$work/log")"
-  [ -n "$http" ] && [ -n "$zmq" ] && break
-  kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
-  sleep 0.05
-done
-[ -n "$http" ] || { echo "http: the server did not start"; cat "$work/log"; exit 1; }
+# start CONFIG: troupe-serve on it; sets pid, http and zmq.
+start() {
+  "$bin/troupe-serve" --config "$1" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
+  pid=$!
+  http="" zmq=""
+  for _ in $(seq 1 400); do
+    http="$(sed -n 's/^troupe-serve: http on //p' "$work/log")"
+    zmq="$(sed -n 's/^troupe-serve: listening on //p' "$work/log")"
+    [ -n "$http" ] && [ -n "$zmq" ] && break
+    kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
+    sleep 0.05
+  done
+  [ -n "$http" ] || { echo "http: the server did not start"; cat "$work/log"; exit 1; }
+}
+stop() {
+  kill -INT "$pid"
+  wait "$pid"
+  pid=""
+}
+sed 's/^listen = ""$/listen = "127.0.0.1:0"/' config/default.toml > "$work/plain.toml"
+grep -q '^listen = "127.0.0.1:0"$' "$work/plain.toml"
+sed 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' config/default.toml > "$work/http.toml"
+grep -q '^chat_template = "chatml"$' "$work/http.toml"
+start "$work/http.toml"
 
 # The reference: the same greedy completion over ZeroMQ.
 ref="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
@@ -96,7 +109,49 @@ refused(400, body=dict(req, n=2), says='"n"')
 refused(400, body=dict(req, prompt=["a", "b"]), says="one prompt per request")
 refused(413, raw=b'{"model":"demo","prompt":"' + b"x" * (2 << 20) + b'"}')
 refused(405, method="GET")
-refused(404, path="/v1/chat/completions", body=req, says="/v1/completions")
+refused(405, path="/v1/chat/completions", method="GET")
+
+# The text ends before a stop string (the wire's keeps it), whole and
+# streamed.
+text = ref["text"]
+cut = text[len(text) // 2:len(text) // 2 + 3]
+assert len(cut) == 3 and len(text) >= 8, text
+status, _, body = call("/v1/completions", dict(req, stop=[cut]))
+stopped = json.loads(body)["choices"][0]
+assert status == 200 and stopped["finish_reason"] == "stop", body
+assert stopped["text"] == text[:text.find(cut)], (stopped["text"], text, cut)
+status, _, body = call("/v1/completions", dict(req, stop=[cut], stream=True))
+assert "".join(e["choices"][0]["text"] for e in events(body)[:-1]) == stopped["text"], body
+
+# A chat completion (chatml) is a completion of its rendered prompt.
+messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The river runs"}]
+rendered = ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nThe river runs<|im_end|>\n"
+            "<|im_start|>assistant\n")
+status, _, body = call("/v1/completions", dict(req, prompt=rendered, stop=["<|im_end|>"]))
+assert status == 200, body
+plain = json.loads(body)
+chat = {"model": "demo-r8", "messages": messages, "max_completion_tokens": 12, "temperature": 0}
+status, _, body = call("/v1/completions", dict(req, model="demo-r8", prompt=rendered, stop=["<|im_end|>"]))
+plain_r8 = json.loads(body)
+status, ctype, body = call("/v1/chat/completions", chat)
+assert status == 200 and ctype == "application/json", (status, body)
+answer = json.loads(body)
+assert answer["object"] == "chat.completion" and answer["model"] == "demo-r8", answer
+msg = answer["choices"][0]["message"]
+assert msg["role"] == "assistant" and msg["content"] == plain_r8["choices"][0]["text"], (msg, plain_r8)
+assert answer["usage"] == plain_r8["usage"], (answer["usage"], plain_r8["usage"])
+status, ctype, body = call("/v1/chat/completions", dict(chat, model="demo", stream=True))
+assert status == 200 and ctype == "text/event-stream", (status, ctype)
+ev = events(body)
+assert ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta"] == {"role": "assistant",
+                                                                                     "content": ""}, ev[0]
+assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["delta"] == {}, ev[-2:]
+streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[1:-2])
+assert streamed == plain["choices"][0]["text"], (streamed, plain)
+refused(400, path="/v1/chat/completions", body=dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]),
+        says='"tools"')
+refused(400, path="/v1/chat/completions", body=dict(chat, messages=[{"role": "tool", "content": "x"}]),
+        says='"tool"')
 refused(404, path="/nope", says="/nope")
 
 # A client that asks before sending its body (curl does, over 1 KiB) is told
@@ -161,10 +216,23 @@ else:
     raise AssertionError("the dropped whole completion was not cancelled: " + call("/metrics")[2])
 status, _, body = call("/v1/completions", req)
 assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], body
-print("http: completions whole and streamed match the ZeroMQ front; errors, models, metrics, health, 100-continue "
-      "and dropped requests as expected")
+print("http: completions whole and streamed match the ZeroMQ front and end before stop strings; chat completions "
+      "match their rendered prompts; errors, models, metrics, health, 100-continue and dropped requests as expected")
 PY
-kill -INT "$pid"
-wait "$pid"
-pid=""
+stop
+
+# Without a chat template, chat completions are not served, and say why.
+start "$work/plain.toml"
+python3 - "$http" <<'PY'
+import json, sys, urllib.request, urllib.error
+req = urllib.request.Request("http://" + sys.argv[1] + "/v1/chat/completions", method="POST",
+                             data=json.dumps({"model": "demo", "messages": [{"role": "user", "content": "x"}]}).encode())
+try:
+    urllib.request.urlopen(req, timeout=30)
+    raise AssertionError("served without a chat template")
+except urllib.error.HTTPError as e:
+    err = json.loads(e.read().decode())["error"]
+    assert e.code == 404 and "chat_template" in err["message"], (e.code, err)
+PY
+stop
 echo "http: ok"

@@ -142,8 +142,19 @@ wire::done_reply done(const char* reason) {
   return d;
 }
 
+/// What parse_completion or parse_chat_completion would give for these.
+completion_request answered(std::string model, bool include_usage, bool chat = false,
+                            std::vector<std::string> stop = {}) {
+  completion_request c;
+  c.model = std::move(model);
+  c.include_usage = include_usage;
+  c.chat = chat;
+  c.stop = std::move(stop);
+  return c;
+}
+
 TEST(openai, a_whole_completion_is_one_object_with_its_usage) {
-  const completion_answer a{"cmpl-1", "sql-lora", 1700000000, false};
+  const completion_answer a{"cmpl-1", 1700000000, answered("sql-lora", false)};
   const auto j = json::parse(a.body(done("eos")));
   EXPECT_EQ(j["id"], "cmpl-1");
   EXPECT_EQ(j["object"], "text_completion");
@@ -170,7 +181,8 @@ std::vector<json> events(const std::string& sse) {
 }
 
 TEST(openai, a_stream_is_chunks_then_the_finish_then_done) {
-  const completion_answer a{"cmpl-2", "llama-2-7b", 1, true};
+  completion_answer a{"cmpl-2", 1, answered("llama-2-7b", true)};
+  EXPECT_EQ(a.stream_start(), "") << "a text completion's stream opens with its first chunk";
   wire::token_reply t;
   t.text = "He";
   const auto c = events(a.chunk(t));
@@ -184,12 +196,235 @@ TEST(openai, a_stream_is_chunks_then_the_finish_then_done) {
   EXPECT_TRUE(end[1]["choices"].empty());
   EXPECT_EQ(end[1]["usage"]["completion_tokens"], 2);
   EXPECT_EQ(end[2], "[DONE]");
-  const completion_answer no_usage{"cmpl-2", "llama-2-7b", 1, false};
+  completion_answer no_usage{"cmpl-2", 1, answered("llama-2-7b", false)};
   EXPECT_EQ(events(no_usage.stream_end(done("length"))).size(), 2u);
   const auto err = events(no_usage.stream_error(from_wire(wire::error_code::internal, "boom")));
   ASSERT_EQ(err.size(), 2u);
   EXPECT_EQ(err[0]["error"]["message"], "boom");
   EXPECT_EQ(err[1], "[DONE]");
+}
+
+TEST(openai, the_text_ends_before_the_first_stop_string_as_openai_returns_it) {
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"p","stop":"END"})").stop, std::vector<std::string>{"END"});
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"p","stop":[";","\n"]})").stop, (std::vector<std::string>{";", "\n"}));
+  const completion_answer a{"cmpl-3", 1, answered("m", false, false, {";", "\n"})};
+  auto d = done("stop");
+  d.text = "SELECT 1\n;x"; // the token that completed ";" brought "x" too
+  EXPECT_EQ(json::parse(a.body(d))["choices"][0]["text"], "SELECT 1") << "the first of the stop strings";
+  d.text = "no stop";
+  EXPECT_EQ(json::parse(a.body(d))["choices"][0]["text"], "no stop");
+}
+
+/// The text a stream's events carry, joined.
+std::string streamed_text(const std::vector<std::string>& sse) {
+  std::string out;
+  for (const auto& s : sse)
+    for (const auto& e : events(s))
+      if (e.is_object() && e.contains("choices") && !e["choices"].empty())
+        out += e["choices"][0].value("text", "");
+  return out;
+}
+
+TEST(openai, a_stream_holds_back_what_may_begin_a_stop_string_until_the_next_chunk_tells) {
+  auto tokens = [](const char* text) {
+    wire::token_reply t;
+    t.text = text;
+    return t;
+  };
+  {
+    completion_answer a{"c", 1, answered("m", false, false, {"</end>"})};
+    EXPECT_EQ(streamed_text({a.chunk(tokens("ab</"))}), "ab");
+    EXPECT_EQ(a.chunk(tokens("e")), "") << "\"</e\" may still become \"</end>\"";
+    EXPECT_EQ(streamed_text({a.chunk(tokens("nd>tail"))}), "") << "it did: nothing from it on";
+    EXPECT_EQ(a.chunk(tokens("more")), "");
+    const auto end = events(a.stream_end(done("stop")));
+    ASSERT_EQ(end.size(), 2u);
+    EXPECT_EQ(end[0]["choices"][0]["text"], "");
+    EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "stop");
+  }
+  {
+    completion_answer a{"c", 1, answered("m", false, false, {"</end>"})};
+    std::vector<std::string> sse{a.chunk(tokens("x</")), a.chunk(tokens("y"))};
+    EXPECT_EQ(streamed_text(sse), "x</y") << "a false start is sent once it is one";
+    sse = {a.chunk(tokens("z</en")), a.stream_end(done("length"))};
+    EXPECT_EQ(streamed_text(sse), "z</en") << "what is held at the end is the output's end";
+  }
+}
+
+// -- chat -------------------------------------------------------------------
+
+chat_template builtin(const char* name) {
+  auto t = make_chat_template(name, "", "", "", "", {});
+  if (auto* e = std::get_if<chat_template_error>(&t)) {
+    ADD_FAILURE() << name << ": " << e->key << " " << e->what;
+    return {};
+  }
+  return std::get<chat_template>(std::move(t));
+}
+
+std::variant<completion_request, api_error> chat(std::string_view body, const chat_template& tpl) {
+  return parse_chat_completion(body, "llama-2-7b", "h2", tpl);
+}
+
+completion_request chat_ok(std::string_view body, const chat_template& tpl) {
+  auto r = chat(body, tpl);
+  if (auto* e = std::get_if<api_error>(&r)) {
+    ADD_FAILURE() << body << " refused: " << e->message;
+    return {};
+  }
+  return std::get<completion_request>(std::move(r));
+}
+
+api_error chat_refused(std::string_view body, const chat_template& tpl) {
+  auto r = chat(body, tpl);
+  if (auto* c = std::get_if<completion_request>(&r)) {
+    ADD_FAILURE() << body << " taken: " << c->frame;
+    return {};
+  }
+  return std::get<api_error>(std::move(r));
+}
+
+TEST(openai, llama2_renders_metas_inst_format_with_the_system_inside_the_first_user_turn) {
+  const auto tpl = builtin("llama2");
+  const auto c = chat_ok(R"({"model":"sql-lora","messages":[
+      {"role":"system","content":"Be brief."},{"role":"user","content":" Hi "},
+      {"role":"assistant","content":"Hello"},{"role":"user","content":"Sum 2+2"}],"max_completion_tokens":5})",
+                         tpl);
+  EXPECT_TRUE(c.chat);
+  const auto g = as_generate(c);
+  // Hugging Face's Llama 2 template renders "<s>" + this; Troupe's tokenizer
+  // puts the BOS token in front.
+  EXPECT_EQ(g.prompt, "[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] Sum 2+2 [/INST]");
+  EXPECT_EQ(g.adapter, "sql-lora");
+  EXPECT_EQ(g.max_tokens, 5u) << "max_completion_tokens is max_tokens";
+  EXPECT_TRUE(g.stop.empty()) << "the reply ends with the end-of-sequence token";
+  EXPECT_EQ(as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"Q"}]})", tpl)).prompt,
+            "[INST] Q [/INST]");
+
+  // Roles out of Llama 2's order are refused, saying which.
+  EXPECT_NE(chat_refused(R"({"model":"m","messages":[{"role":"assistant","content":"A"}]})", tpl).message.find(
+              "alternate user, assistant"),
+            std::string::npos);
+  EXPECT_NE(chat_refused(R"({"model":"m","messages":[{"role":"user","content":"A"},{"role":"user","content":"B"}]})",
+                         tpl).message.find("messages[1] is \"user\""),
+            std::string::npos);
+  EXPECT_NE(chat_refused(R"({"model":"m","messages":[{"role":"user","content":"A"},
+                             {"role":"assistant","content":"B"}]})", tpl).message.find("last message must be the user's"),
+            std::string::npos);
+  EXPECT_NE(chat_refused(R"({"model":"m","messages":[{"role":"system","content":"S"}]})", tpl).message.find(
+              "no user message"),
+            std::string::npos);
+}
+
+TEST(openai, chatml_renders_each_message_then_opens_the_assistants_turn_and_stops_at_its_end) {
+  const auto tpl = builtin("chatml");
+  const auto c = chat_ok(R"({"model":"llama-2-7b","stop":"END","stream":true,"messages":[
+      {"role":"developer","content":"S"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+      {"role":"assistant","content":"c"},{"role":"user","content":"d"}]})",
+                         tpl);
+  const auto g = as_generate(c);
+  EXPECT_EQ(g.prompt, "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\na\nb<|im_end|>\n"
+                      "<|im_start|>assistant\nc<|im_end|>\n<|im_start|>user\nd<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_TRUE(g.adapter.empty()) << "the base model";
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"END", "<|im_end|>"})) << "the request's, then the template's";
+  EXPECT_EQ(c.stop, g.stop);
+  EXPECT_TRUE(c.stream);
+  // A stop that is not a string reaches the wire parser as given, which
+  // refuses it by name.
+  const auto bad_stop = chat_ok(R"({"model":"m","stop":5,"messages":[{"role":"user","content":"d"}]})", tpl);
+  const auto r = wire::parse_request(bad_stop.frame, wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
+  EXPECT_NE(std::get<wire::parse_error>(r).message.find("stop"), std::string::npos);
+}
+
+TEST(openai, a_custom_template_takes_its_formats_and_refuses_system_messages_without_one) {
+  auto t = make_chat_template("custom", "", "U: {content}\n", "A: {content}\n", "A:", {"\nU:"});
+  ASSERT_TRUE(std::holds_alternative<chat_template>(t));
+  const auto& tpl = std::get<chat_template>(t);
+  const auto g = as_generate(chat_ok(
+    R"({"model":"m","messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"yo"},
+                                {"role":"user","content":"ok?"}]})", tpl));
+  EXPECT_EQ(g.prompt, "U: hi\nA: yo\nU: ok?\nA:");
+  EXPECT_EQ(g.stop, std::vector<std::string>{"\nU:"});
+  EXPECT_NE(chat_refused(R"({"model":"m","messages":[{"role":"system","content":"S"}]})", tpl).message.find(
+              "has no system messages"),
+            std::string::npos);
+}
+
+TEST(openai, chat_template_errors_name_the_key) {
+  auto key_of = [](std::variant<chat_template, chat_template_error> t) {
+    auto* e = std::get_if<chat_template_error>(&t);
+    return e == nullptr ? std::string("(made)") : e->key;
+  };
+  EXPECT_EQ(key_of(make_chat_template("custom", "", "U", "{content}", "", {})), "chat_user");
+  EXPECT_EQ(key_of(make_chat_template("custom", "", "{content}", "A", "", {})), "chat_assistant");
+  EXPECT_EQ(key_of(make_chat_template("custom", "S", "{content}", "{content}", "", {})), "chat_system");
+  EXPECT_EQ(key_of(make_chat_template("custom", "", "{content}", "{content}", "", {""})), "chat_stop");
+  EXPECT_EQ(key_of(make_chat_template("llama2", "", "", "", "G", {})), "chat_generation");
+  EXPECT_EQ(key_of(make_chat_template("vicuna", "", "", "", "", {})), "chat_template");
+  for (const auto& name : chat_template_names())
+    EXPECT_EQ(key_of(make_chat_template(name, "", "", "", "", {})), "(made)") << name;
+}
+
+TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
+  const auto tpl = builtin("chatml");
+  const std::string user = R"("messages":[{"role":"user","content":"q"}])";
+  auto param_of = [&](const std::string& extra) { return chat_refused("{\"model\":\"m\"," + extra + "}", tpl).param; };
+  EXPECT_EQ(param_of(user + R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), "tools");
+  EXPECT_EQ(param_of(user + R"(,"tool_choice":"auto")"), "tool_choice");
+  EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_object"})"), "response_format");
+  EXPECT_EQ(param_of(user + R"(,"logprobs":true)"), "logprobs");
+  EXPECT_EQ(param_of(user + R"(,"n":2)"), "n");
+  EXPECT_EQ(param_of(user + R"(,"prompt":"p")"), "prompt") << "a completion's field";
+  EXPECT_EQ(param_of(user + R"(,"max_tokens":3,"max_completion_tokens":4)"), "max_completion_tokens");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"tool","content":"q"}])"), "messages");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q","name":"bob"}])"), "messages");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"),
+            "messages");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user"}])"), "messages");
+  EXPECT_EQ(param_of(R"("messages":[])"), "messages");
+  EXPECT_EQ(chat_refused(R"({"messages":[{"role":"user","content":"q"}]})", tpl).param, "model");
+  // Their "off" values are served.
+  chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"tools":[],"tool_choice":"none",
+              "response_format":{"type":"text"},"logprobs":false,"top_logprobs":0,"n":1,"parallel_tool_calls":true,
+              "max_tokens":4,"max_completion_tokens":4})",
+          tpl);
+  // A completion does not take a chat's fields.
+  EXPECT_EQ(refused(R"({"model":"m","prompt":"p","messages":[]})").param, "messages");
+}
+
+TEST(openai, a_chat_answer_is_a_message_and_its_stream_deltas_open_with_the_role) {
+  const completion_answer whole{"chatcmpl-1", 7, answered("m", false, true, {"<|im_end|>"})};
+  auto d = done("stop");
+  d.text = "ab<|im_end|>";
+  const auto j = json::parse(whole.body(d));
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "ab");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  EXPECT_FALSE(j["choices"][0].contains("text"));
+  EXPECT_EQ(j["usage"]["total_tokens"], 5);
+
+  completion_answer a{"chatcmpl-2", 7, answered("m", true, true, {"<|im_end|>"})};
+  const auto start = events(a.stream_start());
+  ASSERT_EQ(start.size(), 1u);
+  EXPECT_EQ(start[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(start[0]["choices"][0]["delta"], (json{{"role", "assistant"}, {"content", ""}}));
+  wire::token_reply t;
+  t.text = "Hi<|im_";
+  const auto c = events(a.chunk(t));
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0]["choices"][0]["delta"], (json{{"content", "Hi"}}));
+  t.text = "end|>";
+  EXPECT_EQ(a.chunk(t), "");
+  const auto end = events(a.stream_end(done("stop")));
+  ASSERT_EQ(end.size(), 3u);
+  EXPECT_EQ(end[0]["choices"][0]["delta"], json::object());
+  EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(end[1]["object"], "chat.completion.chunk");
+  EXPECT_EQ(end[1]["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(end[2], "[DONE]");
 }
 
 TEST(openai, models_list_the_base_then_the_adapters) {

@@ -469,6 +469,26 @@ max_connections = 8
   EXPECT_EQ(o.http.model, "my-llama");
   EXPECT_EQ(o.http.max_connections, 8u);
   EXPECT_FALSE(parse_ok("").http.enabled()) << "off by default";
+  EXPECT_TRUE(parse_ok("").http.chat_template.empty()) << "no chat completions by default";
+}
+
+TEST(config, chat_template_keys_are_read) {
+  EXPECT_EQ(parse_ok("[http]\nchat_template = \"llama2\"\n").http.chat_template, "llama2");
+  const auto o = parse_ok(R"(
+[http]
+chat_template = "custom"
+chat_system = "S: {content}\n"
+chat_user = "U: {content}\n"
+chat_assistant = "A: {content}\n"
+chat_generation = "A:"
+chat_stop = ["\nU:"]
+)");
+  EXPECT_EQ(o.http.chat_template, "custom");
+  EXPECT_EQ(o.http.chat_system, "S: {content}\n");
+  EXPECT_EQ(o.http.chat_user, "U: {content}\n");
+  EXPECT_EQ(o.http.chat_assistant, "A: {content}\n");
+  EXPECT_EQ(o.http.chat_generation, "A:");
+  EXPECT_EQ(o.http.chat_stop, std::vector<std::string>{"\nU:"});
 }
 
 TEST(config, cluster_keys_are_read) {
@@ -555,6 +575,18 @@ const error_case error_cases[] = {
   {"http_listen_not_host_port", "[http]\nlisten = \"8000\"\n", "http.listen", "must be \"host:port\""},
   {"http_listen_bad_port", "[http]\nlisten = \"0.0.0.0:70000\"\n", "http.listen", "must be \"host:port\""},
   {"http_no_connections", "[http]\nmax_connections = 0\n", "http.max_connections", "must be at least 1, got 0"},
+  {"chat_template_unknown", "[http]\nchat_template = \"chatlm\"\n", "http.chat_template",
+   "unknown chat template \"chatlm\"; did you mean \"chatml\"?"},
+  {"chat_custom_without_user", "[http]\nchat_template = \"custom\"\nchat_assistant = \"{content}\"\n",
+   "http.chat_user", "must hold \"{content}\""},
+  {"chat_custom_user_without_slot", "[http]\nchat_template = \"custom\"\nchat_user = \"U:\"\nchat_assistant = \"{content}\"\n",
+   "http.chat_user", "must hold \"{content}\" (where a user message's text goes), got \"U:\""},
+  {"chat_custom_empty_stop", "[http]\nchat_template = \"custom\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\nchat_stop = [\"\"]\n",
+   "http.chat_stop", "must not hold an empty string"},
+  {"chat_format_with_builtin", "[http]\nchat_template = \"chatml\"\nchat_user = \"{content}\"\n", "http.chat_user",
+   "is for chat_template = \"custom\" (chat_template is \"chatml\")"},
+  {"chat_format_without_template", "[http]\nchat_stop = [\"x\"]\n", "http.chat_stop",
+   "is for chat_template = \"custom\""},
   {"advise_place_lead_negative", "[cluster]\nadvise_place_lead_s = -1\n", "cluster.advise_place_lead_s",
    "must not be negative"},
   // wrong types
