@@ -17,6 +17,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/use_awaitable.hpp>
 #include <boost/asio/write.hpp>
+#include <boost/beast/core/buffers_cat.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/core/tcp_stream.hpp>
@@ -208,6 +209,9 @@ struct http_front::impl : zmq_io::owned_socket {
         spdlog::warn("http: accept failed: {}", ec.message());
         continue;
       }
+      // A stream is many small writes: without this, Nagle's algorithm holds
+      // each one until the client's delayed ACK (40 ms on Linux) comes.
+      sock.set_option(tcp::no_delay(true), ec);
       asio::co_spawn(io, connection(std::move(sock)), asio::detached);
     }
   }
@@ -428,28 +432,42 @@ struct http_front::impl : zmq_io::owned_socket {
     bool open = !ec;
     if (open)
       open = co_await write(answer.stream_start());
+    if (!open) {
+      cancel(id); // the client went away: the request is cancelled, its memory freed
+      co_return false;
+    }
     for (;;) {
+      // Everything the intake has sent by now goes out in one write.
+      std::string out;
+      bool end = false;
       r = co_await next(w, never);
-      std::string last;
-      if (!r)
-        last = answer.stream_error(stopping());
-      else if (auto* t = std::get_if<wire::token_reply>(&*r)) {
-        if (open && !co_await write(answer.chunk(*t))) {
-          // The client went away: the request is cancelled, its memory freed.
-          open = false;
-          cancel(id);
-          co_return false;
+      for (;;) {
+        if (!r) {
+          out += answer.stream_error(stopping());
+          end = true;
+        } else if (auto* t = std::get_if<wire::token_reply>(&*r)) {
+          out += answer.chunk(*t);
+        } else if (auto* d = std::get_if<wire::done_reply>(&*r)) {
+          out += answer.stream_end(*d);
+          end = true;
+        } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
+          out += answer.stream_error(openai::from_wire(e->code, e->message));
+          end = true;
         }
-        continue;
-      } else if (auto* d = std::get_if<wire::done_reply>(&*r))
-        last = answer.stream_end(*d);
-      else if (auto* e = std::get_if<wire::error_reply>(&*r))
-        last = answer.stream_error(openai::from_wire(e->code, e->message));
-      else
-        continue;
-      if (open && co_await write(last))
-        co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
-      co_return !ec && keep;
+        if (end || w->replies.empty())
+          break;
+        r = std::move(w->replies.front());
+        w->replies.pop_front();
+      }
+      if (end) { // the last events and the end of the body, in one write
+        co_await asio::async_write(stream, beast::buffers_cat(http::make_chunk(asio::buffer(out)), http::make_chunk_last()),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+        co_return !ec && keep;
+      }
+      if (!co_await write(out)) {
+        cancel(id); // the client went away
+        co_return false;
+      }
     }
   }
 };

@@ -7,15 +7,19 @@
 //     SLO attainment, effective throughput, PCIe bytes and the adapter hit
 //     rate; JSON and CSV out (tools/workload/report.hpp).
 //   closed loop (neither): N requests from C clients as fast as the server
-//     answers, for the control plane's requests/s.
+//     answers, for the control plane's requests/s, over ZeroMQ or (--http)
+//     the OpenAI-compatible HTTP front.
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/deployment.hpp"
 #include "runtime/logging.hpp"
 #include "tools/bench_driver.hpp"
 #include "tools/client_connection.hpp"
+#include "tools/http_client.hpp"
 #include "tools/workload/report.hpp"
 #include "tools/workload/workload.hpp"
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <fstream>
@@ -56,6 +60,10 @@ void usage(std::FILE* out) {
                "  --label L --seed N --json FILE --csv FILE --records FILE --no-progress\n"
                "closed loop (control plane):\n"
                "  --clients C --requests N --max-tokens K --prompt-bytes B --adapters A --stream\n"
+               "  --window W                    requests in flight per ZeroMQ client (default 256)\n"
+               "  --http                        POST /v1/completions to the OpenAI-compatible front instead, one\n"
+               "                                request at a time per client's connection (in-process: [http] on;\n"
+               "                                with --endpoint, the front's HOST:PORT)\n"
                "Defaults: config tests/e2e/configs/sim-instant.toml, 8 clients,\n"
                "20000 requests, 8 tokens, 32 prompt bytes, 0 adapters, no streaming.\n");
 }
@@ -262,6 +270,8 @@ int main(int argc, char** argv) {
   std::size_t prompt_bytes = 32;
   int adapters = 0;
   bool stream = false;
+  bool over_http = false;
+  long window = 256;
   open_loop_args ol;
   bool open_loop = false;
   auto number = [](const std::string& flag, const std::string& v) {
@@ -290,6 +300,8 @@ int main(int argc, char** argv) {
     else if (arg == "--prompt-bytes") prompt_bytes = static_cast<std::size_t>(std::atol(value().c_str()));
     else if (arg == "--adapters") adapters = std::atoi(value().c_str());
     else if (arg == "--stream") stream = true;
+    else if (arg == "--http") over_http = true;
+    else if (arg == "--window") window = std::atol(value().c_str());
     else if (arg == "--trace") { ol.trace = value(); open_loop = true; }
     else if (arg == "--conversations") { ol.conversations = value(); open_loop = true; }
     else if (arg == "--think") ol.think_s = number(arg, value());
@@ -354,8 +366,8 @@ int main(int argc, char** argv) {
     }
     return run_open_loop_mode(config, endpoint, ol);
   }
-  if (clients < 1 || requests < clients || max_tokens < 1) {
-    std::fprintf(stderr, "troupe-bench: need clients >= 1, requests >= clients, max-tokens >= 1\n");
+  if (clients < 1 || requests < clients || max_tokens < 1 || window < 1) {
+    std::fprintf(stderr, "troupe-bench: need clients >= 1, requests >= clients, max-tokens >= 1, window >= 1\n");
     return 2;
   }
   std::unique_ptr<deployment> dep;
@@ -368,6 +380,10 @@ int main(int argc, char** argv) {
     auto opts = std::get<deployment_options>(std::move(loaded));
     opts.server.max_pending = std::max<std::uint32_t>(opts.server.max_pending, static_cast<std::uint32_t>(requests));
     opts.scheduler.max_waiting = std::max<std::uint32_t>(opts.scheduler.max_waiting, static_cast<std::uint32_t>(requests));
+    if (over_http) {
+      opts.http.listen = "127.0.0.1:0";
+      opts.http.max_connections = std::max<std::uint32_t>(opts.http.max_connections, static_cast<std::uint32_t>(clients));
+    }
     configure_logging(opts.logging);
     auto started = deployment::start(opts);
     if (auto* err = std::get_if<std::string>(&started)) {
@@ -375,18 +391,77 @@ int main(int argc, char** argv) {
       return 1;
     }
     dep = std::get<std::unique_ptr<deployment>>(std::move(started));
-    endpoint = dep->endpoint();
+    endpoint = over_http ? dep->http_endpoint() : dep->endpoint();
   }
   std::atomic<long> done{0}, errors{0}, tokens{0};
   const long per_client = requests / clients;
+  std::string base_model;
+  if (over_http) {
+    // The base model's name: the first of GET /v1/models.
+    auto c = http_client::connect(endpoint);
+    auto* client = std::get_if<std::unique_ptr<http_client>>(&c);
+    auto r = client ? (*client)->request("GET", "/v1/models") : std::get<std::string>(c);
+    const auto* got = std::get_if<http_client::response>(&r);
+    const auto models = got && got->status == 200 ? nlohmann::json::parse(got->body, nullptr, false) : nlohmann::json();
+    if (!models.is_object() || !models.contains("data") || models["data"].empty()) {
+      std::fprintf(stderr, "troupe-bench: GET /v1/models at %s: %s\n", endpoint.c_str(),
+                   got ? got->body.c_str() : std::get<std::string>(r).c_str());
+      return 1;
+    }
+    base_model = models["data"][0]["id"].get<std::string>();
+  }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
   for (int k = 0; k < clients; ++k) {
+    if (over_http) {
+      threads.emplace_back([&, k] {
+        auto c = http_client::connect(endpoint);
+        if (auto* why = std::get_if<std::string>(&c)) {
+          std::fprintf(stderr, "troupe-bench: client %d: %s\n", k, why->c_str());
+          errors += per_client;
+          return;
+        }
+        auto& client = *std::get<std::unique_ptr<http_client>>(c);
+        nlohmann::json body = {{"model", base_model},
+                               {"prompt", std::string(prompt_bytes, 'x')},
+                               {"max_tokens", max_tokens},
+                               {"stream", stream}};
+        if (stream)
+          body["stream_options"] = {{"include_usage", true}};
+        for (long n = 0; n < per_client; ++n) {
+          if (adapters > 0)
+            body["model"] = "lora-" + std::to_string(n % adapters);
+          auto r = client.request("POST", "/v1/completions", body.dump());
+          auto* got = std::get_if<http_client::response>(&r);
+          if (got == nullptr) {
+            std::fprintf(stderr, "troupe-bench: client %d: %s\n", k, std::get<std::string>(r).c_str());
+            errors += per_client - n;
+            return;
+          }
+          // The usage: the object's, or a stream's event before [DONE].
+          std::string_view usage_of = got->body;
+          if (stream) {
+            const auto end = usage_of.rfind("data: [DONE]");
+            const auto start = usage_of.rfind("data: ", end == 0 ? 0 : end - 1);
+            usage_of = end == std::string_view::npos || start == std::string_view::npos
+                         ? std::string_view()
+                         : usage_of.substr(start + 6, end - start - 6);
+          }
+          const auto j = nlohmann::json::parse(usage_of, nullptr, false);
+          if (got->status != 200 || !j.is_object() || !j.contains("usage")) {
+            ++errors;
+            continue;
+          }
+          tokens += j["usage"]["completion_tokens"].get<long>();
+          ++done;
+        }
+      });
+      continue;
+    }
     threads.emplace_back([&, k] {
       client_connection c{endpoint};
       // Keep a window of requests in flight per client so the server, not
       // the client's round trips, sets the pace.
-      const long window = 256;
       long sent = 0, finished = 0;
       auto send_one = [&] {
         wire::generate_request g;
@@ -427,10 +502,11 @@ int main(int argc, char** argv) {
   for (auto& t : threads)
     t.join();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("troupe-bench: %ld requests (%d clients, %u tokens each%s): %.3f s, "
-              "%.0f requests/s, %.0f tokens/s, %ld errors\n",
-              done.load(), clients, max_tokens, stream ? ", streamed" : "", secs,
-              static_cast<double>(done.load()) / secs, static_cast<double>(tokens.load()) / secs,
+  const std::string how = over_http ? "HTTP, one at a time each" : "ZeroMQ, window " + std::to_string(window);
+  std::printf("troupe-bench: %ld requests (%d clients, %s, %u tokens each%s): %.3f s, "
+              "%.0f requests/s, %ld tokens (%.0f/s), %ld errors\n",
+              done.load(), clients, how.c_str(), max_tokens, stream ? ", streamed" : "", secs,
+              static_cast<double>(done.load()) / secs, tokens.load(), static_cast<double>(tokens.load()) / secs,
               errors.load());
   if (dep)
     dep->stop();

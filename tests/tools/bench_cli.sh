@@ -78,12 +78,23 @@ cost, read = (json.load(open(f))["results"][0] for f in sys.argv[1:])
 assert read["session_disk_skips"] == 0 and read["session_disk_reads"] > cost["session_disk_reads"], (read, cost)
 PY
 
+# The closed loop over both fronts: every request answered, tokens counted
+# (a stream's from its usage event), adapters named as models.
+for front in "--window 2" "--http" "--http --stream" "--http --adapters 4"; do
+  # shellcheck disable=SC2086
+  "$bin/troupe-bench" --clients 4 --requests 200 --max-tokens 5 $front > "$work/closed.txt" 2>&1 \
+    || fail "closed loop $front: $(cat "$work/closed.txt")"
+  grep -q "^troupe-bench: 200 requests (4 clients, .*5 tokens each.* 1000 tokens (.*/s), 0 errors$" "$work/closed.txt" \
+    || fail "closed loop $front: $(cat "$work/closed.txt")"
+done
+
 expect_usage_error() { # what, then the command
   local what=$1; shift
   if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
   grep -q -- "$what" "$work/err.txt" || fail "$what: the message does not name it: $(head -1 "$work/err.txt")"
 }
 set +e
+expect_usage_error "window >= 1" "$bin/troupe-bench" --requests 10 --window 0
 expect_usage_error --rates "$bin/troupe-sim" --requests 10 --rates 0,2
 expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --prompt-range 5:2
 expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
