@@ -598,6 +598,38 @@ std::string completion_answer::stream_error(const api_error& e) const {
   return "data: " + to_json(e) + "\n\ndata: [DONE]\n\n";
 }
 
+bool authorized(std::string_view authorization, const std::vector<std::string>& keys) noexcept {
+  if (keys.empty())
+    return true;
+  constexpr std::string_view scheme = "Bearer ";
+  if (authorization.size() < scheme.size())
+    return false;
+  for (std::size_t i = 0; i < scheme.size(); ++i) // the scheme is case-insensitive
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != std::tolower(static_cast<unsigned char>(scheme[i])))
+      return false;
+  const auto given = authorization.substr(scheme.size());
+  bool any = false;
+  for (const auto& key : keys) {
+    // Every byte of the longer is looked at, whatever matches.
+    unsigned diff = given.size() == key.size() ? 0 : 1;
+    const auto n = std::max(given.size(), key.size());
+    for (std::size_t i = 0; i < n; ++i)
+      diff |= static_cast<unsigned char>(i < given.size() ? given[i] : 0)
+              ^ static_cast<unsigned char>(i < key.size() ? key[i] : 0);
+    any |= diff == 0;
+  }
+  return any;
+}
+
+api_error unauthorized(bool key_given) {
+  api_error e;
+  e.status = 401;
+  e.code = "invalid_api_key";
+  e.message = key_given ? "the API key is not one of the server's ([http] api_keys)"
+                        : "this server needs an API key: send \"Authorization: Bearer KEY\"";
+  return e;
+}
+
 std::string models_json(std::string_view base_model, const wire::adapters_reply& adapters, std::int64_t created) {
   json data = json::array();
   data.push_back({{"id", base_model}, {"object", "model"}, {"created", created}, {"owned_by", "troupe"}});

@@ -138,6 +138,14 @@ private:
   bool cut_ = false;  ///< a stop string came: nothing more is sent
 };
 
+/// Whether an Authorization header value ("Bearer KEY") carries one of
+/// `keys`; true when `keys` is empty (no keys: no check). The key is
+/// compared in time that does not depend on where it differs.
+bool authorized(std::string_view authorization, const std::vector<std::string>& keys) noexcept;
+
+/// The 401 for a missing or wrong key.
+api_error unauthorized(bool key_given);
+
 /// GET /v1/models: the base model, then every adapter (its parent the base).
 std::string models_json(std::string_view base_model, const wire::adapters_reply& adapters, std::int64_t created);
 

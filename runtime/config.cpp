@@ -454,7 +454,7 @@ bool valid_host_port(const std::string& a, unsigned min_port) {
 
 http_options read_http(section s) {
   http_options o;
-  s.allow_only({"listen", "model", "max_connections", "chat_template", "chat_system", "chat_user", "chat_assistant",
+  s.allow_only({"listen", "model", "max_connections", "api_keys", "chat_template", "chat_system", "chat_user", "chat_assistant",
                 "chat_generation", "chat_stop"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
@@ -462,6 +462,14 @@ http_options read_http(section s) {
             "no HTTP front");
   o.model = s.text("model", o.model);
   o.max_connections = s.u32("max_connections", o.max_connections, 1);
+  o.api_keys = s.strings("api_keys");
+  for (std::size_t i = 0; i < o.api_keys.size(); ++i)
+    if (o.api_keys[i].empty() || o.api_keys[i].find_first_of(" \t\r\n") != std::string::npos) {
+      // Said without the value: it is a secret.
+      s.check().fail(s.node("api_keys")->source(), s.path("api_keys") + '[' + std::to_string(i) + ']',
+                     "an API key must not be empty or hold spaces");
+      break;
+    }
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
   names.push_back("custom");

@@ -214,6 +214,7 @@ deployment::start(const deployment_options& opts) {
         hc.model = std::filesystem::path(opts.model.path).lexically_normal().parent_path().filename().string();
       hc.max_body_bytes = opts.server.max_frame_bytes;
       hc.max_connections = opts.http.max_connections;
+      hc.api_keys = opts.http.api_keys;
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;
         auto t = openai::make_chat_template(h.chat_template, h.chat_system, h.chat_user, h.chat_assistant,

@@ -304,6 +304,13 @@ struct http_front::impl : zmq_io::owned_socket {
       return res;
     };
 
+    const auto authorization = req[http::field::authorization];
+    if (target.starts_with("/v1/")
+        && !openai::authorized(std::string_view(authorization.data(), authorization.size()), cfg.api_keys)) {
+      auto res = error_response(version, keep, openai::unauthorized(req.count(http::field::authorization) > 0));
+      res.set(http::field::www_authenticate, "Bearer");
+      co_return co_await reply(std::move(res));
+    }
     if (target == "/v1/completions" || target == "/v1/chat/completions") {
       if (method != http::verb::post)
         co_return co_await reply(wrong_method("POST"));

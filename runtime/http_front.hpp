@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace troupe {
 
@@ -28,6 +29,9 @@ struct http_front_config {
   std::uint64_t max_body_bytes = 1 << 20;
   /// Connections open at once; past it a new one gets 503 and is closed.
   std::uint32_t max_connections = 256;
+  /// Keys a client must send ("Authorization: Bearer KEY") for /v1/ paths;
+  /// empty: none needed. /health and /metrics need none.
+  std::vector<std::string> api_keys;
   /// How POST /v1/chat/completions renders messages; none: not served.
   std::optional<openai::chat_template> chat;
 };

@@ -33,6 +33,9 @@ struct http_options {
   std::string model;
   /// Connections open at once; past it a new one gets 503.
   std::uint32_t max_connections = 256;
+  /// Keys HTTP clients must send as "Authorization: Bearer KEY" for /v1/
+  /// paths (any one of them); empty: no key needed.
+  std::vector<std::string> api_keys;
   /// POST /v1/chat/completions' template: "llama2", "chatml" or "custom"
   /// (the chat_* formats below); empty: chat completions are not served.
   std::string chat_template;

@@ -20,6 +20,7 @@ struct http_client::impl {
   tcp::socket socket{io};
   boost::beast::flat_buffer buffer;
   std::string host;
+  std::string authorization;
 };
 
 http_client::http_client(std::unique_ptr<impl> p) : impl_(std::move(p)) {
@@ -47,12 +48,18 @@ std::variant<std::unique_ptr<http_client>, std::string> http_client::connect(con
   return std::unique_ptr<http_client>(new http_client(std::move(p)));
 }
 
+void http_client::set_api_key(std::string key) {
+  impl_->authorization = "Bearer " + std::move(key);
+}
+
 std::variant<http_client::response, std::string> http_client::request(const char* method, const std::string& target,
                                                                       const std::string& body) {
   auto& p = *impl_;
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
   req.set(http::field::host, p.host);
   req.keep_alive(true);
+  if (!p.authorization.empty())
+    req.set(http::field::authorization, p.authorization);
   if (!body.empty()) {
     req.set(http::field::content_type, "application/json");
     req.body() = body;

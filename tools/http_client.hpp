@@ -22,6 +22,9 @@ public:
   http_client(const http_client&) = delete;
   http_client& operator=(const http_client&) = delete;
 
+  /// Sends "Authorization: Bearer KEY" with every request from now on.
+  void set_api_key(std::string key);
+
   /// Sends a request (a JSON body for POST; none for GET) and reads its whole
   /// response on the same connection; why not when the connection failed.
   std::variant<response, std::string> request(const char* method, const std::string& target,

@@ -64,6 +64,8 @@ void usage(std::FILE* out) {
                "  --http                        POST /v1/completions to the OpenAI-compatible front instead, one\n"
                "                                request at a time per client's connection (in-process: [http] on;\n"
                "                                with --endpoint, the front's HOST:PORT)\n"
+               "  --api-key KEY                 sent as a bearer key over HTTP (default: the config's first\n"
+               "                                [http] api_keys entry)\n"
                "Defaults: config tests/e2e/configs/sim-instant.toml, 8 clients,\n"
                "20000 requests, 8 tokens, 32 prompt bytes, 0 adapters, no streaming.\n");
 }
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
   int adapters = 0;
   bool stream = false;
   bool over_http = false;
+  std::string api_key;
   long window = 256;
   open_loop_args ol;
   bool open_loop = false;
@@ -301,6 +304,7 @@ int main(int argc, char** argv) {
     else if (arg == "--adapters") adapters = std::atoi(value().c_str());
     else if (arg == "--stream") stream = true;
     else if (arg == "--http") over_http = true;
+    else if (arg == "--api-key") api_key = value();
     else if (arg == "--window") window = std::atol(value().c_str());
     else if (arg == "--trace") { ol.trace = value(); open_loop = true; }
     else if (arg == "--conversations") { ol.conversations = value(); open_loop = true; }
@@ -383,6 +387,8 @@ int main(int argc, char** argv) {
     if (over_http) {
       opts.http.listen = "127.0.0.1:0";
       opts.http.max_connections = std::max<std::uint32_t>(opts.http.max_connections, static_cast<std::uint32_t>(clients));
+      if (api_key.empty() && !opts.http.api_keys.empty())
+        api_key = opts.http.api_keys.front();
     }
     configure_logging(opts.logging);
     auto started = deployment::start(opts);
@@ -400,6 +406,8 @@ int main(int argc, char** argv) {
     // The base model's name: the first of GET /v1/models.
     auto c = http_client::connect(endpoint);
     auto* client = std::get_if<std::unique_ptr<http_client>>(&c);
+    if (client && !api_key.empty())
+      (*client)->set_api_key(api_key);
     auto r = client ? (*client)->request("GET", "/v1/models") : std::get<std::string>(c);
     const auto* got = std::get_if<http_client::response>(&r);
     const auto models = got && got->status == 200 ? nlohmann::json::parse(got->body, nullptr, false) : nlohmann::json();
@@ -422,6 +430,8 @@ int main(int argc, char** argv) {
           return;
         }
         auto& client = *std::get<std::unique_ptr<http_client>>(c);
+        if (!api_key.empty())
+          client.set_api_key(api_key);
         nlohmann::json body = {{"model", base_model},
                                {"prompt", std::string(prompt_bytes, 'x')},
                                {"max_tokens", max_tokens},

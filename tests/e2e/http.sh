@@ -6,7 +6,8 @@
 # completion (chatml) gives the text of a completion of its rendered prompt;
 # bad requests get the right status and a message naming the field; a client
 # that drops a stream has its request cancelled and the server goes on
-# serving. A server without a chat template answers chat with 404.
+# serving. A server with API keys wants one on /v1/ paths; one without a chat
+# template answers chat with 404.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
@@ -32,8 +33,8 @@ stop() {
   wait "$pid"
   pid=""
 }
-sed 's/^listen = ""$/listen = "127.0.0.1:0"/' config/default.toml > "$work/plain.toml"
-grep -q '^listen = "127.0.0.1:0"$' "$work/plain.toml"
+sed 's/^listen = ""$/listen = "127.0.0.1:0"\napi_keys = ["k-1", "k-2"]/' config/default.toml > "$work/plain.toml"
+grep -q '^api_keys = \["k-1", "k-2"\]$' "$work/plain.toml"
 sed 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' config/default.toml > "$work/http.toml"
 grep -q '^chat_template = "chatml"$' "$work/http.toml"
 start "$work/http.toml"
@@ -221,18 +222,37 @@ print("http: completions whole and streamed match the ZeroMQ front and end befor
 PY
 stop
 
-# Without a chat template, chat completions are not served, and say why.
+# With API keys, the /v1/ paths need one; without a chat template, chat
+# completions are not served, and say why.
 start "$work/plain.toml"
 python3 - "$http" <<'PY'
 import json, sys, urllib.request, urllib.error
-req = urllib.request.Request("http://" + sys.argv[1] + "/v1/chat/completions", method="POST",
-                             data=json.dumps({"model": "demo", "messages": [{"role": "user", "content": "x"}]}).encode())
-try:
-    urllib.request.urlopen(req, timeout=30)
-    raise AssertionError("served without a chat template")
-except urllib.error.HTTPError as e:
-    err = json.loads(e.read().decode())["error"]
-    assert e.code == 404 and "chat_template" in err["message"], (e.code, err)
+base = "http://" + sys.argv[1]
+def call(path, key=None, body=None):
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        headers["Authorization"] = "Bearer " + key
+    req = urllib.request.Request(base + path, headers=headers, data=json.dumps(body).encode() if body else None)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+for key in (None, "k-3"):
+    status, headers, text = call("/v1/models", key)
+    assert status == 401 and headers.get("WWW-Authenticate") == "Bearer", (key, status, text)
+    assert json.loads(text)["error"]["code"] == "invalid_api_key", text
+    status, _, text = call("/v1/completions", key, {"model": "demo", "prompt": "x", "max_tokens": 2})
+    assert status == 401, (key, status, text)
+for key in ("k-1", "k-2"):
+    status, _, text = call("/v1/models", key)
+    assert status == 200 and json.loads(text)["data"][0]["id"] == "demo", (key, status, text)
+status, _, text = call("/v1/completions", "k-2", {"model": "demo", "prompt": "x", "max_tokens": 2})
+assert status == 200 and json.loads(text)["usage"]["completion_tokens"] == 2, text
+assert call("/health")[0] == 200 and call("/metrics")[0] == 200, "health and metrics need no key"
+status, _, text = call("/v1/chat/completions", "k-1", {"model": "demo", "messages": [{"role": "user", "content": "x"}]})
+err = json.loads(text)["error"]
+assert status == 404 and "chat_template" in err["message"], (status, err)
 PY
 stop
 echo "http: ok"

@@ -427,6 +427,26 @@ TEST(openai, a_chat_answer_is_a_message_and_its_stream_deltas_open_with_the_role
   EXPECT_EQ(end[2], "[DONE]");
 }
 
+TEST(openai, a_bearer_key_must_be_one_of_the_servers_when_it_has_any) {
+  const std::vector<std::string> keys{"k-one", "k-two"};
+  EXPECT_TRUE(authorized("", {})) << "no keys: no check";
+  EXPECT_TRUE(authorized("Bearer k-one", keys));
+  EXPECT_TRUE(authorized("bearer k-two", keys)) << "the scheme is case-insensitive";
+  EXPECT_FALSE(authorized("", keys));
+  EXPECT_FALSE(authorized("Bearer k-three", keys));
+  EXPECT_FALSE(authorized("Bearer k-on", keys)) << "a prefix of a key";
+  EXPECT_FALSE(authorized("Bearer k-one2", keys)) << "a key and more";
+  EXPECT_FALSE(authorized("Bearer k-one ", keys));
+  EXPECT_FALSE(authorized("k-one", keys));
+  EXPECT_FALSE(authorized("Basic k-one", keys));
+  EXPECT_FALSE(authorized("Bearer ", keys));
+  const auto e = unauthorized(false);
+  EXPECT_EQ(e.status, 401);
+  EXPECT_EQ(e.code, "invalid_api_key");
+  EXPECT_NE(e.message.find("Authorization: Bearer"), std::string::npos);
+  EXPECT_NE(unauthorized(true).message.find("not one of"), std::string::npos);
+}
+
 TEST(openai, models_list_the_base_then_the_adapters) {
   wire::adapters_reply r;
   r.adapters = {{"sql", 16, true}, {"geo", 8, false}};

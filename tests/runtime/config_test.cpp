@@ -472,6 +472,17 @@ max_connections = 8
   EXPECT_TRUE(parse_ok("").http.chat_template.empty()) << "no chat completions by default";
 }
 
+TEST(config, api_keys_are_read_and_a_bad_one_is_refused_without_being_shown) {
+  EXPECT_EQ(parse_ok("[http]\napi_keys = [\"k1\", \"k2\"]\n").http.api_keys, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_TRUE(parse_ok("").http.api_keys.empty()) << "no keys by default";
+  for (const char* bad : {"[http]\napi_keys = [\"k1\", \"secret one\"]\n", "[http]\napi_keys = [\"\"]\n"}) {
+    const auto message = parse_error_message(bad);
+    EXPECT_NE(message.find("http.api_keys["), std::string::npos) << message;
+    EXPECT_NE(message.find("must not be empty or hold spaces"), std::string::npos) << message;
+    EXPECT_EQ(message.find("secret"), std::string::npos) << "the key is shown: " << message;
+  }
+}
+
 TEST(config, chat_template_keys_are_read) {
   EXPECT_EQ(parse_ok("[http]\nchat_template = \"llama2\"\n").http.chat_template, "llama2");
   const auto o = parse_ok(R"(
