@@ -193,7 +193,7 @@ void start_export(self_ptr self, std::uint64_t session, caf::typed_response_prom
     if (core.session_moving(session))
       self->state.exports_waiting.emplace_back(session, rp); // on its way between tiers
     else
-      rp.deliver(session_kv{session, {}, 0, {}, {}});
+      rp.deliver(session_kv{session, {}, 0, 0, {}, {}});
     return;
   }
   transfer_order o;
@@ -205,6 +205,7 @@ void start_export(self_ptr self, std::uint64_t session, caf::typed_response_prom
   auto kv = std::make_shared<session_kv>();
   kv->session = session;
   kv->tokens = std::move(plan->tokens);
+  kv->adapter_id = plan->adapter_id;
   kv->pages = plan->pages.size();
   auto finish = [self, rp, kv, session](std::string error, std::string data) mutable {
     apply(self, self->state.core->on_exported(session));
@@ -226,7 +227,7 @@ caf::typed_response_promise<bool> import_session(self_ptr self, session_kv kv) {
   scheduler_effects fx;
   const auto session = kv.session;
   const auto n = kv.pages;
-  const auto owner = kv.error.empty() ? self->state.core->begin_import(session, n, kv.tokens, fx) : 0;
+  const auto owner = kv.error.empty() ? self->state.core->begin_import(session, n, kv.tokens, kv.adapter_id, fx) : 0;
   apply(self, std::move(fx));
   if (owner == 0) {
     rp.deliver(false);
@@ -562,6 +563,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"kv_growths_denied", static_cast<double>(c.growths_denied())},
         {"sessions_cached", static_cast<double>(c.sessions_cached())},
         {"session_hits", static_cast<double>(c.session_hits())},
+        {"session_partial_hits", static_cast<double>(c.session_partial_hits())},
         {"session_pages", static_cast<double>(c.session_pages_held())},
         {"session_evictions", static_cast<double>(c.session_evictions())},
         {"session_offloads", static_cast<double>(c.session_offloads())},

@@ -56,7 +56,8 @@ typename Inspector::result_type inspect(Inspector& f, transfer_order& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, session_kv& x) {
-  return f(caf::meta::type_name("session_kv"), x.session, x.tokens, x.pages, x.data, x.error);
+  return f(caf::meta::type_name("session_kv"), x.session, x.tokens, x.adapter_id, x.pages, x.data,
+           x.error);
 }
 
 template <class Inspector>

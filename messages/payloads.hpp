@@ -99,6 +99,7 @@ enum class kv_op : std::uint8_t {
 struct session_kv {
   std::uint64_t session = 0;
   std::vector<std::int32_t> tokens;
+  std::uint32_t adapter_id = 0; ///< the adapter K and V were computed with
   std::uint64_t pages = 0;
   std::string data;
   std::string error;

@@ -421,18 +421,24 @@ scheduler_effects scheduler_core::admit(double now_s) {
     std::uint64_t adopted = 0;
     if (auto sit = sessions_.find(r.spec.session);
         r.spec.session != 0 && !r.swapped && !r.hidden && r.generated == 0 && sit != sessions_.end()) {
-      // The turn's prompt extends the cached tokens: their K and V are
-      // reused (at least one prompt token is left to prefill).
+      // The turn's prompt begins with the cached tokens, or with at least
+      // half of them (a client's re-tokenized history may part from the
+      // tokens generated): K and V of the tokens shared are reused, those
+      // after are overwritten by the prefill. At least one prompt token is
+      // left to prefill. K and V depend on the adapter: only a cache of the
+      // turn's own adapter serves it.
       auto& e = sit->second;
-      const auto& p = r.spec.prompt;
-      const bool extends = e.tokens.size() < p.size() && std::equal(e.tokens.begin(), e.tokens.end(), p.begin());
+      const auto shared = shared_prefix(e.tokens, r.spec.prompt);
+      const bool extends = e.adapter_id == r.spec.adapter_id && shared > 0
+                           && (shared == e.tokens.size() || 2 * shared >= e.tokens.size());
+      const bool partial = shared < e.tokens.size();
       if (extends && e.where == session_tier::awaiting_host)
         keep_on_device(e); // still on the GPU: its turn takes it there
       if (extends && e.where == session_tier::host) {
         // In the host pool: fresh pages now, the cache copied into the
         // first of them once granted (swapping_in), then the rest prefilled.
         r.pages = std::max(r.pages, e.pages);
-        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.cached_tokens = static_cast<std::uint32_t>(shared);
         r.session_owner = e.owner;
         r.session_host_pages = e.host_page_ids;
         ++session_host_hits_;
@@ -449,7 +455,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
         // file goes). Either way then copied into the turn's first pages, as
         // from the host pool.
         r.pages = std::max(r.pages, e.pages);
-        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.cached_tokens = static_cast<std::uint32_t>(shared);
         r.session_owner = e.owner;
         r.session_host_pages.clear();
         if (e.where == session_tier::to_disk)
@@ -458,13 +464,15 @@ scheduler_effects scheduler_core::admit(double now_s) {
       } else if (extends && e.where == session_tier::device) {
         adopted = e.pages;
         r.pages = std::max(r.pages, adopted);
-        r.cached_tokens = static_cast<std::uint32_t>(e.tokens.size());
+        r.cached_tokens = static_cast<std::uint32_t>(shared);
         r.adopted = true;
         fx.adopts.push_back({e.owner, id});
         session_pages_held_ -= e.pages;
         ++session_hits_;
         sessions_.erase(sit); // its pages are this request's now (still counted in reserved_pages_)
       }
+      if (r.cached_tokens > 0 && partial)
+        ++session_partial_hits_;
     }
     reserved_pages_ += r.pages - adopted;
     r.pages_pending = true;
@@ -639,6 +647,14 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
   }
   step_in_flight_ = !out.empty();
   return out;
+}
+
+std::size_t scheduler_core::shared_prefix(const std::vector<std::int32_t>& cached,
+                                         const std::vector<std::int32_t>& prompt) noexcept {
+  const auto limit = std::min(cached.size(), prompt.empty() ? 0 : prompt.size() - 1);
+  return static_cast<std::size_t>(std::mismatch(cached.begin(), cached.begin() + static_cast<std::ptrdiff_t>(limit),
+                                                prompt.begin()).first
+                                  - cached.begin());
 }
 
 bool scheduler_core::hits_stop(record& r, std::int32_t token) {
@@ -827,6 +843,7 @@ bool scheduler_core::keep_for_session(record& r, scheduler_effects& fx, double n
   e.pages = r.pages;
   e.tokens = r.spec.prompt;
   e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end() - 1);
+  e.adapter_id = r.spec.adapter_id;
   e.last_use_s = now_s;
   // This turn's cache supersedes the session's older one (one on its way
   // between tiers keeps its place, and this one is not kept).
@@ -1082,6 +1099,7 @@ std::optional<scheduler_core::session_export> scheduler_core::begin_export(std::
   out.host = e.where == session_tier::host;
   out.pages = out.host ? e.host_page_ids : e.page_ids;
   out.tokens = e.tokens;
+  out.adapter_id = e.adapter_id;
   out.bytes = e.pages * limits_.page_bytes;
   e.where = session_tier::leaving;
   if (!out.host)
@@ -1120,7 +1138,8 @@ scheduler_effects scheduler_core::on_exported(std::uint64_t session) {
 }
 
 std::uint64_t scheduler_core::begin_import(std::uint64_t session, std::uint64_t pages,
-                                           std::vector<std::int32_t> tokens, scheduler_effects& fx) {
+                                           std::vector<std::int32_t> tokens, std::uint32_t adapter_id,
+                                           scheduler_effects& fx) {
   // The cache coming is the session's latest: an older one here goes.
   if (session == 0 || pages == 0 || !drop_older_cache(session, fx)
       || host_room(pages, session, fx) != host_room_result::now)
@@ -1130,6 +1149,7 @@ std::uint64_t scheduler_core::begin_import(std::uint64_t session, std::uint64_t 
   e.owner = next_import_owner_++;
   e.pages = pages;
   e.tokens = std::move(tokens);
+  e.adapter_id = adapter_id;
   host_pending_ += pages;
   const auto owner = e.owner;
   sessions_.emplace(session, std::move(e));

@@ -243,6 +243,7 @@ public:
     bool host = false;       ///< in host pages (else device pages)
     std::vector<std::uint32_t> pages;
     std::vector<std::int32_t> tokens;
+    std::uint32_t adapter_id = 0; ///< the adapter K and V were computed with
     std::uint64_t bytes = 0;
   };
   /// Takes the session's cache out of service to be read for export; none
@@ -261,7 +262,7 @@ public:
   /// moving between tiers, or the host pool has no room even after older
   /// host-tier caches give way).
   std::uint64_t begin_import(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens,
-                             scheduler_effects& fx);
+                             std::uint32_t adapter_id, scheduler_effects& fx);
   /// The import ended: on success the cache waits in `host_pages` like one
   /// pushed down from this node's GPU; else the host pages are released.
   scheduler_effects on_imported(std::uint64_t session, bool ok, double now_s,
@@ -323,6 +324,9 @@ public:
   /// prompt tokens reused from a cache and prefilled (computed).
   std::size_t sessions_cached() const noexcept { return sessions_.size(); }
   std::uint64_t session_hits() const noexcept { return session_hits_; }
+  /// Turns that reused a session cache in part: their prompt shared at
+  /// least half of its tokens but not all (counted in the hits of its tier).
+  std::uint64_t session_partial_hits() const noexcept { return session_partial_hits_; }
   std::uint64_t session_pages_held() const noexcept { return session_pages_held_; }
   std::uint64_t session_evictions() const noexcept { return session_evictions_; }
   /// Session caches moved to the host pool, and brought back from it.
@@ -453,6 +457,10 @@ private:
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
+  /// How many of `cached` begin `prompt` too, leaving its last token out
+  /// (a turn prefills at least one).
+  static std::size_t shared_prefix(const std::vector<std::int32_t>& cached,
+                                   const std::vector<std::int32_t>& prompt) noexcept;
   void compact_waiting();
   void count_waiting(std::uint32_t adapter_id, bool up);
   void flush_queued(scheduler_effects& fx);
@@ -519,6 +527,7 @@ private:
     std::uint64_t owner = 0; ///< the finished request whose pages hold it
     std::vector<std::uint32_t> page_ids;
     std::vector<std::int32_t> tokens; ///< whose K and V the pages hold
+    std::uint32_t adapter_id = 0;     ///< the adapter they were computed with (0: none)
     std::uint64_t pages = 0;
     std::uint64_t waiter = 0; ///< from_disk, to_disk: the turn waiting for it (0: none)
     double last_use_s = 0;
@@ -600,6 +609,7 @@ private:
   void drop_device_cache(std::unordered_map<std::uint64_t, session_entry>::iterator i, scheduler_effects& fx);
   std::uint64_t session_pages_held_ = 0;
   std::uint64_t session_hits_ = 0;
+  std::uint64_t session_partial_hits_ = 0;
   std::uint64_t session_evictions_ = 0;
   std::uint64_t session_offloads_ = 0;
   std::uint64_t session_host_hits_ = 0;

@@ -245,7 +245,7 @@ void sim_cluster::pulled(std::uint64_t session) {
   const auto bytes = p.kv.bytes;
   if (dead_[p.from] || dead_[p.to]) {
     ++totals_.pulls_missed; // lost on the way: the turns recompute (or were placed again)
-  } else if (nodes_[p.to]->import_session(session, p.kv.pages, std::move(p.kv.tokens), now_)) {
+  } else if (nodes_[p.to]->import_session(session, p.kv.pages, std::move(p.kv.tokens), p.kv.adapter_id, now_)) {
     ++totals_.pulls;
     totals_.pull_bytes += bytes;
   } else {

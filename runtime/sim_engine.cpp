@@ -681,6 +681,7 @@ std::optional<sim_engine::kv_export> sim_engine::begin_export(std::uint64_t sess
   out.pages = plan->pages.size();
   out.bytes = plan->bytes;
   out.tokens = std::move(plan->tokens);
+  out.adapter_id = plan->adapter_id;
   // A cache on the GPU is read out over PCIe first; one in host memory is
   // sent from where it is.
   if (!plan->host)
@@ -695,10 +696,10 @@ void sim_engine::end_export(std::uint64_t session, double now_s) {
 }
 
 bool sim_engine::import_session(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens,
-                                double now_s) {
+                                std::uint32_t adapter_id, double now_s) {
   now_ = std::max(now_, now_s);
   scheduler_effects fx;
-  const auto owner = core_.begin_import(session, pages, std::move(tokens), fx);
+  const auto owner = core_.begin_import(session, pages, std::move(tokens), adapter_id, fx);
   apply(std::move(fx));
   bool ok = false;
   if (owner != 0) {

@@ -198,6 +198,7 @@ public:
     std::uint64_t pages = 0;
     std::uint64_t bytes = 0;
     std::vector<std::int32_t> tokens;
+    std::uint32_t adapter_id = 0;
     double read_s = 0; ///< a cache on the GPU: its copy to the host first
   };
   /// Takes the session's cache out of service for export (none: no cache
@@ -208,7 +209,8 @@ public:
   void end_export(std::uint64_t session, double now_s);
   /// A session cache arriving from another node, into host pages here;
   /// false when there is no room (the turn recomputes).
-  bool import_session(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens, double now_s);
+  bool import_session(std::uint64_t session, std::uint64_t pages, std::vector<std::int32_t> tokens,
+                      std::uint32_t adapter_id, double now_s);
   /// An advisory for the session's next turn, now.
   /// An advisory for `session`, its turn expected in `in_s`.
   void advise(std::uint64_t session, double now_s, double in_s);

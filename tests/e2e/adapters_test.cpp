@@ -388,9 +388,11 @@ TEST(hidden_cache_e2e, requests_held_as_hidden_caches_produce_the_same_tokens) {
 
 /// One greedy turn of 12 tokens in `session` on `c`; its output tokens.
 std::vector<std::int32_t> greedy_turn(client_connection& c, const std::string& id,
-                                      const std::vector<std::int32_t>& prompt, const std::string& session) {
+                                      const std::vector<std::int32_t>& prompt, const std::string& session,
+                                      const std::string& adapter = {}) {
   wire::generate_request g;
   g.id = id;
+  g.adapter = adapter;
   g.prompt_tokens = prompt;
   g.max_tokens = 12;
   g.sampling.temperature = 0;
@@ -414,6 +416,55 @@ void wait_host_kv(client_connection& c, const std::string& id) {
       return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+TEST(session_e2e, a_turn_reuses_only_a_cache_of_its_own_adapter_and_as_much_of_it_as_its_prompt_shares) {
+  if (!fs::exists("models/demo/config.json"))
+    GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
+  const auto path = fs::temp_directory_path() / ("troupe-session-mix-" + std::to_string(::getpid()) + ".toml");
+  std::ofstream{path} << cpu_server_config("models/demo") << "[[adapters]]\nname = \"r8\"\npath = "
+                      << "\"models/demo/adapters/lora-1\"\n";
+  auto d = start_from_file(path.string());
+  ASSERT_NE(d, nullptr);
+  client_connection c{d->endpoint()};
+  std::vector<std::int32_t> prompt1;
+  for (int t = 0; t < 40; ++t)
+    prompt1.push_back(7 + (t * 13) % 290);
+  const auto reply1 = greedy_turn(c, "m1", prompt1, "mix", "r8");
+  ASSERT_EQ(reply1.size(), 12u);
+  auto prompt2 = prompt1;
+  prompt2.insert(prompt2.end(), reply1.begin(), reply1.end());
+  prompt2.push_back(42);
+  // The next turn of the session on the base model: the cache holds the
+  // adapter's K and V, so it is not reused.
+  const auto base_turn = greedy_turn(c, "m2", prompt2, "mix");
+  EXPECT_EQ(base_turn, greedy_turn(c, "m3", prompt2, "fresh")) << "the adapter's cache served the base model";
+  auto stats = stats_of(c, "s1");
+  EXPECT_EQ(stats.at("session_hits"), 0.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 0.0);
+
+  // The session's cache is now the base model's turn: 53 prompt tokens and
+  // 11 of the reply. A turn that shares the prompt and 5 reply tokens, then
+  // parts (as a client's re-tokenized history may), reuses those 58.
+  ASSERT_EQ(base_turn.size(), 12u);
+  auto prompt3 = prompt2;
+  prompt3.insert(prompt3.end(), base_turn.begin(), base_turn.begin() + 5);
+  prompt3.push_back(base_turn[5] == 99 ? 98 : 99);
+  prompt3.push_back(17);
+  const auto partial = greedy_turn(c, "m4", prompt3, "mix");
+  stats = stats_of(c, "s2");
+  EXPECT_EQ(stats.at("session_hits"), 1.0);
+  EXPECT_EQ(stats.at("session_partial_hits"), 1.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 58.0);
+  EXPECT_EQ(partial, greedy_turn(c, "m5", prompt3, "fresh2")) << "reusing part of the cache changed the output";
+  // One that shares less than half of it computes whole.
+  std::vector<std::int32_t> prompt4(prompt3.begin(), prompt3.begin() + 20);
+  prompt4.insert(prompt4.end(), {5, 6, 7});
+  greedy_turn(c, "m6", prompt4, "mix");
+  stats = stats_of(c, "s3");
+  EXPECT_EQ(stats.at("session_hits"), 1.0);
+  EXPECT_EQ(stats.at("prompt_tokens_reused"), 58.0);
+  d->stop();
 }
 
 TEST(session_e2e, the_next_turn_reuses_the_session_cache_and_gives_the_same_tokens) {

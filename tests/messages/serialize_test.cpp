@@ -61,10 +61,11 @@ TEST(serialize, a_request_keeps_every_field) {
 }
 
 TEST(serialize, a_session_cache_and_progress_keep_every_field) {
-  session_kv kv{42, {5, 6, 7}, 3, std::string("\0\1\2kv", 5), "why"};
+  session_kv kv{42, {5, 6, 7}, 9, 3, std::string("\0\1\2kv", 5), "why"};
   const auto k = round_trip(kv);
   EXPECT_EQ(k.session, kv.session);
   EXPECT_EQ(k.tokens, kv.tokens);
+  EXPECT_EQ(k.adapter_id, 9u);
   EXPECT_EQ(k.pages, kv.pages);
   EXPECT_EQ(k.data, kv.data);
   EXPECT_EQ(k.error, kv.error);

@@ -829,6 +829,46 @@ TEST(scheduler_session, a_cache_pushed_to_the_host_comes_back_for_the_next_turn)
   EXPECT_EQ(s.core->session_host_hits(), 1u);
 }
 
+TEST(scheduler_session, a_turn_sharing_most_of_a_host_cache_copies_it_in_and_prefills_from_where_they_part) {
+  auto s = one_session_pushed_down();
+  s.answer_session_out(); // session 7's 9 cached tokens are in the host pool
+  // Its history but the reply's last two tokens, then tokens of its own:
+  // 7 of the 9 are shared.
+  auto prompt2 = tokens_from(10, 6);
+  prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].begin() + 1);
+  prompt2.push_back(61);
+  prompt2.push_back(62);
+  s.expect_cached[3] = 7;
+  s.submit_tokens(3, prompt2, 2, 7);
+  s.admit();
+  ASSERT_EQ(s.ins.size(), 1u);
+  EXPECT_EQ(s.ins[0].device_pages.size(), 3u) << "the whole cache comes in; the prefill overwrites its end";
+  s.answer_in();
+  run_until_done(s, 3);
+  EXPECT_EQ(s.core->session_host_hits(), 1u);
+  EXPECT_EQ(s.core->session_partial_hits(), 1u);
+  EXPECT_EQ(s.core->reused_tokens(), 7u);
+  EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
+  EXPECT_EQ(s.core->host_pages_held(), 0u);
+}
+
+TEST(scheduler_session, a_turn_sharing_less_than_half_of_the_cache_computes_whole_and_replaces_it) {
+  swap_shell s{40, 0, false, 20};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  // 4 of the 9 cached tokens shared: under half.
+  auto prompt2 = tokens_from(10, 4);
+  prompt2.push_back(70);
+  s.expect_cached[2] = 0;
+  s.submit_tokens(2, prompt2, 2, 7);
+  run_until_done(s, 2);
+  EXPECT_EQ(s.core->session_hits(), 0u);
+  EXPECT_EQ(s.core->session_partial_hits(), 0u);
+  EXPECT_EQ(s.core->reused_tokens(), 0u);
+  EXPECT_TRUE(s.device.pages_of({page_owner_kind::request, 1}).empty()) << "the older cache was freed";
+  EXPECT_EQ(s.core->sessions_cached(), 1u);
+}
+
 TEST(scheduler_session, an_advisory_brings_the_cache_back_before_the_turn) {
   auto s = one_session_pushed_down();
   s.answer_session_out(); // session 7 is in the host pool now
@@ -995,10 +1035,10 @@ void migrate_session(swap_shell& from, swap_shell& to, std::uint64_t session) {
   EXPECT_FALSE(from.core->begin_export(session).has_value()) << "already on its way";
   from.apply(from.core->on_exported(session));
   scheduler_effects fx;
-  const auto owner = to.core->begin_import(session, plan->pages.size(), plan->tokens, fx);
+  const auto owner = to.core->begin_import(session, plan->pages.size(), plan->tokens, plan->adapter_id, fx);
   ASSERT_NE(owner, 0u);
   to.apply(std::move(fx));
-  EXPECT_EQ(to.core->begin_import(session, plan->pages.size(), plan->tokens, fx), 0u)
+  EXPECT_EQ(to.core->begin_import(session, plan->pages.size(), plan->tokens, plan->adapter_id, fx), 0u)
     << "one on its way already";
   const page_owner o{page_owner_kind::request, owner};
   ASSERT_TRUE(to.host.allocate(o, plan->pages.size()));
@@ -1043,9 +1083,9 @@ TEST(scheduler_session, a_cache_moves_to_another_node_and_serves_the_next_turn_t
 TEST(scheduler_session, an_import_without_host_room_is_refused) {
   swap_shell b{40, 2, false, 20};
   scheduler_effects fx;
-  EXPECT_EQ(b.core->begin_import(7, 3, tokens_from(10, 9), fx), 0u);
-  EXPECT_EQ(b.core->begin_import(0, 1, {}, fx), 0u) << "no session";
-  const auto owner = b.core->begin_import(7, 2, tokens_from(10, 5), fx);
+  EXPECT_EQ(b.core->begin_import(7, 3, tokens_from(10, 9), 0, fx), 0u);
+  EXPECT_EQ(b.core->begin_import(0, 1, {}, 0, fx), 0u) << "no session";
+  const auto owner = b.core->begin_import(7, 2, tokens_from(10, 5), 0, fx);
   ASSERT_NE(owner, 0u);
   // A failed write: the session is not cached and the pages go back.
   ASSERT_TRUE(b.host.allocate({page_owner_kind::request, owner}, 2));
@@ -1546,7 +1586,7 @@ TEST(scheduler_session, an_import_replaces_an_older_cache_of_the_session) {
   run_until_done(b, 1);
   ASSERT_EQ(b.device.pages_of({page_owner_kind::request, 1}).size(), 3u);
   scheduler_effects fx;
-  const auto owner = b.core->begin_import(7, 2, tokens_from(10, 5), fx);
+  const auto owner = b.core->begin_import(7, 2, tokens_from(10, 5), 0, fx);
   ASSERT_NE(owner, 0u);
   b.apply(std::move(fx));
   EXPECT_TRUE(b.device.pages_of({page_owner_kind::request, 1}).empty()) << "the older cache was freed";

@@ -9,7 +9,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <numeric>
+#include <set>
 #include <unistd.h>
 
 namespace troupe::workload {
@@ -161,6 +163,26 @@ std::vector<double> shares(const adapter_set& set, std::size_t draws, double bas
     if (x.adapter != none_adapter)
       n[x.adapter] += 1.0 / static_cast<double>(draws);
   return n;
+}
+
+TEST(workload, a_conversations_turns_keep_the_adapter_of_its_first) {
+  const auto set = std::get<adapter_set>(make_adapter_set(50, {8, 16}, "uniform"));
+  std::vector<request> r(300);
+  for (std::size_t i = 0; i < r.size(); ++i)
+    r[i].session = i % 3 == 0 ? 0 : 1 + i % 7; // seven sessions, interleaved, and single requests
+  assign_adapters(r, set, 0.2, 11);
+  std::map<std::uint64_t, std::uint32_t> first;
+  std::set<std::uint32_t> singles;
+  for (const auto& x : r) {
+    if (x.session == 0) {
+      singles.insert(x.adapter);
+      continue;
+    }
+    const auto at = first.emplace(x.session, x.adapter).first;
+    EXPECT_EQ(x.adapter, at->second) << "session " << x.session;
+  }
+  EXPECT_EQ(first.size(), 7u);
+  EXPECT_GT(singles.size(), 20u) << "requests outside sessions still draw their own";
 }
 
 TEST(workload, popularity_samplers_follow_their_formulas) {

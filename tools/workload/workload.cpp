@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 #include <string_view>
+#include <unordered_map>
 
 namespace troupe::workload {
 
@@ -391,15 +392,26 @@ void assign_adapters(std::vector<request>& r, const adapter_set& set, double bas
   std::partial_sum(set.weights.begin(), set.weights.end(), cdf.begin());
   const double total = cdf.empty() ? 0 : cdf.back();
   std::uint64_t s = seed;
+  // A conversation stays with the model its first turn drew (its KV cache
+  // is of that adapter).
+  std::unordered_map<std::uint64_t, std::uint32_t> of_session;
   for (auto& x : r) {
+    if (x.session != 0) {
+      if (auto seen = of_session.find(x.session); seen != of_session.end()) {
+        x.adapter = seen->second;
+        continue;
+      }
+    }
     if (cdf.empty() || uniform(s) < base_fraction) {
       x.adapter = none_adapter;
-      continue;
+    } else {
+      const double u = uniform(s) * total;
+      const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
+      x.adapter = static_cast<std::uint32_t>(
+        std::min<std::ptrdiff_t>(it - cdf.begin(), static_cast<std::ptrdiff_t>(cdf.size()) - 1));
     }
-    const double u = uniform(s) * total;
-    const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
-    x.adapter = static_cast<std::uint32_t>(std::min<std::ptrdiff_t>(it - cdf.begin(),
-                                                                    static_cast<std::ptrdiff_t>(cdf.size()) - 1));
+    if (x.session != 0)
+      of_session.emplace(x.session, x.adapter);
   }
 }
 

@@ -113,7 +113,8 @@ std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
                                                         bool cycle_ranks = false);
 
 /// Assigns each request an adapter drawn from `set` (base_fraction of them
-/// get none_adapter).
+/// get none_adapter); the later turns of a session (request.session != 0)
+/// get its first turn's.
 void assign_adapters(std::vector<request>& r, const adapter_set& set, double base_fraction,
                      std::uint64_t seed);
 
