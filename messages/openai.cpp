@@ -25,8 +25,9 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 10> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
-                                                         "seed", "stop", "stream", "stream_options", "user"};
+constexpr std::array<std::string_view, 11> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
+                                                         "seed", "stop", "stream", "stream_options", "user",
+                                                         "session"};
 constexpr std::array<std::string_view, 1> taken_by_completions{"prompt"};
 constexpr std::array<std::string_view, 3> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls"};
 constexpr std::array<std::string_view, 8> off_in_completions{"n", "best_of", "echo", "logprobs", "suffix",
@@ -126,7 +127,8 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
     gen["adapter"] = out.model;
 
   // Passed on as given: the wire parser checks them and names the field.
-  for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop"})
+  // session (Troupe's): a conversation's id, whose KV the next turn reuses.
+  for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "session"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
 

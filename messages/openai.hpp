@@ -44,6 +44,7 @@ struct completion_request {
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
 /// base model) or an adapter; one prompt per request (text or token ids);
+/// `session` (Troupe's own field) names a multi-turn session, as in the wire;
 /// OpenAI's fields Troupe does not implement (n > 1, best_of > 1, echo,
 /// logprobs, suffix, penalties, logit_bias) are refused with a message
 /// rather than ignored, as are fields it does not know.

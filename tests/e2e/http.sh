@@ -149,6 +149,27 @@ assert ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta
 assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["delta"] == {}, ev[-2:]
 streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[1:-2])
 assert streamed == plain["choices"][0]["text"], (streamed, plain)
+# A conversation over chat with a session: the second turn reuses the first
+# turn's KV (the history, as the chat template renders it, begins the same),
+# and answers as without it.
+def stat(name):
+    for line in call("/metrics")[2].splitlines():
+        if line.startswith("troupe_" + name + " "):
+            return float(line.split()[1])
+    raise AssertionError(name + " not in /metrics")
+hits = stat("session_hits")
+turn = dict(chat, model="demo", messages=[{"role": "user", "content": "Tell me about the river."}], session="conv-1")
+status, _, body = call("/v1/chat/completions", turn)
+assert status == 200, body
+reply = json.loads(body)["choices"][0]["message"]["content"]
+turn["messages"] = turn["messages"] + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
+status, _, body = call("/v1/chat/completions", turn)
+assert status == 200, body
+assert stat("session_hits") == hits + 1, "the second turn did not reuse the first's cache"
+del turn["session"]
+status, _, again = call("/v1/chat/completions", turn)
+assert json.loads(again)["choices"][0]["message"] == json.loads(body)["choices"][0]["message"], (again, body)
+
 refused(400, path="/v1/chat/completions", body=dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]),
         says='"tools"')
 refused(400, path="/v1/chat/completions", body=dict(chat, messages=[{"role": "tool", "content": "x"}]),

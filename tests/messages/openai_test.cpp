@@ -56,6 +56,9 @@ TEST(openai, a_completion_becomes_a_wire_generate_with_its_fields) {
   EXPECT_EQ(g.sampling.seed, 9u);
   EXPECT_EQ(g.stop, std::vector<std::string>{";"});
   EXPECT_TRUE(g.stream);
+  EXPECT_TRUE(g.session.empty());
+  EXPECT_EQ(as_generate(ok(R"({"model":"m","prompt":"p","session":"conv-7"})")).session, "conv-7")
+    << "Troupe's own field: the turn reuses the session's KV";
 }
 
 TEST(openai, the_base_models_name_means_no_adapter_and_token_prompts_pass_as_ids) {
@@ -330,6 +333,9 @@ TEST(openai, chatml_renders_each_message_then_opens_the_assistants_turn_and_stop
   EXPECT_EQ(g.stop, (std::vector<std::string>{"END", "<|im_end|>"})) << "the request's, then the template's";
   EXPECT_EQ(c.stop, g.stop);
   EXPECT_TRUE(c.stream);
+  EXPECT_EQ(as_generate(chat_ok(R"({"model":"m","session":"c1","messages":[{"role":"user","content":"d"}]})", tpl))
+              .session,
+            "c1");
   // A stop that is not a string reaches the wire parser as given, which
   // refuses it by name.
   const auto bad_stop = chat_ok(R"({"model":"m","stop":5,"messages":[{"role":"user","content":"d"}]})", tpl);
