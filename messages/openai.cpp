@@ -25,16 +25,16 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 11> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
+constexpr std::array<std::string_view, 12> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
                                                          "seed", "stop", "stream", "stream_options", "user",
-                                                         "session"};
+                                                         "session", "n"};
 constexpr std::array<std::string_view, 1> taken_by_completions{"prompt"};
 constexpr std::array<std::string_view, 3> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls"};
-constexpr std::array<std::string_view, 8> off_in_completions{"n", "best_of", "echo", "logprobs", "suffix",
+constexpr std::array<std::string_view, 7> off_in_completions{"best_of", "echo", "logprobs", "suffix",
                                                              "presence_penalty", "frequency_penalty", "logit_bias"};
-constexpr std::array<std::string_view, 9> off_in_chat{"n",          "logprobs",        "top_logprobs",
-                                                      "presence_penalty", "frequency_penalty", "logit_bias",
-                                                      "tools",      "tool_choice",     "response_format"};
+constexpr std::array<std::string_view, 8> off_in_chat{"logprobs",         "top_logprobs",      "presence_penalty",
+                                                      "frequency_penalty", "logit_bias",        "tools",
+                                                      "tool_choice",       "response_format"};
 
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& names, std::string_view key) {
@@ -47,7 +47,7 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 bool is_off(std::string_view field, const json& v) {
   if (v.is_null())
     return true;
-  if (field == "n" || field == "best_of")
+  if (field == "best_of")
     return v.is_number() && v.get<double>() == 1.0;
   if (field == "echo")
     return v.is_boolean() && !v.get<bool>();
@@ -161,6 +161,43 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+/// The request's `n` (1 when absent); the error for anything but an
+/// integer in [1, max_choices].
+std::variant<std::uint32_t, api_error> choices_per_prompt(const json& doc) {
+  const auto n = doc.find("n");
+  if (n == doc.end() || n->is_null())
+    return 1u;
+  if (!n->is_number_unsigned() || n->get<std::uint64_t>() < 1 || n->get<std::uint64_t>() > max_choices)
+    return bad("field \"n\" must be an integer in [1, " + std::to_string(max_choices) + "], got " + n->dump(), "n");
+  return static_cast<std::uint32_t>(n->get<std::uint64_t>());
+}
+
+/// `gen` (a wire generate without its prompt) once for each of `prompts`'
+/// `n` choices into `out`: the prompt, the choice's wire id and, with an
+/// integer seed, seed + K for a prompt's K-th choice.
+std::optional<api_error> expand(const std::vector<json>& prompts, std::uint32_t n, const json& gen,
+                                std::string_view wire_id, completion_request& out) {
+  const auto total = prompts.size() * n;
+  if (total > max_choices)
+    return bad(std::to_string(prompts.size()) + " prompts of " + std::to_string(n) + " choices each are "
+                 + std::to_string(total) + " choices; at most " + std::to_string(max_choices)
+                 + " in one request",
+               prompts.size() > 1 ? "prompt" : "n");
+  out.n = n;
+  for (const auto& prompt : prompts)
+    for (std::uint32_t k = 0; k < n; ++k) {
+      json one = gen;
+      one[prompt.is_string() ? "prompt" : "prompt_tokens"] = prompt;
+      const auto id = total == 1 ? std::string(wire_id) : std::string(wire_id) + "." + std::to_string(out.ids.size());
+      one["id"] = id;
+      if (auto seed = one.find("seed"); seed != one.end() && seed->is_number_unsigned())
+        *seed = seed->get<std::uint64_t>() + k;
+      out.ids.push_back(id);
+      out.frames.push_back(dump(one));
+    }
+  return std::nullopt;
+}
+
 } // namespace
 
 std::string to_json(const api_error& e) {
@@ -173,42 +210,46 @@ std::string to_json(const api_error& e) {
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id) {
   auto read = read_body(body, taken_by_completions, off_in_completions, "a completion request",
-                        "one choice, without log-probabilities, echo, suffix, penalties or logit bias");
+                        "no log-probabilities, echo, suffix, penalties or logit bias");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   const auto& doc = std::get<json>(read);
 
   completion_request out;
-  json gen = {{"type", "generate"}, {"id", wire_id}};
   const auto prompt = doc.find("prompt");
   if (prompt == doc.end() || prompt->is_null())
-    return bad("missing field \"prompt\": a string, or an array of token ids", "prompt");
+    return bad("missing field \"prompt\": a string, an array of token ids, or an array of either", "prompt");
+  // One prompt (text or token ids), or an array of them.
+  std::vector<json> prompts;
+  auto token_ids = [](const json& a) {
+    return std::all_of(a.begin(), a.end(), [](const json& t) { return t.is_number(); });
+  };
   if (prompt->is_string()) {
-    gen["prompt"] = *prompt;
-  } else if (prompt->is_array()) {
-    const json* one = &*prompt;
-    // A batch of one is the same request.
-    if (prompt->size() == 1 && ((*prompt)[0].is_string() || (*prompt)[0].is_array()))
-      one = &(*prompt)[0];
-    if (one->is_string()) {
-      gen["prompt"] = *one;
-    } else {
-      if (one->empty())
-        return bad("field \"prompt\" must not be empty", "prompt");
-      for (const auto& t : *one)
-        if (!t.is_number())
-          return bad("field \"prompt\" holds one prompt per request: a string, or an array of token ids (got an "
-                       "array holding " + std::string(t.type_name()) + "); send several prompts as several requests",
-                     "prompt");
-      gen["prompt_tokens"] = *one;
+    prompts.push_back(*prompt);
+  } else if (prompt->is_array() && !prompt->empty() && token_ids(*prompt)) {
+    prompts.push_back(*prompt);
+  } else if (prompt->is_array() && !prompt->empty()) {
+    for (const auto& p : *prompt) {
+      if (!p.is_string() && !(p.is_array() && !p.empty() && token_ids(p)))
+        return bad("field \"prompt\" must be a string, an array of token ids, or an array of those (one per "
+                   "prompt); it holds " + p.dump().substr(0, 80),
+                   "prompt");
+      prompts.push_back(p);
     }
   } else {
-    return bad("field \"prompt\" must be a string or an array of token ids, got " + std::string(prompt->type_name()), "prompt");
+    return bad("field \"prompt\" must be a non-empty string or array (token ids, or several prompts), got "
+                 + prompt->dump().substr(0, 80),
+               "prompt");
   }
+  const auto n = choices_per_prompt(doc);
+  if (auto* e = std::get_if<api_error>(&n))
+    return std::move(*e);
+  json gen = {{"type", "generate"}};
   if (auto e = take_common(doc, base_model, gen, out))
     return std::move(*e);
   out.stop = stop_strings(doc);
-  out.frame = dump(gen);
+  if (auto e = expand(prompts, std::get<std::uint32_t>(n), gen, wire_id, out))
+    return std::move(*e);
   return out;
 }
 
@@ -399,7 +440,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl) {
   auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request",
-                        "one text message, without log-probabilities, penalties, logit bias, tools or response "
+                        "text messages, without log-probabilities, penalties, logit bias, tools or response "
                         "formats");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
@@ -436,10 +477,14 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
   completion_request out;
   out.chat = true;
   out.stop = stop_strings(doc);
-  json gen = {{"type", "generate"}, {"id", wire_id}, {"prompt", std::get<std::string>(prompt)}};
+  const auto n = choices_per_prompt(doc);
+  if (auto* e = std::get_if<api_error>(&n))
+    return std::move(*e);
+  json gen = {{"type", "generate"}};
   if (auto e = take_common(doc, base_model, gen, out))
     return std::move(*e);
-  out.frame = dump(gen);
+  if (auto e = expand({json(std::get<std::string>(prompt))}, std::get<std::uint32_t>(n), gen, wire_id, out))
+    return std::move(*e);
   return out;
 }
 
@@ -491,15 +536,14 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
 
 completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
   : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
-    chat_(request.chat), stop_(request.stop) {
+    chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), stop_(request.stop),
+    choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
 
 namespace {
 
-json usage_of(const wire::done_reply& d) {
-  return {{"prompt_tokens", d.prompt_tokens},
-          {"completion_tokens", d.completion_tokens},
-          {"total_tokens", d.prompt_tokens + d.completion_tokens}};
+json usage_json(std::pair<std::uint64_t, std::uint64_t> u) {
+  return {{"prompt_tokens", u.first}, {"completion_tokens", u.second}, {"total_tokens", u.first + u.second}};
 }
 
 std::string event(const json& j) {
@@ -529,22 +573,41 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
 
 } // namespace
 
-std::string completion_answer::body(const wire::done_reply& done) const {
-  std::string_view text = done.text ? std::string_view(*done.text) : std::string_view();
-  text = text.substr(0, first_stop(text, stop_));
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(done.finish_reason)}};
-  if (chat_)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
+std::pair<std::uint64_t, std::uint64_t> completion_answer::usage() const {
+  std::pair<std::uint64_t, std::uint64_t> u{0, 0};
+  for (std::size_t k = 0; k < choices_.size(); ++k) {
+    if (k % n_ == 0) // a prompt's first choice; the others share its prompt
+      u.first += choices_[k].prompt_tokens;
+    u.second += choices_[k].completion_tokens;
+  }
+  return u;
+}
+
+std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
+  json choices = json::array();
+  std::pair<std::uint64_t, std::uint64_t> u{0, 0};
+  for (std::size_t k = 0; k < done.size(); ++k) {
+    const auto& d = done[k];
+    std::string_view text = d.text ? std::string_view(*d.text) : std::string_view();
+    text = text.substr(0, first_stop(text, stop_));
+    json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", finish_reason(d.finish_reason)}};
+    if (chat_)
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    else
+      choice["text"] = text;
+    choices.push_back(std::move(choice));
+    if (k % n_ == 0)
+      u.first += d.prompt_tokens;
+    u.second += d.completion_tokens;
+  }
   json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
             {"created", created_}, {"model", model_},
-            {"choices", json::array({choice})}, {"usage", usage_of(done)}};
+            {"choices", std::move(choices)}, {"usage", usage_json(u)}};
   return dump(j);
 }
 
-std::string completion_answer::chunk_with(std::string_view text, const char* finish, bool role) const {
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+std::string completion_answer::chunk_with(std::size_t k, std::string_view text, const char* finish, bool role) const {
+  json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
   if (finish != nullptr)
     choice["finish_reason"] = finish;
   if (!chat_)
@@ -561,36 +624,48 @@ std::string completion_answer::chunk_with(std::string_view text, const char* fin
 }
 
 std::string completion_answer::stream_start() const {
-  return chat_ ? chunk_with("", nullptr, true) : std::string();
+  std::string out;
+  if (chat_)
+    for (std::size_t k = 0; k < choices_.size(); ++k)
+      out += chunk_with(k, "", nullptr, true);
+  return out;
 }
 
-std::string completion_answer::chunk(const wire::token_reply& t) {
-  if (cut_)
+std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) {
+  auto& c = choices_.at(k);
+  if (c.cut)
     return {};
-  std::string text = std::move(held_) + t.text;
-  held_.clear();
+  std::string text = std::move(c.held) + t.text;
+  c.held.clear();
   if (const auto at = first_stop(text, stop_); at != std::string::npos) {
-    cut_ = true;
+    c.cut = true;
     text.resize(at);
   } else {
     const auto keep = stop_prefix_at_end(text, stop_);
-    held_ = text.substr(text.size() - keep);
+    c.held = text.substr(text.size() - keep);
     text.resize(text.size() - keep);
   }
-  return text.empty() ? std::string() : chunk_with(text, nullptr);
+  return text.empty() ? std::string() : chunk_with(k, text, nullptr);
 }
 
-std::string completion_answer::stream_end(const wire::done_reply& done) {
+std::string completion_answer::choice_end(std::size_t k, const wire::done_reply& done) {
+  auto& c = choices_.at(k);
   std::string out;
   // What was held did not become a stop string: it is the output's end.
-  if (!cut_ && !held_.empty())
-    out = chunk_with(held_, nullptr);
-  held_.clear();
+  if (!c.cut && !c.held.empty())
+    out = chunk_with(k, c.held, nullptr);
+  c.held.clear();
+  c.prompt_tokens = done.prompt_tokens;
+  c.completion_tokens = done.completion_tokens;
   const std::string reason(finish_reason(done.finish_reason));
-  out += chunk_with("", reason.c_str());
+  return out + chunk_with(k, "", reason.c_str());
+}
+
+std::string completion_answer::stream_end() const {
+  std::string out;
   if (include_usage_) {
     json j = {{"id", id_},      {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-              {"created", created_}, {"model", model_}, {"choices", json::array()}, {"usage", usage_of(done)}};
+              {"created", created_}, {"model", model_}, {"choices", json::array()}, {"usage", usage_json(usage())}};
     out += event(j);
   }
   return out + "data: [DONE]\n\n";

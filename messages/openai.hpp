@@ -11,9 +11,11 @@
 
 #include "messages/wire.hpp"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -30,9 +32,17 @@ struct api_error {
 };
 std::string to_json(const api_error& e);
 
+/// Most choices one HTTP request may ask for (prompts × n).
+inline constexpr std::size_t max_choices = 64;
+
 /// A completion request, translated.
 struct completion_request {
-  std::string frame;         ///< the wire generate, one JSON object
+  /// The wire generates, one per choice in OpenAI's order (each prompt's n
+  /// choices in turn), and their ids: `wire_id` for a lone choice, else
+  /// `wire_id.K`. With a seed, a prompt's K-th choice has seed + K.
+  std::vector<std::string> frames;
+  std::vector<std::string> ids;
+  std::uint32_t n = 1;       ///< choices per prompt
   std::string model;         ///< as the client named it (the base model or an adapter)
   bool stream = false;
   bool include_usage = false; ///< stream_options.include_usage: a last chunk with the usage
@@ -43,11 +53,12 @@ struct completion_request {
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
-/// base model) or an adapter; one prompt per request (text or token ids);
-/// `session` (Troupe's own field) names a multi-turn session, as in the wire;
-/// OpenAI's fields Troupe does not implement (n > 1, best_of > 1, echo,
-/// logprobs, suffix, penalties, logit_bias) are refused with a message
-/// rather than ignored, as are fields it does not know.
+/// base model) or an adapter; `prompt` is one prompt (text or token ids) or
+/// an array of them, each answered with `n` choices; `session` (Troupe's
+/// own field) names a multi-turn session, as in the wire; OpenAI's fields
+/// Troupe does not implement (best_of > 1, echo, logprobs, suffix,
+/// penalties, logit_bias) are refused with a message rather than ignored,
+/// as are fields it does not know.
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
 
@@ -105,38 +116,51 @@ api_error from_wire(wire::error_code code, std::string message);
 /// away, so nobody reads it).
 std::string_view finish_reason(std::string_view wire_reason) noexcept;
 
-/// Builds one completion's answer from its wire replies: a text completion
-/// or a chat completion, whole or streamed. The text ends before the first
-/// stop string in it (OpenAI's rule; the wire keeps it): a stream holds back
-/// text that may be the start of one until the next chunk tells.
+/// Builds one completion's answer from its choices' wire replies: a text
+/// completion or a chat completion, whole or streamed. Each choice's text
+/// ends before the first stop string in it (OpenAI's rule; the wire keeps
+/// it): a stream holds back text that may be the start of one until the
+/// next chunk tells. The usage counts each prompt's tokens once.
 class completion_answer {
 public:
   completion_answer(std::string id, std::int64_t created, const completion_request& request);
-  /// Non-streaming: the whole completion object.
-  std::string body(const wire::done_reply& done) const;
+  /// Non-streaming: the whole completion object from each choice's done.
+  std::string body(const std::vector<wire::done_reply>& done) const;
   /// Streaming: the events that open the stream ("" for a text completion;
-  /// a chat's first chunk names the assistant's role).
+  /// a chat's first chunk of each choice names the assistant's role).
   std::string stream_start() const;
-  /// Streaming: the event for a chunk of tokens ("data: {...}\n\n"); ""
-  /// when all its text is held back or after a stop string.
-  std::string chunk(const wire::token_reply& t);
-  /// Streaming: the last events (the text still held, the chunk with
-  /// finish_reason, the usage chunk when asked for, then "data: [DONE]").
-  std::string stream_end(const wire::done_reply& done);
+  /// Streaming: the event for a chunk of choice `k`'s tokens
+  /// ("data: {...}\n\n"); "" when all its text is held back or after a
+  /// stop string.
+  std::string chunk(std::size_t k, const wire::token_reply& t);
+  /// Streaming: choice `k` ended: the text it still held, then the chunk
+  /// with its finish_reason.
+  std::string choice_end(std::size_t k, const wire::done_reply& done);
+  /// Streaming, once every choice has ended: the usage chunk when asked
+  /// for, then "data: [DONE]".
+  std::string stream_end() const;
   /// Streaming: a failure after the response began (headers already sent),
   /// as an error event, then "data: [DONE]".
   std::string stream_error(const api_error& e) const;
 
 private:
-  std::string chunk_with(std::string_view text, const char* finish, bool role = false) const;
+  struct choice {
+    std::string held;  ///< streamed text that may begin a stop string
+    bool cut = false;  ///< a stop string came: nothing more is sent
+    std::uint64_t prompt_tokens = 0;
+    std::uint64_t completion_tokens = 0;
+  };
+  std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false) const;
+  /// Prompt tokens (each prompt's once) and completion tokens of all.
+  std::pair<std::uint64_t, std::uint64_t> usage() const;
   std::string id_;
   std::string model_;
   std::int64_t created_;
   bool include_usage_;
   bool chat_;
+  std::uint32_t n_;
   std::vector<std::string> stop_;
-  std::string held_;  ///< streamed text that may begin a stop string
-  bool cut_ = false;  ///< a stop string came: nothing more is sent
+  std::vector<choice> choices_;
 };
 
 /// Whether an Authorization header value ("Bearer KEY") carries one of

@@ -27,6 +27,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <cerrno>
 #include <chrono>
@@ -34,6 +35,7 @@
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace asio = boost::asio;
 namespace beast = boost::beast;
@@ -150,8 +152,8 @@ struct http_front::impl : zmq_io::owned_socket {
   /// While a whole completion is computed nothing is written, so a client
   /// that goes away would not show until its answer: this watches the
   /// socket for its end, without reading (a pipelined request stays for the
-  /// next read), and cancels the request then. `done` ends the watch.
-  asio::awaitable<void> watch_hangup(tcp::socket& sock, std::shared_ptr<bool> done, std::string id) {
+  /// next read), and cancels the requests then. `done` ends the watch.
+  asio::awaitable<void> watch_hangup(tcp::socket& sock, std::shared_ptr<bool> done, std::vector<std::string> ids) {
     boost::system::error_code ec;
     co_await sock.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
     if (*done || ec || stopped)
@@ -159,7 +161,8 @@ struct http_front::impl : zmq_io::owned_socket {
     char probe = 0;
     const auto n = ::recv(sock.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
-      cancel(id); // the end of the stream, or a reset
+      for (const auto& id : ids)
+        cancel(id); // the end of the stream, or a reset
   }
 
   /// A fresh wire id and its waiter.
@@ -355,49 +358,96 @@ struct http_front::impl : zmq_io::owned_socket {
   }
 
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as
-  /// server-sent events.
+  /// server-sent events. Each choice (a prompt's n) is one wire request;
+  /// their replies come to one waiter, told apart by id.
   asio::awaitable<bool> completion(beast::tcp_stream& stream, const http::request<http::string_body>& req,
                                    bool chat) {
     const auto version = req.version();
     const bool keep = req.keep_alive();
     boost::system::error_code ec;
-    auto [id, w] = expect();
-    struct forget {
-      impl& self;
-      std::string id;
-      ~forget() { self.pending.erase(id); }
-    } forget_it{*this, id};
-
-    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, id, *cfg.chat)
-                       : openai::parse_completion(req.body(), cfg.model, id);
-    if (auto* e = std::get_if<openai::api_error>(&parsed)) {
-      auto res = error_response(version, keep, *e);
-      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
-      co_return !ec && keep;
-    }
-    const auto c = std::get<openai::completion_request>(std::move(parsed));
-    openai::completion_answer answer((chat ? "chatcmpl-" : "cmpl-") + id, unix_now(), c);
-    const auto never = asio::steady_timer::time_point::max();
     auto fail = [&](const openai::api_error& e) -> asio::awaitable<bool> {
       auto res = error_response(version, keep, e);
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
     };
-    if (!send(c.frame))
-      co_return co_await fail(api_error_of(503, "server_error", "overloaded", "the server cannot take the request now"));
+    const auto base = "http-" + std::to_string(++next_id);
+    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat)
+                       : openai::parse_completion(req.body(), cfg.model, base);
+    if (auto* e = std::get_if<openai::api_error>(&parsed))
+      co_return co_await fail(*e);
+    const auto c = std::get<openai::completion_request>(std::move(parsed));
+    const auto n = c.ids.size();
+    auto w = std::make_shared<waiter>(io);
+    std::unordered_map<std::string, std::size_t> index;
+    for (std::size_t k = 0; k < n; ++k) {
+      pending[c.ids[k]] = w;
+      index[c.ids[k]] = k;
+    }
+    struct forget {
+      impl& self;
+      const std::vector<std::string>& ids;
+      ~forget() {
+        for (const auto& id : ids)
+          self.pending.erase(id);
+      }
+    } forget_them{*this, c.ids};
+    // Choices ended (a done or an error): the rest are cancelled when the
+    // answer cannot be given.
+    std::vector<char> ended(n, 0);
+    auto cancel_open = [&] {
+      for (std::size_t k = 0; k < n; ++k)
+        if (!ended[k])
+          cancel(c.ids[k]);
+    };
+    openai::completion_answer answer((chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), c);
+    const auto never = asio::steady_timer::time_point::max();
+    for (std::size_t k = 0; k < n; ++k)
+      if (!send(c.frames[k])) {
+        std::fill(ended.begin() + static_cast<std::ptrdiff_t>(k), ended.end(), 1);
+        cancel_open();
+        co_return co_await fail(
+          api_error_of(503, "server_error", "overloaded", "the server cannot take the request now"));
+      }
 
-    // Until the request is taken on (or refused) nothing is sent.
-    std::optional<wire::reply> r = co_await next(w, never);
-    if (!r)
-      co_return co_await fail(stopping());
-    if (auto* e = std::get_if<wire::error_reply>(&*r))
-      co_return co_await fail(openai::from_wire(e->code, e->message));
-    if (!std::holds_alternative<wire::accepted_reply>(*r))
-      co_return co_await fail(api_error_of(500, "server_error", "internal", "an unexpected reply from the server"));
+    // Until every choice is taken on (or one refused) nothing is sent; what
+    // comes for a choice after its accepted waits in `later`.
+    std::deque<wire::reply> later;
+    std::vector<char> accepted(n, 0);
+    std::optional<openai::api_error> refused;
+    for (std::size_t answered = 0; answered < n;) {
+      auto r = co_await next(w, never);
+      if (!r) {
+        cancel_open();
+        co_return co_await fail(stopping());
+      }
+      const auto k = index.at(reply_id(*r));
+      if (std::holds_alternative<wire::accepted_reply>(*r)) {
+        accepted[k] = 1;
+        ++answered;
+      } else if (auto* e = std::get_if<wire::error_reply>(&*r); e != nullptr && !accepted[k]) {
+        ended[k] = 1;
+        ++answered;
+        if (!refused)
+          refused = openai::from_wire(e->code, e->message);
+      } else {
+        later.push_back(std::move(*r));
+      }
+    }
+    if (refused) {
+      cancel_open();
+      co_return co_await fail(*refused);
+    }
+    auto next_reply = [&]() -> asio::awaitable<std::optional<wire::reply>> {
+      if (later.empty())
+        co_return co_await next(w, never);
+      auto r = std::move(later.front());
+      later.pop_front();
+      co_return r;
+    };
 
     if (!c.stream) {
       auto done = std::make_shared<bool>(false);
-      asio::co_spawn(io, watch_hangup(stream.socket(), done, id), asio::detached);
+      asio::co_spawn(io, watch_hangup(stream.socket(), done, c.ids), asio::detached);
       struct end_watch {
         std::shared_ptr<bool> done;
         tcp::socket& sock;
@@ -407,21 +457,30 @@ struct http_front::impl : zmq_io::owned_socket {
           sock.cancel(ignored); // its wait, the only operation on the socket now
         }
       } end_watch_at_exit{done, stream.socket()};
-      for (;;) {
-        r = co_await next(w, never);
-        if (!r)
+      std::vector<wire::done_reply> dones(n);
+      for (std::size_t finished = 0; finished < n;) {
+        auto r = co_await next_reply();
+        if (!r) {
+          cancel_open();
           co_return co_await fail(stopping());
-        if (auto* d = std::get_if<wire::done_reply>(&*r)) {
-          auto res = make(version, keep, http::status::ok, answer.body(*d));
-          co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
-          co_return !ec && keep;
         }
-        if (auto* e = std::get_if<wire::error_reply>(&*r))
+        const auto k = index.at(reply_id(*r));
+        if (auto* d = std::get_if<wire::done_reply>(&*r)) {
+          dones[k] = std::move(*d);
+          ended[k] = 1;
+          ++finished;
+        } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
+          ended[k] = 1;
+          cancel_open();
           co_return co_await fail(openai::from_wire(e->code, e->message));
+        }
       }
+      auto res = make(version, keep, http::status::ok, answer.body(dones));
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && keep;
     }
 
-    // Streaming: the headers now, then one chunk per event.
+    // Streaming: the headers now, then one chunk per write.
     http::response<http::empty_body> head{http::status::ok, version};
     head.set(http::field::server, "troupe");
     head.set(http::field::content_type, "text/event-stream");
@@ -440,31 +499,40 @@ struct http_front::impl : zmq_io::owned_socket {
     if (open)
       open = co_await write(answer.stream_start());
     if (!open) {
-      cancel(id); // the client went away: the request is cancelled, its memory freed
+      cancel_open(); // the client went away: the requests are cancelled, their memory freed
       co_return false;
     }
+    std::size_t finished = 0;
     for (;;) {
       // Everything the intake has sent by now goes out in one write.
       std::string out;
       bool end = false;
-      r = co_await next(w, never);
+      auto r = co_await next_reply();
       for (;;) {
         if (!r) {
           out += answer.stream_error(stopping());
           end = true;
-        } else if (auto* t = std::get_if<wire::token_reply>(&*r)) {
-          out += answer.chunk(*t);
-        } else if (auto* d = std::get_if<wire::done_reply>(&*r)) {
-          out += answer.stream_end(*d);
-          end = true;
-        } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
-          out += answer.stream_error(openai::from_wire(e->code, e->message));
-          end = true;
+        } else {
+          const auto k = index.at(reply_id(*r));
+          if (auto* t = std::get_if<wire::token_reply>(&*r)) {
+            out += answer.chunk(k, *t);
+          } else if (auto* d = std::get_if<wire::done_reply>(&*r)) {
+            ended[k] = 1;
+            out += answer.choice_end(k, *d);
+            if (++finished == n) {
+              out += answer.stream_end();
+              end = true;
+            }
+          } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
+            ended[k] = 1;
+            cancel_open();
+            out += answer.stream_error(openai::from_wire(e->code, e->message));
+            end = true;
+          }
         }
-        if (end || w->replies.empty())
+        if (end || (later.empty() && w->replies.empty()))
           break;
-        r = std::move(w->replies.front());
-        w->replies.pop_front();
+        r = co_await next_reply(); // at hand: does not wait
       }
       if (end) { // the last events and the end of the body, in one write
         co_await asio::async_write(stream, beast::buffers_cat(http::make_chunk(asio::buffer(out)), http::make_chunk_last()),
@@ -472,7 +540,7 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return !ec && keep;
       }
       if (!co_await write(out)) {
-        cancel(id); // the client went away
+        cancel_open(); // the client went away
         co_return false;
       }
     }

@@ -104,10 +104,31 @@ def refused(expect, path="/v1/completions", body=None, method=None, raw=None, sa
     return err
 
 assert refused(404, body=dict(req, model="nope"))["code"] == "model_not_found"
+assert refused(404, body=dict(req, model="nope", n=3))["code"] == "model_not_found", "every choice refused: one answer"
 refused(400, body=dict(req, max_tokens=-5), says="max_tokens")
 refused(400, raw=b"{not json", says="not valid JSON")
-refused(400, body=dict(req, n=2), says='"n"')
-refused(400, body=dict(req, prompt=["a", "b"]), says="one prompt per request")
+refused(400, body=dict(req, n=0), says='"n"')
+refused(400, body=dict(req, prompt=["a", 5]), says="an array of those")
+
+# Several prompts and n choices: one choice each, in order, each as its own
+# request would give (greedy: the same text; seeded: seed + K for choice K).
+status, _, body = call("/v1/completions", dict(req, prompt=["The river runs", "Once upon"], n=2))
+many = json.loads(body)
+assert status == 200 and [c["index"] for c in many["choices"]] == [0, 1, 2, 3], body
+assert many["choices"][0]["text"] == ref["text"] and many["choices"][1]["text"] == ref["text"], body
+status, _, body = call("/v1/completions", dict(req, prompt="Once upon"))
+assert many["choices"][2]["text"] == json.loads(body)["choices"][0]["text"] == many["choices"][3]["text"], body
+assert many["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"] + json.loads(body)["usage"]["prompt_tokens"]
+status, _, body = call("/v1/completions", dict(req, prompt=["The river runs", "Once upon"], n=2, stream=True))
+texts = {}
+for e in events(body)[:-1]:
+    texts[e["choices"][0]["index"]] = texts.get(e["choices"][0]["index"], "") + e["choices"][0]["text"]
+assert texts == {k: c["text"] for k, c in enumerate(many["choices"])}, (texts, many)
+sampled = dict(req, temperature=1, seed=3, max_tokens=8)
+status, _, body = call("/v1/completions", dict(sampled, n=2))
+pair = [c["text"] for c in json.loads(body)["choices"]]
+singles = [json.loads(call("/v1/completions", dict(sampled, seed=s))[2])["choices"][0]["text"] for s in (3, 4)]
+assert pair == singles, (pair, singles)
 refused(413, raw=b'{"model":"demo","prompt":"' + b"x" * (2 << 20) + b'"}')
 refused(405, method="GET")
 refused(405, path="/v1/chat/completions", method="GET")
@@ -180,11 +201,11 @@ refused(404, path="/nope", says="/nope")
 # to go on at once.
 host, port = sys.argv[1].rsplit(":", 1)
 s = socket.create_connection((host, int(port)))
-s.settimeout(0.5)
+s.settimeout(5)
 payload = json.dumps(dict(req, prompt="The river runs" + " " * 1200)).encode()
 s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nConnection: close\r\n"
           b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n")
-assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue"), "no 100 Continue within 0.5 s"
+assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue"), "no 100 Continue within 5 s (the server waits for the body)"
 s.settimeout(30)
 s.sendall(payload)
 got = b""

@@ -23,19 +23,26 @@ completion_request ok(std::string_view body) {
 api_error refused(std::string_view body) {
   auto r = parse_completion(body, "llama-2-7b", "h1");
   if (auto* c = std::get_if<completion_request>(&r)) {
-    ADD_FAILURE() << body << " taken: " << c->frame;
+    ADD_FAILURE() << body << " taken: " << c->frames.at(0);
     return {};
   }
   return std::get<api_error>(std::move(r));
 }
 
-wire::generate_request as_generate(const completion_request& c) {
-  auto r = wire::parse_request(c.frame, wire::parse_limits{});
+/// Choice `k`'s wire generate (the only one, by default).
+wire::generate_request as_generate(const completion_request& c, std::size_t k = 0, std::size_t choices = 1) {
+  EXPECT_EQ(c.frames.size(), choices);
+  EXPECT_EQ(c.ids.size(), c.frames.size());
+  if (k >= c.frames.size())
+    return {};
+  auto r = wire::parse_request(c.frames[k], wire::parse_limits{});
   if (auto* e = std::get_if<wire::parse_error>(&r)) {
-    ADD_FAILURE() << c.frame << ": " << e->message;
+    ADD_FAILURE() << c.frames[k] << ": " << e->message;
     return {};
   }
-  return std::get<wire::generate_request>(std::get<wire::request>(r));
+  auto g = std::get<wire::generate_request>(std::get<wire::request>(r));
+  EXPECT_EQ(g.id, c.ids[k]);
+  return g;
 }
 
 TEST(openai, a_completion_becomes_a_wire_generate_with_its_fields) {
@@ -73,6 +80,31 @@ TEST(openai, the_base_models_name_means_no_adapter_and_token_prompts_pass_as_ids
             (std::vector<std::int32_t>{5, 6}));
 }
 
+TEST(openai, several_prompts_and_n_choices_become_one_wire_generate_each_in_openais_order) {
+  const auto c = ok(R"({"model":"sql-lora","prompt":["a",[5,6]],"n":2,"seed":10,"max_tokens":3})");
+  ASSERT_EQ(c.frames.size(), 4u);
+  EXPECT_EQ(c.n, 2u);
+  EXPECT_EQ(c.ids, (std::vector<std::string>{"h1.0", "h1.1", "h1.2", "h1.3"}));
+  for (std::size_t k = 0; k < 4; ++k) {
+    const auto g = as_generate(c, k, 4);
+    EXPECT_EQ(g.adapter, "sql-lora");
+    EXPECT_EQ(g.max_tokens, 3u);
+    EXPECT_EQ(g.sampling.seed, 10u + k % 2) << "a prompt's choices differ by seed";
+    if (k < 2)
+      EXPECT_EQ(g.prompt, "a");
+    else
+      EXPECT_EQ(g.prompt_tokens, (std::vector<std::int32_t>{5, 6}));
+  }
+  // Without a seed each choice draws its own (the server's per-request seed).
+  EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"a","n":3})"), 2, 3).sampling.seed.has_value());
+  // A chat's n choices.
+  const auto tpl = std::get<chat_template>(make_chat_template("chatml", "", "", "", "", {}));
+  const auto chat = parse_chat_completion(R"({"model":"m","n":2,"messages":[{"role":"user","content":"q"}]})",
+                                          "llama-2-7b", "h9", tpl);
+  ASSERT_TRUE(std::holds_alternative<completion_request>(chat));
+  EXPECT_EQ(std::get<completion_request>(chat).ids, (std::vector<std::string>{"h9.0", "h9.1"}));
+}
+
 TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
   struct row {
     const char* body;
@@ -85,10 +117,15 @@ TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
          {R"({"prompt":"x"})", "model", "base model (\"llama-2-7b\")"},
          {R"({"model":"","prompt":"x"})", "model", "GET /v1/models"},
          {R"({"model":"llama-2-7b"})", "prompt", "missing field \"prompt\""},
-         {R"({"model":"llama-2-7b","prompt":["a","b"]})", "prompt", "one prompt per request"},
-         {R"({"model":"llama-2-7b","prompt":[]})", "prompt", "must not be empty"},
-         {R"({"model":"llama-2-7b","prompt":7})", "prompt", "got number"},
-         {R"({"model":"llama-2-7b","prompt":"x","n":2})", "n", "not supported"},
+         {R"({"model":"llama-2-7b","prompt":["a",[1,2],3]})", "prompt", "an array of those"},
+         {R"({"model":"llama-2-7b","prompt":["a",[]]})", "prompt", "an array of those"},
+         {R"({"model":"llama-2-7b","prompt":[]})", "prompt", "non-empty string or array"},
+         {R"({"model":"llama-2-7b","prompt":7})", "prompt", "got 7"},
+         {R"({"model":"llama-2-7b","prompt":"x","n":0})", "n", "an integer in [1, 64]"},
+         {R"({"model":"llama-2-7b","prompt":"x","n":1.5})", "n", "an integer in [1, 64]"},
+         {R"({"model":"llama-2-7b","prompt":"x","n":65})", "n", "an integer in [1, 64]"},
+         {R"({"model":"llama-2-7b","prompt":["a","b","c"],"n":22})", "prompt", "66 choices; at most 64"},
+         {R"({"model":"llama-2-7b","prompt":"x","best_of":2})", "best_of", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","logprobs":1})", "logprobs", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","echo":true})", "echo", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","max_token":3})", "max_token", "unknown field"},
@@ -110,7 +147,7 @@ TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
 
 TEST(openai, bad_values_reach_the_wire_parser_which_names_the_field) {
   const auto c = ok(R"({"model":"llama-2-7b","prompt":"x","max_tokens":-5})");
-  auto r = wire::parse_request(c.frame, wire::parse_limits{});
+  auto r = wire::parse_request(c.frames.at(0), wire::parse_limits{});
   ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
   const auto& e = std::get<wire::parse_error>(r);
   EXPECT_NE(e.message.find("max_tokens"), std::string::npos) << e.message;
@@ -158,7 +195,7 @@ completion_request answered(std::string model, bool include_usage, bool chat = f
 
 TEST(openai, a_whole_completion_is_one_object_with_its_usage) {
   const completion_answer a{"cmpl-1", 1700000000, answered("sql-lora", false)};
-  const auto j = json::parse(a.body(done("eos")));
+  const auto j = json::parse(a.body({done("eos")}));
   EXPECT_EQ(j["id"], "cmpl-1");
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["created"], 1700000000);
@@ -167,7 +204,13 @@ TEST(openai, a_whole_completion_is_one_object_with_its_usage) {
   EXPECT_EQ(j["choices"][0]["text"], "ab");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << "the end-of-sequence token";
   EXPECT_EQ(j["usage"]["total_tokens"], 5);
-  EXPECT_EQ(json::parse(a.body(done("length")))["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(json::parse(a.body({done("length")}))["choices"][0]["finish_reason"], "length");
+}
+
+/// A one-choice stream's last events: the choice's end, then the stream's.
+std::string end_of(completion_answer& a, const wire::done_reply& d) {
+  auto out = a.choice_end(0, d);
+  return out + a.stream_end();
 }
 
 /// The JSON payloads of a stream's "data:" events ("[DONE]" as a string).
@@ -188,11 +231,11 @@ TEST(openai, a_stream_is_chunks_then_the_finish_then_done) {
   EXPECT_EQ(a.stream_start(), "") << "a text completion's stream opens with its first chunk";
   wire::token_reply t;
   t.text = "He";
-  const auto c = events(a.chunk(t));
+  const auto c = events(a.chunk(0, t));
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0]["choices"][0]["text"], "He");
   EXPECT_TRUE(c[0]["choices"][0]["finish_reason"].is_null());
-  const auto end = events(a.stream_end(done("stop")));
+  const auto end = events(end_of(a, done("stop")));
   ASSERT_EQ(end.size(), 3u);
   EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(end[0]["choices"][0]["text"], "");
@@ -200,11 +243,57 @@ TEST(openai, a_stream_is_chunks_then_the_finish_then_done) {
   EXPECT_EQ(end[1]["usage"]["completion_tokens"], 2);
   EXPECT_EQ(end[2], "[DONE]");
   completion_answer no_usage{"cmpl-2", 1, answered("llama-2-7b", false)};
-  EXPECT_EQ(events(no_usage.stream_end(done("length"))).size(), 2u);
+  EXPECT_EQ(events(end_of(no_usage, done("length"))).size(), 2u);
   const auto err = events(no_usage.stream_error(from_wire(wire::error_code::internal, "boom")));
   ASSERT_EQ(err.size(), 2u);
   EXPECT_EQ(err[0]["error"]["message"], "boom");
   EXPECT_EQ(err[1], "[DONE]");
+}
+
+TEST(openai, an_answer_of_several_choices_indexes_them_and_counts_each_prompt_once) {
+  auto c = answered("m", true, false, {";"});
+  c.n = 2;
+  c.frames.resize(4); // two prompts, two choices each
+  completion_answer a{"cmpl-9", 1, c};
+  std::vector<wire::done_reply> dones(4, done("length"));
+  dones[0].prompt_tokens = dones[1].prompt_tokens = 3;
+  dones[2].prompt_tokens = dones[3].prompt_tokens = 4;
+  dones[3].text = "x;y";
+  const auto j = json::parse(a.body(dones));
+  ASSERT_EQ(j["choices"].size(), 4u);
+  for (std::size_t k = 0; k < 4; ++k)
+    EXPECT_EQ(j["choices"][k]["index"], k);
+  EXPECT_EQ(j["choices"][3]["text"], "x");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 7) << "each prompt once";
+  EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+
+  // Streamed: each chunk names its choice; each choice holds its own text
+  // back; the usage and [DONE] come once, at the end.
+  wire::token_reply t;
+  t.text = "ab;";
+  EXPECT_EQ(events(a.chunk(1, t))[0]["choices"][0]["index"], 1);
+  t.text = "c";
+  EXPECT_EQ(events(a.chunk(2, t))[0]["choices"][0]["text"], "c");
+  EXPECT_EQ(a.chunk(1, t), "") << "choice 1 met its stop string";
+  for (std::size_t k = 0; k < 4; ++k) {
+    const auto end = events(a.choice_end(k, dones[k]));
+    ASSERT_EQ(end.size(), 1u);
+    EXPECT_EQ(end[0]["choices"][0]["index"], k);
+    EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "length");
+  }
+  const auto last = events(a.stream_end());
+  ASSERT_EQ(last.size(), 2u);
+  EXPECT_EQ(last[0]["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(last[0]["usage"]["total_tokens"], 15);
+  EXPECT_EQ(last[1], "[DONE]");
+  // A chat's stream opens with the role once for each choice.
+  auto cc = answered("m", false, true);
+  cc.n = 2;
+  cc.frames.resize(2);
+  const auto start = events(completion_answer{"chatcmpl-1", 1, cc}.stream_start());
+  ASSERT_EQ(start.size(), 2u);
+  EXPECT_EQ(start[1]["choices"][0]["index"], 1);
+  EXPECT_EQ(start[1]["choices"][0]["delta"]["role"], "assistant");
 }
 
 TEST(openai, the_text_ends_before_the_first_stop_string_as_openai_returns_it) {
@@ -213,9 +302,9 @@ TEST(openai, the_text_ends_before_the_first_stop_string_as_openai_returns_it) {
   const completion_answer a{"cmpl-3", 1, answered("m", false, false, {";", "\n"})};
   auto d = done("stop");
   d.text = "SELECT 1\n;x"; // the token that completed ";" brought "x" too
-  EXPECT_EQ(json::parse(a.body(d))["choices"][0]["text"], "SELECT 1") << "the first of the stop strings";
+  EXPECT_EQ(json::parse(a.body({d}))["choices"][0]["text"], "SELECT 1") << "the first of the stop strings";
   d.text = "no stop";
-  EXPECT_EQ(json::parse(a.body(d))["choices"][0]["text"], "no stop");
+  EXPECT_EQ(json::parse(a.body({d}))["choices"][0]["text"], "no stop");
 }
 
 /// The text a stream's events carry, joined.
@@ -236,20 +325,20 @@ TEST(openai, a_stream_holds_back_what_may_begin_a_stop_string_until_the_next_chu
   };
   {
     completion_answer a{"c", 1, answered("m", false, false, {"</end>"})};
-    EXPECT_EQ(streamed_text({a.chunk(tokens("ab</"))}), "ab");
-    EXPECT_EQ(a.chunk(tokens("e")), "") << "\"</e\" may still become \"</end>\"";
-    EXPECT_EQ(streamed_text({a.chunk(tokens("nd>tail"))}), "") << "it did: nothing from it on";
-    EXPECT_EQ(a.chunk(tokens("more")), "");
-    const auto end = events(a.stream_end(done("stop")));
+    EXPECT_EQ(streamed_text({a.chunk(0, tokens("ab</"))}), "ab");
+    EXPECT_EQ(a.chunk(0, tokens("e")), "") << "\"</e\" may still become \"</end>\"";
+    EXPECT_EQ(streamed_text({a.chunk(0, tokens("nd>tail"))}), "") << "it did: nothing from it on";
+    EXPECT_EQ(a.chunk(0, tokens("more")), "");
+    const auto end = events(end_of(a, done("stop")));
     ASSERT_EQ(end.size(), 2u);
     EXPECT_EQ(end[0]["choices"][0]["text"], "");
     EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "stop");
   }
   {
     completion_answer a{"c", 1, answered("m", false, false, {"</end>"})};
-    std::vector<std::string> sse{a.chunk(tokens("x</")), a.chunk(tokens("y"))};
+    std::vector<std::string> sse{a.chunk(0, tokens("x</")), a.chunk(0, tokens("y"))};
     EXPECT_EQ(streamed_text(sse), "x</y") << "a false start is sent once it is one";
-    sse = {a.chunk(tokens("z</en")), a.stream_end(done("length"))};
+    sse = {a.chunk(0, tokens("z</en")), end_of(a, done("length"))};
     EXPECT_EQ(streamed_text(sse), "z</en") << "what is held at the end is the output's end";
   }
 }
@@ -281,7 +370,7 @@ completion_request chat_ok(std::string_view body, const chat_template& tpl) {
 api_error chat_refused(std::string_view body, const chat_template& tpl) {
   auto r = chat(body, tpl);
   if (auto* c = std::get_if<completion_request>(&r)) {
-    ADD_FAILURE() << body << " taken: " << c->frame;
+    ADD_FAILURE() << body << " taken: " << c->frames.at(0);
     return {};
   }
   return std::get<api_error>(std::move(r));
@@ -339,7 +428,7 @@ TEST(openai, chatml_renders_each_message_then_opens_the_assistants_turn_and_stop
   // A stop that is not a string reaches the wire parser as given, which
   // refuses it by name.
   const auto bad_stop = chat_ok(R"({"model":"m","stop":5,"messages":[{"role":"user","content":"d"}]})", tpl);
-  const auto r = wire::parse_request(bad_stop.frame, wire::parse_limits{});
+  const auto r = wire::parse_request(bad_stop.frames.at(0), wire::parse_limits{});
   ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
   EXPECT_NE(std::get<wire::parse_error>(r).message.find("stop"), std::string::npos);
 }
@@ -381,7 +470,7 @@ TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
   EXPECT_EQ(param_of(user + R"(,"tool_choice":"auto")"), "tool_choice");
   EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_object"})"), "response_format");
   EXPECT_EQ(param_of(user + R"(,"logprobs":true)"), "logprobs");
-  EXPECT_EQ(param_of(user + R"(,"n":2)"), "n");
+  EXPECT_EQ(param_of(user + R"(,"n":0)"), "n");
   EXPECT_EQ(param_of(user + R"(,"prompt":"p")"), "prompt") << "a completion's field";
   EXPECT_EQ(param_of(user + R"(,"max_tokens":3,"max_completion_tokens":4)"), "max_completion_tokens");
   EXPECT_EQ(param_of(R"("messages":[{"role":"tool","content":"q"}])"), "messages");
@@ -404,7 +493,7 @@ TEST(openai, a_chat_answer_is_a_message_and_its_stream_deltas_open_with_the_role
   const completion_answer whole{"chatcmpl-1", 7, answered("m", false, true, {"<|im_end|>"})};
   auto d = done("stop");
   d.text = "ab<|im_end|>";
-  const auto j = json::parse(whole.body(d));
+  const auto j = json::parse(whole.body({d}));
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
   EXPECT_EQ(j["choices"][0]["message"]["content"], "ab");
@@ -419,12 +508,12 @@ TEST(openai, a_chat_answer_is_a_message_and_its_stream_deltas_open_with_the_role
   EXPECT_EQ(start[0]["choices"][0]["delta"], (json{{"role", "assistant"}, {"content", ""}}));
   wire::token_reply t;
   t.text = "Hi<|im_";
-  const auto c = events(a.chunk(t));
+  const auto c = events(a.chunk(0, t));
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0]["choices"][0]["delta"], (json{{"content", "Hi"}}));
   t.text = "end|>";
-  EXPECT_EQ(a.chunk(t), "");
-  const auto end = events(a.stream_end(done("stop")));
+  EXPECT_EQ(a.chunk(0, t), "");
+  const auto end = events(end_of(a, done("stop")));
   ASSERT_EQ(end.size(), 3u);
   EXPECT_EQ(end[0]["choices"][0]["delta"], json::object());
   EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "stop");
