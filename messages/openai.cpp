@@ -488,6 +488,28 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
   return out;
 }
 
+std::variant<std::string, api_error> parse_advise(std::string_view body, std::string_view wire_id) {
+  json doc;
+  try {
+    doc = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    return bad(std::string("the body is not valid JSON: ") + e.what());
+  }
+  if (!doc.is_object())
+    return bad("the body must be a JSON object, got " + std::string(doc.type_name()));
+  for (const auto& [key, value] : doc.items())
+    if (key != "session" && key != "in_s")
+      return bad("unknown field \"" + key + "\" in an advisory (it takes \"session\" and \"in_s\")", key);
+  json frame = doc;
+  frame["type"] = "advise";
+  frame["id"] = wire_id;
+  return dump(frame);
+}
+
+std::string advise_json(const wire::advise_reply& r) {
+  return dump(json{{"session", r.session}, {"status", r.status}});
+}
+
 api_error from_wire(wire::error_code code, std::string message) {
   using wire::error_code;
   api_error e;

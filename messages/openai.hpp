@@ -108,6 +108,14 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl);
 
+/// Translates a POST /v1/advise body (Troupe's own: Symphony's advisory,
+/// the next turn of `session` is coming in `in_s` seconds) into a wire
+/// advise frame; the wire parser checks the values and names the field.
+std::variant<std::string, api_error> parse_advise(std::string_view body, std::string_view wire_id);
+
+/// The answer to POST /v1/advise: {"session", "status"} (where the cache is).
+std::string advise_json(const wire::advise_reply& r);
+
 /// The HTTP form of a wire error (a refusal, or a failure after acceptance).
 api_error from_wire(wire::error_code code, std::string message);
 

@@ -193,8 +193,14 @@ struct http_front::impl : zmq_io::owned_socket {
   /// for up to 10 s.
   asio::awaitable<std::optional<wire::reply>> ask(const char* type) {
     auto [id, w] = expect();
+    co_return co_await ask(w, id, std::string("{\"type\":\"") + type + "\",\"id\":\"" + id + "\"}");
+  }
+
+  /// Sends `frame` (wire id `id`, waited for by `w`) and waits for its one
+  /// reply up to 10 s.
+  asio::awaitable<std::optional<wire::reply>> ask(std::shared_ptr<waiter> w, std::string id, std::string frame) {
     std::optional<wire::reply> r;
-    if (send(std::string("{\"type\":\"") + type + "\",\"id\":\"" + id + "\"}"))
+    if (send(frame))
       r = co_await next(w, asio::steady_timer::clock_type::now() + std::chrono::seconds(10));
     pending.erase(id);
     co_return r;
@@ -326,11 +332,22 @@ struct http_front::impl : zmq_io::owned_socket {
                        "chat_template); use /v1/completions with the conversation as the prompt")));
       co_return co_await completion(stream, req, chat);
     }
-    if (target == "/v1/models" || target == "/health" || target == "/metrics") {
-      if (method != http::verb::get)
-        co_return co_await reply(wrong_method("GET"));
-      const char* type = target == "/v1/models" ? "list_adapters" : target == "/health" ? "health" : "stats";
-      const auto r = co_await ask(type);
+    const bool advise = target == "/v1/advise";
+    if (advise || target == "/v1/models" || target == "/health" || target == "/metrics") {
+      if (method != (advise ? http::verb::post : http::verb::get))
+        co_return co_await reply(wrong_method(advise ? "POST" : "GET"));
+      std::optional<wire::reply> r;
+      if (advise) {
+        auto [id, w] = expect();
+        auto frame = openai::parse_advise(req.body(), id);
+        if (auto* e = std::get_if<openai::api_error>(&frame)) {
+          pending.erase(id);
+          co_return co_await reply(error_response(version, keep, *e));
+        }
+        r = co_await ask(w, id, std::get<std::string>(frame));
+      } else {
+        r = co_await ask(target == "/v1/models" ? "list_adapters" : target == "/health" ? "health" : "stats");
+      }
       if (!r)
         co_return co_await reply(error_response(
           version, keep,
@@ -343,6 +360,8 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await reply(make(version, keep, h->status == "ok" ? http::status::ok
                                                                         : http::status::service_unavailable,
                                       "{\"status\":\"" + h->status + "\"}"));
+      if (const auto* a = std::get_if<wire::advise_reply>(&*r))
+        co_return co_await reply(make(version, keep, http::status::ok, openai::advise_json(*a)));
       if (const auto* s = std::get_if<wire::stats_reply>(&*r))
         co_return co_await reply(
           make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4"));
@@ -353,8 +372,8 @@ struct http_front::impl : zmq_io::owned_socket {
       version, keep,
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
-                     + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health, GET "
-                       "/metrics)")));
+                     + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /v1/advise, GET "
+                       "/health, GET /metrics)")));
   }
 
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as

@@ -187,6 +187,14 @@ turn["messages"] = turn["messages"] + [{"role": "assistant", "content": reply}, 
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
 assert stat("session_hits") == hits + 1, "the second turn did not reuse the first's cache"
+# Symphony's advisory over HTTP: the session's next turn is coming.
+status, _, advice = call("/v1/advise", {"session": "conv-1", "in_s": 0})
+assert status == 200 and json.loads(advice)["session"] == "conv-1", advice
+assert json.loads(advice)["status"] in ("on_gpu", "fetching", "in_host", "scheduled"), advice
+status, _, advice = call("/v1/advise", {"session": "nobody"})
+assert status == 200 and json.loads(advice)["status"] == "none", advice
+refused(400, path="/v1/advise", body={"in_s": 1}, says="session")
+refused(405, path="/v1/advise", method="GET")
 del turn["session"]
 status, _, again = call("/v1/chat/completions", turn)
 assert json.loads(again)["choices"][0]["message"] == json.loads(body)["choices"][0]["message"], (again, body)

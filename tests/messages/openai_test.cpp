@@ -522,6 +522,26 @@ TEST(openai, a_chat_answer_is_a_message_and_its_stream_deltas_open_with_the_role
   EXPECT_EQ(end[2], "[DONE]");
 }
 
+TEST(openai, an_advisory_becomes_a_wire_advise_which_checks_its_values) {
+  auto frame = parse_advise(R"({"session":"conv-1","in_s":2.5})", "h7");
+  ASSERT_TRUE(std::holds_alternative<std::string>(frame));
+  auto r = wire::parse_request(std::get<std::string>(frame), wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::request>(r));
+  const auto a = std::get<wire::advise_request>(std::get<wire::request>(r));
+  EXPECT_EQ(a.id, "h7");
+  EXPECT_EQ(a.session, "conv-1");
+  EXPECT_DOUBLE_EQ(a.in_s, 2.5);
+  EXPECT_EQ(std::get<api_error>(parse_advise(R"({"session":"c","type":"generate"})", "h7")).param, "type")
+    << "the frame's own fields are not the client's";
+  EXPECT_EQ(std::get<api_error>(parse_advise("[]", "h7")).status, 400);
+  // A missing session reaches the wire parser, which names it.
+  r = wire::parse_request(std::get<std::string>(parse_advise(R"({"in_s":1})", "h7")), wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
+  EXPECT_NE(std::get<wire::parse_error>(r).message.find("session"), std::string::npos);
+  wire::advise_reply reply{"h7", "conv-1", "on_gpu"};
+  EXPECT_EQ(json::parse(advise_json(reply)), (json{{"session", "conv-1"}, {"status", "on_gpu"}}));
+}
+
 TEST(openai, a_bearer_key_must_be_one_of_the_servers_when_it_has_any) {
   const std::vector<std::string> keys{"k-one", "k-two"};
   EXPECT_TRUE(authorized("", {})) << "no keys: no check";
