@@ -265,6 +265,27 @@ for _ in range(200):
     time.sleep(0.05)
 else:
     raise AssertionError("the dropped whole completion was not cancelled: " + call("/metrics")[2])
+# Several choices, dropped streamed and whole: every one of them is cancelled.
+for stream, want in ((True, 5), (False, 7)):
+    s = socket.create_connection((host, int(port)))
+    payload = json.dumps(dict(req, max_tokens=1500, n=3 if stream else 2, stream=stream)).encode()
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+              b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
+    if stream:
+        got = b""
+        while b"data: " not in got:
+            chunk = s.recv(4096)
+            assert chunk, got
+            got += chunk
+    else:
+        time.sleep(0.3)
+    s.close()
+    for _ in range(200):
+        if (metric("troupe_finished_cancelled") or 0) >= want:
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("not every choice of a dropped request was cancelled: " + call("/metrics")[2])
 status, _, body = call("/v1/completions", req)
 assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], body
 print("http: completions whole and streamed match the ZeroMQ front and end before stop strings; chat completions "
