@@ -113,8 +113,8 @@ std::vector<std::string> stop_strings(const json& doc) {
   return out;
 }
 
-/// The fields both endpoints share, into `gen` (the wire generate) and
-/// `out`; `gen` already holds the prompt.
+/// The fields both endpoints share, into `gen` (the wire generate, its
+/// prompt and id set for each choice later) and `out`.
 std::optional<api_error> take_common(const json& doc, std::string_view base_model, json& gen,
                                      completion_request& out) {
   const auto model = doc.find("model");
