@@ -729,7 +729,9 @@ api_error unauthorized(bool key_given) {
   return e;
 }
 
-std::string models_json(std::string_view base_model, const wire::adapters_reply& adapters, std::int64_t created) {
+namespace {
+
+json model_list(std::string_view base_model, const wire::adapters_reply& adapters, std::int64_t created) {
   json data = json::array();
   data.push_back({{"id", base_model}, {"object", "model"}, {"created", created}, {"owned_by", "troupe"}});
   for (const auto& a : adapters.adapters)
@@ -740,7 +742,49 @@ std::string models_json(std::string_view base_model, const wire::adapters_reply&
                     {"parent", base_model},
                     {"rank", a.rank},
                     {"resident", a.resident}});
-  return dump(json{{"object", "list"}, {"data", data}});
+  return data;
+}
+
+} // namespace
+
+std::string models_json(std::string_view base_model, const wire::adapters_reply& adapters, std::int64_t created) {
+  return dump(json{{"object", "list"}, {"data", model_list(base_model, adapters, created)}});
+}
+
+std::string percent_decoded(std::string_view s) {
+  std::string out;
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9')
+      return c - '0';
+    if (c >= 'a' && c <= 'f')
+      return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+      return c - 'A' + 10;
+    return -1;
+  };
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+      out += static_cast<char>(hex(s[i + 1]) * 16 + hex(s[i + 2]));
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::variant<std::string, api_error> model_json(std::string_view name, std::string_view base_model,
+                                                const wire::adapters_reply& adapters, std::int64_t created) {
+  for (const auto& m : model_list(base_model, adapters, created))
+    if (m["id"] == name)
+      return dump(m);
+  api_error e;
+  e.status = 404;
+  e.code = "model_not_found";
+  e.param = "model";
+  e.message = "no model \"" + std::string(name) + "\": the base model is \"" + std::string(base_model)
+              + "\" (GET /v1/models lists the adapters)";
+  return e;
 }
 
 std::string prometheus_text(const wire::stats_reply& stats) {

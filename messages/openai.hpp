@@ -182,6 +182,13 @@ api_error unauthorized(bool key_given);
 /// GET /v1/models: the base model, then every adapter (its parent the base).
 std::string models_json(std::string_view base_model, const wire::adapters_reply& adapters, std::int64_t created);
 
+/// A URL path segment with its %XX escapes decoded (others kept as sent).
+std::string percent_decoded(std::string_view s);
+
+/// GET /v1/models/NAME: that model's object, or a 404 model_not_found.
+std::variant<std::string, api_error> model_json(std::string_view name, std::string_view base_model,
+                                                const wire::adapters_reply& adapters, std::int64_t created);
+
 /// GET /metrics: the stats reply in Prometheus' text format, each name
 /// prefixed "troupe_" (characters Prometheus does not allow become '_');
 /// values that are not finite are left out.

@@ -333,7 +333,10 @@ struct http_front::impl : zmq_io::owned_socket {
       co_return co_await completion(stream, req, chat);
     }
     const bool advise = target == "/v1/advise";
-    if (advise || target == "/v1/models" || target == "/health" || target == "/metrics") {
+    // GET /v1/models/NAME: one model (an adapter's name may hold '/').
+    constexpr std::string_view one_model = "/v1/models/";
+    const bool named = target.starts_with(one_model) && target.size() > one_model.size();
+    if (advise || named || target == "/v1/models" || target == "/health" || target == "/metrics") {
       if (method != (advise ? http::verb::post : http::verb::get))
         co_return co_await reply(wrong_method(advise ? "POST" : "GET"));
       std::optional<wire::reply> r;
@@ -346,7 +349,7 @@ struct http_front::impl : zmq_io::owned_socket {
         }
         r = co_await ask(w, id, std::get<std::string>(frame));
       } else {
-        r = co_await ask(target == "/v1/models" ? "list_adapters" : target == "/health" ? "health" : "stats");
+        r = co_await ask(named || target == "/v1/models" ? "list_adapters" : target == "/health" ? "health" : "stats");
       }
       if (!r)
         co_return co_await reply(error_response(
@@ -354,6 +357,13 @@ struct http_front::impl : zmq_io::owned_socket {
           stopped ? stopping() : api_error_of(504, "server_error", "timeout", "the server did not answer in 10 s")));
       if (const auto* e = std::get_if<wire::error_reply>(&*r))
         co_return co_await reply(error_response(version, keep, openai::from_wire(e->code, e->message)));
+      if (const auto* a = std::get_if<wire::adapters_reply>(&*r); a != nullptr && named) {
+        auto m = openai::model_json(openai::percent_decoded(target.substr(one_model.size())), cfg.model, *a,
+                                    unix_now());
+        if (auto* e = std::get_if<openai::api_error>(&m))
+          co_return co_await reply(error_response(version, keep, *e));
+        co_return co_await reply(make(version, keep, http::status::ok, std::get<std::string>(std::move(m))));
+      }
       if (const auto* a = std::get_if<wire::adapters_reply>(&*r))
         co_return co_await reply(make(version, keep, http::status::ok, openai::models_json(cfg.model, *a, unix_now())));
       if (const auto* h = std::get_if<wire::health_reply>(&*r))
@@ -372,8 +382,8 @@ struct http_front::impl : zmq_io::owned_socket {
       version, keep,
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
-                     + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models, POST /v1/advise, GET "
-                       "/health, GET /metrics)")));
+                     + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/NAME], POST /v1/advise, "
+                       "GET /health, GET /metrics)")));
   }
 
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as

@@ -73,6 +73,10 @@ assert status == 200 and json.loads(body) == {"status": "ok"}, (status, body)
 status, _, body = call("/v1/models")
 models = [m["id"] for m in json.loads(body)["data"]]
 assert status == 200 and models[0] == "demo" and "demo-r8" in models, (status, body)
+status, _, body = call("/v1/models/demo-r8")
+assert status == 200 and json.loads(body)["id"] == "demo-r8" and json.loads(body)["parent"] == "demo", body
+status, _, body = call("/v1/models/nope")
+assert status == 404 and json.loads(body)["error"]["code"] == "model_not_found", body
 
 req = {"model": "demo", "prompt": "The river runs", "max_tokens": 12, "temperature": 0}
 status, ctype, body = call("/v1/completions", req)

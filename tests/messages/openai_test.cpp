@@ -575,6 +575,26 @@ TEST(openai, models_list_the_base_then_the_adapters) {
   EXPECT_EQ(j["data"][2]["resident"], false);
 }
 
+TEST(openai, one_model_is_the_base_or_an_adapter_by_its_name) {
+  wire::adapters_reply r;
+  r.adapters = {{"sql", 16, true}, {"team/geo", 8, false}};
+  auto m = model_json("team/geo", "llama-2-7b", r, 5);
+  ASSERT_TRUE(std::holds_alternative<std::string>(m));
+  const auto j = json::parse(std::get<std::string>(m));
+  EXPECT_EQ(j["id"], "team/geo");
+  EXPECT_EQ(j["object"], "model");
+  EXPECT_EQ(j["parent"], "llama-2-7b");
+  EXPECT_EQ(j["rank"], 8);
+  EXPECT_EQ(json::parse(std::get<std::string>(model_json("llama-2-7b", "llama-2-7b", r, 5)))["id"], "llama-2-7b");
+  const auto e = std::get<api_error>(model_json("nope", "llama-2-7b", r, 5));
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.code, "model_not_found");
+  EXPECT_EQ(percent_decoded("team%2Fgeo"), "team/geo");
+  EXPECT_EQ(percent_decoded("a%2fb%20c"), "a/b c");
+  EXPECT_EQ(percent_decoded("100%"), "100%") << "a lone % stays";
+  EXPECT_EQ(percent_decoded("%zz%4"), "%zz%4");
+}
+
 TEST(openai, stats_become_prometheus_gauges) {
   wire::stats_reply s;
   s.values = {{"requests_in_flight", 3}, {"kv.blocks-used", 0.5}, {"broken", std::nan("")}};
