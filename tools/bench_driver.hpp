@@ -42,6 +42,28 @@ struct open_loop_options {
 std::vector<workload::request_record> run_open_loop(const std::vector<workload::request>& requests,
                                                     const open_loop_options& opt);
 
+struct http_open_loop_options {
+  std::string endpoint; ///< the HTTP front's HOST:PORT
+  std::string api_key;  ///< sent as a bearer key when not empty
+  std::string model;    ///< the base model's name (GET /v1/models' first)
+  double time_scale = 1.0;
+  std::string adapter_prefix = "lora-";
+  /// How long a request may go without a byte of its answer before it is
+  /// given up ("lost").
+  std::chrono::milliseconds drain{std::chrono::seconds(300)};
+  bool progress = false;
+};
+
+/// run_open_loop over the OpenAI-compatible HTTP front: each request a
+/// streamed POST /v1/completions on a connection of its own, sent at its
+/// arrival time (single-turn requests only). The times are the client's:
+/// TTFT at the first event with text, time between tokens from the events
+/// (several tokens in one event count as one gap; the mean divides by the
+/// tokens), the token count from the usage event. No token ids or queue
+/// times come back over HTTP (tokens_fnv 0, queue_s -1).
+std::vector<workload::request_record> run_open_loop_http(const std::vector<workload::request>& requests,
+                                                         const http_open_loop_options& opt);
+
 /// Server figures from a stats reply: PCIe bytes (adapter loads, prefetches
 /// and swaps) and the adapter cache hit rate; -1 where absent.
 std::pair<double, double> pull_server_figures(const std::string& endpoint);

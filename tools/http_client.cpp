@@ -9,6 +9,8 @@
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
+#include <array>
+
 namespace troupe {
 
 namespace asio = boost::asio;
@@ -48,35 +50,70 @@ std::variant<std::unique_ptr<http_client>, std::string> http_client::connect(con
   return std::unique_ptr<http_client>(new http_client(std::move(p)));
 }
 
+int http_client::native_handle() const noexcept {
+  return const_cast<tcp::socket&>(impl_->socket).native_handle();
+}
+
 void http_client::set_api_key(std::string key) {
   impl_->authorization = "Bearer " + std::move(key);
 }
 
-std::variant<http_client::response, std::string> http_client::request(const char* method, const std::string& target,
-                                                                      const std::string& body) {
-  auto& p = *impl_;
+namespace {
+
+http::request<http::string_body> make_request(const char* method, const std::string& target, const std::string& body,
+                                              const std::string& host, const std::string& authorization) {
   http::request<http::string_body> req{http::string_to_verb(method), target, 11};
-  req.set(http::field::host, p.host);
+  req.set(http::field::host, host);
   req.keep_alive(true);
-  if (!p.authorization.empty())
-    req.set(http::field::authorization, p.authorization);
+  if (!authorization.empty())
+    req.set(http::field::authorization, authorization);
   if (!body.empty()) {
     req.set(http::field::content_type, "application/json");
     req.body() = body;
   }
   req.prepare_payload();
+  return req;
+}
+
+} // namespace
+
+std::variant<int, std::string> http_client::request_streaming(const char* method, const std::string& target,
+                                                              const std::string& body,
+                                                              const std::function<void(std::string_view)>& on_body) {
+  auto& p = *impl_;
+  auto req = make_request(method, target, body, p.host, p.authorization);
   boost::system::error_code ec;
   http::write(p.socket, req, ec);
   if (ec)
     return "sending to " + p.host + " failed: " + ec.message();
-  http::response_parser<http::string_body> parser;
-  parser.body_limit(1 << 30);
-  http::read(p.socket, p.buffer, parser, ec);
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(std::uint64_t{1} << 40); // a stream may run long
+  http::read_header(p.socket, p.buffer, parser, ec);
   if (ec)
     return "reading from " + p.host + " failed: " + ec.message();
+  std::array<char, 16384> piece;
+  while (!parser.is_done()) {
+    parser.get().body().data = piece.data();
+    parser.get().body().size = piece.size();
+    http::read_some(p.socket, p.buffer, parser, ec);
+    if (ec == http::error::need_buffer)
+      ec = {};
+    if (ec)
+      return "reading from " + p.host + " failed: " + ec.message();
+    const auto got = piece.size() - parser.get().body().size;
+    if (got > 0)
+      on_body(std::string_view(piece.data(), got));
+  }
+  return static_cast<int>(parser.get().result_int());
+}
+
+std::variant<http_client::response, std::string> http_client::request(const char* method, const std::string& target,
+                                                                      const std::string& body) {
   response r;
-  r.status = static_cast<int>(parser.get().result_int());
-  r.body = std::move(parser.get().body());
+  auto status = request_streaming(method, target, body, [&r](std::string_view piece) { r.body.append(piece); });
+  if (auto* why = std::get_if<std::string>(&status))
+    return std::move(*why);
+  r.status = std::get<int>(status);
   return r;
 }
 

@@ -3,8 +3,10 @@
 // in the .cpp. Not for use inside actors.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <variant>
 
 namespace troupe {
@@ -22,6 +24,10 @@ public:
   http_client(const http_client&) = delete;
   http_client& operator=(const http_client&) = delete;
 
+  /// The socket's descriptor: another thread may shut it down to end a
+  /// read that waits too long.
+  int native_handle() const noexcept;
+
   /// Sends "Authorization: Bearer KEY" with every request from now on.
   void set_api_key(std::string key);
 
@@ -29,6 +35,12 @@ public:
   /// response on the same connection; why not when the connection failed.
   std::variant<response, std::string> request(const char* method, const std::string& target,
                                                const std::string& body = {});
+
+  /// As request(), but the body goes to `on_body` piece by piece as it
+  /// arrives (a stream of server-sent events); the status, or why not.
+  std::variant<int, std::string> request_streaming(const char* method, const std::string& target,
+                                                   const std::string& body,
+                                                   const std::function<void(std::string_view)>& on_body);
 
   struct impl;
 

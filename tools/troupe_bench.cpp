@@ -63,7 +63,8 @@ void usage(std::FILE* out) {
                "  --window W                    requests in flight per ZeroMQ client (default 256)\n"
                "  --http                        POST /v1/completions to the OpenAI-compatible front instead, one\n"
                "                                request at a time per client's connection (in-process: [http] on;\n"
-               "                                with --endpoint, the front's HOST:PORT)\n"
+               "                                with --endpoint, the front's HOST:PORT); in the open loop too,\n"
+               "                                streamed, a connection per request (not with --conversations)\n"
                "  --api-key KEY                 sent as a bearer key over HTTP (default: the config's first\n"
                "                                [http] api_keys entry)\n"
                "Defaults: config tests/e2e/configs/sim-instant.toml, 8 clients,\n"
@@ -114,7 +115,29 @@ struct open_loop_args {
   std::uint64_t seed = 1;
   std::string json, csv, records;
   bool progress = true;
+  bool http = false; ///< over the OpenAI-compatible front
+  std::string api_key;
 };
+
+/// The base model's name at the HTTP front `endpoint`: the first of GET
+/// /v1/models; why not otherwise.
+std::variant<std::string, std::string> base_model_at(const std::string& endpoint, const std::string& api_key) {
+  using troupe::http_client;
+  auto c = http_client::connect(endpoint);
+  auto* client = std::get_if<std::unique_ptr<http_client>>(&c);
+  if (client == nullptr)
+    return std::variant<std::string, std::string>(std::in_place_index<1>, std::get<std::string>(c));
+  if (!api_key.empty())
+    (*client)->set_api_key(api_key);
+  auto r = (*client)->request("GET", "/v1/models");
+  const auto* got = std::get_if<http_client::response>(&r);
+  const auto models = got && got->status == 200 ? nlohmann::json::parse(got->body, nullptr, false) : nlohmann::json();
+  if (!models.is_object() || !models.contains("data") || models["data"].empty() || !models["data"][0].contains("id"))
+    return std::variant<std::string, std::string>(std::in_place_index<1>,
+                                                  "GET /v1/models at " + endpoint + ": "
+                                                    + (got ? got->body : std::get<std::string>(r)));
+  return std::variant<std::string, std::string>(std::in_place_index<0>, models["data"][0]["id"].get<std::string>());
+}
 
 /// The workload at `rate` (0: the trace's own times).
 std::variant<std::vector<troupe::workload::request>, std::string> make_workload(const open_loop_args& a, double rate) {
@@ -221,22 +244,48 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
       auto o = *opts;
       o.server.max_pending = std::max<std::uint32_t>(o.server.max_pending, static_cast<std::uint32_t>(reqs.size()));
       o.scheduler.max_waiting = std::max<std::uint32_t>(o.scheduler.max_waiting, static_cast<std::uint32_t>(reqs.size()));
+      if (a.http) {
+        o.http.listen = "127.0.0.1:0";
+        o.http.max_connections = std::max<std::uint32_t>(o.http.max_connections, static_cast<std::uint32_t>(reqs.size()));
+        if (a.api_key.empty() && !o.http.api_keys.empty())
+          a.api_key = o.http.api_keys.front();
+      }
       auto started = deployment::start(o);
       if (auto* err = std::get_if<std::string>(&started)) {
         std::fprintf(stderr, "troupe-bench: %s\n", err->c_str());
         return 1;
       }
       dep = std::get<std::unique_ptr<deployment>>(std::move(started));
-      target = dep->endpoint();
+      target = a.http ? dep->http_endpoint() : dep->endpoint();
     }
-    open_loop_options ol;
-    ol.endpoint = target;
-    ol.time_scale = a.time_scale;
-    ol.progress = a.progress && ::isatty(2);
-    ol.advise = a.advise;
-    const auto recs = run_open_loop(reqs, ol);
+    std::vector<workload::request_record> recs;
+    if (a.http) {
+      http_open_loop_options hl;
+      hl.endpoint = target;
+      hl.api_key = a.api_key;
+      auto m = base_model_at(target, a.api_key);
+      if (m.index() == 1) {
+        std::fprintf(stderr, "troupe-bench: %s\n", std::get<1>(m).c_str());
+        return 1;
+      }
+      hl.model = std::get<0>(m);
+      hl.time_scale = a.time_scale;
+      hl.progress = a.progress && ::isatty(2);
+      recs = run_open_loop_http(reqs, hl);
+    } else {
+      open_loop_options ol;
+      ol.endpoint = target;
+      ol.time_scale = a.time_scale;
+      ol.progress = a.progress && ::isatty(2);
+      ol.advise = a.advise;
+      recs = run_open_loop(reqs, ol);
+    }
     auto s = workload::summarize_run(recs, a.target, sum.mean_rate, a.label);
-    const auto [pcie, hit] = pull_server_figures(target);
+    // The server's own figures come over ZeroMQ: known in-process only
+    // when the load went over HTTP.
+    const auto [pcie, hit] = !a.http ? pull_server_figures(target)
+                             : dep   ? pull_server_figures(dep->endpoint())
+                                     : std::pair<double, double>{-1, -1};
     s.pcie_bytes = pcie;
     s.adapter_hit_rate = hit;
     if (dep)
@@ -362,6 +411,12 @@ int main(int argc, char** argv) {
     else { usage(stderr); return 2; }
   }
   if (open_loop) {
+    ol.http = over_http;
+    ol.api_key = api_key;
+    if (ol.http && (!ol.conversations.empty() || ol.advise)) {
+      std::fprintf(stderr, "troupe-bench: --http sends single-turn requests: not with --conversations or --advise\n");
+      return 2;
+    }
     ol.max_requests = requests == 20000 ? 0 : requests;
     ol.adapters = static_cast<std::uint32_t>(std::max(adapters, 0));
     if ((!ol.trace.empty()) + (ol.synthetic > 0) + (!ol.conversations.empty()) > 1) {
@@ -403,20 +458,12 @@ int main(int argc, char** argv) {
   const long per_client = requests / clients;
   std::string base_model;
   if (over_http) {
-    // The base model's name: the first of GET /v1/models.
-    auto c = http_client::connect(endpoint);
-    auto* client = std::get_if<std::unique_ptr<http_client>>(&c);
-    if (client && !api_key.empty())
-      (*client)->set_api_key(api_key);
-    auto r = client ? (*client)->request("GET", "/v1/models") : std::get<std::string>(c);
-    const auto* got = std::get_if<http_client::response>(&r);
-    const auto models = got && got->status == 200 ? nlohmann::json::parse(got->body, nullptr, false) : nlohmann::json();
-    if (!models.is_object() || !models.contains("data") || models["data"].empty()) {
-      std::fprintf(stderr, "troupe-bench: GET /v1/models at %s: %s\n", endpoint.c_str(),
-                   got ? got->body.c_str() : std::get<std::string>(r).c_str());
+    auto m = base_model_at(endpoint, api_key);
+    if (m.index() == 1) {
+      std::fprintf(stderr, "troupe-bench: %s\n", std::get<1>(m).c_str());
       return 1;
     }
-    base_model = models["data"][0]["id"].get<std::string>();
+    base_model = std::get<0>(m);
   }
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;

@@ -88,6 +88,22 @@ for front in "--window 2" "--http" "--http --stream" "--http --adapters 4"; do
     || fail "closed loop $front: $(cat "$work/closed.txt")"
 done
 
+# The open loop over the HTTP front: every request answered, its times and
+# tokens taken from the events.
+"$bin/troupe-bench" --config tests/e2e/configs/sim-realtime.toml --synthetic 20 --rate 20 --output-range 4:8 \
+  --http --no-progress --records "$work/http_records.csv" > "$work/http_open.txt" 2>&1 \
+  || fail "open loop over HTTP: $(cat "$work/http_open.txt")"
+grep -q "20/20 ok" "$work/http_open.txt" || fail "open loop over HTTP: $(cat "$work/http_open.txt")"
+python3 - "$work/http_records.csv" <<'PY' || fail "open loop over HTTP: the records"
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+assert len(rows) == 20, len(rows)
+for r in rows:
+    assert r["outcome"] in ("length", "stop"), r
+    assert 1 <= int(r["completion_tokens"]) <= int(r["max_tokens"]), r
+    assert 0 <= float(r["ttft_s"]) <= float(r["e2e_s"]), r
+PY
+
 expect_usage_error() { # what, then the command
   local what=$1; shift
   if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
@@ -95,6 +111,7 @@ expect_usage_error() { # what, then the command
 }
 set +e
 expect_usage_error "window >= 1" "$bin/troupe-bench" --requests 10 --window 0
+expect_usage_error "not with --conversations" "$bin/troupe-bench" --http --conversations tests/e2e/data/sharegpt_conversations_head.csv --rate 1
 expect_usage_error --rates "$bin/troupe-sim" --requests 10 --rates 0,2
 expect_usage_error --prompt-range "$bin/troupe-sim" --requests 10 --rate 1 --prompt-range 5:2
 expect_usage_error --sched-params "$bin/troupe-sim" --requests 10 --rate 1 --sched-params bogus
