@@ -33,8 +33,10 @@ stop() {
   wait "$pid"
   pid=""
 }
-sed 's/^listen = ""$/listen = "127.0.0.1:0"\napi_keys = ["k-1", "k-2"]/' config/default.toml > "$work/plain.toml"
+sed -e 's/^listen = ""$/listen = "127.0.0.1:0"\napi_keys = ["k-1", "k-2"]/' -e 's/^max_pending = .*/max_pending = 2/' \
+  config/default.toml > "$work/plain.toml"
 grep -q '^api_keys = \["k-1", "k-2"\]$' "$work/plain.toml"
+grep -q '^max_pending = 2$' "$work/plain.toml"
 sed 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' config/default.toml > "$work/http.toml"
 grep -q '^chat_template = "chatml"$' "$work/http.toml"
 start "$work/http.toml"
@@ -301,7 +303,7 @@ stop
 # completions are not served, and say why.
 start "$work/plain.toml"
 python3 - "$http" <<'PY'
-import json, sys, urllib.request, urllib.error
+import json, sys, time, urllib.request, urllib.error
 base = "http://" + sys.argv[1]
 def call(path, key=None, body=None):
     headers = {"Content-Type": "application/json"}
@@ -328,6 +330,27 @@ assert call("/health")[0] == 200 and call("/metrics")[0] == 200, "health and met
 status, _, text = call("/v1/chat/completions", "k-1", {"model": "demo", "messages": [{"role": "user", "content": "x"}]})
 err = json.loads(text)["error"]
 assert status == 404 and "chat_template" in err["message"], (status, err)
+# Three choices against room for two requests: the third is refused, the
+# two taken on are cancelled, and the answer is the refusal (429).
+status, _, text = call("/v1/completions", "k-1", {"model": "demo", "prompt": "x", "max_tokens": 200, "n": 3})
+assert status == 429 and json.loads(text)["error"]["code"] == "overloaded", (status, text)
+def cancelled():
+    for line in call("/metrics")[2].splitlines():
+        if line.startswith("troupe_finished_cancelled "):
+            return float(line.split()[1])
+    return 0.0
+for _ in range(200):
+    if cancelled() >= 2:
+        break
+    time.sleep(0.05)
+else:
+    raise AssertionError("the two choices taken on were not cancelled")
+for _ in range(100):  # the cancelled two leave the intake
+    status, _, text = call("/v1/completions", "k-1", {"model": "demo", "prompt": "x", "max_tokens": 2, "n": 2})
+    if status != 429:
+        break
+    time.sleep(0.05)
+assert status == 200 and len(json.loads(text)["choices"]) == 2, (status, text)
 PY
 stop
 echo "http: ok"
