@@ -7,6 +7,7 @@
 #include <cctype>
 #include <cmath>
 #include <optional>
+#include <utility>
 
 namespace troupe::openai {
 
@@ -68,12 +69,8 @@ bool is_off(std::string_view field, const json& v) {
   return false; // suffix: only null
 }
 
-/// The body as a JSON object whose fields all are ones the endpoint takes
-/// (or hold their "off" value); the error otherwise.
-template <std::size_t T, std::size_t O>
-std::variant<json, api_error> read_body(std::string_view body, const std::array<std::string_view, T>& own,
-                                        const std::array<std::string_view, O>& off, const char* what,
-                                        const char* refused_features) {
+/// The body as a JSON object; the error otherwise.
+std::variant<json, api_error> read_object(std::string_view body) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -82,6 +79,19 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
   }
   if (!doc.is_object())
     return bad("the body must be a JSON object, got " + std::string(doc.type_name()));
+  return doc;
+}
+
+/// The body as a JSON object whose fields all are ones the endpoint takes
+/// (or hold their "off" value); the error otherwise.
+template <std::size_t T, std::size_t O>
+std::variant<json, api_error> read_body(std::string_view body, const std::array<std::string_view, T>& own,
+                                        const std::array<std::string_view, O>& off, const char* what,
+                                        const char* refused_features) {
+  auto read = read_object(body);
+  if (std::holds_alternative<api_error>(read))
+    return read;
+  auto& doc = std::get<json>(read);
   for (const auto& [key, value] : doc.items()) {
     if (in(taken_by_both, key) || in(own, key))
       continue;
@@ -94,7 +104,7 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
     }
     return bad("unknown field \"" + key + "\" in " + what, key);
   }
-  return doc;
+  return read;
 }
 
 /// The stop strings of a request's "stop" as given (the wire parser checks
@@ -386,6 +396,24 @@ const std::vector<std::string>& chat_template_names() {
   return names;
 }
 
+std::optional<chat_template_error> custom_formats_refused(std::string_view name, const std::string& system,
+                                                         const std::string& user, const std::string& assistant,
+                                                         const std::string& generation,
+                                                         const std::vector<std::string>& stop) {
+  if (name == "custom")
+    return std::nullopt;
+  const std::pair<const char*, bool> custom[]{{"chat_system", !system.empty()},
+                                              {"chat_user", !user.empty()},
+                                              {"chat_assistant", !assistant.empty()},
+                                              {"chat_generation", !generation.empty()},
+                                              {"chat_stop", !stop.empty()}};
+  for (const auto& [key, given] : custom)
+    if (given)
+      return chat_template_error{key, "is for chat_template = \"custom\" (chat_template is \"" + std::string(name)
+                                        + "\"" + (name.empty() ? ": no chat completions)" : ")")};
+  return std::nullopt;
+}
+
 std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, std::string system,
                                                                     std::string user, std::string assistant,
                                                                     std::string generation,
@@ -409,14 +437,8 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     t.stop = std::move(stop);
     return t;
   }
-  const std::pair<const char*, bool> custom[]{{"chat_system", !system.empty()},
-                                              {"chat_user", !user.empty()},
-                                              {"chat_assistant", !assistant.empty()},
-                                              {"chat_generation", !generation.empty()},
-                                              {"chat_stop", !stop.empty()}};
-  for (const auto& [key, given] : custom)
-    if (given)
-      return chat_template_error{key, "is for chat_template = \"custom\" (chat_template is \"" + t.name + "\")"};
+  if (auto e = custom_formats_refused(name, system, user, assistant, generation, stop))
+    return std::move(*e);
   if (name == "llama2") {
     // Meta's format: BOS (the tokenizer's) [INST] <<SYS>> ... the reply ends
     // with the end-of-sequence token, so no stop string.
@@ -489,14 +511,10 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
 }
 
 std::variant<std::string, api_error> parse_advise(std::string_view body, std::string_view wire_id) {
-  json doc;
-  try {
-    doc = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    return bad(std::string("the body is not valid JSON: ") + e.what());
-  }
-  if (!doc.is_object())
-    return bad("the body must be a JSON object, got " + std::string(doc.type_name()));
+  auto read = read_object(body);
+  if (auto* e = std::get_if<api_error>(&read))
+    return std::move(*e);
+  const auto& doc = std::get<json>(read);
   for (const auto& [key, value] : doc.items())
     if (key != "session" && key != "in_s")
       return bad("unknown field \"" + key + "\" in an advisory (it takes \"session\" and \"in_s\")", key);
@@ -593,21 +611,25 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
   return longest;
 }
 
-} // namespace
-
-std::pair<std::uint64_t, std::uint64_t> completion_answer::usage() const {
+/// Prompt tokens (each prompt's once: its first choice's) and completion
+/// tokens of `choices` choices, `n` to a prompt; `counts(k)` gives choice
+/// k's pair.
+template <class Counts>
+std::pair<std::uint64_t, std::uint64_t> tally(std::size_t choices, std::uint32_t n, Counts counts) {
   std::pair<std::uint64_t, std::uint64_t> u{0, 0};
-  for (std::size_t k = 0; k < choices_.size(); ++k) {
-    if (k % n_ == 0) // a prompt's first choice; the others share its prompt
-      u.first += choices_[k].prompt_tokens;
-    u.second += choices_[k].completion_tokens;
+  for (std::size_t k = 0; k < choices; ++k) {
+    const auto [prompt, completion] = counts(k);
+    if (k % n == 0)
+      u.first += prompt;
+    u.second += completion;
   }
   return u;
 }
 
+} // namespace
+
 std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
   json choices = json::array();
-  std::pair<std::uint64_t, std::uint64_t> u{0, 0};
   for (std::size_t k = 0; k < done.size(); ++k) {
     const auto& d = done[k];
     std::string_view text = d.text ? std::string_view(*d.text) : std::string_view();
@@ -618,10 +640,10 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
     else
       choice["text"] = text;
     choices.push_back(std::move(choice));
-    if (k % n_ == 0)
-      u.first += d.prompt_tokens;
-    u.second += d.completion_tokens;
   }
+  const auto u = tally(done.size(), n_, [&](std::size_t k) {
+    return std::pair<std::uint64_t, std::uint64_t>{done[k].prompt_tokens, done[k].completion_tokens};
+  });
   json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
             {"created", created_}, {"model", model_},
             {"choices", std::move(choices)}, {"usage", usage_json(u)}};
@@ -687,7 +709,10 @@ std::string completion_answer::stream_end() const {
   std::string out;
   if (include_usage_) {
     json j = {{"id", id_},      {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
-              {"created", created_}, {"model", model_}, {"choices", json::array()}, {"usage", usage_json(usage())}};
+              {"created", created_}, {"model", model_}, {"choices", json::array()},
+              {"usage", usage_json(tally(choices_.size(), n_, [this](std::size_t k) {
+                 return std::pair<std::uint64_t, std::uint64_t>{choices_[k].prompt_tokens, choices_[k].completion_tokens};
+               }))}};
     out += event(j);
   }
   return out + "data: [DONE]\n\n";

@@ -13,9 +13,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <variant>
 #include <vector>
 
@@ -91,6 +91,13 @@ struct chat_template_error {
   std::string what;
 };
 
+/// The first of the custom formats given (non-empty) with a template
+/// `name` other than "custom" ("" too: no template), as the error.
+std::optional<chat_template_error> custom_formats_refused(std::string_view name, const std::string& system,
+                                                         const std::string& user, const std::string& assistant,
+                                                         const std::string& generation,
+                                                         const std::vector<std::string>& stop);
+
 /// The template `name`: a built-in one, or "custom" from the given formats
 /// (the user and assistant formats must hold "{content}", the system format
 /// too unless empty; stop strings must not be empty). Custom formats given
@@ -159,8 +166,6 @@ private:
     std::uint64_t completion_tokens = 0;
   };
   std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false) const;
-  /// Prompt tokens (each prompt's once) and completion tokens of all.
-  std::pair<std::uint64_t, std::uint64_t> usage() const;
   std::string id_;
   std::string model_;
   std::int64_t created_;

@@ -479,14 +479,16 @@ http_options read_http(section s) {
   o.chat_assistant = s.text("chat_assistant", o.chat_assistant);
   o.chat_generation = s.text("chat_generation", o.chat_generation);
   o.chat_stop = s.strings("chat_stop");
-  // Checked by the code that makes the template, so that the server and
-  // the config check agree; an empty name (no chat) takes no formats either.
-  const auto t = openai::make_chat_template(o.chat_template.empty() ? "none" : o.chat_template, o.chat_system,
-                                            o.chat_user, o.chat_assistant, o.chat_generation, o.chat_stop);
-  if (const auto* e = std::get_if<openai::chat_template_error>(&t); e != nullptr && !o.chat_template.empty())
+  if (o.chat_template.empty()) {
+    if (const auto e = openai::custom_formats_refused("", o.chat_system, o.chat_user, o.chat_assistant,
+                                                      o.chat_generation, o.chat_stop))
+      s.require(e->key, false, e->what);
+  } else if (const auto t = openai::make_chat_template(o.chat_template, o.chat_system, o.chat_user, o.chat_assistant,
+                                                       o.chat_generation, o.chat_stop);
+             const auto* e = std::get_if<openai::chat_template_error>(&t)) {
+    // The server makes its template with the same function.
     s.require(e->key, false, e->what);
-  else if (e != nullptr && e->key != "chat_template")
-    s.require(e->key, false, "is for chat_template = \"custom\" (chat_template is \"\": no chat completions)");
+  }
   return o;
 }
 

@@ -308,6 +308,12 @@ std::vector<outbound_frame> intake_core::on_submit_failed(std::uint64_t request_
 
 std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch) {
   std::vector<outbound_frame> out;
+  // Requests that end with this batch: their last chunk takes all its text.
+  std::vector<std::uint64_t> ending;
+  ending.reserve(batch.finished.size());
+  for (const auto& f : batch.finished)
+    ending.push_back(f.request_id);
+  std::sort(ending.begin(), ending.end());
   // Tokens of one request within a batch are consecutive; send one chunk each.
   std::size_t k = 0;
   while (k < batch.tokens.size()) {
@@ -329,9 +335,7 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         // valid UTF-8 on its own; the request's last chunk takes all.
         t.text = std::move(p.held) + decode(t.tokens, 0);
         p.held.clear();
-        const bool last = std::any_of(batch.finished.begin(), batch.finished.end(),
-                                      [id](const finish_event& f) { return f.request_id == id; });
-        if (!last) {
+        if (!std::binary_search(ending.begin(), ending.end(), id)) {
           const auto whole = complete_utf8_prefix(t.text);
           p.held = t.text.substr(whole);
           t.text.resize(whole);

@@ -179,12 +179,14 @@ assert streamed == plain["choices"][0]["text"], (streamed, plain)
 # A conversation over chat with a session: the second turn reuses the first
 # turn's KV (the history, as the chat template renders it, begins the same),
 # and answers as without it.
-def stat(name):
-    for line in call("/metrics")[2].splitlines():
-        if line.startswith("troupe_" + name + " "):
+def metric(name):
+    status, ctype, text = call("/metrics")
+    assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
+    for line in text.splitlines():
+        if line.startswith(name + " "):
             return float(line.split()[1])
-    raise AssertionError(name + " not in /metrics")
-hits = stat("session_hits")
+    return None
+hits = metric("troupe_session_hits")
 turn = dict(chat, model="demo", messages=[{"role": "user", "content": "Tell me about the river."}], session="conv-1")
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
@@ -192,7 +194,7 @@ reply = json.loads(body)["choices"][0]["message"]["content"]
 turn["messages"] = turn["messages"] + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
-assert stat("session_hits") == hits + 1, "the second turn did not reuse the first's cache"
+assert metric("troupe_session_hits") == hits + 1, "the second turn did not reuse the first's cache"
 # Symphony's advisory over HTTP: the session's next turn is coming.
 status, _, advice = call("/v1/advise", {"session": "conv-1", "in_s": 0})
 assert status == 200 and json.loads(advice)["session"] == "conv-1", advice
@@ -231,50 +233,11 @@ while True:
 s.close()
 assert got.startswith(b"HTTP/1.1 200"), got[:200]
 
-# A client that drops its stream: the request is cancelled.
-s = socket.create_connection((host, int(port)))
-payload = json.dumps(dict(req, max_tokens=1500, stream=True)).encode()  # greedy: runs to its length
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-got = b""
-while b"data: " not in got:
-    chunk = s.recv(4096)
-    assert chunk, got
-    got += chunk
-assert got.startswith(b"HTTP/1.1 200"), got[:200]
-s.close()
-
-def metric(name):
-    status, ctype, text = call("/metrics")
-    assert status == 200 and ctype.startswith("text/plain"), (status, ctype)
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    return None
-
-for _ in range(200):
-    if (metric("troupe_finished_cancelled") or 0) >= 1:
-        break
-    time.sleep(0.05)
-else:
-    raise AssertionError("the dropped stream's request was not cancelled: " + call("/metrics")[2])
-# One that goes away while waiting for a whole completion: cancelled too.
-s = socket.create_connection((host, int(port)))
-payload = json.dumps(dict(req, max_tokens=1500)).encode()  # greedy: runs to its length
-s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-          b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
-time.sleep(0.3)
-s.close()
-for _ in range(200):
-    if (metric("troupe_finished_cancelled") or 0) >= 2:
-        break
-    time.sleep(0.05)
-else:
-    raise AssertionError("the dropped whole completion was not cancelled: " + call("/metrics")[2])
-# Several choices, dropped streamed and whole: every one of them is cancelled.
-for stream, want in ((True, 5), (False, 7)):
+# Clients that go away before their answer, streamed or whole, one choice
+# or several: every choice is cancelled (greedy: each would run to its length).
+def drop(stream, n):
     s = socket.create_connection((host, int(port)))
-    payload = json.dumps(dict(req, max_tokens=1500, n=3 if stream else 2, stream=stream)).encode()
+    payload = json.dumps(dict(req, max_tokens=1500, n=n, stream=stream)).encode()
     s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
               b"Content-Length: " + str(len(payload)).encode() + b"\r\n\r\n" + payload)
     if stream:
@@ -283,15 +246,22 @@ for stream, want in ((True, 5), (False, 7)):
             chunk = s.recv(4096)
             assert chunk, got
             got += chunk
+        assert got.startswith(b"HTTP/1.1 200"), got[:200]
     else:
         time.sleep(0.3)
     s.close()
+
+cancelled = 0
+for stream, n, what in ((True, 1, "the dropped stream's request"), (False, 1, "the dropped whole completion"),
+                        (True, 3, "a dropped stream of 3 choices"), (False, 2, "a dropped whole of 2 choices")):
+    drop(stream, n)
+    cancelled += n
     for _ in range(200):
-        if (metric("troupe_finished_cancelled") or 0) >= want:
+        if (metric("troupe_finished_cancelled") or 0) >= cancelled:
             break
         time.sleep(0.05)
     else:
-        raise AssertionError("not every choice of a dropped request was cancelled: " + call("/metrics")[2])
+        raise AssertionError(what + " was not cancelled, every choice: " + call("/metrics")[2])
 status, _, body = call("/v1/completions", req)
 assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], body
 print("http: completions whole and streamed match the ZeroMQ front and end before stop strings; chat completions "
