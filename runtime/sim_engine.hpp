@@ -301,7 +301,6 @@ private:
     std::vector<float> gaps;
   };
   std::vector<token_gaps> gaps_; ///< per request index
-  bool trim_pending_ = false;
   std::vector<policies::tuner_sample> samples_;
   double next_tune_s_ = 0;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> request_meta_; // adapter, prompt

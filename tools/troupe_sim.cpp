@@ -81,6 +81,8 @@ constexpr const char* usage =
   "  --prefetch-free F     prefetch only while this share of the pool stays free (default 0.1)\n"
   "  --host-bytes N        host tier for adapters; 0 = unbounded (default 0)\n"
   "  --max-running N       running batch cap (default 256)\n"
+  "  --token-budget N      tokens one step may process, prompts and decodes (the server's\n"
+  "                        [scheduler] token_budget; default 8192)\n"
   "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
   "  --layer-streaming on|off  a cache coming back from the host pool streams in layer by layer under\n"
   "                        its step (Symphony), or is copied whole first (default off)\n"
@@ -151,6 +153,7 @@ struct options {
   double prefetch_free = 0.1;
   std::uint64_t host_bytes = 0;
   std::uint32_t max_running = 256;
+  std::uint32_t token_budget = 8192;
   bool on_demand = false;
   bool layer_streaming = false;
   double advise_lead = -1;
@@ -313,6 +316,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--prefetch-free") { if (!need_num() || num >= 1) { err = "--prefetch-free must be in [0, 1)"; return false; } o.prefetch_free = num; }
     else if (a == "--host-bytes") { if (!need_num()) return false; o.host_bytes = static_cast<std::uint64_t>(num); }
     else if (a == "--max-running") { if (!need_num() || num < 1) { err = "--max-running must be >= 1"; return false; } o.max_running = static_cast<std::uint32_t>(num); }
+    else if (a == "--token-budget") {
+      if (!need_num() || num < 1 || num > 1e9 || !whole(num)) { err = "--token-budget must be a whole number >= 1"; return false; }
+      o.token_budget = static_cast<std::uint32_t>(num);
+    }
     else if (a == "--session-eviction") {
       if (!troupe::policies::session_eviction_named(v)) { err = "--session-eviction: lru or largest"; return false; }
       o.session_eviction = v;
@@ -590,7 +597,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       classifier->set_predictor(std::move(predictor));
       sim_engine_config cfg;
       cfg.limits.max_running = o.max_running;
-      cfg.limits.token_budget = 8192;
+      cfg.limits.token_budget = o.token_budget;
       cfg.limits.max_waiting = 1u << 30;
       cfg.limits.total_pages = pool_pages;
       cfg.limits.page_tokens = page_tokens;

@@ -127,6 +127,7 @@ expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --net
 expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --disk-gib 8
 expect_usage_error --disk-fetch "$bin/troupe-sim" --requests 10 --rate 1 --disk-fetch sometimes
 expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --host-gib 1 --disk-gib -1
+expect_usage_error --token-budget "$bin/troupe-sim" --requests 10 --rate 1 --token-budget 0
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
 expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv
 set -e
