@@ -85,6 +85,16 @@ public:
     return v.get<double>();
   }
 
+  /// A positive number that a float holds (neither overflows to infinity
+  /// nor underflows to 0 there); `fallback` when absent.
+  float positive_float(const char* key, float fallback) {
+    const double d = number(key, fallback);
+    const auto f = static_cast<float>(d);
+    if (present(key) && !error() && !(f > 0 && std::isfinite(f)))
+      fail(key, "must be a positive number within a float's range, got " + doc_.at(key).dump());
+    return f;
+  }
+
   /// A token id (a non-negative integer that fits 31 bits).
   std::optional<std::int32_t> token_id(const char* key, const json& v) {
     if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
@@ -185,8 +195,8 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   const bool has_head_dim = in.present("head_dim");
   c.head_dim = in.positive("head_dim", 1);
   c.max_position_embeddings = in.positive("max_position_embeddings", 4096);
-  c.rms_norm_eps = static_cast<float>(in.number("rms_norm_eps", 1e-6));
-  c.rope_theta = static_cast<float>(in.number("rope_theta", 10000.0));
+  c.rms_norm_eps = in.positive_float("rms_norm_eps", 1e-6f);
+  c.rope_theta = in.positive_float("rope_theta", 10000.0f);
   c.tie_word_embeddings = in.boolean("tie_word_embeddings", false);
   if (in.present("bos_token_id"))
     c.bos_token_id = in.token_id("bos_token_id", in.at("bos_token_id")).value_or(1);
@@ -210,10 +220,6 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
       in.fail(dtype_key, "is \"" + *dtype + "\": unsupported (expected float32, float16 or bfloat16)");
     c.torch_dtype = *dtype;
   }
-  if (in.present("rms_norm_eps") && !in.error() && !(c.rms_norm_eps > 0))
-    in.fail("rms_norm_eps", "must be positive");
-  if (in.present("rope_theta") && !in.error() && !(c.rope_theta > 0))
-    in.fail("rope_theta", "must be positive");
   if (in.error())
     return *in.error();
 

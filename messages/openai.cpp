@@ -74,8 +74,9 @@ std::variant<json, api_error> read_object(std::string_view body) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
-    return bad(std::string("the body is not valid JSON: ") + e.what());
+  } catch (const json::exception& e) {
+    // A syntax error, or a number too large for a double (out_of_range).
+    return bad("the body is not valid JSON: " + wire::parser_message(e));
   }
   if (!doc.is_object())
     return bad("the body must be a JSON object, got " + std::string(doc.type_name()));

@@ -86,20 +86,6 @@ std::string describe(const json& j) {
          + describe(got));
 }
 
-/// The parser's message without nlohmann's "[json.exception...] " prefix,
-/// cut to a readable length.
-std::string parser_message(const std::exception& e) {
-  std::string_view msg = e.what();
-  if (!msg.empty() && msg.front() == '[') {
-    if (auto end = msg.find("] "); end != std::string_view::npos)
-      msg.remove_prefix(end + 2);
-  }
-  constexpr std::size_t max_len = 240;
-  if (msg.size() > max_len)
-    return std::string{msg.substr(0, max_len)} + "...";
-  return std::string{msg};
-}
-
 // -- reading numbers -------------------------------------------------------
 
 /// The value of `j` as an `Int` when `j` is a JSON number without a fractional
@@ -596,7 +582,8 @@ std::variant<Result, parse_error> read_object(std::string_view frame, const char
     json doc;
     try {
       doc = json::parse(frame.begin(), frame.end());
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
+      // A syntax error, or a number too large for a double (out_of_range).
       return parse_error{error_code::bad_request, {},
                          "frame is not valid JSON: " + parser_message(e)};
     }
@@ -619,6 +606,18 @@ std::variant<Result, parse_error> read_object(std::string_view frame, const char
 }
 
 } // namespace
+
+std::string parser_message(const std::exception& e) {
+  std::string_view msg = e.what();
+  if (!msg.empty() && msg.front() == '[') {
+    if (auto end = msg.find("] "); end != std::string_view::npos)
+      msg.remove_prefix(end + 2);
+  }
+  constexpr std::size_t max_len = 240;
+  if (msg.size() > max_len)
+    return std::string{msg.substr(0, max_len)} + "...";
+  return std::string{msg};
+}
 
 // -- error codes --------------------------------------------------------------
 

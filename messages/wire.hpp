@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -108,6 +109,10 @@ struct parse_limits {
 /// Parses and validates one frame. Never throws.
 std::variant<request, parse_error> parse_request(std::string_view frame,
                                                  const parse_limits& limits);
+
+/// A JSON parser's error as a client reads it: nlohmann's message without
+/// its "[json.exception...] " tag, cut to 240 bytes (it may quote the input).
+std::string parser_message(const std::exception& e);
 
 /// The `id` of any request alternative.
 const std::string& id_of(const request& r) noexcept;

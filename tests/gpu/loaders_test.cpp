@@ -405,6 +405,11 @@ TEST_F(loaders, config_errors_name_file_and_key) {
      "rope_scaling.rope_type"},
     {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"rope_type": "llama3", "factor": 8}})",
      "rope_scaling."},
+    {"{" + base + R"(, "num_attention_heads": 4, "rms_norm_eps": 0})", "rms_norm_eps"},
+    // Past a float's range: it would become infinity (or 0) in the model.
+    {"{" + base + R"(, "num_attention_heads": 4, "rms_norm_eps": 3e110})", "rms_norm_eps"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rms_norm_eps": 1e-50})", "rms_norm_eps"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_theta": 1e39})", "rope_theta"},
     {"[1, 2]", "object"},
   };
   for (const auto& r : rows) {

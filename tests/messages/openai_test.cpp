@@ -114,6 +114,7 @@ TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
   for (const auto& r : std::vector<row>{
          {R"([1])", "", "JSON object"},
          {R"({"model":)", "", "not valid JSON"},
+         {R"({"model":"llama-2-7b","prompt":"x","max_tokens":1e999})", "", "number overflow"},
          {R"({"prompt":"x"})", "model", "base model (\"llama-2-7b\")"},
          {R"({"model":"","prompt":"x"})", "model", "GET /v1/models"},
          {R"({"model":"llama-2-7b"})", "prompt", "missing field \"prompt\""},

@@ -1,6 +1,7 @@
 // Tests for messages/wire: every accepted request field, every rejection with
 // its code, echoed id and message, and request/reply round trips.
 #include "messages/wire.hpp"
+#include "tests/support/utf8.hpp"
 
 #include <gtest/gtest.h>
 
@@ -15,6 +16,8 @@
 
 namespace troupe::wire {
 namespace {
+
+using troupe::testing::valid_utf8;
 
 static_assert(std::is_nothrow_move_constructible_v<request>);
 static_assert(std::is_nothrow_move_constructible_v<reply>);
@@ -35,22 +38,6 @@ parse_limits test_limits() {
 std::string gen(const std::string& extra = "") {
   return R"({"type":"generate","id":"g1","prompt":"hi")" + (extra.empty() ? "" : "," + extra)
          + "}";
-}
-
-/// True when `s` is well-formed UTF-8.
-bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (n == 0 || i + n > s.size())
-      return false;
-    for (std::size_t k = 1; k < n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80)
-        return false;
-    i += n;
-  }
-  return true;
 }
 
 void expect_same(const generate_request& a, const generate_request& b) {
@@ -222,7 +209,7 @@ std::vector<accept_case> accept_cases() {
   };
 }
 
-class accept_test : public testing::TestWithParam<accept_case> {};
+class accept_test : public ::testing::TestWithParam<accept_case> {};
 
 TEST_P(accept_test, parses_generate) {
   const auto& c = GetParam();
@@ -238,7 +225,7 @@ TEST_P(accept_test, parses_generate) {
   expect_same(*g, expected);
 }
 
-INSTANTIATE_TEST_SUITE_P(wire, accept_test, testing::ValuesIn(accept_cases()),
+INSTANTIATE_TEST_SUITE_P(wire, accept_test, ::testing::ValuesIn(accept_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(wire, parses_other_request_types) {
@@ -285,6 +272,8 @@ std::vector<reject_case> reject_cases() {
     {"empty_frame", "", bad, "", {"not valid JSON"}},
     {"trailing_garbage", gen() + "x", bad, "", {"not valid JSON"}},
     {"invalid_utf8", "{\"type\":\"health\",\"id\":\"\xff\"}", bad, "", {"not valid JSON"}},
+    // A number too large for a double is the client's mistake, not the server's.
+    {"number_overflow", gen(R"("max_tokens":1e999)"), bad, "", {"not valid JSON", "number overflow"}},
     {"array", R"([{"type":"health","id":"a"}])", bad, "", {"JSON object", "array"}},
     {"string", R"("health")", bad, "", {"JSON object", "\"health\""}},
     {"missing_type", R"({"id":"a"})", bad, "a", {"\"type\"", "\"generate\"", "\"list_adapters\""}},
@@ -376,7 +365,7 @@ std::vector<reject_case> reject_cases() {
   };
 }
 
-class reject_test : public testing::TestWithParam<reject_case> {};
+class reject_test : public ::testing::TestWithParam<reject_case> {};
 
 TEST_P(reject_test, reports_code_id_and_field) {
   const auto& c = GetParam();
@@ -392,7 +381,7 @@ TEST_P(reject_test, reports_code_id_and_field) {
   EXPECT_EQ(err->message.find("json.exception"), std::string::npos) << err->message;
 }
 
-INSTANTIATE_TEST_SUITE_P(wire, reject_test, testing::ValuesIn(reject_cases()),
+INSTANTIATE_TEST_SUITE_P(wire, reject_test, ::testing::ValuesIn(reject_cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(wire, deeply_nested_frames_do_not_crash) {

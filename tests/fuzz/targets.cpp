@@ -1,0 +1,545 @@
+#include "tests/fuzz/targets.hpp"
+
+#include "gpu/llama_config.hpp"
+#include "gpu/lora.hpp"
+#include "gpu/safetensors.hpp"
+#include "messages/openai.hpp"
+#include "messages/wire.hpp"
+#include "runtime/backend_factory.hpp"
+#include "runtime/config.hpp"
+#include "runtime/sim_engine.hpp"
+#include "gpu/gpu_spec.hpp"
+#include "gpu/model_shape.hpp"
+#include "gpu/sim_backend.hpp"
+#include "policies/registry.hpp"
+#include "tests/support/temp_dir.hpp"
+#include "tests/support/utf8.hpp"
+#include "tools/workload/workload.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace troupe::fuzz {
+namespace {
+
+std::string_view text_of(std::span<const std::uint8_t> in) {
+  return {reinterpret_cast<const char*>(in.data()), in.size()};
+}
+
+void require(bool ok, std::string_view what) {
+  if (!ok)
+    throw invariant_broken(std::string(what));
+}
+
+/// Serializing must not throw (nlohmann throws on invalid UTF-8): a server
+/// that answers with text it cannot serialize loses the reply.
+template <class F>
+std::string serialized(F&& f, std::string_view what) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    throw invariant_broken(std::string(what) + " does not serialize: " + e.what());
+  }
+}
+
+// -- wire ----------------------------------------------------------------------
+
+bool wire_request(std::span<const std::uint8_t> in) {
+  wire::parse_limits limits;
+  limits.max_frame_bytes = 1 << 16;
+  limits.max_tokens = 4096;
+  limits.max_stop = 4;
+  limits.max_id_chars = 64;
+  limits.vocab_size = 32000;
+  auto parsed = wire::parse_request(text_of(in), limits);
+  if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+    require(!err->message.empty(), "a refusal without a message");
+    // Whatever a client sends, the fault is its own: never "internal".
+    require(err->code != wire::error_code::internal, "a frame refused as an internal error: " + err->message);
+    serialized([&] { return wire::to_json(wire::error_reply{err->id, err->code, err->message}); },
+               "the refusal's error reply");
+    return false;
+  }
+  const auto& req = std::get<wire::request>(parsed);
+  const auto once = serialized([&] { return wire::to_json(req); }, "an accepted request");
+  auto again = wire::parse_request(once, limits);
+  require(std::holds_alternative<wire::request>(again), "an accepted request, serialized, is refused: " + once);
+  require(wire::to_json(std::get<wire::request>(again)) == once, "a request changes on a round trip: " + once);
+  require(wire::id_of(req) == wire::id_of(std::get<wire::request>(again)), "the id changes on a round trip");
+  return true;
+}
+
+bool wire_reply(std::span<const std::uint8_t> in) {
+  auto parsed = wire::parse_reply(text_of(in));
+  if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+    require(!err->message.empty(), "a refusal without a message");
+    return false;
+  }
+  const auto& rep = std::get<wire::reply>(parsed);
+  const auto once = serialized([&] { return std::visit([](const auto& r) { return wire::to_json(r); }, rep); },
+                               "an accepted reply");
+  auto again = wire::parse_reply(once);
+  require(std::holds_alternative<wire::reply>(again), "an accepted reply, serialized, is refused: " + once);
+  const auto twice = std::visit([](const auto& r) { return wire::to_json(r); }, std::get<wire::reply>(again));
+  require(twice == once, "a reply changes on a round trip: " + once + " -> " + twice);
+  return true;
+}
+
+// -- the OpenAI-compatible front ---------------------------------------------------
+
+/// What the HTTP front does with a translated body: every frame goes to
+/// the wire parser, and every refusal becomes an OpenAI error body. True
+/// when the body was translated and the wire takes every frame.
+bool check_translation(const std::variant<openai::completion_request, openai::api_error>& r) {
+  if (auto* err = std::get_if<openai::api_error>(&r)) {
+    require(!err->message.empty(), "an API error without a message");
+    require(err->status >= 400 && err->status < 500, "a body refused with status " + std::to_string(err->status));
+    serialized([&] { return openai::to_json(*err); }, "an API error");
+    return false;
+  }
+  const auto& c = std::get<openai::completion_request>(r);
+  require(!c.frames.empty(), "a translation without a frame");
+  require(c.frames.size() == c.ids.size(), "frames and ids differ in number");
+  require(c.frames.size() <= openai::max_choices, "more frames than max_choices");
+  wire::parse_limits limits; // the server's defaults
+  bool all_taken = true;
+  for (std::size_t k = 0; k < c.frames.size(); ++k) {
+    const auto& f = c.frames[k];
+    auto parsed = wire::parse_request(f, limits);
+    if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+      // Values the wire checks itself (a temperature out of range) are
+      // refused there, by name; the frame must still be a generate of its id.
+      require(err->code == wire::error_code::bad_request, "a frame refused other than as a bad request: " + f);
+      require(err->id == c.ids[k], "a refused frame without its id: " + f);
+      all_taken = false;
+      continue;
+    }
+    const auto* g = std::get_if<wire::generate_request>(&std::get<wire::request>(parsed));
+    require(g != nullptr, "a frame that is not a generate: " + f);
+    require(g->id == c.ids[k], "a frame's id is not its choice's: " + f);
+  }
+  return all_taken;
+}
+
+const openai::chat_template& template_for(std::uint8_t selector) {
+  static const std::array<openai::chat_template, 3> tpls = [] {
+    auto make = [](std::string_view name, std::string system, std::string user, std::string assistant,
+                   std::string generation, std::vector<std::string> stop) {
+      auto t = openai::make_chat_template(name, std::move(system), std::move(user), std::move(assistant),
+                                          std::move(generation), std::move(stop));
+      return std::get<openai::chat_template>(std::move(t));
+    };
+    return std::array<openai::chat_template, 3>{
+      make("llama2", "", "", "", "", {}), make("chatml", "", "", "", "", {}),
+      make("custom", "", "<u>{content}</u>", "<a>{content}</a>", "<a>", {"</a>"})};
+  }();
+  return tpls[selector % tpls.size()];
+}
+
+bool openai_bodies(std::span<const std::uint8_t> in) {
+  if (in.empty())
+    return false;
+  const auto body = text_of(in.subspan(1));
+  switch (in[0] % 6) {
+  case 0:
+    return check_translation(openai::parse_completion(body, "base", "w1"));
+  case 1:
+  case 2:
+  case 3:
+    return check_translation(openai::parse_chat_completion(body, "base", "w1", template_for(in[0] % 6 - 1)));
+  case 4: {
+    auto r = openai::parse_advise(body, "w1");
+    if (auto* err = std::get_if<openai::api_error>(&r)) {
+      serialized([&] { return openai::to_json(*err); }, "an advise error");
+      return false;
+    }
+    const auto& frame = std::get<std::string>(r);
+    auto parsed = wire::parse_request(frame, {});
+    if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+      require(err->code == wire::error_code::bad_request && err->id == "w1",
+              "an advise frame refused other than as a bad request of its id: " + frame);
+      return false;
+    }
+    require(std::holds_alternative<wire::advise_request>(std::get<wire::request>(parsed)),
+            "an advise frame that is not an advise: " + frame);
+    return true;
+  }
+  default: {
+    // A path segment and an Authorization header, as the front reads them.
+    const auto name = openai::percent_decoded(body);
+    auto m = openai::model_json(name, "base", wire::adapters_reply{"w1", {{"sql", 8, true}}}, 0);
+    if (auto* err = std::get_if<openai::api_error>(&m))
+      serialized([&] { return openai::to_json(*err); }, "a model lookup's error");
+    const std::vector<std::string> keys{"k1", "a-longer-key"};
+    const bool key_taken = openai::authorized(body, keys);
+    if (key_taken) {
+      const auto key = body.substr(7); // the scheme's case is free
+      require(key == "k1" || key == "a-longer-key", "a wrong key authorized: " + std::string(body));
+    }
+    return key_taken || std::holds_alternative<std::string>(m);
+  }
+  }
+}
+
+/// The text of an answer's choice 0: a completion's "text", a chat's
+/// message or delta "content".
+std::string choice_text(const nlohmann::json& choice) {
+  for (const char* key : {"text", "message", "delta"}) {
+    if (!choice.contains(key))
+      continue;
+    const auto& v = choice.at(key);
+    if (v.is_string())
+      return v.get<std::string>();
+    if (v.is_object() && v.contains("content"))
+      return v.at("content").get<std::string>();
+  }
+  return {};
+}
+
+/// A streamed answer against the whole one: the same text, cut before the
+/// first stop string. Input: stop strings split by 0x02, then 0x01, then
+/// the output's chunks split by 0x01; the first byte's low bit picks chat.
+bool openai_stream(std::span<const std::uint8_t> in) {
+  if (in.empty())
+    return false;
+  const bool chat = (in[0] & 1) != 0;
+  const auto rest = text_of(in.subspan(1));
+  std::vector<std::string_view> parts;
+  for (std::size_t at = 0;;) {
+    const auto end = rest.find('\x01', at);
+    parts.push_back(rest.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    if (end == std::string_view::npos)
+      break;
+    at = end + 1;
+  }
+  openai::completion_request req;
+  req.frames = {"{}"};
+  req.ids = {"w1"};
+  req.model = "base";
+  req.stream = true;
+  req.chat = chat;
+  for (std::size_t at = 0; at <= parts[0].size() && req.stop.size() < 4;) {
+    const auto end = std::min(parts[0].find('\x02', at), parts[0].size());
+    if (end > at)
+      req.stop.emplace_back(parts[0].substr(at, end - at));
+    at = end + 1;
+  }
+  std::string whole;
+  for (std::size_t k = 1; k < parts.size(); ++k)
+    whole += parts[k];
+  for (const auto& s : req.stop)
+    if (!testing::valid_utf8(s))
+      return false; // the wire takes stop strings from JSON: always UTF-8
+  for (std::size_t k = 1; k < parts.size(); ++k)
+    if (!testing::valid_utf8(parts[k]))
+      return false;
+  std::size_t cut = whole.size();
+  for (const auto& s : req.stop)
+    cut = std::min(cut, whole.find(s));
+  const auto expected = whole.substr(0, cut);
+
+  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole};
+  openai::completion_answer one("cmpl-1", 0, req);
+  const auto body = nlohmann::json::parse(one.body({done}));
+  require(choice_text(body.at("choices").at(0)) == expected,
+          "the whole answer is not the output cut before the first stop string");
+
+  done.text.reset();
+  openai::completion_answer streamed("cmpl-1", 0, req);
+  std::string events = streamed.stream_start();
+  for (std::size_t k = 1; k < parts.size(); ++k)
+    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k - 1), {1}, std::string(parts[k])});
+  events += streamed.choice_end(0, done);
+  events += streamed.stream_end();
+  std::string text;
+  bool finish_seen = false;
+  bool done_seen = false;
+  for (std::size_t at = 0; at < events.size();) {
+    require(events.compare(at, 6, "data: ") == 0, "an event that does not start with \"data: \"");
+    const auto end = events.find("\n\n", at);
+    require(end != std::string::npos, "an event without its blank line");
+    const auto data = events.substr(at + 6, end - at - 6);
+    at = end + 2;
+    if (data == "[DONE]") {
+      require(at == events.size(), "events after [DONE]");
+      done_seen = true;
+      break;
+    }
+    require(!finish_seen, "a chunk after the one with the finish reason");
+    const auto j = nlohmann::json::parse(data);
+    const auto& choice = j.at("choices").at(0);
+    text += choice_text(choice);
+    finish_seen = !choice.at("finish_reason").is_null();
+  }
+  require(finish_seen && done_seen, "a stream that does not end with a finish reason and [DONE]");
+  require(text == expected, "the streamed text differs from the whole answer's");
+  return true;
+}
+
+// -- files -------------------------------------------------------------------------
+
+/// A scratch directory of this process (removed at exit); each input
+/// overwrites the files of the last.
+const std::filesystem::path& scratch() {
+  static const testing::temp_dir dir("troupe-fuzz");
+  require(!dir.dir().empty(), "cannot make a scratch directory");
+  return dir.dir();
+}
+
+void write_file(const std::filesystem::path& p, std::string_view bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  require(static_cast<bool>(f), "cannot write the scratch file " + p.string());
+}
+
+bool config(std::span<const std::uint8_t> in) {
+  static const auto catalog = default_catalog();
+  auto r = parse_config(text_of(in), "fuzz.toml", catalog);
+  if (auto* err = std::get_if<config_error>(&r)) {
+    require(err->message.starts_with("fuzz.toml"), "a config error that does not name the file: " + err->message);
+    return false;
+  }
+  return true;
+}
+
+bool llama_config(std::span<const std::uint8_t> in) {
+  auto r = gpu::parse_llama_config(text_of(in), "config.json");
+  if (auto* err = std::get_if<std::string>(&r)) {
+    require(err->find("config.json") != std::string::npos, "a config.json error that does not name it: " + *err);
+    return false;
+  }
+  const auto& c = std::get<gpu::llama_config>(r);
+  const auto once = serialized([&] { return gpu::to_config_json(c); }, "an accepted config.json");
+  auto again = gpu::parse_llama_config(once, "again.json");
+  require(std::holds_alternative<gpu::llama_config>(again), "an accepted config.json, written, is refused: " + once);
+  require(gpu::to_config_json(std::get<gpu::llama_config>(again)) == once, "config.json changes on a round trip");
+  return true;
+}
+
+bool safetensors(std::span<const std::uint8_t> in) {
+  const auto path = scratch() / "fuzz.safetensors";
+  write_file(path, text_of(in));
+  auto r = gpu::safetensors_archive::open(path.string());
+  if (auto* err = std::get_if<std::string>(&r)) {
+    require(err->find(path.string()) != std::string::npos, "a safetensors error that does not name the file: " + *err);
+    return false;
+  }
+  const auto& archive = std::get<gpu::safetensors_archive>(r);
+  for (const auto& name : archive.names()) {
+    const auto* t = archive.find(name);
+    require(t != nullptr, "a listed tensor is not found: " + name);
+    std::uint64_t elements = 1;
+    for (auto d : t->shape)
+      elements *= d;
+    // Reading every value must stay inside the mapping (ASan and the
+    // page guard catch a read past it).
+    const auto values = gpu::to_f32(*t);
+    require(values.size() == elements, "a tensor reads a different number of values than its shape: " + name);
+    auto again = archive.read_f32(name, t->shape);
+    require(std::holds_alternative<std::vector<float>>(again), "a listed tensor cannot be read by its own shape");
+  }
+  return true;
+}
+
+bool peft_config(std::span<const std::uint8_t> in) {
+  const auto dir = scratch() / "adapter";
+  std::filesystem::create_directories(dir);
+  write_file(dir / "adapter_config.json", text_of(in));
+  auto r = gpu::read_peft_config(dir.string());
+  if (auto* err = std::get_if<std::string>(&r)) {
+    require(err->find("adapter_config.json") != std::string::npos,
+            "an adapter error that does not name its file: " + *err);
+    return false;
+  }
+  const auto& a = std::get<gpu::lora_adapter>(r);
+  require(a.rank > 0, "an adapter of rank 0 accepted");
+  require(std::isfinite(a.scale), "an adapter with a scale that is not finite accepted");
+  return true;
+}
+
+/// A trace file as troupe-sim and troupe-bench read it (either kind of
+/// request trace, or conversations): refused naming the file, or every
+/// request and conversation usable.
+bool trace(std::span<const std::uint8_t> in) {
+  const auto path = scratch() / "trace.csv";
+  write_file(path, text_of(in));
+  bool any = false;
+  auto requests = workload::load_trace(path.string());
+  if (auto* err = std::get_if<std::string>(&requests)) {
+    require(err->starts_with(path.string()), "a trace error that does not name the file: " + *err);
+  } else {
+    any = true;
+    const auto& r = std::get<std::vector<workload::request>>(requests);
+    require(!r.empty(), "a trace read as no requests");
+    for (const auto& x : r) {
+      require(std::isfinite(x.arrival_s) && x.arrival_s >= 0, "a request arriving at " + std::to_string(x.arrival_s));
+      require(x.prompt_tokens > 0 && x.output_tokens > 0, "a request of no prompt or no output");
+    }
+  }
+  auto conversations = workload::load_conversations(path.string());
+  if (auto* err = std::get_if<std::string>(&conversations)) {
+    require(err->starts_with(path.string()), "a conversations error that does not name the file: " + *err);
+  } else {
+    any = true;
+    for (const auto& c : std::get<std::vector<workload::conversation>>(conversations))
+      require(c.rounds > 0 && c.prompt_tokens >= c.rounds && c.response_tokens >= c.rounds,
+              "a conversation with fewer tokens than turns");
+  }
+  return any;
+}
+
+/// Reads the fuzz input as a stream of choices; 0 once it runs out.
+class choices {
+public:
+  explicit choices(std::span<const std::uint8_t> in) : in_(in) {}
+  std::uint32_t next(std::uint32_t below) {
+    std::uint32_t v = 0;
+    for (int k = 0; k < 2; ++k)
+      v = v << 8 | (at_ < in_.size() ? in_[at_++] : 0);
+    return below == 0 ? 0 : v % below;
+  }
+  bool more() const noexcept { return at_ < in_.size(); }
+
+private:
+  std::span<const std::uint8_t> in_;
+  std::size_t at_ = 0;
+};
+
+/// A small deployment and workload on the virtual clock, every policy and
+/// memory mode the input picks: it ends, every request ends once with its
+/// tokens, and every page of a request comes back.
+bool sim(std::span<const std::uint8_t> in) {
+  choices c(in);
+  static const auto schedulers = policies::scheduling_policy_names();
+  static const auto evictions = policies::eviction_policy_names();
+  static const auto shape = *gpu::find_model_preset("llama-2-7b");
+  static const auto gpu_spec = *gpu::find_gpu_spec("A100-80GB");
+  const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
+  const std::uint32_t ranks[] = {8, 16, 64};
+  std::vector<adapter_spec> specs;
+  for (std::uint32_t i = 0; i < 6; ++i)
+    specs.push_back({"a" + std::to_string(i), ranks[i % 3], ""});
+  adapter_catalog catalog{specs, {}, [](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+
+  sim_engine_config cfg;
+  const auto& scheduling = schedulers[c.next(static_cast<std::uint32_t>(schedulers.size()))];
+  cfg.scheduling = policies::make_scheduling_policy(scheduling);
+  cfg.eviction = policies::make_eviction_policy(evictions[c.next(static_cast<std::uint32_t>(evictions.size()))]);
+  const std::uint64_t pool = 96 + c.next(400);
+  cfg.limits.total_pages = pool;
+  cfg.limits.page_tokens = 16;
+  cfg.limits.page_bytes = page_bytes;
+  cfg.limits.max_running = 1 + c.next(32);
+  cfg.limits.token_budget = 256 + c.next(4096);
+  cfg.limits.on_demand = c.next(2) == 1;
+  cfg.limits.host_pages = c.next(2) == 1 ? c.next(200) : 0;
+  cfg.limits.session_pages = c.next(2) == 1 ? c.next(static_cast<std::uint32_t>(pool / 2)) : 0;
+  const bool sessions = cfg.limits.session_pages > 0;
+  cfg.limits.hidden_page_tokens = c.next(2) == 1 ? 32 : 0;
+  cfg.layer_streaming = c.next(2) == 1;
+  cfg.advise_lead_s = c.next(2) == 1 ? 0.5 * c.next(8) : -1;
+  cfg.cache.prefetch = c.next(2) == 1;
+  const std::uint32_t max_context = 512 + c.next(2048);
+  cfg.max_context = max_context;
+  const auto where = " (" + scheduling + ", pool " + std::to_string(pool) + ", max_running "
+                     + std::to_string(cfg.limits.max_running) + (cfg.limits.on_demand ? ", on demand" : "")
+                     + ", host " + std::to_string(cfg.limits.host_pages) + ", session pages "
+                     + std::to_string(cfg.limits.session_pages) + ", max_context " + std::to_string(cfg.max_context)
+                     + ")";
+  sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu_spec, 1), std::move(catalog), pool};
+
+  std::vector<sim_request> reqs;
+  double t = 0;
+  while (c.more() && reqs.size() < 24) {
+    sim_request r;
+    t += 0.05 * c.next(40);
+    r.arrival_s = t;
+    r.prompt_tokens = 1 + c.next(600);
+    r.output_tokens = 1 + c.next(96);
+    r.adapter_id = c.next(8) % 7; // 0: the base model
+    r.session = c.next(4);        // 0: a single turn
+    r.think_s = 0.1 * c.next(30);
+    reqs.push_back(r);
+  }
+  if (reqs.empty())
+    return false;
+  const auto out = engine.run(reqs);
+  const auto& totals = engine.totals();
+  require(out.size() == reqs.size(), "outcomes for " + std::to_string(out.size()) + " requests" + where);
+  const auto& core = engine.core();
+  require(core.in_system() == 0,
+          std::to_string(core.in_system()) + " requests never ended (" + std::to_string(core.waiting()) + " waiting, "
+            + std::to_string(core.admitting()) + " admitting, " + std::to_string(core.running()) + " running; "
+            + std::to_string(core.reserved_pages()) + " pages reserved, " + std::to_string(core.session_pages_held())
+            + " held by " + std::to_string(core.sessions_cached()) + " session caches, "
+            + std::to_string(core.adapter_pages_in_use()) + " by adapters in use, "
+            + std::to_string(totals.pool_request_pages_at_end) + " request pages and "
+            + std::to_string(totals.pool_adapter_pages_at_end) + " adapter pages in the pool)" + where);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const auto& o = out[i];
+    const auto what = "request " + std::to_string(i) + " of " + std::to_string(out.size()) + " (prompt "
+                      + std::to_string(reqs[i].prompt_tokens) + ", output " + std::to_string(reqs[i].output_tokens)
+                      + ", adapter " + std::to_string(reqs[i].adapter_id) + ", session "
+                      + std::to_string(reqs[i].session) + ")" + where;
+    // A request can fail only when it can never fit: its context (a later
+    // turn's history included, at most max_context) and its adapter
+    // together past the pool.
+    const auto& r = reqs[i];
+    const std::uint64_t context = r.session != 0 ? std::max(max_context, r.prompt_tokens + r.output_tokens)
+                                                 : r.prompt_tokens + r.output_tokens;
+    const std::uint64_t adapter = r.adapter_id == 0 ? 0 : (shape.lora_adapter_bytes(ranks[(r.adapter_id - 1) % 3])
+                                                           + page_bytes - 1) / page_bytes;
+    const bool fits = (context + 15) / 16 + adapter <= pool;
+    require(o.reason != finish_reason::adapter_error && o.reason != finish_reason::cancelled
+              && (o.reason != finish_reason::error || !fits),
+            what + " ended with reason " + std::to_string(static_cast<int>(o.reason)));
+    if (o.reason == finish_reason::length) {
+      require(o.completion_tokens == reqs[i].output_tokens, what + ": not all its tokens");
+      require(o.ttft_s >= 0 && o.e2e_s >= o.ttft_s, what + ": times out of order");
+    }
+  }
+  // What requests hold at the end is the session caches kept on the GPU.
+  const auto kept = core.session_pages_held();
+  require(totals.pool_request_pages_at_end == kept,
+          std::to_string(totals.pool_request_pages_at_end) + " request pages held at the end, "
+            + std::to_string(kept) + " of them session caches" + where);
+  // The host pool holds session caches only, and as many pages as the core
+  // counts.
+  require(totals.host_pages_at_end == core.host_pages_held(),
+          "the host pool and the scheduler disagree on the pages held" + where);
+  if (!sessions)
+    require(totals.host_pages_at_end == 0, "host pages held at the end without sessions" + where);
+  require(totals.pool_adapter_pages_at_end == totals.cache_pages_at_end, "adapter pages and the cache disagree" + where);
+  return true;
+}
+
+constexpr std::array<target, 10> all{{
+  {"wire_request", wire_request},
+  {"wire_reply", wire_reply},
+  {"openai", openai_bodies},
+  {"openai_stream", openai_stream},
+  {"config", config},
+  {"llama_config", llama_config},
+  {"safetensors", safetensors},
+  {"peft_config", peft_config},
+  {"trace", trace},
+  {"sim", sim},
+}};
+
+} // namespace
+
+std::span<const target> targets() { return all; }
+
+const target* find_target(std::string_view name) {
+  for (const auto& t : all)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+} // namespace troupe::fuzz

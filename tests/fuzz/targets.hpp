@@ -1,0 +1,51 @@
+// Fuzz targets: each takes any bytes and must neither crash nor break one of
+// its invariants (a broken invariant throws invariant_broken). libFuzzer
+// drives them in a clang build with sanitizers (tools/fuzz.sh); the corpus
+// test replays the inputs checked in under tests/fuzz/corpus/ in every build
+// (those named ok-* must be accepted: the seeds reach past the refusals).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string_view>
+
+namespace troupe::fuzz {
+
+/// What a target found wrong with an input it did not crash on.
+struct invariant_broken : std::logic_error {
+  using std::logic_error::logic_error;
+};
+
+struct target {
+  std::string_view name; ///< also the corpus folder's name
+  /// True when the input was accepted (parsed, translated, read), false
+  /// when it was refused as it should be; throws invariant_broken otherwise.
+  bool (*run)(std::span<const std::uint8_t> input);
+};
+
+/// Every target:
+///   wire_request   the wire parser; what it accepts serializes and parses back
+///                  the same; what it refuses becomes an error reply that serializes
+///   wire_reply     the reply parser (troupe-client's); accepted replies round-trip
+///   openai         completion, chat (the first byte picks the template), advise
+///                  bodies, percent-decoding and API keys; every wire frame made
+///                  from a body is one the wire parser reads, and every error
+///                  serializes
+///   openai_stream  a streamed answer holds the text of the whole one: the output
+///                  cut before the first stop string, however it is chunked
+///   config         the deployment-file loader; errors name the file
+///   llama_config   config.json; an accepted one serializes and parses back the same
+///   safetensors    a .safetensors file; every tensor it lists reads within the file
+///   peft_config    adapter_config.json of a PEFT adapter
+///   trace          a trace file (Azure, ShareGPT lengths, conversations) as
+///                  troupe-sim and troupe-bench read it
+///   sim            a small deployment and workload on the virtual clock, with the
+///                  policies, memory modes and tiers the input picks: every request
+///                  ends once with all its tokens and gives every page back
+std::span<const target> targets();
+
+/// The target called `name`, or nullptr.
+const target* find_target(std::string_view name);
+
+} // namespace troupe::fuzz
