@@ -285,10 +285,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
     request_growth(fx);
   if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
     return fx;
-  if (!sessions_.empty() && waiting() > 0) {
-    // Cached sessions give way to the head of the queue.
-    make_room(head_pages(), records_.at(waiting_[head_].request_id).spec.session, fx);
-  }
+  if (!sessions_.empty() && waiting() > 0)
+    room_for_head(fx);
   running_views_.clear();
   // Pages already on their way back: swap-outs in flight, and requests
   // chosen for preemption that wait for their step to end.
@@ -428,9 +426,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
       // left to prefill. K and V depend on the adapter: only a cache of the
       // turn's own adapter serves it.
       auto& e = sit->second;
-      const auto shared = shared_prefix(e.tokens, r.spec.prompt);
-      const bool extends = e.adapter_id == r.spec.adapter_id && shared > 0
-                           && (shared == e.tokens.size() || 2 * shared >= e.tokens.size());
+      const auto shared = reusable_prefix(e, r);
+      const bool extends = shared > 0;
       const bool partial = shared < e.tokens.size();
       if (extends && e.where == session_tier::awaiting_host)
         keep_on_device(e); // still on the GPU: its turn takes it there
@@ -647,6 +644,13 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
   }
   step_in_flight_ = !out.empty();
   return out;
+}
+
+std::size_t scheduler_core::reusable_prefix(const session_entry& e, const record& r) noexcept {
+  if (e.adapter_id != r.spec.adapter_id)
+    return 0;
+  const auto shared = shared_prefix(e.tokens, r.spec.prompt);
+  return shared == e.tokens.size() || 2 * shared >= e.tokens.size() ? shared : 0;
 }
 
 std::size_t scheduler_core::shared_prefix(const std::vector<std::int32_t>& cached,
@@ -1576,6 +1580,29 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
   ++session_evictions_;
   sessions_.erase(i);
   return fx;
+}
+
+void scheduler_core::room_for_head(scheduler_effects& fx) {
+  // Cached sessions give way to the head of the queue, all but its own
+  // when that serves it.
+  const auto& head = records_.at(waiting_[head_].request_id);
+  const auto need = head_pages();
+  auto own = sessions_.find(head.spec.session);
+  const bool serves = head.spec.session != 0 && own != sessions_.end() && reusable_prefix(own->second, head) > 0;
+  make_room(need, serves ? head.spec.session : 0, fx);
+  // The head is admitted on its whole need (what it adopts from its cache
+  // is already taken), so a cache kept for it can stand in its way. When
+  // nothing else is to give pages back, the cache goes too and the turn
+  // prefills its history: waiting would be for ever.
+  own = sessions_.find(head.spec.session);
+  if (!serves || own == sessions_.end() || own->second.where != session_tier::device)
+    return;
+  const auto taken = reserved_pages_ + adapter_pages_in_use_;
+  const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
+  const bool nothing_comes_back = batch_.empty() && admitting_ == 0 && swapping_out_pages_ == 0
+                                  && moving_out_pages_ == 0;
+  if (free < need && nothing_comes_back)
+    evict_session(head.spec.session, fx);
 }
 
 void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx) {

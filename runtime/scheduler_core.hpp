@@ -454,6 +454,9 @@ private:
   /// Frees least recently used session caches until `need` pages are free
   /// for admission (sparing `keep`), or within the session limit.
   void make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx);
+  /// make_room for the head of the queue: keeps the head's own cache only
+  /// while it would reuse it and can still be admitted.
+  void room_for_head(scheduler_effects& fx);
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);
@@ -542,6 +545,10 @@ private:
     /// host: a copy is in a file too, so it goes down a tier at once.
     bool on_disk = false;
   };
+  /// The tokens of `e` that turn `r` reuses: its shared prefix when the
+  /// cache is of the turn's adapter (K and V depend on it) and the prompt
+  /// extends the whole cache or at least half of it; else 0.
+  static std::size_t reusable_prefix(const session_entry& e, const record& r) noexcept;
   std::unordered_map<std::uint64_t, session_entry> sessions_;
   /// The cache of `tier` to move down first (the session policy's choice),
   /// sparing `keep`; end() when there is none.
