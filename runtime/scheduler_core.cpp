@@ -369,6 +369,14 @@ scheduler_effects scheduler_core::admit(double now_s) {
   if (limits_.on_demand && growth_retry_)
     request_growth(fx);
   if (decision.admit.empty()) {
+    // Nothing admitted, and nothing else in the system to give pages back:
+    // were session caches on the GPU holding what the policy's choice
+    // needs, no event would ever come to admit it. They give way (a cache
+    // only saves work).
+    if (only_waiting())
+      for (auto v = session_victim(session_tier::device, 0); v != sessions_.end();
+           v = session_victim(session_tier::device, 0))
+        evict_session(v->first, fx);
     flush_queued(fx);
     return fx;
   }
@@ -1582,6 +1590,10 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
   return fx;
 }
 
+bool scheduler_core::only_waiting() const noexcept {
+  return waiting() > 0 && records_.size() == waiting() && swapping_out_pages_ == 0 && moving_out_pages_ == 0;
+}
+
 void scheduler_core::room_for_head(scheduler_effects& fx) {
   // Cached sessions give way to the head of the queue, all but its own
   // when that serves it.
@@ -1599,9 +1611,7 @@ void scheduler_core::room_for_head(scheduler_effects& fx) {
     return;
   const auto taken = reserved_pages_ + adapter_pages_in_use_;
   const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
-  const bool nothing_comes_back = batch_.empty() && admitting_ == 0 && swapping_out_pages_ == 0
-                                  && moving_out_pages_ == 0;
-  if (free < need && nothing_comes_back)
+  if (free < need && only_waiting())
     evict_session(head.spec.session, fx);
 }
 

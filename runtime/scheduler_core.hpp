@@ -457,6 +457,9 @@ private:
   /// make_room for the head of the queue: keeps the head's own cache only
   /// while it would reuse it and can still be admitted.
   void room_for_head(scheduler_effects& fx);
+  /// Every request in the system waits, and no cache is on its way off the
+  /// GPU: no event will give pages back.
+  bool only_waiting() const noexcept;
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);

@@ -26,8 +26,15 @@ public:
     policies::schedule_decision d;
     d.swap = std::exchange(swap, {});
     d.squash = std::exchange(squash, {});
-    for (const auto& w : in.waiting)
-      d.admit.push_back(w.request_id);
+    if (latest_first) {
+      // As a policy that reorders (SJF, say) and waits for its first choice.
+      policies::page_budget pages{in.limits.free_pages, in.adapters_in_use};
+      for (auto w = in.waiting.rbegin(); w != in.waiting.rend() && pages.take(*w, in.limits.page_tokens); ++w)
+        d.admit.push_back(w->request_id);
+    } else {
+      for (const auto& w : in.waiting)
+        d.admit.push_back(w.request_id);
+    }
     host_free_seen = in.limits.host_free_pages;
     for (const auto& w : in.waiting)
       if (w.swapped)
@@ -51,6 +58,9 @@ public:
       }
   }
   bool swap_for_growth = false;
+  /// Admits the latest arrivals first, while they fit (stops at the first
+  /// that does not).
+  bool latest_first = false;
   int growth_calls = 0;
   std::vector<std::uint64_t> swap, squash;
   std::uint64_t host_free_seen = 0;
@@ -793,6 +803,26 @@ TEST(scheduler_session, a_turn_its_own_cache_stands_in_the_way_of_is_admitted_wh
     EXPECT_EQ(s.device.owners(), 0u);
     EXPECT_EQ(s.device.empty_releases(), 0u);
   }
+}
+
+TEST(scheduler_session, caches_give_way_when_the_policys_choice_waits_on_them_and_nothing_runs) {
+  // A cache of 3 of the 12 pages. The policy wants the latest arrival first,
+  // which needs all 12; the head of the queue fits, so no cache gives way
+  // for it, and with nothing running no event would ever come.
+  swap_shell s{12, 0, false, 8};
+  s.policy->latest_first = true;
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  ASSERT_EQ(s.core->session_pages_held(), 3u);
+  s.submit(2, 4, 4);  // 2 pages
+  s.submit(3, 40, 8); // 12 pages
+  run_until_done(s, 3);
+  run_until_done(s, 2);
+  EXPECT_EQ(s.finished.at(3), finish_reason::length);
+  EXPECT_EQ(s.finished.at(2), finish_reason::length);
+  EXPECT_EQ(s.core->session_evictions(), 1u);
+  EXPECT_EQ(s.device.owners(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
 /// Room for one 3-page cache on the device, a host pool behind it: session
