@@ -283,6 +283,10 @@ scheduler_effects scheduler_core::admit(double now_s) {
   clean_host(fx);
   if (limits_.on_demand)
     request_growth(fx);
+  // Blocked by a refused grant, the pages to come back from the requests
+  // that ended, and those kept them for their sessions: nothing else will.
+  if (memory_blocked_ && only_waiting() && caches_give_way(fx))
+    memory_blocked_ = false;
   if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
     return fx;
   if (!sessions_.empty() && waiting() > 0)
@@ -374,9 +378,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
     // needs, no event would ever come to admit it. They give way (a cache
     // only saves work).
     if (only_waiting())
-      for (auto v = session_victim(session_tier::device, 0); v != sessions_.end();
-           v = session_victim(session_tier::device, 0))
-        evict_session(v->first, fx);
+      caches_give_way(fx);
     flush_queued(fx);
     return fx;
   }
@@ -1592,6 +1594,15 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
 
 bool scheduler_core::only_waiting() const noexcept {
   return waiting() > 0 && records_.size() == waiting() && swapping_out_pages_ == 0 && moving_out_pages_ == 0;
+}
+
+bool scheduler_core::caches_give_way(scheduler_effects& fx) {
+  bool any = false;
+  for (auto v = session_victim(session_tier::device, 0); v != sessions_.end(); v = session_victim(session_tier::device, 0)) {
+    evict_session(v->first, fx);
+    any = true;
+  }
+  return any;
 }
 
 void scheduler_core::room_for_head(scheduler_effects& fx) {

@@ -460,6 +460,9 @@ private:
   /// Every request in the system waits, and no cache is on its way off the
   /// GPU: no event will give pages back.
   bool only_waiting() const noexcept;
+  /// Every session cache on the GPU goes (down a tier, or dropped); true
+  /// if there was one.
+  bool caches_give_way(scheduler_effects& fx);
   /// Releases what an admitted request holds and takes it out of the batch.
   void give_back(record& r, scheduler_effects& fx);
   bool hits_stop(record& r, std::int32_t token);

@@ -825,6 +825,23 @@ TEST(scheduler_session, caches_give_way_when_the_policys_choice_waits_on_them_an
   EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
+TEST(scheduler_session, a_refused_reservation_is_not_left_blocked_by_the_cache_its_last_runner_kept) {
+  // Request 2 wants all 12 pages while turn 1 of session 7 runs: the pool
+  // refuses and admission waits for pages to come back. Turn 1 ends, but
+  // keeps its pages for the session: none come back, and nothing else runs.
+  swap_shell s{12, 0, false, 8};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  s.admit();
+  s.step();
+  s.submit(2, 40, 8);
+  run_until_done(s, 1);
+  run_until_done(s, 2);
+  EXPECT_EQ(s.finished.at(2), finish_reason::length);
+  EXPECT_EQ(s.core->session_evictions(), 1u);
+  EXPECT_EQ(s.device.owners(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
 /// Room for one 3-page cache on the device, a host pool behind it: session
 /// 7's first turn (request 1) is pushed down by session 8's (request 2).
 swap_shell one_session_pushed_down() {
