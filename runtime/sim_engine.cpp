@@ -291,6 +291,13 @@ void sim_engine::step() {
         totals_.disk_seconds += t.disk_s;
       }
       settle(t.adapter_id, scheduler_core::adapter_grant::granted);
+      // An admission blocked on adapter room while loads were in flight (a
+      // prefetch among them), with nothing running to give pages back,
+      // tries again: the loaded adapter can be evicted now. (The live
+      // scheduler keeps retrying through its trims until the load ends;
+      // this pump stops after a few rounds.)
+      if (core_.memory_blocked() && core_.running() == 0 && core_.admitting() == 0)
+        core_.on_memory_changed();
       start_transfers();
       break;
     }

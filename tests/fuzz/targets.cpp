@@ -11,6 +11,7 @@
 #include "gpu/gpu_spec.hpp"
 #include "gpu/model_shape.hpp"
 #include "gpu/sim_backend.hpp"
+#include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/utf8.hpp"
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 namespace troupe::fuzz {
@@ -411,9 +413,11 @@ private:
 };
 
 /// A small deployment and workload on the virtual clock, every policy and
-/// memory mode the input picks: it ends, every request ends once with its
-/// tokens, and every page of a request comes back.
-bool sim(std::span<const std::uint8_t> in) {
+/// memory mode the input picks (with `tiers`, also a disk tier below the
+/// host pool, adapters in a partition of their own and predictive
+/// prefetch): it ends, every request ends once with its tokens, and every
+/// page of a request comes back.
+bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
   choices c(in);
   static const auto schedulers = policies::scheduling_policy_names();
   static const auto evictions = policies::eviction_policy_names();
@@ -446,11 +450,30 @@ bool sim(std::span<const std::uint8_t> in) {
   cfg.cache.prefetch = c.next(2) == 1;
   const std::uint32_t max_context = 512 + c.next(2048);
   cfg.max_context = max_context;
+  std::uint64_t partition = 0;
+  if (tiers) {
+    if (cfg.limits.host_pages > 0 && c.next(2) == 1) {
+      cfg.limits.disk_pages = c.next(400);
+      cfg.limits.disk_write_back = 0.1 * c.next(10);
+      cfg.disk_fetch_by_cost = c.next(2) == 1;
+    }
+    if (c.next(2) == 1) {
+      // As troupe-sim: a full partition means waiting for room.
+      partition = 20 + c.next(40);
+      cfg.adapter_partition_pages = partition;
+      cfg.limits.max_adapter_failures = std::numeric_limits<std::uint32_t>::max();
+    }
+    if (c.next(2) == 1) {
+      cfg.prefetcher = policies::make_prefetch_policy("histogram");
+      cfg.cache.predictor_interval_s = 0.5;
+    }
+  }
   const auto where = " (" + scheduling + ", pool " + std::to_string(pool) + ", max_running "
                      + std::to_string(cfg.limits.max_running) + (cfg.limits.on_demand ? ", on demand" : "")
                      + ", host " + std::to_string(cfg.limits.host_pages) + ", session pages "
                      + std::to_string(cfg.limits.session_pages) + ", max_context " + std::to_string(cfg.max_context)
-                     + ")";
+                     + ", disk " + std::to_string(cfg.limits.disk_pages) + ", partition " + std::to_string(partition)
+                     + (cfg.prefetcher ? ", prefetcher" : "") + ")";
   sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu_spec, 1), std::move(catalog), pool};
 
   std::vector<sim_request> reqs;
@@ -492,7 +515,7 @@ bool sim(std::span<const std::uint8_t> in) {
     const auto& r = reqs[i];
     const std::uint64_t context = r.session != 0 ? std::max(max_context, r.prompt_tokens + r.output_tokens)
                                                  : r.prompt_tokens + r.output_tokens;
-    const std::uint64_t adapter = r.adapter_id == 0 ? 0 : (shape.lora_adapter_bytes(ranks[(r.adapter_id - 1) % 3])
+    const std::uint64_t adapter = r.adapter_id == 0 || partition > 0 ? 0 : (shape.lora_adapter_bytes(ranks[(r.adapter_id - 1) % 3])
                                                            + page_bytes - 1) / page_bytes;
     const bool fits = (context + 15) / 16 + adapter <= pool;
     require(o.reason != finish_reason::adapter_error && o.reason != finish_reason::cancelled
@@ -518,7 +541,10 @@ bool sim(std::span<const std::uint8_t> in) {
   return true;
 }
 
-constexpr std::array<target, 10> all{{
+bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
+bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
+
+constexpr std::array<target, 11> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -529,6 +555,7 @@ constexpr std::array<target, 10> all{{
   {"peft_config", peft_config},
   {"trace", trace},
   {"sim", sim},
+  {"sim_tiers", sim_tiers},
 }};
 
 } // namespace

@@ -43,6 +43,8 @@ struct target {
 ///   sim            a small deployment and workload on the virtual clock, with the
 ///                  policies, memory modes and tiers the input picks: every request
 ///                  ends once with all its tokens and gives every page back
+///   sim_tiers      the same with a disk tier below the host pool, adapters in a
+///                  partition of their own and predictive adapter prefetch
 std::span<const target> targets();
 
 /// The target called `name`, or nullptr.
