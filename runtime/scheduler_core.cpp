@@ -1303,7 +1303,7 @@ void scheduler_core::copy_session_in(record& r, scheduler_effects& fx) {
   transition(r, request_state::ready);
 }
 
-bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
+bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx, bool drop_clean_copies) {
   while (disk_held_ + pages > limits_.disk_pages) {
     const auto victim = session_victim(session_tier::disk, 0);
     if (victim != sessions_.end()) {
@@ -1311,6 +1311,8 @@ bool scheduler_core::disk_room(std::uint64_t pages, scheduler_effects& fx) {
       continue;
     }
     // Then the copies of caches still in the host pool.
+    if (!drop_clean_copies)
+      return false;
     auto clean = std::find_if(sessions_.begin(), sessions_.end(), [](const auto& kv) {
       return kv.second.where == session_tier::host && kv.second.on_disk;
     });
@@ -1342,7 +1344,9 @@ void scheduler_core::clean_host(scheduler_effects& fx) {
   if (victim == sessions_.end() || limits_.disk_pages < victim->second.pages)
     return;
   const auto session = victim->first;
-  if (!disk_room(victim->second.pages, fx))
+  // Not at the cost of another host cache's copy: that trades one clean
+  // cache for another, and the next round would trade it back, for ever.
+  if (!disk_room(victim->second.pages, fx, false))
     return;
   write_to_disk(sessions_.find(session)->second, true, fx);
 }

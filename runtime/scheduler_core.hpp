@@ -523,8 +523,9 @@ private:
   /// Frees the session's cache here (superseded by a newer one); false
   /// when it is moving between tiers (then it stays).
   bool drop_older_cache(std::uint64_t session, scheduler_effects& fx);
-  /// Room on disk for `pages` more, dropping the oldest disk-tier caches.
-  bool disk_room(std::uint64_t pages, scheduler_effects& fx);
+  /// Room on disk for `pages` more, dropping the oldest disk-tier caches,
+  /// then (with `drop_clean_copies`) the disk copies of host caches.
+  bool disk_room(std::uint64_t pages, scheduler_effects& fx, bool drop_clean_copies = true);
   /// Host room for `pages` more, pushing older host-tier caches out (down
   /// to disk, or dropped), no more of them than the room needs. Pages of
   /// caches on their way to disk count as coming free: when they cover the

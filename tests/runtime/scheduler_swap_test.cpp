@@ -1300,6 +1300,25 @@ TEST(scheduler_session, write_back_copies_a_host_cache_to_disk_ahead_so_the_next
   EXPECT_EQ(s.device.empty_releases() + s.host.empty_releases(), 0u);
 }
 
+TEST(scheduler_session, write_back_does_not_trade_one_clean_copy_for_another) {
+  // Write-back wants the whole host pool (two caches) clean, but the disk
+  // holds one cache. Writing 8's copy by dropping 7's, then 7's by dropping
+  // 8's, ... went on for ever (found by the sim fuzz target): one copy is
+  // written, and no more.
+  swap_shell s{40, 6, false, 4, 3, false, policies::session_eviction::lru, 1.0};
+  three_sessions_down(s);
+  s.admit();
+  ASSERT_EQ(s.disk_outs.size(), 1u);
+  EXPECT_EQ(s.disk_outs[0].request_id, 10u);
+  s.answer_disk_out();
+  for (int i = 0; i < 3; ++i)
+    s.admit();
+  EXPECT_TRUE(s.disk_outs.empty()) << "no room on disk but at another clean copy's cost";
+  EXPECT_EQ(s.core->session_disk_writes(), 1u);
+  EXPECT_EQ(s.core->session_clean_pages(), 3u);
+  EXPECT_EQ(s.core->session_disk_pages(), 3u);
+}
+
 /// One 3-page cache on the GPU and one in the host pool, write-back on:
 /// session 7's cache (request 1) in the host pool, which it fills, with a
 /// copy on disk; 8's (request 2) on the GPU.
