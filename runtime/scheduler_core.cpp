@@ -1624,20 +1624,19 @@ void scheduler_core::room_for_head(scheduler_effects& fx) {
   own = sessions_.find(head.spec.session);
   if (!serves || own == sessions_.end() || own->second.where != session_tier::device)
     return;
-  const auto taken = reserved_pages_ + adapter_pages_in_use_;
-  const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
-  if (free < need && only_waiting())
+  if (device_free_pages() < need && only_waiting())
     evict_session(head.spec.session, fx);
 }
 
+std::uint64_t scheduler_core::device_free_pages() const noexcept {
+  const auto taken = reserved_pages_ + adapter_pages_in_use_;
+  return limits_.total_pages > taken ? limits_.total_pages - taken : 0;
+}
+
 void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx) {
-  auto free_pages = [&] {
-    const auto taken = reserved_pages_ + adapter_pages_in_use_;
-    return limits_.total_pages > taken ? limits_.total_pages - taken : 0;
-  };
   // Caches on their way to the host free their pages soon: counted as free.
   while (!sessions_.empty()
-         && (session_pages_held_ > limits_.session_pages || free_pages() + moving_out_pages_ < need)) {
+         && (session_pages_held_ > limits_.session_pages || device_free_pages() + moving_out_pages_ < need)) {
     const auto victim = session_victim(session_tier::device, keep);
     if (victim == sessions_.end())
       return;

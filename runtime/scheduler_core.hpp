@@ -454,6 +454,9 @@ private:
   /// Frees least recently used session caches until `need` pages are free
   /// for admission (sparing `keep`), or within the session limit.
   void make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx);
+  /// Device pages neither reserved nor held by adapters in use (idle cached
+  /// adapters count as free).
+  std::uint64_t device_free_pages() const noexcept;
   /// make_room for the head of the queue: keeps the head's own cache only
   /// while it would reuse it and can still be admitted.
   void room_for_head(scheduler_effects& fx);

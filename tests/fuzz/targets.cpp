@@ -1,18 +1,18 @@
 #include "tests/fuzz/targets.hpp"
 
+#include "gpu/gpu_spec.hpp"
 #include "gpu/llama_config.hpp"
 #include "gpu/lora.hpp"
+#include "gpu/model_shape.hpp"
 #include "gpu/safetensors.hpp"
+#include "gpu/sim_backend.hpp"
 #include "messages/openai.hpp"
 #include "messages/wire.hpp"
+#include "policies/prefetch_policy.hpp"
+#include "policies/registry.hpp"
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/sim_engine.hpp"
-#include "gpu/gpu_spec.hpp"
-#include "gpu/model_shape.hpp"
-#include "gpu/sim_backend.hpp"
-#include "policies/prefetch_policy.hpp"
-#include "policies/registry.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tests/support/utf8.hpp"
 #include "tools/workload/workload.hpp"
@@ -515,12 +515,14 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
     const auto& r = reqs[i];
     const std::uint64_t context = r.session != 0 ? std::max(max_context, r.prompt_tokens + r.output_tokens)
                                                  : r.prompt_tokens + r.output_tokens;
-    const std::uint64_t adapter = r.adapter_id == 0 || partition > 0 ? 0 : (shape.lora_adapter_bytes(ranks[(r.adapter_id - 1) % 3])
-                                                           + page_bytes - 1) / page_bytes;
+    const std::uint64_t adapter =
+      r.adapter_id == 0 || partition > 0
+        ? 0
+        : (shape.lora_adapter_bytes(ranks[(r.adapter_id - 1) % 3]) + page_bytes - 1) / page_bytes;
     const bool fits = (context + 15) / 16 + adapter <= pool;
     require(o.reason != finish_reason::adapter_error && o.reason != finish_reason::cancelled
               && (o.reason != finish_reason::error || !fits),
-            what + " ended with reason " + std::to_string(static_cast<int>(o.reason)));
+            what + " ended with reason \"" + std::string(to_string(o.reason)) + "\"");
     if (o.reason == finish_reason::length) {
       require(o.completion_tokens == reqs[i].output_tokens, what + ": not all its tokens");
       require(o.ttft_s >= 0 && o.e2e_s >= o.ttft_s, what + ": times out of order");
