@@ -1612,8 +1612,10 @@ bool scheduler_core::caches_give_way(scheduler_effects& fx) {
 void scheduler_core::room_for_head(scheduler_effects& fx) {
   // Cached sessions give way to the head of the queue, all but its own
   // when that serves it.
-  const auto& head = records_.at(waiting_[head_].request_id);
   const auto need = head_pages();
+  if (session_pages_held_ <= limits_.session_pages && device_free_pages() + moving_out_pages_ >= need)
+    return; // nothing to make room for: no prefix to compare
+  const auto& head = records_.at(waiting_[head_].request_id);
   auto own = sessions_.find(head.spec.session);
   const bool serves = head.spec.session != 0 && own != sessions_.end() && reusable_prefix(own->second, head) > 0;
   make_room(need, serves ? head.spec.session : 0, fx);
