@@ -411,6 +411,8 @@ void apply(self_ptr self, scheduler_effects fx) {
   batch.tokens.reserve(fx.tokens.size());
   for (const auto& t : fx.tokens)
     batch.tokens.push_back({t.request_id, t.index, t.token});
+  for (auto& [k, lp] : fx.logprobs)
+    batch.logprobs.push_back({fx.tokens[k].request_id, fx.tokens[k].index, std::move(lp)});
   for (const auto& f : fx.finished)
     batch.finished.push_back(to_event(f));
   if (st.metrics)
@@ -459,7 +461,7 @@ void run_step(self_ptr self, std::vector<gpu::step_entry> batch) {
           self->send(st.metrics, m);
         }
         log_failures(batch, r);
-        apply(self, st.core->on_step_done(batch, r.tokens, now));
+        apply(self, st.core->on_step_done(batch, r.tokens, now, r.logprobs));
         pump(self);
       },
       [self, batch](const caf::error& e) {

@@ -135,6 +135,10 @@ public:
   }
   /// The tokenizer of the served model.
   virtual const tokenizer& vocab() const = 0;
+  /// Whether run_step fills step_result::logprobs for entries that ask
+  /// (step_entry::logprobs >= 0); backends without logits (sim) do not,
+  /// and the server refuses requests for them.
+  virtual bool computes_logprobs() const { return false; }
   /// Non-empty once the backend can run nothing more, saying why (a fault
   /// that poisoned the CUDA context: every later call fails until the
   /// process ends). The server then takes no new requests, reports

@@ -94,6 +94,9 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     }
   }
   const bool ran = logits.size() == seqs.size() * vocab;
+  const bool any_logprobs = std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.logprobs >= 0; });
+  if (any_logprobs)
+    out.logprobs.resize(batch.size());
   for (std::size_t k = 0; k < seqs.size(); ++k) {
     const auto& e = batch[index[k]];
     if (!ran) {
@@ -103,7 +106,10 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     if (fail_if_stream_lost(out, e, lost))
       continue;
     const std::span<const float> row{logits.data() + k * vocab, vocab};
-    out.tokens[index[k]] = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
+    const auto token = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
+    out.tokens[index[k]] = token;
+    if (e.logprobs >= 0)
+      out.logprobs[index[k]] = logprobs_of(row, token, static_cast<std::uint32_t>(e.logprobs));
   }
   out.device_seconds =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -103,4 +103,48 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
   return order[keep - 1];
 }
 
+token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, std::uint32_t top) {
+  constexpr auto neg_inf = -std::numeric_limits<float>::infinity();
+  token_logprobs out;
+  out.logprob = neg_inf;
+  // log_z normalizes; with logits of +infinity only they count, equally.
+  std::size_t infinite = 0;
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float l : logits) {
+    infinite += l == std::numeric_limits<float>::infinity();
+    if (std::isfinite(l))
+      mx = std::max(mx, static_cast<double>(l));
+  }
+  if (infinite == 0 && !std::isfinite(mx))
+    return out; // no token is possible
+  double total = 0;
+  if (infinite == 0)
+    for (float l : logits)
+      if (std::isfinite(l))
+        total += std::exp(static_cast<double>(l) - mx);
+  const double log_z = infinite > 0 ? std::log(static_cast<double>(infinite)) : mx + std::log(total);
+  auto logprob = [&](std::size_t i) -> float {
+    const float l = logits[i];
+    if (infinite > 0)
+      return l == std::numeric_limits<float>::infinity() ? static_cast<float>(-log_z) : neg_inf;
+    return std::isfinite(l) ? static_cast<float>(static_cast<double>(l) - log_z) : neg_inf;
+  };
+  if (token >= 0 && static_cast<std::size_t>(token) < logits.size())
+    out.logprob = logprob(static_cast<std::size_t>(token));
+  if (top == 0)
+    return out;
+  std::vector<std::int32_t> ids;
+  ids.reserve(logits.size());
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    if (logprob(i) > neg_inf)
+      ids.push_back(static_cast<std::int32_t>(i));
+  const auto keep = std::min<std::size_t>(top, ids.size());
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(keep), ids.end(),
+                    [&](std::int32_t a, std::int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  out.top.reserve(keep);
+  for (std::size_t i = 0; i < keep; ++i)
+    out.top.push_back({ids[i], logprob(static_cast<std::size_t>(ids[i]))});
+  return out;
+}
+
 } // namespace troupe::gpu

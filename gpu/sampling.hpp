@@ -1,7 +1,10 @@
 // Token sampling from logits: greedy, temperature, top-k, top-p, seeded per
 // request and per output position so results do not depend on batching.
 // Used by the cpu backend; the CUDA backend's sampler is checked against it.
+// logprobs_of gives the log-probabilities a client may ask for.
 #pragma once
+
+#include "gpu/step.hpp"
 
 #include <cstdint>
 #include <span>
@@ -18,5 +21,13 @@ struct sampling_config {
 /// Empty logits give -1; temperature <= 0 is greedy; NaN logits never win.
 std::int32_t sample_token(std::span<const float> logits, const sampling_config& cfg,
                           std::uint64_t seed, std::uint32_t output_index);
+
+/// The log-probability of `token` under `logits` (log-softmax, in double)
+/// and the `top` most likely tokens, most likely first, ties by lower id.
+/// NaN logits count as -infinity; logits of +infinity share all the mass.
+/// Tokens of probability 0 are never listed, so `top` may be shorter. A
+/// token out of range gives -infinity, as do all when no logit is a number
+/// above -infinity. Used by every backend that computes them.
+token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, std::uint32_t top);
 
 } // namespace troupe::gpu

@@ -10,6 +10,21 @@
 
 namespace troupe::gpu {
 
+/// A token and its log-probability under the model: the log-softmax of the
+/// step's raw logits (before temperature, top-k or top-p).
+struct token_logprob {
+  std::int32_t token = 0;
+  float logprob = 0.0f;
+};
+
+/// What an entry that asked (step_entry::logprobs >= 0) gets back: its
+/// sampled token's log-probability and the `logprobs` most likely tokens,
+/// most likely first (ties: lower id first).
+struct token_logprobs {
+  float logprob = 0.0f;
+  std::vector<token_logprob> top;
+};
+
 /// One request's share of a step. Plain data; safe to copy across threads.
 struct step_entry {
   std::uint64_t request_id = 0;
@@ -29,6 +44,10 @@ struct step_entry {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;
+  /// -1: no log-probabilities; k >= 0: the sampled token's and the k most
+  /// likely tokens' (step_result::logprobs), on backends that compute them
+  /// (executor_backend::computes_logprobs).
+  std::int32_t logprobs = -1;
   /// Input token ids of this step: the prompt on the prefill step, the last
   /// output token on a decode step. Backends that do no math ignore them.
   std::vector<std::int32_t> tokens;
@@ -56,6 +75,10 @@ struct step_failure {
 /// its request ends with an error.
 struct step_result {
   std::vector<std::int32_t> tokens;
+  /// One per entry, in entry order, when any entry asked for them; empty
+  /// otherwise. An entry that did not ask, or whose token is -1, has a
+  /// default (empty) one.
+  std::vector<token_logprobs> logprobs;
   double device_seconds = 0.0;
   std::vector<step_failure> failures;
 };

@@ -14,6 +14,11 @@ typename Inspector::result_type inspect(Inspector& f, token_event& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, logprobs_event& x) {
+  return f(caf::meta::type_name("logprobs_event"), x.request_id, x.index, x.logprobs);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_event& x) {
   return f(caf::meta::type_name("finish_event"), x.request_id, x.reason,
            x.prompt_tokens, x.completion_tokens, x.queue_ms, x.ttft_ms, x.e2e_ms);
@@ -21,7 +26,7 @@ typename Inspector::result_type inspect(Inspector& f, finish_event& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, progress_batch& x) {
-  return f(caf::meta::type_name("progress_batch"), x.tokens, x.finished);
+  return f(caf::meta::type_name("progress_batch"), x.tokens, x.finished, x.logprobs);
 }
 
 template <class Inspector>
@@ -39,7 +44,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt,
            x.max_new_tokens, x.adapter_id, x.adapter_rank, x.adapter_pages, x.seed, x.temperature,
-           x.top_p, x.top_k, x.priority, x.session, x.stop, x.queue, x.predicted_tokens,
+           x.top_p, x.top_k, x.logprobs, x.priority, x.session, x.stop, x.queue, x.predicted_tokens,
            x.arrival_s);
 }
 
@@ -94,7 +99,17 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.request_id, x.adapter_id,
            x.adapter_rank, x.new_tokens, x.context_tokens, x.output_index, x.seed,
-           x.temperature, x.top_p, x.top_k, x.tokens, x.pages, x.hidden, x.stream);
+           x.temperature, x.top_p, x.top_k, x.logprobs, x.tokens, x.pages, x.hidden, x.stream);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprob& x) {
+  return f(caf::meta::type_name("token_logprob"), x.token, x.logprob);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, token_logprobs& x) {
+  return f(caf::meta::type_name("token_logprobs"), x.logprob, x.top);
 }
 
 template <class Inspector>
@@ -104,7 +119,7 @@ typename Inspector::result_type inspect(Inspector& f, step_failure& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.tokens, x.device_seconds, x.failures);
+  return f(caf::meta::type_name("step_result"), x.tokens, x.logprobs, x.device_seconds, x.failures);
 }
 
 } // namespace troupe::gpu

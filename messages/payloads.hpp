@@ -21,6 +21,14 @@ struct token_event {
   std::int32_t token = 0;
 };
 
+/// The log-probabilities of output token `index` of a request that asked
+/// for them (request_spec::logprobs >= 0).
+struct logprobs_event {
+  std::uint64_t request_id = 0;
+  std::uint32_t index = 0;
+  gpu::token_logprobs logprobs;
+};
+
 /// A request's end, with its usage and timings (milliseconds).
 struct finish_event {
   std::uint64_t request_id = 0;
@@ -36,6 +44,8 @@ struct finish_event {
 struct progress_batch {
   std::vector<token_event> tokens;
   std::vector<finish_event> finished;
+  /// One per token of the requests that asked, in token order.
+  std::vector<logprobs_event> logprobs;
 };
 
 /// Per-step figures for the metrics actor.

@@ -143,9 +143,9 @@ constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "nam
 constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
 constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session", "in_s", "priority"};
 
-constexpr std::array<std::string_view, 14> generate_fields{
-  "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature",
-  "top_p", "top_k", "seed",   "stop",          "stream",  "session",    "priority"};
+constexpr std::array<std::string_view, 15> generate_fields{
+  "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature", "top_p",
+  "top_k", "seed",  "stop",   "stream",        "session", "priority",   "logprobs"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -318,6 +318,15 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
       reject_field("priority", "an integer between -2147483648 and 2147483647", *j);
     g.priority = *v;
   }
+  if (auto j = find(obj, "logprobs")) {
+    auto v = integer_of<std::int32_t>(*j);
+    if (!v || *v < 0 || static_cast<std::uint32_t>(*v) > limits.max_logprobs)
+      reject_field("logprobs",
+                   "an integer between 0 and " + std::to_string(limits.max_logprobs)
+                     + " (the sampled token's log-probability and that many alternatives')",
+                   *j);
+    g.logprobs = *v;
+  }
   return g;
 }
 
@@ -464,6 +473,66 @@ public:
     return out;
   }
 
+  /// A log-probability: a number, or null for -infinity.
+  double logprob(std::string_view key) const {
+    const auto& j = at(key);
+    if (j.is_null())
+      return -std::numeric_limits<double>::infinity();
+    return number_of(j, name(key));
+  }
+
+  /// A token_logprob object: token, text (or its bytes), logprob.
+  token_logprob token_logprob_of() const {
+    token_logprob x;
+    const auto& t = at("token");
+    auto v = integer_of<std::int32_t>(t);
+    if (!v)
+      reject_field(name("token"), "a 32-bit integer", t);
+    x.token = *v;
+    if (has("bytes")) {
+      const auto& b = at("bytes");
+      if (!b.is_array())
+        reject_field(name("bytes"), "an array of bytes (integers in [0, 255])", b);
+      for (const auto& e : b) {
+        auto byte = integer_of<std::uint8_t>(e);
+        if (!byte)
+          reject_field(name("bytes"), "an array of bytes (integers in [0, 255])", e);
+        x.text += static_cast<char>(*byte);
+      }
+    } else {
+      x.text = string("text");
+    }
+    x.logprob = static_cast<float>(logprob("logprob"));
+    return x;
+  }
+
+  /// An array of token_logprobs objects.
+  std::vector<token_logprobs> logprobs(std::string_view key) const {
+    const auto& j = at(key);
+    if (!j.is_array())
+      reject_field(name(key), "an array of log-probability objects", j);
+    std::vector<token_logprobs> out;
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      const auto path = name(key) + "[" + std::to_string(i) + "]";
+      if (!j[i].is_object())
+        reject_field(path, "an object", j[i]);
+      reply_reader e{j[i], path};
+      token_logprobs x;
+      x.sampled = e.token_logprob_of();
+      const auto& top = e.at("top");
+      if (!top.is_array())
+        reject_field(path + ".top", "an array of log-probability objects", top);
+      for (std::size_t k = 0; k < top.size(); ++k) {
+        const auto top_path = path + ".top[" + std::to_string(k) + "]";
+        if (!top[k].is_object())
+          reject_field(top_path, "an object", top[k]);
+        x.top.push_back(reply_reader{top[k], top_path}.token_logprob_of());
+      }
+      out.push_back(std::move(x));
+    }
+    return out;
+  }
+
   reply_reader object(std::string_view key) const {
     const auto& j = at(key);
     if (!j.is_object())
@@ -507,8 +576,12 @@ reply read_reply(const json& obj) {
   auto id = r.string("id");
   if (type == "accepted")
     return accepted_reply{std::move(id), r.count("prompt_tokens")};
-  if (type == "token")
-    return token_reply{std::move(id), r.count("index"), r.tokens("tokens"), r.string("text")};
+  if (type == "token") {
+    token_reply x{std::move(id), r.count("index"), r.tokens("tokens"), r.string("text"), {}};
+    if (r.has("logprobs"))
+      x.logprobs = r.logprobs("logprobs");
+    return x;
+  }
   if (type == "done") {
     done_reply x;
     x.id = std::move(id);
@@ -522,6 +595,8 @@ reply read_reply(const json& obj) {
       x.tokens = r.tokens("tokens");
     if (r.has("text"))
       x.text = r.string("text");
+    if (r.has("logprobs"))
+      x.logprobs = r.logprobs("logprobs");
     return x;
   }
   if (type == "error") {
@@ -665,6 +740,36 @@ std::variant<request, parse_error> parse_request(std::string_view frame,
     [&](const json& doc) { return read_request(doc, limits); });
 }
 
+bool valid_utf8(std::string_view s) noexcept {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    std::size_t n = 0;
+    unsigned char lo = 0x80, hi = 0xBF; // the second byte's range
+    if (c < 0x80)
+      n = 1;
+    else if (c >= 0xC2 && c <= 0xDF)
+      n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+      n = 3;
+      lo = c == 0xE0 ? 0xA0 : 0x80;
+      hi = c == 0xED ? 0x9F : 0xBF;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      n = 4;
+      lo = c == 0xF0 ? 0x90 : 0x80;
+      hi = c == 0xF4 ? 0x8F : 0xBF;
+    }
+    if (n == 0 || i + n > s.size())
+      return false;
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if (k == 1 ? (b < lo || b > hi) : (b & 0xC0) != 0x80)
+        return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 const std::string& id_of(const request& r) noexcept {
   return std::visit([](const auto& x) -> const std::string& { return x.id; }, r);
 }
@@ -691,6 +796,8 @@ std::string to_json(const request& x) {
       if (!g.session.empty())
         j["session"] = g.session;
       j["priority"] = g.priority;
+      if (g.logprobs >= 0)
+        j["logprobs"] = g.logprobs;
       return j;
     }
     json operator()(const cancel_request& c) const {
@@ -740,11 +847,40 @@ std::string to_json(const accepted_reply& x) {
   return dump(j);
 }
 
+namespace {
+
+json logprob_json(const token_logprob& x) {
+  json j = {{"token", x.token}, {"text", x.text}, {"logprob", wire_float(x.logprob)}};
+  if (!valid_utf8(x.text)) {
+    std::vector<int> bytes;
+    for (const char c : x.text)
+      bytes.push_back(static_cast<unsigned char>(c));
+    j["bytes"] = bytes;
+  }
+  return j;
+}
+
+json logprobs_json(const std::vector<token_logprobs>& xs) {
+  json out = json::array();
+  for (const auto& x : xs) {
+    auto j = logprob_json(x.sampled);
+    j["top"] = json::array();
+    for (const auto& t : x.top)
+      j["top"].push_back(logprob_json(t));
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+} // namespace
+
 std::string to_json(const token_reply& x) {
   auto j = header("token", x.id);
   j["index"] = x.index;
   j["tokens"] = x.tokens;
   j["text"] = x.text;
+  if (!x.logprobs.empty())
+    j["logprobs"] = logprobs_json(x.logprobs);
   return dump(j);
 }
 
@@ -760,6 +896,8 @@ std::string to_json(const done_reply& x) {
     j["tokens"] = *x.tokens;
   if (x.text)
     j["text"] = *x.text;
+  if (x.logprobs)
+    j["logprobs"] = logprobs_json(*x.logprobs);
   return dump(j);
 }
 

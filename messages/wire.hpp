@@ -55,6 +55,9 @@ struct generate_request {
   bool stream = false;
   std::string session;     ///< optional multi-turn session id
   std::int32_t priority = 0; ///< higher is more urgent; policies may ignore it
+  /// -1: none; k >= 0: each output token's log-probability and the k most
+  /// likely tokens' (token_reply::logprobs, done_reply::logprobs).
+  std::int32_t logprobs = -1;
 };
 
 struct cancel_request { std::string id; };
@@ -104,6 +107,7 @@ struct parse_limits {
   std::uint32_t max_stop = 16;          ///< most stop strings
   std::uint32_t max_id_chars = 256;     ///< longest request id
   std::int32_t vocab_size = 1 << 30;    ///< prompt_tokens must lie in [0, vocab)
+  std::uint32_t max_logprobs = 20;      ///< most alternatives `logprobs` may ask for
 };
 
 /// Parses and validates one frame. Never throws.
@@ -113,6 +117,10 @@ std::variant<request, parse_error> parse_request(std::string_view frame,
 /// A JSON parser's error as a client reads it: nlohmann's message without
 /// its "[json.exception...] " tag, cut to 240 bytes (it may quote the input).
 std::string parser_message(const std::exception& e);
+
+/// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no
+/// surrogates, nothing past U+10FFFF), as a JSON string's text must be.
+bool valid_utf8(std::string_view s) noexcept;
 
 /// The `id` of any request alternative.
 const std::string& id_of(const request& r) noexcept;
@@ -124,11 +132,31 @@ struct accepted_reply {
   std::uint32_t prompt_tokens = 0;
 };
 
+/// A token with its log-probability under the model (the log-softmax of
+/// the raw logits, before temperature, top-k or top-p; -infinity, sent as
+/// null, for a token it cannot produce). `text` is the token's own piece:
+/// when it is not valid UTF-8 alone (part of a character), the frame also
+/// carries its "bytes", which the parser reads back exactly.
+struct token_logprob {
+  std::int32_t token = 0;
+  std::string text;
+  float logprob = 0;
+};
+
+/// An output token's log-probability and the most likely tokens at its
+/// place, most likely first (as many as the request's `logprobs` asked).
+struct token_logprobs {
+  token_logprob sampled;
+  std::vector<token_logprob> top;
+};
+
 struct token_reply {
   std::string id;
   std::uint32_t index = 0; ///< position of tokens[0] in the output
   std::vector<std::int32_t> tokens;
   std::string text;
+  /// One per token when the request asked for log-probabilities.
+  std::vector<token_logprobs> logprobs;
 };
 
 struct timings {
@@ -146,6 +174,8 @@ struct done_reply {
   /// Whole output; filled only for non-streaming requests.
   std::optional<std::vector<std::int32_t>> tokens;
   std::optional<std::string> text;
+  /// One per output token; only for non-streaming requests that asked.
+  std::optional<std::vector<token_logprobs>> logprobs;
 };
 
 struct error_reply {

@@ -51,6 +51,18 @@ std::string intake_core::decode(const std::vector<std::int32_t>& tokens,
   return text;
 }
 
+wire::token_logprobs intake_core::logprobs_of(const token_event& t, const gpu::token_logprobs* lp) const {
+  const auto& vocab = backend_->vocab();
+  wire::token_logprobs out;
+  out.sampled = {t.token, vocab.decode(t.token), lp ? lp->logprob : 0.0f};
+  if (lp != nullptr) {
+    out.top.reserve(lp->top.size());
+    for (const auto& x : lp->top)
+      out.top.push_back({x.token, vocab.decode(x.token), x.logprob});
+  }
+  return out;
+}
+
 void intake_core::send_accepted(pending& p, std::vector<outbound_frame>& out) {
   if (p.accepted_sent)
     return;
@@ -218,6 +230,13 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
       return;
     }
   }
+  if (g.logprobs >= 0 && !backend_->computes_logprobs()) {
+    out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                      "field \"logprobs\": the " + backend_->name()
+                                        + " backend computes no log-probabilities (it has no logits); "
+                                          "the cpu and cuda backends do"));
+    return;
+  }
   auto prompt = g.prompt_tokens ? std::move(*g.prompt_tokens)
                                 : backend_->vocab().encode(g.prompt.value_or(""));
   const auto total = std::uint64_t{prompt.size()} + g.max_tokens;
@@ -241,6 +260,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.temperature = g.sampling.temperature;
   spec.top_p = g.sampling.top_p;
   spec.top_k = g.sampling.top_k;
+  spec.logprobs = g.logprobs;
   spec.priority = g.priority;
   spec.session = session_id_of(g.session);
   spec.stop = std::move(g.stop);
@@ -250,6 +270,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   p.peer = peer;
   p.client_id = g.id;
   p.stream = g.stream;
+  p.logprobs = g.logprobs >= 0;
   p.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
   if (adapter != nullptr) {
     p.adapter = adapter->name;
@@ -314,6 +335,14 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
   for (const auto& f : batch.finished)
     ending.push_back(f.request_id);
   std::sort(ending.begin(), ending.end());
+  // Log-probabilities by (request, token index).
+  std::map<std::pair<std::uint64_t, std::uint32_t>, const gpu::token_logprobs*> logprobs;
+  for (const auto& lp : batch.logprobs)
+    logprobs.emplace(std::pair{lp.request_id, lp.index}, &lp.logprobs);
+  auto logprobs_for = [&](const token_event& t) {
+    auto i = logprobs.find({t.request_id, t.index});
+    return logprobs_of(t, i == logprobs.end() ? nullptr : i->second);
+  };
   // Tokens of one request within a batch are consecutive; send one chunk each.
   std::size_t k = 0;
   while (k < batch.tokens.size()) {
@@ -329,8 +358,11 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         wire::token_reply t;
         t.id = p.client_id;
         t.index = batch.tokens[k].index;
-        for (auto j = k; j < end; ++j)
+        for (auto j = k; j < end; ++j) {
           t.tokens.push_back(batch.tokens[j].token);
+          if (p.logprobs)
+            t.logprobs.push_back(logprobs_for(batch.tokens[j]));
+        }
         // Each chunk's text ends on a character boundary, so that it is
         // valid UTF-8 on its own; the request's last chunk takes all.
         t.text = std::move(p.held) + decode(t.tokens, 0);
@@ -342,8 +374,11 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         }
         out.push_back({p.peer, wire::to_json(t)});
       } else {
-        for (auto j = k; j < end; ++j)
+        for (auto j = k; j < end; ++j) {
           p.tokens.push_back(batch.tokens[j].token);
+          if (p.logprobs)
+            p.token_logprobs.push_back(logprobs_for(batch.tokens[j]));
+        }
       }
     }
     k = end;
@@ -365,6 +400,8 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
       if (!p.stream) {
         d.text = decode(p.tokens, 0);
         d.tokens = std::move(p.tokens);
+        if (p.logprobs)
+          d.logprobs = std::move(p.token_logprobs);
       }
       if (static_cast<finish_reason>(f.reason) == finish_reason::aborted)
         out.push_back(error_frame(p.peer, p.client_id, wire::error_code::overloaded,

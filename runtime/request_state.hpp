@@ -69,6 +69,9 @@ struct request_spec {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;
+  /// -1: none; k >= 0: each output token's log-probability and the k most
+  /// likely tokens' (gpu::step_entry::logprobs).
+  std::int32_t logprobs = -1;
   std::int32_t priority = 0;
   /// Multi-turn session (0: none): its KV may be kept after this turn and
   /// reused by the next turn whose prompt extends it.

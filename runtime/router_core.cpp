@@ -3,6 +3,7 @@
 #include "runtime/request_state.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace troupe {
 
@@ -136,6 +137,15 @@ progress_batch router_core::on_progress(const progress_batch& batch) {
       continue; // already seen (a resubmitted request catching up), or ended
     ++i->second.delivered;
     out.tokens.push_back(t);
+  }
+  // A token's log-probabilities go where the token went.
+  if (!batch.logprobs.empty()) {
+    std::set<std::pair<std::uint64_t, std::uint32_t>> sent;
+    for (const auto& t : out.tokens)
+      sent.emplace(t.request_id, t.index);
+    for (const auto& lp : batch.logprobs)
+      if (sent.contains({lp.request_id, lp.index}))
+        out.logprobs.push_back(lp);
   }
   for (const auto& f : batch.finished) {
     auto i = requests_.find(f.request_id);

@@ -38,6 +38,8 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   append(end_streams, other.end_streams);
   append(release_host_pages, other.release_host_pages);
   trim_pages += other.trim_pages;
+  for (auto& [k, lp] : other.logprobs)
+    logprobs.emplace_back(tokens.size() + k, std::move(lp));
   append(tokens, other.tokens);
   append(finished, other.finished);
   append(queued, other.queued);
@@ -617,6 +619,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.temperature = r.spec.temperature;
     e.top_p = r.spec.top_p;
     e.top_k = r.spec.top_k;
+    e.logprobs = r.spec.logprobs;
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
       // A prefill joins only while the budget allows, unless the step would
@@ -687,7 +690,8 @@ bool scheduler_core::hits_stop(record& r, std::int32_t token) {
 
 scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> batch,
                                                std::span<const std::int32_t> tokens,
-                                               double now_s) {
+                                               double now_s,
+                                               std::span<const gpu::token_logprobs> logprobs) {
   scheduler_effects fx;
   step_in_flight_ = false;
   const std::int32_t eos = vocab_ ? vocab_->eos_token() : -1;
@@ -727,6 +731,8 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     if (r.times.first_token_s < 0)
       r.times.first_token_s = now_s;
     fx.tokens.push_back({r.spec.request_id, r.generated, tok});
+    if (r.spec.logprobs >= 0 && k < logprobs.size())
+      fx.logprobs.emplace_back(fx.tokens.size() - 1, logprobs[k]);
     r.output.push_back(tok);
     ++r.generated;
     r.last_token = tok;

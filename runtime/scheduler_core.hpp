@@ -139,6 +139,9 @@ struct scheduler_effects {
   /// Pages to ask the adapter cache to free from idle adapters (0: none).
   std::uint64_t trim_pages = 0;
   std::vector<token> tokens;
+  /// The log-probabilities of tokens[first] for the requests that asked
+  /// (request_spec::logprobs >= 0).
+  std::vector<std::pair<std::size_t, gpu::token_logprobs>> logprobs;
   std::vector<finish> finished;
   /// Adapters whose count of waiting requests changed: (adapter id, waiting
   /// now), for the adapter cache's prefetch and eviction tiers.
@@ -292,9 +295,11 @@ public:
   std::vector<gpu::step_entry> next_step(double now_s);
 
   /// The in-flight step finished with one token per entry (same order); a
-  /// negative token ends that request with an error.
+  /// negative token ends that request with an error. `logprobs`, one per
+  /// entry or empty, go with the tokens to the entries that asked.
   scheduler_effects on_step_done(std::span<const gpu::step_entry> batch,
-                                 std::span<const std::int32_t> tokens, double now_s);
+                                 std::span<const std::int32_t> tokens, double now_s,
+                                 std::span<const gpu::token_logprobs> logprobs = {});
 
   /// The in-flight step failed: every request in it finishes with an error.
   scheduler_effects on_step_failed(std::span<const gpu::step_entry> batch, double now_s);

@@ -4,6 +4,7 @@
 #include "gpu/cuda/llama_upload.hpp"
 #include "gpu/cuda/lora_pack.hpp"
 #include "gpu/lora.hpp"
+#include "gpu/sampling.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -288,6 +289,12 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
     if (const auto id = batch[i].stream; id != 0)
       streams.emplace_back(id, stream_state(id));
   std::vector<std::int32_t> tokens(plan.seqs(), -1);
+  // Sequences (plan order) whose logits row comes back for log-probabilities.
+  std::vector<std::uint32_t> rows;
+  for (std::uint32_t k = 0; k < plan.seqs(); ++k)
+    if (batch[plan.order[k]].logprobs >= 0)
+      rows.push_back(k);
+  const std::size_t vocab = model_->config().vocab;
   std::string step_error; // the CUDA error that failed the whole step
   if (plan.seqs() > 0) {
     try {
@@ -313,6 +320,11 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
       TROUPE_CUDA_CHECK(cudaEventRecord(step_end_, compute_));
       TROUPE_CUDA_CHECK(cudaMemcpyAsync(tokens_.data(), model_->device_tokens(),
                                         plan.seqs() * sizeof(std::int32_t), cudaMemcpyDeviceToHost, compute_));
+      if (logits_.size() < rows.size() * vocab)
+        logits_ = pinned_buffer<float>(rows.size() * vocab);
+      for (std::size_t j = 0; j < rows.size(); ++j)
+        TROUPE_CUDA_CHECK(cudaMemcpyAsync(logits_.data() + j * vocab, model_->device_logits() + rows[j] * vocab,
+                                          vocab * sizeof(float), cudaMemcpyDeviceToHost, compute_));
       TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
       float ms = 0;
       TROUPE_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_, step_end_));
@@ -349,6 +361,15 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
     if (fail_if_stream_lost(out, e, lost))
       continue;
     out.tokens[plan.order[k]] = tokens[k];
+  }
+  if (!rows.empty()) {
+    out.logprobs.resize(batch.size());
+    for (std::size_t j = 0; j < rows.size(); ++j) {
+      const auto i = plan.order[rows[j]];
+      if (out.tokens[i] >= 0)
+        out.logprobs[i] = logprobs_of({logits_.data() + j * vocab, vocab}, out.tokens[i],
+                                      static_cast<std::uint32_t>(batch[i].logprobs));
+    }
   }
   return out;
 }

@@ -114,6 +114,9 @@ public:
                         std::span<const std::uint32_t> host_pages, std::uint64_t bytes) override;
   void end_stream(std::uint64_t stream) const override;
   const tokenizer& vocab() const override { return *tokenizer_; }
+  /// The rows of the entries that ask are copied back with the tokens and
+  /// read by gpu::logprobs_of, the cpu backend's function.
+  bool computes_logprobs() const override { return true; }
   std::string name() const override { return "cuda"; }
   /// Set when a failed step or copy finds the context poisoned (an illegal
   /// address, a kernel fault): every later call would fail too.
@@ -181,6 +184,7 @@ private:
   cudaEvent_t step_end_ = nullptr;
   std::unique_ptr<cuda_model> model_;
   pinned_buffer<std::int32_t> tokens_;
+  pinned_buffer<float> logits_; ///< rows of the entries that ask for log-probabilities
   double h2d_bytes_per_s_ = 0;
 
   // Pinned host pool: page i at host_pool_ + i * page_bytes().

@@ -14,7 +14,6 @@
 #include "runtime/config.hpp"
 #include "runtime/sim_engine.hpp"
 #include "tests/support/temp_dir.hpp"
-#include "tests/support/utf8.hpp"
 #include "tools/workload/workload.hpp"
 
 #include <nlohmann/json.hpp>
@@ -235,17 +234,17 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   for (std::size_t k = 1; k < parts.size(); ++k)
     whole += parts[k];
   for (const auto& s : req.stop)
-    if (!testing::valid_utf8(s))
+    if (!wire::valid_utf8(s))
       return false; // the wire takes stop strings from JSON: always UTF-8
   for (std::size_t k = 1; k < parts.size(); ++k)
-    if (!testing::valid_utf8(parts[k]))
+    if (!wire::valid_utf8(parts[k]))
       return false;
   std::size_t cut = whole.size();
   for (const auto& s : req.stop)
     cut = std::min(cut, whole.find(s));
   const auto expected = whole.substr(0, cut);
 
-  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole};
+  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole, std::nullopt};
   openai::completion_answer one("cmpl-1", 0, req);
   const auto body = nlohmann::json::parse(one.body({done}));
   require(choice_text(body.at("choices").at(0)) == expected,
@@ -255,7 +254,7 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   openai::completion_answer streamed("cmpl-1", 0, req);
   std::string events = streamed.stream_start();
   for (std::size_t k = 1; k < parts.size(); ++k)
-    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k - 1), {1}, std::string(parts[k])});
+    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k - 1), {1}, std::string(parts[k]), {}});
   events += streamed.choice_end(0, done);
   events += streamed.stream_end();
   std::string text;

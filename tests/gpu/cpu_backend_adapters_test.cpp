@@ -3,8 +3,10 @@
 // (disk), a reload after drop_adapter() comes from the host tier and decodes
 // the same tokens; a bounded host tier re-reads evicted adapters; a corrupt
 // file fails only that adapter, naming the file; entries the model cannot
-// run fail alone, each named with why.
+// run fail alone, each named with why; log-probabilities follow each entry,
+// with an adapter or none.
 #include "gpu/cpu_backend.hpp"
+#include "tests/support/logprobs_check.hpp"
 #include "tests/support/temp_model.hpp"
 
 #include <gtest/gtest.h>
@@ -38,16 +40,25 @@ protected:
     return std::move(std::get<std::unique_ptr<cpu_backend>>(b));
   }
 
-  /// The greedy first token of a fixed prompt through `adapter`.
-  static std::int32_t first_token(cpu_backend& b, std::uint32_t adapter) {
+  /// A greedy prefill of `tokens` in `pages`, through `adapter` (rank 4) or
+  /// none, asking for `logprobs`.
+  static step_entry entry(std::uint64_t id, std::vector<std::int32_t> tokens, std::vector<std::uint32_t> pages,
+                          std::uint32_t adapter, std::int32_t logprobs = -1) {
     step_entry e;
-    e.request_id = 1;
+    e.request_id = id;
     e.adapter_id = adapter;
     e.adapter_rank = adapter == 0 ? 0 : 4;
-    e.tokens = {1, 5, 9, 13, 17};
-    e.new_tokens = 5;
+    e.tokens = std::move(tokens);
+    e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
     e.temperature = 0;
-    e.pages = {0};
+    e.pages = std::move(pages);
+    e.logprobs = logprobs;
+    return e;
+  }
+
+  /// The greedy first token of a fixed prompt through `adapter`.
+  static std::int32_t first_token(cpu_backend& b, std::uint32_t adapter) {
+    const auto e = entry(1, {1, 5, 9, 13, 17}, {0}, adapter);
     return b.run_step(std::span{&e, 1}).tokens.at(0);
   }
 
@@ -119,24 +130,12 @@ TEST_F(cpu_backend_adapters, entries_it_cannot_run_fail_alone_each_named_with_wh
   ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0, {}).error.empty());
   const auto alone = first_token(*b, 1);
   ASSERT_GE(alone, 0);
-  auto make = [](std::uint64_t id, std::vector<std::int32_t> tokens, std::vector<std::uint32_t> pages,
-                 std::uint32_t adapter) {
-    step_entry e;
-    e.request_id = id;
-    e.adapter_id = adapter;
-    e.adapter_rank = adapter == 0 ? 0 : 4;
-    e.tokens = std::move(tokens);
-    e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
-    e.temperature = 0;
-    e.pages = std::move(pages);
-    return e;
-  };
   std::vector<step_entry> batch{
-    make(10, {1, 5, 512}, {1}, 0),                 // a token outside the vocabulary of 512
-    make(11, std::vector<std::int32_t>(20, 7), {2}, 0), // 20 tokens in one page of 16
-    make(12, {1, 5, 9}, {3}, 2),                   // adapter 2 was never loaded
-    make(13, {1, 5, 9, 13, 17}, {0}, 1),           // runs
-    make(14, {1, 5, 9}, {64}, 0),                  // a page outside the pool of 64
+    entry(10, {1, 5, 512}, {1}, 0),                 // a token outside the vocabulary of 512
+    entry(11, std::vector<std::int32_t>(20, 7), {2}, 0), // 20 tokens in one page of 16
+    entry(12, {1, 5, 9}, {3}, 2),                   // adapter 2 was never loaded
+    entry(13, {1, 5, 9, 13, 17}, {0}, 1),           // runs
+    entry(14, {1, 5, 9}, {64}, 0),                  // a page outside the pool of 64
   };
   const auto r = b->run_step(batch);
   ASSERT_EQ(r.tokens.size(), batch.size());
@@ -151,6 +150,23 @@ TEST_F(cpu_backend_adapters, entries_it_cannot_run_fail_alone_each_named_with_wh
     EXPECT_NE(r.failures[i].reason.find(want[i].second), std::string::npos) << r.failures[i].reason;
   }
   EXPECT_EQ(first_token(*b, 1), alone) << "no failed entry touched the cache of another";
+}
+
+TEST_F(cpu_backend_adapters, log_probabilities_follow_each_entry_with_an_adapter_or_none) {
+  auto b = open();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0, {}).error.empty());
+  std::vector<step_entry> batch{
+    entry(1, {1, 5, 9, 13, 17}, {0}, 1, 5), entry(2, {2, 4, 6}, {1}, 0), entry(3, {3, 8, 1, 1}, {2}, 0, 0),
+    entry(4, {1, 5, 512}, {3}, 0, 3), // a token outside the vocabulary: fails, no log-probabilities
+    entry(5, {7, 7, 7, 7, 7, 7}, {4}, 0, 20)};
+  batch[4].temperature = 1.0f;
+  batch[4].seed = 99;
+  testing::expect_logprobs_follow_each_entry(*b, batch, 1e-4f);
+  // None asking: none given.
+  for (auto& e : batch)
+    e.logprobs = -1;
+  EXPECT_TRUE(b->run_step(batch).logprobs.empty());
 }
 
 } // namespace

@@ -1,11 +1,14 @@
 // Tests for sample_token: greedy and its ties, top-k and top-p cuts,
 // determinism per (seed, output index), and empirical frequencies against
-// the softmax over many fixed-seed draws.
+// the softmax over many fixed-seed draws; logprobs_of against a log-softmax
+// written out, its order, and logits that are not numbers.
 #include "gpu/sampling.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstdint>
 #include <random>
 #include <type_traits>
@@ -114,6 +117,81 @@ TEST(sampling, top_k_frequencies_renormalize) {
   EXPECT_EQ(counts[0] + counts[1], 0);
   const double want3 = std::exp(3.0) / (std::exp(3.0) + std::exp(2.0));
   EXPECT_NEAR(counts[3] / static_cast<double>(draws), want3, 5 * std::sqrt(want3 * (1 - want3) / draws));
+}
+
+TEST(logprobs, are_the_log_softmax_of_the_raw_logits_whatever_the_sampling) {
+  const auto l = random_logits(300, 21, 3.0f);
+  double z = 0;
+  for (float x : l)
+    z += std::exp(static_cast<double>(x));
+  for (std::int32_t t : {0, 17, 299, argmax(l)}) {
+    const auto r = logprobs_of(l, t, 0);
+    EXPECT_NEAR(r.logprob, static_cast<double>(l[t]) - std::log(z), 1e-5) << "token " << t;
+    EXPECT_TRUE(r.top.empty());
+  }
+  // Every token listed: probabilities sum to one, most likely first.
+  const auto all = logprobs_of(l, 5, 300);
+  ASSERT_EQ(all.top.size(), 300u);
+  double mass = 0;
+  for (std::size_t i = 0; i < all.top.size(); ++i) {
+    mass += std::exp(static_cast<double>(all.top[i].logprob));
+    EXPECT_FLOAT_EQ(all.top[i].logprob, logprobs_of(l, all.top[i].token, 0).logprob);
+    if (i > 0) {
+      EXPECT_GE(all.top[i - 1].logprob, all.top[i].logprob);
+    }
+  }
+  EXPECT_NEAR(mass, 1.0, 1e-5);
+  EXPECT_EQ(all.top[0].token, argmax(l));
+  // A short list is the long one's head; more than the vocabulary is all.
+  const auto five = logprobs_of(l, 5, 5);
+  ASSERT_EQ(five.top.size(), 5u);
+  for (std::size_t i = 0; i < 5; ++i)
+    EXPECT_EQ(five.top[i].token, all.top[i].token);
+  EXPECT_EQ(logprobs_of(l, 5, 1000).top.size(), 300u);
+}
+
+TEST(logprobs, ties_list_the_lower_id_first_and_no_logit_overflows) {
+  const std::vector<float> l{1.0f, 3.0f, 3.0f, -2.0f, 3.0f};
+  const auto r = logprobs_of(l, 4, 4);
+  ASSERT_EQ(r.top.size(), 4u);
+  EXPECT_EQ(r.top[0].token, 1);
+  EXPECT_EQ(r.top[1].token, 2);
+  EXPECT_EQ(r.top[2].token, 4);
+  EXPECT_EQ(r.top[3].token, 0);
+  EXPECT_FLOAT_EQ(r.logprob, r.top[0].logprob);
+  // Logits far past exp's range still give finite log-probabilities.
+  const std::vector<float> big{1e30f, 1e30f - 1e24f, -1e30f};
+  const auto b = logprobs_of(big, 0, 3);
+  EXPECT_TRUE(std::isfinite(b.logprob));
+  EXPECT_NEAR(b.logprob, 0.0, 1e-6);
+  EXPECT_EQ(b.top.size(), 3u);
+}
+
+TEST(logprobs, logits_that_are_not_numbers_are_never_listed) {
+  constexpr float nan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> l{0.0f, nan, 0.0f, -inf};
+  const auto r = logprobs_of(l, 1, 4);
+  EXPECT_EQ(r.logprob, -inf); // NaN counts as -infinity
+  ASSERT_EQ(r.top.size(), 2u);
+  EXPECT_EQ(r.top[0].token, 0);
+  EXPECT_EQ(r.top[1].token, 2);
+  EXPECT_NEAR(r.top[0].logprob, -std::log(2.0), 1e-6);
+  EXPECT_EQ(logprobs_of(l, 3, 0).logprob, -inf);
+  EXPECT_EQ(logprobs_of(l, 4, 0).logprob, -inf); // out of range
+  EXPECT_EQ(logprobs_of(l, -1, 0).logprob, -inf);
+  // +infinity takes all the mass, shared.
+  const std::vector<float> sure{inf, 5.0f, inf};
+  const auto s = logprobs_of(sure, 2, 3);
+  EXPECT_NEAR(s.logprob, -std::log(2.0), 1e-6);
+  ASSERT_EQ(s.top.size(), 2u);
+  EXPECT_EQ(s.top[0].token, 0);
+  EXPECT_EQ(logprobs_of(sure, 1, 0).logprob, -inf);
+  // Nothing possible: nothing listed.
+  const std::vector<float> none{nan, -inf};
+  EXPECT_EQ(logprobs_of(none, 0, 2).logprob, -inf);
+  EXPECT_TRUE(logprobs_of(none, 0, 2).top.empty());
+  EXPECT_TRUE(logprobs_of(std::vector<float>{}, 0, 2).top.empty());
 }
 
 } // namespace

@@ -35,6 +35,7 @@ TEST(serialize, a_request_keeps_every_field) {
   s.temperature = 0.5f;
   s.top_p = 0.9f;
   s.top_k = 40;
+  s.logprobs = 5;
   s.priority = -2;
   s.session = 0xabcdef;
   s.stop = {"\n\n"};
@@ -52,6 +53,7 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.temperature, s.temperature);
   EXPECT_EQ(r.top_p, s.top_p);
   EXPECT_EQ(r.top_k, s.top_k);
+  EXPECT_EQ(r.logprobs, s.logprobs);
   EXPECT_EQ(r.priority, s.priority);
   EXPECT_EQ(r.session, s.session);
   EXPECT_EQ(r.stop, s.stop);
@@ -73,7 +75,15 @@ TEST(serialize, a_session_cache_and_progress_keep_every_field) {
   progress_batch b;
   b.tokens.push_back({3, 4, 99});
   b.finished.push_back({3, 1, 10, 5, 1.5, 2.5, 3.5});
+  b.logprobs.push_back({3, 4, {-0.5f, {{99, -0.5f}, {7, -1.25f}}}});
   const auto p = round_trip(b);
+  ASSERT_EQ(p.logprobs.size(), 1u);
+  EXPECT_EQ(p.logprobs[0].request_id, 3u);
+  EXPECT_EQ(p.logprobs[0].index, 4u);
+  EXPECT_EQ(p.logprobs[0].logprobs.logprob, -0.5f);
+  ASSERT_EQ(p.logprobs[0].logprobs.top.size(), 2u);
+  EXPECT_EQ(p.logprobs[0].logprobs.top[1].token, 7);
+  EXPECT_EQ(p.logprobs[0].logprobs.top[1].logprob, -1.25f);
   ASSERT_EQ(p.tokens.size(), 1u);
   EXPECT_EQ(p.tokens[0].request_id, 3u);
   EXPECT_EQ(p.tokens[0].index, 4u);
@@ -85,6 +95,25 @@ TEST(serialize, a_session_cache_and_progress_keep_every_field) {
   EXPECT_EQ(p.finished[0].queue_ms, 1.5);
   EXPECT_EQ(p.finished[0].ttft_ms, 2.5);
   EXPECT_EQ(p.finished[0].e2e_ms, 3.5);
+}
+
+TEST(serialize, a_step_keeps_what_it_asks_and_what_it_gives) {
+  gpu::step_entry e;
+  e.request_id = 2;
+  e.logprobs = 3;
+  e.tokens = {1, 2};
+  EXPECT_EQ(round_trip(e).logprobs, 3);
+  gpu::step_result r;
+  r.tokens = {5};
+  r.logprobs = {{-0.25f, {{5, -0.25f}}}};
+  r.device_seconds = 0.5;
+  const auto back = round_trip(r);
+  EXPECT_EQ(back.tokens, r.tokens);
+  ASSERT_EQ(back.logprobs.size(), 1u);
+  EXPECT_EQ(back.logprobs[0].logprob, -0.25f);
+  ASSERT_EQ(back.logprobs[0].top.size(), 1u);
+  EXPECT_EQ(back.logprobs[0].top[0].token, 5);
+  EXPECT_EQ(back.device_seconds, 0.5);
 }
 
 TEST(serialize, a_cache_transfer_keeps_its_operation_and_data) {

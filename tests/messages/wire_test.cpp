@@ -1,9 +1,9 @@
 // Tests for messages/wire: every accepted request field, every rejection with
 // its code, echoed id and message, and request/reply round trips.
 #include "messages/wire.hpp"
-#include "tests/support/utf8.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <fstream>
@@ -17,7 +17,7 @@
 namespace troupe::wire {
 namespace {
 
-using troupe::testing::valid_utf8;
+using troupe::wire::valid_utf8;
 
 static_assert(std::is_nothrow_move_constructible_v<request>);
 static_assert(std::is_nothrow_move_constructible_v<reply>);
@@ -54,6 +54,22 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.stream, b.stream);
   EXPECT_EQ(a.session, b.session);
   EXPECT_EQ(a.priority, b.priority);
+  EXPECT_EQ(a.logprobs, b.logprobs);
+}
+
+void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  auto same = [](const token_logprob& x, const token_logprob& y) {
+    EXPECT_EQ(x.token, y.token);
+    EXPECT_EQ(x.text, y.text);
+    EXPECT_EQ(x.logprob, y.logprob);
+  };
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    same(a[i].sampled, b[i].sampled);
+    ASSERT_EQ(a[i].top.size(), b[i].top.size());
+    for (std::size_t k = 0; k < a[i].top.size(); ++k)
+      same(a[i].top[k], b[i].top[k]);
+  }
 }
 
 void expect_same(const request& a, const request& b) {
@@ -98,6 +114,7 @@ void expect_same(const reply& a, const reply& b) {
         EXPECT_EQ(x.index, y.index);
         EXPECT_EQ(x.tokens, y.tokens);
         EXPECT_EQ(x.text, y.text);
+        expect_same(x.logprobs, y.logprobs);
       } else if constexpr (std::is_same_v<T, done_reply>) {
         EXPECT_EQ(x.finish_reason, y.finish_reason);
         EXPECT_EQ(x.prompt_tokens, y.prompt_tokens);
@@ -107,6 +124,9 @@ void expect_same(const reply& a, const reply& b) {
         EXPECT_EQ(x.time.e2e_ms, y.time.e2e_ms);
         EXPECT_EQ(x.tokens, y.tokens);
         EXPECT_EQ(x.text, y.text);
+        ASSERT_EQ(x.logprobs.has_value(), y.logprobs.has_value());
+        if (x.logprobs)
+          expect_same(*x.logprobs, *y.logprobs);
       } else if constexpr (std::is_same_v<T, error_reply>) {
         EXPECT_EQ(x.code, y.code);
         EXPECT_EQ(x.message, y.message);
@@ -194,6 +214,9 @@ std::vector<accept_case> accept_cases() {
     {"session", gen(R"("session":"chat-7")"), [](g r) { r.session = "chat-7"; }},
     {"priority_negative", gen(R"("priority":-3)"), [](g r) { r.priority = -3; }},
     {"priority_positive", gen(R"("priority":5)"), [](g r) { r.priority = 5; }},
+    {"logprobs_none_asked", gen(R"("logprobs":0)"), [](g r) { r.logprobs = 0; }},
+    {"logprobs_most", gen(R"("logprobs":20)"), [](g r) { r.logprobs = 20; }},
+    {"logprobs_null", gen(R"("logprobs":null)"), [](g) {}},
     {"all_fields",
      gen(R"("adapter":"a","max_tokens":8,"temperature":0.5,"top_p":0.9,"top_k":3,)"
          R"("seed":42,"stop":["x"],"stream":true,"session":"s","priority":2)"),
@@ -354,6 +377,9 @@ std::vector<reject_case> reject_cases() {
     {"priority_fractional", gen(R"("priority":1.5)"), bad, "g1", {"\"priority\"", "got 1.5"}},
     {"priority_too_big", gen(R"("priority":2147483648)"), bad, "g1",
      {"\"priority\"", "got 2147483648"}},
+    {"logprobs_negative", gen(R"("logprobs":-1)"), bad, "g1", {"\"logprobs\"", "between 0 and 20", "got -1"}},
+    {"logprobs_too_many", gen(R"("logprobs":21)"), bad, "g1", {"\"logprobs\"", "got 21"}},
+    {"logprobs_boolean", gen(R"("logprobs":true)"), bad, "g1", {"\"logprobs\"", "got true"}},
     {"unknown_field", gen(R"("max_token":16)"), bad, "g1",
      {"unknown field \"max_token\"", "generate", "\"max_tokens\""}},
     {"unknown_field_before_prompt_check", R"({"type":"generate","id":"g1","promt":"hi"})", bad,
@@ -409,6 +435,7 @@ TEST(wire, request_round_trips) {
   full.stream = true;
   full.session = "chat-1";
   full.priority = -2;
+  full.logprobs = 5;
 
   generate_request tokens;
   tokens.id = "tok";
@@ -455,9 +482,9 @@ TEST(wire, request_floats_are_written_in_shortest_form) {
 
 TEST(wire, reply_json_shapes) {
   EXPECT_EQ(to_json(accepted_reply{"a", 3}), R"({"type":"accepted","id":"a","prompt_tokens":3})");
-  EXPECT_EQ(to_json(token_reply{"a", 2, {5, 6}, "ab"}),
+  EXPECT_EQ(to_json(token_reply{"a", 2, {5, 6}, "ab", {}}),
             R"({"type":"token","id":"a","index":2,"tokens":[5,6],"text":"ab"})");
-  done_reply d{"a", "length", 3, 2, {1.5, 2.0, 3.25}, std::vector<std::int32_t>{5, 6}, "ab"};
+  done_reply d{"a", "length", 3, 2, {1.5, 2.0, 3.25}, std::vector<std::int32_t>{5, 6}, "ab", std::nullopt};
   EXPECT_EQ(to_json(d), R"({"type":"done","id":"a","finish_reason":"length",)"
                         R"("usage":{"prompt_tokens":3,"completion_tokens":2},)"
                         R"("timings":{"queue_ms":1.5,"ttft_ms":2.0,"e2e_ms":3.25},)"
@@ -479,13 +506,18 @@ TEST(wire, reply_json_shapes) {
 TEST(wire, reply_round_trips) {
   std::vector<reply> replies{
     accepted_reply{"a", 12},
-    token_reply{"a", 0, {1}, "x"},
-    token_reply{"a", 7, {1, 2, 3}, "multi \xe2\x98\xba"},
-    token_reply{"a", 8, {}, ""},
-    done_reply{"a", "length", 12, 16, {0.25, 10.5, 99.75}, std::vector<std::int32_t>{4, 5}, "45"},
-    done_reply{"a", "stop", 1, 0, {0, 0, 0}, std::vector<std::int32_t>{}, ""},
-    done_reply{"a", "eos", 3, 4, {1, 2, 3}, std::nullopt, std::nullopt},
-    done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt},
+    token_reply{"a", 0, {1}, "x", {}},
+    token_reply{"a", 7, {1, 2, 3}, "multi \xe2\x98\xba", {}},
+    token_reply{"a", 8, {}, "", {}},
+    done_reply{"a", "length", 12, 16, {0.25, 10.5, 99.75}, std::vector<std::int32_t>{4, 5}, "45", std::nullopt},
+    done_reply{"a", "stop", 1, 0, {0, 0, 0}, std::vector<std::int32_t>{}, "", std::nullopt},
+    done_reply{"a", "eos", 3, 4, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt},
+    done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt},
+    token_reply{"a", 3, {9, 4}, "x", {{{9, "x", -0.25f}, {{9, "x", -0.25f}, {11, "\xe2\x98\xba", -2.5f}}},
+                                           {{4, "\xe2", -std::numeric_limits<float>::infinity()}, {}}}},
+    done_reply{"a", "length", 2, 1, {1, 2, 3}, std::vector<std::int32_t>{4}, "",
+               std::vector<token_logprobs>{{{4, "\xff", -1e-7f}, {{4, "\xff", -1e-7f}}}}},
+    done_reply{"a", "length", 2, 0, {1, 2, 3}, std::vector<std::int32_t>{}, "", std::vector<token_logprobs>{}},
     health_reply{"h", "ok"},
     health_reply{"h", "draining"},
     stats_reply{"s", {{"zeta", 1}, {"alpha", 0.125}, {"queue_depth", 1e9}}},
@@ -526,8 +558,8 @@ TEST(wire, non_finite_stats_travel_as_null) {
 TEST(wire, invalid_utf8_in_text_still_yields_valid_json) {
   const std::string bad = "ok\xff\xc3(\xe2\x82";
   std::vector<std::string> frames{
-    to_json(token_reply{"t", 0, {1}, bad}),
-    to_json(done_reply{"t", "length", 1, 1, {}, std::vector<std::int32_t>{1}, bad}),
+    to_json(token_reply{"t", 0, {1}, bad, {}}),
+    to_json(done_reply{"t", "length", 1, 1, {}, std::vector<std::int32_t>{1}, bad, std::nullopt}),
     to_json(error_reply{"t", error_code::internal, bad}),
     to_json(request{generate_request{"t", bad, {}, "", 16, {}, {bad}, false, "", 0}}),
   };
@@ -541,6 +573,25 @@ TEST(wire, invalid_utf8_in_text_still_yields_valid_json) {
   const auto& text = std::get<token_reply>(std::get<reply>(back)).text;
   EXPECT_TRUE(valid_utf8(text));
   EXPECT_EQ(text.substr(0, 2), "ok");
+}
+
+TEST(wire, log_probabilities_travel_with_their_tokens_bytes_and_all) {
+  token_reply t{"a", 0, {5, 6}, "\xe2\x98\xba", {}};
+  t.logprobs = {{{5, "\xe2\x98", -0.5f}, {}}, {{6, "\xba", -std::numeric_limits<float>::infinity()}, {}}};
+  const auto j = nlohmann::json::parse(to_json(t));
+  ASSERT_EQ(j.at("logprobs").size(), 2u);
+  EXPECT_EQ(j["logprobs"][0]["logprob"], -0.5);
+  EXPECT_EQ(j["logprobs"][0]["bytes"], nlohmann::json::parse("[226, 152]"));
+  EXPECT_TRUE(j["logprobs"][1]["logprob"].is_null()) << "-infinity is null";
+  EXPECT_EQ(j["logprobs"][1]["bytes"], nlohmann::json::parse("[186]"));
+  EXPECT_TRUE(j["logprobs"][0]["top"].empty());
+  // Valid text carries no bytes; a reply without logprobs has no field.
+  t.logprobs[0].sampled.text = "ok";
+  EXPECT_FALSE(nlohmann::json::parse(to_json(t))["logprobs"][0].contains("bytes"));
+  EXPECT_FALSE(nlohmann::json::parse(to_json(token_reply{"a", 0, {5}, "x", {}})).contains("logprobs"));
+  // Shortest form, as sampling parameters are.
+  t.logprobs[0].sampled.logprob = -0.1f;
+  EXPECT_NE(to_json(t).find(R"("logprob":-0.1,)"), std::string::npos) << to_json(t);
 }
 
 TEST(wire, parse_reply_ignores_unknown_fields) {
@@ -570,6 +621,12 @@ TEST(wire, parse_reply_rejections) {
     {R"({"type":"adapters","id":"a","adapters":[{"name":"x","rank":-1,"resident":true}]})",
      "a", "adapters[0].rank"},
     {R"({"type":"stats","id":"a","stats":{"q":"1"}})", "a", "stats.q"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","logprob":0}]})",
+     "a", "logprobs[0].top"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"bytes":[256],"logprob":0,"top":[]}]})",
+     "a", "logprobs[0].bytes"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","logprob":0,"top":[{"token":2,"text":"","logprob":"x"}]}]})",
+     "a", "logprobs[0].top[0].logprob"},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(r.frame);

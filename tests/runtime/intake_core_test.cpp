@@ -190,13 +190,14 @@ TEST_F(intake_core_test, overloaded_when_max_pending_requests_are_in_flight) {
   expect_error("p", gen("r4"), error_code::overloaded, "r4");
   expect_error("z", gen("r1"), error_code::overloaded, "r1");
   // One finishes: room again.
-  core.on_progress({{}, {{1, static_cast<std::uint8_t>(finish_reason::length), 2, 1, 0, 0, 0}}});
+  core.on_progress({{}, {{1, static_cast<std::uint8_t>(finish_reason::length), 2, 1, 0, 0, 0}}, {}});
   EXPECT_EQ(core.in_flight(), 2u);
   submit("p", "r4");
 }
 
 /// A sim backend that can be told it runs nothing more (as a poisoned CUDA
-/// context makes the cuda backend).
+/// context makes the cuda backend), or that it computes log-probabilities
+/// (the intake only passes them on).
 class breakable_backend final : public gpu::executor_backend {
 public:
   gpu::step_result run_step(std::span<const gpu::step_entry> b) override { return sim_->run_step(b); }
@@ -221,8 +222,10 @@ public:
   const gpu::tokenizer& vocab() const override { return sim_->vocab(); }
   std::string name() const override { return "breakable"; }
   std::string broken() const override { return why; }
+  bool computes_logprobs() const override { return logprobs; }
 
   std::string why;
+  bool logprobs = false;
 
 private:
   std::shared_ptr<gpu::sim_backend> sim_ = std::make_shared<gpu::sim_backend>(
@@ -403,7 +406,7 @@ TEST_F(intake_core_test, refused_submissions_map_to_errors_and_free_the_id) {
     EXPECT_EQ(core.in_flight(), 0u);
     // Nothing more for it, and the id is free again.
     EXPECT_TRUE(core.on_submit_result(id, c.result).empty());
-    EXPECT_TRUE(core.on_progress({{{id, 0, 400}}, {{id, 0, 2, 1, 0, 0, 0}}}).empty());
+    EXPECT_TRUE(core.on_progress({{{id, 0, 400}}, {{id, 0, 2, 1, 0, 0, 0}}, {}}).empty());
   }
   EXPECT_EQ(core.accepted(), 0u);
 }
@@ -437,7 +440,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   const auto id = submit("peer-S", "s1", R"("stream":true)");
   ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
   const std::vector<std::int32_t> w1{3 + 'H', 3 + 'i', 400};
-  auto out = core.on_progress({{{id, 0, w1[0]}, {id, 1, w1[1]}, {id, 2, w1[2]}}, {}});
+  auto out = core.on_progress({{{id, 0, w1[0]}, {id, 1, w1[1]}, {id, 2, w1[2]}}, {}, {}});
   ASSERT_EQ(out.size(), 1u); // one chunk, no second accepted
   EXPECT_EQ(out[0].peer, "peer-S");
   auto t = as<wire::token_reply>(out[0]);
@@ -446,7 +449,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_EQ(t.tokens, w1);
   EXPECT_EQ(t.text, text_of(backend->vocab(), w1));
   EXPECT_EQ(t.text.substr(0, 2), "Hi");
-  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4)}});
+  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4)}, {}});
   ASSERT_EQ(out.size(), 2u);
   t = as<wire::token_reply>(out[0]);
   EXPECT_EQ(t.index, 3u);
@@ -463,7 +466,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_FALSE(d.text.has_value());
   EXPECT_EQ(core.in_flight(), 0u);
   // Nothing after the terminal reply.
-  EXPECT_TRUE(core.on_progress({{{id, 4, 402}}, {fin(id, finish_reason::length, 2, 5)}}).empty());
+  EXPECT_TRUE(core.on_progress({{{id, 4, 402}}, {fin(id, finish_reason::length, 2, 5)}, {}}).empty());
 }
 
 TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_last_takes_the_rest) {
@@ -472,7 +475,7 @@ TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_las
   ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
   auto byte = [](unsigned b) { return static_cast<std::int32_t>(3 + b); };
   auto chunk_text = [&](std::vector<token_event> toks, std::vector<finish_event> fins = {}) {
-    auto out = core.on_progress({std::move(toks), std::move(fins)});
+    auto out = core.on_progress({std::move(toks), std::move(fins), {}});
     EXPECT_GE(out.size(), 1u);
     return out.empty() ? std::string{} : as<wire::token_reply>(out[0]).text;
   };
@@ -486,7 +489,7 @@ TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_las
   EXPECT_EQ(chunk_text({{id, 11, byte(0x80)}}), "\xEF\xBF\xBD");
   // The last chunk (its request finishes in the same batch) takes all, even
   // a character the model left unfinished.
-  auto out = core.on_progress({{{id, 12, byte(0xE4)}}, {fin(id, finish_reason::length, 2, 13)}});
+  auto out = core.on_progress({{{id, 12, byte(0xE4)}}, {fin(id, finish_reason::length, 2, 13)}, {}});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(as<wire::token_reply>(out[0]).tokens, std::vector<std::int32_t>{byte(0xE4)});
   EXPECT_EQ(as<wire::done_reply>(out[1]).completion_tokens, 13u);
@@ -495,7 +498,7 @@ TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_las
 
 TEST_F(intake_core_test, first_tokens_before_the_submit_result_send_accepted_first) {
   const auto id = submit("p", "s1", R"("stream":true)");
-  auto out = core.on_progress({{{id, 0, 400}}, {}});
+  auto out = core.on_progress({{{id, 0, 400}}, {}, {}});
   ASSERT_EQ(out.size(), 2u);
   const auto acc = as<wire::accepted_reply>(out[0]);
   EXPECT_EQ(acc.id, "s1");
@@ -510,9 +513,9 @@ TEST_F(intake_core_test, first_tokens_before_the_submit_result_send_accepted_fir
 TEST_F(intake_core_test, non_streaming_requests_get_one_done_with_tokens_and_text) {
   const auto id = submit("p", "n1", R"("stop":["!"])");
   ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
-  EXPECT_TRUE(core.on_progress({{{id, 0, 3 + 'O'}}, {}}).empty());
-  EXPECT_TRUE(core.on_progress({{{id, 1, 3 + 'k'}, {id, 2, 3 + '!'}}, {}}).empty());
-  auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 3)}});
+  EXPECT_TRUE(core.on_progress({{{id, 0, 3 + 'O'}}, {}, {}}).empty());
+  EXPECT_TRUE(core.on_progress({{{id, 1, 3 + 'k'}, {id, 2, 3 + '!'}}, {}, {}}).empty());
+  auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 3)}, {}});
   ASSERT_EQ(out.size(), 1u);
   const auto d = as<wire::done_reply>(out[0]);
   EXPECT_EQ(d.id, "n1");
@@ -541,7 +544,7 @@ TEST_F(intake_core_test, finish_reasons_map_to_done_or_internal_error) {
     SCOPED_TRACE(c.done_reason);
     const auto id = submit("p", "r");
     ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
-    auto out = core.on_progress({{}, {fin(id, c.why, 2, 0)}});
+    auto out = core.on_progress({{}, {fin(id, c.why, 2, 0)}, {}});
     ASSERT_EQ(out.size(), 1u);
     if (c.done_reason.empty()) {
       const auto e = as<wire::error_reply>(out[0]);
@@ -564,7 +567,7 @@ TEST_F(intake_core_test, a_batch_mixing_requests_gives_one_chunk_per_request) {
     ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
   auto out = core.on_progress(
     {{{a, 0, 400}, {a, 1, 401}, {b, 0, 500}, {c, 0, 600}, {b, 1, 501}},
-     {fin(b, finish_reason::eos, 2, 2)}});
+     {fin(b, finish_reason::eos, 2, 2)}, {}});
   // a: one chunk of 2; b: two chunks (its tokens are not consecutive); c:
   // nothing yet; then b's done.
   ASSERT_EQ(out.size(), 4u);
@@ -583,7 +586,7 @@ TEST_F(intake_core_test, a_batch_mixing_requests_gives_one_chunk_per_request) {
   EXPECT_EQ(db.id, "b");
   EXPECT_EQ(db.finish_reason, "eos");
   EXPECT_EQ(core.in_flight(), 2u);
-  out = core.on_progress({{}, {fin(c, finish_reason::length, 2, 1)}});
+  out = core.on_progress({{}, {fin(c, finish_reason::length, 2, 1)}, {}});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(*as<wire::done_reply>(out[0]).tokens, std::vector<std::int32_t>{600});
 }
@@ -592,7 +595,7 @@ TEST_F(intake_core_test, after_done_the_id_can_be_reused) {
   const auto first = submit("p", "r1");
   ASSERT_EQ(core.on_submit_result(first, sr::accepted).size(), 1u);
   expect_error("p", gen("r1"), error_code::duplicate_id, "r1");
-  ASSERT_EQ(core.on_progress({{}, {fin(first, finish_reason::length, 2, 0)}}).size(), 1u);
+  ASSERT_EQ(core.on_progress({{}, {fin(first, finish_reason::length, 2, 0)}, {}}).size(), 1u);
   const auto second = submit("p", "r1");
   EXPECT_NE(second, first);
   // Replies for the new request carry the reused client id.
@@ -600,7 +603,7 @@ TEST_F(intake_core_test, after_done_the_id_can_be_reused) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(as<wire::accepted_reply>(out[0]).id, "r1");
   // Stale progress for the old internal id sends nothing.
-  EXPECT_TRUE(core.on_progress({{{first, 0, 400}}, {fin(first, finish_reason::length, 2, 1)}}).empty());
+  EXPECT_TRUE(core.on_progress({{{first, 0, 400}}, {fin(first, finish_reason::length, 2, 1)}, {}}).empty());
   EXPECT_EQ(core.in_flight(), 1u);
 }
 
@@ -618,15 +621,15 @@ TEST_F(intake_core_test, a_gone_peer_gets_nothing_more) {
   EXPECT_TRUE(core.on_peer_gone("nobody").empty());
   // a2's late submit result, tokens and finishes for a1/a2: no frames.
   EXPECT_TRUE(core.on_submit_result(a2, sr::accepted).empty());
-  auto out = core.on_progress({{{a1, 0, 400}, {a2, 0, 401}, {b1, 0, 402}}, {}});
+  auto out = core.on_progress({{{a1, 0, 400}, {a2, 0, 401}, {b1, 0, 402}}, {}, {}});
   ASSERT_EQ(out.size(), 2u); // b1: accepted, then its token
   for (const auto& f : out)
     EXPECT_EQ(f.peer, "stays");
   EXPECT_TRUE(core.on_progress({{}, {fin(a1, finish_reason::cancelled, 2, 1),
-                                     fin(a2, finish_reason::cancelled, 2, 1)}})
+                                     fin(a2, finish_reason::cancelled, 2, 1)}, {}})
                 .empty());
   EXPECT_EQ(core.in_flight(), 1u); // a1 and a2 are forgotten once finished
-  out = core.on_progress({{}, {fin(b1, finish_reason::length, 2, 1)}});
+  out = core.on_progress({{}, {fin(b1, finish_reason::length, 2, 1)}, {}});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].peer, "stays");
   EXPECT_EQ(core.in_flight(), 0u);
@@ -716,6 +719,74 @@ TEST_F(intake_core_test, a_request_whose_adapter_fails_to_load_gets_bad_adapter)
   EXPECT_EQ(e.code, error_code::bad_adapter);
   EXPECT_NE(e.message.find("chat"), std::string::npos);
   EXPECT_EQ(core.in_flight(), 0u);
+}
+
+TEST_F(intake_core_test, log_probabilities_are_refused_where_the_backend_computes_none) {
+  expect_error("p", gen("r1", R"("logprobs":2)"), error_code::bad_request, "r1");
+  auto a = core.on_frame("p", gen("r2", R"("logprobs":2)"), now += 1);
+  ASSERT_EQ(a.replies.size(), 1u);
+  const auto e = as<wire::error_reply>(a.replies[0]);
+  EXPECT_NE(e.message.find("\"logprobs\""), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("sim backend"), std::string::npos) << e.message;
+  EXPECT_EQ(core.in_flight(), 0u);
+  submit("p", "r3"); // the same request without them is served
+}
+
+TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_text) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  auto submit = [&](const std::string& id, const std::string& extra, std::int32_t logprobs) {
+    auto a = core.on_frame("p", R"({"type":"generate","id":")" + id + R"(","prompt":"hi")" + extra + "}", 1.0);
+    EXPECT_TRUE(a.replies.empty());
+    EXPECT_TRUE(a.submit.has_value());
+    if (!a.submit)
+      return std::uint64_t{0};
+    EXPECT_EQ(a.submit->logprobs, logprobs) << "the scheduler is told";
+    EXPECT_EQ(core.on_submit_result(a.submit->request_id, sr::accepted).size(), 1u);
+    return a.submit->request_id;
+  };
+  const auto streamed = submit("s", R"(,"stream":true,"logprobs":2)", 2);
+  const auto whole = submit("w", R"(,"logprobs":0)", 0);
+  const auto plain = submit("n", R"(,"stream":true)", -1);
+  const auto& vocab = backend->vocab();
+  auto lp = [](float own, std::vector<gpu::token_logprob> top) { return gpu::token_logprobs{own, std::move(top)}; };
+  progress_batch b;
+  b.tokens = {{streamed, 0, 40}, {streamed, 1, 41}, {whole, 0, 50}, {plain, 0, 60}};
+  b.logprobs = {{streamed, 0, lp(-0.5f, {{40, -0.5f}, {7, -1.5f}})},
+                {streamed, 1, lp(-2.0f, {{9, -0.25f}, {41, -2.0f}})},
+                {whole, 0, lp(-0.125f, {})}};
+  auto out = core.on_progress(b);
+  ASSERT_EQ(out.size(), 2u); // a chunk each for the streamed ones
+  const auto chunk = as<wire::token_reply>(out[0]);
+  EXPECT_EQ(chunk.id, "s");
+  ASSERT_EQ(chunk.logprobs.size(), 2u);
+  EXPECT_EQ(chunk.logprobs[0].sampled.token, 40);
+  EXPECT_EQ(chunk.logprobs[0].sampled.text, vocab.decode(40));
+  EXPECT_EQ(chunk.logprobs[0].sampled.logprob, -0.5f);
+  ASSERT_EQ(chunk.logprobs[0].top.size(), 2u);
+  EXPECT_EQ(chunk.logprobs[0].top[1].token, 7);
+  EXPECT_EQ(chunk.logprobs[0].top[1].text, vocab.decode(7));
+  EXPECT_EQ(chunk.logprobs[0].top[1].logprob, -1.5f);
+  EXPECT_EQ(chunk.logprobs[1].sampled.logprob, -2.0f);
+  EXPECT_EQ(chunk.logprobs[1].top[0].token, 9);
+  EXPECT_TRUE(as<wire::token_reply>(out[1]).logprobs.empty()) << "not asked for: none";
+
+  progress_batch end;
+  end.tokens = {{whole, 1, 51}};
+  end.logprobs = {{whole, 1, lp(-3.0f, {})}};
+  end.finished = {{whole, static_cast<std::uint8_t>(finish_reason::length), 1, 2, 0, 0, 0}};
+  out = core.on_progress(end);
+  ASSERT_EQ(out.size(), 1u);
+  const auto done = as<wire::done_reply>(out[0]);
+  ASSERT_TRUE(done.logprobs.has_value());
+  ASSERT_EQ(done.logprobs->size(), 2u) << "one per token, in order";
+  EXPECT_EQ((*done.logprobs)[0].sampled.token, 50);
+  EXPECT_EQ((*done.logprobs)[0].sampled.logprob, -0.125f);
+  EXPECT_TRUE((*done.logprobs)[0].top.empty());
+  EXPECT_EQ((*done.logprobs)[1].sampled.token, 51);
+  EXPECT_EQ((*done.logprobs)[1].sampled.logprob, -3.0f);
 }
 
 } // namespace

@@ -18,10 +18,15 @@ request_spec spec(std::uint64_t id, std::uint64_t session = 0, double arrival = 
   return s;
 }
 
-progress_batch tokens(std::uint64_t id, std::uint32_t from, std::uint32_t to) {
+/// Tokens [from, to) of request `id`, each with its log-probabilities when
+/// `logprobs` (-index as its own).
+progress_batch tokens(std::uint64_t id, std::uint32_t from, std::uint32_t to, bool logprobs = false) {
   progress_batch b;
-  for (auto i = from; i < to; ++i)
+  for (auto i = from; i < to; ++i) {
     b.tokens.push_back({id, i, static_cast<std::int32_t>(100 + i)});
+    if (logprobs)
+      b.logprobs.push_back({id, i, {-static_cast<float>(i), {}}});
+  }
   return b;
 }
 
@@ -223,10 +228,17 @@ TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither
   EXPECT_EQ(r.loads()[1].in_flight, 3u);
   // Node 1 recomputes request 1 from its first token: the client gets
   // tokens 3 and on only, once each.
-  out = r.on_progress(tokens(1, 0, 5));
+  // Their log-probabilities go with them, and only theirs.
+  out = r.on_progress(tokens(1, 0, 5, true));
   ASSERT_EQ(out.tokens.size(), 2u);
   EXPECT_EQ(out.tokens[0].index, 3u);
-  EXPECT_TRUE(r.on_progress(tokens(1, 4, 5)).tokens.empty());
+  ASSERT_EQ(out.logprobs.size(), 2u);
+  EXPECT_EQ(out.logprobs[0].index, 3u);
+  EXPECT_EQ(out.logprobs[1].index, 4u);
+  EXPECT_EQ(out.logprobs[1].logprobs.logprob, -4.0f);
+  const auto repeated = r.on_progress(tokens(1, 4, 5, true));
+  EXPECT_TRUE(repeated.tokens.empty());
+  EXPECT_TRUE(repeated.logprobs.empty());
   EXPECT_EQ(r.on_progress(finish(1)).finished.size(), 1u);
   EXPECT_TRUE(r.on_progress(finish(1)).finished.empty()) << "one end per request";
   EXPECT_TRUE(r.on_progress(tokens(1, 5, 6)).tokens.empty()) << "nothing after the end";

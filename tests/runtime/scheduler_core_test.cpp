@@ -1331,6 +1331,51 @@ TEST(scheduler_core, a_negative_token_ends_only_that_request_with_an_error) {
   EXPECT_EQ(core.state_of(2), request_state::running);
 }
 
+TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_asked_only) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  for (std::uint64_t id : {1, 2, 3}) {
+    request_spec spec;
+    spec.request_id = id;
+    spec.prompt = {3, 4};
+    spec.max_new_tokens = 4;
+    spec.logprobs = id == 2 ? -1 : static_cast<std::int32_t>(id);
+    spec.arrival_s = static_cast<double>(id);
+    ASSERT_EQ(core.submit(spec), scheduler_core::submit_result::accepted);
+  }
+  core.admit(4);
+  for (std::uint32_t id : {1, 2, 3})
+    core.on_pages(id, true, 4, {id});
+  auto step = core.next_step(4);
+  ASSERT_EQ(step.size(), 3u);
+  for (const auto& e : step)
+    EXPECT_EQ(e.logprobs, e.request_id == 2 ? -1 : static_cast<std::int32_t>(e.request_id)) << "the backend is told";
+  const std::vector<std::int32_t> tokens{-1, 50, 60};
+  const std::vector<gpu::token_logprobs> lp{{-1.0f, {}}, {-2.0f, {}}, {-3.0f, {{60, -3.0f}, {61, -4.0f}}}};
+  auto fx = core.on_step_done(step, tokens, 5, lp);
+  // 1 failed (no token), 2 did not ask: only 3's token carries them.
+  ASSERT_EQ(fx.tokens.size(), 2u);
+  ASSERT_EQ(fx.logprobs.size(), 1u);
+  EXPECT_EQ(fx.tokens[fx.logprobs[0].first].request_id, 3u);
+  EXPECT_EQ(fx.logprobs[0].second.logprob, -3.0f);
+  EXPECT_EQ(fx.logprobs[0].second.top.size(), 2u);
+  // Merged after other effects, they still point at their token.
+  scheduler_effects before;
+  before.tokens.push_back({9, 0, 1});
+  before.logprobs.emplace_back(0, gpu::token_logprobs{-9.0f, {}});
+  before.merge(std::move(fx));
+  ASSERT_EQ(before.logprobs.size(), 2u);
+  EXPECT_EQ(before.tokens[before.logprobs[1].first].request_id, 3u);
+  EXPECT_EQ(before.logprobs[1].second.logprob, -3.0f);
+  // A backend that gave none (sim) leaves them out.
+  step = core.next_step(6);
+  ASSERT_EQ(step.size(), 2u);
+  fx = core.on_step_done(step, std::vector<std::int32_t>{51, 61}, 7);
+  EXPECT_EQ(fx.tokens.size(), 2u);
+  EXPECT_TRUE(fx.logprobs.empty());
+}
+
 /// The last reported waiting count per adapter, as a consumer applying
 /// scheduler_effects::queued in order ends up with.
 std::map<std::uint32_t, std::uint32_t> queued_after(const scheduler_effects& fx,

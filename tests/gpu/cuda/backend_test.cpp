@@ -7,8 +7,9 @@
 // refusals (too few pages, an MLP target, missing files, a dropped adapter,
 // a bad token) fail only what they concern, and a step answers only once no
 // copy into its entries' pages is in flight; a checkpoint read from its
-// files serves as its weights in memory do. Skipped where no CUDA device is
-// visible.
+// files serves as its weights in memory do; log-probabilities come back for
+// the entries that ask, the same within a batch as alone. Skipped where no
+// CUDA device is visible.
 #include "gpu/cuda/backend.hpp"
 #include "gpu/lora.hpp"
 #include "gpu/safetensors.hpp"
@@ -18,6 +19,7 @@
 #include "tests/gpu/cuda/gpu_test_support.hpp"
 #include "tests/gpu/cuda/lora_test_support.hpp"
 #include "tests/gpu/cuda/random_llama.hpp"
+#include "tests/support/logprobs_check.hpp"
 #include "tests/support/temp_dir.hpp"
 
 #include <gtest/gtest.h>
@@ -393,6 +395,25 @@ TEST(cuda_backend, sampling_follows_each_requests_seed) {
   EXPECT_GT(b->transfer_seconds(1 << 20), 0.0);
   EXPECT_EQ(b->name(), "cuda");
   EXPECT_EQ(b->vocab().vocab_size(), static_cast<std::int32_t>(tiny.vocab));
+}
+
+TEST(cuda_backend, log_probabilities_come_back_for_the_entries_that_ask_as_they_would_alone) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend(dtype::f16);
+  ASSERT_NE(b, nullptr);
+  // Prompts of different lengths (the plan orders sequences its own way),
+  // asking for 0, none, 5 and 20 alternatives; one sampled, one refused.
+  std::vector<step_entry> batch{greedy_entry(prompt(12, 1), 0, {0}), greedy_entry(prompt(3, 2), 0, {1}),
+                                greedy_entry(prompt(30, 3), 0, {2, 3}), greedy_entry(prompt(7, 4), 0, {4}),
+                                greedy_entry({3, 4, static_cast<std::int32_t>(tiny.vocab)}, 0, {5})};
+  const std::int32_t asks[] = {0, -1, 5, 20, 3};
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    batch[i].request_id = i + 1;
+    batch[i].logprobs = asks[i];
+  }
+  batch[3].temperature = 1.0f;
+  batch[3].seed = 42;
+  troupe::testing::expect_logprobs_follow_each_entry(*b, batch, 0.05f);
 }
 
 } // namespace
