@@ -29,13 +29,13 @@ api_error bad(std::string message, std::string param = {}) {
 constexpr std::array<std::string_view, 12> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
                                                          "seed", "stop", "stream", "stream_options", "user",
                                                          "session", "n"};
-constexpr std::array<std::string_view, 1> taken_by_completions{"prompt"};
-constexpr std::array<std::string_view, 3> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls"};
-constexpr std::array<std::string_view, 7> off_in_completions{"best_of", "echo", "logprobs", "suffix",
+constexpr std::array<std::string_view, 2> taken_by_completions{"prompt", "logprobs"};
+constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
+                                                        "logprobs", "top_logprobs"};
+constexpr std::array<std::string_view, 6> off_in_completions{"best_of",          "echo",              "suffix",
                                                              "presence_penalty", "frequency_penalty", "logit_bias"};
-constexpr std::array<std::string_view, 8> off_in_chat{"logprobs",         "top_logprobs",      "presence_penalty",
-                                                      "frequency_penalty", "logit_bias",        "tools",
-                                                      "tool_choice",       "response_format"};
+constexpr std::array<std::string_view, 6> off_in_chat{"presence_penalty", "frequency_penalty", "logit_bias",
+                                                      "tools",            "tool_choice",       "response_format"};
 
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& names, std::string_view key) {
@@ -62,10 +62,6 @@ bool is_off(std::string_view field, const json& v) {
     return v == "none";
   if (field == "response_format")
     return v == json{{"type", "text"}};
-  if (field == "top_logprobs")
-    return v.is_number() && v.get<double>() == 0.0;
-  if (field == "logprobs") // a chat's is a boolean; a completion's a count
-    return v.is_boolean() && !v.get<bool>();
   return false; // suffix: only null
 }
 
@@ -221,7 +217,7 @@ std::string to_json(const api_error& e) {
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id) {
   auto read = read_body(body, taken_by_completions, off_in_completions, "a completion request",
-                        "no log-probabilities, echo, suffix, penalties or logit bias");
+                        "no echo, suffix, penalties or logit bias");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   const auto& doc = std::get<json>(read);
@@ -258,6 +254,12 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
   json gen = {{"type", "generate"}};
   if (auto e = take_common(doc, base_model, gen, out))
     return std::move(*e);
+  // logprobs: a count, passed on (the wire parser checks it); false as none.
+  if (auto lp = doc.find("logprobs"); lp != doc.end() && !lp->is_null() && *lp != json(false)) {
+    gen["logprobs"] = *lp;
+    if (lp->is_number_unsigned() && lp->get<std::uint64_t>() <= max_logprobs)
+      out.logprobs = static_cast<std::int32_t>(lp->get<std::uint64_t>());
+  }
   out.stop = stop_strings(doc);
   if (auto e = expand(prompts, std::get<std::uint32_t>(n), gen, wire_id, out))
     return std::move(*e);
@@ -463,8 +465,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl) {
   auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request",
-                        "text messages, without log-probabilities, penalties, logit bias, tools or response "
-                        "formats");
+                        "text messages, without penalties, logit bias, tools or response formats");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);
@@ -506,6 +507,24 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
   json gen = {{"type", "generate"}};
   if (auto e = take_common(doc, base_model, gen, out))
     return std::move(*e);
+  // logprobs: whether to give them; top_logprobs: how many alternatives
+  // (passed on as the wire's count, which its parser checks).
+  bool logprobs = false;
+  if (auto lp = doc.find("logprobs"); lp != doc.end() && !lp->is_null()) {
+    if (!lp->is_boolean())
+      return bad("field \"logprobs\" must be true or false, got " + lp->dump(), "logprobs");
+    logprobs = lp->get<bool>();
+  }
+  if (auto top = doc.find("top_logprobs"); top != doc.end() && !top->is_null() && (logprobs || *top != json(0))) {
+    if (!logprobs)
+      return bad("field \"top_logprobs\" needs \"logprobs\": true (0 may go without)", "top_logprobs");
+    gen["logprobs"] = *top;
+    if (top->is_number_unsigned() && top->get<std::uint64_t>() <= max_logprobs)
+      out.logprobs = static_cast<std::int32_t>(top->get<std::uint64_t>());
+  } else if (logprobs) {
+    gen["logprobs"] = 0;
+    out.logprobs = 0;
+  }
   if (auto e = expand({json(std::get<std::string>(prompt))}, std::get<std::uint32_t>(n), gen, wire_id, out))
     return std::move(*e);
   return out;
@@ -578,7 +597,7 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
 completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
   : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), stop_(request.stop),
-    choices_(std::max<std::size_t>(request.frames.size(), 1)) {
+    logprobs_(request.logprobs), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
 
 namespace {
@@ -627,6 +646,76 @@ std::pair<std::uint64_t, std::uint64_t> tally(std::size_t choices, std::uint32_t
   return u;
 }
 
+/// Characters in `s`: its bytes but UTF-8 continuation bytes.
+std::size_t chars_in(std::string_view s) {
+  return static_cast<std::size_t>(
+    std::count_if(s.begin(), s.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+}
+
+/// A log-probability as OpenAI gives one: -9999 for a token the model gives
+/// no chance (JSON has no infinity).
+json logprob_value(float lp) {
+  return std::isfinite(lp) ? json(wire::wire_float(lp)) : json(-9999.0);
+}
+
+json bytes_of(std::string_view text) {
+  json out = json::array();
+  for (const char c : text)
+    out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+using placed_logprobs = completion_answer::placed_logprobs;
+
+/// Tokens' log-probabilities as OpenAI's choice.logprobs: a chat's
+/// {"content": [{token, logprob, bytes, top_logprobs}]}, a text
+/// completion's {tokens, token_logprobs, top_logprobs, text_offset}, whose
+/// top_logprobs map each listed token's text to its log-probability, the
+/// sampled token's among them.
+json logprobs_json(std::span<const placed_logprobs> lps, bool chat) {
+  if (chat) {
+    json content = json::array();
+    for (const auto& p : lps) {
+      json top = json::array();
+      for (const auto& t : p.lp.top)
+        top.push_back({{"token", t.text}, {"logprob", logprob_value(t.logprob)}, {"bytes", bytes_of(t.text)}});
+      content.push_back({{"token", p.lp.sampled.text},
+                         {"logprob", logprob_value(p.lp.sampled.logprob)},
+                         {"bytes", bytes_of(p.lp.sampled.text)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return {{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       text_offset = json::array();
+  for (const auto& p : lps) {
+    tokens.push_back(p.lp.sampled.text);
+    token_logprobs.push_back(logprob_value(p.lp.sampled.logprob));
+    json top = json::object();
+    for (const auto& t : p.lp.top)
+      top.emplace(t.text, logprob_value(t.logprob)); // the first (most likely) of equal texts
+    top.emplace(p.lp.sampled.text, logprob_value(p.lp.sampled.logprob));
+    top_logprobs.push_back(std::move(top));
+    text_offset.push_back(p.offset);
+  }
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+/// `lps` placed one after the other from the output's start.
+std::vector<placed_logprobs> placed(const std::vector<wire::token_logprobs>& lps) {
+  std::vector<placed_logprobs> out;
+  std::size_t bytes = 0, chars = 0;
+  for (const auto& lp : lps) {
+    out.push_back({bytes, chars, lp});
+    bytes += lp.sampled.text.size();
+    chars += chars_in(lp.sampled.text);
+  }
+  return out;
+}
+
 } // namespace
 
 std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
@@ -634,8 +723,15 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
   for (std::size_t k = 0; k < done.size(); ++k) {
     const auto& d = done[k];
     std::string_view text = d.text ? std::string_view(*d.text) : std::string_view();
-    text = text.substr(0, first_stop(text, stop_));
+    const auto cut = first_stop(text, stop_);
+    text = text.substr(0, cut);
     json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", finish_reason(d.finish_reason)}};
+    if (logprobs_ >= 0 && d.logprobs) {
+      // The tokens whose text begins before the stop string.
+      auto lps = placed(*d.logprobs);
+      std::erase_if(lps, [cut](const placed_logprobs& p) { return cut != std::string_view::npos && p.start >= cut; });
+      choice["logprobs"] = logprobs_json(lps, chat_);
+    }
     if (chat_)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
     else
@@ -651,8 +747,11 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
   return dump(j);
 }
 
-std::string completion_answer::chunk_with(std::size_t k, std::string_view text, const char* finish, bool role) const {
+std::string completion_answer::chunk_with(std::size_t k, std::string_view text, const char* finish, bool role,
+                                          std::span<const placed_logprobs> logprobs) const {
   json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (!logprobs.empty())
+    choice["logprobs"] = logprobs_json(logprobs, chat_);
   if (finish != nullptr)
     choice["finish_reason"] = finish;
   if (!chat_)
@@ -680,6 +779,15 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   auto& c = choices_.at(k);
   if (c.cut)
     return {};
+  if (logprobs_ >= 0)
+    for (const auto& lp : t.logprobs) {
+      c.pending.push_back({c.token_bytes, c.token_chars, lp});
+      c.token_bytes += lp.sampled.text.size();
+      c.token_chars += chars_in(lp.sampled.text);
+    }
+  // `text` begins at output byte `from`.
+  const auto from = c.received - c.held.size();
+  c.received += t.text.size();
   std::string text = std::move(c.held) + t.text;
   c.held.clear();
   if (const auto at = first_stop(text, stop_); at != std::string::npos) {
@@ -690,20 +798,33 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
     c.held = text.substr(text.size() - keep);
     text.resize(text.size() - keep);
   }
-  return text.empty() ? std::string() : chunk_with(k, text, nullptr);
+  // The tokens whose text begins in what is sent go with it; after a stop
+  // string, none are left to send.
+  const auto sent_to = from + text.size();
+  std::vector<placed_logprobs> going;
+  auto split = std::find_if(c.pending.begin(), c.pending.end(), [&](const placed_logprobs& p) { return p.start >= sent_to; });
+  going.assign(std::make_move_iterator(c.pending.begin()), std::make_move_iterator(split));
+  c.pending.erase(c.pending.begin(), c.cut ? c.pending.end() : split);
+  return text.empty() ? std::string() : chunk_with(k, text, nullptr, false, going);
 }
 
 std::string completion_answer::choice_end(std::size_t k, const wire::done_reply& done) {
   auto& c = choices_.at(k);
   std::string out;
-  // What was held did not become a stop string: it is the output's end.
-  if (!c.cut && !c.held.empty())
-    out = chunk_with(k, c.held, nullptr);
+  // What was held did not become a stop string: it is the output's end,
+  // with the tokens still pending (those of no text too, such as the
+  // end-of-sequence token's).
+  auto pending = std::move(c.pending);
+  c.pending.clear();
+  if (!c.cut && !c.held.empty()) {
+    out = chunk_with(k, c.held, nullptr, false, pending);
+    pending.clear();
+  }
   c.held.clear();
   c.prompt_tokens = done.prompt_tokens;
   c.completion_tokens = done.completion_tokens;
   const std::string reason(finish_reason(done.finish_reason));
-  return out + chunk_with(k, "", reason.c_str());
+  return out + chunk_with(k, "", reason.c_str(), false, c.cut ? std::span<const placed_logprobs>{} : pending);
 }
 
 std::string completion_answer::stream_end() const {

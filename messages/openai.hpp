@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -35,6 +36,10 @@ std::string to_json(const api_error& e);
 /// Most choices one HTTP request may ask for (prompts × n).
 inline constexpr std::size_t max_choices = 64;
 
+/// Most alternatives `logprobs` (completions) or `top_logprobs` (chat) may
+/// ask for: the wire's limit (wire::parse_limits::max_logprobs).
+inline constexpr std::uint32_t max_logprobs = 20;
+
 /// A completion request, translated.
 struct completion_request {
   /// The wire generates, one per choice in OpenAI's order (each prompt's n
@@ -50,15 +55,18 @@ struct completion_request {
   /// The stop strings (the request's, then the chat template's): the wire
   /// keeps the one that ended the output in its text, OpenAI leaves it out.
   std::vector<std::string> stop;
+  /// -1: no log-probabilities; K >= 0: each token's and K alternatives'
+  /// (completions' `logprobs`, chat's `top_logprobs` with `logprobs`).
+  std::int32_t logprobs = -1;
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
 /// base model) or an adapter; `prompt` is one prompt (text or token ids) or
 /// an array of them, each answered with `n` choices; `session` (Troupe's
-/// own field) names a multi-turn session, as in the wire; OpenAI's fields
-/// Troupe does not implement (best_of > 1, echo, logprobs, suffix,
-/// penalties, logit_bias) are refused with a message rather than ignored,
-/// as are fields it does not know.
+/// own field) names a multi-turn session, as in the wire; `logprobs` (a
+/// count) asks for log-probabilities; OpenAI's fields Troupe does not
+/// implement (best_of > 1, echo, suffix, penalties, logit_bias) are refused
+/// with a message rather than ignored, as are fields it does not know.
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
 
@@ -110,8 +118,9 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 /// Translates a POST /v1/chat/completions body: `messages` (system or
 /// developer, user and assistant; text content) rendered by `tpl` into the
 /// prompt, the template's stop strings added to the request's; otherwise as
-/// parse_completion (max_completion_tokens is max_tokens; tools, images,
-/// log-probabilities and response formats other than text are refused).
+/// parse_completion (max_completion_tokens is max_tokens; logprobs is a
+/// boolean and top_logprobs the count; tools, images and response formats
+/// other than text are refused).
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl);
 
@@ -158,14 +167,29 @@ public:
   /// as an error event, then "data: [DONE]".
   std::string stream_error(const api_error& e) const;
 
+  /// A token's log-probabilities with where its text begins in the output:
+  /// `start` in bytes, `offset` in characters (OpenAI's text_offset).
+  struct placed_logprobs {
+    std::size_t start = 0;
+    std::size_t offset = 0;
+    wire::token_logprobs lp;
+  };
+
 private:
   struct choice {
     std::string held;  ///< streamed text that may begin a stop string
     bool cut = false;  ///< a stop string came: nothing more is sent
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
+    std::size_t received = 0;    ///< bytes of streamed text so far
+    std::size_t token_bytes = 0; ///< bytes of the streamed tokens' own texts so far
+    std::size_t token_chars = 0; ///< characters of those
+    /// Streamed tokens' log-probabilities not sent yet: each goes with the
+    /// text it begins in, and none that begins after a stop string.
+    std::vector<placed_logprobs> pending;
   };
-  std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false) const;
+  std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false,
+                         std::span<const placed_logprobs> logprobs = {}) const;
   std::string id_;
   std::string model_;
   std::int64_t created_;
@@ -173,6 +197,7 @@ private:
   bool chat_;
   std::uint32_t n_;
   std::vector<std::string> stop_;
+  std::int32_t logprobs_;
   std::vector<choice> choices_;
 };
 

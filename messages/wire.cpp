@@ -119,20 +119,6 @@ std::optional<Int> integer_of(const json& j) {
   return std::nullopt;
 }
 
-/// `f` as the double with the same shortest decimal form, so 0.7f goes on the
-/// wire as 0.7 rather than 0.699999988079071.
-double wire_float(float f) {
-  if (!std::isfinite(f))
-    return f;
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
-  if (ec != std::errc{})
-    return f;
-  double d = f;
-  std::from_chars(buf, end, d);
-  return d;
-}
-
 // -- request parsing -------------------------------------------------------
 
 constexpr std::string_view valid_types =
@@ -738,6 +724,18 @@ std::variant<request, parse_error> parse_request(std::string_view frame,
   return read_object<request>(
     frame, "request", [&](const json& doc) { return peek_id(doc, limits); },
     [&](const json& doc) { return read_request(doc, limits); });
+}
+
+double wire_float(float f) {
+  if (!std::isfinite(f))
+    return f;
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, f);
+  if (ec != std::errc{})
+    return f;
+  double d = f;
+  std::from_chars(buf, end, d);
+  return d;
 }
 
 bool valid_utf8(std::string_view s) noexcept {

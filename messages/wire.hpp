@@ -118,6 +118,10 @@ std::variant<request, parse_error> parse_request(std::string_view frame,
 /// its "[json.exception...] " tag, cut to 240 bytes (it may quote the input).
 std::string parser_message(const std::exception& e);
 
+/// `f` as the double with the same shortest decimal form, so 0.7f goes on
+/// the wire as 0.7 rather than 0.699999988079071.
+double wire_float(float f);
+
 /// Whether `s` is well-formed UTF-8 (RFC 3629: no overlong forms, no
 /// surrogates, nothing past U+10FFFF), as a JSON string's text must be.
 bool valid_utf8(std::string_view s) noexcept;

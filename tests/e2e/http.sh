@@ -7,7 +7,9 @@
 # bad requests get the right status and a message naming the field; a client
 # that drops a stream has its request cancelled and the server goes on
 # serving. A server with API keys wants one on /v1/ paths; one without a chat
-# template answers chat with 404.
+# template answers chat with 404. Log-probabilities asked for over HTTP are
+# the ZeroMQ front's, list the greedy token as the most likely, and are the
+# same streamed.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
@@ -45,11 +47,15 @@ start "$work/http.toml"
 ref="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
   --no-stream --json 2>/dev/null | tail -1)"
 
-python3 - "$http" "$ref" <<'PY'
+ref_lp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
+  --no-stream --logprobs 2 --json 2>/dev/null | tail -1)"
+
+python3 - "$http" "$ref" "$ref_lp" <<'PY'
 import json, socket, sys, time, urllib.request, urllib.error
 
 base = "http://" + sys.argv[1]
 ref = json.loads(sys.argv[2])
+ref_lp = json.loads(sys.argv[3])
 
 def call(path, body=None, method=None, raw=None):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -150,6 +156,34 @@ assert status == 200 and stopped["finish_reason"] == "stop", body
 assert stopped["text"] == text[:text.find(cut)], (stopped["text"], text, cut)
 status, _, body = call("/v1/completions", dict(req, stop=[cut], stream=True))
 assert "".join(e["choices"][0]["text"] for e in events(body)[:-1]) == stopped["text"], body
+
+# Log-probabilities: the wire's, the greedy token the most likely, the same
+# streamed; a chat's are content entries with their bytes.
+assert ref_lp["text"] == ref["text"] and len(ref_lp["logprobs"]) == len(ref_lp["tokens"]), ref_lp
+for t in ref_lp["logprobs"]:
+    assert len(t["top"]) == 2 and t["top"][0]["token"] == t["token"] and t["top"][0]["logprob"] == t["logprob"], t
+status, _, body = call("/v1/completions", dict(req, logprobs=2))
+lp = json.loads(body)["choices"][0]["logprobs"]
+assert status == 200 and lp["token_logprobs"] == [t["logprob"] for t in ref_lp["logprobs"]], (body, ref_lp)
+assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"]), lp
+for own, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
+    assert own <= 0 and 1 <= len(top) <= 3 and max(top.values()) == own, (own, top)
+status, _, body = call("/v1/completions", dict(req, logprobs=2, stream=True))
+streamed_lp = [x for e in events(body)[:-1] if e["choices"][0]["logprobs"]
+               for x in e["choices"][0]["logprobs"]["token_logprobs"]]
+assert streamed_lp == lp["token_logprobs"], (streamed_lp, lp)
+status, _, body = call("/v1/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": "Hi"}],
+                                                "max_tokens": 6, "temperature": 0, "logprobs": True,
+                                                "top_logprobs": 2})
+answer = json.loads(body)
+content = answer["choices"][0]["logprobs"]["content"]
+assert status == 200 and 0 < len(content) <= answer["usage"]["completion_tokens"], body
+for c in content:
+    assert isinstance(c["bytes"], list) and len(c["top_logprobs"]) == 2, c
+    assert c["top_logprobs"][0]["logprob"] == c["logprob"], c
+refused(400, path="/v1/chat/completions", body={"model": "demo", "messages": [{"role": "user", "content": "Hi"}],
+                                                "top_logprobs": 2}, says="top_logprobs")
+refused(400, body=dict(req, logprobs=21), says="logprobs")
 
 # A chat completion (chatml) is a completion of its rendered prompt.
 messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The river runs"}]

@@ -203,12 +203,15 @@ std::string choice_text(const nlohmann::json& choice) {
 }
 
 /// A streamed answer against the whole one: the same text, cut before the
-/// first stop string. Input: stop strings split by 0x02, then 0x01, then
-/// the output's chunks split by 0x01; the first byte's low bit picks chat.
+/// first stop string, and with log-probabilities asked for, the same
+/// tokens' (those whose text begins before it). Input: stop strings split
+/// by 0x02, then 0x01, then the output's chunks (a token each) split by
+/// 0x01; the first byte's low bit picks chat, its next asks for them.
 bool openai_stream(std::span<const std::uint8_t> in) {
   if (in.empty())
     return false;
   const bool chat = (in[0] & 1) != 0;
+  const bool logprobs = (in[0] & 2) != 0;
   const auto rest = text_of(in.subspan(1));
   std::vector<std::string_view> parts;
   for (std::size_t at = 0;;) {
@@ -224,6 +227,7 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   req.model = "base";
   req.stream = true;
   req.chat = chat;
+  req.logprobs = logprobs ? 1 : -1;
   for (std::size_t at = 0; at <= parts[0].size() && req.stop.size() < 4;) {
     const auto end = std::min(parts[0].find('\x02', at), parts[0].size());
     if (end > at)
@@ -244,20 +248,62 @@ bool openai_stream(std::span<const std::uint8_t> in) {
     cut = std::min(cut, whole.find(s));
   const auto expected = whole.substr(0, cut);
 
-  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole, std::nullopt};
+  // Token k (chunk k) has log-probability -k; its text is the chunk's.
+  std::vector<wire::token_logprobs> lps;
+  for (std::size_t k = 1; k < parts.size(); ++k)
+    lps.push_back({{static_cast<std::int32_t>(k), std::string(parts[k]), -static_cast<float>(k)},
+                   {{static_cast<std::int32_t>(k), std::string(parts[k]), -static_cast<float>(k)}}});
+  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole, lps};
   openai::completion_answer one("cmpl-1", 0, req);
   const auto body = nlohmann::json::parse(one.body({done}));
   require(choice_text(body.at("choices").at(0)) == expected,
           "the whole answer is not the output cut before the first stop string");
+  // The tokens listed, as (log-probability, text offset or -1): a chat
+  // gives no offsets.
+  using listed = std::vector<std::pair<double, std::int64_t>>;
+  auto tokens_in = [chat](const nlohmann::json& choice, listed& out) {
+    const auto& lp = choice.at("logprobs");
+    if (lp.is_null())
+      return;
+    if (chat) {
+      for (const auto& c : lp.at("content"))
+        out.emplace_back(c.at("logprob").get<double>(), -1);
+    } else {
+      const auto& offsets = lp.at("text_offset");
+      for (std::size_t i = 0; i < lp.at("token_logprobs").size(); ++i)
+        out.emplace_back(lp["token_logprobs"][i].get<double>(), offsets.at(i).get<std::int64_t>());
+    }
+  };
+  listed whole_tokens;
+  tokens_in(body.at("choices").at(0), whole_tokens);
+  {
+    // Those whose text begins before the stop string (all without one), in order.
+    const bool stopped = cut < whole.size() || std::any_of(req.stop.begin(), req.stop.end(), [&](const std::string& s) {
+                           return whole.find(s) != std::string::npos;
+                         });
+    std::size_t begins = 0, chars = 0, n = 0;
+    for (std::size_t k = 1; k < parts.size() && (!stopped || begins < cut); ++k, ++n) {
+      if (logprobs)
+        require(n < whole_tokens.size() && whole_tokens[n].first == -static_cast<double>(k)
+                  && (chat || whole_tokens[n].second == static_cast<std::int64_t>(chars)),
+                "the whole answer lists another token, or at another offset, than token " + std::to_string(k));
+      begins += parts[k].size();
+      for (const char c : parts[k])
+        chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    }
+    require(whole_tokens.size() == (logprobs ? n : 0), "the whole answer lists tokens past the stop string");
+  }
 
   done.text.reset();
   openai::completion_answer streamed("cmpl-1", 0, req);
   std::string events = streamed.stream_start();
   for (std::size_t k = 1; k < parts.size(); ++k)
-    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k - 1), {1}, std::string(parts[k]), {}});
+    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k - 1), {1}, std::string(parts[k]),
+                                                  {lps[k - 1]}});
   events += streamed.choice_end(0, done);
   events += streamed.stream_end();
   std::string text;
+  listed streamed_tokens;
   bool finish_seen = false;
   bool done_seen = false;
   for (std::size_t at = 0; at < events.size();) {
@@ -275,10 +321,12 @@ bool openai_stream(std::span<const std::uint8_t> in) {
     const auto j = nlohmann::json::parse(data);
     const auto& choice = j.at("choices").at(0);
     text += choice_text(choice);
+    tokens_in(choice, streamed_tokens);
     finish_seen = !choice.at("finish_reason").is_null();
   }
   require(finish_seen && done_seen, "a stream that does not end with a finish reason and [DONE]");
   require(text == expected, "the streamed text differs from the whole answer's");
+  require(streamed_tokens == whole_tokens, "the streamed tokens' log-probabilities differ from the whole answer's");
   return true;
 }
 

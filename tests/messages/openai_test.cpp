@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 namespace troupe::openai {
 namespace {
 
@@ -127,7 +129,7 @@ TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
          {R"({"model":"llama-2-7b","prompt":"x","n":65})", "n", "an integer in [1, 64]"},
          {R"({"model":"llama-2-7b","prompt":["a","b","c"],"n":22})", "prompt", "66 choices; at most 64"},
          {R"({"model":"llama-2-7b","prompt":"x","best_of":2})", "best_of", "not supported"},
-         {R"({"model":"llama-2-7b","prompt":"x","logprobs":1})", "logprobs", "not supported"},
+         {R"({"model":"llama-2-7b","prompt":"x","suffix":"y"})", "suffix", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","echo":true})", "echo", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","max_token":3})", "max_token", "unknown field"},
          {R"({"model":"llama-2-7b","prompt":"x","stream":"yes"})", "stream", "true or false"},
@@ -470,7 +472,9 @@ TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
   EXPECT_EQ(param_of(user + R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), "tools");
   EXPECT_EQ(param_of(user + R"(,"tool_choice":"auto")"), "tool_choice");
   EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_object"})"), "response_format");
-  EXPECT_EQ(param_of(user + R"(,"logprobs":true)"), "logprobs");
+  EXPECT_EQ(param_of(user + R"(,"logprobs":1)"), "logprobs") << "a boolean";
+  EXPECT_EQ(param_of(user + R"(,"top_logprobs":2)"), "top_logprobs") << "needs logprobs";
+  EXPECT_EQ(param_of(user + R"(,"logprobs":false,"top_logprobs":2)"), "top_logprobs");
   EXPECT_EQ(param_of(user + R"(,"n":0)"), "n");
   EXPECT_EQ(param_of(user + R"(,"prompt":"p")"), "prompt") << "a completion's field";
   EXPECT_EQ(param_of(user + R"(,"max_tokens":3,"max_completion_tokens":4)"), "max_completion_tokens");
@@ -521,6 +525,129 @@ TEST(openai, a_chat_answer_is_a_message_and_its_stream_deltas_open_with_the_role
   EXPECT_EQ(end[1]["object"], "chat.completion.chunk");
   EXPECT_EQ(end[1]["usage"]["completion_tokens"], 2);
   EXPECT_EQ(end[2], "[DONE]");
+}
+
+// -- log-probabilities ----------------------------------------------------------
+
+TEST(openai, log_probabilities_are_asked_as_a_count_or_as_chats_flag_and_top_count) {
+  auto frame = [](const completion_request& c) { return json::parse(c.frames.at(0)); };
+  auto c = ok(R"({"model":"m","prompt":"p","logprobs":3})");
+  EXPECT_EQ(c.logprobs, 3);
+  EXPECT_EQ(frame(c)["logprobs"], 3);
+  for (const char* none : {R"({"model":"m","prompt":"p"})", R"({"model":"m","prompt":"p","logprobs":null})",
+                           R"({"model":"m","prompt":"p","logprobs":false})"}) {
+    c = ok(none);
+    EXPECT_EQ(c.logprobs, -1) << none;
+    EXPECT_FALSE(frame(c).contains("logprobs")) << none;
+  }
+  // A value the wire refuses is passed on for it to name.
+  c = ok(R"({"model":"m","prompt":"p","logprobs":21})");
+  EXPECT_EQ(c.logprobs, -1);
+  EXPECT_EQ(frame(c)["logprobs"], 21);
+
+  const auto tpl = builtin("chatml");
+  const std::string user = R"({"model":"m","messages":[{"role":"user","content":"q"}])";
+  c = chat_ok(user + R"(,"logprobs":true})", tpl);
+  EXPECT_EQ(c.logprobs, 0);
+  EXPECT_EQ(frame(c)["logprobs"], 0);
+  c = chat_ok(user + R"(,"logprobs":true,"top_logprobs":5})", tpl);
+  EXPECT_EQ(c.logprobs, 5);
+  EXPECT_EQ(frame(c)["logprobs"], 5);
+  c = chat_ok(user + R"(,"logprobs":false,"top_logprobs":0})", tpl);
+  EXPECT_EQ(c.logprobs, -1);
+  EXPECT_FALSE(frame(c).contains("logprobs"));
+}
+
+/// Token `id` with text `text` and log-probability `lp`, and `top` listed.
+wire::token_logprobs token_lp(std::int32_t id, std::string text, float lp, std::vector<wire::token_logprob> top = {}) {
+  return {{id, std::move(text), lp}, std::move(top)};
+}
+
+/// The one choice of a whole answer that asked for `k` log-probabilities
+/// (-1: none), whose output is `text` in the tokens `lps`, with `stop`.
+json whole_choice(bool chat, std::string stop, std::int32_t k, std::string text, std::vector<wire::token_logprobs> lps) {
+  auto req = answered("m", false, chat, {std::move(stop)});
+  req.logprobs = k;
+  const completion_answer a{"c", 1, req};
+  auto d = done("stop");
+  d.text = std::move(text);
+  d.logprobs = std::move(lps);
+  return json::parse(a.body({d}))["choices"][0];
+}
+
+TEST(openai, a_completions_log_probabilities_list_tokens_offsets_and_the_most_likely_up_to_the_stop) {
+  const std::vector<wire::token_logprobs> lps{
+    token_lp(5, "h\xc3\xa9", -0.5f, {{5, "h\xc3\xa9", -0.5f}, {6, "ha", -1.25f}}),
+    token_lp(7, " S", -std::numeric_limits<float>::infinity(), {{8, " T", -0.1f}, {9, " U", -0.2f}}),
+    token_lp(10, "TOP", -0.25f), token_lp(11, " x", -3.0f)};
+  const auto choice = whole_choice(false, "STOP", 2, "h\xc3\xa9 STOP x", lps);
+  const auto& lp = choice["logprobs"];
+  EXPECT_EQ(choice["text"], "h\xc3\xa9 ");
+  // " S" begins before "STOP" (at byte 3); "TOP" and " x" after it.
+  EXPECT_EQ(lp["tokens"], (json{"h\xc3\xa9", " S"}));
+  EXPECT_EQ(lp["token_logprobs"], (json{-0.5, -9999.0})) << "minus infinity as OpenAI gives it";
+  EXPECT_EQ(lp["text_offset"], (json{0, 2})) << "in characters";
+  EXPECT_EQ(lp["top_logprobs"][0], (json{{"h\xc3\xa9", -0.5}, {"ha", -1.25}}));
+  EXPECT_EQ(lp["top_logprobs"][1], (json{{" T", -0.1}, {" U", -0.2}, {" S", -9999.0}})) << "the sampled one too";
+  EXPECT_TRUE(whole_choice(false, "STOP", -1, "h\xc3\xa9 STOP x", lps)["logprobs"].is_null()) << "not asked for";
+}
+
+TEST(openai, a_chats_log_probabilities_are_content_entries_with_their_bytes) {
+  const auto lp = whole_choice(true, "<|im_end|>", 1, "\xe2\x98\xba<|im_end|>",
+                               {token_lp(1, "\xe2\x98", -0.5f, {{1, "\xe2\x98", -0.5f}}),
+                                token_lp(2, "\xba", -0.75f, {{3, "!", -0.5f}}), token_lp(4, "<|im_end|>", -0.125f, {})})
+                    ["logprobs"];
+  EXPECT_TRUE(lp["refusal"].is_null());
+  ASSERT_EQ(lp["content"].size(), 2u) << "nothing from the stop string on";
+  EXPECT_EQ(lp["content"][0]["bytes"], (json{226, 152}));
+  EXPECT_EQ(lp["content"][0]["logprob"], -0.5);
+  EXPECT_EQ(lp["content"][1]["bytes"], (json{186}));
+  EXPECT_EQ(lp["content"][1]["top_logprobs"], (json::array({{{"token", "!"}, {"logprob", -0.5}, {"bytes", {33}}}})));
+}
+
+TEST(openai, streamed_log_probabilities_go_with_the_text_their_tokens_begin_in) {
+  auto req = answered("m", false, false, {"STOP"});
+  req.logprobs = 0;
+  completion_answer a{"c", 1, req};
+  auto chunk = [](std::uint32_t index, std::vector<std::string> texts) {
+    wire::token_reply t;
+    t.index = index;
+    for (std::size_t i = 0; i < texts.size(); ++i) {
+      t.tokens.push_back(static_cast<std::int32_t>(index + i));
+      t.text += texts[i];
+      t.logprobs.push_back(token_lp(static_cast<std::int32_t>(index + i), texts[i], -static_cast<float>(index + i)));
+    }
+    return t;
+  };
+  auto listed = [](const std::string& sse) {
+    json out = json::array();
+    for (const auto& e : events(sse))
+      if (e.is_object() && !e["choices"].empty() && !e["choices"][0]["logprobs"].is_null())
+        for (const auto& x : e["choices"][0]["logprobs"]["token_logprobs"])
+          out.push_back(x);
+    return out;
+  };
+  // "ab S": " S" may begin "STOP", held with its token.
+  const auto first = a.chunk(0, chunk(0, {"ab", " S"}));
+  EXPECT_EQ(streamed_text({first}), "ab ");
+  EXPECT_EQ(listed(first), (json{-0.0, -1.0})) << "\" S\" begins in the text sent";
+  const auto offsets = events(first)[0]["choices"][0]["logprobs"]["text_offset"];
+  EXPECT_EQ(offsets, (json{0, 2}));
+  // "TOP x" makes the stop string: its tokens begin after it, none go.
+  const auto second = a.chunk(0, chunk(2, {"TOP", " x"}));
+  EXPECT_EQ(second, "");
+  EXPECT_EQ(listed(end_of(a, done("stop"))), json::array());
+
+  // Without a stop: held text and tokens of no text go at the end.
+  completion_answer b{"c", 1, req};
+  const auto held = b.chunk(0, chunk(0, {"ok ", "S"}));
+  EXPECT_EQ(streamed_text({held}), "ok ");
+  EXPECT_EQ(listed(held), (json{-0.0})) << "\"S\" begins in the text held";
+  const auto more = b.chunk(0, chunk(2, {"T", ""})); // "ST" may still begin "STOP"
+  EXPECT_EQ(more, "");
+  const auto end = end_of(b, done("eos"));
+  EXPECT_EQ(streamed_text({end}), "ST");
+  EXPECT_EQ(listed(end), (json{-1.0, -2.0, -3.0}));
 }
 
 TEST(openai, an_advisory_becomes_a_wire_advise_which_checks_its_values) {
