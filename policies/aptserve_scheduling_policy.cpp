@@ -147,7 +147,9 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
     // Never prefilled: the first-token SLO; preempted: the between-token one.
     const double slo = w.generated == 0 ? ttft_slo_s_ : tbt_slo_s_;
     c.violated = slo > 0 && c.pending_s > slo;
-    c.hidden_capable = hidden_ok && !w.swapped;
+    // A turn that takes its session's K and V over keeps them: a hidden
+    // cache would compute its history again.
+    c.hidden_capable = hidden_ok && !w.swapped && w.adoptable_pages == 0;
     violated += c.violated ? 1 : 0;
     urgency_w += c.pending_s;
     candidates.push_back(c);
@@ -172,7 +174,7 @@ schedule_decision aptserve_scheduling_policy::schedule(const schedule_input& in)
     const auto& w = in.waiting[ch.candidate]; // candidates follow the waiting order
     if (n_running >= lim.max_running || (n_running > 0 && tokens + w.prompt_tokens > lim.token_budget))
       break;
-    const auto cache = page_budget::cache_pages(w, ch.hidden ? lim.hidden_page_tokens : lim.page_tokens);
+    const auto cache = page_budget::cache_pages(w, ch.hidden ? lim.hidden_page_tokens : lim.page_tokens, ch.hidden);
     if (!pages.take_with(w, cache))
       break;
     admit.emplace_back(w.request_id, ch.hidden);

@@ -24,8 +24,12 @@ page_budget::page_budget(std::uint64_t free_pages,
   std::sort(in_use_.begin(), in_use_.end());
 }
 
-std::uint64_t page_budget::cache_pages(const waiting_view& w, std::uint32_t page_tokens) {
-  return w.swapped ? w.pages : pages_for(admission_tokens(w), 0, page_tokens);
+std::uint64_t page_budget::cache_pages(const waiting_view& w, std::uint32_t page_tokens, bool hidden) {
+  if (w.swapped)
+    return w.pages;
+  const auto life = pages_for(admission_tokens(w), 0, page_tokens);
+  const auto adopted = hidden ? 0 : w.adoptable_pages;
+  return life > adopted ? life - adopted : 0;
 }
 
 std::uint64_t page_budget::need(const waiting_view& w, std::uint32_t page_tokens) const {

@@ -45,6 +45,11 @@ struct waiting_view {
   std::uint32_t reserve_tokens = 0;
   /// When its last token came (a preempted request); 0: none yet.
   double last_token_s = 0;
+  /// Device pages of its session's cache that its admission takes over (a
+  /// turn whose prompt reuses a cache still on the GPU): already held, so
+  /// not taken from free_pages. Its K and V cache only: kept as a hidden
+  /// cache, it takes none over.
+  std::uint64_t adoptable_pages = 0;
 };
 
 /// The tokens of cache admitting `w` reserves (see reserve_tokens).
@@ -143,8 +148,9 @@ public:
   /// True (and the pages taken) if `w` fits.
   bool take(const waiting_view& w, std::uint32_t page_tokens);
   /// Pages a request needs now: a swapped one its pages as they were,
-  /// another its whole life's KV.
-  static std::uint64_t cache_pages(const waiting_view& w, std::uint32_t page_tokens);
+  /// another its whole life's KV less the pages of its session's cache it
+  /// takes over; kept as a `hidden` cache, its whole life's.
+  static std::uint64_t cache_pages(const waiting_view& w, std::uint32_t page_tokens, bool hidden = false);
   /// take() with `cache_pages` for its cache instead of its KV pages.
   bool take_with(const waiting_view& w, std::uint64_t cache_pages);
   std::uint64_t left() const noexcept { return left_; }

@@ -291,8 +291,15 @@ scheduler_effects scheduler_core::admit(double now_s) {
     memory_blocked_ = false;
   if ((memory_blocked_ || waiting() == 0) && pages_short_ == 0)
     return fx;
-  if (!sessions_.empty() && waiting() > 0)
+  // Turns count what they would take over of their caches on the GPU, as
+  // the caches stand now; room made for the head may evict others' caches:
+  // counted again after.
+  if (waiting() > 0 && (!sessions_.empty() || adoptable_waiting_))
+    refresh_adoptable();
+  if (!sessions_.empty() && waiting() > 0) {
     room_for_head(fx);
+    refresh_adoptable();
+  }
   running_views_.clear();
   // Pages already on their way back: swap-outs in flight, and requests
   // chosen for preemption that wait for their step to end.
@@ -1617,23 +1624,38 @@ bool scheduler_core::caches_give_way(scheduler_effects& fx) {
 
 void scheduler_core::room_for_head(scheduler_effects& fx) {
   // Cached sessions give way to the head of the queue, all but its own
-  // when that serves it.
+  // when that serves it. The head needs its pages less those of its own
+  // cache it takes over (head_pages), so keeping that cache never stands
+  // in its way.
   const auto need = head_pages();
   if (session_pages_held_ <= limits_.session_pages && device_free_pages() + moving_out_pages_ >= need)
-    return; // nothing to make room for: no prefix to compare
-  const auto& head = records_.at(waiting_[head_].request_id);
-  auto own = sessions_.find(head.spec.session);
-  const bool serves = head.spec.session != 0 && own != sessions_.end() && reusable_prefix(own->second, head) > 0;
-  make_room(need, serves ? head.spec.session : 0, fx);
-  // The head is admitted on its whole need (what it adopts from its cache
-  // is already taken), so a cache kept for it can stand in its way. When
-  // nothing else is to give pages back, the cache goes too and the turn
-  // prefills its history: waiting would be for ever.
-  own = sessions_.find(head.spec.session);
-  if (!serves || own == sessions_.end() || own->second.where != session_tier::device)
     return;
-  if (device_free_pages() < need && only_waiting())
-    evict_session(head.spec.session, fx);
+  const auto& head = waiting_[head_];
+  make_room(need, head.adoptable_pages > 0 ? records_.at(head.request_id).spec.session : 0, fx);
+}
+
+std::uint64_t scheduler_core::adoptable_pages(record& r) {
+  if (r.spec.session == 0 || r.swapped || r.generated != 0)
+    return 0;
+  const auto sit = sessions_.find(r.spec.session);
+  if (sit == sessions_.end()
+      || (sit->second.where != session_tier::device && sit->second.where != session_tier::awaiting_host))
+    return 0;
+  const auto& e = sit->second;
+  if (r.adopt_owner != e.owner) { // a prefix compared once per cache
+    r.adopt_owner = e.owner;
+    r.adopt_shared = reusable_prefix(e, r);
+  }
+  return r.adopt_shared > 0 ? e.pages : 0;
+}
+
+void scheduler_core::refresh_adoptable() {
+  adoptable_waiting_ = false;
+  for (auto i = head_; i < waiting_.size(); ++i) {
+    auto& v = waiting_[i];
+    v.adoptable_pages = adoptable_pages(records_.at(v.request_id));
+    adoptable_waiting_ = adoptable_waiting_ || v.adoptable_pages > 0;
+  }
 }
 
 std::uint64_t scheduler_core::device_free_pages() const noexcept {

@@ -411,6 +411,10 @@ private:
     /// prefill starts after them.
     std::uint32_t cached_tokens = 0;
     bool adopted = false;
+    /// Waiting: the session cache (its owner) whose reusable prefix
+    /// `adopt_shared` was last measured against its prompt.
+    std::uint64_t adopt_owner = 0;
+    std::size_t adopt_shared = 0;
     /// Its session's cache waits in these host pages (of that finished
     /// request, `session_owner`): copied into its first pages before it runs.
     std::uint64_t session_owner = 0;
@@ -462,9 +466,14 @@ private:
   /// Device pages neither reserved nor held by adapters in use (idle cached
   /// adapters count as free).
   std::uint64_t device_free_pages() const noexcept;
-  /// make_room for the head of the queue: keeps the head's own cache only
-  /// while it would reuse it and can still be admitted.
+  /// make_room for the head of the queue: keeps the head's own cache
+  /// while it would reuse it.
   void room_for_head(scheduler_effects& fx);
+  /// Device pages of `r`'s session cache that its admission would take
+  /// over (a turn whose prompt reuses a cache on the GPU); 0 otherwise.
+  std::uint64_t adoptable_pages(record& r);
+  /// Sets each waiting view's adoptable_pages as the caches stand now.
+  void refresh_adoptable();
   /// Every request in the system waits, and no cache is on its way off the
   /// GPU: no event will give pages back.
   bool only_waiting() const noexcept;
@@ -630,6 +639,8 @@ private:
   /// Drops a cache held on the GPU: its pages freed, the queue retried.
   void drop_device_cache(std::unordered_map<std::uint64_t, session_entry>::iterator i, scheduler_effects& fx);
   std::uint64_t session_pages_held_ = 0;
+  /// Some waiting view counts pages it would adopt (refresh_adoptable).
+  bool adoptable_waiting_ = false;
   std::uint64_t session_hits_ = 0;
   std::uint64_t session_partial_hits_ = 0;
   std::uint64_t session_evictions_ = 0;

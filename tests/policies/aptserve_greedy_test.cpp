@@ -142,6 +142,30 @@ TEST(aptserve_scheduling_policy, hidden_caches_when_memory_is_tight_kv_when_not)
   EXPECT_NE(p.configure({{"beta", 1}}), "");
 }
 
+TEST(aptserve_scheduling_policy, a_turn_taking_its_cache_over_keeps_it_as_kv_on_the_pages_left) {
+  // Hidden caches of 32 tokens a page. Turn 1 (200 + 56 tokens: 16 KV
+  // pages, 8 hidden) takes 4 pages of its session's K and V over, so needs
+  // 12 more as KV; request 2 needs 4 as KV, 2 hidden. As a hidden cache
+  // turn 1 would compute its history again: it stays KV, with 2 hidden
+  // beside it in 14 pages, alone in 13.
+  std::vector<waiting_view> w{wv(1, 200, 56, 1), wv(2, 48, 16, 2)};
+  w[0].adoptable_pages = 4;
+  for (const std::uint64_t free : {14, 13}) {
+    SCOPED_TRACE(::testing::Message() << free << " pages");
+    aptserve_scheduling_policy p;
+    ASSERT_EQ(p.configure({{"rho", 0}, {"ttft_slo_s", 0}}), "");
+    const auto d = p.schedule(apt_input(w, free, 32));
+    auto admitted = d.admit;
+    std::sort(admitted.begin(), admitted.end());
+    const std::vector<std::uint64_t> want_admitted = free == 14 ? std::vector<std::uint64_t>{1, 2}
+                                                                : std::vector<std::uint64_t>{1};
+    const std::vector<std::uint64_t> want_hidden = free == 14 ? std::vector<std::uint64_t>{2}
+                                                              : std::vector<std::uint64_t>{};
+    EXPECT_EQ(admitted, want_admitted);
+    EXPECT_EQ(d.hidden, want_hidden);
+  }
+}
+
 running_view started(std::uint64_t id, std::uint32_t context, std::uint64_t pages, double last_token,
                      bool hidden = false) {
   running_view v;

@@ -2,8 +2,8 @@
 // table of (waiting, running, adapters in use, limits) -> admitted ids
 // covering arrival order without overtaking, max_running, the token budget (1
 // per running request), the lone request exception and free pages (KV pages
-// plus the pages of each adapter not yet in use); then a tiny engine loop with
-// per-step expected states.
+// plus the pages of each adapter not yet in use, less a turn's cache it takes
+// over); then a tiny engine loop with per-step expected states.
 #include "policies/fcfs_scheduling_policy.hpp"
 
 #include <gtest/gtest.h>
@@ -189,6 +189,24 @@ TEST(page_budget, takes_kv_pages_and_each_new_adapter_once) {
   EXPECT_EQ(b.left(), 0u);
   EXPECT_FALSE(b.take(wv(1, 0, 0, 0), 16));
   EXPECT_TRUE(b.take(wv(0, 0, 0, 0), 16)); // nothing needed, nothing taken
+}
+
+TEST(page_budget, a_turn_needs_its_pages_less_those_of_its_cache_it_takes_over) {
+  page_budget b{10, {}};
+  auto turn = wv(100, 60, 0, 0); // 10 pages of 16 tokens
+  turn.adoptable_pages = 4;
+  EXPECT_EQ(page_budget::cache_pages(turn, 16), 6u);
+  EXPECT_EQ(page_budget::cache_pages(turn, 32, true), 5u) << "kept as a hidden cache it takes nothing over";
+  turn.adoptable_pages = 12; // a cache longer than its need (a partial reuse)
+  EXPECT_EQ(page_budget::cache_pages(turn, 16), 0u);
+  turn.adoptable_pages = 4;
+  turn.swapped = true;
+  turn.pages = 7;
+  EXPECT_EQ(page_budget::cache_pages(turn, 16), 7u) << "a swapped request takes its pages back";
+  turn.swapped = false;
+  EXPECT_EQ(b.need(turn, 16), 6u);
+  EXPECT_TRUE(b.take(turn, 16));
+  EXPECT_EQ(b.left(), 4u);
 }
 
 TEST(fcfs_scheduling_policy, name_is_fcfs) {

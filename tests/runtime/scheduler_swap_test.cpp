@@ -776,15 +776,21 @@ TEST(scheduler_session, sessions_stay_within_their_limit_and_give_way_to_admissi
   EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 
-TEST(scheduler_session, a_turn_its_own_cache_stands_in_the_way_of_is_admitted_when_nothing_else_runs) {
-  // 12 pages of 4 tokens. Turn 1 of session 7 leaves 3 pages cached; each
-  // next turn needs all 12 (its whole life is reserved, what it would
-  // adopt included), so with the cache kept only 9 are free, and nothing
-  // running will give any back. Found by the sim fuzz target: the turn
-  // waited for ever.
+TEST(scheduler_session, a_turn_is_admitted_on_the_pages_its_own_cache_leaves_it_to_take) {
+  // 12 pages of 4 tokens. Turn 1 of session 7 leaves 3 pages cached; the
+  // next turn's whole life takes 12, so with the cache kept only 9 are
+  // free, and nothing running will give any back. A turn that reuses the
+  // cache takes its 3 pages over and needs only the 9 others; one that
+  // shares nothing with it has the cache give way. (Found by the sim fuzz
+  // target, when a turn counted its whole need: it waited for ever.) Both
+  // with a policy that admits whatever waits and with one that admits only
+  // what fits the free pages it is told of.
+  for (const bool fits_only : {false, true})
   for (const bool extends : {true, false}) {
-    SCOPED_TRACE(extends ? "a turn that would reuse the cache" : "a turn that shares nothing with it");
+    SCOPED_TRACE(extends ? "a turn that reuses the cache" : "a turn that shares nothing with it");
+    SCOPED_TRACE(fits_only ? "the policy admits what fits" : "the policy admits all");
     swap_shell s{12, 0, false, 8};
+    s.policy->latest_first = fits_only;
     s.submit_tokens(1, tokens_from(10, 6), 4, 7);
     run_until_done(s, 1);
     ASSERT_EQ(s.core->session_pages_held(), 3u);
@@ -793,11 +799,12 @@ TEST(scheduler_session, a_turn_its_own_cache_stands_in_the_way_of_is_admitted_wh
       prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
     const auto more = tokens_from(60, 40 - prompt2.size());
     prompt2.insert(prompt2.end(), more.begin(), more.end());
+    s.expect_cached[2] = extends ? 6 + 3 : 0;
     s.submit_tokens(2, prompt2, 8, 7); // 40 + 8 tokens: 12 pages
     run_until_done(s, 2);
     EXPECT_EQ(s.finished.at(2), finish_reason::length);
-    EXPECT_EQ(s.core->session_hits(), 0u) << "the cache went: the turn prefilled its history";
-    EXPECT_EQ(s.core->prefilled_tokens(), 6u + 40u);
+    EXPECT_EQ(s.core->session_hits(), extends ? 1u : 0u);
+    EXPECT_EQ(s.core->prefilled_tokens(), 6u + 40u - (extends ? 9u : 0u)) << "only what the cache does not hold";
     EXPECT_TRUE(s.device.pages_of({page_owner_kind::request, 1}).empty());
     EXPECT_EQ(s.core->sessions_cached(), 0u) << "turn 2's 12 pages are over the 8 sessions may keep";
     EXPECT_EQ(s.device.owners(), 0u);
