@@ -1,10 +1,13 @@
 // troupe-cpu-bench: decode throughput of the cpu backend's forward pass at
 // several batch sizes, beside the bound that this machine's memory bandwidth
 // (measured in the same run) puts on it: every decode step must read all the
-// weights once plus each sequence's KV cache.
+// weights once plus each sequence's KV cache. Then the host-side work per
+// output token on a step's logits: a sampled draw and the log-probabilities
+// a client may ask for, against the decode step's time per token.
 // Usage: troupe-cpu-bench MODEL_DIR [--context N] [--steps N] [--batches 1,8,32]
 #include "gpu/cpu_model.hpp"
 #include "gpu/llama_weights.hpp"
+#include "gpu/sampling.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -96,6 +99,8 @@ int main(int argc, char** argv) {
               dir.c_str(), static_cast<double>(shape.parameter_count()) / 1e6, weight_bytes / 1e6,
               context, bandwidth / 1e9);
   std::printf("%6s %14s %14s %8s\n", "batch", "tokens/s", "bound tok/s", "ratio");
+  std::vector<float> last_logits; // a decode step's first row, for the sampling figures
+  double last_tps = 0;
   for (auto b : batches) {
     std::vector<std::vector<std::uint32_t>> pages(b);
     std::vector<std::vector<std::int32_t>> prompt(b);
@@ -123,9 +128,41 @@ int main(int argc, char** argv) {
     }
     const double secs = seconds_since(t0);
     const double tps = static_cast<double>(b) * steps / secs;
+    batch.resize(1);
+    last_logits = model.forward(batch);
+    last_tps = tps;
     const double step_bytes = weight_bytes + kv_token_bytes * b * (context + steps / 2.0);
     const double bound = bandwidth / step_bytes * b;
     std::printf("%6u %14.1f %14.1f %8.2f\n", b, tps, bound, tps / bound);
+  }
+  // Per output token, on one row of vocab_size logits (the last batch's):
+  // microseconds, and as a share of that batch's decode time per token.
+  const std::span<const float> row{last_logits.data(), std::min<std::size_t>(last_logits.size(), cfg.vocab_size)};
+  if (row.empty())
+    return 0;
+  const int reps = std::max(200, static_cast<int>(2e8 / static_cast<double>(row.size())) / 100);
+  auto per_token = [&](auto&& f) {
+    const auto t0 = clock_type::now();
+    std::int64_t sink = 0;
+    for (int i = 0; i < reps; ++i)
+      sink += f(i);
+    const double us = seconds_since(t0) / reps * 1e6;
+    if (sink == -1)
+      std::printf("(sink)\n");
+    return us;
+  };
+  std::printf("per token over %zu logits (decode at batch %u: %.1f us a token)\n", row.size(), batches.back(),
+              1e6 / last_tps);
+  std::printf("%-34s %10s %8s\n", "", "us", "share");
+  const double step_us = 1e6 / last_tps;
+  auto line = [&](const char* what, double us) { std::printf("%-34s %10.1f %8.3f\n", what, us, us / step_us); };
+  line("sample greedy", per_token([&](int i) { return sample_token(row, {0.0f, 1.0f, 0}, i, 0); }));
+  line("sample T 0.8, top-p 0.95", per_token([&](int i) { return sample_token(row, {0.8f, 0.95f, 0}, i, 0); }));
+  for (std::uint32_t k : {0u, 5u, 20u}) {
+    const std::string what = "logprobs, top " + std::to_string(k);
+    line(what.c_str(), per_token([&](int i) {
+      return static_cast<std::int64_t>(logprobs_of(row, i % static_cast<int>(row.size()), k).top.size());
+    }));
   }
   return 0;
 }
