@@ -23,13 +23,12 @@ std::int32_t argmax(std::span<const float> logits) {
   return static_cast<std::int32_t>(best);
 }
 
-// A uniform double in [0, 1) that depends only on (seed, output_index).
-double uniform01(std::uint64_t seed, std::uint32_t output_index) {
+} // namespace
+
+double uniform01(std::uint64_t seed, std::uint32_t output_index) noexcept {
   const std::uint64_t r = splitmix64(splitmix64(seed) ^ splitmix64(0x5eed0000ULL + output_index));
   return static_cast<double>(r >> 11) * 0x1.0p-53;
 }
-
-} // namespace
 
 /// Empty logits give -1. A temperature <= 0 (or NaN) means greedy; top_k <= 0
 /// keeps every token; top_p >= 1 (or NaN) keeps every token left; at least
@@ -59,7 +58,9 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
   for (auto& x : p)
     x /= total;
 
-  // Descending probability, ties by lower id.
+  // Descending probability, ties by lower id. Only as much of the order as
+  // the walks below reach is sorted: the top-p set and the draw usually
+  // stop within the first few dozen tokens of a large vocabulary.
   std::vector<std::int32_t> order(n);
   for (std::size_t i = 0; i < n; ++i)
     order[i] = static_cast<std::int32_t>(i);
@@ -67,16 +68,36 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
     return p[a] > p[b] || (p[a] == p[b] && a < b);
   };
   std::size_t keep = n;
+  std::size_t sorted = 0; // order[0, sorted) is final
+  double kept_mass = 0;
   if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < n) {
     keep = static_cast<std::size_t>(cfg.top_k);
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
                       before);
+    sorted = keep;
+    for (std::size_t i = 0; i < keep; ++i)
+      kept_mass += p[order[i]];
   } else {
-    std::sort(order.begin(), order.end(), before);
+    for (const double x : p)
+      kept_mass += x;
   }
-  double kept_mass = 0;
-  for (std::size_t i = 0; i < keep; ++i)
-    kept_mass += p[order[i]];
+  // order[i] in its final place (i < keep).
+  auto at = [&](std::size_t i) {
+    if (i >= sorted) {
+      // The next tokens in order: selected in linear time, then sorted;
+      // past an eighth of what is kept, the rest at once.
+      auto upto = std::min(keep, std::max<std::size_t>(4 * sorted, i + 64));
+      if (upto > keep / 8)
+        upto = keep;
+      const auto first = order.begin() + static_cast<std::ptrdiff_t>(sorted);
+      const auto last = order.begin() + static_cast<std::ptrdiff_t>(upto);
+      if (upto < keep)
+        std::nth_element(first, last, order.begin() + static_cast<std::ptrdiff_t>(keep), before);
+      std::sort(first, last, before);
+      sorted = upto;
+    }
+    return order[i];
+  };
 
   // top-p over the top-k distribution renormalized, as HF's warpers chain.
   if (cfg.top_p < 1.0f) {
@@ -84,7 +105,7 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
     double cum = 0;
     std::size_t i = 0;
     while (i < keep) {
-      cum += p[order[i]];
+      cum += p[at(i)];
       ++i;
       if (cum >= target)
         break;
@@ -96,11 +117,11 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
   const double u = uniform01(seed, output_index) * kept_mass;
   double cum = 0;
   for (std::size_t i = 0; i < keep; ++i) {
-    cum += p[order[i]];
+    cum += p[at(i)];
     if (u < cum)
       return order[i];
   }
-  return order[keep - 1];
+  return at(keep - 1);
 }
 
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, std::uint32_t top) {

@@ -17,6 +17,10 @@ struct sampling_config {
   std::int32_t top_k = 0;   ///< 0: no cut
 };
 
+/// The uniform double in [0, 1) that sample_token draws for
+/// (seed, output_index): splitmix64 of both, its top 53 bits.
+double uniform01(std::uint64_t seed, std::uint32_t output_index) noexcept;
+
 /// Draws one token from `logits`; the draw depends only on the inputs.
 /// Empty logits give -1; temperature <= 0 is greedy; NaN logits never win.
 std::int32_t sample_token(std::span<const float> logits, const sampling_config& cfg,

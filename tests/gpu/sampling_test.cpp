@@ -194,5 +194,78 @@ TEST(logprobs, logits_that_are_not_numbers_are_never_listed) {
   EXPECT_TRUE(logprobs_of(std::vector<float>{}, 0, 2).top.empty());
 }
 
+/// The sampler written plainly: every token sorted, then the top-k cut, the
+/// top-p cut and the walk to the draw (the kept mass summed in sorted order
+/// under a top-k cut, in id order otherwise, as sample_token sums it).
+std::int32_t sorted_sampler(const std::vector<float>& logits, const sampling_config& cfg, std::uint64_t seed,
+                            std::uint32_t index) {
+  const double inv_t = 1.0 / static_cast<double>(cfg.temperature);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float l : logits)
+    mx = std::max(mx, static_cast<double>(l) * inv_t);
+  std::vector<double> p(logits.size());
+  double total = 0;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    total += p[i] = std::exp(static_cast<double>(logits[i]) * inv_t - mx);
+  for (auto& x : p)
+    x /= total;
+  std::vector<std::int32_t> order(p.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = static_cast<std::int32_t>(i);
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+  std::size_t keep = order.size();
+  double kept = 0;
+  if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < keep) {
+    keep = static_cast<std::size_t>(cfg.top_k);
+    for (std::size_t i = 0; i < keep; ++i)
+      kept += p[order[i]];
+  } else {
+    for (const double x : p)
+      kept += x;
+  }
+  if (cfg.top_p < 1.0f) {
+    const double target = static_cast<double>(cfg.top_p) * kept;
+    double cum = 0;
+    std::size_t i = 0;
+    while (i < keep) {
+      cum += p[order[i++]];
+      if (cum >= target)
+        break;
+    }
+    keep = i;
+    kept = cum;
+  }
+  const double u = uniform01(seed, index) * kept;
+  double cum = 0;
+  for (std::size_t i = 0; i < keep; ++i) {
+    cum += p[order[i]];
+    if (u < cum)
+      return order[i];
+  }
+  return order[keep - 1];
+}
+
+TEST(sampling, sorting_only_what_the_walk_reaches_draws_what_a_full_sort_draws) {
+  // Peaked and flat distributions over a large vocabulary, with ties; the
+  // walk stops early, late, and in between.
+  std::vector<std::vector<float>> rows{random_logits(32000, 3, 4.0f), random_logits(32000, 4, 0.3f),
+                                       random_logits(5000, 5, 2.0f)};
+  auto ties = random_logits(3000, 6, 1.0f);
+  for (auto& x : ties)
+    x = std::round(x * 4.0f) / 4.0f; // many equal logits
+  rows.push_back(ties);
+  const std::vector<sampling_config> configs{{1.0f, 1.0f, 0},  {0.7f, 0.9f, 0},   {1.3f, 0.99f, 0},
+                                             {1.0f, 0.5f, 0},  {0.8f, 0.95f, 40}, {1.0f, 1.0f, 100},
+                                             {2.0f, 0.999f, 0}};
+  for (std::size_t r = 0; r < rows.size(); ++r)
+    for (const auto& cfg : configs)
+      for (std::uint64_t seed = 0; seed < 40; ++seed) {
+        const auto want = sorted_sampler(rows[r], cfg, seed, 7);
+        ASSERT_EQ(sample_token(rows[r], cfg, seed, 7), want)
+          << "row " << r << ", T " << cfg.temperature << ", top-p " << cfg.top_p << ", top-k " << cfg.top_k
+          << ", seed " << seed;
+      }
+}
+
 } // namespace
 } // namespace troupe::gpu

@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -158,6 +159,14 @@ int main(int argc, char** argv) {
   auto line = [&](const char* what, double us) { std::printf("%-34s %10.1f %8.3f\n", what, us, us / step_us); };
   line("sample greedy", per_token([&](int i) { return sample_token(row, {0.0f, 1.0f, 0}, i, 0); }));
   line("sample T 0.8, top-p 0.95", per_token([&](int i) { return sample_token(row, {0.8f, 0.95f, 0}, i, 0); }));
+  // A random model's logits are nearly flat, so top-p keeps most of the
+  // vocabulary; a row of normal(0, 3) logits (seed 1) is far more peaked.
+  std::vector<float> peaked(row.size());
+  std::mt19937_64 rng{1};
+  std::normal_distribution<float> normal{0.0f, 3.0f};
+  for (auto& x : peaked)
+    x = normal(rng);
+  line("sample T 0.8, top-p 0.95, N(0,3) row", per_token([&](int i) { return sample_token(peaked, {0.8f, 0.95f, 0}, i, 0); }));
   for (std::uint32_t k : {0u, 5u, 20u}) {
     const std::string what = "logprobs, top " + std::to_string(k);
     line(what.c_str(), per_token([&](int i) {

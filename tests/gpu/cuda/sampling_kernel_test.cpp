@@ -9,7 +9,6 @@
 #include "gpu/cuda/check.hpp"
 #include "gpu/cuda/device_buffer.hpp"
 #include "gpu/cuda/kernels.hpp"
-#include "gpu/random.hpp"
 #include "gpu/sampling.hpp"
 
 #include "tests/gpu/cuda/gpu_test_support.hpp"
@@ -72,12 +71,6 @@ std::int32_t cpu_token(std::span<const float> row, const sample_params& p) {
                       p.output_index);
 }
 
-// gpu/sampling.cpp's uniform01, the two lines the kernel repeats.
-double host_uniform01(std::uint64_t seed, std::uint32_t index) {
-  const std::uint64_t r = splitmix64(splitmix64(seed) ^ splitmix64(0x5eed0000ULL + index));
-  return static_cast<double>(r >> 11) * 0x1.0p-53;
-}
-
 /// The CPU sampler's walk, step by step as gpu/sampling.cpp takes it, with
 /// how close its decisions came to a boundary: the draw's distance (in u)
 /// from the edges of the chosen token's CDF interval, and the top-p
@@ -137,7 +130,7 @@ cpu_walk walk_of(std::span<const float> logits, const sample_params& cfg) {
     keep = i;
     kept = cum;
   }
-  const double u = host_uniform01(cfg.seed, cfg.output_index) * kept;
+  const double u = uniform01(cfg.seed, cfg.output_index) * kept;
   double cum = 0;
   for (std::size_t i = 0; i < keep; ++i) {
     const double prev = cum;
@@ -451,7 +444,7 @@ TEST(sampling_kernel, device_draw_is_the_host_uniform01) {
   }
   const auto tokens = run_sample(logits, vocab, params);
   for (std::size_t d = 0; d < params.size(); ++d) {
-    const double u = host_uniform01(params[d].seed, params[d].output_index);
+    const double u = uniform01(params[d].seed, params[d].output_index);
     const auto want = static_cast<std::int32_t>(std::floor(u * vocab));
     EXPECT_EQ(tokens[d], want) << "seed " << params[d].seed << " index " << params[d].output_index;
     EXPECT_EQ(cpu_token(row, params[d]), want);
