@@ -459,12 +459,15 @@ public:
     return out;
   }
 
-  /// A log-probability: a number, or null for -infinity.
-  double logprob(std::string_view key) const {
+  /// A log-probability: a number a float holds, or null for -infinity.
+  float logprob(std::string_view key) const {
     const auto& j = at(key);
     if (j.is_null())
-      return -std::numeric_limits<double>::infinity();
-    return number_of(j, name(key));
+      return -std::numeric_limits<float>::infinity();
+    const double d = number_of(j, name(key));
+    if (!(std::fabs(d) <= static_cast<double>(std::numeric_limits<float>::max())))
+      reject_field(name(key), "a number a 32-bit float holds, or null", j);
+    return static_cast<float>(d);
   }
 
   /// A token_logprob object: token, text (or its bytes), logprob.
@@ -488,7 +491,7 @@ public:
     } else {
       x.text = string("text");
     }
-    x.logprob = static_cast<float>(logprob("logprob"));
+    x.logprob = logprob("logprob");
     return x;
   }
 

@@ -627,6 +627,8 @@ TEST(wire, parse_reply_rejections) {
      "a", "logprobs[0].bytes"},
     {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","logprob":0,"top":[{"token":2,"text":"","logprob":"x"}]}]})",
      "a", "logprobs[0].top[0].logprob"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","logprob":-1e300,"top":[]}]})",
+     "a", "logprobs[0].logprob"},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(r.frame);
