@@ -168,6 +168,14 @@ std::string dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
+/// A log-probabilities count as the answer formats it: `v` when it is an
+/// integer in [0, max_logprobs], else -1 (the wire parser refuses it and
+/// names the field).
+std::int32_t logprobs_count(const json& v) {
+  return v.is_number_unsigned() && v.get<std::uint64_t>() <= max_logprobs ? static_cast<std::int32_t>(v.get<std::uint64_t>())
+                                                                          : -1;
+}
+
 /// The request's `n` (1 when absent); the error for anything but an
 /// integer in [1, max_choices].
 std::variant<std::uint32_t, api_error> choices_per_prompt(const json& doc) {
@@ -257,8 +265,7 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
   // logprobs: a count, passed on (the wire parser checks it); false as none.
   if (auto lp = doc.find("logprobs"); lp != doc.end() && !lp->is_null() && *lp != json(false)) {
     gen["logprobs"] = *lp;
-    if (lp->is_number_unsigned() && lp->get<std::uint64_t>() <= max_logprobs)
-      out.logprobs = static_cast<std::int32_t>(lp->get<std::uint64_t>());
+    out.logprobs = logprobs_count(*lp);
   }
   out.stop = stop_strings(doc);
   if (auto e = expand(prompts, std::get<std::uint32_t>(n), gen, wire_id, out))
@@ -519,8 +526,7 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
     if (!logprobs)
       return bad("field \"top_logprobs\" needs \"logprobs\": true (0 may go without)", "top_logprobs");
     gen["logprobs"] = *top;
-    if (top->is_number_unsigned() && top->get<std::uint64_t>() <= max_logprobs)
-      out.logprobs = static_cast<std::int32_t>(top->get<std::uint64_t>());
+    out.logprobs = logprobs_count(*top);
   } else if (logprobs) {
     gen["logprobs"] = 0;
     out.logprobs = 0;

@@ -293,13 +293,11 @@ scheduler_effects scheduler_core::admit(double now_s) {
     return fx;
   // Turns count what they would take over of their caches on the GPU, as
   // the caches stand now; room made for the head may evict others' caches:
-  // counted again after.
+  // counted again after, when it did.
   if (waiting() > 0 && (!sessions_.empty() || adoptable_waiting_))
     refresh_adoptable();
-  if (!sessions_.empty() && waiting() > 0) {
-    room_for_head(fx);
+  if (!sessions_.empty() && waiting() > 0 && room_for_head(fx))
     refresh_adoptable();
-  }
   running_views_.clear();
   // Pages already on their way back: swap-outs in flight, and requests
   // chosen for preemption that wait for their step to end.
@@ -1622,16 +1620,16 @@ bool scheduler_core::caches_give_way(scheduler_effects& fx) {
   return any;
 }
 
-void scheduler_core::room_for_head(scheduler_effects& fx) {
+bool scheduler_core::room_for_head(scheduler_effects& fx) {
   // Cached sessions give way to the head of the queue, all but its own
   // when that serves it. The head needs its pages less those of its own
   // cache it takes over (head_pages), so keeping that cache never stands
   // in its way.
   const auto need = head_pages();
   if (session_pages_held_ <= limits_.session_pages && device_free_pages() + moving_out_pages_ >= need)
-    return;
+    return false;
   const auto& head = waiting_[head_];
-  make_room(need, head.adoptable_pages > 0 ? records_.at(head.request_id).spec.session : 0, fx);
+  return make_room(need, head.adoptable_pages > 0 ? records_.at(head.request_id).spec.session : 0, fx);
 }
 
 std::uint64_t scheduler_core::adoptable_pages(record& r) {
@@ -1663,15 +1661,18 @@ std::uint64_t scheduler_core::device_free_pages() const noexcept {
   return limits_.total_pages > taken ? limits_.total_pages - taken : 0;
 }
 
-void scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx) {
+bool scheduler_core::make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx) {
   // Caches on their way to the host free their pages soon: counted as free.
+  bool freed = false;
   while (!sessions_.empty()
          && (session_pages_held_ > limits_.session_pages || device_free_pages() + moving_out_pages_ < need)) {
     const auto victim = session_victim(session_tier::device, keep);
     if (victim == sessions_.end())
-      return;
+      break;
     evict_session(victim->first, fx);
+    freed = true;
   }
+  return freed;
 }
 
 void scheduler_core::swap_out(record& r, scheduler_effects& fx) {

@@ -461,14 +461,15 @@ private:
   /// Frees the host pages a request brought its session cache back from.
   void release_session_host(record& r, scheduler_effects& fx);
   /// Frees least recently used session caches until `need` pages are free
-  /// for admission (sparing `keep`), or within the session limit.
-  void make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx);
+  /// for admission (sparing `keep`), or within the session limit; true if
+  /// it freed any.
+  bool make_room(std::uint64_t need, std::uint64_t keep, scheduler_effects& fx);
   /// Device pages neither reserved nor held by adapters in use (idle cached
   /// adapters count as free).
   std::uint64_t device_free_pages() const noexcept;
   /// make_room for the head of the queue: keeps the head's own cache
-  /// while it would reuse it.
-  void room_for_head(scheduler_effects& fx);
+  /// while it would reuse it; true if a cache was freed.
+  bool room_for_head(scheduler_effects& fx);
   /// Device pages of `r`'s session cache that its admission would take
   /// over (a turn whose prompt reuses a cache on the GPU); 0 otherwise.
   std::uint64_t adoptable_pages(record& r);
