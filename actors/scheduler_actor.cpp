@@ -413,6 +413,8 @@ void apply(self_ptr self, scheduler_effects fx) {
     batch.tokens.push_back({t.request_id, t.index, t.token});
   for (auto& [k, lp] : fx.logprobs)
     batch.logprobs.push_back({fx.tokens[k].request_id, fx.tokens[k].index, std::move(lp)});
+  for (auto& [k, lp] : fx.prompt_logprobs)
+    batch.prompt_logprobs.push_back({fx.tokens[k].request_id, std::move(lp)});
   for (const auto& f : fx.finished)
     batch.finished.push_back(to_event(f));
   if (st.metrics)
@@ -461,7 +463,7 @@ void run_step(self_ptr self, std::vector<gpu::step_entry> batch) {
           self->send(st.metrics, m);
         }
         log_failures(batch, r);
-        apply(self, st.core->on_step_done(batch, r.tokens, now, r.logprobs));
+        apply(self, st.core->on_step_done(batch, r.tokens, now, r.logprobs, r.prompt_logprobs));
         pump(self);
       },
       [self, batch](const caf::error& e) {

@@ -139,6 +139,10 @@ public:
   /// (step_entry::logprobs >= 0); backends without logits (sim) do not,
   /// and the server refuses requests for them.
   virtual bool computes_logprobs() const { return false; }
+  /// Whether run_step also fills step_result::prompt_logprobs for entries
+  /// that ask (step_entry::prompt_logprobs >= 0); the server refuses such
+  /// requests on backends that do not.
+  virtual bool computes_prompt_logprobs() const { return false; }
   /// Non-empty once the backend can run nothing more, saying why (a fault
   /// that poisoned the CUDA context: every later call fails until the
   /// process ends). The server then takes no new requests, reports

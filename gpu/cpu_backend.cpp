@@ -42,6 +42,7 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     s.start_pos = e.context_tokens;
     s.pages = e.pages;
     s.hidden = e.hidden;
+    s.all_logits = e.prompt_logprobs >= 0;
     if (e.adapter_id != 0) {
       auto a = device_.find(e.adapter_id);
       if (a == device_.end()) {
@@ -93,23 +94,32 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
       streams_.erase(id); // used: the step has all of it (or knows it failed)
     }
   }
-  const bool ran = logits.size() == seqs.size() * vocab;
+  const bool ran = logits.size() == cpu_model::logit_rows(seqs) * vocab;
   const bool any_logprobs = std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.logprobs >= 0; });
   if (any_logprobs)
     out.logprobs.resize(batch.size());
+  if (std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.prompt_logprobs >= 0; }))
+    out.prompt_logprobs.resize(batch.size());
+  std::size_t first_row = 0; // seqs[k]'s first row of logits
   for (std::size_t k = 0; k < seqs.size(); ++k) {
     const auto& e = batch[index[k]];
+    const std::size_t rows = seqs[k].all_logits ? seqs[k].tokens.size() : 1;
+    first_row += rows;
     if (!ran) {
       out.failures.push_back({e.request_id, "the cpu model refused the batch"});
       continue;
     }
     if (fail_if_stream_lost(out, e, lost))
       continue;
-    const std::span<const float> row{logits.data() + k * vocab, vocab};
+    const float* rows_begin = logits.data() + (first_row - rows) * vocab;
+    const std::span<const float> row{rows_begin + (rows - 1) * vocab, vocab};
     const auto token = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
     out.tokens[index[k]] = token;
     if (e.logprobs >= 0)
       out.logprobs[index[k]] = logprobs_of(row, token, static_cast<std::uint32_t>(e.logprobs));
+    if (e.prompt_logprobs >= 0)
+      out.prompt_logprobs[index[k]] =
+        prompt_logprobs_of({rows_begin, rows * vocab}, e.tokens, static_cast<std::uint32_t>(e.prompt_logprobs));
   }
   out.device_seconds =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -74,6 +74,7 @@ public:
   std::size_t host_adapters() const;
   const tokenizer& vocab() const override { return *tokenizer_; }
   bool computes_logprobs() const override { return true; }
+  bool computes_prompt_logprobs() const override { return true; }
   std::string name() const override { return "cpu"; }
 
   const llama_config& config() const noexcept { return model_->config(); }

@@ -396,16 +396,21 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
       x[i] += h[i];
   }
 
-  // Final norm and LM head on each sequence's last new token only.
-  last.resize(nb * hid);
+  // Final norm and LM head on each sequence's last new token only, or on
+  // all of them where it asks.
+  const size_t out_rows = cpu_model::logit_rows(batch);
+  last.resize(out_rows * hid);
+  size_t o = 0;
   for (size_t s = 0; s < nb; ++s) {
-    const float* src = x.data() + (row_off[s + 1] - 1) * hid;
-    std::copy(src, src + hid, h.data() + s * hid);
+    const size_t from = batch[s].all_logits ? row_off[s] : row_off[s + 1] - 1;
+    const size_t n = row_off[s + 1] - from;
+    std::copy(x.data() + from * hid, x.data() + (from + n) * hid, h.data() + o * hid);
+    o += n;
   }
-  rms_norm(h.data(), w.final_norm.data(), last.data(), nb, hid, c.rms_norm_eps);
+  rms_norm(h.data(), w.final_norm.data(), last.data(), out_rows, hid, c.rms_norm_eps);
   const float* head = w.lm_head.empty() ? w.embed.data() : w.lm_head.data();
-  std::vector<float> logits(nb * c.vocab_size);
-  gemm_xwt(last.data(), head, logits.data(), nb, c.vocab_size, hid, 1.0f, 0.0f);
+  std::vector<float> logits(out_rows * c.vocab_size);
+  gemm_xwt(last.data(), head, logits.data(), out_rows, c.vocab_size, hid, 1.0f, 0.0f);
   return logits;
 }
 
@@ -422,6 +427,13 @@ cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32
   m.dims = projection_dims(m.c);
   m.inv_freq = rope_inv_freq(m.c);
   m.kv.assign(num_pages * m.c.num_layers * 2 * page_tokens * m.kvd(), 0.0f);
+}
+
+std::size_t cpu_model::logit_rows(std::span<const cpu_sequence> batch) noexcept {
+  std::size_t n = 0;
+  for (const auto& s : batch)
+    n += s.all_logits ? s.tokens.size() : 1;
+  return n;
 }
 
 std::string cpu_model::refusal(const cpu_sequence& seq) const {

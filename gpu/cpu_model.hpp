@@ -28,6 +28,9 @@ struct cpu_sequence {
   /// Keep a hidden cache instead of K and V (only where hidden_saves()):
   /// its pages hold hidden_page_tokens() tokens each.
   bool hidden = false;
+  /// Return the logits of every new token, not only of the last (a
+  /// client's prompt log-probabilities).
+  bool all_logits = false;
 };
 
 /// Owns the weights and a paged KV store. One thread calls forward() at a time.
@@ -37,13 +40,18 @@ public:
   cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32_t page_tokens);
 
   /// Runs the batch: writes each sequence's new K/V into its pages and
-  /// returns the logits of its last new token, [batch.size(), vocab].
+  /// returns the logits of its last new token, [batch.size(), vocab]; a
+  /// sequence with all_logits has a row for each of its new tokens there,
+  /// in order, where the others have one (logit_rows()).
   /// Returns an empty vector, touching no page, when the batch is empty or
   /// invalid: a sequence with no new tokens, a token id outside [0, vocab),
   /// fewer pages than start_pos + tokens need, a page id >= num_pages(), an
   /// adapter whose matrices do not fit the model, or weights whose sizes do
   /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
+  /// Rows of forward()'s logits: a sequence's new tokens with all_logits,
+  /// 1 otherwise.
+  static std::size_t logit_rows(std::span<const cpu_sequence> batch) noexcept;
   /// Why forward() would refuse a batch holding `seq` ("" if it would not).
   std::string refusal(const cpu_sequence& seq) const;
   /// As above, calling `before_layer(l)` before layer l reads or writes

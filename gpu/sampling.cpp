@@ -168,4 +168,16 @@ token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, st
   return out;
 }
 
+std::vector<token_logprobs> prompt_logprobs_of(std::span<const float> rows,
+                                               std::span<const std::int32_t> tokens, std::uint32_t top) {
+  std::vector<token_logprobs> out;
+  if (tokens.size() < 2 || rows.size() % tokens.size() != 0)
+    return out;
+  const std::size_t vocab = rows.size() / tokens.size();
+  out.reserve(tokens.size() - 1);
+  for (std::size_t k = 0; k + 1 < tokens.size(); ++k)
+    out.push_back(logprobs_of(rows.subspan(k * vocab, vocab), tokens[k + 1], top));
+  return out;
+}
+
 } // namespace troupe::gpu

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 namespace troupe::gpu {
 
@@ -33,5 +34,12 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
 /// token out of range gives -infinity, as do all when no logit is a number
 /// above -infinity. Used by every backend that computes them.
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, std::uint32_t top);
+
+/// A prompt's log-probabilities (step_result::prompt_logprobs): `rows`
+/// holds one row of logits per token of `tokens`, in order; the k-th result
+/// is logprobs_of(row k, tokens[k + 1], top), so there are tokens.size() - 1
+/// (none for fewer than two tokens, or when `rows` is not that size).
+std::vector<token_logprobs> prompt_logprobs_of(std::span<const float> rows,
+                                               std::span<const std::int32_t> tokens, std::uint32_t top);
 
 } // namespace troupe::gpu

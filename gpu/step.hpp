@@ -48,6 +48,12 @@ struct step_entry {
   /// likely tokens' (step_result::logprobs), on backends that compute them
   /// (executor_backend::computes_logprobs).
   std::int32_t logprobs = -1;
+  /// -1: none; k >= 0: the log-probability of each of this step's input
+  /// tokens after the first, given the tokens before it, and the k most
+  /// likely tokens' at its place (step_result::prompt_logprobs), on backends
+  /// that compute log-probabilities. The scheduler asks it of a prefill from
+  /// the first position (context_tokens 0), so these are the prompt's.
+  std::int32_t prompt_logprobs = -1;
   /// Input token ids of this step: the prompt on the prefill step, the last
   /// output token on a decode step. Backends that do no math ignore them.
   std::vector<std::int32_t> tokens;
@@ -79,6 +85,11 @@ struct step_result {
   /// otherwise. An entry that did not ask, or whose token is -1, has a
   /// default (empty) one.
   std::vector<token_logprobs> logprobs;
+  /// One per entry, in entry order, when any entry asked for prompt
+  /// log-probabilities (step_entry::prompt_logprobs >= 0); empty otherwise.
+  /// An entry that asked, and whose token is not -1, has new_tokens - 1:
+  /// the k-th is input token k + 1's, read from the logits at input k.
+  std::vector<std::vector<token_logprobs>> prompt_logprobs;
   double device_seconds = 0.0;
   std::vector<step_failure> failures;
 };

@@ -19,6 +19,11 @@ typename Inspector::result_type inspect(Inspector& f, logprobs_event& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, prompt_logprobs_event& x) {
+  return f(caf::meta::type_name("prompt_logprobs_event"), x.request_id, x.logprobs);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_event& x) {
   return f(caf::meta::type_name("finish_event"), x.request_id, x.reason,
            x.prompt_tokens, x.completion_tokens, x.queue_ms, x.ttft_ms, x.e2e_ms);
@@ -26,7 +31,7 @@ typename Inspector::result_type inspect(Inspector& f, finish_event& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, progress_batch& x) {
-  return f(caf::meta::type_name("progress_batch"), x.tokens, x.finished, x.logprobs);
+  return f(caf::meta::type_name("progress_batch"), x.tokens, x.finished, x.logprobs, x.prompt_logprobs);
 }
 
 template <class Inspector>
@@ -44,7 +49,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt,
            x.max_new_tokens, x.adapter_id, x.adapter_rank, x.adapter_pages, x.seed, x.temperature,
-           x.top_p, x.top_k, x.logprobs, x.priority, x.session, x.stop, x.queue, x.predicted_tokens,
+           x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.priority, x.session, x.stop, x.queue, x.predicted_tokens,
            x.arrival_s);
 }
 
@@ -99,7 +104,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.request_id, x.adapter_id,
            x.adapter_rank, x.new_tokens, x.context_tokens, x.output_index, x.seed,
-           x.temperature, x.top_p, x.top_k, x.logprobs, x.tokens, x.pages, x.hidden, x.stream);
+           x.temperature, x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.tokens, x.pages, x.hidden,
+           x.stream);
 }
 
 template <class Inspector>
@@ -119,7 +125,8 @@ typename Inspector::result_type inspect(Inspector& f, step_failure& x) {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
-  return f(caf::meta::type_name("step_result"), x.tokens, x.logprobs, x.device_seconds, x.failures);
+  return f(caf::meta::type_name("step_result"), x.tokens, x.logprobs, x.prompt_logprobs, x.device_seconds,
+           x.failures);
 }
 
 } // namespace troupe::gpu

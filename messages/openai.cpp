@@ -29,11 +29,11 @@ api_error bad(std::string message, std::string param = {}) {
 constexpr std::array<std::string_view, 12> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
                                                          "seed", "stop", "stream", "stream_options", "user",
                                                          "session", "n"};
-constexpr std::array<std::string_view, 2> taken_by_completions{"prompt", "logprobs"};
+constexpr std::array<std::string_view, 3> taken_by_completions{"prompt", "logprobs", "echo"};
 constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
                                                         "logprobs", "top_logprobs"};
-constexpr std::array<std::string_view, 6> off_in_completions{"best_of",          "echo",              "suffix",
-                                                             "presence_penalty", "frequency_penalty", "logit_bias"};
+constexpr std::array<std::string_view, 5> off_in_completions{"best_of", "suffix", "presence_penalty",
+                                                             "frequency_penalty", "logit_bias"};
 constexpr std::array<std::string_view, 6> off_in_chat{"presence_penalty", "frequency_penalty", "logit_bias",
                                                       "tools",            "tool_choice",       "response_format"};
 
@@ -43,15 +43,13 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 }
 
 /// Whether `v` is the value that turns off one of OpenAI's fields Troupe
-/// does not serve (n = 1, echo = false, penalties 0, no tools, ...), so that
+/// does not serve (best_of = 1, penalties 0, no tools, ...), so that
 /// clients sending the defaults explicitly are served.
 bool is_off(std::string_view field, const json& v) {
   if (v.is_null())
     return true;
   if (field == "best_of")
     return v.is_number() && v.get<double>() == 1.0;
-  if (field == "echo")
-    return v.is_boolean() && !v.get<bool>();
   if (field == "presence_penalty" || field == "frequency_penalty")
     return v.is_number() && v.get<double>() == 0.0;
   if (field == "logit_bias")
@@ -225,7 +223,7 @@ std::string to_json(const api_error& e) {
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id) {
   auto read = read_body(body, taken_by_completions, off_in_completions, "a completion request",
-                        "no echo, suffix, penalties or logit bias");
+                        "no suffix, penalties or logit bias");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   const auto& doc = std::get<json>(read);
@@ -267,9 +265,27 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
     gen["logprobs"] = *lp;
     out.logprobs = logprobs_count(*lp);
   }
+  // echo: a text prompt is echoed as sent; token ids, or a prompt whose
+  // log-probabilities are asked for, from the wire's prompt_logprobs.
+  if (auto echo = doc.find("echo"); echo != doc.end() && !echo->is_null()) {
+    if (!echo->is_boolean())
+      return bad("field \"echo\" must be true or false, got " + echo->dump(), "echo");
+    out.echo = echo->get<bool>();
+  }
+  const bool all_text = std::all_of(prompts.begin(), prompts.end(), [](const json& p) { return p.is_string(); });
+  if (out.echo && (gen.contains("logprobs") || !all_text))
+    gen["prompt_logprobs"] = gen.contains("logprobs") ? gen["logprobs"] : json(0);
+  if (auto m = gen.find("max_tokens"); out.echo && m != gen.end() && *m == json(0)) {
+    *m = 1; // the wire's least; the answer leaves that token out
+    out.prompt_only = true;
+  }
   out.stop = stop_strings(doc);
   if (auto e = expand(prompts, std::get<std::uint32_t>(n), gen, wire_id, out))
     return std::move(*e);
+  if (out.echo && !gen.contains("prompt_logprobs"))
+    for (const auto& p : prompts)
+      for (std::uint32_t k = 0; k < out.n; ++k)
+        out.echo_text.push_back(p.get<std::string>());
   return out;
 }
 
@@ -603,7 +619,8 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
 completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
   : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), stop_(request.stop),
-    logprobs_(request.logprobs), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
+    logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
+    choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
 
 namespace {
@@ -659,8 +676,11 @@ std::size_t chars_in(std::string_view s) {
 }
 
 /// A log-probability as OpenAI gives one: -9999 for a token the model gives
-/// no chance (JSON has no infinity).
+/// no chance (JSON has no infinity), null for an echoed prompt's first
+/// token (nothing precedes it: NaN).
 json logprob_value(float lp) {
+  if (std::isnan(lp))
+    return nullptr;
   return std::isfinite(lp) ? json(wire::wire_float(lp)) : json(-9999.0);
 }
 
@@ -697,6 +717,11 @@ json logprobs_json(std::span<const placed_logprobs> lps, bool chat) {
   for (const auto& p : lps) {
     tokens.push_back(p.lp.sampled.text);
     token_logprobs.push_back(logprob_value(p.lp.sampled.logprob));
+    if (std::isnan(p.lp.sampled.logprob)) { // an echoed prompt's first token
+      top_logprobs.push_back(nullptr);
+      text_offset.push_back(p.offset);
+      continue;
+    }
     json top = json::object();
     for (const auto& t : p.lp.top)
       top.emplace(t.text, logprob_value(t.logprob)); // the first (most likely) of equal texts
@@ -710,10 +735,11 @@ json logprobs_json(std::span<const placed_logprobs> lps, bool chat) {
           {"text_offset", std::move(text_offset)}};
 }
 
-/// `lps` placed one after the other from the output's start.
-std::vector<placed_logprobs> placed(const std::vector<wire::token_logprobs>& lps) {
+/// `lps` placed one after the other from the output's start, their
+/// offsets (characters) from `chars`.
+std::vector<placed_logprobs> placed(const std::vector<wire::token_logprobs>& lps, std::size_t chars = 0) {
   std::vector<placed_logprobs> out;
-  std::size_t bytes = 0, chars = 0;
+  std::size_t bytes = 0;
   for (const auto& lp : lps) {
     out.push_back({bytes, chars, lp});
     bytes += lp.sampled.text.size();
@@ -724,28 +750,50 @@ std::vector<placed_logprobs> placed(const std::vector<wire::token_logprobs>& lps
 
 } // namespace
 
+std::pair<std::string, std::vector<placed_logprobs>>
+completion_answer::echoed(std::size_t k, const std::vector<wire::token_logprobs>& prompt) const {
+  std::pair<std::string, std::vector<placed_logprobs>> out;
+  if (!echo_)
+    return out;
+  if (k < echo_text_.size()) {
+    out.first = echo_text_[k];
+  } else {
+    for (const auto& t : prompt)
+      out.first += t.sampled.text;
+    if (logprobs_ >= 0)
+      out.second = placed(prompt);
+  }
+  return out;
+}
+
 std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
   json choices = json::array();
   for (std::size_t k = 0; k < done.size(); ++k) {
     const auto& d = done[k];
-    std::string_view text = d.text ? std::string_view(*d.text) : std::string_view();
+    std::string_view text = d.text && !prompt_only_ ? std::string_view(*d.text) : std::string_view();
     const auto cut = first_stop(text, stop_);
     text = text.substr(0, cut);
-    json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", finish_reason(d.finish_reason)}};
-    if (logprobs_ >= 0 && d.logprobs) {
-      // The tokens whose text begins before the stop string.
-      auto lps = placed(*d.logprobs);
-      std::erase_if(lps, [cut](const placed_logprobs& p) { return cut != std::string_view::npos && p.start >= cut; });
+    auto [echo, lps] = echoed(k, d.prompt_logprobs.value_or(std::vector<wire::token_logprobs>{}));
+    json choice = {{"index", k}, {"logprobs", nullptr},
+                   {"finish_reason", prompt_only_ ? "length" : finish_reason(d.finish_reason)}};
+    if (logprobs_ >= 0 && prompt_only_) {
+      choice["logprobs"] = logprobs_json(lps, chat_);
+    } else if (logprobs_ >= 0 && d.logprobs) {
+      // The tokens whose text begins before the stop string, after the
+      // prompt's when echoed.
+      auto output = placed(*d.logprobs, chars_in(echo));
+      std::erase_if(output, [cut](const placed_logprobs& p) { return cut != std::string_view::npos && p.start >= cut; });
+      lps.insert(lps.end(), output.begin(), output.end());
       choice["logprobs"] = logprobs_json(lps, chat_);
     }
     if (chat_)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
     else
-      choice["text"] = text;
+      choice["text"] = echo + std::string(text);
     choices.push_back(std::move(choice));
   }
   const auto u = tally(done.size(), n_, [&](std::size_t k) {
-    return std::pair<std::uint64_t, std::uint64_t>{done[k].prompt_tokens, done[k].completion_tokens};
+    return std::pair<std::uint64_t, std::uint64_t>{done[k].prompt_tokens, prompt_only_ ? 0 : done[k].completion_tokens};
   });
   json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
             {"created", created_}, {"model", model_},
@@ -785,9 +833,19 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   auto& c = choices_.at(k);
   if (c.cut)
     return {};
+  // Echoed, the prompt goes first, in a chunk of its own.
+  std::string echo_chunk;
+  if (echo_ && t.index == 0) {
+    const auto [echo, lps] = echoed(k, t.prompt_logprobs);
+    c.echoed_chars = chars_in(echo);
+    if (!echo.empty())
+      echo_chunk = chunk_with(k, echo, nullptr, false, lps);
+  }
+  if (prompt_only_)
+    return echo_chunk; // the token generated is not the answer's
   if (logprobs_ >= 0)
     for (const auto& lp : t.logprobs) {
-      c.pending.push_back({c.token_bytes, c.token_chars, lp});
+      c.pending.push_back({c.token_bytes, c.echoed_chars + c.token_chars, lp});
       c.token_bytes += lp.sampled.text.size();
       c.token_chars += chars_in(lp.sampled.text);
     }
@@ -811,7 +869,7 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   auto split = std::find_if(c.pending.begin(), c.pending.end(), [&](const placed_logprobs& p) { return p.start >= sent_to; });
   going.assign(std::make_move_iterator(c.pending.begin()), std::make_move_iterator(split));
   c.pending.erase(c.pending.begin(), c.cut ? c.pending.end() : split);
-  return text.empty() ? std::string() : chunk_with(k, text, nullptr, false, going);
+  return echo_chunk + (text.empty() ? std::string() : chunk_with(k, text, nullptr, false, going));
 }
 
 std::string completion_answer::choice_end(std::size_t k, const wire::done_reply& done) {
@@ -828,8 +886,8 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   }
   c.held.clear();
   c.prompt_tokens = done.prompt_tokens;
-  c.completion_tokens = done.completion_tokens;
-  const std::string reason(finish_reason(done.finish_reason));
+  c.completion_tokens = prompt_only_ ? 0 : done.completion_tokens;
+  const std::string reason(prompt_only_ ? "length" : finish_reason(done.finish_reason));
   return out + chunk_with(k, "", reason.c_str(), false, c.cut ? std::span<const placed_logprobs>{} : pending);
 }
 

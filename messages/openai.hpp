@@ -58,14 +58,29 @@ struct completion_request {
   /// -1: no log-probabilities; K >= 0: each token's and K alternatives'
   /// (completions' `logprobs`, chat's `top_logprobs` with `logprobs`).
   std::int32_t logprobs = -1;
+  /// Completions' `echo`: each choice's text begins with its prompt. For a
+  /// text prompt asked without log-probabilities that text is
+  /// `echo_text[k]` (one per frame); otherwise (token ids, or logprobs) the
+  /// wire is asked for the prompt's log-probabilities, with as many
+  /// alternatives as `logprobs`, and the prompt's tokens give the text
+  /// (echo_text empty).
+  bool echo = false;
+  std::vector<std::string> echo_text;
+  /// echo with max_tokens 0 (scoring a text): the wire generates its least,
+  /// one token, which the answer leaves out: the prompt alone, no
+  /// completion tokens, finish_reason "length".
+  bool prompt_only = false;
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
 /// base model) or an adapter; `prompt` is one prompt (text or token ids) or
 /// an array of them, each answered with `n` choices; `session` (Troupe's
 /// own field) names a multi-turn session, as in the wire; `logprobs` (a
-/// count) asks for log-probabilities; OpenAI's fields Troupe does not
-/// implement (best_of > 1, echo, suffix, penalties, logit_bias) are refused
+/// count) asks for log-probabilities; `echo` puts the prompt before the
+/// output, with its tokens' log-probabilities too when `logprobs` asks (the
+/// first token's null: nothing precedes it), and takes max_tokens 0 (the
+/// prompt alone); OpenAI's fields Troupe does
+/// not implement (best_of > 1, suffix, penalties, logit_bias) are refused
 /// with a message rather than ignored, as are fields it does not know.
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
@@ -168,7 +183,8 @@ public:
   std::string stream_error(const api_error& e) const;
 
   /// A token's log-probabilities with where its text begins in the output:
-  /// `start` in bytes, `offset` in characters (OpenAI's text_offset).
+  /// `start` in bytes, `offset` in characters (OpenAI's text_offset, which
+  /// counts an echoed prompt too).
   struct placed_logprobs {
     std::size_t start = 0;
     std::size_t offset = 0;
@@ -178,6 +194,7 @@ public:
 private:
   struct choice {
     std::string held;  ///< streamed text that may begin a stop string
+    std::size_t echoed_chars = 0; ///< characters of the prompt echoed before the output
     bool cut = false;  ///< a stop string came: nothing more is sent
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
@@ -190,6 +207,10 @@ private:
   };
   std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false,
                          std::span<const placed_logprobs> logprobs = {}) const;
+  /// Choice `k`'s prompt as echoed (echo_text, or its tokens' texts) and
+  /// its tokens placed from the text's start (none without logprobs).
+  std::pair<std::string, std::vector<placed_logprobs>> echoed(std::size_t k,
+                                                              const std::vector<wire::token_logprobs>& prompt) const;
   std::string id_;
   std::string model_;
   std::int64_t created_;
@@ -198,6 +219,9 @@ private:
   std::uint32_t n_;
   std::vector<std::string> stop_;
   std::int32_t logprobs_;
+  bool echo_;
+  bool prompt_only_;
+  std::vector<std::string> echo_text_;
   std::vector<choice> choices_;
 };
 

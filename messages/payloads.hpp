@@ -29,6 +29,14 @@ struct logprobs_event {
   gpu::token_logprobs logprobs;
 };
 
+/// The prompt log-probabilities of a request that asked for them
+/// (request_spec::prompt_logprobs >= 0), one per prompt token after the
+/// first; sent with the request's first output token.
+struct prompt_logprobs_event {
+  std::uint64_t request_id = 0;
+  std::vector<gpu::token_logprobs> logprobs;
+};
+
 /// A request's end, with its usage and timings (milliseconds).
 struct finish_event {
   std::uint64_t request_id = 0;
@@ -46,6 +54,8 @@ struct progress_batch {
   std::vector<finish_event> finished;
   /// One per token of the requests that asked, in token order.
   std::vector<logprobs_event> logprobs;
+  /// One per request that asked, in the batch holding its first token.
+  std::vector<prompt_logprobs_event> prompt_logprobs;
 };
 
 /// Per-step figures for the metrics actor.

@@ -129,9 +129,9 @@ constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "nam
 constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
 constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session", "in_s", "priority"};
 
-constexpr std::array<std::string_view, 15> generate_fields{
+constexpr std::array<std::string_view, 16> generate_fields{
   "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature", "top_p",
-  "top_k", "seed",  "stop",   "stream",        "session", "priority",   "logprobs"};
+  "top_k", "seed",  "stop",   "stream",        "session", "priority",   "logprobs",   "prompt_logprobs"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -304,15 +304,20 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
       reject_field("priority", "an integer between -2147483648 and 2147483647", *j);
     g.priority = *v;
   }
-  if (auto j = find(obj, "logprobs")) {
-    auto v = integer_of<std::int32_t>(*j);
-    if (!v || *v < 0 || static_cast<std::uint32_t>(*v) > limits.max_logprobs)
-      reject_field("logprobs",
-                   "an integer between 0 and " + std::to_string(limits.max_logprobs)
-                     + " (the sampled token's log-probability and that many alternatives')",
-                   *j);
-    g.logprobs = *v;
-  }
+  // A count of alternatives to the log-probabilities of `whose`.
+  auto logprobs_count = [&](std::string_view key, std::string_view whose, std::int32_t& out) {
+    if (auto j = find(obj, key)) {
+      auto v = integer_of<std::int32_t>(*j);
+      if (!v || *v < 0 || static_cast<std::uint32_t>(*v) > limits.max_logprobs)
+        reject_field(key,
+                     "an integer between 0 and " + std::to_string(limits.max_logprobs) + " (" + std::string(whose)
+                       + " log-probability and that many alternatives')",
+                     *j);
+      out = *v;
+    }
+  };
+  logprobs_count("logprobs", "the sampled token's", g.logprobs);
+  logprobs_count("prompt_logprobs", "each prompt token's", g.prompt_logprobs);
   return g;
 }
 
@@ -470,8 +475,9 @@ public:
     return static_cast<float>(d);
   }
 
-  /// A token_logprob object: token, text (or its bytes), logprob.
-  token_logprob token_logprob_of() const {
+  /// A token_logprob object: token, text (or its bytes), logprob (NaN
+  /// when `first`, a prompt's first token, which has none).
+  token_logprob token_logprob_of(bool first = false) const {
     token_logprob x;
     const auto& t = at("token");
     auto v = integer_of<std::int32_t>(t);
@@ -491,12 +497,15 @@ public:
     } else {
       x.text = string("text");
     }
-    x.logprob = logprob("logprob");
+    if (first && has("logprob"))
+      reject_field(name("logprob"), "absent: nothing precedes a prompt's first token", at("logprob"));
+    x.logprob = first ? std::numeric_limits<float>::quiet_NaN() : logprob("logprob");
     return x;
   }
 
-  /// An array of token_logprobs objects.
-  std::vector<token_logprobs> logprobs(std::string_view key) const {
+  /// An array of token_logprobs objects; for a prompt's (`prompt`), the
+  /// first has no log-probability and no alternatives.
+  std::vector<token_logprobs> logprobs(std::string_view key, bool prompt = false) const {
     const auto& j = at(key);
     if (!j.is_array())
       reject_field(name(key), "an array of log-probability objects", j);
@@ -507,10 +516,13 @@ public:
         reject_field(path, "an object", j[i]);
       reply_reader e{j[i], path};
       token_logprobs x;
-      x.sampled = e.token_logprob_of();
+      const bool first = prompt && i == 0;
+      x.sampled = e.token_logprob_of(first);
       const auto& top = e.at("top");
-      if (!top.is_array())
-        reject_field(path + ".top", "an array of log-probability objects", top);
+      if (!top.is_array() || (first && !top.empty()))
+        reject_field(path + ".top", first ? "an empty array: nothing precedes a prompt's first token"
+                                          : "an array of log-probability objects",
+                     top);
       for (std::size_t k = 0; k < top.size(); ++k) {
         const auto top_path = path + ".top[" + std::to_string(k) + "]";
         if (!top[k].is_object())
@@ -566,9 +578,11 @@ reply read_reply(const json& obj) {
   if (type == "accepted")
     return accepted_reply{std::move(id), r.count("prompt_tokens")};
   if (type == "token") {
-    token_reply x{std::move(id), r.count("index"), r.tokens("tokens"), r.string("text"), {}};
+    token_reply x{std::move(id), r.count("index"), r.tokens("tokens"), r.string("text"), {}, {}};
     if (r.has("logprobs"))
       x.logprobs = r.logprobs("logprobs");
+    if (r.has("prompt_logprobs"))
+      x.prompt_logprobs = r.logprobs("prompt_logprobs", true);
     return x;
   }
   if (type == "done") {
@@ -586,6 +600,8 @@ reply read_reply(const json& obj) {
       x.text = r.string("text");
     if (r.has("logprobs"))
       x.logprobs = r.logprobs("logprobs");
+    if (r.has("prompt_logprobs"))
+      x.prompt_logprobs = r.logprobs("prompt_logprobs", true);
     return x;
   }
   if (type == "error") {
@@ -799,6 +815,8 @@ std::string to_json(const request& x) {
       j["priority"] = g.priority;
       if (g.logprobs >= 0)
         j["logprobs"] = g.logprobs;
+      if (g.prompt_logprobs >= 0)
+        j["prompt_logprobs"] = g.prompt_logprobs;
       return j;
     }
     json operator()(const cancel_request& c) const {
@@ -851,7 +869,9 @@ std::string to_json(const accepted_reply& x) {
 namespace {
 
 json logprob_json(const token_logprob& x) {
-  json j = {{"token", x.token}, {"text", x.text}, {"logprob", wire_float(x.logprob)}};
+  json j = {{"token", x.token}, {"text", x.text}};
+  if (!std::isnan(x.logprob)) // a prompt's first token has none
+    j["logprob"] = wire_float(x.logprob);
   if (!valid_utf8(x.text)) {
     std::vector<int> bytes;
     for (const char c : x.text)
@@ -882,6 +902,8 @@ std::string to_json(const token_reply& x) {
   j["text"] = x.text;
   if (!x.logprobs.empty())
     j["logprobs"] = logprobs_json(x.logprobs);
+  if (!x.prompt_logprobs.empty())
+    j["prompt_logprobs"] = logprobs_json(x.prompt_logprobs);
   return dump(j);
 }
 
@@ -899,6 +921,8 @@ std::string to_json(const done_reply& x) {
     j["text"] = *x.text;
   if (x.logprobs)
     j["logprobs"] = logprobs_json(*x.logprobs);
+  if (x.prompt_logprobs)
+    j["prompt_logprobs"] = logprobs_json(*x.prompt_logprobs);
   return dump(j);
 }
 

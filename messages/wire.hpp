@@ -58,6 +58,11 @@ struct generate_request {
   /// -1: none; k >= 0: each output token's log-probability and the k most
   /// likely tokens' (token_reply::logprobs, done_reply::logprobs).
   std::int32_t logprobs = -1;
+  /// -1: none; k >= 0: each prompt token's log-probability given those
+  /// before it and the k most likely tokens' there (token_reply::
+  /// prompt_logprobs, done_reply::prompt_logprobs). Such a request computes
+  /// its whole prompt, reusing no session cache.
+  std::int32_t prompt_logprobs = -1;
 };
 
 struct cancel_request { std::string id; };
@@ -107,7 +112,7 @@ struct parse_limits {
   std::uint32_t max_stop = 16;          ///< most stop strings
   std::uint32_t max_id_chars = 256;     ///< longest request id
   std::int32_t vocab_size = 1 << 30;    ///< prompt_tokens must lie in [0, vocab)
-  std::uint32_t max_logprobs = 20;      ///< most alternatives `logprobs` may ask for
+  std::uint32_t max_logprobs = 20;      ///< most alternatives `logprobs` or `prompt_logprobs` may ask for
 };
 
 /// Parses and validates one frame. Never throws.
@@ -161,6 +166,10 @@ struct token_reply {
   std::string text;
   /// One per token when the request asked for log-probabilities.
   std::vector<token_logprobs> logprobs;
+  /// In the reply of the first token (index 0) of a streaming request that
+  /// asked for them: one per prompt token, in order, the first (which
+  /// nothing precedes) with a NaN log-probability and no alternatives.
+  std::vector<token_logprobs> prompt_logprobs;
 };
 
 struct timings {
@@ -180,6 +189,9 @@ struct done_reply {
   std::optional<std::string> text;
   /// One per output token; only for non-streaming requests that asked.
   std::optional<std::vector<token_logprobs>> logprobs;
+  /// One per prompt token, as token_reply::prompt_logprobs; only for
+  /// non-streaming requests that asked.
+  std::optional<std::vector<token_logprobs>> prompt_logprobs;
 };
 
 struct error_reply {

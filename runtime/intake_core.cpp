@@ -3,6 +3,7 @@
 #include "gpu/random.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 #include <string_view>
 
@@ -51,15 +52,26 @@ std::string intake_core::decode(const std::vector<std::int32_t>& tokens,
   return text;
 }
 
-wire::token_logprobs intake_core::logprobs_of(const token_event& t, const gpu::token_logprobs* lp) const {
+wire::token_logprobs intake_core::logprobs_of(std::int32_t token, const gpu::token_logprobs* lp) const {
   const auto& vocab = backend_->vocab();
   wire::token_logprobs out;
-  out.sampled = {t.token, vocab.decode(t.token), lp ? lp->logprob : 0.0f};
+  out.sampled = {token, vocab.decode(token), lp ? lp->logprob : 0.0f};
   if (lp != nullptr) {
     out.top.reserve(lp->top.size());
     for (const auto& x : lp->top)
       out.top.push_back({x.token, vocab.decode(x.token), x.logprob});
   }
+  return out;
+}
+
+std::vector<wire::token_logprobs> intake_core::prompt_logprobs_of(const std::vector<std::int32_t>& prompt,
+                                                                 const std::vector<gpu::token_logprobs>& lps) const {
+  std::vector<wire::token_logprobs> out;
+  out.reserve(prompt.size());
+  for (std::size_t k = 0; k < prompt.size(); ++k)
+    out.push_back(logprobs_of(prompt[k], k == 0 || k - 1 >= lps.size() ? nullptr : &lps[k - 1]));
+  if (!out.empty()) // nothing precedes the first token
+    out.front().sampled.logprob = std::numeric_limits<float>::quiet_NaN();
   return out;
 }
 
@@ -237,6 +249,12 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                           "the cpu and cuda backends do"));
     return;
   }
+  if (g.prompt_logprobs >= 0 && !backend_->computes_prompt_logprobs()) {
+    out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                      "field \"prompt_logprobs\": the " + backend_->name()
+                                        + " backend computes no prompt log-probabilities; the cpu and cuda backends do"));
+    return;
+  }
   auto prompt = g.prompt_tokens ? std::move(*g.prompt_tokens)
                                 : backend_->vocab().encode(g.prompt.value_or(""));
   const auto total = std::uint64_t{prompt.size()} + g.max_tokens;
@@ -261,6 +279,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.top_p = g.sampling.top_p;
   spec.top_k = g.sampling.top_k;
   spec.logprobs = g.logprobs;
+  spec.prompt_logprobs = g.prompt_logprobs;
   spec.priority = g.priority;
   spec.session = session_id_of(g.session);
   spec.stop = std::move(g.stop);
@@ -271,6 +290,9 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   p.client_id = g.id;
   p.stream = g.stream;
   p.logprobs = g.logprobs >= 0;
+  p.prompt_logprobs = g.prompt_logprobs >= 0;
+  if (p.prompt_logprobs)
+    p.prompt = spec.prompt;
   p.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
   if (adapter != nullptr) {
     p.adapter = adapter->name;
@@ -341,7 +363,16 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
     logprobs.emplace(std::pair{lp.request_id, lp.index}, &lp.logprobs);
   auto logprobs_for = [&](const token_event& t) {
     auto i = logprobs.find({t.request_id, t.index});
-    return logprobs_of(t, i == logprobs.end() ? nullptr : i->second);
+    return logprobs_of(t.token, i == logprobs.end() ? nullptr : i->second);
+  };
+  // A prompt's log-probabilities, with its first token.
+  auto prompt_logprobs_for = [&](pending& p, std::uint64_t id) {
+    std::vector<wire::token_logprobs> out;
+    for (const auto& lp : batch.prompt_logprobs)
+      if (lp.request_id == id)
+        out = prompt_logprobs_of(p.prompt, lp.logprobs);
+    p.prompt.clear();
+    return out;
   };
   // Tokens of one request within a batch are consecutive; send one chunk each.
   std::size_t k = 0;
@@ -358,6 +389,8 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         wire::token_reply t;
         t.id = p.client_id;
         t.index = batch.tokens[k].index;
+        if (p.prompt_logprobs && t.index == 0)
+          t.prompt_logprobs = prompt_logprobs_for(p, id);
         for (auto j = k; j < end; ++j) {
           t.tokens.push_back(batch.tokens[j].token);
           if (p.logprobs)
@@ -374,6 +407,8 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         }
         out.push_back({p.peer, wire::to_json(t)});
       } else {
+        if (p.prompt_logprobs && batch.tokens[k].index == 0)
+          p.prompt_logprobs_out = prompt_logprobs_for(p, id);
         for (auto j = k; j < end; ++j) {
           p.tokens.push_back(batch.tokens[j].token);
           if (p.logprobs)
@@ -402,6 +437,8 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         d.tokens = std::move(p.tokens);
         if (p.logprobs)
           d.logprobs = std::move(p.token_logprobs);
+        if (p.prompt_logprobs_out)
+          d.prompt_logprobs = std::move(p.prompt_logprobs_out);
       }
       if (static_cast<finish_reason>(f.reason) == finish_reason::aborted)
         out.push_back(error_frame(p.peer, p.client_id, wire::error_code::overloaded,

@@ -126,6 +126,10 @@ private:
     std::vector<std::int32_t> tokens; // non-streaming only
     bool logprobs = false;            // the client asked for them
     std::vector<wire::token_logprobs> token_logprobs; // non-streaming only
+    /// The prompt, kept when the client asked for its log-probabilities.
+    std::vector<std::int32_t> prompt;
+    bool prompt_logprobs = false;
+    std::optional<std::vector<wire::token_logprobs>> prompt_logprobs_out; // non-streaming only
     /// Streaming: the start of a character whose last bytes are still to
     /// come (a token may decode to part of a UTF-8 sequence), sent with the
     /// chunk that completes it.
@@ -137,9 +141,13 @@ private:
   outbound_frame error_frame(const std::string& peer, const std::string& id,
                              wire::error_code code, std::string message);
   std::string decode(const std::vector<std::int32_t>& tokens, std::size_t from) const;
-  /// An output token's log-probabilities for the wire, each token with its
-  /// text; `lp` null (none came) leaves the log-probabilities 0.
-  wire::token_logprobs logprobs_of(const token_event& t, const gpu::token_logprobs* lp) const;
+  /// A token's log-probabilities for the wire, each token with its text;
+  /// `lp` null (none came) leaves the log-probabilities 0.
+  wire::token_logprobs logprobs_of(std::int32_t token, const gpu::token_logprobs* lp) const;
+  /// A prompt's log-probabilities for the wire (wire::token_reply::
+  /// prompt_logprobs) from the backend's, one per token after the first.
+  std::vector<wire::token_logprobs> prompt_logprobs_of(const std::vector<std::int32_t>& prompt,
+                                                      const std::vector<gpu::token_logprobs>& lps) const;
   void send_accepted(pending& p, std::vector<outbound_frame>& out);
   void forget(std::uint64_t request_id);
 

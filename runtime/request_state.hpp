@@ -72,6 +72,11 @@ struct request_spec {
   /// -1: none; k >= 0: each output token's log-probability and the k most
   /// likely tokens' (gpu::step_entry::logprobs).
   std::int32_t logprobs = -1;
+  /// -1: none; k >= 0: each prompt token's log-probability given those
+  /// before it, and the k most likely tokens' (gpu::step_entry::
+  /// prompt_logprobs). Such a turn computes its whole prompt: it reuses no
+  /// session cache.
+  std::int32_t prompt_logprobs = -1;
   std::int32_t priority = 0;
   /// Multi-turn session (0: none): its KV may be kept after this turn and
   /// reused by the next turn whose prompt extends it.

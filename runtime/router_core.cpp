@@ -138,14 +138,18 @@ progress_batch router_core::on_progress(const progress_batch& batch) {
     ++i->second.delivered;
     out.tokens.push_back(t);
   }
-  // A token's log-probabilities go where the token went.
-  if (!batch.logprobs.empty()) {
+  // A token's log-probabilities go where the token went; a prompt's go
+  // with its first token.
+  if (!batch.logprobs.empty() || !batch.prompt_logprobs.empty()) {
     std::set<std::pair<std::uint64_t, std::uint32_t>> sent;
     for (const auto& t : out.tokens)
       sent.emplace(t.request_id, t.index);
     for (const auto& lp : batch.logprobs)
       if (sent.contains({lp.request_id, lp.index}))
         out.logprobs.push_back(lp);
+    for (const auto& lp : batch.prompt_logprobs)
+      if (sent.contains({lp.request_id, 0}))
+        out.prompt_logprobs.push_back(lp);
   }
   for (const auto& f : batch.finished) {
     auto i = requests_.find(f.request_id);

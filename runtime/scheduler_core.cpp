@@ -40,6 +40,8 @@ void scheduler_effects::merge(scheduler_effects&& other) {
   trim_pages += other.trim_pages;
   for (auto& [k, lp] : other.logprobs)
     logprobs.emplace_back(tokens.size() + k, std::move(lp));
+  for (auto& [k, lp] : other.prompt_logprobs)
+    prompt_logprobs.emplace_back(tokens.size() + k, std::move(lp));
   append(tokens, other.tokens);
   append(finished, other.finished);
   append(queued, other.queued);
@@ -637,6 +639,8 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
       e.new_tokens = prefill;
       e.context_tokens = cached;
       e.output_index = r.generated;
+      if (r.generated == 0 && cached == 0)
+        e.prompt_logprobs = r.spec.prompt_logprobs; // (it adopts no cache)
       e.tokens.assign(r.spec.prompt.begin() + cached, r.spec.prompt.end());
       e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end());
     } else {
@@ -665,7 +669,8 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
 }
 
 std::size_t scheduler_core::reusable_prefix(const session_entry& e, const record& r) noexcept {
-  if (e.adapter_id != r.spec.adapter_id)
+  // A turn that asks for its prompt's log-probabilities computes all of it.
+  if (e.adapter_id != r.spec.adapter_id || r.spec.prompt_logprobs >= 0)
     return 0;
   const auto shared = shared_prefix(e.tokens, r.spec.prompt);
   return shared == e.tokens.size() || 2 * shared >= e.tokens.size() ? shared : 0;
@@ -696,7 +701,8 @@ bool scheduler_core::hits_stop(record& r, std::int32_t token) {
 scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> batch,
                                                std::span<const std::int32_t> tokens,
                                                double now_s,
-                                               std::span<const gpu::token_logprobs> logprobs) {
+                                               std::span<const gpu::token_logprobs> logprobs,
+                                               std::span<const std::vector<gpu::token_logprobs>> prompt_logprobs) {
   scheduler_effects fx;
   step_in_flight_ = false;
   const std::int32_t eos = vocab_ ? vocab_->eos_token() : -1;
@@ -738,6 +744,8 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     fx.tokens.push_back({r.spec.request_id, r.generated, tok});
     if (r.spec.logprobs >= 0 && k < logprobs.size())
       fx.logprobs.emplace_back(fx.tokens.size() - 1, logprobs[k]);
+    if (batch[k].prompt_logprobs >= 0 && r.generated == 0 && k < prompt_logprobs.size())
+      fx.prompt_logprobs.emplace_back(fx.tokens.size() - 1, prompt_logprobs[k]);
     r.output.push_back(tok);
     ++r.generated;
     r.last_token = tok;

@@ -142,6 +142,10 @@ struct scheduler_effects {
   /// The log-probabilities of tokens[first] for the requests that asked
   /// (request_spec::logprobs >= 0).
   std::vector<std::pair<std::size_t, gpu::token_logprobs>> logprobs;
+  /// The prompt log-probabilities of the requests that asked
+  /// (request_spec::prompt_logprobs >= 0), with their first token
+  /// (tokens[first]): one per prompt token after the first.
+  std::vector<std::pair<std::size_t, std::vector<gpu::token_logprobs>>> prompt_logprobs;
   std::vector<finish> finished;
   /// Adapters whose count of waiting requests changed: (adapter id, waiting
   /// now), for the adapter cache's prefetch and eviction tiers.
@@ -295,11 +299,13 @@ public:
   std::vector<gpu::step_entry> next_step(double now_s);
 
   /// The in-flight step finished with one token per entry (same order); a
-  /// negative token ends that request with an error. `logprobs`, one per
-  /// entry or empty, go with the tokens to the entries that asked.
+  /// negative token ends that request with an error. `logprobs` and
+  /// `prompt_logprobs` (gpu::step_result's), one per entry or empty, go
+  /// with the tokens to the entries that asked.
   scheduler_effects on_step_done(std::span<const gpu::step_entry> batch,
                                  std::span<const std::int32_t> tokens, double now_s,
-                                 std::span<const gpu::token_logprobs> logprobs = {});
+                                 std::span<const gpu::token_logprobs> logprobs = {},
+                                 std::span<const std::vector<gpu::token_logprobs>> prompt_logprobs = {});
 
   /// The in-flight step failed: every request in it finishes with an error.
   scheduler_effects on_step_failed(std::span<const gpu::step_entry> batch, double now_s);

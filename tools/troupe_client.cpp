@@ -19,6 +19,7 @@ void usage(std::FILE* out) {
     "                     [--cancel-after N] [--timeout-ms MS] [--json] [--session S]\n"
     "                     [--logprobs K]   (each token's log-probability and K alternatives';\n"
     "                                       with --json to see them)\n"
+    "                     [--prompt-logprobs K]   (each prompt token's, given those before it)\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
     else if (arg == "--json") json = true;
     else if (arg == "--session") g.session = value();
     else if (arg == "--logprobs") g.logprobs = static_cast<std::int32_t>(number());
+    else if (arg == "--prompt-logprobs") g.prompt_logprobs = static_cast<std::int32_t>(number());
     else if (arg == "--advise") { query = arg; adapter_arg = value(); }
     else if (arg == "--in") advise_in = number();
     else if (arg == "--health" || arg == "--stats" || arg == "--list-adapters") query = arg;

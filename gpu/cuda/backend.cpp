@@ -198,6 +198,16 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
       return *why;
     b->model_->reserve_scratch(opts.max_rows, opts.max_seqs, opts.max_rank);
     b->tokens_ = pinned_buffer<std::int32_t>(std::max<std::uint32_t>(opts.max_seqs, 1));
+    {
+      // Prompt log-probabilities read logits a chunk of rows at a time.
+      constexpr std::size_t chunk_floats = std::size_t{8} << 20 >> 2;
+      const std::size_t vocab = b->model_->config().vocab;
+      const std::size_t rows = opts.prompt_logits_rows > 0
+                                 ? opts.prompt_logits_rows
+                                 : std::max<std::size_t>(chunk_floats / std::max<std::size_t>(vocab, 1), 1);
+      b->prompt_logits_ = device_buffer<float>(rows * vocab);
+      b->prompt_logits_host_ = pinned_buffer<float>(rows * vocab);
+    }
     b->host_pages_ = opts.host_pages;
     if (opts.host_pages > 0)
       b->host_pool_ = pinned_buffer<std::uint8_t>(opts.host_pages * page_bytes);
@@ -370,6 +380,41 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
         out.logprobs[i] = logprobs_of({logits_.data() + j * vocab, vocab}, out.tokens[i],
                                       static_cast<std::uint32_t>(batch[i].logprobs));
     }
+  }
+  if (std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.prompt_logprobs >= 0; }))
+    out.prompt_logprobs.resize(batch.size());
+  for (std::uint32_t k = 0; k < plan.seqs(); ++k) {
+    const auto i = plan.order[k];
+    if (batch[i].prompt_logprobs < 0 || out.tokens[i] < 0)
+      continue;
+    try {
+      out.prompt_logprobs[i] = prompt_logprobs(plan.qo_indptr[k], batch[i]);
+    } catch (const std::exception& x) {
+      // Its token stands alone without what it asked for: the request ends.
+      out.tokens[i] = -1;
+      out.prompt_logprobs[i].clear();
+      out.failures.push_back({batch[i].request_id, std::string{"its prompt's log-probabilities failed on the GPU: "} + x.what()});
+      drain(compute_);
+    }
+  }
+  return out;
+}
+
+std::vector<token_logprobs> cuda_backend::prompt_logprobs(std::uint32_t first_row, const step_entry& e) {
+  const std::size_t vocab = model_->config().vocab;
+  const auto chunk = static_cast<std::uint32_t>(prompt_logits_.size() / vocab);
+  const std::uint32_t n = e.new_tokens; // row k's logits give input k + 1's
+  std::vector<token_logprobs> out;
+  out.reserve(n > 0 ? n - 1 : 0);
+  for (std::uint32_t r = 0; r + 1 < n; r += chunk) {
+    const auto m = std::min(chunk, n - 1 - r);
+    model_->enqueue_row_logits(first_row + r, m, prompt_logits_.data());
+    TROUPE_CUDA_CHECK(cudaMemcpyAsync(prompt_logits_host_.data(), prompt_logits_.data(), std::size_t{m} * vocab * sizeof(float),
+                                      cudaMemcpyDeviceToHost, compute_));
+    TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
+    for (std::uint32_t j = 0; j < m; ++j)
+      out.push_back(logprobs_of({prompt_logits_host_.data() + std::size_t{j} * vocab, vocab}, e.tokens.at(r + j + 1),
+                                static_cast<std::uint32_t>(e.prompt_logprobs)));
   }
   return out;
 }

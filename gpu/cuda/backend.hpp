@@ -57,6 +57,9 @@ struct cuda_backend_options {
   std::uint32_t max_rank = 64;
   /// model_config::step_graphs: CUDA graphs of repeated steps kept; 0 off.
   std::uint32_t step_graphs = 0;
+  /// Rows of logits a prompt's log-probabilities are read in at a time (a
+  /// buffer on the device and one on the host); 0: 8 MiB's worth.
+  std::uint32_t prompt_logits_rows = 0;
 };
 
 class cuda_backend final : public executor_backend {
@@ -117,6 +120,10 @@ public:
   /// The rows of the entries that ask are copied back with the tokens and
   /// read by gpu::logprobs_of, the cpu backend's function.
   bool computes_logprobs() const override { return true; }
+  /// Through the LM head again over each asking entry's rows, a chunk of
+  /// rows at a time (cuda_backend_options::prompt_logits_rows, allocated
+  /// with the backend).
+  bool computes_prompt_logprobs() const override { return true; }
   std::string name() const override { return "cuda"; }
   /// Set when a failed step or copy finds the context poisoned (an illegal
   /// address, a kernel fault): every later call would fail too.
@@ -171,6 +178,9 @@ private:
   void settle(const layer_stream& s) const;
   /// Copies pages one after the other between the pools on `stream`, then
   /// waits for that copy; an error names the page at fault.
+  /// Entry `e`'s prompt log-probabilities from the last step's rows
+  /// [first_row, first_row + e.new_tokens) (step_result::prompt_logprobs).
+  std::vector<token_logprobs> prompt_logprobs(std::uint32_t first_row, const step_entry& e);
   std::string copy_pages(bool to_host, std::span<const std::uint32_t> device_pages,
                          std::span<const std::uint32_t> host_pages, cudaStream_t stream);
 
@@ -185,6 +195,10 @@ private:
   std::unique_ptr<cuda_model> model_;
   pinned_buffer<std::int32_t> tokens_;
   pinned_buffer<float> logits_; ///< rows of the entries that ask for log-probabilities
+  /// A chunk of a prompt's logits (prompt log-probabilities), on the device
+  /// and its copy on the host: prompt_chunk_rows() rows of the vocabulary.
+  device_buffer<float> prompt_logits_;
+  pinned_buffer<float> prompt_logits_host_;
   double h2d_bytes_per_s_ = 0;
 
   // Pinned host pool: page i at host_pool_ + i * page_bytes().

@@ -306,6 +306,7 @@ void cuda_model::enqueue_step(const device_plan& d,
                               const std::function<void(std::uint32_t)>& before_layer) {
   if (d.rows == 0)
     return;
+  step_rows_ = d.rows;
   // A step that waits on other streams layer by layer, or is timed part by
   // part, launches directly.
   if (cfg_.step_graphs > 0 && graphs_error_.empty() && !before_layer && !probe_ && replay_step(d))
@@ -448,6 +449,17 @@ void cuda_model::launch_step(const device_plan& d,
   part(step_part::sample);
   sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
   part(step_part::end);
+  TROUPE_CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_model::enqueue_row_logits(std::uint32_t first, std::uint32_t count, float* out) {
+  if (count == 0)
+    return;
+  if (std::uint64_t{first} + count > step_rows_)
+    throw cuda_error("cuda_model::enqueue_row_logits: rows " + std::to_string(first) + " to " +
+                     std::to_string(std::uint64_t{first} + count) + " of a step of " + std::to_string(step_rows_));
+  const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
+  linear(s_.h.data() + std::uint64_t{first} * cfg_.hidden, head, 0, out, 0, count, cfg_.hidden, cfg_.vocab, 1, true);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }
 

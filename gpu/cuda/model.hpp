@@ -159,6 +159,12 @@ public:
   const std::int32_t* device_tokens() const noexcept { return tokens_.data(); }
   /// The last step's logits, [seqs, vocab] fp32, on the device.
   const float* device_logits() const noexcept { return logits_.data(); }
+  /// After a step, before the next: the logits of its token rows [first,
+  /// first + count) (a prompt's log-probabilities), from the final hidden
+  /// states the step leaves in its scratch, into `out` ([count, vocab] fp32,
+  /// device memory), enqueued on the model's stream. Throws cuda_error for
+  /// rows the last step did not have.
+  void enqueue_row_logits(std::uint32_t first, std::uint32_t count, float* out);
 
   /// Copies host page i (page_bytes() of it, in pool layout: an adapter
   /// packed by pack_lora_adapter, a cache read out earlier) into pool page
@@ -226,6 +232,7 @@ private:
   scratch s_;
   std::function<void(step_part)> probe_;
   device_buffer<float> logits_;
+  std::uint32_t step_rows_ = 0; // rows of the last step enqueued
   device_buffer<std::int32_t> tokens_;
   struct step_graph {
     device_plan plan;

@@ -9,7 +9,7 @@
 # serving. A server with API keys wants one on /v1/ paths; one without a chat
 # template answers chat with 404. Log-probabilities asked for over HTTP are
 # the ZeroMQ front's, list the greedy token as the most likely, and are the
-# same streamed.
+# same streamed; echoed, a prompt's score its greedy tokens' own.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
@@ -50,12 +50,16 @@ ref="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-to
 ref_lp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
   --no-stream --logprobs 2 --json 2>/dev/null | tail -1)"
 
-python3 - "$http" "$ref" "$ref_lp" <<'PY'
+ref_plp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
+  --no-stream --prompt-logprobs 1 --json 2>/dev/null | tail -1)"
+
+python3 - "$http" "$ref" "$ref_lp" "$ref_plp" <<'PY'
 import json, socket, sys, time, urllib.request, urllib.error
 
 base = "http://" + sys.argv[1]
 ref = json.loads(sys.argv[2])
 ref_lp = json.loads(sys.argv[3])
+ref_plp = json.loads(sys.argv[4])
 
 def call(path, body=None, method=None, raw=None):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -184,6 +188,45 @@ for c in content:
 refused(400, path="/v1/chat/completions", body={"model": "demo", "messages": [{"role": "user", "content": "Hi"}],
                                                 "top_logprobs": 2}, says="top_logprobs")
 refused(400, body=dict(req, logprobs=21), says="logprobs")
+
+# echo: the prompt first. A text prompt without log-probabilities as sent;
+# with them (as lm-evaluation-harness scores a text: token ids, logprobs 1,
+# max_tokens 1), each prompt token's log-probability given those before it:
+# the output tokens of the greedy reference, fed back as prompt, get the
+# log-probabilities they were generated with (a prefill's arithmetic, not a
+# decode's: near, not equal), each the most likely.
+status, _, body = call("/v1/completions", dict(req, echo=True))
+assert status == 200 and json.loads(body)["choices"][0]["text"] == "The river runs" + ref["text"], body
+prompt_ids = [t["token"] for t in ref_plp["prompt_logprobs"]]
+assert ref_plp["tokens"] == ref["tokens"], (ref_plp, ref)
+assert len(prompt_ids) == ref["usage"]["prompt_tokens"] and "logprob" not in ref_plp["prompt_logprobs"][0], ref_plp
+assert all(t["logprob"] <= 0 and len(t["top"]) == 1 for t in ref_plp["prompt_logprobs"][1:]), ref_plp
+scored = prompt_ids + ref["tokens"]
+score = {"model": "demo", "prompt": scored, "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0}
+status, _, body = call("/v1/completions", score)
+choice = json.loads(body)["choices"][0]
+lp = choice["logprobs"]
+assert status == 200 and len(lp["tokens"]) == len(scored) + 1, body
+assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None, lp
+assert "".join(lp["tokens"]) == choice["text"] and ref["text"] in choice["text"], (choice, ref)
+for x, y in zip(ref_plp["prompt_logprobs"][1:], lp["token_logprobs"][1:len(prompt_ids)], strict=True):
+    assert abs(x["logprob"] - y) < 1e-4, (ref_plp, lp)
+for k, want in enumerate(ref_lp["logprobs"]):
+    own, top = lp["token_logprobs"][len(prompt_ids) + k], lp["top_logprobs"][len(prompt_ids) + k]
+    assert abs(own - want["logprob"]) < 1e-3 and max(top.values()) == own, (k, own, top, want)
+assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"]), lp
+status, _, body = call("/v1/completions", dict(score, stream=True))
+streamed = events(body)[:-1]
+assert "".join(e["choices"][0]["text"] for e in streamed) == choice["text"], (body, choice)
+assert [x for e in streamed if e["choices"][0]["logprobs"]
+        for x in e["choices"][0]["logprobs"]["token_logprobs"]] == lp["token_logprobs"], (body, lp)
+status, _, body = call("/v1/completions", dict(score, max_tokens=0))
+alone = json.loads(body)
+assert status == 200 and alone["usage"]["completion_tokens"] == 0, body
+assert alone["choices"][0]["logprobs"]["token_logprobs"] == lp["token_logprobs"][:-1], (alone, lp)
+assert alone["choices"][0]["finish_reason"] == "length" and choice["text"].startswith(alone["choices"][0]["text"]), body
+refused(400, path="/v1/chat/completions", body={"model": "demo", "messages": [{"role": "user", "content": "Hi"}],
+                                                "echo": True}, says="echo")
 
 # A chat completion (chatml) is a completion of its rendered prompt.
 messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The river runs"}]

@@ -204,14 +204,21 @@ std::string choice_text(const nlohmann::json& choice) {
 
 /// A streamed answer against the whole one: the same text, cut before the
 /// first stop string, and with log-probabilities asked for, the same
-/// tokens' (those whose text begins before it). Input: stop strings split
-/// by 0x02, then 0x01, then the output's chunks (a token each) split by
-/// 0x01; the first byte's low bit picks chat, its next asks for them.
+/// tokens' (those whose text begins before it); echoed, the prompt's first.
+/// Input: stop strings split by 0x02, then 0x01, then the output's chunks
+/// (a token each) split by 0x01; the first byte's low bit picks chat, its
+/// next asks for them, the third echoes a prompt of two tokens (completions).
 bool openai_stream(std::span<const std::uint8_t> in) {
   if (in.empty())
     return false;
   const bool chat = (in[0] & 1) != 0;
   const bool logprobs = (in[0] & 2) != 0;
+  const bool echo = !chat && (in[0] & 4) != 0;
+  // The echoed prompt "Pq\xc3\xa9": its first token has no log-probability.
+  const std::vector<wire::token_logprobs> prompt_lps{
+    {{7, "P", std::numeric_limits<float>::quiet_NaN()}, {}}, {{8, "q\xc3\xa9", -0.5f}, {{8, "q\xc3\xa9", -0.5f}}}};
+  const std::string echoed = echo ? "Pq\xc3\xa9" : "";
+  const std::size_t echoed_chars = echo ? 3 : 0;
   const auto rest = text_of(in.subspan(1));
   std::vector<std::string_view> parts;
   for (std::size_t at = 0;;) {
@@ -228,6 +235,9 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   req.stream = true;
   req.chat = chat;
   req.logprobs = logprobs ? 1 : -1;
+  req.echo = echo;
+  if (echo && parts.size() < 2)
+    return false; // a request gets its first token, or an error
   for (std::size_t at = 0; at <= parts[0].size() && req.stop.size() < 4;) {
     const auto end = std::min(parts[0].find('\x02', at), parts[0].size());
     if (end > at)
@@ -246,20 +256,21 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   std::size_t cut = whole.size();
   for (const auto& s : req.stop)
     cut = std::min(cut, whole.find(s));
-  const auto expected = whole.substr(0, cut);
+  const auto expected = echoed + whole.substr(0, cut);
 
   // Token k (chunk k) has log-probability -k; its text is the chunk's.
   std::vector<wire::token_logprobs> lps;
   for (std::size_t k = 1; k < parts.size(); ++k)
     lps.push_back({{static_cast<std::int32_t>(k), std::string(parts[k]), -static_cast<float>(k)},
                    {{static_cast<std::int32_t>(k), std::string(parts[k]), -static_cast<float>(k)}}});
-  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole, lps};
+  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size() - 1), {}, std::nullopt, whole, lps,
+                        echo ? std::optional{prompt_lps} : std::nullopt};
   openai::completion_answer one("cmpl-1", 0, req);
   const auto body = nlohmann::json::parse(one.body({done}));
   require(choice_text(body.at("choices").at(0)) == expected,
           "the whole answer is not the output cut before the first stop string");
   // The tokens listed, as (log-probability, text offset or -1): a chat
-  // gives no offsets.
+  // gives no offsets; an echoed prompt's first token, none (null: 1 here).
   using listed = std::vector<std::pair<double, std::int64_t>>;
   auto tokens_in = [chat](const nlohmann::json& choice, listed& out) {
     const auto& lp = choice.at("logprobs");
@@ -270,18 +281,26 @@ bool openai_stream(std::span<const std::uint8_t> in) {
         out.emplace_back(c.at("logprob").get<double>(), -1);
     } else {
       const auto& offsets = lp.at("text_offset");
-      for (std::size_t i = 0; i < lp.at("token_logprobs").size(); ++i)
-        out.emplace_back(lp["token_logprobs"][i].get<double>(), offsets.at(i).get<std::int64_t>());
+      for (std::size_t i = 0; i < lp.at("token_logprobs").size(); ++i) {
+        const auto& x = lp["token_logprobs"][i];
+        out.emplace_back(x.is_null() ? 1.0 : x.get<double>(), offsets.at(i).get<std::int64_t>());
+      }
     }
   };
   listed whole_tokens;
   tokens_in(body.at("choices").at(0), whole_tokens);
+  if (echo && logprobs) {
+    require(whole_tokens.size() >= 2 && whole_tokens[0] == std::pair<double, std::int64_t>{1.0, 0}
+              && whole_tokens[1] == std::pair<double, std::int64_t>{-0.5, 1},
+            "the whole answer does not list the echoed prompt's tokens first");
+    whole_tokens.erase(whole_tokens.begin(), whole_tokens.begin() + 2);
+  }
   {
     // Those whose text begins before the stop string (all without one), in order.
     const bool stopped = cut < whole.size() || std::any_of(req.stop.begin(), req.stop.end(), [&](const std::string& s) {
                            return whole.find(s) != std::string::npos;
                          });
-    std::size_t begins = 0, chars = 0, n = 0;
+    std::size_t begins = 0, chars = echoed_chars, n = 0;
     for (std::size_t k = 1; k < parts.size() && (!stopped || begins < cut); ++k, ++n) {
       if (logprobs)
         require(n < whole_tokens.size() && whole_tokens[n].first == -static_cast<double>(k)
@@ -299,7 +318,7 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   std::string events = streamed.stream_start();
   for (std::size_t k = 1; k < parts.size(); ++k)
     events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k - 1), {1}, std::string(parts[k]),
-                                                  {lps[k - 1]}});
+                                                  {lps[k - 1]}, k == 1 && echo ? prompt_lps : std::vector<wire::token_logprobs>{}});
   events += streamed.choice_end(0, done);
   events += streamed.stream_end();
   std::string text;
@@ -326,6 +345,10 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   }
   require(finish_seen && done_seen, "a stream that does not end with a finish reason and [DONE]");
   require(text == expected, "the streamed text differs from the whole answer's");
+  if (echo && logprobs) {
+    require(streamed_tokens.size() >= 2, "the stream does not list the echoed prompt's tokens");
+    streamed_tokens.erase(streamed_tokens.begin(), streamed_tokens.begin() + 2);
+  }
   require(streamed_tokens == whole_tokens, "the streamed tokens' log-probabilities differ from the whole answer's");
   return true;
 }

@@ -4,7 +4,7 @@
 // the same tokens; a bounded host tier re-reads evicted adapters; a corrupt
 // file fails only that adapter, naming the file; entries the model cannot
 // run fail alone, each named with why; log-probabilities follow each entry,
-// with an adapter or none.
+// with an adapter or none, and so do prompt log-probabilities.
 #include "gpu/cpu_backend.hpp"
 #include "tests/support/logprobs_check.hpp"
 #include "tests/support/temp_model.hpp"
@@ -167,6 +167,39 @@ TEST_F(cpu_backend_adapters, log_probabilities_follow_each_entry_with_an_adapter
   for (auto& e : batch)
     e.logprobs = -1;
   EXPECT_TRUE(b->run_step(batch).logprobs.empty());
+}
+
+TEST_F(cpu_backend_adapters, prompt_log_probabilities_are_those_of_each_prefix_alone) {
+  auto b = open();
+  ASSERT_NE(b, nullptr);
+  ASSERT_TRUE(b->load_adapter(1, adapter_dir(0), 0, {}).error.empty());
+  // A prompt the model itself would continue greedily: every input token's
+  // own log-probability is checked (it is the one sampled alone).
+  std::vector<std::int32_t> greedy{3};
+  for (int k = 0; k < 6; ++k) {
+    const auto e = entry(9, greedy, {5}, 1);
+    greedy.push_back(b->run_step(std::span{&e, 1}).tokens.at(0));
+  }
+  std::vector<step_entry> batch{entry(1, greedy, {0}, 1), entry(2, {2, 4, 6}, {1}, 0, 2),
+                                entry(3, {3, 8, 1, 1, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53}, {2, 6}, 0),
+                                entry(4, {1, 5, 512}, {3}, 0), // outside the vocabulary: fails, none given
+                                entry(5, {7}, {4}, 1)};        // one token: nothing to give
+  const std::int32_t asked[] = {4, -1, 20, 3, 0};
+  for (std::size_t i = 0; i < batch.size(); ++i)
+    batch[i].prompt_logprobs = asked[i];
+  const auto checked = testing::expect_prompt_logprobs_match_prefixes(*b, batch, 1e-4f);
+  EXPECT_GE(checked, greedy.size() - 1) << "every token of the greedy prompt";
+  // The sampled token and its own log-probabilities are those of a prefill
+  // that asked for none: asking changes nothing else.
+  const auto with = b->run_step(batch);
+  for (auto& e : batch)
+    e.prompt_logprobs = -1;
+  const auto without = b->run_step(batch);
+  EXPECT_EQ(with.tokens, without.tokens);
+  EXPECT_TRUE(without.prompt_logprobs.empty()) << "none asking: none given";
+  ASSERT_EQ(with.prompt_logprobs.size(), batch.size());
+  EXPECT_TRUE(with.prompt_logprobs[4].empty());
+  EXPECT_TRUE(with.prompt_logprobs[3].empty());
 }
 
 } // namespace

@@ -130,7 +130,7 @@ TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
          {R"({"model":"llama-2-7b","prompt":["a","b","c"],"n":22})", "prompt", "66 choices; at most 64"},
          {R"({"model":"llama-2-7b","prompt":"x","best_of":2})", "best_of", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","suffix":"y"})", "suffix", "not supported"},
-         {R"({"model":"llama-2-7b","prompt":"x","echo":true})", "echo", "not supported"},
+         {R"({"model":"llama-2-7b","prompt":"x","echo":1})", "echo", "true or false"},
          {R"({"model":"llama-2-7b","prompt":"x","max_token":3})", "max_token", "unknown field"},
          {R"({"model":"llama-2-7b","prompt":"x","stream":"yes"})", "stream", "true or false"},
          {R"({"model":"llama-2-7b","prompt":"x","stream_options":{"include_usage":true}})", "stream_options",
@@ -648,6 +648,119 @@ TEST(openai, streamed_log_probabilities_go_with_the_text_their_tokens_begin_in) 
   const auto end = end_of(b, done("eos"));
   EXPECT_EQ(streamed_text({end}), "ST");
   EXPECT_EQ(listed(end), (json{-1.0, -2.0, -3.0}));
+}
+
+TEST(openai, echo_asks_the_wire_for_the_prompts_log_probabilities_only_where_its_text_is_not_at_hand) {
+  auto frame = [](const completion_request& c, std::size_t k = 0) { return json::parse(c.frames.at(k)); };
+  // A text prompt without log-probabilities: echoed as sent.
+  auto c = ok(R"({"model":"m","prompt":["p","q"],"n":2,"echo":true})");
+  EXPECT_TRUE(c.echo);
+  EXPECT_EQ(c.echo_text, (std::vector<std::string>{"p", "p", "q", "q"})) << "one per choice";
+  EXPECT_FALSE(frame(c).contains("prompt_logprobs"));
+  // With log-probabilities: the prompt's too, as many alternatives.
+  c = ok(R"({"model":"m","prompt":"p","echo":true,"logprobs":2})");
+  EXPECT_TRUE(c.echo_text.empty());
+  EXPECT_EQ(frame(c)["prompt_logprobs"], 2);
+  EXPECT_EQ(frame(c)["logprobs"], 2);
+  // Token ids: their text comes from the wire.
+  c = ok(R"({"model":"m","prompt":[1,2,3],"echo":true})");
+  EXPECT_TRUE(c.echo_text.empty());
+  EXPECT_EQ(frame(c)["prompt_logprobs"], 0);
+  EXPECT_FALSE(frame(c).contains("logprobs"));
+  for (const char* off : {R"({"model":"m","prompt":[1,2],"echo":false,"logprobs":1})",
+                          R"({"model":"m","prompt":[1,2],"echo":null})"}) {
+    c = ok(off);
+    EXPECT_FALSE(c.echo) << off;
+    EXPECT_FALSE(frame(c).contains("prompt_logprobs")) << off;
+  }
+  // max_tokens 0 scores the prompt alone: the wire's least is 1, left out.
+  c = ok(R"({"model":"m","prompt":[1,2],"echo":true,"max_tokens":0,"logprobs":1})");
+  EXPECT_TRUE(c.prompt_only);
+  EXPECT_EQ(frame(c)["max_tokens"], 1);
+  c = ok(R"({"model":"m","prompt":[1,2],"max_tokens":0})");
+  EXPECT_FALSE(c.prompt_only);
+  EXPECT_EQ(frame(c)["max_tokens"], 0) << "without echo, for the wire to refuse";
+  // Chat has no echo.
+  const auto tpl = builtin("chatml");
+  EXPECT_EQ(chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"}],"echo":true})", tpl).param, "echo");
+}
+
+/// The wire's prompt log-probabilities of the prompt "Hi, y'all" in three tokens.
+std::vector<wire::token_logprobs> prompt_lps() {
+  return {token_lp(1, "Hi", std::numeric_limits<float>::quiet_NaN()),
+          token_lp(2, ",", -1.5f, {{3, "!", -0.5f}}), token_lp(4, " y\xe2\x80\x99" "all", -2.0f, {{4, " y\xe2\x80\x99" "all", -2.0f}})};
+}
+
+TEST(openai, an_echoed_prompt_begins_the_text_with_its_log_probabilities_first_null) {
+  auto req = answered("m", false, false, {"STOP"});
+  req.echo = true;
+  req.logprobs = 1;
+  const completion_answer a{"c", 1, req};
+  auto d = done("stop");
+  d.text = " ok STOP";
+  d.logprobs = {token_lp(5, " ok", -0.25f, {{5, " ok", -0.25f}}), token_lp(6, " STOP", -0.5f, {})};
+  d.prompt_logprobs = prompt_lps();
+  const auto choice = json::parse(a.body({d}))["choices"][0];
+  EXPECT_EQ(choice["text"], "Hi, y\xe2\x80\x99" "all ok ");
+  const auto& lp = choice["logprobs"];
+  // " STOP" begins before the stop string (at the space), so it is listed.
+  EXPECT_EQ(lp["tokens"], (json{"Hi", ",", " y\xe2\x80\x99" "all", " ok", " STOP"})) << "the prompt's, then the output's";
+  EXPECT_EQ(lp["token_logprobs"], (json{nullptr, -1.5, -2.0, -0.25, -0.5})) << "nothing precedes the first";
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  EXPECT_EQ(lp["top_logprobs"][1], (json{{"!", -0.5}, {",", -1.5}}));
+  EXPECT_EQ(lp["text_offset"], (json{0, 2, 3, 9, 12})) << "in characters, the output's after the prompt";
+
+  // A text prompt echoed as sent, without log-probabilities.
+  auto plain = answered("m", false);
+  plain.echo = true;
+  plain.echo_text = {"Hello"};
+  const completion_answer b{"c", 1, plain};
+  const auto whole = json::parse(b.body({done("length")}))["choices"][0];
+  EXPECT_EQ(whole["text"], "Helloab");
+  EXPECT_TRUE(whole["logprobs"].is_null());
+
+  // max_tokens 0: the prompt alone, whole and streamed.
+  auto scoring = req;
+  scoring.prompt_only = true;
+  const completion_answer p{"c", 1, scoring};
+  const auto alone = json::parse(p.body({d}));
+  EXPECT_EQ(alone["choices"][0]["text"], "Hi, y\xe2\x80\x99" "all");
+  EXPECT_EQ(alone["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(alone["choices"][0]["logprobs"]["token_logprobs"], (json{nullptr, -1.5, -2.0}));
+  EXPECT_EQ(alone["usage"]["completion_tokens"], 0);
+  completion_answer ps{"c", 1, scoring};
+  wire::token_reply only;
+  only.tokens = {5};
+  only.text = " ok";
+  only.logprobs = {token_lp(5, " ok", -0.25f, {})};
+  only.prompt_logprobs = prompt_lps();
+  const auto scored = ps.chunk(0, only) + end_of(ps, done("length"));
+  EXPECT_EQ(streamed_text({scored}), "Hi, y\xe2\x80\x99" "all");
+  EXPECT_EQ(events(scored).at(1)["choices"][0]["finish_reason"], "length");
+
+  // Streamed: the prompt in a chunk of its own before the first token's.
+  completion_answer s{"c", 1, req};
+  wire::token_reply t;
+  t.tokens = {5};
+  t.text = " ok";
+  t.logprobs = {token_lp(5, " ok", -0.25f, {{5, " ok", -0.25f}})};
+  t.prompt_logprobs = prompt_lps();
+  const auto first = s.chunk(0, t);
+  const auto ev = events(first);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0]["choices"][0]["text"], "Hi, y\xe2\x80\x99" "all");
+  EXPECT_EQ(ev[0]["choices"][0]["logprobs"]["token_logprobs"], (json{nullptr, -1.5, -2.0}));
+  EXPECT_EQ(ev[1]["choices"][0]["text"], " ok");
+  EXPECT_EQ(ev[1]["choices"][0]["logprobs"]["text_offset"], (json{9}));
+  // Later chunks echo nothing.
+  t.index = 1;
+  t.text = " more";
+  t.logprobs = {token_lp(6, " more", -1.0f, {})};
+  t.prompt_logprobs.clear();
+  const auto second = s.chunk(0, t);
+  EXPECT_EQ(streamed_text({second}), " more");
+  EXPECT_EQ(events(second)[0]["choices"][0]["logprobs"]["text_offset"], (json{12}));
+  EXPECT_EQ(streamed_text({first, second, end_of(s, done("length"))}), "Hi, y\xe2\x80\x99" "all ok more");
 }
 
 TEST(openai, an_advisory_becomes_a_wire_advise_which_checks_its_values) {

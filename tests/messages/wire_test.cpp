@@ -55,6 +55,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.session, b.session);
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.logprobs, b.logprobs);
+  EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -62,7 +63,11 @@ void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_l
   auto same = [](const token_logprob& x, const token_logprob& y) {
     EXPECT_EQ(x.token, y.token);
     EXPECT_EQ(x.text, y.text);
-    EXPECT_EQ(x.logprob, y.logprob);
+    if (std::isnan(x.logprob)) { // a prompt's first token
+      EXPECT_TRUE(std::isnan(y.logprob));
+    } else {
+      EXPECT_EQ(x.logprob, y.logprob);
+    }
   };
   for (std::size_t i = 0; i < a.size(); ++i) {
     same(a[i].sampled, b[i].sampled);
@@ -115,6 +120,7 @@ void expect_same(const reply& a, const reply& b) {
         EXPECT_EQ(x.tokens, y.tokens);
         EXPECT_EQ(x.text, y.text);
         expect_same(x.logprobs, y.logprobs);
+        expect_same(x.prompt_logprobs, y.prompt_logprobs);
       } else if constexpr (std::is_same_v<T, done_reply>) {
         EXPECT_EQ(x.finish_reason, y.finish_reason);
         EXPECT_EQ(x.prompt_tokens, y.prompt_tokens);
@@ -127,6 +133,9 @@ void expect_same(const reply& a, const reply& b) {
         ASSERT_EQ(x.logprobs.has_value(), y.logprobs.has_value());
         if (x.logprobs)
           expect_same(*x.logprobs, *y.logprobs);
+        ASSERT_EQ(x.prompt_logprobs.has_value(), y.prompt_logprobs.has_value());
+        if (x.prompt_logprobs)
+          expect_same(*x.prompt_logprobs, *y.prompt_logprobs);
       } else if constexpr (std::is_same_v<T, error_reply>) {
         EXPECT_EQ(x.code, y.code);
         EXPECT_EQ(x.message, y.message);
@@ -217,6 +226,9 @@ std::vector<accept_case> accept_cases() {
     {"logprobs_none_asked", gen(R"("logprobs":0)"), [](g r) { r.logprobs = 0; }},
     {"logprobs_most", gen(R"("logprobs":20)"), [](g r) { r.logprobs = 20; }},
     {"logprobs_null", gen(R"("logprobs":null)"), [](g) {}},
+    {"prompt_logprobs_none_asked", gen(R"("prompt_logprobs":0)"), [](g r) { r.prompt_logprobs = 0; }},
+    {"prompt_logprobs_most", gen(R"("prompt_logprobs":20)"), [](g r) { r.prompt_logprobs = 20; }},
+    {"prompt_logprobs_null", gen(R"("prompt_logprobs":null)"), [](g) {}},
     {"all_fields",
      gen(R"("adapter":"a","max_tokens":8,"temperature":0.5,"top_p":0.9,"top_k":3,)"
          R"("seed":42,"stop":["x"],"stream":true,"session":"s","priority":2)"),
@@ -380,6 +392,10 @@ std::vector<reject_case> reject_cases() {
     {"logprobs_negative", gen(R"("logprobs":-1)"), bad, "g1", {"\"logprobs\"", "between 0 and 20", "got -1"}},
     {"logprobs_too_many", gen(R"("logprobs":21)"), bad, "g1", {"\"logprobs\"", "got 21"}},
     {"logprobs_boolean", gen(R"("logprobs":true)"), bad, "g1", {"\"logprobs\"", "got true"}},
+    {"prompt_logprobs_negative", gen(R"("prompt_logprobs":-1)"), bad, "g1",
+     {"\"prompt_logprobs\"", "between 0 and 20", "prompt token", "got -1"}},
+    {"prompt_logprobs_too_many", gen(R"("prompt_logprobs":21)"), bad, "g1", {"\"prompt_logprobs\"", "got 21"}},
+    {"prompt_logprobs_text", gen(R"("prompt_logprobs":"5")"), bad, "g1", {"\"prompt_logprobs\"", "got \"5\""}},
     {"unknown_field", gen(R"("max_token":16)"), bad, "g1",
      {"unknown field \"max_token\"", "generate", "\"max_tokens\""}},
     {"unknown_field_before_prompt_check", R"({"type":"generate","id":"g1","promt":"hi"})", bad,
@@ -436,6 +452,7 @@ TEST(wire, request_round_trips) {
   full.session = "chat-1";
   full.priority = -2;
   full.logprobs = 5;
+  full.prompt_logprobs = 0;
 
   generate_request tokens;
   tokens.id = "tok";
@@ -482,9 +499,9 @@ TEST(wire, request_floats_are_written_in_shortest_form) {
 
 TEST(wire, reply_json_shapes) {
   EXPECT_EQ(to_json(accepted_reply{"a", 3}), R"({"type":"accepted","id":"a","prompt_tokens":3})");
-  EXPECT_EQ(to_json(token_reply{"a", 2, {5, 6}, "ab", {}}),
+  EXPECT_EQ(to_json(token_reply{"a", 2, {5, 6}, "ab", {}, {}}),
             R"({"type":"token","id":"a","index":2,"tokens":[5,6],"text":"ab"})");
-  done_reply d{"a", "length", 3, 2, {1.5, 2.0, 3.25}, std::vector<std::int32_t>{5, 6}, "ab", std::nullopt};
+  done_reply d{"a", "length", 3, 2, {1.5, 2.0, 3.25}, std::vector<std::int32_t>{5, 6}, "ab", std::nullopt, std::nullopt};
   EXPECT_EQ(to_json(d), R"({"type":"done","id":"a","finish_reason":"length",)"
                         R"("usage":{"prompt_tokens":3,"completion_tokens":2},)"
                         R"("timings":{"queue_ms":1.5,"ttft_ms":2.0,"e2e_ms":3.25},)"
@@ -506,18 +523,25 @@ TEST(wire, reply_json_shapes) {
 TEST(wire, reply_round_trips) {
   std::vector<reply> replies{
     accepted_reply{"a", 12},
-    token_reply{"a", 0, {1}, "x", {}},
-    token_reply{"a", 7, {1, 2, 3}, "multi \xe2\x98\xba", {}},
-    token_reply{"a", 8, {}, "", {}},
-    done_reply{"a", "length", 12, 16, {0.25, 10.5, 99.75}, std::vector<std::int32_t>{4, 5}, "45", std::nullopt},
-    done_reply{"a", "stop", 1, 0, {0, 0, 0}, std::vector<std::int32_t>{}, "", std::nullopt},
-    done_reply{"a", "eos", 3, 4, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt},
-    done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt},
+    token_reply{"a", 0, {1}, "x", {}, {}},
+    token_reply{"a", 7, {1, 2, 3}, "multi \xe2\x98\xba", {}, {}},
+    token_reply{"a", 8, {}, "", {}, {}},
+    done_reply{"a", "length", 12, 16, {0.25, 10.5, 99.75}, std::vector<std::int32_t>{4, 5}, "45", std::nullopt, std::nullopt},
+    done_reply{"a", "stop", 1, 0, {0, 0, 0}, std::vector<std::int32_t>{}, "", std::nullopt, std::nullopt},
+    done_reply{"a", "eos", 3, 4, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+    done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
     token_reply{"a", 3, {9, 4}, "x", {{{9, "x", -0.25f}, {{9, "x", -0.25f}, {11, "\xe2\x98\xba", -2.5f}}},
-                                           {{4, "\xe2", -std::numeric_limits<float>::infinity()}, {}}}},
+                                           {{4, "\xe2", -std::numeric_limits<float>::infinity()}, {}}},
+                {}},
     done_reply{"a", "length", 2, 1, {1, 2, 3}, std::vector<std::int32_t>{4}, "",
-               std::vector<token_logprobs>{{{4, "\xff", -1e-7f}, {{4, "\xff", -1e-7f}}}}},
-    done_reply{"a", "length", 2, 0, {1, 2, 3}, std::vector<std::int32_t>{}, "", std::vector<token_logprobs>{}},
+               std::vector<token_logprobs>{{{4, "\xff", -1e-7f}, {{4, "\xff", -1e-7f}}}}, std::nullopt},
+    done_reply{"a", "length", 2, 0, {1, 2, 3}, std::vector<std::int32_t>{}, "", std::vector<token_logprobs>{}, std::nullopt},
+    // A prompt's log-probabilities: its first token has none.
+    token_reply{"a", 0, {7}, "x", {}, {{{3, "\xe2", std::numeric_limits<float>::quiet_NaN()}, {}},
+                                       {{5, "yz", -0.5f}, {{6, "w", -0.25f}, {5, "yz", -0.5f}}}}},
+    done_reply{"a", "length", 2, 1, {1, 2, 3}, std::vector<std::int32_t>{4}, "", std::nullopt,
+               std::vector<token_logprobs>{{{3, "a", std::numeric_limits<float>::quiet_NaN()}, {}},
+                                           {{4, "b", -std::numeric_limits<float>::infinity()}, {}}}},
     health_reply{"h", "ok"},
     health_reply{"h", "draining"},
     stats_reply{"s", {{"zeta", 1}, {"alpha", 0.125}, {"queue_depth", 1e9}}},
@@ -558,8 +582,8 @@ TEST(wire, non_finite_stats_travel_as_null) {
 TEST(wire, invalid_utf8_in_text_still_yields_valid_json) {
   const std::string bad = "ok\xff\xc3(\xe2\x82";
   std::vector<std::string> frames{
-    to_json(token_reply{"t", 0, {1}, bad, {}}),
-    to_json(done_reply{"t", "length", 1, 1, {}, std::vector<std::int32_t>{1}, bad, std::nullopt}),
+    to_json(token_reply{"t", 0, {1}, bad, {}, {}}),
+    to_json(done_reply{"t", "length", 1, 1, {}, std::vector<std::int32_t>{1}, bad, std::nullopt, std::nullopt}),
     to_json(error_reply{"t", error_code::internal, bad}),
     to_json(request{generate_request{"t", bad, {}, "", 16, {}, {bad}, false, "", 0}}),
   };
@@ -576,7 +600,7 @@ TEST(wire, invalid_utf8_in_text_still_yields_valid_json) {
 }
 
 TEST(wire, log_probabilities_travel_with_their_tokens_bytes_and_all) {
-  token_reply t{"a", 0, {5, 6}, "\xe2\x98\xba", {}};
+  token_reply t{"a", 0, {5, 6}, "\xe2\x98\xba", {}, {}};
   t.logprobs = {{{5, "\xe2\x98", -0.5f}, {}}, {{6, "\xba", -std::numeric_limits<float>::infinity()}, {}}};
   const auto j = nlohmann::json::parse(to_json(t));
   ASSERT_EQ(j.at("logprobs").size(), 2u);
@@ -588,7 +612,7 @@ TEST(wire, log_probabilities_travel_with_their_tokens_bytes_and_all) {
   // Valid text carries no bytes; a reply without logprobs has no field.
   t.logprobs[0].sampled.text = "ok";
   EXPECT_FALSE(nlohmann::json::parse(to_json(t))["logprobs"][0].contains("bytes"));
-  EXPECT_FALSE(nlohmann::json::parse(to_json(token_reply{"a", 0, {5}, "x", {}})).contains("logprobs"));
+  EXPECT_FALSE(nlohmann::json::parse(to_json(token_reply{"a", 0, {5}, "x", {}, {}})).contains("logprobs"));
   // Shortest form, as sampling parameters are.
   t.logprobs[0].sampled.logprob = -0.1f;
   EXPECT_NE(to_json(t).find(R"("logprob":-0.1,)"), std::string::npos) << to_json(t);
@@ -629,6 +653,14 @@ TEST(wire, parse_reply_rejections) {
      "a", "logprobs[0].top[0].logprob"},
     {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","logprob":-1e300,"top":[]}]})",
      "a", "logprobs[0].logprob"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","top":[]}]})",
+     "a", "logprobs[0].logprob"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","prompt_logprobs":[{"token":1,"text":"","logprob":-1,"top":[]}]})",
+     "a", "prompt_logprobs[0].logprob"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","prompt_logprobs":[{"token":1,"text":"","top":[{"token":1,"text":"","logprob":0}]}]})",
+     "a", "prompt_logprobs[0].top"},
+    {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","prompt_logprobs":[{"token":1,"text":"","top":[]},{"token":2,"text":"","top":[]}]})",
+     "a", "prompt_logprobs[1].logprob"},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(r.frame);

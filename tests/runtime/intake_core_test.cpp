@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -190,7 +191,7 @@ TEST_F(intake_core_test, overloaded_when_max_pending_requests_are_in_flight) {
   expect_error("p", gen("r4"), error_code::overloaded, "r4");
   expect_error("z", gen("r1"), error_code::overloaded, "r1");
   // One finishes: room again.
-  core.on_progress({{}, {{1, static_cast<std::uint8_t>(finish_reason::length), 2, 1, 0, 0, 0}}, {}});
+  core.on_progress({{}, {{1, static_cast<std::uint8_t>(finish_reason::length), 2, 1, 0, 0, 0}}, {}, {}});
   EXPECT_EQ(core.in_flight(), 2u);
   submit("p", "r4");
 }
@@ -223,6 +224,7 @@ public:
   std::string name() const override { return "breakable"; }
   std::string broken() const override { return why; }
   bool computes_logprobs() const override { return logprobs; }
+  bool computes_prompt_logprobs() const override { return logprobs; }
 
   std::string why;
   bool logprobs = false;
@@ -406,7 +408,7 @@ TEST_F(intake_core_test, refused_submissions_map_to_errors_and_free_the_id) {
     EXPECT_EQ(core.in_flight(), 0u);
     // Nothing more for it, and the id is free again.
     EXPECT_TRUE(core.on_submit_result(id, c.result).empty());
-    EXPECT_TRUE(core.on_progress({{{id, 0, 400}}, {{id, 0, 2, 1, 0, 0, 0}}, {}}).empty());
+    EXPECT_TRUE(core.on_progress({{{id, 0, 400}}, {{id, 0, 2, 1, 0, 0, 0}}, {}, {}}).empty());
   }
   EXPECT_EQ(core.accepted(), 0u);
 }
@@ -440,7 +442,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   const auto id = submit("peer-S", "s1", R"("stream":true)");
   ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
   const std::vector<std::int32_t> w1{3 + 'H', 3 + 'i', 400};
-  auto out = core.on_progress({{{id, 0, w1[0]}, {id, 1, w1[1]}, {id, 2, w1[2]}}, {}, {}});
+  auto out = core.on_progress({{{id, 0, w1[0]}, {id, 1, w1[1]}, {id, 2, w1[2]}}, {}, {}, {}});
   ASSERT_EQ(out.size(), 1u); // one chunk, no second accepted
   EXPECT_EQ(out[0].peer, "peer-S");
   auto t = as<wire::token_reply>(out[0]);
@@ -449,7 +451,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_EQ(t.tokens, w1);
   EXPECT_EQ(t.text, text_of(backend->vocab(), w1));
   EXPECT_EQ(t.text.substr(0, 2), "Hi");
-  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4)}, {}});
+  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4)}, {}, {}});
   ASSERT_EQ(out.size(), 2u);
   t = as<wire::token_reply>(out[0]);
   EXPECT_EQ(t.index, 3u);
@@ -466,7 +468,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_FALSE(d.text.has_value());
   EXPECT_EQ(core.in_flight(), 0u);
   // Nothing after the terminal reply.
-  EXPECT_TRUE(core.on_progress({{{id, 4, 402}}, {fin(id, finish_reason::length, 2, 5)}, {}}).empty());
+  EXPECT_TRUE(core.on_progress({{{id, 4, 402}}, {fin(id, finish_reason::length, 2, 5)}, {}, {}}).empty());
 }
 
 TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_last_takes_the_rest) {
@@ -475,7 +477,7 @@ TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_las
   ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
   auto byte = [](unsigned b) { return static_cast<std::int32_t>(3 + b); };
   auto chunk_text = [&](std::vector<token_event> toks, std::vector<finish_event> fins = {}) {
-    auto out = core.on_progress({std::move(toks), std::move(fins), {}});
+    auto out = core.on_progress({std::move(toks), std::move(fins), {}, {}});
     EXPECT_GE(out.size(), 1u);
     return out.empty() ? std::string{} : as<wire::token_reply>(out[0]).text;
   };
@@ -489,7 +491,7 @@ TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_las
   EXPECT_EQ(chunk_text({{id, 11, byte(0x80)}}), "\xEF\xBF\xBD");
   // The last chunk (its request finishes in the same batch) takes all, even
   // a character the model left unfinished.
-  auto out = core.on_progress({{{id, 12, byte(0xE4)}}, {fin(id, finish_reason::length, 2, 13)}, {}});
+  auto out = core.on_progress({{{id, 12, byte(0xE4)}}, {fin(id, finish_reason::length, 2, 13)}, {}, {}});
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(as<wire::token_reply>(out[0]).tokens, std::vector<std::int32_t>{byte(0xE4)});
   EXPECT_EQ(as<wire::done_reply>(out[1]).completion_tokens, 13u);
@@ -498,7 +500,7 @@ TEST_F(intake_core_test, streamed_chunks_end_on_character_boundaries_and_the_las
 
 TEST_F(intake_core_test, first_tokens_before_the_submit_result_send_accepted_first) {
   const auto id = submit("p", "s1", R"("stream":true)");
-  auto out = core.on_progress({{{id, 0, 400}}, {}, {}});
+  auto out = core.on_progress({{{id, 0, 400}}, {}, {}, {}});
   ASSERT_EQ(out.size(), 2u);
   const auto acc = as<wire::accepted_reply>(out[0]);
   EXPECT_EQ(acc.id, "s1");
@@ -513,9 +515,9 @@ TEST_F(intake_core_test, first_tokens_before_the_submit_result_send_accepted_fir
 TEST_F(intake_core_test, non_streaming_requests_get_one_done_with_tokens_and_text) {
   const auto id = submit("p", "n1", R"("stop":["!"])");
   ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
-  EXPECT_TRUE(core.on_progress({{{id, 0, 3 + 'O'}}, {}, {}}).empty());
-  EXPECT_TRUE(core.on_progress({{{id, 1, 3 + 'k'}, {id, 2, 3 + '!'}}, {}, {}}).empty());
-  auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 3)}, {}});
+  EXPECT_TRUE(core.on_progress({{{id, 0, 3 + 'O'}}, {}, {}, {}}).empty());
+  EXPECT_TRUE(core.on_progress({{{id, 1, 3 + 'k'}, {id, 2, 3 + '!'}}, {}, {}, {}}).empty());
+  auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 3)}, {}, {}});
   ASSERT_EQ(out.size(), 1u);
   const auto d = as<wire::done_reply>(out[0]);
   EXPECT_EQ(d.id, "n1");
@@ -544,7 +546,7 @@ TEST_F(intake_core_test, finish_reasons_map_to_done_or_internal_error) {
     SCOPED_TRACE(c.done_reason);
     const auto id = submit("p", "r");
     ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
-    auto out = core.on_progress({{}, {fin(id, c.why, 2, 0)}, {}});
+    auto out = core.on_progress({{}, {fin(id, c.why, 2, 0)}, {}, {}});
     ASSERT_EQ(out.size(), 1u);
     if (c.done_reason.empty()) {
       const auto e = as<wire::error_reply>(out[0]);
@@ -567,7 +569,7 @@ TEST_F(intake_core_test, a_batch_mixing_requests_gives_one_chunk_per_request) {
     ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
   auto out = core.on_progress(
     {{{a, 0, 400}, {a, 1, 401}, {b, 0, 500}, {c, 0, 600}, {b, 1, 501}},
-     {fin(b, finish_reason::eos, 2, 2)}, {}});
+     {fin(b, finish_reason::eos, 2, 2)}, {}, {}});
   // a: one chunk of 2; b: two chunks (its tokens are not consecutive); c:
   // nothing yet; then b's done.
   ASSERT_EQ(out.size(), 4u);
@@ -586,7 +588,7 @@ TEST_F(intake_core_test, a_batch_mixing_requests_gives_one_chunk_per_request) {
   EXPECT_EQ(db.id, "b");
   EXPECT_EQ(db.finish_reason, "eos");
   EXPECT_EQ(core.in_flight(), 2u);
-  out = core.on_progress({{}, {fin(c, finish_reason::length, 2, 1)}, {}});
+  out = core.on_progress({{}, {fin(c, finish_reason::length, 2, 1)}, {}, {}});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(*as<wire::done_reply>(out[0]).tokens, std::vector<std::int32_t>{600});
 }
@@ -595,7 +597,7 @@ TEST_F(intake_core_test, after_done_the_id_can_be_reused) {
   const auto first = submit("p", "r1");
   ASSERT_EQ(core.on_submit_result(first, sr::accepted).size(), 1u);
   expect_error("p", gen("r1"), error_code::duplicate_id, "r1");
-  ASSERT_EQ(core.on_progress({{}, {fin(first, finish_reason::length, 2, 0)}, {}}).size(), 1u);
+  ASSERT_EQ(core.on_progress({{}, {fin(first, finish_reason::length, 2, 0)}, {}, {}}).size(), 1u);
   const auto second = submit("p", "r1");
   EXPECT_NE(second, first);
   // Replies for the new request carry the reused client id.
@@ -603,7 +605,7 @@ TEST_F(intake_core_test, after_done_the_id_can_be_reused) {
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(as<wire::accepted_reply>(out[0]).id, "r1");
   // Stale progress for the old internal id sends nothing.
-  EXPECT_TRUE(core.on_progress({{{first, 0, 400}}, {fin(first, finish_reason::length, 2, 1)}, {}}).empty());
+  EXPECT_TRUE(core.on_progress({{{first, 0, 400}}, {fin(first, finish_reason::length, 2, 1)}, {}, {}}).empty());
   EXPECT_EQ(core.in_flight(), 1u);
 }
 
@@ -621,15 +623,15 @@ TEST_F(intake_core_test, a_gone_peer_gets_nothing_more) {
   EXPECT_TRUE(core.on_peer_gone("nobody").empty());
   // a2's late submit result, tokens and finishes for a1/a2: no frames.
   EXPECT_TRUE(core.on_submit_result(a2, sr::accepted).empty());
-  auto out = core.on_progress({{{a1, 0, 400}, {a2, 0, 401}, {b1, 0, 402}}, {}, {}});
+  auto out = core.on_progress({{{a1, 0, 400}, {a2, 0, 401}, {b1, 0, 402}}, {}, {}, {}});
   ASSERT_EQ(out.size(), 2u); // b1: accepted, then its token
   for (const auto& f : out)
     EXPECT_EQ(f.peer, "stays");
   EXPECT_TRUE(core.on_progress({{}, {fin(a1, finish_reason::cancelled, 2, 1),
-                                     fin(a2, finish_reason::cancelled, 2, 1)}, {}})
+                                     fin(a2, finish_reason::cancelled, 2, 1)}, {}, {}})
                 .empty());
   EXPECT_EQ(core.in_flight(), 1u); // a1 and a2 are forgotten once finished
-  out = core.on_progress({{}, {fin(b1, finish_reason::length, 2, 1)}, {}});
+  out = core.on_progress({{}, {fin(b1, finish_reason::length, 2, 1)}, {}, {}});
   ASSERT_EQ(out.size(), 1u);
   EXPECT_EQ(out[0].peer, "stays");
   EXPECT_EQ(core.in_flight(), 0u);
@@ -730,6 +732,26 @@ TEST_F(intake_core_test, log_probabilities_are_refused_where_the_backend_compute
   EXPECT_NE(e.message.find("sim backend"), std::string::npos) << e.message;
   EXPECT_EQ(core.in_flight(), 0u);
   submit("p", "r3"); // the same request without them is served
+  a = core.on_frame("p", gen("r4", R"("prompt_logprobs":0)"), now += 1);
+  ASSERT_EQ(a.replies.size(), 1u);
+  const auto p = as<wire::error_reply>(a.replies[0]);
+  EXPECT_EQ(p.code, error_code::bad_request);
+  EXPECT_NE(p.message.find("\"prompt_logprobs\""), std::string::npos) << p.message;
+  EXPECT_NE(p.message.find("sim backend"), std::string::npos) << p.message;
+  EXPECT_EQ(core.in_flight(), 1u) << "r3 only";
+}
+
+/// A generate of `prompt` with `extra` fields, as `id`, submitted and
+/// accepted: what the scheduler is asked (request id 0 if not submitted).
+request_spec accept_generate(intake_core& core, const std::string& id, const std::string& prompt,
+                             const std::string& extra) {
+  auto a = core.on_frame("p", R"({"type":"generate","id":")" + id + R"(","prompt":")" + prompt + "\"" + extra + "}", 1.0);
+  EXPECT_TRUE(a.replies.empty());
+  EXPECT_TRUE(a.submit.has_value());
+  if (!a.submit)
+    return {};
+  EXPECT_EQ(core.on_submit_result(a.submit->request_id, sr::accepted).size(), 1u);
+  return *a.submit;
 }
 
 TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_text) {
@@ -738,14 +760,9 @@ TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_t
   const auto catalog = make_catalog();
   intake_core core{small_limits(), *catalog, backend};
   auto submit = [&](const std::string& id, const std::string& extra, std::int32_t logprobs) {
-    auto a = core.on_frame("p", R"({"type":"generate","id":")" + id + R"(","prompt":"hi")" + extra + "}", 1.0);
-    EXPECT_TRUE(a.replies.empty());
-    EXPECT_TRUE(a.submit.has_value());
-    if (!a.submit)
-      return std::uint64_t{0};
-    EXPECT_EQ(a.submit->logprobs, logprobs) << "the scheduler is told";
-    EXPECT_EQ(core.on_submit_result(a.submit->request_id, sr::accepted).size(), 1u);
-    return a.submit->request_id;
+    const auto spec = accept_generate(core, id, "hi", extra);
+    EXPECT_EQ(spec.logprobs, logprobs) << "the scheduler is told";
+    return spec.request_id;
   };
   const auto streamed = submit("s", R"(,"stream":true,"logprobs":2)", 2);
   const auto whole = submit("w", R"(,"logprobs":0)", 0);
@@ -787,6 +804,67 @@ TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_t
   EXPECT_TRUE((*done.logprobs)[0].top.empty());
   EXPECT_EQ((*done.logprobs)[1].sampled.token, 51);
   EXPECT_EQ((*done.logprobs)[1].sampled.logprob, -3.0f);
+}
+
+TEST(intake_core_logprobs, a_prompts_go_with_its_first_token_streamed_or_whole_each_token_named) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  const auto& vocab = backend->vocab();
+  const auto prompt = vocab.encode("hello there");
+  ASSERT_GE(prompt.size(), 2u);
+  auto submit = [&](const std::string& id, const std::string& extra, std::int32_t asked) {
+    const auto spec = accept_generate(core, id, "hello there", extra);
+    EXPECT_EQ(spec.prompt_logprobs, asked) << "the scheduler is told";
+    return spec.request_id;
+  };
+  const auto streamed = submit("s", R"(,"stream":true,"prompt_logprobs":1)", 1);
+  const auto whole = submit("w", R"(,"prompt_logprobs":0)", 0);
+  const auto plain = submit("n", R"(,"stream":true)", -1);
+  // The backend's: one per prompt token after the first.
+  std::vector<gpu::token_logprobs> lps;
+  for (std::size_t k = 1; k < prompt.size(); ++k)
+    lps.push_back({-static_cast<float>(k), {{7, -0.5f}}});
+  auto expect_prompt = [&](const std::vector<wire::token_logprobs>& got, std::size_t top) {
+    ASSERT_EQ(got.size(), prompt.size()) << "one per prompt token";
+    EXPECT_EQ(got[0].sampled.token, prompt[0]);
+    EXPECT_EQ(got[0].sampled.text, vocab.decode(prompt[0]));
+    EXPECT_TRUE(std::isnan(got[0].sampled.logprob)) << "nothing precedes the first";
+    EXPECT_TRUE(got[0].top.empty());
+    for (std::size_t k = 1; k < prompt.size(); ++k) {
+      EXPECT_EQ(got[k].sampled.token, prompt[k]);
+      EXPECT_EQ(got[k].sampled.text, vocab.decode(prompt[k]));
+      EXPECT_EQ(got[k].sampled.logprob, -static_cast<float>(k));
+      ASSERT_EQ(got[k].top.size(), top);
+      if (top > 0) {
+        EXPECT_EQ(got[k].top[0].text, vocab.decode(7));
+      }
+    }
+  };
+  progress_batch b;
+  b.tokens = {{streamed, 0, 40}, {whole, 0, 50}, {plain, 0, 60}};
+  b.prompt_logprobs = {{streamed, lps}, {whole, lps}};
+  auto out = core.on_progress(b);
+  ASSERT_EQ(out.size(), 2u); // a chunk each for the streamed ones
+  expect_prompt(as<wire::token_reply>(out[0]).prompt_logprobs, 1);
+  EXPECT_TRUE(as<wire::token_reply>(out[1]).prompt_logprobs.empty()) << "not asked for: none";
+  // Later chunks carry none.
+  progress_batch next;
+  next.tokens = {{streamed, 1, 41}};
+  out = core.on_progress(next);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_TRUE(as<wire::token_reply>(out[0]).prompt_logprobs.empty());
+
+  progress_batch end;
+  end.tokens = {{whole, 1, 51}};
+  end.finished = {{whole, static_cast<std::uint8_t>(finish_reason::length), 1, 2, 0, 0, 0}};
+  out = core.on_progress(end);
+  ASSERT_EQ(out.size(), 1u);
+  const auto done = as<wire::done_reply>(out[0]);
+  ASSERT_TRUE(done.prompt_logprobs.has_value());
+  expect_prompt(*done.prompt_logprobs, 1);
+  EXPECT_FALSE(done.logprobs.has_value()) << "the output's were not asked for";
 }
 
 } // namespace

@@ -19,13 +19,15 @@ request_spec spec(std::uint64_t id, std::uint64_t session = 0, double arrival = 
 }
 
 /// Tokens [from, to) of request `id`, each with its log-probabilities when
-/// `logprobs` (-index as its own).
+/// `logprobs` (-index as its own), and token 0 with its prompt's.
 progress_batch tokens(std::uint64_t id, std::uint32_t from, std::uint32_t to, bool logprobs = false) {
   progress_batch b;
   for (auto i = from; i < to; ++i) {
     b.tokens.push_back({id, i, static_cast<std::int32_t>(100 + i)});
     if (logprobs)
       b.logprobs.push_back({id, i, {-static_cast<float>(i), {}}});
+    if (logprobs && i == 0)
+      b.prompt_logprobs.push_back({id, {{-0.5f, {}}}});
   }
   return b;
 }
@@ -211,8 +213,10 @@ TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither
   r.assign(spec(1, 0, 1.0), 0);
   r.assign(spec(2, 9, 0.5), 0);
   r.assign(spec(3, 0, 0.7), 1);
-  auto out = r.on_progress(tokens(1, 0, 3));
+  auto out = r.on_progress(tokens(1, 0, 3, true));
   EXPECT_EQ(out.tokens.size(), 3u);
+  ASSERT_EQ(out.prompt_logprobs.size(), 1u) << "the prompt's with its first token";
+  EXPECT_EQ(out.prompt_logprobs[0].request_id, 1u);
   auto again = r.on_node_down(0);
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again[0].request_id, 2u) << "in arrival order";
@@ -236,6 +240,7 @@ TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither
   EXPECT_EQ(out.logprobs[0].index, 3u);
   EXPECT_EQ(out.logprobs[1].index, 4u);
   EXPECT_EQ(out.logprobs[1].logprobs.logprob, -4.0f);
+  EXPECT_TRUE(out.prompt_logprobs.empty()) << "the prompt's went with token 0, the first time";
   const auto repeated = r.on_progress(tokens(1, 4, 5, true));
   EXPECT_TRUE(repeated.tokens.empty());
   EXPECT_TRUE(repeated.logprobs.empty());

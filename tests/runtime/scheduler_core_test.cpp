@@ -1331,23 +1331,32 @@ TEST(scheduler_core, a_negative_token_ends_only_that_request_with_an_error) {
   EXPECT_EQ(core.state_of(2), request_state::running);
 }
 
-TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_asked_only) {
-  scheduler_limits limits;
-  limits.total_pages = 100;
-  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+/// Requests 1, 2 and 3 of `prompt` (4 tokens each), each as `ask` sets
+/// it, admitted and prefilled in one step, which is returned.
+std::vector<gpu::step_entry> three_in_one_prefill(scheduler_core& core, const std::vector<std::int32_t>& prompt,
+                                                  const std::function<void(request_spec&)>& ask) {
   for (std::uint64_t id : {1, 2, 3}) {
     request_spec spec;
     spec.request_id = id;
-    spec.prompt = {3, 4};
+    spec.prompt = prompt;
     spec.max_new_tokens = 4;
-    spec.logprobs = id == 2 ? -1 : static_cast<std::int32_t>(id);
     spec.arrival_s = static_cast<double>(id);
-    ASSERT_EQ(core.submit(spec), scheduler_core::submit_result::accepted);
+    ask(spec);
+    EXPECT_EQ(core.submit(spec), scheduler_core::submit_result::accepted);
   }
   core.admit(4);
   for (std::uint32_t id : {1, 2, 3})
     core.on_pages(id, true, 4, {id});
-  auto step = core.next_step(4);
+  return core.next_step(4);
+}
+
+TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_asked_only) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  auto step = three_in_one_prefill(core, {3, 4}, [](request_spec& s) {
+    s.logprobs = s.request_id == 2 ? -1 : static_cast<std::int32_t>(s.request_id);
+  });
   ASSERT_EQ(step.size(), 3u);
   for (const auto& e : step)
     EXPECT_EQ(e.logprobs, e.request_id == 2 ? -1 : static_cast<std::int32_t>(e.request_id)) << "the backend is told";
@@ -1374,6 +1383,44 @@ TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_ask
   fx = core.on_step_done(step, std::vector<std::int32_t>{51, 61}, 7);
   EXPECT_EQ(fx.tokens.size(), 2u);
   EXPECT_TRUE(fx.logprobs.empty());
+}
+
+TEST(scheduler_core, prompt_log_probabilities_go_with_the_first_token_of_the_requests_that_asked_only) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  auto step = three_in_one_prefill(core, {3, 4, 5}, [](request_spec& s) {
+    s.prompt_logprobs = s.request_id == 2 ? -1 : static_cast<std::int32_t>(s.request_id);
+  });
+  ASSERT_EQ(step.size(), 3u);
+  for (const auto& e : step)
+    EXPECT_EQ(e.prompt_logprobs, e.request_id == 2 ? -1 : static_cast<std::int32_t>(e.request_id))
+      << "the backend is told on the prefill";
+  const std::vector<gpu::token_logprobs> two{{-1.0f, {}}, {-2.0f, {}}};
+  const std::vector<std::vector<gpu::token_logprobs>> lp{two, {}, two};
+  auto fx = core.on_step_done(step, std::vector<std::int32_t>{-1, 50, 60}, 5, {}, lp);
+  // 1 failed (no token), 2 did not ask: only 3's first token carries them.
+  ASSERT_EQ(fx.tokens.size(), 2u);
+  ASSERT_EQ(fx.prompt_logprobs.size(), 1u);
+  EXPECT_EQ(fx.tokens[fx.prompt_logprobs[0].first].request_id, 3u);
+  EXPECT_EQ(fx.tokens[fx.prompt_logprobs[0].first].index, 0u);
+  ASSERT_EQ(fx.prompt_logprobs[0].second.size(), 2u);
+  EXPECT_EQ(fx.prompt_logprobs[0].second[1].logprob, -2.0f);
+  // Merged after other effects, they still point at their token.
+  scheduler_effects before;
+  before.tokens.push_back({9, 0, 1});
+  before.merge(std::move(fx));
+  ASSERT_EQ(before.prompt_logprobs.size(), 1u);
+  EXPECT_EQ(before.tokens[before.prompt_logprobs[0].first].request_id, 3u);
+  // Decode steps ask for none, and none are passed on.
+  step = core.next_step(6);
+  ASSERT_EQ(step.size(), 2u);
+  for (const auto& e : step)
+    EXPECT_EQ(e.prompt_logprobs, -1);
+  fx = core.on_step_done(step, std::vector<std::int32_t>{51, 61}, 7, {},
+                         std::vector<std::vector<gpu::token_logprobs>>{two, two});
+  EXPECT_EQ(fx.tokens.size(), 2u);
+  EXPECT_TRUE(fx.prompt_logprobs.empty());
 }
 
 /// The last reported waiting count per adapter, as a consumer applying

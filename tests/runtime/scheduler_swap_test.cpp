@@ -109,6 +109,7 @@ struct swap_shell {
     s.request_id = id;
     s.session = session;
     s.prompt = tokens;
+    s.prompt_logprobs = prompt_logprobs;
     prompts_of[id] = std::move(tokens);
     const auto prompt = static_cast<std::uint32_t>(s.prompt.size());
     s.max_new_tokens = max_new;
@@ -308,6 +309,7 @@ struct swap_shell {
       if (got.empty()) {
         // The first prefill: the prompt, less a session's cached prefix.
         EXPECT_EQ(e.context_tokens, expect_cached[e.request_id]);
+        EXPECT_EQ(e.prompt_logprobs, e.context_tokens == 0 ? prompt_logprobs : -1);
         EXPECT_EQ(e.context_tokens + e.new_tokens, prompt);
         EXPECT_TRUE(std::equal(e.tokens.begin(), e.tokens.end(), prompts_of[e.request_id].begin() + e.context_tokens));
       } else if (e.context_tokens == 0) {
@@ -336,6 +338,8 @@ struct swap_shell {
   std::vector<std::uint64_t> ended_streams;
   std::map<std::uint64_t, scheduler_effects::grow> grows;
   std::map<std::uint64_t, std::uint32_t> expect_cached;
+  /// What the requests submitted next ask (request_spec::prompt_logprobs).
+  std::int32_t prompt_logprobs = -1;
   std::map<std::uint64_t, std::vector<std::int32_t>> prompts_of;
   struct stale_answer {
     scheduler_effects::grow g;
@@ -752,6 +756,26 @@ TEST(scheduler_session, the_next_turn_reuses_the_cached_history) {
   EXPECT_EQ(s.core->session_hits(), 1u);
   EXPECT_EQ(s.core->sessions_cached(), 1u) << "its own turn replaced the cache";
   EXPECT_TRUE(s.device.pages_of(turn2).empty()) << "the replaced cache was freed";
+  EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_turn_asking_for_its_prompts_log_probabilities_computes_its_whole_history) {
+  swap_shell s{40, 0, false, 20};
+  s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+  run_until_done(s, 1);
+  ASSERT_EQ(s.core->sessions_cached(), 1u);
+  auto prompt2 = tokens_from(10, 6);
+  prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
+  prompt2.push_back(50);
+  s.prompt_logprobs = 2;
+  s.expect_cached[2] = 0; // (step() checks the entry asks for them)
+  s.submit_tokens(2, prompt2, 3, 7);
+  run_until_done(s, 2);
+  EXPECT_EQ(s.finished.at(2), finish_reason::length);
+  EXPECT_EQ(s.core->session_hits(), 0u);
+  EXPECT_EQ(s.core->reused_tokens(), 0u);
+  EXPECT_EQ(s.core->prefilled_tokens(), 6u + 11u) << "turn 2 prefilled its whole prompt";
+  EXPECT_EQ(s.core->sessions_cached(), 1u) << "and its own cache replaced the first turn's";
   EXPECT_EQ(s.device.empty_releases(), 0u);
 }
 

@@ -3,7 +3,8 @@
 // not ask, or failed, gets none; an entry's are the same within a batch as
 // alone (within `tol`: batched kernels may round differently); the most
 // likely first, none above 0, as many as asked; a greedy entry's token is
-// the first listed.
+// the first listed. And the prompt log-probabilities, against each prefix
+// run alone.
 #pragma once
 
 #include "gpu/backend.hpp"
@@ -16,6 +17,26 @@
 #include <vector>
 
 namespace troupe::testing {
+
+/// Two lists of the most likely tokens agree: the same length, each token
+/// of `got` with its log-probability in `want`, within `tol` (near-ties may
+/// swap places, and one at the edge of the list may be missing).
+inline void expect_same_top(const std::vector<gpu::token_logprob>& got, const std::vector<gpu::token_logprob>& want,
+                            float tol) {
+  ASSERT_EQ(want.size(), got.size());
+  for (std::size_t k = 0; k < got.size(); ++k) {
+    bool found = false;
+    for (const auto& x : want)
+      if (x.token == got[k].token) {
+        found = true;
+        EXPECT_NEAR(x.logprob, got[k].logprob, tol) << "token " << x.token;
+      }
+    if (!found) {
+      EXPECT_LT(std::fabs(got[k].logprob - want.back().logprob), 2 * tol)
+        << "token " << got[k].token << " missing alone, and not at the edge of the list";
+    }
+  }
+}
 
 /// Runs `batch` (prefill entries: rerunning one alone writes the same
 /// cache) and each entry that asks for log-probabilities alone, and checks
@@ -53,21 +74,68 @@ inline void expect_logprobs_follow_each_entry(gpu::executor_backend& b, const st
     ASSERT_EQ(alone.logprobs.size(), 1u);
     ASSERT_EQ(alone.tokens.at(0), r.tokens[i]);
     EXPECT_NEAR(alone.logprobs[0].logprob, got.logprob, tol);
-    ASSERT_EQ(alone.logprobs[0].top.size(), got.top.size());
-    for (std::size_t k = 0; k < got.top.size(); ++k) {
-      // Near-ties may swap places; each token keeps its log-probability.
-      bool found = false;
-      for (const auto& x : alone.logprobs[0].top)
-        if (x.token == got.top[k].token) {
-          found = true;
-          EXPECT_NEAR(x.logprob, got.top[k].logprob, tol) << "token " << x.token;
-        }
-      if (!found) {
-        EXPECT_LT(std::fabs(got.top[k].logprob - alone.logprobs[0].top.back().logprob), 2 * tol)
-          << "token " << got.top[k].token << " missing alone, and not at the edge of the list";
+    expect_same_top(got.top, alone.logprobs[0].top, tol);
+  }
+}
+
+/// Runs `batch` and checks each entry's prompt log-probabilities against
+/// the entry's prefixes run alone (rerunning a prefill writes the same
+/// cache): input k + 1's alternatives are those the prefix of k + 1 tokens
+/// gives its next token (asked as logprobs), and its own log-probability
+/// theirs wherever it is listed there or sampled (greedily). Entries that
+/// did not ask, or failed, get none. Returns how many input tokens had
+/// their own log-probability checked so.
+inline std::size_t expect_prompt_logprobs_match_prefixes(gpu::executor_backend& b,
+                                                         const std::vector<gpu::step_entry>& batch, float tol) {
+  std::size_t checked = 0;
+  EXPECT_TRUE(b.computes_prompt_logprobs());
+  const auto r = b.run_step(batch);
+  EXPECT_EQ(r.tokens.size(), batch.size());
+  EXPECT_EQ(r.prompt_logprobs.size(), batch.size()) << "one per entry when any asks";
+  if (r.prompt_logprobs.size() != batch.size() || r.tokens.size() != batch.size())
+    return checked;
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "entry " << i << " (prompt_logprobs " << batch[i].prompt_logprobs << ")");
+    const auto& e = batch[i];
+    const auto& got = r.prompt_logprobs[i];
+    if (e.prompt_logprobs < 0 || r.tokens[i] < 0) {
+      EXPECT_TRUE(got.empty());
+      continue;
+    }
+    EXPECT_EQ(got.size(), e.tokens.size() - 1) << "one per input token after the first";
+    for (std::size_t k = 0; k < got.size() && k + 1 < e.tokens.size(); ++k) {
+      SCOPED_TRACE(::testing::Message() << "input token " << k + 1);
+      auto prefix = e;
+      prefix.tokens.resize(k + 1);
+      prefix.new_tokens = static_cast<std::uint32_t>(k + 1);
+      prefix.prompt_logprobs = -1;
+      prefix.logprobs = e.prompt_logprobs;
+      prefix.temperature = 0;
+      const auto alone = b.run_step(std::span{&prefix, 1});
+      EXPECT_EQ(alone.logprobs.size(), 1u);
+      if (alone.logprobs.size() != 1 || alone.tokens.at(0) < 0)
+        continue;
+      const auto& want = alone.logprobs[0];
+      EXPECT_LE(got[k].logprob, 0.0f);
+      expect_same_top(got[k].top, want.top, tol);
+      const auto own = e.tokens[k + 1];
+      if (alone.tokens[0] == own) {
+        EXPECT_NEAR(got[k].logprob, want.logprob, tol) << "the next input token, sampled alone";
+        ++checked;
+        continue;
       }
+      for (const auto& x : want.top)
+        if (x.token == own) {
+          EXPECT_NEAR(got[k].logprob, x.logprob, tol) << "the next input token, listed alone";
+          ++checked;
+        }
+      for (const auto& x : got[k].top)
+        if (x.token == own) {
+          EXPECT_EQ(x.logprob, got[k].logprob) << "the input token listed with its own log-probability";
+        }
     }
   }
+  return checked;
 }
 
 } // namespace troupe::testing

@@ -29,7 +29,7 @@ public:
 
   gpu::step_result run_step(std::span<const gpu::step_entry> batch) override {
     calls.push_back("step " + std::to_string(batch.size()));
-    gpu::step_result r{std::vector<std::int32_t>(batch.size(), 7), {}, step_seconds, {}};
+    gpu::step_result r{std::vector<std::int32_t>(batch.size(), 7), {}, {}, step_seconds, {}};
     for (std::size_t i = 0; i < batch.size(); ++i)
       if (failing_requests.contains(batch[i].request_id)) {
         r.tokens[i] = -1;

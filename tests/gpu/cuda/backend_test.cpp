@@ -416,5 +416,37 @@ TEST(cuda_backend, log_probabilities_come_back_for_the_entries_that_ask_as_they_
   troupe::testing::expect_logprobs_follow_each_entry(*b, batch, 0.05f);
 }
 
+TEST(cuda_backend, prompt_log_probabilities_are_those_of_each_prefix_alone_read_a_chunk_of_rows_at_a_time) {
+  TROUPE_REQUIRE_GPU();
+  auto o = options_for(dtype::f16);
+  o.prompt_logits_rows = 4; // prompts of 7 and 13 rows: whole chunks and a part
+  auto b = open_backend(o);
+  ASSERT_NE(b, nullptr);
+  // A prompt the model itself continues greedily: each token's own
+  // log-probability is checked.
+  std::vector<std::int32_t> greedy{5};
+  for (int k = 0; k < 6; ++k)
+    greedy.push_back(one(*b, greedy_entry(greedy, 0, {6})));
+  std::vector<step_entry> batch{greedy_entry(greedy, 0, {0}), greedy_entry(prompt(3, 2), 0, {1}),
+                                greedy_entry(prompt(13, 3), 0, {2}), greedy_entry(prompt(1, 4), 0, {3}),
+                                greedy_entry({3, 4, static_cast<std::int32_t>(tiny.vocab)}, 0, {5})};
+  const std::int32_t asks[] = {2, -1, 20, 0, 3};
+  for (std::size_t i = 0; i < batch.size(); ++i) {
+    batch[i].request_id = i + 1;
+    batch[i].prompt_logprobs = asks[i];
+  }
+  const auto checked = troupe::testing::expect_prompt_logprobs_match_prefixes(*b, batch, 0.05f);
+  EXPECT_GE(checked, greedy.size() - 1) << "every token of the greedy prompt";
+  const auto r = b->run_step(batch);
+  ASSERT_EQ(r.prompt_logprobs.size(), batch.size());
+  EXPECT_TRUE(r.prompt_logprobs[3].empty()) << "one token: nothing precedes";
+  EXPECT_TRUE(r.prompt_logprobs[4].empty()) << "refused: none";
+  for (auto& e : batch)
+    e.prompt_logprobs = -1;
+  const auto without = b->run_step(batch);
+  EXPECT_EQ(without.tokens, r.tokens) << "asking changes no token";
+  EXPECT_TRUE(without.prompt_logprobs.empty());
+}
+
 } // namespace
 } // namespace troupe::gpu::cuda
