@@ -1,9 +1,11 @@
 // troupe-cpu-bench: decode throughput of the cpu backend's forward pass at
 // several batch sizes, beside the bound that this machine's memory bandwidth
 // (measured in the same run) puts on it: every decode step must read all the
-// weights once plus each sequence's KV cache. Then the host-side work per
-// output token on a step's logits: a sampled draw and the log-probabilities
-// a client may ask for, against the decode step's time per token.
+// weights once plus each sequence's KV cache. Then a prefill of the context
+// with and without its prompt's log-probabilities, and the host-side work
+// per output token on a step's logits: a sampled draw and the
+// log-probabilities a client may ask for, against the decode step's time
+// per token.
 // Usage: troupe-cpu-bench MODEL_DIR [--context N] [--steps N] [--batches 1,8,32]
 #include "gpu/cpu_model.hpp"
 #include "gpu/llama_weights.hpp"
@@ -135,6 +137,36 @@ int main(int argc, char** argv) {
     const double step_bytes = weight_bytes + kv_token_bytes * b * (context + steps / 2.0);
     const double bound = bandwidth / step_bytes * b;
     std::printf("%6u %14.1f %14.1f %8.2f\n", b, tps, bound, tps / bound);
+  }
+  // A prefill of `context` tokens, and the same asking for its prompt's
+  // log-probabilities (every row through the LM head, then logprobs_of on
+  // each, top 1): alternated, the median of nine each.
+  {
+    std::vector<std::int32_t> p(context);
+    for (std::uint32_t i = 0; i < context; ++i)
+      p[i] = static_cast<std::int32_t>((i * 7 + 3) % cfg.vocab_size);
+    std::vector<std::uint32_t> pg(per_seq);
+    std::iota(pg.begin(), pg.end(), 0);
+    std::size_t sink = 0;
+    auto prefill = [&](bool scored) {
+      cpu_sequence seq{p, 0, pg, nullptr};
+      seq.all_logits = scored;
+      const auto t0 = clock_type::now();
+      const auto logits = model.forward({&seq, 1});
+      sink += scored ? prompt_logprobs_of(logits, p, 1).size() : logits.size();
+      return seconds_since(t0);
+    };
+    std::vector<double> plain, scored;
+    for (int i = 0; i < 9; ++i) {
+      plain.push_back(prefill(false));
+      scored.push_back(prefill(true));
+    }
+    auto median = [](std::vector<double> v) {
+      std::nth_element(v.begin(), v.begin() + 4, v.end());
+      return v[4];
+    };
+    std::printf("prefill of %u tokens %10.2f ms; with prompt log-probabilities %10.2f ms (%.3fx)%s\n", context,
+                median(plain) * 1e3, median(scored) * 1e3, median(scored) / median(plain), sink == 0 ? " (none)" : "");
   }
   // Per output token, on one row of vocab_size logits (the last batch's):
   // microseconds, and as a share of that batch's decode time per token.
