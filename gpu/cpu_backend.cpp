@@ -101,6 +101,7 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
   if (std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.prompt_logprobs >= 0; }))
     out.prompt_logprobs.resize(batch.size());
   std::size_t first_row = 0; // seqs[k]'s first row of logits
+  std::vector<float> adjusted; // a row with its entry's logit_adjust
   for (std::size_t k = 0; k < seqs.size(); ++k) {
     const auto& e = batch[index[k]];
     const std::size_t rows = seqs[k].all_logits ? seqs[k].tokens.size() : 1;
@@ -113,7 +114,13 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
       continue;
     const float* rows_begin = logits.data() + (first_row - rows) * vocab;
     const std::span<const float> row{rows_begin + (rows - 1) * vocab, vocab};
-    const auto token = sample_token(row, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
+    // Sampled from the adjusted logits; log-probabilities are the model's.
+    std::span<const float> sampled = row;
+    if (!e.logit_adjust.empty()) {
+      apply_logit_adjust(row, e.logit_adjust, adjusted);
+      sampled = adjusted;
+    }
+    const auto token = sample_token(sampled, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
     out.tokens[index[k]] = token;
     if (e.logprobs >= 0)
       out.logprobs[index[k]] = logprobs_of(row, token, static_cast<std::uint32_t>(e.logprobs));

@@ -168,6 +168,14 @@ token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, st
   return out;
 }
 
+void apply_logit_adjust(std::span<const float> logits, std::span<const logit_adjustment> adjust,
+                        std::vector<float>& out) {
+  out.assign(logits.begin(), logits.end());
+  for (const auto& a : adjust)
+    if (a.token >= 0 && static_cast<std::size_t>(a.token) < out.size())
+      out[static_cast<std::size_t>(a.token)] += a.delta;
+}
+
 std::vector<token_logprobs> prompt_logprobs_of(std::span<const float> rows,
                                                std::span<const std::int32_t> tokens, std::uint32_t top) {
   std::vector<token_logprobs> out;

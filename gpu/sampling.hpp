@@ -35,6 +35,12 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
 /// above -infinity. Used by every backend that computes them.
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, std::uint32_t top);
 
+/// `logits` with each adjustment's delta added to its token's logit (a
+/// token outside the row is ignored), into `out` (resized to match): what
+/// a step samples from (step_entry::logit_adjust).
+void apply_logit_adjust(std::span<const float> logits, std::span<const logit_adjustment> adjust,
+                        std::vector<float>& out);
+
 /// A prompt's log-probabilities (step_result::prompt_logprobs): `rows`
 /// holds one row of logits per token of `tokens`, in order; the k-th result
 /// is logprobs_of(row k, tokens[k + 1], top), so there are tokens.size() - 1

@@ -25,6 +25,13 @@ struct token_logprobs {
   std::vector<token_logprob> top;
 };
 
+/// A change to one token's logit before sampling (OpenAI's logit_bias and
+/// presence and frequency penalties, summed).
+struct logit_adjustment {
+  std::int32_t token = 0;
+  float delta = 0.0f;
+};
+
 /// One request's share of a step. Plain data; safe to copy across threads.
 struct step_entry {
   std::uint64_t request_id = 0;
@@ -54,6 +61,9 @@ struct step_entry {
   /// that compute log-probabilities. The scheduler asks it of a prefill from
   /// the first position (context_tokens 0), so these are the prompt's.
   std::int32_t prompt_logprobs = -1;
+  /// Added to the logits of this entry's sampled row before sampling, one
+  /// token each; the log-probabilities reported are the model's own.
+  std::vector<logit_adjustment> logit_adjust{};
   /// Input token ids of this step: the prompt on the prefill step, the last
   /// output token on a decode step. Backends that do no math ignore them.
   std::vector<std::int32_t> tokens;

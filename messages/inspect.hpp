@@ -49,8 +49,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
   return f(caf::meta::type_name("request_spec"), x.request_id, x.prompt,
            x.max_new_tokens, x.adapter_id, x.adapter_rank, x.adapter_pages, x.seed, x.temperature,
-           x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.priority, x.session, x.stop, x.queue, x.predicted_tokens,
-           x.arrival_s);
+           x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.presence_penalty, x.frequency_penalty,
+           x.logit_bias, x.priority, x.session, x.stop, x.queue, x.predicted_tokens, x.arrival_s);
 }
 
 template <class Inspector>
@@ -104,8 +104,13 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_entry& x) {
   return f(caf::meta::type_name("step_entry"), x.request_id, x.adapter_id,
            x.adapter_rank, x.new_tokens, x.context_tokens, x.output_index, x.seed,
-           x.temperature, x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.tokens, x.pages, x.hidden,
-           x.stream);
+           x.temperature, x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.logit_adjust, x.tokens, x.pages,
+           x.hidden, x.stream);
+}
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, logit_adjustment& x) {
+  return f(caf::meta::type_name("logit_adjustment"), x.token, x.delta);
 }
 
 template <class Inspector>

@@ -26,16 +26,14 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 12> taken_by_both{"model", "max_tokens", "temperature", "top_p", "top_k",
-                                                         "seed", "stop", "stream", "stream_options", "user",
-                                                         "session", "n"};
+constexpr std::array<std::string_view, 15> taken_by_both{
+  "model", "max_tokens", "temperature", "top_p",   "top_k",            "seed",              "stop",      "stream",
+  "stream_options", "user", "session", "n", "presence_penalty", "frequency_penalty", "logit_bias"};
 constexpr std::array<std::string_view, 3> taken_by_completions{"prompt", "logprobs", "echo"};
 constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
                                                         "logprobs", "top_logprobs"};
-constexpr std::array<std::string_view, 5> off_in_completions{"best_of", "suffix", "presence_penalty",
-                                                             "frequency_penalty", "logit_bias"};
-constexpr std::array<std::string_view, 6> off_in_chat{"presence_penalty", "frequency_penalty", "logit_bias",
-                                                      "tools",            "tool_choice",       "response_format"};
+constexpr std::array<std::string_view, 2> off_in_completions{"best_of", "suffix"};
+constexpr std::array<std::string_view, 3> off_in_chat{"tools", "tool_choice", "response_format"};
 
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& names, std::string_view key) {
@@ -43,17 +41,13 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 }
 
 /// Whether `v` is the value that turns off one of OpenAI's fields Troupe
-/// does not serve (best_of = 1, penalties 0, no tools, ...), so that
+/// does not serve (best_of = 1, no tools, ...), so that
 /// clients sending the defaults explicitly are served.
 bool is_off(std::string_view field, const json& v) {
   if (v.is_null())
     return true;
   if (field == "best_of")
     return v.is_number() && v.get<double>() == 1.0;
-  if (field == "presence_penalty" || field == "frequency_penalty")
-    return v.is_number() && v.get<double>() == 0.0;
-  if (field == "logit_bias")
-    return v.is_object() && v.empty();
   if (field == "tools")
     return v.is_array() && v.empty();
   if (field == "tool_choice")
@@ -133,7 +127,8 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
 
   // Passed on as given: the wire parser checks them and names the field.
   // session (Troupe's): a conversation's id, whose KV the next turn reuses.
-  for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "session"})
+  for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "session", "presence_penalty",
+                          "frequency_penalty", "logit_bias"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
 
@@ -223,7 +218,7 @@ std::string to_json(const api_error& e) {
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id) {
   auto read = read_body(body, taken_by_completions, off_in_completions, "a completion request",
-                        "no suffix, penalties or logit bias");
+                        "no suffix");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   const auto& doc = std::get<json>(read);
@@ -488,7 +483,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl) {
   auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request",
-                        "text messages, without penalties, logit bias, tools or response formats");
+                        "text messages, without tools or response formats");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);

@@ -79,9 +79,10 @@ struct completion_request {
 /// count) asks for log-probabilities; `echo` puts the prompt before the
 /// output, with its tokens' log-probabilities too when `logprobs` asks (the
 /// first token's null: nothing precedes it), and takes max_tokens 0 (the
-/// prompt alone); OpenAI's fields Troupe does
-/// not implement (best_of > 1, suffix, penalties, logit_bias) are refused
-/// with a message rather than ignored, as are fields it does not know.
+/// prompt alone); presence_penalty, frequency_penalty and logit_bias pass
+/// to the wire as they are; OpenAI's fields Troupe does not implement
+/// (best_of > 1, suffix) are refused with a message rather than ignored, as
+/// are fields it does not know.
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
 

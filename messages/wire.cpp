@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -129,9 +130,10 @@ constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "nam
 constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
 constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session", "in_s", "priority"};
 
-constexpr std::array<std::string_view, 16> generate_fields{
-  "type",  "id",    "prompt", "prompt_tokens", "adapter", "max_tokens", "temperature", "top_p",
-  "top_k", "seed",  "stop",   "stream",        "session", "priority",   "logprobs",   "prompt_logprobs"};
+constexpr std::array<std::string_view, 19> generate_fields{
+  "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
+  "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
+  "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -204,6 +206,32 @@ std::vector<std::int32_t> read_prompt_tokens(const json& j, const parse_limits& 
              + std::to_string(i) + " is " + describe(j[i]));
     out.push_back(*v);
   }
+  return out;
+}
+
+/// logit_bias: an object of token ids (decimal strings, as OpenAI's) to
+/// biases in [-100, 100], in token order.
+std::vector<std::pair<std::int32_t, float>> read_logit_bias(const json& j, const parse_limits& limits) {
+  const std::string expected = "an object of at most " + std::to_string(limits.max_logit_bias)
+                               + " token ids in [0, " + std::to_string(limits.vocab_size)
+                               + ") (as strings) to biases in [-100, 100]";
+  if (!j.is_object() || j.size() > limits.max_logit_bias)
+    reject_field("logit_bias", expected, j);
+  std::vector<std::pair<std::int32_t, float>> out;
+  for (const auto& [key, value] : j.items()) {
+    std::int32_t id = -1;
+    const auto* end = key.data() + key.size();
+    const auto [at, ec] = std::from_chars(key.data(), end, id);
+    if (key.empty() || ec != std::errc{} || at != end || id < 0 || id >= limits.vocab_size)
+      reject("field \"logit_bias\" must be " + expected + ", but it has the key " + describe(json(key)));
+    if (!value.is_number() || !std::isfinite(value.get<double>()) || std::fabs(value.get<double>()) > 100)
+      reject("field \"logit_bias\" must be " + expected + ", but token " + key + " has " + describe(value));
+    out.emplace_back(id, static_cast<float>(value.get<double>()));
+  }
+  std::sort(out.begin(), out.end());
+  for (std::size_t i = 1; i < out.size(); ++i)
+    if (out[i].first == out[i - 1].first)
+      reject("field \"logit_bias\" names token " + std::to_string(out[i].first) + " twice");
   return out;
 }
 
@@ -286,6 +314,12 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
       reject_field("seed", "an integer between 0 and 18446744073709551615", *j);
     g.sampling.seed = *v;
   }
+  if (auto j = find(obj, "presence_penalty"))
+    g.sampling.presence_penalty = read_real(*j, "presence_penalty", -2, 2, false, "a number between -2 and 2");
+  if (auto j = find(obj, "frequency_penalty"))
+    g.sampling.frequency_penalty = read_real(*j, "frequency_penalty", -2, 2, false, "a number between -2 and 2");
+  if (auto j = find(obj, "logit_bias"))
+    g.sampling.logit_bias = read_logit_bias(*j, limits);
   if (auto j = find(obj, "stop"))
     g.stop = read_stop(*j, limits);
   if (auto j = find(obj, "stream")) {
@@ -807,6 +841,16 @@ std::string to_json(const request& x) {
       j["top_k"] = g.sampling.top_k;
       if (g.sampling.seed)
         j["seed"] = *g.sampling.seed;
+      if (g.sampling.presence_penalty != 0)
+        j["presence_penalty"] = wire_float(g.sampling.presence_penalty);
+      if (g.sampling.frequency_penalty != 0)
+        j["frequency_penalty"] = wire_float(g.sampling.frequency_penalty);
+      if (!g.sampling.logit_bias.empty()) {
+        json bias = json::object();
+        for (const auto& [token, b] : g.sampling.logit_bias)
+          bias[std::to_string(token)] = wire_float(b);
+        j["logit_bias"] = std::move(bias);
+      }
       if (!g.stop.empty())
         j["stop"] = g.stop;
       j["stream"] = g.stream;

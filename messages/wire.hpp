@@ -40,6 +40,14 @@ struct sampling_params {
   float top_p = 1.0f;       ///< in (0, 1]
   std::int32_t top_k = 0;   ///< >= 0; 0 means no top-k cut
   std::optional<std::uint64_t> seed;
+  /// In [-2, 2], as OpenAI's: subtracted from the logit of every token the
+  /// output holds already (presence), and that many times (frequency),
+  /// before sampling.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  /// Added to those tokens' logits before sampling: (token, bias in
+  /// [-100, 100]), in token order, each token once.
+  std::vector<std::pair<std::int32_t, float>> logit_bias{};
 };
 
 struct generate_request {
@@ -113,6 +121,7 @@ struct parse_limits {
   std::uint32_t max_id_chars = 256;     ///< longest request id
   std::int32_t vocab_size = 1 << 30;    ///< prompt_tokens must lie in [0, vocab)
   std::uint32_t max_logprobs = 20;      ///< most alternatives `logprobs` or `prompt_logprobs` may ask for
+  std::uint32_t max_logit_bias = 300;   ///< most tokens `logit_bias` may name
 };
 
 /// Parses and validates one frame. Never throws.

@@ -280,6 +280,10 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.top_k = g.sampling.top_k;
   spec.logprobs = g.logprobs;
   spec.prompt_logprobs = g.prompt_logprobs;
+  spec.presence_penalty = g.sampling.presence_penalty;
+  spec.frequency_penalty = g.sampling.frequency_penalty;
+  for (const auto& [token, bias] : g.sampling.logit_bias)
+    spec.logit_bias.push_back({token, bias});
   spec.priority = g.priority;
   spec.session = session_id_of(g.session);
   spec.stop = std::move(g.stop);

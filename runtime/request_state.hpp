@@ -2,6 +2,7 @@
 // the scheduler core keeps for it. Used by runtime/scheduler_core.cpp only.
 #pragma once
 
+#include "gpu/step.hpp"
 #include "policies/classifier_policy.hpp"
 
 #include <cstddef>
@@ -77,6 +78,13 @@ struct request_spec {
   /// prompt_logprobs). Such a turn computes its whole prompt: it reuses no
   /// session cache.
   std::int32_t prompt_logprobs = -1;
+  /// OpenAI's penalties, each in [-2, 2]: subtracted from the logit of
+  /// every token the output holds (presence) and that many times
+  /// (frequency); and logit_bias, in token order: each step's
+  /// gpu::step_entry::logit_adjust.
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  std::vector<gpu::logit_adjustment> logit_bias{};
   std::int32_t priority = 0;
   /// Multi-turn session (0: none): its KV may be kept after this turn and
   /// reused by the next turn whose prompt extends it.

@@ -627,6 +627,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.top_p = r.spec.top_p;
     e.top_k = r.spec.top_k;
     e.logprobs = r.spec.logprobs;
+    e.logit_adjust = logit_adjust(r);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
       // A prefill joins only while the budget allows, unless the step would
@@ -665,6 +666,28 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     out.push_back(e);
   }
   step_in_flight_ = !out.empty();
+  return out;
+}
+
+std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r) {
+  std::vector<gpu::logit_adjustment> out;
+  if (r.output_counts.empty()) {
+    out = r.spec.logit_bias;
+    return out;
+  }
+  // OpenAI's: logit - count·frequency - (count > 0)·presence + bias, the
+  // two lists merged in token order.
+  out.reserve(r.output_counts.size() + r.spec.logit_bias.size());
+  auto bias = r.spec.logit_bias.begin();
+  for (const auto& [token, count] : r.output_counts) {
+    for (; bias != r.spec.logit_bias.end() && bias->token < token; ++bias)
+      out.push_back(*bias);
+    float delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
+    if (bias != r.spec.logit_bias.end() && bias->token == token)
+      delta += (bias++)->delta;
+    out.push_back({token, delta});
+  }
+  out.insert(out.end(), bias, r.spec.logit_bias.end());
   return out;
 }
 
@@ -747,6 +770,8 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     if (batch[k].prompt_logprobs >= 0 && r.generated == 0 && k < prompt_logprobs.size())
       fx.prompt_logprobs.emplace_back(fx.tokens.size() - 1, prompt_logprobs[k]);
     r.output.push_back(tok);
+    if (r.spec.presence_penalty != 0 || r.spec.frequency_penalty != 0)
+      ++r.output_counts[tok];
     ++r.generated;
     r.last_token = tok;
     r.last_token_s = now_s;

@@ -432,8 +432,14 @@ private:
     /// Output so far: a squashed request re-runs prompt + output as its
     /// prefill and continues at index `generated`.
     std::vector<std::int32_t> output;
+    /// How often each token occurs in `output`, kept only when the request
+    /// has a presence or frequency penalty.
+    std::map<std::int32_t, std::uint32_t> output_counts;
     std::string text; // decoded output, kept only when stop strings are set
   };
+  /// The request's logit_bias and penalties for its next token
+  /// (gpu::step_entry::logit_adjust), in token order.
+  static std::vector<gpu::logit_adjustment> logit_adjust(const record& r);
 
   void transition(record& r, request_state to);
   void enqueue_waiting(const record& r);

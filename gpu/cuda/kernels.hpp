@@ -41,6 +41,10 @@ struct device_plan {
   const std::uint32_t* tile_indptr = nullptr;
   std::uint32_t num_tiles = 0;
   const sample_params* sampling = nullptr;
+  /// batch_plan's logit adjustments (null when none).
+  const std::uint32_t* adjust_indptr = nullptr;
+  const std::int32_t* adjust_tokens = nullptr;
+  const float* adjust_deltas = nullptr;
   std::uint32_t max_new_tokens = 0;
   std::uint32_t max_kv_len = 0;
 };
@@ -175,5 +179,12 @@ void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std:
 /// walking tokens by descending probability, ties by lower id.
 void sample(const device_plan& plan, const float* logits, std::uint32_t vocab,
             std::int32_t* tokens, cudaStream_t stream);
+
+/// out [seqs, vocab] = logits with plan.adjust_* added (step_entry::
+/// logit_adjust; a token outside the vocabulary is ignored): what sample()
+/// draws from when any sequence adjusts its logits; `logits` stay the
+/// model's, for the log-probabilities.
+void adjust_logits(const device_plan& plan, const float* logits, std::uint32_t vocab, float* out,
+                   cudaStream_t stream);
 
 } // namespace troupe::gpu::cuda

@@ -48,7 +48,7 @@ bool grow(device_buffer<T>& b, std::uint64_t n) {
 // takes (it grows every decode step; comparing it would capture each step
 // anew).
 bool same_launches(const device_plan& a, const device_plan& b) noexcept {
-  static_assert(sizeof(device_plan) == 176, "a device_plan field was added: compare it here");
+  static_assert(sizeof(device_plan) == 200, "a device_plan field was added: compare it here");
   return a.seqs == b.seqs && a.rows == b.rows && a.token_ids == b.token_ids &&
          a.positions == b.positions && a.row_seq == b.row_seq && a.qo_indptr == b.qo_indptr &&
          a.last_row == b.last_row && a.kv_indptr == b.kv_indptr && a.kv_pages == b.kv_pages &&
@@ -56,7 +56,9 @@ bool same_launches(const device_plan& a, const device_plan& b) noexcept {
          a.slots == b.slots && a.lora_pages == b.lora_pages && a.row_lora == b.row_lora &&
          a.segments == b.segments && a.num_segments == b.num_segments && a.max_rank == b.max_rank &&
          a.items == b.items && a.num_items == b.num_items && a.tile_indptr == b.tile_indptr &&
-         a.num_tiles == b.num_tiles && a.sampling == b.sampling && a.max_new_tokens == b.max_new_tokens;
+         a.num_tiles == b.num_tiles && a.sampling == b.sampling && a.adjust_indptr == b.adjust_indptr &&
+         a.adjust_tokens == b.adjust_tokens && a.adjust_deltas == b.adjust_deltas &&
+         a.max_new_tokens == b.max_new_tokens;
 }
 
 } // namespace
@@ -228,7 +230,7 @@ std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t r
                                 3ull * cfg.intermediate;
   const std::uint64_t per_seq = cfg.hidden;
   return (rows * per_row + seqs * per_seq) * dtype_bytes(cfg.type) +
-         std::uint64_t{seqs} * cfg.vocab * sizeof(float) + std::uint64_t{seqs} * sizeof(std::int32_t) +
+         2 * std::uint64_t{seqs} * cfg.vocab * sizeof(float) + std::uint64_t{seqs} * sizeof(std::int32_t) +
          std::uint64_t{lora_max_fused} * rows * rank * sizeof(float);
 }
 
@@ -251,6 +253,7 @@ bool cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64
     s_.seqs = static_cast<std::uint32_t>(seqs);
     s_.last = device_buffer<std::uint16_t>(seqs * cfg_.hidden);
     logits_ = device_buffer<float>(seqs * cfg_.vocab);
+    adjusted_logits_ = device_buffer<float>(seqs * cfg_.vocab);
     tokens_ = device_buffer<std::int32_t>(seqs);
   }
   return grow(s_.lora_tmp, lora_floats) || grew;
@@ -447,7 +450,12 @@ void cuda_model::launch_step(const device_plan& d,
   const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
   linear(last, head, 0, logits_.data(), 0, d.seqs, h, cfg_.vocab, 1, true);
   part(step_part::sample);
-  sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
+  if (d.adjust_indptr != nullptr) { // sampled from the adjusted logits; logits_ stay the model's
+    adjust_logits(d, logits_.data(), cfg_.vocab, adjusted_logits_.data(), stream_);
+    sample(d, adjusted_logits_.data(), cfg_.vocab, tokens_.data(), stream_);
+  } else {
+    sample(d, logits_.data(), cfg_.vocab, tokens_.data(), stream_);
+  }
   part(step_part::end);
   TROUPE_CUDA_CHECK(cudaGetLastError());
 }

@@ -232,6 +232,7 @@ private:
   scratch s_;
   std::function<void(step_part)> probe_;
   device_buffer<float> logits_;
+  device_buffer<float> adjusted_logits_; // logits_ with the step's logit adjustments, sampled from
   std::uint32_t step_rows_ = 0; // rows of the last step enqueued
   device_buffer<std::int32_t> tokens_;
   struct step_graph {

@@ -182,6 +182,17 @@ batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) 
     }
   }
   p.tile_indptr.push_back(static_cast<std::uint32_t>(p.items.size())); // the last tile's end
+  // Logit adjustments, in plan order, only where some sequence has any.
+  if (std::any_of(p.order.begin(), p.order.end(), [&](std::uint32_t i) { return !batch[i].logit_adjust.empty(); })) {
+    p.adjust_indptr.push_back(0);
+    for (const auto i : p.order) {
+      for (const auto& a : batch[i].logit_adjust) {
+        p.adjust_tokens.push_back(a.token);
+        p.adjust_deltas.push_back(a.delta);
+      }
+      p.adjust_indptr.push_back(static_cast<std::uint32_t>(p.adjust_tokens.size()));
+    }
+  }
   return p;
 }
 

@@ -173,6 +173,12 @@ struct batch_plan {
 
   // -- sampling ----------------------------------------------------------------
   std::vector<sample_params> sampling; ///< [seqs]
+  /// Each sequence's step_entry::logit_adjust: sequence i's are
+  /// [adjust_indptr[i], adjust_indptr[i+1]) of the two arrays; all three
+  /// empty when no sequence has any (the step samples its logits as they are).
+  std::vector<std::uint32_t> adjust_indptr;
+  std::vector<std::int32_t> adjust_tokens;
+  std::vector<float> adjust_deltas;
 
   std::uint32_t max_new_tokens = 0; ///< longest run of rows of one sequence
   std::uint32_t max_kv_len = 0;

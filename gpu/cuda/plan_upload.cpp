@@ -60,7 +60,8 @@ device_plan plan_upload::upload(const batch_plan& plan, cudaStream_t stream) {
     make_part(plan.row_lora, &d.row_lora),     make_part(plan.segments, &d.segments),
     make_part(plan.items, &d.items),           make_part(plan.tile_indptr, &d.tile_indptr),
     make_part(plan.sampling, &d.sampling),     make_part(plan.lora_pages, &d.lora_pages),
-    make_part(plan.kv_pages, &d.kv_pages),
+    make_part(plan.kv_pages, &d.kv_pages),     make_part(plan.adjust_indptr, &d.adjust_indptr),
+    make_part(plan.adjust_tokens, &d.adjust_tokens), make_part(plan.adjust_deltas, &d.adjust_deltas),
   };
   std::size_t total = 0;
   for (const auto& p : parts)

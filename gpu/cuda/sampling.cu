@@ -774,6 +774,38 @@ __global__ void __launch_bounds__(sampler_threads)
 
 } // namespace
 
+namespace {
+
+constexpr unsigned adjust_threads = 256;
+
+__global__ void __launch_bounds__(adjust_threads)
+  adjust_logits_kernel(const float* __restrict__ logits,       // [seqs, vocab]
+                       std::uint32_t vocab,
+                       const std::uint32_t* __restrict__ indptr, // [seqs + 1]
+                       const std::int32_t* __restrict__ tokens,
+                       const float* __restrict__ deltas,
+                       float* __restrict__ out) {               // [seqs, vocab]
+  const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
+  for (std::uint32_t i = threadIdx.x; i < vocab; i += blockDim.x)
+    out[base + i] = logits[base + i];
+  __syncthreads();
+  for (std::uint32_t k = indptr[blockIdx.x] + threadIdx.x; k < indptr[blockIdx.x + 1]; k += blockDim.x) {
+    const std::int32_t t = tokens[k];
+    if (t >= 0 && static_cast<std::uint32_t>(t) < vocab)
+      atomicAdd(out + base + static_cast<std::uint32_t>(t), deltas[k]); // a token named twice adds both
+  }
+}
+
+} // namespace
+
+void adjust_logits(const device_plan& plan, const float* logits, std::uint32_t vocab, float* out,
+                   cudaStream_t stream) {
+  if (plan.seqs == 0 || vocab == 0 || plan.adjust_indptr == nullptr)
+    return;
+  adjust_logits_kernel<<<plan.seqs, adjust_threads, 0, stream>>>(logits, vocab, plan.adjust_indptr, plan.adjust_tokens,
+                                                                 plan.adjust_deltas, out);
+}
+
 void sample(const device_plan& plan, const float* logits, std::uint32_t vocab,
             std::int32_t* tokens, cudaStream_t stream) {
   if (plan.seqs == 0)

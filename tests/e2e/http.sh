@@ -228,6 +228,20 @@ assert alone["choices"][0]["finish_reason"] == "length" and choice["text"].start
 refused(400, path="/v1/chat/completions", body={"model": "demo", "messages": [{"role": "user", "content": "Hi"}],
                                                 "echo": True}, says="echo")
 
+# logit_bias and penalties (OpenAI's) steer sampling: +100 on one token
+# makes a greedy output all that token; a frequency penalty makes the greedy
+# reference, which repeats tokens, another text; out of range, refused.
+forced = ref["tokens"][0] + 1
+status, _, body = call("/v1/completions", dict(req, max_tokens=4, logprobs=0, logit_bias={str(forced): 100}))
+biased = json.loads(body)["choices"][0]
+assert status == 200 and len(biased["logprobs"]["tokens"]) == 4, body
+assert len(set(biased["logprobs"]["tokens"])) == 1 and all(x <= 0 for x in biased["logprobs"]["token_logprobs"]), body
+assert len(set(ref["tokens"])) < len(ref["tokens"]), ref
+status, _, body = call("/v1/completions", dict(req, frequency_penalty=2, presence_penalty=2))
+assert status == 200 and json.loads(body)["choices"][0]["text"] != ref["text"], (body, ref)
+refused(400, body=dict(req, presence_penalty=3), says="presence_penalty")
+refused(400, body=dict(req, logit_bias={"-4": 1}), says="logit_bias")
+
 # A chat completion (chatml) is a completion of its rendered prompt.
 messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The river runs"}]
 rendered = ("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nThe river runs<|im_end|>\n"

@@ -202,5 +202,12 @@ TEST_F(cpu_backend_adapters, prompt_log_probabilities_are_those_of_each_prefix_a
   EXPECT_TRUE(with.prompt_logprobs[3].empty());
 }
 
+TEST_F(cpu_backend_adapters, logit_adjustments_steer_sampling_not_the_log_probabilities) {
+  auto b = open();
+  ASSERT_NE(b, nullptr);
+  testing::expect_logit_adjust_steers_sampling_only(*b, entry(1, {1, 5, 9, 13, 17}, {0}, 0), b->vocab().vocab_size(),
+                                                    1e-4f);
+}
+
 } // namespace
 } // namespace troupe::gpu

@@ -650,6 +650,23 @@ TEST(openai, streamed_log_probabilities_go_with_the_text_their_tokens_begin_in) 
   EXPECT_EQ(listed(end), (json{-1.0, -2.0, -3.0}));
 }
 
+TEST(openai, penalties_and_logit_bias_go_to_the_wire_which_checks_them) {
+  // Penalties and logit_bias go to the wire as they are (it checks them).
+  const auto p = as_generate(
+    ok(R"({"model":"m","prompt":"p","presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":-100,"3":2}})"));
+  EXPECT_EQ(p.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(p.sampling.frequency_penalty, -1.0f);
+  EXPECT_EQ(p.sampling.logit_bias, (std::vector<std::pair<std::int32_t, float>>{{3, 2.0f}, {7, -100.0f}}));
+  const auto tpl = builtin("chatml");
+  EXPECT_EQ(as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"logit_bias":{"1":5}})", tpl))
+              .sampling.logit_bias,
+            (std::vector<std::pair<std::int32_t, float>>{{1, 5.0f}}));
+  const auto bad = ok(R"({"model":"m","prompt":"p","logit_bias":[1]})");
+  const auto r = wire::parse_request(bad.frames.at(0), wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
+  EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"logit_bias\""), std::string::npos);
+}
+
 TEST(openai, echo_asks_the_wire_for_the_prompts_log_probabilities_only_where_its_text_is_not_at_hand) {
   auto frame = [](const completion_request& c, std::size_t k = 0) { return json::parse(c.frames.at(k)); };
   // A text prompt without log-probabilities: echoed as sent.

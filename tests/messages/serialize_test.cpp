@@ -37,6 +37,9 @@ TEST(serialize, a_request_keeps_every_field) {
   s.top_k = 40;
   s.logprobs = 5;
   s.prompt_logprobs = 2;
+  s.presence_penalty = -0.5f;
+  s.frequency_penalty = 1.5f;
+  s.logit_bias = {{3, 100.0f}, {9, -2.5f}};
   s.priority = -2;
   s.session = 0xabcdef;
   s.stop = {"\n\n"};
@@ -56,6 +59,11 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.top_k, s.top_k);
   EXPECT_EQ(r.logprobs, s.logprobs);
   EXPECT_EQ(r.prompt_logprobs, s.prompt_logprobs);
+  EXPECT_EQ(r.presence_penalty, s.presence_penalty);
+  EXPECT_EQ(r.frequency_penalty, s.frequency_penalty);
+  ASSERT_EQ(r.logit_bias.size(), 2u);
+  EXPECT_EQ(r.logit_bias[1].token, 9);
+  EXPECT_EQ(r.logit_bias[1].delta, -2.5f);
   EXPECT_EQ(r.priority, s.priority);
   EXPECT_EQ(r.session, s.session);
   EXPECT_EQ(r.stop, s.stop);
@@ -110,8 +118,12 @@ TEST(serialize, a_step_keeps_what_it_asks_and_what_it_gives) {
   e.request_id = 2;
   e.logprobs = 3;
   e.prompt_logprobs = 1;
+  e.logit_adjust = {{4, -1.25f}};
   e.tokens = {1, 2};
   EXPECT_EQ(round_trip(e).logprobs, 3);
+  ASSERT_EQ(round_trip(e).logit_adjust.size(), 1u);
+  EXPECT_EQ(round_trip(e).logit_adjust[0].token, 4);
+  EXPECT_EQ(round_trip(e).logit_adjust[0].delta, -1.25f);
   EXPECT_EQ(round_trip(e).prompt_logprobs, 1);
   gpu::step_result r;
   r.tokens = {5};

@@ -50,6 +50,9 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.sampling.top_p, b.sampling.top_p);
   EXPECT_EQ(a.sampling.top_k, b.sampling.top_k);
   EXPECT_EQ(a.sampling.seed, b.sampling.seed);
+  EXPECT_EQ(a.sampling.presence_penalty, b.sampling.presence_penalty);
+  EXPECT_EQ(a.sampling.frequency_penalty, b.sampling.frequency_penalty);
+  EXPECT_EQ(a.sampling.logit_bias, b.sampling.logit_bias);
   EXPECT_EQ(a.stop, b.stop);
   EXPECT_EQ(a.stream, b.stream);
   EXPECT_EQ(a.session, b.session);
@@ -229,13 +232,18 @@ std::vector<accept_case> accept_cases() {
     {"prompt_logprobs_none_asked", gen(R"("prompt_logprobs":0)"), [](g r) { r.prompt_logprobs = 0; }},
     {"prompt_logprobs_most", gen(R"("prompt_logprobs":20)"), [](g r) { r.prompt_logprobs = 20; }},
     {"prompt_logprobs_null", gen(R"("prompt_logprobs":null)"), [](g) {}},
+    {"penalties", gen(R"("presence_penalty":-2,"frequency_penalty":0.5)"),
+     [](g r) { r.sampling.presence_penalty = -2.0f; r.sampling.frequency_penalty = 0.5f; }},
+    {"logit_bias_in_token_order", gen(R"("logit_bias":{"99":100,"5":-100,"7":0.5})"),
+     [](g r) { r.sampling.logit_bias = {{5, -100.0f}, {7, 0.5f}, {99, 100.0f}}; }},
+    {"logit_bias_empty", gen(R"("logit_bias":{})"), [](g) {}},
     {"all_fields",
      gen(R"("adapter":"a","max_tokens":8,"temperature":0.5,"top_p":0.9,"top_k":3,)"
          R"("seed":42,"stop":["x"],"stream":true,"session":"s","priority":2)"),
      [](g r) {
        r.adapter = "a";
        r.max_tokens = 8;
-       r.sampling = {0.5f, 0.9f, 3, 42};
+       r.sampling = {0.5f, 0.9f, 3, 42, 0.0f, 0.0f, {}};
        r.stop = {"x"};
        r.stream = true;
        r.session = "s";
@@ -396,6 +404,14 @@ std::vector<reject_case> reject_cases() {
      {"\"prompt_logprobs\"", "between 0 and 20", "prompt token", "got -1"}},
     {"prompt_logprobs_too_many", gen(R"("prompt_logprobs":21)"), bad, "g1", {"\"prompt_logprobs\"", "got 21"}},
     {"prompt_logprobs_text", gen(R"("prompt_logprobs":"5")"), bad, "g1", {"\"prompt_logprobs\"", "got \"5\""}},
+    {"presence_penalty_too_large", gen(R"("presence_penalty":2.5)"), bad, "g1", {"\"presence_penalty\"", "between -2 and 2"}},
+    {"frequency_penalty_text", gen(R"("frequency_penalty":"1")"), bad, "g1", {"\"frequency_penalty\"", "got \"1\""}},
+    {"logit_bias_array", gen(R"("logit_bias":[1])"), bad, "g1", {"\"logit_bias\"", "token ids"}},
+    {"logit_bias_bad_key", gen(R"("logit_bias":{"x1":1})"), bad, "g1", {"\"logit_bias\"", "the key \"x1\""}},
+    {"logit_bias_negative_key", gen(R"("logit_bias":{"-1":1})"), bad, "g1", {"\"logit_bias\"", "the key \"-1\""}},
+    {"logit_bias_past_vocab", gen(R"("logit_bias":{"1000":1})"), bad, "g1", {"\"logit_bias\"", "[0, 1000)"}},
+    {"logit_bias_too_large", gen(R"("logit_bias":{"3":101})"), bad, "g1", {"\"logit_bias\"", "token 3 has 101"}},
+    {"logit_bias_twice", gen(R"("logit_bias":{"3":1,"03":2})"), bad, "g1", {"\"logit_bias\"", "token 3 twice"}},
     {"unknown_field", gen(R"("max_token":16)"), bad, "g1",
      {"unknown field \"max_token\"", "generate", "\"max_tokens\""}},
     {"unknown_field_before_prompt_check", R"({"type":"generate","id":"g1","promt":"hi"})", bad,
@@ -446,7 +462,7 @@ TEST(wire, request_round_trips) {
   full.prompt = "Once upon a time \xe2\x98\xba";
   full.adapter = "sql-lora";
   full.max_tokens = 4096;
-  full.sampling = {0.7f, 0.95f, 40, std::numeric_limits<std::uint64_t>::max()};
+  full.sampling = {0.7f, 0.95f, 40, std::numeric_limits<std::uint64_t>::max(), -1.5f, 0.25f, {{0, -100.0f}, {7, 2.5f}}};
   full.stop = {"\n", "END"};
   full.stream = true;
   full.session = "chat-1";
@@ -457,7 +473,7 @@ TEST(wire, request_round_trips) {
   generate_request tokens;
   tokens.id = "tok";
   tokens.prompt_tokens = std::vector<std::int32_t>{0, 1, 999};
-  tokens.sampling = {0.0f, 0.1f, 0, 0};
+  tokens.sampling = {0.0f, 0.1f, 0, 0, 0.0f, 0.0f, {}};
   tokens.stop = {"x"};
 
   generate_request defaults;

@@ -1423,6 +1423,43 @@ TEST(scheduler_core, prompt_log_probabilities_go_with_the_first_token_of_the_req
   EXPECT_TRUE(fx.prompt_logprobs.empty());
 }
 
+TEST(scheduler_core, each_step_adjusts_logits_by_the_bias_and_the_penalties_on_the_output_so_far) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  auto step = three_in_one_prefill(core, {3, 4}, [](request_spec& s) {
+    if (s.request_id == 1)
+      s.logit_bias = {{2, 1.5f}, {60, -3.0f}};
+    if (s.request_id != 2) {
+      s.presence_penalty = 0.5f;
+      s.frequency_penalty = 0.25f;
+    }
+  });
+  ASSERT_EQ(step.size(), 3u);
+  auto adjust_of = [&](std::uint64_t id) {
+    std::vector<std::pair<std::int32_t, float>> out;
+    for (const auto& e : step)
+      if (e.request_id == id)
+        for (const auto& a : e.logit_adjust)
+          out.emplace_back(a.token, a.delta);
+    return out;
+  };
+  using adjustments = std::vector<std::pair<std::int32_t, float>>;
+  EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {60, -3.0f}})) << "no output yet: the bias alone";
+  EXPECT_TRUE(adjust_of(2).empty());
+  EXPECT_TRUE(adjust_of(3).empty());
+  core.on_step_done(step, std::vector<std::int32_t>{60, 60, 50}, 5);
+  step = core.next_step(6);
+  // logit - count * frequency - presence (+ bias), in token order.
+  EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {60, -3.75f}}));
+  EXPECT_TRUE(adjust_of(2).empty()) << "no penalty, no bias";
+  EXPECT_EQ(adjust_of(3), (adjustments{{50, -0.75f}}));
+  core.on_step_done(step, std::vector<std::int32_t>{60, 1, 7}, 7);
+  step = core.next_step(8);
+  EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {60, -4.0f}}));
+  EXPECT_EQ(adjust_of(3), (adjustments{{7, -0.75f}, {50, -0.75f}}));
+}
+
 /// The last reported waiting count per adapter, as a consumer applying
 /// scheduler_effects::queued in order ends up with.
 std::map<std::uint32_t, std::uint32_t> queued_after(const scheduler_effects& fx,

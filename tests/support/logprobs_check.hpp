@@ -138,4 +138,37 @@ inline std::size_t expect_prompt_logprobs_match_prefixes(gpu::executor_backend& 
   return checked;
 }
 
+/// Logit adjustments steer sampling and nothing else: `e` (a greedy
+/// prefill) with +100 on a token it would not pick samples that token, and
+/// -1000 on its own pick samples another; an adjustment outside the
+/// vocabulary is ignored; the log-probabilities reported are the model's,
+/// the same as without any.
+inline void expect_logit_adjust_steers_sampling_only(gpu::executor_backend& b, gpu::step_entry e, std::int32_t vocab,
+                                                     float tol) {
+  e.temperature = 0;
+  e.logprobs = 3;
+  e.logit_adjust.clear();
+  const auto plain = b.run_step(std::span{&e, 1});
+  ASSERT_EQ(plain.tokens.size(), 1u);
+  const auto own = plain.tokens[0];
+  ASSERT_GE(own, 0);
+  const std::int32_t other = own == 0 ? 1 : own - 1;
+  auto steered = e;
+  steered.logit_adjust = {{other, 100.0f}, {vocab + 5, 50.0f}};
+  const auto up = b.run_step(std::span{&steered, 1});
+  ASSERT_EQ(up.tokens.size(), 1u);
+  EXPECT_EQ(up.tokens[0], other) << "+100 on a token: it is drawn";
+  ASSERT_EQ(up.logprobs.size(), 1u);
+  ASSERT_EQ(plain.logprobs.size(), 1u);
+  expect_same_top(up.logprobs[0].top, plain.logprobs[0].top, tol);
+  steered.logit_adjust = {{own, -1000.0f}};
+  const auto down = b.run_step(std::span{&steered, 1});
+  ASSERT_EQ(down.tokens.size(), 1u);
+  EXPECT_GE(down.tokens[0], 0);
+  EXPECT_NE(down.tokens[0], own) << "-1000 on the greedy pick: another is drawn";
+  ASSERT_EQ(down.logprobs.size(), 1u);
+  EXPECT_NEAR(down.logprobs[0].logprob, plain.logprobs[0].top.at(1).logprob, tol)
+    << "the model's own log-probability of what was drawn: the runner-up's";
+}
+
 } // namespace troupe::testing

@@ -448,5 +448,23 @@ TEST(cuda_backend, prompt_log_probabilities_are_those_of_each_prefix_alone_read_
   EXPECT_TRUE(without.prompt_logprobs.empty());
 }
 
+TEST(cuda_backend, logit_adjustments_steer_sampling_not_the_log_probabilities) {
+  TROUPE_REQUIRE_GPU();
+  auto b = open_backend(dtype::f16);
+  ASSERT_NE(b, nullptr);
+  troupe::testing::expect_logit_adjust_steers_sampling_only(*b, greedy_entry(prompt(9, 1), 0, {0}),
+                                                            static_cast<std::int32_t>(tiny.vocab), 0.05f);
+  // In a batch: only the entry that adjusts is steered.
+  auto plain = greedy_entry(prompt(9, 1), 0, {0});
+  auto steered = greedy_entry(prompt(5, 2), 0, {1});
+  const auto alone = one(*b, steered);
+  steered.logit_adjust = {{alone == 0 ? 1 : alone - 1, 100.0f}};
+  const std::vector<step_entry> batch{plain, steered};
+  const auto r = b->run_step(batch);
+  ASSERT_EQ(r.tokens.size(), 2u);
+  EXPECT_EQ(r.tokens[0], one(*b, plain));
+  EXPECT_EQ(r.tokens[1], alone == 0 ? 1 : alone - 1);
+}
+
 } // namespace
 } // namespace troupe::gpu::cuda

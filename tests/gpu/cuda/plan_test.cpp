@@ -1,5 +1,6 @@
 // plan_batch and the page layouts: rows, page tables, LoRA grouping and
-// segments, attention tiles and items, and rejected entries.
+// segments, attention tiles and items, logit adjustments, and rejected
+// entries.
 #include "gpu/cuda/plan.hpp"
 
 #include <gtest/gtest.h>
@@ -221,6 +222,19 @@ TEST(plan_batch, bad_entries_are_rejected_with_a_reason_and_the_rest_planned) {
   EXPECT_EQ(p.rows(), 2u);
   EXPECT_TRUE(p.slots.empty());
   EXPECT_TRUE(p.segments.empty());
+}
+
+TEST(plan_batch, logit_adjustments_follow_the_plan_order_and_only_when_some_entry_has_any) {
+  fixture f;
+  std::vector<step_entry> batch{entry(1, 0, 3, {3}, 9, 16), entry(2, 6, 1, {5, 6}), entry(3, 2, 1, {7})};
+  EXPECT_TRUE(plan_batch(batch, f.in).adjust_indptr.empty()) << "none: the step samples its logits as they are";
+  batch[0].logit_adjust = {{4, 1.5f}, {9, -2.0f}};
+  batch[2].logit_adjust = {{0, 100.0f}};
+  const auto p = plan_batch(batch, f.in);
+  ASSERT_EQ(p.order, (std::vector<std::uint32_t>{1, 2, 0})); // base model first
+  EXPECT_EQ(p.adjust_indptr, (std::vector<std::uint32_t>{0, 0, 1, 3}));
+  EXPECT_EQ(p.adjust_tokens, (std::vector<std::int32_t>{0, 4, 9}));
+  EXPECT_EQ(p.adjust_deltas, (std::vector<float>{100.0f, 1.5f, -2.0f}));
 }
 
 TEST(plan_batch, an_empty_batch_gives_an_empty_plan) {

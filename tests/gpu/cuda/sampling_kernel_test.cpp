@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -342,6 +343,56 @@ TEST(sampling_kernel, empty_and_tiny_vocabularies) {
       small.push_back(l + 0.01f * s);
   EXPECT_EQ(expect_cpu_tokens(small, 3, three, "vocab 3"), 0u);
   EXPECT_TRUE(run_sample({}, 16, {}).empty());
+}
+
+TEST(sampling_kernel, adjusted_logits_are_the_cpu_references_bit_for_bit) {
+  TROUPE_REQUIRE_GPU();
+  // Three rows of 32000: no adjustment; a bias, a penalty, a token named
+  // twice (deltas exact in fp32, so any order of the two adds agrees) and
+  // two outside the vocabulary; two beside a NaN logit, which stays.
+  constexpr std::uint32_t vocab = 32000;
+  std::vector<float> logits(3 * vocab);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = static_cast<float>(static_cast<int>(i * 2654435761u % 2001) - 1000) / 64.0f;
+  logits[2 * vocab + 7] = nan_f;
+  const std::vector<std::vector<logit_adjustment>> adjust{
+    {}, {{0, 100.0f}, {31999, -0.5f}, {12, 0.25f}, {12, -2.0f}, {-1, 5.0f}, {32000, 5.0f}}, {{6, 1.0f}, {8, -100.0f}}};
+  std::vector<std::uint32_t> indptr{0};
+  std::vector<std::int32_t> tokens;
+  std::vector<float> deltas;
+  for (const auto& row : adjust) {
+    for (const auto& a : row) {
+      tokens.push_back(a.token);
+      deltas.push_back(a.delta);
+    }
+    indptr.push_back(static_cast<std::uint32_t>(tokens.size()));
+  }
+  device_buffer<float> d_logits(logits.size());
+  d_logits.upload(logits);
+  device_buffer<std::uint32_t> d_indptr(indptr.size());
+  d_indptr.upload(indptr);
+  device_buffer<std::int32_t> d_tokens(tokens.size());
+  d_tokens.upload(tokens);
+  device_buffer<float> d_deltas(deltas.size());
+  d_deltas.upload(deltas);
+  device_buffer<float> d_out(logits.size());
+  device_plan plan;
+  plan.seqs = 3;
+  plan.adjust_indptr = d_indptr.data();
+  plan.adjust_tokens = d_tokens.data();
+  plan.adjust_deltas = d_deltas.data();
+  adjust_logits(plan, d_logits.data(), vocab, d_out.data(), nullptr);
+  finish();
+  std::vector<float> got(logits.size()), back(logits.size());
+  d_out.download(got);
+  d_logits.download(back);
+  EXPECT_EQ(std::memcmp(back.data(), logits.data(), logits.size() * sizeof(float)), 0) << "the model's logits stay";
+  std::vector<float> want;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    apply_logit_adjust(std::span<const float>(logits).subspan(r * vocab, vocab), adjust[r], want);
+    EXPECT_EQ(std::memcmp(got.data() + r * vocab, want.data(), vocab * sizeof(float)), 0) << "row " << r;
+  }
+  EXPECT_EQ(got[vocab + 12], logits[vocab + 12] - 1.75f);
 }
 
 // -- sampling against the CPU ------------------------------------------------------------------
