@@ -104,7 +104,7 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
   std::vector<float> adjusted; // a row with its entry's logit_adjust
   for (std::size_t k = 0; k < seqs.size(); ++k) {
     const auto& e = batch[index[k]];
-    const std::size_t rows = seqs[k].all_logits ? seqs[k].tokens.size() : 1;
+    const std::size_t rows = cpu_model::logit_rows(seqs[k]);
     first_row += rows;
     if (!ran) {
       out.failures.push_back({e.request_id, "the cpu model refused the batch"});

@@ -402,8 +402,8 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
   last.resize(out_rows * hid);
   size_t o = 0;
   for (size_t s = 0; s < nb; ++s) {
-    const size_t from = batch[s].all_logits ? row_off[s] : row_off[s + 1] - 1;
-    const size_t n = row_off[s + 1] - from;
+    const size_t n = cpu_model::logit_rows(batch[s]);
+    const size_t from = row_off[s + 1] - n;
     std::copy(x.data() + from * hid, x.data() + (from + n) * hid, h.data() + o * hid);
     o += n;
   }
@@ -429,10 +429,14 @@ cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32
   m.kv.assign(num_pages * m.c.num_layers * 2 * page_tokens * m.kvd(), 0.0f);
 }
 
+std::size_t cpu_model::logit_rows(const cpu_sequence& seq) noexcept {
+  return seq.all_logits ? seq.tokens.size() : 1;
+}
+
 std::size_t cpu_model::logit_rows(std::span<const cpu_sequence> batch) noexcept {
   std::size_t n = 0;
   for (const auto& s : batch)
-    n += s.all_logits ? s.tokens.size() : 1;
+    n += logit_rows(s);
   return n;
 }
 

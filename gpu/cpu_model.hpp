@@ -49,8 +49,9 @@ public:
   /// adapter whose matrices do not fit the model, or weights whose sizes do
   /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
-  /// Rows of forward()'s logits: a sequence's new tokens with all_logits,
-  /// 1 otherwise.
+  /// Rows of forward()'s logits for `seq`: its new tokens with all_logits,
+  /// 1 otherwise; and for a whole batch.
+  static std::size_t logit_rows(const cpu_sequence& seq) noexcept;
   static std::size_t logit_rows(std::span<const cpu_sequence> batch) noexcept;
   /// Why forward() would refuse a batch holding `seq` ("" if it would not).
   std::string refusal(const cpu_sequence& seq) const;

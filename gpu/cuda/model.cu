@@ -447,8 +447,7 @@ void cuda_model::launch_step(const device_plan& d,
                      s_.last.data(), stream_);
     last = s_.last.data();
   }
-  const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
-  linear(last, head, 0, logits_.data(), 0, d.seqs, h, cfg_.vocab, 1, true);
+  head_logits(last, d.seqs, logits_.data());
   part(step_part::sample);
   if (d.adjust_indptr != nullptr) { // sampled from the adjusted logits; logits_ stay the model's
     adjust_logits(d, logits_.data(), cfg_.vocab, adjusted_logits_.data(), stream_);
@@ -466,9 +465,13 @@ void cuda_model::enqueue_row_logits(std::uint32_t first, std::uint32_t count, fl
   if (std::uint64_t{first} + count > step_rows_)
     throw cuda_error("cuda_model::enqueue_row_logits: rows " + std::to_string(first) + " to " +
                      std::to_string(std::uint64_t{first} + count) + " of a step of " + std::to_string(step_rows_));
-  const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
-  linear(s_.h.data() + std::uint64_t{first} * cfg_.hidden, head, 0, out, 0, count, cfg_.hidden, cfg_.vocab, 1, true);
+  head_logits(s_.h.data() + std::uint64_t{first} * cfg_.hidden, count, out);
   TROUPE_CUDA_CHECK(cudaGetLastError());
+}
+
+void cuda_model::head_logits(const void* x, std::uint32_t rows, float* out) {
+  const void* head = cfg_.tied_embeddings ? embed_.data() : lm_head_.data();
+  linear(x, head, 0, out, 0, rows, cfg_.hidden, cfg_.vocab, 1, true);
 }
 
 void cuda_model::forward(const batch_plan& plan, std::span<std::int32_t> tokens) {

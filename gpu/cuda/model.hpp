@@ -207,6 +207,9 @@ private:
   /// y = x w^T as blas::linear_batched (count 1: blas::linear; strides
   /// then unused), on gemv where the rows are few enough and its
   /// conditions hold, else on cuBLAS.
+  /// fp32 logits [rows, vocab] of `rows` final hidden states `x`: the LM
+  /// head (the embedding when tied).
+  void head_logits(const void* x, std::uint32_t rows, float* out);
   void linear(const void* x, const void* w, std::uint64_t w_stride, void* y, std::uint64_t y_stride,
               std::uint32_t rows, std::uint32_t in, std::uint32_t out, std::uint32_t count = 1,
               bool out_f32 = false);

@@ -772,10 +772,6 @@ __global__ void __launch_bounds__(sampler_threads)
     tokens[seq] = d.id;
 }
 
-} // namespace
-
-namespace {
-
 constexpr unsigned adjust_threads = 256;
 
 __global__ void __launch_bounds__(adjust_threads)
