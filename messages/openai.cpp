@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -29,10 +30,10 @@ api_error bad(std::string message, std::string param = {}) {
 constexpr std::array<std::string_view, 15> taken_by_both{
   "model", "max_tokens", "temperature", "top_p",   "top_k",            "seed",              "stop",      "stream",
   "stream_options", "user", "session", "n", "presence_penalty", "frequency_penalty", "logit_bias"};
-constexpr std::array<std::string_view, 3> taken_by_completions{"prompt", "logprobs", "echo"};
+constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
                                                         "logprobs", "top_logprobs"};
-constexpr std::array<std::string_view, 2> off_in_completions{"best_of", "suffix"};
+constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
 constexpr std::array<std::string_view, 3> off_in_chat{"tools", "tool_choice", "response_format"};
 
 template <std::size_t N>
@@ -41,13 +42,11 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 }
 
 /// Whether `v` is the value that turns off one of OpenAI's fields Troupe
-/// does not serve (best_of = 1, no tools, ...), so that
-/// clients sending the defaults explicitly are served.
+/// does not serve (no tools, ...), so that clients sending the defaults
+/// explicitly are served.
 bool is_off(std::string_view field, const json& v) {
   if (v.is_null())
     return true;
-  if (field == "best_of")
-    return v.is_number() && v.get<double>() == 1.0;
   if (field == "tools")
     return v.is_array() && v.empty();
   if (field == "tool_choice")
@@ -169,29 +168,32 @@ std::int32_t logprobs_count(const json& v) {
                                                                           : -1;
 }
 
-/// The request's `n` (1 when absent); the error for anything but an
-/// integer in [1, max_choices].
-std::variant<std::uint32_t, api_error> choices_per_prompt(const json& doc) {
-  const auto n = doc.find("n");
+/// The request's count `field` (`n`, `best_of`; 1 when absent); the error
+/// for anything but an integer in [1, max_choices].
+std::variant<std::uint32_t, api_error> choices_per_prompt(const json& doc, const std::string& field = "n") {
+  const auto n = doc.find(field);
   if (n == doc.end() || n->is_null())
     return 1u;
   if (!n->is_number_unsigned() || n->get<std::uint64_t>() < 1 || n->get<std::uint64_t>() > max_choices)
-    return bad("field \"n\" must be an integer in [1, " + std::to_string(max_choices) + "], got " + n->dump(), "n");
+    return bad("field \"" + field + "\" must be an integer in [1, " + std::to_string(max_choices) + "], got "
+                 + n->dump(),
+               field);
   return static_cast<std::uint32_t>(n->get<std::uint64_t>());
 }
 
 /// `gen` (a wire generate without its prompt) once for each of `prompts`'
 /// `n` choices into `out`: the prompt, the choice's wire id and, with an
-/// integer seed, seed + K for a prompt's K-th choice.
+/// integer seed, seed + K for a prompt's K-th choice. `n` counts the
+/// candidates generated (`best_of` where it is given), set as out.best_of.
 std::optional<api_error> expand(const std::vector<json>& prompts, std::uint32_t n, const json& gen,
-                                std::string_view wire_id, completion_request& out) {
+                                std::string_view wire_id, completion_request& out, const char* field = "n") {
   const auto total = prompts.size() * n;
   if (total > max_choices)
     return bad(std::to_string(prompts.size()) + " prompts of " + std::to_string(n) + " choices each are "
                  + std::to_string(total) + " choices; at most " + std::to_string(max_choices)
                  + " in one request",
-               prompts.size() > 1 ? "prompt" : "n");
-  out.n = n;
+               prompts.size() > 1 ? "prompt" : field);
+  out.best_of = n;
   for (const auto& prompt : prompts)
     for (std::uint32_t k = 0; k < n; ++k) {
       json one = gen;
@@ -252,9 +254,25 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
   const auto n = choices_per_prompt(doc);
   if (auto* e = std::get_if<api_error>(&n))
     return std::move(*e);
+  // best_of: candidates generated per prompt, of which the n most likely
+  // per token are returned; not streamed (which ones win is known only at
+  // the end).
+  const auto best_of = choices_per_prompt(doc, "best_of");
+  if (auto* e = std::get_if<api_error>(&best_of))
+    return std::move(*e);
+  out.n = std::get<std::uint32_t>(n);
+  const auto candidates = std::max(out.n, std::get<std::uint32_t>(best_of));
+  if (doc.contains("best_of") && !doc["best_of"].is_null() && std::get<std::uint32_t>(best_of) < out.n)
+    return bad("field \"best_of\" (" + doc["best_of"].dump() + ") must be at least \"n\" (" + std::to_string(out.n)
+                 + "): it counts the candidates the n choices are picked from",
+               "best_of");
   json gen = {{"type", "generate"}};
   if (auto e = take_common(doc, base_model, gen, out))
     return std::move(*e);
+  if (candidates > out.n && out.stream)
+    return bad("field \"best_of\" above \"n\" cannot be streamed: the best choices are known only when all "
+               "candidates have ended",
+               "best_of");
   // logprobs: a count, passed on (the wire parser checks it); false as none.
   if (auto lp = doc.find("logprobs"); lp != doc.end() && !lp->is_null() && *lp != json(false)) {
     gen["logprobs"] = *lp;
@@ -274,12 +292,16 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
     *m = 1; // the wire's least; the answer leaves that token out
     out.prompt_only = true;
   }
+  // Candidates are ranked by their tokens' log-probabilities: the wire
+  // computes them even where the answer shows none.
+  if (candidates > out.n && !gen.contains("logprobs"))
+    gen["logprobs"] = 0;
   out.stop = stop_strings(doc);
-  if (auto e = expand(prompts, std::get<std::uint32_t>(n), gen, wire_id, out))
+  if (auto e = expand(prompts, candidates, gen, wire_id, out, candidates > out.n ? "best_of" : "n"))
     return std::move(*e);
   if (out.echo && !gen.contains("prompt_logprobs"))
     for (const auto& p : prompts)
-      for (std::uint32_t k = 0; k < out.n; ++k)
+      for (std::uint32_t k = 0; k < out.best_of; ++k)
         out.echo_text.push_back(p.get<std::string>());
   return out;
 }
@@ -542,7 +564,8 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
     gen["logprobs"] = 0;
     out.logprobs = 0;
   }
-  if (auto e = expand({json(std::get<std::string>(prompt))}, std::get<std::uint32_t>(n), gen, wire_id, out))
+  out.n = std::get<std::uint32_t>(n);
+  if (auto e = expand({json(std::get<std::string>(prompt))}, out.n, gen, wire_id, out))
     return std::move(*e);
   return out;
 }
@@ -613,7 +636,8 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
 
 completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
   : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
-    chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), stop_(request.stop),
+    chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), per_prompt_(std::max(n_, request.best_of)),
+    stop_(request.stop),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
     choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
@@ -761,15 +785,62 @@ completion_answer::echoed(std::size_t k, const std::vector<wire::token_logprobs>
   return out;
 }
 
+namespace {
+
+/// A candidate's mean log-probability per generated token (OpenAI's rank
+/// for best_of); 0 for none, minus infinity where the wire gave none.
+double mean_logprob(const wire::done_reply& d) {
+  if (!d.logprobs)
+    return -std::numeric_limits<double>::infinity();
+  if (d.logprobs->empty())
+    return 0;
+  double sum = 0;
+  for (const auto& t : *d.logprobs)
+    sum += t.sampled.logprob;
+  return sum / static_cast<double>(d.logprobs->size());
+}
+
+/// The frames answered as choices: all of them, or with `per_prompt`
+/// candidates to each prompt above `n`, each prompt's `n` of the highest
+/// mean log-probability (ties to the earlier), in the order generated.
+std::vector<std::size_t> chosen(const std::vector<wire::done_reply>& done, std::uint32_t n, std::uint32_t per_prompt) {
+  std::vector<std::size_t> out;
+  for (std::size_t first = 0; first < done.size(); first += per_prompt) {
+    std::vector<std::size_t> group;
+    for (std::size_t k = first; k < std::min(done.size(), first + per_prompt); ++k)
+      group.push_back(k);
+    if (group.size() > n) {
+      std::vector<double> score(group.size());
+      for (std::size_t i = 0; i < group.size(); ++i)
+        score[i] = mean_logprob(done[group[i]]);
+      std::vector<std::size_t> order(group.size());
+      for (std::size_t i = 0; i < order.size(); ++i)
+        order[i] = i;
+      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+      order.resize(n);
+      std::sort(order.begin(), order.end());
+      for (auto& i : order)
+        i = group[i];
+      group = std::move(order);
+    }
+    out.insert(out.end(), group.begin(), group.end());
+  }
+  return out;
+}
+
+} // namespace
+
 std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
   json choices = json::array();
-  for (std::size_t k = 0; k < done.size(); ++k) {
+  const auto frames = chosen(done, n_, per_prompt_);
+  for (std::size_t index = 0; index < frames.size(); ++index) {
+    const auto k = frames[index];
     const auto& d = done[k];
     std::string_view text = d.text && !prompt_only_ ? std::string_view(*d.text) : std::string_view();
     const auto cut = first_stop(text, stop_);
     text = text.substr(0, cut);
     auto [echo, lps] = echoed(k, d.prompt_logprobs.value_or(std::vector<wire::token_logprobs>{}));
-    json choice = {{"index", k}, {"logprobs", nullptr},
+    json choice = {{"index", index}, {"logprobs", nullptr},
                    {"finish_reason", prompt_only_ ? "length" : finish_reason(d.finish_reason)}};
     if (logprobs_ >= 0 && prompt_only_) {
       choice["logprobs"] = logprobs_json(lps, chat_);
@@ -787,7 +858,7 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
       choice["text"] = echo + std::string(text);
     choices.push_back(std::move(choice));
   }
-  const auto u = tally(done.size(), n_, [&](std::size_t k) {
+  const auto u = tally(done.size(), per_prompt_, [&](std::size_t k) {
     return std::pair<std::uint64_t, std::uint64_t>{done[k].prompt_tokens, prompt_only_ ? 0 : done[k].completion_tokens};
   });
   json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
@@ -891,7 +962,7 @@ std::string completion_answer::stream_end() const {
   if (include_usage_) {
     json j = {{"id", id_},      {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
               {"created", created_}, {"model", model_}, {"choices", json::array()},
-              {"usage", usage_json(tally(choices_.size(), n_, [this](std::size_t k) {
+              {"usage", usage_json(tally(choices_.size(), per_prompt_, [this](std::size_t k) {
                  return std::pair<std::uint64_t, std::uint64_t>{choices_[k].prompt_tokens, choices_[k].completion_tokens};
                }))}};
     out += event(j);

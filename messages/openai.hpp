@@ -47,7 +47,12 @@ struct completion_request {
   /// `wire_id.K`. With a seed, a prompt's K-th choice has seed + K.
   std::vector<std::string> frames;
   std::vector<std::string> ids;
-  std::uint32_t n = 1;       ///< choices per prompt
+  std::uint32_t n = 1;       ///< choices per prompt in the answer
+  /// Candidates generated per prompt (frames per prompt; at least n):
+  /// completions' `best_of`. Above n, each prompt's n candidates of the
+  /// highest mean log-probability per generated token are the answer's
+  /// choices (the wire is asked for log-probabilities to rank them).
+  std::uint32_t best_of = 1;
   std::string model;         ///< as the client named it (the base model or an adapter)
   bool stream = false;
   bool include_usage = false; ///< stream_options.include_usage: a last chunk with the usage
@@ -79,10 +84,11 @@ struct completion_request {
 /// count) asks for log-probabilities; `echo` puts the prompt before the
 /// output, with its tokens' log-probabilities too when `logprobs` asks (the
 /// first token's null: nothing precedes it), and takes max_tokens 0 (the
-/// prompt alone); presence_penalty, frequency_penalty and logit_bias pass
-/// to the wire as they are; OpenAI's fields Troupe does not implement
-/// (best_of > 1, suffix) are refused with a message rather than ignored, as
-/// are fields it does not know.
+/// prompt alone); `best_of` generates that many candidates per prompt and
+/// answers with the n most likely (not streamed); presence_penalty,
+/// frequency_penalty and logit_bias pass to the wire as they are; `suffix`
+/// (insertion), which Troupe does not implement, is refused with a message
+/// rather than ignored, as are fields it does not know.
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
 
@@ -164,7 +170,9 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept;
 class completion_answer {
 public:
   completion_answer(std::string id, std::int64_t created, const completion_request& request);
-  /// Non-streaming: the whole completion object from each choice's done.
+  /// Non-streaming: the whole completion object from each frame's done
+  /// (with best_of above n, each prompt's best n candidates, in the order
+  /// generated; the usage counts every candidate's tokens).
   std::string body(const std::vector<wire::done_reply>& done) const;
   /// Streaming: the events that open the stream ("" for a text completion;
   /// a chat's first chunk of each choice names the assistant's role).
@@ -218,6 +226,7 @@ private:
   bool include_usage_;
   bool chat_;
   std::uint32_t n_;
+  std::uint32_t per_prompt_; ///< frames per prompt: max(n, best_of)
   std::vector<std::string> stop_;
   std::int32_t logprobs_;
   bool echo_;

@@ -9,7 +9,8 @@
 # serving. A server with API keys wants one on /v1/ paths; one without a chat
 # template answers chat with 404. Log-probabilities asked for over HTTP are
 # the ZeroMQ front's, list the greedy token as the most likely, and are the
-# same streamed; echoed, a prompt's score its greedy tokens' own.
+# same streamed; echoed, a prompt's score its greedy tokens' own; best_of
+# answers its most likely candidate.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
@@ -145,6 +146,17 @@ status, _, body = call("/v1/completions", dict(sampled, n=2))
 pair = [c["text"] for c in json.loads(body)["choices"]]
 singles = [json.loads(call("/v1/completions", dict(sampled, seed=s))[2])["choices"][0]["text"] for s in (3, 4)]
 assert pair == singles, (pair, singles)
+# best_of: of its candidates (seed + K, as n's), the one of the highest
+# mean log-probability per token; every candidate's tokens billed; not
+# streamed.
+cands = [json.loads(call("/v1/completions", dict(sampled, seed=s, logprobs=0))[2])["choices"][0] for s in (3, 4, 5)]
+means = [sum(c["logprobs"]["token_logprobs"]) / len(c["logprobs"]["token_logprobs"]) for c in cands]
+status, _, body = call("/v1/completions", dict(sampled, best_of=3))
+best = json.loads(body)
+assert status == 200 and len(best["choices"]) == 1 and best["choices"][0]["logprobs"] is None, body
+assert best["choices"][0]["text"] == cands[means.index(max(means))]["text"], (body, cands, means)
+assert best["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in cands), (body, cands)
+refused(400, body=dict(sampled, best_of=3, stream=True), says="cannot be streamed")
 refused(413, raw=b'{"model":"demo","prompt":"' + b"x" * (2 << 20) + b'"}')
 refused(405, method="GET")
 refused(405, path="/v1/chat/completions", method="GET")

@@ -107,6 +107,8 @@ bool check_translation(const std::variant<openai::completion_request, openai::ap
   require(!c.frames.empty(), "a translation without a frame");
   require(c.frames.size() == c.ids.size(), "frames and ids differ in number");
   require(c.frames.size() <= openai::max_choices, "more frames than max_choices");
+  require(c.best_of >= c.n && c.frames.size() % c.best_of == 0, "frames not best_of to a prompt, or best_of below n");
+  require(c.best_of == c.n || !c.stream, "a streamed best_of above n");
   wire::parse_limits limits; // the server's defaults
   bool all_taken = true;
   for (std::size_t k = 0; k < c.frames.size(); ++k) {

@@ -128,7 +128,12 @@ TEST(openai, requests_it_cannot_serve_are_refused_naming_the_field) {
          {R"({"model":"llama-2-7b","prompt":"x","n":1.5})", "n", "an integer in [1, 64]"},
          {R"({"model":"llama-2-7b","prompt":"x","n":65})", "n", "an integer in [1, 64]"},
          {R"({"model":"llama-2-7b","prompt":["a","b","c"],"n":22})", "prompt", "66 choices; at most 64"},
-         {R"({"model":"llama-2-7b","prompt":"x","best_of":2})", "best_of", "not supported"},
+         {R"({"model":"llama-2-7b","prompt":"x","best_of":0})", "best_of", "an integer in [1, 64]"},
+         {R"({"model":"llama-2-7b","prompt":"x","best_of":"2"})", "best_of", "an integer in [1, 64]"},
+         {R"({"model":"llama-2-7b","prompt":"x","n":3,"best_of":2})", "best_of", "at least \"n\" (3)"},
+         {R"({"model":"llama-2-7b","prompt":"x","best_of":2,"stream":true})", "best_of", "cannot be streamed"},
+         {R"({"model":"llama-2-7b","prompt":"x","n":2,"best_of":65})", "best_of", "an integer in [1, 64]"},
+         {R"({"model":"llama-2-7b","prompt":["a","b"],"best_of":33})", "prompt", "66 choices; at most 64"},
          {R"({"model":"llama-2-7b","prompt":"x","suffix":"y"})", "suffix", "not supported"},
          {R"({"model":"llama-2-7b","prompt":"x","echo":1})", "echo", "true or false"},
          {R"({"model":"llama-2-7b","prompt":"x","max_token":3})", "max_token", "unknown field"},
@@ -573,6 +578,69 @@ json whole_choice(bool chat, std::string stop, std::int32_t k, std::string text,
   d.text = std::move(text);
   d.logprobs = std::move(lps);
   return json::parse(a.body({d}))["choices"][0];
+}
+
+TEST(openai, best_of_generates_its_candidates_with_log_probabilities_to_rank_them) {
+  const auto c = ok(R"({"model":"m","prompt":["a","b"],"best_of":3,"seed":7})");
+  EXPECT_EQ(c.n, 1u);
+  EXPECT_EQ(c.best_of, 3u);
+  EXPECT_EQ(c.logprobs, -1) << "the answer shows none";
+  for (std::size_t k = 0; k < 6; ++k) {
+    const auto g = as_generate(c, k, 6);
+    EXPECT_EQ(g.logprobs, 0) << "the wire computes them to rank the candidates";
+    EXPECT_EQ(g.sampling.seed, 7u + k % 3) << "each candidate draws its own";
+    EXPECT_EQ(g.prompt, k < 3 ? "a" : "b");
+  }
+  EXPECT_EQ(as_generate(ok(R"({"model":"m","prompt":"a","best_of":2,"logprobs":3})"), 1, 2).logprobs, 3);
+  // best_of equal to n (or 1) is plain n: nothing ranked, nothing extra asked.
+  const auto same = ok(R"({"model":"m","prompt":"a","n":2,"best_of":2,"stream":true})");
+  EXPECT_EQ(as_generate(same, 0, 2).logprobs, -1);
+  EXPECT_EQ(as_generate(ok(R"({"model":"m","prompt":"a","best_of":1})")).logprobs, -1);
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"a","best_of":null})").best_of, 1u);
+  // echo keeps a text prompt's own text: best_of asks for no prompt ranks.
+  const auto echo = ok(R"({"model":"m","prompt":"a","best_of":2,"echo":true})");
+  EXPECT_EQ(as_generate(echo, 1, 2).prompt_logprobs, -1);
+  EXPECT_EQ(echo.echo_text, (std::vector<std::string>{"a", "a"}));
+}
+
+TEST(openai, best_of_answers_each_prompts_most_likely_candidates_per_token_and_bills_them_all) {
+  auto c = answered("m", false);
+  c.n = 2;
+  c.best_of = 3;
+  c.frames.resize(6); // two prompts, three candidates each
+  const completion_answer a{"cmpl-b", 1, c};
+  std::vector<wire::done_reply> dones(6, done("length"));
+  const std::vector<std::vector<float>> lps{
+    {-1.0f, -1.0f}, {-0.5f, -0.7f}, std::vector<float>(6, -0.5f), // means -1.0, -0.6, -0.5; sums -2, -1.2, -3
+    {-2.0f}, {-0.2f, -0.2f, -0.2f, -0.2f}, {-0.2f, -0.2f}}; // -2.0, -0.2, -0.2 (a tie)
+  for (std::size_t k = 0; k < 6; ++k) {
+    dones[k].text = "t" + std::to_string(k);
+    dones[k].prompt_tokens = k < 3 ? 3 : 4;
+    dones[k].completion_tokens = lps[k].size();
+    dones[k].logprobs.emplace();
+    for (const float lp : lps[k])
+      dones[k].logprobs->push_back(token_lp(1, "x", lp));
+  }
+  const auto j = json::parse(a.body(dones));
+  ASSERT_EQ(j["choices"].size(), 4u);
+  std::vector<std::string> texts;
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_TRUE(j["choices"][i]["logprobs"].is_null()) << "not asked for";
+    texts.push_back(j["choices"][i]["text"]);
+  }
+  EXPECT_EQ(texts, (std::vector<std::string>{"t1", "t2", "t4", "t5"})) << "by mean, not sum; in the order generated";
+  EXPECT_EQ(j["usage"]["prompt_tokens"], 7) << "each prompt once";
+  EXPECT_EQ(j["usage"]["completion_tokens"], 17) << "every candidate's tokens";
+
+  // With logprobs asked for, the winners carry theirs.
+  c.n = 1;
+  c.logprobs = 0;
+  const auto one = json::parse(completion_answer{"cmpl-c", 1, c}.body(dones));
+  ASSERT_EQ(one["choices"].size(), 2u);
+  EXPECT_EQ(one["choices"][0]["text"], "t2");
+  EXPECT_EQ(one["choices"][0]["logprobs"]["token_logprobs"], json(std::vector<double>(6, -0.5)));
+  EXPECT_EQ(one["choices"][1]["text"], "t4") << "the earlier of a tie";
 }
 
 TEST(openai, a_completions_log_probabilities_list_tokens_offsets_and_the_most_likely_up_to_the_stop) {
