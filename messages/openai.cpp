@@ -588,6 +588,36 @@ std::string advise_json(const wire::advise_reply& r) {
   return dump(json{{"session", r.session}, {"status", r.status}});
 }
 
+std::variant<std::string, api_error> parse_adapter_update(std::string_view body, std::string_view wire_id, bool load) {
+  auto read = read_object(body);
+  if (auto* e = std::get_if<api_error>(&read))
+    return std::move(*e);
+  const auto& doc = std::get<json>(read);
+  json frame = {{"type", load ? "load_adapter" : "unload_adapter"}, {"id", wire_id}};
+  for (const auto& [key, value] : doc.items()) {
+    const char* wire_name = key == "lora_name"           ? "name"
+                            : load && key == "lora_path" ? "path"
+                            : load && key == "rank"      ? "rank"
+                                                         : nullptr;
+    if (wire_name == nullptr)
+      return bad("unknown field \"" + key + "\" in " + (load ? "a load (it takes \"lora_name\", \"lora_path\" and, "
+                                                                 "on the sim backend, \"rank\")"
+                                                               : "an unload (it takes \"lora_name\")"),
+                 key);
+    if (key != "rank" && !value.is_null() && (!value.is_string() || value.get<std::string>().empty()))
+      return bad("field \"" + key + "\" must be a non-empty string, got " + value.dump().substr(0, 80), key);
+    if (!value.is_null())
+      frame[wire_name] = value;
+  }
+  if (!frame.contains("name"))
+    return bad("missing field \"lora_name\": the adapter's name, as requests give it in \"model\"", "lora_name");
+  return dump(frame);
+}
+
+std::string adapter_update_json(const wire::adapter_reply& r) {
+  return dump(json{{"lora_name", r.name}, {"rank", r.rank}, {"status", r.status}});
+}
+
 api_error from_wire(wire::error_code code, std::string message) {
   using wire::error_code;
   api_error e;
@@ -624,6 +654,18 @@ api_error from_wire(wire::error_code code, std::string message) {
       e.status = 500;
       e.type = "server_error";
       break;
+  }
+  return e;
+}
+
+api_error adapter_update_error(wire::error_code code, std::string message) {
+  auto e = from_wire(code, std::move(message));
+  if (code == wire::error_code::bad_adapter) {
+    e.status = 400;
+    e.type = "invalid_request_error";
+    e.param = "lora_path";
+  } else if (code == wire::error_code::unknown_adapter) {
+    e.param = "lora_name";
   }
   return e;
 }

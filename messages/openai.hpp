@@ -154,6 +154,23 @@ std::variant<std::string, api_error> parse_advise(std::string_view body, std::st
 /// The answer to POST /v1/advise: {"session", "status"} (where the cache is).
 std::string advise_json(const wire::advise_reply& r);
 
+/// Translates a POST /v1/load_lora_adapter body ({"lora_name", "lora_path"},
+/// vLLM's names, and Troupe's own "rank" for the sim backend) into a wire
+/// load_adapter frame, or a POST /v1/unload_lora_adapter body
+/// ({"lora_name"}) into an unload_adapter frame; the wire parser checks the
+/// values (the error names the wire's field).
+std::variant<std::string, api_error> parse_adapter_update(std::string_view body, std::string_view wire_id, bool load);
+
+/// The answer to either: {"lora_name", "rank", "status"} ("loaded" or
+/// "unloaded").
+std::string adapter_update_json(const wire::adapter_reply& r);
+
+/// The HTTP form of a wire error answering a load or an unload: as
+/// from_wire, but files that cannot be read as an adapter (bad_adapter) are
+/// the client's error, 400 naming lora_path, and an unknown name names
+/// lora_name.
+api_error adapter_update_error(wire::error_code code, std::string message);
+
 /// The HTTP form of a wire error (a refusal, or a failure after acceptance).
 api_error from_wire(wire::error_code code, std::string message);
 

@@ -454,8 +454,8 @@ bool valid_host_port(const std::string& a, unsigned min_port) {
 
 http_options read_http(section s) {
   http_options o;
-  s.allow_only({"listen", "model", "max_connections", "api_keys", "chat_template", "chat_system", "chat_user", "chat_assistant",
-                "chat_generation", "chat_stop"});
+  s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_system",
+                "chat_user", "chat_assistant", "chat_generation", "chat_stop"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -470,6 +470,7 @@ http_options read_http(section s) {
                      "an API key must not be empty or hold spaces");
       break;
     }
+  o.adapter_updates = s.flag("adapter_updates", o.adapter_updates);
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
   names.push_back("custom");

@@ -215,6 +215,7 @@ deployment::start(const deployment_options& opts) {
       hc.max_body_bytes = opts.server.max_frame_bytes;
       hc.max_connections = opts.http.max_connections;
       hc.api_keys = opts.http.api_keys;
+      hc.adapter_updates = opts.http.adapter_updates;
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;
         auto t = openai::make_chat_template(h.chat_template, h.chat_system, h.chat_user, h.chat_assistant,

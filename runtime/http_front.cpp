@@ -333,16 +333,27 @@ struct http_front::impl : zmq_io::owned_socket {
       co_return co_await completion(stream, req, chat);
     }
     const bool advise = target == "/v1/advise";
+    // vLLM's paths for adapters loaded and unloaded while serving.
+    const bool load = target == "/v1/load_lora_adapter";
+    const bool unload = target == "/v1/unload_lora_adapter";
+    const bool post = advise || load || unload;
     // GET /v1/models/NAME: one model (an adapter's name may hold '/').
     constexpr std::string_view one_model = "/v1/models/";
     const bool named = target.starts_with(one_model) && target.size() > one_model.size();
-    if (advise || named || target == "/v1/models" || target == "/health" || target == "/metrics") {
-      if (method != (advise ? http::verb::post : http::verb::get))
-        co_return co_await reply(wrong_method(advise ? "POST" : "GET"));
+    if (post || named || target == "/v1/models" || target == "/health" || target == "/metrics") {
+      if (method != (post ? http::verb::post : http::verb::get))
+        co_return co_await reply(wrong_method(post ? "POST" : "GET"));
+      if ((load || unload) && !cfg.adapter_updates)
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       std::string(target)
+                         + " is not served: adapter updates over HTTP are off ([http] adapter_updates; with it, "
+                           "set api_keys too, since a load reads a path on the server)")));
       std::optional<wire::reply> r;
-      if (advise) {
+      if (post) {
         auto [id, w] = expect();
-        auto frame = openai::parse_advise(req.body(), id);
+        auto frame = advise ? openai::parse_advise(req.body(), id) : openai::parse_adapter_update(req.body(), id, load);
         if (auto* e = std::get_if<openai::api_error>(&frame)) {
           pending.erase(id);
           co_return co_await reply(error_response(version, keep, *e));
@@ -351,12 +362,20 @@ struct http_front::impl : zmq_io::owned_socket {
       } else {
         r = co_await ask(named || target == "/v1/models" ? "list_adapters" : target == "/health" ? "health" : "stats");
       }
-      if (!r)
-        co_return co_await reply(error_response(
-          version, keep,
-          stopped ? stopping() : api_error_of(504, "server_error", "timeout", "the server did not answer in 10 s")));
-      if (const auto* e = std::get_if<wire::error_reply>(&*r))
-        co_return co_await reply(error_response(version, keep, openai::from_wire(e->code, e->message)));
+      // Responses made of a conditional's class temporary are made before
+      // the co_await: GCC 12 destroys such a temporary twice across a
+      // coroutine's suspension.
+      if (!r) {
+        auto res = error_response(version, keep,
+                                  stopped ? stopping()
+                                          : api_error_of(504, "server_error", "timeout", "the server did not answer in 10 s"));
+        co_return co_await reply(std::move(res));
+      }
+      if (const auto* e = std::get_if<wire::error_reply>(&*r)) {
+        auto res = error_response(version, keep, (load || unload) ? openai::adapter_update_error(e->code, e->message)
+                                                                  : openai::from_wire(e->code, e->message));
+        co_return co_await reply(std::move(res));
+      }
       if (const auto* a = std::get_if<wire::adapters_reply>(&*r); a != nullptr && named) {
         auto m = openai::model_json(openai::percent_decoded(target.substr(one_model.size())), cfg.model, *a,
                                     unix_now());
@@ -372,6 +391,8 @@ struct http_front::impl : zmq_io::owned_socket {
                                       "{\"status\":\"" + h->status + "\"}"));
       if (const auto* a = std::get_if<wire::advise_reply>(&*r))
         co_return co_await reply(make(version, keep, http::status::ok, openai::advise_json(*a)));
+      if (const auto* a = std::get_if<wire::adapter_reply>(&*r))
+        co_return co_await reply(make(version, keep, http::status::ok, openai::adapter_update_json(*a)));
       if (const auto* s = std::get_if<wire::stats_reply>(&*r))
         co_return co_await reply(
           make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4"));
@@ -383,7 +404,7 @@ struct http_front::impl : zmq_io::owned_socket {
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
                      + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/NAME], POST /v1/advise, "
-                       "GET /health, GET /metrics)")));
+                       "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET /metrics)")));
   }
 
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as

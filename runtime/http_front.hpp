@@ -32,6 +32,9 @@ struct http_front_config {
   /// Keys a client must send ("Authorization: Bearer KEY") for /v1/ paths;
   /// empty: none needed. /health and /metrics need none.
   std::vector<std::string> api_keys;
+  /// Whether POST /v1/load_lora_adapter and /v1/unload_lora_adapter are
+  /// served (a load reads a path on the server); off: 404.
+  bool adapter_updates = false;
   /// How POST /v1/chat/completions renders messages; none: not served.
   std::optional<openai::chat_template> chat;
 };

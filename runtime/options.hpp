@@ -36,6 +36,10 @@ struct http_options {
   /// Keys HTTP clients must send as "Authorization: Bearer KEY" for /v1/
   /// paths (any one of them); empty: no key needed.
   std::vector<std::string> api_keys;
+  /// Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's
+  /// paths; the wire's load_adapter and unload_adapter). Off by default: a
+  /// load reads a path on the server, so give api_keys with it.
+  bool adapter_updates = false;
   /// POST /v1/chat/completions' template: "llama2", "chatml" or "custom"
   /// (the chat_* formats below); empty: chat completions are not served.
   std::string chat_template;

@@ -40,8 +40,10 @@ sed -e 's/^listen = ""$/listen = "127.0.0.1:0"\napi_keys = ["k-1", "k-2"]/' -e '
   config/default.toml > "$work/plain.toml"
 grep -q '^api_keys = \["k-1", "k-2"\]$' "$work/plain.toml"
 grep -q '^max_pending = 2$' "$work/plain.toml"
-sed 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' config/default.toml > "$work/http.toml"
+sed 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"\nadapter_updates = true/' config/default.toml \
+  > "$work/http.toml"
 grep -q '^chat_template = "chatml"$' "$work/http.toml"
+grep -q '^adapter_updates = true$' "$work/http.toml"
 start "$work/http.toml"
 
 # The reference: the same greedy completion over ZeroMQ.
@@ -160,6 +162,28 @@ refused(400, body=dict(sampled, best_of=3, stream=True), says="cannot be streame
 refused(413, raw=b'{"model":"demo","prompt":"' + b"x" * (2 << 20) + b'"}')
 refused(405, method="GET")
 refused(405, path="/v1/chat/completions", method="GET")
+
+# Adapters loaded and unloaded over HTTP (vLLM's paths): a second name for
+# demo-r8's files answers as demo-r8 does and is listed; loaded twice, 409;
+# unloaded, its name is unknown again; a bad body, 400 naming the field.
+status, _, body = call("/v1/load_lora_adapter", {"lora_name": "again-r8", "lora_path": "models/demo/adapters/lora-1"})
+assert status == 200 and json.loads(body) == {"lora_name": "again-r8", "rank": 8, "status": "loaded"}, (status, body)
+assert "again-r8" in [m["id"] for m in json.loads(call("/v1/models")[2])["data"]]
+r8 = json.loads(call("/v1/completions", dict(req, model="demo-r8"))[2])["choices"][0]["text"]
+status, _, body = call("/v1/completions", dict(req, model="again-r8"))
+assert status == 200 and json.loads(body)["choices"][0]["text"] == r8, (body, r8)
+refused(409, "/v1/load_lora_adapter", {"lora_name": "again-r8", "lora_path": "models/demo/adapters/lora-1"},
+        says="already registered")
+refused(400, "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": "models/demo/adapters/lora-1", "load_inplace": True},
+        says='"load_inplace"')
+refused(400, "/v1/unload_lora_adapter", {"lora_name": 5}, says='"lora_name" must be a non-empty string')
+refused(405, "/v1/unload_lora_adapter", method="GET")
+status, _, body = call("/v1/unload_lora_adapter", {"lora_name": "again-r8"})
+assert status == 200 and json.loads(body) == {"lora_name": "again-r8", "rank": 8, "status": "unloaded"}, (status, body)
+assert refused(404, body=dict(req, model="again-r8"))["code"] == "model_not_found"
+assert refused(404, "/v1/unload_lora_adapter", {"lora_name": "again-r8"})["code"] == "model_not_found"
+status, _, body = call("/v1/load_lora_adapter", {"lora_name": "nowhere", "lora_path": "models/demo/adapters/none"})
+assert status == 400 and "models/demo/adapters/none" in json.loads(body)["error"]["message"], (status, body)
 
 # The text ends before a stop string (the wire's keeps it), whole and
 # streamed.
@@ -403,6 +427,9 @@ assert call("/health")[0] == 200 and call("/metrics")[0] == 200, "health and met
 status, _, text = call("/v1/chat/completions", "k-1", {"model": "demo", "messages": [{"role": "user", "content": "x"}]})
 err = json.loads(text)["error"]
 assert status == 404 and "chat_template" in err["message"], (status, err)
+# Adapter updates over HTTP are off unless the deployment turns them on.
+status, _, text = call("/v1/load_lora_adapter", "k-1", {"lora_name": "x", "lora_path": "models/demo/adapters/lora-1"})
+assert status == 404 and "adapter_updates" in json.loads(text)["error"]["message"], (status, text)
 # Three choices against room for two requests: the third is refused, the
 # two taken on are cancelled, and the answer is the refusal (429).
 status, _, text = call("/v1/completions", "k-1", {"model": "demo", "prompt": "x", "max_tokens": 200, "n": 3})

@@ -156,17 +156,40 @@ bool openai_bodies(std::span<const std::uint8_t> in) {
   case 3:
     return check_translation(openai::parse_chat_completion(body, "base", "w1", template_for(in[0] % 6 - 1)));
   case 4: {
+    // The same body as an adapter load and unload (POST
+    // /v1/load_lora_adapter, /v1/unload_lora_adapter); taken when either
+    // or the advisory is.
+    bool taken = false;
+    for (const bool load : {true, false}) {
+      auto u = openai::parse_adapter_update(body, "w1", load);
+      if (auto* err = std::get_if<openai::api_error>(&u)) {
+        serialized([&] { return openai::to_json(*err); }, "an adapter update's error");
+        continue;
+      }
+      const auto& frame = std::get<std::string>(u);
+      auto parsed = wire::parse_request(frame, {});
+      if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
+        require(err->code == wire::error_code::bad_request && err->id == "w1",
+                "an adapter update refused other than as a bad request of its id: " + frame);
+        continue;
+      }
+      const auto& req = std::get<wire::request>(parsed);
+      require(load ? std::holds_alternative<wire::load_adapter_request>(req)
+                   : std::holds_alternative<wire::unload_adapter_request>(req),
+              "an adapter update that is not one: " + frame);
+      taken = true;
+    }
     auto r = openai::parse_advise(body, "w1");
     if (auto* err = std::get_if<openai::api_error>(&r)) {
       serialized([&] { return openai::to_json(*err); }, "an advise error");
-      return false;
+      return taken;
     }
     const auto& frame = std::get<std::string>(r);
     auto parsed = wire::parse_request(frame, {});
     if (auto* err = std::get_if<wire::parse_error>(&parsed)) {
       require(err->code == wire::error_code::bad_request && err->id == "w1",
               "an advise frame refused other than as a bad request of its id: " + frame);
-      return false;
+      return taken;
     }
     require(std::holds_alternative<wire::advise_request>(std::get<wire::request>(parsed)),
             "an advise frame that is not an advise: " + frame);

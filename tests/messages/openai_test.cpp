@@ -868,6 +868,68 @@ TEST(openai, an_advisory_becomes_a_wire_advise_which_checks_its_values) {
   EXPECT_EQ(json::parse(advise_json(reply)), (json{{"session", "conv-1"}, {"status", "on_gpu"}}));
 }
 
+TEST(openai, adapter_loads_and_unloads_take_vllms_names_and_become_wire_requests) {
+  auto wire_request = [](std::string_view body, bool load) {
+    auto frame = parse_adapter_update(body, "h8", load);
+    if (auto* e = std::get_if<api_error>(&frame)) {
+      ADD_FAILURE() << body << " refused: " << e->message;
+      return wire::request{};
+    }
+    auto r = wire::parse_request(std::get<std::string>(frame), wire::parse_limits{});
+    if (auto* e = std::get_if<wire::parse_error>(&r)) {
+      ADD_FAILURE() << std::get<std::string>(frame) << ": " << e->message;
+      return wire::request{};
+    }
+    return std::get<wire::request>(std::move(r));
+  };
+  const auto l = std::get<wire::load_adapter_request>(
+    wire_request(R"({"lora_name":"sql","lora_path":"/srv/adapters/sql"})", true));
+  EXPECT_EQ(l.id, "h8");
+  EXPECT_EQ(l.name, "sql");
+  EXPECT_EQ(l.path, "/srv/adapters/sql");
+  EXPECT_EQ(std::get<wire::load_adapter_request>(wire_request(R"({"lora_name":"sim-a","rank":16})", true)).rank, 16u)
+    << "Troupe's own rank, for the sim backend";
+  const auto u = std::get<wire::unload_adapter_request>(wire_request(R"({"lora_name":"sql"})", false));
+  EXPECT_EQ(u.name, "sql");
+
+  struct row {
+    const char* body;
+    bool load;
+    const char* param;
+    const char* says;
+  };
+  for (const auto& r : std::vector<row>{
+         {R"({"lora_path":"/a"})", true, "lora_name", "missing field \"lora_name\""},
+         {R"({"lora_name":null,"lora_path":"/a"})", true, "lora_name", "missing field \"lora_name\""},
+         {R"({"lora_name":"","lora_path":"/a"})", true, "lora_name", "non-empty string"},
+         {R"({"lora_name":"a","lora_path":7})", true, "lora_path", "non-empty string, got 7"},
+         {R"({"lora_name":"a","lora_path":"/a","load_inplace":true})", true, "load_inplace", "unknown field"},
+         {R"({"lora_name":"a","lora_path":"/a"})", false, "lora_path", "it takes \"lora_name\")"},
+         {R"({"lora_name":"a","rank":8})", false, "rank", "unknown field"},
+         {R"({"lora_name":"a","name":"b"})", true, "name", "unknown field"},
+         {R"([])", false, "", "JSON object"},
+       }) {
+    SCOPED_TRACE(r.body);
+    const auto e = std::get<api_error>(parse_adapter_update(r.body, "h8", r.load));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, r.param);
+    EXPECT_NE(e.message.find(r.says), std::string::npos) << e.message;
+  }
+
+  EXPECT_EQ(json::parse(adapter_update_json(wire::adapter_reply{"h8", "sql", 8, "loaded"})),
+            (json{{"lora_name", "sql"}, {"rank", 8}, {"status", "loaded"}}));
+  // Files that are no adapter are the client's error; the rest as from_wire.
+  const auto files = adapter_update_error(wire::error_code::bad_adapter, "/a/adapter_config.json: cannot open");
+  EXPECT_EQ(files.status, 400);
+  EXPECT_EQ(files.type, "invalid_request_error");
+  EXPECT_EQ(files.param, "lora_path");
+  EXPECT_EQ(files.message, "/a/adapter_config.json: cannot open");
+  EXPECT_EQ(adapter_update_error(wire::error_code::unknown_adapter, "").status, 404);
+  EXPECT_EQ(adapter_update_error(wire::error_code::unknown_adapter, "").param, "lora_name");
+  EXPECT_EQ(adapter_update_error(wire::error_code::adapter_in_use, "").status, 409);
+  EXPECT_EQ(adapter_update_error(wire::error_code::adapter_exists, "").status, 409);
+}
+
 TEST(openai, a_bearer_key_must_be_one_of_the_servers_when_it_has_any) {
   const std::vector<std::string> keys{"k-one", "k-two"};
   EXPECT_TRUE(authorized("", {})) << "no keys: no check";

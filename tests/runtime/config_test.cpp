@@ -470,6 +470,9 @@ max_connections = 8
   EXPECT_EQ(o.http.max_connections, 8u);
   EXPECT_FALSE(parse_ok("").http.enabled()) << "off by default";
   EXPECT_TRUE(parse_ok("").http.chat_template.empty()) << "no chat completions by default";
+  EXPECT_FALSE(parse_ok("").http.adapter_updates) << "no adapter loads over HTTP by default";
+  EXPECT_TRUE(parse_ok("[http]\nadapter_updates = true\n").http.adapter_updates);
+  EXPECT_NE(parse_error_message("[http]\nadapter_updates = 1\n").find("http.adapter_updates"), std::string::npos);
 }
 
 TEST(config, api_keys_are_read_and_a_bad_one_is_refused_without_being_shown) {
