@@ -130,10 +130,11 @@ constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "nam
 constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
 constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session", "in_s", "priority"};
 
-constexpr std::array<std::string_view, 19> generate_fields{
+constexpr std::array<std::string_view, 22> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
-  "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias"};
+  "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
+  "ignore_eos", "min_tokens"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -235,6 +236,25 @@ std::vector<std::pair<std::int32_t, float>> read_logit_bias(const json& j, const
   return out;
 }
 
+/// stop_token_ids: at most max_stop token ids in the vocabulary, in token
+/// order, each once.
+std::vector<std::int32_t> read_stop_token_ids(const json& j, const parse_limits& limits) {
+  const std::string expected = "an array of at most " + std::to_string(limits.max_stop) + " token ids in [0, "
+                               + std::to_string(limits.vocab_size) + ")";
+  if (!j.is_array() || j.size() > limits.max_stop)
+    reject_field("stop_token_ids", expected, j);
+  std::vector<std::int32_t> out;
+  for (const auto& t : j) {
+    const auto v = integer_of<std::int32_t>(t);
+    if (!v || *v < 0 || *v >= limits.vocab_size)
+      reject("field \"stop_token_ids\" must be " + expected + ", but it holds " + describe(t));
+    out.push_back(*v);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
 std::vector<std::string> read_stop(const json& j, const parse_limits& limits) {
   const std::string expected = "a non-empty string or an array of at most "
                                + std::to_string(limits.max_stop) + " non-empty strings";
@@ -322,6 +342,19 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     g.sampling.logit_bias = read_logit_bias(*j, limits);
   if (auto j = find(obj, "stop"))
     g.stop = read_stop(*j, limits);
+  if (auto j = find(obj, "stop_token_ids"))
+    g.stop_token_ids = read_stop_token_ids(*j, limits);
+  if (auto j = find(obj, "ignore_eos")) {
+    if (!j->is_boolean())
+      reject_field("ignore_eos", "true or false", *j);
+    g.ignore_eos = j->get<bool>();
+  }
+  if (auto j = find(obj, "min_tokens")) {
+    auto v = integer_of<std::int64_t>(*j);
+    if (!v || *v < 0 || *v > static_cast<std::int64_t>(g.max_tokens))
+      reject_field("min_tokens", "an integer between 0 and max_tokens (" + std::to_string(g.max_tokens) + ")", *j);
+    g.min_tokens = static_cast<std::uint32_t>(*v);
+  }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
       reject_field("stream", "true or false", *j);
@@ -853,6 +886,12 @@ std::string to_json(const request& x) {
       }
       if (!g.stop.empty())
         j["stop"] = g.stop;
+      if (!g.stop_token_ids.empty())
+        j["stop_token_ids"] = g.stop_token_ids;
+      if (g.ignore_eos)
+        j["ignore_eos"] = true;
+      if (g.min_tokens != 0)
+        j["min_tokens"] = g.min_tokens;
       j["stream"] = g.stream;
       if (!g.session.empty())
         j["session"] = g.session;

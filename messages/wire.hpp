@@ -71,6 +71,16 @@ struct generate_request {
   /// prompt_logprobs, done_reply::prompt_logprobs). Such a request computes
   /// its whole prompt, reusing no session cache.
   std::int32_t prompt_logprobs = -1;
+  /// Token ids that end the output as a stop string does (finish "stop";
+  /// the token is part of the output), in token order, each once.
+  std::vector<std::int32_t> stop_token_ids{};
+  /// The end-of-sequence token ends nothing: it is an output token like
+  /// any other (a benchmark replaying a trace's output lengths).
+  bool ignore_eos = false;
+  /// Neither the end-of-sequence token nor stop_token_ids are sampled
+  /// among the first min_tokens output tokens (stop strings still end the
+  /// output). At most max_tokens.
+  std::uint32_t min_tokens = 0;
 };
 
 struct cancel_request { std::string id; };
@@ -117,7 +127,7 @@ struct parse_error {
 struct parse_limits {
   std::uint64_t max_frame_bytes = 1 << 20;
   std::uint32_t max_tokens = 1 << 20;   ///< largest accepted max_tokens
-  std::uint32_t max_stop = 16;          ///< most stop strings
+  std::uint32_t max_stop = 16;          ///< most stop strings, and most stop_token_ids
   std::uint32_t max_id_chars = 256;     ///< longest request id
   std::int32_t vocab_size = 1 << 30;    ///< prompt_tokens must lie in [0, vocab)
   std::uint32_t max_logprobs = 20;      ///< most alternatives `logprobs` or `prompt_logprobs` may ask for

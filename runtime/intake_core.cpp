@@ -287,6 +287,9 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.priority = g.priority;
   spec.session = session_id_of(g.session);
   spec.stop = std::move(g.stop);
+  spec.stop_token_ids = std::move(g.stop_token_ids);
+  spec.ignore_eos = g.ignore_eos;
+  spec.min_tokens = g.min_tokens;
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

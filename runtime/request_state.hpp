@@ -90,6 +90,14 @@ struct request_spec {
   /// reused by the next turn whose prompt extends it.
   std::uint64_t session = 0;
   std::vector<std::string> stop;
+  /// Tokens that end the output as a stop string does, in token order.
+  std::vector<std::int32_t> stop_token_ids{};
+  /// The end-of-sequence token ends nothing (an output token like others).
+  bool ignore_eos = false;
+  /// The end-of-sequence token and stop_token_ids are banned among the
+  /// first min_tokens output tokens (logit_adjust); stop strings still end
+  /// the output.
+  std::uint32_t min_tokens = 0;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

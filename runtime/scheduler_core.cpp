@@ -627,7 +627,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.top_p = r.spec.top_p;
     e.top_k = r.spec.top_k;
     e.logprobs = r.spec.logprobs;
-    e.logit_adjust = logit_adjust(r);
+    e.logit_adjust = logit_adjust(r, vocab_ ? vocab_->eos_token() : -1);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
       // A prefill joins only while the budget allows, unless the step would
@@ -669,25 +669,43 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
   return out;
 }
 
-std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r) {
+std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r, std::int32_t eos) {
   std::vector<gpu::logit_adjustment> out;
   if (r.output_counts.empty()) {
     out = r.spec.logit_bias;
+  } else {
+    // OpenAI's: logit - count·frequency - (count > 0)·presence + bias, the
+    // two lists merged in token order.
+    out.reserve(r.output_counts.size() + r.spec.logit_bias.size());
+    auto bias = r.spec.logit_bias.begin();
+    for (const auto& [token, count] : r.output_counts) {
+      for (; bias != r.spec.logit_bias.end() && bias->token < token; ++bias)
+        out.push_back(*bias);
+      float delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
+      if (bias != r.spec.logit_bias.end() && bias->token == token)
+        delta += (bias++)->delta;
+      out.push_back({token, delta});
+    }
+    out.insert(out.end(), bias, r.spec.logit_bias.end());
+  }
+  if (r.generated >= r.spec.min_tokens)
     return out;
-  }
-  // OpenAI's: logit - count·frequency - (count > 0)·presence + bias, the
-  // two lists merged in token order.
-  out.reserve(r.output_counts.size() + r.spec.logit_bias.size());
-  auto bias = r.spec.logit_bias.begin();
-  for (const auto& [token, count] : r.output_counts) {
-    for (; bias != r.spec.logit_bias.end() && bias->token < token; ++bias)
-      out.push_back(*bias);
-    float delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
-    if (bias != r.spec.logit_bias.end() && bias->token == token)
-      delta += (bias++)->delta;
-    out.push_back({token, delta});
-  }
-  out.insert(out.end(), bias, r.spec.logit_bias.end());
+  // Before min_tokens nothing may end the output: the tokens that would
+  // are banned (a delta no logit outweighs; exp() of it is 0 at any
+  // temperature), in their places in token order.
+  constexpr float banned = -1e30f;
+  auto ban = [&out](std::int32_t token) {
+    const auto at = std::lower_bound(out.begin(), out.end(), token,
+                                     [](const gpu::logit_adjustment& a, std::int32_t t) { return a.token < t; });
+    if (at != out.end() && at->token == token)
+      at->delta = banned;
+    else
+      out.insert(at, {token, banned});
+  };
+  if (eos >= 0 && !r.spec.ignore_eos)
+    ban(eos);
+  for (const auto t : r.spec.stop_token_ids)
+    ban(t);
   return out;
 }
 
@@ -775,9 +793,14 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     ++r.generated;
     r.last_token = tok;
     r.last_token_s = now_s;
-    if (tok == eos)
+    // Neither the end-of-sequence token nor a stop token ends the output
+    // within its first min_tokens (a backend that samples from no logits
+    // may still draw one); stop strings always do.
+    const bool may_end = r.generated > r.spec.min_tokens;
+    if (may_end && tok == eos && !r.spec.ignore_eos)
       finish(r, finish_reason::eos, now_s, fx);
-    else if (hits_stop(r, tok))
+    else if (hits_stop(r, tok)
+             || (may_end && std::binary_search(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), tok)))
       finish(r, finish_reason::stop, now_s, fx);
     else if (r.generated >= r.spec.max_new_tokens)
       finish(r, finish_reason::length, now_s, fx);

@@ -438,8 +438,10 @@ private:
     std::string text; // decoded output, kept only when stop strings are set
   };
   /// The request's logit_bias and penalties for its next token
-  /// (gpu::step_entry::logit_adjust), in token order.
-  static std::vector<gpu::logit_adjustment> logit_adjust(const record& r);
+  /// (gpu::step_entry::logit_adjust), in token order; while it has fewer
+  /// than min_tokens, `eos` (unless ignored; -1: none) and its stop tokens
+  /// banned.
+  static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::int32_t eos);
 
   void transition(record& r, request_state to);
   void enqueue_waiting(const record& r);

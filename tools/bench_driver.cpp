@@ -134,6 +134,7 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
       r.prompt_tokens = static_cast<std::uint32_t>(prompt.size());
       g.prompt_tokens = std::move(prompt);
       g.max_tokens = q.output_tokens;
+      g.ignore_eos = opt.ignore_eos;
       g.stream = true;
       g.sampling.temperature = 0;
       if (q.adapter != workload::none_adapter)

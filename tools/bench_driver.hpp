@@ -31,6 +31,10 @@ struct open_loop_options {
   /// Multi-turn requests (session != 0): send an advisory for a session's
   /// next turn when its reply ends (Symphony's hint, think_s ahead).
   bool advise = false;
+  /// Each reply runs to the workload's output length: the end-of-sequence
+  /// token ends none (the wire's ignore_eos; a real model would end some
+  /// early, the sim backend draws none). False: replies may end there.
+  bool ignore_eos = true;
 };
 
 /// Runs `requests` (arrival order) against `opt.endpoint`; records in the
@@ -52,6 +56,7 @@ struct http_open_loop_options {
   /// given up ("lost").
   std::chrono::milliseconds drain{std::chrono::seconds(300)};
   bool progress = false;
+  bool ignore_eos = true; ///< as open_loop_options::ignore_eos
 };
 
 /// run_open_loop over the OpenAI-compatible HTTP front: each request a

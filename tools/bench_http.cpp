@@ -47,6 +47,8 @@ void run_one(const workload::request& q, std::size_t index, const http_open_loop
                {"temperature", 0},
                {"stream", true},
                {"stream_options", {{"include_usage", true}}}};
+  if (opt.ignore_eos)
+    body["ignore_eos"] = true;
   auto c = http_client::connect(opt.endpoint);
   if (std::holds_alternative<std::string>(c)) {
     r.outcome = "send_failed";

@@ -58,6 +58,8 @@ void usage(std::FILE* out) {
                "  --slo-ttft S --slo-tbt S      SLOs for attainment (default 0: not checked)\n"
                "  --slo-tbt-stat mean|p99       --slo-tbt on each request's mean time between tokens or its P99\n"
                "  --label L --seed N --json FILE --csv FILE --records FILE --no-progress\n"
+               "  --stop-at-eos                 let the end-of-sequence token end a reply (default: every reply\n"
+               "                                runs to its output length, as in the trace; ignore_eos)\n"
                "closed loop (control plane):\n"
                "  --clients C --requests N --max-tokens K --prompt-bytes B --adapters A --stream\n"
                "  --window W                    requests in flight per ZeroMQ client (default 256)\n"
@@ -116,6 +118,7 @@ struct open_loop_args {
   std::string json, csv, records;
   bool progress = true;
   bool http = false; ///< over the OpenAI-compatible front
+  bool stop_at_eos = false; ///< replies may end at the end-of-sequence token (not ignore_eos)
   std::string api_key;
 };
 
@@ -271,6 +274,7 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
       hl.model = std::get<0>(m);
       hl.time_scale = a.time_scale;
       hl.progress = a.progress && ::isatty(2);
+      hl.ignore_eos = !a.stop_at_eos;
       recs = run_open_loop_http(reqs, hl);
     } else {
       open_loop_options ol;
@@ -278,6 +282,7 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
       ol.time_scale = a.time_scale;
       ol.progress = a.progress && ::isatty(2);
       ol.advise = a.advise;
+      ol.ignore_eos = !a.stop_at_eos;
       recs = run_open_loop(reqs, ol);
     }
     auto s = workload::summarize_run(recs, a.target, sum.mean_rate, a.label);
@@ -407,6 +412,7 @@ int main(int argc, char** argv) {
     else if (arg == "--csv") ol.csv = value();
     else if (arg == "--records") ol.records = value();
     else if (arg == "--no-progress") ol.progress = false;
+    else if (arg == "--stop-at-eos") ol.stop_at_eos = true;
     else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
     else { usage(stderr); return 2; }
   }

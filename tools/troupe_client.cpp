@@ -20,6 +20,9 @@ void usage(std::FILE* out) {
     "                     [--logprobs K]   (each token's log-probability and K alternatives';\n"
     "                                       with --json to see them)\n"
     "                     [--prompt-logprobs K]   (each prompt token's, given those before it)\n"
+    "                     [--presence-penalty P] [--frequency-penalty F]\n"
+    "                     [--logit-bias TOKEN=BIAS]... [--stop-token TOKEN]...\n"
+    "                     [--ignore-eos] [--min-tokens N]\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
@@ -78,6 +81,26 @@ int main(int argc, char** argv) {
     else if (arg == "--session") g.session = value();
     else if (arg == "--logprobs") g.logprobs = static_cast<std::int32_t>(number());
     else if (arg == "--prompt-logprobs") g.prompt_logprobs = static_cast<std::int32_t>(number());
+    else if (arg == "--presence-penalty") g.sampling.presence_penalty = static_cast<float>(number());
+    else if (arg == "--frequency-penalty") g.sampling.frequency_penalty = static_cast<float>(number());
+    else if (arg == "--logit-bias") {
+      const auto v = value();
+      const auto eq = v.find('=');
+      char* end = nullptr;
+      const long token = eq == std::string::npos ? -1 : std::strtol(v.c_str(), &end, 10);
+      const char* bias_at = eq == std::string::npos ? "" : v.c_str() + eq + 1;
+      char* bias_end = nullptr;
+      const double bias = std::strtod(bias_at, &bias_end);
+      if (eq == std::string::npos || end != v.c_str() + eq || eq == 0 || bias_end == bias_at || *bias_end != '\0') {
+        std::fprintf(stderr, "troupe-client: --logit-bias needs TOKEN=BIAS (a token id and a number), got '%s'\n",
+                     v.c_str());
+        return 2;
+      }
+      g.sampling.logit_bias.emplace_back(static_cast<std::int32_t>(token), static_cast<float>(bias));
+    }
+    else if (arg == "--stop-token") g.stop_token_ids.push_back(static_cast<std::int32_t>(number()));
+    else if (arg == "--ignore-eos") g.ignore_eos = true;
+    else if (arg == "--min-tokens") g.min_tokens = static_cast<std::uint32_t>(number());
     else if (arg == "--advise") { query = arg; adapter_arg = value(); }
     else if (arg == "--in") advise_in = number();
     else if (arg == "--health" || arg == "--stats" || arg == "--list-adapters") query = arg;

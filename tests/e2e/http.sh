@@ -10,7 +10,8 @@
 # template answers chat with 404. Log-probabilities asked for over HTTP are
 # the ZeroMQ front's, list the greedy token as the most likely, and are the
 # same streamed; echoed, a prompt's score its greedy tokens' own; best_of
-# answers its most likely candidate.
+# answers its most likely candidate. vLLM's stop_token_ids, ignore_eos and
+# min_tokens end the output where they say.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
@@ -56,13 +57,24 @@ ref_lp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max
 ref_plp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
   --no-stream --prompt-logprobs 1 --json 2>/dev/null | tail -1)"
 
-python3 - "$http" "$ref" "$ref_lp" "$ref_plp" <<'PY'
+# troupe-client's sampling flags reach the wire: the end-of-sequence token
+# (2) forced by its bias is held off three tokens.
+ref_min="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 5 --temperature 0 \
+  --no-stream --logit-bias 2=100 --min-tokens 3 --stop-token 7 --presence-penalty 0.5 --frequency-penalty 0.5 \
+  --json 2>/dev/null | tail -1)"
+if "$bin/troupe-client" --endpoint "$zmq" --prompt x --logit-bias 2 > /dev/null 2>&1; then
+  echo "http: troupe-client took --logit-bias without a bias"; exit 1
+fi
+
+python3 - "$http" "$ref" "$ref_lp" "$ref_plp" "$ref_min" <<'PY'
 import json, socket, sys, time, urllib.request, urllib.error
 
 base = "http://" + sys.argv[1]
 ref = json.loads(sys.argv[2])
 ref_lp = json.loads(sys.argv[3])
 ref_plp = json.loads(sys.argv[4])
+ref_min = json.loads(sys.argv[5])
+assert ref_min["finish_reason"] == "eos" and ref_min["usage"]["completion_tokens"] == 4, ref_min
 
 def call(path, body=None, method=None, raw=None):
     data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
@@ -277,6 +289,24 @@ status, _, body = call("/v1/completions", dict(req, frequency_penalty=2, presenc
 assert status == 200 and json.loads(body)["choices"][0]["text"] != ref["text"], (body, ref)
 refused(400, body=dict(req, presence_penalty=3), says="presence_penalty")
 refused(400, body=dict(req, logit_bias={"-4": 1}), says="logit_bias")
+
+# vLLM's stop_token_ids, ignore_eos and min_tokens: a greedy output ends at
+# the first of its tokens named a stop token; the end-of-sequence token
+# forced by its bias ends the output at once, ends nothing with ignore_eos,
+# and is held off by min_tokens.
+stop_at = ref["tokens"][2]
+status, _, body = call("/v1/completions", dict(req, stop_token_ids=[stop_at]))
+cut = json.loads(body)
+assert status == 200 and cut["choices"][0]["finish_reason"] == "stop", body
+assert cut["usage"]["completion_tokens"] == ref["tokens"].index(stop_at) + 1, (body, ref)
+eos = {"2": 100}
+for extra, tokens, finish in (({}, 1, "stop"), ({"ignore_eos": True}, 5, "length"), ({"min_tokens": 3}, 4, "stop")):
+    status, _, body = call("/v1/completions", dict(req, max_tokens=5, logit_bias=eos, **extra))
+    one = json.loads(body)
+    assert status == 200 and one["usage"]["completion_tokens"] == tokens, (extra, body)
+    assert one["choices"][0]["finish_reason"] == finish, (extra, body)
+refused(400, body=dict(req, max_tokens=2, min_tokens=3), says="min_tokens")
+refused(400, body=dict(req, stop_token_ids=[-1]), says="stop_token_ids")
 
 # A chat completion (chatml) is a completion of its rendered prompt.
 messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The river runs"}]

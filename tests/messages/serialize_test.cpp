@@ -43,6 +43,9 @@ TEST(serialize, a_request_keeps_every_field) {
   s.priority = -2;
   s.session = 0xabcdef;
   s.stop = {"\n\n"};
+  s.stop_token_ids = {2, 40};
+  s.ignore_eos = true;
+  s.min_tokens = 9;
   s.queue = 2;
   s.predicted_tokens = 33;
   s.arrival_s = 12.5;
@@ -67,6 +70,9 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.priority, s.priority);
   EXPECT_EQ(r.session, s.session);
   EXPECT_EQ(r.stop, s.stop);
+  EXPECT_EQ(r.stop_token_ids, s.stop_token_ids);
+  EXPECT_EQ(r.ignore_eos, s.ignore_eos);
+  EXPECT_EQ(r.min_tokens, s.min_tokens);
   EXPECT_EQ(r.queue, s.queue);
   EXPECT_EQ(r.predicted_tokens, s.predicted_tokens);
   EXPECT_EQ(r.arrival_s, s.arrival_s);

@@ -59,6 +59,9 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.priority, b.priority);
   EXPECT_EQ(a.logprobs, b.logprobs);
   EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
+  EXPECT_EQ(a.stop_token_ids, b.stop_token_ids);
+  EXPECT_EQ(a.ignore_eos, b.ignore_eos);
+  EXPECT_EQ(a.min_tokens, b.min_tokens);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -237,6 +240,14 @@ std::vector<accept_case> accept_cases() {
     {"logit_bias_in_token_order", gen(R"("logit_bias":{"99":100,"5":-100,"7":0.5})"),
      [](g r) { r.sampling.logit_bias = {{5, -100.0f}, {7, 0.5f}, {99, 100.0f}}; }},
     {"logit_bias_empty", gen(R"("logit_bias":{})"), [](g) {}},
+    {"stop_token_ids_in_token_order_once", gen(R"("stop_token_ids":[9,2,9])"),
+     [](g r) { r.stop_token_ids = {2, 9}; }},
+    {"stop_token_ids_empty", gen(R"("stop_token_ids":[])"), [](g) {}},
+    {"ignore_eos", gen(R"("ignore_eos":true)"), [](g r) { r.ignore_eos = true; }},
+    {"min_tokens_up_to_max_tokens", gen(R"("max_tokens":4,"min_tokens":4.0)"),
+     [](g r) { r.max_tokens = 4; r.min_tokens = 4; }},
+    {"min_tokens_before_max_tokens_in_the_frame", gen(R"("min_tokens":3,"max_tokens":4)"),
+     [](g r) { r.max_tokens = 4; r.min_tokens = 3; }},
     {"all_fields",
      gen(R"("adapter":"a","max_tokens":8,"temperature":0.5,"top_p":0.9,"top_k":3,)"
          R"("seed":42,"stop":["x"],"stream":true,"session":"s","priority":2)"),
@@ -412,6 +423,15 @@ std::vector<reject_case> reject_cases() {
     {"logit_bias_past_vocab", gen(R"("logit_bias":{"1000":1})"), bad, "g1", {"\"logit_bias\"", "[0, 1000)"}},
     {"logit_bias_too_large", gen(R"("logit_bias":{"3":101})"), bad, "g1", {"\"logit_bias\"", "token 3 has 101"}},
     {"logit_bias_twice", gen(R"("logit_bias":{"3":1,"03":2})"), bad, "g1", {"\"logit_bias\"", "token 3 twice"}},
+    {"stop_token_ids_not_an_array", gen(R"("stop_token_ids":2)"), bad, "g1", {"\"stop_token_ids\"", "at most 4 token ids"}},
+    {"stop_token_ids_past_vocab", gen(R"("stop_token_ids":[1,1000])"), bad, "g1",
+     {"\"stop_token_ids\"", "[0, 1000)", "holds 1000"}},
+    {"stop_token_ids_text", gen(R"("stop_token_ids":["2"])"), bad, "g1", {"\"stop_token_ids\"", "holds \"2\""}},
+    {"stop_token_ids_too_many", gen(R"("stop_token_ids":[0,1,2,3,4])"), bad, "g1", {"\"stop_token_ids\"", "at most 4"}},
+    {"ignore_eos_number", gen(R"("ignore_eos":1)"), bad, "g1", {"\"ignore_eos\"", "true or false"}},
+    {"min_tokens_past_max_tokens", gen(R"("max_tokens":4,"min_tokens":5)"), bad, "g1",
+     {"\"min_tokens\"", "between 0 and max_tokens (4)", "got 5"}},
+    {"min_tokens_negative", gen(R"("min_tokens":-1)"), bad, "g1", {"\"min_tokens\"", "got -1"}},
     {"unknown_field", gen(R"("max_token":16)"), bad, "g1",
      {"unknown field \"max_token\"", "generate", "\"max_tokens\""}},
     {"unknown_field_before_prompt_check", R"({"type":"generate","id":"g1","promt":"hi"})", bad,
@@ -469,6 +489,9 @@ TEST(wire, request_round_trips) {
   full.priority = -2;
   full.logprobs = 5;
   full.prompt_logprobs = 0;
+  full.stop_token_ids = {2, 31};
+  full.ignore_eos = true;
+  full.min_tokens = 7;
 
   generate_request tokens;
   tokens.id = "tok";

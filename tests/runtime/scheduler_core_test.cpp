@@ -144,6 +144,9 @@ struct request_args {
   std::uint32_t adapter = 0;
   std::vector<std::string> stop = {};
   std::uint64_t adapter_pages = 0;
+  std::vector<std::int32_t> stop_token_ids = {};
+  bool ignore_eos = false;
+  std::uint32_t min_tokens = 0;
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -173,6 +176,9 @@ public:
     s.adapter_pages = a.adapter_pages;
     s.seed = id * 7919;
     s.stop = a.stop;
+    s.stop_token_ids = a.stop_token_ids;
+    s.ignore_eos = a.ignore_eos;
+    s.min_tokens = a.min_tokens;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1087,6 +1093,26 @@ struct stop_case {
   std::uint32_t completion;
 };
 
+/// Admits request 1 (submitted to `e`) and runs a step for each of
+/// `tokens`, checking that each but the last is an ordinary token; the
+/// effects of the last step.
+std::string admit_and_feed(engine& e, const std::vector<std::int32_t>& tokens) {
+  e.admit();
+  e.pages(1);
+  std::string last;
+  for (std::size_t k = 0; k < tokens.size(); ++k) {
+    if (e.step() == "step[]") {
+      ADD_FAILURE() << "no step for token " << k;
+      return last;
+    }
+    last = e.done(std::vector<std::int32_t>{tokens[k]});
+    if (k + 1 < tokens.size()) {
+      EXPECT_EQ(last, "T1#" + std::to_string(k)) << "token " << k;
+    }
+  }
+  return last;
+}
+
 TEST(scheduler_core, stop_strings_finish_with_reason_stop) {
   fake_tokenizer vocab;
   vocab.words = {{10, "Hel"}, {11, "lo"}, {12, " wor"}, {13, "ld"}, {14, "!"}, {15, "l"},
@@ -1107,20 +1133,42 @@ TEST(scheduler_core, stop_strings_finish_with_reason_stop) {
     SCOPED_TRACE(c.name);
     engine e{limits(100), &vocab};
     ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 6, .stop = c.stop}), "accepted");
-    e.admit();
-    e.pages(1);
-    std::string last;
-    for (std::size_t k = 0; k < c.tokens.size(); ++k) {
-      ASSERT_NE(e.step(), "step[]") << "token " << k;
-      last = e.done(std::vector<std::int32_t>{c.tokens[k]});
-      if (k + 1 < c.tokens.size()) {
-        EXPECT_EQ(last, "T1#" + std::to_string(k)) << "token " << k;
-      }
-    }
-    EXPECT_EQ(last, c.expected);
+    EXPECT_EQ(admit_and_feed(e, c.tokens), c.expected);
     const auto f = e.finish_of(1);
     ASSERT_TRUE(f.has_value());
     EXPECT_EQ(f->completion_tokens, c.completion);
+    EXPECT_TRUE(e.all_returned());
+  }
+}
+
+TEST(scheduler_core, stop_tokens_ignore_eos_and_min_tokens_decide_which_token_ends_the_output) {
+  fake_tokenizer vocab;
+  vocab.words = {{10, "Hel"}, {14, "!"}};
+  constexpr auto eos = fake_tokenizer::eos;
+  struct row {
+    std::string name;
+    request_args args;
+    std::vector<std::int32_t> tokens; ///< fed one per step
+    std::string expected;             ///< effects of the last step
+  };
+  const std::vector<row> table{
+    {"a stop token", {.max_new = 6, .stop_token_ids = {14, 20}}, {10, 14}, "-P1 T1#1 F1:stop/2"},
+    {"ignore_eos: eos is a token", {.max_new = 3, .ignore_eos = true}, {eos, eos, 10}, "-P1 T1#2 F1:length/3"},
+    {"ignore_eos keeps stop tokens", {.max_new = 6, .stop_token_ids = {eos}, .ignore_eos = true}, {10, eos}, "-P1 T1#1 F1:stop/2"},
+    // A backend that samples from no logits may draw them all the same.
+    {"min_tokens holds off eos", {.max_new = 6, .min_tokens = 2}, {eos, eos, eos}, "-P1 T1#2 F1:eos/3"},
+    {"min_tokens holds off stop tokens", {.max_new = 6, .stop_token_ids = {14}, .min_tokens = 2}, {14, 14, 14},
+     "-P1 T1#2 F1:stop/3"},
+    {"stop strings end the output within min_tokens", {.max_new = 6, .stop = {"l!"}, .min_tokens = 5}, {10, 14},
+     "-P1 T1#1 F1:stop/2"},
+    {"min_tokens of max_tokens: length", {.max_new = 2, .min_tokens = 2}, {eos, eos}, "-P1 T1#1 F1:length/2"},
+  };
+  for (auto c : table) {
+    SCOPED_TRACE(c.name);
+    engine e{limits(100), &vocab};
+    c.args.prompt = 2;
+    ASSERT_EQ(e.submit(1, c.args), "accepted");
+    EXPECT_EQ(admit_and_feed(e, c.tokens), c.expected);
     EXPECT_TRUE(e.all_returned());
   }
 }
@@ -1458,6 +1506,46 @@ TEST(scheduler_core, each_step_adjusts_logits_by_the_bias_and_the_penalties_on_t
   step = core.next_step(8);
   EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {60, -4.0f}}));
   EXPECT_EQ(adjust_of(3), (adjustments{{7, -0.75f}, {50, -0.75f}}));
+}
+
+TEST(scheduler_core, min_tokens_bans_eos_and_the_stop_tokens_until_then_in_token_order) {
+  fake_tokenizer vocab;
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), &vocab};
+  auto step = three_in_one_prefill(core, {3, 4}, [](request_spec& s) {
+    s.min_tokens = 2;
+    if (s.request_id == 1) {
+      s.logit_bias = {{1, 0.5f}, {2, 100.0f}, {60, -3.0f}};
+      s.stop_token_ids = {0, 61};
+    }
+    if (s.request_id == 2)
+      s.ignore_eos = true;
+    if (s.request_id == 3)
+      s.min_tokens = 0;
+  });
+  ASSERT_EQ(step.size(), 3u);
+  using adjustments = std::vector<std::pair<std::int32_t, float>>;
+  auto adjust_of = [&](std::uint64_t id) {
+    adjustments out;
+    for (const auto& e : step)
+      if (e.request_id == id)
+        for (const auto& a : e.logit_adjust)
+          out.emplace_back(a.token, a.delta);
+    return out;
+  };
+  constexpr float banned = -1e30f;
+  EXPECT_EQ(adjust_of(1), (adjustments{{0, banned}, {1, 0.5f}, {2, banned}, {60, -3.0f}, {61, banned}}))
+    << "the bias on eos gives way to the ban";
+  EXPECT_TRUE(adjust_of(2).empty()) << "eos ignored: not banned";
+  EXPECT_TRUE(adjust_of(3).empty()) << "no min_tokens";
+  core.on_step_done(step, std::vector<std::int32_t>{60, 60, 50}, 5);
+  step = core.next_step(6);
+  EXPECT_EQ(adjust_of(1), (adjustments{{0, banned}, {1, 0.5f}, {2, banned}, {60, -3.0f}, {61, banned}}))
+    << "one token of two";
+  core.on_step_done(step, std::vector<std::int32_t>{60, 60, 50}, 7);
+  step = core.next_step(8);
+  EXPECT_EQ(adjust_of(1), (adjustments{{1, 0.5f}, {2, 100.0f}, {60, -3.0f}})) << "two tokens: nothing banned";
 }
 
 /// The last reported waiting count per adapter, as a consumer applying
