@@ -735,6 +735,24 @@ TEST(openai, penalties_and_logit_bias_go_to_the_wire_which_checks_them) {
   EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"logit_bias\""), std::string::npos);
 }
 
+TEST(openai, vllms_stop_token_ids_ignore_eos_and_min_tokens_go_to_the_wire) {
+  const auto g = as_generate(
+    ok(R"({"model":"m","prompt":"p","max_tokens":9,"stop_token_ids":[5,3],"ignore_eos":true,"min_tokens":4})"));
+  EXPECT_EQ(g.stop_token_ids, (std::vector<std::int32_t>{3, 5}));
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.min_tokens, 4u);
+  const auto c = as_generate(chat_ok(
+    R"({"model":"m","messages":[{"role":"user","content":"q"}],"max_completion_tokens":3,"min_tokens":3})",
+    builtin("chatml")));
+  EXPECT_EQ(c.min_tokens, 3u);
+  EXPECT_FALSE(c.ignore_eos);
+  // The wire checks the values and names the field.
+  const auto r = wire::parse_request(ok(R"({"model":"m","prompt":"p","max_tokens":2,"min_tokens":3})").frames.at(0),
+                                     wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
+  EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"min_tokens\""), std::string::npos);
+}
+
 TEST(openai, echo_asks_the_wire_for_the_prompts_log_probabilities_only_where_its_text_is_not_at_hand) {
   auto frame = [](const completion_request& c, std::size_t k = 0) { return json::parse(c.frames.at(k)); };
   // A text prompt without log-probabilities: echoed as sent.
