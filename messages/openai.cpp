@@ -616,6 +616,37 @@ std::variant<std::string, api_error> parse_adapter_update(std::string_view body,
   return dump(frame);
 }
 
+std::variant<std::string, api_error> parse_tokenizer_request(std::string_view body, std::string_view wire_id,
+                                                             bool tokenize) {
+  auto read = read_object(body);
+  if (auto* e = std::get_if<api_error>(&read))
+    return std::move(*e);
+  const auto& doc = std::get<json>(read);
+  const char* field = tokenize ? "prompt" : "tokens";
+  json frame = {{"type", tokenize ? "tokenize" : "detokenize"}, {"id", wire_id}};
+  for (const auto& [key, value] : doc.items()) {
+    if (key == "model") {
+      if (!value.is_null() && !value.is_string())
+        return bad("field \"model\" must be a string, got " + value.dump().substr(0, 80), "model");
+    } else if (key == field) {
+      frame[field] = value;
+    } else {
+      return bad("unknown field \"" + key + "\" in " + (tokenize ? "a tokenize request (it takes \"model\" and \"prompt\")"
+                                                                 : "a detokenize request (it takes \"model\" and \"tokens\")"),
+                 key);
+    }
+  }
+  return dump(frame);
+}
+
+std::string tokenize_json(const wire::tokenize_reply& r) {
+  return dump(json{{"count", r.tokens.size()}, {"max_model_len", r.max_context}, {"tokens", r.tokens}});
+}
+
+std::string detokenize_json(const wire::detokenize_reply& r) {
+  return dump(json{{"prompt", r.text}});
+}
+
 std::string adapter_update_json(const wire::adapter_reply& r) {
   return dump(json{{"lora_name", r.name}, {"rank", r.rank}, {"status", r.status}});
 }

@@ -165,6 +165,18 @@ std::variant<std::string, api_error> parse_adapter_update(std::string_view body,
 /// "unloaded").
 std::string adapter_update_json(const wire::adapter_reply& r);
 
+/// Translates a POST /tokenize body ({"model", "prompt"}, vLLM's) into a
+/// wire tokenize frame, or a POST /detokenize body ({"model", "tokens"})
+/// into a wire detokenize frame. `model` is optional: every adapter shares
+/// the base model's tokenizer. The wire parser checks the values.
+std::variant<std::string, api_error> parse_tokenizer_request(std::string_view body, std::string_view wire_id,
+                                                             bool tokenize);
+
+/// The answers, as vLLM's: {"count", "max_model_len", "tokens"} and
+/// {"prompt"}.
+std::string tokenize_json(const wire::tokenize_reply& r);
+std::string detokenize_json(const wire::detokenize_reply& r);
+
 /// The HTTP form of a wire error answering a load or an unload: as
 /// from_wire, but files that cannot be read as an adapter (bad_adapter) are
 /// the client's error, 400 naming lora_path, and an unknown name names

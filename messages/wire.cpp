@@ -123,12 +123,15 @@ std::optional<Int> integer_of(const json& j) {
 // -- request parsing -------------------------------------------------------
 
 constexpr std::string_view valid_types =
-  R"("generate", "cancel", "health", "stats", "list_adapters", "load_adapter", "unload_adapter", "advise")";
+  R"("generate", "cancel", "health", "stats", "list_adapters", "load_adapter", "unload_adapter", "advise", )"
+  R"("tokenize", "detokenize")";
 
 constexpr std::array<std::string_view, 2> id_only_fields{"type", "id"};
 constexpr std::array<std::string_view, 5> load_adapter_fields{"type", "id", "name", "path", "rank"};
 constexpr std::array<std::string_view, 3> unload_adapter_fields{"type", "id", "name"};
 constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session", "in_s", "priority"};
+constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
+constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
 constexpr std::array<std::string_view, 22> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
@@ -193,17 +196,18 @@ void reject_unknown_fields(const json& obj, std::string_view type,
   }
 }
 
-std::vector<std::int32_t> read_prompt_tokens(const json& j, const parse_limits& limits) {
+std::vector<std::int32_t> read_prompt_tokens(const json& j, const parse_limits& limits,
+                                             const std::string& field = "prompt_tokens") {
   const std::string expected = "a non-empty array of integers in [0, "
                                + std::to_string(limits.vocab_size) + ")";
   if (!j.is_array() || j.empty())
-    reject_field("prompt_tokens", expected, j);
+    reject_field(field, expected, j);
   std::vector<std::int32_t> out;
   out.reserve(j.size());
   for (std::size_t i = 0; i < j.size(); ++i) {
     auto v = integer_of<std::int32_t>(j[i]);
     if (!v || *v < 0 || *v >= limits.vocab_size)
-      reject("field \"prompt_tokens\" must be " + expected + ", but element "
+      reject("field \"" + field + "\" must be " + expected + ", but element "
              + std::to_string(i) + " is " + describe(j[i]));
     out.push_back(*v);
   }
@@ -453,6 +457,24 @@ request read_request(const json& obj, const parse_limits& limits) {
       a.priority = *v;
     }
     return a;
+  }
+  if (type == "tokenize") {
+    auto id = read_id(obj, limits);
+    reject_unknown_fields(obj, type, tokenize_fields);
+    const json* prompt = find(obj, "prompt");
+    if (prompt == nullptr)
+      reject("missing field \"prompt\": the text to tokenize");
+    if (!prompt->is_string())
+      reject_field("prompt", "a string", *prompt);
+    return tokenize_request{std::move(id), prompt->get<std::string>()};
+  }
+  if (type == "detokenize") {
+    auto id = read_id(obj, limits);
+    reject_unknown_fields(obj, type, detokenize_fields);
+    const json* tokens = find(obj, "tokens");
+    if (tokens == nullptr)
+      reject("missing field \"tokens\": the token ids to turn into text");
+    return detokenize_request{std::move(id), read_prompt_tokens(*tokens, limits, "tokens")};
   }
   if (type != "cancel" && type != "health" && type != "stats" && type != "list_adapters")
     reject_field("type", expected, *t);
@@ -704,8 +726,12 @@ reply read_reply(const json& obj) {
     return adapter_reply{std::move(id), r.string("name"), r.count("rank"), r.string("status")};
   if (type == "advise")
     return advise_reply{std::move(id), r.string("session"), r.string("status")};
+  if (type == "tokenize")
+    return tokenize_reply{std::move(id), r.tokens("tokens"), r.count("max_context")};
+  if (type == "detokenize")
+    return detokenize_reply{std::move(id), r.string("text")};
   reject("field \"type\" must be one of \"accepted\", \"token\", \"done\", \"error\", "
-         "\"health\", \"stats\", \"adapters\", \"adapter\", \"advise\", got "
+         "\"health\", \"stats\", \"adapters\", \"adapter\", \"advise\", \"tokenize\", \"detokenize\", got "
          + dump(json(type)));
 }
 
@@ -937,6 +963,16 @@ std::string to_json(const request& x) {
         j["priority"] = a.priority;
       return j;
     }
+    json operator()(const tokenize_request& t) const {
+      auto j = header("tokenize", t.id);
+      j["prompt"] = t.prompt;
+      return j;
+    }
+    json operator()(const detokenize_request& d) const {
+      auto j = header("detokenize", d.id);
+      j["tokens"] = d.tokens;
+      return j;
+    }
   };
   return dump(std::visit(visitor{}, x));
 }
@@ -1052,6 +1088,20 @@ std::string to_json(const advise_reply& x) {
   auto j = header("advise", x.id);
   j["session"] = x.session;
   j["status"] = x.status;
+  return dump(j);
+}
+
+std::string to_json(const tokenize_reply& x) {
+  auto j = header("tokenize", x.id);
+  j["tokens"] = x.tokens;
+  j["count"] = x.tokens.size();
+  j["max_context"] = x.max_context;
+  return dump(j);
+}
+
+std::string to_json(const detokenize_reply& x) {
+  auto j = header("detokenize", x.id);
+  j["text"] = x.text;
   return dump(j);
 }
 

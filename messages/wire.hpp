@@ -112,9 +112,22 @@ struct advise_request {
   std::int32_t priority = 0;
 };
 
+/// The token ids `prompt` becomes as a generate's prompt (with the
+/// tokenizer's BOS where it adds one): a client counts its context so.
+struct tokenize_request {
+  std::string id;
+  std::string prompt;
+};
+
+/// The text `tokens` make as a generate's output.
+struct detokenize_request {
+  std::string id;
+  std::vector<std::int32_t> tokens;
+};
+
 using request = std::variant<generate_request, cancel_request, health_request,
                              stats_request, list_adapters_request, load_adapter_request,
-                             unload_adapter_request, advise_request>;
+                             unload_adapter_request, advise_request, tokenize_request, detokenize_request>;
 
 /// Why a frame was refused; `id` is the request's id when it could be read.
 struct parse_error {
@@ -270,8 +283,24 @@ struct advise_reply {
 };
 std::string to_json(const advise_reply& x);
 
-using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply,
-                           health_reply, stats_reply, adapters_reply, adapter_reply, advise_reply>;
+/// The answer to tokenize: the prompt's token ids, and the context a
+/// request's prompt and max_tokens must fit in.
+struct tokenize_reply {
+  std::string id;
+  std::vector<std::int32_t> tokens;
+  std::uint64_t max_context = 0;
+};
+std::string to_json(const tokenize_reply& x);
+
+/// The answer to detokenize.
+struct detokenize_reply {
+  std::string id;
+  std::string text;
+};
+std::string to_json(const detokenize_reply& x);
+
+using reply = std::variant<accepted_reply, token_reply, done_reply, error_reply, health_reply, stats_reply,
+                           adapters_reply, adapter_reply, advise_reply, tokenize_reply, detokenize_reply>;
 
 /// Parses a server reply; a parse_error for anything that is not one.
 std::variant<reply, parse_error> parse_reply(std::string_view frame);

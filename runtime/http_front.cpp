@@ -314,7 +314,10 @@ struct http_front::impl : zmq_io::owned_socket {
     };
 
     const auto authorization = req[http::field::authorization];
-    if (target.starts_with("/v1/")
+    // vLLM's tokenizer paths sit outside /v1/ but are the API's all the same.
+    const bool tokenize = target == "/tokenize";
+    const bool detokenize = target == "/detokenize";
+    if ((target.starts_with("/v1/") || tokenize || detokenize)
         && !openai::authorized(std::string_view(authorization.data(), authorization.size()), cfg.api_keys)) {
       auto res = error_response(version, keep, openai::unauthorized(req.count(http::field::authorization) > 0));
       res.set(http::field::www_authenticate, "Bearer");
@@ -336,7 +339,7 @@ struct http_front::impl : zmq_io::owned_socket {
     // vLLM's paths for adapters loaded and unloaded while serving.
     const bool load = target == "/v1/load_lora_adapter";
     const bool unload = target == "/v1/unload_lora_adapter";
-    const bool post = advise || load || unload;
+    const bool post = advise || load || unload || tokenize || detokenize;
     // GET /v1/models/NAME: one model (an adapter's name may hold '/').
     constexpr std::string_view one_model = "/v1/models/";
     const bool named = target.starts_with(one_model) && target.size() > one_model.size();
@@ -353,7 +356,9 @@ struct http_front::impl : zmq_io::owned_socket {
       std::optional<wire::reply> r;
       if (post) {
         auto [id, w] = expect();
-        auto frame = advise ? openai::parse_advise(req.body(), id) : openai::parse_adapter_update(req.body(), id, load);
+        auto frame = advise                    ? openai::parse_advise(req.body(), id)
+                     : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize)
+                                              : openai::parse_adapter_update(req.body(), id, load);
         if (auto* e = std::get_if<openai::api_error>(&frame)) {
           pending.erase(id);
           co_return co_await reply(error_response(version, keep, *e));
@@ -393,6 +398,10 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await reply(make(version, keep, http::status::ok, openai::advise_json(*a)));
       if (const auto* a = std::get_if<wire::adapter_reply>(&*r))
         co_return co_await reply(make(version, keep, http::status::ok, openai::adapter_update_json(*a)));
+      if (const auto* t = std::get_if<wire::tokenize_reply>(&*r))
+        co_return co_await reply(make(version, keep, http::status::ok, openai::tokenize_json(*t)));
+      if (const auto* d = std::get_if<wire::detokenize_reply>(&*r))
+        co_return co_await reply(make(version, keep, http::status::ok, openai::detokenize_json(*d)));
       if (const auto* s = std::get_if<wire::stats_reply>(&*r))
         co_return co_await reply(
           make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4"));
@@ -404,7 +413,8 @@ struct http_front::impl : zmq_io::owned_socket {
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
                      + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/NAME], POST /v1/advise, "
-                       "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, GET /health, GET /metrics)")));
+                       "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, POST /tokenize, POST /detokenize, GET /health, "
+                       "GET /metrics)")));
   }
 
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as

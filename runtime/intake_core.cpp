@@ -189,6 +189,15 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
   } else if (auto* ad = std::get_if<wire::advise_request>(&req)) {
     out.advise = intake_actions::advisory{session_id_of(ad->session), ad->session, ad->in_s};
     out.query_id = ad->id;
+  } else if (backend_ == nullptr) {
+    // tokenize, detokenize: answered here, with the backend's tokenizer.
+    out.replies.push_back(error_frame(peer, std::visit([](const auto& r) { return r.id; }, req),
+                                      wire::error_code::internal, "this server has no tokenizer"));
+  } else if (auto* t = std::get_if<wire::tokenize_request>(&req)) {
+    out.replies.push_back(
+      {peer, wire::to_json(wire::tokenize_reply{t->id, backend_->vocab().encode(t->prompt), limits_.max_context})});
+  } else if (auto* d = std::get_if<wire::detokenize_request>(&req)) {
+    out.replies.push_back({peer, wire::to_json(wire::detokenize_reply{d->id, decode(d->tokens, 0)})});
   }
   return out;
 }

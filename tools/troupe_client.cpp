@@ -27,6 +27,7 @@ void usage(std::FILE* out) {
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
     "       troupe-client [--endpoint URL] --advise SESSION [--in S]   (its next turn is coming)\n"
+    "       troupe-client [--endpoint URL] --tokenize TEXT | --detokenize ID,ID,...\n"
     "Defaults: endpoint tcp://127.0.0.1:5555, max-tokens 16, streaming on.\n"
     "Exit status: 0 on done, 1 on an error reply, 2 on bad usage, 3 on timeout.\n");
 }
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
     else if (arg == "--min-tokens") g.min_tokens = static_cast<std::uint32_t>(number());
     else if (arg == "--advise") { query = arg; adapter_arg = value(); }
     else if (arg == "--in") advise_in = number();
+    else if (arg == "--tokenize" || arg == "--detokenize") { query = arg; adapter_arg = value(); }
     else if (arg == "--health" || arg == "--stats" || arg == "--list-adapters") query = arg;
     else if (arg == "--load-adapter" || arg == "--unload-adapter") {
       query = arg;
@@ -122,6 +124,22 @@ int main(int argc, char** argv) {
   else if (query == "--list-adapters") req = wire::list_adapters_request{g.id};
   else if (query == "--unload-adapter") req = wire::unload_adapter_request{g.id, adapter_arg};
   else if (query == "--advise") req = wire::advise_request{g.id, adapter_arg, advise_in, 0};
+  else if (query == "--tokenize") req = wire::tokenize_request{g.id, adapter_arg};
+  else if (query == "--detokenize") {
+    wire::detokenize_request d{g.id, {}};
+    for (const char* p = adapter_arg.c_str(); *p != '\0';) {
+      char* end = nullptr;
+      const long id = std::strtol(p, &end, 10);
+      if (end == p || (*end != ',' && *end != '\0')) {
+        std::fprintf(stderr, "troupe-client: --detokenize takes token ids separated by commas, got '%s'\n",
+                     adapter_arg.c_str());
+        return 2;
+      }
+      d.tokens.push_back(static_cast<std::int32_t>(id));
+      p = *end == ',' ? end + 1 : end;
+    }
+    req = d;
+  }
   else if (query == "--load-adapter") {
     // NAME=PATH (a PEFT directory on the server) or NAME:RANK (sim backend).
     const auto eq = adapter_arg.find('=');
@@ -201,7 +219,7 @@ int main(int argc, char** argv) {
     }
     if (std::holds_alternative<wire::accepted_reply>(reply))
       continue;
-    if (!json) // health, stats, adapters, adapter, advise: print the raw reply
+    if (!json) // health, stats, adapters, adapter, advise, tokenize, detokenize: print the raw reply
       std::printf("%s\n", raw->c_str());
     return 0;
   }

@@ -65,6 +65,11 @@ ref_min="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --ma
 if "$bin/troupe-client" --endpoint "$zmq" --prompt x --logit-bias 2 > /dev/null 2>&1; then
   echo "http: troupe-client took --logit-bias without a bias"; exit 1
 fi
+# ... and its tokenizer queries read back what they wrote.
+ids="$("$bin/troupe-client" --endpoint "$zmq" --tokenize "The river runs" \
+  | python3 -c 'import json, sys; print(",".join(map(str, json.load(sys.stdin)["tokens"])))')"
+"$bin/troupe-client" --endpoint "$zmq" --detokenize "$ids" | grep -q '"text":" *The river runs"' \
+  || { echo "http: --detokenize $ids did not give the text back"; exit 1; }
 
 python3 - "$http" "$ref" "$ref_lp" "$ref_plp" "$ref_min" <<'PY'
 import json, socket, sys, time, urllib.request, urllib.error
@@ -196,6 +201,21 @@ assert refused(404, body=dict(req, model="again-r8"))["code"] == "model_not_foun
 assert refused(404, "/v1/unload_lora_adapter", {"lora_name": "again-r8"})["code"] == "model_not_found"
 status, _, body = call("/v1/load_lora_adapter", {"lora_name": "nowhere", "lora_path": "models/demo/adapters/none"})
 assert status == 400 and "models/demo/adapters/none" in json.loads(body)["error"]["message"], (status, body)
+
+# vLLM's /tokenize and /detokenize: the prompt's tokens are those a
+# completion of it runs (its usage counts them; as a token prompt it answers
+# the same), and they read back as its text.
+status, _, body = call("/tokenize", {"model": "demo", "prompt": "The river runs"})
+tok = json.loads(body)
+assert status == 200 and tok["count"] == len(tok["tokens"]) == whole["usage"]["prompt_tokens"], (body, whole)
+assert tok["max_model_len"] > tok["count"], tok
+status, _, body = call("/v1/completions", dict(req, prompt=tok["tokens"]))
+assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], (body, ref)
+status, _, body = call("/detokenize", {"tokens": tok["tokens"]})
+assert status == 200 and json.loads(body)["prompt"].strip() == "The river runs", body
+refused(400, "/tokenize", {"prompt": "x", "add_special_tokens": False}, says="add_special_tokens")
+refused(400, "/detokenize", {"tokens": [-1]}, says='"tokens"')
+refused(405, "/tokenize", method="GET")
 
 # The text ends before a stop string (the wire's keeps it), whole and
 # streamed.
@@ -457,6 +477,8 @@ assert call("/health")[0] == 200 and call("/metrics")[0] == 200, "health and met
 status, _, text = call("/v1/chat/completions", "k-1", {"model": "demo", "messages": [{"role": "user", "content": "x"}]})
 err = json.loads(text)["error"]
 assert status == 404 and "chat_template" in err["message"], (status, err)
+assert call("/tokenize", None, {"prompt": "x"})[0] == 401, "the tokenizer paths want a key too"
+assert call("/tokenize", "k-1", {"prompt": "x"})[0] == 200
 # Adapter updates over HTTP are off unless the deployment turns them on.
 status, _, text = call("/v1/load_lora_adapter", "k-1", {"lora_name": "x", "lora_path": "models/demo/adapters/lora-1"})
 assert status == 404 and "adapter_updates" in json.loads(text)["error"]["message"], (status, text)

@@ -886,19 +886,24 @@ TEST(openai, an_advisory_becomes_a_wire_advise_which_checks_its_values) {
   EXPECT_EQ(json::parse(advise_json(reply)), (json{{"session", "conv-1"}, {"status", "on_gpu"}}));
 }
 
+/// The wire request a translated `body` parses as (a failure when either
+/// refuses it).
+wire::request through_wire(std::string_view body, const std::variant<std::string, api_error>& frame) {
+  if (auto* e = std::get_if<api_error>(&frame)) {
+    ADD_FAILURE() << body << " refused: " << e->message;
+    return wire::request{};
+  }
+  auto r = wire::parse_request(std::get<std::string>(frame), wire::parse_limits{});
+  if (auto* e = std::get_if<wire::parse_error>(&r)) {
+    ADD_FAILURE() << std::get<std::string>(frame) << ": " << e->message;
+    return wire::request{};
+  }
+  return std::get<wire::request>(std::move(r));
+}
+
 TEST(openai, adapter_loads_and_unloads_take_vllms_names_and_become_wire_requests) {
   auto wire_request = [](std::string_view body, bool load) {
-    auto frame = parse_adapter_update(body, "h8", load);
-    if (auto* e = std::get_if<api_error>(&frame)) {
-      ADD_FAILURE() << body << " refused: " << e->message;
-      return wire::request{};
-    }
-    auto r = wire::parse_request(std::get<std::string>(frame), wire::parse_limits{});
-    if (auto* e = std::get_if<wire::parse_error>(&r)) {
-      ADD_FAILURE() << std::get<std::string>(frame) << ": " << e->message;
-      return wire::request{};
-    }
-    return std::get<wire::request>(std::move(r));
+    return through_wire(body, parse_adapter_update(body, "h8", load));
   };
   const auto l = std::get<wire::load_adapter_request>(
     wire_request(R"({"lora_name":"sql","lora_path":"/srv/adapters/sql"})", true));
@@ -946,6 +951,43 @@ TEST(openai, adapter_loads_and_unloads_take_vllms_names_and_become_wire_requests
   EXPECT_EQ(adapter_update_error(wire::error_code::unknown_adapter, "").param, "lora_name");
   EXPECT_EQ(adapter_update_error(wire::error_code::adapter_in_use, "").status, 409);
   EXPECT_EQ(adapter_update_error(wire::error_code::adapter_exists, "").status, 409);
+}
+
+TEST(openai, tokenize_and_detokenize_take_vllms_bodies_and_give_its_answers) {
+  auto wire_request = [](std::string_view body, bool tokenize) {
+    return through_wire(body, parse_tokenizer_request(body, "h9", tokenize));
+  };
+  const auto t = std::get<wire::tokenize_request>(wire_request(R"({"model":"sql","prompt":"Hello there"})", true));
+  EXPECT_EQ(t.id, "h9");
+  EXPECT_EQ(t.prompt, "Hello there");
+  EXPECT_EQ(std::get<wire::detokenize_request>(wire_request(R"({"tokens":[1,15043]})", false)).tokens,
+            (std::vector<std::int32_t>{1, 15043}));
+  struct row {
+    const char* body;
+    bool tokenize;
+    const char* param;
+    const char* says;
+  };
+  for (const auto& r : std::vector<row>{
+         {R"({"prompt":"x","add_special_tokens":false})", true, "add_special_tokens", "it takes \"model\" and \"prompt\""},
+         {R"({"prompt":"x"})", false, "prompt", "it takes \"model\" and \"tokens\""},
+         {R"({"model":3,"prompt":"x"})", true, "model", "must be a string"},
+         {R"("x")", true, "", "JSON object"},
+       }) {
+    SCOPED_TRACE(r.body);
+    const auto e = std::get<api_error>(parse_tokenizer_request(r.body, "h9", r.tokenize));
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, r.param);
+    EXPECT_NE(e.message.find(r.says), std::string::npos) << e.message;
+  }
+  // A missing prompt reaches the wire parser, which names it.
+  const auto missing = wire::parse_request(std::get<std::string>(parse_tokenizer_request("{}", "h9", true)), {});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(missing));
+  EXPECT_NE(std::get<wire::parse_error>(missing).message.find("\"prompt\""), std::string::npos);
+
+  EXPECT_EQ(json::parse(tokenize_json(wire::tokenize_reply{"h9", {1, 2, 3}, 4096})),
+            (json{{"count", 3}, {"max_model_len", 4096}, {"tokens", {1, 2, 3}}}));
+  EXPECT_EQ(json::parse(detokenize_json(wire::detokenize_reply{"h9", " river"})), (json{{"prompt", " river"}}));
 }
 
 TEST(openai, a_bearer_key_must_be_one_of_the_servers_when_it_has_any) {

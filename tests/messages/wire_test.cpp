@@ -103,6 +103,12 @@ void expect_same(const request& a, const request& b) {
   if (auto* u = std::get_if<unload_adapter_request>(&a)) {
     EXPECT_EQ(u->name, std::get<unload_adapter_request>(b).name);
   }
+  if (auto* t = std::get_if<tokenize_request>(&a)) {
+    EXPECT_EQ(t->prompt, std::get<tokenize_request>(b).prompt);
+  }
+  if (auto* d = std::get_if<detokenize_request>(&a)) {
+    EXPECT_EQ(d->tokens, std::get<detokenize_request>(b).tokens);
+  }
 }
 
 void expect_same_double(double a, double b) {
@@ -160,6 +166,11 @@ void expect_same(const reply& a, const reply& b) {
       } else if constexpr (std::is_same_v<T, advise_reply>) {
         EXPECT_EQ(x.session, y.session);
         EXPECT_EQ(x.status, y.status);
+      } else if constexpr (std::is_same_v<T, tokenize_reply>) {
+        EXPECT_EQ(x.tokens, y.tokens);
+        EXPECT_EQ(x.max_context, y.max_context);
+      } else if constexpr (std::is_same_v<T, detokenize_reply>) {
+        EXPECT_EQ(x.text, y.text);
       } else {
         static_assert(std::is_same_v<T, adapters_reply>);
         ASSERT_EQ(x.adapters.size(), y.adapters.size());
@@ -295,6 +306,9 @@ TEST(wire, parses_other_request_types) {
     {R"({"type":"load_adapter","id":"l","name":"sql","path":"/a/b"})", 5},
     {R"({"type":"load_adapter","id":"l","name":"sql","rank":16})", 5},
     {R"({"type":"unload_adapter","id":"u","name":"sql"})", 6},
+    {R"({"type":"tokenize","id":"t","prompt":"The river"})", 8},
+    {R"({"type":"tokenize","id":"t","prompt":""})", 8},
+    {R"({"type":"detokenize","id":"d","tokens":[1,2,3]})", 9},
   };
   for (const auto& r : rows) {
     SCOPED_TRACE(r.frame);
@@ -432,6 +446,14 @@ std::vector<reject_case> reject_cases() {
     {"min_tokens_past_max_tokens", gen(R"("max_tokens":4,"min_tokens":5)"), bad, "g1",
      {"\"min_tokens\"", "between 0 and max_tokens (4)", "got 5"}},
     {"min_tokens_negative", gen(R"("min_tokens":-1)"), bad, "g1", {"\"min_tokens\"", "got -1"}},
+    {"tokenize_without_prompt", R"({"type":"tokenize","id":"t"})", bad, "t", {"missing field \"prompt\""}},
+    {"tokenize_prompt_tokens", R"({"type":"tokenize","id":"t","prompt":[1]})", bad, "t", {"\"prompt\"", "a string"}},
+    {"tokenize_unknown_field", R"({"type":"tokenize","id":"t","prompt":"x","model":"m"})", bad, "t",
+     {"unknown field \"model\""}},
+    {"detokenize_without_tokens", R"({"type":"detokenize","id":"d"})", bad, "d", {"missing field \"tokens\""}},
+    {"detokenize_past_vocab", R"({"type":"detokenize","id":"d","tokens":[1,1000]})", bad, "d",
+     {"\"tokens\"", "[0, 1000)", "element 1 is 1000"}},
+    {"detokenize_empty", R"({"type":"detokenize","id":"d","tokens":[]})", bad, "d", {"\"tokens\"", "non-empty"}},
     {"unknown_field", gen(R"("max_token":16)"), bad, "g1",
      {"unknown field \"max_token\"", "generate", "\"max_tokens\""}},
     {"unknown_field_before_prompt_check", R"({"type":"generate","id":"g1","promt":"hi"})", bad,
@@ -514,7 +536,9 @@ TEST(wire, request_round_trips) {
                                 load_adapter_request{"lb", "sim-1", "", 64},
                                 unload_adapter_request{"u", "sql"},
                                 advise_request{"ad", "chat-1", 2.5, 3},
-                                advise_request{"ad2", "chat-2", 0, 0}};
+                                advise_request{"ad2", "chat-2", 0, 0},
+                                tokenize_request{"tk", "Once \xe2\x98\xba"},
+                                detokenize_request{"dt", {0, 5, 999}}};
   for (const auto& r : requests) {
     auto text = to_json(r);
     SCOPED_TRACE(text);
@@ -590,6 +614,9 @@ TEST(wire, reply_round_trips) {
     adapter_reply{"la", "sql", 16, "loaded"},
     adapter_reply{"u", "sql", 16, "unloaded"},
     advise_reply{"ad", "chat-1", "fetching"},
+    tokenize_reply{"tk", {1, 450, 29889}, 4096},
+    tokenize_reply{"tk0", {}, 16},
+    detokenize_reply{"dt", " deep \xe2\x98\xba"},
   };
   for (auto c : {error_code::bad_request, error_code::frame_too_large,
                  error_code::unknown_adapter, error_code::unknown_request,

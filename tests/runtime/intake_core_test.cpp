@@ -173,6 +173,34 @@ TEST_F(intake_core_test, prompt_exactly_at_max_context_is_taken) {
   EXPECT_EQ(a.submit->prompt.size() + a.submit->max_new_tokens, 64u);
 }
 
+TEST_F(intake_core_test, tokenize_gives_the_prompt_a_generate_would_run_and_detokenize_its_text) {
+  const std::string text = "The river runs deep";
+  auto g = core.on_frame("p", R"({"type":"generate","id":"g","prompt":")" + text + R"("})", 1.0);
+  ASSERT_TRUE(g.submit.has_value());
+  auto t = core.on_frame("p", R"({"type":"tokenize","id":"t","prompt":")" + text + R"("})", 1.0);
+  EXPECT_FALSE(t.submit.has_value()) << "nothing is run";
+  ASSERT_EQ(t.replies.size(), 1u);
+  EXPECT_EQ(t.replies[0].peer, "p");
+  const auto tok = as<wire::tokenize_reply>(t.replies[0]);
+  EXPECT_EQ(tok.id, "t");
+  EXPECT_EQ(tok.tokens, g.submit->prompt);
+  EXPECT_EQ(tok.max_context, 64u);
+  const auto ids = std::string(wire::to_json(wire::request{wire::detokenize_request{"d", tok.tokens}}));
+  auto d = core.on_frame("p", ids, 1.0);
+  ASSERT_EQ(d.replies.size(), 1u);
+  const auto back = as<wire::detokenize_reply>(d.replies[0]);
+  EXPECT_EQ(back.id, "d");
+  std::string expected;
+  for (const auto id : tok.tokens)
+    expected += backend->vocab().decode(id);
+  EXPECT_EQ(back.text, expected);
+  EXPECT_NE(back.text.find("river runs deep"), std::string::npos) << back.text;
+  // Past the vocabulary: refused by the parser, naming the field.
+  auto bad = core.on_frame("p", R"({"type":"detokenize","id":"d2","tokens":[40000]})", 1.0);
+  ASSERT_EQ(bad.replies.size(), 1u);
+  EXPECT_EQ(as<wire::error_reply>(bad.replies[0]).code, error_code::bad_request);
+}
+
 TEST_F(intake_core_test, duplicate_id_while_in_flight_is_refused_per_peer) {
   const auto first = submit("peer-A", "r1");
   expect_error("peer-A", gen("r1"), error_code::duplicate_id, "r1");
