@@ -27,10 +27,10 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 18> taken_by_both{
+constexpr std::array<std::string_view, 19> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
-  "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens"};
+  "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
                                                         "logprobs", "top_logprobs"};
@@ -127,9 +127,10 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
 
   // Passed on as given: the wire parser checks them and names the field.
   // session (Troupe's): a conversation's id, whose KV the next turn reuses.
-  // stop_token_ids, ignore_eos and min_tokens: vLLM's, as the wire's.
+  // stop_token_ids, ignore_eos, min_tokens and priority: vLLM's, as the
+  // wire's.
   for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "session", "presence_penalty",
-                          "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens"})
+                          "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
 

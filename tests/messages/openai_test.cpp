@@ -735,12 +735,13 @@ TEST(openai, penalties_and_logit_bias_go_to_the_wire_which_checks_them) {
   EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"logit_bias\""), std::string::npos);
 }
 
-TEST(openai, vllms_stop_token_ids_ignore_eos_and_min_tokens_go_to_the_wire) {
+TEST(openai, vllms_stop_token_ids_ignore_eos_min_tokens_and_priority_go_to_the_wire) {
   const auto g = as_generate(
-    ok(R"({"model":"m","prompt":"p","max_tokens":9,"stop_token_ids":[5,3],"ignore_eos":true,"min_tokens":4})"));
+    ok(R"({"model":"m","prompt":"p","max_tokens":9,"stop_token_ids":[5,3],"ignore_eos":true,"min_tokens":4,"priority":-3})"));
   EXPECT_EQ(g.stop_token_ids, (std::vector<std::int32_t>{3, 5}));
   EXPECT_TRUE(g.ignore_eos);
   EXPECT_EQ(g.min_tokens, 4u);
+  EXPECT_EQ(g.priority, -3);
   const auto c = as_generate(chat_ok(
     R"({"model":"m","messages":[{"role":"user","content":"q"}],"max_completion_tokens":3,"min_tokens":3})",
     builtin("chatml")));
