@@ -10,7 +10,9 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
+#include <string>
 #include <vector>
 
 namespace troupe {
@@ -41,6 +43,45 @@ private:
   std::size_t next_ = 0;
 };
 
+/// Samples (seconds) counted at or below each bound, with their sum and
+/// count: a Prometheus histogram, which (unlike a percentile) adds up over
+/// the nodes of a deployment and over any window a dashboard takes.
+class histogram {
+public:
+  explicit histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+  void add(double seconds) {
+    for (std::size_t i = 0; i < bounds_.size(); ++i)
+      if (seconds <= bounds_[i])
+        ++counts_[i];
+    ++count_;
+    sum_ += seconds;
+  }
+  /// NAME_bucket_le_BOUND (cumulative, the last +Inf), NAME_sum, NAME_count:
+  /// the names openai::prometheus_text turns into one histogram.
+  void append(stat_values& out, const std::string& name) const {
+    for (std::size_t i = 0; i < bounds_.size(); ++i) {
+      char bound[32];
+      const auto end = std::to_chars(bound, bound + sizeof bound, bounds_[i]).ptr;
+      out.emplace_back(name + "_bucket_le_" + std::string(bound, end), static_cast<double>(counts_[i]));
+    }
+    out.emplace_back(name + "_bucket_le_+Inf", static_cast<double>(count_));
+    out.emplace_back(name + "_sum", sum_);
+    out.emplace_back(name + "_count", static_cast<double>(count_));
+  }
+
+private:
+  std::vector<double> bounds_;
+  std::vector<std::uint64_t> counts_;
+  std::uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+/// Bounds for waits (time to first token, queueing), whole requests and the
+/// time between output tokens, in seconds.
+const std::vector<double> wait_bounds{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120};
+const std::vector<double> request_bounds{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800};
+const std::vector<double> token_bounds{0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2.5};
+
 struct metrics_state {
   static inline const char* name = "metrics";
   metrics_options opts;
@@ -52,6 +93,7 @@ struct metrics_state {
   std::uint64_t output_tokens = 0;
   std::array<std::uint64_t, finish_reasons> finished{};
   recent_samples ttft_ms, e2e_ms, queue_ms;
+  histogram ttft_s{wait_bounds}, queue_s{wait_bounds}, e2e_s{request_bounds}, tpot_s{token_bounds};
   std::uint64_t last_tokens = 0;
   double last_log_s = 0;
 };
@@ -79,10 +121,17 @@ metrics_actor::behavior_type metrics_impl(self_ptr self, metrics_options opts) {
       for (const auto& f : b.finished) {
         if (f.reason < st.finished.size())
           ++st.finished[f.reason];
-        if (f.completion_tokens > 0)
+        if (f.completion_tokens > 0) {
           st.ttft_ms.add(f.ttft_ms);
+          st.ttft_s.add(f.ttft_ms / 1e3);
+        }
+        // The mean time between its output tokens.
+        if (f.completion_tokens > 1)
+          st.tpot_s.add((f.e2e_ms - f.ttft_ms) / 1e3 / static_cast<double>(f.completion_tokens - 1));
         st.e2e_ms.add(f.e2e_ms);
+        st.e2e_s.add(f.e2e_ms / 1e3);
         st.queue_ms.add(f.queue_ms);
+        st.queue_s.add(f.queue_ms / 1e3);
       }
     },
     [self, interval](tick_atom) {
@@ -102,7 +151,7 @@ metrics_actor::behavior_type metrics_impl(self_ptr self, metrics_options opts) {
       auto count = [&](finish_reason r) {
         return static_cast<double>(st.finished[static_cast<std::size_t>(r)]);
       };
-      return stat_values{
+      stat_values out{
         {"uptime_s", monotonic_seconds() - st.started_s},
         {"steps", static_cast<double>(st.steps)},
         {"mean_batch_size", st.steps ? static_cast<double>(st.batch_sum) / static_cast<double>(st.steps) : 0.0},
@@ -122,6 +171,11 @@ metrics_actor::behavior_type metrics_impl(self_ptr self, metrics_options opts) {
         {"e2e_ms_p99", st.e2e_ms.percentile(0.99)},
         {"queue_ms_p50", st.queue_ms.percentile(0.5)},
       };
+      st.ttft_s.append(out, "ttft_seconds");
+      st.tpot_s.append(out, "time_per_output_token_seconds");
+      st.e2e_s.append(out, "e2e_seconds");
+      st.queue_s.append(out, "queue_seconds");
+      return out;
     },
   };
 }

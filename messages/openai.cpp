@@ -6,6 +6,7 @@
 #include <array>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <utility>
@@ -1141,15 +1142,44 @@ std::variant<std::string, api_error> model_json(std::string_view name, std::stri
 }
 
 std::string prometheus_text(const wire::stats_reply& stats) {
-  std::string out;
-  for (const auto& [name, value] : stats.values) {
-    if (!std::isfinite(value))
-      continue;
+  constexpr std::string_view bucket = "_bucket_le_";
+  auto metric_of = [](std::string_view name) {
     std::string metric = "troupe_";
     for (const char c : name)
       metric += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+    return metric;
+  };
+  // Histograms: NAME_bucket_le_BOUND, then NAME_sum and NAME_count.
+  std::vector<std::string> histograms;
+  for (const auto& [name, value] : stats.values)
+    if (const auto at = name.find(bucket); at != std::string::npos)
+      histograms.push_back(name.substr(0, at));
+  auto of_histogram = [&](std::string_view name) {
+    for (const char* part : {"_sum", "_count"})
+      if (name.ends_with(part)
+          && std::find(histograms.begin(), histograms.end(), name.substr(0, name.size() - std::strlen(part)))
+               != histograms.end())
+        return true;
+    return false;
+  };
+  std::string out;
+  std::string typed; // the histogram whose TYPE line is out
+  for (const auto& [name, value] : stats.values) {
+    if (!std::isfinite(value))
+      continue;
     json v = value; // shortest form that reads back the same
-    out += "# TYPE " + metric + " gauge\n" + metric + " " + v.dump() + "\n";
+    if (const auto at = name.find(bucket); at != std::string::npos) {
+      const auto base = metric_of(std::string_view(name).substr(0, at));
+      if (base != typed)
+        out += "# TYPE " + base + " histogram\n";
+      typed = base;
+      out += base + "_bucket{le=\"" + name.substr(at + bucket.size()) + "\"} " + v.dump() + "\n";
+    } else if (of_histogram(name)) {
+      out += metric_of(name) + " " + v.dump() + "\n";
+    } else {
+      const auto metric = metric_of(name);
+      out += "# TYPE " + metric + " gauge\n" + metric + " " + v.dump() + "\n";
+    }
   }
   return out;
 }

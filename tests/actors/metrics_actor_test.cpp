@@ -1,7 +1,7 @@
 // The metrics actor on CAF's deterministic scheduler: step figures add up,
 // every finish reason is counted under its own name, and the latency
-// percentiles come from the finished requests (first-token latency only from
-// those that produced a token).
+// percentiles and histograms come from the finished requests (first-token
+// latency only from those that produced a token).
 #include "actors/metrics_actor.hpp"
 
 #include "runtime/request_state.hpp"
@@ -46,6 +46,30 @@ TEST_F(metrics_actor_test, steps_add_up_and_every_finish_reason_is_counted) {
   EXPECT_EQ(stat(metrics, "ttft_ms_p50"), 20);
   EXPECT_EQ(stat(metrics, "ttft_ms_p99"), 30);
   EXPECT_EQ(stat(metrics, "e2e_ms_p99"), 300);
+}
+
+TEST_F(metrics_actor_test, latencies_fill_cumulative_histograms_in_seconds) {
+  progress_batch b;
+  b.finished = {ended(1, finish_reason::length, 11, 40, 1040),   // 0.1 s between its tokens
+                ended(2, finish_reason::eos, 1, 300, 300),       // one token: no time between
+                ended(3, finish_reason::error, 0, 0, 7)};        // no token: no first-token latency
+  self->send(metrics, b);
+  run();
+  EXPECT_EQ(stat(metrics, "ttft_seconds_count"), 2);
+  EXPECT_DOUBLE_EQ(stat(metrics, "ttft_seconds_sum"), 0.34);
+  EXPECT_EQ(stat(metrics, "ttft_seconds_bucket_le_0.025"), 0);
+  EXPECT_EQ(stat(metrics, "ttft_seconds_bucket_le_0.05"), 1) << "cumulative";
+  EXPECT_EQ(stat(metrics, "ttft_seconds_bucket_le_0.25"), 1);
+  EXPECT_EQ(stat(metrics, "ttft_seconds_bucket_le_0.5"), 2);
+  EXPECT_EQ(stat(metrics, "ttft_seconds_bucket_le_+Inf"), 2);
+  EXPECT_EQ(stat(metrics, "time_per_output_token_seconds_count"), 1);
+  EXPECT_EQ(stat(metrics, "time_per_output_token_seconds_bucket_le_0.075"), 0);
+  EXPECT_EQ(stat(metrics, "time_per_output_token_seconds_bucket_le_0.1"), 1) << "a bound holds what equals it";
+  EXPECT_EQ(stat(metrics, "e2e_seconds_count"), 3);
+  EXPECT_EQ(stat(metrics, "e2e_seconds_bucket_le_0.1"), 1);
+  EXPECT_EQ(stat(metrics, "e2e_seconds_bucket_le_2.5"), 3);
+  EXPECT_EQ(stat(metrics, "queue_seconds_count"), 3);
+  EXPECT_EQ(stat(metrics, "queue_seconds_bucket_le_0.005"), 3) << "1 ms each";
 }
 
 } // namespace

@@ -363,6 +363,16 @@ def metric(name):
         if line.startswith(name + " "):
             return float(line.split()[1])
     return None
+# Latencies as Prometheus histograms: every finished request counted in
+# +Inf, its buckets cumulative.
+status, _, text = call("/metrics")  # one snapshot: requests may still be finishing
+assert "# TYPE troupe_ttft_seconds histogram\n" in text, text
+snapshot = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if not l.startswith("#")}
+finished = sum(snapshot["troupe_finished_" + r]
+               for r in ("length", "eos", "stop", "cancelled", "error", "adapter_error", "aborted"))
+assert snapshot["troupe_e2e_seconds_count"] == snapshot['troupe_e2e_seconds_bucket{le="+Inf"}'] == finished > 0, text
+buckets = [v for k, v in snapshot.items() if k.startswith("troupe_ttft_seconds_bucket{")]
+assert len(buckets) > 2 and buckets == sorted(buckets) and buckets[-1] == snapshot["troupe_ttft_seconds_count"], text
 hits = metric("troupe_session_hits")
 turn = dict(chat, model="demo", messages=[{"role": "user", "content": "Tell me about the river."}], session="conv-1")
 status, _, body = call("/v1/chat/completions", turn)

@@ -1051,5 +1051,32 @@ TEST(openai, stats_become_prometheus_gauges) {
                                 "# TYPE troupe_kv_blocks_used gauge\ntroupe_kv_blocks_used 0.5\n");
 }
 
+TEST(openai, histogram_stats_become_one_prometheus_histogram_each) {
+  wire::stats_reply s;
+  s.values = {{"steps", 4},
+              {"ttft_seconds_bucket_le_0.1", 2},
+              {"ttft_seconds_bucket_le_1", 3},
+              {"ttft_seconds_bucket_le_+Inf", 4},
+              {"ttft_seconds_sum", 2.5},
+              {"ttft_seconds_count", 4},
+              {"e2e_seconds_bucket_le_+Inf", 0},
+              {"e2e_seconds_sum", 0},
+              {"e2e_seconds_count", 0},
+              {"queue_count", 7}};
+  EXPECT_EQ(prometheus_text(s), "# TYPE troupe_steps gauge\ntroupe_steps 4.0\n"
+                                "# TYPE troupe_ttft_seconds histogram\n"
+                                "troupe_ttft_seconds_bucket{le=\"0.1\"} 2.0\n"
+                                "troupe_ttft_seconds_bucket{le=\"1\"} 3.0\n"
+                                "troupe_ttft_seconds_bucket{le=\"+Inf\"} 4.0\n"
+                                "troupe_ttft_seconds_sum 2.5\n"
+                                "troupe_ttft_seconds_count 4.0\n"
+                                "# TYPE troupe_e2e_seconds histogram\n"
+                                "troupe_e2e_seconds_bucket{le=\"+Inf\"} 0.0\n"
+                                "troupe_e2e_seconds_sum 0.0\n"
+                                "troupe_e2e_seconds_count 0.0\n"
+                                "# TYPE troupe_queue_count gauge\ntroupe_queue_count 7.0\n")
+    << "a _count of no histogram stays a gauge";
+}
+
 } // namespace
 } // namespace troupe::openai
