@@ -33,6 +33,9 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
   std::vector<cpu_sequence> seqs;
   std::vector<std::size_t> index; // seqs[i] runs batch[index[i]]
   std::vector<std::shared_ptr<const lora_adapter>> held; // alive for the step
+  // The final hidden rows of the entries that asked for their prompt's
+  // log-probabilities, one per entry.
+  std::vector<std::vector<float>> final_hidden(batch.size());
   seqs.reserve(batch.size());
   std::unique_lock lock{adapters_mtx_};
   for (std::size_t i = 0; i < batch.size(); ++i) {
@@ -42,7 +45,8 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     s.start_pos = e.context_tokens;
     s.pages = e.pages;
     s.hidden = e.hidden;
-    s.all_logits = e.prompt_logprobs >= 0;
+    if (e.prompt_logprobs >= 0)
+      s.final_hidden = &final_hidden[i];
     if (e.adapter_id != 0) {
       auto a = device_.find(e.adapter_id);
       if (a == device_.end()) {
@@ -94,26 +98,22 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
       streams_.erase(id); // used: the step has all of it (or knows it failed)
     }
   }
-  const bool ran = logits.size() == cpu_model::logit_rows(seqs) * vocab;
+  const bool ran = logits.size() == seqs.size() * vocab;
   const bool any_logprobs = std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.logprobs >= 0; });
   if (any_logprobs)
     out.logprobs.resize(batch.size());
   if (std::any_of(batch.begin(), batch.end(), [](const step_entry& e) { return e.prompt_logprobs >= 0; }))
     out.prompt_logprobs.resize(batch.size());
-  std::size_t first_row = 0; // seqs[k]'s first row of logits
   std::vector<float> adjusted; // a row with its entry's logit_adjust
   for (std::size_t k = 0; k < seqs.size(); ++k) {
     const auto& e = batch[index[k]];
-    const std::size_t rows = cpu_model::logit_rows(seqs[k]);
-    first_row += rows;
     if (!ran) {
       out.failures.push_back({e.request_id, "the cpu model refused the batch"});
       continue;
     }
     if (fail_if_stream_lost(out, e, lost))
       continue;
-    const float* rows_begin = logits.data() + (first_row - rows) * vocab;
-    const std::span<const float> row{rows_begin + (rows - 1) * vocab, vocab};
+    const std::span<const float> row{logits.data() + k * vocab, vocab};
     // Sampled from the adjusted logits; log-probabilities are the model's.
     std::span<const float> sampled = row;
     if (!e.logit_adjust.empty()) {
@@ -126,7 +126,7 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
       out.logprobs[index[k]] = logprobs_of(row, token, static_cast<std::uint32_t>(e.logprobs));
     if (e.prompt_logprobs >= 0)
       out.prompt_logprobs[index[k]] =
-        prompt_logprobs_of({rows_begin, rows * vocab}, e.tokens, static_cast<std::uint32_t>(e.prompt_logprobs));
+        model_->prompt_logprobs(final_hidden[index[k]], e.tokens, static_cast<std::uint32_t>(e.prompt_logprobs));
   }
   out.device_seconds =
     std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

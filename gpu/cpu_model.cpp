@@ -3,6 +3,8 @@
 // unmerged LoRA per sequence and the KV cache in host pages.
 #include "gpu/cpu_model.hpp"
 
+#include "gpu/sampling.hpp"
+
 #include <cblas.h>
 
 #include <algorithm>
@@ -140,6 +142,8 @@ struct cpu_model::impl {
   void attention(std::span<const cpu_sequence> batch, size_t layer);
   std::vector<float> forward(std::span<const cpu_sequence> batch,
                              const std::function<void(std::size_t)>& before_layer);
+  // The LM head on `rows` final hidden rows: [rows, vocab].
+  std::vector<float> head(const float* normed, size_t rows) const;
 };
 
 std::string cpu_model::impl::refusal(const cpu_sequence& s) const {
@@ -396,21 +400,25 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
       x[i] += h[i];
   }
 
-  // Final norm and LM head on each sequence's last new token only, or on
-  // all of them where it asks.
-  const size_t out_rows = cpu_model::logit_rows(batch);
-  last.resize(out_rows * hid);
-  size_t o = 0;
+  // Final norm and LM head on each sequence's last new token; every new
+  // token's final norm kept where a sequence asks.
+  last.resize(nb * hid);
   for (size_t s = 0; s < nb; ++s) {
-    const size_t n = cpu_model::logit_rows(batch[s]);
-    const size_t from = row_off[s + 1] - n;
-    std::copy(x.data() + from * hid, x.data() + (from + n) * hid, h.data() + o * hid);
-    o += n;
+    std::copy(x.data() + (row_off[s + 1] - 1) * hid, x.data() + row_off[s + 1] * hid, h.data() + s * hid);
+    if (auto* keep = batch[s].final_hidden) {
+      const size_t n = row_off[s + 1] - row_off[s];
+      keep->resize(n * hid);
+      rms_norm(x.data() + row_off[s] * hid, w.final_norm.data(), keep->data(), n, hid, c.rms_norm_eps);
+    }
   }
-  rms_norm(h.data(), w.final_norm.data(), last.data(), out_rows, hid, c.rms_norm_eps);
-  const float* head = w.lm_head.empty() ? w.embed.data() : w.lm_head.data();
-  std::vector<float> logits(out_rows * c.vocab_size);
-  gemm_xwt(last.data(), head, logits.data(), out_rows, c.vocab_size, hid, 1.0f, 0.0f);
+  rms_norm(h.data(), w.final_norm.data(), last.data(), nb, hid, c.rms_norm_eps);
+  return head(last.data(), nb);
+}
+
+std::vector<float> cpu_model::impl::head(const float* normed, size_t rows) const {
+  const float* lm = w.lm_head.empty() ? w.embed.data() : w.lm_head.data();
+  std::vector<float> logits(rows * c.vocab_size);
+  gemm_xwt(normed, lm, logits.data(), rows, c.vocab_size, c.hidden_size, 1.0f, 0.0f);
   return logits;
 }
 
@@ -429,15 +437,26 @@ cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32
   m.kv.assign(num_pages * m.c.num_layers * 2 * page_tokens * m.kvd(), 0.0f);
 }
 
-std::size_t cpu_model::logit_rows(const cpu_sequence& seq) noexcept {
-  return seq.all_logits ? seq.tokens.size() : 1;
+std::vector<float> cpu_model::head_logits(std::span<const float> final_hidden) const {
+  const auto& m = *impl_;
+  if (!m.ok || m.c.hidden_size == 0 || final_hidden.size() % m.c.hidden_size != 0)
+    return {};
+  return m.head(final_hidden.data(), final_hidden.size() / m.c.hidden_size);
 }
 
-std::size_t cpu_model::logit_rows(std::span<const cpu_sequence> batch) noexcept {
-  std::size_t n = 0;
-  for (const auto& s : batch)
-    n += logit_rows(s);
-  return n;
+std::vector<token_logprobs> cpu_model::prompt_logprobs(std::span<const float> final_hidden,
+                                                       std::span<const std::int32_t> tokens,
+                                                       std::uint32_t top) const {
+  const std::size_t hid = impl_->c.hidden_size;
+  const auto vocab = static_cast<std::size_t>(impl_->c.vocab_size);
+  if (hid == 0 || vocab == 0 || final_hidden.size() != tokens.size() * hid)
+    return {};
+  std::vector<float> logits;
+  return prompt_logprobs_of(tokens, vocab, prompt_logits_bytes / (vocab * sizeof(float)), top,
+                            [&](std::size_t first, std::size_t rows) {
+                              logits = head_logits(final_hidden.subspan(first * hid, rows * hid));
+                              return std::span<const float>(logits);
+                            });
 }
 
 std::string cpu_model::refusal(const cpu_sequence& seq) const {

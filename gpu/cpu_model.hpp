@@ -9,6 +9,7 @@
 
 #include "gpu/llama_weights.hpp"
 #include "gpu/lora.hpp"
+#include "gpu/step.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -28,9 +29,11 @@ struct cpu_sequence {
   /// Keep a hidden cache instead of K and V (only where hidden_saves()):
   /// its pages hold hidden_page_tokens() tokens each.
   bool hidden = false;
-  /// Return the logits of every new token, not only of the last (a
-  /// client's prompt log-probabilities).
-  bool all_logits = false;
+  /// Where set, receives every new token's final hidden state (after the
+  /// final norm), [tokens, hidden_size]: the LM head takes those rows a
+  /// chunk at a time (prompt_logprobs()), so a client's prompt
+  /// log-probabilities never hold every row's logits at once.
+  std::vector<float>* final_hidden = nullptr;
 };
 
 /// Owns the weights and a paged KV store. One thread calls forward() at a time.
@@ -40,19 +43,24 @@ public:
   cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32_t page_tokens);
 
   /// Runs the batch: writes each sequence's new K/V into its pages and
-  /// returns the logits of its last new token, [batch.size(), vocab]; a
-  /// sequence with all_logits has a row for each of its new tokens there,
-  /// in order, where the others have one (logit_rows()).
+  /// returns the logits of its last new token, [batch.size(), vocab] (and
+  /// fills the final_hidden of those that ask).
   /// Returns an empty vector, touching no page, when the batch is empty or
   /// invalid: a sequence with no new tokens, a token id outside [0, vocab),
   /// fewer pages than start_pos + tokens need, a page id >= num_pages(), an
   /// adapter whose matrices do not fit the model, or weights whose sizes do
   /// not match their config (checked once at construction).
   std::vector<float> forward(std::span<const cpu_sequence> batch);
-  /// Rows of forward()'s logits for `seq`: its new tokens with all_logits,
-  /// 1 otherwise; and for a whole batch.
-  static std::size_t logit_rows(const cpu_sequence& seq) noexcept;
-  static std::size_t logit_rows(std::span<const cpu_sequence> batch) noexcept;
+  /// The logits of final hidden rows ([rows, hidden_size], as forward()
+  /// leaves in final_hidden): [rows, vocab].
+  std::vector<float> head_logits(std::span<const float> final_hidden) const;
+  /// The log-probability of each of `tokens` but the first given those
+  /// before it, with the `top` most likely there, from the final hidden
+  /// rows of those tokens (row k scores token k + 1): the LM head run on
+  /// chunks of rows of at most prompt_logits_bytes of logits.
+  std::vector<token_logprobs> prompt_logprobs(std::span<const float> final_hidden,
+                                              std::span<const std::int32_t> tokens, std::uint32_t top) const;
+  static constexpr std::size_t prompt_logits_bytes = 8u << 20;
   /// Why forward() would refuse a batch holding `seq` ("" if it would not).
   std::string refusal(const cpu_sequence& seq) const;
   /// As above, calling `before_layer(l)` before layer l reads or writes

@@ -176,15 +176,22 @@ void apply_logit_adjust(std::span<const float> logits, std::span<const logit_adj
       out[static_cast<std::size_t>(a.token)] += a.delta;
 }
 
-std::vector<token_logprobs> prompt_logprobs_of(std::span<const float> rows,
-                                               std::span<const std::int32_t> tokens, std::uint32_t top) {
+std::vector<token_logprobs> prompt_logprobs_of(
+  std::span<const std::int32_t> tokens, std::size_t vocab, std::size_t chunk_rows, std::uint32_t top,
+  const std::function<std::span<const float>(std::size_t first, std::size_t rows)>& logits_of) {
   std::vector<token_logprobs> out;
-  if (tokens.size() < 2 || rows.size() % tokens.size() != 0)
+  if (tokens.size() < 2 || vocab == 0)
     return out;
-  const std::size_t vocab = rows.size() / tokens.size();
+  chunk_rows = std::max<std::size_t>(chunk_rows, 1);
   out.reserve(tokens.size() - 1);
-  for (std::size_t k = 0; k + 1 < tokens.size(); ++k)
-    out.push_back(logprobs_of(rows.subspan(k * vocab, vocab), tokens[k + 1], top));
+  for (std::size_t first = 0; first + 1 < tokens.size(); first += chunk_rows) {
+    const std::size_t rows = std::min(chunk_rows, tokens.size() - 1 - first);
+    const auto logits = logits_of(first, rows);
+    if (logits.size() < rows * vocab)
+      return {};
+    for (std::size_t k = 0; k < rows; ++k)
+      out.push_back(logprobs_of(logits.subspan(k * vocab, vocab), tokens[first + k + 1], top));
+  }
   return out;
 }
 

@@ -6,7 +6,9 @@
 
 #include "gpu/step.hpp"
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -41,11 +43,14 @@ token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, st
 void apply_logit_adjust(std::span<const float> logits, std::span<const logit_adjustment> adjust,
                         std::vector<float>& out);
 
-/// A prompt's log-probabilities (step_result::prompt_logprobs): `rows`
-/// holds one row of logits per token of `tokens`, in order; the k-th result
-/// is logprobs_of(row k, tokens[k + 1], top), so there are tokens.size() - 1
-/// (none for fewer than two tokens, or when `rows` is not that size).
-std::vector<token_logprobs> prompt_logprobs_of(std::span<const float> rows,
-                                               std::span<const std::int32_t> tokens, std::uint32_t top);
+/// A prompt's log-probabilities (step_result::prompt_logprobs), the logits
+/// of its rows taken `chunk_rows` at a time: `logits_of(first, rows)` gives
+/// rows [first, first + rows) ([rows, vocab], valid until the next call).
+/// The k-th result is logprobs_of(row k, tokens[k + 1], top), so there are
+/// tokens.size() - 1 (none for fewer than two tokens); the last row is
+/// never asked for.
+std::vector<token_logprobs> prompt_logprobs_of(
+  std::span<const std::int32_t> tokens, std::size_t vocab, std::size_t chunk_rows, std::uint32_t top,
+  const std::function<std::span<const float>(std::size_t first, std::size_t rows)>& logits_of);
 
 } // namespace troupe::gpu

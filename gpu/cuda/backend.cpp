@@ -402,21 +402,19 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
 
 std::vector<token_logprobs> cuda_backend::prompt_logprobs(std::uint32_t first_row, const step_entry& e) {
   const std::size_t vocab = model_->config().vocab;
-  const auto chunk = static_cast<std::uint32_t>(prompt_logits_.size() / vocab);
-  const std::uint32_t n = e.new_tokens; // row k's logits give input k + 1's
-  std::vector<token_logprobs> out;
-  out.reserve(n > 0 ? n - 1 : 0);
-  for (std::uint32_t r = 0; r + 1 < n; r += chunk) {
-    const auto m = std::min(chunk, n - 1 - r);
-    model_->enqueue_row_logits(first_row + r, m, prompt_logits_.data());
-    TROUPE_CUDA_CHECK(cudaMemcpyAsync(prompt_logits_host_.data(), prompt_logits_.data(), std::size_t{m} * vocab * sizeof(float),
-                                      cudaMemcpyDeviceToHost, compute_));
-    TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
-    for (std::uint32_t j = 0; j < m; ++j)
-      out.push_back(logprobs_of({prompt_logits_host_.data() + std::size_t{j} * vocab, vocab}, e.tokens.at(r + j + 1),
-                                static_cast<std::uint32_t>(e.prompt_logprobs)));
-  }
-  return out;
+  // Row k's logits give input k + 1's: the entry's new tokens.
+  const auto tokens = std::span<const std::int32_t>(e.tokens).first(std::min<std::size_t>(e.new_tokens, e.tokens.size()));
+  return prompt_logprobs_of(tokens, vocab, prompt_logits_.size() / vocab, static_cast<std::uint32_t>(e.prompt_logprobs),
+                            [&](std::size_t first, std::size_t rows) {
+                              const auto m = static_cast<std::uint32_t>(rows);
+                              model_->enqueue_row_logits(first_row + static_cast<std::uint32_t>(first), m,
+                                                         prompt_logits_.data());
+                              TROUPE_CUDA_CHECK(cudaMemcpyAsync(prompt_logits_host_.data(), prompt_logits_.data(),
+                                                                std::size_t{m} * vocab * sizeof(float),
+                                                                cudaMemcpyDeviceToHost, compute_));
+                              TROUPE_CUDA_CHECK(cudaStreamSynchronize(compute_));
+                              return std::span<const float>(prompt_logits_host_.data(), std::size_t{m} * vocab);
+                            });
 }
 
 double cuda_backend::transfer_seconds(std::uint64_t bytes) const {

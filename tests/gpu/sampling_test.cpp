@@ -11,6 +11,8 @@
 #include <limits>
 #include <cstdint>
 #include <random>
+#include <span>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -265,6 +267,56 @@ TEST(sampling, sorting_only_what_the_walk_reaches_draws_what_a_full_sort_draws) 
           << "row " << r << ", T " << cfg.temperature << ", top-p " << cfg.top_p << ", top-k " << cfg.top_k
           << ", seed " << seed;
       }
+}
+
+TEST(logprobs, a_prompts_are_the_same_whatever_rows_each_chunk_of_logits_holds) {
+  constexpr std::size_t vocab = 7;
+  const std::vector<std::int32_t> tokens{3, 0, 6, 6, 1, 2, 5};
+  std::mt19937 rng{11};
+  std::normal_distribution<float> normal{0.0f, 2.0f};
+  std::vector<float> all(tokens.size() * vocab);
+  for (auto& x : all)
+    x = normal(rng);
+  auto with_chunks = [&](std::size_t chunk) {
+    std::vector<std::pair<std::size_t, std::size_t>> asked;
+    auto out = prompt_logprobs_of(tokens, vocab, chunk, 2, [&](std::size_t first, std::size_t rows) {
+      asked.emplace_back(first, rows);
+      EXPECT_LE(rows, std::max<std::size_t>(chunk, 1));
+      return std::span<const float>(all).subspan(first * vocab, rows * vocab);
+    });
+    std::size_t next = 0;
+    for (const auto& [first, rows] : asked) {
+      EXPECT_EQ(first, next) << "in order, each row once";
+      next = first + rows;
+    }
+    EXPECT_EQ(next, tokens.size() - 1) << "the last row scores nothing: never asked for";
+    return out;
+  };
+  const auto whole = with_chunks(100);
+  ASSERT_EQ(whole.size(), tokens.size() - 1);
+  for (std::size_t k = 0; k + 1 < tokens.size(); ++k) {
+    const auto one = logprobs_of(std::span<const float>(all).subspan(k * vocab, vocab), tokens[k + 1], 2);
+    EXPECT_EQ(whole[k].logprob, one.logprob) << "row " << k << " scores token " << k + 1;
+    EXPECT_EQ(whole[k].top.size(), 2u);
+  }
+  for (const std::size_t chunk : {0, 1, 2, 4, 5, 6}) {
+    SCOPED_TRACE("chunk " + std::to_string(chunk));
+    const auto got = with_chunks(chunk);
+    ASSERT_EQ(got.size(), whole.size());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      EXPECT_EQ(got[k].logprob, whole[k].logprob);
+      ASSERT_EQ(got[k].top.size(), whole[k].top.size());
+      for (std::size_t t = 0; t < got[k].top.size(); ++t)
+        EXPECT_EQ(got[k].top[t].token, whole[k].top[t].token);
+    }
+  }
+  EXPECT_TRUE(prompt_logprobs_of(std::vector<std::int32_t>{4}, vocab, 3, 1, [](std::size_t, std::size_t) {
+                ADD_FAILURE() << "one token: nothing to score";
+                return std::span<const float>();
+              }).empty());
+  EXPECT_TRUE(prompt_logprobs_of(tokens, vocab, 3, 1, [](std::size_t, std::size_t) { return std::span<const float>(); })
+                .empty())
+    << "rows missing: none rather than garbage";
 }
 
 } // namespace

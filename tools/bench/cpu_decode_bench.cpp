@@ -139,8 +139,8 @@ int main(int argc, char** argv) {
     std::printf("%6u %14.1f %14.1f %8.2f\n", b, tps, bound, tps / bound);
   }
   // A prefill of `context` tokens, and the same asking for its prompt's
-  // log-probabilities (every row through the LM head, then logprobs_of on
-  // each, top 1): alternated, the median of nine each.
+  // log-probabilities (every row through the LM head a chunk at a time, then
+  // logprobs_of on each, top 1): alternated, the median of nine each.
   {
     std::vector<std::int32_t> p(context);
     for (std::uint32_t i = 0; i < context; ++i)
@@ -148,12 +148,14 @@ int main(int argc, char** argv) {
     std::vector<std::uint32_t> pg(per_seq);
     std::iota(pg.begin(), pg.end(), 0);
     std::size_t sink = 0;
+    std::vector<float> hidden;
     auto prefill = [&](bool scored) {
       cpu_sequence seq{p, 0, pg, nullptr};
-      seq.all_logits = scored;
+      if (scored)
+        seq.final_hidden = &hidden;
       const auto t0 = clock_type::now();
       const auto logits = model.forward({&seq, 1});
-      sink += scored ? prompt_logprobs_of(logits, p, 1).size() : logits.size();
+      sink += scored ? model.prompt_logprobs(hidden, p, 1).size() : logits.size();
       return seconds_since(t0);
     };
     std::vector<double> plain, scored;
