@@ -1,5 +1,7 @@
 #include "messages/openai.hpp"
 
+#include "messages/version.hpp"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -1139,6 +1141,10 @@ std::variant<std::string, api_error> model_json(std::string_view name, std::stri
   e.message = "no model \"" + std::string(name) + "\": the base model is \"" + std::string(base_model)
               + "\" (GET /v1/models lists the adapters)";
   return e;
+}
+
+std::string version_json() {
+  return dump(json{{"version", version()}});
 }
 
 std::string prometheus_text(const wire::stats_reply& stats) {

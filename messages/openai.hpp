@@ -282,6 +282,9 @@ std::string percent_decoded(std::string_view s);
 std::variant<std::string, api_error> model_json(std::string_view name, std::string_view base_model,
                                                 const wire::adapters_reply& adapters, std::int64_t created);
 
+/// GET /version: {"version"}, the build's (troupe::version()).
+std::string version_json();
+
 /// GET /metrics: the stats reply in Prometheus' text format, each name
 /// prefixed "troupe_" (characters Prometheus does not allow become '_');
 /// values that are not finite are left out.

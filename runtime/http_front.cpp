@@ -343,6 +343,11 @@ struct http_front::impl : zmq_io::owned_socket {
     // GET /v1/models/NAME: one model (an adapter's name may hold '/').
     constexpr std::string_view one_model = "/v1/models/";
     const bool named = target.starts_with(one_model) && target.size() > one_model.size();
+    if (target == "/version") {
+      if (method != http::verb::get)
+        co_return co_await reply(wrong_method("GET"));
+      co_return co_await reply(make(version, keep, http::status::ok, openai::version_json()));
+    }
     if (post || named || target == "/v1/models" || target == "/health" || target == "/metrics") {
       if (method != (post ? http::verb::post : http::verb::get))
         co_return co_await reply(wrong_method(post ? "POST" : "GET"));
@@ -414,7 +419,7 @@ struct http_front::impl : zmq_io::owned_socket {
                    "no such path: " + std::string(target)
                      + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/NAME], POST /v1/advise, "
                        "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, POST /tokenize, POST /detokenize, GET /health, "
-                       "GET /metrics)")));
+                       "GET /metrics, GET /version)")));
   }
 
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as

@@ -9,6 +9,7 @@
 //   closed loop (neither): N requests from C clients as fast as the server
 //     answers, for the control plane's requests/s, over ZeroMQ or (--http)
 //     the OpenAI-compatible HTTP front.
+#include "messages/version.hpp"
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/deployment.hpp"
@@ -37,7 +38,7 @@ namespace {
 
 void usage(std::FILE* out) {
   std::fprintf(out,
-               "usage: troupe-bench [--config FILE | --endpoint URL] OPEN-LOOP | CLOSED-LOOP\n"
+               "usage: troupe-bench [--config FILE | --endpoint URL] OPEN-LOOP | CLOSED-LOOP   (or --version)\n"
                "open loop (requests at their arrival times):\n"
                "  --trace FILE | --synthetic N   Azure 2023 or ShareGPT-lengths CSV, or N generated requests\n"
                "  --conversations FILE          multi-turn: ShareGPT conversations (rounds and lengths); --rate is\n"
@@ -414,6 +415,7 @@ int main(int argc, char** argv) {
     else if (arg == "--no-progress") ol.progress = false;
     else if (arg == "--stop-at-eos") ol.stop_at_eos = true;
     else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
+    else if (arg == "--version") { std::printf("troupe-bench %s\n", std::string(troupe::version()).c_str()); return 0; }
     else { usage(stderr); return 2; }
   }
   if (open_loop) {

@@ -1,6 +1,7 @@
 // troupe-client: submits one job (or a health/stats/list_adapters query) to a
 // Troupe server over ZeroMQ, streams the output, and exits non-zero on an
 // error reply or a timeout.
+#include "messages/version.hpp"
 #include "tools/client_connection.hpp"
 
 #include <chrono>
@@ -28,6 +29,7 @@ void usage(std::FILE* out) {
     "                                      | --unload-adapter NAME\n"
     "       troupe-client [--endpoint URL] --advise SESSION [--in S]   (its next turn is coming)\n"
     "       troupe-client [--endpoint URL] --tokenize TEXT | --detokenize ID,ID,...\n"
+    "       troupe-client --version\n"
     "Defaults: endpoint tcp://127.0.0.1:5555, max-tokens 16, streaming on.\n"
     "Exit status: 0 on done, 1 on an error reply, 2 on bad usage, 3 on timeout.\n");
 }
@@ -111,6 +113,7 @@ int main(int argc, char** argv) {
       adapter_arg = value();
     }
     else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
+    else if (arg == "--version") { std::printf("troupe-client %s\n", std::string(version()).c_str()); return 0; }
     else {
       std::fprintf(stderr, "troupe-client: unknown argument '%s'\n", arg.c_str());
       usage(stderr);

@@ -1,5 +1,6 @@
 // troupe-serve: runs one deployment from a TOML file (or the embedded
 // default) until SIGINT/SIGTERM, then drains in-flight requests and exits.
+#include "messages/version.hpp"
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/deployment.hpp"
@@ -25,7 +26,7 @@ void on_signal(int) {
 void usage(std::FILE* out) {
   std::fprintf(out,
                "usage: troupe-serve [--config FILE] [--endpoint URL] [--log-level LEVEL]\n"
-               "                    [--node N] [--print-default-config]\n"
+               "                    [--node N] [--print-default-config] [--version]\n"
                "Serves the deployment in FILE (default: the embedded config/default.toml).\n"
                "--node N: in a multi-node deployment ([cluster] nodes), run node N\n"
                "(overrides cluster.node); the router node takes the clients.\n");
@@ -61,6 +62,9 @@ int main(int argc, char** argv) {
       return 0;
     } else if (arg == "--help" || arg == "-h") {
       usage(stdout);
+      return 0;
+    } else if (arg == "--version") {
+      std::printf("troupe-serve %s\n", std::string(troupe::version()).c_str());
       return 0;
     } else {
       std::fprintf(stderr, "troupe-serve: unknown argument '%s'\n", arg.c_str());

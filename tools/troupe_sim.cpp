@@ -8,6 +8,7 @@
 //              --adapters 2000 --ranks 8,16,32,64,128 --popularity zipf:1.0
 //              --gpu A100-80GB --policies lru,lfu,fairshare,slora,chameleon
 #include "gpu/cost_fit.hpp"
+#include "messages/version.hpp"
 #include "gpu/model_shape.hpp"
 #include "gpu/sim_backend.hpp"
 #include "policies/classifier_policy.hpp"
@@ -39,7 +40,7 @@ namespace {
 using namespace troupe;
 
 constexpr const char* usage =
-  "usage: troupe-sim [--trace FILE | --requests N --rate R [--cv C]] [options]\n"
+  "usage: troupe-sim [--trace FILE | --requests N --rate R [--cv C]] [options]   (or --version)\n"
   "  --trace FILE          an Azure LLM inference trace CSV (arrivals and lengths)\n"
   "  --from S --seconds S  the part of the trace to replay (default: all)\n"
   "  --rate R              rescale arrivals to R requests/s (with --trace), or generate at R\n"
@@ -214,6 +215,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     const std::string a = argv[i];
     if (a == "--help" || a == "-h") {
       std::cout << usage;
+      std::exit(0);
+    }
+    if (a == "--version") {
+      std::cout << "troupe-sim " << troupe::version() << "\n";
       std::exit(0);
     }
     if (i + 1 >= argc) {

@@ -57,6 +57,16 @@ ref_lp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max
 ref_plp="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 12 --temperature 0 \
   --no-stream --prompt-logprobs 1 --json 2>/dev/null | tail -1)"
 
+# GET /version is the build's, as every tool's --version says.
+version="$("$bin/troupe-serve" --version)"
+[[ "$version" =~ ^troupe-serve\ [0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "http: troupe-serve --version: $version"; exit 1; }
+for tool in troupe-client troupe-bench troupe-sim; do
+  [ "$("$bin/$tool" --version)" = "$tool ${version#troupe-serve }" ] || { echo "http: $tool --version differs"; exit 1; }
+done
+served="$(python3 -c 'import json, sys, urllib.request; print(json.load(urllib.request.urlopen(sys.argv[1]))["version"])' \
+  "http://$http/version")"
+[ "$served" = "${version#troupe-serve }" ] || { echo "http: GET /version gave $served, not ${version#troupe-serve }"; exit 1; }
+
 # troupe-client's sampling flags reach the wire: the end-of-sequence token
 # (2) forced by its bias is held off three tokens.
 ref_min="$("$bin/troupe-client" --endpoint "$zmq" --prompt "The river runs" --max-tokens 5 --temperature 0 \

@@ -3,9 +3,13 @@
 // OpenAI's objects and events, and errors into HTTP statuses.
 #include "messages/openai.hpp"
 
+#include "messages/version.hpp"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cctype>
 #include <limits>
 
 namespace troupe::openai {
@@ -1042,6 +1046,14 @@ TEST(openai, one_model_is_the_base_or_an_adapter_by_its_name) {
   EXPECT_EQ(percent_decoded("a%2fb%20c"), "a/b c");
   EXPECT_EQ(percent_decoded("100%"), "100%") << "a lone % stays";
   EXPECT_EQ(percent_decoded("%zz%4"), "%zz%4");
+}
+
+TEST(openai, version_is_the_builds) {
+  const auto j = json::parse(version_json());
+  EXPECT_EQ(j, (json{{"version", std::string(version())}}));
+  const std::string v(version());
+  EXPECT_EQ(std::count(v.begin(), v.end(), '.'), 2) << v;
+  EXPECT_TRUE(!v.empty() && std::isdigit(static_cast<unsigned char>(v.front()))) << v;
 }
 
 TEST(openai, stats_become_prometheus_gauges) {
