@@ -86,6 +86,7 @@ void answer_adapters(self_ptr self, std::string peer, std::string id) {
       [self, peer, id](const std::vector<adapter_status>& list) {
         wire::adapters_reply r;
         r.id = id;
+        r.max_context = self->state.core->max_context();
         for (const auto& a : list)
           r.adapters.push_back({a.name, a.rank, a.resident});
         emit(self, {{peer, wire::to_json(r)}});

@@ -1098,6 +1098,10 @@ json model_list(std::string_view base_model, const wire::adapters_reply& adapter
                     {"parent", base_model},
                     {"rank", a.rank},
                     {"resident", a.resident}});
+  // vLLM's: the context a request's prompt and max_tokens must fit in.
+  if (adapters.max_context != 0)
+    for (auto& m : data)
+      m["max_model_len"] = adapters.max_context;
   return data;
 }
 

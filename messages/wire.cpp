@@ -713,7 +713,9 @@ reply read_reply(const json& obj) {
     const auto& list = r.at("adapters");
     if (!list.is_array())
       reject_field("adapters", "an array of objects", list);
-    adapters_reply x{std::move(id), {}};
+    adapters_reply x{std::move(id), {}, 0};
+    if (r.has("max_context"))
+      x.max_context = r.count("max_context");
     for (std::size_t i = 0; i < list.size(); ++i) {
       if (!list[i].is_object())
         reject_field("adapters", "an array of objects", list[i]);
@@ -1073,6 +1075,8 @@ std::string to_json(const adapters_reply& x) {
   for (const auto& a : x.adapters)
     list.push_back(json{{"name", a.name}, {"rank", a.rank}, {"resident", a.resident}});
   j["adapters"] = std::move(list);
+  if (x.max_context != 0)
+    j["max_context"] = x.max_context;
   return dump(j);
 }
 

@@ -251,6 +251,9 @@ struct adapter_info {
 struct adapters_reply {
   std::string id;
   std::vector<adapter_info> adapters;
+  /// The context (prompt and max_tokens) every model is served with; 0:
+  /// not said.
+  std::uint64_t max_context = 0;
 };
 
 /// The answer to load_adapter / unload_adapter.

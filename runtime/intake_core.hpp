@@ -111,6 +111,8 @@ public:
   std::size_t in_flight() const noexcept { return requests_.size(); }
   std::uint64_t rejected() const noexcept { return rejected_; }
   std::uint64_t accepted() const noexcept { return accepted_; }
+  /// The context a prompt and its max_tokens must fit in.
+  std::uint32_t max_context() const noexcept { return limits_.max_context; }
   /// Requests in flight that use adapter `name`.
   std::uint32_t adapter_users(const std::string& name) const;
 

@@ -219,6 +219,7 @@ status, _, body = call("/tokenize", {"model": "demo", "prompt": "The river runs"
 tok = json.loads(body)
 assert status == 200 and tok["count"] == len(tok["tokens"]) == whole["usage"]["prompt_tokens"], (body, whole)
 assert tok["max_model_len"] > tok["count"], tok
+assert all(m["max_model_len"] == tok["max_model_len"] for m in json.loads(call("/v1/models")[2])["data"]), tok
 status, _, body = call("/v1/completions", dict(req, prompt=tok["tokens"]))
 assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], (body, ref)
 status, _, body = call("/detokenize", {"tokens": tok["tokens"]})

@@ -1026,6 +1026,12 @@ TEST(openai, models_list_the_base_then_the_adapters) {
   EXPECT_EQ(j["data"][1]["parent"], "llama-2-7b");
   EXPECT_EQ(j["data"][2]["rank"], 8);
   EXPECT_EQ(j["data"][2]["resident"], false);
+  EXPECT_FALSE(j["data"][0].contains("max_model_len")) << "not said: left out";
+  r.max_context = 4096;
+  const auto with = json::parse(models_json("llama-2-7b", r, 5));
+  for (const auto& m : with["data"])
+    EXPECT_EQ(m["max_model_len"], 4096) << m;
+  EXPECT_EQ(json::parse(std::get<std::string>(model_json("sql", "llama-2-7b", r, 5)))["max_model_len"], 4096);
 }
 
 TEST(openai, one_model_is_the_base_or_an_adapter_by_its_name) {

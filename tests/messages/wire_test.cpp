@@ -173,6 +173,7 @@ void expect_same(const reply& a, const reply& b) {
         EXPECT_EQ(x.text, y.text);
       } else {
         static_assert(std::is_same_v<T, adapters_reply>);
+        EXPECT_EQ(x.max_context, y.max_context);
         ASSERT_EQ(x.adapters.size(), y.adapters.size());
         for (std::size_t i = 0; i < x.adapters.size(); ++i) {
           EXPECT_EQ(x.adapters[i].name, y.adapters[i].name);
@@ -611,6 +612,7 @@ TEST(wire, reply_round_trips) {
     stats_reply{"s", {}},
     adapters_reply{"l", {{"sql", 16, true}, {"chat", 8, false}}},
     adapters_reply{"l", {}},
+    adapters_reply{"l2", {{"sql", 16, true}}, 4096},
     adapter_reply{"la", "sql", 16, "loaded"},
     adapter_reply{"u", "sql", 16, "unloaded"},
     advise_reply{"ad", "chat-1", "fetching"},
