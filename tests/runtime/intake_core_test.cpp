@@ -758,6 +758,7 @@ TEST_F(intake_core_test, log_probabilities_are_refused_where_the_backend_compute
   const auto e = as<wire::error_reply>(a.replies[0]);
   EXPECT_NE(e.message.find("\"logprobs\""), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("sim backend"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("best_of"), std::string::npos) << "what asks for them over HTTP: " << e.message;
   EXPECT_EQ(core.in_flight(), 0u);
   submit("p", "r3"); // the same request without them is served
   a = core.on_frame("p", gen("r4", R"("prompt_logprobs":0)"), now += 1);
@@ -766,6 +767,7 @@ TEST_F(intake_core_test, log_probabilities_are_refused_where_the_backend_compute
   EXPECT_EQ(p.code, error_code::bad_request);
   EXPECT_NE(p.message.find("\"prompt_logprobs\""), std::string::npos) << p.message;
   EXPECT_NE(p.message.find("sim backend"), std::string::npos) << p.message;
+  EXPECT_NE(p.message.find("echo"), std::string::npos) << p.message;
   EXPECT_EQ(core.in_flight(), 1u) << "r3 only";
 }
 
