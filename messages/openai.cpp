@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <utility>
 
@@ -883,24 +884,18 @@ double mean_logprob(const wire::done_reply& d) {
 /// candidates to each prompt above `n`, each prompt's `n` of the highest
 /// mean log-probability (ties to the earlier), in the order generated.
 std::vector<std::size_t> chosen(const std::vector<wire::done_reply>& done, std::uint32_t n, std::uint32_t per_prompt) {
+  std::vector<double> score;
+  if (per_prompt > n)
+    for (const auto& d : done)
+      score.push_back(mean_logprob(d));
   std::vector<std::size_t> out;
   for (std::size_t first = 0; first < done.size(); first += per_prompt) {
-    std::vector<std::size_t> group;
-    for (std::size_t k = first; k < std::min(done.size(), first + per_prompt); ++k)
-      group.push_back(k);
+    std::vector<std::size_t> group(std::min<std::size_t>(per_prompt, done.size() - first));
+    std::iota(group.begin(), group.end(), first);
     if (group.size() > n) {
-      std::vector<double> score(group.size());
-      for (std::size_t i = 0; i < group.size(); ++i)
-        score[i] = mean_logprob(done[group[i]]);
-      std::vector<std::size_t> order(group.size());
-      for (std::size_t i = 0; i < order.size(); ++i)
-        order[i] = i;
-      std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
-      order.resize(n);
-      std::sort(order.begin(), order.end());
-      for (auto& i : order)
-        i = group[i];
-      group = std::move(order);
+      std::stable_sort(group.begin(), group.end(), [&](std::size_t a, std::size_t b) { return score[a] > score[b]; });
+      group.resize(n);
+      std::sort(group.begin(), group.end());
     }
     out.insert(out.end(), group.begin(), group.end());
   }

@@ -251,20 +251,20 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
       return;
     }
   }
-  if (g.logprobs >= 0 && !backend_->computes_logprobs()) {
+  // Log-probabilities the backend cannot compute: refused, naming the field.
+  auto refuse_uncomputed = [&](const char* field, const char* what) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
-                                      "field \"logprobs\": the " + backend_->name()
-                                        + " backend computes no log-probabilities (it has no logits), so it "
-                                          "cannot rank OpenAI's best_of candidates by them either; the cpu and "
-                                          "cuda backends do"));
+                                      std::string("field \"") + field + "\": the " + backend_->name()
+                                        + " backend computes no " + what + "; the cpu and cuda backends do"));
+  };
+  if (g.logprobs >= 0 && !backend_->computes_logprobs()) {
+    refuse_uncomputed("logprobs", "log-probabilities (it has no logits), so it cannot rank OpenAI's best_of "
+                                  "candidates by them either");
     return;
   }
   if (g.prompt_logprobs >= 0 && !backend_->computes_prompt_logprobs()) {
-    out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
-                                      "field \"prompt_logprobs\": the " + backend_->name()
-                                        + " backend computes no prompt log-probabilities (OpenAI's echo asks for "
-                                          "them with logprobs or a prompt of token ids); the cpu and cuda "
-                                          "backends do"));
+    refuse_uncomputed("prompt_logprobs", "prompt log-probabilities (OpenAI's echo asks for them with logprobs or a "
+                                         "prompt of token ids)");
     return;
   }
   auto prompt = g.prompt_tokens ? std::move(*g.prompt_tokens)

@@ -1381,6 +1381,25 @@ TEST(scheduler_core, a_negative_token_ends_only_that_request_with_an_error) {
 
 /// Requests 1, 2 and 3 of `prompt` (4 tokens each), each as `ask` sets
 /// it, admitted and prefilled in one step, which is returned.
+/// A first-come-first-served core over 100 pages.
+scheduler_core fcfs_core(const gpu::tokenizer* vocab = nullptr) {
+  scheduler_limits limits;
+  limits.total_pages = 100;
+  return scheduler_core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), vocab};
+}
+
+using adjustments = std::vector<std::pair<std::int32_t, float>>;
+
+/// Request `id`'s logit adjustments in `step`, as (token, delta).
+adjustments adjustments_of(const std::vector<gpu::step_entry>& step, std::uint64_t id) {
+  adjustments out;
+  for (const auto& e : step)
+    if (e.request_id == id)
+      for (const auto& a : e.logit_adjust)
+        out.emplace_back(a.token, a.delta);
+  return out;
+}
+
 std::vector<gpu::step_entry> three_in_one_prefill(scheduler_core& core, const std::vector<std::int32_t>& prompt,
                                                   const std::function<void(request_spec&)>& ask) {
   for (std::uint64_t id : {1, 2, 3}) {
@@ -1399,9 +1418,7 @@ std::vector<gpu::step_entry> three_in_one_prefill(scheduler_core& core, const st
 }
 
 TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_asked_only) {
-  scheduler_limits limits;
-  limits.total_pages = 100;
-  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  auto core = fcfs_core();
   auto step = three_in_one_prefill(core, {3, 4}, [](request_spec& s) {
     s.logprobs = s.request_id == 2 ? -1 : static_cast<std::int32_t>(s.request_id);
   });
@@ -1434,9 +1451,7 @@ TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_ask
 }
 
 TEST(scheduler_core, prompt_log_probabilities_go_with_the_first_token_of_the_requests_that_asked_only) {
-  scheduler_limits limits;
-  limits.total_pages = 100;
-  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  auto core = fcfs_core();
   auto step = three_in_one_prefill(core, {3, 4, 5}, [](request_spec& s) {
     s.prompt_logprobs = s.request_id == 2 ? -1 : static_cast<std::int32_t>(s.request_id);
   });
@@ -1472,9 +1487,7 @@ TEST(scheduler_core, prompt_log_probabilities_go_with_the_first_token_of_the_req
 }
 
 TEST(scheduler_core, each_step_adjusts_logits_by_the_bias_and_the_penalties_on_the_output_so_far) {
-  scheduler_limits limits;
-  limits.total_pages = 100;
-  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  auto core = fcfs_core();
   auto step = three_in_one_prefill(core, {3, 4}, [](request_spec& s) {
     if (s.request_id == 1)
       s.logit_bias = {{2, 1.5f}, {60, -3.0f}};
@@ -1484,15 +1497,7 @@ TEST(scheduler_core, each_step_adjusts_logits_by_the_bias_and_the_penalties_on_t
     }
   });
   ASSERT_EQ(step.size(), 3u);
-  auto adjust_of = [&](std::uint64_t id) {
-    std::vector<std::pair<std::int32_t, float>> out;
-    for (const auto& e : step)
-      if (e.request_id == id)
-        for (const auto& a : e.logit_adjust)
-          out.emplace_back(a.token, a.delta);
-    return out;
-  };
-  using adjustments = std::vector<std::pair<std::int32_t, float>>;
+  auto adjust_of = [&step](std::uint64_t id) { return adjustments_of(step, id); };
   EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {60, -3.0f}})) << "no output yet: the bias alone";
   EXPECT_TRUE(adjust_of(2).empty());
   EXPECT_TRUE(adjust_of(3).empty());
@@ -1510,9 +1515,7 @@ TEST(scheduler_core, each_step_adjusts_logits_by_the_bias_and_the_penalties_on_t
 
 TEST(scheduler_core, min_tokens_bans_eos_and_the_stop_tokens_until_then_in_token_order) {
   fake_tokenizer vocab;
-  scheduler_limits limits;
-  limits.total_pages = 100;
-  scheduler_core core{limits, std::make_unique<policies::fcfs_scheduling_policy>(), &vocab};
+  auto core = fcfs_core(&vocab);
   auto step = three_in_one_prefill(core, {3, 4}, [](request_spec& s) {
     s.min_tokens = 2;
     if (s.request_id == 1) {
@@ -1525,15 +1528,7 @@ TEST(scheduler_core, min_tokens_bans_eos_and_the_stop_tokens_until_then_in_token
       s.min_tokens = 0;
   });
   ASSERT_EQ(step.size(), 3u);
-  using adjustments = std::vector<std::pair<std::int32_t, float>>;
-  auto adjust_of = [&](std::uint64_t id) {
-    adjustments out;
-    for (const auto& e : step)
-      if (e.request_id == id)
-        for (const auto& a : e.logit_adjust)
-          out.emplace_back(a.token, a.delta);
-    return out;
-  };
+  auto adjust_of = [&step](std::uint64_t id) { return adjustments_of(step, id); };
   constexpr float banned = -1e30f;
   EXPECT_EQ(adjust_of(1), (adjustments{{0, banned}, {1, 0.5f}, {2, banned}, {60, -3.0f}, {61, banned}}))
     << "the bias on eos gives way to the ban";
