@@ -1,5 +1,7 @@
 #include "runtime/memory_pool.hpp"
 
+#include <algorithm>
+
 namespace troupe {
 
 page_pool::page_pool(std::uint64_t pages) : total_(pages), low_water_(pages) {
@@ -47,6 +49,45 @@ std::uint64_t page_pool::transfer(page_owner from, page_owner to) {
   auto& mine = held_[to];
   mine.insert(mine.end(), pages.begin(), pages.end());
   return n;
+}
+
+bool page_pool::take(page_owner owner, std::span<const std::uint32_t> pages) {
+  if (pages.empty())
+    return true;
+  auto i = held_.find(owner);
+  if (i == held_.end())
+    return false;
+  auto& mine = i->second;
+  std::vector<std::uint32_t> wanted(pages.begin(), pages.end());
+  std::sort(wanted.begin(), wanted.end());
+  if (std::adjacent_find(wanted.begin(), wanted.end()) != wanted.end())
+    return false; // a page named twice
+  std::size_t found = 0;
+  for (auto p : mine)
+    found += std::binary_search(wanted.begin(), wanted.end(), p) ? 1 : 0;
+  if (found != wanted.size())
+    return false;
+  std::erase_if(mine, [&](std::uint32_t p) { return std::binary_search(wanted.begin(), wanted.end(), p); });
+  if (mine.empty())
+    held_.erase(i);
+  used_[static_cast<int>(owner.kind)] -= wanted.size();
+  return true;
+}
+
+bool page_pool::transfer_pages(page_owner from, page_owner to, std::span<const std::uint32_t> pages) {
+  if (from == to || !take(from, pages))
+    return from == to && pages.empty();
+  auto& mine = held_[to];
+  mine.insert(mine.end(), pages.begin(), pages.end());
+  used_[static_cast<int>(to.kind)] += pages.size();
+  return true;
+}
+
+bool page_pool::release_pages(page_owner owner, std::span<const std::uint32_t> pages) {
+  if (!take(owner, pages))
+    return false;
+  free_.insert(free_.end(), pages.begin(), pages.end());
+  return true;
 }
 
 std::uint64_t page_pool::release(page_owner owner) {

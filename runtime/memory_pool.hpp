@@ -45,9 +45,18 @@ public:
   /// many moved (0 if `from` held none).
   std::uint64_t transfer(page_owner from, page_owner to);
 
+  /// Hands the listed pages of `from` to `to` (appended in the listed
+  /// order); the rest of `from`'s keep their order: a request's prompt pages
+  /// become the prefix cache's. All or nothing: false (no change) unless
+  /// `from` holds every one of them, once.
+  bool transfer_pages(page_owner from, page_owner to, std::span<const std::uint32_t> pages);
+
   /// Frees every page of `owner`; returns how many (0 if it held none, so a
   /// second release is harmless).
   std::uint64_t release(page_owner owner);
+  /// Frees the listed pages of `owner` (pages the prefix cache evicts). All
+  /// or nothing: false (no change) unless it holds every one of them, once.
+  bool release_pages(page_owner owner, std::span<const std::uint32_t> pages);
 
   // -- observers --------------------------------------------------------------
 
@@ -67,6 +76,9 @@ public:
   std::uint64_t empty_releases() const noexcept { return empty_releases_; }
 
 private:
+  /// Takes `pages` out of `owner`'s list (all or nothing, as above).
+  bool take(page_owner owner, std::span<const std::uint32_t> pages);
+
   struct owner_hash {
     std::size_t operator()(const page_owner& o) const noexcept {
       return std::hash<std::uint64_t>{}(o.id * 4 + static_cast<std::uint64_t>(o.kind));

@@ -187,5 +187,35 @@ TEST(page_pool, pages_are_never_shared_under_random_churn) {
   }
 }
 
+TEST(page_pool, transfers_and_frees_chosen_pages_all_or_nothing) {
+  page_pool pool{8};
+  const page_owner req{page_owner_kind::request, 1};
+  const page_owner cache{page_owner_kind::request, 99};
+  ASSERT_TRUE(pool.allocate(req, 5));
+  const std::vector<std::uint32_t> held(pool.pages_of(req).begin(), pool.pages_of(req).end());
+  // A request's first two pages become the cache's; the rest keep their order.
+  ASSERT_TRUE(pool.transfer_pages(req, cache, std::vector<std::uint32_t>{held[0], held[1]}));
+  EXPECT_EQ(std::vector<std::uint32_t>(pool.pages_of(cache).begin(), pool.pages_of(cache).end()),
+            (std::vector<std::uint32_t>{held[0], held[1]}));
+  EXPECT_EQ(std::vector<std::uint32_t>(pool.pages_of(req).begin(), pool.pages_of(req).end()),
+            (std::vector<std::uint32_t>{held[2], held[3], held[4]}));
+  EXPECT_EQ(pool.used_pages(page_owner_kind::request), 5u);
+  // A page it does not hold, or one named twice: nothing moves.
+  EXPECT_FALSE(pool.transfer_pages(req, cache, std::vector<std::uint32_t>{held[2], held[0]}));
+  EXPECT_FALSE(pool.transfer_pages(req, cache, std::vector<std::uint32_t>{held[2], held[2]}));
+  EXPECT_EQ(pool.pages_of(req).size(), 3u);
+  EXPECT_FALSE(pool.release_pages(cache, std::vector<std::uint32_t>{held[1], held[3]}));
+  EXPECT_EQ(pool.free_pages(), 3u);
+  // Freed one by one: each exactly once.
+  ASSERT_TRUE(pool.release_pages(cache, std::vector<std::uint32_t>{held[1]}));
+  EXPECT_FALSE(pool.release_pages(cache, std::vector<std::uint32_t>{held[1]}));
+  EXPECT_EQ(pool.free_pages(), 4u);
+  ASSERT_TRUE(pool.release_pages(cache, std::vector<std::uint32_t>{held[0]}));
+  EXPECT_EQ(pool.pages_of(cache).size(), 0u);
+  EXPECT_EQ(pool.owners(), 1u);
+  EXPECT_EQ(pool.release(req), 3u);
+  EXPECT_EQ(pool.free_pages(), 8u);
+}
+
 } // namespace
 } // namespace troupe

@@ -1,0 +1,123 @@
+#include "runtime/prefix_cache.hpp"
+
+#include "gpu/random.hpp"
+
+#include <algorithm>
+
+namespace troupe {
+
+std::uint64_t prefix_cache::key_of(std::uint64_t parent, std::uint32_t adapter_id,
+                                   std::span<const std::int32_t> tokens) noexcept {
+  auto h = gpu::splitmix64(parent ^ (std::uint64_t{adapter_id} << 32));
+  for (const auto t : tokens)
+    h = gpu::splitmix64(h ^ static_cast<std::uint32_t>(t));
+  return h == 0 ? 1 : h; // 0 names no page
+}
+
+const prefix_cache::entry* prefix_cache::find(std::uint64_t key, std::uint64_t parent, std::uint32_t adapter_id,
+                                              std::span<const std::int32_t> tokens) const {
+  const auto i = entries_.find(key);
+  if (i == entries_.end())
+    return nullptr;
+  const auto& e = i->second;
+  // A hash collision must not hand out another history's K and V.
+  if (e.parent != parent || e.adapter_id != adapter_id || !std::ranges::equal(e.tokens, tokens))
+    return nullptr;
+  return &e;
+}
+
+prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+                                         std::size_t max_pages) const {
+  match out;
+  std::uint64_t parent = 0;
+  const auto pages = std::min<std::size_t>(max_pages, page_tokens_ == 0 ? 0 : tokens.size() / page_tokens_);
+  for (std::size_t p = 0; p < pages; ++p) {
+    const auto page = tokens.subspan(p * page_tokens_, page_tokens_);
+    const auto key = key_of(parent, adapter_id, page);
+    const auto* e = find(key, parent, adapter_id, page);
+    if (e == nullptr)
+      break;
+    out.keys.push_back(key);
+    out.pages.push_back(e->page);
+    parent = key;
+  }
+  return out;
+}
+
+void prefix_cache::unlist(std::uint64_t key, const entry& e) {
+  if (idle(e))
+    idle_.erase({e.last_use_s, key});
+}
+
+void prefix_cache::list(std::uint64_t key, const entry& e) {
+  if (idle(e))
+    idle_.insert({e.last_use_s, key});
+}
+
+void prefix_cache::use(std::span<const std::uint64_t> keys, double now_s) {
+  for (const auto key : keys) {
+    auto& e = entries_.at(key);
+    unlist(key, e);
+    if (e.users++ == 0)
+      --idle_count_;
+    e.last_use_s = std::max(e.last_use_s, now_s);
+  }
+}
+
+void prefix_cache::unuse(std::span<const std::uint64_t> keys, double now_s) {
+  // Deepest first: a page used last by this request goes before the pages
+  // it extends, whatever the clock's resolution.
+  for (auto k = keys.rbegin(); k != keys.rend(); ++k) {
+    auto& e = entries_.at(*k);
+    if (--e.users == 0)
+      ++idle_count_;
+    e.last_use_s = std::max(e.last_use_s, now_s);
+    list(*k, e);
+  }
+}
+
+std::uint64_t prefix_cache::insert(std::uint64_t parent, std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+                                   std::uint32_t page, double now_s) {
+  if (tokens.size() != page_tokens_ || (parent != 0 && !entries_.contains(parent)))
+    return 0;
+  const auto key = key_of(parent, adapter_id, tokens);
+  if (entries_.contains(key))
+    return 0; // cached already (or a collision: this page stays uncached)
+  if (parent != 0) {
+    auto& up = entries_.at(parent);
+    unlist(parent, up);
+    ++up.children;
+  }
+  entry e;
+  e.parent = parent;
+  e.adapter_id = adapter_id;
+  e.page = page;
+  e.users = 1;
+  e.last_use_s = now_s;
+  e.tokens.assign(tokens.begin(), tokens.end());
+  entries_.emplace(key, std::move(e));
+  return key;
+}
+
+std::vector<std::uint32_t> prefix_cache::evict(std::uint64_t n) {
+  std::vector<std::uint32_t> out;
+  while (out.size() < n && !idle_.empty()) {
+    const auto key = idle_.begin()->second;
+    idle_.erase(idle_.begin());
+    --idle_count_;
+    const auto i = entries_.find(key);
+    out.push_back(i->second.page);
+    const auto parent = i->second.parent;
+    entries_.erase(i);
+    ++evictions_;
+    if (parent != 0) {
+      // The page it extended may now be idle in its turn.
+      auto& up = entries_.at(parent);
+      --up.children;
+      list(parent, up);
+    }
+  }
+  return out;
+}
+
+} // namespace troupe
