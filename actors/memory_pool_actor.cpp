@@ -16,6 +16,7 @@ struct memory_pool_state {
   static inline const char* name = "memory_pool";
   page_pool device{0};
   page_pool host{0};
+  std::uint64_t refused_moves = 0;
 
   page_pool& tier(std::uint8_t t) {
     return static_cast<pool_tier>(t) == pool_tier::host ? host : device;
@@ -55,11 +56,25 @@ memory_pool_impl(memory_pool_actor::stateful_pointer<memory_pool_state> self,
       const auto k = static_cast<page_owner_kind>(kind);
       self->state.tier(tier).transfer({k, from}, {k, to});
     },
+    [self](adopt_atom, std::uint8_t tier, std::uint8_t kind, std::uint64_t from, std::uint64_t to,
+           const std::vector<std::uint32_t>& pages) {
+      const auto k = static_cast<page_owner_kind>(kind);
+      if (!self->state.tier(tier).transfer_pages({k, from}, {k, to}, pages))
+        ++self->state.refused_moves;
+    },
+    [self](release_atom, std::uint8_t tier, std::uint8_t kind, std::uint64_t owner,
+           const std::vector<std::uint32_t>& pages) {
+      if (!self->state.tier(tier).release_pages({static_cast<page_owner_kind>(kind), owner}, pages))
+        ++self->state.refused_moves;
+    },
     [self](stats_atom) {
       stat_values out;
       // "pool_*" is the device pool (the names clients already read).
       add_stats(out, "pool", self->state.device);
       add_stats(out, "host_pool", self->state.host);
+      // Moves or frees of chosen pages naming a page their owner did not
+      // hold: a bookkeeping fault (0 when all is well).
+      out.emplace_back("pool_refused_page_moves", static_cast<double>(self->state.refused_moves));
       return out;
     },
   };

@@ -287,8 +287,14 @@ void apply(self_ptr self, scheduler_effects fx) {
   retry_exports(self);
   // The pool takes this actor's messages in order: adoptions and releases
   // (evicted session caches) before the reservations that count on them.
+  for (auto& s : fx.shares)
+    self->send(st.pool, adopt_atom_v, device_tier, request_owner, s.request_id, prefix_cache_owner,
+               std::move(s.pages));
   for (const auto& a : fx.adopts)
     self->send(st.pool, adopt_atom_v, device_tier, request_owner, a.from, a.to);
+  if (!fx.release_cached.empty())
+    self->send(st.pool, release_atom_v, device_tier, request_owner, prefix_cache_owner,
+               std::move(fx.release_cached));
   for (auto id : fx.release_pages)
     self->send(st.pool, release_atom_v, device_tier, request_owner, id);
   for (const auto& r : fx.reserves) {
@@ -584,6 +590,10 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_disk_skips", static_cast<double>(c.session_disk_skips())},
         {"session_turns_held", static_cast<double>(c.turns_held_for_cache())},
         {"sessions_imported", static_cast<double>(c.sessions_imported())},
+        {"prefix_cache_hits", static_cast<double>(c.prefix_hits())},
+        {"prefix_cache_pages", static_cast<double>(c.prefix_cached_pages())},
+        {"prefix_cache_idle_pages", static_cast<double>(c.prefix_idle_pages())},
+        {"prefix_cache_evictions", static_cast<double>(c.prefix_evictions())},
         {"prompt_tokens_reused", static_cast<double>(c.reused_tokens())},
         {"prompt_tokens_prefilled", static_cast<double>(c.prefilled_tokens())},
         {"kv_pages_short", static_cast<double>(c.pages_short())},

@@ -97,6 +97,11 @@ using memory_pool_actor = caf::typed_actor<
   caf::reacts_to<release_atom, std::uint8_t, std::uint8_t, std::uint64_t>,
   /// adopt(tier, kind, from, to): every page of `from` becomes `to`'s.
   caf::reacts_to<adopt_atom, std::uint8_t, std::uint8_t, std::uint64_t, std::uint64_t>,
+  /// adopt(tier, kind, from, to, pages): those pages of `from` become `to`'s
+  /// (a request's prompt pages joining the prefix cache).
+  caf::reacts_to<adopt_atom, std::uint8_t, std::uint8_t, std::uint64_t, std::uint64_t, std::vector<std::uint32_t>>,
+  /// release(tier, kind, owner, pages): frees those pages of `owner`.
+  caf::reacts_to<release_atom, std::uint8_t, std::uint8_t, std::uint64_t, std::vector<std::uint32_t>>,
   caf::replies_to<stats_atom>::with<stat_values>>;
 
 /// copy_engine: adapter loads onto the device through the backend, queued by

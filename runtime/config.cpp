@@ -572,7 +572,8 @@ memory_pool_options read_memory_pool(section s) {
 scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   scheduler_options o;
   s.allow_only({"policy", "params", "max_running", "token_budget", "max_waiting", "kv_reservation",
-                "growth_watermark", "session_fraction", "session_eviction", "advise_fetch_lead_s"});
+                "growth_watermark", "session_fraction", "session_eviction", "advise_fetch_lead_s",
+                "prefix_caching", "prefix_cache_fraction"});
   o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
   o.params = s.numbers("params");
   o.max_running = s.u32("max_running", o.max_running, 1);
@@ -588,6 +589,9 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
                                 "session eviction policy");
   o.advise_fetch_lead_s = s.real("advise_fetch_lead_s", o.advise_fetch_lead_s);
   s.require("advise_fetch_lead_s", o.advise_fetch_lead_s >= 0, "must be >= 0");
+  o.prefix_caching = s.flag("prefix_caching", o.prefix_caching);
+  o.prefix_cache_fraction = s.real("prefix_cache_fraction", o.prefix_cache_fraction);
+  s.require("prefix_cache_fraction", o.prefix_cache_fraction >= 0 && o.prefix_cache_fraction <= 1, "must be in [0, 1]");
   return o;
 }
 

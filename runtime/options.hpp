@@ -165,6 +165,13 @@ struct scheduler_options {
   /// An advisory whose turn is expected later (`in_s`) than this fetches
   /// the session's cache only this many seconds before the turn.
   double advise_fetch_lead_s = 1.0;
+  /// Automatic prefix caching: whole prompt pages stay cached after their
+  /// prefill, and later prompts that begin with the same tokens (and
+  /// adapter) read them instead of computing them again.
+  bool prefix_caching = false;
+  /// Share of the pool cached prompt pages no request reads may keep (the
+  /// rest of idle memory is the adapter cache's).
+  double prefix_cache_fraction = 0.25;
   bool operator==(const scheduler_options&) const = default;
 };
 

@@ -8,7 +8,7 @@ namespace troupe {
 // -- scheduler_effects --------------------------------------------------------
 
 bool scheduler_effects::empty() const noexcept {
-  return adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
+  return shares.empty() && release_cached.empty() && adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
          && release_adapters.empty() && swap_outs.empty() && swap_ins.empty() && session_outs.empty()
          && session_ins.empty() && disk_outs.empty() && disk_ins.empty() && disk_deletes.empty()
          && stream_ins.empty() && end_streams.empty()
@@ -21,6 +21,8 @@ void scheduler_effects::merge(scheduler_effects&& other) {
     to.insert(to.end(), std::make_move_iterator(from.begin()),
               std::make_move_iterator(from.end()));
   };
+  append(shares, other.shares);
+  append(release_cached, other.release_cached);
   append(adopts, other.adopts);
   append(reserves, other.reserves);
   append(grows, other.grows);
@@ -53,6 +55,8 @@ scheduler_core::scheduler_core(scheduler_limits limits,
                                std::unique_ptr<policies::scheduling_policy> policy,
                                const gpu::tokenizer* vocab)
   : limits_(limits), policy_(std::move(policy)), vocab_(vocab) {
+  if (limits_.prefix_caching && limits_.page_tokens > 0)
+    prefix_.emplace(limits_.page_tokens);
 }
 
 request_state scheduler_core::state_of(std::uint64_t request_id) const {
@@ -239,16 +243,18 @@ void scheduler_core::request_growth(scheduler_effects& fx) {
     // and the one after, so a granted growth rarely stalls a step.
     const auto life = policies::pages_for(prompt, r.spec.max_new_tokens, per);
     const auto want = std::min(life, policies::pages_for(prompt + r.generated + 1, 0, per));
-    if (want <= r.pages)
+    const auto held = held_pages(r);
+    if (want <= held)
       continue;
     const auto next = policies::pages_for(prompt + r.generated, 0, per);
     if (r.grow_blocked && !retry) {
-      if (next > r.pages)
-        pages_short_ += next - r.pages;
+      if (next > held)
+        pages_short_ += next - held;
       continue;
     }
     r.grow_pending = true;
-    r.grow_pages = want - r.pages;
+    r.grow_pages = want - held;
+    evict_cached(r.grow_pages, fx);
     r.grow_ticket = next_ticket_++;
     reserved_pages_ += r.grow_pages;
     fx.grows.push_back({id, r.grow_pages, r.grow_ticket});
@@ -265,7 +271,7 @@ scheduler_effects scheduler_core::on_grown(std::uint64_t request_id, std::uint64
   r.grow_pending = false;
   if (granted && pages.size() == r.pages + r.grow_pages) {
     r.pages += r.grow_pages;
-    r.page_ids = std::move(pages);
+    r.page_ids = with_prefix(r, std::move(pages));
     r.grow_blocked = false;
   } else {
     reserved_pages_ -= r.grow_pages;
@@ -285,6 +291,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
   if (!host_claims_.empty())
     serve_host_claims(now_s, fx); // host pages may have come free since
   clean_host(fx);
+  if (idle_cached() > limits_.prefix_idle_pages)
+    evict_idle(idle_cached() - limits_.prefix_idle_pages, fx); // over its share of the pool
   if (limits_.on_demand)
     request_growth(fx);
   // Blocked by a refused grant, the pages to come back from the requests
@@ -340,7 +348,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
   in.limits.token_budget = limits_.token_budget;
   // On demand, admissions leave the watermark and what running requests
   // are short of.
-  const auto taken = reserved_pages_ + adapter_pages_in_use_
+  // Cached prefix pages no request reads count as free (they go when wanted).
+  const auto taken = reserved_pages_ - idle_cached() + adapter_pages_in_use_
                      + (limits_.on_demand ? limits_.growth_watermark + pages_short_ : 0);
   in.limits.free_pages = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   in.limits.on_demand = limits_.on_demand;
@@ -490,6 +499,8 @@ scheduler_effects scheduler_core::admit(double now_s) {
       if (r.cached_tokens > 0 && partial)
         ++session_partial_hits_;
     }
+    read_prefix(r, now_s);
+    evict_cached(r.pages - adopted, fx);
     reserved_pages_ += r.pages - adopted;
     r.pages_pending = true;
     fx.reserves.push_back({id, r.pages - adopted});
@@ -512,10 +523,11 @@ scheduler_effects scheduler_core::on_pages(std::uint64_t request_id, bool grante
   r.pages_pending = false;
   r.pages_granted = granted;
   r.pages_failed = !granted;
-  r.page_ids = std::move(pages);
+  r.page_ids = granted ? with_prefix(r, std::move(pages)) : std::move(pages);
   if (!granted) {
     reserved_pages_ -= r.pages;
     memory_blocked_ = true;
+    drop_prefix(r, now_s); // looked up again at its next admission
     fx.trim_pages += r.pages;
     if (r.adopted) {
       // The adopted pages are this request's in the pool: free them (its
@@ -580,6 +592,8 @@ void scheduler_core::settle_admission(record& r, double now_s, scheduler_effects
     r.page_ids.clear();
     r.pages_granted = r.adapter_granted = false;
     r.pages_failed = r.adapter_failed = false;
+    if (!r.swapped)
+      drop_prefix(r, now_s); // (a swapped request's cache goes on reading it)
     transition(r, request_state::waiting);
     enqueue_waiting(r);
     return;
@@ -646,7 +660,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
       e.tokens.insert(e.tokens.end(), r.output.begin(), r.output.end());
     } else {
       if (limits_.on_demand
-          && policies::pages_for(prompt + r.generated, 0, tokens_per_page(r)) > r.pages)
+          && policies::pages_for(prompt + r.generated, 0, tokens_per_page(r)) > held_pages(r))
         continue; // stalled: waits for pages (a growth or a preemption)
       e.new_tokens = 1;
       e.context_tokens = prompt + r.generated - 1;
@@ -777,7 +791,10 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       transition(r, request_state::running);
       prefilled_tokens_ += batch[k].new_tokens;
       reused_tokens_ += r.cached_tokens;
+      if (!r.prefix_keys.empty())
+        prefix_reused_tokens_ += r.cached_tokens;
       r.cached_tokens = 0; // its cache is whole now
+      share_prompt(r, now_s, fx);
     }
     r.stepped = true;
     if (r.times.first_token_s < 0)
@@ -866,6 +883,7 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
   }
   release_host(r, fx);
   release_session_host(r, fx);
+  drop_prefix(r, now_s);
   r.times.finished_s = now_s;
   fx.finished.push_back({id, why, static_cast<std::uint32_t>(r.spec.prompt.size()),
                          r.generated, r.times});
@@ -904,6 +922,7 @@ void scheduler_core::squash(record& r, scheduler_effects& fx) {
   }
   r.squash_requested = false;
   give_back(r, fx);
+  drop_prefix(r, 0); // recomputed: looked up again at its next admission
   r.page_ids.clear();
   r.pages_granted = r.adapter_granted = false;
   ++r.squashes;
@@ -1312,10 +1331,11 @@ scheduler_core::advice scheduler_core::advise(std::uint64_t session, double now_
 bool scheduler_core::prefetch_session(session_entry& e, scheduler_effects& fx) {
   // Room on the GPU without displacing anything admitted, nor what the head
   // of the queue needs.
-  const auto taken = reserved_pages_ + adapter_pages_in_use_ + limits_.growth_watermark;
+  const auto taken = reserved_pages_ - idle_cached() + adapter_pages_in_use_ + limits_.growth_watermark;
   const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
   if (free < e.pages + head_pages() || limits_.page_bytes == 0)
     return false;
+  evict_cached(e.pages, fx);
   forget_disk_copy(e, fx);
   e.where = session_tier::moving_in;
   reserved_pages_ += e.pages;
@@ -1663,6 +1683,84 @@ scheduler_effects scheduler_core::on_session_out(std::uint64_t owner, bool ok, d
   return fx;
 }
 
+// -- prefix caching -----------------------------------------------------------------
+
+std::vector<std::uint32_t> scheduler_core::with_prefix(const record& r, std::vector<std::uint32_t> own) {
+  if (r.prefix_page_ids.empty())
+    return own;
+  std::vector<std::uint32_t> all = r.prefix_page_ids;
+  all.insert(all.end(), own.begin(), own.end());
+  return all;
+}
+
+void scheduler_core::read_prefix(record& r, double now_s) {
+  // A session's turn has its own cache; a hidden cache is no K and V; a
+  // prompt's log-probabilities need every position computed.
+  if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
+      || !r.prefix_keys.empty() || r.spec.prompt.empty())
+    return;
+  // At least one prompt token is left to prefill (its logits sample the
+  // first output token).
+  const auto max_pages = (r.spec.prompt.size() - 1) / limits_.page_tokens;
+  auto m = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, max_pages);
+  if (m.keys.empty())
+    return;
+  prefix_->use(m.keys, now_s);
+  const auto n = m.keys.size();
+  r.prefix_keys = std::move(m.keys);
+  r.prefix_page_ids = std::move(m.pages);
+  r.cached_tokens = static_cast<std::uint32_t>(n * limits_.page_tokens);
+  r.pages = r.pages > n ? r.pages - n : 0;
+  ++prefix_hits_;
+}
+
+void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx) {
+  if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted)
+    return;
+  const auto per = limits_.page_tokens;
+  const auto whole = std::min<std::size_t>(r.spec.prompt.size() / per, r.page_ids.size());
+  const std::span<const std::int32_t> prompt{r.spec.prompt};
+  std::vector<std::uint32_t> moved;
+  for (auto p = r.prefix_keys.size(); p < whole; ++p) {
+    const auto parent = r.prefix_keys.empty() ? 0 : r.prefix_keys.back();
+    const auto key = prefix_->insert(parent, r.spec.adapter_id, prompt.subspan(p * per, per), r.page_ids[p], now_s);
+    if (key == 0)
+      break; // cached already by another request: this one keeps its copy from here on
+    r.prefix_keys.push_back(key);
+    r.prefix_page_ids.push_back(r.page_ids[p]);
+    moved.push_back(r.page_ids[p]);
+  }
+  if (moved.empty())
+    return;
+  // The pages stay reserved, now as the cache's.
+  r.pages -= moved.size();
+  fx.shares.push_back({r.spec.request_id, std::move(moved)});
+}
+
+void scheduler_core::drop_prefix(record& r, double now_s) {
+  if (r.prefix_keys.empty())
+    return;
+  prefix_->unuse(r.prefix_keys, now_s);
+  r.prefix_keys.clear();
+  r.prefix_page_ids.clear();
+  r.cached_tokens = 0; // (its prefill, if any is left, starts from the first token)
+}
+
+void scheduler_core::evict_cached(std::uint64_t need, scheduler_effects& fx) {
+  if (!prefix_ || prefix_->idle_pages() == 0)
+    return;
+  const auto taken = reserved_pages_ + adapter_pages_in_use_;
+  const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
+  if (free < need)
+    evict_idle(need - free, fx);
+}
+
+void scheduler_core::evict_idle(std::uint64_t n, scheduler_effects& fx) {
+  const auto freed = prefix_->evict(n);
+  reserved_pages_ -= freed.size();
+  fx.release_cached.insert(fx.release_cached.end(), freed.begin(), freed.end());
+}
+
 bool scheduler_core::only_waiting() const noexcept {
   return waiting() > 0 && records_.size() == waiting() && swapping_out_pages_ == 0 && moving_out_pages_ == 0;
 }
@@ -1713,7 +1811,7 @@ void scheduler_core::refresh_adoptable() {
 }
 
 std::uint64_t scheduler_core::device_free_pages() const noexcept {
-  const auto taken = reserved_pages_ + adapter_pages_in_use_;
+  const auto taken = reserved_pages_ - idle_cached() + adapter_pages_in_use_;
   return limits_.total_pages > taken ? limits_.total_pages - taken : 0;
 }
 
@@ -1749,9 +1847,13 @@ void scheduler_core::swap_out(record& r, scheduler_effects& fx) {
     fx.release_adapters.push_back({r.spec.request_id, r.spec.adapter_id});
   r.adapter_granted = false;
   transition(r, request_state::swapping_out);
-  host_pending_ += r.pages;
+  // Its whole cache goes, the cached prefix it reads too (copied, not
+  // moved: read on by others), so that nothing it holds waits on the GPU;
+  // it comes back as pages of its own. Its own pages come free.
+  const auto held = held_pages(r);
+  host_pending_ += held;
   swapping_out_pages_ += r.pages;
-  fx.swap_outs.push_back({r.spec.request_id, r.page_ids, {}, r.pages * limits_.page_bytes});
+  fx.swap_outs.push_back({r.spec.request_id, r.page_ids, {}, held * limits_.page_bytes});
 }
 
 void scheduler_core::release_host(record& r, scheduler_effects& fx) {
@@ -1770,18 +1872,20 @@ scheduler_effects scheduler_core::on_swapped_out(std::uint64_t request_id, bool 
   if (i == records_.end() || i->second.state != request_state::swapping_out)
     return fx;
   auto& r = i->second;
-  host_pending_ -= r.pages;
+  const auto held = held_pages(r);
+  host_pending_ -= held;
   swapping_out_pages_ -= r.pages;
   fx.release_pages.push_back(request_id);
   reserved_pages_ -= r.pages;
   r.pages_granted = false;
   r.page_ids.clear();
+  drop_prefix(r, now_s); // copied out with the rest (or recomputed)
   memory_blocked_ = false;
   growth_retry_ = true;
-  if (ok && host_pages.size() == r.pages) {
+  if (ok && host_pages.size() == held) {
     r.swapped = true;
     r.host_page_ids = std::move(host_pages);
-    host_reserved_ += r.pages;
+    host_reserved_ += held;
     ++swapped_out_;
   } else {
     // No room in the host pool or a failed copy: the cache is dropped and

@@ -10,10 +10,12 @@
 #include "policies/disk_fetch.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
+#include "runtime/prefix_cache.hpp"
 #include "runtime/request_state.hpp"
 
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <memory>
 #include <span>
@@ -70,7 +72,23 @@ struct scheduler_limits {
   /// only this long before the turn (Symphony's expected arrival), so that
   /// the cache does not take GPU pages, or push other caches down, early.
   double advise_fetch_lead_s = 1.0;
+  /// Automatic prefix caching: whole prompt pages stay in the pool after
+  /// their prefill, named by their tokens and adapter, and a later request
+  /// whose prompt begins with the same tokens reads them instead of
+  /// computing them again (runtime/prefix_cache.hpp). Pages no request reads
+  /// count as free and go, least recently used first, when memory is wanted.
+  /// Requests with a session (their own cache), a hidden cache or prompt
+  /// log-probabilities neither read nor add pages.
+  bool prefix_caching = false;
+  /// Most cached prompt pages no request reads that the cache keeps (the
+  /// least recently used beyond go at the next admission round), so that
+  /// idle memory is left for the adapter cache too.
+  std::uint64_t prefix_idle_pages = std::numeric_limits<std::uint64_t>::max();
 };
+
+/// The memory pool's owner (page_owner_kind::request) of the prefix cache's
+/// pages: apart from request ids and imported caches' owners.
+inline constexpr std::uint64_t prefix_cache_owner = std::uint64_t{1} << 61;
 
 /// Work the shell must do after a call into the core, in field order.
 struct scheduler_effects {
@@ -103,6 +121,15 @@ struct scheduler_effects {
     request_times times;
   };
 
+  /// Whole prompt pages of request `request_id` (just prefilled) that
+  /// become the prefix cache's: moved in the pool to prefix_cache_owner.
+  /// Carried out before anything else.
+  struct share { std::uint64_t request_id; std::vector<std::uint32_t> pages; };
+
+  std::vector<share> shares;
+  /// Pages of the prefix cache (owner prefix_cache_owner) to free; carried
+  /// out with release_pages, before the reservations that count on them.
+  std::vector<std::uint32_t> release_cached;
   std::vector<adopt> adopts;
   std::vector<reserve> reserves;
   std::vector<grow> grows;
@@ -363,6 +390,14 @@ public:
   std::uint64_t session_clean_pages() const noexcept { return clean_pages_; }
   std::uint64_t sessions_imported() const noexcept { return sessions_imported_; }
   std::uint64_t reused_tokens() const noexcept { return reused_tokens_; }
+  /// Prefix caching: admissions that read cached pages; pages cached, and
+  /// of those read by no request; pages evicted.
+  std::uint64_t prefix_hits() const noexcept { return prefix_hits_; }
+  /// Prompt tokens prefills took from the prefix cache (in reused_tokens too).
+  std::uint64_t prefix_reused_tokens() const noexcept { return prefix_reused_tokens_; }
+  std::uint64_t prefix_cached_pages() const noexcept { return prefix_ ? prefix_->pages() : 0; }
+  std::uint64_t prefix_idle_pages() const noexcept { return prefix_ ? prefix_->idle_pages() : 0; }
+  std::uint64_t prefix_evictions() const noexcept { return prefix_ ? prefix_->evictions() : 0; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
   /// The policy's own counters (for stats).
   std::vector<std::pair<std::string, double>> policy_counters() const { return policy_->counters(); }
@@ -417,6 +452,11 @@ private:
     /// prefill starts after them.
     std::uint32_t cached_tokens = 0;
     bool adopted = false;
+    /// The prefix cache's pages it reads (their keys and page ids): its
+    /// first pages, before those it holds itself (`pages`, `page_ids` after
+    /// them).
+    std::vector<std::uint64_t> prefix_keys;
+    std::vector<std::uint32_t> prefix_page_ids;
     /// Waiting: the session cache (its owner) whose reusable prefix
     /// `adopt_shared` was last measured against its prompt.
     std::uint64_t adopt_owner = 0;
@@ -437,6 +477,26 @@ private:
     std::map<std::int32_t, std::uint32_t> output_counts;
     std::string text; // decoded output, kept only when stop strings are set
   };
+  /// Pages of `r`'s cache: the prefix cache's it reads and its own.
+  static std::uint64_t held_pages(const record& r) noexcept { return r.pages + r.prefix_keys.size(); }
+  /// `r`'s page ids: the cached prefix's, then `own` (its own, as the pool
+  /// lists them).
+  static std::vector<std::uint32_t> with_prefix(const record& r, std::vector<std::uint32_t> own);
+  /// Prefix caching: at admission, `r` (fresh, K and V cache) reads the
+  /// cached pages its prompt begins with.
+  void read_prefix(record& r, double now_s);
+  /// After `r`'s prefill: its whole prompt pages after those it read join
+  /// the cache (in order, while each is new).
+  void share_prompt(record& r, double now_s, scheduler_effects& fx);
+  /// `r` reads no cached pages any more (ended, recomputed, or re-queued).
+  void drop_prefix(record& r, double now_s);
+  /// Frees idle cached pages until `need` pages are free in the pool for a
+  /// reservation.
+  void evict_cached(std::uint64_t need, scheduler_effects& fx);
+  /// Frees `n` idle cached pages (fewer if there are not so many).
+  void evict_idle(std::uint64_t n, scheduler_effects& fx);
+  /// Pages of the prefix cache no request reads (free for any use).
+  std::uint64_t idle_cached() const noexcept { return prefix_ ? prefix_->idle_pages() : 0; }
   /// The request's logit_bias and penalties for its next token
   /// (gpu::step_entry::logit_adjust), in token order; while it has fewer
   /// than min_tokens, `eos` (unless ignored; -1: none) and its stop tokens
@@ -682,6 +742,9 @@ private:
   bool cleaning_ = false;              // a write-back under way
   std::uint64_t reused_tokens_ = 0;
   std::uint64_t prefilled_tokens_ = 0;
+  std::optional<prefix_cache> prefix_;
+  std::uint64_t prefix_hits_ = 0;
+  std::uint64_t prefix_reused_tokens_ = 0;
 };
 
 } // namespace troupe

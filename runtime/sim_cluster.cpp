@@ -41,6 +41,9 @@ void add(sim_totals& a, const sim_totals& b) {
   a.prefill_tokens += b.prefill_tokens;
   a.recomputed_tokens += b.recomputed_tokens;
   a.reused_tokens += b.reused_tokens;
+  a.prefix_hits += b.prefix_hits;
+  a.prefix_pages_at_end += b.prefix_pages_at_end;
+  a.refused_page_moves += b.refused_page_moves;
   a.decode_tokens += b.decode_tokens;
   a.tunings += b.tunings;
   a.queues = std::max(a.queues, b.queues);

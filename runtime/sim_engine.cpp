@@ -1,5 +1,6 @@
 #include "runtime/sim_engine.hpp"
 
+#include "gpu/random.hpp"
 #include "runtime/calibration.hpp"
 #include "runtime/tuner_params.hpp"
 
@@ -191,8 +192,18 @@ void sim_engine::step() {
         history_len_[ev.arg] = static_cast<std::uint32_t>(h.size());
         spec.session = r.session;
       }
-      spec.prompt.insert(spec.prompt.end(), std::max<std::uint32_t>(r.prompt_tokens, 1),
-                         static_cast<std::int32_t>(1 + ev.arg % 1000));
+      const auto own = std::max<std::uint32_t>(r.prompt_tokens, 1);
+      if (cfg_.limits.prefix_caching || cfg_.shared_prefix_tokens > 0) {
+        // A system prompt of its group, then tokens of its own.
+        const auto shared = std::min(own, cfg_.shared_prefix_tokens);
+        const auto group = static_cast<std::int32_t>(ev.arg % std::max<std::uint32_t>(cfg_.prefix_groups, 1));
+        for (std::uint32_t t = 0; t < shared; ++t)
+          spec.prompt.push_back(1 + static_cast<std::int32_t>(gpu::splitmix64(static_cast<std::uint64_t>(group) * 65536 + t) % 30000));
+        for (std::uint32_t t = shared; t < own; ++t)
+          spec.prompt.push_back(1 + static_cast<std::int32_t>(gpu::splitmix64((ev.arg + 1) * 0x9e3779b97f4a7c15ull + t) % 30000));
+      } else {
+        spec.prompt.insert(spec.prompt.end(), own, static_cast<std::int32_t>(1 + ev.arg % 1000));
+      }
       outcomes_[ev.arg].arrival_s = sent_s_[ev.arg];
       new_prompt_tokens_ += std::max<std::uint32_t>(r.prompt_tokens, 1);
       spec.max_new_tokens = std::max<std::uint32_t>(r.output_tokens, 1);
@@ -320,8 +331,11 @@ std::vector<sim_outcome> sim_engine::end() {
   totals_.swapped_out = core_.swapped_out();
   totals_.prefill_tokens = core_.prefilled_tokens();
   totals_.reused_tokens = core_.reused_tokens();
-  totals_.recomputed_tokens =
-    totals_.prefill_tokens > new_prompt_tokens_ ? totals_.prefill_tokens - new_prompt_tokens_ : 0;
+  totals_.prefix_hits = core_.prefix_hits();
+  totals_.prefix_pages_at_end = core_.prefix_cached_pages();
+  // Prompt tokens read from the prefix cache were new, and not computed.
+  const auto fresh = new_prompt_tokens_ - std::min(new_prompt_tokens_, core_.prefix_reused_tokens());
+  totals_.recomputed_tokens = totals_.prefill_tokens > fresh ? totals_.prefill_tokens - fresh : 0;
   for (const auto& o : outcomes_)
     totals_.decode_tokens += o.completion_tokens;
   totals_.swapped_in = core_.swapped_in();
@@ -385,6 +399,11 @@ void sim_engine::pump() {
 }
 
 void sim_engine::apply(scheduler_effects fx) {
+  for (const auto& s : fx.shares)
+    if (!pool_.transfer_pages(request_owner(s.request_id), request_owner(prefix_cache_owner), s.pages))
+      ++totals_.refused_page_moves;
+  if (!pool_.release_pages(request_owner(prefix_cache_owner), fx.release_cached))
+    ++totals_.refused_page_moves;
   for (const auto& a : fx.adopts)
     pool_.transfer(request_owner(a.from), request_owner(a.to));
   for (auto id : fx.release_pages)

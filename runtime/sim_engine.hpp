@@ -70,6 +70,13 @@ struct sim_engine_config {
   /// load. Null: off.
   std::unique_ptr<policies::prefetch_policy> prefetcher;
   std::size_t prefetch_per_round = 16;
+  /// Prompts' content, for prefix caching (limits.prefix_caching): request
+  /// i's prompt begins with the first `shared_prefix_tokens` tokens of
+  /// system prompt i mod `prefix_groups`, and the rest is its own (no two
+  /// requests share more). With both 0 and prefix caching off, tokens are
+  /// whatever (only lengths matter to the sim backend).
+  std::uint32_t shared_prefix_tokens = 0;
+  std::uint32_t prefix_groups = 1;
 };
 
 /// One request of a simulated workload.
@@ -143,6 +150,13 @@ struct sim_totals {
   std::uint64_t recomputed_tokens = 0;
   std::uint64_t reused_tokens = 0;
   std::uint64_t decode_tokens = 0;
+  /// Prefix caching: admissions that read cached pages, and the pages
+  /// cached when the run ended (held in the pool, read by no request).
+  std::uint64_t prefix_hits = 0;
+  std::uint64_t prefix_pages_at_end = 0;
+  /// Moves of the cache's pages the pool refused (a page its owner did not
+  /// hold): a bookkeeping fault, 0 when all is well.
+  std::uint64_t refused_page_moves = 0;
   std::uint64_t tunings = 0;
   std::size_t queues = 1; ///< after the last tuning
 };

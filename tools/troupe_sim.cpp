@@ -85,6 +85,11 @@ constexpr const char* usage =
   "  --token-budget N      tokens one step may process, prompts and decodes (the server's\n"
   "                        [scheduler] token_budget; default 8192)\n"
   "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
+  "  --prefix-caching on|off  whole prompt pages stay cached after their prefill and later prompts that\n"
+  "                        begin with them read them (the server's [scheduler] prefix_caching; default off)\n"
+  "  --prefix-fraction F   share of the pool cached pages no request reads may keep (default 0.25)\n"
+  "  --shared-prefix N[:G] every prompt begins with the first N tokens of one of G system prompts\n"
+  "                        (request i: prompt i mod G; G default 1); the rest is the request's own\n"
   "  --layer-streaming on|off  a cache coming back from the host pool streams in layer by layer under\n"
   "                        its step (Symphony), or is copied whole first (default off)\n"
   "  --advise-lead S|off   an advisory S seconds before each later turn of a conversation (default off)\n"
@@ -157,6 +162,9 @@ struct options {
   std::uint32_t token_budget = 8192;
   bool on_demand = false;
   bool layer_streaming = false;
+  bool prefix_caching = false;
+  double prefix_fraction = 0.25;
+  std::uint32_t shared_prefix = 0, prefix_groups = 1;
   double advise_lead = -1;
   double advise_fetch_lead = 1.0;
   double advise_place_lead = 1.0;
@@ -363,6 +371,20 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--advise-fetch-lead") {
       if (!need_num() || num < 0) { err = "--advise-fetch-lead must be >= 0"; return false; }
       o.advise_fetch_lead = num;
+    }
+    else if (a == "--prefix-caching") {
+      if (v != "on" && v != "off") { err = "--prefix-caching: on or off"; return false; }
+      o.prefix_caching = v == "on";
+    }
+    else if (a == "--prefix-fraction") { if (!need_num() || num > 1) { err = "--prefix-fraction must be in [0, 1]"; return false; } o.prefix_fraction = num; }
+    else if (a == "--shared-prefix") {
+      double n = 0, g = 1;
+      const bool pair = v.find(':') != std::string::npos;
+      if (pair ? !number_pair(v, ':', n, g) : !need_num()) { err = "--shared-prefix: N or N:G"; return false; }
+      if (!pair) n = num;
+      if (!whole(n) || !whole(g) || g < 1 || n > 1e9 || g > 1e9) { err = "--shared-prefix: N >= 0 and G >= 1, whole numbers"; return false; }
+      o.shared_prefix = static_cast<std::uint32_t>(n);
+      o.prefix_groups = static_cast<std::uint32_t>(g);
     }
     else if (a == "--layer-streaming") {
       if (v != "on" && v != "off") { err = "--layer-streaming: on or off"; return false; }
@@ -610,6 +632,10 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cfg.limits.session_pages = static_cast<std::uint64_t>(o.session_fraction * static_cast<double>(pool_pages));
       cfg.max_context = o.max_context;
       cfg.layer_streaming = o.layer_streaming;
+      cfg.limits.prefix_caching = o.prefix_caching;
+      cfg.limits.prefix_idle_pages = static_cast<std::uint64_t>(o.prefix_fraction * static_cast<double>(pool_pages));
+      cfg.shared_prefix_tokens = o.shared_prefix;
+      cfg.prefix_groups = o.prefix_groups;
       cfg.advise_lead_s = o.advise_lead;
       cfg.limits.advise_fetch_lead_s = o.advise_fetch_lead;
       cfg.limits.session_eviction = *policies::session_eviction_named(o.session_eviction);
@@ -841,6 +867,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
         << ",\"session_disk_writes\":" << t.session_disk_writes << ",\"session_disk_reads\":" << t.session_disk_reads
         << ",\"session_disk_bytes\":" << t.session_disk_bytes << ",\"session_disk_skips\":" << t.session_disk_skips
         << ",\"recomputed_tokens\":" << t.recomputed_tokens << ",\"reused_tokens\":" << t.reused_tokens
+        << ",\"prefix_hits\":" << t.prefix_hits << ",\"prefill_tokens\":" << t.prefill_tokens
         << ",\"ttft_p50_s\":" << r.ttft_p50 << ",\"ttft_p99_s\":" << r.ttft_p99
         << ",\"e2e_p50_s\":" << r.e2e_p50 << ",\"e2e_p99_s\":" << r.e2e_p99
         << ",\"slowdown_p50\":" << summaries[first_summary + i].slowdown.p50 << ",\"slowdown_p99\":" << summaries[first_summary + i].slowdown.p99

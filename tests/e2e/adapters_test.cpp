@@ -418,6 +418,65 @@ void wait_host_kv(client_connection& c, const std::string& id) {
   }
 }
 
+TEST(prefix_cache_e2e, prompts_reading_cached_pages_give_the_tokens_they_compute_alone) {
+  if (!fs::exists("models/demo/config.json"))
+    GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";
+  // Twelve prompts over two system prompts of 40 and 70 tokens (2 and 4
+  // whole pages of 16), each with a suffix of its own, on the base model and
+  // an adapter; greedy, so the tokens are the model's.
+  std::vector<wire::generate_request> requests;
+  for (int i = 0; i < 12; ++i) {
+    wire::generate_request g;
+    g.id = "q" + std::to_string(i);
+    const int system = i % 2 == 0 ? 40 : 70;
+    std::vector<std::int32_t> prompt;
+    for (int t = 0; t < system; ++t)
+      prompt.push_back(7 + (t * (i % 2 == 0 ? 13 : 29)) % 290);
+    for (int t = 0; t < 3 + i; ++t)
+      prompt.push_back(11 + (t * 7 + i * 31) % 280);
+    g.prompt_tokens = prompt;
+    g.max_tokens = 12;
+    g.sampling.temperature = 0;
+    if (i % 3 == 2)
+      g.adapter = "demo-r4";
+    requests.push_back(g);
+  }
+  const auto [alone, alone_stats] = run_demo("prefix-off", "[scheduler]\nmax_running = 2\n", requests);
+  ASSERT_EQ(alone.size(), requests.size());
+  EXPECT_EQ(alone_stats.at("prefix_cache_hits"), 0.0);
+  // Two at a time: the later ones read what the earlier ones cached.
+  const auto [cached, cached_stats] =
+    run_demo("prefix-on", "[scheduler]\nmax_running = 2\nprefix_caching = true\n", requests);
+  ASSERT_EQ(cached.size(), requests.size());
+  for (const auto& [id, tokens] : alone) {
+    EXPECT_EQ(tokens.size(), 12u) << id;
+    EXPECT_EQ(cached.at(id), tokens) << id << ": reading cached pages changed the output";
+  }
+  EXPECT_GE(cached_stats.at("prefix_cache_hits"), 6.0);
+  EXPECT_GT(cached_stats.at("prompt_tokens_reused"), 0.0);
+  EXPECT_LT(cached_stats.at("prompt_tokens_prefilled"), alone_stats.at("prompt_tokens_prefilled"));
+  // Every page is back but the cache's, which nobody reads now.
+  EXPECT_EQ(cached_stats.at("pool_pages_kv"), cached_stats.at("prefix_cache_pages"));
+  EXPECT_EQ(cached_stats.at("prefix_cache_idle_pages"), cached_stats.at("prefix_cache_pages"));
+  EXPECT_EQ(cached_stats.at("pool_refused_page_moves"), 0.0);
+  EXPECT_EQ(cached_stats.at("pool_empty_releases"), 0.0);
+  // A pool of 12 pages with pages on demand, the adaptive policy preempting
+  // freely and a host pool to swap to: cached pages are read, evicted and
+  // swapped out with their readers' caches, and the tokens stay the same.
+  const auto [tight, tight_stats] = run_demo(
+    "prefix-tight",
+    "[memory_pool]\npages = 12\nhost_pages = 16\n[scheduler]\npolicy = \"adaptive\"\nkv_reservation = \"on_demand\"\n"
+    "prefix_caching = true\nprefix_cache_fraction = 0.5\nparams = { preempt_margin = 0 }\n",
+    requests);
+  ASSERT_EQ(tight.size(), requests.size());
+  for (const auto& [id, tokens] : alone)
+    EXPECT_EQ(tight.at(id), tokens) << id << ": reading cached pages under preemption changed the output";
+  EXPECT_GT(tight_stats.at("prefix_cache_hits"), 0.0);
+  EXPECT_EQ(tight_stats.at("pool_pages_kv"), tight_stats.at("prefix_cache_pages"));
+  EXPECT_EQ(tight_stats.at("pool_refused_page_moves"), 0.0);
+  EXPECT_EQ(tight_stats.at("pool_empty_releases"), 0.0);
+}
+
 TEST(session_e2e, a_turn_reuses_only_a_cache_of_its_own_adapter_and_as_much_of_it_as_its_prompt_shares) {
   if (!fs::exists("models/demo/config.json"))
     GTEST_FAIL() << "models/demo is missing: the e2e.make_demo_model test makes it";

@@ -563,12 +563,22 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
       cfg.cache.predictor_interval_s = 0.5;
     }
   }
+  if (c.next(2) == 1) {
+    cfg.limits.prefix_caching = true;
+    cfg.shared_prefix_tokens = c.next(300);
+    cfg.prefix_groups = 1 + c.next(3);
+    if (c.next(2) == 1)
+      cfg.limits.prefix_idle_pages = c.next(static_cast<std::uint32_t>(pool / 2));
+  }
+  const bool prefix = cfg.limits.prefix_caching;
   const auto where = " (" + scheduling + ", pool " + std::to_string(pool) + ", max_running "
                      + std::to_string(cfg.limits.max_running) + (cfg.limits.on_demand ? ", on demand" : "")
                      + ", host " + std::to_string(cfg.limits.host_pages) + ", session pages "
                      + std::to_string(cfg.limits.session_pages) + ", max_context " + std::to_string(cfg.max_context)
                      + ", disk " + std::to_string(cfg.limits.disk_pages) + ", partition " + std::to_string(partition)
-                     + (cfg.prefetcher ? ", prefetcher" : "") + ")";
+                     + (cfg.prefetcher ? ", prefetcher" : "")
+                     + (prefix ? ", prefix caching over " + std::to_string(cfg.shared_prefix_tokens) + " tokens" : "")
+                     + ")";
   sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu_spec, 1), std::move(catalog), pool};
 
   std::vector<sim_request> reqs;
@@ -623,11 +633,16 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
       require(o.ttft_s >= 0 && o.e2e_s >= o.ttft_s, what + ": times out of order");
     }
   }
-  // What requests hold at the end is the session caches kept on the GPU.
+  // What requests hold at the end is the session caches kept on the GPU
+  // and the prefix cache's pages, which nobody reads any more.
   const auto kept = core.session_pages_held();
-  require(totals.pool_request_pages_at_end == kept,
+  const auto cached = core.prefix_cached_pages();
+  require(totals.pool_request_pages_at_end == kept + cached,
           std::to_string(totals.pool_request_pages_at_end) + " request pages held at the end, "
-            + std::to_string(kept) + " of them session caches" + where);
+            + std::to_string(kept) + " of them session caches, " + std::to_string(cached) + " cached prompt pages"
+            + where);
+  require(core.prefix_idle_pages() == cached, "cached prompt pages still read at the end" + where);
+  require(totals.refused_page_moves == 0, "the pool refused a move of cached pages" + where);
   // The host pool holds session caches only, and as many pages as the core
   // counts.
   require(totals.host_pages_at_end == core.host_pages_held(),

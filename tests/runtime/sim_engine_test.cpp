@@ -20,7 +20,7 @@ struct run_result {
 
 run_result run(const std::string& policy, std::uint64_t pool_pages, bool prefetch,
                const std::string& scheduling = "fcfs", bool on_demand = false, std::uint64_t host_pages = 0,
-               bool burst = false) {
+               bool burst = false, bool prefix = false) {
   const auto shape = *gpu::find_model_preset("llama-2-7b");
   const auto gpu = *gpu::find_gpu_spec("A100-80GB");
   const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token();
@@ -40,6 +40,11 @@ run_result run(const std::string& policy, std::uint64_t pool_pages, bool prefetc
   cfg.scheduling = policies::make_scheduling_policy(scheduling);
   cfg.eviction = policies::make_eviction_policy(policy);
   cfg.cache.prefetch = prefetch;
+  // Prompts begin with one of three system prompts of 256 tokens.
+  cfg.limits.prefix_caching = prefix;
+  cfg.limits.prefix_idle_pages = pool_pages / 4;
+  cfg.shared_prefix_tokens = prefix ? 256 : 0;
+  cfg.prefix_groups = 3;
   auto backend = std::make_shared<gpu::sim_backend>(shape, gpu, 1);
   sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
   std::vector<sim_request> reqs;
@@ -104,6 +109,46 @@ TEST(sim_engine, pages_on_demand_with_preemption_finish_every_request_under_each
       EXPECT_EQ(r.totals.swapped_in, r.totals.swapped_out);
     }
   }
+}
+
+TEST(sim_engine, prefix_caching_under_each_policy_with_preemption_gives_every_page_back) {
+  // As above, with prompts over three system prompts: requests read cached
+  // pages while others are preempted (swapped or recomputed) and idle
+  // cached pages are evicted for admissions. At the end the pool holds only
+  // the cache's pages, read by nobody.
+  for (const char* scheduling : {"fcfs", "slora", "adaptive", "aptserve", "sjf"}) {
+    for (std::uint64_t host : {0u, 64u}) {
+      SCOPED_TRACE(std::string{scheduling} + (host ? " with a host pool" : ""));
+      const auto r = run("lru", 128, false, scheduling, true, host, true, true);
+      for (std::size_t i = 0; i < r.out.size(); ++i)
+        ASSERT_EQ(r.out[i].reason, finish_reason::length) << "request " << i;
+      EXPECT_GT(r.totals.prefix_hits, 0u);
+      EXPECT_GT(r.totals.prefix_pages_at_end, 0u);
+      EXPECT_EQ(r.totals.pool_request_pages_at_end, r.totals.prefix_pages_at_end);
+      EXPECT_EQ(r.totals.host_pages_at_end, 0u);
+      EXPECT_EQ(r.totals.swapped_in, r.totals.swapped_out);
+    }
+  }
+}
+
+TEST(sim_engine, prefix_caching_computes_less_and_answers_sooner_on_shared_system_prompts) {
+  // The same requests, with and without caching. Cached pages are per
+  // adapter (K and V depend on it): of 400 requests over 40 adapters and
+  // three system prompts, those after the first of their adapter and
+  // system prompt hit while the pages last (idle ones are kept to a
+  // quarter of the pool, the rest left to the adapter cache).
+  const auto off = run("lru", 600, false, "fcfs", false, 0, false, false);
+  auto on_cfg = run("lru", 600, false, "fcfs", false, 0, false, true);
+  EXPECT_EQ(off.totals.prefix_hits, 0u);
+  EXPECT_GT(on_cfg.totals.prefix_hits, 150u);
+  EXPECT_LT(on_cfg.totals.prefill_tokens, off.totals.prefill_tokens * 4 / 5);
+  EXPECT_EQ(on_cfg.totals.recomputed_tokens, 0u);
+  double ttft_off = 0, ttft_on = 0;
+  for (const auto& o : off.out)
+    ttft_off += o.ttft_s;
+  for (const auto& o : on_cfg.out)
+    ttft_on += o.ttft_s;
+  EXPECT_LT(ttft_on, ttft_off);
 }
 
 /// A 2,000-page pool of 16-token pages, fcfs, and `eviction`.
