@@ -555,8 +555,15 @@ scheduler_effects scheduler_core::on_adapter(std::uint64_t request_id, adapter_g
   r.adapter_failed = !granted;
   r.adapter_broken = grant == adapter_grant::failed;
   if (grant == adapter_grant::retry) {
-    memory_blocked_ = true;
-    fx.trim_pages += r.spec.adapter_pages;
+    // No room in the pool for the adapter. Cached prompt pages nobody reads
+    // give way first (the adapter cache cannot free them); else idle
+    // adapters, and admission waits for memory.
+    const auto idle = idle_cached();
+    evict_cached(r.spec.adapter_pages, fx);
+    if (idle_cached() == idle) {
+      memory_blocked_ = true;
+      fx.trim_pages += r.spec.adapter_pages;
+    }
     ++r.adapter_failures;
   }
   settle_admission(r, now_s, fx);
@@ -1749,10 +1756,11 @@ void scheduler_core::drop_prefix(record& r, double now_s) {
 void scheduler_core::evict_cached(std::uint64_t need, scheduler_effects& fx) {
   if (!prefix_ || prefix_->idle_pages() == 0)
     return;
+  // (What is taken may pass the pool: a growth granted pages a pinned
+  // adapter still loading is counted for.)
   const auto taken = reserved_pages_ + adapter_pages_in_use_;
-  const auto free = limits_.total_pages > taken ? limits_.total_pages - taken : 0;
-  if (free < need)
-    evict_idle(need - free, fx);
+  if (taken + need > limits_.total_pages)
+    evict_idle(taken + need - limits_.total_pages, fx);
 }
 
 void scheduler_core::evict_idle(std::uint64_t n, scheduler_effects& fx) {
@@ -1766,7 +1774,9 @@ bool scheduler_core::only_waiting() const noexcept {
 }
 
 bool scheduler_core::caches_give_way(scheduler_effects& fx) {
-  bool any = false;
+  bool any = idle_cached() > 0;
+  if (any)
+    evict_idle(idle_cached(), fx);
   for (auto v = session_victim(session_tier::device, 0); v != sessions_.end(); v = session_victim(session_tier::device, 0)) {
     evict_session(v->first, fx);
     any = true;

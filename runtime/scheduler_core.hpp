@@ -491,7 +491,7 @@ private:
   /// `r` reads no cached pages any more (ended, recomputed, or re-queued).
   void drop_prefix(record& r, double now_s);
   /// Frees idle cached pages until `need` pages are free in the pool for a
-  /// reservation.
+  /// reservation, beyond what is reserved and what pinned adapters take.
   void evict_cached(std::uint64_t need, scheduler_effects& fx);
   /// Frees `n` idle cached pages (fewer if there are not so many).
   void evict_idle(std::uint64_t n, scheduler_effects& fx);

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Reruns the seeds' experiments on troupe-sim (docs/results.md): each writes
 # summary CSVs and, where gnuplot is present, PNG plots into OUT_DIR.
-# Usage: tools/results.sh [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|nodes|all] [OUT_DIR]
+# Usage: tools/results.sh [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|nodes|prefix|all] [OUT_DIR]
 # Needs build/bin/troupe-sim (tools/build.sh) and ../shared/traces.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -323,6 +323,23 @@ nodes() {
   done
 }
 
+prefix() {
+  # Automatic prefix caching on shared system prompts: ShareGPT's lengths
+  # (prompts of 2,340 tokens on average) on Llama-2-7B, A100-80GB, pages on
+  # demand; every prompt begins with the first 512 tokens of one of four
+  # system prompts, the rest its own. Off against on, on the base model and
+  # over 100 adapters (Zipf 1; cached pages serve only their own adapter).
+  local csv=$out/prefix.csv
+  rm -f "$csv"
+  local base=(--trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" --requests 2000 --model llama-2-7b
+              --gpu A100-80GB --kv on_demand --setups fcfs:lru --shared-prefix 512:4)
+  for pc in off on; do
+    sweep "$csv" "base/prefix-$pc" 1.5 1.8 2.1 -- "${base[@]}" --adapters 1 --base-fraction 1 --prefix-caching "$pc"
+    sweep "$csv" "adapters/prefix-$pc" 1.5 1.8 2.1 -- "${base[@]}" --adapters 100 --popularity zipf:1 \
+      --prefix-caching "$pc"
+  done
+}
+
 case $what in
   chameleon) chameleon ;;
   compose) compose ;;
@@ -332,7 +349,8 @@ case $what in
   adaptive) adaptive ;;
   symphony) symphony ;;
   nodes) nodes ;;
-  all) chameleon; compose; eviction; slora; aptserve; adaptive; symphony; nodes ;;
-  *) echo "usage: $0 [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|nodes|all] [OUT_DIR]" >&2; exit 2 ;;
+  prefix) prefix ;;
+  all) chameleon; compose; eviction; slora; aptserve; adaptive; symphony; nodes; prefix ;;
+  *) echo "usage: $0 [chameleon|compose|slora|aptserve|adaptive|eviction|symphony|nodes|prefix|all] [OUT_DIR]" >&2; exit 2 ;;
 esac
 echo "results: $out"

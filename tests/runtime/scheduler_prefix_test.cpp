@@ -47,6 +47,7 @@ struct request {
   std::uint32_t adapter = 0;
   std::uint64_t session = 0;
   std::int32_t prompt_logprobs = -1;
+  std::uint64_t adapter_pages = 0;
 };
 
 class prefix_shell {
@@ -65,6 +66,7 @@ public:
     s.adapter_rank = r.adapter == 0 ? 0 : 8;
     s.session = r.session;
     s.prompt_logprobs = r.prompt_logprobs;
+    s.adapter_pages = r.adapter_pages;
     s.arrival_s = now;
     s.seed = id;
     ASSERT_EQ(core.submit(std::move(s)), scheduler_core::submit_result::accepted);
@@ -129,7 +131,9 @@ public:
   std::map<std::uint64_t, std::vector<std::int32_t>> outputs;
   std::map<std::uint64_t, finish_reason> reasons;
   std::set<std::uint64_t> finished;
+  std::vector<std::uint64_t> finish_order;
   std::uint64_t swaps_out = 0;
+  int refusals = 0;
 
 private:
   std::vector<std::int32_t>& slots(std::uint32_t page) {
@@ -187,6 +191,7 @@ private:
     }
     for (const auto& f : fx.finished) {
       ASSERT_TRUE(finished.insert(f.request_id).second) << "second finish of " << f.request_id;
+      finish_order.push_back(f.request_id);
       reasons[f.request_id] = f.reason;
     }
     for (const auto& r : fx.reserves) {
@@ -202,8 +207,13 @@ private:
       const auto held = pool.pages_of(o);
       apply(core.on_grown(g.request_id, g.ticket, ok, {held.begin(), held.end()}));
     }
-    for (const auto& a : fx.acquires)
-      apply(core.on_adapter(a.request_id, scheduler_core::adapter_grant::granted, now));
+    for (const auto& a : fx.acquires) {
+      // The adapter cache finds no room for the first `refusals` loads.
+      const bool refuse = refusals > 0;
+      refusals -= refuse ? 1 : 0;
+      apply(core.on_adapter(a.request_id,
+                            refuse ? scheduler_core::adapter_grant::retry : scheduler_core::adapter_grant::granted, now));
+    }
     for (const auto& s : fx.swap_outs) {
       const page_owner o{page_owner_kind::request, s.request_id};
       ASSERT_EQ(s.bytes, s.device_pages.size() * page_bytes_);
@@ -339,6 +349,27 @@ TEST(scheduler_prefix, idle_cached_pages_give_way_to_admissions) {
   sh.submit(5, {tokens(200, 9), 2});
   sh.run();
   EXPECT_EQ(sh.prefill_of(5)->context_tokens, 0u);
+  sh.expect_all_back();
+}
+
+TEST(scheduler_prefix, an_adapter_load_without_room_makes_idle_cached_pages_give_way) {
+  // 16 pages of 4 tokens. Request 1 (9 + 2 tokens) leaves two cached pages.
+  prefix_shell sh{prefix_limits(16)};
+  sh.submit(1, {tokens(1, 9), 2});
+  sh.run();
+  ASSERT_EQ(sh.core.prefix_idle_pages(), 2u);
+  // Request 3 runs long (4 pages). Request 2 needs 3 pages and an adapter
+  // of 8: one cached page goes for its reservation; the adapter cache then
+  // finds no room for the adapter (the cached page left holds it): that
+  // page goes too and the next try loads, while request 3 still runs
+  // (rather than wait for memory until it ends).
+  sh.refusals = 1;
+  sh.submit(3, {tokens(500, 3), 13});
+  sh.submit(2, {tokens(100, 9), 2, /*adapter=*/5, 0, -1, /*adapter_pages=*/8});
+  sh.run(500);
+  EXPECT_EQ(sh.refusals, 0);
+  EXPECT_EQ(sh.core.prefix_evictions(), 2u);
+  EXPECT_EQ(sh.finish_order, (std::vector<std::uint64_t>{1, 2, 3}));
   sh.expect_all_back();
 }
 
