@@ -591,6 +591,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         {"session_turns_held", static_cast<double>(c.turns_held_for_cache())},
         {"sessions_imported", static_cast<double>(c.sessions_imported())},
         {"prefix_cache_hits", static_cast<double>(c.prefix_hits())},
+        {"prefix_cache_holds", static_cast<double>(c.prefix_holds())},
         {"prefix_cache_pages", static_cast<double>(c.prefix_cached_pages())},
         {"prefix_cache_idle_pages", static_cast<double>(c.prefix_idle_pages())},
         {"prefix_cache_evictions", static_cast<double>(c.prefix_evictions())},

@@ -44,6 +44,18 @@ prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<con
   return out;
 }
 
+std::vector<std::uint64_t> prefix_cache::keys_of(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+                                                 std::size_t max_pages) const {
+  std::vector<std::uint64_t> out;
+  const auto pages = std::min<std::size_t>(max_pages, page_tokens_ == 0 ? 0 : tokens.size() / page_tokens_);
+  std::uint64_t parent = 0;
+  for (std::size_t p = 0; p < pages; ++p) {
+    parent = key_of(parent, adapter_id, tokens.subspan(p * page_tokens_, page_tokens_));
+    out.push_back(parent);
+  }
+  return out;
+}
+
 void prefix_cache::unlist(std::uint64_t key, const entry& e) {
   if (idle(e))
     idle_.erase({e.last_use_s, key});

@@ -35,6 +35,10 @@ public:
     std::vector<std::uint32_t> pages;
   };
   match lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens, std::size_t max_pages) const;
+  /// The keys the first `max_pages` whole pages of `tokens` have (or would
+  /// have once cached), in order.
+  std::vector<std::uint64_t> keys_of(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+                                     std::size_t max_pages) const;
 
   /// A request reads these pages (keys from lookup or insert) until unuse.
   void use(std::span<const std::uint64_t> keys, double now_s);

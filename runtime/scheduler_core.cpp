@@ -432,6 +432,12 @@ scheduler_effects scheduler_core::admit(double now_s) {
       enqueue_waiting(r);
       continue;
     }
+    if (prefix_being_computed(r, decision)) {
+      ++prefix_holds_;
+      count_waiting(r.spec.adapter_id, false);
+      enqueue_waiting(r);
+      continue;
+    }
     count_waiting(r.spec.adapter_id, false);
     transition(r, request_state::admitting);
     // The cache type is chosen at each admission (a change of type is a
@@ -500,6 +506,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
         ++session_partial_hits_;
     }
     read_prefix(r, now_s);
+    note_computing(r);
     evict_cached(r.pages - adopted, fx);
     reserved_pages_ += r.pages - adopted;
     r.pages_pending = true;
@@ -1721,7 +1728,42 @@ void scheduler_core::read_prefix(record& r, double now_s) {
   ++prefix_hits_;
 }
 
+bool scheduler_core::prefix_being_computed(const record& r, const policies::schedule_decision& d) const {
+  if (!prefix_ || computing_.empty() || r.swapped || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
+      || r.spec.prompt.empty())
+    return false;
+  if (limits_.hidden_page_tokens > 0
+      && std::find(d.hidden.begin(), d.hidden.end(), r.spec.request_id) != d.hidden.end())
+    return false; // held as a hidden cache: it reads no pages
+  // The first page it would compute (past those it can read now).
+  const auto readable = (r.spec.prompt.size() - 1) / limits_.page_tokens;
+  const auto cached = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, readable).keys.size();
+  if (cached == readable)
+    return false;
+  const auto keys = prefix_->keys_of(r.spec.adapter_id, r.spec.prompt, cached + 1);
+  return computing_.contains(keys.back());
+}
+
+void scheduler_core::note_computing(record& r) {
+  if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty())
+    return;
+  const auto whole = r.spec.prompt.size() / limits_.page_tokens;
+  auto keys = prefix_->keys_of(r.spec.adapter_id, r.spec.prompt, whole);
+  keys.erase(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())));
+  for (const auto k : keys)
+    ++computing_[k];
+  r.computing_keys = std::move(keys);
+}
+
+void scheduler_core::stop_computing(record& r) {
+  for (const auto k : r.computing_keys)
+    if (auto i = computing_.find(k); i != computing_.end() && --i->second == 0)
+      computing_.erase(i);
+  r.computing_keys.clear();
+}
+
 void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx) {
+  stop_computing(r);
   if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted)
     return;
   const auto per = limits_.page_tokens;
@@ -1745,6 +1787,7 @@ void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx
 }
 
 void scheduler_core::drop_prefix(record& r, double now_s) {
+  stop_computing(r);
   if (r.prefix_keys.empty())
     return;
   prefix_->unuse(r.prefix_keys, now_s);

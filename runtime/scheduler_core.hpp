@@ -393,6 +393,8 @@ public:
   /// Prefix caching: admissions that read cached pages; pages cached, and
   /// of those read by no request; pages evicted.
   std::uint64_t prefix_hits() const noexcept { return prefix_hits_; }
+  /// Admissions put off to read pages another request was computing.
+  std::uint64_t prefix_holds() const noexcept { return prefix_holds_; }
   /// Prompt tokens prefills took from the prefix cache (in reused_tokens too).
   std::uint64_t prefix_reused_tokens() const noexcept { return prefix_reused_tokens_; }
   std::uint64_t prefix_cached_pages() const noexcept { return prefix_ ? prefix_->pages() : 0; }
@@ -457,6 +459,9 @@ private:
     /// them).
     std::vector<std::uint64_t> prefix_keys;
     std::vector<std::uint32_t> prefix_page_ids;
+    /// Admitted, before its prefill: the keys of the whole prompt pages it
+    /// will compute and add to the cache (counted in computing_).
+    std::vector<std::uint64_t> computing_keys;
     /// Waiting: the session cache (its owner) whose reusable prefix
     /// `adopt_shared` was last measured against its prompt.
     std::uint64_t adopt_owner = 0;
@@ -488,8 +493,17 @@ private:
   /// After `r`'s prefill: its whole prompt pages after those it read join
   /// the cache (in order, while each is new).
   void share_prompt(record& r, double now_s, scheduler_effects& fx);
-  /// `r` reads no cached pages any more (ended, recomputed, or re-queued).
+  /// `r` reads no cached pages any more (ended, recomputed, or re-queued),
+  /// and computes none for the cache.
   void drop_prefix(record& r, double now_s);
+  /// Prefix caching: `r`, about to be admitted, would compute a prompt page
+  /// an admitted request is computing now: it waits for that prefill and
+  /// reads the page then (the `n` choices of one prompt, a burst of prompts
+  /// over one system prompt).
+  bool prefix_being_computed(const record& r, const policies::schedule_decision& d) const;
+  /// Counts `r`'s uncached whole prompt pages as being computed.
+  void note_computing(record& r);
+  void stop_computing(record& r);
   /// Frees idle cached pages until `need` pages are free in the pool for a
   /// reservation, beyond what is reserved and what pinned adapters take.
   void evict_cached(std::uint64_t need, scheduler_effects& fx);
@@ -745,6 +759,9 @@ private:
   std::optional<prefix_cache> prefix_;
   std::uint64_t prefix_hits_ = 0;
   std::uint64_t prefix_reused_tokens_ = 0;
+  std::uint64_t prefix_holds_ = 0;
+  /// Keys of prompt pages admitted requests are computing, and how many.
+  std::unordered_map<std::uint64_t, std::uint32_t> computing_;
 };
 
 } // namespace troupe

@@ -47,6 +47,10 @@ TEST(prefix_cache, finds_whole_pages_of_the_same_history_and_adapter) {
   auto m = c.lookup(7, longer, 10);
   EXPECT_EQ(m.pages, (std::vector<std::uint32_t>{100, 101}));
   EXPECT_EQ(m.keys, keys);
+  // The keys of pages cached or not yet: the same chain.
+  EXPECT_EQ(c.keys_of(7, longer, 2), keys);
+  EXPECT_EQ(c.keys_of(7, longer, 10).size(), 3u);
+  EXPECT_NE(c.keys_of(0, longer, 1), std::vector<std::uint64_t>{keys[0]});
   // At most max_pages; a partial page is never matched.
   EXPECT_EQ(c.lookup(7, longer, 1).pages.size(), 1u);
   EXPECT_EQ(c.lookup(7, iota_tokens(7), 10).pages.size(), 1u);

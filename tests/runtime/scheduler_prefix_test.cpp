@@ -303,6 +303,33 @@ TEST(scheduler_prefix, a_prompt_of_whole_cached_pages_still_prefills_its_last_to
   sh.expect_all_back();
 }
 
+TEST(scheduler_prefix, copies_of_one_prompt_arriving_together_compute_it_once) {
+  // As the n choices of one prompt: the first computes the prompt; the
+  // others wait for that prefill and read its pages.
+  prefix_shell sh{prefix_limits(64)};
+  const auto prompt = tokens(1, 13); // three whole pages, and one token
+  for (std::uint64_t id = 1; id <= 4; ++id)
+    sh.submit(id, {prompt, 3});
+  sh.run();
+  EXPECT_EQ(sh.prefill_of(1)->context_tokens, 0u);
+  for (std::uint64_t id = 2; id <= 4; ++id) {
+    EXPECT_EQ(sh.prefill_of(id)->context_tokens, 12u) << id;
+    EXPECT_EQ(sh.prefill_of(id)->new_tokens, 1u) << id;
+  }
+  EXPECT_EQ(sh.core.prefix_holds(), 3u);
+  EXPECT_EQ(sh.core.prefix_hits(), 3u);
+  EXPECT_EQ(sh.core.prefilled_tokens(), 13u + 3u);
+  // A copy that cannot read (another adapter) is not held.
+  sh.submit(5, {prompt, 3, 2});
+  sh.submit(6, {prompt, 3, 2});
+  sh.submit(7, {prompt, 3, 0, 0, /*prompt_logprobs=*/0});
+  sh.run();
+  EXPECT_EQ(sh.core.prefix_holds(), 4u); // 6 waited for 5; 7 computes its whole prompt
+  EXPECT_EQ(sh.prefill_of(6)->context_tokens, 12u);
+  EXPECT_EQ(sh.prefill_of(7)->context_tokens, 0u);
+  sh.expect_all_back();
+}
+
 TEST(scheduler_prefix, another_adapter_a_session_or_prompt_logprobs_read_nothing) {
   prefix_shell sh{prefix_limits(64)};
   const auto prompt = concat(tokens(1, 8), tokens(50, 2));
