@@ -127,8 +127,9 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
         prompt = history[q.session];
         g.session = "c" + std::to_string(q.session);
       }
-      for (std::uint32_t j = 0; j < q.prompt_tokens; ++j)
-        prompt.push_back(static_cast<std::int32_t>(10 + (index * 31 + j * 7) % 400));
+      const auto own = workload::prompt_of(index, q.prompt_tokens, q.session != 0 ? 0 : opt.shared_prefix,
+                                           opt.prefix_groups);
+      prompt.insert(prompt.end(), own.begin(), own.end());
       if (q.session != 0)
         history[q.session] = prompt;
       r.prompt_tokens = static_cast<std::uint32_t>(prompt.size());

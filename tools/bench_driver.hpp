@@ -35,6 +35,11 @@ struct open_loop_options {
   /// token ends none (the wire's ignore_eos; a real model would end some
   /// early, the sim backend draws none). False: replies may end there.
   bool ignore_eos = true;
+  /// Single-turn prompts begin with the first `shared_prefix` tokens of one
+  /// of `prefix_groups` system prompts (workload::prompt_of; troupe-sim's
+  /// --shared-prefix).
+  std::uint32_t shared_prefix = 0;
+  std::uint32_t prefix_groups = 1;
 };
 
 /// Runs `requests` (arrival order) against `opt.endpoint`; records in the
@@ -57,6 +62,8 @@ struct http_open_loop_options {
   std::chrono::milliseconds drain{std::chrono::seconds(300)};
   bool progress = false;
   bool ignore_eos = true; ///< as open_loop_options::ignore_eos
+  std::uint32_t shared_prefix = 0; ///< as open_loop_options::shared_prefix
+  std::uint32_t prefix_groups = 1;
 };
 
 /// run_open_loop over the OpenAI-compatible HTTP front: each request a

@@ -36,10 +36,8 @@ void run_one(const workload::request& q, std::size_t index, const http_open_loop
   auto& r = run.out[index];
   auto now = [&] { return std::chrono::duration<double>(clock_type::now() - t0).count(); };
   const double sent = now();
-  json prompt = json::array();
   // The same token ids as run_open_loop's (so both fronts run the same work).
-  for (std::uint32_t j = 0; j < q.prompt_tokens; ++j)
-    prompt.push_back(10 + (index * 31 + j * 7) % 400);
+  json prompt = workload::prompt_of(index, q.prompt_tokens, opt.shared_prefix, opt.prefix_groups);
   json body = {{"model", q.adapter == workload::none_adapter ? opt.model
                                                              : opt.adapter_prefix + std::to_string(q.adapter)},
                {"prompt", std::move(prompt)},

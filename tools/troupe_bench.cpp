@@ -28,6 +28,7 @@
 #include <sstream>
 #include <unistd.h>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -61,6 +62,8 @@ void usage(std::FILE* out) {
                "  --label L --seed N --json FILE --csv FILE --records FILE --no-progress\n"
                "  --stop-at-eos                 let the end-of-sequence token end a reply (default: every reply\n"
                "                                runs to its output length, as in the trace; ignore_eos)\n"
+               "  --shared-prefix N[:G]         every single-turn prompt begins with the first N tokens of one of\n"
+               "                                G system prompts (request i: i mod G; default G 1), as troupe-sim's\n"
                "closed loop (control plane):\n"
                "  --clients C --requests N --max-tokens K --prompt-bytes B --adapters A --stream\n"
                "  --window W                    requests in flight per ZeroMQ client (default 256)\n"
@@ -120,6 +123,7 @@ struct open_loop_args {
   bool progress = true;
   bool http = false; ///< over the OpenAI-compatible front
   bool stop_at_eos = false; ///< replies may end at the end-of-sequence token (not ignore_eos)
+  std::uint32_t shared_prefix = 0, prefix_groups = 1;
   std::string api_key;
 };
 
@@ -276,6 +280,8 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
       hl.time_scale = a.time_scale;
       hl.progress = a.progress && ::isatty(2);
       hl.ignore_eos = !a.stop_at_eos;
+      hl.shared_prefix = a.shared_prefix;
+      hl.prefix_groups = a.prefix_groups;
       recs = run_open_loop_http(reqs, hl);
     } else {
       open_loop_options ol;
@@ -284,6 +290,8 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
       ol.progress = a.progress && ::isatty(2);
       ol.advise = a.advise;
       ol.ignore_eos = !a.stop_at_eos;
+      ol.shared_prefix = a.shared_prefix;
+      ol.prefix_groups = a.prefix_groups;
       recs = run_open_loop(reqs, ol);
     }
     auto s = workload::summarize_run(recs, a.target, sum.mean_rate, a.label);
@@ -414,6 +422,18 @@ int main(int argc, char** argv) {
     else if (arg == "--records") ol.records = value();
     else if (arg == "--no-progress") ol.progress = false;
     else if (arg == "--stop-at-eos") ol.stop_at_eos = true;
+    else if (arg == "--shared-prefix") {
+      const auto v = value();
+      const auto colon = v.find(':');
+      const double n = number(arg, v.substr(0, colon));
+      const double g = colon == std::string::npos ? 1 : number(arg, v.substr(colon + 1));
+      if (n < 0 || g < 1 || n != std::floor(n) || g != std::floor(g) || n > 1e9 || g > 1e9) {
+        std::fprintf(stderr, "troupe-bench: --shared-prefix: N >= 0 and G >= 1, whole numbers; got \"%s\"\n", v.c_str());
+        return 2;
+      }
+      ol.shared_prefix = static_cast<std::uint32_t>(n);
+      ol.prefix_groups = static_cast<std::uint32_t>(g);
+    }
     else if (arg == "--help" || arg == "-h") { usage(stdout); return 0; }
     else if (arg == "--version") { std::printf("troupe-bench %s\n", std::string(troupe::version()).c_str()); return 0; }
     else { usage(stderr); return 2; }

@@ -236,5 +236,26 @@ TEST(workload, summary_and_percentiles) {
   EXPECT_EQ(s.distinct_adapters, 1u);
 }
 
+TEST(workload, prompts_share_exactly_their_groups_system_prompt) {
+  // Without a shared prefix, the ids the benchmark always sent.
+  const auto alone = prompt_of(3, 5);
+  EXPECT_EQ(alone, (std::vector<std::int32_t>{10 + 93, 10 + 100, 10 + 107, 10 + 114, 10 + 121}));
+  // Requests 0 and 2 (group 0 of 2) share their first 8 tokens and part
+  // right after; request 1 (group 1) parts at once.
+  const auto a = prompt_of(0, 20, 8, 2);
+  const auto b = prompt_of(2, 20, 8, 2);
+  const auto c = prompt_of(1, 20, 8, 2);
+  ASSERT_EQ(a.size(), 20u);
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + 8, b.begin()));
+  EXPECT_NE(a[8], b[8]);
+  EXPECT_NE(a[0], c[0]);
+  // A prompt shorter than the system prompt is its start.
+  EXPECT_EQ(prompt_of(4, 5, 8, 2), std::vector<std::int32_t>(a.begin(), a.begin() + 5));
+  for (const auto t : a) {
+    EXPECT_GE(t, 10);
+    EXPECT_LT(t, 410);
+  }
+}
+
 } // namespace
 } // namespace troupe::workload

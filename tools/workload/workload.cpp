@@ -279,6 +279,19 @@ std::vector<double> gamma_arrivals(std::size_t n, double rate, double cv, std::u
   return out;
 }
 
+std::vector<std::int32_t> prompt_of(std::size_t index, std::uint32_t tokens, std::uint32_t shared_prefix,
+                                    std::uint32_t groups) {
+  std::vector<std::int32_t> out;
+  out.reserve(tokens);
+  const auto shared = std::min(tokens, shared_prefix);
+  const auto group = index % std::max<std::uint32_t>(groups, 1);
+  for (std::uint32_t j = 0; j < shared; ++j)
+    out.push_back(static_cast<std::int32_t>(10 + (group * 89 + j * 13 + 5) % 400));
+  for (std::uint32_t j = shared; j < tokens; ++j)
+    out.push_back(static_cast<std::int32_t>(10 + (index * 31 + j * 7) % 400));
+  return out;
+}
+
 std::vector<request> synthetic(std::size_t n, double rate, double cv, std::uint32_t prompt_lo,
                                std::uint32_t prompt_hi, std::uint32_t output_lo, std::uint32_t output_hi,
                                std::uint64_t seed) {

@@ -76,6 +76,13 @@ std::vector<request> multi_turn(const std::vector<conversation>& conversations, 
 /// At most `max_rounds` user turns per conversation (0: all), each turn as
 /// long as before (the conversation's totals shrink with its rounds).
 void cap_rounds(std::vector<conversation>& conversations, std::uint32_t max_rounds);
+/// The prompt token ids the benchmark sends for request `index` of
+/// `tokens` tokens: its own, or (with `shared_prefix` > 0) first the
+/// `shared_prefix` tokens of system prompt index mod `groups`, then its own
+/// (ids 10-409, so any model's vocabulary has them).
+std::vector<std::int32_t> prompt_of(std::size_t index, std::uint32_t tokens, std::uint32_t shared_prefix = 0,
+                                    std::uint32_t groups = 1);
+
 /// Caps every request's prompt and output tokens (0: that one uncapped).
 void cap_lengths(std::vector<request>& r, std::uint32_t prompt, std::uint32_t output);
 
