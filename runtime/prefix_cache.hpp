@@ -73,7 +73,8 @@ private:
     double last_use_s = 0;
     std::vector<std::int32_t> tokens;
   };
-  static std::uint64_t key_of(std::uint64_t parent, std::uint32_t adapter_id, std::span<const std::int32_t> tokens) noexcept;
+  static std::uint64_t key_of(std::uint64_t parent, std::uint32_t adapter_id,
+                              std::span<const std::int32_t> tokens) noexcept;
   /// The entry `key` names if it holds exactly this page; nullptr otherwise.
   const entry* find(std::uint64_t key, std::uint64_t parent, std::uint32_t adapter_id,
                     std::span<const std::int32_t> tokens) const;

@@ -8,9 +8,9 @@ namespace troupe {
 // -- scheduler_effects --------------------------------------------------------
 
 bool scheduler_effects::empty() const noexcept {
-  return shares.empty() && release_cached.empty() && adopts.empty() && reserves.empty() && grows.empty() && acquires.empty() && release_pages.empty()
-         && release_adapters.empty() && swap_outs.empty() && swap_ins.empty() && session_outs.empty()
-         && session_ins.empty() && disk_outs.empty() && disk_ins.empty() && disk_deletes.empty()
+  return shares.empty() && release_cached.empty() && adopts.empty() && reserves.empty() && grows.empty()
+         && acquires.empty() && release_pages.empty() && release_adapters.empty() && swap_outs.empty()
+         && swap_ins.empty() && session_outs.empty() && session_ins.empty() && disk_outs.empty() && disk_ins.empty() && disk_deletes.empty()
          && stream_ins.empty() && end_streams.empty()
          && release_host_pages.empty() && trim_pages == 0 && tokens.empty()
          && finished.empty() && queued.empty();
@@ -936,7 +936,9 @@ void scheduler_core::squash(record& r, scheduler_effects& fx) {
   }
   r.squash_requested = false;
   give_back(r, fx);
-  drop_prefix(r, 0); // recomputed: looked up again at its next admission
+  // Recomputed: looked up again at its next admission. (No clock here: the
+  // pages it read keep the time of their last use.)
+  drop_prefix(r, 0);
   r.page_ids.clear();
   r.pages_granted = r.adapter_granted = false;
   ++r.squashes;
