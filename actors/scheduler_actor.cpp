@@ -273,6 +273,7 @@ finish_event to_event(const scheduler_effects::finish& f) {
   e.reason = static_cast<std::uint8_t>(f.reason);
   e.prompt_tokens = f.prompt_tokens;
   e.completion_tokens = f.completion_tokens;
+  e.cached_tokens = f.cached_tokens;
   e.queue_ms = ms(t.arrival_s, t.first_scheduled_s >= 0 ? t.first_scheduled_s : t.finished_s);
   e.ttft_ms = ms(t.arrival_s, t.first_token_s);
   e.e2e_ms = ms(t.arrival_s, t.finished_s);

@@ -26,7 +26,7 @@ typename Inspector::result_type inspect(Inspector& f, prompt_logprobs_event& x) 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, finish_event& x) {
   return f(caf::meta::type_name("finish_event"), x.request_id, x.reason,
-           x.prompt_tokens, x.completion_tokens, x.queue_ms, x.ttft_ms, x.e2e_ms);
+           x.prompt_tokens, x.completion_tokens, x.queue_ms, x.ttft_ms, x.e2e_ms, x.cached_tokens);
 }
 
 template <class Inspector>

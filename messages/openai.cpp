@@ -724,8 +724,19 @@ completion_answer::completion_answer(std::string id, std::int64_t created, const
 
 namespace {
 
-json usage_json(std::pair<std::uint64_t, std::uint64_t> u) {
-  return {{"prompt_tokens", u.first}, {"completion_tokens", u.second}, {"total_tokens", u.first + u.second}};
+/// A request's usage: prompt tokens, completion tokens, and of the prompt
+/// tokens those read from a cache.
+struct usage_counts {
+  std::uint64_t prompt = 0;
+  std::uint64_t completion = 0;
+  std::uint64_t cached = 0;
+};
+
+json usage_json(const usage_counts& u) {
+  json j = {{"prompt_tokens", u.prompt}, {"completion_tokens", u.completion}, {"total_tokens", u.prompt + u.completion}};
+  if (u.cached > 0) // OpenAI's prompt caching field
+    j["prompt_tokens_details"] = {{"cached_tokens", u.cached}};
+  return j;
 }
 
 std::string event(const json& j) {
@@ -753,18 +764,25 @@ std::size_t stop_prefix_at_end(std::string_view text, const std::vector<std::str
   return longest;
 }
 
-/// Prompt tokens (each prompt's once: its first choice's) and completion
-/// tokens of `choices` choices, `n` to a prompt; `counts(k)` gives choice
-/// k's pair.
+/// The usage of `choices` choices, `n` to a prompt; `counts(k)` gives
+/// choice k's. Each prompt counts once (its first choice's tokens); its
+/// cached tokens are the fewest any of its choices read (the prompt was
+/// computed once, by the choice that read least).
 template <class Counts>
-std::pair<std::uint64_t, std::uint64_t> tally(std::size_t choices, std::uint32_t n, Counts counts) {
-  std::pair<std::uint64_t, std::uint64_t> u{0, 0};
+usage_counts tally(std::size_t choices, std::uint32_t n, Counts counts) {
+  usage_counts u;
+  std::uint64_t fewest = 0;
   for (std::size_t k = 0; k < choices; ++k) {
-    const auto [prompt, completion] = counts(k);
-    if (k % n == 0)
-      u.first += prompt;
-    u.second += completion;
+    const auto c = counts(k);
+    if (k % n == 0) {
+      u.prompt += c.prompt;
+      u.cached += k > 0 ? fewest : 0;
+      fewest = c.cached;
+    }
+    fewest = std::min(fewest, c.cached);
+    u.completion += c.completion;
   }
+  u.cached += choices > 0 ? fewest : 0;
   return u;
 }
 
@@ -933,7 +951,7 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
     choices.push_back(std::move(choice));
   }
   const auto u = tally(done.size(), per_prompt_, [&](std::size_t k) {
-    return std::pair<std::uint64_t, std::uint64_t>{done[k].prompt_tokens, prompt_only_ ? 0 : done[k].completion_tokens};
+    return usage_counts{done[k].prompt_tokens, prompt_only_ ? 0 : done[k].completion_tokens, done[k].cached_tokens};
   });
   json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
             {"created", created_}, {"model", model_},
@@ -1027,6 +1045,7 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   c.held.clear();
   c.prompt_tokens = done.prompt_tokens;
   c.completion_tokens = prompt_only_ ? 0 : done.completion_tokens;
+  c.cached_tokens = done.cached_tokens;
   const std::string reason(prompt_only_ ? "length" : finish_reason(done.finish_reason));
   return out + chunk_with(k, "", reason.c_str(), false, c.cut ? std::span<const placed_logprobs>{} : pending);
 }
@@ -1037,7 +1056,8 @@ std::string completion_answer::stream_end() const {
     json j = {{"id", id_},      {"object", chat_ ? "chat.completion.chunk" : "text_completion"},
               {"created", created_}, {"model", model_}, {"choices", json::array()},
               {"usage", usage_json(tally(choices_.size(), per_prompt_, [this](std::size_t k) {
-                 return std::pair<std::uint64_t, std::uint64_t>{choices_[k].prompt_tokens, choices_[k].completion_tokens};
+                 const auto& c = choices_[k];
+                 return usage_counts{c.prompt_tokens, c.completion_tokens, c.cached_tokens};
                }))}};
     out += event(j);
   }

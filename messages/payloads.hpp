@@ -46,6 +46,8 @@ struct finish_event {
   double queue_ms = 0;
   double ttft_ms = 0;
   double e2e_ms = 0;
+  /// Prompt tokens read from a cache rather than computed.
+  std::uint32_t cached_tokens = 0;
 };
 
 /// What one scheduler iteration produced, sent to the intake as one message.

@@ -681,6 +681,8 @@ reply read_reply(const json& obj) {
     auto usage = r.object("usage");
     x.prompt_tokens = usage.count("prompt_tokens");
     x.completion_tokens = usage.count("completion_tokens");
+    if (usage.has("cached_tokens"))
+      x.cached_tokens = usage.count("cached_tokens");
     auto t = r.object("timings");
     x.time = timings{t.number("queue_ms"), t.number("ttft_ms"), t.number("e2e_ms")};
     if (r.has("tokens"))
@@ -1033,6 +1035,8 @@ std::string to_json(const done_reply& x) {
   j["finish_reason"] = x.finish_reason;
   j["usage"] = json{{"prompt_tokens", x.prompt_tokens},
                     {"completion_tokens", x.completion_tokens}};
+  if (x.cached_tokens > 0)
+    j["usage"]["cached_tokens"] = x.cached_tokens;
   j["timings"] = json{{"queue_ms", x.time.queue_ms},
                       {"ttft_ms", x.time.ttft_ms},
                       {"e2e_ms", x.time.e2e_ms}};

@@ -224,6 +224,10 @@ struct done_reply {
   /// One per prompt token, as token_reply::prompt_logprobs; only for
   /// non-streaming requests that asked.
   std::optional<std::vector<token_logprobs>> prompt_logprobs;
+  /// Of prompt_tokens, those read from a cache instead of computed (a
+  /// session's history, or prompt pages cached by prefix caching); in
+  /// "usage" only when not 0.
+  std::uint32_t cached_tokens = 0;
 };
 
 struct error_reply {

@@ -450,6 +450,7 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
       d.finish_reason = std::string{to_string(static_cast<finish_reason>(f.reason))};
       d.prompt_tokens = f.prompt_tokens;
       d.completion_tokens = f.completion_tokens;
+      d.cached_tokens = f.cached_tokens;
       d.time = {f.queue_ms, f.ttft_ms, f.e2e_ms};
       if (!p.stream) {
         d.text = decode(p.tokens, 0);

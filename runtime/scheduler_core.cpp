@@ -805,6 +805,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       transition(r, request_state::running);
       prefilled_tokens_ += batch[k].new_tokens;
       reused_tokens_ += r.cached_tokens;
+      r.read_tokens = r.cached_tokens;
       if (!r.prefix_keys.empty())
         prefix_reused_tokens_ += r.cached_tokens;
       r.cached_tokens = 0; // its cache is whole now
@@ -900,7 +901,7 @@ void scheduler_core::finish(record& r, finish_reason why, double now_s,
   drop_prefix(r, now_s);
   r.times.finished_s = now_s;
   fx.finished.push_back({id, why, static_cast<std::uint32_t>(r.spec.prompt.size()),
-                         r.generated, r.times});
+                         r.generated, r.times, r.read_tokens});
   transition(r, request_state::finished);
   to_erase_.push_back(id);
 }

@@ -119,6 +119,9 @@ struct scheduler_effects {
     std::uint32_t prompt_tokens;
     std::uint32_t completion_tokens;
     request_times times;
+    /// Prompt tokens its (last) prefill read from a cache instead of
+    /// computing them: a session's history or cached prompt pages.
+    std::uint32_t cached_tokens;
   };
 
   /// Whole prompt pages of request `request_id` (just prefilled) that
@@ -453,6 +456,8 @@ private:
     /// Prompt tokens whose KV it adopted from its session's cache: its
     /// prefill starts after them.
     std::uint32_t cached_tokens = 0;
+    /// Prompt tokens its last prefill read from a cache (for its answer).
+    std::uint32_t read_tokens = 0;
     bool adopted = false;
     /// The prefix cache's pages it reads (their keys and page ids): its
     /// first pages, before those it holds itself (`pages`, `page_ids` after

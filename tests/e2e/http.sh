@@ -388,11 +388,16 @@ hits = metric("troupe_session_hits")
 turn = dict(chat, model="demo", messages=[{"role": "user", "content": "Tell me about the river."}], session="conv-1")
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
+assert "prompt_tokens_details" not in json.loads(body)["usage"], body
 reply = json.loads(body)["choices"][0]["message"]["content"]
 turn["messages"] = turn["messages"] + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
 assert metric("troupe_session_hits") == hits + 1, "the second turn did not reuse the first's cache"
+# Its usage says how much of the prompt came from the cache (OpenAI's field).
+usage = json.loads(body)["usage"]
+cached = usage["prompt_tokens_details"]["cached_tokens"]
+assert 0 < cached < usage["prompt_tokens"], usage
 # Symphony's advisory over HTTP: the session's next turn is coming.
 status, _, advice = call("/v1/advise", {"session": "conv-1", "in_s": 0})
 assert status == 200 and json.loads(advice)["session"] == "conv-1", advice

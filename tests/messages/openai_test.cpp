@@ -216,7 +216,12 @@ TEST(openai, a_whole_completion_is_one_object_with_its_usage) {
   EXPECT_EQ(j["choices"][0]["text"], "ab");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << "the end-of-sequence token";
   EXPECT_EQ(j["usage"]["total_tokens"], 5);
+  EXPECT_FALSE(j["usage"].contains("prompt_tokens_details")) << "nothing read from a cache";
   EXPECT_EQ(json::parse(a.body({done("length")}))["choices"][0]["finish_reason"], "length");
+  // Prompt tokens read from a cache: OpenAI's prompt_tokens_details.
+  auto cached = done("length");
+  cached.cached_tokens = 2;
+  EXPECT_EQ(json::parse(a.body({cached}))["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
 }
 
 /// A one-choice stream's last events: the choice's end, then the stream's.
@@ -247,12 +252,15 @@ TEST(openai, a_stream_is_chunks_then_the_finish_then_done) {
   ASSERT_EQ(c.size(), 1u);
   EXPECT_EQ(c[0]["choices"][0]["text"], "He");
   EXPECT_TRUE(c[0]["choices"][0]["finish_reason"].is_null());
-  const auto end = events(end_of(a, done("stop")));
+  auto read = done("stop");
+  read.cached_tokens = 1;
+  const auto end = events(end_of(a, read));
   ASSERT_EQ(end.size(), 3u);
   EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(end[0]["choices"][0]["text"], "");
   EXPECT_TRUE(end[1]["choices"].empty());
   EXPECT_EQ(end[1]["usage"]["completion_tokens"], 2);
+  EXPECT_EQ(end[1]["usage"]["prompt_tokens_details"]["cached_tokens"], 1);
   EXPECT_EQ(end[2], "[DONE]");
   completion_answer no_usage{"cmpl-2", 1, answered("llama-2-7b", false)};
   EXPECT_EQ(events(end_of(no_usage, done("length"))).size(), 2u);
@@ -278,6 +286,14 @@ TEST(openai, an_answer_of_several_choices_indexes_them_and_counts_each_prompt_on
   EXPECT_EQ(j["choices"][3]["text"], "x");
   EXPECT_EQ(j["usage"]["prompt_tokens"], 7) << "each prompt once";
   EXPECT_EQ(j["usage"]["completion_tokens"], 8);
+  // A prompt's cached tokens are the fewest its choices read: the first
+  // choice computed the prompt that the second read (n choices share it).
+  auto read = dones;
+  read[0].cached_tokens = 0;
+  read[1].cached_tokens = 3;
+  read[2].cached_tokens = 2;
+  read[3].cached_tokens = 3;
+  EXPECT_EQ(json::parse(a.body(read))["usage"]["prompt_tokens_details"]["cached_tokens"], 2);
 
   // Streamed: each chunk names its choice; each choice holds its own text
   // back; the usage and [DONE] come once, at the end.
@@ -296,6 +312,7 @@ TEST(openai, an_answer_of_several_choices_indexes_them_and_counts_each_prompt_on
   const auto last = events(a.stream_end());
   ASSERT_EQ(last.size(), 2u);
   EXPECT_EQ(last[0]["usage"]["prompt_tokens"], 7);
+  EXPECT_FALSE(last[0]["usage"].contains("prompt_tokens_details"));
   EXPECT_EQ(last[0]["usage"]["total_tokens"], 15);
   EXPECT_EQ(last[1], "[DONE]");
   // A chat's stream opens with the role once for each choice.

@@ -90,7 +90,7 @@ TEST(serialize, a_session_cache_and_progress_keep_every_field) {
 
   progress_batch b;
   b.tokens.push_back({3, 4, 99});
-  b.finished.push_back({3, 1, 10, 5, 1.5, 2.5, 3.5});
+  b.finished.push_back({3, 1, 10, 5, 1.5, 2.5, 3.5, 8});
   b.logprobs.push_back({3, 4, {-0.5f, {{99, -0.5f}, {7, -1.25f}}}});
   b.prompt_logprobs.push_back({3, {{-2.0f, {{8, -1.0f}}}, {-3.0f, {}}}});
   const auto p = round_trip(b);
@@ -117,6 +117,7 @@ TEST(serialize, a_session_cache_and_progress_keep_every_field) {
   EXPECT_EQ(p.finished[0].queue_ms, 1.5);
   EXPECT_EQ(p.finished[0].ttft_ms, 2.5);
   EXPECT_EQ(p.finished[0].e2e_ms, 3.5);
+  EXPECT_EQ(p.finished[0].cached_tokens, 8u);
 }
 
 TEST(serialize, a_step_keeps_what_it_asks_and_what_it_gives) {

@@ -594,6 +594,8 @@ TEST(wire, reply_round_trips) {
     done_reply{"a", "stop", 1, 0, {0, 0, 0}, std::vector<std::int32_t>{}, "", std::nullopt, std::nullopt},
     done_reply{"a", "eos", 3, 4, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
     done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
+    // Part of the prompt read from a cache.
+    done_reply{"a", "length", 40, 2, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 32},
     token_reply{"a", 3, {9, 4}, "x", {{{9, "x", -0.25f}, {{9, "x", -0.25f}, {11, "\xe2\x98\xba", -2.5f}}},
                                            {{4, "\xe2", -std::numeric_limits<float>::infinity()}, {}}},
                 {}},

@@ -455,8 +455,9 @@ TEST_F(intake_core_test, submit_failed_sends_internal_once) {
 
 // -- progress ------------------------------------------------------------------------
 
-finish_event fin(std::uint64_t id, finish_reason why, std::uint32_t prompt, std::uint32_t completion) {
-  return {id, static_cast<std::uint8_t>(why), prompt, completion, 1.5, 2.5, 4.0};
+finish_event fin(std::uint64_t id, finish_reason why, std::uint32_t prompt, std::uint32_t completion,
+                 std::uint32_t cached = 0) {
+  return {id, static_cast<std::uint8_t>(why), prompt, completion, 1.5, 2.5, 4.0, cached};
 }
 
 std::string text_of(const gpu::tokenizer& v, const std::vector<std::int32_t>& toks) {
@@ -479,7 +480,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_EQ(t.tokens, w1);
   EXPECT_EQ(t.text, text_of(backend->vocab(), w1));
   EXPECT_EQ(t.text.substr(0, 2), "Hi");
-  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4)}, {}, {}});
+  out = core.on_progress({{{id, 3, 401}}, {fin(id, finish_reason::length, 2, 4, 1)}, {}, {}});
   ASSERT_EQ(out.size(), 2u);
   t = as<wire::token_reply>(out[0]);
   EXPECT_EQ(t.index, 3u);
@@ -489,6 +490,7 @@ TEST_F(intake_core_test, streaming_requests_get_token_chunks_then_a_bare_done) {
   EXPECT_EQ(d.finish_reason, "length");
   EXPECT_EQ(d.prompt_tokens, 2u);
   EXPECT_EQ(d.completion_tokens, 4u);
+  EXPECT_EQ(d.cached_tokens, 1u);
   EXPECT_DOUBLE_EQ(d.time.queue_ms, 1.5);
   EXPECT_DOUBLE_EQ(d.time.ttft_ms, 2.5);
   EXPECT_DOUBLE_EQ(d.time.e2e_ms, 4.0);

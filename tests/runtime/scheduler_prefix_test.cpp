@@ -132,6 +132,7 @@ public:
   std::map<std::uint64_t, finish_reason> reasons;
   std::set<std::uint64_t> finished;
   std::vector<std::uint64_t> finish_order;
+  std::map<std::uint64_t, std::uint32_t> cached; ///< each request's finish: tokens read from the cache
   std::uint64_t swaps_out = 0;
   int refusals = 0;
 
@@ -192,6 +193,7 @@ private:
     for (const auto& f : fx.finished) {
       ASSERT_TRUE(finished.insert(f.request_id).second) << "second finish of " << f.request_id;
       finish_order.push_back(f.request_id);
+      cached[f.request_id] = f.cached_tokens;
       reasons[f.request_id] = f.reason;
     }
     for (const auto& r : fx.reserves) {
@@ -282,6 +284,9 @@ TEST(scheduler_prefix, a_later_prompt_reads_the_whole_pages_an_earlier_one_compu
   EXPECT_EQ(sh.core.prefix_hits(), 1u);
   EXPECT_EQ(sh.core.prefix_reused_tokens(), 8u);
   EXPECT_EQ(sh.core.reused_tokens(), 8u);
+  // Each answer says how much of its prompt came from the cache.
+  EXPECT_EQ(sh.cached.at(1), 0u);
+  EXPECT_EQ(sh.cached.at(2), 8u);
   // 13 tokens: its third page (tokens 8-11) joins the two it read.
   EXPECT_EQ(sh.core.prefix_cached_pages(), 3u);
   sh.expect_all_back();
