@@ -214,9 +214,9 @@ int main(int argc, char** argv) {
         std::printf("\n");
       }
       std::fprintf(stderr,
-                   "done: finish_reason=%s prompt_tokens=%u completion_tokens=%u "
+                   "done: finish_reason=%s prompt_tokens=%u completion_tokens=%u cached_tokens=%u "
                    "queue_ms=%.2f ttft_ms=%.2f e2e_ms=%.2f\n",
-                   d->finish_reason.c_str(), d->prompt_tokens, d->completion_tokens,
+                   d->finish_reason.c_str(), d->prompt_tokens, d->completion_tokens, d->cached_tokens,
                    d->time.queue_ms, d->time.ttft_ms, d->time.e2e_ms);
       return 0;
     }
