@@ -171,7 +171,7 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.core = std::make_unique<router_core>(st.cfg.nodes.size(), st.cfg.imbalance, st.cfg.adapter_affinity,
-                                         st.cfg.advise_place_lead_s);
+                                         st.cfg.advise_place_lead_s, st.cfg.prefix_affinity_tokens);
   for (const auto& n : st.cfg.nodes) {
     self->monitor(n);
     self->send(n, subscribe_atom_v, progress_sink_actor{caf::actor_cast<progress_sink_actor>(self)});

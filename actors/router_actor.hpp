@@ -23,6 +23,7 @@ struct router_config {
   std::vector<std::string> names; ///< for logs and stats
   std::uint32_t imbalance = 2;
   bool adapter_affinity = false; ///< see router_core
+  std::uint32_t prefix_affinity_tokens = 0; ///< see router_core
   /// An advisory further ahead chooses its node this long before its turn
   /// (cluster.advise_place_lead_s; router_core::defer_advise).
   double advise_place_lead_s = 1.0;

@@ -662,7 +662,7 @@ bool valid_node_address(const std::string& a) {
 cluster_options read_cluster(section s) {
   cluster_options o;
   s.allow_only({"nodes", "node", "router", "connect_timeout_s", "node_timeout_s", "imbalance", "adapter_affinity",
-                 "advise_place_lead_s"});
+                 "advise_place_lead_s", "prefix_affinity_tokens"});
   o.nodes = s.strings("nodes");
   for (std::size_t i = 0; i < o.nodes.size(); ++i)
     s.require("nodes", valid_node_address(o.nodes[i]),
@@ -677,6 +677,7 @@ cluster_options read_cluster(section s) {
   s.require("node_timeout_s", o.node_timeout_s > 0, "must be positive");
   o.imbalance = s.u32("imbalance", o.imbalance);
   o.adapter_affinity = s.flag("adapter_affinity", o.adapter_affinity);
+  o.prefix_affinity_tokens = s.u32("prefix_affinity_tokens", o.prefix_affinity_tokens);
   o.advise_place_lead_s = s.real("advise_place_lead_s", o.advise_place_lead_s);
   s.require("advise_place_lead_s", o.advise_place_lead_s >= 0, "must not be negative");
   return o;

@@ -101,6 +101,7 @@ static std::string join_cluster(deployment::impl& p, caf::actor_system& sys, nod
   router_config rc;
   rc.imbalance = cl.imbalance;
   rc.adapter_affinity = cl.adapter_affinity;
+  rc.prefix_affinity_tokens = cl.prefix_affinity_tokens;
   rc.advise_place_lead_s = cl.advise_place_lead_s;
   rc.node_timeout = node_timeout;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(cl.connect_timeout_s);

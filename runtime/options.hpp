@@ -299,6 +299,9 @@ struct cluster_options {
   /// adapter's last request went to (its weights likely cached there), by
   /// the same imbalance rule.
   bool adapter_affinity = false;
+  /// > 0: a request whose prompt has at least this many tokens follows the
+  /// last prompt that began with the same ones (prefix caching's locality).
+  std::uint32_t prefix_affinity_tokens = 0;
   /// An advisory further ahead than this chooses its turn's node (and
   /// starts the pull of its KV) only this many seconds before the turn,
   /// by the load then; one nearer is placed at once. A large value places

@@ -1,5 +1,6 @@
 #include "runtime/router_core.hpp"
 
+#include "gpu/random.hpp"
 #include "runtime/request_state.hpp"
 
 #include <algorithm>
@@ -8,9 +9,9 @@
 namespace troupe {
 
 router_core::router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity,
-                         double advise_place_lead_s)
+                         double advise_place_lead_s, std::uint32_t prefix_affinity_tokens)
   : loads_(nodes), imbalance_(imbalance), advise_place_lead_s_(advise_place_lead_s),
-    adapter_affinity_(adapter_affinity) {
+    adapter_affinity_(adapter_affinity), prefix_tokens_(prefix_affinity_tokens) {
 }
 
 std::int32_t router_core::holder_of(std::uint64_t session) const {
@@ -89,6 +90,14 @@ router_core::route router_core::place(const request_spec& spec) {
       return r;
     }
   }
+  if (spec.session == 0 && prefix_tokens_ > 0 && spec.prompt.size() >= prefix_tokens_) {
+    // Prefix locality: the node the last prompt beginning so went to.
+    const auto p = prefixes_.find(prefix_key(spec));
+    const auto holder = p == prefixes_.end() ? -1 : static_cast<std::int32_t>(p->second);
+    route r;
+    r.node = policies::place(loads_, holder, imbalance_).node;
+    return r;
+  }
   if (spec.session == 0 && adapter_affinity_ && spec.adapter_id != 0) {
     // Adapter locality: the node its last request went to, unless that one
     // is markedly busier (nothing moves: the adapter loads where it goes).
@@ -117,6 +126,18 @@ void router_core::assign(const request_spec& spec, std::uint32_t node) {
   ++l.placed;
   if (adapter_affinity_ && spec.adapter_id != 0)
     adapters_[spec.adapter_id] = node;
+  if (spec.session == 0 && prefix_tokens_ > 0 && spec.prompt.size() >= prefix_tokens_) {
+    if (prefixes_.size() >= max_prefixes)
+      prefixes_.clear();
+    prefixes_[prefix_key(spec)] = node;
+  }
+}
+
+std::uint64_t router_core::prefix_key(const request_spec& spec) const {
+  auto h = gpu::splitmix64(spec.adapter_id);
+  for (std::size_t i = 0; i < prefix_tokens_ && i < spec.prompt.size(); ++i)
+    h = gpu::splitmix64(h ^ static_cast<std::uint32_t>(spec.prompt[i]));
+  return h;
 }
 
 void router_core::forget(std::uint64_t request_id) {

@@ -24,9 +24,13 @@ public:
   /// (its weights likely still cached there), by the same imbalance rule.
   /// `advise_place_lead_s` >= 0: an advisory further ahead than that
   /// chooses its node only that long before its turn (see defer_advise);
-  /// < 0: always at once.
+  /// < 0: always at once. `prefix_affinity_tokens` > 0: a request with no
+  /// session whose prompt has at least that many tokens goes where the last
+  /// request beginning with the same tokens (and adapter) went, by the same
+  /// imbalance rule, so that prompts sharing a system prompt meet the
+  /// prefix cache holding it (before adapter affinity).
   router_core(std::size_t nodes, std::uint32_t imbalance, bool adapter_affinity = false,
-              double advise_place_lead_s = -1);
+              double advise_place_lead_s = -1, std::uint32_t prefix_affinity_tokens = 0);
 
   /// Where a request goes. `pull_from` >= 0: its session's KV is on that
   /// node and should be pulled to `node` before the request is submitted.
@@ -107,6 +111,13 @@ private:
   /// Where each adapter's last request was placed (with adapter_affinity).
   std::unordered_map<std::uint32_t, std::uint32_t> adapters_;
   bool adapter_affinity_ = false;
+  /// Where the last request of each prompt beginning went (with
+  /// prefix_affinity_tokens), by a hash of the beginning and the adapter;
+  /// forgotten all at once past max_prefixes.
+  std::uint64_t prefix_key(const request_spec& spec) const;
+  static constexpr std::size_t max_prefixes = 65536;
+  std::unordered_map<std::uint64_t, std::uint32_t> prefixes_;
+  std::uint32_t prefix_tokens_ = 0;
   std::uint64_t migrations_ = 0;
   std::uint64_t resubmitted_ = 0;
 };

@@ -52,7 +52,8 @@ void add(sim_totals& a, const sim_totals& b) {
 } // namespace
 
 sim_cluster::sim_cluster(std::vector<std::unique_ptr<sim_engine>> nodes, sim_cluster_config cfg)
-  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance, cfg.adapter_affinity, cfg.advise_place_lead_s),
+  : nodes_(std::move(nodes)), cfg_(cfg), router_(nodes_.size(), cfg.imbalance, cfg.adapter_affinity, cfg.advise_place_lead_s,
+                                          cfg.prefix_affinity_tokens),
     deferred_(nodes_.size()) {
   if (nodes_.empty())
     throw std::invalid_argument("sim_cluster: no nodes");

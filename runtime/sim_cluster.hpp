@@ -31,6 +31,7 @@ struct sim_cluster_config {
   /// A request with an adapter and no session goes where that adapter's
   /// last request went, by the imbalance rule (the router's).
   bool adapter_affinity = false;
+  std::uint32_t prefix_affinity_tokens = 0; ///< as the router's
   /// Between nodes (default 100 Gb/s).
   double network_bytes_per_s = 12.5e9;
   /// This many seconds before each later turn of a conversation arrives,

@@ -107,6 +107,8 @@ constexpr const char* usage =
   "  --network-gbps G      bandwidth between nodes for KV pulls, Gb/s (default 100)\n"
   "  --adapter-affinity on|off   a request with an adapter goes where that adapter's last one went, by\n"
   "                        the same imbalance rule (the router's; default off)\n"
+  "  --prefix-affinity N   a prompt of N tokens or more goes where the last one beginning with the same N\n"
+  "                        tokens went, by the same rule (the router's prefix_affinity_tokens; default 0: off)\n"
   "  --fail-node I@T[,...] node I (from 0) is lost T seconds into the run: its requests are placed again\n"
   "                        and recomputed elsewhere, its session caches are gone\n"
   "  --host-gib G          host memory for swapped-out KV, GiB (default 0: preemption recomputes)\n"
@@ -173,6 +175,7 @@ struct options {
   std::uint32_t imbalance = 2;
   bool migrate = true;
   bool adapter_affinity = false;
+  std::uint32_t prefix_affinity = 0;
   double network_gbps = 100;
   std::vector<std::pair<std::uint32_t, double>> failures;
   double host_gib = 0;
@@ -347,6 +350,7 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       if (v != "on" && v != "off") { err = "--adapter-affinity: on or off"; return false; }
       o.adapter_affinity = v == "on";
     }
+    else if (a == "--prefix-affinity") { if (!need_num() || !whole(num) || num > 1e9) { err = "--prefix-affinity must be a whole number >= 0"; return false; } o.prefix_affinity = static_cast<std::uint32_t>(num); }
     else if (a == "--fail-node") {
       for (const auto& f : split(v)) {
         double n = 0, t = 0;
@@ -721,6 +725,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cc.imbalance = o.imbalance;
       cc.migrate = o.migrate;
       cc.adapter_affinity = o.adapter_affinity;
+      cc.prefix_affinity_tokens = o.prefix_affinity;
       cc.network_bytes_per_s = o.network_gbps * 1e9 / 8;
       cc.advise_lead_s = o.advise_lead;
       cc.advise_place_lead_s = o.advise_place_lead;

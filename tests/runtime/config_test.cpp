@@ -519,6 +519,7 @@ connect_timeout_s = 12.5
 node_timeout_s = 4
 imbalance = 0
 adapter_affinity = true
+prefix_affinity_tokens = 256
 advise_place_lead_s = 2.5
 )");
   EXPECT_EQ(o.cluster.nodes.size(), 2u);
@@ -528,6 +529,7 @@ advise_place_lead_s = 2.5
   EXPECT_DOUBLE_EQ(o.cluster.node_timeout_s, 4.0);
   EXPECT_EQ(o.cluster.imbalance, 0u);
   EXPECT_TRUE(o.cluster.adapter_affinity);
+  EXPECT_EQ(o.cluster.prefix_affinity_tokens, 256u);
   EXPECT_DOUBLE_EQ(o.cluster.advise_place_lead_s, 2.5);
   EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.advise_place_lead_s, 1.0);
   EXPECT_DOUBLE_EQ(parse_ok("[cluster]\nnodes = []\n").cluster.node_timeout_s, 30.0);

@@ -208,6 +208,38 @@ TEST(router_core, adapter_affinity_sends_an_adapters_requests_where_its_last_one
   EXPECT_EQ(place(8, 7), 0);
 }
 
+TEST(router_core, prefix_affinity_sends_prompts_that_begin_alike_where_the_last_such_went) {
+  // Prompts of 4 tokens or more follow the last prompt with the same first
+  // 4 tokens and adapter; shorter ones go by load.
+  router_core r{2, 1, false, -1, 4};
+  const auto prompted = [](std::uint64_t id, std::vector<std::int32_t> prompt, std::uint32_t adapter = 0) {
+    auto s = spec(id);
+    s.prompt = std::move(prompt);
+    s.adapter_id = adapter;
+    return s;
+  };
+  const auto place = [&](const request_spec& s) {
+    const auto route = r.place(s);
+    EXPECT_EQ(route.pull_from, -1) << "nothing moves for a prefix";
+    r.assign(s, static_cast<std::uint32_t>(route.node));
+    return route.node;
+  };
+  EXPECT_EQ(place(prompted(1, {5, 6, 7, 8, 1})), 0);
+  EXPECT_EQ(place(prompted(2, {9, 9, 9, 9, 1})), 1) << "another beginning: the least loaded";
+  EXPECT_EQ(place(prompted(3, {5, 6, 7, 8, 2, 3})), 0) << "the same first 4 tokens: where request 1 went";
+  EXPECT_EQ(place(prompted(4, {5, 6, 7, 8, 4}, 3)), 1) << "another adapter: another cache, by load";
+  EXPECT_EQ(place(prompted(5, {5, 6, 7})), 1) << "too short to follow: by load";
+  EXPECT_EQ(place(prompted(6, {5, 6, 7, 8})), 0);
+  EXPECT_EQ(place(prompted(7, {5, 6, 7, 8})), 0) << "3 and 3 in flight";
+  EXPECT_EQ(place(prompted(8, {5, 6, 7, 8})), 0) << "4 against 3: within the imbalance of 1";
+  EXPECT_EQ(place(prompted(10, {5, 6, 7, 8})), 1) << "5 against 3: past it";
+  EXPECT_EQ(place(prompted(11, {5, 6, 7, 8})), 1) << "and the prefix follows its last request";
+  // A session's turn goes by its session's rules, whatever its prompt.
+  auto turn = prompted(12, {9, 9, 9, 9});
+  turn.session = 5;
+  EXPECT_EQ(r.place(turn).node, policies::least_loaded(r.loads()));
+}
+
 TEST(router_core, a_lost_node_s_requests_are_placed_again_and_the_stream_neither_repeats_nor_stops) {
   router_core r{2, 4};
   r.assign(spec(1, 0, 1.0), 0);
