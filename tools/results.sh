@@ -338,6 +338,16 @@ prefix() {
     sweep "$csv" "adapters/prefix-$pc" 1.5 1.8 2.1 -- "${base[@]}" --adapters 100 --popularity zipf:1 \
       --prefix-caching "$pc"
   done
+  # Four nodes, 16 system prompts, caching on: the router's prefix affinity
+  # off (0) and on the first 256 tokens.
+  local ncsv=$out/prefix-nodes.csv
+  rm -f "$ncsv"
+  local nbase=(--trace "$traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv" --requests 4000 --model llama-2-7b
+               --gpu A100-80GB --kv on_demand --setups fcfs:lru --shared-prefix 512:16 --prefix-caching on --nodes 4)
+  for pa in 0 256; do
+    sweep "$ncsv" "base/affinity-$pa" 7 -- "${nbase[@]}" --adapters 1 --base-fraction 1 --prefix-affinity "$pa"
+    sweep "$ncsv" "adapters/affinity-$pa" 7 -- "${nbase[@]}" --adapters 100 --popularity zipf:1 --prefix-affinity "$pa"
+  done
 }
 
 case $what in
