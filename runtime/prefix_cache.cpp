@@ -28,18 +28,20 @@ const prefix_cache::entry* prefix_cache::find(std::uint64_t key, std::uint64_t p
 
 prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
                                          std::size_t max_pages) const {
+  return lookup(adapter_id, tokens, keys_of(adapter_id, tokens, max_pages));
+}
+
+prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+                                         std::span<const std::uint64_t> keys) const {
   match out;
   std::uint64_t parent = 0;
-  const auto pages = std::min<std::size_t>(max_pages, page_tokens_ == 0 ? 0 : tokens.size() / page_tokens_);
-  for (std::size_t p = 0; p < pages; ++p) {
-    const auto page = tokens.subspan(p * page_tokens_, page_tokens_);
-    const auto key = key_of(parent, adapter_id, page);
-    const auto* e = find(key, parent, adapter_id, page);
+  for (std::size_t p = 0; p < keys.size() && (p + 1) * page_tokens_ <= tokens.size(); ++p) {
+    const auto* e = find(keys[p], parent, adapter_id, tokens.subspan(p * page_tokens_, page_tokens_));
     if (e == nullptr)
       break;
-    out.keys.push_back(key);
+    out.keys.push_back(keys[p]);
     out.pages.push_back(e->page);
-    parent = key;
+    parent = keys[p];
   }
   return out;
 }

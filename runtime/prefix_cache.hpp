@@ -35,6 +35,9 @@ public:
     std::vector<std::uint32_t> pages;
   };
   match lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens, std::size_t max_pages) const;
+  /// The same for pages whose keys (keys_of's) the caller kept.
+  match lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+               std::span<const std::uint64_t> keys) const;
   /// The keys the first `max_pages` whole pages of `tokens` have (or would
   /// have once cached), in order.
   std::vector<std::uint64_t> keys_of(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,

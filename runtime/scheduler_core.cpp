@@ -1718,8 +1718,9 @@ void scheduler_core::read_prefix(record& r, double now_s) {
     return;
   // At least one prompt token is left to prefill (its logits sample the
   // first output token).
-  const auto max_pages = (r.spec.prompt.size() - 1) / limits_.page_tokens;
-  auto m = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, max_pages);
+  const auto keys = prompt_keys(r);
+  const auto max_pages = std::min(keys.size(), (r.spec.prompt.size() - 1) / limits_.page_tokens);
+  auto m = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, keys.first(max_pages));
   if (m.keys.empty())
     return;
   prefix_->use(m.keys, now_s);
@@ -1731,7 +1732,13 @@ void scheduler_core::read_prefix(record& r, double now_s) {
   ++prefix_hits_;
 }
 
-bool scheduler_core::prefix_being_computed(const record& r, const policies::schedule_decision& d) const {
+std::span<const std::uint64_t> scheduler_core::prompt_keys(record& r) {
+  if (r.page_keys.empty())
+    r.page_keys = prefix_->keys_of(r.spec.adapter_id, r.spec.prompt, r.spec.prompt.size() / limits_.page_tokens);
+  return r.page_keys;
+}
+
+bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_decision& d) {
   if (!prefix_ || computing_.empty() || r.swapped || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
       || r.spec.prompt.empty())
     return false;
@@ -1739,23 +1746,20 @@ bool scheduler_core::prefix_being_computed(const record& r, const policies::sche
       && std::find(d.hidden.begin(), d.hidden.end(), r.spec.request_id) != d.hidden.end())
     return false; // held as a hidden cache: it reads no pages
   // The first page it would compute (past those it can read now).
-  const auto readable = (r.spec.prompt.size() - 1) / limits_.page_tokens;
-  const auto cached = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, readable).keys.size();
-  if (cached == readable)
-    return false;
-  const auto keys = prefix_->keys_of(r.spec.adapter_id, r.spec.prompt, cached + 1);
-  return computing_.contains(keys.back());
+  const auto keys = prompt_keys(r);
+  const auto readable = std::min(keys.size(), (r.spec.prompt.size() - 1) / limits_.page_tokens);
+  const auto cached = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, keys.first(readable)).keys.size();
+  return cached < readable && computing_.contains(keys[cached]);
 }
 
 void scheduler_core::note_computing(record& r) {
   if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty())
     return;
-  const auto whole = r.spec.prompt.size() / limits_.page_tokens;
-  auto keys = prefix_->keys_of(r.spec.adapter_id, r.spec.prompt, whole);
-  keys.erase(keys.begin(), keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())));
-  for (const auto k : keys)
+  const auto keys = prompt_keys(r);
+  r.computing_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())),
+                          keys.end());
+  for (const auto k : r.computing_keys)
     ++computing_[k];
-  r.computing_keys = std::move(keys);
 }
 
 void scheduler_core::stop_computing(record& r) {

@@ -467,6 +467,9 @@ private:
     /// Admitted, before its prefill: the keys of the whole prompt pages it
     /// will compute and add to the cache (counted in computing_).
     std::vector<std::uint64_t> computing_keys;
+    /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
+    /// hashed once).
+    std::vector<std::uint64_t> page_keys;
     /// Waiting: the session cache (its owner) whose reusable prefix
     /// `adopt_shared` was last measured against its prompt.
     std::uint64_t adopt_owner = 0;
@@ -505,7 +508,9 @@ private:
   /// an admitted request is computing now: it waits for that prefill and
   /// reads the page then (the `n` choices of one prompt, a burst of prompts
   /// over one system prompt).
-  bool prefix_being_computed(const record& r, const policies::schedule_decision& d) const;
+  bool prefix_being_computed(record& r, const policies::schedule_decision& d);
+  /// The keys of `r`'s whole prompt pages (computed at the first call).
+  std::span<const std::uint64_t> prompt_keys(record& r);
   /// Counts `r`'s uncached whole prompt pages as being computed.
   void note_computing(record& r);
   void stop_computing(record& r);
