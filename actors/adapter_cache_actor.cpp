@@ -276,18 +276,18 @@ adapter_cache_actor::behavior_type adapter_cache_impl(self_ptr self, adapter_cac
       const auto& c = *st.cache;
       const double lookups = static_cast<double>(c.hits() + c.misses());
       return stat_values{
-        {"adapters_known", static_cast<double>(st.cfg.catalog.all().size())},
-        {"adapters_resident", static_cast<double>(c.resident_count())},
-        {"adapter_pages_resident", static_cast<double>(c.resident_pages())},
-        {"adapter_cache_hits", static_cast<double>(c.hits())},
-        {"adapter_cache_misses", static_cast<double>(c.misses())},
-        {"adapter_cache_hit_rate", lookups > 0 ? static_cast<double>(c.hits()) / lookups : 0.0},
-        {"adapter_evictions", static_cast<double>(c.evictions())},
-        {"adapter_prefetches", static_cast<double>(c.prefetches())},
-        {"adapter_prefetch_hits", static_cast<double>(c.prefetch_hits())},
-        {"adapter_prefetch_denied", static_cast<double>(st.prefetch_denied)},
-        {"adapter_load_failures", static_cast<double>(st.load_failures)},
-        {"adapter_loaded_bytes", static_cast<double>(st.loaded_bytes)},
+        stat_level("adapters_known", static_cast<double>(st.cfg.catalog.all().size())),
+        stat_gauge("adapters_resident", static_cast<double>(c.resident_count())),
+        stat_gauge("adapter_pages_resident", static_cast<double>(c.resident_pages())),
+        stat_counter("adapter_cache_hits", static_cast<double>(c.hits())),
+        stat_counter("adapter_cache_misses", static_cast<double>(c.misses())),
+        stat_level("adapter_cache_hit_rate", lookups > 0 ? static_cast<double>(c.hits()) / lookups : 0.0),
+        stat_counter("adapter_evictions", static_cast<double>(c.evictions())),
+        stat_counter("adapter_prefetches", static_cast<double>(c.prefetches())),
+        stat_counter("adapter_prefetch_hits", static_cast<double>(c.prefetch_hits())),
+        stat_counter("adapter_prefetch_denied", static_cast<double>(st.prefetch_denied)),
+        stat_counter("adapter_load_failures", static_cast<double>(st.load_failures)),
+        stat_counter("adapter_loaded_bytes", static_cast<double>(st.loaded_bytes)),
       };
     },
   };

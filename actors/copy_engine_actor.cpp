@@ -290,23 +290,23 @@ copy_engine_actor::behavior_type copy_engine_impl(self_ptr self, copy_engine_con
                      transfer_class::swap_out}) {
         const auto& a = st.queue->stats(c);
         const std::string prefix = "copy_" + std::string{to_string(c)};
-        out.emplace_back(prefix + "_transfers", static_cast<double>(a.transfers));
-        out.emplace_back(prefix + "_bytes", static_cast<double>(a.bytes));
-        out.emplace_back(prefix + "_busy_s", a.busy_seconds);
-        out.emplace_back(prefix + "_queued_s", a.queue_seconds);
+        out.push_back(stat_counter(prefix + "_transfers", static_cast<double>(a.transfers)));
+        out.push_back(stat_counter(prefix + "_bytes", static_cast<double>(a.bytes)));
+        out.push_back(stat_counter(prefix + "_busy_s", a.busy_seconds));
+        out.push_back(stat_counter(prefix + "_queued_s", a.queue_seconds));
       }
       // The disk tier's lane: writes to files (swap_out) and reads back.
       for (auto [c, name] : {std::pair{transfer_class::swap_out, "copy_file_writes"},
                              std::pair{transfer_class::swap_in, "copy_file_reads"}}) {
         const auto& a = st.file_queue->stats(c);
-        out.emplace_back(name, static_cast<double>(a.transfers));
-        out.emplace_back(std::string{name} + "_busy_s", a.busy_seconds);
-        out.emplace_back(std::string{name} + "_queued_s", a.queue_seconds);
+        out.push_back(stat_counter(name, static_cast<double>(a.transfers)));
+        out.push_back(stat_counter(std::string{name} + "_busy_s", a.busy_seconds));
+        out.push_back(stat_counter(std::string{name} + "_queued_s", a.queue_seconds));
       }
-      out.emplace_back("copy_host_hits", static_cast<double>(st.host_hits));
-      out.emplace_back("copy_disk_reads", static_cast<double>(st.disk_reads));
-      out.emplace_back("copy_disk_s", st.disk_seconds);
-      out.emplace_back("copy_failures", static_cast<double>(st.failures));
+      out.push_back(stat_counter("copy_host_hits", static_cast<double>(st.host_hits)));
+      out.push_back(stat_counter("copy_disk_reads", static_cast<double>(st.disk_reads)));
+      out.push_back(stat_counter("copy_disk_s", st.disk_seconds));
+      out.push_back(stat_counter("copy_failures", static_cast<double>(st.failures)));
       return out;
     },
   };

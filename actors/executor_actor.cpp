@@ -57,8 +57,11 @@ executor_actor::behavior_type executor_impl(self_ptr self, executor_config cfg) 
       self->state.pending.erase(i);
     },
     [self](stats_atom) {
-      const auto figures = self->state.cfg.backend->counters();
-      return stat_values{figures.begin(), figures.end()};
+      const auto& backend = *self->state.cfg.backend;
+      stat_values out;
+      append_stats(out, backend.counters(), stat_kind::counter);
+      append_stats(out, backend.gauges(), stat_kind::gauge);
+      return out;
     },
   };
 }

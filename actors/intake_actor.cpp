@@ -62,9 +62,9 @@ void submit(self_ptr self, request_spec spec) {
 void answer_stats(self_ptr self, std::string peer, std::string id) {
   auto values = std::make_shared<stat_values>();
   auto& core = *self->state.core;
-  values->push_back({"intake_in_flight", static_cast<double>(core.in_flight())});
-  values->push_back({"intake_accepted", static_cast<double>(core.accepted())});
-  values->push_back({"intake_rejected", static_cast<double>(core.rejected())});
+  values->push_back(stat_gauge("intake_in_flight", static_cast<double>(core.in_flight())));
+  values->push_back(stat_counter("intake_accepted", static_cast<double>(core.accepted())));
+  values->push_back(stat_counter("intake_rejected", static_cast<double>(core.rejected())));
   const auto& cfg = self->state.cfg;
   auto sources = std::make_shared<const std::vector<stats_source>>(
     cfg.router ? stats_sources(cfg.router)

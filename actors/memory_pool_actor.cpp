@@ -24,14 +24,14 @@ struct memory_pool_state {
 };
 
 void add_stats(stat_values& out, const std::string& prefix, const page_pool& p) {
-  out.emplace_back(prefix + "_pages_total", static_cast<double>(p.total_pages()));
-  out.emplace_back(prefix + "_pages_free", static_cast<double>(p.free_pages()));
-  out.emplace_back(prefix + "_pages_kv", static_cast<double>(p.used_pages(page_owner_kind::request)));
-  out.emplace_back(prefix + "_pages_hidden", static_cast<double>(p.used_pages(page_owner_kind::hidden)));
-  out.emplace_back(prefix + "_pages_adapters", static_cast<double>(p.used_pages(page_owner_kind::adapter)));
-  out.emplace_back(prefix + "_pages_low_water", static_cast<double>(p.low_water()));
-  out.emplace_back(prefix + "_reservations_denied", static_cast<double>(p.denied()));
-  out.emplace_back(prefix + "_empty_releases", static_cast<double>(p.empty_releases()));
+  out.push_back(stat_gauge(prefix + "_pages_total", static_cast<double>(p.total_pages())));
+  out.push_back(stat_gauge(prefix + "_pages_free", static_cast<double>(p.free_pages())));
+  out.push_back(stat_gauge(prefix + "_pages_kv", static_cast<double>(p.used_pages(page_owner_kind::request))));
+  out.push_back(stat_gauge(prefix + "_pages_hidden", static_cast<double>(p.used_pages(page_owner_kind::hidden))));
+  out.push_back(stat_gauge(prefix + "_pages_adapters", static_cast<double>(p.used_pages(page_owner_kind::adapter))));
+  out.push_back(stat_gauge(prefix + "_pages_low_water", static_cast<double>(p.low_water())));
+  out.push_back(stat_counter(prefix + "_reservations_denied", static_cast<double>(p.denied())));
+  out.push_back(stat_counter(prefix + "_empty_releases", static_cast<double>(p.empty_releases())));
 }
 
 memory_pool_actor::behavior_type
@@ -74,7 +74,7 @@ memory_pool_impl(memory_pool_actor::stateful_pointer<memory_pool_state> self,
       add_stats(out, "host_pool", self->state.host);
       // Moves or frees of chosen pages naming a page their owner did not
       // hold: a bookkeeping fault (0 when all is well).
-      out.emplace_back("pool_refused_page_moves", static_cast<double>(self->state.refused_moves));
+      out.push_back(stat_counter("pool_refused_page_moves", static_cast<double>(self->state.refused_moves)));
       return out;
     },
   };

@@ -62,11 +62,11 @@ public:
     for (std::size_t i = 0; i < bounds_.size(); ++i) {
       char bound[32];
       const auto end = std::to_chars(bound, bound + sizeof bound, bounds_[i]).ptr;
-      out.emplace_back(name + "_bucket_le_" + std::string(bound, end), static_cast<double>(counts_[i]));
+      out.push_back(stat_counter(name + "_bucket_le_" + std::string(bound, end), static_cast<double>(counts_[i])));
     }
-    out.emplace_back(name + "_bucket_le_+Inf", static_cast<double>(count_));
-    out.emplace_back(name + "_sum", sum_);
-    out.emplace_back(name + "_count", static_cast<double>(count_));
+    out.push_back(stat_counter(name + "_bucket_le_+Inf", static_cast<double>(count_)));
+    out.push_back(stat_counter(name + "_sum", sum_));
+    out.push_back(stat_counter(name + "_count", static_cast<double>(count_)));
   }
 
 private:
@@ -152,24 +152,24 @@ metrics_actor::behavior_type metrics_impl(self_ptr self, metrics_options opts) {
         return static_cast<double>(st.finished[static_cast<std::size_t>(r)]);
       };
       stat_values out{
-        {"uptime_s", monotonic_seconds() - st.started_s},
-        {"steps", static_cast<double>(st.steps)},
-        {"mean_batch_size", st.steps ? static_cast<double>(st.batch_sum) / static_cast<double>(st.steps) : 0.0},
-        {"step_tokens", static_cast<double>(st.step_tokens)},
-        {"device_seconds", st.device_seconds},
-        {"output_tokens", static_cast<double>(st.output_tokens)},
-        {"finished_length", count(finish_reason::length)},
-        {"finished_eos", count(finish_reason::eos)},
-        {"finished_stop", count(finish_reason::stop)},
-        {"finished_cancelled", count(finish_reason::cancelled)},
-        {"finished_error", count(finish_reason::error)},
-        {"finished_adapter_error", count(finish_reason::adapter_error)},
-        {"finished_aborted", count(finish_reason::aborted)},
-        {"ttft_ms_p50", st.ttft_ms.percentile(0.5)},
-        {"ttft_ms_p99", st.ttft_ms.percentile(0.99)},
-        {"e2e_ms_p50", st.e2e_ms.percentile(0.5)},
-        {"e2e_ms_p99", st.e2e_ms.percentile(0.99)},
-        {"queue_ms_p50", st.queue_ms.percentile(0.5)},
+        stat_level("uptime_s", monotonic_seconds() - st.started_s),
+        stat_counter("steps", static_cast<double>(st.steps)),
+        stat_level("mean_batch_size", st.steps ? static_cast<double>(st.batch_sum) / static_cast<double>(st.steps) : 0.0),
+        stat_counter("step_tokens", static_cast<double>(st.step_tokens)),
+        stat_counter("device_seconds", st.device_seconds),
+        stat_counter("output_tokens", static_cast<double>(st.output_tokens)),
+        stat_counter("finished_length", count(finish_reason::length)),
+        stat_counter("finished_eos", count(finish_reason::eos)),
+        stat_counter("finished_stop", count(finish_reason::stop)),
+        stat_counter("finished_cancelled", count(finish_reason::cancelled)),
+        stat_counter("finished_error", count(finish_reason::error)),
+        stat_counter("finished_adapter_error", count(finish_reason::adapter_error)),
+        stat_counter("finished_aborted", count(finish_reason::aborted)),
+        stat_level("ttft_ms_p50", st.ttft_ms.percentile(0.5)),
+        stat_level("ttft_ms_p99", st.ttft_ms.percentile(0.99)),
+        stat_level("e2e_ms_p50", st.e2e_ms.percentile(0.5)),
+        stat_level("e2e_ms_p99", st.e2e_ms.percentile(0.99)),
+        stat_level("queue_ms_p50", st.queue_ms.percentile(0.5)),
       };
       st.ttft_s.append(out, "ttft_seconds");
       st.tpot_s.append(out, "time_per_output_token_seconds");

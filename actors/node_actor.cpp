@@ -79,8 +79,8 @@ node_actor::behavior_type node_impl(self_ptr self, node_config cfg) {
       const auto& c = self->state.cfg;
       auto rp = self->make_response_promise<stat_values>();
       auto values = std::make_shared<stat_values>();
-      values->push_back({"node_pulls", static_cast<double>(self->state.pulls)});
-      values->push_back({"node_pulls_failed", static_cast<double>(self->state.pulls_failed)});
+      values->push_back(stat_counter("node_pulls", static_cast<double>(self->state.pulls)));
+      values->push_back(stat_counter("node_pulls_failed", static_cast<double>(self->state.pulls_failed)));
       auto sources = std::make_shared<const std::vector<stats_source>>(
         stats_sources(c.scheduler, c.pool, c.adapter_cache, c.copy_engine, c.tuner, c.metrics, c.executor));
       gather_stats(

@@ -59,12 +59,12 @@ queue_tuner_actor::behavior_type queue_tuner_impl(self_ptr self, queue_tuner_con
     },
     [self](stats_atom) {
       const auto& st = self->state;
-      stat_values out{{"queue_tuner_tunings", static_cast<double>(st.tunings)},
-                      {"queue_tuner_queues", static_cast<double>(st.last.queues())},
-                      {"queue_tuner_samples", static_cast<double>(st.samples.size())}};
+      stat_values out{stat_counter("queue_tuner_tunings", static_cast<double>(st.tunings)),
+                      stat_level("queue_tuner_queues", static_cast<double>(st.last.queues())),
+                      stat_gauge("queue_tuner_samples", static_cast<double>(st.samples.size()))};
       // The last tuning's quota per queue (tokens), small-request queue first.
       for (std::size_t q = 0; q < st.last.quotas.size(); ++q)
-        out.emplace_back("queue_tuner_quota_" + std::to_string(q), static_cast<double>(st.last.quotas[q]));
+        out.push_back(stat_level("queue_tuner_quota_" + std::to_string(q), static_cast<double>(st.last.quotas[q])));
       return out;
     },
   };

@@ -137,32 +137,22 @@ void node_lost(self_ptr self, std::uint32_t node, const std::string& why) {
   }
 }
 
-/// Sums figures of the same name over the nodes, then adds the router's own.
+/// The nodes' figures added up (merge_node_stats), then the router's own.
 stat_values router_stats(const router_state& st, const std::vector<stat_values>& per_node) {
-  std::map<std::string, double> sum;
-  std::vector<std::string> order;
-  for (const auto& values : per_node)
-    for (const auto& [k, v] : values) {
-      if (!sum.contains(k))
-        order.push_back(k);
-      sum[k] += v;
-    }
-  stat_values out;
-  for (const auto& k : order)
-    out.emplace_back(k, sum[k]);
+  auto out = merge_node_stats(per_node);
   const auto& loads = st.core->loads();
-  out.emplace_back("router_nodes_alive", static_cast<double>(st.core->alive()));
-  out.emplace_back("router_migrations", static_cast<double>(st.core->migrations()));
-  out.emplace_back("router_kv_pulls", static_cast<double>(st.pulls));
-  out.emplace_back("router_kv_pulls_failed", static_cast<double>(st.pulls_failed));
-  out.emplace_back("router_resubmitted", static_cast<double>(st.core->resubmitted()));
-  out.emplace_back("router_advisories_deferred", static_cast<double>(st.core->advisories_deferred()));
-  out.emplace_back("router_advisories_placed_late", static_cast<double>(st.core->advisories_placed_late()));
+  out.push_back(stat_gauge("router_nodes_alive", static_cast<double>(st.core->alive())));
+  out.push_back(stat_counter("router_migrations", static_cast<double>(st.core->migrations())));
+  out.push_back(stat_counter("router_kv_pulls", static_cast<double>(st.pulls)));
+  out.push_back(stat_counter("router_kv_pulls_failed", static_cast<double>(st.pulls_failed)));
+  out.push_back(stat_counter("router_resubmitted", static_cast<double>(st.core->resubmitted())));
+  out.push_back(stat_counter("router_advisories_deferred", static_cast<double>(st.core->advisories_deferred())));
+  out.push_back(stat_counter("router_advisories_placed_late", static_cast<double>(st.core->advisories_placed_late())));
   for (std::size_t i = 0; i < loads.size(); ++i) {
     const auto p = "node" + std::to_string(i) + "_";
-    out.emplace_back(p + "alive", loads[i].alive ? 1.0 : 0.0);
-    out.emplace_back(p + "placed", static_cast<double>(loads[i].placed));
-    out.emplace_back(p + "in_flight", static_cast<double>(loads[i].in_flight));
+    out.push_back(stat_gauge(p + "alive", loads[i].alive ? 1.0 : 0.0));
+    out.push_back(stat_counter(p + "placed", static_cast<double>(loads[i].placed)));
+    out.push_back(stat_gauge(p + "in_flight", static_cast<double>(loads[i].in_flight)));
   }
   return out;
 }
@@ -228,7 +218,7 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
     [self](stats_atom) {
       auto rp = self->make_response_promise<stat_values>();
       auto& st = self->state;
-      auto per_node = std::make_shared<std::vector<stat_values>>();
+      auto per_node = std::make_shared<std::vector<stat_values>>(st.cfg.nodes.size());
       auto waiting = std::make_shared<std::size_t>(0);
       const auto& loads = st.core->loads();
       for (std::size_t i = 0; i < st.cfg.nodes.size(); ++i)
@@ -241,8 +231,8 @@ front_actor::behavior_type router_impl(self_ptr self, router_config cfg) {
       for (std::size_t i = 0; i < st.cfg.nodes.size(); ++i) {
         if (!loads[i].alive)
           continue;
-        auto one = [self, rp, per_node, waiting](stat_values v) mutable {
-          per_node->push_back(std::move(v));
+        auto one = [self, rp, per_node, waiting, i](stat_values v) mutable {
+          (*per_node)[i] = std::move(v);
           if (--*waiting == 0)
             rp.deliver(router_stats(self->state, *per_node));
         };

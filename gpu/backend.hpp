@@ -154,8 +154,10 @@ public:
   /// nothing new. Called by run_step's thread, after run_step.
   virtual std::string notice() { return {}; }
   /// Figures for the server's stats (name, value), read by run_step's
-  /// thread between steps; none by default.
+  /// thread between steps; none by default. counters(): totals that only
+  /// grow; gauges(): levels that may go down as well.
   virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
+  virtual std::vector<std::pair<std::string, double>> gauges() const { return {}; }
   /// Short name for logs and stats ("sim", "cpu", "cuda").
   virtual std::string name() const = 0;
 };

@@ -41,6 +41,11 @@ typename Inspector::result_type inspect(Inspector& f, step_metrics& x) {
 }
 
 template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, stat_value& x) {
+  return f(caf::meta::type_name("stat_value"), x.name, x.value, x.kind);
+}
+
+template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, adapter_status& x) {
   return f(caf::meta::type_name("adapter_status"), x.name, x.rank, x.resident);
 }

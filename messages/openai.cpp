@@ -1176,9 +1176,9 @@ std::string prometheus_text(const wire::stats_reply& stats) {
   };
   // Histograms: NAME_bucket_le_BOUND, then NAME_sum and NAME_count.
   std::vector<std::string> histograms;
-  for (const auto& [name, value] : stats.values)
-    if (const auto at = name.find(bucket); at != std::string::npos)
-      histograms.push_back(name.substr(0, at));
+  for (const auto& v : stats.values)
+    if (const auto at = v.name.find(bucket); at != std::string::npos)
+      histograms.push_back(v.name.substr(0, at));
   auto of_histogram = [&](std::string_view name) {
     for (const char* part : {"_sum", "_count"})
       if (name.ends_with(part)
@@ -1189,7 +1189,7 @@ std::string prometheus_text(const wire::stats_reply& stats) {
   };
   std::string out;
   std::string typed; // the histogram whose TYPE line is out
-  for (const auto& [name, value] : stats.values) {
+  for (const auto& [name, value, kind] : stats.values) {
     if (!std::isfinite(value))
       continue;
     json v = value; // shortest form that reads back the same
@@ -1201,6 +1201,9 @@ std::string prometheus_text(const wire::stats_reply& stats) {
       out += base + "_bucket{le=\"" + name.substr(at + bucket.size()) + "\"} " + v.dump() + "\n";
     } else if (of_histogram(name)) {
       out += metric_of(name) + " " + v.dump() + "\n";
+    } else if (kind == stat_kind::counter) {
+      const auto metric = metric_of(name) + "_total";
+      out += "# TYPE " + metric + " counter\n" + metric + " " + v.dump() + "\n";
     } else {
       const auto metric = metric_of(name);
       out += "# TYPE " + metric + " gauge\n" + metric + " " + v.dump() + "\n";

@@ -287,8 +287,10 @@ std::variant<std::string, api_error> model_json(std::string_view name, std::stri
 std::string version_json();
 
 /// GET /metrics: the stats reply in Prometheus' text format, each name
-/// prefixed "troupe_" (characters Prometheus does not allow become '_');
-/// values that are not finite are left out.
+/// prefixed "troupe_" (characters Prometheus does not allow become '_'):
+/// counters typed `counter` and suffixed "_total", gauges and levels typed
+/// `gauge`, NAME_bucket_le_BOUND, NAME_sum and NAME_count as one
+/// histogram; values that are not finite are left out.
 std::string prometheus_text(const wire::stats_reply& stats);
 
 } // namespace troupe::openai

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "gpu/step.hpp"
+#include "messages/stat.hpp"
 #include "policies/queue_tuning.hpp"
 #include "runtime/adapter_registry.hpp"
 #include "runtime/request_state.hpp"
@@ -68,8 +69,6 @@ struct step_metrics {
   double wall_seconds = 0;
 };
 
-/// A named figure in a stats reply.
-using stat_values = std::vector<std::pair<std::string, double>>;
 
 /// An adapter's status for list_adapters.
 struct adapter_status {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <exception>
 #include <limits>
+#include <map>
 #include <type_traits>
 
 namespace troupe::wire {
@@ -706,9 +707,27 @@ reply read_reply(const json& obj) {
     return health_reply{std::move(id), r.string("status")};
   if (type == "stats") {
     auto s = r.object("stats");
+    // Names the reply types: absent from both lists, a gauge.
+    std::map<std::string, stat_kind, std::less<>> kinds;
+    for (const auto kind : {stat_kind::counter, stat_kind::level}) {
+      const auto field = std::string(to_string(kind)) + "s";
+      if (!r.has(field))
+        continue;
+      const auto& list = r.at(field);
+      if (!list.is_array())
+        reject_field(field, "an array of stat names", list);
+      for (const auto& name : list) {
+        if (!name.is_string())
+          reject_field(field, "an array of stat names", list);
+        kinds[name.get<std::string>()] = kind;
+      }
+    }
     stats_reply x{std::move(id), {}};
-    for (const auto& [key, value] : s.raw().items())
-      x.values.emplace_back(key, reply_reader::number_of(value, "stats." + key));
+    for (const auto& [key, value] : s.raw().items()) {
+      const auto k = kinds.find(key);
+      x.values.emplace_back(key, reply_reader::number_of(value, "stats." + key),
+                            k == kinds.end() ? stat_kind::gauge : k->second);
+    }
     return x;
   }
   if (type == "adapters") {
@@ -1067,9 +1086,20 @@ std::string to_json(const health_reply& x) {
 std::string to_json(const stats_reply& x) {
   auto j = header("stats", x.id);
   auto values = json::object();
-  for (const auto& [name, value] : x.values)
-    values[name] = value;
+  auto counters = json::array();
+  auto levels = json::array();
+  for (const auto& v : x.values) {
+    values[v.name] = v.value;
+    if (v.kind == stat_kind::counter)
+      counters.push_back(v.name);
+    else if (v.kind == stat_kind::level)
+      levels.push_back(v.name);
+  }
   j["stats"] = std::move(values);
+  if (!counters.empty())
+    j["counters"] = std::move(counters);
+  if (!levels.empty())
+    j["levels"] = std::move(levels);
   return dump(j);
 }
 

@@ -3,6 +3,8 @@
 // serializers. Used by the intake actor and troupe-client; see docs/protocol.md.
 #pragma once
 
+#include "messages/stat.hpp"
+
 #include <cstdint>
 #include <exception>
 #include <optional>
@@ -241,9 +243,11 @@ struct health_reply {
   std::string status; ///< "ok" or "draining"
 };
 
+/// JSON: "stats" maps each name to its value; "counters" and "levels" list
+/// the names of those kinds (the rest are gauges).
 struct stats_reply {
   std::string id;
-  std::vector<std::pair<std::string, double>> values;
+  stat_values values;
 };
 
 struct adapter_info {

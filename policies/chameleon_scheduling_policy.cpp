@@ -18,11 +18,14 @@ std::string chameleon_scheduling_policy::configure(const std::map<std::string, d
 }
 
 std::vector<std::pair<std::string, double>> chameleon_scheduling_policy::counters() const {
-  return {{"chameleon_queues", static_cast<double>(tuning_.queues())},
-          {"chameleon_bypassed", static_cast<double>(bypassed_)},
+  return {{"chameleon_bypassed", static_cast<double>(bypassed_)},
           {"chameleon_squashed", static_cast<double>(squashed_)},
           {"chameleon_overdue_admitted", static_cast<double>(overdue_)},
           {"chameleon_held_for_overdue", static_cast<double>(held_)}};
+}
+
+std::vector<std::pair<std::string, double>> chameleon_scheduling_policy::gauges() const {
+  return {{"chameleon_queues", static_cast<double>(tuning_.queues())}};
 }
 
 schedule_decision chameleon_scheduling_policy::schedule(const schedule_input& in) {

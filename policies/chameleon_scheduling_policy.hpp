@@ -38,6 +38,7 @@ public:
   std::string configure(const std::map<std::string, double>& params) override;
   void on_tuning(const queue_tuning& t) override { tuning_ = t; }
   std::vector<std::pair<std::string, double>> counters() const override;
+  std::vector<std::pair<std::string, double>> gauges() const override;
 
   /// Token cost of a request against its queue's quota: input + predicted
   /// output + its adapter's memory in tokens.

@@ -211,8 +211,11 @@ public:
   virtual void preempt_for_growth(const schedule_input& in, schedule_decision& d);
   /// New queue cut-offs and quotas from a queue tuner; ignored by default.
   virtual void on_tuning(const queue_tuning&) {}
-  /// Counters for stats (name, value); none by default.
+  /// Totals for stats that only grow (name, value); none by default.
   virtual std::vector<std::pair<std::string, double>> counters() const { return {}; }
+  /// Levels for stats that may go down as well (name, value); none by
+  /// default.
+  virtual std::vector<std::pair<std::string, double>> gauges() const { return {}; }
 };
 
 } // namespace troupe::policies

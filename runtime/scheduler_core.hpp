@@ -404,8 +404,9 @@ public:
   std::uint64_t prefix_idle_pages() const noexcept { return prefix_ ? prefix_->idle_pages() : 0; }
   std::uint64_t prefix_evictions() const noexcept { return prefix_ ? prefix_->evictions() : 0; }
   std::uint64_t prefilled_tokens() const noexcept { return prefilled_tokens_; }
-  /// The policy's own counters (for stats).
+  /// The policy's own counters and gauges (for stats).
   std::vector<std::pair<std::string, double>> policy_counters() const { return policy_->counters(); }
+  std::vector<std::pair<std::string, double>> policy_gauges() const { return policy_->gauges(); }
   /// Passes new queue cut-offs and quotas to the policy.
   void on_tuning(const policies::queue_tuning& t) { policy_->on_tuning(t); }
   bool step_in_flight() const noexcept { return step_in_flight_; }

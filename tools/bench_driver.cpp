@@ -207,7 +207,7 @@ std::pair<double, double> pull_server_figures(const std::string& endpoint) {
       continue;
     double pcie = 0, hit = -1;
     bool any = false;
-    for (const auto& [k, v] : st->values) {
+    for (const auto& [k, v, kind] : st->values) {
       if (k.rfind("copy_", 0) == 0 && k.size() > 6 && k.ends_with("_bytes")) {
         pcie += v;
         any = true;

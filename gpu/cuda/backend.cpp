@@ -681,8 +681,11 @@ std::string cuda_backend::notice() {
 }
 
 std::vector<std::pair<std::string, double>> cuda_backend::counters() const {
-  return {{"cuda_steps_replayed", static_cast<double>(model_->steps_replayed())},
-          {"cuda_step_graphs_kept", static_cast<double>(model_->step_graphs_kept())},
+  return {{"cuda_steps_replayed", static_cast<double>(model_->steps_replayed())}};
+}
+
+std::vector<std::pair<std::string, double>> cuda_backend::gauges() const {
+  return {{"cuda_step_graphs_kept", static_cast<double>(model_->step_graphs_kept())},
           {"cuda_step_graphs_off", model_->step_graphs_error().empty() ? 0.0 : 1.0},
           {"cuda_device_adapters", static_cast<double>(device_adapters())},
           {"cuda_host_adapters", static_cast<double>(host_adapters())},

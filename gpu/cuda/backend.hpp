@@ -135,6 +135,7 @@ public:
   /// after a refused capture), cuda_device_adapters, cuda_host_adapters,
   /// cuda_h2d_gb_per_s.
   std::vector<std::pair<std::string, double>> counters() const override;
+  std::vector<std::pair<std::string, double>> gauges() const override;
 
   // -- observers (the factory, stats and tests) -----------------------------
   /// The device's name and ordinal, "NVIDIA H100 80GB HBM3 (CUDA device 0)".

@@ -163,6 +163,27 @@ if [ "${pulls%.*}" -lt 1 ]; then
   fail "no session migrated"
 fi
 [ "${reused%.*}" -gt 0 ] || fail "no session reused its KV"
+# The router's stats: counters add up over the nodes, a level (a percentile,
+# the uptime) is the largest node's and each node's is given, node 2 (killed)
+# has none.
+"$bin/troupe-client" --endpoint "$ep" --stats --timeout-ms 5000 > "$work/stats.json" || fail "no stats"
+python3 - "$work/stats.json" <<'PY' || fail "the router's stats do not add up"
+import json, sys
+r = json.load(open(sys.argv[1]))
+stats, counters, levels = r["stats"], set(r["counters"]), set(r["levels"])
+assert {"intake_accepted", "output_tokens", "router_migrations", "finished_length"} <= counters, counters
+assert {"ttft_ms_p99", "uptime_s", "mean_batch_size"} <= levels, levels
+assert "requests_running" not in counters | levels
+for name in ("ttft_ms_p99", "e2e_ms_p50", "uptime_s", "mean_batch_size"):
+    nodes = [stats.get("node%d_%s" % (i, name)) for i in range(3)]
+    assert nodes[0] is not None and nodes[1] is not None and nodes[2] is None, (name, nodes)
+    assert stats[name] == max(nodes[0], nodes[1]), (name, stats[name], nodes)
+    assert "node0_" + name in levels
+hits, misses = stats["adapter_cache_hits"], stats["adapter_cache_misses"]
+assert stats["adapter_cache_hit_rate"] == (hits / (hits + misses) if hits + misses else 0), stats
+print("cluster: stats add counters over the nodes, levels are the largest node's (uptime %.1f s; nodes %.1f, %.1f)"
+      % (stats["uptime_s"], stats["node0_uptime_s"], stats["node1_uptime_s"]))
+PY
 # Load spread: until node 2 was first stopped each node took at least an
 # eighth of the turns.
 # Placement follows load, not counts: sessions stay with their KV,

@@ -378,13 +378,17 @@ def metric(name):
 # +Inf, its buckets cumulative.
 status, _, text = call("/metrics")  # one snapshot: requests may still be finishing
 assert "# TYPE troupe_ttft_seconds histogram\n" in text, text
+# Totals are counters (named _total), levels gauges.
+for typed in ("troupe_intake_accepted_total counter", "troupe_output_tokens_total counter",
+              "troupe_requests_running gauge", "troupe_ttft_ms_p99 gauge"):
+    assert "# TYPE " + typed + "\n" in text, (typed, text)
 snapshot = {l.split()[0]: float(l.split()[1]) for l in text.splitlines() if not l.startswith("#")}
-finished = sum(snapshot["troupe_finished_" + r]
+finished = sum(snapshot["troupe_finished_" + r + "_total"]
                for r in ("length", "eos", "stop", "cancelled", "error", "adapter_error", "aborted"))
 assert snapshot["troupe_e2e_seconds_count"] == snapshot['troupe_e2e_seconds_bucket{le="+Inf"}'] == finished > 0, text
 buckets = [v for k, v in snapshot.items() if k.startswith("troupe_ttft_seconds_bucket{")]
 assert len(buckets) > 2 and buckets == sorted(buckets) and buckets[-1] == snapshot["troupe_ttft_seconds_count"], text
-hits = metric("troupe_session_hits")
+hits = metric("troupe_session_hits_total")
 turn = dict(chat, model="demo", messages=[{"role": "user", "content": "Tell me about the river."}], session="conv-1")
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
@@ -393,7 +397,7 @@ reply = json.loads(body)["choices"][0]["message"]["content"]
 turn["messages"] = turn["messages"] + [{"role": "assistant", "content": reply}, {"role": "user", "content": "More."}]
 status, _, body = call("/v1/chat/completions", turn)
 assert status == 200, body
-assert metric("troupe_session_hits") == hits + 1, "the second turn did not reuse the first's cache"
+assert metric("troupe_session_hits_total") == hits + 1, "the second turn did not reuse the first's cache"
 # Its usage says how much of the prompt came from the cache (OpenAI's field).
 usage = json.loads(body)["usage"]
 cached = usage["prompt_tokens_details"]["cached_tokens"]
@@ -460,7 +464,7 @@ for stream, n, what in ((True, 1, "the dropped stream's request"), (False, 1, "t
     drop(stream, n)
     cancelled += n
     for _ in range(200):
-        if (metric("troupe_finished_cancelled") or 0) >= cancelled:
+        if (metric("troupe_finished_cancelled_total") or 0) >= cancelled:
             break
         time.sleep(0.05)
     else:
@@ -514,7 +518,7 @@ status, _, text = call("/v1/completions", "k-1", {"model": "demo", "prompt": "x"
 assert status == 429 and json.loads(text)["error"]["code"] == "overloaded", (status, text)
 def cancelled():
     for line in call("/metrics")[2].splitlines():
-        if line.startswith("troupe_finished_cancelled "):
+        if line.startswith("troupe_finished_cancelled_total "):
             return float(line.split()[1])
     return 0.0
 for _ in range(200):

@@ -1079,26 +1079,30 @@ TEST(openai, version_is_the_builds) {
   EXPECT_TRUE(!v.empty() && std::isdigit(static_cast<unsigned char>(v.front()))) << v;
 }
 
-TEST(openai, stats_become_prometheus_gauges) {
+TEST(openai, stats_become_prometheus_gauges_and_counters) {
   wire::stats_reply s;
-  s.values = {{"requests_in_flight", 3}, {"kv.blocks-used", 0.5}, {"broken", std::nan("")}};
+  s.values = {stat_gauge("requests_in_flight", 3), stat_gauge("kv.blocks-used", 0.5),
+              stat_gauge("broken", std::nan("")), stat_counter("intake_accepted", 12),
+              stat_level("ttft_ms_p50", 4.5)};
   EXPECT_EQ(prometheus_text(s), "# TYPE troupe_requests_in_flight gauge\ntroupe_requests_in_flight 3.0\n"
-                                "# TYPE troupe_kv_blocks_used gauge\ntroupe_kv_blocks_used 0.5\n");
+                                "# TYPE troupe_kv_blocks_used gauge\ntroupe_kv_blocks_used 0.5\n"
+                                "# TYPE troupe_intake_accepted_total counter\ntroupe_intake_accepted_total 12.0\n"
+                                "# TYPE troupe_ttft_ms_p50 gauge\ntroupe_ttft_ms_p50 4.5\n");
 }
 
 TEST(openai, histogram_stats_become_one_prometheus_histogram_each) {
   wire::stats_reply s;
-  s.values = {{"steps", 4},
-              {"ttft_seconds_bucket_le_0.1", 2},
-              {"ttft_seconds_bucket_le_1", 3},
-              {"ttft_seconds_bucket_le_+Inf", 4},
-              {"ttft_seconds_sum", 2.5},
-              {"ttft_seconds_count", 4},
-              {"e2e_seconds_bucket_le_+Inf", 0},
-              {"e2e_seconds_sum", 0},
-              {"e2e_seconds_count", 0},
-              {"queue_count", 7}};
-  EXPECT_EQ(prometheus_text(s), "# TYPE troupe_steps gauge\ntroupe_steps 4.0\n"
+  s.values = {stat_counter("steps", 4),
+              stat_counter("ttft_seconds_bucket_le_0.1", 2),
+              stat_counter("ttft_seconds_bucket_le_1", 3),
+              stat_counter("ttft_seconds_bucket_le_+Inf", 4),
+              stat_counter("ttft_seconds_sum", 2.5),
+              stat_counter("ttft_seconds_count", 4),
+              stat_counter("e2e_seconds_bucket_le_+Inf", 0),
+              stat_counter("e2e_seconds_sum", 0),
+              stat_counter("e2e_seconds_count", 0),
+              stat_gauge("queue_count", 7)};
+  EXPECT_EQ(prometheus_text(s), "# TYPE troupe_steps_total counter\ntroupe_steps_total 4.0\n"
                                 "# TYPE troupe_ttft_seconds histogram\n"
                                 "troupe_ttft_seconds_bucket{le=\"0.1\"} 2.0\n"
                                 "troupe_ttft_seconds_bucket{le=\"1\"} 3.0\n"

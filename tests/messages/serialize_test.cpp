@@ -149,6 +149,13 @@ TEST(serialize, a_step_keeps_what_it_asks_and_what_it_gives) {
   EXPECT_EQ(back.device_seconds, 0.5);
 }
 
+TEST(serialize, stats_keep_their_kinds) {
+  // A node's stats reach the router so: a kind lost would sum its levels.
+  const stat_values v{stat_counter("intake_accepted", 3), stat_gauge("requests_running", 2),
+                      stat_level("ttft_ms_p99", 41.5)};
+  EXPECT_EQ(round_trip(v), v);
+}
+
 TEST(serialize, a_cache_transfer_keeps_its_operation_and_data) {
   transfer_order o;
   o.adapter_id = 1;

@@ -156,8 +156,9 @@ void expect_same(const reply& a, const reply& b) {
       } else if constexpr (std::is_same_v<T, stats_reply>) {
         ASSERT_EQ(x.values.size(), y.values.size());
         for (std::size_t i = 0; i < x.values.size(); ++i) {
-          EXPECT_EQ(x.values[i].first, y.values[i].first);
-          expect_same_double(x.values[i].second, y.values[i].second);
+          EXPECT_EQ(x.values[i].name, y.values[i].name);
+          EXPECT_EQ(x.values[i].kind, y.values[i].kind) << x.values[i].name;
+          expect_same_double(x.values[i].value, y.values[i].value);
         }
       } else if constexpr (std::is_same_v<T, adapter_reply>) {
         EXPECT_EQ(x.name, y.name);
@@ -578,8 +579,12 @@ TEST(wire, reply_json_shapes) {
   EXPECT_EQ(to_json(error_reply{"a", error_code::unknown_adapter, "no adapter \"x\""}),
             R"({"type":"error","id":"a","code":"unknown_adapter","message":"no adapter \"x\""})");
   EXPECT_EQ(to_json(health_reply{"h", "ok"}), R"({"type":"health","id":"h","status":"ok"})");
-  EXPECT_EQ(to_json(stats_reply{"s", {{"queued", 2}, {"kv_util", 0.5}}}),
+  EXPECT_EQ(to_json(stats_reply{"s", {stat_gauge("queued", 2), stat_gauge("kv_util", 0.5)}}),
             R"({"type":"stats","id":"s","stats":{"queued":2.0,"kv_util":0.5}})");
+  EXPECT_EQ(to_json(stats_reply{"s", {stat_counter("done", 7), stat_gauge("queued", 2), stat_level("p50", 0.5),
+                                      stat_counter("bytes", 1e9)}}),
+            R"({"type":"stats","id":"s","stats":{"done":7.0,"queued":2.0,"p50":0.5,"bytes":1000000000.0},)"
+            R"("counters":["done","bytes"],"levels":["p50"]})");
   EXPECT_EQ(to_json(adapters_reply{"l", {{"sql", 16, true}}}),
             R"({"type":"adapters","id":"l","adapters":[{"name":"sql","rank":16,"resident":true}]})");
 }
@@ -610,7 +615,7 @@ TEST(wire, reply_round_trips) {
                                            {{4, "b", -std::numeric_limits<float>::infinity()}, {}}}},
     health_reply{"h", "ok"},
     health_reply{"h", "draining"},
-    stats_reply{"s", {{"zeta", 1}, {"alpha", 0.125}, {"queue_depth", 1e9}}},
+    stats_reply{"s", {stat_gauge("zeta", 1), stat_counter("alpha", 0.125), stat_level("queue_depth", 1e9)}},
     stats_reply{"s", {}},
     adapters_reply{"l", {{"sql", 16, true}, {"chat", 8, false}}},
     adapters_reply{"l", {}},
@@ -641,7 +646,7 @@ TEST(wire, reply_round_trips) {
 }
 
 TEST(wire, non_finite_stats_travel_as_null) {
-  stats_reply s{"s", {{"nan", std::nan("")}}};
+  stats_reply s{"s", {stat_gauge("nan", std::nan(""))}};
   auto text = to_json(s);
   EXPECT_EQ(text, R"({"type":"stats","id":"s","stats":{"nan":null}})");
   auto back = parse_reply(text);
@@ -715,6 +720,8 @@ TEST(wire, parse_reply_rejections) {
     {R"({"type":"adapters","id":"a","adapters":[{"name":"x","rank":-1,"resident":true}]})",
      "a", "adapters[0].rank"},
     {R"({"type":"stats","id":"a","stats":{"q":"1"}})", "a", "stats.q"},
+    {R"({"type":"stats","id":"a","stats":{"q":1},"counters":"q"})", "a", "\"counters\""},
+    {R"({"type":"stats","id":"a","stats":{"q":1},"levels":[1]})", "a", "\"levels\""},
     {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"text":"","logprob":0}]})",
      "a", "logprobs[0].top"},
     {R"({"type":"token","id":"a","index":0,"tokens":[1],"text":"","logprobs":[{"token":1,"bytes":[256],"logprob":0,"top":[]}]})",

@@ -54,9 +54,9 @@ protected:
     const auto values = receive_now<stat_values>();
     EXPECT_TRUE(values.has_value()) << "no stats reply";
     if (values)
-      for (const auto& [k, v] : *values)
-        if (k == name)
-          return v;
+      for (const auto& v : *values)
+        if (v.name == name)
+          return v.value;
     ADD_FAILURE() << "no stat " << name;
     return -1;
   }

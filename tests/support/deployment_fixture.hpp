@@ -106,7 +106,10 @@ inline std::map<std::string, double> stats_of(client_connection& c, const std::s
   auto* s = std::get_if<wire::stats_reply>(&logs[id].replies.back());
   if (s == nullptr)
     return {};
-  return {s->values.begin(), s->values.end()};
+  std::map<std::string, double> out;
+  for (const auto& v : s->values)
+    out.emplace(v.name, v.value);
+  return out;
 }
 
 } // namespace troupe::testing

@@ -32,7 +32,8 @@ def metrics(base):
         for line in r.read().decode().splitlines():
             if line.startswith("troupe_"):
                 name, value = line.split()
-                out[name[len("troupe_"):]] = float(value)
+                # Counters carry Prometheus' "_total"; keyed by the stats name.
+                out[name[len("troupe_"):].removesuffix("_total")] = float(value)
         return out
 
 

@@ -371,9 +371,10 @@ TEST(cuda_backend, decode_steps_replayed_from_step_graphs_give_the_same_tokens) 
   EXPECT_EQ(graphs->notice(), ""); // no capture was refused
   // The server's stats carry the same figures.
   const auto figure = [](const cuda_backend& b, const std::string& name) {
-    for (const auto& [k, v] : b.counters())
-      if (k == name)
-        return v;
+    for (const auto& figures : {b.counters(), b.gauges()})
+      for (const auto& [k, v] : figures)
+        if (k == name)
+          return v;
     return -1.0;
   };
   EXPECT_EQ(figure(*graphs, "cuda_steps_replayed"), static_cast<double>(graphs->steps_replayed()));

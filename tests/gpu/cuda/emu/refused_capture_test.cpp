@@ -35,7 +35,7 @@ TEST(cuda_backend_refused_capture, step_graphs_switch_off_once_noticed_and_the_t
   EXPECT_NE(note.find("cudaErrorStreamCaptureUnsupported"), std::string::npos) << note;
   EXPECT_EQ(graphs->notice(), ""); // once
   bool off = false;
-  for (const auto& [k, v] : graphs->counters())
+  for (const auto& [k, v] : graphs->gauges())
     off = off || (k == "cuda_step_graphs_off" && v == 1);
   EXPECT_TRUE(off) << "stats say step graphs are off";
   EXPECT_EQ(direct->notice(), "");
