@@ -31,15 +31,16 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 19> taken_by_both{
+constexpr std::array<std::string_view, 20> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
-  "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority"};
+  "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
+  "response_format"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
                                                         "logprobs", "top_logprobs"};
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
-constexpr std::array<std::string_view, 3> off_in_chat{"tools", "tool_choice", "response_format"};
+constexpr std::array<std::string_view, 2> off_in_chat{"tools", "tool_choice"};
 
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& names, std::string_view key) {
@@ -56,8 +57,6 @@ bool is_off(std::string_view field, const json& v) {
     return v.is_array() && v.empty();
   if (field == "tool_choice")
     return v == "none";
-  if (field == "response_format")
-    return v == json{{"type", "text"}};
   return false; // suffix: only null
 }
 
@@ -160,6 +159,26 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
   }
   if (auto u = doc.find("user"); u != doc.end() && !u->is_null() && !u->is_string())
     return bad("field \"user\" must be a string, got " + std::string(u->type_name()), "user");
+  // response_format (OpenAI's; vLLM takes it in completions too):
+  // {"type": "json_object"} keeps the output to one JSON object.
+  if (auto f = doc.find("response_format"); f != doc.end() && !f->is_null()) {
+    const auto type = f->is_object() ? f->find("type") : f->end();
+    if (!f->is_object() || type == f->end() || !type->is_string())
+      return bad("field \"response_format\" must be an object with a \"type\", got " + f->dump(),
+                 "response_format");
+    if (*type == "json_schema")
+      return bad("field \"response_format\": \"json_schema\" is not supported; {\"type\": \"json_object\"} keeps "
+                 "the output to a JSON object (describe the schema in the prompt)",
+                 "response_format");
+    if (*type != "text" && *type != "json_object")
+      return bad("field \"response_format.type\" must be \"text\" or \"json_object\", got " + type->dump(),
+                 "response_format");
+    for (const auto& [key, value] : f->items())
+      if (key != "type")
+        return bad("unknown field \"" + key + "\" in \"response_format\"", "response_format");
+    if (*type == "json_object")
+      gen["response_format"] = "json_object";
+  }
   return std::nullopt;
 }
 
@@ -512,7 +531,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl) {
   auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request",
-                        "text messages, without tools or response formats");
+                        "text messages, without tools");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);

@@ -134,11 +134,11 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 22> generate_fields{
+constexpr std::array<std::string_view, 23> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
-  "ignore_eos", "min_tokens"};
+  "ignore_eos", "min_tokens", "response_format"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -359,6 +359,11 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (!v || *v < 0 || *v > static_cast<std::int64_t>(g.max_tokens))
       reject_field("min_tokens", "an integer between 0 and max_tokens (" + std::to_string(g.max_tokens) + ")", *j);
     g.min_tokens = static_cast<std::uint32_t>(*v);
+  }
+  if (auto j = find(obj, "response_format")) {
+    if (!j->is_string() || (*j != "text" && *j != "json_object"))
+      reject_field("response_format", "\"text\" or \"json_object\"", *j);
+    g.json_object = *j == "json_object";
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -941,6 +946,8 @@ std::string to_json(const request& x) {
         j["ignore_eos"] = true;
       if (g.min_tokens != 0)
         j["min_tokens"] = g.min_tokens;
+      if (g.json_object)
+        j["response_format"] = "json_object";
       j["stream"] = g.stream;
       if (!g.session.empty())
         j["session"] = g.session;

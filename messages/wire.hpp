@@ -83,6 +83,10 @@ struct generate_request {
   /// among the first min_tokens output tokens (stop strings still end the
   /// output). At most max_tokens.
   std::uint32_t min_tokens = 0;
+  /// "response_format": "json_object": the output is one JSON object (each
+  /// step samples only tokens that keep it valid JSON; it ends, finish
+  /// "stop", when the object closes). "text" (the default): no constraint.
+  bool json_object = false;
 };
 
 struct cancel_request { std::string id; };

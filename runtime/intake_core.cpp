@@ -262,6 +262,13 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                   "candidates by them either");
     return;
   }
+  if (g.json_object && !backend_->computes_logprobs()) {
+    out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                      "field \"response_format\": the " + backend_->name()
+                                        + " backend samples from no logits, so it cannot keep an output to JSON; "
+                                          "the cpu and cuda backends do"));
+    return;
+  }
   if (g.prompt_logprobs >= 0 && !backend_->computes_prompt_logprobs()) {
     refuse_uncomputed("prompt_logprobs", "prompt log-probabilities (OpenAI's echo asks for them with logprobs or a "
                                          "prompt of token ids)");
@@ -302,6 +309,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.stop_token_ids = std::move(g.stop_token_ids);
   spec.ignore_eos = g.ignore_eos;
   spec.min_tokens = g.min_tokens;
+  spec.json_object = g.json_object;
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

@@ -98,6 +98,10 @@ struct request_spec {
   /// first min_tokens output tokens (logit_adjust); stop strings still end
   /// the output.
   std::uint32_t min_tokens = 0;
+  /// The output is one JSON object (runtime/json_constraint.hpp): every
+  /// step bans the tokens that would break it, and the object's close ends
+  /// the output (finish "stop").
+  bool json_object = false;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

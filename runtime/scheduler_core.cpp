@@ -116,6 +116,11 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
   record r;
   r.times.arrival_s = spec.arrival_s;
   r.pages = pages;
+  if (spec.json_object && vocab_ != nullptr) {
+    if (!json_vocab_)
+      json_vocab_ = std::make_unique<json_vocab>(*vocab_);
+    r.json.emplace();
+  }
   r.spec = std::move(spec);
   auto [i, added] = records_.emplace(r.spec.request_id, std::move(r));
   enqueue_waiting(i->second);
@@ -656,6 +661,8 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.top_k = r.spec.top_k;
     e.logprobs = r.spec.logprobs;
     e.logit_adjust = logit_adjust(r, vocab_ ? vocab_->eos_token() : -1);
+    if (r.json)
+      constrain_json(r, e.logit_adjust);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
       // A prefill joins only while the budget allows, unless the step would
@@ -735,6 +742,41 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
   for (const auto t : r.spec.stop_token_ids)
     ban(t);
   return out;
+}
+
+void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust) {
+  if (!r.json_allowed)
+    r.json_allowed = json_vocab_->allowed(*r.json);
+  const auto& allowed = *r.json_allowed;
+  constexpr float banned = -1e30f; // as min_tokens bans: exp() of it is 0
+  std::vector<gpu::logit_adjustment> out;
+  out.reserve(static_cast<std::size_t>(json_vocab_->size()) - allowed.size() + adjust.size());
+  auto a = allowed.begin();
+  auto given = adjust.begin();
+  for (std::int32_t t = 0; t < json_vocab_->size(); ++t) {
+    for (; given != adjust.end() && given->token < t; ++given) {
+    }
+    if (a != allowed.end() && *a == t) {
+      ++a;
+      if (given != adjust.end() && given->token == t)
+        out.push_back(*given);
+    } else {
+      out.push_back({t, banned});
+    }
+  }
+  adjust = std::move(out);
+}
+
+std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t token) {
+  r.json_allowed.reset();
+  if (!r.json->feed(json_vocab_->bytes(token)))
+    return finish_reason::error; // a backend that samples from no logits
+  if (r.json->complete())
+    return finish_reason::stop;
+  r.json_allowed = json_vocab_->allowed(*r.json);
+  if (r.json_allowed->empty())
+    return finish_reason::error; // no token of the vocabulary goes on from here
+  return std::nullopt;
 }
 
 std::size_t scheduler_core::reusable_prefix(const session_entry& e, const record& r) noexcept {
@@ -829,11 +871,14 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     // within its first min_tokens (a backend that samples from no logits
     // may still draw one); stop strings always do.
     const bool may_end = r.generated > r.spec.min_tokens;
+    const auto json_end = r.json && json_vocab_ ? json_after(r, tok) : std::nullopt;
     if (may_end && tok == eos && !r.spec.ignore_eos)
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok)
              || (may_end && std::binary_search(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), tok)))
       finish(r, finish_reason::stop, now_s, fx);
+    else if (json_end)
+      finish(r, *json_end, now_s, fx);
     else if (r.generated >= r.spec.max_new_tokens)
       finish(r, finish_reason::length, now_s, fx);
     else if (r.swap_requested)

@@ -10,6 +10,7 @@
 #include "policies/disk_fetch.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
+#include "runtime/json_constraint.hpp"
 #include "runtime/prefix_cache.hpp"
 #include "runtime/request_state.hpp"
 
@@ -468,6 +469,10 @@ private:
     /// Admitted, before its prefill: the keys of the whole prompt pages it
     /// will compute and add to the cache (counted in computing_).
     std::vector<std::uint64_t> computing_keys;
+    /// With request_spec::json_object: the output read so far, and the
+    /// tokens that may come next (null: not looked up yet).
+    std::optional<json_machine> json;
+    std::shared_ptr<const std::vector<std::int32_t>> json_allowed;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;
@@ -527,6 +532,13 @@ private:
   /// than min_tokens, `eos` (unless ignored; -1: none) and its stop tokens
   /// banned.
   static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::int32_t eos);
+  /// A JSON-object request's `adjust` with every token its output may not
+  /// go on with banned, in token order.
+  void constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust);
+  /// Takes a JSON-object request's new token: finish_reason::stop when it
+  /// closed the object, error when no token could follow (or the backend
+  /// sampled a banned one), nothing otherwise.
+  std::optional<finish_reason> json_after(record& r, std::int32_t token);
 
   void transition(record& r, request_state to);
   void enqueue_waiting(const record& r);
@@ -595,6 +607,8 @@ private:
   scheduler_limits limits_;
   std::unique_ptr<policies::scheduling_policy> policy_;
   const gpu::tokenizer* vocab_;
+  /// vocab_'s tokens for JSON output, built at the first request asking.
+  std::unique_ptr<json_vocab> json_vocab_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;

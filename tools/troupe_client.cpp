@@ -24,6 +24,7 @@ void usage(std::FILE* out) {
     "                     [--presence-penalty P] [--frequency-penalty F]\n"
     "                     [--logit-bias TOKEN=BIAS]... [--stop-token TOKEN]...\n"
     "                     [--ignore-eos] [--min-tokens N]\n"
+    "                     [--json-object]   (the output is one JSON object: response_format)\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
@@ -104,6 +105,7 @@ int main(int argc, char** argv) {
     else if (arg == "--stop-token") g.stop_token_ids.push_back(static_cast<std::int32_t>(number()));
     else if (arg == "--ignore-eos") g.ignore_eos = true;
     else if (arg == "--min-tokens") g.min_tokens = static_cast<std::uint32_t>(number());
+    else if (arg == "--json-object") g.json_object = true;
     else if (arg == "--advise") { query = arg; adapter_arg = value(); }
     else if (arg == "--in") advise_in = number();
     else if (arg == "--tokenize" || arg == "--detokenize") { query = arg; adapter_arg = value(); }

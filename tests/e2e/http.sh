@@ -402,6 +402,26 @@ assert metric("troupe_session_hits_total") == hits + 1, "the second turn did not
 usage = json.loads(body)["usage"]
 cached = usage["prompt_tokens_details"]["cached_tokens"]
 assert 0 < cached < usage["prompt_tokens"], usage
+# response_format json_object: every answer that ends (finish "stop") is one
+# JSON object; one cut at max_tokens is the beginning of one. The demo
+# model's weights are random, so sampling wanders: a dozen seeds.
+closed = 0
+for seed in range(12):
+    jstatus, _, jbody = call("/v1/completions", {"model": "demo", "prompt": "Answer in JSON:", "max_tokens": 120,
+                                                 "seed": seed, "response_format": {"type": "json_object"}})
+    assert jstatus == 200, jbody
+    jchoice = json.loads(jbody)["choices"][0]
+    if jchoice["finish_reason"] == "stop":
+        assert isinstance(json.loads(jchoice["text"]), dict), jchoice
+        closed += 1
+    else:
+        assert jchoice["finish_reason"] == "length" and jchoice["text"].lstrip().startswith("{"), jchoice
+assert closed >= 2, "too few JSON answers ended to check them: %d of 12" % closed
+jstatus, _, jbody = call("/v1/chat/completions", dict(chat, max_completion_tokens=60, response_format={"type": "json_object"}))
+assert jstatus == 200, jbody
+jchoice = json.loads(jbody)["choices"][0]
+assert jchoice["finish_reason"] != "stop" or isinstance(json.loads(jchoice["message"]["content"]), dict), jchoice
+refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema"}}, says="json_schema")
 # Symphony's advisory over HTTP: the session's next turn is coming.
 status, _, advice = call("/v1/advise", {"session": "conv-1", "in_s": 0})
 assert status == 200 and json.loads(advice)["session"] == "conv-1", advice

@@ -497,7 +497,11 @@ TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
   auto param_of = [&](const std::string& extra) { return chat_refused("{\"model\":\"m\"," + extra + "}", tpl).param; };
   EXPECT_EQ(param_of(user + R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), "tools");
   EXPECT_EQ(param_of(user + R"(,"tool_choice":"auto")"), "tool_choice");
-  EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_object"})"), "response_format");
+  EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})"),
+            "response_format");
+  EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"xml"})"), "response_format");
+  EXPECT_EQ(param_of(user + R"(,"response_format":"json_object")"), "response_format");
+  EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_object","strict":true})"), "response_format");
   EXPECT_EQ(param_of(user + R"(,"logprobs":1)"), "logprobs") << "a boolean";
   EXPECT_EQ(param_of(user + R"(,"top_logprobs":2)"), "top_logprobs") << "needs logprobs";
   EXPECT_EQ(param_of(user + R"(,"logprobs":false,"top_logprobs":2)"), "top_logprobs");
@@ -773,6 +777,19 @@ TEST(openai, vllms_stop_token_ids_ignore_eos_min_tokens_and_priority_go_to_the_w
                                      wire::parse_limits{});
   ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
   EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"min_tokens\""), std::string::npos);
+}
+
+TEST(openai, response_format_json_object_goes_to_the_wire_in_both_endpoints) {
+  const auto c = as_generate(chat_ok(
+    R"({"model":"m","messages":[{"role":"user","content":"q"}],"response_format":{"type":"json_object"}})",
+    builtin("chatml")));
+  EXPECT_TRUE(c.json_object);
+  EXPECT_TRUE(as_generate(ok(R"({"model":"m","prompt":"p","response_format":{"type":"json_object"}})")).json_object);
+  EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"p","response_format":{"type":"text"}})")).json_object);
+  EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"p","response_format":null})")).json_object);
+  const auto e = refused(R"({"model":"m","prompt":"p","response_format":{"type":"json_schema"}})");
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_NE(e.message.find("\"json_schema\" is not supported"), std::string::npos) << e.message;
 }
 
 TEST(openai, echo_asks_the_wire_for_the_prompts_log_probabilities_only_where_its_text_is_not_at_hand) {

@@ -62,6 +62,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.stop_token_ids, b.stop_token_ids);
   EXPECT_EQ(a.ignore_eos, b.ignore_eos);
   EXPECT_EQ(a.min_tokens, b.min_tokens);
+  EXPECT_EQ(a.json_object, b.json_object);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -259,6 +260,8 @@ std::vector<accept_case> accept_cases() {
     {"ignore_eos", gen(R"("ignore_eos":true)"), [](g r) { r.ignore_eos = true; }},
     {"min_tokens_up_to_max_tokens", gen(R"("max_tokens":4,"min_tokens":4.0)"),
      [](g r) { r.max_tokens = 4; r.min_tokens = 4; }},
+    {"response_format_json_object", gen(R"("response_format":"json_object")"), [](g r) { r.json_object = true; }},
+    {"response_format_text", gen(R"("response_format":"text")"), [](g) {}},
     {"min_tokens_before_max_tokens_in_the_frame", gen(R"("min_tokens":3,"max_tokens":4)"),
      [](g r) { r.max_tokens = 4; r.min_tokens = 3; }},
     {"all_fields",
@@ -448,6 +451,10 @@ std::vector<reject_case> reject_cases() {
     {"min_tokens_past_max_tokens", gen(R"("max_tokens":4,"min_tokens":5)"), bad, "g1",
      {"\"min_tokens\"", "between 0 and max_tokens (4)", "got 5"}},
     {"min_tokens_negative", gen(R"("min_tokens":-1)"), bad, "g1", {"\"min_tokens\"", "got -1"}},
+    {"response_format_unknown", gen(R"("response_format":"json")"), bad, "g1",
+     {"\"response_format\"", "\"text\" or \"json_object\"", "got \"json\""}},
+    {"response_format_object", gen(R"("response_format":{"type":"json_object"})"), bad, "g1",
+     {"\"response_format\"", "\"json_object\""}},
     {"tokenize_without_prompt", R"({"type":"tokenize","id":"t"})", bad, "t", {"missing field \"prompt\""}},
     {"tokenize_prompt_tokens", R"({"type":"tokenize","id":"t","prompt":[1]})", bad, "t", {"\"prompt\"", "a string"}},
     {"tokenize_unknown_field", R"({"type":"tokenize","id":"t","prompt":"x","model":"m"})", bad, "t",
@@ -516,6 +523,7 @@ TEST(wire, request_round_trips) {
   full.stop_token_ids = {2, 31};
   full.ignore_eos = true;
   full.min_tokens = 7;
+  full.json_object = true;
 
   generate_request tokens;
   tokens.id = "tok";

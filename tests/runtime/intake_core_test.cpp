@@ -773,6 +773,18 @@ TEST_F(intake_core_test, log_probabilities_are_refused_where_the_backend_compute
   EXPECT_EQ(core.in_flight(), 1u) << "r3 only";
 }
 
+TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_no_logits) {
+  auto a = core.on_frame("p", gen("j1", R"("response_format":"json_object")"), now += 1);
+  ASSERT_EQ(a.replies.size(), 1u);
+  EXPECT_FALSE(a.submit.has_value());
+  const auto e = as<wire::error_reply>(a.replies[0]);
+  EXPECT_EQ(e.code, error_code::bad_request);
+  EXPECT_NE(e.message.find("\"response_format\""), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("sim backend"), std::string::npos) << e.message;
+  EXPECT_EQ(core.in_flight(), 0u);
+}
+
+
 /// A generate of `prompt` with `extra` fields, as `id`, submitted and
 /// accepted: what the scheduler is asked (request id 0 if not submitted).
 request_spec accept_generate(intake_core& core, const std::string& id, const std::string& prompt,
@@ -784,6 +796,15 @@ request_spec accept_generate(intake_core& core, const std::string& id, const std
     return {};
   EXPECT_EQ(core.on_submit_result(a.submit->request_id, sr::accepted).size(), 1u);
   return *a.submit;
+}
+
+TEST(intake_core_json, a_json_object_generate_asks_the_scheduler_for_json) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  EXPECT_TRUE(accept_generate(core, "j", "p", R"(,"response_format":"json_object")").json_object);
+  EXPECT_FALSE(accept_generate(core, "t", "p", R"(,"response_format":"text")").json_object);
 }
 
 TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_text) {

@@ -12,6 +12,7 @@
 #include "runtime/memory_pool.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -147,6 +148,7 @@ struct request_args {
   std::vector<std::int32_t> stop_token_ids = {};
   bool ignore_eos = false;
   std::uint32_t min_tokens = 0;
+  bool json_object = false;
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -179,6 +181,7 @@ public:
     s.stop_token_ids = a.stop_token_ids;
     s.ignore_eos = a.ignore_eos;
     s.min_tokens = a.min_tokens;
+    s.json_object = a.json_object;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -315,6 +318,10 @@ public:
   }
 
   bool step_pending() const { return in_flight_.has_value(); }
+  /// The in-flight step's first entry; null when none.
+  const gpu::step_entry* in_flight() const {
+    return in_flight_ && !in_flight_->empty() ? &in_flight_->front() : nullptr;
+  }
   bool grants_pending() const { return !reserve_pending_.empty() || !acquire_pending_.empty(); }
   const std::map<std::uint64_t, std::uint64_t>& reserve_pending() const { return reserve_pending_; }
   const std::map<std::uint64_t, std::uint32_t>& acquire_pending() const { return acquire_pending_; }
@@ -1171,6 +1178,127 @@ TEST(scheduler_core, stop_tokens_ignore_eos_and_min_tokens_decide_which_token_en
     EXPECT_EQ(admit_and_feed(e, c.tokens), c.expected);
     EXPECT_TRUE(e.all_returned());
   }
+}
+
+// -- JSON output (response_format json_object) --------------------------------------
+
+/// The tokens a step entry leaves samplable: those its logit_adjust does
+/// not ban, out of `vocab` tokens.
+std::vector<std::int32_t> samplable(const gpu::step_entry& e, std::int32_t vocab) {
+  std::vector<std::int32_t> out;
+  auto a = e.logit_adjust.begin();
+  for (std::int32_t t = 0; t < vocab; ++t) {
+    for (; a != e.logit_adjust.end() && a->token < t; ++a) {
+    }
+    if (a == e.logit_adjust.end() || a->token != t || a->delta > -1e29f)
+      out.push_back(t);
+  }
+  return out;
+}
+
+TEST(scheduler_core, a_json_object_request_samples_only_tokens_that_keep_it_json_and_ends_when_it_closes) {
+  fake_tokenizer vocab;
+  vocab.words = {{100, "{"}, {101, "\"a\""}, {102, ":"}, {103, "1"}, {104, "}"}, {105, "x"}, {106, " "}, {107, "1}"}};
+  engine e{limits(100), &vocab};
+  ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .stop_token_ids = {103}, .json_object = true}), "accepted");
+  e.admit();
+  e.pages(1);
+  const std::vector<std::pair<std::int32_t, std::vector<std::int32_t>>> turns{
+    {100, {100, 106}},           // the object opens; nothing else may start it (not the eos token 2)
+    {101, {101, 106, 104}},      // a key, or the close
+    {102, {102, 106}},           // the colon
+    {103, {100, 101, 103, 106, 107}}, // a value; 103 is a stop token too, but this is no end
+  };
+  for (std::size_t k = 0; k < turns.size(); ++k) {
+    SCOPED_TRACE("token " + std::to_string(k));
+    ASSERT_NE(e.step(), "step[]");
+    auto want = turns[k].second;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(samplable(*e.in_flight(), 1000), want);
+    const auto fx = e.done(std::vector<std::int32_t>{turns[k].first});
+    if (k < 3)
+      EXPECT_EQ(fx, "T1#" + std::to_string(k));
+    else
+      EXPECT_EQ(fx, "-P1 T1#3 F1:stop/4") << "a stop token ends it (the text so far is no JSON, as a stop string's)";
+  }
+  // Without the stop token: the close ends it, finish stop.
+  ASSERT_EQ(e.submit(2, {.prompt = 2, .max_new = 10, .json_object = true}), "accepted");
+  e.admit();
+  e.pages(2);
+  for (const auto t : {100, 101, 102}) {
+    ASSERT_NE(e.step(), "step[]");
+    e.done(std::vector<std::int32_t>{t});
+  }
+  ASSERT_NE(e.step(), "step[]");
+  EXPECT_EQ(e.done(std::vector<std::int32_t>{107}), "-P2 T2#3 F2:stop/4");
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, a_json_object_request_given_a_banned_token_ends_with_an_error) {
+  // A backend that samples from no logits ignores the bans (the intake
+  // refuses such requests there; the core still ends them cleanly).
+  fake_tokenizer vocab;
+  vocab.words = {{100, "{"}, {101, "}"}, {105, "x"}, {106, "{\"n\":n"}};
+  engine e{limits(100), &vocab};
+  ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .json_object = true}), "accepted");
+  EXPECT_EQ(admit_and_feed(e, {100, 105}), "-P1 T1#1 F1:error/2");
+  // A token whose bytes begin JSON that no token of the vocabulary can go
+  // on with ("ull" is missing): the output ends with an error.
+  ASSERT_EQ(e.submit(2, {.prompt = 2, .max_new = 10, .json_object = true}), "accepted");
+  e.admit();
+  e.pages(2);
+  ASSERT_NE(e.step(), "step[]");
+  EXPECT_EQ(e.done(std::vector<std::int32_t>{106}), "-P2 T2#0 F2:error/1");
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, random_json_object_outputs_are_json_objects_or_their_beginnings) {
+  fake_tokenizer vocab;
+  const std::vector<std::string> pieces{"{", "}", "[", "]", "\"", "\"k\":", ":", ",", " ", "\n  ", "1", "-", "0.",
+                                        "5e", "+", "2", "true", "nul", "l", "\\", "n", "\"}", "x", "\xc3", "\xa9",
+                                        "}}", "{\"", "\":\"", "]}", "e", "t", "r", "u", "a", "s", "f", "0"};
+  // (every byte the pieces hold is a token of its own too: no beginning of
+  // JSON is left without a token to go on with)
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    vocab.words[static_cast<std::int32_t>(100 + i)] = pieces[i];
+  std::mt19937_64 rng{17};
+  engine e{limits(1000, 8, 400), &vocab};
+  e.token_of = [&](const gpu::step_entry& entry) {
+    const auto ok = samplable(entry, 1000);
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? 0 : ok[rng() % ok.size()];
+  };
+  int whole = 0, cut = 0;
+  for (std::uint64_t id = 1; id <= 300; ++id) {
+    ASSERT_EQ(e.submit(id, {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 40), .json_object = true}),
+              "accepted");
+    e.admit();
+    e.pages(id);
+    while (!e.finish_of(id)) {
+      ASSERT_NE(e.step(), "step[]");
+      e.done();
+    }
+    std::string text, ids;
+    for (const auto& t : e.tokens_of(id)) {
+      text += vocab.decode(t.token);
+      ids += std::to_string(t.token) + " ";
+    }
+    SCOPED_TRACE(text + " (tokens " + ids + ")");
+    const auto f = *e.finish_of(id);
+    if (f.reason == finish_reason::stop) {
+      ++whole;
+      EXPECT_TRUE(nlohmann::json::parse(text).is_object());
+    } else {
+      ASSERT_EQ(f.reason, finish_reason::length);
+      ++cut;
+      json_machine m;
+      EXPECT_TRUE(m.feed(text)) << "a beginning of JSON";
+      EXPECT_FALSE(m.complete());
+    }
+  }
+  EXPECT_GT(whole, 20);
+  EXPECT_GT(cut, 20);
+  EXPECT_TRUE(e.all_returned());
 }
 
 // -- property: every grant is released exactly once ---------------------------------

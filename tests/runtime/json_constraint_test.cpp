@@ -1,0 +1,222 @@
+// The JSON recognizer behind response_format json_object, against a strict
+// JSON parser (nlohmann) as the oracle, and the tokens it allows.
+#include "runtime/json_constraint.hpp"
+
+#include "gpu/backend.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <random>
+
+namespace troupe {
+namespace {
+
+bool reads_whole(std::string_view text) {
+  json_machine m;
+  return m.feed(text) && m.complete();
+}
+
+TEST(json_machine, reads_json_objects) {
+  for (const std::string text : {
+         R"({})",
+         R"( { } )",
+         R"({"a":1})",
+         "{\n  \"a\": [1, -2.5e+3, 0, 0.25, 1E9, -0],\n  \"b\": {\"c\": null}\n}",
+         R"({"t":true,"f":false,"n":null,"s":"x\"y\\z\/\b\f\n\r\t\u00e9"})",
+         R"({"":[],"e":[[],{}],"u":"caf\u00E9 \ud83d\ude00"})",
+         "{\"k\":\"\xc3\xa9\xe2\x98\xba\xf0\x9f\x98\x80\"}",
+       }) {
+    SCOPED_TRACE(text);
+    EXPECT_TRUE(reads_whole(text));
+    EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << "the oracle agrees";
+  }
+}
+
+TEST(json_machine, refuses_what_is_no_json_object) {
+  for (const std::string text : {
+         R"([1])", R"("s")", R"(1)", R"(null)",         // not an object at the top
+         R"({"a":01})", R"({"a":1.})", R"({"a":1e})", R"({"a":-})", R"({"a":.5})", R"({"a":+1})",
+         R"({"a":1,})", R"({,})", R"({"a" 1})", R"({'a':1})", R"({a:1})", R"({"a":1]})", R"({"a":[1}})",
+         R"({"a":tru})", R"({"a":nul1})", R"({"a":True})",
+         R"({"a":"\x"})", R"({"a":"\u12G4"})", "{\"a\":\"\x01\"}",   // bad escapes, a raw control byte
+         "{\"a\":\"\x80\"}", "{\"a\":\"\xc0\x80\"}", "{\"a\":\"\xed\xa0\x80\"}", "{\"a\":\"\xf5\x80\x80\x80\"}",
+         R"({} {})", R"({}x)",                           // anything after the object but blanks
+       }) {
+    SCOPED_TRACE(text);
+    EXPECT_FALSE(reads_whole(text));
+  }
+}
+
+TEST(json_machine, a_refused_byte_leaves_it_as_it_was) {
+  json_machine m;
+  ASSERT_TRUE(m.feed(R"({"a":1)"));
+  const auto before = m.key();
+  EXPECT_FALSE(m.feed('x'));
+  EXPECT_FALSE(m.feed(std::string_view(",}")));
+  EXPECT_EQ(m.key(), before);
+  EXPECT_TRUE(m.feed(std::string_view("2}")));
+  EXPECT_TRUE(m.complete());
+}
+
+TEST(json_machine, depth_and_blank_runs_are_bounded) {
+  std::string deep = "{\"a\":";
+  for (std::size_t i = 1; i < json_machine::max_depth; ++i)
+    deep += "[";
+  json_machine m;
+  ASSERT_TRUE(m.feed(deep));
+  EXPECT_FALSE(m.feed('[')) << "one level past max_depth";
+  EXPECT_TRUE(m.feed('1'));
+  json_machine b;
+  ASSERT_TRUE(b.feed(std::string(json_machine::max_blank, ' ')));
+  EXPECT_FALSE(b.feed(' '));
+  EXPECT_TRUE(b.feed('{'));
+  EXPECT_TRUE(b.feed(std::string(json_machine::max_blank, '\n'))) << "the count starts again after each token";
+  json_machine s;
+  EXPECT_TRUE(s.feed("{\"a\":\"" + std::string(200, ' ') + "\"}")) << "blanks in a string are text";
+}
+
+/// A random JSON value of at most `depth` levels.
+nlohmann::json random_value(std::mt19937& rng, int depth) {
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<unsigned>(n)); };
+  const int kind = depth <= 0 ? 2 + pick(5) : pick(7);
+  static const std::vector<std::string> words{"", "a", "key", "caf\xc3\xa9", "quote\"d", "back\\slash", "tab\t",
+                                              "\x01 ctl", "\xf0\x9f\x98\x80", "/"};
+  switch (kind) {
+  case 0: {
+    auto o = nlohmann::json::object();
+    for (int i = pick(4); i > 0; --i)
+      o[words[static_cast<std::size_t>(pick(static_cast<int>(words.size())))] + std::to_string(i)] =
+        random_value(rng, depth - 1);
+    return o;
+  }
+  case 1: {
+    auto a = nlohmann::json::array();
+    for (int i = pick(4); i > 0; --i)
+      a.push_back(random_value(rng, depth - 1));
+    return a;
+  }
+  case 2:
+    return words[static_cast<std::size_t>(pick(static_cast<int>(words.size())))];
+  case 3:
+    return static_cast<std::int64_t>(rng()) - static_cast<std::int64_t>(rng());
+  case 4:
+    return std::ldexp(static_cast<double>(rng()) - 2147483648.0, pick(80) - 40);
+  case 5:
+    return pick(2) == 0;
+  default:
+    return nullptr;
+  }
+}
+
+TEST(json_machine, reads_every_object_a_json_writer_writes_and_is_whole_only_at_its_end) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    auto doc = nlohmann::json::object();
+    doc["v"] = random_value(rng, 4);
+    const auto text = doc.dump(i % 3 == 0 ? 2 : -1, ' ', i % 2 == 0);
+    SCOPED_TRACE(text);
+    json_machine m;
+    for (std::size_t k = 0; k < text.size(); ++k) {
+      ASSERT_FALSE(m.complete()) << "whole before byte " << k;
+      ASSERT_TRUE(m.feed(static_cast<unsigned char>(text[k]))) << "refused byte " << k;
+    }
+    EXPECT_TRUE(m.complete());
+  }
+}
+
+TEST(json_machine, takes_a_text_whole_exactly_when_the_oracle_parses_it_as_an_object) {
+  // Mutated JSON: the machine and a strict parser agree on every text
+  // (within the machine's limits; left out, as the oracle refuses what
+  // JSON's grammar allows: \u escapes of lone surrogates, numbers past a
+  // double's range).
+  std::mt19937 rng(11);
+  const std::string alphabet = "{}[]\",:. -+eE0123456789tfnrul\\/\x01\x80\xc3\xa9\xed\xa0";
+  int agreed_yes = 0;
+  for (int i = 0; i < 20000; ++i) {
+    auto doc = nlohmann::json::object();
+    doc["v"] = random_value(rng, 3);
+    auto text = doc.dump();
+    for (int m = 1 + static_cast<int>(rng() % 3); m > 0; --m) {
+      const auto at = rng() % (text.size() + 1);
+      const char c = alphabet[rng() % alphabet.size()];
+      switch (rng() % 3) {
+      case 0:
+        text.insert(at, 1, c);
+        break;
+      case 1:
+        if (at < text.size())
+          text.erase(at, 1);
+        break;
+      default:
+        if (at < text.size())
+          text[at] = c;
+      }
+    }
+    if (text.find("\\u") != std::string::npos)
+      continue;
+    bool oracle = false;
+    try {
+      oracle = nlohmann::json::parse(text).is_object();
+    } catch (const nlohmann::json::out_of_range&) {
+      continue; // a number past a double's range: JSON's grammar allows it
+    } catch (const nlohmann::json::exception&) {
+    }
+    SCOPED_TRACE(text);
+    ASSERT_EQ(reads_whole(text), oracle);
+    agreed_yes += oracle;
+  }
+  EXPECT_GT(agreed_yes, 1000) << "the mutations left enough valid texts to compare";
+}
+
+/// A vocabulary of the given strings; token 0 stands for no text (the
+/// end-of-sequence token).
+struct list_tokenizer final : gpu::tokenizer {
+  explicit list_tokenizer(std::vector<std::string> t) : tokens(std::move(t)) {}
+  std::vector<std::int32_t> encode(const std::string&) const override { return {}; }
+  std::string decode(std::int32_t t) const override {
+    return t >= 0 && t < vocab_size() ? tokens[static_cast<std::size_t>(t)] : "";
+  }
+  std::int32_t vocab_size() const override { return static_cast<std::int32_t>(tokens.size()); }
+  std::int32_t eos_token() const override { return 0; }
+  std::vector<std::string> tokens;
+};
+
+TEST(json_vocab, allows_the_tokens_whose_bytes_all_may_come_next) {
+  //                     0    1    2      3     4        5     6    7       8     9      10
+  list_tokenizer t({"", "{", " {", "{\"", "\"a\":", "}", "1", "1}", "}x", " ", "\"}"});
+  json_vocab v(t);
+  json_machine m;
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 2, 3, 9}));
+  ASSERT_TRUE(m.feed(v.bytes(3)));
+  // In a key: every token but those ending the text wrongly; never token 0.
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 2, 3, 5, 6, 7, 8, 9}));
+  ASSERT_TRUE(m.feed(std::string_view("a\":")));
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 2, 3, 6, 7, 9, 10}));
+  ASSERT_TRUE(m.feed(v.bytes(7)));
+  EXPECT_TRUE(m.complete());
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{9})) << "only blanks after the object";
+  EXPECT_EQ(v.bytes(0), "");
+  EXPECT_EQ(v.bytes(99), "");
+}
+
+TEST(json_vocab, answers_a_recurring_state_from_its_cache_and_the_same) {
+  list_tokenizer t({"", "{", "\"", "a", "\":", "1", ",", "}"});
+  json_vocab v(t, 2);
+  json_machine a;
+  ASSERT_TRUE(a.feed(std::string_view("{\"")));
+  json_machine b;
+  ASSERT_TRUE(b.feed(std::string_view("{\"aaa")));
+  EXPECT_EQ(v.allowed(a), v.allowed(b)) << "one answer for one key";
+  json_machine c;
+  ASSERT_TRUE(c.feed(std::string_view("{\"a\":1")));
+  json_machine d;
+  ASSERT_TRUE(d.feed(std::string_view("{\"a\":[")));
+  const auto first = *v.allowed(c);
+  (void)v.allowed(d);
+  (void)v.allowed(a); // c falls out of the two kept
+  EXPECT_EQ(*v.allowed(c), first);
+}
+
+} // namespace
+} // namespace troupe
