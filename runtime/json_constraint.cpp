@@ -306,16 +306,24 @@ void json_vocab::walk(std::uint32_t at, const json_machine& m, std::vector<std::
   }
 }
 
-std::shared_ptr<const std::vector<std::int32_t>> json_vocab::allowed(const json_machine& m) {
+std::shared_ptr<const json_vocab::token_split> json_vocab::split(const json_machine& m) {
   auto k = m.key();
   if (const auto hit = by_key_.find(k); hit != by_key_.end()) {
     lru_.splice(lru_.begin(), lru_, hit->second);
     return hit->second->second;
   }
-  std::vector<std::int32_t> out;
-  walk(0, m, out);
-  std::sort(out.begin(), out.end());
-  auto shared = std::make_shared<const std::vector<std::int32_t>>(std::move(out));
+  token_split out;
+  walk(0, m, out.allowed);
+  std::sort(out.allowed.begin(), out.allowed.end());
+  out.banned.reserve(bytes_.size() - out.allowed.size());
+  auto a = out.allowed.begin();
+  for (std::int32_t t = 0; t < size(); ++t) {
+    if (a != out.allowed.end() && *a == t)
+      ++a;
+    else
+      out.banned.push_back(t);
+  }
+  auto shared = std::make_shared<const token_split>(std::move(out));
   lru_.emplace_front(k, shared);
   by_key_.emplace(std::move(k), lru_.begin());
   if (lru_.size() > cached_states_) {

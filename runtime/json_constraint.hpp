@@ -92,8 +92,17 @@ public:
   json_vocab(const json_vocab&) = delete;
   json_vocab& operator=(const json_vocab&) = delete;
 
-  /// The tokens `m` takes whole, ascending.
-  std::shared_ptr<const std::vector<std::int32_t>> allowed(const json_machine& m);
+  /// The tokens `m` takes whole and the rest, each ascending.
+  struct token_split {
+    std::vector<std::int32_t> allowed;
+    std::vector<std::int32_t> banned;
+  };
+  std::shared_ptr<const token_split> split(const json_machine& m);
+  /// split(m)'s allowed tokens.
+  std::shared_ptr<const std::vector<std::int32_t>> allowed(const json_machine& m) {
+    auto s = split(m);
+    return {s, &s->allowed};
+  }
   /// Token `t`'s bytes ("" for one that stands for no text or is out of
   /// range).
   std::string_view bytes(std::int32_t t) const;
@@ -109,7 +118,7 @@ private:
   std::vector<std::string> bytes_;
   std::vector<node> trie_;
   std::size_t cached_states_;
-  std::list<std::pair<std::string, std::shared_ptr<const std::vector<std::int32_t>>>> lru_;
+  std::list<std::pair<std::string, std::shared_ptr<const token_split>>> lru_;
   std::unordered_map<std::string, decltype(lru_)::iterator> by_key_;
 };
 

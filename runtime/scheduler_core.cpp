@@ -746,24 +746,23 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
 
 void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust) {
   if (!r.json_allowed)
-    r.json_allowed = json_vocab_->allowed(*r.json);
-  const auto& allowed = *r.json_allowed;
-  constexpr float banned = -1e30f; // as min_tokens bans: exp() of it is 0
+    r.json_allowed = json_vocab_->split(*r.json);
+  const auto& banned = r.json_allowed->banned;
+  constexpr float ban = -1e30f; // as min_tokens bans: exp() of it is 0
+  // The two lists merged in token order; a banned token's own adjustment
+  // gives way to the ban.
   std::vector<gpu::logit_adjustment> out;
-  out.reserve(static_cast<std::size_t>(json_vocab_->size()) - allowed.size() + adjust.size());
-  auto a = allowed.begin();
-  auto given = adjust.begin();
-  for (std::int32_t t = 0; t < json_vocab_->size(); ++t) {
-    for (; given != adjust.end() && given->token < t; ++given) {
-    }
-    if (a != allowed.end() && *a == t) {
-      ++a;
-      if (given != adjust.end() && given->token == t)
-        out.push_back(*given);
-    } else {
-      out.push_back({t, banned});
-    }
+  out.reserve(banned.size() + adjust.size());
+  auto b = banned.begin();
+  for (const auto& a : adjust) {
+    for (; b != banned.end() && *b < a.token; ++b)
+      out.push_back({*b, ban});
+    if (b != banned.end() && *b == a.token)
+      continue; // pushed with the ban below
+    out.push_back(a);
   }
+  for (; b != banned.end(); ++b)
+    out.push_back({*b, ban});
   adjust = std::move(out);
 }
 
@@ -773,8 +772,8 @@ std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t 
     return finish_reason::error; // a backend that samples from no logits
   if (r.json->complete())
     return finish_reason::stop;
-  r.json_allowed = json_vocab_->allowed(*r.json);
-  if (r.json_allowed->empty())
+  r.json_allowed = json_vocab_->split(*r.json);
+  if (r.json_allowed->allowed.empty())
     return finish_reason::error; // no token of the vocabulary goes on from here
   return std::nullopt;
 }

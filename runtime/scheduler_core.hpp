@@ -472,7 +472,7 @@ private:
     /// With request_spec::json_object: the output read so far, and the
     /// tokens that may come next (null: not looked up yet).
     std::optional<json_machine> json;
-    std::shared_ptr<const std::vector<std::int32_t>> json_allowed;
+    std::shared_ptr<const json_vocab::token_split> json_allowed;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;

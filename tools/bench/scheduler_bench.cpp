@@ -1,12 +1,19 @@
 // Google Benchmark: the scheduler core's cost per iteration (admission by the
 // policy, batch building, step bookkeeping) with 10,000 requests waiting over
-// 2,000 adapters and a full running batch, for every scheduling policy.
+// 2,000 adapters and a full running batch, for every scheduling policy; and
+// what JSON output (response_format json_object) adds: the tokens a state
+// allows in a Llama-sized vocabulary, and an iteration whose running
+// requests all keep to JSON.
 // Run: build/bin/troupe-scheduler-bench
+#include "gpu/backend.hpp"
 #include "policies/registry.hpp"
+#include "runtime/json_constraint.hpp"
 #include "runtime/scheduler_core.hpp"
 
 #include <benchmark/benchmark.h>
 
+#include <random>
+#include <string>
 #include <vector>
 
 namespace {
@@ -28,14 +35,15 @@ struct harness {
     return l;
   }
 
-  harness(std::uint32_t max_running, const char* policy)
-    : core(limits(max_running), policies::make_scheduling_policy(policy), nullptr) {
+  harness(std::uint32_t max_running, const char* policy, const gpu::tokenizer* vocab = nullptr)
+    : core(limits(max_running), policies::make_scheduling_policy(policy), vocab) {
     // Four queues with room for everything (the tuner's output shape).
     core.on_tuning({{0.25, 0.5, 0.75}, {1u << 28, 1u << 28, 1u << 28, 1u << 28}});
   }
 
-  void submit(std::uint32_t max_new) {
+  void submit(std::uint32_t max_new, bool json = false) {
     request_spec s;
+    s.json_object = json;
     s.request_id = next_id++;
     s.prompt.assign(64, 7);
     s.max_new_tokens = max_new;
@@ -59,14 +67,14 @@ struct harness {
 
   /// One scheduler iteration: admit, build the step, take its tokens; keeps
   /// the waiting queue at its size by submitting one request per finish.
-  std::size_t iterate(std::vector<std::int32_t>& tokens) {
+  std::size_t iterate(std::vector<std::int32_t>& tokens, std::int32_t token = 100, bool json = false) {
     now += 0.001;
     grant(core.admit(now));
     auto batch = core.next_step(now);
-    tokens.assign(batch.size(), 100);
+    tokens.assign(batch.size(), token);
     auto fx = core.on_step_done(batch, tokens, now);
     for (std::size_t i = 0; i < fx.finished.size(); ++i)
-      submit(64);
+      submit(64, json);
     return batch.size();
   }
 };
@@ -94,6 +102,99 @@ void bm_scheduler_iteration(benchmark::State& state) {
 BENCHMARK(bm_scheduler_iteration)
   ->ArgNames({"waiting", "running", "policy"})
   ->ArgsProduct({{0, 10000}, {32, 256}, {0, 1, 2, 3, 4, 5}})
+  ->Unit(benchmark::kMicrosecond);
+
+/// A vocabulary shaped like Llama's: 32,000 tokens, the 256 single bytes,
+/// JSON's punctuation in the pieces a BPE vocabulary learns, and words of
+/// 1 to 12 letters, half with a leading space. Token 0 stands for no text
+/// (the end-of-sequence token), token 1 for the letter 'a'.
+class llama_sized_vocab final : public gpu::tokenizer {
+public:
+  llama_sized_vocab() {
+    pieces_ = {"", "a"};
+    for (int b = 0; b < 256; ++b)
+      pieces_.push_back(std::string(1, static_cast<char>(b)));
+    for (const char* p : {"{", "}", "{\"", "\":", "\": ", "\",", "\", \"", "\":\"", "\"}", "},", "}}", "[", "]", "],",
+                          "[{", "}]", "true", "false", "null", "0", "1", "10", "100", ".", "e", "\\n", "\\\"", "\n", "\n  ",
+                          "  ", "    "})
+      pieces_.push_back(p);
+    std::mt19937 rng(5);
+    while (pieces_.size() < 32000) {
+      std::string w = rng() % 2 ? " " : "";
+      for (auto n = 1 + rng() % 12; n > 0; --n)
+        w += static_cast<char>('a' + rng() % 26);
+      pieces_.push_back(std::move(w));
+    }
+  }
+  std::vector<std::int32_t> encode(const std::string&) const override { return {}; }
+  std::string decode(std::int32_t t) const override {
+    return t >= 0 && t < vocab_size() ? pieces_[static_cast<std::size_t>(t)] : "";
+  }
+  std::int32_t vocab_size() const override { return static_cast<std::int32_t>(pieces_.size()); }
+  std::int32_t eos_token() const override { return 0; }
+
+private:
+  std::vector<std::string> pieces_;
+};
+
+const llama_sized_vocab& vocab32k() {
+  static const llama_sized_vocab v;
+  return v;
+}
+
+/// json_vocab::allowed for one state: looked up afresh each time (a cache
+/// of one, two states alternating) or answered from the cache.
+void bm_json_allowed(benchmark::State& state) {
+  static const char* const states[] = {"", "{\"", "{\"a\":", "{\"a\":1"};
+  static const char* const names[] = {"start", "in a string", "a value", "after a value"};
+  const auto which = static_cast<std::size_t>(state.range(0));
+  const bool cached = state.range(1) != 0;
+  state.SetLabel(std::string(names[which]) + (cached ? ", cached" : ""));
+  json_vocab v(vocab32k(), cached ? 64 : 1);
+  json_machine m, other;
+  m.feed(std::string_view(states[which]));
+  other.feed(std::string_view("{\"a\":["));
+  std::size_t allowed = 0;
+  for (auto _ : state) {
+    allowed = v.allowed(m)->size();
+    if (!cached)
+      benchmark::DoNotOptimize(v.allowed(other));
+  }
+  state.counters["allowed"] = static_cast<double>(allowed);
+  if (!cached)
+    state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
+}
+
+BENCHMARK(bm_json_allowed)
+  ->ArgNames({"state", "cached"})
+  ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
+  ->Unit(benchmark::kMicrosecond);
+
+/// A scheduler iteration (fcfs, nothing waiting) whose `running` requests
+/// all sample the letter 'a' (text or a JSON string's inside, a state the
+/// cache answers): what keeping them to JSON adds to building the step
+/// (the bans merged into each entry's logit_adjust) and to taking its tokens.
+void bm_json_iteration(benchmark::State& state) {
+  const auto running = static_cast<std::uint32_t>(state.range(0));
+  const bool json = state.range(1) != 0;
+  state.SetLabel(json ? "json_object" : "text");
+  harness h{running, "fcfs", &vocab32k()};
+  for (std::uint32_t i = 0; i < running; ++i)
+    h.submit(1u << 20, json);
+  std::vector<std::int32_t> tokens;
+  // The first steps write {"a, then the output stays in the string.
+  const std::int32_t open = 258 + 2; // "{\""
+  for (int i = 0; i < 4; ++i)
+    h.iterate(tokens, json && i == 0 ? open : 1, json);
+  std::size_t batch = 0;
+  for (auto _ : state)
+    batch += h.iterate(tokens, 1, json);
+  state.counters["batch"] = static_cast<double>(batch) / static_cast<double>(state.iterations());
+}
+
+BENCHMARK(bm_json_iteration)
+  ->ArgNames({"running", "json"})
+  ->ArgsProduct({{1, 64}, {0, 1}})
   ->Unit(benchmark::kMicrosecond);
 
 } // namespace
