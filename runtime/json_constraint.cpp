@@ -260,32 +260,46 @@ bool json_machine::step(unsigned char c) {
 
 // -- json_vocab -------------------------------------------------------------------
 
+void json_vocab::insert(trie& t, std::string_view bytes, std::int32_t token) {
+  if (t.empty())
+    t.emplace_back();
+  std::uint32_t at = 0;
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
+    auto& next = t[at].next;
+    auto it = std::lower_bound(next.begin(), next.end(), c, [](const auto& e, unsigned char x) { return e.first < x; });
+    if (it == next.end() || it->first != c) {
+      const auto fresh = static_cast<std::uint32_t>(t.size());
+      it = next.insert(it, {c, fresh});
+      t.emplace_back(); // (invalidates `next`; `fresh` is kept)
+      at = fresh;
+    } else {
+      at = it->second;
+    }
+  }
+  t[at].tokens.push_back(token);
+}
+
 json_vocab::json_vocab(const gpu::tokenizer& vocab, std::size_t cached_states)
     : cached_states_(std::max<std::size_t>(cached_states, 1)) {
   const auto n = std::max(vocab.vocab_size(), 0);
   bytes_.resize(static_cast<std::size_t>(n));
   trie_.emplace_back();
+  unplain_.emplace_back();
+  json_machine in_string;
+  in_string.feed(std::string_view("{\"a\":\""));
+  const auto string_key = in_string.key();
   for (std::int32_t t = 0; t < n; ++t) {
     auto& b = bytes_[static_cast<std::size_t>(t)];
     b = vocab.decode(t);
     if (b.empty())
       continue;
-    std::uint32_t at = 0;
-    for (const char ch : b) {
-      const auto c = static_cast<unsigned char>(ch);
-      auto& next = trie_[at].next;
-      auto it = std::lower_bound(next.begin(), next.end(), c,
-                                 [](const auto& e, unsigned char x) { return e.first < x; });
-      if (it == next.end() || it->first != c) {
-        const auto fresh = static_cast<std::uint32_t>(trie_.size());
-        it = next.insert(it, {c, fresh});
-        trie_.emplace_back(); // (invalidates `next`; `fresh` is kept)
-        at = fresh;
-      } else {
-        at = it->second;
-      }
-    }
-    trie_[at].tokens.push_back(t);
+    insert(trie_, b, t);
+    json_machine m = in_string;
+    if (m.feed(b) && m.key() == string_key)
+      plain_.push_back(t);
+    else
+      insert(unplain_, b, t);
   }
 }
 
@@ -295,14 +309,14 @@ std::string_view json_vocab::bytes(std::int32_t t) const {
   return t >= 0 && t < size() ? std::string_view(bytes_[static_cast<std::size_t>(t)]) : std::string_view();
 }
 
-void json_vocab::walk(std::uint32_t at, const json_machine& m, std::vector<std::int32_t>& out) const {
-  for (const auto& [c, child] : trie_[at].next) {
+void json_vocab::walk(const trie& t, std::uint32_t at, const json_machine& m, std::vector<std::int32_t>& out) {
+  for (const auto& [c, child] : t[at].next) {
     json_machine next = m;
     if (!next.step(c))
       continue;
-    const auto& ending = trie_[child].tokens;
+    const auto& ending = t[child].tokens;
     out.insert(out.end(), ending.begin(), ending.end());
-    walk(child, next, out);
+    walk(t, child, next, out);
   }
 }
 
@@ -313,8 +327,17 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const json_mach
     return hit->second->second;
   }
   token_split out;
-  walk(0, m, out.allowed);
-  std::sort(out.allowed.begin(), out.allowed.end());
+  if (m.lex_ == json_machine::lex::string && m.utf8_left_ == 0) {
+    // Plain text keeps any string as it is: only the rest is walked.
+    std::vector<std::int32_t> walked;
+    walk(unplain_, 0, m, walked);
+    std::sort(walked.begin(), walked.end());
+    out.allowed.resize(plain_.size() + walked.size());
+    std::merge(plain_.begin(), plain_.end(), walked.begin(), walked.end(), out.allowed.begin());
+  } else {
+    walk(trie_, 0, m, out.allowed);
+    std::sort(out.allowed.begin(), out.allowed.end());
+  }
   out.banned.reserve(bytes_.size() - out.allowed.size());
   auto a = out.allowed.begin();
   for (std::int32_t t = 0; t < size(); ++t) {

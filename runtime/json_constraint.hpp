@@ -113,10 +113,17 @@ private:
     std::vector<std::pair<unsigned char, std::uint32_t>> next; ///< by byte
     std::vector<std::int32_t> tokens;                          ///< ending here
   };
-  void walk(std::uint32_t at, const json_machine& m, std::vector<std::int32_t>& out) const;
+  using trie = std::vector<node>;
+  static void insert(trie& t, std::string_view bytes, std::int32_t token);
+  static void walk(const trie& t, std::uint32_t at, const json_machine& m, std::vector<std::int32_t>& out);
 
   std::vector<std::string> bytes_;
-  std::vector<node> trie_;
+  trie trie_;
+  /// Inside a string (no character begun), most tokens are plain text that
+  /// leaves the string as it was: those (ascending), and a trie of the
+  /// rest, the only ones such a state needs to walk.
+  std::vector<std::int32_t> plain_;
+  trie unplain_;
   std::size_t cached_states_;
   std::list<std::pair<std::string, std::shared_ptr<const token_split>>> lru_;
   std::unordered_map<std::string, decltype(lru_)::iterator> by_key_;

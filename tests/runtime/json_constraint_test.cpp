@@ -200,6 +200,37 @@ TEST(json_vocab, allows_the_tokens_whose_bytes_all_may_come_next) {
   EXPECT_EQ(v.bytes(99), "");
 }
 
+TEST(json_vocab, allows_exactly_the_tokens_a_machine_takes_in_every_state_of_random_json) {
+  // Brute force as the oracle: feed each token to a copy of the machine.
+  std::vector<std::string> pieces{"", "{", "}", "[", "]", "\"", "\":", ",", " ", "\n", "1", "-", "0.", "e+", "true",
+                                  "nul", "l", "\\", "\\u", "00e9", "n", "\"}", "ab", "\xc3", "\xa9", "\xc3\xa9",
+                                  "\xe2\x98", "\xba", "\x01", "x\"", "a\\\"", "}}", "{\"", "\":\"", "]}", "],[", "\t"};
+  list_tokenizer t(pieces);
+  json_vocab v(t, 8);
+  std::mt19937 rng(3);
+  int states = 0;
+  for (int i = 0; i < 300; ++i) {
+    auto doc = nlohmann::json::object();
+    doc["v"] = random_value(rng, 3);
+    const auto text = doc.dump(i % 2 == 0 ? 1 : -1);
+    json_machine m;
+    for (std::size_t k = 0; k < text.size(); ++k) {
+      if (rng() % 4 == 0) {
+        std::vector<std::int32_t> want;
+        for (std::int32_t tok = 0; tok < t.vocab_size(); ++tok) {
+          json_machine copy = m;
+          if (!v.bytes(tok).empty() && copy.feed(v.bytes(tok)))
+            want.push_back(tok);
+        }
+        ASSERT_EQ(*v.allowed(m), want) << text.substr(0, k);
+        ++states;
+      }
+      ASSERT_TRUE(m.feed(static_cast<unsigned char>(text[k])));
+    }
+  }
+  EXPECT_GT(states, 1000);
+}
+
 TEST(json_vocab, answers_a_recurring_state_from_its_cache_and_the_same) {
   list_tokenizer t({"", "{", "\"", "a", "\":", "1", ",", "}"});
   json_vocab v(t, 2);
