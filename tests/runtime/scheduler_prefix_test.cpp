@@ -12,6 +12,7 @@
 #include "runtime/memory_pool.hpp"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -48,13 +49,16 @@ struct request {
   std::uint64_t session = 0;
   std::int32_t prompt_logprobs = -1;
   std::uint64_t adapter_pages = 0;
+  bool json = false; ///< response_format json_object (needs the shell's vocab)
 };
 
 class prefix_shell {
 public:
-  explicit prefix_shell(scheduler_limits limits, std::unique_ptr<policies::scheduling_policy> policy = nullptr)
-    : core(limits, policy ? std::move(policy) : std::make_unique<policies::fcfs_scheduling_policy>(), nullptr),
-      pool(limits.total_pages), host(limits.host_pages), per_(limits.page_tokens), page_bytes_(limits.page_bytes) {}
+  explicit prefix_shell(scheduler_limits limits, std::unique_ptr<policies::scheduling_policy> policy = nullptr,
+                        const gpu::tokenizer* vocab = nullptr)
+    : core(limits, policy ? std::move(policy) : std::make_unique<policies::fcfs_scheduling_policy>(), vocab),
+      pool(limits.total_pages), host(limits.host_pages), vocab_(vocab), per_(limits.page_tokens),
+      page_bytes_(limits.page_bytes) {}
 
   void submit(std::uint64_t id, request r) {
     request_spec s;
@@ -67,6 +71,7 @@ public:
     s.session = r.session;
     s.prompt_logprobs = r.prompt_logprobs;
     s.adapter_pages = r.adapter_pages;
+    s.json_object = r.json;
     s.arrival_s = now;
     s.seed = id;
     ASSERT_EQ(core.submit(std::move(s)), scheduler_core::submit_result::accepted);
@@ -84,7 +89,11 @@ public:
       std::vector<std::int32_t> tokens;
       for (const auto& e : batch) {
         check_and_write(e);
-        tokens.push_back(token_of(e.request_id, e.output_index));
+        const auto t = choose(e);
+        // A recompute gives the same token again.
+        const auto [at, fresh] = chosen_.try_emplace({e.request_id, e.output_index}, t);
+        ASSERT_TRUE(fresh || at->second == t) << "request " << e.request_id << " output " << e.output_index;
+        tokens.push_back(t);
       }
       steps.push_back(batch);
       now += 1;
@@ -95,6 +104,32 @@ public:
   /// The token request `id` produces at output `index` (the same on a recompute).
   static std::int32_t token_of(std::uint64_t id, std::uint32_t index) {
     return static_cast<std::int32_t>(1000 + (id * 31 + index) % 97);
+  }
+
+  /// What a step samples for `e`: token_of, or for a JSON request one of the
+  /// vocabulary's tokens its logit_adjust leaves (by the same hash, so a
+  /// recompute, in the same JSON state, draws it again).
+  std::int32_t choose(const gpu::step_entry& e) const {
+    if (!requests_.at(e.request_id).json)
+      return token_of(e.request_id, e.output_index);
+    std::vector<std::int32_t> ok;
+    auto a = e.logit_adjust.begin();
+    for (std::int32_t t = 0; t < vocab_->vocab_size(); ++t) {
+      for (; a != e.logit_adjust.end() && a->token < t; ++a) {
+      }
+      if (a == e.logit_adjust.end() || a->token != t || a->delta > -1e29f)
+        ok.push_back(t);
+    }
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? 0 : ok[(e.request_id * 31 + e.output_index * 7) % ok.size()];
+  }
+
+  /// Request `id`'s output as text.
+  std::string text_of(std::uint64_t id) {
+    std::string s;
+    for (const auto t : outputs[id])
+      s += vocab_->decode(t);
+    return s;
   }
 
   /// The first step that prefilled `id` (its first entry with new_tokens > 1,
@@ -187,7 +222,7 @@ private:
     for (const auto& t : fx.tokens) {
       auto& out = outputs[t.request_id];
       ASSERT_EQ(t.index, out.size());
-      ASSERT_EQ(t.token, token_of(t.request_id, t.index));
+      ASSERT_EQ(t.token, chosen_.at({t.request_id, t.index}));
       out.push_back(t.token);
     }
     for (const auto& f : fx.finished) {
@@ -237,9 +272,11 @@ private:
     }
   }
 
+  const gpu::tokenizer* vocab_;
   std::uint32_t per_;
   std::uint64_t page_bytes_;
   std::map<std::uint64_t, request> requests_;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::int32_t> chosen_; ///< (request, output index)
   std::unordered_map<std::uint32_t, std::vector<std::int32_t>> kv_;
   std::unordered_map<std::uint32_t, std::vector<std::int32_t>> host_kv_;
 };
@@ -452,6 +489,61 @@ TEST(scheduler_prefix, random_requests_with_swapping_read_only_their_own_history
   for (std::uint32_t seed = 1; seed <= 8; ++seed) {
     SCOPED_TRACE("seed " + std::to_string(seed));
     run_random(true, seed);
+  }
+}
+
+/// A vocabulary of JSON pieces (every byte they hold a token of its own
+/// too, so no beginning of JSON is left without a way on); 0 stands for no
+/// text (the end-of-sequence token).
+class json_pieces final : public gpu::tokenizer {
+public:
+  std::vector<std::int32_t> encode(const std::string&) const override { return {}; }
+  std::string decode(std::int32_t t) const override {
+    static const std::vector<std::string> pieces{
+      "", "{", "}", "[", "]", "\"", "\"k\":", ":", ",", " ", "1", "-", "0.", "5", "e", "+", "true", "nul", "l", "\\",
+      "n", "\"}", "x", "}}", "{\"", "\":\"", "]}", "t", "r", "u", "a", "s", "f", "0"};
+    return t >= 0 && static_cast<std::size_t>(t) < pieces.size() ? pieces[static_cast<std::size_t>(t)] : "";
+  }
+  std::int32_t vocab_size() const override { return 34; }
+  std::int32_t eos_token() const override { return 0; }
+};
+
+TEST(scheduler_prefix, json_outputs_stay_json_through_recomputes_and_swaps) {
+  // The JSON state is the output's: a squashed request recomputes its
+  // output so far and goes on from the same state; a swapped one too.
+  json_pieces vocab;
+  for (const bool swap : {false, true}) {
+    SCOPED_TRACE(swap ? "swap" : "recompute");
+    auto limits = prefix_limits(24);
+    limits.on_demand = true;
+    limits.growth_watermark = 1;
+    if (swap) {
+      limits.host_pages = 24;
+      limits.page_bytes = 16;
+    }
+    prefix_shell sh{limits, swap ? std::make_unique<swapping_fcfs>() : nullptr, &vocab};
+    std::mt19937 rng{swap ? 5u : 6u};
+    std::uint64_t id = 0;
+    for (int wave = 0; wave < 4; ++wave) {
+      for (int k = 0; k < 12; ++k) {
+        ++id;
+        sh.submit(id, {tokens(static_cast<std::int32_t>(10000 + 100 * id), 1 + rng() % 12),
+                       static_cast<std::uint32_t>(4 + rng() % 40), 0, 0, -1, 0, rng() % 4 != 0});
+      }
+      sh.run();
+      ASSERT_FALSE(testing::Test::HasFatalFailure());
+    }
+    EXPECT_GT(sh.core.squashed() + sh.swaps_out, 0u) << "no preemption: the test covers less than it should";
+    int objects = 0;
+    for (std::uint64_t r = 1; r <= id; ++r) {
+      ASSERT_TRUE(sh.finished.contains(r)) << r;
+      if (sh.reasons[r] != finish_reason::stop)
+        continue;
+      const auto text = sh.text_of(r);
+      EXPECT_TRUE(nlohmann::json::parse(text).is_object()) << text;
+      ++objects;
+    }
+    EXPECT_GT(objects, 5);
   }
 }
 
