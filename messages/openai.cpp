@@ -12,6 +12,7 @@
 #include <limits>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <utility>
 
 namespace troupe::openai {
@@ -1195,39 +1196,68 @@ std::string prometheus_text(const wire::stats_reply& stats) {
   };
   // Histograms: NAME_bucket_le_BOUND, then NAME_sum and NAME_count.
   std::vector<std::string> histograms;
-  for (const auto& v : stats.values)
+  std::set<std::string, std::less<>> names;
+  for (const auto& v : stats.values) {
+    names.insert(v.name);
     if (const auto at = v.name.find(bucket); at != std::string::npos)
       histograms.push_back(v.name.substr(0, at));
-  auto of_histogram = [&](std::string_view name) {
+  }
+  auto histogram_of = [&](std::string_view name) -> std::optional<std::string> {
     for (const char* part : {"_sum", "_count"})
-      if (name.ends_with(part)
-          && std::find(histograms.begin(), histograms.end(), name.substr(0, name.size() - std::strlen(part)))
-               != histograms.end())
-        return true;
-    return false;
+      if (name.ends_with(part)) {
+        const auto base = name.substr(0, name.size() - std::strlen(part));
+        if (std::find(histograms.begin(), histograms.end(), base) != histograms.end())
+          return std::string(base);
+      }
+    return std::nullopt;
   };
-  std::string out;
-  std::string typed; // the histogram whose TYPE line is out
+  // A multi-node deployment's per-node figures, node<i>_NAME: NAME's
+  // family labelled node="i" where the stats hold NAME (a level's nodes
+  // beside the largest), else node_NAME's (the router's node<i>_alive).
+  auto per_node = [&](std::string_view name) -> std::optional<std::pair<std::string, std::string>> {
+    if (!name.starts_with("node"))
+      return std::nullopt;
+    std::size_t at = 4;
+    while (at < name.size() && std::isdigit(static_cast<unsigned char>(name[at])))
+      ++at;
+    if (at == 4 || at + 1 >= name.size() || name[at] != '_')
+      return std::nullopt;
+    const auto rest = name.substr(at + 1);
+    return std::pair{names.contains(rest) ? std::string(rest) : "node_" + std::string(rest),
+                     "{node=\"" + std::string(name.substr(4, at - 4)) + "\"}"};
+  };
+  // Each family's samples stay together, families in order of first sight.
+  struct family {
+    std::string name;
+    const char* type;
+    std::string samples;
+  };
+  std::vector<family> families;
+  auto add = [&](const std::string& name, const char* type, const std::string& sample) {
+    auto f = std::find_if(families.begin(), families.end(), [&](const family& x) { return x.name == name; });
+    if (f == families.end())
+      f = families.insert(families.end(), family{name, type, {}});
+    f->samples += sample + "\n";
+  };
   for (const auto& [name, value, kind] : stats.values) {
     if (!std::isfinite(value))
       continue;
-    json v = value; // shortest form that reads back the same
+    const auto v = json(value).dump(); // shortest form that reads back the same
     if (const auto at = name.find(bucket); at != std::string::npos) {
       const auto base = metric_of(std::string_view(name).substr(0, at));
-      if (base != typed)
-        out += "# TYPE " + base + " histogram\n";
-      typed = base;
-      out += base + "_bucket{le=\"" + name.substr(at + bucket.size()) + "\"} " + v.dump() + "\n";
-    } else if (of_histogram(name)) {
-      out += metric_of(name) + " " + v.dump() + "\n";
-    } else if (kind == stat_kind::counter) {
-      const auto metric = metric_of(name) + "_total";
-      out += "# TYPE " + metric + " counter\n" + metric + " " + v.dump() + "\n";
+      add(base, "histogram", base + "_bucket{le=\"" + name.substr(at + bucket.size()) + "\"} " + v);
+    } else if (const auto h = histogram_of(name)) {
+      add(metric_of(*h), "histogram", metric_of(name) + " " + v);
     } else {
-      const auto metric = metric_of(name);
-      out += "# TYPE " + metric + " gauge\n" + metric + " " + v.dump() + "\n";
+      const auto node = per_node(name);
+      const bool counter = kind == stat_kind::counter;
+      const auto metric = metric_of(node ? node->first : name) + (counter ? "_total" : "");
+      add(metric, counter ? "counter" : "gauge", metric + (node ? node->second : "") + " " + v);
     }
   }
+  std::string out;
+  for (const auto& f : families)
+    out += "# TYPE " + f.name + " " + f.type + "\n" + f.samples;
   return out;
 }
 

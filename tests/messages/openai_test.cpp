@@ -1107,6 +1107,31 @@ TEST(openai, stats_become_prometheus_gauges_and_counters) {
                                 "# TYPE troupe_ttft_ms_p50 gauge\ntroupe_ttft_ms_p50 4.5\n");
 }
 
+TEST(openai, a_deployments_per_node_figures_become_labels_of_their_family) {
+  wire::stats_reply s;
+  s.values = {stat_level("ttft_ms_p99", 450),       stat_counter("intake_accepted", 9),
+              stat_level("node0_ttft_ms_p99", 120), stat_level("node2_ttft_ms_p99", 450),
+              stat_gauge("node0_alive", 1),         stat_counter("node0_placed", 4),
+              stat_gauge("node2_alive", 0),         stat_counter("node2_placed", 5),
+              stat_counter("node_pulls", 2),        stat_gauge("nodes_x", 1)};
+  EXPECT_EQ(prometheus_text(s), "# TYPE troupe_ttft_ms_p99 gauge\n"
+                                "troupe_ttft_ms_p99 450.0\n"
+                                "troupe_ttft_ms_p99{node=\"0\"} 120.0\n"
+                                "troupe_ttft_ms_p99{node=\"2\"} 450.0\n"
+                                "# TYPE troupe_intake_accepted_total counter\n"
+                                "troupe_intake_accepted_total 9.0\n"
+                                "# TYPE troupe_node_alive gauge\n"
+                                "troupe_node_alive{node=\"0\"} 1.0\n"
+                                "troupe_node_alive{node=\"2\"} 0.0\n"
+                                "# TYPE troupe_node_placed_total counter\n"
+                                "troupe_node_placed_total{node=\"0\"} 4.0\n"
+                                "troupe_node_placed_total{node=\"2\"} 5.0\n"
+                                "# TYPE troupe_node_pulls_total counter\n"
+                                "troupe_node_pulls_total 2.0\n"
+                                "# TYPE troupe_nodes_x gauge\n"
+                                "troupe_nodes_x 1.0\n");
+}
+
 TEST(openai, histogram_stats_become_one_prometheus_histogram_each) {
   wire::stats_reply s;
   s.values = {stat_counter("steps", 4),
