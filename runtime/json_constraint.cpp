@@ -261,9 +261,7 @@ bool json_machine::step(unsigned char c) {
 // -- json_vocab -------------------------------------------------------------------
 
 void json_vocab::insert(trie& t, std::string_view bytes, std::int32_t token) {
-  if (t.empty())
-    t.emplace_back();
-  std::uint32_t at = 0;
+  std::uint32_t at = 0; // the root, made by the constructor
   for (const char ch : bytes) {
     const auto c = static_cast<unsigned char>(ch);
     auto& next = t[at].next;

@@ -54,7 +54,7 @@ private:
     after,          ///< after a value in a container: ',' or its close
     string,         ///< in a string (key_ says whether a key)
     escape,         ///< after '\' in a string
-    unicode,        ///< in \uXXXX, hex_left digits to go
+    unicode,        ///< in a \u escape: hex_left of its 4 hex digits to go
     number,         ///< in a number (num_ says where)
     literal,        ///< in true, false or null (lit_, lit_at_)
     done,           ///< the top-level object has closed

@@ -10,6 +10,7 @@
 #include "gpu/sim_backend.hpp"
 #include "policies/fcfs_scheduling_policy.hpp"
 #include "runtime/memory_pool.hpp"
+#include "tests/support/step_entry.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -1182,19 +1183,7 @@ TEST(scheduler_core, stop_tokens_ignore_eos_and_min_tokens_decide_which_token_en
 
 // -- JSON output (response_format json_object) --------------------------------------
 
-/// The tokens a step entry leaves samplable: those its logit_adjust does
-/// not ban, out of `vocab` tokens.
-std::vector<std::int32_t> samplable(const gpu::step_entry& e, std::int32_t vocab) {
-  std::vector<std::int32_t> out;
-  auto a = e.logit_adjust.begin();
-  for (std::int32_t t = 0; t < vocab; ++t) {
-    for (; a != e.logit_adjust.end() && a->token < t; ++a) {
-    }
-    if (a == e.logit_adjust.end() || a->token != t || a->delta > -1e29f)
-      out.push_back(t);
-  }
-  return out;
-}
+using testing::samplable;
 
 TEST(scheduler_core, a_json_object_request_samples_only_tokens_that_keep_it_json_and_ends_when_it_closes) {
   fake_tokenizer vocab;

@@ -10,6 +10,7 @@
 
 #include "policies/fcfs_scheduling_policy.hpp"
 #include "runtime/memory_pool.hpp"
+#include "tests/support/step_entry.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -112,14 +113,7 @@ public:
   std::int32_t choose(const gpu::step_entry& e) const {
     if (!requests_.at(e.request_id).json)
       return token_of(e.request_id, e.output_index);
-    std::vector<std::int32_t> ok;
-    auto a = e.logit_adjust.begin();
-    for (std::int32_t t = 0; t < vocab_->vocab_size(); ++t) {
-      for (; a != e.logit_adjust.end() && a->token < t; ++a) {
-      }
-      if (a == e.logit_adjust.end() || a->token != t || a->delta > -1e29f)
-        ok.push_back(t);
-    }
+    const auto ok = testing::samplable(e, vocab_->vocab_size());
     EXPECT_FALSE(ok.empty());
     return ok.empty() ? 0 : ok[(e.request_id * 31 + e.output_index * 7) % ok.size()];
   }
@@ -442,11 +436,9 @@ TEST(scheduler_prefix, an_adapter_load_without_room_makes_idle_cached_pages_give
   sh.expect_all_back();
 }
 
-/// Many requests over three system prompts in a pool too small for them,
-/// pages on demand: preemptions (recompute, or swap with a host pool) and
-/// evictions interleave with reads of shared pages. The KV oracle checks
-/// every step.
-void run_random(bool swap, std::uint32_t seed) {
+/// A 24-page pool with pages on demand, so requests are preempted; with
+/// `swap`, a 24-page host pool for their caches.
+scheduler_limits preempting_limits(bool swap) {
   auto limits = prefix_limits(24);
   limits.on_demand = true;
   limits.growth_watermark = 1;
@@ -454,7 +446,15 @@ void run_random(bool swap, std::uint32_t seed) {
     limits.host_pages = 24;
     limits.page_bytes = 16;
   }
-  prefix_shell sh{limits, swap ? std::make_unique<swapping_fcfs>() : nullptr};
+  return limits;
+}
+
+/// Many requests over three system prompts in a pool too small for them,
+/// pages on demand: preemptions (recompute, or swap with a host pool) and
+/// evictions interleave with reads of shared pages. The KV oracle checks
+/// every step.
+void run_random(bool swap, std::uint32_t seed) {
+  prefix_shell sh{preempting_limits(swap), swap ? std::make_unique<swapping_fcfs>() : nullptr};
   std::mt19937 rng{seed};
   std::vector<std::vector<std::int32_t>> systems{tokens(1, 13), tokens(300, 8), tokens(600, 21)};
   std::uint64_t id = 0;
@@ -467,7 +467,7 @@ void run_random(bool swap, std::uint32_t seed) {
       sh.submit(id, {prompt, static_cast<std::uint32_t>(1 + rng() % 40), static_cast<std::uint32_t>(rng() % 4 == 0)});
     }
     sh.run();
-    if (testing::Test::HasFatalFailure())
+    if (::testing::Test::HasFatalFailure())
       return;
   }
   EXPECT_GT(sh.core.prefix_hits(), 4u);
@@ -514,14 +514,7 @@ TEST(scheduler_prefix, json_outputs_stay_json_through_recomputes_and_swaps) {
   json_pieces vocab;
   for (const bool swap : {false, true}) {
     SCOPED_TRACE(swap ? "swap" : "recompute");
-    auto limits = prefix_limits(24);
-    limits.on_demand = true;
-    limits.growth_watermark = 1;
-    if (swap) {
-      limits.host_pages = 24;
-      limits.page_bytes = 16;
-    }
-    prefix_shell sh{limits, swap ? std::make_unique<swapping_fcfs>() : nullptr, &vocab};
+    prefix_shell sh{preempting_limits(swap), swap ? std::make_unique<swapping_fcfs>() : nullptr, &vocab};
     std::mt19937 rng{swap ? 5u : 6u};
     std::uint64_t id = 0;
     for (int wave = 0; wave < 4; ++wave) {
@@ -531,7 +524,7 @@ TEST(scheduler_prefix, json_outputs_stay_json_through_recomputes_and_swaps) {
                        static_cast<std::uint32_t>(4 + rng() % 40), 0, 0, -1, 0, rng() % 4 != 0});
       }
       sh.run();
-      ASSERT_FALSE(testing::Test::HasFatalFailure());
+      ASSERT_FALSE(::testing::Test::HasFatalFailure());
     }
     EXPECT_GT(sh.core.squashed() + sh.swaps_out, 0u) << "no preemption: the test covers less than it should";
     int objects = 0;

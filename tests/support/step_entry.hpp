@@ -25,4 +25,19 @@ inline gpu::step_entry greedy_entry(std::vector<std::int32_t> tokens, std::uint3
   return e;
 }
 
+/// The tokens of a vocabulary of `vocab` that entry `e` leaves samplable:
+/// those its logit_adjust does not ban (a delta of -1e30, as the scheduler
+/// bans), ascending.
+inline std::vector<std::int32_t> samplable(const gpu::step_entry& e, std::int32_t vocab) {
+  std::vector<std::int32_t> out;
+  auto a = e.logit_adjust.begin();
+  for (std::int32_t t = 0; t < vocab; ++t) {
+    for (; a != e.logit_adjust.end() && a->token < t; ++a) {
+    }
+    if (a == e.logit_adjust.end() || a->token != t || a->delta > -1e29f)
+      out.push_back(t);
+  }
+  return out;
+}
+
 } // namespace troupe::testing
