@@ -1,6 +1,7 @@
 #include "runtime/json_constraint.hpp"
 
 #include "gpu/backend.hpp"
+#include "runtime/json_schema.hpp"
 
 #include <algorithm>
 
@@ -307,9 +308,10 @@ std::string_view json_vocab::bytes(std::int32_t t) const {
   return t >= 0 && t < size() ? std::string_view(bytes_[static_cast<std::size_t>(t)]) : std::string_view();
 }
 
-void json_vocab::walk(const trie& t, std::uint32_t at, const json_machine& m, std::vector<std::int32_t>& out) {
+template <class Machine>
+void json_vocab::walk(const trie& t, std::uint32_t at, const Machine& m, std::vector<std::int32_t>& out) {
   for (const auto& [c, child] : t[at].next) {
-    json_machine next = m;
+    Machine next = m;
     if (!next.step(c))
       continue;
     const auto& ending = t[child].tokens;
@@ -319,13 +321,21 @@ void json_vocab::walk(const trie& t, std::uint32_t at, const json_machine& m, st
 }
 
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const json_machine& m) {
-  auto k = m.key();
+  return split(m, m.key(), m.lex_ == json_machine::lex::string && m.utf8_left_ == 0);
+}
+
+std::shared_ptr<const json_vocab::token_split> json_vocab::split(const schema_machine& m) {
+  return split(m, m.key(), m.free_text());
+}
+
+template <class Machine>
+std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& m, std::string k, bool in_text) {
   if (const auto hit = by_key_.find(k); hit != by_key_.end()) {
     lru_.splice(lru_.begin(), lru_, hit->second);
     return hit->second->second;
   }
   token_split out;
-  if (m.lex_ == json_machine::lex::string && m.utf8_left_ == 0) {
+  if (in_text) {
     // Plain text keeps any string as it is: only the rest is walked.
     std::vector<std::int32_t> walked;
     walk(unplain_, 0, m, walked);

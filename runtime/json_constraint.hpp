@@ -20,6 +20,8 @@ class tokenizer;
 
 namespace troupe {
 
+class schema_machine;
+
 /// Reads JSON text (RFC 8259) byte by byte whose top-level value is an
 /// object, and says whether a byte may come next. Strings must be valid
 /// UTF-8 (no overlong forms, no surrogates) without raw control
@@ -32,6 +34,7 @@ public:
   static constexpr std::uint32_t max_blank = 32;
 
   friend class json_vocab;
+  friend class schema_machine;
 
   /// Takes `c` if JSON text that has read this far may go on with it;
   /// otherwise returns false and stays as it was.
@@ -98,8 +101,11 @@ public:
     std::vector<std::int32_t> banned;
   };
   std::shared_ptr<const token_split> split(const json_machine& m);
+  /// The same for a machine that holds the text to a JSON Schema.
+  std::shared_ptr<const token_split> split(const schema_machine& m);
   /// split(m)'s allowed tokens.
-  std::shared_ptr<const std::vector<std::int32_t>> allowed(const json_machine& m) {
+  template <class Machine>
+  std::shared_ptr<const std::vector<std::int32_t>> allowed(const Machine& m) {
     auto s = split(m);
     return {s, &s->allowed};
   }
@@ -115,7 +121,12 @@ private:
   };
   using trie = std::vector<node>;
   static void insert(trie& t, std::string_view bytes, std::int32_t token);
-  static void walk(const trie& t, std::uint32_t at, const json_machine& m, std::vector<std::int32_t>& out);
+  template <class Machine>
+  static void walk(const trie& t, std::uint32_t at, const Machine& m, std::vector<std::int32_t>& out);
+  /// split() for a machine whose key is `k`; `in_text`: it is inside a
+  /// string that plain text keeps as it is.
+  template <class Machine>
+  std::shared_ptr<const token_split> split(const Machine& m, std::string k, bool in_text);
 
   std::vector<std::string> bytes_;
   trie trie_;

@@ -102,6 +102,10 @@ struct request_spec {
   /// step bans the tokens that would break it, and the object's close ends
   /// the output (finish "stop").
   bool json_object = false;
+  /// Not empty: the output is a value of this JSON Schema (its text, which
+  /// json_schema::compile takes; the intake refuses one it does not), held
+  /// to it as json_object holds the output to an object.
+  std::string json_schema;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

@@ -11,6 +11,7 @@
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
 #include "runtime/json_constraint.hpp"
+#include "runtime/json_schema.hpp"
 #include "runtime/prefix_cache.hpp"
 #include "runtime/request_state.hpp"
 
@@ -206,7 +207,8 @@ public:
 
   // -- mutators ---------------------------------------------------------------
 
-  /// Queues a new request.
+  /// Queues a new request. Throws std::invalid_argument for a json_schema
+  /// json_schema::compile refuses (the intake refuses such a request first).
   submit_result submit(request_spec spec);
 
   /// Runs the policy and starts admitting what it chose.
@@ -469,9 +471,9 @@ private:
     /// Admitted, before its prefill: the keys of the whole prompt pages it
     /// will compute and add to the cache (counted in computing_).
     std::vector<std::uint64_t> computing_keys;
-    /// With request_spec::json_object: the output read so far, and the
-    /// tokens that may come next (null: not looked up yet).
-    std::optional<json_machine> json;
+    /// With request_spec::json_object or json_schema: the output read so
+    /// far, and the tokens that may come next (null: not looked up yet).
+    std::optional<schema_machine> json;
     std::shared_ptr<const json_vocab::token_split> json_allowed;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
@@ -609,6 +611,10 @@ private:
   const gpu::tokenizer* vocab_;
   /// vocab_'s tokens for JSON output, built at the first request asking.
   std::unique_ptr<json_vocab> json_vocab_;
+  /// Schemas compiled by their text (requests that share one share its
+  /// json_vocab answers); forgotten all at once past max_schemas.
+  static constexpr std::size_t max_schemas = 64;
+  std::unordered_map<std::string, std::shared_ptr<const json_schema>> schemas_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;

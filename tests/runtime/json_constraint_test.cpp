@@ -3,6 +3,7 @@
 #include "runtime/json_constraint.hpp"
 
 #include "gpu/backend.hpp"
+#include "tests/support/list_tokenizer.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -169,18 +170,7 @@ TEST(json_machine, takes_a_text_whole_exactly_when_the_oracle_parses_it_as_an_ob
   EXPECT_GT(agreed_yes, 1000) << "the mutations left enough valid texts to compare";
 }
 
-/// A vocabulary of the given strings; token 0 stands for no text (the
-/// end-of-sequence token).
-struct list_tokenizer final : gpu::tokenizer {
-  explicit list_tokenizer(std::vector<std::string> t) : tokens(std::move(t)) {}
-  std::vector<std::int32_t> encode(const std::string&) const override { return {}; }
-  std::string decode(std::int32_t t) const override {
-    return t >= 0 && t < vocab_size() ? tokens[static_cast<std::size_t>(t)] : "";
-  }
-  std::int32_t vocab_size() const override { return static_cast<std::int32_t>(tokens.size()); }
-  std::int32_t eos_token() const override { return 0; }
-  std::vector<std::string> tokens;
-};
+using testing::list_tokenizer;
 
 TEST(json_vocab, allows_the_tokens_whose_bytes_all_may_come_next) {
   //                     0    1    2      3     4        5     6    7       8     9      10

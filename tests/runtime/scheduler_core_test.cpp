@@ -150,6 +150,7 @@ struct request_args {
   bool ignore_eos = false;
   std::uint32_t min_tokens = 0;
   bool json_object = false;
+  std::string json_schema = {};
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -183,6 +184,7 @@ public:
     s.ignore_eos = a.ignore_eos;
     s.min_tokens = a.min_tokens;
     s.json_object = a.json_object;
+    s.json_schema = a.json_schema;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1241,16 +1243,19 @@ TEST(scheduler_core, a_json_object_request_given_a_banned_token_ends_with_an_err
   EXPECT_TRUE(e.all_returned());
 }
 
-TEST(scheduler_core, random_json_object_outputs_are_json_objects_or_their_beginnings) {
+/// Runs `count` requests one after another, each asking for `args` with a
+/// random max_tokens below `max_new` and sampling at random among the tokens
+/// its step allows; counts the outputs that ended whole (finish stop: parsed
+/// and given to `check_whole`) and those cut short (each a beginning that
+/// `machine` takes).
+template <class Machine, class Check>
+std::pair<int, int> sample_json_outputs(const std::vector<std::string>& pieces, request_args args,
+                                        std::uint32_t max_new, int count, std::uint64_t seed,
+                                        const Machine& machine, Check check_whole) {
   fake_tokenizer vocab;
-  const std::vector<std::string> pieces{"{", "}", "[", "]", "\"", "\"k\":", ":", ",", " ", "\n  ", "1", "-", "0.",
-                                        "5e", "+", "2", "true", "nul", "l", "\\", "n", "\"}", "x", "\xc3", "\xa9",
-                                        "}}", "{\"", "\":\"", "]}", "e", "t", "r", "u", "a", "s", "f", "0"};
-  // (every byte the pieces hold is a token of its own too: no beginning of
-  // JSON is left without a token to go on with)
   for (std::size_t i = 0; i < pieces.size(); ++i)
     vocab.words[static_cast<std::int32_t>(100 + i)] = pieces[i];
-  std::mt19937_64 rng{17};
+  std::mt19937_64 rng{seed};
   engine e{limits(1000, 8, 400), &vocab};
   e.token_of = [&](const gpu::step_entry& entry) {
     const auto ok = samplable(entry, 1000);
@@ -1258,35 +1263,80 @@ TEST(scheduler_core, random_json_object_outputs_are_json_objects_or_their_beginn
     return ok.empty() ? 0 : ok[rng() % ok.size()];
   };
   int whole = 0, cut = 0;
-  for (std::uint64_t id = 1; id <= 300; ++id) {
-    ASSERT_EQ(e.submit(id, {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 40), .json_object = true}),
-              "accepted");
+  for (std::uint64_t id = 1; id <= static_cast<std::uint64_t>(count); ++id) {
+    args.prompt = 2;
+    args.max_new = 1 + static_cast<std::uint32_t>(rng() % max_new);
+    EXPECT_EQ(e.submit(id, args), "accepted");
     e.admit();
     e.pages(id);
     while (!e.finish_of(id)) {
-      ASSERT_NE(e.step(), "step[]");
+      if (e.step() == "step[]") {
+        ADD_FAILURE() << "request " << id << " stalled";
+        return {whole, cut};
+      }
       e.done();
     }
-    std::string text, ids;
-    for (const auto& t : e.tokens_of(id)) {
+    std::string text;
+    for (const auto& t : e.tokens_of(id))
       text += vocab.decode(t.token);
-      ids += std::to_string(t.token) + " ";
-    }
-    SCOPED_TRACE(text + " (tokens " + ids + ")");
+    SCOPED_TRACE(text);
     const auto f = *e.finish_of(id);
     if (f.reason == finish_reason::stop) {
       ++whole;
-      EXPECT_TRUE(nlohmann::json::parse(text).is_object());
+      check_whole(nlohmann::json::parse(text));
     } else {
-      ASSERT_EQ(f.reason, finish_reason::length);
+      EXPECT_EQ(f.reason, finish_reason::length);
       ++cut;
-      json_machine m;
-      EXPECT_TRUE(m.feed(text)) << "a beginning of JSON";
+      auto m = machine;
+      EXPECT_TRUE(m.feed(text)) << "a beginning";
       EXPECT_FALSE(m.complete());
     }
   }
+  EXPECT_TRUE(e.all_returned());
+  return {whole, cut};
+}
+
+TEST(scheduler_core, random_json_object_outputs_are_json_objects_or_their_beginnings) {
+  // Every byte the pieces hold is a token of its own too: no beginning of
+  // JSON is left without a token to go on with.
+  const std::vector<std::string> pieces{"{", "}", "[", "]", "\"", "\"k\":", ":", ",", " ", "\n  ", "1", "-", "0.",
+                                        "5e", "+", "2", "true", "nul", "l", "\\", "n", "\"}", "x", "\xc3", "\xa9",
+                                        "}}", "{\"", "\":\"", "]}", "e", "t", "r", "u", "a", "s", "f", "0"};
+  const auto [whole, cut] = sample_json_outputs(pieces, {.json_object = true}, 40, 300, 17, json_machine{},
+                                                [](const nlohmann::json& v) { EXPECT_TRUE(v.is_object()); });
   EXPECT_GT(whole, 20);
   EXPECT_GT(cut, 20);
+}
+
+TEST(scheduler_core, random_json_schema_outputs_are_values_of_the_schema_or_their_beginnings) {
+  const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer"},"ok":{"type":"boolean"},
+    "tags":{"type":"array","items":{"enum":["x","yy"]},"maxItems":2}},"required":["n","ok"],"additionalProperties":false})";
+  std::vector<std::string> pieces{"{", "}", "[", "]", "\"", ":", ",", " ", "\"n\":", "\"ok\":", "\"tags\":", "\"x\"",
+                                  "\"yy\"", "-", "12", "true", "false", "1.5", "\"z\":1", "\"}", "],\"n\":"};
+  // Every byte the schema may ask for is a token of its own too.
+  for (const char c : std::string_view("0123456789ntrueofalsgkxy"))
+    pieces.emplace_back(1, c);
+  const auto check = [](const nlohmann::json& v) {
+    ASSERT_TRUE(v.is_object());
+    EXPECT_TRUE(v.contains("n") && v["n"].is_number_integer());
+    EXPECT_TRUE(v.contains("ok") && v["ok"].is_boolean());
+    for (const auto& [k, x] : v.items()) {
+      EXPECT_TRUE(k == "n" || k == "ok" || k == "tags") << k;
+      if (k == "tags") {
+        EXPECT_LE(x.size(), 2u);
+        for (const auto& tag : x)
+          EXPECT_TRUE(tag == "x" || tag == "yy") << tag;
+      }
+    }
+  };
+  const auto [whole, cut] = sample_json_outputs(pieces, {.json_schema = schema}, 30, 200, 5,
+                                                schema_machine(json_schema::compile(schema)), check);
+  EXPECT_GT(whole, 10);
+  EXPECT_GT(cut, 10);
+  // A schema the intake would refuse is refused here too, and nothing is kept.
+  fake_tokenizer vocab;
+  engine e{limits(100), &vocab};
+  EXPECT_THROW(e.submit(1, {.json_schema = R"({"type":"string"})"}), std::invalid_argument);
   EXPECT_TRUE(e.all_returned());
 }
 

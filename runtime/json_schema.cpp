@@ -1,0 +1,604 @@
+#include "runtime/json_schema.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <stdexcept>
+
+namespace troupe {
+
+namespace {
+
+using json = nlohmann::json;
+
+std::uint64_t next_schema_id() {
+  static std::atomic<std::uint64_t> ids{1};
+  return ids.fetch_add(1, std::memory_order_relaxed);
+}
+
+/// `name` as a JSON pointer's reference token.
+std::string pointer_token(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
+}
+
+/// The bytes between the quotes of `name` written as a JSON string.
+std::string written_name(const std::string& name) {
+  const auto s = json(name).dump(-1, ' ', false, json::error_handler_t::strict);
+  return s.substr(1, s.size() - 2);
+}
+
+/// Some property of `n` is not among `seen`.
+bool unseen_left(const json_schema::node& n, std::uint64_t seen) {
+  const auto all = n.properties.size() == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n.properties.size()) - 1;
+  return (seen & all) != all;
+}
+
+bool is_blank(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
+                                            "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
+                                            "$defs",    "definitions"};
+constexpr std::string_view keywords[] = {"type",     "properties", "required", "additionalProperties",
+                                         "items",    "minItems",   "maxItems", "enum",
+                                         "const",    "anyOf",      "allOf",    "$ref"};
+
+template <std::size_t N>
+bool among(const std::string_view (&set)[N], std::string_view k) {
+  return std::find(std::begin(set), std::end(set), k) != std::end(set);
+}
+
+} // namespace
+
+class json_schema::compiler {
+public:
+  compiler(const json& doc, std::vector<node>& nodes) : doc_(doc), nodes_(nodes) {}
+
+  /// The node of the schema at `path` (a JSON pointer into the document),
+  /// made once however often it is referred to.
+  std::uint32_t at(const std::string& path) {
+    if (const auto it = made_.find(path); it != made_.end())
+      return it->second;
+    const json* s = nullptr;
+    try {
+      s = &doc_.at(json::json_pointer(path));
+    } catch (const json::exception&) {
+      fail(path, "refers to nothing in the schema");
+    }
+    if (nodes_.size() >= max_nodes)
+      fail(path, "makes the schema larger than " + std::to_string(max_nodes) + " schemas");
+    const auto i = static_cast<std::uint32_t>(nodes_.size());
+    nodes_.emplace_back();
+    made_.emplace(path, i);
+    auto n = build(*s, path);
+    nodes_[i] = std::move(n);
+    return i;
+  }
+
+  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
+    throw std::invalid_argument("the schema at \"" + (path.empty() ? std::string("#") : "#" + path) + "\" " + what);
+  }
+
+private:
+  static std::uint32_t count(const json& v, const std::string& path, const char* keyword) {
+    if (!v.is_number_unsigned() || v.get<std::uint64_t>() > 0xFFFFFFFEu)
+      fail(path, std::string("has \"") + keyword + "\" " + v.dump() + "; it must be a non-negative integer");
+    return static_cast<std::uint32_t>(v.get<std::uint64_t>());
+  }
+
+  static std::uint8_t type_of(const json& t, const std::string& path) {
+    static const std::map<std::string, std::uint8_t, std::less<>> names = {
+      {"object", t_object}, {"array", t_array},     {"string", t_string}, {"number", t_number},
+      {"integer", t_integer}, {"boolean", t_boolean}, {"null", t_null},
+    };
+    const auto one = [&](const json& v) -> std::uint8_t {
+      const auto it = v.is_string() ? names.find(v.get<std::string>()) : names.end();
+      if (it == names.end())
+        fail(path, "has \"type\" " + v.dump()
+                     + "; a type is \"object\", \"array\", \"string\", \"number\", \"integer\", \"boolean\" or "
+                       "\"null\"");
+      return it->second;
+    };
+    if (!t.is_array())
+      return one(t);
+    if (t.empty())
+      fail(path, "has an empty \"type\" list: no value would do");
+    std::uint8_t bits = 0;
+    for (const auto& v : t)
+      bits |= one(v);
+    return bits;
+  }
+
+  node build(const json& s, const std::string& path) {
+    node n;
+    if (s.is_boolean()) {
+      if (!s.get<bool>())
+        fail(path, "is false: no value would do");
+      return n; // true: any value
+    }
+    if (!s.is_object())
+      fail(path, "is " + std::string(s.type_name()) + "; a schema is an object or a boolean");
+    std::vector<std::string_view> present;
+    for (const auto& [k, v] : s.items()) {
+      if (among(annotations, k))
+        continue;
+      if (!among(keywords, k))
+        fail(path, "has \"" + k
+                     + "\", which Troupe does not enforce; it takes type, properties, required, "
+                       "additionalProperties, items, minItems, maxItems, enum, const, anyOf, allOf (of one "
+                       "schema) and $ref");
+      present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
+    }
+    const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
+    const auto alone = [&](std::string_view k, std::initializer_list<std::string_view> beside) {
+      for (const auto p : present)
+        if (p != k && std::find(beside.begin(), beside.end(), p) == beside.end())
+          fail(path, "has \"" + std::string(k) + "\" beside \"" + std::string(p)
+                       + "\"; Troupe takes it only with annotations around it");
+    };
+
+    if (has("$ref")) {
+      alone("$ref", {});
+      const auto& ref = s["$ref"];
+      if (!ref.is_string() || ref.get<std::string>().empty() || ref.get<std::string>()[0] != '#')
+        fail(path, "has \"$ref\" " + ref.dump() + "; Troupe follows only references into the same schema (\"#...\")");
+      n.any_of.push_back(at(ref.get<std::string>().substr(1)));
+      return n;
+    }
+    if (has("allOf")) {
+      alone("allOf", {});
+      const auto& all = s["allOf"];
+      if (!all.is_array() || all.size() != 1)
+        fail(path, "has \"allOf\" " + std::string(all.is_array() ? "of " + std::to_string(all.size()) + " schemas" : all.dump())
+                     + "; Troupe takes allOf of exactly one schema");
+      n.any_of.push_back(at(path + "/allOf/0"));
+      return n;
+    }
+    if (has("anyOf")) {
+      alone("anyOf", {});
+      const auto& any = s["anyOf"];
+      if (!any.is_array() || any.empty())
+        fail(path, "has \"anyOf\" " + any.dump() + "; it must be a non-empty list of schemas");
+      for (std::size_t i = 0; i < any.size(); ++i)
+        n.any_of.push_back(at(path + "/anyOf/" + std::to_string(i)));
+      return n;
+    }
+    if (has("enum") || has("const")) {
+      const bool is_enum = has("enum");
+      alone(is_enum ? "enum" : "const", {"type"});
+      const auto& values = is_enum ? s["enum"] : s["const"];
+      if (is_enum && (!values.is_array() || values.empty()))
+        fail(path, "has \"enum\" " + values.dump() + "; it must be a non-empty list of values");
+      const auto types = has("type") ? type_of(s["type"], path) : std::uint8_t{t_any};
+      const auto add = [&](const json& v) {
+        const std::uint8_t t = v.is_object()            ? t_object
+                               : v.is_array()           ? t_array
+                               : v.is_string()          ? t_string
+                               : v.is_boolean()         ? t_boolean
+                               : v.is_null()            ? t_null
+                               : v.is_number_integer()  ? t_integer | t_number
+                                                        : t_number;
+        if ((t & types) == 0)
+          fail(path, "has the value " + v.dump() + " whose type its \"type\" refuses");
+        auto text = v.dump(-1, ' ', false, json::error_handler_t::strict);
+        if (std::find(n.literals.begin(), n.literals.end(), text) == n.literals.end())
+          n.literals.push_back(std::move(text));
+      };
+      if (is_enum)
+        for (const auto& v : values)
+          add(v);
+      else
+        add(values);
+      return n;
+    }
+
+    const bool object_words = has("properties") || has("required") || has("additionalProperties");
+    const bool array_words = has("items") || has("minItems") || has("maxItems");
+    if (has("type"))
+      n.types = type_of(s["type"], path);
+    else if (object_words || array_words)
+      n.types = static_cast<std::uint8_t>((object_words ? t_object : 0) | (array_words ? t_array : 0));
+    if (n.types & t_integer && n.types & t_number)
+      n.types = static_cast<std::uint8_t>(n.types & ~t_integer); // any number covers the integers
+
+    if (const auto p = s.find("properties"); p != s.end()) {
+      if (!p->is_object())
+        fail(path, "has \"properties\" " + p->dump() + "; it must be an object of schemas");
+      if (p->size() > max_properties)
+        fail(path, "has " + std::to_string(p->size()) + " properties; Troupe takes at most "
+                     + std::to_string(max_properties) + " in one object");
+      for (const auto& [name, sub] : p->items())
+        n.properties.emplace_back(written_name(name), at(path + "/properties/" + pointer_token(name)));
+    }
+    if (const auto r = s.find("required"); r != s.end()) {
+      if (!r->is_array())
+        fail(path, "has \"required\" " + r->dump() + "; it must be a list of property names");
+      for (const auto& name : *r) {
+        const auto it = name.is_string() ? std::find_if(n.properties.begin(), n.properties.end(),
+                                                        [&](const auto& e) {
+                                                          return e.first == written_name(name.get<std::string>());
+                                                        })
+                                         : n.properties.end();
+        if (it == n.properties.end())
+          fail(path, "requires " + name.dump() + ", which is not among its \"properties\"");
+        n.required |= std::uint64_t{1} << (it - n.properties.begin());
+      }
+    }
+    if (const auto a = s.find("additionalProperties"); a != s.end()) {
+      if (a->is_boolean())
+        n.additional = a->get<bool>() ? 0 : none;
+      else
+        n.additional = at(path + "/additionalProperties");
+    }
+    if (const auto i = s.find("items"); i != s.end()) {
+      if (i->is_array())
+        fail(path, "has \"items\" as a list (a tuple); Troupe takes one schema for every item");
+      n.items = at(path + "/items");
+    }
+    if (const auto m = s.find("minItems"); m != s.end())
+      n.min_items = count(*m, path, "minItems");
+    if (const auto m = s.find("maxItems"); m != s.end())
+      n.max_items = count(*m, path, "maxItems");
+    if (n.min_items > n.max_items)
+      fail(path, "has minItems " + std::to_string(n.min_items) + " above maxItems " + std::to_string(n.max_items));
+    return n;
+  }
+
+  const json& doc_;
+  std::vector<node>& nodes_;
+  std::map<std::string, std::uint32_t> made_;
+};
+
+std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw std::invalid_argument(std::string("the schema is no JSON: ") + e.what());
+  }
+  auto s = std::make_shared<json_schema>();
+  s->nodes_.emplace_back(); // node 0: any value
+  compiler c(doc, s->nodes_);
+  s->root_ = c.at("");
+  for (std::uint32_t i = 1; i < s->nodes_.size(); ++i)
+    if (!s->nodes_[i].any_of.empty() && s->alternatives(i).empty())
+      throw std::invalid_argument("the schema has a $ref or anyOf that leads only back to itself: no value would do");
+  for (const auto& [n, lit] : s->alternatives(s->root_)) {
+    const auto& root = s->nodes_[n];
+    if (lit == none ? root.types != t_object : root.literals[lit][0] != '{')
+      compiler::fail("", "is not an object's: the output's top level must be an object (\"type\": \"object\")");
+  }
+  s->id_ = next_schema_id();
+  return s;
+}
+
+std::shared_ptr<const json_schema> json_schema::any_object() {
+  static const auto any = compile(R"({"type":"object"})");
+  return any;
+}
+
+std::vector<std::pair<std::uint32_t, std::uint32_t>> json_schema::alternatives(std::uint32_t i) const {
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+  std::vector<std::uint32_t> seen;
+  // Depth-first through anyOf and $ref; a node met again adds nothing new
+  // (a reference cycle with no type on it adds nothing at all).
+  const auto visit = [&](const auto& self, std::uint32_t at) -> void {
+    if (std::find(seen.begin(), seen.end(), at) != seen.end())
+      return;
+    seen.push_back(at);
+    const auto& n = nodes_[at];
+    if (!n.any_of.empty()) {
+      for (const auto a : n.any_of)
+        self(self, a);
+    } else if (!n.literals.empty()) {
+      for (std::uint32_t l = 0; l < n.literals.size(); ++l)
+        out.emplace_back(at, l);
+    } else {
+      out.emplace_back(at, none);
+    }
+  };
+  visit(visit, i);
+  return out;
+}
+
+// -- schema_machine ---------------------------------------------------------------
+
+schema_machine::schema_machine(std::shared_ptr<const json_schema> schema) : schema_(std::move(schema)) {
+  readings_.emplace_back();
+}
+
+bool schema_machine::feed(unsigned char c) {
+  return feed(std::string_view(reinterpret_cast<const char*>(&c), 1));
+}
+
+bool schema_machine::feed(std::string_view bytes) {
+  schema_machine next = *this;
+  for (const char c : bytes)
+    if (!next.step(static_cast<unsigned char>(c)))
+      return false;
+  *this = std::move(next);
+  return true;
+}
+
+void schema_machine::reading::append_key(std::string& k) const {
+  const auto put32 = [&](std::uint32_t v) { k.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put32(literal_node);
+  put32(literal);
+  put32(literal_at);
+  k += static_cast<char>(integer | number_closed << 1);
+  k += static_cast<char>(digits);
+  k += static_cast<char>(exponent_digits);
+  for (const auto& f : frames) {
+    put32(f.node);
+    k.append(reinterpret_cast<const char*>(&f.seen), sizeof f.seen);
+    put32(f.count);
+    put32(f.value);
+    put32(static_cast<std::uint32_t>(f.key.size()));
+    k += f.key;
+    k += static_cast<char>(f.key_free);
+  }
+  k += '\xff'; // between readings
+}
+
+std::string schema_machine::key() const {
+  std::string k = "\xff"; // never a json_machine key's first byte
+  const auto id = schema_->id();
+  k.append(reinterpret_cast<const char*>(&id), sizeof id);
+  auto lex = lex_.key();
+  const auto n = static_cast<std::uint32_t>(lex.size());
+  k.append(reinterpret_cast<const char*>(&n), sizeof n);
+  k += lex;
+  for (const auto& r : readings_)
+    r.append_key(k);
+  return k;
+}
+
+bool schema_machine::free_text() const noexcept {
+  if (lex_.lex_ != json_machine::lex::string || lex_.utf8_left_ != 0)
+    return false;
+  return std::all_of(readings_.begin(), readings_.end(), [&](const reading& r) {
+    return r.literal_node == json_schema::none && (!lex_.key_ || r.frames.back().key_free);
+  });
+}
+
+bool schema_machine::step(unsigned char c) {
+  json_machine after = lex_;
+  if (!after.step(c))
+    return false;
+  std::vector<reading> next;
+  for (auto& r : readings_)
+    advance(r, lex_, after, c, next);
+  if (next.empty())
+    return false;
+  // One reading of each kind, at most max_readings: any reading kept is
+  // one the text may go on with, so fewer never leave a dead end.
+  std::vector<std::string> keys;
+  std::vector<reading> kept;
+  for (auto& r : next) {
+    std::string k;
+    r.append_key(k);
+    if (std::find(keys.begin(), keys.end(), k) != keys.end())
+      continue;
+    keys.push_back(std::move(k));
+    kept.push_back(std::move(r));
+    if (kept.size() == max_readings)
+      break;
+  }
+  readings_ = std::move(kept);
+  lex_ = std::move(after);
+  return true;
+}
+
+void schema_machine::begin_value(reading r, const json_machine& before, unsigned char c,
+                                 std::vector<reading>& out) const {
+  const auto& s = *schema_;
+  std::uint32_t value = s.root();
+  if (!r.frames.empty()) {
+    auto& f = r.frames.back();
+    const auto& container = s.at(f.node);
+    if (before.stack_.back() == '{') {
+      value = f.value;
+    } else {
+      if (f.count >= container.max_items)
+        return;
+      ++f.count;
+      value = container.items;
+    }
+  }
+  using T = json_schema::type_bit;
+  for (const auto& [n, lit] : s.alternatives(value)) {
+    const auto& node = s.at(n);
+    if (lit != json_schema::none) {
+      const auto& text = node.literals[lit];
+      if (static_cast<unsigned char>(text[0]) != c)
+        continue;
+      reading u = r;
+      if (text.size() > 1) {
+        u.literal_node = n;
+        u.literal = lit;
+        u.literal_at = 1;
+      } else {
+        u.number_closed = c >= '0' && c <= '9'; // a one-digit number
+      }
+      out.push_back(std::move(u));
+      continue;
+    }
+    const std::uint8_t need = c == '{'                         ? T::t_object
+                              : c == '['                       ? T::t_array
+                              : c == '"'                       ? T::t_string
+                              : c == '-' || (c >= '0' && c <= '9') ? T::t_number | T::t_integer
+                              : c == 't' || c == 'f'           ? T::t_boolean
+                              : c == 'n'                       ? T::t_null
+                                                               : 0;
+    if ((node.types & need) == 0)
+      continue;
+    reading u = r;
+    if (c == '{' || c == '[') {
+      frame f;
+      f.node = n;
+      u.frames.push_back(std::move(f));
+    }
+    u.integer = (need & T::t_number) && !(node.types & T::t_number);
+    u.digits = c >= '0' && c <= '9';
+    out.push_back(std::move(u));
+  }
+}
+
+void schema_machine::advance(reading r, const json_machine& before, const json_machine& after, unsigned char c,
+                             std::vector<reading>& out) const {
+  using L = json_machine::lex;
+  const auto& s = *schema_;
+  if (r.literal_node != json_schema::none) {
+    const auto& text = s.at(r.literal_node).literals[r.literal];
+    if (static_cast<unsigned char>(text[r.literal_at]) != c)
+      return;
+    if (++r.literal_at == text.size()) {
+      r.literal_node = json_schema::none;
+      r.number_closed = after.lex_ == L::number;
+    }
+    out.push_back(std::move(r));
+    return;
+  }
+  auto state = before.lex_;
+  if (state == L::number) {
+    if (after.lex_ == L::number) { // the number goes on
+      if (r.number_closed || (r.integer && (c == '.' || c == 'e' || c == 'E')))
+        return;
+      if (c >= '0' && c <= '9') {
+        const bool exponent = after.num_ == json_machine::num::exponent;
+        auto& n = exponent ? r.exponent_digits : r.digits;
+        if (++n > (exponent ? schema_machine::max_exponent_digits
+                            : r.integer ? schema_machine::max_integer_digits : schema_machine::max_digits))
+          return;
+      }
+      out.push_back(std::move(r));
+      return;
+    }
+    r.number_closed = false;
+    r.integer = false;
+    r.digits = 0;
+    r.exponent_digits = 0;
+    state = L::after; // `c` is the first byte after the number
+  }
+  const bool in_string = state == L::string || state == L::escape || state == L::unicode;
+  if (!in_string && is_blank(c)) {
+    out.push_back(std::move(r));
+    return;
+  }
+  const auto close = [&](char open) {
+    auto& f = r.frames.back();
+    const auto& n = s.at(f.node);
+    if (open == '{' ? (f.seen & n.required) != n.required : f.count < n.min_items)
+      return;
+    r.frames.pop_back();
+    out.push_back(std::move(r));
+  };
+  switch (state) {
+  case L::value:
+  case L::value_or_close:
+    if (c == ']')
+      return close('[');
+    return begin_value(std::move(r), before, c, out);
+  case L::key_or_close:
+  case L::key:
+  case L::after: {
+    if (c == '}')
+      return close('{');
+    if (c == ']')
+      return close('[');
+    auto& f = r.frames.back();
+    const auto& n = s.at(f.node);
+    if (c == ',') {
+      if (before.stack_.back() == '[' ? f.count < n.max_items
+                                      : n.additional != json_schema::none || unseen_left(n, f.seen))
+        out.push_back(std::move(r));
+      return;
+    }
+    // '"': a key begins.
+    f.key.clear();
+    f.key_free = false;
+    if (!unseen_left(n, f.seen) && n.additional == json_schema::none)
+      return;
+    f.key_free = n.properties.empty();
+    out.push_back(std::move(r));
+    return;
+  }
+  case L::colon:
+    out.push_back(std::move(r));
+    return;
+  case L::string:
+  case L::escape:
+  case L::unicode: {
+    if (!before.key_) {
+      out.push_back(std::move(r)); // a string value: any text
+      return;
+    }
+    auto& f = r.frames.back();
+    const auto& n = s.at(f.node);
+    if (state == L::string && c == '"') { // the key ends
+      if (!f.key_free) {
+        for (std::size_t i = 0; i < n.properties.size(); ++i) {
+          if (n.properties[i].first != f.key)
+            continue;
+          if (f.seen >> i & 1)
+            return; // given already
+          f.seen |= std::uint64_t{1} << i;
+          f.value = n.properties[i].second;
+          f.key.clear();
+          out.push_back(std::move(r));
+          return;
+        }
+      }
+      if (n.additional == json_schema::none)
+        return;
+      f.value = n.additional;
+      f.key.clear();
+      f.key_free = false;
+      out.push_back(std::move(r));
+      return;
+    }
+    if (f.key_free) {
+      out.push_back(std::move(r));
+      return;
+    }
+    f.key += static_cast<char>(c);
+    bool unseen_prefix = false;
+    bool any_prefix = false;
+    for (std::size_t i = 0; i < n.properties.size(); ++i) {
+      if (!n.properties[i].first.starts_with(f.key))
+        continue;
+      any_prefix = true;
+      unseen_prefix |= !(f.seen >> i & 1);
+    }
+    if (!unseen_prefix) {
+      if (n.additional == json_schema::none)
+        return;
+      if (!any_prefix) { // no name's: any other key is an additional property
+        f.key.clear();
+        f.key_free = true;
+      }
+    }
+    out.push_back(std::move(r));
+    return;
+  }
+  case L::literal:
+  case L::done:
+  case L::number:
+    out.push_back(std::move(r));
+    return;
+  }
+}
+
+} // namespace troupe

@@ -1,0 +1,168 @@
+// Output constrained to a JSON Schema (OpenAI's response_format
+// {"type": "json_schema"}): the schema compiled into a graph of nodes, and a
+// byte-level machine that reads JSON text and takes a byte only if the text
+// can still become a value the schema accepts. json_vocab turns its states
+// into the tokens the scheduler allows, as for json_object (which is the
+// schema {"type": "object"}). No CAF, no I/O.
+//
+// The schema language is the part of JSON Schema that decides the shape of
+// the text as it is written, left to right:
+//   type (one or a list: object, array, string, number, integer, boolean,
+//   null), properties, required, additionalProperties (false, true or a
+//   schema), items (one schema), minItems, maxItems, enum, const, anyOf,
+//   allOf of one schema, $ref into the same document ("#", "#/$defs/x").
+// Annotations (title, description, default, examples, $schema, $id,
+// $comment, deprecated, readOnly, writeOnly, $defs, definitions) are
+// skipped. Every other keyword is refused, naming it and where it stands,
+// rather than ignored: an output that looks checked but is not would be
+// worse than an error. A schema without "type" takes it from its keywords
+// (properties: an object; items: an array; neither: any value).
+//
+// How the output is held to it: property names are written as their JSON
+// strings are (the schema's spelling, escapes included), each at most once,
+// in any order; the object closes only when its required properties are
+// there; enum and const values are written as compact JSON. Numbers stay
+// within what a reader holds: an integer is written without a fraction or
+// exponent in at most 18 digits, another number in at most 24 digits and
+// an exponent of at most 2. Names of additional properties are not checked
+// for repeats (those of the schema's own properties are).
+#pragma once
+
+#include "runtime/json_constraint.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace troupe {
+
+class json_schema {
+public:
+  /// Compiles a schema's JSON text. Throws std::invalid_argument saying what
+  /// is wrong and where (a JSON pointer into the schema).
+  static std::shared_ptr<const json_schema> compile(std::string_view text);
+  /// Any object: response_format json_object.
+  static std::shared_ptr<const json_schema> any_object();
+
+  /// Unique among the schemas compiled in this process (json_vocab's cache
+  /// keys tell schemas apart by it).
+  std::uint64_t id() const noexcept { return id_; }
+
+  static constexpr std::uint32_t none = 0xFFFFFFFFu;
+  static constexpr std::size_t max_nodes = 4096;
+  static constexpr std::size_t max_properties = 64;
+
+  enum type_bit : std::uint8_t {
+    t_object = 1,
+    t_array = 2,
+    t_string = 4,
+    t_number = 8, ///< any number
+    t_integer = 16, ///< a number without fraction or exponent
+    t_boolean = 32,
+    t_null = 64,
+    t_any = 127,
+  };
+
+  struct node {
+    std::uint8_t types = t_any;
+    /// enum / const: the only values, as compact JSON.
+    std::vector<std::string> literals;
+    /// anyOf (and $ref, allOf of one: a single alternative): the value is
+    /// one of these nodes'.
+    std::vector<std::uint32_t> any_of;
+    /// Objects: each property's name as written between its quotes, and its
+    /// node; the required ones as bits (bit i: properties[i]).
+    std::vector<std::pair<std::string, std::uint32_t>> properties;
+    std::uint64_t required = 0;
+    /// The node of other properties' values; none: no other properties.
+    std::uint32_t additional = 0;
+    /// Arrays.
+    std::uint32_t items = 0;
+    std::uint32_t min_items = 0;
+    std::uint32_t max_items = 0xFFFFFFFFu;
+  };
+
+  /// Node 0 is any value.
+  const node& at(std::uint32_t i) const { return nodes_[i]; }
+  std::uint32_t root() const noexcept { return root_; }
+
+  /// What a value of node `i` may be: the nodes and literals anyOf and
+  /// $ref lead to. A literal alternative is {node, literal index}; a typed
+  /// one {node, none}.
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> alternatives(std::uint32_t i) const;
+
+private:
+  class compiler;
+  std::vector<node> nodes_;
+  std::uint32_t root_ = 0;
+  std::uint64_t id_ = 0;
+};
+
+/// Reads JSON text byte by byte and takes a byte only if the text can still
+/// become a value of the schema (whose top is an object). Where the schema
+/// leaves more than one reading open (anyOf, enum values that begin alike)
+/// it follows each until the bytes tell them apart.
+class schema_machine {
+public:
+  static constexpr std::size_t max_readings = 64;
+  /// Numbers a program reading the output can hold: an integer's digits
+  /// fit in 64 bits; others are doubles.
+  static constexpr std::uint8_t max_integer_digits = 18;
+  static constexpr std::uint8_t max_digits = 24;
+  static constexpr std::uint8_t max_exponent_digits = 2;
+
+  explicit schema_machine(std::shared_ptr<const json_schema> schema);
+
+  /// Takes `c` if the text may go on with it; otherwise returns false and
+  /// stays as it was.
+  bool feed(unsigned char c);
+  /// Takes every byte of `bytes`, or returns false having taken none.
+  bool feed(std::string_view bytes);
+  /// The top-level object has closed.
+  bool complete() const noexcept { return lex_.complete(); }
+  /// What decides which bytes may follow (equal keys: the same bytes may
+  /// follow from here on; keys of different schemas differ).
+  std::string key() const;
+  const json_schema& schema() const noexcept { return *schema_; }
+
+private:
+  friend class json_vocab;
+
+  /// One open container: its node and what has been written in it.
+  struct frame {
+    std::uint32_t node = 0;
+    std::uint64_t seen = 0;   ///< object: the properties given (bits)
+    std::uint32_t count = 0;  ///< array: the values begun
+    std::uint32_t value = 0;  ///< object: the node of the value to come
+    std::string key;          ///< object: the key so far, while it is a prefix of a name
+    bool key_free = false;    ///< object: the key is no name's: an additional property
+  };
+  /// One reading of the text.
+  struct reading {
+    std::vector<frame> frames;           ///< one per container open outside a literal
+    std::uint32_t literal_node = json_schema::none; ///< in an enum/const value: its node
+    std::uint32_t literal = 0;           ///< its literal's index
+    std::uint32_t literal_at = 0;        ///< bytes of it written
+    bool integer = false;                ///< the number being written is an integer
+    bool number_closed = false;          ///< the number written is a whole literal
+    std::uint8_t digits = 0;             ///< the number's digits before its exponent
+    std::uint8_t exponent_digits = 0;
+    void append_key(std::string& k) const;
+  };
+
+  bool step(unsigned char c);
+  void advance(reading r, const json_machine& before, const json_machine& after, unsigned char c,
+               std::vector<reading>& out) const;
+  void begin_value(reading r, const json_machine& before, unsigned char c, std::vector<reading>& out) const;
+  /// Inside a string whose bytes no reading checks (plain text keeps it).
+  bool free_text() const noexcept;
+
+  std::shared_ptr<const json_schema> schema_;
+  json_machine lex_;
+  std::vector<reading> readings_;
+};
+
+} // namespace troupe
