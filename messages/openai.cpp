@@ -161,24 +161,52 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
   if (auto u = doc.find("user"); u != doc.end() && !u->is_null() && !u->is_string())
     return bad("field \"user\" must be a string, got " + std::string(u->type_name()), "user");
   // response_format (OpenAI's; vLLM takes it in completions too):
-  // {"type": "json_object"} keeps the output to one JSON object.
+  // {"type": "json_object"} keeps the output to one JSON object;
+  // {"type": "json_schema", "json_schema": {"name", "schema", ...}} to a
+  // value of the schema (the wire's json_schema, checked by the intake).
   if (auto f = doc.find("response_format"); f != doc.end() && !f->is_null()) {
     const auto type = f->is_object() ? f->find("type") : f->end();
     if (!f->is_object() || type == f->end() || !type->is_string())
       return bad("field \"response_format\" must be an object with a \"type\", got " + f->dump(),
                  "response_format");
-    if (*type == "json_schema")
-      return bad("field \"response_format\": \"json_schema\" is not supported; {\"type\": \"json_object\"} keeps "
-                 "the output to a JSON object (describe the schema in the prompt)",
-                 "response_format");
-    if (*type != "text" && *type != "json_object")
-      return bad("field \"response_format.type\" must be \"text\" or \"json_object\", got " + type->dump(),
+    if (*type != "text" && *type != "json_object" && *type != "json_schema")
+      return bad("field \"response_format.type\" must be \"text\", \"json_object\" or \"json_schema\", got "
+                   + type->dump(),
                  "response_format");
     for (const auto& [key, value] : f->items())
-      if (key != "type")
+      if (key != "type" && !(key == "json_schema" && *type == "json_schema"))
         return bad("unknown field \"" + key + "\" in \"response_format\"", "response_format");
     if (*type == "json_object")
       gen["response_format"] = "json_object";
+    if (*type == "json_schema") {
+      const auto js = f->find("json_schema");
+      if (js == f->end() || !js->is_object())
+        return bad("field \"response_format.json_schema\" must be an object with a \"name\" and a \"schema\"",
+                   "response_format");
+      for (const auto& [key, value] : js->items()) {
+        const bool ok = key == "name"          ? value.is_string() && !value.get<std::string>().empty()
+                        : key == "schema"      ? value.is_object()
+                        : key == "strict"      ? value.is_boolean() || value.is_null()
+                        : key == "description" ? value.is_string() || value.is_null()
+                                               : false;
+        if (!ok)
+          return bad(key == "name" || key == "schema" || key == "strict" || key == "description"
+                       ? "field \"response_format.json_schema." + key + "\" must be "
+                           + (key == "name"     ? "a non-empty string"
+                              : key == "schema" ? "a JSON Schema (an object)"
+                              : key == "strict" ? "true or false"
+                                                : "a string")
+                           + ", got " + value.dump()
+                       : "unknown field \"" + key + "\" in \"response_format.json_schema\"",
+                     "response_format");
+      }
+      if (!js->contains("name") || !js->contains("schema"))
+        return bad(std::string("field \"response_format.json_schema\" needs a \"")
+                     + (js->contains("name") ? "schema" : "name") + "\"",
+                   "response_format");
+      // Enforced whether or not "strict" is set.
+      gen["json_schema"] = (*js)["schema"];
+    }
   }
   return std::nullopt;
 }

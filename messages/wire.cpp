@@ -134,11 +134,11 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 23> generate_fields{
+constexpr std::array<std::string_view, 24> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
-  "ignore_eos", "min_tokens", "response_format"};
+  "ignore_eos", "min_tokens", "response_format", "json_schema"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -364,6 +364,13 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (!j->is_string() || (*j != "text" && *j != "json_object"))
       reject_field("response_format", "\"text\" or \"json_object\"", *j);
     g.json_object = *j == "json_object";
+  }
+  if (auto j = find(obj, "json_schema")) {
+    if (!j->is_object())
+      reject_field("json_schema", "a JSON Schema (an object)", *j);
+    if (g.json_object)
+      reject_field("json_schema", "absent beside \"response_format\": \"json_object\" (the schema says the shape)", *j);
+    g.json_schema = j->dump(-1, ' ', false, json::error_handler_t::replace);
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -948,6 +955,8 @@ std::string to_json(const request& x) {
         j["min_tokens"] = g.min_tokens;
       if (g.json_object)
         j["response_format"] = "json_object";
+      if (!g.json_schema.empty())
+        j["json_schema"] = json::parse(g.json_schema, nullptr, false);
       j["stream"] = g.stream;
       if (!g.session.empty())
         j["session"] = g.session;

@@ -87,6 +87,11 @@ struct generate_request {
   /// step samples only tokens that keep it valid JSON; it ends, finish
   /// "stop", when the object closes). "text" (the default): no constraint.
   bool json_object = false;
+  /// "json_schema": {...}: the output is a value of this JSON Schema (whose
+  /// top level is an object; runtime/json_schema.hpp says which keywords
+  /// are enforced), as compact JSON text; empty: none. Not with
+  /// response_format "json_object".
+  std::string json_schema{};
 };
 
 struct cancel_request { std::string id; };

@@ -1,9 +1,11 @@
 #include "runtime/intake_core.hpp"
 
 #include "gpu/random.hpp"
+#include "runtime/json_schema.hpp"
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 
@@ -262,12 +264,22 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                   "candidates by them either");
     return;
   }
-  if (g.json_object && !backend_->computes_logprobs()) {
+  if ((g.json_object || !g.json_schema.empty()) && !backend_->computes_logprobs()) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
-                                      "field \"response_format\": the " + backend_->name()
+                                      std::string("field \"") + (g.json_object ? "response_format" : "json_schema")
+                                        + "\": the " + backend_->name()
                                         + " backend samples from no logits, so it cannot keep an output to JSON; "
                                           "the cpu and cuda backends do"));
     return;
+  }
+  if (!g.json_schema.empty()) {
+    try {
+      (void)json_schema::compile(g.json_schema);
+    } catch (const std::invalid_argument& e) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                        std::string("field \"json_schema\": ") + e.what()));
+      return;
+    }
   }
   if (g.prompt_logprobs >= 0 && !backend_->computes_prompt_logprobs()) {
     refuse_uncomputed("prompt_logprobs", "prompt log-probabilities (OpenAI's echo asks for them with logprobs or a "
@@ -310,6 +322,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.ignore_eos = g.ignore_eos;
   spec.min_tokens = g.min_tokens;
   spec.json_object = g.json_object;
+  spec.json_schema = std::move(g.json_schema);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

@@ -4,7 +4,11 @@
 #include "messages/version.hpp"
 #include "tools/client_connection.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -25,6 +29,7 @@ void usage(std::FILE* out) {
     "                     [--logit-bias TOKEN=BIAS]... [--stop-token TOKEN]...\n"
     "                     [--ignore-eos] [--min-tokens N]\n"
     "                     [--json-object]   (the output is one JSON object: response_format)\n"
+    "                     [--json-schema FILE]   (the output is a value of the JSON Schema in FILE)\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
@@ -106,6 +111,19 @@ int main(int argc, char** argv) {
     else if (arg == "--ignore-eos") g.ignore_eos = true;
     else if (arg == "--min-tokens") g.min_tokens = static_cast<std::uint32_t>(number());
     else if (arg == "--json-object") g.json_object = true;
+    else if (arg == "--json-schema") {
+      const auto path = value();
+      std::ifstream in(path, std::ios::binary);
+      std::stringstream text;
+      text << in.rdbuf();
+      const auto schema = nlohmann::json::parse(text.str(), nullptr, false);
+      if (!in || !schema.is_object()) {
+        std::fprintf(stderr, "troupe-client: --json-schema needs a file holding a JSON object, got '%s'\n",
+                     path.c_str());
+        return 2;
+      }
+      g.json_schema = schema.dump();
+    }
     else if (arg == "--advise") { query = arg; adapter_arg = value(); }
     else if (arg == "--in") advise_in = number();
     else if (arg == "--tokenize" || arg == "--detokenize") { query = arg; adapter_arg = value(); }

@@ -422,6 +422,30 @@ assert jstatus == 200, jbody
 jchoice = json.loads(jbody)["choices"][0]
 assert jchoice["finish_reason"] != "stop" or isinstance(json.loads(jchoice["message"]["content"]), dict), jchoice
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema"}}, says="json_schema")
+# response_format json_schema: every answer that ends is a value of the
+# schema; one cut short is the beginning of one.
+city = {"type": "object", "additionalProperties": False, "required": ["city", "pop", "big"],
+        "properties": {"city": {"type": "string"}, "pop": {"type": "integer"}, "big": {"type": "boolean"},
+                       "kind": {"enum": ["town", "capital"]}}}
+schema_format = {"type": "json_schema", "json_schema": {"name": "city", "strict": True, "schema": city}}
+closed = 0
+for seed in range(12):
+    jstatus, _, jbody = call("/v1/completions", {"model": "demo", "prompt": "A city:", "max_tokens": 120,
+                                                 "seed": seed, "response_format": schema_format})
+    assert jstatus == 200, jbody
+    jchoice = json.loads(jbody)["choices"][0]
+    if jchoice["finish_reason"] != "stop":
+        assert jchoice["finish_reason"] == "length" and jchoice["text"].lstrip().startswith("{"), jchoice
+        continue
+    closed += 1
+    value = json.loads(jchoice["text"])
+    assert set(value) <= {"city", "pop", "big", "kind"} and {"city", "pop", "big"} <= set(value), jchoice
+    assert isinstance(value["city"], str) and type(value["pop"]) is int and type(value["big"]) is bool, jchoice
+    assert value.get("kind", "town") in ("town", "capital"), jchoice
+assert closed >= 1, "no JSON Schema answer of 12 ended"
+refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
+    "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}}},
+        says="format")
 # Symphony's advisory over HTTP: the session's next turn is coming.
 status, _, advice = call("/v1/advise", {"session": "conv-1", "in_s": 0})
 assert status == 200 and json.loads(advice)["session"] == "conv-1", advice

@@ -787,9 +787,35 @@ TEST(openai, response_format_json_object_goes_to_the_wire_in_both_endpoints) {
   EXPECT_TRUE(as_generate(ok(R"({"model":"m","prompt":"p","response_format":{"type":"json_object"}})")).json_object);
   EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"p","response_format":{"type":"text"}})")).json_object);
   EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"p","response_format":null})")).json_object);
-  const auto e = refused(R"({"model":"m","prompt":"p","response_format":{"type":"json_schema"}})");
-  EXPECT_EQ(e.param, "response_format");
-  EXPECT_NE(e.message.find("\"json_schema\" is not supported"), std::string::npos) << e.message;
+}
+
+TEST(openai, response_format_json_schema_gives_the_wire_its_schema_in_both_endpoints) {
+  const std::string format =
+    R"("response_format":{"type":"json_schema","json_schema":{"name":"city","strict":true,"description":"d",)"
+    R"("schema":{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}}})";
+  const auto want = json::parse(R"({"type":"object","properties":{"name":{"type":"string"}},"required":["name"]})");
+  const auto c = as_generate(
+    chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],)" + format + "}", builtin("chatml")));
+  EXPECT_FALSE(c.json_object);
+  EXPECT_EQ(json::parse(c.json_schema), want);
+  EXPECT_EQ(json::parse(as_generate(ok(R"({"model":"m","prompt":"p",)" + format + "}")).json_schema), want);
+  // What is wrong is said, for the field OpenAI names.
+  for (const auto& [rf, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"({"type":"json_schema"})", R"("response_format.json_schema" must be an object)"},
+         {R"({"type":"json_schema","json_schema":{"schema":{}}})", R"(needs a "name")"},
+         {R"({"type":"json_schema","json_schema":{"name":"x"}})", R"(needs a "schema")"},
+         {R"({"type":"json_schema","json_schema":{"name":"","schema":{}}})", "a non-empty string"},
+         {R"({"type":"json_schema","json_schema":{"name":"x","schema":[]}})", "a JSON Schema (an object)"},
+         {R"({"type":"json_schema","json_schema":{"name":"x","schema":{},"strict":1}})", "true or false"},
+         {R"({"type":"json_schema","json_schema":{"name":"x","schema":{},"format":1}})",
+          R"(unknown field "format" in "response_format.json_schema")"},
+         {R"({"type":"json_object","json_schema":{}})", R"(unknown field "json_schema")"},
+         {R"({"type":"xml"})", R"("text", "json_object" or "json_schema")"},
+       }) {
+    const auto e = refused(R"({"model":"m","prompt":"p","response_format":)" + rf + "}");
+    EXPECT_EQ(e.param, "response_format") << rf;
+    EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
+  }
 }
 
 TEST(openai, echo_asks_the_wire_for_the_prompts_log_probabilities_only_where_its_text_is_not_at_hand) {

@@ -63,6 +63,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.ignore_eos, b.ignore_eos);
   EXPECT_EQ(a.min_tokens, b.min_tokens);
   EXPECT_EQ(a.json_object, b.json_object);
+  EXPECT_EQ(a.json_schema, b.json_schema);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -262,6 +263,8 @@ std::vector<accept_case> accept_cases() {
      [](g r) { r.max_tokens = 4; r.min_tokens = 4; }},
     {"response_format_json_object", gen(R"("response_format":"json_object")"), [](g r) { r.json_object = true; }},
     {"response_format_text", gen(R"("response_format":"text")"), [](g) {}},
+    {"json_schema_as_compact_text", gen(R"("json_schema":{ "type": "object", "required": [] })"),
+     [](g r) { r.json_schema = R"({"type":"object","required":[]})"; }},
     {"min_tokens_before_max_tokens_in_the_frame", gen(R"("min_tokens":3,"max_tokens":4)"),
      [](g r) { r.max_tokens = 4; r.min_tokens = 3; }},
     {"all_fields",
@@ -455,6 +458,10 @@ std::vector<reject_case> reject_cases() {
      {"\"response_format\"", "\"text\" or \"json_object\"", "got \"json\""}},
     {"response_format_object", gen(R"("response_format":{"type":"json_object"})"), bad, "g1",
      {"\"response_format\"", "\"json_object\""}},
+    {"json_schema_not_an_object", gen(R"("json_schema":"{}")"), bad, "g1",
+     {"\"json_schema\"", "a JSON Schema (an object)", "got \"{}\""}},
+    {"json_schema_beside_json_object", gen(R"("response_format":"json_object","json_schema":{})"), bad, "g1",
+     {"\"json_schema\"", "absent beside"}},
     {"tokenize_without_prompt", R"({"type":"tokenize","id":"t"})", bad, "t", {"missing field \"prompt\""}},
     {"tokenize_prompt_tokens", R"({"type":"tokenize","id":"t","prompt":[1]})", bad, "t", {"\"prompt\"", "a string"}},
     {"tokenize_unknown_field", R"({"type":"tokenize","id":"t","prompt":"x","model":"m"})", bad, "t",
@@ -530,6 +537,7 @@ TEST(wire, request_round_trips) {
   tokens.prompt_tokens = std::vector<std::int32_t>{0, 1, 999};
   tokens.sampling = {0.0f, 0.1f, 0, 0, 0.0f, 0.0f, {}};
   tokens.stop = {"x"};
+  tokens.json_schema = R"({"type":"object","properties":{"b":{"enum":[1,"x"]},"a":true}})";
 
   generate_request defaults;
   defaults.id = "d";

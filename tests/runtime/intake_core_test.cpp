@@ -782,6 +782,12 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
   EXPECT_NE(e.message.find("\"response_format\""), std::string::npos) << e.message;
   EXPECT_NE(e.message.find("sim backend"), std::string::npos) << e.message;
   EXPECT_EQ(core.in_flight(), 0u);
+  a = core.on_frame("p", gen("j2", R"("json_schema":{"type":"object"})"), now += 1);
+  ASSERT_EQ(a.replies.size(), 1u);
+  EXPECT_FALSE(a.submit.has_value());
+  const auto s = as<wire::error_reply>(a.replies[0]);
+  EXPECT_NE(s.message.find("\"json_schema\""), std::string::npos) << s.message;
+  EXPECT_NE(s.message.find("sim backend"), std::string::npos) << s.message;
 }
 
 
@@ -804,7 +810,37 @@ TEST(intake_core_json, a_json_object_generate_asks_the_scheduler_for_json) {
   const auto catalog = make_catalog();
   intake_core core{small_limits(), *catalog, backend};
   EXPECT_TRUE(accept_generate(core, "j", "p", R"(,"response_format":"json_object")").json_object);
-  EXPECT_FALSE(accept_generate(core, "t", "p", R"(,"response_format":"text")").json_object);
+  const auto t = accept_generate(core, "t", "p", R"(,"response_format":"text")");
+  EXPECT_FALSE(t.json_object);
+  EXPECT_EQ(t.json_schema, "");
+  const auto s = accept_generate(core, "s", "p", R"(,"json_schema":{"type":"object","required":[]})");
+  EXPECT_FALSE(s.json_object);
+  EXPECT_EQ(s.json_schema, R"({"type":"object","required":[]})");
+}
+
+TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_where_and_it_goes_on) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  const std::string head = R"({"type":"generate","id":"bad","prompt":"p","json_schema":)";
+  for (const auto& [schema, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})",
+          R"("#/properties/a" has "format")"},
+         {R"({"type":"array","items":{}})", "top level must be an object"},
+         {R"({"$ref":"#/$defs/missing"})", "refers to nothing"},
+       }) {
+    auto a = core.on_frame("p", head + schema + "}", 1.0);
+    ASSERT_EQ(a.replies.size(), 1u);
+    EXPECT_FALSE(a.submit.has_value());
+    const auto e = as<wire::error_reply>(a.replies[0]);
+    EXPECT_EQ(e.code, error_code::bad_request);
+    EXPECT_NE(e.message.find("field \"json_schema\": "), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(core.in_flight(), 0u);
+  EXPECT_EQ(accept_generate(core, "ok", "p", R"(,"json_schema":{"type":"object"})").json_schema,
+            R"({"type":"object"})");
 }
 
 TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_text) {
