@@ -38,10 +38,24 @@ std::string written_name(const std::string& name) {
   return s.substr(1, s.size() - 2);
 }
 
-/// Some property of `n` is not among `seen`.
-bool unseen_left(const json_schema::node& n, std::uint64_t seen) {
-  const auto all = n.properties.size() == 64 ? ~std::uint64_t{0} : (std::uint64_t{1} << n.properties.size()) - 1;
-  return (seen & all) != all;
+/// Property `i` of object node `n` may still be given, `depth` containers
+/// deep: not given yet, and its value fits.
+bool open_name(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::size_t i,
+               std::size_t depth) {
+  return !(seen >> i & 1) && s.fits(n.properties[i].second, depth);
+}
+
+/// Names other than the properties may be given, `depth` containers deep.
+bool other_names(const json_schema& s, const json_schema::node& n, std::size_t depth) {
+  return n.additional != json_schema::none && s.fits(n.additional, depth);
+}
+
+/// Object node `n` may take another name.
+bool names_left(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::size_t depth) {
+  for (std::size_t i = 0; i < n.properties.size(); ++i)
+    if (open_name(s, n, seen, i, depth))
+      return true;
+  return other_names(s, n, depth);
 }
 
 bool is_blank(unsigned char c) {
@@ -280,8 +294,72 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
     if (lit == none ? root.types != t_object : root.literals[lit][0] != '{')
       compiler::fail("", "is not an object's: the output's top level must be an object (\"type\": \"object\")");
   }
+  s->measure_depths();
+  if (!s->fits(s->root_, 0))
+    throw std::invalid_argument(
+      s->nodes_[s->root_].min_depth == unreachable
+        ? std::string("the schema has no finite value: a required property or item leads back to itself")
+        : "the schema's values nest deeper than " + std::to_string(json_machine::max_depth) + " levels");
   s->id_ = next_schema_id();
   return s;
+}
+
+void json_schema::measure_depths() {
+  // Least fixed point from "unreachable": a node's depth follows from its
+  // alternatives', required properties' and items' (recursion through a
+  // required property never comes down from unreachable).
+  const auto deeper = [](std::uint8_t d) -> std::uint8_t { return d >= unreachable - 1 ? unreachable : d + 1; };
+  for (auto& n : nodes_) {
+    n.literal_depth.clear();
+    for (const auto& text : n.literals) {
+      std::uint8_t depth = 0, most = 0;
+      bool in_string = false, escaped = false;
+      for (const char c : text) {
+        if (in_string) {
+          in_string = escaped || c != '"';
+          escaped = !escaped && c == '\\';
+        } else if (c == '"') {
+          in_string = true;
+        } else if (c == '{' || c == '[') {
+          most = std::max(most, ++depth);
+        } else if (c == '}' || c == ']') {
+          --depth;
+        }
+      }
+      n.literal_depth.push_back(most);
+    }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (auto& n : nodes_) {
+      std::uint8_t least = unreachable, object = unreachable, array = unreachable;
+      if (!n.any_of.empty()) {
+        for (const auto a : n.any_of)
+          least = std::min(least, nodes_[a].min_depth);
+      } else if (!n.literals.empty()) {
+        least = *std::min_element(n.literal_depth.begin(), n.literal_depth.end());
+      } else {
+        if (n.types & (t_string | t_number | t_integer | t_boolean | t_null))
+          least = 0;
+        if (n.types & t_object) {
+          std::uint8_t inner = 0;
+          for (std::size_t i = 0; i < n.properties.size(); ++i)
+            if (n.required >> i & 1)
+              inner = std::max(inner, nodes_[n.properties[i].second].min_depth);
+          object = deeper(inner);
+        }
+        if (n.types & t_array)
+          array = n.min_items > 0 ? deeper(nodes_[n.items].min_depth) : 1;
+        least = std::min({least, object, array});
+      }
+      if (least != n.min_depth || object != n.object_depth || array != n.array_depth) {
+        n.min_depth = least;
+        n.object_depth = object;
+        n.array_depth = array;
+        changed = true;
+      }
+    }
+  }
 }
 
 std::shared_ptr<const json_schema> json_schema::any_object() {
@@ -420,9 +498,10 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
   using T = json_schema::type_bit;
   for (const auto& [n, lit] : s.alternatives(value)) {
     const auto& node = s.at(n);
+    const auto depth = before.stack_.size();
     if (lit != json_schema::none) {
       const auto& text = node.literals[lit];
-      if (static_cast<unsigned char>(text[0]) != c)
+      if (static_cast<unsigned char>(text[0]) != c || depth + node.literal_depth[lit] > json_machine::max_depth)
         continue;
       reading u = r;
       if (text.size() > 1) {
@@ -444,6 +523,8 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
                                                                : 0;
     if ((node.types & need) == 0)
       continue;
+    if ((c == '{' || c == '[') && depth + (c == '{' ? node.object_depth : node.array_depth) > json_machine::max_depth)
+      continue; // (unreachable is past any depth)
     reading u = r;
     if (c == '{' || c == '[') {
       frame f;
@@ -476,6 +557,8 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (after.lex_ == L::number) { // the number goes on
       if (r.number_closed || (r.integer && (c == '.' || c == 'e' || c == 'E')))
         return;
+      if (c == '.' && r.digits >= schema_machine::max_digits)
+        return; // no digit could follow it
       if (c >= '0' && c <= '9') {
         const bool exponent = after.num_ == json_machine::num::exponent;
         auto& n = exponent ? r.exponent_digits : r.digits;
@@ -520,16 +603,17 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
       return close('[');
     auto& f = r.frames.back();
     const auto& n = s.at(f.node);
+    const auto depth = before.stack_.size();
     if (c == ',') {
-      if (before.stack_.back() == '[' ? f.count < n.max_items
-                                      : n.additional != json_schema::none || unseen_left(n, f.seen))
+      if (before.stack_.back() == '[' ? f.count < n.max_items && s.fits(n.items, depth)
+                                      : names_left(s, n, f.seen, depth))
         out.push_back(std::move(r));
       return;
     }
     // '"': a key begins.
     f.key.clear();
     f.key_free = false;
-    if (!unseen_left(n, f.seen) && n.additional == json_schema::none)
+    if (!names_left(s, n, f.seen, depth))
       return;
     f.key_free = n.properties.empty();
     out.push_back(std::move(r));
@@ -547,13 +631,14 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     }
     auto& f = r.frames.back();
     const auto& n = s.at(f.node);
+    const auto depth = before.stack_.size();
     if (state == L::string && c == '"') { // the key ends
       if (!f.key_free) {
         for (std::size_t i = 0; i < n.properties.size(); ++i) {
           if (n.properties[i].first != f.key)
             continue;
-          if (f.seen >> i & 1)
-            return; // given already
+          if (!open_name(s, n, f.seen, i, depth))
+            return; // given already, or its value would nest too deep
           f.seen |= std::uint64_t{1} << i;
           f.value = n.properties[i].second;
           f.key.clear();
@@ -561,7 +646,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
           return;
         }
       }
-      if (n.additional == json_schema::none)
+      if (!other_names(s, n, depth))
         return;
       f.value = n.additional;
       f.key.clear();
@@ -574,16 +659,16 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
       return;
     }
     f.key += static_cast<char>(c);
-    bool unseen_prefix = false;
+    bool open_prefix = false;
     bool any_prefix = false;
     for (std::size_t i = 0; i < n.properties.size(); ++i) {
       if (!n.properties[i].first.starts_with(f.key))
         continue;
       any_prefix = true;
-      unseen_prefix |= !(f.seen >> i & 1);
+      open_prefix |= open_name(s, n, f.seen, i, depth);
     }
-    if (!unseen_prefix) {
-      if (n.additional == json_schema::none)
+    if (!open_prefix) {
+      if (!other_names(s, n, depth))
         return;
       if (!any_prefix) { // no name's: any other key is an additional property
         f.key.clear();

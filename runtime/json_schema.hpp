@@ -83,7 +83,21 @@ public:
     std::uint32_t items = 0;
     std::uint32_t min_items = 0;
     std::uint32_t max_items = 0xFFFFFFFFu;
+    /// The least nesting a value of this node takes (0: a scalar will do;
+    /// unreachable: no finite value), and as an object or an array (its
+    /// required properties' and items' included); each literal's.
+    std::uint8_t min_depth = unreachable;
+    std::uint8_t object_depth = unreachable;
+    std::uint8_t array_depth = unreachable;
+    std::vector<std::uint8_t> literal_depth;
   };
+  static constexpr std::uint8_t unreachable = 255;
+
+  /// A value of node `i` can begin `depth` containers deep and stay
+  /// within json_machine::max_depth.
+  bool fits(std::uint32_t i, std::size_t depth) const noexcept {
+    return nodes_[i].min_depth != unreachable && depth + nodes_[i].min_depth <= json_machine::max_depth;
+  }
 
   /// Node 0 is any value.
   const node& at(std::uint32_t i) const { return nodes_[i]; }
@@ -96,6 +110,7 @@ public:
 
 private:
   class compiler;
+  void measure_depths();
   std::vector<node> nodes_;
   std::uint32_t root_ = 0;
   std::uint64_t id_ = 0;

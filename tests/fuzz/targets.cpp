@@ -12,6 +12,7 @@
 #include "policies/registry.hpp"
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
+#include "runtime/json_schema.hpp"
 #include "runtime/sim_engine.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tools/workload/workload.hpp"
@@ -653,10 +654,48 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
   return true;
 }
 
+// -- JSON output ---------------------------------------------------------------
+
+/// A schema, a NUL byte and a text: the schema compiles or is refused saying
+/// so; the text is read byte by byte, a refused byte leaving the machine as
+/// it was; what it takes whole parses as a JSON object, and short of that
+/// some byte always goes on (no dead end).
+bool json_output(std::span<const std::uint8_t> in) {
+  const auto all = text_of(in);
+  const auto nul = all.find('\0');
+  const auto text = nul == std::string_view::npos ? std::string_view() : all.substr(nul + 1);
+  std::shared_ptr<const json_schema> schema;
+  try {
+    schema = json_schema::compile(all.substr(0, nul));
+  } catch (const std::invalid_argument& e) {
+    require(std::string_view(e.what()).starts_with("the schema"), std::string("a refusal that says not what: ") + e.what());
+    return false;
+  }
+  schema_machine m(schema);
+  std::string taken;
+  for (const char c : text) {
+    const auto before = m.key();
+    if (m.feed(static_cast<unsigned char>(c)))
+      taken += c;
+    else
+      require(m.key() == before, "a refused byte changed the machine after " + taken);
+  }
+  if (m.complete()) {
+    require(nlohmann::json::parse(taken, nullptr, false).is_object(), "a text taken whole is no JSON object: " + taken);
+    return true;
+  }
+  for (int c = 0; c < 256; ++c) {
+    auto probe = m;
+    if (probe.feed(static_cast<unsigned char>(c)))
+      return true;
+  }
+  throw invariant_broken("a dead end after " + taken);
+}
+
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 11> all{{
+constexpr std::array<target, 12> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -668,6 +707,7 @@ constexpr std::array<target, 11> all{{
   {"trace", trace},
   {"sim", sim},
   {"sim_tiers", sim_tiers},
+  {"json_schema", json_output},
 }};
 
 } // namespace

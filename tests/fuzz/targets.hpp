@@ -45,6 +45,9 @@ struct target {
 ///                  ends once with all its tokens and gives every page back
 ///   sim_tiers      the same with a disk tier below the host pool, adapters in a
 ///                  partition of their own and predictive adapter prefetch
+///   json_schema    a JSON Schema, a NUL byte and a text: the schema compiles or is
+///                  refused; the text read byte by byte never reaches a dead end,
+///                  and what is taken whole is a JSON object
 std::span<const target> targets();
 
 /// The target called `name`, or nullptr.

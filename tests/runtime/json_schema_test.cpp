@@ -167,6 +167,8 @@ const std::vector<std::string>& schemas() {
                  {"type":"object","properties":{"t":{"const":"b"},"y":{"type":"array","items":{"type":"string"}}},"required":["t"],"additionalProperties":false}]})",
     R"({"type":"object","title":"T","description":"d","properties":{"q":{"allOf":[{"type":"array","items":{"type":"object","properties":{"z":true}}}]},
         "e":{"type":"string","enum":["","a\"b","é"]}},"additionalProperties":false})",
+    R"({"type":"object","properties":{"c":{"$ref":"#"},"v":{"type":"integer"},"l":{"type":"array","items":{"$ref":"#"}}},
+        "additionalProperties":false})",
   };
   return all;
 }
@@ -192,6 +194,7 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"}],"type":"string"}}})", R"(has "anyOf" beside "type")"},
     {R"({"type":"object","properties":{"a":3}})", "a schema is an object or a boolean"},
     {R"({"type":"object",)", "the schema is no JSON"},
+    {R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})", "no finite value"},
   };
   for (const auto& [schema, says] : cases) {
     SCOPED_TRACE(schema);
@@ -202,6 +205,15 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
   for (int i = 0; i < 65; ++i)
     wide += (i ? "," : "") + std::string("\"p") + std::to_string(i) + "\":{}";
   EXPECT_NE(refusal(wide + "}}").find("at most 64"), std::string::npos);
+  // Required objects 33 deep: json_machine takes 32 levels.
+  const auto nested = [](int levels) {
+    std::string s = R"({"type":"object"})";
+    for (int i = 1; i < levels; ++i)
+      s = R"({"type":"object","properties":{"a":)" + s + R"(},"required":["a"]})";
+    return s;
+  };
+  EXPECT_EQ(refusal(nested(32)), "");
+  EXPECT_NE(refusal(nested(33)).find("nest deeper than 32 levels"), std::string::npos) << refusal(nested(33));
   for (const auto& s : schemas())
     EXPECT_EQ(refusal(s), "") << s;
 }
@@ -260,6 +272,19 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   EXPECT_FALSE(reads_whole(any, R"({"x":1.234567890123456789012345})")) << "25 digits";
   EXPECT_FALSE(reads_whole(any, R"({"x":1e100})")) << "a 3-digit exponent";
 
+  // A recursive property is not offered where its object would nest too
+  // deep: the text can always go on.
+  const std::string tree = R"({"type":"object","properties":{"c":{"$ref":"#"},"v":{"type":"integer"}},"additionalProperties":false})";
+  auto deep = machine(tree);
+  for (std::size_t level = 1; level < json_machine::max_depth; ++level)
+    ASSERT_TRUE(deep.feed(std::string_view(R"({"c":)"))) << level;
+  ASSERT_TRUE(deep.feed('{')) << "the 32nd level";
+  auto probe = deep;
+  EXPECT_FALSE(probe.feed(std::string_view(R"("c")"))) << "its value would be a 33rd level";
+  EXPECT_TRUE(probe.feed(std::string_view(R"("v":1)")));
+  EXPECT_TRUE(deep.feed(std::string(json_machine::max_depth, '}')));
+  EXPECT_TRUE(deep.complete());
+
   // anyOf follows each reading until the bytes tell them apart.
   const std::string tagged = schemas()[5];
   EXPECT_TRUE(reads_whole(tagged, R"({"t":"a","x":1})"));
@@ -311,9 +336,9 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     const auto props = s.value("properties", json::object());
     const auto required = s.value("required", json::array());
     for (const auto& [k, sub] : props.items())
-      if (std::find(required.begin(), required.end(), k) != required.end() || pick(2))
+      if (std::find(required.begin(), required.end(), k) != required.end() || (depth < 6 && pick(2)))
         o[k] = sample(doc, sub, rng, depth + 1);
-    if (!(s.contains("additionalProperties") && s["additionalProperties"] == false) && pick(3) == 0)
+    if (!(s.contains("additionalProperties") && s["additionalProperties"] == false) && depth < 6 && pick(3) == 0)
       o["zz" + std::to_string(pick(5))] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
     return o;
   }
@@ -321,7 +346,7 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     json a = json::array();
     const auto lo = s.value("minItems", 0u);
     const auto hi = std::min(s.value("maxItems", 4u), lo + 3u);
-    for (auto n = lo + pick(hi - lo + 1); n > 0; --n)
+    for (auto n = depth < 6 ? lo + pick(hi - lo + 1) : lo; n > 0; --n)
       a.push_back(sample(doc, s.value("items", json(true)), rng, depth + 1));
     return a;
   }
