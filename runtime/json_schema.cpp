@@ -65,9 +65,10 @@ bool is_blank(unsigned char c) {
 constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
                                             "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
                                             "$defs",    "definitions"};
-constexpr std::string_view keywords[] = {"type",     "properties", "required", "additionalProperties",
-                                         "items",    "minItems",   "maxItems", "enum",
-                                         "const",    "anyOf",      "allOf",    "$ref"};
+constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
+                                         "items",     "minItems",   "maxItems",  "minLength",
+                                         "maxLength", "enum",       "const",     "anyOf",
+                                         "allOf",     "$ref"};
 
 template <std::size_t N>
 bool among(const std::string_view (&set)[N], std::string_view k) {
@@ -151,8 +152,8 @@ private:
       if (!among(keywords, k))
         fail(path, "has \"" + k
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
-                       "additionalProperties, items, minItems, maxItems, enum, const, anyOf, allOf (of one "
-                       "schema) and $ref");
+                       "additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, "
+                       "anyOf, allOf (of one schema) and $ref");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -220,10 +221,12 @@ private:
 
     const bool object_words = has("properties") || has("required") || has("additionalProperties");
     const bool array_words = has("items") || has("minItems") || has("maxItems");
+    const bool string_words = has("minLength") || has("maxLength");
     if (has("type"))
       n.types = type_of(s["type"], path);
-    else if (object_words || array_words)
-      n.types = static_cast<std::uint8_t>((object_words ? t_object : 0) | (array_words ? t_array : 0));
+    else if (object_words || array_words || string_words)
+      n.types = static_cast<std::uint8_t>((object_words ? t_object : 0) | (array_words ? t_array : 0)
+                                          | (string_words ? t_string : 0));
     if (n.types & t_integer && n.types & t_number)
       n.types = static_cast<std::uint8_t>(n.types & ~t_integer); // any number covers the integers
 
@@ -267,6 +270,12 @@ private:
       n.max_items = count(*m, path, "maxItems");
     if (n.min_items > n.max_items)
       fail(path, "has minItems " + std::to_string(n.min_items) + " above maxItems " + std::to_string(n.max_items));
+    if (const auto m = s.find("minLength"); m != s.end())
+      n.min_length = count(*m, path, "minLength");
+    if (const auto m = s.find("maxLength"); m != s.end())
+      n.max_length = count(*m, path, "maxLength");
+    if (n.min_length > n.max_length)
+      fail(path, "has minLength " + std::to_string(n.min_length) + " above maxLength " + std::to_string(n.max_length));
     return n;
   }
 
@@ -279,7 +288,7 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   json doc;
   try {
     doc = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) { // a syntax error, or a number past a double's range
     throw std::invalid_argument(std::string("the schema is no JSON: ") + e.what());
   }
   auto s = std::make_shared<json_schema>();
@@ -398,7 +407,7 @@ schema_machine::schema_machine(std::shared_ptr<const json_schema> schema) : sche
 }
 
 bool schema_machine::feed(unsigned char c) {
-  return feed(std::string_view(reinterpret_cast<const char*>(&c), 1));
+  return step(c); // (which changes nothing when it refuses)
 }
 
 bool schema_machine::feed(std::string_view bytes) {
@@ -418,6 +427,10 @@ void schema_machine::reading::append_key(std::string& k) const {
   k += static_cast<char>(integer | number_closed << 1);
   k += static_cast<char>(digits);
   k += static_cast<char>(exponent_digits);
+  if (string_node != json_schema::none) {
+    put32(string_node);
+    put32(chars);
+  }
   for (const auto& f : frames) {
     put32(f.node);
     k.append(reinterpret_cast<const char*>(&f.seen), sizeof f.seen);
@@ -447,7 +460,8 @@ bool schema_machine::free_text() const noexcept {
   if (lex_.lex_ != json_machine::lex::string || lex_.utf8_left_ != 0)
     return false;
   return std::all_of(readings_.begin(), readings_.end(), [&](const reading& r) {
-    return r.literal_node == json_schema::none && (!lex_.key_ || r.frames.back().key_free);
+    return r.literal_node == json_schema::none && r.string_node == json_schema::none
+           && (!lex_.key_ || r.frames.back().key_free);
   });
 }
 
@@ -460,6 +474,11 @@ bool schema_machine::step(unsigned char c) {
     advance(r, lex_, after, c, next);
   if (next.empty())
     return false;
+  if (next.size() == 1) {
+    readings_ = std::move(next);
+    lex_ = std::move(after);
+    return true;
+  }
   // One reading of each kind, at most max_readings: any reading kept is
   // one the text may go on with, so fewer never leave a dead end.
   std::vector<std::string> keys;
@@ -532,6 +551,10 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       u.frames.push_back(std::move(f));
     }
     u.integer = (need & T::t_number) && !(node.types & T::t_number);
+    if (c == '"' && (node.min_length > 0 || node.max_length != 0xFFFFFFFFu)) {
+      u.string_node = n;
+      u.chars = 0;
+    }
     u.digits = c >= '0' && c <= '9';
     out.push_back(std::move(u));
   }
@@ -626,7 +649,19 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
   case L::escape:
   case L::unicode: {
     if (!before.key_) {
-      out.push_back(std::move(r)); // a string value: any text
+      // A string value: any text, but as many characters as the node asks.
+      if (r.string_node != json_schema::none && state == L::string && before.utf8_left_ == 0) {
+        const auto& n = s.at(r.string_node);
+        if (c == '"') {
+          if (r.chars < n.min_length)
+            return;
+          r.string_node = json_schema::none;
+          r.chars = 0;
+        } else if (r.chars++ >= n.max_length) {
+          return; // a character begins (a byte, a lead byte or a backslash)
+        }
+      }
+      out.push_back(std::move(r));
       return;
     }
     auto& f = r.frames.back();

@@ -9,14 +9,16 @@
 // the text as it is written, left to right:
 //   type (one or a list: object, array, string, number, integer, boolean,
 //   null), properties, required, additionalProperties (false, true or a
-//   schema), items (one schema), minItems, maxItems, enum, const, anyOf,
-//   allOf of one schema, $ref into the same document ("#", "#/$defs/x").
+//   schema), items (one schema), minItems, maxItems, minLength, maxLength,
+//   enum, const, anyOf, allOf of one schema, $ref into the same document
+//   ("#", "#/$defs/x").
 // Annotations (title, description, default, examples, $schema, $id,
 // $comment, deprecated, readOnly, writeOnly, $defs, definitions) are
 // skipped. Every other keyword is refused, naming it and where it stands,
 // rather than ignored: an output that looks checked but is not would be
 // worse than an error. A schema without "type" takes it from its keywords
-// (properties: an object; items: an array; neither: any value).
+// (properties: an object; items: an array; minLength: a string; none of
+// them: any value).
 //
 // How the output is held to it: property names are written as their JSON
 // strings are (the schema's spelling, escapes included), each at most once,
@@ -83,6 +85,9 @@ public:
     std::uint32_t items = 0;
     std::uint32_t min_items = 0;
     std::uint32_t max_items = 0xFFFFFFFFu;
+    /// Strings: characters (code points; an escape is one).
+    std::uint32_t min_length = 0;
+    std::uint32_t max_length = 0xFFFFFFFFu;
     /// The least nesting a value of this node takes (0: a scalar will do;
     /// unreachable: no finite value), and as an object or an array (its
     /// required properties' and items' included); each literal's.
@@ -165,6 +170,10 @@ private:
     bool number_closed = false;          ///< the number written is a whole literal
     std::uint8_t digits = 0;             ///< the number's digits before its exponent
     std::uint8_t exponent_digits = 0;
+    /// In a string value with minLength or maxLength: its node and the
+    /// characters written.
+    std::uint32_t string_node = json_schema::none;
+    std::uint32_t chars = 0;
     void append_key(std::string& k) const;
   };
 

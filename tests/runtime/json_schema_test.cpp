@@ -54,6 +54,8 @@ std::vector<std::string> types_of(const json& s) {
     types.push_back("object");
   if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
     types.push_back("array");
+  if (s.contains("minLength") || s.contains("maxLength"))
+    types.push_back("string");
   return types;
 }
 
@@ -106,8 +108,12 @@ bool valid(const json& doc, const json& s, const json& v) {
         return false;
     return true;
   }
-  if (v.is_string())
-    return is("string");
+  if (v.is_string()) {
+    std::size_t chars = 0; // code points
+    for (const char c : v.get<std::string>())
+      chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+    return is("string") && chars >= s.value("minLength", 0u) && chars <= s.value("maxLength", 0xFFFFFFFFu);
+  }
   if (v.is_boolean())
     return is("boolean");
   if (v.is_null())
@@ -169,6 +175,8 @@ const std::vector<std::string>& schemas() {
         "e":{"type":"string","enum":["","a\"b","é"]}},"additionalProperties":false})",
     R"({"type":"object","properties":{"c":{"$ref":"#"},"v":{"type":"integer"},"l":{"type":"array","items":{"$ref":"#"}}},
         "additionalProperties":false})",
+    R"({"type":"object","properties":{"code":{"type":"string","minLength":2,"maxLength":3},"note":{"maxLength":1},
+        "tag":{"anyOf":[{"type":"string","minLength":4},{"type":"string","maxLength":1}]}},"required":["code"]})",
   };
   return all;
 }
@@ -188,12 +196,14 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"allOf":[{"type":"object"},{"required":[]}]})", "allOf of exactly one schema"},
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":3,"maxItems":2}}})", "minItems 3 above maxItems 2"},
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":-1}}})", "a non-negative integer"},
+    {R"({"type":"object","properties":{"a":{"minLength":3,"maxLength":2}}})", "minLength 3 above maxLength 2"},
     {R"({"type":"object","properties":{"a":{"enum":[]}}})", "non-empty list of values"},
     {R"({"type":"object","properties":{"a":{"type":"string","enum":[1]}}})", "whose type its \"type\" refuses"},
     {R"({"type":"object","properties":{"a":{"type":"array","items":[{"type":"string"}]}}})", "as a list (a tuple)"},
     {R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"}],"type":"string"}}})", R"(has "anyOf" beside "type")"},
     {R"({"type":"object","properties":{"a":3}})", "a schema is an object or a boolean"},
     {R"({"type":"object",)", "the schema is no JSON"},
+    {R"({"type":"object","properties":{"a":{"const":1e999}}})", "the schema is no JSON"},
     {R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})", "no finite value"},
   };
   for (const auto& [schema, says] : cases) {
@@ -263,6 +273,19 @@ TEST(json_schema, holds_the_text_to_the_schema) {
     EXPECT_TRUE(reads_whole(levels, ok)) << ok;
   for (const std::string bad : {R"({"l":100})", R"({"l":1.0})", R"({"l":2.50})", R"({"l":-10})", R"({"l":false})"})
     EXPECT_FALSE(reads_whole(levels, bad)) << bad;
+
+  // Characters, not bytes, are counted; an escape is one.
+  const std::string code = R"({"type":"object","properties":{"c":{"type":"string","minLength":2,"maxLength":3}}})";
+  for (const std::string ok : {R"({"c":"ab"})", R"({"c":"abc"})", "{\"c\":\"\xc3\xa9\xc3\xa9\"}", R"({"c":"\n\u00e9"})"})
+    EXPECT_TRUE(reads_whole(code, ok)) << ok;
+  for (const std::string bad : {R"({"c":"a"})", R"({"c":"abcd"})", R"({"c":""})", R"({"c":"ab\n\t"})"})
+    EXPECT_FALSE(reads_whole(code, bad)) << bad;
+  auto c = machine(code);
+  ASSERT_TRUE(c.feed(std::string_view(R"({"c":"a)")));
+  EXPECT_FALSE(c.feed('"')) << "one character is too few";
+  ASSERT_TRUE(c.feed(std::string_view("bc")));
+  EXPECT_FALSE(c.feed('d')) << "a fourth is too many";
+  EXPECT_TRUE(c.feed(std::string_view(R"("})")));
 
   // Numbers a reader can hold.
   EXPECT_TRUE(reads_whole(person, R"({"name":"","age":-123456789012345678})"));
@@ -350,8 +373,11 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
       a.push_back(sample(doc, s.value("items", json(true)), rng, depth + 1));
     return a;
   }
-  if (t == "string")
-    return std::string(pick(4), 'a' + static_cast<char>(pick(3)));
+  if (t == "string") {
+    const auto lo = s.value("minLength", 0u);
+    const auto hi = std::min(s.value("maxLength", lo + 3u), lo + 3u);
+    return std::string(lo + pick(hi - lo + 1), 'a' + static_cast<char>(pick(3)));
+  }
   if (t == "integer")
     return static_cast<int>(pick(2000)) - 1000;
   if (t == "number")
@@ -478,7 +504,8 @@ TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_ev
   std::vector<std::string> tokens = {"", "{", "}", "[", "]", ",", ":", "\"", " ", "\n", "\"name", "\":", "\"age\":",
                                      "name", "age", "Ann", "a", "e", "x", "xy", "y", "k", "\"t\":\"", "\",", "1", "12",
                                      "0", "-", ".", "5", "e1", "null", "true", "false", "n", "ull", "\"}", "}}", "],",
-                                     "\"v\":", "next", "tags", "kind", "\"x\"", "\"xy\"", "\"k\""};
+                                     "\"v\":", "next", "tags", "kind", "\"x\"", "\"xy\"", "\"k\"",
+                                     "\"code\":\"", "ab", "abcd", "\"tag\":\""};
   testing::list_tokenizer vocab(tokens);
   json_vocab v(vocab, 8);
   std::mt19937 rng(3);

@@ -2,12 +2,13 @@
 // policy, batch building, step bookkeeping) with 10,000 requests waiting over
 // 2,000 adapters and a full running batch, for every scheduling policy; and
 // what JSON output (response_format json_object) adds: the tokens a state
-// allows in a Llama-sized vocabulary, and an iteration whose running
-// requests all keep to JSON.
+// allows in a Llama-sized vocabulary (read by the recognizer alone and held
+// to a JSON Schema), and an iteration whose running requests all keep to JSON.
 // Run: build/bin/troupe-scheduler-bench
 #include "gpu/backend.hpp"
 #include "policies/registry.hpp"
 #include "runtime/json_constraint.hpp"
+#include "runtime/json_schema.hpp"
 #include "runtime/scheduler_core.hpp"
 
 #include <benchmark/benchmark.h>
@@ -168,6 +169,44 @@ void bm_json_allowed(benchmark::State& state) {
 BENCHMARK(bm_json_allowed)
   ->ArgNames({"state", "cached"})
   ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
+  ->Unit(benchmark::kMicrosecond);
+
+/// json_vocab::split looked up afresh for one state of a text, read by the
+/// JSON recognizer alone (json_machine), by the schema machine holding it to
+/// any object (what json_object requests use) and to a schema with named,
+/// typed properties (json_schema).
+void bm_json_schema_split(benchmark::State& state) {
+  static const char* const states[] = {"", "{\"na", "{\"name\":", "{\"name\":\"A", "{\"name\":\"A\",\"age\":1"};
+  static const char* const names[] = {"start", "in a key", "a value", "in a string", "in a number"};
+  static const char* const kinds[] = {"json_machine", "any object", "schema"};
+  const auto which = static_cast<std::size_t>(state.range(0));
+  const auto kind = static_cast<std::size_t>(state.range(1));
+  state.SetLabel(std::string(names[which]) + ", " + kinds[kind]);
+  const auto schema = kind == 1 ? json_schema::any_object()
+                                : json_schema::compile(R"({"type":"object","additionalProperties":false,
+                                    "required":["name","age"],"properties":{"name":{"type":"string"},
+                                    "age":{"type":"integer"},"city":{"enum":["Paris","Rome","Oslo"]}}})");
+  json_vocab v(vocab32k(), 1);
+  std::size_t allowed = 0;
+  const auto run = [&](auto m, auto other) {
+    m.feed(std::string_view(states[which]));
+    other.feed(std::string_view("{"));
+    for (auto _ : state) {
+      allowed = v.split(m)->allowed.size();
+      benchmark::DoNotOptimize(v.split(other)); // so that m's answer is never the one kept
+    }
+  };
+  if (kind == 0)
+    run(json_machine{}, json_machine{});
+  else
+    run(schema_machine(schema), schema_machine(schema));
+  state.counters["allowed"] = static_cast<double>(allowed);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
+}
+
+BENCHMARK(bm_json_schema_split)
+  ->ArgNames({"state", "kind"})
+  ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})
   ->Unit(benchmark::kMicrosecond);
 
 /// A scheduler iteration (fcfs, nothing waiting) whose `running` requests
