@@ -113,6 +113,18 @@ private:
     return static_cast<std::uint32_t>(v.get<std::uint64_t>());
   }
 
+  /// A pair of counts: `low` and `high` as the schema gives them, low <= high.
+  static void bounds(const json& s, const std::string& path, const char* low_word, const char* high_word,
+                     std::uint32_t& low, std::uint32_t& high) {
+    if (const auto m = s.find(low_word); m != s.end())
+      low = count(*m, path, low_word);
+    if (const auto m = s.find(high_word); m != s.end())
+      high = count(*m, path, high_word);
+    if (low > high)
+      fail(path, std::string("has ") + low_word + " " + std::to_string(low) + " above " + high_word + " "
+                   + std::to_string(high));
+  }
+
   static std::uint8_t type_of(const json& t, const std::string& path) {
     static const std::map<std::string, std::uint8_t, std::less<>> names = {
       {"object", t_object}, {"array", t_array},     {"string", t_string}, {"number", t_number},
@@ -264,18 +276,8 @@ private:
         fail(path, "has \"items\" as a list (a tuple); Troupe takes one schema for every item");
       n.items = at(path + "/items");
     }
-    if (const auto m = s.find("minItems"); m != s.end())
-      n.min_items = count(*m, path, "minItems");
-    if (const auto m = s.find("maxItems"); m != s.end())
-      n.max_items = count(*m, path, "maxItems");
-    if (n.min_items > n.max_items)
-      fail(path, "has minItems " + std::to_string(n.min_items) + " above maxItems " + std::to_string(n.max_items));
-    if (const auto m = s.find("minLength"); m != s.end())
-      n.min_length = count(*m, path, "minLength");
-    if (const auto m = s.find("maxLength"); m != s.end())
-      n.max_length = count(*m, path, "maxLength");
-    if (n.min_length > n.max_length)
-      fail(path, "has minLength " + std::to_string(n.min_length) + " above maxLength " + std::to_string(n.max_length));
+    bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
+    bounds(s, path, "minLength", "maxLength", n.min_length, n.max_length);
     return n;
   }
 
