@@ -48,7 +48,8 @@ std::string json_machine::key() const {
   std::string k;
   k.reserve(8 + stack_.size());
   for (const auto b : {static_cast<std::uint8_t>(lex_), static_cast<std::uint8_t>(num_),
-                       static_cast<std::uint8_t>(key_), hex_left_, utf8_left_, utf8_lo_, utf8_hi_, lit_, lit_at_,
+                       static_cast<std::uint8_t>(key_), hex_left_, static_cast<std::uint8_t>(surrogate_),
+                       utf8_left_, utf8_lo_, utf8_hi_, lit_, lit_at_,
                        static_cast<std::uint8_t>(blank_)})
     k += static_cast<char>(b);
   return k + stack_;
@@ -146,6 +147,12 @@ bool json_machine::step(unsigned char c) {
     }
     return (c == '}' || c == ']') && close(c);
   case lex::string:
+    if (surrogate_ == surrogate::want_low) {
+      if (c != '\\')
+        return false; // the low half's escape must follow
+      lex_ = lex::escape;
+      return true;
+    }
     if (utf8_left_ > 0) {
       if (c < utf8_lo_ || c > utf8_hi_)
         return false;
@@ -188,16 +195,39 @@ bool json_machine::step(unsigned char c) {
       hex_left_ = 4;
       return true;
     }
-    if (std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) == std::string_view::npos)
+    if (surrogate_ == surrogate::want_low
+        || std::string_view("\"\\/bfnrt").find(static_cast<char>(c)) == std::string_view::npos)
       return false;
     lex_ = lex::string;
     return true;
-  case lex::unicode:
+  case lex::unicode: {
     if (!is_hex(c))
       return false;
-    if (--hex_left_ == 0)
+    const bool d = c == 'd' || c == 'D';
+    const bool low_half = (c >= 'c' && c <= 'f') || (c >= 'C' && c <= 'F'); // DC00-DFFF
+    const bool high_half = c == '8' || c == '9' || c == 'a' || c == 'b' || c == 'A' || c == 'B'; // D800-DBFF
+    if (hex_left_ == 4) {
+      if (surrogate_ == surrogate::want_low) {
+        if (!d)
+          return false;
+      } else {
+        surrogate_ = d ? surrogate::first_d : surrogate::none;
+      }
+    } else if (hex_left_ == 3) {
+      if (surrogate_ == surrogate::want_low && !low_half)
+        return false;
+      if (surrogate_ == surrogate::first_d) {
+        if (low_half)
+          return false; // a low half with no high one before it
+        surrogate_ = high_half ? surrogate::high : surrogate::none;
+      }
+    }
+    if (--hex_left_ == 0) {
       lex_ = lex::string;
+      surrogate_ = surrogate_ == surrogate::high ? surrogate::want_low : surrogate::none;
+    }
     return true;
+  }
   case lex::literal:
     if (c != static_cast<unsigned char>(literals[lit_][lit_at_]))
       return false;
@@ -321,7 +351,7 @@ void json_vocab::walk(const trie& t, std::uint32_t at, const Machine& m, std::ve
 }
 
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const json_machine& m) {
-  return split(m, m.key(), m.lex_ == json_machine::lex::string && m.utf8_left_ == 0);
+  return split(m, m.key(), m.in_text());
 }
 
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const schema_machine& m) {

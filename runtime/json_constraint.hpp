@@ -25,7 +25,7 @@ class schema_machine;
 /// Reads JSON text (RFC 8259) byte by byte whose top-level value is an
 /// object, and says whether a byte may come next. Strings must be valid
 /// UTF-8 (no overlong forms, no surrogates) without raw control
-/// characters. Two limits keep a sampled output
+/// characters, and a \u escape of a surrogate must be half of a pair. Two limits keep a sampled output
 /// from running away: nesting deeper than max_depth and runs of more than
 /// max_blank whitespace bytes between tokens of the JSON are refused.
 class json_machine {
@@ -46,6 +46,11 @@ public:
   /// What decides which bytes may follow, as a string (equal keys: the
   /// same bytes may follow from here on).
   std::string key() const;
+  /// Inside a string where any plain text may come (no character or
+  /// escape begun).
+  bool in_text() const noexcept {
+    return lex_ == lex::string && utf8_left_ == 0 && surrogate_ == surrogate::none;
+  }
 
 private:
   enum class lex : std::uint8_t {
@@ -74,6 +79,15 @@ private:
   num num_ = num::zero;
   bool key_ = false;
   std::uint8_t hex_left_ = 0;
+  /// \u escapes of UTF-16 surrogates come in pairs, a high half (D800-DBFF)
+  /// and then a low one (DC00-DFFF), as JSON parsers that decode them need.
+  enum class surrogate : std::uint8_t {
+    none,
+    first_d,  ///< this escape's first digit is D: maybe a half
+    high,     ///< this escape is a high half
+    want_low, ///< a high half was written: a \u escape of a low one must follow
+  };
+  surrogate surrogate_ = surrogate::none;
   std::uint8_t utf8_left_ = 0;   ///< continuation bytes to come
   unsigned char utf8_lo_ = 0x80; ///< the next one's least and greatest
   unsigned char utf8_hi_ = 0xBF; ///< (no overlong form, no surrogate)

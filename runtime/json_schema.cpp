@@ -459,7 +459,7 @@ std::string schema_machine::key() const {
 }
 
 bool schema_machine::free_text() const noexcept {
-  if (lex_.lex_ != json_machine::lex::string || lex_.utf8_left_ != 0)
+  if (!lex_.in_text())
     return false;
   return std::all_of(readings_.begin(), readings_.end(), [&](const reading& r) {
     return r.literal_node == json_schema::none && r.string_node == json_schema::none
