@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 
@@ -58,6 +59,30 @@ bool names_left(const json_schema& s, const json_schema::node& n, std::uint64_t 
   return other_names(s, n, depth);
 }
 
+/// Some integer within node `n`'s bounds is written by going on from a sign
+/// and the digits so far (`digits` of them, worth `magnitude`): the value
+/// itself, or one with more digits (none after a leading 0), 18 at most.
+bool reachable(const json_schema::node& n, bool negative, std::int64_t magnitude, std::uint8_t digits) {
+  const auto meets = [&](std::int64_t a, std::int64_t b) { // the magnitudes a..b with the sign
+    const auto lo = negative ? -b : a;
+    const auto hi = negative ? -a : b;
+    return lo <= n.maximum && hi >= n.minimum;
+  };
+  if (digits == 0) // the sign alone
+    return meets(0, 999'999'999'999'999'999);
+  if (meets(magnitude, magnitude))
+    return true;
+  if (magnitude == 0)
+    return false;
+  std::int64_t scale = 1;
+  for (auto k = digits; k < schema_machine::max_integer_digits; ++k) {
+    scale *= 10;
+    if (meets(magnitude * scale, magnitude * scale + scale - 1))
+      return true;
+  }
+  return false;
+}
+
 bool is_blank(unsigned char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
@@ -67,7 +92,8 @@ constexpr std::string_view annotations[] = {"title",    "description", "default"
                                             "$defs",    "definitions"};
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
                                          "items",     "minItems",   "maxItems",  "minLength",
-                                         "maxLength", "enum",       "const",     "anyOf",
+                                         "maxLength", "minimum",    "maximum",   "exclusiveMinimum",
+                                         "exclusiveMaximum", "enum", "const",    "anyOf",
                                          "allOf",     "$ref"};
 
 template <std::size_t N>
@@ -125,6 +151,41 @@ private:
                    + std::to_string(high));
   }
 
+  /// minimum, maximum and their exclusive forms, on a node whose numbers
+  /// are integers: the least and greatest integer they leave.
+  static void integer_bounds(const json& s, const std::string& path, node& n) {
+    constexpr double most = 999'999'999'999'999'999.0; // 18 digits
+    bool any = false;
+    double low = -most, high = most;
+    for (const char* word : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      const auto v = s.find(word);
+      if (v == s.end())
+        continue;
+      if (!v->is_number())
+        fail(path, std::string("has \"") + word + "\" " + v->dump() + "; it must be a number");
+      any = true;
+      const double x = v->get<double>();
+      const std::string_view w = word;
+      if (w == "minimum")
+        low = std::max(low, std::ceil(x));
+      else if (w == "exclusiveMinimum")
+        low = std::max(low, std::floor(x) + 1);
+      else if (w == "maximum")
+        high = std::min(high, std::floor(x));
+      else
+        high = std::min(high, std::ceil(x) - 1);
+    }
+    if (!any)
+      return;
+    if (!(n.types & t_integer) || (n.types & t_number))
+      fail(path, "has a minimum or maximum, which Troupe enforces on integers only (\"type\": \"integer\")");
+    if (low > high)
+      fail(path, "has bounds that no integer of at most 18 digits lies within");
+    n.bounded = true;
+    n.minimum = static_cast<std::int64_t>(std::max(low, -most));
+    n.maximum = static_cast<std::int64_t>(std::min(high, most));
+  }
+
   static std::uint8_t type_of(const json& t, const std::string& path) {
     static const std::map<std::string, std::uint8_t, std::less<>> names = {
       {"object", t_object}, {"array", t_array},     {"string", t_string}, {"number", t_number},
@@ -164,8 +225,9 @@ private:
       if (!among(keywords, k))
         fail(path, "has \"" + k
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
-                       "additionalProperties, items, minItems, maxItems, minLength, maxLength, enum, const, "
-                       "anyOf, allOf (of one schema) and $ref");
+                       "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
+                       "exclusiveMinimum, exclusiveMaximum (on integers), enum, const, anyOf, allOf (of one "
+                       "schema) and $ref");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -278,6 +340,7 @@ private:
     }
     bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
     bounds(s, path, "minLength", "maxLength", n.min_length, n.max_length);
+    integer_bounds(s, path, n);
     return n;
   }
 
@@ -433,6 +496,11 @@ void schema_machine::reading::append_key(std::string& k) const {
     put32(string_node);
     put32(chars);
   }
+  if (bounded_node != json_schema::none) {
+    put32(bounded_node);
+    k += static_cast<char>(negative);
+    k.append(reinterpret_cast<const char*>(&magnitude), sizeof magnitude);
+  }
   for (const auto& f : frames) {
     put32(f.node);
     k.append(reinterpret_cast<const char*>(&f.seen), sizeof f.seen);
@@ -553,6 +621,13 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       u.frames.push_back(std::move(f));
     }
     u.integer = (need & T::t_number) && !(node.types & T::t_number);
+    if (u.integer && node.bounded) {
+      u.bounded_node = n;
+      u.negative = c == '-';
+      u.magnitude = u.negative ? 0 : c - '0';
+      if (!reachable(node, u.negative, u.magnitude, u.negative ? 0 : 1))
+        continue;
+    }
     if (c == '"' && (node.min_length > 0 || node.max_length != 0xFFFFFFFFu)) {
       u.string_node = n;
       u.chars = 0;
@@ -590,9 +665,23 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
         if (++n > (exponent ? schema_machine::max_exponent_digits
                             : r.integer ? schema_machine::max_integer_digits : schema_machine::max_digits))
           return;
+        if (r.bounded_node != json_schema::none) {
+          r.magnitude = r.magnitude * 10 + (c - '0');
+          if (!reachable(s.at(r.bounded_node), r.negative, r.magnitude, r.digits))
+            return;
+        }
       }
       out.push_back(std::move(r));
       return;
+    }
+    if (r.bounded_node != json_schema::none) {
+      const auto& n = s.at(r.bounded_node);
+      const auto value = r.negative ? -r.magnitude : r.magnitude;
+      if (value < n.minimum || value > n.maximum)
+        return;
+      r.bounded_node = json_schema::none;
+      r.negative = false;
+      r.magnitude = 0;
     }
     r.number_closed = false;
     r.integer = false;

@@ -10,6 +10,7 @@
 //   type (one or a list: object, array, string, number, integer, boolean,
 //   null), properties, required, additionalProperties (false, true or a
 //   schema), items (one schema), minItems, maxItems, minLength, maxLength,
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers),
 //   enum, const, anyOf, allOf of one schema, $ref into the same document
 //   ("#", "#/$defs/x").
 // Annotations (title, description, default, examples, $schema, $id,
@@ -85,6 +86,11 @@ public:
     std::uint32_t items = 0;
     std::uint32_t min_items = 0;
     std::uint32_t max_items = 0xFFFFFFFFu;
+    /// Integers: the least and greatest (minimum, maximum and their
+    /// exclusive forms); bounded: either was given.
+    std::int64_t minimum = -999'999'999'999'999'999;
+    std::int64_t maximum = 999'999'999'999'999'999;
+    bool bounded = false;
     /// Strings: characters (code points; an escape is one).
     std::uint32_t min_length = 0;
     std::uint32_t max_length = 0xFFFFFFFFu;
@@ -167,6 +173,10 @@ private:
     std::uint32_t literal = 0;           ///< its literal's index
     std::uint32_t literal_at = 0;        ///< bytes of it written
     bool integer = false;                ///< the number being written is an integer
+    /// Writing a bounded integer: its node, sign and digits' value so far.
+    std::uint32_t bounded_node = json_schema::none;
+    bool negative = false;
+    std::int64_t magnitude = 0;
     bool number_closed = false;          ///< the number written is a whole literal
     std::uint8_t digits = 0;             ///< the number's digits before its exponent
     std::uint8_t exponent_digits = 0;

@@ -118,8 +118,11 @@ bool valid(const json& doc, const json& s, const json& v) {
     return is("boolean");
   if (v.is_null())
     return is("null");
-  if (v.is_number_integer())
-    return is("integer") || is("number");
+  if (v.is_number_integer()) {
+    const auto x = v.get<double>();
+    return (is("integer") || is("number")) && x >= s.value("minimum", -1e300) && x <= s.value("maximum", 1e300)
+           && x > s.value("exclusiveMinimum", -1e300) && x < s.value("exclusiveMaximum", 1e300);
+  }
   return is("number");
 }
 
@@ -175,6 +178,9 @@ const std::vector<std::string>& schemas() {
         "e":{"type":"string","enum":["","a\"b","é"]}},"additionalProperties":false})",
     R"({"type":"object","properties":{"c":{"$ref":"#"},"v":{"type":"integer"},"l":{"type":"array","items":{"$ref":"#"}}},
         "additionalProperties":false})",
+    R"({"type":"object","properties":{"age":{"type":"integer","minimum":18,"maximum":120},"t":{"type":"integer",
+        "exclusiveMinimum":-40,"exclusiveMaximum":0},"n":{"type":["integer","null"],"minimum":7,"maximum":7}},
+        "required":["age"],"additionalProperties":false})",
     R"({"type":"object","properties":{"code":{"type":"string","minLength":2,"maxLength":3},"note":{"maxLength":1},
         "tag":{"anyOf":[{"type":"string","minLength":4},{"type":"string","maxLength":1}]}},"required":["code"]})",
   };
@@ -197,6 +203,10 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":3,"maxItems":2}}})", "minItems 3 above maxItems 2"},
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":-1}}})", "a non-negative integer"},
     {R"({"type":"object","properties":{"a":{"minLength":3,"maxLength":2}}})", "minLength 3 above maxLength 2"},
+    {R"({"type":"object","properties":{"a":{"type":"number","minimum":0}}})", "on integers only"},
+    {R"({"type":"object","properties":{"a":{"minimum":0}}})", "on integers only"},
+    {R"({"type":"object","properties":{"a":{"type":"integer","minimum":1.5,"maximum":1.7}}})", "no integer"},
+    {R"({"type":"object","properties":{"a":{"type":"integer","maximum":"9"}}})", R"("maximum" "9"; it must be a number)"},
     {R"({"type":"object","properties":{"a":{"enum":[]}}})", "non-empty list of values"},
     {R"({"type":"object","properties":{"a":{"type":"string","enum":[1]}}})", "whose type its \"type\" refuses"},
     {R"({"type":"object","properties":{"a":{"type":"array","items":[{"type":"string"}]}}})", "as a list (a tuple)"},
@@ -286,6 +296,29 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   ASSERT_TRUE(c.feed(std::string_view("bc")));
   EXPECT_FALSE(c.feed('d')) << "a fourth is too many";
   EXPECT_TRUE(c.feed(std::string_view(R"("})")));
+
+  // Integers within bounds, refused at the first digit that leaves them.
+  const std::string aged = R"({"type":"object","properties":{"n":{"type":"integer","minimum":-5,"maximum":120}}})";
+  for (const std::string ok : {R"({"n":-5})", R"({"n":0})", R"({"n":-0})", R"({"n":7})", R"({"n":99})", R"({"n":120})"})
+    EXPECT_TRUE(reads_whole(aged, ok)) << ok;
+  for (const std::string bad : {R"({"n":-6})", R"({"n":121})", R"({"n":1000})", R"({"n":-10})"})
+    EXPECT_FALSE(reads_whole(aged, bad)) << bad;
+  auto a = machine(aged);
+  ASSERT_TRUE(a.feed(std::string_view(R"({"n":12)")));
+  EXPECT_FALSE(a.feed('1')) << "121 is past the maximum";
+  EXPECT_FALSE(a.feed('5')) << "so is 125";
+  EXPECT_TRUE(a.feed(std::string_view("0}"))) << "120 is within";
+  const std::string teen = R"({"type":"object","properties":{"n":{"type":"integer","minimum":10,"exclusiveMaximum":21}}})";
+  auto tn = machine(teen);
+  ASSERT_TRUE(tn.feed(std::string_view(R"({"n":)")));
+  for (const char bad : {'-', '0', '3', '9'}) {
+    auto probe = tn;
+    EXPECT_FALSE(probe.feed(static_cast<unsigned char>(bad))) << bad;
+  }
+  ASSERT_TRUE(tn.feed('2'));
+  EXPECT_FALSE(tn.feed('}')) << "2 alone is below 10";
+  EXPECT_FALSE(tn.feed('1')) << "21 is excluded";
+  EXPECT_TRUE(tn.feed(std::string_view("0}")));
 
   // Numbers a reader can hold.
   EXPECT_TRUE(reads_whole(person, R"({"name":"","age":-123456789012345678})"));
@@ -378,8 +411,11 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     const auto hi = std::min(s.value("maxLength", lo + 3u), lo + 3u);
     return std::string(lo + pick(hi - lo + 1), 'a' + static_cast<char>(pick(3)));
   }
-  if (t == "integer")
-    return static_cast<int>(pick(2000)) - 1000;
+  if (t == "integer") {
+    const auto lo = std::max(-1000.0, std::max(s.value("minimum", -1e9), s.value("exclusiveMinimum", -1e9) + 1));
+    const auto hi = std::min(1000.0, std::min(s.value("maximum", 1e9), s.value("exclusiveMaximum", 1e9) - 1));
+    return static_cast<int>(lo) + static_cast<int>(pick(static_cast<std::size_t>(hi - lo) + 1));
+  }
   if (t == "number")
     return pick(2) ? json(0.5 * static_cast<double>(pick(40))) : json(static_cast<int>(pick(9)));
   if (t == "boolean")
