@@ -81,6 +81,36 @@ ids="$("$bin/troupe-client" --endpoint "$zmq" --tokenize "The river runs" \
 "$bin/troupe-client" --endpoint "$zmq" --detokenize "$ids" | grep -q '"text":" *The river runs"' \
   || { echo "http: --detokenize $ids did not give the text back"; exit 1; }
 
+# ... and --json-schema holds its answers to the schema in the file: of a
+# few seeds, every answer that ends is {"n": <a digit>}.
+echo '{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"],
+  "additionalProperties":false}' > "$work/digit.json"
+for seed in 1 2 3 4 5 6; do
+  "$bin/troupe-client" --endpoint "$zmq" --prompt "A digit:" --max-tokens 24 --seed "$seed" --no-stream \
+    --json-schema "$work/digit.json" --json 2>/dev/null | tail -1
+done > "$work/digits.jsonl"
+python3 - "$work/digits.jsonl" <<'PY'
+import json, sys
+ended = 0
+for line in open(sys.argv[1]):
+    done = json.loads(line)
+    assert done["finish_reason"] in ("stop", "length"), done
+    if done["finish_reason"] == "stop":
+        ended += 1
+        assert set(json.loads(done["text"])) == {"n"} and json.loads(done["text"])["n"] in range(10), done
+    else:
+        assert done["text"].lstrip().startswith("{"), done
+assert ended >= 1, "no --json-schema answer of 6 ended"
+PY
+echo '{"type":"object","properties":{"n":{"type":"string","pattern":"x"}}}' > "$work/pattern.json"
+if "$bin/troupe-client" --endpoint "$zmq" --prompt x --json-schema "$work/pattern.json" 2> "$work/pattern.err" > /dev/null \
+  || ! grep -q '"pattern"' "$work/pattern.err"; then
+  echo "http: a schema with pattern was not refused by name"; cat "$work/pattern.err"; exit 1
+fi
+if "$bin/troupe-client" --endpoint "$zmq" --prompt x --json-schema "$work/no-such.json" > /dev/null 2>&1; then
+  echo "http: troupe-client took --json-schema without a file"; exit 1
+fi
+
 python3 - "$http" "$ref" "$ref_lp" "$ref_plp" "$ref_min" <<'PY'
 import json, socket, sys, time, urllib.request, urllib.error
 
