@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -83,6 +84,140 @@ bool reachable(const json_schema::node& n, bool negative, std::int64_t magnitude
   return false;
 }
 
+// -- string formats: the next place in one, or -1 where `c` may not come --------
+
+bool is_digit(unsigned char c) {
+  return c >= '0' && c <= '9';
+}
+
+int days_in(unsigned year, unsigned month) {
+  if (month == 2)
+    return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28;
+  return month == 4 || month == 6 || month == 9 || month == 11 ? 30 : 31;
+}
+
+/// RFC 3339 full-date, YYYY-MM-DD: a year from 1000, a day its month has.
+int date_next(schema_machine::format_state& st, int at, unsigned char c) {
+  const int d = c - '0';
+  switch (at) {
+  case 0:
+    if (!is_digit(c) || c == '0')
+      return -1;
+    st.year = static_cast<std::uint16_t>(d);
+    return 1;
+  case 1:
+  case 2:
+  case 3:
+    if (!is_digit(c))
+      return -1;
+    st.year = static_cast<std::uint16_t>(st.year * 10 + d);
+    return at + 1;
+  case 4:
+  case 7:
+    return c == '-' ? at + 1 : -1;
+  case 5:
+    if (c != '0' && c != '1')
+      return -1;
+    st.month = static_cast<std::uint8_t>(10 * d);
+    return 6;
+  case 6:
+    if (!is_digit(c) || st.month + d < 1 || st.month + d > 12)
+      return -1;
+    st.month = static_cast<std::uint8_t>(st.month + d);
+    return 7;
+  case 8:
+    if (!is_digit(c) || 10 * d > days_in(st.year, st.month))
+      return -1;
+    st.digit = static_cast<std::uint8_t>(d);
+    return 9;
+  case 9:
+    if (!is_digit(c) || 10 * st.digit + d < 1 || 10 * st.digit + d > days_in(st.year, st.month))
+      return -1;
+    return 10;
+  default:
+    return -1;
+  }
+}
+
+/// RFC 3339 full-time, HH:MM:SS[.frac](Z|+HH:MM|-HH:MM), fractions of at
+/// most 9 digits; 20 is its end.
+int time_next(schema_machine::format_state& st, int at, unsigned char c) {
+  const int d = c - '0';
+  switch (at) {
+  case 0:
+  case 14: // hours, of the time and of its offset
+    if (c < '0' || c > '2')
+      return -1;
+    st.digit = static_cast<std::uint8_t>(d);
+    return at + 1;
+  case 1:
+  case 15:
+    return is_digit(c) && (st.digit < 2 || c <= '3') ? at + 1 : -1;
+  case 2:
+  case 5:
+  case 16:
+    return c == ':' ? at + 1 : -1;
+  case 3:
+  case 6:
+  case 17:
+    return c >= '0' && c <= '5' ? at + 1 : -1;
+  case 4:
+  case 7:
+    return is_digit(c) ? at + 1 : -1;
+  case 18:
+    return is_digit(c) ? 20 : -1;
+  case 8:
+    if (c == '.') {
+      st.digit = 0;
+      return 9;
+    }
+    return c == 'Z' ? 20 : c == '+' || c == '-' ? 14 : -1;
+  case 9: // the fraction's first digit
+    st.digit = 1;
+    return is_digit(c) ? 10 : -1;
+  case 10:
+    if (is_digit(c)) {
+      if (st.digit == 9)
+        return -1;
+      ++st.digit;
+      return 10;
+    }
+    return c == 'Z' ? 20 : c == '+' || c == '-' ? 14 : -1;
+  default:
+    return -1;
+  }
+}
+
+int format_next(json_schema::string_format f, schema_machine::format_state& st, int at, unsigned char c) {
+  using F = json_schema::string_format;
+  switch (f) {
+  case F::date:
+    return date_next(st, at, c);
+  case F::time:
+    return time_next(st, at, c);
+  case F::date_time:
+    if (at < 10)
+      return date_next(st, at, c);
+    if (at == 10)
+      return c == 'T' ? 11 : -1;
+    if (const int next = time_next(st, at - 11, c); next >= 0)
+      return 11 + next;
+    return -1;
+  case F::uuid:
+    if (at == 8 || at == 13 || at == 18 || at == 23)
+      return c == '-' ? at + 1 : -1;
+    return at < 36 && std::isxdigit(c) ? at + 1 : -1;
+  case F::none:
+    break;
+  }
+  return -1;
+}
+
+bool format_whole(json_schema::string_format f, int at) {
+  using F = json_schema::string_format;
+  return at == (f == F::date ? 10 : f == F::time ? 20 : f == F::date_time ? 31 : 36);
+}
+
 bool is_blank(unsigned char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
@@ -93,8 +228,8 @@ constexpr std::string_view annotations[] = {"title",    "description", "default"
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
                                          "items",     "minItems",   "maxItems",  "minLength",
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum",
-                                         "exclusiveMaximum", "enum", "const",    "anyOf",
-                                         "allOf",     "$ref"};
+                                         "exclusiveMaximum", "format", "enum",   "const",
+                                         "anyOf",     "allOf",      "$ref"};
 
 template <std::size_t N>
 bool among(const std::string_view (&set)[N], std::string_view k) {
@@ -226,8 +361,8 @@ private:
         fail(path, "has \"" + k
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
                        "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
-                       "exclusiveMinimum, exclusiveMaximum (on integers), enum, const, anyOf, allOf (of one "
-                       "schema) and $ref");
+                       "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
+                       "enum, const, anyOf, allOf (of one schema) and $ref");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -295,7 +430,7 @@ private:
 
     const bool object_words = has("properties") || has("required") || has("additionalProperties");
     const bool array_words = has("items") || has("minItems") || has("maxItems");
-    const bool string_words = has("minLength") || has("maxLength");
+    const bool string_words = has("minLength") || has("maxLength") || has("format");
     if (has("type"))
       n.types = type_of(s["type"], path);
     else if (object_words || array_words || string_words)
@@ -341,6 +476,17 @@ private:
     bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
     bounds(s, path, "minLength", "maxLength", n.min_length, n.max_length);
     integer_bounds(s, path, n);
+    if (const auto f = s.find("format"); f != s.end()) {
+      static const std::map<std::string, string_format, std::less<>> formats = {
+        {"date", string_format::date}, {"time", string_format::time},
+        {"date-time", string_format::date_time}, {"uuid", string_format::uuid}};
+      const auto it = f->is_string() ? formats.find(f->get<std::string>()) : formats.end();
+      if (it == formats.end())
+        fail(path, "has \"format\" " + f->dump() + "; Troupe writes the formats date, time, date-time and uuid");
+      if (!(n.types & t_string))
+        fail(path, "has a \"format\" but takes no strings");
+      n.format = it->second;
+    }
     return n;
   }
 
@@ -496,6 +642,13 @@ void schema_machine::reading::append_key(std::string& k) const {
     put32(string_node);
     put32(chars);
   }
+  if (format.format != json_schema::string_format::none) {
+    k += static_cast<char>(format.format);
+    k += static_cast<char>(format.at);
+    k.append(reinterpret_cast<const char*>(&format.year), sizeof format.year);
+    k += static_cast<char>(format.month);
+    k += static_cast<char>(format.digit);
+  }
   if (bounded_node != json_schema::none) {
     put32(bounded_node);
     k += static_cast<char>(negative);
@@ -531,7 +684,7 @@ bool schema_machine::free_text() const noexcept {
     return false;
   return std::all_of(readings_.begin(), readings_.end(), [&](const reading& r) {
     return r.literal_node == json_schema::none && r.string_node == json_schema::none
-           && (!lex_.key_ || r.frames.back().key_free);
+           && r.format.format == json_schema::string_format::none && (!lex_.key_ || r.frames.back().key_free);
   });
 }
 
@@ -628,6 +781,8 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       if (!reachable(node, u.negative, u.magnitude, u.negative ? 0 : 1))
         continue;
     }
+    if (c == '"' && node.format != json_schema::string_format::none)
+      u.format = {node.format};
     if (c == '"' && (node.min_length > 0 || node.max_length != 0xFFFFFFFFu)) {
       u.string_node = n;
       u.chars = 0;
@@ -740,7 +895,20 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
   case L::escape:
   case L::unicode: {
     if (!before.key_) {
-      // A string value: any text, but as many characters as the node asks.
+      // A string value: any text, but in the node's format and with as
+      // many characters as it asks.
+      if (r.format.format != json_schema::string_format::none) {
+        if (c == '"') {
+          if (!format_whole(r.format.format, r.format.at))
+            return;
+          r.format = {};
+        } else {
+          const int next = format_next(r.format.format, r.format, r.format.at, c);
+          if (next < 0)
+            return;
+          r.format.at = static_cast<std::uint8_t>(next);
+        }
+      }
       if (r.string_node != json_schema::none && state == L::string && before.utf8_left_ == 0) {
         const auto& n = s.at(r.string_node);
         if (c == '"') {

@@ -11,6 +11,7 @@
 //   null), properties, required, additionalProperties (false, true or a
 //   schema), items (one schema), minItems, maxItems, minLength, maxLength,
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers),
+//   format (date, time, date-time, uuid),
 //   enum, const, anyOf, allOf of one schema, $ref into the same document
 //   ("#", "#/$defs/x").
 // Annotations (title, description, default, examples, $schema, $id,
@@ -18,8 +19,8 @@
 // skipped. Every other keyword is refused, naming it and where it stands,
 // rather than ignored: an output that looks checked but is not would be
 // worse than an error. A schema without "type" takes it from its keywords
-// (properties: an object; items: an array; minLength: a string; none of
-// them: any value).
+// (properties: an object; items: an array; minLength or format: a string;
+// none of them: any value).
 //
 // How the output is held to it: property names are written as their JSON
 // strings are (the schema's spelling, escapes included), each at most once,
@@ -58,6 +59,8 @@ public:
   static constexpr std::size_t max_nodes = 4096;
   static constexpr std::size_t max_properties = 64;
 
+  enum class string_format : std::uint8_t { none, date, time, date_time, uuid };
+
   enum type_bit : std::uint8_t {
     t_object = 1,
     t_array = 2,
@@ -94,6 +97,9 @@ public:
     /// Strings: characters (code points; an escape is one).
     std::uint32_t min_length = 0;
     std::uint32_t max_length = 0xFFFFFFFFu;
+    /// Strings: "format", of those Troupe writes to (RFC 3339's date,
+    /// full-time and date-time; RFC 9562's uuid).
+    string_format format = string_format::none;
     /// The least nesting a value of this node takes (0: a scalar will do;
     /// unreachable: no finite value), and as an object or an array (its
     /// required properties' and items' included); each literal's.
@@ -140,6 +146,17 @@ public:
   static constexpr std::uint8_t max_digits = 24;
   static constexpr std::uint8_t max_exponent_digits = 2;
 
+  /// In a string value with a format: which, where in it, and what the
+  /// text so far says of what may follow (the year and month a day must
+  /// fit, an hour's first digit, a fraction's digits).
+  struct format_state {
+    json_schema::string_format format = json_schema::string_format::none;
+    std::uint8_t at = 0;
+    std::uint16_t year = 0;
+    std::uint8_t month = 0;
+    std::uint8_t digit = 0;
+  };
+
   explicit schema_machine(std::shared_ptr<const json_schema> schema);
 
   /// Takes `c` if the text may go on with it; otherwise returns false and
@@ -184,6 +201,7 @@ private:
     /// characters written.
     std::uint32_t string_node = json_schema::none;
     std::uint32_t chars = 0;
+    format_state format;
     void append_key(std::string& k) const;
   };
 

@@ -12,6 +12,7 @@
 
 #include <optional>
 #include <random>
+#include <regex>
 #include <stdexcept>
 
 namespace troupe {
@@ -54,9 +55,33 @@ std::vector<std::string> types_of(const json& s) {
     types.push_back("object");
   if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
     types.push_back("array");
-  if (s.contains("minLength") || s.contains("maxLength"))
+  if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
     types.push_back("string");
   return types;
+}
+
+/// The formats, by regular expressions and a calendar (an oracle written
+/// apart from the machine's).
+bool formatted(const std::string& format, const std::string& x) {
+  static const std::regex date(R"((\d{4})-(\d{2})-(\d{2}))");
+  static const std::regex time(R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))");
+  static const std::regex uuid(R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})");
+  const auto is_date = [&](const std::string& t) {
+    std::smatch m;
+    if (!std::regex_match(t, m, date))
+      return false;
+    const int y = std::stoi(m[1]), mo = std::stoi(m[2]), d = std::stoi(m[3]);
+    const bool leap = y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
+    const int days[] = {31, leap ? 29 : 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    return y >= 1000 && mo >= 1 && mo <= 12 && d >= 1 && d <= days[mo - 1];
+  };
+  if (format == "date")
+    return is_date(x);
+  if (format == "time")
+    return std::regex_match(x, time);
+  if (format == "date-time")
+    return x.size() > 11 && x[10] == 'T' && is_date(x.substr(0, 10)) && std::regex_match(x.substr(11), time);
+  return std::regex_match(x, uuid);
 }
 
 bool valid(const json& doc, const json& s, const json& v) {
@@ -112,7 +137,8 @@ bool valid(const json& doc, const json& s, const json& v) {
     std::size_t chars = 0; // code points
     for (const char c : v.get<std::string>())
       chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-    return is("string") && chars >= s.value("minLength", 0u) && chars <= s.value("maxLength", 0xFFFFFFFFu);
+    return is("string") && chars >= s.value("minLength", 0u) && chars <= s.value("maxLength", 0xFFFFFFFFu)
+           && (!s.contains("format") || formatted(s["format"], v.get<std::string>()));
   }
   if (v.is_boolean())
     return is("boolean");
@@ -183,6 +209,8 @@ const std::vector<std::string>& schemas() {
         "required":["age"],"additionalProperties":false})",
     R"({"type":"object","properties":{"code":{"type":"string","minLength":2,"maxLength":3},"note":{"maxLength":1},
         "tag":{"anyOf":[{"type":"string","minLength":4},{"type":"string","maxLength":1}]}},"required":["code"]})",
+    R"({"type":"object","properties":{"d":{"type":"string","format":"date"},"t":{"format":"time"},
+        "at":{"format":"date-time"},"id":{"type":["string","null"],"format":"uuid"}},"required":["d"]})",
   };
   return all;
 }
@@ -297,6 +325,29 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   EXPECT_FALSE(c.feed('d')) << "a fourth is too many";
   EXPECT_TRUE(c.feed(std::string_view(R"("})")));
 
+  // Formats: a byte that cannot go on to one is refused where it comes.
+  const auto formats = [](const std::string& f) {
+    return R"({"type":"object","properties":{"x":{"type":"string","format":")" + f + R"("}}})";
+  };
+  for (const auto& [f, ok] : std::vector<std::pair<std::string, std::string>>{
+         {"date", "2024-02-29"}, {"date", "1999-12-31"}, {"time", "23:59:59Z"}, {"time", "00:00:00.123456789+05:30"},
+         {"date-time", "2026-11-27T21:33:55-08:00"}, {"uuid", "123e4567-E89b-12d3-a456-426614174000"}})
+    EXPECT_TRUE(reads_whole(formats(f), R"({"x":")" + ok + R"("})")) << f << " " << ok;
+  for (const auto& [f, bad] : std::vector<std::pair<std::string, std::string>>{
+         {"date", "2023-02-29"}, {"date", "2024-13-01"}, {"date", "2024-04-31"}, {"date", "0999-01-01"},
+         {"date", "2024-1-01"}, {"time", "24:00:00Z"}, {"time", "12:60:00Z"}, {"time", "12:00:00"},
+         {"time", "12:00:00.Z"}, {"time", "12:00:00.1234567890Z"}, {"date-time", "2026-11-27 21:33:55Z"},
+         {"uuid", "123e4567e89b12d3a456426614174000"}, {"uuid", "123e4567-e89b-12d3-a456-42661417400g"}})
+    EXPECT_FALSE(reads_whole(formats(f), R"({"x":")" + bad + R"("})")) << f << " " << bad;
+  EXPECT_NE(refusal(formats("email")).find(R"(has "format" "email")"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"object","properties":{"x":{"type":"integer","format":"date"}}})").find("takes no strings"),
+            std::string::npos);
+  auto feb = machine(formats("date"));
+  ASSERT_TRUE(feb.feed(std::string_view(R"({"x":"2023-02-)")));
+  EXPECT_FALSE(feb.feed('3')) << "February has no 30th";
+  ASSERT_TRUE(feb.feed('2'));
+  EXPECT_FALSE(feb.feed('9')) << "nor, in 2023, a 29th";
+
   // Integers within bounds, refused at the first digit that leaves them.
   const std::string aged = R"({"type":"object","properties":{"n":{"type":"integer","minimum":-5,"maximum":120}}})";
   for (const std::string ok : {R"({"n":-5})", R"({"n":0})", R"({"n":-0})", R"({"n":7})", R"({"n":99})", R"({"n":120})"})
@@ -405,6 +456,23 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     for (auto n = depth < 6 ? lo + pick(hi - lo + 1) : lo; n > 0; --n)
       a.push_back(sample(doc, s.value("items", json(true)), rng, depth + 1));
     return a;
+  }
+  if (t == "string" && s.contains("format")) {
+    const auto two = [&](std::size_t lo, std::size_t n) {
+      const auto x = lo + pick(n);
+      return std::string(x < 10 ? "0" : "") + std::to_string(x);
+    };
+    const auto date = std::to_string(1000 + pick(9000)) + "-" + two(1, 12) + "-" + two(1, 28);
+    const auto time = two(0, 24) + ":" + two(0, 60) + ":" + two(0, 60) + (pick(2) ? "." + std::to_string(pick(1000)) : "")
+                      + (pick(2) ? std::string("Z") : (pick(2) ? "+" : "-") + two(0, 24) + ":" + two(0, 60));
+    const auto format = s["format"].get<std::string>();
+    if (format == "uuid") {
+      std::string u;
+      for (int i = 0; i < 36; ++i)
+        u += i == 8 || i == 13 || i == 18 || i == 23 ? '-' : "0123456789abcdefABCDEF"[pick(22)];
+      return u;
+    }
+    return format == "date" ? date : format == "time" ? time : date + "T" + time;
   }
   if (t == "string") {
     const auto lo = s.value("minLength", 0u);
