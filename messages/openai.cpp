@@ -183,21 +183,24 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
       if (js == f->end() || !js->is_object())
         return bad("field \"response_format.json_schema\" must be an object with a \"name\" and a \"schema\"",
                    "response_format");
+      // OpenAI's fields, each with what it must be.
+      struct field {
+        std::string_view name;
+        bool (*ok)(const json&);
+        const char* must_be;
+      };
+      static constexpr field fields[] = {
+        {"name", [](const json& v) { return v.is_string() && !v.get<std::string>().empty(); }, "a non-empty string"},
+        {"schema", [](const json& v) { return v.is_object(); }, "a JSON Schema (an object)"},
+        {"strict", [](const json& v) { return v.is_boolean() || v.is_null(); }, "true or false"},
+        {"description", [](const json& v) { return v.is_string() || v.is_null(); }, "a string"},
+      };
       for (const auto& [key, value] : js->items()) {
-        const bool ok = key == "name"          ? value.is_string() && !value.get<std::string>().empty()
-                        : key == "schema"      ? value.is_object()
-                        : key == "strict"      ? value.is_boolean() || value.is_null()
-                        : key == "description" ? value.is_string() || value.is_null()
-                                               : false;
-        if (!ok)
-          return bad(key == "name" || key == "schema" || key == "strict" || key == "description"
-                       ? "field \"response_format.json_schema." + key + "\" must be "
-                           + (key == "name"     ? "a non-empty string"
-                              : key == "schema" ? "a JSON Schema (an object)"
-                              : key == "strict" ? "true or false"
-                                                : "a string")
-                           + ", got " + value.dump()
-                       : "unknown field \"" + key + "\" in \"response_format.json_schema\"",
+        const auto f = std::find_if(std::begin(fields), std::end(fields), [&](const field& x) { return x.name == key; });
+        if (f == std::end(fields))
+          return bad("unknown field \"" + key + "\" in \"response_format.json_schema\"", "response_format");
+        if (!f->ok(value))
+          return bad("field \"response_format.json_schema." + key + "\" must be " + f->must_be + ", got " + value.dump(),
                      "response_format");
       }
       if (!js->contains("name") || !js->contains("schema"))

@@ -274,7 +274,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   }
   if (!g.json_schema.empty()) {
     try {
-      (void)json_schema::compile(g.json_schema);
+      (void)schemas_.get(g.json_schema);
     } catch (const std::invalid_argument& e) {
       out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
                                         std::string("field \"json_schema\": ") + e.what()));

@@ -8,6 +8,7 @@
 #include "messages/payloads.hpp"
 #include "messages/wire.hpp"
 #include "runtime/adapter_cache.hpp"
+#include "runtime/json_schema.hpp"
 #include "runtime/request_state.hpp"
 #include "runtime/scheduler_core.hpp"
 
@@ -160,6 +161,9 @@ private:
   std::unordered_map<std::string, adapter_entry> adapters_;
   std::unordered_map<std::string, std::uint32_t> adapter_users_;
   std::shared_ptr<const gpu::executor_backend> backend_;
+  /// Schemas of json_schema requests, checked here (the scheduler compiles
+  /// its own: a request may travel to another node).
+  json_schema_cache schemas_;
   std::uint64_t next_id_ = 1;
   std::unordered_map<std::uint64_t, pending> requests_;
   std::map<std::pair<std::string, std::string>, std::uint64_t> by_client_;

@@ -11,18 +11,6 @@ namespace {
 
 constexpr const char* literals[] = {"true", "false", "null"};
 
-bool is_blank(unsigned char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-bool is_digit(unsigned char c) {
-  return c >= '0' && c <= '9';
-}
-
-bool is_hex(unsigned char c) {
-  return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
-}
-
 } // namespace
 
 // -- json_machine -----------------------------------------------------------------
@@ -56,7 +44,7 @@ std::string json_machine::key() const {
 }
 
 bool json_machine::blank(unsigned char c) {
-  if (!is_blank(c) || blank_ >= max_blank)
+  if (!json_blank(c) || blank_ >= max_blank)
     return false;
   ++blank_;
   return true;
@@ -101,7 +89,7 @@ bool json_machine::begin_value(unsigned char c) {
     lit_at_ = 1;
     return true;
   default:
-    if (!is_digit(c))
+    if (!json_digit(c))
       return false;
     lex_ = lex::number;
     num_ = c == '0' ? num::zero : num::integer;
@@ -111,7 +99,7 @@ bool json_machine::begin_value(unsigned char c) {
 
 bool json_machine::step(unsigned char c) {
   const bool in_string = lex_ == lex::string || lex_ == lex::escape || lex_ == lex::unicode;
-  if (!in_string && !is_blank(c))
+  if (!in_string && !json_blank(c))
     blank_ = 0;
   switch (lex_) {
   case lex::done:
@@ -201,7 +189,7 @@ bool json_machine::step(unsigned char c) {
     lex_ = lex::string;
     return true;
   case lex::unicode: {
-    if (!is_hex(c))
+    if (!json_hex(c))
       return false;
     const bool d = c == 'd' || c == 'D';
     const bool low_half = (c >= 'c' && c <= 'f') || (c >= 'C' && c <= 'F'); // DC00-DFFF
@@ -238,13 +226,13 @@ bool json_machine::step(unsigned char c) {
     const bool e = c == 'e' || c == 'E';
     switch (num_) {
     case num::minus:
-      if (!is_digit(c))
+      if (!json_digit(c))
         return false;
       num_ = c == '0' ? num::zero : num::integer;
       return true;
     case num::zero:
     case num::integer:
-      if (is_digit(c) && num_ == num::integer)
+      if (json_digit(c) && num_ == num::integer)
         return true;
       if (c == '.' || e) {
         num_ = c == '.' ? num::dot : num::exp;
@@ -252,12 +240,12 @@ bool json_machine::step(unsigned char c) {
       }
       break;
     case num::dot:
-      if (!is_digit(c))
+      if (!json_digit(c))
         return false;
       num_ = num::fraction;
       return true;
     case num::fraction:
-      if (is_digit(c))
+      if (json_digit(c))
         return true;
       if (e) {
         num_ = num::exp;
@@ -271,12 +259,12 @@ bool json_machine::step(unsigned char c) {
       }
       [[fallthrough]];
     case num::exp_sign:
-      if (!is_digit(c))
+      if (!json_digit(c))
         return false;
       num_ = num::exponent;
       return true;
     case num::exponent:
-      if (is_digit(c))
+      if (json_digit(c))
         return true;
       break;
     }

@@ -22,6 +22,18 @@ namespace troupe {
 
 class schema_machine;
 
+/// JSON's byte classes (RFC 8259): whitespace between tokens, digits, hex
+/// digits.
+inline bool json_blank(unsigned char c) noexcept {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+inline bool json_digit(unsigned char c) noexcept {
+  return c >= '0' && c <= '9';
+}
+inline bool json_hex(unsigned char c) noexcept {
+  return json_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
+}
+
 /// Reads JSON text (RFC 8259) byte by byte whose top-level value is an
 /// object, and says whether a byte may come next. Strings must be valid
 /// UTF-8 (no overlong forms, no surrogates) without raw control

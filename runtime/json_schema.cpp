@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cctype>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -86,10 +85,6 @@ bool reachable(const json_schema::node& n, bool negative, std::int64_t magnitude
 
 // -- string formats: the next place in one, or -1 where `c` may not come --------
 
-bool is_digit(unsigned char c) {
-  return c >= '0' && c <= '9';
-}
-
 int days_in(unsigned year, unsigned month) {
   if (month == 2)
     return year % 4 == 0 && (year % 100 != 0 || year % 400 == 0) ? 29 : 28;
@@ -101,14 +96,14 @@ int date_next(schema_machine::format_state& st, int at, unsigned char c) {
   const int d = c - '0';
   switch (at) {
   case 0:
-    if (!is_digit(c) || c == '0')
+    if (!json_digit(c) || c == '0')
       return -1;
     st.year = static_cast<std::uint16_t>(d);
     return 1;
   case 1:
   case 2:
   case 3:
-    if (!is_digit(c))
+    if (!json_digit(c))
       return -1;
     st.year = static_cast<std::uint16_t>(st.year * 10 + d);
     return at + 1;
@@ -121,17 +116,17 @@ int date_next(schema_machine::format_state& st, int at, unsigned char c) {
     st.month = static_cast<std::uint8_t>(10 * d);
     return 6;
   case 6:
-    if (!is_digit(c) || st.month + d < 1 || st.month + d > 12)
+    if (!json_digit(c) || st.month + d < 1 || st.month + d > 12)
       return -1;
     st.month = static_cast<std::uint8_t>(st.month + d);
     return 7;
   case 8:
-    if (!is_digit(c) || 10 * d > days_in(st.year, st.month))
+    if (!json_digit(c) || 10 * d > days_in(st.year, st.month))
       return -1;
     st.digit = static_cast<std::uint8_t>(d);
     return 9;
   case 9:
-    if (!is_digit(c) || 10 * st.digit + d < 1 || 10 * st.digit + d > days_in(st.year, st.month))
+    if (!json_digit(c) || 10 * st.digit + d < 1 || 10 * st.digit + d > days_in(st.year, st.month))
       return -1;
     return 10;
   default:
@@ -152,7 +147,7 @@ int time_next(schema_machine::format_state& st, int at, unsigned char c) {
     return at + 1;
   case 1:
   case 15:
-    return is_digit(c) && (st.digit < 2 || c <= '3') ? at + 1 : -1;
+    return json_digit(c) && (st.digit < 2 || c <= '3') ? at + 1 : -1;
   case 2:
   case 5:
   case 16:
@@ -163,9 +158,9 @@ int time_next(schema_machine::format_state& st, int at, unsigned char c) {
     return c >= '0' && c <= '5' ? at + 1 : -1;
   case 4:
   case 7:
-    return is_digit(c) ? at + 1 : -1;
+    return json_digit(c) ? at + 1 : -1;
   case 18:
-    return is_digit(c) ? 20 : -1;
+    return json_digit(c) ? 20 : -1;
   case 8:
     if (c == '.') {
       st.digit = 0;
@@ -174,9 +169,9 @@ int time_next(schema_machine::format_state& st, int at, unsigned char c) {
     return c == 'Z' ? 20 : c == '+' || c == '-' ? 14 : -1;
   case 9: // the fraction's first digit
     st.digit = 1;
-    return is_digit(c) ? 10 : -1;
+    return json_digit(c) ? 10 : -1;
   case 10:
-    if (is_digit(c)) {
+    if (json_digit(c)) {
       if (st.digit == 9)
         return -1;
       ++st.digit;
@@ -206,7 +201,7 @@ int format_next(json_schema::string_format f, schema_machine::format_state& st, 
   case F::uuid:
     if (at == 8 || at == 13 || at == 18 || at == 23)
       return c == '-' ? at + 1 : -1;
-    return at < 36 && std::isxdigit(c) ? at + 1 : -1;
+    return at < 36 && json_hex(c) ? at + 1 : -1;
   case F::none:
     break;
   }
@@ -216,10 +211,6 @@ int format_next(json_schema::string_format f, schema_machine::format_state& st, 
 bool format_whole(json_schema::string_format f, int at) {
   using F = json_schema::string_format;
   return at == (f == F::date ? 10 : f == F::time ? 20 : f == F::date_time ? 31 : 36);
-}
-
-bool is_blank(unsigned char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
 constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
@@ -506,6 +497,8 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   s->nodes_.emplace_back(); // node 0: any value
   compiler c(doc, s->nodes_);
   s->root_ = c.at("");
+  for (std::uint32_t i = 0; i < s->nodes_.size(); ++i)
+    s->alternatives_.push_back(s->find_alternatives(i));
   for (std::uint32_t i = 1; i < s->nodes_.size(); ++i)
     if (!s->nodes_[i].any_of.empty() && s->alternatives(i).empty())
       throw std::invalid_argument("the schema has a $ref or anyOf that leads only back to itself: no value would do");
@@ -582,13 +575,23 @@ void json_schema::measure_depths() {
   }
 }
 
+std::shared_ptr<const json_schema> json_schema_cache::get(const std::string& text) {
+  if (const auto known = by_text_.find(text); known != by_text_.end())
+    return known->second;
+  auto schema = json_schema::compile(text);
+  if (by_text_.size() >= capacity_)
+    by_text_.clear();
+  by_text_.emplace(text, schema);
+  return schema;
+}
+
 std::shared_ptr<const json_schema> json_schema::any_object() {
   static const auto any = compile(R"({"type":"object"})");
   return any;
 }
 
-std::vector<std::pair<std::uint32_t, std::uint32_t>> json_schema::alternatives(std::uint32_t i) const {
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> out;
+std::vector<json_schema::alternative> json_schema::find_alternatives(std::uint32_t i) const {
+  std::vector<alternative> out;
   std::vector<std::uint32_t> seen;
   // Depth-first through anyOf and $ref; a node met again adds nothing new
   // (a reference cycle with no type on it adds nothing at all).
@@ -751,7 +754,7 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
         u.literal = lit;
         u.literal_at = 1;
       } else {
-        u.number_closed = c >= '0' && c <= '9'; // a one-digit number
+        u.number_closed = json_digit(c); // a one-digit number
       }
       out.push_back(std::move(u));
       continue;
@@ -759,7 +762,7 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
     const std::uint8_t need = c == '{'                         ? T::t_object
                               : c == '['                       ? T::t_array
                               : c == '"'                       ? T::t_string
-                              : c == '-' || (c >= '0' && c <= '9') ? T::t_number | T::t_integer
+                              : c == '-' || json_digit(c) ? T::t_number | T::t_integer
                               : c == 't' || c == 'f'           ? T::t_boolean
                               : c == 'n'                       ? T::t_null
                                                                : 0;
@@ -787,7 +790,7 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       u.string_node = n;
       u.chars = 0;
     }
-    u.digits = c >= '0' && c <= '9';
+    u.digits = json_digit(c);
     out.push_back(std::move(u));
   }
 }
@@ -814,7 +817,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
         return;
       if (c == '.' && r.digits >= schema_machine::max_digits)
         return; // no digit could follow it
-      if (c >= '0' && c <= '9') {
+      if (json_digit(c)) {
         const bool exponent = after.num_ == json_machine::num::exponent;
         auto& n = exponent ? r.exponent_digits : r.digits;
         if (++n > (exponent ? schema_machine::max_exponent_digits
@@ -845,7 +848,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     state = L::after; // `c` is the first byte after the number
   }
   const bool in_string = state == L::string || state == L::escape || state == L::unicode;
-  if (!in_string && is_blank(c)) {
+  if (!in_string && json_blank(c)) {
     out.push_back(std::move(r));
     return;
   }

@@ -38,6 +38,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -122,15 +123,32 @@ public:
 
   /// What a value of node `i` may be: the nodes and literals anyOf and
   /// $ref lead to. A literal alternative is {node, literal index}; a typed
-  /// one {node, none}.
-  std::vector<std::pair<std::uint32_t, std::uint32_t>> alternatives(std::uint32_t i) const;
+  /// one {node, none}. Found once, when the schema is compiled.
+  using alternative = std::pair<std::uint32_t, std::uint32_t>;
+  const std::vector<alternative>& alternatives(std::uint32_t i) const { return alternatives_[i]; }
 
 private:
   class compiler;
+  std::vector<alternative> find_alternatives(std::uint32_t i) const;
   void measure_depths();
   std::vector<node> nodes_;
+  std::vector<std::vector<alternative>> alternatives_; ///< by node
   std::uint32_t root_ = 0;
   std::uint64_t id_ = 0;
+};
+
+/// Compiled schemas by their text: requests that share a schema compile it
+/// once (and share json_vocab's answers, which its id keys). Forgets them
+/// all at once past `capacity`.
+class json_schema_cache {
+public:
+  explicit json_schema_cache(std::size_t capacity = 64) : capacity_(capacity) {}
+  /// json_schema::compile(text), or what it gave before; throws as it does.
+  std::shared_ptr<const json_schema> get(const std::string& text);
+
+private:
+  std::size_t capacity_;
+  std::unordered_map<std::string, std::shared_ptr<const json_schema>> by_text_;
 };
 
 /// Reads JSON text byte by byte and takes a byte only if the text can still

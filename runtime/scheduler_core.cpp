@@ -117,17 +117,8 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
   r.times.arrival_s = spec.arrival_s;
   r.pages = pages;
   if ((spec.json_object || !spec.json_schema.empty()) && vocab_ != nullptr) {
-    std::shared_ptr<const json_schema> schema;
-    if (spec.json_schema.empty()) {
-      schema = json_schema::any_object();
-    } else if (const auto known = schemas_.find(spec.json_schema); known != schemas_.end()) {
-      schema = known->second;
-    } else {
-      schema = json_schema::compile(spec.json_schema); // throws for one the intake would refuse
-      if (schemas_.size() >= max_schemas)
-        schemas_.clear();
-      schemas_.emplace(spec.json_schema, schema);
-    }
+    // (get throws for a schema the intake would refuse)
+    auto schema = spec.json_schema.empty() ? json_schema::any_object() : schemas_.get(spec.json_schema);
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
     r.json.emplace(std::move(schema));

@@ -611,10 +611,7 @@ private:
   const gpu::tokenizer* vocab_;
   /// vocab_'s tokens for JSON output, built at the first request asking.
   std::unique_ptr<json_vocab> json_vocab_;
-  /// Schemas compiled by their text (requests that share one share its
-  /// json_vocab answers); forgotten all at once past max_schemas.
-  static constexpr std::size_t max_schemas = 64;
-  std::unordered_map<std::string, std::shared_ptr<const json_schema>> schemas_;
+  json_schema_cache schemas_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;
