@@ -38,10 +38,10 @@ constexpr std::array<std::string_view, 20> taken_by_both{
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
   "response_format"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
-constexpr std::array<std::string_view, 5> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
-                                                        "logprobs", "top_logprobs"};
+constexpr std::array<std::string_view, 7> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
+                                                        "logprobs", "top_logprobs", "tools", "tool_choice"};
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
-constexpr std::array<std::string_view, 2> off_in_chat{"tools", "tool_choice"};
+constexpr std::array<std::string_view, 0> off_in_chat{};
 
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& names, std::string_view key) {
@@ -49,16 +49,10 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 }
 
 /// Whether `v` is the value that turns off one of OpenAI's fields Troupe
-/// does not serve (no tools, ...), so that clients sending the defaults
+/// does not serve (suffix: null), so that clients sending the default
 /// explicitly are served.
-bool is_off(std::string_view field, const json& v) {
-  if (v.is_null())
-    return true;
-  if (field == "tools")
-    return v.is_array() && v.empty();
-  if (field == "tool_choice")
-    return v == "none";
-  return false; // suffix: only null
+bool is_off(const json& v) {
+  return v.is_null();
 }
 
 /// The body as a JSON object; the error otherwise.
@@ -89,7 +83,7 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
     if (in(taken_by_both, key) || in(own, key))
       continue;
     if (in(off, key)) {
-      if (!is_off(key, value))
+      if (!is_off(value))
         return bad("field \"" + key + "\" is not supported with the value " + value.dump() + " (Troupe returns "
                      + refused_features + "); leave it out",
                    key);
@@ -369,16 +363,25 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
 namespace {
 
 constexpr std::string_view content_slot = "{content}";
+constexpr std::string_view tools_slot = "{tools}";
+constexpr std::string_view call_slot = "{call}";
 
-std::string fill(std::string_view format, std::string_view content) {
+/// Most functions one request may offer: a forced call follows each as an
+/// alternative of its schema, and the schema machine follows at most 64.
+constexpr std::size_t max_tools = 64;
+
+std::string filled(std::string_view format, std::string_view content, std::string_view slot = content_slot) {
   std::string out(format);
-  if (const auto at = out.find(content_slot); at != std::string::npos)
-    out.replace(at, content_slot.size(), content);
+  if (const auto at = out.find(slot); at != std::string::npos)
+    out.replace(at, slot.size(), content);
   return out;
 }
 
+bool space(char c) {
+  return std::isspace(static_cast<unsigned char>(c)) != 0;
+}
+
 std::string_view trimmed(std::string_view s) {
-  const auto space = [](char c) { return std::isspace(static_cast<unsigned char>(c)) != 0; };
   while (!s.empty() && space(s.front()))
     s.remove_prefix(1);
   while (!s.empty() && space(s.back()))
@@ -386,10 +389,96 @@ std::string_view trimmed(std::string_view s) {
   return s;
 }
 
-struct chat_message {
-  std::string role; ///< "system" (also for "developer"), "user" or "assistant"
-  std::string content;
+/// A function the request offers.
+struct tool {
+  std::string name;
+  std::string line; ///< as the prompt shows it: {"type": "function", "function": {...}}
+  json parameters;  ///< its JSON Schema; null: it takes none
 };
+
+/// A call as the prompt shows it: {"name": ..., "arguments": {...}}.
+std::string call_text(const std::string& name, const json& arguments) {
+  return "{\"name\": " + dump(json(name)) + ", \"arguments\": " + dump(arguments) + "}";
+}
+
+struct chat_message {
+  std::string role; ///< "system" (also for "developer"), "user", "assistant" or "tool"
+  std::string content;
+  std::vector<std::string> calls; ///< an assistant's tool calls, as call_text shows them
+  bool results = false;           ///< a user message made of tool messages' texts
+  std::size_t at = 0;             ///< where it is in the request's messages (its first, for results)
+};
+
+/// A message's text: a string, or text parts joined by newlines; the error
+/// names the message (`at`).
+std::variant<std::string, api_error> text_of(const json& content, const std::string& at) {
+  if (content.is_string())
+    return content.get<std::string>();
+  if (!content.is_array())
+    return bad("\"" + at + ".content\" must be a string or an array of text parts, got "
+                 + std::string(content.type_name()),
+               "messages");
+  std::string out;
+  for (std::size_t k = 0; k < content.size(); ++k) {
+    const auto& part = content[k];
+    const auto where = at + ".content[" + std::to_string(k) + "]";
+    if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text") || !part["text"].is_string())
+      return bad("\"" + where + "\" must be {\"type\": \"text\", \"text\": \"...\"} (Troupe serves text only)",
+                 "messages");
+    if (k > 0)
+      out += '\n';
+    out += part["text"].get<std::string>();
+  }
+  return out;
+}
+
+/// An assistant message's `tool_calls` as the prompt shows them, with their
+/// ids; the error names the call at fault.
+std::variant<std::vector<std::string>, api_error> read_calls_of(const json& calls, const std::string& at,
+                                                                std::vector<std::string>& ids) {
+  const auto where = at + ".tool_calls";
+  if (!calls.is_array() || calls.empty())
+    return bad("\"" + where + "\" must be a non-empty array of {\"id\", \"type\": \"function\", \"function\"}",
+               "messages");
+  std::vector<std::string> out;
+  for (std::size_t j = 0; j < calls.size(); ++j) {
+    const auto& call = calls[j];
+    const auto one = where + "[" + std::to_string(j) + "]";
+    const auto shape = "\"" + one + "\" must be {\"id\": \"...\", \"type\": \"function\", \"function\": {\"name\": \"...\", "
+                       "\"arguments\": \"{...}\"}}";
+    if (!call.is_object())
+      return bad(shape, "messages");
+    for (const auto& [key, value] : call.items())
+      if (key != "id" && key != "type" && key != "function")
+        return bad("unknown field \"" + one + "." + key + "\"", "messages");
+    const auto id = call.find("id");
+    const auto fn = call.find("function");
+    if (id == call.end() || !id->is_string() || id->get<std::string>().empty() || call.value("type", json()) != "function"
+        || fn == call.end() || !fn->is_object())
+      return bad(shape, "messages");
+    for (const auto& [key, value] : fn->items())
+      if (key != "name" && key != "arguments")
+        return bad("unknown field \"" + one + ".function." + key + "\"", "messages");
+    const auto name = fn->find("name");
+    const auto args = fn->find("arguments");
+    if (name == fn->end() || !name->is_string() || name->get<std::string>().empty() || args == fn->end()
+        || !args->is_string())
+      return bad(shape, "messages");
+    json parsed;
+    try {
+      parsed = json::parse(args->get<std::string>());
+    } catch (const json::exception&) {
+      parsed = json();
+    }
+    if (!parsed.is_object())
+      return bad("\"" + one + ".function.arguments\" must be a JSON object written as a string, got "
+                   + args->dump().substr(0, 80),
+                 "messages");
+    ids.push_back(id->get<std::string>());
+    out.push_back(call_text(name->get<std::string>(), parsed));
+  }
+  return out;
+}
 
 /// The messages of a chat request, each checked; the error names the one at
 /// fault ("messages[2].content").
@@ -400,51 +489,100 @@ std::variant<std::vector<chat_message>, api_error> read_messages(const json& doc
   if (!m->is_array() || m->empty())
     return bad("field \"messages\" must be a non-empty array of {\"role\", \"content\"}", "messages");
   std::vector<chat_message> out;
+  std::vector<std::string> call_ids; // the last assistant message's calls, which tool messages answer
   for (std::size_t i = 0; i < m->size(); ++i) {
     const auto& msg = (*m)[i];
     const auto at = "messages[" + std::to_string(i) + "]";
     if (!msg.is_object())
       return bad("\"" + at + "\" must be an object, got " + std::string(msg.type_name()), "messages");
-    for (const auto& [key, value] : msg.items())
-      if (key != "role" && key != "content")
-        return bad("field \"" + at + "." + key + "\" is not supported (Troupe serves text messages: \"role\" and "
-                     "\"content\"; no names or tool calls)",
-                   "messages");
     const auto role = msg.find("role");
     if (role == msg.end() || !role->is_string())
-      return bad("\"" + at + ".role\" must be \"system\", \"developer\", \"user\" or \"assistant\"", "messages");
+      return bad("\"" + at + ".role\" must be \"system\", \"developer\", \"user\", \"assistant\" or \"tool\"", "messages");
     chat_message one;
+    one.at = i;
     one.role = role->get<std::string>();
     if (one.role == "developer")
       one.role = "system";
-    if (one.role != "system" && one.role != "user" && one.role != "assistant")
+    if (one.role != "system" && one.role != "user" && one.role != "assistant" && one.role != "tool")
       return bad("\"" + at + ".role\" is \"" + one.role
-                   + "\": Troupe serves \"system\", \"developer\", \"user\" and \"assistant\" messages (no tools)",
+                   + "\": Troupe serves \"system\", \"developer\", \"user\", \"assistant\" and \"tool\" messages",
                  "messages");
+    for (const auto& [key, value] : msg.items())
+      if (key != "role" && key != "content" && !(one.role == "assistant" && key == "tool_calls")
+          && !(one.role == "tool" && key == "tool_call_id"))
+        return bad("field \"" + at + "." + key + "\" is not supported (Troupe serves \"role\" and \"content\", an "
+                     "assistant's \"tool_calls\" and a tool's \"tool_call_id\"; no names)",
+                   "messages");
+    if (const auto calls = msg.find("tool_calls"); calls != msg.end() && !calls->is_null()) {
+      call_ids.clear();
+      auto read = read_calls_of(*calls, at, call_ids);
+      if (auto* e = std::get_if<api_error>(&read))
+        return std::move(*e);
+      one.calls = std::get<std::vector<std::string>>(std::move(read));
+    }
+    if (one.role == "tool") {
+      const auto id = msg.find("tool_call_id");
+      if (id == msg.end() || !id->is_string())
+        return bad("\"" + at + ".tool_call_id\" must name the call it answers (a string)", "messages");
+      if (std::find(call_ids.begin(), call_ids.end(), id->get<std::string>()) == call_ids.end())
+        return bad("\"" + at + ".tool_call_id\" is " + id->dump() + ", which names no call of the last assistant "
+                     "message with tool_calls before it",
+                   "messages");
+    }
     const auto content = msg.find("content");
-    if (content == msg.end() || content->is_null())
-      return bad("\"" + at + ".content\" is missing", "messages");
-    if (content->is_string()) {
-      one.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      // Text parts, joined by newlines.
-      for (std::size_t k = 0; k < content->size(); ++k) {
-        const auto& part = (*content)[k];
-        const auto where = at + ".content[" + std::to_string(k) + "]";
-        if (!part.is_object() || part.value("type", json()) != "text" || !part.contains("text")
-            || !part["text"].is_string())
-          return bad("\"" + where + "\" must be {\"type\": \"text\", \"text\": \"...\"} (Troupe serves text only)",
-                     "messages");
-        if (k > 0)
-          one.content += '\n';
-        one.content += part["text"].get<std::string>();
-      }
+    if (content == msg.end() || content->is_null()) {
+      if (one.calls.empty())
+        return bad("\"" + at + ".content\" is missing", "messages");
     } else {
-      return bad("\"" + at + ".content\" must be a string or an array of text parts, got "
-                   + std::string(content->type_name()),
-                 "messages");
+      auto text = text_of(*content, at);
+      if (auto* e = std::get_if<api_error>(&text))
+        return std::move(*e);
+      one.content = std::get<std::string>(std::move(text));
     }
     out.push_back(std::move(one));
+  }
+  return out;
+}
+
+/// `messages` with tools written in by the template's tool formats: `shown`
+/// into the system message, an assistant's calls after its text, and each
+/// run of tool messages as one user message. What is left has the roles
+/// render takes.
+std::variant<std::vector<chat_message>, api_error> with_tools(const chat_template& tpl, std::vector<chat_message> messages,
+                                                              const std::vector<tool>& shown) {
+  const bool any = !shown.empty() || std::any_of(messages.begin(), messages.end(), [](const chat_message& m) {
+                     return m.role == "tool" || !m.calls.empty();
+                   });
+  if (!any)
+    return messages;
+  if (tpl.tool_call.empty())
+    return bad("the " + tpl.name + " chat template has no tool formats, so it cannot show tools, tool calls or tool "
+                 "messages (with chat_template = \"custom\", give chat_tools, chat_tool_call and chat_tool_result)",
+               shown.empty() ? "messages" : "tools");
+  std::vector<chat_message> out;
+  if (!shown.empty()) {
+    std::string lines;
+    for (const auto& t : shown)
+      lines += (lines.empty() ? "" : "\n") + t.line;
+    const auto text = filled(tpl.tools, lines, tools_slot);
+    if (messages.front().role == "system")
+      messages.front().content += text;
+    else
+      out.push_back({"system", std::string(text.substr(std::min(text.size(), text.find_first_not_of(" \t\r\n")))), {}, false, 0});
+  }
+  for (auto& m : messages) {
+    if (m.role == "tool") {
+      auto result = filled(tpl.tool_result, m.content);
+      if (!out.empty() && out.back().results)
+        out.back().content += "\n" + result;
+      else
+        out.push_back({"user", std::move(result), {}, true, m.at});
+      continue;
+    }
+    for (const auto& c : m.calls)
+      m.content += (m.content.empty() ? "" : "\n") + filled(tpl.tool_call, c, call_slot);
+    m.calls.clear();
+    out.push_back(std::move(m));
   }
   return out;
 }
@@ -457,7 +595,7 @@ std::variant<std::string, api_error> render(const chat_template& tpl, const std:
     std::size_t i = 0;
     std::string system;
     if (messages[0].role == "system") {
-      system = fill(tpl.system, trimmed(messages[0].content));
+      system = filled(tpl.system, trimmed(messages[0].content));
       i = 1;
     }
     if (i == messages.size())
@@ -467,27 +605,173 @@ std::variant<std::string, api_error> render(const chat_template& tpl, const std:
       const auto& m = messages[k];
       if (m.role != (user_turn ? "user" : "assistant"))
         return bad("with the " + tpl.name + " chat template, after an optional first system message, messages "
-                     "must alternate user, assistant, user, ... (messages[" + std::to_string(k) + "] is \""
-                     + m.role + "\")",
+                     "must alternate user, assistant, user, ... (tool messages in a row count as one user's; messages["
+                     + std::to_string(m.at) + "] is \"" + (m.results ? "tool" : m.role) + "\")",
                    "messages");
       if (user_turn)
-        out += fill(tpl.user, (k == i ? system : std::string()) + std::string(trimmed(m.content)));
+        out += filled(tpl.user, (k == i ? system : std::string()) + std::string(trimmed(m.content)));
       else
-        out += fill(tpl.assistant, trimmed(m.content));
+        out += filled(tpl.assistant, trimmed(m.content));
     }
     if (messages.back().role != "user")
-      return bad("with the " + tpl.name + " chat template the last message must be the user's", "messages");
+      return bad("with the " + tpl.name + " chat template the last message must be the user's (or a tool's)",
+                 "messages");
     return out + tpl.generation;
   }
   for (std::size_t k = 0; k < messages.size(); ++k) {
     const auto& m = messages[k];
     const std::string& format = m.role == "system" ? tpl.system : m.role == "user" ? tpl.user : tpl.assistant;
     if (format.empty())
-      return bad("the " + tpl.name + " chat template has no system messages (messages[" + std::to_string(k) + "])",
+      return bad("the " + tpl.name + " chat template has no system messages (messages[" + std::to_string(m.at) + "])",
                  "messages");
-    out += fill(format, m.content);
+    out += filled(format, m.content);
   }
   return out + tpl.generation;
+}
+
+/// Whether `name` is a function name OpenAI takes: 1 to 64 of a-z, A-Z,
+/// 0-9, '_' and '-'.
+bool function_name(std::string_view name) {
+  return !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '-';
+  });
+}
+
+/// The request's `tools`, each checked; the error names the one at fault.
+std::variant<std::vector<tool>, api_error> read_tools(const json& doc) {
+  std::vector<tool> out;
+  const auto t = doc.find("tools");
+  if (t == doc.end() || t->is_null())
+    return out;
+  if (!t->is_array())
+    return bad("field \"tools\" must be an array of {\"type\": \"function\", \"function\": {...}}", "tools");
+  if (t->size() > max_tools)
+    return bad("field \"tools\" holds " + std::to_string(t->size()) + " functions; at most "
+                 + std::to_string(max_tools) + " in one request",
+               "tools");
+  for (std::size_t i = 0; i < t->size(); ++i) {
+    const auto& entry = (*t)[i];
+    const auto at = "tools[" + std::to_string(i) + "]";
+    if (!entry.is_object() || entry.value("type", json()) != "function" || !entry.contains("function")
+        || !entry["function"].is_object())
+      return bad("\"" + at + "\" must be {\"type\": \"function\", \"function\": {\"name\", ...}}", "tools");
+    for (const auto& [key, value] : entry.items())
+      if (key != "type" && key != "function")
+        return bad("unknown field \"" + at + "." + key + "\"", "tools");
+    const auto& fn = entry["function"];
+    tool one;
+    nlohmann::ordered_json shown = nlohmann::ordered_json::object();
+    const auto name = fn.find("name");
+    if (name == fn.end() || !name->is_string() || !function_name(name->get<std::string>()))
+      return bad("\"" + at + ".function.name\" must be 1 to 64 letters, digits, '_' or '-', got "
+                   + (name == fn.end() ? std::string("none") : name->dump().substr(0, 80)),
+                 "tools");
+    one.name = name->get<std::string>();
+    if (std::any_of(out.begin(), out.end(), [&](const tool& x) { return x.name == one.name; }))
+      return bad("\"" + at + ".function.name\" \"" + one.name + "\" names an earlier tool too", "tools");
+    shown["name"] = one.name;
+    for (const auto& [key, value] : fn.items()) {
+      if (key == "name" || value.is_null())
+        continue;
+      if (key == "description" && value.is_string())
+        shown["description"] = value.get<std::string>();
+      else if (key == "parameters" && value.is_object())
+        one.parameters = value;
+      else if (key == "strict" && value.is_boolean())
+        continue; // held to its parameters only when the call is forced, whatever it says
+      else if (key == "description" || key == "parameters" || key == "strict")
+        return bad("\"" + at + ".function." + key + "\" must be "
+                     + (key == "description" ? "a string" : key == "parameters" ? "a JSON Schema (an object)" : "true or false")
+                     + ", got " + value.dump().substr(0, 80),
+                   "tools");
+      else
+        return bad("unknown field \"" + at + ".function." + key + "\"", "tools");
+    }
+    if (!one.parameters.is_null())
+      shown["parameters"] = nlohmann::ordered_json::parse(dump(one.parameters));
+    one.line = nlohmann::ordered_json{{"type", "function"}, {"function", std::move(shown)}}.dump(
+      -1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
+/// `schema` with each reference into itself ("#/...") turned into one into
+/// the document it is put in at `at` (a JSON pointer).
+void rebase_refs(json& schema, const std::string& at) {
+  if (schema.is_object()) {
+    for (auto& [key, value] : schema.items()) {
+      if (key == "$ref" && value.is_string() && value.get<std::string>().starts_with("#"))
+        value = "#" + at + value.get<std::string>().substr(1);
+      else
+        rebase_refs(value, at);
+    }
+  } else if (schema.is_array()) {
+    for (auto& v : schema)
+      rebase_refs(v, at);
+  }
+}
+
+/// The JSON Schema of one call of `tools`: {"name": one of theirs,
+/// "arguments": its parameters}, each function's parameters kept in $defs
+/// under its name (so the intake's refusal names it).
+json call_schema(const std::vector<tool>& tools) {
+  json defs = json::object();
+  json any = json::array();
+  for (const auto& t : tools) {
+    json params = t.parameters.is_null() ? json{{"type", "object"}, {"properties", json::object()},
+                                                {"additionalProperties", false}}
+                                         : t.parameters;
+    rebase_refs(params, "/$defs/" + t.name);
+    defs[t.name] = std::move(params);
+    any.push_back({{"type", "object"},
+                   {"properties", {{"name", {{"const", t.name}}}, {"arguments", {{"$ref", "#/$defs/" + t.name}}}}},
+                   {"required", {"name", "arguments"}},
+                   {"additionalProperties", false}});
+  }
+  return {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
+}
+
+/// The tools a chat offers as `tool_choice` asks: none ("none", the
+/// default without tools), all of them ("auto", the default with tools;
+/// "required"), or the one it names; `forced` when the answer must be a
+/// call.
+struct tool_choice {
+  std::vector<tool> offered;
+  bool forced = false;
+};
+
+std::variant<tool_choice, api_error> read_tool_choice(const json& doc, std::vector<tool> tools) {
+  tool_choice out;
+  const auto c = doc.find("tool_choice");
+  if (c == doc.end() || c->is_null() || (*c == "auto" && !tools.empty())) {
+    out.offered = std::move(tools);
+    return out;
+  }
+  if (*c == "none")
+    return out;
+  const auto shape = "field \"tool_choice\" must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                     "\"function\": {\"name\": \"...\"}}, got "
+                     + c->dump().substr(0, 80);
+  if (*c == "required" || *c == "auto") {
+    out.offered = std::move(tools);
+  } else {
+    const json* fn = c->is_object() && c->size() == 2 && c->value("type", json()) == "function" && c->contains("function")
+                       ? &(*c)["function"]
+                       : nullptr;
+    if (fn == nullptr || !fn->is_object() || fn->size() != 1 || !fn->contains("name") || !(*fn)["name"].is_string())
+      return bad(shape, "tool_choice");
+    const auto name = (*fn)["name"].get<std::string>();
+    const auto it = std::find_if(tools.begin(), tools.end(), [&](const tool& t) { return t.name == name; });
+    if (it == tools.end())
+      return bad("field \"tool_choice\" names the function \"" + name + "\", which \"tools\" does not hold",
+                 "tool_choice");
+    out.offered.push_back(std::move(*it));
+  }
+  if (out.offered.empty())
+    return bad("field \"tool_choice\" " + c->dump().substr(0, 80) + " needs \"tools\"", "tool_choice");
+  out.forced = true;
+  return out;
 }
 
 } // namespace
@@ -497,48 +781,74 @@ const std::vector<std::string>& chat_template_names() {
   return names;
 }
 
-std::optional<chat_template_error> custom_formats_refused(std::string_view name, const std::string& system,
-                                                         const std::string& user, const std::string& assistant,
-                                                         const std::string& generation,
-                                                         const std::vector<std::string>& stop) {
+std::optional<chat_template_error> custom_formats_refused(std::string_view name, const chat_formats& custom) {
   if (name == "custom")
     return std::nullopt;
-  const std::pair<const char*, bool> custom[]{{"chat_system", !system.empty()},
-                                              {"chat_user", !user.empty()},
-                                              {"chat_assistant", !assistant.empty()},
-                                              {"chat_generation", !generation.empty()},
-                                              {"chat_stop", !stop.empty()}};
-  for (const auto& [key, given] : custom)
-    if (given)
+  const std::pair<const char*, bool> given[]{{"chat_system", !custom.system.empty()},
+                                             {"chat_user", !custom.user.empty()},
+                                             {"chat_assistant", !custom.assistant.empty()},
+                                             {"chat_generation", !custom.generation.empty()},
+                                             {"chat_stop", !custom.stop.empty()},
+                                             {"chat_tools", !custom.tools.empty()},
+                                             {"chat_tool_call", !custom.tool_call.empty()},
+                                             {"chat_tool_result", !custom.tool_result.empty()}};
+  for (const auto& [key, is_given] : given)
+    if (is_given)
       return chat_template_error{key, "is for chat_template = \"custom\" (chat_template is \"" + std::string(name)
                                         + "\"" + (name.empty() ? ": no chat completions)" : ")")};
   return std::nullopt;
 }
 
-std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, std::string system,
-                                                                    std::string user, std::string assistant,
-                                                                    std::string generation,
-                                                                    std::vector<std::string> stop) {
+namespace {
+
+/// The tool formats the built-in templates share: the functions in a
+/// system message's <tools> block, each call in <tool_call> tags (the form
+/// Hermes- and Qwen-style models are trained on), results in
+/// <tool_response> tags.
+void default_tool_formats(chat_formats& f) {
+  f.tools = "\n\n# Tools\n\nYou may call functions to help with the user's request. Each one is described by a "
+            "JSON object on its own line within <tools></tools>:\n<tools>\n{tools}\n</tools>\n\nTo call one, "
+            "write a JSON object with its name and arguments within <tool_call></tool_call> tags, one per call:\n"
+            "<tool_call>\n{\"name\": <function name>, \"arguments\": <arguments as a JSON object>}\n</tool_call>";
+  f.tool_call = "<tool_call>\n{call}\n</tool_call>";
+  f.tool_result = "<tool_response>\n{content}\n</tool_response>";
+}
+
+} // namespace
+
+std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, chat_formats custom) {
   chat_template t;
   t.name = std::string(name);
   if (name == "custom") {
-    if (user.find(content_slot) == std::string::npos)
+    const auto holds = [](const std::string& s, std::string_view slot) { return s.find(slot) != std::string::npos; };
+    if (!holds(custom.user, content_slot))
       return chat_template_error{"chat_user", "must hold \"{content}\" (where a user message's text goes)"};
-    if (assistant.find(content_slot) == std::string::npos)
+    if (!holds(custom.assistant, content_slot))
       return chat_template_error{"chat_assistant", "must hold \"{content}\" (where an assistant message's text goes)"};
-    if (!system.empty() && system.find(content_slot) == std::string::npos)
+    if (!custom.system.empty() && !holds(custom.system, content_slot))
       return chat_template_error{"chat_system", "must hold \"{content}\", or be empty (no system messages)"};
-    for (const auto& s : stop)
+    for (const auto& s : custom.stop)
       if (s.empty())
         return chat_template_error{"chat_stop", "must not hold an empty string"};
-    t.system = std::move(system);
-    t.user = std::move(user);
-    t.assistant = std::move(assistant);
-    t.generation = std::move(generation);
-    t.stop = std::move(stop);
+    const bool any_tools = !custom.tools.empty() || !custom.tool_call.empty() || !custom.tool_result.empty();
+    if (any_tools) {
+      if (!holds(custom.tools, tools_slot))
+        return chat_template_error{"chat_tools", "must hold \"{tools}\" (where the functions go, one to a line); the "
+                                                 "tool formats go together"};
+      const auto at = custom.tool_call.find(call_slot);
+      if (at == std::string::npos || trimmed(std::string_view(custom.tool_call).substr(0, at)).empty())
+        return chat_template_error{"chat_tool_call", "must hold \"{call}\" after text that opens a call (such as "
+                                                     "\"<tool_call>\"), by which calls are found in the output"};
+      if (!holds(custom.tool_result, content_slot))
+        return chat_template_error{"chat_tool_result", "must hold \"{content}\" (where a tool message's text goes)"};
+      if (custom.system.empty())
+        return chat_template_error{"chat_system", "must be given with the tool formats: the functions go in a "
+                                                  "system message"};
+    }
+    static_cast<chat_formats&>(t) = std::move(custom);
     return t;
   }
-  if (auto e = custom_formats_refused(name, system, user, assistant, generation, stop))
+  if (auto e = custom_formats_refused(name, custom))
     return std::move(*e);
   if (name == "llama2") {
     // Meta's format: BOS (the tokenizer's) [INST] <<SYS>> ... the reply ends
@@ -547,6 +857,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     t.system = "<<SYS>>\n{content}\n<</SYS>>\n\n";
     t.user = "[INST] {content} [/INST]";
     t.assistant = " {content} </s><s>";
+    default_tool_formats(t);
     return t;
   }
   if (name == "chatml") {
@@ -555,6 +866,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     t.assistant = "<|im_start|>assistant\n{content}<|im_end|>\n";
     t.generation = "<|im_start|>assistant\n";
     t.stop = {"<|im_end|>"};
+    default_tool_formats(t);
     return t;
   }
   return chat_template_error{"chat_template", "unknown chat template \"" + t.name + "\" (valid: llama2, chatml, custom)"};
@@ -562,8 +874,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl) {
-  auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request",
-                        "text messages, without tools");
+  auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request", "");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);
@@ -571,7 +882,17 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
   auto messages = read_messages(doc);
   if (auto* e = std::get_if<api_error>(&messages))
     return std::move(*e);
-  auto prompt = render(tpl, std::get<std::vector<chat_message>>(messages));
+  auto tools = read_tools(doc);
+  if (auto* e = std::get_if<api_error>(&tools))
+    return std::move(*e);
+  auto choice = read_tool_choice(doc, std::get<std::vector<tool>>(std::move(tools)));
+  if (auto* e = std::get_if<api_error>(&choice))
+    return std::move(*e);
+  const auto& offered = std::get<tool_choice>(choice).offered;
+  auto rendered = with_tools(tpl, std::get<std::vector<chat_message>>(std::move(messages)), offered);
+  if (auto* e = std::get_if<api_error>(&rendered))
+    return std::move(*e);
+  auto prompt = render(tpl, std::get<std::vector<chat_message>>(rendered));
   if (auto* e = std::get_if<api_error>(&prompt))
     return std::move(*e);
 
@@ -581,8 +902,12 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
       return bad("fields \"max_tokens\" and \"max_completion_tokens\" disagree; give one", "max_completion_tokens");
     doc["max_tokens"] = *m;
   }
-  if (auto p = doc.find("parallel_tool_calls"); p != doc.end() && !p->is_null() && !p->is_boolean())
-    return bad("field \"parallel_tool_calls\" must be true or false, got " + p->dump(), "parallel_tool_calls");
+  bool parallel = true;
+  if (auto p = doc.find("parallel_tool_calls"); p != doc.end() && !p->is_null()) {
+    if (!p->is_boolean())
+      return bad("field \"parallel_tool_calls\" must be true or false, got " + p->dump(), "parallel_tool_calls");
+    parallel = p->get<bool>();
+  }
 
   // The template's stop strings go after the request's (a "stop" that is
   // neither a string nor an array the wire parser refuses, naming it).
@@ -622,8 +947,35 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
     gen["logprobs"] = 0;
     out.logprobs = 0;
   }
+  std::string opening = std::get<std::string>(std::move(prompt));
+  if (!offered.empty()) {
+    // The answer may be a call, read from the output: not beside the other
+    // things that shape it.
+    if (logprobs)
+      return bad("field \"logprobs\" is not served with tools offered (tool_choice not \"none\")", "logprobs");
+    if (gen.contains("json_schema") || gen.contains("response_format"))
+      return bad("field \"response_format\" must be \"text\" with tools offered (tool_choice not \"none\"); a "
+                 "call's arguments are held to its parameters when tool_choice forces the call",
+                 "response_format");
+    const auto forced = std::get<tool_choice>(choice).forced;
+    const auto slot = tpl.tool_call.find(call_slot);
+    completion_request::tool_calling calling;
+    calling.forced = forced;
+    for (const auto& t : offered)
+      calling.names.push_back(t.name);
+    calling.open = std::string(trimmed(std::string_view(tpl.tool_call).substr(0, slot)));
+    calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot + call_slot.size())));
+    calling.parallel = parallel;
+    out.tools = std::move(calling);
+    if (forced) {
+      // The assistant's turn opens with a call, whose JSON is held to the
+      // tools' names and parameters and ends the output.
+      opening += tpl.tool_call.substr(0, slot);
+      gen["json_schema"] = call_schema(offered);
+    }
+  }
   out.n = std::get<std::uint32_t>(n);
-  if (auto e = expand({json(std::get<std::string>(prompt))}, out.n, gen, wire_id, out))
+  if (auto e = expand({json(std::move(opening))}, out.n, gen, wire_id, out))
     return std::move(*e);
   return out;
 }
@@ -747,6 +1099,29 @@ api_error from_wire(wire::error_code code, std::string message) {
   return e;
 }
 
+api_error refusal(const completion_request& request, wire::error_code code, std::string message) {
+  constexpr std::string_view schema_field = "field \"json_schema\"";
+  if (!request.tools || !request.tools->forced || code != wire::error_code::bad_request
+      || !message.starts_with(schema_field))
+    return from_wire(code, std::move(message));
+  // The forced call's schema is the request's tools: say so, and name the
+  // function whose parameters are at fault ($defs/NAME/... in the schema).
+  std::string said = "field \"tool_choice\" forces a call, held to the tools' parameters"
+                     + message.substr(schema_field.size());
+  constexpr std::string_view defs = "the schema at \"#/$defs/";
+  if (const auto at = said.find(defs); at != std::string::npos) {
+    const auto name_at = at + defs.size();
+    const auto name_end = said.find_first_of("/\"", name_at);
+    if (name_end != std::string::npos)
+      said.replace(at, name_end - at,
+                   "the parameters of tool \"" + said.substr(name_at, name_end - name_at) + "\" at \"#");
+  }
+  const bool parameters = said.find("the parameters of tool") != std::string::npos;
+  auto e = from_wire(code, std::move(said));
+  e.param = parameters ? "tools" : "tool_choice";
+  return e;
+}
+
 api_error adapter_update_error(wire::error_code code, std::string message) {
   auto e = from_wire(code, std::move(message));
   if (code == wire::error_code::bad_adapter) {
@@ -770,7 +1145,7 @@ completion_answer::completion_answer(std::string id, std::int64_t created, const
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), per_prompt_(std::max(n_, request.best_of)),
     stop_(request.stop),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
-    choices_(std::max<std::size_t>(request.frames.size(), 1)) {
+    tools_(request.tools), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
 
 namespace {
@@ -973,6 +1348,102 @@ std::vector<std::size_t> chosen(const std::vector<wire::done_reply>& done, std::
 
 } // namespace
 
+namespace {
+
+/// A call read from the output.
+struct read_call {
+  std::string name;
+  std::string arguments; ///< a JSON object's text, as OpenAI gives it
+};
+
+/// One call from `text`: a JSON object {"name": one of `names`,
+/// "arguments": an object (or a string holding one)}; none otherwise.
+std::optional<read_call> call_in(std::string_view text, const std::vector<std::string>& names) {
+  json j;
+  try {
+    j = json::parse(trimmed(text));
+  } catch (const json::exception&) {
+    return std::nullopt;
+  }
+  if (!j.is_object() || j.size() != 2 || !j.contains("name") || !j["name"].is_string() || !j.contains("arguments"))
+    return std::nullopt;
+  const auto name = j["name"].get<std::string>();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    return std::nullopt;
+  json args = j["arguments"];
+  if (args.is_string()) {
+    try {
+      args = json::parse(args.get<std::string>());
+    } catch (const json::exception&) {
+      return std::nullopt;
+    }
+  }
+  if (!args.is_object())
+    return std::nullopt;
+  return read_call{name, dump(args)};
+}
+
+/// The calls in `text`, which begins where the first opens: forced, one
+/// call's JSON; else each after the opening marker, up to the closing one
+/// (or the next opening, or the end), blanks between. None when any does
+/// not read as a call of the tools.
+std::optional<std::vector<read_call>> calls_in(std::string_view text, const completion_request::tool_calling& t) {
+  std::vector<read_call> out;
+  if (t.forced) {
+    auto c = call_in(text, t.names);
+    if (!c)
+      return std::nullopt;
+    out.push_back(std::move(*c));
+    return out;
+  }
+  for (;;) {
+    text = text.substr(std::min(text.size(), text.find_first_not_of(" \t\r\n")));
+    if (text.empty())
+      break;
+    if (!text.starts_with(t.open))
+      return std::nullopt;
+    text.remove_prefix(t.open.size());
+    const auto& end_marker = t.close.empty() ? t.open : t.close;
+    const auto end = text.find(end_marker);
+    auto c = call_in(text.substr(0, end), t.names);
+    if (!c)
+      return std::nullopt;
+    out.push_back(std::move(*c));
+    if (end == std::string_view::npos)
+      break;
+    text.remove_prefix(end + (t.close.empty() ? 0 : t.close.size()));
+  }
+  if (out.empty())
+    return std::nullopt;
+  if (!t.parallel)
+    out.resize(1);
+  return out;
+}
+
+/// Choice `k`'s calls as OpenAI's tool_calls, with ids of their own
+/// ("call_" and the completion's id, choice and place).
+json tool_calls_json(const std::vector<read_call>& calls, std::string_view completion_id, std::int64_t created,
+                     std::size_t k, bool streamed) {
+  json out = json::array();
+  for (std::size_t j = 0; j < calls.size(); ++j) {
+    json one = {{"id", "call_" + std::to_string(created) + "_" + std::string(completion_id.substr(completion_id.rfind('-') + 1))
+                         + "_" + std::to_string(k) + "_" + std::to_string(j)},
+                {"type", "function"},
+                {"function", {{"name", calls[j].name}, {"arguments", calls[j].arguments}}}};
+    if (streamed)
+      one["index"] = j;
+    out.push_back(std::move(one));
+  }
+  return out;
+}
+
+/// Where the calls begin in a chat's output `text` (npos: nowhere).
+std::size_t calls_begin(std::string_view text, const completion_request::tool_calling& t) {
+  return t.forced ? 0 : text.find(t.open);
+}
+
+} // namespace
+
 std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
   json choices = json::array();
   const auto frames = chosen(done, n_, per_prompt_);
@@ -995,7 +1466,19 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
       lps.insert(lps.end(), output.begin(), output.end());
       choice["logprobs"] = logprobs_json(lps, chat_);
     }
-    if (chat_)
+    if (chat_ && tools_) {
+      // Text, then the calls, when what follows the marker reads as calls.
+      const auto at = calls_begin(text, *tools_);
+      const auto calls = at == std::string_view::npos ? std::nullopt : calls_in(text.substr(at), *tools_);
+      json message = {{"role", "assistant"}, {"content", text}};
+      if (calls) {
+        const auto before = text.substr(0, at);
+        message["content"] = trimmed(before).empty() ? json() : json(before);
+        message["tool_calls"] = tool_calls_json(*calls, id_, created_, index, false);
+        choice["finish_reason"] = "tool_calls";
+      }
+      choice["message"] = std::move(message);
+    } else if (chat_)
       choice["message"] = {{"role", "assistant"}, {"content", text}};
     else
       choice["text"] = echo + std::string(text);
@@ -1074,6 +1557,7 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   // The tokens whose text begins in what is sent go with it; after a stop
   // string, none are left to send.
   const auto sent_to = from + text.size();
+  text = routed(c, std::move(text));
   std::vector<placed_logprobs> going;
   auto split = std::find_if(c.pending.begin(), c.pending.end(), [&](const placed_logprobs& p) { return p.start >= sent_to; });
   going.assign(std::make_move_iterator(c.pending.begin()), std::make_move_iterator(split));
@@ -1090,15 +1574,58 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   auto pending = std::move(c.pending);
   c.pending.clear();
   if (!c.cut && !c.held.empty()) {
-    out = chunk_with(k, c.held, nullptr, false, pending);
-    pending.clear();
+    if (const auto text = routed(c, std::move(c.held)); !text.empty()) {
+      out = chunk_with(k, text, nullptr, false, pending);
+      pending.clear();
+    }
   }
   c.held.clear();
   c.prompt_tokens = done.prompt_tokens;
   c.completion_tokens = prompt_only_ ? 0 : done.completion_tokens;
   c.cached_tokens = done.cached_tokens;
   const std::string reason(prompt_only_ ? "length" : finish_reason(done.finish_reason));
+  if (tools_)
+    return out + calls_end(k, reason);
   return out + chunk_with(k, "", reason.c_str(), false, c.cut ? std::span<const placed_logprobs>{} : pending);
+}
+
+std::string completion_answer::routed(choice& c, std::string text) const {
+  if (!tools_)
+    return text;
+  if (c.calling) {
+    c.calls += text;
+    return {};
+  }
+  text = std::move(c.marker_held) + text;
+  c.marker_held.clear();
+  if (const auto at = calls_begin(text, *tools_); at != std::string::npos) {
+    c.calling = true;
+    c.calls = text.substr(at);
+    text.resize(at);
+    return text;
+  }
+  // Text that may begin the marker waits for the next chunk to tell.
+  const auto keep = stop_prefix_at_end(text, {tools_->open});
+  c.marker_held = text.substr(text.size() - keep);
+  text.resize(text.size() - keep);
+  return text;
+}
+
+std::string completion_answer::calls_end(std::size_t k, const std::string& reason) {
+  auto& c = choices_.at(k);
+  const auto calls = c.calling ? calls_in(c.calls, *tools_) : std::nullopt;
+  std::string out;
+  if (!calls) {
+    // Not calls after all: the text held is the output's end.
+    if (const auto text = std::move(c.marker_held) + std::move(c.calls); !text.empty())
+      out = chunk_with(k, text, nullptr);
+    return out + chunk_with(k, "", reason.c_str());
+  }
+  json delta = {{"tool_calls", tool_calls_json(*calls, id_, created_, k, true)}};
+  json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", std::move(delta)}};
+  json j = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_},
+            {"choices", json::array({std::move(choice)})}};
+  return event(j) + chunk_with(k, "", "tool_calls");
 }
 
 std::string completion_answer::stream_end() const {

@@ -75,6 +75,20 @@ struct completion_request {
   /// one token, which the answer leaves out: the prompt alone, no
   /// completion tokens, finish_reason "length".
   bool prompt_only = false;
+  /// A chat offered tools (tool_choice not "none"): its output may be a
+  /// call. Forced (tool_choice "required" or a function), the output is one
+  /// call, held to a schema of the tools' names and parameters; otherwise
+  /// ("auto") calls are read from the output after the template's marker
+  /// (`open`), each up to `close` or the end, and the output is text when
+  /// they do not read as calls of the tools given.
+  struct tool_calling {
+    bool forced = false;
+    std::vector<std::string> names;
+    std::string open;
+    std::string close;
+    bool parallel = true; ///< parallel_tool_calls: false keeps the first call
+  };
+  std::optional<tool_calling> tools;
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
@@ -92,19 +106,35 @@ struct completion_request {
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
                                                              std::string_view wire_id);
 
+/// The texts a chat template is made of (chat_template = "custom" gives
+/// them in the config; the built-in templates have their own).
+struct chat_formats {
+  std::string system{};     ///< a system message, "{content}" its text; empty: system messages are refused
+  std::string user{};       ///< a user message
+  std::string assistant{};  ///< an assistant message
+  std::string generation{}; ///< after the last message: the assistant's turn opens
+  /// Strings that close the assistant's turn: generation stops there.
+  std::vector<std::string> stop{};
+  /// Tools (all three, or none: tools refused). `tools` holds "{tools}",
+  /// where the functions go, one JSON object to a line; it ends the system
+  /// message's text (or is the text of a system message put first).
+  /// `tool_call` holds "{call}", where one call's {"name", "arguments"}
+  /// goes, after text that opens a call (its marker, such as "<tool_call>");
+  /// an assistant message's calls follow its text, one to a line.
+  /// `tool_result` holds "{content}", where a tool message's text goes;
+  /// consecutive tool messages make one user message, one to a line.
+  std::string tools{};
+  std::string tool_call{};
+  std::string tool_result{};
+};
+
 /// How a chat's messages become one prompt: each message's text put into
 /// its role's format where "{content}" is, in order, then `generation` (the
 /// assistant's turn opening). The result is the text a Hugging Face chat
 /// template renders; the model's tokenizer reads its markers as text (it
 /// adds BOS in front, and has no other special tokens in text).
-struct chat_template {
+struct chat_template : chat_formats {
   std::string name;
-  std::string system;    ///< empty: system messages are refused
-  std::string user;
-  std::string assistant;
-  std::string generation;
-  /// Strings that close the assistant's turn: generation stops there.
-  std::vector<std::string> stop;
   /// Llama 2's form: an optional system message first, which goes inside
   /// the first user message; then user and assistant alternate, starting
   /// and ending with user; each message's text is trimmed.
@@ -123,26 +153,26 @@ struct chat_template_error {
 
 /// The first of the custom formats given (non-empty) with a template
 /// `name` other than "custom" ("" too: no template), as the error.
-std::optional<chat_template_error> custom_formats_refused(std::string_view name, const std::string& system,
-                                                         const std::string& user, const std::string& assistant,
-                                                         const std::string& generation,
-                                                         const std::vector<std::string>& stop);
+std::optional<chat_template_error> custom_formats_refused(std::string_view name, const chat_formats& custom);
 
-/// The template `name`: a built-in one, or "custom" from the given formats
-/// (the user and assistant formats must hold "{content}", the system format
-/// too unless empty; stop strings must not be empty). Custom formats given
-/// with another name are an error.
-std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, std::string system,
-                                                                    std::string user, std::string assistant,
-                                                                    std::string generation,
-                                                                    std::vector<std::string> stop);
+/// The template `name`: a built-in one, or "custom" from `custom` (the user
+/// and assistant formats must hold "{content}", the system format too
+/// unless empty; stop strings must not be empty; the tool formats are all
+/// given or none, each with its slot, and `tool_call` opens a call with
+/// text before "{call}"). Custom formats given with another name are an
+/// error.
+std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, chat_formats custom = {});
 
 /// Translates a POST /v1/chat/completions body: `messages` (system or
-/// developer, user and assistant; text content) rendered by `tpl` into the
-/// prompt, the template's stop strings added to the request's; otherwise as
-/// parse_completion (max_completion_tokens is max_tokens; logprobs is a
-/// boolean and top_logprobs the count; tools, images and response formats
-/// other than text are refused).
+/// developer, user, assistant with text or tool_calls, and tool; text
+/// content) rendered by `tpl` into the prompt, the template's stop strings
+/// added to the request's; otherwise as parse_completion
+/// (max_completion_tokens is max_tokens; logprobs is a boolean and
+/// top_logprobs the count; images are refused). `tools` (functions) are
+/// rendered into the system message by the template's tool formats, and
+/// `tool_choice` says what the answer may be: "auto" (text or calls),
+/// "required" or {"type": "function", "function": {"name"}} (one call,
+/// constrained), "none" (text, tools not shown).
 std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
                                                                   std::string_view wire_id, const chat_template& tpl);
 
@@ -185,6 +215,11 @@ api_error adapter_update_error(wire::error_code code, std::string message);
 
 /// The HTTP form of a wire error (a refusal, or a failure after acceptance).
 api_error from_wire(wire::error_code code, std::string message);
+
+/// The HTTP form of the wire's refusal of one of `request`'s frames: as
+/// from_wire, but a schema the intake cannot enforce, when it is the forced
+/// tool call's, names the tools.
+api_error refusal(const completion_request& request, wire::error_code code, std::string message);
 
 /// OpenAI's finish_reason for the wire's: "length"; "stop" for a stop
 /// string or the end-of-sequence token; "cancelled" stays (the client went
@@ -243,7 +278,18 @@ private:
     /// Streamed tokens' log-probabilities not sent yet: each goes with the
     /// text it begins in, and none that begins after a stop string.
     std::vector<placed_logprobs> pending;
+    /// With tools: streamed text that may begin the call marker, and the
+    /// output from the marker on (forced: all of it), read at the end.
+    std::string marker_held;
+    std::string calls;
+    bool calling = false;
   };
+  /// Streamed text past the stop strings, with tools: what goes out as
+  /// content now (the rest is held or read as calls at the end).
+  std::string routed(choice& c, std::string text) const;
+  /// The end of choice `k`'s stream with tools: its held text, and its
+  /// calls when they read as calls (finish_reason "tool_calls").
+  std::string calls_end(std::size_t k, const std::string& reason);
   std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false,
                          std::span<const placed_logprobs> logprobs = {}) const;
   /// Choice `k`'s prompt as echoed (echo_text, or its tokens' texts) and
@@ -262,6 +308,7 @@ private:
   bool echo_;
   bool prompt_only_;
   std::vector<std::string> echo_text_;
+  std::optional<completion_request::tool_calling> tools_;
   std::vector<choice> choices_;
 };
 

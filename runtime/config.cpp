@@ -452,10 +452,20 @@ bool valid_host_port(const std::string& a, unsigned min_port) {
   return port >= min_port && port <= 65535;
 }
 
+} // namespace
+
+openai::chat_formats chat_formats_of(const http_options& o) {
+  return {o.chat_system, o.chat_user,  o.chat_assistant,  o.chat_generation,
+          o.chat_stop,   o.chat_tools, o.chat_tool_call, o.chat_tool_result};
+}
+
+namespace {
+
 http_options read_http(section s) {
   http_options o;
   s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_system",
-                "chat_user", "chat_assistant", "chat_generation", "chat_stop"});
+                "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools", "chat_tool_call",
+                "chat_tool_result"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -480,12 +490,13 @@ http_options read_http(section s) {
   o.chat_assistant = s.text("chat_assistant", o.chat_assistant);
   o.chat_generation = s.text("chat_generation", o.chat_generation);
   o.chat_stop = s.strings("chat_stop");
+  o.chat_tools = s.text("chat_tools", o.chat_tools);
+  o.chat_tool_call = s.text("chat_tool_call", o.chat_tool_call);
+  o.chat_tool_result = s.text("chat_tool_result", o.chat_tool_result);
   if (o.chat_template.empty()) {
-    if (const auto e = openai::custom_formats_refused("", o.chat_system, o.chat_user, o.chat_assistant,
-                                                      o.chat_generation, o.chat_stop))
+    if (const auto e = openai::custom_formats_refused("", chat_formats_of(o)))
       s.require(e->key, false, e->what);
-  } else if (const auto t = openai::make_chat_template(o.chat_template, o.chat_system, o.chat_user, o.chat_assistant,
-                                                       o.chat_generation, o.chat_stop);
+  } else if (const auto t = openai::make_chat_template(o.chat_template, chat_formats_of(o));
              const auto* e = std::get_if<openai::chat_template_error>(&t)) {
     // The server makes its template with the same function.
     s.require(e->key, false, e->what);

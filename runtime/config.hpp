@@ -11,6 +11,10 @@
 
 #include "runtime/options.hpp"
 
+namespace troupe::openai {
+struct chat_formats;
+}
+
 namespace troupe {
 
 /// The names valid for each string-valued choice in the file. The caller fills
@@ -51,6 +55,11 @@ load_config_file(const std::string& path, const config_catalog& catalog);
 /// The text of config/default.toml, compiled into the binary by CMake
 /// (runtime/embedded_default.cpp.in). troupe-serve uses it when no --config is given.
 std::string_view embedded_default_config() noexcept;
+
+/// The chat template texts the [http] section gives (chat_system, ...;
+/// used with chat_template = "custom"). Declared here, defined with the
+/// config reader; messages/openai.hpp has the type.
+openai::chat_formats chat_formats_of(const http_options& o);
 
 // -- adapters ------------------------------------------------------------------
 

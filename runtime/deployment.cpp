@@ -219,8 +219,7 @@ deployment::start(const deployment_options& opts) {
       hc.adapter_updates = opts.http.adapter_updates;
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;
-        auto t = openai::make_chat_template(h.chat_template, h.chat_system, h.chat_user, h.chat_assistant,
-                                            h.chat_generation, h.chat_stop);
+        auto t = openai::make_chat_template(h.chat_template, chat_formats_of(h));
         if (auto* e = std::get_if<openai::chat_template_error>(&t)) // the config check lets none through
           return opts.source + ": http." + e->key + ": " + e->what;
         hc.chat = std::get<openai::chat_template>(std::move(t));

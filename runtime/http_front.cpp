@@ -493,7 +493,7 @@ struct http_front::impl : zmq_io::owned_socket {
         ended[k] = 1;
         ++answered;
         if (!refused)
-          refused = openai::from_wire(e->code, e->message);
+          refused = openai::refusal(c, e->code, e->message);
       } else {
         later.push_back(std::move(*r));
       }

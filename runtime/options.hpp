@@ -48,6 +48,9 @@ struct http_options {
   std::string chat_assistant;  ///< custom: an assistant message
   std::string chat_generation; ///< custom: after the last message (the assistant's turn opens)
   std::vector<std::string> chat_stop; ///< custom: strings that end the assistant's turn
+  std::string chat_tools;       ///< custom: the functions offered, "{tools}" one to a line (ends the system message)
+  std::string chat_tool_call;   ///< custom: one call, "{call}" its JSON after a marker that opens it
+  std::string chat_tool_result; ///< custom: a tool message's text at "{content}"
   bool enabled() const noexcept { return !listen.empty(); }
   bool operator==(const http_options&) const = default;
 };

@@ -488,10 +488,71 @@ del turn["session"]
 status, _, again = call("/v1/chat/completions", turn)
 assert json.loads(again)["choices"][0]["message"] == json.loads(body)["choices"][0]["message"], (again, body)
 
-refused(400, path="/v1/chat/completions", body=dict(chat, tools=[{"type": "function", "function": {"name": "f"}}]),
-        says='"tools"')
+# Tools. A forced call (tool_choice "required" or a function) is one call
+# of a tool given, its arguments held to the function's parameters;
+# streamed, the same call comes in a tool_calls delta.
+weather = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather",
+    "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+                   "properties": {"city": {"type": "string", "maxLength": 12},
+                                  "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
+clock = {"type": "function", "function": {"name": "get_time"}}
+ask = {"model": "demo", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [weather, clock],
+       "max_completion_tokens": 80}
+called = set()
+for seed in range(12):
+    status, _, body = call("/v1/chat/completions", dict(ask, seed=seed, tool_choice="required"))
+    assert status == 200, body
+    choice = json.loads(body)["choices"][0]
+    if choice["finish_reason"] != "tool_calls":
+        assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"], choice
+        continue
+    (tc,) = choice["message"]["tool_calls"]
+    assert tc["type"] == "function" and tc["id"].startswith("call_") and choice["message"]["content"] is None, choice
+    args = json.loads(tc["function"]["arguments"])
+    called.add(tc["function"]["name"])
+    if tc["function"]["name"] == "get_weather":
+        assert set(args) == {"city", "days"} and isinstance(args["city"], str) and len(args["city"]) <= 12, tc
+        assert type(args["days"]) is int and 1 <= args["days"] <= 7, tc
+    else:
+        assert tc["function"]["name"] == "get_time" and args == {}, tc
+assert called, "no forced call of 12 ended"
+named = dict(ask, seed=3, tool_choice={"type": "function", "function": {"name": "get_time"}})
+status, _, body = call("/v1/chat/completions", named)
+whole = json.loads(body)["choices"][0]
+assert whole["finish_reason"] == "tool_calls", whole
+assert [(c["function"]["name"], c["function"]["arguments"]) for c in whole["message"]["tool_calls"]] == [("get_time", "{}")], whole
+status, ctype, body = call("/v1/chat/completions", dict(named, stream=True))
+assert status == 200 and ctype == "text/event-stream", (status, body)
+ev = events(body)
+deltas = [e["choices"][0]["delta"] for e in ev[1:-1]]
+calls = [c for d in deltas for c in d.get("tool_calls", [])]
+assert [(c["index"], c["function"]["name"], c["function"]["arguments"]) for c in calls] == [(0, "get_time", "{}")], ev
+assert ev[-2]["choices"][0]["finish_reason"] == "tool_calls" and ev[-1] == "[DONE]", ev[-2:]
+# "auto": the model's text, or its calls where they read as calls; a turn
+# after calls and their results goes on.
+status, _, body = call("/v1/chat/completions", dict(ask, seed=1))
+assert status == 200 and json.loads(body)["choices"][0]["finish_reason"] in ("stop", "length", "tool_calls"), body
+history = [{"role": "user", "content": "Weather in Paris?"},
+           {"role": "assistant", "content": None, "tool_calls": [
+               {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                                 "arguments": json.dumps({"city": "Paris", "days": 1})}}]},
+           {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"}]
+status, _, body = call("/v1/chat/completions", dict(ask, messages=history, tool_choice="none"))
+assert status == 200 and isinstance(json.loads(body)["choices"][0]["message"]["content"], str), body
+# Parameters the server cannot hold a call to are refused when the call is
+# forced, naming the function; offered ("auto"), they are shown as given.
+patterned = {"type": "function", "function": {"name": "lookup", "parameters": {
+    "type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}}}}}
+err = refused(400, path="/v1/chat/completions", body=dict(ask, tools=[patterned], tool_choice="required"),
+              says='tool "lookup"')
+assert err["param"] == "tools" and "pattern" in err["message"], err
+status, _, body = call("/v1/chat/completions", dict(ask, tools=[patterned]))
+assert status == 200, body
 refused(400, path="/v1/chat/completions", body=dict(chat, messages=[{"role": "tool", "content": "x"}]),
-        says='"tool"')
+        says="tool_call_id")
+refused(400, path="/v1/chat/completions", body=dict(ask, tool_choice={"type": "function", "function": {"name": "f"}}),
+        says='"f"')
 refused(404, path="/nope", says="/nope")
 
 # A client that asks before sending its body (curl does, over 1 KiB) is told
@@ -546,7 +607,7 @@ for stream, n, what in ((True, 1, "the dropped stream's request"), (False, 1, "t
 status, _, body = call("/v1/completions", req)
 assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], body
 print("http: completions whole and streamed match the ZeroMQ front and end before stop strings; chat completions "
-      "match their rendered prompts; errors, models, metrics, health, 100-continue and dropped requests as expected")
+      "match their rendered prompts; forced tool calls are calls of the tools given; errors, models, metrics, health, 100-continue and dropped requests as expected")
 PY
 stop
 

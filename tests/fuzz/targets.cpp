@@ -132,15 +132,13 @@ bool check_translation(const std::variant<openai::completion_request, openai::ap
 
 const openai::chat_template& template_for(std::uint8_t selector) {
   static const std::array<openai::chat_template, 3> tpls = [] {
-    auto make = [](std::string_view name, std::string system, std::string user, std::string assistant,
-                   std::string generation, std::vector<std::string> stop) {
-      auto t = openai::make_chat_template(name, std::move(system), std::move(user), std::move(assistant),
-                                          std::move(generation), std::move(stop));
-      return std::get<openai::chat_template>(std::move(t));
+    auto make = [](std::string_view name, openai::chat_formats custom = {}) {
+      return std::get<openai::chat_template>(openai::make_chat_template(name, std::move(custom)));
     };
     return std::array<openai::chat_template, 3>{
-      make("llama2", "", "", "", "", {}), make("chatml", "", "", "", "", {}),
-      make("custom", "", "<u>{content}</u>", "<a>{content}</a>", "<a>", {"</a>"})};
+      make("llama2"), make("chatml"),
+      make("custom", {.user = "<u>{content}</u>", .assistant = "<a>{content}</a>", .generation = "<a>",
+                      .stop = {"</a>"}})};
   }();
   return tpls[selector % tpls.size()];
 }

@@ -104,7 +104,7 @@ TEST(openai, several_prompts_and_n_choices_become_one_wire_generate_each_in_open
   // Without a seed each choice draws its own (the server's per-request seed).
   EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"a","n":3})"), 2, 3).sampling.seed.has_value());
   // A chat's n choices.
-  const auto tpl = std::get<chat_template>(make_chat_template("chatml", "", "", "", "", {}));
+  const auto tpl = std::get<chat_template>(make_chat_template("chatml"));
   const auto chat = parse_chat_completion(R"({"model":"m","n":2,"messages":[{"role":"user","content":"q"}]})",
                                           "llama-2-7b", "h9", tpl);
   ASSERT_TRUE(std::holds_alternative<completion_request>(chat));
@@ -375,7 +375,7 @@ TEST(openai, a_stream_holds_back_what_may_begin_a_stop_string_until_the_next_chu
 // -- chat -------------------------------------------------------------------
 
 chat_template builtin(const char* name) {
-  auto t = make_chat_template(name, "", "", "", "", {});
+  auto t = make_chat_template(name);
   if (auto* e = std::get_if<chat_template_error>(&t)) {
     ADD_FAILURE() << name << ": " << e->key << " " << e->what;
     return {};
@@ -463,7 +463,7 @@ TEST(openai, chatml_renders_each_message_then_opens_the_assistants_turn_and_stop
 }
 
 TEST(openai, a_custom_template_takes_its_formats_and_refuses_system_messages_without_one) {
-  auto t = make_chat_template("custom", "", "U: {content}\n", "A: {content}\n", "A:", {"\nU:"});
+  auto t = make_chat_template("custom", {.user = "U: {content}\n", .assistant = "A: {content}\n", .generation = "A:", .stop = {"\nU:"}});
   ASSERT_TRUE(std::holds_alternative<chat_template>(t));
   const auto& tpl = std::get<chat_template>(t);
   const auto g = as_generate(chat_ok(
@@ -481,22 +481,41 @@ TEST(openai, chat_template_errors_name_the_key) {
     auto* e = std::get_if<chat_template_error>(&t);
     return e == nullptr ? std::string("(made)") : e->key;
   };
-  EXPECT_EQ(key_of(make_chat_template("custom", "", "U", "{content}", "", {})), "chat_user");
-  EXPECT_EQ(key_of(make_chat_template("custom", "", "{content}", "A", "", {})), "chat_assistant");
-  EXPECT_EQ(key_of(make_chat_template("custom", "S", "{content}", "{content}", "", {})), "chat_system");
-  EXPECT_EQ(key_of(make_chat_template("custom", "", "{content}", "{content}", "", {""})), "chat_stop");
-  EXPECT_EQ(key_of(make_chat_template("llama2", "", "", "", "G", {})), "chat_generation");
-  EXPECT_EQ(key_of(make_chat_template("vicuna", "", "", "", "", {})), "chat_template");
+  EXPECT_EQ(key_of(make_chat_template("custom", {.user = "U", .assistant = "{content}"})), "chat_user");
+  EXPECT_EQ(key_of(make_chat_template("custom", {.user = "{content}", .assistant = "A"})), "chat_assistant");
+  EXPECT_EQ(key_of(make_chat_template("custom", {.system = "S", .user = "{content}", .assistant = "{content}"})),
+            "chat_system");
+  EXPECT_EQ(key_of(make_chat_template("custom", {.user = "{content}", .assistant = "{content}", .stop = {""}})),
+            "chat_stop");
+  EXPECT_EQ(key_of(make_chat_template("llama2", {.generation = "G"})), "chat_generation");
+  EXPECT_EQ(key_of(make_chat_template("chatml", {.tool_call = "<c>{call}"})), "chat_tool_call");
+  EXPECT_EQ(key_of(make_chat_template("vicuna")), "chat_template");
+  // The tool formats go together, each with its slot, in a template with
+  // system messages; a call opens with a marker.
+  const chat_formats tooled{.system = "S: {content}\n", .user = "{content}", .assistant = "{content}",
+                            .tools = "T: {tools}", .tool_call = "<c>{call}</c>", .tool_result = "R: {content}"};
+  EXPECT_EQ(key_of(make_chat_template("custom", tooled)), "(made)");
+  auto with = [&](auto change) {
+    auto f = tooled;
+    change(f);
+    return key_of(make_chat_template("custom", f));
+  };
+  EXPECT_EQ(with([](chat_formats& f) { f.tools = "T"; }), "chat_tools");
+  EXPECT_EQ(with([](chat_formats& f) { f.tools.clear(); }), "chat_tools");
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "{call}"; }), "chat_tool_call") << "no marker to find";
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "  {call}</c>"; }), "chat_tool_call");
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "<c>{content}"; }), "chat_tool_call");
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_result = "R"; }), "chat_tool_result");
+  EXPECT_EQ(with([](chat_formats& f) { f.system.clear(); }), "chat_system");
   for (const auto& name : chat_template_names())
-    EXPECT_EQ(key_of(make_chat_template(name, "", "", "", "", {})), "(made)") << name;
+    EXPECT_EQ(key_of(make_chat_template(name)), "(made)") << name;
 }
 
 TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
   const auto tpl = builtin("chatml");
   const std::string user = R"("messages":[{"role":"user","content":"q"}])";
   auto param_of = [&](const std::string& extra) { return chat_refused("{\"model\":\"m\"," + extra + "}", tpl).param; };
-  EXPECT_EQ(param_of(user + R"(,"tools":[{"type":"function","function":{"name":"f"}}])"), "tools");
-  EXPECT_EQ(param_of(user + R"(,"tool_choice":"auto")"), "tool_choice");
+  EXPECT_EQ(param_of(user + R"(,"tool_choice":"auto")"), "tool_choice") << "no tools";
   EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"json_schema","json_schema":{"name":"x"}})"),
             "response_format");
   EXPECT_EQ(param_of(user + R"(,"response_format":{"type":"xml"})"), "response_format");
@@ -1183,6 +1202,330 @@ TEST(openai, histogram_stats_become_one_prometheus_histogram_each) {
                                 "troupe_e2e_seconds_count 0.0\n"
                                 "# TYPE troupe_queue_count gauge\ntroupe_queue_count 7.0\n")
     << "a _count of no histogram stays a gauge";
+}
+
+// -- tools ------------------------------------------------------------------
+
+const std::string weather_tool =
+  R"({"type":"function","function":{"name":"get_weather","description":"Current weather",)"
+  R"("parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}})";
+const std::string time_tool = R"({"type":"function","function":{"name":"get_time"}})";
+
+/// A chat body: `messages`, the two tools, and `extra` fields.
+std::string tool_chat(const std::string& messages, const std::string& extra = "") {
+  return R"({"model":"m","messages":)" + messages + R"(,"tools":[)" + weather_tool + "," + time_tool + "]" + extra + "}";
+}
+
+const std::string ask = R"([{"role":"user","content":"Weather in Paris?"}])";
+
+TEST(openai, tools_go_into_the_system_message_and_calls_and_results_into_turns_by_the_templates_formats) {
+  const auto tpl = builtin("chatml");
+  const auto weather_line =
+    R"({"type":"function","function":{"name":"get_weather","description":"Current weather","parameters":)"
+    R"({"properties":{"city":{"type":"string"}},"required":["city"],"type":"object"}}})";
+  const auto time_line = R"({"type":"function","function":{"name":"get_time"}})";
+  std::string tools_text = tpl.tools;
+  tools_text.replace(tools_text.find("{tools}"), 7, std::string(weather_line) + "\n" + time_line);
+  const auto c = chat_ok(tool_chat(R"([{"role":"system","content":"Be brief."},
+    {"role":"user","content":"Weather in Paris and Rome?"},
+    {"role":"assistant","content":null,"tool_calls":[
+      {"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Paris\"}"}},
+      {"id":"c2","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Rome\"}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"18C"},
+    {"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"21C"}]},
+    {"role":"assistant","content":"Paris 18C, Rome 21C."},
+    {"role":"user","content":"And Oslo?"}])"),
+                         tpl);
+  EXPECT_EQ(*as_generate(c).prompt,
+            "<|im_start|>system\nBe brief." + tools_text + "<|im_end|>\n"
+            "<|im_start|>user\nWeather in Paris and Rome?<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>\n"
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Rome\"}}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\n18C\n</tool_response>\n<tool_response>\n21C\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\nParis 18C, Rome 21C.<|im_end|>\n"
+            "<|im_start|>user\nAnd Oslo?<|im_end|>\n<|im_start|>assistant\n");
+  ASSERT_TRUE(c.tools.has_value()) << "auto: the answer may be calls";
+  EXPECT_FALSE(c.tools->forced);
+  EXPECT_EQ(c.tools->names, (std::vector<std::string>{"get_weather", "get_time"}));
+  EXPECT_EQ(c.tools->open, "<tool_call>");
+  EXPECT_EQ(c.tools->close, "</tool_call>");
+  EXPECT_TRUE(as_generate(c).json_schema.empty()) << "auto does not constrain";
+
+  // Without a system message the tools make one, first.
+  const auto alone = *as_generate(chat_ok(tool_chat(ask), tpl)).prompt;
+  EXPECT_EQ(alone.substr(0, alone.find("<|im_end|>")), "<|im_start|>system\n# Tools" + tools_text.substr(tools_text.find("# Tools") + 7));
+  // llama2: inside the first user turn; tool results are a user turn.
+  const auto l = as_generate(chat_ok(tool_chat(R"([{"role":"user","content":"Weather?"},
+    {"role":"assistant","tool_calls":[{"id":"x","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
+    {"role":"tool","tool_call_id":"x","content":"noon"}])"),
+                                     builtin("llama2"))).prompt.value();
+  EXPECT_EQ(l.substr(0, 20), "[INST] <<SYS>>\n# Too");
+  EXPECT_NE(l.find("<</SYS>>\n\nWeather? [/INST] <tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call> </s><s>"
+                   "[INST] <tool_response>\nnoon\n</tool_response> [/INST]"),
+            std::string::npos)
+    << l;
+  // "none": tools are not shown and the answer is text.
+  const auto none = chat_ok(tool_chat(ask, R"(,"tool_choice":"none")"), tpl);
+  EXPECT_FALSE(none.tools.has_value());
+  EXPECT_EQ(*as_generate(none).prompt, "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(openai, a_forced_call_opens_the_turn_and_is_held_to_the_tools_names_and_parameters) {
+  const auto tpl = builtin("chatml");
+  const auto required = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl);
+  ASSERT_TRUE(required.tools.has_value());
+  EXPECT_TRUE(required.tools->forced);
+  const auto g = as_generate(required);
+  EXPECT_TRUE(g.prompt->ends_with("<|im_start|>assistant\n<tool_call>\n")) << *g.prompt;
+  const auto schema = json::parse(g.json_schema);
+  ASSERT_EQ(schema["anyOf"].size(), 2u);
+  EXPECT_EQ(schema["anyOf"][0]["properties"]["name"], json({{"const", "get_weather"}}));
+  EXPECT_EQ(schema["anyOf"][0]["properties"]["arguments"], json({{"$ref", "#/$defs/get_weather"}}));
+  EXPECT_EQ(schema["anyOf"][0]["required"], json({"name", "arguments"}));
+  EXPECT_EQ(schema["anyOf"][0]["additionalProperties"], false);
+  EXPECT_EQ(schema["$defs"]["get_weather"]["required"], json({"city"}));
+  EXPECT_EQ(schema["$defs"]["get_time"], json::parse(R"({"type":"object","properties":{},"additionalProperties":false})"))
+    << "no parameters: no arguments";
+
+  const auto named = chat_ok(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})"), tpl);
+  ASSERT_TRUE(named.tools.has_value());
+  EXPECT_TRUE(named.tools->forced);
+  EXPECT_EQ(named.tools->names, (std::vector<std::string>{"get_time"}));
+  const auto one = json::parse(as_generate(named).json_schema);
+  EXPECT_EQ(one["anyOf"].size(), 1u);
+  EXPECT_FALSE(one["$defs"].contains("get_weather"));
+  // The prompt shows only the function the call must be of.
+  EXPECT_EQ(as_generate(named).prompt->find("get_weather"), std::string::npos);
+
+  // A function's own references ("#/$defs/..." of its parameters) follow it
+  // into the call's schema.
+  const auto nested = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required",
+    "tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object","$defs":{"n":{"type":"integer"}},
+      "properties":{"a":{"$ref":"#/$defs/n"},"b":{"$ref":"#"}}}}}]})",
+                              tpl);
+  const auto ns = json::parse(as_generate(nested).json_schema);
+  EXPECT_EQ(ns["$defs"]["add"]["properties"]["a"]["$ref"], "#/$defs/add/$defs/n");
+  EXPECT_EQ(ns["$defs"]["add"]["properties"]["b"]["$ref"], "#/$defs/add");
+}
+
+TEST(openai, tool_requests_a_template_cannot_serve_or_that_are_wrong_are_refused_naming_the_field) {
+  const auto tpl = builtin("chatml");
+  auto refused_at = [&](const std::string& body) { return chat_refused(body, tpl); };
+  auto param_of = [&](const std::string& body) { return refused_at(body).param; };
+  auto with_tools = [](const std::string& tools, const std::string& extra = "") {
+    return R"({"model":"m","messages":[{"role":"user","content":"q"}],"tools":)" + tools + extra + "}";
+  };
+  EXPECT_EQ(param_of(with_tools(R"({"type":"function"})")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"retrieval","function":{"name":"f"}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"no spaces"}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":""}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"description":"d"}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f","parameters":"x"}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f","strict":1}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f","extra":1}}])")), "tools");
+  EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f"},"x":1}])")), "tools");
+  EXPECT_NE(refused_at(with_tools(R"([{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])"))
+              .message.find("names an earlier tool"),
+            std::string::npos);
+  std::string many = "[";
+  for (int i = 0; i <= 64; ++i)
+    many += std::string(i ? "," : "") + R"({"type":"function","function":{"name":"f)" + std::to_string(i) + "\"}}";
+  EXPECT_NE(refused_at(with_tools(many + "]")).message.find("at most 64"), std::string::npos);
+  // tool_choice: one of its values, a function "tools" holds, and tools to choose from.
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"tool_choice":"any")")), "tool_choice");
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})")), "tool_choice");
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"tool_choice":{"type":"function","name":"get_time"})")), "tool_choice");
+  EXPECT_EQ(param_of(R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required"})"),
+            "tool_choice");
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"parallel_tool_calls":"yes")")), "parallel_tool_calls");
+  // Not beside what shapes the answer otherwise.
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"logprobs":true)")), "logprobs");
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"response_format":{"type":"json_object"})")), "response_format");
+  chat_ok(tool_chat(ask, R"(,"tool_choice":"none","logprobs":true,"response_format":{"type":"json_object"})"), tpl);
+  // Messages: calls as OpenAI writes them, results answering them.
+  const std::string call = R"({"id":"c1","type":"function","function":{"name":"get_time","arguments":"{}"}})";
+  auto messages_error = [&](const std::string& messages) {
+    const auto e = refused_at(tool_chat(messages));
+    EXPECT_EQ(e.param, "messages") << messages;
+    return e.message;
+  };
+  EXPECT_NE(messages_error(R"([{"role":"user","content":"q"},{"role":"tool","tool_call_id":"c1","content":"x"}])")
+              .find("names no call"),
+            std::string::npos);
+  EXPECT_NE(messages_error(R"([{"role":"user","content":"q"},{"role":"assistant","tool_calls":[)" + call
+                           + R"(]},{"role":"tool","tool_call_id":"c2","content":"x"}])")
+              .find("\"c2\""),
+            std::string::npos);
+  EXPECT_NE(messages_error(R"([{"role":"user","content":"q"},{"role":"assistant","tool_calls":[)" + call
+                           + R"(]},{"role":"tool","content":"x"}])")
+              .find("messages[2].tool_call_id"),
+            std::string::npos);
+  EXPECT_NE(messages_error(R"([{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"id":"c1","type":"function",
+                             "function":{"name":"f","arguments":"[1]"}}]}])")
+              .find("messages[1].tool_calls[0].function.arguments"),
+            std::string::npos);
+  messages_error(R"([{"role":"user","content":"q"},{"role":"assistant","tool_calls":[]}])");
+  messages_error(R"([{"role":"user","content":"q"},{"role":"assistant","tool_calls":[{"type":"function"}]}])");
+  messages_error(R"([{"role":"user","content":"q"},{"role":"assistant","content":"a","tool_call_id":"c1"}])");
+  messages_error(R"([{"role":"user","content":"q","tool_calls":[)" + call + "]}]");
+  messages_error(R"([{"role":"user","content":"q"},{"role":"assistant"}])");
+  // A template without tool formats refuses tools, and calls in messages.
+  const auto plain = std::get<chat_template>(make_chat_template("custom", {.user = "U{content}", .assistant = "A{content}"}));
+  EXPECT_EQ(chat_refused(tool_chat(ask), plain).param, "tools");
+  EXPECT_NE(chat_refused(tool_chat(ask), plain).message.find("chat_tool_call"), std::string::npos);
+  EXPECT_EQ(chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","tool_calls":[)" + call
+                           + "]}]}",
+                         plain)
+              .param,
+            "messages");
+  chat_ok(tool_chat(ask, R"(,"tool_choice":"none")"), plain);
+}
+
+TEST(openai, a_refused_call_schema_names_the_tool_whose_parameters_are_at_fault) {
+  const auto c = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), builtin("chatml"));
+  auto e = refusal(c, wire::error_code::bad_request,
+                   R"(field "json_schema": the schema at "#/$defs/get_weather/properties/city" has "pattern")");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "tools");
+  EXPECT_EQ(e.message, R"(field "tool_choice" forces a call, held to the tools' parameters: the parameters of tool )"
+                       R"("get_weather" at "#/properties/city" has "pattern")");
+  e = refusal(c, wire::error_code::bad_request, R"(field "json_schema": the sim backend samples from no logits)");
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_EQ(refusal(c, wire::error_code::bad_request, R"(field "max_tokens": too many)").message,
+            R"(field "max_tokens": too many)");
+  EXPECT_EQ(refusal(c, wire::error_code::overloaded, "busy").status, 429);
+  const auto text = chat_ok(tool_chat(ask), builtin("chatml"));
+  EXPECT_EQ(refusal(text, wire::error_code::bad_request, R"(field "json_schema": x)").param, "");
+}
+
+/// A chat answer's choice 0: its message and finish_reason, whole.
+json whole_message(const completion_request& c, const std::string& output, const char* reason = "stop") {
+  const completion_answer a{"chatcmpl-http-5", 42, c};
+  auto d = done(reason);
+  d.text = output;
+  return json::parse(a.body({d}))["choices"][0];
+}
+
+TEST(openai, calls_in_the_output_become_tool_calls_and_what_does_not_read_as_calls_stays_text) {
+  const auto tpl = builtin("chatml");
+  const auto c = chat_ok(tool_chat(ask), tpl);
+  auto m = whole_message(c, "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                            "</tool_call>\n<tool_call>\n{\"name\":\"get_time\",\"arguments\":\"{}\"}\n</tool_call><|im_end|>");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_EQ(m["message"]["content"], "Let me look.\n");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["message"]["tool_calls"][0],
+            json::parse(R"({"id":"call_42_5_0_0","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}})"));
+  EXPECT_EQ(m["message"]["tool_calls"][1]["function"]["arguments"], "{}") << "arguments given as a string";
+  EXPECT_EQ(m["message"]["tool_calls"][1]["id"], "call_42_5_0_1");
+  // Only calls: no content; the last call may end without its closing tag.
+  m = whole_message(c, "  <tool_call>{\"name\":\"get_time\",\"arguments\":{}}");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  EXPECT_EQ(m["message"]["tool_calls"].size(), 1u);
+  // parallel_tool_calls false: the first call.
+  const auto single = chat_ok(tool_chat(ask, R"(,"parallel_tool_calls":false)"), tpl);
+  m = whole_message(single, "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call><tool_call>"
+                            "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["name"], "get_time");
+  // Not calls: text as the model wrote it, finish_reason its own.
+  for (const std::string out : {"<tool_call>{\"name\":\"get_time\",\"arguments\":{}", // cut short
+                                "<tool_call>{\"name\":\"get_date\",\"arguments\":{}}</tool_call>", // no such tool
+                                "<tool_call>{\"name\":\"get_time\",\"arguments\":[]}</tool_call>",
+                                "<tool_call>{\"name\":\"get_time\"}</tool_call>",
+                                "<tool_call>{\"name\":\"get_time\",\"arguments\":{},\"x\":1}</tool_call>",
+                                "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call> and more",
+                                "I would call <tool_call but did not", "No calls."}) {
+    m = whole_message(c, out, "length");
+    EXPECT_EQ(m["finish_reason"], "length") << out;
+    EXPECT_EQ(m["message"]["content"], out);
+    EXPECT_FALSE(m["message"].contains("tool_calls")) << out;
+  }
+  // Forced: the output is the call's JSON.
+  const auto forced = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl);
+  m = whole_message(forced, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Rome\"}");
+  m = whole_message(forced, "{\"name\": \"get_weather\", \"argu", "length");
+  EXPECT_EQ(m["finish_reason"], "length");
+  EXPECT_EQ(m["message"]["content"], "{\"name\": \"get_weather\", \"argu");
+}
+
+/// What a chat stream's events say of choice 0: its content joined, its
+/// tool calls (each delta's, by index, arguments joined) and its
+/// finish_reason.
+struct streamed_chat {
+  std::string content;
+  json calls = json::array();
+  json finish;
+};
+
+streamed_chat read_stream(const std::string& sse) {
+  streamed_chat out;
+  for (const auto& e : events(sse)) {
+    if (!e.is_object() || e["choices"].empty())
+      continue;
+    const auto& ch = e["choices"][0];
+    if (!ch["finish_reason"].is_null())
+      out.finish = ch["finish_reason"];
+    const auto& d = ch["delta"];
+    if (d.contains("content") && d["content"].is_string())
+      out.content += d["content"].get<std::string>();
+    if (d.contains("tool_calls"))
+      for (const auto& tc : d["tool_calls"]) {
+        const auto i = tc["index"].get<std::size_t>();
+        if (out.calls.size() <= i)
+          out.calls.push_back({{"id", tc["id"]}, {"type", tc["type"]}, {"function", {{"name", ""}, {"arguments", ""}}}});
+        auto& f = out.calls[i]["function"];
+        if (tc["function"].contains("name"))
+          f["name"] = f["name"].get<std::string>() + tc["function"]["name"].get<std::string>();
+        f["arguments"] = f["arguments"].get<std::string>() + tc["function"].value("arguments", "");
+      }
+  }
+  return out;
+}
+
+TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_its_tokens_fall) {
+  const auto tpl = builtin("chatml");
+  const std::vector<completion_request> requests{chat_ok(tool_chat(ask), tpl),
+                                                 chat_ok(tool_chat(ask, R"(,"parallel_tool_calls":false)"), tpl),
+                                                 chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl)};
+  const std::vector<std::string> outputs{
+    "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+    "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call><|im_end|>ignored",
+    "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}",
+    "{\"name\":\"get_time\",\"arguments\":{}}",
+    "a <tool_ca b <tool_call>{\"name\":\"get_date\",\"arguments\":{}}</tool_call>",
+    "text only, <tool and <",
+    "<tool_call>",
+    "",
+  };
+  std::uint64_t seed = 7;
+  auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+  for (const auto& c : requests)
+    for (const auto& out : outputs) {
+      const auto whole = whole_message(c, out);
+      for (int trial = 0; trial < 40; ++trial) {
+        completion_answer a{"chatcmpl-http-5", 42, c};
+        std::string sse = a.stream_start();
+        for (std::size_t at = 0; at < out.size();) {
+          const auto len = std::min<std::size_t>(out.size() - at, 1 + next() % 6);
+          wire::token_reply t;
+          t.text = out.substr(at, len);
+          sse += a.chunk(0, t);
+          at += len;
+        }
+        auto d = done("stop");
+        d.text = out;
+        sse += a.choice_end(0, d) + a.stream_end();
+        const auto s = read_stream(sse);
+        const auto& msg = whole["message"];
+        EXPECT_EQ(s.finish, whole["finish_reason"]) << out;
+        EXPECT_EQ(s.content, msg["content"].is_null() ? "" : msg["content"].get<std::string>()) << out;
+        EXPECT_EQ(s.calls, msg.value("tool_calls", json::array())) << out;
+      }
+    }
 }
 
 } // namespace

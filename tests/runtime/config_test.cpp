@@ -500,8 +500,14 @@ chat_user = "U: {content}\n"
 chat_assistant = "A: {content}\n"
 chat_generation = "A:"
 chat_stop = ["\nU:"]
+chat_tools = "\nTools:\n{tools}"
+chat_tool_call = "CALL {call}"
+chat_tool_result = "RESULT {content}"
 )");
   EXPECT_EQ(o.http.chat_template, "custom");
+  EXPECT_EQ(o.http.chat_tools, "\nTools:\n{tools}");
+  EXPECT_EQ(o.http.chat_tool_call, "CALL {call}");
+  EXPECT_EQ(o.http.chat_tool_result, "RESULT {content}");
   EXPECT_EQ(o.http.chat_system, "S: {content}\n");
   EXPECT_EQ(o.http.chat_user, "U: {content}\n");
   EXPECT_EQ(o.http.chat_assistant, "A: {content}\n");
@@ -607,6 +613,16 @@ const error_case error_cases[] = {
    "is for chat_template = \"custom\" (chat_template is \"chatml\")"},
   {"chat_format_without_template", "[http]\nchat_stop = [\"x\"]\n", "http.chat_stop",
    "is for chat_template = \"custom\""},
+  {"chat_tool_format_with_builtin", "[http]\nchat_template = \"llama2\"\nchat_tools = \"{tools}\"\n", "http.chat_tools",
+   "is for chat_template = \"custom\" (chat_template is \"llama2\")"},
+  {"chat_tool_call_without_marker",
+   "[http]\nchat_template = \"custom\"\nchat_system = \"{content}\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\n"
+   "chat_tools = \"{tools}\"\nchat_tool_call = \"{call}\"\nchat_tool_result = \"{content}\"\n",
+   "http.chat_tool_call", "must hold \"{call}\" after text that opens a call"},
+  {"chat_tool_formats_apart",
+   "[http]\nchat_template = \"custom\"\nchat_system = \"{content}\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\n"
+   "chat_tool_result = \"{content}\"\n",
+   "http.chat_tools", "the tool formats go together"},
   {"advise_place_lead_negative", "[cluster]\nadvise_place_lead_s = -1\n", "cluster.advise_place_lead_s",
    "must not be negative"},
   // wrong types

@@ -5,11 +5,14 @@
 // the bytes it allows never reaches a dead end and ends in a valid value.
 #include "runtime/json_schema.hpp"
 
+#include "messages/openai.hpp"
+
 #include "tests/support/list_tokenizer.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <optional>
 #include <random>
 #include <regex>
@@ -533,76 +536,141 @@ TEST(json_schema, takes_a_text_whole_exactly_when_the_oracle_accepts_it) {
   EXPECT_GT(refused, 5000u);
 }
 
+/// The schema's property names and string values, each with the quote
+/// that closes it: what a random walk writes whole, half the time.
+std::vector<std::string> words_of(const json& schema) {
+  std::vector<std::string> words;
+  const auto collect = [&](const auto& self, const json& j) -> void {
+    if (j.is_object()) {
+      for (const auto& [k, v] : j.items()) {
+        if (k == "properties")
+          for (const auto& [name, sub] : v.items())
+            words.push_back(name + "\"");
+        self(self, v);
+      }
+    } else if (j.is_array()) {
+      for (const auto& v : j)
+        self(self, v);
+    } else if (j.is_string()) {
+      const auto d = j.dump();
+      words.push_back(d.substr(1));
+    }
+  };
+  collect(collect, schema);
+  return words;
+}
+
+/// A random walk through the bytes `m` allows: half the time one of
+/// `words` where it fits, else any allowed byte, most often a closing one.
+/// The text when the walk ends a value (within 2,000 bytes); a test
+/// failure at a dead end.
+std::optional<std::string> walk(schema_machine m, std::vector<std::string>& words, std::mt19937& rng) {
+  std::string text;
+  while (!m.complete() && text.size() < 2000) {
+    if (rng() % 2 == 0) {
+      std::shuffle(words.begin(), words.end(), rng);
+      const auto w = std::find_if(words.begin(), words.end(), [&](const std::string& x) {
+        auto probe = m;
+        return probe.feed(std::string_view(x));
+      });
+      if (w != words.end()) {
+        EXPECT_TRUE(m.feed(std::string_view(*w)));
+        text += *w;
+        continue;
+      }
+    }
+    std::vector<unsigned char> next;
+    std::vector<double> weight;
+    for (int c = 0; c < 256; ++c) {
+      auto probe = m;
+      if (!probe.feed(static_cast<unsigned char>(c)))
+        continue;
+      next.push_back(static_cast<unsigned char>(c));
+      weight.push_back(c == '}' || c == ']' ? 20.0 : c == '"' ? 6.0 : c == ',' || c == ':' ? 2.0 : 0.2);
+    }
+    if (next.empty()) {
+      ADD_FAILURE() << "a dead end after " << text;
+      return std::nullopt;
+    }
+    const auto c = next[std::discrete_distribution<std::size_t>(weight.begin(), weight.end())(rng)];
+    EXPECT_TRUE(m.feed(c));
+    text += static_cast<char>(c);
+  }
+  if (!m.complete())
+    return std::nullopt;
+  return text;
+}
+
 TEST(json_schema, a_walk_through_the_bytes_it_allows_never_stops_short_and_ends_valid) {
   std::mt19937 rng(11);
   for (const auto& schema : schemas()) {
     SCOPED_TRACE(schema);
-    // The schema's property names and string values, each with the quote
-    // that closes it.
-    std::vector<std::string> words;
-    const auto collect = [&](const auto& self, const json& j) -> void {
-      if (j.is_object()) {
-        for (const auto& [k, v] : j.items()) {
-          if (k == "properties")
-            for (const auto& [name, sub] : v.items())
-              words.push_back(name + "\"");
-          self(self, v);
-        }
-      } else if (j.is_array()) {
-        for (const auto& v : j)
-          self(self, v);
-      } else if (j.is_string()) {
-        const auto d = j.dump();
-        words.push_back(d.substr(1));
-      }
-    };
-    collect(collect, json::parse(schema));
+    const auto doc = json::parse(schema);
+    auto words = words_of(doc);
     int whole = 0;
-    for (int walk = 0; walk < 150; ++walk) {
-      auto m = machine(schema);
-      std::string text;
-      while (!m.complete() && text.size() < 2000) {
-        // Half the time a name of the schema's closes the key or string
-        // being written, where one may.
-        if (rng() % 2 == 0) {
-          std::shuffle(words.begin(), words.end(), rng);
-          const auto w = std::find_if(words.begin(), words.end(), [&](const std::string& x) {
-            auto probe = m;
-            return probe.feed(std::string_view(x));
-          });
-          if (w != words.end()) {
-            ASSERT_TRUE(m.feed(std::string_view(*w)));
-            text += *w;
-            continue;
-          }
-        }
-        // Otherwise any allowed byte, most often a closing one.
-        std::vector<unsigned char> next;
-        std::vector<double> weight;
-        for (int c = 0; c < 256; ++c) {
-          auto probe = m;
-          if (!probe.feed(static_cast<unsigned char>(c)))
-            continue;
-          next.push_back(static_cast<unsigned char>(c));
-          weight.push_back(c == '}' || c == ']' ? 20.0 : c == '"' ? 6.0 : c == ',' || c == ':' ? 2.0 : 0.2);
-        }
-        ASSERT_FALSE(next.empty()) << "a dead end after " << text;
-        const auto c = next[std::discrete_distribution<std::size_t>(weight.begin(), weight.end())(rng)];
-        ASSERT_TRUE(m.feed(c));
-        text += static_cast<char>(c);
-      }
-      if (!m.complete())
+    for (int walk_no = 0; walk_no < 150; ++walk_no) {
+      const auto text = walk(machine(schema), words, rng);
+      if (!text)
         continue;
       ++whole;
-      const auto v = json::parse(text, nullptr, false);
-      ASSERT_FALSE(v.is_discarded()) << json(text).dump(-1, ' ', true, json::error_handler_t::replace);
-      const auto doc = json::parse(schema);
-      EXPECT_TRUE(valid(doc, doc, v)) << json(text).dump(-1, ' ', true, json::error_handler_t::replace);
+      const auto v = json::parse(*text, nullptr, false);
+      ASSERT_FALSE(v.is_discarded()) << json(*text).dump(-1, ' ', true, json::error_handler_t::replace);
+      EXPECT_TRUE(valid(doc, doc, v)) << json(*text).dump(-1, ' ', true, json::error_handler_t::replace);
     }
     EXPECT_GT(whole, 30) << "walks end";
   }
 }
 
+TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_of_valid_arguments) {
+  // The chat layer's schema of a forced call, compiled here as the intake
+  // does; what the walk ends on is what a model could write.
+  const std::string tools = R"([
+    {"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string","minLength":1},"unit":{"enum":["c","f"]}},"required":["city"],
+      "additionalProperties":false}}},
+    {"type":"function","function":{"name":"add","parameters":{"type":"object","$defs":{"n":{"type":"integer",
+      "minimum":-99,"maximum":99}},"properties":{"a":{"$ref":"#/$defs/n"},"b":{"$ref":"#/$defs/n"}},
+      "required":["a","b"],"additionalProperties":false}}},
+    {"type":"function","function":{"name":"get_time"}}])";
+  const auto tpl = std::get<openai::chat_template>(openai::make_chat_template("chatml"));
+  auto parsed = openai::parse_chat_completion(
+    R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required","tools":)" + tools + "}", "m",
+    "h1", tpl);
+  ASSERT_TRUE(std::holds_alternative<openai::completion_request>(parsed));
+  const auto& request = std::get<openai::completion_request>(parsed);
+  const auto frame = json::parse(request.frames.at(0));
+  const auto schema = frame["json_schema"].dump();
+  const auto params = json::parse(tools);
+  auto words = words_of(frame["json_schema"]);
+  std::mt19937 rng(5);
+  std::map<std::string, int> called;
+  for (int n = 0; n < 300; ++n) {
+    const auto text = walk(machine(schema), words, rng);
+    if (!text)
+      continue;
+    wire::done_reply d;
+    d.finish_reason = "stop";
+    d.text = *text;
+    const openai::completion_answer answer("chatcmpl-h1", 1, request);
+    const auto choice = json::parse(answer.body({d}))["choices"][0];
+    ASSERT_EQ(choice["finish_reason"], "tool_calls") << *text;
+    ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u);
+    const auto& fn = choice["message"]["tool_calls"][0]["function"];
+    const auto name = fn["name"].get<std::string>();
+    const auto args = json::parse(fn["arguments"].get<std::string>());
+    ++called[name];
+    const auto tool = std::find_if(params.begin(), params.end(), [&](const json& t) { return t["function"]["name"] == name; });
+    ASSERT_NE(tool, params.end()) << name;
+    const auto& p = (*tool)["function"];
+    if (p.contains("parameters"))
+      EXPECT_TRUE(valid(p["parameters"], p["parameters"], args)) << name << " " << args.dump();
+    else
+      EXPECT_EQ(args, json::object()) << "no parameters: no arguments";
+  }
+  EXPECT_EQ(called.size(), 3u) << "each function is called in some walk";
+  for (const auto& [name, count] : called)
+    EXPECT_GT(count, 20) << name;
+}
 
 TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_every_state_of_a_walk) {
   std::vector<std::string> tokens = {"", "{", "}", "[", "]", ",", ":", "\"", " ", "\n", "\"name", "\":", "\"age\":",
