@@ -190,7 +190,8 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
         {"description", [](const json& v) { return v.is_string() || v.is_null(); }, "a string"},
       };
       for (const auto& [key, value] : js->items()) {
-        const auto f = std::find_if(std::begin(fields), std::end(fields), [&](const field& x) { return x.name == key; });
+        const std::string_view name = key; // (a structured binding, which a lambda may not capture before C++20's clang)
+        const auto f = std::find_if(std::begin(fields), std::end(fields), [name](const field& x) { return x.name == name; });
         if (f == std::end(fields))
           return bad("unknown field \"" + key + "\" in \"response_format.json_schema\"", "response_format");
         if (!f->ok(value))
@@ -678,7 +679,7 @@ std::variant<std::vector<tool>, api_error> read_tools(const json& doc) {
       else if (key == "parameters" && value.is_object())
         one.parameters = value;
       else if (key == "strict" && value.is_boolean())
-        continue; // held to its parameters only when the call is forced, whatever it says
+        continue; // calls are held to the parameters whatever it says
       else if (key == "description" || key == "parameters" || key == "strict")
         return bad("\"" + at + ".function." + key + "\" must be "
                      + (key == "description" ? "a string" : key == "parameters" ? "a JSON Schema (an object)" : "true or false")
@@ -714,14 +715,17 @@ void rebase_refs(json& schema, const std::string& at) {
 
 /// The JSON Schema of one call of `tools`: {"name": one of theirs,
 /// "arguments": its parameters}, each function's parameters kept in $defs
-/// under its name (so the intake's refusal names it).
-json call_schema(const std::vector<tool>& tools) {
+/// under its name (so the intake's refusal names it). Parameters that
+/// `enforceable` refuses become any object.
+json call_schema(const std::vector<tool>& tools, const std::function<bool(const std::string&)>& enforceable = {}) {
   json defs = json::object();
   json any = json::array();
   for (const auto& t : tools) {
     json params = t.parameters.is_null() ? json{{"type", "object"}, {"properties", json::object()},
                                                 {"additionalProperties", false}}
                                          : t.parameters;
+    if (enforceable && !enforceable(dump(params)))
+      params = {{"type", "object"}};
     rebase_refs(params, "/$defs/" + t.name);
     defs[t.name] = std::move(params);
     any.push_back({{"type", "object"},
@@ -836,9 +840,12 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
         return chat_template_error{"chat_tools", "must hold \"{tools}\" (where the functions go, one to a line); the "
                                                  "tool formats go together"};
       const auto at = custom.tool_call.find(call_slot);
-      if (at == std::string::npos || trimmed(std::string_view(custom.tool_call).substr(0, at)).empty())
+      const auto marker = at == std::string::npos ? std::string_view() : trimmed(std::string_view(custom.tool_call).substr(0, at));
+      if (marker.empty() || marker.size() > wire::max_json_trigger_bytes)
         return chat_template_error{"chat_tool_call", "must hold \"{call}\" after text that opens a call (such as "
-                                                     "\"<tool_call>\"), by which calls are found in the output"};
+                                                     "\"<tool_call>\"; at most "
+                                                       + std::to_string(wire::max_json_trigger_bytes)
+                                                       + " bytes, blanks aside), by which calls are found in the output"};
       if (!holds(custom.tool_result, content_slot))
         return chat_template_error{"chat_tool_result", "must hold \"{content}\" (where a tool message's text goes)"};
       if (custom.system.empty())
@@ -872,8 +879,9 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
   return chat_template_error{"chat_template", "unknown chat template \"" + t.name + "\" (valid: llama2, chatml, custom)"};
 }
 
-std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
-                                                                  std::string_view wire_id, const chat_template& tpl) {
+std::variant<completion_request, api_error>
+parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
+                      const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable) {
   auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request", "");
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
@@ -972,6 +980,11 @@ std::variant<completion_request, api_error> parse_chat_completion(std::string_vi
       // tools' names and parameters and ends the output.
       opening += tpl.tool_call.substr(0, slot);
       gen["json_schema"] = call_schema(offered);
+    } else {
+      // Free text; a call the model opens is held to the tools' names and
+      // (where the server can enforce them) parameters.
+      gen["json_schema"] = call_schema(offered, enforceable);
+      gen["json_trigger"] = out.tools->open;
     }
   }
   out.n = std::get<std::uint32_t>(n);
@@ -1101,12 +1114,12 @@ api_error from_wire(wire::error_code code, std::string message) {
 
 api_error refusal(const completion_request& request, wire::error_code code, std::string message) {
   constexpr std::string_view schema_field = "field \"json_schema\"";
-  if (!request.tools || !request.tools->forced || code != wire::error_code::bad_request
-      || !message.starts_with(schema_field))
+  if (!request.tools || code != wire::error_code::bad_request || !message.starts_with(schema_field))
     return from_wire(code, std::move(message));
-  // The forced call's schema is the request's tools: say so, and name the
+  // The call's schema is the request's tools: say so, and name the
   // function whose parameters are at fault ($defs/NAME/... in the schema).
-  std::string said = "field \"tool_choice\" forces a call, held to the tools' parameters"
+  std::string said = std::string(request.tools->forced ? "field \"tool_choice\" forces a call, held to the tools' parameters"
+                                                       : "a call the model opens is held to the tools' parameters")
                      + message.substr(schema_field.size());
   constexpr std::string_view defs = "the schema at \"#/$defs/";
   if (const auto at = said.find(defs); at != std::string::npos) {

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -80,7 +81,8 @@ struct completion_request {
   /// call, held to a schema of the tools' names and parameters; otherwise
   /// ("auto") calls are read from the output after the template's marker
   /// (`open`), each up to `close` or the end, and the output is text when
-  /// they do not read as calls of the tools given.
+  /// they do not read as calls of the tools given (each call the model
+  /// opens is held to the same schema, so it reads unless cut short).
   struct tool_calling {
     bool forced = false;
     std::vector<std::string> names;
@@ -173,8 +175,14 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 /// `tool_choice` says what the answer may be: "auto" (text or calls),
 /// "required" or {"type": "function", "function": {"name"}} (one call,
 /// constrained), "none" (text, tools not shown).
-std::variant<completion_request, api_error> parse_chat_completion(std::string_view body, std::string_view base_model,
-                                                                  std::string_view wire_id, const chat_template& tpl);
+/// `enforceable` says whether the server can hold a value to a JSON Schema
+/// (its text); none: every schema is taken to be. With tool_choice "auto",
+/// a call the model opens is held to the tools' names and its function's
+/// parameters where they are enforceable (to a JSON object otherwise): the
+/// wire's json_trigger at the template's call marker.
+std::variant<completion_request, api_error>
+parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
+                      const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {});
 
 /// Translates a POST /v1/advise body (Troupe's own: Symphony's advisory,
 /// the next turn of `session` is coming in `in_s` seconds) into a wire

@@ -134,11 +134,11 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 24> generate_fields{
+constexpr std::array<std::string_view, 25> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
-  "ignore_eos", "min_tokens", "response_format", "json_schema"};
+  "ignore_eos", "min_tokens", "response_format", "json_schema", "json_trigger"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -371,6 +371,16 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (g.json_object)
       reject_field("json_schema", "absent beside \"response_format\": \"json_object\" (the schema says the shape)", *j);
     g.json_schema = j->dump(-1, ' ', false, json::error_handler_t::replace);
+  }
+  if (auto j = find(obj, "json_trigger")) {
+    if (!j->is_string() || j->get_ref<const std::string&>().empty()
+        || j->get_ref<const std::string&>().size() > max_json_trigger_bytes)
+      reject_field("json_trigger", "a string of 1 to " + std::to_string(max_json_trigger_bytes) + " bytes", *j);
+    if (!g.json_object && g.json_schema.empty())
+      reject_field("json_trigger", "given with \"response_format\": \"json_object\" or \"json_schema\" (which hold the "
+                                   "value after it)",
+                   *j);
+    g.json_trigger = j->get<std::string>();
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -957,6 +967,8 @@ std::string to_json(const request& x) {
         j["response_format"] = "json_object";
       if (!g.json_schema.empty())
         j["json_schema"] = json::parse(g.json_schema, nullptr, false);
+      if (!g.json_trigger.empty())
+        j["json_trigger"] = g.json_trigger;
       j["stream"] = g.stream;
       if (!g.session.empty())
         j["session"] = g.session;

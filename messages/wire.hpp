@@ -92,7 +92,16 @@ struct generate_request {
   /// are enforced), as compact JSON text; empty: none. Not with
   /// response_format "json_object".
   std::string json_schema{};
+  /// "json_trigger": "<tool_call>" (1 to 64 bytes), with response_format
+  /// "json_object" or json_schema: the output is free text, and each time
+  /// this string appears in it one value held as those say follows, then
+  /// free text again. A backend that samples from no logits leaves all of
+  /// it free. Empty: the whole output is the value.
+  std::string json_trigger{};
 };
+
+/// Longest json_trigger taken.
+inline constexpr std::size_t max_json_trigger_bytes = 64;
 
 struct cancel_request { std::string id; };
 struct health_request { std::string id; };

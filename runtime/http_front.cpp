@@ -2,6 +2,7 @@
 
 #include "messages/openai.hpp"
 #include "messages/wire.hpp"
+#include "runtime/json_schema.hpp"
 #include "runtime/zmq_io.hpp"
 
 // Boost 1.74's awaitable.hpp uses std::exchange without including <utility>.
@@ -32,6 +33,7 @@
 #include <cerrno>
 #include <chrono>
 #include <deque>
+#include <stdexcept>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -110,6 +112,9 @@ struct http_front::impl : zmq_io::owned_socket {
   std::unordered_set<beast::tcp_stream*> connections;
   std::uint64_t next_id = 0;
   bool stopped = false;
+  /// Tools' parameters seen, compiled: whether the intake can hold a call
+  /// offered with tool_choice "auto" to them (io thread only).
+  json_schema_cache parameters;
 
   // -- the intake side ------------------------------------------------------
 
@@ -436,7 +441,15 @@ struct http_front::impl : zmq_io::owned_socket {
       co_return !ec && keep;
     };
     const auto base = "http-" + std::to_string(++next_id);
-    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat)
+    const auto enforceable = [this](const std::string& schema) {
+      try {
+        (void)parameters.get(schema);
+        return true;
+      } catch (const std::invalid_argument&) {
+        return false;
+      }
+    };
+    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat, enforceable)
                        : openai::parse_completion(req.body(), cfg.model, base);
     if (auto* e = std::get_if<openai::api_error>(&parsed))
       co_return co_await fail(*e);

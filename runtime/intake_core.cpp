@@ -264,6 +264,12 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                   "candidates by them either");
     return;
   }
+  if (!g.json_trigger.empty() && !backend_->computes_logprobs()) {
+    // Free text until the trigger: served, all of it free (the wire's word).
+    g.json_object = false;
+    g.json_schema.clear();
+    g.json_trigger.clear();
+  }
   if ((g.json_object || !g.json_schema.empty()) && !backend_->computes_logprobs()) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
                                       std::string("field \"") + (g.json_object ? "response_format" : "json_schema")
@@ -323,6 +329,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.min_tokens = g.min_tokens;
   spec.json_object = g.json_object;
   spec.json_schema = std::move(g.json_schema);
+  spec.json_trigger = std::move(g.json_trigger);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

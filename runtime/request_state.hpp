@@ -106,6 +106,10 @@ struct request_spec {
   /// json_schema::compile takes; the intake refuses one it does not), held
   /// to it as json_object holds the output to an object.
   std::string json_schema;
+  /// Not empty, with json_object or json_schema: the output is free text,
+  /// and each time this string appears in it one value held as those say
+  /// follows, then free text again (runtime/json_trigger.hpp).
+  std::string json_trigger;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

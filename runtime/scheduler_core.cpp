@@ -121,7 +121,10 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
     auto schema = spec.json_schema.empty() ? json_schema::any_object() : schemas_.get(spec.json_schema);
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
-    r.json.emplace(std::move(schema));
+    if (spec.json_trigger.empty())
+      r.json.emplace(std::move(schema));
+    else
+      r.trigger = trigger_for(spec.json_trigger, spec.json_schema, std::move(schema));
   }
   r.spec = std::move(spec);
   auto [i, added] = records_.emplace(r.spec.request_id, std::move(r));
@@ -663,7 +666,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.top_k = r.spec.top_k;
     e.logprobs = r.spec.logprobs;
     e.logit_adjust = logit_adjust(r, vocab_ ? vocab_->eos_token() : -1);
-    if (r.json)
+    if (r.json || r.trigger)
       constrain_json(r, e.logit_adjust);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
@@ -748,7 +751,7 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
 
 void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust) {
   if (!r.json_allowed)
-    r.json_allowed = json_vocab_->split(*r.json);
+    r.json_allowed = r.trigger ? r.trigger->split(r.trigger_at) : json_vocab_->split(*r.json);
   const auto& banned = r.json_allowed->banned;
   constexpr float ban = -1e30f; // as min_tokens bans: exp() of it is 0
   // The two lists merged in token order; a banned token's own adjustment
@@ -768,8 +771,31 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
   adjust = std::move(out);
 }
 
+std::shared_ptr<const json_trigger> scheduler_core::trigger_for(const std::string& trigger,
+                                                                const std::string& schema_text,
+                                                                std::shared_ptr<const json_schema> schema) {
+  auto key = trigger + '\0' + schema_text;
+  const auto it = std::find_if(triggers_.begin(), triggers_.end(), [&](const auto& e) { return e.first == key; });
+  if (it != triggers_.end())
+    return it->second;
+  constexpr std::size_t kept = 16;
+  if (triggers_.size() == kept)
+    triggers_.erase(triggers_.begin());
+  auto t = std::make_shared<const json_trigger>(*json_vocab_, trigger, std::move(schema));
+  triggers_.emplace_back(std::move(key), t);
+  return t;
+}
+
 std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t token) {
   r.json_allowed.reset();
+  if (r.trigger) {
+    if (!r.trigger->advance(r.trigger_at, json_vocab_->bytes(token)))
+      return finish_reason::error; // a backend that samples from no logits
+    r.json_allowed = r.trigger->split(r.trigger_at);
+    if (r.json_allowed->allowed.empty())
+      return finish_reason::error;
+    return std::nullopt;
+  }
   if (!r.json->feed(json_vocab_->bytes(token)))
     return finish_reason::error; // a backend that samples from no logits
   if (r.json->complete())
@@ -872,7 +898,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     // within its first min_tokens (a backend that samples from no logits
     // may still draw one); stop strings always do.
     const bool may_end = r.generated > r.spec.min_tokens;
-    const auto json_end = r.json && json_vocab_ ? json_after(r, tok) : std::nullopt;
+    const auto json_end = (r.json || r.trigger) && json_vocab_ ? json_after(r, tok) : std::nullopt;
     if (may_end && tok == eos && !r.spec.ignore_eos)
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok)

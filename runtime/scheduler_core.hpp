@@ -12,6 +12,7 @@
 #include "policies/session_eviction.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
+#include "runtime/json_trigger.hpp"
 #include "runtime/prefix_cache.hpp"
 #include "runtime/request_state.hpp"
 
@@ -475,6 +476,10 @@ private:
     /// far, and the tokens that may come next (null: not looked up yet).
     std::optional<schema_machine> json;
     std::shared_ptr<const json_vocab::token_split> json_allowed;
+    /// With request_spec::json_trigger too: free text until the trigger,
+    /// each value after it held as `json` would be (json stays empty).
+    std::shared_ptr<const json_trigger> trigger;
+    json_trigger::state trigger_at;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;
@@ -538,9 +543,14 @@ private:
   /// go on with banned, in token order.
   void constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust);
   /// Takes a JSON-object request's new token: finish_reason::stop when it
-  /// closed the object, error when no token could follow (or the backend
-  /// sampled a banned one), nothing otherwise.
+  /// closed the object (not with a trigger: free text follows), error when
+  /// no token could follow (or the backend sampled a banned one), nothing
+  /// otherwise.
   std::optional<finish_reason> json_after(record& r, std::int32_t token);
+  /// The trigger of `trigger` and the schema `schema_text` (its compiled
+  /// form `schema`), built once for the vocabulary (the last 16 kept).
+  std::shared_ptr<const json_trigger> trigger_for(const std::string& trigger, const std::string& schema_text,
+                                                  std::shared_ptr<const json_schema> schema);
 
   void transition(record& r, request_state to);
   void enqueue_waiting(const record& r);
@@ -612,6 +622,8 @@ private:
   /// vocab_'s tokens for JSON output, built at the first request asking.
   std::unique_ptr<json_vocab> json_vocab_;
   json_schema_cache schemas_;
+  /// trigger_for's, by trigger and schema text, oldest first.
+  std::vector<std::pair<std::string, std::shared_ptr<const json_trigger>>> triggers_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;

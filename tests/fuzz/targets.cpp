@@ -377,6 +377,90 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   return true;
 }
 
+/// A chat answer with tools offered, streamed against whole: the same
+/// content, the same calls and the same finish reason; calls are of the
+/// tools given, their arguments JSON objects. Input: the first byte picks
+/// tool_choice ("auto", "auto" without parallel calls, "required"), the
+/// rest is the output's chunks (a token each) split by 0x01.
+bool openai_tools(std::span<const std::uint8_t> in) {
+  if (in.empty())
+    return false;
+  static const char* const choices[] = {R"("auto")", R"("auto","parallel_tool_calls":false)", R"("required")"};
+  static const auto& tpl = template_for(1); // chatml
+  const auto body = std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],"tools":[)")
+                    + R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
+                    + R"({"type":"function","function":{"name":"get_time"}}],"stream":true,"tool_choice":)"
+                    + choices[in[0] % 3] + "}";
+  auto parsed = openai::parse_chat_completion(body, "base", "w1", tpl);
+  require(std::holds_alternative<openai::completion_request>(parsed), "the tool request is refused");
+  const auto& req = std::get<openai::completion_request>(parsed);
+  const auto rest = text_of(in.subspan(1));
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const auto end = rest.find('\x01', at);
+    parts.emplace_back(rest.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    if (!wire::valid_utf8(parts.back()))
+      return false; // the wire's texts are UTF-8
+    if (end == std::string_view::npos)
+      break;
+    at = end + 1;
+  }
+  std::string whole_text;
+  for (const auto& p : parts)
+    whole_text += p;
+  wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size()), {}, std::nullopt, whole_text,
+                        std::nullopt, std::nullopt};
+  const auto whole = nlohmann::json::parse(openai::completion_answer("chatcmpl-1", 0, req).body({done}));
+  const auto& choice = whole.at("choices").at(0);
+  const auto& message = choice.at("message");
+  const auto calls = message.value("tool_calls", nlohmann::json::array());
+  require((choice.at("finish_reason") == "tool_calls") == !calls.empty(), "finish_reason tool_calls without calls");
+  for (const auto& c : calls) {
+    const auto& f = c.at("function");
+    require(f.at("name") == "get_weather" || f.at("name") == "get_time", "a call of no tool given");
+    require(nlohmann::json::parse(f.at("arguments").get<std::string>()).is_object(), "arguments not an object");
+  }
+  require(calls.size() <= 1 || (in[0] % 3 == 0), "more than one call where parallel calls are off");
+  const std::string content = message.at("content").is_null() ? "" : message.at("content").get<std::string>();
+  require(calls.empty() ? content == whole_text.substr(0, whole_text.find("<|im_end|>"))
+                        : whole_text.starts_with(content),
+          "the content is not the output's text (before its calls)");
+
+  done.text.reset();
+  openai::completion_answer streamed("chatcmpl-1", 0, req);
+  std::string events = streamed.stream_start();
+  for (std::size_t k = 0; k < parts.size(); ++k)
+    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k), {1}, parts[k], {}, {}});
+  events += streamed.choice_end(0, done) + streamed.stream_end();
+  std::string text;
+  nlohmann::json streamed_calls = nlohmann::json::array();
+  nlohmann::json finish;
+  for (std::size_t at = 0; at < events.size();) {
+    const auto end = events.find("\n\n", at);
+    require(events.compare(at, 6, "data: ") == 0 && end != std::string::npos, "a malformed event");
+    const auto data = events.substr(at + 6, end - at - 6);
+    at = end + 2;
+    if (data == "[DONE]")
+      break;
+    const auto event = nlohmann::json::parse(data);
+    const auto& ch = event.at("choices").at(0);
+    if (!ch.at("finish_reason").is_null())
+      finish = ch.at("finish_reason");
+    const auto& delta = ch.at("delta");
+    if (delta.contains("content") && delta["content"].is_string())
+      text += delta["content"].get<std::string>();
+    for (auto c : delta.value("tool_calls", nlohmann::json::array())) {
+      require(c.at("index") == streamed_calls.size(), "a call's index is not its place");
+      c.erase("index");
+      streamed_calls.push_back(std::move(c));
+    }
+  }
+  require(finish == choice.at("finish_reason"), "the streamed finish reason differs from the whole answer's");
+  require(text == content, "the streamed content differs from the whole answer's");
+  require(streamed_calls == calls, "the streamed calls differ from the whole answer's");
+  return true;
+}
+
 // -- files -------------------------------------------------------------------------
 
 /// A scratch directory of this process (removed at exit); each input
@@ -693,11 +777,12 @@ bool json_output(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 12> all{{
+constexpr std::array<target, 13> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
   {"openai_stream", openai_stream},
+  {"openai_tools", openai_tools},
   {"config", config},
   {"llama_config", llama_config},
   {"safetensors", safetensors},

@@ -1249,7 +1249,13 @@ TEST(openai, tools_go_into_the_system_message_and_calls_and_results_into_turns_b
   EXPECT_EQ(c.tools->names, (std::vector<std::string>{"get_weather", "get_time"}));
   EXPECT_EQ(c.tools->open, "<tool_call>");
   EXPECT_EQ(c.tools->close, "</tool_call>");
-  EXPECT_TRUE(as_generate(c).json_schema.empty()) << "auto does not constrain";
+  // Free text; a call the model opens (after the marker) is held to the
+  // same schema as a forced one.
+  EXPECT_EQ(as_generate(c).json_trigger, "<tool_call>");
+  EXPECT_EQ(json::parse(as_generate(c).json_schema),
+            json::parse(as_generate(chat_ok(tool_chat(R"([{"role":"user","content":"q"}])", R"(,"tool_choice":"required")"),
+                                            tpl))
+                          .json_schema));
 
   // Without a system message the tools make one, first.
   const auto alone = *as_generate(chat_ok(tool_chat(ask), tpl)).prompt;
@@ -1394,8 +1400,43 @@ TEST(openai, a_refused_call_schema_names_the_tool_whose_parameters_are_at_fault)
   EXPECT_EQ(refusal(c, wire::error_code::bad_request, R"(field "max_tokens": too many)").message,
             R"(field "max_tokens": too many)");
   EXPECT_EQ(refusal(c, wire::error_code::overloaded, "busy").status, 429);
-  const auto text = chat_ok(tool_chat(ask), builtin("chatml"));
+  const auto offered = chat_ok(tool_chat(ask), builtin("chatml"));
+  e = refusal(offered, wire::error_code::bad_request, R"(field "json_schema": the schema at "#/$defs/get_time" is deep)");
+  EXPECT_EQ(e.param, "tools");
+  EXPECT_EQ(e.message, R"(a call the model opens is held to the tools' parameters: the parameters of tool "get_time" at )"
+                       R"("#" is deep)");
+  const auto text = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}]})", builtin("chatml"));
   EXPECT_EQ(refusal(text, wire::error_code::bad_request, R"(field "json_schema": x)").param, "");
+}
+
+TEST(openai, an_offered_call_is_held_to_parameters_the_server_can_enforce_and_to_an_object_otherwise) {
+  const auto tpl = builtin("chatml");
+  // The server's word: no "minLength" (get_weather's parameters have none:
+  // enforceable).
+  std::vector<std::string> asked;
+  const auto enforceable = [&](const std::string& schema) {
+    asked.push_back(schema);
+    return schema.find("maxLength") == std::string::npos;
+  };
+  const std::string odd = R"({"type":"function","function":{"name":"odd","parameters":{"type":"object",
+    "properties":{"s":{"type":"string","maxLength":3}}}}})";
+  auto c = parse_chat_completion(R"({"model":"m","messages":[{"role":"user","content":"q"}],"tools":[)" + weather_tool
+                                   + "," + odd + "]}",
+                                 "m", "h1", tpl, enforceable);
+  ASSERT_TRUE(std::holds_alternative<completion_request>(c));
+  const auto schema = json::parse(as_generate(std::get<completion_request>(c)).json_schema);
+  EXPECT_EQ(schema["$defs"]["odd"], json({{"type", "object"}}));
+  EXPECT_EQ(schema["$defs"]["get_weather"]["required"], json({"city"}));
+  EXPECT_EQ(asked.size(), 2u);
+  // Forced, the parameters are the intake's to refuse, naming the tool.
+  asked.clear();
+  c = parse_chat_completion(R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required","tools":[)"
+                              + odd + "]}",
+                            "m", "h1", tpl, enforceable);
+  EXPECT_TRUE(asked.empty());
+  EXPECT_EQ(json::parse(as_generate(std::get<completion_request>(c)).json_schema)["$defs"]["odd"]["properties"]["s"]
+                                                                                   ["maxLength"],
+            3);
 }
 
 /// A chat answer's choice 0: its message and finish_reason, whole.

@@ -48,6 +48,7 @@ TEST(serialize, a_request_keeps_every_field) {
   s.min_tokens = 9;
   s.json_object = true;
   s.json_schema = R"({"type":"object","required":["a"],"properties":{"a":{"enum":[1,"x"]}}})";
+  s.json_trigger = "<tool_call>";
   s.queue = 2;
   s.predicted_tokens = 33;
   s.arrival_s = 12.5;
@@ -77,6 +78,7 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.min_tokens, s.min_tokens);
   EXPECT_EQ(r.json_object, s.json_object);
   EXPECT_EQ(r.json_schema, s.json_schema);
+  EXPECT_EQ(r.json_trigger, s.json_trigger);
   EXPECT_EQ(r.queue, s.queue);
   EXPECT_EQ(r.predicted_tokens, s.predicted_tokens);
   EXPECT_EQ(r.arrival_s, s.arrival_s);

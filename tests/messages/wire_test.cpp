@@ -64,6 +64,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.min_tokens, b.min_tokens);
   EXPECT_EQ(a.json_object, b.json_object);
   EXPECT_EQ(a.json_schema, b.json_schema);
+  EXPECT_EQ(a.json_trigger, b.json_trigger);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -265,6 +266,16 @@ std::vector<accept_case> accept_cases() {
     {"response_format_text", gen(R"("response_format":"text")"), [](g) {}},
     {"json_schema_as_compact_text", gen(R"("json_schema":{ "type": "object", "required": [] })"),
      [](g r) { r.json_schema = R"({"type":"object","required":[]})"; }},
+    {"json_trigger_with_a_schema", gen(R"("json_schema":{"type":"object"},"json_trigger":"<tool_call>")"),
+     [](g r) {
+       r.json_schema = R"({"type":"object"})";
+       r.json_trigger = "<tool_call>";
+     }},
+    {"json_trigger_with_json_object", gen(R"("response_format":"json_object","json_trigger":"{{")"),
+     [](g r) {
+       r.json_object = true;
+       r.json_trigger = "{{";
+     }},
     {"min_tokens_before_max_tokens_in_the_frame", gen(R"("min_tokens":3,"max_tokens":4)"),
      [](g r) { r.max_tokens = 4; r.min_tokens = 3; }},
     {"all_fields",
@@ -462,6 +473,14 @@ std::vector<reject_case> reject_cases() {
      {"\"json_schema\"", "a JSON Schema (an object)", "got \"{}\""}},
     {"json_schema_beside_json_object", gen(R"("response_format":"json_object","json_schema":{})"), bad, "g1",
      {"\"json_schema\"", "absent beside"}},
+    {"json_trigger_alone", gen(R"("json_trigger":"<c>")"), bad, "g1",
+     {"\"json_trigger\"", "given with \"response_format\": \"json_object\" or \"json_schema\""}},
+    {"json_trigger_empty", gen(R"("json_schema":{},"json_trigger":"")"), bad, "g1",
+     {"\"json_trigger\"", "a string of 1 to 64 bytes"}},
+    {"json_trigger_too_long", gen(R"("json_schema":{},"json_trigger":")" + std::string(65, 'a') + "\""), bad, "g1",
+     {"\"json_trigger\"", "a string of 1 to 64 bytes"}},
+    {"json_trigger_not_a_string", gen(R"("json_schema":{},"json_trigger":1)"), bad, "g1",
+     {"\"json_trigger\"", "got 1"}},
     {"tokenize_without_prompt", R"({"type":"tokenize","id":"t"})", bad, "t", {"missing field \"prompt\""}},
     {"tokenize_prompt_tokens", R"({"type":"tokenize","id":"t","prompt":[1]})", bad, "t", {"\"prompt\"", "a string"}},
     {"tokenize_unknown_field", R"({"type":"tokenize","id":"t","prompt":"x","model":"m"})", bad, "t",
@@ -538,6 +557,7 @@ TEST(wire, request_round_trips) {
   tokens.sampling = {0.0f, 0.1f, 0, 0, 0.0f, 0.0f, {}};
   tokens.stop = {"x"};
   tokens.json_schema = R"({"type":"object","properties":{"b":{"enum":[1,"x"]},"a":true}})";
+  tokens.json_trigger = "<tool_call>";
 
   generate_request defaults;
   defaults.id = "d";

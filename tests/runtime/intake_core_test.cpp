@@ -788,6 +788,13 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
   const auto s = as<wire::error_reply>(a.replies[0]);
   EXPECT_NE(s.message.find("\"json_schema\""), std::string::npos) << s.message;
   EXPECT_NE(s.message.find("sim backend"), std::string::npos) << s.message;
+  // With a trigger the output is free text first: served, all of it free.
+  a = core.on_frame("p", gen("j3", R"("json_schema":{"type":"object"},"json_trigger":"<c>")"), now += 1);
+  EXPECT_TRUE(a.replies.empty());
+  ASSERT_TRUE(a.submit.has_value());
+  EXPECT_FALSE(a.submit->json_object);
+  EXPECT_EQ(a.submit->json_schema, "");
+  EXPECT_EQ(a.submit->json_trigger, "");
 }
 
 
@@ -796,7 +803,7 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
 request_spec accept_generate(intake_core& core, const std::string& id, const std::string& prompt,
                              const std::string& extra) {
   auto a = core.on_frame("p", R"({"type":"generate","id":")" + id + R"(","prompt":")" + prompt + "\"" + extra + "}", 1.0);
-  EXPECT_TRUE(a.replies.empty());
+  EXPECT_TRUE(a.replies.empty()) << (a.replies.empty() ? std::string() : a.replies[0].payload);
   EXPECT_TRUE(a.submit.has_value());
   if (!a.submit)
     return {};
@@ -816,6 +823,17 @@ TEST(intake_core_json, a_json_object_generate_asks_the_scheduler_for_json) {
   const auto s = accept_generate(core, "s", "p", R"(,"json_schema":{"type":"object","required":[]})");
   EXPECT_FALSE(s.json_object);
   EXPECT_EQ(s.json_schema, R"({"type":"object","required":[]})");
+  EXPECT_EQ(s.json_trigger, "");
+}
+
+TEST(intake_core_json, a_trigger_goes_to_the_scheduler_with_its_schema) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  const auto tr = accept_generate(core, "tr", "p", R"(,"json_schema":{"type":"object"},"json_trigger":"<call>")");
+  EXPECT_EQ(tr.json_schema, R"({"type":"object"})");
+  EXPECT_EQ(tr.json_trigger, "<call>");
 }
 
 TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_where_and_it_goes_on) {

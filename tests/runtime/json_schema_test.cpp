@@ -4,6 +4,7 @@
 // exactly when the oracle accepts its value, and a byte-by-byte walk through
 // the bytes it allows never reaches a dead end and ends in a valid value.
 #include "runtime/json_schema.hpp"
+#include "runtime/json_trigger.hpp"
 
 #include "messages/openai.hpp"
 
@@ -670,6 +671,110 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
   EXPECT_EQ(called.size(), 3u) << "each function is called in some walk";
   for (const auto& [name, count] : called)
     EXPECT_GT(count, 20) << name;
+}
+
+// -- a trigger, then a value ---------------------------------------------------
+
+const std::string counted =
+  R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})";
+
+/// The oracle of a triggered output, read afresh: free text up to each
+/// `trigger`, then bytes a fresh machine takes until its value closes,
+/// then free text again. False where a value is broken.
+bool triggered_ok(const std::string& schema, const std::string& trigger, std::string_view text) {
+  for (std::size_t from = 0;;) {
+    const auto at = text.find(trigger, from);
+    if (at == std::string_view::npos)
+      return true;
+    auto m = machine(schema);
+    std::size_t i = at + trigger.size();
+    while (i < text.size() && !m.complete())
+      if (!m.feed(static_cast<unsigned char>(text[i++])))
+        return false;
+    if (!m.complete())
+      return true; // a value begun
+    from = i;
+  }
+}
+
+TEST(json_trigger, free_text_until_the_trigger_then_a_value_of_the_schema_then_free_text) {
+  testing::list_tokenizer vocab({"", "x"});
+  json_vocab v(vocab);
+  const json_trigger t(v, "<tool>", json_schema::compile(counted));
+  json_trigger::state s;
+  ASSERT_TRUE(t.advance(s, "hi <to"));
+  EXPECT_FALSE(s.value);
+  EXPECT_EQ(s.matched, 3u);
+  ASSERT_TRUE(t.advance(s, "ol>\n "));
+  ASSERT_TRUE(s.value) << "the trigger opens a value";
+  EXPECT_FALSE(t.advance(s, "x")) << "a value of the schema cannot begin with x";
+  ASSERT_TRUE(s.value);
+  ASSERT_TRUE(t.advance(s, R"({"n": 4)"));
+  EXPECT_FALSE(t.advance(s, R"(,"m":1})")) << "no other property";
+  EXPECT_FALSE(t.advance(s, "}\n<tool> x")) << "x cannot begin the next value";
+  ASSERT_TRUE(s.value) << "as it was";
+  ASSERT_TRUE(t.advance(s, "}\nok "));
+  EXPECT_FALSE(s.value) << "after the value, free text";
+  ASSERT_TRUE(t.advance(s, "<tool>"));
+  ASSERT_TRUE(s.value);
+  ASSERT_TRUE(t.advance(s, R"({"n":1}<tool>)"));
+  EXPECT_TRUE(s.value) << "free text right after a value may open the next";
+  // Overlapping beginnings: "<<tool>" holds the trigger.
+  json_trigger::state u;
+  ASSERT_TRUE(t.advance(u, "<<to<<tool>"));
+  EXPECT_TRUE(u.value);
+  const json_trigger aab(v, "aab", json_schema::any_object());
+  json_trigger::state w;
+  ASSERT_TRUE(aab.advance(w, "aaa"));
+  EXPECT_EQ(w.matched, 2u);
+  ASSERT_TRUE(aab.advance(w, "b"));
+  EXPECT_TRUE(w.value);
+  EXPECT_THROW(json_trigger(v, "", json_schema::any_object()), std::invalid_argument);
+  EXPECT_THROW(json_trigger(v, std::string(65, 'a'), json_schema::any_object()), std::invalid_argument);
+}
+
+TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_text_only_those) {
+  std::vector<std::string> tokens = {"", "<", "tool", ">", "<tool>", "<tool>{", "<tool>x", ">{", ">\n{\"n\":", ">hi",
+                                     "{", "}", "\"n\":", "\"n", "\":", "1", "-", " ", "\n", "hi", "}<tool>",
+                                     "}\n", "}x", "x", "<<", "ool>{\"", "n", "\"", ":"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab);
+  const std::string trigger = "<tool>";
+  const json_trigger t(v, trigger, json_schema::compile(counted));
+  std::mt19937 rng(9);
+  int values = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    json_trigger::state s;
+    std::string text;
+    for (int step = 0; step < 30; ++step) {
+      const auto split = t.split(s);
+      for (std::int32_t k = 1; k < vocab.vocab_size(); ++k) {
+        const auto& bytes = tokens[static_cast<std::size_t>(k)];
+        const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+        EXPECT_NE(allowed, std::binary_search(split->banned.begin(), split->banned.end(), k));
+        const bool readable = triggered_ok(counted, trigger, text + bytes);
+        if (allowed) {
+          EXPECT_TRUE(readable) << json(text).dump() << " + " << json(bytes).dump();
+        } else if (!s.value) {
+          EXPECT_FALSE(readable) << "free text bans only what breaks a value: " << json(text).dump() << " + "
+                                 << json(bytes).dump();
+        }
+      }
+      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0), !s.value)
+        << "the end-of-sequence token is free text's";
+      std::vector<std::int32_t> go;
+      for (const auto k : split->allowed)
+        if (k != 0)
+          go.push_back(k);
+      ASSERT_FALSE(go.empty()) << json(text).dump();
+      const auto k = go[rng() % go.size()];
+      const bool was_value = s.value.has_value();
+      ASSERT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
+      values += was_value && !s.value;
+      text += tokens[static_cast<std::size_t>(k)];
+    }
+  }
+  EXPECT_GT(values, 50) << "walks close values";
 }
 
 TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_every_state_of_a_walk) {

@@ -151,6 +151,7 @@ struct request_args {
   std::uint32_t min_tokens = 0;
   bool json_object = false;
   std::string json_schema = {};
+  std::string json_trigger = {};
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -185,6 +186,7 @@ public:
     s.min_tokens = a.min_tokens;
     s.json_object = a.json_object;
     s.json_schema = a.json_schema;
+    s.json_trigger = a.json_trigger;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1243,6 +1245,25 @@ TEST(scheduler_core, a_json_object_request_given_a_banned_token_ends_with_an_err
   EXPECT_TRUE(e.all_returned());
 }
 
+/// Request `id` submitted with `args` and run alone to its end: its
+/// output's text (none, a failure added, if it stalls).
+std::optional<std::string> run_alone(engine& e, const fake_tokenizer& vocab, std::uint64_t id, const request_args& args) {
+  EXPECT_EQ(e.submit(id, args), "accepted");
+  e.admit();
+  e.pages(id);
+  while (!e.finish_of(id)) {
+    if (e.step() == "step[]") {
+      ADD_FAILURE() << "request " << id << " stalled";
+      return std::nullopt;
+    }
+    e.done();
+  }
+  std::string text;
+  for (const auto& t : e.tokens_of(id))
+    text += vocab.decode(t.token);
+  return text;
+}
+
 /// Runs `count` requests one after another, each asking for `args` with a
 /// random max_tokens below `max_new` and sampling at random among the tokens
 /// its step allows; counts the outputs that ended whole (finish stop: parsed
@@ -1266,19 +1287,10 @@ std::pair<int, int> sample_json_outputs(const std::vector<std::string>& pieces, 
   for (std::uint64_t id = 1; id <= static_cast<std::uint64_t>(count); ++id) {
     args.prompt = 2;
     args.max_new = 1 + static_cast<std::uint32_t>(rng() % max_new);
-    EXPECT_EQ(e.submit(id, args), "accepted");
-    e.admit();
-    e.pages(id);
-    while (!e.finish_of(id)) {
-      if (e.step() == "step[]") {
-        ADD_FAILURE() << "request " << id << " stalled";
-        return {whole, cut};
-      }
-      e.done();
-    }
-    std::string text;
-    for (const auto& t : e.tokens_of(id))
-      text += vocab.decode(t.token);
+    const auto out = run_alone(e, vocab, id, args);
+    if (!out)
+      return {whole, cut};
+    const auto& text = *out;
     SCOPED_TRACE(text);
     const auto f = *e.finish_of(id);
     if (f.reason == finish_reason::stop) {
@@ -1337,6 +1349,69 @@ TEST(scheduler_core, random_json_schema_outputs_are_values_of_the_schema_or_thei
   fake_tokenizer vocab;
   engine e{limits(100), &vocab};
   EXPECT_THROW(e.submit(1, {.json_schema = R"({"type":"string"})"}), std::invalid_argument);
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_after_it_is_the_schemas) {
+  const std::string schema =
+    R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})";
+  // Pieces that end the trigger and go on with what the value may or may
+  // not begin with, a value closed with free text after it, and bytes.
+  std::vector<std::string> pieces{"<t>", "<", "t", ">", "<t>{", "<t>x", "<t>\n{\"n\":", ">{", ">hi", "{", "}",
+                                  "\"n\":", "12", " ", "hi", "}<t>", "}\n", "}x", "x", "\"", ":", "-", "<<t"};
+  for (const char c : std::string_view("0123456789n"))
+    pieces.emplace_back(1, c);
+  fake_tokenizer vocab;
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    vocab.words[static_cast<std::int32_t>(100 + i)] = pieces[i];
+  const auto end = static_cast<std::int32_t>(100 + pieces.size());
+  std::mt19937_64 rng{23};
+  engine e{limits(1000, 8, 400), &vocab};
+  e.token_of = [&](const gpu::step_entry& entry) {
+    // Among the samplable pieces, and now and then the end of the output.
+    std::vector<std::int32_t> ok;
+    for (const auto t : samplable(entry, 1000))
+      if ((t >= 100 && t < end) || (t == fake_tokenizer::eos && rng() % 12 == 0))
+        ok.push_back(t);
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
+  };
+  int values = 0, open = 0, free_ends = 0;
+  for (std::uint64_t id = 1; id <= 200; ++id) {
+    const auto max_new = 1 + static_cast<std::uint32_t>(rng() % 30);
+    const auto out = run_alone(e, vocab, id, {.prompt = 2, .max_new = max_new, .json_schema = schema, .json_trigger = "<t>"});
+    ASSERT_TRUE(out.has_value());
+    const auto& text = *out;
+    SCOPED_TRACE(text);
+    const auto f = *e.finish_of(id);
+    // A value's close does not end the output: the end-of-sequence token
+    // (in free text) or the length does.
+    EXPECT_TRUE(f.reason == finish_reason::eos || f.reason == finish_reason::length) << to_string(f.reason);
+    // Each value after a trigger is whole, but the last may be cut short.
+    for (std::size_t from = 0;;) {
+      const auto at = text.find("<t>", from);
+      if (at == std::string::npos) {
+        ++free_ends;
+        break;
+      }
+      auto m = schema_machine(json_schema::compile(schema));
+      std::size_t i = at + 3;
+      while (i < text.size() && !m.complete())
+        ASSERT_TRUE(m.feed(static_cast<unsigned char>(text[i++]))) << "at " << i;
+      if (!m.complete()) {
+        EXPECT_EQ(f.reason, finish_reason::length) << "a value is not left open but by the length";
+        ++open;
+        break;
+      }
+      const auto v = nlohmann::json::parse(text.substr(at + 3, i - at - 3));
+      EXPECT_TRUE(v.is_object() && v.size() == 1 && v["n"].is_number_integer()) << v.dump();
+      ++values;
+      from = i;
+    }
+  }
+  EXPECT_GT(values, 30);
+  EXPECT_GT(open, 10);
+  EXPECT_GT(free_ends, 30);
   EXPECT_TRUE(e.all_returned());
 }
 

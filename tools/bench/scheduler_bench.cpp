@@ -9,6 +9,7 @@
 #include "policies/registry.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
+#include "runtime/json_trigger.hpp"
 #include "runtime/scheduler_core.hpp"
 
 #include <benchmark/benchmark.h>
@@ -208,6 +209,28 @@ BENCHMARK(bm_json_schema_split)
   ->ArgNames({"state", "kind"})
   ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2}})
   ->Unit(benchmark::kMicrosecond);
+
+/// A json_trigger built for the 32,000-token vocabulary: the free-text ban
+/// list of each of the trigger's states, once per trigger and schema (the
+/// scheduler keeps the last 16), the cost a request with tools offered
+/// under tool_choice "auto" pays when its tools are new.
+void bm_json_trigger_build(benchmark::State& state) {
+  static const char* const triggers[] = {"<tool_call>", "<|python_tag|>"};
+  const auto* trigger = triggers[state.range(0)];
+  state.SetLabel(trigger);
+  const auto schema = json_schema::compile(R"({"anyOf":[{"type":"object","required":["name","arguments"],
+    "additionalProperties":false,"properties":{"name":{"const":"get_weather"},"arguments":{"type":"object",
+    "required":["city"],"properties":{"city":{"type":"string"}}}}}]})");
+  json_vocab v(vocab32k());
+  std::size_t banned = 0;
+  for (auto _ : state) {
+    const json_trigger t(v, trigger, schema);
+    banned = t.split({})->banned.size();
+  }
+  state.counters["banned_at_start"] = static_cast<double>(banned);
+}
+
+BENCHMARK(bm_json_trigger_build)->ArgName("trigger")->DenseRange(0, 1)->Unit(benchmark::kMillisecond);
 
 /// A scheduler iteration (fcfs, nothing waiting) whose `running` requests
 /// all sample the letter 'a' (text or a JSON string's inside, a state the

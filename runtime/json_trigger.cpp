@@ -1,0 +1,92 @@
+#include "runtime/json_trigger.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+namespace troupe {
+
+json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema)
+  : vocab_(vocab), trigger_(std::move(trigger)), schema_(std::move(schema)) {
+  if (trigger_.empty() || trigger_.size() > max_bytes)
+    throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
+                                + std::to_string(trigger_.size()));
+  border_.assign(trigger_.size(), 0);
+  for (std::size_t i = 1, k = 0; i < trigger_.size(); ++i) {
+    while (k > 0 && trigger_[i] != trigger_[k])
+      k = border_[k - 1];
+    if (trigger_[i] == trigger_[k])
+      ++k;
+    border_[i] = k;
+  }
+  // Each free state's ban list, once: a token is banned where reading it
+  // ends the trigger and then breaks the value that begins. Only a token
+  // holding the trigger's last byte can end it; the states that ban none
+  // share one split.
+  const auto n = vocab_.size();
+  std::vector<std::int32_t> ending;
+  for (std::int32_t t = 0; t < n; ++t)
+    if (vocab_.bytes(t).find(trigger_.back()) != std::string_view::npos)
+      ending.push_back(t);
+  std::shared_ptr<const json_vocab::token_split> all;
+  for (std::size_t matched = 0; matched < trigger_.size(); ++matched) {
+    std::vector<std::int32_t> banned;
+    for (const auto t : ending) {
+      state probe;
+      probe.matched = matched;
+      if (!advance(probe, vocab_.bytes(t)))
+        banned.push_back(t);
+    }
+    if (banned.empty() && all) {
+      free_.push_back(all);
+      continue;
+    }
+    auto s = std::make_shared<json_vocab::token_split>();
+    s->allowed.reserve(static_cast<std::size_t>(n) - banned.size());
+    auto b = banned.begin();
+    for (std::int32_t t = 0; t < n; ++t) {
+      if (b != banned.end() && *b == t)
+        ++b;
+      else
+        s->allowed.push_back(t);
+    }
+    s->banned = std::move(banned);
+    if (s->banned.empty())
+      all = s;
+    free_.push_back(std::move(s));
+  }
+}
+
+std::size_t json_trigger::next(std::size_t matched, unsigned char c) const noexcept {
+  while (matched > 0 && static_cast<unsigned char>(trigger_[matched]) != c)
+    matched = border_[matched - 1];
+  return static_cast<unsigned char>(trigger_[matched]) == c ? matched + 1 : 0;
+}
+
+bool json_trigger::advance(state& s, std::string_view bytes) const {
+  state at = s;
+  for (const char ch : bytes) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (at.value) {
+      if (!at.value->feed(c))
+        return false;
+      if (at.value->complete()) {
+        at.value.reset();
+        at.matched = 0;
+      }
+      continue;
+    }
+    at.matched = next(at.matched, c);
+    if (at.matched == trigger_.size()) {
+      at.value.emplace(schema_);
+      at.matched = 0;
+    }
+  }
+  s = std::move(at);
+  return true;
+}
+
+std::shared_ptr<const json_vocab::token_split> json_trigger::split(const state& s) const {
+  return s.value ? vocab_.split(*s.value) : free_.at(s.matched);
+}
+
+} // namespace troupe
