@@ -670,4 +670,65 @@ for _ in range(100):  # the cancelled two leave the intake
 assert status == 200 and len(json.loads(text)["choices"]) == 2, (status, text)
 PY
 stop
+
+# tool_choice "auto" with a custom template whose call marker is "@": the
+# output is free text, and each call the model opens after "@" is held to
+# the tools' names and parameters (a bias on "@" makes the demo model open
+# them). Read afresh here: after each "@", one JSON value of a call, whole
+# unless the output was cut short there.
+formats='chat_template = "custom"\nchat_system = "S: {content}\\n"\nchat_user = "U: {content}\\n"\nchat_assistant = "A: {content}\\n"\nchat_generation = "A:"\nchat_tools = "Tools:\\n{tools}\\n"\nchat_tool_call = "@{call}"\nchat_tool_result = "R: {content}"'
+sed "s/^listen = \"\"\$/listen = \"127.0.0.1:0\"\n$formats/" config/default.toml > "$work/tools.toml"
+grep -q '^chat_tool_call = "@{call}"$' "$work/tools.toml"
+start "$work/tools.toml"
+python3 - "$http" <<'PY'
+import json, sys, urllib.request
+base = "http://" + sys.argv[1]
+def call(path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return json.loads(r.read())
+(at,) = call("/tokenize", {"prompt": "@"})["tokens"][-1:]
+weather = {"type": "function", "function": {
+    "name": "get_weather", "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
+                                          "properties": {"city": {"type": "string", "maxLength": 12},
+                                                         "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
+clock = {"type": "function", "function": {"name": "get_time"}}
+def check_call(v):
+    assert set(v) == {"name", "arguments"} and v["name"] in ("get_weather", "get_time"), v
+    args = v["arguments"]
+    if v["name"] == "get_time":
+        assert args == {}, v
+    else:
+        assert set(args) == {"city", "days"} and len(args["city"]) <= 12 and type(args["days"]) is int, v
+        assert 1 <= args["days"] <= 7, v
+decoder = json.JSONDecoder()
+whole = 0
+for seed in range(8):
+    answer = call("/v1/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": "Weather?"}],
+                                            "tools": [weather, clock], "max_completion_tokens": 100, "seed": seed,
+                                            "logit_bias": {str(at): 8}})
+    choice = answer["choices"][0]
+    message = choice["message"]
+    if choice["finish_reason"] == "tool_calls":
+        for c in message["tool_calls"]:
+            check_call({"name": c["function"]["name"], "arguments": json.loads(c["function"]["arguments"])})
+            whole += 1
+        continue
+    text = message["content"]
+    pos = 0
+    while (start := text.find("@", pos)) >= 0:
+        i = start + 1
+        while i < len(text) and text[i] in " \t\r\n":
+            i += 1
+        try:
+            value, pos = decoder.raw_decode(text, i)
+        except json.JSONDecodeError:
+            assert choice["finish_reason"] == "length", (seed, text)
+            break
+        check_call(value)
+        whole += 1
+assert whole >= 1, "no call of 8 closed"
+print("http: tool calls offered (auto) are held to the tools' schema after the marker: %d whole" % whole)
+PY
+stop
 echo "http: ok"
