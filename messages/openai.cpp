@@ -743,6 +743,7 @@ json call_schema(const std::vector<tool>& tools, const std::function<bool(const 
 struct tool_choice {
   std::vector<tool> offered;
   bool forced = false;
+  bool named = false; ///< forced to the one function named
 };
 
 std::variant<tool_choice, api_error> read_tool_choice(const json& doc, std::vector<tool> tools) {
@@ -771,6 +772,7 @@ std::variant<tool_choice, api_error> read_tool_choice(const json& doc, std::vect
       return bad("field \"tool_choice\" names the function \"" + name + "\", which \"tools\" does not hold",
                  "tool_choice");
     out.offered.push_back(std::move(*it));
+    out.named = true;
   }
   if (out.offered.empty())
     return bad("field \"tool_choice\" " + c->dump().substr(0, 80) + " needs \"tools\"", "tool_choice");
@@ -969,23 +971,29 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     const auto slot = tpl.tool_call.find(call_slot);
     completion_request::tool_calling calling;
     calling.forced = forced;
+    calling.bare = forced && (std::get<tool_choice>(choice).named || !parallel);
     for (const auto& t : offered)
       calling.names.push_back(t.name);
     calling.open = std::string(trimmed(std::string_view(tpl.tool_call).substr(0, slot)));
     calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot + call_slot.size())));
     calling.parallel = parallel;
-    out.tools = std::move(calling);
-    if (forced) {
+    if (calling.bare) {
       // The assistant's turn opens with a call, whose JSON is held to the
       // tools' names and parameters and ends the output.
       opening += tpl.tool_call.substr(0, slot);
       gen["json_schema"] = call_schema(offered);
+    } else if (forced) {
+      // The output begins with a call; after it the model may open more.
+      gen["json_schema"] = call_schema(offered);
+      gen["json_trigger"] = calling.open;
+      gen["json_trigger_first"] = true;
     } else {
       // Free text; a call the model opens is held to the tools' names and
       // (where the server can enforce them) parameters.
       gen["json_schema"] = call_schema(offered, enforceable);
-      gen["json_trigger"] = out.tools->open;
+      gen["json_trigger"] = calling.open;
     }
+    out.tools = std::move(calling);
   }
   out.n = std::get<std::uint32_t>(n);
   if (auto e = expand({json(std::move(opening))}, out.n, gen, wire_id, out))
@@ -1396,13 +1404,50 @@ std::optional<read_call> call_in(std::string_view text, const std::vector<std::s
   return read_call{name, dump(args)};
 }
 
-/// The calls in `text`, which begins where the first opens: forced, one
-/// call's JSON; else each after the opening marker, up to the closing one
-/// (or the next opening, or the end), blanks between. None when any does
-/// not read as a call of the tools.
+/// Where the JSON object `s` begins with (after blanks) ends: one past its
+/// closing brace, read with strings and escapes; npos when none closes.
+std::size_t object_end(std::string_view s) {
+  std::size_t i = s.find_first_not_of(" \t\r\n");
+  if (i == std::string_view::npos || s[i] != '{')
+    return std::string_view::npos;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string_view::npos;
+}
+
+/// The calls in `text`, which begins where the first opens: bare, one
+/// call's JSON; else each after the opening marker, its JSON object, then
+/// blanks and the closing marker (or the end), blanks between calls. None
+/// when any does not read as a call of the tools, but forced, the calls
+/// that read before it (what follows them is not the answer's).
 std::optional<std::vector<read_call>> calls_in(std::string_view text, const completion_request::tool_calling& t) {
   std::vector<read_call> out;
-  if (t.forced) {
+  const auto ended = [&]() -> std::optional<std::vector<read_call>> {
+    if (!t.forced || out.empty())
+      return std::nullopt;
+    if (!t.parallel)
+      out.resize(1);
+    return std::move(out);
+  };
+  const auto blanks = [&] { text.remove_prefix(std::min(text.size(), text.find_first_not_of(" \t\r\n"))); };
+  if (t.bare) {
     auto c = call_in(text, t.names);
     if (!c)
       return std::nullopt;
@@ -1410,21 +1455,23 @@ std::optional<std::vector<read_call>> calls_in(std::string_view text, const comp
     return out;
   }
   for (;;) {
-    text = text.substr(std::min(text.size(), text.find_first_not_of(" \t\r\n")));
+    blanks();
     if (text.empty())
       break;
     if (!text.starts_with(t.open))
-      return std::nullopt;
+      return ended();
     text.remove_prefix(t.open.size());
-    const auto& end_marker = t.close.empty() ? t.open : t.close;
-    const auto end = text.find(end_marker);
-    auto c = call_in(text.substr(0, end), t.names);
+    const auto end = object_end(text);
+    auto c = end == std::string_view::npos ? std::nullopt : call_in(text.substr(0, end), t.names);
     if (!c)
-      return std::nullopt;
+      return ended();
     out.push_back(std::move(*c));
-    if (end == std::string_view::npos)
-      break;
-    text.remove_prefix(end + (t.close.empty() ? 0 : t.close.size()));
+    text.remove_prefix(end);
+    blanks();
+    if (!t.close.empty() && text.starts_with(t.close))
+      text.remove_prefix(t.close.size());
+    else if (!text.empty() && !text.starts_with(t.open))
+      return ended(); // a call is closed by its marker, the next call's, or the end
   }
   if (out.empty())
     return std::nullopt;
@@ -1452,7 +1499,7 @@ json tool_calls_json(const std::vector<read_call>& calls, std::string_view compl
 
 /// Where the calls begin in a chat's output `text` (npos: nowhere).
 std::size_t calls_begin(std::string_view text, const completion_request::tool_calling& t) {
-  return t.forced ? 0 : text.find(t.open);
+  return t.bare ? 0 : text.find(t.open);
 }
 
 } // namespace

@@ -76,15 +76,18 @@ struct completion_request {
   /// one token, which the answer leaves out: the prompt alone, no
   /// completion tokens, finish_reason "length".
   bool prompt_only = false;
-  /// A chat offered tools (tool_choice not "none"): its output may be a
-  /// call. Forced (tool_choice "required" or a function), the output is one
-  /// call, held to a schema of the tools' names and parameters; otherwise
-  /// ("auto") calls are read from the output after the template's marker
-  /// (`open`), each up to `close` or the end, and the output is text when
-  /// they do not read as calls of the tools given (each call the model
-  /// opens is held to the same schema, so it reads unless cut short).
+  /// A chat offered tools (tool_choice not "none"): its output may be
+  /// calls, each held to a schema of the tools' names and parameters, read
+  /// after the template's marker (`open`), each up to `close` or the end.
+  /// "auto": the output is text where they do not read as calls of the
+  /// tools given (each call the model opens is held to the schema, so it
+  /// reads unless cut short). Forced: the output begins with a call, and
+  /// the calls that read from there are the answer ("required"), or
+  /// (`bare`: a named function, or no parallel calls) it is one call's
+  /// JSON alone, the marker in the prompt.
   struct tool_calling {
     bool forced = false;
+    bool bare = false;
     std::vector<std::string> names;
     std::string open;
     std::string close;

@@ -134,11 +134,12 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 25> generate_fields{
+constexpr std::array<std::string_view, 26> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
-  "ignore_eos", "min_tokens", "response_format", "json_schema", "json_trigger"};
+  "ignore_eos", "min_tokens", "response_format", "json_schema", "json_trigger",
+  "json_trigger_first"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -381,6 +382,13 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
                                    "value after it)",
                    *j);
     g.json_trigger = j->get<std::string>();
+  }
+  if (auto j = find(obj, "json_trigger_first")) {
+    if (!j->is_boolean())
+      reject_field("json_trigger_first", "true or false", *j);
+    if (*j == true && g.json_trigger.empty())
+      reject_field("json_trigger_first", "given with \"json_trigger\" (what the output begins with)", *j);
+    g.json_trigger_first = j->get<bool>();
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -969,6 +977,8 @@ std::string to_json(const request& x) {
         j["json_schema"] = json::parse(g.json_schema, nullptr, false);
       if (!g.json_trigger.empty())
         j["json_trigger"] = g.json_trigger;
+      if (g.json_trigger_first)
+        j["json_trigger_first"] = true;
       j["stream"] = g.stream;
       if (!g.session.empty())
         j["session"] = g.session;

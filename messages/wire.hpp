@@ -98,6 +98,10 @@ struct generate_request {
   /// free text again. A backend that samples from no logits leaves all of
   /// it free. Empty: the whole output is the value.
   std::string json_trigger{};
+  /// "json_trigger_first": true: the output begins with json_trigger (so
+  /// it holds at least one value); a backend that samples from no logits
+  /// refuses it, as it does json_schema.
+  bool json_trigger_first = false;
 };
 
 /// Longest json_trigger taken.

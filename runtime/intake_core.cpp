@@ -264,7 +264,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                   "candidates by them either");
     return;
   }
-  if (!g.json_trigger.empty() && !backend_->computes_logprobs()) {
+  if (!g.json_trigger.empty() && !g.json_trigger_first && !backend_->computes_logprobs()) {
     // Free text until the trigger: served, all of it free (the wire's word).
     g.json_object = false;
     g.json_schema.clear();
@@ -330,6 +330,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.json_object = g.json_object;
   spec.json_schema = std::move(g.json_schema);
   spec.json_trigger = std::move(g.json_trigger);
+  spec.json_trigger_first = g.json_trigger_first;
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

@@ -66,6 +66,16 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
   state at = s;
   for (const char ch : bytes) {
     const auto c = static_cast<unsigned char>(ch);
+    if (at.leading) {
+      if (c != static_cast<unsigned char>(trigger_[at.matched]))
+        return false;
+      if (++at.matched == trigger_.size()) {
+        at.leading = false;
+        at.matched = 0;
+        at.value.emplace(schema_);
+      }
+      continue;
+    }
     if (at.value) {
       if (!at.value->feed(c))
         return false;
@@ -86,7 +96,25 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
 }
 
 std::shared_ptr<const json_vocab::token_split> json_trigger::split(const state& s) const {
-  return s.value ? vocab_.split(*s.value) : free_.at(s.matched);
+  if (s.value)
+    return vocab_.split(*s.value);
+  if (!s.leading)
+    return free_.at(s.matched);
+  if (leading_.empty())
+    leading_.resize(trigger_.size());
+  auto& cached = leading_.at(s.matched);
+  if (!cached) {
+    // Few tokens go on with the trigger: the rest (the end-of-sequence
+    // token among them) are banned.
+    auto split = std::make_shared<json_vocab::token_split>();
+    for (std::int32_t t = 0; t < vocab_.size(); ++t) {
+      auto probe = s;
+      const auto bytes = vocab_.bytes(t);
+      (!bytes.empty() && advance(probe, bytes) ? split->allowed : split->banned).push_back(t);
+    }
+    cached = std::move(split);
+  }
+  return cached;
 }
 
 } // namespace troupe

@@ -34,10 +34,13 @@ public:
   json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema);
 
   /// Where an output is: in free text with `matched` bytes of the trigger
-  /// just read (its longest end that begins the trigger), or in a value.
+  /// just read (its longest end that begins the trigger), or in a value;
+  /// `leading`: at the output's start, which must be the trigger (its
+  /// first `matched` bytes written).
   struct state {
     std::size_t matched = 0;
     std::optional<schema_machine> value;
+    bool leading = false;
   };
 
   /// Reads `bytes` from `s`: free text is searched for the trigger; a value
@@ -46,7 +49,8 @@ public:
   bool advance(state& s, std::string_view bytes) const;
 
   /// The tokens to ban in state `s`: in a value, those it cannot go on
-  /// with (json_vocab::split); in free text, those advance refuses.
+  /// with (json_vocab::split); in free text or the leading trigger, those
+  /// advance refuses.
   std::shared_ptr<const json_vocab::token_split> split(const state& s) const;
 
   const std::string& trigger() const noexcept { return trigger_; }
@@ -62,6 +66,9 @@ private:
   std::vector<std::size_t> border_; ///< border_[i]: the longest proper border of trigger_[0, i]
   /// By bytes matched: the free-text split (tokens advance refuses banned).
   std::vector<std::shared_ptr<const json_vocab::token_split>> free_;
+  /// By bytes matched, made when first asked for: the split while the
+  /// output's leading trigger is written.
+  mutable std::vector<std::shared_ptr<const json_vocab::token_split>> leading_;
 };
 
 } // namespace troupe

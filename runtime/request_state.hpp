@@ -110,6 +110,8 @@ struct request_spec {
   /// and each time this string appears in it one value held as those say
   /// follows, then free text again (runtime/json_trigger.hpp).
   std::string json_trigger;
+  /// With json_trigger: the output begins with it.
+  bool json_trigger_first = false;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

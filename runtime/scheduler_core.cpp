@@ -123,8 +123,10 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
     if (spec.json_trigger.empty())
       r.json.emplace(std::move(schema));
-    else
+    else {
       r.trigger = trigger_for(spec.json_trigger, spec.json_schema, std::move(schema));
+      r.trigger_at.leading = spec.json_trigger_first;
+    }
   }
   r.spec = std::move(spec);
   auto [i, added] = records_.emplace(r.spec.request_id, std::move(r));

@@ -488,9 +488,9 @@ del turn["session"]
 status, _, again = call("/v1/chat/completions", turn)
 assert json.loads(again)["choices"][0]["message"] == json.loads(body)["choices"][0]["message"], (again, body)
 
-# Tools. A forced call (tool_choice "required" or a function) is one call
-# of a tool given, its arguments held to the function's parameters;
-# streamed, the same call comes in a tool_calls delta.
+# Tools. A forced answer (tool_choice "required" or a function) is calls of
+# the tools given (one for a function), their arguments held to the
+# function's parameters; streamed, the same call comes in a tool_calls delta.
 weather = {"type": "function", "function": {
     "name": "get_weather", "description": "Current weather",
     "parameters": {"type": "object", "additionalProperties": False, "required": ["city", "days"],
@@ -498,7 +498,7 @@ weather = {"type": "function", "function": {
                                   "days": {"type": "integer", "minimum": 1, "maximum": 7}}}}}
 clock = {"type": "function", "function": {"name": "get_time"}}
 ask = {"model": "demo", "messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": [weather, clock],
-       "max_completion_tokens": 80}
+       "max_completion_tokens": 120}
 called = set()
 for seed in range(12):
     status, _, body = call("/v1/chat/completions", dict(ask, seed=seed, tool_choice="required"))
@@ -507,15 +507,16 @@ for seed in range(12):
     if choice["finish_reason"] != "tool_calls":
         assert choice["finish_reason"] == "length" and "tool_calls" not in choice["message"], choice
         continue
-    (tc,) = choice["message"]["tool_calls"]
-    assert tc["type"] == "function" and tc["id"].startswith("call_") and choice["message"]["content"] is None, choice
-    args = json.loads(tc["function"]["arguments"])
-    called.add(tc["function"]["name"])
-    if tc["function"]["name"] == "get_weather":
-        assert set(args) == {"city", "days"} and isinstance(args["city"], str) and len(args["city"]) <= 12, tc
-        assert type(args["days"]) is int and 1 <= args["days"] <= 7, tc
-    else:
-        assert tc["function"]["name"] == "get_time" and args == {}, tc
+    assert choice["message"]["content"] is None and choice["message"]["tool_calls"], choice
+    for tc in choice["message"]["tool_calls"]:
+        assert tc["type"] == "function" and tc["id"].startswith("call_"), choice
+        args = json.loads(tc["function"]["arguments"])
+        called.add(tc["function"]["name"])
+        if tc["function"]["name"] == "get_weather":
+            assert set(args) == {"city", "days"} and isinstance(args["city"], str) and len(args["city"]) <= 12, tc
+            assert type(args["days"]) is int and 1 <= args["days"] <= 7, tc
+        else:
+            assert tc["function"]["name"] == "get_time" and args == {}, tc
 assert called, "no forced call of 12 ended"
 named = dict(ask, seed=3, tool_choice={"type": "function", "function": {"name": "get_time"}})
 status, _, body = call("/v1/chat/completions", named)

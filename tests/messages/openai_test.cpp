@@ -1278,11 +1278,25 @@ TEST(openai, tools_go_into_the_system_message_and_calls_and_results_into_turns_b
 
 TEST(openai, a_forced_call_opens_the_turn_and_is_held_to_the_tools_names_and_parameters) {
   const auto tpl = builtin("chatml");
+  // "required": the output begins with a call; more may follow.
   const auto required = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl);
   ASSERT_TRUE(required.tools.has_value());
   EXPECT_TRUE(required.tools->forced);
-  const auto g = as_generate(required);
+  EXPECT_FALSE(required.tools->bare);
+  const auto r = as_generate(required);
+  EXPECT_TRUE(r.prompt->ends_with("<|im_start|>assistant\n")) << *r.prompt;
+  EXPECT_EQ(r.json_trigger, "<tool_call>");
+  EXPECT_TRUE(r.json_trigger_first);
+  // Without parallel calls: the turn opens with the marker and the output
+  // is one call's JSON.
+  const auto one_call = chat_ok(tool_chat(ask, R"(,"tool_choice":"required","parallel_tool_calls":false)"), tpl);
+  ASSERT_TRUE(one_call.tools.has_value());
+  EXPECT_TRUE(one_call.tools->forced && one_call.tools->bare);
+  const auto g = as_generate(one_call);
   EXPECT_TRUE(g.prompt->ends_with("<|im_start|>assistant\n<tool_call>\n")) << *g.prompt;
+  EXPECT_EQ(g.json_trigger, "");
+  EXPECT_FALSE(g.json_trigger_first);
+  EXPECT_EQ(g.json_schema, r.json_schema);
   const auto schema = json::parse(g.json_schema);
   ASSERT_EQ(schema["anyOf"].size(), 2u);
   EXPECT_EQ(schema["anyOf"][0]["properties"]["name"], json({{"const", "get_weather"}}));
@@ -1295,8 +1309,9 @@ TEST(openai, a_forced_call_opens_the_turn_and_is_held_to_the_tools_names_and_par
 
   const auto named = chat_ok(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})"), tpl);
   ASSERT_TRUE(named.tools.has_value());
-  EXPECT_TRUE(named.tools->forced);
+  EXPECT_TRUE(named.tools->forced && named.tools->bare) << "one call of the function named";
   EXPECT_EQ(named.tools->names, (std::vector<std::string>{"get_time"}));
+  EXPECT_TRUE(as_generate(named).prompt->ends_with("<tool_call>\n"));
   const auto one = json::parse(as_generate(named).json_schema);
   EXPECT_EQ(one["anyOf"].size(), 1u);
   EXPECT_FALSE(one["$defs"].contains("get_weather"));
@@ -1482,8 +1497,21 @@ TEST(openai, calls_in_the_output_become_tool_calls_and_what_does_not_read_as_cal
     EXPECT_EQ(m["message"]["content"], out);
     EXPECT_FALSE(m["message"].contains("tool_calls")) << out;
   }
-  // Forced: the output is the call's JSON.
-  const auto forced = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl);
+  // "required": the calls that read from the output's start; what follows
+  // them is not the answer's.
+  const auto required = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl);
+  m = whole_message(required, "<tool_call>\n{\"name\":\"get_time\",\"arguments\":{}}\n</tool_call>\n<tool_call>"
+                              "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>zz<tool_call>{",
+                    "length");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["message"]["tool_calls"][1]["function"]["arguments"], "{\"city\":\"Oslo\"}");
+  m = whole_message(required, "<tool_call>{\"name\":\"get_time\",\"argu", "length");
+  EXPECT_EQ(m["finish_reason"], "length") << "no call read: the text";
+  EXPECT_EQ(m["message"]["content"], "<tool_call>{\"name\":\"get_time\",\"argu");
+  // One call (named, or no parallel calls): the output is the call's JSON.
+  const auto forced = chat_ok(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"), tpl);
   m = whole_message(forced, "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}");
   EXPECT_EQ(m["finish_reason"], "tool_calls");
   EXPECT_TRUE(m["message"]["content"].is_null());
@@ -1529,13 +1557,15 @@ streamed_chat read_stream(const std::string& sse) {
 
 TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_its_tokens_fall) {
   const auto tpl = builtin("chatml");
-  const std::vector<completion_request> requests{chat_ok(tool_chat(ask), tpl),
-                                                 chat_ok(tool_chat(ask, R"(,"parallel_tool_calls":false)"), tpl),
-                                                 chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl)};
+  const std::vector<completion_request> requests{
+    chat_ok(tool_chat(ask), tpl), chat_ok(tool_chat(ask, R"(,"parallel_tool_calls":false)"), tpl),
+    chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl),
+    chat_ok(tool_chat(ask, R"(,"tool_choice":"required","parallel_tool_calls":false)"), tpl)};
   const std::vector<std::string> outputs{
     "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
     "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call><|im_end|>ignored",
     "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}",
+    "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>x<tool_call>{\"name\":\"get_time\"",
     "{\"name\":\"get_time\",\"arguments\":{}}",
     "a <tool_ca b <tool_call>{\"name\":\"get_date\",\"arguments\":{}}</tool_call>",
     "text only, <tool and <",

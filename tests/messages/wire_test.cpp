@@ -65,6 +65,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.json_object, b.json_object);
   EXPECT_EQ(a.json_schema, b.json_schema);
   EXPECT_EQ(a.json_trigger, b.json_trigger);
+  EXPECT_EQ(a.json_trigger_first, b.json_trigger_first);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -270,6 +271,12 @@ std::vector<accept_case> accept_cases() {
      [](g r) {
        r.json_schema = R"({"type":"object"})";
        r.json_trigger = "<tool_call>";
+     }},
+    {"json_trigger_first", gen(R"("json_schema":{"type":"object"},"json_trigger":"<c>","json_trigger_first":true)"),
+     [](g r) {
+       r.json_schema = R"({"type":"object"})";
+       r.json_trigger = "<c>";
+       r.json_trigger_first = true;
      }},
     {"json_trigger_with_json_object", gen(R"("response_format":"json_object","json_trigger":"{{")"),
      [](g r) {
@@ -481,6 +488,10 @@ std::vector<reject_case> reject_cases() {
      {"\"json_trigger\"", "a string of 1 to 64 bytes"}},
     {"json_trigger_not_a_string", gen(R"("json_schema":{},"json_trigger":1)"), bad, "g1",
      {"\"json_trigger\"", "got 1"}},
+    {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
+     {"\"json_trigger_first\"", "given with \"json_trigger\""}},
+    {"json_trigger_first_not_a_boolean", gen(R"("json_schema":{},"json_trigger":"<c>","json_trigger_first":1)"), bad,
+     "g1", {"\"json_trigger_first\"", "true or false"}},
     {"tokenize_without_prompt", R"({"type":"tokenize","id":"t"})", bad, "t", {"missing field \"prompt\""}},
     {"tokenize_prompt_tokens", R"({"type":"tokenize","id":"t","prompt":[1]})", bad, "t", {"\"prompt\"", "a string"}},
     {"tokenize_unknown_field", R"({"type":"tokenize","id":"t","prompt":"x","model":"m"})", bad, "t",
@@ -558,6 +569,7 @@ TEST(wire, request_round_trips) {
   tokens.stop = {"x"};
   tokens.json_schema = R"({"type":"object","properties":{"b":{"enum":[1,"x"]},"a":true}})";
   tokens.json_trigger = "<tool_call>";
+  tokens.json_trigger_first = true;
 
   generate_request defaults;
   defaults.id = "d";

@@ -795,6 +795,12 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
   EXPECT_FALSE(a.submit->json_object);
   EXPECT_EQ(a.submit->json_schema, "");
   EXPECT_EQ(a.submit->json_trigger, "");
+  // Unless the output must begin with it: that is JSON output, refused.
+  a = core.on_frame("p", gen("j4", R"("json_schema":{"type":"object"},"json_trigger":"<c>","json_trigger_first":true)"),
+                    now += 1);
+  ASSERT_EQ(a.replies.size(), 1u);
+  EXPECT_FALSE(a.submit.has_value());
+  EXPECT_NE(as<wire::error_reply>(a.replies[0]).message.find("sim backend"), std::string::npos);
 }
 
 
@@ -834,6 +840,10 @@ TEST(intake_core_json, a_trigger_goes_to_the_scheduler_with_its_schema) {
   const auto tr = accept_generate(core, "tr", "p", R"(,"json_schema":{"type":"object"},"json_trigger":"<call>")");
   EXPECT_EQ(tr.json_schema, R"({"type":"object"})");
   EXPECT_EQ(tr.json_trigger, "<call>");
+  EXPECT_FALSE(tr.json_trigger_first);
+  const auto first = accept_generate(core, "tf", "p",
+                                     R"(,"json_schema":{"type":"object"},"json_trigger":"<call>","json_trigger_first":true)");
+  EXPECT_TRUE(first.json_trigger_first);
 }
 
 TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_where_and_it_goes_on) {

@@ -633,14 +633,21 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
       "minimum":-99,"maximum":99}},"properties":{"a":{"$ref":"#/$defs/n"},"b":{"$ref":"#/$defs/n"}},
       "required":["a","b"],"additionalProperties":false}}},
     {"type":"function","function":{"name":"get_time"}}])";
+  // "required" begins the output with the marker (json_trigger_first);
+  // without parallel calls the marker is the prompt's and the output is
+  // the call's JSON alone.
   const auto tpl = std::get<openai::chat_template>(openai::make_chat_template("chatml"));
+  for (const std::string extra : {"", R"(,"parallel_tool_calls":false)"}) {
+  SCOPED_TRACE(extra);
   auto parsed = openai::parse_chat_completion(
-    R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required","tools":)" + tools + "}", "m",
-    "h1", tpl);
+    R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required","tools":)" + tools + extra + "}",
+    "m", "h1", tpl);
   ASSERT_TRUE(std::holds_alternative<openai::completion_request>(parsed));
   const auto& request = std::get<openai::completion_request>(parsed);
   const auto frame = json::parse(request.frames.at(0));
   const auto schema = frame["json_schema"].dump();
+  const std::string opening = frame.value("json_trigger_first", false) ? frame["json_trigger"].get<std::string>() : "";
+  EXPECT_EQ(opening.empty(), !extra.empty());
   const auto params = json::parse(tools);
   auto words = words_of(frame["json_schema"]);
   std::mt19937 rng(5);
@@ -651,7 +658,7 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
       continue;
     wire::done_reply d;
     d.finish_reason = "stop";
-    d.text = *text;
+    d.text = opening + *text;
     const openai::completion_answer answer("chatcmpl-h1", 1, request);
     const auto choice = json::parse(answer.body({d}))["choices"][0];
     ASSERT_EQ(choice["finish_reason"], "tool_calls") << *text;
@@ -671,6 +678,7 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
   EXPECT_EQ(called.size(), 3u) << "each function is called in some walk";
   for (const auto& [name, count] : called)
     EXPECT_GT(count, 20) << name;
+  }
 }
 
 // -- a trigger, then a value ---------------------------------------------------
@@ -729,6 +737,16 @@ TEST(json_trigger, free_text_until_the_trigger_then_a_value_of_the_schema_then_f
   EXPECT_EQ(w.matched, 2u);
   ASSERT_TRUE(aab.advance(w, "b"));
   EXPECT_TRUE(w.value);
+  // Leading: the output must begin with the trigger, so a value follows.
+  json_trigger::state lead;
+  lead.leading = true;
+  EXPECT_FALSE(t.advance(lead, "hi")) << "not the trigger";
+  ASSERT_TRUE(t.advance(lead, "<to"));
+  EXPECT_TRUE(lead.leading);
+  EXPECT_FALSE(t.advance(lead, "x"));
+  ASSERT_TRUE(t.advance(lead, "ol> {"));
+  EXPECT_FALSE(lead.leading);
+  EXPECT_TRUE(lead.value);
   EXPECT_THROW(json_trigger(v, "", json_schema::any_object()), std::invalid_argument);
   EXPECT_THROW(json_trigger(v, std::string(65, 'a'), json_schema::any_object()), std::invalid_argument);
 }
@@ -745,6 +763,7 @@ TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_t
   int values = 0;
   for (int walk = 0; walk < 200; ++walk) {
     json_trigger::state s;
+    s.leading = walk % 2 == 1; // the output begins with the trigger
     std::string text;
     for (int step = 0; step < 30; ++step) {
       const auto split = t.split(s);
@@ -752,7 +771,10 @@ TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_t
         const auto& bytes = tokens[static_cast<std::size_t>(k)];
         const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
         EXPECT_NE(allowed, std::binary_search(split->banned.begin(), split->banned.end(), k));
-        const bool readable = triggered_ok(counted, trigger, text + bytes);
+        const auto next = text + bytes;
+        // Leading, the text must begin the trigger or begin with it.
+        const bool begins = walk % 2 == 0 || (next.size() < trigger.size() ? trigger.starts_with(next) : next.starts_with(trigger));
+        const bool readable = begins && triggered_ok(counted, trigger, next);
         if (allowed) {
           EXPECT_TRUE(readable) << json(text).dump() << " + " << json(bytes).dump();
         } else if (!s.value) {
@@ -760,7 +782,7 @@ TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_t
                                  << json(bytes).dump();
         }
       }
-      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0), !s.value)
+      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0), !s.value && !s.leading)
         << "the end-of-sequence token is free text's";
       std::vector<std::int32_t> go;
       for (const auto k : split->allowed)

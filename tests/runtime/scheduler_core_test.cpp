@@ -152,6 +152,7 @@ struct request_args {
   bool json_object = false;
   std::string json_schema = {};
   std::string json_trigger = {};
+  bool json_trigger_first = false;
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -187,6 +188,7 @@ public:
     s.json_object = a.json_object;
     s.json_schema = a.json_schema;
     s.json_trigger = a.json_trigger;
+    s.json_trigger_first = a.json_trigger_first;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1379,10 +1381,16 @@ TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_a
   int values = 0, open = 0, free_ends = 0;
   for (std::uint64_t id = 1; id <= 200; ++id) {
     const auto max_new = 1 + static_cast<std::uint32_t>(rng() % 30);
-    const auto out = run_alone(e, vocab, id, {.prompt = 2, .max_new = max_new, .json_schema = schema, .json_trigger = "<t>"});
+    // Every other request's output must begin with the trigger.
+    const bool first = id % 2 == 0;
+    const auto out = run_alone(e, vocab, id, {.prompt = 2, .max_new = max_new, .json_schema = schema,
+                                              .json_trigger = "<t>", .json_trigger_first = first});
     ASSERT_TRUE(out.has_value());
     const auto& text = *out;
     SCOPED_TRACE(text);
+    if (first) {
+      EXPECT_TRUE(text.size() < 3 ? std::string_view("<t>").starts_with(text) : text.starts_with("<t>"));
+    }
     const auto f = *e.finish_of(id);
     // A value's close does not end the output: the end-of-sequence token
     // (in free text) or the length does.
