@@ -382,6 +382,11 @@ bool space(char c) {
   return std::isspace(static_cast<unsigned char>(c)) != 0;
 }
 
+/// `s` after the JSON blanks it begins with.
+std::string_view after_blanks(std::string_view s) {
+  return s.substr(std::min(s.size(), s.find_first_not_of(" \t\r\n")));
+}
+
 std::string_view trimmed(std::string_view s) {
   while (!s.empty() && space(s.front()))
     s.remove_prefix(1);
@@ -569,7 +574,7 @@ std::variant<std::vector<chat_message>, api_error> with_tools(const chat_templat
     if (messages.front().role == "system")
       messages.front().content += text;
     else
-      out.push_back({"system", std::string(text.substr(std::min(text.size(), text.find_first_not_of(" \t\r\n")))), {}, false, 0});
+      out.push_back({"system", std::string(after_blanks(text)), {}, false, 0});
   }
   for (auto& m : messages) {
     if (m.role == "tool") {
@@ -1407,8 +1412,8 @@ std::optional<read_call> call_in(std::string_view text, const std::vector<std::s
 /// Where the JSON object `s` begins with (after blanks) ends: one past its
 /// closing brace, read with strings and escapes; npos when none closes.
 std::size_t object_end(std::string_view s) {
-  std::size_t i = s.find_first_not_of(" \t\r\n");
-  if (i == std::string_view::npos || s[i] != '{')
+  std::size_t i = s.size() - after_blanks(s).size();
+  if (i == s.size() || s[i] != '{')
     return std::string_view::npos;
   int depth = 0;
   bool in_string = false, escaped = false;
@@ -1446,7 +1451,7 @@ std::optional<std::vector<read_call>> calls_in(std::string_view text, const comp
       out.resize(1);
     return std::move(out);
   };
-  const auto blanks = [&] { text.remove_prefix(std::min(text.size(), text.find_first_not_of(" \t\r\n"))); };
+  const auto blanks = [&] { text = after_blanks(text); };
   if (t.bare) {
     auto c = call_in(text, t.names);
     if (!c)
