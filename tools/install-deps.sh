@@ -10,7 +10,8 @@ packages=(
   libcaf-dev libboost-dev libzmq3-dev cppzmq-dev libspdlog-dev
   libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libblas-dev libsentencepiece-dev sentencepiece python3-numpy
+  libopenblas-dev libblas-dev libsentencepiece-dev sentencepiece libpcre2-dev
+  python3-numpy python3-regex
 )
 # Plots for docs/results.md (tools/plot-latency.sh): only when asked for.
 if [ "${1:-}" = "--plots" ]; then
