@@ -24,6 +24,12 @@ public:
   virtual std::int32_t vocab_size() const = 0;
   /// End-of-sequence id, or -1 when the model has none.
   virtual std::int32_t eos_token() const = 0;
+  /// Every id that ends a sequence, eos_token() among them: a model may
+  /// have several (Llama 3 Instruct's <|eot_id|> and <|end_of_text|>).
+  virtual std::vector<std::int32_t> end_tokens() const {
+    const auto eos = eos_token();
+    return eos >= 0 ? std::vector<std::int32_t>{eos} : std::vector<std::int32_t>{};
+  }
 };
 
 /// What loading one adapter onto the device took.

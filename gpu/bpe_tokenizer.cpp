@@ -1020,7 +1020,7 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
     merge_list.push_back(tokens[static_cast<std::size_t>(a)] + " " + tokens[static_cast<std::size_t>(b)]);
   json added = json::array();
   for (std::size_t k = 0; k < o.special_tokens.size(); ++k)
-    added.push_back({{"id", tokens.size() + k},
+    added.push_back({{"id", o.vocab_size + k},
                      {"content", o.special_tokens[k]},
                      {"single_word", false},
                      {"lstrip", false},
@@ -1030,7 +1030,7 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
   json post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
   if (!o.bos_token.empty()) {
     const auto bos_index = std::find(o.special_tokens.begin(), o.special_tokens.end(), o.bos_token) - o.special_tokens.begin();
-    const json bos_id = tokens.size() + static_cast<std::size_t>(bos_index);
+    const json bos_id = o.vocab_size + static_cast<std::size_t>(bos_index);
     post = {{"type", "TemplateProcessing"},
             {"single", json::array({{{"SpecialToken", {{"id", o.bos_token}, {"type_id", 0}}}},
                                     {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},

@@ -85,9 +85,10 @@ inline constexpr std::string_view llama3_split_pattern =
 /// What train_bpe() builds.
 struct bpe_training {
   /// Size of the vocabulary before the special tokens: 256 byte symbols,
-  /// then one token per merge (fewer when the corpus runs out of pairs).
+  /// then one token per merge (fewer when the corpus runs out of pairs:
+  /// their ids then have no token).
   std::uint32_t vocab_size = 512;
-  /// Added as special tokens after the vocabulary, in this order.
+  /// Added as special tokens from id vocab_size on, in this order.
   std::vector<std::string> special_tokens;
   /// One of special_tokens that encode() puts first ("": none).
   std::string bos_token;

@@ -1,7 +1,7 @@
 #include "gpu/cpu_backend.hpp"
 
 #include "gpu/sampling.hpp"
-#include "gpu/sp_tokenizer.hpp"
+#include "gpu/model_tokenizer.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +16,11 @@ cpu_backend::open(const std::string& model_dir, std::uint64_t pages, std::uint32
   if (auto* err = std::get_if<std::string>(&weights))
     return *err;
   auto& w = std::get<llama_weights>(weights);
-  auto tok = sp_tokenizer::load_for_model(model_dir, w.config);
+  auto tok = load_model_tokenizer(model_dir, w.config);
   if (auto* err = std::get_if<std::string>(&tok))
     return *err;
   std::unique_ptr<cpu_backend> b{new cpu_backend};
-  b->tokenizer_ = std::move(std::get<std::unique_ptr<sp_tokenizer>>(tok));
+  b->tokenizer_ = std::move(std::get<std::unique_ptr<tokenizer>>(tok));
   b->host_ = host_tier{host_adapter_bytes};
   b->model_ = std::make_unique<cpu_model>(std::move(w), pages, page_tokens);
   return b;

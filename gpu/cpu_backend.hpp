@@ -1,6 +1,6 @@
 // The `cpu` executor backend: a real Llama model from Hugging Face files,
 // fp32 math on the CPU (gpu/cpu_model), PEFT adapters kept unmerged, a
-// sentencepiece tokenizer and per-request seeded sampling. Built by
+// model's tokenizer (gpu/model_tokenizer) and per-request seeded sampling. Built by
 // runtime/backend_factory.cpp; owned and called by the executor actor.
 #pragma once
 
@@ -24,7 +24,7 @@ namespace troupe::gpu {
 class cpu_backend final : public executor_backend {
 public:
   /// Loads the model in `model_dir` (config.json, safetensors,
-  /// tokenizer.model) with a KV store of `pages` pages of `page_tokens`
+  /// tokenizer.model or tokenizer.json) with a KV store of `pages` pages of `page_tokens`
   /// tokens. Adapters come later, one load_adapter() each, through a host
   /// tier of parsed adapters bounded by `host_adapter_bytes` (0: unbounded).
   /// Errors name the file at fault.

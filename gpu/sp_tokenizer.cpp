@@ -105,15 +105,4 @@ std::int32_t sp_tokenizer::vocab_size() const {
   return static_cast<std::int32_t>(pieces_.size());
 }
 
-std::variant<std::unique_ptr<sp_tokenizer>, std::string>
-sp_tokenizer::load_for_model(const std::string& model_dir, const llama_config& config) {
-  const auto eos = config.eos_token_ids.empty() ? -1 : config.eos_token_ids.front();
-  const auto path = model_dir + "/tokenizer.model";
-  auto tok = load(path, config.bos_token_id, eos);
-  if (auto* t = std::get_if<std::unique_ptr<sp_tokenizer>>(&tok); t && (*t)->vocab_size() > static_cast<std::int32_t>(config.vocab_size))
-    return path + ": " + std::to_string((*t)->vocab_size()) + " pieces, but config.json's vocab_size is "
-           + std::to_string(config.vocab_size);
-  return tok;
-}
-
 } // namespace troupe::gpu

@@ -4,7 +4,6 @@
 #pragma once
 
 #include "gpu/backend.hpp"
-#include "gpu/llama_config.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -30,11 +29,6 @@ public:
   /// `eos_id` is what eos_token() reports. The error names the file.
   static std::variant<std::unique_ptr<sp_tokenizer>, std::string>
   load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id);
-  /// The tokenizer.model of the Hugging Face model in `model_dir`, with
-  /// `config`'s BOS and (first) EOS; refused when it has more pieces than
-  /// the model's vocabulary. The error names the file.
-  static std::variant<std::unique_ptr<sp_tokenizer>, std::string>
-  load_for_model(const std::string& model_dir, const llama_config& config);
 
   ~sp_tokenizer() override;
   sp_tokenizer(const sp_tokenizer&) = delete;

@@ -630,7 +630,7 @@ std::variant<std::string, api_error> render(const chat_template& tpl, const std:
     if (format.empty())
       return bad("the " + tpl.name + " chat template has no system messages (messages[" + std::to_string(m.at) + "])",
                  "messages");
-    out += filled(format, m.content);
+    out += filled(format, tpl.trim ? std::string(trimmed(m.content)) : m.content);
   }
   return out + tpl.generation;
 }
@@ -788,7 +788,7 @@ std::variant<tool_choice, api_error> read_tool_choice(const json& doc, std::vect
 } // namespace
 
 const std::vector<std::string>& chat_template_names() {
-  static const std::vector<std::string> names{"llama2", "chatml"};
+  static const std::vector<std::string> names{"llama2", "llama3", "chatml"};
   return names;
 }
 
@@ -874,6 +874,18 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     default_tool_formats(t);
     return t;
   }
+  if (name == "llama3") {
+    // Meta's Llama 3 format: BOS (the tokenizer's), then each message under
+    // a role header, closed by <|eot_id|>, which the model's end tokens
+    // (generation_config.json) include, so no stop string.
+    t.trim = true;
+    t.system = "<|start_header_id|>system<|end_header_id|>\n\n{content}<|eot_id|>";
+    t.user = "<|start_header_id|>user<|end_header_id|>\n\n{content}<|eot_id|>";
+    t.assistant = "<|start_header_id|>assistant<|end_header_id|>\n\n{content}<|eot_id|>";
+    t.generation = "<|start_header_id|>assistant<|end_header_id|>\n\n";
+    default_tool_formats(t);
+    return t;
+  }
   if (name == "chatml") {
     t.system = "<|im_start|>system\n{content}<|im_end|>\n";
     t.user = "<|im_start|>user\n{content}<|im_end|>\n";
@@ -883,7 +895,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     default_tool_formats(t);
     return t;
   }
-  return chat_template_error{"chat_template", "unknown chat template \"" + t.name + "\" (valid: llama2, chatml, custom)"};
+  return chat_template_error{"chat_template", "unknown chat template \"" + t.name + "\" (valid: llama2, llama3, chatml, custom)"};
 }
 
 std::variant<completion_request, api_error>

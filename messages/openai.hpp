@@ -144,9 +144,12 @@ struct chat_template : chat_formats {
   /// the first user message; then user and assistant alternate, starting
   /// and ending with user; each message's text is trimmed.
   bool llama2 = false;
+  /// Each message's text trimmed of blanks at both ends (Llama 3's).
+  bool trim = false;
 };
 
-/// The built-in template names: "llama2" (Meta's [INST] format), "chatml".
+/// The built-in template names: "llama2" (Meta's [INST] format), "llama3"
+/// (its header / <|eot_id|> format), "chatml".
 const std::vector<std::string>& chat_template_names();
 
 /// Why a template cannot be made: the config key at fault ("chat_user") and

@@ -1,12 +1,12 @@
 // The cuda backend for a deployment: the Hugging Face model in model.path on
-// a CUDA device (gpu/cuda/backend), its sentencepiece tokenizer, and the pool
+// a CUDA device (gpu/cuda/backend), its tokenizer (SentencePiece or byte-level BPE), and the pool
 // figures the memory pool and the adapter catalog use. Built only where nvcc
 // built gpu/cuda (TROUPE_HAVE_CUDA_BACKEND).
 #include "runtime/backend_factory.hpp"
 
 #include "gpu/cuda/backend.hpp"
 #include "gpu/cuda/check.hpp"
-#include "gpu/sp_tokenizer.hpp"
+#include "gpu/model_tokenizer.hpp"
 
 namespace troupe {
 
@@ -19,7 +19,7 @@ std::variant<resolved_backend, std::string> make_cuda_backend(const deployment_o
   if (auto* err = std::get_if<std::string>(&described))
     return *err;
   auto& [out, config] = std::get<hf_model>(described);
-  auto tok = gpu::sp_tokenizer::load_for_model(opts.model.path, config);
+  auto tok = gpu::load_model_tokenizer(opts.model.path, config);
   if (auto* err = std::get_if<std::string>(&tok))
     return "model.path: " + *err;
   gpu::cuda::cuda_backend_options o;
@@ -34,7 +34,7 @@ std::variant<resolved_backend, std::string> make_cuda_backend(const deployment_o
   o.max_seqs = opts.scheduler.max_running;
   o.step_graphs = opts.backend.step_graphs;
   auto opened = gpu::cuda::cuda_backend::open(opts.model.path,
-                                              std::move(std::get<std::unique_ptr<gpu::sp_tokenizer>>(tok)), o);
+                                              std::move(std::get<std::unique_ptr<gpu::tokenizer>>(tok)), o);
   if (auto* err = std::get_if<std::string>(&opened))
     return "backend.kind \"cuda\": " + *err;
   std::shared_ptr<gpu::cuda::cuda_backend> b = std::move(std::get<std::unique_ptr<gpu::cuda::cuda_backend>>(opened));

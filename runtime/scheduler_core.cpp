@@ -55,6 +55,11 @@ scheduler_core::scheduler_core(scheduler_limits limits,
                                std::unique_ptr<policies::scheduling_policy> policy,
                                const gpu::tokenizer* vocab)
   : limits_(limits), policy_(std::move(policy)), vocab_(vocab) {
+  if (vocab_) {
+    ends_ = vocab_->end_tokens();
+    std::sort(ends_.begin(), ends_.end());
+    ends_.erase(std::unique(ends_.begin(), ends_.end()), ends_.end());
+  }
   if (limits_.prefix_caching && limits_.page_tokens > 0)
     prefix_.emplace(limits_.page_tokens);
 }
@@ -667,7 +672,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.top_p = r.spec.top_p;
     e.top_k = r.spec.top_k;
     e.logprobs = r.spec.logprobs;
-    e.logit_adjust = logit_adjust(r, vocab_ ? vocab_->eos_token() : -1);
+    e.logit_adjust = logit_adjust(r, ends_);
     if (r.json || r.trigger)
       constrain_json(r, e.logit_adjust);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
@@ -711,7 +716,8 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
   return out;
 }
 
-std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r, std::int32_t eos) {
+std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
+                                                                std::span<const std::int32_t> ends) {
   std::vector<gpu::logit_adjustment> out;
   if (r.output_counts.empty()) {
     out = r.spec.logit_bias;
@@ -744,8 +750,9 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
     else
       out.insert(at, {token, banned});
   };
-  if (eos >= 0 && !r.spec.ignore_eos)
-    ban(eos);
+  if (!r.spec.ignore_eos)
+    for (const auto t : ends)
+      ban(t);
   for (const auto t : r.spec.stop_token_ids)
     ban(t);
   return out;
@@ -845,7 +852,6 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
                                                std::span<const std::vector<gpu::token_logprobs>> prompt_logprobs) {
   scheduler_effects fx;
   step_in_flight_ = false;
-  const std::int32_t eos = vocab_ ? vocab_->eos_token() : -1;
   for (std::size_t k = 0; k < batch.size(); ++k) {
     auto i = records_.find(batch[k].request_id);
     if (i == records_.end())
@@ -901,7 +907,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     // may still draw one); stop strings always do.
     const bool may_end = r.generated > r.spec.min_tokens;
     const auto json_end = (r.json || r.trigger) && json_vocab_ ? json_after(r, tok) : std::nullopt;
-    if (may_end && tok == eos && !r.spec.ignore_eos)
+    if (may_end && !r.spec.ignore_eos && std::binary_search(ends_.begin(), ends_.end(), tok))
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok)
              || (may_end && std::binary_search(r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end(), tok)))

@@ -536,9 +536,9 @@ private:
   std::uint64_t idle_cached() const noexcept { return prefix_ ? prefix_->idle_pages() : 0; }
   /// The request's logit_bias and penalties for its next token
   /// (gpu::step_entry::logit_adjust), in token order; while it has fewer
-  /// than min_tokens, `eos` (unless ignored; -1: none) and its stop tokens
-  /// banned.
-  static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::int32_t eos);
+  /// than min_tokens, the end tokens `ends` (unless ignored) and its stop
+  /// tokens banned.
+  static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::span<const std::int32_t> ends);
   /// A JSON-object request's `adjust` with every token its output may not
   /// go on with banned, in token order.
   void constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust);
@@ -619,6 +619,8 @@ private:
   scheduler_limits limits_;
   std::unique_ptr<policies::scheduling_policy> policy_;
   const gpu::tokenizer* vocab_;
+  /// vocab_'s end_tokens(), sorted: each one ends an output (finish "eos").
+  std::vector<std::int32_t> ends_;
   /// vocab_'s tokens for JSON output, built at the first request asking.
   std::unique_ptr<json_vocab> json_vocab_;
   json_schema_cache schemas_;

@@ -1,8 +1,10 @@
 // troupe-mkmodel: writes a small random Llama model in Hugging Face's layout
-// (config.json, model.safetensors, a SentencePiece tokenizer.model) plus PEFT
+// (config.json, model.safetensors, and a SentencePiece tokenizer.model or,
+// with --tokenizer bpe, a Llama 3-style byte-level BPE tokenizer.json) plus PEFT
 // LoRA adapters, deterministic by seed. Used by the oracle and cpu-backend
 // tests and for local runs without downloading a model.
 
+#include "gpu/bpe_tokenizer.hpp"
 #include "gpu/llama_config.hpp"
 #include "gpu/llama_weights.hpp"
 #include "gpu/lora.hpp"
@@ -45,7 +47,7 @@ constexpr std::string_view usage =
   "         [--layers 4] [--heads 8] [--kv-heads 4] [--vocab 512] [--max-context 2048]\n"
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
-  "         [--alpha A] [--rslora] [--spm-train PATH] [--corpus PATH]\n";
+  "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n";
 
 struct options {
   std::string out;
@@ -65,9 +67,16 @@ struct options {
   std::vector<lora_target> targets{lora_target::q, lora_target::v};
   std::optional<double> alpha;
   bool rslora = false;
+  bool bpe = false; ///< --tokenizer bpe: tokenizer.json, Llama 3's special tokens
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
 };
+
+/// --tokenizer bpe: Llama 3's special tokens, at the top of the vocabulary
+/// in this order (generation_config.json ends on <|end_of_text|> and
+/// <|eot_id|>, as Llama 3 Instruct's does).
+constexpr std::array<std::string_view, 5> bpe_specials = {
+  "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
 
 // -- argument parsing ------------------------------------------------------
 
@@ -197,6 +206,11 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       o.tie = true;
     } else if (arg == "--rslora") {
       o.rslora = true;
+    } else if (arg == "--tokenizer") {
+      const auto v = value();
+      if (!v || (*v != "spm" && *v != "bpe"))
+        return std::string{"--tokenizer needs spm or bpe"};
+      o.bpe = *v == "bpe";
     } else if (arg == "--spm-train" || arg == "--corpus") {
       const auto v = value();
       if (!v)
@@ -286,8 +300,13 @@ llama_config make_config(const options& o) {
     c.rope.original_max_position_embeddings = 8192;
   }
   c.tie_word_embeddings = o.tie;
-  c.bos_token_id = 1;
-  c.eos_token_ids = {2};
+  if (o.bpe) {
+    c.bos_token_id = static_cast<std::int32_t>(o.vocab - bpe_specials.size()); // <|begin_of_text|>
+    c.eos_token_ids = {c.bos_token_id + 1};                                     // <|end_of_text|>
+  } else {
+    c.bos_token_id = 1;
+    c.eos_token_ids = {2};
+  }
   switch (o.type) {
     case dtype::f32:
       c.torch_dtype = "float32";
@@ -450,6 +469,32 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
   return std::nullopt;
 }
 
+/// Learns a byte-level BPE tokenizer.json from the corpus, Llama 3's
+/// pre-tokenizer and special tokens, and writes generation_config.json with
+/// both end tokens.
+std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path& out) {
+  std::ifstream f{o.corpus, std::ios::binary};
+  if (!f)
+    return o.corpus + ": corpus not found (pass --corpus PATH)";
+  std::ostringstream corpus;
+  corpus << f.rdbuf();
+  if (o.vocab < 256 + bpe_specials.size())
+    return "--vocab " + std::to_string(o.vocab) + " is too small for a byte-level tokenizer (at least " +
+           std::to_string(256 + bpe_specials.size()) + ")";
+  bpe_training t;
+  t.vocab_size = o.vocab - static_cast<std::uint32_t>(bpe_specials.size());
+  t.special_tokens.assign(bpe_specials.begin(), bpe_specials.end());
+  t.bos_token = bpe_specials[0];
+  const auto trained = train_bpe_json(corpus.str(), t);
+  if (!trained.error.empty())
+    return "tokenizer: " + trained.error;
+  if (auto err = write_text(out / "tokenizer.json", trained.json))
+    return err;
+  const auto base = static_cast<std::int32_t>(t.vocab_size);
+  nlohmann::json generation = {{"bos_token_id", base}, {"eos_token_id", {base + 1, base + 4}}};
+  return write_text(out / "generation_config.json", generation.dump(2) + "\n");
+}
+
 int run(const options& o) {
   const fs::path out{o.out};
   std::error_code ec;
@@ -458,12 +503,18 @@ int run(const options& o) {
     std::cerr << "troupe-mkmodel: " << o.out << ": cannot create: " << ec.message() << "\n";
     return 1;
   }
-  // The tokenizer first: it is what fails on a bad --vocab.
-  if (auto err = train_tokenizer(o, out)) {
+  // The tokenizer first: it is what fails on a bad --vocab. A tokenizer of
+  // the other kind left by an earlier run would be the one loaded.
+  const std::vector<std::string> stale =
+    o.bpe ? std::vector<std::string>{"tokenizer.model"} : std::vector<std::string>{"tokenizer.json", "generation_config.json"};
+  for (const auto& name : stale)
+    fs::remove(out / name, ec);
+  if (auto err = o.bpe ? train_bpe_tokenizer(o, out) : train_tokenizer(o, out)) {
     std::cerr << "troupe-mkmodel: " << *err << "\n";
     return 1;
   }
-  std::cout << "wrote " << (out / "tokenizer.model").string() << " (vocab " << o.vocab << ")\n";
+  std::cout << "wrote " << (out / (o.bpe ? "tokenizer.json" : "tokenizer.model")).string() << " (vocab " << o.vocab
+            << ")\n";
   const llama_config c = make_config(o);
   if (auto err = write_text(out / "config.json", to_config_json(c))) {
     std::cerr << "troupe-mkmodel: " << *err << "\n";

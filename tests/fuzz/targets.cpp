@@ -131,14 +131,15 @@ bool check_translation(const std::variant<openai::completion_request, openai::ap
 }
 
 const openai::chat_template& template_for(std::uint8_t selector) {
-  static const std::array<openai::chat_template, 3> tpls = [] {
+  static const std::array<openai::chat_template, 4> tpls = [] {
     auto make = [](std::string_view name, openai::chat_formats custom = {}) {
       return std::get<openai::chat_template>(openai::make_chat_template(name, std::move(custom)));
     };
-    return std::array<openai::chat_template, 3>{
+    return std::array<openai::chat_template, 4>{
       make("llama2"), make("chatml"),
       make("custom", {.user = "<u>{content}</u>", .assistant = "<a>{content}</a>", .generation = "<a>",
-                      .stop = {"</a>"}})};
+                      .stop = {"</a>"}}),
+      make("llama3")};
   }();
   return tpls[selector % tpls.size()];
 }

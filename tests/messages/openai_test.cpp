@@ -437,6 +437,29 @@ TEST(openai, llama2_renders_metas_inst_format_with_the_system_inside_the_first_u
             std::string::npos);
 }
 
+TEST(openai, llama3_renders_role_headers_with_each_text_trimmed_and_ends_on_the_models_end_tokens) {
+  const auto tpl = builtin("llama3");
+  const auto c = chat_ok(R"({"model":"m","messages":[
+      {"role":"system","content":" Be brief.\n"},{"role":"user","content":"Hi "},
+      {"role":"assistant","content":"Hello"},{"role":"user","content":"Sum 2+2"}]})",
+                         tpl);
+  const auto g = as_generate(c);
+  // Hugging Face's Llama 3 template renders "<|begin_of_text|>" + this;
+  // the tokenizer puts it in front.
+  EXPECT_EQ(g.prompt, "<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+                      "<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\nHello<|eot_id|>"
+                      "<|start_header_id|>user<|end_header_id|>\n\nSum 2+2<|eot_id|>"
+                      "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_TRUE(g.stop.empty()) << "<|eot_id|> is one of the model's end tokens";
+  // Any order of roles, as Meta's template takes.
+  EXPECT_EQ(as_generate(chat_ok(R"({"model":"m","messages":[{"role":"assistant","content":"A"}]})", tpl)).prompt,
+            "<|start_header_id|>assistant<|end_header_id|>\n\nA<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_NE(std::find(chat_template_names().begin(), chat_template_names().end(), "llama3"),
+            chat_template_names().end());
+}
+
 TEST(openai, chatml_renders_each_message_then_opens_the_assistants_turn_and_stops_at_its_end) {
   const auto tpl = builtin("chatml");
   const auto c = chat_ok(R"({"model":"llama-2-7b","stop":"END","stream":true,"messages":[

@@ -60,9 +60,12 @@ public:
   }
   std::int32_t vocab_size() const override { return 1000; }
   std::int32_t eos_token() const override { return eos; }
+  std::vector<std::int32_t> end_tokens() const override { return ends.empty() ? std::vector{eos} : ends; }
 
   static constexpr std::int32_t eos = 2;
   std::map<std::int32_t, std::string> words;
+  /// Ids that end a sequence; empty: eos alone.
+  std::vector<std::int32_t> ends;
 };
 
 // -- describing effects and state compactly -----------------------------------------
@@ -1187,6 +1190,26 @@ TEST(scheduler_core, stop_tokens_ignore_eos_and_min_tokens_decide_which_token_en
   }
 }
 
+TEST(scheduler_core, every_end_token_ends_the_output_and_min_tokens_holds_them_all_off) {
+  fake_tokenizer vocab;
+  vocab.ends = {9, fake_tokenizer::eos, 7}; // a model with three (Llama 3 Instruct has two)
+  const std::vector<std::tuple<std::string, request_args, std::vector<std::int32_t>, std::string>> table{
+    {"the first", {.max_new = 6}, {10, fake_tokenizer::eos}, "-P1 T1#1 F1:eos/2"},
+    {"another", {.max_new = 6}, {10, 9}, "-P1 T1#1 F1:eos/2"},
+    {"a third", {.max_new = 6}, {7}, "-P1 T1#0 F1:eos/1"},
+    {"min_tokens holds them off", {.max_new = 6, .min_tokens = 2}, {9, 7, 9}, "-P1 T1#2 F1:eos/3"},
+    {"ignore_eos: they are tokens", {.max_new = 3, .ignore_eos = true}, {9, 7, 2}, "-P1 T1#2 F1:length/3"},
+  };
+  for (auto [name, args, tokens, expected] : table) {
+    SCOPED_TRACE(name);
+    engine e{limits(100), &vocab};
+    args.prompt = 2;
+    ASSERT_EQ(e.submit(1, args), "accepted");
+    EXPECT_EQ(admit_and_feed(e, tokens), expected);
+    EXPECT_TRUE(e.all_returned());
+  }
+}
+
 // -- JSON output (response_format json_object) --------------------------------------
 
 using testing::samplable;
@@ -1665,6 +1688,19 @@ std::vector<gpu::step_entry> three_in_one_prefill(scheduler_core& core, const st
   for (std::uint32_t id : {1, 2, 3})
     core.on_pages(id, true, 4, {id});
   return core.next_step(4);
+}
+
+TEST(scheduler_core, within_min_tokens_every_end_token_is_banned_unless_ignore_eos) {
+  fake_tokenizer vocab;
+  vocab.ends = {9, fake_tokenizer::eos, 7};
+  auto core = fcfs_core(&vocab);
+  const auto step = three_in_one_prefill(core, {5, 6, 7, 8}, [](request_spec& s) {
+    s.min_tokens = s.request_id == 3 ? 0 : 2;
+    s.ignore_eos = s.request_id == 2;
+  });
+  EXPECT_EQ(adjustments_of(step, 1), (adjustments{{fake_tokenizer::eos, -1e30f}, {7, -1e30f}, {9, -1e30f}}));
+  EXPECT_EQ(adjustments_of(step, 2), adjustments{}) << "ignore_eos: no end token is banned";
+  EXPECT_EQ(adjustments_of(step, 3), adjustments{}) << "past min_tokens";
 }
 
 TEST(scheduler_core, log_probabilities_reach_the_tokens_of_the_requests_that_asked_only) {

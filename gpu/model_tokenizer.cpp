@@ -1,0 +1,108 @@
+#include "gpu/model_tokenizer.hpp"
+
+#include "gpu/bpe_tokenizer.hpp"
+#include "gpu/json_bounded.hpp"
+#include "gpu/sp_tokenizer.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace troupe::gpu {
+
+namespace {
+
+/// A loaded tokenizer with the model's full set of end ids.
+class ended_tokenizer final : public tokenizer {
+public:
+  ended_tokenizer(std::unique_ptr<tokenizer> inner, std::vector<std::int32_t> ends)
+    : inner_(std::move(inner)), ends_(std::move(ends)) {}
+
+  std::vector<std::int32_t> encode(const std::string& text) const override { return inner_->encode(text); }
+  std::string decode(std::int32_t token) const override { return inner_->decode(token); }
+  std::int32_t vocab_size() const override { return inner_->vocab_size(); }
+  std::int32_t eos_token() const override { return inner_->eos_token(); }
+  std::vector<std::int32_t> end_tokens() const override { return ends_; }
+
+private:
+  std::unique_ptr<tokenizer> inner_;
+  std::vector<std::int32_t> ends_;
+};
+
+} // namespace
+
+std::variant<std::vector<std::int32_t>, std::string> parse_generation_eos(std::string_view json_text,
+                                                                          const std::string& source) {
+  bool too_deep = false;
+  const nlohmann::json doc = detail::parse_bounded(json_text, too_deep, false);
+  if (doc.is_discarded() || too_deep)
+    return source + ": not valid JSON";
+  if (!doc.is_object())
+    return source + ": expected a JSON object at the top level";
+  std::vector<std::int32_t> out;
+  if (!doc.contains("eos_token_id") || doc.at("eos_token_id").is_null())
+    return out;
+  const auto& v = doc.at("eos_token_id");
+  const auto one = [&](const nlohmann::json& id) -> bool {
+    if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > INT32_MAX)
+      return false;
+    out.push_back(static_cast<std::int32_t>(id.get<std::int64_t>()));
+    return true;
+  };
+  bool ok = true;
+  if (v.is_array())
+    for (const auto& id : v)
+      ok = ok && one(id);
+  else
+    ok = one(v);
+  if (!ok)
+    return source + ": eos_token_id: must be a token id or a list of them, got " + v.dump();
+  return out;
+}
+
+std::variant<std::unique_ptr<tokenizer>, std::string> load_model_tokenizer(const std::string& model_dir,
+                                                                           const llama_config& config) {
+  namespace fs = std::filesystem;
+  const auto eos = config.eos_token_ids.empty() ? -1 : config.eos_token_ids.front();
+  std::unique_ptr<tokenizer> tok;
+  std::string path = model_dir + "/tokenizer.model";
+  if (fs::exists(path)) {
+    auto sp = sp_tokenizer::load(path, config.bos_token_id, eos);
+    if (auto* err = std::get_if<std::string>(&sp))
+      return *err;
+    tok = std::move(std::get<std::unique_ptr<sp_tokenizer>>(sp));
+  } else {
+    path = model_dir + "/tokenizer.json";
+    if (!fs::exists(path))
+      return model_dir + ": has neither tokenizer.model (SentencePiece) nor tokenizer.json (byte-level BPE)";
+    auto bpe = bpe_tokenizer::load(path, eos);
+    if (auto* err = std::get_if<std::string>(&bpe))
+      return *err;
+    tok = std::move(std::get<std::unique_ptr<bpe_tokenizer>>(bpe));
+  }
+  if (tok->vocab_size() > static_cast<std::int32_t>(config.vocab_size))
+    return path + ": " + std::to_string(tok->vocab_size()) + " ids, but config.json's vocab_size is " +
+           std::to_string(config.vocab_size);
+
+  std::vector<std::int32_t> ends = config.eos_token_ids;
+  const std::string generation = model_dir + "/generation_config.json";
+  if (fs::exists(generation)) {
+    std::ifstream f{generation, std::ios::binary};
+    std::ostringstream text;
+    text << f.rdbuf();
+    auto more = parse_generation_eos(text.str(), generation);
+    if (auto* err = std::get_if<std::string>(&more))
+      return *err;
+    for (const auto id : std::get<std::vector<std::int32_t>>(more))
+      if (std::find(ends.begin(), ends.end(), id) == ends.end())
+        ends.push_back(id);
+  }
+  for (const auto id : ends)
+    if (id >= static_cast<std::int32_t>(config.vocab_size))
+      return model_dir + ": end-of-sequence id " + std::to_string(id) + " is outside the vocabulary of " +
+             std::to_string(config.vocab_size);
+  return std::unique_ptr<tokenizer>(std::make_unique<ended_tokenizer>(std::move(tok), std::move(ends)));
+}
+
+} // namespace troupe::gpu

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# A Llama 3-style model end to end: troupe-mkmodel --tokenizer bpe writes a
+# byte-level BPE tokenizer.json with Llama 3's special tokens, and a
+# generation_config.json that also ends on <|eot_id|>; troupe-serve serves it
+# on the cpu backend with chat_template = "llama3". Special tokens in text are
+# read as themselves; text of any script comes back whole through /tokenize
+# and /detokenize; a chat's prompt is Llama 3's format, its text trimmed;
+# config.json's end id and generation_config.json's both end the output
+# (finish "stop"), not before min_tokens, and not with ignore_eos.
+# Usage: llama3.sh BIN_DIR
+set -euo pipefail
+bin="$1"
+work="$(mktemp -d)"
+pid=""
+trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
+
+"$bin/troupe-mkmodel" --out "$work/model" --tokenizer bpe --hidden 64 --intermediate 128 --layers 2 --heads 4 \
+  --kv-heads 2 --vocab 1024 --adapters 3 > /dev/null
+[ -f "$work/model/tokenizer.json" ] && [ ! -e "$work/model/tokenizer.model" ] \
+  || { echo "llama3: troupe-mkmodel --tokenizer bpe wrote no tokenizer.json alone"; exit 1; }
+sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "llama3"/' \
+  config/default.toml > "$work/serve.toml"
+grep -q '^chat_template = "llama3"$' "$work/serve.toml"
+grep -q "^path = \"$work/model\"$" "$work/serve.toml"
+
+"$bin/troupe-serve" --config "$work/serve.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
+pid=$!
+http=""
+for _ in $(seq 1 400); do
+  http="$(sed -n 's/^troupe-serve: http on //p' "$work/log")"
+  [ -n "$http" ] && break
+  kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
+  sleep 0.05
+done
+[ -n "$http" ] || { echo "llama3: the server did not start"; cat "$work/log"; exit 1; }
+
+python3 - "$http" <<'PY'
+import json, sys, urllib.request, urllib.error
+
+base = "http://" + sys.argv[1]
+# troupe-mkmodel --vocab 1024 --tokenizer bpe: the five special tokens last.
+BOS, END_OF_TEXT, START_HEADER, END_HEADER, EOT = range(1019, 1024)
+
+def call(path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+def tokens(text):
+    status, out = call("/tokenize", {"prompt": text})
+    assert status == 200, out
+    return out["tokens"]
+
+# Special tokens in the text are themselves; BOS comes first.
+t = tokens("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>")
+assert t[0] == BOS and t[1] == START_HEADER and t[-1] == EOT and END_HEADER in t, t
+assert all(0 <= x < BOS for x in t[2:t.index(END_HEADER)]), t
+# Bytes of any script come back whole.
+for text in ["Ünïcödé 中文 テキスト 🙂 it's 12345", "  spaces\n\n\ttabs\r\n", "<|not_special|>"]:
+    t = tokens(text)
+    status, out = call("/detokenize", {"tokens": t})
+    assert status == 200 and out["prompt"] == text, (text, t, out)
+
+def chat(**extra):
+    body = {"model": "model", "max_tokens": 6, "temperature": 0,
+            "messages": [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": "  Hi there\n"}]}
+    body.update(extra)
+    status, out = call("/v1/chat/completions", body)
+    assert status == 200, out
+    return out
+
+# The prompt is Llama 3's format, each message's text trimmed.
+rendered = ("<|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
+            "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n")
+plain = chat()
+assert plain["usage"]["prompt_tokens"] == len(tokens(rendered)), (plain, tokens(rendered))
+assert plain["choices"][0]["finish_reason"] in ("stop", "length"), plain
+
+# Both end ids end the output: config.json's <|end_of_text|> and
+# generation_config.json's <|eot_id|>.
+for end in (END_OF_TEXT, EOT):
+    out = chat(logit_bias={str(end): 100})
+    assert out["choices"][0]["finish_reason"] == "stop", (end, out)
+    assert out["usage"]["completion_tokens"] == 1 and out["choices"][0]["message"]["content"] == "", (end, out)
+    # Not before min_tokens: held off three tokens, then the fourth ends it.
+    out = chat(logit_bias={str(end): 100}, min_tokens=3)
+    assert out["choices"][0]["finish_reason"] == "stop" and out["usage"]["completion_tokens"] == 4, (end, out)
+    # Not at all with ignore_eos.
+    out = chat(logit_bias={str(end): 100}, ignore_eos=True)
+    assert out["choices"][0]["finish_reason"] == "length" and out["usage"]["completion_tokens"] == 6, (end, out)
+print("llama3: ok")
+PY
+kill -INT "$pid"
+wait "$pid"
+pid=""
