@@ -1,5 +1,6 @@
 #include "tests/fuzz/targets.hpp"
 
+#include "gpu/bpe_tokenizer.hpp"
 #include "gpu/gpu_spec.hpp"
 #include "gpu/llama_config.hpp"
 #include "gpu/lora.hpp"
@@ -504,6 +505,69 @@ bool llama_config(std::span<const std::uint8_t> in) {
   return true;
 }
 
+/// The concatenated decodes of `ids`.
+std::string decoded(const gpu::tokenizer& t, const std::vector<std::int32_t>& ids) {
+  std::string out;
+  for (const auto id : ids) {
+    require(id >= 0 && id < t.vocab_size(), "id " + std::to_string(id) + " outside the vocabulary");
+    out += t.decode(id);
+  }
+  return out;
+}
+
+bool tokenizer_json(std::span<const std::uint8_t> in) {
+  const auto text = text_of(in);
+  auto r = gpu::bpe_tokenizer::parse(text, "tokenizer.json", -1);
+  if (auto* err = std::get_if<std::string>(&r)) {
+    require(err->starts_with("tokenizer.json: "), "a tokenizer.json error that does not name it: " + *err);
+    return false;
+  }
+  const auto& t = *std::get<std::unique_ptr<gpu::bpe_tokenizer>>(r);
+  // Without added tokens every byte comes back; with them, ids stay valid.
+  const auto doc = nlohmann::json::parse(text, nullptr, false);
+  const bool plain = !doc.contains("added_tokens") || doc["added_tokens"].empty();
+  for (const std::string sample : {"", "The quick <|x|> 123 \xC3\xBCn\xC3\xAF \xF0\x9F\x99\x82 \xFF\xFE  \n\n x"}) {
+    const auto ids = t.encode(sample);
+    const auto back = decoded(t, ids);
+    require(ids.size() >= t.prefix().size() + t.suffix().size(), "encode dropped the template's ids");
+    if (plain && t.prefix().empty() && t.suffix().empty())
+      require(back == sample, "a text does not come back: " + back);
+  }
+  return true;
+}
+
+bool bpe_encode(std::span<const std::uint8_t> in) {
+  static const std::vector<std::string> specials{"<|a|>", "<|ab|>", "<|eot_id|>"};
+  static const auto tok = [] {
+    gpu::bpe_training o;
+    o.vocab_size = 420;
+    o.special_tokens = specials;
+    o.bos_token = "<|a|>";
+    std::string corpus;
+    for (int k = 0; k < 20; ++k)
+      corpus += "The river runs deep; it's 1234 km long.\n\tUn fleuve tr\xC3\xA8s long \xE4\xB8\xAD\xE6\x96\x87 ";
+    auto r = gpu::bpe_tokenizer::parse(gpu::train_bpe_json(corpus, o).json, "trained", -1);
+    return std::move(std::get<std::unique_ptr<gpu::bpe_tokenizer>>(r));
+  }();
+  const auto text = text_of(in);
+  const auto ids = tok->encode(std::string{text});
+  require(!ids.empty() && ids.front() == tok->prefix().front(), "BOS is not first");
+  // The text comes back with its special tokens (longest first) taken out.
+  std::string want;
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t len = 0;
+    for (const auto& s : specials)
+      if (text.substr(i, s.size()) == s)
+        len = std::max(len, s.size());
+    if (len == 0)
+      want += text[i++];
+    i += len;
+  }
+  const auto back = decoded(*tok, ids);
+  require(back == want, "the text does not come back: " + back);
+  return true;
+}
+
 bool safetensors(std::span<const std::uint8_t> in) {
   const auto path = scratch() / "fuzz.safetensors";
   write_file(path, text_of(in));
@@ -780,7 +844,7 @@ bool json_output(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 13> all{{
+constexpr std::array<target, 15> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -794,6 +858,8 @@ constexpr std::array<target, 13> all{{
   {"sim", sim},
   {"sim_tiers", sim_tiers},
   {"json_schema", json_output},
+  {"tokenizer_json", tokenizer_json},
+  {"bpe_encode", bpe_encode},
 }};
 
 } // namespace

@@ -48,6 +48,11 @@ struct target {
 ///   json_schema    a JSON Schema, a NUL byte and a text: the schema compiles or is
 ///                  refused; the text read byte by byte never reaches a dead end,
 ///                  and what is taken whole is a JSON object
+///   tokenizer_json a byte-level BPE tokenizer.json: refused naming the file, or
+///                  it encodes to ids in its vocabulary (texts come back whole
+///                  where it has no added tokens)
+///   bpe_encode     a text through a trained tokenizer: BOS first, every byte
+///                  back but the special tokens'
 std::span<const target> targets();
 
 /// The target called `name`, or nullptr.
