@@ -4,6 +4,7 @@
 #include "runtime/json_schema.hpp"
 
 #include <algorithm>
+#include <type_traits>
 
 namespace troupe {
 
@@ -338,6 +339,34 @@ void json_vocab::walk(const trie& t, std::uint32_t at, const Machine& m, std::ve
   }
 }
 
+void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, const json_pattern& p,
+                              const json_machine& lex, const std::vector<std::uint16_t>& states, std::uint32_t cp,
+                              std::string& prefix, std::vector<std::int32_t>& out) {
+  for (const auto& [c, child] : t[at].next) {
+    json_machine after = lex;
+    if (!after.step(c))
+      continue;
+    const auto& ending = t[child].tokens;
+    prefix.push_back(static_cast<char>(c));
+    if (lex.lex_ == json_machine::lex::string && lex.utf8_left_ == 0 && c == '"') {
+      // The string closes: what may follow is the whole schema's to say.
+      schema_machine full = m;
+      if (full.feed(std::string_view(prefix))) {
+        out.insert(out.end(), ending.begin(), ending.end());
+        walk(t, child, full, out);
+      }
+    } else {
+      auto next_states = states;
+      auto next_cp = cp;
+      if (schema_machine::pattern_takes(p, next_states, next_cp, lex, c)) {
+        out.insert(out.end(), ending.begin(), ending.end());
+        walk_pattern(t, child, m, p, after, next_states, next_cp, prefix, out);
+      }
+    }
+    prefix.pop_back();
+  }
+}
+
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const json_machine& m) {
   return split(m, m.key(), m.in_text());
 }
@@ -361,7 +390,18 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& 
     out.allowed.resize(plain_.size() + walked.size());
     std::merge(plain_.begin(), plain_.end(), walked.begin(), walked.end(), out.allowed.begin());
   } else {
-    walk(trie_, 0, m, out.allowed);
+    const json_pattern* pattern = nullptr;
+    if constexpr (std::is_same_v<Machine, schema_machine>)
+      pattern = m.pattern_string();
+    if constexpr (std::is_same_v<Machine, schema_machine>) {
+      if (pattern != nullptr) {
+        std::string prefix;
+        const auto& r = m.readings_.front();
+        walk_pattern(trie_, 0, m, *pattern, m.lex_, r.pattern_at, r.pattern_cp, prefix, out.allowed);
+      }
+    }
+    if (pattern == nullptr)
+      walk(trie_, 0, m, out.allowed);
     std::sort(out.allowed.begin(), out.allowed.end());
   }
   out.banned.reserve(bytes_.size() - out.allowed.size());

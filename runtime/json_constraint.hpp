@@ -21,6 +21,7 @@ class tokenizer;
 namespace troupe {
 
 class schema_machine;
+class json_pattern;
 
 /// JSON's byte classes (RFC 8259): whitespace between tokens, digits, hex
 /// digits.
@@ -149,6 +150,13 @@ private:
   static void insert(trie& t, std::string_view bytes, std::int32_t token);
   template <class Machine>
   static void walk(const trie& t, std::uint32_t at, const Machine& m, std::vector<std::int32_t>& out);
+  /// walk() for a schema machine `m` in a string value held to pattern
+  /// `p`: the string's bytes step the JSON recognizer and the pattern
+  /// alone (`lex`, `states`, `cp`); a byte that closes the string goes to
+  /// a copy of `m` fed `prefix` (the bytes walked so far), which walks on.
+  static void walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, const json_pattern& p,
+                           const json_machine& lex, const std::vector<std::uint16_t>& states, std::uint32_t cp,
+                           std::string& prefix, std::vector<std::int32_t>& out);
   /// split() for a machine whose key is `k`; `in_text`: it is inside a
   /// string that plain text keeps as it is.
   template <class Machine>

@@ -219,7 +219,7 @@ constexpr std::string_view annotations[] = {"title",    "description", "default"
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
                                          "items",     "minItems",   "maxItems",  "minLength",
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum",
-                                         "exclusiveMaximum", "format", "enum",   "const",
+                                         "exclusiveMaximum", "format", "pattern", "enum", "const",
                                          "anyOf",     "allOf",      "$ref"};
 
 template <std::size_t N>
@@ -231,7 +231,8 @@ bool among(const std::string_view (&set)[N], std::string_view k) {
 
 class json_schema::compiler {
 public:
-  compiler(const json& doc, std::vector<node>& nodes) : doc_(doc), nodes_(nodes) {}
+  compiler(const json& doc, std::vector<node>& nodes, std::vector<std::shared_ptr<const json_pattern>>& patterns)
+      : doc_(doc), nodes_(nodes), patterns_(patterns) {}
 
   /// The node of the schema at `path` (a JSON pointer into the document),
   /// made once however often it is referred to.
@@ -353,7 +354,7 @@ private:
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
                        "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
                        "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
-                       "enum, const, anyOf, allOf (of one schema) and $ref");
+                       "pattern, enum, const, anyOf, allOf (of one schema) and $ref");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -421,7 +422,7 @@ private:
 
     const bool object_words = has("properties") || has("required") || has("additionalProperties");
     const bool array_words = has("items") || has("minItems") || has("maxItems");
-    const bool string_words = has("minLength") || has("maxLength") || has("format");
+    const bool string_words = has("minLength") || has("maxLength") || has("format") || has("pattern");
     if (has("type"))
       n.types = type_of(s["type"], path);
     else if (object_words || array_words || string_words)
@@ -478,11 +479,28 @@ private:
         fail(path, "has a \"format\" but takes no strings");
       n.format = it->second;
     }
+    if (const auto p = s.find("pattern"); p != s.end()) {
+      if (!p->is_string())
+        fail(path, "has \"pattern\" " + p->dump() + "; it must be a regular expression in a string");
+      if (!(n.types & t_string))
+        fail(path, "has a \"pattern\" but takes no strings");
+      for (const char* other : {"minLength", "maxLength", "format"})
+        if (has(other))
+          fail(path, std::string("has \"pattern\" beside \"") + other
+                       + "\"; Troupe takes a pattern alone (write the length into it: {3,8})");
+      try {
+        patterns_.push_back(std::make_shared<const json_pattern>(p->get<std::string>()));
+      } catch (const std::invalid_argument& e) {
+        fail(path, "has \"pattern\" " + p->dump() + ": " + e.what());
+      }
+      n.pattern = static_cast<std::uint32_t>(patterns_.size() - 1);
+    }
     return n;
   }
 
   const json& doc_;
   std::vector<node>& nodes_;
+  std::vector<std::shared_ptr<const json_pattern>>& patterns_;
   std::map<std::string, std::uint32_t> made_;
 };
 
@@ -495,7 +513,7 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   }
   auto s = std::make_shared<json_schema>();
   s->nodes_.emplace_back(); // node 0: any value
-  compiler c(doc, s->nodes_);
+  compiler c(doc, s->nodes_, s->patterns_);
   s->root_ = c.at("");
   for (std::uint32_t i = 0; i < s->nodes_.size(); ++i)
     s->alternatives_.push_back(s->find_alternatives(i));
@@ -652,6 +670,13 @@ void schema_machine::reading::append_key(std::string& k) const {
     k += static_cast<char>(format.month);
     k += static_cast<char>(format.digit);
   }
+  if (pattern_node != json_schema::none) {
+    k += 'p';
+    put32(pattern_node);
+    put32(pattern_cp);
+    put32(static_cast<std::uint32_t>(pattern_at.size()));
+    k.append(reinterpret_cast<const char*>(pattern_at.data()), pattern_at.size() * sizeof pattern_at[0]);
+  }
   if (bounded_node != json_schema::none) {
     put32(bounded_node);
     k += static_cast<char>(negative);
@@ -687,7 +712,7 @@ bool schema_machine::free_text() const noexcept {
     return false;
   return std::all_of(readings_.begin(), readings_.end(), [&](const reading& r) {
     return r.literal_node == json_schema::none && r.string_node == json_schema::none
-           && r.format.format == json_schema::string_format::none && (!lex_.key_ || r.frames.back().key_free);
+           && r.format.format == json_schema::string_format::none && r.pattern_node == json_schema::none && (!lex_.key_ || r.frames.back().key_free);
   });
 }
 
@@ -790,8 +815,77 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       u.string_node = n;
       u.chars = 0;
     }
+    if (c == '"' && node.pattern != json_schema::none) {
+      u.pattern_node = n;
+      u.pattern_at = s.pattern(node.pattern).start();
+      u.pattern_cp = 0;
+    }
     u.digits = json_digit(c);
     out.push_back(std::move(u));
+  }
+}
+
+/// A string value's byte `c` under its pattern (the lexer before it in
+/// `before`): a character written whole (a UTF-8 sequence, an escape, a
+/// \u escape's last digit) steps the pattern; a part of one must leave a
+/// character the pattern may take; the closing quote must find it matched.
+/// False: the byte may not come.
+const json_pattern* schema_machine::pattern_string() const noexcept {
+  if (readings_.size() != 1 || readings_[0].pattern_node == json_schema::none || lex_.key_)
+    return nullptr;
+  return &schema_->pattern(schema_->at(readings_[0].pattern_node).pattern);
+}
+
+bool schema_machine::pattern_takes(const json_pattern& p, json_pattern::states& at, std::uint32_t& cp,
+                                   const json_machine& before, unsigned char c) {
+  using L = json_machine::lex;
+  const auto whole = [&](char32_t code) {
+    if (code >= 0xD800 && code <= 0xDFFF)
+      return false; // half of a pair: the pattern reads code points
+    auto next = p.step(at, code);
+    if (next.empty())
+      return false;
+    at = std::move(next);
+    cp = 0;
+    return true;
+  };
+  // `bits` known, `left` bits of the character still to come, and the
+  // least code point a sequence of its length may write (none overlong).
+  const auto partial = [&](std::uint32_t bits, unsigned left, char32_t least = 0) {
+    cp = bits;
+    return p.may_take(at, std::max<char32_t>(bits << left, least), (bits << left) | ((1u << left) - 1));
+  };
+  switch (before.lex_) {
+    case L::string:
+      if (before.utf8_left_ > 0) {
+        const std::uint32_t bits = (cp << 6) | (c & 0x3F);
+        return before.utf8_left_ == 1 ? whole(bits) : partial(bits, 6u * (before.utf8_left_ - 1u));
+      }
+      if (c == '"')
+        return p.accepts(at); // the caller drops the pattern's reading
+      if (c == '\\')
+        return p.may_take(at, 0, 0xFFFF); // what an escape can write
+      if (c < 0x80)
+        return whole(c);
+      if ((c & 0xE0) == 0xC0)
+        return partial(c & 0x1F, 6, 0x80);
+      if ((c & 0xF0) == 0xE0)
+        return partial(c & 0x0F, 12, 0x800);
+      return partial(c & 0x07, 18, 0x10000);
+    case L::escape: {
+      if (c == 'u')
+        return partial(0, 16);
+      static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
+      const auto at = from.find(static_cast<char>(c));
+      return at != std::string_view::npos && whole(static_cast<unsigned char>(to[at]));
+    }
+    case L::unicode: {
+      const std::uint32_t digit = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+      const std::uint32_t bits = (cp << 4) | digit;
+      return before.hex_left_ == 1 ? whole(bits) : partial(bits, 4u * (before.hex_left_ - 1u));
+    }
+    default:
+      return true;
   }
 }
 
@@ -910,6 +1004,14 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
           if (next < 0)
             return;
           r.format.at = static_cast<std::uint8_t>(next);
+        }
+      }
+      if (r.pattern_node != json_schema::none) {
+        if (!pattern_takes(s.pattern(s.at(r.pattern_node).pattern), r.pattern_at, r.pattern_cp, before, c))
+          return;
+        if (c == '"' && state == L::string && before.utf8_left_ == 0) {
+          r.pattern_node = json_schema::none; // the string has closed
+          r.pattern_at.clear();
         }
       }
       if (r.string_node != json_schema::none && state == L::string && before.utf8_left_ == 0) {

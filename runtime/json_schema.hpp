@@ -11,7 +11,7 @@
 //   null), properties, required, additionalProperties (false, true or a
 //   schema), items (one schema), minItems, maxItems, minLength, maxLength,
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers),
-//   format (date, time, date-time, uuid),
+//   format (date, time, date-time, uuid), pattern (runtime/json_pattern),
 //   enum, const, anyOf, allOf of one schema, $ref into the same document
 //   ("#", "#/$defs/x").
 // Annotations (title, description, default, examples, $schema, $id,
@@ -19,7 +19,7 @@
 // skipped. Every other keyword is refused, naming it and where it stands,
 // rather than ignored: an output that looks checked but is not would be
 // worse than an error. A schema without "type" takes it from its keywords
-// (properties: an object; items: an array; minLength or format: a string;
+// (properties: an object; items: an array; minLength, format or pattern: a string;
 // none of them: any value).
 //
 // How the output is held to it: property names are written as their JSON
@@ -33,6 +33,7 @@
 #pragma once
 
 #include "runtime/json_constraint.hpp"
+#include "runtime/json_pattern.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -101,6 +102,9 @@ public:
     /// Strings: "format", of those Troupe writes to (RFC 3339's date,
     /// full-time and date-time; RFC 9562's uuid).
     string_format format = string_format::none;
+    /// Strings: "pattern", an index into the schema's patterns (none: no
+    /// pattern).
+    std::uint32_t pattern = none;
     /// The least nesting a value of this node takes (0: a scalar will do;
     /// unreachable: no finite value), and as an object or an array (its
     /// required properties' and items' included); each literal's.
@@ -120,6 +124,8 @@ public:
   /// Node 0 is any value.
   const node& at(std::uint32_t i) const { return nodes_[i]; }
   std::uint32_t root() const noexcept { return root_; }
+  /// A node's pattern (node::pattern).
+  const json_pattern& pattern(std::uint32_t i) const { return *patterns_[i]; }
 
   /// What a value of node `i` may be: the nodes and literals anyOf and
   /// $ref lead to. A literal alternative is {node, literal index}; a typed
@@ -132,6 +138,7 @@ private:
   std::vector<alternative> find_alternatives(std::uint32_t i) const;
   void measure_depths();
   std::vector<node> nodes_;
+  std::vector<std::shared_ptr<const json_pattern>> patterns_;
   std::vector<std::vector<alternative>> alternatives_; ///< by node
   std::uint32_t root_ = 0;
   std::uint64_t id_ = 0;
@@ -220,6 +227,12 @@ private:
     std::uint32_t string_node = json_schema::none;
     std::uint32_t chars = 0;
     format_state format;
+    /// In a string value with a pattern: its node, where the pattern's
+    /// reading stands, and the bits of the character being written (UTF-8
+    /// bytes or \u digits so far).
+    std::uint32_t pattern_node = json_schema::none;
+    json_pattern::states pattern_at;
+    std::uint32_t pattern_cp = 0;
     void append_key(std::string& k) const;
   };
 
@@ -227,6 +240,14 @@ private:
   void advance(reading r, const json_machine& before, const json_machine& after, unsigned char c,
                std::vector<reading>& out) const;
   void begin_value(reading r, const json_machine& before, unsigned char c, std::vector<reading>& out) const;
+  /// A string value's byte `c` under its pattern; false: it may not come.
+  /// `at` and `cp` are the reading's pattern_at and pattern_cp; a closing
+  /// quote is taken when the pattern has matched (the caller then drops them).
+  static bool pattern_takes(const json_pattern& p, json_pattern::states& at, std::uint32_t& cp,
+                            const json_machine& before, unsigned char c);
+  /// In a string value held to a pattern, with one reading: its pattern
+  /// (json_vocab walks such a string's bytes with the pattern alone).
+  const json_pattern* pattern_string() const noexcept;
   /// Inside a string whose bytes no reading checks (plain text keeps it).
   bool free_text() const noexcept;
 

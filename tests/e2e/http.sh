@@ -85,10 +85,14 @@ ids="$("$bin/troupe-client" --endpoint "$zmq" --tokenize "The river runs" \
 # few seeds, every answer that ends is {"n": <a digit>}.
 echo '{"type":"object","properties":{"n":{"type":"integer","minimum":0,"maximum":9}},"required":["n"],
   "additionalProperties":false}' > "$work/digit.json"
-for seed in 1 2 3 4 5 6; do
-  "$bin/troupe-client" --endpoint "$zmq" --prompt "A digit:" --max-tokens 24 --seed "$seed" --no-stream \
-    --json-schema "$work/digit.json" --json 2>/dev/null | tail -1
-done > "$work/digits.jsonl"
+# schema_answers SCHEMA PROMPT MAX_TOKENS: troupe-client's done lines for seeds 1-6.
+schema_answers() {
+  for seed in 1 2 3 4 5 6; do
+    "$bin/troupe-client" --endpoint "$zmq" --prompt "$2" --max-tokens "$3" --seed "$seed" --no-stream \
+      --json-schema "$1" --json 2>/dev/null | tail -1
+  done
+}
+schema_answers "$work/digit.json" "A digit:" 24 > "$work/digits.jsonl"
 python3 - "$work/digits.jsonl" <<'PY'
 import json, sys
 ended = 0
@@ -102,10 +106,26 @@ for line in open(sys.argv[1]):
         assert done["text"].lstrip().startswith("{"), done
 assert ended >= 1, "no --json-schema answer of 6 ended"
 PY
-echo '{"type":"object","properties":{"n":{"type":"string","pattern":"x"}}}' > "$work/pattern.json"
+# A pattern holds each answer that ends to it; one with lookaround is
+# refused, naming it.
+echo '{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{2}$"}},"required":["code"],
+  "additionalProperties":false}' > "$work/code.json"
+schema_answers "$work/code.json" "A code:" 80 > "$work/codes.jsonl"
+python3 - "$work/codes.jsonl" <<'PY'
+import json, re, sys
+ended = 0
+for line in open(sys.argv[1]):
+    done = json.loads(line)
+    if done["finish_reason"] == "stop":
+        ended += 1
+        code = json.loads(done["text"])["code"]
+        assert re.fullmatch(r"[A-Z]{3}-[0-9]{2}", code), done
+assert ended >= 1, "no pattern answer of 6 ended"
+PY
+echo '{"type":"object","properties":{"n":{"type":"string","pattern":"(?=x)y"}}}' > "$work/pattern.json"
 if "$bin/troupe-client" --endpoint "$zmq" --prompt x --json-schema "$work/pattern.json" 2> "$work/pattern.err" > /dev/null \
-  || ! grep -q '"pattern"' "$work/pattern.err"; then
-  echo "http: a schema with pattern was not refused by name"; cat "$work/pattern.err"; exit 1
+  || ! grep -q '"pattern"' "$work/pattern.err" || ! grep -q 'lookaround' "$work/pattern.err"; then
+  echo "http: a pattern with lookaround was not refused by name"; cat "$work/pattern.err"; exit 1
 fi
 if "$bin/troupe-client" --endpoint "$zmq" --prompt x --json-schema "$work/no-such.json" > /dev/null 2>&1; then
   echo "http: troupe-client took --json-schema without a file"; exit 1
@@ -544,7 +564,7 @@ assert status == 200 and isinstance(json.loads(body)["choices"][0]["message"]["c
 # Parameters the server cannot hold a call to are refused when the call is
 # forced, naming the function; offered ("auto"), they are shown as given.
 patterned = {"type": "function", "function": {"name": "lookup", "parameters": {
-    "type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}}}}}
+    "type": "object", "properties": {"code": {"type": "string", "pattern": "^(?=[A-Z])[A-Z]{3}$"}}}}}
 err = refused(400, path="/v1/chat/completions", body=dict(ask, tools=[patterned], tool_choice="required"),
               says='tool "lookup"')
 assert err["param"] == "tools" and "pattern" in err["message"], err

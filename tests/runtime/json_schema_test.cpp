@@ -59,7 +59,7 @@ std::vector<std::string> types_of(const json& s) {
     types.push_back("object");
   if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
     types.push_back("array");
-  if (s.contains("minLength") || s.contains("maxLength") || s.contains("format"))
+  if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern"))
     types.push_back("string");
   return types;
 }
@@ -86,6 +86,28 @@ bool formatted(const std::string& format, const std::string& x) {
   if (format == "date-time")
     return x.size() > 11 && x[10] == 'T' && is_date(x.substr(0, 10)) && std::regex_match(x.substr(11), time);
   return std::regex_match(x, uuid);
+}
+
+/// UTF-8 to code points (the test's texts are well formed).
+std::wstring wide(const std::string& s) {
+  std::wstring out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+    std::uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(static_cast<wchar_t>(cp));
+    i += n;
+  }
+  return out;
+}
+
+/// JSON Schema's pattern: an ECMA-262 search, here std::wregex's over code
+/// points (its \s and \w are ASCII's: the test's patterns use them on
+/// ASCII text only).
+bool matches(const std::string& pattern, const std::string& x) {
+  return std::regex_search(wide(x), std::wregex(wide(pattern), std::regex::ECMAScript));
 }
 
 bool valid(const json& doc, const json& s, const json& v) {
@@ -142,7 +164,8 @@ bool valid(const json& doc, const json& s, const json& v) {
     for (const char c : v.get<std::string>())
       chars += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
     return is("string") && chars >= s.value("minLength", 0u) && chars <= s.value("maxLength", 0xFFFFFFFFu)
-           && (!s.contains("format") || formatted(s["format"], v.get<std::string>()));
+           && (!s.contains("format") || formatted(s["format"], v.get<std::string>()))
+           && (!s.contains("pattern") || matches(s["pattern"], v.get<std::string>()));
   }
   if (v.is_boolean())
     return is("boolean");
@@ -215,13 +238,37 @@ const std::vector<std::string>& schemas() {
         "tag":{"anyOf":[{"type":"string","minLength":4},{"type":"string","maxLength":1}]}},"required":["code"]})",
     R"({"type":"object","properties":{"d":{"type":"string","format":"date"},"t":{"format":"time"},
         "at":{"format":"date-time"},"id":{"type":["string","null"],"format":"uuid"}},"required":["d"]})",
+    R"({"type":"object","properties":{"zip":{"type":"string","pattern":"^[0-9]{5}(-[0-9]{4})?$","examples":["12345","00000-1234"]},
+        "id":{"pattern":"^[A-Z]{2,3}_\\d+$","examples":["AB_1","XYZ_2026"]},
+        "word":{"type":["string","null"],"pattern":"ab|^c","examples":["cat","tabby","ab"]},
+        "tail":{"pattern":"é.?$","examples":["café","éx","té!"]}},"required":["zip","id"],"additionalProperties":false})",
+    R"({"type":"object","properties":{"q":{"pattern":"^[\"\\\\/]+$","examples":["\"","\\/\""]},
+        "ws":{"pattern":"^\\n\\t?(?:x|y)*$","examples":["\n","\n\txy"]},
+        "u":{"pattern":"^\\u00e9[^a-z\\d]{0,2}$","examples":["é","éÉ!"]}},"additionalProperties":false})",
   };
   return all;
 }
 
 TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {R"({"type":"object","properties":{"a":{"type":"string","pattern":"x"}}})", R"("#/properties/a" has "pattern")"},
+    {R"({"type":"object","properties":{"a":{"type":"string","multipleOf":2}}})", R"("#/properties/a" has "multipleOf")"},
+    {R"({"type":"object","properties":{"a":{"pattern":"(a"}}})", R"("#/properties/a" has "pattern" "(a": a ( without its ))"},
+    {R"({"type":"object","properties":{"a":{"pattern":"(a)\\1"}}})", "back-references are not supported"},
+    {R"x({"type":"object","properties":{"a":{"pattern":"a(?=b)"}}})x", "lookaround"},
+    {R"({"type":"object","properties":{"a":{"pattern":"\\bword"}}})", "word boundaries"},
+    {R"({"type":"object","properties":{"a":{"pattern":"\\p{L}"}}})", "Unicode property escapes"},
+    {R"({"type":"object","properties":{"a":{"pattern":"a^b"}}})", "^ only at the start"},
+    {R"({"type":"object","properties":{"a":{"pattern":"a$b"}}})", "$ only at the end"},
+    {R"({"type":"object","properties":{"a":{"pattern":"**"}}})", "nothing to repeat"},
+    {R"({"type":"object","properties":{"a":{"pattern":"a{3,2}"}}})", "m below n"},
+    {R"({"type":"object","properties":{"a":{"pattern":"a{1001}"}}})", "a repeat bound over 1000"},
+    {R"({"type":"object","properties":{"a":{"pattern":"(a{100}){100}"}}})", "over 4096 states"},
+    {R"({"type":"object","properties":{"a":{"pattern":"[\\ud800-\\udfff]"}}})", "a class no character can match"},
+    {R"({"type":"object","properties":{"a":{"pattern":"[z-a]"}}})", "out of order"},
+    {R"({"type":"object","properties":{"a":{"pattern":"\\q"}}})", "an unknown escape \\q"},
+    {R"({"type":"object","properties":{"a":{"pattern":7}}})", "it must be a regular expression in a string"},
+    {R"({"type":"object","properties":{"a":{"type":"integer","pattern":"x"}}})", "takes no strings"},
+    {R"({"type":"object","properties":{"a":{"pattern":"x","maxLength":3}}})", "Troupe takes a pattern alone"},
     {R"({"type":"object","properties":{"a":{"type":"strin"}}})", R"(has "type" "strin")"},
     {R"({"type":"object","properties":{"a":false}})", R"("#/properties/a" is false)"},
     {R"({"type":"object","required":["a"]})", R"(requires "a", which is not among its "properties")"},
@@ -461,6 +508,8 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
       a.push_back(sample(doc, s.value("items", json(true)), rng, depth + 1));
     return a;
   }
+  if (t == "string" && s.contains("pattern")) // the schema's examples match it
+    return s["examples"][pick(s["examples"].size())];
   if (t == "string" && s.contains("format")) {
     const auto two = [&](std::size_t lo, std::size_t n) {
       const auto x = lo + pick(n);
@@ -535,6 +584,60 @@ TEST(json_schema, takes_a_text_whole_exactly_when_the_oracle_accepts_it) {
   }
   EXPECT_GT(accepted, 500u) << "the mutations keep some texts valid";
   EXPECT_GT(refused, 5000u);
+}
+
+TEST(json_schema, a_pattern_takes_a_string_exactly_when_it_matches_however_the_string_is_written) {
+  // Each pattern against random strings of its alphabet, written plainly
+  // and with every character as a \u escape: taken whole iff std::wregex's
+  // ECMAScript search finds the pattern in the string.
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+    {"^[0-9]{2,3}(-[0-9])?$", {"0", "5", "9", "-", "a"}},
+    {"ab+c|^x", {"a", "b", "c", "x"}},
+    {"^(?:a|bc)*d?$", {"a", "b", "c", "d"}},
+    {"[^ab]", {"a", "b", "c"}},
+    {"^.\\.$", {"a", ".", "\n", "é"}},
+    {"^\\w+@\\w+$", {"a", "_", "@", "-", "1"}},
+    {"é{2}", {"é", "e", "x"}},
+    {"^[\"\\\\]\\t$", {"\"", "\\", "\t", "t"}},
+    {"^(ab|a)(bc)?c$", {"a", "b", "c"}},
+    {"^$", {"a"}},
+  };
+  std::mt19937 rng(3);
+  std::size_t taken = 0, refused = 0;
+  for (const auto& [pattern, alphabet] : cases) {
+    SCOPED_TRACE(pattern);
+    const std::string schema = R"({"type":"object","properties":{"a":{"pattern":)" + json(pattern).dump() + "}}}";
+    for (int i = 0; i < 300; ++i) {
+      std::string x;
+      for (auto n = rng() % 7; n > 0; --n)
+        x += alphabet[rng() % alphabet.size()];
+      const bool want = matches(pattern, x);
+      (want ? taken : refused) += 1;
+      const auto plain = "{\"a\":" + json(x).dump() + "}";
+      EXPECT_EQ(reads_whole(schema, plain), want) << plain;
+      std::string escaped = "{\"a\":\"";
+      for (const auto cp : wide(x)) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "\\u%04x", static_cast<unsigned>(cp));
+        escaped += hex;
+      }
+      escaped += "\"}";
+      EXPECT_EQ(reads_whole(schema, escaped), want) << escaped;
+    }
+  }
+  EXPECT_GT(taken, 300u);
+  EXPECT_GT(refused, 300u);
+  // Part of a character is taken only while the pattern can take a
+  // character it begins: é's lead byte, but not that of a CJK one.
+  auto m = machine(R"({"type":"object","properties":{"a":{"pattern":"^é$"}}})");
+  ASSERT_TRUE(m.feed(std::string_view(R"({"a":")")));
+  auto lead = m;
+  EXPECT_TRUE(lead.feed(static_cast<unsigned char>(0xC3)));
+  EXPECT_FALSE(lead.feed(static_cast<unsigned char>(0xA8))) << "è is not é";
+  EXPECT_FALSE(m.feed(static_cast<unsigned char>(0xE4)));
+  EXPECT_FALSE(m.feed(std::string_view("\\u00e8")));
+  EXPECT_TRUE(m.feed(std::string_view("\\u00E9\"}")));
+  EXPECT_TRUE(m.complete());
 }
 
 /// The schema's property names and string values, each with the quote
@@ -823,6 +926,38 @@ TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_ev
         ASSERT_EQ(*got, want) << m.key().size();
         if (want.empty())
           break; // this small vocabulary may not go on; bytes would
+        ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
+      }
+    }
+  }
+}
+
+TEST(json_schema, in_a_pattern_string_the_vocabulary_allows_exactly_the_tokens_a_machine_takes) {
+  // json_vocab walks a pattern string's bytes with the pattern alone and
+  // hands the closing quote to the whole machine: the same answers.
+  std::vector<std::string> tokens = {"", "{", "}", "\"", "\",", "\"}", "\"zip\":\"", "\"id\":\"", "\"tail\":\"",
+                                     "\"word\":\"", "123", "12345", "4", "-", "-12", "34\"", "AB", "X", "_", "_2",
+                                     "7\"}", "caf", "é", "é\"", "\\u00e9", "\\u00", "e9", "\xC3", "\xA9", "ab", "c",
+                                     "t", "ab\",", " ", ":", "null", "\\n", "\\", "\\\"", "\\t"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab, 8);
+  std::mt19937 rng(5);
+  for (const auto& schema : schemas()) {
+    if (schema.find("pattern") == std::string::npos)
+      continue;
+    SCOPED_TRACE(schema);
+    for (int walk = 0; walk < 40; ++walk) {
+      auto m = machine(schema);
+      for (int step = 0; step < 30 && !m.complete(); ++step) {
+        std::vector<std::int32_t> want;
+        for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
+          auto probe = m;
+          if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
+            want.push_back(t);
+        }
+        ASSERT_EQ(*v.allowed(m), want);
+        if (want.empty())
+          break;
         ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
       }
     }
