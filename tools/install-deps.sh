@@ -11,7 +11,7 @@ packages=(
   libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libblas-dev libsentencepiece-dev sentencepiece libpcre2-dev
-  python3-numpy python3-regex
+  python3-numpy python3-regex python3-jinja2
 )
 # Plots for docs/results.md (tools/plot-latency.sh): only when asked for.
 if [ "${1:-}" = "--plots" ]; then
