@@ -108,7 +108,13 @@ struct callable_t {
 value make_list(std::vector<value> xs = {}) { return value(std::make_shared<list_t>(std::move(xs))); }
 value make_tuple(std::vector<value> xs) { return value(std::make_shared<list_t>(std::move(xs), true)); }
 
-value from_json(const ojson& j) {
+/// Values nest at most this deep (the variables, and the template's
+/// expressions and blocks).
+constexpr int max_nesting = 256;
+
+value from_json(const ojson& j, int depth = 0) {
+  if (depth > max_nesting)
+    throw error("chat template: a variable nests deeper than " + std::to_string(max_nesting) + " levels");
   switch (j.type()) {
   case ojson::value_t::null: return value(none_t{});
   case ojson::value_t::boolean: return value(j.get<bool>());
@@ -123,13 +129,13 @@ value from_json(const ojson& j) {
     std::vector<value> xs;
     xs.reserve(j.size());
     for (const auto& x : j)
-      xs.push_back(from_json(x));
+      xs.push_back(from_json(x, depth + 1));
     return make_list(std::move(xs));
   }
   case ojson::value_t::object: {
     auto d = std::make_shared<dict_t>();
     for (const auto& [k, x] : j.items())
-      d->items.emplace_back(k, from_json(x));
+      d->items.emplace_back(k, from_json(x, depth + 1));
     return value(d);
   }
   default: return value(none_t{});
@@ -541,6 +547,8 @@ double as_double(const value& x) {
 std::int64_t as_int(const value& x) {
   if (x.is_bool())
     return std::get<bool>(x.v) ? 1 : 0;
+  if (!x.is_int())
+    throw error("chat template: an integer is needed here, got " + type_name(x));
   return std::get<std::int64_t>(x.v);
 }
 
@@ -2393,6 +2401,7 @@ private:
   }
 
   stmt_ptr parse_tag(const std::string& tag, int line) {
+    const nesting guard(*this);
     std::string end;
     if (tag == "if") {
       auto s = node<if_stmt>(line);
@@ -2528,7 +2537,20 @@ private:
     return l;
   }
 
+  /// Counts the nesting of what is being read; refuses past max_nesting.
+  struct nesting {
+    parser& p;
+    explicit nesting(parser& of) : p(of) {
+      if (++p.depth_ > max_nesting)
+        fail(p.cur().line, "the template nests deeper than " + std::to_string(max_nesting) + " levels");
+    }
+    ~nesting() { --p.depth_; }
+    nesting(const nesting&) = delete;
+    nesting& operator=(const nesting&) = delete;
+  };
+
   expr_ptr parse_expr() {
+    const nesting guard(*this);
     auto e = parse_or();
     while (at_name("if")) {
       const int line = cur().line;
@@ -2655,6 +2677,7 @@ private:
   }
 
   expr_ptr parse_unary(bool with_filter) {
+    const nesting guard(*this);
     const int line = cur().line;
     expr_ptr e;
     if (at_op("-") || at_op("+")) {
@@ -2896,6 +2919,7 @@ private:
 
   std::vector<token> t_;
   std::size_t i_ = 0;
+  int depth_ = 0;
 };
 
 // ---------------------------------------------------------------- globals
@@ -2994,7 +3018,13 @@ program::program(std::string_view source) {
   if (!text.empty() && text.back() == '\n')
     text.pop_back();
   auto i = std::make_shared<impl>();
-  i->top = parser(lexer(text).run()).parse_template();
+  try {
+    i->top = parser(lexer(text).run()).parse_template();
+  } catch (const error&) {
+    throw;
+  } catch (const std::exception& e) { // a number literal out of range, say
+    throw error(std::string("chat template: ") + e.what());
+  }
   impl_ = std::move(i);
 }
 
@@ -3010,7 +3040,13 @@ std::string program::render(const nlohmann::ordered_json& vars, const limits& li
   in.scopes.emplace_back();
   for (const auto& [k, v] : vars.items())
     in.scopes.back()[k] = from_json(v);
-  in.run(impl_->top);
+  try {
+    in.run(impl_->top);
+  } catch (const error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw error(std::string("chat template: ") + e.what());
+  }
   return out;
 }
 

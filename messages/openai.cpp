@@ -1,5 +1,6 @@
 #include "messages/openai.hpp"
 
+#include "messages/jinja.hpp"
 #include "messages/version.hpp"
 
 #include <nlohmann/json.hpp>
@@ -635,6 +636,67 @@ std::variant<std::string, api_error> render(const chat_template& tpl, const std:
   return out + tpl.generation;
 }
 
+/// The prompt a Hugging Face template renders from a chat `body` whose
+/// messages and tools are checked already: the messages as transformers
+/// takes them (roles, text, an assistant's tool_calls with their arguments
+/// as objects, a tool's tool_call_id), the tools offered as the request
+/// gives them (in its key order; none: None), add_generation_prompt,
+/// bos_token and eos_token. A leading bos_token is dropped (the tokenizer adds BOS).
+std::variant<std::string, api_error> render_jinja(const chat_template& tpl, std::string_view body,
+                                                  const std::vector<tool>& offered) {
+  using ojson = nlohmann::ordered_json;
+  const auto doc = ojson::parse(body);
+  ojson messages = ojson::array();
+  for (const auto& m : doc.at("messages")) {
+    ojson one = ojson::object();
+    const auto role = m.at("role").get<std::string>();
+    one["role"] = role == "developer" ? "system" : role;
+    const auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      one["content"] = nullptr;
+    } else if (content->is_string()) {
+      one["content"] = *content;
+    } else {
+      std::string text; // text parts, joined as text_of joins them
+      for (std::size_t k = 0; k < content->size(); ++k)
+        text += (k > 0 ? "\n" : "") + (*content)[k].at("text").get<std::string>();
+      one["content"] = std::move(text);
+    }
+    if (const auto calls = m.find("tool_calls"); calls != m.end() && !calls->is_null()) {
+      ojson list = ojson::array();
+      for (const auto& c : *calls)
+        list.push_back({{"id", c.at("id")},
+                        {"type", "function"},
+                        {"function", {{"name", c.at("function").at("name")},
+                                      {"arguments", ojson::parse(c.at("function").at("arguments").get<std::string>())}}}});
+      one["tool_calls"] = std::move(list);
+    }
+    if (const auto id = m.find("tool_call_id"); id != m.end())
+      one["tool_call_id"] = *id;
+    messages.push_back(std::move(one));
+  }
+  // As transformers renders: tools and documents None when not given.
+  ojson vars = {{"messages", std::move(messages)}, {"tools", nullptr},           {"documents", nullptr},
+                {"add_generation_prompt", true},   {"bos_token", tpl.bos_token}, {"eos_token", tpl.eos_token}};
+  if (!offered.empty()) {
+    ojson tools = ojson::array();
+    for (const auto& t : doc.at("tools"))
+      if (std::any_of(offered.begin(), offered.end(),
+                      [&](const tool& o) { return o.name == t.at("function").at("name").get<std::string>(); }))
+        tools.push_back(t);
+    vars["tools"] = std::move(tools);
+  }
+  std::string text;
+  try {
+    text = tpl.program->render(vars);
+  } catch (const jinja::error& e) {
+    return bad(std::string("the chat template cannot render this chat: ") + e.what(), "messages");
+  }
+  if (!tpl.bos_token.empty() && text.starts_with(tpl.bos_token))
+    text.erase(0, tpl.bos_token.size());
+  return text;
+}
+
 /// Whether `name` is a function name OpenAI takes: 1 to 64 of a-z, A-Z,
 /// 0-9, '_' and '-'.
 bool function_name(std::string_view name) {
@@ -825,11 +887,64 @@ void default_tool_formats(chat_formats& f) {
   f.tool_result = "<tool_response>\n{content}\n</tool_response>";
 }
 
+/// Why `tool_call` cannot say how calls are written: it must hold "{call}"
+/// after a marker that opens a call.
+std::optional<chat_template_error> tool_call_refused(const std::string& tool_call) {
+  const auto at = tool_call.find(call_slot);
+  const auto marker = at == std::string::npos ? std::string_view() : trimmed(std::string_view(tool_call).substr(0, at));
+  if (marker.empty() || marker.size() > wire::max_json_trigger_bytes)
+    return chat_template_error{"chat_tool_call", "must hold \"{call}\" after text that opens a call (such as "
+                                                 "\"<tool_call>\"; at most "
+                                                   + std::to_string(wire::max_json_trigger_bytes)
+                                                   + " bytes, blanks aside), by which calls are found in the output"};
+  return std::nullopt;
+}
+
+/// A Hugging Face template: its program, the special texts, and how calls
+/// are written.
+std::variant<chat_template, chat_template_error> make_jinja_template(chat_template t, chat_formats custom,
+                                                                     const jinja_source* jinja) {
+  const std::pair<const char*, bool> formats[]{{"chat_system", !custom.system.empty()},
+                                               {"chat_user", !custom.user.empty()},
+                                               {"chat_assistant", !custom.assistant.empty()},
+                                               {"chat_generation", !custom.generation.empty()},
+                                               {"chat_tools", !custom.tools.empty()},
+                                               {"chat_tool_result", !custom.tool_result.empty()}};
+  for (const auto& [key, is_given] : formats)
+    if (is_given)
+      return chat_template_error{key, "is for chat_template = \"custom\"; a Jinja template (chat_template = \"" + t.name
+                                        + "\") renders the messages and tools itself (it takes chat_tool_call and chat_stop)"};
+  for (const auto& s : custom.stop)
+    if (s.empty())
+      return chat_template_error{"chat_stop", "must not hold an empty string"};
+  t.stop = std::move(custom.stop);
+  if (!custom.tool_call.empty()) {
+    if (auto e = tool_call_refused(custom.tool_call))
+      return std::move(*e);
+    t.tool_call = std::move(custom.tool_call);
+  }
+  if (jinja == nullptr)
+    return t;
+  try {
+    t.program = std::make_shared<const jinja::program>(jinja->text);
+  } catch (const jinja::error& e) {
+    return chat_template_error{"chat_template", e.what()};
+  }
+  t.bos_token = jinja->bos_token;
+  t.eos_token = jinja->eos_token;
+  if (t.tool_call.empty() && jinja->text.find("<tool_call>") != std::string::npos)
+    t.tool_call = "<tool_call>\n{call}\n</tool_call>"; // Hermes' tags, which Qwen-style templates use
+  return t;
+}
+
 } // namespace
 
-std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, chat_formats custom) {
+std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, chat_formats custom,
+                                                                    const jinja_source* jinja) {
   chat_template t;
   t.name = std::string(name);
+  if (name == "model" || name == "jinja")
+    return make_jinja_template(std::move(t), std::move(custom), jinja);
   if (name == "custom") {
     const auto holds = [](const std::string& s, std::string_view slot) { return s.find(slot) != std::string::npos; };
     if (!holds(custom.user, content_slot))
@@ -846,13 +961,8 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
       if (!holds(custom.tools, tools_slot))
         return chat_template_error{"chat_tools", "must hold \"{tools}\" (where the functions go, one to a line); the "
                                                  "tool formats go together"};
-      const auto at = custom.tool_call.find(call_slot);
-      const auto marker = at == std::string::npos ? std::string_view() : trimmed(std::string_view(custom.tool_call).substr(0, at));
-      if (marker.empty() || marker.size() > wire::max_json_trigger_bytes)
-        return chat_template_error{"chat_tool_call", "must hold \"{call}\" after text that opens a call (such as "
-                                                     "\"<tool_call>\"; at most "
-                                                       + std::to_string(wire::max_json_trigger_bytes)
-                                                       + " bytes, blanks aside), by which calls are found in the output"};
+      if (auto e = tool_call_refused(custom.tool_call))
+        return std::move(*e);
       if (!holds(custom.tool_result, content_slot))
         return chat_template_error{"chat_tool_result", "must hold \"{content}\" (where a tool message's text goes)"};
       if (custom.system.empty())
@@ -895,7 +1005,8 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     default_tool_formats(t);
     return t;
   }
-  return chat_template_error{"chat_template", "unknown chat template \"" + t.name + "\" (valid: llama2, llama3, chatml, custom)"};
+  return chat_template_error{"chat_template", "unknown chat template \"" + t.name
+                                                + "\" (valid: llama2, llama3, chatml, custom, model, jinja)"};
 }
 
 std::variant<completion_request, api_error>
@@ -916,10 +1027,19 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   if (auto* e = std::get_if<api_error>(&choice))
     return std::move(*e);
   const auto& offered = std::get<tool_choice>(choice).offered;
-  auto rendered = with_tools(tpl, std::get<std::vector<chat_message>>(std::move(messages)), offered);
-  if (auto* e = std::get_if<api_error>(&rendered))
-    return std::move(*e);
-  auto prompt = render(tpl, std::get<std::vector<chat_message>>(rendered));
+  std::variant<std::string, api_error> prompt;
+  if (tpl.program) {
+    if (!offered.empty() && tpl.tool_call.empty())
+      return bad("the chat template's call format is not known (its text has no <tool_call> tags), so calls could not "
+                 "be read from the output; the server's http.chat_tool_call says how the model writes one",
+                 "tools");
+    prompt = render_jinja(tpl, body, offered);
+  } else {
+    auto rendered = with_tools(tpl, std::get<std::vector<chat_message>>(std::move(messages)), offered);
+    if (auto* e = std::get_if<api_error>(&rendered))
+      return std::move(*e);
+    prompt = render(tpl, std::get<std::vector<chat_message>>(rendered));
+  }
   if (auto* e = std::get_if<api_error>(&prompt))
     return std::move(*e);
 

@@ -14,12 +14,17 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <variant>
 #include <vector>
+
+namespace troupe::jinja {
+class program;
+}
 
 namespace troupe::openai {
 
@@ -146,10 +151,28 @@ struct chat_template : chat_formats {
   bool llama2 = false;
   /// Each message's text trimmed of blanks at both ends (Llama 3's).
   bool trim = false;
+  /// A Hugging Face chat template (chat_template = "model" or "jinja"),
+  /// which renders the messages and tools itself, as transformers'
+  /// apply_chat_template does (messages/jinja.hpp); the formats above are
+  /// then unused but for `tool_call` (how the model writes a call) and
+  /// `stop`. Null: the formats render.
+  std::shared_ptr<const jinja::program> program;
+  /// The template's bos_token and eos_token. A rendering that begins with
+  /// bos_token loses it: the tokenizer puts BOS in front itself.
+  std::string bos_token;
+  std::string eos_token;
+};
+
+/// A Hugging Face chat template's text and the special texts it is given.
+struct jinja_source {
+  std::string text;
+  std::string bos_token;
+  std::string eos_token;
 };
 
 /// The built-in template names: "llama2" (Meta's [INST] format), "llama3"
-/// (its header / <|eot_id|> format), "chatml".
+/// (its header / <|eot_id|> format), "chatml". ("custom", "model" and
+/// "jinja" are made from the config and files.)
 const std::vector<std::string>& chat_template_names();
 
 /// Why a template cannot be made: the config key at fault ("chat_user") and
@@ -168,8 +191,13 @@ std::optional<chat_template_error> custom_formats_refused(std::string_view name,
 /// unless empty; stop strings must not be empty; the tool formats are all
 /// given or none, each with its slot, and `tool_call` opens a call with
 /// text before "{call}"). Custom formats given with another name are an
-/// error.
-std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, chat_formats custom = {});
+/// error, but for "model" and "jinja" (a Hugging Face template, `jinja`),
+/// which take `tool_call` and `stop`: `tool_call` says how the model writes
+/// a call (default: Hermes' <tool_call> tags where the template's text
+/// holds "<tool_call>"; otherwise tools are refused). Without `jinja` the
+/// template's text is not read (the config check, before files are).
+std::variant<chat_template, chat_template_error> make_chat_template(std::string_view name, chat_formats custom = {},
+                                                                    const jinja_source* jinja = nullptr);
 
 /// Translates a POST /v1/chat/completions body: `messages` (system or
 /// developer, user, assistant with text or tool_calls, and tool; text

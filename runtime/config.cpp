@@ -463,9 +463,9 @@ namespace {
 
 http_options read_http(section s) {
   http_options o;
-  s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_system",
-                "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools", "chat_tool_call",
-                "chat_tool_result"});
+  s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_jinja",
+                "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
+                "chat_tool_call", "chat_tool_result"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -483,8 +483,15 @@ http_options read_http(section s) {
   o.adapter_updates = s.flag("adapter_updates", o.adapter_updates);
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
-  names.push_back("custom");
+  names.insert(names.end(), {"custom", "model", "jinja"});
   o.chat_template = s.choice("chat_template", o.chat_template, names, "chat template");
+  o.chat_jinja = s.text("chat_jinja", o.chat_jinja);
+  if (o.chat_template == "jinja")
+    s.require("chat_jinja", !o.chat_jinja.empty(),
+              "must name the file of the chat template (Jinja2 text, or a tokenizer_config.json) with chat_template "
+              "= \"jinja\"");
+  else
+    s.require("chat_jinja", o.chat_jinja.empty(), "is for chat_template = \"jinja\" (chat_template is \"" + o.chat_template + "\")");
   o.chat_system = s.text("chat_system", o.chat_system);
   o.chat_user = s.text("chat_user", o.chat_user);
   o.chat_assistant = s.text("chat_assistant", o.chat_assistant);
@@ -842,6 +849,9 @@ read_document(const toml::table& doc, const std::string& source, const config_ca
     o.adapter_generate = read_generate(at("adapters_generate"));
     if (!c.failed())
       check_generated_collisions(c, doc.get("adapters"), o);
+    if (!c.failed() && o.http.chat_template == "model")
+      at("http").require("chat_template", !o.model.path.empty(),
+                         "\"model\" is the chat template of the model directory (model.path), which is not set");
   }
   if (auto error = c.take_error())
     return config_error{std::move(*error)};

@@ -1,4 +1,5 @@
 #include "runtime/deployment.hpp"
+#include "runtime/chat_template_files.hpp"
 
 #include "actors/adapter_cache_actor.hpp"
 #include "actors/classifier_actor.hpp"
@@ -219,9 +220,21 @@ deployment::start(const deployment_options& opts) {
       hc.adapter_updates = opts.http.adapter_updates;
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;
-        auto t = openai::make_chat_template(h.chat_template, chat_formats_of(h));
-        if (auto* e = std::get_if<openai::chat_template_error>(&t)) // the config check lets none through
-          return opts.source + ": http." + e->key + ": " + e->what;
+        // A Hugging Face template is read now, from the model directory or
+        // its file; its errors name the file.
+        std::optional<openai::jinja_source> jinja;
+        std::string from;
+        if (h.chat_template == "model" || h.chat_template == "jinja") {
+          auto read = h.chat_template == "model" ? read_model_chat_template(opts.model.path)
+                                                 : read_chat_template_file(h.chat_jinja, opts.model.path);
+          if (auto* e = std::get_if<std::string>(&read))
+            return opts.source + ": http.chat_template: " + *e;
+          jinja = std::get<openai::jinja_source>(std::move(read));
+          from = h.chat_template == "model" ? opts.model.path : h.chat_jinja;
+        }
+        auto t = openai::make_chat_template(h.chat_template, chat_formats_of(h), jinja ? &*jinja : nullptr);
+        if (auto* e = std::get_if<openai::chat_template_error>(&t)) // the config check lets only a bad text through
+          return opts.source + ": http." + e->key + ": " + (from.empty() ? "" : from + ": ") + e->what;
         hc.chat = std::get<openai::chat_template>(std::move(t));
       }
       auto http = http_front::open(hc);

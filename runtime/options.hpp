@@ -40,16 +40,22 @@ struct http_options {
   /// paths; the wire's load_adapter and unload_adapter). Off by default: a
   /// load reads a path on the server, so give api_keys with it.
   bool adapter_updates = false;
-  /// POST /v1/chat/completions' template: "llama2", "chatml" or "custom"
-  /// (the chat_* formats below); empty: chat completions are not served.
+  /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
+  /// "custom" (the chat_* formats below), "model" (the Hugging Face
+  /// template of model.path: chat_template.jinja or tokenizer_config.json)
+  /// or "jinja" (the one in chat_jinja); empty: chat completions are not
+  /// served.
   std::string chat_template;
+  /// jinja: a file holding a Hugging Face chat template (Jinja2), or a
+  /// tokenizer_config.json (.json) holding one.
+  std::string chat_jinja;
   std::string chat_system;     ///< custom: a system message, "{content}" its text; empty: refused
   std::string chat_user;       ///< custom: a user message
   std::string chat_assistant;  ///< custom: an assistant message
   std::string chat_generation; ///< custom: after the last message (the assistant's turn opens)
-  std::vector<std::string> chat_stop; ///< custom: strings that end the assistant's turn
+  std::vector<std::string> chat_stop; ///< custom, model, jinja: strings that end the assistant's turn
   std::string chat_tools;       ///< custom: the functions offered, "{tools}" one to a line (ends the system message)
-  std::string chat_tool_call;   ///< custom: one call, "{call}" its JSON after a marker that opens it
+  std::string chat_tool_call;   ///< custom, model, jinja: one call, "{call}" its JSON after a marker that opens it
   std::string chat_tool_result; ///< custom: a tool message's text at "{content}"
   bool enabled() const noexcept { return !listen.empty(); }
   bool operator==(const http_options&) const = default;

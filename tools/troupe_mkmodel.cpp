@@ -471,7 +471,7 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
 
 /// Learns a byte-level BPE tokenizer.json from the corpus, Llama 3's
 /// pre-tokenizer and special tokens, and writes generation_config.json with
-/// both end tokens.
+/// both end tokens and tokenizer_config.json with a Llama 3 chat template.
 std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path& out) {
   std::ifstream f{o.corpus, std::ios::binary};
   if (!f)
@@ -492,7 +492,19 @@ std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path&
     return err;
   const auto base = static_cast<std::int32_t>(t.vocab_size);
   nlohmann::json generation = {{"bos_token_id", base}, {"eos_token_id", {base + 1, base + 4}}};
-  return write_text(out / "generation_config.json", generation.dump(2) + "\n");
+  if (auto err = write_text(out / "generation_config.json", generation.dump(2) + "\n"))
+    return err;
+  // A chat template in Llama 3 Instruct's format (chat_template = "model"
+  // reads it): BOS, each message's text trimmed under its role's header,
+  // closed by <|eot_id|>, then the assistant's header.
+  const nlohmann::json tokenizer_config = {
+    {"bos_token", bpe_specials[0]},
+    {"eos_token", bpe_specials[4]},
+    {"chat_template",
+     "{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
+     "m['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
+     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"}};
+  return write_text(out / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
 }
 
 int run(const options& o) {
@@ -506,7 +518,8 @@ int run(const options& o) {
   // The tokenizer first: it is what fails on a bad --vocab. A tokenizer of
   // the other kind left by an earlier run would be the one loaded.
   const std::vector<std::string> stale =
-    o.bpe ? std::vector<std::string>{"tokenizer.model"} : std::vector<std::string>{"tokenizer.json", "generation_config.json"};
+    o.bpe ? std::vector<std::string>{"tokenizer.model"}
+          : std::vector<std::string>{"tokenizer.json", "generation_config.json", "tokenizer_config.json"};
   for (const auto& name : stale)
     fs::remove(out / name, ec);
   if (auto err = o.bpe ? train_bpe_tokenizer(o, out) : train_tokenizer(o, out)) {

@@ -7,6 +7,7 @@
 #include "gpu/model_shape.hpp"
 #include "gpu/safetensors.hpp"
 #include "gpu/sim_backend.hpp"
+#include "messages/jinja.hpp"
 #include "messages/openai.hpp"
 #include "messages/wire.hpp"
 #include "policies/prefetch_policy.hpp"
@@ -25,6 +26,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <optional>
 #include <string>
 
 namespace troupe::fuzz {
@@ -536,6 +538,39 @@ bool tokenizer_json(std::span<const std::uint8_t> in) {
   return true;
 }
 
+/// A chat template read and rendered over a chat with tools: it is refused
+/// (jinja::error, saying where) or renders, the same each time, within the
+/// limits; no other failure.
+bool jinja_template(std::span<const std::uint8_t> in) {
+  static const auto vars = nlohmann::ordered_json::parse(R"({
+    "messages": [{"role": "system", "content": " Be brief. "}, {"role": "user", "content": "Hi \u00e9 \ud83d\ude42"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "f", "arguments": {"city": "Paris", "n": [1, 2.5, true, null]}}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "18C"}],
+    "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}],
+    "documents": null, "add_generation_prompt": true, "bos_token": "<s>", "eos_token": "</s>"})");
+  jinja::limits lim;
+  lim.max_output_bytes = 1 << 16;
+  lim.max_steps = 20'000;
+  std::optional<jinja::program> p;
+  try {
+    p.emplace(text_of(in));
+  } catch (const jinja::error& e) {
+    require(std::string_view(e.what()).starts_with("chat template"), std::string("an error without its place: ") + e.what());
+    return false;
+  }
+  std::string first;
+  try {
+    first = p->render(vars, lim, 1.7e9);
+  } catch (const jinja::error& e) {
+    require(std::string_view(e.what()).starts_with("chat template"), std::string("an error without its place: ") + e.what());
+    return true;
+  }
+  require(first.size() <= lim.max_output_bytes, "a rendering past max_output_bytes");
+  require(p->render(vars, lim, 1.7e9) == first, "two renderings differ");
+  return true;
+}
+
 bool bpe_encode(std::span<const std::uint8_t> in) {
   static const std::vector<std::string> specials{"<|a|>", "<|ab|>", "<|eot_id|>"};
   static const auto tok = [] {
@@ -844,7 +879,7 @@ bool json_output(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 15> all{{
+constexpr std::array<target, 16> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -860,6 +895,7 @@ constexpr std::array<target, 15> all{{
   {"json_schema", json_output},
   {"tokenizer_json", tokenizer_json},
   {"bpe_encode", bpe_encode},
+  {"jinja", jinja_template},
 }};
 
 } // namespace

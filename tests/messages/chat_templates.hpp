@@ -11,28 +11,15 @@ namespace troupe::test_templates {
 
 /// [INST] turns, the system text folded into the first user turn, roles
 /// checked to alternate, BOS and EOS as text around each exchange.
-inline constexpr std::string_view inst_style = R"J({% if messages[0]['role'] == 'system' %}
-    {% set rest = messages[1:] %}
-    {% set sys = messages[0]['content'] %}
-{% else %}
-    {% set rest = messages %}
-    {% set sys = false %}
-{% endif %}
-{% for m in rest %}
-    {% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}
-        {{ raise_exception('roles must go user, assistant, user, ...') }}
-    {% endif %}
-    {% if loop.index0 == 0 and sys != false %}
-        {% set text = '<<SYS>>\n' + sys + '\n<</SYS>>\n\n' + m['content'] %}
-    {% else %}
-        {% set text = m['content'] %}
-    {% endif %}
-    {% if m['role'] == 'user' %}
-        {{ bos_token + '[INST] ' + text.strip() + ' [/INST]' }}
-    {% elif m['role'] == 'assistant' %}
-        {{ ' ' + text.strip() + ' ' + eos_token }}
-    {% endif %}
-{% endfor %})J";
+inline constexpr std::string_view inst_style =
+  R"J({% if messages[0]['role'] == 'system' %}{% set rest = messages[1:] %}{% set sys = messages[0]['content'] %})J"
+  R"J({% else %}{% set rest = messages %}{% set sys = false %}{% endif %}{% for m in rest %})J"
+  R"J({% if (m['role'] == 'user') != (loop.index0 % 2 == 0) %})J"
+  R"J({{ raise_exception('roles must go user, assistant, user, ...') }}{% endif %})J"
+  R"J({% if loop.index0 == 0 and sys != false %}{% set text = '<<SYS>>\n' + sys + '\n<</SYS>>\n\n' + m['content'] %})J"
+  R"J({% else %}{% set text = m['content'] %}{% endif %})J"
+  R"J({% if m['role'] == 'user' %}{{ bos_token + '[INST] ' + text.strip() + ' [/INST]' }})J"
+  R"J({% elif m['role'] == 'assistant' %}{{ ' ' + text.strip() + ' ' + eos_token }}{% endif %}{% endfor %})J";
 
 /// Header / end-of-turn markers, a system message with the date and the
 /// tools (as indented JSON), calls as JSON with "parameters", tool results

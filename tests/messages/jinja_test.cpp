@@ -334,6 +334,16 @@ TEST(jinja, templates_that_cannot_be_read_are_refused_naming_the_line) {
   EXPECT_NE(read_error("{% endif %}").find("unknown or unsupported tag 'endif'"), std::string::npos);
   EXPECT_NE(read_error("{{ a ]] }}").find("unexpected ']'"), std::string::npos);
   EXPECT_NE(read_error("{{ f(a=1, 2) }}").find("positional argument follows a keyword"), std::string::npos);
+  EXPECT_NE(read_error("{{ " + std::string(300, '(') + "1" + std::string(300, ')') + " }}").find("nests deeper than 256"),
+            std::string::npos);
+  EXPECT_NE(read_error([] {
+              std::string t;
+              for (int i = 0; i < 300; ++i)
+                t += "{% if x %}";
+              return t;
+            }()).find("nests deeper than 256"),
+            std::string::npos);
+  EXPECT_TRUE(read_error("{{ 1e999999 }}").starts_with("chat template: ")) << "a literal out of range";
 }
 
 TEST(jinja, renders_fail_with_what_went_wrong) {
@@ -344,6 +354,12 @@ TEST(jinja, renders_fail_with_what_went_wrong) {
   EXPECT_NE(render_error("{{ 1 + 'a' }}").find("unsupported operand type(s) for +: 'int' and 'str'"), std::string::npos);
   EXPECT_NE(render_error("{% set x.y = 1 %}").find("non-namespace"), std::string::npos);
   EXPECT_NE(render_error("{{ [1].append(2) }}").find("'list object' has no attribute 'append'"), std::string::npos);
+  EXPECT_NE(render_error("{{ messages[1.5:] }}", {{"messages", {1, 2}}}).find("an integer is needed here, got float"),
+            std::string::npos);
+  ojson deep = 1;
+  for (int i = 0; i < 300; ++i)
+    deep = ojson::array({deep});
+  EXPECT_NE(render_error("{{ x }}", {{"x", deep}}).find("nests deeper than 256"), std::string::npos);
 }
 
 TEST(jinja, a_render_is_bounded) {

@@ -4,6 +4,7 @@
 #include "messages/openai.hpp"
 
 #include "messages/version.hpp"
+#include "tests/messages/chat_templates.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -1620,6 +1621,133 @@ TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_i
         EXPECT_EQ(s.calls, msg.value("tool_calls", json::array())) << out;
       }
     }
+}
+
+// -- Hugging Face (Jinja) templates ----------------------------------------
+
+chat_template jinja_template(std::string_view text, chat_formats custom = {}, std::string bos = "<s>",
+                             std::string eos = "</s>") {
+  const jinja_source src{std::string(text), std::move(bos), std::move(eos)};
+  auto t = make_chat_template("model", std::move(custom), &src);
+  if (auto* e = std::get_if<chat_template_error>(&t)) {
+    ADD_FAILURE() << e->key << " " << e->what;
+    return {};
+  }
+  return std::get<chat_template>(std::move(t));
+}
+
+TEST(openai, a_jinja_template_of_llamas_inst_format_renders_as_the_builtin_llama2_does) {
+  // The same format, made two ways: the built-in formats, and a template
+  // in the shape of the one Llama 2 ships (BOS and EOS as text). After the
+  // leading BOS (which the tokenizer adds) they are the same prompt.
+  const auto jinja = jinja_template(test_templates::inst_style);
+  const auto builtin_llama2 = builtin("llama2");
+  for (const char* messages : {
+         R"([{"role":"user","content":"Q"}])",
+         R"([{"role":"system","content":"Be brief."},{"role":"user","content":"Hi "},
+             {"role":"assistant","content":" Hello"},{"role":"user","content":"Sum 2+2"}])",
+         R"([{"role":"user","content":"é 中文\n"},{"role":"assistant","content":" x "},{"role":"user","content":"y"},
+             {"role":"assistant","content":"z"},{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}])"}) {
+    const auto body = std::string(R"({"model":"m","messages":)") + messages + "}";
+    EXPECT_EQ(as_generate(chat_ok(body, jinja)).prompt, as_generate(chat_ok(body, builtin_llama2)).prompt) << messages;
+  }
+  // Its own refusal (raise_exception) is the client's error, in its words.
+  const auto e = chat_refused(R"({"model":"m","messages":[{"role":"user","content":"A"},{"role":"user","content":"B"}]})",
+                              jinja);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(e.message.find("the chat template cannot render this chat"), std::string::npos) << e.message;
+  EXPECT_NE(e.message.find("roles must go user, assistant, user, ..."), std::string::npos) << e.message;
+}
+
+TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_them) {
+  chat_formats custom;
+  custom.tool_call = "<call>{call}</call>";
+  custom.stop = {"<|end|>"};
+  const auto tpl = jinja_template("{{ bos_token }}{{ messages|tojson }}\n{{ tools|tojson }}\n{{ add_generation_prompt }}"
+                                  "{{ eos_token }}",
+                                  custom, "[BOS]", "[EOS]");
+  const auto c = chat_ok(R"({"model":"m","stop":"S","messages":[
+      {"role":"developer","content":"S"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+      {"role":"assistant","content":null,"tool_calls":[
+        {"id":"c1","type":"function","function":{"name":"f","arguments":"{\"z\": 1, \"a\": [true]}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"18C"}],
+    "tools":[{"type":"function","function":{"name":"f","description":"d",
+      "parameters":{"type":"object","properties":{"z":{"type":"integer"},"a":{"type":"array"}}}}},
+      {"function":{"name":"g"},"type":"function"}]})",
+                         tpl);
+  const auto g = as_generate(c);
+  // Roles as transformers knows them, text parts joined, arguments as an
+  // object, and every object in the request's own key order; the leading
+  // bos_token is left to the tokenizer.
+  EXPECT_EQ(*g.prompt,
+            R"([{"role": "system", "content": "S"}, {"role": "user", "content": "a\nb"}, )"
+            R"({"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", )"
+            R"("function": {"name": "f", "arguments": {"z": 1, "a": [true]}}}]}, )"
+            R"({"role": "tool", "content": "18C", "tool_call_id": "c1"}])"
+            "\n"
+            R"([{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object", )"
+            R"("properties": {"z": {"type": "integer"}, "a": {"type": "array"}}}}}, {"function": {"name": "g"}, "type": "function"}])"
+            "\nTrue[EOS]");
+  EXPECT_EQ(g.stop, (std::vector<std::string>{"S", "<|end|>"})) << "the request's stop strings, then chat_stop";
+  ASSERT_TRUE(c.tools.has_value());
+  EXPECT_EQ(c.tools->open, "<call>") << "chat_tool_call says how the model writes a call";
+  EXPECT_EQ(c.tools->close, "</call>");
+  // A forced call opens the assistant's turn with the marker.
+  const auto forced = as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],
+      "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}})",
+                                          tpl));
+  EXPECT_TRUE(forced.prompt->ends_with("True[EOS]<call>")) << *forced.prompt;
+  // tool_choice "none": the template is given no tools (None, as
+  // transformers gives it).
+  EXPECT_TRUE(as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],
+      "tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"})",
+                                  tpl))
+                .prompt->ends_with("\nnull\nTrue[EOS]"));
+}
+
+TEST(openai, a_jinja_templates_call_format_is_hermes_where_its_text_has_tool_call_tags_and_unknown_otherwise) {
+  const auto qwen_like = jinja_template(test_templates::chatml_tools, {}, "", "<|im_end|>");
+  const auto c = chat_ok(tool_chat(ask), qwen_like);
+  ASSERT_TRUE(c.tools.has_value());
+  EXPECT_EQ(c.tools->open, "<tool_call>");
+  EXPECT_EQ(c.tools->close, "</tool_call>");
+  const auto prompt = *as_generate(c).prompt;
+  EXPECT_TRUE(prompt.starts_with("<|im_start|>system\nYou are a helpful assistant.\n\n# Tools")) << prompt;
+  EXPECT_NE(prompt.find(R"({"type": "function", "function": {"name": "get_weather", "description": "Current weather", )"
+                        R"("parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})"),
+            std::string::npos)
+    << prompt;
+  EXPECT_TRUE(prompt.ends_with("<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n")) << prompt;
+
+  // A template that shows no call format: tools are refused, saying how to
+  // name one; a chat without tools is served.
+  const auto plain = jinja_template("{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}");
+  const auto e = chat_refused(tool_chat(ask), plain);
+  EXPECT_EQ(e.param, "tools");
+  EXPECT_NE(e.message.find("http.chat_tool_call"), std::string::npos) << e.message;
+  EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}]})", plain)).prompt, "user: q\n");
+}
+
+TEST(openai, jinja_templates_that_cannot_be_made_are_refused_naming_the_key) {
+  const jinja_source bad_text{"{% for m in messages %}", "", ""};
+  auto t = make_chat_template("model", {}, &bad_text);
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(t));
+  EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_template");
+  EXPECT_NE(std::get<chat_template_error>(t).what.find("line 1: the template ends before {% else or endfor %}"),
+            std::string::npos)
+    << std::get<chat_template_error>(t).what;
+  chat_formats custom;
+  custom.user = "{content}";
+  t = make_chat_template("jinja", custom);
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(t));
+  EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_user");
+  // Without the text (the config check), the rest is checked and no
+  // program is made.
+  t = make_chat_template("jinja", {});
+  ASSERT_TRUE(std::holds_alternative<chat_template>(t));
+  EXPECT_EQ(std::get<chat_template>(t).program, nullptr);
 }
 
 } // namespace

@@ -492,6 +492,11 @@ TEST(config, api_keys_are_read_and_a_bad_one_is_refused_without_being_shown) {
 
 TEST(config, chat_template_keys_are_read) {
   EXPECT_EQ(parse_ok("[http]\nchat_template = \"llama2\"\n").http.chat_template, "llama2");
+  const auto j = parse_ok("[http]\nchat_template = \"jinja\"\nchat_jinja = \"t.jinja\"\nchat_stop = [\"<|end|>\"]\n"
+                          "chat_tool_call = \"<call>{call}</call>\"\n");
+  EXPECT_EQ(j.http.chat_jinja, "t.jinja");
+  EXPECT_EQ(j.http.chat_stop, std::vector<std::string>{"<|end|>"});
+  EXPECT_EQ(parse_ok("[http]\nchat_template = \"model\"\n[model]\npath = \"models/x\"\n").http.chat_template, "model");
   const auto o = parse_ok(R"(
 [http]
 chat_template = "custom"
@@ -623,6 +628,16 @@ const error_case error_cases[] = {
    "[http]\nchat_template = \"custom\"\nchat_system = \"{content}\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\n"
    "chat_tool_result = \"{content}\"\n",
    "http.chat_tools", "the tool formats go together"},
+  {"chat_jinja_without_file", "[http]\nchat_template = \"jinja\"\n", "http.chat_jinja",
+   "must name the file of the chat template"},
+  {"chat_jinja_with_builtin", "[http]\nchat_template = \"chatml\"\nchat_jinja = \"t.jinja\"\n", "http.chat_jinja",
+   "is for chat_template = \"jinja\" (chat_template is \"chatml\")"},
+  {"chat_model_without_path", "[http]\nchat_template = \"model\"\n", "http.chat_template",
+   "the chat template of the model directory (model.path), which is not set"},
+  {"chat_format_with_model", "[http]\nchat_template = \"model\"\nchat_user = \"{content}\"\n[model]\npath = \"m\"\n",
+   "http.chat_user", "a Jinja template (chat_template = \"model\") renders the messages and tools itself"},
+  {"chat_jinja_tool_call_without_marker", "[http]\nchat_template = \"jinja\"\nchat_jinja = \"t.jinja\"\nchat_tool_call = \"{call}\"\n",
+   "http.chat_tool_call", "must hold \"{call}\" after text that opens a call"},
   {"advise_place_lead_negative", "[cluster]\nadvise_place_lead_s = -1\n", "cluster.advise_place_lead_s",
    "must not be negative"},
   // wrong types

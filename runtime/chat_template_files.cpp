@@ -1,0 +1,128 @@
+#include "runtime/chat_template_files.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::optional<std::string> read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in)
+    return std::nullopt;
+  std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  if (in.bad())
+    return std::nullopt;
+  return text;
+}
+
+/// A special token's text (a string, or an added token's {"content"}) into
+/// `out`; "" when absent; nullopt when it is neither.
+std::optional<std::string> token_text(const json& cfg, const char* key) {
+  const auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null())
+    return std::string();
+  if (it->is_string())
+    return it->get<std::string>();
+  if (it->is_object() && it->contains("content") && (*it)["content"].is_string())
+    return (*it)["content"].get<std::string>();
+  return std::nullopt;
+}
+
+/// tokenizer_config.json's template (when `want_template`) and special
+/// texts.
+std::variant<openai::jinja_source, std::string> read_tokenizer_config(const fs::path& file, bool want_template) {
+  const auto name = file.string();
+  const auto text = read_text(file);
+  if (!text)
+    return name + ": cannot be read";
+  json cfg;
+  try {
+    cfg = json::parse(*text);
+  } catch (const json::exception& e) {
+    return name + ": not JSON: " + e.what();
+  }
+  if (!cfg.is_object())
+    return name + ": must be a JSON object";
+  openai::jinja_source out;
+  for (auto [key, into] : {std::pair{"bos_token", &out.bos_token}, std::pair{"eos_token", &out.eos_token}}) {
+    auto t = token_text(cfg, key);
+    if (!t)
+      return name + ": \"" + key + "\" must be a string or {\"content\": \"...\"}";
+    *into = std::move(*t);
+  }
+  if (!want_template)
+    return out;
+  const auto tpl = cfg.find("chat_template");
+  if (tpl == cfg.end() || tpl->is_null())
+    return name + ": has no \"chat_template\" (the model ships no chat template; set http.chat_template to a built-in "
+                  "one, or to \"jinja\" with http.chat_jinja)";
+  if (tpl->is_string()) {
+    out.text = tpl->get<std::string>();
+    return out;
+  }
+  if (tpl->is_array()) {
+    for (const auto& one : *tpl)
+      if (one.is_object() && one.value("name", json()) == "default" && one.contains("template")
+          && one["template"].is_string()) {
+        out.text = one["template"].get<std::string>();
+        return out;
+      }
+    return name + ": \"chat_template\" is a list without a {\"name\": \"default\", \"template\": \"...\"} entry";
+  }
+  return name + ": \"chat_template\" must be a string or a list of {\"name\", \"template\"}";
+}
+
+/// `text` with the special texts of `dir`'s tokenizer_config.json (none
+/// when it has none).
+std::variant<openai::jinja_source, std::string> with_specials_of(const fs::path& dir, std::string text) {
+  openai::jinja_source out;
+  const auto config = dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (!dir.empty() && fs::is_regular_file(config, ec)) {
+    auto specials = read_tokenizer_config(config, false);
+    if (auto* e = std::get_if<std::string>(&specials))
+      return std::move(*e);
+    out = std::get<openai::jinja_source>(std::move(specials));
+  }
+  out.text = std::move(text);
+  return out;
+}
+
+} // namespace
+
+std::variant<openai::jinja_source, std::string> read_model_chat_template(const std::string& model_dir) {
+  const fs::path dir(model_dir);
+  std::error_code ec;
+  if (const auto file = dir / "chat_template.jinja"; fs::is_regular_file(file, ec)) {
+    auto text = read_text(file);
+    if (!text)
+      return file.string() + ": cannot be read";
+    return with_specials_of(dir, std::move(*text));
+  }
+  const auto config = dir / "tokenizer_config.json";
+  if (!fs::is_regular_file(config, ec))
+    return model_dir + ": holds neither chat_template.jinja nor tokenizer_config.json, so it has no chat template";
+  return read_tokenizer_config(config, true);
+}
+
+std::variant<openai::jinja_source, std::string> read_chat_template_file(const std::string& path,
+                                                                        const std::string& model_dir) {
+  const fs::path file(path);
+  if (file.extension() == ".json")
+    return read_tokenizer_config(file, true);
+  std::error_code ec;
+  auto text = fs::is_directory(file, ec) ? std::nullopt : read_text(file);
+  if (!text)
+    return path + ": cannot be read";
+  return with_specials_of(fs::path(model_dir), std::move(*text));
+}
+
+} // namespace troupe

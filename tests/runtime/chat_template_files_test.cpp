@@ -1,0 +1,108 @@
+// Where a Hugging Face chat template is read from: a model directory's
+// chat_template.jinja or tokenizer_config.json, or a file named in the
+// config; errors name the file.
+#include "runtime/chat_template_files.hpp"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+namespace troupe {
+namespace {
+
+namespace fs = std::filesystem;
+
+class chat_template_files : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("troupe_chat_tpl_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name) << text; }
+  std::string dir() const { return dir_.string(); }
+
+  openai::jinja_source ok(const std::variant<openai::jinja_source, std::string>& r) {
+    if (const auto* e = std::get_if<std::string>(&r)) {
+      ADD_FAILURE() << *e;
+      return {};
+    }
+    return std::get<openai::jinja_source>(r);
+  }
+  std::string failed(const std::variant<openai::jinja_source, std::string>& r) {
+    if (!std::holds_alternative<std::string>(r)) {
+      ADD_FAILURE() << "read: " << std::get<openai::jinja_source>(r).text;
+      return {};
+    }
+    return std::get<std::string>(r);
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(chat_template_files, a_model_directory_gives_its_tokenizer_configs_template_and_special_texts) {
+  write("tokenizer_config.json", R"({"chat_template": "{{ bos_token }}x", "bos_token": "<s>",
+                                     "eos_token": {"content": "</s>", "lstrip": false}})");
+  auto s = ok(read_model_chat_template(dir()));
+  EXPECT_EQ(s.text, "{{ bos_token }}x");
+  EXPECT_EQ(s.bos_token, "<s>");
+  EXPECT_EQ(s.eos_token, "</s>") << "an added token's content";
+
+  // chat_template.jinja (transformers' newer layout) comes first; the
+  // special texts still come from tokenizer_config.json.
+  write("chat_template.jinja", "from the file\n");
+  s = ok(read_model_chat_template(dir()));
+  EXPECT_EQ(s.text, "from the file\n");
+  EXPECT_EQ(s.bos_token, "<s>");
+
+  // Named templates: "default" is the chat template.
+  fs::remove(dir_ / "chat_template.jinja");
+  write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"},
+                                                        {"name": "default", "template": "D"}]})");
+  s = ok(read_model_chat_template(dir()));
+  EXPECT_EQ(s.text, "D");
+  EXPECT_EQ(s.bos_token, "") << "none given";
+}
+
+TEST_F(chat_template_files, a_model_without_a_template_or_with_a_bad_file_is_refused_naming_it) {
+  EXPECT_NE(failed(read_model_chat_template(dir())).find("holds neither chat_template.jinja nor tokenizer_config.json"),
+            std::string::npos);
+  write("tokenizer_config.json", R"({"bos_token": "<s>"})");
+  const auto none = failed(read_model_chat_template(dir()));
+  EXPECT_NE(none.find("tokenizer_config.json: has no \"chat_template\""), std::string::npos) << none;
+  write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
+  EXPECT_NE(failed(read_model_chat_template(dir())).find("without a {\"name\": \"default\""), std::string::npos);
+  write("tokenizer_config.json", R"({"chat_template": 3})");
+  EXPECT_NE(failed(read_model_chat_template(dir())).find("must be a string or a list"), std::string::npos);
+  write("tokenizer_config.json", R"({"chat_template": "x", "eos_token": 2})");
+  EXPECT_NE(failed(read_model_chat_template(dir())).find("\"eos_token\" must be a string or {\"content\""),
+            std::string::npos);
+  write("tokenizer_config.json", "{not json");
+  EXPECT_NE(failed(read_model_chat_template(dir())).find("tokenizer_config.json: not JSON"), std::string::npos);
+}
+
+TEST_F(chat_template_files, a_template_file_is_its_text_or_a_tokenizer_config) {
+  write("t.jinja", "{{ messages }}");
+  auto s = ok(read_chat_template_file((dir_ / "t.jinja").string(), ""));
+  EXPECT_EQ(s.text, "{{ messages }}");
+  EXPECT_EQ(s.bos_token, "");
+  // With a model directory, its special texts.
+  write("tokenizer_config.json", R"({"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"})");
+  s = ok(read_chat_template_file((dir_ / "t.jinja").string(), dir()));
+  EXPECT_EQ(s.bos_token, "<|begin_of_text|>");
+  EXPECT_EQ(s.eos_token, "<|eot_id|>");
+  // A .json file is a tokenizer_config.json.
+  write("other.json", R"({"chat_template": "J", "bos_token": "B"})");
+  s = ok(read_chat_template_file((dir_ / "other.json").string(), ""));
+  EXPECT_EQ(s.text, "J");
+  EXPECT_EQ(s.bos_token, "B");
+  EXPECT_NE(failed(read_chat_template_file((dir_ / "missing.jinja").string(), "")).find("missing.jinja: cannot be read"),
+            std::string::npos);
+  EXPECT_NE(failed(read_chat_template_file(dir(), "")).find("cannot be read"), std::string::npos) << "a directory";
+}
+
+} // namespace
+} // namespace troupe
