@@ -2,6 +2,7 @@
 
 #include <sentencepiece_processor.h>
 
+#include <algorithm>
 #include <string_view>
 
 namespace troupe::gpu {
@@ -53,7 +54,14 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
   const int n = sp_->GetPieceSize();
   pieces_.resize(static_cast<std::size_t>(n));
   for (int id = 0; id < n; ++id) {
-    if (sp_->IsControl(id) || sp_->IsUnknown(id) || sp_->IsUnused(id))
+    if (sp_->IsControl(id) || sp_->IsUnknown(id)) {
+      // Written in a text (Llama 2's "</s><s>" between turns), it is the
+      // token itself, as Hugging Face's Llama tokenizers read it.
+      if (const std::string& piece = sp_->IdToPiece(id); !piece.empty())
+        specials_.emplace_back(piece, id);
+      continue;
+    }
+    if (sp_->IsUnused(id))
       continue;
     const std::string& piece = sp_->IdToPiece(id);
     if (sp_->IsByte(id)) {
@@ -63,6 +71,11 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
     }
     pieces_[static_cast<std::size_t>(id)] = replace_markers(piece);
   }
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  for (const auto& [piece, id] : specials_)
+    if (special_firsts_.find(piece[0]) == std::string::npos)
+      special_firsts_ += piece[0];
 }
 
 sp_tokenizer::~sp_tokenizer() = default;
@@ -88,10 +101,31 @@ std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
   std::vector<std::int32_t> ids;
   if (bos_id_ >= 0)
     ids.push_back(bos_id_);
-  std::vector<int> pieces;
-  if (!sp_->Encode(text, &pieces).ok())
-    return ids; // only fails on an unloaded model, which load() rules out
-  ids.insert(ids.end(), pieces.begin(), pieces.end());
+  // The text between special tokens' texts is encoded piece by piece, each
+  // with the model's dummy prefix (as Meta's reference encodes each turn,
+  // and Hugging Face's legacy Llama tokenizers each chunk).
+  const auto encode_chunk = [&](std::string_view chunk) {
+    std::vector<int> pieces;
+    if (chunk.empty() || !sp_->Encode(chunk, &pieces).ok())
+      return; // Encode only fails on an unloaded model, which load() rules out
+    ids.insert(ids.end(), pieces.begin(), pieces.end());
+  };
+  const std::string_view all(text);
+  std::size_t from = 0;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (special_firsts_.find(all[i]) == std::string::npos)
+      continue;
+    for (const auto& [piece, id] : specials_) {
+      if (all.substr(i, piece.size()) == piece) {
+        encode_chunk(all.substr(from, i - from));
+        ids.push_back(id);
+        from = i + piece.size();
+        i = from - 1;
+        break;
+      }
+    }
+  }
+  encode_chunk(all.substr(from));
   return ids;
 }
 

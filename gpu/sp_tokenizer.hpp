@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -37,7 +38,10 @@ public:
   // -- tokenizer ---------------------------------------------------------
 
   /// BOS (when set) followed by the ids of `text`'s pieces; bytes outside
-  /// the vocabulary become byte-fallback pieces when the model has them.
+  /// the vocabulary become byte-fallback pieces when the model has them. A
+  /// control or unknown piece's text ("</s><s>") is that token, and the
+  /// text between such tokens is encoded chunk by chunk (each with the
+  /// model's dummy prefix), as Hugging Face's Llama tokenizers read it.
   std::vector<std::int32_t> encode(const std::string& text) const override;
   /// The piece with U+2581 turned into ' ', a byte piece <0xAB> as that
   /// byte, "" for control/unknown pieces and ids outside [0, vocab_size()).
@@ -58,6 +62,11 @@ private:
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::vector<std::string> pieces_; ///< [vocab] decoded text of each id
+  /// Control and unknown pieces' texts ("<s>", "</s>", "<unk>") with their
+  /// ids, longest first, and the bytes they begin with: in a text they are
+  /// the tokens themselves.
+  std::vector<std::pair<std::string, std::int32_t>> specials_;
+  std::string special_firsts_;
   std::int32_t bos_id_;
   std::int32_t eos_id_;
 };

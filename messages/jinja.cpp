@@ -544,6 +544,29 @@ double as_double(const value& x) {
   return std::get<double>(x.v);
 }
 
+[[noreturn]] void overflow() { throw error("chat template: integer overflow (integers here are 64-bit)"); }
+
+/// a + b, a - b, a * b, failing where they overflow: Python's integers do
+/// not, and Troupe's are 64-bit.
+std::int64_t checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r))
+    overflow();
+  return r;
+}
+std::int64_t checked_sub(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r))
+    overflow();
+  return r;
+}
+std::int64_t checked_mul(std::int64_t a, std::int64_t b) {
+  std::int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r))
+    overflow();
+  return r;
+}
+
 std::int64_t as_int(const value& x) {
   if (x.is_bool())
     return std::get<bool>(x.v) ? 1 : 0;
@@ -1048,8 +1071,11 @@ value slice_of(const value& x, const value& a, const value& b, const value& c, i
   const auto start = clamp(a, step > 0 ? 0 : n - 1);
   const auto stop = clamp(b, step > 0 ? n : -1);
   std::vector<std::int64_t> idx;
-  for (auto i = start; step > 0 ? i < stop : i > stop; i += step)
+  for (auto i = start; step > 0 ? i < stop : i > stop;) {
     idx.push_back(i);
+    if (__builtin_add_overflow(i, step, &i))
+      break; // past either end
+  }
   if (x.is_list()) {
     for (auto i : idx)
       items.push_back((*x.list())[static_cast<std::size_t>(i)]);
@@ -1144,9 +1170,11 @@ void check_args(const call_args& a, std::size_t max_positional, std::initializer
   if (a.positional.size() > max_positional)
     fail(line, fn + "() takes at most " + std::to_string(max_positional) + " arguments (" +
                  std::to_string(a.positional.size()) + " given)");
-  for (const auto& [k, v] : a.named)
+  for (const auto& kv : a.named) {
+    const std::string& k = kv.first;
     if (std::find_if(names.begin(), names.end(), [&](const char* n) { return k == n; }) == names.end())
       fail(line, fn + "() got an unexpected keyword argument '" + k + "'");
+  }
 }
 
 std::string need_string(const value& x, int line, const std::string& what) {
@@ -1595,7 +1623,7 @@ value apply_filter(interp& in, const std::string& name, const value& x, call_arg
   if (name == "abs") {
     check_args(a, 0, {}, line, name);
     if (x.is_int() || x.is_bool())
-      return value(std::abs(as_int(x)));
+      return value(as_int(x) < 0 ? checked_sub(0, as_int(x)) : as_int(x));
     if (x.is_real())
       return value(std::fabs(std::get<double>(x.v)));
     fail(line, "bad operand type for abs(): '" + type_name(x) + "'");
@@ -1694,7 +1722,7 @@ value apply_filter(interp& in, const std::string& name, const value& x, call_arg
       for (const auto& v : xs) {
         if (!v.is_number())
           fail(line, "sum(): unsupported operand type " + type_name(v));
-        total = total.is_real() || v.is_real() ? value(as_double(total) + as_double(v)) : value(as_int(total) + as_int(v));
+        total = total.is_real() || v.is_real() ? value(as_double(total) + as_double(v)) : value(checked_add(as_int(total), as_int(v)));
       }
       return total;
     }
@@ -1912,7 +1940,7 @@ struct neg_expr : expr {
   value eval(interp& in) const override {
     const auto x = defined(e->eval(in), line);
     if (x.is_int() || x.is_bool())
-      return value(minus ? -as_int(x) : as_int(x));
+      return value(minus ? checked_sub(0, as_int(x)) : as_int(x));
     if (x.is_real())
       return value(minus ? -std::get<double>(x.v) : std::get<double>(x.v));
     fail(line, "bad operand type for unary " + std::string(minus ? "-" : "+") + ": '" + type_name(x) + "'");
@@ -1988,9 +2016,14 @@ value binary(const std::string& op, const value& x, const value& y, int line) {
   }
   if (op == "**") {
     if (!real && as_int(y) >= 0) {
-      std::int64_t r = 1;
-      for (std::int64_t i = 0; i < as_int(y); ++i)
-        r *= as_int(x);
+      // By squaring, each step checked.
+      std::int64_t r = 1, base = as_int(x);
+      for (auto e = as_int(y); e > 0; e >>= 1) {
+        if (e & 1)
+          r = checked_mul(r, base);
+        if (e > 1)
+          base = checked_mul(base, base);
+      }
       return value(r);
     }
     return value(std::pow(as_double(x), as_double(y)));
@@ -2012,19 +2045,21 @@ value binary(const std::string& op, const value& x, const value& y, int line) {
   }
   const std::int64_t a = as_int(x), b = as_int(y);
   if (op == "+")
-    return value(a + b);
+    return value(checked_add(a, b));
   if (op == "-")
-    return value(a - b);
+    return value(checked_sub(a, b));
   if (op == "*")
-    return value(a * b);
+    return value(checked_mul(a, b));
   if (b == 0)
     fail(line, "integer division or modulo by zero");
-  std::int64_t q = a / b, r = a % b;
-  if (r != 0 && ((r < 0) != (b < 0))) {
+  if (b == -1)
+    return value(op == "//" ? checked_sub(0, a) : std::int64_t{0});
+  std::int64_t q = a / b, m = a % b;
+  if (m != 0 && ((m < 0) != (b < 0))) {
     --q;
-    r += b;
+    m += b;
   }
-  return value(op == "//" ? q : r);
+  return value(op == "//" ? q : m);
 }
 
 struct binary_expr : expr {
@@ -2234,7 +2269,8 @@ struct macro_stmt : stmt {
         fail(l, "macro calls nest deeper than " + std::to_string(in.lim.max_depth));
       std::map<std::string, value, std::less<>> scope;
       for (std::size_t i = 0; i < self->params.size(); ++i) {
-        const auto& [pname, dflt] = self->params[i];
+        const std::string& pname = self->params[i].first;
+        const expr_ptr& dflt = self->params[i].second;
         if (i < a.positional.size()) {
           scope[pname] = a.positional[i];
           continue;
@@ -2245,9 +2281,11 @@ struct macro_stmt : stmt {
         else
           scope[pname] = dflt ? dflt->eval(in) : value(undefined_t{"'" + pname + "' is undefined"});
       }
-      for (const auto& [k, v] : a.named)
+      for (const auto& kv : a.named) {
+        const std::string& k = kv.first;
         if (std::none_of(self->params.begin(), self->params.end(), [&](const auto& p) { return p.first == k; }))
           fail(l, "macro '" + self->name + "' takes no keyword argument '" + k + "'");
+      }
       std::string text;
       auto* saved = in.out;
       in.out = &text;
@@ -2973,10 +3011,12 @@ void add_globals(interp& in, std::map<std::string, value, std::less<>>& g) {
     if (step == 0)
       fail(line, "range() arg 3 must not be zero");
     std::vector<value> out;
-    for (auto i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (auto i = start; step > 0 ? i < stop : i > stop;) {
       if (out.size() >= 100'000)
         fail(line, "range() is limited to 100000 items");
       out.emplace_back(i);
+      if (__builtin_add_overflow(i, step, &i))
+        break; // past the end of the 64-bit range, so past stop
     }
     return make_list(std::move(out));
   });

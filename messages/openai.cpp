@@ -14,6 +14,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace troupe::openai {
@@ -39,8 +40,9 @@ constexpr std::array<std::string_view, 20> taken_by_both{
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
   "response_format"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
-constexpr std::array<std::string_view, 7> taken_by_chat{"messages", "max_completion_tokens", "parallel_tool_calls",
-                                                        "logprobs", "top_logprobs", "tools", "tool_choice"};
+constexpr std::array<std::string_view, 10> taken_by_chat{
+  "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
+  "chat_template_kwargs", "add_generation_prompt", "continue_final_message"};
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
 constexpr std::array<std::string_view, 0> off_in_chat{};
 
@@ -636,6 +638,52 @@ std::variant<std::string, api_error> render(const chat_template& tpl, const std:
   return out + tpl.generation;
 }
 
+/// vLLM's fields that shape the rendering, checked: chat_template_kwargs
+/// (an object of further template variables, not the ones the request
+/// gives itself), add_generation_prompt and continue_final_message
+/// (booleans, not both on; the latter after an assistant message). Only a
+/// Hugging Face template takes them other than as their defaults.
+std::optional<api_error> template_fields_refused(const json& doc, const chat_template& tpl,
+                                                 const std::vector<chat_message>& messages) {
+  static constexpr std::array<std::string_view, 6> given{"messages", "tools",     "documents",
+                                                         "add_generation_prompt", "bos_token", "eos_token"};
+  const auto needs_jinja = [&](const char* field) {
+    return bad("field \"" + std::string(field) + "\" needs the server's chat template to be a Hugging Face one "
+               "(chat_template = \"model\" or \"jinja\"); this one is \"" + tpl.name + "\"",
+               field);
+  };
+  if (const auto kw = doc.find("chat_template_kwargs"); kw != doc.end() && !kw->is_null()) {
+    if (!kw->is_object())
+      return bad("field \"chat_template_kwargs\" must be an object of template variables, got " + kw->dump().substr(0, 80),
+                 "chat_template_kwargs");
+    for (const auto& [key, value] : kw->items())
+      if (in(given, key))
+        return bad("field \"chat_template_kwargs." + key + "\" is a variable the request itself gives the template",
+                   "chat_template_kwargs");
+    if (!kw->empty() && !tpl.program)
+      return needs_jinja("chat_template_kwargs");
+  }
+  bool add = true, cont = false;
+  for (const auto& [field, into, dflt] : {std::tuple{"add_generation_prompt", &add, true},
+                                          std::tuple{"continue_final_message", &cont, false}}) {
+    const auto f = doc.find(field);
+    if (f == doc.end() || f->is_null())
+      continue;
+    if (!f->is_boolean())
+      return bad("field \"" + std::string(field) + "\" must be true or false, got " + f->dump().substr(0, 80), field);
+    *into = f->get<bool>();
+    if (*into != dflt && !tpl.program)
+      return needs_jinja(field);
+  }
+  if (cont && add && doc.contains("add_generation_prompt") && !doc["add_generation_prompt"].is_null())
+    return bad("fields \"add_generation_prompt\" and \"continue_final_message\" cannot both be true",
+               "continue_final_message");
+  if (cont && messages.back().role != "assistant")
+    return bad("field \"continue_final_message\" continues the final message, which must be the assistant's",
+               "continue_final_message");
+  return std::nullopt;
+}
+
 /// The prompt a Hugging Face template renders from a chat `body` whose
 /// messages and tools are checked already: the messages as transformers
 /// takes them (roles, text, an assistant's tool_calls with their arguments
@@ -646,6 +694,7 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, std:
                                                   const std::vector<tool>& offered) {
   using ojson = nlohmann::ordered_json;
   const auto doc = ojson::parse(body);
+  const bool continued = doc.value("continue_final_message", false);
   ojson messages = ojson::array();
   for (const auto& m : doc.at("messages")) {
     ojson one = ojson::object();
@@ -675,9 +724,19 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, std:
       one["tool_call_id"] = *id;
     messages.push_back(std::move(one));
   }
-  // As transformers renders: tools and documents None when not given.
-  ojson vars = {{"messages", std::move(messages)}, {"tools", nullptr},           {"documents", nullptr},
-                {"add_generation_prompt", true},   {"bos_token", tpl.bos_token}, {"eos_token", tpl.eos_token}};
+  const std::string final_text =
+    messages.back()["content"].is_string() ? messages.back()["content"].get<std::string>() : std::string();
+  // As transformers renders: tools and documents None when not given; the
+  // request's chat_template_kwargs (vLLM's) beside them.
+  ojson vars = {{"messages", std::move(messages)},
+                {"tools", nullptr},
+                {"documents", nullptr},
+                {"add_generation_prompt", !continued && doc.value("add_generation_prompt", true)},
+                {"bos_token", tpl.bos_token},
+                {"eos_token", tpl.eos_token}};
+  if (const auto kw = doc.find("chat_template_kwargs"); kw != doc.end() && kw->is_object())
+    for (const auto& [key, value] : kw->items())
+      vars[key] = value;
   if (!offered.empty()) {
     ojson tools = ojson::array();
     for (const auto& t : doc.at("tools"))
@@ -694,6 +753,16 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, std:
   }
   if (!tpl.bos_token.empty() && text.starts_with(tpl.bos_token))
     text.erase(0, tpl.bos_token.size());
+  if (continued) {
+    // The prompt ends where the final (assistant) message's text ends, so
+    // the model goes on with it: what the template closes it with is cut.
+    const auto at = final_text.empty() ? std::string::npos : text.rfind(final_text);
+    if (at == std::string::npos)
+      return bad("field \"continue_final_message\": the chat template does not show the final message's text as it "
+                 "is written, so the prompt cannot end with it",
+                 "continue_final_message");
+    text.erase(at + final_text.size());
+  }
   return text;
 }
 
@@ -1027,6 +1096,8 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   if (auto* e = std::get_if<api_error>(&choice))
     return std::move(*e);
   const auto& offered = std::get<tool_choice>(choice).offered;
+  if (auto e = template_fields_refused(doc, tpl, std::get<std::vector<chat_message>>(messages)))
+    return std::move(*e);
   std::variant<std::string, api_error> prompt;
   if (tpl.program) {
     if (!offered.empty() && tpl.tool_call.empty())

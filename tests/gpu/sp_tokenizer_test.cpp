@@ -123,6 +123,28 @@ TEST_F(sp_tokenizer_test, utf8_round_trips_through_byte_fallback) {
   EXPECT_EQ(single_bytes, 4u);
 }
 
+TEST_F(sp_tokenizer_test, special_tokens_in_a_text_are_the_tokens_themselves) {
+  // Llama 2's turns: "... </s><s>[INST] ..." holds EOS and BOS, and the text
+  // between them is encoded chunk by chunk, each with the dummy prefix (as
+  // Meta's reference encodes each turn).
+  const auto body = [&](const std::string& text) {
+    auto ids = tok_->encode(text);
+    ids.erase(ids.begin()); // the BOS encode() puts first
+    return ids;
+  };
+  std::vector<std::int32_t> want{1};
+  for (const auto& part : {body("[INST] Hi [/INST] Hello "), std::vector<std::int32_t>{2, 1}, body("[INST] Bye [/INST]")})
+    want.insert(want.end(), part.begin(), part.end());
+  EXPECT_EQ(tok_->encode("[INST] Hi [/INST] Hello </s><s>[INST] Bye [/INST]"), want);
+  EXPECT_EQ(tok_->encode("<unk></s>"), (std::vector<std::int32_t>{1, 0, 2}));
+  EXPECT_EQ(tok_->encode("<s>"), (std::vector<std::int32_t>{1, 1})) << "one BOS written, one put first";
+  // Not quite a special token's text: text.
+  for (const std::string near : {"<s", "</ s>", "< s>", "<S>"}) {
+    const auto ids = tok_->encode(near);
+    EXPECT_EQ(stream_decode(ids), " " + near) << near;
+  }
+}
+
 TEST_F(sp_tokenizer_test, common_words_become_few_pieces) {
   const auto ids = tok_->encode("the water and the bread");
   EXPECT_LT(ids.size(), 12u); // far fewer than 23 bytes + BOS

@@ -354,6 +354,11 @@ TEST(jinja, renders_fail_with_what_went_wrong) {
   EXPECT_NE(render_error("{{ 1 + 'a' }}").find("unsupported operand type(s) for +: 'int' and 'str'"), std::string::npos);
   EXPECT_NE(render_error("{% set x.y = 1 %}").find("non-namespace"), std::string::npos);
   EXPECT_NE(render_error("{{ [1].append(2) }}").find("'list object' has no attribute 'append'"), std::string::npos);
+  for (const char* overflow : {"{{ 4 ** 99 }}", "{{ 9223372036854775807 + 1 }}", "{{ (-9223372036854775807 - 1) // -1 }}",
+                               "{{ -(-9223372036854775807 - 1) }}", "{{ 3037000500 * 3037000500 }}"})
+    EXPECT_NE(render_error(overflow).find("integer overflow"), std::string::npos) << overflow;
+  EXPECT_EQ(program("{{ 1 ** 99999999999999 }} {{ 2 ** 62 }} {{ [1, 2, 3][::9223372036854775807] }}").render(ojson::object()),
+            "1 4611686018427387904 [1]");
   EXPECT_NE(render_error("{{ messages[1.5:] }}", {{"messages", {1, 2}}}).find("an integer is needed here, got float"),
             std::string::npos);
   ojson deep = 1;

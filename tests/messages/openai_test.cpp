@@ -1730,6 +1730,49 @@ TEST(openai, a_jinja_templates_call_format_is_hermes_where_its_text_has_tool_cal
   EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}]})", plain)).prompt, "user: q\n");
 }
 
+TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the_others) {
+  const auto tpl = jinja_template("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+                                  "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+                                  "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}");
+  const std::string q = R"({"model":"m","messages":[{"role":"user","content":"Q"}])";
+  EXPECT_EQ(*as_generate(chat_ok(q + "}", tpl)).prompt, "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+  // chat_template_kwargs: further variables (Qwen 3's enable_thinking).
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"chat_template_kwargs":{"enable_thinking":false}})", tpl)).prompt,
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think></think>");
+  // add_generation_prompt false: the assistant's turn is not opened.
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"add_generation_prompt":false})", tpl)).prompt, "<|im_start|>user\nQ<|im_end|>\n");
+  // continue_final_message: the prompt ends with the assistant's text.
+  EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","continue_final_message":true,"add_generation_prompt":false,
+      "messages":[{"role":"user","content":"Q"},{"role":"assistant","content":"The answer is"}]})",
+                                 tpl))
+               .prompt,
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\nThe answer is");
+
+  const auto refused_with = [&](const std::string& body, const chat_template& t, const char* param, const char* what) {
+    const auto e = chat_refused(body, t);
+    EXPECT_EQ(e.param, param) << body;
+    EXPECT_NE(e.message.find(what), std::string::npos) << body << ": " << e.message;
+  };
+  refused_with(q + R"(,"chat_template_kwargs":{"messages":[]}})", tpl, "chat_template_kwargs",
+               "\"chat_template_kwargs.messages\" is a variable the request itself gives");
+  refused_with(q + R"(,"chat_template_kwargs":[1]})", tpl, "chat_template_kwargs", "must be an object");
+  refused_with(q + R"(,"add_generation_prompt":"yes"})", tpl, "add_generation_prompt", "must be true or false");
+  refused_with(q + R"(,"continue_final_message":true})", tpl, "continue_final_message", "must be the assistant's");
+  refused_with(R"({"model":"m","continue_final_message":true,"add_generation_prompt":true,
+      "messages":[{"role":"user","content":"Q"},{"role":"assistant","content":"A"}]})",
+               tpl, "continue_final_message", "cannot both be true");
+  // The built-in formats take the defaults only.
+  const auto chatml = builtin("chatml");
+  refused_with(q + R"(,"chat_template_kwargs":{"enable_thinking":false}})", chatml, "chat_template_kwargs",
+               "needs the server's chat template to be a Hugging Face one");
+  refused_with(q + R"(,"add_generation_prompt":false})", chatml, "add_generation_prompt", "Hugging Face one");
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"add_generation_prompt":true,"continue_final_message":false,)"
+                                     R"("chat_template_kwargs":{}})",
+                                 chatml))
+               .prompt,
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+}
+
 TEST(openai, jinja_templates_that_cannot_be_made_are_refused_naming_the_key) {
   const jinja_source bad_text{"{% for m in messages %}", "", ""};
   auto t = make_chat_template("model", {}, &bad_text);
