@@ -690,11 +690,10 @@ std::optional<api_error> template_fields_refused(const json& doc, const chat_tem
 /// as objects, a tool's tool_call_id), the tools offered as the request
 /// gives them (in its key order; none: None), add_generation_prompt,
 /// bos_token and eos_token. A leading bos_token is dropped (the tokenizer adds BOS).
-std::variant<std::string, api_error> render_jinja(const chat_template& tpl, std::string_view body,
+std::variant<std::string, api_error> render_jinja(const chat_template& tpl, const json& doc, std::string_view body,
                                                   const std::vector<tool>& offered) {
   using ojson = nlohmann::ordered_json;
-  const auto doc = ojson::parse(body);
-  const bool continued = doc.value("continue_final_message", false);
+  const bool continued = doc.value("continue_final_message", json(false)) == json(true);
   ojson messages = ojson::array();
   for (const auto& m : doc.at("messages")) {
     ojson one = ojson::object();
@@ -728,18 +727,25 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, std:
     messages.back()["content"].is_string() ? messages.back()["content"].get<std::string>() : std::string();
   // As transformers renders: tools and documents None when not given; the
   // request's chat_template_kwargs (vLLM's) beside them.
-  ojson vars = {{"messages", std::move(messages)},
-                {"tools", nullptr},
-                {"documents", nullptr},
-                {"add_generation_prompt", !continued && doc.value("add_generation_prompt", true)},
-                {"bos_token", tpl.bos_token},
-                {"eos_token", tpl.eos_token}};
-  if (const auto kw = doc.find("chat_template_kwargs"); kw != doc.end() && kw->is_object())
-    for (const auto& [key, value] : kw->items())
+  ojson vars = ojson::object();
+  vars["messages"] = std::move(messages); // moved, not copied as an initializer list would
+  vars["tools"] = nullptr;
+  vars["documents"] = nullptr;
+  vars["add_generation_prompt"] = !continued && doc.value("add_generation_prompt", json(true)) != json(false);
+  vars["bos_token"] = tpl.bos_token;
+  vars["eos_token"] = tpl.eos_token;
+  // The tools and further variables as the request writes them, keys in
+  // its order (a template shows them with tojson): read again, in order,
+  // only when there are some.
+  const auto kw = doc.find("chat_template_kwargs");
+  const bool has_kwargs = kw != doc.end() && kw->is_object() && !kw->empty();
+  const auto ordered = !offered.empty() || has_kwargs ? ojson::parse(body) : ojson();
+  if (has_kwargs)
+    for (const auto& [key, value] : ordered.at("chat_template_kwargs").items())
       vars[key] = value;
   if (!offered.empty()) {
     ojson tools = ojson::array();
-    for (const auto& t : doc.at("tools"))
+    for (const auto& t : ordered.at("tools"))
       if (std::any_of(offered.begin(), offered.end(),
                       [&](const tool& o) { return o.name == t.at("function").at("name").get<std::string>(); }))
         tools.push_back(t);
@@ -1104,7 +1110,7 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
       return bad("the chat template's call format is not known (its text has no <tool_call> tags), so calls could not "
                  "be read from the output; the server's http.chat_tool_call says how the model writes one",
                  "tools");
-    prompt = render_jinja(tpl, body, offered);
+    prompt = render_jinja(tpl, doc, body, offered);
   } else {
     auto rendered = with_tools(tpl, std::get<std::vector<chat_message>>(std::move(messages)), offered);
     if (auto* e = std::get_if<api_error>(&rendered))

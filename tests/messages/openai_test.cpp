@@ -1739,6 +1739,12 @@ TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the
   // chat_template_kwargs: further variables (Qwen 3's enable_thinking).
   EXPECT_EQ(*as_generate(chat_ok(q + R"(,"chat_template_kwargs":{"enable_thinking":false}})", tpl)).prompt,
             "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think></think>");
+  // Null is the default.
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"add_generation_prompt":null,"continue_final_message":null,)"
+                                     R"("chat_template_kwargs":null})",
+                                 tpl))
+               .prompt,
+            "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
   // add_generation_prompt false: the assistant's turn is not opened.
   EXPECT_EQ(*as_generate(chat_ok(q + R"(,"add_generation_prompt":false})", tpl)).prompt, "<|im_start|>user\nQ<|im_end|>\n");
   // continue_final_message: the prompt ends with the assistant's text.

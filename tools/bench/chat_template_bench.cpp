@@ -51,7 +51,9 @@ chat_template make(bool jinja) {
   if (!jinja)
     return std::get<chat_template>(make_chat_template("chatml"));
   const jinja_source src{chatml_jinja, "", "<|im_end|>"};
-  return std::get<chat_template>(make_chat_template("model", {}, &src));
+  chat_formats calls;
+  calls.tool_call = "<tool_call>\n{call}\n</tool_call>"; // as the built-in chatml's
+  return std::get<chat_template>(make_chat_template("model", calls, &src));
 }
 
 void bm_chat_render(benchmark::State& state) {
