@@ -466,7 +466,20 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
   std::error_code ec;
   fs::remove(log, ec);
   fs::remove(out / "tokenizer.vocab", ec);
-  return std::nullopt;
+  // A chat template in Llama 2 chat's format (chat_template = "model"
+  // reads it): the system text inside the first user turn, each turn
+  // [INST] ... [/INST] after BOS, each reply closed by EOS, texts trimmed.
+  const nlohmann::json tokenizer_config = {
+    {"bos_token", "<s>"},
+    {"eos_token", "</s>"},
+    {"chat_template",
+     "{%- if messages[0]['role'] == 'system' %}{%- set sys = '<<SYS>>\\n' + messages[0]['content'] | trim + "
+     "'\\n<</SYS>>\\n\\n' %}{%- set turns = messages[1:] %}{%- else %}{%- set sys = '' %}{%- set turns = messages %}"
+     "{%- endif %}{%- for m in turns %}{%- if (m['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+     "{{- raise_exception('roles must alternate user, assistant, user, ...') }}{%- endif %}{%- if m['role'] == 'user' %}"
+     "{{- bos_token + '[INST] ' + (sys if loop.first else '') + m['content'] | trim + ' [/INST]' }}{%- else %}"
+     "{{- ' ' + m['content'] | trim + ' ' + eos_token }}{%- endif %}{%- endfor %}"}};
+  return write_text(out / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
 }
 
 /// Learns a byte-level BPE tokenizer.json from the corpus, Llama 3's
@@ -518,8 +531,7 @@ int run(const options& o) {
   // The tokenizer first: it is what fails on a bad --vocab. A tokenizer of
   // the other kind left by an earlier run would be the one loaded.
   const std::vector<std::string> stale =
-    o.bpe ? std::vector<std::string>{"tokenizer.model"}
-          : std::vector<std::string>{"tokenizer.json", "generation_config.json", "tokenizer_config.json"};
+    o.bpe ? std::vector<std::string>{"tokenizer.model"} : std::vector<std::string>{"tokenizer.json", "generation_config.json"};
   for (const auto& name : stale)
     fs::remove(out / name, ec);
   if (auto err = o.bpe ? train_bpe_tokenizer(o, out) : train_tokenizer(o, out)) {

@@ -23,36 +23,22 @@ sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\
 grep -q '^chat_template = "llama3"$' "$work/serve.toml"
 grep -q "^path = \"$work/model\"$" "$work/serve.toml"
 
-# Starts troupe-serve on serve.toml; its HTTP address in $http.
-serve() {
-  "$bin/troupe-serve" --config "$work/serve.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
-  pid=$!
-  http=""
-  for _ in $(seq 1 400); do
-    http="$(sed -n 's/^troupe-serve: http on //p' "$work/log")"
-    [ -n "$http" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
-    sleep 0.05
-  done
-  [ -n "$http" ] || { echo "llama3: the server did not start ($1)"; cat "$work/log"; exit 1; }
-}
+. "$(dirname "$0")/serve_lib.sh"
+export E2E_DIR="$(cd "$(dirname "$0")" && pwd)"
 serve 'chat_template = "llama3"'
 
 python3 - "$http" "$work/builtin.json" <<'PY'
-import json, sys, urllib.request, urllib.error
+import json, os, sys
+
+sys.path.insert(0, os.environ["E2E_DIR"])
+import http_call
 
 base = "http://" + sys.argv[1]
 # troupe-mkmodel --vocab 1024 --tokenizer bpe: the five special tokens last.
 BOS, END_OF_TEXT, START_HEADER, END_HEADER, EOT = range(1019, 1024)
 
 def call(path, body):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    return http_call.call(base, path, body)
 
 def tokens(text):
     status, out = call("/tokenize", {"prompt": text})
@@ -102,9 +88,7 @@ with open(sys.argv[2], "w") as f:
                "rendered_tokens": len(tokens(rendered))}, f)
 print("llama3: ok")
 PY
-kill -INT "$pid"
-wait "$pid"
-pid=""
+stop
 
 # The same chat under the model's own template (tokenizer_config.json,
 # written by troupe-mkmodel in Llama 3 Instruct's format): chat_template =
@@ -116,31 +100,25 @@ sed -i 's/^chat_template = "llama3"$/chat_template = "model"/' "$work/serve.toml
 grep -q '^chat_template = "model"$' "$work/serve.toml"
 serve 'chat_template = "model"'
 python3 - "$http" "$work/builtin.json" <<'PY'
-import json, sys, urllib.request, urllib.error
+import json, os, sys
+
+sys.path.insert(0, os.environ["E2E_DIR"])
+from http_call import call
 
 base = "http://" + sys.argv[1]
 builtin = json.load(open(sys.argv[2]))
 body = {"model": "model", "max_tokens": 6, "temperature": 0,
         "messages": [{"role": "system", "content": "Be brief. "}, {"role": "user", "content": "  Hi there\n"}]}
-req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                             headers={"Content-Type": "application/json"})
-with urllib.request.urlopen(req, timeout=30) as r:
-    out = json.loads(r.read())
+status, out = call(base, "/v1/chat/completions", body)
+assert status == 200, out
 assert out["usage"]["prompt_tokens"] == builtin["prompt_tokens"] == builtin["rendered_tokens"], (out, builtin)
 assert out["choices"][0]["message"]["content"] == builtin["content"], (out, builtin)
 # Tools: the template shows no call format, so they are refused, naming
 # the key that gives one; the server goes on serving.
 body["tools"] = [{"type": "function", "function": {"name": "f"}}]
-req = urllib.request.Request(base + "/v1/chat/completions", data=json.dumps(body).encode(),
-                             headers={"Content-Type": "application/json"})
-try:
-    urllib.request.urlopen(req, timeout=30)
-    raise AssertionError("tools taken without a call format")
-except urllib.error.HTTPError as e:
-    err = json.loads(e.read())["error"]
-    assert e.code == 400 and err["param"] == "tools" and "http.chat_tool_call" in err["message"], err
+status, out = call(base, "/v1/chat/completions", body)
+err = out["error"]
+assert status == 400 and err["param"] == "tools" and "http.chat_tool_call" in err["message"], out
 print("llama3 (model template): ok")
 PY
-kill -INT "$pid"
-wait "$pid"
-pid=""
+stop
