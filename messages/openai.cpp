@@ -753,7 +753,7 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, cons
   }
   std::string text;
   try {
-    text = tpl.program->render(vars);
+    text = (!offered.empty() && tpl.tool_use_program ? *tpl.tool_use_program : *tpl.program).render(vars);
   } catch (const jinja::error& e) {
     return bad(std::string("the chat template cannot render this chat: ") + e.what(), "messages");
   }
@@ -1005,9 +1005,18 @@ std::variant<chat_template, chat_template_error> make_jinja_template(chat_templa
   } catch (const jinja::error& e) {
     return chat_template_error{"chat_template", e.what()};
   }
+  if (!jinja->tool_use_text.empty()) {
+    try {
+      t.tool_use_program = std::make_shared<const jinja::program>(jinja->tool_use_text);
+    } catch (const jinja::error& e) {
+      return chat_template_error{"chat_template", std::string("the template named \"tool_use\": ") + e.what()};
+    }
+  }
   t.bos_token = jinja->bos_token;
   t.eos_token = jinja->eos_token;
-  if (t.tool_call.empty() && jinja->text.find("<tool_call>") != std::string::npos)
+  if (t.tool_call.empty()
+      && (jinja->text.find("<tool_call>") != std::string::npos
+          || jinja->tool_use_text.find("<tool_call>") != std::string::npos))
     t.tool_call = "<tool_call>\n{call}\n</tool_call>"; // Hermes' tags, which Qwen-style templates use
   return t;
 }

@@ -157,6 +157,9 @@ struct chat_template : chat_formats {
   /// then unused but for `tool_call` (how the model writes a call) and
   /// `stop`. Null: the formats render.
   std::shared_ptr<const jinja::program> program;
+  /// The model's template named "tool_use", when it has one: used instead
+  /// of `program` for a chat that offers tools, as transformers chooses.
+  std::shared_ptr<const jinja::program> tool_use_program;
   /// The template's bos_token and eos_token. A rendering that begins with
   /// bos_token loses it: the tokenizer puts BOS in front itself.
   std::string bos_token;
@@ -168,6 +171,7 @@ struct jinja_source {
   std::string text;
   std::string bos_token;
   std::string eos_token;
+  std::string tool_use_text{}; ///< the template named "tool_use", if any
 };
 
 /// The built-in template names: "llama2" (Meta's [INST] format), "llama3"

@@ -69,13 +69,18 @@ std::variant<openai::jinja_source, std::string> read_tokenizer_config(const fs::
     return out;
   }
   if (tpl->is_array()) {
-    for (const auto& one : *tpl)
-      if (one.is_object() && one.value("name", json()) == "default" && one.contains("template")
-          && one["template"].is_string()) {
+    // Named templates: "default", and "tool_use" for chats with tools.
+    for (const auto& one : *tpl) {
+      if (!one.is_object() || !one.contains("template") || !one["template"].is_string())
+        return name + ": \"chat_template\" is a list whose entries must be {\"name\", \"template\": \"...\"}";
+      if (one.value("name", json()) == "default")
         out.text = one["template"].get<std::string>();
-        return out;
-      }
-    return name + ": \"chat_template\" is a list without a {\"name\": \"default\", \"template\": \"...\"} entry";
+      else if (one.value("name", json()) == "tool_use")
+        out.tool_use_text = one["template"].get<std::string>();
+    }
+    if (out.text.empty())
+      return name + ": \"chat_template\" is a list without a {\"name\": \"default\", \"template\": \"...\"} entry";
+    return out;
   }
   return name + ": \"chat_template\" must be a string or a list of {\"name\", \"template\"}";
 }
@@ -105,7 +110,16 @@ std::variant<openai::jinja_source, std::string> read_model_chat_template(const s
     auto text = read_text(file);
     if (!text)
       return file.string() + ": cannot be read";
-    return with_specials_of(dir, std::move(*text));
+    auto out = with_specials_of(dir, std::move(*text));
+    // transformers writes further named templates beside it.
+    const auto tool_use = dir / "additional_chat_templates" / "tool_use.jinja";
+    if (auto* src = std::get_if<openai::jinja_source>(&out); src && fs::is_regular_file(tool_use, ec)) {
+      auto t = read_text(tool_use);
+      if (!t)
+        return tool_use.string() + ": cannot be read";
+      src->tool_use_text = std::move(*t);
+    }
+    return out;
   }
   const auto config = dir / "tokenizer_config.json";
   if (!fs::is_regular_file(config, ec))

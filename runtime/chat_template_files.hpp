@@ -10,10 +10,12 @@
 
 namespace troupe {
 
-/// A model directory's chat template: chat_template.jinja when present,
+/// A model directory's chat template: chat_template.jinja when present
+/// (with additional_chat_templates/tool_use.jinja beside it, if there),
 /// else tokenizer_config.json's "chat_template" (a string, or a list of
-/// {"name", "template"}, of which "default" is taken), with that file's
-/// bos_token and eos_token (strings, or {"content": ...}; "" when absent).
+/// {"name", "template"}: "default", and "tool_use" for chats with tools),
+/// with that file's bos_token and eos_token (strings, or {"content": ...};
+/// "" when absent).
 /// The error names the file and what is wrong with it.
 std::variant<openai::jinja_source, std::string> read_model_chat_template(const std::string& model_dir);
 

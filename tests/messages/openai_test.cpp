@@ -1779,6 +1779,25 @@ TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the
             "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST(openai, a_chat_with_tools_uses_the_models_tool_use_template_where_it_has_one) {
+  jinja_source src{"plain:{% for m in messages %}{{ m.content }}{% endfor %}", "", ""};
+  src.tool_use_text = "tools:{{ tools|map(attribute='function')|map(attribute='name')|join(',') }}<tool_call>";
+  auto made = make_chat_template("model", {}, &src);
+  ASSERT_TRUE(std::holds_alternative<chat_template>(made));
+  const auto& tpl = std::get<chat_template>(made);
+  EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}]})", tpl)).prompt, "plain:q");
+  const auto c = chat_ok(tool_chat(ask), tpl);
+  EXPECT_EQ(*as_generate(c).prompt, "tools:get_weather,get_time<tool_call>");
+  ASSERT_TRUE(c.tools.has_value());
+  EXPECT_EQ(c.tools->open, "<tool_call>") << "the call format read from the tool_use template";
+  // tool_choice "none": no tools, the default template.
+  EXPECT_EQ(*as_generate(chat_ok(tool_chat(ask, R"(,"tool_choice":"none")"), tpl)).prompt, "plain:Weather in Paris?");
+  src.tool_use_text = "{% if %}";
+  made = make_chat_template("model", {}, &src);
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(made));
+  EXPECT_NE(std::get<chat_template_error>(made).what.find("the template named \"tool_use\""), std::string::npos);
+}
+
 TEST(openai, jinja_templates_that_cannot_be_made_are_refused_naming_the_key) {
   const jinja_source bad_text{"{% for m in messages %}", "", ""};
   auto t = make_chat_template("model", {}, &bad_text);

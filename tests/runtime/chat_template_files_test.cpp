@@ -64,7 +64,17 @@ TEST_F(chat_template_files, a_model_directory_gives_its_tokenizer_configs_templa
                                                         {"name": "default", "template": "D"}]})");
   s = ok(read_model_chat_template(dir()));
   EXPECT_EQ(s.text, "D");
+  EXPECT_EQ(s.tool_use_text, "T") << "the one for chats with tools";
   EXPECT_EQ(s.bos_token, "") << "none given";
+
+  // Beside chat_template.jinja, transformers writes the named ones in
+  // additional_chat_templates/.
+  write("chat_template.jinja", "J");
+  fs::create_directories(dir_ / "additional_chat_templates");
+  write("additional_chat_templates/tool_use.jinja", "JT");
+  s = ok(read_model_chat_template(dir()));
+  EXPECT_EQ(s.text, "J");
+  EXPECT_EQ(s.tool_use_text, "JT");
 }
 
 TEST_F(chat_template_files, a_model_without_a_template_or_with_a_bad_file_is_refused_naming_it) {
@@ -75,6 +85,8 @@ TEST_F(chat_template_files, a_model_without_a_template_or_with_a_bad_file_is_ref
   EXPECT_NE(none.find("tokenizer_config.json: has no \"chat_template\""), std::string::npos) << none;
   write("tokenizer_config.json", R"({"chat_template": [{"name": "tool_use", "template": "T"}]})");
   EXPECT_NE(failed(read_model_chat_template(dir())).find("without a {\"name\": \"default\""), std::string::npos);
+  write("tokenizer_config.json", R"({"chat_template": [{"name": "default"}]})");
+  EXPECT_NE(failed(read_model_chat_template(dir())).find("whose entries must be"), std::string::npos);
   write("tokenizer_config.json", R"({"chat_template": 3})");
   EXPECT_NE(failed(read_model_chat_template(dir())).find("must be a string or a list"), std::string::npos);
   write("tokenizer_config.json", R"({"chat_template": "x", "eos_token": 2})");
