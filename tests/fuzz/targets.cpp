@@ -16,6 +16,7 @@
 #include "runtime/config.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/sim_engine.hpp"
+#include "tests/messages/chat_templates.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tools/workload/workload.hpp"
 
@@ -147,6 +148,16 @@ const openai::chat_template& template_for(std::uint8_t selector) {
   return tpls[selector % tpls.size()];
 }
 
+/// A Hugging Face (Jinja) template in Qwen's shape: tools in <tools> tags,
+/// calls in <tool_call> tags, results grouped, a namespace walked backwards.
+const openai::chat_template& jinja_template() {
+  static const openai::chat_template tpl = [] {
+    const openai::jinja_source src{std::string(test_templates::chatml_tools), "", "<|im_end|>"};
+    return std::get<openai::chat_template>(openai::make_chat_template("model", {}, &src));
+  }();
+  return tpl;
+}
+
 bool openai_bodies(std::span<const std::uint8_t> in) {
   if (in.empty())
     return false;
@@ -157,7 +168,9 @@ bool openai_bodies(std::span<const std::uint8_t> in) {
   case 1:
   case 2:
   case 3:
-    return check_translation(openai::parse_chat_completion(body, "base", "w1", template_for(in[0] % 6 - 1)));
+    // A first byte of 7 to 9 (mod 12): the chat through the Jinja template.
+    return check_translation(openai::parse_chat_completion(
+      body, "base", "w1", (in[0] / 6) % 2 == 1 ? jinja_template() : template_for(in[0] % 6 - 1)));
   case 4: {
     // The same body as an adapter load and unload (POST
     // /v1/load_lora_adapter, /v1/unload_lora_adapter); taken when either
