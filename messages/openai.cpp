@@ -74,11 +74,14 @@ std::variant<json, api_error> read_object(std::string_view body) {
 
 /// The body as a JSON object whose fields all are ones the endpoint takes
 /// (or hold their "off" value); the error otherwise.
+/// `ordered`: the body read already, in order (an object), which is taken
+/// instead of reading it again.
 template <std::size_t T, std::size_t O>
 std::variant<json, api_error> read_body(std::string_view body, const std::array<std::string_view, T>& own,
                                         const std::array<std::string_view, O>& off, const char* what,
-                                        const char* refused_features) {
-  auto read = read_object(body);
+                                        const char* refused_features,
+                                        const nlohmann::ordered_json* ordered = nullptr) {
+  auto read = ordered != nullptr ? std::variant<json, api_error>(json(*ordered)) : read_object(body);
   if (std::holds_alternative<api_error>(read))
     return read;
   auto& doc = std::get<json>(read);
@@ -684,16 +687,17 @@ std::optional<api_error> template_fields_refused(const json& doc, const chat_tem
   return std::nullopt;
 }
 
-/// The prompt a Hugging Face template renders from a chat `body` whose
+/// The prompt a Hugging Face template renders from a chat body `doc` (read
+/// in order) whose
 /// messages and tools are checked already: the messages as transformers
 /// takes them (roles, text, an assistant's tool_calls with their arguments
 /// as objects, a tool's tool_call_id), the tools offered as the request
 /// gives them (in its key order; none: None), add_generation_prompt,
 /// bos_token and eos_token. A leading bos_token is dropped (the tokenizer adds BOS).
-std::variant<std::string, api_error> render_jinja(const chat_template& tpl, const json& doc, std::string_view body,
+std::variant<std::string, api_error> render_jinja(const chat_template& tpl, const nlohmann::ordered_json& doc,
                                                   const std::vector<tool>& offered) {
   using ojson = nlohmann::ordered_json;
-  const bool continued = doc.value("continue_final_message", json(false)) == json(true);
+  const bool continued = doc.value("continue_final_message", ojson(false)) == ojson(true);
   ojson messages = ojson::array();
   for (const auto& m : doc.at("messages")) {
     ojson one = ojson::object();
@@ -731,21 +735,17 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, cons
   vars["messages"] = std::move(messages); // moved, not copied as an initializer list would
   vars["tools"] = nullptr;
   vars["documents"] = nullptr;
-  vars["add_generation_prompt"] = !continued && doc.value("add_generation_prompt", json(true)) != json(false);
+  vars["add_generation_prompt"] = !continued && doc.value("add_generation_prompt", ojson(true)) != ojson(false);
   vars["bos_token"] = tpl.bos_token;
   vars["eos_token"] = tpl.eos_token;
   // The tools and further variables as the request writes them, keys in
-  // its order (a template shows them with tojson): read again, in order,
-  // only when there are some.
-  const auto kw = doc.find("chat_template_kwargs");
-  const bool has_kwargs = kw != doc.end() && kw->is_object() && !kw->empty();
-  const auto ordered = !offered.empty() || has_kwargs ? ojson::parse(body) : ojson();
-  if (has_kwargs)
-    for (const auto& [key, value] : ordered.at("chat_template_kwargs").items())
+  // its order (a template shows them with tojson).
+  if (const auto kw = doc.find("chat_template_kwargs"); kw != doc.end() && kw->is_object())
+    for (const auto& [key, value] : kw->items())
       vars[key] = value;
   if (!offered.empty()) {
     ojson tools = ojson::array();
-    for (const auto& t : ordered.at("tools"))
+    for (const auto& t : doc.at("tools"))
       if (std::any_of(offered.begin(), offered.end(),
                       [&](const tool& o) { return o.name == t.at("function").at("name").get<std::string>(); }))
         tools.push_back(t);
@@ -1096,7 +1096,15 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 std::variant<completion_request, api_error>
 parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
                       const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable) {
-  auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request", "");
+  // For a Hugging Face template the body is read in order (the template may
+  // show the client's objects with tojson), once: the checks read a copy.
+  std::optional<nlohmann::ordered_json> ordered;
+  if (tpl.program) {
+    auto o = nlohmann::ordered_json::parse(body, nullptr, false);
+    if (!o.is_discarded() && o.is_object())
+      ordered = std::move(o); // else read_body says what is wrong with it
+  }
+  auto read = read_body(body, taken_by_chat, off_in_chat, "a chat completion request", "", ordered ? &*ordered : nullptr);
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);
@@ -1119,7 +1127,9 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
       return bad("the chat template's call format is not known (its text has no <tool_call> tags), so calls could not "
                  "be read from the output; the server's http.chat_tool_call says how the model writes one",
                  "tools");
-    prompt = render_jinja(tpl, doc, body, offered);
+    if (!ordered) // read_body took it, so it was read in order too
+      return api_error{500, "server_error", "", "the chat body was not read in order", ""};
+    prompt = render_jinja(tpl, *ordered, offered);
   } else {
     auto rendered = with_tools(tpl, std::get<std::vector<chat_message>>(std::move(messages)), offered);
     if (auto* e = std::get_if<api_error>(&rendered))
