@@ -273,10 +273,126 @@ inline constexpr std::string_view tag_style = R"J({% for message in messages %}
 {{ eos_token }}
 {% endif %})J";
 
+/// Tools rendered as Python signatures by a recursive macro (Hermes'
+/// tool_use shape): a type map in a dict literal, items() of the
+/// parameters, `is false` on loop.last, default arguments, a macro calling
+/// itself for arrays and objects.
+inline constexpr std::string_view signature_style = R"J({%- macro py_type(spec) -%}
+{%- set simple = {"string": "str", "number": "float", "integer": "int", "boolean": "bool"} -%}
+{%- if spec.type is defined and spec.type in simple -%}
+{{- simple[spec.type] -}}
+{%- elif spec.type is defined and spec.type == "array" -%}
+{{- "list[" + (py_type(spec["items"]) if spec["items"] is defined else "Any") + "]" -}}
+{%- elif spec.type is defined and spec.type == "object" -%}
+{%- if spec.properties is defined -%}
+{{- "dict[str, " + (spec.properties|length|string) + " fields]" -}}
+{%- else -%}
+{{- "dict" -}}
+{%- endif -%}
+{%- else -%}
+{{- "Any" -}}
+{%- endif -%}
+{%- endmacro -%}
+{{- bos_token -}}
+{%- if tools -%}
+<|im_start|>system
+You may call these functions:
+{% for tool in tools %}
+{%- set fn = tool.function if tool.function is defined else tool %}
+def {{ fn.name }}(
+{%- for name, spec in (fn.parameters.properties if fn.parameters is defined and fn.parameters.properties is defined else {}) | items -%}
+{{ name }}: {{ py_type(spec) }}{% if loop.last is false %}, {% endif %}
+{%- endfor -%}
+):
+    """{{ fn.description | default("No description.", true) | trim }}"""
+{% endfor -%}
+Answer with <tool_call>{"name": ..., "arguments": ...}</tool_call>.<|im_end|>
+{% endif -%}
+{%- for m in messages -%}
+{%- if m.role == "tool" -%}
+<|im_start|>tool
+{{ m.content }}<|im_end|>
+{% elif m.tool_calls is defined and m.tool_calls -%}
+<|im_start|>assistant
+{% for c in m.tool_calls -%}
+<tool_call>{{ {"name": c.function.name, "arguments": c.function.arguments} | tojson }}</tool_call>
+{% endfor -%}
+<|im_end|>
+{% else -%}
+<|im_start|>{{ m.role }}
+{{ m.content if m.content is not none else "" }}<|im_end|>
+{% endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%})J";
+
+/// TypeScript-like namespaces of the tools (the harmony shape): enums
+/// through map("tojson") and join, nullable unions, the developer message
+/// built in a set block, channels found with `in` on text, a namespace
+/// tracking the last user turn.
+inline constexpr std::string_view typescript_style = R"J({%- macro ts(spec) -%}
+{%- if spec.enum is defined -%}
+{{- spec.enum | map("tojson") | join(" | ") -}}
+{%- elif spec.type == "array" -%}
+{{- ts(spec["items"]) ~ "[]" if spec["items"] is defined else "any[]" -}}
+{%- elif spec.type == "string" -%}string
+{%- elif spec.type in ["integer", "number"] -%}number
+{%- elif spec.type == "boolean" -%}boolean
+{%- else -%}any
+{%- endif -%}
+{%- endmacro -%}
+{%- set ns = namespace(last_user=-1, system="") -%}
+{%- for m in messages -%}
+{%- if m.role == "user" %}{% set ns.last_user = loop.index0 %}{% endif -%}
+{%- if m.role == "system" and loop.first %}{% set ns.system = m.content | trim %}{% endif -%}
+{%- endfor -%}
+<|start|>system<|message|>Knowledge cutoff: 2024-06
+Current date: {{ strftime_now("%Y-%m-%d") }}<|end|>
+{%- if ns.system or tools %}
+{%- set developer %}
+{%- if ns.system %}# Instructions
+
+{{ ns.system }}
+{% endif %}
+{%- if tools %}# Tools
+
+namespace functions {
+{% for t in tools %}
+// {{ t.function.description | default("") }}
+type {{ t.function.name }} = (_: {
+{%- for name, spec in t.function.parameters.properties.items() %}
+{{ name }}{{ "" if name in t.function.parameters.required | default([]) else "?" }}: {{ ts(spec) }},
+{%- endfor %}
+}) => any;
+{% endfor %}
+} // namespace functions
+{%- endif %}
+{%- endset %}
+<|start|>developer<|message|>{{ developer | trim }}<|end|>
+{%- endif %}
+{%- for m in messages %}
+{%- if m.role == "system" and loop.first %}{% continue %}{% endif %}
+{%- if m.role == "assistant" and m.tool_calls is defined and m.tool_calls %}
+{%- for c in m.tool_calls %}
+<|start|>assistant to=functions.{{ c.function.name }}<|channel|>commentary json<|message|>{{ c.function.arguments | tojson }}<|call|>
+{%- endfor %}
+{%- elif m.role == "assistant" %}
+{%- set text = m.content or "" %}
+{%- if "<|channel|>" in text %}{{ raise_exception("assistant text must not hold channel markers") }}{% endif %}
+<|start|>assistant<|channel|>{{ "final" if loop.index0 > ns.last_user else "analysis" }}<|message|>{{ text }}<|end|>
+{%- elif m.role == "tool" %}
+<|start|>functions.{{ (messages[loop.index0 - 1].tool_calls | default([{"function": {"name": "unknown"}}]) | first).function.name }} to=assistant<|channel|>commentary<|message|>{{ m.content | tojson }}<|end|>
+{%- else %}
+<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>
+{%- endif %}
+{%- endfor %}
+{%- if add_generation_prompt %}<|start|>assistant{% endif %})J";
+
 /// Every template above, by name.
 inline constexpr std::pair<std::string_view, std::string_view> all[]{
   {"inst_style", inst_style},   {"header_style", header_style}, {"chatml_tools", chatml_tools},
   {"turn_style", turn_style},   {"mistral_tools", mistral_tools}, {"tag_style", tag_style},
+  {"signature_style", signature_style}, {"typescript_style", typescript_style},
 };
 
 } // namespace troupe::test_templates
