@@ -1015,10 +1015,23 @@ struct interp {
       fail(line, "the rendered text is over " + std::to_string(lim.max_output_bytes) + " bytes");
     out->append(s);
   }
+  /// Where the running macro's own scope begins (0: no macro): a macro
+  /// sees its arguments and what it sets, then the template's top level
+  /// and the globals, not the loops it is called from (as Jinja's).
+  std::size_t base = 0;
+
   value lookup(std::string_view name) const {
-    for (auto it = scopes.rbegin(); it != scopes.rend(); ++it)
-      if (const auto f = it->find(name); f != it->end())
-        return f->second;
+    const auto find = [&](std::size_t i) -> const value* {
+      const auto f = scopes[i].find(name);
+      return f == scopes[i].end() ? nullptr : &f->second;
+    };
+    for (auto i = scopes.size(); i-- > base;)
+      if (const auto* v = find(i))
+        return *v;
+    for (std::size_t i : {std::size_t{1}, std::size_t{0}}) // the top level, the globals
+      if (i < base)
+        if (const auto* v = find(i))
+          return *v;
     return value(undefined_t{"'" + std::string(name) + "' is undefined"});
   }
   void assign(const std::string& name, value v) { scopes.back()[name] = std::move(v); }
@@ -2289,19 +2302,23 @@ struct macro_stmt : stmt {
       std::string text;
       auto* saved = in.out;
       in.out = &text;
+      const auto saved_base = in.base;
+      in.base = in.scopes.size();
       in.scopes.push_back(std::move(scope));
+      const auto restore = [&] {
+        in.scopes.pop_back();
+        in.base = saved_base;
+        in.out = saved;
+        --in.depth;
+      };
       try {
         in.run(self->macro_body);
       } catch (...) {
-        in.scopes.pop_back();
-        in.out = saved;
-        --in.depth;
+        restore();
         throw;
       }
-      in.scopes.pop_back();
-      in.out = saved;
+      restore();
       in.pending = flow::normal;
-      --in.depth;
       return value(std::move(text));
     }));
   }

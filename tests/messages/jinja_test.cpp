@@ -166,6 +166,9 @@ TEST(jinja, each_construct_renders_as_jinja2_does) {
     {"macro", "{% macro tag(name, x='dflt') -%}\n<{{ name }}>{{ x }}</{{ name }}>\n{%- endmacro %}"
               "{{ tag('a') }}{{ tag('b', 'v') }}{{ tag(x='k', name='c') }}"},
     {"macro sees globals", "{% macro m() %}{{ n }}{{ s|length }}{% endmacro %}{{ m() }}"},
+    {"macro scope", "{% set top = 'T' %}{% macro m(a) %}[{{ a }}{{ x }}{{ top }}{{ later }}{% set top = 'in' %}{{ top }}]"
+                    "{% endmacro %}{% set later = 'L' %}{% for x in [1, 2] %}{% set top = 'loop' %}{{ m(x) }}{% endfor %}"
+                    "{{ top }}{% macro outer() %}{{ m('o') }}{% endmacro %}{{ outer() }}"},
     {"raise", "before{{ raise_exception('no way: ' ~ n) }}"},
     {"range", "{{ range(3)|list }} {{ range(1, 7, 2)|list }} {{ range(5, 0, -2)|list }}"},
     {"strftime", "{{ strftime_now('%Y-%m-%d %H:%M') }} {{ strftime_now('%d %b %Y') }}"},
