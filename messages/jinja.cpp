@@ -683,6 +683,15 @@ struct token {
 bool name_start(char c) { return std::isalpha(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 bool name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_'; }
 
+/// Whitespace control: `-` strips all blanks and line breaks next to a tag.
+void strip_leading_blanks(std::string& text) {
+  text.erase(0, std::min(text.size(), text.find_first_not_of(" \t\n\r\f\v")));
+}
+void strip_trailing_blanks(std::string& text) {
+  const auto keep = text.find_last_not_of(" \t\n\r\f\v");
+  text.erase(keep == std::string::npos ? 0 : keep + 1);
+}
+
 class lexer {
 public:
   explicit lexer(std::string_view src) : src_(src) {}
@@ -694,7 +703,7 @@ public:
       const auto at = next_tag(pos_);
       std::string text(src_.substr(pos_, at - pos_));
       if (strip_next)
-        text.erase(0, std::min(text.size(), text.find_first_not_of(" \t\n\r\f\v")));
+        strip_leading_blanks(text);
       strip_next = false;
       if (at == src_.size()) {
         emit_text(std::move(text));
@@ -704,8 +713,7 @@ public:
       const char kind = src_[at + 1];
       const char mod = at + 2 < src_.size() ? src_[at + 2] : '\0';
       if (mod == '-') {
-        const auto keep = text.find_last_not_of(" \t\n\r\f\v");
-        text.erase(keep == std::string::npos ? 0 : keep + 1);
+        strip_trailing_blanks(text);
       } else if (mod != '+' && kind != '{') {
         // lstrip_blocks: blanks from a line's start to a block or comment tag.
         const auto nl = text.rfind('\n');
@@ -949,11 +957,9 @@ private:
           fail(line_, "{% endraw %} is malformed");
         std::string text(src_.substr(pos_, at - pos_));
         if (strip_next)
-          text.erase(0, std::min(text.size(), text.find_first_not_of(" \t\n\r\f\v")));
-        if (mod == '-') {
-          const auto keep = text.find_last_not_of(" \t\n\r\f\v");
-          text.erase(keep == std::string::npos ? 0 : keep + 1);
-        }
+          strip_leading_blanks(text);
+        if (mod == '-')
+          strip_trailing_blanks(text);
         line_ += count_lines(pos_, i + 2);
         emit_text(std::move(text));
         pos_ = i + 2;
@@ -1449,11 +1455,11 @@ value method(const value& self, const std::string& name, int line) {
 
 // ---------------------------------------------------------------- filters and tests
 
-value apply_test(interp& in, const std::string& name, const value& x, call_args& a, int line);
+value apply_test(const std::string& name, const value& x, call_args& a, int line);
 
 /// Items of `seq` whose attribute `attr` (dotted) passes the test `test`
 /// (truthiness with none), for select/reject(attr).
-value select_items(interp& in, const value& seq, call_args& a, bool by_attr, bool keep, int line, const std::string& fn) {
+value select_items(const value& seq, call_args& a, bool by_attr, bool keep, int line, const std::string& fn) {
   std::size_t first = 0;
   std::string attr;
   if (by_attr) {
@@ -1480,16 +1486,14 @@ value select_items(interp& in, const value& seq, call_args& a, bool by_attr, boo
         from = dot + 1;
       }
     }
-    const bool pass = test ? truthy(apply_test(in, *test, probe, rest, line)) : truthy(probe);
+    const bool pass = test ? truthy(apply_test(*test, probe, rest, line)) : truthy(probe);
     if (pass == keep)
       out.push_back(x);
   }
   return make_list(std::move(out));
 }
 
-value apply_filter(interp& in, const std::string& name, const value& x, call_args& a, int line);
-
-value apply_filter(interp& in, const std::string& name, const value& x, call_args& a, int line) {
+value apply_filter(const std::string& name, const value& x, call_args& a, int line) {
   if (name == "trim") {
     check_args(a, 1, {"chars"}, line, name);
     std::optional<std::string> chars;
@@ -1699,12 +1703,12 @@ value apply_filter(interp& in, const std::string& name, const value& x, call_arg
     rest.named = a.named;
     for (const auto& v : iterate(defined(x, line), line)) {
       auto r = rest;
-      out.push_back(apply_filter(in, filter, v, r, line));
+      out.push_back(apply_filter(filter, v, r, line));
     }
     return make_list(std::move(out));
   }
   if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr")
-    return select_items(in, x, a, name.ends_with("attr"), name.starts_with("select"), line, name);
+    return select_items(x, a, name.ends_with("attr"), name.starts_with("select"), line, name);
   if (name == "sort") {
     check_args(a, 3, {"reverse", "case_sensitive", "attribute"}, line, name);
     const bool rev = truthy(opt_arg(a, 0, "reverse").value_or(value(false)));
@@ -1754,8 +1758,7 @@ value apply_filter(interp& in, const std::string& name, const value& x, call_arg
   fail(line, "unknown filter '" + name + "'");
 }
 
-value apply_test(interp& in, const std::string& name, const value& x, call_args& a, int line) {
-  (void)in;
+value apply_test(const std::string& name, const value& x, call_args& a, int line) {
   const auto other = [&]() -> const value& { return arg(a, 0, "other", line, name.c_str()); };
   if (name == "defined")
     return value(!x.is_undefined());
@@ -1926,7 +1929,7 @@ struct filter_expr : expr {
   value eval(interp& in) const override {
     const auto x = obj->eval(in);
     auto a = args.eval(in);
-    return apply_filter(in, name, x, a, line);
+    return apply_filter(name, x, a, line);
   }
 };
 
@@ -1938,7 +1941,7 @@ struct test_expr : expr {
   value eval(interp& in) const override {
     const auto x = obj->eval(in);
     auto a = args.eval(in);
-    return value(truthy(apply_test(in, name, x, a, line)) != negate);
+    return value(truthy(apply_test(name, x, a, line)) != negate);
   }
 };
 
