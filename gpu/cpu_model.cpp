@@ -55,10 +55,14 @@ bool weights_ok(const llama_weights& w) {
   const size_t h = c.hidden_size;
   const auto dims = projection_dims(c);
   auto sized = [](const std::vector<float>& v, proj_dims d) { return v.size() == d.out * d.in; };
+  // A bias is there exactly where the config says, of its projection's outputs.
+  auto bias_ok = [](const std::vector<float>& b, bool has, proj_dims d) { return b.size() == (has ? d.out : 0); };
   for (const auto& l : w.layers) {
     if (l.attn_norm.size() != h || l.mlp_norm.size() != h || !sized(l.q, dims[0]) ||
         !sized(l.k, dims[1]) || !sized(l.v, dims[2]) || !sized(l.o, dims[3]) ||
-        !sized(l.gate, dims[4]) || !sized(l.up, dims[5]) || !sized(l.down, dims[6]))
+        !sized(l.gate, dims[4]) || !sized(l.up, dims[5]) || !sized(l.down, dims[6]) ||
+        !bias_ok(l.q_bias, c.qkv_bias, dims[0]) || !bias_ok(l.k_bias, c.qkv_bias, dims[1]) ||
+        !bias_ok(l.v_bias, c.qkv_bias, dims[2]) || !bias_ok(l.o_bias, c.o_bias, dims[3]))
       return false;
   }
   const size_t vh = size_t{c.vocab_size} * h;
@@ -80,6 +84,14 @@ bool adapter_ok(const lora_adapter& a, const llama_config& c) {
                            layer[t].b.size() != dims[t].out * a.rank))
         return false;
   return true;
+}
+
+// y[r] += b for each of `rows` rows of b.size() values; nothing when b is empty.
+void add_bias(float* y, const std::vector<float>& b, size_t rows) {
+  const size_t n = b.size();
+  for (size_t r = 0; r < rows && n > 0; ++r)
+    for (size_t i = 0; i < n; ++i)
+      y[r * n + i] += b[i];
 }
 
 // y[i] = x[i] * rsqrt(mean(x^2) + eps) * w[i], row by row.
@@ -263,6 +275,8 @@ void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
   const auto& lw = w.layers[layer];
   gemm_xwt(hh.data(), lw.k.data(), hk.data(), ctx, kd, hid, 1.0f, 0.0f);
   gemm_xwt(hh.data(), lw.v.data(), hv.data(), ctx, kd, hid, 1.0f, 0.0f);
+  add_bias(hk.data(), lw.k_bias, ctx);
+  add_bias(hv.data(), lw.v_bias, ctx);
   if (const lora_adapter* a = seq.adapter) {
     for (auto [target, out] : {std::pair{lora_target::k, &hk}, std::pair{lora_target::v, &hv}}) {
       const auto ti = static_cast<size_t>(target);
@@ -356,6 +370,9 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
     gemm_xwt(h.data(), lw.q.data(), q.data(), rows, qdim, hid, 1.0f, 0.0f);
     gemm_xwt(h.data(), lw.k.data(), k.data(), rows, kd, hid, 1.0f, 0.0f);
     gemm_xwt(h.data(), lw.v.data(), v.data(), rows, kd, hid, 1.0f, 0.0f);
+    add_bias(q.data(), lw.q_bias, rows);
+    add_bias(k.data(), lw.k_bias, rows);
+    add_bias(v.data(), lw.v_bias, rows);
     add_lora(batch, l, lora_target::q, h.data(), q.data());
     add_lora(batch, l, lora_target::k, h.data(), k.data());
     add_lora(batch, l, lora_target::v, h.data(), v.data());
@@ -383,6 +400,7 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
 
     // x += o(att); h is free again, so it holds the projection.
     gemm_xwt(att.data(), lw.o.data(), h.data(), rows, hid, qdim, 1.0f, 0.0f);
+    add_bias(h.data(), lw.o_bias, rows);
     add_lora(batch, l, lora_target::o, att.data(), h.data());
     for (size_t i = 0; i < rows * hid; ++i)
       x[i] += h[i];

@@ -180,10 +180,27 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
     return source + ": expected a JSON object at the top level, got " + std::string{doc.type_name()};
 
   key_reader in{doc, source};
-  if (const auto type = in.string("model_type"); type && *type != "llama")
-    in.fail("model_type", "is \"" + *type + "\": unsupported model type (only llama is supported)");
-
   llama_config c;
+  if (const auto type = in.string("model_type")) {
+    if (*type != "llama" && *type != "mistral" && *type != "qwen2")
+      in.fail("model_type", "is \"" + *type + "\": unsupported model type (llama, mistral and qwen2 are supported)");
+    c.model_type = *type;
+  }
+  if (const auto act = in.string("hidden_act"); act && *act != "silu")
+    in.fail("hidden_act", "is \"" + *act + "\": unsupported (only silu, SwiGLU's, is supported)");
+  if (in.boolean("mlp_bias", false))
+    in.fail("mlp_bias", "is true: biases on the MLP's projections are not supported");
+  if (c.model_type == "qwen2") {
+    // Qwen2's attention always has biases on q, k and v, none on o.
+    c.qkv_bias = true;
+    if (in.boolean("use_sliding_window", false))
+      in.fail("use_sliding_window", "is true: sliding-window attention is not supported");
+  } else {
+    c.qkv_bias = c.o_bias = in.boolean("attention_bias", false);
+  }
+  if (in.error())
+    return *in.error();
+
   c.hidden_size = in.positive("hidden_size", std::nullopt);
   c.intermediate_size = in.positive("intermediate_size", std::nullopt);
   c.num_layers = in.positive("num_hidden_layers", std::nullopt);
@@ -195,6 +212,13 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   const bool has_head_dim = in.present("head_dim");
   c.head_dim = in.positive("head_dim", 1);
   c.max_position_embeddings = in.positive("max_position_embeddings", 4096);
+  // Mistral 7B v0.1 attends over a window of 4,096 tokens; later Mistrals
+  // say null, and are Llama's architecture.
+  if (c.model_type == "mistral" && in.present("sliding_window") &&
+      in.positive("sliding_window", std::nullopt) < c.max_position_embeddings && !in.error())
+    in.fail("sliding_window", "is " + in.at("sliding_window").dump() +
+                                  ": sliding-window attention is not supported (null, or at least "
+                                  "max_position_embeddings, is)");
   c.rms_norm_eps = in.positive_float("rms_norm_eps", 1e-6f);
   c.rope_theta = in.positive_float("rope_theta", 10000.0f);
   c.tie_word_embeddings = in.boolean("tie_word_embeddings", false);
@@ -285,9 +309,12 @@ std::variant<llama_config, std::string> load_llama_config(const std::string& pat
 }
 
 std::string to_config_json(const llama_config& c) {
+  const bool qwen2 = c.model_type == "qwen2";
   json j = json::object();
-  j["architectures"] = json::array({"LlamaForCausalLM"});
-  j["attention_bias"] = false;
+  j["architectures"] = json::array({qwen2 ? "Qwen2ForCausalLM" : c.model_type == "mistral" ? "MistralForCausalLM"
+                                                                                            : "LlamaForCausalLM"});
+  if (!qwen2)
+    j["attention_bias"] = c.qkv_bias;
   j["attention_dropout"] = 0.0;
   j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_ids.size() == 1)
@@ -300,8 +327,11 @@ std::string to_config_json(const llama_config& c) {
   j["initializer_range"] = 0.02;
   j["intermediate_size"] = c.intermediate_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
-  j["mlp_bias"] = false;
-  j["model_type"] = "llama";
+  if (c.model_type == "llama")
+    j["mlp_bias"] = false;
+  if (qwen2)
+    j["max_window_layers"] = c.num_layers;
+  j["model_type"] = c.model_type;
   j["num_attention_heads"] = c.num_heads;
   j["num_hidden_layers"] = c.num_layers;
   j["num_key_value_heads"] = c.num_kv_heads;
@@ -317,9 +347,13 @@ std::string to_config_json(const llama_config& c) {
                          {"rope_type", c.rope.type}};
   }
   j["rope_theta"] = shortest(c.rope_theta);
+  if (qwen2 || c.model_type == "mistral")
+    j["sliding_window"] = nullptr;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
   j["use_cache"] = true;
+  if (qwen2)
+    j["use_sliding_window"] = false;
   j["vocab_size"] = c.vocab_size;
   return j.dump(2) + "\n";
 }

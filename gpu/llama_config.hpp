@@ -23,6 +23,9 @@ struct rope_scaling {
 };
 
 struct llama_config {
+  /// config.json "model_type": "llama", "mistral" (Llama's architecture;
+  /// no sliding window) or "qwen2" (Llama's with biases on q, k and v).
+  std::string model_type = "llama";
   std::uint32_t hidden_size = 0;
   std::uint32_t intermediate_size = 0;
   std::uint32_t num_layers = 0;        ///< num_hidden_layers
@@ -35,6 +38,10 @@ struct llama_config {
   float rope_theta = 10000.0f;
   rope_scaling rope;
   bool tie_word_embeddings = false;
+  /// Whether the q, k and v projections add a bias (Qwen2's; Llama's with
+  /// attention_bias), and the o projection (Llama's with attention_bias).
+  bool qkv_bias = false;
+  bool o_bias = false;
   std::int32_t bos_token_id = 1;
   /// eos_token_id may be one id or a list in config.json.
   std::vector<std::int32_t> eos_token_ids{2};

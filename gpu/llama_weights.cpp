@@ -13,8 +13,8 @@
 
 namespace troupe::gpu {
 
-std::string llama_tensor_name(std::uint32_t layer, std::string_view module) {
-  return "model.layers." + std::to_string(layer) + "." + std::string{module} + ".weight";
+std::string llama_tensor_name(std::uint32_t layer, std::string_view module, std::string_view kind) {
+  return "model.layers." + std::to_string(layer) + "." + std::string{module} + "." + std::string{kind};
 }
 
 std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c) {
@@ -38,6 +38,16 @@ std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c) {
     add(llama_tensor::gate, "mlp.gate_proj", {inter, hidden});
     add(llama_tensor::up, "mlp.up_proj", {inter, hidden});
     add(llama_tensor::down, "mlp.down_proj", {hidden, inter});
+    const auto bias = [&](llama_tensor w, std::string_view module, std::uint64_t n) {
+      t.push_back({w, i, llama_tensor_name(i, module, "bias"), {n}});
+    };
+    if (c.qkv_bias) {
+      bias(llama_tensor::q_bias, "self_attn.q_proj", q_dim);
+      bias(llama_tensor::k_bias, "self_attn.k_proj", kv_dim);
+      bias(llama_tensor::v_bias, "self_attn.v_proj", kv_dim);
+    }
+    if (c.o_bias)
+      bias(llama_tensor::o_bias, "self_attn.o_proj", hidden);
   }
   t.push_back({llama_tensor::final_norm, 0, "model.norm.weight", {hidden}});
   if (!c.tie_word_embeddings)
@@ -69,6 +79,10 @@ const std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_
     case llama_tensor::gate: return at().gate;
     case llama_tensor::up: return at().up;
     case llama_tensor::down: return at().down;
+    case llama_tensor::q_bias: return at().q_bias;
+    case llama_tensor::k_bias: return at().k_bias;
+    case llama_tensor::v_bias: return at().v_bias;
+    case llama_tensor::o_bias: return at().o_bias;
   }
   throw std::invalid_argument("llama_weights: tensor " + std::to_string(static_cast<int>(which)));
 }

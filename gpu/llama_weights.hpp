@@ -16,9 +16,9 @@
 
 namespace troupe::gpu {
 
-/// Which weight of a Llama checkpoint (per layer from attn_norm to down).
+/// Which weight of a Llama checkpoint (per layer from attn_norm to o_bias).
 enum class llama_tensor : std::uint8_t {
-  embed, final_norm, lm_head, attn_norm, q, k, v, o, mlp_norm, gate, up, down
+  embed, final_norm, lm_head, attn_norm, q, k, v, o, mlp_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias
 };
 
 struct llama_layer_weights {
@@ -31,6 +31,11 @@ struct llama_layer_weights {
   std::vector<float> gate;       ///< [inter, hidden]      mlp.gate_proj
   std::vector<float> up;         ///< [inter, hidden]      mlp.up_proj
   std::vector<float> down;       ///< [hidden, inter]      mlp.down_proj
+  /// The projections' biases, empty where the config has none.
+  std::vector<float> q_bias;     ///< [heads*hd]           self_attn.q_proj.bias
+  std::vector<float> k_bias;     ///< [kv*hd]
+  std::vector<float> v_bias;     ///< [kv*hd]
+  std::vector<float> o_bias;     ///< [hidden]
 };
 
 struct llama_weights {
@@ -56,8 +61,9 @@ struct llama_tensor_ref {
 };
 
 /// Every tensor of a checkpoint with config `c`, in this order: embed, each
-/// layer's attn_norm, q, k, v, o, mlp_norm, gate, up and down, final_norm,
-/// and lm_head unless the embeddings are tied.
+/// layer's attn_norm, q, k, v, o, mlp_norm, gate, up and down, then its
+/// q, k and v biases (qkv_bias) and o bias (o_bias), final_norm, and lm_head
+/// unless the embeddings are tied.
 std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c);
 
 struct tensor_view;
@@ -78,7 +84,8 @@ std::optional<std::string>
 visit_llama_tensors(const std::string& model_dir, const llama_config& c,
                     const std::function<void(llama_tensor, std::uint32_t layer, const tensor_view&)>& visit);
 
-/// Hugging Face's tensor name of each weight of layer `i` ("model.layers.3.mlp.up_proj.weight").
-std::string llama_tensor_name(std::uint32_t layer, std::string_view module);
+/// Hugging Face's tensor name of each weight of layer `i` ("model.layers.3.mlp.up_proj.weight"),
+/// or of its bias ("model.layers.3.self_attn.q_proj.bias").
+std::string llama_tensor_name(std::uint32_t layer, std::string_view module, std::string_view kind = "weight");
 
 } // namespace troupe::gpu

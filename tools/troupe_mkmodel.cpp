@@ -1,6 +1,7 @@
-// troupe-mkmodel: writes a small random Llama model in Hugging Face's layout
-// (config.json, model.safetensors, and a SentencePiece tokenizer.model or,
-// with --tokenizer bpe, a Llama 3-style byte-level BPE tokenizer.json) plus PEFT
+// troupe-mkmodel: writes a small random Llama (or, with --arch qwen2, Qwen2)
+// model in Hugging Face's layout (config.json, model.safetensors, and a
+// SentencePiece tokenizer.model or, with --tokenizer bpe, a Llama 3-style
+// byte-level BPE tokenizer.json, Qwen2-style with --arch qwen2) plus PEFT
 // LoRA adapters, deterministic by seed. Used by the oracle and cpu-backend
 // tests and for local runs without downloading a model.
 
@@ -47,7 +48,8 @@ constexpr std::string_view usage =
   "         [--layers 4] [--heads 8] [--kv-heads 4] [--vocab 512] [--max-context 2048]\n"
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
-  "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n";
+  "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
+  "         [--arch llama|qwen2]\n";
 
 struct options {
   std::string out;
@@ -68,6 +70,7 @@ struct options {
   std::optional<double> alpha;
   bool rslora = false;
   bool bpe = false; ///< --tokenizer bpe: tokenizer.json, Llama 3's special tokens
+  bool qwen2 = false; ///< --arch qwen2: biases on q, k, v; Qwen2's tokenizer.json with bpe
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
 };
@@ -216,6 +219,11 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       if (!v)
         return std::string{arg} + " needs a path";
       (arg == "--spm-train" ? o.spm_train : o.corpus) = *v;
+    } else if (arg == "--arch") {
+      const auto v = value();
+      if (!v || (*v != "llama" && *v != "qwen2"))
+        return std::string{"--arch needs llama or qwen2"};
+      o.qwen2 = *v == "qwen2";
     } else if (arg == "--help" || arg == "-h") {
       return std::string{};
     } else {
@@ -282,6 +290,10 @@ std::optional<std::string> write_text(const fs::path& path, const std::string& t
 
 llama_config make_config(const options& o) {
   llama_config c;
+  if (o.qwen2) {
+    c.model_type = "qwen2";
+    c.qkv_bias = true;
+  }
   c.hidden_size = o.hidden;
   c.intermediate_size = o.intermediate;
   c.num_layers = o.layers;
@@ -325,11 +337,14 @@ std::optional<std::string> write_model(const options& o, const llama_config& c, 
   std::vector<named_tensor> ts;
   std::uint64_t stream = 0;
   for (auto& t : llama_checkpoint_tensors(c)) {
-    // Norm weights near 1, projections and embeddings near 0.
+    // Norm weights near 1, projections and embeddings near 0, biases
+    // wider: Qwen2's are large enough to matter.
     const bool norm = t.which == llama_tensor::attn_norm || t.which == llama_tensor::mlp_norm ||
                       t.which == llama_tensor::final_norm;
+    const bool bias = t.which == llama_tensor::q_bias || t.which == llama_tensor::k_bias ||
+                      t.which == llama_tensor::v_bias || t.which == llama_tensor::o_bias;
     ts.push_back(random_tensor(std::move(t.name), std::move(t.shape), o.seed, stream++, norm ? 1.0 : 0.0,
-                               norm ? 0.05 : 0.02));
+                               norm ? 0.05 : bias ? 0.5 : 0.02));
   }
   params = 0;
   for (const auto& t : ts)

@@ -1,5 +1,5 @@
 // The elementwise launchers of kernels.hpp: embedding_gather, rmsnorm,
-// add_rmsnorm, rope, rope_write_kv, swiglu, and gemv, which shares their
+// add_rmsnorm, rope, rope_write_kv, swiglu, add_bias, and gemv, which shares their
 // element plumbing. Elements travel as 16-bit patterns, in packs of 8 (one
 // 16-byte access) where the width and the pointers allow, else one at a
 // time; math is fp32 with each output rounded once to nearest even, the
@@ -253,6 +253,25 @@ __global__ void swiglu_kernel(const bits16* __restrict__ gate_up, // [rows, 2 * 
   reinterpret_cast<P*>(out + row * inter)[v] = o;
 }
 
+/// grid (rows, chunks of blockDim.x packs): x = round(x + bias), row by row.
+template <class T, int Vec>
+__global__ void add_bias_kernel(bits16* __restrict__ x,          // [rows, cols]
+                                const bits16* __restrict__ bias, // [cols]
+                                std::uint32_t cols) {
+  using E = elem<T>;
+  using P = pack<Vec>;
+  const std::uint32_t v = blockIdx.y * blockDim.x + threadIdx.x;
+  if (v >= cols / Vec)
+    return;
+  P* row = reinterpret_cast<P*>(x + std::size_t{blockIdx.x} * cols);
+  P a = row[v];
+  const P b = reinterpret_cast<const P*>(bias)[v];
+#pragma unroll
+  for (int i = 0; i < Vec; ++i)
+    a.v[i] = E::store(E::load(a.v[i]) + E::load(b.v[i]));
+  row[v] = a;
+}
+
 /// y_z[r, o] = sum_k x[r, k] w_z[o, k] for R rows: one warp per output o
 /// (blockIdx.x * warps + warp) of projection z = blockIdx.y, each lane
 /// reading 16 bytes of w's row per step and using them for every row of x,
@@ -323,6 +342,21 @@ void check_grid_rows(std::uint32_t rows, const char* who) {
   if (rows > 0x7fffffffu)
     throw std::invalid_argument(std::string(who) + ": " + std::to_string(rows) +
                                 " rows exceed the grid");
+}
+
+constexpr unsigned row_threads = 256;
+
+/// The grid of a kernel run as (row, chunk of row_threads packs) over rows
+/// of `width` elements, 8 to a pack when `vec`; `what` names the width in
+/// the error when it exceeds the grid.
+dim3 row_grid(std::uint32_t rows, std::uint32_t width, bool vec, const char* who, const char* what) {
+  check_grid_rows(rows, who);
+  const std::uint32_t packs = vec ? width / 8 : width;
+  const std::uint32_t chunks = (packs + row_threads - 1) / row_threads;
+  if (chunks > 65535)
+    throw std::invalid_argument(std::string(who) + ": " + what + " " + std::to_string(width) +
+                                " exceeds the grid");
+  return dim3(rows, chunks);
 }
 
 } // namespace
@@ -482,23 +516,33 @@ void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inte
             cudaStream_t stream) {
   if (rows == 0 || inter == 0)
     return;
-  check_grid_rows(rows, "swiglu");
-  constexpr unsigned threads = 256;
   const bool vec = inter % 8 == 0 && aligned16(gate_up) && aligned16(out);
-  const std::uint32_t packs = vec ? inter / 8 : inter;
-  const std::uint32_t chunks = (packs + threads - 1) / threads;
-  if (chunks > 65535)
-    throw std::invalid_argument("swiglu: intermediate size " + std::to_string(inter) +
-                                " exceeds the grid");
-  const dim3 grid(rows, chunks);
+  const dim3 grid = row_grid(rows, inter, vec, "swiglu", "intermediate size");
   dispatch_dtype(t, "swiglu", [&](auto tag) {
     using T = typename decltype(tag)::type;
     const auto* g = static_cast<const bits16*>(gate_up);
     auto* o = static_cast<bits16*>(out);
     if (vec)
-      swiglu_kernel<T, 8><<<grid, threads, 0, stream>>>(g, inter, o);
+      swiglu_kernel<T, 8><<<grid, row_threads, 0, stream>>>(g, inter, o);
     else
-      swiglu_kernel<T, 1><<<grid, threads, 0, stream>>>(g, inter, o);
+      swiglu_kernel<T, 1><<<grid, row_threads, 0, stream>>>(g, inter, o);
+  });
+}
+
+void add_bias(dtype t, void* x, const void* bias, std::uint32_t rows, std::uint32_t cols,
+              cudaStream_t stream) {
+  if (rows == 0 || cols == 0)
+    return;
+  const bool vec = cols % 8 == 0 && aligned16(x) && aligned16(bias);
+  const dim3 grid = row_grid(rows, cols, vec, "add_bias", "width");
+  dispatch_dtype(t, "add_bias", [&](auto tag) {
+    using T = typename decltype(tag)::type;
+    auto* xs = static_cast<bits16*>(x);
+    const auto* b = static_cast<const bits16*>(bias);
+    if (vec)
+      add_bias_kernel<T, 8><<<grid, row_threads, 0, stream>>>(xs, b, cols);
+    else
+      add_bias_kernel<T, 1><<<grid, row_threads, 0, stream>>>(xs, b, cols);
   });
 }
 

@@ -87,6 +87,11 @@ void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::u
 void swiglu(dtype t, const void* gate_up, std::uint32_t rows, std::uint32_t inter, void* out,
             cudaStream_t stream);
 
+/// x[r, i] += bias[i] in place, in fp32, rounded once: a projection's bias
+/// (Qwen2's q, k and v) added to its output. x: [rows, cols]; bias: [cols].
+void add_bias(dtype t, void* x, const void* bias, std::uint32_t rows, std::uint32_t cols,
+              cudaStream_t stream);
+
 // -- matrix-vector products -------------------------------------------------------
 
 /// The most rows gemv takes.

@@ -27,6 +27,8 @@ inline model_config model_config_for(const llama_config& c, dtype t) {
   m.rms_eps = c.rms_norm_eps;
   m.inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope);
   m.tied_embeddings = c.tie_word_embeddings;
+  m.qkv_bias = c.qkv_bias;
+  m.o_bias = c.o_bias;
   m.type = t;
   return m;
 }
@@ -47,6 +49,13 @@ inline void upload_weights(cuda_model& m, const llama_weights& w) {
     m.set_weight(weight::w_gate, l, lw.gate);
     m.set_weight(weight::w_up, l, lw.up);
     m.set_weight(weight::w_down, l, lw.down);
+    if (w.config.qkv_bias) {
+      m.set_weight(weight::bq, l, lw.q_bias);
+      m.set_weight(weight::bk, l, lw.k_bias);
+      m.set_weight(weight::bv, l, lw.v_bias);
+    }
+    if (w.config.o_bias)
+      m.set_weight(weight::bo, l, lw.o_bias);
   }
 }
 
@@ -65,6 +74,10 @@ constexpr weight weight_of(llama_tensor t) noexcept {
     case llama_tensor::gate: return weight::w_gate;
     case llama_tensor::up: return weight::w_up;
     case llama_tensor::down: return weight::w_down;
+    case llama_tensor::q_bias: return weight::bq;
+    case llama_tensor::k_bias: return weight::bk;
+    case llama_tensor::v_bias: return weight::bv;
+    case llama_tensor::o_bias: return weight::bo;
   }
   return weight::embed;
 }

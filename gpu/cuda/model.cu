@@ -74,7 +74,8 @@ void fill_uniform(dtype t, std::uint16_t* data, std::uint64_t n, std::uint64_t s
 std::uint64_t model_config::weight_bytes() const noexcept {
   const std::uint64_t h = hidden;
   const std::uint64_t per_layer =
-    2 * h + h * q_dim() + 2 * h * kv_dim() + q_dim() * h + 3 * h * intermediate;
+    2 * h + h * q_dim() + 2 * h * kv_dim() + q_dim() * h + 3 * h * intermediate +
+    (qkv_bias ? q_dim() + 2 * std::uint64_t{kv_dim()} : 0) + (o_bias ? h : 0);
   const std::uint64_t embeds = (tied_embeddings ? 1 : 2) * std::uint64_t{vocab} * h;
   return (layers * per_layer + embeds + h) * dtype_bytes(type);
 }
@@ -104,6 +105,10 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
     l.mlp_norm = device_buffer<std::uint16_t>(h);
     l.w_gate_up = device_buffer<std::uint16_t>(2 * std::uint64_t{cfg_.intermediate} * h);
     l.w_down = device_buffer<std::uint16_t>(h * cfg_.intermediate);
+    if (cfg_.qkv_bias)
+      l.bqkv = device_buffer<std::uint16_t>(std::uint64_t{cfg_.q_dim()} + 2 * cfg_.kv_dim());
+    if (cfg_.o_bias)
+      l.bo = device_buffer<std::uint16_t>(h);
   }
   pool_ = device_buffer<std::uint16_t>(pool_pages_ * kv_.page_elems());
   inv_freq_ = device_buffer<float>(cfg_.inv_freq.size());
@@ -168,7 +173,18 @@ void cuda_model::set_weight_bits(weight w, std::uint32_t layer, std::span<const 
     case weight::w_gate: dst = &per_layer().w_gate_up; n = inter_rows; break;
     case weight::w_up: dst = &per_layer().w_gate_up; offset = inter_rows; n = inter_rows; break;
     case weight::w_down: dst = &per_layer().w_down; break;
+    case weight::bq: dst = &per_layer().bqkv; n = cfg_.q_dim(); break;
+    case weight::bk: dst = &per_layer().bqkv; offset = cfg_.q_dim(); n = cfg_.kv_dim(); break;
+    case weight::bv:
+      dst = &per_layer().bqkv;
+      offset = cfg_.q_dim() + std::uint64_t{cfg_.kv_dim()};
+      n = cfg_.kv_dim();
+      break;
+    case weight::bo: dst = &per_layer().bo; break;
   }
+  if (dst->size() == 0)
+    throw cuda_error("cuda_model::set_weight: weight " + std::to_string(static_cast<int>(w)) +
+                     " is a bias the model's config does not have");
   if (n == 0)
     n = dst->size();
   if (bits.size() != n)
@@ -196,8 +212,9 @@ void cuda_model::randomize(std::uint64_t seed, float scale) {
   for (auto& l : layers_) {
     ones(l.attn_norm);
     ones(l.mlp_norm);
-    for (auto* b : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down})
-      fill(*b);
+    for (auto* b : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down, &l.bqkv, &l.bo})
+      if (b->size() > 0)
+        fill(*b);
   }
   TROUPE_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -410,6 +427,11 @@ void cuda_model::launch_step(const device_plan& d,
                   s_.h.data(), stream_);
     part(step_part::qkv);
     project_qkv(w, rows, q, k, v);
+    if (cfg_.qkv_bias) { // before the adapters, as PEFT adds them to the base layer's output
+      add_bias(t, q, w.bqkv.data(), rows, cfg_.q_dim(), stream_);
+      add_bias(t, k, w.bqkv.data() + cfg_.q_dim(), rows, cfg_.kv_dim(), stream_);
+      add_bias(t, v, w.bqkv.data() + cfg_.q_dim() + cfg_.kv_dim(), rows, cfg_.kv_dim(), stream_);
+    }
     // q, k and v read the same input: one shrink and one expand for all three.
     constexpr lora_proj qkv[] = {lora_proj::q, lora_proj::k, lora_proj::v};
     void* const qkv_out[] = {q, k, v};
@@ -422,6 +444,8 @@ void cuda_model::launch_step(const device_plan& d,
               s_.attn.data(), stream_);
     part(step_part::o);
     linear(s_.attn.data(), w.wo.data(), 0, s_.proj.data(), 0, rows, cfg_.q_dim(), h);
+    if (cfg_.o_bias)
+      add_bias(t, s_.proj.data(), w.bo.data(), rows, h, stream_);
     constexpr lora_proj o[] = {lora_proj::o};
     void* const o_out[] = {s_.proj.data()};
     part(step_part::lora);

@@ -33,6 +33,9 @@ struct model_config {
   /// [head_dim / 2] rotary inverse frequencies, scaling applied.
   std::vector<float> inv_freq;
   bool tied_embeddings = false;
+  /// Biases on the q, k and v projections (Qwen2's), and on o.
+  bool qkv_bias = false;
+  bool o_bias = false;
   dtype type = dtype::f16;
   /// The q, k and v projections as one strided-batched cuBLAS call (two
   /// with grouped-query heads: q, then k and v) instead of three: fewer
@@ -79,6 +82,10 @@ enum class weight : std::uint8_t {
   w_gate,      ///< [intermediate, hidden]
   w_up,        ///< [intermediate, hidden]
   w_down,      ///< [hidden, intermediate]
+  bq,          ///< [q_dim] (qkv_bias)
+  bk,          ///< [kv_dim] (qkv_bias)
+  bv,          ///< [kv_dim] (qkv_bias)
+  bo,          ///< [hidden] (o_bias)
 };
 
 /// The parts of a step, in the order a layer runs them (norm and lora come
@@ -184,8 +191,9 @@ public:
 
 private:
   struct layer_weights {
-    // wqkv: [q_dim + 2 kv_dim, hidden], wq then wk then wv.
-    device_buffer<std::uint16_t> attn_norm, wqkv, wo, mlp_norm, w_gate_up, w_down;
+    // wqkv: [q_dim + 2 kv_dim, hidden], wq then wk then wv; bqkv their
+    // biases (empty without qkv_bias), bo o's (empty without o_bias).
+    device_buffer<std::uint16_t> attn_norm, wqkv, wo, mlp_norm, w_gate_up, w_down, bqkv, bo;
   };
   struct scratch {
     std::uint32_t rows = 0, seqs = 0, rank = 0;

@@ -141,4 +141,15 @@ void swiglu_reference(dtype t, std::span<const std::uint16_t> gate_up, std::uint
     }
 }
 
+void add_bias_reference(dtype t, std::span<std::uint16_t> x, std::span<const std::uint16_t> bias,
+                        std::uint32_t rows, std::uint32_t cols) {
+  need("add_bias_reference", "x", x.size(), std::uint64_t{rows} * cols);
+  need("add_bias_reference", "bias", bias.size(), cols);
+  for (std::uint64_t r = 0; r < rows; ++r)
+    for (std::uint32_t i = 0; i < cols; ++i) {
+      auto& e = x[r * cols + i];
+      e = to_bits(t, from_bits(t, e) + from_bits(t, bias[i]));
+    }
+}
+
 } // namespace troupe::gpu::cuda

@@ -1,5 +1,5 @@
 // CPU references of the elementwise launchers of gpu/cuda/kernels.hpp
-// (embedding_gather, rmsnorm, add_rmsnorm, rope, swiglu; the kernels are in
+// (embedding_gather, rmsnorm, add_rmsnorm, rope, swiglu, add_bias; the kernels are in
 // gpu/cuda/elementwise.cu), and HF Llama's rotary inv_freq, which the CUDA
 // backend uploads for `rope`. Element arrays are fp16 or bf16 bits; the math
 // is the fp32 math of the cpu backend's model (gpu/cpu_model.cpp) with the
@@ -90,5 +90,10 @@ void rope_reference(dtype t, std::span<std::uint16_t> q, std::span<std::uint16_t
 /// std::invalid_argument when a span is too short.
 void swiglu_reference(dtype t, std::span<const std::uint16_t> gate_up, std::uint32_t rows,
                       std::uint32_t inter, std::span<std::uint16_t> out);
+
+/// x[r, i] = round_t(x[r, i] + bias[i]). x: [rows, cols]; bias: [cols].
+/// Throws std::invalid_argument when a span is too short.
+void add_bias_reference(dtype t, std::span<std::uint16_t> x, std::span<const std::uint16_t> bias,
+                        std::uint32_t rows, std::uint32_t cols);
 
 } // namespace troupe::gpu::cuda

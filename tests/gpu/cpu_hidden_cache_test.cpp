@@ -94,9 +94,9 @@ decoded decode(cpu_model& m, const std::vector<std::int32_t>& prompt, std::size_
   return d;
 }
 
-TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
+void greedy_tokens_match_with_kv_hidden_and_recompute(const std::string& arch) {
   const temp_model tm{"--hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 4 --adapters 1 "
-                      "--ranks 8 --targets q_proj,v_proj --seed 3"};
+                      "--ranks 8 --targets q_proj,v_proj --seed 3 --arch " + arch};
   const auto& dir = tm.dir();
   ASSERT_FALSE(dir.empty());
   auto w = load_llama(dir);
@@ -140,6 +140,15 @@ TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
   // A hidden sequence given too few pages for its tokens is refused.
   cpu_sequence s{prompt, 0, std::vector<std::uint32_t>{}, nullptr, true};
   EXPECT_TRUE(m.forward(std::span{&s, 1}).empty());
+}
+
+TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
+  greedy_tokens_match_with_kv_hidden_and_recompute("llama");
+}
+
+// Qwen2's k and v biases are added when K and V are recomputed too.
+TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute_with_biases) {
+  greedy_tokens_match_with_kv_hidden_and_recompute("qwen2");
 }
 
 TEST(hidden_cache, grouped_query_models_where_it_saves_nothing_refuse_it) {

@@ -381,6 +381,62 @@ TEST_F(loaders, config_llama3_full) {
   EXPECT_TRUE(back.tie_word_embeddings);
 }
 
+TEST_F(loaders, config_qwen2_and_mistral) {
+  // Values from Qwen/Qwen2.5-0.5B-Instruct's config.json.
+  const auto c = expect_ok(parse_llama_config(
+      R"({"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+          "eos_token_id": 151645, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+          "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 21,
+          "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24, "num_key_value_heads": 2,
+          "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "sliding_window": 32768, "tie_word_embeddings": true,
+          "torch_dtype": "bfloat16", "transformers_version": "4.43.1", "use_cache": true,
+          "use_sliding_window": false, "vocab_size": 151936})",
+      "config.json"));
+  EXPECT_EQ(c.model_type, "qwen2");
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_FALSE(c.o_bias);
+  EXPECT_EQ(c.head_dim, 64u);
+  EXPECT_EQ(c.num_kv_heads, 2u);
+  EXPECT_EQ(c.eos_token_ids, (std::vector<std::int32_t>{151645}));
+  EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
+  // The checkpoint has q, k and v biases, and no o bias.
+  std::vector<std::string> biases;
+  for (const auto& t : llama_checkpoint_tensors(c))
+    if (t.name.ends_with(".bias") && t.layer == 3)
+      biases.push_back(t.name + " " + std::to_string(t.shape.at(0)));
+  EXPECT_EQ(biases, (std::vector<std::string>{"model.layers.3.self_attn.q_proj.bias 896",
+                                              "model.layers.3.self_attn.k_proj.bias 128",
+                                              "model.layers.3.self_attn.v_proj.bias 128"}));
+  const std::string text = to_config_json(c);
+  for (const char* needle : {"\"Qwen2ForCausalLM\"", "\"model_type\": \"qwen2\"", "\"use_sliding_window\": false"})
+    EXPECT_NE(text.find(needle), std::string::npos) << needle << "\n" << text;
+  EXPECT_EQ(text.find("attention_bias"), std::string::npos) << text;
+  const auto back = expect_ok(parse_llama_config(text, "back.json"));
+  EXPECT_EQ(back.model_type, "qwen2");
+  EXPECT_TRUE(back.qkv_bias);
+  EXPECT_FALSE(back.o_bias);
+
+  // Llama's attention_bias: all four attention projections.
+  const auto biased = expect_ok(parse_llama_config(
+      R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1, "vocab_size": 16,
+          "num_attention_heads": 2, "attention_bias": true})",
+      "config.json"));
+  EXPECT_TRUE(biased.qkv_bias);
+  EXPECT_TRUE(biased.o_bias);
+  std::size_t bias_count = 0;
+  for (const auto& t : llama_checkpoint_tensors(biased))
+    bias_count += t.name.ends_with(".bias") ? 1 : 0;
+  EXPECT_EQ(bias_count, 4u);
+  // Mistral 7B v0.2 on: no window, Llama's architecture.
+  const auto mistral = expect_ok(parse_llama_config(
+      R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1, "vocab_size": 16,
+          "num_attention_heads": 2, "model_type": "mistral", "sliding_window": null})",
+      "config.json"));
+  EXPECT_EQ(mistral.model_type, "mistral");
+  EXPECT_FALSE(mistral.qkv_bias);
+  EXPECT_NE(to_config_json(mistral).find("\"MistralForCausalLM\""), std::string::npos);
+}
+
 TEST_F(loaders, config_errors_name_file_and_key) {
   const std::string base = R"("hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2,
                               "vocab_size": 16)";
@@ -395,7 +451,15 @@ TEST_F(loaders, config_errors_name_file_and_key) {
     {"{" + base + R"(, "num_attention_heads": "4"})", "num_attention_heads"},
     {"{" + base + R"(, "num_attention_heads": 4, "num_key_value_heads": 3})", "num_key_value_heads"},
     {"{" + base + R"(, "num_attention_heads": 3})", "hidden_size"},
-    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "mistral"})", "model_type"},
+    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "gemma"})", "model_type"},
+    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "mistral", "sliding_window": 4096,
+                     "max_position_embeddings": 32768})",
+     "sliding_window"},
+    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "qwen2", "use_sliding_window": true})",
+     "use_sliding_window"},
+    {"{" + base + R"(, "num_attention_heads": 4, "hidden_act": "gelu"})", "hidden_act"},
+    {"{" + base + R"(, "num_attention_heads": 4, "mlp_bias": true})", "mlp_bias"},
+    {"{" + base + R"(, "num_attention_heads": 4, "attention_bias": "yes"})", "attention_bias"},
     {"{" + base + R"(, "num_attention_heads": 4, "eos_token_id": [2, "x"]})", "eos_token_id"},
     {"{" + base + R"(, "num_attention_heads": 4, "tie_word_embeddings": 1})", "tie_word_embeddings"},
     {"{" + base + R"(, "num_attention_heads": 4, "torch_dtype": "int8"})", "torch_dtype"},
@@ -419,7 +483,7 @@ TEST_F(loaders, config_errors_name_file_and_key) {
     EXPECT_NE(err.find("/x/config.json"), std::string::npos) << err;
     EXPECT_NE(err.find(r.key), std::string::npos) << err;
   }
-  const auto linear = parse_llama_config(rows[10].json, "c.json");
+  const auto linear = parse_llama_config(rows[15].json, "c.json");
   EXPECT_NE(std::get<std::string>(linear).find("\"linear\": unsupported"), std::string::npos);
 }
 

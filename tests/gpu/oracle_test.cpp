@@ -88,6 +88,10 @@ const oracle_case cases[] = {
    2, {3, 40}},
   {"default_f16_qv_r4", "--dtype f16 --adapters 1 --ranks 4 --targets q_proj,v_proj --seed 7", 1,
    {9, 64}},
+  // Qwen2: biases on q, k and v (the oracle adds any bias a checkpoint has).
+  {"qwen2_bias_tied_gqa_qkv_r8", "--arch qwen2 --hidden 128 --intermediate 256 --layers 2 --heads 8 --kv-heads 2 "
+                                 "--tie --adapters 1 --ranks 8 --targets q_proj,k_proj,v_proj",
+   1, {4, 29}},
 };
 
 class oracle_test : public ::testing::TestWithParam<oracle_case> {

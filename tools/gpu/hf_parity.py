@@ -2,11 +2,12 @@
 """Parity with Hugging Face (issue 4), run on a GPU machine with PyTorch,
 transformers and PEFT.
 
-Writes a random Llama and two LoRA adapters with transformers' and PEFT's own
-save_pretrained, computes each case's greedy tokens and logits with
-transformers + PEFT, then runs troupe-hf-parity on the same files (all cases
-in one mixed-adapter batch) and prints its verdict. Exit 0 when Troupe's
-logits and greedy tokens match.
+Writes a random Llama, and a random Qwen2 (biases on q, k and v), each with
+two LoRA adapters, with transformers' and PEFT's own save_pretrained,
+computes each case's greedy tokens and logits with transformers + PEFT, then
+runs troupe-hf-parity on the same files (all cases in one mixed-adapter
+batch) and prints its verdict. Exit 0 when Troupe's logits and greedy tokens
+match for every architecture.
 
   tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work /tmp/hf --out results/hf_parity.json
 """
@@ -18,20 +19,30 @@ import sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
 
 
-def make_files(work):
+def make_files(work, arch):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=1000, hidden_size=512, intermediate_size=1024,
-                      num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
-                      max_position_embeddings=1024, rms_norm_eps=1e-5,
-                      tie_word_embeddings=False, initializer_range=0.05)
+    config_class, model_class = ARCHS[arch]
+    cfg = config_class(vocab_size=1000, hidden_size=512, intermediate_size=1024,
+                       num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
+                       max_position_embeddings=1024, rms_norm_eps=1e-5,
+                       tie_word_embeddings=False, initializer_range=0.05)
     model_dir = os.path.join(work, "model")
-    LlamaForCausalLM(cfg).to(torch.float16).save_pretrained(model_dir, safe_serialization=True)
+    model = model_class(cfg)
+    if arch == "qwen2":
+        # transformers initialises biases to zero; Qwen2's trained ones are not.
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith(".bias"):
+                    p.normal_(0.0, 0.5)
+    model.to(torch.float16).save_pretrained(model_dir, safe_serialization=True)
     adapters = {}
     for name, rank in (("a8", 8), ("a16", 16)):
-        base = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+        base = model_class.from_pretrained(model_dir, torch_dtype=torch.float32)
         lc = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, init_lora_weights=False,
                         target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
         peft = get_peft_model(base, lc)
@@ -41,8 +52,8 @@ def make_files(work):
     return model_dir, adapters
 
 
-def reference(model_dir, adapters, steps):
-    base = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).cuda().eval()
+def reference(model_dir, adapters, steps, arch):
+    base = ARCHS[arch][1].from_pretrained(model_dir, torch_dtype=torch.float32).cuda().eval()
     names = list(adapters)
     model = PeftModel.from_pretrained(base, adapters[names[0]], adapter_name=names[0])
     for n in names[1:]:
@@ -76,22 +87,26 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--arch", choices=["llama", "qwen2", "all"], default="all")
     args = ap.parse_args()
-    os.makedirs(args.work, exist_ok=True)
-    model_dir, adapters = make_files(args.work)
-    cases = reference(model_dir, adapters, args.steps)
-    spec = os.path.join(args.work, "cases.json")
-    with open(spec, "w") as f:
-        json.dump({"model": model_dir, "adapters": adapters, "cases": cases}, f)
     rc = 0
     results = {}
-    for dtype in ("f16", "bf16"):
-        out = os.path.join(args.work, f"troupe_{dtype}.json")
-        p = subprocess.run([args.bin, "--cases", spec, "--dtype", dtype, "--out", out])
-        rc |= p.returncode
-        if os.path.exists(out):
-            with open(out) as f:
-                results[dtype] = json.load(f)
+    for arch in (ARCHS if args.arch == "all" else [args.arch]):
+        work = os.path.join(args.work, arch)
+        os.makedirs(work, exist_ok=True)
+        model_dir, adapters = make_files(work, arch)
+        cases = reference(model_dir, adapters, args.steps, arch)
+        spec = os.path.join(work, "cases.json")
+        with open(spec, "w") as f:
+            json.dump({"model": model_dir, "adapters": adapters, "cases": cases}, f)
+        for dtype in ("f16", "bf16"):
+            out = os.path.join(work, f"troupe_{dtype}.json")
+            p = subprocess.run([args.bin, "--cases", spec, "--dtype", dtype, "--out", out])
+            rc |= p.returncode
+            if os.path.exists(out):
+                with open(out) as f:
+                    # The llama results keep their old keys ("f16", "bf16").
+                    results[dtype if arch == "llama" else f"{arch}_{dtype}"] = json.load(f)
     with open(args.out, "w") as f:
         json.dump({"exit": rc, "results": results}, f, indent=2)
     print(json.dumps({"exit": rc, "results": results}, indent=2))

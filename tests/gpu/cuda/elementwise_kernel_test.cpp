@@ -372,6 +372,31 @@ TEST(elementwise_kernel, swiglu_extremes_and_nan) {
   }
 }
 
+// -- add_bias -----------------------------------------------------------------------------------
+
+TEST(elementwise_kernel, add_bias_matches_reference) {
+  TROUPE_REQUIRE_GPU();
+  for (dtype t : both_dtypes)
+    for (std::uint32_t cols : {64u, 896u, 128u, 37u})
+      for (std::uint32_t rows : row_counts)
+        for (std::size_t offset : {std::size_t{0}, std::size_t{1}}) {
+          SCOPED_TRACE(label(t, "cols", cols, rows, offset));
+          const auto x = random_bits(t, std::size_t{rows} * cols, 1201 + cols + rows, 4.0f);
+          const auto bias = random_bits(t, cols, 1301 + cols, 2.0f);
+          std::vector<std::uint16_t> want = x;
+          add_bias_reference(t, want, bias, rows, cols);
+          const guarded d_x(x, offset);
+          const guarded d_bias(bias, offset);
+          add_bias(t, d_x.data(), d_bias.data(), rows, cols, nullptr);
+          finish();
+          const auto got = d_x.read();
+          EXPECT_TRUE(got.guards_intact);
+          // One fp32 add rounded once: the same bits.
+          const auto c = compare_bits(t, got.data, want);
+          EXPECT_EQ(c.bad + c.nan_mismatch + c.inexact, 0u) << c.first;
+        }
+}
+
 TEST(elementwise_kernel, no_rows_launch_nothing) {
   TROUPE_REQUIRE_GPU();
   embedding_gather(dtype::f16, nullptr, nullptr, 0, 64, nullptr, nullptr);
@@ -379,6 +404,7 @@ TEST(elementwise_kernel, no_rows_launch_nothing) {
   add_rmsnorm(dtype::bf16, nullptr, nullptr, nullptr, eps, 0, 64, nullptr, nullptr);
   rope(dtype::bf16, nullptr, nullptr, nullptr, nullptr, 0, 8, 8, 64, nullptr);
   swiglu(dtype::f16, nullptr, 0, 64, nullptr, nullptr);
+  add_bias(dtype::bf16, nullptr, nullptr, 0, 64, nullptr);
   finish();
 }
 

@@ -411,5 +411,29 @@ TEST(elementwise_reference, swiglu_reads_gate_then_up_and_handles_extremes) {
   EXPECT_THROW(swiglu_reference(t, short_gu, 2, 3, out), std::invalid_argument);
 }
 
+// -- add_bias ---------------------------------------------------------------------------------
+
+TEST(elementwise_reference, add_bias_adds_each_column_its_bias_rounded_once) {
+  for (dtype t : both_dtypes)
+    for (std::uint32_t cols : {64u, 37u})
+      for (std::uint32_t rows : row_counts) {
+        SCOPED_TRACE(std::string(to_string(t)) + " cols " + std::to_string(cols) + " rows " +
+                     std::to_string(rows));
+        const auto x = random_bits(t, std::size_t{rows} * cols, 81 + cols + rows, 3.0f);
+        const auto bias = random_bits(t, cols, 91 + cols, 3.0f);
+        std::vector<std::uint16_t> out = x;
+        add_bias_reference(t, out, bias, rows, cols);
+        for (std::size_t r = 0; r < rows; ++r)
+          for (std::uint32_t i = 0; i < cols; ++i) {
+            // Two 16-bit values sum exactly in fp64: one rounding, to t.
+            const double sum = static_cast<double>(from_bits(t, x[r * cols + i])) + from_bits(t, bias[i]);
+            ASSERT_EQ(out[r * cols + i], bits_of(t, sum)) << "row " << r << " column " << i;
+          }
+      }
+  std::vector<std::uint16_t> x(6), bias(2);
+  EXPECT_THROW(add_bias_reference(dtype::f16, x, bias, 2, 3), std::invalid_argument) << "bias too short";
+  EXPECT_THROW(add_bias_reference(dtype::f16, x, std::vector<std::uint16_t>(3), 3, 3), std::invalid_argument);
+}
+
 } // namespace
 } // namespace troupe::gpu::cuda

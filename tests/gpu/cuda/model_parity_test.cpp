@@ -27,16 +27,24 @@ struct sequence {
   std::vector<std::int32_t> generated;
 };
 
-// (type, head_dim, query heads per kv head, q/k/v as one batched call and
-// decode's linear layers on gemv; else three calls, all on cuBLAS)
-using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, bool>;
+/// How the model's projections run.
+enum class projections {
+  batched,         ///< q/k/v as one batched call, decode's linear layers on gemv
+  separate_cublas, ///< three calls, all on cuBLAS
+  biased,          ///< batched, with biases on q, k, v (Qwen2's) and o
+};
+// (type, head_dim, query heads per kv head, projections)
+using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, projections>;
 class model_parity : public ::testing::TestWithParam<parity_param> {};
 
 TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   TROUPE_REQUIRE_GPU();
-  const auto [t, head_dim, group, batched_qkv] = GetParam();
+  const auto [t, head_dim, group, proj] = GetParam();
+  const bool batched_qkv = proj != projections::separate_cublas;
+  const bool biased = proj == projections::biased;
   const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = 512 / head_dim,
-               .kv_heads = 512 / head_dim / group, .head_dim = head_dim, .vocab = 1000};
+               .kv_heads = 512 / head_dim / group, .head_dim = head_dim, .vocab = 1000,
+               .qkv_bias = biased, .o_bias = biased};
   const std::uint32_t page_tokens = 16, pool_pages = 64;
   auto weights = make_weights(d, t, 11);
 
@@ -375,9 +383,11 @@ TEST(model_graph, a_capture_cuda_refuses_turns_step_graphs_off_and_steps_launch_
 }
 
 std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
-  const auto [t, hd, group, batched] = i.param;
+  const auto [t, hd, group, proj] = i.param;
   return std::string{to_string(t)} + "_hd" + std::to_string(hd) + (group == 1 ? "_mha" : "_gqa") +
-         (batched ? "" : "_separate_qkv_cublas");
+         (proj == projections::separate_cublas ? "_separate_qkv_cublas"
+          : proj == projections::biased        ? "_biases"
+                                               : "");
 }
 
 // q, k and v in one strided-batched call with every head its own K and V
@@ -385,12 +395,17 @@ std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
 INSTANTIATE_TEST_SUITE_P(types_and_heads, model_parity,
                          ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16),
                                             ::testing::Values(64u, 128u), ::testing::Values(1u, 2u),
-                                            ::testing::Values(true)),
+                                            ::testing::Values(projections::batched)),
                          parity_name);
 // ... and as three calls, every linear layer on cuBLAS.
 INSTANTIATE_TEST_SUITE_P(separate_qkv, model_parity,
                          ::testing::Combine(::testing::Values(dtype::f16), ::testing::Values(128u),
-                                            ::testing::Values(1u, 2u), ::testing::Values(false)),
+                                            ::testing::Values(1u, 2u), ::testing::Values(projections::separate_cublas)),
+                         parity_name);
+// ... and with biases on q, k, v and o, added before the adapters.
+INSTANTIATE_TEST_SUITE_P(biases, model_parity,
+                         ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
+                                            ::testing::Values(2u), ::testing::Values(projections::biased)),
                          parity_name);
 
 } // namespace

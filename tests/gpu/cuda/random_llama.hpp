@@ -16,6 +16,8 @@ namespace troupe::gpu::cuda {
 
 struct dims {
   std::uint32_t hidden, inter, layers, heads, kv_heads, head_dim, vocab;
+  bool qkv_bias = false; ///< Qwen2's biases on q, k and v
+  bool o_bias = false;
 };
 
 inline std::vector<float> randn(std::mt19937_64& rng, std::size_t n, float scale, float mean, dtype t) {
@@ -38,6 +40,8 @@ inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
   c.head_dim = d.head_dim;
   c.vocab_size = d.vocab;
   c.rms_norm_eps = 1e-5f;
+  c.qkv_bias = d.qkv_bias;
+  c.o_bias = d.o_bias;
   const std::size_t h = d.hidden, qd = d.heads * d.head_dim, kd = d.kv_heads * d.head_dim;
   const float s_h = 1.0f / std::sqrt(static_cast<float>(h));
   w.embed = randn(rng, d.vocab * h, 1.0f, 0, t);
@@ -52,6 +56,13 @@ inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
     lw.gate = randn(rng, d.inter * h, s_h, 0, t);
     lw.up = randn(rng, d.inter * h, s_h, 0, t);
     lw.down = randn(rng, h * d.inter, 1.0f / std::sqrt(static_cast<float>(d.inter)), 0, t);
+    if (d.qkv_bias) { // of the order of the projections' outputs, as Qwen2's are
+      lw.q_bias = randn(rng, qd, 0.5f, 0, t);
+      lw.k_bias = randn(rng, kd, 0.5f, 0, t);
+      lw.v_bias = randn(rng, kd, 0.5f, 0, t);
+    }
+    if (d.o_bias)
+      lw.o_bias = randn(rng, h, 0.5f, 0, t);
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = randn(rng, h, 0.1f, 1.0f, t);

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """troupe-hf-parity on the emulated device, with the NumPy oracle
 (tests/oracle/llama_numpy.py, Hugging Face's forward pass in float64) in
-transformers' place: a random Llama and PEFT adapters written by
-troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
+transformers' place: a random Llama, and a random Qwen2 (biases on q, k and
+v), each with PEFT adapters written by troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
 tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
-troupe-hf-parity at fp16 and bf16. Passes when both match.
+troupe-hf-parity at fp16 and bf16. Passes when all match.
 usage: hf_parity_smoke.py HF_PARITY MKMODEL ORACLE [PYTHON]"""
 import json, os, random, subprocess, sys, tempfile
 
@@ -12,11 +12,12 @@ hf_parity, mkmodel, oracle = sys.argv[1:4]
 python = sys.argv[4] if len(sys.argv) > 4 else "/usr/bin/python3"
 STEPS = 4
 
-with tempfile.TemporaryDirectory() as work:
+
+def check(work, arch):
     model = os.path.join(work, "model")
     subprocess.run([mkmodel, "--out", model, "--hidden", "256", "--intermediate", "512", "--heads", "4",
                     "--kv-heads", "2", "--layers", "2", "--vocab", "512", "--adapters", "2", "--ranks", "8,16",
-                    "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3"],
+                    "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3", "--arch", arch],
                    check=True, stdout=subprocess.DEVNULL)
     adapter_dirs = sorted(os.listdir(os.path.join(model, "adapters")))
     adapters = {name: os.path.join(model, "adapters", name) for name in adapter_dirs}
@@ -53,6 +54,13 @@ with tempfile.TemporaryDirectory() as work:
             res = json.load(f)
         if not res["ok"] or res["greedy_checked"] == 0:
             failed.append(f"{dtype}: not ok")
-    if failed:
-        sys.exit("troupe-hf-parity against the oracle failed:\n" + "\n".join(failed))
+    return [f"{arch} {f}" for f in failed]
+
+
+failed = []
+for arch in ("llama", "qwen2"):
+    with tempfile.TemporaryDirectory() as work:
+        failed += check(work, arch)
+if failed:
+    sys.exit("troupe-hf-parity against the oracle failed:\n" + "\n".join(failed))
 print("troupe-hf-parity against the oracle: ok")
