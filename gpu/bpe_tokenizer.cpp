@@ -1,6 +1,7 @@
 #include "gpu/bpe_tokenizer.hpp"
 
 #include "gpu/json_bounded.hpp"
+#include "gpu/unicode_norm.hpp"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
@@ -333,8 +334,12 @@ std::optional<split_behavior> behavior_named(std::string_view name) {
 
 struct added_token {
   std::string content;
+  /// What the text must hold: the content, normalized for a normalized
+  /// token (one matched in the normalized text).
+  std::string match;
   std::int32_t id = -1;
   bool special = false;
+  bool normalized = false;
   bool lstrip = false;
   bool rstrip = false;
   bool single_word = false;
@@ -409,8 +414,12 @@ struct bpe_tokenizer::impl {
   std::array<std::int32_t, 256> byte_id{};                ///< each byte's symbol
   bool ignore_merges = false;
   std::vector<pre_step> steps;
-  std::vector<added_token> added;                         ///< longest content first
-  std::array<std::vector<std::size_t>, 256> added_by_byte; ///< indices into added, by first byte
+  std::vector<added_token> added;                         ///< longest match first
+  /// Indices into added by first byte of their match: [0] the tokens found
+  /// in the raw text, [1] the normalized ones, found in the normalized text.
+  std::array<std::array<std::vector<std::size_t>, 256>, 2> added_by_byte;
+  bool any_normalized = false;
+  std::vector<unicode_form> normalizers; ///< applied in order
   std::unordered_map<std::string, std::int32_t> added_ids;
   std::vector<std::string> text_of;                       ///< id -> decoded bytes
   std::vector<std::int32_t> prefix;
@@ -508,15 +517,16 @@ struct bpe_tokenizer::impl {
     for_each_utf8_run(text, run, [&](unsigned char b) { out.push_back(byte_id[b]); });
   }
 
-  /// The added token matching at text[i] (longest first), its range after
-  /// lstrip / rstrip in [b, e); nullptr when none.
-  const added_token* added_at(std::string_view text, std::size_t i, std::size_t floor, std::size_t& b,
+  /// The added token of `phase` (0 raw, 1 normalized) matching at text[i]
+  /// (longest first), its range after lstrip / rstrip in [b, e); nullptr
+  /// when none.
+  const added_token* added_at(std::string_view text, std::size_t i, std::size_t floor, int phase, std::size_t& b,
                               std::size_t& e) const {
-    for (const std::size_t k : added_by_byte[static_cast<unsigned char>(text[i])]) {
+    for (const std::size_t k : added_by_byte[static_cast<std::size_t>(phase)][static_cast<unsigned char>(text[i])]) {
       const auto& t = added[k];
-      if (text.substr(i, t.content.size()) != t.content)
+      if (text.substr(i, t.match.size()) != t.match)
         continue;
-      const std::size_t end = i + t.content.size();
+      const std::size_t end = i + t.match.size();
       if (t.single_word && ((i > 0 && is_word_byte(static_cast<unsigned char>(text[i - 1]))) ||
                             (end < text.size() && is_word_byte(static_cast<unsigned char>(text[end])))))
         continue;
@@ -546,6 +556,35 @@ struct bpe_tokenizer::impl {
     }
     return nullptr;
   }
+
+  /// Cuts `text` at the added tokens of `phase`, as Hugging Face's added
+  /// vocabulary does (leftmost first, then longest): the text before, between
+  /// and after them to on_text (empty pieces too), each token's id to `out`.
+  template <class OnText>
+  void split_added(std::string_view text, int phase, std::vector<std::int32_t>& out, OnText&& on_text) const {
+    std::size_t from = 0; // start of the text not yet passed on
+    std::size_t i = 0;
+    while (i < text.size()) {
+      std::size_t b = 0, e = 0;
+      const added_token* t = added_at(text, i, from, phase, b, e);
+      if (t == nullptr) {
+        ++i;
+        continue;
+      }
+      on_text(text.substr(from, b - from));
+      out.push_back(t->id);
+      from = i = e;
+    }
+    on_text(text.substr(from));
+  }
+
+  /// The text through every normalizer.
+  std::string normalize(std::string_view text) const {
+    std::string s{text};
+    for (const unicode_form f : normalizers)
+      s = unicode_normalize(s, f);
+    return s;
+  }
 };
 
 bpe_tokenizer::bpe_tokenizer(std::unique_ptr<impl> p, std::int32_t eos_id)
@@ -556,20 +595,20 @@ bpe_tokenizer::~bpe_tokenizer() = default;
 std::vector<std::int32_t> bpe_tokenizer::encode(const std::string& text) const {
   const impl& m = *impl_;
   std::vector<std::int32_t> out = m.prefix;
-  std::size_t from = 0; // start of the text not yet encoded
-  std::size_t i = 0;
-  while (i < text.size()) {
-    std::size_t b = 0, e = 0;
-    const added_token* t = m.added_at(text, i, from, b, e);
-    if (t == nullptr) {
-      ++i;
-      continue;
+  // As Hugging Face's tokenizers: the tokens that are not normalized are cut
+  // out of the raw text; each piece between them is normalized, and the
+  // normalized tokens are cut out of it; what is left is pre-tokenized.
+  m.split_added(text, 0, out, [&](std::string_view piece) {
+    if (m.normalizers.empty() && !m.any_normalized) {
+      m.encode_text(piece, out);
+      return;
     }
-    m.encode_text(std::string_view{text}.substr(from, b - from), out);
-    out.push_back(t->id);
-    from = i = e;
-  }
-  m.encode_text(std::string_view{text}.substr(from), out);
+    const std::string normalized = m.normalize(piece);
+    if (m.any_normalized)
+      m.split_added(normalized, 1, out, [&](std::string_view rest) { m.encode_text(rest, out); });
+    else
+      m.encode_text(normalized, out);
+  });
   out.insert(out.end(), m.suffix.begin(), m.suffix.end());
   return out;
 }
@@ -663,6 +702,33 @@ void read_pre_step(reader& in, const json& step, const std::string& where, std::
                                 split_behavior::isolated, false});
   } else if (!in.failed()) {
     in.fail(where, "pre-tokenizer \"" + type + "\" is not supported (ByteLevel, Split, Digits, Sequence are)");
+  }
+}
+
+void read_normalizer(reader& in, const json& step, const std::string& where, std::vector<unicode_form>& out) {
+  if (!step.is_object()) {
+    in.fail(where, "must be an object or null, got " + std::string{step.type_name()});
+    return;
+  }
+  const std::string type = in.string(step, "type", where);
+  if (type == "Sequence") {
+    if (!step.contains("normalizers") || !step.at("normalizers").is_array()) {
+      in.fail(where + ".normalizers", "must be a list");
+      return;
+    }
+    const json& list = step.at("normalizers");
+    for (std::size_t k = 0; k < list.size(); ++k)
+      read_normalizer(in, list[k], where + ".normalizers[" + std::to_string(k) + "]", out);
+  } else if (type == "NFC") {
+    out.push_back(unicode_form::nfc);
+  } else if (type == "NFD") {
+    out.push_back(unicode_form::nfd);
+  } else if (type == "NFKC") {
+    out.push_back(unicode_form::nfkc);
+  } else if (type == "NFKD") {
+    out.push_back(unicode_form::nfkd);
+  } else if (!in.failed()) {
+    in.fail(where, "normalizer \"" + type + "\" is not supported (NFC, NFD, NFKC, NFKD, Sequence are)");
   }
 }
 
@@ -835,6 +901,7 @@ bpe_tokenizer::parse(std::string_view json_text, const std::string& source, std:
       a.id = in.id(t.at("id"), where + ".id");
       a.content = in.string(t, "content", where);
       a.special = in.boolean(t, "special", where, false);
+      a.normalized = in.boolean(t, "normalized", where, !a.special);
       a.lstrip = in.boolean(t, "lstrip", where, false);
       a.rstrip = in.boolean(t, "rstrip", where, false);
       a.single_word = in.boolean(t, "single_word", where, false);
@@ -848,19 +915,25 @@ bpe_tokenizer::parse(std::string_view json_text, const std::string& source, std:
       m->added.push_back(std::move(a));
     }
   }
-  std::stable_sort(m->added.begin(), m->added.end(),
-                   [](const added_token& x, const added_token& y) { return x.content.size() > y.content.size(); });
-  for (std::size_t k = 0; k < m->added.size(); ++k)
-    m->added_by_byte[static_cast<unsigned char>(m->added[k].content.front())].push_back(k);
-
   // normalizer
-  if (doc.contains("normalizer") && !doc.at("normalizer").is_null()) {
-    const json& n = doc.at("normalizer");
-    const bool empty_sequence = n.is_object() && n.value("type", "") == "Sequence" && n.contains("normalizers") &&
-                                n.at("normalizers").is_array() && n.at("normalizers").empty();
-    if (!empty_sequence)
-      return source + ": normalizer: \"" + (n.is_object() ? n.value("type", "?") : std::string{n.type_name()}) +
-             "\" is not supported (only none)";
+  if (doc.contains("normalizer") && !doc.at("normalizer").is_null())
+    read_normalizer(in, doc.at("normalizer"), "normalizer", m->normalizers);
+  if (in.failed())
+    return in.error();
+
+  // A normalized token is found in the normalized text, so by its content
+  // normalized (Hugging Face's normalized trie).
+  for (auto& a : m->added) {
+    a.match = a.normalized ? m->normalize(a.content) : a.content;
+    if (a.match.empty())
+      return source + ": added token \"" + a.content + "\": normalizes to nothing";
+    m->any_normalized = m->any_normalized || a.normalized;
+  }
+  std::stable_sort(m->added.begin(), m->added.end(),
+                   [](const added_token& x, const added_token& y) { return x.match.size() > y.match.size(); });
+  for (std::size_t k = 0; k < m->added.size(); ++k) {
+    const auto& a = m->added[k];
+    m->added_by_byte[a.normalized ? 1 : 0][static_cast<unsigned char>(a.match.front())].push_back(k);
   }
 
   // pre-tokenizer
@@ -955,6 +1028,20 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
     return out;
   }
 
+  std::vector<unicode_form> forms;
+  if (!o.normalizer.empty()) {
+    reader in{"normalizer"};
+    read_normalizer(in, json{{"type", o.normalizer}}, o.normalizer, forms);
+    if (in.failed()) {
+      out.error = in.error();
+      return out;
+    }
+  }
+  std::string normalized{corpus};
+  for (const unicode_form f : forms)
+    normalized = unicode_normalize(normalized, f);
+  corpus = normalized;
+
   // The words of the corpus (its well-formed UTF-8), counted.
   std::map<std::string, std::uint64_t> counts;
   {
@@ -1046,7 +1133,7 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
     {"truncation", nullptr},
     {"padding", nullptr},
     {"added_tokens", added},
-    {"normalizer", nullptr},
+    {"normalizer", o.normalizer.empty() ? json(nullptr) : json{{"type", o.normalizer}}},
     {"pre_tokenizer",
      {{"type", "Sequence"},
       {"pretokenizers",

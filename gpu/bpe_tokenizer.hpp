@@ -1,16 +1,18 @@
 // bpe_tokenizer: the byte-level BPE tokenizers that Hugging Face's
-// tokenizer.json describes (Llama 3, GPT-2 and the models built on their
-// vocabularies), read without the tokenizers library. Text is cut at the
-// added tokens first, then pre-tokenized by the file's Split / Digits /
-// ByteLevel steps (regular expressions run with PCRE2 in UTF mode with
-// Unicode properties), each piece mapped byte by byte to GPT-2's printable
-// alphabet and merged by rank. Used by the cpu and cuda backends when a model
+// tokenizer.json describes (Llama 3, Qwen2, GPT-2 and the models built on
+// their vocabularies), read without the tokenizers library. Text is cut at
+// the added tokens first (those not normalized in the raw text, then the
+// normalized ones in the text normalized), then pre-tokenized by the file's
+// Split / Digits / ByteLevel steps (regular expressions run with PCRE2 in
+// UTF mode with Unicode properties), each piece mapped byte by byte to
+// GPT-2's printable alphabet and merged by rank. Used by the cpu and cuda backends when a model
 // directory has a tokenizer.json and no tokenizer.model.
 //
 // What a file may hold (anything else is refused by name at load):
 //   model         BPE; merges as "a b" strings or [a, b] pairs; ignore_merges;
 //                 no continuing_subword_prefix / end_of_word_suffix / dropout
-//   normalizer    none
+//   normalizer    none, NFC, NFD, NFKC, NFKD, in a Sequence (Unicode 14.0's
+//                 tables: gpu/unicode_norm.hpp)
 //   pre_tokenizer ByteLevel (required, once), Split (Regex or String pattern;
 //                 Isolated, Removed, MergedWithPrevious, MergedWithNext,
 //                 Contiguous; invert), Digits, in a Sequence
@@ -78,9 +80,12 @@ private:
   std::int32_t eos_id_;
 };
 
-/// Llama 3's pre-tokenizer pattern (also Qwen2's and others').
+/// Llama 3's pre-tokenizer pattern.
 inline constexpr std::string_view llama3_split_pattern =
   R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+/// Qwen2's: Llama 3's with each digit a piece of its own.
+inline constexpr std::string_view qwen2_split_pattern =
+  R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
 /// What train_bpe() builds.
 struct bpe_training {
@@ -94,6 +99,9 @@ struct bpe_training {
   std::string bos_token;
   /// The Split step's regular expression.
   std::string pattern{llama3_split_pattern};
+  /// The file's normalizer ("": none; "NFC", as Qwen2's); the corpus is
+  /// learnt normalized.
+  std::string normalizer;
   bool ignore_merges = true;
 };
 

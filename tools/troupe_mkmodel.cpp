@@ -80,6 +80,15 @@ struct options {
 /// <|eot_id|>, as Llama 3 Instruct's does).
 constexpr std::array<std::string_view, 5> bpe_specials = {
   "<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"};
+/// --tokenizer bpe --arch qwen2: Qwen2's, likewise (no BOS; answers end on
+/// <|im_end|> or <|endoftext|>, as Qwen2.5 Instruct's).
+constexpr std::array<std::string_view, 3> qwen2_specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+
+std::vector<std::string> specials_of(const options& o) {
+  if (o.qwen2)
+    return {qwen2_specials.begin(), qwen2_specials.end()};
+  return {bpe_specials.begin(), bpe_specials.end()};
+}
 
 // -- argument parsing ------------------------------------------------------
 
@@ -312,7 +321,10 @@ llama_config make_config(const options& o) {
     c.rope.original_max_position_embeddings = 8192;
   }
   c.tie_word_embeddings = o.tie;
-  if (o.bpe) {
+  if (o.bpe && o.qwen2) {
+    c.bos_token_id = static_cast<std::int32_t>(o.vocab - qwen2_specials.size()); // <|endoftext|>
+    c.eos_token_ids = {c.bos_token_id + 2};                                      // <|im_end|>
+  } else if (o.bpe) {
     c.bos_token_id = static_cast<std::int32_t>(o.vocab - bpe_specials.size()); // <|begin_of_text|>
     c.eos_token_ids = {c.bos_token_id + 1};                                     // <|end_of_text|>
   } else {
@@ -498,40 +510,60 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
 }
 
 /// Learns a byte-level BPE tokenizer.json from the corpus, Llama 3's
-/// pre-tokenizer and special tokens, and writes generation_config.json with
-/// both end tokens and tokenizer_config.json with a Llama 3 chat template.
+/// pre-tokenizer and special tokens (Qwen2's, and its NFC normalizer, with
+/// --arch qwen2), and writes generation_config.json with both end tokens and
+/// tokenizer_config.json with a chat template in the model's format.
 std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path& out) {
   std::ifstream f{o.corpus, std::ios::binary};
   if (!f)
     return o.corpus + ": corpus not found (pass --corpus PATH)";
   std::ostringstream corpus;
   corpus << f.rdbuf();
-  if (o.vocab < 256 + bpe_specials.size())
+  const auto specials = specials_of(o);
+  if (o.vocab < 256 + specials.size())
     return "--vocab " + std::to_string(o.vocab) + " is too small for a byte-level tokenizer (at least " +
-           std::to_string(256 + bpe_specials.size()) + ")";
+           std::to_string(256 + specials.size()) + ")";
   bpe_training t;
-  t.vocab_size = o.vocab - static_cast<std::uint32_t>(bpe_specials.size());
-  t.special_tokens.assign(bpe_specials.begin(), bpe_specials.end());
-  t.bos_token = bpe_specials[0];
+  t.vocab_size = o.vocab - static_cast<std::uint32_t>(specials.size());
+  t.special_tokens = specials;
+  if (o.qwen2) {
+    t.pattern = std::string{qwen2_split_pattern};
+    t.normalizer = "NFC";
+    t.ignore_merges = false;
+  } else {
+    t.bos_token = specials[0];
+  }
   const auto trained = train_bpe_json(corpus.str(), t);
   if (!trained.error.empty())
     return "tokenizer: " + trained.error;
   if (auto err = write_text(out / "tokenizer.json", trained.json))
     return err;
   const auto base = static_cast<std::int32_t>(t.vocab_size);
-  nlohmann::json generation = {{"bos_token_id", base}, {"eos_token_id", {base + 1, base + 4}}};
+  // Llama 3: <|end_of_text|> and <|eot_id|>; Qwen2: <|im_end|> and <|endoftext|>.
+  const nlohmann::json end_ids = o.qwen2 ? nlohmann::json{base + 2, base} : nlohmann::json{base + 1, base + 4};
+  nlohmann::json generation = {{"bos_token_id", base}, {"eos_token_id", end_ids}};
   if (auto err = write_text(out / "generation_config.json", generation.dump(2) + "\n"))
     return err;
-  // A chat template in Llama 3 Instruct's format (chat_template = "model"
-  // reads it): BOS, each message's text trimmed under its role's header,
-  // closed by <|eot_id|>, then the assistant's header.
-  const nlohmann::json tokenizer_config = {
-    {"bos_token", bpe_specials[0]},
-    {"eos_token", bpe_specials[4]},
-    {"chat_template",
-     "{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + '<|end_header_id|>\\n\\n' + "
-     "m['content'] | trim + '<|eot_id|>' }}{%- endfor %}{%- if add_generation_prompt %}"
-     "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"}};
+  // A chat template (chat_template = "model" reads it). Llama 3 Instruct's
+  // format: BOS, each message's text trimmed under its role's header, closed
+  // by <|eot_id|>, then the assistant's header. Qwen2's, ChatML: each
+  // message between <|im_start|>role and <|im_end|>, then the assistant's
+  // turn opened; no BOS.
+  const nlohmann::json tokenizer_config =
+    o.qwen2 ? nlohmann::json{{"bos_token", nullptr},
+                             {"eos_token", qwen2_specials[2]},
+                             {"pad_token", qwen2_specials[0]},
+                             {"chat_template",
+                              "{%- for m in messages %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+                              "'<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}"
+                              "{{- '<|im_start|>assistant\\n' }}{%- endif %}"}}
+            : nlohmann::json{{"bos_token", bpe_specials[0]},
+                             {"eos_token", bpe_specials[4]},
+                             {"chat_template",
+                              "{{- bos_token }}{%- for m in messages %}{{- '<|start_header_id|>' + m['role'] + "
+                              "'<|end_header_id|>\\n\\n' + m['content'] | trim + '<|eot_id|>' }}{%- endfor %}"
+                              "{%- if add_generation_prompt %}"
+                              "{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"}};
   return write_text(out / "tokenizer_config.json", tokenizer_config.dump(2) + "\n");
 }
 

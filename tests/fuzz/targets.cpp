@@ -7,6 +7,7 @@
 #include "gpu/model_shape.hpp"
 #include "gpu/safetensors.hpp"
 #include "gpu/sim_backend.hpp"
+#include "gpu/unicode_norm.hpp"
 #include "messages/jinja.hpp"
 #include "messages/openai.hpp"
 #include "messages/wire.hpp"
@@ -538,9 +539,12 @@ bool tokenizer_json(std::span<const std::uint8_t> in) {
     return false;
   }
   const auto& t = *std::get<std::unique_ptr<gpu::bpe_tokenizer>>(r);
-  // Without added tokens every byte comes back; with them, ids stay valid.
+  // Without added tokens or a normalizer every byte comes back; otherwise
+  // ids stay valid.
   const auto doc = nlohmann::json::parse(text, nullptr, false);
-  const bool plain = !doc.contains("added_tokens") || doc["added_tokens"].empty();
+  const bool plain = (!doc.contains("added_tokens") || doc["added_tokens"].empty()) &&
+                     (!doc.contains("normalizer") || doc["normalizer"].is_null() ||
+                      doc["normalizer"] == nlohmann::json{{"type", "Sequence"}, {"normalizers", nlohmann::json::array()}});
   for (const std::string sample : {"", "The quick <|x|> 123 \xC3\xBCn\xC3\xAF \xF0\x9F\x99\x82 \xFF\xFE  \n\n x"}) {
     const auto ids = t.encode(sample);
     const auto back = decoded(t, ids);
@@ -613,6 +617,33 @@ bool bpe_encode(std::span<const std::uint8_t> in) {
   }
   const auto back = decoded(*tok, ids);
   require(back == want, "the text does not come back: " + back);
+  return true;
+}
+
+/// Any bytes in the four normalization forms: each form is idempotent, the
+/// composed forms are those of the decomposed ones, well-formed UTF-8 stays
+/// well-formed, and ASCII is left as it is.
+bool unicode_norm(std::span<const std::uint8_t> in) {
+  using gpu::unicode_form;
+  const auto text = text_of(in);
+  const auto n = [](std::string_view s, unicode_form f) { return gpu::unicode_normalize(s, f); };
+  const std::string nfc = n(text, unicode_form::nfc), nfd = n(text, unicode_form::nfd);
+  const std::string nfkc = n(text, unicode_form::nfkc), nfkd = n(text, unicode_form::nfkd);
+  require(n(nfc, unicode_form::nfc) == nfc && n(nfd, unicode_form::nfd) == nfd, "NFC or NFD is not idempotent");
+  require(n(nfkc, unicode_form::nfkc) == nfkc && n(nfkd, unicode_form::nfkd) == nfkd, "NFKC or NFKD is not idempotent");
+  require(n(nfd, unicode_form::nfc) == nfc, "NFC is not NFC of NFD");
+  require(n(nfc, unicode_form::nfd) == nfd, "NFD is not NFD of NFC");
+  require(n(nfkd, unicode_form::nfc) == nfkc, "NFKC is not NFC of NFKD");
+  const bool ascii = std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  if (ascii)
+    require(nfc == text && nfkd == text, "ASCII changed");
+  const bool valid = nlohmann::json(std::string{text}).dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) ==
+                     nlohmann::json(std::string{text}).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (valid)
+    for (const std::string* s : {&nfc, &nfd, &nfkc, &nfkd})
+      require(nlohmann::json(*s).dump(-1, ' ', false, nlohmann::json::error_handler_t::ignore) ==
+                nlohmann::json(*s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+              "well-formed UTF-8 normalized into ill-formed bytes");
   return true;
 }
 
@@ -892,7 +923,7 @@ bool json_output(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 16> all{{
+constexpr std::array<target, 17> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -909,6 +940,7 @@ constexpr std::array<target, 16> all{{
   {"tokenizer_json", tokenizer_json},
   {"bpe_encode", bpe_encode},
   {"jinja", jinja_template},
+  {"unicode_norm", unicode_norm},
 }};
 
 } // namespace

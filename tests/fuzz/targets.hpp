@@ -53,6 +53,10 @@ struct target {
 ///                  where it has no added tokens)
 ///   bpe_encode     a text through a trained tokenizer: BOS first, every byte
 ///                  back but the special tokens'
+///   jinja          a chat template read and rendered over a chat with tools:
+///                  refused saying where, or the same text each time, within limits
+///   unicode_norm   any bytes in NFC, NFD, NFKC and NFKD: idempotent, the
+///                  composed forms those of the decomposed, UTF-8 kept well-formed
 std::span<const target> targets();
 
 /// The target called `name`, or nullptr.

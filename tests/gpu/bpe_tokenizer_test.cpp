@@ -183,6 +183,60 @@ TEST(bpe_tokenizer, added_tokens_are_cut_out_first) {
   EXPECT_EQ(t->vocab_size(), s + 5);
 }
 
+TEST(bpe_tokenizer, normalizers_apply_between_added_tokens) {
+  // "é" is two bytes (C3 A9): a merge makes it one token; "e" + U+0301 is
+  // three bytes that NFC composes into it first.
+  json doc = hand_built({{sym(0xC3), sym(0xA9)}, {"f", "i"}}, byte_level());
+  const auto n = doc["model"]["vocab"].size();
+  doc["added_tokens"] = json::array({
+    // Found in the raw text only: "<e\u0301>" is not it.
+    {{"id", n}, {"content", "<\u00e9>"}, {"special", true}, {"normalized", false}},
+    // Found in the normalized text: U+212B (ANGSTROM SIGN) is U+00C5 there.
+    {{"id", n + 1}, {"content", "[\u212b]"}, {"special", false}, {"normalized", true}},
+  });
+  const auto plain = must_parse(doc);
+  ASSERT_TRUE(plain);
+  const std::string composed = "\u00e9", decomposed = "e\u0301";
+  const auto e_acute = plain->find(composed);
+  ASSERT_GE(e_acute, 0);
+  EXPECT_EQ(plain->encode(composed), (std::vector<std::int32_t>{e_acute}));
+  EXPECT_NE(plain->encode(decomposed), (std::vector<std::int32_t>{e_acute})) << "no normalizer: bytes as they are";
+
+  doc["normalizer"] = {{"type", "NFC"}};
+  const auto nfc = must_parse(doc);
+  ASSERT_TRUE(nfc);
+  EXPECT_EQ(nfc->encode(decomposed), (std::vector<std::int32_t>{e_acute}));
+  EXPECT_EQ(nfc->encode("ab" + decomposed), nfc->encode("ab" + composed));
+  const auto raw = static_cast<std::int32_t>(n);
+  const auto norm = raw + 1;
+  // The raw token: its content as written, and not its composed spelling's
+  // decomposition.
+  EXPECT_EQ(nfc->encode("<" + composed + ">"), (std::vector<std::int32_t>{raw}));
+  EXPECT_NE(nfc->encode("<" + decomposed + ">"), (std::vector<std::int32_t>{raw}));
+  // The normalized token: any spelling that normalizes to its content's.
+  EXPECT_EQ(nfc->encode("[\u212b]"), (std::vector<std::int32_t>{norm}));
+  EXPECT_EQ(nfc->encode("[\u00c5]"), (std::vector<std::int32_t>{norm}));
+  EXPECT_EQ(nfc->encode("[A\u030a]"), (std::vector<std::int32_t>{norm}));
+  EXPECT_EQ(nfc->encode(decomposed + "[A\u030a]" + decomposed), (std::vector<std::int32_t>{e_acute, norm, e_acute}));
+  // Text between two raw tokens is normalized on its own.
+  EXPECT_EQ(nfc->encode("<" + composed + ">" + decomposed + "<" + composed + ">"),
+            (std::vector<std::int32_t>{raw, e_acute, raw}));
+  EXPECT_EQ(nfc->find("[\u212b]"), norm) << "find() takes the content as written";
+
+  // NFKC: compatibility characters too ("ﬁ" is "fi"); NFC leaves them.
+  const auto fi = nfc->find("fi");
+  EXPECT_NE(nfc->encode("\ufb01"), (std::vector<std::int32_t>{fi}));
+  doc["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFKC"}}})}};
+  const auto nfkc = must_parse(doc);
+  ASSERT_TRUE(nfkc);
+  EXPECT_EQ(nfkc->encode("\ufb01"), (std::vector<std::int32_t>{fi}));
+  // NFD decomposes: "é" is then the e and the accent's own bytes.
+  doc["normalizer"] = {{"type", "NFD"}};
+  const auto nfd = must_parse(doc);
+  ASSERT_TRUE(nfd);
+  EXPECT_EQ(nfd->encode(composed), plain->encode(decomposed));
+}
+
 TEST(bpe_tokenizer, template_processing_adds_the_leading_and_trailing_ids) {
   json doc = hand_built({}, byte_level());
   doc["added_tokens"] = json::array({{{"id", 300}, {"content", "<s>"}, {"special", true}},
@@ -315,7 +369,15 @@ TEST(bpe_tokenizer, refuses_what_it_does_not_support_by_name) {
     cases.push_back({std::move(what), std::move(d), std::move(says)});
   };
   with("unigram", [](json& d) { d["model"]["type"] = "Unigram"; }, "model.type: \"Unigram\" is not supported");
-  with("nfc", [](json& d) { d["normalizer"] = {{"type", "NFC"}}; }, "normalizer: \"NFC\" is not supported");
+  with("lowercase", [](json& d) { d["normalizer"] = {{"type", "Lowercase"}}; },
+       "normalizer: normalizer \"Lowercase\" is not supported (NFC, NFD, NFKC, NFKD, Sequence are)");
+  with("replace in a sequence",
+       [](json& d) {
+         d["normalizer"] = {{"type", "Sequence"},
+                            {"normalizers", json::array({{{"type", "NFC"}}, {{"type", "Replace"}}})}};
+       },
+       "normalizer.normalizers[1]: normalizer \"Replace\"");
+  with("normalizer list", [](json& d) { d["normalizer"] = json::array({"NFC"}); }, "normalizer: must be an object");
   with("metaspace", [](json& d) { d["pre_tokenizer"] = {{"type", "Metaspace"}}; }, "pre-tokenizer \"Metaspace\"");
   with("no byte level", [](json& d) { d["pre_tokenizer"] = nullptr; }, "has no ByteLevel step");
   with("split after byte level",
@@ -396,7 +458,11 @@ std::vector<std::string> random_texts(std::uint32_t seed, int count, const std::
     "the", "The", " quick", "brown", "FOX", "'s", "'S", "'ll", "'re", "'d", " don't", "I'M", "12", "3456789",
     "007", " ", "  ", "   ", "\n", "\n\n", "\r\n", "\t", " \n ", ".", ",", "!?", "...", "(x)", "{\"a\": 1}",
     "é", "ß", "Ünïcödé", "Жук", "中文", "テキスト", "🙂", "🙂🙂", "٣", "½", "Ⅻ", "a-b", "--", "_x_", "  \t",
-    "über", "naïve", "x²", "\u00a0", "\u3000", "#", "$100", "e-mail", "URL://x.y/z?q=1"};
+    "über", "naïve", "x²", "\u00a0", "\u3000", "#", "$100", "e-mail", "URL://x.y/z?q=1",
+    // What normalizers change: decomposed letters, jamo, compatibility forms,
+    // marks out of canonical order, singletons.
+    "e\u0301", "A\u030a", "\u212b", "\u1100\u1161\u11a8", "\ud55c", "\ufb01", "a\u0323\u0302",
+    "a\u0302\u0323", "\u0301", "\u2126", "\uff21\uff22", "\u00bd"};
   std::mt19937 rng(seed);
   std::vector<std::string> out;
   for (int n = 0; n < count; ++n) {
@@ -483,6 +549,35 @@ TEST_F(bpe_oracle, llama3_pre_tokenizer) {
   json merged = doc;
   merged["model"]["ignore_merges"] = false;
   agree(merged, 2, o.special_tokens);
+}
+
+TEST_F(bpe_oracle, qwen2_nfc_normalizer_and_normalized_added_tokens) {
+  bpe_training o;
+  o.vocab_size = 700;
+  o.special_tokens = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+  o.pattern = std::string{troupe::gpu::qwen2_split_pattern};
+  o.normalizer = "NFC";
+  o.ignore_merges = false;
+  json doc = trained(o);
+  ASSERT_EQ(doc["normalizer"], json({{"type", "NFC"}}));
+  agree(doc, 5, o.special_tokens);
+  // Normalized added tokens, found in the text normalized; one whose
+  // content is not in NFC (U+212B ANGSTROM SIGN) is found by its NFC form.
+  const std::vector<std::string> normalized = {"\u212b\u212b", "[e\u0301]", "<tool>"};
+  for (std::size_t k = 0; k < normalized.size(); ++k)
+    doc["added_tokens"].push_back({{"id", 700 + o.special_tokens.size() + k},
+                                   {"content", normalized[k]},
+                                   {"special", false},
+                                   {"normalized", true}});
+  std::vector<std::string> spellings = o.special_tokens;
+  spellings.insert(spellings.end(), {"\u212b\u212b", "\u00c5\u00c5", "A\u030a\u212b", "[e\u0301]", "[\u00e9]",
+                                     "<tool>"});
+  agree(doc, 6, spellings);
+  for (const char* form : {"NFKC", "NFD", "NFKD"}) {
+    SCOPED_TRACE(form);
+    doc["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", form}}})}};
+    agree(doc, 7, spellings);
+  }
 }
 
 TEST_F(bpe_oracle, gpt2_pre_tokenizer_and_other_splits) {

@@ -4,9 +4,10 @@ written from the format's documentation: the oracle gpu/bpe_tokenizer is
 checked against (tests/gpu/bpe_tokenizer_test.cpp).
 
 It differs from the C++ on purpose where it can: Python's `regex` module
-instead of PCRE2, added tokens found by one alternation, and GPT-2's
-original merge loop (lowest-ranked pair, every occurrence, again) instead
-of a heap.
+instead of PCRE2, added tokens found by one alternation per kind (those not
+normalized in the raw text, then the normalized ones in the text normalized
+by Python's unicodedata), and GPT-2's original merge loop (lowest-ranked
+pair, every occurrence, again) instead of a heap.
 
 usage: bpe_reference.py TOKENIZER_JSON TEXTS_JSON
 TEXTS_JSON is a list of strings; prints a JSON list of id lists.
@@ -14,6 +15,7 @@ TEXTS_JSON is a list of strings; prints a JSON list of id lists.
 
 import json
 import sys
+import unicodedata
 
 import regex
 
@@ -86,6 +88,31 @@ def split(text, pattern, behavior, invert):
     return [text[a:b] for a, b, _ in out if b > a]
 
 
+def flatten_normalizers(step):
+    if step is None:
+        return []
+    if step["type"] == "Sequence":
+        return [f for n in step["normalizers"] for f in flatten_normalizers(n)]
+    if step["type"] in ("NFC", "NFD", "NFKC", "NFKD"):
+        return [step["type"]]
+    raise ValueError(step["type"])
+
+
+def added_alternation(tokens):
+    """One regex finding these added tokens (longest first at a position):
+    group 2k+1 the match with lstrip/rstrip, group 2k+2 the token itself."""
+    parts = []
+    for content in sorted(tokens, key=len, reverse=True):
+        t = tokens[content]
+        body = regex.escape(content)
+        if t.get("single_word"):
+            body = r"(?<![\w])" + body + r"(?![\w])"
+        lead = r"\s*" if t.get("lstrip") else ""
+        trail = r"\s*" if t.get("rstrip") else ""
+        parts.append("(" + lead + "(" + body + ")" + trail + ")")
+    return regex.compile("|".join(parts)) if parts else None
+
+
 def flatten_steps(step):
     if step is None:
         return []
@@ -104,7 +131,15 @@ class Reference:
             self.ranks[(a, b)] = k
         self.ignore_merges = model.get("ignore_merges", False)
         self.steps = flatten_steps(doc.get("pre_tokenizer"))
-        self.added = {t["content"]: t for t in doc.get("added_tokens") or []}
+        self.normalizers = flatten_normalizers(doc.get("normalizer"))
+        # Tokens not normalized match the raw text; normalized ones the text
+        # normalized, by their content normalized.
+        self.raw_added, self.norm_added = {}, {}
+        for t in doc.get("added_tokens") or []:
+            if t.get("normalized", not t.get("special", False)):
+                self.norm_added[self.normalize(t["content"])] = t
+            else:
+                self.raw_added[t["content"]] = t
         self.prefix, self.suffix = [], []
         post = doc.get("post_processor")
         posts = [] if post is None else (post["processors"] if post["type"] == "Sequence" else [post])
@@ -118,16 +153,13 @@ class Reference:
                     continue
                 ids = p["special_tokens"][item["SpecialToken"]["id"]]["ids"]
                 (self.suffix if after else self.prefix).extend(ids)
-        parts = []
-        for content in sorted(self.added, key=len, reverse=True):
-            t = self.added[content]
-            body = regex.escape(content)
-            if t.get("single_word"):
-                body = r"(?<![\w])" + body + r"(?![\w])"
-            lead = r"\s*" if t.get("lstrip") else ""
-            trail = r"\s*" if t.get("rstrip") else ""
-            parts.append("(" + lead + "(" + body + ")" + trail + ")")
-        self.added_re = regex.compile("|".join(parts)) if parts else None
+        self.raw_re = added_alternation(self.raw_added)
+        self.norm_re = added_alternation(self.norm_added)
+
+    def normalize(self, text):
+        for form in self.normalizers:
+            text = unicodedata.normalize(form, text)
+        return text
 
     def bpe(self, word):
         symbols = "".join(BYTE_CHAR[b] for b in word.encode("utf-8"))
@@ -182,16 +214,25 @@ class Reference:
     def encode_text(self, text):
         return [i for w in self.pre_tokenize(text) for i in self.bpe(w)]
 
+    @staticmethod
+    def split_added(text, rx, tokens, on_text, ids):
+        pos = 0
+        if rx is not None:
+            for m in rx.finditer(text):
+                on_text(text[pos:m.start()])
+                content = next(g for g in m.groups()[1::2] if g is not None)
+                ids.append(tokens[content]["id"])
+                pos = m.end()
+        on_text(text[pos:])
+
     def encode(self, text):
         ids = list(self.prefix)
-        pos = 0
-        if self.added_re is not None:
-            for m in self.added_re.finditer(text):
-                ids.extend(self.encode_text(text[pos:m.start()]))
-                content = next(g for g in m.groups()[1::2] if g is not None)
-                ids.append(self.added[content]["id"])
-                pos = m.end()
-        ids.extend(self.encode_text(text[pos:]))
+
+        def normalized_piece(piece):
+            self.split_added(self.normalize(piece), self.norm_re, self.norm_added,
+                             lambda rest: ids.extend(self.encode_text(rest)), ids)
+
+        self.split_added(text, self.raw_re, self.raw_added, normalized_piece, ids)
         return ids + self.suffix
 
 

@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# A Qwen2-style model end to end: troupe-mkmodel --arch qwen2 --tokenizer bpe
+# writes a model with biases on q, k and v, a byte-level tokenizer.json with
+# Qwen2's NFC normalizer, digit split and ChatML special tokens (no BOS), and
+# a ChatML chat template; troupe-serve serves it on the cpu backend. Text
+# comes back through /tokenize as NFC reads it (a decomposed letter is its
+# composed one's tokens); chats under the built-in chatml template and under
+# the model's own give the same prompt and greedy answer; <|im_end|> and
+# <|endoftext|> both end an answer; an adapter serves.
+# Usage: qwen2.sh BIN_DIR
+set -euo pipefail
+bin="$1"
+work="$(mktemp -d)"
+pid=""
+trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
+
+"$bin/troupe-mkmodel" --out "$work/model" --arch qwen2 --tokenizer bpe --hidden 64 --intermediate 128 --layers 2 \
+  --heads 4 --kv-heads 2 --vocab 1024 --adapters 3 --targets q_proj,k_proj,v_proj > /dev/null
+grep -q '"model_type": "qwen2"' "$work/model/config.json" \
+  || { echo "qwen2: troupe-mkmodel --arch qwen2 wrote no Qwen2 config"; exit 1; }
+sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' \
+  config/default.toml > "$work/serve.toml"
+grep -q '^chat_template = "chatml"$' "$work/serve.toml"
+
+. "$(dirname "$0")/serve_lib.sh"
+export E2E_DIR="$(cd "$(dirname "$0")" && pwd)"
+
+check() { # check TEMPLATE: the same chat, its prompt and answer kept in $work/chat.json
+  python3 - "$http" "$work/chat.json" "$1" <<'PY'
+import json, os, sys
+
+sys.path.insert(0, os.environ["E2E_DIR"])
+from http_call import call
+
+base, keep, template = "http://" + sys.argv[1], sys.argv[2], sys.argv[3]
+# troupe-mkmodel --vocab 1024 --arch qwen2 --tokenizer bpe: the three special tokens last.
+END_OF_TEXT, IM_START, IM_END = range(1021, 1024)
+
+def tokens(text):
+    status, out = call(base, "/tokenize", {"prompt": text})
+    assert status == 200, out
+    return out["tokens"]
+
+# No BOS; special tokens in the text are themselves.
+t = tokens("<|im_start|>user\nHi<|im_end|>")
+assert t[0] == IM_START and t[-1] == IM_END, t
+# NFC: "e" + U+0301 is "é", U+212B (ANGSTROM SIGN) is U+00C5; Hangul jamo
+# are their syllable; and each digit is a token of its own.
+for decomposed, composed in (("caf" + "e\u0301", "caf\u00e9"), ("\u212b", "\u00c5"), ("\u1112\u1161\u11ab", "\ud55c")):
+    assert tokens(decomposed) == tokens(composed), (decomposed, tokens(decomposed), tokens(composed))
+    status, out = call(base, "/detokenize", {"tokens": tokens(decomposed)})
+    assert status == 200 and out["prompt"] == composed, out
+assert len(tokens("12345")) == 5, tokens("12345")
+
+body = {"model": "model", "max_tokens": 6, "temperature": 0,
+        "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi there"}]}
+status, out = call(base, "/v1/chat/completions", body)
+assert status == 200, out
+rendered = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
+assert out["usage"]["prompt_tokens"] == len(tokens(rendered)), (out, tokens(rendered))
+chat = {"prompt_tokens": out["usage"]["prompt_tokens"], "content": out["choices"][0]["message"]["content"]}
+if template == "chatml":
+    json.dump(chat, open(keep, "w"))
+    # Both end ids end the answer: config.json's <|im_end|> and
+    # generation_config.json's <|endoftext|>.
+    for end in (IM_END, END_OF_TEXT):
+        status, out = call(base, "/v1/chat/completions", dict(body, logit_bias={str(end): 100}))
+        assert status == 200 and out["choices"][0]["finish_reason"] == "stop", (end, out)
+        assert out["usage"]["completion_tokens"] == 1, (end, out)
+    # An adapter on q, k and v (added after the biases) serves, and changes the logits.
+    status, out = call(base, "/v1/completions", {"model": "demo-r8", "prompt": "The river", "max_tokens": 4,
+                                                 "temperature": 0, "logprobs": 1})
+    assert status == 200 and out["usage"]["completion_tokens"] == 4, out
+    status, base_out = call(base, "/v1/completions", {"model": "model", "prompt": "The river", "max_tokens": 4,
+                                                      "temperature": 0, "logprobs": 1})
+    assert status == 200, base_out
+    assert out["choices"][0]["logprobs"]["token_logprobs"] != base_out["choices"][0]["logprobs"]["token_logprobs"], \
+        (out, base_out)
+else:
+    # The model's own ChatML template gives the built-in's prompt and answer.
+    assert chat == json.load(open(keep)), (chat, json.load(open(keep)))
+print(f"qwen2 ({template}): ok")
+PY
+}
+
+serve 'chat_template = "chatml"'
+check chatml
+stop
+
+grep -q '"chat_template"' "$work/model/tokenizer_config.json" \
+  || { echo "qwen2: troupe-mkmodel --arch qwen2 --tokenizer bpe wrote no chat template"; exit 1; }
+sed -i 's/^chat_template = "chatml"$/chat_template = "model"/' "$work/serve.toml"
+serve 'chat_template = "model"'
+check model
+stop
