@@ -62,7 +62,8 @@ bool weights_ok(const llama_weights& w) {
         !sized(l.k, dims[1]) || !sized(l.v, dims[2]) || !sized(l.o, dims[3]) ||
         !sized(l.gate, dims[4]) || !sized(l.up, dims[5]) || !sized(l.down, dims[6]) ||
         !bias_ok(l.q_bias, c.qkv_bias, dims[0]) || !bias_ok(l.k_bias, c.qkv_bias, dims[1]) ||
-        !bias_ok(l.v_bias, c.qkv_bias, dims[2]) || !bias_ok(l.o_bias, c.o_bias, dims[3]))
+        !bias_ok(l.v_bias, c.qkv_bias, dims[2]) || !bias_ok(l.o_bias, c.o_bias, dims[3]) ||
+        l.q_norm.size() != (c.qk_norm ? c.head_dim : 0) || l.k_norm.size() != (c.qk_norm ? c.head_dim : 0))
       return false;
   }
   const size_t vh = size_t{c.vocab_size} * h;
@@ -94,7 +95,7 @@ void add_bias(float* y, const std::vector<float>& b, size_t rows) {
       y[r * n + i] += b[i];
 }
 
-// y[i] = x[i] * rsqrt(mean(x^2) + eps) * w[i], row by row.
+// y[i] = x[i] * rsqrt(mean(x^2) + eps) * w[i], row by row; y may be x.
 void rms_norm(const float* x, const float* w, float* y, size_t rows, size_t h, float eps) {
   for (size_t r = 0; r < rows; ++r) {
     const float* xr = x + r * h;
@@ -289,6 +290,8 @@ void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
       gemm_xwt(tmp.data(), m.b.data(), out->data(), ctx, kd, a->rank, a->scale, 1.0f);
     }
   }
+  if (c.qk_norm)
+    rms_norm(hk.data(), lw.k_norm.data(), hk.data(), ctx * c.num_kv_heads, hd, c.rms_norm_eps);
   for (size_t t = 0; t < ctx; ++t) {
     for (size_t head = 0; head < c.num_kv_heads; ++head) {
       float* p = hk.data() + t * kd + head * hd;
@@ -376,6 +379,10 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
     add_lora(batch, l, lora_target::q, h.data(), q.data());
     add_lora(batch, l, lora_target::k, h.data(), k.data());
     add_lora(batch, l, lora_target::v, h.data(), v.data());
+    if (c.qk_norm) { // each head of q and k on its own, in place
+      rms_norm(q.data(), lw.q_norm.data(), q.data(), rows * c.num_heads, hd, c.rms_norm_eps);
+      rms_norm(k.data(), lw.k_norm.data(), k.data(), rows * c.num_kv_heads, hd, c.rms_norm_eps);
+    }
 
     for (size_t s = 0; s < nb; ++s) {
       const auto& seq = batch[s];

@@ -182,8 +182,9 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   key_reader in{doc, source};
   llama_config c;
   if (const auto type = in.string("model_type")) {
-    if (*type != "llama" && *type != "mistral" && *type != "qwen2")
-      in.fail("model_type", "is \"" + *type + "\": unsupported model type (llama, mistral and qwen2 are supported)");
+    if (*type != "llama" && *type != "mistral" && *type != "qwen2" && *type != "qwen3")
+      in.fail("model_type",
+              "is \"" + *type + "\": unsupported model type (llama, mistral, qwen2 and qwen3 are supported)");
     c.model_type = *type;
   }
   if (const auto act = in.string("hidden_act"); act && *act != "silu")
@@ -193,11 +194,12 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   if (c.model_type == "qwen2") {
     // Qwen2's attention always has biases on q, k and v, none on o.
     c.qkv_bias = true;
-    if (in.boolean("use_sliding_window", false))
-      in.fail("use_sliding_window", "is true: sliding-window attention is not supported");
   } else {
     c.qkv_bias = c.o_bias = in.boolean("attention_bias", false);
   }
+  c.qk_norm = c.model_type == "qwen3";
+  if ((c.model_type == "qwen2" || c.model_type == "qwen3") && in.boolean("use_sliding_window", false))
+    in.fail("use_sliding_window", "is true: sliding-window attention is not supported");
   if (in.error())
     return *in.error();
 
@@ -309,10 +311,12 @@ std::variant<llama_config, std::string> load_llama_config(const std::string& pat
 }
 
 std::string to_config_json(const llama_config& c) {
-  const bool qwen2 = c.model_type == "qwen2";
+  const bool qwen2 = c.model_type == "qwen2", qwen3 = c.model_type == "qwen3";
   json j = json::object();
-  j["architectures"] = json::array({qwen2 ? "Qwen2ForCausalLM" : c.model_type == "mistral" ? "MistralForCausalLM"
-                                                                                            : "LlamaForCausalLM"});
+  j["architectures"] = json::array({qwen2                          ? "Qwen2ForCausalLM"
+                                    : qwen3                        ? "Qwen3ForCausalLM"
+                                    : c.model_type == "mistral" ? "MistralForCausalLM"
+                                                                   : "LlamaForCausalLM"});
   if (!qwen2)
     j["attention_bias"] = c.qkv_bias;
   j["attention_dropout"] = 0.0;
@@ -329,7 +333,7 @@ std::string to_config_json(const llama_config& c) {
   j["max_position_embeddings"] = c.max_position_embeddings;
   if (c.model_type == "llama")
     j["mlp_bias"] = false;
-  if (qwen2)
+  if (qwen2 || qwen3)
     j["max_window_layers"] = c.num_layers;
   j["model_type"] = c.model_type;
   j["num_attention_heads"] = c.num_heads;
@@ -347,12 +351,12 @@ std::string to_config_json(const llama_config& c) {
                          {"rope_type", c.rope.type}};
   }
   j["rope_theta"] = shortest(c.rope_theta);
-  if (qwen2 || c.model_type == "mistral")
+  if (qwen2 || qwen3 || c.model_type == "mistral")
     j["sliding_window"] = nullptr;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;
   j["use_cache"] = true;
-  if (qwen2)
+  if (qwen2 || qwen3)
     j["use_sliding_window"] = false;
   j["vocab_size"] = c.vocab_size;
   return j.dump(2) + "\n";

@@ -24,7 +24,8 @@ struct rope_scaling {
 
 struct llama_config {
   /// config.json "model_type": "llama", "mistral" (Llama's architecture;
-  /// no sliding window) or "qwen2" (Llama's with biases on q, k and v).
+  /// no sliding window), "qwen2" (Llama's with biases on q, k and v) or
+  /// "qwen3" (Llama's with q and k RMS-normalised per head).
   std::string model_type = "llama";
   std::uint32_t hidden_size = 0;
   std::uint32_t intermediate_size = 0;
@@ -42,6 +43,9 @@ struct llama_config {
   /// attention_bias), and the o projection (Llama's with attention_bias).
   bool qkv_bias = false;
   bool o_bias = false;
+  /// Whether each head of q and of k is RMS-normalised (weights
+  /// [head_dim], eps rms_norm_eps) before the rotary embeddings (Qwen3's).
+  bool qk_norm = false;
   std::int32_t bos_token_id = 1;
   /// eos_token_id may be one id or a list in config.json.
   std::vector<std::int32_t> eos_token_ids{2};

@@ -48,6 +48,10 @@ std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c) {
     }
     if (c.o_bias)
       bias(llama_tensor::o_bias, "self_attn.o_proj", hidden);
+    if (c.qk_norm) {
+      add(llama_tensor::q_norm, "self_attn.q_norm", {c.head_dim});
+      add(llama_tensor::k_norm, "self_attn.k_norm", {c.head_dim});
+    }
   }
   t.push_back({llama_tensor::final_norm, 0, "model.norm.weight", {hidden}});
   if (!c.tie_word_embeddings)
@@ -83,6 +87,8 @@ const std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_
     case llama_tensor::k_bias: return at().k_bias;
     case llama_tensor::v_bias: return at().v_bias;
     case llama_tensor::o_bias: return at().o_bias;
+    case llama_tensor::q_norm: return at().q_norm;
+    case llama_tensor::k_norm: return at().k_norm;
   }
   throw std::invalid_argument("llama_weights: tensor " + std::to_string(static_cast<int>(which)));
 }

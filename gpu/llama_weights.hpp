@@ -18,7 +18,8 @@ namespace troupe::gpu {
 
 /// Which weight of a Llama checkpoint (per layer from attn_norm to o_bias).
 enum class llama_tensor : std::uint8_t {
-  embed, final_norm, lm_head, attn_norm, q, k, v, o, mlp_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias
+  embed, final_norm, lm_head, attn_norm, q, k, v, o, mlp_norm, gate, up, down, q_bias, k_bias, v_bias, o_bias,
+  q_norm, k_norm
 };
 
 struct llama_layer_weights {
@@ -36,6 +37,9 @@ struct llama_layer_weights {
   std::vector<float> k_bias;     ///< [kv*hd]
   std::vector<float> v_bias;     ///< [kv*hd]
   std::vector<float> o_bias;     ///< [hidden]
+  /// Qwen3's per-head norms of q and k, empty where the config has none.
+  std::vector<float> q_norm;     ///< [hd]                 self_attn.q_norm
+  std::vector<float> k_norm;     ///< [hd]                 self_attn.k_norm
 };
 
 struct llama_weights {
@@ -62,8 +66,8 @@ struct llama_tensor_ref {
 
 /// Every tensor of a checkpoint with config `c`, in this order: embed, each
 /// layer's attn_norm, q, k, v, o, mlp_norm, gate, up and down, then its
-/// q, k and v biases (qkv_bias) and o bias (o_bias), final_norm, and lm_head
-/// unless the embeddings are tied.
+/// q, k and v biases (qkv_bias), o bias (o_bias) and q and k norms
+/// (qk_norm), final_norm, and lm_head unless the embeddings are tied.
 std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c);
 
 struct tensor_view;

@@ -1,7 +1,7 @@
-// troupe-mkmodel: writes a small random Llama (or, with --arch qwen2, Qwen2)
-// model in Hugging Face's layout (config.json, model.safetensors, and a
-// SentencePiece tokenizer.model or, with --tokenizer bpe, a Llama 3-style
-// byte-level BPE tokenizer.json, Qwen2-style with --arch qwen2) plus PEFT
+// troupe-mkmodel: writes a small random Llama (or, with --arch, Qwen2 or
+// Qwen3) model in Hugging Face's layout (config.json, model.safetensors, and
+// a SentencePiece tokenizer.model or, with --tokenizer bpe, a Llama 3-style
+// byte-level BPE tokenizer.json, Qwen2-style with --arch qwen2 or qwen3) plus PEFT
 // LoRA adapters, deterministic by seed. Used by the oracle and cpu-backend
 // tests and for local runs without downloading a model.
 
@@ -49,7 +49,7 @@ constexpr std::string_view usage =
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
   "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
-  "         [--arch llama|qwen2]\n";
+  "         [--arch llama|qwen2|qwen3] [--head-dim N (default hidden / heads)]\n";
 
 struct options {
   std::string out;
@@ -70,7 +70,11 @@ struct options {
   std::optional<double> alpha;
   bool rslora = false;
   bool bpe = false; ///< --tokenizer bpe: tokenizer.json, Llama 3's special tokens
-  bool qwen2 = false; ///< --arch qwen2: biases on q, k, v; Qwen2's tokenizer.json with bpe
+  /// --arch: "llama"; "qwen2" (biases on q, k, v) or "qwen3" (q and k
+  /// normalised per head), both with Qwen2's tokenizer.json under bpe.
+  std::string arch = "llama";
+  std::uint32_t head_dim = 0; ///< 0: hidden / heads
+  bool qwen() const { return arch != "llama"; }
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
 };
@@ -85,7 +89,7 @@ constexpr std::array<std::string_view, 5> bpe_specials = {
 constexpr std::array<std::string_view, 3> qwen2_specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
 std::vector<std::string> specials_of(const options& o) {
-  if (o.qwen2)
+  if (o.qwen())
     return {qwen2_specials.begin(), qwen2_specials.end()};
   return {bpe_specials.begin(), bpe_specials.end()};
 }
@@ -162,6 +166,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       err = number(o.heads, 1, 1024);
     } else if (arg == "--kv-heads") {
       err = number(o.kv_heads, 1, 1024);
+    } else if (arg == "--head-dim") {
+      err = number(o.head_dim, 2, 1024);
     } else if (arg == "--vocab") {
       err = number(o.vocab, 1, 1u << 20);
     } else if (arg == "--max-context") {
@@ -230,9 +236,9 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       (arg == "--spm-train" ? o.spm_train : o.corpus) = *v;
     } else if (arg == "--arch") {
       const auto v = value();
-      if (!v || (*v != "llama" && *v != "qwen2"))
-        return std::string{"--arch needs llama or qwen2"};
-      o.qwen2 = *v == "qwen2";
+      if (!v || (*v != "llama" && *v != "qwen2" && *v != "qwen3"))
+        return std::string{"--arch needs llama, qwen2 or qwen3"};
+      o.arch = std::string{*v};
     } else if (arg == "--help" || arg == "-h") {
       return std::string{};
     } else {
@@ -243,10 +249,12 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
   }
   if (o.out.empty())
     return std::string{"--out is required"};
-  if (o.hidden % o.heads != 0)
-    return std::string{"--hidden must be a multiple of --heads"};
-  if ((o.hidden / o.heads) % 2 != 0)
-    return std::string{"head dim (hidden / heads) must be even for RoPE"};
+  if (o.head_dim == 0 && o.hidden % o.heads != 0)
+    return std::string{"--hidden must be a multiple of --heads (or give --head-dim)"};
+  if (o.head_dim == 0)
+    o.head_dim = o.hidden / o.heads;
+  if (o.head_dim % 2 != 0)
+    return std::string{"head dim (--head-dim, or hidden / heads) must be even for RoPE"};
   if (o.heads % o.kv_heads != 0)
     return std::string{"--heads must be a multiple of --kv-heads"};
   if (o.ranks.empty() || o.targets.empty())
@@ -299,16 +307,15 @@ std::optional<std::string> write_text(const fs::path& path, const std::string& t
 
 llama_config make_config(const options& o) {
   llama_config c;
-  if (o.qwen2) {
-    c.model_type = "qwen2";
-    c.qkv_bias = true;
-  }
+  c.model_type = o.arch;
+  c.qkv_bias = o.arch == "qwen2";
+  c.qk_norm = o.arch == "qwen3";
   c.hidden_size = o.hidden;
   c.intermediate_size = o.intermediate;
   c.num_layers = o.layers;
   c.num_heads = o.heads;
   c.num_kv_heads = o.kv_heads;
-  c.head_dim = o.hidden / o.heads;
+  c.head_dim = o.head_dim;
   c.vocab_size = o.vocab;
   c.max_position_embeddings = o.max_context;
   c.rms_norm_eps = 1e-5f;
@@ -321,7 +328,7 @@ llama_config make_config(const options& o) {
     c.rope.original_max_position_embeddings = 8192;
   }
   c.tie_word_embeddings = o.tie;
-  if (o.bpe && o.qwen2) {
+  if (o.bpe && o.qwen()) {
     c.bos_token_id = static_cast<std::int32_t>(o.vocab - qwen2_specials.size()); // <|endoftext|>
     c.eos_token_ids = {c.bos_token_id + 2};                                      // <|im_end|>
   } else if (o.bpe) {
@@ -352,7 +359,8 @@ std::optional<std::string> write_model(const options& o, const llama_config& c, 
     // Norm weights near 1, projections and embeddings near 0, biases
     // wider: Qwen2's are large enough to matter.
     const bool norm = t.which == llama_tensor::attn_norm || t.which == llama_tensor::mlp_norm ||
-                      t.which == llama_tensor::final_norm;
+                      t.which == llama_tensor::final_norm || t.which == llama_tensor::q_norm ||
+                      t.which == llama_tensor::k_norm;
     const bool bias = t.which == llama_tensor::q_bias || t.which == llama_tensor::k_bias ||
                       t.which == llama_tensor::v_bias || t.which == llama_tensor::o_bias;
     ts.push_back(random_tensor(std::move(t.name), std::move(t.shape), o.seed, stream++, norm ? 1.0 : 0.0,
@@ -511,7 +519,7 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
 
 /// Learns a byte-level BPE tokenizer.json from the corpus, Llama 3's
 /// pre-tokenizer and special tokens (Qwen2's, and its NFC normalizer, with
-/// --arch qwen2), and writes generation_config.json with both end tokens and
+/// --arch qwen2 or qwen3), and writes generation_config.json with both end tokens and
 /// tokenizer_config.json with a chat template in the model's format.
 std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path& out) {
   std::ifstream f{o.corpus, std::ios::binary};
@@ -526,7 +534,7 @@ std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path&
   bpe_training t;
   t.vocab_size = o.vocab - static_cast<std::uint32_t>(specials.size());
   t.special_tokens = specials;
-  if (o.qwen2) {
+  if (o.qwen()) {
     t.pattern = std::string{qwen2_split_pattern};
     t.normalizer = "NFC";
     t.ignore_merges = false;
@@ -540,7 +548,7 @@ std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path&
     return err;
   const auto base = static_cast<std::int32_t>(t.vocab_size);
   // Llama 3: <|end_of_text|> and <|eot_id|>; Qwen2: <|im_end|> and <|endoftext|>.
-  const nlohmann::json end_ids = o.qwen2 ? nlohmann::json{base + 2, base} : nlohmann::json{base + 1, base + 4};
+  const nlohmann::json end_ids = o.qwen() ? nlohmann::json{base + 2, base} : nlohmann::json{base + 1, base + 4};
   nlohmann::json generation = {{"bos_token_id", base}, {"eos_token_id", end_ids}};
   if (auto err = write_text(out / "generation_config.json", generation.dump(2) + "\n"))
     return err;
@@ -550,7 +558,7 @@ std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path&
   // message between <|im_start|>role and <|im_end|>, then the assistant's
   // turn opened; no BOS.
   const nlohmann::json tokenizer_config =
-    o.qwen2 ? nlohmann::json{{"bos_token", nullptr},
+    o.qwen() ? nlohmann::json{{"bos_token", nullptr},
                              {"eos_token", qwen2_specials[2]},
                              {"pad_token", qwen2_specials[0]},
                              {"chat_template",

@@ -29,6 +29,7 @@ inline model_config model_config_for(const llama_config& c, dtype t) {
   m.tied_embeddings = c.tie_word_embeddings;
   m.qkv_bias = c.qkv_bias;
   m.o_bias = c.o_bias;
+  m.qk_norm = c.qk_norm;
   m.type = t;
   return m;
 }
@@ -56,6 +57,10 @@ inline void upload_weights(cuda_model& m, const llama_weights& w) {
     }
     if (w.config.o_bias)
       m.set_weight(weight::bo, l, lw.o_bias);
+    if (w.config.qk_norm) {
+      m.set_weight(weight::q_norm, l, lw.q_norm);
+      m.set_weight(weight::k_norm, l, lw.k_norm);
+    }
   }
 }
 
@@ -78,6 +83,8 @@ constexpr weight weight_of(llama_tensor t) noexcept {
     case llama_tensor::k_bias: return weight::bk;
     case llama_tensor::v_bias: return weight::bv;
     case llama_tensor::o_bias: return weight::bo;
+    case llama_tensor::q_norm: return weight::q_norm;
+    case llama_tensor::k_norm: return weight::k_norm;
   }
   return weight::embed;
 }

@@ -75,7 +75,7 @@ std::uint64_t model_config::weight_bytes() const noexcept {
   const std::uint64_t h = hidden;
   const std::uint64_t per_layer =
     2 * h + h * q_dim() + 2 * h * kv_dim() + q_dim() * h + 3 * h * intermediate +
-    (qkv_bias ? q_dim() + 2 * std::uint64_t{kv_dim()} : 0) + (o_bias ? h : 0);
+    (qkv_bias ? q_dim() + 2 * std::uint64_t{kv_dim()} : 0) + (o_bias ? h : 0) + (qk_norm ? 2 * head_dim : 0);
   const std::uint64_t embeds = (tied_embeddings ? 1 : 2) * std::uint64_t{vocab} * h;
   return (layers * per_layer + embeds + h) * dtype_bytes(type);
 }
@@ -109,6 +109,8 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
       l.bqkv = device_buffer<std::uint16_t>(std::uint64_t{cfg_.q_dim()} + 2 * cfg_.kv_dim());
     if (cfg_.o_bias)
       l.bo = device_buffer<std::uint16_t>(h);
+    if (cfg_.qk_norm)
+      l.qk_norm = device_buffer<std::uint16_t>(2 * std::uint64_t{cfg_.head_dim});
   }
   pool_ = device_buffer<std::uint16_t>(pool_pages_ * kv_.page_elems());
   inv_freq_ = device_buffer<float>(cfg_.inv_freq.size());
@@ -181,10 +183,12 @@ void cuda_model::set_weight_bits(weight w, std::uint32_t layer, std::span<const 
       n = cfg_.kv_dim();
       break;
     case weight::bo: dst = &per_layer().bo; break;
+    case weight::q_norm: dst = &per_layer().qk_norm; n = cfg_.head_dim; break;
+    case weight::k_norm: dst = &per_layer().qk_norm; offset = cfg_.head_dim; n = cfg_.head_dim; break;
   }
   if (dst->size() == 0)
     throw cuda_error("cuda_model::set_weight: weight " + std::to_string(static_cast<int>(w)) +
-                     " is a bias the model's config does not have");
+                     " is a bias or norm the model's config does not have");
   if (n == 0)
     n = dst->size();
   if (bits.size() != n)
@@ -212,6 +216,8 @@ void cuda_model::randomize(std::uint64_t seed, float scale) {
   for (auto& l : layers_) {
     ones(l.attn_norm);
     ones(l.mlp_norm);
+    if (l.qk_norm.size() > 0)
+      ones(l.qk_norm);
     for (auto* b : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down, &l.bqkv, &l.bo})
       if (b->size() > 0)
         fill(*b);
@@ -244,7 +250,8 @@ void cuda_model::reserve_scratch(std::uint32_t rows, std::uint32_t seqs, std::ui
 std::uint64_t cuda_model::scratch_bytes(const model_config& cfg, std::uint32_t rows,
                                         std::uint32_t seqs, std::uint32_t rank) noexcept {
   const std::uint64_t per_row = 3ull * cfg.hidden + 2ull * cfg.q_dim() + 2ull * cfg.kv_dim() +
-                                3ull * cfg.intermediate;
+                                3ull * cfg.intermediate +
+                                (cfg.qk_norm ? std::uint64_t{cfg.q_dim()} + cfg.kv_dim() : 0);
   const std::uint64_t per_seq = cfg.hidden;
   return (rows * per_row + seqs * per_seq) * dtype_bytes(cfg.type) +
          2 * std::uint64_t{seqs} * cfg.vocab * sizeof(float) + std::uint64_t{seqs} * sizeof(std::int32_t) +
@@ -260,6 +267,8 @@ bool cuda_model::ensure_rows(std::uint64_t rows, std::uint64_t seqs, std::uint64
     s_.residual = device_buffer<std::uint16_t>(rows * h);
     s_.h = device_buffer<std::uint16_t>(rows * h);
     s_.qkv = device_buffer<std::uint16_t>(rows * (cfg_.q_dim() + 2 * cfg_.kv_dim()));
+    if (cfg_.qk_norm)
+      s_.qk_normed = device_buffer<std::uint16_t>(rows * (cfg_.q_dim() + cfg_.kv_dim()));
     s_.attn = device_buffer<std::uint16_t>(rows * cfg_.q_dim());
     s_.proj = device_buffer<std::uint16_t>(rows * h);
     s_.gate_up = device_buffer<std::uint16_t>(rows * 2 * cfg_.intermediate);
@@ -437,10 +446,22 @@ void cuda_model::launch_step(const device_plan& d,
     void* const qkv_out[] = {q, k, v};
     part(step_part::lora);
     add_lora(d, l, qkv, s_.h.data(), qkv_out);
+    // Qwen3: each head of q and k normalised (the norm over head_dim, one
+    // row per head) into a buffer of their own, which the rotation and
+    // attention then read.
+    void* qr = q;
+    void* kr = k;
+    if (cfg_.qk_norm) {
+      qr = s_.qk_normed.data();
+      kr = s_.qk_normed.data() + std::uint64_t{rows} * cfg_.q_dim();
+      rmsnorm(t, q, w.qk_norm.data(), cfg_.rms_eps, rows * cfg_.heads, cfg_.head_dim, qr, stream_);
+      rmsnorm(t, k, w.qk_norm.data() + cfg_.head_dim, cfg_.rms_eps, rows * cfg_.kv_heads, cfg_.head_dim, kr,
+              stream_);
+    }
     part(step_part::rope_kv);
-    rope_write_kv(t, d, kv_, l, cfg_.heads, q, k, v, inv_freq_.data(), pool_.data(), stream_);
+    rope_write_kv(t, d, kv_, l, cfg_.heads, qr, kr, v, inv_freq_.data(), pool_.data(), stream_);
     part(step_part::attention);
-    attention(t, d, kv_, l, cfg_.heads, scale, q, pool_.data(), s_.partial_buf.data(),
+    attention(t, d, kv_, l, cfg_.heads, scale, qr, pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);
     part(step_part::o);
     linear(s_.attn.data(), w.wo.data(), 0, s_.proj.data(), 0, rows, cfg_.q_dim(), h);

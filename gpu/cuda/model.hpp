@@ -36,6 +36,8 @@ struct model_config {
   /// Biases on the q, k and v projections (Qwen2's), and on o.
   bool qkv_bias = false;
   bool o_bias = false;
+  /// Each head of q and of k RMS-normalised before the rotation (Qwen3's).
+  bool qk_norm = false;
   dtype type = dtype::f16;
   /// The q, k and v projections as one strided-batched cuBLAS call (two
   /// with grouped-query heads: q, then k and v) instead of three: fewer
@@ -86,6 +88,8 @@ enum class weight : std::uint8_t {
   bk,          ///< [kv_dim] (qkv_bias)
   bv,          ///< [kv_dim] (qkv_bias)
   bo,          ///< [hidden] (o_bias)
+  q_norm,      ///< [head_dim] (qk_norm)
+  k_norm,      ///< [head_dim] (qk_norm)
 };
 
 /// The parts of a step, in the order a layer runs them (norm and lora come
@@ -194,12 +198,15 @@ private:
     // wqkv: [q_dim + 2 kv_dim, hidden], wq then wk then wv; bqkv their
     // biases (empty without qkv_bias), bo o's (empty without o_bias).
     device_buffer<std::uint16_t> attn_norm, wqkv, wo, mlp_norm, w_gate_up, w_down, bqkv, bo;
+    // q_norm then k_norm ([head_dim] each; empty without qk_norm).
+    device_buffer<std::uint16_t> qk_norm;
   };
   struct scratch {
     std::uint32_t rows = 0, seqs = 0, rank = 0;
     std::uint64_t partial = 0;
-    // qkv: the step's q, then k, then v ([rows, q_dim], [rows, kv_dim] x 2).
-    device_buffer<std::uint16_t> residual, h, qkv, attn, proj, gate_up, mlp, last;
+    // qkv: the step's q, then k, then v ([rows, q_dim], [rows, kv_dim] x 2);
+    // qk_normed: q, then k, normalised per head (qk_norm only).
+    device_buffer<std::uint16_t> residual, h, qkv, qk_normed, attn, proj, gate_up, mlp, last;
     device_buffer<float> lora_tmp, partial_buf;
   };
   /// The scratch for `plan`; true when a buffer was reallocated.

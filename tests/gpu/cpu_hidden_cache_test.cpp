@@ -146,9 +146,14 @@ TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute) {
   greedy_tokens_match_with_kv_hidden_and_recompute("llama");
 }
 
-// Qwen2's k and v biases are added when K and V are recomputed too.
+// Qwen2's k and v biases are added when K and V are recomputed too, and
+// Qwen3's k norm.
 TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute_with_biases) {
   greedy_tokens_match_with_kv_hidden_and_recompute("qwen2");
+}
+
+TEST(hidden_cache, greedy_tokens_match_with_kv_hidden_and_recompute_with_qk_norms) {
+  greedy_tokens_match_with_kv_hidden_and_recompute("qwen3");
 }
 
 TEST(hidden_cache, grouped_query_models_where_it_saves_nothing_refuse_it) {

@@ -437,6 +437,37 @@ TEST_F(loaders, config_qwen2_and_mistral) {
   EXPECT_NE(to_config_json(mistral).find("\"MistralForCausalLM\""), std::string::npos);
 }
 
+TEST_F(loaders, config_qwen3) {
+  // Values from Qwen/Qwen3-0.6B's config.json: heads * head_dim (2048) is
+  // not the hidden size (1024).
+  const auto c = expect_ok(parse_llama_config(
+      R"({"architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+          "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+          "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+          "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+          "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8, "rms_norm_eps": 1e-06,
+          "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null, "tie_word_embeddings": true,
+          "torch_dtype": "bfloat16", "transformers_version": "4.51.0", "use_cache": true,
+          "use_sliding_window": false, "vocab_size": 151936})",
+      "config.json"));
+  EXPECT_EQ(c.model_type, "qwen3");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.head_dim, 128u);
+  EXPECT_EQ(c.to_shape("qwen3").num_heads * c.head_dim, 2048u);
+  std::vector<std::string> norms;
+  for (const auto& t : llama_checkpoint_tensors(c))
+    if (t.layer == 27 && t.name.find("_norm.") != std::string::npos)
+      norms.push_back(t.name + " " + std::to_string(t.shape.at(0)));
+  EXPECT_EQ(norms, (std::vector<std::string>{"model.layers.27.self_attn.q_norm.weight 128",
+                                             "model.layers.27.self_attn.k_norm.weight 128"}));
+  const std::string text = to_config_json(c);
+  EXPECT_NE(text.find("\"Qwen3ForCausalLM\""), std::string::npos) << text;
+  const auto back = expect_ok(parse_llama_config(text, "back.json"));
+  EXPECT_TRUE(back.qk_norm);
+  EXPECT_EQ(back.head_dim, 128u);
+}
+
 TEST_F(loaders, config_errors_name_file_and_key) {
   const std::string base = R"("hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2,
                               "vocab_size": 16)";

@@ -92,6 +92,11 @@ const oracle_case cases[] = {
   {"qwen2_bias_tied_gqa_qkv_r8", "--arch qwen2 --hidden 128 --intermediate 256 --layers 2 --heads 8 --kv-heads 2 "
                                  "--tie --adapters 1 --ranks 8 --targets q_proj,k_proj,v_proj",
    1, {4, 29}},
+  // Qwen3: each head of q and k normalised; heads * head_dim (128) is not
+  // the hidden size (96), as in Qwen3's own shapes.
+  {"qwen3_qk_norm_wide_heads_all_linear_r8", "--arch qwen3 --hidden 96 --head-dim 32 --intermediate 192 --layers 2 "
+                                            "--heads 4 --kv-heads 2 --adapters 1 --ranks 8 --targets all-linear",
+   1, {3, 26}},
 };
 
 class oracle_test : public ::testing::TestWithParam<oracle_case> {

@@ -192,8 +192,14 @@ class Llama:
     def attention(self, i, x, positions):
         p = f"model.layers.{i}.self_attn."
         t = x.shape[0]
-        q = self.linear(p + "q_proj", x).reshape(t, self.n_heads, self.head_dim).transpose(1, 0, 2)
-        k = self.linear(p + "k_proj", x).reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
+        q = self.linear(p + "q_proj", x).reshape(t, self.n_heads, self.head_dim)
+        k = self.linear(p + "k_proj", x).reshape(t, self.n_kv, self.head_dim)
+        # Qwen3: each head of q and k RMS-normalised before the rotation.
+        if p + "q_norm.weight" in self.w:
+            q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
+            k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)
+        q = q.transpose(1, 0, 2)
+        k = k.transpose(1, 0, 2)
         v = self.linear(p + "v_proj", x).reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
         q = apply_rope(q, positions, self.inv_freq)
         k = apply_rope(k, positions, self.inv_freq)

@@ -2,8 +2,9 @@
 """Parity with Hugging Face (issue 4), run on a GPU machine with PyTorch,
 transformers and PEFT.
 
-Writes a random Llama, and a random Qwen2 (biases on q, k and v), each with
-two LoRA adapters, with transformers' and PEFT's own save_pretrained,
+Writes a random Llama, a random Qwen2 (biases on q, k and v) and a random
+Qwen3 (q and k normalised per head, heads wider than the hidden size; where
+this transformers has it), each with two LoRA adapters, with transformers' and PEFT's own save_pretrained,
 computes each case's greedy tokens and logits with transformers + PEFT, then
 runs troupe-hf-parity on the same files (all cases in one mixed-adapter
 batch) and prints its verdict. Exit 0 when Troupe's logits and greedy tokens
@@ -22,23 +23,31 @@ from peft import LoraConfig, PeftModel, get_peft_model
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+try:  # transformers 4.51 on
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    ARCHS["qwen3"] = (Qwen3Config, Qwen3ForCausalLM)
+except ImportError:
+    print("hf_parity: this transformers has no Qwen3; left out", file=sys.stderr)
 
 
 def make_files(work, arch):
     torch.manual_seed(0)
     config_class, model_class = ARCHS[arch]
+    extra = {"head_dim": 128} if arch == "qwen3" else {}  # 8 heads of 128: 1,024 wide
     cfg = config_class(vocab_size=1000, hidden_size=512, intermediate_size=1024,
                        num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
                        max_position_embeddings=1024, rms_norm_eps=1e-5,
-                       tie_word_embeddings=False, initializer_range=0.05)
+                       tie_word_embeddings=False, initializer_range=0.05, **extra)
     model_dir = os.path.join(work, "model")
     model = model_class(cfg)
-    if arch == "qwen2":
-        # transformers initialises biases to zero; Qwen2's trained ones are not.
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.endswith(".bias"):
-                    p.normal_(0.0, 0.5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            # transformers initialises biases to zero and norms to one;
+            # trained ones are not.
+            if name.endswith(".bias"):
+                p.normal_(0.0, 0.5)
+            elif name.endswith("_norm.weight"):
+                p.normal_(1.0, 0.1)
     model.to(torch.float16).save_pretrained(model_dir, safe_serialization=True)
     adapters = {}
     for name, rank in (("a8", 8), ("a16", 16)):
@@ -87,7 +96,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "all"], default="all")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "all"], default="all")
     args = ap.parse_args()
     rc = 0
     results = {}

@@ -27,11 +27,13 @@ struct sequence {
   std::vector<std::int32_t> generated;
 };
 
-/// How the model's projections run.
+/// How the model's projections run, and what the model has.
 enum class projections {
   batched,         ///< q/k/v as one batched call, decode's linear layers on gemv
   separate_cublas, ///< three calls, all on cuBLAS
   biased,          ///< batched, with biases on q, k, v (Qwen2's) and o
+  qk_norm,         ///< batched, q and k normalised per head (Qwen3's), twice the heads
+                   ///< (heads * head_dim twice the hidden size)
 };
 // (type, head_dim, query heads per kv head, projections)
 using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, projections>;
@@ -42,9 +44,10 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   const auto [t, head_dim, group, proj] = GetParam();
   const bool batched_qkv = proj != projections::separate_cublas;
   const bool biased = proj == projections::biased;
-  const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = 512 / head_dim,
-               .kv_heads = 512 / head_dim / group, .head_dim = head_dim, .vocab = 1000,
-               .qkv_bias = biased, .o_bias = biased};
+  const bool qk_norm = proj == projections::qk_norm;
+  const std::uint32_t heads = (qk_norm ? 1024 : 512) / head_dim;
+  const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = heads, .kv_heads = heads / group,
+               .head_dim = head_dim, .vocab = 1000, .qkv_bias = biased, .o_bias = biased, .qk_norm = qk_norm};
   const std::uint32_t page_tokens = 16, pool_pages = 64;
   auto weights = make_weights(d, t, 11);
 
@@ -387,6 +390,7 @@ std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
   return std::string{to_string(t)} + "_hd" + std::to_string(hd) + (group == 1 ? "_mha" : "_gqa") +
          (proj == projections::separate_cublas ? "_separate_qkv_cublas"
           : proj == projections::biased        ? "_biases"
+          : proj == projections::qk_norm       ? "_qk_norm_wide_heads"
                                                : "");
 }
 
@@ -406,6 +410,11 @@ INSTANTIATE_TEST_SUITE_P(separate_qkv, model_parity,
 INSTANTIATE_TEST_SUITE_P(biases, model_parity,
                          ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
                                             ::testing::Values(2u), ::testing::Values(projections::biased)),
+                         parity_name);
+// ... and with q and k normalised per head, heads * head_dim twice the hidden size.
+INSTANTIATE_TEST_SUITE_P(qk_norm, model_parity,
+                         ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
+                                            ::testing::Values(2u), ::testing::Values(projections::qk_norm)),
                          parity_name);
 
 } // namespace

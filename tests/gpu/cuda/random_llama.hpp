@@ -18,6 +18,7 @@ struct dims {
   std::uint32_t hidden, inter, layers, heads, kv_heads, head_dim, vocab;
   bool qkv_bias = false; ///< Qwen2's biases on q, k and v
   bool o_bias = false;
+  bool qk_norm = false; ///< Qwen3's per-head norms of q and k
 };
 
 inline std::vector<float> randn(std::mt19937_64& rng, std::size_t n, float scale, float mean, dtype t) {
@@ -42,6 +43,7 @@ inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
   c.rms_norm_eps = 1e-5f;
   c.qkv_bias = d.qkv_bias;
   c.o_bias = d.o_bias;
+  c.qk_norm = d.qk_norm;
   const std::size_t h = d.hidden, qd = d.heads * d.head_dim, kd = d.kv_heads * d.head_dim;
   const float s_h = 1.0f / std::sqrt(static_cast<float>(h));
   w.embed = randn(rng, d.vocab * h, 1.0f, 0, t);
@@ -63,6 +65,10 @@ inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
     }
     if (d.o_bias)
       lw.o_bias = randn(rng, h, 0.5f, 0, t);
+    if (d.qk_norm) {
+      lw.q_norm = randn(rng, d.head_dim, 0.1f, 1.0f, t);
+      lw.k_norm = randn(rng, d.head_dim, 0.1f, 1.0f, t);
+    }
     w.layers.push_back(std::move(lw));
   }
   w.final_norm = randn(rng, h, 0.1f, 1.0f, t);

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# A Qwen2-style model end to end: troupe-mkmodel --arch qwen2 --tokenizer bpe
-# writes a model with biases on q, k and v, a byte-level tokenizer.json with
-# Qwen2's NFC normalizer, digit split and ChatML special tokens (no BOS), and
-# a ChatML chat template; troupe-serve serves it on the cpu backend. Text
+# A Qwen2- or Qwen3-style model end to end: troupe-mkmodel --arch ARCH
+# --tokenizer bpe writes a model with biases on q, k and v (qwen2) or q and k
+# normalised per head and heads wider than the hidden size (qwen3), a
+# byte-level tokenizer.json with Qwen2's NFC normalizer, digit split and
+# ChatML special tokens (no BOS), and a ChatML chat template; troupe-serve serves it on the cpu backend. Text
 # comes back through /tokenize as NFC reads it (a decomposed letter is its
 # composed one's tokens); chats under the built-in chatml template and under
 # the model's own give the same prompt and greedy answer; <|im_end|> and
 # <|endoftext|> both end an answer; an adapter serves.
-# Usage: qwen2.sh BIN_DIR
+# Usage: qwen.sh BIN_DIR qwen2|qwen3
 set -euo pipefail
 bin="$1"
+arch="$2"
+case "$arch" in
+  qwen2) shape=(--hidden 64) ;;
+  qwen3) shape=(--hidden 48 --head-dim 16) ;;
+  *) echo "qwen.sh: no arch $arch"; exit 2 ;;
+esac
 work="$(mktemp -d)"
 pid=""
 trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 
-"$bin/troupe-mkmodel" --out "$work/model" --arch qwen2 --tokenizer bpe --hidden 64 --intermediate 128 --layers 2 \
+"$bin/troupe-mkmodel" --out "$work/model" --arch "$arch" --tokenizer bpe "${shape[@]}" --intermediate 128 --layers 2 \
   --heads 4 --kv-heads 2 --vocab 1024 --adapters 3 --targets q_proj,k_proj,v_proj > /dev/null
-grep -q '"model_type": "qwen2"' "$work/model/config.json" \
-  || { echo "qwen2: troupe-mkmodel --arch qwen2 wrote no Qwen2 config"; exit 1; }
+grep -q "\"model_type\": \"$arch\"" "$work/model/config.json" \
+  || { echo "$arch: troupe-mkmodel --arch $arch wrote no such config"; exit 1; }
 sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' \
   config/default.toml > "$work/serve.toml"
 grep -q '^chat_template = "chatml"$' "$work/serve.toml"
@@ -26,14 +33,14 @@ grep -q '^chat_template = "chatml"$' "$work/serve.toml"
 export E2E_DIR="$(cd "$(dirname "$0")" && pwd)"
 
 check() { # check TEMPLATE: the same chat, its prompt and answer kept in $work/chat.json
-  python3 - "$http" "$work/chat.json" "$1" <<'PY'
+  python3 - "$http" "$work/chat.json" "$1" "$arch" <<'PY'
 import json, os, sys
 
 sys.path.insert(0, os.environ["E2E_DIR"])
 from http_call import call
 
-base, keep, template = "http://" + sys.argv[1], sys.argv[2], sys.argv[3]
-# troupe-mkmodel --vocab 1024 --arch qwen2 --tokenizer bpe: the three special tokens last.
+base, keep, template, arch = "http://" + sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+# troupe-mkmodel --vocab 1024 --arch qwen2|qwen3 --tokenizer bpe: the three special tokens last.
 END_OF_TEXT, IM_START, IM_END = range(1021, 1024)
 
 def tokens(text):
@@ -79,7 +86,7 @@ if template == "chatml":
 else:
     # The model's own ChatML template gives the built-in's prompt and answer.
     assert chat == json.load(open(keep)), (chat, json.load(open(keep)))
-print(f"qwen2 ({template}): ok")
+print(f"{arch} ({template}): ok")
 PY
 }
 
@@ -88,7 +95,7 @@ check chatml
 stop
 
 grep -q '"chat_template"' "$work/model/tokenizer_config.json" \
-  || { echo "qwen2: troupe-mkmodel --arch qwen2 --tokenizer bpe wrote no chat template"; exit 1; }
+  || { echo "$arch: troupe-mkmodel --arch $arch --tokenizer bpe wrote no chat template"; exit 1; }
 sed -i 's/^chat_template = "chatml"$/chat_template = "model"/' "$work/serve.toml"
 serve 'chat_template = "model"'
 check model
