@@ -1011,14 +1011,16 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
     out.error = "pattern: " + *err;
     return out;
   }
-  for (std::size_t k = 0; k < o.special_tokens.size(); ++k) {
-    if (o.special_tokens[k].empty()) {
+  std::vector<std::string> added = o.special_tokens;
+  added.insert(added.end(), o.added_tokens.begin(), o.added_tokens.end());
+  for (std::size_t k = 0; k < added.size(); ++k) {
+    if (added[k].empty()) {
       out.error = "an empty special token";
       return out;
     }
-    if (std::find(o.special_tokens.begin(), o.special_tokens.begin() + static_cast<std::ptrdiff_t>(k),
-                  o.special_tokens[k]) != o.special_tokens.begin() + static_cast<std::ptrdiff_t>(k)) {
-      out.error = "special token \"" + o.special_tokens[k] + "\" given twice";
+    if (std::find(added.begin(), added.begin() + static_cast<std::ptrdiff_t>(k), added[k]) !=
+        added.begin() + static_cast<std::ptrdiff_t>(k)) {
+      out.error = "special token \"" + added[k] + "\" given twice";
       return out;
     }
   }
@@ -1105,15 +1107,15 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
   json merge_list = json::array();
   for (const auto& [a, b] : merges)
     merge_list.push_back(tokens[static_cast<std::size_t>(a)] + " " + tokens[static_cast<std::size_t>(b)]);
-  json added = json::array();
-  for (std::size_t k = 0; k < o.special_tokens.size(); ++k)
-    added.push_back({{"id", o.vocab_size + k},
-                     {"content", o.special_tokens[k]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
+  json added_list = json::array();
+  for (std::size_t k = 0; k < added.size(); ++k)
+    added_list.push_back({{"id", o.vocab_size + k},
+                          {"content", added[k]},
+                          {"single_word", false},
+                          {"lstrip", false},
+                          {"rstrip", false},
+                          {"normalized", false},
+                          {"special", k < o.special_tokens.size()}});
   json post = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}};
   if (!o.bos_token.empty()) {
     const auto bos_index = std::find(o.special_tokens.begin(), o.special_tokens.end(), o.bos_token) - o.special_tokens.begin();
@@ -1132,7 +1134,7 @@ bpe_trained train_bpe_json(std::string_view corpus, const bpe_training& o) {
     {"version", "1.0"},
     {"truncation", nullptr},
     {"padding", nullptr},
-    {"added_tokens", added},
+    {"added_tokens", added_list},
     {"normalizer", o.normalizer.empty() ? json(nullptr) : json{{"type", o.normalizer}}},
     {"pre_tokenizer",
      {{"type", "Sequence"},

@@ -95,6 +95,9 @@ struct bpe_training {
   std::uint32_t vocab_size = 512;
   /// Added as special tokens from id vocab_size on, in this order.
   std::vector<std::string> special_tokens;
+  /// Added after the special tokens, in this order, not special: their text
+  /// decodes (Qwen3's <think> and </think>).
+  std::vector<std::string> added_tokens;
   /// One of special_tokens that encode() puts first ("": none).
   std::string bos_token;
   /// The Split step's regular expression.

@@ -929,6 +929,19 @@ const std::vector<std::string>& chat_template_names() {
   return names;
 }
 
+const std::vector<std::string>& reasoning_parser_names() {
+  static const std::vector<std::string> names{"deepseek_r1", "qwen3"};
+  return names;
+}
+
+std::optional<reasoning_format> reasoning_parser(std::string_view name) {
+  if (name == "deepseek_r1")
+    return reasoning_format{.opened_by_prompt = true};
+  if (name == "qwen3")
+    return reasoning_format{};
+  return std::nullopt;
+}
+
 std::optional<chat_template_error> custom_formats_refused(std::string_view name, const chat_formats& custom) {
   if (name == "custom")
     return std::nullopt;
@@ -1228,6 +1241,7 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     }
     out.tools = std::move(calling);
   }
+  out.reasoning = tpl.reasoning;
   out.n = std::get<std::uint32_t>(n);
   if (auto e = expand({json(std::move(opening))}, out.n, gen, wire_id, out))
     return std::move(*e);
@@ -1399,7 +1413,7 @@ completion_answer::completion_answer(std::string id, std::int64_t created, const
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), per_prompt_(std::max(n_, request.best_of)),
     stop_(request.stop),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
-    tools_(request.tools), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
+    tools_(request.tools), reasoning_(request.reasoning), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
 
 namespace {
@@ -1735,6 +1749,26 @@ std::size_t calls_begin(std::string_view text, const completion_request::tool_ca
   return t.bare ? 0 : text.find(t.open);
 }
 
+/// A chat's whole output as reasoning (none where it holds none) and content.
+struct reasoning_parts {
+  std::optional<std::string_view> reasoning;
+  std::string_view content;
+};
+
+reasoning_parts split_reasoning(std::string_view text, const reasoning_format& f) {
+  std::string_view rest = after_blanks(text);
+  if (rest.starts_with(f.open))
+    rest.remove_prefix(f.open.size());
+  else if (f.opened_by_prompt)
+    rest = text;
+  else
+    return {std::nullopt, text};
+  const auto end = rest.find(f.close);
+  if (end == std::string_view::npos)
+    return {rest, {}};
+  return {rest.substr(0, end), rest.substr(end + f.close.size())};
+}
+
 } // namespace
 
 std::string completion_answer::body(const std::vector<wire::done_reply>& done) const {
@@ -1759,21 +1793,27 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
       lps.insert(lps.end(), output.begin(), output.end());
       choice["logprobs"] = logprobs_json(lps, chat_);
     }
-    if (chat_ && tools_) {
-      // Text, then the calls, when what follows the marker reads as calls.
-      const auto at = calls_begin(text, *tools_);
-      const auto calls = at == std::string_view::npos ? std::nullopt : calls_in(text.substr(at), *tools_);
+    if (chat_) {
       json message = {{"role", "assistant"}, {"content", text}};
-      if (calls) {
-        const auto before = text.substr(0, at);
-        message["content"] = trimmed(before).empty() ? json() : json(before);
-        message["tool_calls"] = tool_calls_json(*calls, id_, created_, index, false);
-        choice["finish_reason"] = "tool_calls";
+      if (reasoning_) {
+        // The reasoning apart; the content (null when none) after it.
+        const auto parts = split_reasoning(text, *reasoning_);
+        message["reasoning_content"] = parts.reasoning ? json(*parts.reasoning) : json();
+        text = parts.content;
+        message["content"] = text.empty() ? json() : json(text);
+      }
+      if (tools_) {
+        // Text, then the calls, when what follows the marker reads as calls.
+        const auto at = calls_begin(text, *tools_);
+        if (const auto calls = at == std::string_view::npos ? std::nullopt : calls_in(text.substr(at), *tools_)) {
+          const auto before = text.substr(0, at);
+          message["content"] = trimmed(before).empty() ? json() : json(before);
+          message["tool_calls"] = tool_calls_json(*calls, id_, created_, index, false);
+          choice["finish_reason"] = "tool_calls";
+        }
       }
       choice["message"] = std::move(message);
-    } else if (chat_)
-      choice["message"] = {{"role", "assistant"}, {"content", text}};
-    else
+    } else
       choice["text"] = echo + std::string(text);
     choices.push_back(std::move(choice));
   }
@@ -1787,7 +1827,7 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
 }
 
 std::string completion_answer::chunk_with(std::size_t k, std::string_view text, const char* finish, bool role,
-                                          std::span<const placed_logprobs> logprobs) const {
+                                          std::span<const placed_logprobs> logprobs, const char* field) const {
   json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
   if (!logprobs.empty())
     choice["logprobs"] = logprobs_json(logprobs, chat_);
@@ -1800,7 +1840,7 @@ std::string completion_answer::chunk_with(std::size_t k, std::string_view text, 
   else if (finish != nullptr && text.empty())
     choice["delta"] = json::object();
   else
-    choice["delta"] = {{"content", text}};
+    choice["delta"] = {{field, text}};
   json j = {{"id", id_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
             {"model", model_}, {"choices", json::array({choice})}};
   return event(j);
@@ -1850,12 +1890,24 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   // The tokens whose text begins in what is sent go with it; after a stop
   // string, none are left to send.
   const auto sent_to = from + text.size();
+  std::string reasoning;
+  if (reasoning_)
+    std::tie(reasoning, text) = thought(c, std::move(text), false);
   text = routed(c, std::move(text));
   std::vector<placed_logprobs> going;
   auto split = std::find_if(c.pending.begin(), c.pending.end(), [&](const placed_logprobs& p) { return p.start >= sent_to; });
   going.assign(std::make_move_iterator(c.pending.begin()), std::make_move_iterator(split));
   c.pending.erase(c.pending.begin(), c.cut ? c.pending.end() : split);
-  return echo_chunk + (text.empty() ? std::string() : chunk_with(k, text, nullptr, false, going));
+  // The log-probabilities go with the first event; with none (all held),
+  // they wait for the text.
+  std::string out = echo_chunk;
+  if (!reasoning.empty())
+    out += chunk_with(k, reasoning, nullptr, false, std::exchange(going, {}), "reasoning_content");
+  if (!text.empty())
+    out += chunk_with(k, text, nullptr, false, std::exchange(going, {}));
+  if (!c.cut)
+    c.pending.insert(c.pending.begin(), std::make_move_iterator(going.begin()), std::make_move_iterator(going.end()));
+  return out;
 }
 
 std::string completion_answer::choice_end(std::size_t k, const wire::done_reply& done) {
@@ -1866,13 +1918,18 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   // end-of-sequence token's).
   auto pending = std::move(c.pending);
   c.pending.clear();
-  if (!c.cut && !c.held.empty()) {
-    if (const auto text = routed(c, std::move(c.held)); !text.empty()) {
-      out = chunk_with(k, text, nullptr, false, pending);
-      pending.clear();
-    }
-  }
+  std::string text = c.cut ? std::string() : std::move(c.held);
   c.held.clear();
+  if (reasoning_) {
+    // The reasoning held goes out too, after a stop string as well.
+    std::string reasoning;
+    std::tie(reasoning, text) = thought(c, std::move(text), true);
+    if (!reasoning.empty())
+      out = chunk_with(k, reasoning, nullptr, false, std::exchange(pending, {}), "reasoning_content");
+  }
+  if (!text.empty())
+    if (text = routed(c, std::move(text)); !text.empty())
+      out += chunk_with(k, text, nullptr, false, std::exchange(pending, {}));
   c.prompt_tokens = done.prompt_tokens;
   c.completion_tokens = prompt_only_ ? 0 : done.completion_tokens;
   c.cached_tokens = done.cached_tokens;
@@ -1880,6 +1937,36 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   if (tools_)
     return out + calls_end(k, reason);
   return out + chunk_with(k, "", reason.c_str(), false, c.cut ? std::span<const placed_logprobs>{} : pending);
+}
+
+std::pair<std::string, std::string> completion_answer::thought(choice& c, std::string text, bool end) const {
+  const auto& f = *reasoning_;
+  text = std::move(c.reasoning_held) + text;
+  c.reasoning_held.clear();
+  if (c.reasoning_phase == 0) {
+    // The output's start: blanks, then the opening mark or not.
+    const auto lead = after_blanks(text);
+    if (lead.starts_with(f.open)) {
+      c.reasoning_phase = 1;
+      text = std::string(lead.substr(f.open.size()));
+    } else if (!end && std::string_view(f.open).starts_with(lead)) {
+      c.reasoning_held = std::move(text); // may still open it
+      return {};
+    } else {
+      c.reasoning_phase = f.opened_by_prompt ? 1 : 2;
+    }
+  }
+  if (c.reasoning_phase != 1)
+    return {std::string(), std::move(text)};
+  if (const auto at = text.find(f.close); at != std::string::npos) {
+    c.reasoning_phase = 2;
+    return {text.substr(0, at), text.substr(at + f.close.size())};
+  }
+  // Text that may begin the closing mark waits for the next chunk to tell.
+  const auto keep = end ? 0 : stop_prefix_at_end(text, {f.close});
+  c.reasoning_held = text.substr(text.size() - keep);
+  text.resize(text.size() - keep);
+  return {std::move(text), std::string()};
 }
 
 std::string completion_answer::routed(choice& c, std::string text) const {

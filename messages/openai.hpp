@@ -46,6 +46,26 @@ inline constexpr std::size_t max_choices = 64;
 /// ask for: the wire's limit (wire::parse_limits::max_logprobs).
 inline constexpr std::uint32_t max_logprobs = 20;
 
+/// Where a reasoning model's thinking is in its output (vLLM's reasoning
+/// parsers). Output that begins with `open` (after blanks) is reasoning up
+/// to `close`, or to the end when `close` never comes (the output was cut
+/// short); the content is what follows `close`. Otherwise the output is all
+/// content, unless `opened_by_prompt`: the prompt opened the reasoning
+/// (DeepSeek R1's template ends with "<think>\n"), so the output is
+/// reasoning up to `close` all the same.
+struct reasoning_format {
+  std::string open = "<think>";
+  std::string close = "</think>";
+  bool opened_by_prompt = false;
+};
+
+/// The reasoning parsers by name: "deepseek_r1" (opened by the prompt) and
+/// "qwen3" (the output opens its reasoning, as Qwen3 and QwQ do); none for
+/// another name.
+std::optional<reasoning_format> reasoning_parser(std::string_view name);
+/// Their names.
+const std::vector<std::string>& reasoning_parser_names();
+
 /// A completion request, translated.
 struct completion_request {
   /// The wire generates, one per choice in OpenAI's order (each prompt's n
@@ -99,6 +119,10 @@ struct completion_request {
     bool parallel = true; ///< parallel_tool_calls: false keeps the first call
   };
   std::optional<tool_calling> tools;
+  /// A chat whose output may open with the model's reasoning (the template's
+  /// reasoning_parser): the answer gives it as `reasoning_content`, apart
+  /// from the content, and only the content may hold tool calls.
+  std::optional<reasoning_format> reasoning;
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the
@@ -164,6 +188,9 @@ struct chat_template : chat_formats {
   /// bos_token loses it: the tokenizer puts BOS in front itself.
   std::string bos_token;
   std::string eos_token;
+  /// The model's reasoning, apart from its content in the answers (none:
+  /// all of the output is content).
+  std::optional<reasoning_format> reasoning;
 };
 
 /// A Hugging Face chat template's text and the special texts it is given.
@@ -329,15 +356,26 @@ private:
     std::string marker_held;
     std::string calls;
     bool calling = false;
+    /// With a reasoning format: where the stream is (0 the output's start,
+    /// which may open the reasoning; 1 in the reasoning; 2 past it), and
+    /// streamed text that may begin the opening or the closing mark.
+    std::uint8_t reasoning_phase = 0;
+    std::string reasoning_held;
   };
+  /// Streamed text past the stop strings, with a reasoning format: its
+  /// reasoning and its content to send now (the rest held); `end` sends
+  /// what was held.
+  std::pair<std::string, std::string> thought(choice& c, std::string text, bool end) const;
   /// Streamed text past the stop strings, with tools: what goes out as
   /// content now (the rest is held or read as calls at the end).
   std::string routed(choice& c, std::string text) const;
   /// The end of choice `k`'s stream with tools: its held text, and its
   /// calls when they read as calls (finish_reason "tool_calls").
   std::string calls_end(std::size_t k, const std::string& reason);
+  /// A chunk of choice `k`: `text` as the delta's `field` (content, or
+  /// reasoning_content), its finish reason and log-probabilities.
   std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false,
-                         std::span<const placed_logprobs> logprobs = {}) const;
+                         std::span<const placed_logprobs> logprobs = {}, const char* field = "content") const;
   /// Choice `k`'s prompt as echoed (echo_text, or its tokens' texts) and
   /// its tokens placed from the text's start (none without logprobs).
   std::pair<std::string, std::vector<placed_logprobs>> echoed(std::size_t k,
@@ -355,6 +393,7 @@ private:
   bool prompt_only_;
   std::vector<std::string> echo_text_;
   std::optional<completion_request::tool_calling> tools_;
+  std::optional<reasoning_format> reasoning_;
   std::vector<choice> choices_;
 };
 

@@ -236,6 +236,7 @@ deployment::start(const deployment_options& opts) {
         if (auto* e = std::get_if<openai::chat_template_error>(&t)) // the config check lets only a bad text through
           return opts.source + ": http." + e->key + ": " + (from.empty() ? "" : from + ": ") + e->what;
         hc.chat = std::get<openai::chat_template>(std::move(t));
+        hc.chat->reasoning = openai::reasoning_parser(h.reasoning_parser);
       }
       auto http = http_front::open(hc);
       if (auto* err = std::get_if<std::string>(&http))

@@ -88,6 +88,14 @@ constexpr std::array<std::string_view, 5> bpe_specials = {
 /// <|im_end|> or <|endoftext|>, as Qwen2.5 Instruct's).
 constexpr std::array<std::string_view, 3> qwen2_specials = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
 
+/// --tokenizer bpe --arch qwen3: Qwen3's reasoning marks, after the special
+/// tokens, not special (their text decodes).
+std::vector<std::string> plain_added_of(const options& o) {
+  if (o.arch == "qwen3")
+    return {"<think>", "</think>"};
+  return {};
+}
+
 std::vector<std::string> specials_of(const options& o) {
   if (o.qwen())
     return {qwen2_specials.begin(), qwen2_specials.end()};
@@ -329,7 +337,8 @@ llama_config make_config(const options& o) {
   }
   c.tie_word_embeddings = o.tie;
   if (o.bpe && o.qwen()) {
-    c.bos_token_id = static_cast<std::int32_t>(o.vocab - qwen2_specials.size()); // <|endoftext|>
+    // <|endoftext|>, first of the added tokens
+    c.bos_token_id = static_cast<std::int32_t>(o.vocab - qwen2_specials.size() - plain_added_of(o).size());
     c.eos_token_ids = {c.bos_token_id + 2};                                      // <|im_end|>
   } else if (o.bpe) {
     c.bos_token_id = static_cast<std::int32_t>(o.vocab - bpe_specials.size()); // <|begin_of_text|>
@@ -528,12 +537,15 @@ std::optional<std::string> train_bpe_tokenizer(const options& o, const fs::path&
   std::ostringstream corpus;
   corpus << f.rdbuf();
   const auto specials = specials_of(o);
-  if (o.vocab < 256 + specials.size())
+  const auto plain = plain_added_of(o);
+  const std::size_t added = specials.size() + plain.size();
+  if (o.vocab < 256 + added)
     return "--vocab " + std::to_string(o.vocab) + " is too small for a byte-level tokenizer (at least " +
-           std::to_string(256 + specials.size()) + ")";
+           std::to_string(256 + added) + ")";
   bpe_training t;
-  t.vocab_size = o.vocab - static_cast<std::uint32_t>(specials.size());
+  t.vocab_size = o.vocab - static_cast<std::uint32_t>(added);
   t.special_tokens = specials;
+  t.added_tokens = plain;
   if (o.qwen()) {
     t.pattern = std::string{qwen2_split_pattern};
     t.normalizer = "NFC";

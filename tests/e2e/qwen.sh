@@ -7,7 +7,10 @@
 # comes back through /tokenize as NFC reads it (a decomposed letter is its
 # composed one's tokens); chats under the built-in chatml template and under
 # the model's own give the same prompt and greedy answer; <|im_end|> and
-# <|endoftext|> both end an answer; an adapter serves.
+# <|endoftext|> both end an answer; an adapter serves. Qwen3's <think> and
+# </think> are tokens whose text decodes, and with reasoning_parser =
+# "qwen3" an answer that opens with <think> is reasoning_content, whole and
+# streamed.
 # Usage: qwen.sh BIN_DIR qwen2|qwen3
 set -euo pipefail
 bin="$1"
@@ -28,6 +31,10 @@ grep -q "\"model_type\": \"$arch\"" "$work/model/config.json" \
 sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "chatml"/' \
   config/default.toml > "$work/serve.toml"
 grep -q '^chat_template = "chatml"$' "$work/serve.toml"
+if [ "$arch" = qwen3 ]; then
+  sed -i 's/^chat_template = "chatml"$/chat_template = "chatml"\nreasoning_parser = "qwen3"/' "$work/serve.toml"
+  grep -q '^reasoning_parser = "qwen3"$' "$work/serve.toml"
+fi
 
 . "$(dirname "$0")/serve_lib.sh"
 export E2E_DIR="$(cd "$(dirname "$0")" && pwd)"
@@ -37,11 +44,12 @@ check() { # check TEMPLATE: the same chat, its prompt and answer kept in $work/c
 import json, os, sys
 
 sys.path.insert(0, os.environ["E2E_DIR"])
-from http_call import call
+from http_call import call, post_text
 
 base, keep, template, arch = "http://" + sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-# troupe-mkmodel --vocab 1024 --arch qwen2|qwen3 --tokenizer bpe: the three special tokens last.
-END_OF_TEXT, IM_START, IM_END = range(1021, 1024)
+# troupe-mkmodel --vocab 1024 --arch qwen2|qwen3 --tokenizer bpe: the three special tokens last,
+# then (qwen3) <think> and </think>.
+END_OF_TEXT, IM_START, IM_END, THINK, END_THINK = range(1019, 1024) if arch == "qwen3" else (*range(1021, 1024), -1, -1)
 
 def tokens(text):
     status, out = call(base, "/tokenize", {"prompt": text})
@@ -86,6 +94,20 @@ if template == "chatml":
 else:
     # The model's own ChatML template gives the built-in's prompt and answer.
     assert chat == json.load(open(keep)), (chat, json.load(open(keep)))
+if arch == "qwen3":
+    assert tokens("<think>x</think>") == [THINK] + tokens("x") + [END_THINK], tokens("<think>x</think>")
+    # An answer that opens with <think> (the bias makes every token one):
+    # all reasoning, cut short by max_tokens; no content.
+    think = dict(body, max_tokens=3, logit_bias={str(THINK): 100})
+    status, out = call(base, "/v1/chat/completions", think)
+    m = out["choices"][0]["message"]
+    assert status == 200 and m["reasoning_content"] == "<think><think>" and m["content"] is None, out
+    status, raw = post_text(base, "/v1/chat/completions", dict(think, stream=True))
+    assert status == 200, raw
+    deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in raw.splitlines()
+              if line.startswith("data: {") and json.loads(line[6:])["choices"]]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "<think><think>", deltas
+    assert not any(d.get("content") for d in deltas), deltas
 print(f"{arch} ({template}): ok")
 PY
 }

@@ -1550,8 +1550,10 @@ TEST(openai, calls_in_the_output_become_tool_calls_and_what_does_not_read_as_cal
 /// finish_reason.
 struct streamed_chat {
   std::string content;
+  std::string reasoning; ///< the reasoning_content deltas joined
   json calls = json::array();
   json finish;
+  std::size_t logprobs = 0; ///< tokens whose log-probabilities came
 };
 
 streamed_chat read_stream(const std::string& sse) {
@@ -1565,6 +1567,10 @@ streamed_chat read_stream(const std::string& sse) {
     const auto& d = ch["delta"];
     if (d.contains("content") && d["content"].is_string())
       out.content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content"))
+      out.reasoning += d["reasoning_content"].get<std::string>();
+    if (!ch["logprobs"].is_null())
+      out.logprobs += ch["logprobs"]["content"].size();
     if (d.contains("tool_calls"))
       for (const auto& tc : d["tool_calls"]) {
         const auto i = tc["index"].get<std::size_t>();
@@ -1577,6 +1583,49 @@ streamed_chat read_stream(const std::string& sse) {
       }
   }
   return out;
+}
+
+/// Streams choice 0 of an answer to `c` whose output is `out`, in pieces
+/// of 1 to 6 bytes drawn from `seed` (one token each, with a
+/// log-probability where `c` asks), and checks that the stream says what
+/// the whole answer says: its finish_reason, reasoning, content and calls,
+/// and every token's log-probability once.
+void expect_stream_says_what_the_whole_says(const completion_request& c, const std::string& out, std::uint64_t& seed) {
+  auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+  const auto whole = whole_message(c, out);
+  const auto& msg = whole["message"];
+  const auto text_of = [&](const char* key) { return msg.value(key, json()).is_null() ? "" : msg[key].get<std::string>(); };
+  completion_answer a{"chatcmpl-http-5", 42, c};
+  std::string sse = a.stream_start();
+  std::size_t tokens = 0;
+  for (std::size_t at = 0; at < out.size(); ++tokens) {
+    const auto len = std::min<std::size_t>(out.size() - at, 1 + next() % 6);
+    wire::token_reply t;
+    t.index = static_cast<std::uint32_t>(tokens);
+    t.text = out.substr(at, len);
+    if (c.logprobs >= 0)
+      t.logprobs.push_back(token_lp(static_cast<std::int32_t>(tokens), t.text, -1.0f));
+    sse += a.chunk(0, t);
+    at += len;
+  }
+  auto d = done("stop");
+  d.text = out;
+  sse += a.choice_end(0, d) + a.stream_end();
+  const auto s = read_stream(sse);
+  EXPECT_EQ(s.finish, whole["finish_reason"]) << out;
+  EXPECT_EQ(s.reasoning, text_of("reasoning_content")) << out;
+  EXPECT_EQ(s.content, text_of("content")) << out;
+  EXPECT_EQ(s.calls, msg.value("tool_calls", json::array())) << out;
+  EXPECT_EQ(s.logprobs, c.logprobs >= 0 ? tokens : 0) << out << ": every token's, once";
+}
+
+/// Each answer streamed 40 ways.
+void expect_streams_say_what_the_wholes_say(const std::vector<completion_request>& requests,
+                                            const std::vector<std::string>& outputs, std::uint64_t seed) {
+  for (const auto& c : requests)
+    for (const auto& out : outputs)
+      for (int trial = 0; trial < 40; ++trial)
+        expect_stream_says_what_the_whole_says(c, out, seed);
 }
 
 TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_its_tokens_fall) {
@@ -1596,31 +1645,94 @@ TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_i
     "<tool_call>",
     "",
   };
-  std::uint64_t seed = 7;
-  auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
-  for (const auto& c : requests)
-    for (const auto& out : outputs) {
-      const auto whole = whole_message(c, out);
-      for (int trial = 0; trial < 40; ++trial) {
-        completion_answer a{"chatcmpl-http-5", 42, c};
-        std::string sse = a.stream_start();
-        for (std::size_t at = 0; at < out.size();) {
-          const auto len = std::min<std::size_t>(out.size() - at, 1 + next() % 6);
-          wire::token_reply t;
-          t.text = out.substr(at, len);
-          sse += a.chunk(0, t);
-          at += len;
-        }
-        auto d = done("stop");
-        d.text = out;
-        sse += a.choice_end(0, d) + a.stream_end();
-        const auto s = read_stream(sse);
-        const auto& msg = whole["message"];
-        EXPECT_EQ(s.finish, whole["finish_reason"]) << out;
-        EXPECT_EQ(s.content, msg["content"].is_null() ? "" : msg["content"].get<std::string>()) << out;
-        EXPECT_EQ(s.calls, msg.value("tool_calls", json::array())) << out;
-      }
-    }
+  expect_streams_say_what_the_wholes_say(requests, outputs, 7);
+}
+
+// -- reasoning ---------------------------------------------------------------
+
+chat_template reasoning_template(const char* parser) {
+  auto tpl = builtin("chatml");
+  tpl.reasoning = reasoning_parser(parser);
+  EXPECT_TRUE(tpl.reasoning) << parser;
+  return tpl;
+}
+
+TEST(openai, a_reasoning_parser_gives_the_thinking_as_reasoning_content_apart_from_the_content) {
+  EXPECT_EQ(reasoning_parser_names(), (std::vector<std::string>{"deepseek_r1", "qwen3"}));
+  EXPECT_FALSE(reasoning_parser("granite"));
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"2+2?"}]})";
+  struct row {
+    const char* parser;
+    std::string output;
+    json reasoning; ///< null: none
+    json content;
+  };
+  const std::vector<row> rows{
+    // Qwen3: the output opens its reasoning (blanks before the mark go).
+    {"qwen3", "<think>\nAdd them.\n</think>\n\nFour.", "\nAdd them.\n", "\n\nFour."},
+    {"qwen3", "\n <think>x</think>y", "x", "y"},
+    {"qwen3", "Four.", nullptr, "Four."}, // no reasoning (enable_thinking false)
+    {"qwen3", "Four. <think>x</think>", nullptr, "Four. <think>x</think>"}, // only at the start
+    {"qwen3", "<think>cut short by max_tokens", "cut short by max_tokens", nullptr},
+    {"qwen3", "<think>all</think>", "all", nullptr},
+    {"qwen3", "", nullptr, nullptr},
+    // DeepSeek R1: the prompt opened it; a leading mark is dropped.
+    {"deepseek_r1", "Add them.\n</think>\n\nFour.", "Add them.\n", "\n\nFour."},
+    {"deepseek_r1", "<think>Add.</think>Four.", "Add.", "Four."},
+    {"deepseek_r1", "still thinking", "still thinking", nullptr},
+  };
+  for (const auto& r : rows) {
+    const auto c = chat_ok(body, reasoning_template(r.parser));
+    ASSERT_TRUE(c.reasoning);
+    const auto m = whole_message(c, r.output)["message"];
+    EXPECT_EQ(m["reasoning_content"], r.reasoning) << r.parser << " " << r.output;
+    EXPECT_EQ(m["content"], r.content) << r.parser << " " << r.output;
+  }
+  // Without a parser the whole output is content, and no reasoning_content.
+  const auto plain = whole_message(chat_ok(body, builtin("chatml")), "<think>x</think>y")["message"];
+  EXPECT_EQ(plain["content"], "<think>x</think>y");
+  EXPECT_FALSE(plain.contains("reasoning_content"));
+  // Tool calls are read in the content only: a call written while thinking is not one.
+  const auto tools = chat_ok(tool_chat(ask), reasoning_template("qwen3"));
+  auto m = whole_message(tools, "<think>I will call <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>"
+                                "</think>\n<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}"
+                                "</tool_call>");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_EQ(m["message"]["reasoning_content"], "I will call <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  // Reasoning sent back in the chat is refused, as DeepSeek's API refuses it.
+  const auto back = chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"},)"
+                                 R"({"role":"assistant","content":"a","reasoning_content":"r"},{"role":"user","content":"p"}]})",
+                                 reasoning_template("qwen3"));
+  EXPECT_EQ(back.status, 400);
+  EXPECT_NE(back.message.find("reasoning_content"), std::string::npos) << back.message;
+}
+
+TEST(openai, a_streamed_answer_with_reasoning_says_what_the_whole_one_says_however_its_tokens_fall) {
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"q"}]})";
+  std::vector<completion_request> requests;
+  for (const char* parser : {"qwen3", "deepseek_r1"}) {
+    requests.push_back(chat_ok(body, reasoning_template(parser)));
+    requests.push_back(chat_ok(tool_chat(ask), reasoning_template(parser)));
+    auto with_logprobs = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"logprobs":true})",
+                                 reasoning_template(parser));
+    requests.push_back(std::move(with_logprobs));
+  }
+  const std::vector<std::string> outputs{
+    "<think>\nAdd them.\n</think>\n\nFour.",
+    "  <think>a</th</think>b</think>",
+    "<thin",
+    "<think",
+    "<think>no end, <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call></thin",
+    "x</think><tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>",
+    "Four. <think>x</think>",
+    "<>< </ </think",
+    " ",
+    "",
+  };
+  expect_streams_say_what_the_wholes_say(requests, outputs, 11);
 }
 
 // -- Hugging Face (Jinja) templates ----------------------------------------
