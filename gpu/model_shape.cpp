@@ -85,7 +85,10 @@ double model_shape::lora_flops_per_token(std::uint32_t rank) const noexcept {
 namespace {
 
 const std::vector<model_shape>& presets() {
-  // Values from the published config.json of meta-llama/Llama-2-{7,13}b-hf.
+  // Values from the published config.json of meta-llama/Llama-2-{7,13}b-hf,
+  // meta-llama/Meta-Llama-3-8B, mistralai/Mistral-7B-v0.3,
+  // Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen3-8B (the Qwens' q, k and v biases
+  // and q and k norms are left out: thousands of parameters in billions).
   static const std::vector<model_shape> all{
     model_shape{.name = "llama-2-7b",
                 .num_layers = 32,
@@ -105,6 +108,42 @@ const std::vector<model_shape>& presets() {
                 .head_dim = 128,
                 .vocab_size = 32000,
                 .max_context = 4096},
+    model_shape{.name = "llama-3-8b",
+                .num_layers = 32,
+                .hidden_size = 4096,
+                .intermediate_size = 14336,
+                .num_heads = 32,
+                .num_kv_heads = 8,
+                .head_dim = 128,
+                .vocab_size = 128256,
+                .max_context = 8192},
+    model_shape{.name = "mistral-7b",
+                .num_layers = 32,
+                .hidden_size = 4096,
+                .intermediate_size = 14336,
+                .num_heads = 32,
+                .num_kv_heads = 8,
+                .head_dim = 128,
+                .vocab_size = 32768,
+                .max_context = 32768},
+    model_shape{.name = "qwen2.5-7b",
+                .num_layers = 28,
+                .hidden_size = 3584,
+                .intermediate_size = 18944,
+                .num_heads = 28,
+                .num_kv_heads = 4,
+                .head_dim = 128,
+                .vocab_size = 152064,
+                .max_context = 32768},
+    model_shape{.name = "qwen3-8b",
+                .num_layers = 36,
+                .hidden_size = 4096,
+                .intermediate_size = 12288,
+                .num_heads = 32,
+                .num_kv_heads = 8,
+                .head_dim = 128,
+                .vocab_size = 151936,
+                .max_context = 40960},
   };
   return all;
 }

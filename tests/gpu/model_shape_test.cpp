@@ -27,9 +27,8 @@ model_shape preset(std::string_view name) {
 
 TEST(model_shape, presets_are_listed_and_found) {
   const auto names = model_preset_names();
-  ASSERT_EQ(names.size(), 2u);
-  EXPECT_EQ(names[0], "llama-2-7b");
-  EXPECT_EQ(names[1], "llama-2-13b");
+  EXPECT_EQ(names, (std::vector<std::string>{"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b",
+                                             "qwen3-8b"}));
   for (const auto& name : names)
     EXPECT_EQ(preset(name).name, name);
   EXPECT_FALSE(find_model_preset("llama-2-70b").has_value());
@@ -45,6 +44,16 @@ TEST(model_shape, llama_2_7b_has_6_74_billion_parameters) {
 TEST(model_shape, llama_2_13b_has_13_billion_parameters) {
   const auto shape = preset("llama-2-13b");
   EXPECT_NEAR(static_cast<double>(shape.parameter_count()), 13.0e9, 0.01 * 13.0e9);
+}
+
+TEST(model_shape, newer_presets_have_their_published_sizes) {
+  // Parameters as their model cards give them, and grouped-query KV bytes.
+  const std::pair<const char*, double> sizes[] = {
+    {"llama-3-8b", 8.03e9}, {"mistral-7b", 7.25e9}, {"qwen2.5-7b", 7.62e9}, {"qwen3-8b", 8.19e9}};
+  for (const auto& [name, params] : sizes)
+    EXPECT_NEAR(static_cast<double>(preset(name).parameter_count()), params, 0.005 * params) << name;
+  EXPECT_EQ(preset("qwen2.5-7b").kv_bytes_per_token(), 2u * 28 * 4 * 128 * 2);
+  EXPECT_EQ(preset("qwen3-8b").q_dim(), 4096u);
 }
 
 TEST(model_shape, parameter_count_adds_up_its_parts) {
