@@ -859,7 +859,8 @@ void rebase_refs(json& schema, const std::string& at) {
 /// "arguments": its parameters}, each function's parameters kept in $defs
 /// under its name (so the intake's refusal names it). Parameters that
 /// `enforceable` refuses become any object.
-json call_schema(const std::vector<tool>& tools, const std::function<bool(const std::string&)>& enforceable = {}) {
+json call_schema(const std::vector<tool>& tools, const std::string& arguments_key,
+                 const std::function<bool(const std::string&)>& enforceable = {}) {
   json defs = json::object();
   json any = json::array();
   for (const auto& t : tools) {
@@ -871,8 +872,8 @@ json call_schema(const std::vector<tool>& tools, const std::function<bool(const 
     rebase_refs(params, "/$defs/" + t.name);
     defs[t.name] = std::move(params);
     any.push_back({{"type", "object"},
-                   {"properties", {{"name", {{"const", t.name}}}, {"arguments", {{"$ref", "#/$defs/" + t.name}}}}},
-                   {"required", {"name", "arguments"}},
+                   {"properties", {{"name", {{"const", t.name}}}, {arguments_key, {{"$ref", "#/$defs/" + t.name}}}}},
+                   {"required", {"name", arguments_key}},
                    {"additionalProperties", false}});
   }
   return {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
@@ -952,7 +953,8 @@ std::optional<chat_template_error> custom_formats_refused(std::string_view name,
                                              {"chat_stop", !custom.stop.empty()},
                                              {"chat_tools", !custom.tools.empty()},
                                              {"chat_tool_call", !custom.tool_call.empty()},
-                                             {"chat_tool_result", !custom.tool_result.empty()}};
+                                             {"chat_tool_result", !custom.tool_result.empty()},
+                                             {"chat_tool_arguments", !custom.tool_arguments.empty()}};
   for (const auto& [key, is_given] : given)
     if (is_given)
       return chat_template_error{key, "is for chat_template = \"custom\" (chat_template is \"" + std::string(name)
@@ -977,9 +979,15 @@ void default_tool_formats(chat_formats& f) {
 
 /// Why `tool_call` cannot say how calls are written: it must hold "{call}"
 /// after a marker that opens a call.
-std::optional<chat_template_error> tool_call_refused(const std::string& tool_call) {
+std::optional<chat_template_error> tool_call_refused(const std::string& tool_call, bool markerless = false) {
   const auto at = tool_call.find(call_slot);
   const auto marker = at == std::string::npos ? std::string_view() : trimmed(std::string_view(tool_call).substr(0, at));
+  if (markerless && at != std::string::npos && marker.empty()) {
+    if (!trimmed(std::string_view(tool_call).substr(at + call_slot.size())).empty())
+      return chat_template_error{"chat_tool_call", "is \"{call}\" alone (calls found at the output's start) or "
+                                                   "holds text that opens a call before \"{call}\""};
+    return std::nullopt;
+  }
   if (marker.empty() || marker.size() > wire::max_json_trigger_bytes)
     return chat_template_error{"chat_tool_call", "must hold \"{call}\" after text that opens a call (such as "
                                                  "\"<tool_call>\"; at most "
@@ -1007,10 +1015,14 @@ std::variant<chat_template, chat_template_error> make_jinja_template(chat_templa
       return chat_template_error{"chat_stop", "must not hold an empty string"};
   t.stop = std::move(custom.stop);
   if (!custom.tool_call.empty()) {
-    if (auto e = tool_call_refused(custom.tool_call))
+    if (auto e = tool_call_refused(custom.tool_call, true))
       return std::move(*e);
     t.tool_call = std::move(custom.tool_call);
   }
+  if (!custom.tool_arguments.empty() && custom.tool_arguments != "arguments" && custom.tool_arguments != "parameters")
+    return chat_template_error{"chat_tool_arguments", "must be \"arguments\" or \"parameters\", got \"" +
+                                                        custom.tool_arguments + "\""};
+  t.tool_arguments = std::move(custom.tool_arguments);
   if (jinja == nullptr)
     return t;
   try {
@@ -1053,6 +1065,9 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
     for (const auto& s : custom.stop)
       if (s.empty())
         return chat_template_error{"chat_stop", "must not hold an empty string"};
+    if (!custom.tool_arguments.empty())
+      return chat_template_error{"chat_tool_arguments", "is for chat_template = \"model\" or \"jinja\" (a custom "
+                                                        "template writes calls with \"arguments\")"};
     const bool any_tools = !custom.tools.empty() || !custom.tool_call.empty() || !custom.tool_result.empty();
     if (any_tools) {
       if (!holds(custom.tools, tools_slot))
@@ -1223,20 +1238,24 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     calling.open = std::string(trimmed(std::string_view(tpl.tool_call).substr(0, slot)));
     calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot + call_slot.size())));
     calling.parallel = parallel;
+    calling.arguments_key = tpl.tool_arguments.empty() ? "arguments" : tpl.tool_arguments;
+    // No marker: a forced answer is one call; "auto" reads the calls the
+    // output begins with, unconstrained (no text opens them).
+    calling.bare = calling.bare || (forced && calling.open.empty());
     if (calling.bare) {
       // The assistant's turn opens with a call, whose JSON is held to the
       // tools' names and parameters and ends the output.
       opening += tpl.tool_call.substr(0, slot);
-      gen["json_schema"] = call_schema(offered);
+      gen["json_schema"] = call_schema(offered, calling.arguments_key);
     } else if (forced) {
       // The output begins with a call; after it the model may open more.
-      gen["json_schema"] = call_schema(offered);
+      gen["json_schema"] = call_schema(offered, calling.arguments_key);
       gen["json_trigger"] = calling.open;
       gen["json_trigger_first"] = true;
-    } else {
+    } else if (!calling.open.empty()) {
       // Free text; a call the model opens is held to the tools' names and
       // (where the server can enforce them) parameters.
-      gen["json_schema"] = call_schema(offered, enforceable);
+      gen["json_schema"] = call_schema(offered, calling.arguments_key, enforceable);
       gen["json_trigger"] = calling.open;
     }
     out.tools = std::move(calling);
@@ -1625,20 +1644,20 @@ struct read_call {
 };
 
 /// One call from `text`: a JSON object {"name": one of `names`,
-/// "arguments": an object (or a string holding one)}; none otherwise.
-std::optional<read_call> call_in(std::string_view text, const std::vector<std::string>& names) {
+/// `key` ("arguments"): an object (or a string holding one)}; none otherwise.
+std::optional<read_call> call_in(std::string_view text, const std::vector<std::string>& names, const std::string& key) {
   json j;
   try {
     j = json::parse(trimmed(text));
   } catch (const json::exception&) {
     return std::nullopt;
   }
-  if (!j.is_object() || j.size() != 2 || !j.contains("name") || !j["name"].is_string() || !j.contains("arguments"))
+  if (!j.is_object() || j.size() != 2 || !j.contains("name") || !j["name"].is_string() || !j.contains(key))
     return std::nullopt;
   const auto name = j["name"].get<std::string>();
   if (std::find(names.begin(), names.end(), name) == names.end())
     return std::nullopt;
-  json args = j["arguments"];
+  json args = j[key];
   if (args.is_string()) {
     try {
       args = json::parse(args.get<std::string>());
@@ -1695,7 +1714,7 @@ std::optional<std::vector<read_call>> calls_in(std::string_view text, const comp
   };
   const auto blanks = [&] { text = after_blanks(text); };
   if (t.bare) {
-    auto c = call_in(text, t.names);
+    auto c = call_in(text, t.names, t.arguments_key);
     if (!c)
       return std::nullopt;
     out.push_back(std::move(*c));
@@ -1709,7 +1728,7 @@ std::optional<std::vector<read_call>> calls_in(std::string_view text, const comp
       return ended();
     text.remove_prefix(t.open.size());
     const auto end = object_end(text);
-    auto c = end == std::string_view::npos ? std::nullopt : call_in(text.substr(0, end), t.names);
+    auto c = end == std::string_view::npos ? std::nullopt : call_in(text.substr(0, end), t.names, t.arguments_key);
     if (!c)
       return ended();
     out.push_back(std::move(*c));
@@ -1717,6 +1736,8 @@ std::optional<std::vector<read_call>> calls_in(std::string_view text, const comp
     blanks();
     if (!t.close.empty() && text.starts_with(t.close))
       text.remove_prefix(t.close.size());
+    else if (t.open.empty() && text.starts_with(';')) // Llama 3.1's calls: "; " between them
+      text.remove_prefix(1);
     else if (!text.empty() && !text.starts_with(t.open))
       return ended(); // a call is closed by its marker, the next call's, or the end
   }
@@ -1744,9 +1765,14 @@ json tool_calls_json(const std::vector<read_call>& calls, std::string_view compl
   return out;
 }
 
-/// Where the calls begin in a chat's output `text` (npos: nowhere).
+/// Where the calls begin in a chat's output `text` (npos: nowhere); with no
+/// marker, only where the text begins with a JSON object (after blanks).
 std::size_t calls_begin(std::string_view text, const completion_request::tool_calling& t) {
-  return t.bare ? 0 : text.find(t.open);
+  if (t.bare)
+    return 0;
+  if (t.open.empty())
+    return after_blanks(text).starts_with('{') ? 0 : std::string_view::npos;
+  return text.find(t.open);
 }
 
 /// A chat's whole output as reasoning (none where it holds none) and content.
@@ -1978,6 +2004,22 @@ std::string completion_answer::routed(choice& c, std::string text) const {
   }
   text = std::move(c.marker_held) + text;
   c.marker_held.clear();
+  if (tools_->open.empty() && !tools_->bare) {
+    // No marker: the content's start tells, once past its blanks.
+    if (c.not_calling)
+      return text;
+    if (after_blanks(text).empty()) {
+      c.marker_held = std::move(text);
+      return {};
+    }
+    if (calls_begin(text, *tools_) == 0) {
+      c.calling = true;
+      c.calls = std::move(text);
+      return {};
+    }
+    c.not_calling = true;
+    return text;
+  }
   if (const auto at = calls_begin(text, *tools_); at != std::string::npos) {
     c.calling = true;
     c.calls = text.substr(at);

@@ -110,6 +110,10 @@ struct completion_request {
   /// the calls that read from there are the answer ("required"), or
   /// (`bare`: a named function, or no parallel calls) it is one call's
   /// JSON alone, the marker in the prompt.
+  /// An empty `open` (chat_tool_call "{call}", Llama 3.1's JSON calls):
+  /// calls are read only where the output begins with one (after blanks),
+  /// one JSON object after another (blanks or ";" between), unconstrained
+  /// with "auto"; forced, the output is one call.
   struct tool_calling {
     bool forced = false;
     bool bare = false;
@@ -117,6 +121,7 @@ struct completion_request {
     std::string open;
     std::string close;
     bool parallel = true; ///< parallel_tool_calls: false keeps the first call
+    std::string arguments_key = "arguments"; ///< a call's arguments in the output
   };
   std::optional<tool_calling> tools;
   /// A chat whose output may open with the model's reasoning (the template's
@@ -160,6 +165,9 @@ struct chat_formats {
   std::string tools{};
   std::string tool_call{};
   std::string tool_result{};
+  /// model and jinja only: the key of a call's arguments in the output,
+  /// "arguments" (""), or "parameters" (Llama 3.1's JSON calls).
+  std::string tool_arguments{};
 };
 
 /// How a chat's messages become one prompt: each message's text put into
@@ -356,6 +364,7 @@ private:
     std::string marker_held;
     std::string calls;
     bool calling = false;
+    bool not_calling = false; ///< with no marker: the content began with text, not a call
     /// With a reasoning format: where the stream is (0 the output's start,
     /// which may open the reasoning; 1 in the reasoning; 2 past it), and
     /// streamed text that may begin the opening or the closing mark.

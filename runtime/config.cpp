@@ -456,7 +456,7 @@ bool valid_host_port(const std::string& a, unsigned min_port) {
 
 openai::chat_formats chat_formats_of(const http_options& o) {
   return {o.chat_system, o.chat_user,  o.chat_assistant,  o.chat_generation,
-          o.chat_stop,   o.chat_tools, o.chat_tool_call, o.chat_tool_result};
+          o.chat_stop,   o.chat_tools, o.chat_tool_call, o.chat_tool_result, o.chat_tool_arguments};
 }
 
 namespace {
@@ -465,7 +465,7 @@ http_options read_http(section s) {
   http_options o;
   s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_jinja",
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
-                "chat_tool_call", "chat_tool_result", "reasoning_parser"});
+                "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -500,6 +500,7 @@ http_options read_http(section s) {
   o.chat_tools = s.text("chat_tools", o.chat_tools);
   o.chat_tool_call = s.text("chat_tool_call", o.chat_tool_call);
   o.chat_tool_result = s.text("chat_tool_result", o.chat_tool_result);
+  o.chat_tool_arguments = s.text("chat_tool_arguments", o.chat_tool_arguments);
   auto parsers = openai::reasoning_parser_names();
   parsers.insert(parsers.begin(), "");
   o.reasoning_parser = s.choice("reasoning_parser", o.reasoning_parser, parsers, "reasoning parser");

@@ -57,6 +57,7 @@ struct http_options {
   std::string chat_tools;       ///< custom: the functions offered, "{tools}" one to a line (ends the system message)
   std::string chat_tool_call;   ///< custom, model, jinja: one call, "{call}" its JSON after a marker that opens it
   std::string chat_tool_result; ///< custom: a tool message's text at "{content}"
+  std::string chat_tool_arguments; ///< model, jinja: a call's arguments key in the output ("" arguments, or parameters)
   /// How a chat answer's reasoning is told from its content (vLLM's
   /// --reasoning-parser): "deepseek_r1", "qwen3", or "" (all content).
   std::string reasoning_parser;

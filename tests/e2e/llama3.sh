@@ -6,7 +6,10 @@
 # read as themselves; text of any script comes back whole through /tokenize
 # and /detokenize; a chat's prompt is Llama 3's format, its text trimmed;
 # config.json's end id and generation_config.json's both end the output
-# (finish "stop"), not before min_tokens, and not with ignore_eos.
+# (finish "stop"), not before min_tokens, and not with ignore_eos. Under the
+# model's own template the same chat gives the same prompt and answer; with
+# Llama 3.1's JSON calls (chat_tool_call "{call}", arguments under
+# "parameters") a forced call comes back as a tool call.
 # Usage: llama3.sh BIN_DIR
 set -euo pipefail
 bin="$1"
@@ -120,5 +123,52 @@ status, out = call(base, "/v1/chat/completions", body)
 err = out["error"]
 assert status == 400 and err["param"] == "tools" and "http.chat_tool_call" in err["message"], out
 print("llama3 (model template): ok")
+PY
+stop
+
+# Llama 3.1's JSON calls: no marker, the arguments under "parameters". A
+# forced call is held to the tool's parameters under that key, and comes
+# back as a tool call.
+sed -i 's/^chat_template = "model"$/chat_template = "model"\nchat_tool_call = "{call}"\nchat_tool_arguments = "parameters"/' \
+  "$work/serve.toml"
+grep -q '^chat_tool_arguments = "parameters"$' "$work/serve.toml"
+serve 'chat_tool_call = "{call}"'
+python3 - "$http" <<'PY'
+import json, os, sys
+
+sys.path.insert(0, os.environ["E2E_DIR"])
+from http_call import call
+
+base = "http://" + sys.argv[1]
+weather = {"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"],
+    "additionalProperties": False}}}
+body = {"model": "model", "max_tokens": 120, "tools": [weather],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "messages": [{"role": "user", "content": "Weather in Paris?"}]}
+# A random model pads JSON with blanks without end: its blank tokens are
+# held off (the constraint still takes the call's own blanks).
+def text_of(token):
+    status, out = call(base, "/detokenize", {"tokens": [token]})
+    assert status == 200, out
+    return out["prompt"]
+blanks = [t for t in range(1019) if text_of(t) and not text_of(t).strip()]
+assert blanks, "no blank tokens"
+body["logit_bias"] = {str(t): -100 for t in blanks}
+ended = 0
+for seed in range(8):
+    status, out = call(base, "/v1/chat/completions", dict(body, seed=seed))
+    assert status == 200, out
+    choice = out["choices"][0]
+    if choice["finish_reason"] == "length":
+        assert "tool_calls" not in choice["message"], out
+        continue
+    assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None, out
+    calls = choice["message"]["tool_calls"]
+    assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", out
+    assert json.loads(calls[0]["function"]["arguments"])["city"] in ("Paris", "Oslo"), out
+    ended += 1
+assert ended > 0, "no forced call of 8 ended"
+print("llama3 (JSON calls under parameters): ok")
 PY
 stop

@@ -1891,6 +1891,81 @@ TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the
             "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST(openai, llama_31_json_calls_have_no_marker_and_their_arguments_under_parameters) {
+  // Llama 3.1 Instruct's way: the answer is the call's JSON alone,
+  // {"name", "parameters"}, calls after one another with "; " between.
+  chat_formats llama31;
+  llama31.tool_call = "{call}";
+  llama31.tool_arguments = "parameters";
+  const auto tpl = jinja_template(test_templates::header_style, llama31, "<|begin_of_text|>", "<|eot_id|>");
+  ASSERT_TRUE(tpl.program);
+  const auto c = chat_ok(tool_chat(ask), tpl);
+  ASSERT_TRUE(c.tools);
+  EXPECT_TRUE(c.tools->open.empty());
+  EXPECT_EQ(c.tools->arguments_key, "parameters");
+  // "auto": nothing opens a call, so the output is not held to the tools.
+  const auto gen = as_generate(c);
+  EXPECT_TRUE(gen.json_schema.empty());
+  EXPECT_TRUE(gen.json_trigger.empty());
+  auto m = whole_message(c, " {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+  m = whole_message(c, "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": "
+                       "{\"city\": \"Oslo\"}}");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["message"]["tool_calls"][1]["function"]["name"], "get_weather");
+  // Text, a call after text, "arguments" for "parameters", or a JSON that is
+  // not a call: all text.
+  for (const std::string out : {"It is sunny.", "Let me check: {\"name\": \"get_time\", \"parameters\": {}}",
+                                "{\"name\": \"get_time\", \"arguments\": {}}", "{\"city\": \"Paris\"}",
+                                "{\"name\": \"get_time\", \"parameters\": {}} and then", "{\"name\": \"get_ti"}) {
+    m = whole_message(c, out, "length");
+    EXPECT_EQ(m["message"]["content"], out);
+    EXPECT_FALSE(m["message"].contains("tool_calls")) << out;
+  }
+  // Forced: the output is one call, held to the tools with "parameters".
+  for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {
+    const auto forced = chat_ok(tool_chat(ask, std::string(R"(,"tool_choice":)") + choice), tpl);
+    ASSERT_TRUE(forced.tools->bare) << choice;
+    const auto schema = json::parse(as_generate(forced).json_schema);
+    EXPECT_EQ(schema["anyOf"][0]["required"], json({"name", "parameters"})) << choice;
+    EXPECT_TRUE(as_generate(forced).json_trigger.empty());
+    m = whole_message(forced, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}");
+    EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Rome\"}") << choice;
+  }
+  // Streamed, the same answers however the tokens fall.
+  expect_streams_say_what_the_wholes_say(
+    {c, chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl)},
+    {"  {\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", \"parameters\": {\"city\": \"Oslo\"}}",
+     "It is {sunny}.", "Let me check: {\"name\": \"get_time\", \"parameters\": {}}", " ", "",
+     "{\"name\": \"get_ti", "\n{\"city\": 1} x"},
+    13);
+  // The key is "arguments" or "parameters", and for Hugging Face templates;
+  // "{call}" alone is for them too.
+  chat_formats bad = llama31;
+  bad.tool_arguments = "args";
+  const jinja_source src{std::string(test_templates::header_style), "<s>", "</s>"};
+  auto t = make_chat_template("model", bad, &src);
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(t));
+  EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_arguments");
+  chat_formats custom_llama = llama31;
+  custom_llama.user = "{content}";
+  custom_llama.assistant = "{content}";
+  t = make_chat_template("custom", custom_llama);
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(t));
+  EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_arguments");
+  t = make_chat_template("chatml", chat_formats{.tool_arguments = "parameters"});
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(t));
+  EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_arguments");
+  chat_formats trailing;
+  trailing.tool_call = "{call}</call>";
+  t = make_chat_template("model", trailing, &src);
+  ASSERT_TRUE(std::holds_alternative<chat_template_error>(t));
+  EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_call");
+}
+
 TEST(openai, a_chat_with_tools_uses_the_models_tool_use_template_where_it_has_one) {
   jinja_source src{"plain:{% for m in messages %}{{ m.content }}{% endfor %}", "", ""};
   src.tool_use_text = "tools:{{ tools|map(attribute='function')|map(attribute='name')|join(',') }}<tool_call>";

@@ -497,6 +497,10 @@ TEST(config, chat_template_keys_are_read) {
   EXPECT_EQ(j.http.chat_jinja, "t.jinja");
   EXPECT_EQ(j.http.chat_stop, std::vector<std::string>{"<|end|>"});
   EXPECT_EQ(j.http.reasoning_parser, "") << "off by default";
+  const auto llama31 = parse_ok("[http]\nchat_template = \"model\"\nchat_tool_call = \"{call}\"\n"
+                                "chat_tool_arguments = \"parameters\"\n[model]\npath = \"models/x\"\n");
+  EXPECT_EQ(llama31.http.chat_tool_call, "{call}");
+  EXPECT_EQ(llama31.http.chat_tool_arguments, "parameters");
   EXPECT_EQ(parse_ok("[http]\nchat_template = \"chatml\"\nreasoning_parser = \"qwen3\"\n").http.reasoning_parser, "qwen3");
   EXPECT_EQ(parse_ok("[http]\nchat_template = \"model\"\n[model]\npath = \"models/x\"\n").http.chat_template, "model");
   const auto o = parse_ok(R"(
@@ -638,12 +642,18 @@ const error_case error_cases[] = {
    "the chat template of the model directory (model.path), which is not set"},
   {"chat_format_with_model", "[http]\nchat_template = \"model\"\nchat_user = \"{content}\"\n[model]\npath = \"m\"\n",
    "http.chat_user", "a Jinja template (chat_template = \"model\") renders the messages and tools itself"},
+  {"chat_tool_arguments_unknown",
+   "[http]\nchat_template = \"model\"\nchat_tool_arguments = \"args\"\n[model]\npath = \"m\"\n",
+   "http.chat_tool_arguments", "must be \"arguments\" or \"parameters\", got \"args\""},
+  {"chat_tool_arguments_with_builtin", "[http]\nchat_template = \"chatml\"\nchat_tool_arguments = \"parameters\"\n",
+   "http.chat_tool_arguments", "is for chat_template = \"custom\" (chat_template is \"chatml\")"},
   {"reasoning_parser_unknown", "[http]\nchat_template = \"chatml\"\nreasoning_parser = \"qwen\"\n",
    "http.reasoning_parser", "unknown reasoning parser \"qwen\"; did you mean \"qwen3\"?"},
   {"reasoning_parser_without_chats", "[http]\nreasoning_parser = \"deepseek_r1\"\n", "http.reasoning_parser",
    "is for chat completions, which chat_template = \"\" does not serve"},
-  {"chat_jinja_tool_call_without_marker", "[http]\nchat_template = \"jinja\"\nchat_jinja = \"t.jinja\"\nchat_tool_call = \"{call}\"\n",
-   "http.chat_tool_call", "must hold \"{call}\" after text that opens a call"},
+  {"chat_jinja_tool_call_without_marker",
+   "[http]\nchat_template = \"jinja\"\nchat_jinja = \"t.jinja\"\nchat_tool_call = \"{call}</call>\"\n",
+   "http.chat_tool_call", "is \"{call}\" alone (calls found at the output's start) or holds text that opens a call"},
   {"advise_place_lead_negative", "[cluster]\nadvise_place_lead_s = -1\n", "cluster.advise_place_lead_s",
    "must not be negative"},
   // wrong types
