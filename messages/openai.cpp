@@ -1242,6 +1242,13 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     // No marker: a forced answer is one call; "auto" reads the calls the
     // output begins with, unconstrained (no text opens them).
     calling.bare = calling.bare || (forced && calling.open.empty());
+    // A reasoning model thinks before it calls: the marker is the output's
+    // to write, after the thinking; one call is still one, the first the
+    // content holds.
+    if (tpl.reasoning && !calling.open.empty() && calling.bare) {
+      calling.bare = false;
+      calling.parallel = false;
+    }
     if (calling.bare) {
       // The assistant's turn opens with a call, whose JSON is held to the
       // tools' names and parameters and ends the output.
@@ -1261,6 +1268,13 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     out.tools = std::move(calling);
   }
   out.reasoning = tpl.reasoning;
+  if (tpl.reasoning && (gen.contains("json_schema") || gen.contains("response_format"))) {
+    // The model thinks first, freely: what it answers after is held (as
+    // vLLM starts structured output where the reasoning ends).
+    gen["reasoning_close"] = tpl.reasoning->close;
+    if (!tpl.reasoning->opened_by_prompt)
+      gen["reasoning_open"] = tpl.reasoning->open;
+  }
   out.n = std::get<std::uint32_t>(n);
   if (auto e = expand({json(std::move(opening))}, out.n, gen, wire_id, out))
     return std::move(*e);

@@ -134,12 +134,12 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 26> generate_fields{
+constexpr std::array<std::string_view, 28> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
   "ignore_eos", "min_tokens", "response_format", "json_schema", "json_trigger",
-  "json_trigger_first"};
+  "json_trigger_first", "reasoning_close", "reasoning_open"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -389,6 +389,23 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (*j == true && g.json_trigger.empty())
       reject_field("json_trigger_first", "given with \"json_trigger\" (what the output begins with)", *j);
     g.json_trigger_first = j->get<bool>();
+  }
+  if (auto j = find(obj, "reasoning_close")) {
+    if (!j->is_string() || j->get_ref<const std::string&>().empty()
+        || j->get_ref<const std::string&>().size() > max_json_trigger_bytes)
+      reject_field("reasoning_close", "a string of 1 to " + std::to_string(max_json_trigger_bytes) + " bytes", *j);
+    if (!g.json_object && g.json_schema.empty())
+      reject_field("reasoning_close", "given with \"response_format\": \"json_object\" or \"json_schema\" (which hold "
+                                     "the content after the thinking)",
+                   *j);
+    g.reasoning_close = j->get<std::string>();
+  }
+  if (auto j = find(obj, "reasoning_open")) {
+    if (!j->is_string() || j->get_ref<const std::string&>().size() > max_json_trigger_bytes)
+      reject_field("reasoning_open", "a string of at most " + std::to_string(max_json_trigger_bytes) + " bytes", *j);
+    if (g.reasoning_close.empty())
+      reject_field("reasoning_open", "given with \"reasoning_close\" (where the thinking ends)", *j);
+    g.reasoning_open = j->get<std::string>();
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -979,6 +996,10 @@ std::string to_json(const request& x) {
         j["json_trigger"] = g.json_trigger;
       if (g.json_trigger_first)
         j["json_trigger_first"] = true;
+      if (!g.reasoning_close.empty())
+        j["reasoning_close"] = g.reasoning_close;
+      if (!g.reasoning_open.empty())
+        j["reasoning_open"] = g.reasoning_open;
       j["stream"] = g.stream;
       if (!g.session.empty())
         j["session"] = g.session;

@@ -102,6 +102,17 @@ struct generate_request {
   /// it holds at least one value); a backend that samples from no logits
   /// refuses it, as it does json_schema.
   bool json_trigger_first = false;
+  /// "reasoning_close": "</think>" (1 to 64 bytes), with response_format
+  /// "json_object" or json_schema: a reasoning model's output thinks first,
+  /// free text up to this mark, and only what follows it (the content) is
+  /// held as those and json_trigger say. Output that never writes it is all
+  /// thinking. Empty: none.
+  std::string reasoning_close{};
+  /// "reasoning_open": "<think>" (up to 64 bytes), with reasoning_close:
+  /// only output that begins with it (after at most 32 blanks) thinks
+  /// first; other output is all content. Empty: the prompt opened the
+  /// thinking (DeepSeek R1's template), so the output begins in it.
+  std::string reasoning_open{};
 };
 
 /// Longest json_trigger taken.

@@ -269,6 +269,8 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     g.json_object = false;
     g.json_schema.clear();
     g.json_trigger.clear();
+    g.reasoning_close.clear();
+    g.reasoning_open.clear();
   }
   if ((g.json_object || !g.json_schema.empty()) && !backend_->computes_logprobs()) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
@@ -331,6 +333,8 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.json_schema = std::move(g.json_schema);
   spec.json_trigger = std::move(g.json_trigger);
   spec.json_trigger_first = g.json_trigger_first;
+  spec.reasoning_close = std::move(g.reasoning_close);
+  spec.reasoning_open = std::move(g.reasoning_open);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

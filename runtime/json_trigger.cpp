@@ -5,19 +5,27 @@
 
 namespace troupe {
 
-json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema)
-  : vocab_(vocab), trigger_(std::move(trigger)), schema_(std::move(schema)) {
-  if (trigger_.empty() || trigger_.size() > max_bytes)
-    throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
-                                + std::to_string(trigger_.size()));
-  border_.assign(trigger_.size(), 0);
-  for (std::size_t i = 1, k = 0; i < trigger_.size(); ++i) {
-    while (k > 0 && trigger_[i] != trigger_[k])
+mark_matcher::mark_matcher(std::string_view mark) : mark_(mark), border_(mark.size(), 0) {
+  for (std::size_t i = 1, k = 0; i < mark_.size(); ++i) {
+    while (k > 0 && mark_[i] != mark_[k])
       k = border_[k - 1];
-    if (trigger_[i] == trigger_[k])
+    if (mark_[i] == mark_[k])
       ++k;
     border_[i] = k;
   }
+}
+
+std::size_t mark_matcher::next(std::size_t matched, unsigned char c) const noexcept {
+  while (matched > 0 && static_cast<unsigned char>(mark_[matched]) != c)
+    matched = border_[matched - 1];
+  return static_cast<unsigned char>(mark_[matched]) == c ? matched + 1 : 0;
+}
+
+json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema)
+  : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), schema_(std::move(schema)) {
+  if (trigger_.empty() || trigger_.size() > max_bytes)
+    throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
+                                + std::to_string(trigger_.size()));
   // Each free state's ban list, once: a token is banned where reading it
   // ends the trigger and then breaks the value that begins. Only a token
   // holding the trigger's last byte can end it; the states that ban none
@@ -56,12 +64,6 @@ json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_p
   }
 }
 
-std::size_t json_trigger::next(std::size_t matched, unsigned char c) const noexcept {
-  while (matched > 0 && static_cast<unsigned char>(trigger_[matched]) != c)
-    matched = border_[matched - 1];
-  return static_cast<unsigned char>(trigger_[matched]) == c ? matched + 1 : 0;
-}
-
 bool json_trigger::advance(state& s, std::string_view bytes) const {
   // Inside a value, a token without '}' cannot close it (its top is an
   // object): the machine takes it whole or not at all, in place, with no
@@ -90,7 +92,7 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
       }
       continue;
     }
-    at.matched = next(at.matched, c);
+    at.matched = match_.next(at.matched, c);
     if (at.matched == trigger_.size()) {
       at.value.emplace(schema_);
       at.matched = 0;

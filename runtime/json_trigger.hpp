@@ -20,6 +20,20 @@
 
 namespace troupe {
 
+/// Finds a mark in a text read byte by byte (Knuth-Morris-Pratt): how many
+/// of its first bytes the text just read ends with.
+class mark_matcher {
+public:
+  explicit mark_matcher(std::string_view mark);
+  /// The mark's bytes matched after reading `c` with `matched` matched (of
+  /// fewer than all).
+  std::size_t next(std::size_t matched, unsigned char c) const noexcept;
+
+private:
+  std::string mark_;
+  std::vector<std::size_t> border_; ///< border_[i]: the longest proper border of mark_[0, i]
+};
+
 /// A trigger and the schema of the value after it, over one vocabulary: how
 /// the output moves on, and in free text which tokens would take it where
 /// no value can follow (a token that ends the trigger and goes on with
@@ -56,14 +70,10 @@ public:
   const std::string& trigger() const noexcept { return trigger_; }
 
 private:
-  /// The trigger's bytes matched after reading `c` with `matched` matched
-  /// (Knuth-Morris-Pratt).
-  std::size_t next(std::size_t matched, unsigned char c) const noexcept;
-
   json_vocab& vocab_;
   std::string trigger_;
+  mark_matcher match_;
   std::shared_ptr<const json_schema> schema_;
-  std::vector<std::size_t> border_; ///< border_[i]: the longest proper border of trigger_[0, i]
   /// By bytes matched: the free-text split (tokens advance refuses banned).
   std::vector<std::shared_ptr<const json_vocab::token_split>> free_;
   /// By bytes matched, made when first asked for: the split while the

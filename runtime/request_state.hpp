@@ -112,6 +112,12 @@ struct request_spec {
   std::string json_trigger;
   /// With json_trigger: the output begins with it.
   bool json_trigger_first = false;
+  /// Not empty, with json_object or json_schema: the output thinks first,
+  /// up to this mark, and only what follows is held as those say; with
+  /// reasoning_open, only output that begins with that mark thinks
+  /// (runtime/reasoning_gate.hpp).
+  std::string reasoning_close;
+  std::string reasoning_open;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

@@ -126,9 +126,12 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
     auto schema = spec.json_schema.empty() ? json_schema::any_object() : schemas_.get(spec.json_schema);
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
-    if (spec.json_trigger.empty())
+    if (!spec.reasoning_close.empty()) {
+      r.gate = gate_for(spec, std::move(schema));
+      r.gate_at = r.gate->begin();
+    } else if (spec.json_trigger.empty()) {
       r.json.emplace(std::move(schema));
-    else {
+    } else {
       r.trigger = trigger_for(spec.json_trigger, spec.json_schema, std::move(schema));
       r.trigger_at.leading = spec.json_trigger_first;
     }
@@ -673,7 +676,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.top_k = r.spec.top_k;
     e.logprobs = r.spec.logprobs;
     e.logit_adjust = logit_adjust(r, ends_);
-    if (r.json || r.trigger)
+    if (r.json || r.trigger || r.gate)
       constrain_json(r, e.logit_adjust);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
@@ -760,7 +763,9 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
 
 void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust) {
   if (!r.json_allowed)
-    r.json_allowed = r.trigger ? r.trigger->split(r.trigger_at) : json_vocab_->split(*r.json);
+    r.json_allowed = r.gate      ? r.gate->split(r.gate_at)
+                     : r.trigger ? r.trigger->split(r.trigger_at)
+                                 : json_vocab_->split(*r.json);
   const auto& banned = r.json_allowed->banned;
   constexpr float ban = -1e30f; // as min_tokens bans: exp() of it is 0
   // The two lists merged in token order; a banned token's own adjustment
@@ -780,23 +785,59 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
   adjust = std::move(out);
 }
 
+namespace {
+
+/// The entry of `cache` (oldest first, at most 16) under `key`, made by
+/// `make` when there is none.
+template <class T, class Make>
+std::shared_ptr<const T> cached(std::vector<std::pair<std::string, std::shared_ptr<const T>>>& cache, std::string key,
+                                Make&& make) {
+  const auto it = std::find_if(cache.begin(), cache.end(), [&](const auto& e) { return e.first == key; });
+  if (it != cache.end())
+    return it->second;
+  constexpr std::size_t kept = 16;
+  if (cache.size() == kept)
+    cache.erase(cache.begin());
+  std::shared_ptr<const T> made = make();
+  cache.emplace_back(std::move(key), made);
+  return made;
+}
+
+} // namespace
+
 std::shared_ptr<const json_trigger> scheduler_core::trigger_for(const std::string& trigger,
                                                                 const std::string& schema_text,
                                                                 std::shared_ptr<const json_schema> schema) {
-  auto key = trigger + '\0' + schema_text;
-  const auto it = std::find_if(triggers_.begin(), triggers_.end(), [&](const auto& e) { return e.first == key; });
-  if (it != triggers_.end())
-    return it->second;
-  constexpr std::size_t kept = 16;
-  if (triggers_.size() == kept)
-    triggers_.erase(triggers_.begin());
-  auto t = std::make_shared<const json_trigger>(*json_vocab_, trigger, std::move(schema));
-  triggers_.emplace_back(std::move(key), t);
-  return t;
+  return cached(triggers_, trigger + '\0' + schema_text,
+                [&] { return std::make_shared<const json_trigger>(*json_vocab_, trigger, std::move(schema)); });
+}
+
+std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spec& spec,
+                                                               std::shared_ptr<const json_schema> schema) {
+  auto key = spec.reasoning_open + '\0' + spec.reasoning_close + '\0' + spec.json_trigger + '\0'
+             + (spec.json_trigger_first ? "1" : "0") + spec.json_schema;
+  return cached(gates_, std::move(key), [&] {
+    if (spec.json_trigger.empty())
+      return std::make_shared<const reasoning_gate>(*json_vocab_, spec.reasoning_open, spec.reasoning_close,
+                                                    std::move(schema));
+    return std::make_shared<const reasoning_gate>(*json_vocab_, spec.reasoning_open, spec.reasoning_close,
+                                                  trigger_for(spec.json_trigger, spec.json_schema, schema),
+                                                  spec.json_trigger_first);
+  });
 }
 
 std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t token) {
   r.json_allowed.reset();
+  if (r.gate) {
+    if (!r.gate->advance(r.gate_at, json_vocab_->bytes(token)))
+      return finish_reason::error; // a backend that samples from no logits
+    if (r.gate_at.complete)
+      return finish_reason::stop;
+    r.json_allowed = r.gate->split(r.gate_at);
+    if (r.json_allowed->allowed.empty())
+      return finish_reason::error;
+    return std::nullopt;
+  }
   if (r.trigger) {
     if (!r.trigger->advance(r.trigger_at, json_vocab_->bytes(token)))
       return finish_reason::error; // a backend that samples from no logits
@@ -906,7 +947,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     // within its first min_tokens (a backend that samples from no logits
     // may still draw one); stop strings always do.
     const bool may_end = r.generated > r.spec.min_tokens;
-    const auto json_end = (r.json || r.trigger) && json_vocab_ ? json_after(r, tok) : std::nullopt;
+    const auto json_end = (r.json || r.trigger || r.gate) && json_vocab_ ? json_after(r, tok) : std::nullopt;
     if (may_end && !r.spec.ignore_eos && std::binary_search(ends_.begin(), ends_.end(), tok))
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok)

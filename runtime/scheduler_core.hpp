@@ -13,6 +13,7 @@
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
+#include "runtime/reasoning_gate.hpp"
 #include "runtime/prefix_cache.hpp"
 #include "runtime/request_state.hpp"
 
@@ -480,6 +481,11 @@ private:
     /// each value after it held as `json` would be (json stays empty).
     std::shared_ptr<const json_trigger> trigger;
     json_trigger::state trigger_at;
+    /// With request_spec::reasoning_close too: the thinking first, then
+    /// the content held as `json` or `trigger` would hold the output (both
+    /// stay empty).
+    std::shared_ptr<const reasoning_gate> gate;
+    reasoning_gate::state gate_at;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;
@@ -551,6 +557,9 @@ private:
   /// form `schema`), built once for the vocabulary (the last 16 kept).
   std::shared_ptr<const json_trigger> trigger_for(const std::string& trigger, const std::string& schema_text,
                                                   std::shared_ptr<const json_schema> schema);
+  /// The reasoning gate of `spec`'s marks and constraint (its compiled
+  /// schema `schema`), built once for the vocabulary (the last 16 kept).
+  std::shared_ptr<const reasoning_gate> gate_for(const request_spec& spec, std::shared_ptr<const json_schema> schema);
 
   void transition(record& r, request_state to);
   void enqueue_waiting(const record& r);
@@ -626,6 +635,8 @@ private:
   json_schema_cache schemas_;
   /// trigger_for's, by trigger and schema text, oldest first.
   std::vector<std::pair<std::string, std::shared_ptr<const json_trigger>>> triggers_;
+  /// gate_for's, by marks, trigger and schema text, oldest first.
+  std::vector<std::pair<std::string, std::shared_ptr<const reasoning_gate>>> gates_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;

@@ -10,7 +10,7 @@
 # <|endoftext|> both end an answer; an adapter serves. Qwen3's <think> and
 # </think> are tokens whose text decodes, and with reasoning_parser =
 # "qwen3" an answer that opens with <think> is reasoning_content, whole and
-# streamed.
+# streamed, and response_format holds only the content after the thinking.
 # Usage: qwen.sh BIN_DIR qwen2|qwen3
 set -euo pipefail
 bin="$1"
@@ -108,6 +108,35 @@ if arch == "qwen3":
               if line.startswith("data: {") and json.loads(line[6:])["choices"]]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == "<think><think>", deltas
     assert not any(d.get("content") for d in deltas), deltas
+    # response_format holds the content after the thinking, which is free:
+    # the bias opens and closes it now and then; the schema's value is
+    # short. The output cannot end (EOS, <|im_end|>) before its value.
+    flag = {"type": "json_schema", "json_schema": {"name": "flag", "schema": {
+        "type": "object", "properties": {"a": {"type": "boolean"}}, "required": ["a"], "additionalProperties": False}}}
+    thought = 0
+    for seed in range(12):
+        status, out = call(base, "/v1/chat/completions", dict(body, max_tokens=80, temperature=1, seed=seed,
+                                                              logit_bias={str(THINK): 5, str(END_THINK): 5},
+                                                              response_format=flag))
+        assert status == 200, out
+        c = out["choices"][0]
+        m = c["message"]
+        if c["finish_reason"] == "stop":
+            value = json.loads(m["content"])
+            assert set(value) == {"a"} and isinstance(value["a"], bool), out
+            thought += m["reasoning_content"] is not None
+        else:
+            assert c["finish_reason"] == "length", out
+            assert m["content"] is None or m["content"].lstrip().startswith("{"), out
+    assert thought >= 3, f"too few answers thought and then gave the value: {thought} of 12"
+    # An output that does not open its thinking (the bias makes it begin
+    # with "{") is all content, held from its start.
+    brace = tokens("{")
+    assert len(brace) == 1, brace
+    status, out = call(base, "/v1/chat/completions", dict(body, max_tokens=40, logit_bias={str(brace[0]): 100},
+                                                          response_format=flag))
+    m = out["choices"][0]["message"]
+    assert status == 200 and m["reasoning_content"] is None and m["content"].lstrip().startswith("{"), out
 print(f"{arch} ({template}): ok")
 PY
 }

@@ -1966,6 +1966,74 @@ TEST(openai, llama_31_json_calls_have_no_marker_and_their_arguments_under_parame
   EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_call");
 }
 
+TEST(openai, with_reasoning_the_format_and_forced_calls_hold_the_content_after_the_thinking) {
+  const std::string body = R"({"model":"m","messages":[{"role":"user","content":"2+2?"}])";
+  const std::string as_json = R"(,"response_format":{"type":"json_object"}})";
+  // Qwen3: the output may open its thinking; DeepSeek R1: the prompt did.
+  const auto qwen = as_generate(chat_ok(body + as_json, reasoning_template("qwen3")));
+  EXPECT_TRUE(qwen.json_object);
+  EXPECT_EQ(qwen.reasoning_close, "</think>");
+  EXPECT_EQ(qwen.reasoning_open, "<think>");
+  const auto r1 = as_generate(chat_ok(body + R"(,"response_format":{"type":"json_schema","json_schema":)"
+                                        R"({"name":"n","schema":{"type":"object"}}}})",
+                                      reasoning_template("deepseek_r1")));
+  EXPECT_FALSE(r1.json_schema.empty());
+  EXPECT_EQ(r1.reasoning_close, "</think>");
+  EXPECT_EQ(r1.reasoning_open, "") << "the output begins in the thinking";
+  // Nothing held, or no parser: no marks.
+  EXPECT_EQ(as_generate(chat_ok(body + "}", reasoning_template("qwen3"))).reasoning_close, "");
+  EXPECT_EQ(as_generate(chat_ok(body + as_json, builtin("chatml"))).reasoning_close, "");
+  // The answer: the thinking apart, the content the JSON.
+  auto m = whole_message(chat_ok(body + as_json, reasoning_template("qwen3")), "<think>Four.</think>\n{\"n\": 4}")["message"];
+  EXPECT_EQ(m["reasoning_content"], "Four.");
+  EXPECT_EQ(m["content"], "\n{\"n\": 4}");
+  // Forced calls: the model writes the marker after its thinking, so even
+  // one call (a named function, or parallel_tool_calls false) is not opened
+  // in the prompt; the first call the content holds is the answer.
+  for (const char* extra : {R"(,"tool_choice":"required")", R"(,"tool_choice":"required","parallel_tool_calls":false)",
+                            R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"}) {
+    SCOPED_TRACE(extra);
+    const auto forced = chat_ok(tool_chat(ask, extra), reasoning_template("qwen3"));
+    ASSERT_TRUE(forced.tools);
+    EXPECT_FALSE(forced.tools->bare);
+    const auto g = as_generate(forced);
+    EXPECT_TRUE(g.prompt->ends_with("<|im_start|>assistant\n")) << *g.prompt;
+    EXPECT_EQ(g.json_trigger, "<tool_call>");
+    EXPECT_TRUE(g.json_trigger_first);
+    EXPECT_EQ(g.reasoning_close, "</think>");
+    m = whole_message(forced, "<think>Paris, then Rome.</think>\n\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":"
+                              "{\"city\":\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\":\"get_weather\",\"arguments\":"
+                              "{\"city\":\"Rome\"}}\n</tool_call>");
+    EXPECT_EQ(m["finish_reason"], "tool_calls");
+    EXPECT_EQ(m["message"]["reasoning_content"], "Paris, then Rome.");
+    const bool one = std::string_view(extra) != R"(,"tool_choice":"required")";
+    ASSERT_EQ(m["message"]["tool_calls"].size(), one ? 1u : 2u);
+    EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+  }
+  // "auto": the trigger holds only the content's calls.
+  const auto autos = as_generate(chat_ok(tool_chat(ask), reasoning_template("qwen3")));
+  EXPECT_EQ(autos.json_trigger, "<tool_call>");
+  EXPECT_FALSE(autos.json_trigger_first);
+  EXPECT_EQ(autos.reasoning_close, "</think>");
+  // A template whose calls have no marker: a forced answer is one call,
+  // the content after the thinking.
+  chat_formats llama31;
+  llama31.tool_call = "{call}";
+  llama31.tool_arguments = "parameters";
+  auto tpl = jinja_template(test_templates::header_style, llama31, "<|begin_of_text|>", "<|eot_id|>");
+  tpl.reasoning = reasoning_parser("deepseek_r1");
+  const auto bare = chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl);
+  ASSERT_TRUE(bare.tools);
+  EXPECT_TRUE(bare.tools->bare);
+  const auto bg = as_generate(bare);
+  EXPECT_TRUE(bg.json_trigger.empty());
+  EXPECT_EQ(bg.reasoning_close, "</think>");
+  m = whole_message(bare, "Rome it is.</think>\n{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Rome\"}}");
+  EXPECT_EQ(m["message"]["reasoning_content"], "Rome it is.");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Rome\"}");
+}
+
 TEST(openai, a_chat_with_tools_uses_the_models_tool_use_template_where_it_has_one) {
   jinja_source src{"plain:{% for m in messages %}{{ m.content }}{% endfor %}", "", ""};
   src.tool_use_text = "tools:{{ tools|map(attribute='function')|map(attribute='name')|join(',') }}<tool_call>";

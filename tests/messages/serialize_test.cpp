@@ -50,6 +50,8 @@ TEST(serialize, a_request_keeps_every_field) {
   s.json_schema = R"({"type":"object","required":["a"],"properties":{"a":{"enum":[1,"x"]}}})";
   s.json_trigger = "<tool_call>";
   s.json_trigger_first = true;
+  s.reasoning_close = "</think>";
+  s.reasoning_open = "<think>";
   s.queue = 2;
   s.predicted_tokens = 33;
   s.arrival_s = 12.5;
@@ -81,6 +83,8 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.json_schema, s.json_schema);
   EXPECT_EQ(r.json_trigger, s.json_trigger);
   EXPECT_EQ(r.json_trigger_first, s.json_trigger_first);
+  EXPECT_EQ(r.reasoning_close, s.reasoning_close);
+  EXPECT_EQ(r.reasoning_open, s.reasoning_open);
   EXPECT_EQ(r.queue, s.queue);
   EXPECT_EQ(r.predicted_tokens, s.predicted_tokens);
   EXPECT_EQ(r.arrival_s, s.arrival_s);

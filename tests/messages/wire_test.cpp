@@ -66,6 +66,8 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.json_schema, b.json_schema);
   EXPECT_EQ(a.json_trigger, b.json_trigger);
   EXPECT_EQ(a.json_trigger_first, b.json_trigger_first);
+  EXPECT_EQ(a.reasoning_close, b.reasoning_close);
+  EXPECT_EQ(a.reasoning_open, b.reasoning_open);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -277,6 +279,17 @@ std::vector<accept_case> accept_cases() {
        r.json_schema = R"({"type":"object"})";
        r.json_trigger = "<c>";
        r.json_trigger_first = true;
+     }},
+    {"reasoning_marks", gen(R"("response_format":"json_object","reasoning_close":"</think>","reasoning_open":"<think>")"),
+     [](g r) {
+       r.json_object = true;
+       r.reasoning_close = "</think>";
+       r.reasoning_open = "<think>";
+     }},
+    {"reasoning_opened_by_the_prompt", gen(R"("json_schema":{"type":"object"},"reasoning_close":"</think>")"),
+     [](g r) {
+       r.json_schema = R"({"type":"object"})";
+       r.reasoning_close = "</think>";
      }},
     {"json_trigger_with_json_object", gen(R"("response_format":"json_object","json_trigger":"{{")"),
      [](g r) {
@@ -490,6 +503,16 @@ std::vector<reject_case> reject_cases() {
      {"\"json_trigger\"", "got 1"}},
     {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
      {"\"json_trigger_first\"", "given with \"json_trigger\""}},
+    {"reasoning_close_alone", gen(R"("reasoning_close":"</think>")"), bad, "g1",
+     {"\"reasoning_close\"", "given with \"response_format\""}},
+    {"reasoning_close_empty", gen(R"("json_schema":{},"reasoning_close":"")"), bad, "g1",
+     {"\"reasoning_close\"", "a string of 1 to 64 bytes"}},
+    {"reasoning_close_too_long", gen(R"("json_schema":{},"reasoning_close":")" + std::string(65, 'a') + "\""), bad, "g1",
+     {"\"reasoning_close\"", "a string of 1 to 64 bytes"}},
+    {"reasoning_open_alone", gen(R"("json_schema":{},"reasoning_open":"<think>")"), bad, "g1",
+     {"\"reasoning_open\"", "given with \"reasoning_close\""}},
+    {"reasoning_open_not_a_string", gen(R"("json_schema":{},"reasoning_close":"</t>","reasoning_open":["<t>"])"), bad,
+     "g1", {"\"reasoning_open\"", "a string of at most 64 bytes"}},
     {"json_trigger_first_not_a_boolean", gen(R"("json_schema":{},"json_trigger":"<c>","json_trigger_first":1)"), bad,
      "g1", {"\"json_trigger_first\"", "true or false"}},
     {"tokenize_without_prompt", R"({"type":"tokenize","id":"t"})", bad, "t", {"missing field \"prompt\""}},
@@ -570,6 +593,8 @@ TEST(wire, request_round_trips) {
   tokens.json_schema = R"({"type":"object","properties":{"b":{"enum":[1,"x"]},"a":true}})";
   tokens.json_trigger = "<tool_call>";
   tokens.json_trigger_first = true;
+  tokens.reasoning_close = "</think>";
+  tokens.reasoning_open = "<think>";
 
   generate_request defaults;
   defaults.id = "d";

@@ -844,6 +844,12 @@ TEST(intake_core_json, a_trigger_goes_to_the_scheduler_with_its_schema) {
   const auto first = accept_generate(core, "tf", "p",
                                      R"(,"json_schema":{"type":"object"},"json_trigger":"<call>","json_trigger_first":true)");
   EXPECT_TRUE(first.json_trigger_first);
+  EXPECT_EQ(first.reasoning_close, "");
+  const auto thinks = accept_generate(core, "th", "p",
+                                      R"(,"response_format":"json_object","reasoning_close":"</think>","reasoning_open":"<think>")");
+  EXPECT_TRUE(thinks.json_object);
+  EXPECT_EQ(thinks.reasoning_close, "</think>");
+  EXPECT_EQ(thinks.reasoning_open, "<think>");
 }
 
 TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_where_and_it_goes_on) {

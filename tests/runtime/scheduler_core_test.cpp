@@ -156,6 +156,8 @@ struct request_args {
   std::string json_schema = {};
   std::string json_trigger = {};
   bool json_trigger_first = false;
+  std::string reasoning_close = {};
+  std::string reasoning_open = {};
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -192,6 +194,8 @@ public:
     s.json_schema = a.json_schema;
     s.json_trigger = a.json_trigger;
     s.json_trigger_first = a.json_trigger_first;
+    s.reasoning_close = a.reasoning_close;
+    s.reasoning_open = a.reasoning_open;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1289,6 +1293,18 @@ std::optional<std::string> run_alone(engine& e, const fake_tokenizer& vocab, std
   return text;
 }
 
+/// A vocabulary of `pieces` (token 100 the first), and the id after the last.
+std::pair<fake_tokenizer, std::int32_t> pieces_vocab(const std::vector<std::string>& pieces) {
+  fake_tokenizer vocab;
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    vocab.words[static_cast<std::int32_t>(100 + i)] = pieces[i];
+  return {std::move(vocab), static_cast<std::int32_t>(100 + pieces.size())};
+}
+
+/// An object of one integer, "n".
+const std::string counted_schema =
+  R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})";
+
 /// Runs `count` requests one after another, each asking for `args` with a
 /// random max_tokens below `max_new` and sampling at random among the tokens
 /// its step allows; counts the outputs that ended whole (finish stop: parsed
@@ -1298,9 +1314,7 @@ template <class Machine, class Check>
 std::pair<int, int> sample_json_outputs(const std::vector<std::string>& pieces, request_args args,
                                         std::uint32_t max_new, int count, std::uint64_t seed,
                                         const Machine& machine, Check check_whole) {
-  fake_tokenizer vocab;
-  for (std::size_t i = 0; i < pieces.size(); ++i)
-    vocab.words[static_cast<std::int32_t>(100 + i)] = pieces[i];
+  const auto vocab = pieces_vocab(pieces).first;
   std::mt19937_64 rng{seed};
   engine e{limits(1000, 8, 400), &vocab};
   e.token_of = [&](const gpu::step_entry& entry) {
@@ -1378,18 +1392,14 @@ TEST(scheduler_core, random_json_schema_outputs_are_values_of_the_schema_or_thei
 }
 
 TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_after_it_is_the_schemas) {
-  const std::string schema =
-    R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})";
+  const auto& schema = counted_schema;
   // Pieces that end the trigger and go on with what the value may or may
   // not begin with, a value closed with free text after it, and bytes.
   std::vector<std::string> pieces{"<t>", "<", "t", ">", "<t>{", "<t>x", "<t>\n{\"n\":", ">{", ">hi", "{", "}",
                                   "\"n\":", "12", " ", "hi", "}<t>", "}\n", "}x", "x", "\"", ":", "-", "<<t"};
   for (const char c : std::string_view("0123456789n"))
     pieces.emplace_back(1, c);
-  fake_tokenizer vocab;
-  for (std::size_t i = 0; i < pieces.size(); ++i)
-    vocab.words[static_cast<std::int32_t>(100 + i)] = pieces[i];
-  const auto end = static_cast<std::int32_t>(100 + pieces.size());
+  const auto [vocab, end] = pieces_vocab(pieces);
   std::mt19937_64 rng{23};
   engine e{limits(1000, 8, 400), &vocab};
   e.token_of = [&](const gpu::step_entry& entry) {
@@ -1443,6 +1453,69 @@ TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_a
   EXPECT_GT(values, 30);
   EXPECT_GT(open, 10);
   EXPECT_GT(free_ends, 30);
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, a_reasoning_models_output_thinks_freely_and_then_its_content_is_the_schemas_value) {
+  const auto& schema = counted_schema;
+  std::vector<std::string> pieces{"<think>", "</think>", "</", "think>", "<", "hmm", " ", "\n", "{", "}", "\"n\":",
+                                  "12", "x", "\"", ":", "-", "}\n", "\n\n{"};
+  for (const char c : std::string_view("0123456789n"))
+    pieces.emplace_back(1, c);
+  const auto [vocab, end] = pieces_vocab(pieces);
+  std::mt19937_64 rng{41};
+  engine e{limits(1000, 8, 400), &vocab};
+  bool eos_offered = false;
+  e.token_of = [&](const gpu::step_entry& entry) {
+    std::vector<std::int32_t> ok;
+    for (const auto t : samplable(entry, 1000)) {
+      eos_offered = eos_offered || t == fake_tokenizer::eos;
+      if (t >= 100 && t < end)
+        ok.push_back(t);
+    }
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
+  };
+  int thought = 0, direct = 0, whole = 0;
+  for (std::uint64_t id = 1; id <= 160; ++id) {
+    // Odd requests: the output opens its thinking or answers at once
+    // (Qwen3); even: the prompt opened it (DeepSeek R1).
+    const bool opens = id % 2 == 1;
+    const auto out = run_alone(e, vocab, id,
+                               {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 40),
+                                .json_schema = schema, .reasoning_close = "</think>",
+                                .reasoning_open = opens ? "<think>" : ""});
+    ASSERT_TRUE(out.has_value());
+    const auto& text = *out;
+    SCOPED_TRACE(text);
+    const auto f = *e.finish_of(id);
+    // The content, as the chat answer's reasoning parser reads it.
+    const auto lead = text.find_first_not_of(" \n");
+    std::string_view content = text;
+    if (!opens || (lead != std::string::npos && text.compare(lead, 7, "<think>") == 0)) {
+      const auto close = text.find("</think>");
+      if (close == std::string::npos) {
+        EXPECT_EQ(f.reason, finish_reason::length) << "thinking ends only at the length";
+        continue;
+      }
+      content = std::string_view(text).substr(close + 8);
+      ++thought;
+    } else {
+      ++direct;
+    }
+    auto m = schema_machine(json_schema::compile(schema));
+    ASSERT_TRUE(m.feed(content)) << "the content is the value";
+    if (f.reason == finish_reason::stop) {
+      ASSERT_TRUE(m.complete());
+      ++whole;
+    } else {
+      EXPECT_EQ(f.reason, finish_reason::length);
+    }
+  }
+  EXPECT_FALSE(eos_offered) << "the output cannot end before its value";
+  EXPECT_GT(thought, 30);
+  EXPECT_GT(direct, 10);
+  EXPECT_GT(whole, 20);
   EXPECT_TRUE(e.all_returned());
 }
 

@@ -1,0 +1,185 @@
+#include "runtime/reasoning_gate.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <utility>
+
+namespace troupe {
+namespace {
+
+/// Every token of `vocab` allowed or banned as `ok(token, bytes)` says.
+template <class Verdict>
+std::shared_ptr<const json_vocab::token_split> split_by(const json_vocab& vocab, Verdict&& ok) {
+  auto out = std::make_shared<json_vocab::token_split>();
+  for (std::int32_t t = 0; t < vocab.size(); ++t)
+    (ok(t, vocab.bytes(t)) ? out->allowed : out->banned).push_back(t);
+  return out;
+}
+
+bool allows(const json_vocab::token_split& s, std::int32_t t) {
+  return std::binary_search(s.allowed.begin(), s.allowed.end(), t);
+}
+
+} // namespace
+
+reasoning_gate::reasoning_gate(json_vocab& vocab, std::string open, std::string close)
+  : vocab_(vocab), open_(std::move(open)), close_(std::move(close)), match_(close_) {
+  if (close_.empty() || close_.size() > max_mark_bytes || open_.size() > max_mark_bytes)
+    throw std::invalid_argument("a reasoning mark is at most " + std::to_string(max_mark_bytes)
+                                + " bytes and the closing one not empty; got " + std::to_string(open_.size())
+                                + " and " + std::to_string(close_.size()));
+  thinking_.resize(close_.size());
+  lead_.resize(max_blank + 1);
+}
+
+reasoning_gate::reasoning_gate(json_vocab& vocab, std::string open, std::string close,
+                               std::shared_ptr<const json_schema> schema)
+  : reasoning_gate(vocab, std::move(open), std::move(close)) {
+  schema_ = std::move(schema);
+}
+
+reasoning_gate::reasoning_gate(json_vocab& vocab, std::string open, std::string close,
+                               std::shared_ptr<const json_trigger> trigger, bool leading)
+  : reasoning_gate(vocab, std::move(open), std::move(close)) {
+  trigger_ = std::move(trigger);
+  leading_ = leading;
+}
+
+reasoning_gate::state reasoning_gate::begin() const {
+  state s;
+  s.at = open_.empty() ? phase::thinking : phase::start;
+  return s;
+}
+
+bool reasoning_gate::enter_content(state& s, std::string_view bytes) const {
+  s.at = phase::content;
+  s.matched = 0;
+  s.blanks = 0;
+  if (trigger_) {
+    s.trigger = json_trigger::state{};
+    s.trigger.leading = leading_;
+  } else {
+    s.value.emplace(schema_);
+  }
+  return content(s, bytes);
+}
+
+bool reasoning_gate::content(state& s, std::string_view bytes) const {
+  if (!trigger_) {
+    if (s.complete)
+      return bytes.empty();
+    if (!s.value->feed(bytes))
+      return false;
+    s.complete = s.value->complete();
+    return true;
+  }
+  // Blanks before a leading trigger are the gate's to count.
+  auto blanks = s.blanks;
+  if (s.trigger.leading && s.trigger.matched == 0)
+    while (!bytes.empty() && json_blank(static_cast<unsigned char>(bytes.front()))) {
+      if (blanks == max_blank)
+        return false;
+      ++blanks;
+      bytes.remove_prefix(1);
+    }
+  if (!trigger_->advance(s.trigger, bytes))
+    return false;
+  s.blanks = blanks;
+  return true;
+}
+
+bool reasoning_gate::advance(state& s, std::string_view bytes) const {
+  if (s.at == phase::content)
+    return content(s, bytes); // in place: every step of such a request comes here
+  state at = s;
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    const auto c = static_cast<unsigned char>(bytes[i]);
+    if (at.at == phase::start) {
+      const auto lead = at.held.find_first_not_of(" \t\n\r");
+      const auto m = lead == std::string::npos ? 0 : at.held.size() - lead;
+      if (m == 0 && json_blank(c) && at.held.size() < max_blank) {
+        at.held.push_back(static_cast<char>(c));
+      } else if (static_cast<unsigned char>(open_[m]) == c) {
+        at.held.push_back(static_cast<char>(c));
+        if (m + 1 == open_.size()) {
+          at.at = phase::thinking;
+          at.held.clear();
+        }
+      } else {
+        // Not the opening mark: all of the output is content, what was
+        // held first.
+        auto text = std::move(at.held);
+        at.held.clear();
+        text.append(bytes.substr(i));
+        if (!enter_content(at, text))
+          return false;
+        s = std::move(at);
+        return true;
+      }
+      continue;
+    }
+    at.matched = match_.next(at.matched, c);
+    if (at.matched == close_.size()) {
+      if (!enter_content(at, bytes.substr(i + 1)))
+        return false;
+      s = std::move(at);
+      return true;
+    }
+  }
+  s = std::move(at);
+  return true;
+}
+
+std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state& s) const {
+  // A token read from `s` by advance (on a copy); one that stands for no
+  // text only where the output may end.
+  auto read = [&](std::int32_t, std::string_view bytes) {
+    if (bytes.empty())
+      return may_end();
+    auto probe = s;
+    return advance(probe, bytes);
+  };
+  switch (s.at) {
+  case phase::start: {
+    auto& cached = start_[s.held];
+    if (!cached) {
+      if (s.held.empty()) {
+        // A token that begins with neither a blank nor the opening mark's
+        // first byte begins the content: the content's own split says.
+        auto content_start = begin();
+        enter_content(content_start, {});
+        const auto content_split = split(content_start);
+        cached = split_by(vocab_, [&](std::int32_t t, std::string_view bytes) {
+          if (!bytes.empty() && !json_blank(static_cast<unsigned char>(bytes.front())) && bytes.front() != open_.front())
+            return allows(*content_split, t);
+          return read(t, bytes);
+        });
+      } else {
+        cached = split_by(vocab_, read);
+      }
+    }
+    return cached;
+  }
+  case phase::thinking: {
+    auto& cached = thinking_.at(s.matched);
+    if (!cached) // only a token holding the mark's last byte can close it
+      cached = split_by(vocab_, [&](std::int32_t t, std::string_view bytes) {
+        return bytes.find(close_.back()) == std::string_view::npos ? !bytes.empty() || may_end() : read(t, bytes);
+      });
+    return cached;
+  }
+  case phase::content:
+    if (!trigger_)
+      return vocab_.split(*s.value);
+    if (s.trigger.leading && s.trigger.matched == 0) {
+      auto& cached = lead_.at(s.blanks);
+      if (!cached)
+        cached = split_by(vocab_, read);
+      return cached;
+    }
+    return trigger_->split(s.trigger);
+  }
+  return nullptr;
+}
+
+} // namespace troupe

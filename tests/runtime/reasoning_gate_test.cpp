@@ -1,0 +1,241 @@
+// A reasoning model's output held to a constraint after its thinking
+// (runtime/reasoning_gate.hpp): walked by hand through each phase, and by
+// random walks whose every split is checked against an oracle written
+// here: the chat answer's own reading of reasoning and content (vLLM's
+// parsers, as split_reasoning does), then the content read afresh by a
+// machine of the schema or a trigger.
+#include "runtime/reasoning_gate.hpp"
+
+#include "tests/support/list_tokenizer.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+
+namespace troupe {
+namespace {
+
+const std::string counted =
+  R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})";
+
+std::shared_ptr<const json_schema> schema() {
+  return json_schema::compile(counted);
+}
+
+TEST(reasoning_gate, an_output_that_opens_its_thinking_is_held_only_after_the_closing_mark) {
+  testing::list_tokenizer vocab({"", "x"});
+  json_vocab v(vocab);
+  const reasoning_gate g(v, "<think>", "</think>", schema());
+  auto s = g.begin();
+  EXPECT_EQ(s.at, reasoning_gate::phase::start);
+  ASSERT_TRUE(g.advance(s, "\n <thi"));
+  EXPECT_EQ(s.at, reasoning_gate::phase::start) << "may still open";
+  ASSERT_TRUE(g.advance(s, "nk>Hmm, {not JSON} </thi"));
+  EXPECT_EQ(s.at, reasoning_gate::phase::thinking);
+  EXPECT_EQ(s.matched, 5u);
+  ASSERT_TRUE(g.advance(s, "x </think"));
+  EXPECT_EQ(s.at, reasoning_gate::phase::thinking) << "the mark broken and begun again";
+  EXPECT_FALSE(g.advance(s, ">\n\nSure: {")) << "the content must be the value";
+  EXPECT_EQ(s.at, reasoning_gate::phase::thinking) << "as it was";
+  ASSERT_TRUE(g.advance(s, ">\n\n{\"n\":"));
+  EXPECT_EQ(s.at, reasoning_gate::phase::content);
+  EXPECT_FALSE(s.complete);
+  EXPECT_FALSE(g.advance(s, "\"x\"")) << "n is an integer";
+  ASSERT_TRUE(g.advance(s, "12}"));
+  EXPECT_TRUE(s.complete);
+  EXPECT_FALSE(g.advance(s, "x")) << "nothing follows a whole value";
+}
+
+TEST(reasoning_gate, output_that_does_not_open_with_the_mark_is_all_content) {
+  testing::list_tokenizer vocab({"", "x"});
+  json_vocab v(vocab);
+  const reasoning_gate g(v, "<think>", "</think>", schema());
+  auto direct = g.begin();
+  ASSERT_TRUE(g.advance(direct, " {\"n\":1}"));
+  EXPECT_EQ(direct.at, reasoning_gate::phase::content);
+  EXPECT_TRUE(direct.complete);
+  auto broken = g.begin();
+  ASSERT_TRUE(g.advance(broken, "<th"));
+  EXPECT_FALSE(g.advance(broken, "x")) << "\"<thx\" is content, and no value";
+  EXPECT_FALSE(g.advance(broken, "Sure"));
+  // Past the limit, blanks are no longer the mark's: they are content's,
+  // more than a value may begin with.
+  auto blanks = g.begin();
+  ASSERT_TRUE(g.advance(blanks, std::string(reasoning_gate::max_blank, ' ')));
+  EXPECT_EQ(blanks.at, reasoning_gate::phase::start);
+  EXPECT_FALSE(g.advance(blanks, " <think>"));
+  // Free text after the thinking, its triggers held: "<think>" that does
+  // not begin the output is content too.
+  auto trig = std::make_shared<const json_trigger>(v, "<c>", schema());
+  const reasoning_gate free(v, "<think>", "</think>", trig, false);
+  auto f = free.begin();
+  ASSERT_TRUE(free.advance(f, "So <think> is text; <c>"));
+  EXPECT_EQ(f.at, reasoning_gate::phase::content);
+  EXPECT_TRUE(f.trigger.value) << "a call opened in the content";
+  EXPECT_FALSE(free.advance(f, "oops"));
+}
+
+TEST(reasoning_gate, without_an_opening_mark_the_output_begins_in_its_thinking) {
+  testing::list_tokenizer vocab({"", "x"});
+  json_vocab v(vocab);
+  auto trig = std::make_shared<const json_trigger>(v, "<c>", schema());
+  const reasoning_gate g(v, "", "</think>", trig, true);
+  auto s = g.begin();
+  EXPECT_EQ(s.at, reasoning_gate::phase::thinking);
+  ASSERT_TRUE(g.advance(s, "I could call <c>{\"n\": \"x\"} here</think>"));
+  EXPECT_EQ(s.at, reasoning_gate::phase::content) << "a trigger in the thinking opens nothing";
+  ASSERT_TRUE(g.advance(s, "\n\n"));
+  EXPECT_EQ(s.blanks, 2u);
+  EXPECT_FALSE(g.advance(s, "Sure")) << "the content begins with the call";
+  ASSERT_TRUE(g.advance(s, "<c>{\"n\":"));
+  EXPECT_TRUE(s.trigger.value);
+  EXPECT_FALSE(s.trigger.leading);
+  auto many = g.begin();
+  ASSERT_TRUE(g.advance(many, "</think>" + std::string(reasoning_gate::max_blank, '\n')));
+  EXPECT_FALSE(g.advance(many, "\n")) << "no more blanks than a value may have";
+  EXPECT_THROW(reasoning_gate(v, "<think>", "", schema()), std::invalid_argument);
+  EXPECT_THROW(reasoning_gate(v, std::string(65, '<'), "</think>", schema()), std::invalid_argument);
+}
+
+// -- the oracle ---------------------------------------------------------------------
+
+bool blank(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+/// How the gate holds the content.
+struct form {
+  std::string open;
+  const char* trigger = nullptr; ///< none: one value
+  bool leading = false;
+};
+
+/// Whether `content` may begin an output's content of form `f` (a value
+/// of `counted`, whole or not; or free text whose triggers open values, or
+/// which begins with one after at most max_blank blanks). `whole`: the
+/// value closed.
+bool content_ok(const form& f, std::string_view content, bool& whole) {
+  whole = false;
+  if (f.trigger == nullptr) {
+    schema_machine m(schema());
+    for (const char c : content)
+      if (!m.feed(static_cast<unsigned char>(c))) // (blanks may follow the value)
+        return false;
+    whole = m.complete();
+    return true;
+  }
+  const std::string trigger = f.trigger;
+  if (f.leading) {
+    std::size_t b = 0;
+    while (b < content.size() && blank(content[b]))
+      ++b;
+    if (b > reasoning_gate::max_blank)
+      return false;
+    const auto rest = content.substr(b);
+    if (rest.size() < trigger.size() ? !trigger.starts_with(rest) : !rest.starts_with(trigger))
+      return false;
+  }
+  // Each trigger opens a value read afresh up to its close.
+  for (std::size_t from = 0;;) {
+    const auto at = content.find(trigger, from);
+    if (at == std::string_view::npos)
+      return true;
+    schema_machine m(schema());
+    std::size_t i = at + trigger.size();
+    while (i < content.size() && !m.complete())
+      if (!m.feed(static_cast<unsigned char>(content[i++])))
+        return false;
+    if (!m.complete())
+      return true;
+    from = i;
+  }
+}
+
+/// Whether `text` may begin an output: its reasoning read as the chat
+/// answer reads it, its content as content_ok.
+bool output_ok(const form& f, std::string_view text, bool& whole) {
+  whole = false;
+  std::size_t b = 0;
+  while (b < text.size() && blank(text[b]))
+    ++b;
+  const auto lead = text.substr(b);
+  std::string_view rest;
+  if (f.open.empty()) {
+    rest = lead.starts_with("<think>") ? lead.substr(7) : text; // (the mark is not)
+  } else if (b <= reasoning_gate::max_blank && lead.starts_with(f.open)) {
+    rest = lead.substr(f.open.size());
+  } else if (b <= reasoning_gate::max_blank && std::string_view(f.open).starts_with(lead)) {
+    return true; // may still open
+  } else {
+    return content_ok(f, text, whole);
+  }
+  const auto end = rest.find("</think>");
+  if (end == std::string_view::npos)
+    return true; // thinking
+  return content_ok(f, rest.substr(end + 8), whole);
+}
+
+TEST(reasoning_gate, every_token_it_allows_keeps_the_output_readable_and_it_bans_every_other) {
+  const std::vector<std::string> tokens = {
+    "",   "<think>", "<", "think", ">",  "</think>", "</", "think>", "\n",  " ",   "{",     "}",       "\"n\":",
+    "\"", "n",       ":", "1",     "-",  "hi",       "<c>", "<c",     "c>",  "}\n",  "\n\n{", "</think>{", "x",
+    "}<c>", "</think>\n<c>{", ">{", "k>", "/",  "think></", "c>{\"n\":2}"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab);
+  auto trig = std::make_shared<const json_trigger>(v, "<c>", schema());
+  const std::vector<form> forms = {{"<think>", nullptr, false}, {"", nullptr, false},  {"<think>", "<c>", false},
+                                   {"<think>", "<c>", true},    {"", "<c>", true}};
+  std::mt19937 rng(27);
+  int wholes = 0, thought = 0, direct = 0;
+  for (const auto& f : forms) {
+    const auto g = f.trigger == nullptr ? reasoning_gate(v, f.open, "</think>", schema())
+                                        : reasoning_gate(v, f.open, "</think>", trig, f.leading);
+    const bool may_end = f.trigger != nullptr && !f.leading;
+    for (int walk = 0; walk < 120; ++walk) {
+      auto s = g.begin();
+      std::string text;
+      for (int step = 0; step < 24 && !s.complete; ++step) {
+        const auto split = g.split(s);
+        ASSERT_EQ(split->allowed.size() + split->banned.size(), tokens.size());
+        for (std::int32_t k = 1; k < vocab.vocab_size(); ++k) {
+          const auto& bytes = tokens[static_cast<std::size_t>(k)];
+          const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+          bool whole = false;
+          const bool readable = output_ok(f, text + bytes, whole);
+          // (In a triggered value the trigger's split bans a token that
+          // closes it and goes on: json_trigger's own test.)
+          if (allowed || !(s.at == reasoning_gate::phase::content && s.trigger.value)) {
+            EXPECT_EQ(allowed, readable)
+              << "form " << (&f - forms.data()) << ": \"" << text << "\" + \"" << bytes << "\"";
+          }
+        }
+        const bool eos = std::binary_search(split->allowed.begin(), split->allowed.end(), 0);
+        if (s.at != reasoning_gate::phase::content || !f.trigger) {
+          EXPECT_EQ(eos, may_end && s.at != reasoning_gate::phase::content) << "form " << (&f - forms.data());
+        }
+        std::vector<std::int32_t> go;
+        for (const auto k : split->allowed)
+          if (k != 0)
+            go.push_back(k);
+        ASSERT_FALSE(go.empty()) << text;
+        const auto k = go[rng() % go.size()];
+        ASSERT_TRUE(g.advance(s, tokens[static_cast<std::size_t>(k)]));
+        text += tokens[static_cast<std::size_t>(k)];
+        bool whole = false;
+        ASSERT_TRUE(output_ok(f, text, whole));
+        EXPECT_EQ(s.complete, whole) << text;
+        thought += s.at == reasoning_gate::phase::thinking;
+        direct += s.at == reasoning_gate::phase::content && text.find("</think>") == std::string::npos;
+      }
+      wholes += s.complete;
+    }
+  }
+  EXPECT_GT(wholes, 20) << "walks reach whole values";
+  EXPECT_GT(thought, 100) << "walks think";
+  EXPECT_GT(direct, 20) << "walks answer without thinking";
+}
+
+} // namespace
+} // namespace troupe
