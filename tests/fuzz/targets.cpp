@@ -16,8 +16,10 @@
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
 #include "runtime/json_schema.hpp"
+#include "runtime/reasoning_gate.hpp"
 #include "runtime/sim_engine.hpp"
 #include "tests/messages/chat_templates.hpp"
+#include "tests/support/list_tokenizer.hpp"
 #include "tests/support/temp_dir.hpp"
 #include "tools/workload/workload.hpp"
 
@@ -920,10 +922,68 @@ bool json_output(std::span<const std::uint8_t> in) {
   throw invariant_broken("a dead end after " + taken);
 }
 
+/// A form byte, a schema, a NUL byte and a text: the text goes byte by byte
+/// (each byte a token of its own) through a reasoning gate of the form
+/// (the opening mark or none; one value, free text with triggers, or a
+/// leading trigger). Each step, the split allows exactly the bytes
+/// advance takes, a refused byte leaves the state as it was, and short of
+/// a whole value some token goes on.
+bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
+  if (in.empty())
+    return false;
+  const auto form = in[0];
+  const auto all = text_of(in.subspan(1));
+  const auto nul = all.find('\0');
+  const auto text = nul == std::string_view::npos ? std::string_view() : all.substr(nul + 1);
+  std::shared_ptr<const json_schema> schema;
+  try {
+    schema = json_schema::compile(all.substr(0, nul));
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+  // Token 0 the end of the output; 1 to 256 the bytes.
+  static const testing::list_tokenizer bytes = [] {
+    std::vector<std::string> t{""};
+    for (int c = 0; c < 256; ++c)
+      t.emplace_back(1, static_cast<char>(c));
+    return testing::list_tokenizer(std::move(t));
+  }();
+  json_vocab vocab(bytes);
+  const std::string open = form & 1 ? "<think>" : "";
+  const auto trigger = std::make_shared<const json_trigger>(vocab, "<c>", schema);
+  const auto gate = (form & 6) == 0 ? reasoning_gate(vocab, open, "</think>", schema)
+                                    : reasoning_gate(vocab, open, "</think>", trigger, (form & 6) == 4);
+  const auto same = [](const reasoning_gate::state& a, const reasoning_gate::state& b) {
+    return a.at == b.at && a.held == b.held && a.matched == b.matched && a.blanks == b.blanks
+           && a.complete == b.complete && a.value.has_value() == b.value.has_value()
+           && (!a.value || a.value->key() == b.value->key()) && a.trigger.matched == b.trigger.matched
+           && a.trigger.leading == b.trigger.leading && a.trigger.value.has_value() == b.trigger.value.has_value()
+           && (!a.trigger.value || a.trigger.value->key() == b.trigger.value->key());
+  };
+  auto s = gate.begin();
+  std::string taken;
+  for (const char ch : text) {
+    if (s.complete)
+      break;
+    const auto split = gate.split(s);
+    require(!split->allowed.empty(), "a dead end after " + taken);
+    const auto token = static_cast<std::int32_t>(static_cast<unsigned char>(ch)) + 1;
+    const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), token);
+    const auto before = s;
+    const bool took = gate.advance(s, std::string_view(&ch, 1));
+    require(took == allowed, "the split and advance disagree on a byte after " + taken);
+    if (took)
+      taken += ch;
+    else
+      require(same(s, before), "a refused byte changed the state after " + taken);
+  }
+  return s.complete;
+}
+
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 17> all{{
+constexpr std::array<target, 18> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -937,6 +997,7 @@ constexpr std::array<target, 17> all{{
   {"sim", sim},
   {"sim_tiers", sim_tiers},
   {"json_schema", json_output},
+  {"reasoning_gate", reasoning_gate_walk},
   {"tokenizer_json", tokenizer_json},
   {"bpe_encode", bpe_encode},
   {"jinja", jinja_template},
