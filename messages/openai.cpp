@@ -40,9 +40,9 @@ constexpr std::array<std::string_view, 20> taken_by_both{
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
   "response_format"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
-constexpr std::array<std::string_view, 10> taken_by_chat{
+constexpr std::array<std::string_view, 11> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
-  "chat_template_kwargs", "add_generation_prompt", "continue_final_message"};
+  "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template"};
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
 constexpr std::array<std::string_view, 0> off_in_chat{};
 
@@ -1121,13 +1121,46 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
                                                 + "\" (valid: llama2, llama3, chatml, custom, model, jinja)"};
 }
 
+namespace {
+
+/// A chat's own `chat_template` (vLLM's request field) in place of the
+/// server's `served`, where the server takes them: its program, with
+/// what `served` says of the rest (calls, stop strings, reasoning, the
+/// special texts); none when the chat brings none.
+std::variant<std::optional<chat_template>, api_error> request_template(const json& doc, const chat_template& served) {
+  const auto t = doc.find("chat_template");
+  if (t == doc.end() || t->is_null())
+    return std::nullopt;
+  if (!served.request_templates)
+    return bad("field \"chat_template\": this server renders chats with its own template; [http] "
+               "request_chat_template = true lets a request bring one",
+               "chat_template");
+  if (!t->is_string() || t->get_ref<const std::string&>().empty())
+    return bad("field \"chat_template\" must be a Jinja template (a non-empty string), got " + t->dump(),
+               "chat_template");
+  const auto& text = t->get_ref<const std::string&>();
+  chat_template own = served;
+  own.name = "request";
+  try {
+    own.program = std::make_shared<const jinja::program>(text);
+  } catch (const jinja::error& e) {
+    return bad(std::string("field \"chat_template\": ") + e.what(), "chat_template");
+  }
+  own.tool_use_program.reset();
+  if (!served.program && text.find("<tool_call>") != std::string::npos)
+    own.tool_call = "<tool_call>\n{call}\n</tool_call>"; // as make_chat_template reads a template's text
+  return std::optional<chat_template>(std::move(own));
+}
+
+} // namespace
+
 std::variant<completion_request, api_error>
 parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
-                      const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable) {
+                      const chat_template& served, const std::function<bool(const std::string&)>& enforceable) {
   // For a Hugging Face template the body is read in order (the template may
   // show the client's objects with tojson), once: the checks read a copy.
   std::optional<nlohmann::ordered_json> ordered;
-  if (tpl.program) {
+  if (served.program || served.request_templates) {
     auto o = nlohmann::ordered_json::parse(body, nullptr, false);
     if (!o.is_discarded() && o.is_object())
       ordered = std::move(o); // else read_body says what is wrong with it
@@ -1136,6 +1169,11 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);
+  auto own = request_template(doc, served);
+  if (auto* e = std::get_if<api_error>(&own))
+    return std::move(*e);
+  const auto& requested = std::get<std::optional<chat_template>>(own);
+  const chat_template& tpl = requested ? *requested : served;
 
   auto messages = read_messages(doc);
   if (auto* e = std::get_if<api_error>(&messages))

@@ -199,6 +199,11 @@ struct chat_template : chat_formats {
   /// The model's reasoning, apart from its content in the answers (none:
   /// all of the output is content).
   std::optional<reasoning_format> reasoning;
+  /// A chat may bring its own Jinja template (the request's
+  /// `chat_template`, vLLM's): it renders that chat in place of this one's
+  /// text, with this one's calls, stop strings, reasoning and special
+  /// texts. False: such a chat is refused.
+  bool request_templates = false;
 };
 
 /// A Hugging Face chat template's text and the special texts it is given.

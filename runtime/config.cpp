@@ -465,7 +465,8 @@ http_options read_http(section s) {
   http_options o;
   s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_jinja",
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
-                "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser"});
+                "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser",
+                "request_chat_template"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -505,6 +506,9 @@ http_options read_http(section s) {
   parsers.insert(parsers.begin(), "");
   o.reasoning_parser = s.choice("reasoning_parser", o.reasoning_parser, parsers, "reasoning parser");
   s.require("reasoning_parser", o.reasoning_parser.empty() || !o.chat_template.empty(),
+            "is for chat completions, which chat_template = \"\" does not serve");
+  o.request_chat_template = s.flag("request_chat_template", o.request_chat_template);
+  s.require("request_chat_template", !o.request_chat_template || !o.chat_template.empty(),
             "is for chat completions, which chat_template = \"\" does not serve");
   if (o.chat_template.empty()) {
     if (const auto e = openai::custom_formats_refused("", chat_formats_of(o)))

@@ -237,6 +237,7 @@ deployment::start(const deployment_options& opts) {
           return opts.source + ": http." + e->key + ": " + (from.empty() ? "" : from + ": ") + e->what;
         hc.chat = std::get<openai::chat_template>(std::move(t));
         hc.chat->reasoning = openai::reasoning_parser(h.reasoning_parser);
+        hc.chat->request_templates = h.request_chat_template;
       }
       auto http = http_front::open(hc);
       if (auto* err = std::get_if<std::string>(&http))

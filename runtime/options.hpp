@@ -61,6 +61,9 @@ struct http_options {
   /// How a chat answer's reasoning is told from its content (vLLM's
   /// --reasoning-parser): "deepseek_r1", "qwen3", or "" (all content).
   std::string reasoning_parser;
+  /// A chat completion may bring its own Jinja template (its
+  /// `chat_template`, as vLLM's --trust-request-chat-template allows).
+  bool request_chat_template = false;
   bool enabled() const noexcept { return !listen.empty(); }
   bool operator==(const http_options&) const = default;
 };

@@ -94,6 +94,14 @@ if template == "chatml":
 else:
     # The model's own ChatML template gives the built-in's prompt and answer.
     assert chat == json.load(open(keep)), (chat, json.load(open(keep)))
+# A chat's own template: refused unless request_chat_template (on in the
+# model run); there it renders the chat.
+own = dict(body, chat_template="{{ messages[-1].content }}!")
+status, out = call(base, "/v1/chat/completions", own)
+if template == "chatml":
+    assert status == 400 and "request_chat_template" in out["error"]["message"], out
+else:
+    assert status == 200 and out["usage"]["prompt_tokens"] == len(tokens("Hi there!")), (out, tokens("Hi there!"))
 if arch == "qwen3":
     assert tokens("<think>x</think>") == [THINK] + tokens("x") + [END_THINK], tokens("<think>x</think>")
     # An answer that opens with <think> (the bias makes every token one):
@@ -147,7 +155,8 @@ stop
 
 grep -q '"chat_template"' "$work/model/tokenizer_config.json" \
   || { echo "$arch: troupe-mkmodel --arch $arch --tokenizer bpe wrote no chat template"; exit 1; }
-sed -i 's/^chat_template = "chatml"$/chat_template = "model"/' "$work/serve.toml"
+sed -i 's/^chat_template = "chatml"$/chat_template = "model"\nrequest_chat_template = true/' "$work/serve.toml"
+grep -q '^request_chat_template = true$' "$work/serve.toml"
 serve 'chat_template = "model"'
 check model
 stop

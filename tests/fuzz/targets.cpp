@@ -142,8 +142,10 @@ const openai::chat_template& template_for(std::uint8_t selector) {
     auto make = [](std::string_view name, openai::chat_formats custom = {}) {
       return std::get<openai::chat_template>(openai::make_chat_template(name, std::move(custom)));
     };
+    auto chatml = make("chatml");
+    chatml.request_templates = true; // a chat's own template, under a built-in one
     return std::array<openai::chat_template, 4>{
-      make("llama2"), make("chatml"),
+      make("llama2"), std::move(chatml),
       make("custom", {.user = "<u>{content}</u>", .assistant = "<a>{content}</a>", .generation = "<a>",
                       .stop = {"</a>"}}),
       make("llama3")};
@@ -152,11 +154,14 @@ const openai::chat_template& template_for(std::uint8_t selector) {
 }
 
 /// A Hugging Face (Jinja) template in Qwen's shape: tools in <tools> tags,
-/// calls in <tool_call> tags, results grouped, a namespace walked backwards.
+/// calls in <tool_call> tags, results grouped, a namespace walked backwards;
+/// a chat may bring its own.
 const openai::chat_template& jinja_template() {
   static const openai::chat_template tpl = [] {
     const openai::jinja_source src{std::string(test_templates::chatml_tools), "", "<|im_end|>"};
-    return std::get<openai::chat_template>(openai::make_chat_template("model", {}, &src));
+    auto t = std::get<openai::chat_template>(openai::make_chat_template("model", {}, &src));
+    t.request_templates = true; // and a chat's own
+    return t;
   }();
   return tpl;
 }

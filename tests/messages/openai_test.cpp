@@ -1819,6 +1819,52 @@ TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_
                 .prompt->ends_with("\nnull\nTrue[EOS]"));
 }
 
+TEST(openai, a_chat_brings_its_own_template_only_where_the_server_takes_them) {
+  const std::string own =
+    "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}";
+  const auto body = [&](const json& tpl_text, const std::string& extra = "") {
+    return R"({"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"2+2?"}],)"
+           R"("chat_template":)" + tpl_text.dump() + extra + "}";
+  };
+  auto served = builtin("chatml");
+  // Off (the default): refused, naming the key that turns them on.
+  const auto off = chat_refused(body(own), served);
+  EXPECT_EQ(off.status, 400);
+  EXPECT_EQ(off.param, "chat_template");
+  EXPECT_NE(off.message.find("request_chat_template"), std::string::npos) << off.message;
+  // On: the chat's template renders it; the server's stop strings stay.
+  served.request_templates = true;
+  const auto g = as_generate(chat_ok(body(own), served));
+  EXPECT_EQ(*g.prompt, "[system] Be brief.\n[user] 2+2?\n[assistant] ");
+  EXPECT_NE(std::find(g.stop.begin(), g.stop.end(), "<|im_end|>"), g.stop.end());
+  // The request's template variables go to it, as to a served one's.
+  EXPECT_EQ(*as_generate(chat_ok(body(own, R"(,"add_generation_prompt":false)"), served)).prompt,
+            "[system] Be brief.\n[user] 2+2?\n");
+  EXPECT_EQ(*as_generate(chat_ok(body("{{ mood }}: {{ messages[1].content }}", R"(,"chat_template_kwargs":{"mood":"calm"})"),
+                                 served))
+               .prompt,
+            "calm: 2+2?");
+  // null: the server's own.
+  EXPECT_TRUE(as_generate(chat_ok(body(nullptr), served)).prompt->starts_with("<|im_start|>system\nBe brief."));
+  // A template that cannot be read, or is no string: 400, saying why.
+  const auto broken = chat_refused(body("line one\n{% if %}"), served);
+  EXPECT_EQ(broken.status, 400);
+  EXPECT_NE(broken.message.find("line 2"), std::string::npos) << broken.message;
+  EXPECT_NE(chat_refused(body(3), served).message.find("a non-empty string"), std::string::npos);
+  EXPECT_NE(chat_refused(body(""), served).message.find("a non-empty string"), std::string::npos);
+  // Under a served Hugging Face template: its special texts, and its call
+  // format.
+  auto hf = jinja_template(test_templates::chatml_tools, {}, "<s>", "<|im_end|>");
+  hf.request_templates = true;
+  EXPECT_EQ(*as_generate(chat_ok(body("{{ bos_token }}{{ messages[1].content }}{{ eos_token }}"), hf)).prompt,
+            "2+2?<|im_end|>")
+    << "the leading BOS dropped, as for the served template";
+  const auto called = chat_ok(tool_chat(ask, R"(,"chat_template":"{{ tools | length }} tools: {{ messages[0].content }}")"), hf);
+  ASSERT_TRUE(called.tools);
+  EXPECT_EQ(called.tools->open, "<tool_call>");
+  EXPECT_EQ(*as_generate(called).prompt, "2 tools: Weather in Paris?");
+}
+
 TEST(openai, a_jinja_templates_call_format_is_hermes_where_its_text_has_tool_call_tags_and_unknown_otherwise) {
   const auto qwen_like = jinja_template(test_templates::chatml_tools, {}, "", "<|im_end|>");
   const auto c = chat_ok(tool_chat(ask), qwen_like);

@@ -497,6 +497,8 @@ TEST(config, chat_template_keys_are_read) {
   EXPECT_EQ(j.http.chat_jinja, "t.jinja");
   EXPECT_EQ(j.http.chat_stop, std::vector<std::string>{"<|end|>"});
   EXPECT_EQ(j.http.reasoning_parser, "") << "off by default";
+  EXPECT_FALSE(j.http.request_chat_template) << "off by default";
+  EXPECT_TRUE(parse_ok("[http]\nchat_template = \"chatml\"\nrequest_chat_template = true\n").http.request_chat_template);
   const auto llama31 = parse_ok("[http]\nchat_template = \"model\"\nchat_tool_call = \"{call}\"\n"
                                 "chat_tool_arguments = \"parameters\"\n[model]\npath = \"models/x\"\n");
   EXPECT_EQ(llama31.http.chat_tool_call, "{call}");
@@ -651,6 +653,10 @@ const error_case error_cases[] = {
    "http.reasoning_parser", "unknown reasoning parser \"qwen\"; did you mean \"qwen3\"?"},
   {"reasoning_parser_without_chats", "[http]\nreasoning_parser = \"deepseek_r1\"\n", "http.reasoning_parser",
    "is for chat completions, which chat_template = \"\" does not serve"},
+  {"request_chat_template_without_chats", "[http]\nrequest_chat_template = true\n", "http.request_chat_template",
+   "is for chat completions, which chat_template = \"\" does not serve"},
+  {"request_chat_template_not_a_bool", "[http]\nchat_template = \"chatml\"\nrequest_chat_template = \"yes\"\n",
+   "http.request_chat_template", "true or false"},
   {"chat_jinja_tool_call_without_marker",
    "[http]\nchat_template = \"jinja\"\nchat_jinja = \"t.jinja\"\nchat_tool_call = \"{call}</call>\"\n",
    "http.chat_tool_call", "is \"{call}\" alone (calls found at the output's start) or holds text that opens a call"},
