@@ -1052,7 +1052,7 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
                                                                     const jinja_source* jinja) {
   chat_template t;
   t.name = std::string(name);
-  if (name == "model" || name == "jinja")
+  if (name == "model" || name == "jinja" || name == "auto")
     return make_jinja_template(std::move(t), std::move(custom), jinja);
   if (name == "custom") {
     const auto holds = [](const std::string& s, std::string_view slot) { return s.find(slot) != std::string::npos; };

@@ -235,8 +235,8 @@ std::optional<chat_template_error> custom_formats_refused(std::string_view name,
 /// unless empty; stop strings must not be empty; the tool formats are all
 /// given or none, each with its slot, and `tool_call` opens a call with
 /// text before "{call}"). Custom formats given with another name are an
-/// error, but for "model" and "jinja" (a Hugging Face template, `jinja`),
-/// which take `tool_call` and `stop`: `tool_call` says how the model writes
+/// error, but for "model", "jinja" and "auto" (a Hugging Face template,
+/// `jinja`), which take `tool_call` and `stop`: `tool_call` says how the model writes
 /// a call (default: Hermes' <tool_call> tags where the template's text
 /// holds "<tool_call>"; otherwise tools are refused). Without `jinja` the
 /// template's text is not read (the config check, before files are).

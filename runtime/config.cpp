@@ -484,7 +484,7 @@ http_options read_http(section s) {
   o.adapter_updates = s.flag("adapter_updates", o.adapter_updates);
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
-  names.insert(names.end(), {"custom", "model", "jinja"});
+  names.insert(names.end(), {"custom", "model", "jinja", "auto"});
   o.chat_template = s.choice("chat_template", o.chat_template, names, "chat template");
   o.chat_jinja = s.text("chat_jinja", o.chat_jinja);
   if (o.chat_template == "jinja")

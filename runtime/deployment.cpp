@@ -220,24 +220,42 @@ deployment::start(const deployment_options& opts) {
       hc.adapter_updates = opts.http.adapter_updates;
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;
+        // "auto": the model directory's template where it has one that
+        // serves; otherwise chats are not served, and say why.
+        const bool optional = h.chat_template == "auto";
+        const auto no_chat = [&](const std::string& why) {
+          hc.no_chat = "[http] chat_template = \"auto\" found no template that serves (" + why
+                       + "); set chat_template to a built-in one";
+          spdlog::warn("troupe: chat completions not served: {}", hc.no_chat);
+        };
         // A Hugging Face template is read now, from the model directory or
         // its file; its errors name the file.
         std::optional<openai::jinja_source> jinja;
         std::string from;
-        if (h.chat_template == "model" || h.chat_template == "jinja") {
-          auto read = h.chat_template == "model" ? read_model_chat_template(opts.model.path)
-                                                 : read_chat_template_file(h.chat_jinja, opts.model.path);
-          if (auto* e = std::get_if<std::string>(&read))
-            return opts.source + ": http.chat_template: " + *e;
-          jinja = std::get<openai::jinja_source>(std::move(read));
-          from = h.chat_template == "model" ? opts.model.path : h.chat_jinja;
+        if (h.chat_template == "model" || h.chat_template == "jinja" || optional) {
+          auto read = h.chat_template == "jinja" ? read_chat_template_file(h.chat_jinja, opts.model.path)
+                                                 : read_model_chat_template(opts.model.path);
+          if (auto* e = std::get_if<std::string>(&read)) {
+            if (!optional)
+              return opts.source + ": http.chat_template: " + *e;
+            no_chat(*e);
+          } else {
+            jinja = std::get<openai::jinja_source>(std::move(read));
+            from = h.chat_template == "jinja" ? h.chat_jinja : opts.model.path;
+          }
         }
-        auto t = openai::make_chat_template(h.chat_template, chat_formats_of(h), jinja ? &*jinja : nullptr);
-        if (auto* e = std::get_if<openai::chat_template_error>(&t)) // the config check lets only a bad text through
-          return opts.source + ": http." + e->key + ": " + (from.empty() ? "" : from + ": ") + e->what;
-        hc.chat = std::get<openai::chat_template>(std::move(t));
-        hc.chat->reasoning = openai::reasoning_parser(h.reasoning_parser);
-        hc.chat->request_templates = h.request_chat_template;
+        if (!optional || jinja) {
+          auto t = openai::make_chat_template(h.chat_template, chat_formats_of(h), jinja ? &*jinja : nullptr);
+          if (auto* e = std::get_if<openai::chat_template_error>(&t)) { // the config check lets only a bad text through
+            if (!optional)
+              return opts.source + ": http." + e->key + ": " + (from.empty() ? "" : from + ": ") + e->what;
+            no_chat(from + ": " + e->what);
+          } else {
+            hc.chat = std::get<openai::chat_template>(std::move(t));
+            hc.chat->reasoning = openai::reasoning_parser(h.reasoning_parser);
+            hc.chat->request_templates = h.request_chat_template;
+          }
+        }
       }
       auto http = http_front::open(hc);
       if (auto* err = std::get_if<std::string>(&http))

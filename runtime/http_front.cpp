@@ -336,8 +336,8 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await reply(error_response(
           version, keep,
           api_error_of(404, "invalid_request_error", "not_found",
-                       "chat completions are not served: the deployment names no chat template ([http] "
-                       "chat_template); use /v1/completions with the conversation as the prompt")));
+                       "chat completions are not served: " + cfg.no_chat
+                         + "; use /v1/completions with the conversation as the prompt")));
       co_return co_await completion(stream, req, chat);
     }
     const bool advise = target == "/v1/advise";

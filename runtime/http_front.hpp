@@ -35,8 +35,10 @@ struct http_front_config {
   /// Whether POST /v1/load_lora_adapter and /v1/unload_lora_adapter are
   /// served (a load reads a path on the server); off: 404.
   bool adapter_updates = false;
-  /// How POST /v1/chat/completions renders messages; none: not served.
+  /// How POST /v1/chat/completions renders messages; none: not served,
+  /// for the reason `no_chat` gives.
   std::optional<openai::chat_template> chat;
+  std::string no_chat = "the deployment names no chat template ([http] chat_template)";
 };
 
 class http_front {

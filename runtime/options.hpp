@@ -42,10 +42,11 @@ struct http_options {
   bool adapter_updates = false;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face
-  /// template of model.path: chat_template.jinja or tokenizer_config.json)
-  /// or "jinja" (the one in chat_jinja); empty: chat completions are not
-  /// served.
-  std::string chat_template;
+  /// template of model.path: chat_template.jinja or tokenizer_config.json),
+  /// "jinja" (the one in chat_jinja), or "auto" (the default): the model's
+  /// where model.path holds one that serves, else none; empty: chat
+  /// completions are not served.
+  std::string chat_template = "auto";
   /// jinja: a file holding a Hugging Face chat template (Jinja2), or a
   /// tokenizer_config.json (.json) holding one.
   std::string chat_jinja;

@@ -11,6 +11,8 @@
 # </think> are tokens whose text decodes, and with reasoning_parser =
 # "qwen3" an answer that opens with <think> is reasoning_content, whole and
 # streamed, and response_format holds only the content after the thinking.
+# A chat's own template serves where request_chat_template is on, and
+# chat_template = "auto" serves the model's template, or says why not.
 # Usage: qwen.sh BIN_DIR qwen2|qwen3
 set -euo pipefail
 bin="$1"
@@ -159,4 +161,32 @@ sed -i 's/^chat_template = "chatml"$/chat_template = "model"\nrequest_chat_templ
 grep -q '^request_chat_template = true$' "$work/serve.toml"
 serve 'chat_template = "model"'
 check model
+stop
+
+# chat_template = "auto" (the default) serves the model's template where it
+# has one (the same prompt and answer as "model"); where the template is
+# gone, chats are not served and the 404 says why.
+sed -i 's/^chat_template = "model"$/chat_template = "auto"/' "$work/serve.toml"
+grep -q '^chat_template = "auto"$' "$work/serve.toml"
+serve 'chat_template = "auto"'
+check model
+stop
+python3 - "$work/model/tokenizer_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+del c["chat_template"]
+json.dump(c, open(sys.argv[1], "w"))
+PY
+serve 'chat_template = "auto", no template'
+python3 - "$http" <<'PY'
+import os, sys
+sys.path.insert(0, os.environ["E2E_DIR"])
+from http_call import call
+base = "http://" + sys.argv[1]
+status, out = call(base, "/v1/chat/completions", {"model": "model", "messages": [{"role": "user", "content": "x"}]})
+assert status == 404 and 'chat_template = "auto" found no template' in out["error"]["message"], out
+status, out = call(base, "/v1/completions", {"model": "model", "prompt": "x", "max_tokens": 2})
+assert status == 200, out
+print("auto without a template: chats not served, completions served")
+PY
 stop

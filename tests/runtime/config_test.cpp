@@ -473,7 +473,8 @@ max_connections = 8
   EXPECT_EQ(o.http.model, "my-llama");
   EXPECT_EQ(o.http.max_connections, 8u);
   EXPECT_FALSE(parse_ok("").http.enabled()) << "off by default";
-  EXPECT_TRUE(parse_ok("").http.chat_template.empty()) << "no chat completions by default";
+  EXPECT_EQ(parse_ok("").http.chat_template, "auto") << "the model's own template where it has one";
+  EXPECT_EQ(parse_ok("[http]\nchat_template = \"\"\n").http.chat_template, "") << "no chat completions";
   EXPECT_FALSE(parse_ok("").http.adapter_updates) << "no adapter loads over HTTP by default";
   EXPECT_TRUE(parse_ok("[http]\nadapter_updates = true\n").http.adapter_updates);
   EXPECT_NE(parse_error_message("[http]\nadapter_updates = 1\n").find("http.adapter_updates"), std::string::npos);
@@ -624,8 +625,10 @@ const error_case error_cases[] = {
    "http.chat_stop", "must not hold an empty string"},
   {"chat_format_with_builtin", "[http]\nchat_template = \"chatml\"\nchat_user = \"{content}\"\n", "http.chat_user",
    "is for chat_template = \"custom\" (chat_template is \"chatml\")"},
-  {"chat_format_without_template", "[http]\nchat_stop = [\"x\"]\n", "http.chat_stop",
+  {"chat_format_without_template", "[http]\nchat_template = \"\"\nchat_stop = [\"x\"]\n", "http.chat_stop",
    "is for chat_template = \"custom\""},
+  {"chat_format_with_auto", "[http]\nchat_user = \"{content}\"\n", "http.chat_user",
+   "is for chat_template = \"custom\"; a Jinja template (chat_template = \"auto\") renders the messages"},
   {"chat_tool_format_with_builtin", "[http]\nchat_template = \"llama2\"\nchat_tools = \"{tools}\"\n", "http.chat_tools",
    "is for chat_template = \"custom\" (chat_template is \"llama2\")"},
   {"chat_tool_call_without_marker",
@@ -651,9 +654,9 @@ const error_case error_cases[] = {
    "http.chat_tool_arguments", "is for chat_template = \"custom\" (chat_template is \"chatml\")"},
   {"reasoning_parser_unknown", "[http]\nchat_template = \"chatml\"\nreasoning_parser = \"qwen\"\n",
    "http.reasoning_parser", "unknown reasoning parser \"qwen\"; did you mean \"qwen3\"?"},
-  {"reasoning_parser_without_chats", "[http]\nreasoning_parser = \"deepseek_r1\"\n", "http.reasoning_parser",
+  {"reasoning_parser_without_chats", "[http]\nchat_template = \"\"\nreasoning_parser = \"deepseek_r1\"\n", "http.reasoning_parser",
    "is for chat completions, which chat_template = \"\" does not serve"},
-  {"request_chat_template_without_chats", "[http]\nrequest_chat_template = true\n", "http.request_chat_template",
+  {"request_chat_template_without_chats", "[http]\nchat_template = \"\"\nrequest_chat_template = true\n", "http.request_chat_template",
    "is for chat completions, which chat_template = \"\" does not serve"},
   {"request_chat_template_not_a_bool", "[http]\nchat_template = \"chatml\"\nrequest_chat_template = \"yes\"\n",
    "http.request_chat_template", "true or false"},
