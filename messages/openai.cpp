@@ -117,9 +117,10 @@ std::vector<std::string> stop_strings(const json& doc) {
 }
 
 /// The fields both endpoints share, into `gen` (the wire generate, its
-/// prompt and id set for each choice later) and `out`.
+/// prompt and id set for each choice later) and `out`; `defaults` where the
+/// request leaves temperature, top_p or top_k out (or null).
 std::optional<api_error> take_common(const json& doc, std::string_view base_model, json& gen,
-                                     completion_request& out) {
+                                     completion_request& out, const sampling_defaults& defaults) {
   const auto model = doc.find("model");
   if (model == doc.end() || !model->is_string() || model->get<std::string>().empty())
     return bad("field \"model\" must name the base model (\"" + std::string(base_model)
@@ -137,6 +138,12 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
                           "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
+  if (defaults.temperature && !gen.contains("temperature"))
+    gen["temperature"] = *defaults.temperature;
+  if (defaults.top_p && !gen.contains("top_p"))
+    gen["top_p"] = *defaults.top_p;
+  if (defaults.top_k && !gen.contains("top_k"))
+    gen["top_k"] = *defaults.top_k;
 
   if (auto s = doc.find("stream"); s != doc.end() && !s->is_null()) {
     if (!s->is_boolean())
@@ -277,7 +284,8 @@ std::string to_json(const api_error& e) {
 }
 
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
-                                                             std::string_view wire_id) {
+                                                             std::string_view wire_id,
+                                                             const sampling_defaults& defaults) {
   auto read = read_body(body, taken_by_completions, off_in_completions, "a completion request",
                         "no suffix");
   if (auto* e = std::get_if<api_error>(&read))
@@ -326,7 +334,7 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
                  + "): it counts the candidates the n choices are picked from",
                "best_of");
   json gen = {{"type", "generate"}};
-  if (auto e = take_common(doc, base_model, gen, out))
+  if (auto e = take_common(doc, base_model, gen, out, defaults))
     return std::move(*e);
   if (candidates > out.n && out.stream)
     return bad("field \"best_of\" above \"n\" cannot be streamed: the best choices are known only when all "
@@ -1156,7 +1164,8 @@ std::variant<std::optional<chat_template>, api_error> request_template(const jso
 
 std::variant<completion_request, api_error>
 parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
-                      const chat_template& served, const std::function<bool(const std::string&)>& enforceable) {
+                      const chat_template& served, const std::function<bool(const std::string&)>& enforceable,
+                      const sampling_defaults& defaults) {
   // For a Hugging Face template the body is read in order (the template may
   // show the client's objects with tojson), once: the checks read a copy.
   std::optional<nlohmann::ordered_json> ordered;
@@ -1237,7 +1246,7 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   if (auto* e = std::get_if<api_error>(&n))
     return std::move(*e);
   json gen = {{"type", "generate"}};
-  if (auto e = take_common(doc, base_model, gen, out))
+  if (auto e = take_common(doc, base_model, gen, out, defaults))
     return std::move(*e);
   // logprobs: whether to give them; top_logprobs: how many alternatives
   // (passed on as the wire's count, which its parser checks).

@@ -66,6 +66,16 @@ std::optional<reasoning_format> reasoning_parser(std::string_view name);
 /// Their names.
 const std::vector<std::string>& reasoning_parser_names();
 
+/// Sampling values a request that leaves them out is given (the model's
+/// generation_config.json, as vLLM's --generation-config auto gives them);
+/// none: the wire's defaults (OpenAI's).
+struct sampling_defaults {
+  std::optional<double> temperature{};
+  std::optional<double> top_p{};
+  std::optional<std::int64_t> top_k{};
+  bool operator==(const sampling_defaults&) const = default;
+};
+
 /// A completion request, translated.
 struct completion_request {
   /// The wire generates, one per choice in OpenAI's order (each prompt's n
@@ -143,7 +153,8 @@ struct completion_request {
 /// (insertion), which Troupe does not implement, is refused with a message
 /// rather than ignored, as are fields it does not know.
 std::variant<completion_request, api_error> parse_completion(std::string_view body, std::string_view base_model,
-                                                             std::string_view wire_id);
+                                                             std::string_view wire_id,
+                                                             const sampling_defaults& defaults = {});
 
 /// The texts a chat template is made of (chat_template = "custom" gives
 /// them in the config; the built-in templates have their own).
@@ -260,7 +271,8 @@ std::variant<chat_template, chat_template_error> make_chat_template(std::string_
 /// wire's json_trigger at the template's call marker.
 std::variant<completion_request, api_error>
 parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
-                      const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {});
+                      const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {},
+                      const sampling_defaults& defaults = {});
 
 /// Translates a POST /v1/advise body (Troupe's own: Symphony's advisory,
 /// the next turn of `session` is coming in `in_s` seconds) into a wire

@@ -139,4 +139,43 @@ std::variant<openai::jinja_source, std::string> read_chat_template_file(const st
   return with_specials_of(fs::path(model_dir), std::move(*text));
 }
 
+std::variant<openai::sampling_defaults, std::string> read_generation_defaults(const std::string& model_dir,
+                                                                              std::vector<std::string>& unserved) {
+  const auto file = fs::path(model_dir) / "generation_config.json";
+  std::error_code ec;
+  if (model_dir.empty() || !fs::is_regular_file(file, ec))
+    return openai::sampling_defaults{};
+  const auto text = read_text(file);
+  if (!text)
+    return file.string() + ": cannot be read";
+  const auto cfg = json::parse(*text, nullptr, false);
+  if (cfg.is_discarded() || !cfg.is_object())
+    return file.string() + ": is not a JSON object";
+  openai::sampling_defaults out;
+  const auto number = [&](const char* key, double lo, double hi, bool lo_open, const char* range,
+                          std::optional<double>& into) -> std::optional<std::string> {
+    const auto it = cfg.find(key);
+    if (it == cfg.end() || it->is_null())
+      return std::nullopt;
+    const double v = it->is_number() ? it->get<double>() : -1;
+    if (!it->is_number() || v > hi || (lo_open ? v <= lo : v < lo))
+      return file.string() + ": \"" + key + "\" must be " + range + ", got " + it->dump();
+    into = v;
+    return std::nullopt;
+  };
+  if (auto e = number("temperature", 0, 100, false, "a number between 0 and 100", out.temperature))
+    return *e;
+  if (auto e = number("top_p", 0, 1, true, "a number above 0 and at most 1", out.top_p))
+    return *e;
+  if (const auto k = cfg.find("top_k"); k != cfg.end() && !k->is_null()) {
+    if (!k->is_number_integer() || k->get<std::int64_t>() < 0 || k->get<std::int64_t>() > 2147483647)
+      return file.string() + ": \"top_k\" must be an integer between 0 and 2147483647, got " + k->dump();
+    out.top_k = k->get<std::int64_t>();
+  }
+  for (const char* key : {"repetition_penalty", "min_p"})
+    if (const auto it = cfg.find(key); it != cfg.end() && !it->is_null())
+      unserved.push_back(std::string(key) + " " + it->dump());
+  return out;
+}
+
 } // namespace troupe

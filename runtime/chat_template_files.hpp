@@ -1,12 +1,15 @@
-// Where a Hugging Face chat template comes from: a model directory
-// (chat_template = "model") or a file (chat_template = "jinja",
-// http.chat_jinja), read at start; messages/openai makes the template.
+// What the HTTP front reads of a Hugging Face model directory at start:
+// where a chat template comes from, the model directory (chat_template =
+// "model" or "auto") or a file (chat_template = "jinja", http.chat_jinja),
+// which messages/openai makes into the template; and the sampling defaults
+// of its generation_config.json.
 #pragma once
 
 #include "messages/openai.hpp"
 
 #include <string>
 #include <variant>
+#include <vector>
 
 namespace troupe {
 
@@ -24,5 +27,14 @@ std::variant<openai::jinja_source, std::string> read_model_chat_template(const s
 /// from `model_dir`'s tokenizer_config.json when there is one.
 std::variant<openai::jinja_source, std::string> read_chat_template_file(const std::string& path,
                                                                         const std::string& model_dir);
+
+/// The sampling defaults a model directory's generation_config.json gives
+/// (vLLM's --generation-config auto): its temperature (0 to 100), top_p
+/// (above 0, at most 1) and top_k (0 or more; 0: no cut), each where the
+/// file has it; none when there is no such file. Keys vLLM would apply too
+/// that Troupe does not serve (repetition_penalty, min_p) go into `unserved`.
+/// The error names the file and the key.
+std::variant<openai::sampling_defaults, std::string> read_generation_defaults(const std::string& model_dir,
+                                                                              std::vector<std::string>& unserved);
 
 } // namespace troupe

@@ -466,7 +466,7 @@ http_options read_http(section s) {
   s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_jinja",
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
                 "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser",
-                "request_chat_template"});
+                "request_chat_template", "generation_config"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -508,6 +508,7 @@ http_options read_http(section s) {
   s.require("reasoning_parser", o.reasoning_parser.empty() || !o.chat_template.empty(),
             "is for chat completions, which chat_template = \"\" does not serve");
   o.request_chat_template = s.flag("request_chat_template", o.request_chat_template);
+  o.generation_config = s.choice("generation_config", o.generation_config, {"auto", ""}, "generation config");
   s.require("request_chat_template", !o.request_chat_template || !o.chat_template.empty(),
             "is for chat completions, which chat_template = \"\" does not serve");
   if (o.chat_template.empty()) {

@@ -449,8 +449,8 @@ struct http_front::impl : zmq_io::owned_socket {
         return false;
       }
     };
-    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat, enforceable)
-                       : openai::parse_completion(req.body(), cfg.model, base);
+    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling)
+                       : openai::parse_completion(req.body(), cfg.model, base, cfg.sampling);
     if (auto* e = std::get_if<openai::api_error>(&parsed))
       co_return co_await fail(*e);
     const auto c = std::get<openai::completion_request>(std::move(parsed));

@@ -39,6 +39,8 @@ struct http_front_config {
   /// for the reason `no_chat` gives.
   std::optional<openai::chat_template> chat;
   std::string no_chat = "the deployment names no chat template ([http] chat_template)";
+  /// What a request that leaves out temperature, top_p or top_k is given.
+  openai::sampling_defaults sampling;
 };
 
 class http_front {

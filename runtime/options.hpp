@@ -65,6 +65,10 @@ struct http_options {
   /// A chat completion may bring its own Jinja template (its
   /// `chat_template`, as vLLM's --trust-request-chat-template allows).
   bool request_chat_template = false;
+  /// Where OpenAI requests that leave out temperature, top_p or top_k get
+  /// them: "auto", model.path's generation_config.json (vLLM's
+  /// --generation-config auto); "": the wire's defaults (OpenAI's).
+  std::string generation_config = "auto";
   bool enabled() const noexcept { return !listen.empty(); }
   bool operator==(const http_options&) const = default;
 };

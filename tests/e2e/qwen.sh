@@ -78,6 +78,11 @@ assert out["usage"]["prompt_tokens"] == len(tokens(rendered)), (out, tokens(rend
 chat = {"prompt_tokens": out["usage"]["prompt_tokens"], "content": out["choices"][0]["message"]["content"]}
 if template == "chatml":
     json.dump(chat, open(keep, "w"))
+    # generation_config.json's temperature 0: without one, any seed is greedy.
+    for seed in (1, 2):
+        status, out = call(base, "/v1/chat/completions", dict({k: v for k, v in body.items() if k != "temperature"},
+                                                              seed=seed))
+        assert status == 200 and out["choices"][0]["message"]["content"] == chat["content"], (out, chat)
     # Both end ids end the answer: config.json's <|im_end|> and
     # generation_config.json's <|endoftext|>.
     for end in (IM_END, END_OF_TEXT):
@@ -151,7 +156,16 @@ print(f"{arch} ({template}): ok")
 PY
 }
 
+# The model's sampling defaults (generation_config.json, as vLLM reads it):
+# temperature 0, so a chat that leaves it out is greedy.
+python3 - "$work/model/generation_config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1]))
+c["temperature"] = 0
+json.dump(c, open(sys.argv[1], "w"))
+PY
 serve 'chat_template = "chatml"'
+grep -q "generation_config.json's temperature 0" "$work/log" || { cat "$work/log"; echo "$arch: no sampling defaults logged"; exit 1; }
 check chatml
 stop
 

@@ -1819,6 +1819,38 @@ TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_
                 .prompt->ends_with("\nnull\nTrue[EOS]"));
 }
 
+TEST(openai, sampling_left_out_takes_the_models_defaults_and_what_a_request_gives_wins) {
+  const sampling_defaults qwen{.temperature = 0.7, .top_p = 0.8, .top_k = 20};
+  const auto taken = [&](const std::string& body) {
+    auto r = parse_completion(body, "m", "h1", qwen);
+    EXPECT_TRUE(std::holds_alternative<completion_request>(r)) << body;
+    return as_generate(std::get<completion_request>(r));
+  };
+  auto g = taken(R"({"model":"m","prompt":"p"})");
+  EXPECT_EQ(g.sampling.temperature, 0.7f);
+  EXPECT_EQ(g.sampling.top_p, 0.8f);
+  EXPECT_EQ(g.sampling.top_k, 20);
+  g = taken(R"({"model":"m","prompt":"p","temperature":0,"top_p":null,"top_k":0})");
+  EXPECT_EQ(g.sampling.temperature, 0.0f) << "the request's";
+  EXPECT_EQ(g.sampling.top_p, 0.8f) << "null: the default";
+  EXPECT_EQ(g.sampling.top_k, 0) << "0: no cut, as the request says";
+  // Only what the model gives: the rest keep the wire's defaults.
+  auto only_t = parse_completion(R"({"model":"m","prompt":"p"})", "m", "h1", sampling_defaults{.temperature = 0.6});
+  const auto w = as_generate(std::get<completion_request>(only_t));
+  EXPECT_EQ(w.sampling.temperature, 0.6f);
+  EXPECT_EQ(w.sampling.top_p, wire::generate_request{}.sampling.top_p);
+  EXPECT_EQ(w.sampling.top_k, wire::generate_request{}.sampling.top_k);
+  // Chats too, each choice of n.
+  auto chat = parse_chat_completion(R"({"model":"m","n":2,"messages":[{"role":"user","content":"q"}]})", "m", "h1",
+                                    builtin("chatml"), {}, qwen);
+  ASSERT_TRUE(std::holds_alternative<completion_request>(chat));
+  for (std::size_t k = 0; k < 2; ++k)
+    EXPECT_EQ(as_generate(std::get<completion_request>(chat), k, 2).sampling.top_k, 20);
+  // None: the wire's (OpenAI's).
+  EXPECT_EQ(as_generate(ok(R"({"model":"m","prompt":"p"})")).sampling.temperature,
+            wire::generate_request{}.sampling.temperature);
+}
+
 TEST(openai, a_chat_brings_its_own_template_only_where_the_server_takes_them) {
   const std::string own =
     "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}";

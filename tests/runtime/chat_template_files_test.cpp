@@ -116,5 +116,49 @@ TEST_F(chat_template_files, a_template_file_is_its_text_or_a_tokenizer_config) {
   EXPECT_NE(failed(read_chat_template_file(dir(), "")).find("cannot be read"), std::string::npos) << "a directory";
 }
 
+TEST_F(chat_template_files, generation_config_gives_the_sampling_defaults_it_holds_and_refuses_bad_ones) {
+  std::vector<std::string> unserved;
+  auto defaults = [&](const std::string& text) {
+    write("generation_config.json", text);
+    unserved.clear();
+    return read_generation_defaults(dir(), unserved);
+  };
+  // No file (or no directory): none.
+  auto none = read_generation_defaults(dir(), unserved);
+  ASSERT_TRUE(std::holds_alternative<openai::sampling_defaults>(none));
+  EXPECT_EQ(std::get<openai::sampling_defaults>(none), openai::sampling_defaults{});
+  EXPECT_EQ(std::get<openai::sampling_defaults>(read_generation_defaults("", unserved)), openai::sampling_defaults{});
+  // Qwen2.5 Instruct's: every key it has, none it lacks.
+  auto qwen = defaults(R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
+    "pad_token_id": 151643, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20})");
+  ASSERT_TRUE(std::holds_alternative<openai::sampling_defaults>(qwen)) << std::get<std::string>(qwen);
+  const auto q = std::get<openai::sampling_defaults>(qwen);
+  EXPECT_EQ(q.temperature, 0.7);
+  EXPECT_EQ(q.top_p, 0.8);
+  EXPECT_EQ(q.top_k, 20);
+  EXPECT_EQ(unserved, std::vector<std::string>{"repetition_penalty 1.05"});
+  auto llama = defaults(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9, "top_k": null})");
+  const auto l = std::get<openai::sampling_defaults>(llama);
+  EXPECT_EQ(l.temperature, 0.6);
+  EXPECT_FALSE(l.top_k);
+  EXPECT_TRUE(unserved.empty());
+  // Out of range or of the wrong type: refused, naming the file and key.
+  for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"({"temperature": -0.1})", "\"temperature\" must be a number between 0 and 100, got -0.1"},
+         {R"({"temperature": "0.7"})", "\"temperature\" must be a number between 0 and 100"},
+         {R"({"top_p": 0})", "\"top_p\" must be a number above 0 and at most 1, got 0"},
+         {R"({"top_p": 1.5})", "\"top_p\""},
+         {R"({"top_k": 2.5})", "\"top_k\" must be an integer between 0 and 2147483647, got 2.5"},
+         {R"({"top_k": -1})", "\"top_k\""},
+         {R"([1])", "is not a JSON object"},
+         {"{", "is not a JSON object"}}) {
+    const auto r = defaults(text);
+    ASSERT_TRUE(std::holds_alternative<std::string>(r)) << text;
+    const auto& e = std::get<std::string>(r);
+    EXPECT_NE(e.find("generation_config.json: "), std::string::npos) << e;
+    EXPECT_NE(e.find(says), std::string::npos) << e;
+  }
+}
+
 } // namespace
 } // namespace troupe

@@ -499,6 +499,8 @@ TEST(config, chat_template_keys_are_read) {
   EXPECT_EQ(j.http.chat_stop, std::vector<std::string>{"<|end|>"});
   EXPECT_EQ(j.http.reasoning_parser, "") << "off by default";
   EXPECT_FALSE(j.http.request_chat_template) << "off by default";
+  EXPECT_EQ(j.http.generation_config, "auto") << "the model's sampling defaults, as vLLM's";
+  EXPECT_EQ(parse_ok("[http]\ngeneration_config = \"\"\n").http.generation_config, "");
   EXPECT_TRUE(parse_ok("[http]\nchat_template = \"chatml\"\nrequest_chat_template = true\n").http.request_chat_template);
   const auto llama31 = parse_ok("[http]\nchat_template = \"model\"\nchat_tool_call = \"{call}\"\n"
                                 "chat_tool_arguments = \"parameters\"\n[model]\npath = \"models/x\"\n");
@@ -658,6 +660,8 @@ const error_case error_cases[] = {
    "is for chat completions, which chat_template = \"\" does not serve"},
   {"request_chat_template_without_chats", "[http]\nchat_template = \"\"\nrequest_chat_template = true\n", "http.request_chat_template",
    "is for chat completions, which chat_template = \"\" does not serve"},
+  {"generation_config_unknown", "[http]\ngeneration_config = \"vllm\"\n", "http.generation_config",
+   "unknown generation config \"vllm\""},
   {"request_chat_template_not_a_bool", "[http]\nchat_template = \"chatml\"\nrequest_chat_template = \"yes\"\n",
    "http.request_chat_template", "true or false"},
   {"chat_jinja_tool_call_without_marker",
