@@ -46,6 +46,21 @@ constexpr std::array<std::string_view, 11> taken_by_chat{
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
 constexpr std::array<std::string_view, 0> off_in_chat{};
 
+/// vLLM's sampling fields Troupe does not serve, taken at the value that
+/// leaves them out (as its clients may send them), and what Troupe does.
+struct neutral_field {
+  std::string_view key;
+  const char* neutral; ///< JSON text
+  const char* serves;
+};
+constexpr std::array<neutral_field, 5> neutral_fields{{
+  {"repetition_penalty", "1", "no repetition penalty (presence_penalty and frequency_penalty are served)"},
+  {"min_p", "0", "no min-p cut (top_p and top_k are served)"},
+  {"use_beam_search", "false", "no beam search"},
+  {"skip_special_tokens", "true", "no text for special tokens"},
+  {"include_stop_str_in_output", "false", "the text before a stop string"},
+}};
+
 template <std::size_t N>
 bool in(const std::array<std::string_view, N>& names, std::string_view key) {
   return std::find(names.begin(), names.end(), key) != names.end();
@@ -88,6 +103,15 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
   for (const auto& [key, value] : doc.items()) {
     if (in(taken_by_both, key) || in(own, key))
       continue;
+    if (const auto n = std::find_if(neutral_fields.begin(), neutral_fields.end(),
+                                    [&](const neutral_field& f) { return f.key == key; });
+        n != neutral_fields.end()) {
+      if (!value.is_null() && value != json::parse(n->neutral))
+        return bad("field \"" + key + "\" is served only as " + n->neutral + " (Troupe samples with " + n->serves
+                     + "), got " + value.dump(),
+                   key);
+      continue;
+    }
     if (in(off, key)) {
       if (!is_off(value))
         return bad("field \"" + key + "\" is not supported with the value " + value.dump() + " (Troupe returns "
@@ -138,6 +162,9 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
                           "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
+  // vLLM's -1 for no top-k cut is the wire's 0.
+  if (const auto k = gen.find("top_k"); k != gen.end() && k->is_number_integer() && k->get<std::int64_t>() == -1)
+    *k = 0;
   if (defaults.temperature && !gen.contains("temperature"))
     gen["temperature"] = *defaults.temperature;
   if (defaults.top_p && !gen.contains("top_p"))

@@ -1819,6 +1819,35 @@ TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_
                 .prompt->ends_with("\nnull\nTrue[EOS]"));
 }
 
+TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others_refused) {
+  // At their neutral values (or null), in completions and chats.
+  const auto c = ok(R"({"model":"m","prompt":"p","repetition_penalty":1.0,"min_p":0,"use_beam_search":false,)"
+                    R"("skip_special_tokens":true,"include_stop_str_in_output":false,"top_k":-1})");
+  EXPECT_EQ(as_generate(c).sampling.top_k, 0) << "vLLM's -1: no cut";
+  (void)ok(R"({"model":"m","prompt":"p","repetition_penalty":null,"min_p":null})");
+  (void)chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"repetition_penalty":1,"min_p":0.0})",
+                builtin("chatml"));
+  // Another value: refused, naming the field and what Troupe serves.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+         {"repetition_penalty", "1.05"}, {"min_p", "0.1"}, {"use_beam_search", "true"},
+         {"skip_special_tokens", "false"}, {"include_stop_str_in_output", "true"}, {"min_p", "\"0\""}}) {
+    const auto e = refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}");
+    EXPECT_EQ(e.status, 400);
+    EXPECT_EQ(e.param, field);
+    EXPECT_NE(e.message.find("is served only as"), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find("got " + value), std::string::npos) << e.message;
+    EXPECT_EQ(chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"}],")" + field + "\":" + value + "}",
+                           builtin("chatml"))
+                .param,
+              field);
+  }
+  // Below -1, the wire refuses it, naming it.
+  const auto below = ok(R"({"model":"m","prompt":"p","top_k":-2})");
+  const auto parsed = wire::parse_request(below.frames.at(0), wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(parsed));
+  EXPECT_NE(std::get<wire::parse_error>(parsed).message.find("\"top_k\""), std::string::npos);
+}
+
 TEST(openai, sampling_left_out_takes_the_models_defaults_and_what_a_request_gives_wins) {
   const sampling_defaults qwen{.temperature = 0.7, .top_p = 0.8, .top_k = 20};
   const auto taken = [&](const std::string& body) {
