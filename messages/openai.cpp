@@ -2112,10 +2112,18 @@ std::string completion_answer::routed(choice& c, std::string text) const {
     c.calling = true;
     c.calls = text.substr(at);
     text.resize(at);
+    if (!c.said && after_blanks(text).empty())
+      return {}; // blanks alone before the calls: no content
     return text;
   }
-  // Text that may begin the marker waits for the next chunk to tell.
+  // Text that may begin the marker waits for the next chunk to tell, and
+  // so do blanks while they are all the content: a call may follow them.
   const auto keep = stop_prefix_at_end(text, {tools_->open});
+  if (!c.said && after_blanks(std::string_view(text).substr(0, text.size() - keep)).empty()) {
+    c.marker_held = std::move(text);
+    return {};
+  }
+  c.said = true;
   c.marker_held = text.substr(text.size() - keep);
   text.resize(text.size() - keep);
   return text;

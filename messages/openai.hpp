@@ -382,6 +382,9 @@ private:
     std::string calls;
     bool calling = false;
     bool not_calling = false; ///< with no marker: the content began with text, not a call
+    /// With a marker: content other than blanks was sent (blanks alone
+    /// before a call are no content, as in the whole answer, so they wait).
+    bool said = false;
     /// With a reasoning format: where the stream is (0 the output's start,
     /// which may open the reasoning; 1 in the reasoning; 2 past it), and
     /// streamed text that may begin the opening or the closing mark.

@@ -1716,6 +1716,10 @@ TEST(openai, a_streamed_answer_with_reasoning_says_what_the_whole_one_says_howev
   for (const char* parser : {"qwen3", "deepseek_r1"}) {
     requests.push_back(chat_ok(body, reasoning_template(parser)));
     requests.push_back(chat_ok(tool_chat(ask), reasoning_template(parser)));
+    // Forced calls, which the model writes after its thinking.
+    requests.push_back(chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), reasoning_template(parser)));
+    requests.push_back(chat_ok(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})"),
+                               reasoning_template(parser)));
     auto with_logprobs = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"logprobs":true})",
                                  reasoning_template(parser));
     requests.push_back(std::move(with_logprobs));
@@ -1727,6 +1731,8 @@ TEST(openai, a_streamed_answer_with_reasoning_says_what_the_whole_one_says_howev
     "<think",
     "<think>no end, <tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call></thin",
     "x</think><tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>",
+    "<think>two</think>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":"
+    "\"get_time\",\"arguments\":{}}</tool_call>",
     "Four. <think>x</think>",
     "<>< </ </think",
     " ",
