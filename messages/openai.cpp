@@ -103,8 +103,9 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
   for (const auto& [key, value] : doc.items()) {
     if (in(taken_by_both, key) || in(own, key))
       continue;
+    const std::string_view name = key; // (a lambda may not name a structured binding before C++20's fix)
     if (const auto n = std::find_if(neutral_fields.begin(), neutral_fields.end(),
-                                    [&](const neutral_field& f) { return f.key == key; });
+                                    [name](const neutral_field& f) { return f.key == name; });
         n != neutral_fields.end()) {
       if (!value.is_null() && value != json::parse(n->neutral))
         return bad("field \"" + key + "\" is served only as " + n->neutral + " (Troupe samples with " + n->serves

@@ -1399,7 +1399,9 @@ TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_a
                                   "\"n\":", "12", " ", "hi", "}<t>", "}\n", "}x", "x", "\"", ":", "-", "<<t"};
   for (const char c : std::string_view("0123456789n"))
     pieces.emplace_back(1, c);
-  const auto [vocab, end] = pieces_vocab(pieces);
+  const auto made = pieces_vocab(pieces);
+  const auto& vocab = made.first;
+  const auto end = made.second;
   std::mt19937_64 rng{23};
   engine e{limits(1000, 8, 400), &vocab};
   e.token_of = [&](const gpu::step_entry& entry) {
@@ -1462,7 +1464,9 @@ TEST(scheduler_core, a_reasoning_models_output_thinks_freely_and_then_its_conten
                                   "12", "x", "\"", ":", "-", "}\n", "\n\n{"};
   for (const char c : std::string_view("0123456789n"))
     pieces.emplace_back(1, c);
-  const auto [vocab, end] = pieces_vocab(pieces);
+  const auto made = pieces_vocab(pieces);
+  const auto& vocab = made.first;
+  const auto end = made.second;
   std::mt19937_64 rng{41};
   engine e{limits(1000, 8, 400), &vocab};
   bool eos_offered = false;
