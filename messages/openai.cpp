@@ -2111,10 +2111,14 @@ std::string completion_answer::routed(choice& c, std::string text) const {
   }
   if (const auto at = calls_begin(text, *tools_); at != std::string::npos) {
     c.calling = true;
+    if (!c.said && after_blanks(std::string_view(text).substr(0, at)).empty()) {
+      // Blanks alone before the calls are no content: they go with the
+      // calls (read past), and back to the content if these are no calls.
+      c.calls = std::move(text);
+      return {};
+    }
     c.calls = text.substr(at);
     text.resize(at);
-    if (!c.said && after_blanks(text).empty())
-      return {}; // blanks alone before the calls: no content
     return text;
   }
   // Text that may begin the marker waits for the next chunk to tell, and

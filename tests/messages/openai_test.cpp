@@ -1734,6 +1734,8 @@ TEST(openai, a_streamed_answer_with_reasoning_says_what_the_whole_one_says_howev
     "<think>two</think>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>\n<tool_call>{\"name\":"
     "\"get_time\",\"arguments\":{}}</tool_call>",
     "Four. <think>x</think>",
+    "\r\r<tool_call>{\"naeAtop333333", // blanks, then no call after all
+    "<think>y</think> \n<tool_call>{\"name\":\"get_ti",
     "<>< </ </think",
     " ",
     "",
