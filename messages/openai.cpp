@@ -1994,11 +1994,15 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   c.received += t.text.size();
   std::string text = std::move(c.held) + t.text;
   c.held.clear();
-  if (const auto at = first_stop(text, stop_); at != std::string::npos) {
+  const auto at = first_stop(text, stop_);
+  const auto keep = stop_prefix_at_end(text, stop_);
+  if (at != std::string::npos && at <= text.size() - keep) {
     c.cut = true;
     text.resize(at);
   } else {
-    const auto keep = stop_prefix_at_end(text, stop_);
+    // Text that may begin a stop string waits for the next chunk to tell;
+    // so does one found where a longer one may begin before it (the whole
+    // answer cuts at the earliest).
     c.held = text.substr(text.size() - keep);
     text.resize(text.size() - keep);
   }
@@ -2035,6 +2039,8 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   c.pending.clear();
   std::string text = c.cut ? std::string() : std::move(c.held);
   c.held.clear();
+  if (const auto at = first_stop(text, stop_); at != std::string::npos)
+    text.resize(at); // a stop string that waited on a longer one
   if (reasoning_) {
     // The reasoning held goes out too, after a stop string as well.
     std::string reasoning;

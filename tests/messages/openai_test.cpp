@@ -371,6 +371,19 @@ TEST(openai, a_stream_holds_back_what_may_begin_a_stop_string_until_the_next_chu
     sse = {a.chunk(0, tokens("z</en")), end_of(a, done("length"))};
     EXPECT_EQ(streamed_text(sse), "z</en") << "what is held at the end is the output's end";
   }
+  {
+    // "b" is found, but "abc" may begin before it: the earliest wins, as in
+    // the whole answer ("dabce" ends before "abc").
+    completion_answer a{"c", 1, answered("m", false, false, {"b", "abc"})};
+    std::vector<std::string> sse{a.chunk(0, tokens("dab")), a.chunk(0, tokens("ce"))};
+    EXPECT_EQ(streamed_text(sse), "d");
+    completion_answer at_end{"c", 1, answered("m", false, false, {"b", "abc"})};
+    sse = {at_end.chunk(0, tokens("dab")), end_of(at_end, done("stop"))};
+    EXPECT_EQ(streamed_text(sse), "da") << "the output ended at \"b\"";
+    completion_answer other{"c", 1, answered("m", false, false, {"b", "abc"})};
+    sse = {other.chunk(0, tokens("dab")), other.chunk(0, tokens("x")), end_of(other, done("stop"))};
+    EXPECT_EQ(streamed_text(sse), "da");
+  }
 }
 
 // -- chat -------------------------------------------------------------------
