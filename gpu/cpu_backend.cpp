@@ -117,10 +117,10 @@ step_result cpu_backend::run_step(std::span<const step_entry> batch) {
     // Sampled from the adjusted logits; log-probabilities are the model's.
     std::span<const float> sampled = row;
     if (!e.logit_adjust.empty()) {
-      apply_logit_adjust(row, e.logit_adjust, adjusted);
+      apply_logit_adjust(row, e.logit_adjust, e.repetition_penalty, adjusted);
       sampled = adjusted;
     }
-    const auto token = sample_token(sampled, {e.temperature, e.top_p, e.top_k}, e.seed, e.output_index);
+    const auto token = sample_token(sampled, {e.temperature, e.top_p, e.top_k, e.min_p}, e.seed, e.output_index);
     out.tokens[index[k]] = token;
     if (e.logprobs >= 0)
       out.logprobs[index[k]] = logprobs_of(row, token, static_cast<std::uint32_t>(e.logprobs));

@@ -1,5 +1,6 @@
-// sample_token: greedy, or softmax with temperature in double, then top-k,
-// then top-p, and one uniform draw from splitmix64 keyed by (seed, index).
+// sample_token: greedy, or softmax with temperature in double, then min-p,
+// top-k and top-p, and one uniform draw from splitmix64 keyed by (seed,
+// index).
 #include "gpu/sampling.hpp"
 
 #include "gpu/random.hpp"
@@ -30,9 +31,10 @@ double uniform01(std::uint64_t seed, std::uint32_t output_index) noexcept {
   return static_cast<double>(r >> 11) * 0x1.0p-53;
 }
 
-/// Empty logits give -1. A temperature <= 0 (or NaN) means greedy; top_k <= 0
-/// keeps every token; top_p >= 1 (or NaN) keeps every token left; at least
-/// one token is always kept. NaN logits count as -infinity.
+/// Empty logits give -1. A temperature <= 0 (or NaN) means greedy; min_p <= 0
+/// (or NaN) and top_k <= 0 keep every token; top_p >= 1 (or NaN) keeps every
+/// token left; at least one token is always kept. NaN logits count as
+/// -infinity.
 std::int32_t sample_token(std::span<const float> logits, const sampling_config& cfg,
                           std::uint64_t seed, std::uint32_t output_index) {
   if (logits.empty())
@@ -55,26 +57,40 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
     p[i] = std::isnan(l) ? 0.0 : std::exp(l * inv_t - mx);
     total += p[i];
   }
+  std::vector<std::int32_t> order(n);
+  for (std::size_t i = 0; i < n; ++i)
+    order[i] = static_cast<std::int32_t>(i);
+  // min-p: a token's weight is its probability over the largest's (whose
+  // weight is exp(0) = 1), so the cut compares weights with min_p before
+  // they are normalized; the largest always stays. Those kept lead the
+  // order, in id order; equal logits stay together.
+  std::size_t keep = n;
+  const bool min_p_cut = cfg.min_p > 0.0f;
+  if (min_p_cut) {
+    const double floor = std::min(static_cast<double>(cfg.min_p), 1.0);
+    const auto kept_end =
+      std::stable_partition(order.begin(), order.end(), [&p, floor](std::int32_t i) { return p[i] >= floor; });
+    keep = static_cast<std::size_t>(kept_end - order.begin());
+  }
   for (auto& x : p)
     x /= total;
 
   // Descending probability, ties by lower id. Only as much of the order as
   // the walks below reach is sorted: the top-p set and the draw usually
   // stop within the first few dozen tokens of a large vocabulary.
-  std::vector<std::int32_t> order(n);
-  for (std::size_t i = 0; i < n; ++i)
-    order[i] = static_cast<std::int32_t>(i);
   auto before = [&p](std::int32_t a, std::int32_t b) {
     return p[a] > p[b] || (p[a] == p[b] && a < b);
   };
-  std::size_t keep = n;
   std::size_t sorted = 0; // order[0, sorted) is final
   double kept_mass = 0;
-  if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < n) {
+  if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < keep) {
+    const auto kept_end = order.begin() + static_cast<std::ptrdiff_t>(keep);
     keep = static_cast<std::size_t>(cfg.top_k);
-    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
-                      before);
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), kept_end, before);
     sorted = keep;
+    for (std::size_t i = 0; i < keep; ++i)
+      kept_mass += p[order[i]];
+  } else if (min_p_cut) {
     for (std::size_t i = 0; i < keep; ++i)
       kept_mass += p[order[i]];
   } else {
@@ -169,10 +185,16 @@ token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, st
 }
 
 void apply_logit_adjust(std::span<const float> logits, std::span<const logit_adjustment> adjust,
-                        std::vector<float>& out) {
+                        float repetition_penalty, std::vector<float>& out) {
   out.assign(logits.begin(), logits.end());
+  auto in_row = [&out](std::int32_t t) { return t >= 0 && static_cast<std::size_t>(t) < out.size(); };
+  if (repetition_penalty != 1.0f)
+    for (const auto& a : adjust)
+      if (a.repeated && in_row(a.token)) // from the model's logit: twice is once
+        out[static_cast<std::size_t>(a.token)] =
+          penalize_repeated(logits[static_cast<std::size_t>(a.token)], repetition_penalty);
   for (const auto& a : adjust)
-    if (a.token >= 0 && static_cast<std::size_t>(a.token) < out.size())
+    if (in_row(a.token))
       out[static_cast<std::size_t>(a.token)] += a.delta;
 }
 

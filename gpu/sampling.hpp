@@ -18,6 +18,9 @@ struct sampling_config {
   float temperature = 1.0f; ///< 0: greedy (argmax, lowest id on ties)
   float top_p = 1.0f;       ///< keep the smallest set of top tokens with mass >= top_p
   std::int32_t top_k = 0;   ///< 0: no cut
+  /// Keep only tokens of probability >= min_p times the largest (before
+  /// top-k and top-p, as vLLM); 0 (or NaN) keeps every token.
+  float min_p = 0.0f;
 };
 
 /// The uniform double in [0, 1) that sample_token draws for
@@ -37,11 +40,19 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
 /// above -infinity. Used by every backend that computes them.
 token_logprobs logprobs_of(std::span<const float> logits, std::int32_t token, std::uint32_t top);
 
-/// `logits` with each adjustment's delta added to its token's logit (a
-/// token outside the row is ignored), into `out` (resized to match): what
-/// a step samples from (step_entry::logit_adjust).
+/// `logits` adjusted into `out` (resized to match): what a step samples
+/// from (step_entry::logit_adjust). First each `repeated` token's logit l
+/// becomes l / repetition_penalty if l > 0, else l * repetition_penalty
+/// (once, however often the token is named); then each delta is added to
+/// its token's logit. A token outside the row is ignored.
 void apply_logit_adjust(std::span<const float> logits, std::span<const logit_adjustment> adjust,
-                        std::vector<float>& out);
+                        float repetition_penalty, std::vector<float>& out);
+
+/// The repetition penalty's rule for one logit, shared by the CPU and the
+/// CUDA adjustments so both round alike.
+constexpr float penalize_repeated(float logit, float repetition_penalty) noexcept {
+  return logit > 0.0f ? logit / repetition_penalty : logit * repetition_penalty;
+}
 
 /// A prompt's log-probabilities (step_result::prompt_logprobs), the logits
 /// of its rows taken `chunk_rows` at a time: `logits_of(first, rows)` gives

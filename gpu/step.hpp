@@ -25,11 +25,14 @@ struct token_logprobs {
   std::vector<token_logprob> top;
 };
 
-/// A change to one token's logit before sampling (OpenAI's logit_bias and
-/// presence and frequency penalties, summed).
+/// A change to one token's logit before sampling: OpenAI's logit_bias and
+/// presence and frequency penalties, summed into `delta`; and whether the
+/// token is one the request has seen (its prompt or output so far), whose
+/// logit step_entry::repetition_penalty scales first.
 struct logit_adjustment {
   std::int32_t token = 0;
   float delta = 0.0f;
+  bool repeated = false;
 };
 
 /// One request's share of a step. Plain data; safe to copy across threads.
@@ -51,6 +54,15 @@ struct step_entry {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;
+  /// In [0, 1]: tokens whose probability is below min_p times the most
+  /// likely token's are not drawn (vLLM's and Hugging Face's min_p), cut
+  /// before top_k and top_p; 0 cuts nothing.
+  float min_p = 0.0f;
+  /// Above 0 (1: none): the logit of each token a logit_adjust entry marks
+  /// `repeated` is divided by it where positive and multiplied by it
+  /// otherwise (Hugging Face's and vLLM's repetition_penalty), before the
+  /// entry's delta is added.
+  float repetition_penalty = 1.0f;
   /// -1: no log-probabilities; k >= 0: the sampled token's and the k most
   /// likely tokens' (step_result::logprobs), on backends that compute them
   /// (executor_backend::computes_logprobs).
@@ -61,8 +73,9 @@ struct step_entry {
   /// that compute log-probabilities. The scheduler asks it of a prefill from
   /// the first position (context_tokens 0), so these are the prompt's.
   std::int32_t prompt_logprobs = -1;
-  /// Added to the logits of this entry's sampled row before sampling, one
-  /// token each; the log-probabilities reported are the model's own.
+  /// Applied to the logits of this entry's sampled row before sampling
+  /// (gpu::apply_logit_adjust), in token order; the log-probabilities
+  /// reported are the model's own.
   std::vector<logit_adjustment> logit_adjust{};
   /// Input token ids of this step: the prompt on the prefill step, the last
   /// output token on a decode step. Backends that do no math ignore them.

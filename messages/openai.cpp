@@ -34,11 +34,11 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 20> taken_by_both{
+constexpr std::array<std::string_view, 22> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
-  "response_format"};
+  "response_format", "min_p", "repetition_penalty"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 11> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
@@ -53,9 +53,7 @@ struct neutral_field {
   const char* neutral; ///< JSON text
   const char* serves;
 };
-constexpr std::array<neutral_field, 5> neutral_fields{{
-  {"repetition_penalty", "1", "no repetition penalty (presence_penalty and frequency_penalty are served)"},
-  {"min_p", "0", "no min-p cut (top_p and top_k are served)"},
+constexpr std::array<neutral_field, 3> neutral_fields{{
   {"use_beam_search", "false", "no beam search"},
   {"skip_special_tokens", "true", "no text for special tokens"},
   {"include_stop_str_in_output", "false", "the text before a stop string"},
@@ -157,10 +155,11 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
 
   // Passed on as given: the wire parser checks them and names the field.
   // session (Troupe's): a conversation's id, whose KV the next turn reuses.
-  // stop_token_ids, ignore_eos, min_tokens and priority: vLLM's, as the
-  // wire's.
+  // stop_token_ids, ignore_eos, min_tokens, priority, min_p and
+  // repetition_penalty: vLLM's, as the wire's.
   for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "session", "presence_penalty",
-                          "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority"})
+                          "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
+                          "min_p", "repetition_penalty"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
   // vLLM's -1 for no top-k cut is the wire's 0.
@@ -172,6 +171,10 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
     gen["top_p"] = *defaults.top_p;
   if (defaults.top_k && !gen.contains("top_k"))
     gen["top_k"] = *defaults.top_k;
+  if (defaults.min_p && !gen.contains("min_p"))
+    gen["min_p"] = *defaults.min_p;
+  if (defaults.repetition_penalty && !gen.contains("repetition_penalty"))
+    gen["repetition_penalty"] = *defaults.repetition_penalty;
 
   if (auto s = doc.find("stream"); s != doc.end() && !s->is_null()) {
     if (!s->is_boolean())

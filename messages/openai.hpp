@@ -73,6 +73,8 @@ struct sampling_defaults {
   std::optional<double> temperature{};
   std::optional<double> top_p{};
   std::optional<std::int64_t> top_k{};
+  std::optional<double> min_p{};
+  std::optional<double> repetition_penalty{};
   bool operator==(const sampling_defaults&) const = default;
 };
 

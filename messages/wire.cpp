@@ -134,12 +134,12 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 28> generate_fields{
+constexpr std::array<std::string_view, 30> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
-  "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids",
-  "ignore_eos", "min_tokens", "response_format", "json_schema", "json_trigger",
-  "json_trigger_first", "reasoning_close", "reasoning_open"};
+  "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
+  "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
+  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -283,15 +283,17 @@ std::vector<std::string> read_stop(const json& j, const parse_limits& limits) {
   return out;
 }
 
-/// A number in [lo, hi] (or (lo, hi] when `open_lo`), as a float.
+/// A number in [lo, hi] (or (lo, hi] when `open_lo`, where it must stay
+/// above lo as a float too), as a float.
 float read_real(const json& j, std::string_view field, double lo, double hi, bool open_lo,
                 std::string_view expected) {
   if (!j.is_number())
     reject_field(field, expected, j);
   auto d = j.get<double>();
-  if (!std::isfinite(d) || d > hi || d < lo || (open_lo && d == lo))
+  const auto f = static_cast<float>(d);
+  if (!std::isfinite(d) || d > hi || d < lo || (open_lo && (d == lo || f <= lo)))
     reject_field(field, expected, j);
-  return static_cast<float>(d);
+  return f;
 }
 
 generate_request read_generate(const json& obj, std::string id, const parse_limits& limits) {
@@ -346,6 +348,11 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     g.sampling.frequency_penalty = read_real(*j, "frequency_penalty", -2, 2, false, "a number between -2 and 2");
   if (auto j = find(obj, "logit_bias"))
     g.sampling.logit_bias = read_logit_bias(*j, limits);
+  if (auto j = find(obj, "min_p"))
+    g.sampling.min_p = read_real(*j, "min_p", 0, 1, false, "a number between 0 and 1 (0 = no min-p cut)");
+  if (auto j = find(obj, "repetition_penalty"))
+    g.sampling.repetition_penalty =
+      read_real(*j, "repetition_penalty", 0, 100, true, "a number above 0 and at most 100 (1 = none)");
   if (auto j = find(obj, "stop"))
     g.stop = read_stop(*j, limits);
   if (auto j = find(obj, "stop_token_ids"))
@@ -974,6 +981,10 @@ std::string to_json(const request& x) {
         j["presence_penalty"] = wire_float(g.sampling.presence_penalty);
       if (g.sampling.frequency_penalty != 0)
         j["frequency_penalty"] = wire_float(g.sampling.frequency_penalty);
+      if (g.sampling.min_p != 0)
+        j["min_p"] = wire_float(g.sampling.min_p);
+      if (g.sampling.repetition_penalty != 1)
+        j["repetition_penalty"] = wire_float(g.sampling.repetition_penalty);
       if (!g.sampling.logit_bias.empty()) {
         json bias = json::object();
         for (const auto& [token, b] : g.sampling.logit_bias)

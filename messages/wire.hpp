@@ -50,6 +50,13 @@ struct sampling_params {
   /// Added to those tokens' logits before sampling: (token, bias in
   /// [-100, 100]), in token order, each token once.
   std::vector<std::pair<std::int32_t, float>> logit_bias{};
+  /// In [0, 1], vLLM's: tokens less likely than min_p times the most
+  /// likely one are not drawn; 0 cuts nothing.
+  float min_p = 0.0f;
+  /// Above 0 and at most 100, vLLM's (and Hugging Face's): each token of
+  /// the prompt or the output so far has its logit divided by it where
+  /// positive, multiplied by it otherwise; 1 is none.
+  float repetition_penalty = 1.0f;
 };
 
 struct generate_request {

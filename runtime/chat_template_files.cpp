@@ -172,9 +172,13 @@ std::variant<openai::sampling_defaults, std::string> read_generation_defaults(co
       return file.string() + ": \"top_k\" must be an integer between 0 and 2147483647, got " + k->dump();
     out.top_k = k->get<std::int64_t>();
   }
-  for (const char* key : {"repetition_penalty", "min_p"})
-    if (const auto it = cfg.find(key); it != cfg.end() && !it->is_null())
-      unserved.push_back(std::string(key) + " " + it->dump());
+  if (auto e = number("min_p", 0, 1, false, "a number between 0 and 1", out.min_p))
+    return *e;
+  if (auto e = number("repetition_penalty", 0, 100, true, "a number above 0 and at most 100", out.repetition_penalty))
+    return *e;
+  // vLLM caps a request's default max_tokens by it; Troupe's default stays.
+  if (const auto it = cfg.find("max_new_tokens"); it != cfg.end() && !it->is_null())
+    unserved.push_back("max_new_tokens " + it->dump());
   return out;
 }
 

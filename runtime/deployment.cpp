@@ -228,10 +228,13 @@ deployment::start(const deployment_options& opts) {
         const auto shown = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string("-"); };
         if (hc.sampling != openai::sampling_defaults{})
           spdlog::warn("troupe: requests that leave them out sample with generation_config.json's temperature {}, "
-                       "top_p {}, top_k {} (as vLLM does; [http] generation_config = \"\" gives OpenAI's defaults)",
-                       shown(hc.sampling.temperature), shown(hc.sampling.top_p), shown(hc.sampling.top_k));
+                       "top_p {}, top_k {}, min_p {}, repetition_penalty {} (as vLLM does; [http] generation_config "
+                       "= \"\" gives OpenAI's defaults)",
+                       shown(hc.sampling.temperature), shown(hc.sampling.top_p), shown(hc.sampling.top_k),
+                       shown(hc.sampling.min_p), shown(hc.sampling.repetition_penalty));
         for (const auto& key : unserved)
-          spdlog::warn("troupe: generation_config.json's {} is not applied (Troupe does not serve it)", key);
+          spdlog::warn("troupe: generation_config.json's {} is not applied (a request's max_tokens default "
+                       "stays the wire's)", key);
       }
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;

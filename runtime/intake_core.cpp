@@ -321,6 +321,8 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.prompt_logprobs = g.prompt_logprobs;
   spec.presence_penalty = g.sampling.presence_penalty;
   spec.frequency_penalty = g.sampling.frequency_penalty;
+  spec.min_p = g.sampling.min_p;
+  spec.repetition_penalty = g.sampling.repetition_penalty;
   for (const auto& [token, bias] : g.sampling.logit_bias)
     spec.logit_bias.push_back({token, bias});
   spec.priority = g.priority;

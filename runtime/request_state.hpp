@@ -85,6 +85,11 @@ struct request_spec {
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
   std::vector<gpu::logit_adjustment> logit_bias{};
+  /// vLLM's: the min-p cut (gpu::step_entry::min_p), and the repetition
+  /// penalty (1: none) on every token of the prompt and of the output so
+  /// far (gpu::step_entry::repetition_penalty).
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
   std::int32_t priority = 0;
   /// Multi-turn session (0: none): its KV may be kept after this turn and
   /// reused by the next turn whose prompt extends it.

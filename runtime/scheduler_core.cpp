@@ -136,6 +136,26 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       r.trigger_at.leading = spec.json_trigger_first;
     }
   }
+  r.adjust = spec.logit_bias;
+  if (spec.repetition_penalty != 1.0f) {
+    // The prompt's distinct tokens marked, the bias merged in token order.
+    std::vector<std::int32_t> seen = spec.prompt;
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    std::vector<gpu::logit_adjustment> merged;
+    merged.reserve(seen.size() + r.adjust.size());
+    auto bias = r.adjust.begin();
+    for (const auto t : seen) {
+      for (; bias != r.adjust.end() && bias->token < t; ++bias)
+        merged.push_back(*bias);
+      gpu::logit_adjustment a{t, 0.0f, true};
+      if (bias != r.adjust.end() && bias->token == t)
+        a.delta = (bias++)->delta;
+      merged.push_back(a);
+    }
+    merged.insert(merged.end(), bias, r.adjust.end());
+    r.adjust = std::move(merged);
+  }
   r.spec = std::move(spec);
   auto [i, added] = records_.emplace(r.spec.request_id, std::move(r));
   enqueue_waiting(i->second);
@@ -674,6 +694,8 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.temperature = r.spec.temperature;
     e.top_p = r.spec.top_p;
     e.top_k = r.spec.top_k;
+    e.min_p = r.spec.min_p;
+    e.repetition_penalty = r.spec.repetition_penalty;
     e.logprobs = r.spec.logprobs;
     e.logit_adjust = logit_adjust(r, ends_);
     if (r.json || r.trigger || r.gate)
@@ -721,24 +743,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
 
 std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
                                                                 std::span<const std::int32_t> ends) {
-  std::vector<gpu::logit_adjustment> out;
-  if (r.output_counts.empty()) {
-    out = r.spec.logit_bias;
-  } else {
-    // OpenAI's: logit - count·frequency - (count > 0)·presence + bias, the
-    // two lists merged in token order.
-    out.reserve(r.output_counts.size() + r.spec.logit_bias.size());
-    auto bias = r.spec.logit_bias.begin();
-    for (const auto& [token, count] : r.output_counts) {
-      for (; bias != r.spec.logit_bias.end() && bias->token < token; ++bias)
-        out.push_back(*bias);
-      float delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
-      if (bias != r.spec.logit_bias.end() && bias->token == token)
-        delta += (bias++)->delta;
-      out.push_back({token, delta});
-    }
-    out.insert(out.end(), bias, r.spec.logit_bias.end());
-  }
+  std::vector<gpu::logit_adjustment> out = r.adjust;
   if (r.generated >= r.spec.min_tokens)
     return out;
   // Before min_tokens nothing may end the output: the tokens that would
@@ -759,6 +764,26 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
   for (const auto t : r.spec.stop_token_ids)
     ban(t);
   return out;
+}
+
+void scheduler_core::note_output(record& r, std::int32_t token) {
+  const bool penalties = r.spec.presence_penalty != 0 || r.spec.frequency_penalty != 0;
+  const bool repeats = r.spec.repetition_penalty != 1.0f;
+  if (!penalties && !repeats)
+    return;
+  const auto by_token = [](const gpu::logit_adjustment& a, std::int32_t t) { return a.token < t; };
+  auto at = std::lower_bound(r.adjust.begin(), r.adjust.end(), token, by_token);
+  if (at == r.adjust.end() || at->token != token)
+    at = r.adjust.insert(at, {token, 0.0f, false});
+  at->repeated = at->repeated || repeats;
+  if (!penalties)
+    return;
+  // OpenAI's: logit - count·frequency - (count > 0)·presence + bias.
+  const auto count = ++r.output_counts[token];
+  at->delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
+  const auto& bias = r.spec.logit_bias;
+  if (const auto b = std::lower_bound(bias.begin(), bias.end(), token, by_token); b != bias.end() && b->token == token)
+    at->delta += b->delta;
 }
 
 void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust) {
@@ -938,8 +963,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     if (batch[k].prompt_logprobs >= 0 && r.generated == 0 && k < prompt_logprobs.size())
       fx.prompt_logprobs.emplace_back(fx.tokens.size() - 1, prompt_logprobs[k]);
     r.output.push_back(tok);
-    if (r.spec.presence_penalty != 0 || r.spec.frequency_penalty != 0)
-      ++r.output_counts[tok];
+    note_output(r, tok);
     ++r.generated;
     r.last_token = tok;
     r.last_token_s = now_s;

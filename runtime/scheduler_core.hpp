@@ -507,6 +507,12 @@ private:
     /// How often each token occurs in `output`, kept only when the request
     /// has a presence or frequency penalty.
     std::map<std::int32_t, std::uint32_t> output_counts;
+    /// Its standing logit adjustments, in token order: the bias, the
+    /// penalties on the output so far, and with a repetition penalty every
+    /// token of the prompt and the output marked repeated. Made at submit,
+    /// kept up as tokens come (note_output); each step's logit_adjust
+    /// begins as a copy.
+    std::vector<gpu::logit_adjustment> adjust;
     std::string text; // decoded output, kept only when stop strings are set
   };
   /// Pages of `r`'s cache: the prefix cache's it reads and its own.
@@ -540,11 +546,13 @@ private:
   void evict_idle(std::uint64_t n, scheduler_effects& fx);
   /// Pages of the prefix cache no request reads (free for any use).
   std::uint64_t idle_cached() const noexcept { return prefix_ ? prefix_->idle_pages() : 0; }
-  /// The request's logit_bias and penalties for its next token
-  /// (gpu::step_entry::logit_adjust), in token order; while it has fewer
+  /// The request's logit_bias, penalties and repetition marks for its next
+  /// token (gpu::step_entry::logit_adjust): r.adjust; while it has fewer
   /// than min_tokens, the end tokens `ends` (unless ignored) and its stop
   /// tokens banned.
   static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::span<const std::int32_t> ends);
+  /// Keeps r.adjust (and r.output_counts) up with output token `token`.
+  static void note_output(record& r, std::int32_t token);
   /// A JSON-object request's `adjust` with every token its output may not
   /// go on with banned, in token order.
   void constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust);

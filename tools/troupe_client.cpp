@@ -26,6 +26,7 @@ void usage(std::FILE* out) {
     "                                       with --json to see them)\n"
     "                     [--prompt-logprobs K]   (each prompt token's, given those before it)\n"
     "                     [--presence-penalty P] [--frequency-penalty F]\n"
+    "                     [--min-p P] [--repetition-penalty R]\n"
     "                     [--logit-bias TOKEN=BIAS]... [--stop-token TOKEN]...\n"
     "                     [--ignore-eos] [--min-tokens N]\n"
     "                     [--json-object]   (the output is one JSON object: response_format)\n"
@@ -92,6 +93,8 @@ int main(int argc, char** argv) {
     else if (arg == "--prompt-logprobs") g.prompt_logprobs = static_cast<std::int32_t>(number());
     else if (arg == "--presence-penalty") g.sampling.presence_penalty = static_cast<float>(number());
     else if (arg == "--frequency-penalty") g.sampling.frequency_penalty = static_cast<float>(number());
+    else if (arg == "--min-p") g.sampling.min_p = static_cast<float>(number());
+    else if (arg == "--repetition-penalty") g.sampling.repetition_penalty = static_cast<float>(number());
     else if (arg == "--logit-bias") {
       const auto v = value();
       const auto eq = v.find('=');

@@ -45,6 +45,7 @@ struct device_plan {
   const std::uint32_t* adjust_indptr = nullptr;
   const std::int32_t* adjust_tokens = nullptr;
   const float* adjust_deltas = nullptr;
+  const std::uint8_t* adjust_repeated = nullptr;
   std::uint32_t max_new_tokens = 0;
   std::uint32_t max_kv_len = 0;
 };
@@ -180,13 +181,15 @@ void lora_expand(dtype t, const device_plan& plan, const lora_layout& lora, std:
 /// One token per sequence from logits [seqs, vocab] fp32 (the rows already
 /// picked by plan.last_row), by gpu/sampling.hpp's rules: greedy at or below
 /// temperature 0 (lowest id on ties, NaN never wins), else softmax at the
-/// temperature, top-k, top-p, and the draw uniform01(seed, output_index),
+/// temperature, min-p, top-k, top-p, and the draw uniform01(seed, output_index),
 /// walking tokens by descending probability, ties by lower id.
 void sample(const device_plan& plan, const float* logits, std::uint32_t vocab,
             std::int32_t* tokens, cudaStream_t stream);
 
-/// out [seqs, vocab] = logits with plan.adjust_* added (step_entry::
-/// logit_adjust; a token outside the vocabulary is ignored): what sample()
+/// out [seqs, vocab] = logits adjusted by plan.adjust_* as gpu::
+/// apply_logit_adjust adjusts them (step_entry::logit_adjust: the repeated
+/// tokens' penalty from plan.sampling, then the deltas; a token outside
+/// the vocabulary is ignored): what sample()
 /// draws from when any sequence adjusts its logits; `logits` stay the
 /// model's, for the log-probabilities.
 void adjust_logits(const device_plan& plan, const float* logits, std::uint32_t vocab, float* out,

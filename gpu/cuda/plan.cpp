@@ -165,7 +165,7 @@ batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) 
     p.kv_indptr.push_back(static_cast<std::uint32_t>(p.kv_pages.size()));
     p.kv_len.push_back(len);
     p.last_row.push_back(p.rows() - 1);
-    p.sampling.push_back({e.temperature, e.top_p, e.top_k, e.output_index, e.seed});
+    p.sampling.push_back({e.temperature, e.top_p, e.top_k, e.min_p, e.repetition_penalty, e.output_index, e.seed});
     p.max_new_tokens = std::max(p.max_new_tokens, e.new_tokens);
     p.max_kv_len = std::max(p.max_kv_len, len);
 
@@ -189,6 +189,7 @@ batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) 
       for (const auto& a : batch[i].logit_adjust) {
         p.adjust_tokens.push_back(a.token);
         p.adjust_deltas.push_back(a.delta);
+        p.adjust_repeated.push_back(a.repeated ? 1 : 0);
       }
       p.adjust_indptr.push_back(static_cast<std::uint32_t>(p.adjust_tokens.size()));
     }

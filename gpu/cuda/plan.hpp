@@ -109,6 +109,8 @@ struct sample_params {
   float temperature = 1.0f;
   float top_p = 1.0f;
   std::int32_t top_k = 0;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f; ///< for its adjust_repeated tokens
   std::uint32_t output_index = 0;
   std::uint64_t seed = 0;
 };
@@ -174,11 +176,13 @@ struct batch_plan {
   // -- sampling ----------------------------------------------------------------
   std::vector<sample_params> sampling; ///< [seqs]
   /// Each sequence's step_entry::logit_adjust: sequence i's are
-  /// [adjust_indptr[i], adjust_indptr[i+1]) of the two arrays; all three
-  /// empty when no sequence has any (the step samples its logits as they are).
+  /// [adjust_indptr[i], adjust_indptr[i+1]) of the three arrays (repeated:
+  /// 1 or 0); all four empty when no sequence has any (the step samples its
+  /// logits as they are).
   std::vector<std::uint32_t> adjust_indptr;
   std::vector<std::int32_t> adjust_tokens;
   std::vector<float> adjust_deltas;
+  std::vector<std::uint8_t> adjust_repeated;
 
   std::uint32_t max_new_tokens = 0; ///< longest run of rows of one sequence
   std::uint32_t max_kv_len = 0;

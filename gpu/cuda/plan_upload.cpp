@@ -62,6 +62,7 @@ device_plan plan_upload::upload(const batch_plan& plan, cudaStream_t stream) {
     make_part(plan.sampling, &d.sampling),     make_part(plan.lora_pages, &d.lora_pages),
     make_part(plan.kv_pages, &d.kv_pages),     make_part(plan.adjust_indptr, &d.adjust_indptr),
     make_part(plan.adjust_tokens, &d.adjust_tokens), make_part(plan.adjust_deltas, &d.adjust_deltas),
+    make_part(plan.adjust_repeated, &d.adjust_repeated),
   };
   std::size_t total = 0;
   for (const auto& p : parts)

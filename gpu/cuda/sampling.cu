@@ -7,8 +7,11 @@
 // -inf); its weight is exp(l / T - max / T) in double, the CPU's formula
 // (left unnormalised: every comparison the sampler makes scales with it).
 // "A(q)" is the count and mass of the tokens with key > q: a prefix of the
-// order. Top-k, top-p and the draw each look for the first prefix that meets
-// a criterion (k tokens; mass >= top_p * kept; mass > u * kept):
+// order. A min-p cut keeps the tokens of weight >= min_p (the largest's
+// weight is 1): those of key >= the least key whose weight is, a prefix
+// found by bisecting keys and counted in one pass. Top-k, top-p and the
+// draw each look for the first prefix that meets a criterion (k tokens;
+// mass >= top_p * kept; mass > u * kept):
 //   1. passes over the row narrow a key interval that holds the answer,
 //      15 pivots a pass (8 spaced by value, 7 by key, so the bounding key
 //      range shrinks at least 8-fold a pass), each thread accumulating the
@@ -25,6 +28,7 @@
 
 #include "gpu/cuda/check.hpp"
 #include "gpu/random.hpp"
+#include "gpu/sampling.hpp"
 
 #include <climits>
 #include <cstddef>
@@ -685,6 +689,42 @@ __device__ position search(const row_view& rv, criterion c, key_span sp, leaf_st
   return position{};
 }
 
+// -- min-p ----------------------------------------------------------------------------------
+
+/// The least key in [lo, hi] whose weight is >= floor (weights grow with
+/// keys; hi's is 1 >= floor). Every thread computes the same.
+__device__ std::uint32_t min_p_key(const row_view& rv, double floor, std::uint32_t lo, std::uint32_t hi) {
+  while (lo < hi) {
+    const std::uint32_t mid = lo + (hi - lo) / 2;
+    if (rv.weight(mid) >= floor)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return hi;
+}
+
+/// How many tokens have key >= `key`, summed in a fixed tree.
+__device__ std::uint32_t count_from(const row_view& rv, std::uint32_t key, sampler_shared& sm) {
+  std::uint32_t c = 0;
+  for (std::uint32_t i = threadIdx.x; i < rv.vocab; i += sampler_threads)
+    c += rv.key(i) >= key;
+  c = __reduce_add_sync(0xffffffffu, c);
+  if (lane_id() == 0)
+    sm.wcount[warp_id()][0] = c;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    std::uint32_t total = 0;
+    for (int w = 0; w < sampler_warps; ++w)
+      total += sm.wcount[w][0];
+    sm.n = total;
+  }
+  __syncthreads();
+  const std::uint32_t total = sm.n;
+  __syncthreads();
+  return total;
+}
+
 // -- the kernel -------------------------------------------------------------------------------
 
 /// The tokens of key >= `key`, below A(top) = nothing.
@@ -738,13 +778,23 @@ __global__ void __launch_bounds__(sampler_threads)
     all.k = vocab;
     return search(rv, all, whole, leaf, sm);
   };
-
-  if (sp.top_k > 0 && static_cast<std::uint32_t>(sp.top_k) < vocab) {
+  auto cut_at = [&](std::uint32_t k) {
     criterion c;
     c.kind = crit_kind::count;
-    c.k = static_cast<std::uint32_t>(sp.top_k);
-    limit = search(rv, c, whole, leaf, sm);
+    c.k = k;
+    return search(rv, c, whole, leaf, sm);
+  };
+
+  std::uint32_t kept = vocab; // tokens the min-p cut keeps
+  if (sp.min_p > 0.0f) {
+    const double floor = fmin(static_cast<double>(sp.min_p), 1.0);
+    const std::uint32_t key = min_p_key(rv, floor, s.kmin, s.kmax);
+    kept = count_from(rv, key, sm);
+    if (kept < vocab)
+      limit = cut_at(kept);
   }
+  if (sp.top_k > 0 && static_cast<std::uint32_t>(sp.top_k) < kept)
+    limit = cut_at(static_cast<std::uint32_t>(sp.top_k));
   if (sp.top_p < 1.0f) {
     criterion c;
     c.kind = crit_kind::mass_ge;
@@ -780,11 +830,24 @@ __global__ void __launch_bounds__(adjust_threads)
                        const std::uint32_t* __restrict__ indptr, // [seqs + 1]
                        const std::int32_t* __restrict__ tokens,
                        const float* __restrict__ deltas,
+                       const std::uint8_t* __restrict__ repeated,
+                       const sample_params* __restrict__ params, // [seqs]
                        float* __restrict__ out) {               // [seqs, vocab]
   const std::size_t base = static_cast<std::size_t>(blockIdx.x) * vocab;
   for (std::uint32_t i = threadIdx.x; i < vocab; i += blockDim.x)
     out[base + i] = logits[base + i];
   __syncthreads();
+  // The repetition penalty, from the model's logit: a token named twice
+  // stores the same value twice.
+  const float penalty = params != nullptr ? params[blockIdx.x].repetition_penalty : 1.0f;
+  if (penalty != 1.0f && repeated != nullptr) {
+    for (std::uint32_t k = indptr[blockIdx.x] + threadIdx.x; k < indptr[blockIdx.x + 1]; k += blockDim.x) {
+      const std::int32_t t = tokens[k];
+      if (repeated[k] != 0 && t >= 0 && static_cast<std::uint32_t>(t) < vocab)
+        out[base + static_cast<std::uint32_t>(t)] = penalize_repeated(logits[base + static_cast<std::uint32_t>(t)], penalty);
+    }
+    __syncthreads();
+  }
   for (std::uint32_t k = indptr[blockIdx.x] + threadIdx.x; k < indptr[blockIdx.x + 1]; k += blockDim.x) {
     const std::int32_t t = tokens[k];
     if (t >= 0 && static_cast<std::uint32_t>(t) < vocab)
@@ -798,8 +861,8 @@ void adjust_logits(const device_plan& plan, const float* logits, std::uint32_t v
                    cudaStream_t stream) {
   if (plan.seqs == 0 || vocab == 0 || plan.adjust_indptr == nullptr)
     return;
-  adjust_logits_kernel<<<plan.seqs, adjust_threads, 0, stream>>>(logits, vocab, plan.adjust_indptr, plan.adjust_tokens,
-                                                                 plan.adjust_deltas, out);
+  adjust_logits_kernel<<<plan.seqs, adjust_threads, 0, stream>>>(
+    logits, vocab, plan.adjust_indptr, plan.adjust_tokens, plan.adjust_deltas, plan.adjust_repeated, plan.sampling, out);
 }
 
 void sample(const device_plan& plan, const float* logits, std::uint32_t vocab,

@@ -370,6 +370,20 @@ status, _, body = call("/v1/completions", dict(req, frequency_penalty=2, presenc
 assert status == 200 and json.loads(body)["choices"][0]["text"] != ref["text"], (body, ref)
 refused(400, body=dict(req, presence_penalty=3), says="presence_penalty")
 refused(400, body=dict(req, logit_bias={"-4": 1}), says="logit_bias")
+# vLLM's repetition_penalty: a strong one keeps the greedy output from
+# repeating its tokens (a random model always has an unseen token of higher
+# logit than a seen one brought near 0; bytes of a split character all
+# show as U+FFFD, so those are left out); min_p 1 at temperature 1 draws the
+# greedy output, every token the most likely; out of range, refused.
+status, _, body = call("/v1/completions", dict(req, logprobs=0, repetition_penalty=100))
+spread = [t for t in json.loads(body)["choices"][0]["logprobs"]["tokens"] if t != "\ufffd"]
+assert status == 200 and len(spread) >= 6 and len(set(spread)) == len(spread), body
+status, _, body = call("/v1/completions", dict(req, temperature=1, seed=5, min_p=1))
+assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], (body, ref)
+status, _, body = call("/v1/completions", dict(req, temperature=1, seed=5))
+assert status == 200 and json.loads(body)["choices"][0]["text"] != ref["text"], (body, ref)
+refused(400, body=dict(req, repetition_penalty=0), says="repetition_penalty")
+refused(400, body=dict(req, min_p=1.5), says="min_p")
 
 # vLLM's stop_token_ids, ignore_eos and min_tokens: a greedy output ends at
 # the first of its tokens named a stop token; the end-of-sequence token

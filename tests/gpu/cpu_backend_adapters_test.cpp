@@ -207,6 +207,7 @@ TEST_F(cpu_backend_adapters, logit_adjustments_steer_sampling_not_the_log_probab
   ASSERT_NE(b, nullptr);
   testing::expect_logit_adjust_steers_sampling_only(*b, entry(1, {1, 5, 9, 13, 17}, {0}, 0), b->vocab().vocab_size(),
                                                     1e-4f);
+  testing::expect_min_p_one_draws_the_greedy_pick(*b, entry(1, {1, 5, 9, 13, 17}, {0}, 0));
 }
 
 } // namespace

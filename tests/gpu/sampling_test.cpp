@@ -1,7 +1,8 @@
-// Tests for sample_token: greedy and its ties, top-k and top-p cuts,
+// Tests for sample_token: greedy and its ties, min-p, top-k and top-p cuts,
 // determinism per (seed, output index), and empirical frequencies against
-// the softmax over many fixed-seed draws; logprobs_of against a log-softmax
-// written out, its order, and logits that are not numbers.
+// the softmax over many fixed-seed draws; apply_logit_adjust's repetition
+// penalty and deltas; logprobs_of against a log-softmax written out, its
+// order, and logits that are not numbers.
 #include "gpu/sampling.hpp"
 
 #include <gtest/gtest.h>
@@ -110,6 +111,69 @@ TEST(sampling, frequencies_match_softmax) {
   }
 }
 
+TEST(sampling, min_p_keeps_the_tokens_at_least_min_p_times_as_likely_as_the_top_one) {
+  // Probabilities 0.4, 0.2, 0.15, 0.1, 0.08, 0.05, 0.02 (ids shuffled).
+  const std::vector<double> probs{0.1, 0.4, 0.02, 0.15, 0.08, 0.2, 0.05};
+  std::vector<float> l;
+  for (const double q : probs)
+    l.push_back(static_cast<float>(std::log(q)));
+  // 0.3 * 0.4 = 0.12: 0.4, 0.2 and 0.15 stay (ids 1, 5, 3), renormalized.
+  std::vector<int> counts(l.size());
+  constexpr int draws = 60000;
+  for (int i = 0; i < draws; ++i)
+    ++counts[static_cast<std::size_t>(sample_token(l, {.min_p = 0.3f}, 17, static_cast<std::uint32_t>(i)))];
+  EXPECT_EQ(counts[0] + counts[2] + counts[4] + counts[6], 0);
+  for (const std::size_t id : {1u, 5u, 3u}) {
+    const double want = probs[id] / 0.75;
+    EXPECT_NEAR(counts[id] / static_cast<double>(draws), want, 5 * std::sqrt(want * (1 - want) / draws)) << id;
+  }
+  for (std::uint32_t i = 0; i < 500; ++i) {
+    // The cut comes first, top-k and top-p renormalize what it keeps:
+    // min_p 0.45 keeps 0.4 and 0.2; top-p 0.6 of those needs 0.4/0.6 alone
+    // (top-p first would keep both: 0.4 + 0.2 of the whole reaches 0.6).
+    EXPECT_EQ(sample_token(l, {.top_p = 0.6f, .min_p = 0.45f}, 3, i), 1);
+    const auto k5 = sample_token(l, {.top_k = 5, .min_p = 0.45f}, 4, i);
+    EXPECT_TRUE(k5 == 1 || k5 == 5) << k5;
+    EXPECT_EQ(sample_token(l, {.min_p = 1.0f}, 4, i), 1) << "1: the most likely only";
+    // 0 (or NaN) cuts nothing: the same draws as no cut.
+    EXPECT_EQ(sample_token(l, {.min_p = 0.0f}, 5, i), sample_token(l, {}, 5, i));
+    EXPECT_EQ(sample_token(l, {.min_p = std::numeric_limits<float>::quiet_NaN()}, 5, i), sample_token(l, {}, 5, i));
+  }
+  // Equal logits stay or go together; at temperature 0 the cut is moot.
+  const std::vector<float> tied{1.0f, 3.0f, 3.0f, 2.0f};
+  std::vector<int> tied_counts(4);
+  for (std::uint32_t i = 0; i < 400; ++i)
+    ++tied_counts[static_cast<std::size_t>(sample_token(tied, {.min_p = 0.9f}, 8, i))];
+  EXPECT_EQ(tied_counts[0] + tied_counts[3], 0);
+  EXPECT_GT(tied_counts[1], 0);
+  EXPECT_GT(tied_counts[2], 0);
+  EXPECT_EQ(sample_token(tied, {.temperature = 0.0f, .min_p = 0.9f}, 8, 0), 1);
+}
+
+TEST(logit_adjust, the_repetition_penalty_scales_the_models_logit_once_then_deltas_add) {
+  const std::vector<float> l{2.0f, -1.5f, 0.0f, 3.0f, -0.25f, 1.0f};
+  std::vector<float> out;
+  const std::vector<logit_adjustment> adjust{
+    {0, 0.0f, true}, {1, 0.0f, true}, {2, 0.0f, true}, {3, 1.0f, true}, {3, 0.0f, true},
+    {4, -1.0f},      {5, 0.5f, true}, {5, 0.25f},      {-1, 9.0f, true}, {6, 9.0f, true}};
+  apply_logit_adjust(l, adjust, 2.0f, out);
+  EXPECT_EQ(out, (std::vector<float>{1.0f, -3.0f, 0.0f, 2.5f, -1.25f, 1.25f}))
+    << "positive halved, negative doubled, 0 stays; a token named twice is penalized once and gets both deltas; "
+       "one not marked only its delta; ids outside ignored";
+  apply_logit_adjust(l, adjust, 1.0f, out);
+  EXPECT_EQ(out, (std::vector<float>{2.0f, -1.5f, 0.0f, 4.0f, -1.25f, 1.75f})) << "1: no penalty";
+  apply_logit_adjust(l, {}, 2.0f, out);
+  EXPECT_EQ(out, l) << "nothing marked: nothing scaled";
+  // Below 1 it favours what was seen, as Hugging Face's does.
+  apply_logit_adjust(l, adjust, 0.5f, out);
+  EXPECT_EQ(out[0], 4.0f);
+  EXPECT_EQ(out[1], -0.75f);
+  // Greedy steers away from the seen top token once it is penalized.
+  EXPECT_EQ(sample_token(l, {.temperature = 0.0f}, 1, 0), 3);
+  apply_logit_adjust(l, std::vector<logit_adjustment>{{3, 0.0f, true}}, 2.0f, out);
+  EXPECT_EQ(sample_token(out, {.temperature = 0.0f}, 1, 0), 0);
+}
+
 TEST(sampling, top_k_frequencies_renormalize) {
   const std::vector<float> l = {0.0f, 1.0f, 2.0f, 3.0f};
   std::vector<int> counts(4);
@@ -196,9 +260,10 @@ TEST(logprobs, logits_that_are_not_numbers_are_never_listed) {
   EXPECT_TRUE(logprobs_of(std::vector<float>{}, 0, 2).top.empty());
 }
 
-/// The sampler written plainly: every token sorted, then the top-k cut, the
-/// top-p cut and the walk to the draw (the kept mass summed in sorted order
-/// under a top-k cut, in id order otherwise, as sample_token sums it).
+/// The sampler written plainly: every token sorted, then the min-p cut, the
+/// top-k cut, the top-p cut and the walk to the draw (the kept mass summed
+/// in sorted order under a top-k cut, in id order otherwise, as
+/// sample_token sums it).
 std::int32_t sorted_sampler(const std::vector<float>& logits, const sampling_config& cfg, std::uint64_t seed,
                             std::uint32_t index) {
   const double inv_t = 1.0 / static_cast<double>(cfg.temperature);
@@ -209,21 +274,25 @@ std::int32_t sorted_sampler(const std::vector<float>& logits, const sampling_con
   double total = 0;
   for (std::size_t i = 0; i < p.size(); ++i)
     total += p[i] = std::exp(static_cast<double>(logits[i]) * inv_t - mx);
+  std::vector<bool> cut(p.size()); // by min-p: the weight (the top one's is 1) under min_p
+  if (cfg.min_p > 0.0f)
+    for (std::size_t i = 0; i < p.size(); ++i)
+      cut[i] = p[i] < static_cast<double>(cfg.min_p);
   for (auto& x : p)
     x /= total;
   std::vector<std::int32_t> order(p.size());
   for (std::size_t i = 0; i < order.size(); ++i)
     order[i] = static_cast<std::int32_t>(i);
   std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  std::size_t keep = order.size();
+  std::size_t keep = static_cast<std::size_t>(std::count(cut.begin(), cut.end(), false));
   double kept = 0;
   if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < keep) {
     keep = static_cast<std::size_t>(cfg.top_k);
     for (std::size_t i = 0; i < keep; ++i)
       kept += p[order[i]];
   } else {
-    for (const double x : p)
-      kept += x;
+    for (std::size_t i = 0; i < p.size(); ++i)
+      kept += cut[i] ? 0.0 : p[i];
   }
   if (cfg.top_p < 1.0f) {
     const double target = static_cast<double>(cfg.top_p) * kept;
@@ -256,16 +325,17 @@ TEST(sampling, sorting_only_what_the_walk_reaches_draws_what_a_full_sort_draws) 
   for (auto& x : ties)
     x = std::round(x * 4.0f) / 4.0f; // many equal logits
   rows.push_back(ties);
-  const std::vector<sampling_config> configs{{1.0f, 1.0f, 0},  {0.7f, 0.9f, 0},   {1.3f, 0.99f, 0},
-                                             {1.0f, 0.5f, 0},  {0.8f, 0.95f, 40}, {1.0f, 1.0f, 100},
-                                             {2.0f, 0.999f, 0}};
+  const std::vector<sampling_config> configs{{1.0f, 1.0f, 0},       {0.7f, 0.9f, 0},        {1.3f, 0.99f, 0},
+                                             {1.0f, 0.5f, 0},       {0.8f, 0.95f, 40},      {1.0f, 1.0f, 100},
+                                             {2.0f, 0.999f, 0},     {1.0f, 1.0f, 0, 0.05f}, {0.8f, 0.95f, 40, 0.1f},
+                                             {1.0f, 0.9f, 0, 0.3f}, {1.0f, 1.0f, 100, 0.01f}};
   for (std::size_t r = 0; r < rows.size(); ++r)
     for (const auto& cfg : configs)
       for (std::uint64_t seed = 0; seed < 40; ++seed) {
         const auto want = sorted_sampler(rows[r], cfg, seed, 7);
         ASSERT_EQ(sample_token(rows[r], cfg, seed, 7), want)
           << "row " << r << ", T " << cfg.temperature << ", top-p " << cfg.top_p << ", top-k " << cfg.top_k
-          << ", seed " << seed;
+          << ", min-p " << cfg.min_p << ", seed " << seed;
       }
 }
 

@@ -1840,18 +1840,41 @@ TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_
                 .prompt->ends_with("\nnull\nTrue[EOS]"));
 }
 
+TEST(openai, vllms_min_p_and_repetition_penalty_pass_to_the_wire_as_they_are) {
+  auto g = as_generate(ok(R"({"model":"m","prompt":"p","repetition_penalty":1.05,"min_p":0.1})"));
+  EXPECT_EQ(g.sampling.repetition_penalty, 1.05f);
+  EXPECT_EQ(g.sampling.min_p, 0.1f);
+  g = as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"repetition_penalty":0.9,)"
+                          R"("min_p":0})",
+                          builtin("chatml")));
+  EXPECT_EQ(g.sampling.repetition_penalty, 0.9f);
+  EXPECT_EQ(g.sampling.min_p, 0.0f);
+  g = as_generate(ok(R"({"model":"m","prompt":"p","repetition_penalty":null,"min_p":null})"));
+  EXPECT_EQ(g.sampling.repetition_penalty, 1.0f) << "null: none";
+  EXPECT_EQ(g.sampling.min_p, 0.0f);
+  // Out of range: the wire refuses it, naming it.
+  for (const auto* body : {R"({"model":"m","prompt":"p","min_p":2})", R"({"model":"m","prompt":"p","repetition_penalty":0})",
+                           R"({"model":"m","prompt":"p","min_p":"0.1"})"}) {
+    const auto parsed = wire::parse_request(ok(body).frames.at(0), wire::parse_limits{});
+    ASSERT_TRUE(std::holds_alternative<wire::parse_error>(parsed)) << body;
+    const auto& m = std::get<wire::parse_error>(parsed).message;
+    EXPECT_TRUE(m.find("\"min_p\"") != std::string::npos || m.find("\"repetition_penalty\"") != std::string::npos) << m;
+  }
+}
+
 TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others_refused) {
   // At their neutral values (or null), in completions and chats.
-  const auto c = ok(R"({"model":"m","prompt":"p","repetition_penalty":1.0,"min_p":0,"use_beam_search":false,)"
+  const auto c = ok(R"({"model":"m","prompt":"p","use_beam_search":false,)"
                     R"("skip_special_tokens":true,"include_stop_str_in_output":false,"top_k":-1})");
   EXPECT_EQ(as_generate(c).sampling.top_k, 0) << "vLLM's -1: no cut";
-  (void)ok(R"({"model":"m","prompt":"p","repetition_penalty":null,"min_p":null})");
-  (void)chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"repetition_penalty":1,"min_p":0.0})",
+  (void)ok(R"({"model":"m","prompt":"p","use_beam_search":null,"skip_special_tokens":null})");
+  (void)chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"use_beam_search":false,)"
+                R"("include_stop_str_in_output":false})",
                 builtin("chatml"));
   // Another value: refused, naming the field and what Troupe serves.
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-         {"repetition_penalty", "1.05"}, {"min_p", "0.1"}, {"use_beam_search", "true"},
-         {"skip_special_tokens", "false"}, {"include_stop_str_in_output", "true"}, {"min_p", "\"0\""}}) {
+         {"use_beam_search", "true"}, {"skip_special_tokens", "false"}, {"include_stop_str_in_output", "true"},
+         {"use_beam_search", "\"false\""}}) {
     const auto e = refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}");
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, field);
@@ -1870,7 +1893,7 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
 }
 
 TEST(openai, sampling_left_out_takes_the_models_defaults_and_what_a_request_gives_wins) {
-  const sampling_defaults qwen{.temperature = 0.7, .top_p = 0.8, .top_k = 20};
+  const sampling_defaults qwen{.temperature = 0.7, .top_p = 0.8, .top_k = 20, .repetition_penalty = 1.05};
   const auto taken = [&](const std::string& body) {
     auto r = parse_completion(body, "m", "h1", qwen);
     EXPECT_TRUE(std::holds_alternative<completion_request>(r)) << body;
@@ -1880,6 +1903,14 @@ TEST(openai, sampling_left_out_takes_the_models_defaults_and_what_a_request_give
   EXPECT_EQ(g.sampling.temperature, 0.7f);
   EXPECT_EQ(g.sampling.top_p, 0.8f);
   EXPECT_EQ(g.sampling.top_k, 20);
+  EXPECT_EQ(g.sampling.repetition_penalty, 1.05f);
+  EXPECT_EQ(g.sampling.min_p, 0.0f) << "the model gives none";
+  EXPECT_EQ(taken(R"({"model":"m","prompt":"p","repetition_penalty":1})").sampling.repetition_penalty, 1.0f)
+    << "the request's";
+  EXPECT_EQ(as_generate(std::get<completion_request>(
+                          parse_completion(R"({"model":"m","prompt":"p"})", "m", "h1", sampling_defaults{.min_p = 0.05})))
+              .sampling.min_p,
+            0.05f);
   g = taken(R"({"model":"m","prompt":"p","temperature":0,"top_p":null,"top_k":0})");
   EXPECT_EQ(g.sampling.temperature, 0.0f) << "the request's";
   EXPECT_EQ(g.sampling.top_p, 0.8f) << "null: the default";

@@ -40,6 +40,8 @@ TEST(serialize, a_request_keeps_every_field) {
   s.presence_penalty = -0.5f;
   s.frequency_penalty = 1.5f;
   s.logit_bias = {{3, 100.0f}, {9, -2.5f}};
+  s.min_p = 0.05f;
+  s.repetition_penalty = 1.3f;
   s.priority = -2;
   s.session = 0xabcdef;
   s.stop = {"\n\n"};
@@ -73,6 +75,8 @@ TEST(serialize, a_request_keeps_every_field) {
   ASSERT_EQ(r.logit_bias.size(), 2u);
   EXPECT_EQ(r.logit_bias[1].token, 9);
   EXPECT_EQ(r.logit_bias[1].delta, -2.5f);
+  EXPECT_EQ(r.min_p, s.min_p);
+  EXPECT_EQ(r.repetition_penalty, s.repetition_penalty);
   EXPECT_EQ(r.priority, s.priority);
   EXPECT_EQ(r.session, s.session);
   EXPECT_EQ(r.stop, s.stop);
@@ -137,12 +141,18 @@ TEST(serialize, a_step_keeps_what_it_asks_and_what_it_gives) {
   e.request_id = 2;
   e.logprobs = 3;
   e.prompt_logprobs = 1;
-  e.logit_adjust = {{4, -1.25f}};
+  e.logit_adjust = {{4, -1.25f}, {6, 0.0f, true}};
+  e.min_p = 0.1f;
+  e.repetition_penalty = 1.5f;
   e.tokens = {1, 2};
   EXPECT_EQ(round_trip(e).logprobs, 3);
-  ASSERT_EQ(round_trip(e).logit_adjust.size(), 1u);
+  ASSERT_EQ(round_trip(e).logit_adjust.size(), 2u);
   EXPECT_EQ(round_trip(e).logit_adjust[0].token, 4);
   EXPECT_EQ(round_trip(e).logit_adjust[0].delta, -1.25f);
+  EXPECT_FALSE(round_trip(e).logit_adjust[0].repeated);
+  EXPECT_TRUE(round_trip(e).logit_adjust[1].repeated);
+  EXPECT_EQ(round_trip(e).min_p, 0.1f);
+  EXPECT_EQ(round_trip(e).repetition_penalty, 1.5f);
   EXPECT_EQ(round_trip(e).prompt_logprobs, 1);
   gpu::step_result r;
   r.tokens = {5};

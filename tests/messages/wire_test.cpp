@@ -53,6 +53,8 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.sampling.presence_penalty, b.sampling.presence_penalty);
   EXPECT_EQ(a.sampling.frequency_penalty, b.sampling.frequency_penalty);
   EXPECT_EQ(a.sampling.logit_bias, b.sampling.logit_bias);
+  EXPECT_EQ(a.sampling.min_p, b.sampling.min_p);
+  EXPECT_EQ(a.sampling.repetition_penalty, b.sampling.repetition_penalty);
   EXPECT_EQ(a.stop, b.stop);
   EXPECT_EQ(a.stream, b.stream);
   EXPECT_EQ(a.session, b.session);
@@ -256,6 +258,11 @@ std::vector<accept_case> accept_cases() {
     {"prompt_logprobs_null", gen(R"("prompt_logprobs":null)"), [](g) {}},
     {"penalties", gen(R"("presence_penalty":-2,"frequency_penalty":0.5)"),
      [](g r) { r.sampling.presence_penalty = -2.0f; r.sampling.frequency_penalty = 0.5f; }},
+    {"min_p_and_repetition_penalty", gen(R"("min_p":0.1,"repetition_penalty":1.2)"),
+     [](g r) { r.sampling.min_p = 0.1f; r.sampling.repetition_penalty = 1.2f; }},
+    {"min_p_bounds_and_a_penalty_that_favours", gen(R"("min_p":1,"repetition_penalty":0.5)"),
+     [](g r) { r.sampling.min_p = 1.0f; r.sampling.repetition_penalty = 0.5f; }},
+    {"min_p_and_repetition_penalty_null", gen(R"("min_p":null,"repetition_penalty":null)"), [](g) {}},
     {"logit_bias_in_token_order", gen(R"("logit_bias":{"99":100,"5":-100,"7":0.5})"),
      [](g r) { r.sampling.logit_bias = {{5, -100.0f}, {7, 0.5f}, {99, 100.0f}}; }},
     {"logit_bias_empty", gen(R"("logit_bias":{})"), [](g) {}},
@@ -470,6 +477,15 @@ std::vector<reject_case> reject_cases() {
     {"prompt_logprobs_text", gen(R"("prompt_logprobs":"5")"), bad, "g1", {"\"prompt_logprobs\"", "got \"5\""}},
     {"presence_penalty_too_large", gen(R"("presence_penalty":2.5)"), bad, "g1", {"\"presence_penalty\"", "between -2 and 2"}},
     {"frequency_penalty_text", gen(R"("frequency_penalty":"1")"), bad, "g1", {"\"frequency_penalty\"", "got \"1\""}},
+    {"min_p_above_one", gen(R"("min_p":1.5)"), bad, "g1", {"\"min_p\"", "between 0 and 1", "got 1.5"}},
+    {"min_p_negative", gen(R"("min_p":-0.1)"), bad, "g1", {"\"min_p\"", "got -0.1"}},
+    {"repetition_penalty_zero", gen(R"("repetition_penalty":0)"), bad, "g1",
+     {"\"repetition_penalty\"", "above 0 and at most 100", "got 0"}},
+    {"repetition_penalty_under_a_float", gen(R"("repetition_penalty":1e-60)"), bad, "g1",
+     {"\"repetition_penalty\"", "got 1e-60"}},
+    {"repetition_penalty_too_large", gen(R"("repetition_penalty":101)"), bad, "g1", {"\"repetition_penalty\"", "got 101"}},
+    {"repetition_penalty_text", gen(R"("repetition_penalty":"1.1")"), bad, "g1",
+     {"\"repetition_penalty\"", "got \"1.1\""}},
     {"logit_bias_array", gen(R"("logit_bias":[1])"), bad, "g1", {"\"logit_bias\"", "token ids"}},
     {"logit_bias_bad_key", gen(R"("logit_bias":{"x1":1})"), bad, "g1", {"\"logit_bias\"", "the key \"x1\""}},
     {"logit_bias_negative_key", gen(R"("logit_bias":{"-1":1})"), bad, "g1", {"\"logit_bias\"", "the key \"-1\""}},
@@ -573,7 +589,8 @@ TEST(wire, request_round_trips) {
   full.prompt = "Once upon a time \xe2\x98\xba";
   full.adapter = "sql-lora";
   full.max_tokens = 4096;
-  full.sampling = {0.7f, 0.95f, 40, std::numeric_limits<std::uint64_t>::max(), -1.5f, 0.25f, {{0, -100.0f}, {7, 2.5f}}};
+  full.sampling = {0.7f, 0.95f, 40, std::numeric_limits<std::uint64_t>::max(), -1.5f, 0.25f, {{0, -100.0f}, {7, 2.5f}},
+                   0.05f, 1.15f};
   full.stop = {"\n", "END"};
   full.stream = true;
   full.session = "chat-1";

@@ -136,12 +136,19 @@ TEST_F(chat_template_files, generation_config_gives_the_sampling_defaults_it_hol
   EXPECT_EQ(q.temperature, 0.7);
   EXPECT_EQ(q.top_p, 0.8);
   EXPECT_EQ(q.top_k, 20);
-  EXPECT_EQ(unserved, std::vector<std::string>{"repetition_penalty 1.05"});
+  EXPECT_EQ(q.repetition_penalty, 1.05);
+  EXPECT_FALSE(q.min_p);
+  EXPECT_TRUE(unserved.empty());
   auto llama = defaults(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9, "top_k": null})");
   const auto l = std::get<openai::sampling_defaults>(llama);
   EXPECT_EQ(l.temperature, 0.6);
   EXPECT_FALSE(l.top_k);
+  EXPECT_FALSE(l.repetition_penalty);
   EXPECT_TRUE(unserved.empty());
+  // A min_p, and a cap vLLM puts on max_tokens that Troupe does not.
+  const auto capped = std::get<openai::sampling_defaults>(defaults(R"({"min_p": 0.05, "max_new_tokens": 2048})"));
+  EXPECT_EQ(capped.min_p, 0.05);
+  EXPECT_EQ(unserved, std::vector<std::string>{"max_new_tokens 2048"});
   // Out of range or of the wrong type: refused, naming the file and key.
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
          {R"({"temperature": -0.1})", "\"temperature\" must be a number between 0 and 100, got -0.1"},
@@ -150,6 +157,8 @@ TEST_F(chat_template_files, generation_config_gives_the_sampling_defaults_it_hol
          {R"({"top_p": 1.5})", "\"top_p\""},
          {R"({"top_k": 2.5})", "\"top_k\" must be an integer between 0 and 2147483647, got 2.5"},
          {R"({"top_k": -1})", "\"top_k\""},
+         {R"({"min_p": 1.5})", "\"min_p\" must be a number between 0 and 1, got 1.5"},
+         {R"({"repetition_penalty": 0})", "\"repetition_penalty\" must be a number above 0 and at most 100, got 0"},
          {R"([1])", "is not a JSON object"},
          {"{", "is not a JSON object"}}) {
     const auto r = defaults(text);

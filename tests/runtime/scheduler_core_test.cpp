@@ -1876,6 +1876,56 @@ TEST(scheduler_core, each_step_adjusts_logits_by_the_bias_and_the_penalties_on_t
   EXPECT_EQ(adjust_of(3), (adjustments{{7, -0.75f}, {50, -0.75f}}));
 }
 
+/// A request's repeated marks in a step: the tokens, in order.
+std::vector<std::int32_t> repeated_of(const std::vector<gpu::step_entry>& step, std::uint64_t id) {
+  std::vector<std::int32_t> out;
+  for (const auto& e : step)
+    if (e.request_id == id)
+      for (const auto& a : e.logit_adjust)
+        if (a.repeated)
+          out.push_back(a.token);
+  return out;
+}
+
+TEST(scheduler_core, a_repetition_penalty_marks_the_prompts_and_the_outputs_tokens_and_min_p_goes_along) {
+  auto core = fcfs_core();
+  auto step = three_in_one_prefill(core, {9, 3, 4, 3}, [](request_spec& s) {
+    if (s.request_id == 1) {
+      s.repetition_penalty = 1.3f;
+      s.logit_bias = {{2, 1.5f}, {4, -1.0f}};
+      s.presence_penalty = 0.5f;
+    }
+    if (s.request_id == 2)
+      s.min_p = 0.05f;
+    if (s.request_id == 3)
+      s.repetition_penalty = 0.8f;
+  });
+  ASSERT_EQ(step.size(), 3u);
+  for (const auto& e : step) {
+    EXPECT_EQ(e.repetition_penalty, e.request_id == 1 ? 1.3f : e.request_id == 3 ? 0.8f : 1.0f);
+    EXPECT_EQ(e.min_p, e.request_id == 2 ? 0.05f : 0.0f);
+  }
+  auto adjust_of = [&step](std::uint64_t id) { return adjustments_of(step, id); };
+  // The prompt's distinct tokens marked, merged with the bias in token order.
+  EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {3, 0.0f}, {4, -1.0f}, {9, 0.0f}}));
+  EXPECT_EQ(repeated_of(step, 1), (std::vector<std::int32_t>{3, 4, 9}));
+  EXPECT_TRUE(adjust_of(2).empty()) << "min_p alone adjusts nothing";
+  EXPECT_EQ(repeated_of(step, 3), (std::vector<std::int32_t>{3, 4, 9}));
+  core.on_step_done(step, std::vector<std::int32_t>{60, 60, 3}, 5);
+  step = core.next_step(6);
+  // The output's tokens join them; the presence penalty on them only.
+  EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.5f}, {3, 0.0f}, {4, -1.0f}, {9, 0.0f}, {60, -0.5f}}));
+  EXPECT_EQ(repeated_of(step, 1), (std::vector<std::int32_t>{3, 4, 9, 60}));
+  EXPECT_TRUE(adjust_of(2).empty());
+  EXPECT_EQ(repeated_of(step, 3), (std::vector<std::int32_t>{3, 4, 9})) << "3 again: marked once";
+  core.on_step_done(step, std::vector<std::int32_t>{2, 7, 5}, 7);
+  step = core.next_step(8);
+  EXPECT_EQ(adjust_of(1), (adjustments{{2, 1.0f}, {3, 0.0f}, {4, -1.0f}, {9, 0.0f}, {60, -0.5f}}))
+    << "the bias and the presence penalty on one token";
+  EXPECT_EQ(repeated_of(step, 1), (std::vector<std::int32_t>{2, 3, 4, 9, 60}));
+  EXPECT_EQ(repeated_of(step, 3), (std::vector<std::int32_t>{3, 4, 5, 9}));
+}
+
 TEST(scheduler_core, min_tokens_bans_eos_and_the_stop_tokens_until_then_in_token_order) {
   fake_tokenizer vocab;
   auto core = fcfs_core(&vocab);

@@ -169,6 +169,30 @@ inline void expect_logit_adjust_steers_sampling_only(gpu::executor_backend& b, g
   ASSERT_EQ(down.logprobs.size(), 1u);
   EXPECT_NEAR(down.logprobs[0].logprob, plain.logprobs[0].top.at(1).logprob, tol)
     << "the model's own log-probability of what was drawn: the runner-up's";
+  // A repetition penalty of 1 leaves a marked token as it is.
+  steered.logit_adjust = {{own, 0.0f, true}};
+  steered.repetition_penalty = 1.0f;
+  EXPECT_EQ(b.run_step(std::span{&steered, 1}).tokens.at(0), own);
+}
+
+/// min-p reaches the sampler: at temperature 1 with min_p 1 only the most
+/// likely token (the greedy pick) is ever drawn, while with min_p 0 some of
+/// the same seeds draw another (a random model spreads its mass).
+inline void expect_min_p_one_draws_the_greedy_pick(gpu::executor_backend& b, gpu::step_entry e) {
+  e.temperature = 0;
+  e.logprobs = -1;
+  e.logit_adjust.clear();
+  const auto own = b.run_step(std::span{&e, 1}).tokens.at(0);
+  e.temperature = 1.0f;
+  std::size_t others = 0;
+  for (std::uint64_t seed = 1; seed <= 24; ++seed) {
+    e.seed = seed;
+    e.min_p = 1.0f;
+    EXPECT_EQ(b.run_step(std::span{&e, 1}).tokens.at(0), own) << "seed " << seed;
+    e.min_p = 0.0f;
+    others += b.run_step(std::span{&e, 1}).tokens.at(0) != own;
+  }
+  EXPECT_GT(others, 0u) << "without the cut some draw is another token";
 }
 
 } // namespace troupe::testing

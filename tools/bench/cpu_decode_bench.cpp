@@ -201,6 +201,24 @@ int main(int argc, char** argv) {
   for (auto& x : peaked)
     x = normal(rng);
   line("sample T 0.8, top-p 0.95, N(0,3) row", per_token([&](int i) { return sample_token(peaked, {0.8f, 0.95f, 0}, i, 0); }));
+  line("sample T 0.8, min-p 0.05, N(0,3) row",
+       per_token([&](int i) { return sample_token(peaked, {0.8f, 1.0f, 0, 0.05f}, i, 0); }));
+  line("sample T 0.8, min-p 0.05", per_token([&](int i) { return sample_token(row, {0.8f, 1.0f, 0, 0.05f}, i, 0); }));
+  // A repetition penalty on a 1,024-token prompt's distinct tokens: the
+  // adjusted row the sampler then reads (a copy of the row and the marks).
+  std::vector<logit_adjustment> seen;
+  for (std::int32_t t = 0; t < static_cast<std::int32_t>(row.size()) && seen.size() < 1024; t += 7)
+    seen.push_back({t, 0.0f, true});
+  std::vector<float> adjusted;
+  line("adjust, 1 bias (a row copied)", per_token([&](int i) {
+    const logit_adjustment one{i % 5, 1.0f};
+    apply_logit_adjust(row, std::span{&one, 1}, 1.0f, adjusted);
+    return static_cast<std::int64_t>(adjusted[0]);
+  }));
+  line("adjust, repetition over 1,024 tokens", per_token([&](int) {
+    apply_logit_adjust(row, seen, 1.2f, adjusted);
+    return static_cast<std::int64_t>(adjusted[0]);
+  }));
   for (std::uint32_t k : {0u, 5u, 20u}) {
     const std::string what = "logprobs, top " + std::to_string(k);
     line(what.c_str(), per_token([&](int i) {

@@ -15,6 +15,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
@@ -27,6 +28,8 @@ struct harness {
   scheduler_core core;
   std::uint64_t next_id = 1;
   double now = 0;
+  /// Applied to each request submitted (a bench's own sampling fields).
+  std::function<void(request_spec&)> shape;
 
   static scheduler_limits limits(std::uint32_t max_running) {
     scheduler_limits l;
@@ -56,6 +59,8 @@ struct harness {
     s.adapter_pages = s.adapter_rank / 4;
     s.queue = static_cast<std::uint32_t>(s.request_id % 4);
     s.arrival_s = now;
+    if (shape)
+      shape(s);
     core.submit(std::move(s));
   }
 
@@ -296,6 +301,49 @@ BENCHMARK(bm_json_iteration)
   ->ArgNames({"running", "json"})
   ->ArgsProduct({{1, 64}, {0, 1}})
   ->Unit(benchmark::kMicrosecond);
+
+/// A scheduler iteration (fcfs, 64 running, nothing waiting) whose requests
+/// have 1,024-token prompts of distinct tokens and no penalty, OpenAI's
+/// presence and frequency penalties, or a repetition penalty (every prompt
+/// token marked in each entry's logit_adjust, merged with the output's).
+void bm_penalty_iteration(benchmark::State& state) {
+  const auto kind = state.range(0);
+  const char* const labels[] = {"none", "presence+frequency", "repetition"};
+  state.SetLabel(labels[kind]);
+  harness h{64, "fcfs"};
+  h.shape = [kind](request_spec& s) {
+    s.prompt.resize(1024);
+    for (std::size_t i = 0; i < s.prompt.size(); ++i)
+      s.prompt[i] = static_cast<std::int32_t>((i * 31 + s.request_id) % 32000);
+    if (kind == 1) {
+      s.presence_penalty = 0.5f;
+      s.frequency_penalty = 0.25f;
+    } else if (kind == 2) {
+      s.repetition_penalty = 1.1f;
+    }
+  };
+  for (std::uint32_t i = 0; i < 64; ++i)
+    h.submit(1u << 20);
+  std::vector<std::int32_t> tokens;
+  for (int i = 0; i < 16; ++i) // every prefill done
+    h.iterate(tokens, 100 + i);
+  std::size_t batch = 0, adjustments = 0;
+  std::int32_t token = 0;
+  for (auto _ : state) {
+    h.now += 0.001;
+    h.grant(h.core.admit(h.now));
+    auto step = h.core.next_step(h.now);
+    for (const auto& e : step)
+      adjustments += e.logit_adjust.size();
+    tokens.assign(step.size(), 200 + (token++ % 64)); // 64 distinct output tokens, each repeated
+    h.core.on_step_done(step, tokens, h.now);
+    batch += step.size();
+  }
+  state.counters["batch"] = static_cast<double>(batch) / static_cast<double>(state.iterations());
+  state.counters["adjust"] = static_cast<double>(adjustments) / static_cast<double>(batch);
+}
+
+BENCHMARK(bm_penalty_iteration)->ArgName("penalty")->DenseRange(0, 2)->Unit(benchmark::kMicrosecond);
 
 } // namespace
 

@@ -455,6 +455,7 @@ TEST(cuda_backend, logit_adjustments_steer_sampling_not_the_log_probabilities) {
   ASSERT_NE(b, nullptr);
   troupe::testing::expect_logit_adjust_steers_sampling_only(*b, greedy_entry(prompt(9, 1), 0, {0}),
                                                             static_cast<std::int32_t>(tiny.vocab), 0.05f);
+  troupe::testing::expect_min_p_one_draws_the_greedy_pick(*b, greedy_entry(prompt(9, 1), 0, {0}));
   // In a batch: only the entry that adjusts is steered.
   auto plain = greedy_entry(prompt(9, 1), 0, {0});
   auto steered = greedy_entry(prompt(5, 2), 0, {1});

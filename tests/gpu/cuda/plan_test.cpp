@@ -228,13 +228,20 @@ TEST(plan_batch, logit_adjustments_follow_the_plan_order_and_only_when_some_entr
   fixture f;
   std::vector<step_entry> batch{entry(1, 0, 3, {3}, 9, 16), entry(2, 6, 1, {5, 6}), entry(3, 2, 1, {7})};
   EXPECT_TRUE(plan_batch(batch, f.in).adjust_indptr.empty()) << "none: the step samples its logits as they are";
-  batch[0].logit_adjust = {{4, 1.5f}, {9, -2.0f}};
+  batch[0].logit_adjust = {{4, 1.5f}, {9, -2.0f, true}};
+  batch[0].repetition_penalty = 1.2f;
+  batch[0].min_p = 0.05f;
   batch[2].logit_adjust = {{0, 100.0f}};
   const auto p = plan_batch(batch, f.in);
   ASSERT_EQ(p.order, (std::vector<std::uint32_t>{1, 2, 0})); // base model first
   EXPECT_EQ(p.adjust_indptr, (std::vector<std::uint32_t>{0, 0, 1, 3}));
   EXPECT_EQ(p.adjust_tokens, (std::vector<std::int32_t>{0, 4, 9}));
   EXPECT_EQ(p.adjust_deltas, (std::vector<float>{100.0f, 1.5f, -2.0f}));
+  EXPECT_EQ(p.adjust_repeated, (std::vector<std::uint8_t>{0, 0, 1}));
+  EXPECT_EQ(p.sampling[2].repetition_penalty, 1.2f) << "the penalty and the cut go with their sequence";
+  EXPECT_EQ(p.sampling[2].min_p, 0.05f);
+  EXPECT_EQ(p.sampling[0].repetition_penalty, 1.0f);
+  EXPECT_EQ(p.sampling[0].min_p, 0.0f);
 }
 
 TEST(plan_batch, an_empty_batch_gives_an_empty_plan) {

@@ -1,11 +1,13 @@
 // The CUDA sampler (gpu/cuda/sampling.cu) against gpu::sample_token: greedy
-// with ties, NaN and infinities; temperature, top-k and top-p over
+// with ties, NaN and infinities; temperature, min-p, top-k and top-p over
 // vocabularies of 512, 32000 and 152064 with peaked, flat, tied, sparse and
 // narrowly spaced logits, per-sequence seeds and output indices in one
 // batch; the device's uniform draw against the host formula; the same
-// (seed, index) giving the same token whatever the batch. A token may
-// differ from the CPU's only where the CPU's own walk shows the draw (or
-// the top-p target) within 1e-5 of a CDF boundary. Skips without a GPU.
+// (seed, index) giving the same token whatever the batch; the logit
+// adjustments (repetition penalty, deltas) bit for bit. A token may differ
+// from the CPU's only where the CPU's own walk shows the draw (or the top-p
+// target, or a weight against the min-p floor) within 1e-5 of a boundary.
+// Skips without a GPU.
 #include "gpu/cuda/check.hpp"
 #include "gpu/cuda/device_buffer.hpp"
 #include "gpu/cuda/kernels.hpp"
@@ -57,18 +59,19 @@ std::vector<std::int32_t> run_sample(const std::vector<float>& logits, std::uint
 }
 
 sample_params params_of(float temperature, float top_p, std::int32_t top_k, std::uint64_t seed,
-                        std::uint32_t index) {
+                        std::uint32_t index, float min_p = 0.0f) {
   sample_params p;
   p.temperature = temperature;
   p.top_p = top_p;
   p.top_k = top_k;
+  p.min_p = min_p;
   p.seed = seed;
   p.output_index = index;
   return p;
 }
 
 std::int32_t cpu_token(std::span<const float> row, const sample_params& p) {
-  return sample_token(row, sampling_config{p.temperature, p.top_p, p.top_k}, p.seed,
+  return sample_token(row, sampling_config{p.temperature, p.top_p, p.top_k, p.min_p}, p.seed,
                       p.output_index);
 }
 
@@ -81,6 +84,7 @@ struct cpu_walk {
   std::int32_t token = -1;
   double draw_margin = std::numeric_limits<double>::infinity();
   double top_p_margin = std::numeric_limits<double>::infinity();
+  double min_p_margin = std::numeric_limits<double>::infinity(); ///< nearest weight to the floor
 };
 
 cpu_walk walk_of(std::span<const float> logits, const sample_params& cfg) {
@@ -104,14 +108,24 @@ cpu_walk walk_of(std::span<const float> logits, const sample_params& cfg) {
     p[i] = std::isnan(l) ? 0.0 : std::exp(l * inv_t - mx);
     total += p[i];
   }
+  // min-p on the weights (the largest is 1), before they are normalized.
+  std::size_t keep = n;
+  const bool min_p_cut = cfg.min_p > 0.0f;
+  const double floor = std::min(static_cast<double>(cfg.min_p), 1.0);
+  if (min_p_cut) {
+    keep = 0;
+    for (const double weight : p) {
+      keep += weight >= floor;
+      w.min_p_margin = std::min(w.min_p_margin, std::abs(weight - floor));
+    }
+  }
   for (auto& x : p)
     x /= total;
   std::vector<std::int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
   std::sort(order.begin(), order.end(),
             [&p](std::int32_t a, std::int32_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
-  std::size_t keep = n;
-  if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < n)
+  if (cfg.top_k > 0 && static_cast<std::size_t>(cfg.top_k) < keep)
     keep = static_cast<std::size_t>(cfg.top_k);
   double kept = 0;
   for (std::size_t i = 0; i < keep; ++i)
@@ -161,15 +175,15 @@ std::size_t expect_cpu_tokens(const std::vector<float>& logits, std::uint32_t vo
     if (tokens[s] == want)
       continue;
     const auto& p = params[s];
-    const double margin = std::min(w.draw_margin, w.top_p_margin);
+    const double margin = std::min({w.draw_margin, w.top_p_margin, w.min_p_margin});
     if (margin < boundary_tolerance) {
       ++near;
       continue;
     }
     ADD_FAILURE() << what << " seq " << s << " (T " << p.temperature << ", top_p " << p.top_p
-                  << ", top_k " << p.top_k << ", seed " << p.seed << ", index " << p.output_index
-                  << "): kernel " << tokens[s] << ", cpu " << want << ", draw margin "
-                  << w.draw_margin << ", top-p margin " << w.top_p_margin;
+                  << ", top_k " << p.top_k << ", min_p " << p.min_p << ", seed " << p.seed << ", index "
+                  << p.output_index << "): kernel " << tokens[s] << ", cpu " << want << ", draw margin "
+                  << w.draw_margin << ", top-p margin " << w.top_p_margin << ", min-p margin " << w.min_p_margin;
   }
   return near;
 }
@@ -252,20 +266,22 @@ std::vector<float> make_row(shape s, std::uint32_t vocab, std::uint64_t seed) {
   return row;
 }
 
-/// Temperature, top-p and top-k combinations; `narrow` rows need a tiny
-/// temperature to tell their logits apart.
+/// Temperature, top-p, top-k and min-p combinations; `narrow` rows need a
+/// tiny temperature to tell their logits apart.
 std::vector<sample_params> configs(std::uint32_t vocab, shape s, std::uint64_t seed) {
   const float scale = s == shape::narrow ? 2e-5f : 1.0f;
   const auto k_all = static_cast<std::int32_t>(vocab);
-  const std::vector<std::tuple<float, float, std::int32_t>> table{
-    {1.0f, 1.0f, 0},      {0.7f, 1.0f, 50},       {0.8f, 0.9f, 0},      {1.2f, 0.95f, 1000},
-    {1.0f, 1.0f, 1},      {1.0f, 0.0f, 0},        {2.0f, 1.0f, 0},      {0.6f, 0.5f, 40},
-    {1.0f, 0.999f, 0},    {1e-3f, 1.0f, 0},       {1.0f, 1.0f, k_all - 1}, {1.0f, 1.0f, k_all + 5},
-    {1.0f, -0.5f, 0},     {1.0f, nan_f, 0},       {1.5f, 0.3f, 5000},   {0.9f, 0.8f, 3}};
+  const std::vector<std::tuple<float, float, std::int32_t, float>> table{
+    {1.0f, 1.0f, 0, 0},      {0.7f, 1.0f, 50, 0},     {0.8f, 0.9f, 0, 0},         {1.2f, 0.95f, 1000, 0},
+    {1.0f, 1.0f, 1, 0},      {1.0f, 0.0f, 0, 0},      {2.0f, 1.0f, 0, 0},         {0.6f, 0.5f, 40, 0},
+    {1.0f, 0.999f, 0, 0},    {1e-3f, 1.0f, 0, 0},     {1.0f, 1.0f, k_all - 1, 0}, {1.0f, 1.0f, k_all + 5, 0},
+    {1.0f, -0.5f, 0, 0},     {1.0f, nan_f, 0, 0},     {1.5f, 0.3f, 5000, 0},      {0.9f, 0.8f, 3, 0},
+    {1.0f, 1.0f, 0, 0.05f},  {0.8f, 0.9f, 0, 0.1f},   {1.2f, 1.0f, 50, 0.01f},    {1.0f, 0.95f, 1000, 0.2f},
+    {1.0f, 1.0f, 0, 1.0f},   {2.0f, 1.0f, 0, 1e-4f},  {1.0f, 1.0f, 0, nan_f},     {1.5f, 0.5f, 0, 0.5f}};
   std::vector<sample_params> out;
   std::uint32_t i = 0;
-  for (const auto& [t, p, k] : table) {
-    out.push_back(params_of(t * scale, p, k, seed * 7919 + i * 31, 1000 * i + 1));
+  for (const auto& [t, p, k, m] : table) {
+    out.push_back(params_of(t * scale, p, k, seed * 7919 + i * 31, 1000 * i + 1, m));
     ++i;
   }
   return out;
@@ -355,18 +371,40 @@ TEST(sampling_kernel, adjusted_logits_are_the_cpu_references_bit_for_bit) {
   for (std::size_t i = 0; i < logits.size(); ++i)
     logits[i] = static_cast<float>(static_cast<int>(i * 2654435761u % 2001) - 1000) / 64.0f;
   logits[2 * vocab + 7] = nan_f;
+  // Rows 3 and 4 mark tokens repeated (a positive logit, a negative one,
+  // one named twice, one with a delta too, the NaN, two outside): row 3's
+  // penalty is 1.3, row 4's 1 (none); row 1's marks one under 1.3 too.
   const std::vector<std::vector<logit_adjustment>> adjust{
-    {}, {{0, 100.0f}, {31999, -0.5f}, {12, 0.25f}, {12, -2.0f}, {-1, 5.0f}, {32000, 5.0f}}, {{6, 1.0f}, {8, -100.0f}}};
+    {},
+    {{0, 100.0f}, {31999, -0.5f, true}, {12, 0.25f}, {12, -2.0f}, {-1, 5.0f}, {32000, 5.0f}},
+    {{6, 1.0f}, {8, -100.0f}},
+    {{1, 0, true}, {2, 0, true}, {3, 0, true}, {3, 0, true}, {4, 0.5f, true}, {5, 0.25f}, {5, 0.25f},
+     {7, 0, true}, {-2, 0, true}, {40000, 0, true}},
+    {{1, 0, true}, {2, 0.5f, true}}};
+  const std::vector<float> penalties{1.3f, 1.3f, 1.0f, 1.3f, 1.0f};
+  const std::uint32_t rows = static_cast<std::uint32_t>(adjust.size());
+  logits.resize(std::size_t{rows} * vocab);
+  for (std::size_t i = 3 * vocab; i < logits.size(); ++i)
+    logits[i] = static_cast<float>(static_cast<int>(i * 40503u % 977) - 488) / 16.0f;
+  logits[3 * vocab + 7] = nan_f;
+  logits[3 * vocab + 1] = 2.6f;
+  logits[3 * vocab + 2] = -1.3f;
+  logits[3 * vocab + 3] = 0.7f;
   std::vector<std::uint32_t> indptr{0};
   std::vector<std::int32_t> tokens;
   std::vector<float> deltas;
+  std::vector<std::uint8_t> repeated;
   for (const auto& row : adjust) {
     for (const auto& a : row) {
       tokens.push_back(a.token);
       deltas.push_back(a.delta);
+      repeated.push_back(a.repeated ? 1 : 0);
     }
     indptr.push_back(static_cast<std::uint32_t>(tokens.size()));
   }
+  std::vector<sample_params> params(rows);
+  for (std::uint32_t r = 0; r < rows; ++r)
+    params[r].repetition_penalty = penalties[r];
   device_buffer<float> d_logits(logits.size());
   d_logits.upload(logits);
   device_buffer<std::uint32_t> d_indptr(indptr.size());
@@ -375,12 +413,18 @@ TEST(sampling_kernel, adjusted_logits_are_the_cpu_references_bit_for_bit) {
   d_tokens.upload(tokens);
   device_buffer<float> d_deltas(deltas.size());
   d_deltas.upload(deltas);
+  device_buffer<std::uint8_t> d_repeated(repeated.size());
+  d_repeated.upload(repeated);
+  device_buffer<sample_params> d_params(params.size());
+  d_params.upload(params);
   device_buffer<float> d_out(logits.size());
   device_plan plan;
-  plan.seqs = 3;
+  plan.seqs = rows;
   plan.adjust_indptr = d_indptr.data();
   plan.adjust_tokens = d_tokens.data();
   plan.adjust_deltas = d_deltas.data();
+  plan.adjust_repeated = d_repeated.data();
+  plan.sampling = d_params.data();
   adjust_logits(plan, d_logits.data(), vocab, d_out.data(), nullptr);
   finish();
   std::vector<float> got(logits.size()), back(logits.size());
@@ -388,16 +432,22 @@ TEST(sampling_kernel, adjusted_logits_are_the_cpu_references_bit_for_bit) {
   d_logits.download(back);
   EXPECT_EQ(std::memcmp(back.data(), logits.data(), logits.size() * sizeof(float)), 0) << "the model's logits stay";
   std::vector<float> want;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    apply_logit_adjust(std::span<const float>(logits).subspan(r * vocab, vocab), adjust[r], want);
-    EXPECT_EQ(std::memcmp(got.data() + r * vocab, want.data(), vocab * sizeof(float)), 0) << "row " << r;
+  for (std::uint32_t r = 0; r < rows; ++r) {
+    apply_logit_adjust(std::span<const float>(logits).subspan(std::size_t{r} * vocab, vocab), adjust[r], penalties[r],
+                       want);
+    EXPECT_EQ(std::memcmp(got.data() + std::size_t{r} * vocab, want.data(), vocab * sizeof(float)), 0) << "row " << r;
   }
   EXPECT_EQ(got[vocab + 12], logits[vocab + 12] - 1.75f);
+  EXPECT_EQ(got[3 * vocab + 1], 2.6f / 1.3f) << "a positive logit divided";
+  EXPECT_EQ(got[3 * vocab + 2], -1.3f * 1.3f) << "a negative one multiplied";
+  EXPECT_EQ(got[3 * vocab + 3], 0.7f / 1.3f) << "named twice, penalized once";
+  EXPECT_TRUE(std::isnan(got[3 * vocab + 7]));
+  EXPECT_EQ(got[4 * vocab + 1], logits[4 * vocab + 1]) << "a penalty of 1 is none";
 }
 
 // -- sampling against the CPU ------------------------------------------------------------------
 
-TEST(sampling_kernel, temperature_top_k_top_p_match_the_cpu_sampler) {
+TEST(sampling_kernel, temperature_min_p_top_k_top_p_match_the_cpu_sampler) {
   TROUPE_REQUIRE_GPU();
   std::size_t near = 0, total = 0;
   for (std::uint32_t vocab : {512u, 32000u, 152064u})
@@ -423,11 +473,13 @@ TEST(sampling_kernel, many_draws_from_one_distribution_match_the_cpu_sampler) {
     std::uint32_t draws;
     float temperature, top_p;
     std::int32_t top_k;
+    float min_p = 0.0f;
   };
   const many_case cases[] = {
     {32000, shape::peaked, 2048, 1.0f, 1.0f, 0},   {32000, shape::peaked, 1024, 0.8f, 0.95f, 200},
     {152064, shape::flat, 256, 1.0f, 1.0f, 0},     {152064, shape::tied, 256, 1.0f, 0.7f, 0},
     {32000, shape::narrow, 512, 2e-5f, 1.0f, 0},   {152064, shape::sparse, 256, 1.3f, 1.0f, 60000},
+    {32000, shape::peaked, 128, 1.0f, 1.0f, 0, 0.02f}, {152064, shape::flat, 64, 1.0f, 0.9f, 0, 0.3f},
   };
   for (const auto& c : cases) {
     const auto row = make_row(c.s, c.vocab, c.vocab * 3 + static_cast<std::uint32_t>(c.s));
@@ -435,7 +487,7 @@ TEST(sampling_kernel, many_draws_from_one_distribution_match_the_cpu_sampler) {
     std::vector<sample_params> params;
     for (std::uint32_t d = 0; d < c.draws; ++d) {
       logits.insert(logits.end(), row.begin(), row.end());
-      params.push_back(params_of(c.temperature, c.top_p, c.top_k, 424242 + d / 16, d));
+      params.push_back(params_of(c.temperature, c.top_p, c.top_k, 424242 + d / 16, d, c.min_p));
     }
     const std::string what = "vocab " + std::to_string(c.vocab) + " " + to_string(c.s);
     const std::size_t near = expect_cpu_tokens(logits, c.vocab, params, what);
@@ -446,7 +498,8 @@ TEST(sampling_kernel, many_draws_from_one_distribution_match_the_cpu_sampler) {
 TEST(sampling_kernel, ties_larger_than_a_leaf_are_walked_by_id) {
   TROUPE_REQUIRE_GPU();
   // 5000 tokens share the top logit (more than one shared-memory leaf
-  // holds), the rest lie below; cuts and draws land inside the tie.
+  // holds), the rest lie below; cuts and draws land inside the tie, and a
+  // min-p cut keeps the tie alone.
   const std::uint32_t vocab = 32000;
   std::mt19937_64 rng{77};
   std::vector<float> row(vocab);
@@ -460,12 +513,13 @@ TEST(sampling_kernel, ties_larger_than_a_leaf_are_walked_by_id) {
     row[ids[i]] = 2.5f;
   std::vector<float> logits;
   std::vector<sample_params> params;
-  const std::vector<std::pair<float, std::int32_t>> cuts{
-    {1.0f, 0}, {1.0f, 3000}, {0.1f, 0}, {0.5f, 4000}, {1.0f, 5000}, {1.0f, 5001}, {0.9999f, 0}};
+  const std::vector<std::tuple<float, std::int32_t, float>> cuts{
+    {1.0f, 0, 0.0f},    {1.0f, 3000, 0.0f}, {0.1f, 0, 0.0f},   {0.5f, 4000, 0.0f}, {1.0f, 5000, 0.0f},
+    {1.0f, 5001, 0.0f}, {0.9999f, 0, 0.0f}, {1.0f, 0, 0.5f},   {1.0f, 3000, 0.5f}, {0.5f, 0, 0.5f}};
   for (std::uint32_t d = 0; d < 256; ++d) {
     logits.insert(logits.end(), row.begin(), row.end());
-    const auto& [top_p, top_k] = cuts[d % cuts.size()];
-    params.push_back(params_of(1.0f, top_p, top_k, 99 + d, d * 13));
+    const auto& [top_p, top_k, min_p] = cuts[d % cuts.size()];
+    params.push_back(params_of(1.0f, top_p, top_k, 99 + d, d * 13, min_p));
   }
   const std::size_t near = expect_cpu_tokens(logits, vocab, params, "ties");
   std::printf("ties: %zu boundary-near differences of 256 draws\n", near);
