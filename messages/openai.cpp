@@ -1279,6 +1279,14 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   json gen = {{"type", "generate"}};
   if (auto e = take_common(doc, base_model, gen, out, defaults))
     return std::move(*e);
+  // A chat that sets no max_tokens may run to the end of the context
+  // (OpenAI's; vLLM's: what the context leaves after the prompt, capped by
+  // the model's max_new_tokens), not the wire's 16.
+  if (const auto m = doc.find("max_tokens"); m == doc.end() || m->is_null()) {
+    gen["fit_context"] = true;
+    if (defaults.max_tokens)
+      gen["max_tokens"] = *defaults.max_tokens;
+  }
   // logprobs: whether to give them; top_logprobs: how many alternatives
   // (passed on as the wire's count, which its parser checks).
   bool logprobs = false;

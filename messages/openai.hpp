@@ -75,6 +75,9 @@ struct sampling_defaults {
   std::optional<std::int64_t> top_k{};
   std::optional<double> min_p{};
   std::optional<double> repetition_penalty{};
+  /// A chat's max_tokens when it gives none (generation_config.json's
+  /// max_new_tokens), still cut to what the context leaves.
+  std::optional<std::int64_t> max_tokens{};
   bool operator==(const sampling_defaults&) const = default;
 };
 

@@ -134,8 +134,8 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 30> generate_fields{
-  "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "temperature",
+constexpr std::array<std::string_view, 31> generate_fields{
+  "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
@@ -317,12 +317,20 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
       reject_field("adapter", "a string (\"\" or null for the base model)", *j);
     g.adapter = j->get<std::string>();
   }
+  if (auto j = find(obj, "fit_context")) {
+    if (!j->is_boolean())
+      reject_field("fit_context", "true or false", *j);
+    g.fit_context = j->get<bool>();
+  }
   if (auto j = find(obj, "max_tokens")) {
+    // With fit_context, one past the server's limit is cut to it.
+    const std::int64_t most = g.fit_context ? std::numeric_limits<std::uint32_t>::max() : limits.max_tokens;
     auto v = integer_of<std::int64_t>(*j);
-    if (!v || *v < 1 || *v > static_cast<std::int64_t>(limits.max_tokens))
-      reject_field("max_tokens",
-                   "an integer between 1 and " + std::to_string(limits.max_tokens), *j);
-    g.max_tokens = static_cast<std::uint32_t>(*v);
+    if (!v || *v < 1 || *v > most)
+      reject_field("max_tokens", "an integer between 1 and " + std::to_string(most), *j);
+    g.max_tokens = static_cast<std::uint32_t>(std::min<std::int64_t>(*v, limits.max_tokens));
+  } else if (g.fit_context) {
+    g.max_tokens = limits.max_tokens;
   }
   if (auto j = find(obj, "temperature"))
     g.sampling.temperature = read_real(*j, "temperature", 0, 100, false,
@@ -972,6 +980,8 @@ std::string to_json(const request& x) {
       if (!g.adapter.empty())
         j["adapter"] = g.adapter;
       j["max_tokens"] = g.max_tokens;
+      if (g.fit_context)
+        j["fit_context"] = true;
       j["temperature"] = wire_float(g.sampling.temperature);
       j["top_p"] = wire_float(g.sampling.top_p);
       j["top_k"] = g.sampling.top_k;

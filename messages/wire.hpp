@@ -67,6 +67,11 @@ struct generate_request {
   /// Adapter name; empty for the base model.
   std::string adapter;
   std::uint32_t max_tokens = 16;
+  /// max_tokens is cut to what the context (and the KV-cache pool) leaves
+  /// after the prompt rather than the request refused; without max_tokens,
+  /// that is all of it (up to the server's limit): OpenAI's chats that
+  /// give none, as vLLM serves them.
+  bool fit_context = false;
   sampling_params sampling;
   std::vector<std::string> stop;
   bool stream = false;

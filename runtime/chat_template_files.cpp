@@ -139,8 +139,7 @@ std::variant<openai::jinja_source, std::string> read_chat_template_file(const st
   return with_specials_of(fs::path(model_dir), std::move(*text));
 }
 
-std::variant<openai::sampling_defaults, std::string> read_generation_defaults(const std::string& model_dir,
-                                                                              std::vector<std::string>& unserved) {
+std::variant<openai::sampling_defaults, std::string> read_generation_defaults(const std::string& model_dir) {
   const auto file = fs::path(model_dir) / "generation_config.json";
   std::error_code ec;
   if (model_dir.empty() || !fs::is_regular_file(file, ec))
@@ -167,18 +166,25 @@ std::variant<openai::sampling_defaults, std::string> read_generation_defaults(co
     return *e;
   if (auto e = number("top_p", 0, 1, true, "a number above 0 and at most 1", out.top_p))
     return *e;
-  if (const auto k = cfg.find("top_k"); k != cfg.end() && !k->is_null()) {
-    if (!k->is_number_integer() || k->get<std::int64_t>() < 0 || k->get<std::int64_t>() > 2147483647)
-      return file.string() + ": \"top_k\" must be an integer between 0 and 2147483647, got " + k->dump();
-    out.top_k = k->get<std::int64_t>();
-  }
+  const auto integer = [&](const char* key, std::int64_t lo, std::int64_t hi,
+                           std::optional<std::int64_t>& into) -> std::optional<std::string> {
+    const auto it = cfg.find(key);
+    if (it == cfg.end() || it->is_null())
+      return std::nullopt;
+    if (!it->is_number_integer() || it->get<std::int64_t>() < lo || it->get<std::int64_t>() > hi)
+      return file.string() + ": \"" + key + "\" must be an integer between " + std::to_string(lo) + " and "
+             + std::to_string(hi) + ", got " + it->dump();
+    into = it->get<std::int64_t>();
+    return std::nullopt;
+  };
+  if (auto e = integer("top_k", 0, 2147483647, out.top_k))
+    return *e;
   if (auto e = number("min_p", 0, 1, false, "a number between 0 and 1", out.min_p))
     return *e;
   if (auto e = number("repetition_penalty", 0, 100, true, "a number above 0 and at most 100", out.repetition_penalty))
     return *e;
-  // vLLM caps a request's default max_tokens by it; Troupe's default stays.
-  if (const auto it = cfg.find("max_new_tokens"); it != cfg.end() && !it->is_null())
-    unserved.push_back("max_new_tokens " + it->dump());
+  if (auto e = integer("max_new_tokens", 1, 4294967295, out.max_tokens))
+    return *e;
   return out;
 }
 

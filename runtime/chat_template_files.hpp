@@ -30,12 +30,11 @@ std::variant<openai::jinja_source, std::string> read_chat_template_file(const st
 
 /// The sampling defaults a model directory's generation_config.json gives
 /// (vLLM's --generation-config auto): its temperature (0 to 100), top_p
-/// (above 0, at most 1), top_k (0 or more; 0: no cut), min_p (0 to 1) and
-/// repetition_penalty (above 0, at most 100), each where the file has it;
-/// none when there is no such file. A key vLLM would apply too that Troupe
-/// does not (max_new_tokens) goes into `unserved`, with its value.
+/// (above 0, at most 1), top_k (0 or more; 0: no cut), min_p (0 to 1),
+/// repetition_penalty (above 0, at most 100) and max_new_tokens (1 to
+/// 4294967295: a chat's max_tokens when it gives none), each where the file
+/// has it; none when there is no such file.
 /// The error names the file and the key.
-std::variant<openai::sampling_defaults, std::string> read_generation_defaults(const std::string& model_dir,
-                                                                              std::vector<std::string>& unserved);
+std::variant<openai::sampling_defaults, std::string> read_generation_defaults(const std::string& model_dir);
 
 } // namespace troupe

@@ -220,21 +220,17 @@ deployment::start(const deployment_options& opts) {
       hc.adapter_updates = opts.http.adapter_updates;
       if (opts.http.generation_config == "auto") {
         // The model's sampling defaults, as vLLM takes them by default.
-        std::vector<std::string> unserved;
-        auto read = read_generation_defaults(opts.model.path, unserved);
+        auto read = read_generation_defaults(opts.model.path);
         if (auto* e = std::get_if<std::string>(&read))
           return opts.source + ": http.generation_config: " + *e;
         hc.sampling = std::get<openai::sampling_defaults>(read);
         const auto shown = [](const auto& v) { return v ? fmt::format("{}", *v) : std::string("-"); };
         if (hc.sampling != openai::sampling_defaults{})
           spdlog::warn("troupe: requests that leave them out sample with generation_config.json's temperature {}, "
-                       "top_p {}, top_k {}, min_p {}, repetition_penalty {} (as vLLM does; [http] generation_config "
-                       "= \"\" gives OpenAI's defaults)",
+                       "top_p {}, top_k {}, min_p {}, repetition_penalty {}, and chats max_tokens {} (as vLLM does; "
+                       "[http] generation_config = \"\" gives OpenAI's defaults)",
                        shown(hc.sampling.temperature), shown(hc.sampling.top_p), shown(hc.sampling.top_k),
-                       shown(hc.sampling.min_p), shown(hc.sampling.repetition_penalty));
-        for (const auto& key : unserved)
-          spdlog::warn("troupe: generation_config.json's {} is not applied (a request's max_tokens default "
-                       "stays the wire's)", key);
+                       shown(hc.sampling.min_p), shown(hc.sampling.repetition_penalty), shown(hc.sampling.max_tokens));
       }
       if (!opts.http.chat_template.empty()) {
         const auto& h = opts.http;

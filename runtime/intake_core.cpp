@@ -296,6 +296,17 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   }
   auto prompt = g.prompt_tokens ? std::move(*g.prompt_tokens)
                                 : backend_->vocab().encode(g.prompt.value_or(""));
+  if (g.fit_context) { // max_tokens cut to what the context leaves
+    if (prompt.size() >= limits_.max_context) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::prompt_too_long,
+                                        "prompt of " + std::to_string(prompt.size())
+                                          + " tokens leaves no room for output in the context of "
+                                          + std::to_string(limits_.max_context) + " tokens"));
+      return;
+    }
+    g.max_tokens = std::min<std::uint32_t>(g.max_tokens, limits_.max_context - static_cast<std::uint32_t>(prompt.size()));
+    g.min_tokens = std::min(g.min_tokens, g.max_tokens);
+  }
   const auto total = std::uint64_t{prompt.size()} + g.max_tokens;
   if (total > limits_.max_context) {
     out.replies.push_back(error_frame(
@@ -310,6 +321,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.request_id = id;
   spec.prompt = std::move(prompt);
   spec.max_new_tokens = g.max_tokens;
+  spec.fit_context = g.fit_context;
   spec.adapter_id = adapter ? adapter->id : 0;
   spec.adapter_rank = adapter ? adapter->rank : 0;
   spec.adapter_pages = adapter ? adapter->pages : 0;

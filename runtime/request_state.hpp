@@ -62,6 +62,10 @@ struct request_spec {
   std::uint64_t request_id = 0;
   std::vector<std::int32_t> prompt;
   std::uint32_t max_new_tokens = 0;
+  /// max_new_tokens (and min_tokens, predicted_tokens) is cut to what the
+  /// pool's pages hold after the prompt and the adapter, rather than the
+  /// request refused as too large (wire::generate_request::fit_context).
+  bool fit_context = false;
   std::uint32_t adapter_id = 0;
   std::uint32_t adapter_rank = 0;
   /// Pages the adapter's weights take in the pool.

@@ -114,8 +114,21 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
     return submit_result::duplicate;
   if (waiting() >= limits_.max_waiting)
     return submit_result::queue_full;
-  const auto pages = policies::pages_for(static_cast<std::uint32_t>(spec.prompt.size()),
-                                        spec.max_new_tokens, limits_.page_tokens);
+  auto pages = policies::pages_for(static_cast<std::uint32_t>(spec.prompt.size()), spec.max_new_tokens,
+                                   limits_.page_tokens);
+  if (spec.fit_context && pages + spec.adapter_pages > limits_.total_pages
+      && limits_.total_pages > spec.adapter_pages) {
+    // The output cut to what the pool holds after the prompt and adapter.
+    const auto room = (limits_.total_pages - spec.adapter_pages) * limits_.page_tokens;
+    if (room > spec.prompt.size()) {
+      spec.max_new_tokens = static_cast<std::uint32_t>(
+        std::min<std::uint64_t>(spec.max_new_tokens, room - spec.prompt.size()));
+      spec.min_tokens = std::min(spec.min_tokens, spec.max_new_tokens);
+      spec.predicted_tokens = std::min(spec.predicted_tokens, spec.max_new_tokens);
+      pages = policies::pages_for(static_cast<std::uint32_t>(spec.prompt.size()), spec.max_new_tokens,
+                                  limits_.page_tokens);
+    }
+  }
   if (pages + spec.adapter_pages > limits_.total_pages)
     return submit_result::too_large;
   record r;

@@ -428,6 +428,14 @@ assert ev[0]["object"] == "chat.completion.chunk" and ev[0]["choices"][0]["delta
 assert ev[-1] == "[DONE]" and ev[-2]["choices"][0]["delta"] == {}, ev[-2:]
 streamed = "".join(e["choices"][0]["delta"].get("content", "") for e in ev[1:-2])
 assert streamed == plain["choices"][0]["text"], (streamed, plain)
+# A chat that sets no max_tokens may run to the end of the context (not the
+# wire's 16): with ignore_eos it fills it, finishing for length.
+status, _, body = call("/v1/models")
+context = json.loads(body)["data"][0]["max_model_len"]
+status, _, body = call("/v1/chat/completions", {"model": "demo", "messages": messages, "ignore_eos": True})
+whole = json.loads(body)
+assert status == 200 and whole["choices"][0]["finish_reason"] == "length", body[:400]
+assert whole["usage"]["prompt_tokens"] + whole["usage"]["completion_tokens"] == context, (whole["usage"], context)
 # A conversation over chat with a session: the second turn reuses the first
 # turn's KV (the history, as the chat template renders it, begins the same),
 # and answers as without it.

@@ -1840,6 +1840,37 @@ TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_
                 .prompt->ends_with("\nnull\nTrue[EOS]"));
 }
 
+TEST(openai, a_chat_that_sets_no_max_tokens_may_run_to_the_end_of_the_context) {
+  const auto chat = [](const std::string& extra, const sampling_defaults& d = {}) {
+    auto r = parse_chat_completion(R"({"model":"m","messages":[{"role":"user","content":"q"}])" + extra + "}", "m",
+                                   "h1", builtin("chatml"), {}, d);
+    EXPECT_TRUE(std::holds_alternative<completion_request>(r)) << extra;
+    return as_generate(std::get<completion_request>(r));
+  };
+  auto g = chat("");
+  EXPECT_TRUE(g.fit_context);
+  EXPECT_EQ(g.max_tokens, wire::parse_limits{}.max_tokens) << "the wire's limit, which the intake cuts to the context";
+  g = chat(R"(,"max_tokens":null,"max_completion_tokens":null)");
+  EXPECT_TRUE(g.fit_context);
+  g = chat(R"(,"max_tokens":7)");
+  EXPECT_FALSE(g.fit_context) << "one given: as given (a prompt that leaves no room for it is refused)";
+  EXPECT_EQ(g.max_tokens, 7u);
+  EXPECT_FALSE(chat(R"(,"max_completion_tokens":7)").fit_context);
+  // The model's max_new_tokens where the chat gives none.
+  g = chat("", sampling_defaults{.max_tokens = 2048});
+  EXPECT_TRUE(g.fit_context);
+  EXPECT_EQ(g.max_tokens, 2048u);
+  EXPECT_EQ(chat(R"(,"max_tokens":7)", sampling_defaults{.max_tokens = 2048}).max_tokens, 7u);
+  // Completions keep OpenAI's 16, the model's max_new_tokens or not.
+  const auto c = ok(R"({"model":"m","prompt":"p"})");
+  EXPECT_FALSE(as_generate(c).fit_context);
+  EXPECT_EQ(as_generate(c).max_tokens, 16u);
+  EXPECT_EQ(as_generate(std::get<completion_request>(parse_completion(R"({"model":"m","prompt":"p"})", "m", "h1",
+                                                                       sampling_defaults{.max_tokens = 2048})))
+              .max_tokens,
+            16u);
+}
+
 TEST(openai, vllms_min_p_and_repetition_penalty_pass_to_the_wire_as_they_are) {
   auto g = as_generate(ok(R"({"model":"m","prompt":"p","repetition_penalty":1.05,"min_p":0.1})"));
   EXPECT_EQ(g.sampling.repetition_penalty, 1.05f);

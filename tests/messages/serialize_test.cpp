@@ -28,6 +28,7 @@ TEST(serialize, a_request_keeps_every_field) {
   s.request_id = 7;
   s.prompt = {1, 2, 3};
   s.max_new_tokens = 9;
+  s.fit_context = true;
   s.adapter_id = 4;
   s.adapter_rank = 16;
   s.adapter_pages = 5;
@@ -61,6 +62,7 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.request_id, s.request_id);
   EXPECT_EQ(r.prompt, s.prompt);
   EXPECT_EQ(r.max_new_tokens, s.max_new_tokens);
+  EXPECT_EQ(r.fit_context, s.fit_context);
   EXPECT_EQ(r.adapter_id, s.adapter_id);
   EXPECT_EQ(r.adapter_rank, s.adapter_rank);
   EXPECT_EQ(r.adapter_pages, s.adapter_pages);

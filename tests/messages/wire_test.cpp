@@ -46,6 +46,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.prompt_tokens, b.prompt_tokens);
   EXPECT_EQ(a.adapter, b.adapter);
   EXPECT_EQ(a.max_tokens, b.max_tokens);
+  EXPECT_EQ(a.fit_context, b.fit_context);
   EXPECT_EQ(a.sampling.temperature, b.sampling.temperature);
   EXPECT_EQ(a.sampling.top_p, b.sampling.top_p);
   EXPECT_EQ(a.sampling.top_k, b.sampling.top_k);
@@ -230,6 +231,15 @@ std::vector<accept_case> accept_cases() {
     {"max_tokens_integral_float", gen(R"("max_tokens":32.0)"), [](g r) { r.max_tokens = 32; }},
     {"max_tokens_exponent", gen(R"("max_tokens":1e3)"), [](g r) { r.max_tokens = 1000; }},
     {"max_tokens_null", gen(R"("max_tokens":null)"), [](g) {}},
+    {"fit_context_alone_takes_the_limit", gen(R"("fit_context":true)"),
+     [](g r) { r.fit_context = true; r.max_tokens = 4096; }},
+    {"fit_context_cuts_a_max_tokens_past_the_limit", gen(R"("max_tokens":100000,"fit_context":true)"),
+     [](g r) { r.fit_context = true; r.max_tokens = 4096; }},
+    {"fit_context_keeps_a_max_tokens_within", gen(R"("fit_context":true,"max_tokens":9)"),
+     [](g r) { r.fit_context = true; r.max_tokens = 9; }},
+    {"fit_context_false_or_null", gen(R"("fit_context":false)"), [](g) {}},
+    {"fit_context_lets_min_tokens_reach_the_limit", gen(R"("fit_context":true,"min_tokens":4000)"),
+     [](g r) { r.fit_context = true; r.max_tokens = 4096; r.min_tokens = 4000; }},
     {"temperature_0", gen(R"("temperature":0)"), [](g r) { r.sampling.temperature = 0; }},
     {"temperature_0_7", gen(R"("temperature":0.7)"), [](g r) { r.sampling.temperature = 0.7f; }},
     {"temperature_100", gen(R"("temperature":100)"), [](g r) { r.sampling.temperature = 100; }},
@@ -433,6 +443,11 @@ std::vector<reject_case> reject_cases() {
     {"max_tokens_negative", gen(R"("max_tokens":-1)"), bad, "g1",
      {"\"max_tokens\"", "between 1 and 4096", "got -1"}},
     {"max_tokens_zero", gen(R"("max_tokens":0)"), bad, "g1", {"\"max_tokens\"", "got 0"}},
+    {"max_tokens_past_any_even_with_fit_context", gen(R"("fit_context":true,"max_tokens":5000000000)"), bad, "g1",
+     {"\"max_tokens\"", "between 1 and 4294967295"}},
+    {"max_tokens_zero_with_fit_context", gen(R"("fit_context":true,"max_tokens":0)"), bad, "g1",
+     {"\"max_tokens\"", "got 0"}},
+    {"fit_context_text", gen(R"("fit_context":"yes")"), bad, "g1", {"\"fit_context\"", "true or false"}},
     {"max_tokens_fractional", gen(R"("max_tokens":1.5)"), bad, "g1",
      {"\"max_tokens\"", "integer", "got 1.5"}},
     {"max_tokens_string", gen(R"("max_tokens":"16")"), bad, "g1",
@@ -589,6 +604,7 @@ TEST(wire, request_round_trips) {
   full.prompt = "Once upon a time \xe2\x98\xba";
   full.adapter = "sql-lora";
   full.max_tokens = 4096;
+  full.fit_context = true;
   full.sampling = {0.7f, 0.95f, 40, std::numeric_limits<std::uint64_t>::max(), -1.5f, 0.25f, {{0, -100.0f}, {7, 2.5f}},
                    0.05f, 1.15f};
   full.stop = {"\n", "END"};
@@ -750,7 +766,7 @@ TEST(wire, invalid_utf8_in_text_still_yields_valid_json) {
     to_json(token_reply{"t", 0, {1}, bad, {}, {}}),
     to_json(done_reply{"t", "length", 1, 1, {}, std::vector<std::int32_t>{1}, bad, std::nullopt, std::nullopt}),
     to_json(error_reply{"t", error_code::internal, bad}),
-    to_json(request{generate_request{"t", bad, {}, "", 16, {}, {bad}, false, "", 0}}),
+    to_json(request{generate_request{"t", bad, {}, "", 16, false, {}, {bad}, false, "", 0}}),
   };
   for (const auto& f : frames) {
     SCOPED_TRACE(f);

@@ -117,17 +117,15 @@ TEST_F(chat_template_files, a_template_file_is_its_text_or_a_tokenizer_config) {
 }
 
 TEST_F(chat_template_files, generation_config_gives_the_sampling_defaults_it_holds_and_refuses_bad_ones) {
-  std::vector<std::string> unserved;
   auto defaults = [&](const std::string& text) {
     write("generation_config.json", text);
-    unserved.clear();
-    return read_generation_defaults(dir(), unserved);
+    return read_generation_defaults(dir());
   };
   // No file (or no directory): none.
-  auto none = read_generation_defaults(dir(), unserved);
+  auto none = read_generation_defaults(dir());
   ASSERT_TRUE(std::holds_alternative<openai::sampling_defaults>(none));
   EXPECT_EQ(std::get<openai::sampling_defaults>(none), openai::sampling_defaults{});
-  EXPECT_EQ(std::get<openai::sampling_defaults>(read_generation_defaults("", unserved)), openai::sampling_defaults{});
+  EXPECT_EQ(std::get<openai::sampling_defaults>(read_generation_defaults("")), openai::sampling_defaults{});
   // Qwen2.5 Instruct's: every key it has, none it lacks.
   auto qwen = defaults(R"({"bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643],
     "pad_token_id": 151643, "repetition_penalty": 1.05, "temperature": 0.7, "top_p": 0.8, "top_k": 20})");
@@ -138,17 +136,16 @@ TEST_F(chat_template_files, generation_config_gives_the_sampling_defaults_it_hol
   EXPECT_EQ(q.top_k, 20);
   EXPECT_EQ(q.repetition_penalty, 1.05);
   EXPECT_FALSE(q.min_p);
-  EXPECT_TRUE(unserved.empty());
+  EXPECT_FALSE(q.max_tokens);
   auto llama = defaults(R"({"do_sample": true, "temperature": 0.6, "top_p": 0.9, "top_k": null})");
   const auto l = std::get<openai::sampling_defaults>(llama);
   EXPECT_EQ(l.temperature, 0.6);
   EXPECT_FALSE(l.top_k);
   EXPECT_FALSE(l.repetition_penalty);
-  EXPECT_TRUE(unserved.empty());
-  // A min_p, and a cap vLLM puts on max_tokens that Troupe does not.
+  // A min_p, and the max_tokens of a chat that gives none.
   const auto capped = std::get<openai::sampling_defaults>(defaults(R"({"min_p": 0.05, "max_new_tokens": 2048})"));
   EXPECT_EQ(capped.min_p, 0.05);
-  EXPECT_EQ(unserved, std::vector<std::string>{"max_new_tokens 2048"});
+  EXPECT_EQ(capped.max_tokens, 2048);
   // Out of range or of the wrong type: refused, naming the file and key.
   for (const auto& [text, says] : std::vector<std::pair<std::string, std::string>>{
          {R"({"temperature": -0.1})", "\"temperature\" must be a number between 0 and 100, got -0.1"},
@@ -159,6 +156,7 @@ TEST_F(chat_template_files, generation_config_gives_the_sampling_defaults_it_hol
          {R"({"top_k": -1})", "\"top_k\""},
          {R"({"min_p": 1.5})", "\"min_p\" must be a number between 0 and 1, got 1.5"},
          {R"({"repetition_penalty": 0})", "\"repetition_penalty\" must be a number above 0 and at most 100, got 0"},
+         {R"({"max_new_tokens": 0})", "\"max_new_tokens\" must be an integer between 1 and 4294967295, got 0"},
          {R"([1])", "is not a JSON object"},
          {"{", "is not a JSON object"}}) {
     const auto r = defaults(text);

@@ -173,6 +173,36 @@ TEST_F(intake_core_test, prompt_exactly_at_max_context_is_taken) {
   EXPECT_EQ(a.submit->prompt.size() + a.submit->max_new_tokens, 64u);
 }
 
+TEST_F(intake_core_test, fit_context_cuts_max_tokens_to_what_the_context_leaves) {
+  const std::string prompt_60(60, 'x');
+  auto submitted = [&](const std::string& id, const std::string& prompt, const std::string& fields) {
+    auto a = core.on_frame("p", R"({"type":"generate","id":")" + id + R"(","prompt":")" + prompt + R"(",)" + fields + "}",
+                           1.0);
+    EXPECT_TRUE(a.replies.empty()) << id;
+    EXPECT_TRUE(a.submit.has_value()) << id;
+    if (a.submit) // the scheduler's refusal frees its place (3 may be pending)
+      (void)core.on_submit_result(a.submit->request_id, scheduler_core::submit_result::queue_full);
+    return a.submit.value_or(request_spec{});
+  };
+  // No max_tokens: all the context leaves; the spec says so to the scheduler.
+  auto s = submitted("f1", prompt_60, R"("fit_context":true)");
+  EXPECT_EQ(s.max_new_tokens, 4u);
+  EXPECT_TRUE(s.fit_context);
+  EXPECT_EQ(s.predicted_tokens, 4u);
+  // A max_tokens that would not fit: cut, with min_tokens; one that fits stays.
+  s = submitted("f2", prompt_60, R"("fit_context":true,"max_tokens":30,"min_tokens":10)");
+  EXPECT_EQ(s.max_new_tokens, 4u);
+  EXPECT_EQ(s.min_tokens, 4u);
+  s = submitted("f3", "Hi", R"("fit_context":true,"max_tokens":9)");
+  EXPECT_EQ(s.max_new_tokens, 9u);
+  s = submitted("f4", "Hi", R"("fit_context":true,"max_tokens":100000)");
+  EXPECT_EQ(s.max_new_tokens, 62u) << "past the server's limit: cut too";
+  EXPECT_FALSE(submitted("f5", "Hi", R"("max_tokens":9)").fit_context);
+  // Only a prompt that fills the context is refused, saying so.
+  expect_error("p", R"({"type":"generate","id":"f6","fit_context":true,"prompt":")" + std::string(64, 'x') + R"("})",
+               error_code::prompt_too_long, "f6");
+}
+
 TEST_F(intake_core_test, tokenize_gives_the_prompt_a_generate_would_run_and_detokenize_its_text) {
   const std::string text = "The river runs deep";
   auto g = core.on_frame("p", R"({"type":"generate","id":"g","prompt":")" + text + R"("})", 1.0);

@@ -799,6 +799,42 @@ TEST(scheduler_core, too_large_counts_the_adapter_pages) {
   EXPECT_EQ(e.submit(3, {.prompt = 26, .max_new = 10, .adapter = 1, .adapter_pages = 1}), "accepted");
 }
 
+TEST(scheduler_core, fit_context_cuts_the_output_to_what_the_pool_holds) {
+  scheduler_core core{limits(10), std::make_unique<policies::fcfs_scheduling_policy>(), nullptr};
+  request_spec s;
+  s.prompt.assign(30, 7);
+  s.max_new_tokens = 100;
+  s.predicted_tokens = 100;
+  s.min_tokens = 50;
+  s.request_id = 1;
+  EXPECT_EQ(core.submit(s), scheduler_core::submit_result::too_large) << "without fit_context";
+  s.fit_context = true;
+  s.request_id = 3;
+  s.prompt.assign(41, 7);
+  EXPECT_EQ(core.submit(s), scheduler_core::submit_result::too_large) << "a prompt the pool cannot hold";
+  s.request_id = 2;
+  s.prompt.assign(30, 7);
+  ASSERT_EQ(core.submit(s), scheduler_core::submit_result::accepted);
+  double now = 1;
+  auto fx = core.admit(now);
+  ASSERT_EQ(fx.reserves.size(), 1u);
+  EXPECT_EQ(fx.reserves[0].pages, 10u) << "30 + 10 tokens: the whole pool";
+  fx = core.on_pages(2, true, now);
+  // It runs to 10 tokens (min_tokens cut to them), then ends for length.
+  std::size_t tokens = 0;
+  std::optional<finish_reason> reason;
+  for (int i = 0; i < 20 && !reason; ++i) {
+    const auto batch = core.next_step(now += 1);
+    ASSERT_EQ(batch.size(), 1u);
+    fx = core.on_step_done(batch, std::vector<std::int32_t>{500}, now += 1);
+    tokens += fx.tokens.size();
+    if (!fx.finished.empty())
+      reason = fx.finished[0].reason;
+  }
+  EXPECT_EQ(tokens, 10u);
+  EXPECT_EQ(reason, finish_reason::length);
+}
+
 /// Admits scripted ids, one list per call, and records what it was shown.
 class scripted_policy final : public policies::scheduling_policy {
 public:
