@@ -34,11 +34,11 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 22> taken_by_both{
+constexpr std::array<std::string_view, 23> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
-  "response_format", "min_p", "repetition_penalty"};
+  "response_format", "min_p", "repetition_penalty", "include_stop_str_in_output"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 11> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
@@ -53,10 +53,9 @@ struct neutral_field {
   const char* neutral; ///< JSON text
   const char* serves;
 };
-constexpr std::array<neutral_field, 3> neutral_fields{{
+constexpr std::array<neutral_field, 2> neutral_fields{{
   {"use_beam_search", "false", "no beam search"},
   {"skip_special_tokens", "true", "no text for special tokens"},
-  {"include_stop_str_in_output", "false", "the text before a stop string"},
 }};
 
 template <std::size_t N>
@@ -121,6 +120,17 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
     return bad("unknown field \"" + key + "\" in " + what, key);
   }
   return read;
+}
+
+/// vLLM's include_stop_str_in_output (null or absent: false).
+std::variant<bool, api_error> include_stop(const json& doc) {
+  const auto v = doc.find("include_stop_str_in_output");
+  if (v == doc.end() || v->is_null())
+    return false;
+  if (!v->is_boolean())
+    return bad("field \"include_stop_str_in_output\" must be true or false, got " + v->dump(),
+               "include_stop_str_in_output");
+  return v->get<bool>();
 }
 
 /// The stop strings of a request's "stop" as given (the wire parser checks
@@ -395,6 +405,10 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
   if (candidates > out.n && !gen.contains("logprobs"))
     gen["logprobs"] = 0;
   out.stop = stop_strings(doc);
+  const auto kept = include_stop(doc);
+  if (auto* e = std::get_if<api_error>(&kept))
+    return std::move(*e);
+  out.stops_kept = std::get<bool>(kept) ? out.stop.size() : 0;
   if (auto e = expand(prompts, candidates, gen, wire_id, out, candidates > out.n ? "best_of" : "n"))
     return std::move(*e);
   if (out.echo && !gen.contains("prompt_logprobs"))
@@ -1259,7 +1273,12 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   }
 
   // The template's stop strings go after the request's (a "stop" that is
-  // neither a string nor an array the wire parser refuses, naming it).
+  // neither a string nor an array the wire parser refuses, naming it);
+  // only the request's stay in the text under include_stop_str_in_output.
+  const auto kept = include_stop(doc);
+  if (auto* e = std::get_if<api_error>(&kept))
+    return std::move(*e);
+  const auto own_stops = std::get<bool>(kept) ? stop_strings(doc).size() : 0;
   if (const auto s = doc.find("stop"); !tpl.stop.empty() && (s == doc.end() || s->is_null() || s->is_string() || s->is_array())) {
     json all = json::array();
     if (s != doc.end() && s->is_string())
@@ -1273,6 +1292,7 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   completion_request out;
   out.chat = true;
   out.stop = stop_strings(doc);
+  out.stops_kept = own_stops;
   const auto n = choices_per_prompt(doc);
   if (auto* e = std::get_if<api_error>(&n))
     return std::move(*e);
@@ -1530,7 +1550,7 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
 completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
   : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), per_prompt_(std::max(n_, request.best_of)),
-    stop_(request.stop),
+    stop_(request.stop), stops_kept_(request.stops_kept),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
     tools_(request.tools), reasoning_(request.reasoning), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
@@ -1562,6 +1582,21 @@ std::size_t first_stop(std::string_view text, const std::vector<std::string>& st
   for (const auto& s : stop)
     at = std::min(at, text.find(s));
   return at;
+}
+
+/// Where the text ends at the first of `stop` it holds (npos: none): where
+/// that stop string begins, or where it ends for one of the first `kept`
+/// (include_stop_str_in_output); of two that begin at once, the one listed
+/// first.
+std::size_t stop_cut(std::string_view text, const std::vector<std::string>& stop, std::size_t kept) {
+  auto at = std::string_view::npos;
+  std::size_t which = 0;
+  for (std::size_t i = 0; i < stop.size(); ++i)
+    if (const auto f = text.find(stop[i]); f < at) {
+      at = f;
+      which = i;
+    }
+  return at != std::string_view::npos && which < kept ? at + stop[which].size() : at;
 }
 
 /// The length of the longest end of `text` that begins one of `stop` (and
@@ -1904,7 +1939,7 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
     const auto k = frames[index];
     const auto& d = done[k];
     std::string_view text = d.text && !prompt_only_ ? std::string_view(*d.text) : std::string_view();
-    const auto cut = first_stop(text, stop_);
+    const auto cut = stop_cut(text, stop_, stops_kept_);
     text = text.substr(0, cut);
     auto [echo, lps] = echoed(k, d.prompt_logprobs.value_or(std::vector<wire::token_logprobs>{}));
     json choice = {{"index", index}, {"logprobs", nullptr},
@@ -2009,7 +2044,7 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   const auto keep = stop_prefix_at_end(text, stop_);
   if (at != std::string::npos && at <= text.size() - keep) {
     c.cut = true;
-    text.resize(at);
+    text.resize(stop_cut(text, stop_, stops_kept_));
   } else {
     // Text that may begin a stop string waits for the next chunk to tell;
     // so does one found where a longer one may begin before it (the whole
@@ -2050,7 +2085,7 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   c.pending.clear();
   std::string text = c.cut ? std::string() : std::move(c.held);
   c.held.clear();
-  if (const auto at = first_stop(text, stop_); at != std::string::npos)
+  if (const auto at = stop_cut(text, stop_, stops_kept_); at != std::string::npos)
     text.resize(at); // a stop string that waited on a longer one
   if (reasoning_) {
     // The reasoning held goes out too, after a stop string as well.

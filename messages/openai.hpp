@@ -101,6 +101,9 @@ struct completion_request {
   /// The stop strings (the request's, then the chat template's): the wire
   /// keeps the one that ended the output in its text, OpenAI leaves it out.
   std::vector<std::string> stop;
+  /// vLLM's include_stop_str_in_output: the first `stops_kept` of `stop`
+  /// (the request's own) stay in the text when one ends it.
+  std::size_t stops_kept = 0;
   /// -1: no log-probabilities; K >= 0: each token's and K alternatives'
   /// (completions' `logprobs`, chat's `top_logprobs` with `logprobs`).
   std::int32_t logprobs = -1;
@@ -422,6 +425,7 @@ private:
   std::uint32_t n_;
   std::uint32_t per_prompt_; ///< frames per prompt: max(n, best_of)
   std::vector<std::string> stop_;
+  std::size_t stops_kept_;
   std::int32_t logprobs_;
   bool echo_;
   bool prompt_only_;

@@ -263,6 +263,7 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   const bool chat = (in[0] & 1) != 0;
   const bool logprobs = (in[0] & 2) != 0;
   const bool echo = !chat && (in[0] & 4) != 0;
+  const bool keep_first_stop = (in[0] & 8) != 0; // include_stop_str_in_output for the first listed
   // The echoed prompt "Pq\xc3\xa9": its first token has no log-probability.
   const std::vector<wire::token_logprobs> prompt_lps{
     {{7, "P", std::numeric_limits<float>::quiet_NaN()}, {}}, {{8, "q\xc3\xa9", -0.5f}, {{8, "q\xc3\xa9", -0.5f}}}};
@@ -285,6 +286,7 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   req.chat = chat;
   req.logprobs = logprobs ? 1 : -1;
   req.echo = echo;
+  req.stops_kept = keep_first_stop ? 1 : 0;
   if (echo && parts.size() < 2)
     return false; // a request gets its first token, or an error
   for (std::size_t at = 0; at <= parts[0].size() && req.stop.size() < 4;) {
@@ -302,9 +304,16 @@ bool openai_stream(std::span<const std::uint8_t> in) {
   for (std::size_t k = 1; k < parts.size(); ++k)
     if (!wire::valid_utf8(parts[k]))
       return false;
-  std::size_t cut = whole.size();
-  for (const auto& s : req.stop)
-    cut = std::min(cut, whole.find(s));
+  // The output ends where the earliest stop string begins (of two at once,
+  // the first listed), or where it ends if it is kept.
+  std::size_t cut = whole.size(), begin = std::string::npos, which = 0;
+  for (std::size_t i = 0; i < req.stop.size(); ++i)
+    if (const auto f = whole.find(req.stop[i]); f < begin) {
+      begin = f;
+      which = i;
+    }
+  if (begin != std::string::npos)
+    cut = which < req.stops_kept ? begin + req.stop[which].size() : begin;
   const auto expected = echoed + whole.substr(0, cut);
 
   // Token k (chunk k) has log-probability -k; its text is the chunk's.

@@ -474,6 +474,39 @@ TEST(openai, llama3_renders_role_headers_with_each_text_trimmed_and_ends_on_the_
             chat_template_names().end());
 }
 
+TEST(openai, include_stop_str_in_output_keeps_the_requests_own_stop_string_in_the_text) {
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"p","stop":[";","\n"],"include_stop_str_in_output":true})").stops_kept, 2u);
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"p","stop":";","include_stop_str_in_output":false})").stops_kept, 0u);
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"p","stop":";","include_stop_str_in_output":null})").stops_kept, 0u);
+  // A chat's: the request's own, not the template's (its turn's end).
+  const auto c = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"stop":"END",)"
+                         R"("include_stop_str_in_output":true})",
+                         builtin("chatml"));
+  ASSERT_GT(c.stop.size(), 1u);
+  EXPECT_EQ(c.stop[0], "END");
+  EXPECT_EQ(c.stops_kept, 1u);
+  const auto e = refused(R"({"model":"m","prompt":"p","include_stop_str_in_output":"yes"})");
+  EXPECT_EQ(e.param, "include_stop_str_in_output");
+  // The whole answer: up to the end of the first stop string, if kept.
+  auto req = answered("m", false, false, {";", "\n", "<|im_end|>"});
+  req.stops_kept = 2;
+  const completion_answer a{"c", 1, req};
+  auto d = done("stop");
+  d.text = "SELECT 1\n;x";
+  EXPECT_EQ(json::parse(a.body({d}))["choices"][0]["text"], "SELECT 1\n");
+  d.text = "ok<|im_end|>;";
+  EXPECT_EQ(json::parse(a.body({d}))["choices"][0]["text"], "ok") << "not the template's";
+  // Streamed: the same text.
+  completion_answer s{"c", 1, req};
+  wire::token_reply t;
+  t.text = "SELECT 1";
+  std::vector<std::string> sse{s.chunk(0, t)};
+  t.text = "\n;x";
+  sse.push_back(s.chunk(0, t));
+  sse.push_back(end_of(s, done("stop")));
+  EXPECT_EQ(streamed_text(sse), "SELECT 1\n");
+}
+
 TEST(openai, chatml_renders_each_message_then_opens_the_assistants_turn_and_stops_at_its_end) {
   const auto tpl = builtin("chatml");
   const auto c = chat_ok(R"({"model":"llama-2-7b","stop":"END","stream":true,"messages":[
@@ -1904,8 +1937,7 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
                 builtin("chatml"));
   // Another value: refused, naming the field and what Troupe serves.
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-         {"use_beam_search", "true"}, {"skip_special_tokens", "false"}, {"include_stop_str_in_output", "true"},
-         {"use_beam_search", "\"false\""}}) {
+         {"use_beam_search", "true"}, {"skip_special_tokens", "false"}, {"use_beam_search", "\"false\""}}) {
     const auto e = refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}");
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, field);
