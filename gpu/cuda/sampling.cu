@@ -778,23 +778,21 @@ __global__ void __launch_bounds__(sampler_threads)
     all.k = vocab;
     return search(rv, all, whole, leaf, sm);
   };
-  auto cut_at = [&](std::uint32_t k) {
-    criterion c;
-    c.kind = crit_kind::count;
-    c.k = k;
-    return search(rv, c, whole, leaf, sm);
-  };
 
-  std::uint32_t kept = vocab; // tokens the min-p cut keeps
+  // min-p and top-k each keep a prefix of the order: the shorter is cut.
+  std::uint32_t kept = vocab;
   if (sp.min_p > 0.0f) {
     const double floor = fmin(static_cast<double>(sp.min_p), 1.0);
-    const std::uint32_t key = min_p_key(rv, floor, s.kmin, s.kmax);
-    kept = count_from(rv, key, sm);
-    if (kept < vocab)
-      limit = cut_at(kept);
+    kept = count_from(rv, min_p_key(rv, floor, s.kmin, s.kmax), sm);
   }
   if (sp.top_k > 0 && static_cast<std::uint32_t>(sp.top_k) < kept)
-    limit = cut_at(static_cast<std::uint32_t>(sp.top_k));
+    kept = static_cast<std::uint32_t>(sp.top_k);
+  if (kept < vocab) {
+    criterion c;
+    c.kind = crit_kind::count;
+    c.k = kept;
+    limit = search(rv, c, whole, leaf, sm);
+  }
   if (sp.top_p < 1.0f) {
     criterion c;
     c.kind = crit_kind::mass_ge;
