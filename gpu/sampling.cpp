@@ -65,8 +65,7 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
   // they are normalized; the largest always stays. Those kept lead the
   // order, in id order; equal logits stay together.
   std::size_t keep = n;
-  const bool min_p_cut = cfg.min_p > 0.0f;
-  if (min_p_cut) {
+  if (cfg.min_p > 0.0f) {
     const double floor = std::min(static_cast<double>(cfg.min_p), 1.0);
     const auto kept_end =
       std::stable_partition(order.begin(), order.end(), [&p, floor](std::int32_t i) { return p[i] >= floor; });
@@ -88,15 +87,10 @@ std::int32_t sample_token(std::span<const float> logits, const sampling_config& 
     keep = static_cast<std::size_t>(cfg.top_k);
     std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), kept_end, before);
     sorted = keep;
-    for (std::size_t i = 0; i < keep; ++i)
-      kept_mass += p[order[i]];
-  } else if (min_p_cut) {
-    for (std::size_t i = 0; i < keep; ++i)
-      kept_mass += p[order[i]];
-  } else {
-    for (const double x : p)
-      kept_mass += x;
   }
+  // In the top-k's order, else in id order (the order min-p kept them in).
+  for (std::size_t i = 0; i < keep; ++i)
+    kept_mass += p[order[i]];
   // order[i] in its final place (i < keep).
   auto at = [&](std::size_t i) {
     if (i >= sorted) {

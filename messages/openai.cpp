@@ -1576,14 +1576,6 @@ std::string event(const json& j) {
   return "data: " + dump(j) + "\n\n";
 }
 
-/// Where the first of `stop` begins in `text` (npos: none does).
-std::size_t first_stop(std::string_view text, const std::vector<std::string>& stop) {
-  auto at = std::string_view::npos;
-  for (const auto& s : stop)
-    at = std::min(at, text.find(s));
-  return at;
-}
-
 /// Where the text ends at the first of `stop` it holds (npos: none): where
 /// that stop string begins, or where it ends for one of the first `kept`
 /// (include_stop_str_in_output); of two that begin at once, the one listed
@@ -2040,7 +2032,7 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   c.received += t.text.size();
   std::string text = std::move(c.held) + t.text;
   c.held.clear();
-  const auto at = first_stop(text, stop_);
+  const auto at = stop_cut(text, stop_, 0); // where the first begins
   const auto keep = stop_prefix_at_end(text, stop_);
   if (at != std::string::npos && at <= text.size() - keep) {
     c.cut = true;

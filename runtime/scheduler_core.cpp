@@ -754,6 +754,20 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
   return out;
 }
 
+namespace {
+
+/// `token`'s entry in `adjust` (in token order), made (no delta, not
+/// repeated) where it has none.
+gpu::logit_adjustment& adjustment_of(std::vector<gpu::logit_adjustment>& adjust, std::int32_t token) {
+  auto at = std::lower_bound(adjust.begin(), adjust.end(), token,
+                             [](const gpu::logit_adjustment& a, std::int32_t t) { return a.token < t; });
+  if (at == adjust.end() || at->token != token)
+    at = adjust.insert(at, {token, 0.0f, false});
+  return *at;
+}
+
+} // namespace
+
 std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
                                                                 std::span<const std::int32_t> ends) {
   std::vector<gpu::logit_adjustment> out = r.adjust;
@@ -763,14 +777,7 @@ std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
   // are banned (a delta no logit outweighs; exp() of it is 0 at any
   // temperature), in their places in token order.
   constexpr float banned = -1e30f;
-  auto ban = [&out](std::int32_t token) {
-    const auto at = std::lower_bound(out.begin(), out.end(), token,
-                                     [](const gpu::logit_adjustment& a, std::int32_t t) { return a.token < t; });
-    if (at != out.end() && at->token == token)
-      at->delta = banned;
-    else
-      out.insert(at, {token, banned});
-  };
+  auto ban = [&out](std::int32_t token) { adjustment_of(out, token).delta = banned; };
   if (!r.spec.ignore_eos)
     for (const auto t : ends)
       ban(t);
@@ -784,19 +791,18 @@ void scheduler_core::note_output(record& r, std::int32_t token) {
   const bool repeats = r.spec.repetition_penalty != 1.0f;
   if (!penalties && !repeats)
     return;
-  const auto by_token = [](const gpu::logit_adjustment& a, std::int32_t t) { return a.token < t; };
-  auto at = std::lower_bound(r.adjust.begin(), r.adjust.end(), token, by_token);
-  if (at == r.adjust.end() || at->token != token)
-    at = r.adjust.insert(at, {token, 0.0f, false});
-  at->repeated = at->repeated || repeats;
+  auto& a = adjustment_of(r.adjust, token);
+  a.repeated = a.repeated || repeats;
   if (!penalties)
     return;
   // OpenAI's: logit - count·frequency - (count > 0)·presence + bias.
   const auto count = ++r.output_counts[token];
-  at->delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
+  a.delta = -static_cast<float>(count) * r.spec.frequency_penalty - r.spec.presence_penalty;
   const auto& bias = r.spec.logit_bias;
-  if (const auto b = std::lower_bound(bias.begin(), bias.end(), token, by_token); b != bias.end() && b->token == token)
-    at->delta += b->delta;
+  const auto b = std::lower_bound(bias.begin(), bias.end(), token,
+                                  [](const gpu::logit_adjustment& x, std::int32_t t) { return x.token < t; });
+  if (b != bias.end() && b->token == token)
+    a.delta += b->delta;
 }
 
 void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust) {
