@@ -1,6 +1,7 @@
 #include "messages/openai.hpp"
 
 #include "messages/jinja.hpp"
+#include "messages/tool_calls.hpp"
 #include "messages/version.hpp"
 
 #include <nlohmann/json.hpp>
@@ -1764,131 +1765,21 @@ std::vector<std::size_t> chosen(const std::vector<wire::done_reply>& done, std::
 
 namespace {
 
-/// A call read from the output.
-struct read_call {
-  std::string name;
-  std::string arguments; ///< a JSON object's text, as OpenAI gives it
-};
-
-/// One call from `text`: a JSON object {"name": one of `names`,
-/// `key` ("arguments"): an object (or a string holding one)}; none otherwise.
-std::optional<read_call> call_in(std::string_view text, const std::vector<std::string>& names, const std::string& key) {
-  json j;
-  try {
-    j = json::parse(trimmed(text));
-  } catch (const json::exception&) {
-    return std::nullopt;
-  }
-  if (!j.is_object() || j.size() != 2 || !j.contains("name") || !j["name"].is_string() || !j.contains(key))
-    return std::nullopt;
-  const auto name = j["name"].get<std::string>();
-  if (std::find(names.begin(), names.end(), name) == names.end())
-    return std::nullopt;
-  json args = j[key];
-  if (args.is_string()) {
-    try {
-      args = json::parse(args.get<std::string>());
-    } catch (const json::exception&) {
-      return std::nullopt;
-    }
-  }
-  if (!args.is_object())
-    return std::nullopt;
-  return read_call{name, dump(args)};
+/// Call `j` of choice `k`'s id: "call_", the completion's time and id,
+/// the choice and the place.
+std::string call_id(std::string_view completion_id, std::int64_t created, std::size_t k, std::size_t j) {
+  return "call_" + std::to_string(created) + "_" + std::string(completion_id.substr(completion_id.rfind('-') + 1)) + "_"
+         + std::to_string(k) + "_" + std::to_string(j);
 }
 
-/// Where the JSON object `s` begins with (after blanks) ends: one past its
-/// closing brace, read with strings and escapes; npos when none closes.
-std::size_t object_end(std::string_view s) {
-  std::size_t i = s.size() - after_blanks(s).size();
-  if (i == s.size() || s[i] != '{')
-    return std::string_view::npos;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
-      else if (c == '\\')
-        escaped = true;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      ++depth;
-    } else if ((c == '}' || c == ']') && --depth == 0) {
-      return i + 1;
-    }
-  }
-  return std::string_view::npos;
-}
-
-/// The calls in `text`, which begins where the first opens: bare, one
-/// call's JSON; else each after the opening marker, its JSON object, then
-/// blanks and the closing marker (or the end), blanks between calls. None
-/// when any does not read as a call of the tools, but forced, the calls
-/// that read before it (what follows them is not the answer's).
-std::optional<std::vector<read_call>> calls_in(std::string_view text, const completion_request::tool_calling& t) {
-  std::vector<read_call> out;
-  const auto ended = [&]() -> std::optional<std::vector<read_call>> {
-    if (!t.forced || out.empty())
-      return std::nullopt;
-    if (!t.parallel)
-      out.resize(1);
-    return std::move(out);
-  };
-  const auto blanks = [&] { text = after_blanks(text); };
-  if (t.bare) {
-    auto c = call_in(text, t.names, t.arguments_key);
-    if (!c)
-      return std::nullopt;
-    out.push_back(std::move(*c));
-    return out;
-  }
-  for (;;) {
-    blanks();
-    if (text.empty())
-      break;
-    if (!text.starts_with(t.open))
-      return ended();
-    text.remove_prefix(t.open.size());
-    const auto end = object_end(text);
-    auto c = end == std::string_view::npos ? std::nullopt : call_in(text.substr(0, end), t.names, t.arguments_key);
-    if (!c)
-      return ended();
-    out.push_back(std::move(*c));
-    text.remove_prefix(end);
-    blanks();
-    if (!t.close.empty() && text.starts_with(t.close))
-      text.remove_prefix(t.close.size());
-    else if (t.open.empty() && text.starts_with(';')) // Llama 3.1's calls: "; " between them
-      text.remove_prefix(1);
-    else if (!text.empty() && !text.starts_with(t.open))
-      return ended(); // a call is closed by its marker, the next call's, or the end
-  }
-  if (out.empty())
-    return std::nullopt;
-  if (!t.parallel)
-    out.resize(1);
-  return out;
-}
-
-/// Choice `k`'s calls as OpenAI's tool_calls, with ids of their own
-/// ("call_" and the completion's id, choice and place).
+/// Choice `k`'s calls as OpenAI's tool_calls.
 json tool_calls_json(const std::vector<read_call>& calls, std::string_view completion_id, std::int64_t created,
-                     std::size_t k, bool streamed) {
+                     std::size_t k) {
   json out = json::array();
-  for (std::size_t j = 0; j < calls.size(); ++j) {
-    json one = {{"id", "call_" + std::to_string(created) + "_" + std::string(completion_id.substr(completion_id.rfind('-') + 1))
-                         + "_" + std::to_string(k) + "_" + std::to_string(j)},
-                {"type", "function"},
-                {"function", {{"name", calls[j].name}, {"arguments", calls[j].arguments}}}};
-    if (streamed)
-      one["index"] = j;
-    out.push_back(std::move(one));
-  }
+  for (std::size_t j = 0; j < calls.size(); ++j)
+    out.push_back({{"id", call_id(completion_id, created, k, j)},
+                   {"type", "function"},
+                   {"function", {{"name", calls[j].name}, {"arguments", calls[j].arguments}}}});
   return out;
 }
 
@@ -1956,13 +1847,18 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
         message["content"] = text.empty() ? json() : json(text);
       }
       if (tools_) {
-        // Text, then the calls, when what follows the marker reads as calls.
+        // Text, then the calls, where a call begins after the marker; a
+        // call cut short keeps the output's finish reason.
         const auto at = calls_begin(text, *tools_);
-        if (const auto calls = at == std::string_view::npos ? std::nullopt : calls_in(text.substr(at), *tools_)) {
+        call_reader calls(*tools_);
+        if (at != std::string_view::npos)
+          calls.feed(text.substr(at));
+        if (!calls.calls().empty()) {
           const auto before = text.substr(0, at);
           message["content"] = trimmed(before).empty() ? json() : json(before);
-          message["tool_calls"] = tool_calls_json(*calls, id_, created_, index, false);
-          choice["finish_reason"] = "tool_calls";
+          message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index);
+          if (calls.all_whole())
+            choice["finish_reason"] = "tool_calls";
         }
       }
       choice["message"] = std::move(message);
@@ -2062,6 +1958,7 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
     out += chunk_with(k, reasoning, nullptr, false, std::exchange(going, {}), "reasoning_content");
   if (!text.empty())
     out += chunk_with(k, text, nullptr, false, std::exchange(going, {}));
+  out += call_deltas(k);
   if (!c.cut)
     c.pending.insert(c.pending.begin(), std::make_move_iterator(going.begin()), std::make_move_iterator(going.end()));
   return out;
@@ -2131,7 +2028,14 @@ std::pair<std::string, std::string> completion_answer::thought(choice& c, std::s
 std::string completion_answer::routed(choice& c, std::string text) const {
   if (!tools_)
     return text;
+  const auto calling = [&](std::string calls) {
+    c.calling = true;
+    c.reader.emplace(*tools_);
+    c.reader->feed(calls);
+    c.calls = std::move(calls);
+  };
   if (c.calling) {
+    c.reader->feed(text);
     c.calls += text;
     return {};
   }
@@ -2146,22 +2050,20 @@ std::string completion_answer::routed(choice& c, std::string text) const {
       return {};
     }
     if (calls_begin(text, *tools_) == 0) {
-      c.calling = true;
-      c.calls = std::move(text);
+      calling(std::move(text));
       return {};
     }
     c.not_calling = true;
     return text;
   }
   if (const auto at = calls_begin(text, *tools_); at != std::string::npos) {
-    c.calling = true;
     if (!c.said && after_blanks(std::string_view(text).substr(0, at)).empty()) {
       // Blanks alone before the calls are no content: they go with the
       // calls (read past), and back to the content if these are no calls.
-      c.calls = std::move(text);
+      calling(std::move(text));
       return {};
     }
-    c.calls = text.substr(at);
+    calling(text.substr(at));
     text.resize(at);
     return text;
   }
@@ -2178,21 +2080,44 @@ std::string completion_answer::routed(choice& c, std::string text) const {
   return text;
 }
 
-std::string completion_answer::calls_end(std::size_t k, const std::string& reason) {
+std::string completion_answer::call_deltas(std::size_t k) {
   auto& c = choices_.at(k);
-  const auto calls = c.calling ? calls_in(c.calls, *tools_) : std::nullopt;
-  std::string out;
-  if (!calls) {
-    // Not calls after all: the text held is the output's end.
-    if (const auto text = std::move(c.marker_held) + std::move(c.calls); !text.empty())
-      out = chunk_with(k, text, nullptr);
-    return out + chunk_with(k, "", reason.c_str());
+  if (!c.reader)
+    return {};
+  const auto& calls = c.reader->calls();
+  json deltas = json::array();
+  for (std::size_t j = 0; j < calls.size(); ++j) {
+    const auto& call = calls[j];
+    if (j == c.arguments_sent.size()) {
+      deltas.push_back({{"index", j},
+                        {"id", call_id(id_, created_, k, j)},
+                        {"type", "function"},
+                        {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+      c.arguments_sent.push_back(call.arguments.size());
+    } else if (auto& sent = c.arguments_sent[j]; sent < call.arguments.size()) {
+      deltas.push_back({{"index", j}, {"function", {{"arguments", call.arguments.substr(sent)}}}});
+      sent = call.arguments.size();
+    }
   }
-  json delta = {{"tool_calls", tool_calls_json(*calls, id_, created_, k, true)}};
-  json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", std::move(delta)}};
+  if (deltas.empty())
+    return {};
+  json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr},
+                 {"delta", {{"tool_calls", std::move(deltas)}}}};
   json j = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_},
             {"choices", json::array({std::move(choice)})}};
-  return event(j) + chunk_with(k, "", "tool_calls");
+  return event(j);
+}
+
+std::string completion_answer::calls_end(std::size_t k, const std::string& reason) {
+  auto& c = choices_.at(k);
+  std::string out = call_deltas(k);
+  if (!c.reader || c.reader->calls().empty()) {
+    // No call began: the text held is the output's end.
+    if (const auto text = std::move(c.marker_held) + std::move(c.calls); !text.empty())
+      out += chunk_with(k, text, nullptr);
+    return out + chunk_with(k, "", reason.c_str());
+  }
+  return out + chunk_with(k, "", c.reader->all_whole() ? "tool_calls" : reason.c_str());
 }
 
 std::string completion_answer::stream_end() const {

@@ -9,6 +9,7 @@
 // See docs/protocol.md, "OpenAI-compatible HTTP".
 #pragma once
 
+#include "messages/tool_calls.hpp"
 #include "messages/wire.hpp"
 
 #include <cstddef>
@@ -119,28 +120,9 @@ struct completion_request {
   /// one token, which the answer leaves out: the prompt alone, no
   /// completion tokens, finish_reason "length".
   bool prompt_only = false;
-  /// A chat offered tools (tool_choice not "none"): its output may be
-  /// calls, each held to a schema of the tools' names and parameters, read
-  /// after the template's marker (`open`), each up to `close` or the end.
-  /// "auto": the output is text where they do not read as calls of the
-  /// tools given (each call the model opens is held to the schema, so it
-  /// reads unless cut short). Forced: the output begins with a call, and
-  /// the calls that read from there are the answer ("required"), or
-  /// (`bare`: a named function, or no parallel calls) it is one call's
-  /// JSON alone, the marker in the prompt.
-  /// An empty `open` (chat_tool_call "{call}", Llama 3.1's JSON calls):
-  /// calls are read only where the output begins with one (after blanks),
-  /// one JSON object after another (blanks or ";" between), unconstrained
-  /// with "auto"; forced, the output is one call.
-  struct tool_calling {
-    bool forced = false;
-    bool bare = false;
-    std::vector<std::string> names;
-    std::string open;
-    std::string close;
-    bool parallel = true; ///< parallel_tool_calls: false keeps the first call
-    std::string arguments_key = "arguments"; ///< a call's arguments in the output
-  };
+  /// A chat offered tools (tool_choice not "none"): how its output's calls
+  /// are read (messages/tool_calls.hpp).
+  using tool_calling = tool_format;
   std::optional<tool_calling> tools;
   /// A chat whose output may open with the model's reasoning (the template's
   /// reasoning_parser): the answer gives it as `reasoning_content`, apart
@@ -347,9 +329,9 @@ public:
   /// Streaming: the events that open the stream ("" for a text completion;
   /// a chat's first chunk of each choice names the assistant's role).
   std::string stream_start() const;
-  /// Streaming: the event for a chunk of choice `k`'s tokens
-  /// ("data: {...}\n\n"); "" when all its text is held back or after a
-  /// stop string.
+  /// Streaming: the events for a chunk of choice `k`'s tokens
+  /// ("data: {...}\n\n"): its text, then what it adds to the tool calls
+  /// read; "" when all its text is held back or after a stop string.
   std::string chunk(std::size_t k, const wire::token_reply& t);
   /// Streaming: choice `k` ended: the text it still held, then the chunk
   /// with its finish_reason.
@@ -385,9 +367,12 @@ private:
     /// text it begins in, and none that begins after a stop string.
     std::vector<placed_logprobs> pending;
     /// With tools: streamed text that may begin the call marker, and the
-    /// output from the marker on (forced: all of it), read at the end.
+    /// output from the marker on (forced: all of it), read as calls as it
+    /// comes; the bytes of each call's arguments sent.
     std::string marker_held;
     std::string calls;
+    std::optional<call_reader> reader;
+    std::vector<std::size_t> arguments_sent;
     bool calling = false;
     bool not_calling = false; ///< with no marker: the content began with text, not a call
     /// With a marker: content other than blanks was sent (blanks alone
@@ -406,8 +391,12 @@ private:
   /// Streamed text past the stop strings, with tools: what goes out as
   /// content now (the rest is held or read as calls at the end).
   std::string routed(choice& c, std::string text) const;
-  /// The end of choice `k`'s stream with tools: its held text, and its
-  /// calls when they read as calls (finish_reason "tool_calls").
+  /// Choice `k`'s calls read since the last: a chunk of deltas, each call's
+  /// first with its id and name ("" when nothing new was read).
+  std::string call_deltas(std::size_t k);
+  /// The end of choice `k`'s stream with tools: the finish reason, after
+  /// its held text where no call began ("tool_calls" where every call
+  /// that began is whole).
   std::string calls_end(std::size_t k, const std::string& reason);
   /// A chunk of choice `k`: `text` as the delta's `field` (content, or
   /// reasoning_content), its finish reason and log-probabilities.

@@ -161,8 +161,7 @@ for seed in range(8):
     assert status == 200, out
     choice = out["choices"][0]
     if choice["finish_reason"] == "length":
-        assert "tool_calls" not in choice["message"], out
-        continue
+        continue # cut short: no call began, or the call's arguments before the cut
     assert choice["finish_reason"] == "tool_calls" and choice["message"]["content"] is None, out
     calls = choice["message"]["tool_calls"]
     assert len(calls) == 1 and calls[0]["function"]["name"] == "get_weather", out

@@ -1554,13 +1554,37 @@ TEST(openai, calls_in_the_output_become_tool_calls_and_what_does_not_read_as_cal
                             "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}</tool_call>");
   ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
   EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["name"], "get_time");
+  // A call counts once its name and the start of its arguments are read
+  // (a stream has sent it by then): cut short, it keeps the arguments read
+  // and the output's finish_reason; what follows the calls is not the
+  // answer's.
+  struct counted {
+    std::string out;
+    std::string arguments;
+    const char* finish;
+  };
+  for (const auto& [out, arguments, finish] : std::vector<counted>{
+         {"<tool_call>{\"name\":\"get_time\",\"arguments\":{}", "{}", "length"}, // its object not closed
+         {"<tool_call>{\"name\":\"get_weather\",\"arguments\":{\"city\": \"Par", "{\"city\":\"Par", "length"},
+         {"<tool_call>{\"name\":\"get_time\",\"arguments\":{},\"x\":1}</tool_call>", "{}", "length"},
+         {"<tool_call>{\"arguments\":{\"a\" : [1, 2]}, \"name\":\"get_time\"}", "{\"a\":[1,2]}", "tool_calls"},
+         {"<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call> and more", "{}", "tool_calls"},
+         {"<tool_call>{\"name\":\"get_time\",\"arguments\":{\"a\":1,}}", "{\"a\":1,", "length"}, // broken JSON
+       }) {
+    m = whole_message(c, out, "length");
+    EXPECT_EQ(m["finish_reason"], finish) << out;
+    EXPECT_TRUE(m["message"]["content"].is_null()) << out;
+    ASSERT_EQ(m["message"]["tool_calls"].size(), 1u) << out;
+    EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["arguments"], arguments) << out;
+  }
   // Not calls: text as the model wrote it, finish_reason its own.
-  for (const std::string out : {"<tool_call>{\"name\":\"get_time\",\"arguments\":{}", // cut short
+  for (const std::string out : {"<tool_call>{\"name\":\"get_time\",\"arguments\"", // cut before the arguments
                                 "<tool_call>{\"name\":\"get_date\",\"arguments\":{}}</tool_call>", // no such tool
                                 "<tool_call>{\"name\":\"get_time\",\"arguments\":[]}</tool_call>",
+                                "<tool_call>{\"name\":\"get_time\",\"arguments\":\"[]\"}</tool_call>",
                                 "<tool_call>{\"name\":\"get_time\"}</tool_call>",
-                                "<tool_call>{\"name\":\"get_time\",\"arguments\":{},\"x\":1}</tool_call>",
-                                "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call> and more",
+                                "<tool_call>{\"x\":1,\"name\":\"get_time\",\"arguments\":{}}</tool_call>",
+                                "<tool_call>{\"arguments\":{}}</tool_call>", "<tool_call>x{}",
                                 "I would call <tool_call but did not", "No calls."}) {
     m = whole_message(c, out, "length");
     EXPECT_EQ(m["finish_reason"], "length") << out;
@@ -1687,11 +1711,59 @@ TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_i
     "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>x<tool_call>{\"name\":\"get_time\"",
     "{\"name\":\"get_time\",\"arguments\":{}}",
     "a <tool_ca b <tool_call>{\"name\":\"get_date\",\"arguments\":{}}</tool_call>",
+    "<tool_call>{\"arguments\": {\"a\": \"x y\"}, \"name\": \"get_time\"}</tool_call>",
+    "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par",
+    "<tool_call>{\"name\":\"get_time\",\"arguments\":{\"a\":1,}}",
+    "<tool_call>{\"name\":\"get_time\",\"arguments\":\"{\\\"b\\\": 2}\"}</tool_call>\n<tool_call> "
+    "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Oslo\"}}",
     "text only, <tool and <",
     "<tool_call>",
     "",
   };
   expect_streams_say_what_the_wholes_say(requests, outputs, 7);
+}
+
+TEST(openai, a_streamed_call_goes_out_as_it_is_read_its_id_and_name_first_then_its_arguments) {
+  const auto c = chat_ok(tool_chat(ask), builtin("chatml"));
+  completion_answer a{"chatcmpl-http-5", 42, c};
+  (void)a.stream_start();
+  // Each token, and the tool_calls delta its chunk carries (null: none).
+  const std::vector<std::pair<std::string, json>> steps{
+    {"Sure.", nullptr},
+    {"<tool_call>", nullptr},
+    {"\n{\"name\": \"get_", nullptr},
+    {"weather\", ", nullptr}, // the name's member has ended, no arguments yet
+    {"\"arguments\": {", json::parse(R"([{"index":0,"id":"call_42_5_0_0","type":"function",)"
+                                     R"("function":{"name":"get_weather","arguments":"{"}}])")},
+    {"\"city\": ", json::parse(R"([{"index":0,"function":{"arguments":"\"city\":"}}])")},
+    {"\"Par", json::parse(R"([{"index":0,"function":{"arguments":"\"Par"}}])")},
+    {"is \"} ", json::parse(R"([{"index":0,"function":{"arguments":"is \"}"}}])")},
+    {"}\n</tool_call>\n<tool_call>{\"name\":\"get_time\",\"arguments\":{}}",
+     json::parse(R"([{"index":1,"id":"call_42_5_0_1","type":"function","function":{"name":"get_time","arguments":"{}"}}])")},
+  };
+  std::string text;
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    wire::token_reply t;
+    t.index = static_cast<std::uint32_t>(i);
+    t.text = steps[i].first;
+    text += t.text;
+    json calls;
+    for (const auto& e : events(a.chunk(0, t))) {
+      const auto& d = e["choices"][0]["delta"];
+      if (d.contains("content")) {
+        EXPECT_EQ(d["content"], "Sure.") << i;
+      }
+      if (d.contains("tool_calls"))
+        calls = d["tool_calls"];
+    }
+    EXPECT_EQ(calls, steps[i].second) << i;
+  }
+  auto d = done("stop");
+  d.text = text;
+  const auto end = events(a.choice_end(0, d));
+  ASSERT_EQ(end.size(), 1u);
+  EXPECT_EQ(end[0]["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_FALSE(end[0]["choices"][0]["delta"].contains("tool_calls"));
 }
 
 // -- reasoning ---------------------------------------------------------------
@@ -2138,11 +2210,16 @@ TEST(openai, llama_31_json_calls_have_no_marker_and_their_arguments_under_parame
                        "{\"city\": \"Oslo\"}}");
   ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
   EXPECT_EQ(m["message"]["tool_calls"][1]["function"]["name"], "get_weather");
+  // A call, then text: the call (what follows it is not the answer's).
+  m = whole_message(c, "{\"name\": \"get_time\", \"parameters\": {}} and then");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  EXPECT_EQ(m["message"]["tool_calls"].size(), 1u);
   // Text, a call after text, "arguments" for "parameters", or a JSON that is
   // not a call: all text.
   for (const std::string out : {"It is sunny.", "Let me check: {\"name\": \"get_time\", \"parameters\": {}}",
                                 "{\"name\": \"get_time\", \"arguments\": {}}", "{\"city\": \"Paris\"}",
-                                "{\"name\": \"get_time\", \"parameters\": {}} and then", "{\"name\": \"get_ti"}) {
+                                "{\"name\": \"get_ti"}) {
     m = whole_message(c, out, "length");
     EXPECT_EQ(m["message"]["content"], out);
     EXPECT_FALSE(m["message"].contains("tool_calls")) << out;
