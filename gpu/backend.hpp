@@ -20,6 +20,15 @@ public:
   virtual std::vector<std::int32_t> encode(const std::string& text) const = 0;
   /// Decodes one token to the text it stands for ("" for special tokens).
   virtual std::string decode(std::int32_t token) const = 0;
+  /// A special token's own text ("<|eot_id|>", "</s>"), which a request
+  /// that keeps special tokens shows (vLLM's skip_special_tokens false);
+  /// "" for any other id.
+  virtual std::string special_text(std::int32_t /*token*/) const { return {}; }
+  /// decode(), or where that is "" and `keep_special`, special_text().
+  std::string shown(std::int32_t token, bool keep_special) const {
+    auto text = decode(token);
+    return text.empty() && keep_special ? special_text(token) : text;
+  }
   /// Size of the vocabulary; valid ids are [0, vocab_size()).
   virtual std::int32_t vocab_size() const = 0;
   /// End-of-sequence id, or -1 when the model has none.

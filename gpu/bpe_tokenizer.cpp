@@ -422,6 +422,7 @@ struct bpe_tokenizer::impl {
   std::vector<unicode_form> normalizers; ///< applied in order
   std::unordered_map<std::string, std::int32_t> added_ids;
   std::vector<std::string> text_of;                       ///< id -> decoded bytes
+  std::unordered_map<std::int32_t, std::string> special_of; ///< special added token id -> content
   std::vector<std::int32_t> prefix;
   std::vector<std::int32_t> suffix;
 
@@ -617,6 +618,11 @@ std::string bpe_tokenizer::decode(std::int32_t token) const {
   if (token < 0 || static_cast<std::size_t>(token) >= impl_->text_of.size())
     return {};
   return impl_->text_of[static_cast<std::size_t>(token)];
+}
+
+std::string bpe_tokenizer::special_text(std::int32_t token) const {
+  const auto i = impl_->special_of.find(token);
+  return i == impl_->special_of.end() ? std::string{} : i->second;
 }
 
 std::int32_t bpe_tokenizer::vocab_size() const {
@@ -972,8 +978,11 @@ bpe_tokenizer::parse(std::string_view json_text, const std::string& source, std:
   for (std::size_t id = 0; id < token_of.size(); ++id)
     if (!token_of[id].empty())
       m->text_of[id] = from_symbols(token_of[id]);
-  for (const auto& a : m->added)
+  for (const auto& a : m->added) {
     m->text_of[static_cast<std::size_t>(a.id)] = a.special ? std::string{} : a.content;
+    if (a.special)
+      m->special_of[a.id] = a.content;
+  }
   for (const auto id : m->prefix)
     if (id > max_id)
       return source + ": post_processor: id " + std::to_string(id) + " is outside the vocabulary";

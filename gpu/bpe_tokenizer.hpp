@@ -58,6 +58,8 @@ public:
   /// The token's bytes; an added token's content, "" for a special one
   /// and for ids no token has.
   std::string decode(std::int32_t token) const override;
+  /// A special added token's content ("<|eot_id|>").
+  std::string special_text(std::int32_t token) const override;
   /// One past the largest id of the vocabulary and the added tokens.
   std::int32_t vocab_size() const override;
   std::int32_t eos_token() const override { return eos_id_; }

@@ -21,6 +21,7 @@ public:
 
   std::vector<std::int32_t> encode(const std::string& text) const override { return inner_->encode(text); }
   std::string decode(std::int32_t token) const override { return inner_->decode(token); }
+  std::string special_text(std::int32_t token) const override { return inner_->special_text(token); }
   std::int32_t vocab_size() const override { return inner_->vocab_size(); }
   std::int32_t eos_token() const override { return inner_->eos_token(); }
   std::vector<std::int32_t> end_tokens() const override { return ends_; }

@@ -34,6 +34,19 @@ std::vector<std::int32_t> sim_tokenizer::encode(const std::string& text) const {
   return ids;
 }
 
+std::string sim_tokenizer::special_text(std::int32_t token) const {
+  switch (token) {
+  case pad_token:
+    return "<pad>";
+  case bos_token:
+    return "<s>";
+  case end_token:
+    return "</s>";
+  default:
+    return {};
+  }
+}
+
 std::string sim_tokenizer::decode(std::int32_t token) const {
   if (token < first_byte_token || token >= vocab_size_)
     return {};

@@ -32,6 +32,8 @@ public:
   /// The byte of a byte token, " " + a lowercase syllable word for a word
   /// token, "" for special tokens and ids outside [0, vocab_size()).
   std::string decode(std::int32_t token) const override;
+  /// "<pad>", "<s>", "</s>" for the special tokens.
+  std::string special_text(std::int32_t token) const override;
   /// Number of ids; at least first_word_token + 1.
   std::int32_t vocab_size() const override { return vocab_size_; }
   /// Always end_token (2).

@@ -57,8 +57,10 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
     if (sp_->IsControl(id) || sp_->IsUnknown(id)) {
       // Written in a text (Llama 2's "</s><s>" between turns), it is the
       // token itself, as Hugging Face's Llama tokenizers read it.
-      if (const std::string& piece = sp_->IdToPiece(id); !piece.empty())
+      if (const std::string& piece = sp_->IdToPiece(id); !piece.empty()) {
         specials_.emplace_back(piece, id);
+        special_of_.emplace(id, piece);
+      }
       continue;
     }
     if (sp_->IsUnused(id))
@@ -133,6 +135,11 @@ std::string sp_tokenizer::decode(std::int32_t token) const {
   if (token < 0 || static_cast<std::size_t>(token) >= pieces_.size())
     return {};
   return pieces_[static_cast<std::size_t>(token)];
+}
+
+std::string sp_tokenizer::special_text(std::int32_t token) const {
+  const auto i = special_of_.find(token);
+  return i == special_of_.end() ? std::string{} : i->second;
 }
 
 std::int32_t sp_tokenizer::vocab_size() const {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -46,6 +47,8 @@ public:
   /// The piece with U+2581 turned into ' ', a byte piece <0xAB> as that
   /// byte, "" for control/unknown pieces and ids outside [0, vocab_size()).
   std::string decode(std::int32_t token) const override;
+  /// A control or unknown piece's text ("</s>", "<unk>").
+  std::string special_text(std::int32_t token) const override;
   /// Number of pieces in the model.
   std::int32_t vocab_size() const override;
   /// The eos id given to load().
@@ -67,6 +70,7 @@ private:
   /// the tokens themselves.
   std::vector<std::pair<std::string, std::int32_t>> specials_;
   std::string special_firsts_;
+  std::unordered_map<std::int32_t, std::string> special_of_; ///< the same by id
   std::int32_t bos_id_;
   std::int32_t eos_id_;
 };

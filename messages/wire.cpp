@@ -134,12 +134,12 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 31> generate_fields{
+constexpr std::array<std::string_view, 32> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
-  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open"};
+  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -369,6 +369,11 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (!j->is_boolean())
       reject_field("ignore_eos", "true or false", *j);
     g.ignore_eos = j->get<bool>();
+  }
+  if (auto j = find(obj, "skip_special_tokens")) {
+    if (!j->is_boolean())
+      reject_field("skip_special_tokens", "true or false", *j);
+    g.skip_special_tokens = j->get<bool>();
   }
   if (auto j = find(obj, "min_tokens")) {
     auto v = integer_of<std::int64_t>(*j);
@@ -1007,6 +1012,8 @@ std::string to_json(const request& x) {
         j["stop_token_ids"] = g.stop_token_ids;
       if (g.ignore_eos)
         j["ignore_eos"] = true;
+      if (!g.skip_special_tokens)
+        j["skip_special_tokens"] = false;
       if (g.min_tokens != 0)
         j["min_tokens"] = g.min_tokens;
       if (g.json_object)

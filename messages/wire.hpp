@@ -91,6 +91,10 @@ struct generate_request {
   /// The end-of-sequence token ends nothing: it is an output token like
   /// any other (a benchmark replaying a trace's output lengths).
   bool ignore_eos = false;
+  /// vLLM's: false shows special tokens in the output's text as their own
+  /// text ("<|eot_id|>", "</s>"), and stop strings match it; a token that
+  /// ends the output (end of sequence, stop_token_ids) is still left out.
+  bool skip_special_tokens = true;
   /// Neither the end-of-sequence token nor stop_token_ids are sampled
   /// among the first min_tokens output tokens (stop strings still end the
   /// output). At most max_tokens.

@@ -46,12 +46,17 @@ std::size_t complete_utf8_prefix(std::string_view s) {
 
 } // namespace
 
-std::string intake_core::decode(const std::vector<std::int32_t>& tokens,
-                                std::size_t from) const {
+std::string intake_core::decode(const std::vector<std::int32_t>& tokens, bool keep_special, bool ended) const {
   std::string text;
-  for (auto i = from; i < tokens.size(); ++i)
-    text += backend_->vocab().decode(tokens[i]);
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    text += backend_->vocab().shown(tokens[i], keep_special && !(ended && i + 1 == tokens.size()));
   return text;
+}
+
+bool intake_core::ended_by_last(const pending& p, const std::vector<std::int32_t>& tokens, std::uint8_t reason) {
+  const auto why = static_cast<finish_reason>(reason);
+  return p.keep_special && !tokens.empty() && (why == finish_reason::eos || why == finish_reason::stop)
+         && std::binary_search(p.ends.begin(), p.ends.end(), tokens.back());
 }
 
 wire::token_logprobs intake_core::logprobs_of(std::int32_t token, const gpu::token_logprobs* lp) const {
@@ -199,7 +204,7 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
     out.replies.push_back(
       {peer, wire::to_json(wire::tokenize_reply{t->id, backend_->vocab().encode(t->prompt), limits_.max_context})});
   } else if (auto* d = std::get_if<wire::detokenize_request>(&req)) {
-    out.replies.push_back({peer, wire::to_json(wire::detokenize_reply{d->id, decode(d->tokens, 0)})});
+    out.replies.push_back({peer, wire::to_json(wire::detokenize_reply{d->id, decode(d->tokens)})});
   }
   return out;
 }
@@ -342,6 +347,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.stop = std::move(g.stop);
   spec.stop_token_ids = std::move(g.stop_token_ids);
   spec.ignore_eos = g.ignore_eos;
+  spec.skip_special_tokens = g.skip_special_tokens;
   spec.min_tokens = g.min_tokens;
   spec.json_object = g.json_object;
   spec.json_schema = std::move(g.json_schema);
@@ -360,6 +366,14 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   if (p.prompt_logprobs)
     p.prompt = spec.prompt;
   p.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
+  p.keep_special = !spec.skip_special_tokens;
+  if (p.keep_special) {
+    p.ends = spec.stop_token_ids;
+    if (!spec.ignore_eos)
+      for (const auto t : backend_->vocab().end_tokens())
+        p.ends.push_back(t);
+    std::sort(p.ends.begin(), p.ends.end());
+  }
   if (adapter != nullptr) {
     p.adapter = adapter->name;
     ++adapter_users_[adapter->name];
@@ -417,12 +431,11 @@ std::vector<outbound_frame> intake_core::on_submit_failed(std::uint64_t request_
 
 std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch) {
   std::vector<outbound_frame> out;
-  // Requests that end with this batch: their last chunk takes all its text.
-  std::vector<std::uint64_t> ending;
-  ending.reserve(batch.finished.size());
+  // Requests that end with this batch, and why: their last chunk takes all
+  // its text.
+  std::map<std::uint64_t, std::uint8_t> ending;
   for (const auto& f : batch.finished)
-    ending.push_back(f.request_id);
-  std::sort(ending.begin(), ending.end());
+    ending.emplace(f.request_id, f.reason);
   // Log-probabilities by (request, token index).
   std::map<std::pair<std::uint64_t, std::uint32_t>, const gpu::token_logprobs*> logprobs;
   for (const auto& lp : batch.logprobs)
@@ -464,9 +477,11 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
         }
         // Each chunk's text ends on a character boundary, so that it is
         // valid UTF-8 on its own; the request's last chunk takes all.
-        t.text = std::move(p.held) + decode(t.tokens, 0);
+        const auto ends = ending.find(id);
+        t.text = std::move(p.held)
+                 + decode(t.tokens, p.keep_special, ends != ending.end() && ended_by_last(p, t.tokens, ends->second));
         p.held.clear();
-        if (!std::binary_search(ending.begin(), ending.end(), id)) {
+        if (ends == ending.end()) {
           const auto whole = complete_utf8_prefix(t.text);
           p.held = t.text.substr(whole);
           t.text.resize(whole);
@@ -500,7 +515,7 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
       d.cached_tokens = f.cached_tokens;
       d.time = {f.queue_ms, f.ttft_ms, f.e2e_ms};
       if (!p.stream) {
-        d.text = decode(p.tokens, 0);
+        d.text = decode(p.tokens, p.keep_special, ended_by_last(p, p.tokens, f.reason));
         d.tokens = std::move(p.tokens);
         if (p.logprobs)
           d.logprobs = std::move(p.token_logprobs);

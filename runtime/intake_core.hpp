@@ -137,13 +137,24 @@ private:
     /// come (a token may decode to part of a UTF-8 sequence), sent with the
     /// chunk that completes it.
     std::string held;
+    /// skip_special_tokens false: special tokens show their own text, but
+    /// for one of `ends` (end of sequence, stop_token_ids; ascending) that
+    /// ended the output.
+    bool keep_special = false;
+    std::vector<std::int32_t> ends;
   };
 
   void generate(const std::string& peer, wire::generate_request&& g, double now_s,
                 intake_actions& out);
   outbound_frame error_frame(const std::string& peer, const std::string& id,
                              wire::error_code code, std::string message);
-  std::string decode(const std::vector<std::int32_t>& tokens, std::size_t from) const;
+  /// The text of `tokens`: with `keep_special`, special tokens' own texts
+  /// too, but for the last when `ended` (it ended the output: vLLM leaves
+  /// that out).
+  std::string decode(const std::vector<std::int32_t>& tokens, bool keep_special = false, bool ended = false) const;
+  /// Whether the last of `tokens` ended `p`'s output, which finished for
+  /// `reason`, as one of its ends.
+  static bool ended_by_last(const pending& p, const std::vector<std::int32_t>& tokens, std::uint8_t reason);
   /// A token's log-probabilities for the wire, each token with its text;
   /// `lp` null (none came) leaves the log-probabilities 0.
   wire::token_logprobs logprobs_of(std::int32_t token, const gpu::token_logprobs* lp) const;

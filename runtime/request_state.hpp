@@ -103,6 +103,9 @@ struct request_spec {
   std::vector<std::int32_t> stop_token_ids{};
   /// The end-of-sequence token ends nothing (an output token like others).
   bool ignore_eos = false;
+  /// false: stop strings match special tokens' own texts too
+  /// (gpu::tokenizer::shown), as the client's text shows them.
+  bool skip_special_tokens = true;
   /// The end-of-sequence token and stop_token_ids are banned among the
   /// first min_tokens output tokens (logit_adjust); stop strings still end
   /// the output.

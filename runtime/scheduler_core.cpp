@@ -920,7 +920,7 @@ bool scheduler_core::hits_stop(record& r, std::int32_t token) {
   if (r.spec.stop.empty() || vocab_ == nullptr)
     return false;
   const auto before = r.text.size();
-  r.text += vocab_->decode(token);
+  r.text += vocab_->shown(token, !r.spec.skip_special_tokens);
   for (const auto& s : r.spec.stop) {
     // Only look where the new text could complete a match.
     const auto from = before >= s.size() ? before - s.size() + 1 : 0;

@@ -402,6 +402,21 @@ for extra, tokens, finish in (({}, 1, "stop"), ({"ignore_eos": True}, 5, "length
     assert one["choices"][0]["finish_reason"] == finish, (extra, body)
 refused(400, body=dict(req, max_tokens=2, min_tokens=3), says="min_tokens")
 refused(400, body=dict(req, stop_token_ids=[-1]), says="stop_token_ids")
+# vLLM's skip_special_tokens false: the special tokens show as their text
+# (the demo's SentencePiece </s>), whole and streamed, but for one that ends
+# the output; a stop string matches it.
+forced = dict(req, max_tokens=3, logit_bias=eos)
+for extra, text, finish in (({"ignore_eos": True}, "", "length"),
+                            ({"ignore_eos": True, "skip_special_tokens": False}, "</s></s></s>", "length"),
+                            ({"skip_special_tokens": False}, "", "stop"),
+                            ({"ignore_eos": True, "skip_special_tokens": False, "stop": ["</s></s>"]}, "", "stop")):
+    status, _, body = call("/v1/completions", dict(forced, **extra))
+    whole = json.loads(body)["choices"][0]
+    assert status == 200 and (whole["text"], whole["finish_reason"]) == (text, finish), (extra, body)
+    status, _, body = call("/v1/completions", dict(forced, stream=True, **extra))
+    streamed = "".join(e["choices"][0]["text"] for e in events(body)[:-1] if e["choices"])
+    assert status == 200 and streamed == text, (extra, body)
+refused(400, body=dict(req, skip_special_tokens="no"), says="skip_special_tokens")
 
 # A chat completion (chatml) is a completion of its rendered prompt.
 messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "The river runs"}]

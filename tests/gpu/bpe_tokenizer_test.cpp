@@ -176,9 +176,18 @@ TEST(bpe_tokenizer, added_tokens_are_cut_out_first) {
   // single_word: only between non-word characters.
   EXPECT_EQ(t->encode("hi [W] hi"), (std::vector<std::int32_t>{hi, t->find(" "), s + 4, t->find(" "), hi}));
   EXPECT_EQ(t->encode("hi[W]"), ids(*t, {"hi", "[", "W", "]"}));
-  // Special tokens decode to nothing, the others to their content.
+  // Special tokens decode to nothing, the others to their content; a
+  // special token's own text is shown only where asked.
   EXPECT_EQ(t->decode(s), "");
   EXPECT_EQ(t->decode(s + 2), "[L]");
+  EXPECT_EQ(t->special_text(s), "<|s|>");
+  EXPECT_EQ(t->special_text(s + 1), "<|s|>x");
+  EXPECT_EQ(t->special_text(s + 2), "") << "not special";
+  EXPECT_EQ(t->special_text(hi), "");
+  EXPECT_EQ(t->shown(s, true), "<|s|>");
+  EXPECT_EQ(t->shown(s, false), "");
+  EXPECT_EQ(t->shown(s + 2, true), "[L]");
+  EXPECT_EQ(t->shown(hi, true), "hi");
   EXPECT_EQ(t->find("<|s|>"), s);
   EXPECT_EQ(t->vocab_size(), s + 5);
 }

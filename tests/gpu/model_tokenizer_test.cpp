@@ -90,6 +90,7 @@ TEST_F(model_dir, a_tokenizer_json_is_read_with_the_end_ids_of_both_configs) {
   const auto ids = t->encode("the cat<|eot_id|>");
   EXPECT_EQ(ids.front(), 300) << "BOS from the post-processor";
   EXPECT_EQ(ids.back(), 302);
+  EXPECT_EQ(t->special_text(302), "<|eot_id|>") << "through the model's tokenizer";
   write("generation_config.json", R"({"eos_token_id": [301, 302]})");
   t = load();
   ASSERT_TRUE(t);

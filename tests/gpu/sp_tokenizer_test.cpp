@@ -84,6 +84,16 @@ TEST_F(sp_tokenizer_test, reports_vocabulary_and_specials) {
   EXPECT_EQ(tok_->bos_token(), 1);
   for (const std::int32_t id : {0, 1, 2, -1, 512, 100000})
     EXPECT_EQ(tok_->decode(id), "") << "id " << id;
+  // Control and unknown pieces' own texts, shown where asked.
+  EXPECT_EQ(tok_->special_text(0), "<unk>");
+  EXPECT_EQ(tok_->special_text(1), "<s>");
+  EXPECT_EQ(tok_->special_text(2), "</s>");
+  for (const std::int32_t id : {3, 100, -1, 512})
+    EXPECT_EQ(tok_->special_text(id), "") << "id " << id;
+  EXPECT_EQ(tok_->shown(2, true), "</s>");
+  EXPECT_EQ(tok_->shown(2, false), "");
+  const auto ids = tok_->encode("Hi");
+  EXPECT_EQ(tok_->shown(ids.back(), true), tok_->decode(ids.back()));
 }
 
 TEST_F(sp_tokenizer_test, prepends_bos) {

@@ -2007,9 +2007,19 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
   (void)chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"use_beam_search":false,)"
                 R"("include_stop_str_in_output":false})",
                 builtin("chatml"));
+  // skip_special_tokens is served: false goes to the wire, which checks it.
+  EXPECT_TRUE(as_generate(c).skip_special_tokens);
+  EXPECT_FALSE(as_generate(ok(R"({"model":"m","prompt":"p","skip_special_tokens":false})")).skip_special_tokens);
+  EXPECT_FALSE(as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"skip_special_tokens":false})",
+                                   builtin("chatml")))
+                 .skip_special_tokens);
+  const auto odd = ok(R"({"model":"m","prompt":"p","skip_special_tokens":"no"})");
+  const auto odd_parsed = wire::parse_request(odd.frames.at(0), wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(odd_parsed));
+  EXPECT_NE(std::get<wire::parse_error>(odd_parsed).message.find("\"skip_special_tokens\""), std::string::npos);
   // Another value: refused, naming the field and what Troupe serves.
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-         {"use_beam_search", "true"}, {"skip_special_tokens", "false"}, {"use_beam_search", "\"false\""}}) {
+         {"use_beam_search", "true"}, {"use_beam_search", "\"false\""}}) {
     const auto e = refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}");
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, field);

@@ -48,6 +48,7 @@ TEST(serialize, a_request_keeps_every_field) {
   s.stop = {"\n\n"};
   s.stop_token_ids = {2, 40};
   s.ignore_eos = true;
+  s.skip_special_tokens = false;
   s.min_tokens = 9;
   s.json_object = true;
   s.json_schema = R"({"type":"object","required":["a"],"properties":{"a":{"enum":[1,"x"]}}})";
@@ -84,6 +85,7 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.stop, s.stop);
   EXPECT_EQ(r.stop_token_ids, s.stop_token_ids);
   EXPECT_EQ(r.ignore_eos, s.ignore_eos);
+  EXPECT_EQ(r.skip_special_tokens, s.skip_special_tokens);
   EXPECT_EQ(r.min_tokens, s.min_tokens);
   EXPECT_EQ(r.json_object, s.json_object);
   EXPECT_EQ(r.json_schema, s.json_schema);

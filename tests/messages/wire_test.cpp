@@ -64,6 +64,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
   EXPECT_EQ(a.stop_token_ids, b.stop_token_ids);
   EXPECT_EQ(a.ignore_eos, b.ignore_eos);
+  EXPECT_EQ(a.skip_special_tokens, b.skip_special_tokens);
   EXPECT_EQ(a.min_tokens, b.min_tokens);
   EXPECT_EQ(a.json_object, b.json_object);
   EXPECT_EQ(a.json_schema, b.json_schema);
@@ -280,6 +281,7 @@ std::vector<accept_case> accept_cases() {
      [](g r) { r.stop_token_ids = {2, 9}; }},
     {"stop_token_ids_empty", gen(R"("stop_token_ids":[])"), [](g) {}},
     {"ignore_eos", gen(R"("ignore_eos":true)"), [](g r) { r.ignore_eos = true; }},
+    {"skip_special_tokens", gen(R"("skip_special_tokens":false)"), [](g r) { r.skip_special_tokens = false; }},
     {"min_tokens_up_to_max_tokens", gen(R"("max_tokens":4,"min_tokens":4.0)"),
      [](g r) { r.max_tokens = 4; r.min_tokens = 4; }},
     {"response_format_json_object", gen(R"("response_format":"json_object")"), [](g r) { r.json_object = true; }},
@@ -513,6 +515,8 @@ std::vector<reject_case> reject_cases() {
     {"stop_token_ids_text", gen(R"("stop_token_ids":["2"])"), bad, "g1", {"\"stop_token_ids\"", "holds \"2\""}},
     {"stop_token_ids_too_many", gen(R"("stop_token_ids":[0,1,2,3,4])"), bad, "g1", {"\"stop_token_ids\"", "at most 4"}},
     {"ignore_eos_number", gen(R"("ignore_eos":1)"), bad, "g1", {"\"ignore_eos\"", "true or false"}},
+    {"skip_special_tokens_string", gen(R"("skip_special_tokens":"false")"), bad, "g1",
+     {"\"skip_special_tokens\"", "true or false"}},
     {"min_tokens_past_max_tokens", gen(R"("max_tokens":4,"min_tokens":5)"), bad, "g1",
      {"\"min_tokens\"", "between 0 and max_tokens (4)", "got 5"}},
     {"min_tokens_negative", gen(R"("min_tokens":-1)"), bad, "g1", {"\"min_tokens\"", "got -1"}},
@@ -615,6 +619,7 @@ TEST(wire, request_round_trips) {
   full.prompt_logprobs = 0;
   full.stop_token_ids = {2, 31};
   full.ignore_eos = true;
+  full.skip_special_tokens = false;
   full.min_tokens = 7;
   full.json_object = true;
 

@@ -590,6 +590,56 @@ TEST_F(intake_core_test, non_streaming_requests_get_one_done_with_tokens_and_tex
   EXPECT_EQ(core.in_flight(), 0u);
 }
 
+TEST_F(intake_core_test, kept_special_tokens_show_their_text_but_for_the_one_that_ended_the_output) {
+  // The sim vocabulary's specials: 1 <s>, 2 </s> (end of sequence).
+  const auto a = 3 + 'a', b = 3 + 'b';
+  struct row {
+    std::string name;
+    std::string extra;
+    std::vector<std::int32_t> tokens;
+    finish_reason why;
+    std::string text;
+  };
+  const std::vector<row> table{
+    {"skipped (the default)", "", {a, 1, b, 2}, finish_reason::eos, "ab"},
+    {"kept; the ending </s> is not", R"("skip_special_tokens":false)", {a, 1, b, 2}, finish_reason::eos, "a<s>b"},
+    {"kept; a stop token that ended it is not", R"("skip_special_tokens":false,"stop_token_ids":[1])", {a, 1},
+     finish_reason::stop, "a"},
+    {"kept; cut by length, the last shows", R"("skip_special_tokens":false,"stop_token_ids":[1],"max_tokens":2)",
+     {a, 1}, finish_reason::length, "a<s>"},
+    {"kept; with ignore_eos, </s> is a token", R"("skip_special_tokens":false,"ignore_eos":true,"max_tokens":2)",
+     {a, 2}, finish_reason::length, "a</s>"},
+  };
+  int n = 0;
+  for (const auto& r : table) {
+    SCOPED_TRACE(r.name);
+    for (const bool stream : {false, true}) {
+      const auto extra = r.extra + (r.extra.empty() ? "" : ",") + (stream ? R"("stream":true)" : R"("stream":false)");
+      const auto id = submit("p", "k" + std::to_string(++n), extra);
+      ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+      // All but the last token, then the last with the finish.
+      progress_batch first, last;
+      for (std::uint32_t i = 0; i + 1 < r.tokens.size(); ++i)
+        first.tokens.push_back({id, i, r.tokens[i]});
+      last.tokens.push_back({id, static_cast<std::uint32_t>(r.tokens.size() - 1), r.tokens.back()});
+      last.finished.push_back(fin(id, r.why, 2, static_cast<std::uint32_t>(r.tokens.size())));
+      std::string text;
+      for (const auto& f : core.on_progress(first))
+        text += as<wire::token_reply>(f).text;
+      const auto out = core.on_progress(last);
+      ASSERT_FALSE(out.empty());
+      if (stream) {
+        ASSERT_EQ(out.size(), 2u);
+        text += as<wire::token_reply>(out[0]).text;
+      } else {
+        ASSERT_EQ(out.size(), 1u);
+        text = as<wire::done_reply>(out[0]).text.value_or("?");
+      }
+      EXPECT_EQ(text, r.text) << (stream ? "streamed" : "whole");
+    }
+  }
+}
+
 TEST_F(intake_core_test, finish_reasons_map_to_done_or_internal_error) {
   struct reason_case {
     finish_reason why;

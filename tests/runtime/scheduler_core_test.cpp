@@ -58,12 +58,18 @@ public:
     auto i = words.find(token);
     return i == words.end() ? std::string{} : i->second;
   }
+  std::string special_text(std::int32_t token) const override {
+    auto i = specials.find(token);
+    return i == specials.end() ? std::string{} : i->second;
+  }
   std::int32_t vocab_size() const override { return 1000; }
   std::int32_t eos_token() const override { return eos; }
   std::vector<std::int32_t> end_tokens() const override { return ends.empty() ? std::vector{eos} : ends; }
 
   static constexpr std::int32_t eos = 2;
   std::map<std::int32_t, std::string> words;
+  /// Special tokens' own texts (decode gives "" for them).
+  std::map<std::int32_t, std::string> specials;
   /// Ids that end a sequence; empty: eos alone.
   std::vector<std::int32_t> ends;
 };
@@ -151,6 +157,7 @@ struct request_args {
   std::uint64_t adapter_pages = 0;
   std::vector<std::int32_t> stop_token_ids = {};
   bool ignore_eos = false;
+  bool skip_special_tokens = true;
   std::uint32_t min_tokens = 0;
   bool json_object = false;
   std::string json_schema = {};
@@ -189,6 +196,7 @@ public:
     s.stop = a.stop;
     s.stop_token_ids = a.stop_token_ids;
     s.ignore_eos = a.ignore_eos;
+    s.skip_special_tokens = a.skip_special_tokens;
     s.min_tokens = a.min_tokens;
     s.json_object = a.json_object;
     s.json_schema = a.json_schema;
@@ -1198,6 +1206,36 @@ TEST(scheduler_core, stop_strings_finish_with_reason_stop) {
   }
 }
 
+/// Rows of one request each (2 prompt tokens): its name, its arguments,
+/// the tokens fed one per step, and the effects of the last step.
+using output_rows = std::vector<std::tuple<std::string, request_args, std::vector<std::int32_t>, std::string>>;
+
+void expect_outputs(const fake_tokenizer& vocab, const output_rows& rows) {
+  for (auto [name, args, tokens, expected] : rows) {
+    SCOPED_TRACE(name);
+    engine e{limits(100), &vocab};
+    args.prompt = 2;
+    ASSERT_EQ(e.submit(1, args), "accepted");
+    EXPECT_EQ(admit_and_feed(e, tokens), expected);
+    EXPECT_TRUE(e.all_returned());
+  }
+}
+
+TEST(scheduler_core, stop_strings_match_special_tokens_own_texts_where_the_request_keeps_them) {
+  fake_tokenizer vocab;
+  vocab.words = {{10, "Hel"}, {11, "lo"}};
+  vocab.specials = {{99, "<|x|>"}};
+  const output_rows table{
+    {"kept: the special text ends it", {.max_new = 6, .stop = {"lo<|x|>"}, .skip_special_tokens = false}, {10, 11, 99},
+     "-P1 T1#2 F1:stop/3"},
+    {"skipped: it adds no text", {.max_new = 3, .stop = {"lo<|x|>"}}, {10, 11, 99}, "-P1 T1#2 F1:length/3"},
+    {"skipped: the text around it joins", {.max_new = 6, .stop = {"Hello"}}, {10, 99, 11}, "-P1 T1#2 F1:stop/3"},
+    {"kept: it parts the text around it", {.max_new = 3, .stop = {"Hello"}, .skip_special_tokens = false},
+     {10, 99, 11}, "-P1 T1#2 F1:length/3"},
+  };
+  expect_outputs(vocab, table);
+}
+
 TEST(scheduler_core, stop_tokens_ignore_eos_and_min_tokens_decide_which_token_ends_the_output) {
   fake_tokenizer vocab;
   vocab.words = {{10, "Hel"}, {14, "!"}};
@@ -1233,21 +1271,14 @@ TEST(scheduler_core, stop_tokens_ignore_eos_and_min_tokens_decide_which_token_en
 TEST(scheduler_core, every_end_token_ends_the_output_and_min_tokens_holds_them_all_off) {
   fake_tokenizer vocab;
   vocab.ends = {9, fake_tokenizer::eos, 7}; // a model with three (Llama 3 Instruct has two)
-  const std::vector<std::tuple<std::string, request_args, std::vector<std::int32_t>, std::string>> table{
+  const output_rows table{
     {"the first", {.max_new = 6}, {10, fake_tokenizer::eos}, "-P1 T1#1 F1:eos/2"},
     {"another", {.max_new = 6}, {10, 9}, "-P1 T1#1 F1:eos/2"},
     {"a third", {.max_new = 6}, {7}, "-P1 T1#0 F1:eos/1"},
     {"min_tokens holds them off", {.max_new = 6, .min_tokens = 2}, {9, 7, 9}, "-P1 T1#2 F1:eos/3"},
     {"ignore_eos: they are tokens", {.max_new = 3, .ignore_eos = true}, {9, 7, 2}, "-P1 T1#2 F1:length/3"},
   };
-  for (auto [name, args, tokens, expected] : table) {
-    SCOPED_TRACE(name);
-    engine e{limits(100), &vocab};
-    args.prompt = 2;
-    ASSERT_EQ(e.submit(1, args), "accepted");
-    EXPECT_EQ(admit_and_feed(e, tokens), expected);
-    EXPECT_TRUE(e.all_returned());
-  }
+  expect_outputs(vocab, table);
 }
 
 // -- JSON output (response_format json_object) --------------------------------------
