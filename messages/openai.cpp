@@ -35,11 +35,13 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 24> taken_by_both{
+constexpr std::array<std::string_view, 31> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
-  "response_format", "min_p", "repetition_penalty", "include_stop_str_in_output", "skip_special_tokens"};
+  "response_format", "min_p", "repetition_penalty", "include_stop_str_in_output", "skip_special_tokens",
+  "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern",
+  "guided_decoding_backend", "structured_outputs"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 11> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
@@ -147,6 +149,87 @@ std::vector<std::string> stop_strings(const json& doc) {
       if (x.is_string())
         out.push_back(x.get<std::string>());
   return out;
+}
+
+/// A JSON Schema given as an object or as its JSON text (vLLM takes both);
+/// none when it is neither.
+std::optional<json> schema_of(const json& v) {
+  if (v.is_object())
+    return v;
+  if (!v.is_string())
+    return std::nullopt;
+  auto parsed = json::parse(v.get<std::string>(), nullptr, false);
+  if (parsed.is_discarded() || !parsed.is_object())
+    return std::nullopt;
+  return parsed;
+}
+
+/// vLLM's guided decoding, into the wire's json_schema or response_format:
+/// guided_json (a schema), and structured_outputs {"json": a schema} or
+/// {"json_object": true} (its newer form). One way to hold the output at
+/// most, response_format's among them. guided_decoding_backend names how
+/// vLLM enforces it, which is Troupe's own here: read past.
+std::optional<api_error> take_guided(const json& doc, json& gen, completion_request& out) {
+  const auto given = [&](const char* key) {
+    const auto v = doc.find(key);
+    return v != doc.end() && !v->is_null() ? &*v : nullptr;
+  };
+  const auto held_already = [&](const char* key) -> std::optional<api_error> {
+    if (gen.contains("json_schema") || gen.contains("response_format"))
+      return bad(std::string("field \"") + key + "\" cannot go with another way to hold the output "
+                   + "(response_format, guided_json, structured_outputs): give one",
+                 key);
+    return std::nullopt;
+  };
+  for (const char* key : {"guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern"})
+    if (given(key))
+      return bad(std::string("field \"") + key + "\" is not served (Troupe holds output to JSON: guided_json, "
+                   + "or response_format); leave it out",
+                 key);
+  if (const auto* b = given("guided_decoding_backend"); b && !b->is_string())
+    return bad("field \"guided_decoding_backend\" must be a string, got " + b->dump(), "guided_decoding_backend");
+  if (const auto* g = given("guided_json")) {
+    if (auto e = held_already("guided_json"))
+      return e;
+    const auto schema = schema_of(*g);
+    if (!schema)
+      return bad("field \"guided_json\" must be a JSON Schema: an object, or a string holding one, got "
+                   + g->dump().substr(0, 80),
+                 "guided_json");
+    gen["json_schema"] = *schema;
+    out.schema_field = "guided_json";
+  }
+  if (const auto* s = given("structured_outputs")) {
+    if (auto e = held_already("structured_outputs"))
+      return e;
+    if (!s->is_object())
+      return bad("field \"structured_outputs\" must be an object, got " + s->dump().substr(0, 80),
+                 "structured_outputs");
+    for (const auto& [key, value] : s->items()) {
+      if (value.is_null() || (key == "json_object" && value == false))
+        continue;
+      const bool held = gen.contains("json_schema") || gen.contains("response_format");
+      if (key == "json" && !held) {
+        const auto schema = schema_of(value);
+        if (!schema)
+          return bad("field \"structured_outputs.json\" must be a JSON Schema: an object, or a string holding "
+                       "one, got " + value.dump().substr(0, 80),
+                     "structured_outputs");
+        gen["json_schema"] = *schema;
+        out.schema_field = "structured_outputs";
+      } else if (key == "json_object" && value == true && !held) {
+        gen["response_format"] = "json_object";
+      } else if (key == "json" || key == "json_object") {
+        return bad("field \"structured_outputs\" gives more than one of json and json_object: give one",
+                   "structured_outputs");
+      } else {
+        return bad("field \"structured_outputs." + key + "\" is not served (Troupe holds output to JSON: "
+                     + "structured_outputs.json or json_object); leave it out",
+                   "structured_outputs");
+      }
+    }
+  }
+  return std::nullopt;
 }
 
 /// The fields both endpoints share, into `gen` (the wire generate, its
@@ -260,7 +343,7 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
       gen["json_schema"] = (*js)["schema"];
     }
   }
-  return std::nullopt;
+  return take_guided(doc, gen, out);
 }
 
 std::string dump(const json& j) {
@@ -1330,6 +1413,10 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     // things that shape it.
     if (logprobs)
       return bad("field \"logprobs\" is not served with tools offered (tool_choice not \"none\")", "logprobs");
+    if (!out.schema_field.empty())
+      return bad("field \"" + out.schema_field + "\" cannot go with tools offered (tool_choice not \"none\"); a "
+                   "call's arguments are held to its parameters when tool_choice forces the call",
+                 out.schema_field);
     if (gen.contains("json_schema") || gen.contains("response_format"))
       return bad("field \"response_format\" must be \"text\" with tools offered (tool_choice not \"none\"); a "
                  "call's arguments are held to its parameters when tool_choice forces the call",
@@ -1508,7 +1595,15 @@ api_error from_wire(wire::error_code code, std::string message) {
 
 api_error refusal(const completion_request& request, wire::error_code code, std::string message) {
   constexpr std::string_view schema_field = "field \"json_schema\"";
-  if (!request.tools || code != wire::error_code::bad_request || !message.starts_with(schema_field))
+  if (code != wire::error_code::bad_request || !message.starts_with(schema_field))
+    return from_wire(code, std::move(message));
+  if (!request.tools && !request.schema_field.empty()) {
+    // vLLM's guided_json or structured_outputs gave the schema: name it.
+    auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(schema_field.size()));
+    e.param = request.schema_field;
+    return e;
+  }
+  if (!request.tools)
     return from_wire(code, std::move(message));
   // The call's schema is the request's tools: say so, and name the
   // function whose parameters are at fault ($defs/NAME/... in the schema).

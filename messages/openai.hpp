@@ -123,6 +123,10 @@ struct completion_request {
   /// A chat offered tools (tool_choice not "none"): how its output's calls
   /// are read (messages/tool_calls.hpp).
   using tool_calling = tool_format;
+  /// Where the wire's json_schema came from when it is vLLM's guided_json
+  /// or structured_outputs (a refusal of the schema names that field);
+  /// empty otherwise.
+  std::string schema_field{};
   std::optional<tool_calling> tools;
   /// A chat whose output may open with the model's reasoning (the template's
   /// reasoning_parser): the answer gives it as `reasoning_content`, apart
@@ -306,7 +310,8 @@ api_error from_wire(wire::error_code code, std::string message);
 
 /// The HTTP form of the wire's refusal of one of `request`'s frames: as
 /// from_wire, but a schema the intake cannot enforce, when it is the forced
-/// tool call's, names the tools.
+/// tool call's, names the tools, and when it is guided_json's or
+/// structured_outputs', that field.
 api_error refusal(const completion_request& request, wire::error_code code, std::string message);
 
 /// OpenAI's finish_reason for the wire's: "length"; "stop" for a stop

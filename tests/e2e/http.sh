@@ -530,6 +530,20 @@ for seed in range(12):
     assert isinstance(value["city"], str) and type(value["pop"]) is int and type(value["big"]) is bool, jchoice
     assert value.get("kind", "town") in ("town", "capital"), jchoice
 assert closed >= 1, "no JSON Schema answer of 12 ended"
+# vLLM's guided_json and structured_outputs hold the output to the same
+# schema: the same seed gives the same answer.
+for seed in range(3):
+    asked = {"model": "demo", "prompt": "A city:", "max_tokens": 120, "seed": seed}
+    answers = set()
+    for held in ({"response_format": schema_format}, {"guided_json": city}, {"guided_json": json.dumps(city)},
+                 {"structured_outputs": {"json": city}}):
+        jstatus, _, jbody = call("/v1/completions", dict(asked, **held))
+        assert jstatus == 200, (held, jbody)
+        answers.add(json.loads(jbody)["choices"][0]["text"])
+    assert len(answers) == 1, answers
+assert refused(400, body={"model": "demo", "prompt": "x", "guided_json": {
+    "type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}, says="format")["param"] == "guided_json"
+refused(400, body={"model": "demo", "prompt": "x", "guided_regex": "[a-z]+"}, says="guided_regex")
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
     "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}}},
         says="format")

@@ -1766,6 +1766,54 @@ TEST(openai, a_streamed_call_goes_out_as_it_is_read_its_id_and_name_first_then_i
   EXPECT_FALSE(end[0]["choices"][0]["delta"].contains("tool_calls"));
 }
 
+TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) {
+  const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})";
+  const auto want = json::parse(schema);
+  const std::string as_text = json(schema).dump(); // the schema as a JSON string
+  for (const auto& field : {R"("guided_json":)" + schema, R"("guided_json":)" + as_text,
+                            R"("structured_outputs":{"json":)" + schema + "}",
+                            R"("structured_outputs":{"json":)" + as_text + R"(,"json_object":false,"regex":null})",
+                            R"("guided_json":)" + schema + R"(,"guided_decoding_backend":"xgrammar")",
+                            R"("guided_json":)" + schema + R"(,"response_format":{"type":"text"})"}) {
+    const auto c = ok(R"({"model":"m","prompt":"p",)" + field + "}");
+    EXPECT_EQ(json::parse(as_generate(c).json_schema), want) << field;
+    EXPECT_FALSE(as_generate(c).json_object) << field;
+    EXPECT_FALSE(c.schema_field.empty()) << field;
+    const auto chat = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],)" + field + "}",
+                              builtin("chatml"));
+    EXPECT_EQ(json::parse(as_generate(chat).json_schema), want) << field;
+  }
+  EXPECT_TRUE(as_generate(ok(R"({"model":"m","prompt":"p","structured_outputs":{"json_object":true}})")).json_object);
+  EXPECT_TRUE(ok(R"({"model":"m","prompt":"p","guided_json":null,"structured_outputs":null})").schema_field.empty());
+  // What cannot be served, or is wrong, is refused naming the field.
+  for (const auto& [field, param, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+         {R"("guided_json":[1])", "guided_json", "must be a JSON Schema"},
+         {R"("guided_json":"{not json")", "guided_json", "must be a JSON Schema"},
+         {R"("guided_json":{},"response_format":{"type":"json_object"})", "guided_json", "give one"},
+         {R"("guided_json":{},"structured_outputs":{"json":{}})", "structured_outputs", "give one"},
+         {R"("structured_outputs":{"json":{},"json_object":true})", "structured_outputs", "more than one"},
+         {R"("structured_outputs":{"regex":"a+"})", "structured_outputs", "\"structured_outputs.regex\" is not served"},
+         {R"("structured_outputs":[])", "structured_outputs", "must be an object"},
+         {R"("guided_regex":"a+")", "guided_regex", "is not served"},
+         {R"("guided_choice":["a","b"])", "guided_choice", "is not served"},
+         {R"("guided_grammar":"root ::= x")", "guided_grammar", "is not served"},
+         {R"("guided_decoding_backend":1)", "guided_decoding_backend", "must be a string"},
+       }) {
+    const auto e = refused(R"({"model":"m","prompt":"p",)" + field + "}");
+    EXPECT_EQ(e.param, param) << field;
+    EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
+  }
+  // With tools offered, the calls are held: no other schema.
+  const auto e = chat_refused(tool_chat(ask, R"(,"guided_json":{"type":"object"})"), builtin("chatml"));
+  EXPECT_EQ(e.param, "guided_json");
+  // The wire's refusal of the schema names the field that gave it.
+  const auto c = ok(R"({"model":"m","prompt":"p","guided_json":{"type":"object","not":{}}})");
+  const auto r = refusal(c, wire::error_code::bad_request, R"(field "json_schema": the keyword "not" is not enforced)");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(r.param, "guided_json");
+  EXPECT_EQ(r.message, R"(field "guided_json": the keyword "not" is not enforced)");
+}
+
 // -- reasoning ---------------------------------------------------------------
 
 chat_template reasoning_template(const char* parser) {
