@@ -164,10 +164,11 @@ std::optional<json> schema_of(const json& v) {
   return parsed;
 }
 
-/// vLLM's guided decoding, into the wire's json_schema or response_format:
-/// guided_json (a schema), and structured_outputs {"json": a schema} or
-/// {"json_object": true} (its newer form). One way to hold the output at
-/// most, response_format's among them. guided_decoding_backend names how
+/// vLLM's guided decoding, into the wire's json_schema, response_format or
+/// choice: guided_json (a schema), guided_choice (texts), and
+/// structured_outputs {"json": a schema}, {"json_object": true} or
+/// {"choice": texts} (its newer form). One way to hold the output at most,
+/// response_format's among them. guided_decoding_backend names how
 /// vLLM enforces it, which is Troupe's own here: read past.
 std::optional<api_error> take_guided(const json& doc, json& gen, completion_request& out) {
   const auto given = [&](const char* key) {
@@ -175,16 +176,16 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     return v != doc.end() && !v->is_null() ? &*v : nullptr;
   };
   const auto held_already = [&](const char* key) -> std::optional<api_error> {
-    if (gen.contains("json_schema") || gen.contains("response_format"))
+    if (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice"))
       return bad(std::string("field \"") + key + "\" cannot go with another way to hold the output "
                    + "(response_format, guided_json, structured_outputs): give one",
                  key);
     return std::nullopt;
   };
-  for (const char* key : {"guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern"})
+  for (const char* key : {"guided_regex", "guided_grammar", "guided_whitespace_pattern"})
     if (given(key))
-      return bad(std::string("field \"") + key + "\" is not served (Troupe holds output to JSON: guided_json, "
-                   + "or response_format); leave it out",
+      return bad(std::string("field \"") + key + "\" is not served (Troupe holds output to JSON, guided_json or "
+                   + "response_format, or to a list of texts, guided_choice); leave it out",
                  key);
   if (const auto* b = given("guided_decoding_backend"); b && !b->is_string())
     return bad("field \"guided_decoding_backend\" must be a string, got " + b->dump(), "guided_decoding_backend");
@@ -199,6 +200,12 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     gen["json_schema"] = *schema;
     out.schema_field = "guided_json";
   }
+  if (const auto* c = given("guided_choice")) {
+    if (auto e = held_already("guided_choice"))
+      return e;
+    gen["choice"] = *c; // the wire checks it
+    out.schema_field = "guided_choice";
+  }
   if (const auto* s = given("structured_outputs")) {
     if (auto e = held_already("structured_outputs"))
       return e;
@@ -208,7 +215,7 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     for (const auto& [key, value] : s->items()) {
       if (value.is_null() || (key == "json_object" && value == false))
         continue;
-      const bool held = gen.contains("json_schema") || gen.contains("response_format");
+      const bool held = gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice");
       if (key == "json" && !held) {
         const auto schema = schema_of(value);
         if (!schema)
@@ -219,12 +226,15 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
         out.schema_field = "structured_outputs";
       } else if (key == "json_object" && value == true && !held) {
         gen["response_format"] = "json_object";
-      } else if (key == "json" || key == "json_object") {
-        return bad("field \"structured_outputs\" gives more than one of json and json_object: give one",
+      } else if (key == "choice" && !held) {
+        gen["choice"] = value; // the wire checks it
+        out.schema_field = "structured_outputs";
+      } else if (key == "json" || key == "json_object" || key == "choice") {
+        return bad("field \"structured_outputs\" gives more than one of json, json_object and choice: give one",
                    "structured_outputs");
       } else {
-        return bad("field \"structured_outputs." + key + "\" is not served (Troupe holds output to JSON: "
-                     + "structured_outputs.json or json_object); leave it out",
+        return bad("field \"structured_outputs." + key + "\" is not served (Troupe holds output to JSON, "
+                     + "structured_outputs.json or json_object, or to a list of texts, choice); leave it out",
                    "structured_outputs");
       }
     }
@@ -1595,6 +1605,13 @@ api_error from_wire(wire::error_code code, std::string message) {
 
 api_error refusal(const completion_request& request, wire::error_code code, std::string message) {
   constexpr std::string_view schema_field = "field \"json_schema\"";
+  if (constexpr std::string_view choice_field = "field \"choice\"";
+      code == wire::error_code::bad_request && message.starts_with(choice_field) && !request.schema_field.empty()) {
+    // vLLM's guided_choice or structured_outputs gave the choices: name it.
+    auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(choice_field.size()));
+    e.param = request.schema_field;
+    return e;
+  }
   if (code != wire::error_code::bad_request || !message.starts_with(schema_field))
     return from_wire(code, std::move(message));
   if (!request.tools && !request.schema_field.empty()) {

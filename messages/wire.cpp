@@ -134,12 +134,12 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 32> generate_fields{
+constexpr std::array<std::string_view, 33> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
-  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens"};
+  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -426,6 +426,24 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (g.reasoning_close.empty())
       reject_field("reasoning_open", "given with \"reasoning_close\" (where the thinking ends)", *j);
     g.reasoning_open = j->get<std::string>();
+  }
+  if (auto j = find(obj, "choice")) {
+    const auto what = "an array of 1 to " + std::to_string(max_choices) + " distinct strings of 1 to "
+                      + std::to_string(max_choice_bytes) + " bytes";
+    if (!j->is_array() || j->empty() || j->size() > max_choices)
+      reject_field("choice", what, *j);
+    for (const auto& c : *j) {
+      if (!c.is_string() || c.get_ref<const std::string&>().empty()
+          || c.get_ref<const std::string&>().size() > max_choice_bytes)
+        reject_field("choice", what, *j);
+      if (std::find(g.choice.begin(), g.choice.end(), c.get_ref<const std::string&>()) != g.choice.end())
+        reject_field("choice", what + " (\"" + c.get<std::string>() + "\" is given twice)", *j);
+      g.choice.push_back(c.get<std::string>());
+    }
+    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty() || !g.reasoning_close.empty())
+      reject_field("choice", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\" "
+                             "and \"reasoning_close\" (one way to hold the output)",
+                   *j);
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -1022,6 +1040,8 @@ std::string to_json(const request& x) {
         j["json_schema"] = json::parse(g.json_schema, nullptr, false);
       if (!g.json_trigger.empty())
         j["json_trigger"] = g.json_trigger;
+      if (!g.choice.empty())
+        j["choice"] = g.choice;
       if (g.json_trigger_first)
         j["json_trigger_first"] = true;
       if (!g.reasoning_close.empty())

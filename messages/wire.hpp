@@ -129,10 +129,20 @@ struct generate_request {
   /// first; other output is all content. Empty: the prompt opened the
   /// thinking (DeepSeek R1's template), so the output begins in it.
   std::string reasoning_open{};
+  /// "choice": ["yes", "no"] (vLLM's guided_choice): the output is one of
+  /// these texts (1 to max_choices, each 1 to max_choice_bytes, distinct),
+  /// held token by token as json_schema holds a value; it ends (finish
+  /// "stop") when it is one that no other goes on from, and where one does,
+  /// the end-of-sequence token may end it. Not with response_format,
+  /// json_schema, json_trigger or reasoning_close; empty: none.
+  std::vector<std::string> choice{};
 };
 
 /// Longest json_trigger taken.
 inline constexpr std::size_t max_json_trigger_bytes = 64;
+/// Most choices, and the longest choice, taken.
+inline constexpr std::size_t max_choices = 64;
+inline constexpr std::size_t max_choice_bytes = 256;
 
 struct cancel_request { std::string id; };
 struct health_request { std::string id; };

@@ -285,6 +285,13 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                           "the cpu and cuda backends do"));
     return;
   }
+  if (!g.choice.empty() && !backend_->computes_logprobs()) {
+    out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                      "field \"choice\": the " + backend_->name()
+                                        + " backend samples from no logits, so it cannot keep an output to the "
+                                          "choices; the cpu and cuda backends do"));
+    return;
+  }
   if (!g.json_schema.empty()) {
     try {
       (void)schemas_.get(g.json_schema);
@@ -355,6 +362,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.json_trigger_first = g.json_trigger_first;
   spec.reasoning_close = std::move(g.reasoning_close);
   spec.reasoning_open = std::move(g.reasoning_open);
+  spec.choice = std::move(g.choice);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

@@ -1,6 +1,7 @@
 #include "runtime/json_constraint.hpp"
 
 #include "gpu/backend.hpp"
+#include "runtime/choice_constraint.hpp"
 #include "runtime/json_schema.hpp"
 
 #include <algorithm>
@@ -103,6 +104,10 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const json_mach
 
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const schema_machine& m) {
   return split(m, m.key(), m.free_text());
+}
+
+std::shared_ptr<const json_vocab::token_split> json_vocab::split(const choice_machine& m) {
+  return split(m, m.key(), false);
 }
 
 template <class Machine>

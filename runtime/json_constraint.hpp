@@ -24,6 +24,7 @@ namespace troupe {
 
 class schema_machine;
 class json_pattern;
+class choice_machine;
 
 /// A vocabulary's tokens by their bytes, for finding those a json_machine
 /// takes whole. Tokens that stand for no text (special tokens, the
@@ -45,6 +46,8 @@ public:
   std::shared_ptr<const token_split> split(const json_machine& m);
   /// The same for a machine that holds the text to a JSON Schema.
   std::shared_ptr<const token_split> split(const schema_machine& m);
+  /// The same for a machine that holds the text to a list of choices.
+  std::shared_ptr<const token_split> split(const choice_machine& m);
   /// split(m)'s allowed tokens.
   template <class Machine>
   std::shared_ptr<const std::vector<std::int32_t>> allowed(const Machine& m) {

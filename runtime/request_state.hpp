@@ -130,6 +130,9 @@ struct request_spec {
   /// (runtime/reasoning_gate.hpp).
   std::string reasoning_close;
   std::string reasoning_open;
+  /// Not empty: the output is one of these texts (runtime/
+  /// choice_constraint.hpp), held as json_schema holds a value.
+  std::vector<std::string> choice;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

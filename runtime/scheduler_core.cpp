@@ -1,6 +1,7 @@
 #include "runtime/scheduler_core.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace troupe {
@@ -148,6 +149,13 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       r.trigger = trigger_for(spec.json_trigger, spec.json_schema, std::move(schema));
       r.trigger_at.leading = spec.json_trigger_first;
     }
+  }
+  if (!spec.choice.empty() && vocab_ != nullptr) {
+    auto sorted = spec.choice;
+    std::sort(sorted.begin(), sorted.end());
+    if (!json_vocab_)
+      json_vocab_ = std::make_unique<json_vocab>(*vocab_);
+    r.choice.emplace(std::make_shared<const std::vector<std::string>>(std::move(sorted)));
   }
   r.adjust = spec.logit_bias;
   if (spec.repetition_penalty != 1.0f) {
@@ -711,7 +719,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.repetition_penalty = r.spec.repetition_penalty;
     e.logprobs = r.spec.logprobs;
     e.logit_adjust = logit_adjust(r, ends_);
-    if (r.json || r.trigger || r.gate)
+    if (r.json || r.trigger || r.gate || r.choice)
       constrain_json(r, e.logit_adjust);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
@@ -809,8 +817,16 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
   if (!r.json_allowed)
     r.json_allowed = r.gate      ? r.gate->split(r.gate_at)
                      : r.trigger ? r.trigger->split(r.trigger_at)
+                     : r.choice  ? json_vocab_->split(*r.choice)
                                  : json_vocab_->split(*r.json);
-  const auto& banned = r.json_allowed->banned;
+  std::vector<std::int32_t> ends_open;
+  if (r.choice && r.choice->complete()) {
+    // One choice, which a longer one goes on from: the end tokens may end
+    // the output here.
+    std::set_difference(r.json_allowed->banned.begin(), r.json_allowed->banned.end(), ends_.begin(), ends_.end(),
+                        std::back_inserter(ends_open));
+  }
+  const auto& banned = r.choice && r.choice->complete() ? ends_open : r.json_allowed->banned;
   constexpr float ban = -1e30f; // as min_tokens bans: exp() of it is 0
   // The two lists merged in token order; a banned token's own adjustment
   // gives way to the ban.
@@ -872,6 +888,16 @@ std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spe
 
 std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t token) {
   r.json_allowed.reset();
+  if (r.choice) {
+    if (!r.choice->feed(json_vocab_->bytes(token)))
+      return finish_reason::error; // a backend that samples from no logits
+    if (r.choice->complete() && !r.choice->extendable())
+      return finish_reason::stop;
+    r.json_allowed = json_vocab_->split(*r.choice);
+    if (r.json_allowed->allowed.empty() && !r.choice->complete())
+      return finish_reason::error; // no token of the vocabulary goes on from here
+    return std::nullopt;
+  }
   if (r.gate) {
     if (!r.gate->advance(r.gate_at, json_vocab_->bytes(token)))
       return finish_reason::error; // a backend that samples from no logits
@@ -990,7 +1016,8 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     // within its first min_tokens (a backend that samples from no logits
     // may still draw one); stop strings always do.
     const bool may_end = r.generated > r.spec.min_tokens;
-    const auto json_end = (r.json || r.trigger || r.gate) && json_vocab_ ? json_after(r, tok) : std::nullopt;
+    const auto json_end =
+      (r.json || r.trigger || r.gate || r.choice) && json_vocab_ ? json_after(r, tok) : std::nullopt;
     if (may_end && !r.spec.ignore_eos && std::binary_search(ends_.begin(), ends_.end(), tok))
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok)

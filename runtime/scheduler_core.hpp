@@ -10,6 +10,7 @@
 #include "policies/disk_fetch.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
+#include "runtime/choice_constraint.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
@@ -486,6 +487,9 @@ private:
     /// stay empty).
     std::shared_ptr<const reasoning_gate> gate;
     reasoning_gate::state gate_at;
+    /// With request_spec::choice: the output read so far against the
+    /// choices (`json_allowed` its tokens; json stays empty).
+    std::optional<choice_machine> choice;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;
@@ -553,11 +557,13 @@ private:
   static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::span<const std::int32_t> ends);
   /// Keeps r.adjust (and r.output_counts) up with output token `token`.
   static void note_output(record& r, std::int32_t token);
-  /// A JSON-object request's `adjust` with every token its output may not
-  /// go on with banned, in token order.
+  /// A JSON-object (or choice) request's `adjust` with every token its
+  /// output may not go on with banned, in token order (a choice that a
+  /// longer one goes on from leaves the end tokens open).
   void constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust);
-  /// Takes a JSON-object request's new token: finish_reason::stop when it
-  /// closed the object (not with a trigger: free text follows), error when
+  /// Takes a JSON-object (or choice) request's new token:
+  /// finish_reason::stop when it closed the object (not with a trigger:
+  /// free text follows) or made a choice no longer one goes on from, error when
   /// no token could follow (or the backend sampled a banned one), nothing
   /// otherwise.
   std::optional<finish_reason> json_after(record& r, std::int32_t token);

@@ -544,6 +544,23 @@ for seed in range(3):
 assert refused(400, body={"model": "demo", "prompt": "x", "guided_json": {
     "type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}, says="format")["param"] == "guided_json"
 refused(400, body={"model": "demo", "prompt": "x", "guided_regex": "[a-z]+"}, says="guided_regex")
+# vLLM's guided_choice and structured_outputs' choice: the text is one of
+# the choices, whole and streamed ("no" may end where "not sure" goes on).
+picks = ["yes", "no", "not sure", "maybe so"]
+for seed in range(4):
+    for held in ({"guided_choice": picks}, {"structured_outputs": {"choice": picks}}):
+        asked = dict({"model": "demo", "prompt": "Is it?", "max_tokens": 20, "seed": seed}, **held)
+        jstatus, _, jbody = call("/v1/completions", asked)
+        jchoice = json.loads(jbody)["choices"][0]
+        assert jstatus == 200 and jchoice["text"] in picks and jchoice["finish_reason"] == "stop", (held, jbody)
+        jstatus, _, jbody = call("/v1/completions", dict(asked, stream=True))
+        streamed = "".join(e["choices"][0]["text"] for e in events(jbody)[:-1] if e["choices"])
+        assert jstatus == 200 and streamed == jchoice["text"], (held, jbody)
+jstatus, _, jbody = call("/v1/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": "Is it?"}],
+                                                  "guided_choice": picks, "max_tokens": 20})
+assert jstatus == 200 and json.loads(jbody)["choices"][0]["message"]["content"] in picks, jbody
+assert refused(400, body={"model": "demo", "prompt": "x", "guided_choice": ["a", "a"]},
+               says="given twice")["param"] == "guided_choice"
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
     "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}}},
         says="format")

@@ -35,6 +35,11 @@ if "$bin/troupe-client" --endpoint "$endpoint" --prompt hi --adapter no-such 2> 
   echo "client exited 0 on an error reply"; exit 1
 fi
 grep -q 'unknown_adapter' "$err" || { cat "$err"; exit 1; }
+# Choices reach the server, whose sim backend samples from no logits: refused, saying so.
+if "$bin/troupe-client" --endpoint "$endpoint" --prompt hi --choice yes --choice no 2> "$err"; then
+  echo "client exited 0 on choices the sim backend cannot hold"; exit 1
+fi
+grep -q 'bad_request.*"choice".*sim backend' "$err" || { cat "$err"; exit 1; }
 
 # Adapters at run time (the sim backend needs only a rank): load, use, unload.
 "$bin/troupe-client" --endpoint "$endpoint" --load-adapter extra:32 > "$out"

@@ -1784,6 +1784,24 @@ TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) 
     EXPECT_EQ(json::parse(as_generate(chat).json_schema), want) << field;
   }
   EXPECT_TRUE(as_generate(ok(R"({"model":"m","prompt":"p","structured_outputs":{"json_object":true}})")).json_object);
+  // guided_choice and structured_outputs' choice: the wire's choice.
+  for (const auto& field : {std::string(R"("guided_choice":["yes","no"])"),
+                            std::string(R"("structured_outputs":{"choice":["yes","no"]})")}) {
+    const auto c = ok(R"({"model":"m","prompt":"p",)" + field + "}");
+    EXPECT_EQ(as_generate(c).choice, (std::vector<std::string>{"yes", "no"})) << field;
+    EXPECT_TRUE(as_generate(c).json_schema.empty()) << field;
+    EXPECT_EQ(as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],)" + field + "}",
+                                  builtin("chatml")))
+                .choice,
+              (std::vector<std::string>{"yes", "no"}))
+      << field;
+    // The wire checks the choices; its refusal names the field given.
+    const auto r = refusal(c, wire::error_code::bad_request, R"(field "choice" must be an array of 1 to 64 ...)");
+    EXPECT_EQ(r.param, c.schema_field);
+    EXPECT_TRUE(r.message.starts_with("field \"" + c.schema_field + "\" must be")) << r.message;
+  }
+  const auto bad_choices = ok(R"({"model":"m","prompt":"p","guided_choice":[]})");
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(wire::parse_request(bad_choices.frames.at(0), wire::parse_limits{})));
   EXPECT_TRUE(ok(R"({"model":"m","prompt":"p","guided_json":null,"structured_outputs":null})").schema_field.empty());
   // What cannot be served, or is wrong, is refused naming the field.
   for (const auto& [field, param, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
@@ -1792,10 +1810,11 @@ TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) 
          {R"("guided_json":{},"response_format":{"type":"json_object"})", "guided_json", "give one"},
          {R"("guided_json":{},"structured_outputs":{"json":{}})", "structured_outputs", "give one"},
          {R"("structured_outputs":{"json":{},"json_object":true})", "structured_outputs", "more than one"},
+         {R"("structured_outputs":{"choice":["a"],"json":{}})", "structured_outputs", "more than one"},
+         {R"("guided_choice":["a"],"guided_json":{})", "guided_choice", "give one"},
          {R"("structured_outputs":{"regex":"a+"})", "structured_outputs", "\"structured_outputs.regex\" is not served"},
          {R"("structured_outputs":[])", "structured_outputs", "must be an object"},
          {R"("guided_regex":"a+")", "guided_regex", "is not served"},
-         {R"("guided_choice":["a","b"])", "guided_choice", "is not served"},
          {R"("guided_grammar":"root ::= x")", "guided_grammar", "is not served"},
          {R"("guided_decoding_backend":1)", "guided_decoding_backend", "must be a string"},
        }) {

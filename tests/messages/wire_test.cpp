@@ -72,6 +72,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.json_trigger_first, b.json_trigger_first);
   EXPECT_EQ(a.reasoning_close, b.reasoning_close);
   EXPECT_EQ(a.reasoning_open, b.reasoning_open);
+  EXPECT_EQ(a.choice, b.choice);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -288,6 +289,8 @@ std::vector<accept_case> accept_cases() {
     {"response_format_text", gen(R"("response_format":"text")"), [](g) {}},
     {"json_schema_as_compact_text", gen(R"("json_schema":{ "type": "object", "required": [] })"),
      [](g r) { r.json_schema = R"({"type":"object","required":[]})"; }},
+    {"choice_in_the_order_given", gen(R"("choice":["no","yes","maybe so"])"),
+     [](g r) { r.choice = {"no", "yes", "maybe so"}; }},
     {"json_trigger_with_a_schema", gen(R"("json_schema":{"type":"object"},"json_trigger":"<tool_call>")"),
      [](g r) {
        r.json_schema = R"({"type":"object"})";
@@ -528,6 +531,12 @@ std::vector<reject_case> reject_cases() {
      {"\"json_schema\"", "a JSON Schema (an object)", "got \"{}\""}},
     {"json_schema_beside_json_object", gen(R"("response_format":"json_object","json_schema":{})"), bad, "g1",
      {"\"json_schema\"", "absent beside"}},
+    {"choice_empty", gen(R"("choice":[])"), bad, "g1", {"\"choice\"", "an array of 1 to 64 distinct strings"}},
+    {"choice_an_empty_text", gen(R"("choice":["a",""])"), bad, "g1", {"\"choice\"", "of 1 to 256 bytes"}},
+    {"choice_too_long", gen(R"("choice":[")" + std::string(257, 'a') + "\"]"), bad, "g1", {"\"choice\"", "256 bytes"}},
+    {"choice_twice", gen(R"("choice":["a","b","a"])"), bad, "g1", {"\"choice\"", "\"a\" is given twice"}},
+    {"choice_not_strings", gen(R"("choice":"a")"), bad, "g1", {"\"choice\"", "an array"}},
+    {"choice_beside_a_schema", gen(R"("json_schema":{},"choice":["a"])"), bad, "g1", {"\"choice\"", "absent beside"}},
     {"json_trigger_alone", gen(R"("json_trigger":"<c>")"), bad, "g1",
      {"\"json_trigger\"", "given with \"response_format\": \"json_object\" or \"json_schema\""}},
     {"json_trigger_empty", gen(R"("json_schema":{},"json_trigger":"")"), bad, "g1",
@@ -638,8 +647,14 @@ TEST(wire, request_round_trips) {
   defaults.id = "d";
   defaults.prompt = "p";
 
+  generate_request choosing;
+  choosing.id = "c";
+  choosing.prompt = "p";
+  choosing.choice = {"yes", "no", "\xe2\x98\xba"};
+
   std::vector<request> requests{full,
                                 tokens,
+                                choosing,
                                 defaults,
                                 cancel_request{"full"},
                                 health_request{"h"},

@@ -881,6 +881,9 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
   ASSERT_EQ(a.replies.size(), 1u);
   EXPECT_FALSE(a.submit.has_value());
   EXPECT_NE(as<wire::error_reply>(a.replies[0]).message.find("sim backend"), std::string::npos);
+  // Choices are held the same way: refused (e2e.serve_and_client reads
+  // what the refusal says).
+  expect_error("p", gen("j5", R"("choice":["yes","no"])"), error_code::bad_request, "j5");
 }
 
 

@@ -2,12 +2,16 @@
 // JSON parser (nlohmann) as the oracle, and the tokens it allows.
 #include "runtime/json_constraint.hpp"
 
+#include "runtime/choice_constraint.hpp"
+
 #include "gpu/backend.hpp"
 #include "tests/support/list_tokenizer.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <memory>
 #include <random>
 
 namespace troupe {
@@ -252,6 +256,79 @@ TEST(json_vocab, answers_a_recurring_state_from_its_cache_and_the_same) {
   (void)v.allowed(d);
   (void)v.allowed(a); // c falls out of the two kept
   EXPECT_EQ(*v.allowed(c), first);
+}
+
+// -- choices ---------------------------------------------------------------------
+
+choice_machine choices(std::vector<std::string> texts) {
+  std::sort(texts.begin(), texts.end());
+  return choice_machine(std::make_shared<const std::vector<std::string>>(std::move(texts)));
+}
+
+TEST(choice_machine, takes_the_bytes_that_begin_a_choice_and_says_where_one_is_whole) {
+  auto m = choices({"no", "yes", "yes!", "maybe so"});
+  EXPECT_FALSE(m.complete());
+  EXPECT_TRUE(m.extendable());
+  EXPECT_FALSE(m.feed(std::string_view("x")));
+  EXPECT_FALSE(m.feed(std::string_view("nope"))) << "past every choice";
+  EXPECT_FALSE(m.feed(std::string_view("ye!"))) << "a refused feed takes nothing";
+  ASSERT_TRUE(m.feed(std::string_view("ye")));
+  EXPECT_FALSE(m.complete());
+  ASSERT_TRUE(m.step('s'));
+  EXPECT_TRUE(m.complete()) << "\"yes\"";
+  EXPECT_TRUE(m.extendable()) << "\"yes!\" goes on from it";
+  ASSERT_TRUE(m.step('!'));
+  EXPECT_TRUE(m.complete());
+  EXPECT_FALSE(m.extendable());
+  EXPECT_FALSE(m.step('!'));
+  auto n = choices({"no", "yes"});
+  ASSERT_TRUE(n.feed(std::string_view("no")));
+  EXPECT_TRUE(n.complete());
+  EXPECT_FALSE(n.extendable());
+  // Multi-byte characters go byte by byte.
+  auto u = choices({"\xc3\xa9t\xc3\xa9", "\xc3\xa0"});
+  ASSERT_TRUE(u.step(0xc3));
+  EXPECT_FALSE(u.complete());
+  ASSERT_TRUE(u.step(0xa0));
+  EXPECT_TRUE(u.complete());
+}
+
+TEST(choice_machine, its_key_is_the_rest_of_the_choices_it_may_still_become) {
+  auto a = choices({"yes", "no"});
+  auto b = choices({"oh yes", "oh no"});
+  ASSERT_TRUE(b.feed(std::string_view("oh ")));
+  EXPECT_EQ(a.key(), b.key()) << "the same texts may follow";
+  auto c = choices({"a\0b"});
+  auto d = choices({"a", "b"});
+  EXPECT_NE(c.key(), d.key()) << "lengths keep texts apart";
+  EXPECT_EQ(a.key()[0], '\xfe');
+}
+
+TEST(json_vocab, allows_exactly_the_tokens_whose_bytes_keep_to_a_choice) {
+  //                     0   1    2     3      4       5    6      7
+  list_tokenizer t({"", "y", "ye", "yes", "yes!", "n", "no", "s!"});
+  json_vocab v(t);
+  auto m = choices({"yes", "yes!", "no"});
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 2, 3, 4, 5, 6}));
+  ASSERT_TRUE(m.feed(v.bytes(2)));
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{7})) << "\"s\" alone is no token here";
+  // Brute force: each token fed to a copy, in every state of every choice.
+  const std::vector<std::string> texts{"yes", "yes!", "no", "nos!", "s!y"};
+  for (const auto& text : texts) {
+    auto walk = choices(texts);
+    for (std::size_t k = 0; k <= text.size(); ++k) {
+      std::vector<std::int32_t> want;
+      for (std::int32_t tok = 0; tok < t.vocab_size(); ++tok) {
+        auto copy = walk;
+        if (!v.bytes(tok).empty() && copy.feed(v.bytes(tok)))
+          want.push_back(tok);
+      }
+      EXPECT_EQ(*v.allowed(walk), want) << text.substr(0, k);
+      if (k < text.size()) {
+        ASSERT_TRUE(walk.step(static_cast<unsigned char>(text[k])));
+      }
+    }
+  }
 }
 
 } // namespace

@@ -165,6 +165,7 @@ struct request_args {
   bool json_trigger_first = false;
   std::string reasoning_close = {};
   std::string reasoning_open = {};
+  std::vector<std::string> choice = {};
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -204,6 +205,7 @@ public:
     s.json_trigger_first = a.json_trigger_first;
     s.reasoning_close = a.reasoning_close;
     s.reasoning_open = a.reasoning_open;
+    s.choice = a.choice;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1285,31 +1287,43 @@ TEST(scheduler_core, every_end_token_ends_the_output_and_min_tokens_holds_them_a
 
 using testing::samplable;
 
+/// Each step of request 1 (admitted, its pages granted): the token it
+/// samples and the tokens the step must leave samplable (in any order).
+using constrained_turns = std::vector<std::pair<std::int32_t, std::vector<std::int32_t>>>;
+
+/// Runs the turns, checking what each step leaves samplable; each step's
+/// effects.
+std::vector<std::string> run_turns(engine& e, const constrained_turns& turns) {
+  e.admit();
+  e.pages(1);
+  std::vector<std::string> effects;
+  for (std::size_t k = 0; k < turns.size(); ++k) {
+    SCOPED_TRACE("token " + std::to_string(k));
+    if (e.step() == "step[]") {
+      ADD_FAILURE() << "no step";
+      break;
+    }
+    auto want = turns[k].second;
+    std::sort(want.begin(), want.end());
+    EXPECT_EQ(samplable(*e.in_flight(), 1000), want);
+    effects.push_back(e.done(std::vector<std::int32_t>{turns[k].first}));
+  }
+  return effects;
+}
+
 TEST(scheduler_core, a_json_object_request_samples_only_tokens_that_keep_it_json_and_ends_when_it_closes) {
   fake_tokenizer vocab;
   vocab.words = {{100, "{"}, {101, "\"a\""}, {102, ":"}, {103, "1"}, {104, "}"}, {105, "x"}, {106, " "}, {107, "1}"}};
   engine e{limits(100), &vocab};
   ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .stop_token_ids = {103}, .json_object = true}), "accepted");
-  e.admit();
-  e.pages(1);
-  const std::vector<std::pair<std::int32_t, std::vector<std::int32_t>>> turns{
+  const auto effects = run_turns(e, {
     {100, {100, 106}},           // the object opens; nothing else may start it (not the eos token 2)
     {101, {101, 106, 104}},      // a key, or the close
     {102, {102, 106}},           // the colon
     {103, {100, 101, 103, 106, 107}}, // a value; 103 is a stop token too, but this is no end
-  };
-  for (std::size_t k = 0; k < turns.size(); ++k) {
-    SCOPED_TRACE("token " + std::to_string(k));
-    ASSERT_NE(e.step(), "step[]");
-    auto want = turns[k].second;
-    std::sort(want.begin(), want.end());
-    EXPECT_EQ(samplable(*e.in_flight(), 1000), want);
-    const auto fx = e.done(std::vector<std::int32_t>{turns[k].first});
-    if (k < 3)
-      EXPECT_EQ(fx, "T1#" + std::to_string(k));
-    else
-      EXPECT_EQ(fx, "-P1 T1#3 F1:stop/4") << "a stop token ends it (the text so far is no JSON, as a stop string's)";
-  }
+  });
+  // A stop token ends it (the text so far is no JSON, as a stop string's).
+  EXPECT_EQ(effects, (std::vector<std::string>{"T1#0", "T1#1", "T1#2", "-P1 T1#3 F1:stop/4"}));
   // Without the stop token: the close ends it, finish stop.
   ASSERT_EQ(e.submit(2, {.prompt = 2, .max_new = 10, .json_object = true}), "accepted");
   e.admit();
@@ -1321,6 +1335,32 @@ TEST(scheduler_core, a_json_object_request_samples_only_tokens_that_keep_it_json
   ASSERT_NE(e.step(), "step[]");
   EXPECT_EQ(e.done(std::vector<std::int32_t>{107}), "-P2 T2#3 F2:stop/4");
   EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, a_choice_request_samples_only_tokens_that_keep_to_a_choice_and_ends_on_a_whole_one) {
+  fake_tokenizer vocab;
+  constexpr auto eos = fake_tokenizer::eos;
+  vocab.words = {{100, "y"}, {101, "es"}, {102, "yes"}, {103, "n"}, {104, "o"}, {105, "!"}, {106, "x"}, {107, "es!"}};
+  engine e{limits(100), &vocab};
+  ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .choice = {"yes!", "no", "yes"}}), "accepted");
+  const auto effects = run_turns(e, {
+    {100, {100, 102, 103}}, // the start of a choice, never the eos token
+    {101, {101, 107}},      // "es" or "es!"
+    {105, {105, eos}},      // "yes" is whole and "yes!" goes on from it: "!" or the end
+  });
+  // "yes!" is whole and no choice goes on from it.
+  EXPECT_EQ(effects, (std::vector<std::string>{"T1#0", "T1#1", "-P1 T1#2 F1:stop/3"}));
+  // A whole choice no other goes on from ends it at once; at one that
+  // another goes on from, the end token ends it (eos).
+  EXPECT_TRUE(e.all_returned());
+  // A token off the choices (a backend that samples from no logits) ends
+  // the output with an error.
+  expect_outputs(vocab, {{"whole, no other goes on", {.max_new = 10, .choice = {"yes", "no"}}, {103, 104},
+                          "-P1 T1#1 F1:stop/2"},
+                         {"whole, another goes on: the end token", {.max_new = 10, .choice = {"yes", "yes!"}},
+                          {102, eos}, "-P1 T1#1 F1:eos/2"},
+                         {"off the choices", {.max_new = 10, .choice = {"yes", "no"}}, {100, 106},
+                          "-P1 T1#1 F1:error/2"}});
 }
 
 TEST(scheduler_core, a_json_object_request_given_a_banned_token_ends_with_an_error) {
