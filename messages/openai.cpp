@@ -164,10 +164,11 @@ std::optional<json> schema_of(const json& v) {
   return parsed;
 }
 
-/// vLLM's guided decoding, into the wire's json_schema, response_format or
-/// choice: guided_json (a schema), guided_choice (texts), and
-/// structured_outputs {"json": a schema}, {"json_object": true} or
-/// {"choice": texts} (its newer form). One way to hold the output at most,
+/// vLLM's guided decoding, into the wire's json_schema, response_format,
+/// choice or regex: guided_json (a schema), guided_choice (texts),
+/// guided_regex (an expression), and structured_outputs {"json": a
+/// schema}, {"json_object": true}, {"choice": texts} or {"regex": an
+/// expression} (its newer form). One way to hold the output at most,
 /// response_format's among them. guided_decoding_backend names how
 /// vLLM enforces it, which is Troupe's own here: read past.
 std::optional<api_error> take_guided(const json& doc, json& gen, completion_request& out) {
@@ -176,16 +177,17 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     return v != doc.end() && !v->is_null() ? &*v : nullptr;
   };
   const auto held_already = [&](const char* key) -> std::optional<api_error> {
-    if (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice"))
+    if (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice") || gen.contains("regex"))
       return bad(std::string("field \"") + key + "\" cannot go with another way to hold the output "
                    + "(response_format, guided_json, structured_outputs): give one",
                  key);
     return std::nullopt;
   };
-  for (const char* key : {"guided_regex", "guided_grammar", "guided_whitespace_pattern"})
+  for (const char* key : {"guided_grammar", "guided_whitespace_pattern"})
     if (given(key))
       return bad(std::string("field \"") + key + "\" is not served (Troupe holds output to JSON, guided_json or "
-                   + "response_format, or to a list of texts, guided_choice); leave it out",
+                   + "response_format, to a list of texts, guided_choice, or to a regular expression, "
+                   + "guided_regex); leave it out",
                  key);
   if (const auto* b = given("guided_decoding_backend"); b && !b->is_string())
     return bad("field \"guided_decoding_backend\" must be a string, got " + b->dump(), "guided_decoding_backend");
@@ -206,6 +208,12 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     gen["choice"] = *c; // the wire checks it
     out.schema_field = "guided_choice";
   }
+  if (const auto* r = given("guided_regex")) {
+    if (auto e = held_already("guided_regex"))
+      return e;
+    gen["regex"] = *r; // the wire and the intake check it
+    out.schema_field = "guided_regex";
+  }
   if (const auto* s = given("structured_outputs")) {
     if (auto e = held_already("structured_outputs"))
       return e;
@@ -215,7 +223,8 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     for (const auto& [key, value] : s->items()) {
       if (value.is_null() || (key == "json_object" && value == false))
         continue;
-      const bool held = gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice");
+      const bool held = gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice")
+                        || gen.contains("regex");
       if (key == "json" && !held) {
         const auto schema = schema_of(value);
         if (!schema)
@@ -226,15 +235,16 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
         out.schema_field = "structured_outputs";
       } else if (key == "json_object" && value == true && !held) {
         gen["response_format"] = "json_object";
-      } else if (key == "choice" && !held) {
-        gen["choice"] = value; // the wire checks it
+      } else if ((key == "choice" || key == "regex") && !held) {
+        gen[key] = value; // the wire checks it
         out.schema_field = "structured_outputs";
-      } else if (key == "json" || key == "json_object" || key == "choice") {
-        return bad("field \"structured_outputs\" gives more than one of json, json_object and choice: give one",
+      } else if (key == "json" || key == "json_object" || key == "choice" || key == "regex") {
+        return bad("field \"structured_outputs\" gives more than one of json, json_object, choice and regex: give one",
                    "structured_outputs");
       } else {
         return bad("field \"structured_outputs." + key + "\" is not served (Troupe holds output to JSON, "
-                     + "structured_outputs.json or json_object, or to a list of texts, choice); leave it out",
+                     + "structured_outputs.json or json_object, to a list of texts, choice, or to a regular "
+                     + "expression, regex); leave it out",
                    "structured_outputs");
       }
     }
@@ -1605,13 +1615,14 @@ api_error from_wire(wire::error_code code, std::string message) {
 
 api_error refusal(const completion_request& request, wire::error_code code, std::string message) {
   constexpr std::string_view schema_field = "field \"json_schema\"";
-  if (constexpr std::string_view choice_field = "field \"choice\"";
-      code == wire::error_code::bad_request && message.starts_with(choice_field) && !request.schema_field.empty()) {
-    // vLLM's guided_choice or structured_outputs gave the choices: name it.
-    auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(choice_field.size()));
-    e.param = request.schema_field;
-    return e;
-  }
+  for (const std::string_view held_field : {"field \"choice\"", "field \"regex\""})
+    if (code == wire::error_code::bad_request && message.starts_with(held_field) && !request.schema_field.empty()) {
+      // vLLM's guided_choice, guided_regex or structured_outputs gave it:
+      // name that.
+      auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(held_field.size()));
+      e.param = request.schema_field;
+      return e;
+    }
   if (code != wire::error_code::bad_request || !message.starts_with(schema_field))
     return from_wire(code, std::move(message));
   if (!request.tools && !request.schema_field.empty()) {

@@ -123,9 +123,9 @@ struct completion_request {
   /// A chat offered tools (tool_choice not "none"): how its output's calls
   /// are read (messages/tool_calls.hpp).
   using tool_calling = tool_format;
-  /// Where the wire's json_schema or choice came from when it is vLLM's
-  /// guided_json, guided_choice or structured_outputs (a refusal of the
-  /// schema or the choices names that field); empty otherwise.
+  /// Where the wire's json_schema, choice or regex came from when it is
+  /// vLLM's guided_json, guided_choice, guided_regex or structured_outputs
+  /// (a refusal of it names that field); empty otherwise.
   std::string schema_field{};
   std::optional<tool_calling> tools;
   /// A chat whose output may open with the model's reasoning (the template's

@@ -134,12 +134,12 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 33> generate_fields{
+constexpr std::array<std::string_view, 34> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
-  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice"};
+  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice", "regex"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -444,6 +444,17 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
       reject_field("choice", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\" "
                              "and \"reasoning_close\" (one way to hold the output)",
                    *j);
+  }
+  if (auto j = find(obj, "regex")) {
+    if (!j->is_string() || j->get_ref<const std::string&>().empty()
+        || j->get_ref<const std::string&>().size() > max_regex_bytes)
+      reject_field("regex", "a string of 1 to " + std::to_string(max_regex_bytes) + " bytes", *j);
+    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty() || !g.reasoning_close.empty()
+        || !g.choice.empty())
+      reject_field("regex", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\", "
+                            "\"reasoning_close\" and \"choice\" (one way to hold the output)",
+                   *j);
+    g.regex = j->get<std::string>();
   }
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -1042,6 +1053,8 @@ std::string to_json(const request& x) {
         j["json_trigger"] = g.json_trigger;
       if (!g.choice.empty())
         j["choice"] = g.choice;
+      if (!g.regex.empty())
+        j["regex"] = g.regex;
       if (g.json_trigger_first)
         j["json_trigger_first"] = true;
       if (!g.reasoning_close.empty())

@@ -136,6 +136,13 @@ struct generate_request {
   /// the end-of-sequence token may end it. Not with response_format,
   /// json_schema, json_trigger or reasoning_close; empty: none.
   std::vector<std::string> choice{};
+  /// "regex": (vLLM's guided_regex, 1 to max_regex_bytes) the whole output
+  /// matches this regular expression (JSON Schema's "pattern" syntax,
+  /// runtime/json_pattern.hpp), held token by token as choice holds it; it
+  /// ends (finish "stop") where it matches and no character may follow,
+  /// and where one may, the end-of-sequence token may end it. Not with
+  /// choice or what choice is not with; empty: none.
+  std::string regex{};
 };
 
 /// Longest json_trigger taken.
@@ -143,6 +150,8 @@ inline constexpr std::size_t max_json_trigger_bytes = 64;
 /// Most choices, and the longest choice, taken.
 inline constexpr std::size_t max_choices = 64;
 inline constexpr std::size_t max_choice_bytes = 256;
+/// Longest regex taken.
+inline constexpr std::size_t max_regex_bytes = 4096;
 
 struct cancel_request { std::string id; };
 struct health_request { std::string id; };

@@ -1,6 +1,7 @@
 #include "runtime/intake_core.hpp"
 
 #include "gpu/random.hpp"
+#include "runtime/json_pattern.hpp"
 #include "runtime/json_schema.hpp"
 
 #include <algorithm>
@@ -285,12 +286,21 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                           "the cpu and cuda backends do"));
     return;
   }
-  if (!g.choice.empty() && !backend_->computes_logprobs()) {
+  if ((!g.choice.empty() || !g.regex.empty()) && !backend_->computes_logprobs()) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
-                                      "field \"choice\": the " + backend_->name()
-                                        + " backend samples from no logits, so it cannot keep an output to the "
-                                          "choices; the cpu and cuda backends do"));
+                                      std::string("field \"") + (g.regex.empty() ? "choice" : "regex") + "\": the "
+                                        + backend_->name() + " backend samples from no logits, so it cannot keep an "
+                                        + "output to " + (g.regex.empty() ? "the choices" : "an expression")
+                                        + "; the cpu and cuda backends do"));
     return;
+  }
+  if (!g.regex.empty()) {
+    try {
+      (void)json_pattern(g.regex, json_pattern::match::whole);
+    } catch (const std::invalid_argument& e) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::bad_request, std::string("field \"regex\": ") + e.what()));
+      return;
+    }
   }
   if (!g.json_schema.empty()) {
     try {
@@ -363,6 +373,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.reasoning_close = std::move(g.reasoning_close);
   spec.reasoning_open = std::move(g.reasoning_open);
   spec.choice = std::move(g.choice);
+  spec.regex = std::move(g.regex);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

@@ -3,6 +3,7 @@
 #include "gpu/backend.hpp"
 #include "runtime/choice_constraint.hpp"
 #include "runtime/json_schema.hpp"
+#include "runtime/regex_constraint.hpp"
 
 #include <algorithm>
 #include <type_traits>
@@ -107,6 +108,10 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const schema_ma
 }
 
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const choice_machine& m) {
+  return split(m, m.key(), false);
+}
+
+std::shared_ptr<const json_vocab::token_split> json_vocab::split(const regex_machine& m) {
   return split(m, m.key(), false);
 }
 

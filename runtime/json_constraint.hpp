@@ -25,6 +25,7 @@ namespace troupe {
 class schema_machine;
 class json_pattern;
 class choice_machine;
+class regex_machine;
 
 /// A vocabulary's tokens by their bytes, for finding those a json_machine
 /// takes whole. Tokens that stand for no text (special tokens, the
@@ -46,8 +47,10 @@ public:
   std::shared_ptr<const token_split> split(const json_machine& m);
   /// The same for a machine that holds the text to a JSON Schema.
   std::shared_ptr<const token_split> split(const schema_machine& m);
-  /// The same for a machine that holds the text to a list of choices.
+  /// The same for a machine that holds the text to a list of choices, or
+  /// to a regular expression.
   std::shared_ptr<const token_split> split(const choice_machine& m);
+  std::shared_ptr<const token_split> split(const regex_machine& m);
   /// split(m)'s allowed tokens.
   template <class Machine>
   std::shared_ptr<const std::vector<std::int32_t>> allowed(const Machine& m) {

@@ -103,8 +103,8 @@ public:
   explicit parser(std::string_view pattern) : p_(decoded(pattern)) {}
 
   /// The pattern, each top-level alternative wrapped in "any text" where
-  /// it is not anchored.
-  term parse() {
+  /// it is not anchored (`whole`: as if each were).
+  term parse(bool whole) {
     term top{term::kind::alt};
     for (;;) {
       bool anchored_start = false;
@@ -122,10 +122,10 @@ public:
       }
       term wrapped{term::kind::concat};
       const term any{term::kind::repeat, {}, {term{term::kind::chars, {{0, max_cp}}}}, 0, term::none};
-      if (!anchored_start)
+      if (!anchored_start && !whole)
         wrapped.kids.push_back(any);
       wrapped.kids.push_back(std::move(body));
-      if (!anchored_end)
+      if (!anchored_end && !whole)
         wrapped.kids.push_back(any);
       top.kids.push_back(std::move(wrapped));
       if (!more())
@@ -442,8 +442,8 @@ void build(std::vector<Node>& nodes, const term& t, std::uint32_t from, std::uin
 
 } // namespace
 
-json_pattern::json_pattern(std::string_view pattern) {
-  const term t = parser{pattern}.parse();
+json_pattern::json_pattern(std::string_view pattern, match how) {
+  const term t = parser{pattern}.parse(how == match::whole);
   nodes_.resize(2); // 0: start, 1: accept
   accept_ = 1;
   build(nodes_, t, 0, accept_, max_states);

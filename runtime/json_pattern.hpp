@@ -27,9 +27,14 @@ public:
   /// The largest bound of a {n,m} repeat.
   static constexpr std::uint32_t max_repeat = 1000;
 
+  /// How a text must match: anywhere in it unless ^ and $ anchor the
+  /// pattern (JSON Schema's), or the whole text (as each top-level
+  /// alternative were anchored at both ends: vLLM's guided_regex).
+  enum class match : std::uint8_t { search, whole };
+
   /// Compiles `pattern` (UTF-8). Throws std::invalid_argument saying what
   /// is wrong or not supported, and where (a character offset).
-  explicit json_pattern(std::string_view pattern);
+  explicit json_pattern(std::string_view pattern, match how = match::search);
 
   /// Where a string's reading stands: the NFA states it may be in that read
   /// a character next, and the accepting one if the text so far matches

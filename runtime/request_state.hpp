@@ -133,6 +133,9 @@ struct request_spec {
   /// Not empty: the output is one of these texts (runtime/
   /// choice_constraint.hpp), held as json_schema holds a value.
   std::vector<std::string> choice;
+  /// Not empty: the whole output matches this regular expression
+  /// (runtime/regex_constraint.hpp), held as choice holds it.
+  std::string regex;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

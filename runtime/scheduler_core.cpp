@@ -6,6 +6,26 @@
 
 namespace troupe {
 
+namespace {
+
+/// The entry of `cache` (oldest first, at most 16) under `key`, made by
+/// `make` when there is none.
+template <class T, class Make>
+std::shared_ptr<const T> cached(std::vector<std::pair<std::string, std::shared_ptr<const T>>>& cache, std::string key,
+                                Make&& make) {
+  const auto it = std::find_if(cache.begin(), cache.end(), [&](const auto& e) { return e.first == key; });
+  if (it != cache.end())
+    return it->second;
+  constexpr std::size_t kept = 16;
+  if (cache.size() == kept)
+    cache.erase(cache.begin());
+  std::shared_ptr<const T> made = make();
+  cache.emplace_back(std::move(key), made);
+  return made;
+}
+
+} // namespace
+
 // -- scheduler_effects --------------------------------------------------------
 
 bool scheduler_effects::empty() const noexcept {
@@ -150,12 +170,18 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       r.trigger_at.leading = spec.json_trigger_first;
     }
   }
-  if (!spec.choice.empty() && vocab_ != nullptr) {
-    auto sorted = spec.choice;
-    std::sort(sorted.begin(), sorted.end());
+  if ((!spec.choice.empty() || !spec.regex.empty()) && vocab_ != nullptr) {
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
-    r.choice.emplace(std::make_shared<const std::vector<std::string>>(std::move(sorted)));
+    if (!spec.regex.empty()) {
+      // (throws for an expression the intake would refuse)
+      r.held.emplace(regex_machine(
+        cached(regexes_, spec.regex, [&] { return std::make_shared<const held_regex>(spec.regex); })));
+    } else {
+      auto sorted = spec.choice;
+      std::sort(sorted.begin(), sorted.end());
+      r.held.emplace(choice_machine(std::make_shared<const std::vector<std::string>>(std::move(sorted))));
+    }
   }
   r.adjust = spec.logit_bias;
   if (spec.repetition_penalty != 1.0f) {
@@ -719,7 +745,7 @@ std::vector<gpu::step_entry> scheduler_core::next_step(double now_s) {
     e.repetition_penalty = r.spec.repetition_penalty;
     e.logprobs = r.spec.logprobs;
     e.logit_adjust = logit_adjust(r, ends_);
-    if (r.json || r.trigger || r.gate || r.choice)
+    if (r.json || r.trigger || r.gate || r.held)
       constrain_json(r, e.logit_adjust);
     const auto prompt = static_cast<std::uint32_t>(r.spec.prompt.size());
     if (r.state == request_state::ready) {
@@ -817,16 +843,17 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
   if (!r.json_allowed)
     r.json_allowed = r.gate      ? r.gate->split(r.gate_at)
                      : r.trigger ? r.trigger->split(r.trigger_at)
-                     : r.choice  ? json_vocab_->split(*r.choice)
+                     : r.held    ? std::visit([&](const auto& m) { return json_vocab_->split(m); }, *r.held)
                                  : json_vocab_->split(*r.json);
+  const bool may_end = r.held && std::visit([](const auto& m) { return m.complete(); }, *r.held);
   std::vector<std::int32_t> ends_open;
-  if (r.choice && r.choice->complete()) {
-    // One choice, which a longer one goes on from: the end tokens may end
-    // the output here.
+  if (may_end) {
+    // A whole choice, or a match, that the output may go on from: the end
+    // tokens may end it here.
     std::set_difference(r.json_allowed->banned.begin(), r.json_allowed->banned.end(), ends_.begin(), ends_.end(),
                         std::back_inserter(ends_open));
   }
-  const auto& banned = r.choice && r.choice->complete() ? ends_open : r.json_allowed->banned;
+  const auto& banned = may_end ? ends_open : r.json_allowed->banned;
   constexpr float ban = -1e30f; // as min_tokens bans: exp() of it is 0
   // The two lists merged in token order; a banned token's own adjustment
   // gives way to the ban.
@@ -845,25 +872,6 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
   adjust = std::move(out);
 }
 
-namespace {
-
-/// The entry of `cache` (oldest first, at most 16) under `key`, made by
-/// `make` when there is none.
-template <class T, class Make>
-std::shared_ptr<const T> cached(std::vector<std::pair<std::string, std::shared_ptr<const T>>>& cache, std::string key,
-                                Make&& make) {
-  const auto it = std::find_if(cache.begin(), cache.end(), [&](const auto& e) { return e.first == key; });
-  if (it != cache.end())
-    return it->second;
-  constexpr std::size_t kept = 16;
-  if (cache.size() == kept)
-    cache.erase(cache.begin());
-  std::shared_ptr<const T> made = make();
-  cache.emplace_back(std::move(key), made);
-  return made;
-}
-
-} // namespace
 
 std::shared_ptr<const json_trigger> scheduler_core::trigger_for(const std::string& trigger,
                                                                 const std::string& schema_text,
@@ -888,15 +896,19 @@ std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spe
 
 std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t token) {
   r.json_allowed.reset();
-  if (r.choice) {
-    if (!r.choice->feed(json_vocab_->bytes(token)))
-      return finish_reason::error; // a backend that samples from no logits
-    if (r.choice->complete() && !r.choice->extendable())
-      return finish_reason::stop;
-    r.json_allowed = json_vocab_->split(*r.choice);
-    if (r.json_allowed->allowed.empty() && !r.choice->complete())
-      return finish_reason::error; // no token of the vocabulary goes on from here
-    return std::nullopt;
+  if (r.held) {
+    return std::visit(
+      [&](auto& m) -> std::optional<finish_reason> {
+        if (!m.feed(json_vocab_->bytes(token)))
+          return finish_reason::error; // a backend that samples from no logits
+        if (m.complete() && !m.extendable())
+          return finish_reason::stop;
+        r.json_allowed = json_vocab_->split(m);
+        if (r.json_allowed->allowed.empty() && !m.complete())
+          return finish_reason::error; // no token of the vocabulary goes on from here
+        return std::nullopt;
+      },
+      *r.held);
   }
   if (r.gate) {
     if (!r.gate->advance(r.gate_at, json_vocab_->bytes(token)))
@@ -1017,7 +1029,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
     // may still draw one); stop strings always do.
     const bool may_end = r.generated > r.spec.min_tokens;
     const auto json_end =
-      (r.json || r.trigger || r.gate || r.choice) && json_vocab_ ? json_after(r, tok) : std::nullopt;
+      (r.json || r.trigger || r.gate || r.held) && json_vocab_ ? json_after(r, tok) : std::nullopt;
     if (may_end && !r.spec.ignore_eos && std::binary_search(ends_.begin(), ends_.end(), tok))
       finish(r, finish_reason::eos, now_s, fx);
     else if (hits_stop(r, tok)

@@ -11,6 +11,7 @@
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
 #include "runtime/choice_constraint.hpp"
+#include "runtime/regex_constraint.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
@@ -26,6 +27,7 @@
 #include <span>
 #include <unordered_map>
 #include <optional>
+#include <variant>
 #include <vector>
 
 namespace troupe {
@@ -487,9 +489,10 @@ private:
     /// stay empty).
     std::shared_ptr<const reasoning_gate> gate;
     reasoning_gate::state gate_at;
-    /// With request_spec::choice: the output read so far against the
-    /// choices (`json_allowed` its tokens; json stays empty).
-    std::optional<choice_machine> choice;
+    /// With request_spec::choice or regex: the output read so far against
+    /// the choices or the expression (`json_allowed` its tokens; json
+    /// stays empty).
+    std::optional<std::variant<choice_machine, regex_machine>> held;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;
@@ -651,6 +654,8 @@ private:
   std::vector<std::pair<std::string, std::shared_ptr<const json_trigger>>> triggers_;
   /// gate_for's, by marks, trigger and schema text, oldest first.
   std::vector<std::pair<std::string, std::shared_ptr<const reasoning_gate>>> gates_;
+  /// Compiled regular expressions by their text (the last 16 kept).
+  std::vector<std::pair<std::string, std::shared_ptr<const held_regex>>> regexes_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;

@@ -33,6 +33,7 @@ void usage(std::FILE* out) {
     "                     [--json-object]   (the output is one JSON object: response_format)\n"
     "                     [--json-schema FILE]   (the output is a value of the JSON Schema in FILE)\n"
     "                     [--choice TEXT]...   (the output is one of the texts: guided_choice)\n"
+    "                     [--regex EXPR]   (the whole output matches the expression: guided_regex)\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
@@ -116,6 +117,7 @@ int main(int argc, char** argv) {
     else if (arg == "--ignore-eos") g.ignore_eos = true;
     else if (arg == "--keep-special") g.skip_special_tokens = false;
     else if (arg == "--choice") g.choice.push_back(value());
+    else if (arg == "--regex") g.regex = value();
     else if (arg == "--min-tokens") g.min_tokens = static_cast<std::uint32_t>(number());
     else if (arg == "--json-object") g.json_object = true;
     else if (arg == "--json-schema") {

@@ -543,7 +543,6 @@ for seed in range(3):
     assert len(answers) == 1, answers
 assert refused(400, body={"model": "demo", "prompt": "x", "guided_json": {
     "type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}, says="format")["param"] == "guided_json"
-refused(400, body={"model": "demo", "prompt": "x", "guided_regex": "[a-z]+"}, says="guided_regex")
 # vLLM's guided_choice and structured_outputs' choice: the text is one of
 # the choices, whole and streamed ("no" may end where "not sure" goes on).
 picks = ["yes", "no", "not sure", "maybe so"]
@@ -561,6 +560,20 @@ jstatus, _, jbody = call("/v1/chat/completions", {"model": "demo", "messages": [
 assert jstatus == 200 and json.loads(jbody)["choices"][0]["message"]["content"] in picks, jbody
 assert refused(400, body={"model": "demo", "prompt": "x", "guided_choice": ["a", "a"]},
                says="given twice")["param"] == "guided_choice"
+# vLLM's guided_regex and structured_outputs' regex: the whole text matches.
+import re
+phone = "[0-9]{3}-[0-9]{4}( x[0-9]{1,3})?"
+for seed in range(4):
+    for held in ({"guided_regex": phone}, {"structured_outputs": {"regex": phone}}):
+        asked = dict({"model": "demo", "prompt": "Call", "max_tokens": 30, "seed": seed}, **held)
+        jstatus, _, jbody = call("/v1/completions", asked)
+        jchoice = json.loads(jbody)["choices"][0]
+        assert jstatus == 200 and re.fullmatch(phone, jchoice["text"]) and jchoice["finish_reason"] == "stop", jbody
+        jstatus, _, jbody = call("/v1/completions", dict(asked, stream=True))
+        streamed = "".join(e["choices"][0]["text"] for e in events(jbody)[:-1] if e["choices"])
+        assert jstatus == 200 and streamed == jchoice["text"], (held, jbody)
+assert refused(400, body={"model": "demo", "prompt": "x", "guided_regex": "a(?=b)"},
+               says="guided_regex")["param"] == "guided_regex"
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
     "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}}},
         says="format")

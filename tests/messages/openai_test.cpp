@@ -1784,6 +1784,15 @@ TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) 
     EXPECT_EQ(json::parse(as_generate(chat).json_schema), want) << field;
   }
   EXPECT_TRUE(as_generate(ok(R"({"model":"m","prompt":"p","structured_outputs":{"json_object":true}})")).json_object);
+  // guided_regex and structured_outputs' regex: the wire's regex.
+  for (const auto& field : {std::string(R"("guided_regex":"[0-9]+")"),
+                            std::string(R"("structured_outputs":{"regex":"[0-9]+"})")}) {
+    const auto c = ok(R"({"model":"m","prompt":"p",)" + field + "}");
+    EXPECT_EQ(as_generate(c).regex, "[0-9]+") << field;
+    const auto r = refusal(c, wire::error_code::bad_request, R"(field "regex": lookaround is not supported at 1)");
+    EXPECT_EQ(r.param, c.schema_field);
+    EXPECT_EQ(r.message, "field \"" + c.schema_field + "\": lookaround is not supported at 1");
+  }
   // guided_choice and structured_outputs' choice: the wire's choice.
   for (const auto& field : {std::string(R"("guided_choice":["yes","no"])"),
                             std::string(R"("structured_outputs":{"choice":["yes","no"]})")}) {
@@ -1812,9 +1821,11 @@ TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) 
          {R"("structured_outputs":{"json":{},"json_object":true})", "structured_outputs", "more than one"},
          {R"("structured_outputs":{"choice":["a"],"json":{}})", "structured_outputs", "more than one"},
          {R"("guided_choice":["a"],"guided_json":{})", "guided_choice", "give one"},
-         {R"("structured_outputs":{"regex":"a+"})", "structured_outputs", "\"structured_outputs.regex\" is not served"},
+         {R"("structured_outputs":{"grammar":"root ::= x"})", "structured_outputs",
+          "\"structured_outputs.grammar\" is not served"},
          {R"("structured_outputs":[])", "structured_outputs", "must be an object"},
-         {R"("guided_regex":"a+")", "guided_regex", "is not served"},
+         {R"("guided_regex":"a+","guided_choice":["a"])", "guided_regex", "give one"},
+         {R"("structured_outputs":{"regex":"a","choice":["a"]})", "structured_outputs", "more than one"},
          {R"("guided_grammar":"root ::= x")", "guided_grammar", "is not served"},
          {R"("guided_decoding_backend":1)", "guided_decoding_backend", "must be a string"},
        }) {

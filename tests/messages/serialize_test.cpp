@@ -57,6 +57,7 @@ TEST(serialize, a_request_keeps_every_field) {
   s.reasoning_close = "</think>";
   s.reasoning_open = "<think>";
   s.choice = {"yes", "no"};
+  s.regex = "[a-z]+";
   s.queue = 2;
   s.predicted_tokens = 33;
   s.arrival_s = 12.5;
@@ -95,6 +96,7 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.reasoning_close, s.reasoning_close);
   EXPECT_EQ(r.reasoning_open, s.reasoning_open);
   EXPECT_EQ(r.choice, s.choice);
+  EXPECT_EQ(r.regex, s.regex);
   EXPECT_EQ(r.queue, s.queue);
   EXPECT_EQ(r.predicted_tokens, s.predicted_tokens);
   EXPECT_EQ(r.arrival_s, s.arrival_s);

@@ -73,6 +73,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.reasoning_close, b.reasoning_close);
   EXPECT_EQ(a.reasoning_open, b.reasoning_open);
   EXPECT_EQ(a.choice, b.choice);
+  EXPECT_EQ(a.regex, b.regex);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -291,6 +292,7 @@ std::vector<accept_case> accept_cases() {
      [](g r) { r.json_schema = R"({"type":"object","required":[]})"; }},
     {"choice_in_the_order_given", gen(R"("choice":["no","yes","maybe so"])"),
      [](g r) { r.choice = {"no", "yes", "maybe so"}; }},
+    {"regex", gen(R"("regex":"[0-9]{3}-[0-9]{4}")"), [](g r) { r.regex = "[0-9]{3}-[0-9]{4}"; }},
     {"json_trigger_with_a_schema", gen(R"("json_schema":{"type":"object"},"json_trigger":"<tool_call>")"),
      [](g r) {
        r.json_schema = R"({"type":"object"})";
@@ -537,6 +539,9 @@ std::vector<reject_case> reject_cases() {
     {"choice_twice", gen(R"("choice":["a","b","a"])"), bad, "g1", {"\"choice\"", "\"a\" is given twice"}},
     {"choice_not_strings", gen(R"("choice":"a")"), bad, "g1", {"\"choice\"", "an array"}},
     {"choice_beside_a_schema", gen(R"("json_schema":{},"choice":["a"])"), bad, "g1", {"\"choice\"", "absent beside"}},
+    {"regex_empty", gen(R"("regex":"")"), bad, "g1", {"\"regex\"", "a string of 1 to 4096 bytes"}},
+    {"regex_not_a_string", gen(R"("regex":["a"])"), bad, "g1", {"\"regex\"", "a string"}},
+    {"regex_beside_choice", gen(R"("choice":["a"],"regex":"a")"), bad, "g1", {"\"regex\"", "absent beside"}},
     {"json_trigger_alone", gen(R"("json_trigger":"<c>")"), bad, "g1",
      {"\"json_trigger\"", "given with \"response_format\": \"json_object\" or \"json_schema\""}},
     {"json_trigger_empty", gen(R"("json_schema":{},"json_trigger":"")"), bad, "g1",
@@ -651,10 +656,15 @@ TEST(wire, request_round_trips) {
   choosing.id = "c";
   choosing.prompt = "p";
   choosing.choice = {"yes", "no", "\xe2\x98\xba"};
+  generate_request matching;
+  matching.id = "m";
+  matching.prompt = "p";
+  matching.regex = "(yes|no)\\.";
 
   std::vector<request> requests{full,
                                 tokens,
                                 choosing,
+                                matching,
                                 defaults,
                                 cancel_request{"full"},
                                 health_request{"h"},

@@ -3,6 +3,7 @@
 #include "runtime/json_constraint.hpp"
 
 #include "runtime/choice_constraint.hpp"
+#include "runtime/regex_constraint.hpp"
 
 #include "gpu/backend.hpp"
 #include "tests/support/list_tokenizer.hpp"
@@ -260,6 +261,24 @@ TEST(json_vocab, answers_a_recurring_state_from_its_cache_and_the_same) {
 
 // -- choices ---------------------------------------------------------------------
 
+/// Brute force as the oracle: in each state `m` reaches reading `text`,
+/// the tokens allowed are those a copy of the machine takes whole. The
+/// bytes of `text` read (all, unless the machine refuses one).
+template <class Machine>
+std::size_t expect_allowed_as_fed(json_vocab& v, Machine m, const std::string& text) {
+  for (std::size_t k = 0;; ++k) {
+    std::vector<std::int32_t> want;
+    for (std::int32_t tok = 0; tok < v.size(); ++tok) {
+      auto copy = m;
+      if (!v.bytes(tok).empty() && copy.feed(v.bytes(tok)))
+        want.push_back(tok);
+    }
+    EXPECT_EQ(*v.allowed(m), want) << text.substr(0, k);
+    if (k == text.size() || !m.step(static_cast<unsigned char>(text[k])))
+      return k;
+  }
+}
+
 choice_machine choices(std::vector<std::string> texts) {
   std::sort(texts.begin(), texts.end());
   return choice_machine(std::make_shared<const std::vector<std::string>>(std::move(texts)));
@@ -314,21 +333,72 @@ TEST(json_vocab, allows_exactly_the_tokens_whose_bytes_keep_to_a_choice) {
   EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{7})) << "\"s\" alone is no token here";
   // Brute force: each token fed to a copy, in every state of every choice.
   const std::vector<std::string> texts{"yes", "yes!", "no", "nos!", "s!y"};
-  for (const auto& text : texts) {
-    auto walk = choices(texts);
-    for (std::size_t k = 0; k <= text.size(); ++k) {
-      std::vector<std::int32_t> want;
-      for (std::int32_t tok = 0; tok < t.vocab_size(); ++tok) {
-        auto copy = walk;
-        if (!v.bytes(tok).empty() && copy.feed(v.bytes(tok)))
-          want.push_back(tok);
-      }
-      EXPECT_EQ(*v.allowed(walk), want) << text.substr(0, k);
-      if (k < text.size()) {
-        ASSERT_TRUE(walk.step(static_cast<unsigned char>(text[k])));
-      }
-    }
-  }
+  for (const auto& text : texts)
+    EXPECT_EQ(expect_allowed_as_fed(v, choices(texts), text), text.size()) << text;
+}
+
+// -- regular expressions -----------------------------------------------------------
+
+regex_machine regex(const std::string& text) {
+  return regex_machine(std::make_shared<const held_regex>(text));
+}
+
+TEST(regex_machine, the_whole_output_matches_and_it_says_where_it_may_end_or_go_on) {
+  auto m = regex("[0-9]{2,3}(-[a-z]+)?");
+  EXPECT_FALSE(m.complete());
+  EXPECT_FALSE(m.step('a'));
+  ASSERT_TRUE(m.feed(std::string_view("12")));
+  EXPECT_TRUE(m.complete());
+  EXPECT_TRUE(m.extendable());
+  EXPECT_FALSE(m.feed(std::string_view("3x"))) << "a refused feed takes nothing";
+  ASSERT_TRUE(m.feed(std::string_view("3-")));
+  EXPECT_FALSE(m.complete());
+  EXPECT_FALSE(m.step('4'));
+  ASSERT_TRUE(m.feed(std::string_view("ab")));
+  EXPECT_TRUE(m.complete());
+  EXPECT_TRUE(m.extendable());
+  auto exact = regex("yes|no");
+  ASSERT_TRUE(exact.feed(std::string_view("no")));
+  EXPECT_TRUE(exact.complete());
+  EXPECT_FALSE(exact.extendable());
+  // Not searched for: the output is matched whole, anchors or not.
+  EXPECT_FALSE(regex("b").step('a'));
+  EXPECT_TRUE(regex("^a$").step('a'));
+  EXPECT_THROW(held_regex("(?=a)"), std::invalid_argument);
+}
+
+TEST(regex_machine, reads_utf8_a_character_at_a_time_refusing_what_is_not_utf8) {
+  auto m = regex("caf[\u00e9e]!");
+  ASSERT_TRUE(m.feed(std::string_view("caf")));
+  auto copy = m;
+  ASSERT_TRUE(m.step(0xc3));
+  EXPECT_FALSE(m.complete()) << "a character begun";
+  EXPECT_TRUE(m.extendable());
+  EXPECT_FALSE(m.step(0xa8)) << "\u00e8 is not in the class";
+  ASSERT_TRUE(m.step(0xa9));
+  ASSERT_TRUE(m.step('!'));
+  EXPECT_TRUE(m.complete());
+  EXPECT_FALSE(copy.step(0xc4)) << "no character of U+0100..U+013F may come";
+  EXPECT_FALSE(copy.step(0xc0)) << "an overlong lead";
+  auto any = regex(".+");
+  for (const std::string_view bad : {"\xed\xa0\x80", "\xf5\x80\x80\x80", "\x80", "\xe0\x80\x80"})
+    EXPECT_FALSE(regex(".+").feed(bad)) << "not UTF-8";
+  EXPECT_TRUE(any.feed(std::string_view("\xf0\x9f\x98\x80\xe4\xbd\xa0")));
+  EXPECT_TRUE(any.complete());
+}
+
+TEST(json_vocab, allows_exactly_the_tokens_whose_bytes_keep_to_an_expression) {
+  //                     0   1    2     3       4      5    6        7       8
+  list_tokenizer t({"", "1", "23", "4", "12345", "-", "-ab", "\xc3", "\xa9", "\xc3\xa9"});
+  json_vocab v(t);
+  const std::vector<std::string> texts{"12", "123-ab", "1-\xc3\xa9", "44"};
+  const auto fresh = [] { return regex("[0-9]{2,3}(-[a-z\u00e9]+)?"); };
+  for (const auto& text : texts)
+    (void)expect_allowed_as_fed(v, fresh(), text); // "1-é" leaves the expression at "-" after one digit
+  auto m = fresh();
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 2, 3})) << "not five digits";
+  ASSERT_TRUE(m.feed(v.bytes(2)));
+  EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 3, 5, 6})) << "a third digit, or the dash";
 }
 
 } // namespace

@@ -166,6 +166,7 @@ struct request_args {
   std::string reasoning_close = {};
   std::string reasoning_open = {};
   std::vector<std::string> choice = {};
+  std::string regex = {};
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -206,6 +207,7 @@ public:
     s.reasoning_close = a.reasoning_close;
     s.reasoning_open = a.reasoning_open;
     s.choice = a.choice;
+    s.regex = a.regex;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1360,6 +1362,24 @@ TEST(scheduler_core, a_choice_request_samples_only_tokens_that_keep_to_a_choice_
                          {"whole, another goes on: the end token", {.max_new = 10, .choice = {"yes", "yes!"}},
                           {102, eos}, "-P1 T1#1 F1:eos/2"},
                          {"off the choices", {.max_new = 10, .choice = {"yes", "no"}}, {100, 106},
+                          "-P1 T1#1 F1:error/2"}});
+}
+
+TEST(scheduler_core, a_regex_request_samples_only_tokens_that_keep_it_matching_and_ends_where_nothing_may_follow) {
+  fake_tokenizer vocab;
+  constexpr auto eos = fake_tokenizer::eos;
+  vocab.words = {{100, "1"}, {101, "23"}, {102, "4"}, {103, "x"}, {104, "12345"}};
+  engine e{limits(100), &vocab};
+  ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .regex = "[0-9]{2,3}"}), "accepted");
+  const auto effects = run_turns(e, {
+    {100, {100, 101, 102}},  // a digit or two, never five, nor the eos token
+    {102, {100, 101, 102}},  // "1" then one or two more
+    {102, {100, 102, eos}},  // "14" matches, and a third digit may follow: or the end
+  });
+  EXPECT_EQ(effects, (std::vector<std::string>{"T1#0", "T1#1", "-P1 T1#2 F1:stop/3"})) << "\"144\": nothing may follow";
+  expect_outputs(vocab, {{"a match the end token ends", {.max_new = 10, .regex = "[0-9]{2,3}"}, {101, eos},
+                          "-P1 T1#1 F1:eos/2"},
+                         {"off the expression", {.max_new = 10, .regex = "[0-9]{2,3}"}, {100, 103},
                           "-P1 T1#1 F1:error/2"}});
 }
 

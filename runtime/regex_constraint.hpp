@@ -1,0 +1,50 @@
+// Output held to a regular expression (vLLM's guided_regex): the whole
+// output must match it. A byte-level recognizer over json_pattern's NFA
+// (the regular expressions JSON Schema's "pattern" takes, matched whole),
+// which json_vocab turns into the tokens that may come next, as it does for
+// JSON. The output's characters are UTF-8 (no overlong forms, no
+// surrogates). No CAF, no I/O.
+#pragma once
+
+#include "runtime/json_pattern.hpp"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace troupe {
+
+/// A compiled expression with its text (which keys the token answers).
+struct held_regex {
+  explicit held_regex(std::string text) : source(std::move(text)), pattern(source, json_pattern::match::whole) {}
+  std::string source;
+  json_pattern pattern;
+};
+
+/// The output read so far against the expression.
+class regex_machine {
+public:
+  explicit regex_machine(std::shared_ptr<const held_regex> regex);
+
+  // As choice_machine's, for the expression: a byte the output may go on
+  // with (of a character that may come next); all bytes or none; the
+  // output matches (whole characters); a character may follow; what
+  // decides which bytes may follow (the expression, the NFA states, the
+  // character begun; first byte 0xFD).
+  bool step(unsigned char c);
+  bool feed(std::string_view bytes);
+  bool complete() const noexcept;
+  bool extendable() const noexcept;
+  std::string key() const;
+
+private:
+  std::shared_ptr<const held_regex> regex_;
+  json_pattern::states at_;
+  std::uint32_t bits_ = 0;      ///< the character begun, its bits so far
+  std::uint8_t left_ = 0;       ///< its continuation bytes to come
+  unsigned char lo_ = 0x80;     ///< the next continuation byte's least
+  unsigned char hi_ = 0xBF;     ///< and greatest (no overlong form, no surrogate)
+};
+
+} // namespace troupe
