@@ -7,15 +7,19 @@
 // Run: build/bin/troupe-scheduler-bench
 #include "gpu/backend.hpp"
 #include "policies/registry.hpp"
+#include "runtime/choice_constraint.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
 #include "runtime/reasoning_gate.hpp"
+#include "runtime/regex_constraint.hpp"
 #include "runtime/scheduler_core.hpp"
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -218,6 +222,49 @@ void bm_json_schema_split(benchmark::State& state) {
 BENCHMARK(bm_json_schema_split)
   ->ArgNames({"state", "kind"})
   ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2, 3}})
+  ->Unit(benchmark::kMicrosecond);
+
+/// json_vocab::split looked up afresh for the output held to choices
+/// (guided_choice: 4 labels, or 64 words of the vocabulary) or to a regular
+/// expression (guided_regex: a phone number, or lowercase words, which
+/// keeps a third of the vocabulary), at the output's start and one byte in.
+void bm_held_text_split(benchmark::State& state) {
+  static const char* const kinds[] = {"4 choices", "64 choices", "regex, phone", "regex, words"};
+  const auto kind = static_cast<std::size_t>(state.range(0));
+  const bool begun = state.range(1) != 0;
+  state.SetLabel(std::string(kinds[kind]) + (begun ? ", one byte in" : ", start"));
+  json_vocab v(vocab32k(), 1);
+  std::size_t allowed = 0;
+  // `other` is the state `m` is not (the start, or one byte in).
+  const auto run = [&](auto m, auto other, unsigned char first) {
+    (begun ? m : other).step(first);
+    for (auto _ : state) {
+      allowed = v.split(m)->allowed.size();
+      benchmark::DoNotOptimize(v.split(other)); // so that m's answer is never the one kept
+    }
+  };
+  if (kind < 2) {
+    std::vector<std::string> labels{"positive", "negative", "neutral", "mixed"};
+    if (kind == 1) {
+      labels.clear();
+      for (std::int32_t t = 1000; labels.size() < 64; t += 97)
+        labels.push_back(vocab32k().decode(t));
+    }
+    std::sort(labels.begin(), labels.end());
+    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+    const auto held = std::make_shared<const std::vector<std::string>>(labels);
+    run(choice_machine(held), choice_machine(held), static_cast<unsigned char>((*held)[0][0]));
+  } else {
+    const auto held = std::make_shared<const held_regex>(kind == 2 ? "[0-9]{3}-[0-9]{4}" : "[a-z]+( [a-z]+)*");
+    run(regex_machine(held), regex_machine(held), kind == 2 ? '1' : 'a');
+  }
+  state.counters["allowed"] = static_cast<double>(allowed);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
+}
+
+BENCHMARK(bm_held_text_split)
+  ->ArgNames({"kind", "begun"})
+  ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
   ->Unit(benchmark::kMicrosecond);
 
 /// A json_trigger built for the 32,000-token vocabulary: the free-text ban
