@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <memory>
 #include <random>
+#include <regex>
 
 namespace troupe {
 namespace {
@@ -385,6 +386,51 @@ TEST(regex_machine, reads_utf8_a_character_at_a_time_refusing_what_is_not_utf8) 
     EXPECT_FALSE(regex(".+").feed(bad)) << "not UTF-8";
   EXPECT_TRUE(any.feed(std::string_view("\xf0\x9f\x98\x80\xe4\xbd\xa0")));
   EXPECT_TRUE(any.complete());
+}
+
+/// UTF-8 to code points, for std::wregex.
+std::wstring wide(std::string_view s) {
+  std::wstring out;
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
+    std::uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+    out.push_back(static_cast<wchar_t>(cp));
+    i += n;
+  }
+  return out;
+}
+
+TEST(regex_machine, a_text_matches_whole_exactly_when_ecma_regex_match_says_so) {
+  // The oracle: std::wregex's ECMAScript match of the whole text, over code
+  // points (its \d and \w are ASCII's, as the texts here are but for é, è).
+  const std::vector<std::string> patterns{"[0-9]{3}-[0-9]{4}", "(yes|no)\\.", "a*b+c?", "[a-c]{2,4}(x|yz)*",
+                                          "\\d+(\\.\\d{1,2})?", "[^ab]+", "caf[\u00e9\u00e8]", ".{0,3}z",
+                                          "(a|ab)(c|bcd)", "x?y?z?", "\\w+ \\w+"};
+  const std::vector<std::string> alphabet{"a", "b", "c", "x", "y", "z", "0", "7", ".", "-", " ", "\u00e9", "\u00e8",
+                                          "f", "d"};
+  std::mt19937 rng(11);
+  int matched = 0;
+  for (const auto& pattern : patterns) {
+    const auto held = std::make_shared<const held_regex>(pattern);
+    const std::wregex oracle(wide(pattern), std::regex::ECMAScript);
+    for (int i = 0; i < 1500; ++i) {
+      std::string text;
+      for (auto n = rng() % 9; n > 0; --n)
+        text += alphabet[rng() % alphabet.size()];
+      if (i % 3 == 0) // nearer the language: a word the pattern may take, and noise
+        text = std::vector<std::string>{"555-1234", "yes.", "abbc", "abxyz", "3.14", "café", "xyz", "abcd", "xz",
+                                        "ab cd"}[rng() % 10] + (rng() % 2 ? "" : alphabet[rng() % alphabet.size()]);
+      regex_machine m(held);
+      const bool ours = m.feed(std::string_view(text)) && m.complete();
+      const bool theirs = std::regex_match(wide(text), oracle);
+      ASSERT_EQ(ours, theirs) << pattern << " on \"" << text << "\"";
+      matched += ours;
+    }
+  }
+  EXPECT_GT(matched, 500) << "enough texts matched to compare";
 }
 
 TEST(json_vocab, allows_exactly_the_tokens_whose_bytes_keep_to_an_expression) {
