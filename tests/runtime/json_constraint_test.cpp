@@ -7,6 +7,7 @@
 
 #include "gpu/backend.hpp"
 #include "tests/support/list_tokenizer.hpp"
+#include "tests/support/wide.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -388,20 +389,7 @@ TEST(regex_machine, reads_utf8_a_character_at_a_time_refusing_what_is_not_utf8) 
   EXPECT_TRUE(any.complete());
 }
 
-/// UTF-8 to code points, for std::wregex.
-std::wstring wide(std::string_view s) {
-  std::wstring out;
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
-    std::uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(static_cast<wchar_t>(cp));
-    i += n;
-  }
-  return out;
-}
+using testing::wide;
 
 TEST(regex_machine, a_text_matches_whole_exactly_when_ecma_regex_match_says_so) {
   // The oracle: std::wregex's ECMAScript match of the whole text, over code

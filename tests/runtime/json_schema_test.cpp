@@ -9,6 +9,7 @@
 #include "messages/openai.hpp"
 
 #include "tests/support/list_tokenizer.hpp"
+#include "tests/support/wide.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -88,20 +89,7 @@ bool formatted(const std::string& format, const std::string& x) {
   return std::regex_match(x, uuid);
 }
 
-/// UTF-8 to code points (the test's texts are well formed).
-std::wstring wide(const std::string& s) {
-  std::wstring out;
-  for (std::size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    const std::size_t n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : 4;
-    std::uint32_t cp = n == 1 ? c : c & (0x7F >> n);
-    for (std::size_t k = 1; k < n && i + k < s.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(static_cast<wchar_t>(cp));
-    i += n;
-  }
-  return out;
-}
+using testing::wide;
 
 /// JSON Schema's pattern: an ECMA-262 search, here std::wregex's over code
 /// points (its \s and \w are ASCII's: the test's patterns use them on
