@@ -19,12 +19,7 @@ bool json_machine::feed(unsigned char c) {
 }
 
 bool json_machine::feed(std::string_view bytes) {
-  json_machine next = *this;
-  for (const char c : bytes)
-    if (!next.step(static_cast<unsigned char>(c)))
-      return false;
-  *this = std::move(next);
-  return true;
+  return feed_all(*this, bytes, [](json_machine& m, unsigned char c) { return m.step(c); });
 }
 
 std::string json_machine::key() const {

@@ -8,8 +8,22 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace troupe {
+
+/// Feeds every byte of `bytes` through `step` (a machine's own byte step,
+/// which takes a byte or refuses it) to a copy of `m`, which replaces `m`
+/// only when it took them all: the machines' feed(string_view).
+template <class Machine, class Step>
+bool feed_all(Machine& m, std::string_view bytes, Step step) {
+  Machine next = m;
+  for (const char c : bytes)
+    if (!step(next, static_cast<unsigned char>(c)))
+      return false;
+  m = std::move(next);
+  return true;
+}
 
 class schema_machine;
 class json_vocab;

@@ -1615,23 +1615,17 @@ api_error from_wire(wire::error_code code, std::string message) {
 
 api_error refusal(const completion_request& request, wire::error_code code, std::string message) {
   constexpr std::string_view schema_field = "field \"json_schema\"";
-  for (const std::string_view held_field : {"field \"choice\"", "field \"regex\""})
-    if (code == wire::error_code::bad_request && message.starts_with(held_field) && !request.schema_field.empty()) {
-      // vLLM's guided_choice, guided_regex or structured_outputs gave it:
-      // name that.
-      auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(held_field.size()));
-      e.param = request.schema_field;
-      return e;
-    }
-  if (code != wire::error_code::bad_request || !message.starts_with(schema_field))
-    return from_wire(code, std::move(message));
-  if (!request.tools && !request.schema_field.empty()) {
-    // vLLM's guided_json or structured_outputs gave the schema: name it.
-    auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(schema_field.size()));
-    e.param = request.schema_field;
-    return e;
-  }
-  if (!request.tools)
+  if (code == wire::error_code::bad_request && !request.schema_field.empty())
+    for (const std::string_view held : {schema_field, std::string_view("field \"choice\""),
+                                        std::string_view("field \"regex\"")})
+      if (message.starts_with(held)) {
+        // vLLM's guided_json, guided_choice, guided_regex or
+        // structured_outputs gave it (never beside tools): name that.
+        auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(held.size()));
+        e.param = request.schema_field;
+        return e;
+      }
+  if (code != wire::error_code::bad_request || !message.starts_with(schema_field) || !request.tools)
     return from_wire(code, std::move(message));
   // The call's schema is the request's tools: say so, and name the
   // function whose parameters are at fault ($defs/NAME/... in the schema).

@@ -78,20 +78,12 @@ gap_read read_gap(std::string_view gap, const tool_format& t, bool first) {
   return either(closed, call_start(m, open));
 }
 
-std::string_view without_blanks(std::string_view s) {
-  while (!s.empty() && json_blank(static_cast<unsigned char>(s.front())))
-    s.remove_prefix(1);
-  while (!s.empty() && json_blank(static_cast<unsigned char>(s.back())))
-    s.remove_suffix(1);
-  return s;
-}
-
 /// `text`, one JSON object (blanks around it), less the blanks between its
 /// tokens; none when it is not one.
 std::optional<std::string> compact_object(std::string_view text) {
   json_machine m;
   std::string out;
-  for (const char ch : without_blanks(text)) {
+  for (const char ch : text) {
     const auto c = static_cast<unsigned char>(ch);
     const bool in_string = m.in_string();
     if (!m.feed(c))
@@ -217,7 +209,7 @@ void call_reader::member_ended() {
   key_.clear();
   value_.clear();
   if (key == "name" && !name_) {
-    auto name = json_string(without_blanks(value));
+    auto name = json_string(value);
     if (!name || std::find(format_.names.begin(), format_.names.end(), *name) == format_.names.end()) {
       stopped_ = true; // no tool of this name
       return;
@@ -227,7 +219,7 @@ void call_reader::member_ended() {
     has_arguments_ = true;
     if (!arguments_object_) {
       // A string holding the object.
-      const auto inner = json_string(without_blanks(value));
+      const auto inner = json_string(value);
       auto object = inner ? compact_object(*inner) : std::nullopt;
       if (!object) {
         stopped_ = true;

@@ -1,5 +1,7 @@
 #include "runtime/choice_constraint.hpp"
 
+#include "messages/json_machine.hpp"
+
 #include <cstdint>
 
 namespace troupe {
@@ -27,12 +29,7 @@ bool choice_machine::step(unsigned char c) {
 }
 
 bool choice_machine::feed(std::string_view bytes) {
-  choice_machine next = *this;
-  for (const char c : bytes)
-    if (!next.step(static_cast<unsigned char>(c)))
-      return false;
-  *this = std::move(next);
-  return true;
+  return feed_all(*this, bytes, [](choice_machine& m, unsigned char c) { return m.step(c); });
 }
 
 bool choice_machine::complete() const noexcept {

@@ -278,19 +278,16 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     g.reasoning_close.clear();
     g.reasoning_open.clear();
   }
-  if ((g.json_object || !g.json_schema.empty()) && !backend_->computes_logprobs()) {
+  // Output held token by token: the field that holds it, and to what.
+  const auto [held_by, held_to] = g.json_object           ? std::pair{"response_format", "JSON"}
+                                  : !g.json_schema.empty() ? std::pair{"json_schema", "JSON"}
+                                  : !g.choice.empty()      ? std::pair{"choice", "the choices"}
+                                  : !g.regex.empty()       ? std::pair{"regex", "an expression"}
+                                                           : std::pair{"", ""};
+  if (*held_by != '\0' && !backend_->computes_logprobs()) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
-                                      std::string("field \"") + (g.json_object ? "response_format" : "json_schema")
-                                        + "\": the " + backend_->name()
-                                        + " backend samples from no logits, so it cannot keep an output to JSON; "
-                                          "the cpu and cuda backends do"));
-    return;
-  }
-  if ((!g.choice.empty() || !g.regex.empty()) && !backend_->computes_logprobs()) {
-    out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
-                                      std::string("field \"") + (g.regex.empty() ? "choice" : "regex") + "\": the "
-                                        + backend_->name() + " backend samples from no logits, so it cannot keep an "
-                                        + "output to " + (g.regex.empty() ? "the choices" : "an expression")
+                                      std::string("field \"") + held_by + "\": the " + backend_->name()
+                                        + " backend samples from no logits, so it cannot keep an output to " + held_to
                                         + "; the cpu and cuda backends do"));
     return;
   }

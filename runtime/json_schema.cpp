@@ -643,12 +643,7 @@ bool schema_machine::feed(unsigned char c) {
 }
 
 bool schema_machine::feed(std::string_view bytes) {
-  schema_machine next = *this;
-  for (const char c : bytes)
-    if (!next.step(static_cast<unsigned char>(c)))
-      return false;
-  *this = std::move(next);
-  return true;
+  return feed_all(*this, bytes, [](schema_machine& m, unsigned char c) { return m.step(c); });
 }
 
 void schema_machine::reading::append_key(std::string& k) const {

@@ -1,8 +1,16 @@
 #include "runtime/regex_constraint.hpp"
 
+#include "messages/json_machine.hpp"
+
 #include <algorithm>
+#include <atomic>
 
 namespace troupe {
+
+held_regex::held_regex(std::string_view text) : pattern(text, json_pattern::match::whole) {
+  static std::atomic<std::uint64_t> next{1};
+  id = next.fetch_add(1, std::memory_order_relaxed);
+}
 
 regex_machine::regex_machine(std::shared_ptr<const held_regex> regex)
   : regex_(std::move(regex)), at_(regex_->pattern.start()) {}
@@ -69,12 +77,7 @@ bool regex_machine::step(unsigned char c) {
 }
 
 bool regex_machine::feed(std::string_view bytes) {
-  regex_machine next = *this;
-  for (const char c : bytes)
-    if (!next.step(static_cast<unsigned char>(c)))
-      return false;
-  *this = std::move(next);
-  return true;
+  return feed_all(*this, bytes, [](regex_machine& m, unsigned char c) { return m.step(c); });
 }
 
 bool regex_machine::complete() const noexcept {
@@ -88,9 +91,7 @@ bool regex_machine::extendable() const noexcept {
 
 std::string regex_machine::key() const {
   std::string k = "\xfd";
-  const auto n = static_cast<std::uint32_t>(regex_->source.size());
-  k.append(reinterpret_cast<const char*>(&n), sizeof n);
-  k += regex_->source;
+  k.append(reinterpret_cast<const char*>(&regex_->id), sizeof regex_->id);
   k.append(reinterpret_cast<const char*>(at_.data()), at_.size() * sizeof(at_[0]));
   for (const auto b : {static_cast<unsigned char>(left_), lo_, hi_})
     k += static_cast<char>(b);

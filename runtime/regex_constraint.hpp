@@ -15,11 +15,12 @@
 
 namespace troupe {
 
-/// A compiled expression with its text (which keys the token answers).
+/// A compiled expression, with an id of its own in the process (which keys
+/// the token answers, as a schema's id does: never reused).
 struct held_regex {
-  explicit held_regex(std::string text) : source(std::move(text)), pattern(source, json_pattern::match::whole) {}
-  std::string source;
+  explicit held_regex(std::string_view text);
   json_pattern pattern;
+  std::uint64_t id;
 };
 
 /// The output read so far against the expression.
@@ -30,7 +31,7 @@ public:
   // As choice_machine's, for the expression: a byte the output may go on
   // with (of a character that may come next); all bytes or none; the
   // output matches (whole characters); a character may follow; what
-  // decides which bytes may follow (the expression, the NFA states, the
+  // decides which bytes may follow (the expression's id, the NFA states, the
   // character begun; first byte 0xFD).
   bool step(unsigned char c);
   bool feed(std::string_view bytes);
