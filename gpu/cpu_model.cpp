@@ -1,11 +1,11 @@
 // cpu_model: Hugging Face LlamaForCausalLM's forward pass in fp32 over a
-// batch of sequences, with every base projection one sgemm over all rows,
-// unmerged LoRA per sequence and the KV cache in host pages.
+// batch of sequences, with every base projection one product over all rows
+// (gpu/cpu_gemm: a row's numbers do not depend on the batch), unmerged LoRA
+// per sequence and the KV cache in host pages.
 #include "gpu/cpu_model.hpp"
 
+#include "gpu/cpu_gemm.hpp"
 #include "gpu/sampling.hpp"
-
-#include <cblas.h>
 
 #include <algorithm>
 #include <array>
@@ -20,16 +20,6 @@ namespace troupe::gpu {
 namespace {
 
 using std::size_t;
-
-// c[m, n] = alpha * x[m, k] * w[n, k]^T + beta * c. Plain int dimensions:
-// the CBLAS interface of any BLAS (OpenBLAS's blasint, the reference BLAS's
-// CBLAS_INT) takes them, so the GPU check can link the reference BLAS.
-void gemm_xwt(const float* x, const float* w, float* c, size_t m, size_t n, size_t k,
-              float alpha, float beta) {
-  const auto i = [](size_t v) { return static_cast<int>(v); };
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, i(m), i(n), i(k), alpha, x, i(k), w, i(k),
-              beta, c, i(n));
-}
 
 // The [out, in] shape of each lora_target's projection.
 struct proj_dims {

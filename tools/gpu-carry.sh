@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Copies what tools/gpu-check.sh needs and a GPU machine may lack into
 # .gpu-carry/ (ignored by git): GoogleTest's sources from Debian's
-# googletest package, nlohmann-json's headers, and the reference BLAS (static
-# library and CBLAS header of Debian's libblas-dev; tools/install-deps.sh
-# installs all three), for the stand-alone build, troupe-hf-parity and
+# googletest package and nlohmann-json's headers (tools/install-deps.sh
+# installs both), for the stand-alone build, troupe-hf-parity and
 # cuda_model_parity_test's cpu model. Carry the folder along to the GPU
 # machine and run tools/gpu-check.sh there.
 #
@@ -13,8 +12,6 @@
 # with the cuda backend): troupe-serve, troupe-client and troupe-mkmodel
 # stripped, and the shared libraries they load that are neither the C and
 # C++ runtime nor CUDA's (CAF, ZeroMQ, spdlog, ...), into .gpu-carry/server.
-# The one BLAS call the cpu backend makes (cblas_sgemm) is served there by
-# the reference BLAS under OpenBLAS's name (half a megabyte, not 36).
 # gpu-check.sh then also serves the default config on the cuda backend
 # (tests/e2e/default_config.sh). The GPU machine must run the same x86-64
 # and a C/C++ runtime at least as new as this one's.
@@ -36,15 +33,8 @@ json=/usr/include/nlohmann
 rm -rf "$root/.gpu-carry/include"
 mkdir -p "$root/.gpu-carry/include"
 cp -r "$json" "$root/.gpu-carry/include/nlohmann"
-blas_dir=/usr/lib/x86_64-linux-gnu/blas
-cblas=/usr/include/x86_64-linux-gnu/cblas-netlib.h
-[ -f "$blas_dir/libblas.a" ] && [ -f "$cblas" ] ||
-  { echo "gpu-carry: $blas_dir/libblas.a or $cblas missing (apt-get install libblas-dev)" >&2; exit 1; }
+# The reference BLAS an older version carried: no longer read.
 rm -rf "$root/.gpu-carry/blas"
-mkdir -p "$root/.gpu-carry/blas/lib" "$root/.gpu-carry/blas/include"
-cp "$blas_dir/libblas.a" "$root/.gpu-carry/blas/lib/"
-cp "$cblas" "$root/.gpu-carry/blas/include/cblas.h"
-cp /usr/include/x86_64-linux-gnu/cblas_mangling.h "$root/.gpu-carry/blas/include/"
 
 rm -rf "$root/.gpu-carry/server"
 if [ "$server" = 1 ]; then
@@ -60,11 +50,10 @@ if [ "$server" = 1 ]; then
     strip -o "$out/bin/$b" "$root/build/bin/$b"
   done
   # What the binaries load, less the C/C++ runtime (glibc's libresolv too: it
-  # must match the machine's libc), CUDA's libraries (the GPU machine has its
-  # own), and OpenBLAS with its Fortran runtime (the reference BLAS stands in).
+  # must match the machine's libc) and CUDA's libraries (the GPU machine has
+  # its own).
   for b in "${bins[@]}"; do ldd "$root/build/bin/$b"; done | awk '/=> \//{print $3}' | sort -u |
-    grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv|libgcc_s|libstdc\+\+|libgfortran|libquadmath)\.so|/ld-linux|/libcu|/libopenblas' |
+    grep -v -E '/(libc|libm|libdl|librt|libpthread|libresolv|libgcc_s|libstdc\+\+)\.so|/ld-linux|/libcu' |
     while read -r lib; do cp -L "$lib" "$out/lib/"; done
-  cp -L "$blas_dir/libblas.so.3" "$out/lib/libopenblas.so.0"
 fi
 du -sh "$root/.gpu-carry"

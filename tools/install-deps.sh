@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
 # Installs Troupe's build dependencies from Debian's packages; skips what is
 # already present (idempotent). Called by tools/test.sh and tools/quickstart.sh.
-# libblas-dev (the reference BLAS) is for tools/gpu-carry.sh: the GPU check
-# links it where OpenBLAS is not installed.
 set -euo pipefail
 
 packages=(
@@ -10,7 +8,7 @@ packages=(
   libcaf-dev libboost-dev libzmq3-dev cppzmq-dev libspdlog-dev
   libtomlplusplus-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libopenblas-dev libblas-dev libsentencepiece-dev sentencepiece libpcre2-dev
+  libsentencepiece-dev sentencepiece libpcre2-dev
   python3-numpy python3-regex python3-jinja2
 )
 # Plots for docs/results.md (tools/plot-latency.sh): only when asked for.

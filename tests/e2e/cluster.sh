@@ -5,7 +5,10 @@
 # rows, tests/e2e/data) on the cpu backend. Sessions migrate (KV pulled between nodes), the load spreads over
 # the three, and one worker node is killed while it has requests in flight.
 # Every turn must still end normally with the same tokens as on one node
-# (greedy decoding: the conversation's history depends on every reply).
+# (greedy decoding: the conversation's history depends on every reply). The
+# cpu backend is batch-invariant (gpu/cpu_gemm), so a turn's tokens do not
+# depend on the batches it ran in, on recomputing after the kill, or on KV
+# pulled from another node: bit for bit, not only up to near-ties.
 set -euo pipefail
 bin="$1"
 work="$(mktemp -d)"

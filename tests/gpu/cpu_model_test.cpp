@@ -303,10 +303,6 @@ double rel_diff(const vec& a, const vec& b) {
   return a.size() == b.size() ? rel_diff(a.data(), b.data(), a.size()) : 1e30;
 }
 
-std::size_t argmax(const float* x, std::size_t n) {
-  return static_cast<std::size_t>(std::max_element(x, x + n) - x);
-}
-
 bool has_nan(const vec& v) {
   return std::any_of(v.begin(), v.end(), [](float x) { return std::isnan(x); });
 }
@@ -392,7 +388,9 @@ TEST(cpu_model, prefill_then_decode_matches_whole_prefill) {
           EXPECT_LT(rel_diff(step, ref_logits(w, ad, tokens(toks.begin(), toks.begin() + p + 1))), 1e-4);
         }
       }
-      EXPECT_LT(rel_diff(step, whole), 1e-5);
+      // The same bits: the last token's numbers do not depend on whether
+      // the earlier ones came in one prefill or one at a time.
+      EXPECT_EQ(step, whole);
     }
   }
 }
@@ -469,8 +467,9 @@ TEST(cpu_model, batch_invariance_mixed_adapters_prefill_and_decode) {
   ASSERT_EQ(together.size(), std::size_t{n} * c.vocab_size);
   for (std::uint32_t s = 0; s < n; ++s) {
     const float* row = together.data() + std::size_t{s} * c.vocab_size;
-    EXPECT_LT(rel_diff(row, alone[s].data(), c.vocab_size), 1e-5) << "sequence " << s;
-    EXPECT_EQ(argmax(row, c.vocab_size), argmax(alone[s].data(), c.vocab_size)) << "sequence " << s;
+    // The same bits alone and in the batch (gpu/cpu_gemm: no row's sums
+    // depend on the others), so greedy decoding never turns on the batch.
+    EXPECT_EQ(vec(row, row + c.vocab_size), alone[s]) << "sequence " << s;
   }
   // And against the naive reference, for a few.
   for (std::uint32_t s : {0u, 4u, 7u, 31u}) {

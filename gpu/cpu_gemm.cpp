@@ -1,0 +1,227 @@
+// cpu_gemm: one fixed order of arithmetic per element of x w^T, in portable
+// C++ and in AVX2 register tiles that give the same bits.
+#include "gpu/cpu_gemm.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define TROUPE_GEMM_AVX2 1
+#include <immintrin.h>
+#endif
+
+namespace troupe::gpu {
+
+namespace {
+
+using std::size_t;
+
+constexpr size_t lanes = 8;
+
+// The scale step every kernel ends with: alpha times the sum, plus beta
+// times what c held (fused, so no kernel rounds it differently).
+inline void store(float* out, float sum, float alpha, float beta) {
+  const float s = alpha * sum;
+  *out = beta == 0.0f ? s : std::fma(beta, *out, s);
+}
+
+// ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)): the order the AVX2
+// kernel's horizontal sum takes.
+inline float lane_sum(const float (&a)[lanes]) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+// x: [m, k], w: [n, k], c: [m, n]; columns j0..j1 of every row.
+void portable_columns(const float* x, const float* w, float* c, size_t m, size_t n, size_t k, float alpha,
+                      float beta, size_t j0, size_t j1) {
+  for (size_t i = 0; i < m; ++i) {
+    const float* xi = x + i * k;
+    for (size_t j = j0; j < j1; ++j) {
+      const float* wj = w + j * k;
+      float acc[lanes] = {};
+      for (size_t p = 0; p < k; p += lanes)
+        for (size_t l = 0; l < lanes; ++l) {
+          const bool in = p + l < k;
+          acc[l] = std::fma(in ? xi[p + l] : 0.0f, in ? wj[p + l] : 0.0f, acc[l]);
+        }
+      store(c + i * n + j, lane_sum(acc), alpha, beta);
+    }
+  }
+}
+
+#ifdef TROUPE_GEMM_AVX2
+
+#define TROUPE_AVX2 __attribute__((target("avx2,fma")))
+
+TROUPE_AVX2 inline float lane_sum(__m256 v) {
+  const __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); // a_l + a_(l+4)
+  const __m128 u = _mm_add_ps(s, _mm_movehl_ps(s, s));                                  // s0 + s2, s1 + s3
+  return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
+}
+
+template <bool Masked>
+TROUPE_AVX2 inline __m256 load(const float* a, __m256i mask) {
+  if constexpr (Masked)
+    return _mm256_maskload_ps(a, mask);
+  else
+    return _mm256_loadu_ps(a);
+}
+
+// acc[r][j] += x[r, p..p+8) * w[j, p..p+8), lane by lane.
+template <int R, int C, bool Masked>
+TROUPE_AVX2 inline void tile_step(__m256 (&acc)[R][C], const float* x, const float* w, size_t k, size_t p,
+                                  __m256i mask) {
+  __m256 wv[C];
+#pragma GCC unroll 4
+  for (int j = 0; j < C; ++j)
+    wv[j] = load<Masked>(w + j * k + p, mask);
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r) {
+    const __m256 xv = load<Masked>(x + r * k + p, mask);
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j)
+      acc[r][j] = _mm256_fmadd_ps(xv, wv[j], acc[r][j]);
+  }
+}
+
+// An R x C tile: rows x[0..R) of [*, k], rows w[0..C) of [*, k], into
+// c[0..R, 0..C) of row stride n. The k % 8 last elements load through mask
+// (zeros past k), as the portable kernel pads them.
+template <int R, int C>
+TROUPE_AVX2 void tile(const float* x, const float* w, float* c, size_t n, size_t k, float alpha, float beta,
+                      __m256i mask) {
+  __m256 acc[R][C];
+#pragma GCC unroll 4
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+    for (int j = 0; j < C; ++j)
+      acc[r][j] = _mm256_setzero_ps();
+  size_t p = 0;
+  for (; p + lanes <= k; p += lanes)
+    tile_step<R, C, false>(acc, x, w, k, p, mask);
+  if (p < k)
+    tile_step<R, C, true>(acc, x, w, k, p, mask);
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j)
+      store(c + r * n + j, lane_sum(acc[r][j]), alpha, beta);
+}
+
+// R rows of x against columns j0..j1 of w, three at a time.
+template <int R>
+TROUPE_AVX2 void row_tiles(const float* x, const float* w, float* c, size_t n, size_t k, float alpha, float beta,
+                           __m256i mask, size_t j0, size_t j1) {
+  size_t j = j0;
+  for (; j + 3 <= j1; j += 3)
+    tile<R, 3>(x, w + j * k, c + j, n, k, alpha, beta, mask);
+  if (j1 - j == 2)
+    tile<R, 2>(x, w + j * k, c + j, n, k, alpha, beta, mask);
+  else if (j1 - j == 1)
+    tile<R, 1>(x, w + j * k, c + j, n, k, alpha, beta, mask);
+}
+
+// Rows in chunks of about 256 KiB of x, columns in blocks of 48 (a block's
+// rows of w stay in L1 while the chunk's rows pass them), 4 x 3 tiles.
+TROUPE_AVX2 void avx2_columns(const float* x, const float* w, float* c, size_t m, size_t n, size_t k, float alpha,
+                              float beta, size_t j0, size_t j1) {
+  alignas(32) std::int32_t bits[lanes];
+  for (size_t l = 0; l < lanes; ++l)
+    bits[l] = l < k % lanes ? -1 : 0;
+  const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits));
+  const size_t chunk = std::max<size_t>(4, (size_t{1} << 16) / std::max<size_t>(k, 1) / 4 * 4);
+  constexpr size_t block = 48;
+  for (size_t i0 = 0; i0 < m; i0 += chunk) {
+    const size_t i1 = std::min(m, i0 + chunk);
+    for (size_t b0 = j0; b0 < j1; b0 += block) {
+      const size_t b1 = std::min(j1, b0 + block);
+      size_t i = i0;
+      for (; i + 4 <= i1; i += 4)
+        row_tiles<4>(x + i * k, w, c + i * n, n, k, alpha, beta, mask, b0, b1);
+      switch (i1 - i) {
+      case 3:
+        row_tiles<3>(x + i * k, w, c + i * n, n, k, alpha, beta, mask, b0, b1);
+        break;
+      case 2:
+        row_tiles<2>(x + i * k, w, c + i * n, n, k, alpha, beta, mask, b0, b1);
+        break;
+      case 1:
+        row_tiles<1>(x + i * k, w, c + i * n, n, k, alpha, beta, mask, b0, b1);
+        break;
+      default:
+        break;
+      }
+    }
+  }
+}
+
+#undef TROUPE_AVX2
+
+#endif // TROUPE_GEMM_AVX2
+
+void columns(gemm_kernel kernel, const float* x, const float* w, float* c, size_t m, size_t n, size_t k,
+             float alpha, float beta, size_t j0, size_t j1) {
+  switch (kernel) {
+  case gemm_kernel::avx2_fma:
+#ifdef TROUPE_GEMM_AVX2
+    avx2_columns(x, w, c, m, n, k, alpha, beta, j0, j1);
+    return;
+#else
+    break; // best_gemm_kernel() never names it here; the portable kernel gives the same bits
+#endif
+  case gemm_kernel::portable:
+    break;
+  }
+  portable_columns(x, w, c, m, n, k, alpha, beta, j0, j1);
+}
+
+// Threads for threads == 0: one per 2^23 multiply-adds (about half a
+// millisecond on one core; starting a thread costs tens of microseconds on
+// a busy machine), at most one per 48 columns and one per core.
+unsigned auto_threads(size_t m, size_t n, size_t k) {
+  const size_t work = m * n * k;
+  const size_t cores = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<unsigned>(std::max<size_t>(1, std::min({cores, work >> 23, n / 48})));
+}
+
+} // namespace
+
+std::string_view to_string(gemm_kernel k) noexcept {
+  switch (k) {
+  case gemm_kernel::portable:
+    return "portable";
+  case gemm_kernel::avx2_fma:
+    return "avx2_fma";
+  }
+  return "?";
+}
+
+gemm_kernel best_gemm_kernel() noexcept {
+#ifdef TROUPE_GEMM_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  if (avx2)
+    return gemm_kernel::avx2_fma;
+#endif
+  return gemm_kernel::portable;
+}
+
+void gemm_xwt(const float* x, const float* w, float* c, size_t m, size_t n, size_t k, float alpha, float beta,
+              gemm_kernel kernel, unsigned threads) {
+  if (m == 0 || n == 0)
+    return;
+  const size_t parts = std::min<size_t>(n, threads == 0 ? auto_threads(m, n, k) : threads);
+  if (parts <= 1) {
+    columns(kernel, x, w, c, m, n, k, alpha, beta, 0, n);
+    return;
+  }
+  // Column ranges of near-equal size; this thread takes the first.
+  std::vector<std::jthread> helpers;
+  helpers.reserve(parts - 1);
+  for (size_t t = 1; t < parts; ++t) {
+    const size_t j0 = n * t / parts, j1 = n * (t + 1) / parts;
+    helpers.emplace_back([=] { columns(kernel, x, w, c, m, n, k, alpha, beta, j0, j1); });
+  }
+  columns(kernel, x, w, c, m, n, k, alpha, beta, 0, n / parts);
+}
+
+} // namespace troupe::gpu
