@@ -1481,9 +1481,12 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     out.tools = std::move(calling);
   }
   out.reasoning = tpl.reasoning;
-  if (tpl.reasoning && (gen.contains("json_schema") || gen.contains("response_format"))) {
+  if (tpl.reasoning
+      && (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice")
+          || gen.contains("regex"))) {
     // The model thinks first, freely: what it answers after is held (as
-    // vLLM starts structured output where the reasoning ends).
+    // vLLM starts structured output where the reasoning ends), guided
+    // choices and expressions as JSON.
     gen["reasoning_close"] = tpl.reasoning->close;
     if (!tpl.reasoning->opened_by_prompt)
       gen["reasoning_open"] = tpl.reasoning->open;

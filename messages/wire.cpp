@@ -414,10 +414,6 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (!j->is_string() || j->get_ref<const std::string&>().empty()
         || j->get_ref<const std::string&>().size() > max_json_trigger_bytes)
       reject_field("reasoning_close", "a string of 1 to " + std::to_string(max_json_trigger_bytes) + " bytes", *j);
-    if (!g.json_object && g.json_schema.empty())
-      reject_field("reasoning_close", "given with \"response_format\": \"json_object\" or \"json_schema\" (which hold "
-                                     "the content after the thinking)",
-                   *j);
     g.reasoning_close = j->get<std::string>();
   }
   if (auto j = find(obj, "reasoning_open")) {
@@ -440,22 +436,25 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
         reject_field("choice", what + " (\"" + c.get<std::string>() + "\" is given twice)", *j);
       g.choice.push_back(c.get<std::string>());
     }
-    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty() || !g.reasoning_close.empty())
-      reject_field("choice", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\" "
-                             "and \"reasoning_close\" (one way to hold the output)",
+    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty())
+      reject_field("choice", "absent beside \"response_format\": \"json_object\", \"json_schema\" and \"json_trigger\" "
+                             "(one way to hold the output)",
                    *j);
   }
   if (auto j = find(obj, "regex")) {
     if (!j->is_string() || j->get_ref<const std::string&>().empty()
         || j->get_ref<const std::string&>().size() > max_regex_bytes)
       reject_field("regex", "a string of 1 to " + std::to_string(max_regex_bytes) + " bytes", *j);
-    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty() || !g.reasoning_close.empty()
-        || !g.choice.empty())
-      reject_field("regex", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\", "
-                            "\"reasoning_close\" and \"choice\" (one way to hold the output)",
+    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty() || !g.choice.empty())
+      reject_field("regex", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\" "
+                            "and \"choice\" (one way to hold the output)",
                    *j);
     g.regex = j->get<std::string>();
   }
+  if (!g.reasoning_close.empty() && !g.json_object && g.json_schema.empty() && g.choice.empty() && g.regex.empty())
+    reject_field("reasoning_close", "given with \"response_format\": \"json_object\", \"json_schema\", \"choice\" or "
+                                   "\"regex\" (which hold the content after the thinking)",
+                 *find(obj, "reasoning_close"));
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
       reject_field("stream", "true or false", *j);

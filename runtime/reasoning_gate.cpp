@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
+#include <variant>
 
 namespace troupe {
 namespace {
@@ -45,6 +47,11 @@ reasoning_gate::reasoning_gate(json_vocab& vocab, std::string open, std::string 
   leading_ = leading;
 }
 
+reasoning_gate::reasoning_gate(json_vocab& vocab, std::string open, std::string close, held_machine held)
+  : reasoning_gate(vocab, std::move(open), std::move(close)) {
+  held_.emplace(std::move(held));
+}
+
 reasoning_gate::state reasoning_gate::begin() const {
   state s;
   s.at = open_.empty() ? phase::thinking : phase::start;
@@ -55,7 +62,9 @@ bool reasoning_gate::enter_content(state& s, std::string_view bytes) const {
   s.at = phase::content;
   s.matched = 0;
   s.blanks = 0;
-  if (trigger_) {
+  if (held_) {
+    std::visit([&](const auto& m) { s.machine = m; }, *held_);
+  } else if (trigger_) {
     s.trigger = json_trigger::state{};
     s.trigger.leading = leading_;
   } else {
@@ -65,6 +74,22 @@ bool reasoning_gate::enter_content(state& s, std::string_view bytes) const {
 }
 
 bool reasoning_gate::content(state& s, std::string_view bytes) const {
+  if (held_) {
+    if (s.complete)
+      return bytes.empty();
+    return std::visit(
+      [&](auto& m) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>) {
+          return false; // (enter_content set the machine)
+        } else {
+          if (!m.feed(bytes)) // all or none
+            return false;
+          s.complete = m.complete() && !m.extendable();
+          return true;
+        }
+      },
+      s.machine);
+  }
   if (!trigger_) {
     if (s.complete)
       return bytes.empty();
@@ -169,6 +194,10 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
     return cached;
   }
   case phase::content:
+    if (const auto* c = std::get_if<choice_machine>(&s.machine))
+      return vocab_.split(*c);
+    if (const auto* r = std::get_if<regex_machine>(&s.machine))
+      return vocab_.split(*r);
     if (!trigger_)
       return vocab_.split(*s.value);
     if (s.trigger.leading && s.trigger.matched == 0) {
@@ -180,6 +209,15 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
     return trigger_->split(s.trigger);
   }
   return nullptr;
+}
+
+bool reasoning_gate::ends_here(const state& s) const {
+  if (s.at != phase::content)
+    return false;
+  if (const auto* c = std::get_if<choice_machine>(&s.machine))
+    return c->complete();
+  const auto* r = std::get_if<regex_machine>(&s.machine);
+  return r != nullptr && r->complete();
 }
 
 } // namespace troupe

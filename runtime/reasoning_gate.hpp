@@ -1,7 +1,8 @@
 // A reasoning model's output held to a constraint after its thinking: free
 // text up to the closing mark ("</think>"), then the content, held as
 // response_format or a tool call asks (one JSON value, or free text whose
-// triggers open values). The output's start decides as the chat answer's
+// triggers open values), or as guided_choice and guided_regex ask (one of
+// the texts, a match). The output's start decides as the chat answer's
 // reasoning parser does (messages/openai.hpp, reasoning_format): with an
 // opening mark, output that begins with it (after blanks) thinks first and
 // other output is all content; without one, the prompt opened the
@@ -11,6 +12,7 @@
 // reasoning_open and reasoning_close. No CAF, no I/O.
 #pragma once
 
+#include "runtime/held_machine.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
@@ -22,6 +24,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <variant>
 #include <vector>
 
 namespace troupe {
@@ -42,6 +45,10 @@ public:
   /// trigger (after blanks), so it holds at least one value.
   reasoning_gate(json_vocab& vocab, std::string open, std::string close, std::shared_ptr<const json_trigger> trigger,
                  bool leading);
+  /// The content is held by `held` (as it starts): the output is whole when
+  /// the content is a choice, or a match, that nothing longer extends;
+  /// where something does, it may end there (ends_here).
+  reasoning_gate(json_vocab& vocab, std::string open, std::string close, held_machine held);
 
   enum class phase : std::uint8_t {
     start,    ///< the output's start: blanks, then the opening mark or content
@@ -57,6 +64,10 @@ public:
     std::uint32_t blanks = 0;  ///< content: blanks before a leading trigger
     std::optional<schema_machine> value;
     json_trigger::state trigger;
+    /// The content held to choices or an expression (monostate: not so).
+    /// (Not an optional held_machine: GCC 12 warns, wrongly, that copying
+    /// one reads uninitialized memory.)
+    std::variant<std::monostate, choice_machine, regex_machine> machine;
     bool complete = false; ///< the value closed: the output is whole
   };
   /// Where an output begins.
@@ -68,6 +79,9 @@ public:
 
   /// The tokens to ban in state `s`, and those to allow.
   std::shared_ptr<const json_vocab::token_split> split(const state& s) const;
+  /// The content is a choice or a match that may yet go on: the end of
+  /// sequence may end the output here (split does not allow it).
+  bool ends_here(const state& s) const;
 
   const std::string& open() const noexcept { return open_; }
   const std::string& close() const noexcept { return close_; }
@@ -89,6 +103,8 @@ private:
   std::shared_ptr<const json_schema> schema_;
   std::shared_ptr<const json_trigger> trigger_;
   bool leading_ = false;
+  std::optional<held_machine> held_; ///< as the content starts
+
   mark_matcher match_; ///< of close_
   /// Made when first asked for: the start's splits by bytes held, the
   /// thinking's by bytes matched, a leading trigger's by blanks before it.

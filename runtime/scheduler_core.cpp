@@ -173,14 +173,19 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
   if ((!spec.choice.empty() || !spec.regex.empty()) && vocab_ != nullptr) {
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
-    if (!spec.regex.empty()) {
-      // (throws for an expression the intake would refuse)
-      r.held.emplace(regex_machine(
-        cached(regexes_, spec.regex, [&] { return std::make_shared<const held_regex>(spec.regex); })));
-    } else {
+    auto held = [&]() -> held_machine {
+      if (!spec.regex.empty()) // (throws for an expression the intake would refuse)
+        return regex_machine(
+          cached(regexes_, spec.regex, [&] { return std::make_shared<const held_regex>(spec.regex); }));
       auto sorted = spec.choice;
       std::sort(sorted.begin(), sorted.end());
-      r.held.emplace(choice_machine(std::make_shared<const std::vector<std::string>>(std::move(sorted))));
+      return choice_machine(std::make_shared<const std::vector<std::string>>(std::move(sorted)));
+    }();
+    if (!spec.reasoning_close.empty()) {
+      r.gate = gate_for(spec, std::move(held));
+      r.gate_at = r.gate->begin();
+    } else {
+      r.held.emplace(std::move(held));
     }
   }
   r.adjust = spec.logit_bias;
@@ -845,7 +850,8 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
                      : r.trigger ? r.trigger->split(r.trigger_at)
                      : r.held    ? std::visit([&](const auto& m) { return json_vocab_->split(m); }, *r.held)
                                  : json_vocab_->split(*r.json);
-  const bool may_end = r.held && std::visit([](const auto& m) { return m.complete(); }, *r.held);
+  const bool may_end = r.held ? std::visit([](const auto& m) { return m.complete(); }, *r.held)
+                              : r.gate && r.gate->ends_here(r.gate_at);
   std::vector<std::int32_t> ends_open;
   if (may_end) {
     // A whole choice, or a match, that the output may go on from: the end
@@ -894,6 +900,17 @@ std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spe
   });
 }
 
+std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spec& spec, held_machine held) {
+  // The machine's key first (its first byte no mark's: they are UTF-8):
+  // its choices, or its expression's id.
+  auto key = std::visit([](const auto& m) { return m.key(); }, held) + '\0' + spec.reasoning_open + '\0'
+             + spec.reasoning_close;
+  return cached(gates_, std::move(key), [&] {
+    return std::make_shared<const reasoning_gate>(*json_vocab_, spec.reasoning_open, spec.reasoning_close,
+                                                  std::move(held));
+  });
+}
+
 std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t token) {
   r.json_allowed.reset();
   if (r.held) {
@@ -916,7 +933,7 @@ std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t 
     if (r.gate_at.complete)
       return finish_reason::stop;
     r.json_allowed = r.gate->split(r.gate_at);
-    if (r.json_allowed->allowed.empty())
+    if (r.json_allowed->allowed.empty() && !r.gate->ends_here(r.gate_at))
       return finish_reason::error;
     return std::nullopt;
   }

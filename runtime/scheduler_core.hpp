@@ -10,8 +10,7 @@
 #include "policies/disk_fetch.hpp"
 #include "policies/scheduling_policy.hpp"
 #include "policies/session_eviction.hpp"
-#include "runtime/choice_constraint.hpp"
-#include "runtime/regex_constraint.hpp"
+#include "runtime/held_machine.hpp"
 #include "runtime/json_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
@@ -485,14 +484,14 @@ private:
     std::shared_ptr<const json_trigger> trigger;
     json_trigger::state trigger_at;
     /// With request_spec::reasoning_close too: the thinking first, then
-    /// the content held as `json` or `trigger` would hold the output (both
-    /// stay empty).
+    /// the content held as `json`, `trigger` or `held` would hold the
+    /// output (they stay empty).
     std::shared_ptr<const reasoning_gate> gate;
     reasoning_gate::state gate_at;
     /// With request_spec::choice or regex: the output read so far against
     /// the choices or the expression (`json_allowed` its tokens; json
     /// stays empty).
-    std::optional<std::variant<choice_machine, regex_machine>> held;
+    std::optional<held_machine> held;
     /// The prefix cache's keys of its prompt's whole pages (prompt_keys:
     /// hashed once).
     std::vector<std::uint64_t> page_keys;
@@ -577,6 +576,9 @@ private:
   /// The reasoning gate of `spec`'s marks and constraint (its compiled
   /// schema `schema`), built once for the vocabulary (the last 16 kept).
   std::shared_ptr<const reasoning_gate> gate_for(const request_spec& spec, std::shared_ptr<const json_schema> schema);
+  /// The same, the content held to choices or an expression (`held`, as
+  /// the content starts).
+  std::shared_ptr<const reasoning_gate> gate_for(const request_spec& spec, held_machine held);
 
   void transition(record& r, request_state to);
   void enqueue_waiting(const record& r);
@@ -652,7 +654,7 @@ private:
   json_schema_cache schemas_;
   /// trigger_for's, by trigger and schema text, oldest first.
   std::vector<std::pair<std::string, std::shared_ptr<const json_trigger>>> triggers_;
-  /// gate_for's, by marks, trigger and schema text, oldest first.
+  /// gate_for's, by marks, trigger and schema text (or the held machine's key), oldest first.
   std::vector<std::pair<std::string, std::shared_ptr<const reasoning_gate>>> gates_;
   /// Compiled regular expressions by their text (the last 16 kept).
   std::vector<std::pair<std::string, std::shared_ptr<const held_regex>>> regexes_;

@@ -43,7 +43,7 @@ export E2E_DIR="$(cd "$(dirname "$0")" && pwd)"
 
 check() { # check TEMPLATE: the same chat, its prompt and answer kept in $work/chat.json
   python3 - "$http" "$work/chat.json" "$1" "$arch" <<'PY'
-import json, os, sys
+import json, os, re, sys
 
 sys.path.insert(0, os.environ["E2E_DIR"])
 from http_call import call, post_text
@@ -144,6 +144,29 @@ if arch == "qwen3":
             assert c["finish_reason"] == "length", out
             assert m["content"] is None or m["content"].lstrip().startswith("{"), out
     assert thought >= 3, f"too few answers thought and then gave the value: {thought} of 12"
+    # vLLM's guided choice and regex hold the content after the thinking
+    # too: whole answers are a thought, then one of the texts (or a match).
+    thought = 0
+    for seed in range(12):
+        guided = {"guided_choice": ["yes", "no", "not sure"]} if seed % 2 else {"guided_regex": "[0-9]{1,3}"}
+        status, out = call(base, "/v1/chat/completions", dict(body, max_tokens=80, temperature=1, seed=seed,
+                                                              logit_bias={str(THINK): 5, str(END_THINK): 5},
+                                                              **guided))
+        assert status == 200, out
+        c = out["choices"][0]
+        m = c["message"]
+        if c["finish_reason"] == "stop" or (c["finish_reason"] == "length" and m["content"] is not None):
+            content = m["content"] or ""
+            if seed % 2:
+                ok = content in guided["guided_choice"] if c["finish_reason"] == "stop" else \
+                    any(t.startswith(content) for t in guided["guided_choice"])
+            else:
+                ok = re.fullmatch("[0-9]{1,3}" if c["finish_reason"] == "stop" else "[0-9]{0,3}", content)
+            assert ok, out
+            thought += c["finish_reason"] == "stop" and m["reasoning_content"] is not None
+        else:
+            assert c["finish_reason"] == "length" and m["content"] is None, out
+    assert thought >= 3, f"too few guided answers thought and then gave a choice or a match: {thought} of 12"
     # An output that does not open its thinking (the bias makes it begin
     # with "{") is all content, held from its start.
     brace = tokens("{")

@@ -32,6 +32,8 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 namespace troupe::fuzz {
 namespace {
@@ -980,14 +982,31 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
   json_vocab vocab(bytes);
   const std::string open = form & 1 ? "<think>" : "";
   const auto trigger = std::make_shared<const json_trigger>(vocab, "<c>", schema);
-  const auto gate = (form & 6) == 0 ? reasoning_gate(vocab, open, "</think>", schema)
-                                    : reasoning_gate(vocab, open, "</think>", trigger, (form & 6) == 4);
-  const auto same = [](const reasoning_gate::state& a, const reasoning_gate::state& b) {
+  // Bits 3 and 4: the content held to choices or an expression instead.
+  static const auto choices =
+    std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"no", "not sure", "yes", "{\"n\":1}"});
+  static const auto expression = std::make_shared<const held_regex>("[0-9]{1,3}(\\.[0-9]+)?");
+  const auto gate = form & 8    ? reasoning_gate(vocab, open, "</think>", held_machine{choice_machine(choices)})
+                    : form & 16 ? reasoning_gate(vocab, open, "</think>", held_machine{regex_machine(expression)})
+                    : (form & 6) == 0 ? reasoning_gate(vocab, open, "</think>", schema)
+                                      : reasoning_gate(vocab, open, "</think>", trigger, (form & 6) == 4);
+  const auto machine_key = [](const reasoning_gate::state& a) {
+    return std::visit(
+      [](const auto& m) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>)
+          return std::string();
+        else
+          return m.key();
+      },
+      a.machine);
+  };
+  const auto same = [&](const reasoning_gate::state& a, const reasoning_gate::state& b) {
     return a.at == b.at && a.held == b.held && a.matched == b.matched && a.blanks == b.blanks
            && a.complete == b.complete && a.value.has_value() == b.value.has_value()
            && (!a.value || a.value->key() == b.value->key()) && a.trigger.matched == b.trigger.matched
            && a.trigger.leading == b.trigger.leading && a.trigger.value.has_value() == b.trigger.value.has_value()
-           && (!a.trigger.value || a.trigger.value->key() == b.trigger.value->key());
+           && (!a.trigger.value || a.trigger.value->key() == b.trigger.value->key())
+           && a.machine.index() == b.machine.index() && machine_key(a) == machine_key(b);
   };
   auto s = gate.begin();
   std::string taken;

@@ -2353,7 +2353,7 @@ TEST(openai, llama_31_json_calls_have_no_marker_and_their_arguments_under_parame
   EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_call");
 }
 
-TEST(openai, with_reasoning_the_format_and_forced_calls_hold_the_content_after_the_thinking) {
+TEST(openai, with_reasoning_the_format_guided_output_and_forced_calls_hold_the_content_after_the_thinking) {
   const std::string body = R"({"model":"m","messages":[{"role":"user","content":"2+2?"}])";
   const std::string as_json = R"(,"response_format":{"type":"json_object"}})";
   // Qwen3: the output may open its thinking; DeepSeek R1: the prompt did.
@@ -2367,8 +2367,23 @@ TEST(openai, with_reasoning_the_format_and_forced_calls_hold_the_content_after_t
   EXPECT_FALSE(r1.json_schema.empty());
   EXPECT_EQ(r1.reasoning_close, "</think>");
   EXPECT_EQ(r1.reasoning_open, "") << "the output begins in the thinking";
+  // vLLM's guided choice and regex: the content after the thinking too.
+  const auto chosen = as_generate(chat_ok(body + R"(,"guided_choice":["4","5"]})", reasoning_template("qwen3")));
+  EXPECT_EQ(chosen.choice, (std::vector<std::string>{"4", "5"}));
+  EXPECT_EQ(chosen.reasoning_close, "</think>");
+  EXPECT_EQ(chosen.reasoning_open, "<think>");
+  const auto matched =
+    as_generate(chat_ok(body + R"(,"structured_outputs":{"regex":"[0-9]+"}})", reasoning_template("deepseek_r1")));
+  EXPECT_EQ(matched.regex, "[0-9]+");
+  EXPECT_EQ(matched.reasoning_close, "</think>");
+  EXPECT_EQ(matched.reasoning_open, "");
+  auto picked = whole_message(chat_ok(body + R"(,"guided_choice":["4","5"]})", reasoning_template("qwen3")),
+                              "<think>Two and two.</think>4")["message"];
+  EXPECT_EQ(picked["reasoning_content"], "Two and two.");
+  EXPECT_EQ(picked["content"], "4");
   // Nothing held, or no parser: no marks.
   EXPECT_EQ(as_generate(chat_ok(body + "}", reasoning_template("qwen3"))).reasoning_close, "");
+  EXPECT_EQ(as_generate(chat_ok(body + R"(,"guided_choice":["4"]})", builtin("chatml"))).reasoning_close, "");
   EXPECT_EQ(as_generate(chat_ok(body + as_json, builtin("chatml"))).reasoning_close, "");
   // The answer: the thinking apart, the content the JSON.
   auto m = whole_message(chat_ok(body + as_json, reasoning_template("qwen3")), "<think>Four.</think>\n{\"n\": 4}")["message"];

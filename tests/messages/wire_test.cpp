@@ -315,6 +315,17 @@ std::vector<accept_case> accept_cases() {
        r.json_schema = R"({"type":"object"})";
        r.reasoning_close = "</think>";
      }},
+    {"reasoning_before_a_choice", gen(R"("reasoning_close":"</think>","reasoning_open":"<think>","choice":["a","b"])"),
+     [](g r) {
+       r.reasoning_close = "</think>";
+       r.reasoning_open = "<think>";
+       r.choice = {"a", "b"};
+     }},
+    {"reasoning_before_a_regex", gen(R"("regex":"[ab]","reasoning_close":"</think>")"),
+     [](g r) {
+       r.regex = "[ab]";
+       r.reasoning_close = "</think>";
+     }},
     {"json_trigger_with_json_object", gen(R"("response_format":"json_object","json_trigger":"{{")"),
      [](g r) {
        r.json_object = true;
@@ -553,7 +564,7 @@ std::vector<reject_case> reject_cases() {
     {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
      {"\"json_trigger_first\"", "given with \"json_trigger\""}},
     {"reasoning_close_alone", gen(R"("reasoning_close":"</think>")"), bad, "g1",
-     {"\"reasoning_close\"", "given with \"response_format\""}},
+     {"\"reasoning_close\"", "given with \"response_format\"", "\"choice\" or \"regex\""}},
     {"reasoning_close_empty", gen(R"("json_schema":{},"reasoning_close":"")"), bad, "g1",
      {"\"reasoning_close\"", "a string of 1 to 64 bytes"}},
     {"reasoning_close_too_long", gen(R"("json_schema":{},"reasoning_close":")" + std::string(65, 'a') + "\""), bad, "g1",

@@ -99,6 +99,126 @@ TEST(reasoning_gate, without_an_opening_mark_the_output_begins_in_its_thinking) 
   EXPECT_THROW(reasoning_gate(v, std::string(65, '<'), "</think>", schema()), std::invalid_argument);
 }
 
+TEST(reasoning_gate, a_guided_choice_or_regex_is_the_content_after_the_thinking) {
+  testing::list_tokenizer vocab({"", "x"});
+  json_vocab v(vocab);
+  auto choices = std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"no", "not sure", "yes"});
+  const reasoning_gate g(v, "<think>", "</think>", held_machine{choice_machine(choices)});
+  auto s = g.begin();
+  ASSERT_TRUE(g.advance(s, " <think>yes, or no?</think>"));
+  EXPECT_EQ(s.at, reasoning_gate::phase::content);
+  EXPECT_FALSE(g.ends_here(s));
+  EXPECT_FALSE(g.advance(s, " no")) << "nothing before the choice";
+  ASSERT_TRUE(g.advance(s, "no"));
+  EXPECT_FALSE(s.complete);
+  EXPECT_TRUE(g.ends_here(s)) << "a whole choice, but \"not sure\" goes on from it";
+  ASSERT_TRUE(g.advance(s, "t sure"));
+  EXPECT_TRUE(s.complete);
+  EXPECT_FALSE(g.advance(s, "!"));
+  auto direct = g.begin();
+  ASSERT_TRUE(g.advance(direct, "yes"));
+  EXPECT_EQ(direct.at, reasoning_gate::phase::content) << "no opening mark: all content";
+  EXPECT_TRUE(direct.complete);
+  auto off = g.begin();
+  EXPECT_FALSE(g.advance(off, "Sure")) << "neither the mark nor a choice";
+  // The prompt opened the thinking; the content matches the expression.
+  const reasoning_gate r(v, "", "</think>", held_machine{regex_machine(std::make_shared<const held_regex>("[0-9]+"))});
+  auto t = r.begin();
+  EXPECT_EQ(t.at, reasoning_gate::phase::thinking);
+  ASSERT_TRUE(r.advance(t, "12 or 13?</think>1"));
+  EXPECT_TRUE(r.ends_here(t)) << "a match a digit may extend";
+  EXPECT_FALSE(t.complete);
+  EXPECT_FALSE(r.advance(t, "3x"));
+  ASSERT_TRUE(r.advance(t, "3"));
+}
+
+// Random walks over a vocabulary, each token the gate allows checked against
+// the reasoning parser's reading and the choices, each it bans too.
+TEST(reasoning_gate, with_choices_every_token_it_allows_keeps_the_output_a_thought_then_a_choice) {
+  const std::vector<std::string> tokens = {"",   "<think>", "<",   "think",   ">",  "</think>",   "</", "think>",
+                                           "\n", " ",       "no",  "n",       "o",  "t sure",     "t",  " sure",
+                                           "yes", "y", "es", "x", "k>", "</think>no", "no</think>", "sure"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab);
+  const std::vector<std::string> texts = {"no", "not sure", "yes"};
+  auto choices = std::make_shared<const std::vector<std::string>>(texts);
+  // (whole: a choice; more: a longer one goes on from it)
+  auto content_ok = [&](std::string_view c, bool& whole, bool& more) {
+    whole = more = false;
+    bool prefix = false;
+    for (const auto& t : texts) {
+      prefix = prefix || t.starts_with(c);
+      whole = whole || t == c;
+      more = more || (t.size() > c.size() && t.starts_with(c));
+    }
+    return prefix;
+  };
+  std::mt19937 rng(31);
+  int thought = 0, direct = 0, wholes = 0;
+  for (const std::string open : {"<think>", ""}) {
+    const reasoning_gate g(v, open, "</think>", held_machine{choice_machine(choices)});
+    // The oracle: the output as the chat answer reads it.
+    auto output_ok = [&](const std::string& text, bool& whole, bool& more, bool& thinking) {
+      std::string_view content = text;
+      thinking = false;
+      if (!open.empty()) {
+        const auto lead = text.find_first_not_of(" \t\n\r");
+        const auto blanks = lead == std::string::npos ? text.size() : lead;
+        const std::string_view rest = std::string_view(text).substr(blanks);
+        if (blanks <= reasoning_gate::max_blank && std::string_view(open).starts_with(rest)) {
+          whole = more = false;
+          return true; // may still open
+        }
+        thinking = blanks <= reasoning_gate::max_blank && rest.starts_with(open);
+      } else {
+        thinking = true;
+      }
+      if (thinking) {
+        const auto close = text.find("</think>", open.empty() ? 0 : text.find(open) + open.size());
+        if (close == std::string::npos) {
+          whole = more = false;
+          return true;
+        }
+        content = std::string_view(text).substr(close + 8);
+      }
+      return content_ok(content, whole, more);
+    };
+    for (int walk = 0; walk < 150; ++walk) {
+      auto s = g.begin();
+      std::string text;
+      for (int step = 0; step < 12 && !s.complete; ++step) {
+        const auto split = g.split(s);
+        ASSERT_EQ(split->allowed.size() + split->banned.size(), tokens.size());
+        EXPECT_FALSE(std::binary_search(split->allowed.begin(), split->allowed.end(), 0))
+          << "the end token is the scheduler's to allow (ends_here)";
+        for (std::int32_t k = 1; k < vocab.vocab_size(); ++k) {
+          const auto& bytes = tokens[static_cast<std::size_t>(k)];
+          bool whole = false, more = false, thinking = false;
+          EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), k),
+                    output_ok(text + bytes, whole, more, thinking))
+            << "open \"" << open << "\": \"" << text << "\" + \"" << bytes << "\"";
+        }
+        if (split->allowed.empty())
+          break; // no token of this vocabulary goes on (the oracle agreed above)
+        const auto k = split->allowed[rng() % split->allowed.size()];
+        ASSERT_TRUE(g.advance(s, tokens[static_cast<std::size_t>(k)]));
+        text += tokens[static_cast<std::size_t>(k)];
+        bool whole = false, more = false, thinking = false;
+        ASSERT_TRUE(output_ok(text, whole, more, thinking));
+        const bool in_content = s.at == reasoning_gate::phase::content;
+        EXPECT_EQ(s.complete, in_content && whole && !more) << text;
+        EXPECT_EQ(g.ends_here(s), in_content && whole) << text;
+        thought += s.at == reasoning_gate::phase::thinking;
+        direct += in_content && text.find("</think>") == std::string::npos;
+      }
+      wholes += s.complete;
+    }
+  }
+  EXPECT_GT(wholes, 30) << "walks reach whole choices";
+  EXPECT_GT(thought, 100) << "walks think";
+  EXPECT_GT(direct, 10) << "walks answer without thinking";
+}
+
 // -- the oracle ---------------------------------------------------------------------
 
 bool blank(char c) {

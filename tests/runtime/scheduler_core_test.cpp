@@ -1383,6 +1383,39 @@ TEST(scheduler_core, a_regex_request_samples_only_tokens_that_keep_it_matching_a
                           "-P1 T1#1 F1:error/2"}});
 }
 
+TEST(scheduler_core, a_reasoning_models_guided_choice_or_regex_holds_the_content_after_its_thinking) {
+  fake_tokenizer vocab;
+  constexpr auto eos = fake_tokenizer::eos;
+  vocab.words = {{100, "<think>"}, {101, "hmm"}, {102, "</think>"}, {103, "no"},
+                 {104, "t sure"},  {105, "yes"}, {106, "x"},        {107, "4"}};
+  engine e{limits(100), &vocab};
+  ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .reasoning_close = "</think>", .reasoning_open = "<think>",
+                         .choice = {"yes", "no", "not sure"}}),
+            "accepted");
+  const auto effects = run_turns(e, {
+    {100, {100, 103, 105}},                     // the thinking opens, or a choice begins at once
+    {101, {100, 101, 102, 103, 104, 105, 106, 107}}, // free thinking, but no end before a choice
+    {102, {100, 101, 102, 103, 104, 105, 106, 107}},
+    {103, {103, 105}},                          // the content: a choice
+    {eos, {104, eos}},                          // "no" is whole, "not sure" goes on from it
+  });
+  EXPECT_EQ(effects, (std::vector<std::string>{"T1#0", "T1#1", "T1#2", "T1#3", "-P1 T1#4 F1:eos/5"}));
+  EXPECT_TRUE(e.all_returned());
+  expect_outputs(vocab, {{"a choice at once, no thinking",
+                          {.max_new = 10, .reasoning_close = "</think>", .reasoning_open = "<think>",
+                           .choice = {"yes", "no"}},
+                          {105},
+                          "-P1 T1#0 F1:stop/1"},
+                         {"the prompt opened the thinking; then a match",
+                          {.max_new = 10, .reasoning_close = "</think>", .regex = "4"},
+                          {106, 100, 102, 107},
+                          "-P1 T1#3 F1:stop/4"},
+                         {"off the choices after the thinking",
+                          {.max_new = 10, .reasoning_close = "</think>", .choice = {"yes", "no"}},
+                          {101, 102, 106},
+                          "-P1 T1#2 F1:error/3"}});
+}
+
 TEST(scheduler_core, a_json_object_request_given_a_banned_token_ends_with_an_error) {
   // A backend that samples from no logits ignores the bans (the intake
   // refuses such requests there; the core still ends them cleanly).
