@@ -129,7 +129,19 @@ void call_reader::feed(std::string_view text) {
 }
 
 void call_reader::gap() {
-  switch (read_gap(gap_, format_, calls_.empty())) {
+  auto read = read_gap(gap_, format_, calls_.empty());
+  if (read == gap_read::none && !calls_.empty() && !format_.bare && format_.parallel && !format_.open.empty()) {
+    // Text after a call that opens no call: passed over up to where one
+    // may yet open (vLLM's Hermes parser finds every marked call).
+    for (std::size_t from = 1; from <= gap_.size(); ++from) {
+      read = call_start(gap_matcher{std::string_view(gap_).substr(from)}, format_.open);
+      if (read != gap_read::none) {
+        gap_.erase(0, from);
+        break;
+      }
+    }
+  }
+  switch (read) {
   case gap_read::more:
     return;
   case gap_read::none:

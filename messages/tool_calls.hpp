@@ -61,7 +61,9 @@ struct read_call {
 /// that is not the next byte of such a sequence (JSON as
 /// messages/json_machine reads it, so a cut or broken call keeps the
 /// arguments read before the break); with `bare`, or without parallel
-/// calls, after the first call. Feeding the output in any pieces gives the
+/// calls, after the first call. After a whole call, text that opens no
+/// call is passed over where calls have an opening marker: a marked call
+/// after it is read (as vLLM's Hermes parser finds every marked call). Feeding the output in any pieces gives the
 /// same calls as feeding it whole, and each read so far is a prefix of the
 /// same call read later.
 class call_reader {

@@ -85,10 +85,17 @@ TEST(call_reader, a_call_counts_from_its_name_and_its_arguments_start_and_keeps_
     {"<tool_call>[{\"name\":\"get_time\",\"arguments\":{}}]", {}},
     {"<tool_cal {\"name\":\"get_time\",\"arguments\":{}}", {}},
     {"text <tool_call>{\"name\":\"get_time\",\"arguments\":{}}", {}}, // fed from where the marker is
-    // After the calls: nothing more is read.
+    // Text after a call is passed over: a marked call after it is read.
     {"<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call> and <tool_call>{\"name\":\"get_time\","
+     "\"arguments\":{\"a\":1}}",
+     {{"get_time", "{}", true}, {"get_time", R"({"a":1})", true}}},
+    {"<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>\nThen <tool_ <tool_call> x <tool_call>{"
+     "\"name\":\"get_weather\",\"arguments\":{}} done.",
+     {{"get_time", "{}", true}, {"get_weather", "{}", true}}},
+    // But not past a broken call.
+    {"<tool_call>{\"name\":\"get_time\",\"arguments\":{]}}</tool_call> <tool_call>{\"name\":\"get_time\","
      "\"arguments\":{}}",
-     {{"get_time", "{}", true}}},
+     {{"get_time", "{", false}}},
   };
   for (const auto& r : rows)
     EXPECT_EQ(read_whole(f, r.text), r.calls) << r.text;
@@ -112,6 +119,8 @@ TEST(call_reader, pieces_of_any_size_read_what_the_whole_reads_and_what_is_read_
                "{\"x\": null}], \"ok\": true}}\n</tool_call>\n<tool_call>{\"arguments\": \"{\\\"tz\\\": 1}\", "
                "\"name\": \"get_time\"}</tool_call><tool_call>{\"name\":\"get_time\",\"arguments\":{\"a\": \"é 中\""},
     {hermes(), "  <tool_call> {\"name\":\"get_time\",\"arguments\":{\"a\":1,}}"},
+    {hermes(), "<tool_call>{\"name\":\"get_time\",\"arguments\":{}}</tool_call>\nNow <tool <<tool_call>  x "
+               "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}</tool_call> bye"},
     {llama31(), "{\"name\": \"get_time\", \"parameters\": {\"a\": -1.5e3}};{\"name\": \"get_weather\", "
                 "\"parameters\": {}} trailing"},
   };
