@@ -215,12 +215,12 @@ bool format_whole(json_schema::string_format f, int at) {
 
 constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
                                             "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
-                                            "$defs",    "definitions"};
+                                            "$defs",    "definitions", "discriminator"};
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
                                          "items",     "minItems",   "maxItems",  "minLength",
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum",
                                          "exclusiveMaximum", "format", "pattern", "enum", "const",
-                                         "anyOf",     "allOf",      "$ref"};
+                                         "anyOf",     "oneOf",      "allOf",      "$ref"};
 
 template <std::size_t N>
 bool among(const std::string_view (&set)[N], std::string_view k) {
@@ -254,6 +254,10 @@ public:
     nodes_[i] = std::move(n);
     return i;
   }
+
+  /// The oneOf schemas' paths, and the node made of a path.
+  const std::vector<std::string>& one_ofs() const noexcept { return one_of_; }
+  std::uint32_t made(const std::string& path) const { return made_.at(path); }
 
   [[noreturn]] static void fail(const std::string& path, const std::string& what) {
     throw std::invalid_argument("the schema at \"" + (path.empty() ? std::string("#") : "#" + path) + "\" " + what);
@@ -354,7 +358,8 @@ private:
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
                        "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
                        "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
-                       "pattern, enum, const, anyOf, allOf (of one schema) and $ref");
+                       "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
+                       "one schema) and $ref");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -382,13 +387,17 @@ private:
       n.any_of.push_back(at(path + "/allOf/0"));
       return n;
     }
-    if (has("anyOf")) {
-      alone("anyOf", {});
-      const auto& any = s["anyOf"];
+    for (const char* word : {"anyOf", "oneOf"}) {
+      if (!has(word))
+        continue;
+      alone(word, {});
+      const auto& any = s[word];
       if (!any.is_array() || any.empty())
-        fail(path, "has \"anyOf\" " + any.dump() + "; it must be a non-empty list of schemas");
+        fail(path, "has \"" + std::string(word) + "\" " + any.dump() + "; it must be a non-empty list of schemas");
       for (std::size_t i = 0; i < any.size(); ++i)
-        n.any_of.push_back(at(path + "/anyOf/" + std::to_string(i)));
+        n.any_of.push_back(at(path + "/" + word + "/" + std::to_string(i)));
+      if (std::string_view(word) == "oneOf")
+        one_of_.push_back(path); // its alternatives checked apart once all is made
       return n;
     }
     if (has("enum") || has("const")) {
@@ -502,6 +511,7 @@ private:
   std::vector<node>& nodes_;
   std::vector<std::shared_ptr<const json_pattern>>& patterns_;
   std::map<std::string, std::uint32_t> made_;
+  std::vector<std::string> one_of_;
 };
 
 std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
@@ -520,6 +530,17 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   for (std::uint32_t i = 1; i < s->nodes_.size(); ++i)
     if (!s->nodes_[i].any_of.empty() && s->alternatives(i).empty())
       throw std::invalid_argument("the schema has a $ref or anyOf that leads only back to itself: no value would do");
+  // oneOf is held as anyOf, so each value must match one alternative at most.
+  for (const auto& path : c.one_ofs()) {
+    const auto& any = s->nodes_[c.made(path)].any_of;
+    for (std::size_t i = 0; i < any.size(); ++i)
+      for (std::size_t j = i + 1; j < any.size(); ++j)
+        if (!s->apart(any[i], any[j]))
+          compiler::fail(path, "has \"oneOf\" whose alternatives " + std::to_string(i) + " and " + std::to_string(j)
+                                 + " may both match one value; Troupe enforces oneOf only where none can (alternatives "
+                                   "of different types or values, or objects told apart by a required property of "
+                                   "different const or enum values, as a discriminated union's): anyOf takes any match");
+  }
   for (const auto& [n, lit] : s->alternatives(s->root_)) {
     const auto& root = s->nodes_[n];
     if (lit == none ? root.types != t_object : root.literals[lit][0] != '{')
@@ -606,6 +627,68 @@ std::shared_ptr<const json_schema> json_schema_cache::get(const std::string& tex
 std::shared_ptr<const json_schema> json_schema::any_object() {
   static const auto any = compile(R"({"type":"object"})");
   return any;
+}
+
+namespace {
+
+/// The types a literal (compact JSON) is of.
+std::uint8_t literal_types(const std::string& text) {
+  using s = json_schema;
+  switch (text[0]) {
+  case '{':
+    return s::t_object;
+  case '[':
+    return s::t_array;
+  case '"':
+    return s::t_string;
+  case 't':
+  case 'f':
+    return s::t_boolean;
+  case 'n':
+    return s::t_null;
+  default:
+    return text.find_first_of(".eE") == std::string::npos ? s::t_number | s::t_integer : s::t_number;
+  }
+}
+
+/// Types with every number's bits where any number's are (an integer is a
+/// number, and a number may be an integer).
+std::uint8_t numbers_as_one(std::uint8_t t) {
+  using s = json_schema;
+  return t & (s::t_number | s::t_integer) ? t | s::t_number | s::t_integer : t;
+}
+
+} // namespace
+
+bool json_schema::apart(std::uint32_t a, std::uint32_t b, int depth) const {
+  for (const auto& x : alternatives(a))
+    for (const auto& y : alternatives(b))
+      if (!apart(x, y, depth))
+        return false;
+  return true;
+}
+
+bool json_schema::apart(alternative x, alternative y, int depth) const {
+  const auto& nx = nodes_[x.first];
+  const auto& ny = nodes_[y.first];
+  const auto tx = x.second == none ? nx.types : literal_types(nx.literals[x.second]);
+  const auto ty = y.second == none ? ny.types : literal_types(ny.literals[y.second]);
+  if ((numbers_as_one(tx) & numbers_as_one(ty)) == 0)
+    return true;
+  if (x.second != none && y.second != none)
+    return nx.literals[x.second] != ny.literals[y.second];
+  // Two object schemas: a property both require whose values are apart.
+  if (x.second != none || y.second != none || tx != t_object || ty != t_object || depth >= 8)
+    return false;
+  for (std::size_t i = 0; i < nx.properties.size(); ++i) {
+    if ((nx.required >> i & 1u) == 0)
+      continue;
+    for (std::size_t j = 0; j < ny.properties.size(); ++j)
+      if ((ny.required >> j & 1u) != 0 && nx.properties[i].first == ny.properties[j].first
+          && apart(nx.properties[i].second, ny.properties[j].second, depth + 1))
+        return true;
+  }
+  return false;
 }
 
 std::vector<json_schema::alternative> json_schema::find_alternatives(std::uint32_t i) const {

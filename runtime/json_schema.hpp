@@ -12,11 +12,13 @@
 //   schema), items (one schema), minItems, maxItems, minLength, maxLength,
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers),
 //   format (date, time, date-time, uuid), pattern (runtime/json_pattern),
-//   enum, const, anyOf, allOf of one schema, $ref into the same document
+//   enum, const, anyOf, oneOf (held as anyOf: only where no value matches two
+//   of its alternatives, as a discriminated union's objects told apart by a
+//   required const), allOf of one schema, $ref into the same document
 //   ("#", "#/$defs/x").
 // Annotations (title, description, default, examples, $schema, $id,
-// $comment, deprecated, readOnly, writeOnly, $defs, definitions) are
-// skipped. Every other keyword is refused, naming it and where it stands,
+// $comment, deprecated, readOnly, writeOnly, $defs, definitions, and
+// OpenAPI's discriminator) are skipped. Every other keyword is refused, naming it and where it stands,
 // rather than ignored: an output that looks checked but is not would be
 // worse than an error. A schema without "type" takes it from its keywords
 // (properties: an object; items: an array; minLength, format or pattern: a string;
@@ -136,6 +138,11 @@ public:
 private:
   class compiler;
   std::vector<alternative> find_alternatives(std::uint32_t i) const;
+  /// No value is of both nodes (both alternatives), as far as their types,
+  /// literals and required properties' values tell (false: they may
+  /// share one). `depth`: properties followed so far.
+  bool apart(std::uint32_t a, std::uint32_t b, int depth = 0) const;
+  bool apart(alternative x, alternative y, int depth) const;
   void measure_depths();
   std::vector<node> nodes_;
   std::vector<std::shared_ptr<const json_pattern>> patterns_;

@@ -111,6 +111,12 @@ bool valid(const json& doc, const json& s, const json& v) {
         return true;
     return false;
   }
+  if (s.contains("oneOf")) { // exactly one
+    int matched = 0;
+    for (const auto& a : s["oneOf"])
+      matched += valid(doc, a, v);
+    return matched == 1;
+  }
   // Enum and const values compare as written (compact JSON).
   if (s.contains("enum")) {
     for (const auto& e : s["enum"])
@@ -222,6 +228,14 @@ const std::vector<std::string>& schemas() {
     R"({"type":"object","properties":{"age":{"type":"integer","minimum":18,"maximum":120},"t":{"type":"integer",
         "exclusiveMinimum":-40,"exclusiveMaximum":0},"n":{"type":["integer","null"],"minimum":7,"maximum":7}},
         "required":["age"],"additionalProperties":false})",
+    // A discriminated union (Pydantic's: oneOf of $refs, OpenAPI's
+    // discriminator), and alternatives of different types.
+    R"({"$defs":{"cat":{"type":"object","properties":{"pet":{"const":"cat"},"lives":{"type":"integer"}},"required":["pet"],
+        "additionalProperties":false},"dog":{"type":"object","properties":{"pet":{"enum":["dog","puppy"]},"good":{"type":"boolean"}},
+        "required":["pet","good"],"additionalProperties":false}},
+        "type":"object","properties":{"animal":{"oneOf":[{"$ref":"#/$defs/cat"},{"$ref":"#/$defs/dog"}],
+        "discriminator":{"propertyName":"pet"}},"id":{"oneOf":[{"type":"integer"},{"type":"string","maxLength":2},{"type":"null"}]}},
+        "required":["animal"],"additionalProperties":false})",
     R"({"type":"object","properties":{"code":{"type":"string","minLength":2,"maxLength":3},"note":{"maxLength":1},
         "tag":{"anyOf":[{"type":"string","minLength":4},{"type":"string","maxLength":1}]}},"required":["code"]})",
     R"({"type":"object","properties":{"d":{"type":"string","format":"date"},"t":{"format":"time"},
@@ -279,6 +293,16 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"array","items":[{"type":"string"}]}}})", "as a list (a tuple)"},
     {R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"}],"type":"string"}}})", R"(has "anyOf" beside "type")"},
     {R"({"type":"object","properties":{"a":3}})", "a schema is an object or a boolean"},
+    {R"({"type":"object","properties":{"a":{"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]}}})",
+     R"("#/properties/a" has "oneOf" whose alternatives 0 and 1 may both match)"},
+    {R"({"type":"object","properties":{"a":{"oneOf":[{"type":"integer"},{"type":"number"}]}}})",
+     "alternatives 0 and 1 may both match"},
+    {R"({"type":"object","properties":{"a":{"oneOf":[{"const":"x"},{"type":"null"},{"enum":[1,"x"]}]}}})",
+     "alternatives 0 and 2 may both match"},
+    {R"({"type":"object","properties":{"a":{"oneOf":[{"type":"object","properties":{"k":{"const":1}}},)"
+     R"({"type":"object","properties":{"k":{"const":2}},"required":["k"]}]}}})",
+     "may both match"}, // k not required in the first: {} is both
+    {R"({"type":"object","properties":{"a":{"oneOf":[]}}})", R"(has "oneOf" []; it must be a non-empty list)"},
     {R"({"type":"object",)", "the schema is no JSON"},
     {R"({"type":"object","properties":{"a":{"const":1e999}}})", "the schema is no JSON"},
     {R"({"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]})", "no finite value"},
@@ -455,7 +479,7 @@ TEST(json_schema, any_object_is_json_object) {
   EXPECT_NE(json_schema::compile(R"({"type":"object"})")->id(), json_schema::any_object()->id());
 }
 
-/// A random value of schema `s` (one of its anyOf, one of its types).
+/// A random value of schema `s` (one of its anyOf or oneOf, one of its types).
 json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
   const auto pick = [&](std::size_t n) { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
   if (s.is_boolean() || s.empty())
@@ -464,8 +488,8 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     return sample(doc, doc.at(json::json_pointer(s["$ref"].get<std::string>().substr(1))), rng, depth + 1);
   if (s.contains("allOf"))
     return sample(doc, s["allOf"][0], rng, depth + 1);
-  if (s.contains("anyOf")) {
-    const auto& a = s["anyOf"];
+  if (s.contains("anyOf") || s.contains("oneOf")) {
+    const auto& a = s.contains("anyOf") ? s["anyOf"] : s["oneOf"];
     // Deep in a recursive schema, the last alternative (null) ends it.
     return sample(doc, a[depth > 6 ? a.size() - 1 : pick(a.size())], rng, depth + 1);
   }
