@@ -59,6 +59,67 @@ bool names_left(const json_schema& s, const json_schema::node& n, std::uint64_t 
   return other_names(s, n, depth);
 }
 
+using scaled_decimal = json_schema::scaled_decimal;
+
+scaled_decimal pow10(int k) {
+  scaled_decimal p = 1;
+  while (k-- > 0)
+    p *= 10;
+  return p;
+}
+
+/// The magnitudes a number of node `n` with this sign may have, times 1e18.
+std::pair<scaled_decimal, scaled_decimal> magnitudes(const json_schema::node& n, bool negative) {
+  return negative ? std::pair{-n.number_high, -n.number_low} : std::pair{n.number_low, n.number_high};
+}
+
+/// Some t in lo..hi, at `scale` digits after the point (t * 10^-scale),
+/// lies within the magnitudes `within` (times 1e18).
+bool grid_meets(scaled_decimal lo, scaled_decimal hi, int scale, std::pair<scaled_decimal, scaled_decimal> within) {
+  auto [low, high] = within;
+  if (high < 0 || lo > hi)
+    return false;
+  low = std::max<scaled_decimal>(low, 0);
+  const auto step = pow10(18 - scale);
+  return std::max(lo, (low + step - 1) / step) <= std::min(hi, high / step);
+}
+
+/// Some number within node `n`'s bounds (number_bounded) is written by
+/// going on from a sign and the digits so far (`digits` of them, worth
+/// `magnitude` read as one integer; `fraction` of them after the point):
+/// the number itself, or one with more digits, 18 in all, none before a
+/// point after a leading 0.
+bool number_reachable(const json_schema::node& n, bool negative, std::int64_t magnitude, std::uint8_t digits,
+                      std::uint8_t fraction, bool point) {
+  constexpr int most = schema_machine::max_integer_digits;
+  if (digits == 0) { // the sign alone: some first digit will do
+    for (std::int64_t d = 0; d <= 9; ++d)
+      if (number_reachable(n, negative, d, 1, 0, false))
+        return true;
+    return false;
+  }
+  const auto within = magnitudes(n, negative);
+  const int left = most - digits; // digits that may follow
+  const scaled_decimal a = magnitude;
+  const auto lo = a * pow10(left), hi = (a + 1) * pow10(left) - 1;
+  if (point) // t written after the digits so far: fraction + left digits after the point
+    return (fraction > 0 || left > 0) && grid_meets(lo, hi, fraction + left, within);
+  if (magnitude == 0) // a leading 0: a fraction only
+    return grid_meets(lo, hi, left, within);
+  // k more digits before the point, and left - k after it.
+  for (int k = 0; k <= left; ++k)
+    if (grid_meets(lo, hi, left - k, within))
+      return true;
+  return false;
+}
+
+/// A number of node `n` that ends here lies within its bounds.
+bool number_within(const json_schema::node& n, bool negative, std::int64_t magnitude, std::uint8_t fraction) {
+  const auto [low, high] = magnitudes(n, negative);
+  const auto x = scaled_decimal{magnitude} * pow10(18 - fraction);
+  return low <= x && x <= high;
+}
+
 /// Some integer within node `n`'s bounds is written by going on from a sign
 /// and the digits so far (`digits` of them, worth `magnitude`): the value
 /// itself, or one with more digits (none after a leading 0), 18 at most.
@@ -282,9 +343,10 @@ private:
                    + std::to_string(high));
   }
 
-  /// minimum, maximum and their exclusive forms, on a node whose numbers
-  /// are integers: the least and greatest integer they leave.
-  static void integer_bounds(const json& s, const std::string& path, node& n) {
+  /// minimum, maximum and their exclusive forms: on a node whose numbers
+  /// are integers, the least and greatest integer they leave; on one that
+  /// takes other numbers, the least and greatest multiple of 1e-18.
+  static void number_bounds(const json& s, const std::string& path, node& n) {
     constexpr double most = 999'999'999'999'999'999.0; // 18 digits
     bool any = false;
     double low = -most, high = most;
@@ -297,24 +359,78 @@ private:
       any = true;
       const double x = v->get<double>();
       const std::string_view w = word;
-      if (w == "minimum")
+      if (w == "minimum") {
         low = std::max(low, std::ceil(x));
-      else if (w == "exclusiveMinimum")
+        n.number_low = std::max(n.number_low, scaled(*v, true));
+      } else if (w == "exclusiveMinimum") {
         low = std::max(low, std::floor(x) + 1);
-      else if (w == "maximum")
+        n.number_low = std::max(n.number_low, scaled(*v, false) + 1);
+      } else if (w == "maximum") {
         high = std::min(high, std::floor(x));
-      else
+        n.number_high = std::min(n.number_high, scaled(*v, false));
+      } else {
         high = std::min(high, std::ceil(x) - 1);
+        n.number_high = std::min(n.number_high, scaled(*v, true) - 1);
+      }
     }
     if (!any)
       return;
-    if (!(n.types & t_integer) || (n.types & t_number))
-      fail(path, "has a minimum or maximum, which Troupe enforces on integers only (\"type\": \"integer\")");
+    if (n.types & t_number) {
+      if (n.number_low > n.number_high || n.number_low >= scaled_decimal_most || n.number_high <= -scaled_decimal_most)
+        fail(path, "has bounds that no number of at most 18 digits lies within");
+      n.number_bounded = true;
+      return;
+    }
+    if (!(n.types & t_integer))
+      fail(path, "has a minimum or maximum, which bounds numbers: Troupe takes them beside \"type\": \"number\" or "
+                 "\"integer\"");
     if (low > high)
       fail(path, "has bounds that no integer of at most 18 digits lies within");
     n.bounded = true;
     n.minimum = static_cast<std::int64_t>(std::max(low, -most));
     n.maximum = static_cast<std::int64_t>(std::min(high, most));
+  }
+
+  /// A JSON number times 1e18, rounded up or down to an integer, from its
+  /// shortest decimal text (as the schema's author wrote it: 0.1 is a
+  /// tenth); past +-1e36, +-1e36.
+  static scaled_decimal scaled(const json& v, bool up) {
+    const auto text = v.dump();
+    std::string digits;
+    int exponent = 0; // the value is digits * 10^exponent
+    std::size_t i = text[0] == '-' ? 1 : 0;
+    bool point = false;
+    for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+      if (text[i] == '.') {
+        point = true;
+      } else {
+        digits += text[i];
+        exponent -= point ? 1 : 0;
+      }
+    }
+    if (i < text.size())
+      exponent += std::stoi(text.substr(i + 1));
+    const bool negative = text[0] == '-';
+    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+    if (digits.empty())
+      return 0;
+    exponent += 18;
+    if (static_cast<int>(digits.size()) + exponent > 36)
+      return negative ? -scaled_decimal_most : scaled_decimal_most;
+    // The digits that stay (those before the scaled point), and whether any
+    // dropped after it was not 0.
+    const int keep = static_cast<int>(digits.size()) + std::min(exponent, 0);
+    scaled_decimal m = 0;
+    for (int k = 0; k < keep; ++k)
+      m = m * 10 + (digits[static_cast<std::size_t>(k)] - '0');
+    for (int k = 0; k < exponent; ++k)
+      m *= 10;
+    const bool dropped = keep < static_cast<int>(digits.size())
+                         && digits.find_first_not_of('0', static_cast<std::size_t>(std::max(keep, 0)))
+                              != std::string::npos;
+    if (!negative)
+      return m + (up && dropped ? 1 : 0);
+    return -m - (!up && dropped ? 1 : 0);
   }
 
   static std::uint8_t type_of(const json& t, const std::string& path) {
@@ -476,7 +592,7 @@ private:
     }
     bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
     bounds(s, path, "minLength", "maxLength", n.min_length, n.max_length);
-    integer_bounds(s, path, n);
+    number_bounds(s, path, n);
     if (const auto f = s.find("format"); f != s.end()) {
       static const std::map<std::string, string_format, std::less<>> formats = {
         {"date", string_format::date}, {"time", string_format::time},
@@ -757,7 +873,8 @@ void schema_machine::reading::append_key(std::string& k) const {
   }
   if (bounded_node != json_schema::none) {
     put32(bounded_node);
-    k += static_cast<char>(negative);
+    k += static_cast<char>(negative | point << 1);
+    k += static_cast<char>(fraction);
     k.append(reinterpret_cast<const char*>(&magnitude), sizeof magnitude);
   }
   for (const auto& f : frames) {
@@ -880,11 +997,13 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       u.frames.push_back(std::move(f));
     }
     u.integer = (need & T::t_number) && !(node.types & T::t_number);
-    if (u.integer && node.bounded) {
+    if ((u.integer && node.bounded) || (!u.integer && (need & T::t_number) && node.number_bounded)) {
       u.bounded_node = n;
       u.negative = c == '-';
       u.magnitude = u.negative ? 0 : c - '0';
-      if (!reachable(node, u.negative, u.magnitude, u.negative ? 0 : 1))
+      const std::uint8_t digits = u.negative ? 0 : 1;
+      if (u.integer ? !reachable(node, u.negative, u.magnitude, digits)
+                    : !number_reachable(node, u.negative, u.magnitude, digits, 0, false))
         continue;
     }
     if (c == '"' && node.format != json_schema::string_format::none)
@@ -985,19 +1104,30 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
   auto state = before.lex_;
   if (state == L::number) {
     if (after.lex_ == L::number) { // the number goes on
-      if (r.number_closed || (r.integer && (c == '.' || c == 'e' || c == 'E')))
+      // A bounded number other than an integer: no exponent, 18 digits.
+      const bool bounded_decimal = !r.integer && r.bounded_node != json_schema::none;
+      if (r.number_closed || ((r.integer || bounded_decimal) && (c == 'e' || c == 'E')) || (r.integer && c == '.'))
         return;
-      if (c == '.' && r.digits >= schema_machine::max_digits)
+      const auto most_digits =
+        r.integer || bounded_decimal ? schema_machine::max_integer_digits : schema_machine::max_digits;
+      if (c == '.' && r.digits >= most_digits)
         return; // no digit could follow it
+      if (c == '.' && bounded_decimal) {
+        r.point = true;
+        if (!number_reachable(s.at(r.bounded_node), r.negative, r.magnitude, r.digits, 0, true))
+          return;
+      }
       if (json_digit(c)) {
         const bool exponent = after.num_ == json_machine::num::exponent;
         auto& n = exponent ? r.exponent_digits : r.digits;
-        if (++n > (exponent ? schema_machine::max_exponent_digits
-                            : r.integer ? schema_machine::max_integer_digits : schema_machine::max_digits))
+        if (++n > (exponent ? schema_machine::max_exponent_digits : most_digits))
           return;
         if (r.bounded_node != json_schema::none) {
           r.magnitude = r.magnitude * 10 + (c - '0');
-          if (!reachable(s.at(r.bounded_node), r.negative, r.magnitude, r.digits))
+          r.fraction += r.point ? 1 : 0;
+          const auto& node = s.at(r.bounded_node);
+          if (r.integer ? !reachable(node, r.negative, r.magnitude, r.digits)
+                        : !number_reachable(node, r.negative, r.magnitude, r.digits, r.fraction, r.point))
             return;
         }
       }
@@ -1007,11 +1137,14 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (r.bounded_node != json_schema::none) {
       const auto& n = s.at(r.bounded_node);
       const auto value = r.negative ? -r.magnitude : r.magnitude;
-      if (value < n.minimum || value > n.maximum)
+      if (r.integer ? value < n.minimum || value > n.maximum
+                    : !number_within(n, r.negative, r.magnitude, r.fraction))
         return;
       r.bounded_node = json_schema::none;
       r.negative = false;
       r.magnitude = 0;
+      r.point = false;
+      r.fraction = 0;
     }
     r.number_closed = false;
     r.integer = false;

@@ -10,7 +10,8 @@
 //   type (one or a list: object, array, string, number, integer, boolean,
 //   null), properties, required, additionalProperties (false, true or a
 //   schema), items (one schema), minItems, maxItems, minLength, maxLength,
-//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (on integers),
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number so
+//   bounded is written without an exponent, in at most 18 digits),
 //   format (date, time, date-time, uuid), pattern (runtime/json_pattern),
 //   enum, const, anyOf, oneOf (held as anyOf: only where no value matches two
 //   of its alternatives, as a discriminated union's objects told apart by a
@@ -30,7 +31,7 @@
 // there; enum and const values are written as compact JSON. Numbers stay
 // within what a reader holds: an integer is written without a fraction or
 // exponent in at most 18 digits, another number in at most 24 digits and
-// an exponent of at most 2. Names of additional properties are not checked
+// an exponent of at most 2 (one with bounds: 18 digits and no exponent). Names of additional properties are not checked
 // for repeats (those of the schema's own properties are).
 #pragma once
 
@@ -65,6 +66,12 @@ public:
 
   enum class string_format : std::uint8_t { none, date, time, date_time, uuid };
 
+  /// A decimal times 1e18 (GCC's and Clang's 128-bit integer: 36 digits
+  /// and a sign), and a bound past every number Troupe writes.
+  __extension__ using scaled_decimal = __int128;
+  static constexpr scaled_decimal scaled_decimal_most =
+    static_cast<scaled_decimal>(1'000'000'000'000'000'000) * 1'000'000'000'000'000'000;
+
   enum type_bit : std::uint8_t {
     t_object = 1,
     t_array = 2,
@@ -98,6 +105,13 @@ public:
     std::int64_t minimum = -999'999'999'999'999'999;
     std::int64_t maximum = 999'999'999'999'999'999;
     bool bounded = false;
+    /// Other numbers ("type": "number", written without an exponent in at
+    /// most 18 digits, so every one is a multiple of 1e-18 below 1e18):
+    /// the least and greatest such multiple minimum, maximum and their
+    /// exclusive forms leave, times 1e18; number_bounded: any was given.
+    bool number_bounded = false;
+    scaled_decimal number_low = -scaled_decimal_most;
+    scaled_decimal number_high = scaled_decimal_most;
     /// Strings: characters (code points; an escape is one).
     std::uint32_t min_length = 0;
     std::uint32_t max_length = 0xFFFFFFFFu;
@@ -222,10 +236,13 @@ private:
     std::uint32_t literal = 0;           ///< its literal's index
     std::uint32_t literal_at = 0;        ///< bytes of it written
     bool integer = false;                ///< the number being written is an integer
-    /// Writing a bounded integer: its node, sign and digits' value so far.
+    /// Writing a bounded number: its node, sign and digits' value so far
+    /// (those after the point too: `fraction` of them, `point` read).
     std::uint32_t bounded_node = json_schema::none;
     bool negative = false;
     std::int64_t magnitude = 0;
+    bool point = false;
+    std::uint8_t fraction = 0;
     bool number_closed = false;          ///< the number written is a whole literal
     std::uint8_t digits = 0;             ///< the number's digits before its exponent
     std::uint8_t exponent_digits = 0;

@@ -284,8 +284,11 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":3,"maxItems":2}}})", "minItems 3 above maxItems 2"},
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":-1}}})", "a non-negative integer"},
     {R"({"type":"object","properties":{"a":{"minLength":3,"maxLength":2}}})", "minLength 3 above maxLength 2"},
-    {R"({"type":"object","properties":{"a":{"type":"number","minimum":0}}})", "on integers only"},
-    {R"({"type":"object","properties":{"a":{"minimum":0}}})", "on integers only"},
+    {R"({"type":"object","properties":{"a":{"type":"string","minimum":0}}})", R"(beside "type": "number" or "integer")"},
+    {R"({"type":"object","properties":{"a":{"type":"number","minimum":2,"exclusiveMaximum":2}}})",
+     "no number of at most 18 digits"},
+    {R"({"type":"object","properties":{"a":{"type":"number","minimum":1e18}}})", "no number of at most 18 digits"},
+    {R"({"type":"object","properties":{"a":{"type":"number","maximum":-1e19}}})", "no number of at most 18 digits"},
     {R"({"type":"object","properties":{"a":{"type":"integer","minimum":1.5,"maximum":1.7}}})", "no integer"},
     {R"({"type":"object","properties":{"a":{"type":"integer","maximum":"9"}}})", R"("maximum" "9"; it must be a number)"},
     {R"({"type":"object","properties":{"a":{"enum":[]}}})", "non-empty list of values"},
@@ -433,6 +436,75 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   EXPECT_FALSE(tn.feed('}')) << "2 alone is below 10";
   EXPECT_FALSE(tn.feed('1')) << "21 is excluded";
   EXPECT_TRUE(tn.feed(std::string_view("0}")));
+
+  // Other numbers within bounds: written without an exponent, in at most 18
+  // digits, refused at the byte that leaves them (every short text against
+  // the bounds read as decimals).
+  const std::vector<std::pair<std::string, std::pair<double, double>>> bounded = {
+    {R"({"type":"number","minimum":-2.5,"exclusiveMaximum":10})", {-2.5, 10}},
+    {R"({"type":"number","exclusiveMinimum":0,"maximum":0.25})", {0, 0.25}},
+    {R"({"minimum":0.1,"maximum":0.1})", {0.1, 0.1}}, // (no type: other values as they are)
+    {R"({"type":["number","null"],"minimum":-0.05,"maximum":-0.05})", {-0.05, -0.05}},
+  };
+  const std::regex plain(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?)");
+  const std::string alphabet = "0125.-e";
+  for (const auto& [x, range] : bounded) {
+    SCOPED_TRACE(x);
+    const auto [lo, hi] = range;
+    const bool low_open = x.find("exclusiveMinimum") != std::string::npos;
+    const bool high_open = x.find("exclusiveMaximum") != std::string::npos;
+    const auto schema = R"({"type":"object","properties":{"x":)" + x + "}}";
+    std::vector<std::string> texts = {""};
+    for (std::size_t at = 0; at < texts.size(); ++at) {
+      const auto t = texts[at];
+      if (t.size() < 5)
+        for (const char c : alphabet)
+          texts.push_back(t + c);
+      if (t.empty())
+        continue;
+      bool want = std::regex_match(t, plain);
+      if (want) {
+        const double v = std::strtod(t.c_str(), nullptr);
+        want = (low_open ? v > lo : v >= lo) && (high_open ? v < hi : v <= hi);
+      }
+      ASSERT_EQ(reads_whole(schema, R"({"x":)" + t + "}"), want) << t;
+    }
+    // Every byte it allows leaves a way to a number within them: random
+    // walks never get stuck before the object closes.
+    std::mt19937 walk_rng(11);
+    const std::string bytes = "0123456789.-e}";
+    for (int walk = 0; walk < 300; ++walk) {
+      auto m = machine(schema);
+      ASSERT_TRUE(m.feed(std::string_view(R"({"x":)")));
+      std::string written;
+      while (!m.complete()) {
+        std::string ok;
+        for (const char c : bytes) {
+          auto probe = m;
+          if (probe.feed(static_cast<unsigned char>(c)))
+            ok += c;
+        }
+        ASSERT_FALSE(ok.empty()) << "stuck after " << written;
+        const char c = ok[walk_rng() % ok.size()];
+        ASSERT_TRUE(m.feed(static_cast<unsigned char>(c)));
+        written += c;
+      }
+      written.pop_back(); // the '}'
+      const double v = std::strtod(written.c_str(), nullptr);
+      EXPECT_TRUE(std::regex_match(written, plain) && (low_open ? v > lo : v >= lo) && (high_open ? v < hi : v <= hi))
+        << written;
+    }
+  }
+  EXPECT_TRUE(reads_whole(R"({"type":"object","properties":{"x":{"minimum":0.1}}})", R"({"x":"not a number"})"))
+    << "bounds are on numbers only";
+  EXPECT_TRUE(reads_whole(R"({"type":"object","properties":{"x":{"type":"number","minimum":0}}})",
+                          R"({"x":123456789012345678})"));
+  EXPECT_TRUE(reads_whole(R"({"type":"object","properties":{"x":{"type":"number","minimum":0}}})",
+                          R"({"x":1234567890.12345678})"))
+    << "18 digits";
+  EXPECT_FALSE(reads_whole(R"({"type":"object","properties":{"x":{"type":"number","minimum":0}}})",
+                           R"({"x":1234567890.123456789})"))
+    << "19 digits";
 
   // Numbers a reader can hold.
   EXPECT_TRUE(reads_whole(person, R"({"name":"","age":-123456789012345678})"));
