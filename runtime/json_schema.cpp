@@ -278,7 +278,8 @@ constexpr std::string_view annotations[] = {"title",    "description", "default"
                                             "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
                                             "$defs",    "definitions", "discriminator"};
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
-                                         "items",     "minItems",   "maxItems",  "minLength",
+                                         "items",     "prefixItems", "additionalItems", "minItems",   "maxItems",
+                                         "minLength",
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum",
                                          "exclusiveMaximum", "format", "pattern", "enum", "const",
                                          "anyOf",     "oneOf",      "allOf",      "$ref"};
@@ -472,7 +473,8 @@ private:
       if (!among(keywords, k))
         fail(path, "has \"" + k
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
-                       "additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, "
+                       "additionalProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
+                       "maxLength, minimum, maximum, "
                        "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
                        "one schema) and $ref");
@@ -546,7 +548,8 @@ private:
     }
 
     const bool object_words = has("properties") || has("required") || has("additionalProperties");
-    const bool array_words = has("items") || has("minItems") || has("maxItems");
+    const bool array_words =
+      has("items") || has("prefixItems") || has("additionalItems") || has("minItems") || has("maxItems");
     const bool string_words = has("minLength") || has("maxLength") || has("format") || has("pattern");
     if (has("type"))
       n.types = type_of(s["type"], path);
@@ -585,12 +588,37 @@ private:
       else
         n.additional = at(path + "/additionalProperties");
     }
-    if (const auto i = s.find("items"); i != s.end()) {
-      if (i->is_array())
-        fail(path, "has \"items\" as a list (a tuple); Troupe takes one schema for every item");
-      n.items = at(path + "/items");
+    // Items: the first by position (prefixItems; before draft 2020-12,
+    // items as a list), the rest of one schema (items; beside a list,
+    // additionalItems); false: no more.
+    const auto items = s.find("items");
+    const auto prefix = s.find("prefixItems");
+    const bool listed = items != s.end() && items->is_array();
+    if (prefix != s.end() && (!prefix->is_array() || prefix->empty()))
+      fail(path, "has \"prefixItems\" " + prefix->dump() + "; it must be a non-empty list of schemas");
+    if (prefix != s.end() && listed)
+      fail(path, "has \"prefixItems\" beside \"items\" as a list: give the first items' schemas once");
+    if (has("additionalItems") && !listed)
+      fail(path, "has \"additionalItems\" without \"items\" as a list of the first items' schemas");
+    const char* first_word = listed ? "items" : "prefixItems";
+    if (listed || prefix != s.end())
+      for (std::size_t k = 0; k < (listed ? *items : *prefix).size(); ++k)
+        n.prefix_items.push_back(at(path + "/" + first_word + "/" + std::to_string(k)));
+    const char* rest_word = listed ? "additionalItems" : "items";
+    bool no_more = false;
+    if (const auto rest = s.find(rest_word); rest != s.end()) {
+      if (rest->is_boolean())
+        no_more = !rest->get<bool>();
+      else
+        n.items = at(path + "/" + rest_word);
     }
     bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
+    if (no_more) {
+      n.max_items = std::min<std::uint32_t>(n.max_items, static_cast<std::uint32_t>(n.prefix_items.size()));
+      if (n.min_items > n.max_items)
+        fail(path, "has minItems " + std::to_string(n.min_items) + " but takes no more than "
+                     + std::to_string(n.max_items) + " items (\"" + rest_word + "\": false)");
+    }
     bounds(s, path, "minLength", "maxLength", n.min_length, n.max_length);
     number_bounds(s, path, n);
     if (const auto f = s.find("format"); f != s.end()) {
@@ -716,8 +744,14 @@ void json_schema::measure_depths() {
               inner = std::max(inner, nodes_[n.properties[i].second].min_depth);
           object = deeper(inner);
         }
-        if (n.types & t_array)
-          array = n.min_items > 0 ? deeper(nodes_[n.items].min_depth) : 1;
+        if (n.types & t_array) {
+          std::uint8_t inner = 0; // the required items' deepest
+          for (std::size_t i = 0; i < std::min<std::size_t>(n.min_items, n.prefix_items.size()); ++i)
+            inner = std::max(inner, nodes_[n.prefix_items[i]].min_depth);
+          if (n.min_items > n.prefix_items.size())
+            inner = std::max(inner, nodes_[n.items].min_depth);
+          array = n.min_items > 0 ? deeper(inner) : 1;
+        }
         least = std::min({least, object, array});
       }
       if (least != n.min_depth || object != n.object_depth || array != n.array_depth) {
@@ -956,8 +990,7 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
     } else {
       if (f.count >= container.max_items)
         return;
-      ++f.count;
-      value = container.items;
+      value = json_schema::item(container, f.count++);
     }
   }
   using T = json_schema::type_bit;
@@ -1182,7 +1215,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     const auto& n = s.at(f.node);
     const auto depth = before.stack_.size();
     if (c == ',') {
-      if (before.stack_.back() == '[' ? f.count < n.max_items && s.fits(n.items, depth)
+      if (before.stack_.back() == '[' ? f.count < n.max_items && s.fits(json_schema::item(n, f.count), depth)
                                       : names_left(s, n, f.seen, depth))
         out.push_back(std::move(r));
       return;

@@ -9,7 +9,9 @@
 // the text as it is written, left to right:
 //   type (one or a list: object, array, string, number, integer, boolean,
 //   null), properties, required, additionalProperties (false, true or a
-//   schema), items (one schema), minItems, maxItems, minLength, maxLength,
+//   schema), items (one schema, or a list as drafts before 2020-12 wrote
+//   prefixItems, with additionalItems), prefixItems, minItems, maxItems,
+//   minLength, maxLength,
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number so
 //   bounded is written without an exponent, in at most 18 digits),
 //   format (date, time, date-time, uuid), pattern (runtime/json_pattern),
@@ -96,7 +98,9 @@ public:
     std::uint64_t required = 0;
     /// The node of other properties' values; none: no other properties.
     std::uint32_t additional = 0;
-    /// Arrays.
+    /// Arrays: the first items' nodes by position (prefixItems), and the
+    /// rest's (items).
+    std::vector<std::uint32_t> prefix_items;
     std::uint32_t items = 0;
     std::uint32_t min_items = 0;
     std::uint32_t max_items = 0xFFFFFFFFu;
@@ -135,6 +139,11 @@ public:
   /// within json_machine::max_depth.
   bool fits(std::uint32_t i, std::size_t depth) const noexcept {
     return nodes_[i].min_depth != unreachable && depth + nodes_[i].min_depth <= json_machine::max_depth;
+  }
+
+  /// The node of array node `n`'s item at `index` (from 0).
+  static std::uint32_t item(const node& n, std::uint32_t index) noexcept {
+    return index < n.prefix_items.size() ? n.prefix_items[index] : n.items;
   }
 
   /// Node 0 is any value.

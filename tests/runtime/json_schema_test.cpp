@@ -148,8 +148,14 @@ bool valid(const json& doc, const json& s, const json& v) {
   if (v.is_array()) {
     if (!is("array") || v.size() < s.value("minItems", 0u) || v.size() > s.value("maxItems", 0xFFFFFFFFu))
       return false;
-    for (const auto& x : v)
-      if (s.contains("items") && !valid(doc, s["items"], x))
+    // The first items by position (prefixItems, or items as a list), the
+    // rest by items (additionalItems beside a list).
+    const bool listed = s.contains("items") && s["items"].is_array();
+    const json none = json::array();
+    const json& prefix = listed ? s["items"] : s.contains("prefixItems") ? s["prefixItems"] : none;
+    const json rest = s.value(listed ? "additionalItems" : "items", json(true));
+    for (std::size_t k = 0; k < v.size(); ++k)
+      if (!valid(doc, k < prefix.size() ? prefix[k] : rest, v[k]))
         return false;
     return true;
   }
@@ -228,6 +234,12 @@ const std::vector<std::string>& schemas() {
     R"({"type":"object","properties":{"age":{"type":"integer","minimum":18,"maximum":120},"t":{"type":"integer",
         "exclusiveMinimum":-40,"exclusiveMaximum":0},"n":{"type":["integer","null"],"minimum":7,"maximum":7}},
         "required":["age"],"additionalProperties":false})",
+    // Tuples: prefixItems with the rest refused (Pydantic's tuple[int, str])
+    // or of one schema; draft 7's items as a list with additionalItems.
+    R"({"type":"object","properties":{"pt":{"type":"array","prefixItems":[{"type":"integer"},{"type":"string","maxLength":2}],
+        "items":false,"minItems":1},"old":{"type":"array","items":[{"type":"boolean"},{"enum":["x","y"]}],
+        "additionalItems":{"type":"null"}},"tail":{"prefixItems":[{"const":"a"}],"items":{"type":"integer"}}},
+        "required":["pt"],"additionalProperties":false})",
     // A discriminated union (Pydantic's: oneOf of $refs, OpenAPI's
     // discriminator), and alternatives of different types.
     R"({"$defs":{"cat":{"type":"object","properties":{"pet":{"const":"cat"},"lives":{"type":"integer"}},"required":["pet"],
@@ -293,7 +305,11 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"integer","maximum":"9"}}})", R"("maximum" "9"; it must be a number)"},
     {R"({"type":"object","properties":{"a":{"enum":[]}}})", "non-empty list of values"},
     {R"({"type":"object","properties":{"a":{"type":"string","enum":[1]}}})", "whose type its \"type\" refuses"},
-    {R"({"type":"object","properties":{"a":{"type":"array","items":[{"type":"string"}]}}})", "as a list (a tuple)"},
+    {R"({"type":"object","properties":{"a":{"prefixItems":[]}}})", R"(has "prefixItems" []; it must be a non-empty list)"},
+    {R"({"type":"object","properties":{"a":{"prefixItems":[true],"items":[true]}}})", R"(beside "items" as a list)"},
+    {R"({"type":"object","properties":{"a":{"additionalItems":false}}})", R"(has "additionalItems" without "items" as a list)"},
+    {R"({"type":"object","properties":{"a":{"prefixItems":[true],"items":false,"minItems":2}}})",
+     R"(has minItems 2 but takes no more than 1 items ("items": false))"},
     {R"({"type":"object","properties":{"a":{"anyOf":[{"type":"string"}],"type":"string"}}})", R"(has "anyOf" beside "type")"},
     {R"({"type":"object","properties":{"a":3}})", "a schema is an object or a boolean"},
     {R"({"type":"object","properties":{"a":{"oneOf":[{"type":"string"},{"type":"string","maxLength":2}]}}})",
@@ -586,10 +602,15 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
   }
   if (t == "array") {
     json a = json::array();
+    const bool listed = s.contains("items") && s["items"].is_array();
+    const json prefix = listed ? s["items"] : s.value("prefixItems", json::array());
+    const json rest = s.value(listed ? "additionalItems" : "items", json(true));
     const auto lo = s.value("minItems", 0u);
-    const auto hi = std::min(s.value("maxItems", 4u), lo + 3u);
-    for (auto n = depth < 6 ? lo + pick(hi - lo + 1) : lo; n > 0; --n)
-      a.push_back(sample(doc, s.value("items", json(true)), rng, depth + 1));
+    auto hi = std::min(s.value("maxItems", 4u), lo + 3u);
+    if (rest == json(false))
+      hi = std::min(hi, static_cast<unsigned>(prefix.size()));
+    for (auto n = depth < 6 ? lo + pick(hi - lo + 1) : lo; a.size() < n;)
+      a.push_back(sample(doc, a.size() < prefix.size() ? prefix[a.size()] : rest, rng, depth + 1));
     return a;
   }
   if (t == "string" && s.contains("pattern")) // the schema's examples match it
