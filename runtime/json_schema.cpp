@@ -73,15 +73,30 @@ std::pair<scaled_decimal, scaled_decimal> magnitudes(const json_schema::node& n,
   return negative ? std::pair{-n.number_high, -n.number_low} : std::pair{n.number_low, n.number_high};
 }
 
+scaled_decimal gcd(scaled_decimal a, scaled_decimal b) {
+  while (b != 0)
+    a = std::exchange(b, a % b);
+  return a;
+}
+
 /// Some t in lo..hi, at `scale` digits after the point (t * 10^-scale),
-/// lies within the magnitudes `within` (times 1e18).
-bool grid_meets(scaled_decimal lo, scaled_decimal hi, int scale, std::pair<scaled_decimal, scaled_decimal> within) {
+/// lies within the magnitudes `within` (times 1e18) and is a multiple of
+/// `multiple` (times 1e18; 0: any).
+bool grid_meets(scaled_decimal lo, scaled_decimal hi, int scale, std::pair<scaled_decimal, scaled_decimal> within,
+                scaled_decimal multiple) {
   auto [low, high] = within;
   if (high < 0 || lo > hi)
     return false;
   low = std::max<scaled_decimal>(low, 0);
   const auto step = pow10(18 - scale);
-  return std::max(lo, (low + step - 1) / step) <= std::min(hi, high / step);
+  const auto first = std::max(lo, (low + step - 1) / step);
+  const auto last = std::min(hi, high / step);
+  if (first > last)
+    return false;
+  if (multiple == 0)
+    return true;
+  const auto every = multiple / gcd(step, multiple); // t * step is a multiple when t is one of this
+  return (first + every - 1) / every * every <= last;
 }
 
 /// Some number within node `n`'s bounds (number_bounded) is written by
@@ -102,13 +117,14 @@ bool number_reachable(const json_schema::node& n, bool negative, std::int64_t ma
   const int left = most - digits; // digits that may follow
   const scaled_decimal a = magnitude;
   const auto lo = a * pow10(left), hi = (a + 1) * pow10(left) - 1;
+  const auto m = n.number_multiple;
   if (point) // t written after the digits so far: fraction + left digits after the point
-    return (fraction > 0 || left > 0) && grid_meets(lo, hi, fraction + left, within);
+    return (fraction > 0 || left > 0) && grid_meets(lo, hi, fraction + left, within, m);
   if (magnitude == 0) // a leading 0: a fraction only
-    return grid_meets(lo, hi, left, within);
+    return grid_meets(lo, hi, left, within, m);
   // k more digits before the point, and left - k after it.
   for (int k = 0; k <= left; ++k)
-    if (grid_meets(lo, hi, left - k, within))
+    if (grid_meets(lo, hi, left - k, within, m))
       return true;
   return false;
 }
@@ -117,7 +133,7 @@ bool number_reachable(const json_schema::node& n, bool negative, std::int64_t ma
 bool number_within(const json_schema::node& n, bool negative, std::int64_t magnitude, std::uint8_t fraction) {
   const auto [low, high] = magnitudes(n, negative);
   const auto x = scaled_decimal{magnitude} * pow10(18 - fraction);
-  return low <= x && x <= high;
+  return low <= x && x <= high && (n.number_multiple == 0 || x % n.number_multiple == 0);
 }
 
 /// Some integer within node `n`'s bounds is written by going on from a sign
@@ -125,9 +141,14 @@ bool number_within(const json_schema::node& n, bool negative, std::int64_t magni
 /// itself, or one with more digits (none after a leading 0), 18 at most.
 bool reachable(const json_schema::node& n, bool negative, std::int64_t magnitude, std::uint8_t digits) {
   const auto meets = [&](std::int64_t a, std::int64_t b) { // the magnitudes a..b with the sign
-    const auto lo = negative ? -b : a;
-    const auto hi = negative ? -a : b;
-    return lo <= n.maximum && hi >= n.minimum;
+    const auto lo = std::max(negative ? -b : a, n.minimum);
+    const auto hi = std::min(negative ? -a : b, n.maximum);
+    if (lo > hi)
+      return false;
+    // The least multiple from lo on (rounded up, below 0 too).
+    const auto m = n.multiple;
+    const auto first = lo >= 0 ? (lo + m - 1) / m * m : -(-lo / m * m);
+    return first <= hi;
   };
   if (digits == 0) // the sign alone
     return meets(0, 999'999'999'999'999'999);
@@ -280,7 +301,7 @@ constexpr std::string_view annotations[] = {"title",    "description", "default"
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
                                          "items",     "prefixItems", "additionalItems", "minItems",   "maxItems",
                                          "minLength",
-                                         "maxLength", "minimum",    "maximum",   "exclusiveMinimum",
+                                         "maxLength", "minimum",    "maximum",   "exclusiveMinimum", "multipleOf",
                                          "exclusiveMaximum", "format", "pattern", "enum", "const",
                                          "anyOf",     "oneOf",      "allOf",      "$ref"};
 
@@ -374,22 +395,40 @@ private:
         n.number_high = std::min(n.number_high, scaled(*v, true) - 1);
       }
     }
+    if (const auto m = s.find("multipleOf"); m != s.end()) {
+      if (!m->is_number() || m->get<double>() <= 0)
+        fail(path, "has \"multipleOf\" " + m->dump() + "; it must be a number above 0");
+      const auto scaled_up = scaled(*m, true);
+      if (scaled_up != scaled(*m, false) || scaled_up >= scaled_decimal_most)
+        fail(path, "has \"multipleOf\" " + m->dump() + "; Troupe takes one of at most 18 digits after the point, "
+                     "below 1e18");
+      any = true;
+      n.number_multiple = scaled_up;
+      // An integer is a multiple of p / 10^18 when it is one of p / gcd(p, 10^18).
+      const auto whole = scaled_up / gcd(scaled_up, pow10(18));
+      n.multiple = static_cast<std::int64_t>(std::min<scaled_decimal>(whole, scaled_decimal_most / pow10(18)));
+    }
     if (!any)
       return;
+    // The least multiple from `low` on, below 0 too.
+    const auto first_multiple = [](auto low, auto m) { return low >= 0 ? (low + m - 1) / m * m : -(-low / m * m); };
     if (n.types & t_number) {
-      if (n.number_low > n.number_high || n.number_low >= scaled_decimal_most || n.number_high <= -scaled_decimal_most)
+      if (n.number_low > n.number_high || n.number_low >= scaled_decimal_most || n.number_high <= -scaled_decimal_most
+          || (n.number_multiple != 0 && first_multiple(n.number_low, n.number_multiple) > n.number_high))
         fail(path, "has bounds that no number of at most 18 digits lies within");
       n.number_bounded = true;
       return;
     }
     if (!(n.types & t_integer))
-      fail(path, "has a minimum or maximum, which bounds numbers: Troupe takes them beside \"type\": \"number\" or "
-                 "\"integer\"");
+      fail(path, "has a minimum, maximum or \"multipleOf\", which bound numbers: Troupe takes them beside \"type\": "
+                 "\"number\" or \"integer\"");
     if (low > high)
       fail(path, "has bounds that no integer of at most 18 digits lies within");
-    n.bounded = true;
     n.minimum = static_cast<std::int64_t>(std::max(low, -most));
     n.maximum = static_cast<std::int64_t>(std::min(high, most));
+    if (first_multiple(n.minimum, n.multiple) > n.maximum)
+      fail(path, "has bounds that no integer of at most 18 digits lies within");
+    n.bounded = true;
   }
 
   /// A JSON number times 1e18, rounded up or down to an integer, from its
@@ -474,7 +513,7 @@ private:
         fail(path, "has \"" + k
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
                        "additionalProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
-                       "maxLength, minimum, maximum, "
+                       "maxLength, minimum, maximum, multipleOf, "
                        "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
                        "one schema) and $ref");
@@ -1170,7 +1209,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (r.bounded_node != json_schema::none) {
       const auto& n = s.at(r.bounded_node);
       const auto value = r.negative ? -r.magnitude : r.magnitude;
-      if (r.integer ? value < n.minimum || value > n.maximum
+      if (r.integer ? value < n.minimum || value > n.maximum || value % n.multiple != 0
                     : !number_within(n, r.negative, r.magnitude, r.fraction))
         return;
       r.bounded_node = json_schema::none;

@@ -12,8 +12,9 @@
 //   schema), items (one schema, or a list as drafts before 2020-12 wrote
 //   prefixItems, with additionalItems), prefixItems, minItems, maxItems,
 //   minLength, maxLength,
-//   minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number so
-//   bounded is written without an exponent, in at most 18 digits),
+//   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (a
+//   number so bounded is written without an exponent, in at most 18
+//   digits),
 //   format (date, time, date-time, uuid), pattern (runtime/json_pattern),
 //   enum, const, anyOf, oneOf (held as anyOf: only where no value matches two
 //   of its alternatives, as a discriminated union's objects told apart by a
@@ -108,7 +109,10 @@ public:
     /// exclusive forms); bounded: either was given.
     std::int64_t minimum = -999'999'999'999'999'999;
     std::int64_t maximum = 999'999'999'999'999'999;
-    bool bounded = false;
+    /// Integers: multipleOf, as the integer every value is a multiple of
+    /// (1: any).
+    std::int64_t multiple = 1;
+    bool bounded = false; ///< minimum, maximum or multiple given
     /// Other numbers ("type": "number", written without an exponent in at
     /// most 18 digits, so every one is a multiple of 1e-18 below 1e18):
     /// the least and greatest such multiple minimum, maximum and their
@@ -116,6 +120,8 @@ public:
     bool number_bounded = false;
     scaled_decimal number_low = -scaled_decimal_most;
     scaled_decimal number_high = scaled_decimal_most;
+    /// multipleOf times 1e18 (0: none); it makes the number bounded too.
+    scaled_decimal number_multiple = 0;
     /// Strings: characters (code points; an escape is one).
     std::uint32_t min_length = 0;
     std::uint32_t max_length = 0xFFFFFFFFu;

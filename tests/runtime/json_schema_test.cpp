@@ -265,7 +265,12 @@ const std::vector<std::string>& schemas() {
 
 TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-    {R"({"type":"object","properties":{"a":{"type":"string","multipleOf":2}}})", R"("#/properties/a" has "multipleOf")"},
+    {R"({"type":"object","properties":{"a":{"type":"string","multipleOf":2}}})",
+     R"("#/properties/a" has a minimum, maximum or "multipleOf", which bound numbers)"},
+    {R"({"type":"object","properties":{"a":{"type":"number","multipleOf":0}}})", "it must be a number above 0"},
+    {R"({"type":"object","properties":{"a":{"type":"number","multipleOf":1e-19}}})", "at most 18 digits after the point"},
+    {R"({"type":"object","properties":{"a":{"type":"integer","multipleOf":10,"minimum":1,"maximum":9}}})",
+     "no integer"},
     {R"({"type":"object","properties":{"a":{"pattern":"(a"}}})", R"("#/properties/a" has "pattern" "(a": a ( without its ))"},
     {R"({"type":"object","properties":{"a":{"pattern":"(a)\\1"}}})", "back-references are not supported"},
     {R"x({"type":"object","properties":{"a":{"pattern":"a(?=b)"}}})x", "lookaround"},
@@ -456,19 +461,50 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   // Other numbers within bounds: written without an exponent, in at most 18
   // digits, refused at the byte that leaves them (every short text against
   // the bounds read as decimals).
-  const std::vector<std::pair<std::string, std::pair<double, double>>> bounded = {
-    {R"({"type":"number","minimum":-2.5,"exclusiveMaximum":10})", {-2.5, 10}},
-    {R"({"type":"number","exclusiveMinimum":0,"maximum":0.25})", {0, 0.25}},
-    {R"({"minimum":0.1,"maximum":0.1})", {0.1, 0.1}}, // (no type: other values as they are)
-    {R"({"type":["number","null"],"minimum":-0.05,"maximum":-0.05})", {-0.05, -0.05}},
+  // (with multipleOf: the decimal it names, times 1e18)
+  const auto e18 = [](const std::string& t) { // an exact decimal times 1e18
+    __extension__ __int128 x = 0;
+    int after = -1;
+    for (const char c : t) {
+      if (c == '.')
+        after = 0;
+      else if (c != '-') {
+        x = x * 10 + (c - '0');
+        after += after >= 0;
+      }
+    }
+    for (int k = after < 0 ? 0 : after; k < 18; ++k)
+      x *= 10;
+    return x;
+  };
+  struct bounded_case {
+    std::string schema;
+    double lo, hi;
+    std::string multiple; // "" none
+  };
+  const std::vector<bounded_case> bounded = {
+    {R"({"type":"number","minimum":-2.5,"exclusiveMaximum":10})", -2.5, 10, ""},
+    {R"({"type":"number","exclusiveMinimum":0,"maximum":0.25})", 0, 0.25, ""},
+    {R"({"minimum":0.1,"maximum":0.1})", 0.1, 0.1, ""}, // (no type: other values as they are)
+    {R"({"type":["number","null"],"minimum":-0.05,"maximum":-0.05})", -0.05, -0.05, ""},
+    {R"({"type":"number","multipleOf":0.25,"minimum":-1,"maximum":50})", -1, 50, "0.25"},
+    {R"({"type":"number","multipleOf":1.5})", -1e300, 1e300, "1.5"},
+    {R"({"type":"integer","multipleOf":5,"exclusiveMinimum":-12,"maximum":200})", -12, 200, "5"},
+    {R"({"type":"integer","multipleOf":2.5})", -1e300, 1e300, "5"}, // integers that are: multiples of 5
   };
   const std::regex plain(R"(-?(0|[1-9][0-9]*)(\.[0-9]+)?)");
-  const std::string alphabet = "0125.-e";
-  for (const auto& [x, range] : bounded) {
+  const std::regex whole_number(R"(-?(0|[1-9][0-9]*))");
+  const std::string alphabet = "01257.-e";
+  for (const auto& [x, lo, hi, multiple] : bounded) {
     SCOPED_TRACE(x);
-    const auto [lo, hi] = range;
-    const bool low_open = x.find("exclusiveMinimum") != std::string::npos;
-    const bool high_open = x.find("exclusiveMaximum") != std::string::npos;
+    const bool integer = x.find("integer") != std::string::npos;
+    const auto within = [&](const std::string& t) {
+      const double v = std::strtod(t.c_str(), nullptr);
+      const bool low_open = x.find("exclusiveMinimum") != std::string::npos;
+      const bool high_open = x.find("exclusiveMaximum") != std::string::npos;
+      return std::regex_match(t, integer ? whole_number : plain) && (low_open ? v > lo : v >= lo)
+             && (high_open ? v < hi : v <= hi) && (multiple.empty() || e18(t) % e18(multiple) == 0);
+    };
     const auto schema = R"({"type":"object","properties":{"x":)" + x + "}}";
     std::vector<std::string> texts = {""};
     for (std::size_t at = 0; at < texts.size(); ++at) {
@@ -476,14 +512,9 @@ TEST(json_schema, holds_the_text_to_the_schema) {
       if (t.size() < 5)
         for (const char c : alphabet)
           texts.push_back(t + c);
-      if (t.empty())
-        continue;
-      bool want = std::regex_match(t, plain);
-      if (want) {
-        const double v = std::strtod(t.c_str(), nullptr);
-        want = (low_open ? v > lo : v >= lo) && (high_open ? v < hi : v <= hi);
+      if (!t.empty()) {
+        ASSERT_EQ(reads_whole(schema, R"({"x":)" + t + "}"), within(t)) << t;
       }
-      ASSERT_EQ(reads_whole(schema, R"({"x":)" + t + "}"), want) << t;
     }
     // Every byte it allows leaves a way to a number within them: random
     // walks never get stuck before the object closes.
@@ -506,9 +537,7 @@ TEST(json_schema, holds_the_text_to_the_schema) {
         written += c;
       }
       written.pop_back(); // the '}'
-      const double v = std::strtod(written.c_str(), nullptr);
-      EXPECT_TRUE(std::regex_match(written, plain) && (low_open ? v > lo : v >= lo) && (high_open ? v < hi : v <= hi))
-        << written;
+      EXPECT_TRUE(within(written)) << written;
     }
   }
   EXPECT_TRUE(reads_whole(R"({"type":"object","properties":{"x":{"minimum":0.1}}})", R"({"x":"not a number"})"))
