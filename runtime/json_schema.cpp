@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -39,24 +40,33 @@ std::string written_name(const std::string& name) {
   return s.substr(1, s.size() - 2);
 }
 
+/// Names object node `n` may still take beyond its required ones not given
+/// yet (maxProperties keeps room for those), with `count` names given.
+std::int64_t spare_names(const json_schema::node& n, std::uint64_t seen, std::uint32_t count) {
+  return std::int64_t{n.max_names} - count - std::popcount(n.required & ~seen);
+}
+
 /// Property `i` of object node `n` may still be given, `depth` containers
-/// deep: not given yet, and its value fits.
-bool open_name(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::size_t i,
-               std::size_t depth) {
-  return !(seen >> i & 1) && s.fits(n.properties[i].second, depth);
+/// deep: not given yet, its value fits, and (not required) there is room.
+bool open_name(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::uint32_t count,
+               std::size_t i, std::size_t depth) {
+  return !(seen >> i & 1) && s.fits(n.properties[i].second, depth)
+         && ((n.required >> i & 1) != 0 || spare_names(n, seen, count) > 0);
 }
 
 /// Names other than the properties may be given, `depth` containers deep.
-bool other_names(const json_schema& s, const json_schema::node& n, std::size_t depth) {
-  return n.additional != json_schema::none && s.fits(n.additional, depth);
+bool other_names(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::uint32_t count,
+                 std::size_t depth) {
+  return n.additional != json_schema::none && s.fits(n.additional, depth) && spare_names(n, seen, count) > 0;
 }
 
-/// Object node `n` may take another name.
-bool names_left(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::size_t depth) {
+/// Object node `n`, which has `count` names, may take another name.
+bool names_left(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::uint32_t count,
+                std::size_t depth) {
   for (std::size_t i = 0; i < n.properties.size(); ++i)
-    if (open_name(s, n, seen, i, depth))
+    if (open_name(s, n, seen, count, i, depth))
       return true;
-  return other_names(s, n, depth);
+  return other_names(s, n, seen, count, depth);
 }
 
 using scaled_decimal = json_schema::scaled_decimal;
@@ -299,6 +309,7 @@ constexpr std::string_view annotations[] = {"title",    "description", "default"
                                             "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
                                             "$defs",    "definitions", "discriminator"};
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
+                                         "minProperties", "maxProperties",
                                          "items",     "prefixItems", "additionalItems", "minItems",   "maxItems",
                                          "minLength",
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum", "multipleOf",
@@ -512,7 +523,7 @@ private:
       if (!among(keywords, k))
         fail(path, "has \"" + k
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
-                       "additionalProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
+                       "additionalProperties, minProperties, maxProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
                        "maxLength, minimum, maximum, multipleOf, "
                        "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
@@ -586,7 +597,8 @@ private:
       return n;
     }
 
-    const bool object_words = has("properties") || has("required") || has("additionalProperties");
+    const bool object_words = has("properties") || has("required") || has("additionalProperties")
+                              || has("minProperties") || has("maxProperties");
     const bool array_words =
       has("items") || has("prefixItems") || has("additionalItems") || has("minItems") || has("maxItems");
     const bool string_words = has("minLength") || has("maxLength") || has("format") || has("pattern");
@@ -651,6 +663,12 @@ private:
       else
         n.items = at(path + "/" + rest_word);
     }
+    bounds(s, path, "minProperties", "maxProperties", n.min_names, n.max_names);
+    if (n.additional == none && n.min_names > n.properties.size())
+      fail(path, "has minProperties " + std::to_string(n.min_names) + " but takes only its "
+                   + std::to_string(n.properties.size()) + " properties");
+    if (static_cast<std::uint32_t>(std::popcount(n.required)) > n.max_names)
+      fail(path, "requires more properties than its maxProperties " + std::to_string(n.max_names));
     bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
     if (no_more) {
       n.max_items = std::min<std::uint32_t>(n.max_items, static_cast<std::uint32_t>(n.prefix_items.size()));
@@ -778,9 +796,30 @@ void json_schema::measure_depths() {
           least = 0;
         if (n.types & t_object) {
           std::uint8_t inner = 0;
-          for (std::size_t i = 0; i < n.properties.size(); ++i)
+          std::vector<std::uint8_t> others; // the values minProperties may add
+          for (std::size_t i = 0; i < n.properties.size(); ++i) {
+            const auto d = nodes_[n.properties[i].second].min_depth;
             if (n.required >> i & 1)
-              inner = std::max(inner, nodes_[n.properties[i].second].min_depth);
+              inner = std::max(inner, d);
+            else
+              others.push_back(d);
+          }
+          const auto given = static_cast<std::uint32_t>(std::popcount(n.required));
+          if (n.min_names > given) {
+            // The `more` least deep of the other properties and as many
+            // additional ones as it takes.
+            const std::size_t more = n.min_names - given;
+            std::sort(others.begin(), others.end());
+            std::uint8_t worst = unreachable;
+            if (n.additional != none) {
+              const auto a = nodes_[n.additional].min_depth;
+              const auto cheaper = static_cast<std::size_t>(std::lower_bound(others.begin(), others.end(), a) - others.begin());
+              worst = cheaper >= more ? others[more - 1] : a;
+            } else if (others.size() >= more) {
+              worst = others[more - 1];
+            }
+            inner = std::max(inner, worst);
+          }
           object = deeper(inner);
         }
         if (n.types & t_array) {
@@ -1232,7 +1271,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
   const auto close = [&](char open) {
     auto& f = r.frames.back();
     const auto& n = s.at(f.node);
-    if (open == '{' ? (f.seen & n.required) != n.required : f.count < n.min_items)
+    if (open == '{' ? (f.seen & n.required) != n.required || f.count < n.min_names : f.count < n.min_items)
       return;
     r.frames.pop_back();
     out.push_back(std::move(r));
@@ -1255,14 +1294,14 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     const auto depth = before.stack_.size();
     if (c == ',') {
       if (before.stack_.back() == '[' ? f.count < n.max_items && s.fits(json_schema::item(n, f.count), depth)
-                                      : names_left(s, n, f.seen, depth))
+                                      : names_left(s, n, f.seen, f.count, depth))
         out.push_back(std::move(r));
       return;
     }
     // '"': a key begins.
     f.key.clear();
     f.key_free = false;
-    if (!names_left(s, n, f.seen, depth))
+    if (!names_left(s, n, f.seen, f.count, depth))
       return;
     f.key_free = n.properties.empty();
     out.push_back(std::move(r));
@@ -1319,17 +1358,19 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
         for (std::size_t i = 0; i < n.properties.size(); ++i) {
           if (n.properties[i].first != f.key)
             continue;
-          if (!open_name(s, n, f.seen, i, depth))
+          if (!open_name(s, n, f.seen, f.count, i, depth))
             return; // given already, or its value would nest too deep
           f.seen |= std::uint64_t{1} << i;
+          ++f.count;
           f.value = n.properties[i].second;
           f.key.clear();
           out.push_back(std::move(r));
           return;
         }
       }
-      if (!other_names(s, n, depth))
+      if (!other_names(s, n, f.seen, f.count, depth))
         return;
+      ++f.count;
       f.value = n.additional;
       f.key.clear();
       f.key_free = false;
@@ -1347,10 +1388,10 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
       if (!n.properties[i].first.starts_with(f.key))
         continue;
       any_prefix = true;
-      open_prefix |= open_name(s, n, f.seen, i, depth);
+      open_prefix |= open_name(s, n, f.seen, f.count, i, depth);
     }
     if (!open_prefix) {
-      if (!other_names(s, n, depth))
+      if (!other_names(s, n, f.seen, f.count, depth))
         return;
       if (!any_prefix) { // no name's: any other key is an additional property
         f.key.clear();

@@ -9,7 +9,7 @@
 // the text as it is written, left to right:
 //   type (one or a list: object, array, string, number, integer, boolean,
 //   null), properties, required, additionalProperties (false, true or a
-//   schema), items (one schema, or a list as drafts before 2020-12 wrote
+//   schema), minProperties, maxProperties, items (one schema, or a list as drafts before 2020-12 wrote
 //   prefixItems, with additionalItems), prefixItems, minItems, maxItems,
 //   minLength, maxLength,
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (a
@@ -97,6 +97,9 @@ public:
     /// node; the required ones as bits (bit i: properties[i]).
     std::vector<std::pair<std::string, std::uint32_t>> properties;
     std::uint64_t required = 0;
+    /// minProperties and maxProperties: how many names the object gives.
+    std::uint32_t min_names = 0;
+    std::uint32_t max_names = 0xFFFFFFFFu;
     /// The node of other properties' values; none: no other properties.
     std::uint32_t additional = 0;
     /// Arrays: the first items' nodes by position (prefixItems), and the
@@ -239,7 +242,7 @@ private:
   struct frame {
     std::uint32_t node = 0;
     std::uint64_t seen = 0;   ///< object: the properties given (bits)
-    std::uint32_t count = 0;  ///< array: the values begun
+    std::uint32_t count = 0;  ///< array: the values begun; object: the names given
     std::uint32_t value = 0;  ///< object: the node of the value to come
     std::string key;          ///< object: the key so far, while it is a prefix of a name
     bool key_free = false;    ///< object: the key is no name's: an additional property

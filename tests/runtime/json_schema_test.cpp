@@ -143,7 +143,7 @@ bool valid(const json& doc, const json& s, const json& v) {
     for (const auto& r : s.value("required", json::array()))
       if (!v.contains(r.get<std::string>()))
         return false;
-    return true;
+    return v.size() >= s.value("minProperties", 0u) && v.size() <= s.value("maxProperties", 0xFFFFFFFFu);
   }
   if (v.is_array()) {
     if (!is("array") || v.size() < s.value("minItems", 0u) || v.size() > s.value("maxItems", 0xFFFFFFFFu))
@@ -234,6 +234,12 @@ const std::vector<std::string>& schemas() {
     R"({"type":"object","properties":{"age":{"type":"integer","minimum":18,"maximum":120},"t":{"type":"integer",
         "exclusiveMinimum":-40,"exclusiveMaximum":0},"n":{"type":["integer","null"],"minimum":7,"maximum":7}},
         "required":["age"],"additionalProperties":false})",
+    // How many names: minProperties and maxProperties, with and without
+    // other names.
+    R"({"type":"object","properties":{"few":{"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"null"},
+        "c":{"type":"boolean"}},"required":["a"],"minProperties":2,"maxProperties":2,"additionalProperties":false},
+        "many":{"minProperties":3,"additionalProperties":{"type":"integer"},"properties":{"k":{"const":"v"}}}},
+        "required":["few"],"maxProperties":2})",
     // Tuples: prefixItems with the rest refused (Pydantic's tuple[int, str])
     // or of one schema; draft 7's items as a list with additionalItems.
     R"({"type":"object","properties":{"pt":{"type":"array","prefixItems":[{"type":"integer"},{"type":"string","maxLength":2}],
@@ -310,6 +316,10 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"integer","maximum":"9"}}})", R"("maximum" "9"; it must be a number)"},
     {R"({"type":"object","properties":{"a":{"enum":[]}}})", "non-empty list of values"},
     {R"({"type":"object","properties":{"a":{"type":"string","enum":[1]}}})", "whose type its \"type\" refuses"},
+    {R"({"type":"object","properties":{"a":{"properties":{"x":true},"additionalProperties":false,"minProperties":2}}})",
+     "has minProperties 2 but takes only its 1 properties"},
+    {R"({"type":"object","properties":{"a":{"properties":{"x":true,"y":true},"required":["x","y"],"maxProperties":1}}})",
+     "requires more properties than its maxProperties 1"},
     {R"({"type":"object","properties":{"a":{"prefixItems":[]}}})", R"(has "prefixItems" []; it must be a non-empty list)"},
     {R"({"type":"object","properties":{"a":{"prefixItems":[true],"items":[true]}}})", R"(beside "items" as a list)"},
     {R"({"type":"object","properties":{"a":{"additionalItems":false}}})", R"(has "additionalItems" without "items" as a list)"},
@@ -625,8 +635,25 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     for (const auto& [k, sub] : props.items())
       if (std::find(required.begin(), required.end(), k) != required.end() || (depth < 6 && pick(2)))
         o[k] = sample(doc, sub, rng, depth + 1);
-    if (!(s.contains("additionalProperties") && s["additionalProperties"] == false) && depth < 6 && pick(3) == 0)
+    const bool others = !(s.contains("additionalProperties") && s["additionalProperties"] == false);
+    if (others && depth < 6 && pick(3) == 0)
       o["zz" + std::to_string(pick(5))] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
+    // minProperties and maxProperties: more names, or fewer of those not
+    // required.
+    for (unsigned k = 0; o.size() < s.value("minProperties", 0u); ++k) {
+      if (others)
+        o["yy" + std::to_string(k)] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
+      else
+        for (const auto& [name, sub] : props.items())
+          if (!o.contains(name) && o.size() < s.value("minProperties", 0u))
+            o[name] = sample(doc, sub, rng, depth + 1);
+    }
+    for (auto it = o.begin(); o.size() > s.value("maxProperties", 0xFFFFFFFFu) && it != o.end();) {
+      if (std::find(required.begin(), required.end(), it.key()) == required.end())
+        it = o.erase(it);
+      else
+        ++it;
+    }
     return o;
   }
   if (t == "array") {
