@@ -525,7 +525,7 @@ private:
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
                        "additionalProperties, minProperties, maxProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
                        "maxLength, minimum, maximum, multipleOf, "
-                       "exclusiveMinimum, exclusiveMaximum (on integers), format (date, time, date-time, uuid), "
+                       "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, uuid, email, hostname, ipv4, uri), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
                        "one schema) and $ref");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
@@ -682,12 +682,36 @@ private:
       static const std::map<std::string, string_format, std::less<>> formats = {
         {"date", string_format::date}, {"time", string_format::time},
         {"date-time", string_format::date_time}, {"uuid", string_format::uuid}};
-      const auto it = f->is_string() ? formats.find(f->get<std::string>()) : formats.end();
-      if (it == formats.end())
-        fail(path, "has \"format\" " + f->dump() + "; Troupe writes the formats date, time, date-time and uuid");
+      // Formats held as a pattern of the whole string.
+      static const std::map<std::string, std::string, std::less<>> patterned = {
+        // A dot-atom local part (RFC 5322, no quoted forms), "@", a host
+        // name of at least two labels.
+        {"email", "^[A-Za-z0-9!#$%&'*+/=?^_{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_{|}~-]+)*@" + host_label
+                    + "(\\." + host_label + ")+$"},
+        // RFC 1123: labels of 1 to 63 letters, digits and inner hyphens.
+        {"hostname", "^" + host_label + "(\\." + host_label + ")*$"},
+        {"ipv4", "^(" + octet + "\\.){3}" + octet + "$"},
+        // RFC 3986's absolute form: a scheme, ':', then characters a URI
+        // may hold (a percent sign only as a whole escape).
+        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~!$&'()*+,;=:@/?#\\[\\]-]|%[0-9A-Fa-f]{2})*$"}};
+      const auto name = f->is_string() ? f->get<std::string>() : std::string();
+      const auto it = formats.find(name);
+      const auto as_pattern = patterned.find(name);
+      if (it == formats.end() && as_pattern == patterned.end())
+        fail(path, "has \"format\" " + f->dump()
+                     + "; Troupe writes the formats date, time, date-time, uuid, email, hostname, ipv4 and uri");
       if (!(n.types & t_string))
         fail(path, "has a \"format\" but takes no strings");
-      n.format = it->second;
+      if (it != formats.end()) {
+        n.format = it->second;
+      } else {
+        for (const char* other : {"minLength", "maxLength", "pattern"})
+          if (has(other))
+            fail(path, "has \"format\" " + f->dump() + " beside \"" + other + "\"; Troupe holds " + name
+                         + " as a pattern, alone");
+        patterns_.push_back(std::make_shared<const json_pattern>(as_pattern->second));
+        n.pattern = static_cast<std::uint32_t>(patterns_.size() - 1);
+      }
     }
     if (const auto p = s.find("pattern"); p != s.end()) {
       if (!p->is_string())
@@ -707,6 +731,9 @@ private:
     }
     return n;
   }
+
+  static inline const std::string host_label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
+  static inline const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
 
   const json& doc_;
   std::vector<node>& nodes_;

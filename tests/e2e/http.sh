@@ -582,7 +582,7 @@ for seed in range(3):
         answers.add(json.loads(jbody)["choices"][0]["text"])
     assert len(answers) == 1, answers
 assert refused(400, body={"model": "demo", "prompt": "x", "guided_json": {
-    "type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}, says="format")["param"] == "guided_json"
+    "type": "object", "properties": {"mail": {"type": "string", "format": "idn-email"}}}}, says="format")["param"] == "guided_json"
 # vLLM's guided_choice and structured_outputs' choice: the text is one of
 # the choices, whole and streamed ("no" may end where "not sure" goes on).
 picks = ["yes", "no", "not sure", "maybe so"]
@@ -615,7 +615,7 @@ for seed in range(4):
 assert refused(400, body={"model": "demo", "prompt": "x", "guided_regex": "a(?=b)"},
                says="guided_regex")["param"] == "guided_regex"
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
-    "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "email"}}}}}},
+    "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "idn-email"}}}}}},
         says="format")
 # Symphony's advisory over HTTP: the session's next turn is coming.
 status, _, advice = call("/v1/advise", {"session": "conv-1", "in_s": 0})

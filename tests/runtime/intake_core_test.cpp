@@ -942,7 +942,7 @@ TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_whe
   intake_core core{small_limits(), *catalog, backend};
   const std::string head = R"({"type":"generate","id":"bad","prompt":"p","json_schema":)";
   for (const auto& [schema, says] : std::vector<std::pair<std::string, std::string>>{
-         {R"({"type":"object","properties":{"a":{"type":"string","format":"email"}}})",
+         {R"({"type":"object","properties":{"a":{"type":"string","format":"idn-email"}}})",
           R"("#/properties/a" has "format")"},
          {R"({"type":"array","items":{}})", "top level must be an object"},
          {R"({"$ref":"#/$defs/missing"})", "refers to nothing"},

@@ -436,7 +436,7 @@ TEST(json_schema, holds_the_text_to_the_schema) {
          {"time", "12:00:00.Z"}, {"time", "12:00:00.1234567890Z"}, {"date-time", "2026-11-27 21:33:55Z"},
          {"uuid", "123e4567e89b12d3a456426614174000"}, {"uuid", "123e4567-e89b-12d3-a456-42661417400g"}})
     EXPECT_FALSE(reads_whole(formats(f), R"({"x":")" + bad + R"("})")) << f << " " << bad;
-  EXPECT_NE(refusal(formats("email")).find(R"(has "format" "email")"), std::string::npos);
+  EXPECT_NE(refusal(formats("idn-email")).find(R"(has "format" "idn-email")"), std::string::npos);
   EXPECT_NE(refusal(R"({"type":"object","properties":{"x":{"type":"integer","format":"date"}}})").find("takes no strings"),
             std::string::npos);
   auto feb = machine(formats("date"));
@@ -444,6 +444,32 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   EXPECT_FALSE(feb.feed('3')) << "February has no 30th";
   ASSERT_TRUE(feb.feed('2'));
   EXPECT_FALSE(feb.feed('9')) << "nor, in 2023, a 29th";
+
+  // Formats held as a pattern of the whole string.
+  const auto format = [](const std::string& f) {
+    return R"({"type":"object","properties":{"x":{"type":"string","format":")" + f + R"("}}})";
+  };
+  const std::vector<std::tuple<std::string, std::vector<std::string>, std::vector<std::string>>> patterned = {
+    {"email",
+     {"a@b.co", "first.last+tag@mail.example.org", "x_y-z@sub-1.example.com", "o'neil!#$%&*/=?^{|}~@a.b"},
+     {"a@b", "@b.co", "a.@b.co", ".a@b.co", "a..b@c.de", "a@-b.co", "a@b-.co", "a b@c.de", "a@b.c_o", "a@@b.co",
+      "a@" + std::string(64, 'x') + ".com"}},
+    {"hostname", {"localhost", "a-b.example.com", "x1.y2", std::string(63, 'h')},
+     {"-a", "a-", "a..b", "a_b", "a.", std::string(64, 'h'), ""}},
+    {"ipv4", {"0.0.0.0", "192.168.1.255", "255.255.255.255", "10.0.0.1"},
+     {"256.1.1.1", "1.2.3", "01.2.3.4", "1.2.3.4.5", "1.2.3.-4", "a.b.c.d"}},
+    {"uri", {"https://example.com/a?b=c#d", "mailto:x@y.z", "urn:isbn:0-486", "http://[::1]:80/%20x"},
+     {"//example.com", "1http://x", "http://a b", "http://x/%2", "http://x/%zz", "http://x/\\", ""}},
+  };
+  for (const auto& [f, good, bad] : patterned) {
+    for (const auto& v : good)
+      EXPECT_TRUE(reads_whole(format(f), R"({"x":)" + json(v).dump() + "}")) << f << ": " << v;
+    for (const auto& v : bad)
+      EXPECT_FALSE(reads_whole(format(f), R"({"x":)" + json(v).dump() + "}")) << f << ": " << v;
+  }
+  EXPECT_NE(refusal(R"({"type":"object","properties":{"x":{"format":"email","maxLength":9}}})")
+              .find(R"(has "format" "email" beside "maxLength"; Troupe holds email as a pattern, alone)"),
+            std::string::npos);
 
   // Integers within bounds, refused at the first digit that leaves them.
   const std::string aged = R"({"type":"object","properties":{"n":{"type":"integer","minimum":-5,"maximum":120}}})";
