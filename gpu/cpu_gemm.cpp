@@ -159,19 +159,25 @@ TROUPE_AVX2 void avx2_columns(const float* x, const float* w, float* c, size_t m
 
 #endif // TROUPE_GEMM_AVX2
 
+/// This CPU runs the AVX2/FMA kernel (checked once).
+bool runs_avx2() noexcept {
+#ifdef TROUPE_GEMM_AVX2
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return avx2;
+#else
+  return false;
+#endif
+}
+
 void columns(gemm_kernel kernel, const float* x, const float* w, float* c, size_t m, size_t n, size_t k,
              float alpha, float beta, size_t j0, size_t j1) {
-  switch (kernel) {
-  case gemm_kernel::avx2_fma:
 #ifdef TROUPE_GEMM_AVX2
+  if (kernel == gemm_kernel::avx2_fma && runs_avx2()) {
     avx2_columns(x, w, c, m, n, k, alpha, beta, j0, j1);
     return;
-#else
-    break; // best_gemm_kernel() never names it here; the portable kernel gives the same bits
-#endif
-  case gemm_kernel::portable:
-    break;
   }
+#endif
+  // The portable kernel, asked for or standing in (the same bits).
   portable_columns(x, w, c, m, n, k, alpha, beta, j0, j1);
 }
 
@@ -197,12 +203,7 @@ std::string_view to_string(gemm_kernel k) noexcept {
 }
 
 gemm_kernel best_gemm_kernel() noexcept {
-#ifdef TROUPE_GEMM_AVX2
-  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  if (avx2)
-    return gemm_kernel::avx2_fma;
-#endif
-  return gemm_kernel::portable;
+  return runs_avx2() ? gemm_kernel::avx2_fma : gemm_kernel::portable;
 }
 
 void gemm_xwt(const float* x, const float* w, float* c, size_t m, size_t n, size_t k, float alpha, float beta,

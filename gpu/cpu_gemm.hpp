@@ -16,7 +16,8 @@ namespace troupe::gpu {
 /// multiply-add, zeros past k), added in one fixed tree, then alpha and beta.
 enum class gemm_kernel : std::uint8_t {
   portable, ///< plain C++ (std::fma); the reference, and the fallback
-  avx2_fma, ///< x86-64 AVX2 and FMA intrinsics, in register tiles
+  avx2_fma, ///< x86-64 AVX2 and FMA intrinsics, in register tiles; where
+            ///< the CPU lacks them, the portable kernel stands in
 };
 
 /// "portable" or "avx2_fma".

@@ -515,26 +515,33 @@ city = {"type": "object", "additionalProperties": False, "required": ["city", "p
         "properties": {"city": {"type": "string"}, "pop": {"type": "integer"}, "big": {"type": "boolean"},
                        "kind": {"enum": ["town", "capital"]}}}
 schema_format = {"type": "json_schema", "json_schema": {"name": "city", "strict": True, "schema": city}}
-closed = 0
-for seed in range(12):
-    jstatus, _, jbody = call("/v1/completions", {"model": "demo", "prompt": "A city:", "max_tokens": 120,
-                                                 "seed": seed, "response_format": schema_format})
-    assert jstatus == 200, jbody
-    jchoice = json.loads(jbody)["choices"][0]
-    if jchoice["finish_reason"] != "stop":
-        assert jchoice["finish_reason"] == "length" and jchoice["text"].lstrip().startswith("{"), jchoice
-        continue
-    closed += 1
-    value = json.loads(jchoice["text"])
-    assert set(value) <= {"city", "pop", "big", "kind"} and {"city", "pop", "big"} <= set(value), jchoice
-    assert isinstance(value["city"], str) and type(value["pop"]) is int and type(value["big"]) is bool, jchoice
-    assert value.get("kind", "town") in ("town", "capital"), jchoice
-assert closed >= 1, "no JSON Schema answer of 12 ended"
+from decimal import Decimal
+def schema_answers(prompt, schema, max_tokens):
+    """The texts of the answers of seeds 0-11 that ended (each cut short is
+    the beginning of an object)."""
+    texts = []
+    for seed in range(12):
+        jstatus, _, jbody = call("/v1/completions", {"model": "demo", "prompt": prompt, "max_tokens": max_tokens,
+                                                     "seed": seed, "response_format": {"type": "json_schema",
+                                                     "json_schema": {"name": "s", "strict": True, "schema": schema}}})
+        assert jstatus == 200, jbody
+        jchoice = json.loads(jbody)["choices"][0]
+        if jchoice["finish_reason"] == "stop":
+            texts.append(jchoice["text"])
+        else:
+            assert jchoice["finish_reason"] == "length" and jchoice["text"].lstrip().startswith("{"), jchoice
+    return texts
+cities = schema_answers("A city:", city, 120)
+for text in cities:
+    value = json.loads(text)
+    assert set(value) <= {"city", "pop", "big", "kind"} and {"city", "pop", "big"} <= set(value), text
+    assert isinstance(value["city"], str) and type(value["pop"]) is int and type(value["big"]) is bool, text
+    assert value.get("kind", "town") in ("town", "capital"), text
+assert cities, "no JSON Schema answer of 12 ended"
 # A schema as Pydantic writes one: a discriminated union (oneOf of $refs
 # beside discriminator), a tuple (prefixItems), bounded numbers and a price
 # in cents (multipleOf). Every answer that ends is a value of it.
 import re
-from decimal import Decimal
 pets = {"$defs": {
     "Cat": {"type": "object", "properties": {"kind": {"const": "cat", "title": "Kind"},
                                              "lives": {"type": "integer", "minimum": 1, "maximum": 9}},
@@ -549,27 +556,18 @@ pets = {"$defs": {
                                                    {"type": "number", "minimum": -180, "exclusiveMaximum": 180}],
                   "items": False, "minItems": 2},
         "price": {"type": "number", "multipleOf": 0.01, "minimum": 0, "maximum": 1000}}}
-closed = 0
-for seed in range(12):
-    jstatus, _, jbody = call("/v1/completions", {"model": "demo", "prompt": "A pet:", "max_tokens": 250, "seed": seed,
-                                                 "response_format": {"type": "json_schema", "json_schema": {
-                                                     "name": "pets", "strict": True, "schema": pets}}})
-    assert jstatus == 200, jbody
-    jchoice = json.loads(jbody)["choices"][0]
-    if jchoice["finish_reason"] != "stop":
-        assert jchoice["finish_reason"] == "length" and jchoice["text"].lstrip().startswith("{"), jchoice
-        continue
-    closed += 1
-    value = json.loads(jchoice["text"], parse_float=Decimal)
+pet_answers = schema_answers("A pet:", pets, 250)
+for text in pet_answers:
+    value = json.loads(text, parse_float=Decimal)
     pet, (lat, lon), price = value["pet"], value["where"], value["price"]
-    assert set(value) == {"pet", "where", "price"} and len(value["where"]) == 2, jchoice
+    assert set(value) == {"pet", "where", "price"} and len(value["where"]) == 2, text
     assert (pet["kind"] == "cat" and set(pet) == {"kind", "lives"} and type(pet["lives"]) is int
             and 1 <= pet["lives"] <= 9) or (pet["kind"] == "dog" and set(pet) == {"kind", "good"}
-                                            and type(pet["good"]) is bool), jchoice
-    assert -90 <= lat <= 90 and -180 <= lon < 180 and 0 <= price <= 1000 and Decimal(price) % Decimal("0.01") == 0, jchoice
-    assert not re.search("[0-9.][eE]", jchoice["text"]), jchoice  # bounded numbers: no exponent
-assert closed >= 1, "no answer of 12 to the Pydantic-style schema ended"
-print(f"http: {closed} of 12 answers to a Pydantic-style schema ended, each a value of it")
+                                            and type(pet["good"]) is bool), text
+    assert -90 <= lat <= 90 and -180 <= lon < 180 and 0 <= price <= 1000 and Decimal(price) % Decimal("0.01") == 0, text
+    assert not re.search("[0-9.][eE]", text), text  # bounded numbers: no exponent
+assert pet_answers, "no answer of 12 to the Pydantic-style schema ended"
+print(f"http: {len(pet_answers)} of 12 answers to a Pydantic-style schema ended, each a value of it")
 # vLLM's guided_json and structured_outputs hold the output to the same
 # schema: the same seed gives the same answer.
 for seed in range(3):
