@@ -28,7 +28,7 @@ std::string json_machine::key() const {
   for (const auto b : {static_cast<std::uint8_t>(lex_), static_cast<std::uint8_t>(num_),
                        static_cast<std::uint8_t>(key_), hex_left_, static_cast<std::uint8_t>(surrogate_),
                        utf8_left_, utf8_lo_, utf8_hi_, lit_, lit_at_,
-                       static_cast<std::uint8_t>(blank_)})
+                       static_cast<std::uint8_t>(blank_), static_cast<std::uint8_t>(array_top_)})
     k += static_cast<char>(b);
   return k + stack_;
 }
@@ -53,8 +53,8 @@ bool json_machine::close(unsigned char c) {
 }
 
 bool json_machine::begin_value(unsigned char c) {
-  if (stack_.empty() && c != '{')
-    return false; // the top-level value is an object
+  if (stack_.empty() && c != '{' && !(c == '[' && array_top_))
+    return false; // the top-level value is an object (or an array)
   switch (c) {
   case '{':
   case '[':

@@ -41,7 +41,7 @@ inline bool json_hex(unsigned char c) noexcept {
 }
 
 /// Reads JSON text (RFC 8259) byte by byte whose top-level value is an
-/// object, and says whether a byte may come next. Strings must be valid
+/// object (or, in a schema_machine whose schema allows it, an array), and says whether a byte may come next. Strings must be valid
 /// UTF-8 (no overlong forms, no surrogates) without raw control
 /// characters, and a \u escape of a surrogate must be half of a pair. Two limits keep a sampled output
 /// from running away: nesting deeper than max_depth and runs of more than
@@ -59,7 +59,7 @@ public:
   bool feed(unsigned char c);
   /// Takes every byte of `bytes`, or returns false having taken none.
   bool feed(std::string_view bytes);
-  /// The top-level object has closed: the text is whole.
+  /// The top-level value has closed: the text is whole.
   bool complete() const noexcept { return lex_ == lex::done; }
   /// What decides which bytes may follow, as a string (equal keys: the
   /// same bytes may follow from here on).
@@ -118,6 +118,7 @@ private:
   std::uint8_t lit_ = 0;    ///< 0 true, 1 false, 2 null
   std::uint8_t lit_at_ = 0; ///< bytes of it read
   std::uint32_t blank_ = 0; ///< whitespace bytes in a row
+  bool array_top_ = false;  ///< the top-level value may be an array too
   std::string stack_;       ///< '{' and '[' open, innermost last
 };
 

@@ -528,6 +528,37 @@ namespace {
 constexpr std::string_view content_slot = "{content}";
 constexpr std::string_view tools_slot = "{tools}";
 constexpr std::string_view call_slot = "{call}";
+constexpr std::string_view calls_slot = "{calls}";
+
+/// Where a chat_tool_call format's slot is: "{call}", one call's JSON, or
+/// "{calls}", the calls as one JSON array (Mistral's).
+struct call_slot_at {
+  std::size_t at = std::string::npos;
+  std::size_t size = 0;
+  bool array = false;
+};
+
+call_slot_at find_call_slot(std::string_view tool_call) {
+  if (const auto at = tool_call.find(calls_slot); at != std::string::npos)
+    return {at, calls_slot.size(), true};
+  if (const auto at = tool_call.find(call_slot); at != std::string::npos)
+    return {at, call_slot.size(), false};
+  return {};
+}
+
+/// How a Jinja template's text writes calls, where it shows: Hermes' tags
+/// (Qwen-style templates), or Mistral's marker before an array ("[ARGS]",
+/// its later form of one call after another, is not read); "" where not.
+std::string tool_call_of(std::string_view text, std::string_view tool_use_text = {}) {
+  const auto holds = [&](std::string_view s) {
+    return text.find(s) != std::string_view::npos || tool_use_text.find(s) != std::string_view::npos;
+  };
+  if (holds("<tool_call>"))
+    return "<tool_call>\n{call}\n</tool_call>";
+  if (holds("[TOOL_CALLS]") && !holds("[ARGS]"))
+    return "[TOOL_CALLS] {calls}";
+  return {};
+}
 
 /// Most functions one request may offer: a forced call follows each as an
 /// alternative of its schema, and the schema machine follows at most 64.
@@ -747,8 +778,15 @@ std::variant<std::vector<chat_message>, api_error> with_tools(const chat_templat
         out.push_back({"user", std::move(result), {}, true, m.at});
       continue;
     }
+    if (find_call_slot(tpl.tool_call).array && !m.calls.empty()) {
+      // The calls as one array.
+      std::string list;
+      for (const auto& c : m.calls)
+        list += (list.empty() ? "[" : ", ") + c;
+      m.calls = {list + "]"};
+    }
     for (const auto& c : m.calls)
-      m.content += (m.content.empty() ? "" : "\n") + filled(tpl.tool_call, c, call_slot);
+      m.content += (m.content.empty() ? "" : "\n") + filled(tpl.tool_call, c, find_call_slot(tpl.tool_call).array ? calls_slot : call_slot);
     m.calls.clear();
     out.push_back(std::move(m));
   }
@@ -974,8 +1012,15 @@ std::variant<std::vector<tool>, api_error> read_tools(const json& doc) {
         continue;
       if (key == "description" && value.is_string())
         shown["description"] = value.get<std::string>();
-      else if (key == "parameters" && value.is_object())
+      else if (key == "parameters" && value.is_object()) {
+        // A call's arguments are an object: a schema of another type
+        // could never be called.
+        if (const auto type = value.find("type"); type != value.end() && *type != "object")
+          return bad("\"" + at + ".function.parameters\" must describe the arguments' object (\"type\": \"object\"), "
+                       "got \"type\": " + type->dump().substr(0, 80),
+                     "tools");
         one.parameters = value;
+      }
       else if (key == "strict" && value.is_boolean())
         continue; // calls are held to the parameters whatever it says
       else if (key == "description" || key == "parameters" || key == "strict")
@@ -1033,6 +1078,17 @@ json call_schema(const std::vector<tool>& tools, const std::string& arguments_ke
                    {"additionalProperties", false}});
   }
   return {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
+}
+
+/// The schema of the calls' array (Mistral's) whose items are `one`, a
+/// call's schema: at least one call, and one at most where `single`.
+json calls_schema(json one, bool single) {
+  json defs = std::move(one["$defs"]);
+  one.erase("$defs");
+  json out = {{"type", "array"}, {"items", std::move(one)}, {"minItems", 1}, {"$defs", std::move(defs)}};
+  if (single)
+    out["maxItems"] = 1;
+  return out;
 }
 
 /// The tools a chat offers as `tool_choice` asks: none ("none", the
@@ -1134,19 +1190,25 @@ void default_tool_formats(chat_formats& f) {
 }
 
 /// Why `tool_call` cannot say how calls are written: it must hold "{call}"
-/// after a marker that opens a call.
+/// (or "{calls}", the calls' array, with nothing after it) after a marker
+/// that opens a call.
 std::optional<chat_template_error> tool_call_refused(const std::string& tool_call, bool markerless = false) {
-  const auto at = tool_call.find(call_slot);
-  const auto marker = at == std::string::npos ? std::string_view() : trimmed(std::string_view(tool_call).substr(0, at));
-  if (markerless && at != std::string::npos && marker.empty()) {
-    if (!trimmed(std::string_view(tool_call).substr(at + call_slot.size())).empty())
+  const auto slot = find_call_slot(tool_call);
+  const auto found = slot.at != std::string::npos;
+  const auto marker = found ? trimmed(std::string_view(tool_call).substr(0, slot.at)) : std::string_view();
+  const auto after = found ? trimmed(std::string_view(tool_call).substr(slot.at + slot.size)) : std::string_view();
+  if (slot.array && !after.empty())
+    return chat_template_error{"chat_tool_call", "holds text after \"{calls}\"; the array's \"]\" ends the calls"};
+  if (markerless && found && marker.empty()) {
+    if (!after.empty())
       return chat_template_error{"chat_tool_call", "is \"{call}\" alone (calls found at the output's start) or "
                                                    "holds text that opens a call before \"{call}\""};
     return std::nullopt;
   }
   if (marker.empty() || marker.size() > wire::max_json_trigger_bytes)
-    return chat_template_error{"chat_tool_call", "must hold \"{call}\" after text that opens a call (such as "
-                                                 "\"<tool_call>\"; at most "
+    return chat_template_error{"chat_tool_call", "must hold \"{call}\" (one call's JSON) or \"{calls}\" (the calls "
+                                                 "as one JSON array) after text that opens a call (such as "
+                                                 "\"<tool_call>\" or \"[TOOL_CALLS]\"; at most "
                                                    + std::to_string(wire::max_json_trigger_bytes)
                                                    + " bytes, blanks aside), by which calls are found in the output"};
   return std::nullopt;
@@ -1195,10 +1257,8 @@ std::variant<chat_template, chat_template_error> make_jinja_template(chat_templa
   }
   t.bos_token = jinja->bos_token;
   t.eos_token = jinja->eos_token;
-  if (t.tool_call.empty()
-      && (jinja->text.find("<tool_call>") != std::string::npos
-          || jinja->tool_use_text.find("<tool_call>") != std::string::npos))
-    t.tool_call = "<tool_call>\n{call}\n</tool_call>"; // Hermes' tags, which Qwen-style templates use
+  if (t.tool_call.empty())
+    t.tool_call = tool_call_of(jinja->text, jinja->tool_use_text);
   return t;
 }
 
@@ -1303,8 +1363,8 @@ std::variant<std::optional<chat_template>, api_error> request_template(const jso
     return bad(std::string("field \"chat_template\": ") + e.what(), "chat_template");
   }
   own.tool_use_program.reset();
-  if (!served.program && text.find("<tool_call>") != std::string::npos)
-    own.tool_call = "<tool_call>\n{call}\n</tool_call>"; // as make_chat_template reads a template's text
+  if (auto format = tool_call_of(text); !served.program && !format.empty())
+    own.tool_call = std::move(format); // as make_chat_template reads a template's text
   return std::optional<chat_template>(std::move(own));
 }
 
@@ -1347,8 +1407,9 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   std::variant<std::string, api_error> prompt;
   if (tpl.program) {
     if (!offered.empty() && tpl.tool_call.empty())
-      return bad("the chat template's call format is not known (its text has no <tool_call> tags), so calls could not "
-                 "be read from the output; the server's http.chat_tool_call says how the model writes one",
+      return bad("the chat template's call format is not known (its text has neither <tool_call> tags nor Mistral's "
+                 "[TOOL_CALLS] array), so calls could not be read from the output; the server's http.chat_tool_call "
+                 "says how the model writes one",
                  "tools");
     if (!ordered) // read_body took it, so it was read in order too
       return api_error{500, "server_error", "", "the chat body was not read in order", ""};
@@ -1442,14 +1503,15 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
                  "call's arguments are held to its parameters when tool_choice forces the call",
                  "response_format");
     const auto forced = std::get<tool_choice>(choice).forced;
-    const auto slot = tpl.tool_call.find(call_slot);
+    const auto slot = find_call_slot(tpl.tool_call);
     completion_request::tool_calling calling;
     calling.forced = forced;
     calling.bare = forced && (std::get<tool_choice>(choice).named || !parallel);
     for (const auto& t : offered)
       calling.names.push_back(t.name);
-    calling.open = std::string(trimmed(std::string_view(tpl.tool_call).substr(0, slot)));
-    calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot + call_slot.size())));
+    calling.open = std::string(trimmed(std::string_view(tpl.tool_call).substr(0, slot.at)));
+    calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot.at + slot.size)));
+    calling.array = slot.array;
     calling.parallel = parallel;
     calling.arguments_key = tpl.tool_arguments.empty() ? "arguments" : tpl.tool_arguments;
     // No marker: a forced answer is one call; "auto" reads the calls the
@@ -1462,22 +1524,31 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
       calling.bare = false;
       calling.parallel = false;
     }
+    // What a marker opens: a call, or (array) the calls' array, one call
+    // at most where only one is taken.
+    const auto held = [&](json one) {
+      return calling.array ? calls_schema(std::move(one), calling.bare || !calling.parallel) : one;
+    };
     if (calling.bare) {
-      // The assistant's turn opens with a call, whose JSON is held to the
-      // tools' names and parameters and ends the output.
-      opening += tpl.tool_call.substr(0, slot);
-      gen["json_schema"] = call_schema(offered, calling.arguments_key);
+      // The assistant's turn opens with a call (an array of one), whose
+      // JSON is held to the tools' names and parameters and ends the output.
+      opening += calling.array ? calling.open : tpl.tool_call.substr(0, slot.at);
+      gen["json_schema"] = held(call_schema(offered, calling.arguments_key));
     } else if (forced) {
       // The output begins with a call; after it the model may open more.
-      gen["json_schema"] = call_schema(offered, calling.arguments_key);
+      gen["json_schema"] = held(call_schema(offered, calling.arguments_key));
       gen["json_trigger"] = calling.open;
       gen["json_trigger_first"] = true;
     } else if (!calling.open.empty()) {
       // Free text; a call the model opens is held to the tools' names and
       // (where the server can enforce them) parameters.
-      gen["json_schema"] = call_schema(offered, calling.arguments_key, enforceable);
+      gen["json_schema"] = held(call_schema(offered, calling.arguments_key, enforceable));
       gen["json_trigger"] = calling.open;
     }
+    // Mistral's marker is a special token, which stands for no text unless
+    // special tokens are shown (as vLLM's Mistral parser asks).
+    if (calling.array && !doc.contains("skip_special_tokens"))
+      gen["skip_special_tokens"] = false;
     out.tools = std::move(calling);
   }
   out.reasoning = tpl.reasoning;
@@ -1885,18 +1956,36 @@ std::vector<std::size_t> chosen(const std::vector<wire::done_reply>& done, std::
 namespace {
 
 /// Call `j` of choice `k`'s id: "call_", the completion's time and id,
-/// the choice and the place.
-std::string call_id(std::string_view completion_id, std::int64_t created, std::size_t k, std::size_t j) {
-  return "call_" + std::to_string(created) + "_" + std::string(completion_id.substr(completion_id.rfind('-') + 1)) + "_"
-         + std::to_string(k) + "_" + std::to_string(j);
+/// the choice and the place. For Mistral's array form (`short_id`), nine
+/// letters and digits drawn from those (its templates refuse other ids
+/// when the calls come back in the history).
+std::string call_id(std::string_view completion_id, std::int64_t created, std::size_t k, std::size_t j,
+                    bool short_id) {
+  auto id = "call_" + std::to_string(created) + "_" + std::string(completion_id.substr(completion_id.rfind('-') + 1))
+            + "_" + std::to_string(k) + "_" + std::to_string(j);
+  if (!short_id)
+    return id;
+  std::uint64_t h = 14695981039346656037ULL; // FNV-1a, then a final mix
+  for (const char c : id)
+    h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdULL;
+  h ^= h >> 33;
+  static constexpr std::string_view digits = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string out(9, '0');
+  for (auto& c : out) {
+    c = digits[h % digits.size()];
+    h /= digits.size();
+  }
+  return out;
 }
 
 /// Choice `k`'s calls as OpenAI's tool_calls.
 json tool_calls_json(const std::vector<read_call>& calls, std::string_view completion_id, std::int64_t created,
-                     std::size_t k) {
+                     std::size_t k, bool short_id) {
   json out = json::array();
   for (std::size_t j = 0; j < calls.size(); ++j)
-    out.push_back({{"id", call_id(completion_id, created, k, j)},
+    out.push_back({{"id", call_id(completion_id, created, k, j, short_id)},
                    {"type", "function"},
                    {"function", {{"name", calls[j].name}, {"arguments", calls[j].arguments}}}});
   return out;
@@ -1908,7 +1997,7 @@ std::size_t calls_begin(std::string_view text, const completion_request::tool_ca
   if (t.bare)
     return 0;
   if (t.open.empty())
-    return after_blanks(text).starts_with('{') ? 0 : std::string_view::npos;
+    return after_blanks(text).starts_with(t.array ? '[' : '{') ? 0 : std::string_view::npos;
   return text.find(t.open);
 }
 
@@ -1975,7 +2064,7 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
         if (!calls.calls().empty()) {
           const auto before = text.substr(0, at);
           message["content"] = trimmed(before).empty() ? json() : json(before);
-          message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index);
+          message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index, tools_->array);
           if (calls.all_whole())
             choice["finish_reason"] = "tool_calls";
         }
@@ -2209,7 +2298,7 @@ std::string completion_answer::call_deltas(std::size_t k) {
     const auto& call = calls[j];
     if (j == c.arguments_sent.size()) {
       deltas.push_back({{"index", j},
-                        {"id", call_id(id_, created_, k, j)},
+                        {"id", call_id(id_, created_, k, j, tools_->array)},
                         {"type", "function"},
                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       c.arguments_sent.push_back(call.arguments.size());

@@ -42,11 +42,17 @@ gap_read as_gap(int word) {
   return word < 0 ? gap_read::more : gap_read::none;
 }
 
-/// From the opening marker on: the marker, blanks, the object's brace.
-gap_read call_start(gap_matcher m, std::string_view open) {
+/// From the opening marker on: the marker, blanks, the array's bracket and
+/// blanks (`array`), the object's brace.
+gap_read call_start(gap_matcher m, std::string_view open, bool array) {
   if (const auto r = m.word(open); r != 1)
     return as_gap(r);
   m.blanks();
+  if (array) {
+    if (const auto r = m.word("["); r != 1)
+      return as_gap(r);
+    m.blanks();
+  }
   const auto r = m.word("{");
   return r == 1 ? gap_read::object : as_gap(r);
 }
@@ -59,9 +65,17 @@ gap_read read_gap(std::string_view gap, const tool_format& t, bool first) {
   gap_matcher m{gap};
   m.blanks();
   if (first)
-    return call_start(m, open);
+    return call_start(m, open, t.array);
   if (t.bare || !t.parallel)
     return gap_read::none;
+  if (t.array) {
+    // The next call in the array, or a marked array ("]" ends one; the text
+    // after it is passed over up to the next marker).
+    auto after = m;
+    const auto r = after.word(",");
+    const auto next = r == 1 ? call_start(after, "", false) : as_gap(r);
+    return open.empty() ? next : either(next, call_start(m, open, true));
+  }
   // The closing marker (";" between marker-less calls), which may be left
   // out before the next call's.
   const std::string_view separator = open.empty() ? std::string_view(";") : std::string_view(t.close);
@@ -70,12 +84,12 @@ gap_read read_gap(std::string_view gap, const tool_format& t, bool first) {
     auto after = m;
     if (const auto r = after.word(separator); r == 1) {
       after.blanks();
-      closed = call_start(after, open);
+      closed = call_start(after, open, false);
     } else {
       closed = as_gap(r);
     }
   }
-  return either(closed, call_start(m, open));
+  return either(closed, call_start(m, open, false));
 }
 
 /// `text`, one JSON object (blanks around it), less the blanks between its
@@ -134,7 +148,7 @@ void call_reader::gap() {
     // Text after a call that opens no call: passed over up to where one
     // may yet open (vLLM's Hermes parser finds every marked call).
     for (std::size_t from = 1; from <= gap_.size(); ++from) {
-      read = call_start(gap_matcher{std::string_view(gap_).substr(from)}, format_.open);
+      read = call_start(gap_matcher{std::string_view(gap_).substr(from)}, format_.open, format_.array);
       if (read != gap_read::none) {
         gap_.erase(0, from);
         break;

@@ -33,6 +33,10 @@ struct tool_format {
   std::string close;
   bool parallel = true;                    ///< parallel_tool_calls: false keeps the first call
   std::string arguments_key = "arguments"; ///< a call's arguments in the output
+  /// The calls are one JSON array after the marker (chat_tool_call
+  /// "[TOOL_CALLS] {calls}", Mistral's): "[", the calls separated by ",",
+  /// "]"; no closing marker. With `bare`, the output is the array.
+  bool array = false;
 };
 
 /// A call read from the output, whole or so far.
@@ -54,7 +58,8 @@ struct read_call {
 /// blanks, one JSON object {"name": one of the tools', `arguments_key`: an
 /// object, or a string holding one}, blanks, and the closing marker (which
 /// may be left out before the next call or at the end; with an empty
-/// `open`, blanks or ";" between calls). A call counts from when its name
+/// `open`, blanks or ";" between calls). With `array`, the marker, "[" and
+/// the calls' objects with "," between them (blanks around each). A call counts from when its name
 /// is read (its member ended) and its arguments have begun (an object's
 /// opening brace; a string, when it closes holding an object); from then on
 /// it is the answer's, whatever follows. Reading stops at the first text

@@ -104,7 +104,7 @@ struct generate_request {
   /// "stop", when the object closes). "text" (the default): no constraint.
   bool json_object = false;
   /// "json_schema": {...}: the output is a value of this JSON Schema (whose
-  /// top level is an object; runtime/json_schema.hpp says which keywords
+  /// top level is an object or an array; runtime/json_schema.hpp says which keywords
   /// are enforced), as compact JSON text; empty: none. Not with
   /// response_format "json_object".
   std::string json_schema{};

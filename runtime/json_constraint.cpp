@@ -42,8 +42,11 @@ json_vocab::json_vocab(const gpu::tokenizer& vocab, std::size_t cached_states)
   for (std::int32_t t = 0; t < n; ++t) {
     auto& b = bytes_[static_cast<std::size_t>(t)];
     b = vocab.decode(t);
-    if (b.empty())
+    if (b.empty()) {
+      if (auto text = vocab.special_text(t); !text.empty())
+        specials_.emplace(std::move(text), t); // the first of any two alike
       continue;
+    }
     insert(trie_, b, t);
     json_machine m = in_string;
     if (m.feed(b) && m.key() == string_key)
@@ -57,6 +60,11 @@ json_vocab::~json_vocab() = default;
 
 std::string_view json_vocab::bytes(std::int32_t t) const {
   return t >= 0 && t < size() ? std::string_view(bytes_[static_cast<std::size_t>(t)]) : std::string_view();
+}
+
+std::int32_t json_vocab::special(std::string_view text) const {
+  const auto it = specials_.find(std::string(text));
+  return it == specials_.end() ? -1 : it->second;
 }
 
 template <class Machine>

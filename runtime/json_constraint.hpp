@@ -60,6 +60,9 @@ public:
   /// Token `t`'s bytes ("" for one that stands for no text or is out of
   /// range).
   std::string_view bytes(std::int32_t t) const;
+  /// The special token (one that stands for no text) whose own text is
+  /// `text` ("[TOOL_CALLS]"), or -1.
+  std::int32_t special(std::string_view text) const;
   std::int32_t size() const noexcept { return static_cast<std::int32_t>(bytes_.size()); }
 
 private:
@@ -84,6 +87,7 @@ private:
   std::shared_ptr<const token_split> split(const Machine& m, std::string k, bool in_text);
 
   std::vector<std::string> bytes_;
+  std::unordered_map<std::string, std::int32_t> specials_; ///< special_text() to token
   trie trie_;
   /// Inside a string (no character begun), most tokens are plain text that
   /// leaves the string as it was: those (ascending), and a trie of the

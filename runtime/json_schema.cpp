@@ -771,8 +771,11 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   }
   for (const auto& [n, lit] : s->alternatives(s->root_)) {
     const auto& root = s->nodes_[n];
-    if (lit == none ? root.types != t_object : root.literals[lit][0] != '{')
-      compiler::fail("", "is not an object's: the output's top level must be an object (\"type\": \"object\")");
+    const bool container = lit == none ? root.types != 0 && (root.types & ~(t_object | t_array)) == 0
+                                       : root.literals[lit][0] == '{' || root.literals[lit][0] == '[';
+    if (!container)
+      compiler::fail("", "is not an object's or an array's: the output's top level must be one (\"type\": "
+                         "\"object\" or \"array\"), whose close ends it");
   }
   s->measure_depths();
   if (!s->fits(s->root_, 0))
@@ -973,6 +976,7 @@ std::vector<json_schema::alternative> json_schema::find_alternatives(std::uint32
 // -- schema_machine ---------------------------------------------------------------
 
 schema_machine::schema_machine(std::shared_ptr<const json_schema> schema) : schema_(std::move(schema)) {
+  lex_.array_top_ = true; // the schema says which container the top is
   readings_.emplace_back();
 }
 

@@ -229,7 +229,7 @@ public:
   bool feed(unsigned char c);
   /// Takes every byte of `bytes`, or returns false having taken none.
   bool feed(std::string_view bytes);
-  /// The top-level object has closed.
+  /// The top-level value (an object or an array) has closed.
   bool complete() const noexcept { return lex_.complete(); }
   /// What decides which bytes may follow (equal keys: the same bytes may
   /// follow from here on; keys of different schemas differ).

@@ -26,6 +26,7 @@ json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_p
   if (trigger_.empty() || trigger_.size() > max_bytes)
     throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
                                 + std::to_string(trigger_.size()));
+  special_ = vocab_.special(trigger_);
   // Each free state's ban list, once: a token is banned where reading it
   // ends the trigger and then breaks the value that begins. Only a token
   // holding the trigger's last byte can end it; the states that ban none
@@ -64,11 +65,23 @@ json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_p
   }
 }
 
+bool json_trigger::advance(state& s, std::int32_t t) const {
+  if (t < 0 || t != special_ || s.value)
+    return advance(s, vocab_.bytes(t));
+  if (s.leading && s.matched != 0)
+    return false;
+  s.leading = false;
+  s.matched = 0;
+  s.value.emplace(schema_);
+  return true;
+}
+
 bool json_trigger::advance(state& s, std::string_view bytes) const {
-  // Inside a value, a token without '}' cannot close it (its top is an
-  // object): the machine takes it whole or not at all, in place, with no
-  // copy of the state (a step of every request in a call goes here).
-  if (s.value && !s.leading && bytes.find('}') == std::string_view::npos)
+  // Inside a value, a token without '}' or ']' cannot close it (its top is
+  // an object or an array): the machine takes it whole or not at all, in
+  // place, with no copy of the state (a step of every request in a call
+  // goes here).
+  if (s.value && !s.leading && bytes.find_first_of("}]") == std::string_view::npos)
     return s.value->feed(bytes);
   state at = s;
   for (const char ch : bytes) {
@@ -117,7 +130,8 @@ std::shared_ptr<const json_vocab::token_split> json_trigger::split(const state& 
     for (std::int32_t t = 0; t < vocab_.size(); ++t) {
       auto probe = s;
       const auto bytes = vocab_.bytes(t);
-      (!bytes.empty() && advance(probe, bytes) ? split->allowed : split->banned).push_back(t);
+      const bool writes = t == special_ ? s.matched == 0 : !bytes.empty() && advance(probe, bytes);
+      (writes ? split->allowed : split->banned).push_back(t);
     }
     cached = std::move(split);
   }

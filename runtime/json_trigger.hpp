@@ -61,6 +61,13 @@ public:
   /// begins right after it and free text again right after the value
   /// closes. False (s as it was) when a byte breaks the value.
   bool advance(state& s, std::string_view bytes) const;
+  /// Reads token `t`: its bytes, or where the trigger is a special
+  /// token's own text ("[TOOL_CALLS]", which stands for no text), that
+  /// token writes the whole trigger outside a value (and in a leading
+  /// trigger, at its start).
+  bool advance(state& s, std::int32_t t) const;
+  /// The special token whose own text is the trigger, or -1.
+  std::int32_t special_token() const noexcept { return special_; }
 
   /// The tokens to ban in state `s`: in a value, those it cannot go on
   /// with (json_vocab::split); in free text or the leading trigger, those
@@ -73,6 +80,7 @@ private:
   json_vocab& vocab_;
   std::string trigger_;
   mark_matcher match_;
+  std::int32_t special_ = -1;
   std::shared_ptr<const json_schema> schema_;
   /// By bytes matched: the free-text split (tokens advance refuses banned).
   std::vector<std::shared_ptr<const json_vocab::token_split>> free_;

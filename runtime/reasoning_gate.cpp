@@ -155,13 +155,35 @@ bool reasoning_gate::advance(state& s, std::string_view bytes) const {
   return true;
 }
 
+bool reasoning_gate::advance(state& s, std::int32_t t) const {
+  if (t < 0 || !trigger_ || t != trigger_->special_token() || s.at == phase::thinking)
+    return advance(s, vocab_.bytes(t));
+  state at = s;
+  if (at.at == phase::start) {
+    // Not the opening mark: all of the output is content, what was held
+    // first.
+    auto text = std::move(at.held);
+    at.held.clear();
+    if (!enter_content(at, text))
+      return false;
+  }
+  if (!trigger_->advance(at.trigger, t))
+    return false;
+  s = std::move(at);
+  return true;
+}
+
 std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state& s) const {
   // A token read from `s` by advance (on a copy); one that stands for no
-  // text only where the output may end.
-  auto read = [&](std::int32_t, std::string_view bytes) {
+  // text only where the output may end, or where it writes the content's
+  // trigger.
+  const auto special = trigger_ ? trigger_->special_token() : -1;
+  auto read = [&](std::int32_t t, std::string_view bytes) {
+    auto probe = s;
+    if (t == special)
+      return advance(probe, t);
     if (bytes.empty())
       return may_end();
-    auto probe = s;
     return advance(probe, bytes);
   };
   switch (s.at) {
@@ -175,7 +197,8 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
         enter_content(content_start, {});
         const auto content_split = split(content_start);
         cached = split_by(vocab_, [&](std::int32_t t, std::string_view bytes) {
-          if (!bytes.empty() && !json_blank(static_cast<unsigned char>(bytes.front())) && bytes.front() != open_.front())
+          if (t == special
+              || (!bytes.empty() && !json_blank(static_cast<unsigned char>(bytes.front())) && bytes.front() != open_.front()))
             return allows(*content_split, t);
           return read(t, bytes);
         });

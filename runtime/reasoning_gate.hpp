@@ -76,6 +76,11 @@ public:
   /// Reads `bytes` from `s`. False (s as it was) when a byte breaks the
   /// content, or follows a value that closed.
   bool advance(state& s, std::string_view bytes) const;
+  /// Reads token `t`: its bytes, or where the content's trigger is a
+  /// special token's own text, that token opens a value in the content
+  /// (where the trigger's bytes would; at the output's start, it begins
+  /// the content).
+  bool advance(state& s, std::int32_t t) const;
 
   /// The tokens to ban in state `s`, and those to allow.
   std::shared_ptr<const json_vocab::token_split> split(const state& s) const;

@@ -928,7 +928,7 @@ std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t 
       *r.held);
   }
   if (r.gate) {
-    if (!r.gate->advance(r.gate_at, json_vocab_->bytes(token)))
+    if (!r.gate->advance(r.gate_at, token))
       return finish_reason::error; // a backend that samples from no logits
     if (r.gate_at.complete)
       return finish_reason::stop;
@@ -938,7 +938,7 @@ std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t 
     return std::nullopt;
   }
   if (r.trigger) {
-    if (!r.trigger->advance(r.trigger_at, json_vocab_->bytes(token)))
+    if (!r.trigger->advance(r.trigger_at, token))
       return finish_reason::error; // a backend that samples from no logits
     r.json_allowed = r.trigger->split(r.trigger_at);
     if (r.json_allowed->allowed.empty())

@@ -1,6 +1,7 @@
-// troupe-mkmodel: writes a small random Llama (or, with --arch, Qwen2 or
-// Qwen3) model in Hugging Face's layout (config.json, model.safetensors, and
-// a SentencePiece tokenizer.model or, with --tokenizer bpe, a Llama 3-style
+// troupe-mkmodel: writes a small random Llama (or, with --arch, Qwen2, Qwen3
+// or Mistral) model in Hugging Face's layout (config.json, model.safetensors,
+// and a SentencePiece tokenizer.model, Mistral's control tokens and tool
+// template with --arch mistral, or, with --tokenizer bpe, a Llama 3-style
 // byte-level BPE tokenizer.json, Qwen2-style with --arch qwen2 or qwen3) plus PEFT
 // LoRA adapters, deterministic by seed. Used by the oracle and cpu-backend
 // tests and for local runs without downloading a model.
@@ -49,7 +50,7 @@ constexpr std::string_view usage =
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
   "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
-  "         [--arch llama|qwen2|qwen3] [--head-dim N (default hidden / heads)]\n";
+  "         [--arch llama|qwen2|qwen3|mistral] [--head-dim N (default hidden / heads)]\n";
 
 struct options {
   std::string out;
@@ -71,10 +72,13 @@ struct options {
   bool rslora = false;
   bool bpe = false; ///< --tokenizer bpe: tokenizer.json, Llama 3's special tokens
   /// --arch: "llama"; "qwen2" (biases on q, k, v) or "qwen3" (q and k
-  /// normalised per head), both with Qwen2's tokenizer.json under bpe.
+  /// normalised per head), both with Qwen2's tokenizer.json under bpe;
+  /// "mistral" (Llama's layers; a SentencePiece tokenizer with Mistral's
+  /// control tokens and a chat template that writes tools and calls as
+  /// Mistral 7B Instruct v0.3's does).
   std::string arch = "llama";
   std::uint32_t head_dim = 0; ///< 0: hidden / heads
-  bool qwen() const { return arch != "llama"; }
+  bool qwen() const { return arch == "qwen2" || arch == "qwen3"; }
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
 };
@@ -244,8 +248,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       (arg == "--spm-train" ? o.spm_train : o.corpus) = *v;
     } else if (arg == "--arch") {
       const auto v = value();
-      if (!v || (*v != "llama" && *v != "qwen2" && *v != "qwen3"))
-        return std::string{"--arch needs llama, qwen2 or qwen3"};
+      if (!v || (*v != "llama" && *v != "qwen2" && *v != "qwen3" && *v != "mistral"))
+        return std::string{"--arch needs llama, qwen2, qwen3 or mistral"};
       o.arch = std::string{*v};
     } else if (arg == "--help" || arg == "-h") {
       return std::string{};
@@ -267,6 +271,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
     return std::string{"--heads must be a multiple of --kv-heads"};
   if (o.ranks.empty() || o.targets.empty())
     return std::string{"--ranks and --targets must not be empty"};
+  if (o.bpe && o.arch == "mistral")
+    return std::string{"--arch mistral writes a SentencePiece tokenizer, as Mistral's is (no --tokenizer bpe)"};
   return o;
 }
 
@@ -471,6 +477,9 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
                                    "--remove_extra_whitespaces=false",
                                    "--split_digits=true",
                                    "--num_threads=1"};
+  if (o.arch == "mistral") // Mistral 7B Instruct v0.3's, each one token that stands for no text
+    args.push_back("--control_symbols=[INST],[/INST],[TOOL_CALLS],[AVAILABLE_TOOLS],[/AVAILABLE_TOOLS],[TOOL_RESULTS],"
+                   "[/TOOL_RESULTS]");
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -510,9 +519,36 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
   std::error_code ec;
   fs::remove(log, ec);
   fs::remove(out / "tokenizer.vocab", ec);
-  // A chat template in Llama 2 chat's format (chat_template = "model"
-  // reads it): the system text inside the first user turn, each turn
-  // [INST] ... [/INST] after BOS, each reply closed by EOS, texts trimmed.
+  // A chat template (chat_template = "model" reads it). Mistral's: BOS
+  // once, the tools as a JSON list before the last user turn, a system
+  // text in the last user turn, an assistant's calls as one array after
+  // [TOOL_CALLS] (each with its id, which must be nine characters), a
+  // tool's result with the id of the call it answers.
+  if (o.arch == "mistral")
+    return write_text(
+      out / "tokenizer_config.json",
+      nlohmann::json{
+        {"bos_token", "<s>"},
+        {"eos_token", "</s>"},
+        {"chat_template",
+         "{%- set ns = namespace(last_user=-1, system='') %}{%- for m in messages %}{%- if m.role == 'user' %}"
+         "{%- set ns.last_user = loop.index0 %}{%- elif m.role == 'system' %}{%- set ns.system = m.content %}"
+         "{%- endif %}{%- endfor %}{{- bos_token }}{%- for m in messages %}{%- if m.role == 'user' %}"
+         "{%- if tools and loop.index0 == ns.last_user %}{{- '[AVAILABLE_TOOLS] ' + tools | tojson + "
+         "'[/AVAILABLE_TOOLS]' }}{%- endif %}{%- set text = (ns.system + '\\n\\n' + m.content) if ns.system and "
+         "loop.index0 == ns.last_user else m.content %}{{- '[INST] ' + text + '[/INST]' }}"
+         "{%- elif m.role == 'assistant' and m.tool_calls %}{{- '[TOOL_CALLS] [' }}{%- for c in m.tool_calls %}"
+         "{%- if c.id is not defined or c.id | length != 9 %}"
+         "{{- raise_exception('Tool call IDs should be alphanumeric strings with length 9!') }}{%- endif %}"
+         "{%- set call = c.function | tojson %}{{- call[:-1] + ', \"id\": \"' + c.id + '\"}' }}"
+         "{{- ', ' if not loop.last else ']' + eos_token }}{%- endfor %}{%- elif m.role == 'assistant' %}"
+         "{{- ' ' + m.content | trim + eos_token }}{%- elif m.role == 'tool' %}"
+         "{{- '[TOOL_RESULTS] {\"content\": ' + m.content | tojson + ', \"call_id\": \"' + m.tool_call_id + "
+         "'\"}[/TOOL_RESULTS]' }}{%- endif %}{%- endfor %}"}}
+        .dump(2) + "\n");
+  // Llama 2 chat's format: the system text inside the first user turn,
+  // each turn [INST] ... [/INST] after BOS, each reply closed by EOS,
+  // texts trimmed.
   const nlohmann::json tokenizer_config = {
     {"bos_token", "<s>"},
     {"eos_token", "</s>"},

@@ -425,7 +425,14 @@ bool openai_tools(std::span<const std::uint8_t> in) {
     return false;
   static const char* const choices[] = {R"("auto")", R"("auto","parallel_tool_calls":false)", R"("required")",
                                         R"({"type":"function","function":{"name":"get_time"}})"};
-  static const auto& tpl = template_for(1); // chatml
+  // in[0] % 4: the tool choice; its bit 4: Mistral's calls (one array
+  // after the marker) under a custom template, or Hermes' under chatml.
+  static const auto mistral = std::get<openai::chat_template>(openai::make_chat_template(
+    "custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
+               .tools = "T: {tools}", .tool_call = "[TOOL_CALLS] {calls}", .tool_result = "R: {content}"}));
+  const bool array = (in[0] & 4) != 0;
+  const auto& tpl = array ? mistral : template_for(1); // chatml
+  const std::string marker = array ? "[TOOL_CALLS]" : "<tool_call>";
   const auto body = std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],"tools":[)")
                     + R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
                     + R"({"type":"function","function":{"name":"get_time"}}],"stream":true,"tool_choice":)"
@@ -466,7 +473,7 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   const std::string content = message.at("content").is_null() ? "" : message.at("content").get<std::string>();
   require(calls.empty() ? content == whole_text.substr(0, whole_text.find("<|im_end|>"))
                         : whole_text.starts_with(content)
-                            && (in[0] % 4 < 2 || content.empty() || !whole_text.starts_with("<tool_call>")),
+                            && (in[0] % 4 < 2 || content.empty() || !whole_text.starts_with(marker)),
           "the content is not the output's text (before its calls; none when forced and it begins with one)");
 
   done.text.reset();

@@ -575,6 +575,10 @@ TEST(openai, chat_template_errors_name_the_key) {
   EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "{call}"; }), "chat_tool_call") << "no marker to find";
   EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "  {call}</c>"; }), "chat_tool_call");
   EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "<c>{content}"; }), "chat_tool_call");
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "[CALLS] {calls}"; }), "(made)") << "the calls as one array";
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "{calls}"; }), "chat_tool_call") << "no marker to find";
+  EXPECT_EQ(with([](chat_formats& f) { f.tool_call = "[CALLS] {calls}</c>"; }), "chat_tool_call")
+    << "the array's close ends the calls";
   EXPECT_EQ(with([](chat_formats& f) { f.tool_result = "R"; }), "chat_tool_result");
   EXPECT_EQ(with([](chat_formats& f) { f.system.clear(); }), "chat_system");
   for (const auto& name : chat_template_names())
@@ -1413,6 +1417,9 @@ TEST(openai, tool_requests_a_template_cannot_serve_or_that_are_wrong_are_refused
   EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"description":"d"}}])")), "tools");
   EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f","parameters":"x"}}])")), "tools");
   EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f","strict":1}}])")), "tools");
+  EXPECT_NE(refused_at(with_tools(R"([{"type":"function","function":{"name":"f","parameters":{"type":"array"}}}])"))
+              .message.find("must describe the arguments' object"),
+            std::string::npos);
   EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f","extra":1}}])")), "tools");
   EXPECT_EQ(param_of(with_tools(R"([{"type":"function","function":{"name":"f"},"x":1}])")), "tools");
   EXPECT_NE(refused_at(with_tools(R"([{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])"))
@@ -2222,6 +2229,110 @@ TEST(openai, a_jinja_templates_call_format_is_hermes_where_its_text_has_tool_cal
   EXPECT_EQ(e.param, "tools");
   EXPECT_NE(e.message.find("http.chat_tool_call"), std::string::npos) << e.message;
   EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}]})", plain)).prompt, "user: q\n");
+}
+
+TEST(openai, mistrals_calls_are_one_array_after_its_marker_held_read_and_shown_again_in_the_history) {
+  const auto tpl = jinja_template(test_templates::mistral_tools);
+  ASSERT_EQ(tpl.tool_call, "[TOOL_CALLS] {calls}") << "read from the template's text";
+  // "auto": free text; the marker opens the calls' array, held to the
+  // tools. Special tokens show, as the marker is one in Mistral's
+  // vocabulary.
+  const auto c = chat_ok(tool_chat(ask), tpl);
+  ASSERT_TRUE(c.tools.has_value());
+  EXPECT_TRUE(c.tools->array);
+  EXPECT_EQ(c.tools->open, "[TOOL_CALLS]");
+  EXPECT_EQ(c.tools->close, "");
+  auto g = as_generate(c);
+  EXPECT_NE(g.prompt->find("[AVAILABLE_TOOLS] [{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""),
+            std::string::npos)
+    << *g.prompt;
+  EXPECT_TRUE(g.prompt->ends_with("[INST] Weather in Paris?[/INST]")) << *g.prompt;
+  EXPECT_EQ(g.json_trigger, "[TOOL_CALLS]");
+  EXPECT_FALSE(g.json_trigger_first);
+  EXPECT_FALSE(g.skip_special_tokens);
+  auto schema = json::parse(g.json_schema);
+  EXPECT_EQ(schema["type"], "array");
+  EXPECT_EQ(schema["minItems"], 1);
+  EXPECT_FALSE(schema.contains("maxItems"));
+  EXPECT_EQ(schema["items"]["anyOf"].size(), 2u);
+  EXPECT_EQ(schema["items"]["anyOf"][0]["properties"]["arguments"], json({{"$ref", "#/$defs/get_weather"}}));
+  EXPECT_EQ(schema["$defs"]["get_weather"]["required"], json({"city"}));
+  // A request that says skip_special_tokens keeps its word.
+  EXPECT_TRUE(as_generate(chat_ok(tool_chat(ask, R"(,"skip_special_tokens":true)"), tpl)).skip_special_tokens);
+  // One call: an array of one; named, the turn opens with the marker.
+  schema = json::parse(as_generate(chat_ok(tool_chat(ask, R"(,"parallel_tool_calls":false)"), tpl)).json_schema);
+  EXPECT_EQ(schema["maxItems"], 1);
+  const auto named = chat_ok(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}})"), tpl);
+  ASSERT_TRUE(named.tools.has_value() && named.tools->bare);
+  g = as_generate(named);
+  EXPECT_TRUE(g.prompt->ends_with("[/INST][TOOL_CALLS]")) << *g.prompt;
+  EXPECT_EQ(g.json_trigger, "");
+  schema = json::parse(g.json_schema);
+  EXPECT_EQ(schema["maxItems"], 1);
+  EXPECT_EQ(schema["items"]["anyOf"].size(), 1u);
+  // "required": the output begins with the marker and the array.
+  g = as_generate(chat_ok(tool_chat(ask, R"(,"tool_choice":"required")"), tpl));
+  EXPECT_EQ(g.json_trigger, "[TOOL_CALLS]");
+  EXPECT_TRUE(g.json_trigger_first);
+
+  // The calls read from the array, each with an id of nine letters and
+  // digits, as Mistral's templates want them back.
+  auto m = whole_message(c, "[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                            "{\"name\": \"get_time\", \"arguments\": {}}]");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"],
+            json::parse(R"({"name":"get_weather","arguments":"{\"city\":\"Paris\"}"})"));
+  std::vector<std::string> ids;
+  for (const auto& call : m["message"]["tool_calls"]) {
+    const auto id = call["id"].get<std::string>();
+    EXPECT_EQ(id.size(), 9u) << id;
+    EXPECT_TRUE(std::all_of(id.begin(), id.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)); }))
+      << id;
+    ids.push_back(id);
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  EXPECT_EQ(whole_message(c, "No call needed.")["message"]["content"], "No call needed.");
+  // Those calls and their results go back into the next turn's prompt,
+  // which the template renders (it refuses ids of another length).
+  const auto history = R"([{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":null,
+    "tool_calls":[{"id":")" + ids[0] + R"(","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+    {"role":"tool","tool_call_id":")" + ids[0] + R"(","content":"sunny"}])";
+  const auto next = *as_generate(chat_ok(tool_chat(history), tpl)).prompt;
+  EXPECT_NE(next.find(R"([TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}, "id": ")" + ids[0]
+                      + R"("}]</s>[TOOL_RESULTS] {"content": sunny, "call_id": ")" + ids[0] + "\"}[/TOOL_RESULTS]"),
+            std::string::npos)
+    << next;
+  // Mistral's later form, one call after another with "[ARGS]", is not
+  // read: tools are refused there, saying how to name a format.
+  const auto later = jinja_template("{% for m in messages %}{{ m.content }}{% endfor %}[TOOL_CALLS]{{ name }}[ARGS]");
+  EXPECT_NE(chat_refused(tool_chat(ask), later).message.find("http.chat_tool_call"), std::string::npos);
+}
+
+TEST(openai, a_custom_template_may_write_the_calls_as_one_array_after_its_marker) {
+  auto made = make_chat_template("custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
+                                            .tools = "T: {tools}", .tool_call = "[CALLS] {calls}",
+                                            .tool_result = "R: {content}"});
+  ASSERT_TRUE(std::holds_alternative<chat_template>(made));
+  const auto& tpl = std::get<chat_template>(made);
+  const auto history = R"([{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[
+    {"id":"a","type":"function","function":{"name":"get_time","arguments":"{}"}},
+    {"id":"b","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},
+    {"role":"tool","tool_call_id":"a","content":"noon"},{"role":"tool","tool_call_id":"b","content":"rain"}])";
+  const auto c = chat_ok(tool_chat(history), tpl);
+  EXPECT_NE(as_generate(c).prompt->find(R"(A: [CALLS] [{"name": "get_time", "arguments": {}}, {"name": "get_weather", )"
+                                        R"("arguments": {"city":"Oslo"}}])"),
+            std::string::npos)
+    << *as_generate(c).prompt;
+  ASSERT_TRUE(c.tools.has_value());
+  EXPECT_TRUE(c.tools->array);
+  EXPECT_EQ(c.tools->open, "[CALLS]");
+  // Not a special token here, but shown as special tokens are all the same.
+  EXPECT_FALSE(as_generate(c).skip_special_tokens);
+  const auto m = whole_message(c, "Checking. [CALLS] [{\"name\":\"get_time\",\"arguments\":{}}]");
+  EXPECT_EQ(m["message"]["content"], "Checking. ");
+  EXPECT_EQ(m["message"]["tool_calls"].size(), 1u);
 }
 
 TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the_others) {

@@ -32,6 +32,14 @@ tool_format llama31() {
   return f;
 }
 
+tool_format mistral() {
+  tool_format f;
+  f.names = {"get_weather", "get_time"};
+  f.open = "[TOOL_CALLS]";
+  f.array = true;
+  return f;
+}
+
 std::vector<read_call> read_whole(const tool_format& f, const std::string& text) {
   call_reader r(f);
   r.feed(text);
@@ -113,6 +121,50 @@ TEST(call_reader, a_call_counts_from_its_name_and_its_arguments_start_and_keeps_
   EXPECT_FALSE(call_reader(f).all_whole()) << "no call";
 }
 
+TEST(call_reader, mistrals_calls_are_one_array_after_the_marker) {
+  const auto f = mistral();
+  struct row {
+    std::string text;
+    std::vector<read_call> calls;
+  };
+  const std::vector<row> rows{
+    {"[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, {\"name\": \"get_time\", "
+     "\"arguments\": {}}]",
+     {{"get_weather", R"({"city":"Paris"})", true}, {"get_time", "{}", true}}},
+    {"[TOOL_CALLS][ \n{\"name\":\"get_time\",\"arguments\":{\"tz\":\"UTC\"}} ,\n{\"name\":\"get_time\",\"arguments\":{",
+     {{"get_time", R"({"tz":"UTC"})", true}, {"get_time", "{", false}}},
+    // The array is needed; a call in it counts as any does.
+    {"[TOOL_CALLS] {\"name\":\"get_time\",\"arguments\":{}}", {}},
+    {"[TOOL_CALLS] [{\"name\":\"get_time\"", {}},
+    {"[TOOL_CALLS] [{\"name\":\"set_time\",\"arguments\":{}}]", {}},
+    // After the array: text passed over up to a marked array.
+    {"[TOOL_CALLS] [{\"name\":\"get_time\",\"arguments\":{}}] and [TOOL_CALLS] [{\"name\":\"get_weather\","
+     "\"arguments\":{}}]",
+     {{"get_time", "{}", true}, {"get_weather", "{}", true}}},
+    // But within it, only "," and the next call.
+    {"[TOOL_CALLS] [{\"name\":\"get_time\",\"arguments\":{}}; {\"name\":\"get_time\",\"arguments\":{}}]",
+     {{"get_time", "{}", true}}},
+  };
+  for (const auto& r : rows)
+    EXPECT_EQ(read_whole(f, r.text), r.calls) << r.text;
+  // One call: the marker in the prompt (bare), or no parallel calls.
+  auto bare = f;
+  bare.bare = true;
+  EXPECT_EQ(read_whole(bare, " [{\"name\":\"get_time\",\"arguments\":{}}, {\"name\":\"get_time\",\"arguments\":{}}]"),
+            (std::vector<read_call>{{"get_time", "{}", true}}));
+  auto single = f;
+  single.parallel = false;
+  EXPECT_EQ(read_whole(single, "[TOOL_CALLS][{\"name\":\"get_time\",\"arguments\":{}},{\"name\":\"get_time\","
+                               "\"arguments\":{}}]")
+              .size(),
+            1u);
+  // With no marker, an array at the output's start.
+  auto markerless = f;
+  markerless.open.clear();
+  EXPECT_EQ(read_whole(markerless, "  [{\"name\":\"get_time\",\"arguments\":{}}]").size(), 1u);
+  EXPECT_TRUE(read_whole(markerless, "Sure: [{\"name\":\"get_time\",\"arguments\":{}}]").empty());
+}
+
 TEST(call_reader, pieces_of_any_size_read_what_the_whole_reads_and_what_is_read_only_grows) {
   const std::vector<std::pair<tool_format, std::string>> cases{
     {hermes(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"S\\u00e3o Paulo\", \"n\": [1, "
@@ -123,6 +175,9 @@ TEST(call_reader, pieces_of_any_size_read_what_the_whole_reads_and_what_is_read_
                "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Rome\"}}</tool_call> bye"},
     {llama31(), "{\"name\": \"get_time\", \"parameters\": {\"a\": -1.5e3}};{\"name\": \"get_weather\", "
                 "\"parameters\": {}} trailing"},
+    {mistral(), "[TOOL_CALLS] [ {\"name\": \"get_time\", \"arguments\": {\"a\": [1, {}]}} , {\"arguments\": "
+                "\"{\\\"b\\\": 2}\", \"name\": \"get_weather\"}] then [TO [TOOL_CALLS][{\"name\":\"get_time\","
+                "\"arguments\":{\"c\":\"]\"}}]"},
   };
   std::uint64_t seed = 5;
   auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };

@@ -297,9 +297,11 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"strin"}}})", R"(has "type" "strin")"},
     {R"({"type":"object","properties":{"a":false}})", R"("#/properties/a" is false)"},
     {R"({"type":"object","required":["a"]})", R"(requires "a", which is not among its "properties")"},
-    {R"({"type":"array"})", "the output's top level must be an object"},
-    {R"({"type":["object","null"]})", "the output's top level must be an object"},
-    {R"({"enum":[1]})", "the output's top level must be an object"},
+    {R"({"type":"string"})", "the output's top level must be one (\"type\": \"object\" or \"array\")"},
+    {R"({"type":["object","null"]})", "the output's top level must be one"},
+    {R"({"type":["array","integer"]})", "the output's top level must be one"},
+    {R"({"enum":[1]})", "the output's top level must be one"},
+    {R"({"anyOf":[{"type":"array"},{"const":"x"}]})", "the output's top level must be one"},
     {R"({"$ref":"#/$defs/x"})", R"("#/$defs/x" refers to nothing)"},
     {R"({"$ref":"#"})", "leads only back to itself"},
     {R"({"$ref":"other.json#/a"})", "only references into the same schema"},
@@ -1039,6 +1041,84 @@ TEST(json_trigger, free_text_until_the_trigger_then_a_value_of_the_schema_then_f
   EXPECT_TRUE(lead.value);
   EXPECT_THROW(json_trigger(v, "", json_schema::any_object()), std::invalid_argument);
   EXPECT_THROW(json_trigger(v, std::string(65, 'a'), json_schema::any_object()), std::invalid_argument);
+}
+
+TEST(json_schema, the_top_level_may_be_an_array_and_its_close_ends_the_output) {
+  const auto items = json_schema::compile(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2})");
+  schema_machine m(items);
+  EXPECT_FALSE(m.feed(std::string_view("{"))) << "an array, not an object";
+  EXPECT_FALSE(m.feed(std::string_view("[]"))) << "one item at least";
+  ASSERT_TRUE(m.feed(std::string_view(" [1, 2")));
+  EXPECT_FALSE(m.feed(std::string_view(",3"))) << "two at most";
+  EXPECT_FALSE(m.complete());
+  ASSERT_TRUE(m.feed(std::string_view("]")));
+  EXPECT_TRUE(m.complete());
+  EXPECT_FALSE(m.feed(std::string_view("x")));
+  // Either container, as the schema says; an object's schema takes no array.
+  const auto either = json_schema::compile(R"({"anyOf":[{"type":"object"},{"type":"array","items":{"const":"a"}}]})");
+  schema_machine a(either), o(either);
+  EXPECT_TRUE(a.feed(std::string_view(R"(["a","a"])")) && a.complete());
+  EXPECT_TRUE(o.feed(std::string_view(R"({"k":[1]})")) && o.complete());
+  schema_machine obj(json_schema::compile(R"({"type":"object"})"));
+  EXPECT_FALSE(obj.feed(std::string_view("[")));
+  // A plain JSON object machine (response_format json_object) still takes
+  // only an object.
+  json_machine plain;
+  EXPECT_FALSE(plain.feed(std::string_view("[")));
+}
+
+TEST(json_trigger, a_special_tokens_own_text_as_the_trigger_is_written_by_that_token_and_an_array_may_follow) {
+  //                              0   1   2    3     4    5    6     7        8         9    10
+  testing::list_tokenizer vocab({"", "", "[", "{}", "]", " ", "hi", "[TOOL", "_CALLS]", ",", "]hi"},
+                                {{1, "[TOOL_CALLS]"}});
+  json_vocab v(vocab);
+  EXPECT_EQ(v.special("[TOOL_CALLS]"), 1);
+  EXPECT_EQ(v.special("[TOOL"), -1);
+  const json_trigger t(v, "[TOOL_CALLS]",
+                       json_schema::compile(R"({"type":"array","items":{"type":"object"},"minItems":1})"));
+  ASSERT_EQ(t.special_token(), 1);
+  const auto allows = [&](const json_trigger::state& s, std::int32_t k) {
+    const auto split = t.split(s);
+    return std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+  };
+  json_trigger::state s;
+  ASSERT_TRUE(t.advance(s, 6));
+  EXPECT_TRUE(allows(s, 1) && allows(s, 0)) << "free text: the marker or the end";
+  ASSERT_TRUE(t.advance(s, 1));
+  ASSERT_TRUE(s.value) << "the token opens a value";
+  EXPECT_FALSE(allows(s, 1) || allows(s, 0) || allows(s, 3));
+  EXPECT_TRUE(allows(s, 2) && allows(s, 5));
+  ASSERT_TRUE(t.advance(s, 2));
+  ASSERT_TRUE(t.advance(s, 3));
+  EXPECT_TRUE(allows(s, 9) && allows(s, 4));
+  ASSERT_TRUE(t.advance(s, 10));
+  EXPECT_FALSE(s.value) << "the array's close ends the value, and free text follows in the same token";
+  // The trigger spelled out in text opens a value too.
+  ASSERT_TRUE(t.advance(s, 7));
+  ASSERT_TRUE(t.advance(s, 8));
+  ASSERT_TRUE(s.value);
+  ASSERT_TRUE(t.advance(s, std::string_view("[{},{}]")));
+  EXPECT_FALSE(s.value);
+  // Leading: the token writes the whole trigger, only at its start.
+  json_trigger::state lead;
+  lead.leading = true;
+  EXPECT_TRUE(allows(lead, 1) && allows(lead, 7) && allows(lead, 2)) << "\"[\" begins the trigger";
+  EXPECT_FALSE(allows(lead, 0) || allows(lead, 6) || allows(lead, 3));
+  ASSERT_TRUE(t.advance(lead, 1));
+  EXPECT_FALSE(lead.leading);
+  EXPECT_TRUE(lead.value);
+  json_trigger::state begun;
+  begun.leading = true;
+  ASSERT_TRUE(t.advance(begun, 7));
+  EXPECT_FALSE(allows(begun, 1));
+  EXPECT_FALSE(t.advance(begun, 1)) << "the trigger's start written already";
+  EXPECT_EQ(begun.matched, 5u) << "as it was";
+  // Where no special token's text is the trigger, none writes it.
+  const json_trigger plain(v, "<tool>", json_schema::any_object());
+  EXPECT_EQ(plain.special_token(), -1);
+  json_trigger::state p;
+  ASSERT_TRUE(plain.advance(p, 1));
+  EXPECT_FALSE(p.value);
 }
 
 TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_text_only_those) {

@@ -99,6 +99,55 @@ TEST(reasoning_gate, without_an_opening_mark_the_output_begins_in_its_thinking) 
   EXPECT_THROW(reasoning_gate(v, std::string(65, '<'), "</think>", schema()), std::invalid_argument);
 }
 
+TEST(reasoning_gate, a_special_token_that_is_the_contents_trigger_opens_a_value_only_in_the_content) {
+  //                              0   1   2          3           4    5     6    7    8
+  testing::list_tokenizer vocab({"", "", "<think>", "</think>", "[", "{}", "]", " ", "hi"}, {{1, "[TOOL_CALLS]"}});
+  json_vocab v(vocab);
+  const auto trigger = std::make_shared<const json_trigger>(
+    v, "[TOOL_CALLS]", json_schema::compile(R"({"type":"array","items":{"type":"object"},"minItems":1})"));
+  const auto allows = [](const reasoning_gate& g, const reasoning_gate::state& s, std::int32_t k) {
+    const auto split = g.split(s);
+    return std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+  };
+  // Calls offered ("auto"): the token in the thinking opens nothing.
+  const reasoning_gate free(v, "<think>", "</think>", trigger, false);
+  auto s = free.begin();
+  ASSERT_TRUE(free.advance(s, 2));
+  ASSERT_TRUE(free.advance(s, 1));
+  EXPECT_EQ(s.at, reasoning_gate::phase::thinking);
+  ASSERT_TRUE(free.advance(s, 3));
+  ASSERT_TRUE(free.advance(s, 8));
+  EXPECT_TRUE(allows(free, s, 1));
+  ASSERT_TRUE(free.advance(s, 1));
+  ASSERT_TRUE(s.trigger.value) << "in the content it opens the calls";
+  EXPECT_FALSE(allows(free, s, 1));
+  ASSERT_TRUE(free.advance(s, 4));
+  // Forced: the content begins with the trigger, which the token writes,
+  // after the thinking or at the output's start.
+  const reasoning_gate forced(v, "<think>", "</think>", trigger, true);
+  auto direct = forced.begin();
+  EXPECT_TRUE(allows(forced, direct, 1));
+  EXPECT_FALSE(allows(forced, direct, 8));
+  ASSERT_TRUE(forced.advance(direct, 1));
+  EXPECT_EQ(direct.at, reasoning_gate::phase::content);
+  EXPECT_TRUE(direct.trigger.value);
+  auto thought = forced.begin();
+  ASSERT_TRUE(forced.advance(thought, 2));
+  EXPECT_FALSE(allows(forced, thought, 1)) << "the thinking must end first";
+  ASSERT_TRUE(forced.advance(thought, 3));
+  ASSERT_TRUE(forced.advance(thought, 7));
+  EXPECT_TRUE(allows(forced, thought, 1));
+  EXPECT_FALSE(allows(forced, thought, 8));
+  ASSERT_TRUE(forced.advance(thought, 1));
+  EXPECT_TRUE(thought.trigger.value);
+  // Held bytes of a broken opening mark are content, which must be the
+  // trigger.
+  auto broken = forced.begin();
+  ASSERT_TRUE(forced.advance(broken, std::string_view("<th")));
+  EXPECT_FALSE(allows(forced, broken, 1));
+  EXPECT_FALSE(forced.advance(broken, 1));
+}
+
 TEST(reasoning_gate, a_guided_choice_or_regex_is_the_content_after_the_thinking) {
   testing::list_tokenizer vocab({"", "x"});
   json_vocab v(vocab);

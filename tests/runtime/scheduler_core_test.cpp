@@ -1618,6 +1618,70 @@ TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_a
   EXPECT_TRUE(e.all_returned());
 }
 
+TEST(scheduler_core, a_trigger_that_is_a_special_tokens_text_is_written_by_that_token_and_opens_an_array) {
+  // Mistral's calls: "[TC]" a special token (99), the value after it an
+  // array; the trigger may also be spelled out.
+  const std::string schema = R"({"type":"array","items":)" + counted_schema + R"(,"minItems":1})";
+  std::vector<std::string> pieces{"[", "]", "]hi", ",", "{", "}", "\"n\":", "12", " ", "hi", "[T", "C]", "x"};
+  auto made = pieces_vocab(pieces);
+  auto& vocab = made.first;
+  const auto end = made.second;
+  constexpr std::int32_t marker = 99;
+  vocab.specials[marker] = "[TC]";
+  std::mt19937_64 rng{29};
+  engine e{limits(1000, 8, 400), &vocab};
+  e.token_of = [&](const gpu::step_entry& entry) {
+    std::vector<std::int32_t> ok;
+    for (const auto t : samplable(entry, 1000))
+      if ((t >= 100 && t < end) || t == marker || (t == fake_tokenizer::eos && rng() % 12 == 0))
+        ok.push_back(t);
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
+  };
+  int values = 0, by_token = 0;
+  for (std::uint64_t id = 1; id <= 150; ++id) {
+    const bool first = id % 2 == 0;
+    EXPECT_EQ(e.submit(id, {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 30), .json_schema = schema,
+                            .json_trigger = "[TC]", .json_trigger_first = first}),
+              "accepted");
+    e.admit();
+    e.pages(id);
+    while (!e.finish_of(id)) {
+      ASSERT_NE(e.step(), "step[]");
+      e.done();
+    }
+    std::string text;
+    for (const auto& t : e.tokens_of(id)) {
+      text += vocab.shown(t.token, true);
+      by_token += t.token == marker;
+    }
+    SCOPED_TRACE(text);
+    if (first) {
+      EXPECT_TRUE(text.size() < 4 ? std::string_view("[TC]").starts_with(text) : text.starts_with("[TC]"));
+    }
+    for (std::size_t from = 0;;) {
+      const auto at = text.find("[TC]", from);
+      if (at == std::string::npos)
+        break;
+      auto m = schema_machine(json_schema::compile(schema));
+      std::size_t i = at + 4;
+      while (i < text.size() && !m.complete())
+        ASSERT_TRUE(m.feed(static_cast<unsigned char>(text[i++]))) << "at " << i;
+      if (!m.complete()) {
+        EXPECT_EQ(e.finish_of(id)->reason, finish_reason::length);
+        break;
+      }
+      const auto v = nlohmann::json::parse(text.substr(at + 4, i - at - 4));
+      EXPECT_TRUE(v.is_array() && !v.empty()) << v.dump();
+      ++values;
+      from = i;
+    }
+  }
+  EXPECT_GT(values, 20);
+  EXPECT_GT(by_token, 20) << "the special token writes the trigger";
+  EXPECT_TRUE(e.all_returned());
+}
+
 TEST(scheduler_core, a_reasoning_models_output_thinks_freely_and_then_its_content_is_the_schemas_value) {
   const auto& schema = counted_schema;
   std::vector<std::string> pieces{"<think>", "</think>", "</", "think>", "<", "hmm", " ", "\n", "{", "}", "\"n\":",
