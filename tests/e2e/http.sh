@@ -20,6 +20,7 @@ pid=""
 trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 # start CONFIG: troupe-serve on it; sets pid, http and zmq.
 start() {
+  : > "$work/log" # there before the server's shell opens it: read at once below, under set -e
   "$bin/troupe-serve" --config "$1" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
   pid=$!
   http="" zmq=""

@@ -2,6 +2,7 @@
 # "$bin/troupe-serve" on "$work/serve.toml" (log in "$work/log"), sets $pid
 # and its HTTP address $http, and fails naming WHAT if it does not start.
 serve() {
+  : > "$work/log" # there before the server's shell opens it: read at once below, under set -e
   "$bin/troupe-serve" --config "$work/serve.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
   pid=$!
   http=""
