@@ -165,10 +165,11 @@ std::optional<json> schema_of(const json& v) {
 }
 
 /// vLLM's guided decoding, into the wire's json_schema, response_format,
-/// choice or regex: guided_json (a schema), guided_choice (texts),
-/// guided_regex (an expression), and structured_outputs {"json": a
-/// schema}, {"json_object": true}, {"choice": texts} or {"regex": an
-/// expression} (its newer form). One way to hold the output at most,
+/// choice, regex or grammar: guided_json (a schema), guided_choice (texts),
+/// guided_regex (an expression), guided_grammar (a GBNF grammar), and
+/// structured_outputs {"json": a schema}, {"json_object": true},
+/// {"choice": texts}, {"regex": an expression} or {"grammar": a grammar}
+/// (its newer form). One way to hold the output at most,
 /// response_format's among them. guided_decoding_backend names how
 /// vLLM enforces it, which is Troupe's own here: read past.
 std::optional<api_error> take_guided(const json& doc, json& gen, completion_request& out) {
@@ -176,19 +177,21 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     const auto v = doc.find(key);
     return v != doc.end() && !v->is_null() ? &*v : nullptr;
   };
+  const auto held = [&] {
+    return gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice")
+           || gen.contains("regex") || gen.contains("grammar");
+  };
   const auto held_already = [&](const char* key) -> std::optional<api_error> {
-    if (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice") || gen.contains("regex"))
+    if (held())
       return bad(std::string("field \"") + key + "\" cannot go with another way to hold the output "
                    + "(response_format, guided_json, structured_outputs): give one",
                  key);
     return std::nullopt;
   };
-  for (const char* key : {"guided_grammar", "guided_whitespace_pattern"})
-    if (given(key))
-      return bad(std::string("field \"") + key + "\" is not served (Troupe holds output to JSON, guided_json or "
-                   + "response_format, to a list of texts, guided_choice, or to a regular expression, "
-                   + "guided_regex); leave it out",
-                 key);
+  if (given("guided_whitespace_pattern"))
+    return bad("field \"guided_whitespace_pattern\" is not served (JSON output takes JSON's blanks, at most 32 in a "
+               "row); leave it out",
+               "guided_whitespace_pattern");
   if (const auto* b = given("guided_decoding_backend"); b && !b->is_string())
     return bad("field \"guided_decoding_backend\" must be a string, got " + b->dump(), "guided_decoding_backend");
   if (const auto* g = given("guided_json")) {
@@ -214,6 +217,12 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     gen["regex"] = *r; // the wire and the intake check it
     out.schema_field = "guided_regex";
   }
+  if (const auto* g = given("guided_grammar")) {
+    if (auto e = held_already("guided_grammar"))
+      return e;
+    gen["grammar"] = *g; // the wire and the intake check it
+    out.schema_field = "guided_grammar";
+  }
   if (const auto* s = given("structured_outputs")) {
     if (auto e = held_already("structured_outputs"))
       return e;
@@ -223,9 +232,8 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     for (const auto& [key, value] : s->items()) {
       if (value.is_null() || (key == "json_object" && value == false))
         continue;
-      const bool held = gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice")
-                        || gen.contains("regex");
-      if (key == "json" && !held) {
+      const bool taken = held();
+      if (key == "json" && !taken) {
         const auto schema = schema_of(value);
         if (!schema)
           return bad("field \"structured_outputs.json\" must be a JSON Schema: an object, or a string holding "
@@ -233,18 +241,19 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
                      "structured_outputs");
         gen["json_schema"] = *schema;
         out.schema_field = "structured_outputs";
-      } else if (key == "json_object" && value == true && !held) {
+      } else if (key == "json_object" && value == true && !taken) {
         gen["response_format"] = "json_object";
-      } else if ((key == "choice" || key == "regex") && !held) {
+      } else if ((key == "choice" || key == "regex" || key == "grammar") && !taken) {
         gen[key] = value; // the wire checks it
         out.schema_field = "structured_outputs";
-      } else if (key == "json" || key == "json_object" || key == "choice" || key == "regex") {
-        return bad("field \"structured_outputs\" gives more than one of json, json_object, choice and regex: give one",
+      } else if (key == "json" || key == "json_object" || key == "choice" || key == "regex" || key == "grammar") {
+        return bad("field \"structured_outputs\" gives more than one of json, json_object, choice, regex and grammar: "
+                   "give one",
                    "structured_outputs");
       } else {
         return bad("field \"structured_outputs." + key + "\" is not served (Troupe holds output to JSON, "
-                     + "structured_outputs.json or json_object, to a list of texts, choice, or to a regular "
-                     + "expression, regex); leave it out",
+                     + "structured_outputs.json or json_object, to a list of texts, choice, to a regular "
+                     + "expression, regex, or to a GBNF grammar, grammar); leave it out",
                    "structured_outputs");
       }
     }
@@ -1554,7 +1563,7 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   out.reasoning = tpl.reasoning;
   if (tpl.reasoning
       && (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice")
-          || gen.contains("regex"))) {
+          || gen.contains("regex") || gen.contains("grammar"))) {
     // The model thinks first, freely: what it answers after is held (as
     // vLLM starts structured output where the reasoning ends), guided
     // choices and expressions as JSON.
@@ -1691,9 +1700,9 @@ api_error refusal(const completion_request& request, wire::error_code code, std:
   constexpr std::string_view schema_field = "field \"json_schema\"";
   if (code == wire::error_code::bad_request && !request.schema_field.empty())
     for (const std::string_view held : {schema_field, std::string_view("field \"choice\""),
-                                        std::string_view("field \"regex\"")})
+                                        std::string_view("field \"regex\""), std::string_view("field \"grammar\"")})
       if (message.starts_with(held)) {
-        // vLLM's guided_json, guided_choice, guided_regex or
+        // vLLM's guided_json, guided_choice, guided_regex, guided_grammar or
         // structured_outputs gave it (never beside tools): name that.
         auto e = from_wire(code, "field \"" + request.schema_field + "\"" + message.substr(held.size()));
         e.param = request.schema_field;

@@ -134,12 +134,13 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 34> generate_fields{
+constexpr std::array<std::string_view, 35> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
-  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice", "regex"};
+  "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice", "regex",
+  "grammar"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -451,9 +452,20 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
                    *j);
     g.regex = j->get<std::string>();
   }
-  if (!g.reasoning_close.empty() && !g.json_object && g.json_schema.empty() && g.choice.empty() && g.regex.empty())
-    reject_field("reasoning_close", "given with \"response_format\": \"json_object\", \"json_schema\", \"choice\" or "
-                                   "\"regex\" (which hold the content after the thinking)",
+  if (auto j = find(obj, "grammar")) {
+    if (!j->is_string() || j->get_ref<const std::string&>().empty()
+        || j->get_ref<const std::string&>().size() > max_grammar_bytes)
+      reject_field("grammar", "a string of 1 to " + std::to_string(max_grammar_bytes) + " bytes", *j);
+    if (g.json_object || !g.json_schema.empty() || !g.json_trigger.empty() || !g.choice.empty() || !g.regex.empty())
+      reject_field("grammar", "absent beside \"response_format\": \"json_object\", \"json_schema\", \"json_trigger\", "
+                              "\"choice\" and \"regex\" (one way to hold the output)",
+                   *j);
+    g.grammar = j->get<std::string>();
+  }
+  if (!g.reasoning_close.empty() && !g.json_object && g.json_schema.empty() && g.choice.empty() && g.regex.empty()
+      && g.grammar.empty())
+    reject_field("reasoning_close", "given with \"response_format\": \"json_object\", \"json_schema\", \"choice\", "
+                                   "\"regex\" or \"grammar\" (which hold the content after the thinking)",
                  *find(obj, "reasoning_close"));
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
@@ -1054,6 +1066,8 @@ std::string to_json(const request& x) {
         j["choice"] = g.choice;
       if (!g.regex.empty())
         j["regex"] = g.regex;
+      if (!g.grammar.empty())
+        j["grammar"] = g.grammar;
       if (g.json_trigger_first)
         j["json_trigger_first"] = true;
       if (!g.reasoning_close.empty())

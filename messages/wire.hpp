@@ -143,6 +143,12 @@ struct generate_request {
   /// and where one may, the end-of-sequence token may end it. Not with
   /// choice or what choice is not with; empty: none.
   std::string regex{};
+  /// "grammar": (vLLM's guided_grammar, 1 to max_grammar_bytes) the whole
+  /// output is a sentence of this context-free grammar, written in
+  /// llama.cpp's GBNF (runtime/grammar_constraint.hpp; the rule root),
+  /// held token by token as regex holds it. Not with regex or what regex
+  /// is not with; empty: none.
+  std::string grammar{};
 };
 
 /// Longest json_trigger taken.
@@ -152,6 +158,8 @@ inline constexpr std::size_t max_choices = 64;
 inline constexpr std::size_t max_choice_bytes = 256;
 /// Longest regex taken.
 inline constexpr std::size_t max_regex_bytes = 4096;
+/// Longest grammar taken.
+inline constexpr std::size_t max_grammar_bytes = 16384;
 
 struct cancel_request { std::string id; };
 struct health_request { std::string id; };

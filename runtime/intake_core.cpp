@@ -1,6 +1,7 @@
 #include "runtime/intake_core.hpp"
 
 #include "gpu/random.hpp"
+#include "runtime/grammar_constraint.hpp"
 #include "runtime/json_pattern.hpp"
 #include "runtime/json_schema.hpp"
 
@@ -283,6 +284,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                   : !g.json_schema.empty() ? std::pair{"json_schema", "JSON"}
                                   : !g.choice.empty()      ? std::pair{"choice", "the choices"}
                                   : !g.regex.empty()       ? std::pair{"regex", "an expression"}
+                                  : !g.grammar.empty()     ? std::pair{"grammar", "a grammar"}
                                                            : std::pair{"", ""};
   if (*held_by != '\0' && !backend_->computes_logprobs()) {
     out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
@@ -296,6 +298,15 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
       (void)json_pattern(g.regex, json_pattern::match::whole);
     } catch (const std::invalid_argument& e) {
       out.replies.push_back(error_frame(peer, g.id, error_code::bad_request, std::string("field \"regex\": ") + e.what()));
+      return;
+    }
+  }
+  if (!g.grammar.empty()) {
+    try {
+      (void)held_grammar(g.grammar);
+    } catch (const std::invalid_argument& e) {
+      out.replies.push_back(
+        error_frame(peer, g.id, error_code::bad_request, std::string("field \"grammar\": ") + e.what()));
       return;
     }
   }
@@ -371,6 +382,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.reasoning_open = std::move(g.reasoning_open);
   spec.choice = std::move(g.choice);
   spec.regex = std::move(g.regex);
+  spec.grammar = std::move(g.grammar);
   spec.predicted_tokens = g.max_tokens;
   spec.arrival_s = now_s;
   pending p;

@@ -2,6 +2,7 @@
 
 #include "gpu/backend.hpp"
 #include "runtime/choice_constraint.hpp"
+#include "runtime/grammar_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/regex_constraint.hpp"
 
@@ -120,6 +121,10 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const choice_ma
 }
 
 std::shared_ptr<const json_vocab::token_split> json_vocab::split(const regex_machine& m) {
+  return split(m, m.key(), false);
+}
+
+std::shared_ptr<const json_vocab::token_split> json_vocab::split(const grammar_machine& m) {
   return split(m, m.key(), false);
 }
 

@@ -26,6 +26,7 @@ class schema_machine;
 class json_pattern;
 class choice_machine;
 class regex_machine;
+class grammar_machine;
 
 /// A vocabulary's tokens by their bytes, for finding those a json_machine
 /// takes whole. Tokens that stand for no text (special tokens, the
@@ -47,10 +48,11 @@ public:
   std::shared_ptr<const token_split> split(const json_machine& m);
   /// The same for a machine that holds the text to a JSON Schema.
   std::shared_ptr<const token_split> split(const schema_machine& m);
-  /// The same for a machine that holds the text to a list of choices, or
-  /// to a regular expression.
+  /// The same for a machine that holds the text to a list of choices, to
+  /// a regular expression, or to a grammar.
   std::shared_ptr<const token_split> split(const choice_machine& m);
   std::shared_ptr<const token_split> split(const regex_machine& m);
+  std::shared_ptr<const token_split> split(const grammar_machine& m);
   /// split(m)'s allowed tokens.
   template <class Machine>
   std::shared_ptr<const std::vector<std::int32_t>> allowed(const Machine& m) {

@@ -217,10 +217,15 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
     return cached;
   }
   case phase::content:
-    if (const auto* c = std::get_if<choice_machine>(&s.machine))
-      return vocab_.split(*c);
-    if (const auto* r = std::get_if<regex_machine>(&s.machine))
-      return vocab_.split(*r);
+    if (!std::holds_alternative<std::monostate>(s.machine))
+      return std::visit(
+        [&](const auto& m) -> std::shared_ptr<const json_vocab::token_split> {
+          if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>)
+            return nullptr; // (not reached)
+          else
+            return vocab_.split(m);
+        },
+        s.machine);
     if (!trigger_)
       return vocab_.split(*s.value);
     if (s.trigger.leading && s.trigger.matched == 0) {
@@ -237,10 +242,14 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
 bool reasoning_gate::ends_here(const state& s) const {
   if (s.at != phase::content)
     return false;
-  if (const auto* c = std::get_if<choice_machine>(&s.machine))
-    return c->complete();
-  const auto* r = std::get_if<regex_machine>(&s.machine);
-  return r != nullptr && r->complete();
+  return std::visit(
+    [](const auto& m) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(m)>, std::monostate>)
+        return false;
+      else
+        return m.complete();
+    },
+    s.machine);
 }
 
 } // namespace troupe

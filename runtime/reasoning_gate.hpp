@@ -67,7 +67,7 @@ public:
     /// The content held to choices or an expression (monostate: not so).
     /// (Not an optional held_machine: GCC 12 warns, wrongly, that copying
     /// one reads uninitialized memory.)
-    std::variant<std::monostate, choice_machine, regex_machine> machine;
+    std::variant<std::monostate, choice_machine, regex_machine, grammar_machine> machine;
     bool complete = false; ///< the value closed: the output is whole
   };
   /// Where an output begins.

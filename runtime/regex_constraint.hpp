@@ -7,6 +7,7 @@
 #pragma once
 
 #include "runtime/json_pattern.hpp"
+#include "runtime/utf8_reader.hpp"
 
 #include <cstdint>
 #include <memory>
@@ -42,10 +43,7 @@ public:
 private:
   std::shared_ptr<const held_regex> regex_;
   json_pattern::states at_;
-  std::uint32_t bits_ = 0;      ///< the character begun, its bits so far
-  std::uint8_t left_ = 0;       ///< its continuation bytes to come
-  unsigned char lo_ = 0x80;     ///< the next continuation byte's least
-  unsigned char hi_ = 0xBF;     ///< and greatest (no overlong form, no surrogate)
+  utf8_reader utf8_;
 };
 
 } // namespace troupe

@@ -136,6 +136,9 @@ struct request_spec {
   /// Not empty: the whole output matches this regular expression
   /// (runtime/regex_constraint.hpp), held as choice holds it.
   std::string regex;
+  /// Not empty: the whole output is a sentence of this GBNF grammar
+  /// (runtime/grammar_constraint.hpp), held as regex holds it.
+  std::string grammar;
   std::uint32_t queue = 0;
   std::uint32_t predicted_tokens = 0;
   /// Arrival on the scheduler's clock, in seconds.

@@ -170,13 +170,16 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       r.trigger_at.leading = spec.json_trigger_first;
     }
   }
-  if ((!spec.choice.empty() || !spec.regex.empty()) && vocab_ != nullptr) {
+  if ((!spec.choice.empty() || !spec.regex.empty() || !spec.grammar.empty()) && vocab_ != nullptr) {
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
     auto held = [&]() -> held_machine {
       if (!spec.regex.empty()) // (throws for an expression the intake would refuse)
         return regex_machine(
           cached(regexes_, spec.regex, [&] { return std::make_shared<const held_regex>(spec.regex); }));
+      if (!spec.grammar.empty()) // (likewise)
+        return grammar_machine(
+          cached(grammars_, spec.grammar, [&] { return std::make_shared<const held_grammar>(spec.grammar); }));
       auto sorted = spec.choice;
       std::sort(sorted.begin(), sorted.end());
       return choice_machine(std::make_shared<const std::vector<std::string>>(std::move(sorted)));

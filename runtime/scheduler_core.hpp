@@ -658,6 +658,7 @@ private:
   std::vector<std::pair<std::string, std::shared_ptr<const reasoning_gate>>> gates_;
   /// Compiled regular expressions by their text (the last 16 kept).
   std::vector<std::pair<std::string, std::shared_ptr<const held_regex>>> regexes_;
+  std::vector<std::pair<std::string, std::shared_ptr<const held_grammar>>> grammars_;
   std::unordered_map<std::uint64_t, record> records_;
   std::vector<policies::waiting_view> waiting_; // arrival order from head_
   std::size_t head_ = 0;

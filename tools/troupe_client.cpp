@@ -34,6 +34,7 @@ void usage(std::FILE* out) {
     "                     [--json-schema FILE]   (the output is a value of the JSON Schema in FILE)\n"
     "                     [--choice TEXT]...   (the output is one of the texts: guided_choice)\n"
     "                     [--regex EXPR]   (the whole output matches the expression: guided_regex)\n"
+    "                     [--grammar FILE]   (the output is a sentence of the GBNF grammar in FILE: guided_grammar)\n"
     "       troupe-client [--endpoint URL] --health | --stats | --list-adapters\n"
     "       troupe-client [--endpoint URL] --load-adapter NAME=PATH | --load-adapter NAME:RANK\n"
     "                                      | --unload-adapter NAME\n"
@@ -132,6 +133,17 @@ int main(int argc, char** argv) {
         return 2;
       }
       g.json_schema = schema.dump();
+    }
+    else if (arg == "--grammar") {
+      const auto path = value();
+      std::ifstream in(path, std::ios::binary);
+      std::stringstream text;
+      text << in.rdbuf();
+      if (!in || text.str().empty()) {
+        std::fprintf(stderr, "troupe-client: --grammar needs a file holding a GBNF grammar, got '%s'\n", path.c_str());
+        return 2;
+      }
+      g.grammar = text.str();
     }
     else if (arg == "--advise") { query = arg; adapter_arg = value(); }
     else if (arg == "--in") advise_in = number();

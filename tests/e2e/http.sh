@@ -613,6 +613,24 @@ for seed in range(4):
         assert jstatus == 200 and streamed == jchoice["text"], (held, jbody)
 assert refused(400, body={"model": "demo", "prompt": "x", "guided_regex": "a(?=b)"},
                says="guided_regex")["param"] == "guided_regex"
+# vLLM's guided_grammar and structured_outputs' grammar (GBNF): the whole
+# text is a sentence of the grammar's root.
+sql = 'root ::= "SELECT " cols " FROM " table (" WHERE " col " = " [0-9]{1,3})?\n' \
+      'cols ::= col ("," col){0,2}\ncol ::= "id" | "name" | "age"\ntable ::= "users" | "orders"  # done'
+sentence = r"SELECT (id|name|age)(,(id|name|age)){0,2} FROM (users|orders)( WHERE (id|name|age) = [0-9]{1,3})?"
+for seed in range(4):
+    for held in ({"guided_grammar": sql}, {"structured_outputs": {"grammar": sql}}):
+        asked = dict({"model": "demo", "prompt": "Query:", "max_tokens": 100, "seed": seed}, **held)
+        jstatus, _, jbody = call("/v1/completions", asked)
+        jchoice = json.loads(jbody)["choices"][0]
+        assert jstatus == 200 and re.fullmatch(sentence, jchoice["text"]), jbody
+        assert jchoice["finish_reason"] == "stop", jbody
+        jstatus, _, jbody = call("/v1/completions", dict(asked, stream=True))
+        streamed = "".join(e["choices"][0]["text"] for e in events(jbody)[:-1] if e["choices"])
+        assert jstatus == 200 and streamed == jchoice["text"], (held, jbody)
+assert "left recursion" in refused(400, body={"model": "demo", "prompt": "x",
+                                              "guided_grammar": 'root ::= root "a" | "a"'},
+                                   says="guided_grammar")["message"]
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
     "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "idn-email"}}}}}},
         says="format")

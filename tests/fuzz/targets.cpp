@@ -15,6 +15,7 @@
 #include "policies/registry.hpp"
 #include "runtime/backend_factory.hpp"
 #include "runtime/config.hpp"
+#include "runtime/grammar_constraint.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/reasoning_gate.hpp"
 #include "runtime/sim_engine.hpp"
@@ -960,6 +961,43 @@ bool json_output(std::span<const std::uint8_t> in) {
   throw invariant_broken("a dead end after " + taken);
 }
 
+/// A GBNF grammar, a NUL byte and a text: the grammar compiles or is
+/// refused saying why; the text goes byte by byte through its machine. A
+/// refused byte leaves the machine as it was, one taken whole is taken
+/// byte by byte too, and short of a whole sentence some byte goes on.
+bool grammar_walk(std::span<const std::uint8_t> in) {
+  const auto all = text_of(in);
+  const auto nul = all.find('\0');
+  const auto text = nul == std::string_view::npos ? std::string_view() : all.substr(nul + 1);
+  std::shared_ptr<const held_grammar> grammar;
+  try {
+    grammar = std::make_shared<const held_grammar>(all.substr(0, nul));
+  } catch (const std::invalid_argument& e) {
+    require(std::string_view(e.what()).size() > 10, std::string("a refusal that says not what: ") + e.what());
+    return false;
+  }
+  grammar_machine m(grammar);
+  std::string taken;
+  for (const char c : text) {
+    const auto before = m.key();
+    if (m.step(static_cast<unsigned char>(c)))
+      taken += c;
+    else
+      require(m.key() == before, "a refused byte changed the machine after " + taken);
+  }
+  grammar_machine whole(grammar);
+  require(whole.feed(taken) && whole.key() == m.key(), "the bytes taken one by one are not taken together: " + taken);
+  if (m.complete() && !m.extendable())
+    return true;
+  for (int c = 0; c < 256; ++c) {
+    auto probe = m;
+    if (probe.step(static_cast<unsigned char>(c)))
+      return true;
+  }
+  require(m.complete(), "a dead end after " + taken);
+  return true;
+}
+
 /// A form byte, a schema, a NUL byte and a text: the text goes byte by byte
 /// (each byte a token of its own) through a reasoning gate of the form
 /// (the opening mark or none; one value, free text with triggers, or a
@@ -1038,7 +1076,7 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 18> all{{
+constexpr std::array<target, 19> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -1052,6 +1090,7 @@ constexpr std::array<target, 18> all{{
   {"sim", sim},
   {"sim_tiers", sim_tiers},
   {"json_schema", json_output},
+  {"grammar", grammar_walk},
   {"reasoning_gate", reasoning_gate_walk},
   {"tokenizer_json", tokenizer_json},
   {"bpe_encode", bpe_encode},

@@ -48,6 +48,9 @@ struct target {
 ///   json_schema    a JSON Schema, a NUL byte and a text: the schema compiles or is
 ///                  refused; the text read byte by byte never reaches a dead end,
 ///                  and what is taken whole is a JSON object
+///   grammar        a GBNF grammar, a NUL byte and a text: the grammar compiles or
+///                  is refused; the text read byte by byte never reaches a dead
+///                  end, and what is taken one byte at a time is taken whole
 ///   tokenizer_json a byte-level BPE tokenizer.json: refused naming the file, or
 ///                  it encodes to ids in its vocabulary (texts come back whole
 ///                  where it has no added tokens)

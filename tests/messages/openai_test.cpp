@@ -1800,6 +1800,16 @@ TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) 
     EXPECT_EQ(r.param, c.schema_field);
     EXPECT_EQ(r.message, "field \"" + c.schema_field + "\": lookaround is not supported at 1");
   }
+  // guided_grammar and structured_outputs' grammar: the wire's grammar.
+  for (const auto& field : {std::string(R"("guided_grammar":"root ::= [0-9]+")"),
+                            std::string(R"("structured_outputs":{"grammar":"root ::= [0-9]+"})")}) {
+    const auto c = ok(R"({"model":"m","prompt":"p",)" + field + "}");
+    EXPECT_EQ(as_generate(c).grammar, "root ::= [0-9]+") << field;
+    EXPECT_TRUE(as_generate(c).regex.empty()) << field;
+    const auto r = refusal(c, wire::error_code::bad_request, R"(field "grammar": the rule x is used but not defined)");
+    EXPECT_EQ(r.param, c.schema_field);
+    EXPECT_EQ(r.message, "field \"" + c.schema_field + "\": the rule x is used but not defined");
+  }
   // guided_choice and structured_outputs' choice: the wire's choice.
   for (const auto& field : {std::string(R"("guided_choice":["yes","no"])"),
                             std::string(R"("structured_outputs":{"choice":["yes","no"]})")}) {
@@ -1828,12 +1838,13 @@ TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) 
          {R"("structured_outputs":{"json":{},"json_object":true})", "structured_outputs", "more than one"},
          {R"("structured_outputs":{"choice":["a"],"json":{}})", "structured_outputs", "more than one"},
          {R"("guided_choice":["a"],"guided_json":{})", "guided_choice", "give one"},
-         {R"("structured_outputs":{"grammar":"root ::= x"})", "structured_outputs",
-          "\"structured_outputs.grammar\" is not served"},
+         {R"("structured_outputs":{"xml":"root"})", "structured_outputs", "\"structured_outputs.xml\" is not served"},
+         {R"("structured_outputs":{"grammar":"root ::= x","regex":"a"})", "structured_outputs", "more than one"},
+         {R"("guided_grammar":"root ::= [a]","guided_regex":"a")", "guided_grammar", "give one"},
+         {R"("guided_whitespace_pattern":" ")", "guided_whitespace_pattern", "is not served"},
          {R"("structured_outputs":[])", "structured_outputs", "must be an object"},
          {R"("guided_regex":"a+","guided_choice":["a"])", "guided_regex", "give one"},
          {R"("structured_outputs":{"regex":"a","choice":["a"]})", "structured_outputs", "more than one"},
-         {R"("guided_grammar":"root ::= x")", "guided_grammar", "is not served"},
          {R"("guided_decoding_backend":1)", "guided_decoding_backend", "must be a string"},
        }) {
     const auto e = refused(R"({"model":"m","prompt":"p",)" + field + "}");

@@ -74,6 +74,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.reasoning_open, b.reasoning_open);
   EXPECT_EQ(a.choice, b.choice);
   EXPECT_EQ(a.regex, b.regex);
+  EXPECT_EQ(a.grammar, b.grammar);
 }
 
 void expect_same(const std::vector<token_logprobs>& a, const std::vector<token_logprobs>& b) {
@@ -293,6 +294,12 @@ std::vector<accept_case> accept_cases() {
     {"choice_in_the_order_given", gen(R"("choice":["no","yes","maybe so"])"),
      [](g r) { r.choice = {"no", "yes", "maybe so"}; }},
     {"regex", gen(R"("regex":"[0-9]{3}-[0-9]{4}")"), [](g r) { r.regex = "[0-9]{3}-[0-9]{4}"; }},
+    {"grammar", gen(R"("grammar":"root ::= \"yes\" | \"no\"")"), [](g r) { r.grammar = R"(root ::= "yes" | "no")"; }},
+    {"reasoning_before_a_grammar", gen(R"("grammar":"root ::= [ab]","reasoning_close":"</think>")"),
+     [](g r) {
+       r.grammar = "root ::= [ab]";
+       r.reasoning_close = "</think>";
+     }},
     {"json_trigger_with_a_schema", gen(R"("json_schema":{"type":"object"},"json_trigger":"<tool_call>")"),
      [](g r) {
        r.json_schema = R"({"type":"object"})";
@@ -553,6 +560,11 @@ std::vector<reject_case> reject_cases() {
     {"regex_empty", gen(R"("regex":"")"), bad, "g1", {"\"regex\"", "a string of 1 to 4096 bytes"}},
     {"regex_not_a_string", gen(R"("regex":["a"])"), bad, "g1", {"\"regex\"", "a string"}},
     {"regex_beside_choice", gen(R"("choice":["a"],"regex":"a")"), bad, "g1", {"\"regex\"", "absent beside"}},
+    {"grammar_empty", gen(R"("grammar":"")"), bad, "g1", {"\"grammar\"", "a string of 1 to 16384 bytes"}},
+    {"grammar_beside_a_regex", gen(R"("regex":"a","grammar":"root ::= \"a\"")"), bad, "g1",
+     {"\"grammar\"", "absent beside", "\"regex\""}},
+    {"grammar_beside_a_schema", gen(R"("json_schema":{},"grammar":"root ::= \"a\"")"), bad, "g1",
+     {"\"grammar\"", "absent beside"}},
     {"json_trigger_alone", gen(R"("json_trigger":"<c>")"), bad, "g1",
      {"\"json_trigger\"", "given with \"response_format\": \"json_object\" or \"json_schema\""}},
     {"json_trigger_empty", gen(R"("json_schema":{},"json_trigger":"")"), bad, "g1",
@@ -564,7 +576,7 @@ std::vector<reject_case> reject_cases() {
     {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
      {"\"json_trigger_first\"", "given with \"json_trigger\""}},
     {"reasoning_close_alone", gen(R"("reasoning_close":"</think>")"), bad, "g1",
-     {"\"reasoning_close\"", "given with \"response_format\"", "\"choice\" or \"regex\""}},
+     {"\"reasoning_close\"", "given with \"response_format\"", "\"choice\", \"regex\" or \"grammar\""}},
     {"reasoning_close_empty", gen(R"("json_schema":{},"reasoning_close":"")"), bad, "g1",
      {"\"reasoning_close\"", "a string of 1 to 64 bytes"}},
     {"reasoning_close_too_long", gen(R"("json_schema":{},"reasoning_close":")" + std::string(65, 'a') + "\""), bad, "g1",
@@ -671,11 +683,16 @@ TEST(wire, request_round_trips) {
   matching.id = "m";
   matching.prompt = "p";
   matching.regex = "(yes|no)\\.";
+  generate_request parsing;
+  parsing.id = "g";
+  parsing.prompt = "p";
+  parsing.grammar = "root ::= \"(\" root \")\" | [a-z]+";
 
   std::vector<request> requests{full,
                                 tokens,
                                 choosing,
                                 matching,
+                                parsing,
                                 defaults,
                                 cancel_request{"full"},
                                 health_request{"h"},

@@ -884,6 +884,7 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
   // Choices are held the same way: refused (e2e.serve_and_client reads
   // what the refusal says).
   expect_error("p", gen("j5", R"("choice":["yes","no"])"), error_code::bad_request, "j5");
+  expect_error("p", gen("j6", R"("grammar":"root ::= [a-z]+")"), error_code::bad_request, "j6");
 }
 
 
@@ -958,6 +959,22 @@ TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_whe
   EXPECT_EQ(core.in_flight(), 0u);
   EXPECT_EQ(accept_generate(core, "ok", "p", R"(,"json_schema":{"type":"object"})").json_schema,
             R"({"type":"object"})");
+}
+
+TEST(intake_core_json, a_grammar_it_cannot_read_is_refused_saying_why_and_a_good_one_goes_to_the_scheduler) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  auto a = core.on_frame("p", R"({"type":"generate","id":"bad","prompt":"p","grammar":"root ::= item\nitem ::= x"})",
+                         1.0);
+  ASSERT_EQ(a.replies.size(), 1u);
+  EXPECT_FALSE(a.submit.has_value());
+  const auto e = as<wire::error_reply>(a.replies[0]);
+  EXPECT_EQ(e.code, error_code::bad_request);
+  EXPECT_TRUE(e.message.starts_with("field \"grammar\": ")) << e.message;
+  EXPECT_EQ(core.in_flight(), 0u);
+  EXPECT_EQ(accept_generate(core, "ok", "p", R"(,"grammar":"root ::= [a-z]+")").grammar, "root ::= [a-z]+");
 }
 
 TEST(intake_core_logprobs, go_with_each_token_streamed_or_whole_named_by_their_text) {

@@ -6,6 +6,7 @@
 #include "runtime/regex_constraint.hpp"
 
 #include "gpu/backend.hpp"
+#include "tests/support/allowed_oracle.hpp"
 #include "tests/support/list_tokenizer.hpp"
 #include "tests/support/wide.hpp"
 
@@ -19,6 +20,8 @@
 
 namespace troupe {
 namespace {
+
+using testing::expect_allowed_as_fed;
 
 bool reads_whole(std::string_view text) {
   json_machine m;
@@ -262,24 +265,6 @@ TEST(json_vocab, answers_a_recurring_state_from_its_cache_and_the_same) {
 }
 
 // -- choices ---------------------------------------------------------------------
-
-/// Brute force as the oracle: in each state `m` reaches reading `text`,
-/// the tokens allowed are those a copy of the machine takes whole. The
-/// bytes of `text` read (all, unless the machine refuses one).
-template <class Machine>
-std::size_t expect_allowed_as_fed(json_vocab& v, Machine m, const std::string& text) {
-  for (std::size_t k = 0;; ++k) {
-    std::vector<std::int32_t> want;
-    for (std::int32_t tok = 0; tok < v.size(); ++tok) {
-      auto copy = m;
-      if (!v.bytes(tok).empty() && copy.feed(v.bytes(tok)))
-        want.push_back(tok);
-    }
-    EXPECT_EQ(*v.allowed(m), want) << text.substr(0, k);
-    if (k == text.size() || !m.step(static_cast<unsigned char>(text[k])))
-      return k;
-  }
-}
 
 choice_machine choices(std::vector<std::string> texts) {
   std::sort(texts.begin(), texts.end());

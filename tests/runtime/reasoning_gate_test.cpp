@@ -179,6 +179,18 @@ TEST(reasoning_gate, a_guided_choice_or_regex_is_the_content_after_the_thinking)
   EXPECT_FALSE(t.complete);
   EXPECT_FALSE(r.advance(t, "3x"));
   ASSERT_TRUE(r.advance(t, "3"));
+  // A grammar likewise: the content is a sentence of it.
+  const reasoning_gate gr(v, "<think>", "</think>",
+                          held_machine{grammar_machine(std::make_shared<const held_grammar>(
+                            R"G(root ::= "[" list? "]"  list ::= [0-9] ("," [0-9])*)G"))});
+  auto u = gr.begin();
+  ASSERT_TRUE(gr.advance(u, "<think>[1, 2]?</think>[1"));
+  EXPECT_FALSE(gr.ends_here(u));
+  EXPECT_FALSE(gr.advance(u, "]]"));
+  ASSERT_TRUE(gr.advance(u, ",2]"));
+  EXPECT_TRUE(u.complete) << "nothing may follow a whole list";
+  const auto split = gr.split(gr.begin());
+  EXPECT_FALSE(std::binary_search(split->allowed.begin(), split->allowed.end(), 1)) << "x begins neither";
 }
 
 // Random walks over a vocabulary, each token the gate allows checked against

@@ -167,6 +167,7 @@ struct request_args {
   std::string reasoning_open = {};
   std::vector<std::string> choice = {};
   std::string regex = {};
+  std::string grammar = {};
 };
 
 /// The shell around one scheduler_core: answers reservations from a real
@@ -208,6 +209,7 @@ public:
     s.reasoning_open = a.reasoning_open;
     s.choice = a.choice;
     s.regex = a.regex;
+    s.grammar = a.grammar;
     s.predicted_tokens = a.max_new;
     s.arrival_s = now;
     const auto spec = s;
@@ -1381,6 +1383,32 @@ TEST(scheduler_core, a_regex_request_samples_only_tokens_that_keep_it_matching_a
                           "-P1 T1#1 F1:eos/2"},
                          {"off the expression", {.max_new = 10, .regex = "[0-9]{2,3}"}, {100, 103},
                           "-P1 T1#1 F1:error/2"}});
+}
+
+TEST(scheduler_core, a_grammar_request_samples_only_tokens_that_keep_it_a_sentence_and_ends_where_nothing_may_follow) {
+  fake_tokenizer vocab;
+  constexpr auto eos = fake_tokenizer::eos;
+  vocab.words = {{100, "("}, {101, ")"}, {102, "x"}, {103, "(x"}, {104, "))"}, {105, "y"}, {106, "</t>"}};
+  // Balanced parentheses around one x: no regular expression says so.
+  const std::string grammar = R"G(root ::= "(" root ")" | "x")G";
+  engine e{limits(100), &vocab};
+  ASSERT_EQ(e.submit(1, {.prompt = 2, .max_new = 10, .grammar = grammar}), "accepted");
+  const auto effects = run_turns(e, {
+    {100, {100, 102, 103}}, // an opening, or x; never a close, nor the end
+    {103, {100, 102, 103}},
+    {101, {101, 104}},      // "((x": closes only
+    {101, {101}},           // "((x)": one more, and only one
+  });
+  EXPECT_EQ(effects, (std::vector<std::string>{"T1#0", "T1#1", "T1#2", "-P1 T1#3 F1:stop/4"}))
+    << "a whole sentence that nothing may follow ends the output";
+  expect_outputs(vocab, {{"at once", {.max_new = 10, .grammar = grammar}, {102}, "-P1 T1#0 F1:stop/1"},
+                         {"a sentence that may go on: the end token ends it", {.max_new = 10, .grammar = "root ::= [xy]+"},
+                          {102, 105, eos}, "-P1 T1#2 F1:eos/3"},
+                         {"off the grammar", {.max_new = 10, .grammar = grammar}, {100, 105}, "-P1 T1#1 F1:error/2"},
+                         {"after the thinking",
+                          {.max_new = 10, .reasoning_close = "</t>", .grammar = grammar},
+                          {105, 106, 103, 101},
+                          "-P1 T1#3 F1:stop/4"}});
 }
 
 TEST(scheduler_core, a_reasoning_models_guided_choice_or_regex_holds_the_content_after_its_thinking) {

@@ -12,6 +12,7 @@
 #include "runtime/json_schema.hpp"
 #include "runtime/json_trigger.hpp"
 #include "runtime/reasoning_gate.hpp"
+#include "runtime/grammar_constraint.hpp"
 #include "runtime/regex_constraint.hpp"
 #include "runtime/scheduler_core.hpp"
 
@@ -227,9 +228,12 @@ BENCHMARK(bm_json_schema_split)
 /// json_vocab::split looked up afresh for the output held to choices
 /// (guided_choice: 4 labels, or 64 words of the vocabulary) or to a regular
 /// expression (guided_regex: a phone number, or lowercase words, which
-/// keeps a third of the vocabulary), at the output's start and one byte in.
+/// keeps a third of the vocabulary), or to a GBNF grammar (guided_grammar:
+/// the same two languages, and arithmetic over nested parentheses), at the
+/// output's start and one byte in.
 void bm_held_text_split(benchmark::State& state) {
-  static const char* const kinds[] = {"4 choices", "64 choices", "regex, phone", "regex, words"};
+  static const char* const kinds[] = {"4 choices",      "64 choices",      "regex, phone",      "regex, words",
+                                      "grammar, phone", "grammar, words", "grammar, arithmetic"};
   const auto kind = static_cast<std::size_t>(state.range(0));
   const bool begun = state.range(1) != 0;
   state.SetLabel(std::string(kinds[kind]) + (begun ? ", one byte in" : ", start"));
@@ -254,9 +258,18 @@ void bm_held_text_split(benchmark::State& state) {
     labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
     const auto held = std::make_shared<const std::vector<std::string>>(labels);
     run(choice_machine(held), choice_machine(held), static_cast<unsigned char>((*held)[0][0]));
-  } else {
+  } else if (kind < 4) {
     const auto held = std::make_shared<const held_regex>(kind == 2 ? "[0-9]{3}-[0-9]{4}" : "[a-z]+( [a-z]+)*");
     run(regex_machine(held), regex_machine(held), kind == 2 ? '1' : 'a');
+  } else {
+    static const char* const grammars[] = {
+      R"G(root ::= [0-9]{3} "-" [0-9]{4})G", R"G(root ::= [a-z]+ (" " [a-z]+)*)G",
+      R"G(root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= factor (("*" | "/") factor)*
+factor ::= [0-9]+ | "(" expr ")")G"};
+    const auto held = std::make_shared<const held_grammar>(grammars[kind - 4]);
+    run(grammar_machine(held), grammar_machine(held), kind == 5 ? 'a' : kind == 6 ? '(' : '1');
   }
   state.counters["allowed"] = static_cast<double>(allowed);
   state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
@@ -264,7 +277,7 @@ void bm_held_text_split(benchmark::State& state) {
 
 BENCHMARK(bm_held_text_split)
   ->ArgNames({"kind", "begun"})
-  ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
+  ->ArgsProduct({{0, 1, 2, 3, 4, 5, 6}, {0, 1}})
   ->Unit(benchmark::kMicrosecond);
 
 /// A json_trigger built for the 32,000-token vocabulary: the free-text ban
