@@ -657,7 +657,7 @@ std::vector<std::uint16_t> advanced(const std::uint16_t* s, std::size_t n) {
 void compiler::run(held_grammar& g) {
   grammar();
   const auto root = by_name_.find("root");
-  if (root == by_name_.end())
+  if (root == by_name_.end() || !rules_[root->second].defined)
     throw std::invalid_argument("the grammar has no rule named root");
   for (const auto& r : rules_)
     if (!r.defined)

@@ -272,6 +272,7 @@ TEST(held_grammar, refuses_what_is_wrong_saying_what_and_where) {
   says("", "empty");
   says("  # only a comment\n\n", "the grammar is empty");
   says("expr ::= \"a\"", "the grammar has no rule named root");
+  says("expr ::= root", "the grammar has no rule named root");
   says("root ::= [a-z]{1000} [a-z]{1000} [a-z]{1000} [a-z]{1000} [a-z]{1000}", "more than 4096 elements");
   says("root ::= (\"ab\"{1000} \"cd\"{1000}){1000}", "more than 4096 elements");
   says("root ::= \"a\"{1001}", "over 1000");
