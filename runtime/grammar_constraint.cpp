@@ -295,7 +295,22 @@ void compiler::sequence(std::vector<element>& out, std::size_t nesting) {
     } else if (c == '*' || c == '+' || c == '?' || c == '{') {
       if (last == none)
         fail_at(at, std::string("'") + c + "' repeats nothing");
-      const auto [m, n] = bounds();
+      auto [m, n] = bounds();
+      // Operators stacked on one symbol ("x?*", "x++") say what one of ?, *
+      // and + says; written out one by one, each would multiply the ways
+      // to read a text.
+      for (;;) {
+        const bool plain = (m == 0 && n == 1) || (m <= 1 && n == unbounded);
+        const auto before = pos_;
+        skip_space();
+        if (!plain || at_end() || (text_[pos_] != '*' && text_[pos_] != '+' && text_[pos_] != '?')) {
+          pos_ = before;
+          break;
+        }
+        const auto [m2, n2] = bounds();
+        m = m == 1 && m2 == 1 ? 1 : 0;
+        n = n == 1 && n2 == 1 ? 1 : unbounded;
+      }
       repeat(out, last, m, n);
       last = out.size() == last ? none : last;
     } else if (name_char(c)) {
@@ -588,8 +603,11 @@ public:
   void add(std::vector<std::uint16_t> s) { todo_.push_back(std::move(s)); }
   /// The stacks, flat and sorted; none when the limits are passed.
   std::optional<held_grammar::stacks> run();
+  /// A way was dropped for passing the depth limit.
+  bool dropped() const noexcept { return dropped_; }
 
 private:
+  bool dropped_ = false;
   const held_grammar& g_;
   std::vector<std::vector<std::uint16_t>> todo_;
   std::vector<std::vector<std::uint16_t>> out_;
@@ -619,8 +637,10 @@ std::optional<held_grammar::stacks> expansion::run() {
       const auto then = g_.elements[p + 1u].what;
       if (then != kind::alt && then != kind::end)
         s.push_back(static_cast<std::uint16_t>(p + 1u));
-      if (s.size() + 1 > held_grammar::max_depth)
+      if (s.size() + 1 > held_grammar::max_depth) {
+        dropped_ = true;
         break; // deeper than the limit: this way is dropped
+      }
       for (const auto a : g_.alternatives[e.arg]) {
         auto t = s;
         t.push_back(a);
@@ -697,7 +717,7 @@ held_grammar::held_grammar(std::string_view text) {
 grammar_machine::grammar_machine(std::shared_ptr<const held_grammar> g)
   : grammar_(std::move(g)), at_(grammar_->start) {}
 
-bool grammar_machine::may_take(char32_t lo, char32_t hi) const {
+bool grammar_machine::may_take(char32_t lo, char32_t hi) {
   // A stack whose top may take such a character, and that does not die
   // expanding after it (past the depth limit).
   const auto& g = *grammar_;
@@ -709,6 +729,7 @@ bool grammar_machine::may_take(char32_t lo, char32_t hi) const {
     x.add(advanced(s, n));
     const auto after = x.run();
     may = after && !after->empty();
+    limited_ = limited_ || !after || x.dropped();
   });
   return may;
 }
@@ -721,13 +742,16 @@ bool grammar_machine::take(char32_t cp) {
       x.add(advanced(s, n));
   });
   auto next = x.run();
-  if (!next || next->empty())
+  if (!next || next->empty()) {
+    limited_ = !next || x.dropped();
     return false;
+  }
   at_ = std::move(*next);
   return true;
 }
 
 bool grammar_machine::step(unsigned char c) {
+  limited_ = false;
   return utf8_.step(
     c, [&](char32_t lo, char32_t hi) { return may_take(lo, hi); }, [&](char32_t cp) { return take(cp); });
 }

@@ -102,16 +102,21 @@ public:
   bool complete() const noexcept;
   bool extendable() const noexcept;
   std::string key() const;
+  /// The last byte step() refused was refused by the limits (max_depth,
+  /// max_stacks, max_work) on some way the grammar has, not by the grammar
+  /// alone: a walk finds no byte to go on with only where this holds.
+  bool refused_by_limits() const noexcept { return limited_; }
 
 private:
   /// Some character in [lo, hi] may come next.
-  bool may_take(char32_t lo, char32_t hi) const;
+  bool may_take(char32_t lo, char32_t hi);
   /// Advances to the stacks after `cp`; false (unchanged) when none.
   bool take(char32_t cp);
 
   std::shared_ptr<const held_grammar> grammar_;
   held_grammar::stacks at_;
   utf8_reader utf8_;
+  bool limited_ = false; ///< see refused_by_limits (not the state: not in key)
 };
 
 } // namespace troupe

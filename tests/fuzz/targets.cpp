@@ -472,7 +472,8 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   }
   require(calls.size() <= 1 || in[0] % 4 == 0 || in[0] % 4 == 2, "more than one call where there is one");
   const std::string content = message.at("content").is_null() ? "" : message.at("content").get<std::string>();
-  require(calls.empty() ? content == whole_text.substr(0, whole_text.find("<|im_end|>"))
+  // (chatml's <|im_end|> is a stop string; the custom template has none)
+  require(calls.empty() ? content == whole_text.substr(0, array ? std::string::npos : whole_text.find("<|im_end|>"))
                         : whole_text.starts_with(content)
                             && (in[0] % 4 < 2 || content.empty() || !whole_text.starts_with(marker)),
           "the content is not the output's text (before its calls; none when forced and it begins with one)");
@@ -964,7 +965,8 @@ bool json_output(std::span<const std::uint8_t> in) {
 /// A GBNF grammar, a NUL byte and a text: the grammar compiles or is
 /// refused saying why; the text goes byte by byte through its machine. A
 /// refused byte leaves the machine as it was, one taken whole is taken
-/// byte by byte too, and short of a whole sentence some byte goes on.
+/// byte by byte too, and short of a whole sentence some byte goes on
+/// (unless the limits refused one: an ambiguous grammar may pass them).
 bool grammar_walk(std::span<const std::uint8_t> in) {
   const auto all = text_of(in);
   const auto nul = all.find('\0');
@@ -989,12 +991,14 @@ bool grammar_walk(std::span<const std::uint8_t> in) {
   require(whole.feed(taken) && whole.key() == m.key(), "the bytes taken one by one are not taken together: " + taken);
   if (m.complete() && !m.extendable())
     return true;
+  bool limited = false;
   for (int c = 0; c < 256; ++c) {
     auto probe = m;
     if (probe.step(static_cast<unsigned char>(c)))
       return true;
+    limited = limited || probe.refused_by_limits();
   }
-  require(m.complete(), "a dead end after " + taken);
+  require(m.complete() || limited, "a dead end the limits did not make after " + taken);
   return true;
 }
 

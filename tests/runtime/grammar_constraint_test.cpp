@@ -145,6 +145,17 @@ TEST(grammar_machine, repeats_keep_to_their_bounds) {
   EXPECT_TRUE(sentence(spaced, "abca"));
   EXPECT_FALSE(sentence(spaced, "abcab"));
   EXPECT_TRUE(sentence(grammar(R"(root ::= ("a"? "b"?)* "c")"), "abbac")) << "a repeat of what may be empty";
+  // Operators stacked on one symbol are one of ?, * and +: as many ways to
+  // read a text as one operator gives, however many are written.
+  const auto stacked = grammar(R"(root ::= "a"+++++++++++++++++++++++++++++++++ "b"??????????????? "c"+? "d"?+)");
+  EXPECT_TRUE(sentence(stacked, "aaaaaaaabcd"));
+  EXPECT_TRUE(sentence(stacked, "a"));
+  EXPECT_FALSE(sentence(stacked, "abb"));
+  grammar_machine many(stacked);
+  ASSERT_TRUE(many.feed(std::string_view(std::string(200, 'a'))));
+  EXPECT_TRUE(many.complete());
+  EXPECT_FALSE(sentence(grammar(R"(root ::= "x"{2}? "y")"), "xy")) << "a counted repeat is kept apart";
+  EXPECT_TRUE(sentence(grammar(R"(root ::= "x"{2}? "y")"), "xxy"));
 }
 
 TEST(grammar_machine, classes_negated_classes_and_any_character) {
@@ -230,6 +241,7 @@ TEST(grammar_machine, nesting_stops_at_the_depth_limit_and_can_still_end) {
     ++open;
   EXPECT_GT(open, 100u);
   EXPECT_LT(open, held_grammar::max_depth);
+  EXPECT_TRUE(m.refused_by_limits()) << "one more '(' would nest past the limit";
   ASSERT_TRUE(m.step('x'));
   ASSERT_TRUE(m.feed(std::string(open, ')')));
   EXPECT_TRUE(m.complete());
@@ -248,6 +260,9 @@ std::string doubling(std::size_t levels) {
 TEST(grammar_machine, refuses_a_character_after_which_there_would_be_too_many_stacks) {
   auto wide = grammar("root ::= \"s\" r1 \"z\" | \"t\"\n" + doubling(11)); // 2048
   EXPECT_FALSE(wide.step('s'));
+  EXPECT_TRUE(wide.refused_by_limits()) << "the grammar has the way; the limits refused it";
+  EXPECT_FALSE(wide.step('q'));
+  EXPECT_FALSE(wide.refused_by_limits()) << "no way of the grammar takes q";
   EXPECT_TRUE(wide.step('t'));
   const auto narrow = grammar("root ::= \"s\" r1 \"z\" | \"t\"\n" + doubling(9)); // 512
   EXPECT_TRUE(sentence(narrow, "scabaababbaz"));
