@@ -6,7 +6,9 @@
 #include <atomic>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <unordered_map>
 #include <unordered_set>
@@ -706,7 +708,7 @@ void compiler::run(held_grammar& g) {
   g.start = std::move(*start);
 }
 
-held_grammar::held_grammar(std::string_view text) {
+held_grammar::held_grammar(std::string_view text) : transitions(std::make_unique<memo>()) {
   compiler(text).run(*this);
   static std::atomic<std::uint64_t> next{1};
   id = next.fetch_add(1, std::memory_order_relaxed);
@@ -734,19 +736,95 @@ bool grammar_machine::may_take(char32_t lo, char32_t hi) {
   return may;
 }
 
+namespace {
+
+/// What a character does to a grammar's stacks, as take() works it out:
+/// the stacks after it, or none (refused, and whether by the limits).
+struct transition {
+  std::optional<held_grammar::stacks> next;
+  bool limited = false;
+};
+
+/// Stacks and a character asked about, owning the stacks or viewing them
+/// (a lookup copies nothing).
+struct transition_key {
+  char32_t cp = 0;
+  std::vector<std::uint16_t> owned;
+  std::span<const std::uint16_t> at;
+};
+
+struct transition_hash {
+  using is_transparent = void;
+  std::size_t operator()(const transition_key& k) const noexcept {
+    std::uint64_t h = 1469598103934665603ull ^ k.cp;
+    for (const auto p : k.at)
+      h = (h ^ p) * 1099511628211ull;
+    return static_cast<std::size_t>(h);
+  }
+};
+
+struct transition_equal {
+  using is_transparent = void;
+  bool operator()(const transition_key& a, const transition_key& b) const noexcept {
+    return a.cp == b.cp && std::equal(a.at.begin(), a.at.end(), b.at.begin(), b.at.end());
+  }
+};
+
+} // namespace
+
+/// The transitions worked out last, dropped whole when they pass `most`.
+struct held_grammar::memo {
+  static constexpr std::size_t most = 4096;
+  std::mutex lock;
+  std::unordered_map<transition_key, transition, transition_hash, transition_equal> known;
+};
+
+held_grammar::~held_grammar() = default;
+
 bool grammar_machine::take(char32_t cp) {
-  const auto& g = *grammar_;
-  expansion x(g);
-  each_stack(at_, [&](const std::uint16_t* s, std::size_t n) {
-    if (n > 0 && contains(g.sets[g.elements[s[n - 1]].arg], cp, cp))
-      x.add(advanced(s, n));
-  });
-  auto next = x.run();
-  if (!next || next->empty()) {
-    limited_ = !next || x.dropped();
+  const auto work_out = [&] {
+    const auto& g = *grammar_;
+    expansion x(g);
+    each_stack(at_, [&](const std::uint16_t* s, std::size_t n) {
+      if (n > 0 && contains(g.sets[g.elements[s[n - 1]].arg], cp, cp))
+        x.add(advanced(s, n));
+    });
+    auto next = x.run();
+    transition t;
+    if (!next || next->empty())
+      t.limited = !next || x.dropped();
+    else
+      t.next = std::move(next);
+    return t;
+  };
+  // Few stacks, short ones (the common case): remembered. Many, where
+  // hashing and copying them would cost what working them out does: not.
+  constexpr std::size_t remembered_positions = 256;
+  std::optional<transition> known;
+  if (at_.size() > remembered_positions) {
+    known = work_out();
+  } else {
+    auto& memo = *grammar_->transitions;
+    {
+      const std::lock_guard hold(memo.lock);
+      if (const auto it = memo.known.find(transition_key{cp, {}, at_}); it != memo.known.end())
+        known = it->second;
+    }
+    if (!known) {
+      known = work_out();
+      const std::lock_guard hold(memo.lock);
+      if (memo.known.size() >= held_grammar::memo::most)
+        memo.known = {}; // (clear() would keep the buckets, which the next clears walk)
+      transition_key k{cp, at_, {}};
+      k.at = k.owned;
+      memo.known.emplace(std::move(k), *known);
+    }
+  }
+  if (!known->next) {
+    limited_ = known->limited;
     return false;
   }
-  at_ = std::move(*next);
+  at_ = std::move(*known->next);
   return true;
 }
 

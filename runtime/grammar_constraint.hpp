@@ -38,6 +38,9 @@ struct held_grammar {
   /// come back to itself before reading a character), an empty grammar, too
   /// many elements, or a start that passes the limits below.
   explicit held_grammar(std::string_view text);
+  ~held_grammar();
+  held_grammar(const held_grammar&) = delete;
+  held_grammar& operator=(const held_grammar&) = delete;
 
   // -- limits ---------------------------------------------------------------------
 
@@ -84,6 +87,13 @@ struct held_grammar {
   std::vector<std::vector<range>> sets;               ///< the character sets elements name
   stacks start;                                       ///< before the first character
   std::uint64_t id;
+
+  /// What characters did to stacks, remembered for this grammar's machines
+  /// (a walk of the vocabulary asks the same few states about the same
+  /// characters again and again); locked, so machines on several threads
+  /// may share the grammar.
+  struct memo;
+  std::unique_ptr<memo> transitions;
 };
 
 /// The output read so far against the grammar.

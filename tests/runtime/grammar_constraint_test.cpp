@@ -263,6 +263,8 @@ TEST(grammar_machine, refuses_a_character_after_which_there_would_be_too_many_st
   EXPECT_TRUE(wide.refused_by_limits()) << "the grammar has the way; the limits refused it";
   EXPECT_FALSE(wide.step('q'));
   EXPECT_FALSE(wide.refused_by_limits()) << "no way of the grammar takes q";
+  EXPECT_FALSE(wide.step('s'));
+  EXPECT_TRUE(wide.refused_by_limits()) << "the same, remembered";
   EXPECT_TRUE(wide.step('t'));
   const auto narrow = grammar("root ::= \"s\" r1 \"z\" | \"t\"\n" + doubling(9)); // 512
   EXPECT_TRUE(sentence(narrow, "scabaababbaz"));
