@@ -767,6 +767,11 @@ std::variant<std::vector<chat_message>, api_error> with_tools(const chat_templat
     return bad("the " + tpl.name + " chat template has no tool formats, so it cannot show tools, tool calls or tool "
                  "messages (with chat_template = \"custom\", give chat_tools, chat_tool_call and chat_tool_result)",
                shown.empty() ? "messages" : "tools");
+  // Where a call goes in the call format: one to a slot, or all of a
+  // message's as one array.
+  const auto slot = find_call_slot(tpl.tool_call);
+  const auto slot_text =
+    slot.at == std::string::npos ? std::string_view() : std::string_view(tpl.tool_call).substr(slot.at, slot.size);
   std::vector<chat_message> out;
   if (!shown.empty()) {
     std::string lines;
@@ -787,15 +792,14 @@ std::variant<std::vector<chat_message>, api_error> with_tools(const chat_templat
         out.push_back({"user", std::move(result), {}, true, m.at});
       continue;
     }
-    if (find_call_slot(tpl.tool_call).array && !m.calls.empty()) {
-      // The calls as one array.
+    if (slot.array && !m.calls.empty()) {
       std::string list;
       for (const auto& c : m.calls)
         list += (list.empty() ? "[" : ", ") + c;
       m.calls = {list + "]"};
     }
     for (const auto& c : m.calls)
-      m.content += (m.content.empty() ? "" : "\n") + filled(tpl.tool_call, c, find_call_slot(tpl.tool_call).array ? calls_slot : call_slot);
+      m.content += (m.content.empty() ? "" : "\n") + filled(tpl.tool_call, c, slot_text);
     m.calls.clear();
     out.push_back(std::move(m));
   }

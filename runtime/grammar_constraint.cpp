@@ -602,7 +602,7 @@ struct stack_hash {
 class expansion {
 public:
   explicit expansion(const held_grammar& g) : g_(g) {}
-  void add(std::vector<std::uint16_t> s) { todo_.push_back(std::move(s)); }
+  void add(std::vector<std::uint16_t> s) { waiting_.push_back(std::move(s)); }
   /// The stacks, flat and sorted; none when the limits are passed.
   std::optional<held_grammar::stacks> run();
   /// A way was dropped for passing the depth limit.
@@ -611,15 +611,15 @@ public:
 private:
   bool dropped_ = false;
   const held_grammar& g_;
-  std::vector<std::vector<std::uint16_t>> todo_;
+  std::vector<std::vector<std::uint16_t>> waiting_; ///< stacks still to expand
   std::vector<std::vector<std::uint16_t>> out_;
   std::unordered_set<std::vector<std::uint16_t>, stack_hash> seen_;
 };
 
 std::optional<held_grammar::stacks> expansion::run() {
-  while (!todo_.empty()) {
-    auto s = std::move(todo_.back());
-    todo_.pop_back();
+  while (!waiting_.empty()) {
+    auto s = std::move(waiting_.back());
+    waiting_.pop_back();
     for (;;) {
       if (!seen_.insert(s).second)
         break;
@@ -646,7 +646,7 @@ std::optional<held_grammar::stacks> expansion::run() {
       for (const auto a : g_.alternatives[e.arg]) {
         auto t = s;
         t.push_back(a);
-        todo_.push_back(std::move(t));
+        waiting_.push_back(std::move(t));
       }
       break;
     }

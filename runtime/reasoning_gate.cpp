@@ -179,12 +179,10 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
   // trigger.
   const auto special = trigger_ ? trigger_->special_token() : -1;
   auto read = [&](std::int32_t t, std::string_view bytes) {
-    auto probe = s;
-    if (t == special)
-      return advance(probe, t);
-    if (bytes.empty())
+    if (t != special && bytes.empty())
       return may_end();
-    return advance(probe, bytes);
+    auto probe = s;
+    return t == special ? advance(probe, t) : advance(probe, bytes);
   };
   switch (s.at) {
   case phase::start: {

@@ -905,7 +905,7 @@ std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spe
 
 std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spec& spec, held_machine held) {
   // The machine's key first (its first byte no mark's: they are UTF-8):
-  // its choices, or its expression's id.
+  // its choices, or its expression's or grammar's id.
   auto key = std::visit([](const auto& m) { return m.key(); }, held) + '\0' + spec.reasoning_open + '\0'
              + spec.reasoning_close;
   return cached(gates_, std::move(key), [&] {
