@@ -134,13 +134,13 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 35> generate_fields{
+constexpr std::array<std::string_view, 36> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
   "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice", "regex",
-  "grammar"};
+  "grammar", "json_trigger_head"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -410,6 +410,16 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
     if (*j == true && g.json_trigger.empty())
       reject_field("json_trigger_first", "given with \"json_trigger\" (what the output begins with)", *j);
     g.json_trigger_first = j->get<bool>();
+  }
+  if (auto j = find(obj, "json_trigger_head")) {
+    if (!j->is_string() || j->get_ref<const std::string&>().empty()
+        || j->get_ref<const std::string&>().size() > max_json_trigger_bytes)
+      reject_field("json_trigger_head", "a string of 1 to " + std::to_string(max_json_trigger_bytes) + " bytes", *j);
+    if (g.json_trigger.empty() || g.json_schema.empty())
+      reject_field("json_trigger_head", "given with \"json_trigger\" and \"json_schema\" (whose properties are the "
+                                        "names before it, and their values' schemas)",
+                   *j);
+    g.json_trigger_head = j->get<std::string>();
   }
   if (auto j = find(obj, "reasoning_close")) {
     if (!j->is_string() || j->get_ref<const std::string&>().empty()
@@ -1070,6 +1080,8 @@ std::string to_json(const request& x) {
         j["grammar"] = g.grammar;
       if (g.json_trigger_first)
         j["json_trigger_first"] = true;
+      if (!g.json_trigger_head.empty())
+        j["json_trigger_head"] = g.json_trigger_head;
       if (!g.reasoning_close.empty())
         j["reasoning_close"] = g.reasoning_close;
       if (!g.reasoning_open.empty())

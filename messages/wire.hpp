@@ -118,6 +118,13 @@ struct generate_request {
   /// it holds at least one value); a backend that samples from no logits
   /// refuses it, as it does json_schema.
   bool json_trigger_first = false;
+  /// "json_trigger_head": "[ARGS]" (1 to 64 bytes), with json_trigger and
+  /// json_schema: after the trigger the output writes the name of one of
+  /// json_schema's top-level properties, then this mark, then one value
+  /// held to that property's schema (compiled on its own, the top level's
+  /// "$defs" beside it): Mistral's "[TOOL_CALLS]name[ARGS]{...}". Empty:
+  /// the value follows the trigger, held to json_schema itself.
+  std::string json_trigger_head{};
   /// "reasoning_close": "</think>" (1 to 64 bytes), with response_format
   /// "json_object" or json_schema: a reasoning model's output thinks first,
   /// free text up to this mark, and only what follows it (the content) is

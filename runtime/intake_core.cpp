@@ -4,6 +4,7 @@
 #include "runtime/grammar_constraint.hpp"
 #include "runtime/json_pattern.hpp"
 #include "runtime/json_schema.hpp"
+#include "runtime/json_trigger.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -276,6 +277,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     g.json_object = false;
     g.json_schema.clear();
     g.json_trigger.clear();
+    g.json_trigger_head.clear();
     g.reasoning_close.clear();
     g.reasoning_open.clear();
   }
@@ -312,7 +314,10 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   }
   if (!g.json_schema.empty()) {
     try {
-      (void)schemas_.get(g.json_schema);
+      if (g.json_trigger_head.empty())
+        (void)schemas_.get(g.json_schema);
+      else // the properties are the values' schemas
+        (void)trigger_heads(g.json_schema, g.json_trigger_head, schemas_);
     } catch (const std::invalid_argument& e) {
       out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
                                         std::string("field \"json_schema\": ") + e.what()));
@@ -378,6 +383,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.json_schema = std::move(g.json_schema);
   spec.json_trigger = std::move(g.json_trigger);
   spec.json_trigger_first = g.json_trigger_first;
+  spec.json_trigger_head = std::move(g.json_trigger_head);
   spec.reasoning_close = std::move(g.reasoning_close);
   spec.reasoning_open = std::move(g.reasoning_open);
   spec.choice = std::move(g.choice);

@@ -1,5 +1,8 @@
 #include "runtime/json_trigger.hpp"
 
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -21,16 +24,98 @@ std::size_t mark_matcher::next(std::size_t matched, unsigned char c) const noexc
   return static_cast<unsigned char>(mark_[matched]) == c ? matched + 1 : 0;
 }
 
+std::vector<trigger_head> trigger_heads(const std::string& schema_text, std::string_view mark,
+                                        json_schema_cache& cache) {
+  const auto doc = nlohmann::json::parse(schema_text, nullptr, false);
+  const auto props = doc.is_object() ? doc.find("properties") : doc.end();
+  if (!doc.is_object() || props == doc.end() || !props->is_object() || props->empty())
+    throw std::invalid_argument("a headed trigger's schema is an object whose \"properties\" hold, by name, the "
+                                "schema of the value after each name");
+  std::vector<trigger_head> out;
+  for (const auto& [name, schema] : props->items()) {
+    const auto at = "property \"" + name + "\"";
+    if (name.empty())
+      throw std::invalid_argument("a headed trigger's names are not empty");
+    if (name.find(mark) != std::string::npos)
+      throw std::invalid_argument(at + " holds the head's mark \"" + std::string(mark) + "\"");
+    for (const auto& o : out)
+      if ((name + std::string(mark)).starts_with(o.name + std::string(mark))
+          || (o.name + std::string(mark)).starts_with(name + std::string(mark)))
+        throw std::invalid_argument(at + " and property \"" + o.name + "\" cannot be told apart before the mark");
+    auto own = schema;
+    if (own.is_object())
+      for (const char* key : {"$defs", "definitions"})
+        if (const auto d = doc.find(key); d != doc.end() && !own.contains(key))
+          own[key] = *d;
+    try {
+      out.push_back({name, cache.get(own.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))});
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(at + ": " + e.what());
+    }
+  }
+  return out;
+}
+
 json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema)
   : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), schema_(std::move(schema)) {
   if (trigger_.empty() || trigger_.size() > max_bytes)
     throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
                                 + std::to_string(trigger_.size()));
   special_ = vocab_.special(trigger_);
+  make_free_splits();
+}
+
+json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::string mark, std::vector<trigger_head> heads)
+  : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), mark_(std::move(mark)), heads_(std::move(heads)) {
+  if (trigger_.empty() || trigger_.size() > max_bytes)
+    throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
+                                + std::to_string(trigger_.size()));
+  if (mark_.empty() || mark_.size() > max_bytes)
+    throw std::invalid_argument("a JSON trigger's head mark is 1 to " + std::to_string(max_bytes) + " bytes, got "
+                                + std::to_string(mark_.size()));
+  if (heads_.empty())
+    throw std::invalid_argument("a headed JSON trigger has at least one head");
+  special_ = vocab_.special(trigger_);
+  mark_special_ = vocab_.special(mark_);
+  nodes_.emplace_back();
+  for (std::uint32_t h = 0; h < heads_.size(); ++h) {
+    const auto& name = heads_[h].name;
+    if (name.empty() || name.find(mark_) != std::string::npos || !heads_[h].schema)
+      throw std::invalid_argument("a headed JSON trigger's names are not empty, do not hold the mark, and have "
+                                  "schemas");
+    const auto bytes = name + mark_;
+    std::uint32_t at = 0;
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      if (nodes_[at].ends != no_head)
+        throw std::invalid_argument("heads \"" + heads_[nodes_[at].ends].name + "\" and \"" + name
+                                    + "\" cannot be told apart before the mark");
+      if (i == name.size())
+        nodes_[at].name_ends = h;
+      const auto c = static_cast<unsigned char>(bytes[i]);
+      auto& next = nodes_[at].next;
+      auto it = std::lower_bound(next.begin(), next.end(), c, [](const auto& e, unsigned char b) { return e.first < b; });
+      if (it != next.end() && it->first == c) {
+        at = it->second;
+        continue;
+      }
+      const auto made = static_cast<std::uint32_t>(nodes_.size());
+      next.insert(it, {c, made});
+      nodes_.emplace_back();
+      at = made;
+    }
+    if (nodes_[at].ends != no_head || !nodes_[at].next.empty())
+      throw std::invalid_argument("heads \"" + name + "\" and another cannot be told apart before the mark");
+    nodes_[at].ends = h;
+  }
+  head_splits_.resize(nodes_.size());
+  make_free_splits();
+}
+
+void json_trigger::make_free_splits() {
   // Each free state's ban list, once: a token is banned where reading it
-  // ends the trigger and then breaks the value that begins. Only a token
-  // holding the trigger's last byte can end it; the states that ban none
-  // share one split.
+  // ends the trigger and then breaks the value (or the heads) that
+  // begins. Only a token holding the trigger's last byte can end it; the
+  // states that ban none share one split.
   const auto n = vocab_.size();
   std::vector<std::int32_t> ending;
   for (std::int32_t t = 0; t < n; ++t)
@@ -65,14 +150,49 @@ json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_p
   }
 }
 
+void json_trigger::triggered(state& s) const {
+  s.leading = false;
+  s.matched = 0;
+  if (heads_.empty())
+    s.value.emplace(schema_);
+  else
+    s.head = 0;
+}
+
+bool json_trigger::head_byte(state& s, unsigned char c) const {
+  const auto& next = nodes_[s.head].next;
+  const auto it = std::lower_bound(next.begin(), next.end(), c, [](const auto& e, unsigned char b) { return e.first < b; });
+  if (it == next.end() || it->first != c)
+    return false;
+  s.head = it->second;
+  if (const auto h = nodes_[s.head].ends; h != no_head) {
+    s.head = no_head;
+    s.value.emplace(heads_[h].schema);
+  }
+  return true;
+}
+
 bool json_trigger::advance(state& s, std::int32_t t) const {
+  if (s.head != no_head) {
+    // Between the trigger and the value: the mark's token after a whole
+    // name; a token that stands for no text goes nowhere.
+    if (t >= 0 && t == mark_special_) {
+      const auto h = nodes_[s.head].name_ends;
+      if (h == no_head)
+        return false;
+      s.head = no_head;
+      s.value.emplace(heads_[h].schema);
+      return true;
+    }
+    return !vocab_.bytes(t).empty() && advance(s, vocab_.bytes(t));
+  }
+  if (s.leading && t >= 0 && t == mark_special_)
+    return false; // (it writes no byte of the trigger)
   if (t < 0 || t != special_ || s.value)
     return advance(s, vocab_.bytes(t));
   if (s.leading && s.matched != 0)
     return false;
-  s.leading = false;
-  s.matched = 0;
-  s.value.emplace(schema_);
+  triggered(s);
   return true;
 }
 
@@ -89,11 +209,13 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
     if (at.leading) {
       if (c != static_cast<unsigned char>(trigger_[at.matched]))
         return false;
-      if (++at.matched == trigger_.size()) {
-        at.leading = false;
-        at.matched = 0;
-        at.value.emplace(schema_);
-      }
+      if (++at.matched == trigger_.size())
+        triggered(at);
+      continue;
+    }
+    if (at.head != no_head) {
+      if (!head_byte(at, c))
+        return false;
       continue;
     }
     if (at.value) {
@@ -106,10 +228,8 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
       continue;
     }
     at.matched = match_.next(at.matched, c);
-    if (at.matched == trigger_.size()) {
-      at.value.emplace(schema_);
-      at.matched = 0;
-    }
+    if (at.matched == trigger_.size())
+      triggered(at);
   }
   s = std::move(at);
   return true;
@@ -118,6 +238,32 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
 std::shared_ptr<const json_vocab::token_split> json_trigger::split(const state& s) const {
   if (s.value)
     return vocab_.split(*s.value);
+  if (s.head != no_head) {
+    auto& cached = head_splits_.at(s.head);
+    if (!cached) {
+      // Few tokens go on with a name or the mark (the end-of-sequence
+      // token is not among them): only those whose first byte does are
+      // read.
+      const auto& next = nodes_[s.head].next;
+      auto split = std::make_shared<json_vocab::token_split>();
+      for (std::int32_t t = 0; t < vocab_.size(); ++t) {
+        const auto bytes = vocab_.bytes(t);
+        bool writes = false;
+        if (t == mark_special_) {
+          writes = nodes_[s.head].name_ends != no_head;
+        } else if (!bytes.empty()) {
+          const auto c = static_cast<unsigned char>(bytes.front());
+          const auto it = std::lower_bound(next.begin(), next.end(), c,
+                                           [](const auto& e, unsigned char b) { return e.first < b; });
+          auto probe = s;
+          writes = it != next.end() && it->first == c && advance(probe, bytes);
+        }
+        (writes ? split->allowed : split->banned).push_back(t);
+      }
+      cached = std::move(split);
+    }
+    return cached;
+  }
   if (!s.leading)
     return free_.at(s.matched);
   if (leading_.empty())

@@ -156,7 +156,7 @@ bool reasoning_gate::advance(state& s, std::string_view bytes) const {
 }
 
 bool reasoning_gate::advance(state& s, std::int32_t t) const {
-  if (t < 0 || !trigger_ || t != trigger_->special_token() || s.at == phase::thinking)
+  if (!trigger_ || !trigger_->reads_special(t) || s.at == phase::thinking)
     return advance(s, vocab_.bytes(t));
   state at = s;
   if (at.at == phase::start) {
@@ -177,12 +177,12 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
   // A token read from `s` by advance (on a copy); one that stands for no
   // text only where the output may end, or where it writes the content's
   // trigger.
-  const auto special = trigger_ ? trigger_->special_token() : -1;
+  const auto special = [&](std::int32_t t) { return trigger_ && trigger_->reads_special(t); };
   auto read = [&](std::int32_t t, std::string_view bytes) {
-    if (t != special && bytes.empty())
+    if (!special(t) && bytes.empty())
       return may_end();
     auto probe = s;
-    return t == special ? advance(probe, t) : advance(probe, bytes);
+    return special(t) ? advance(probe, t) : advance(probe, bytes);
   };
   switch (s.at) {
   case phase::start: {
@@ -195,7 +195,7 @@ std::shared_ptr<const json_vocab::token_split> reasoning_gate::split(const state
         enter_content(content_start, {});
         const auto content_split = split(content_start);
         cached = split_by(vocab_, [&](std::int32_t t, std::string_view bytes) {
-          if (t == special
+          if (special(t)
               || (!bytes.empty() && !json_blank(static_cast<unsigned char>(bytes.front())) && bytes.front() != open_.front()))
             return allows(*content_split, t);
           return read(t, bytes);

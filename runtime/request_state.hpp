@@ -124,6 +124,10 @@ struct request_spec {
   std::string json_trigger;
   /// With json_trigger: the output begins with it.
   bool json_trigger_first = false;
+  /// Not empty, with json_trigger and json_schema: after the trigger, one
+  /// of json_schema's property names and this mark, then a value of that
+  /// property's schema (runtime/json_trigger.hpp, trigger_heads).
+  std::string json_trigger_head;
   /// Not empty, with json_object or json_schema: the output thinks first,
   /// up to this mark, and only what follows is held as those say; with
   /// reasoning_open, only output that begins with that mark thinks

@@ -156,8 +156,11 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
   r.times.arrival_s = spec.arrival_s;
   r.pages = pages;
   if ((spec.json_object || !spec.json_schema.empty()) && vocab_ != nullptr) {
-    // (get throws for a schema the intake would refuse)
-    auto schema = spec.json_schema.empty() ? json_schema::any_object() : schemas_.get(spec.json_schema);
+    // (get throws for a schema the intake would refuse; a headed
+    // trigger's is its heads', compiled apart)
+    auto schema = spec.json_schema.empty()             ? json_schema::any_object()
+                  : !spec.json_trigger_head.empty() ? nullptr
+                                                      : schemas_.get(spec.json_schema);
     if (!json_vocab_)
       json_vocab_ = std::make_unique<json_vocab>(*vocab_);
     if (!spec.reasoning_close.empty()) {
@@ -166,7 +169,7 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
     } else if (spec.json_trigger.empty()) {
       r.json.emplace(std::move(schema));
     } else {
-      r.trigger = trigger_for(spec.json_trigger, spec.json_schema, std::move(schema));
+      r.trigger = trigger_for(spec, std::move(schema));
       r.trigger_at.leading = spec.json_trigger_first;
     }
   }
@@ -882,23 +885,26 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
 }
 
 
-std::shared_ptr<const json_trigger> scheduler_core::trigger_for(const std::string& trigger,
-                                                                const std::string& schema_text,
+std::shared_ptr<const json_trigger> scheduler_core::trigger_for(const request_spec& spec,
                                                                 std::shared_ptr<const json_schema> schema) {
-  return cached(triggers_, trigger + '\0' + schema_text,
-                [&] { return std::make_shared<const json_trigger>(*json_vocab_, trigger, std::move(schema)); });
+  return cached(triggers_, spec.json_trigger + '\0' + spec.json_trigger_head + '\0' + spec.json_schema, [&] {
+    if (spec.json_trigger_head.empty())
+      return std::make_shared<const json_trigger>(*json_vocab_, spec.json_trigger, std::move(schema));
+    return std::make_shared<const json_trigger>(*json_vocab_, spec.json_trigger, spec.json_trigger_head,
+                                                trigger_heads(spec.json_schema, spec.json_trigger_head, schemas_));
+  });
 }
 
 std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spec& spec,
                                                                std::shared_ptr<const json_schema> schema) {
   auto key = spec.reasoning_open + '\0' + spec.reasoning_close + '\0' + spec.json_trigger + '\0'
-             + (spec.json_trigger_first ? "1" : "0") + spec.json_schema;
+             + spec.json_trigger_head + '\0' + (spec.json_trigger_first ? "1" : "0") + spec.json_schema;
   return cached(gates_, std::move(key), [&] {
     if (spec.json_trigger.empty())
       return std::make_shared<const reasoning_gate>(*json_vocab_, spec.reasoning_open, spec.reasoning_close,
                                                     std::move(schema));
     return std::make_shared<const reasoning_gate>(*json_vocab_, spec.reasoning_open, spec.reasoning_close,
-                                                  trigger_for(spec.json_trigger, spec.json_schema, schema),
+                                                  trigger_for(spec, schema),
                                                   spec.json_trigger_first);
   });
 }

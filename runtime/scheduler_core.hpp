@@ -569,10 +569,10 @@ private:
   /// no token could follow (or the backend sampled a banned one), nothing
   /// otherwise.
   std::optional<finish_reason> json_after(record& r, std::int32_t token);
-  /// The trigger of `trigger` and the schema `schema_text` (its compiled
-  /// form `schema`), built once for the vocabulary (the last 16 kept).
-  std::shared_ptr<const json_trigger> trigger_for(const std::string& trigger, const std::string& schema_text,
-                                                  std::shared_ptr<const json_schema> schema);
+  /// The trigger of `spec`'s json_trigger and json_schema (its compiled
+  /// form `schema`; or its heads', json_trigger_head), built once for the
+  /// vocabulary (the last 16 kept).
+  std::shared_ptr<const json_trigger> trigger_for(const request_spec& spec, std::shared_ptr<const json_schema> schema);
   /// The reasoning gate of `spec`'s marks and constraint (its compiled
   /// schema `schema`), built once for the vocabulary (the last 16 kept).
   std::shared_ptr<const reasoning_gate> gate_for(const request_spec& spec, std::shared_ptr<const json_schema> schema);

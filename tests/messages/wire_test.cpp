@@ -70,6 +70,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.json_schema, b.json_schema);
   EXPECT_EQ(a.json_trigger, b.json_trigger);
   EXPECT_EQ(a.json_trigger_first, b.json_trigger_first);
+  EXPECT_EQ(a.json_trigger_head, b.json_trigger_head);
   EXPECT_EQ(a.reasoning_close, b.reasoning_close);
   EXPECT_EQ(a.reasoning_open, b.reasoning_open);
   EXPECT_EQ(a.choice, b.choice);
@@ -310,6 +311,13 @@ std::vector<accept_case> accept_cases() {
        r.json_schema = R"({"type":"object"})";
        r.json_trigger = "<c>";
        r.json_trigger_first = true;
+     }},
+    {"json_trigger_head",
+     gen(R"("json_schema":{"properties":{"f":{}}},"json_trigger":"[TOOL_CALLS]","json_trigger_head":"[ARGS]")"),
+     [](g r) {
+       r.json_schema = R"({"properties":{"f":{}}})";
+       r.json_trigger = "[TOOL_CALLS]";
+       r.json_trigger_head = "[ARGS]";
      }},
     {"reasoning_marks", gen(R"("response_format":"json_object","reasoning_close":"</think>","reasoning_open":"<think>")"),
      [](g r) {
@@ -573,6 +581,12 @@ std::vector<reject_case> reject_cases() {
      {"\"json_trigger\"", "a string of 1 to 64 bytes"}},
     {"json_trigger_not_a_string", gen(R"("json_schema":{},"json_trigger":1)"), bad, "g1",
      {"\"json_trigger\"", "got 1"}},
+    {"json_trigger_head_without_a_trigger", gen(R"("json_schema":{},"json_trigger_head":"[ARGS]")"), bad, "g1",
+     {"\"json_trigger_head\"", "given with \"json_trigger\" and \"json_schema\""}},
+    {"json_trigger_head_with_json_object", gen(R"("response_format":"json_object","json_trigger":"<c>","json_trigger_head":"=")"),
+     bad, "g1", {"\"json_trigger_head\"", "given with \"json_trigger\" and \"json_schema\""}},
+    {"json_trigger_head_empty", gen(R"("json_schema":{},"json_trigger":"<c>","json_trigger_head":"")"), bad, "g1",
+     {"\"json_trigger_head\"", "a string of 1 to 64 bytes"}},
     {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
      {"\"json_trigger_first\"", "given with \"json_trigger\""}},
     {"reasoning_close_alone", gen(R"("reasoning_close":"</think>")"), bad, "g1",
@@ -668,6 +682,7 @@ TEST(wire, request_round_trips) {
   tokens.json_schema = R"({"type":"object","properties":{"b":{"enum":[1,"x"]},"a":true}})";
   tokens.json_trigger = "<tool_call>";
   tokens.json_trigger_first = true;
+  tokens.json_trigger_head = "[ARGS]";
   tokens.reasoning_close = "</think>";
   tokens.reasoning_open = "<think>";
 

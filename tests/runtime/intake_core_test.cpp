@@ -929,6 +929,13 @@ TEST(intake_core_json, a_trigger_goes_to_the_scheduler_with_its_schema) {
                                      R"(,"json_schema":{"type":"object"},"json_trigger":"<call>","json_trigger_first":true)");
   EXPECT_TRUE(first.json_trigger_first);
   EXPECT_EQ(first.reasoning_close, "");
+  EXPECT_EQ(first.json_trigger_head, "");
+  intake_core other{small_limits(), *catalog, backend}; // (3 pending at most)
+  const auto headed = accept_generate(
+    other, "hd", "p",
+    R"(,"json_schema":{"properties":{"f":{"$ref":"#/$defs/a"}},"$defs":{"a":{"type":"object"}}},"json_trigger":"[C]","json_trigger_head":"[A]")");
+  EXPECT_EQ(headed.json_trigger, "[C]");
+  EXPECT_EQ(headed.json_trigger_head, "[A]");
   const auto thinks = accept_generate(core, "th", "p",
                                       R"(,"response_format":"json_object","reasoning_close":"</think>","reasoning_open":"<think>")");
   EXPECT_TRUE(thinks.json_object);
@@ -949,6 +956,21 @@ TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_whe
          {R"({"$ref":"#/$defs/missing"})", "refers to nothing"},
        }) {
     auto a = core.on_frame("p", head + schema + "}", 1.0);
+    ASSERT_EQ(a.replies.size(), 1u);
+    EXPECT_FALSE(a.submit.has_value());
+    const auto e = as<wire::error_reply>(a.replies[0]);
+    EXPECT_EQ(e.code, error_code::bad_request);
+    EXPECT_NE(e.message.find("field \"json_schema\": "), std::string::npos) << e.message;
+    EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
+  }
+  // A headed trigger's schema: its properties' schemas, each compiled.
+  const std::string headed = R"(,"json_trigger":"[C]","json_trigger_head":"[A]"})";
+  for (const auto& [schema, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"({"type":"object"})", "\"properties\" hold"},
+         {R"({"properties":{"f":{"type":"frog"}}})", "property \"f\": "},
+         {R"({"properties":{"f[A]g":{}}})", "holds the head's mark"},
+       }) {
+    auto a = core.on_frame("p", head + schema + headed, 1.0);
     ASSERT_EQ(a.replies.size(), 1u);
     EXPECT_FALSE(a.submit.has_value());
     const auto e = as<wire::error_reply>(a.replies[0]);

@@ -1169,6 +1169,191 @@ TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_t
   EXPECT_GT(values, 50) << "walks close values";
 }
 
+// -- a headed trigger: a name and a mark, then a value ---------------------------
+
+const std::string headed_schema =
+  R"({"type":"object","properties":{"get_weather":{"type":"object","properties":{"city":{"$ref":"#/$defs/city"}},)"
+  R"("required":["city"],"additionalProperties":false},"get_time":{"type":"object","additionalProperties":false}},)"
+  R"("$defs":{"city":{"type":"string","maxLength":3}}})";
+
+TEST(json_trigger, heads_are_the_top_levels_properties_each_with_its_schema_and_the_defs_beside_it) {
+  json_schema_cache cache;
+  const auto heads = trigger_heads(headed_schema, "[ARGS]", cache);
+  ASSERT_EQ(heads.size(), 2u);
+  EXPECT_EQ(heads[0].name, "get_time");
+  EXPECT_EQ(heads[1].name, "get_weather");
+  schema_machine weather(heads[1].schema);
+  EXPECT_FALSE(weather.feed(std::string_view(R"({"city":"Lyon"})"))) << "the $ref into $defs holds: 3 at most";
+  schema_machine w2(heads[1].schema);
+  EXPECT_TRUE(w2.feed(std::string_view(R"({"city":"Ly"})")) && w2.complete());
+  const auto refused = [&](const std::string& text, std::string_view mark, const std::string& says) {
+    try {
+      (void)trigger_heads(text, mark, cache);
+      ADD_FAILURE() << text << " was taken";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"type":"object"})", "[ARGS]", "\"properties\" hold");
+  refused(R"({"properties":{}})", "[ARGS]", "\"properties\" hold");
+  refused(R"({"properties":{"":{}}})", "[ARGS]", "not empty");
+  refused(R"({"properties":{"a[ARGS]b":{}}})", "[ARGS]", "property \"a[ARGS]b\" holds the head's mark");
+  refused(R"({"properties":{"a":{"type":"object"},"a]":{}}})", "]]", "cannot be told apart");
+  refused(R"({"properties":{"f":{"type":"frog"}}})", "[ARGS]", "property \"f\": ");
+  refused(R"({"properties":{"f":{"$ref":"#/properties/g"},"g":{}}})", "[ARGS]", "property \"f\": ");
+}
+
+TEST(json_trigger, headed_the_trigger_then_a_name_then_the_mark_then_a_value_of_that_names_schema) {
+  //                              0   1   2   3      4           5        6    7    8           9    10
+  testing::list_tokenizer vocab({"", "", "", "get", "_weather", "_time", "{", "}", "\"city\":", "\"", "x",
+                                 // 11                12   13    14    15        16        17
+                                 "get_time[ARGS]{", " ", "hi", "ge", "[ARGS]", "[TOOL", "_CALLS]get"},
+                                {{1, "[TOOL_CALLS]"}, {2, "[ARGS]"}});
+  json_vocab v(vocab);
+  json_schema_cache cache;
+  const json_trigger t(v, "[TOOL_CALLS]", "[ARGS]", trigger_heads(headed_schema, "[ARGS]", cache));
+  EXPECT_TRUE(t.reads_special(1) && t.reads_special(2));
+  EXPECT_FALSE(t.reads_special(0) || t.reads_special(3));
+  const auto allows = [&](const json_trigger::state& s, std::int32_t k) {
+    const auto split = t.split(s);
+    EXPECT_NE(std::binary_search(split->allowed.begin(), split->allowed.end(), k),
+              std::binary_search(split->banned.begin(), split->banned.end(), k));
+    return std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+  };
+  json_trigger::state s;
+  ASSERT_TRUE(t.advance(s, 13));
+  EXPECT_TRUE(allows(s, 1) && allows(s, 0) && allows(s, 2)) << "free text: the trigger, the end, any token";
+  ASSERT_TRUE(t.advance(s, 1));
+  ASSERT_NE(s.head, json_trigger::no_head) << "the trigger opens the heads";
+  EXPECT_FALSE(s.value);
+  for (const std::int32_t k : {0, 1, 2, 6, 12, 13, 4})
+    EXPECT_FALSE(allows(s, k)) << k << ": a name comes first";
+  EXPECT_TRUE(allows(s, 3) && allows(s, 11) && allows(s, 14));
+  ASSERT_TRUE(t.advance(s, 3));
+  EXPECT_FALSE(allows(s, 2)) << "\"get\" is no name: no mark yet";
+  EXPECT_FALSE(t.advance(s, 2));
+  ASSERT_TRUE(t.advance(s, 4));
+  EXPECT_TRUE(allows(s, 2) && allows(s, 15)) << "the mark, as its token or its text";
+  EXPECT_FALSE(allows(s, 6) || allows(s, 5));
+  ASSERT_TRUE(t.advance(s, 2));
+  ASSERT_TRUE(s.value) << "the mark opens the value";
+  EXPECT_EQ(s.head, json_trigger::no_head);
+  ASSERT_TRUE(t.advance(s, 6));
+  EXPECT_FALSE(allows(s, 7)) << "get_weather's schema: city is required";
+  EXPECT_FALSE(t.advance(s, 7));
+  ASSERT_TRUE(t.advance(s, std::string_view(R"("city":"x"})")));
+  EXPECT_FALSE(s.value) << "free text after the value";
+  // Spelled in text, the trigger and the mark read alike; a token may
+  // end the head and begin the value.
+  ASSERT_TRUE(t.advance(s, 16));
+  ASSERT_TRUE(t.advance(s, 17));
+  EXPECT_TRUE(allows(s, 5)) << "\"_time\" goes on from \"get\"";
+  ASSERT_TRUE(t.advance(s, std::string_view("_time[ARGS]")));
+  ASSERT_TRUE(s.value);
+  EXPECT_FALSE(t.advance(s, std::string_view(R"({"city":"x"})"))) << "get_time takes no properties";
+  ASSERT_TRUE(t.advance(s, std::string_view("{}")));
+  EXPECT_FALSE(s.value);
+  ASSERT_TRUE(t.advance(s, std::string_view("[TOOL_CALLS]")));
+  EXPECT_FALSE(t.advance(s, std::string_view("got"))) << "no name begins \"go\"";
+  EXPECT_FALSE(t.advance(s, std::string_view("get_time{"))) << "the mark comes between";
+  ASSERT_TRUE(t.advance(s, 11));
+  EXPECT_TRUE(s.value);
+  // Leading: the output begins with the trigger, then the heads.
+  json_trigger::state lead;
+  lead.leading = true;
+  EXPECT_FALSE(allows(lead, 2) || allows(lead, 3) || allows(lead, 0));
+  EXPECT_FALSE(t.advance(lead, 2)) << "the mark's token is no part of the trigger";
+  ASSERT_TRUE(t.advance(lead, 1));
+  EXPECT_FALSE(lead.leading);
+  EXPECT_NE(lead.head, json_trigger::no_head);
+  EXPECT_THROW(json_trigger(v, "[TOOL_CALLS]", "", trigger_heads(headed_schema, "[ARGS]", cache)),
+               std::invalid_argument);
+  EXPECT_THROW(json_trigger(v, "[TOOL_CALLS]", "[ARGS]", {}), std::invalid_argument);
+}
+
+/// The oracle of a headed output, read afresh: free text up to each
+/// `trigger`, then one of `heads`' names and `mark`, then bytes a fresh
+/// machine of that name's schema takes until its value closes, then free
+/// text again. False where a head or a value is broken.
+bool headed_ok(const std::vector<trigger_head>& heads, const std::string& trigger, const std::string& mark,
+               std::string_view text) {
+  for (std::size_t from = 0;;) {
+    const auto at = text.find(trigger, from);
+    if (at == std::string_view::npos)
+      return true;
+    const auto rest = text.substr(at + trigger.size());
+    const trigger_head* head = nullptr;
+    for (const auto& h : heads) {
+      const auto whole = h.name + mark;
+      if (rest.size() < whole.size() ? whole.starts_with(rest) : rest.starts_with(whole)) {
+        if (rest.size() < whole.size())
+          return true; // a head begun
+        head = &h;
+      }
+    }
+    if (head == nullptr)
+      return false;
+    schema_machine m(head->schema);
+    std::size_t i = at + trigger.size() + head->name.size() + mark.size();
+    while (i < text.size() && !m.complete())
+      if (!m.feed(static_cast<unsigned char>(text[i++])))
+        return false;
+    if (!m.complete())
+      return true; // a value begun
+    from = i;
+  }
+}
+
+TEST(json_trigger, headed_every_token_it_allows_keeps_the_output_readable_and_in_free_text_only_those) {
+  std::vector<std::string> tokens = {"", "<c>", "<", "c>", "get", "_weather", "_time", "=", ">=", "=>{", "{", "}",
+                                     "\"city\":", "\"", "x", "xy", " ", "hi", "}<c>", "<c>get_time=", "ge", "t",
+                                     "_", "time={}", "}}", "w", "eather", ">", ">{}", "city", "\":", "a", "e", "g", "h", "i", "m", "r", "c", "y"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab);
+  json_schema_cache cache;
+  const std::string trigger = "<c>", mark = "=>";
+  const auto heads = trigger_heads(headed_schema, mark, cache);
+  const json_trigger t(v, trigger, mark, heads);
+  std::mt19937 rng(17);
+  int values = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    json_trigger::state s;
+    s.leading = walk % 2 == 1;
+    std::string text;
+    for (int step = 0; step < 30; ++step) {
+      const auto split = t.split(s);
+      for (std::int32_t k = 1; k < vocab.vocab_size(); ++k) {
+        const auto& bytes = tokens[static_cast<std::size_t>(k)];
+        const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+        EXPECT_NE(allowed, std::binary_search(split->banned.begin(), split->banned.end(), k));
+        const auto next = text + bytes;
+        const bool begins = walk % 2 == 0 || (next.size() < trigger.size() ? trigger.starts_with(next) : next.starts_with(trigger));
+        const bool readable = begins && headed_ok(heads, trigger, mark, next);
+        if (allowed) {
+          EXPECT_TRUE(readable) << json(text).dump() << " + " << json(bytes).dump();
+        } else if (!s.value) {
+          EXPECT_FALSE(readable) << "outside a value, only what breaks the output is banned: " << json(text).dump()
+                                 << " + " << json(bytes).dump();
+        }
+      }
+      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0),
+                !s.value && !s.leading && s.head == json_trigger::no_head)
+        << "the end-of-sequence token is free text's";
+      std::vector<std::int32_t> go;
+      for (const auto k : split->allowed)
+        if (k != 0)
+          go.push_back(k);
+      ASSERT_FALSE(go.empty()) << json(text).dump();
+      const auto k = go[rng() % go.size()];
+      const bool was_value = s.value.has_value();
+      ASSERT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
+      values += was_value && !s.value;
+      text += tokens[static_cast<std::size_t>(k)];
+    }
+  }
+  EXPECT_GT(values, 30) << "walks close values";
+}
+
 TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_every_state_of_a_walk) {
   std::vector<std::string> tokens = {"", "{", "}", "[", "]", ",", ":", "\"", " ", "\n", "\"name", "\":", "\"age\":",
                                      "name", "age", "Ann", "a", "e", "x", "xy", "y", "k", "\"t\":\"", "\",", "1", "12",

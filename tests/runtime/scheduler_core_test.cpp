@@ -163,6 +163,7 @@ struct request_args {
   std::string json_schema = {};
   std::string json_trigger = {};
   bool json_trigger_first = false;
+  std::string json_trigger_head = {};
   std::string reasoning_close = {};
   std::string reasoning_open = {};
   std::vector<std::string> choice = {};
@@ -205,6 +206,7 @@ public:
     s.json_schema = a.json_schema;
     s.json_trigger = a.json_trigger;
     s.json_trigger_first = a.json_trigger_first;
+    s.json_trigger_head = a.json_trigger_head;
     s.reasoning_close = a.reasoning_close;
     s.reasoning_open = a.reasoning_open;
     s.choice = a.choice;
@@ -1707,6 +1709,95 @@ TEST(scheduler_core, a_trigger_that_is_a_special_tokens_text_is_written_by_that_
   }
   EXPECT_GT(values, 20);
   EXPECT_GT(by_token, 20) << "the special token writes the trigger";
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, a_headed_trigger_holds_a_name_its_mark_and_that_names_value_with_or_without_thinking_first) {
+  // Mistral's later calls: "[TC]" (99) a name, "[A]" (98), the value of
+  // that name's schema; both marks special tokens, or spelled out. Every
+  // third request thinks first, up to "</t>".
+  const std::string schema = R"({"type":"object","properties":{"f":)" + counted_schema
+                             + R"(,"fg":{"type":"object","additionalProperties":false}}})";
+  std::vector<std::string> pieces{"f", "g", "fg", "[T", "C]", "[A", "]", "{", "}", "\"n\":", "12", " ", "hi", "x",
+                                  "}hi", "</t>", "hmm", "f[A]{"};
+  auto made = pieces_vocab(pieces);
+  auto& vocab = made.first;
+  const auto end = made.second;
+  constexpr std::int32_t call = 99, args = 98;
+  vocab.specials[call] = "[TC]";
+  vocab.specials[args] = "[A]";
+  std::mt19937_64 rng{31};
+  engine e{limits(1000, 8, 400), &vocab};
+  e.token_of = [&](const gpu::step_entry& entry) {
+    std::vector<std::int32_t> ok;
+    for (const auto t : samplable(entry, 1000))
+      if ((t >= 100 && t < end) || t == call || t == args || (t == fake_tokenizer::eos && rng() % 12 == 0))
+        ok.push_back(t);
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
+  };
+  int values[2] = {0, 0}, marks_by_token = 0, thought = 0;
+  for (std::uint64_t id = 1; id <= 240; ++id) {
+    const bool first = id % 2 == 0, thinks = id % 3 == 0;
+    EXPECT_EQ(e.submit(id, {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 30), .json_schema = schema,
+                            .json_trigger = "[TC]", .json_trigger_first = first, .json_trigger_head = "[A]",
+                            .reasoning_close = thinks ? "</t>" : ""}),
+              "accepted");
+    e.admit();
+    e.pages(id);
+    while (!e.finish_of(id)) {
+      ASSERT_NE(e.step(), "step[]");
+      e.done();
+    }
+    std::string text;
+    for (const auto& t : e.tokens_of(id)) {
+      text += vocab.shown(t.token, true);
+      marks_by_token += t.token == args;
+    }
+    SCOPED_TRACE(text);
+    if (thinks) {
+      const auto close = text.find("</t>");
+      if (close == std::string::npos)
+        continue; // all thinking
+      ++thought;
+      text = text.substr(close + 4);
+      if (first) // blanks may come before the content's leading trigger
+        text.erase(0, std::min(text.size(), text.find_first_not_of(' ')));
+    }
+    if (first) {
+      EXPECT_TRUE(text.size() < 4 ? std::string_view("[TC]").starts_with(text) : text.starts_with("[TC]"));
+    }
+    for (std::size_t from = 0;;) {
+      const auto at = text.find("[TC]", from);
+      if (at == std::string::npos)
+        break;
+      const auto rest = std::string_view(text).substr(at + 4);
+      const auto mark = rest.find("[A]");
+      if (mark == std::string_view::npos) {
+        EXPECT_TRUE(std::string_view("f[A]").starts_with(rest) || std::string_view("fg[A]").starts_with(rest))
+          << "a head begun, cut by the length";
+        EXPECT_EQ(e.finish_of(id)->reason, finish_reason::length);
+        break;
+      }
+      const auto name = rest.substr(0, mark);
+      ASSERT_TRUE(name == "f" || name == "fg") << name;
+      auto m = schema_machine(
+        json_schema::compile(name == "f" ? counted_schema : R"({"type":"object","additionalProperties":false})"));
+      std::size_t i = at + 4 + mark + 3;
+      while (i < text.size() && !m.complete())
+        ASSERT_TRUE(m.feed(static_cast<unsigned char>(text[i++]))) << "at " << i;
+      if (!m.complete()) {
+        EXPECT_EQ(e.finish_of(id)->reason, finish_reason::length);
+        break;
+      }
+      ++values[name == "f" ? 0 : 1];
+      from = i;
+    }
+  }
+  EXPECT_GT(values[0], 10);
+  EXPECT_GT(values[1], 10);
+  EXPECT_GT(marks_by_token, 10) << "the mark's special token writes it";
+  EXPECT_GT(thought, 20);
   EXPECT_TRUE(e.all_returned());
 }
 
