@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -978,16 +979,30 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
 const std::string counted =
   R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"],"additionalProperties":false})";
 
-/// The oracle of a triggered output, read afresh: free text up to each
-/// `trigger`, then bytes a fresh machine takes until its value closes,
-/// then free text again. False where a value is broken.
-bool triggered_ok(const std::string& schema, const std::string& trigger, std::string_view text) {
+/// The oracle of a headed output, read afresh: free text up to each
+/// `trigger`, then one of `heads`' names and `mark`, then bytes a fresh
+/// machine of that name's schema takes until its value closes, then free
+/// text again. False where a head or a value is broken.
+bool headed_ok(const std::vector<trigger_head>& heads, const std::string& trigger, const std::string& mark,
+               std::string_view text) {
   for (std::size_t from = 0;;) {
     const auto at = text.find(trigger, from);
     if (at == std::string_view::npos)
       return true;
-    auto m = machine(schema);
-    std::size_t i = at + trigger.size();
+    const auto rest = text.substr(at + trigger.size());
+    const trigger_head* head = nullptr;
+    for (const auto& h : heads) {
+      const auto whole = h.name + mark;
+      if (rest.size() < whole.size() ? whole.starts_with(rest) : rest.starts_with(whole)) {
+        if (rest.size() < whole.size())
+          return true; // a head begun
+        head = &h;
+      }
+    }
+    if (head == nullptr)
+      return false;
+    schema_machine m(head->schema);
+    std::size_t i = at + trigger.size() + head->name.size() + mark.size();
     while (i < text.size() && !m.complete())
       if (!m.feed(static_cast<unsigned char>(text[i++])))
         return false;
@@ -995,6 +1010,13 @@ bool triggered_ok(const std::string& schema, const std::string& trigger, std::st
       return true; // a value begun
     from = i;
   }
+}
+
+/// The oracle of a triggered output, read afresh: free text up to each
+/// `trigger`, then bytes a fresh machine takes until its value closes,
+/// then free text again. False where a value is broken.
+bool triggered_ok(const std::string& schema, const std::string& trigger, std::string_view text) {
+  return headed_ok({{"", json_schema::compile(schema)}}, trigger, "", text);
 }
 
 TEST(json_trigger, free_text_until_the_trigger_then_a_value_of_the_schema_then_free_text) {
@@ -1121,6 +1143,57 @@ TEST(json_trigger, a_special_tokens_own_text_as_the_trigger_is_written_by_that_t
   EXPECT_FALSE(p.value);
 }
 
+/// Walks `t` over `tokens` (token 0 the end), every other walk leading,
+/// checking each state's split against `readable` (the oracle of an output
+/// read afresh): what is allowed reads, and outside a value what reads is
+/// allowed; the end-of-sequence token only in free text. The values the
+/// walks closed.
+int walk_trigger(const json_trigger& t, const std::vector<std::string>& tokens, const std::string& trigger,
+                 const std::function<bool(std::string_view)>& readable, unsigned seed) {
+  std::mt19937 rng(seed);
+  int values = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    json_trigger::state s;
+    s.leading = walk % 2 == 1; // the output begins with the trigger
+    std::string text;
+    for (int step = 0; step < 30; ++step) {
+      const auto split = t.split(s);
+      for (std::int32_t k = 1; k < static_cast<std::int32_t>(tokens.size()); ++k) {
+        const auto& bytes = tokens[static_cast<std::size_t>(k)];
+        const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+        EXPECT_NE(allowed, std::binary_search(split->banned.begin(), split->banned.end(), k));
+        const auto next = text + bytes;
+        // Leading, the text must begin the trigger or begin with it.
+        const bool begins = walk % 2 == 0 || (next.size() < trigger.size() ? trigger.starts_with(next) : next.starts_with(trigger));
+        const bool reads = begins && readable(next);
+        if (allowed) {
+          EXPECT_TRUE(reads) << json(text).dump() << " + " << json(bytes).dump();
+        } else if (!s.value) {
+          EXPECT_FALSE(reads) << "outside a value, only what breaks the output is banned: " << json(text).dump()
+                              << " + " << json(bytes).dump();
+        }
+      }
+      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0),
+                !s.value && !s.leading && s.head == json_trigger::no_head)
+        << "the end-of-sequence token is free text's";
+      std::vector<std::int32_t> go;
+      for (const auto k : split->allowed)
+        if (k != 0)
+          go.push_back(k);
+      if (go.empty()) {
+        ADD_FAILURE() << "no token goes on from " << json(text).dump();
+        return values;
+      }
+      const auto k = go[rng() % go.size()];
+      const bool was_value = s.value.has_value();
+      EXPECT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
+      values += was_value && !s.value;
+      text += tokens[static_cast<std::size_t>(k)];
+    }
+  }
+  return values;
+}
+
 TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_text_only_those) {
   std::vector<std::string> tokens = {"", "<", "tool", ">", "<tool>", "<tool>{", "<tool>x", ">{", ">\n{\"n\":", ">hi",
                                      "{", "}", "\"n\":", "\"n", "\":", "1", "-", " ", "\n", "hi", "}<tool>",
@@ -1129,43 +1202,8 @@ TEST(json_trigger, every_token_it_allows_keeps_the_output_readable_and_in_free_t
   json_vocab v(vocab);
   const std::string trigger = "<tool>";
   const json_trigger t(v, trigger, json_schema::compile(counted));
-  std::mt19937 rng(9);
-  int values = 0;
-  for (int walk = 0; walk < 200; ++walk) {
-    json_trigger::state s;
-    s.leading = walk % 2 == 1; // the output begins with the trigger
-    std::string text;
-    for (int step = 0; step < 30; ++step) {
-      const auto split = t.split(s);
-      for (std::int32_t k = 1; k < vocab.vocab_size(); ++k) {
-        const auto& bytes = tokens[static_cast<std::size_t>(k)];
-        const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
-        EXPECT_NE(allowed, std::binary_search(split->banned.begin(), split->banned.end(), k));
-        const auto next = text + bytes;
-        // Leading, the text must begin the trigger or begin with it.
-        const bool begins = walk % 2 == 0 || (next.size() < trigger.size() ? trigger.starts_with(next) : next.starts_with(trigger));
-        const bool readable = begins && triggered_ok(counted, trigger, next);
-        if (allowed) {
-          EXPECT_TRUE(readable) << json(text).dump() << " + " << json(bytes).dump();
-        } else if (!s.value) {
-          EXPECT_FALSE(readable) << "free text bans only what breaks a value: " << json(text).dump() << " + "
-                                 << json(bytes).dump();
-        }
-      }
-      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0), !s.value && !s.leading)
-        << "the end-of-sequence token is free text's";
-      std::vector<std::int32_t> go;
-      for (const auto k : split->allowed)
-        if (k != 0)
-          go.push_back(k);
-      ASSERT_FALSE(go.empty()) << json(text).dump();
-      const auto k = go[rng() % go.size()];
-      const bool was_value = s.value.has_value();
-      ASSERT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
-      values += was_value && !s.value;
-      text += tokens[static_cast<std::size_t>(k)];
-    }
-  }
+  const auto values =
+    walk_trigger(t, tokens, trigger, [&](std::string_view text) { return triggered_ok(counted, trigger, text); }, 9);
   EXPECT_GT(values, 50) << "walks close values";
 }
 
@@ -1271,39 +1309,6 @@ TEST(json_trigger, headed_the_trigger_then_a_name_then_the_mark_then_a_value_of_
   EXPECT_THROW(json_trigger(v, "[TOOL_CALLS]", "[ARGS]", {}), std::invalid_argument);
 }
 
-/// The oracle of a headed output, read afresh: free text up to each
-/// `trigger`, then one of `heads`' names and `mark`, then bytes a fresh
-/// machine of that name's schema takes until its value closes, then free
-/// text again. False where a head or a value is broken.
-bool headed_ok(const std::vector<trigger_head>& heads, const std::string& trigger, const std::string& mark,
-               std::string_view text) {
-  for (std::size_t from = 0;;) {
-    const auto at = text.find(trigger, from);
-    if (at == std::string_view::npos)
-      return true;
-    const auto rest = text.substr(at + trigger.size());
-    const trigger_head* head = nullptr;
-    for (const auto& h : heads) {
-      const auto whole = h.name + mark;
-      if (rest.size() < whole.size() ? whole.starts_with(rest) : rest.starts_with(whole)) {
-        if (rest.size() < whole.size())
-          return true; // a head begun
-        head = &h;
-      }
-    }
-    if (head == nullptr)
-      return false;
-    schema_machine m(head->schema);
-    std::size_t i = at + trigger.size() + head->name.size() + mark.size();
-    while (i < text.size() && !m.complete())
-      if (!m.feed(static_cast<unsigned char>(text[i++])))
-        return false;
-    if (!m.complete())
-      return true; // a value begun
-    from = i;
-  }
-}
-
 TEST(json_trigger, headed_every_token_it_allows_keeps_the_output_readable_and_in_free_text_only_those) {
   std::vector<std::string> tokens = {"", "<c>", "<", "c>", "get", "_weather", "_time", "=", ">=", "=>{", "{", "}",
                                      "\"city\":", "\"", "x", "xy", " ", "hi", "}<c>", "<c>get_time=", "ge", "t",
@@ -1314,43 +1319,8 @@ TEST(json_trigger, headed_every_token_it_allows_keeps_the_output_readable_and_in
   const std::string trigger = "<c>", mark = "=>";
   const auto heads = trigger_heads(headed_schema, mark, cache);
   const json_trigger t(v, trigger, mark, heads);
-  std::mt19937 rng(17);
-  int values = 0;
-  for (int walk = 0; walk < 200; ++walk) {
-    json_trigger::state s;
-    s.leading = walk % 2 == 1;
-    std::string text;
-    for (int step = 0; step < 30; ++step) {
-      const auto split = t.split(s);
-      for (std::int32_t k = 1; k < vocab.vocab_size(); ++k) {
-        const auto& bytes = tokens[static_cast<std::size_t>(k)];
-        const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
-        EXPECT_NE(allowed, std::binary_search(split->banned.begin(), split->banned.end(), k));
-        const auto next = text + bytes;
-        const bool begins = walk % 2 == 0 || (next.size() < trigger.size() ? trigger.starts_with(next) : next.starts_with(trigger));
-        const bool readable = begins && headed_ok(heads, trigger, mark, next);
-        if (allowed) {
-          EXPECT_TRUE(readable) << json(text).dump() << " + " << json(bytes).dump();
-        } else if (!s.value) {
-          EXPECT_FALSE(readable) << "outside a value, only what breaks the output is banned: " << json(text).dump()
-                                 << " + " << json(bytes).dump();
-        }
-      }
-      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0),
-                !s.value && !s.leading && s.head == json_trigger::no_head)
-        << "the end-of-sequence token is free text's";
-      std::vector<std::int32_t> go;
-      for (const auto k : split->allowed)
-        if (k != 0)
-          go.push_back(k);
-      ASSERT_FALSE(go.empty()) << json(text).dump();
-      const auto k = go[rng() % go.size()];
-      const bool was_value = s.value.has_value();
-      ASSERT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
-      values += was_value && !s.value;
-      text += tokens[static_cast<std::size_t>(k)];
-    }
-  }
+  const auto values =
+    walk_trigger(t, tokens, trigger, [&](std::string_view text) { return headed_ok(heads, trigger, mark, text); }, 17);
   EXPECT_GT(values, 30) << "walks close values";
 }
 

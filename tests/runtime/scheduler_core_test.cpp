@@ -1466,7 +1466,10 @@ TEST(scheduler_core, a_json_object_request_given_a_banned_token_ends_with_an_err
 
 /// Request `id` submitted with `args` and run alone to its end: its
 /// output's text (none, a failure added, if it stalls).
-std::optional<std::string> run_alone(engine& e, const fake_tokenizer& vocab, std::uint64_t id, const request_args& args) {
+/// Runs request `id` alone to its end; its output's text (special tokens
+/// shown by their own text where `shown`).
+std::optional<std::string> run_alone(engine& e, const fake_tokenizer& vocab, std::uint64_t id, const request_args& args,
+                                     bool shown = false) {
   EXPECT_EQ(e.submit(id, args), "accepted");
   e.admit();
   e.pages(id);
@@ -1479,7 +1482,7 @@ std::optional<std::string> run_alone(engine& e, const fake_tokenizer& vocab, std
   }
   std::string text;
   for (const auto& t : e.tokens_of(id))
-    text += vocab.decode(t.token);
+    text += shown ? vocab.shown(t.token, true) : vocab.decode(t.token);
   return text;
 }
 
@@ -1671,20 +1674,14 @@ TEST(scheduler_core, a_trigger_that_is_a_special_tokens_text_is_written_by_that_
   int values = 0, by_token = 0;
   for (std::uint64_t id = 1; id <= 150; ++id) {
     const bool first = id % 2 == 0;
-    EXPECT_EQ(e.submit(id, {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 30), .json_schema = schema,
-                            .json_trigger = "[TC]", .json_trigger_first = first}),
-              "accepted");
-    e.admit();
-    e.pages(id);
-    while (!e.finish_of(id)) {
-      ASSERT_NE(e.step(), "step[]");
-      e.done();
-    }
-    std::string text;
-    for (const auto& t : e.tokens_of(id)) {
-      text += vocab.shown(t.token, true);
+    const auto out = run_alone(e, vocab, id,
+                               {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 30),
+                                .json_schema = schema, .json_trigger = "[TC]", .json_trigger_first = first},
+                               true);
+    ASSERT_TRUE(out.has_value());
+    for (const auto& t : e.tokens_of(id))
       by_token += t.token == marker;
-    }
+    const auto& text = *out;
     SCOPED_TRACE(text);
     if (first) {
       EXPECT_TRUE(text.size() < 4 ? std::string_view("[TC]").starts_with(text) : text.starts_with("[TC]"));
@@ -1739,21 +1736,15 @@ TEST(scheduler_core, a_headed_trigger_holds_a_name_its_mark_and_that_names_value
   int values[2] = {0, 0}, marks_by_token = 0, thought = 0;
   for (std::uint64_t id = 1; id <= 240; ++id) {
     const bool first = id % 2 == 0, thinks = id % 3 == 0;
-    EXPECT_EQ(e.submit(id, {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 30), .json_schema = schema,
-                            .json_trigger = "[TC]", .json_trigger_first = first, .json_trigger_head = "[A]",
-                            .reasoning_close = thinks ? "</t>" : ""}),
-              "accepted");
-    e.admit();
-    e.pages(id);
-    while (!e.finish_of(id)) {
-      ASSERT_NE(e.step(), "step[]");
-      e.done();
-    }
-    std::string text;
-    for (const auto& t : e.tokens_of(id)) {
-      text += vocab.shown(t.token, true);
+    auto out = run_alone(e, vocab, id,
+                         {.prompt = 2, .max_new = 1 + static_cast<std::uint32_t>(rng() % 30), .json_schema = schema,
+                          .json_trigger = "[TC]", .json_trigger_first = first, .json_trigger_head = "[A]",
+                          .reasoning_close = thinks ? "</t>" : ""},
+                         true);
+    ASSERT_TRUE(out.has_value());
+    for (const auto& t : e.tokens_of(id))
       marks_by_token += t.token == args;
-    }
+    auto text = std::move(*out);
     SCOPED_TRACE(text);
     if (thinks) {
       const auto close = text.find("</t>");
