@@ -57,15 +57,51 @@ gap_read call_start(gap_matcher m, std::string_view open, bool array) {
   return r == 1 ? gap_read::object : as_gap(r);
 }
 
+/// With a head: from the opening marker on, the marker, blanks, a name and
+/// the head, blanks, the arguments' brace (`bare`: only blanks and the
+/// brace, the name the one tool's). The name goes to `name` where the brace
+/// is read.
+gap_read named_start(gap_matcher m, std::string_view open, const tool_format& t, std::string* name) {
+  if (const auto r = m.word(open); r != 1)
+    return as_gap(r);
+  const std::string* read = t.bare && !t.names.empty() ? &t.names.front() : nullptr;
+  if (!t.bare) {
+    m.blanks();
+    auto begun = gap_read::none;
+    for (const auto& n : t.names) {
+      auto at = m;
+      const auto r = at.word(n + t.head);
+      if (r == 1) {
+        read = &n;
+        m = at;
+        break;
+      }
+      begun = either(begun, as_gap(r));
+    }
+    if (read == nullptr)
+      return begun;
+  }
+  m.blanks();
+  const auto r = m.word("{");
+  if (r != 1)
+    return as_gap(r);
+  *name = read == nullptr ? std::string() : *read;
+  return gap_read::object;
+}
+
 /// Whether `gap` (all that followed the last call, or the output's start)
 /// is the next call's start, up to its object's opening brace (its last
-/// byte, as the gap is read byte by byte).
-gap_read read_gap(std::string_view gap, const tool_format& t, bool first) {
+/// byte, as the gap is read byte by byte); with a head, the call's name to
+/// `name`.
+gap_read read_gap(std::string_view gap, const tool_format& t, bool first, std::string* name) {
   const std::string_view open = t.bare ? std::string_view() : std::string_view(t.open);
+  const auto start = [&](gap_matcher at, std::string_view marker) {
+    return t.head.empty() ? call_start(at, marker, t.array) : named_start(at, marker, t, name);
+  };
   gap_matcher m{gap};
   m.blanks();
   if (first)
-    return call_start(m, open, t.array);
+    return start(m, open);
   if (t.bare || !t.parallel)
     return gap_read::none;
   if (t.array) {
@@ -84,12 +120,12 @@ gap_read read_gap(std::string_view gap, const tool_format& t, bool first) {
     auto after = m;
     if (const auto r = after.word(separator); r == 1) {
       after.blanks();
-      closed = call_start(after, open, false);
+      closed = start(after, open);
     } else {
       closed = as_gap(r);
     }
   }
-  return either(closed, call_start(m, open, false));
+  return either(closed, start(m, open));
 }
 
 /// `text`, one JSON object (blanks around it), less the blanks between its
@@ -143,12 +179,14 @@ void call_reader::feed(std::string_view text) {
 }
 
 void call_reader::gap() {
-  auto read = read_gap(gap_, format_, calls_.empty());
+  auto read = read_gap(gap_, format_, calls_.empty(), &head_name_);
   if (read == gap_read::none && !calls_.empty() && !format_.bare && format_.parallel && !format_.open.empty()) {
     // Text after a call that opens no call: passed over up to where one
     // may yet open (vLLM's Hermes parser finds every marked call).
     for (std::size_t from = 1; from <= gap_.size(); ++from) {
-      read = call_start(gap_matcher{std::string_view(gap_).substr(from)}, format_.open, format_.array);
+      const gap_matcher rest{std::string_view(gap_).substr(from)};
+      read = format_.head.empty() ? call_start(rest, format_.open, format_.array)
+                                  : named_start(rest, format_.open, format_, &head_name_);
       if (read != gap_read::none) {
         gap_.erase(0, from);
         break;
@@ -165,6 +203,8 @@ void call_reader::gap() {
     gap_.clear();
     in_object_ = true;
     object_ = json_machine();
+    if (!format_.head.empty()) // the arguments object: the call counts
+      calls_.push_back({std::move(head_name_), std::string(), false});
     object_byte('{');
     return;
   }
@@ -175,6 +215,17 @@ void call_reader::object_byte(unsigned char c) {
   const auto depth = object_.depth();
   if (!object_.feed(c)) {
     stopped_ = true; // a broken call keeps what was read of it
+    return;
+  }
+  if (!format_.head.empty()) {
+    // Named before its object: the object is the arguments.
+    if (was_string || !json_blank(c))
+      calls_.back().arguments += static_cast<char>(c);
+    if (object_.complete()) {
+      calls_.back().whole = true;
+      in_object_ = false;
+      stopped_ = format_.bare || !format_.parallel;
+    }
     return;
   }
   if (depth == 0)

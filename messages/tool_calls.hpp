@@ -37,6 +37,13 @@ struct tool_format {
   /// "[TOOL_CALLS] {calls}", Mistral's): "[", the calls separated by ",",
   /// "]"; no closing marker. With `bare`, the output is the array.
   bool array = false;
+  /// Not empty: each call is named before its arguments (chat_tool_call
+  /// "[TOOL_CALLS]{name}[ARGS]{arguments}", Mistral's later form): the
+  /// marker, one of the tools' names, this mark, then the arguments
+  /// object, then `close` (which may be left out). With `bare` (one
+  /// function named; the prompt ends with the marker, its name and the
+  /// mark), the output is that function's arguments object.
+  std::string head;
 };
 
 /// A call read from the output, whole or so far.
@@ -59,7 +66,9 @@ struct read_call {
 /// object, or a string holding one}, blanks, and the closing marker (which
 /// may be left out before the next call or at the end; with an empty
 /// `open`, blanks or ";" between calls). With `array`, the marker, "[" and
-/// the calls' objects with "," between them (blanks around each). A call counts from when its name
+/// the calls' objects with "," between them (blanks around each). With a
+/// `head`, the marker (none with `bare`), a name, the head, blanks, and
+/// the arguments object itself. A call counts from when its name
 /// is read (its member ended) and its arguments have begun (an object's
 /// opening brace; a string, when it closes holding an object); from then on
 /// it is the answer's, whatever follows. Reading stops at the first text
@@ -110,6 +119,7 @@ private:
   bool has_arguments_ = false; ///< the arguments member ended
   std::string arguments_;      ///< the arguments object's text so far, blanks out
   bool counted_ = false;       ///< calls_.back() is this object's
+  std::string head_name_;      ///< with a head: the name read before the object
 };
 
 } // namespace troupe::openai

@@ -40,6 +40,23 @@ tool_format mistral() {
   return f;
 }
 
+tool_format mistral_named() {
+  tool_format f;
+  f.names = {"get_weather", "get_time", "get"};
+  f.open = "[TOOL_CALLS]";
+  f.head = "[ARGS]";
+  return f;
+}
+
+tool_format llama_function() {
+  tool_format f;
+  f.names = {"get_weather", "get_time"};
+  f.open = "<function=";
+  f.head = ">";
+  f.close = "</function>";
+  return f;
+}
+
 std::vector<read_call> read_whole(const tool_format& f, const std::string& text) {
   call_reader r(f);
   r.feed(text);
@@ -165,6 +182,54 @@ TEST(call_reader, mistrals_calls_are_one_array_after_the_marker) {
   EXPECT_TRUE(read_whole(markerless, "Sure: [{\"name\":\"get_time\",\"arguments\":{}}]").empty());
 }
 
+TEST(call_reader, named_calls_are_the_marker_a_name_the_head_and_the_arguments_object) {
+  const auto f = mistral_named();
+  struct row {
+    std::string text;
+    std::vector<read_call> calls;
+  };
+  const std::vector<row> rows{
+    {R"([TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{})",
+     {{"get_weather", R"({"city":"Paris"})", true}, {"get_time", "{}", true}}},
+    // Fed from where the first call may open: text before it is none.
+    {R"(Sure. [TOOL_CALLS]get[ARGS] {"a": [1, "x y"]})", {}},
+    // A name that begins another's; blanks after the head.
+    {R"([TOOL_CALLS]get[ARGS] {"a": [1, "x y"]})", {{"get", R"({"a":[1,"x y"]})", true}}},
+    // Cut: counted from the brace; a name alone is no call.
+    {R"([TOOL_CALLS]get_time[ARGS]{"tz": "U)", {{"get_time", R"({"tz":"U)", false}}},
+    {R"([TOOL_CALLS]get_time[AR)", {}},
+    {R"([TOOL_CALLS]get_time)", {}},
+    // Unknown names, a missing head, arguments that are no object.
+    {R"([TOOL_CALLS]set_time[ARGS]{})", {}},
+    {R"([TOOL_CALLS]get_time{})", {}},
+    {R"([TOOL_CALLS]get_time[ARGS]"{}")", {}},
+    // After a call, text is passed over up to the next marked call.
+    {R"([TOOL_CALLS]get[ARGS]{} then [TOOL [TOOL_CALLS]get_time[ARGS]{"x":1})",
+     {{"get", "{}", true}, {"get_time", R"({"x":1})", true}}},
+    // A broken object keeps what was read.
+    {R"([TOOL_CALLS]get[ARGS]{"a":1,})", {{"get", R"({"a":1,)", false}}},
+  };
+  for (const auto& r : rows)
+    EXPECT_EQ(read_whole(f, r.text), r.calls) << r.text;
+  // The first call only without parallel calls.
+  auto single = f;
+  single.parallel = false;
+  EXPECT_EQ(read_whole(single, "[TOOL_CALLS]get[ARGS]{}[TOOL_CALLS]get[ARGS]{}").size(), 1u);
+  // Bare: one function named, its marker, name and head in the prompt; the
+  // output is the arguments.
+  auto bare = f;
+  bare.bare = true;
+  bare.names = {"get_time"};
+  EXPECT_EQ(read_whole(bare, R"( {"tz": "UTC"} and more)"),
+            (std::vector<read_call>{{"get_time", R"({"tz":"UTC"})", true}}));
+  EXPECT_TRUE(read_whole(bare, R"(get_time[ARGS]{})").empty());
+  // A closing marker, which may be left out.
+  const auto g = llama_function();
+  EXPECT_EQ(read_whole(g, R"(<function=get_time>{"a":1}</function><function=get_weather>{}</function>)"),
+            (std::vector<read_call>{{"get_time", R"({"a":1})", true}, {"get_weather", "{}", true}}));
+  EXPECT_EQ(read_whole(g, R"(<function=get_time>{}<function=get_weather>{})").size(), 2u);
+}
+
 TEST(call_reader, pieces_of_any_size_read_what_the_whole_reads_and_what_is_read_only_grows) {
   const std::vector<std::pair<tool_format, std::string>> cases{
     {hermes(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"S\\u00e3o Paulo\", \"n\": [1, "
@@ -178,6 +243,9 @@ TEST(call_reader, pieces_of_any_size_read_what_the_whole_reads_and_what_is_read_
     {mistral(), "[TOOL_CALLS] [ {\"name\": \"get_time\", \"arguments\": {\"a\": [1, {}]}} , {\"arguments\": "
                 "\"{\\\"b\\\": 2}\", \"name\": \"get_weather\"}] then [TO [TOOL_CALLS][{\"name\":\"get_time\","
                 "\"arguments\":{\"c\":\"]\"}}]"},
+    {mistral_named(), R"([TOOL_CALLS]get_weather[ARGS]{"city": "S\u00e3o", "n": [1, {"x": "}"}]}[TOOL_CALLS]get)"
+                      R"([ARGS] {} x [TOOL_CALLS]get_time[ARGS]{"a")"},
+    {llama_function(), R"(<function=get_time>{"a": 1}</function> <function=get_weather>{"b": "</function>"})"},
   };
   std::uint64_t seed = 5;
   auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
