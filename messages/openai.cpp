@@ -538,13 +538,29 @@ constexpr std::string_view content_slot = "{content}";
 constexpr std::string_view tools_slot = "{tools}";
 constexpr std::string_view call_slot = "{call}";
 constexpr std::string_view calls_slot = "{calls}";
+constexpr std::string_view name_slot = "{name}";
+constexpr std::string_view arguments_slot = "{arguments}";
 
-/// Where a chat_tool_call format's slot is: "{call}", one call's JSON, or
-/// "{calls}", the calls as one JSON array (Mistral's).
+/// Where a chat_tool_call format's slot is: "{call}", one call's JSON;
+/// "{calls}", the calls as one JSON array (Mistral's); or "{name}" and,
+/// after it, "{arguments}" (Mistral's later form: the name, a head mark,
+/// the arguments object).
 struct call_slot_at {
   std::size_t at = std::string::npos;
   std::size_t size = 0;
   bool array = false;
+  bool named = false;                           ///< "{name}" at `at`
+  std::size_t arguments_at = std::string::npos; ///< named: where "{arguments}" is after it (npos: nowhere)
+
+  /// Where the text after the slot (the closing marker) begins.
+  std::size_t end() const noexcept {
+    return named && arguments_at != std::string::npos ? arguments_at + arguments_slot.size() : at + size;
+  }
+  /// Named: the head mark between the name and the arguments.
+  std::string_view head(std::string_view tool_call) const {
+    return named && arguments_at != std::string::npos ? tool_call.substr(at + size, arguments_at - at - size)
+                                                      : std::string_view();
+  }
 };
 
 call_slot_at find_call_slot(std::string_view tool_call) {
@@ -552,20 +568,24 @@ call_slot_at find_call_slot(std::string_view tool_call) {
     return {at, calls_slot.size(), true};
   if (const auto at = tool_call.find(call_slot); at != std::string::npos)
     return {at, call_slot.size(), false};
+  if (const auto at = tool_call.find(name_slot); at != std::string::npos) {
+    const auto args = tool_call.find(arguments_slot, at + name_slot.size());
+    return {at, name_slot.size(), false, true, args};
+  }
   return {};
 }
 
 /// How a Jinja template's text writes calls, where it shows: Hermes' tags
-/// (Qwen-style templates), or Mistral's marker before an array ("[ARGS]",
-/// its later form of one call after another, is not read); "" where not.
+/// (Qwen-style templates), or Mistral's marker, before an array or (with
+/// "[ARGS]", its later form) before each call's name; "" where not.
 std::string tool_call_of(std::string_view text, std::string_view tool_use_text = {}) {
   const auto holds = [&](std::string_view s) {
     return text.find(s) != std::string_view::npos || tool_use_text.find(s) != std::string_view::npos;
   };
   if (holds("<tool_call>"))
     return "<tool_call>\n{call}\n</tool_call>";
-  if (holds("[TOOL_CALLS]") && !holds("[ARGS]"))
-    return "[TOOL_CALLS] {calls}";
+  if (holds("[TOOL_CALLS]"))
+    return holds("[ARGS]") ? "[TOOL_CALLS]{name}[ARGS]{arguments}" : "[TOOL_CALLS] {calls}";
   return {};
 }
 
@@ -604,15 +624,18 @@ struct tool {
   json parameters;  ///< its JSON Schema; null: it takes none
 };
 
-/// A call as the prompt shows it: {"name": ..., "arguments": {...}}.
-std::string call_text(const std::string& name, const json& arguments) {
-  return "{\"name\": " + dump(json(name)) + ", \"arguments\": " + dump(arguments) + "}";
-}
+/// An assistant's call in a chat's history.
+struct past_call {
+  std::string name;
+  std::string arguments; ///< its arguments object, as compact JSON
+  /// As the prompt shows it: {"name": ..., "arguments": {...}}.
+  std::string text() const { return "{\"name\": " + dump(json(name)) + ", \"arguments\": " + arguments + "}"; }
+};
 
 struct chat_message {
   std::string role; ///< "system" (also for "developer"), "user", "assistant" or "tool"
   std::string content;
-  std::vector<std::string> calls; ///< an assistant's tool calls, as call_text shows them
+  std::vector<past_call> calls; ///< an assistant's tool calls
   bool results = false;           ///< a user message made of tool messages' texts
   std::size_t at = 0;             ///< where it is in the request's messages (its first, for results)
 };
@@ -640,15 +663,15 @@ std::variant<std::string, api_error> text_of(const json& content, const std::str
   return out;
 }
 
-/// An assistant message's `tool_calls` as the prompt shows them, with their
-/// ids; the error names the call at fault.
-std::variant<std::vector<std::string>, api_error> read_calls_of(const json& calls, const std::string& at,
-                                                                std::vector<std::string>& ids) {
+/// An assistant message's `tool_calls`, with their ids; the error names
+/// the call at fault.
+std::variant<std::vector<past_call>, api_error> read_calls_of(const json& calls, const std::string& at,
+                                                              std::vector<std::string>& ids) {
   const auto where = at + ".tool_calls";
   if (!calls.is_array() || calls.empty())
     return bad("\"" + where + "\" must be a non-empty array of {\"id\", \"type\": \"function\", \"function\"}",
                "messages");
-  std::vector<std::string> out;
+  std::vector<past_call> out;
   for (std::size_t j = 0; j < calls.size(); ++j) {
     const auto& call = calls[j];
     const auto one = where + "[" + std::to_string(j) + "]";
@@ -683,7 +706,7 @@ std::variant<std::vector<std::string>, api_error> read_calls_of(const json& call
                    + args->dump().substr(0, 80),
                  "messages");
     ids.push_back(id->get<std::string>());
-    out.push_back(call_text(name->get<std::string>(), parsed));
+    out.push_back({name->get<std::string>(), dump(parsed)});
   }
   return out;
 }
@@ -726,7 +749,7 @@ std::variant<std::vector<chat_message>, api_error> read_messages(const json& doc
       auto read = read_calls_of(*calls, at, call_ids);
       if (auto* e = std::get_if<api_error>(&read))
         return std::move(*e);
-      one.calls = std::get<std::vector<std::string>>(std::move(read));
+      one.calls = std::get<std::vector<past_call>>(std::move(read));
     }
     if (one.role == "tool") {
       const auto id = msg.find("tool_call_id");
@@ -767,11 +790,13 @@ std::variant<std::vector<chat_message>, api_error> with_tools(const chat_templat
     return bad("the " + tpl.name + " chat template has no tool formats, so it cannot show tools, tool calls or tool "
                  "messages (with chat_template = \"custom\", give chat_tools, chat_tool_call and chat_tool_result)",
                shown.empty() ? "messages" : "tools");
-  // Where a call goes in the call format: one to a slot, or all of a
-  // message's as one array.
+  // Where a call goes in the call format: one to a slot (or its name and
+  // arguments to theirs), or all of a message's as one array.
   const auto slot = find_call_slot(tpl.tool_call);
-  const auto slot_text =
-    slot.at == std::string::npos ? std::string_view() : std::string_view(tpl.tool_call).substr(slot.at, slot.size);
+  const std::string_view format = tpl.tool_call;
+  const auto shown_call = [&](const std::string& call) {
+    return std::string(format.substr(0, slot.at)) + call + std::string(format.substr(slot.end()));
+  };
   std::vector<chat_message> out;
   if (!shown.empty()) {
     std::string lines;
@@ -792,14 +817,18 @@ std::variant<std::vector<chat_message>, api_error> with_tools(const chat_templat
         out.push_back({"user", std::move(result), {}, true, m.at});
       continue;
     }
-    if (slot.array && !m.calls.empty()) {
-      std::string list;
-      for (const auto& c : m.calls)
-        list += (list.empty() ? "[" : ", ") + c;
-      m.calls = {list + "]"};
-    }
+    std::vector<std::string> shown_calls;
     for (const auto& c : m.calls)
-      m.content += (m.content.empty() ? "" : "\n") + filled(tpl.tool_call, c, slot_text);
+      shown_calls.push_back(slot.named ? shown_call(c.name + std::string(slot.head(format)) + c.arguments)
+                                         : c.text());
+    if (slot.array && !shown_calls.empty()) {
+      std::string list;
+      for (const auto& c : shown_calls)
+        list += (list.empty() ? "[" : ", ") + c;
+      shown_calls = {list + "]"};
+    }
+    for (const auto& c : shown_calls)
+      m.content += (m.content.empty() ? "" : "\n") + (slot.named ? c : shown_call(c));
     m.calls.clear();
     out.push_back(std::move(m));
   }
@@ -1073,16 +1102,23 @@ void rebase_refs(json& schema, const std::string& at) {
 /// "arguments": its parameters}, each function's parameters kept in $defs
 /// under its name (so the intake's refusal names it). Parameters that
 /// `enforceable` refuses become any object.
+/// The JSON Schema of `t`'s arguments: its parameters (none: an empty
+/// object), or any object where `enforceable` refuses them.
+json arguments_schema(const tool& t, const std::function<bool(const std::string&)>& enforceable = {}) {
+  json params = t.parameters.is_null()
+                  ? json{{"type", "object"}, {"properties", json::object()}, {"additionalProperties", false}}
+                  : t.parameters;
+  if (enforceable && !enforceable(dump(params)))
+    params = {{"type", "object"}};
+  return params;
+}
+
 json call_schema(const std::vector<tool>& tools, const std::string& arguments_key,
                  const std::function<bool(const std::string&)>& enforceable = {}) {
   json defs = json::object();
   json any = json::array();
   for (const auto& t : tools) {
-    json params = t.parameters.is_null() ? json{{"type", "object"}, {"properties", json::object()},
-                                                {"additionalProperties", false}}
-                                         : t.parameters;
-    if (enforceable && !enforceable(dump(params)))
-      params = {{"type", "object"}};
+    auto params = arguments_schema(t, enforceable);
     rebase_refs(params, "/$defs/" + t.name);
     defs[t.name] = std::move(params);
     any.push_back({{"type", "object"},
@@ -1091,6 +1127,16 @@ json call_schema(const std::vector<tool>& tools, const std::string& arguments_ke
                    {"additionalProperties", false}});
   }
   return {{"anyOf", std::move(any)}, {"$defs", std::move(defs)}};
+}
+
+/// What the wire's json_trigger_head takes for calls named before their
+/// arguments: each tool's arguments' schema under its name (each compiled
+/// on its own, its references its own).
+json named_schema(const std::vector<tool>& tools, const std::function<bool(const std::string&)>& enforceable = {}) {
+  json properties = json::object();
+  for (const auto& t : tools)
+    properties[t.name] = arguments_schema(t, enforceable);
+  return {{"type", "object"}, {"properties", std::move(properties)}};
 }
 
 /// The schema of the calls' array (Mistral's) whose items are `one`, a
@@ -1203,24 +1249,32 @@ void default_tool_formats(chat_formats& f) {
 }
 
 /// Why `tool_call` cannot say how calls are written: it must hold "{call}"
-/// (or "{calls}", the calls' array, with nothing after it) after a marker
-/// that opens a call.
+/// (or "{calls}", the calls' array, with nothing after it; or "{name}", a
+/// head mark and "{arguments}") after a marker that opens a call.
 std::optional<chat_template_error> tool_call_refused(const std::string& tool_call, bool markerless = false) {
   const auto slot = find_call_slot(tool_call);
   const auto found = slot.at != std::string::npos;
   const auto marker = found ? trimmed(std::string_view(tool_call).substr(0, slot.at)) : std::string_view();
-  const auto after = found ? trimmed(std::string_view(tool_call).substr(slot.at + slot.size)) : std::string_view();
+  const auto after = found ? trimmed(std::string_view(tool_call).substr(slot.end())) : std::string_view();
   if (slot.array && !after.empty())
     return chat_template_error{"chat_tool_call", "holds text after \"{calls}\"; the array's \"]\" ends the calls"};
-  if (markerless && found && marker.empty()) {
+  if (slot.named && slot.arguments_at == std::string::npos)
+    return chat_template_error{"chat_tool_call", "holds \"{name}\" but no \"{arguments}\" after it (a call is its "
+                                                 "marker, the function's name, a mark, then its arguments object)"};
+  if (const auto head = slot.head(tool_call); slot.named && (head.empty() || head.size() > wire::max_json_trigger_bytes))
+    return chat_template_error{"chat_tool_call", "must hold a mark of 1 to " + std::to_string(wire::max_json_trigger_bytes)
+                                                   + " bytes between \"{name}\" and \"{arguments}\" (such as "
+                                                     "\"[ARGS]\"), by which the name is known to end"};
+  if (markerless && found && marker.empty() && !slot.named) {
     if (!after.empty())
       return chat_template_error{"chat_tool_call", "is \"{call}\" alone (calls found at the output's start) or "
                                                    "holds text that opens a call before \"{call}\""};
     return std::nullopt;
   }
   if (marker.empty() || marker.size() > wire::max_json_trigger_bytes)
-    return chat_template_error{"chat_tool_call", "must hold \"{call}\" (one call's JSON) or \"{calls}\" (the calls "
-                                                 "as one JSON array) after text that opens a call (such as "
+    return chat_template_error{"chat_tool_call", "must hold \"{call}\" (one call's JSON), \"{calls}\" (the calls "
+                                                 "as one JSON array) or \"{name}\" and \"{arguments}\" after text "
+                                                 "that opens a call (such as "
                                                  "\"<tool_call>\" or \"[TOOL_CALLS]\"; at most "
                                                    + std::to_string(wire::max_json_trigger_bytes)
                                                    + " bytes, blanks aside), by which calls are found in the output"};
@@ -1421,7 +1475,7 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   if (tpl.program) {
     if (!offered.empty() && tpl.tool_call.empty())
       return bad("the chat template's call format is not known (its text has neither <tool_call> tags nor Mistral's "
-                 "[TOOL_CALLS] array), so calls could not be read from the output; the server's http.chat_tool_call "
+                 "[TOOL_CALLS] marker), so calls could not be read from the output; the server's http.chat_tool_call "
                  "says how the model writes one",
                  "tools");
     if (!ordered) // read_body took it, so it was read in order too
@@ -1519,12 +1573,17 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     const auto slot = find_call_slot(tpl.tool_call);
     completion_request::tool_calling calling;
     calling.forced = forced;
-    calling.bare = forced && (std::get<tool_choice>(choice).named || !parallel);
+    // One call, its marker in the prompt: a named function's (with the
+    // name and the head, where calls are named before their arguments), or
+    // any one where no parallel calls are taken (where the name is inside
+    // the call's JSON).
+    calling.bare = forced && (std::get<tool_choice>(choice).named || (!parallel && !slot.named));
     for (const auto& t : offered)
       calling.names.push_back(t.name);
     calling.open = std::string(trimmed(std::string_view(tpl.tool_call).substr(0, slot.at)));
-    calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot.at + slot.size)));
+    calling.close = std::string(trimmed(std::string_view(tpl.tool_call).substr(slot.end())));
     calling.array = slot.array;
+    calling.head = std::string(slot.head(tpl.tool_call));
     calling.parallel = parallel;
     calling.arguments_key = tpl.tool_arguments.empty() ? "arguments" : tpl.tool_arguments;
     // No marker: a forced answer is one call; "auto" reads the calls the
@@ -1542,25 +1601,33 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
     const auto held = [&](json one) {
       return calling.array ? calls_schema(std::move(one), calling.bare || !calling.parallel) : one;
     };
-    if (calling.bare) {
+    if (calling.bare && slot.named) {
+      // The assistant's turn opens with the call's marker, name and head;
+      // the output is its arguments, held to its parameters.
+      opening += tpl.tool_call.substr(0, slot.at) + offered.front().name + calling.head;
+      gen["json_schema"] = arguments_schema(offered.front());
+    } else if (calling.bare) {
       // The assistant's turn opens with a call (an array of one), whose
       // JSON is held to the tools' names and parameters and ends the output.
       opening += calling.array ? calling.open : tpl.tool_call.substr(0, slot.at);
       gen["json_schema"] = held(call_schema(offered, calling.arguments_key));
     } else if (forced) {
       // The output begins with a call; after it the model may open more.
-      gen["json_schema"] = held(call_schema(offered, calling.arguments_key));
+      gen["json_schema"] = slot.named ? named_schema(offered) : held(call_schema(offered, calling.arguments_key));
       gen["json_trigger"] = calling.open;
       gen["json_trigger_first"] = true;
     } else if (!calling.open.empty()) {
       // Free text; a call the model opens is held to the tools' names and
       // (where the server can enforce them) parameters.
-      gen["json_schema"] = held(call_schema(offered, calling.arguments_key, enforceable));
+      gen["json_schema"] = slot.named ? named_schema(offered, enforceable)
+                                      : held(call_schema(offered, calling.arguments_key, enforceable));
       gen["json_trigger"] = calling.open;
     }
-    // Mistral's marker is a special token, which stands for no text unless
+    if (slot.named && gen.contains("json_trigger"))
+      gen["json_trigger_head"] = calling.head; // a name, the head, then its arguments
+    // Mistral's markers are special tokens, which stand for no text unless
     // special tokens are shown (as vLLM's Mistral parser asks).
-    if (calling.array && !doc.contains("skip_special_tokens"))
+    if ((calling.array || slot.named) && !doc.contains("skip_special_tokens"))
       gen["skip_special_tokens"] = false;
     out.tools = std::move(calling);
   }
@@ -1993,6 +2060,12 @@ std::string call_id(std::string_view completion_id, std::int64_t created, std::s
   return out;
 }
 
+/// Calls written after Mistral's marker, in either of its forms, have
+/// ids of nine letters and digits (its templates check them).
+bool short_ids(const completion_request::tool_calling& t) {
+  return t.array || t.open.find("[TOOL_CALLS]") != std::string::npos;
+}
+
 /// Choice `k`'s calls as OpenAI's tool_calls.
 json tool_calls_json(const std::vector<read_call>& calls, std::string_view completion_id, std::int64_t created,
                      std::size_t k, bool short_id) {
@@ -2077,7 +2150,7 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
         if (!calls.calls().empty()) {
           const auto before = text.substr(0, at);
           message["content"] = trimmed(before).empty() ? json() : json(before);
-          message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index, tools_->array);
+          message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index, short_ids(*tools_));
           if (calls.all_whole())
             choice["finish_reason"] = "tool_calls";
         }
@@ -2311,7 +2384,7 @@ std::string completion_answer::call_deltas(std::size_t k) {
     const auto& call = calls[j];
     if (j == c.arguments_sent.size()) {
       deltas.push_back({{"index", j},
-                        {"id", call_id(id_, created_, k, j, tools_->array)},
+                        {"id", call_id(id_, created_, k, j, short_ids(*tools_))},
                         {"type", "function"},
                         {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
       c.arguments_sent.push_back(call.arguments.size());

@@ -388,11 +388,50 @@ type {{ t.function.name }} = (_: {
 {%- endfor %}
 {%- if add_generation_prompt %}<|start|>assistant{% endif %})J";
 
+/// Mistral's later tool format (Mistral Small 3.x's tokenizer): a system
+/// prompt in its own tags, the tools as one JSON list, each call its
+/// marker, its name, "[ARGS]" and its arguments, and each result in tags,
+/// with no call ids.
+inline constexpr std::string_view mistral_named_tools = R"J({{- bos_token }}
+{%- if messages[0]["role"] == "system" %}
+    {{- "[SYSTEM_PROMPT]" + messages[0]["content"] + "[/SYSTEM_PROMPT]" }}
+    {%- set rest = messages[1:] %}
+{%- else %}
+    {%- set rest = messages %}
+{%- endif %}
+{%- if tools is defined and tools is not none and tools|length > 0 %}
+    {{- "[AVAILABLE_TOOLS]" + tools|tojson + "[/AVAILABLE_TOOLS]" }}
+{%- endif %}
+{%- for message in rest %}
+    {%- if message["role"] == "user" %}
+        {{- "[INST]" + message["content"] + "[/INST]" }}
+    {%- elif message["role"] == "assistant" %}
+        {%- if message["content"] %}
+            {{- message["content"] }}
+        {%- endif %}
+        {%- if message["tool_calls"] is defined and message["tool_calls"] %}
+            {%- for call in message["tool_calls"] %}
+                {%- set arguments = call["function"]["arguments"] %}
+                {%- if arguments is not string %}
+                    {%- set arguments = arguments|tojson %}
+                {%- endif %}
+                {{- "[TOOL_CALLS]" + call["function"]["name"] + "[ARGS]" + arguments }}
+            {%- endfor %}
+        {%- endif %}
+        {{- eos_token }}
+    {%- elif message["role"] == "tool" %}
+        {{- "[TOOL_RESULTS]" + message["content"]|string + "[/TOOL_RESULTS]" }}
+    {%- else %}
+        {{- raise_exception("roles are system (first), user, assistant and tool") }}
+    {%- endif %}
+{%- endfor %})J";
+
 /// Every template above, by name.
 inline constexpr std::pair<std::string_view, std::string_view> all[]{
   {"inst_style", inst_style},   {"header_style", header_style}, {"chatml_tools", chatml_tools},
   {"turn_style", turn_style},   {"mistral_tools", mistral_tools}, {"tag_style", tag_style},
   {"signature_style", signature_style}, {"typescript_style", typescript_style},
+  {"mistral_named_tools", mistral_named_tools},
 };
 
 } // namespace troupe::test_templates

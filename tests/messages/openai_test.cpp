@@ -2315,10 +2315,120 @@ TEST(openai, mistrals_calls_are_one_array_after_its_marker_held_read_and_shown_a
                       + R"("}]</s>[TOOL_RESULTS] {"content": sunny, "call_id": ")" + ids[0] + "\"}[/TOOL_RESULTS]"),
             std::string::npos)
     << next;
-  // Mistral's later form, one call after another with "[ARGS]", is not
-  // read: tools are refused there, saying how to name a format.
-  const auto later = jinja_template("{% for m in messages %}{{ m.content }}{% endfor %}[TOOL_CALLS]{{ name }}[ARGS]");
-  EXPECT_NE(chat_refused(tool_chat(ask), later).message.find("http.chat_tool_call"), std::string::npos);
+}
+
+TEST(openai, mistrals_later_calls_are_named_before_their_arguments_held_read_and_shown_again_in_the_history) {
+  const auto tpl = jinja_template(test_templates::mistral_named_tools);
+  ASSERT_EQ(tpl.tool_call, "[TOOL_CALLS]{name}[ARGS]{arguments}") << "read from the template's text";
+  // "auto": free text; the marker opens a name, "[ARGS]" and that tool's
+  // arguments, held to its parameters. Special tokens show.
+  const auto c = chat_ok(tool_chat(ask), tpl);
+  ASSERT_TRUE(c.tools.has_value());
+  EXPECT_FALSE(c.tools->array);
+  EXPECT_EQ(c.tools->open, "[TOOL_CALLS]");
+  EXPECT_EQ(c.tools->head, "[ARGS]");
+  EXPECT_EQ(c.tools->close, "");
+  auto g = as_generate(c);
+  EXPECT_NE(g.prompt->find("[AVAILABLE_TOOLS][{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""),
+            std::string::npos)
+    << *g.prompt;
+  EXPECT_TRUE(g.prompt->ends_with("[INST]Weather in Paris?[/INST]")) << *g.prompt;
+  EXPECT_EQ(g.json_trigger, "[TOOL_CALLS]");
+  EXPECT_EQ(g.json_trigger_head, "[ARGS]");
+  EXPECT_FALSE(g.json_trigger_first);
+  EXPECT_FALSE(g.skip_special_tokens);
+  auto schema = json::parse(g.json_schema);
+  EXPECT_EQ(schema["properties"].size(), 2u);
+  EXPECT_EQ(schema["properties"]["get_weather"]["required"], json({"city"}));
+  EXPECT_EQ(schema["properties"]["get_time"], json::parse(R"({"type":"object","properties":{},"additionalProperties":false})"));
+  // Named: the turn opens with the marker, the name and the mark; the
+  // output is the arguments, and ends with them.
+  const auto named = chat_ok(tool_chat(ask, R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})"), tpl);
+  ASSERT_TRUE(named.tools.has_value() && named.tools->bare);
+  g = as_generate(named);
+  EXPECT_TRUE(g.prompt->ends_with("[/INST][TOOL_CALLS]get_weather[ARGS]")) << *g.prompt;
+  EXPECT_EQ(g.json_trigger, "");
+  EXPECT_EQ(g.json_trigger_head, "");
+  EXPECT_EQ(json::parse(g.json_schema)["required"], json({"city"}));
+  // "required": the output begins with the marker; one call only
+  // (parallel_tool_calls false) is the first the output makes.
+  for (const char* extra : {R"(,"tool_choice":"required")", R"(,"tool_choice":"required","parallel_tool_calls":false)"}) {
+    const auto forced = chat_ok(tool_chat(ask, extra), tpl);
+    ASSERT_TRUE(forced.tools.has_value());
+    EXPECT_FALSE(forced.tools->bare) << "the name is the output's to write";
+    g = as_generate(forced);
+    EXPECT_EQ(g.json_trigger, "[TOOL_CALLS]");
+    EXPECT_EQ(g.json_trigger_head, "[ARGS]");
+    EXPECT_TRUE(g.json_trigger_first);
+  }
+
+  // The calls read one after another, each with an id of nine letters and
+  // digits; text before them is the content.
+  auto m = whole_message(c, R"(Checking.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{})");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  EXPECT_EQ(m["message"]["content"], "Checking.");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"],
+            json::parse(R"({"name":"get_weather","arguments":"{\"city\":\"Paris\"}"})"));
+  EXPECT_EQ(m["message"]["tool_calls"][1]["function"], json::parse(R"({"name":"get_time","arguments":"{}"})"));
+  for (const auto& call : m["message"]["tool_calls"])
+    EXPECT_EQ(call["id"].get<std::string>().size(), 9u);
+  m = whole_message(named, R"( {"city": "Rome"})");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
+  EXPECT_EQ(m["message"]["tool_calls"][0]["function"], json::parse(R"({"name":"get_weather","arguments":"{\"city\":\"Rome\"}"})"));
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  // Streamed, the same.
+  std::uint64_t seed = 11;
+  expect_streams_say_what_the_wholes_say(
+    {c, named},
+    {R"(Checking.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_time[ARGS]{})",
+     R"([TOOL_CALLS]get_time[ARGS]{"tz": "UTC"})", "No call [TOOL", R"( {"city": "Rome"})"},
+    seed);
+  // The calls and their results go back into the next turn's prompt, as
+  // the template renders them.
+  const auto history = R"([{"role":"user","content":"Weather in Paris?"},{"role":"assistant","content":null,
+    "tool_calls":[{"id":"abcDEF123","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+    {"role":"tool","tool_call_id":"abcDEF123","content":"sunny"}])";
+  const auto next = *as_generate(chat_ok(tool_chat(history), tpl)).prompt;
+  EXPECT_TRUE(next.ends_with(R"([INST]Weather in Paris?[/INST][TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}</s>)"
+                             "[TOOL_RESULTS]sunny[/TOOL_RESULTS]"))
+    << next;
+}
+
+TEST(openai, a_custom_template_may_name_each_call_before_its_arguments) {
+  auto made = make_chat_template("custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
+                                            .tools = "T: {tools}", .tool_call = "<function={name}>{arguments}</function>",
+                                            .tool_result = "R: {content}"});
+  ASSERT_TRUE(std::holds_alternative<chat_template>(made));
+  const auto& tpl = std::get<chat_template>(made);
+  const auto history = R"([{"role":"user","content":"q"},{"role":"assistant","content":"Sure.","tool_calls":[
+    {"id":"c1","type":"function","function":{"name":"get_time","arguments":"{}"}},
+    {"id":"c2","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Rome\"}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"noon"}])";
+  const auto c = chat_ok(tool_chat(history), tpl);
+  auto g = as_generate(c);
+  EXPECT_NE(g.prompt->find("A: Sure.\n<function=get_time>{}</function>\n<function=get_weather>{\"city\":\"Rome\"}</function>\n"),
+            std::string::npos)
+    << *g.prompt;
+  EXPECT_EQ(g.json_trigger, "<function=");
+  EXPECT_EQ(g.json_trigger_head, ">");
+  const auto m = whole_message(c, R"(<function=get_time>{}</function><function=get_weather>{"city":"Oslo"}</function>)");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["message"]["tool_calls"][1]["function"]["arguments"], R"({"city":"Oslo"})");
+  EXPECT_EQ(m["message"]["tool_calls"][1]["id"], "call_42_5_0_1") << "not Mistral's marker: OpenAI's ids";
+  // A format named before its arguments needs "{arguments}" after "{name}",
+  // and a mark between them.
+  for (const auto& [format, says] : std::vector<std::pair<std::string, std::string>>{
+         {"<f>{name}", "no \"{arguments}\" after it"},
+         {"<f>{name}{arguments}", "a mark of 1 to 64 bytes between"},
+         {"{name}[ARGS]{arguments}", "after text that opens a call"}}) {
+    const auto refused = make_chat_template("custom", {.system = "S: {content}\n", .user = "U: {content}\n",
+                                                       .assistant = "A: {content}\n", .tools = "T: {tools}",
+                                                       .tool_call = format, .tool_result = "R: {content}"});
+    ASSERT_TRUE(std::holds_alternative<chat_template_error>(refused)) << format;
+    EXPECT_NE(std::get<chat_template_error>(refused).what.find(says), std::string::npos)
+      << std::get<chat_template_error>(refused).what;
+  }
 }
 
 TEST(openai, a_custom_template_may_write_the_calls_as_one_array_after_its_marker) {

@@ -636,7 +636,12 @@ const error_case error_cases[] = {
   {"chat_tool_call_without_marker",
    "[http]\nchat_template = \"custom\"\nchat_system = \"{content}\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\n"
    "chat_tools = \"{tools}\"\nchat_tool_call = \"{call}\"\nchat_tool_result = \"{content}\"\n",
-   "http.chat_tool_call", "must hold \"{call}\" (one call's JSON) or \"{calls}\" (the calls as one JSON array) after text"},
+   "http.chat_tool_call", "must hold \"{call}\" (one call's JSON), \"{calls}\" (the calls as one JSON array) or "
+   "\"{name}\" and \"{arguments}\" after text"},
+  {"chat_tool_call_named_without_a_mark",
+   "[http]\nchat_template = \"custom\"\nchat_system = \"{content}\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\n"
+   "chat_tools = \"{tools}\"\nchat_tool_call = \"<f>{name}{arguments}\"\nchat_tool_result = \"{content}\"\n",
+   "http.chat_tool_call", "must hold a mark of 1 to 64 bytes between \"{name}\" and \"{arguments}\""},
   {"chat_tool_formats_apart",
    "[http]\nchat_template = \"custom\"\nchat_system = \"{content}\"\nchat_user = \"{content}\"\nchat_assistant = \"{content}\"\n"
    "chat_tool_result = \"{content}\"\n",
