@@ -50,7 +50,8 @@ constexpr std::string_view usage =
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
   "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
-  "         [--arch llama|qwen2|qwen3|mistral] [--head-dim N (default hidden / heads)]\n";
+  "         [--arch llama|qwen2|qwen3|mistral] [--head-dim N (default hidden / heads)]\n"
+  "         [--mistral-calls array|named (with --arch mistral; default array)]\n";
 
 struct options {
   std::string out;
@@ -77,6 +78,11 @@ struct options {
   /// control tokens and a chat template that writes tools and calls as
   /// Mistral 7B Instruct v0.3's does).
   std::string arch = "llama";
+  /// --mistral-calls, with --arch mistral: "array", v0.3's calls (one JSON
+  /// array after [TOOL_CALLS]); "named", the later form (Mistral Small
+  /// 3.x's: [TOOL_CALLS]name[ARGS]{...} for each call, results in
+  /// [TOOL_RESULTS] tags without ids, a system prompt in its own tags).
+  std::string mistral_calls = "array";
   std::uint32_t head_dim = 0; ///< 0: hidden / heads
   bool qwen() const { return arch == "qwen2" || arch == "qwen3"; }
   std::string spm_train = "spm_train";
@@ -251,6 +257,11 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       if (!v || (*v != "llama" && *v != "qwen2" && *v != "qwen3" && *v != "mistral"))
         return std::string{"--arch needs llama, qwen2, qwen3 or mistral"};
       o.arch = std::string{*v};
+    } else if (arg == "--mistral-calls") {
+      const auto v = value();
+      if (!v || (*v != "array" && *v != "named"))
+        return std::string{"--mistral-calls needs array or named"};
+      o.mistral_calls = std::string{*v};
     } else if (arg == "--help" || arg == "-h") {
       return std::string{};
     } else {
@@ -271,6 +282,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
     return std::string{"--heads must be a multiple of --kv-heads"};
   if (o.ranks.empty() || o.targets.empty())
     return std::string{"--ranks and --targets must not be empty"};
+  if (o.mistral_calls != "array" && o.arch != "mistral")
+    return std::string{"--mistral-calls goes with --arch mistral"};
   if (o.bpe && o.arch == "mistral")
     return std::string{"--arch mistral writes a SentencePiece tokenizer, as Mistral's is (no --tokenizer bpe)"};
   return o;
@@ -477,9 +490,10 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
                                    "--remove_extra_whitespaces=false",
                                    "--split_digits=true",
                                    "--num_threads=1"};
-  if (o.arch == "mistral") // Mistral 7B Instruct v0.3's, each one token that stands for no text
-    args.push_back("--control_symbols=[INST],[/INST],[TOOL_CALLS],[AVAILABLE_TOOLS],[/AVAILABLE_TOOLS],[TOOL_RESULTS],"
-                   "[/TOOL_RESULTS]");
+  if (o.arch == "mistral") // Mistral 7B Instruct v0.3's (and later ones'), each one token that stands for no text
+    args.push_back(std::string("--control_symbols=[INST],[/INST],[TOOL_CALLS],[AVAILABLE_TOOLS],[/AVAILABLE_TOOLS],"
+                               "[TOOL_RESULTS],[/TOOL_RESULTS]")
+                   + (o.mistral_calls == "named" ? ",[ARGS],[SYSTEM_PROMPT],[/SYSTEM_PROMPT]" : ""));
   std::vector<char*> argv;
   for (auto& a : args)
     argv.push_back(a.data());
@@ -524,6 +538,30 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
   // text in the last user turn, an assistant's calls as one array after
   // [TOOL_CALLS] (each with its id, which must be nine characters), a
   // tool's result with the id of the call it answers.
+  // The later form's: the system prompt in its own tags first, the tools
+  // before the last user turn, each call [TOOL_CALLS]name[ARGS]arguments
+  // after the assistant's text, a tool's result in tags, no ids.
+  if (o.arch == "mistral" && o.mistral_calls == "named")
+    return write_text(
+      out / "tokenizer_config.json",
+      nlohmann::json{
+        {"bos_token", "<s>"},
+        {"eos_token", "</s>"},
+        {"chat_template",
+         "{%- set ns = namespace(last_user=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
+         "{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}{{- bos_token }}"
+         "{%- if messages[0].role == 'system' %}{{- '[SYSTEM_PROMPT]' + messages[0].content + '[/SYSTEM_PROMPT]' }}"
+         "{%- endif %}{%- for m in messages %}{%- if m.role == 'user' %}"
+         "{%- if tools and loop.index0 == ns.last_user %}{{- '[AVAILABLE_TOOLS]' + tools | tojson + "
+         "'[/AVAILABLE_TOOLS]' }}{%- endif %}{{- '[INST]' + m.content + '[/INST]' }}"
+         "{%- elif m.role == 'assistant' %}{%- if m.content %}{{- m.content }}{%- endif %}"
+         "{%- for c in m.tool_calls or [] %}{%- set a = c.function.arguments %}"
+         "{%- if a is not string %}{%- set a = a | tojson %}{%- endif %}"
+         "{{- '[TOOL_CALLS]' + c.function.name + '[ARGS]' + a }}{%- endfor %}{{- eos_token }}"
+         "{%- elif m.role == 'tool' %}{{- '[TOOL_RESULTS]' + m.content + '[/TOOL_RESULTS]' }}"
+         "{%- elif m.role != 'system' or not loop.first %}"
+         "{{- raise_exception('roles are system (first), user, assistant and tool') }}{%- endif %}{%- endfor %}"}}
+        .dump(2) + "\n");
   if (o.arch == "mistral")
     return write_text(
       out / "tokenizer_config.json",

@@ -9,17 +9,21 @@
 # the array held to the tools' parameters), whole and streamed alike, each
 # with an id of nine letters and digits; those calls and their results go
 # back into the next turn, which the template (refusing ids of any other
-# length) renders. Usage: mistral.sh BIN_DIR
+# length) renders. With FORM "named" (--mistral-calls named), the later
+# form: each call [TOOL_CALLS]name[ARGS]{...}, the name and its arguments
+# held, [ARGS] a control token too; results go back without ids.
+# Usage: mistral.sh BIN_DIR [array|named]
 set -euo pipefail
 bin="$1"
+form="${2:-array}"
 work="$(mktemp -d)"
 pid=""
 trap 'if [ -n "$pid" ]; then kill -9 "$pid" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 . "$(dirname "$0")/serve_lib.sh"
 export E2E_DIR="$(cd "$(dirname "$0")" && pwd)"
 
-"$bin/troupe-mkmodel" --out "$work/model" --arch mistral --hidden 64 --intermediate 128 --layers 2 --heads 4 \
-  --kv-heads 2 --adapters 3 > /dev/null
+"$bin/troupe-mkmodel" --out "$work/model" --arch mistral --mistral-calls "$form" --hidden 64 --intermediate 128 \
+  --layers 2 --heads 4 --kv-heads 2 --adapters 3 > /dev/null
 grep -q '"model_type": "mistral"' "$work/model/config.json" \
   || { echo "mistral: troupe-mkmodel --arch mistral wrote no such config"; exit 1; }
 sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\nchat_template = "model"/' \
@@ -27,16 +31,17 @@ sed -e "s#models/demo#$work/model#g" -e 's/^listen = ""$/listen = "127.0.0.1:0"\
 grep -q '^chat_template = "model"$' "$work/serve.toml"
 
 serve 'chat_template = "model"'
-python3 - "$http" <<'PY'
+python3 - "$http" "$form" <<'PY'
 import json, os, re, sys
 
 sys.path.insert(0, os.environ["E2E_DIR"])
 from http_call import call, post_text
 
 base = "http://" + sys.argv[1]
+named = sys.argv[2] == "named"
 
 # The marks are one token each, which stands for no text.
-for mark in ("[TOOL_CALLS]", "[INST]", "[AVAILABLE_TOOLS]"):
+for mark in ("[TOOL_CALLS]", "[INST]", "[AVAILABLE_TOOLS]") + (("[ARGS]",) if named else ()):
     status, tok = call(base, "/tokenize", {"prompt": mark})
     assert status == 200 and len(tok["tokens"]) == 2, (mark, tok)  # BOS and the mark
     status, text = call(base, "/detokenize", {"tokens": tok["tokens"][1:]})
@@ -98,10 +103,21 @@ check_call(one["message"]["tool_calls"][0])
 assert one["message"]["tool_calls"][0]["function"]["name"] == "get_weather", one
 
 # "auto": words or calls, as the model goes; calls read are the tools'.
+# A call cut by max_tokens keeps what was read: its name is one of theirs.
 status, out = call(base, "/v1/chat/completions", dict(body, tool_choice="auto", max_tokens=24))
 assert status == 200, out
 for c in out["choices"][0]["message"].get("tool_calls") or []:
-    check_call(c)
+    if out["choices"][0]["finish_reason"] == "tool_calls":
+        check_call(c)
+    else:
+        assert out["choices"][0]["finish_reason"] == "length" and c["function"]["name"] in names, out
+
+# "required" with one call at most: the first call the output makes.
+status, out = call(base, "/v1/chat/completions", dict(body, parallel_tool_calls=False))
+assert status == 200, out
+one = out["choices"][0]
+assert len(one["message"]["tool_calls"]) == 1, one
+check_call(one["message"]["tool_calls"][0])
 
 # The calls and their results go back: the template renders them, ids and all.
 history = ask + [{"role": "assistant", "content": None, "tool_calls": calls[:1]},
@@ -112,12 +128,13 @@ assert status == 200, out
 first_prompt = call(base, "/v1/chat/completions", {"model": "model", "messages": ask, "tools": tools,
                                                    "max_tokens": 1})[1]["usage"]["prompt_tokens"]
 assert out["usage"]["prompt_tokens"] > first_prompt, (out["usage"], first_prompt)
-# An id the template refuses (not nine characters) is a 400 in its words.
-bad = [dict(h) for h in history]
-bad[1] = dict(bad[1], tool_calls=[dict(calls[0], id="call_1")])
-bad[2] = dict(bad[2], tool_call_id="call_1")
-status, err = call(base, "/v1/chat/completions", {"model": "model", "messages": bad, "tools": tools})
-assert status == 400 and "length 9" in err["error"]["message"], err
-print("mistral: ok")
+if not named:
+    # An id the template refuses (not nine characters) is a 400 in its words.
+    bad = [dict(h) for h in history]
+    bad[1] = dict(bad[1], tool_calls=[dict(calls[0], id="call_1")])
+    bad[2] = dict(bad[2], tool_call_id="call_1")
+    status, err = call(base, "/v1/chat/completions", {"model": "model", "messages": bad, "tools": tools})
+    assert status == 400 and "length 9" in err["error"]["message"], err
+print("mistral (" + sys.argv[2] + "): ok")
 PY
 stop
