@@ -420,20 +420,27 @@ bool openai_stream(std::span<const std::uint8_t> in) {
 /// (finish reason "tool_calls"), and a streamed call's arguments only
 /// grow. Input: the first byte picks
 /// tool_choice ("auto", "auto" without parallel calls, "required", a named
-/// function), the rest is the output's chunks (a token each) split by 0x01.
+/// function) and the call format, the rest is the output's chunks (a token
+/// each) split by 0x01.
 bool openai_tools(std::span<const std::uint8_t> in) {
   if (in.empty())
     return false;
   static const char* const choices[] = {R"("auto")", R"("auto","parallel_tool_calls":false)", R"("required")",
                                         R"({"type":"function","function":{"name":"get_time"}})"};
-  // in[0] % 4: the tool choice; its bit 4: Mistral's calls (one array
-  // after the marker) under a custom template, or Hermes' under chatml.
-  static const auto mistral = std::get<openai::chat_template>(openai::make_chat_template(
-    "custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
-               .tools = "T: {tools}", .tool_call = "[TOOL_CALLS] {calls}", .tool_result = "R: {content}"}));
-  const bool array = (in[0] & 4) != 0;
-  const auto& tpl = array ? mistral : template_for(1); // chatml
-  const std::string marker = array ? "[TOOL_CALLS]" : "<tool_call>";
+  // in[0] % 4: the tool choice; its bit 8: Mistral's later calls (each
+  // named before its arguments), else its bit 4: Mistral's calls (one
+  // array after the marker), both under a custom template; else Hermes'
+  // under chatml.
+  const auto custom = [](const char* tool_call) {
+    return std::get<openai::chat_template>(openai::make_chat_template(
+      "custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
+                 .tools = "T: {tools}", .tool_call = tool_call, .tool_result = "R: {content}"}));
+  };
+  static const auto mistral = custom("[TOOL_CALLS] {calls}");
+  static const auto mistral_named = custom("[TOOL_CALLS]{name}[ARGS]{arguments}");
+  const bool named = (in[0] & 8) != 0, array = !named && (in[0] & 4) != 0;
+  const auto& tpl = named ? mistral_named : array ? mistral : template_for(1); // chatml
+  const std::string marker = named || array ? "[TOOL_CALLS]" : "<tool_call>";
   const auto body = std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],"tools":[)")
                     + R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
                     + R"({"type":"function","function":{"name":"get_time"}}],"stream":true,"tool_choice":)"
@@ -473,7 +480,7 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   require(calls.size() <= 1 || in[0] % 4 == 0 || in[0] % 4 == 2, "more than one call where there is one");
   const std::string content = message.at("content").is_null() ? "" : message.at("content").get<std::string>();
   // (chatml's <|im_end|> is a stop string; the custom template has none)
-  require(calls.empty() ? content == whole_text.substr(0, array ? std::string::npos : whole_text.find("<|im_end|>"))
+  require(calls.empty() ? content == whole_text.substr(0, named || array ? std::string::npos : whole_text.find("<|im_end|>"))
                         : whole_text.starts_with(content)
                             && (in[0] % 4 < 2 || content.empty() || !whole_text.starts_with(marker)),
           "the content is not the output's text (before its calls; none when forced and it begins with one)");
