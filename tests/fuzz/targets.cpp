@@ -1012,7 +1012,8 @@ bool grammar_walk(std::span<const std::uint8_t> in) {
 /// A form byte, a schema, a NUL byte and a text: the text goes byte by byte
 /// (each byte a token of its own) through a reasoning gate of the form
 /// (the opening mark or none; one value, free text with triggers, or a
-/// leading trigger). Each step, the split allows exactly the bytes
+/// leading trigger; bit 32: the triggers headed, a name "a" or "ab" and
+/// "=>" before each value). Each step, the split allows exactly the bytes
 /// advance takes, a refused byte leaves the state as it was, and short of
 /// a whole value some token goes on.
 bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
@@ -1037,7 +1038,9 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
   }();
   json_vocab vocab(bytes);
   const std::string open = form & 1 ? "<think>" : "";
-  const auto trigger = std::make_shared<const json_trigger>(vocab, "<c>", schema);
+  const auto trigger =
+    form & 32 ? std::make_shared<const json_trigger>(vocab, "<c>", "=>", std::vector<trigger_head>{{"a", schema}, {"ab", schema}})
+              : std::make_shared<const json_trigger>(vocab, "<c>", schema);
   // Bits 3 and 4: the content held to choices or an expression instead.
   static const auto choices =
     std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"no", "not sure", "yes", "{\"n\":1}"});
@@ -1060,7 +1063,8 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
     return a.at == b.at && a.held == b.held && a.matched == b.matched && a.blanks == b.blanks
            && a.complete == b.complete && a.value.has_value() == b.value.has_value()
            && (!a.value || a.value->key() == b.value->key()) && a.trigger.matched == b.trigger.matched
-           && a.trigger.leading == b.trigger.leading && a.trigger.value.has_value() == b.trigger.value.has_value()
+           && a.trigger.leading == b.trigger.leading && a.trigger.head == b.trigger.head
+           && a.trigger.value.has_value() == b.trigger.value.has_value()
            && (!a.trigger.value || a.trigger.value->key() == b.trigger.value->key())
            && a.machine.index() == b.machine.index() && machine_key(a) == machine_key(b);
   };
