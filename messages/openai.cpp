@@ -35,13 +35,13 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 31> taken_by_both{
+constexpr std::array<std::string_view, 34> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
   "response_format", "min_p", "repetition_penalty", "include_stop_str_in_output", "skip_special_tokens",
   "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern",
-  "guided_decoding_backend", "structured_outputs"};
+  "guided_decoding_backend", "structured_outputs", "truncate_prompt_tokens", "bad_words", "allowed_token_ids"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
 constexpr std::array<std::string_view, 11> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
@@ -278,10 +278,12 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
   // Passed on as given: the wire parser checks them and names the field.
   // session (Troupe's): a conversation's id, whose KV the next turn reuses.
   // stop_token_ids, ignore_eos, min_tokens, priority, min_p,
-  // repetition_penalty and skip_special_tokens: vLLM's, as the wire's.
+  // repetition_penalty, skip_special_tokens, truncate_prompt_tokens,
+  // bad_words and allowed_token_ids: vLLM's, as the wire's.
   for (const char* key : {"max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "session", "presence_penalty",
                           "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
-                          "min_p", "repetition_penalty", "skip_special_tokens"})
+                          "min_p", "repetition_penalty", "skip_special_tokens", "truncate_prompt_tokens", "bad_words",
+                          "allowed_token_ids"})
     if (auto v = doc.find(key); v != doc.end() && !v->is_null())
       gen[key] = *v;
   // vLLM's -1 for no top-k cut is the wire's 0.

@@ -134,13 +134,13 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 36> generate_fields{
+constexpr std::array<std::string_view, 39> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
   "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice", "regex",
-  "grammar", "json_trigger_head"};
+  "grammar", "json_trigger_head", "truncate_prompt_tokens", "bad_words", "allowed_token_ids"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -243,22 +243,41 @@ std::vector<std::pair<std::int32_t, float>> read_logit_bias(const json& j, const
   return out;
 }
 
-/// stop_token_ids: at most max_stop token ids in the vocabulary, in token
-/// order, each once.
-std::vector<std::int32_t> read_stop_token_ids(const json& j, const parse_limits& limits) {
-  const std::string expected = "an array of at most " + std::to_string(limits.max_stop) + " token ids in [0, "
-                               + std::to_string(limits.vocab_size) + ")";
-  if (!j.is_array() || j.size() > limits.max_stop)
-    reject_field("stop_token_ids", expected, j);
+/// Field `field`'s token ids: `least` to `most` of them, each in the
+/// vocabulary; returned in token order, each once.
+std::vector<std::int32_t> read_token_ids(const json& j, const char* field, std::size_t least, std::size_t most,
+                                         const parse_limits& limits) {
+  const std::string expected = (least > 0 ? "a non-empty array of" : "an array of at most " + std::to_string(most))
+                               + std::string(" token ids in [0, ") + std::to_string(limits.vocab_size) + ")";
+  if (!j.is_array() || j.size() < least || j.size() > most)
+    reject_field(field, expected, j);
   std::vector<std::int32_t> out;
+  out.reserve(j.size());
   for (const auto& t : j) {
     const auto v = integer_of<std::int32_t>(t);
     if (!v || *v < 0 || *v >= limits.vocab_size)
-      reject("field \"stop_token_ids\" must be " + expected + ", but it holds " + describe(t));
+      reject("field \"" + std::string(field) + "\" must be " + expected + ", but it holds " + describe(t));
     out.push_back(*v);
   }
   std::sort(out.begin(), out.end());
   out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+/// bad_words: at most max_bad_words strings of 1 to max_bad_word_bytes.
+std::vector<std::string> read_bad_words(const json& j) {
+  const std::string expected = "an array of at most " + std::to_string(max_bad_words) + " strings of 1 to "
+                               + std::to_string(max_bad_word_bytes) + " bytes";
+  if (!j.is_array() || j.size() > max_bad_words)
+    reject_field("bad_words", expected, j);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    if (!j[i].is_string() || j[i].get_ref<const std::string&>().empty()
+        || j[i].get_ref<const std::string&>().size() > max_bad_word_bytes)
+      reject("field \"bad_words\" must be " + expected + ", but element " + std::to_string(i) + " is "
+             + describe(j[i]));
+    out.push_back(j[i].get<std::string>());
+  }
   return out;
 }
 
@@ -365,7 +384,21 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
   if (auto j = find(obj, "stop"))
     g.stop = read_stop(*j, limits);
   if (auto j = find(obj, "stop_token_ids"))
-    g.stop_token_ids = read_stop_token_ids(*j, limits);
+    g.stop_token_ids = read_token_ids(*j, "stop_token_ids", 0, limits.max_stop, limits);
+  if (auto j = find(obj, "truncate_prompt_tokens")) {
+    const auto v = integer_of<std::int64_t>(*j);
+    if (!v || (*v < 1 && *v != -1) || *v > std::numeric_limits<std::int32_t>::max())
+      reject_field("truncate_prompt_tokens",
+                   "an integer of at least 1 (the prompt's last tokens read), or -1 (as many as leave room for "
+                   "max_tokens)",
+                   *j);
+    g.truncate_prompt_tokens = static_cast<std::int32_t>(*v);
+  }
+  if (auto j = find(obj, "bad_words"))
+    g.bad_words = read_bad_words(*j);
+  if (auto j = find(obj, "allowed_token_ids"))
+    g.allowed_token_ids =
+      read_token_ids(*j, "allowed_token_ids", 1, static_cast<std::size_t>(std::max(limits.vocab_size, 1)), limits);
   if (auto j = find(obj, "ignore_eos")) {
     if (!j->is_boolean())
       reject_field("ignore_eos", "true or false", *j);
@@ -1060,6 +1093,12 @@ std::string to_json(const request& x) {
         j["stop"] = g.stop;
       if (!g.stop_token_ids.empty())
         j["stop_token_ids"] = g.stop_token_ids;
+      if (g.truncate_prompt_tokens != 0)
+        j["truncate_prompt_tokens"] = g.truncate_prompt_tokens;
+      if (!g.bad_words.empty())
+        j["bad_words"] = g.bad_words;
+      if (!g.allowed_token_ids.empty())
+        j["allowed_token_ids"] = g.allowed_token_ids;
       if (g.ignore_eos)
         j["ignore_eos"] = true;
       if (!g.skip_special_tokens)

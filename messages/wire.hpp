@@ -99,6 +99,21 @@ struct generate_request {
   /// among the first min_tokens output tokens (stop strings still end the
   /// output). At most max_tokens.
   std::uint32_t min_tokens = 0;
+  /// vLLM's: k >= 1: only the prompt's last k tokens are read (the ones
+  /// before them are cut off, a leading BOS among them); -1: as many of
+  /// its last tokens as leave room for max_tokens in the context (one at
+  /// least); 0: the whole prompt.
+  std::int32_t truncate_prompt_tokens = 0;
+  /// vLLM's: words the output does not write, each 1 to max_bad_word_bytes
+  /// (at most max_bad_words): the token sequences of each word alone and
+  /// after a space are never completed (a sequence's last token is banned
+  /// where the output ends with the tokens before it; a one-token word is
+  /// always banned). Not on a backend that samples from no logits.
+  std::vector<std::string> bad_words{};
+  /// vLLM's: not empty: the output's tokens are drawn from these alone (in
+  /// token order, each once; 1 to the vocabulary's size, ids in it). Not on
+  /// a backend that samples from no logits.
+  std::vector<std::int32_t> allowed_token_ids{};
   /// "response_format": "json_object": the output is one JSON object (each
   /// step samples only tokens that keep it valid JSON; it ends, finish
   /// "stop", when the object closes). "text" (the default): no constraint.
@@ -158,6 +173,9 @@ struct generate_request {
   std::string grammar{};
 };
 
+/// Most bad_words, and the longest one, taken.
+inline constexpr std::size_t max_bad_words = 64;
+inline constexpr std::size_t max_bad_word_bytes = 256;
 /// Longest json_trigger taken.
 inline constexpr std::size_t max_json_trigger_bytes = 64;
 /// Most choices, and the longest choice, taken.

@@ -47,6 +47,34 @@ std::size_t complete_utf8_prefix(std::string_view s) {
   return n;
 }
 
+/// vLLM's bad_words as token sequences: each word (its leading blanks cut)
+/// as the vocabulary encodes it alone and after a space, less the leading
+/// tokens that stand for no text (a BOS the encoding adds) and, alone,
+/// those that stand for blanks only (the space SentencePiece puts first as
+/// a token of its own); each sequence once.
+std::vector<std::vector<std::int32_t>> bad_word_tokens(const gpu::tokenizer& vocab,
+                                                       const std::vector<std::string>& words) {
+  const auto blank = [](const std::string& s) { return s.find_first_not_of(" \t\n\r") == std::string::npos; };
+  std::vector<std::vector<std::int32_t>> out;
+  for (const auto& word : words) {
+    const auto bare = word.substr(std::min(word.size(), word.find_first_not_of(" \t\n\r")));
+    if (bare.empty())
+      continue; // blanks alone: nothing to keep out
+    for (const auto& text : {bare, " " + bare}) {
+      auto tokens = vocab.encode(text);
+      const bool alone = text.size() == bare.size();
+      const auto first = std::find_if(tokens.begin(), tokens.end(), [&](std::int32_t t) {
+        const auto shown = vocab.decode(t);
+        return alone ? !blank(shown) : !shown.empty();
+      });
+      tokens.erase(tokens.begin(), first);
+      if (!tokens.empty() && std::find(out.begin(), out.end(), tokens) == out.end())
+        out.push_back(std::move(tokens));
+    }
+  }
+  return out;
+}
+
 } // namespace
 
 std::string intake_core::decode(const std::vector<std::int32_t>& tokens, bool keep_special, bool ended) const {
@@ -324,6 +352,15 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
       return;
     }
   }
+  for (const auto& [given, field] : {std::pair{!g.bad_words.empty(), "bad_words"},
+                                     std::pair{!g.allowed_token_ids.empty(), "allowed_token_ids"}})
+    if (given && !backend_->computes_logprobs()) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                        std::string("field \"") + field + "\": the " + backend_->name()
+                                          + " backend samples from no logits, so it cannot keep tokens out of "
+                                            "an output; the cpu and cuda backends do"));
+      return;
+    }
   if (g.prompt_logprobs >= 0 && !backend_->computes_prompt_logprobs()) {
     refuse_uncomputed("prompt_logprobs", "prompt log-probabilities (OpenAI's echo asks for them with logprobs or a "
                                          "prompt of token ids)");
@@ -331,6 +368,15 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   }
   auto prompt = g.prompt_tokens ? std::move(*g.prompt_tokens)
                                 : backend_->vocab().encode(g.prompt.value_or(""));
+  if (g.truncate_prompt_tokens != 0) {
+    // vLLM's: only the prompt's last tokens are read; -1, as many as
+    // leave room for max_tokens in the context (one token at least).
+    const auto keep = g.truncate_prompt_tokens < 0
+                        ? std::size_t{limits_.max_context} - std::min(g.max_tokens, limits_.max_context - 1)
+                        : static_cast<std::size_t>(g.truncate_prompt_tokens);
+    if (prompt.size() > keep)
+      prompt.erase(prompt.begin(), prompt.end() - static_cast<std::ptrdiff_t>(keep));
+  }
   if (g.fit_context) { // max_tokens cut to what the context leaves
     if (prompt.size() >= limits_.max_context) {
       out.replies.push_back(error_frame(peer, g.id, error_code::prompt_too_long,
@@ -376,6 +422,8 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.session = session_id_of(g.session);
   spec.stop = std::move(g.stop);
   spec.stop_token_ids = std::move(g.stop_token_ids);
+  spec.bad_words = bad_word_tokens(backend_->vocab(), g.bad_words);
+  spec.allowed_token_ids = std::move(g.allowed_token_ids);
   spec.ignore_eos = g.ignore_eos;
   spec.skip_special_tokens = g.skip_special_tokens;
   spec.min_tokens = g.min_tokens;

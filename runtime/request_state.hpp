@@ -101,6 +101,14 @@ struct request_spec {
   std::vector<std::string> stop;
   /// Tokens that end the output as a stop string does, in token order.
   std::vector<std::int32_t> stop_token_ids{};
+  /// Token sequences the output never completes (vLLM's bad_words, each
+  /// word's tokens alone and after a space): a sequence's last token is
+  /// banned where the output ends with the tokens before it (always, for
+  /// one token).
+  std::vector<std::vector<std::int32_t>> bad_words{};
+  /// Not empty: the only tokens the output may hold (vLLM's
+  /// allowed_token_ids), in token order, each once.
+  std::vector<std::int32_t> allowed_token_ids{};
   /// The end-of-sequence token ends nothing (an output token like others).
   bool ignore_eos = false;
   /// false: stop strings match special tokens' own texts too

@@ -194,6 +194,16 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       r.held.emplace(std::move(held));
     }
   }
+  if (!spec.allowed_token_ids.empty() && vocab_ != nullptr) {
+    // (in token order, each once, all in the vocabulary: the wire's)
+    auto allowed = spec.allowed_token_ids.begin();
+    for (std::int32_t t = 0; t < vocab_->vocab_size(); ++t) {
+      if (allowed != spec.allowed_token_ids.end() && *allowed == t)
+        ++allowed;
+      else
+        r.not_allowed.push_back(t);
+    }
+  }
   r.adjust = spec.logit_bias;
   if (spec.repetition_penalty != 1.0f) {
     // The prompt's distinct tokens marked, the bias merged in token order.
@@ -811,23 +821,60 @@ gpu::logit_adjustment& adjustment_of(std::vector<gpu::logit_adjustment>& adjust,
   return *at;
 }
 
+/// `adjust` (in token order) with every token of `banned` (in token order)
+/// banned: a delta no logit outweighs (exp() of it is 0 at any
+/// temperature), in its place; a banned token's own adjustment gives way
+/// to the ban.
+void merge_bans(std::vector<gpu::logit_adjustment>& adjust, std::span<const std::int32_t> banned) {
+  if (banned.empty())
+    return;
+  constexpr float ban = -1e30f;
+  std::vector<gpu::logit_adjustment> out;
+  out.reserve(banned.size() + adjust.size());
+  auto b = banned.begin();
+  for (const auto& a : adjust) {
+    for (; b != banned.end() && *b < a.token; ++b)
+      out.push_back({*b, ban});
+    if (b != banned.end() && *b == a.token)
+      continue; // pushed with the ban below
+    out.push_back(a);
+  }
+  for (; b != banned.end(); ++b)
+    out.push_back({*b, ban});
+  adjust = std::move(out);
+}
+
 } // namespace
 
 std::vector<gpu::logit_adjustment> scheduler_core::logit_adjust(const record& r,
                                                                 std::span<const std::int32_t> ends) {
   std::vector<gpu::logit_adjustment> out = r.adjust;
-  if (r.generated >= r.spec.min_tokens)
+  const bool short_of_min = r.generated < r.spec.min_tokens;
+  if (!short_of_min && r.spec.bad_words.empty() && r.not_allowed.empty())
     return out;
-  // Before min_tokens nothing may end the output: the tokens that would
-  // are banned (a delta no logit outweighs; exp() of it is 0 at any
-  // temperature), in their places in token order.
-  constexpr float banned = -1e30f;
-  auto ban = [&out](std::int32_t token) { adjustment_of(out, token).delta = banned; };
-  if (!r.spec.ignore_eos)
-    for (const auto t : ends)
-      ban(t);
-  for (const auto t : r.spec.stop_token_ids)
-    ban(t);
+  std::vector<std::int32_t> banned;
+  if (short_of_min) {
+    // Before min_tokens nothing may end the output: the tokens that would
+    // are banned.
+    if (!r.spec.ignore_eos)
+      banned.assign(ends.begin(), ends.end());
+    banned.insert(banned.end(), r.spec.stop_token_ids.begin(), r.spec.stop_token_ids.end());
+  }
+  // A bad word's last token where the output ends with the ones before it.
+  for (const auto& word : r.spec.bad_words) {
+    const auto before = word.size() - 1;
+    if (before <= r.output.size() && std::equal(word.begin(), word.end() - 1, r.output.end() - static_cast<std::ptrdiff_t>(before)))
+      banned.push_back(word.back());
+  }
+  std::sort(banned.begin(), banned.end());
+  banned.erase(std::unique(banned.begin(), banned.end()), banned.end());
+  if (!r.not_allowed.empty()) {
+    std::vector<std::int32_t> all;
+    all.reserve(banned.size() + r.not_allowed.size());
+    std::set_union(banned.begin(), banned.end(), r.not_allowed.begin(), r.not_allowed.end(), std::back_inserter(all));
+    banned = std::move(all);
+  }
+  merge_bans(out, banned);
   return out;
 }
 
@@ -865,23 +912,7 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
     std::set_difference(r.json_allowed->banned.begin(), r.json_allowed->banned.end(), ends_.begin(), ends_.end(),
                         std::back_inserter(ends_open));
   }
-  const auto& banned = may_end ? ends_open : r.json_allowed->banned;
-  constexpr float ban = -1e30f; // as min_tokens bans: exp() of it is 0
-  // The two lists merged in token order; a banned token's own adjustment
-  // gives way to the ban.
-  std::vector<gpu::logit_adjustment> out;
-  out.reserve(banned.size() + adjust.size());
-  auto b = banned.begin();
-  for (const auto& a : adjust) {
-    for (; b != banned.end() && *b < a.token; ++b)
-      out.push_back({*b, ban});
-    if (b != banned.end() && *b == a.token)
-      continue; // pushed with the ban below
-    out.push_back(a);
-  }
-  for (; b != banned.end(); ++b)
-    out.push_back({*b, ban});
-  adjust = std::move(out);
+  merge_bans(adjust, may_end ? ends_open : r.json_allowed->banned);
 }
 
 
@@ -1063,6 +1094,8 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       finish(r, finish_reason::stop, now_s, fx);
     else if (json_end)
       finish(r, *json_end, now_s, fx);
+    else if (std::binary_search(r.not_allowed.begin(), r.not_allowed.end(), tok))
+      finish(r, finish_reason::error, now_s, fx); // every token was banned (none allowed could follow)
     else if (r.generated >= r.spec.max_new_tokens)
       finish(r, finish_reason::length, now_s, fx);
     else if (r.swap_requested)

@@ -519,6 +519,9 @@ private:
     /// kept up as tokens come (note_output); each step's logit_adjust
     /// begins as a copy.
     std::vector<gpu::logit_adjustment> adjust;
+    /// With allowed_token_ids: every other token of the vocabulary, in
+    /// token order (banned each step).
+    std::vector<std::int32_t> not_allowed;
     std::string text; // decoded output, kept only when stop strings are set
   };
   /// Pages of `r`'s cache: the prefix cache's it reads and its own.
@@ -555,7 +558,8 @@ private:
   /// The request's logit_bias, penalties and repetition marks for its next
   /// token (gpu::step_entry::logit_adjust): r.adjust; while it has fewer
   /// than min_tokens, the end tokens `ends` (unless ignored) and its stop
-  /// tokens banned.
+  /// tokens banned; the last token of each bad word the output would
+  /// complete, and the tokens outside allowed_token_ids, banned.
   static std::vector<gpu::logit_adjustment> logit_adjust(const record& r, std::span<const std::int32_t> ends);
   /// Keeps r.adjust (and r.output_counts) up with output token `token`.
   static void note_output(record& r, std::int32_t token);

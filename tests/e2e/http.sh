@@ -403,6 +403,30 @@ for extra, tokens, finish in (({}, 1, "stop"), ({"ignore_eos": True}, 5, "length
     assert one["choices"][0]["finish_reason"] == finish, (extra, body)
 refused(400, body=dict(req, max_tokens=2, min_tokens=3), says="min_tokens")
 refused(400, body=dict(req, stop_token_ids=[-1]), says="stop_token_ids")
+# vLLM's allowed_token_ids, bad_words and truncate_prompt_tokens: a greedy
+# output drawn from two tokens holds only those (and so is not the
+# reference); a word the reference writes is kept out of it; a prompt cut
+# to its last token reads as that token alone.
+pair = sorted({ref["tokens"][1], ref["tokens"][1] + 1})
+status, _, body = call("/v1/completions", dict(req, allowed_token_ids=pair, logprobs=0))
+drawn = json.loads(body)
+assert status == 200 and drawn["usage"]["completion_tokens"] == 12, body
+shown = set()
+for t in pair:
+    status, _, one = call("/detokenize", {"model": "demo", "tokens": [t]})
+    shown.add(json.loads(one)["prompt"])
+assert all(t in shown or t == "\ufffd" for t in drawn["choices"][0]["logprobs"]["tokens"]), (body, shown)
+status, _, body = call("/detokenize", {"model": "demo", "tokens": [ref["tokens"][3]]})
+word = json.loads(body)["prompt"]
+status, _, body = call("/v1/completions", dict(req, bad_words=[word], logprobs=0))
+kept = json.loads(body)["choices"][0]
+assert status == 200 and kept["text"] != ref["text"], (body, ref, word)
+assert word.strip() not in kept["logprobs"]["tokens"], (body, word)
+status, _, body = call("/v1/completions", dict(req, max_tokens=1, truncate_prompt_tokens=1))
+assert status == 200 and json.loads(body)["usage"]["prompt_tokens"] == 1, body
+refused(400, body=dict(req, allowed_token_ids=[]), says="allowed_token_ids")
+refused(400, body=dict(req, bad_words=[""]), says="bad_words")
+refused(400, body=dict(req, truncate_prompt_tokens=0), says="truncate_prompt_tokens")
 # vLLM's skip_special_tokens false: the special tokens show as their text
 # (the demo's SentencePiece </s>), whole and streamed, but for one that ends
 # the output; a stop string matches it.

@@ -872,6 +872,24 @@ TEST(openai, vllms_stop_token_ids_ignore_eos_min_tokens_and_priority_go_to_the_w
   EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"min_tokens\""), std::string::npos);
 }
 
+TEST(openai, vllms_truncate_prompt_tokens_bad_words_and_allowed_token_ids_go_to_the_wire_in_both_endpoints) {
+  const auto g = as_generate(ok(
+    R"({"model":"m","prompt":"p","truncate_prompt_tokens":12,"bad_words":["no"],"allowed_token_ids":[7,4]})"));
+  EXPECT_EQ(g.truncate_prompt_tokens, 12);
+  EXPECT_EQ(g.bad_words, (std::vector<std::string>{"no"}));
+  EXPECT_EQ(g.allowed_token_ids, (std::vector<std::int32_t>{4, 7}));
+  const auto c = as_generate(chat_ok(
+    R"({"model":"m","messages":[{"role":"user","content":"q"}],"truncate_prompt_tokens":-1,"bad_words":["a b"]})",
+    builtin("chatml")));
+  EXPECT_EQ(c.truncate_prompt_tokens, -1);
+  EXPECT_EQ(c.bad_words, (std::vector<std::string>{"a b"}));
+  // The wire checks the values and names the field.
+  const auto r = wire::parse_request(ok(R"({"model":"m","prompt":"p","allowed_token_ids":[]})").frames.at(0),
+                                     wire::parse_limits{});
+  ASSERT_TRUE(std::holds_alternative<wire::parse_error>(r));
+  EXPECT_NE(std::get<wire::parse_error>(r).message.find("\"allowed_token_ids\""), std::string::npos);
+}
+
 TEST(openai, response_format_json_object_goes_to_the_wire_in_both_endpoints) {
   const auto c = as_generate(chat_ok(
     R"({"model":"m","messages":[{"role":"user","content":"q"}],"response_format":{"type":"json_object"}})",

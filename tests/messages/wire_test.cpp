@@ -71,6 +71,9 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.json_trigger, b.json_trigger);
   EXPECT_EQ(a.json_trigger_first, b.json_trigger_first);
   EXPECT_EQ(a.json_trigger_head, b.json_trigger_head);
+  EXPECT_EQ(a.truncate_prompt_tokens, b.truncate_prompt_tokens);
+  EXPECT_EQ(a.bad_words, b.bad_words);
+  EXPECT_EQ(a.allowed_token_ids, b.allowed_token_ids);
   EXPECT_EQ(a.reasoning_close, b.reasoning_close);
   EXPECT_EQ(a.reasoning_open, b.reasoning_open);
   EXPECT_EQ(a.choice, b.choice);
@@ -311,6 +314,12 @@ std::vector<accept_case> accept_cases() {
        r.json_schema = R"({"type":"object"})";
        r.json_trigger = "<c>";
        r.json_trigger_first = true;
+     }},
+    {"vllms_token_fields", gen(R"("truncate_prompt_tokens":-1,"bad_words":["no way"," x"],"allowed_token_ids":[9,2,9])"),
+     [](g r) {
+       r.truncate_prompt_tokens = -1;
+       r.bad_words = {"no way", " x"};
+       r.allowed_token_ids = {2, 9};
      }},
     {"json_trigger_head",
      gen(R"("json_schema":{"properties":{"f":{}}},"json_trigger":"[TOOL_CALLS]","json_trigger_head":"[ARGS]")"),
@@ -581,6 +590,24 @@ std::vector<reject_case> reject_cases() {
      {"\"json_trigger\"", "a string of 1 to 64 bytes"}},
     {"json_trigger_not_a_string", gen(R"("json_schema":{},"json_trigger":1)"), bad, "g1",
      {"\"json_trigger\"", "got 1"}},
+    {"truncate_prompt_tokens_zero", gen(R"("truncate_prompt_tokens":0)"), bad, "g1",
+     {"\"truncate_prompt_tokens\"", "at least 1", "or -1"}},
+    {"truncate_prompt_tokens_fraction", gen(R"("truncate_prompt_tokens":1.5)"), bad, "g1",
+     {"\"truncate_prompt_tokens\"", "got 1.5"}},
+    {"bad_words_empty_word", gen(R"("bad_words":["a",""])"), bad, "g1",
+     {"\"bad_words\"", "element 1 is \"\""}},
+    {"bad_words_not_an_array", gen(R"("bad_words":"a")"), bad, "g1", {"\"bad_words\"", "an array of at most 64"}},
+    {"bad_words_too_many", gen(R"("bad_words":[)" + [] {
+       std::string s;
+       for (int i = 0; i < 65; ++i)
+         s += std::string(i ? "," : "") + "\"w\"";
+       return s;
+     }() + "]"),
+     bad, "g1", {"\"bad_words\"", "at most 64"}},
+    {"allowed_token_ids_empty", gen(R"("allowed_token_ids":[])"), bad, "g1",
+     {"\"allowed_token_ids\"", "a non-empty array of token ids"}},
+    {"allowed_token_ids_past_vocab", gen(R"("allowed_token_ids":[1,1000000])"), bad, "g1",
+     {"\"allowed_token_ids\"", "1000000"}},
     {"json_trigger_head_without_a_trigger", gen(R"("json_schema":{},"json_trigger_head":"[ARGS]")"), bad, "g1",
      {"\"json_trigger_head\"", "given with \"json_trigger\" and \"json_schema\""}},
     {"json_trigger_head_with_json_object", gen(R"("response_format":"json_object","json_trigger":"<c>","json_trigger_head":"=")"),
@@ -632,7 +659,7 @@ TEST_P(reject_test, reports_code_id_and_field) {
   for (const auto& m : c.mentions)
     EXPECT_NE(err->message.find(m), std::string::npos)
       << "message \"" << err->message << "\" lacks \"" << m << "\"";
-  EXPECT_LT(err->message.size(), 600u);
+  EXPECT_LT(err->message.size(), 700u);
   EXPECT_EQ(err->message.find("json.exception"), std::string::npos) << err->message;
 }
 
@@ -683,6 +710,9 @@ TEST(wire, request_round_trips) {
   tokens.json_trigger = "<tool_call>";
   tokens.json_trigger_first = true;
   tokens.json_trigger_head = "[ARGS]";
+  tokens.truncate_prompt_tokens = 7;
+  tokens.bad_words = {"a b", "c"};
+  tokens.allowed_token_ids = {0, 5, 999};
   tokens.reasoning_close = "</think>";
   tokens.reasoning_open = "<think>";
 

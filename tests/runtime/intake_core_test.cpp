@@ -901,6 +901,38 @@ request_spec accept_generate(intake_core& core, const std::string& id, const std
   return *a.submit;
 }
 
+TEST(intake_core, vllms_token_fields_cut_the_prompt_name_bad_words_as_tokens_and_need_logits) {
+  auto backend = std::make_shared<breakable_backend>();
+  backend->logprobs = true;
+  const auto catalog = make_catalog();
+  intake_core core{small_limits(), *catalog, backend};
+  // The sim vocabulary: byte c is token 3 + c.
+  const auto byte = [](char c) { return 3 + static_cast<std::int32_t>(static_cast<unsigned char>(c)); };
+  auto s = accept_generate(core, "t1", "abcdef", R"(,"truncate_prompt_tokens":2)");
+  EXPECT_EQ(s.prompt, (std::vector<std::int32_t>{byte('e'), byte('f')})) << "the last two tokens";
+  s = accept_generate(core, "t2", "abc", R"(,"truncate_prompt_tokens":5)");
+  EXPECT_EQ(s.prompt.size(), 3u) << "a shorter prompt whole";
+  s = accept_generate(core, "t3", std::string(80, 'x'), R"(,"truncate_prompt_tokens":-1,"max_tokens":10)");
+  EXPECT_EQ(s.prompt.size(), 54u) << "-1: what leaves room for max_tokens in the context of 64";
+  EXPECT_EQ(s.max_new_tokens, 10u);
+  intake_core other{small_limits(), *catalog, backend}; // (3 pending at most)
+  s = accept_generate(other, "b1", "p", R"(,"bad_words":["ab","  ab"," c"],"allowed_token_ids":[9,3])");
+  EXPECT_EQ(s.bad_words, (std::vector<std::vector<std::int32_t>>{{byte('a'), byte('b')}, {byte(' '), byte('a'), byte('b')},
+                                                                 {byte('c')}, {byte(' '), byte('c')}}))
+    << "each word alone and after a space, its own leading blanks cut, each sequence once";
+  EXPECT_EQ(s.allowed_token_ids, (std::vector<std::int32_t>{3, 9}));
+  // A backend that samples from no logits refuses both, saying why.
+  backend->logprobs = false;
+  for (const char* field : {R"("bad_words":["x"])", R"("allowed_token_ids":[1])"}) {
+    auto a = other.on_frame("p", std::string(R"({"type":"generate","id":"r","prompt":"p",)") + field + "}", 2.0);
+    ASSERT_EQ(a.replies.size(), 1u);
+    EXPECT_FALSE(a.submit.has_value());
+    const auto e = as<wire::error_reply>(a.replies[0]);
+    EXPECT_EQ(e.code, error_code::bad_request);
+    EXPECT_NE(e.message.find("samples from no logits"), std::string::npos) << e.message;
+  }
+}
+
 TEST(intake_core_json, a_json_object_generate_asks_the_scheduler_for_json) {
   auto backend = std::make_shared<breakable_backend>();
   backend->logprobs = true;

@@ -165,6 +165,8 @@ struct request_args {
   bool json_trigger_first = false;
   std::string json_trigger_head = {};
   std::string reasoning_close = {};
+  std::vector<std::vector<std::int32_t>> bad_words = {};
+  std::vector<std::int32_t> allowed_token_ids = {};
   std::string reasoning_open = {};
   std::vector<std::string> choice = {};
   std::string regex = {};
@@ -207,6 +209,8 @@ public:
     s.json_trigger = a.json_trigger;
     s.json_trigger_first = a.json_trigger_first;
     s.json_trigger_head = a.json_trigger_head;
+    s.bad_words = a.bad_words;
+    s.allowed_token_ids = a.allowed_token_ids;
     s.reasoning_close = a.reasoning_close;
     s.reasoning_open = a.reasoning_open;
     s.choice = a.choice;
@@ -1789,6 +1793,54 @@ TEST(scheduler_core, a_headed_trigger_holds_a_name_its_mark_and_that_names_value
   EXPECT_GT(values[1], 10);
   EXPECT_GT(marks_by_token, 10) << "the mark's special token writes it";
   EXPECT_GT(thought, 20);
+  EXPECT_TRUE(e.all_returned());
+}
+
+TEST(scheduler_core, bad_words_are_never_completed_and_allowed_token_ids_are_the_only_tokens_drawn) {
+  // Pieces 100 "a" to 104 "e". Bad words: "ab" (100 101), "c" (102), and
+  // "dd" (103 103); allowed, in every other request: a, b, d and the end.
+  auto made = pieces_vocab({"a", "b", "c", "d", "e"});
+  const auto& vocab = made.first;
+  const std::vector<std::vector<std::int32_t>> bad{{100, 101}, {102}, {103, 103}};
+  const std::vector<std::int32_t> allowed{fake_tokenizer::eos, 100, 101, 103};
+  std::mt19937_64 rng{37};
+  engine e{limits(1000, 8, 400), &vocab};
+  std::vector<std::int32_t> seen_ok;
+  e.token_of = [&](const gpu::step_entry& entry) {
+    seen_ok = samplable(entry, vocab.vocab_size());
+    std::vector<std::int32_t> pick;
+    for (const auto t : seen_ok)
+      if ((t >= 100 && t < made.second) || (t == fake_tokenizer::eos && rng() % 10 == 0))
+        pick.push_back(t);
+    EXPECT_FALSE(pick.empty());
+    return pick.empty() ? fake_tokenizer::eos : pick[rng() % pick.size()];
+  };
+  int pairs_after_a = 0;
+  for (std::uint64_t id = 1; id <= 80; ++id) {
+    const bool only = id % 2 == 0;
+    const auto out = run_alone(e, vocab, id,
+                               {.prompt = 2, .max_new = 20, .bad_words = bad,
+                                .allowed_token_ids = only ? allowed : std::vector<std::int32_t>{}});
+    ASSERT_TRUE(out.has_value());
+    SCOPED_TRACE(*out);
+    EXPECT_EQ(out->find("ab"), std::string::npos);
+    EXPECT_EQ(out->find('c'), std::string::npos);
+    EXPECT_EQ(out->find("dd"), std::string::npos);
+    if (only) {
+      EXPECT_EQ(out->find('e'), std::string::npos) << "e is not allowed";
+    }
+    for (std::size_t i = 1; i < out->size(); ++i)
+      pairs_after_a += (*out)[i - 1] == 'a';
+    EXPECT_NE(e.finish_of(id)->reason, finish_reason::error);
+  }
+  EXPECT_GT(pairs_after_a, 20) << "\"a\" is written, only never followed by \"b\"";
+  // Every token banned (the one allowed is a bad word): the backend draws
+  // one anyway, and the request ends with an error rather than write it.
+  e.token_of = [&](const gpu::step_entry&) { return std::int32_t{104}; };
+  const auto stuck = run_alone(e, vocab, 99, {.prompt = 2, .max_new = 5, .bad_words = {{102}},
+                                              .allowed_token_ids = {102}});
+  ASSERT_TRUE(stuck.has_value());
+  EXPECT_EQ(e.finish_of(99)->reason, finish_reason::error);
   EXPECT_TRUE(e.all_returned());
 }
 

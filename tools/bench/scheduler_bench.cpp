@@ -318,6 +318,44 @@ void bm_json_trigger_build(benchmark::State& state) {
 
 BENCHMARK(bm_json_trigger_build)->ArgName("trigger")->DenseRange(0, 1)->Unit(benchmark::kMillisecond);
 
+/// A headed trigger (Mistral's later calls: "[TOOL_CALLS]", a tool's name,
+/// "[ARGS]", its arguments) built for the 32,000-token vocabulary with 2
+/// or 16 tools, and the splits a call asks of it along one name: the
+/// states between the marker and the arguments, each read from the whole
+/// vocabulary once (the scheduler keeps the trigger, and its splits, for
+/// the next request with the same tools). `walk` 0: the build alone.
+void bm_json_trigger_head(benchmark::State& state) {
+  const auto tools = state.range(0);
+  const bool walk = state.range(1) != 0;
+  std::string schema = R"({"type":"object","properties":{"get_weather":{"type":"object","properties":)"
+                       R"({"city":{"type":"string"}},"required":["city"]},"get_time":{"type":"object"})";
+  for (std::int64_t k = 2; k < tools; ++k)
+    schema += ",\"tool_" + std::to_string(k) + R"(":{"type":"object","properties":{"n":{"type":"integer"}}})";
+  schema += "}}";
+  json_schema_cache cache;
+  const auto heads = trigger_heads(schema, "[ARGS]", cache);
+  json_vocab v(vocab32k());
+  std::size_t allowed = 0;
+  for (auto _ : state) {
+    const json_trigger t(v, "[TOOL_CALLS]", "[ARGS]", heads);
+    if (!walk)
+      continue;
+    json_trigger::state s;
+    t.advance(s, std::string_view("[TOOL_CALLS]"));
+    for (const char c : std::string_view("get_weather[ARGS]")) {
+      allowed += t.split(s)->allowed.size();
+      t.advance(s, std::string_view(&c, 1));
+    }
+  }
+  state.counters["allowed_per_walk"] =
+    benchmark::Counter(static_cast<double>(allowed), benchmark::Counter::kAvgIterations);
+}
+
+BENCHMARK(bm_json_trigger_head)
+  ->ArgNames({"tools", "walk"})
+  ->ArgsProduct({{2, 16}, {0, 1}})
+  ->Unit(benchmark::kMillisecond);
+
 /// A reasoning gate built for the 32,000-token vocabulary and the splits a
 /// reasoning model's first steps ask of it: the output's start (Qwen3's
 /// "<think>" or content) and the thinking, then, for a forced call, the
