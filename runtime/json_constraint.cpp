@@ -7,7 +7,10 @@
 #include "runtime/regex_constraint.hpp"
 
 #include <algorithm>
+#include <map>
+#include <optional>
 #include <type_traits>
+#include <unordered_map>
 
 namespace troupe {
 
@@ -77,6 +80,52 @@ void json_vocab::walk(const trie& t, std::uint32_t at, const Machine& m, std::ve
     const auto& ending = t[child].tokens;
     out.insert(out.end(), ending.begin(), ending.end());
     walk(t, child, next, out);
+  }
+}
+
+struct json_vocab::regex_walk {
+  const json_pattern& pattern;
+  std::vector<json_pattern::states> sets; ///< by id
+  std::map<json_pattern::states, std::uint32_t> ids;
+  /// (id << 32 | character): the id after it, plus one (0: refused).
+  std::unordered_map<std::uint64_t, std::uint32_t> steps;
+
+  std::uint32_t id_of(json_pattern::states s) {
+    const auto [it, added] = ids.emplace(std::move(s), static_cast<std::uint32_t>(sets.size()));
+    if (added)
+      sets.push_back(it->first);
+    return it->second;
+  }
+  /// The id after `cp` from `id`; none where the expression cannot go on.
+  std::optional<std::uint32_t> step(std::uint32_t id, char32_t cp) {
+    const auto key = (std::uint64_t{id} << 32) | cp;
+    if (const auto it = steps.find(key); it != steps.end())
+      return it->second == 0 ? std::nullopt : std::optional<std::uint32_t>(it->second - 1);
+    auto next = pattern.step(sets[id], cp);
+    const auto to = next.empty() ? 0 : id_of(std::move(next)) + 1;
+    steps.emplace(key, to);
+    return to == 0 ? std::nullopt : std::optional<std::uint32_t>(to - 1);
+  }
+};
+
+void json_vocab::walk_regex(const trie& t, std::uint32_t at, regex_walk& w, std::uint32_t id,
+                            const utf8_reader& reader, std::vector<std::int32_t>& out) {
+  for (const auto& [c, child] : t[at].next) {
+    auto next_reader = reader;
+    auto next_id = id;
+    const bool took = next_reader.step(
+      c, [&](char32_t lo, char32_t hi) { return w.pattern.may_take(w.sets[id], lo, hi); },
+      [&](char32_t cp) {
+        const auto to = w.step(id, cp);
+        if (to)
+          next_id = *to;
+        return to.has_value();
+      });
+    if (!took)
+      continue;
+    const auto& ending = t[child].tokens;
+    out.insert(out.end(), ending.begin(), ending.end());
+    walk_regex(t, child, w, next_id, next_reader, out);
   }
 }
 
@@ -153,8 +202,13 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& 
         walk_pattern(trie_, 0, m, *pattern, m.lex_, r.pattern_at, r.pattern_cp, prefix, out.allowed);
       }
     }
-    if (pattern == nullptr)
+    if constexpr (std::is_same_v<Machine, regex_machine>) {
+      regex_walk w{m.regex_->pattern, {}, {}, {}};
+      const auto start = w.id_of(m.at_);
+      walk_regex(trie_, 0, w, start, m.utf8_, out.allowed);
+    } else if (pattern == nullptr) {
       walk(trie_, 0, m, out.allowed);
+    }
     std::sort(out.allowed.begin(), out.allowed.end());
   }
   out.banned.reserve(bytes_.size() - out.allowed.size());

@@ -27,6 +27,7 @@ class json_pattern;
 class choice_machine;
 class regex_machine;
 class grammar_machine;
+class utf8_reader;
 
 /// A vocabulary's tokens by their bytes, for finding those a json_machine
 /// takes whole. Tokens that stand for no text (special tokens, the
@@ -83,6 +84,12 @@ private:
   static void walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, const json_pattern& p,
                            const json_machine& lex, const std::vector<std::uint16_t>& states, std::uint32_t cp,
                            std::string& prefix, std::vector<std::int32_t>& out);
+  /// walk() for a regular expression: its NFA state sets met in this walk
+  /// as ids of `w`, whose steps are found once each (a DFA made lazily
+  /// for the walk's length), so a token's bytes cost lookups, not closures.
+  struct regex_walk;
+  static void walk_regex(const trie& t, std::uint32_t at, regex_walk& w, std::uint32_t id,
+                         const utf8_reader& reader, std::vector<std::int32_t>& out);
   /// split() for a machine whose key is `k`; `in_text`: it is inside a
   /// string that plain text keeps as it is.
   template <class Machine>

@@ -41,6 +41,8 @@ public:
   std::string key() const;
 
 private:
+  friend class json_vocab; // walks the vocabulary from at_ and utf8_
+
   std::shared_ptr<const held_regex> regex_;
   json_pattern::states at_;
   utf8_reader utf8_;
