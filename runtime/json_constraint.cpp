@@ -129,6 +129,43 @@ void json_vocab::walk_regex(const trie& t, std::uint32_t at, regex_walk& w, std:
   }
 }
 
+template <class Machine>
+struct json_vocab::keyed_walk {
+  std::vector<Machine> states; ///< by id
+  std::unordered_map<std::string, std::uint32_t> ids;
+  /// (id << 8 | byte): the id after it, plus one (0: refused).
+  std::unordered_map<std::uint64_t, std::uint32_t> steps;
+
+  std::uint32_t id_of(Machine m) {
+    const auto [it, added] = ids.emplace(m.key(), static_cast<std::uint32_t>(states.size()));
+    if (added)
+      states.push_back(std::move(m));
+    return it->second;
+  }
+  std::optional<std::uint32_t> step(std::uint32_t id, unsigned char c) {
+    const auto key = (std::uint64_t{id} << 8) | c;
+    if (const auto it = steps.find(key); it != steps.end())
+      return it->second == 0 ? std::nullopt : std::optional<std::uint32_t>(it->second - 1);
+    Machine next = states[id];
+    const auto to = next.step(c) ? id_of(std::move(next)) + 1 : 0;
+    steps.emplace(key, to);
+    return to == 0 ? std::nullopt : std::optional<std::uint32_t>(to - 1);
+  }
+};
+
+template <class Machine>
+void json_vocab::walk_keyed(const trie& t, std::uint32_t at, keyed_walk<Machine>& w, std::uint32_t id,
+                            std::vector<std::int32_t>& out) {
+  for (const auto& [c, child] : t[at].next) {
+    const auto next = w.step(id, c);
+    if (!next)
+      continue;
+    const auto& ending = t[child].tokens;
+    out.insert(out.end(), ending.begin(), ending.end());
+    walk_keyed(t, child, w, *next, out);
+  }
+}
+
 void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, const json_pattern& p,
                               const json_machine& lex, const std::vector<std::uint16_t>& states, std::uint32_t cp,
                               std::string& prefix, std::vector<std::int32_t>& out) {
@@ -206,6 +243,10 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& 
       regex_walk w{m.regex_->pattern, {}, {}, {}};
       const auto start = w.id_of(m.at_);
       walk_regex(trie_, 0, w, start, m.utf8_, out.allowed);
+    } else if constexpr (std::is_same_v<Machine, grammar_machine>) {
+      keyed_walk<grammar_machine> w;
+      const auto start = w.id_of(m);
+      walk_keyed(trie_, 0, w, start, out.allowed);
     } else if (pattern == nullptr) {
       walk(trie_, 0, m, out.allowed);
     }

@@ -90,6 +90,14 @@ private:
   struct regex_walk;
   static void walk_regex(const trie& t, std::uint32_t at, regex_walk& w, std::uint32_t id,
                          const utf8_reader& reader, std::vector<std::int32_t>& out);
+  /// walk() for a grammar machine: the states met in this walk kept by
+  /// their keys (which decide what may follow), each state's step by each
+  /// byte taken once, so a token's bytes cost lookups, not copies.
+  template <class Machine>
+  struct keyed_walk;
+  template <class Machine>
+  static void walk_keyed(const trie& t, std::uint32_t at, keyed_walk<Machine>& w, std::uint32_t id,
+                         std::vector<std::int32_t>& out);
   /// split() for a machine whose key is `k`; `in_text`: it is inside a
   /// string that plain text keeps as it is.
   template <class Machine>

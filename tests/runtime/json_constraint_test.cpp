@@ -420,35 +420,23 @@ TEST(json_vocab, allows_exactly_the_tokens_whose_bytes_keep_to_an_expression) {
   EXPECT_EQ(*v.allowed(m), (std::vector<std::int32_t>{1, 3, 5, 6})) << "a third digit, or the dash";
 }
 
+/// Tokens of one to three bytes over a small alphabet, "é" whole and
+/// split across tokens among them.
+list_tokenizer walk_tokens() {
+  return list_tokenizer({"", "a", "b", "ab", "ba", "aab", " ", "a b", "\xc3\xa9", "\xc3", "\xa9", "1", "12", "x1", "-",
+                         "b-", "\xc3\xa9" "1", "bb", "\xc3\xa9\xc3", "(", ")", "a)", "(b"});
+}
+
 TEST(json_vocab, an_expressions_walk_meets_each_state_once_and_allows_what_feeding_each_token_allows) {
   // The walk steps each NFA state set by each character once (a DFA made
   // for the walk): checked against brute force in every state of random
-  // texts, multi-byte characters split across tokens among them.
-  list_tokenizer t({"", "a", "b", "ab", "ba", "aab", " ", "a b", "\xc3\xa9", "\xc3", "\xa9", "1", "12", "x1", "-",
-                    "b-", "\xc3\xa9" "1", "bb", "\xc3\xa9\xc3"});
+  // texts.
+  const auto t = walk_tokens();
   json_vocab v(t, 4);
-  std::mt19937 rng(41);
   for (const char* expression : {"(a|b)*a(a|b){2}", "[a-\u00e9]+( [ab]+)*", "(ab|ba)+-?[0-9]*", "\u00e9{1,3}1?",
                                  "(a|\u00e9)(b|\u00e9)*|1+"}) {
     SCOPED_TRACE(expression);
-    for (int walk = 0; walk < 30; ++walk) {
-      std::string text;
-      auto m = regex(expression);
-      for (int step = 0; step < 12; ++step) {
-        std::vector<std::int32_t> want;
-        for (std::int32_t tok = 1; tok < v.size(); ++tok) {
-          auto copy = m;
-          if (copy.feed(v.bytes(tok)))
-            want.push_back(tok);
-        }
-        ASSERT_EQ(*v.allowed(m), want) << text;
-        if (want.empty())
-          break;
-        const auto tok = want[rng() % want.size()];
-        ASSERT_TRUE(m.feed(v.bytes(tok)));
-        text += v.bytes(tok);
-      }
-    }
+    testing::expect_allowed_on_random_walks(v, [&] { return regex(expression); }, 30, 12, 41);
   }
 }
 

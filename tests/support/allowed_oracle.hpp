@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,31 @@ std::size_t expect_allowed_as_fed(json_vocab& v, Machine m, const std::string& t
     EXPECT_EQ(*v.allowed(m), want) << text.substr(0, k);
     if (k == text.size() || !m.step(static_cast<unsigned char>(text[k])))
       return k;
+  }
+}
+
+/// Checks json_vocab's answer in every state of `walks` random walks of up
+/// to `steps` tokens from `fresh()`, each token drawn from those allowed.
+template <class Fresh>
+void expect_allowed_on_random_walks(json_vocab& v, Fresh fresh, int walks, int steps, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (int walk = 0; walk < walks; ++walk) {
+    std::string text;
+    auto m = fresh();
+    for (int step = 0; step < steps; ++step) {
+      std::vector<std::int32_t> want;
+      for (std::int32_t tok = 1; tok < v.size(); ++tok) {
+        auto copy = m;
+        if (copy.feed(v.bytes(tok)))
+          want.push_back(tok);
+      }
+      ASSERT_EQ(*v.allowed(m), want) << text;
+      if (want.empty())
+        break;
+      const auto tok = want[rng() % want.size()];
+      ASSERT_TRUE(m.feed(v.bytes(tok)));
+      text += v.bytes(tok);
+    }
   }
 }
 
