@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cmath>
 #include <map>
+#include <set>
 #include <stdexcept>
 
 namespace troupe {
@@ -305,6 +306,182 @@ bool format_whole(json_schema::string_format f, int at) {
   return at == (f == F::date ? 10 : f == F::time ? 20 : f == F::date_time ? 31 : 36);
 }
 
+// -- values of items held unique ---------------------------------------------------
+
+/// Appends code point `cp` to `out` in UTF-8.
+void put_utf8(std::string& out, char32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xC0 | cp >> 6);
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xE0 | cp >> 12);
+    out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  } else {
+    out += static_cast<char>(0xF0 | cp >> 18);
+    out += static_cast<char>(0x80 | (cp >> 12 & 0x3F));
+    out += static_cast<char>(0x80 | (cp >> 6 & 0x3F));
+    out += static_cast<char>(0x80 | (cp & 0x3F));
+  }
+}
+
+/// A JSON string's content (between its quotes) as the characters it
+/// writes, in UTF-8, up to its last whole character; `whole`: the bytes of
+/// `raw` those take (the rest begins a character). `raw` is as json_machine
+/// takes it: well-formed, a high surrogate's escape followed by a low one's.
+std::string decoded(std::string_view raw, std::size_t& whole) {
+  std::string out;
+  const auto hex = [&](std::size_t at) {
+    char32_t v = 0;
+    for (std::size_t k = at; k < at + 4; ++k) {
+      const auto c = static_cast<unsigned char>(raw[k]);
+      v = v << 4 | static_cast<char32_t>(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+  };
+  std::size_t i = 0;
+  whole = 0;
+  while (i < raw.size()) {
+    const auto c = static_cast<unsigned char>(raw[i]);
+    std::size_t used = 0;
+    if (c != '\\') {
+      used = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+      if (i + used > raw.size())
+        break;
+      out.append(raw.substr(i, used));
+    } else if (i + 1 < raw.size() && raw[i + 1] != 'u') {
+      static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
+      out += to[from.find(raw[i + 1])];
+      used = 2;
+    } else if (i + 6 <= raw.size()) {
+      char32_t cp = hex(i + 2);
+      used = 6;
+      if (cp >= 0xD800 && cp <= 0xDBFF) { // the low half's escape follows
+        if (i + 12 > raw.size())
+          break;
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (hex(i + 8) - 0xDC00);
+        used = 12;
+      }
+      put_utf8(out, cp);
+    } else {
+      break;
+    }
+    i += used;
+    whole = i;
+  }
+  return out;
+}
+
+/// A JSON number's text as its sign, its digits (leading zeros dropped)
+/// and the exponent that makes them its value: digits * 10^exponent.
+struct decimal {
+  bool negative = false;
+  std::string digits;
+  long exponent = 0;
+};
+
+decimal decimal_of(std::string_view text) {
+  decimal d;
+  d.negative = text[0] == '-';
+  std::size_t i = d.negative ? 1 : 0;
+  bool point = false;
+  for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
+    if (text[i] == '.') {
+      point = true;
+    } else {
+      d.digits += text[i];
+      d.exponent -= point ? 1 : 0;
+    }
+  }
+  if (i + 1 < text.size())
+    d.exponent += std::stol(std::string(text.substr(i + 1)));
+  d.digits.erase(0, std::min(d.digits.find_first_not_of('0'), d.digits.size()));
+  return d;
+}
+
+/// A JSON number's value as text two numbers share exactly when they are
+/// equal: 1, 1.0, 10e-1 and 0.1e1 alike, -0 as 0.
+std::string number_value(std::string_view text) {
+  auto [negative, digits, exponent] = decimal_of(text);
+  if (digits.empty())
+    return "#0";
+  while (digits.back() == '0') {
+    digits.pop_back();
+    ++exponent;
+  }
+  return std::string("#") + (negative ? "-" : "") + digits + "e" + std::to_string(exponent);
+}
+
+/// An item's value (a scalar's JSON text as written) as text two items
+/// share exactly when they are equal as JSON values: a string by the
+/// characters it writes ("a" and "\u0061" alike), a number by its value.
+/// Kinds never share one: "s..." a string, "#..." a number, true, false
+/// and null as they are.
+std::string item_value(std::string_view raw) {
+  if (raw[0] == '"') {
+    std::size_t whole = 0;
+    return "s" + decoded(raw.substr(1, raw.size() - 2), whole);
+  }
+  if (raw[0] == 't' || raw[0] == 'f' || raw[0] == 'n')
+    return std::string(raw);
+  return number_value(raw);
+}
+
+/// A number times 1e18 as the text number_value reads.
+std::string scaled_text(json_schema::scaled_decimal x) {
+  const bool negative = x < 0;
+  std::string digits;
+  for (auto v = negative ? -x : x; v > 0; v /= 10)
+    digits.insert(digits.begin(), static_cast<char>('0' + static_cast<int>(v % 10)));
+  return (negative ? "-" : "") + (digits.empty() ? std::string("0") : digits) + "e-18";
+}
+
+/// The strings `p` matches (each as item_value's text) into `out`, if
+/// fewer than `limit`; false if it matches `limit` or more. A walk by
+/// length over the characters each beginning may take next, which stops
+/// once `limit` matches, or `limit` beginnings of one length (each goes on
+/// to a match of its own), are found.
+bool pattern_strings(const json_pattern& p, std::size_t limit, std::vector<std::string>& out) {
+  std::vector<std::string> found;
+  std::vector<std::pair<json_pattern::states, std::string>> level{{p.start(), "s"}};
+  // A pattern whose matches lie farther apart than this is taken as
+  // matching many.
+  constexpr int most_lengths = 4096;
+  for (int length = 0; !level.empty(); ++length) {
+    if (length == most_lengths)
+      return false;
+    std::vector<std::pair<json_pattern::states, std::string>> next;
+    for (const auto& [at, text] : level) {
+      if (p.accepts(at))
+        found.push_back(text);
+      // The characters `at` may take, by halving the code points' range.
+      std::vector<std::pair<char32_t, char32_t>> ranges = {{0xE000, 0x10FFFF}, {0, 0xD7FF}};
+      while (!ranges.empty() && next.size() < limit) {
+        const auto [lo, hi] = ranges.back();
+        ranges.pop_back();
+        if (!p.may_take(at, lo, hi))
+          continue;
+        if (lo < hi) {
+          const char32_t mid = lo + (hi - lo) / 2;
+          ranges.emplace_back(mid + 1, hi);
+          ranges.emplace_back(lo, mid);
+          continue;
+        }
+        auto longer = text;
+        put_utf8(longer, lo);
+        next.emplace_back(p.step(at, lo), std::move(longer));
+      }
+    }
+    if (found.size() >= limit || next.size() >= limit)
+      return false;
+    level = std::move(next);
+  }
+  out.insert(out.end(), found.begin(), found.end());
+  return true;
+}
+
 constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
                                             "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
                                             "$defs",    "definitions", "discriminator"};
@@ -314,7 +491,11 @@ constexpr std::string_view keywords[] = {"type",      "properties", "required", 
                                          "minLength",
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum", "multipleOf",
                                          "exclusiveMaximum", "format", "pattern", "enum", "const",
-                                         "anyOf",     "oneOf",      "allOf",      "$ref"};
+                                         "anyOf",     "oneOf",      "allOf",      "$ref", "propertyNames",
+                                         "uniqueItems"};
+/// The keywords a propertyNames schema (and those it leads to) may use.
+constexpr std::string_view name_keywords[] = {"type",  "pattern", "minLength", "maxLength", "format", "enum",
+                                              "const", "anyOf",   "oneOf",     "allOf",     "$ref"};
 
 template <std::size_t N>
 bool among(const std::string_view (&set)[N], std::string_view k) {
@@ -325,8 +506,8 @@ bool among(const std::string_view (&set)[N], std::string_view k) {
 
 class json_schema::compiler {
 public:
-  compiler(const json& doc, std::vector<node>& nodes, std::vector<std::shared_ptr<const json_pattern>>& patterns)
-      : doc_(doc), nodes_(nodes), patterns_(patterns) {}
+  compiler(const json& doc, json_schema& schema)
+      : doc_(doc), schema_(schema), nodes_(schema.nodes_), patterns_(schema.patterns_) {}
 
   /// The node of the schema at `path` (a JSON pointer into the document),
   /// made once however often it is referred to.
@@ -351,6 +532,8 @@ public:
 
   /// The oneOf schemas' paths, and the node made of a path.
   const std::vector<std::string>& one_ofs() const noexcept { return one_of_; }
+  /// The paths of the schemas with "uniqueItems": true.
+  const std::vector<std::string>& uniques() const noexcept { return unique_; }
   std::uint32_t made(const std::string& path) const { return made_.at(path); }
 
   [[noreturn]] static void fail(const std::string& path, const std::string& what) {
@@ -446,25 +629,13 @@ private:
   /// shortest decimal text (as the schema's author wrote it: 0.1 is a
   /// tenth); past +-1e36, +-1e36.
   static scaled_decimal scaled(const json& v, bool up) {
-    const auto text = v.dump();
-    std::string digits;
-    int exponent = 0; // the value is digits * 10^exponent
-    std::size_t i = text[0] == '-' ? 1 : 0;
-    bool point = false;
-    for (; i < text.size() && text[i] != 'e' && text[i] != 'E'; ++i) {
-      if (text[i] == '.') {
-        point = true;
-      } else {
-        digits += text[i];
-        exponent -= point ? 1 : 0;
-      }
-    }
-    if (i < text.size())
-      exponent += std::stoi(text.substr(i + 1));
-    const bool negative = text[0] == '-';
-    digits.erase(0, std::min(digits.find_first_not_of('0'), digits.size()));
+    const auto d = decimal_of(v.dump());
+    const auto& digits = d.digits;
+    const bool negative = d.negative;
     if (digits.empty())
       return 0;
+    // (a double's exponent: within an int)
+    int exponent = static_cast<int>(d.exponent);
     exponent += 18;
     if (static_cast<int>(digits.size()) + exponent > 36)
       return negative ? -scaled_decimal_most : scaled_decimal_most;
@@ -527,7 +698,7 @@ private:
                        "maxLength, minimum, maximum, multipleOf, "
                        "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, uuid, email, hostname, ipv4, uri), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
-                       "one schema) and $ref");
+                       "one schema), $ref, propertyNames and uniqueItems (of scalar items)");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -598,9 +769,9 @@ private:
     }
 
     const bool object_words = has("properties") || has("required") || has("additionalProperties")
-                              || has("minProperties") || has("maxProperties");
-    const bool array_words =
-      has("items") || has("prefixItems") || has("additionalItems") || has("minItems") || has("maxItems");
+                              || has("minProperties") || has("maxProperties") || has("propertyNames");
+    const bool array_words = has("items") || has("prefixItems") || has("additionalItems") || has("minItems")
+                             || has("maxItems") || has("uniqueItems");
     const bool string_words = has("minLength") || has("maxLength") || has("format") || has("pattern");
     if (has("type"))
       n.types = type_of(s["type"], path);
@@ -619,6 +790,14 @@ private:
       for (const auto& [name, sub] : p->items())
         n.properties.emplace_back(written_name(name), at(path + "/properties/" + pointer_token(name)));
     }
+    if (const auto a = s.find("additionalProperties"); a != s.end()) {
+      if (a->is_boolean())
+        n.additional = a->get<bool>() ? 0 : none;
+      else
+        n.additional = at(path + "/additionalProperties");
+    }
+    if (has("propertyNames"))
+      property_names(path, n);
     if (const auto r = s.find("required"); r != s.end()) {
       if (!r->is_array())
         fail(path, "has \"required\" " + r->dump() + "; it must be a list of property names");
@@ -629,15 +808,12 @@ private:
                                                         })
                                          : n.properties.end();
         if (it == n.properties.end())
-          fail(path, "requires " + name.dump() + ", which is not among its \"properties\"");
+          fail(path, "requires " + name.dump() + ", which is not among its \"properties\""
+                       + std::string(has("propertyNames") && n.names == none
+                                       ? " (nor among the names its \"propertyNames\" lists, where it allows them)"
+                                       : ""));
         n.required |= std::uint64_t{1} << (it - n.properties.begin());
       }
-    }
-    if (const auto a = s.find("additionalProperties"); a != s.end()) {
-      if (a->is_boolean())
-        n.additional = a->get<bool>() ? 0 : none;
-      else
-        n.additional = at(path + "/additionalProperties");
     }
     // Items: the first by position (prefixItems; before draft 2020-12,
     // items as a list), the rest of one schema (items; beside a list,
@@ -670,6 +846,14 @@ private:
     if (static_cast<std::uint32_t>(std::popcount(n.required)) > n.max_names)
       fail(path, "requires more properties than its maxProperties " + std::to_string(n.max_names));
     bounds(s, path, "minItems", "maxItems", n.min_items, n.max_items);
+    if (const auto u = s.find("uniqueItems"); u != s.end()) {
+      if (!u->is_boolean())
+        fail(path, "has \"uniqueItems\" " + u->dump() + "; it must be true or false");
+      if (u->get<bool>() && (n.types & t_array)) {
+        n.unique = true;
+        unique_.push_back(path); // its items checked once all is made
+      }
+    }
     if (no_more) {
       n.max_items = std::min<std::uint32_t>(n.max_items, static_cast<std::uint32_t>(n.prefix_items.size()));
       if (n.min_items > n.max_items)
@@ -732,14 +916,116 @@ private:
     return n;
   }
 
+  /// propertyNames at `path`'s schema `n` (its properties and
+  /// additionalProperties read): the names it lists become `n`'s
+  /// properties; one of strings stays as n.names. Refuses a form Troupe
+  /// does not hold names to, and a property of `n`'s whose name it refuses.
+  void property_names(const std::string& path, node& n) {
+    const auto where = path + "/propertyNames";
+    std::vector<std::string> walked;
+    name_words(where, walked);
+    const auto names = at(where); // (what it leads to is whole: name_words let nothing lead back)
+    std::vector<std::string> listed;     // names an enum or const gives, as written
+    std::vector<std::uint32_t> strings;  // string nodes
+    bool any = false;                    // a string node that takes any name
+    for (const auto& [a, lit] : schema_.find_alternatives(names)) {
+      const auto& alt = nodes_[a];
+      if (lit != none) {
+        const auto& text = alt.literals[lit];
+        if (text[0] != '"')
+          fail(where, "has the name " + text + ", which is no string: property names are strings");
+        auto name = text.substr(1, text.size() - 2);
+        if (std::find(listed.begin(), listed.end(), name) == listed.end())
+          listed.push_back(std::move(name));
+      } else if (alt.types & t_string) {
+        any |= alt.format == string_format::none && alt.pattern == none && alt.min_length == 0
+               && alt.max_length == 0xFFFFFFFFu;
+        strings.push_back(a);
+      }
+    }
+    if (any)
+      return; // every name will do
+    if (listed.empty() && strings.empty())
+      fail(where, "takes no strings, and property names are strings");
+    if (!listed.empty() && !strings.empty())
+      fail(where, "mixes names it lists (enum, const) with strings of a pattern, length or format; Troupe takes "
+                  "one kind of the two in propertyNames");
+    // Strings none of which can be longer than "": as if "" were listed
+    // (or nothing), so that a name never begins that could only close on
+    // one given before.
+    if (!strings.empty() && std::none_of(strings.begin(), strings.end(), [&](std::uint32_t a) {
+          return schema_machine::string_longer(schema_, a);
+        })) {
+      if (schema_machine::name_allowed(schema_, strings, ""))
+        listed.emplace_back();
+      strings.clear();
+    }
+    const auto allowed = [&](const std::string& written) {
+      return strings.empty() ? std::find(listed.begin(), listed.end(), written) != listed.end()
+                             : schema_machine::name_allowed(schema_, strings, written);
+    };
+    for (const auto& [name, value] : n.properties)
+      if (!allowed(name))
+        fail(path, "has the property \"" + name + "\", a name its \"propertyNames\" refuses: it could never be "
+                   "written");
+    if (!strings.empty()) {
+      n.names = names;
+      return;
+    }
+    // Listed names: each is a property, of additionalProperties' schema
+    // where it is not one already; no other name may come.
+    if (n.additional != none)
+      for (auto& name : listed) {
+        if (std::find_if(n.properties.begin(), n.properties.end(), [&](const auto& e) { return e.first == name; })
+            != n.properties.end())
+          continue;
+        if (n.properties.size() >= max_properties)
+          fail(path, "has \"propertyNames\" listing names that make more than " + std::to_string(max_properties)
+                       + " properties; Troupe takes at most " + std::to_string(max_properties) + " in one object");
+        n.properties.emplace_back(std::move(name), n.additional);
+      }
+    n.additional = none;
+  }
+
+  /// Refuses, naming it and where, a keyword Troupe does not hold property
+  /// names to in the propertyNames schema at `path` or one it leads to.
+  void name_words(const std::string& path, std::vector<std::string>& walked) const {
+    if (std::find(walked.begin(), walked.end(), path) != walked.end())
+      return;
+    walked.push_back(path);
+    const json* s = nullptr;
+    try {
+      s = &doc_.at(json::json_pointer(path));
+    } catch (const json::exception&) {
+      return; // at() says so
+    }
+    if (!s->is_object())
+      return; // build() says what a schema must be
+    for (const auto& [k, v] : s->items()) {
+      if (among(annotations, k))
+        continue;
+      if (!among(name_keywords, k))
+        fail(path, "has \"" + k
+                     + "\" in a propertyNames schema, where Troupe does not enforce it: it holds property names to "
+                       "type, pattern, minLength, maxLength, format, enum, const, anyOf, oneOf, allOf and $ref");
+      if (k == "$ref" && v.is_string() && v.get<std::string>().starts_with("#"))
+        name_words(v.get<std::string>().substr(1), walked);
+      if ((k == "anyOf" || k == "oneOf" || k == "allOf") && v.is_array())
+        for (std::size_t i = 0; i < v.size(); ++i)
+          name_words(path + "/" + k + "/" + std::to_string(i), walked);
+    }
+  }
+
   static inline const std::string host_label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static inline const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
 
   const json& doc_;
+  json_schema& schema_;
   std::vector<node>& nodes_;
   std::vector<std::shared_ptr<const json_pattern>>& patterns_;
   std::map<std::string, std::uint32_t> made_;
   std::vector<std::string> one_of_;
+  std::vector<std::string> unique_;
 };
 
 std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
@@ -751,7 +1037,7 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   }
   auto s = std::make_shared<json_schema>();
   s->nodes_.emplace_back(); // node 0: any value
-  compiler c(doc, s->nodes_, s->patterns_);
+  compiler c(doc, *s);
   s->root_ = c.at("");
   for (std::uint32_t i = 0; i < s->nodes_.size(); ++i)
     s->alternatives_.push_back(s->find_alternatives(i));
@@ -768,6 +1054,27 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
                                  + " may both match one value; Troupe enforces oneOf only where none can (alternatives "
                                    "of different types or values, or objects told apart by a required property of "
                                    "different const or enum values, as a discriminated union's): anyOf takes any match");
+  }
+  // uniqueItems: items of one schema, scalars, enough of them.
+  for (const auto& path : c.uniques()) {
+    const auto& n = s->nodes_[c.made(path)];
+    if (!n.prefix_items.empty())
+      compiler::fail(path, "has \"uniqueItems\" beside the first items' own schemas (prefixItems, or items as a list); "
+                           "Troupe holds items unique where one schema (items) gives them all");
+    for (const auto& [a, lit] : s->alternatives(n.items)) {
+      const auto& alt = s->nodes_[a];
+      if (lit == none ? (alt.types & (t_object | t_array)) != 0
+                      : alt.literals[lit][0] == '{' || alt.literals[lit][0] == '[')
+        compiler::fail(path, "has \"uniqueItems\": true, but its items may be objects or arrays; Troupe holds only "
+                             "scalar items unique (strings, numbers, booleans, null)");
+    }
+    if (n.min_items > 1) {
+      // (Past 65,536 items an array is longer than any output: enough.)
+      if (const auto values = s->distinct_values(n.items, std::min<std::uint32_t>(n.min_items, 65'536));
+          values < std::min<std::uint32_t>(n.min_items, 65'536))
+        compiler::fail(path, "has \"uniqueItems\" and minItems " + std::to_string(n.min_items)
+                               + ", but its items take only " + std::to_string(values) + " different values");
+    }
   }
   for (const auto& [n, lit] : s->alternatives(s->root_)) {
     const auto& root = s->nodes_[n];
@@ -870,6 +1177,66 @@ void json_schema::measure_depths() {
       }
     }
   }
+}
+
+std::size_t json_schema::distinct_values(std::uint32_t i, std::size_t limit) const {
+  std::vector<std::string> values; // item_value's texts
+  const auto add = [&](std::string v) {
+    if (std::find(values.begin(), values.end(), v) == values.end())
+      values.push_back(std::move(v));
+  };
+  for (const auto& [a, lit] : alternatives(i)) {
+    const auto& n = nodes_[a];
+    if (lit != none) {
+      add(item_value(n.literals[lit]));
+      continue;
+    }
+    if (n.types & t_boolean) {
+      add("true");
+      add("false");
+    }
+    if (n.types & t_null)
+      add("null");
+    if (n.types & t_number) {
+      // Numbers of at most 18 digits, by the least step they are apart
+      // (multipleOf, else 1e-18); unbounded: many.
+      if (!n.number_bounded)
+        return limit;
+      const scaled_decimal step = n.number_multiple != 0 ? n.number_multiple : 1;
+      const auto first = n.number_low >= 0 ? (n.number_low + step - 1) / step : -(-n.number_low / step);
+      const auto last = n.number_high >= 0 ? n.number_high / step : -((-n.number_high + step - 1) / step);
+      if (last - first + 1 >= static_cast<scaled_decimal>(limit))
+        return limit;
+      for (auto k = first; k <= last; ++k)
+        add(number_value(scaled_text(k * step)));
+    } else if (n.types & t_integer) {
+      if (!n.bounded)
+        return limit;
+      const auto m = n.multiple;
+      const auto first = n.minimum >= 0 ? (n.minimum + m - 1) / m : -(-n.minimum / m);
+      const auto last = n.maximum >= 0 ? n.maximum / m : -((-n.maximum + m - 1) / m);
+      if (last - first + 1 >= static_cast<std::int64_t>(limit))
+        return limit;
+      for (auto k = first; k <= last; ++k)
+        add(number_value(std::to_string(k * m)));
+    }
+    if (n.types & t_string) {
+      if (n.pattern != none) {
+        std::vector<std::string> matches;
+        if (!pattern_strings(*patterns_[n.pattern], limit, matches))
+          return limit;
+        for (auto& m : matches)
+          add(std::move(m));
+      } else if (n.max_length == 0) {
+        add("s");
+      } else {
+        return limit; // every length, or a format's many strings
+      }
+    }
+    if (values.size() >= limit)
+      return limit;
+  }
+  return values.size();
 }
 
 std::shared_ptr<const json_schema> json_schema_cache::get(const std::string& text) {
@@ -1029,6 +1396,13 @@ void schema_machine::reading::append_key(std::string& k) const {
     k += f.key;
     k += static_cast<char>(f.key_free);
   }
+  if (items != nullptr) { // the values no item of the array may take again
+    put32(static_cast<std::uint32_t>(items->size()));
+    for (const auto& v : *items) {
+      put32(static_cast<std::uint32_t>(v.size()));
+      k += v;
+    }
+  }
   k += '\xff'; // between readings
 }
 
@@ -1062,10 +1436,12 @@ bool schema_machine::step(unsigned char c) {
   for (auto& r : readings_)
     advance(r, lex_, after, c, next);
   if (next.empty())
-    return false;
+    return false; // (lists it made stay in held_ until a step's hold())
   if (next.size() == 1) {
     readings_ = std::move(next);
     lex_ = std::move(after);
+    if (held_)
+      hold();
     return true;
   }
   // One reading of each kind, at most max_readings: any reading kept is
@@ -1084,13 +1460,28 @@ bool schema_machine::step(unsigned char c) {
   }
   readings_ = std::move(kept);
   lex_ = std::move(after);
+  if (held_)
+    hold();
   return true;
 }
 
-void schema_machine::begin_value(reading r, const json_machine& before, unsigned char c,
-                                 std::vector<reading>& out) const {
+void schema_machine::hold() {
+  held_values kept;
+  for (const auto& r : readings_) {
+    const auto points = [&](const auto& l) { return l.get() == r.items; };
+    if (r.items == nullptr || std::any_of(kept.begin(), kept.end(), points))
+      continue;
+    kept.push_back(*std::find_if(held_->begin(), held_->end(), points)); // (every list pointed to is held)
+  }
+  if (kept.size() != held_->size())
+    held_ = kept.empty() ? nullptr : std::make_shared<const held_values>(std::move(kept));
+}
+
+void schema_machine::begin_value(reading r, const json_machine& before, const json_machine& after, unsigned char c,
+                                 std::vector<reading>& out) {
   const auto& s = *schema_;
   std::uint32_t value = s.root();
+  bool unique = false; // an item of an array with uniqueItems
   if (!r.frames.empty()) {
     auto& f = r.frames.back();
     const auto& container = s.at(f.node);
@@ -1100,17 +1491,27 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
       if (f.count >= container.max_items)
         return;
       value = json_schema::item(container, f.count++);
+      unique = container.unique;
     }
   }
+  // Under uniqueItems, an item whose value is known from its first byte
+  // (an enum or const value, true, false, null) begins only if not given
+  // before; another only if it can still end on a value not given.
+  const auto given = [&](std::string_view text) {
+    return r.items != nullptr && std::binary_search(r.items->begin(), r.items->end(), item_value(text));
+  };
   using T = json_schema::type_bit;
   for (const auto& [n, lit] : s.alternatives(value)) {
     const auto& node = s.at(n);
     const auto depth = before.stack_.size();
     if (lit != json_schema::none) {
       const auto& text = node.literals[lit];
-      if (static_cast<unsigned char>(text[0]) != c || depth + node.literal_depth[lit] > json_machine::max_depth)
+      if (static_cast<unsigned char>(text[0]) != c || depth + node.literal_depth[lit] > json_machine::max_depth
+          || (unique && given(text)))
         continue;
       reading u = r;
+      if (unique)
+        u.frames.back().key.assign(1, static_cast<char>(c)); // (the item's bytes)
       if (text.size() > 1) {
         u.literal_node = n;
         u.literal = lit;
@@ -1148,20 +1549,241 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
                     : !number_reachable(node, u.negative, u.magnitude, digits, 0, false))
         continue;
     }
-    if (c == '"' && node.format != json_schema::string_format::none)
-      u.format = {node.format};
-    if (c == '"' && (node.min_length > 0 || node.max_length != 0xFFFFFFFFu)) {
-      u.string_node = n;
-      u.chars = 0;
-    }
-    if (c == '"' && node.pattern != json_schema::none) {
-      u.pattern_node = n;
-      u.pattern_at = s.pattern(node.pattern).start();
-      u.pattern_cp = 0;
-    }
+    if (c == '"')
+      begin_string(s, u, n);
     u.digits = json_digit(c);
+    if (unique) {
+      u.frames.back().key.assign(1, static_cast<char>(c)); // (the item's bytes)
+      if (c == 't' || c == 'f' || c == 'n' ? given(c == 't' ? "true" : c == 'f' ? "false" : "null")
+                                           : !item_live(u, after))
+        continue;
+    }
     out.push_back(std::move(u));
   }
+}
+
+void schema_machine::begin_string(const json_schema& s, reading& r, std::uint32_t n) {
+  const auto& node = s.at(n);
+  if (node.format != json_schema::string_format::none)
+    r.format = {node.format};
+  if (node.min_length > 0 || node.max_length != 0xFFFFFFFFu) {
+    r.string_node = n;
+    r.chars = 0;
+  }
+  if (node.pattern != json_schema::none) {
+    r.pattern_node = n;
+    r.pattern_at = s.pattern(node.pattern).start();
+    r.pattern_cp = 0;
+  }
+}
+
+bool schema_machine::string_takes(const json_schema& s, reading& r, const json_machine& before, unsigned char c) {
+  using L = json_machine::lex;
+  const auto state = before.lex_;
+  if (r.format.format != json_schema::string_format::none) {
+    if (c == '"') {
+      if (!format_whole(r.format.format, r.format.at))
+        return false;
+      r.format = {};
+    } else {
+      const int next = format_next(r.format.format, r.format, r.format.at, c);
+      if (next < 0)
+        return false;
+      r.format.at = static_cast<std::uint8_t>(next);
+    }
+  }
+  if (r.pattern_node != json_schema::none) {
+    if (!pattern_takes(s.pattern(s.at(r.pattern_node).pattern), r.pattern_at, r.pattern_cp, before, c))
+      return false;
+    if (c == '"' && state == L::string && before.utf8_left_ == 0) {
+      r.pattern_node = json_schema::none; // the string has closed
+      r.pattern_at.clear();
+    }
+  }
+  if (r.string_node != json_schema::none && state == L::string && before.utf8_left_ == 0) {
+    const auto& n = s.at(r.string_node);
+    if (c == '"') {
+      if (r.chars < n.min_length)
+        return false;
+      r.string_node = json_schema::none;
+      r.chars = 0;
+    } else if (r.chars++ >= n.max_length) {
+      return false; // a character begins (a byte, a lead byte or a backslash)
+    }
+  }
+  return true;
+}
+
+bool schema_machine::string_goes_on(const json_schema& s, const reading& r) {
+  if (r.string_node != json_schema::none && r.chars >= s.at(r.string_node).max_length)
+    return false;
+  if (r.format.format != json_schema::string_format::none) {
+    bool any = false; // (formats write ASCII)
+    for (unsigned char c = 0x20; c < 0x7F && !any; ++c) {
+      auto st = r.format;
+      any = format_next(r.format.format, st, r.format.at, c) >= 0;
+    }
+    if (!any)
+      return false;
+  }
+  return r.pattern_node == json_schema::none
+         || s.pattern(s.at(r.pattern_node).pattern).may_take(r.pattern_at, 0, 0x10FFFF);
+}
+
+bool schema_machine::string_longer(const json_schema& schema, std::uint32_t node) {
+  reading r;
+  begin_string(schema, r, node);
+  return string_goes_on(schema, r);
+}
+
+bool schema_machine::name_allowed(const json_schema& schema, const std::vector<std::uint32_t>& names,
+                                  std::string_view written) {
+  for (const auto n : names) {
+    reading r;
+    begin_string(schema, r, n);
+    json_machine lex;
+    lex.feed(std::string_view("{\""));
+    bool taken = true;
+    for (const char ch : std::string(written) + '"') {
+      const auto c = static_cast<unsigned char>(ch);
+      json_machine next = lex;
+      if (!next.step(c) || !string_takes(schema, r, lex, c)) {
+        taken = false;
+        break;
+      }
+      lex = std::move(next);
+    }
+    if (taken)
+      return true;
+  }
+  return false;
+}
+
+bool schema_machine::name_spent(const reading& r, std::size_t depth) const {
+  const auto& s = *schema_;
+  const auto& f = r.frames.back();
+  if (f.key_free)
+    return false;
+  const auto& n = s.at(f.node);
+  for (std::size_t i = 0; i < n.properties.size(); ++i)
+    if (n.properties[i].first == f.key)
+      return !open_name(s, n, f.seen, f.count, i, depth) && !string_goes_on(s, r);
+  return false;
+}
+
+bool schema_machine::item_byte(reading& r, const json_machine& after, unsigned char c) {
+  using L = json_machine::lex;
+  r.frames.back().key += static_cast<char>(c);
+  if (!after.in_string() && after.lex_ != L::number && after.lex_ != L::literal)
+    return end_item(r); // (a number ends at the byte after it, which is no part of it)
+  return r.probe || item_live(r, after);
+}
+
+bool schema_machine::end_item(reading& r) {
+  auto& f = r.frames.back();
+  auto value = item_value(f.key);
+  const auto* given = r.items;
+  if (given != nullptr && std::binary_search(given->begin(), given->end(), value))
+    return false;
+  // A new list for this reading: others may share the old one.
+  auto more = given != nullptr ? std::make_shared<item_values>(*given) : std::make_shared<item_values>();
+  const auto at = std::upper_bound(more->begin(), more->end(), value);
+  more->insert(at, std::move(value));
+  r.items = more.get();
+  // Held with the others until the step ends (hold() then keeps those
+  // the readings point to).
+  auto held = held_ ? std::make_shared<held_values>(*held_) : std::make_shared<held_values>();
+  held->push_back(std::move(more));
+  held_ = std::move(held);
+  f.key.clear();
+  return true;
+}
+
+bool schema_machine::item_live(const reading& r, const json_machine& lex) {
+  const auto* given = r.items;
+  // An enum or const value, true, false or null began only if not given.
+  if (given == nullptr || r.literal_node != json_schema::none || lex.lex_ == json_machine::lex::literal)
+    return true;
+  const bool string = lex.in_string();
+  // The characters of a string item so far, and the bytes after them that
+  // begin the next.
+  const auto characters = [](const reading& x, std::size_t& whole) {
+    return decoded(std::string_view(x.frames.back().key).substr(1), whole);
+  };
+  // A string whose characters so far begin no value given ends on a new
+  // value however it goes on.
+  const auto fresh = [&](const reading& x) {
+    std::size_t whole = 0;
+    const auto begun = "s" + characters(x, whole);
+    const auto it = std::lower_bound(given->begin(), given->end(), begun);
+    return it == given->end() || !it->starts_with(begun);
+  };
+  if (string && ((r.string_node == json_schema::none && r.format.format == json_schema::string_format::none
+                  && r.pattern_node == json_schema::none) // any character may follow: endless values
+                 || fresh(r)))
+    return true;
+  // Otherwise a search through the bytes that may follow, depth first
+  // (ending first: a closing quote, a blank after a number), for one that
+  // ends the item on a value not given or leaves a fresh string. States
+  // met before are not searched again: for a string, its characters (not
+  // their spelling: "a" or "\u0061") and what its checks hold.
+  struct probe {
+    reading r;
+    json_machine lex;
+  };
+  std::vector<probe> todo{{r, lex}};
+  todo.back().r.probe = true;
+  auto& first = todo.back().r.frames;
+  first.erase(first.begin(), first.end() - 1); // only the array's frame matters here
+  std::set<std::string> met;
+  const unsigned char ending = string ? '"' : ' ';
+  for (int budget = max_item_search; !todo.empty();) {
+    const probe p = std::move(todo.back());
+    todo.pop_back();
+    for (int k = 0; k < 256; ++k) {
+      const auto c = static_cast<unsigned char>(k == 0 ? ending : k == ending ? 0 : k);
+      if (!string && (c == ',' || c == ']' || c == '}'))
+        continue; // (a blank ends a number as well)
+      json_machine next = p.lex;
+      if (!next.step(c))
+        continue;
+      if (--budget == 0)
+        return true; // a search this long: the item is taken as open
+      std::vector<reading> out;
+      advance(p.r, p.lex, next, c, out);
+      for (auto& x : out) {
+        if (x.frames.back().key.empty() || (string && fresh(x))) // ended, or will end, on a new value
+          return true;
+        if (string) {
+          std::size_t whole = 0;
+          auto seen = next.key();
+          reading y = x; // (its checks' state; not the array's values, which stay as they are)
+          y.frames.clear();
+          y.items = nullptr;
+          y.append_key(seen);
+          seen += characters(x, whole) + '\0' + x.frames.back().key.substr(1 + whole);
+          if (!met.insert(std::move(seen)).second)
+            continue;
+        }
+        todo.push_back({std::move(x), next});
+      }
+    }
+  }
+  return false;
+}
+
+bool schema_machine::item_can_begin(const reading& r, const json_machine& lex) {
+  for (const char ch : std::string_view("\"-0123456789tfn")) {
+    const auto c = static_cast<unsigned char>(ch);
+    json_machine next = lex;
+    if (!next.step(c))
+      continue;
+    std::vector<reading> out;
+    begin_value(r, lex, next, c, out);
+    if (!out.empty())
+      return true;
+  }
+  return false;
 }
 
 /// A string value's byte `c` under its pattern (the lexer before it in
@@ -1170,7 +1792,8 @@ void schema_machine::begin_value(reading r, const json_machine& before, unsigned
 /// character the pattern may take; the closing quote must find it matched.
 /// False: the byte may not come.
 const json_pattern* schema_machine::pattern_string() const noexcept {
-  if (readings_.size() != 1 || readings_[0].pattern_node == json_schema::none || lex_.key_)
+  if (readings_.size() != 1 || readings_[0].pattern_node == json_schema::none || lex_.key_
+      || !readings_[0].frames.back().key.empty()) // an item held unique, whose bytes look ahead
     return nullptr;
   return &schema_->pattern(schema_->at(readings_[0].pattern_node).pattern);
 }
@@ -1229,7 +1852,7 @@ bool schema_machine::pattern_takes(const json_pattern& p, json_pattern::states& 
 }
 
 void schema_machine::advance(reading r, const json_machine& before, const json_machine& after, unsigned char c,
-                             std::vector<reading>& out) const {
+                             std::vector<reading>& out) {
   using L = json_machine::lex;
   const auto& s = *schema_;
   if (r.literal_node != json_schema::none) {
@@ -1240,6 +1863,9 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
       r.literal_node = json_schema::none;
       r.number_closed = after.lex_ == L::number;
     }
+    // (an item is within its array; a top-level literal is in no container)
+    if (!r.frames.empty() && !r.frames.back().key.empty() && !item_byte(r, after, c))
+      return;
     out.push_back(std::move(r));
     return;
   }
@@ -1273,6 +1899,8 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
             return;
         }
       }
+      if (!r.frames.back().key.empty() && !item_byte(r, after, c)) // an item held unique
+        return;
       out.push_back(std::move(r));
       return;
     }
@@ -1288,6 +1916,8 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
       r.point = false;
       r.fraction = 0;
     }
+    if (!r.frames.back().key.empty() && !end_item(r))
+      return; // `c` would end a number given before
     r.number_closed = false;
     r.integer = false;
     r.digits = 0;
@@ -1305,6 +1935,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (open == '{' ? (f.seen & n.required) != n.required || f.count < n.min_names : f.count < n.min_items)
       return;
     r.frames.pop_back();
+    r.items = nullptr; // (only the innermost array has any)
     out.push_back(std::move(r));
   };
   switch (state) {
@@ -1312,7 +1943,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
   case L::value_or_close:
     if (c == ']')
       return close('[');
-    return begin_value(std::move(r), before, c, out);
+    return begin_value(std::move(r), before, after, c, out);
   case L::key_or_close:
   case L::key:
   case L::after: {
@@ -1325,6 +1956,7 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     const auto depth = before.stack_.size();
     if (c == ',') {
       if (before.stack_.back() == '[' ? f.count < n.max_items && s.fits(json_schema::item(n, f.count), depth)
+                                          && (!n.unique || item_can_begin(r, after))
                                       : names_left(s, n, f.seen, f.count, depth))
         out.push_back(std::move(r));
       return;
@@ -1335,7 +1967,19 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (!names_left(s, n, f.seen, f.count, depth))
       return;
     f.key_free = n.properties.empty();
-    out.push_back(std::move(r));
+    if (n.names == json_schema::none) {
+      out.push_back(std::move(r));
+      return;
+    }
+    // propertyNames: one reading of the name per string schema it may be.
+    for (const auto& [a, lit] : s.alternatives(n.names)) {
+      if (lit != json_schema::none || (s.at(a).types & json_schema::t_string) == 0)
+        continue; // (listed names are properties; no other value is a name)
+      reading u = r;
+      begin_string(s, u, a);
+      if (!name_spent(u, depth))
+        out.push_back(std::move(u));
+    }
     return;
   }
   case L::colon:
@@ -1347,43 +1991,19 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (!before.key_) {
       // A string value: any text, but in the node's format and with as
       // many characters as it asks.
-      if (r.format.format != json_schema::string_format::none) {
-        if (c == '"') {
-          if (!format_whole(r.format.format, r.format.at))
-            return;
-          r.format = {};
-        } else {
-          const int next = format_next(r.format.format, r.format, r.format.at, c);
-          if (next < 0)
-            return;
-          r.format.at = static_cast<std::uint8_t>(next);
-        }
-      }
-      if (r.pattern_node != json_schema::none) {
-        if (!pattern_takes(s.pattern(s.at(r.pattern_node).pattern), r.pattern_at, r.pattern_cp, before, c))
-          return;
-        if (c == '"' && state == L::string && before.utf8_left_ == 0) {
-          r.pattern_node = json_schema::none; // the string has closed
-          r.pattern_at.clear();
-        }
-      }
-      if (r.string_node != json_schema::none && state == L::string && before.utf8_left_ == 0) {
-        const auto& n = s.at(r.string_node);
-        if (c == '"') {
-          if (r.chars < n.min_length)
-            return;
-          r.string_node = json_schema::none;
-          r.chars = 0;
-        } else if (r.chars++ >= n.max_length) {
-          return; // a character begins (a byte, a lead byte or a backslash)
-        }
-      }
+      if (string_checked(r) && !string_takes(s, r, before, c))
+        return;
+      if (!r.frames.back().key.empty() && !item_byte(r, after, c)) // an item held unique
+        return;
       out.push_back(std::move(r));
       return;
     }
     auto& f = r.frames.back();
     const auto& n = s.at(f.node);
     const auto depth = before.stack_.size();
+    // propertyNames: the name as a string of its schema.
+    if (n.names != json_schema::none && string_checked(r) && !string_takes(s, r, before, c))
+      return;
     if (state == L::string && c == '"') { // the key ends
       if (!f.key_free) {
         for (std::size_t i = 0; i < n.properties.size(); ++i) {
@@ -1429,10 +2049,18 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
         f.key_free = true;
       }
     }
+    // Spelled as a name given before, a name held to propertyNames must be
+    // able to go on (as an additional one).
+    if (n.names != json_schema::none && name_spent(r, depth))
+      return;
     out.push_back(std::move(r));
     return;
   }
-  case L::literal:
+  case L::literal: // true, false or null
+    if (!r.frames.back().key.empty() && !item_byte(r, after, c)) // an item held unique
+      return;
+    out.push_back(std::move(r));
+    return;
   case L::done:
   case L::number:
     out.push_back(std::move(r));

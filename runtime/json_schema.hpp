@@ -20,7 +20,10 @@
 //   enum, const, anyOf, oneOf (held as anyOf: only where no value matches two
 //   of its alternatives, as a discriminated union's objects told apart by a
 //   required const), allOf of one schema, $ref into the same document
-//   ("#", "#/$defs/x").
+//   ("#", "#/$defs/x"),
+//   propertyNames (of type, pattern, minLength, maxLength, format, enum,
+//   const, and anyOf, oneOf, allOf and $ref of those), uniqueItems (of
+//   scalar items: strings, numbers, booleans, null).
 // Annotations (title, description, default, examples, $schema, $id,
 // $comment, deprecated, readOnly, writeOnly, $defs, definitions, and
 // OpenAPI's discriminator) are skipped. Every other keyword is refused, naming it and where it stands,
@@ -37,6 +40,16 @@
 // exponent in at most 18 digits, another number in at most 24 digits and
 // an exponent of at most 2 (one with bounds: 18 digits and no exponent). Names of additional properties are not checked
 // for repeats (those of the schema's own properties are).
+// propertyNames of an enum or const is held as those names being the
+// object's properties (each with additionalProperties' schema), so each is
+// written as the schema spells it, at most once; one of strings (a pattern,
+// a length, a format) holds every name as it is written, as a string value
+// of that schema is held. A property of the schema's own whose name
+// propertyNames refuses is refused when the schema is compiled.
+// uniqueItems: an item equal to one before it in its array (strings by the
+// characters they write, escapes read; numbers by value: 1, 1.0 and 10e-1
+// are one) is refused at the byte that would end it, or earlier, at the
+// byte after which it could only end as one (true after a true).
 #pragma once
 
 #include "runtime/json_constraint.hpp"
@@ -135,6 +148,13 @@ public:
     /// Strings: "pattern", an index into the schema's patterns (none: no
     /// pattern).
     std::uint32_t pattern = none;
+    /// Objects: propertyNames of strings, the node every name is held to as
+    /// it is written (none: any name; one of listed names is held as
+    /// properties instead).
+    std::uint32_t names = none;
+    /// Arrays: uniqueItems: no item equals one before it (its items are
+    /// scalars).
+    bool unique = false;
     /// The least nesting a value of this node takes (0: a scalar will do;
     /// unreachable: no finite value), and as an object or an array (its
     /// required properties' and items' included); each literal's.
@@ -177,6 +197,9 @@ private:
   bool apart(std::uint32_t a, std::uint32_t b, int depth = 0) const;
   bool apart(alternative x, alternative y, int depth) const;
   void measure_depths();
+  /// How many different values node `i` (scalars) takes, counted up to
+  /// `limit` (limit: that many or more).
+  std::size_t distinct_values(std::uint32_t i, std::size_t limit) const;
   std::vector<node> nodes_;
   std::vector<std::shared_ptr<const json_pattern>> patterns_;
   std::vector<std::vector<alternative>> alternatives_; ///< by node
@@ -210,6 +233,11 @@ public:
   static constexpr std::uint8_t max_integer_digits = 18;
   static constexpr std::uint8_t max_digits = 24;
   static constexpr std::uint8_t max_exponent_digits = 2;
+  /// Bytes tried at most when looking, in an item of an array with
+  /// uniqueItems, for a way on to a value not given before (past it the
+  /// item is taken as open: only pathological patterns or bounds take so
+  /// long).
+  static constexpr int max_item_search = 1 << 14;
 
   /// In a string value with a format: which, where in it, and what the
   /// text so far says of what may follow (the year and month a day must
@@ -236,16 +264,31 @@ public:
   std::string key() const;
   const json_schema& schema() const noexcept { return *schema_; }
 
+  /// A property name, as written between its quotes, is one that some of
+  /// `names` (propertyNames' string nodes of `schema`) takes. For the
+  /// compiler, which checks the schema's own names with it.
+  static bool name_allowed(const json_schema& schema, const std::vector<std::uint32_t>& names,
+                           std::string_view written);
+  /// A string of `node` (of `schema`) may be more than "": some character
+  /// can follow its opening quote.
+  static bool string_longer(const json_schema& schema, std::uint32_t node);
+
 private:
   friend class json_vocab;
 
+  /// Values of the items an array with uniqueItems has given (item_value's
+  /// texts, sorted).
+  using item_values = std::vector<std::string>;
   /// One open container: its node and what has been written in it.
   struct frame {
     std::uint32_t node = 0;
     std::uint64_t seen = 0;   ///< object: the properties given (bits)
     std::uint32_t count = 0;  ///< array: the values begun; object: the names given
     std::uint32_t value = 0;  ///< object: the node of the value to come
-    std::string key;          ///< object: the key so far, while it is a prefix of a name
+    /// Object: the key so far, while it is a prefix of a name. Array with
+    /// uniqueItems: the item's bytes so far, while one is written (else
+    /// empty: a value's frame has no key then).
+    std::string key;
     bool key_free = false;    ///< object: the key is no name's: an additional property
   };
   /// One reading of the text.
@@ -265,6 +308,9 @@ private:
     bool number_closed = false;          ///< the number written is a whole literal
     std::uint8_t digits = 0;             ///< the number's digits before its exponent
     std::uint8_t exponent_digits = 0;
+    /// A reading item_live steps while it looks ahead: its item's bytes
+    /// do not look ahead again. (Not the text's state: never in a key.)
+    bool probe = false;
     /// In a string value with minLength or maxLength: its node and the
     /// characters written.
     std::uint32_t string_node = json_schema::none;
@@ -276,13 +322,60 @@ private:
     std::uint32_t pattern_node = json_schema::none;
     json_pattern::states pattern_at;
     std::uint32_t pattern_cp = 0;
+    /// In an array with uniqueItems: its items' values so far (null: none
+    /// yet), kept alive by held_ and shared until a reading adds to them.
+    /// Its items are scalars, so at most one such array is open, the
+    /// innermost (a plain pointer in the reading, not one per frame: every
+    /// machine copy copies these).
+    const item_values* items = nullptr;
     void append_key(std::string& k) const;
   };
 
   bool step(unsigned char c);
+  /// Lists of item values, which readings point to.
+  using held_values = std::vector<std::shared_ptr<const item_values>>;
+  /// Reading `r` goes on with byte `c` (the lexer before and after it)
+  /// into `out`: as many readings as it may become, none where it may not
+  /// (lists of given values it makes go to held_).
   void advance(reading r, const json_machine& before, const json_machine& after, unsigned char c,
-               std::vector<reading>& out) const;
-  void begin_value(reading r, const json_machine& before, unsigned char c, std::vector<reading>& out) const;
+               std::vector<reading>& out);
+  void begin_value(reading r, const json_machine& before, const json_machine& after, unsigned char c,
+                   std::vector<reading>& out);
+  /// A string's byte `c` (the lexer before it in `before`) under the
+  /// checks reading `r` holds it to (format, pattern, length), a value's
+  /// or, under propertyNames, a name's; at the closing quote they must be
+  /// met, and are dropped. False: it may not come.
+  static bool string_takes(const json_schema& s, reading& r, const json_machine& before, unsigned char c);
+  /// Sets reading `r`'s string checks to those of string node `n`.
+  static void begin_string(const json_schema& s, reading& r, std::uint32_t n);
+  /// Reading `r`'s string checks take another character.
+  static bool string_goes_on(const json_schema& s, const reading& r);
+  /// The key being written under propertyNames can only close now, and
+  /// would close on a name of the object's own it may not give (again).
+  bool name_spent(const reading& r, std::size_t depth) const;
+  /// Byte `c` of an item of an array with uniqueItems (reading `r`, the
+  /// lexer after it `after`), added to the item's bytes: where it ends the
+  /// item, false if its value is one given before (else the value is
+  /// added to them); elsewhere (unless `r` is a probe) false if the item
+  /// can no longer end on a value not given.
+  bool item_byte(reading& r, const json_machine& after, unsigned char c);
+  /// Reading `r`'s item has ended: false if its value is one given before
+  /// in the array, else it is added to them (in a new list, into held_).
+  bool end_item(reading& r);
+  /// Keeps in held_ only the lists readings_ point to (a step's end: other
+  /// readings and look-ahead made the rest).
+  void hold();
+  /// Reading `r` holds a string to some check (format, pattern, length).
+  static bool string_checked(const reading& r) noexcept {
+    return r.string_node != json_schema::none || r.format.format != json_schema::string_format::none
+           || r.pattern_node != json_schema::none;
+  }
+  /// Reading `r`'s item (the lexer `lex` in it) can still end on a value
+  /// not given before in its array.
+  bool item_live(const reading& r, const json_machine& lex);
+  /// After a comma in an array with uniqueItems (`lex` after it): some
+  /// item not given before can begin.
+  bool item_can_begin(const reading& r, const json_machine& lex);
   /// A string value's byte `c` under its pattern; false: it may not come.
   /// `at` and `cp` are the reading's pattern_at and pattern_cp; a closing
   /// quote is taken when the pattern has matched (the caller then drops them).
@@ -297,6 +390,10 @@ private:
   std::shared_ptr<const json_schema> schema_;
   json_machine lex_;
   std::vector<reading> readings_;
+  /// The lists of given item values readings_ point to, and during a step
+  /// those it makes (null but for arrays with uniqueItems: a machine copy
+  /// copies one pointer).
+  std::shared_ptr<const held_values> held_;
 };
 
 } // namespace troupe

@@ -57,9 +57,10 @@ std::vector<std::string> types_of(const json& s) {
       types.push_back(s["type"]);
     return types;
   }
-  if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+  if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")
+      || s.contains("propertyNames"))
     types.push_back("object");
-  if (s.contains("items") || s.contains("minItems") || s.contains("maxItems"))
+  if (s.contains("items") || s.contains("minItems") || s.contains("maxItems") || s.contains("uniqueItems"))
     types.push_back("array");
   if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern"))
     types.push_back("string");
@@ -144,6 +145,10 @@ bool valid(const json& doc, const json& s, const json& v) {
     for (const auto& r : s.value("required", json::array()))
       if (!v.contains(r.get<std::string>()))
         return false;
+    if (s.contains("propertyNames"))
+      for (const auto& [k, x] : v.items())
+        if (!valid(doc, s["propertyNames"], json(k)))
+          return false;
     return v.size() >= s.value("minProperties", 0u) && v.size() <= s.value("maxProperties", 0xFFFFFFFFu);
   }
   if (v.is_array()) {
@@ -158,6 +163,13 @@ bool valid(const json& doc, const json& s, const json& v) {
     for (std::size_t k = 0; k < v.size(); ++k)
       if (!valid(doc, k < prefix.size() ? prefix[k] : rest, v[k]))
         return false;
+    // uniqueItems: nlohmann compares numbers by value (1 == 1.0) and
+    // strings by their characters.
+    if (s.value("uniqueItems", false))
+      for (std::size_t i = 0; i < v.size(); ++i)
+        for (std::size_t j = i + 1; j < v.size(); ++j)
+          if (v[i] == v[j])
+            return false;
     return true;
   }
   if (v.is_string()) {
@@ -180,13 +192,54 @@ bool valid(const json& doc, const json& s, const json& v) {
   return is("number");
 }
 
+/// The names the machine holds to at most once in an object: the schema's
+/// properties' and those its propertyNames list (enum, const).
+std::vector<std::string> own_names(const json& doc) {
+  std::vector<std::string> out;
+  const auto listed = [&](const auto& self, const json& s, int depth) -> void {
+    if (!s.is_object() || depth > 8)
+      return;
+    if (s.contains("$ref"))
+      self(self, doc.at(json::json_pointer(s["$ref"].get<std::string>().substr(1))), depth + 1);
+    for (const char* word : {"anyOf", "oneOf", "allOf"})
+      for (const auto& a : s.value(word, json::array()))
+        self(self, a, depth + 1);
+    for (const auto& v : s.value("enum", json::array()))
+      out.push_back(v.get<std::string>());
+    if (s.contains("const"))
+      out.push_back(s["const"].get<std::string>());
+  };
+  const auto collect = [&](const auto& self, const json& j) -> void {
+    if (j.is_object()) {
+      for (const auto& [k, v] : j.items()) {
+        if (k == "properties")
+          for (const auto& [name, sub] : v.items())
+            out.push_back(name);
+        if (k == "propertyNames")
+          listed(listed, v, 0);
+        self(self, v);
+      }
+    } else if (j.is_array()) {
+      for (const auto& v : j)
+        self(self, v);
+    }
+  };
+  collect(collect, doc);
+  return out;
+}
+
 /// Whether the oracle accepts `text`; nullopt for a number nlohmann cannot
-/// hold (valid JSON it refuses).
+/// hold (valid JSON it refuses), and for a name given twice that is not
+/// one of the schema's own (the machine takes other names without looking
+/// for repeats, the oracle's parser keeps only the last).
 std::optional<bool> oracle(const std::string& schema, std::string_view text) {
   // JSON Schema leaves an object's duplicate names to the parser (nlohmann
-  // keeps the last); the machine refuses them, as the oracle here does.
+  // keeps the last); the machine refuses repeats of its own names, as the
+  // oracle here does.
+  const auto own = own_names(json::parse(schema));
   std::vector<std::vector<std::string>> names;
   bool duplicate = false;
+  bool other_duplicate = false;
   json v;
   try {
     v = json::parse(text, [&](int, json::parse_event_t e, json& parsed) {
@@ -196,8 +249,10 @@ std::optional<bool> oracle(const std::string& schema, std::string_view text) {
         names.pop_back();
       else if (e == json::parse_event_t::key) {
         auto& seen = names.back();
-        duplicate |= std::find(seen.begin(), seen.end(), parsed.get<std::string>()) != seen.end();
-        seen.push_back(parsed.get<std::string>());
+        const auto name = parsed.get<std::string>();
+        if (std::find(seen.begin(), seen.end(), name) != seen.end())
+          (std::find(own.begin(), own.end(), name) != own.end() ? duplicate : other_duplicate) = true;
+        seen.push_back(name);
       }
       return true;
     });
@@ -208,9 +263,35 @@ std::optional<bool> oracle(const std::string& schema, std::string_view text) {
   }
   if (duplicate)
     return false;
+  if (other_duplicate)
+    return std::nullopt;
   const auto doc = json::parse(schema);
   return v.is_object() && valid(doc, doc, v);
 }
+
+// propertyNames and uniqueItems as Pydantic writes them: dict[constr(pattern=...), int],
+// set[constr(max_length=2)], set[conint(ge=0, le=20)]; dict[Color, float] (an enum's names
+// by $ref), set[Color], set[bool | None]; names of a length beside a property of the
+// schema's own, names in a format, a set of mixed scalars.
+const std::string keyed = R"({"type":"object","properties":{
+    "counts":{"type":"object","propertyNames":{"pattern":"^[a-c]{1,3}$","examples":["a","bc","cab"]},
+      "additionalProperties":{"type":"integer"}},
+    "tags":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true},
+    "ids":{"type":"array","items":{"type":"integer","minimum":0,"maximum":20},"uniqueItems":true,"maxItems":5}},
+  "required":["counts"],"additionalProperties":false})";
+const std::string colored = R"({"$defs":{"Color":{"enum":["red","green","blue"],"title":"Color","type":"string"}},
+  "type":"object","properties":{
+    "by_color":{"type":"object","propertyNames":{"$ref":"#/$defs/Color"},"additionalProperties":{"type":"number"}},
+    "colors":{"type":"array","items":{"$ref":"#/$defs/Color"},"uniqueItems":true},
+    "flags":{"type":"array","items":{"anyOf":[{"type":"boolean"},{"type":"null"}]},"uniqueItems":true}},
+  "required":["colors"],"additionalProperties":false})";
+const std::string named = R"({"type":"object","properties":{
+    "meta":{"type":"object","properties":{"id":{"type":"integer"}},"propertyNames":{"minLength":2,"maxLength":4},
+      "additionalProperties":{"type":"string"}},
+    "days":{"type":"object","propertyNames":{"format":"date"},"additionalProperties":{"type":"boolean"}},
+    "mixed":{"type":"array","items":{"anyOf":[{"type":"string","maxLength":1},{"type":"integer","minimum":0,
+      "maximum":3},{"const":"k"}]},"uniqueItems":true,"minItems":1}},
+  "additionalProperties":false})";
 
 // Schemas that use every keyword the compiler takes; their enum and const
 // values are strings (a number's one compact spelling is the machine's rule
@@ -266,6 +347,9 @@ const std::vector<std::string>& schemas() {
     R"({"type":"object","properties":{"q":{"pattern":"^[\"\\\\/]+$","examples":["\"","\\/\""]},
         "ws":{"pattern":"^\\n\\t?(?:x|y)*$","examples":["\n","\n\txy"]},
         "u":{"pattern":"^\\u00e9[^a-z\\d]{0,2}$","examples":["é","éÉ!"]}},"additionalProperties":false})",
+    keyed,
+    colored,
+    named,
   };
   return all;
 }
@@ -625,6 +709,340 @@ TEST(json_schema, holds_the_text_to_the_schema) {
   EXPECT_FALSE(reads_whole(list, R"({"v":1,"next":{"next":null}})"));
 }
 
+TEST(json_schema, refuses_property_names_and_unique_items_it_cannot_hold_saying_what_and_where) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+    {R"({"type":"object","propertyNames":{"minimum":1}})",
+     R"("#/propertyNames" has "minimum" in a propertyNames schema, where Troupe does not enforce it)"},
+    {R"({"type":"object","propertyNames":{"not":{"const":"a"}}})", R"("#/propertyNames" has "not" in a propertyNames)"},
+    {R"({"type":"object","propertyNames":{"$ref":"#/$defs/k"},"$defs":{"k":{"type":"string","properties":{}}}})",
+     R"("#/$defs/k" has "properties" in a propertyNames schema)"},
+    {R"({"type":"object","propertyNames":{"anyOf":[{"pattern":"^a"},{"maxProperties":1}]}})",
+     R"("#/propertyNames/anyOf/1" has "maxProperties" in a propertyNames schema)"},
+    {R"({"type":"object","propertyNames":{"$ref":"#"}})", R"("#" has "propertyNames" in a propertyNames schema)"},
+    {R"({"type":"object","propertyNames":{"type":"integer"}})",
+     R"("#/propertyNames" takes no strings, and property names are strings)"},
+    {R"({"type":"object","propertyNames":{"enum":["a",1]}})",
+     R"("#/propertyNames" has the name 1, which is no string)"},
+    {R"({"type":"object","propertyNames":{"anyOf":[{"const":"a"},{"pattern":"^b"}]}})",
+     R"("#/propertyNames" mixes names it lists (enum, const) with strings of a pattern, length or format)"},
+    {R"({"type":"object","properties":{"b":{}},"propertyNames":{"pattern":"^a"}})",
+     R"("#" has the property "b", a name its "propertyNames" refuses)"},
+    {R"({"type":"object","properties":{"x":{"properties":{"abc":{}},"propertyNames":{"maxLength":2}}}})",
+     R"("#/properties/x" has the property "abc", a name its "propertyNames" refuses)"},
+    {R"({"type":"object","properties":{"b":{}},"propertyNames":{"enum":["a"]}})",
+     R"("#" has the property "b", a name its "propertyNames" refuses)"},
+    {R"({"type":"object","propertyNames":{"enum":["a","b"]},"required":["c"]})",
+     R"(requires "c", which is not among its "properties" (nor among the names its "propertyNames" lists)"},
+    {R"({"type":"object","propertyNames":{"enum":["a"]},"additionalProperties":false,"required":["a"]})",
+     R"(requires "a", which is not among its "properties")"},
+    {R"x({"type":"object","propertyNames":{"pattern":"a(?=b)"}})x", R"x("#/propertyNames" has "pattern" "a(?=b)")x"},
+    {R"({"type":"object","propertyNames":{"format":"ipv6"}})", R"("#/propertyNames" has "format" "ipv6")"},
+    {R"({"type":"object","propertyNames":{"pattern":"^a","maxLength":3}})", "Troupe takes a pattern alone"},
+    {R"({"type":"object","propertyNames":false})", R"("#/propertyNames" is false)"},
+    {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":"yes"}}})",
+     R"("#/properties/a" has "uniqueItems" "yes"; it must be true or false)"},
+    {R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"object"},"uniqueItems":true}}})",
+     R"("#/properties/a" has "uniqueItems": true, but its items may be objects or arrays; Troupe holds only scalar items unique)"},
+    {R"({"type":"object","properties":{"a":{"uniqueItems":true}}})", "its items may be objects or arrays"},
+    {R"({"type":"object","properties":{"a":{"items":{"anyOf":[{"type":"string"},{"type":"array"}]},"uniqueItems":true}}})",
+     "its items may be objects or arrays"},
+    {R"({"type":"object","properties":{"a":{"items":{"enum":["x",[1]]},"uniqueItems":true}}})",
+     "its items may be objects or arrays"},
+    {R"({"type":"array","items":{"$ref":"#"},"uniqueItems":true})", "its items may be objects or arrays"},
+    {R"({"type":"object","properties":{"a":{"prefixItems":[{"type":"integer"}],"items":false,"uniqueItems":true}}})",
+     R"("#/properties/a" has "uniqueItems" beside the first items' own schemas (prefixItems, or items as a list))"},
+    {R"({"type":"object","properties":{"a":{"items":{"type":"boolean"},"uniqueItems":true,"minItems":3}}})",
+     R"("#/properties/a" has "uniqueItems" and minItems 3, but its items take only 2 different values)"},
+    {R"({"type":"object","properties":{"a":{"items":{"type":"integer","minimum":1,"maximum":3},"uniqueItems":true,"minItems":4}}})",
+     "but its items take only 3 different values"},
+    {R"({"type":"object","properties":{"a":{"items":{"type":"integer","multipleOf":5,"minimum":-12,"maximum":12},)"
+     R"("uniqueItems":true,"minItems":6}}})",
+     "but its items take only 5 different values"}, // -10 -5 0 5 10
+    {R"({"type":"object","properties":{"a":{"items":{"type":"number","multipleOf":0.5,"minimum":0,"maximum":1},)"
+     R"("uniqueItems":true,"minItems":4}}})",
+     "but its items take only 3 different values"},
+    {R"({"type":"object","properties":{"a":{"items":{"anyOf":[{"enum":["a",1,1.0,null]},{"type":"null"},{"const":"b"}]},)"
+     R"("uniqueItems":true,"minItems":5}}})",
+     "but its items take only 4 different values"}, // "a", 1 (1.0 is 1), null; "b"
+    {R"({"type":"object","properties":{"a":{"items":{"pattern":"^(a|b\\u00e9?)$"},"uniqueItems":true,"minItems":4}}})",
+     "but its items take only 3 different values"},
+    {R"({"type":"object","properties":{"a":{"items":{"maxLength":0},"uniqueItems":true,"minItems":2}}})",
+     "but its items take only 1 different values"},
+  };
+  for (const auto& [schema, says] : cases) {
+    SCOPED_TRACE(schema);
+    const auto what = refusal(schema);
+    EXPECT_NE(what.find(says), std::string::npos) << what;
+  }
+  // What they take.
+  for (const std::string ok : {
+         R"({"type":"object","propertyNames":true})",
+         R"({"type":"object","propertyNames":{"type":"string","title":"key"}})",
+         R"({"type":"object","propertyNames":{"type":["string","null"],"maxLength":3}})",
+         R"({"type":"object","propertyNames":{"anyOf":[{"pattern":"^a"},{"pattern":"^b"}]}})",
+         R"({"type":"object","propertyNames":{"oneOf":[{"pattern":"^a"},{"type":"integer"}]}})",
+         R"({"type":"object","propertyNames":{"anyOf":[{"type":"integer"},{"format":"uuid"}]}})",
+         R"({"type":"object","properties":{"ab":{}},"propertyNames":{"allOf":[{"maxLength":2}]}})",
+         R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"object"},"uniqueItems":false}}})",
+         R"({"type":"object","properties":{"a":{"type":"string","uniqueItems":true}}})",
+         R"({"type":"array","items":{"type":"integer"},"uniqueItems":true,"minItems":1000})",
+         R"({"type":"array","items":{"pattern":"^[a-z]$"},"uniqueItems":true,"minItems":26})",
+         R"({"type":"array","items":{"type":"integer","minimum":1,"maximum":3},"uniqueItems":true,"minItems":3})",
+       })
+    EXPECT_EQ(refusal(ok), "") << ok;
+  EXPECT_NE(refusal(R"({"type":"array","items":{"pattern":"^[a-z]$"},"uniqueItems":true,"minItems":27})")
+              .find("take only 26 different values"),
+            std::string::npos);
+  // Listed names become properties: at most 64 in one object.
+  std::string many = R"({"type":"object","propertyNames":{"enum":[)";
+  for (int i = 0; i < 65; ++i)
+    many += (i ? ",\"n" : "\"n") + std::to_string(i) + "\"";
+  EXPECT_NE(refusal(many + "]}}").find("listing names that make more than 64 properties"), std::string::npos)
+    << refusal(many + "]}}");
+  EXPECT_EQ(refusal(many + "]},\"additionalProperties\":false}"), "") << "no other name: none listed is one";
+}
+
+/// `m` refuses the next byte `c` and stays as it was.
+::testing::AssertionResult refuses(schema_machine m, unsigned char c) {
+  const auto before = m.key();
+  if (m.feed(c))
+    return ::testing::AssertionFailure() << "took " << json(std::string(1, static_cast<char>(c))).dump();
+  if (m.key() != before)
+    return ::testing::AssertionFailure() << "changed on refusing";
+  return ::testing::AssertionSuccess();
+}
+
+TEST(json_schema, property_names_hold_every_name_as_it_is_written) {
+  // To a pattern, read for the characters a name writes (Pydantic's
+  // dict[constr(pattern=...), int]).
+  const std::string counts = R"({"type":"object","propertyNames":{"pattern":"^[a-c]{1,3}$"},)"
+                             R"("additionalProperties":{"type":"integer"}})";
+  for (const std::string ok : {R"({"a":1,"bc":2,"cab":3})", R"({})", R"({"\u0061b":1})", R"({"c\u0062":1})"})
+    EXPECT_TRUE(reads_whole(counts, ok)) << ok;
+  for (const std::string bad : {R"({"d":1})", R"({"":1})", R"({"abca":1})", R"({"aB":1})", R"({"a":1,"\u0064":2})"})
+    EXPECT_FALSE(reads_whole(counts, bad)) << bad;
+  auto m = machine(counts);
+  ASSERT_TRUE(m.feed(std::string_view(R"({")")));
+  EXPECT_TRUE(refuses(m, '"')) << "no name is empty";
+  ASSERT_TRUE(m.feed(std::string_view("ab")));
+  EXPECT_TRUE(refuses(m, 'd'));
+  ASSERT_TRUE(m.feed('c'));
+  EXPECT_TRUE(refuses(m, 'a')) << "three characters at most";
+  EXPECT_TRUE(refuses(m, '\\')) << "nor a fourth written as an escape";
+  EXPECT_TRUE(m.feed(std::string_view(R"(":1})")) && m.complete());
+
+  // Listed by an enum through $ref (dict[Color, float]): each name as the
+  // schema spells it, at most once.
+  for (const std::string ok : {R"({"colors":[],"by_color":{"red":1.5,"blue":2}})", R"({"colors":[],"by_color":{}})"})
+    EXPECT_TRUE(reads_whole(colored, ok)) << ok;
+  for (const std::string bad : {R"({"colors":[],"by_color":{"red":1,"red":2}})", R"({"colors":[],"by_color":{"pink":1}})",
+                                R"({"colors":[],"by_color":{"r\u0065d":1}})"})
+    EXPECT_FALSE(reads_whole(colored, bad)) << bad;
+  auto c = machine(colored);
+  ASSERT_TRUE(c.feed(std::string_view(R"({"colors":[],"by_color":{"red":1,"green":2,"blue":3)")));
+  EXPECT_TRUE(refuses(c, ',')) << "no name is left";
+  EXPECT_TRUE(c.feed(std::string_view("}}")) && c.complete());
+  // The names it lists may be required (zod's record of an enum's keys).
+  const std::string both = R"({"type":"object","propertyNames":{"enum":["a","b"]},"additionalProperties":{"type":"integer"},)"
+                           R"("required":["a","b"]})";
+  EXPECT_TRUE(reads_whole(both, R"({"b":2,"a":1})"));
+  EXPECT_FALSE(reads_whole(both, R"({"a":1})"));
+  EXPECT_FALSE(reads_whole(both, R"({"a":1,"b":2,"c":3})"));
+
+  // A length beside a property of the schema's own, whose name it takes;
+  // a format.
+  for (const std::string ok : {R"({"meta":{"id":1,"abc":"x"}})", R"({"meta":{"abcd":"x","id":2}})",
+                               R"({"days":{"2024-02-29":true,"1999-12-31":false}})", R"({"mixed":[1]})"})
+    EXPECT_TRUE(reads_whole(named, ok)) << ok;
+  for (const std::string bad : {R"({"meta":{"a":"x"}})", R"({"meta":{"abcde":"x"}})", R"({"meta":{"id":1,"id":2}})",
+                                R"({"days":{"2023-02-29":true}})", R"({"days":{"today":true}})"})
+    EXPECT_FALSE(reads_whole(named, bad)) << bad;
+  auto d = machine(named);
+  ASSERT_TRUE(d.feed(std::string_view(R"({"days":{"2023-02-2)")));
+  EXPECT_TRUE(refuses(d, '9')) << "2023 has no February 29th";
+  EXPECT_TRUE(d.feed('8'));
+
+  // A name of the schema's own, given, where propertyNames takes no other
+  // way on from its spelling: refused where it would be spelled whole,
+  // not left to a close that cannot come. (Spelled otherwise, as
+  // "\u0061", it is a name of another property, which the machine does not
+  // check for repeats.)
+  const std::string once = R"({"type":"object","properties":{"a":{"type":"integer"}},"propertyNames":{"pattern":"^a$"}})";
+  auto o = machine(once);
+  ASSERT_TRUE(o.feed(std::string_view(R"({"a":1,")")));
+  EXPECT_TRUE(refuses(o, 'a'));
+  // Only "" can be a name, and it is a property: it is given once.
+  const std::string empty = R"({"type":"object","properties":{"":{"type":"integer"}},"propertyNames":{"maxLength":0}})";
+  EXPECT_TRUE(reads_whole(empty, R"({"":1})"));
+  auto e = machine(empty);
+  ASSERT_TRUE(e.feed(std::string_view(R"({"":1)")));
+  EXPECT_TRUE(refuses(e, ',')) << "no other name can come";
+}
+
+TEST(json_schema, unique_items_refuse_an_item_equal_to_one_before_at_the_byte_that_would_end_it) {
+  const std::string strings = R"({"type":"array","items":{"type":"string"},"uniqueItems":true})";
+  for (const std::string ok : {R"(["a","b",""])", R"(["a","ab","A"])", R"([])"})
+    EXPECT_TRUE(reads_whole(strings, ok)) << ok;
+  for (const std::string bad : {R"(["a","a"])", R"(["a","\u0061"])", "[\"\xc3\xa9\",\"\\u00E9\"]",
+                                "[\"\xf0\x9f\x98\x80\",\"\\ud83d\\ude00\"]", R"(["\"","\u0022"])", R"(["","b",""])"})
+    EXPECT_FALSE(reads_whole(strings, bad)) << bad;
+  auto s = machine(strings);
+  ASSERT_TRUE(s.feed(std::string_view(R"(["ab","a)")));
+  ASSERT_TRUE(s.feed('b')) << "\"ab\" may still go on to \"abc\"";
+  EXPECT_TRUE(refuses(s, '"')) << "the quote would end a second \"ab\"";
+  EXPECT_TRUE(s.feed(std::string_view(R"(c"])")) && s.complete());
+
+  // Numbers by value.
+  const std::string numbers = R"({"type":"array","items":{"type":"number"},"uniqueItems":true})";
+  EXPECT_TRUE(reads_whole(numbers, "[1,10,0.1,-1,1e3,2.5]"));
+  for (const std::string bad : {"[1,1.0]", "[1,10e-1]", "[0.5,5e-1]", "[0,-0]", "[100,1e2]", "[0.0,0]", "[1.50,1.5]"})
+    EXPECT_FALSE(reads_whole(numbers, bad)) << bad;
+  auto n = machine(numbers);
+  ASSERT_TRUE(n.feed(std::string_view("[1,1")));
+  for (const char ending : {',', ']', ' '})
+    EXPECT_TRUE(refuses(n, static_cast<unsigned char>(ending))) << ending;
+  EXPECT_TRUE(n.feed(std::string_view("0]")) && n.complete());
+  // An integer of 18 digits can only end, and ending would repeat it.
+  const std::string ints = R"({"type":"array","items":{"type":"integer"},"uniqueItems":true})";
+  auto big = machine(ints);
+  ASSERT_TRUE(big.feed(std::string_view("[123456789012345678,12345678901234567")));
+  EXPECT_TRUE(refuses(big, '8'));
+  EXPECT_TRUE(big.feed('9'));
+  // Few values: one given cannot begin again, and no comma comes when none
+  // is left.
+  const std::string few = R"({"type":"array","items":{"type":"integer","minimum":1,"maximum":3},"uniqueItems":true})";
+  auto f = machine(few);
+  ASSERT_TRUE(f.feed(std::string_view("[1,2,")));
+  EXPECT_TRUE(refuses(f, '1'));
+  EXPECT_TRUE(refuses(f, '2'));
+  ASSERT_TRUE(f.feed('3'));
+  EXPECT_TRUE(refuses(f, ',')) << "1, 2 and 3 are given";
+  EXPECT_TRUE(f.feed(']') && f.complete());
+  const std::string flags = R"({"type":"array","items":{"anyOf":[{"type":"boolean"},{"type":"null"}]},"uniqueItems":true})";
+  auto b = machine(flags);
+  ASSERT_TRUE(b.feed(std::string_view("[true,")));
+  EXPECT_TRUE(refuses(b, 't')) << "true again could only end as true";
+  ASSERT_TRUE(b.feed(std::string_view("null,false")));
+  EXPECT_TRUE(refuses(b, ','));
+  // Enum values, a format, a length: the first byte after which the item
+  // could only end as one given is refused.
+  auto colors = machine(colored);
+  ASSERT_TRUE(colors.feed(std::string_view(R"({"colors":["red",")")));
+  EXPECT_TRUE(refuses(colors, 'r'));
+  EXPECT_TRUE(colors.feed(std::string_view(R"(blue"]})")) && colors.complete());
+  const std::string dates = R"({"type":"array","items":{"type":"string","format":"date"},"uniqueItems":true})";
+  auto day = machine(dates);
+  ASSERT_TRUE(day.feed(std::string_view(R"(["2024-01-01","2024-01-0)")));
+  EXPECT_TRUE(refuses(day, '1'));
+  EXPECT_TRUE(day.feed(std::string_view(R"(2"])")));
+  const std::string chars = R"({"type":"array","items":{"type":"string","maxLength":1},"uniqueItems":true})";
+  auto one = machine(chars);
+  ASSERT_TRUE(one.feed(std::string_view(R"(["a",")")));
+  EXPECT_TRUE(refuses(one, 'a'));
+  ASSERT_TRUE(one.feed(std::string_view("\\u006")));
+  EXPECT_TRUE(refuses(one, '1')) << "\\u0061 is a";
+  EXPECT_TRUE(one.feed(std::string_view("2\"]")));
+  // Items of different kinds are different values; an array's items are
+  // its own (an outer array without uniqueItems may repeat inner ones).
+  EXPECT_TRUE(reads_whole(R"({"type":"array","items":{"type":["string","integer","boolean","null"]},"uniqueItems":true})",
+                          R"(["1",1,true,"true",null,"null"])"));
+  const std::string nested = R"({"type":"array","items":{"type":"array","items":{"type":"integer"},"uniqueItems":true}})";
+  EXPECT_TRUE(reads_whole(nested, "[[1,2],[1,2],[2]]"));
+  EXPECT_FALSE(reads_whole(nested, "[[1,2],[3,3]]"));
+  EXPECT_TRUE(reads_whole(R"({"type":"object","properties":{"a":{"items":{"type":"integer"},"uniqueItems":true},)"
+                          R"("b":{"items":{"type":"integer"},"uniqueItems":true}}})",
+                          R"({"a":[1,2],"b":[1,2]})"));
+  EXPECT_TRUE(reads_whole(R"({"type":"array","items":{"type":"integer"},"uniqueItems":false})", "[1,1]"));
+}
+
+TEST(json_schema, unique_items_take_an_array_whole_exactly_when_no_two_items_are_equal_values) {
+  // Random arrays of scalars, each written one of several ways: taken
+  // whole exactly when nlohmann finds no two items equal, and otherwise
+  // refused at the first repeat's last byte (a string's closing quote, the
+  // byte after a number) or, for true, false and null, its first.
+  const std::string schema = R"({"type":"array","items":{"anyOf":[{"type":"string"},{"type":"number"},)"
+                             R"({"type":"boolean"},{"type":"null"}]},"uniqueItems":true})";
+  const std::vector<std::string> spellings = {
+    R"("a")", R"("\u0061")", R"("b")", R"("")", R"("\"")", R"("\u0022")", "\"\xc3\xa9\"", R"("\u00e9")", R"("\u00E9")",
+    "\"\xf0\x9f\x98\x80\"", R"("\ud83d\ude00")", R"("1")", R"("true")", R"("a\nb")", R"("a\u000Ab")",
+    "1", "1.0", "10e-1", "0.1e1", "2", "-0", "0", "0.0", "1e2", "100", "-1", "-1.00", "true", "false", "null"};
+  std::mt19937 rng(13);
+  int repeated = 0, unrepeated = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string text = "[";
+    std::vector<json> values;
+    std::size_t refused_at = std::string::npos;
+    for (auto n = rng() % 7; n > 0; --n) {
+      if (text.size() > 1)
+        text += ",";
+      const auto& x = spellings[rng() % spellings.size()];
+      const auto v = json::parse(x);
+      if (refused_at == std::string::npos && std::find(values.begin(), values.end(), v) != values.end())
+        refused_at = v.is_string()              ? text.size() + x.size() - 1
+                     : v.is_number()            ? text.size() + x.size()
+                                                : text.size();
+      values.push_back(v);
+      text += x;
+    }
+    text += "]";
+    SCOPED_TRACE(text);
+    (refused_at == std::string::npos ? unrepeated : repeated) += 1;
+    auto m = machine(schema);
+    std::size_t at = 0;
+    while (at < text.size() && m.feed(static_cast<unsigned char>(text[at])))
+      ++at;
+    if (refused_at == std::string::npos) {
+      EXPECT_EQ(at, text.size());
+      EXPECT_TRUE(m.complete());
+    } else {
+      EXPECT_EQ(at, refused_at);
+    }
+  }
+  EXPECT_GT(repeated, 500);
+  EXPECT_GT(unrepeated, 500);
+}
+
+TEST(json_schema, property_names_take_an_object_whole_exactly_when_they_allow_every_name) {
+  // Random objects of names written one of several ways, against
+  // propertyNames of a pattern, lengths, alternatives and a format; the
+  // oracle reads each name's characters.
+  const std::vector<std::string> held = {
+    R"({"pattern":"^[ab]{1,2}$"})", R"({"minLength":1,"maxLength":2})",
+    R"({"anyOf":[{"pattern":"^a"},{"type":"string","maxLength":1}]})", R"({"format":"date"})",
+    R"({"$ref":"#/$defs/k"})"};
+  const std::vector<std::string> names = {"a", "b", "ab", "ba", "abc", "", "c", "\\u0061", "\\u0062b", "\xc3\xa9",
+                                          "\\u00e9x", "aa", "bb", "2024-01-01", "2023-02-29", "a\\nb", "\\n"};
+  std::mt19937 rng(17);
+  int taken = 0, refused = 0;
+  for (const auto& names_schema : held) {
+    const auto schema = R"({"type":"object","propertyNames":)" + names_schema
+                        + R"(,"additionalProperties":{"type":"integer"},"$defs":{"k":{"enum":["ab","\u00e9x"]}}})";
+    SCOPED_TRACE(schema);
+    const auto doc = json::parse(schema);
+    for (int i = 0; i < 300; ++i) {
+      std::string text = "{";
+      std::vector<std::string> written; // as characters: none twice
+      bool want = true;
+      for (auto n = rng() % 4; n > 0; --n) {
+        const auto& x = names[rng() % names.size()];
+        const auto name = json::parse("\"" + x + "\"").get<std::string>();
+        if (std::find(written.begin(), written.end(), name) != written.end())
+          continue;
+        written.push_back(name);
+        // An enum's names are written as the schema spells them.
+        const bool spelled = !doc["propertyNames"].contains("$ref") || x.find('\\') == std::string::npos;
+        want = want && spelled && valid(doc, doc["propertyNames"], json(name));
+        text += (text.size() > 1 ? ",\"" : "\"") + x + "\":1";
+      }
+      text += "}";
+      (want ? taken : refused) += 1;
+      EXPECT_EQ(reads_whole(schema, text), want) << text;
+    }
+  }
+  EXPECT_GT(taken, 200);
+  EXPECT_GT(refused, 200);
+}
+
 TEST(json_schema, any_object_is_json_object) {
   auto m = schema_machine(json_schema::any_object());
   EXPECT_TRUE(m.feed(std::string_view(R"({"a":[1,{"b":null}],"c":"d"})")));
@@ -665,14 +1083,24 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
       if (std::find(required.begin(), required.end(), k) != required.end() || (depth < 6 && pick(2)))
         o[k] = sample(doc, sub, rng, depth + 1);
     const bool others = !(s.contains("additionalProperties") && s["additionalProperties"] == false);
+    // Another name: one of propertyNames' (not a property's), or zz0 to zz4.
+    const auto other = [&](const std::string& fallback) -> std::optional<std::string> {
+      if (!s.contains("propertyNames"))
+        return fallback;
+      const auto name = sample(doc, s["propertyNames"], rng, depth + 1).get<std::string>();
+      return props.contains(name) ? std::nullopt : std::optional(name);
+    };
     if (others && depth < 6 && pick(3) == 0)
-      o["zz" + std::to_string(pick(5))] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
+      for (int more = 1 + static_cast<int>(pick(3)); more > 0; --more)
+        if (const auto name = other("zz" + std::to_string(pick(5))))
+          o[*name] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
     // minProperties and maxProperties: more names, or fewer of those not
     // required.
-    for (unsigned k = 0; o.size() < s.value("minProperties", 0u); ++k) {
-      if (others)
-        o["yy" + std::to_string(k)] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
-      else
+    for (unsigned k = 0; o.size() < s.value("minProperties", 0u) && k < 100; ++k) {
+      if (others) {
+        if (const auto name = other("yy" + std::to_string(k)))
+          o[*name] = sample(doc, s.value("additionalProperties", json(true)), rng, depth + 1);
+      } else
         for (const auto& [name, sub] : props.items())
           if (!o.contains(name) && o.size() < s.value("minProperties", 0u))
             o[name] = sample(doc, sub, rng, depth + 1);
@@ -694,8 +1122,15 @@ json sample(const json& doc, const json& s, std::mt19937& rng, int depth = 0) {
     auto hi = std::min(s.value("maxItems", 4u), lo + 3u);
     if (rest == json(false))
       hi = std::min(hi, static_cast<unsigned>(prefix.size()));
-    for (auto n = depth < 6 ? lo + pick(hi - lo + 1) : lo; a.size() < n;)
-      a.push_back(sample(doc, a.size() < prefix.size() ? prefix[a.size()] : rest, rng, depth + 1));
+    // uniqueItems: an item equal to one before is drawn again (the
+    // schemas' items take enough values for minItems).
+    const bool unique = s.value("uniqueItems", false);
+    const std::size_t n = depth < 6 ? lo + pick(hi - lo + 1) : lo;
+    for (int tries = 0; a.size() < n && tries < 100; ++tries) {
+      auto item = sample(doc, a.size() < prefix.size() ? prefix[a.size()] : rest, rng, depth + 1);
+      if (!unique || std::find(a.begin(), a.end(), item) == a.end())
+        a.push_back(std::move(item));
+    }
     return a;
   }
   if (t == "string" && s.contains("pattern")) // the schema's examples match it
@@ -1329,14 +1764,22 @@ TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_ev
                                      "name", "age", "Ann", "a", "e", "x", "xy", "y", "k", "\"t\":\"", "\",", "1", "12",
                                      "0", "-", ".", "5", "e1", "null", "true", "false", "n", "ull", "\"}", "}}", "],",
                                      "\"v\":", "next", "tags", "kind", "\"x\"", "\"xy\"", "\"k\"",
-                                     "\"code\":\"", "ab", "abcd", "\"tag\":\""};
+                                     "\"code\":\"", "ab", "abcd", "\"tag\":\"",
+                                     // propertyNames and uniqueItems (keyed, colored, named)
+                                     "\"counts\":{", "\"ab\":", "\"c", "a\":", "\"tags\":[", "\"ids\":[", "\"a\"",
+                                     "\"a\",", "2", "3", "1.0", "\\u0061", "\"colors\":[", "\"red\"", "\"blue\",",
+                                     "\"by_color\":{", "\"red\":", "\"flags\":[", "true,", "\"mixed\":[",
+                                     "\"meta\":{", "\"id\":", "\"days\":{", "\"2024-01-0", "1\":", "2\":"};
   testing::list_tokenizer vocab(tokens);
   json_vocab v(vocab, 8);
   std::mt19937 rng(3);
   for (const auto& schema : schemas()) {
     SCOPED_TRACE(schema);
+    // One compiled schema for all its walks: json_vocab's answers for one
+    // state are met again in another walk, and must fit it.
+    const auto compiled = json_schema::compile(schema);
     for (int walk = 0; walk < 20; ++walk) {
-      auto m = machine(schema);
+      schema_machine m(compiled);
       for (int step = 0; step < 40 && !m.complete(); ++step) {
         std::vector<std::int32_t> want;
         for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
@@ -1352,6 +1795,43 @@ TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_ev
       }
     }
   }
+}
+
+TEST(json_schema, where_items_are_held_unique_or_names_to_propertyNames_the_vocabulary_allows_what_the_machine_takes) {
+  // Sets and names: states alike but for the items given (or the name's
+  // text) recur across walks of one compiled schema; json_vocab's cached
+  // answers must tell them apart.
+  const std::vector<std::string> tokens = {"", "{", "}", "[", "]", ",", " ", "\"", "\"a\"", "\"b\"", "\"a", "a", "b",
+                                           "\"ab\"", "\\u0061", "\",", "1", "2", "1.0", "10", "0", "-", "e1", "true",
+                                           "false", "null", "\"s\":[", "\"n\":[", "\"f\":[", "\"m\":{", "\":1",
+                                           "\"ab\":", "\"c", "c\":", ":", "1,", "\"b\",", "],"};
+  const std::string schema = R"({"type":"object","properties":{
+      "s":{"type":"array","items":{"type":"string","maxLength":2},"uniqueItems":true},
+      "n":{"type":"array","items":{"type":"number","minimum":0,"maximum":10},"uniqueItems":true},
+      "f":{"type":"array","items":{"anyOf":[{"type":"boolean"},{"type":"null"},{"enum":["a","b"]}]},"uniqueItems":true},
+      "m":{"type":"object","propertyNames":{"pattern":"^[abc]{1,2}$"},"additionalProperties":{"type":"integer"}}},
+    "additionalProperties":false})";
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab, 100'000); // every state's answer kept
+  const auto compiled = json_schema::compile(schema);
+  std::mt19937 rng(21);
+  int steps = 0;
+  for (int walk = 0; walk < 300; ++walk) {
+    schema_machine m(compiled);
+    for (int step = 0; step < 40 && !m.complete(); ++step, ++steps) {
+      std::vector<std::int32_t> want;
+      for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
+        auto probe = m;
+        if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
+          want.push_back(t);
+      }
+      ASSERT_EQ(*v.allowed(m), want) << walk << "/" << step;
+      if (want.empty())
+        break;
+      ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
+    }
+  }
+  EXPECT_GT(steps, 3000);
 }
 
 TEST(json_schema, in_a_pattern_string_the_vocabulary_allows_exactly_the_tokens_a_machine_takes) {
