@@ -83,12 +83,29 @@ void json_vocab::walk(const trie& t, std::uint32_t at, const Machine& m, std::ve
   }
 }
 
+namespace {
+
+/// A walk's step from state `id` by `input` (a byte or a character),
+/// found once: `steps` keeps (id, input) -> the id after it, plus one (0:
+/// refused); `next` finds it afresh (none: refused).
+template <class Next>
+std::optional<std::uint32_t> memo_step(std::unordered_map<std::uint64_t, std::uint32_t>& steps, std::uint32_t id,
+                                       std::uint32_t input, Next&& next) {
+  const auto key = (std::uint64_t{id} << 32) | input;
+  if (const auto it = steps.find(key); it != steps.end())
+    return it->second == 0 ? std::nullopt : std::optional<std::uint32_t>(it->second - 1);
+  const std::optional<std::uint32_t> to = next();
+  steps.emplace(key, to ? *to + 1 : 0);
+  return to;
+}
+
+} // namespace
+
 struct json_vocab::regex_walk {
   const json_pattern& pattern;
   std::vector<json_pattern::states> sets; ///< by id
   std::map<json_pattern::states, std::uint32_t> ids;
-  /// (id << 32 | character): the id after it, plus one (0: refused).
-  std::unordered_map<std::uint64_t, std::uint32_t> steps;
+  std::unordered_map<std::uint64_t, std::uint32_t> steps; ///< memo_step's
 
   std::uint32_t id_of(json_pattern::states s) {
     const auto [it, added] = ids.emplace(std::move(s), static_cast<std::uint32_t>(sets.size()));
@@ -98,13 +115,12 @@ struct json_vocab::regex_walk {
   }
   /// The id after `cp` from `id`; none where the expression cannot go on.
   std::optional<std::uint32_t> step(std::uint32_t id, char32_t cp) {
-    const auto key = (std::uint64_t{id} << 32) | cp;
-    if (const auto it = steps.find(key); it != steps.end())
-      return it->second == 0 ? std::nullopt : std::optional<std::uint32_t>(it->second - 1);
-    auto next = pattern.step(sets[id], cp);
-    const auto to = next.empty() ? 0 : id_of(std::move(next)) + 1;
-    steps.emplace(key, to);
-    return to == 0 ? std::nullopt : std::optional<std::uint32_t>(to - 1);
+    return memo_step(steps, id, cp, [&]() -> std::optional<std::uint32_t> {
+      auto next = pattern.step(sets[id], cp);
+      if (next.empty())
+        return std::nullopt;
+      return id_of(std::move(next));
+    });
   }
 };
 
@@ -133,8 +149,7 @@ template <class Machine>
 struct json_vocab::keyed_walk {
   std::vector<Machine> states; ///< by id
   std::unordered_map<std::string, std::uint32_t> ids;
-  /// (id << 8 | byte): the id after it, plus one (0: refused).
-  std::unordered_map<std::uint64_t, std::uint32_t> steps;
+  std::unordered_map<std::uint64_t, std::uint32_t> steps; ///< memo_step's
 
   std::uint32_t id_of(Machine m) {
     const auto [it, added] = ids.emplace(m.key(), static_cast<std::uint32_t>(states.size()));
@@ -143,13 +158,12 @@ struct json_vocab::keyed_walk {
     return it->second;
   }
   std::optional<std::uint32_t> step(std::uint32_t id, unsigned char c) {
-    const auto key = (std::uint64_t{id} << 8) | c;
-    if (const auto it = steps.find(key); it != steps.end())
-      return it->second == 0 ? std::nullopt : std::optional<std::uint32_t>(it->second - 1);
-    Machine next = states[id];
-    const auto to = next.step(c) ? id_of(std::move(next)) + 1 : 0;
-    steps.emplace(key, to);
-    return to == 0 ? std::nullopt : std::optional<std::uint32_t>(to - 1);
+    return memo_step(steps, id, c, [&]() -> std::optional<std::uint32_t> {
+      Machine next = states[id];
+      if (!next.step(c))
+        return std::nullopt;
+      return id_of(std::move(next));
+    });
   }
 };
 
@@ -166,14 +180,42 @@ void json_vocab::walk_keyed(const trie& t, std::uint32_t at, keyed_walk<Machine>
   }
 }
 
-void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, const json_pattern& p,
-                              const json_machine& lex, const std::vector<std::uint16_t>& states, std::uint32_t cp,
-                              std::string& prefix, std::vector<std::int32_t>& out) {
+struct json_vocab::pattern_walk {
+  const json_pattern& pattern;
+  struct state {
+    json_machine lex;
+    std::vector<std::uint16_t> at;
+    std::uint32_t cp = 0;
+  };
+  std::vector<state> states; ///< by id
+  std::unordered_map<std::string, std::uint32_t> ids;
+  std::unordered_map<std::uint64_t, std::uint32_t> steps; ///< memo_step's
+
+  std::uint32_t id_of(state s) {
+    auto k = s.lex.key();
+    k.append(reinterpret_cast<const char*>(&s.cp), sizeof s.cp);
+    k.append(reinterpret_cast<const char*>(s.at.data()), s.at.size() * sizeof(s.at[0]));
+    const auto [it, added] = ids.emplace(std::move(k), static_cast<std::uint32_t>(states.size()));
+    if (added)
+      states.push_back(std::move(s));
+    return it->second;
+  }
+  /// The id after byte `c` inside the string (not its closing quote).
+  std::optional<std::uint32_t> step(std::uint32_t id, unsigned char c) {
+    return memo_step(steps, id, c, [&]() -> std::optional<std::uint32_t> {
+      auto next = states[id];
+      if (!next.lex.step(c) || !schema_machine::pattern_takes(pattern, next.at, next.cp, states[id].lex, c))
+        return std::nullopt;
+      return id_of(std::move(next));
+    });
+  }
+};
+
+void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, pattern_walk& w,
+                              std::uint32_t id, std::string& prefix, std::vector<std::int32_t>& out) {
   for (const auto& [c, child] : t[at].next) {
-    json_machine after = lex;
-    if (!after.step(c))
-      continue;
     const auto& ending = t[child].tokens;
+    const auto& lex = w.states[id].lex;
     prefix.push_back(static_cast<char>(c));
     if (lex.lex_ == json_machine::lex::string && lex.utf8_left_ == 0 && c == '"') {
       // The string closes: what may follow is the whole schema's to say.
@@ -182,13 +224,9 @@ void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_mach
         out.insert(out.end(), ending.begin(), ending.end());
         walk(t, child, full, out);
       }
-    } else {
-      auto next_states = states;
-      auto next_cp = cp;
-      if (schema_machine::pattern_takes(p, next_states, next_cp, lex, c)) {
-        out.insert(out.end(), ending.begin(), ending.end());
-        walk_pattern(t, child, m, p, after, next_states, next_cp, prefix, out);
-      }
+    } else if (const auto next = w.step(id, c)) {
+      out.insert(out.end(), ending.begin(), ending.end());
+      walk_pattern(t, child, m, w, *next, prefix, out);
     }
     prefix.pop_back();
   }
@@ -236,7 +274,9 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& 
       if (pattern != nullptr) {
         std::string prefix;
         const auto& r = m.readings_.front();
-        walk_pattern(trie_, 0, m, *pattern, m.lex_, r.pattern_at, r.pattern_cp, prefix, out.allowed);
+        pattern_walk w{*pattern, {}, {}, {}};
+        const auto start = w.id_of({m.lex_, r.pattern_at, r.pattern_cp});
+        walk_pattern(trie_, 0, m, w, start, prefix, out.allowed);
       }
     }
     if constexpr (std::is_same_v<Machine, regex_machine>) {

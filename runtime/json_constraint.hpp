@@ -79,11 +79,13 @@ private:
   static void walk(const trie& t, std::uint32_t at, const Machine& m, std::vector<std::int32_t>& out);
   /// walk() for a schema machine `m` in a string value held to pattern
   /// `p`: the string's bytes step the JSON recognizer and the pattern
-  /// alone (`lex`, `states`, `cp`); a byte that closes the string goes to
-  /// a copy of `m` fed `prefix` (the bytes walked so far), which walks on.
-  static void walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, const json_pattern& p,
-                           const json_machine& lex, const std::vector<std::uint16_t>& states, std::uint32_t cp,
-                           std::string& prefix, std::vector<std::int32_t>& out);
+  /// alone (a state of `w`: the recognizer, the pattern's states, the
+  /// character begun), each state met stepped by each byte once; a byte
+  /// that closes the string goes to a copy of `m` fed `prefix` (the bytes
+  /// walked so far), which walks on.
+  struct pattern_walk;
+  static void walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, pattern_walk& w,
+                           std::uint32_t id, std::string& prefix, std::vector<std::int32_t>& out);
   /// walk() for a regular expression: its NFA state sets met in this walk
   /// as ids of `w`, whose steps are found once each (a DFA made lazily
   /// for the walk's length), so a token's bytes cost lookups, not closures.
