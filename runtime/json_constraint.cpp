@@ -180,39 +180,29 @@ void json_vocab::walk_keyed(const trie& t, std::uint32_t at, keyed_walk<Machine>
   }
 }
 
-struct json_vocab::pattern_walk {
-  const json_pattern& pattern;
-  struct state {
-    json_machine lex;
-    std::vector<std::uint16_t> at;
-    std::uint32_t cp = 0;
-  };
-  std::vector<state> states; ///< by id
-  std::unordered_map<std::string, std::uint32_t> ids;
-  std::unordered_map<std::uint64_t, std::uint32_t> steps; ///< memo_step's
+struct json_vocab::pattern_string {
+  const json_pattern* pattern;
+  json_machine lex;
+  std::vector<std::uint16_t> at;
+  std::uint32_t cp = 0;
 
-  std::uint32_t id_of(state s) {
-    auto k = s.lex.key();
-    k.append(reinterpret_cast<const char*>(&s.cp), sizeof s.cp);
-    k.append(reinterpret_cast<const char*>(s.at.data()), s.at.size() * sizeof(s.at[0]));
-    const auto [it, added] = ids.emplace(std::move(k), static_cast<std::uint32_t>(states.size()));
-    if (added)
-      states.push_back(std::move(s));
-    return it->second;
+  std::string key() const {
+    auto k = lex.key();
+    k.append(reinterpret_cast<const char*>(&cp), sizeof cp);
+    k.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(at[0]));
+    return k;
   }
-  /// The id after byte `c` inside the string (not its closing quote).
-  std::optional<std::uint32_t> step(std::uint32_t id, unsigned char c) {
-    return memo_step(steps, id, c, [&]() -> std::optional<std::uint32_t> {
-      auto next = states[id];
-      if (!next.lex.step(c) || !schema_machine::pattern_takes(pattern, next.at, next.cp, states[id].lex, c))
-        return std::nullopt;
-      return id_of(std::move(next));
-    });
+  /// Byte `c` inside the string (not its closing quote); false: it may not
+  /// come (this one is then spent).
+  bool step(unsigned char c) {
+    const auto before = lex;
+    return lex.step(c) && schema_machine::pattern_takes(*pattern, at, cp, before, c);
   }
 };
 
-void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, pattern_walk& w,
-                              std::uint32_t id, std::string& prefix, std::vector<std::int32_t>& out) {
+void json_vocab::walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m,
+                              keyed_walk<pattern_string>& w, std::uint32_t id, std::string& prefix,
+                              std::vector<std::int32_t>& out) {
   for (const auto& [c, child] : t[at].next) {
     const auto& ending = t[child].tokens;
     const auto& lex = w.states[id].lex;
@@ -274,8 +264,8 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& 
       if (pattern != nullptr) {
         std::string prefix;
         const auto& r = m.readings_.front();
-        pattern_walk w{*pattern, {}, {}, {}};
-        const auto start = w.id_of({m.lex_, r.pattern_at, r.pattern_cp});
+        keyed_walk<pattern_string> w;
+        const auto start = w.id_of({pattern, m.lex_, r.pattern_at, r.pattern_cp});
         walk_pattern(trie_, 0, m, w, start, prefix, out.allowed);
       }
     }

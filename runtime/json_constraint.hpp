@@ -77,14 +77,22 @@ private:
   static void insert(trie& t, std::string_view bytes, std::int32_t token);
   template <class Machine>
   static void walk(const trie& t, std::uint32_t at, const Machine& m, std::vector<std::int32_t>& out);
-  /// walk() for a schema machine `m` in a string value held to pattern
-  /// `p`: the string's bytes step the JSON recognizer and the pattern
-  /// alone (a state of `w`: the recognizer, the pattern's states, the
-  /// character begun), each state met stepped by each byte once; a byte
-  /// that closes the string goes to a copy of `m` fed `prefix` (the bytes
+  /// walk() for a machine: the states met in this walk kept by their keys
+  /// (which decide what may follow), each state's step by each byte taken
+  /// once, so a token's bytes cost lookups, not copies.
+  template <class Machine>
+  struct keyed_walk;
+  template <class Machine>
+  static void walk_keyed(const trie& t, std::uint32_t at, keyed_walk<Machine>& w, std::uint32_t id,
+                         std::vector<std::int32_t>& out);
+  /// A string value's bytes under its pattern alone: the JSON recognizer,
+  /// the pattern's states and the character begun.
+  struct pattern_string;
+  /// walk() for a schema machine `m` in a string value held to a pattern:
+  /// the string's bytes step a pattern_string, kept by `w`; a byte that
+  /// closes the string goes to a copy of `m` fed `prefix` (the bytes
   /// walked so far), which walks on.
-  struct pattern_walk;
-  static void walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, pattern_walk& w,
+  static void walk_pattern(const trie& t, std::uint32_t at, const schema_machine& m, keyed_walk<pattern_string>& w,
                            std::uint32_t id, std::string& prefix, std::vector<std::int32_t>& out);
   /// walk() for a regular expression: its NFA state sets met in this walk
   /// as ids of `w`, whose steps are found once each (a DFA made lazily
@@ -92,14 +100,6 @@ private:
   struct regex_walk;
   static void walk_regex(const trie& t, std::uint32_t at, regex_walk& w, std::uint32_t id,
                          const utf8_reader& reader, std::vector<std::int32_t>& out);
-  /// walk() for a grammar machine: the states met in this walk kept by
-  /// their keys (which decide what may follow), each state's step by each
-  /// byte taken once, so a token's bytes cost lookups, not copies.
-  template <class Machine>
-  struct keyed_walk;
-  template <class Machine>
-  static void walk_keyed(const trie& t, std::uint32_t at, keyed_walk<Machine>& w, std::uint32_t id,
-                         std::vector<std::int32_t>& out);
   /// split() for a machine whose key is `k`; `in_text`: it is inside a
   /// string that plain text keeps as it is.
   template <class Machine>

@@ -1731,15 +1731,15 @@ bool schema_machine::item_live(const reading& r, const json_machine& lex) {
     reading r;
     json_machine lex;
   };
-  std::vector<probe> todo{{r, lex}};
-  todo.back().r.probe = true;
-  auto& first = todo.back().r.frames;
+  std::vector<probe> waiting{{r, lex}};
+  waiting.back().r.probe = true;
+  auto& first = waiting.back().r.frames;
   first.erase(first.begin(), first.end() - 1); // only the array's frame matters here
   std::set<std::string> met;
   const unsigned char ending = string ? '"' : ' ';
-  for (int budget = max_item_search; !todo.empty();) {
-    const probe p = std::move(todo.back());
-    todo.pop_back();
+  for (int budget = max_item_search; !waiting.empty();) {
+    const probe p = std::move(waiting.back());
+    waiting.pop_back();
     for (int k = 0; k < 256; ++k) {
       const auto c = static_cast<unsigned char>(k == 0 ? ending : k == ending ? 0 : k);
       if (!string && (c == ',' || c == ']' || c == '}'))
@@ -1765,7 +1765,7 @@ bool schema_machine::item_live(const reading& r, const json_machine& lex) {
           if (!met.insert(std::move(seen)).second)
             continue;
         }
-        todo.push_back({std::move(x), next});
+        waiting.push_back({std::move(x), next});
       }
     }
   }

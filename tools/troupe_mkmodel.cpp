@@ -541,13 +541,16 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
   // The later form's: the system prompt in its own tags first, the tools
   // before the last user turn, each call [TOOL_CALLS]name[ARGS]arguments
   // after the assistant's text, a tool's result in tags, no ids.
+  // Mistral's tokenizer_config.json: BOS and EOS as SentencePiece's, and
+  // `chat_template`.
+  const auto mistral_config = [&](const char* chat_template) {
+    return write_text(out / "tokenizer_config.json",
+                      nlohmann::json{{"bos_token", "<s>"}, {"eos_token", "</s>"}, {"chat_template", chat_template}}
+                          .dump(2)
+                        + "\n");
+  };
   if (o.arch == "mistral" && o.mistral_calls == "named")
-    return write_text(
-      out / "tokenizer_config.json",
-      nlohmann::json{
-        {"bos_token", "<s>"},
-        {"eos_token", "</s>"},
-        {"chat_template",
+    return mistral_config(
          "{%- set ns = namespace(last_user=-1) %}{%- for m in messages %}{%- if m.role == 'user' %}"
          "{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}{{- bos_token }}"
          "{%- if messages[0].role == 'system' %}{{- '[SYSTEM_PROMPT]' + messages[0].content + '[/SYSTEM_PROMPT]' }}"
@@ -560,15 +563,9 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
          "{{- '[TOOL_CALLS]' + c.function.name + '[ARGS]' + a }}{%- endfor %}{{- eos_token }}"
          "{%- elif m.role == 'tool' %}{{- '[TOOL_RESULTS]' + m.content + '[/TOOL_RESULTS]' }}"
          "{%- elif m.role != 'system' or not loop.first %}"
-         "{{- raise_exception('roles are system (first), user, assistant and tool') }}{%- endif %}{%- endfor %}"}}
-        .dump(2) + "\n");
+         "{{- raise_exception('roles are system (first), user, assistant and tool') }}{%- endif %}{%- endfor %}");
   if (o.arch == "mistral")
-    return write_text(
-      out / "tokenizer_config.json",
-      nlohmann::json{
-        {"bos_token", "<s>"},
-        {"eos_token", "</s>"},
-        {"chat_template",
+    return mistral_config(
          "{%- set ns = namespace(last_user=-1, system='') %}{%- for m in messages %}{%- if m.role == 'user' %}"
          "{%- set ns.last_user = loop.index0 %}{%- elif m.role == 'system' %}{%- set ns.system = m.content %}"
          "{%- endif %}{%- endfor %}{{- bos_token }}{%- for m in messages %}{%- if m.role == 'user' %}"
@@ -582,8 +579,7 @@ std::optional<std::string> train_tokenizer(const options& o, const fs::path& out
          "{{- ', ' if not loop.last else ']' + eos_token }}{%- endfor %}{%- elif m.role == 'assistant' %}"
          "{{- ' ' + m.content | trim + eos_token }}{%- elif m.role == 'tool' %}"
          "{{- '[TOOL_RESULTS] {\"content\": ' + m.content | tojson + ', \"call_id\": \"' + m.tool_call_id + "
-         "'\"}[/TOOL_RESULTS]' }}{%- endif %}{%- endfor %}"}}
-        .dump(2) + "\n");
+         "'\"}[/TOOL_RESULTS]' }}{%- endif %}{%- endfor %}");
   // Llama 2 chat's format: the system text inside the first user turn,
   // each turn [INST] ... [/INST] after BOS, each reply closed by EOS,
   // texts trimmed.
