@@ -56,7 +56,7 @@ typename Inspector::result_type inspect(Inspector& f, request_spec& x) {
            x.max_new_tokens, x.fit_context, x.adapter_id, x.adapter_rank, x.adapter_pages, x.seed, x.temperature,
            x.top_p, x.top_k, x.logprobs, x.prompt_logprobs, x.presence_penalty, x.frequency_penalty,
            x.logit_bias, x.min_p, x.repetition_penalty, x.priority, x.session, x.stop, x.stop_token_ids, x.bad_words, x.allowed_token_ids, x.ignore_eos, x.skip_special_tokens, x.min_tokens, x.json_object,
-           x.json_schema, x.json_trigger, x.json_trigger_first, x.json_trigger_head, x.reasoning_close, x.reasoning_open, x.choice, x.regex, x.grammar, x.queue,
+           x.json_schema, x.json_trigger, x.json_trigger_first, x.json_trigger_head, x.json_answer, x.reasoning_close, x.reasoning_open, x.choice, x.regex, x.grammar, x.queue,
            x.predicted_tokens, x.arrival_s);
 }
 

@@ -1115,6 +1115,10 @@ json arguments_schema(const tool& t, const std::function<bool(const std::string&
   return params;
 }
 
+/// Where a call's schema keeps response_format's, beside the calls' (no
+/// function's name: those are letters, digits, '_' and '-').
+constexpr std::string_view answer_def = "$answer";
+
 json call_schema(const std::vector<tool>& tools, const std::string& arguments_key,
                  const std::function<bool(const std::string&)>& enforceable = {}) {
   json defs = json::object();
@@ -1567,12 +1571,19 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
       return bad("field \"" + out.schema_field + "\" cannot go with tools offered (tool_choice not \"none\"); a "
                    "call's arguments are held to its parameters when tool_choice forces the call",
                  out.schema_field);
-    if (gen.contains("json_schema") || gen.contains("response_format"))
-      return bad("field \"response_format\" must be \"text\" with tools offered (tool_choice not \"none\"); a "
-                 "call's arguments are held to its parameters when tool_choice forces the call",
-                 "response_format");
     const auto forced = std::get<tool_choice>(choice).forced;
     const auto slot = find_call_slot(tpl.tool_call);
+    // response_format shapes the answer when it is not a call: with "auto",
+    // the output is calls or a value of it; a forced answer is a call.
+    std::optional<json> answer;
+    if (gen.contains("json_schema"))
+      answer = std::move(gen["json_schema"]);
+    else if (gen.contains("response_format"))
+      answer = json{{"type", "object"}};
+    gen.erase("json_schema");
+    gen.erase("response_format");
+    if (forced)
+      answer.reset();
     completion_request::tool_calling calling;
     calling.forced = forced;
     // One call, its marker in the prompt: a named function's (with the
@@ -1624,6 +1635,16 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
       gen["json_schema"] = slot.named ? named_schema(offered, enforceable)
                                       : held(call_schema(offered, calling.arguments_key, enforceable));
       gen["json_trigger"] = calling.open;
+      if (answer)
+        gen["json_answer"] = std::move(*answer); // (the calls or this answer)
+    } else if (answer) {
+      // No marker (Llama 3.1's JSON calls): the output is one JSON value, a
+      // call or the answer, read as a call where it is one.
+      auto both = call_schema(offered, calling.arguments_key, enforceable);
+      rebase_refs(*answer, "/$defs/" + std::string(answer_def));
+      both["$defs"][answer_def] = std::move(*answer);
+      both["anyOf"].push_back({{"$ref", "#/$defs/" + std::string(answer_def)}});
+      gen["json_schema"] = std::move(both);
     }
     if (slot.named && gen.contains("json_trigger"))
       gen["json_trigger_head"] = calling.head; // a name, the head, then its arguments
@@ -1781,6 +1802,13 @@ api_error refusal(const completion_request& request, wire::error_code code, std:
         e.param = request.schema_field;
         return e;
       }
+  if (constexpr std::string_view answer = "field \"json_answer\"";
+      code == wire::error_code::bad_request && message.starts_with(answer)) {
+    // response_format's schema, the answer beside the calls.
+    auto e = from_wire(code, "field \"response_format\"" + message.substr(answer.size()));
+    e.param = "response_format";
+    return e;
+  }
   if (code != wire::error_code::bad_request || !message.starts_with(schema_field) || !request.tools)
     return from_wire(code, std::move(message));
   // The call's schema is the request's tools: say so, and name the
@@ -1789,6 +1817,13 @@ api_error refusal(const completion_request& request, wire::error_code code, std:
                                                        : "a call the model opens is held to the tools' parameters")
                      + message.substr(schema_field.size());
   constexpr std::string_view defs = "the schema at \"#/$defs/";
+  if (const auto at = said.find(std::string(defs) + std::string(answer_def)); at != std::string::npos) {
+    // response_format's schema beside the calls': name it.
+    auto e = from_wire(code, "field \"response_format\": the schema at \"#"
+                               + said.substr(at + defs.size() + answer_def.size()));
+    e.param = "response_format";
+    return e;
+  }
   if (const auto at = said.find(defs); at != std::string::npos) {
     const auto name_at = at + defs.size();
     const auto name_end = said.find_first_of("/\"", name_at);

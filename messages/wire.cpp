@@ -134,13 +134,13 @@ constexpr std::array<std::string_view, 5> advise_fields{"type", "id", "session",
 constexpr std::array<std::string_view, 3> tokenize_fields{"type", "id", "prompt"};
 constexpr std::array<std::string_view, 3> detokenize_fields{"type", "id", "tokens"};
 
-constexpr std::array<std::string_view, 39> generate_fields{
+constexpr std::array<std::string_view, 40> generate_fields{
   "type",     "id",       "prompt",           "prompt_tokens",     "adapter",   "max_tokens", "fit_context", "temperature",
   "top_p",    "top_k",    "seed",             "stop",              "stream",    "session",    "priority",
   "logprobs", "prompt_logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "min_p",
   "repetition_penalty", "stop_token_ids", "ignore_eos", "min_tokens", "response_format", "json_schema",
   "json_trigger", "json_trigger_first", "reasoning_close", "reasoning_open", "skip_special_tokens", "choice", "regex",
-  "grammar", "json_trigger_head", "truncate_prompt_tokens", "bad_words", "allowed_token_ids"};
+  "grammar", "json_trigger_head", "truncate_prompt_tokens", "bad_words", "allowed_token_ids", "json_answer"};
 
 /// The member `key` of `obj`, or nullptr when it is absent or null (a null
 /// field counts as not given).
@@ -453,6 +453,15 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
                                         "names before it, and their values' schemas)",
                    *j);
     g.json_trigger_head = j->get<std::string>();
+  }
+  if (auto j = find(obj, "json_answer")) {
+    if (!j->is_object())
+      reject_field("json_answer", "a JSON Schema (an object)", *j);
+    if (g.json_trigger.empty() || g.json_trigger_first)
+      reject_field("json_answer", "given with \"json_trigger\" and without \"json_trigger_first\" (the output "
+                                  "begins with the trigger or is the answer)",
+                   *j);
+    g.json_answer = j->dump(-1, ' ', false, json::error_handler_t::replace);
   }
   if (auto j = find(obj, "reasoning_close")) {
     if (!j->is_string() || j->get_ref<const std::string&>().empty()
@@ -1121,6 +1130,8 @@ std::string to_json(const request& x) {
         j["json_trigger_first"] = true;
       if (!g.json_trigger_head.empty())
         j["json_trigger_head"] = g.json_trigger_head;
+      if (!g.json_answer.empty())
+        j["json_answer"] = json::parse(g.json_answer, nullptr, false);
       if (!g.reasoning_close.empty())
         j["reasoning_close"] = g.reasoning_close;
       if (!g.reasoning_open.empty())

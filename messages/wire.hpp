@@ -140,6 +140,13 @@ struct generate_request {
   /// "$defs" beside it): Mistral's "[TOOL_CALLS]name[ARGS]{...}". Empty:
   /// the value follows the trigger, held to json_schema itself.
   std::string json_trigger_head{};
+  /// "json_answer": {...}, with json_trigger (not json_trigger_first): the
+  /// output either begins with json_trigger (values follow as those say)
+  /// or is one value of this JSON Schema, and ends when that closes (as
+  /// compact JSON text; empty: none). What tools offered with "auto" and
+  /// response_format together use. A backend that samples from no logits
+  /// refuses it, as it does json_schema.
+  std::string json_answer{};
   /// "reasoning_close": "</think>" (1 to 64 bytes), with response_format
   /// "json_object" or json_schema: a reasoning model's output thinks first,
   /// free text up to this mark, and only what follows it (the content) is

@@ -300,7 +300,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                                   "candidates by them either");
     return;
   }
-  if (!g.json_trigger.empty() && !g.json_trigger_first && !backend_->computes_logprobs()) {
+  if (!g.json_trigger.empty() && !g.json_trigger_first && g.json_answer.empty() && !backend_->computes_logprobs()) {
     // Free text until the trigger: served, all of it free (the wire's word).
     g.json_object = false;
     g.json_schema.clear();
@@ -310,7 +310,8 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     g.reasoning_open.clear();
   }
   // Output held token by token: the field that holds it, and to what.
-  const auto [held_by, held_to] = g.json_object           ? std::pair{"response_format", "JSON"}
+  const auto [held_by, held_to] = !g.json_answer.empty()   ? std::pair{"json_answer", "JSON"}
+                                  : g.json_object           ? std::pair{"response_format", "JSON"}
                                   : !g.json_schema.empty() ? std::pair{"json_schema", "JSON"}
                                   : !g.choice.empty()      ? std::pair{"choice", "the choices"}
                                   : !g.regex.empty()       ? std::pair{"regex", "an expression"}
@@ -349,6 +350,15 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     } catch (const std::invalid_argument& e) {
       out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
                                         std::string("field \"json_schema\": ") + e.what()));
+      return;
+    }
+  }
+  if (!g.json_answer.empty()) {
+    try {
+      (void)schemas_.get(g.json_answer);
+    } catch (const std::invalid_argument& e) {
+      out.replies.push_back(error_frame(peer, g.id, error_code::bad_request,
+                                        std::string("field \"json_answer\": ") + e.what()));
       return;
     }
   }
@@ -432,6 +442,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
   spec.json_trigger = std::move(g.json_trigger);
   spec.json_trigger_first = g.json_trigger_first;
   spec.json_trigger_head = std::move(g.json_trigger_head);
+  spec.json_answer = std::move(g.json_answer);
   spec.reasoning_close = std::move(g.reasoning_close);
   spec.reasoning_open = std::move(g.reasoning_open);
   spec.choice = std::move(g.choice);

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 #include <utility>
 
@@ -56,8 +57,10 @@ std::vector<trigger_head> trigger_heads(const std::string& schema_text, std::str
   return out;
 }
 
-json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema)
-  : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), schema_(std::move(schema)) {
+json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema,
+                           std::shared_ptr<const json_schema> answer)
+  : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), schema_(std::move(schema)),
+    answer_(std::move(answer)) {
   if (trigger_.empty() || trigger_.size() > max_bytes)
     throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
                                 + std::to_string(trigger_.size()));
@@ -65,8 +68,10 @@ json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::shared_p
   make_free_splits();
 }
 
-json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::string mark, std::vector<trigger_head> heads)
-  : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), mark_(std::move(mark)), heads_(std::move(heads)) {
+json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::string mark, std::vector<trigger_head> heads,
+                           std::shared_ptr<const json_schema> answer)
+  : vocab_(vocab), trigger_(std::move(trigger)), match_(trigger_), answer_(std::move(answer)), mark_(std::move(mark)),
+    heads_(std::move(heads)) {
   if (trigger_.empty() || trigger_.size() > max_bytes)
     throw std::invalid_argument("a JSON trigger is 1 to " + std::to_string(max_bytes) + " bytes, got "
                                 + std::to_string(trigger_.size()));
@@ -112,6 +117,13 @@ json_trigger::json_trigger(json_vocab& vocab, std::string trigger, std::string m
 }
 
 void json_trigger::make_free_splits() {
+  if (answer_) {
+    auto none = std::make_shared<json_vocab::token_split>();
+    none->banned.resize(static_cast<std::size_t>(vocab_.size()));
+    for (std::int32_t t = 0; t < vocab_.size(); ++t)
+      none->banned[static_cast<std::size_t>(t)] = t;
+    none_ = std::move(none);
+  }
   // Each free state's ban list, once: a token is banned where reading it
   // ends the trigger and then breaks the value (or the heads) that
   // begins. Only a token holding the trigger's last byte can end it; the
@@ -150,8 +162,17 @@ void json_trigger::make_free_splits() {
   }
 }
 
+json_trigger::state json_trigger::begin(bool leading) const {
+  state s;
+  s.leading = leading || answer_ != nullptr;
+  if (answer_)
+    s.answer.emplace(answer_);
+  return s;
+}
+
 void json_trigger::triggered(state& s) const {
   s.leading = false;
+  s.answer.reset();
   s.matched = 0;
   if (heads_.empty())
     s.value.emplace(schema_);
@@ -173,6 +194,8 @@ bool json_trigger::head_byte(state& s, unsigned char c) const {
 }
 
 bool json_trigger::advance(state& s, std::int32_t t) const {
+  if (s.done)
+    return false;
   if (s.head != no_head) {
     // Between the trigger and the value: the mark's token after a whole
     // name; a token that stands for no text goes nowhere.
@@ -190,8 +213,8 @@ bool json_trigger::advance(state& s, std::int32_t t) const {
     return false; // (it writes no byte of the trigger)
   if (t < 0 || t != special_ || s.value)
     return advance(s, vocab_.bytes(t));
-  if (s.leading && s.matched != 0)
-    return false;
+  if ((s.leading && s.matched != 0) || (s.answer && !s.leading))
+    return false; // (the trigger's token inside it, or inside the answer)
   triggered(s);
   return true;
 }
@@ -201,16 +224,39 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
   // an object or an array): the machine takes it whole or not at all, in
   // place, with no copy of the state (a step of every request in a call
   // goes here).
-  if (s.value && !s.leading && bytes.find_first_of("}]") == std::string_view::npos)
-    return s.value->feed(bytes);
+  if (s.done)
+    return bytes.empty();
+  if (!s.leading && bytes.find_first_of("}]") == std::string_view::npos) {
+    if (s.value)
+      return s.value->feed(bytes);
+    if (s.answer)
+      return s.answer->feed(bytes);
+  }
   state at = s;
   for (const char ch : bytes) {
     const auto c = static_cast<unsigned char>(ch);
     if (at.leading) {
-      if (c != static_cast<unsigned char>(trigger_[at.matched]))
-        return false;
+      // The trigger and (while it may still be) the answer each read it.
+      const bool trigger = c == static_cast<unsigned char>(trigger_[at.matched]);
+      const bool answer = at.answer && at.answer->feed(c);
+      if (!answer)
+        at.answer.reset();
+      if (!trigger) {
+        if (!answer)
+          return false;
+        at.leading = false;
+        at.matched = 0;
+        continue;
+      }
       if (++at.matched == trigger_.size())
         triggered(at);
+      else if (at.answer && at.answer->complete())
+        at.answer.reset(); // (the trigger may go on: it does)
+      continue;
+    }
+    if (at.answer) {
+      if (!at.answer->feed(c)) // (after its close, blanks alone)
+        return false;
       continue;
     }
     if (at.head != no_head) {
@@ -231,11 +277,19 @@ bool json_trigger::advance(state& s, std::string_view bytes) const {
     if (at.matched == trigger_.size())
       triggered(at);
   }
+  if (at.answer && !at.leading && at.answer->complete()) {
+    // The answer has closed (the token's blanks after it read too): the
+    // output is whole.
+    at.answer.reset();
+    at.done = true;
+  }
   s = std::move(at);
   return true;
 }
 
 std::shared_ptr<const json_vocab::token_split> json_trigger::split(const state& s) const {
+  if (s.done)
+    return none_;
   if (s.value)
     return vocab_.split(*s.value);
   if (s.head != no_head) {
@@ -264,19 +318,46 @@ std::shared_ptr<const json_vocab::token_split> json_trigger::split(const state& 
     }
     return cached;
   }
+  if (s.answer && !s.leading)
+    return vocab_.split(*s.answer);
   if (!s.leading)
     return free_.at(s.matched);
+  if (!s.answer)
+    return leading_split(s.matched);
+  // The trigger's tokens and the answer's: a token either reads whole
+  // (each reads every byte on its own) is one advance takes. The answer
+  // has read the trigger's bytes matched, so those say which.
+  if (leading_answer_.empty())
+    leading_answer_.resize(trigger_.size());
+  auto& cached = leading_answer_.at(s.matched);
+  if (!cached) {
+    const auto lead = leading_split(s.matched);
+    const auto answer = vocab_.split(*s.answer);
+    auto split = std::make_shared<json_vocab::token_split>();
+    std::set_union(lead->allowed.begin(), lead->allowed.end(), answer->allowed.begin(), answer->allowed.end(),
+                   std::back_inserter(split->allowed));
+    std::set_intersection(lead->banned.begin(), lead->banned.end(), answer->banned.begin(), answer->banned.end(),
+                          std::back_inserter(split->banned));
+    cached = std::move(split);
+  }
+  return cached;
+}
+
+std::shared_ptr<const json_vocab::token_split> json_trigger::leading_split(std::size_t matched) const {
   if (leading_.empty())
     leading_.resize(trigger_.size());
-  auto& cached = leading_.at(s.matched);
+  auto& cached = leading_.at(matched);
   if (!cached) {
     // Few tokens go on with the trigger: the rest (the end-of-sequence
     // token among them) are banned.
+    state s;
+    s.leading = true;
+    s.matched = matched;
     auto split = std::make_shared<json_vocab::token_split>();
     for (std::int32_t t = 0; t < vocab_.size(); ++t) {
       auto probe = s;
       const auto bytes = vocab_.bytes(t);
-      const bool writes = t == special_ ? s.matched == 0 : !bytes.empty() && advance(probe, bytes);
+      const bool writes = t == special_ ? matched == 0 : !bytes.empty() && advance(probe, bytes);
       (writes ? split->allowed : split->banned).push_back(t);
     }
     cached = std::move(split);

@@ -5,7 +5,11 @@
 // leaves the model free to answer in words instead. The wire's
 // json_trigger. Headed (the wire's json_trigger_head): after the trigger,
 // one of several names, then a mark, then a value held to that name's
-// schema (Mistral's "[TOOL_CALLS]get_weather[ARGS]{...}"). No CAF, no I/O.
+// schema (Mistral's "[TOOL_CALLS]get_weather[ARGS]{...}"). With an answer
+// schema (the wire's json_answer), the output is either one value of that
+// schema, and ends there, or begins with the trigger: how tools offered
+// with "auto" and response_format together make the answer either calls
+// or the structured reply. No CAF, no I/O.
 #pragma once
 
 #include "messages/wire.hpp"
@@ -64,12 +68,14 @@ public:
 
   /// Throws std::invalid_argument for an empty trigger or one over
   /// max_bytes.
-  json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema);
+  json_trigger(json_vocab& vocab, std::string trigger, std::shared_ptr<const json_schema> schema,
+               std::shared_ptr<const json_schema> answer = nullptr);
   /// Headed: after the trigger, one of `heads`' names, then `mark` (1 to
   /// max_bytes; or the special token whose own text it is), then a value
   /// of that head's schema. Throws std::invalid_argument as the other
   /// does, for a bad mark, no heads, or heads trigger_heads refuses.
-  json_trigger(json_vocab& vocab, std::string trigger, std::string mark, std::vector<trigger_head> heads);
+  json_trigger(json_vocab& vocab, std::string trigger, std::string mark, std::vector<trigger_head> heads,
+               std::shared_ptr<const json_schema> answer = nullptr);
 
   static constexpr std::uint32_t no_head = 0xFFFFFFFFu;
 
@@ -78,17 +84,32 @@ public:
   /// `leading`: at the output's start, which must be the trigger (its
   /// first `matched` bytes written). Headed, between the trigger and the
   /// value: `head` is where in the names and the mark the output is (not
-  /// no_head).
+  /// no_head). With an answer schema: `answer` is the answer's reading
+  /// while the output may still be (leading) or is (not leading) that
+  /// value; `done`: the answer has closed, and nothing may follow it.
   struct state {
     std::size_t matched = 0;
     std::optional<schema_machine> value;
     bool leading = false;
     std::uint32_t head = no_head;
+    std::optional<schema_machine> answer;
+    bool done = false;
   };
+
+  /// Where an output begins: in free text; `leading`, at the trigger it
+  /// must begin with. With an answer schema, at the trigger or the
+  /// answer's first byte (whatever `leading` says).
+  state begin(bool leading) const;
+  /// An answer schema was given.
+  bool answers() const noexcept { return answer_ != nullptr; }
 
   /// Reads `bytes` from `s`: free text is searched for the trigger; a value
   /// begins right after it and free text again right after the value
-  /// closes. False (s as it was) when a byte breaks the value.
+  /// closes. False (s as it was) when a byte breaks the value. At the
+  /// output's start with an answer schema, each byte goes to both the
+  /// trigger and the answer, and the output follows whichever takes it
+  /// (the trigger where both are whole: its last byte ends the answer's
+  /// reading).
   bool advance(state& s, std::string_view bytes) const;
   /// Reads token `t`: its bytes, or where the trigger is a special
   /// token's own text ("[TOOL_CALLS]", which stands for no text), that
@@ -114,6 +135,7 @@ private:
   mark_matcher match_;
   std::int32_t special_ = -1;
   std::shared_ptr<const json_schema> schema_;
+  std::shared_ptr<const json_schema> answer_;
   /// Headed: the heads' bytes (name, then mark) as a tree; node 0 is
   /// where the trigger leaves the output.
   struct head_node {
@@ -139,6 +161,13 @@ private:
   /// By bytes matched, made when first asked for: the split while the
   /// output's leading trigger is written.
   mutable std::vector<std::shared_ptr<const json_vocab::token_split>> leading_;
+  /// The same with an answer schema: tokens either takes (the answer's
+  /// reading there is the trigger's bytes matched).
+  mutable std::vector<std::shared_ptr<const json_vocab::token_split>> leading_answer_;
+  /// Where the answer has closed: every token banned.
+  std::shared_ptr<const json_vocab::token_split> none_;
+  /// The leading trigger's split by bytes matched (without the answer).
+  std::shared_ptr<const json_vocab::token_split> leading_split(std::size_t matched) const;
 };
 
 } // namespace troupe

@@ -65,8 +65,7 @@ bool reasoning_gate::enter_content(state& s, std::string_view bytes) const {
   if (held_) {
     std::visit([&](const auto& m) { s.machine = m; }, *held_);
   } else if (trigger_) {
-    s.trigger = json_trigger::state{};
-    s.trigger.leading = leading_;
+    s.trigger = trigger_->begin(leading_);
   } else {
     s.value.emplace(schema_);
   }
@@ -98,7 +97,10 @@ bool reasoning_gate::content(state& s, std::string_view bytes) const {
     s.complete = s.value->complete();
     return true;
   }
-  // Blanks before a leading trigger are the gate's to count.
+  if (s.complete)
+    return bytes.empty(); // (the answer closed)
+  // Blanks before a leading trigger (or the answer) are the gate's to
+  // count.
   auto blanks = s.blanks;
   if (s.trigger.leading && s.trigger.matched == 0)
     while (!bytes.empty() && json_blank(static_cast<unsigned char>(bytes.front()))) {
@@ -110,6 +112,7 @@ bool reasoning_gate::content(state& s, std::string_view bytes) const {
   if (!trigger_->advance(s.trigger, bytes))
     return false;
   s.blanks = blanks;
+  s.complete = s.trigger.done;
   return true;
 }
 
@@ -167,7 +170,7 @@ bool reasoning_gate::advance(state& s, std::int32_t t) const {
     if (!enter_content(at, text))
       return false;
   }
-  if (!trigger_->advance(at.trigger, t))
+  if (at.complete || !trigger_->advance(at.trigger, t))
     return false;
   s = std::move(at);
   return true;

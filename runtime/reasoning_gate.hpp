@@ -42,7 +42,9 @@ public:
   /// over max_mark_bytes.
   reasoning_gate(json_vocab& vocab, std::string open, std::string close, std::shared_ptr<const json_schema> schema);
   /// The content is `trigger`'s free text; `leading`: it begins with the
-  /// trigger (after blanks), so it holds at least one value.
+  /// trigger (after blanks), so it holds at least one value. A trigger
+  /// with an answer schema begins with the trigger or the answer (after
+  /// blanks), and the output is whole when the answer closes.
   reasoning_gate(json_vocab& vocab, std::string open, std::string close, std::shared_ptr<const json_trigger> trigger,
                  bool leading);
   /// The content is held by `held` (as it starts): the output is whole when
@@ -100,7 +102,7 @@ private:
   bool content(state& s, std::string_view bytes) const;
   /// The content may be empty (free text): tokens that stand for no text
   /// may end the output anywhere.
-  bool may_end() const noexcept { return trigger_ && !leading_; }
+  bool may_end() const noexcept { return trigger_ && !leading_ && !trigger_->answers(); }
 
   json_vocab& vocab_;
   std::string open_;

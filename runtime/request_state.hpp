@@ -136,6 +136,10 @@ struct request_spec {
   /// of json_schema's property names and this mark, then a value of that
   /// property's schema (runtime/json_trigger.hpp, trigger_heads).
   std::string json_trigger_head;
+  /// Not empty, with json_trigger: a JSON Schema's text; the output either
+  /// begins with the trigger or is one value of this schema, and ends when
+  /// it closes (runtime/json_trigger.hpp).
+  std::string json_answer;
   /// Not empty, with json_object or json_schema: the output thinks first,
   /// up to this mark, and only what follows is held as those say; with
   /// reasoning_open, only output that begins with that mark thinks

@@ -170,7 +170,7 @@ scheduler_core::submit_result scheduler_core::submit(request_spec spec) {
       r.json.emplace(std::move(schema));
     } else {
       r.trigger = trigger_for(spec, std::move(schema));
-      r.trigger_at.leading = spec.json_trigger_first;
+      r.trigger_at = r.trigger->begin(spec.json_trigger_first);
     }
   }
   if ((!spec.choice.empty() || !spec.regex.empty() || !spec.grammar.empty()) && vocab_ != nullptr) {
@@ -918,18 +918,24 @@ void scheduler_core::constrain_json(record& r, std::vector<gpu::logit_adjustment
 
 std::shared_ptr<const json_trigger> scheduler_core::trigger_for(const request_spec& spec,
                                                                 std::shared_ptr<const json_schema> schema) {
-  return cached(triggers_, spec.json_trigger + '\0' + spec.json_trigger_head + '\0' + spec.json_schema, [&] {
+  auto key = spec.json_trigger + '\0' + spec.json_trigger_head + '\0' + spec.json_answer + '\0' + spec.json_schema;
+  return cached(triggers_, std::move(key), [&] {
+    // (get throws for an answer the intake would refuse)
+    auto answer = spec.json_answer.empty() ? nullptr : schemas_.get(spec.json_answer);
     if (spec.json_trigger_head.empty())
-      return std::make_shared<const json_trigger>(*json_vocab_, spec.json_trigger, std::move(schema));
+      return std::make_shared<const json_trigger>(*json_vocab_, spec.json_trigger, std::move(schema),
+                                                  std::move(answer));
     return std::make_shared<const json_trigger>(*json_vocab_, spec.json_trigger, spec.json_trigger_head,
-                                                trigger_heads(spec.json_schema, spec.json_trigger_head, schemas_));
+                                                trigger_heads(spec.json_schema, spec.json_trigger_head, schemas_),
+                                                std::move(answer));
   });
 }
 
 std::shared_ptr<const reasoning_gate> scheduler_core::gate_for(const request_spec& spec,
                                                                std::shared_ptr<const json_schema> schema) {
   auto key = spec.reasoning_open + '\0' + spec.reasoning_close + '\0' + spec.json_trigger + '\0'
-             + spec.json_trigger_head + '\0' + (spec.json_trigger_first ? "1" : "0") + spec.json_schema;
+             + spec.json_trigger_head + '\0' + spec.json_answer + '\0' + (spec.json_trigger_first ? "1" : "0")
+             + spec.json_schema;
   return cached(gates_, std::move(key), [&] {
     if (spec.json_trigger.empty())
       return std::make_shared<const reasoning_gate>(*json_vocab_, spec.reasoning_open, spec.reasoning_close,
@@ -980,6 +986,8 @@ std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t 
   if (r.trigger) {
     if (!r.trigger->advance(r.trigger_at, token))
       return finish_reason::error; // a backend that samples from no logits
+    if (r.trigger_at.done)
+      return finish_reason::stop; // the answer closed
     r.json_allowed = r.trigger->split(r.trigger_at);
     if (r.json_allowed->allowed.empty())
       return finish_reason::error;

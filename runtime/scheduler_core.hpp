@@ -569,7 +569,7 @@ private:
   void constrain_json(record& r, std::vector<gpu::logit_adjustment>& adjust);
   /// Takes a JSON-object (or choice) request's new token:
   /// finish_reason::stop when it closed the object (not with a trigger:
-  /// free text follows) or made a choice no longer one goes on from, error when
+  /// free text follows; but an answer beside one) or made a choice no longer one goes on from, error when
   /// no token could follow (or the backend sampled a banned one), nothing
   /// otherwise.
   std::optional<finish_reason> json_after(record& r, std::int32_t token);

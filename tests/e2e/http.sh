@@ -730,6 +730,33 @@ history = [{"role": "user", "content": "Weather in Paris?"},
            {"role": "tool", "tool_call_id": "call_1", "content": "18C, sunny"}]
 status, _, body = call("/v1/chat/completions", dict(ask, messages=history, tool_choice="none"))
 assert status == 200 and isinstance(json.loads(body)["choices"][0]["message"]["content"], str), body
+# "auto" beside response_format: the answer is calls, or content that is a
+# value of the format's schema (the output ends when that value closes).
+verdict = {"type": "object", "additionalProperties": False, "required": ["ok"],
+           "properties": {"ok": {"type": "boolean"}}}
+formatted = dict(ask, max_completion_tokens=60,
+                 response_format={"type": "json_schema", "json_schema": {"name": "verdict", "schema": verdict}})
+ends = set()
+for seed in range(10):
+    status, _, body = call("/v1/chat/completions", dict(formatted, seed=seed))
+    assert status == 200, body
+    choice = json.loads(body)["choices"][0]
+    ends.add(choice["finish_reason"])
+    if choice["finish_reason"] == "stop":
+        assert "tool_calls" not in choice["message"], choice
+        value = json.loads(choice["message"]["content"])
+        assert set(value) == {"ok"} and type(value["ok"]) is bool, choice
+    elif choice["finish_reason"] == "tool_calls":
+        for tc in choice["message"]["tool_calls"]:
+            assert tc["function"]["name"] in ("get_weather", "get_time"), tc
+            json.loads(tc["function"]["arguments"])
+    else:
+        assert choice["finish_reason"] == "length", choice
+assert ends & {"stop", "tool_calls"}, ends
+err = refused(400, path="/v1/chat/completions", body=dict(ask, response_format={"type": "json_schema", "json_schema": {
+    "name": "n", "schema": {"type": "object", "properties": {"x": {"type": "string", "format": "idn-email"}}}}}),
+    says="format")
+assert err["param"] == "response_format", err
 # Parameters the server cannot hold a call to are refused when the call is
 # forced, naming the function; offered ("auto"), they are shown as given.
 patterned = {"type": "function", "function": {"name": "lookup", "parameters": {

@@ -9,7 +9,8 @@
 # (finish "stop"), not before min_tokens, and not with ignore_eos. Under the
 # model's own template the same chat gives the same prompt and answer; with
 # Llama 3.1's JSON calls (chat_tool_call "{call}", arguments under
-# "parameters") a forced call comes back as a tool call.
+# "parameters") a forced call comes back as a tool call, and with "auto"
+# beside response_format the answer is a call or a value of the format.
 # Usage: llama3.sh BIN_DIR
 set -euo pipefail
 bin="$1"
@@ -168,6 +169,26 @@ for seed in range(8):
     assert json.loads(calls[0]["function"]["arguments"])["city"] in ("Paris", "Oslo"), out
     ended += 1
 assert ended > 0, "no forced call of 8 ended"
+# "auto" beside response_format: with no marker the output is one JSON
+# value, a call or a value of the format's schema (content).
+verdict = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"], "additionalProperties": False}
+auto = {k: v for k, v in body.items() if k != "tool_choice"}
+auto["response_format"] = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": verdict}}
+ended = 0
+for seed in range(8):
+    status, out = call(base, "/v1/chat/completions", dict(auto, seed=seed))
+    assert status == 200, out
+    choice = out["choices"][0]
+    if choice["finish_reason"] == "length":
+        continue
+    ended += 1
+    if choice["finish_reason"] == "tool_calls":
+        assert json.loads(choice["message"]["tool_calls"][0]["function"]["arguments"])["city"] in ("Paris", "Oslo"), out
+    else:
+        assert choice["finish_reason"] == "stop" and "tool_calls" not in choice["message"], out
+        value = json.loads(choice["message"]["content"])
+        assert set(value) == {"ok"} and type(value["ok"]) is bool, out
+assert ended > 0, "no answer of 8 ended"
 print("llama3 (JSON calls under parameters): ok")
 PY
 stop

@@ -430,7 +430,8 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   // in[0] % 4: the tool choice; its bit 8: Mistral's later calls (each
   // named before its arguments), else its bit 4: Mistral's calls (one
   // array after the marker), both under a custom template; else Hermes'
-  // under chatml.
+  // under chatml. Bit 16: response_format json_object beside the tools
+  // (the answer is calls or an object: read as without it).
   const auto custom = [](const char* tool_call) {
     return std::get<openai::chat_template>(openai::make_chat_template(
       "custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
@@ -444,7 +445,7 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   const auto body = std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],"tools":[)")
                     + R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
                     + R"({"type":"function","function":{"name":"get_time"}}],"stream":true,"tool_choice":)"
-                    + choices[in[0] % 4] + "}";
+                    + choices[in[0] % 4] + (in[0] & 16 ? R"(,"response_format":{"type":"json_object"})" : "") + "}";
   auto parsed = openai::parse_chat_completion(body, "base", "w1", tpl);
   require(std::holds_alternative<openai::completion_request>(parsed), "the tool request is refused");
   const auto& req = std::get<openai::completion_request>(parsed);
@@ -1013,7 +1014,8 @@ bool grammar_walk(std::span<const std::uint8_t> in) {
 /// (each byte a token of its own) through a reasoning gate of the form
 /// (the opening mark or none; one value, free text with triggers, or a
 /// leading trigger; bit 32: the triggers headed, a name "a" or "ab" and
-/// "=>" before each value). Each step, the split allows exactly the bytes
+/// "=>" before each value; bit 64: the content the trigger or an answer,
+/// a value of the schema). Each step, the split allows exactly the bytes
 /// advance takes, a refused byte leaves the state as it was, and short of
 /// a whole value some token goes on.
 bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
@@ -1038,9 +1040,11 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
   }();
   json_vocab vocab(bytes);
   const std::string open = form & 1 ? "<think>" : "";
+  const auto answer = form & 64 ? schema : nullptr;
   const auto trigger =
-    form & 32 ? std::make_shared<const json_trigger>(vocab, "<c>", "=>", std::vector<trigger_head>{{"a", schema}, {"ab", schema}})
-              : std::make_shared<const json_trigger>(vocab, "<c>", schema);
+    form & 32 ? std::make_shared<const json_trigger>(vocab, "<c>", "=>", std::vector<trigger_head>{{"a", schema}, {"ab", schema}},
+                                                     answer)
+              : std::make_shared<const json_trigger>(vocab, "<c>", schema, answer);
   // Bits 3 and 4: the content held to choices or an expression instead.
   static const auto choices =
     std::make_shared<const std::vector<std::string>>(std::vector<std::string>{"no", "not sure", "yes", "{\"n\":1}"});
@@ -1066,6 +1070,8 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
            && a.trigger.leading == b.trigger.leading && a.trigger.head == b.trigger.head
            && a.trigger.value.has_value() == b.trigger.value.has_value()
            && (!a.trigger.value || a.trigger.value->key() == b.trigger.value->key())
+           && a.trigger.answer.has_value() == b.trigger.answer.has_value()
+           && (!a.trigger.answer || a.trigger.answer->key() == b.trigger.answer->key()) && a.trigger.done == b.trigger.done
            && a.machine.index() == b.machine.index() && machine_key(a) == machine_key(b);
   };
   auto s = gate.begin();

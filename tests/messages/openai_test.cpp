@@ -1456,7 +1456,7 @@ TEST(openai, tool_requests_a_template_cannot_serve_or_that_are_wrong_are_refused
   EXPECT_EQ(param_of(tool_chat(ask, R"(,"parallel_tool_calls":"yes")")), "parallel_tool_calls");
   // Not beside what shapes the answer otherwise.
   EXPECT_EQ(param_of(tool_chat(ask, R"(,"logprobs":true)")), "logprobs");
-  EXPECT_EQ(param_of(tool_chat(ask, R"(,"response_format":{"type":"json_object"})")), "response_format");
+  EXPECT_EQ(param_of(tool_chat(ask, R"(,"guided_json":{"type":"object"})")), "guided_json");
   chat_ok(tool_chat(ask, R"(,"tool_choice":"none","logprobs":true,"response_format":{"type":"json_object"})"), tpl);
   // Messages: calls as OpenAI writes them, results answering them.
   const std::string call = R"({"id":"c1","type":"function","function":{"name":"get_time","arguments":"{}"}})";
@@ -1934,6 +1934,17 @@ TEST(openai, a_reasoning_parser_gives_the_thinking_as_reasoning_content_apart_fr
   EXPECT_TRUE(m["message"]["content"].is_null());
   ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
   EXPECT_EQ(m["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  // Beside response_format, the content after the thinking is calls or the
+  // answer, which comes back as the content.
+  const auto formatted = chat_ok(tool_chat(ask, R"(,"response_format":{"type":"json_object"})"), reasoning_template("qwen3"));
+  const auto fg = as_generate(formatted);
+  EXPECT_EQ(fg.reasoning_close, "</think>");
+  EXPECT_EQ(fg.json_trigger, "<tool_call>");
+  EXPECT_EQ(json::parse(fg.json_answer), json({{"type", "object"}}));
+  m = whole_message(formatted, "<think>Paris, surely.</think>\n{\"city\": \"Paris\"}");
+  EXPECT_EQ(m["message"]["reasoning_content"], "Paris, surely.");
+  EXPECT_EQ(m["message"]["content"], "\n{\"city\": \"Paris\"}");
+  EXPECT_EQ(m["finish_reason"], "stop");
   // Reasoning sent back in the chat is refused, as DeepSeek's API refuses it.
   const auto back = chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"},)"
                                  R"({"role":"assistant","content":"a","reasoning_content":"r"},{"role":"user","content":"p"}]})",
@@ -2521,6 +2532,78 @@ TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the
                                  chatml))
                .prompt,
             "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n");
+}
+
+TEST(openai, with_tools_and_response_format_the_answer_is_calls_or_a_value_of_the_format) {
+  const auto tpl = builtin("chatml");
+  const std::string format =
+    R"(,"response_format":{"type":"json_schema","json_schema":{"name":"reply","schema":{"type":"object",)"
+    R"("properties":{"city":{"$ref":"#/$defs/c"}},"required":["city"],"$defs":{"c":{"type":"string"}}}}})";
+  // "auto": the output begins with the marker (calls, as without a format)
+  // or is the answer, held to the format's schema (the wire's json_answer).
+  const auto c = chat_ok(tool_chat(ask, format), tpl);
+  const auto g = as_generate(c);
+  EXPECT_EQ(g.json_trigger, "<tool_call>");
+  EXPECT_FALSE(g.json_trigger_first);
+  EXPECT_EQ(json::parse(g.json_answer)["properties"]["city"], json({{"$ref", "#/$defs/c"}}))
+    << "the format's schema as it is";
+  EXPECT_EQ(json::parse(g.json_schema)["anyOf"].size(), 2u) << "the calls' schema, as without a format";
+  EXPECT_FALSE(g.json_object);
+  // response_format json_object: the answer is any object.
+  const auto o = as_generate(chat_ok(tool_chat(ask, R"(,"response_format":{"type":"json_object"})"), tpl));
+  EXPECT_EQ(json::parse(o.json_answer), json({{"type", "object"}}));
+  EXPECT_FALSE(o.json_object) << "the calls' values are the schema's";
+  EXPECT_EQ(as_generate(chat_ok(tool_chat(ask, R"(,"response_format":{"type":"text"})"), tpl)).json_answer, "");
+  // Forced, the answer is a call: the format shapes nothing.
+  for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"get_time"}})"}) {
+    const auto forced = as_generate(chat_ok(tool_chat(ask, format + R"(,"tool_choice":)" + choice), tpl));
+    EXPECT_EQ(forced.json_answer, "") << choice;
+    EXPECT_EQ(json::parse(forced.json_schema)["anyOf"][0]["properties"]["name"].contains("const"), true) << choice;
+  }
+  // The answer reads as content; a call as a call.
+  auto m = whole_message(c, R"({"city": "Paris"})");
+  EXPECT_EQ(m["finish_reason"], "stop");
+  EXPECT_EQ(m["message"]["content"], R"({"city": "Paris"})");
+  EXPECT_FALSE(m["message"].contains("tool_calls"));
+  m = whole_message(c, "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>", "eos");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  ASSERT_EQ(m["message"]["tool_calls"].size(), 1u);
+  expect_streams_say_what_the_wholes_say(
+    {c}, {R"({"city": "Paris"})", "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>"}, 7);
+
+  // Without a marker (Llama 3.1's JSON calls) the output is one value: a
+  // call, or the answer (its references moved with it).
+  chat_formats llama31;
+  llama31.tool_call = "{call}";
+  llama31.tool_arguments = "parameters";
+  const auto bare_tpl = jinja_template(test_templates::header_style, llama31, "<|begin_of_text|>", "<|eot_id|>");
+  const auto b = chat_ok(tool_chat(ask, format), bare_tpl);
+  const auto bg = as_generate(b);
+  EXPECT_EQ(bg.json_trigger, "");
+  EXPECT_EQ(bg.json_answer, "");
+  const auto both = json::parse(bg.json_schema);
+  ASSERT_EQ(both["anyOf"].size(), 3u);
+  EXPECT_EQ(both["anyOf"][2], json({{"$ref", "#/$defs/$answer"}}));
+  EXPECT_EQ(both["$defs"]["$answer"]["properties"]["city"], json({{"$ref", "#/$defs/$answer/$defs/c"}}));
+  EXPECT_EQ(both["anyOf"][0]["required"], json({"name", "parameters"}));
+  m = whole_message(b, R"({"city": "Oslo"})");
+  EXPECT_EQ(m["message"]["content"], R"({"city": "Oslo"})");
+  m = whole_message(b, R"({"name": "get_weather", "parameters": {"city": "Oslo"}})");
+  EXPECT_EQ(m["finish_reason"], "tool_calls");
+  // Without tools, the format alone, as before.
+  EXPECT_EQ(as_generate(chat_ok(tool_chat(ask, format + R"(,"tool_choice":"none")"), tpl)).json_answer, "");
+
+  // A refusal of the format's schema names response_format, both ways.
+  auto e = refusal(c, wire::error_code::bad_request, R"(field "json_answer": the schema at "#/properties/city" is odd)");
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_EQ(e.message, R"(field "response_format": the schema at "#/properties/city" is odd)");
+  e = refusal(b, wire::error_code::bad_request,
+              R"(field "json_schema": the schema at "#/$defs/$answer/properties/city" is odd)");
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_EQ(e.message, R"(field "response_format": the schema at "#/properties/city" is odd)");
+  e = refusal(b, wire::error_code::bad_request,
+              R"(field "json_schema": the schema at "#/$defs/get_time/properties/x" is odd)");
+  EXPECT_EQ(e.param, "tools");
 }
 
 TEST(openai, llama_31_json_calls_have_no_marker_and_their_arguments_under_parameters) {

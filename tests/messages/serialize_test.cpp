@@ -55,6 +55,7 @@ TEST(serialize, a_request_keeps_every_field) {
   s.json_trigger = "<tool_call>";
   s.json_trigger_first = true;
   s.json_trigger_head = "[ARGS]";
+  s.json_answer = R"({"type":"array"})";
   s.reasoning_close = "</think>";
   s.reasoning_open = "<think>";
   s.choice = {"yes", "no"};
@@ -95,6 +96,7 @@ TEST(serialize, a_request_keeps_every_field) {
   EXPECT_EQ(r.json_trigger, s.json_trigger);
   EXPECT_EQ(r.json_trigger_first, s.json_trigger_first);
   EXPECT_EQ(r.json_trigger_head, s.json_trigger_head);
+  EXPECT_EQ(r.json_answer, s.json_answer);
   EXPECT_EQ(r.reasoning_close, s.reasoning_close);
   EXPECT_EQ(r.reasoning_open, s.reasoning_open);
   EXPECT_EQ(r.choice, s.choice);

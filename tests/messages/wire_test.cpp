@@ -71,6 +71,7 @@ void expect_same(const generate_request& a, const generate_request& b) {
   EXPECT_EQ(a.json_trigger, b.json_trigger);
   EXPECT_EQ(a.json_trigger_first, b.json_trigger_first);
   EXPECT_EQ(a.json_trigger_head, b.json_trigger_head);
+  EXPECT_EQ(a.json_answer, b.json_answer);
   EXPECT_EQ(a.truncate_prompt_tokens, b.truncate_prompt_tokens);
   EXPECT_EQ(a.bad_words, b.bad_words);
   EXPECT_EQ(a.allowed_token_ids, b.allowed_token_ids);
@@ -327,6 +328,12 @@ std::vector<accept_case> accept_cases() {
        r.json_schema = R"({"properties":{"f":{}}})";
        r.json_trigger = "[TOOL_CALLS]";
        r.json_trigger_head = "[ARGS]";
+     }},
+    {"json_answer", gen(R"("json_schema":{"type":"object"},"json_trigger":"<c>","json_answer":{"type":"array"})"),
+     [](g r) {
+       r.json_schema = R"({"type":"object"})";
+       r.json_trigger = "<c>";
+       r.json_answer = R"({"type":"array"})";
      }},
     {"reasoning_marks", gen(R"("response_format":"json_object","reasoning_close":"</think>","reasoning_open":"<think>")"),
      [](g r) {
@@ -614,6 +621,13 @@ std::vector<reject_case> reject_cases() {
      bad, "g1", {"\"json_trigger_head\"", "given with \"json_trigger\" and \"json_schema\""}},
     {"json_trigger_head_empty", gen(R"("json_schema":{},"json_trigger":"<c>","json_trigger_head":"")"), bad, "g1",
      {"\"json_trigger_head\"", "a string of 1 to 64 bytes"}},
+    {"json_answer_without_a_trigger", gen(R"("json_schema":{},"json_answer":{})"), bad, "g1",
+     {"\"json_answer\"", "given with \"json_trigger\" and without \"json_trigger_first\""}},
+    {"json_answer_with_json_trigger_first",
+     gen(R"("json_schema":{},"json_trigger":"<c>","json_trigger_first":true,"json_answer":{})"), bad, "g1",
+     {"\"json_answer\"", "without \"json_trigger_first\""}},
+    {"json_answer_not_a_schema", gen(R"("json_schema":{},"json_trigger":"<c>","json_answer":"{}")"), bad, "g1",
+     {"\"json_answer\"", "a JSON Schema (an object)"}},
     {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
      {"\"json_trigger_first\"", "given with \"json_trigger\""}},
     {"reasoning_close_alone", gen(R"("reasoning_close":"</think>")"), bad, "g1",
@@ -733,8 +747,16 @@ TEST(wire, request_round_trips) {
   parsing.prompt = "p";
   parsing.grammar = "root ::= \"(\" root \")\" | [a-z]+";
 
+  generate_request answering;
+  answering.id = "an";
+  answering.prompt = "p";
+  answering.json_object = true;
+  answering.json_trigger = "<tool_call>";
+  answering.json_answer = R"({"type":"array","items":{"const":"x"}})";
+
   std::vector<request> requests{full,
                                 tokens,
+                                answering,
                                 choosing,
                                 matching,
                                 parsing,

@@ -881,6 +881,14 @@ TEST_F(intake_core_test, json_output_is_refused_where_the_backend_samples_from_n
   ASSERT_EQ(a.replies.size(), 1u);
   EXPECT_FALSE(a.submit.has_value());
   EXPECT_NE(as<wire::error_reply>(a.replies[0]).message.find("sim backend"), std::string::npos);
+  // So does an answer beside the trigger: the output is calls or JSON.
+  a = core.on_frame("p", gen("j7", R"("json_schema":{"type":"object"},"json_trigger":"<c>","json_answer":{})"),
+                    now += 1);
+  ASSERT_EQ(a.replies.size(), 1u);
+  EXPECT_FALSE(a.submit.has_value());
+  EXPECT_NE(as<wire::error_reply>(a.replies[0]).message.find("field \"json_answer\": the sim backend"),
+            std::string::npos)
+    << as<wire::error_reply>(a.replies[0]).message;
   // Choices are held the same way: refused (e2e.serve_and_client reads
   // what the refusal says).
   expect_error("p", gen("j5", R"("choice":["yes","no"])"), error_code::bad_request, "j5");
@@ -968,6 +976,12 @@ TEST(intake_core_json, a_trigger_goes_to_the_scheduler_with_its_schema) {
     R"(,"json_schema":{"properties":{"f":{"$ref":"#/$defs/a"}},"$defs":{"a":{"type":"object"}}},"json_trigger":"[C]","json_trigger_head":"[A]")");
   EXPECT_EQ(headed.json_trigger, "[C]");
   EXPECT_EQ(headed.json_trigger_head, "[A]");
+  EXPECT_EQ(headed.json_answer, "");
+  const auto answered = accept_generate(other, "an", "p",
+                                        R"(,"json_schema":{"type":"object"},"json_trigger":"<call>",)"
+                                        R"("json_answer":{"type":"array","items":{"type":"integer"}})");
+  EXPECT_EQ(answered.json_answer, R"({"type":"array","items":{"type":"integer"}})");
+  EXPECT_FALSE(answered.json_trigger_first);
   const auto thinks = accept_generate(core, "th", "p",
                                       R"(,"response_format":"json_object","reasoning_close":"</think>","reasoning_open":"<think>")");
   EXPECT_TRUE(thinks.json_object);
@@ -1000,6 +1014,13 @@ TEST(intake_core_json, a_schema_it_cannot_enforce_is_refused_saying_what_and_whe
     EXPECT_NE(e.message.find("field \"json_schema\": "), std::string::npos) << e.message;
     EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
   }
+  // An answer's schema beside a trigger: compiled, and named.
+  auto a = core.on_frame("p", head + R"({"type":"object"},"json_trigger":"<c>","json_answer":{"type":"number"}})", 1.0);
+  ASSERT_EQ(a.replies.size(), 1u);
+  EXPECT_FALSE(a.submit.has_value());
+  const auto e = as<wire::error_reply>(a.replies[0]);
+  EXPECT_TRUE(e.message.starts_with("field \"json_answer\": ")) << e.message;
+  EXPECT_NE(e.message.find("top level must be one"), std::string::npos) << e.message;
   EXPECT_EQ(core.in_flight(), 0u);
   EXPECT_EQ(accept_generate(core, "ok", "p", R"(,"json_schema":{"type":"object"})").json_schema,
             R"({"type":"object"})");

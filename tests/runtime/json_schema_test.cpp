@@ -1578,6 +1578,16 @@ TEST(json_trigger, a_special_tokens_own_text_as_the_trigger_is_written_by_that_t
   EXPECT_FALSE(p.value);
 }
 
+/// One of `split`'s allowed tokens other than the end (token 0), drawn by
+/// `rng`; -1 where there is none.
+std::int32_t draw_going_on(const json_vocab::token_split& split, std::mt19937& rng) {
+  std::vector<std::int32_t> go;
+  for (const auto k : split.allowed)
+    if (k != 0)
+      go.push_back(k);
+  return go.empty() ? -1 : go[rng() % go.size()];
+}
+
 /// Walks `t` over `tokens` (token 0 the end), every other walk leading,
 /// checking each state's split against `readable` (the oracle of an output
 /// read afresh): what is allowed reads, and outside a value what reads is
@@ -1611,15 +1621,11 @@ int walk_trigger(const json_trigger& t, const std::vector<std::string>& tokens, 
       EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0),
                 !s.value && !s.leading && s.head == json_trigger::no_head)
         << "the end-of-sequence token is free text's";
-      std::vector<std::int32_t> go;
-      for (const auto k : split->allowed)
-        if (k != 0)
-          go.push_back(k);
-      if (go.empty()) {
+      const auto k = draw_going_on(*split, rng);
+      if (k < 0) {
         ADD_FAILURE() << "no token goes on from " << json(text).dump();
         return values;
       }
-      const auto k = go[rng() % go.size()];
       const bool was_value = s.value.has_value();
       EXPECT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
       values += was_value && !s.value;
@@ -1757,6 +1763,145 @@ TEST(json_trigger, headed_every_token_it_allows_keeps_the_output_readable_and_in
   const auto values =
     walk_trigger(t, tokens, trigger, [&](std::string_view text) { return headed_ok(heads, trigger, mark, text); }, 17);
   EXPECT_GT(values, 30) << "walks close values";
+}
+
+// -- a trigger beside an answer: calls, or a value of the answer's schema ------
+
+const std::string city_answer =
+  R"({"type":"object","properties":{"city":{"type":"string","maxLength":4}},"required":["city"],)"
+  R"("additionalProperties":false})";
+
+TEST(json_trigger, with_an_answer_the_output_is_the_trigger_and_calls_or_one_value_of_the_answer_then_nothing) {
+  //                              0   1   2    3        4      5     6           7    8     9
+  testing::list_tokenizer vocab({"", "", "<", "tool>", "{", "\"city\":", "\"Rome\"}", "hi", " ", "[TOOL_CALLS]"},
+                                {{1, "[TOOL_CALLS]"}});
+  json_vocab v(vocab);
+  const json_trigger t(v, "<tool>", json_schema::compile(counted), json_schema::compile(city_answer));
+  ASSERT_TRUE(t.answers());
+  const auto allows = [&](const json_trigger::state& s, std::int32_t k) {
+    const auto split = t.split(s);
+    EXPECT_NE(std::binary_search(split->allowed.begin(), split->allowed.end(), k),
+              std::binary_search(split->banned.begin(), split->banned.end(), k));
+    return std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+  };
+  // The start: the trigger's first byte or the answer's.
+  auto s = t.begin(false);
+  EXPECT_TRUE(s.leading) << "an answer makes the start the trigger's or the answer's";
+  ASSERT_TRUE(s.answer);
+  EXPECT_TRUE(allows(s, 2) && allows(s, 4)) << "\"<\" begins the trigger, \"{\" the answer";
+  EXPECT_FALSE(allows(s, 0) || allows(s, 7) || allows(s, 3) || allows(s, 6)) << "no end, no free text";
+  EXPECT_FALSE(t.advance(s, "hi"));
+  // The answer, then nothing.
+  auto a = s;
+  ASSERT_TRUE(t.advance(a, "{"));
+  EXPECT_FALSE(a.leading);
+  ASSERT_TRUE(a.answer) << "the output is the answer";
+  EXPECT_FALSE(allows(a, 2) || allows(a, 0));
+  EXPECT_TRUE(allows(a, 5));
+  EXPECT_FALSE(t.advance(a, "\"n\":")) << "held to the answer's schema";
+  ASSERT_TRUE(t.advance(a, "\"city\":"));
+  EXPECT_FALSE(t.advance(a, "\"Romeo\"}")) << "maxLength";
+  EXPECT_FALSE(t.advance(a, "\"Rome\"} hi")) << "nothing after the answer";
+  ASSERT_TRUE(t.advance(a, "\"Rome\"}\n")) << "a blank in its last token";
+  EXPECT_TRUE(a.done);
+  EXPECT_FALSE(a.answer);
+  EXPECT_FALSE(t.advance(a, " "));
+  EXPECT_FALSE(t.advance(a, 0));
+  EXPECT_TRUE(t.split(a)->allowed.empty());
+  // The trigger, then calls and free text as without an answer.
+  auto c = s;
+  ASSERT_TRUE(t.advance(c, 2));
+  EXPECT_TRUE(c.leading);
+  EXPECT_FALSE(c.answer) << "\"<\" is no answer's";
+  EXPECT_TRUE(allows(c, 3));
+  EXPECT_FALSE(allows(c, 4));
+  ASSERT_TRUE(t.advance(c, 3));
+  ASSERT_TRUE(c.value);
+  ASSERT_TRUE(t.advance(c, R"({"n":1} hi)"));
+  EXPECT_FALSE(c.value || c.done || c.leading) << "free text after the call";
+  EXPECT_TRUE(allows(c, 0));
+  // The special token whose text is the trigger, at the start only.
+  const json_trigger special(v, "[TOOL_CALLS]", json_schema::compile(counted), json_schema::compile(city_answer));
+  auto m = special.begin(true);
+  ASSERT_TRUE(special.advance(m, 1));
+  EXPECT_TRUE(m.value && !m.answer);
+  auto n = special.begin(false);
+  ASSERT_TRUE(special.advance(n, 4));
+  EXPECT_FALSE(special.advance(n, 1)) << "inside the answer";
+  // Where the trigger and the answer begin alike, both read each byte until
+  // one breaks; a whole trigger wins.
+  const json_trigger alike(v, "{\"call\":", json_schema::compile(counted), json_schema::compile(city_answer));
+  auto b = alike.begin(false);
+  ASSERT_TRUE(alike.advance(b, "{\"c"));
+  EXPECT_TRUE(b.leading && b.answer) << "either";
+  auto city = b;
+  ASSERT_TRUE(alike.advance(city, "ity\":\"Oslo\"}"));
+  EXPECT_TRUE(city.done);
+  auto call = b;
+  ASSERT_TRUE(alike.advance(call, "all\":"));
+  EXPECT_TRUE(call.value && !call.answer);
+  EXPECT_FALSE(alike.advance(b, "x"));
+}
+
+/// The oracle of an output that is calls or an answer, read afresh: it
+/// begins with `trigger` (or with a piece of it) and reads as triggered_ok
+/// says, or a fresh machine of `answer` takes all of it, nothing after the
+/// value's close but blanks.
+bool answered_ok(const std::string& answer, const std::string& schema, const std::string& trigger,
+                 std::string_view text) {
+  if (text.size() < trigger.size() ? trigger.starts_with(text) : text.starts_with(trigger))
+    return triggered_ok(schema, trigger, text);
+  schema_machine m(json_schema::compile(answer));
+  for (const char c : text)
+    if (!m.feed(static_cast<unsigned char>(c)))
+      return false;
+  return true;
+}
+
+TEST(json_trigger, with_an_answer_every_token_it_allows_reads_and_at_the_start_and_in_free_text_only_those) {
+  std::vector<std::string> tokens = {"", "<", "tool", ">", "<tool>", "<tool>{", "<tool>x", ">{", ">\n{\"n\":", "{",
+                                     "}", "\"n\":", "\"city\":", "\"ci", "ty\":\"", "\"", "ab", "abcde", "1", " ",
+                                     "\n", "hi", "}<tool>", "}\n", "}x", "x", "<<", "{\"city\":\"", "\"}", "{\"n", "n\":", "ci",
+                                     "city\":\"", "\":"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab);
+  const std::string trigger = "<tool>";
+  const json_trigger t(v, trigger, json_schema::compile(counted), json_schema::compile(city_answer));
+  std::mt19937 rng(5);
+  int answers = 0, calls = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    auto s = t.begin(false);
+    std::string text;
+    for (int step = 0; step < 30 && !s.done; ++step) {
+      const auto split = t.split(s);
+      const bool exact = !s.value && !(s.answer && !s.leading) && s.head == json_trigger::no_head;
+      for (std::int32_t k = 1; k < static_cast<std::int32_t>(tokens.size()); ++k) {
+        const auto& bytes = tokens[static_cast<std::size_t>(k)];
+        const bool allowed = std::binary_search(split->allowed.begin(), split->allowed.end(), k);
+        const bool reads = answered_ok(city_answer, counted, trigger, text + bytes);
+        if (allowed) {
+          EXPECT_TRUE(reads) << json(text).dump() << " + " << json(bytes).dump();
+        } else if (exact) {
+          EXPECT_FALSE(reads) << "at the start and in free text only what breaks the output is banned: "
+                              << json(text).dump() << " + " << json(bytes).dump();
+        }
+      }
+      EXPECT_EQ(std::binary_search(split->allowed.begin(), split->allowed.end(), 0),
+                !s.value && !s.leading && !s.answer)
+        << "the end-of-sequence token is free text's after a call";
+      const auto k = draw_going_on(*split, rng);
+      if (k < 0) {
+        ADD_FAILURE() << "no token goes on from " << json(text).dump();
+        break;
+      }
+      ASSERT_TRUE(t.advance(s, tokens[static_cast<std::size_t>(k)]));
+      text += tokens[static_cast<std::size_t>(k)];
+    }
+    answers += s.done;
+    calls += text.starts_with(trigger);
+  }
+  EXPECT_GT(answers, 30) << "walks close answers";
+  EXPECT_GT(calls, 30) << "walks open calls";
 }
 
 TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_every_state_of_a_walk) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
 #include <random>
 #include <stdexcept>
 
@@ -291,7 +292,21 @@ struct form {
   std::string open;
   const char* trigger = nullptr; ///< none: one value
   bool leading = false;
+  /// With a trigger: the content is calls (it begins with the trigger) or
+  /// one value of `counted`, the answer.
+  bool answer = false;
 };
+
+/// `content` past its leading blanks, or nothing where there are more
+/// than the gate takes.
+std::optional<std::string_view> past_blanks(std::string_view content) {
+  std::size_t b = 0;
+  while (b < content.size() && blank(content[b]))
+    ++b;
+  if (b > reasoning_gate::max_blank)
+    return std::nullopt;
+  return content.substr(b);
+}
 
 /// Whether `content` may begin an output's content of form `f` (a value
 /// of `counted`, whole or not; or free text whose triggers open values, or
@@ -308,14 +323,23 @@ bool content_ok(const form& f, std::string_view content, bool& whole) {
     return true;
   }
   const std::string trigger = f.trigger;
-  if (f.leading) {
-    std::size_t b = 0;
-    while (b < content.size() && blank(content[b]))
-      ++b;
-    if (b > reasoning_gate::max_blank)
+  if (f.answer) {
+    const auto rest = past_blanks(content);
+    if (!rest)
       return false;
-    const auto rest = content.substr(b);
-    if (rest.size() < trigger.size() ? !trigger.starts_with(rest) : !rest.starts_with(trigger))
+    if (rest->size() < trigger.size() ? !trigger.starts_with(*rest) : !rest->starts_with(trigger)) {
+      // Not the trigger: the answer, whole or begun, blanks after it.
+      schema_machine m(schema());
+      for (const char c : *rest)
+        if (!m.feed(static_cast<unsigned char>(c)))
+          return false;
+      whole = m.complete();
+      return true;
+    }
+  }
+  if (f.leading) {
+    const auto rest = past_blanks(content);
+    if (!rest || (rest->size() < trigger.size() ? !trigger.starts_with(*rest) : !rest->starts_with(trigger)))
       return false;
   }
   // Each trigger opens a value read afresh up to its close.
@@ -366,14 +390,16 @@ TEST(reasoning_gate, every_token_it_allows_keeps_the_output_readable_and_it_bans
   testing::list_tokenizer vocab(tokens);
   json_vocab v(vocab);
   auto trig = std::make_shared<const json_trigger>(v, "<c>", schema());
+  auto answered = std::make_shared<const json_trigger>(v, "<c>", schema(), schema());
   const std::vector<form> forms = {{"<think>", nullptr, false}, {"", nullptr, false},  {"<think>", "<c>", false},
-                                   {"<think>", "<c>", true},    {"", "<c>", true}};
+                                   {"<think>", "<c>", true},    {"", "<c>", true},     {"<think>", "<c>", false, true},
+                                   {"", "<c>", false, true}};
   std::mt19937 rng(27);
   int wholes = 0, thought = 0, direct = 0;
   for (const auto& f : forms) {
     const auto g = f.trigger == nullptr ? reasoning_gate(v, f.open, "</think>", schema())
-                                        : reasoning_gate(v, f.open, "</think>", trig, f.leading);
-    const bool may_end = f.trigger != nullptr && !f.leading;
+                                        : reasoning_gate(v, f.open, "</think>", f.answer ? answered : trig, f.leading);
+    const bool may_end = f.trigger != nullptr && !f.leading && !f.answer;
     for (int walk = 0; walk < 120; ++walk) {
       auto s = g.begin();
       std::string text;

@@ -164,6 +164,7 @@ struct request_args {
   std::string json_trigger = {};
   bool json_trigger_first = false;
   std::string json_trigger_head = {};
+  std::string json_answer = {};
   std::string reasoning_close = {};
   std::vector<std::vector<std::int32_t>> bad_words = {};
   std::vector<std::int32_t> allowed_token_ids = {};
@@ -209,6 +210,7 @@ public:
     s.json_trigger = a.json_trigger;
     s.json_trigger_first = a.json_trigger_first;
     s.json_trigger_head = a.json_trigger_head;
+    s.json_answer = a.json_answer;
     s.bad_words = a.bad_words;
     s.allowed_token_ids = a.allowed_token_ids;
     s.reasoning_close = a.reasoning_close;
@@ -1588,6 +1590,21 @@ TEST(scheduler_core, random_json_schema_outputs_are_values_of_the_schema_or_thei
   EXPECT_TRUE(e.all_returned());
 }
 
+/// A sampler for `engine::token_of`: one of the samplable pieces (tokens
+/// 100 up to `end`) or `specials`, and now and then (1 in 12) the end of the
+/// output where that is samplable.
+engine::token_fn pieces_or_end(std::mt19937_64& rng, std::int32_t end, std::vector<std::int32_t> specials = {}) {
+  return [&rng, end, specials = std::move(specials)](const gpu::step_entry& entry) {
+    std::vector<std::int32_t> ok;
+    for (const auto t : samplable(entry, 1000))
+      if ((t >= 100 && t < end) || std::find(specials.begin(), specials.end(), t) != specials.end()
+          || (t == fake_tokenizer::eos && rng() % 12 == 0))
+        ok.push_back(t);
+    EXPECT_FALSE(ok.empty());
+    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
+  };
+}
+
 TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_after_it_is_the_schemas) {
   const auto& schema = counted_schema;
   // Pieces that end the trigger and go on with what the value may or may
@@ -1601,15 +1618,7 @@ TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_a
   const auto end = made.second;
   std::mt19937_64 rng{23};
   engine e{limits(1000, 8, 400), &vocab};
-  e.token_of = [&](const gpu::step_entry& entry) {
-    // Among the samplable pieces, and now and then the end of the output.
-    std::vector<std::int32_t> ok;
-    for (const auto t : samplable(entry, 1000))
-      if ((t >= 100 && t < end) || (t == fake_tokenizer::eos && rng() % 12 == 0))
-        ok.push_back(t);
-    EXPECT_FALSE(ok.empty());
-    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
-  };
+  e.token_of = pieces_or_end(rng, end);
   int values = 0, open = 0, free_ends = 0;
   for (std::uint64_t id = 1; id <= 200; ++id) {
     const auto max_new = 1 + static_cast<std::uint32_t>(rng() % 30);
@@ -1655,6 +1664,51 @@ TEST(scheduler_core, with_a_trigger_the_output_is_free_until_it_and_each_value_a
   EXPECT_TRUE(e.all_returned());
 }
 
+TEST(scheduler_core, with_an_answer_beside_a_trigger_the_output_is_calls_or_one_value_of_the_answer_which_ends_it) {
+  const auto& schema = counted_schema;
+  const std::string answer = R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":3})";
+  std::vector<std::string> pieces{"<t>", "<", "t", ">", "<t>{", ">{", "{", "}", "\"n\":", "12", " ", "hi", "}<t>",
+                                  "}\n", "[", "]", "],", "]\n", ",", "[1", "x", "\"", ":", "-"};
+  for (const char c : std::string_view("0123456789n"))
+    pieces.emplace_back(1, c);
+  const auto made = pieces_vocab(pieces);
+  const auto& vocab = made.first;
+  const auto end = made.second;
+  std::mt19937_64 rng{31};
+  engine e{limits(1000, 8, 400), &vocab};
+  e.token_of = pieces_or_end(rng, end);
+  int answers = 0, calls = 0;
+  for (std::uint64_t id = 1; id <= 150; ++id) {
+    const auto max_new = 1 + static_cast<std::uint32_t>(rng() % 20);
+    const auto out = run_alone(e, vocab, id, {.prompt = 2, .max_new = max_new, .json_schema = schema,
+                                              .json_trigger = "<t>", .json_answer = answer});
+    ASSERT_TRUE(out.has_value());
+    const auto& text = *out;
+    SCOPED_TRACE(text);
+    const auto f = *e.finish_of(id);
+    if (text.size() < 3 ? std::string_view("<t>").starts_with(text) : text.starts_with("<t>")) {
+      // Calls: as a trigger's output (the other tests read their values).
+      EXPECT_TRUE(f.reason == finish_reason::eos || f.reason == finish_reason::length) << to_string(f.reason);
+      ++calls;
+      continue;
+    }
+    // The answer: a value of its schema, and its close ends the output.
+    auto m = schema_machine(json_schema::compile(answer));
+    ASSERT_TRUE(m.feed(std::string_view(text)));
+    if (m.complete()) {
+      EXPECT_EQ(f.reason, finish_reason::stop);
+      const auto v = nlohmann::json::parse(text);
+      EXPECT_TRUE(v.is_array() && !v.empty() && v.size() <= 3) << v.dump();
+      ++answers;
+    } else {
+      EXPECT_EQ(f.reason, finish_reason::length) << "an answer is not left open but by the length";
+    }
+  }
+  EXPECT_GT(answers, 20);
+  EXPECT_GT(calls, 20);
+  EXPECT_TRUE(e.all_returned());
+}
+
 TEST(scheduler_core, a_trigger_that_is_a_special_tokens_text_is_written_by_that_token_and_opens_an_array) {
   // Mistral's calls: "[TC]" a special token (99), the value after it an
   // array; the trigger may also be spelled out.
@@ -1667,14 +1721,7 @@ TEST(scheduler_core, a_trigger_that_is_a_special_tokens_text_is_written_by_that_
   vocab.specials[marker] = "[TC]";
   std::mt19937_64 rng{29};
   engine e{limits(1000, 8, 400), &vocab};
-  e.token_of = [&](const gpu::step_entry& entry) {
-    std::vector<std::int32_t> ok;
-    for (const auto t : samplable(entry, 1000))
-      if ((t >= 100 && t < end) || t == marker || (t == fake_tokenizer::eos && rng() % 12 == 0))
-        ok.push_back(t);
-    EXPECT_FALSE(ok.empty());
-    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
-  };
+  e.token_of = pieces_or_end(rng, end, {marker});
   int values = 0, by_token = 0;
   for (std::uint64_t id = 1; id <= 150; ++id) {
     const bool first = id % 2 == 0;
@@ -1729,14 +1776,7 @@ TEST(scheduler_core, a_headed_trigger_holds_a_name_its_mark_and_that_names_value
   vocab.specials[args] = "[A]";
   std::mt19937_64 rng{31};
   engine e{limits(1000, 8, 400), &vocab};
-  e.token_of = [&](const gpu::step_entry& entry) {
-    std::vector<std::int32_t> ok;
-    for (const auto t : samplable(entry, 1000))
-      if ((t >= 100 && t < end) || t == call || t == args || (t == fake_tokenizer::eos && rng() % 12 == 0))
-        ok.push_back(t);
-    EXPECT_FALSE(ok.empty());
-    return ok.empty() ? fake_tokenizer::eos : ok[rng() % ok.size()];
-  };
+  e.token_of = pieces_or_end(rng, end, {call, args});
   int values[2] = {0, 0}, marks_by_token = 0, thought = 0;
   for (std::uint64_t id = 1; id <= 240; ++id) {
     const bool first = id % 2 == 0, thinks = id % 3 == 0;

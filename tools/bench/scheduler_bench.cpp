@@ -356,6 +356,43 @@ BENCHMARK(bm_json_trigger_head)
   ->ArgsProduct({{2, 16}, {0, 1}})
   ->Unit(benchmark::kMillisecond);
 
+/// Tools offered with "auto" beside response_format: a trigger built for
+/// the 32,000-token vocabulary and its first split, with an answer (the
+/// output begins with the trigger or a value of the answer's schema: the
+/// two splits' union, made once per trigger) or without (`answer` 0: free
+/// text). `gate` 1: after a reasoning model's thinking (Qwen3's), where the
+/// content's first split is read token by token through the gate (once
+/// per gate). The answer's own first split is the vocabulary's, kept from
+/// the first iteration as the scheduler keeps it.
+void bm_json_trigger_answer(benchmark::State& state) {
+  const bool answer = state.range(0) != 0;
+  const bool gate = state.range(1) != 0;
+  const auto calls = json_schema::compile(R"({"anyOf":[{"type":"object","required":["name","arguments"],
+    "additionalProperties":false,"properties":{"name":{"const":"get_weather"},"arguments":{"type":"object",
+    "required":["city"],"properties":{"city":{"type":"string"}}}}}]})");
+  const auto reply = json_schema::compile(R"({"type":"object","required":["city","temperature"],
+    "additionalProperties":false,"properties":{"city":{"type":"string"},"temperature":{"type":"number"}}})");
+  json_vocab v(vocab32k());
+  std::size_t allowed = 0;
+  for (auto _ : state) {
+    const auto t = std::make_shared<const json_trigger>(v, "<tool_call>", calls, answer ? reply : nullptr);
+    if (!gate) {
+      allowed = t->split(t->begin(false))->allowed.size();
+      continue;
+    }
+    const reasoning_gate g(v, "<think>", "</think>", t, false);
+    auto s = g.begin();
+    g.advance(s, std::string_view("<think>ok</think>"));
+    allowed = g.split(s)->allowed.size();
+  }
+  state.counters["allowed_at_start"] = static_cast<double>(allowed);
+}
+
+BENCHMARK(bm_json_trigger_answer)
+  ->ArgNames({"answer", "gate"})
+  ->ArgsProduct({{0, 1}, {0, 1}})
+  ->Unit(benchmark::kMillisecond);
+
 /// A reasoning gate built for the 32,000-token vocabulary and the splits a
 /// reasoning model's first steps ask of it: the output's start (Qwen3's
 /// "<think>" or content) and the thinking, then, for a forced call, the
