@@ -696,7 +696,7 @@ private:
                      + "\", which Troupe does not enforce; it takes type, properties, required, "
                        "additionalProperties, minProperties, maxProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
                        "maxLength, minimum, maximum, multipleOf, "
-                       "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, uuid, email, hostname, ipv4, uri), "
+                       "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, json-pointer, byte; password, binary), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
                        "one schema), $ref, propertyNames and uniqueItems (of scalar items)");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
@@ -877,16 +877,29 @@ private:
         {"ipv4", "^(" + octet + "\\.){3}" + octet + "$"},
         // RFC 3986's absolute form: a scheme, ':', then characters a URI
         // may hold (a percent sign only as a whole escape).
-        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:([A-Za-z0-9._~!$&'()*+,;=:@/?#\\[\\]-]|%[0-9A-Fa-f]{2})*$"}};
+        {"uri", "^[A-Za-z][A-Za-z0-9+.-]*:" + uri_chars + "*$"},
+        // A reference: the same characters, the scheme left out or not.
+        {"uri-reference", "^" + uri_chars + "*$"},
+        {"ipv6", "^" + ipv6() + "$"},
+        // ISO 8601's duration, the seconds with a fraction or not
+        // (Pydantic writes a timedelta so: "P1DT2H0.5S").
+        {"duration", "^P(" + duration_date + "(" + duration_time + ")?|" + duration_time + "|[0-9]+W)$"},
+        // RFC 6901: "/"-led tokens, "~" only as "~0" or "~1".
+        {"json-pointer", "^(/([^/~]|~[01])*)*$"},
+        // OpenAPI's base64 ("byte"): whole groups of four, "=" padding.
+        {"byte", "^([A-Za-z0-9+/]{4})*([A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"}};
+      // Formats that say nothing of the text (OpenAPI's annotations).
+      static const std::set<std::string, std::less<>> any_text = {"password", "binary"};
       const auto name = f->is_string() ? f->get<std::string>() : std::string();
       const auto it = formats.find(name);
       const auto as_pattern = patterned.find(name);
-      if (it == formats.end() && as_pattern == patterned.end())
-        fail(path, "has \"format\" " + f->dump()
-                     + "; Troupe writes the formats date, time, date-time, uuid, email, hostname, ipv4 and uri");
+      if (it == formats.end() && as_pattern == patterned.end() && !any_text.contains(name))
+        fail(path, "has \"format\" " + f->dump() + "; Troupe writes the formats " + format_names);
       if (!(n.types & t_string))
         fail(path, "has a \"format\" but takes no strings");
-      if (it != formats.end()) {
+      if (any_text.contains(name)) {
+        // (any string: minLength, maxLength and pattern still hold it)
+      } else if (it != formats.end()) {
         n.format = it->second;
       } else {
         for (const char* other : {"minLength", "maxLength", "pattern"})
@@ -1018,6 +1031,30 @@ private:
 
   static inline const std::string host_label = "[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?";
   static inline const std::string octet = "(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])";
+  static inline const std::string uri_chars = "([A-Za-z0-9._~!$&'()*+,;=:@/?#\\[\\]-]|%[0-9A-Fa-f]{2})";
+  // A duration's date and time: each of their parts in order, any of them
+  // left out but not all (ISO 8601's, which RFC 3339's grammar narrows).
+  static inline const std::string duration_date = "[0-9]+Y([0-9]+M)?([0-9]+D)?|[0-9]+M([0-9]+D)?|[0-9]+D";
+  static inline const std::string duration_seconds = "[0-9]+(\\.[0-9]+)?S";
+  static inline const std::string duration_time = "T([0-9]+H([0-9]+M)?(" + duration_seconds + ")?|[0-9]+M("
+                                                  + duration_seconds + ")?|" + duration_seconds + ")";
+  static inline const std::string format_names =
+    "date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, json-pointer, byte, "
+    "password and binary";
+  /// RFC 4291's text forms (RFC 3986's IPv6address): eight groups of 1 to
+  /// 4 hex digits, or fewer around one "::", the last two as an IPv4
+  /// address or not.
+  static std::string ipv6() {
+    const std::string h = "[0-9A-Fa-f]{1,4}";
+    const std::string ls32 = "(" + h + ":" + h + "|(" + octet + "\\.){3}" + octet + ")";
+    // Up to `k` groups before the "::".
+    const auto before = [&](int k) { return "((" + h + ":){0," + std::to_string(k - 1) + "}" + h + ")?"; };
+    const auto groups = [&](int k) { return "(" + h + ":){" + std::to_string(k) + "}"; };
+    return "(" + groups(6) + ls32 + "|::" + groups(5) + ls32 + "|" + before(1) + "::" + groups(4) + ls32 + "|"
+           + before(2) + "::" + groups(3) + ls32 + "|" + before(3) + "::" + groups(2) + ls32 + "|" + before(4)
+           + "::" + h + ":" + ls32 + "|" + before(5) + "::" + ls32 + "|" + before(6) + "::" + h + "|" + before(7)
+           + "::)";
+  }
 
   const json& doc_;
   json_schema& schema_;

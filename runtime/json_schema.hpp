@@ -15,8 +15,9 @@
 //   minimum, maximum, exclusiveMinimum, exclusiveMaximum, multipleOf (a
 //   number so bounded is written without an exponent, in at most 18
 //   digits),
-//   format (date, time, date-time, uuid; email, hostname, ipv4, uri as
-//   patterns), pattern (runtime/json_pattern),
+//   format (date, time, date-time, uuid; email, hostname, ipv4, ipv6, uri,
+//   uri-reference, duration, json-pointer, byte as patterns; password and
+//   binary, which say nothing of the text), pattern (runtime/json_pattern),
 //   enum, const, anyOf, oneOf (held as anyOf: only where no value matches two
 //   of its alternatives, as a discriminated union's objects told apart by a
 //   required const), allOf of one schema, $ref into the same document

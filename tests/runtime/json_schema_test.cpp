@@ -547,7 +547,26 @@ TEST(json_schema, holds_the_text_to_the_schema) {
      {"256.1.1.1", "1.2.3", "01.2.3.4", "1.2.3.4.5", "1.2.3.-4", "a.b.c.d"}},
     {"uri", {"https://example.com/a?b=c#d", "mailto:x@y.z", "urn:isbn:0-486", "http://[::1]:80/%20x"},
      {"//example.com", "1http://x", "http://a b", "http://x/%2", "http://x/%zz", "http://x/\\", ""}},
+    {"uri-reference", {"//example.com/a", "../b?c#d", "", "https://x.y/%41", "#frag"},
+     {"a b", "x/%2", "x\\y", "<a>"}},
+    {"ipv6",
+     {"::", "::1", "1::", "2001:db8::8a2e:370:7334", "2001:0db8:0000:0000:0000:ff00:0042:8329", "fe80::1:2:3:4:5:6",
+      "::ffff:192.0.2.128", "1:2:3:4:5:6:7:8", "1:2:3:4:5:6:1.2.3.4", "1::8", "1:2:3:4:5:6:7::", "::2:3:4:5:6:7:8"},
+     {":", ":::", "1:2:3:4:5:6:7", "1:2:3:4:5:6:7:8:9", "1::2::3", "12345::", "g::", "1:2:3:4:5:6:7:1.2.3.4",
+      "::256.1.1.1", "1:", ":1", "1:2:3:4:5:6:7:8::", ""}},
+    {"duration",
+     {"P1Y", "P1Y2M3D", "P2M10D", "P3D", "PT4H", "PT4H5M6S", "PT5M", "PT0.5S", "P1DT2H0.25S", "P2W", "P1DT12H",
+      "P1Y2D"},
+     {"P", "PT", "P1H", "P1D2Y", "PT1D", "P1W2D", "PT.5S", "PT1.S", "1D", "P1DT", "PT1H2S3M", "P1M2Y", ""}},
+    {"json-pointer", {"", "/", "/a/b", "/a~1b/~0c", "/\u00e9/0"}, {"a", "/a~", "/~2", "/a~b"}},
+    {"byte", {"", "QQ==", "QUI=", "QUJD", "QUJDRA=="}, {"Q", "QQ=", "QUJD=", "Q===", "QU!D"}},
   };
+  // Annotations: any string, still held to its length.
+  for (const std::string f : {"password", "binary"}) {
+    const auto held = R"({"type":"object","properties":{"x":{"type":"string","format":")" + f + R"(","maxLength":3}}})";
+    EXPECT_TRUE(reads_whole(held, R"({"x":"a b"})")) << f;
+    EXPECT_FALSE(reads_whole(held, R"({"x":"abcd"})")) << f;
+  }
   for (const auto& [f, good, bad] : patterned) {
     for (const auto& v : good)
       EXPECT_TRUE(reads_whole(format(f), R"({"x":)" + json(v).dump() + "}")) << f << ": " << v;
@@ -736,7 +755,7 @@ TEST(json_schema, refuses_property_names_and_unique_items_it_cannot_hold_saying_
     {R"({"type":"object","propertyNames":{"enum":["a"]},"additionalProperties":false,"required":["a"]})",
      R"(requires "a", which is not among its "properties")"},
     {R"x({"type":"object","propertyNames":{"pattern":"a(?=b)"}})x", R"x("#/propertyNames" has "pattern" "a(?=b)")x"},
-    {R"({"type":"object","propertyNames":{"format":"ipv6"}})", R"("#/propertyNames" has "format" "ipv6")"},
+    {R"({"type":"object","propertyNames":{"format":"iri"}})", R"("#/propertyNames" has "format" "iri")"},
     {R"({"type":"object","propertyNames":{"pattern":"^a","maxLength":3}})", "Troupe takes a pattern alone"},
     {R"({"type":"object","propertyNames":false})", R"("#/propertyNames" is false)"},
     {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":"yes"}}})",

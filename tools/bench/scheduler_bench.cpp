@@ -225,6 +225,41 @@ BENCHMARK(bm_json_schema_split)
   ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2, 3}})
   ->Unit(benchmark::kMicrosecond);
 
+/// json_vocab::split looked up afresh inside a string held to a format
+/// Troupe holds as a pattern (the per-walk DFA of the pattern's NFA), at
+/// the string's start and partway: ipv6 (the largest NFA: eight groups,
+/// "::" anywhere), duration, email and uri.
+void bm_json_format_split(benchmark::State& state) {
+  struct format {
+    const char* name;
+    const char* partway;
+  };
+  static const format formats[] = {
+    {"ipv6", "2001:db8:"}, {"duration", "P1DT"}, {"email", "first.last@ex"}, {"uri", "https://example.com/a"}};
+  const auto& f = formats[state.range(0)];
+  const bool begun = state.range(1) != 0;
+  state.SetLabel(std::string(f.name) + (begun ? ", partway" : ", start"));
+  const auto schema = json_schema::compile(std::string(R"({"type":"object","properties":{"x":{"type":"string","format":")")
+                                           + f.name + R"("}},"required":["x"],"additionalProperties":false})");
+  json_vocab v(vocab32k(), 1);
+  schema_machine m(schema), other(schema);
+  m.feed(std::string_view(R"({"x":")"));
+  other.feed(std::string_view(R"({"x":")"));
+  (begun ? m : other).feed(std::string_view(f.partway));
+  std::size_t allowed = 0;
+  for (auto _ : state) {
+    allowed = v.split(m)->allowed.size();
+    benchmark::DoNotOptimize(v.split(other)); // so that m's answer is never the one kept
+  }
+  state.counters["allowed"] = static_cast<double>(allowed);
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
+}
+
+BENCHMARK(bm_json_format_split)
+  ->ArgNames({"format", "begun"})
+  ->ArgsProduct({{0, 1, 2, 3}, {0, 1}})
+  ->Unit(benchmark::kMicrosecond);
+
 /// json_vocab::split looked up afresh for the output held to choices
 /// (guided_choice: 4 labels, or 64 words of the vocabulary) or to a regular
 /// expression (guided_regex: a phone number, or lowercase words, which
