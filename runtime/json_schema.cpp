@@ -1,5 +1,6 @@
 #include "runtime/json_schema.hpp"
 
+#include "runtime/json_schema_merge.hpp"
 #include "runtime/json_value_text.hpp"
 
 #include <nlohmann/json.hpp>
@@ -25,19 +26,6 @@ std::uint64_t next_schema_id() {
   return ids.fetch_add(1, std::memory_order_relaxed);
 }
 
-/// `name` as a JSON pointer's reference token.
-std::string pointer_token(std::string_view name) {
-  std::string out;
-  for (const char c : name) {
-    if (c == '~')
-      out += "~0";
-    else if (c == '/')
-      out += "~1";
-    else
-      out += c;
-  }
-  return out;
-}
 
 /// The bytes between the quotes of `name` written as a JSON string.
 std::string written_name(const std::string& name) {
@@ -98,9 +86,6 @@ bool pattern_strings(const json_pattern& p, std::size_t limit, std::vector<std::
   return true;
 }
 
-constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
-                                            "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
-                                            "$defs",    "definitions", "discriminator"};
 constexpr std::string_view keywords[] = {"type",      "properties", "required",  "additionalProperties",
                                          "minProperties", "maxProperties",
                                          "items",     "prefixItems", "additionalItems", "minItems",   "maxItems",
@@ -297,15 +282,20 @@ private:
   node build(const json& s, const std::string& path) {
     node n;
     if (s.is_boolean()) {
-      if (!s.get<bool>())
-        fail(path, "is false: no value would do");
+      if (!s.get<bool>()) {
+        // No value: a property so is never given (allOf's merge makes
+        // these); the top level so, or an item, leaves no output.
+        if (path.empty())
+          fail(path, "is false: no value would do");
+        n.types = 0;
+      }
       return n; // true: any value
     }
     if (!s.is_object())
       fail(path, "is " + std::string(s.type_name()) + "; a schema is an object or a boolean");
     std::vector<std::string_view> present;
     for (const auto& [k, v] : s.items()) {
-      if (among(annotations, k))
+      if (is_annotation(k))
         continue;
       if (!among(keywords, k))
         fail(path, "has \"" + k
@@ -313,8 +303,8 @@ private:
                        "additionalProperties, minProperties, maxProperties, items, prefixItems, additionalItems, minItems, maxItems, minLength, "
                        "maxLength, minimum, maximum, multipleOf, "
                        "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, json-pointer, byte; password, binary), "
-                       "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (of "
-                       "one schema), $ref, propertyNames and uniqueItems (of scalar items)");
+                       "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (several "
+                       "merged into one), $ref, propertyNames and uniqueItems (of scalar items)");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -337,8 +327,7 @@ private:
       alone("allOf", {});
       const auto& all = s["allOf"];
       if (!all.is_array() || all.size() != 1)
-        fail(path, "has \"allOf\" " + std::string(all.is_array() ? "of " + std::to_string(all.size()) + " schemas" : all.dump())
-                     + "; Troupe takes allOf of exactly one schema");
+        fail(path, "has \"allOf\" " + all.dump().substr(0, 80) + "; it must be a non-empty list of schemas");
       n.any_of.push_back(at(path + "/allOf/0"));
       return n;
     }
@@ -631,7 +620,7 @@ private:
     if (!s->is_object())
       return; // build() says what a schema must be
     for (const auto& [k, v] : s->items()) {
-      if (among(annotations, k))
+      if (is_annotation(k))
         continue;
       if (!among(name_keywords, k))
         fail(path, "has \"" + k
@@ -688,6 +677,11 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   } catch (const json::exception& e) { // a syntax error, or a number past a double's range
     throw std::invalid_argument(std::string("the schema is no JSON: ") + e.what());
   }
+  try {
+    merge_all_of(doc); // (throws as the compiler does)
+  } catch (const json::exception& e) { // a keyword's value of a kind the merge did not expect
+    throw std::invalid_argument(std::string("the schema has an allOf that cannot be merged: ") + e.what());
+  }
   auto s = std::make_shared<json_schema>();
   s->nodes_.emplace_back(); // node 0: any value
   compiler c(doc, *s);
@@ -741,7 +735,8 @@ std::shared_ptr<const json_schema> json_schema::compile(std::string_view text) {
   if (!s->fits(s->root_, 0))
     throw std::invalid_argument(
       s->nodes_[s->root_].min_depth == unreachable
-        ? std::string("the schema has no finite value: a required property or item leads back to itself")
+        ? std::string("the schema has no finite value: a required property or item has no value, or leads "
+                    "back to itself")
         : "the schema's values nest deeper than " + std::to_string(json_machine::max_depth) + " levels");
   s->id_ = next_schema_id();
   return s;

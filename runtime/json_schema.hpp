@@ -20,7 +20,8 @@
 //   binary, which say nothing of the text), pattern (runtime/json_pattern),
 //   enum, const, anyOf, oneOf (held as anyOf: only where no value matches two
 //   of its alternatives, as a discriminated union's objects told apart by a
-//   required const), allOf of one schema, $ref into the same document
+//   required const), allOf (of one schema; of several, or beside other
+//   keywords, merged first: runtime/json_schema_merge), $ref into the same document
 //   ("#", "#/$defs/x"),
 //   propertyNames (of type, pattern, minLength, maxLength, format, enum,
 //   const, and anyOf, oneOf, allOf and $ref of those), uniqueItems (of

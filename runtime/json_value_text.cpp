@@ -106,4 +106,25 @@ std::string item_value(std::string_view raw) {
   return number_value(raw);
 }
 
+std::string pointer_token(std::string_view name) {
+  std::string out;
+  for (const char c : name) {
+    if (c == '~')
+      out += "~0";
+    else if (c == '/')
+      out += "~1";
+    else
+      out += c;
+  }
+  return out;
+}
+
+constexpr std::string_view annotations[] = {"title",    "description", "default",   "examples",   "$schema",
+                                            "$id",      "$comment",    "deprecated", "readOnly", "writeOnly",
+                                            "$defs",    "definitions", "discriminator"};
+
+bool is_annotation(std::string_view keyword) {
+  return std::find(std::begin(annotations), std::end(annotations), keyword) != std::end(annotations);
+}
+
 } // namespace troupe::json_text

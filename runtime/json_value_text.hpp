@@ -1,9 +1,10 @@
 // The text of JSON values as the schema's compiler and machine compare
 // them (a string by the characters it writes, escapes read; a number by its
-// exact value), UTF-8 out of code points, and the arithmetic of decimals
-// scaled by 1e18. Shared by runtime/json_schema.cpp (the compiler) and
-// runtime/schema_machine.cpp (the machine); not for other callers. No CAF,
-// no I/O.
+// exact value), UTF-8 out of code points, the arithmetic of decimals scaled
+// by 1e18, and the words of schema documents. Shared by
+// runtime/json_schema.cpp (the compiler), runtime/schema_machine.cpp (the
+// machine) and runtime/json_schema_merge.cpp; not for other callers. No
+// CAF, no I/O.
 #pragma once
 
 #include "runtime/json_schema.hpp"
@@ -58,5 +59,11 @@ std::string number_value(std::string_view text);
 /// Kinds never share one: "s..." a string, "#..." a number, true, false
 /// and null as they are.
 std::string item_value(std::string_view raw);
+
+/// `name` as a JSON pointer's reference token ("~" and "/" escaped).
+std::string pointer_token(std::string_view name);
+/// A keyword the compiler reads past: an annotation (title, description,
+/// ...), or where schemas are kept ($defs, definitions).
+bool is_annotation(std::string_view keyword);
 
 } // namespace troupe::json_text

@@ -105,8 +105,14 @@ bool valid(const json& doc, const json& s, const json& v) {
     return s.get<bool>();
   if (s.contains("$ref"))
     return valid(doc, doc.at(json::json_pointer(s["$ref"].get<std::string>().substr(1))), v);
-  if (s.contains("allOf"))
-    return valid(doc, s["allOf"][0], v);
+  if (s.contains("allOf")) { // each, and what stands beside them
+    for (const auto& a : s["allOf"])
+      if (!valid(doc, a, v))
+        return false;
+    auto rest = s;
+    rest.erase("allOf");
+    return valid(doc, rest, v);
+  }
   if (s.contains("anyOf")) {
     for (const auto& a : s["anyOf"])
       if (valid(doc, a, v))
@@ -184,12 +190,13 @@ bool valid(const json& doc, const json& s, const json& v) {
     return is("boolean");
   if (v.is_null())
     return is("null");
-  if (v.is_number_integer()) {
-    const auto x = v.get<double>();
-    return (is("integer") || is("number")) && x >= s.value("minimum", -1e300) && x <= s.value("maximum", 1e300)
-           && x > s.value("exclusiveMinimum", -1e300) && x < s.value("exclusiveMaximum", 1e300);
-  }
-  return is("number");
+  const auto x = v.get<double>();
+  const bool within = x >= s.value("minimum", -1e300) && x <= s.value("maximum", 1e300)
+                      && x > s.value("exclusiveMinimum", -1e300) && x < s.value("exclusiveMaximum", 1e300)
+                      && (!s.contains("multipleOf") || std::fmod(x, s["multipleOf"].get<double>()) == 0);
+  if (v.is_number_integer())
+    return (is("integer") || is("number")) && within;
+  return is("number") && within;
 }
 
 /// The names the machine holds to at most once in an object: the schema's
@@ -380,7 +387,7 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"type":"integer","pattern":"x"}}})", "takes no strings"},
     {R"({"type":"object","properties":{"a":{"pattern":"x","maxLength":3}}})", "Troupe takes a pattern alone"},
     {R"({"type":"object","properties":{"a":{"type":"strin"}}})", R"(has "type" "strin")"},
-    {R"({"type":"object","properties":{"a":false}})", R"("#/properties/a" is false)"},
+    {R"({"type":"object","properties":{"a":false},"required":["a"]})", "a required property or item has no value"},
     {R"({"type":"object","required":["a"]})", R"(requires "a", which is not among its "properties")"},
     {R"({"type":"string"})", "the output's top level must be one (\"type\": \"object\" or \"array\")"},
     {R"({"type":["object","null"]})", "the output's top level must be one"},
@@ -390,7 +397,7 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"$ref":"#/$defs/x"})", R"("#/$defs/x" refers to nothing)"},
     {R"({"$ref":"#"})", "leads only back to itself"},
     {R"({"$ref":"other.json#/a"})", "only references into the same schema"},
-    {R"({"allOf":[{"type":"object"},{"required":[]}]})", "allOf of exactly one schema"},
+    {R"({"allOf":[{"type":"object"},{"not":{}}]})", R"(one with "not"; Troupe merges)"},
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":3,"maxItems":2}}})", "minItems 3 above maxItems 2"},
     {R"({"type":"object","properties":{"a":{"type":"array","minItems":-1}}})", "a non-negative integer"},
     {R"({"type":"object","properties":{"a":{"minLength":3,"maxLength":2}}})", "minLength 3 above maxLength 2"},
@@ -757,7 +764,7 @@ TEST(json_schema, refuses_property_names_and_unique_items_it_cannot_hold_saying_
     {R"x({"type":"object","propertyNames":{"pattern":"a(?=b)"}})x", R"x("#/propertyNames" has "pattern" "a(?=b)")x"},
     {R"({"type":"object","propertyNames":{"format":"iri"}})", R"("#/propertyNames" has "format" "iri")"},
     {R"({"type":"object","propertyNames":{"pattern":"^a","maxLength":3}})", "Troupe takes a pattern alone"},
-    {R"({"type":"object","propertyNames":false})", R"("#/propertyNames" is false)"},
+    {R"({"type":"object","propertyNames":false})", R"("#/propertyNames" takes no strings)"},
     {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":"yes"}}})",
      R"("#/properties/a" has "uniqueItems" "yes"; it must be true or false)"},
     {R"({"type":"object","properties":{"a":{"type":"array","items":{"type":"object"},"uniqueItems":true}}})",
@@ -1426,6 +1433,88 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
   for (const auto& [name, count] : called)
     EXPECT_GT(count, 20) << name;
   }
+}
+
+// -- allOf of several schemas, merged ---------------------------------------------
+
+TEST(json_schema, allof_of_several_schemas_is_their_merge_which_takes_exactly_what_all_of_them_take) {
+  const std::vector<std::string> schemas = {
+    // OpenAPI's composition: a base by reference, then more properties.
+    R"({"$defs":{"Base":{"type":"object","properties":{"id":{"type":"integer","minimum":0}},"required":["id"]}},)"
+    R"("allOf":[{"$ref":"#/$defs/Base"},{"properties":{"name":{"type":"string","maxLength":3}},"required":["name"]}]})",
+    // One closes the object: the other's extra property is left out.
+    R"({"type":"object","allOf":[{"properties":{"id":{"type":"integer"},"a":{}},"additionalProperties":false},)"
+    R"({"properties":{"a":{"type":"string"},"name":{"type":"string"}},"required":["a"]}]})",
+    // A property's schemas merged in turn; types by intersection; bounds.
+    R"({"type":"object","properties":{"id":{"allOf":[{"type":["integer","string"]},{"type":"number","minimum":3},)"
+    R"({"maximum":7}]}},"required":["id"],"additionalProperties":false})",
+    // Values both list; multipleOf of integers by their least common multiple.
+    R"({"type":"object","properties":{"name":{"allOf":[{"enum":["abc","x","y"]},{"enum":["x","y","abcd"]}]},)"
+    R"("id":{"allOf":[{"type":"integer","multipleOf":2},{"multipleOf":3}]}},"additionalProperties":false})",
+    // anyOf inside, distributed over the rest; keywords beside allOf.
+    R"({"type":"object","required":["kind"],"properties":{"kind":{"type":"string"}},"allOf":[{"anyOf":[)"
+    R"({"properties":{"kind":{"const":"x"},"id":{"type":"integer"}},"required":["id"]},)"
+    R"({"properties":{"kind":{"const":"y"},"name":{"type":"string"}}}]},{"maxProperties":2}]})",
+    // additionalProperties merged: schemas of names neither lists.
+    R"({"allOf":[{"type":"object","additionalProperties":{"type":"integer"}},)"
+    R"({"properties":{"name":{"type":"string"}},"additionalProperties":{"minimum":3}}]})",
+  };
+  const std::vector<std::string> keys = {"id", "name", "kind", "a", "b", "x"};
+  const std::vector<json> scalars = {0, 3, 6, 7, 12, -1, "abc", "abcd", "x", "y", true, nullptr, 2.5};
+  std::mt19937 rng(41);
+  for (const auto& text : schemas) {
+    SCOPED_TRACE(text);
+    const auto doc = json::parse(text);
+    int taken = 0, refused = 0;
+    for (int k = 0; k < 3000; ++k) {
+      json v = json::object();
+      const auto n = rng() % 4;
+      for (std::size_t i = 0; i < n; ++i)
+        v[keys[rng() % keys.size()]] = scalars[rng() % scalars.size()];
+      const bool want = valid(doc, doc, v);
+      EXPECT_EQ(reads_whole(text, v.dump()), want) << v.dump();
+      (want ? taken : refused) += 1;
+    }
+    EXPECT_GT(taken, 5) << "values the schema takes are met";
+    EXPECT_GT(refused, 5);
+  }
+  // What the merge makes of the composition: the base's required id and
+  // the name's bound both hold.
+  EXPECT_TRUE(reads_whole(schemas[0], R"({"id":4,"name":"abc"})"));
+  EXPECT_FALSE(reads_whole(schemas[0], R"({"name":"abc"})"));
+  EXPECT_FALSE(reads_whole(schemas[0], R"({"id":4,"name":"abcd"})"));
+  EXPECT_FALSE(reads_whole(schemas[1], R"({"a":"s","name":"n"})")) << "name is left out by the closed schema";
+  // What cannot merge, or meets no value, is refused saying what and where.
+  for (const auto& [schema, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"({"type":"object","properties":{"s":{"allOf":[{"pattern":"^a"},{"pattern":"b$"}]}}})",
+          R"("#/properties/s" has allOf of schemas with different "pattern")"},
+         {R"({"type":"object","properties":{"s":{"allOf":[{"type":"string"},{"type":"integer"}]}},"required":["s"]})",
+          "a required property or item has no value"},
+         {R"({"allOf":[{"type":"object"},{"type":"array"}]})", "no value meets together"},
+         {R"({"type":"object","properties":{"s":{"allOf":[{"type":"array"},{"prefixItems":[{}]}]}}})",
+          R"(one with "prefixItems"; Troupe merges)"},
+         {R"({"type":"object","allOf":[{"properties":{"a":{}},"additionalProperties":false},{"required":["b"]}]})",
+          R"(require property "b" and take no property of that name)"},
+         {R"({"$defs":{"a":{"allOf":[{"$ref":"#/$defs/a"},{"type":"object"}]}},"$ref":"#/$defs/a"})",
+          "refers back to itself"},
+         {R"({"type":"object","properties":{"s":{"allOf":[{"multipleOf":0.5},{"multipleOf":0.2}]}}})",
+          R"(different "multipleOf")"},
+         {R"({"allOf":[{"$ref":"#/$defs/none"},{"type":"object"}]})", "refers to nothing"},
+       }) {
+    EXPECT_NE(refusal(schema).find(says), std::string::npos) << schema << ": " << refusal(schema);
+  }
+  // A property no value meets is never given.
+  for (const std::string never : {R"({"type":"object","properties":{"s":{"allOf":[{"type":"string"},{"type":"integer"}]}}})",
+                                  R"({"type":"object","properties":{"s":{"allOf":[{"enum":[1,2]},{"const":3}]}}})",
+                                  R"({"type":"object","properties":{"s":false}})"}) {
+    EXPECT_TRUE(reads_whole(never, R"({"t":1})")) << never;
+    EXPECT_FALSE(reads_whole(never, R"({"s":1})")) << never;
+    EXPECT_FALSE(reads_whole(never, R"({"s":"x"})")) << never;
+  }
+  // $defs beside a merged top level stay, and references into them hold.
+  EXPECT_TRUE(reads_whole(R"({"$defs":{"n":{"type":"integer"}},"allOf":[{"type":"object",)"
+                          R"("properties":{"a":{"$ref":"#/$defs/n"}}},{"required":["a"]}]})",
+                          R"({"a":1})"));
 }
 
 // -- a trigger, then a value ---------------------------------------------------
