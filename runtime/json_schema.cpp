@@ -93,7 +93,7 @@ constexpr std::string_view keywords[] = {"type",      "properties", "required", 
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum", "multipleOf",
                                          "exclusiveMaximum", "format", "pattern", "enum", "const",
                                          "anyOf",     "oneOf",      "allOf",      "$ref", "propertyNames",
-                                         "uniqueItems"};
+                                         "uniqueItems", "patternProperties"};
 /// The keywords a propertyNames schema (and those it leads to) may use.
 constexpr std::string_view name_keywords[] = {"type",  "pattern", "minLength", "maxLength", "format", "enum",
                                               "const", "anyOf",   "oneOf",     "allOf",     "$ref"};
@@ -304,7 +304,7 @@ private:
                        "maxLength, minimum, maximum, multipleOf, "
                        "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, json-pointer, byte; password, binary), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (several "
-                       "merged into one), $ref, propertyNames and uniqueItems (of scalar items)");
+                       "merged into one), $ref, propertyNames, uniqueItems (of scalar items) and patternProperties");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -400,6 +400,24 @@ private:
         n.additional = a->get<bool>() ? 0 : none;
       else
         n.additional = at(path + "/additionalProperties");
+    }
+    if (const auto pp = s.find("patternProperties"); pp != s.end()) {
+      if (!pp->is_object())
+        fail(path, "has \"patternProperties\" " + pp->dump().substr(0, 80)
+                     + "; it must be an object of patterns and the schemas of the values of names they match");
+      if (pp->size() > max_pattern_properties)
+        fail(path, "has " + std::to_string(pp->size()) + " patternProperties; Troupe takes at most "
+                     + std::to_string(max_pattern_properties) + " in one object");
+      for (const auto& [pattern, sub] : pp->items()) {
+        const auto at_pattern = path + "/patternProperties/" + pointer_token(pattern);
+        try {
+          patterns_.push_back(std::make_shared<const json_pattern>(pattern));
+        } catch (const std::invalid_argument& e) {
+          fail(at_pattern, std::string("is the schema of a pattern Troupe cannot read: ") + e.what());
+        }
+        const auto index = static_cast<std::uint32_t>(patterns_.size() - 1);
+        n.pattern_properties.emplace_back(index, at(at_pattern));
+      }
     }
     if (has("propertyNames"))
       property_names(path, n);
@@ -592,6 +610,9 @@ private:
     }
     // Listed names: each is a property, of additionalProperties' schema
     // where it is not one already; no other name may come.
+    if (!n.pattern_properties.empty())
+      fail(path, "has \"propertyNames\" that lists names beside \"patternProperties\"; Troupe takes one of the two "
+                 "with listed names");
     if (n.additional != none)
       for (auto& name : listed) {
         if (std::find_if(n.properties.begin(), n.properties.end(), [&](const auto& e) { return e.first == name; })
@@ -796,8 +817,11 @@ void json_schema::measure_depths() {
             const std::size_t more = n.min_names - given;
             std::sort(others.begin(), others.end());
             std::uint8_t worst = unreachable;
-            if (n.additional != none) {
-              const auto a = nodes_[n.additional].min_depth;
+            // Other names: additional ones', or the patterns' (the least deep).
+            auto a = n.additional != none ? nodes_[n.additional].min_depth : unreachable;
+            for (const auto& pp : n.pattern_properties)
+              a = std::min(a, nodes_[pp.second].min_depth);
+            if (a != unreachable) {
               const auto cheaper = static_cast<std::size_t>(std::lower_bound(others.begin(), others.end(), a) - others.begin());
               worst = cheaper >= more ? others[more - 1] : a;
             } else if (others.size() >= more) {

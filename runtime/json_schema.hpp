@@ -25,7 +25,8 @@
 //   ("#", "#/$defs/x"),
 //   propertyNames (of type, pattern, minLength, maxLength, format, enum,
 //   const, and anyOf, oneOf, allOf and $ref of those), uniqueItems (of
-//   scalar items: strings, numbers, booleans, null).
+//   scalar items: strings, numbers, booleans, null), patternProperties (a
+//   name two patterns of different schemas match is not written).
 // Annotations (title, description, default, examples, $schema, $id,
 // $comment, deprecated, readOnly, writeOnly, $defs, definitions, and
 // OpenAPI's discriminator) are skipped. Every other keyword is refused, naming it and where it stands,
@@ -82,6 +83,7 @@ public:
   static constexpr std::uint32_t none = 0xFFFFFFFFu;
   static constexpr std::size_t max_nodes = 4096;
   static constexpr std::size_t max_properties = 64;
+  static constexpr std::size_t max_pattern_properties = 8;
 
   enum class string_format : std::uint8_t { none, date, time, date_time, uuid };
 
@@ -118,6 +120,11 @@ public:
     std::uint32_t max_names = 0xFFFFFFFFu;
     /// The node of other properties' values; none: no other properties.
     std::uint32_t additional = 0;
+    /// patternProperties: each pattern (an index into the schema's
+    /// patterns) and the node of the values of names it matches (names
+    /// not among the properties; a property's own name the pattern matches
+    /// has both schemas merged into its own when the schema is compiled).
+    std::vector<std::pair<std::uint32_t, std::uint32_t>> pattern_properties;
     /// Arrays: the first items' nodes by position (prefixItems), and the
     /// rest's (items).
     std::vector<std::uint32_t> prefix_items;
@@ -324,6 +331,11 @@ private:
     std::uint32_t pattern_node = json_schema::none;
     json_pattern::states pattern_at;
     std::uint32_t pattern_cp = 0;
+    /// In a key of an object with patternProperties: where each pattern's
+    /// reading of the name stands (empty: it cannot match), and the bits
+    /// of the character being written.
+    std::vector<json_pattern::states> name_at;
+    std::uint32_t name_cp = 0;
     /// In an array with uniqueItems: its items' values so far (null: none
     /// yet), kept alive by held_ and shared until a reading adds to them.
     /// Its items are scalars, so at most one such array is open, the
@@ -378,6 +390,20 @@ private:
   /// After a comma in an array with uniqueItems (`lex` after it): some
   /// item not given before can begin.
   bool item_can_begin(const reading& r, const json_machine& lex);
+  /// Byte `c` of a key (the lexer before it `before`) read by the
+  /// patterns of object node `n`'s patternProperties into `r.name_at`;
+  /// false where it may not come (a \u escape of half a surrogate pair,
+  /// which the patterns cannot read, or a character after which no
+  /// pattern can match and no other name is taken).
+  static bool name_patterns_take(const json_schema& s, const json_schema::node& n, reading& r,
+                                 const json_machine& before, unsigned char c);
+  /// The node of the value of a key that names none of node `n`'s
+  /// properties, as its patterns read it (`r.name_at`): the one pattern's
+  /// that matches, or the patterns' that match where they have one node,
+  /// or additionalProperties' where none does; none where it may not be
+  /// given.
+  static std::uint32_t other_value(const json_schema& s, const json_schema::node& n, const reading& r,
+                                   std::size_t depth);
   /// A string value's byte `c` under its pattern; false: it may not come.
   /// `at` and `cp` are the reading's pattern_at and pattern_cp; a closing
   /// quote is taken when the pattern has matched (the caller then drops them).

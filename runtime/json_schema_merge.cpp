@@ -1,5 +1,6 @@
 #include "runtime/json_schema_merge.hpp"
 
+#include "runtime/json_pattern.hpp"
 #include "runtime/json_value_text.hpp"
 
 #include <algorithm>
@@ -67,6 +68,27 @@ std::optional<json> of_name(const json& s, const std::string& name) {
   return std::nullopt;
 }
 
+/// Pattern `pattern` (JSON Schema's, searched) matches the name `name`
+/// (false for a pattern Troupe cannot read: the compiler says so).
+bool pattern_matches(const std::string& pattern, const std::string& name) {
+  try {
+    const json_pattern p(pattern);
+    auto at = p.start();
+    for (std::size_t i = 0; i < name.size() && !at.empty();) {
+      const auto c = static_cast<unsigned char>(name[i]);
+      const std::size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+      char32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+      for (std::size_t k = 1; k < len && i + k < name.size(); ++k)
+        cp = cp << 6 | (static_cast<unsigned char>(name[i + k]) & 0x3F);
+      at = p.step(at, cp);
+      i += len;
+    }
+    return !at.empty() && p.accepts(at);
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
 /// A "type" as the names it allows ("integer" and "number" both kept).
 std::vector<std::string> types_of(const json& t, const std::string& path) {
   std::vector<std::string> out;
@@ -97,9 +119,21 @@ public:
     }
     if (!s.is_object())
       return;
+    // A property's own name a pattern of patternProperties matches is held
+    // to both schemas.
+    if (const auto pp = s.find("patternProperties"); pp != s.end() && pp->is_object())
+      if (const auto props = s.find("properties"); props != s.end() && props->is_object())
+        for (auto& [name, sub] : props->items()) {
+          json all = json::array({sub});
+          for (const auto& [pattern, schema] : pp->items())
+            if (pattern_matches(pattern, name))
+              all.push_back(schema);
+          if (all.size() > 1)
+            sub = json{{"allOf", std::move(all)}};
+        }
     for (auto& [k, v] : s.items()) {
       const auto at = path + "/" + json_text::pointer_token(k);
-      if (k == "properties" || k == "$defs" || k == "definitions") {
+      if (k == "properties" || k == "$defs" || k == "definitions" || k == "patternProperties") {
         if (v.is_object())
           for (auto& [name, sub] : v.items())
             rewrite(sub, at + "/" + json_text::pointer_token(name), depth + 1);

@@ -30,10 +30,16 @@ bool open_name(const json_schema& s, const json_schema::node& n, std::uint64_t s
          && ((n.required >> i & 1) != 0 || spare_names(n, seen, count) > 0);
 }
 
-/// Names other than the properties may be given, `depth` containers deep.
+/// Names other than the properties may be given, `depth` containers deep
+/// (additional ones, or names of patternProperties).
 bool other_names(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::uint32_t count,
                  std::size_t depth) {
-  return n.additional != json_schema::none && s.fits(n.additional, depth) && spare_names(n, seen, count) > 0;
+  if (spare_names(n, seen, count) <= 0)
+    return false;
+  if (n.additional != json_schema::none && s.fits(n.additional, depth))
+    return true;
+  return std::any_of(n.pattern_properties.begin(), n.pattern_properties.end(),
+                     [&](const auto& p) { return s.fits(p.second, depth); });
 }
 
 /// Object node `n`, which has `count` names, may take another name.
@@ -309,6 +315,14 @@ void schema_machine::reading::append_key(std::string& k) const {
     put32(static_cast<std::uint32_t>(pattern_at.size()));
     k.append(reinterpret_cast<const char*>(pattern_at.data()), pattern_at.size() * sizeof pattern_at[0]);
   }
+  if (!name_at.empty()) {
+    k += 'n';
+    put32(name_cp);
+    for (const auto& at : name_at) {
+      put32(static_cast<std::uint32_t>(at.size()));
+      k.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof at[0]);
+    }
+  }
   if (bounded_node != json_schema::none) {
     put32(bounded_node);
     k += static_cast<char>(negative | point << 1);
@@ -352,7 +366,8 @@ bool schema_machine::free_text() const noexcept {
     return false;
   return std::all_of(readings_.begin(), readings_.end(), [&](const reading& r) {
     return r.literal_node == json_schema::none && r.string_node == json_schema::none
-           && r.format.format == json_schema::string_format::none && r.pattern_node == json_schema::none && (!lex_.key_ || r.frames.back().key_free);
+           && r.format.format == json_schema::string_format::none && r.pattern_node == json_schema::none
+           && r.name_at.empty() && (!lex_.key_ || r.frames.back().key_free);
   });
 }
 
@@ -719,6 +734,75 @@ bool schema_machine::item_can_begin(const reading& r, const json_machine& lex) {
 /// \u escape's last digit) steps the pattern; a part of one must leave a
 /// character the pattern may take; the closing quote must find it matched.
 /// False: the byte may not come.
+bool schema_machine::name_patterns_take(const json_schema& s, const json_schema::node& n, reading& r,
+                                        const json_machine& before, unsigned char c) {
+  using L = json_machine::lex;
+  // A whole character: each pattern that may still match reads it.
+  const auto whole = [&](char32_t code) {
+    if (code >= 0xD800 && code <= 0xDFFF)
+      return false; // half of a pair: the patterns read code points
+    bool live = false;
+    for (std::size_t i = 0; i < r.name_at.size(); ++i) {
+      if (!r.name_at[i].empty())
+        r.name_at[i] = s.pattern(n.pattern_properties[i].first).step(r.name_at[i], code);
+      live |= !r.name_at[i].empty();
+    }
+    r.name_cp = 0;
+    return live || n.additional != json_schema::none;
+  };
+  switch (before.lex_) {
+    case L::string:
+      if (before.utf8_left_ > 0) {
+        const std::uint32_t bits = (r.name_cp << 6) | (c & 0x3F);
+        if (before.utf8_left_ == 1)
+          return whole(bits);
+        r.name_cp = bits;
+        return true;
+      }
+      if (c == '\\')
+        return true;
+      if (c < 0x80)
+        return whole(c);
+      r.name_cp = (c & 0xE0) == 0xC0 ? c & 0x1F : (c & 0xF0) == 0xE0 ? c & 0x0F : c & 0x07;
+      return true;
+    case L::escape: {
+      if (c == 'u') {
+        r.name_cp = 0;
+        return true;
+      }
+      static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
+      const auto at = from.find(static_cast<char>(c));
+      return at != std::string_view::npos && whole(static_cast<unsigned char>(to[at]));
+    }
+    case L::unicode: {
+      const std::uint32_t digit = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
+      const std::uint32_t bits = (r.name_cp << 4) | digit;
+      if (before.hex_left_ == 1)
+        return whole(bits);
+      r.name_cp = bits;
+      return true;
+    }
+    default:
+      return true;
+  }
+}
+
+std::uint32_t schema_machine::other_value(const json_schema& s, const json_schema::node& n, const reading& r,
+                                          std::size_t depth) {
+  auto found = json_schema::none;
+  for (std::size_t i = 0; i < r.name_at.size(); ++i) {
+    if (r.name_at[i].empty() || !s.pattern(n.pattern_properties[i].first).accepts(r.name_at[i]))
+      continue;
+    const auto node = n.pattern_properties[i].second;
+    if (found != json_schema::none && found != node)
+      return json_schema::none; // two patterns of different schemas: not written
+    found = node;
+  }
+  if (found == json_schema::none)
+    found = n.additional;
+  return found != json_schema::none && s.fits(found, depth) ? found : json_schema::none;
+}
+
 const json_pattern* schema_machine::pattern_string() const noexcept {
   if (readings_.size() != 1 || readings_[0].pattern_node == json_schema::none || lex_.key_
       || !readings_[0].frames.back().key.empty()) // an item held unique, whose bytes look ahead
@@ -895,6 +979,10 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     if (!names_left(s, n, f.seen, f.count, depth))
       return;
     f.key_free = n.properties.empty();
+    r.name_at.clear();
+    r.name_cp = 0;
+    for (const auto& p : n.pattern_properties) // (each pattern reads the name)
+      r.name_at.push_back(s.pattern(p.first).start());
     if (n.names == json_schema::none) {
       out.push_back(std::move(r));
       return;
@@ -932,7 +1020,11 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
     // propertyNames: the name as a string of its schema.
     if (n.names != json_schema::none && string_checked(r) && !string_takes(s, r, before, c))
       return;
-    if (state == L::string && c == '"') { // the key ends
+    const bool ends = state == L::string && c == '"';
+    // patternProperties: each pattern reads the name.
+    if (!ends && !r.name_at.empty() && !name_patterns_take(s, n, r, before, c))
+      return;
+    if (ends) { // the key ends
       if (!f.key_free) {
         for (std::size_t i = 0; i < n.properties.size(); ++i) {
           if (n.properties[i].first != f.key)
@@ -943,16 +1035,19 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
           ++f.count;
           f.value = n.properties[i].second;
           f.key.clear();
+          r.name_at.clear();
           out.push_back(std::move(r));
           return;
         }
       }
-      if (!other_names(s, n, f.seen, f.count, depth))
+      const auto value = other_value(s, n, r, depth);
+      if (value == json_schema::none || spare_names(n, f.seen, f.count) <= 0)
         return;
       ++f.count;
-      f.value = n.additional;
+      f.value = value;
       f.key.clear();
       f.key_free = false;
+      r.name_at.clear();
       out.push_back(std::move(r));
       return;
     }

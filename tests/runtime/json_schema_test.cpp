@@ -140,13 +140,19 @@ bool valid(const json& doc, const json& s, const json& v) {
     if (!is("object"))
       return false;
     const auto props = s.value("properties", json::object());
+    const auto patterned = s.value("patternProperties", json::object());
     for (const auto& [k, x] : v.items()) {
-      if (props.contains(k)) {
-        if (!valid(doc, props[k], x))
-          return false;
-      } else if (s.contains("additionalProperties") && !valid(doc, s["additionalProperties"], x)) {
+      bool named = props.contains(k);
+      if (named && !valid(doc, props[k], x))
         return false;
-      }
+      for (const auto& [p, ps] : patterned.items())
+        if (matches(p, k)) {
+          named = true;
+          if (!valid(doc, ps, x))
+            return false;
+        }
+      if (!named && s.contains("additionalProperties") && !valid(doc, s["additionalProperties"], x))
+        return false;
     }
     for (const auto& r : s.value("required", json::array()))
       if (!v.contains(r.get<std::string>()))
@@ -357,6 +363,9 @@ const std::vector<std::string>& schemas() {
     keyed,
     colored,
     named,
+    // patternProperties: names each pattern reads as they are written.
+    R"({"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^[a-k]+$":{"type":"integer"},)"
+    R"("^y":{"type":"integer","minimum":0}},"additionalProperties":{"type":"boolean"},"maxProperties":4})",
   };
   return all;
 }
@@ -1437,6 +1446,25 @@ TEST(json_schema, every_output_a_forced_tool_call_allows_is_answered_as_a_call_o
 
 // -- allOf of several schemas, merged ---------------------------------------------
 
+/// `count` random objects (up to 3 names of `keys`, values of `scalars`):
+/// the machine of `text` reads each whole exactly where `want` says. How
+/// many it takes and refuses.
+std::pair<int, int> agrees_on_random_objects(const std::string& text, const std::vector<std::string>& keys,
+                                             const std::vector<json>& scalars, std::mt19937& rng, int count,
+                                             const std::function<bool(const json&)>& want) {
+  int taken = 0, refused = 0;
+  for (int k = 0; k < count; ++k) {
+    json v = json::object();
+    const auto n = rng() % 4;
+    for (std::size_t i = 0; i < n; ++i)
+      v[keys[rng() % keys.size()]] = scalars[rng() % scalars.size()];
+    const bool ok = want(v);
+    EXPECT_EQ(reads_whole(text, v.dump()), ok) << v.dump();
+    (ok ? taken : refused) += 1;
+  }
+  return {taken, refused};
+}
+
 TEST(json_schema, allof_of_several_schemas_is_their_merge_which_takes_exactly_what_all_of_them_take) {
   const std::vector<std::string> schemas = {
     // OpenAPI's composition: a base by reference, then more properties.
@@ -1465,16 +1493,8 @@ TEST(json_schema, allof_of_several_schemas_is_their_merge_which_takes_exactly_wh
   for (const auto& text : schemas) {
     SCOPED_TRACE(text);
     const auto doc = json::parse(text);
-    int taken = 0, refused = 0;
-    for (int k = 0; k < 3000; ++k) {
-      json v = json::object();
-      const auto n = rng() % 4;
-      for (std::size_t i = 0; i < n; ++i)
-        v[keys[rng() % keys.size()]] = scalars[rng() % scalars.size()];
-      const bool want = valid(doc, doc, v);
-      EXPECT_EQ(reads_whole(text, v.dump()), want) << v.dump();
-      (want ? taken : refused) += 1;
-    }
+    const auto [taken, refused] =
+      agrees_on_random_objects(text, keys, scalars, rng, 3000, [&](const json& v) { return valid(doc, doc, v); });
     EXPECT_GT(taken, 5) << "values the schema takes are met";
     EXPECT_GT(refused, 5);
   }
@@ -1515,6 +1535,55 @@ TEST(json_schema, allof_of_several_schemas_is_their_merge_which_takes_exactly_wh
   EXPECT_TRUE(reads_whole(R"({"$defs":{"n":{"type":"integer"}},"allOf":[{"type":"object",)"
                           R"("properties":{"a":{"$ref":"#/$defs/n"}}},{"required":["a"]}]})",
                           R"({"a":1})"));
+}
+
+TEST(json_schema, pattern_properties_hold_each_name_a_pattern_matches_to_its_schema_and_others_to_additional) {
+  const std::vector<std::string> schemas = {
+    // Pydantic's dict with keys of a pattern (older versions), closed.
+    R"({"type":"object","patternProperties":{"^[a-c]+$":{"type":"integer","minimum":3}},"additionalProperties":false})",
+    // Names a pattern matches, the rest additional; a property the
+    // pattern matches is held to both.
+    R"({"type":"object","properties":{"ab":{"type":"integer","maximum":6}},"required":["ab"],)"
+    R"("patternProperties":{"b":{"minimum":3}},"additionalProperties":{"type":"string"}})",
+    // Two patterns: a name both match is not written (different schemas).
+    R"({"type":"object","patternProperties":{"^a":{"type":"integer"},"b$":{"type":"string"}},)"
+    R"("additionalProperties":false,"maxProperties":3})",
+    // Open: other names take any value.
+    R"({"type":"object","patternProperties":{"^x":{"enum":["x","y"]}}})",
+  };
+  const std::vector<std::string> keys = {"a", "ab", "b", "abc", "x", "xa", "cab", "\u00e9b", "d"};
+  const std::vector<json> scalars = {0, 3, 6, 7, -1, "abc", "x", "y", true, nullptr};
+  std::mt19937 rng(43);
+  for (std::size_t k = 0; k < schemas.size(); ++k) {
+    const auto& text = schemas[k];
+    SCOPED_TRACE(text);
+    const auto doc = json::parse(text);
+    const auto [taken, refused] = agrees_on_random_objects(text, keys, scalars, rng, 2000, [&](const json& v) {
+      // (a name both patterns of the third match is never written)
+      return valid(doc, doc, v) && !(k == 2 && v.contains("ab"));
+    });
+    EXPECT_GT(taken, 20);
+    EXPECT_GT(refused, 20);
+  }
+  // A closed object's name no pattern can match any more is refused at the
+  // character that shows it.
+  auto m = machine(schemas[0]);
+  ASSERT_TRUE(m.feed(std::string_view(R"({"ab)")));
+  EXPECT_FALSE(m.feed('d'));
+  EXPECT_TRUE(m.feed(std::string_view(R"(c":4})")));
+  EXPECT_TRUE(m.complete());
+  // Escapes are read as the characters they write.
+  EXPECT_TRUE(reads_whole(schemas[0], R"({"\u0061":3})"));
+  EXPECT_FALSE(reads_whole(schemas[0], R"({"\u0064":3})"));
+  // Refusals.
+  for (const auto& [schema, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"x({"type":"object","patternProperties":{"(?=a)":{}}})x", "is the schema of a pattern Troupe cannot read"},
+         {R"({"type":"object","patternProperties":[]})", "must be an object of patterns"},
+         {R"({"type":"object","patternProperties":{"a":{}},"propertyNames":{"enum":["a"]}})", "lists names beside"},
+         {R"({"allOf":[{"type":"object","patternProperties":{"a":{}}},{"required":[]}]})",
+          R"(one with "patternProperties"; Troupe merges)"},
+       })
+    EXPECT_NE(refusal(schema).find(says), std::string::npos) << schema << ": " << refusal(schema);
 }
 
 // -- a trigger, then a value ---------------------------------------------------
