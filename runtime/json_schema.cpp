@@ -93,7 +93,7 @@ constexpr std::string_view keywords[] = {"type",      "properties", "required", 
                                          "maxLength", "minimum",    "maximum",   "exclusiveMinimum", "multipleOf",
                                          "exclusiveMaximum", "format", "pattern", "enum", "const",
                                          "anyOf",     "oneOf",      "allOf",      "$ref", "propertyNames",
-                                         "uniqueItems", "patternProperties"};
+                                         "uniqueItems", "patternProperties", "dependentRequired", "dependencies"};
 /// The keywords a propertyNames schema (and those it leads to) may use.
 constexpr std::string_view name_keywords[] = {"type",  "pattern", "minLength", "maxLength", "format", "enum",
                                               "const", "anyOf",   "oneOf",     "allOf",     "$ref"};
@@ -304,7 +304,8 @@ private:
                        "maxLength, minimum, maximum, multipleOf, "
                        "exclusiveMinimum, exclusiveMaximum, format (date, time, date-time, duration, uuid, email, hostname, ipv4, ipv6, uri, uri-reference, json-pointer, byte; password, binary), "
                        "pattern, enum, const, anyOf, oneOf (of alternatives no value matches two of), allOf (several "
-                       "merged into one), $ref, propertyNames, uniqueItems (of scalar items) and patternProperties");
+                       "merged into one), $ref, propertyNames, uniqueItems (of scalar items), patternProperties and "
+                       "dependentRequired");
       present.push_back(*std::find(std::begin(keywords), std::end(keywords), k));
     }
     const auto has = [&](std::string_view k) { return std::find(present.begin(), present.end(), k) != present.end(); };
@@ -421,22 +422,69 @@ private:
     }
     if (has("propertyNames"))
       property_names(path, n);
+    // The index of property `name` (a JSON value) among n's; none.
+    const auto property = [&](const json& name) -> std::size_t {
+      const auto it = name.is_string() ? std::find_if(n.properties.begin(), n.properties.end(),
+                                                      [&](const auto& e) {
+                                                        return e.first == written_name(name.get<std::string>());
+                                                      })
+                                       : n.properties.end();
+      return it == n.properties.end() ? none : static_cast<std::size_t>(it - n.properties.begin());
+    };
     if (const auto r = s.find("required"); r != s.end()) {
       if (!r->is_array())
         fail(path, "has \"required\" " + r->dump() + "; it must be a list of property names");
       for (const auto& name : *r) {
-        const auto it = name.is_string() ? std::find_if(n.properties.begin(), n.properties.end(),
-                                                        [&](const auto& e) {
-                                                          return e.first == written_name(name.get<std::string>());
-                                                        })
-                                         : n.properties.end();
-        if (it == n.properties.end())
+        const auto i = property(name);
+        if (i == none)
           fail(path, "requires " + name.dump() + ", which is not among its \"properties\""
                        + std::string(has("propertyNames") && n.names == none
                                        ? " (nor among the names its \"propertyNames\" lists, where it allows them)"
                                        : ""));
-        n.required |= std::uint64_t{1} << (it - n.properties.begin());
+        n.required |= std::uint64_t{1} << i;
       }
+    }
+    // dependentRequired, and dependencies (before draft 2019-09) of name
+    // lists: a property given makes others required.
+    for (const char* word : {"dependentRequired", "dependencies"}) {
+      const auto d = s.find(word);
+      if (d == s.end())
+        continue;
+      const auto at = path + "/" + word;
+      if (!d->is_object())
+        fail(at, "is " + d->dump().substr(0, 80) + "; it must be an object of property names and the names they require");
+      const auto index = [&](const json& name, const std::string& where) {
+        const auto i = property(name);
+        if (i == none)
+          fail(where, "names " + name.dump() + ", which is not among its \"properties\"; Troupe holds what "
+                      "properties require among those");
+        return i;
+      };
+      for (const auto& [name, list] : d->items()) {
+        const auto where = at + "/" + pointer_token(name);
+        if (!list.is_array())
+          fail(where, std::string(std::string_view(word) == "dependencies"
+                                    ? "is a schema: Troupe holds dependencies of name lists (dependentSchemas' form "
+                                      "is not enforced)"
+                                    : "must be a list of property names"));
+        const auto i = index(json(name), where);
+        n.dependent.resize(n.properties.size(), 0);
+        for (const auto& other : list)
+          n.dependent[i] |= std::uint64_t{1} << index(other, where);
+      }
+    }
+    // Through each other: what a property makes required makes more
+    // required in turn; and what a required property makes required is.
+    for (bool changed = !n.dependent.empty(); changed;) {
+      changed = false;
+      for (auto& d : n.dependent) {
+        const auto more = json_schema::required_now(n, d) & ~n.required;
+        changed |= (d | more) != d;
+        d |= more;
+      }
+      const auto required = json_schema::required_now(n, n.required);
+      changed |= required != n.required;
+      n.required = required;
     }
     // Items: the first by position (prefixItems; before draft 2020-12,
     // items as a list), the rest of one schema (items; beside a list,

@@ -26,7 +26,8 @@
 //   propertyNames (of type, pattern, minLength, maxLength, format, enum,
 //   const, and anyOf, oneOf, allOf and $ref of those), uniqueItems (of
 //   scalar items: strings, numbers, booleans, null), patternProperties (a
-//   name two patterns of different schemas match is not written).
+//   name two patterns of different schemas match is not written),
+//   dependentRequired (and dependencies of name lists) among properties.
 // Annotations (title, description, default, examples, $schema, $id,
 // $comment, deprecated, readOnly, writeOnly, $defs, definitions, and
 // OpenAPI's discriminator) are skipped. Every other keyword is refused, naming it and where it stands,
@@ -115,6 +116,9 @@ public:
     /// node; the required ones as bits (bit i: properties[i]).
     std::vector<std::pair<std::string, std::uint32_t>> properties;
     std::uint64_t required = 0;
+    /// dependentRequired (and dependencies' lists): by property, the
+    /// properties it makes required once it is given (empty: none).
+    std::vector<std::uint64_t> dependent;
     /// minProperties and maxProperties: how many names the object gives.
     std::uint32_t min_names = 0;
     std::uint32_t max_names = 0xFFFFFFFFu;
@@ -178,6 +182,16 @@ public:
   /// within json_machine::max_depth.
   bool fits(std::uint32_t i, std::size_t depth) const noexcept {
     return nodes_[i].min_depth != unreachable && depth + nodes_[i].min_depth <= json_machine::max_depth;
+  }
+
+  /// The properties object node `n` requires with those of `seen` given
+  /// (bits): its required ones and those the given ones make required.
+  static std::uint64_t required_now(const node& n, std::uint64_t seen) noexcept {
+    auto out = n.required;
+    for (std::size_t i = 0; i < n.dependent.size(); ++i)
+      if (seen >> i & 1)
+        out |= n.dependent[i];
+    return out;
   }
 
   /// The node of array node `n`'s item at `index` (from 0).

@@ -16,18 +16,28 @@ namespace {
 
 using namespace json_text;
 
-/// Names object node `n` may still take beyond its required ones not given
-/// yet (maxProperties keeps room for those), with `count` names given.
+/// Names object node `n` may still take beyond the properties it requires
+/// and has not been given yet (maxProperties keeps room for those), with
+/// `count` names given.
 std::int64_t spare_names(const json_schema::node& n, std::uint64_t seen, std::uint32_t count) {
-  return std::int64_t{n.max_names} - count - std::popcount(n.required & ~seen);
+  return std::int64_t{n.max_names} - count - std::popcount(json_schema::required_now(n, seen) & ~seen);
 }
 
 /// Property `i` of object node `n` may still be given, `depth` containers
-/// deep: not given yet, its value fits, and (not required) there is room.
+/// deep: not given yet, its value fits, and there is room for it and for
+/// what it makes required (whose values fit too).
 bool open_name(const json_schema& s, const json_schema::node& n, std::uint64_t seen, std::uint32_t count,
                std::size_t i, std::size_t depth) {
-  return !(seen >> i & 1) && s.fits(n.properties[i].second, depth)
-         && ((n.required >> i & 1) != 0 || spare_names(n, seen, count) > 0);
+  if ((seen >> i & 1) || !s.fits(n.properties[i].second, depth))
+    return false;
+  const auto after = seen | std::uint64_t{1} << i;
+  const auto owed = json_schema::required_now(n, after) & ~after;
+  if (std::int64_t{n.max_names} - count - 1 - std::popcount(owed) < 0)
+    return false;
+  for (auto fresh = owed & ~json_schema::required_now(n, seen); fresh != 0; fresh &= fresh - 1)
+    if (!s.fits(n.properties[static_cast<std::size_t>(std::countr_zero(fresh))].second, depth))
+      return false;
+  return true;
 }
 
 /// Names other than the properties may be given, `depth` containers deep
@@ -944,7 +954,8 @@ void schema_machine::advance(reading r, const json_machine& before, const json_m
   const auto close = [&](char open) {
     auto& f = r.frames.back();
     const auto& n = s.at(f.node);
-    if (open == '{' ? (f.seen & n.required) != n.required || f.count < n.min_names : f.count < n.min_items)
+    const auto required = json_schema::required_now(n, f.seen);
+    if (open == '{' ? (f.seen & required) != required || f.count < n.min_names : f.count < n.min_items)
       return;
     r.frames.pop_back();
     r.items = nullptr; // (only the innermost array has any)

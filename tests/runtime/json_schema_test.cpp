@@ -157,6 +157,14 @@ bool valid(const json& doc, const json& s, const json& v) {
     for (const auto& r : s.value("required", json::array()))
       if (!v.contains(r.get<std::string>()))
         return false;
+    for (const char* word : {"dependentRequired", "dependencies"}) {
+      const auto deps = s.value(word, json::object());
+      for (const auto& [given, needs] : deps.items())
+        if (v.contains(given))
+          for (const auto& r : needs)
+            if (!v.contains(r.get<std::string>()))
+              return false;
+    }
     if (s.contains("propertyNames"))
       for (const auto& [k, x] : v.items())
         if (!valid(doc, s["propertyNames"], json(k)))
@@ -1582,6 +1590,46 @@ TEST(json_schema, pattern_properties_hold_each_name_a_pattern_matches_to_its_sch
          {R"({"type":"object","patternProperties":{"a":{}},"propertyNames":{"enum":["a"]}})", "lists names beside"},
          {R"({"allOf":[{"type":"object","patternProperties":{"a":{}}},{"required":[]}]})",
           R"(one with "patternProperties"; Troupe merges)"},
+       })
+    EXPECT_NE(refusal(schema).find(says), std::string::npos) << schema << ": " << refusal(schema);
+}
+
+TEST(json_schema, dependent_required_makes_properties_required_once_another_is_given) {
+  const std::vector<std::string> schemas = {
+    R"({"type":"object","properties":{"card":{"type":"string"},"billing":{"type":"string"},"name":{}},)"
+    R"("dependentRequired":{"card":["billing"]}})",
+    // Through each other, and room for them under maxProperties.
+    R"({"type":"object","properties":{"a":{},"b":{},"c":{},"d":{}},"dependentRequired":{"a":["b"],"b":["c"]},)"
+    R"("maxProperties":3,"additionalProperties":false})",
+    // Before draft 2019-09: dependencies of name lists; a required one's.
+    R"({"type":"object","properties":{"a":{},"b":{},"c":{}},"required":["a"],"dependencies":{"a":["c"]},)"
+    R"("additionalProperties":false})",
+  };
+  const std::vector<std::string> keys = {"card", "billing", "name", "a", "b", "c", "d"};
+  const std::vector<json> scalars = {1, "x"};
+  std::mt19937 rng(47);
+  for (const auto& text : schemas) {
+    SCOPED_TRACE(text);
+    const auto doc = json::parse(text);
+    const auto [taken, refused] =
+      agrees_on_random_objects(text, keys, scalars, rng, 2000, [&](const json& v) { return valid(doc, doc, v); });
+    EXPECT_GT(taken, 20);
+    EXPECT_GT(refused, 20);
+  }
+  // The object may not close before what was given requires; no name
+  // begins for which there is no room.
+  auto m = machine(schemas[0]);
+  ASSERT_TRUE(m.feed(std::string_view(R"({"card":"1")")));
+  EXPECT_FALSE(m.feed('}'));
+  ASSERT_TRUE(m.feed(std::string_view(R"(,"billing":"x"})")));
+  EXPECT_TRUE(m.complete());
+  auto full = machine(schemas[1]);
+  ASSERT_TRUE(full.feed(std::string_view(R"({"d":1,"c":1,)")));
+  EXPECT_FALSE(full.feed(std::string_view(R"("a")"))) << "a needs b and c: four names, past maxProperties 3";
+  for (const auto& [schema, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"({"type":"object","properties":{"a":{}},"dependentRequired":{"a":["z"]}})", R"(names "z", which is not among)"},
+         {R"({"type":"object","properties":{"a":{}},"dependencies":{"a":{"required":["a"]}}})", "is a schema"},
+         {R"({"type":"object","properties":{"a":{}},"dependentRequired":["a"]})", "must be an object"},
        })
     EXPECT_NE(refusal(schema).find(says), std::string::npos) << schema << ": " << refusal(schema);
 }
