@@ -499,6 +499,27 @@ bool json_pattern::accepts(const states& at) const noexcept {
   return std::binary_search(at.begin(), at.end(), static_cast<std::uint16_t>(accept_));
 }
 
+bool json_pattern::reaches_accept(const states& at, std::uint32_t least, std::uint32_t most) const {
+  constexpr std::uint32_t far = 4096;
+  auto s = at;
+  std::vector<std::uint32_t> next;
+  for (std::uint32_t k = 0; k <= most; ++k) {
+    if (k >= least && accepts(s))
+      return true;
+    if (k == far)
+      return !s.empty();
+    // The states any one character leads to.
+    next.clear();
+    for (const auto i : s)
+      if (!nodes_[i].ranges.empty())
+        next.push_back(nodes_[i].target);
+    if (next.empty())
+      return false;
+    s = closure(next);
+  }
+  return false;
+}
+
 bool json_pattern::may_take(const states& at, char32_t lo, char32_t hi) const {
   for (const auto i : at)
     for (const auto& r : nodes_[i].ranges) {

@@ -50,6 +50,9 @@ public:
   /// Some character in [lo, hi], UTF-16 surrogates aside, may come next
   /// (for a character whose first bytes or hex digits are written).
   bool may_take(const states& at, char32_t lo, char32_t hi) const;
+  /// Some `k` more characters, `least` <= k <= `most`, lead from `at` to
+  /// a match (past 4,096 characters: taken as so, where any go on).
+  bool reaches_accept(const states& at, std::uint32_t least, std::uint32_t most) const;
 
 private:
   struct range {

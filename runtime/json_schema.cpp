@@ -573,10 +573,9 @@ private:
       } else if (it != formats.end()) {
         n.format = it->second;
       } else {
-        for (const char* other : {"minLength", "maxLength", "pattern"})
-          if (has(other))
-            fail(path, "has \"format\" " + f->dump() + " beside \"" + other + "\"; Troupe holds " + name
-                         + " as a pattern, alone");
+        if (has("pattern"))
+          fail(path, "has \"format\" " + f->dump() + " beside \"pattern\"; Troupe holds " + name
+                       + " as a pattern, and one pattern to a string");
         patterns_.push_back(std::make_shared<const json_pattern>(as_pattern->second));
         n.pattern = static_cast<std::uint32_t>(patterns_.size() - 1);
       }
@@ -586,16 +585,21 @@ private:
         fail(path, "has \"pattern\" " + p->dump() + "; it must be a regular expression in a string");
       if (!(n.types & t_string))
         fail(path, "has a \"pattern\" but takes no strings");
-      for (const char* other : {"minLength", "maxLength", "format"})
-        if (has(other))
-          fail(path, std::string("has \"pattern\" beside \"") + other
-                       + "\"; Troupe takes a pattern alone (write the length into it: {3,8})");
+      if (has("format"))
+        fail(path, "has \"pattern\" beside \"format\"; Troupe takes one of the two on a string");
       try {
         patterns_.push_back(std::make_shared<const json_pattern>(p->get<std::string>()));
       } catch (const std::invalid_argument& e) {
         fail(path, "has \"pattern\" " + p->dump() + ": " + e.what());
       }
       n.pattern = static_cast<std::uint32_t>(patterns_.size() - 1);
+    }
+    if (n.pattern != none && (n.min_length > 0 || n.max_length != 0xFFFFFFFFu)) {
+      const auto& p = *patterns_[n.pattern];
+      if (!p.reaches_accept(p.start(), n.min_length, n.max_length))
+        fail(path, "has a pattern no string of " + std::to_string(n.min_length) + " to "
+                     + (n.max_length == 0xFFFFFFFFu ? std::string("any number of") : std::to_string(n.max_length))
+                     + " characters matches: no value would do");
     }
     return n;
   }
@@ -945,8 +949,13 @@ std::size_t json_schema::distinct_values(std::uint32_t i, std::size_t limit) con
         std::vector<std::string> matches;
         if (!pattern_strings(*patterns_[n.pattern], limit, matches))
           return limit;
-        for (auto& m : matches)
-          add(std::move(m));
+        for (auto& m : matches) {
+          // (within the length bounds: "s" and the characters in UTF-8)
+          const auto chars = static_cast<std::uint32_t>(
+            std::count_if(m.begin() + 1, m.end(), [](char c) { return (static_cast<unsigned char>(c) & 0xC0) != 0x80; }));
+          if (chars >= n.min_length && chars <= n.max_length)
+            add(std::move(m));
+        }
       } else if (n.max_length == 0) {
         add("s");
       } else {

@@ -374,6 +374,9 @@ const std::vector<std::string>& schemas() {
     // patternProperties: names each pattern reads as they are written.
     R"({"type":"object","properties":{"name":{"type":"string"}},"patternProperties":{"^[a-k]+$":{"type":"integer"},)"
     R"("^y":{"type":"integer","minimum":0}},"additionalProperties":{"type":"boolean"},"maxProperties":4})",
+    // A pattern and a length together.
+    R"({"type":"object","properties":{"w":{"type":"string","pattern":"^(ab)+$|^x","minLength":2,"maxLength":5,)"
+    R"("examples":["ab","abab","xy","x123"]}},"required":["w"],"additionalProperties":false})",
   };
   return all;
 }
@@ -402,7 +405,9 @@ TEST(json_schema, refuses_what_it_cannot_enforce_and_says_what_and_where) {
     {R"({"type":"object","properties":{"a":{"pattern":"\\q"}}})", "an unknown escape \\q"},
     {R"({"type":"object","properties":{"a":{"pattern":7}}})", "it must be a regular expression in a string"},
     {R"({"type":"object","properties":{"a":{"type":"integer","pattern":"x"}}})", "takes no strings"},
-    {R"({"type":"object","properties":{"a":{"pattern":"x","maxLength":3}}})", "Troupe takes a pattern alone"},
+    {R"({"type":"object","properties":{"a":{"pattern":"^a{5}$","maxLength":3}}})",
+     "has a pattern no string of 0 to 3 characters matches"},
+    {R"({"type":"object","properties":{"a":{"pattern":"x","format":"date"}}})", "one of the two on a string"},
     {R"({"type":"object","properties":{"a":{"type":"strin"}}})", R"(has "type" "strin")"},
     {R"({"type":"object","properties":{"a":false},"required":["a"]})", "a required property or item has no value"},
     {R"({"type":"object","required":["a"]})", R"(requires "a", which is not among its "properties")"},
@@ -597,9 +602,33 @@ TEST(json_schema, holds_the_text_to_the_schema) {
     for (const auto& v : bad)
       EXPECT_FALSE(reads_whole(format(f), R"({"x":)" + json(v).dump() + "}")) << f << ": " << v;
   }
-  EXPECT_NE(refusal(R"({"type":"object","properties":{"x":{"format":"email","maxLength":9}}})")
-              .find(R"(has "format" "email" beside "maxLength"; Troupe holds email as a pattern, alone)"),
+  EXPECT_NE(refusal(R"({"type":"object","properties":{"x":{"format":"email","pattern":"a"}}})")
+              .find(R"(has "format" "email" beside "pattern"; Troupe holds email as a pattern, and one pattern)"),
             std::string::npos);
+  // A format held as a pattern, and a length.
+  const std::string short_mail = R"({"type":"object","properties":{"x":{"format":"email","maxLength":6}}})";
+  EXPECT_TRUE(reads_whole(short_mail, R"({"x":"a@b.co"})"));
+  EXPECT_FALSE(reads_whole(short_mail, R"({"x":"ab@c.de"})"));
+
+  // A pattern and a length (Pydantic's Field(min_length=..., pattern=...)):
+  // both hold, and a character is refused where no match within the
+  // bounds would be left.
+  const std::string word = R"({"type":"object","properties":{"x":{"pattern":"^[a-z]+$","minLength":2,"maxLength":4}}})";
+  for (const std::string ok : {"ab", "abcd"})
+    EXPECT_TRUE(reads_whole(word, R"({"x":")" + ok + R"("})")) << ok;
+  for (const std::string bad : {"a", "abcde", "aB", ""})
+    EXPECT_FALSE(reads_whole(word, R"({"x":")" + bad + R"("})")) << bad;
+  auto either = machine(R"({"type":"object","properties":{"x":{"pattern":"^(a|bcd)$","minLength":2}}})");
+  ASSERT_TRUE(either.feed(std::string_view(R"({"x":")")));
+  EXPECT_FALSE(either.feed('a')) << "\"a\" matches but is too short, and nothing goes on from it";
+  EXPECT_TRUE(either.feed(std::string_view(R"(bcd"})")));
+  auto pairs = machine(R"({"type":"object","properties":{"x":{"pattern":"^(ab)+$","maxLength":3}}})");
+  ASSERT_TRUE(pairs.feed(std::string_view(R"({"x":"ab)")));
+  EXPECT_FALSE(pairs.feed('a')) << "\"aba\" could only match as \"abab\", past 3";
+  EXPECT_TRUE(pairs.feed(std::string_view(R"("})")));
+  auto escaped = machine(word);
+  EXPECT_TRUE(escaped.feed(std::string_view(R"({"x":"\u0061\u0062\u0063\u0064")")));
+  EXPECT_FALSE(escaped.feed(std::string_view(R"(\u0065)"))) << "a fifth character, escaped";
 
   // Integers within bounds, refused at the first digit that leaves them.
   const std::string aged = R"({"type":"object","properties":{"n":{"type":"integer","minimum":-5,"maximum":120}}})";
@@ -780,7 +809,7 @@ TEST(json_schema, refuses_property_names_and_unique_items_it_cannot_hold_saying_
      R"(requires "a", which is not among its "properties")"},
     {R"x({"type":"object","propertyNames":{"pattern":"a(?=b)"}})x", R"x("#/propertyNames" has "pattern" "a(?=b)")x"},
     {R"({"type":"object","propertyNames":{"format":"iri"}})", R"("#/propertyNames" has "format" "iri")"},
-    {R"({"type":"object","propertyNames":{"pattern":"^a","maxLength":3}})", "Troupe takes a pattern alone"},
+    {R"({"type":"object","propertyNames":{"pattern":"^a","format":"date"}})", "one of the two on a string"},
     {R"({"type":"object","propertyNames":false})", R"("#/propertyNames" takes no strings)"},
     {R"({"type":"object","properties":{"a":{"type":"array","uniqueItems":"yes"}}})",
      R"("#/properties/a" has "uniqueItems" "yes"; it must be true or false)"},
