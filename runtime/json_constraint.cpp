@@ -185,10 +185,16 @@ struct json_vocab::pattern_string {
   json_machine lex;
   std::vector<std::uint16_t> at;
   std::uint32_t cp = 0;
+  /// minLength and maxLength (0 and the most: none), and the characters
+  /// begun.
+  std::uint32_t min = 0;
+  std::uint32_t max = 0xFFFFFFFFu;
+  std::uint32_t chars = 0;
 
   std::string key() const {
     auto k = lex.key();
     k.append(reinterpret_cast<const char*>(&cp), sizeof cp);
+    k.append(reinterpret_cast<const char*>(&chars), sizeof chars);
     k.append(reinterpret_cast<const char*>(at.data()), at.size() * sizeof(at[0]));
     return k;
   }
@@ -196,7 +202,9 @@ struct json_vocab::pattern_string {
   /// come (this one is then spent).
   bool step(unsigned char c) {
     const auto before = lex;
-    return lex.step(c) && schema_machine::pattern_takes(*pattern, at, cp, before, c);
+    return lex.step(c) && schema_machine::pattern_takes(*pattern, at, cp, before, c)
+           && (max == 0xFFFFFFFFu && min == 0 ? true
+                                              : schema_machine::length_takes(min, max, chars, pattern, at, before, c));
   }
 };
 
@@ -265,7 +273,13 @@ std::shared_ptr<const json_vocab::token_split> json_vocab::split(const Machine& 
         std::string prefix;
         const auto& r = m.readings_.front();
         keyed_walk<pattern_string> w;
-        const auto start = w.id_of({pattern, m.lex_, r.pattern_at, r.pattern_cp});
+        pattern_string first{pattern, m.lex_, r.pattern_at, r.pattern_cp};
+        if (r.string_node != json_schema::none) {
+          first.min = m.schema_->at(r.string_node).min_length;
+          first.max = m.schema_->at(r.string_node).max_length;
+          first.chars = r.chars;
+        }
+        const auto start = w.id_of(std::move(first));
         walk_pattern(trie_, 0, m, w, start, prefix, out.allowed);
       }
     }

@@ -418,13 +418,21 @@ private:
   /// given.
   static std::uint32_t other_value(const json_schema& s, const json_schema::node& n, const reading& r,
                                    std::size_t depth);
+  /// The length checks of a string's byte `c` (not its closing quote;
+  /// the lexer before it `before`): a character may begin where `chars`
+  /// (those begun) is below `max`; with pattern `p`, whose reading after
+  /// `c` is `at`, a character just written must leave some match within
+  /// [min, max] characters.
+  static bool length_takes(std::uint32_t min, std::uint32_t max, std::uint32_t& chars, const json_pattern* p,
+                           const json_pattern::states& at, const json_machine& before, unsigned char c);
   /// A string value's byte `c` under its pattern; false: it may not come.
   /// `at` and `cp` are the reading's pattern_at and pattern_cp; a closing
   /// quote is taken when the pattern has matched (the caller then drops them).
   static bool pattern_takes(const json_pattern& p, json_pattern::states& at, std::uint32_t& cp,
                             const json_machine& before, unsigned char c);
   /// In a string value held to a pattern, with one reading: its pattern
-  /// (json_vocab walks such a string's bytes with the pattern alone).
+  /// (json_vocab walks such a string's bytes with the pattern and the
+  /// length alone).
   const json_pattern* pattern_string() const noexcept;
   /// Inside a string whose bytes no reading checks (plain text keeps it).
   bool free_text() const noexcept;

@@ -553,30 +553,36 @@ bool schema_machine::string_takes(const json_schema& s, reading& r, const json_m
       r.pattern_at.clear();
     }
   }
-  if (r.string_node != json_schema::none && state == L::string && before.utf8_left_ == 0) {
+  if (r.string_node != json_schema::none) {
     const auto& n = s.at(r.string_node);
-    if (c == '"') {
+    if (c == '"' && state == L::string && before.utf8_left_ == 0) {
       if (r.chars < n.min_length)
         return false;
       r.string_node = json_schema::none;
       r.chars = 0;
-    } else if (r.chars++ >= n.max_length) {
-      return false; // a character begins (a byte, a lead byte or a backslash)
+    } else if (!length_takes(n.min_length, n.max_length, r.chars,
+                             r.pattern_node == json_schema::none ? nullptr : &s.pattern(s.at(r.pattern_node).pattern),
+                             r.pattern_at, before, c)) {
+      return false;
     }
   }
-  if (r.string_node != json_schema::none && r.pattern_node != json_schema::none) {
-    // A pattern and a length: a character that has just been written
-    // must leave some match of a length within the bounds.
-    const bool whole = state == L::string ? before.utf8_left_ == 1 || (before.utf8_left_ == 0 && c < 0x80 && c != '\\')
-                       : state == L::escape ? c != 'u'
-                                            : state == L::unicode && before.hex_left_ == 1;
-    const auto& n = s.at(r.string_node);
-    if (whole && !s.pattern(s.at(r.pattern_node).pattern)
-                     .reaches_accept(r.pattern_at, n.min_length > r.chars ? n.min_length - r.chars : 0,
-                                     n.max_length - r.chars))
-      return false;
-  }
   return true;
+}
+
+bool schema_machine::length_takes(std::uint32_t min, std::uint32_t max, std::uint32_t& chars, const json_pattern* p,
+                                  const json_pattern::states& at, const json_machine& before, unsigned char c) {
+  using L = json_machine::lex;
+  const auto state = before.lex_;
+  if (state == L::string && before.utf8_left_ == 0 && chars++ >= max)
+    return false; // a character begins (a byte, a lead byte or a backslash)
+  if (p == nullptr)
+    return true;
+  // With a pattern (its reading `at` after `c`): a character that has just
+  // been written must leave some match of a length within the bounds.
+  const bool whole = state == L::string ? before.utf8_left_ == 1 || (before.utf8_left_ == 0 && c < 0x80 && c != '\\')
+                     : state == L::escape ? c != 'u'
+                                          : state == L::unicode && before.hex_left_ == 1;
+  return !whole || p->reaches_accept(at, min > chars ? min - chars : 0, max - chars);
 }
 
 bool schema_machine::string_goes_on(const json_schema& s, const reading& r) {
@@ -827,8 +833,7 @@ std::uint32_t schema_machine::other_value(const json_schema& s, const json_schem
 
 const json_pattern* schema_machine::pattern_string() const noexcept {
   if (readings_.size() != 1 || readings_[0].pattern_node == json_schema::none || lex_.key_
-      || readings_[0].string_node != json_schema::none
-      || readings_[0].format.format != json_schema::string_format::none // (the walk reads the pattern alone)
+      || readings_[0].format.format != json_schema::string_format::none // (the walk reads a pattern and a length)
       || !readings_[0].frames.back().key.empty()) // an item held unique, whose bytes look ahead
     return nullptr;
   return &schema_->pattern(schema_->at(readings_[0].pattern_node).pattern);

@@ -2196,6 +2196,38 @@ TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_ev
   }
 }
 
+TEST(json_schema, inside_a_string_of_a_pattern_and_a_length_the_vocabulary_allows_what_the_machine_takes) {
+  // The walk that reads such a string's bytes with the pattern and the
+  // length alone, against feeding each token.
+  std::vector<std::string> tokens = {"", "{\"w\":\"", "\"", "\"}", "a", "b", "ab", "aba", "abab", "x", "xy", "1",
+                                     "12", "\\u0061", "\\u0062b", "ba", "\"}x", "ab\"", "b\"}"};
+  testing::list_tokenizer vocab(tokens);
+  json_vocab v(vocab, 8);
+  std::mt19937 rng(53);
+  for (const std::string schema :
+       {R"({"type":"object","properties":{"w":{"type":"string","pattern":"^(ab)+$|^x","minLength":2,"maxLength":5}}})",
+        R"({"type":"object","properties":{"w":{"type":"string","pattern":"^(a|bab)$","minLength":3}}})"}) {
+    SCOPED_TRACE(schema);
+    const auto compiled = json_schema::compile(schema);
+    for (int walk = 0; walk < 40; ++walk) {
+      schema_machine m(compiled);
+      ASSERT_TRUE(m.feed(std::string_view(tokens[1])));
+      for (int step = 0; step < 12 && !m.complete(); ++step) {
+        std::vector<std::int32_t> want;
+        for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
+          auto probe = m;
+          if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
+            want.push_back(t);
+        }
+        ASSERT_EQ(*v.allowed(m), want);
+        if (want.empty())
+          break;
+        ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
+      }
+    }
+  }
+}
+
 TEST(json_schema, where_items_are_held_unique_or_names_to_propertyNames_the_vocabulary_allows_what_the_machine_takes) {
   // Sets and names: states alike but for the items given (or the name's
   // text) recur across walks of one compiled schema; json_vocab's cached

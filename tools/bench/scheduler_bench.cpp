@@ -190,7 +190,8 @@ BENCHMARK(bm_json_allowed)
 void bm_json_schema_split(benchmark::State& state) {
   static const char* const states[] = {"", "{\"na", "{\"name\":", "{\"name\":\"A", "{\"name\":\"A\",\"age\":1"};
   static const char* const names[] = {"start", "in a key", "a value", "in a string", "in a number"};
-  static const char* const kinds[] = {"json_machine", "any object", "schema", "schema with a pattern"};
+  static const char* const kinds[] = {"json_machine", "any object", "schema", "schema with a pattern",
+                                      "schema with a pattern and a length"};
   const auto which = static_cast<std::size_t>(state.range(0));
   const auto kind = static_cast<std::size_t>(state.range(1));
   state.SetLabel(std::string(names[which]) + ", " + kinds[kind]);
@@ -198,9 +199,13 @@ void bm_json_schema_split(benchmark::State& state) {
                     : kind == 2 ? json_schema::compile(R"({"type":"object","additionalProperties":false,
                                     "required":["name","age"],"properties":{"name":{"type":"string"},
                                     "age":{"type":"integer"},"city":{"enum":["Paris","Rome","Oslo"]}}})")
-                                : json_schema::compile(R"({"type":"object","additionalProperties":false,
+                    : kind == 3 ? json_schema::compile(R"({"type":"object","additionalProperties":false,
                                     "required":["name","age"],"properties":{"name":{"type":"string",
                                     "pattern":"^[A-Z][a-z]+( [A-Z][a-z]+)*$"},
+                                    "age":{"type":"integer"},"city":{"enum":["Paris","Rome","Oslo"]}}})")
+                                : json_schema::compile(R"({"type":"object","additionalProperties":false,
+                                    "required":["name","age"],"properties":{"name":{"type":"string",
+                                    "pattern":"^[A-Z][a-z]+( [A-Z][a-z]+)*$","minLength":2,"maxLength":40},
                                     "age":{"type":"integer"},"city":{"enum":["Paris","Rome","Oslo"]}}})");
   json_vocab v(vocab32k(), 1);
   std::size_t allowed = 0;
@@ -222,7 +227,7 @@ void bm_json_schema_split(benchmark::State& state) {
 
 BENCHMARK(bm_json_schema_split)
   ->ArgNames({"state", "kind"})
-  ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2, 3}})
+  ->ArgsProduct({{0, 1, 2, 3, 4}, {0, 1, 2, 3, 4}})
   ->Unit(benchmark::kMicrosecond);
 
 /// json_vocab::split looked up afresh inside a string held to a format
