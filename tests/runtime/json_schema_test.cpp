@@ -2158,6 +2158,25 @@ TEST(json_trigger, with_an_answer_every_token_it_allows_reads_and_at_the_start_a
   EXPECT_GT(calls, 30) << "walks open calls";
 }
 
+/// Walks `m` at most `steps` tokens (each drawn by `rng` among those it
+/// takes), checking in each state that the vocabulary allows exactly the
+/// tokens feeding the machine takes.
+void expect_vocabulary_agrees(json_vocab& v, const std::vector<std::string>& tokens, schema_machine m,
+                              std::mt19937& rng, int steps) {
+  for (int step = 0; step < steps && !m.complete(); ++step) {
+    std::vector<std::int32_t> want;
+    for (std::int32_t t = 1; t < static_cast<std::int32_t>(tokens.size()); ++t) {
+      auto probe = m;
+      if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
+        want.push_back(t);
+    }
+    ASSERT_EQ(*v.allowed(m), want);
+    if (want.empty())
+      return; // this small vocabulary may not go on; bytes would
+    ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
+  }
+}
+
 TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_every_state_of_a_walk) {
   std::vector<std::string> tokens = {"", "{", "}", "[", "]", ",", ":", "\"", " ", "\n", "\"name", "\":", "\"age\":",
                                      "name", "age", "Ann", "a", "e", "x", "xy", "y", "k", "\"t\":\"", "\",", "1", "12",
@@ -2178,20 +2197,7 @@ TEST(json_schema, the_vocabulary_allows_exactly_the_tokens_a_machine_takes_in_ev
     // state are met again in another walk, and must fit it.
     const auto compiled = json_schema::compile(schema);
     for (int walk = 0; walk < 20; ++walk) {
-      schema_machine m(compiled);
-      for (int step = 0; step < 40 && !m.complete(); ++step) {
-        std::vector<std::int32_t> want;
-        for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
-          auto probe = m;
-          if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
-            want.push_back(t);
-        }
-        const auto got = v.allowed(m);
-        ASSERT_EQ(*got, want) << m.key().size();
-        if (want.empty())
-          break; // this small vocabulary may not go on; bytes would
-        ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
-      }
+      expect_vocabulary_agrees(v, tokens, schema_machine(compiled), rng, 40);
     }
   }
 }
@@ -2212,18 +2218,7 @@ TEST(json_schema, inside_a_string_of_a_pattern_and_a_length_the_vocabulary_allow
     for (int walk = 0; walk < 40; ++walk) {
       schema_machine m(compiled);
       ASSERT_TRUE(m.feed(std::string_view(tokens[1])));
-      for (int step = 0; step < 12 && !m.complete(); ++step) {
-        std::vector<std::int32_t> want;
-        for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
-          auto probe = m;
-          if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
-            want.push_back(t);
-        }
-        ASSERT_EQ(*v.allowed(m), want);
-        if (want.empty())
-          break;
-        ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
-      }
+      expect_vocabulary_agrees(v, tokens, m, rng, 12);
     }
   }
 }
@@ -2281,18 +2276,7 @@ TEST(json_schema, in_a_pattern_string_the_vocabulary_allows_exactly_the_tokens_a
     SCOPED_TRACE(schema);
     for (int walk = 0; walk < 40; ++walk) {
       auto m = machine(schema);
-      for (int step = 0; step < 30 && !m.complete(); ++step) {
-        std::vector<std::int32_t> want;
-        for (std::int32_t t = 1; t < vocab.vocab_size(); ++t) {
-          auto probe = m;
-          if (probe.feed(std::string_view(tokens[static_cast<std::size_t>(t)])))
-            want.push_back(t);
-        }
-        ASSERT_EQ(*v.allowed(m), want);
-        if (want.empty())
-          break;
-        ASSERT_TRUE(m.feed(std::string_view(tokens[static_cast<std::size_t>(want[rng() % want.size()])])));
-      }
+      expect_vocabulary_agrees(v, tokens, m, rng, 30);
     }
   }
 }
