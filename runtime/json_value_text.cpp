@@ -43,8 +43,7 @@ std::string decoded(std::string_view raw, std::size_t& whole) {
         break;
       out.append(raw.substr(i, used));
     } else if (i + 1 < raw.size() && raw[i + 1] != 'u') {
-      static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
-      out += to[from.find(raw[i + 1])];
+      out += static_cast<char>(escaped(static_cast<unsigned char>(raw[i + 1])));
       used = 2;
     } else if (i + 6 <= raw.size()) {
       char32_t cp = hex(i + 2);
@@ -104,6 +103,12 @@ std::string item_value(std::string_view raw) {
   if (raw[0] == 't' || raw[0] == 'f' || raw[0] == 'n')
     return std::string(raw);
   return number_value(raw);
+}
+
+int escaped(unsigned char c) noexcept {
+  static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
+  const auto at = from.find(static_cast<char>(c));
+  return at == std::string_view::npos ? -1 : static_cast<unsigned char>(to[at]);
 }
 
 std::string pointer_token(std::string_view name) {

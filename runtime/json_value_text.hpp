@@ -60,6 +60,10 @@ std::string number_value(std::string_view text);
 /// and null as they are.
 std::string item_value(std::string_view raw);
 
+/// The character a JSON escape "\\c" writes (c not 'u'), or -1 where
+/// "\\c" is no escape.
+int escaped(unsigned char c) noexcept;
+
 /// `name` as a JSON pointer's reference token ("~" and "/" escaped).
 std::string pointer_token(std::string_view name);
 /// A keyword the compiler reads past: an annotation (title, description,

@@ -798,9 +798,8 @@ bool schema_machine::name_patterns_take(const json_schema& s, const json_schema:
         r.name_cp = 0;
         return true;
       }
-      static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
-      const auto at = from.find(static_cast<char>(c));
-      return at != std::string_view::npos && whole(static_cast<unsigned char>(to[at]));
+      const auto e = escaped(c);
+      return e >= 0 && whole(static_cast<char32_t>(e));
     }
     case L::unicode: {
       const std::uint32_t digit = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
@@ -878,9 +877,8 @@ bool schema_machine::pattern_takes(const json_pattern& p, json_pattern::states& 
     case L::escape: {
       if (c == 'u')
         return partial(0, 16);
-      static constexpr std::string_view from = "\"\\/bfnrt", to = "\"\\/\b\f\n\r\t";
-      const auto at = from.find(static_cast<char>(c));
-      return at != std::string_view::npos && whole(static_cast<unsigned char>(to[at]));
+      const auto e = escaped(c);
+      return e >= 0 && whole(static_cast<char32_t>(e));
     }
     case L::unicode: {
       const std::uint32_t digit = c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10;
