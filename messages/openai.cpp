@@ -1565,8 +1565,6 @@ parse_chat_completion(std::string_view body, std::string_view base_model, std::s
   if (!offered.empty()) {
     // The answer may be a call, read from the output: not beside the other
     // things that shape it.
-    if (logprobs)
-      return bad("field \"logprobs\" is not served with tools offered (tool_choice not \"none\")", "logprobs");
     if (!out.schema_field.empty())
       return bad("field \"" + out.schema_field + "\" cannot go with tools offered (tool_choice not \"none\"); a "
                    "call's arguments are held to its parameters when tool_choice forces the call",
@@ -2282,16 +2280,15 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   auto split = std::find_if(c.pending.begin(), c.pending.end(), [&](const placed_logprobs& p) { return p.start >= sent_to; });
   going.assign(std::make_move_iterator(c.pending.begin()), std::make_move_iterator(split));
   c.pending.erase(c.pending.begin(), c.cut ? c.pending.end() : split);
-  // The log-probabilities go with the first event; with none (all held),
-  // they wait for the text.
+  // The log-probabilities go with the first event; with none (all held, or
+  // read as calls not yet sent), they wait for the text, or the end.
   std::string out = echo_chunk;
   if (!reasoning.empty())
     out += chunk_with(k, reasoning, nullptr, false, std::exchange(going, {}), "reasoning_content");
   if (!text.empty())
     out += chunk_with(k, text, nullptr, false, std::exchange(going, {}));
-  out += call_deltas(k);
-  if (!c.cut)
-    c.pending.insert(c.pending.begin(), std::make_move_iterator(going.begin()), std::make_move_iterator(going.end()));
+  out += call_deltas(k, going);
+  c.pending.insert(c.pending.begin(), std::make_move_iterator(going.begin()), std::make_move_iterator(going.end()));
   return out;
 }
 
@@ -2322,8 +2319,8 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   c.cached_tokens = done.cached_tokens;
   const std::string reason(prompt_only_ ? "length" : finish_reason(done.finish_reason));
   if (tools_)
-    return out + calls_end(k, reason);
-  return out + chunk_with(k, "", reason.c_str(), false, c.cut ? std::span<const placed_logprobs>{} : pending);
+    return out + calls_end(k, reason, pending);
+  return out + chunk_with(k, "", reason.c_str(), false, pending);
 }
 
 std::pair<std::string, std::string> completion_answer::thought(choice& c, std::string text, bool end) const {
@@ -2411,7 +2408,7 @@ std::string completion_answer::routed(choice& c, std::string text) const {
   return text;
 }
 
-std::string completion_answer::call_deltas(std::size_t k) {
+std::string completion_answer::call_deltas(std::size_t k, std::vector<placed_logprobs>& logprobs) {
   auto& c = choices_.at(k);
   if (!c.reader)
     return {};
@@ -2434,21 +2431,24 @@ std::string completion_answer::call_deltas(std::size_t k) {
     return {};
   json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr},
                  {"delta", {{"tool_calls", std::move(deltas)}}}};
+  if (!logprobs.empty())
+    choice["logprobs"] = logprobs_json(std::exchange(logprobs, {}), chat_);
   json j = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_},
             {"choices", json::array({std::move(choice)})}};
   return event(j);
 }
 
-std::string completion_answer::calls_end(std::size_t k, const std::string& reason) {
+std::string completion_answer::calls_end(std::size_t k, const std::string& reason,
+                                         std::vector<placed_logprobs>& logprobs) {
   auto& c = choices_.at(k);
-  std::string out = call_deltas(k);
+  std::string out = call_deltas(k, logprobs);
   if (!c.reader || c.reader->calls().empty()) {
     // No call began: the text held is the output's end.
     if (const auto text = std::move(c.marker_held) + std::move(c.calls); !text.empty())
-      out += chunk_with(k, text, nullptr);
-    return out + chunk_with(k, "", reason.c_str());
+      out += chunk_with(k, text, nullptr, false, std::exchange(logprobs, {}));
+    return out + chunk_with(k, "", reason.c_str(), false, logprobs);
   }
-  return out + chunk_with(k, "", c.reader->all_whole() ? "tool_calls" : reason.c_str());
+  return out + chunk_with(k, "", c.reader->all_whole() ? "tool_calls" : reason.c_str(), false, logprobs);
 }
 
 std::string completion_answer::stream_end() const {

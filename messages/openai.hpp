@@ -397,12 +397,13 @@ private:
   /// content now (the rest is held or read as calls at the end).
   std::string routed(choice& c, std::string text) const;
   /// Choice `k`'s calls read since the last: a chunk of deltas, each call's
-  /// first with its id and name ("" when nothing new was read).
-  std::string call_deltas(std::size_t k);
+  /// first with its id and name ("" when nothing new was read), carrying
+  /// (and taking) `logprobs` where it is sent.
+  std::string call_deltas(std::size_t k, std::vector<placed_logprobs>& logprobs);
   /// The end of choice `k`'s stream with tools: the finish reason, after
   /// its held text where no call began ("tool_calls" where every call
-  /// that began is whole).
-  std::string calls_end(std::size_t k, const std::string& reason);
+  /// that began is whole), with the tokens' `logprobs` still pending.
+  std::string calls_end(std::size_t k, const std::string& reason, std::vector<placed_logprobs>& logprobs);
   /// A chunk of choice `k`: `text` as the delta's `field` (content, or
   /// reasoning_content), its finish reason and log-probabilities.
   std::string chunk_with(std::size_t k, std::string_view text, const char* finish, bool role = false,

@@ -921,14 +921,32 @@ def check_call(v):
     else:
         assert set(args) == {"city", "days"} and len(args["city"]) <= 12 and type(args["days"]) is int, v
         assert 1 <= args["days"] <= 7, v
+def stream(path, body):
+    req = urllib.request.Request(base + path, data=json.dumps(dict(body, stream=True)).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        data = r.read().decode()
+    return [json.loads(e[6:]) for e in data.split("\n\n") if e.startswith("data: {")]
 decoder = json.JSONDecoder()
 whole = 0
+streamed_calls = 0
 for seed in range(8):
-    answer = call("/v1/chat/completions", {"model": "demo", "messages": [{"role": "user", "content": "Weather?"}],
-                                            "tools": [weather, clock], "max_completion_tokens": 100, "seed": seed,
-                                            "logit_bias": {str(at): 8}})
+    # With logprobs: every token's, the calls' too.
+    ask = {"model": "demo", "messages": [{"role": "user", "content": "Weather?"}], "tools": [weather, clock],
+           "max_completion_tokens": 100, "seed": seed, "logit_bias": {str(at): 8}, "logprobs": True}
+    answer = call("/v1/chat/completions", ask)
     choice = answer["choices"][0]
     message = choice["message"]
+    listed = [(t["token"], t["logprob"]) for t in choice["logprobs"]["content"]]
+    assert len(listed) == answer["usage"]["completion_tokens"], (seed, len(listed), answer["usage"])
+    assert all(lp is None or lp <= 0 for _, lp in listed), listed
+    if "tool_calls" in message and streamed_calls < 2:
+        # Streamed, the same tokens' once, in order, some with the calls' deltas.
+        streamed_calls += 1
+        chunks = [e["choices"][0] for e in stream("/v1/chat/completions", ask) if e["choices"]]
+        got = [(t["token"], t["logprob"]) for c in chunks if c["logprobs"] for t in c["logprobs"]["content"]]
+        assert got == listed, (seed, got, listed)
+        assert any(c["logprobs"] and "tool_calls" in c["delta"] for c in chunks), chunks
     if "tool_calls" in message:
         # The calls that began: each whole, but where the output was cut
         # short, the last may hold only the arguments written before the cut.
@@ -958,7 +976,9 @@ for seed in range(8):
         check_call(value)
         whole += 1
 assert whole >= 1, "no call of 8 closed"
-print("http: tool calls offered (auto) are held to the tools' schema after the marker: %d whole" % whole)
+assert streamed_calls >= 1, "no answer of 8 called a tool"
+print("http: tool calls offered (auto) are held to the tools' schema after the marker: %d whole; "
+      "their tokens' log-probabilities listed and streamed" % whole)
 PY
 stop
 echo "http: ok"

@@ -431,7 +431,9 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   // named before its arguments), else its bit 4: Mistral's calls (one
   // array after the marker), both under a custom template; else Hermes'
   // under chatml. Bit 16: response_format json_object beside the tools
-  // (the answer is calls or an object: read as without it).
+  // (the answer is calls or an object: read as without it). Bit 32:
+  // logprobs, each part a token of its own log-probability: the stream
+  // gives each token's once, in the whole answer's order.
   const auto custom = [](const char* tool_call) {
     return std::get<openai::chat_template>(openai::make_chat_template(
       "custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
@@ -445,7 +447,8 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   const auto body = std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],"tools":[)")
                     + R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
                     + R"({"type":"function","function":{"name":"get_time"}}],"stream":true,"tool_choice":)"
-                    + choices[in[0] % 4] + (in[0] & 16 ? R"(,"response_format":{"type":"json_object"})" : "") + "}";
+                    + choices[in[0] % 4] + (in[0] & 16 ? R"(,"response_format":{"type":"json_object"})" : "")
+                    + (in[0] & 32 ? R"(,"logprobs":true)" : "") + "}";
   auto parsed = openai::parse_chat_completion(body, "base", "w1", tpl);
   require(std::holds_alternative<openai::completion_request>(parsed), "the tool request is refused");
   const auto& req = std::get<openai::completion_request>(parsed);
@@ -465,6 +468,14 @@ bool openai_tools(std::span<const std::uint8_t> in) {
     whole_text += p;
   wire::done_reply done{"w1", "stop", 3, static_cast<std::uint32_t>(parts.size()), {}, std::nullopt, whole_text,
                         std::nullopt, std::nullopt};
+  const auto logprob_of = [&](std::size_t k) {
+    return wire::token_logprobs{{static_cast<std::int32_t>(k), parts[k], -1.0f - static_cast<float>(k)}, {}};
+  };
+  if (req.logprobs >= 0) {
+    done.logprobs.emplace();
+    for (std::size_t k = 0; k < parts.size(); ++k)
+      done.logprobs->push_back(logprob_of(k));
+  }
   const auto whole = nlohmann::json::parse(openai::completion_answer("chatcmpl-1", 0, req).body({done}));
   const auto& choice = whole.at("choices").at(0);
   const auto& message = choice.at("message");
@@ -489,9 +500,23 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   done.text.reset();
   openai::completion_answer streamed("chatcmpl-1", 0, req);
   std::string events = streamed.stream_start();
-  for (std::size_t k = 0; k < parts.size(); ++k)
-    events += streamed.chunk(0, wire::token_reply{"w1", static_cast<std::uint32_t>(k), {1}, parts[k], {}, {}});
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    wire::token_reply t{"w1", static_cast<std::uint32_t>(k), {1}, parts[k], {}, {}};
+    if (req.logprobs >= 0)
+      t.logprobs.push_back(logprob_of(k));
+    events += streamed.chunk(0, t);
+  }
   events += streamed.choice_end(0, done) + streamed.stream_end();
+  const auto listed = [](const nlohmann::json& lps, nlohmann::json& out) {
+    if (!lps.is_null())
+      for (const auto& t : lps.at("content"))
+        out.push_back(t.at("logprob"));
+  };
+  nlohmann::json whole_lps = nlohmann::json::array(), streamed_lps = nlohmann::json::array();
+  listed(choice.at("logprobs"), whole_lps);
+  require(whole_lps.size() <= (req.logprobs >= 0 ? parts.size() : 0), "the whole answer lists tokens not generated");
+  for (std::size_t k = 0; k < whole_lps.size(); ++k)
+    require(whole_lps[k] == -1.0 - static_cast<double>(k), "the whole answer's tokens out of order");
   std::string text;
   nlohmann::json streamed_calls = nlohmann::json::array();
   nlohmann::json finish;
@@ -506,6 +531,7 @@ bool openai_tools(std::span<const std::uint8_t> in) {
     const auto& ch = event.at("choices").at(0);
     if (!ch.at("finish_reason").is_null())
       finish = ch.at("finish_reason");
+    listed(ch.at("logprobs"), streamed_lps);
     const auto& delta = ch.at("delta");
     if (delta.contains("content") && delta["content"].is_string())
       text += delta["content"].get<std::string>();
@@ -528,6 +554,7 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   require(finish == choice.at("finish_reason"), "the streamed finish reason differs from the whole answer's");
   require(text == content, "the streamed content differs from the whole answer's");
   require(streamed_calls == calls, "the streamed calls differ from the whole answer's");
+  require(streamed_lps == whole_lps, "the streamed log-probabilities differ from the whole answer's");
   return true;
 }
 

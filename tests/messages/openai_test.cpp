@@ -1454,8 +1454,11 @@ TEST(openai, tool_requests_a_template_cannot_serve_or_that_are_wrong_are_refused
   EXPECT_EQ(param_of(R"({"model":"m","messages":[{"role":"user","content":"q"}],"tool_choice":"required"})"),
             "tool_choice");
   EXPECT_EQ(param_of(tool_chat(ask, R"(,"parallel_tool_calls":"yes")")), "parallel_tool_calls");
-  // Not beside what shapes the answer otherwise.
-  EXPECT_EQ(param_of(tool_chat(ask, R"(,"logprobs":true)")), "logprobs");
+  // Log-probabilities go with tools; not beside what shapes the answer otherwise.
+  const auto lp = chat_ok(tool_chat(ask, R"(,"logprobs":true,"top_logprobs":3)"), tpl);
+  EXPECT_EQ(lp.logprobs, 3);
+  EXPECT_EQ(as_generate(lp).logprobs, 3);
+  EXPECT_FALSE(as_generate(lp).json_trigger.empty());
   EXPECT_EQ(param_of(tool_chat(ask, R"(,"guided_json":{"type":"object"})")), "guided_json");
   chat_ok(tool_chat(ask, R"(,"tool_choice":"none","logprobs":true,"response_format":{"type":"json_object"})"), tpl);
   // Messages: calls as OpenAI writes them, results answering them.
@@ -1648,7 +1651,7 @@ struct streamed_chat {
   std::string reasoning; ///< the reasoning_content deltas joined
   json calls = json::array();
   json finish;
-  std::size_t logprobs = 0; ///< tokens whose log-probabilities came
+  json logprobs = json::array(); ///< the log-probabilities that came, in order
 };
 
 streamed_chat read_stream(const std::string& sse) {
@@ -1665,7 +1668,8 @@ streamed_chat read_stream(const std::string& sse) {
     if (d.contains("reasoning_content"))
       out.reasoning += d["reasoning_content"].get<std::string>();
     if (!ch["logprobs"].is_null())
-      out.logprobs += ch["logprobs"]["content"].size();
+      for (const auto& t : ch["logprobs"]["content"])
+        out.logprobs.push_back(t["logprob"]);
     if (d.contains("tool_calls"))
       for (const auto& tc : d["tool_calls"]) {
         const auto i = tc["index"].get<std::size_t>();
@@ -1682,45 +1686,67 @@ streamed_chat read_stream(const std::string& sse) {
 
 /// Streams choice 0 of an answer to `c` whose output is `out`, in pieces
 /// of 1 to 6 bytes drawn from `seed` (one token each, with a
-/// log-probability where `c` asks), and checks that the stream says what
-/// the whole answer says: its finish_reason, reasoning, content and calls,
-/// and every token's log-probability once.
+/// log-probability of its own where `c` asks), and checks that the stream
+/// says what the whole answer says: its finish_reason, reasoning, content
+/// and calls, and every token's log-probability once, in order.
 void expect_stream_says_what_the_whole_says(const completion_request& c, const std::string& out, std::uint64_t& seed) {
   auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
-  const auto whole = whole_message(c, out);
-  const auto& msg = whole["message"];
-  const auto text_of = [&](const char* key) { return msg.value(key, json()).is_null() ? "" : msg[key].get<std::string>(); };
-  completion_answer a{"chatcmpl-http-5", 42, c};
-  std::string sse = a.stream_start();
-  std::size_t tokens = 0;
-  for (std::size_t at = 0; at < out.size(); ++tokens) {
+  std::vector<wire::token_reply> tokens;
+  for (std::size_t at = 0; at < out.size();) {
     const auto len = std::min<std::size_t>(out.size() - at, 1 + next() % 6);
     wire::token_reply t;
-    t.index = static_cast<std::uint32_t>(tokens);
+    t.index = static_cast<std::uint32_t>(tokens.size());
     t.text = out.substr(at, len);
     if (c.logprobs >= 0)
-      t.logprobs.push_back(token_lp(static_cast<std::int32_t>(tokens), t.text, -1.0f));
-    sse += a.chunk(0, t);
+      t.logprobs.push_back(token_lp(static_cast<std::int32_t>(t.index), t.text, -1.0f - static_cast<float>(t.index)));
+    tokens.push_back(std::move(t));
     at += len;
   }
   auto d = done("stop");
   d.text = out;
+  if (c.logprobs >= 0) {
+    d.logprobs.emplace();
+    for (const auto& t : tokens)
+      d.logprobs->push_back(t.logprobs.at(0));
+  }
+  const auto whole = json::parse(completion_answer{"chatcmpl-http-5", 42, c}.body({d}))["choices"][0];
+  const auto& msg = whole["message"];
+  const auto text_of = [&](const char* key) { return msg.value(key, json()).is_null() ? "" : msg[key].get<std::string>(); };
+  json listed = json::array();
+  if (!whole["logprobs"].is_null())
+    for (const auto& t : whole["logprobs"]["content"])
+      listed.push_back(t["logprob"]);
+  // The whole answer lists the tokens in order, every one where no stop
+  // string cuts the output.
+  for (std::size_t i = 0; i < listed.size(); ++i)
+    EXPECT_EQ(listed[i], -1.0 - static_cast<double>(i)) << out;
+  if (std::ranges::none_of(c.stop, [&](const std::string& stop) { return out.find(stop) != std::string::npos; })) {
+    EXPECT_EQ(listed.size(), c.logprobs >= 0 ? tokens.size() : 0) << out << ": the whole answer lists every token";
+  }
+  completion_answer a{"chatcmpl-http-5", 42, c};
+  std::string sse = a.stream_start();
+  for (const auto& t : tokens)
+    sse += a.chunk(0, t);
   sse += a.choice_end(0, d) + a.stream_end();
   const auto s = read_stream(sse);
   EXPECT_EQ(s.finish, whole["finish_reason"]) << out;
   EXPECT_EQ(s.reasoning, text_of("reasoning_content")) << out;
   EXPECT_EQ(s.content, text_of("content")) << out;
   EXPECT_EQ(s.calls, msg.value("tool_calls", json::array())) << out;
-  EXPECT_EQ(s.logprobs, c.logprobs >= 0 ? tokens : 0) << out << ": every token's, once";
+  EXPECT_EQ(s.logprobs, listed) << out << ": every token's, once, in order";
 }
 
-/// Each answer streamed 40 ways.
+/// Each answer streamed 40 ways, with log-probabilities and without.
 void expect_streams_say_what_the_wholes_say(const std::vector<completion_request>& requests,
                                             const std::vector<std::string>& outputs, std::uint64_t seed) {
-  for (const auto& c : requests)
-    for (const auto& out : outputs)
-      for (int trial = 0; trial < 40; ++trial)
-        expect_stream_says_what_the_whole_says(c, out, seed);
+  for (const auto& given : requests)
+    for (const std::int32_t logprobs : {-1, 2}) {
+      auto c = given;
+      c.logprobs = std::max(c.logprobs, logprobs);
+      for (const auto& out : outputs)
+        for (int trial = 0; trial < 20; ++trial)
+          expect_stream_says_what_the_whole_says(c, out, seed);
+    }
 }
 
 TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_its_tokens_fall) {
@@ -1746,6 +1772,57 @@ TEST(openai, a_streamed_answer_with_tools_says_what_the_whole_one_says_however_i
     "",
   };
   expect_streams_say_what_the_wholes_say(requests, outputs, 7);
+}
+
+TEST(openai, with_tools_the_log_probabilities_list_every_token_the_calls_too) {
+  const auto c = chat_ok(tool_chat(ask, R"(,"logprobs":true)"), builtin("chatml"));
+  const std::vector<std::string> texts{"Sure.", "<tool_call>", "{\"name\": \"get_time\", ", "\"arguments\": {",
+                                       "}}", "</tool_call>", ""};
+  auto d = done("eos");
+  d.text = "";
+  d.logprobs.emplace();
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    d.text = d.text.value_or("") + texts[i];
+    d.logprobs->push_back(token_lp(static_cast<std::int32_t>(i), texts[i], -0.5f * static_cast<float>(i + 1)));
+  }
+  const auto whole = json::parse(completion_answer{"chatcmpl-http-5", 42, c}.body({d}))["choices"][0];
+  EXPECT_EQ(whole["finish_reason"], "tool_calls");
+  EXPECT_EQ(whole["message"]["content"], "Sure.");
+  const auto& listed = whole["logprobs"]["content"];
+  ASSERT_EQ(listed.size(), texts.size());
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    EXPECT_EQ(listed[i]["token"], texts[i]);
+    EXPECT_EQ(listed[i]["logprob"], -0.5 * static_cast<double>(i + 1));
+  }
+  // Streamed, a token's goes with the chunk that sends what it read: the
+  // marker's and the name's with the call's first delta, the rest at the end.
+  completion_answer a{"chatcmpl-http-5", 42, c};
+  (void)a.stream_start();
+  std::vector<json> carried;
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    wire::token_reply t;
+    t.index = static_cast<std::uint32_t>(i);
+    t.text = texts[i];
+    t.logprobs.push_back(d.logprobs->at(i));
+    json tokens = json::array();
+    for (const auto& e : events(a.chunk(0, t)))
+      if (e.is_object() && !e["choices"][0]["logprobs"].is_null())
+        for (const auto& x : e["choices"][0]["logprobs"]["content"])
+          tokens.push_back(x["token"]);
+    carried.push_back(std::move(tokens));
+  }
+  EXPECT_EQ(carried[0], json({"Sure."}));
+  EXPECT_EQ(carried[1], json::array()) << "the marker is read with what follows it";
+  EXPECT_EQ(carried[2], json::array()) << "the name is sent once the arguments begin";
+  EXPECT_EQ(carried[3], json({"<tool_call>", "{\"name\": \"get_time\", ", "\"arguments\": {"}))
+    << "with the call's id and name";
+  EXPECT_EQ(carried[4], json({"}}"})) << "with its arguments";
+  const auto end = events(a.choice_end(0, d));
+  ASSERT_FALSE(end.empty());
+  const auto& last = end.back()["choices"][0];
+  EXPECT_EQ(last["finish_reason"], "tool_calls");
+  ASSERT_FALSE(last["logprobs"].is_null());
+  EXPECT_EQ(last["logprobs"]["content"].size(), 2u) << "the closing tag's and the end's, with the finish";
 }
 
 TEST(openai, a_streamed_call_goes_out_as_it_is_read_its_id_and_name_first_then_its_arguments) {
