@@ -740,12 +740,33 @@ std::variant<std::vector<chat_message>, api_error> read_messages(const json& doc
       return bad("\"" + at + ".role\" is \"" + one.role
                    + "\": Troupe serves \"system\", \"developer\", \"user\", \"assistant\" and \"tool\" messages",
                  "messages");
-    for (const auto& [key, value] : msg.items())
-      if (key != "role" && key != "content" && !(one.role == "assistant" && key == "tool_calls")
-          && !(one.role == "tool" && key == "tool_call_id"))
-        return bad("field \"" + at + "." + key + "\" is not supported (Troupe serves \"role\" and \"content\", an "
-                     "assistant's \"tool_calls\" and a tool's \"tool_call_id\"; no names)",
-                   "messages");
+    for (const auto& [key, value] : msg.items()) {
+      if (key == "role" || key == "content" || (one.role == "assistant" && key == "tool_calls")
+          || (one.role == "tool" && key == "tool_call_id"))
+        continue;
+      // A participant's name, and an assistant's earlier reasoning, sent
+      // back as the answer gave it (vLLM's `reasoning` too): the Hugging
+      // Face templates are given them.
+      if (key == "name" || (one.role == "assistant" && (key == "reasoning_content" || key == "reasoning"))) {
+        if (!value.is_string() && !(key != "name" && value.is_null()))
+          return bad("\"" + at + "." + key + "\" must be a string, got " + std::string(value.type_name()), "messages");
+        continue;
+      }
+      // What OpenAI's SDK writes back of an answer's message, none of it
+      // said: read past.
+      if (one.role == "assistant" && (key == "refusal" || key == "function_call" || key == "audio")) {
+        if (!value.is_null())
+          return bad("\"" + at + "." + key + "\" is taken only as null (Troupe serves no " + key
+                       + (key == "refusal" ? "; send the text as content)" : ")"),
+                     "messages");
+        continue;
+      }
+      return bad("field \"" + at + "." + key + "\" is not supported (Troupe serves \"role\", \"content\" and \"name\", "
+                   "an assistant's \"tool_calls\" and \"reasoning_content\", a tool's \"tool_call_id\")",
+                 "messages");
+    }
+    if (msg.contains("reasoning_content") && msg.contains("reasoning") && msg["reasoning"] != msg["reasoning_content"])
+      return bad("\"" + at + ".reasoning\" and \"" + at + ".reasoning_content\" differ: give one", "messages");
     if (const auto calls = msg.find("tool_calls"); calls != msg.end() && !calls->is_null()) {
       call_ids.clear();
       auto read = read_calls_of(*calls, at, call_ids);
@@ -764,7 +785,9 @@ std::variant<std::vector<chat_message>, api_error> read_messages(const json& doc
     }
     const auto content = msg.find("content");
     if (content == msg.end() || content->is_null()) {
-      if (one.calls.empty())
+      // None beside calls, or beside thinking (an answer cut short in it).
+      const auto thought = [&](const char* key) { return msg.contains(key) && msg[key].is_string(); };
+      if (one.calls.empty() && !thought("reasoning_content") && !thought("reasoning"))
         return bad("\"" + at + ".content\" is missing", "messages");
     } else {
       auto text = text_of(*content, at);
@@ -943,7 +966,9 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, cons
     one["role"] = role == "developer" ? "system" : role;
     const auto content = m.find("content");
     if (content == m.end() || content->is_null()) {
-      one["content"] = nullptr;
+      // None beside calls, as transformers gives it; beside thinking
+      // alone, the empty text the model wrote after it.
+      one["content"] = m.contains("tool_calls") && !m["tool_calls"].is_null() ? ojson() : ojson("");
     } else if (content->is_string()) {
       one["content"] = *content;
     } else {
@@ -963,6 +988,14 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, cons
     }
     if (const auto id = m.find("tool_call_id"); id != m.end())
       one["tool_call_id"] = *id;
+    if (const auto name = m.find("name"); name != m.end())
+      one["name"] = *name;
+    // The reasoning as Qwen 3's and DeepSeek's templates read it.
+    for (const char* key : {"reasoning_content", "reasoning"})
+      if (const auto r = m.find(key); r != m.end() && r->is_string()) {
+        one["reasoning_content"] = *r;
+        break;
+      }
     messages.push_back(std::move(one));
   }
   const std::string final_text =

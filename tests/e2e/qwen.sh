@@ -123,6 +123,16 @@ if arch == "qwen3":
               if line.startswith("data: {") and json.loads(line[6:])["choices"]]
     assert "".join(d.get("reasoning_content", "") for d in deltas) == "<think><think>", deltas
     assert not any(d.get("content") for d in deltas), deltas
+    # That answer's message sent back whole, as an agent's history sends it
+    # (its reasoning, no content): taken; a chat's own template is given
+    # the reasoning.
+    again = dict(body, max_tokens=2, messages=body["messages"] + [m, {"role": "user", "content": "More?"}])
+    status, out = call(base, "/v1/chat/completions", again)
+    assert status == 200, out
+    if template != "chatml":
+        status, out = call(base, "/v1/chat/completions",
+                           dict(again, chat_template="{{ messages[-2].reasoning_content }}"))
+        assert status == 200 and out["usage"]["prompt_tokens"] == 2, out
     # response_format holds the content after the thinking, which is free:
     # the bias opens and closes it now and then; the schema's value is
     # short. The output cannot end (EOS, <|im_end|>) before its value.

@@ -602,7 +602,23 @@ TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
   EXPECT_EQ(param_of(user + R"(,"prompt":"p")"), "prompt") << "a completion's field";
   EXPECT_EQ(param_of(user + R"(,"max_tokens":3,"max_completion_tokens":4)"), "max_completion_tokens");
   EXPECT_EQ(param_of(R"("messages":[{"role":"tool","content":"q"}])"), "messages");
-  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q","name":"bob"}])"), "messages");
+  chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q","name":"bob"}]})", tpl);
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q","name":5}])"), "messages");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q","reasoning_content":"r"}])"), "messages")
+    << "an assistant's";
+  // An answer's message sent back as OpenAI's SDK writes it: its nulls read past.
+  const std::string q = R"({"role":"user","content":"q"})";
+  chat_ok(R"({"model":"m","messages":[)" + q + R"(,{"role":"assistant","content":"a","refusal":null,"function_call":null,)"
+            R"("audio":null,"reasoning_content":null,"name":"x"},)" + q + "]}",
+          tpl);
+  for (const char* field : {R"("refusal":"no")", R"("function_call":{"name":"f","arguments":"{}"})", R"("audio":{"id":"a"})",
+                            R"("reasoning_content":3)", R"("reasoning":"x","reasoning_content":"y")"}) {
+    const auto e = chat_refused(R"({"model":"m","messages":[)" + q + R"(,{"role":"assistant","content":"a",)" + field + "}," + q
+                                  + "]}",
+                                tpl);
+    EXPECT_EQ(e.param, "messages") << field;
+    EXPECT_NE(e.message.find("messages[1]."), std::string::npos) << e.message;
+  }
   EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}])"),
             "messages");
   EXPECT_EQ(param_of(R"("messages":[{"role":"user"}])"), "messages");
@@ -2022,12 +2038,16 @@ TEST(openai, a_reasoning_parser_gives_the_thinking_as_reasoning_content_apart_fr
   EXPECT_EQ(m["message"]["reasoning_content"], "Paris, surely.");
   EXPECT_EQ(m["message"]["content"], "\n{\"city\": \"Paris\"}");
   EXPECT_EQ(m["finish_reason"], "stop");
-  // Reasoning sent back in the chat is refused, as DeepSeek's API refuses it.
-  const auto back = chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"},)"
-                                 R"({"role":"assistant","content":"a","reasoning_content":"r"},{"role":"user","content":"p"}]})",
-                                 reasoning_template("qwen3"));
-  EXPECT_EQ(back.status, 400);
-  EXPECT_NE(back.message.find("reasoning_content"), std::string::npos) << back.message;
+  // Reasoning sent back in the chat is taken, as vLLM and llama.cpp take
+  // it (agents send the answer's message back whole); a built-in template
+  // leaves past thinking out, as DeepSeek R1's does (a Hugging Face
+  // template is given it).
+  const auto history = [](const char* reasoning) {
+    return std::string(R"({"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":"a")")
+           + reasoning + R"(},{"role":"user","content":"p"}]})";
+  };
+  EXPECT_EQ(as_generate(chat_ok(history(R"(,"reasoning_content":"r")"), reasoning_template("qwen3"))).prompt,
+            as_generate(chat_ok(history(""), reasoning_template("qwen3"))).prompt);
 }
 
 TEST(openai, a_streamed_answer_with_reasoning_says_what_the_whole_one_says_however_its_tokens_fall) {
@@ -2131,6 +2151,33 @@ TEST(openai, a_jinja_template_is_given_messages_and_tools_as_transformers_gives_
             R"("properties": {"z": {"type": "integer"}, "a": {"type": "array"}}}}}, {"function": {"name": "g"}, "type": "function"}])"
             "\nTrue[EOS]");
   EXPECT_EQ(g.stop, (std::vector<std::string>{"S", "<|end|>"})) << "the request's stop strings, then chat_stop";
+  // A participant's name, and an assistant's reasoning sent back (vLLM's
+  // `reasoning` as `reasoning_content`, which Qwen 3's template reads); the
+  // SDK's nulls left out.
+  EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q","name":"ann"},
+      {"role":"assistant","content":"4","reasoning_content":"2+2","refusal":null},{"role":"user","content":"r"},
+      {"role":"assistant","content":"5","reasoning":"2+3","name":"bot"},{"role":"user","content":"s"}]})",
+                                 tpl))
+               .prompt,
+            R"([{"role": "user", "content": "q", "name": "ann"}, )"
+            R"({"role": "assistant", "content": "4", "reasoning_content": "2+2"}, {"role": "user", "content": "r"}, )"
+            R"({"role": "assistant", "content": "5", "name": "bot", "reasoning_content": "2+3"}, )"
+            R"({"role": "user", "content": "s"}])"
+            "\nnull\nTrue[EOS]");
+  // An answer that was all thinking, sent back: its content the empty text.
+  EXPECT_EQ(*as_generate(chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"},
+      {"role":"assistant","content":null,"reasoning_content":"hm"},{"role":"user","content":"r"}]})",
+                                 tpl))
+               .prompt,
+            R"([{"role": "user", "content": "q"}, {"role": "assistant", "content": "", "reasoning_content": "hm"}, )"
+            R"({"role": "user", "content": "r"}])"
+            "\nnull\nTrue[EOS]");
+  EXPECT_EQ(chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"},
+      {"role":"assistant","content":null,"reasoning_content":null},{"role":"user","content":"r"}]})",
+                         tpl)
+              .param,
+            "messages")
+    << "no content, calls or thinking";
   ASSERT_TRUE(c.tools.has_value());
   EXPECT_EQ(c.tools->open, "<call>") << "chat_tool_call says how the model writes a call";
   EXPECT_EQ(c.tools->close, "</call>");
