@@ -35,29 +35,35 @@ api_error bad(std::string message, std::string param = {}) {
 
 /// The fields both endpoints take, those only one takes, and those refused
 /// unless they hold the value that means "off".
-constexpr std::array<std::string_view, 34> taken_by_both{
+constexpr std::array<std::string_view, 37> taken_by_both{
   "model",          "max_tokens", "temperature", "top_p", "top_k",            "seed",
   "stop",           "stream",     "stream_options", "user", "session",        "n",
+  "safety_identifier", "prompt_cache_key", "metadata",
   "presence_penalty", "frequency_penalty", "logit_bias", "stop_token_ids", "ignore_eos", "min_tokens", "priority",
   "response_format", "min_p", "repetition_penalty", "include_stop_str_in_output", "skip_special_tokens",
   "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern",
   "guided_decoding_backend", "structured_outputs", "truncate_prompt_tokens", "bad_words", "allowed_token_ids"};
 constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
-constexpr std::array<std::string_view, 11> taken_by_chat{
+constexpr std::array<std::string_view, 12> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
-  "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template"};
+  "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "reasoning_effort"};
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
 constexpr std::array<std::string_view, 0> off_in_chat{};
 
-/// vLLM's sampling fields Troupe does not serve, taken at the value that
-/// leaves them out (as its clients may send them), and what Troupe does.
+/// Fields of vLLM's and OpenAI's Troupe does not serve, taken at the
+/// values that leave them out (as clients may send them), and what Troupe
+/// does instead.
 struct neutral_field {
   std::string_view key;
   const char* neutral; ///< JSON text
+  const char* also;    ///< JSON text of another such value, or null
   const char* serves;
 };
-constexpr std::array<neutral_field, 1> neutral_fields{{
-  {"use_beam_search", "false", "no beam search"},
+constexpr std::array<neutral_field, 4> neutral_fields{{
+  {"use_beam_search", "false", nullptr, "samples with no beam search"},
+  {"store", "false", nullptr, "stores no completions"},
+  {"service_tier", "\"auto\"", "\"default\"", "has one tier; the field \"priority\" orders requests"},
+  {"modalities", "[\"text\"]", nullptr, "answers in text"},
 }};
 
 template <std::size_t N>
@@ -106,8 +112,9 @@ std::variant<json, api_error> read_body(std::string_view body, const std::array<
     if (const auto n = std::find_if(neutral_fields.begin(), neutral_fields.end(),
                                     [name](const neutral_field& f) { return f.key == name; });
         n != neutral_fields.end()) {
-      if (!value.is_null() && value != json::parse(n->neutral))
-        return bad("field \"" + key + "\" is served only as " + n->neutral + " (Troupe samples with " + n->serves
+      if (!value.is_null() && value != json::parse(n->neutral) && (n->also == nullptr || value != json::parse(n->also)))
+        return bad("field \"" + key + "\" is served only as " + n->neutral
+                     + (n->also != nullptr ? std::string(" or ") + n->also : std::string()) + " (Troupe " + n->serves
                      + "), got " + value.dump(),
                    key);
       continue;
@@ -320,8 +327,21 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
       out.include_usage = value.get<bool>();
     }
   }
-  if (auto u = doc.find("user"); u != doc.end() && !u->is_null() && !u->is_string())
-    return bad("field \"user\" must be a string, got " + std::string(u->type_name()), "user");
+  // Who asks, and OpenAI's cache key (Troupe's prefix caching goes by the
+  // prompt itself): strings, read past.
+  for (const char* key : {"user", "safety_identifier", "prompt_cache_key"})
+    if (auto u = doc.find(key); u != doc.end() && !u->is_null() && !u->is_string())
+      return bad("field \"" + std::string(key) + "\" must be a string, got " + std::string(u->type_name()), key);
+  // OpenAI's tags of a stored completion: at most 16 strings, read past
+  // (Troupe stores none).
+  if (auto m = doc.find("metadata"); m != doc.end() && !m->is_null()) {
+    if (!m->is_object() || m->size() > 16
+        || std::any_of(m->begin(), m->end(), [](const json& v) { return !v.is_string() || v.get_ref<const std::string&>().size() > 512; }))
+      return bad("field \"metadata\" must be an object of at most 16 strings (of at most 512 characters)", "metadata");
+    for (const auto& [key, value] : m->items())
+      if (key.size() > 64)
+        return bad("field \"metadata\" has a key longer than 64 characters", "metadata");
+  }
   // response_format (OpenAI's; vLLM takes it in completions too):
   // {"type": "json_object"} keeps the output to one JSON object;
   // {"type": "json_schema", "json_schema": {"name", "schema", ...}} to a
@@ -927,6 +947,21 @@ std::optional<api_error> template_fields_refused(const json& doc, const chat_tem
     if (!kw->empty() && !tpl.program)
       return needs_jinja("chat_template_kwargs");
   }
+  // OpenAI's reasoning_effort: a variable of the template (GPT-OSS's reads
+  // it), as vLLM gives it.
+  if (const auto effort = doc.find("reasoning_effort"); effort != doc.end() && !effort->is_null()) {
+    static constexpr std::array<std::string_view, 5> efforts{"none", "minimal", "low", "medium", "high"};
+    if (!effort->is_string() || !in(efforts, effort->get_ref<const std::string&>()))
+      return bad("field \"reasoning_effort\" must be \"none\", \"minimal\", \"low\", \"medium\" or \"high\", got "
+                   + effort->dump().substr(0, 80),
+                 "reasoning_effort");
+    if (!tpl.program)
+      return needs_jinja("reasoning_effort");
+    if (const auto kw = doc.find("chat_template_kwargs");
+        kw != doc.end() && kw->is_object() && kw->contains("reasoning_effort") && (*kw)["reasoning_effort"] != *effort)
+      return bad("field \"reasoning_effort\" and \"chat_template_kwargs.reasoning_effort\" differ: give one",
+                 "reasoning_effort");
+  }
   bool add = true, cont = false;
   for (const auto& [field, into, dflt] : {std::tuple{"add_generation_prompt", &add, true},
                                           std::tuple{"continue_final_message", &cont, false}}) {
@@ -1009,6 +1044,8 @@ std::variant<std::string, api_error> render_jinja(const chat_template& tpl, cons
   vars["add_generation_prompt"] = !continued && doc.value("add_generation_prompt", ojson(true)) != ojson(false);
   vars["bos_token"] = tpl.bos_token;
   vars["eos_token"] = tpl.eos_token;
+  if (const auto effort = doc.find("reasoning_effort"); effort != doc.end() && !effort->is_null())
+    vars["reasoning_effort"] = *effort;
   // The tools and further variables as the request writes them, keys in
   // its order (a template shows them with tojson).
   if (const auto kw = doc.find("chat_template_kwargs"); kw != doc.end() && kw->is_object())

@@ -2266,9 +2266,23 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
   const auto odd_parsed = wire::parse_request(odd.frames.at(0), wire::parse_limits{});
   ASSERT_TRUE(std::holds_alternative<wire::parse_error>(odd_parsed));
   EXPECT_NE(std::get<wire::parse_error>(odd_parsed).message.find("\"skip_special_tokens\""), std::string::npos);
+  // OpenAI's, at the values that say nothing Troupe does not do; and the
+  // strings and tags it reads past.
+  for (const char* fields : {R"("store":false,"service_tier":"auto","modalities":["text"])",
+                             R"("store":null,"service_tier":"default","modalities":null,"metadata":{"run":"7"})",
+                             R"("user":"u","safety_identifier":"s1","prompt_cache_key":"k","metadata":null)"}) {
+    (void)ok(R"({"model":"m","prompt":"p",)" + std::string(fields) + "}");
+    (void)chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],)" + std::string(fields) + "}",
+                  builtin("chatml"));
+  }
+  for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
+         {"safety_identifier", "1"}, {"prompt_cache_key", "{}"}, {"metadata", "[]"}, {"metadata", R"({"a":1})"},
+         {"metadata", R"({")" + std::string(65, 'k') + R"(":"v"})"}})
+    EXPECT_EQ(refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}").param, field) << value;
   // Another value: refused, naming the field and what Troupe serves.
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-         {"use_beam_search", "true"}, {"use_beam_search", "\"false\""}}) {
+         {"use_beam_search", "true"}, {"use_beam_search", "\"false\""}, {"store", "true"},
+         {"service_tier", "\"flex\""}, {"modalities", R"(["text","audio"])"}}) {
     const auto e = refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}");
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, field);
@@ -2651,6 +2665,19 @@ TEST(openai, vllms_template_fields_reach_a_jinja_template_and_are_refused_by_the
   refused_with(q + R"(,"chat_template_kwargs":{"enable_thinking":false}})", chatml, "chat_template_kwargs",
                "needs the server's chat template to be a Hugging Face one");
   refused_with(q + R"(,"add_generation_prompt":false})", chatml, "add_generation_prompt", "Hugging Face one");
+  // OpenAI's reasoning_effort: a variable of the template, as GPT-OSS's reads it.
+  const auto effort = jinja_template("{{ messages[0].content }}|{{ reasoning_effort | default('unset') }}");
+  EXPECT_EQ(*as_generate(chat_ok(q + "}", effort)).prompt, "Q|unset");
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"reasoning_effort":"low"})", effort)).prompt, "Q|low");
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"reasoning_effort":null})", effort)).prompt, "Q|unset");
+  EXPECT_EQ(*as_generate(chat_ok(q + R"(,"reasoning_effort":"high","chat_template_kwargs":{"reasoning_effort":"high"}})",
+                                 effort))
+               .prompt,
+            "Q|high");
+  refused_with(q + R"(,"reasoning_effort":"max"})", effort, "reasoning_effort", "must be \"none\"");
+  refused_with(q + R"(,"reasoning_effort":"low","chat_template_kwargs":{"reasoning_effort":"high"}})", effort,
+               "reasoning_effort", "differ");
+  refused_with(q + R"(,"reasoning_effort":"low"})", chatml, "reasoning_effort", "Hugging Face one");
   EXPECT_EQ(*as_generate(chat_ok(q + R"(,"add_generation_prompt":true,"continue_final_message":false,)"
                                      R"("chat_template_kwargs":{}})",
                                  chatml))
