@@ -22,15 +22,19 @@ namespace troupe::openai {
 
 using json = nlohmann::json;
 
-namespace {
-
-api_error bad(std::string message, std::string param = {}) {
+api_error bad_request(std::string message, std::string param) {
   api_error e;
   e.status = 400;
   e.code = "bad_request";
   e.message = std::move(message);
   e.param = std::move(param);
   return e;
+}
+
+namespace {
+
+api_error bad(std::string message, std::string param = {}) {
+  return bad_request(std::move(message), std::move(param));
 }
 
 /// The fields both endpoints take, those only one takes, and those refused
@@ -2370,10 +2374,15 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   // end-of-sequence token's).
   auto pending = std::move(c.pending);
   c.pending.clear();
+  const auto from = c.received - c.held.size(); // where the held text begins in the output
   std::string text = c.cut ? std::string() : std::move(c.held);
   c.held.clear();
-  if (const auto at = stop_cut(text, stop_, stops_kept_); at != std::string::npos)
-    text.resize(at); // a stop string that waited on a longer one
+  if (const auto at = stop_cut(text, stop_, stops_kept_); at != std::string::npos) {
+    // A stop string that waited on a longer one: the tokens after it go
+    // unlisted, as in the whole answer.
+    text.resize(at);
+    std::erase_if(pending, [&](const placed_logprobs& p) { return p.start >= from + at; });
+  }
   if (reasoning_) {
     // The reasoning held goes out too, after a stop string as well.
     std::string reasoning;

@@ -39,6 +39,8 @@ struct api_error {
   std::string param; ///< the request field at fault; "" when none
 };
 std::string to_json(const api_error& e);
+/// A 400 `bad_request` saying `message`, naming `param` ("" for none).
+api_error bad_request(std::string message, std::string param = {});
 
 /// Most choices one HTTP request may ask for (prompts × n).
 inline constexpr std::size_t max_choices = 64;

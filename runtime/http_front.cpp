@@ -1,6 +1,7 @@
 #include "runtime/http_front.hpp"
 
 #include "messages/openai.hpp"
+#include "messages/responses.hpp"
 #include "messages/wire.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/zmq_io.hpp"
@@ -95,6 +96,38 @@ openai::api_error api_error_of(int status, std::string type, std::string code, s
 openai::api_error stopping() {
   return api_error_of(503, "server_error", "shutting_down", "the server is stopping");
 }
+
+/// The generating endpoints: OpenAI's completions, chat completions and
+/// responses (a chat's, answered as the Responses API answers).
+enum class api { completions, chat, responses };
+
+/// A completion's answer, or a response's: the same steps.
+class any_answer {
+public:
+  explicit any_answer(openai::completion_answer a) : a_(std::move(a)) {}
+  explicit any_answer(openai::response_answer a) : a_(std::move(a)) {}
+  std::string body(const std::vector<wire::done_reply>& done) const {
+    return std::visit([&](const auto& a) { return a.body(done); }, a_);
+  }
+  std::string stream_start() {
+    return std::visit([](auto& a) { return a.stream_start(); }, a_);
+  }
+  std::string chunk(std::size_t k, const wire::token_reply& t) {
+    return std::visit([&](auto& a) { return a.chunk(k, t); }, a_);
+  }
+  std::string choice_end(std::size_t k, const wire::done_reply& d) {
+    return std::visit([&](auto& a) { return a.choice_end(k, d); }, a_);
+  }
+  std::string stream_end() {
+    return std::visit([](auto& a) { return a.stream_end(); }, a_);
+  }
+  std::string stream_error(const openai::api_error& e) {
+    return std::visit([&](auto& a) { return a.stream_error(e); }, a_);
+  }
+
+private:
+  std::variant<openai::completion_answer, openai::response_answer> a_;
+};
 
 } // namespace
 
@@ -328,18 +361,26 @@ struct http_front::impl : zmq_io::owned_socket {
       res.set(http::field::www_authenticate, "Bearer");
       co_return co_await reply(std::move(res));
     }
-    if (target == "/v1/completions" || target == "/v1/chat/completions") {
+    if (target == "/v1/completions" || target == "/v1/chat/completions" || target == "/v1/responses") {
       if (method != http::verb::post)
         co_return co_await reply(wrong_method("POST"));
-      const bool chat = target == "/v1/chat/completions";
-      if (chat && !cfg.chat)
+      const auto kind = target == "/v1/completions"        ? api::completions
+                        : target == "/v1/chat/completions" ? api::chat
+                                                           : api::responses;
+      if (kind != api::completions && !cfg.chat)
         co_return co_await reply(error_response(
           version, keep,
           api_error_of(404, "invalid_request_error", "not_found",
-                       "chat completions are not served: " + cfg.no_chat
-                         + "; use /v1/completions with the conversation as the prompt")));
-      co_return co_await completion(stream, req, chat);
+                       std::string(kind == api::chat ? "chat completions" : "responses") + " are not served: "
+                         + cfg.no_chat + "; use /v1/completions with the conversation as the prompt")));
+      co_return co_await completion(stream, req, kind);
     }
+    if (target.starts_with("/v1/responses/"))
+      co_return co_await reply(error_response(
+        version, keep,
+        api_error_of(404, "invalid_request_error", "not_found",
+                     "no stored response " + std::string(target.substr(14))
+                       + ": Troupe stores no responses (each POST /v1/responses carries its whole conversation)")));
     const bool advise = target == "/v1/advise";
     // vLLM's paths for adapters loaded and unloaded while serving.
     const bool load = target == "/v1/load_lora_adapter";
@@ -422,7 +463,8 @@ struct http_front::impl : zmq_io::owned_socket {
       version, keep,
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
-                     + " (served: POST /v1/completions, POST /v1/chat/completions, GET /v1/models[/NAME], POST /v1/advise, "
+                     + " (served: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, "
+                       "GET /v1/models[/NAME], POST /v1/advise, "
                        "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, POST /tokenize, POST /detokenize, GET /health, "
                        "GET /metrics, GET /version)")));
   }
@@ -431,7 +473,7 @@ struct http_front::impl : zmq_io::owned_socket {
   /// server-sent events. Each choice (a prompt's n) is one wire request;
   /// their replies come to one waiter, told apart by id.
   asio::awaitable<bool> completion(beast::tcp_stream& stream, const http::request<http::string_body>& req,
-                                   bool chat) {
+                                   api kind) {
     const auto version = req.version();
     const bool keep = req.keep_alive();
     boost::system::error_code ec;
@@ -449,11 +491,26 @@ struct http_front::impl : zmq_io::owned_socket {
         return false;
       }
     };
-    auto parsed = chat ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling)
-                       : openai::parse_completion(req.body(), cfg.model, base, cfg.sampling);
+    // A response request is a chat's, its errors named as it names them.
+    std::optional<openai::response_request> as_response;
+    std::variant<openai::completion_request, openai::api_error> parsed = openai::api_error{};
+    if (kind == api::responses) {
+      auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling);
+      if (auto* e = std::get_if<openai::api_error>(&r))
+        co_return co_await fail(*e);
+      as_response = std::get<openai::response_request>(std::move(r));
+      parsed = as_response->chat;
+    } else {
+      parsed = kind == api::chat
+                 ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling)
+                 : openai::parse_completion(req.body(), cfg.model, base, cfg.sampling);
+    }
     if (auto* e = std::get_if<openai::api_error>(&parsed))
       co_return co_await fail(*e);
     const auto c = std::get<openai::completion_request>(std::move(parsed));
+    const auto named = [&](openai::api_error e) {
+      return as_response ? openai::as_response_error(std::move(e), *as_response) : e;
+    };
     const auto n = c.ids.size();
     auto w = std::make_shared<waiter>(io);
     std::unordered_map<std::string, std::size_t> index;
@@ -477,7 +534,9 @@ struct http_front::impl : zmq_io::owned_socket {
         if (!ended[k])
           cancel(c.ids[k]);
     };
-    openai::completion_answer answer((chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), c);
+    any_answer answer = as_response ? any_answer(openai::response_answer("resp_" + base, unix_now(), *as_response))
+                                    : any_answer(openai::completion_answer(
+                                        (kind == api::chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), c));
     const auto never = asio::steady_timer::time_point::max();
     for (std::size_t k = 0; k < n; ++k)
       if (!send(c.frames[k])) {
@@ -506,7 +565,7 @@ struct http_front::impl : zmq_io::owned_socket {
         ended[k] = 1;
         ++answered;
         if (!refused)
-          refused = openai::refusal(c, e->code, e->message);
+          refused = named(openai::refusal(c, e->code, e->message));
       } else {
         later.push_back(std::move(*r));
       }
@@ -550,7 +609,7 @@ struct http_front::impl : zmq_io::owned_socket {
         } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
           ended[k] = 1;
           cancel_open();
-          co_return co_await fail(openai::from_wire(e->code, e->message));
+          co_return co_await fail(named(openai::from_wire(e->code, e->message)));
         }
       }
       auto res = make(version, keep, http::status::ok, answer.body(dones));
@@ -604,7 +663,7 @@ struct http_front::impl : zmq_io::owned_socket {
           } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
             ended[k] = 1;
             cancel_open();
-            out += answer.stream_error(openai::from_wire(e->code, e->message));
+            out += answer.stream_error(named(openai::from_wire(e->code, e->message)));
             end = true;
           }
         }

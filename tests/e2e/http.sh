@@ -757,6 +757,56 @@ err = refused(400, path="/v1/chat/completions", body=dict(ask, response_format={
     "name": "n", "schema": {"type": "object", "properties": {"x": {"type": "string", "format": "idn-email"}}}}}),
     says="format")
 assert err["param"] == "response_format", err
+# POST /v1/responses: the chat it stands for, answered as the Responses API
+# answers: output items whole, or typed events ending in the whole response.
+resp_ask = {"model": "demo", "instructions": "Be brief.", "input": "Weather in Paris?", "max_output_tokens": 8,
+            "temperature": 0}
+status, _, body = call("/v1/responses", resp_ask)
+assert status == 200, body
+r = json.loads(body)
+assert r["object"] == "response" and r["id"].startswith("resp_") and r["status"] in ("completed", "incomplete"), r
+said = "".join(p["text"] for it in r["output"] if it["type"] == "message" for p in it["content"])
+status, _, body = call("/v1/chat/completions", {"model": "demo", "max_completion_tokens": 8, "temperature": 0, "messages": [
+    {"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]})
+same = json.loads(body)
+assert said == (same["choices"][0]["message"]["content"] or ""), (r, same)
+assert r["usage"]["input_tokens"] == same["usage"]["prompt_tokens"], (r, same)
+assert r["usage"]["output_tokens"] == same["usage"]["completion_tokens"], (r, same)
+status, ctype, body = call("/v1/responses", dict(resp_ask, stream=True))
+assert status == 200 and ctype == "text/event-stream", (status, body)
+typed = []
+for block in body.strip().split("\n\n"):
+    head, data = block.split("\n", 1)
+    typed.append(json.loads(data[len("data: "):]))
+    assert head == "event: " + typed[-1]["type"] and typed[-1]["sequence_number"] == len(typed) - 1, block
+assert typed[0]["type"] == "response.created" and typed[-1]["type"] == "response." + r["status"], typed[-1]
+assert "".join(e["delta"] for e in typed if e["type"] == "response.output_text.delta") == said, typed
+assert [it["type"] for it in typed[-1]["response"]["output"]] == [it["type"] for it in r["output"]], typed[-1]
+# A forced call, then its output sent back with it for the next turn.
+clock_tool = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {},
+                                                                      "additionalProperties": False}}
+for seed in range(12): # (the demo model may write blanks until the cut)
+    status, _, body = call("/v1/responses", {"model": "demo", "input": "Time?", "tools": [clock_tool], "seed": seed,
+                                             "tool_choice": {"type": "function", "name": "get_time"},
+                                             "max_output_tokens": 60})
+    assert status == 200, body
+    r = json.loads(body)
+    calls = [it for it in r["output"] if it["type"] == "function_call"]
+    if r["status"] == "completed":
+        break
+    assert r["incomplete_details"] == {"reason": "max_output_tokens"}, r
+assert r["status"] == "completed", "no forced call of 12 ended"
+assert len(calls) == 1 and calls[0]["name"] == "get_time" and json.loads(calls[0]["arguments"]) == {}, r
+status, _, body = call("/v1/responses", {"model": "demo", "tools": [clock_tool], "max_output_tokens": 4, "input": [
+    {"role": "user", "content": "Time?"}, *r["output"],
+    {"type": "function_call_output", "call_id": calls[0]["call_id"], "output": "noon"}]})
+assert status == 200 and json.loads(body)["object"] == "response", body
+err = refused(400, path="/v1/responses", body=dict(resp_ask, previous_response_id="resp_1"), says="stores none")
+assert err["param"] == "previous_response_id", err
+err = refused(400, path="/v1/responses", body=dict(resp_ask, input=[{"role": "user", "content": "q"},
+    {"type": "function_call_output", "call_id": "nope", "output": "x"}]), says="input[1].tool_call_id")
+assert err["param"] == "input", err
+refused(404, path="/v1/responses/resp_1", method="GET", says="stores no responses")
 # Parameters the server cannot hold a call to are refused when the call is
 # forced, naming the function; offered ("auto"), they are shown as given.
 patterned = {"type": "function", "function": {"name": "lookup", "parameters": {

@@ -5,6 +5,7 @@
 
 #include "messages/version.hpp"
 #include "tests/messages/chat_templates.hpp"
+#include "tests/messages/builtin_template.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -388,14 +389,7 @@ TEST(openai, a_stream_holds_back_what_may_begin_a_stop_string_until_the_next_chu
 
 // -- chat -------------------------------------------------------------------
 
-chat_template builtin(const char* name) {
-  auto t = make_chat_template(name);
-  if (auto* e = std::get_if<chat_template_error>(&t)) {
-    ADD_FAILURE() << name << ": " << e->key << " " << e->what;
-    return {};
-  }
-  return std::get<chat_template>(std::move(t));
-}
+using testing::builtin;
 
 std::variant<completion_request, api_error> chat(std::string_view body, const chat_template& tpl) {
   return parse_chat_completion(body, "llama-2-7b", "h2", tpl);
@@ -850,6 +844,19 @@ TEST(openai, streamed_log_probabilities_go_with_the_text_their_tokens_begin_in) 
   const auto end = end_of(b, done("eos"));
   EXPECT_EQ(streamed_text({end}), "ST");
   EXPECT_EQ(listed(end), (json{-1.0, -2.0, -3.0}));
+
+  // A stop string found at the end, in text a longer one held ("abcd"
+  // may begin "abcdb", "bc" begins inside it): the tokens after it go
+  // unlisted, as in the whole answer.
+  auto two = answered("m", false, false, {"bc", "abcdb"});
+  two.logprobs = 0;
+  completion_answer c{"c", 1, two};
+  std::string sse = c.chunk(0, chunk(0, {"ce"}));
+  sse += c.chunk(0, chunk(1, {"ab"}));
+  sse += c.chunk(0, chunk(2, {"cd"}));
+  sse += end_of(c, done("eos"));
+  EXPECT_EQ(streamed_text({sse}), "cea");
+  EXPECT_EQ(listed(sse), (json{-0.0, -1.0})) << "\"cd\" begins after the stop string";
 }
 
 TEST(openai, penalties_and_logit_bias_go_to_the_wire_which_checks_them) {

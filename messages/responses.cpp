@@ -1,0 +1,723 @@
+#include "messages/responses.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <optional>
+#include <regex>
+#include <utility>
+
+namespace troupe::openai {
+
+namespace {
+
+// In the request's key order (a template shows the tools as they are
+// given), and the response's fields in OpenAI's order.
+using json = nlohmann::ordered_json;
+
+api_error bad(std::string message, std::string param) {
+  return bad_request(std::move(message), std::move(param));
+}
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+template <std::size_t N>
+bool in(const std::array<std::string_view, N>& names, std::string_view key) {
+  return std::find(names.begin(), names.end(), key) != names.end();
+}
+
+/// The Responses fields that go to the chat as they are (OpenAI's that
+/// both share, and vLLM's sampling fields), and those renamed.
+constexpr std::array<std::string_view, 20> passed{
+  "model",         "temperature", "top_p",          "stream",      "parallel_tool_calls", "user",
+  "safety_identifier", "prompt_cache_key", "metadata", "service_tier", "top_logprobs",       "seed",
+  "top_k",         "min_p",       "repetition_penalty", "presence_penalty", "frequency_penalty", "stop",
+  "logit_bias",    "priority"};
+constexpr std::array<std::string_view, 14> own{
+  "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text", "reasoning", "include", "store",
+  "previous_response_id", "conversation", "background", "truncation", "max_tool_calls"};
+
+/// Chat and wire fields and the Responses fields they came from, for
+/// errors (the longer first where one begins another).
+constexpr std::array<std::pair<std::string_view, std::string_view>, 8> renamed{{
+  {"messages", "input"},
+  {"response_format.json_schema", "text.format"},
+  {"response_format", "text.format"},
+  {"json_schema", "text.format"},
+  {"max_completion_tokens", "max_output_tokens"},
+  {"max_tokens", "max_output_tokens"},
+  {"reasoning_effort", "reasoning.effort"},
+  {"logprobs", "include"},
+}};
+
+/// A content part's text: input_text (or output_text, refusal, sent
+/// back from an answer).
+std::variant<std::string, api_error> part_text(const json& part, const std::string& at) {
+  const auto type = part.is_object() ? part.value("type", json()) : json();
+  if (type == "input_text" || type == "output_text" || type == "text") {
+    const auto t = part.find("text");
+    if (t == part.end() || !t->is_string())
+      return bad("\"" + at + ".text\" must be a string", "input");
+    return t->get<std::string>();
+  }
+  if (type == "refusal" && part.contains("refusal") && part["refusal"].is_string())
+    return part["refusal"].get<std::string>();
+  return bad("\"" + at + ".type\" is " + (type.is_null() ? std::string("missing") : type.dump())
+               + ": Troupe serves text parts (\"input_text\", and an answer's \"output_text\")",
+             "input");
+}
+
+/// A message's content: a string, or its text parts (as chat text parts,
+/// which the chat joins by newlines).
+std::variant<json, api_error> content_of(const json& content, const std::string& at) {
+  if (content.is_string())
+    return content;
+  if (!content.is_array() || content.empty())
+    return bad("\"" + at + ".content\" must be a string or a non-empty array of text parts", "input");
+  json parts = json::array();
+  for (std::size_t j = 0; j < content.size(); ++j) {
+    auto t = part_text(content[j], at + ".content[" + std::to_string(j) + "]");
+    if (auto* e = std::get_if<api_error>(&t))
+      return std::move(*e);
+    parts.push_back({{"type", "text"}, {"text", std::get<std::string>(std::move(t))}});
+  }
+  return parts;
+}
+
+/// A reasoning item's text: its content's reasoning_text parts, or its
+/// summary's where it has no content.
+std::variant<std::string, api_error> reasoning_text(const json& item, const std::string& at) {
+  if (const auto enc = item.find("encrypted_content"); enc != item.end() && !enc->is_null())
+    return bad("\"" + at + ".encrypted_content\" cannot be read by Troupe (it gives reasoning as text); send the "
+               "item's content",
+               "input");
+  std::string text;
+  for (const char* key : {"content", "summary"}) {
+    const auto list = item.find(key);
+    if (list == item.end() || list->is_null())
+      continue;
+    if (!list->is_array())
+      return bad("\"" + at + "." + key + "\" must be an array of text parts", "input");
+    for (std::size_t j = 0; j < list->size(); ++j) {
+      const auto& p = (*list)[j];
+      if (!p.is_object() || !p.contains("text") || !p["text"].is_string())
+        return bad("\"" + at + "." + key + "[" + std::to_string(j) + "]\" must be a text part", "input");
+      text += (text.empty() ? "" : "\n") + p["text"].get<std::string>();
+    }
+    if (!text.empty())
+      break;
+  }
+  return text;
+}
+
+/// `input` (and `instructions`) as chat messages, with where each came
+/// from: messages as they are, a run of function calls as one assistant
+/// message's tool_calls (the assistant message just before them, where
+/// one is), each call's output as a tool message, and a reasoning item as
+/// the next assistant message's reasoning_content.
+std::optional<api_error> read_input(const json& doc, json& messages, std::vector<std::int64_t>& input_of) {
+  if (const auto ins = doc.find("instructions"); ins != doc.end() && !ins->is_null()) {
+    if (!ins->is_string())
+      return bad("field \"instructions\" must be a string", "instructions");
+    messages.push_back({{"role", "system"}, {"content", *ins}});
+    input_of.push_back(-1);
+  }
+  const auto input = doc.find("input");
+  if (input == doc.end() || input->is_null())
+    return bad("missing field \"input\": a string, or an array of messages and items", "input");
+  if (input->is_string()) {
+    messages.push_back({{"role", "user"}, {"content", *input}});
+    input_of.push_back(0);
+    return std::nullopt;
+  }
+  if (!input->is_array() || input->empty())
+    return bad("field \"input\" must be a string or a non-empty array of messages and items", "input");
+  std::string thought; // a reasoning item's, for the next assistant message
+  bool calls_open = false; // the last message is an assistant's that calls may join
+  for (std::size_t i = 0; i < input->size(); ++i) {
+    const auto& item = (*input)[i];
+    const auto at = "input[" + std::to_string(i) + "]";
+    if (!item.is_object())
+      return bad("\"" + at + "\" must be an object", "input");
+    const auto type = item.contains("type") && !item["type"].is_null() ? item["type"] : json("message");
+    if (!type.is_string())
+      return bad("\"" + at + ".type\" must be a string", "input");
+    const auto t = type.get<std::string>();
+    const auto with_thought = [&](json m) {
+      if (!thought.empty())
+        m["reasoning_content"] = std::exchange(thought, {});
+      return m;
+    };
+    if (t == "message") {
+      for (const auto& [key, value] : item.items())
+        if (key != "type" && key != "role" && key != "content" && key != "id" && key != "status")
+          return bad("field \"" + at + "." + key + "\" is not supported in a message (role, content)", "input");
+      const auto role = item.value("role", json());
+      if (role != "user" && role != "system" && role != "developer" && role != "assistant")
+        return bad("\"" + at + ".role\" must be \"user\", \"system\", \"developer\" or \"assistant\"", "input");
+      auto content = content_of(item.value("content", json()), at);
+      if (auto* e = std::get_if<api_error>(&content))
+        return std::move(*e);
+      json m = {{"role", role}, {"content", std::get<json>(std::move(content))}};
+      if (role == "assistant")
+        m = with_thought(std::move(m));
+      messages.push_back(std::move(m));
+      input_of.push_back(static_cast<std::int64_t>(i));
+      calls_open = role == "assistant";
+    } else if (t == "function_call") {
+      for (const char* key : {"call_id", "name", "arguments"})
+        if (!item.contains(key) || !item[key].is_string())
+          return bad("\"" + at + "." + key + "\" must be a string", "input");
+      json call = {{"id", item["call_id"]},
+                   {"type", "function"},
+                   {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
+      if (!calls_open || !thought.empty()) {
+        messages.push_back(with_thought({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}}));
+        input_of.push_back(static_cast<std::int64_t>(i));
+        calls_open = true;
+      }
+      auto& last = messages.back();
+      if (!last.contains("tool_calls"))
+        last["tool_calls"] = json::array();
+      last["tool_calls"].push_back(std::move(call));
+    } else if (t == "function_call_output") {
+      const auto id = item.find("call_id");
+      if (id == item.end() || !id->is_string())
+        return bad("\"" + at + ".call_id\" must name the call it answers (a string)", "input");
+      const auto output = item.find("output");
+      if (output == item.end() || (!output->is_string() && !output->is_array()))
+        return bad("\"" + at + ".output\" must be a string or an array of text parts", "input");
+      auto content = content_of(*output, at);
+      if (auto* e = std::get_if<api_error>(&content))
+        return std::move(*e);
+      messages.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", std::get<json>(std::move(content))}});
+      input_of.push_back(static_cast<std::int64_t>(i));
+      calls_open = false;
+    } else if (t == "reasoning") {
+      auto text = reasoning_text(item, at);
+      if (auto* e = std::get_if<api_error>(&text))
+        return std::move(*e);
+      thought += std::get<std::string>(text);
+      calls_open = false;
+    } else if (t == "item_reference") {
+      return bad("\"" + at + "\" refers to a stored item: Troupe stores none; send the item itself", "input");
+    } else {
+      return bad("\"" + at + ".type\" is \"" + t
+                   + "\": Troupe serves \"message\", \"function_call\", \"function_call_output\" and \"reasoning\" "
+                     "items",
+                 "input");
+    }
+  }
+  return std::nullopt;
+}
+
+/// The function tools as the chat takes them; tool_choice too.
+std::optional<api_error> read_tools(const json& doc, json& chat) {
+  if (const auto tools = doc.find("tools"); tools != doc.end() && !tools->is_null()) {
+    if (!tools->is_array())
+      return bad("field \"tools\" must be an array of function tools", "tools");
+    json list = json::array();
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+      const auto& t = (*tools)[i];
+      const auto at = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object() || t.value("type", json()) != "function")
+        return bad("\"" + at + "\" must be a function tool ({\"type\": \"function\", \"name\", \"parameters\"}); Troupe "
+                   "serves no built-in tools",
+                   "tools");
+      json fn = json::object();
+      for (const auto& [key, value] : t.items()) {
+        if (key == "type")
+          continue;
+        if (key != "name" && key != "description" && key != "parameters" && key != "strict")
+          return bad("field \"" + at + "." + key + "\" is not supported (name, description, parameters, strict)",
+                     "tools");
+        if (!value.is_null())
+          fn[key] = value;
+      }
+      list.push_back({{"type", "function"}, {"function", std::move(fn)}});
+    }
+    chat["tools"] = std::move(list);
+  }
+  if (const auto choice = doc.find("tool_choice"); choice != doc.end() && !choice->is_null()) {
+    if (choice->is_object()) {
+      if (choice->value("type", json()) != "function" || !choice->contains("name") || choice->size() != 2)
+        return bad("field \"tool_choice\" must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                   "\"name\"}",
+                   "tool_choice");
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*choice)["name"]}}}};
+    } else {
+      chat["tool_choice"] = *choice;
+    }
+  }
+  return std::nullopt;
+}
+
+/// text.format as the chat's response_format; reasoning.effort as its
+/// reasoning_effort; include's logprobs as its logprobs.
+std::optional<api_error> read_shaping(const json& doc, json& chat) {
+  if (const auto text = doc.find("text"); text != doc.end() && !text->is_null()) {
+    if (!text->is_object())
+      return bad("field \"text\" must be an object ({\"format\"})", "text");
+    for (const auto& [key, value] : text->items()) {
+      if (key == "verbosity") {
+        if (!value.is_null() && value != "medium")
+          return bad("field \"text.verbosity\" is served only as \"medium\" (the model writes as it does)",
+                     "text.verbosity");
+      } else if (key == "format") {
+        if (value.is_null())
+          continue;
+        if (!value.is_object() || !value.contains("type"))
+          return bad("field \"text.format\" must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or "
+                     "{\"type\": \"json_schema\", \"name\", \"schema\"}",
+                     "text.format");
+        if (value["type"] == "json_schema") {
+          json schema = value;
+          schema.erase("type");
+          chat["response_format"] = {{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+        } else {
+          chat["response_format"] = value;
+        }
+      } else {
+        return bad("field \"text." + key + "\" is not supported (format, verbosity)", "text");
+      }
+    }
+  }
+  if (const auto r = doc.find("reasoning"); r != doc.end() && !r->is_null()) {
+    if (!r->is_object())
+      return bad("field \"reasoning\" must be an object ({\"effort\", \"summary\"})", "reasoning");
+    for (const auto& [key, value] : r->items()) {
+      if (key == "effort") {
+        if (!value.is_null())
+          chat["reasoning_effort"] = value;
+      } else if (key == "summary" || key == "generate_summary") {
+        // Troupe gives the reasoning itself (the reasoning item's
+        // content), not a summary of it: any is taken.
+        if (!value.is_null() && value != "auto" && value != "concise" && value != "detailed")
+          return bad("field \"reasoning." + key + "\" must be \"auto\", \"concise\" or \"detailed\"", "reasoning");
+      } else {
+        return bad("field \"reasoning." + key + "\" is not supported (effort, summary)", "reasoning");
+      }
+    }
+  }
+  if (const auto inc = doc.find("include"); inc != doc.end() && !inc->is_null()) {
+    if (!inc->is_array())
+      return bad("field \"include\" must be an array of strings", "include");
+    for (const auto& v : *inc) {
+      if (v == "message.output_text.logprobs")
+        chat["logprobs"] = true;
+      else if (v != "reasoning.encrypted_content") // none given: the reasoning is its text
+        return bad("field \"include\" holds " + v.dump()
+                     + ": Troupe serves \"message.output_text.logprobs\" and \"reasoning.encrypted_content\"",
+                   "include");
+    }
+  }
+  return std::nullopt;
+}
+
+/// What needs a stored response or conversation, or another mode.
+std::optional<api_error> read_refused(const json& doc) {
+  for (const char* key : {"previous_response_id", "conversation"})
+    if (const auto v = doc.find(key); v != doc.end() && !v->is_null())
+      return bad(std::string("field \"") + key
+                   + "\" needs a stored response: Troupe stores none; send the whole conversation in \"input\"",
+                 key);
+  const auto off = [&](const char* key, const json& neutral, const char* why) -> std::optional<api_error> {
+    if (const auto v = doc.find(key); v != doc.end() && !v->is_null() && *v != neutral)
+      return bad(std::string("field \"") + key + "\" is served only as " + neutral.dump() + " (" + why + "), got "
+                   + v->dump().substr(0, 80),
+                 key);
+    return std::nullopt;
+  };
+  if (auto e = off("store", false, "Troupe stores no responses"))
+    return e;
+  if (auto e = off("background", false, "a response is answered while the request waits"))
+    return e;
+  if (auto e = off("truncation", "disabled", "a prompt past the context is refused, not cut"))
+    return e;
+  if (const auto v = doc.find("max_tool_calls"); v != doc.end() && !v->is_null())
+    return bad("field \"max_tool_calls\" is not supported (parallel_tool_calls false keeps one call)",
+               "max_tool_calls");
+  return std::nullopt;
+}
+
+} // namespace
+
+std::variant<response_request, api_error>
+parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
+                       const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable,
+                       const sampling_defaults& defaults) {
+  json doc;
+  try {
+    doc = json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    return bad(std::string("the body is not valid JSON: ") + e.what(), "");
+  }
+  if (!doc.is_object())
+    return bad("the body must be a JSON object, got " + std::string(doc.type_name()), "");
+  json chat = json::object();
+  response_request out;
+  for (const auto& [key, value] : doc.items()) {
+    if (in(passed, key))
+      chat[key] = value;
+    else if (!in(own, key))
+      return bad("unknown field \"" + key + "\" in a response request", key);
+  }
+  if (const auto m = doc.find("max_output_tokens"); m != doc.end() && !m->is_null())
+    chat["max_completion_tokens"] = *m;
+  json messages = json::array();
+  if (auto e = read_refused(doc)) // first: what cannot be served at all
+    return std::move(*e);
+  if (auto e = read_input(doc, messages, out.input_of))
+    return std::move(*e);
+  chat["messages"] = std::move(messages);
+  if (auto e = read_tools(doc, chat))
+    return std::move(*e);
+  if (auto e = read_shaping(doc, chat))
+    return std::move(*e);
+
+  // The settings the response repeats, as OpenAI's response object has them.
+  json echo = {{"instructions", doc.value("instructions", json())},
+               {"max_output_tokens", doc.value("max_output_tokens", json())},
+               {"parallel_tool_calls", doc.value("parallel_tool_calls", json(true))},
+               {"temperature", doc.value("temperature", json())},
+               {"top_p", doc.value("top_p", json())},
+               {"tool_choice", doc.contains("tool_choice") && !doc["tool_choice"].is_null() ? doc["tool_choice"]
+                                                                                              : json("auto")},
+               {"tools", doc.contains("tools") && doc["tools"].is_array() ? doc["tools"] : json::array()},
+               {"text", {{"format", doc.contains("text") && doc["text"].is_object() && doc["text"].contains("format")
+                                      && !doc["text"]["format"].is_null()
+                                      ? doc["text"]["format"]
+                                      : json{{"type", "text"}}}}},
+               {"reasoning", {{"effort", doc.contains("reasoning") && doc["reasoning"].is_object()
+                                           ? doc["reasoning"].value("effort", json())
+                                           : json()},
+                              {"summary", nullptr}}},
+               {"metadata", doc.contains("metadata") && doc["metadata"].is_object() ? doc["metadata"] : json::object()},
+               {"user", doc.value("user", json())},
+               {"store", false},
+               {"truncation", "disabled"},
+               {"previous_response_id", nullptr}};
+  out.echo = dump(echo);
+
+  auto parsed = parse_chat_completion(dump(chat), base_model, wire_id, tpl, enforceable, defaults);
+  if (auto* e = std::get_if<api_error>(&parsed))
+    return as_response_error(std::move(*e), out);
+  out.chat = std::get<completion_request>(std::move(parsed));
+  out.chat.include_usage = true; // the response's usage comes at the stream's end
+  return out;
+}
+
+api_error as_response_error(api_error e, const response_request& request) {
+  // The wire names no param: the field its message begins with.
+  if (constexpr std::string_view field = "field \""; e.param.empty() && e.message.starts_with(field)) {
+    const auto name = e.message.substr(field.size(), e.message.find_first_of("\".[", field.size()) - field.size());
+    if (in(passed, name) || std::any_of(renamed.begin(), renamed.end(), [&](const auto& r) { return r.first == name; }))
+      e.param = name;
+  }
+  for (const auto& [from, to] : renamed)
+    if (e.param == from) {
+      e.param = std::string(to);
+      break;
+    }
+  // Fields quoted in the message, and messages[K] as the input item.
+  static const std::regex message_at(R"(messages\[([0-9]+)\])");
+  std::string text;
+  auto it = std::sregex_iterator(e.message.begin(), e.message.end(), message_at);
+  std::size_t last = 0;
+  for (; it != std::sregex_iterator(); ++it) {
+    const auto& m = *it;
+    text += e.message.substr(last, static_cast<std::size_t>(m.position()) - last);
+    const auto k = std::stoull(m[1].str());
+    if (k < request.input_of.size() && request.input_of[k] >= 0)
+      text += "input[" + std::to_string(request.input_of[k]) + "]";
+    else if (k < request.input_of.size())
+      text += "instructions";
+    else
+      text += m.str();
+    last = static_cast<std::size_t>(m.position() + m.length());
+  }
+  e.message = text + e.message.substr(last);
+  // "response_format.json_schema" and "response_format" quoted whole
+  // or leading a path ("response_format.type").
+  for (const auto& [from, to] : renamed) {
+    const auto quoted = "\"" + std::string(from);
+    for (auto at = e.message.find(quoted); at != std::string::npos; at = e.message.find(quoted, at + 1)) {
+      const auto after = at + quoted.size();
+      if (after < e.message.size() && (e.message[after] == '"' || e.message[after] == '.'))
+        e.message.replace(at, quoted.size(), "\"" + std::string(to));
+    }
+  }
+  return e;
+}
+
+// -- the answer ---------------------------------------------------------------
+
+struct response_answer::state {
+  std::string id;
+  std::int64_t created;
+  completion_request request;
+  json echo;
+  completion_answer chat;
+  std::uint64_t seq = 0;
+  json output = json::array();
+  std::optional<std::size_t> open; ///< the output item being written
+  std::string finish;              ///< the chat's finish_reason, once it came
+  json usage;
+  std::string pending; ///< a chat event not yet whole
+
+  state(std::string id_, std::int64_t created_, const completion_request& r, std::string_view echo_text)
+      : id(std::move(id_)), created(created_), request(r), echo(json::parse(echo_text)),
+        chat("chatcmpl-" + id.substr(id.find('_') + 1), created_, r) {}
+
+  std::string emit(const char* type, json fields) {
+    fields["type"] = type;
+    fields["sequence_number"] = seq++;
+    return std::string("event: ") + type + "\ndata: " + dump(fields) + "\n\n";
+  }
+
+  std::string status() const {
+    return finish == "length" ? "incomplete" : "completed";
+  }
+
+  json response(const std::string& st) const {
+    json r = {{"id", id},       {"object", "response"}, {"created_at", created},
+              {"status", st},   {"error", nullptr},     {"incomplete_details", nullptr},
+              {"model", request.model}, {"output", output}};
+    if (st == "incomplete")
+      r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+    for (const auto& [key, value] : echo.items())
+      r[key] = value;
+    r["usage"] = nullptr;
+    if (usage.is_object()) {
+      const auto in_tokens = usage.value("prompt_tokens", 0ULL);
+      const auto out_tokens = usage.value("completion_tokens", 0ULL);
+      std::uint64_t cached = 0;
+      if (usage.contains("prompt_tokens_details"))
+        cached = usage["prompt_tokens_details"].value("cached_tokens", 0ULL);
+      r["usage"] = {{"input_tokens", in_tokens},
+                    {"input_tokens_details", {{"cached_tokens", cached}}},
+                    {"output_tokens", out_tokens},
+                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"total_tokens", in_tokens + out_tokens}};
+    }
+    return r;
+  }
+
+  std::string item_id(const char* prefix) const {
+    return std::string(prefix) + "_" + id.substr(id.find('_') + 1) + "_" + std::to_string(output.size());
+  }
+
+  /// Opens an output item of `type` (closing the one open): added, and
+  /// for text, its part.
+  std::string open_item(json item) {
+    std::string out = close_open();
+    open = output.size();
+    output.push_back(item);
+    out += emit("response.output_item.added", {{"output_index", *open}, {"item", item}});
+    if (item["type"] != "function_call")
+      out += emit("response.content_part.added", {{"item_id", item["id"]},
+                                                  {"output_index", *open},
+                                                  {"content_index", 0},
+                                                  {"part", item["content"][0]}});
+    return out;
+  }
+
+  std::string close_open() {
+    if (!open)
+      return {};
+    const auto k = *std::exchange(open, std::nullopt);
+    auto& item = output[k];
+    item["status"] = status();
+    std::string out;
+    const json where = {{"item_id", item["id"]}, {"output_index", k}};
+    if (item["type"] == "function_call") {
+      json f = where;
+      f["arguments"] = item["arguments"];
+      f["name"] = item["name"];
+      out += emit("response.function_call_arguments.done", std::move(f));
+    } else {
+      const auto& part = item["content"][0];
+      json f = where;
+      f["content_index"] = 0;
+      f["text"] = part["text"];
+      if (item["type"] == "message")
+        f["logprobs"] = part["logprobs"];
+      out += emit(item["type"] == "message" ? "response.output_text.done" : "response.reasoning_text.done", f);
+      f.erase("text");
+      f.erase("logprobs");
+      f["part"] = part;
+      out += emit("response.content_part.done", std::move(f));
+    }
+    out += emit("response.output_item.done", {{"output_index", k}, {"item", item}});
+    return out;
+  }
+
+  bool open_is(const char* type) const {
+    return open && output[*open]["type"] == type;
+  }
+
+  /// One chat chunk's delta as the response's events.
+  std::string delta(const json& choice) {
+    std::string out;
+    const auto& d = choice.at("delta");
+    if (const auto r = d.find("reasoning_content"); r != d.end() && r->is_string() && !r->get_ref<const std::string&>().empty()) {
+      if (!open_is("reasoning"))
+        out += open_item({{"id", item_id("rs")},
+                          {"type", "reasoning"},
+                          {"status", "in_progress"},
+                          {"summary", json::array()},
+                          {"content", json::array({{{"type", "reasoning_text"}, {"text", ""}}})}});
+      auto& part = output[*open]["content"][0];
+      part["text"] = part["text"].get<std::string>() + r->get<std::string>();
+      out += emit("response.reasoning_text.delta",
+                  {{"item_id", output[*open]["id"]}, {"output_index", *open}, {"content_index", 0}, {"delta", *r}});
+    }
+    if (const auto c = d.find("content"); c != d.end() && c->is_string() && !c->get_ref<const std::string&>().empty()) {
+      if (!open_is("message"))
+        out += open_item({{"id", item_id("msg")},
+                          {"type", "message"},
+                          {"status", "in_progress"},
+                          {"role", "assistant"},
+                          {"content", json::array({{{"type", "output_text"},
+                                                    {"text", ""},
+                                                    {"annotations", json::array()},
+                                                    {"logprobs", json::array()}}})}});
+      auto& part = output[*open]["content"][0];
+      part["text"] = part["text"].get<std::string>() + c->get<std::string>();
+      json lps = json::array();
+      if (const auto lp = choice.find("logprobs"); lp != choice.end() && lp->is_object())
+        for (const auto& t : lp->value("content", json::array())) {
+          lps.push_back(t);
+          part["logprobs"].push_back(t);
+        }
+      out += emit("response.output_text.delta", {{"item_id", output[*open]["id"]},
+                                                 {"output_index", *open},
+                                                 {"content_index", 0},
+                                                 {"delta", *c},
+                                                 {"logprobs", std::move(lps)}});
+    }
+    if (const auto calls = d.find("tool_calls"); calls != d.end())
+      for (const auto& tc : *calls) {
+        const auto& fn = tc.at("function");
+        if (tc.contains("id"))
+          out += open_item({{"id", item_id("fc")},
+                            {"type", "function_call"},
+                            {"status", "in_progress"},
+                            {"call_id", tc["id"]},
+                            {"name", fn.value("name", "")},
+                            {"arguments", ""}});
+        const auto args = fn.value("arguments", "");
+        if (args.empty() || !open_is("function_call"))
+          continue;
+        auto& item = output[*open];
+        item["arguments"] = item["arguments"].get<std::string>() + args;
+        out += emit("response.function_call_arguments.delta",
+                    {{"item_id", item["id"]}, {"output_index", *open}, {"delta", args}});
+      }
+    return out;
+  }
+
+  /// The chat's events ("data: {...}\n\n", "data: [DONE]") as the
+  /// response's.
+  std::string translate(const std::string& sse) {
+    std::string out;
+    pending += sse;
+    for (std::size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const auto event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (!event.starts_with("data: "))
+        continue;
+      const auto data = std::string_view(event).substr(6);
+      if (data == "[DONE]") {
+        out += close_open();
+        const auto st = status();
+        out += emit(st == "completed" ? "response.completed" : "response.incomplete", {{"response", response(st)}});
+        continue;
+      }
+      const auto j = json::parse(data);
+      if (j.contains("error")) {
+        const auto& e = j["error"];
+        out += emit("error", {{"code", e.value("code", json())}, {"message", e.value("message", json())},
+                              {"param", e.value("param", json())}});
+        continue;
+      }
+      if (j.contains("usage") && j["usage"].is_object())
+        usage = j["usage"];
+      if (!j.contains("choices") || j["choices"].empty())
+        continue;
+      const auto& choice = j["choices"][0];
+      out += delta(choice);
+      if (const auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) {
+        finish = f->get<std::string>();
+        out += close_open();
+      }
+    }
+    return out;
+  }
+};
+
+response_answer::response_answer(std::string id, std::int64_t created, const response_request& request)
+    : s_(std::make_unique<state>(std::move(id), created, request.chat, request.echo)) {}
+response_answer::~response_answer() = default;
+response_answer::response_answer(response_answer&&) noexcept = default;
+response_answer& response_answer::operator=(response_answer&&) noexcept = default;
+
+std::string response_answer::stream_start() {
+  std::string out = s_->emit("response.created", {{"response", s_->response("in_progress")}});
+  out += s_->emit("response.in_progress", {{"response", s_->response("in_progress")}});
+  (void)s_->chat.stream_start(); // the role chunk: nothing of the response's
+  return out;
+}
+
+std::string response_answer::chunk(std::size_t k, const wire::token_reply& t) {
+  return s_->translate(s_->chat.chunk(k, t));
+}
+
+std::string response_answer::choice_end(std::size_t k, const wire::done_reply& done) {
+  return s_->translate(s_->chat.choice_end(k, done));
+}
+
+std::string response_answer::stream_end() {
+  return s_->translate(s_->chat.stream_end());
+}
+
+std::string response_answer::stream_error(const api_error& e) {
+  return s_->emit("error", {{"code", e.code}, {"message", e.message}, {"param", e.param.empty() ? json() : json(e.param)}});
+}
+
+std::string response_answer::body(const std::vector<wire::done_reply>& done) const {
+  // The whole response is the stream's last: the same reading of the
+  // output into items, its tokens one chunk each where their texts make
+  // the output (so each token's log-probability goes with its text).
+  state s(s_->id, s_->created, s_->request, dump(s_->echo));
+  const auto& d = done.at(0);
+  (void)s.chat.stream_start();
+  const std::string text = d.text.value_or("");
+  std::string joined;
+  if (d.logprobs)
+    for (const auto& lp : *d.logprobs)
+      joined += lp.sampled.text;
+  if (d.logprobs && joined == text) {
+    for (std::size_t i = 0; i < d.logprobs->size(); ++i) {
+      wire::token_reply t;
+      t.index = static_cast<std::uint32_t>(i);
+      t.text = (*d.logprobs)[i].sampled.text;
+      t.logprobs.push_back((*d.logprobs)[i]);
+      (void)s.translate(s.chat.chunk(0, t));
+    }
+  } else {
+    wire::token_reply t;
+    t.text = text;
+    if (d.logprobs)
+      t.logprobs = *d.logprobs;
+    (void)s.translate(s.chat.chunk(0, t));
+  }
+  (void)s.translate(s.chat.choice_end(0, d));
+  (void)s.translate(s.chat.stream_end());
+  return dump(s.response(s.status()));
+}
+
+} // namespace troupe::openai

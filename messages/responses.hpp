@@ -1,0 +1,72 @@
+// OpenAI's Responses API (POST /v1/responses) as a form of the chat
+// completion: a request's `input` items (messages, function calls and
+// their outputs, reasoning) and settings become a chat body that
+// parse_chat_completion checks and translates, and the chat answer's
+// message (reasoning, text, calls) becomes the response's output items,
+// whole or as the Responses API's typed events. Troupe stores no
+// responses: a request carries its whole conversation (no
+// previous_response_id). See docs/protocol.md, "Responses".
+#pragma once
+
+#include "messages/openai.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+namespace troupe::openai {
+
+/// A Responses request as the chat completion it asks for.
+struct response_request {
+  completion_request chat; ///< one choice; a stream asks for its usage
+  /// The settings the response object repeats (instructions, tools,
+  /// tool_choice, text, reasoning, ...), as a JSON object's text.
+  std::string echo;
+  /// messages[k] of the chat came from input[input_of[k]] (-1: from
+  /// `instructions`), so a chat error names the request's own item.
+  std::vector<std::int64_t> input_of;
+};
+
+/// Translates a POST /v1/responses body, as parse_chat_completion does a
+/// chat's (same template, schema check and defaults); errors name the
+/// Responses request's own fields (`input[2]`, `text.format`, ...).
+std::variant<response_request, api_error>
+parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
+                       const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {},
+                       const sampling_defaults& defaults = {});
+
+/// A chat error as the Responses request names it: its param and the
+/// messages it quotes mapped back (`response_format` is `text.format`,
+/// `messages[3]` the input item it came from).
+api_error as_response_error(api_error e, const response_request& request);
+
+/// Builds a response from the chat answer's wire replies: the response
+/// object (whole), or its events ("event: TYPE\ndata: {...}\n\n", each
+/// with its sequence_number): response.created, then each output item
+/// added, its text or arguments in deltas and done, then
+/// response.completed (or response.incomplete, cut by max_output_tokens).
+class response_answer {
+public:
+  response_answer(std::string id, std::int64_t created, const response_request& request);
+  ~response_answer();
+  response_answer(response_answer&&) noexcept;
+  response_answer& operator=(response_answer&&) noexcept;
+
+  std::string body(const std::vector<wire::done_reply>& done) const;
+  std::string stream_start();
+  std::string chunk(std::size_t k, const wire::token_reply& t);
+  std::string choice_end(std::size_t k, const wire::done_reply& done);
+  std::string stream_end();
+  std::string stream_error(const api_error& e);
+
+private:
+  struct state;
+  std::unique_ptr<state> s_;
+};
+
+} // namespace troupe::openai

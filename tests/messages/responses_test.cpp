@@ -1,0 +1,398 @@
+// OpenAI's Responses API over the chat completion: requests become the
+// chat they stand for (the same wire frames), errors name the request's own
+// fields, and answers read the output into items, whole and as events.
+
+#include "messages/responses.hpp"
+#include "tests/messages/builtin_template.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <set>
+
+namespace troupe::openai {
+namespace {
+
+using json = nlohmann::json;
+
+using testing::builtin;
+
+/// A Hugging Face template that shows the messages and tools it is given.
+chat_template showing_template() {
+  const jinja_source src{"{{ messages|tojson }}|{{ tools|tojson }}|{{ reasoning_effort | default('-') }}", "<s>", "</s>"};
+  chat_formats formats;
+  formats.tool_call = "<tool_call>\n{call}\n</tool_call>";
+  auto t = make_chat_template("model", formats, &src);
+  if (auto* e = std::get_if<chat_template_error>(&t)) {
+    ADD_FAILURE() << e->key << " " << e->what;
+    return {};
+  }
+  return std::get<chat_template>(std::move(t));
+}
+
+response_request taken(const std::string& body, const chat_template& tpl) {
+  auto r = parse_response_request(body, "base", "h7", tpl);
+  if (auto* e = std::get_if<api_error>(&r)) {
+    ADD_FAILURE() << body << " refused: " << e->message;
+    return {};
+  }
+  return std::get<response_request>(std::move(r));
+}
+
+api_error refused(const std::string& body, const chat_template& tpl) {
+  auto r = parse_response_request(body, "base", "h7", tpl);
+  if (auto* c = std::get_if<response_request>(&r)) {
+    ADD_FAILURE() << body << " taken: " << c->chat.frames.at(0);
+    return {};
+  }
+  return std::get<api_error>(std::move(r));
+}
+
+/// The chat's frames for the same conversation.
+std::vector<std::string> chat_frames(const std::string& body, const chat_template& tpl) {
+  auto r = parse_chat_completion(body, "base", "h7", tpl);
+  if (auto* e = std::get_if<api_error>(&r)) {
+    ADD_FAILURE() << body << " refused: " << e->message;
+    return {};
+  }
+  return std::get<completion_request>(r).frames;
+}
+
+const std::string weather_params = R"({"type":"object","properties":{"city":{"type":"string"}},"required":["city"]})";
+
+TEST(responses, a_requests_input_and_settings_become_the_chat_they_stand_for) {
+  const auto chatml = builtin("chatml");
+  // A string input, the instructions as the system message; the settings renamed.
+  EXPECT_EQ(taken(R"({"model":"base","instructions":"Be brief.","input":"Hi","max_output_tokens":9,"temperature":0.5,)"
+                  R"("text":{"format":{"type":"json_schema","name":"r","schema":{"type":"object"},"strict":true}}})",
+                  chatml)
+              .chat.frames,
+            chat_frames(R"({"model":"base","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":"Hi"}],)"
+                        R"("max_completion_tokens":9,"temperature":0.5,"response_format":{"type":"json_schema",)"
+                        R"("json_schema":{"name":"r","schema":{"type":"object"},"strict":true}}})",
+                        chatml));
+  // Items: text parts, a reasoning item and the calls after it (one
+  // assistant message), their outputs, an answer sent back; function tools
+  // as the chat nests them.
+  const auto shown = showing_template();
+  const std::string tools = R"([{"type":"function","name":"get_weather","description":"d","parameters":)" + weather_params
+                            + R"(,"strict":true},{"type":"function","name":"get_time"}])";
+  const auto r = taken(R"({"model":"base","tools":)" + tools + R"(,"tool_choice":{"type":"function","name":"get_time"},
+      "reasoning":{"effort":"low","summary":"auto"},"input":[
+      {"role":"user","content":[{"type":"input_text","text":"Weather"},{"type":"input_text","text":"in Paris?"}]},
+      {"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"Call it."}]},
+      {"type":"function_call","id":"fc_1","call_id":"c1","name":"get_weather","arguments":"{\"city\":\"Paris\"}","status":"completed"},
+      {"type":"function_call","call_id":"c2","name":"get_time","arguments":"{}"},
+      {"type":"function_call_output","call_id":"c1","output":"18C"},
+      {"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"noon"}]},
+      {"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"18C at noon.","annotations":[]}]},
+      {"type":"function_call","call_id":"c3","name":"get_time","arguments":"{}"},
+      {"type":"function_call_output","call_id":"c3","output":"1pm"},
+      {"role":"developer","content":"Answer now."}]})",
+                       shown);
+  const std::string chat_body = R"({"model":"base","tools":[{"type":"function","function":{"name":"get_weather","description":"d",
+      "parameters":)" + weather_params + R"(,"strict":true}},{"type":"function","function":{"name":"get_time"}}],
+      "tool_choice":{"type":"function","function":{"name":"get_time"}},"reasoning_effort":"low","messages":[
+      {"role":"user","content":[{"type":"text","text":"Weather"},{"type":"text","text":"in Paris?"}]},
+      {"role":"assistant","content":null,"reasoning_content":"Call it.","tool_calls":[
+        {"id":"c1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}},
+        {"id":"c2","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"18C"},
+      {"role":"tool","tool_call_id":"c2","content":[{"type":"text","text":"noon"}]},
+      {"role":"assistant","content":[{"type":"text","text":"18C at noon."}],"tool_calls":[
+        {"id":"c3","type":"function","function":{"name":"get_time","arguments":"{}"}}]},
+      {"role":"tool","tool_call_id":"c3","content":"1pm"},
+      {"role":"developer","content":"Answer now."}]})";
+  EXPECT_EQ(r.chat.frames, chat_frames(chat_body, shown));
+  EXPECT_EQ(r.input_of, (std::vector<std::int64_t>{0, 2, 4, 5, 6, 8, 9}));
+  EXPECT_TRUE(r.chat.include_usage) << "the response's usage";
+  // The response repeats the settings.
+  const auto echo = json::parse(r.echo);
+  EXPECT_EQ(echo["tool_choice"], json::parse(R"({"type":"function","name":"get_time"})"));
+  EXPECT_EQ(echo["tools"].size(), 2u);
+  EXPECT_EQ(echo["reasoning"]["effort"], "low");
+  EXPECT_EQ(echo["text"]["format"]["type"], "text");
+  EXPECT_EQ(echo["store"], false);
+  // vLLM's sampling fields pass; OpenAI's neutral ones are taken.
+  EXPECT_EQ(taken(R"({"model":"base","input":"Hi","seed":3,"top_k":5,"store":false,"truncation":"disabled",)"
+                  R"("background":false,"text":{"verbosity":"medium"},"include":["reasoning.encrypted_content"]})",
+                  chatml)
+              .chat.frames,
+            chat_frames(R"({"model":"base","messages":[{"role":"user","content":"Hi"}],"seed":3,"top_k":5})", chatml));
+}
+
+TEST(responses, what_needs_a_stored_response_or_is_not_text_is_refused_naming_the_field) {
+  const auto chatml = builtin("chatml");
+  const std::string head = R"({"model":"base",)";
+  for (const auto& [fields, param, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+         {R"("input":"q","previous_response_id":"resp_1")", "previous_response_id", "stores none"},
+         {R"("input":"q","conversation":"conv_1")", "conversation", "stores none"},
+         {R"("input":"q","store":true)", "store", "stores no responses"},
+         {R"("input":"q","background":true)", "background", "served only as false"},
+         {R"("input":"q","truncation":"auto")", "truncation", "refused, not cut"},
+         {R"("input":"q","max_tool_calls":2)", "max_tool_calls", "not supported"},
+         {R"("input":"q","n":2)", "n", "unknown field"},
+         {R"("input":"q","messages":[])", "messages", "unknown field"},
+         {R"("max_output_tokens":3)", "input", "missing field \"input\""},
+         {R"("input":[])", "input", "non-empty"},
+         {R"("input":[{"type":"item_reference","id":"msg_1"}])", "input", "stores none"},
+         {R"("input":[{"type":"web_search_call","id":"w"}])", "input", "input[0].type"},
+         {R"("input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}])", "input",
+          "input[0].content[0].type"},
+         {R"("input":[{"role":"tool","content":"x"}])", "input", "input[0].role"},
+         {R"("input":[{"role":"user","content":"x","name":"ann"}])", "input", "input[0].name"},
+         {R"("input":[{"type":"function_call","call_id":"c","name":"f"}])", "input", "input[0].arguments"},
+         {R"("input":[{"type":"reasoning","encrypted_content":"gAAA"}])", "input", "encrypted"},
+         {R"("input":"q","tools":[{"type":"web_search"}])", "tools", "no built-in tools"},
+         {R"("input":"q","tools":[{"type":"function","name":"f","x":1}])", "tools", "tools[0].x"},
+         {R"("input":"q","tool_choice":{"type":"allowed_tools","tools":[]})", "tool_choice", "tool_choice"},
+         {R"("input":"q","text":{"format":"json"})", "text.format", "text.format"},
+         {R"("input":"q","text":{"verbosity":"low"})", "text.verbosity", "medium"},
+         {R"("input":"q","reasoning":{"effort":"low","x":1})", "reasoning", "reasoning.x"},
+         {R"("input":"q","include":["file_search_call.results"])", "include", "file_search_call.results"},
+       }) {
+    const auto e = refused(head + fields + "}", chatml);
+    EXPECT_EQ(e.status, 400) << fields;
+    EXPECT_EQ(e.param, param) << fields << ": " << e.message;
+    EXPECT_NE(e.message.find(says), std::string::npos) << fields << ": " << e.message;
+  }
+}
+
+TEST(responses, the_chats_errors_name_the_responses_own_fields_and_items) {
+  const auto chatml = builtin("chatml");
+  // A call output answering no call: the input item, not the chat message.
+  auto e = refused(R"({"model":"base","instructions":"S","input":[{"role":"user","content":"q"},
+      {"type":"function_call_output","call_id":"nope","output":"x"}]})",
+                   chatml);
+  EXPECT_EQ(e.param, "input");
+  EXPECT_NE(e.message.find("\"input[1].tool_call_id\""), std::string::npos) << e.message;
+  EXPECT_EQ(e.message.find("messages"), std::string::npos) << e.message;
+  // The format's fields, and the renamed settings.
+  e = refused(R"({"model":"base","input":"q","text":{"format":{"type":"json_schema","name":"x"}}})", chatml);
+  EXPECT_EQ(e.param, "text.format");
+  EXPECT_NE(e.message.find("\"text.format\""), std::string::npos) << e.message;
+  e = refused(R"({"model":"base","input":"q","reasoning":{"effort":"high"}})", chatml);
+  EXPECT_EQ(e.param, "reasoning.effort") << "the built-in template has no such setting";
+  // And refusals after the wire read the frame, which name the wire's fields.
+  const auto many = taken(R"({"model":"base","input":"q","max_output_tokens":"many"})", chatml);
+  e = as_response_error(refusal(many.chat, wire::error_code::bad_request, "field \"max_tokens\" must be an integer"), many);
+  EXPECT_EQ(e.param, "max_output_tokens") << e.message;
+  EXPECT_EQ(e.message, "field \"max_output_tokens\" must be an integer");
+  e = as_response_error(refusal(many.chat, wire::error_code::bad_request, "field \"temperature\" must be at least 0"), many);
+  EXPECT_EQ(e.param, "temperature") << e.message;
+  e = refused(R"({"model":"base","input":"q","top_logprobs":3})", chatml);
+  EXPECT_EQ(e.param, "top_logprobs") << "needs the logprobs include: " << e.message;
+  EXPECT_NE(e.message.find("\"include\""), std::string::npos) << e.message;
+  const auto r = taken(R"({"model":"base","input":"q","text":{"format":{"type":"json_schema","name":"x","schema":{}}}})",
+                       chatml);
+  e = as_response_error(
+    refusal(r.chat, wire::error_code::bad_request, "field \"json_schema\": keyword \"not\" at \"#\" is not supported"), r);
+  EXPECT_EQ(e.param, "text.format");
+  EXPECT_TRUE(e.message.starts_with("field \"text.format\": keyword")) << e.message;
+}
+
+wire::done_reply done_with(std::string text, const char* reason = "stop") {
+  wire::done_reply d;
+  d.id = "h7";
+  d.finish_reason = reason;
+  d.prompt_tokens = 11;
+  d.completion_tokens = 4;
+  d.cached_tokens = 2;
+  d.text = std::move(text);
+  return d;
+}
+
+json whole(const response_request& r, const wire::done_reply& d) {
+  return json::parse(response_answer("resp_h7", 1700000000, r).body({d}));
+}
+
+TEST(responses, a_whole_response_reads_the_output_into_items) {
+  const auto chatml = builtin("chatml");
+  auto r = taken(R"({"model":"base","input":"q","instructions":"S","max_output_tokens":40,"metadata":{"run":"1"}})", chatml);
+  auto j = whole(r, done_with("Hello there."));
+  EXPECT_EQ(j["id"], "resp_h7");
+  EXPECT_EQ(j["object"], "response");
+  EXPECT_EQ(j["created_at"], 1700000000);
+  EXPECT_EQ(j["status"], "completed");
+  EXPECT_TRUE(j["incomplete_details"].is_null());
+  EXPECT_EQ(j["model"], "base");
+  EXPECT_EQ(j["instructions"], "S");
+  EXPECT_EQ(j["max_output_tokens"], 40);
+  EXPECT_EQ(j["metadata"], json({{"run", "1"}}));
+  ASSERT_EQ(j["output"].size(), 1u);
+  const auto& msg = j["output"][0];
+  EXPECT_EQ(msg["type"], "message");
+  EXPECT_EQ(msg["role"], "assistant");
+  EXPECT_EQ(msg["status"], "completed");
+  EXPECT_EQ(msg["content"][0], json::parse(R"({"type":"output_text","text":"Hello there.","annotations":[],"logprobs":[]})"));
+  EXPECT_EQ(j["usage"], json::parse(R"({"input_tokens":11,"input_tokens_details":{"cached_tokens":2},"output_tokens":4,)"
+                                    R"("output_tokens_details":{"reasoning_tokens":0},"total_tokens":15})"));
+  // Cut by max_output_tokens: incomplete, the item too.
+  j = whole(r, done_with("Hel", "length"));
+  EXPECT_EQ(j["status"], "incomplete");
+  EXPECT_EQ(j["incomplete_details"], json({{"reason", "max_output_tokens"}}));
+  EXPECT_EQ(j["output"][0]["status"], "incomplete");
+  // The stop string ends the text, as in the chat.
+  EXPECT_EQ(whole(r, done_with("Done.<|im_end|>junk"))["output"][0]["content"][0]["text"], "Done.");
+
+  // Reasoning, then text; calls after text.
+  auto thinking = builtin("chatml");
+  thinking.reasoning = reasoning_parser("qwen3");
+  r = taken(R"({"model":"base","input":"q","tools":[{"type":"function","name":"get_time"}]})", thinking);
+  j = whole(r, done_with("<think>Time?</think>Let me see.<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n"
+                         "</tool_call>"));
+  ASSERT_EQ(j["output"].size(), 3u) << j.dump();
+  EXPECT_EQ(j["output"][0]["type"], "reasoning");
+  EXPECT_EQ(j["output"][0]["content"][0], json({{"type", "reasoning_text"}, {"text", "Time?"}}));
+  EXPECT_EQ(j["output"][0]["summary"], json::array());
+  EXPECT_EQ(j["output"][1]["content"][0]["text"], "Let me see.");
+  const auto& call = j["output"][2];
+  EXPECT_EQ(call["type"], "function_call");
+  EXPECT_EQ(call["name"], "get_time");
+  EXPECT_EQ(call["arguments"], "{}");
+  EXPECT_EQ(call["status"], "completed");
+  EXPECT_TRUE(call["call_id"].get<std::string>().starts_with("call_")) << call;
+  EXPECT_TRUE(call["id"].get<std::string>().starts_with("fc_")) << call;
+  std::set<std::string> ids;
+  for (const auto& item : j["output"])
+    EXPECT_TRUE(ids.insert(item["id"].get<std::string>()).second) << "item ids differ";
+  EXPECT_EQ(j["status"], "completed");
+
+  // With the logprobs include, the text's tokens' log-probabilities.
+  r = taken(R"({"model":"base","input":"q","include":["message.output_text.logprobs"],"top_logprobs":1})", chatml);
+  auto d = done_with("Hi you");
+  d.logprobs.emplace();
+  for (const auto& [t, lp] : std::vector<std::pair<std::string, float>>{{"Hi", -0.5f}, {" you", -1.5f}, {"", -2.0f}})
+    d.logprobs->push_back({{1, t, lp}, {{1, t, lp}}});
+  const auto lps = whole(r, d)["output"][0]["content"][0]["logprobs"];
+  ASSERT_EQ(lps.size(), 2u) << lps.dump() << " (the end's token has no text)";
+  EXPECT_EQ(lps[0]["token"], "Hi");
+  EXPECT_EQ(lps[1]["logprob"], -1.5);
+  EXPECT_EQ(lps[1]["top_logprobs"].size(), 1u);
+}
+
+/// A stream's events, checked as they are read: each typed, numbered in
+/// order from 0, each item added before its deltas and done after them.
+std::vector<json> read_events(const std::string& sse) {
+  std::vector<json> out;
+  for (std::size_t at = 0; at < sse.size();) {
+    const auto end = sse.find("\n\n", at);
+    EXPECT_NE(end, std::string::npos);
+    if (end == std::string::npos)
+      break;
+    const auto ev = sse.substr(at, end - at);
+    at = end + 2;
+    const auto nl = ev.find('\n');
+    EXPECT_TRUE(ev.starts_with("event: ") && nl != std::string::npos && ev.compare(nl + 1, 6, "data: ") == 0) << ev;
+    auto j = json::parse(ev.substr(nl + 7));
+    EXPECT_EQ(j["type"], ev.substr(7, nl - 7));
+    EXPECT_EQ(j["sequence_number"], out.size());
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+TEST(responses, a_streamed_response_says_what_the_whole_one_says_however_its_tokens_fall) {
+  auto thinking = builtin("chatml");
+  thinking.reasoning = reasoning_parser("qwen3");
+  const std::vector<std::pair<chat_template, std::string>> requests{
+    {builtin("chatml"), R"({"model":"base","input":"q","stream":true})"},
+    {builtin("chatml"), R"({"model":"base","input":"q","stream":true,"tools":[{"type":"function","name":"get_time"},
+        {"type":"function","name":"get_weather","parameters":)" + weather_params + "}]}"},
+    {thinking, R"({"model":"base","input":"q","stream":true,"tools":[{"type":"function","name":"get_time"}]})"},
+    {builtin("chatml"), R"({"model":"base","input":"q","stream":true,"include":["message.output_text.logprobs"]})"},
+  };
+  const std::vector<std::string> outputs{
+    "Hello there, friend.",
+    "<think>Hm. Time?</think>It is <tool_call>{\"name\": \"get_time\", \"arguments\": {}}</tool_call>\n"
+    "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}</tool_call>",
+    "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Os",
+    "<think>cut short",
+    "",
+  };
+  std::uint64_t seed = 5;
+  auto next = [&] { return (seed = seed * 6364136223846793005ULL + 1442695040888963407ULL) >> 33; };
+  for (const auto& [tpl, body] : requests)
+    for (const auto& out : outputs)
+      for (const char* reason : {"stop", "length"})
+        for (int trial = 0; trial < 10; ++trial) {
+          const auto r = taken(body, tpl);
+          auto d = done_with(out, reason);
+          std::vector<wire::token_reply> tokens;
+          for (std::size_t at = 0; at < out.size();) {
+            wire::token_reply t;
+            t.index = static_cast<std::uint32_t>(tokens.size());
+            t.text = out.substr(at, std::min<std::size_t>(out.size() - at, 1 + next() % 5));
+            at += t.text.size();
+            if (r.chat.logprobs >= 0)
+              t.logprobs.push_back({{static_cast<std::int32_t>(t.index), t.text, -1.0f - static_cast<float>(t.index)}, {}});
+            tokens.push_back(std::move(t));
+          }
+          if (r.chat.logprobs >= 0) {
+            d.logprobs.emplace();
+            for (const auto& t : tokens)
+              d.logprobs->push_back(t.logprobs.at(0));
+          }
+          const auto want = whole(r, d);
+          response_answer a("resp_h7", 1700000000, r);
+          std::string sse = a.stream_start();
+          for (const auto& t : tokens)
+            sse += a.chunk(0, t);
+          sse += a.choice_end(0, d);
+          sse += a.stream_end();
+          const auto ev = read_events(sse);
+          ASSERT_GE(ev.size(), 3u);
+          EXPECT_EQ(ev[0]["type"], "response.created");
+          EXPECT_EQ(ev[0]["response"]["status"], "in_progress");
+          EXPECT_EQ(ev[1]["type"], "response.in_progress");
+          EXPECT_EQ(ev.back()["type"], want["status"] == "completed" ? "response.completed" : "response.incomplete");
+          EXPECT_EQ(ev.back()["response"], want) << out;
+          // Each item: added, its deltas (which join to its text or
+          // arguments), done as the whole response has it.
+          std::map<std::size_t, std::string> joined;
+          std::set<std::size_t> added, done;
+          for (const auto& e : ev) {
+            const auto type = e["type"].get<std::string>();
+            if (!e.contains("output_index"))
+              continue;
+            const auto k = e["output_index"].get<std::size_t>();
+            if (type == "response.output_item.added") {
+              EXPECT_TRUE(added.insert(k).second);
+              EXPECT_EQ(k, added.size() - 1) << "items open in order";
+              EXPECT_EQ(e["item"]["status"], "in_progress");
+            } else if (type == "response.output_item.done") {
+              EXPECT_TRUE(done.insert(k).second);
+              EXPECT_EQ(e["item"], want["output"][k]);
+            } else if (type.ends_with(".delta")) {
+              EXPECT_TRUE(added.contains(k) && !done.contains(k)) << type;
+              joined[k] += e["delta"].get<std::string>();
+            }
+          }
+          EXPECT_EQ(added.size(), want["output"].size());
+          EXPECT_EQ(done, added);
+          for (std::size_t k = 0; k < want["output"].size(); ++k) {
+            const auto& item = want["output"][k];
+            EXPECT_EQ(joined[k], item["type"] == "function_call" ? item["arguments"] : item["content"][0]["text"]) << out;
+          }
+        }
+}
+
+TEST(responses, a_failure_after_the_stream_began_is_an_error_event) {
+  const auto r = taken(R"({"model":"base","input":"q","stream":true})", builtin("chatml"));
+  response_answer a("resp_h7", 1, r);
+  (void)a.stream_start();
+  api_error e;
+  e.status = 503;
+  e.code = "overloaded";
+  e.message = "gone";
+  const auto sse = a.stream_error(e);
+  ASSERT_TRUE(sse.starts_with("event: error\n")) << sse;
+  const auto ev = json::parse(sse.substr(sse.find("data: ") + 6));
+  EXPECT_EQ(ev["type"], "error");
+  EXPECT_EQ(ev["code"], "overloaded");
+  EXPECT_EQ(ev["message"], "gone");
+}
+
+} // namespace
+} // namespace troupe::openai
