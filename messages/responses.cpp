@@ -571,7 +571,7 @@ struct response_answer::state {
                           {"summary", json::array()},
                           {"content", json::array({{{"type", "reasoning_text"}, {"text", ""}}})}});
       auto& part = output[*open]["content"][0];
-      part["text"] = part["text"].get<std::string>() + r->get<std::string>();
+      part["text"].get_ref<std::string&>() += r->get_ref<const std::string&>(); // in place: no copy a token
       out += emit("response.reasoning_text.delta",
                   {{"item_id", output[*open]["id"]}, {"output_index", *open}, {"content_index", 0}, {"delta", *r}});
     }
@@ -586,7 +586,7 @@ struct response_answer::state {
                                                     {"annotations", json::array()},
                                                     {"logprobs", json::array()}}})}});
       auto& part = output[*open]["content"][0];
-      part["text"] = part["text"].get<std::string>() + c->get<std::string>();
+      part["text"].get_ref<std::string&>() += c->get_ref<const std::string&>();
       json lps = json::array();
       if (const auto lp = choice.find("logprobs"); lp != choice.end() && lp->is_object())
         for (const auto& t : lp->value("content", json::array())) {
@@ -613,7 +613,7 @@ struct response_answer::state {
         if (args.empty() || !open_is("function_call"))
           continue;
         auto& item = output[*open];
-        item["arguments"] = item["arguments"].get<std::string>() + args;
+        item["arguments"].get_ref<std::string&>() += args;
         out += emit("response.function_call_arguments.delta",
                     {{"item_id", item["id"]}, {"output_index", *open}, {"delta", args}});
       }

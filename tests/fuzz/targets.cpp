@@ -10,6 +10,7 @@
 #include "gpu/unicode_norm.hpp"
 #include "messages/jinja.hpp"
 #include "messages/openai.hpp"
+#include "messages/responses.hpp"
 #include "messages/wire.hpp"
 #include "policies/prefetch_policy.hpp"
 #include "policies/registry.hpp"
@@ -31,6 +32,8 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -555,6 +558,113 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   require(text == content, "the streamed content differs from the whole answer's");
   require(streamed_calls == calls, "the streamed calls differ from the whole answer's");
   require(streamed_lps == whole_lps, "the streamed log-probabilities differ from the whole answer's");
+  return true;
+}
+
+/// OpenAI's Responses API. The first byte's low bit: 0, the rest is a
+/// body (bit 2: under the Jinja template), translated as the front does
+/// (an error a 4xx with a message; the chat's frames for the wire); 1, the
+/// rest is an output's chunks (a token each) split by 0x01, answered for a
+/// request with tools (bit 2), a reasoning parser (bit 4) and the logprobs
+/// include (bit 8): the stream's events are numbered in order, each item
+/// added before its deltas and done after them, the deltas join to its
+/// text or arguments, and the last event's response is the whole answer.
+bool openai_responses(std::span<const std::uint8_t> in) {
+  if (in.empty())
+    return false;
+  const auto rest = text_of(in.subspan(1));
+  if ((in[0] & 1) == 0) {
+    auto r = openai::parse_response_request(rest, "base", "w1", (in[0] & 2) ? jinja_template() : template_for(1));
+    if (auto* err = std::get_if<openai::api_error>(&r))
+      return check_translation(std::move(*err));
+    const auto& rr = std::get<openai::response_request>(r);
+    require(rr.chat.frames.size() == 1 && rr.chat.n == 1, "a response of more than one choice");
+    require(nlohmann::json::parse(rr.echo).is_object(), "a response's settings that are no object");
+    return check_translation(rr.chat);
+  }
+  static const auto thinking = [] {
+    auto t = template_for(1); // chatml
+    t.reasoning = openai::reasoning_parser("qwen3");
+    return t;
+  }();
+  std::string body = R"({"model":"base","input":"q","stream":true)";
+  if (in[0] & 2)
+    body += R"(,"tools":[{"type":"function","name":"get_time"},{"type":"function","name":"get_weather","parameters":)"
+            R"({"type":"object","properties":{"city":{"type":"string"}}}}])";
+  if (in[0] & 8)
+    body += R"(,"include":["message.output_text.logprobs"])";
+  auto parsed = openai::parse_response_request(body + "}", "base", "w1", (in[0] & 4) ? thinking : template_for(1));
+  require(std::holds_alternative<openai::response_request>(parsed), "the response request is refused");
+  const auto& req = std::get<openai::response_request>(parsed);
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const auto end = rest.find('\x01', at);
+    parts.emplace_back(rest.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    if (!wire::valid_utf8(parts.back()))
+      return false;
+    if (end == std::string_view::npos)
+      break;
+    at = end + 1;
+  }
+  std::string whole_text;
+  std::vector<wire::token_logprobs> lps;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    whole_text += parts[k];
+    lps.push_back({{static_cast<std::int32_t>(k), parts[k], -1.0f - static_cast<float>(k)}, {}});
+  }
+  const bool cut = (in[0] & 16) != 0;
+  wire::done_reply done{"w1", cut ? "length" : "stop", 3, static_cast<std::uint32_t>(parts.size()), {}, std::nullopt,
+                        whole_text, std::nullopt, std::nullopt};
+  if (req.chat.logprobs >= 0)
+    done.logprobs = lps;
+  const auto whole = nlohmann::json::parse(openai::response_answer("resp_1", 0, req).body({done}));
+  // Cut by the limit, it is incomplete unless the calls read were whole
+  // (the chat's "tool_calls").
+  require(cut || whole.at("status") == "completed", "a response not cut that is not completed");
+  openai::response_answer streamed("resp_1", 0, req);
+  std::string events = streamed.stream_start();
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    wire::token_reply t{"w1", static_cast<std::uint32_t>(k), {1}, parts[k], {}, {}};
+    if (req.chat.logprobs >= 0)
+      t.logprobs.push_back(lps[k]);
+    events += streamed.chunk(0, t);
+  }
+  events += streamed.choice_end(0, done);
+  events += streamed.stream_end();
+  std::uint64_t seq = 0;
+  std::map<std::size_t, std::string> joined;
+  std::set<std::size_t> added, finished;
+  nlohmann::json last;
+  for (std::size_t at = 0; at < events.size();) {
+    const auto end = events.find("\n\n", at);
+    require(end != std::string::npos && events.compare(at, 7, "event: ") == 0, "a malformed event");
+    const auto nl = events.find('\n', at);
+    require(events.compare(nl + 1, 6, "data: ") == 0, "an event without its data");
+    const auto type = events.substr(at + 7, nl - at - 7);
+    last = nlohmann::json::parse(events.substr(nl + 7, end - nl - 7));
+    at = end + 2;
+    require(last.at("type") == type && last.at("sequence_number") == seq++, "an event misnamed or out of order");
+    if (!last.contains("output_index"))
+      continue;
+    const auto k = last["output_index"].get<std::size_t>();
+    if (type == "response.output_item.added")
+      require(added.insert(k).second && k + 1 == added.size(), "an item added twice or out of order");
+    else if (type == "response.output_item.done")
+      require(added.contains(k) && finished.insert(k).second, "an item done before it was added, or twice");
+    else if (type.ends_with(".delta")) {
+      require(added.contains(k) && !finished.contains(k), "a delta outside its item");
+      joined[k] += last.at("delta").get<std::string>();
+    }
+  }
+  require(last.at("type") == "response." + whole.at("status").get<std::string>(), "a stream not ended by its response");
+  require(last.at("response") == whole, "the streamed response differs from the whole one");
+  const auto& output = whole.at("output");
+  require(finished == added && added.size() == output.size(), "items added and done differ from the output's");
+  for (std::size_t k = 0; k < output.size(); ++k) {
+    const auto& item = output[k];
+    require(joined[k] == (item.at("type") == "function_call" ? item.at("arguments") : item.at("content").at(0).at("text")),
+            "an item's deltas do not make its text");
+  }
   return true;
 }
 
@@ -1124,12 +1234,13 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 19> all{{
+constexpr std::array<target, 20> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
   {"openai_stream", openai_stream},
   {"openai_tools", openai_tools},
+  {"openai_responses", openai_responses},
   {"config", config},
   {"llama_config", llama_config},
   {"safetensors", safetensors},

@@ -4,8 +4,12 @@
 // messages/jinja, for a chat of `turns` exchanges (each message 400 bytes),
 // without and with two tools offered. The Jinja template is read once, at
 // start, as the server reads it.
+// bm_stream_answer: what answering costs it per streamed token, a chat's
+// chunks against the Responses API's events (read from those chunks), for
+// 256 tokens of text, or of text then a call.
 // Usage: troupe-chat-template-bench [google-benchmark flags]
 #include "messages/openai.hpp"
+#include "messages/responses.hpp"
 
 #include <benchmark/benchmark.h>
 #include <nlohmann/json.hpp>
@@ -15,6 +19,7 @@
 namespace {
 
 using namespace troupe::openai;
+namespace wire = troupe::wire;
 
 // ChatML as Qwen-style models ship it: a system message, the tools in
 // <tools> tags, calls in <tool_call> tags, the assistant's turn opened.
@@ -76,6 +81,60 @@ BENCHMARK(bm_chat_render)
   ->ArgNames({"jinja", "turns", "tools"})
   ->ArgsProduct({{0, 1}, {1, 8, 32}, {0, 1}})
   ->Unit(benchmark::kMicrosecond);
+
+void bm_stream_answer(benchmark::State& state) {
+  const bool responses = state.range(0) != 0;
+  const bool call = state.range(1) != 0;
+  const auto tpl = make(false);
+  const std::string tools =
+    call ? R"(,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}}])" : "";
+  const std::string body = R"({"model":"m","stream":true,"messages":[{"role":"user","content":"q"}])" + tools + "}";
+  auto chat = parse_chat_completion(body, "m", "h1", tpl);
+  const std::string rtools = call ? R"(,"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object"}}])" : "";
+  auto resp = parse_response_request(R"({"model":"m","stream":true,"input":"q")" + rtools + "}", "m", "h1", tpl);
+  if (!std::holds_alternative<completion_request>(chat) || !std::holds_alternative<response_request>(resp)) {
+    state.SkipWithError("a request is refused");
+    return;
+  }
+  // 256 tokens: text of 4 bytes each, the last 64 a call where asked.
+  std::vector<std::string> texts(256, "word");
+  if (call) {
+    std::string c = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {\"city\": \"" + std::string(180, 'x')
+                    + "\"}}</tool_call>";
+    for (std::size_t k = 0; k < 64; ++k)
+      texts[192 + k] = c.substr(k * c.size() / 64, (k + 1) * c.size() / 64 - k * c.size() / 64);
+  }
+  wire::done_reply done;
+  done.id = "h1";
+  done.finish_reason = "stop";
+  std::size_t bytes = 0;
+  for (auto _ : state) {
+    auto run = [&](auto& answer) {
+      std::string out = answer.stream_start();
+      for (std::size_t k = 0; k < texts.size(); ++k) {
+        wire::token_reply t;
+        t.index = static_cast<std::uint32_t>(k);
+        t.text = texts[k];
+        out += answer.chunk(0, t);
+      }
+      out += answer.choice_end(0, done);
+      out += answer.stream_end();
+      bytes = out.size();
+      benchmark::DoNotOptimize(out);
+    };
+    if (responses) {
+      response_answer a("resp_h1", 0, std::get<response_request>(resp));
+      run(a);
+    } else {
+      completion_answer a("chatcmpl-h1", 0, std::get<completion_request>(chat));
+      run(a);
+    }
+  }
+  state.counters["per_token_us"] =
+    benchmark::Counter(static_cast<double>(state.iterations()) * 256, benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+  state.counters["bytes_sent"] = static_cast<double>(bytes);
+}
+BENCHMARK(bm_stream_answer)->ArgNames({"responses", "call"})->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMicrosecond);
 
 } // namespace
 
