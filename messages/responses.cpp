@@ -685,7 +685,13 @@ std::string response_answer::stream_end() {
 }
 
 std::string response_answer::stream_error(const api_error& e) {
-  return s_->emit("error", {{"code", e.code}, {"message", e.message}, {"param", e.param.empty() ? json() : json(e.param)}});
+  // The error, then the response failed with it: a client waiting for a
+  // terminal event (completed, incomplete, failed) gets one.
+  std::string out =
+    s_->emit("error", {{"code", e.code}, {"message", e.message}, {"param", e.param.empty() ? json() : json(e.param)}});
+  auto failed = s_->response("failed");
+  failed["error"] = {{"code", e.code}, {"message", e.message}};
+  return out + s_->emit("response.failed", {{"response", std::move(failed)}});
 }
 
 std::string response_answer::body(const std::vector<wire::done_reply>& done) const {

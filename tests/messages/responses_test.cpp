@@ -380,18 +380,20 @@ TEST(responses, a_streamed_response_says_what_the_whole_one_says_however_its_tok
 
 TEST(responses, a_failure_after_the_stream_began_is_an_error_event) {
   const auto r = taken(R"({"model":"base","input":"q","stream":true})", builtin("chatml"));
-  response_answer a("resp_h7", 1, r);
-  (void)a.stream_start();
+  response_answer a("resp_h7", 1, r); // (the error before any event: numbered from 0)
   api_error e;
   e.status = 503;
   e.code = "overloaded";
   e.message = "gone";
-  const auto sse = a.stream_error(e);
-  ASSERT_TRUE(sse.starts_with("event: error\n")) << sse;
-  const auto ev = json::parse(sse.substr(sse.find("data: ") + 6));
-  EXPECT_EQ(ev["type"], "error");
-  EXPECT_EQ(ev["code"], "overloaded");
-  EXPECT_EQ(ev["message"], "gone");
+  const auto ev = read_events(a.stream_error(e));
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0]["type"], "error");
+  EXPECT_EQ(ev[0]["code"], "overloaded");
+  EXPECT_EQ(ev[0]["message"], "gone");
+  // Then the response, failed: the terminal event a client waits for.
+  EXPECT_EQ(ev[1]["type"], "response.failed");
+  EXPECT_EQ(ev[1]["response"]["status"], "failed");
+  EXPECT_EQ(ev[1]["response"]["error"], json({{"code", "overloaded"}, {"message", "gone"}}));
 }
 
 } // namespace
