@@ -1788,21 +1788,58 @@ std::variant<std::string, api_error> parse_adapter_update(std::string_view body,
 }
 
 std::variant<std::string, api_error> parse_tokenizer_request(std::string_view body, std::string_view wire_id,
-                                                             bool tokenize) {
+                                                             bool tokenize, const chat_template* tpl,
+                                                             std::string_view base_model) {
   auto read = read_object(body);
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   const auto& doc = std::get<json>(read);
-  const char* field = tokenize ? "prompt" : "tokens";
   json frame = {{"type", tokenize ? "tokenize" : "detokenize"}, {"id", wire_id}};
+  if (tokenize && doc.contains("messages")) {
+    // vLLM's chat form: the prompt the chat renders, as a chat completion
+    // of it would run it (the template's BOS is the tokenizer's).
+    static constexpr std::array<std::string_view, 8> chat_fields{
+      "model", "messages", "tools", "add_generation_prompt", "continue_final_message", "chat_template",
+      "chat_template_kwargs", "add_special_tokens"};
+    for (const auto& [key, value] : doc.items())
+      if (!in(chat_fields, key))
+        return bad("unknown field \"" + key + "\" in a chat tokenize request (it takes \"model\", \"messages\", "
+                   "\"tools\", \"add_generation_prompt\", \"continue_final_message\", \"chat_template\", "
+                   "\"chat_template_kwargs\")",
+                   key);
+    if (const auto a = doc.find("add_special_tokens"); a != doc.end() && !a->is_null() && *a != json(false))
+      return bad("field \"add_special_tokens\" is served only as false with messages (the template writes the "
+                 "special tokens)",
+                 "add_special_tokens");
+    if (tpl == nullptr)
+      return bad("field \"messages\" needs chat completions, which this server does not serve (no chat template)",
+                 "messages");
+    json chat = doc;
+    chat.erase("add_special_tokens");
+    if (!chat.contains("model") || chat["model"].is_null())
+      chat["model"] = base_model;
+    auto rendered = parse_chat_completion(dump(chat), base_model, wire_id, *tpl);
+    if (auto* e = std::get_if<api_error>(&rendered))
+      return std::move(*e);
+    const auto g = json::parse(std::get<completion_request>(rendered).frames.at(0));
+    frame["prompt"] = g.at("prompt");
+    return dump(frame);
+  }
+  const char* field = tokenize ? "prompt" : "tokens";
   for (const auto& [key, value] : doc.items()) {
     if (key == "model") {
       if (!value.is_null() && !value.is_string())
         return bad("field \"model\" must be a string, got " + value.dump().substr(0, 80), "model");
     } else if (key == field) {
       frame[field] = value;
+    } else if (tokenize && key == "add_special_tokens") {
+      if (!value.is_null() && value != json(true))
+        return bad("field \"add_special_tokens\" is served only as true with a prompt (the tokenizer adds BOS, as "
+                   "a completion of the prompt runs it)",
+                   key);
     } else {
-      return bad("unknown field \"" + key + "\" in " + (tokenize ? "a tokenize request (it takes \"model\" and \"prompt\")"
+      return bad("unknown field \"" + key + "\" in " + (tokenize ? "a tokenize request (it takes \"model\" and \"prompt\", "
+                                                                   "or \"messages\")"
                                                                  : "a detokenize request (it takes \"model\" and \"tokens\")"),
                  key);
     }

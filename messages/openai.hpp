@@ -292,9 +292,12 @@ std::string adapter_update_json(const wire::adapter_reply& r);
 /// Translates a POST /tokenize body ({"model", "prompt"}, vLLM's) into a
 /// wire tokenize frame, or a POST /detokenize body ({"model", "tokens"})
 /// into a wire detokenize frame. `model` is optional: every adapter shares
-/// the base model's tokenizer. The wire parser checks the values.
+/// the base model's tokenizer. The wire parser checks the values. A
+/// tokenize body with "messages" (vLLM's chat form) is rendered by `tpl`
+/// (none: refused) as a chat completion of `base_model` would render it.
 std::variant<std::string, api_error> parse_tokenizer_request(std::string_view body, std::string_view wire_id,
-                                                             bool tokenize);
+                                                             bool tokenize, const chat_template* tpl = nullptr,
+                                                             std::string_view base_model = {});
 
 /// The answers, as vLLM's: {"count", "max_model_len", "tokens"} and
 /// {"prompt"}.

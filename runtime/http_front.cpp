@@ -408,7 +408,8 @@ struct http_front::impl : zmq_io::owned_socket {
       if (post) {
         auto [id, w] = expect();
         auto frame = advise                    ? openai::parse_advise(req.body(), id)
-                     : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize)
+                     : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize,
+                                                                                cfg.chat ? &*cfg.chat : nullptr, cfg.model)
                                               : openai::parse_adapter_update(req.body(), id, load);
         if (auto* e = std::get_if<openai::api_error>(&frame)) {
           pending.erase(id);

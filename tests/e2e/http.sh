@@ -276,6 +276,15 @@ assert status == 200 and json.loads(body)["choices"][0]["text"] == ref["text"], 
 status, _, body = call("/detokenize", {"tokens": tok["tokens"]})
 assert status == 200 and json.loads(body)["prompt"].strip() == "The river runs", body
 refused(400, "/tokenize", {"prompt": "x", "add_special_tokens": False}, says="add_special_tokens")
+# vLLM's chat form: the tokens of the prompt a chat completion of the
+# messages runs.
+chat_msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Weather in Paris?"}]
+status, _, body = call("/tokenize", {"messages": chat_msgs})
+assert status == 200, body
+chat_tok = json.loads(body)
+status, _, body = call("/v1/chat/completions", {"model": "demo", "messages": chat_msgs, "max_tokens": 1})
+assert status == 200 and chat_tok["count"] == json.loads(body)["usage"]["prompt_tokens"], (chat_tok, body)
+refused(400, "/tokenize", {"messages": chat_msgs, "add_special_tokens": True}, says="add_special_tokens")
 refused(400, "/detokenize", {"tokens": [-1]}, says='"tokens"')
 refused(405, "/tokenize", method="GET")
 

@@ -209,6 +209,20 @@ bool openai_bodies(std::span<const std::uint8_t> in) {
               "an adapter update that is not one: " + frame);
       taken = true;
     }
+    // And as a tokenize request, its prompt or its chat's (vLLM's /tokenize).
+    if (auto t = openai::parse_tokenizer_request(body, "w1", true, &template_for(1), "base");
+        auto* err = std::get_if<openai::api_error>(&t)) {
+      require(err->status == 400 && !err->message.empty(), "a tokenize body refused without a 400 and a message");
+      serialized([&] { return openai::to_json(*err); }, "a tokenize error");
+    } else {
+      auto parsed = wire::parse_request(std::get<std::string>(t), {});
+      if (auto* perr = std::get_if<wire::parse_error>(&parsed))
+        require(perr->code == wire::error_code::bad_request && perr->id == "w1",
+                "a tokenize frame refused other than as a bad request of its id");
+      else
+        require(std::holds_alternative<wire::tokenize_request>(std::get<wire::request>(parsed)),
+                "a tokenize frame that is not a tokenize");
+    }
     auto r = openai::parse_advise(body, "w1");
     if (auto* err = std::get_if<openai::api_error>(&r)) {
       serialized([&] { return openai::to_json(*err); }, "an advise error");

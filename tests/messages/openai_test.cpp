@@ -1168,7 +1168,9 @@ TEST(openai, tokenize_and_detokenize_take_vllms_bodies_and_give_its_answers) {
     const char* says;
   };
   for (const auto& r : std::vector<row>{
-         {R"({"prompt":"x","add_special_tokens":false})", true, "add_special_tokens", "it takes \"model\" and \"prompt\""},
+         {R"({"prompt":"x","add_special_tokens":false})", true, "add_special_tokens", "served only as true"},
+         {R"({"prompt":"x","return_token_strs":true})", true, "return_token_strs", "it takes \"model\" and \"prompt\""},
+         {R"({"messages":[{"role":"user","content":"q"}]})", true, "messages", "does not serve"},
          {R"({"prompt":"x"})", false, "prompt", "it takes \"model\" and \"tokens\""},
          {R"({"model":3,"prompt":"x"})", true, "model", "must be a string"},
          {R"("x")", true, "", "JSON object"},
@@ -1178,6 +1180,35 @@ TEST(openai, tokenize_and_detokenize_take_vllms_bodies_and_give_its_answers) {
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, r.param);
     EXPECT_NE(e.message.find(r.says), std::string::npos) << e.message;
+  }
+  EXPECT_EQ(std::get<wire::tokenize_request>(wire_request(R"({"prompt":"x","add_special_tokens":true})", true)).prompt, "x");
+  // vLLM's chat form: the prompt a chat completion of it renders.
+  const auto tpl = builtin("chatml");
+  const std::string chat = R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"Hi"}])";
+  const auto completion = json::parse(chat_ok(R"({"model":"m",)" + chat.substr(1) + "}", tpl).frames.at(0));
+  auto chat_request = [&](const std::string& body) {
+    return std::get<wire::tokenize_request>(
+      through_wire(body, parse_tokenizer_request(body, "h9", true, &tpl, "llama-2-7b")));
+  };
+  EXPECT_EQ(chat_request(chat + "}").prompt, completion["prompt"]);
+  EXPECT_EQ(chat_request(chat + R"(,"add_generation_prompt":true,"add_special_tokens":false,"model":"m"})").prompt,
+            completion["prompt"]);
+  const jinja_source src{"{% for m in messages %}[{{ m.content }}]{% endfor %}{% if add_generation_prompt %}>{% endif %}",
+                         "<s>", "</s>"};
+  const auto jinja = std::get<chat_template>(make_chat_template("model", {}, &src));
+  const auto unopened = chat + R"(,"add_generation_prompt":false})";
+  EXPECT_EQ(std::get<wire::tokenize_request>(
+              through_wire(unopened, parse_tokenizer_request(unopened, "h9", true, &jinja, "m")))
+              .prompt,
+            "[S][Hi]");
+  for (const auto& [extra, param] : std::vector<std::pair<std::string, std::string>>{
+         {R"(,"add_special_tokens":true})", "add_special_tokens"},
+         {R"(,"tool_choice":"required"})", "tool_choice"},
+         {R"(,"messages":[]})", "messages"}}) {
+    const auto body = chat + extra;
+    const auto r = parse_tokenizer_request(body, "h9", true, &tpl, "m");
+    ASSERT_TRUE(std::holds_alternative<api_error>(r)) << body;
+    EXPECT_EQ(std::get<api_error>(r).param, param) << body;
   }
   // A missing prompt reaches the wire parser, which names it.
   const auto missing = wire::parse_request(std::get<std::string>(parse_tokenizer_request("{}", "h9", true)), {});
