@@ -118,28 +118,33 @@ std::variant<std::string, api_error> reasoning_text(const json& item, const std:
 /// message's tool_calls (the assistant message just before them, where
 /// one is), each call's output as a tool message, and a reasoning item as
 /// the next assistant message's reasoning_content.
-std::optional<api_error> read_input(const json& doc, json& messages, std::vector<std::int64_t>& input_of) {
+std::optional<api_error> read_input(const json& doc, const json& prior, json& messages,
+                                    std::vector<std::int64_t>& input_of) {
   if (const auto ins = doc.find("instructions"); ins != doc.end() && !ins->is_null()) {
     if (!ins->is_string())
       return bad("field \"instructions\" must be a string", "instructions");
     messages.push_back({{"role", "system"}, {"content", *ins}});
     input_of.push_back(-1);
   }
-  const auto input = doc.find("input");
-  if (input == doc.end() || input->is_null())
+  const auto given = doc.find("input");
+  if (given == doc.end() || given->is_null())
     return bad("missing field \"input\": a string, or an array of messages and items", "input");
-  if (input->is_string()) {
-    messages.push_back({{"role", "user"}, {"content", *input}});
-    input_of.push_back(0);
-    return std::nullopt;
-  }
-  if (!input->is_array() || input->empty())
+  if (!given->is_string() && (!given->is_array() || given->empty()))
     return bad("field \"input\" must be a string or a non-empty array of messages and items", "input");
+  // The earlier turns' items, then this one's.
+  json items = prior;
+  const auto own = static_cast<std::int64_t>(prior.size());
+  if (given->is_string())
+    items.push_back({{"role", "user"}, {"content", *given}});
+  else
+    items.insert(items.end(), given->begin(), given->end());
+  const auto* input = &items;
   std::string thought; // a reasoning item's, for the next assistant message
   bool calls_open = false; // the last message is an assistant's that calls may join
   for (std::size_t i = 0; i < input->size(); ++i) {
     const auto& item = (*input)[i];
-    const auto at = "input[" + std::to_string(i) + "]";
+    const auto here = static_cast<std::int64_t>(i) - own; // the request's own index (negative: earlier)
+    const auto at = here >= 0 ? "input[" + std::to_string(here) + "]" : "an earlier response's item";
     if (!item.is_object())
       return bad("\"" + at + "\" must be an object", "input");
     const auto type = item.contains("type") && !item["type"].is_null() ? item["type"] : json("message");
@@ -165,7 +170,7 @@ std::optional<api_error> read_input(const json& doc, json& messages, std::vector
       if (role == "assistant")
         m = with_thought(std::move(m));
       messages.push_back(std::move(m));
-      input_of.push_back(static_cast<std::int64_t>(i));
+      input_of.push_back(here >= 0 ? here : -2);
       calls_open = role == "assistant";
     } else if (t == "function_call") {
       for (const char* key : {"call_id", "name", "arguments"})
@@ -176,7 +181,7 @@ std::optional<api_error> read_input(const json& doc, json& messages, std::vector
                    {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
       if (!calls_open || !thought.empty()) {
         messages.push_back(with_thought({{"role", "assistant"}, {"content", nullptr}, {"tool_calls", json::array()}}));
-        input_of.push_back(static_cast<std::int64_t>(i));
+        input_of.push_back(here >= 0 ? here : -2);
         calls_open = true;
       }
       auto& last = messages.back();
@@ -194,7 +199,7 @@ std::optional<api_error> read_input(const json& doc, json& messages, std::vector
       if (auto* e = std::get_if<api_error>(&content))
         return std::move(*e);
       messages.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", std::get<json>(std::move(content))}});
-      input_of.push_back(static_cast<std::int64_t>(i));
+      input_of.push_back(here >= 0 ? here : -2);
       calls_open = false;
     } else if (t == "reasoning") {
       auto text = reasoning_text(item, at);
@@ -317,13 +322,17 @@ std::optional<api_error> read_shaping(const json& doc, json& chat) {
   return std::nullopt;
 }
 
-/// What needs a stored response or conversation, or another mode.
-std::optional<api_error> read_refused(const json& doc) {
+/// What needs a stored conversation (or, without a store, a stored
+/// response), or another mode.
+std::optional<api_error> read_refused(const json& doc, bool stored) {
   for (const char* key : {"previous_response_id", "conversation"})
-    if (const auto v = doc.find(key); v != doc.end() && !v->is_null())
-      return bad(std::string("field \"") + key
-                   + "\" needs a stored response: Troupe stores none; send the whole conversation in \"input\"",
+    if (const auto v = doc.find(key); v != doc.end() && !v->is_null() && (!stored || std::string_view(key) == "conversation"))
+      return bad(std::string("field \"") + key + "\" needs a stored " + (stored ? "conversation" : "response")
+                   + ": Troupe stores none" + (stored ? "" : " here ([http] response_store_mb = 0)")
+                   + "; send the whole conversation in \"input\"",
                  key);
+  if (const auto v = doc.find("store"); v != doc.end() && !v->is_null() && !v->is_boolean())
+    return bad("field \"store\" must be true or false", "store");
   const auto off = [&](const char* key, const json& neutral, const char* why) -> std::optional<api_error> {
     if (const auto v = doc.find(key); v != doc.end() && !v->is_null() && *v != neutral)
       return bad(std::string("field \"") + key + "\" is served only as " + neutral.dump() + " (" + why + "), got "
@@ -331,8 +340,9 @@ std::optional<api_error> read_refused(const json& doc) {
                  key);
     return std::nullopt;
   };
-  if (auto e = off("store", false, "Troupe stores no responses"))
-    return e;
+  if (!stored)
+    if (auto e = off("store", false, "Troupe stores no responses here ([http] response_store_mb = 0)"))
+      return e;
   if (auto e = off("background", false, "a response is answered while the request waits"))
     return e;
   if (auto e = off("truncation", "disabled", "a prompt past the context is refused, not cut"))
@@ -348,7 +358,7 @@ std::optional<api_error> read_refused(const json& doc) {
 std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable,
-                       const sampling_defaults& defaults) {
+                       const sampling_defaults& defaults, const earlier_turns& earlier) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -368,10 +378,23 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
   if (const auto m = doc.find("max_output_tokens"); m != doc.end() && !m->is_null())
     chat["max_completion_tokens"] = *m;
   json messages = json::array();
-  if (auto e = read_refused(doc)) // first: what cannot be served at all
+  if (auto e = read_refused(doc, static_cast<bool>(earlier))) // first: what cannot be served at all
     return std::move(*e);
-  if (auto e = read_input(doc, messages, out.input_of))
+  json prior = json::array();
+  if (const auto p = doc.find("previous_response_id"); p != doc.end() && !p->is_null()) {
+    if (!p->is_string())
+      return bad("field \"previous_response_id\" must be a string", "previous_response_id");
+    out.previous_id = p->get<std::string>();
+    auto turns = earlier(out.previous_id);
+    if (auto* e = std::get_if<api_error>(&turns))
+      return std::move(*e);
+    prior = json::parse(std::get<std::string>(turns));
+  }
+  out.store = static_cast<bool>(earlier) && doc.value("store", json(true)) != json(false);
+  if (auto e = read_input(doc, prior, messages, out.input_of))
     return std::move(*e);
+  out.input_items = dump(doc["input"].is_string() ? json::array({{{"role", "user"}, {"content", doc["input"]}}})
+                                                  : doc["input"]);
   chat["messages"] = std::move(messages);
   if (auto e = read_tools(doc, chat))
     return std::move(*e);
@@ -397,9 +420,9 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
                               {"summary", nullptr}}},
                {"metadata", doc.contains("metadata") && doc["metadata"].is_object() ? doc["metadata"] : json::object()},
                {"user", doc.value("user", json())},
-               {"store", false},
+               {"store", out.store},
                {"truncation", "disabled"},
-               {"previous_response_id", nullptr}};
+               {"previous_response_id", out.previous_id.empty() ? json() : json(out.previous_id)}};
   out.echo = dump(echo);
 
   auto parsed = parse_chat_completion(dump(chat), base_model, wire_id, tpl, enforceable, defaults);
@@ -434,7 +457,7 @@ api_error as_response_error(api_error e, const response_request& request) {
     if (k < request.input_of.size() && request.input_of[k] >= 0)
       text += "input[" + std::to_string(request.input_of[k]) + "]";
     else if (k < request.input_of.size())
-      text += "instructions";
+      text += request.input_of[k] == -1 ? "instructions" : "an earlier response's item";
     else
       text += m.str();
     last = static_cast<std::size_t>(m.position() + m.length());
@@ -467,6 +490,7 @@ struct response_answer::state {
   std::string finish;              ///< the chat's finish_reason, once it came
   json usage;
   std::string pending; ///< a chat event not yet whole
+  std::optional<std::string> finished; ///< the response object, once the stream ended
 
   state(std::string id_, std::int64_t created_, const completion_request& r, std::string_view echo_text)
       : id(std::move(id_)), created(created_), request(r), echo(json::parse(echo_text)),
@@ -634,7 +658,9 @@ struct response_answer::state {
       if (data == "[DONE]") {
         out += close_open();
         const auto st = status();
-        out += emit(st == "completed" ? "response.completed" : "response.incomplete", {{"response", response(st)}});
+        auto r = response(st);
+        finished = dump(r);
+        out += emit(st == "completed" ? "response.completed" : "response.incomplete", {{"response", std::move(r)}});
         continue;
       }
       const auto j = json::parse(data);
@@ -692,6 +718,22 @@ std::string response_answer::stream_error(const api_error& e) {
   auto failed = s_->response("failed");
   failed["error"] = {{"code", e.code}, {"message", e.message}};
   return out + s_->emit("response.failed", {{"response", std::move(failed)}});
+}
+
+std::optional<std::string> response_answer::finished() const {
+  return s_->finished;
+}
+
+std::string conversation_of(const std::vector<const response_store::entry*>& turns) {
+  json items = json::array();
+  for (const auto* t : turns) {
+    for (auto& item : json::parse(t->input_items))
+      items.push_back(std::move(item));
+    auto body = json::parse(t->body); // (held: a range over a temporary's member would dangle)
+    for (auto& item : body.at("output"))
+      items.push_back(std::move(item));
+  }
+  return dump(items);
 }
 
 std::string response_answer::body(const std::vector<wire::done_reply>& done) const {

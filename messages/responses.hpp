@@ -3,17 +3,19 @@
 // their outputs, reasoning) and settings become a chat body that
 // parse_chat_completion checks and translates, and the chat answer's
 // message (reasoning, text, calls) becomes the response's output items,
-// whole or as the Responses API's typed events. Troupe stores no
-// responses: a request carries its whole conversation (no
-// previous_response_id). See docs/protocol.md, "Responses".
+// whole or as the Responses API's typed events. previous_response_id
+// goes on from the turns a response_store keeps (the HTTP front's). See
+// docs/protocol.md, "POST /v1/responses".
 #pragma once
 
 #include "messages/openai.hpp"
+#include "messages/response_store.hpp"
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -28,17 +30,31 @@ struct response_request {
   /// tool_choice, text, reasoning, ...), as a JSON object's text.
   std::string echo;
   /// messages[k] of the chat came from input[input_of[k]] (-1: from
-  /// `instructions`), so a chat error names the request's own item.
+  /// `instructions`; -2: from an earlier response's turns), so a chat
+  /// error names the request's own item.
   std::vector<std::int64_t> input_of;
+  bool store = true;          ///< kept for previous_response_id (OpenAI's default)
+  std::string previous_id;    ///< the response this one goes on from ("" for none)
+  std::string input_items;    ///< this turn's input as items (a JSON array), as a store keeps it
 };
+
+/// The conversation `turns` (oldest first) make, as input items (a JSON
+/// array): each turn's input, then its response's output.
+std::string conversation_of(const std::vector<const response_store::entry*>& turns);
+
+/// The conversation an earlier response ends, as input items (a JSON
+/// array), or why it cannot be given.
+using earlier_turns = std::function<std::variant<std::string, api_error>(const std::string& previous_id)>;
 
 /// Translates a POST /v1/responses body, as parse_chat_completion does a
 /// chat's (same template, schema check and defaults); errors name the
 /// Responses request's own fields (`input[2]`, `text.format`, ...).
+/// `earlier` gives what a previous_response_id names (none: the server
+/// stores no responses, and the field, or `store: true`, is refused).
 std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {},
-                       const sampling_defaults& defaults = {});
+                       const sampling_defaults& defaults = {}, const earlier_turns& earlier = {});
 
 /// A chat error as the Responses request names it: its param and the
 /// messages it quotes mapped back (`response_format` is `text.format`,
@@ -63,6 +79,9 @@ public:
   std::string choice_end(std::size_t k, const wire::done_reply& done);
   std::string stream_end();
   std::string stream_error(const api_error& e);
+  /// Once the stream ended (completed or incomplete): the response object,
+  /// as the whole answer gives it; none before, or after a failure.
+  std::optional<std::string> finished() const;
 
 private:
   struct state;

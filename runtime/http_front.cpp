@@ -34,6 +34,7 @@
 #include <cerrno>
 #include <chrono>
 #include <deque>
+#include <random>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -124,6 +125,12 @@ public:
   std::string stream_error(const openai::api_error& e) {
     return std::visit([&](auto& a) { return a.stream_error(e); }, a_);
   }
+  /// A response's object once its stream ended; none for a completion.
+  std::optional<std::string> finished() const {
+    if (const auto* r = std::get_if<openai::response_answer>(&a_))
+      return r->finished();
+    return std::nullopt;
+  }
 
 private:
   std::variant<openai::completion_answer, openai::response_answer> a_;
@@ -148,6 +155,39 @@ struct http_front::impl : zmq_io::owned_socket {
   /// Tools' parameters seen, compiled: whether the intake can hold a call
   /// offered with tool_choice "auto" to them (io thread only).
   json_schema_cache parameters;
+  /// POST /v1/responses answers kept (io thread only), under ids no client
+  /// can guess.
+  openai::response_store stored{0};
+  std::mt19937_64 id_bits{std::random_device{}()};
+
+  std::string response_id() {
+    static constexpr char hex[] = "0123456789abcdef";
+    std::string id = "resp_";
+    for (int w = 0; w < 2; ++w)
+      for (auto bits = id_bits(), k = decltype(bits){0}; k < 16; ++k, bits >>= 4)
+        id += hex[bits & 15];
+    return id;
+  }
+
+  /// What a previous_response_id names: its conversation, as input items.
+  std::variant<std::string, openai::api_error> earlier(const std::string& id) {
+    auto turns = stored.chain(id);
+    if (auto* missing = std::get_if<std::string>(&turns)) {
+      auto e = api_error_of(404, "invalid_request_error", "previous_response_not_found",
+                            "no stored response " + *missing + (*missing == id ? "" : " (an earlier turn of " + id + ")")
+                              + ": it was not kept (store false), was deleted, or was dropped for room ([http] "
+                                "response_store_mb); send the whole conversation in \"input\"");
+      e.param = "previous_response_id";
+      return e;
+    }
+    return openai::conversation_of(std::get<std::vector<const openai::response_store::entry*>>(turns));
+  }
+
+  /// A response's answer kept, where the request asked for it.
+  void keep_response(const openai::response_request& r, const std::string& id, std::string body) {
+    if (r.store)
+      stored.put(id, {r.previous_id, r.input_items, std::move(body)});
+  }
 
   // -- the intake side ------------------------------------------------------
 
@@ -375,12 +415,26 @@ struct http_front::impl : zmq_io::owned_socket {
                          + cfg.no_chat + "; use /v1/completions with the conversation as the prompt")));
       co_return co_await completion(stream, req, kind);
     }
-    if (target.starts_with("/v1/responses/"))
-      co_return co_await reply(error_response(
-        version, keep,
-        api_error_of(404, "invalid_request_error", "not_found",
-                     "no stored response " + std::string(target.substr(14))
-                       + ": Troupe stores no responses (each POST /v1/responses carries its whole conversation)")));
+    if (target.starts_with("/v1/responses/")) {
+      // A kept response: read, or deleted.
+      const auto id = openai::percent_decoded(target.substr(14));
+      if (method != http::verb::get && method != http::verb::delete_)
+        co_return co_await reply(wrong_method("GET, DELETE"));
+      const auto* e = stored.find(id);
+      if (e == nullptr)
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       "no stored response " + id
+                         + (stored.capacity() == 0 ? ": this server keeps none ([http] response_store_mb = 0)"
+                                                   : ": it was not kept (store false), was deleted, or was dropped for "
+                                                     "room ([http] response_store_mb)"))));
+      if (method == http::verb::get)
+        co_return co_await reply(make(version, keep, http::status::ok, e->body));
+      stored.erase(id);
+      co_return co_await reply(
+        make(version, keep, http::status::ok, "{\"id\":\"" + id + "\",\"object\":\"response\",\"deleted\":true}"));
+    }
     const bool advise = target == "/v1/advise";
     // vLLM's paths for adapters loaded and unloaded while serving.
     const bool load = target == "/v1/load_lora_adapter";
@@ -496,7 +550,10 @@ struct http_front::impl : zmq_io::owned_socket {
     std::optional<openai::response_request> as_response;
     std::variant<openai::completion_request, openai::api_error> parsed = openai::api_error{};
     if (kind == api::responses) {
-      auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling);
+      openai::earlier_turns turns;
+      if (stored.capacity() > 0)
+        turns = [this](const std::string& id) { return earlier(id); };
+      auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling, turns);
       if (auto* e = std::get_if<openai::api_error>(&r))
         co_return co_await fail(*e);
       as_response = std::get<openai::response_request>(std::move(r));
@@ -535,7 +592,8 @@ struct http_front::impl : zmq_io::owned_socket {
         if (!ended[k])
           cancel(c.ids[k]);
     };
-    any_answer answer = as_response ? any_answer(openai::response_answer("resp_" + base, unix_now(), *as_response))
+    const auto resp_id = as_response ? response_id() : std::string();
+    any_answer answer = as_response ? any_answer(openai::response_answer(resp_id, unix_now(), *as_response))
                                     : any_answer(openai::completion_answer(
                                         (kind == api::chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), c));
     const auto never = asio::steady_timer::time_point::max();
@@ -613,7 +671,10 @@ struct http_front::impl : zmq_io::owned_socket {
           co_return co_await fail(named(openai::from_wire(e->code, e->message)));
         }
       }
-      auto res = make(version, keep, http::status::ok, answer.body(dones));
+      auto body = answer.body(dones);
+      if (as_response)
+        keep_response(*as_response, resp_id, body);
+      auto res = make(version, keep, http::status::ok, std::move(body));
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
     }
@@ -660,6 +721,8 @@ struct http_front::impl : zmq_io::owned_socket {
             if (++finished == n) {
               out += answer.stream_end();
               end = true;
+              if (auto whole = answer.finished(); whole && as_response)
+                keep_response(*as_response, resp_id, std::move(*whole));
             }
           } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
             ended[k] = 1;
@@ -695,6 +758,7 @@ http_front::~http_front() {
 std::variant<std::unique_ptr<http_front>, std::string> http_front::open(const http_front_config& cfg) {
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
+  p->stored = openai::response_store(cfg.response_store_bytes);
   const auto colon = cfg.listen.rfind(':');
   if (colon == std::string::npos)
     return "http.listen \"" + cfg.listen + "\" is not \"host:port\"";

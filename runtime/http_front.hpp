@@ -35,6 +35,9 @@ struct http_front_config {
   /// Whether POST /v1/load_lora_adapter and /v1/unload_lora_adapter are
   /// served (a load reads a path on the server); off: 404.
   bool adapter_updates = false;
+  /// Bytes of POST /v1/responses answers kept for previous_response_id and
+  /// GET /v1/responses/ID (0: none).
+  std::size_t response_store_bytes = std::size_t{64} << 20;
   /// How POST /v1/chat/completions renders messages; none: not served,
   /// for the reason `no_chat` gives.
   std::optional<openai::chat_template> chat;

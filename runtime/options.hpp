@@ -40,6 +40,10 @@ struct http_options {
   /// paths; the wire's load_adapter and unload_adapter). Off by default: a
   /// load reads a path on the server, so give api_keys with it.
   bool adapter_updates = false;
+  /// Memory (MiB) the front keeps POST /v1/responses answers in, for
+  /// previous_response_id and GET /v1/responses/ID (least recently used
+  /// dropped first); 0: none kept.
+  std::uint32_t response_store_mb = 64;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face
   /// template of model.path: chat_template.jinja or tokenizer_config.json),

@@ -810,12 +810,36 @@ status, _, body = call("/v1/responses", {"model": "demo", "tools": [clock_tool],
     {"role": "user", "content": "Time?"}, *r["output"],
     {"type": "function_call_output", "call_id": calls[0]["call_id"], "output": "noon"}]})
 assert status == 200 and json.loads(body)["object"] == "response", body
-err = refused(400, path="/v1/responses", body=dict(resp_ask, previous_response_id="resp_1"), says="stores none")
-assert err["param"] == "previous_response_id", err
+# Kept (OpenAI's store default): previous_response_id goes on from a
+# response, its input and output before this turn's input (its
+# instructions not carried over); GET reads one back, DELETE drops it.
+status, _, body = call("/v1/responses", {"model": "demo", "input": "Hi", "max_output_tokens": 4, "temperature": 0})
+first = json.loads(body)
+assert status == 200 and first["store"] is True and first["id"].startswith("resp_") and len(first["id"]) > 20, body
+first_text = "".join(p["text"] for it in first["output"] if it["type"] == "message" for p in it["content"])
+status, _, body = call("/v1/responses", {"model": "demo", "input": "More?", "previous_response_id": first["id"],
+                                         "max_output_tokens": 4, "temperature": 0})
+second = json.loads(body)
+assert status == 200 and second["previous_response_id"] == first["id"], body
+status, _, body = call("/tokenize", {"messages": [{"role": "user", "content": "Hi"},
+                                                  {"role": "assistant", "content": first_text},
+                                                  {"role": "user", "content": "More?"}]})
+assert second["usage"]["input_tokens"] == json.loads(body)["count"], (second, body)
+status, _, body = call("/v1/responses/" + second["id"], method="GET")
+assert status == 200 and json.loads(body) == second, body
+status, _, body = call("/v1/responses/" + first["id"], method="DELETE")
+assert status == 200 and json.loads(body) == {"id": first["id"], "object": "response", "deleted": True}, body
+err = refused(404, path="/v1/responses", body={"model": "demo", "input": "q", "previous_response_id": second["id"]},
+              says="an earlier turn of " + second["id"])
+assert err["param"] == "previous_response_id" and first["id"] in err["message"], err
+status, _, body = call("/v1/responses", dict(resp_ask, store=False))
+unkept = json.loads(body)
+assert status == 200 and unkept["store"] is False, body
+refused(404, path="/v1/responses/" + unkept["id"], method="GET", says="not kept")
 err = refused(400, path="/v1/responses", body=dict(resp_ask, input=[{"role": "user", "content": "q"},
     {"type": "function_call_output", "call_id": "nope", "output": "x"}]), says="input[1].tool_call_id")
 assert err["param"] == "input", err
-refused(404, path="/v1/responses/resp_1", method="GET", says="stores no responses")
+refused(405, path="/v1/responses/" + second["id"], method="POST", raw=b"{}")
 # Parameters the server cannot hold a call to are refused when the call is
 # forced, naming the function; offered ("auto"), they are shown as given.
 patterned = {"type": "function", "function": {"name": "lookup", "parameters": {

@@ -378,6 +378,91 @@ TEST(responses, a_streamed_response_says_what_the_whole_one_says_however_its_tok
         }
 }
 
+TEST(responses, the_store_keeps_the_most_recently_used_within_its_bytes) {
+  response_store st(1000);
+  const auto e = [](std::string previous, std::size_t body) {
+    return response_store::entry{std::move(previous), "[]", std::string(body, 'x')};
+  };
+  EXPECT_TRUE(st.put("a", e("", 200)));
+  EXPECT_TRUE(st.put("b", e("a", 200)));
+  EXPECT_TRUE(st.put("c", e("b", 200)));
+  EXPECT_EQ(st.size(), 3u);
+  EXPECT_LE(st.bytes(), st.capacity());
+  // The chain of c, oldest first; a read makes an entry the most recent.
+  auto chain = std::get<std::vector<const response_store::entry*>>(st.chain("c"));
+  ASSERT_EQ(chain.size(), 3u);
+  EXPECT_EQ(chain[0]->previous, "");
+  EXPECT_EQ(chain[2]->previous, "b");
+  // (Reading the chain used c, b, then a; now c again.)
+  ASSERT_NE(st.find("c"), nullptr);
+  // Past the bytes, the least recently used goes: b.
+  EXPECT_TRUE(st.put("d", e("", 300)));
+  EXPECT_EQ(st.find("b"), nullptr);
+  EXPECT_NE(st.find("a"), nullptr);
+  EXPECT_LE(st.bytes(), st.capacity());
+  EXPECT_EQ(std::get<std::string>(st.chain("c")), "b") << "the first link no longer kept";
+  EXPECT_EQ(std::get<std::string>(st.chain("zz")), "zz");
+  // Put again: replaced, counted once; erased: gone, its bytes freed.
+  const auto before = st.bytes();
+  EXPECT_TRUE(st.put("d", e("", 300)));
+  EXPECT_EQ(st.bytes(), before);
+  EXPECT_TRUE(st.erase("d"));
+  EXPECT_FALSE(st.erase("d"));
+  EXPECT_EQ(st.find("d"), nullptr);
+  // One larger than the whole store is not kept, and drops nothing.
+  const auto size = st.size();
+  EXPECT_FALSE(st.put("huge", e("", 2000)));
+  EXPECT_EQ(st.size(), size);
+  // None kept at all where the capacity is 0.
+  response_store none(0);
+  EXPECT_FALSE(none.put("a", e("", 1)));
+  EXPECT_EQ(none.size(), 0u);
+  EXPECT_EQ(none.bytes(), 0u);
+}
+
+TEST(responses, previous_response_id_goes_on_from_the_kept_conversation) {
+  const auto chatml = builtin("chatml");
+  // Turn 1, answered and kept; turn 2 names it.
+  response_store st(1 << 20);
+  const auto gone = [&](const std::string& id) -> std::variant<std::string, api_error> {
+    auto turns = st.chain(id);
+    if (auto* missing = std::get_if<std::string>(&turns)) {
+      auto e = bad_request("no stored response " + *missing, "previous_response_id");
+      e.status = 404;
+      return e;
+    }
+    return conversation_of(std::get<std::vector<const response_store::entry*>>(turns));
+  };
+  auto parse = [&](const std::string& body) { return parse_response_request(body, "base", "h7", chatml, {}, {}, gone); };
+  auto r1 = std::get<response_request>(parse(R"({"model":"base","instructions":"S","input":"Hi"})"));
+  EXPECT_EQ(r1.input_items, R"([{"role":"user","content":"Hi"}])");
+  EXPECT_TRUE(r1.store) << "OpenAI's default";
+  st.put("resp_1", {r1.previous_id, r1.input_items, response_answer("resp_1", 1, r1).body({done_with("Hello.")})});
+  auto r2 = std::get<response_request>(parse(R"({"model":"base","previous_response_id":"resp_1","input":"More?"})"));
+  EXPECT_EQ(r2.previous_id, "resp_1");
+  EXPECT_EQ(r2.input_items, R"([{"role":"user","content":"More?"}])") << "its own turn, as the store keeps it";
+  // The instructions are not carried over, as OpenAI's are not.
+  EXPECT_EQ(r2.chat.frames,
+            chat_frames(R"({"model":"base","messages":[{"role":"user","content":"Hi"},{"role":"assistant",)"
+                        R"("content":[{"type":"text","text":"Hello."}]},{"role":"user","content":"More?"}]})",
+                        chatml));
+  EXPECT_EQ(json::parse(r2.echo)["previous_response_id"], "resp_1");
+  // store false: answered, not to be kept.
+  EXPECT_FALSE(std::get<response_request>(parse(R"({"model":"base","input":"q","store":false})")).store);
+  // An id not kept: the store's error, naming the field.
+  const auto e = std::get<api_error>(parse(R"({"model":"base","previous_response_id":"resp_9","input":"q"})"));
+  EXPECT_EQ(e.status, 404);
+  EXPECT_EQ(e.param, "previous_response_id");
+  // An error in this turn's items names them by the request's own index.
+  const auto bad = std::get<api_error>(parse(R"({"model":"base","previous_response_id":"resp_1",)"
+                                             R"("input":[{"type":"function_call_output","call_id":"x","output":"y"}]})"));
+  EXPECT_NE(bad.message.find("\"input[0].tool_call_id\""), std::string::npos) << bad.message;
+  // Without a store, neither is served.
+  EXPECT_NE(refused(R"({"model":"base","previous_response_id":"resp_1","input":"q"})", chatml).message.find("stores none"),
+            std::string::npos);
+  EXPECT_FALSE(taken(R"({"model":"base","input":"q"})", chatml).store);
+}
+
 TEST(responses, a_failure_after_the_stream_began_is_an_error_event) {
   const auto r = taken(R"({"model":"base","input":"q","stream":true})", builtin("chatml"));
   response_answer a("resp_h7", 1, r); // (the error before any event: numbered from 0)

@@ -478,6 +478,9 @@ max_connections = 8
   EXPECT_FALSE(parse_ok("").http.adapter_updates) << "no adapter loads over HTTP by default";
   EXPECT_TRUE(parse_ok("[http]\nadapter_updates = true\n").http.adapter_updates);
   EXPECT_NE(parse_error_message("[http]\nadapter_updates = 1\n").find("http.adapter_updates"), std::string::npos);
+  EXPECT_EQ(parse_ok("").http.response_store_mb, 64u) << "responses kept, as OpenAI keeps them by default";
+  EXPECT_EQ(parse_ok("[http]\nresponse_store_mb = 0\n").http.response_store_mb, 0u);
+  EXPECT_NE(parse_error_message("[http]\nresponse_store_mb = -1\n").find("http.response_store_mb"), std::string::npos);
 }
 
 TEST(config, api_keys_are_read_and_a_bad_one_is_refused_without_being_shown) {
