@@ -1,6 +1,7 @@
 #include "messages/openai.hpp"
 
 #include "messages/jinja.hpp"
+#include "messages/lark_grammar.hpp"
 #include "messages/tool_calls.hpp"
 #include "messages/version.hpp"
 
@@ -228,10 +229,22 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
     gen["regex"] = *r; // the wire and the intake check it
     out.schema_field = "guided_regex";
   }
+  // A grammar: GBNF as it is, a Lark grammar as the GBNF it stands for.
+  const auto grammar_of = [](const json& g, const char* field) -> std::variant<json, api_error> {
+    if (!g.is_string() || !is_lark(g.get_ref<const std::string&>()))
+      return g; // the wire and the intake check it
+    auto gbnf = lark_to_gbnf(g.get_ref<const std::string&>());
+    if (auto* e = std::get_if<1>(&gbnf))
+      return bad(std::string("field \"") + field + "\" is a Lark grammar Troupe cannot read: " + *e, field);
+    return json(std::get<0>(std::move(gbnf)));
+  };
   if (const auto* g = given("guided_grammar")) {
     if (auto e = held_already("guided_grammar"))
       return e;
-    gen["grammar"] = *g; // the wire and the intake check it
+    auto grammar = grammar_of(*g, "guided_grammar");
+    if (auto* e = std::get_if<api_error>(&grammar))
+      return std::move(*e);
+    gen["grammar"] = std::get<json>(std::move(grammar));
     out.schema_field = "guided_grammar";
   }
   if (const auto* s = given("structured_outputs")) {
@@ -254,7 +267,13 @@ std::optional<api_error> take_guided(const json& doc, json& gen, completion_requ
         out.schema_field = "structured_outputs";
       } else if (key == "json_object" && value == true && !taken) {
         gen["response_format"] = "json_object";
-      } else if ((key == "choice" || key == "regex" || key == "grammar") && !taken) {
+      } else if (key == "grammar" && !taken) {
+        auto grammar = grammar_of(value, "structured_outputs");
+        if (auto* e = std::get_if<api_error>(&grammar))
+          return std::move(*e);
+        gen[key] = std::get<json>(std::move(grammar));
+        out.schema_field = "structured_outputs";
+      } else if ((key == "choice" || key == "regex") && !taken) {
         gen[key] = value; // the wire checks it
         out.schema_field = "structured_outputs";
       } else if (key == "json" || key == "json_object" || key == "choice" || key == "regex" || key == "grammar") {

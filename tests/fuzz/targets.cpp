@@ -9,6 +9,7 @@
 #include "gpu/sim_backend.hpp"
 #include "gpu/unicode_norm.hpp"
 #include "messages/jinja.hpp"
+#include "messages/lark_grammar.hpp"
 #include "messages/openai.hpp"
 #include "messages/responses.hpp"
 #include "messages/wire.hpp"
@@ -576,7 +577,8 @@ bool openai_tools(std::span<const std::uint8_t> in) {
 }
 
 /// OpenAI's Responses API. The first byte's low bit: 0, the rest is a
-/// body (bit 2: under the Jinja template), translated as the front does
+/// body (bit 2: under the Jinja template; bit 4: with a store keeping
+/// resp_1), translated as the front does
 /// (an error a 4xx with a message; the chat's frames for the wire); 1, the
 /// rest is an output's chunks (a token each) split by 0x01, answered for a
 /// request with tools (bit 2), a reasoning parser (bit 4) and the logprobs
@@ -588,7 +590,15 @@ bool openai_responses(std::span<const std::uint8_t> in) {
     return false;
   const auto rest = text_of(in.subspan(1));
   if ((in[0] & 1) == 0) {
-    auto r = openai::parse_response_request(rest, "base", "w1", (in[0] & 2) ? jinja_template() : template_for(1));
+    // A store that keeps one conversation, resp_1.
+    const openai::earlier_turns kept = [](const std::string& id) -> std::variant<std::string, openai::api_error> {
+      if (id == "resp_1")
+        return R"([{"role":"user","content":"Hi"},{"type":"message","role":"assistant","status":"completed",)"
+               R"("content":[{"type":"output_text","text":"Hello","annotations":[]}]}])";
+      return openai::bad_request("no stored response " + id, "previous_response_id");
+    };
+    auto r = openai::parse_response_request(rest, "base", "w1", (in[0] & 2) ? jinja_template() : template_for(1), {}, {},
+                                            (in[0] & 4) ? kept : openai::earlier_turns{});
     if (auto* err = std::get_if<openai::api_error>(&r))
       return check_translation(std::move(*err));
     const auto& rr = std::get<openai::response_request>(r);
@@ -1126,6 +1136,25 @@ bool json_output(std::span<const std::uint8_t> in) {
 /// refused byte leaves the machine as it was, one taken whole is taken
 /// byte by byte too, and short of a whole sentence some byte goes on
 /// (unless the limits refused one: an ambiguous grammar may pass them).
+/// A Lark grammar read as GBNF: refused with a line, or GBNF the grammar
+/// compiler takes or refuses by its own checks (never a crash, never
+/// another error). True when it compiles.
+bool lark(std::span<const std::uint8_t> in) {
+  const auto text = text_of(in);
+  auto g = openai::lark_to_gbnf(text);
+  if (auto* e = std::get_if<1>(&g)) {
+    require(e->starts_with("line "), "a Lark refusal that names no line: " + *e);
+    return false;
+  }
+  require(std::get<0>(g).find("root ::= ") != std::string::npos, "GBNF from Lark without its root");
+  try {
+    const held_grammar compiled(std::get<0>(g));
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false; // left recursion, a bound past the limits, ...
+  }
+}
+
 bool grammar_walk(std::span<const std::uint8_t> in) {
   const auto all = text_of(in);
   const auto nul = all.find('\0');
@@ -1248,7 +1277,7 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 20> all{{
+constexpr std::array<target, 21> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -1264,6 +1293,7 @@ constexpr std::array<target, 20> all{{
   {"sim_tiers", sim_tiers},
   {"json_schema", json_output},
   {"grammar", grammar_walk},
+  {"lark", lark},
   {"reasoning_gate", reasoning_gate_walk},
   {"tokenizer_json", tokenizer_json},
   {"bpe_encode", bpe_encode},

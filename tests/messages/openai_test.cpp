@@ -1922,6 +1922,23 @@ TEST(openai, a_streamed_call_goes_out_as_it_is_read_its_id_and_name_first_then_i
   EXPECT_FALSE(end[0]["choices"][0]["delta"].contains("tool_calls"));
 }
 
+TEST(openai, a_lark_grammar_is_held_as_the_gbnf_it_stands_for) {
+  // vLLM takes Lark in guided_grammar (turning it into EBNF): so does Troupe.
+  const std::string lark = "start: \"yes\" | \"no\" NUM\nNUM: /[0-9]/";
+  for (const auto& field : {std::string(R"("guided_grammar":)") + json(lark).dump(),
+                            std::string(R"("structured_outputs":{"grammar":)") + json(lark).dump() + "}"}) {
+    const auto g = as_generate(ok(R"({"model":"m","prompt":"p",)" + field + "}"));
+    EXPECT_EQ(g.grammar, "root ::= \"yes\" | \"no\" NUM\nNUM ::= ([0-9])\n") << field;
+  }
+  // GBNF stays as it is; Lark that cannot be read is refused, naming the field and the line.
+  EXPECT_EQ(as_generate(ok(R"({"model":"m","prompt":"p","guided_grammar":"root ::= \"a\""})")).grammar, "root ::= \"a\"");
+  const auto e = refused(R"({"model":"m","prompt":"p","guided_grammar":"start: x\n%declare x"})");
+  EXPECT_EQ(e.param, "guided_grammar");
+  EXPECT_NE(e.message.find("Lark grammar Troupe cannot read: line 2: %declare"), std::string::npos) << e.message;
+  EXPECT_EQ(refused(R"({"model":"m","prompt":"p","structured_outputs":{"grammar":"start: /^a/"}})").param,
+            "structured_outputs");
+}
+
 TEST(openai, vllms_guided_json_and_structured_outputs_give_the_wire_its_schema) {
   const std::string schema = R"({"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]})";
   const auto want = json::parse(schema);
