@@ -664,6 +664,18 @@ for seed in range(4):
 assert "left recursion" in refused(400, body={"model": "demo", "prompt": "x",
                                               "guided_grammar": 'root ::= root "a" | "a"'},
                                    says="guided_grammar")["message"]
+# The same grammar in Lark (Outlines' form, which vLLM takes too).
+lark = 'start: "SELECT " cols " FROM " TABLE [" WHERE " col " = " /[0-9]{1,3}/]\n' \
+       'cols: col ("," col)~0..2  // up to three\n?col: "id" | "name"\n    | "age"\nTABLE: "users" | "orders"\n' \
+       '%import common.WS\n%ignore WS\n'
+for seed in range(3):
+    lstatus, _, lbody = call("/v1/completions", {"model": "demo", "prompt": "Query:", "max_tokens": 100, "seed": seed,
+                                                 "guided_grammar": lark})
+    assert lstatus == 200, lbody
+    lchoice = json.loads(lbody)["choices"][0]
+    assert re.fullmatch(sentence, lchoice["text"]) and lchoice["finish_reason"] == "stop", lbody
+err = refused(400, body={"model": "demo", "prompt": "x", "guided_grammar": "start: x\n%declare x"}, says="line 2")
+assert err["param"] == "guided_grammar", err
 refused(400, body={"model": "demo", "prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
     "name": "s", "schema": {"type": "object", "properties": {"mail": {"type": "string", "format": "idn-email"}}}}}},
         says="format")
