@@ -22,6 +22,7 @@ public:
     std::string previous;    ///< the response this one went on from ("" for none)
     std::string input_items; ///< this turn's input items (a JSON array)
     std::string body;        ///< the response object
+    std::string session{};   ///< the Troupe session its conversation runs in ("" for none)
   };
 
   /// Keeps at most `capacity` bytes of entries (0: none).
@@ -50,7 +51,8 @@ private:
     std::size_t bytes;
   };
   static std::size_t bytes_of(const std::string& id, const entry& e) noexcept {
-    return id.size() + e.previous.size() + e.input_items.size() + e.body.size() + 64; // with the bookkeeping's
+    return id.size() + e.previous.size() + e.input_items.size() + e.body.size() + e.session.size()
+           + 64; // with the bookkeeping's
   }
   std::size_t capacity_;
   std::size_t bytes_ = 0;

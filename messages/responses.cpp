@@ -31,11 +31,11 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 
 /// The Responses fields that go to the chat as they are (OpenAI's that
 /// both share, and vLLM's sampling fields), and those renamed.
-constexpr std::array<std::string_view, 20> passed{
+constexpr std::array<std::string_view, 21> passed{
   "model",         "temperature", "top_p",          "stream",      "parallel_tool_calls", "user",
   "safety_identifier", "prompt_cache_key", "metadata", "service_tier", "top_logprobs",       "seed",
   "top_k",         "min_p",       "repetition_penalty", "presence_penalty", "frequency_penalty", "stop",
-  "logit_bias",    "priority"};
+  "logit_bias",    "priority",    "session"};
 constexpr std::array<std::string_view, 14> own{
   "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text", "reasoning", "include", "store",
   "previous_response_id", "conversation", "background", "truncation", "max_tool_calls"};
@@ -358,7 +358,8 @@ std::optional<api_error> read_refused(const json& doc, bool stored) {
 std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable,
-                       const sampling_defaults& defaults, const earlier_turns& earlier) {
+                       const sampling_defaults& defaults, const earlier_turns& earlier,
+                       std::string_view new_session) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -381,6 +382,7 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
   if (auto e = read_refused(doc, static_cast<bool>(earlier))) // first: what cannot be served at all
     return std::move(*e);
   json prior = json::array();
+  std::string session(new_session);
   if (const auto p = doc.find("previous_response_id"); p != doc.end() && !p->is_null()) {
     if (!p->is_string())
       return bad("field \"previous_response_id\" must be a string", "previous_response_id");
@@ -388,9 +390,18 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
     auto turns = earlier(out.previous_id);
     if (auto* e = std::get_if<api_error>(&turns))
       return std::move(*e);
-    prior = json::parse(std::get<std::string>(turns));
+    auto& c = std::get<conversation>(turns);
+    prior = json::parse(c.items);
+    session = std::move(c.session);
   }
   out.store = static_cast<bool>(earlier) && doc.value("store", json(true)) != json(false);
+  // The session a kept conversation runs in (the request's own first).
+  if (const auto own = doc.find("session"); own != doc.end() && own->is_string())
+    out.session = own->get<std::string>();
+  else if (out.store && !session.empty())
+    out.session = session;
+  if (!out.session.empty())
+    chat["session"] = out.session;
   if (auto e = read_input(doc, prior, messages, out.input_of))
     return std::move(*e);
   out.input_items = dump(doc["input"].is_string() ? json::array({{{"role", "user"}, {"content", doc["input"]}}})
@@ -724,7 +735,7 @@ std::optional<std::string> response_answer::finished() const {
   return s_->finished;
 }
 
-std::string conversation_of(const std::vector<const response_store::entry*>& turns) {
+conversation conversation_of(const std::vector<const response_store::entry*>& turns) {
   json items = json::array();
   for (const auto* t : turns) {
     for (auto& item : json::parse(t->input_items))
@@ -733,7 +744,7 @@ std::string conversation_of(const std::vector<const response_store::entry*>& tur
     for (auto& item : body.at("output"))
       items.push_back(std::move(item));
   }
-  return dump(items);
+  return {dump(items), turns.empty() ? std::string() : turns.front()->session};
 }
 
 std::string response_answer::body(const std::vector<wire::done_reply>& done) const {

@@ -36,25 +36,35 @@ struct response_request {
   bool store = true;          ///< kept for previous_response_id (OpenAI's default)
   std::string previous_id;    ///< the response this one goes on from ("" for none)
   std::string input_items;    ///< this turn's input as items (a JSON array), as a store keeps it
+  /// The Troupe session its turns share (kept K and V), where it is kept:
+  /// the request's own `session`, the conversation's it goes on from, or
+  /// the one parse_response_request was given for a new conversation.
+  std::string session;
 };
 
-/// The conversation `turns` (oldest first) make, as input items (a JSON
-/// array): each turn's input, then its response's output.
-std::string conversation_of(const std::vector<const response_store::entry*>& turns);
+/// A conversation kept: its items (a JSON array), each turn's input then
+/// its response's output, oldest first; and its session (its first turn's).
+struct conversation {
+  std::string items;
+  std::string session;
+};
+conversation conversation_of(const std::vector<const response_store::entry*>& turns);
 
-/// The conversation an earlier response ends, as input items (a JSON
-/// array), or why it cannot be given.
-using earlier_turns = std::function<std::variant<std::string, api_error>(const std::string& previous_id)>;
+/// The conversation an earlier response ends, or why it cannot be given.
+using earlier_turns = std::function<std::variant<conversation, api_error>(const std::string& previous_id)>;
 
 /// Translates a POST /v1/responses body, as parse_chat_completion does a
 /// chat's (same template, schema check and defaults); errors name the
 /// Responses request's own fields (`input[2]`, `text.format`, ...).
 /// `earlier` gives what a previous_response_id names (none: the server
-/// stores no responses, and the field, or `store: true`, is refused).
+/// stores no responses, and the field, or `store: true`, is refused). A
+/// kept response's turn runs in a Troupe session, so that the next turn
+/// reuses its K and V: its conversation's, or `new_session` for a new one.
 std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {},
-                       const sampling_defaults& defaults = {}, const earlier_turns& earlier = {});
+                       const sampling_defaults& defaults = {}, const earlier_turns& earlier = {},
+                       std::string_view new_session = {});
 
 /// A chat error as the Responses request names it: its param and the
 /// messages it quotes mapped back (`response_format` is `text.format`,

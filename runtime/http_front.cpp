@@ -170,7 +170,7 @@ struct http_front::impl : zmq_io::owned_socket {
   }
 
   /// What a previous_response_id names: its conversation, as input items.
-  std::variant<std::string, openai::api_error> earlier(const std::string& id) {
+  std::variant<openai::conversation, openai::api_error> earlier(const std::string& id) {
     auto turns = stored.chain(id);
     if (auto* missing = std::get_if<std::string>(&turns)) {
       auto e = api_error_of(404, "invalid_request_error", "previous_response_not_found",
@@ -186,7 +186,7 @@ struct http_front::impl : zmq_io::owned_socket {
   /// A response's answer kept, where the request asked for it.
   void keep_response(const openai::response_request& r, const std::string& id, std::string body) {
     if (r.store)
-      stored.put(id, {r.previous_id, r.input_items, std::move(body)});
+      stored.put(id, {r.previous_id, r.input_items, std::move(body), r.session});
   }
 
   // -- the intake side ------------------------------------------------------
@@ -548,12 +548,17 @@ struct http_front::impl : zmq_io::owned_socket {
     };
     // A response request is a chat's, its errors named as it names them.
     std::optional<openai::response_request> as_response;
+    std::string resp_id;
     std::variant<openai::completion_request, openai::api_error> parsed = openai::api_error{};
     if (kind == api::responses) {
       openai::earlier_turns turns;
       if (stored.capacity() > 0)
         turns = [this](const std::string& id) { return earlier(id); };
-      auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling, turns);
+      // A new conversation's turns run in a session named by its first
+      // response's id: the next turn reuses their K and V.
+      resp_id = response_id();
+      auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling, turns,
+                                              resp_id);
       if (auto* e = std::get_if<openai::api_error>(&r))
         co_return co_await fail(*e);
       as_response = std::get<openai::response_request>(std::move(r));
@@ -592,7 +597,6 @@ struct http_front::impl : zmq_io::owned_socket {
         if (!ended[k])
           cancel(c.ids[k]);
     };
-    const auto resp_id = as_response ? response_id() : std::string();
     any_answer answer = as_response ? any_answer(openai::response_answer(resp_id, unix_now(), *as_response))
                                     : any_answer(openai::completion_answer(
                                         (kind == api::chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), c));

@@ -837,6 +837,9 @@ status, _, body = call("/tokenize", {"messages": [{"role": "user", "content": "H
                                                   {"role": "assistant", "content": first_text},
                                                   {"role": "user", "content": "More?"}]})
 assert second["usage"]["input_tokens"] == json.loads(body)["count"], (second, body)
+# The conversation runs in a Troupe session (its first response's id): the
+# second turn reuses the first's K and V, prompt and reply.
+assert second["usage"]["input_tokens_details"]["cached_tokens"] > 0, second
 status, _, body = call("/v1/responses/" + second["id"], method="GET")
 assert status == 200 and json.loads(body) == second, body
 status, _, body = call("/v1/responses/" + first["id"], method="DELETE")

@@ -591,14 +591,16 @@ bool openai_responses(std::span<const std::uint8_t> in) {
   const auto rest = text_of(in.subspan(1));
   if ((in[0] & 1) == 0) {
     // A store that keeps one conversation, resp_1.
-    const openai::earlier_turns kept = [](const std::string& id) -> std::variant<std::string, openai::api_error> {
+    const openai::earlier_turns kept = [](const std::string& id) -> std::variant<openai::conversation, openai::api_error> {
       if (id == "resp_1")
-        return R"([{"role":"user","content":"Hi"},{"type":"message","role":"assistant","status":"completed",)"
-               R"("content":[{"type":"output_text","text":"Hello","annotations":[]}]}])";
+        return openai::conversation{R"([{"role":"user","content":"Hi"},{"type":"message","role":"assistant",)"
+                                    R"("status":"completed","content":[{"type":"output_text","text":"Hello",)"
+                                    R"("annotations":[]}]}])",
+                                    "resp_1"};
       return openai::bad_request("no stored response " + id, "previous_response_id");
     };
     auto r = openai::parse_response_request(rest, "base", "w1", (in[0] & 2) ? jinja_template() : template_for(1), {}, {},
-                                            (in[0] & 4) ? kept : openai::earlier_turns{});
+                                            (in[0] & 4) ? kept : openai::earlier_turns{}, "resp_2");
     if (auto* err = std::get_if<openai::api_error>(&r))
       return check_translation(std::move(*err));
     const auto& rr = std::get<openai::response_request>(r);

@@ -424,7 +424,7 @@ TEST(responses, previous_response_id_goes_on_from_the_kept_conversation) {
   const auto chatml = builtin("chatml");
   // Turn 1, answered and kept; turn 2 names it.
   response_store st(1 << 20);
-  const auto gone = [&](const std::string& id) -> std::variant<std::string, api_error> {
+  const auto gone = [&](const std::string& id) -> std::variant<conversation, api_error> {
     auto turns = st.chain(id);
     if (auto* missing = std::get_if<std::string>(&turns)) {
       auto e = bad_request("no stored response " + *missing, "previous_response_id");
@@ -433,22 +433,36 @@ TEST(responses, previous_response_id_goes_on_from_the_kept_conversation) {
     }
     return conversation_of(std::get<std::vector<const response_store::entry*>>(turns));
   };
-  auto parse = [&](const std::string& body) { return parse_response_request(body, "base", "h7", chatml, {}, {}, gone); };
-  auto r1 = std::get<response_request>(parse(R"({"model":"base","instructions":"S","input":"Hi"})"));
+  auto parse = [&](const std::string& body, std::string_view session = "resp_new") {
+    return parse_response_request(body, "base", "h7", chatml, {}, {}, gone, session);
+  };
+  auto r1 = std::get<response_request>(parse(R"({"model":"base","instructions":"S","input":"Hi"})", "resp_1"));
   EXPECT_EQ(r1.input_items, R"([{"role":"user","content":"Hi"}])");
   EXPECT_TRUE(r1.store) << "OpenAI's default";
-  st.put("resp_1", {r1.previous_id, r1.input_items, response_answer("resp_1", 1, r1).body({done_with("Hello.")})});
+  // A new conversation's turn runs in the session it was given, its
+  // first response's, so that the next turn reuses its K and V.
+  EXPECT_EQ(r1.session, "resp_1");
+  EXPECT_EQ(json::parse(r1.chat.frames.at(0))["session"], "resp_1");
+  st.put("resp_1", {r1.previous_id, r1.input_items, response_answer("resp_1", 1, r1).body({done_with("Hello.")}),
+                    r1.session});
   auto r2 = std::get<response_request>(parse(R"({"model":"base","previous_response_id":"resp_1","input":"More?"})"));
   EXPECT_EQ(r2.previous_id, "resp_1");
   EXPECT_EQ(r2.input_items, R"([{"role":"user","content":"More?"}])") << "its own turn, as the store keeps it";
+  EXPECT_EQ(r2.session, "resp_1") << "the conversation's, not the one given for a new one";
   // The instructions are not carried over, as OpenAI's are not.
   EXPECT_EQ(r2.chat.frames,
-            chat_frames(R"({"model":"base","messages":[{"role":"user","content":"Hi"},{"role":"assistant",)"
-                        R"("content":[{"type":"text","text":"Hello."}]},{"role":"user","content":"More?"}]})",
+            chat_frames(R"({"model":"base","session":"resp_1","messages":[{"role":"user","content":"Hi"},)"
+                        R"({"role":"assistant","content":[{"type":"text","text":"Hello."}]},)"
+                        R"({"role":"user","content":"More?"}]})",
                         chatml));
+  // A request's own session wins; a turn not kept runs in none.
+  EXPECT_EQ(std::get<response_request>(parse(R"({"model":"base","input":"q","session":"mine"})")).session, "mine");
+  const auto unkept = std::get<response_request>(parse(R"({"model":"base","input":"q","store":false})"));
+  EXPECT_EQ(unkept.session, "");
+  EXPECT_FALSE(json::parse(unkept.chat.frames.at(0)).contains("session"));
   EXPECT_EQ(json::parse(r2.echo)["previous_response_id"], "resp_1");
   // store false: answered, not to be kept.
-  EXPECT_FALSE(std::get<response_request>(parse(R"({"model":"base","input":"q","store":false})")).store);
+  EXPECT_FALSE(unkept.store);
   // An id not kept: the store's error, naming the field.
   const auto e = std::get<api_error>(parse(R"({"model":"base","previous_response_id":"resp_9","input":"q"})"));
   EXPECT_EQ(e.status, 404);
