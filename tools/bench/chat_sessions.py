@@ -5,6 +5,11 @@ cache serves, when the history comes back as text (the chat template
 re-rendered, the replies tokenized again by the server) rather than as the
 tokens generated.
 
+The same conversations through the Responses API (POST /v1/responses): each
+turn's whole conversation sent again (store false), against each turn going
+on from the last with previous_response_id, whose kept conversation runs in
+a session of its own.
+
 Needs a running troupe-serve with [http] listen and chat_template set; the
 user messages are sentences of tools/mkmodel/corpus.txt. Prints the server's
 session counters before and after each pass, and the prompt tokens each pass
@@ -58,6 +63,31 @@ def run(base, model, sentences, args, with_session):
     return prompt_tokens, delta
 
 
+def run_responses(base, model, sentences, args, chained):
+    rng = random.Random(args.seed)
+    before = metrics(base)
+    prompt_tokens = 0
+    for c in range(args.conversations):
+        items, previous = [], None
+        for t in range(args.turns):
+            said = {"role": "user", "content": " ".join(rng.sample(sentences, 2))}
+            body = {"model": model, "instructions": "You answer briefly.", "max_output_tokens": args.max_tokens,
+                    "temperature": 0.8, "seed": c * 100 + t}
+            if chained:
+                body.update(input=[said], previous_response_id=previous) if previous else body.update(input=[said])
+            else:
+                items.append(said)
+                body.update(input=items, store=False)
+            answer = post(base, "/v1/responses", body)
+            prompt_tokens += answer["usage"]["input_tokens"]
+            previous = answer["id"]
+            items.extend(answer["output"])
+    after = metrics(base)
+    delta = {k: after.get(k, 0) - before.get(k, 0)
+             for k in ("session_hits", "session_partial_hits", "prompt_tokens_reused", "prompt_tokens_prefilled")}
+    return prompt_tokens, delta
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--http", required=True, help="HOST:PORT of the HTTP front")
@@ -73,10 +103,13 @@ def main():
     with open(args.corpus, encoding="utf-8") as f:
         sentences = [s.strip() for s in f if s.strip()]
     turns = args.conversations * args.turns
-    for with_session in (False, True):
-        prompt, d = run(base, model, sentences, args, with_session)
-        label = "with sessions" if with_session else "without"
-        print("%-13s %d turns, %d prompt tokens: %d prefilled, %d reused; session hits %d (%d partial)"
+    passes = [("chat, without", lambda: run(base, model, sentences, args, False)),
+              ("chat, sessions", lambda: run(base, model, sentences, args, True)),
+              ("responses, whole input", lambda: run_responses(base, model, sentences, args, False)),
+              ("responses, previous_response_id", lambda: run_responses(base, model, sentences, args, True))]
+    for label, one in passes:
+        prompt, d = one()
+        print("%-32s %d turns, %d prompt tokens: %d prefilled, %d reused; session hits %d (%d partial)"
               % (label, turns, prompt, d["prompt_tokens_prefilled"], d["prompt_tokens_reused"],
                  d["session_hits"], d["session_partial_hits"]))
     return 0
