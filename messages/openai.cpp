@@ -342,12 +342,14 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
     if (!so->is_object())
       return bad("field \"stream_options\" must be an object, got " + std::string(so->type_name()), "stream_options");
     for (const auto& [key, value] : so->items()) {
-      if (key != "include_usage")
+      // include_obfuscation (OpenAI's): Troupe pads no chunk, either way.
+      if (key != "include_usage" && key != "include_obfuscation")
         return bad("unknown field \"" + key + "\" in \"stream_options\"", "stream_options");
       if (!value.is_boolean())
-        return bad("field \"stream_options.include_usage\" must be true or false, got " + value.dump(),
+        return bad("field \"stream_options." + key + "\" must be true or false, got " + value.dump(),
                    "stream_options");
-      out.include_usage = value.get<bool>();
+      if (key == "include_usage")
+        out.include_usage = value.get<bool>();
     }
   }
   // Who asks, and OpenAI's cache key (Troupe's prefix caching goes by the

@@ -444,6 +444,20 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
   return out;
 }
 
+std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
+                                                        std::string_view wire_id, const chat_template& tpl,
+                                                        const earlier_turns& earlier) {
+  auto r = parse_response_request(body, base_model, wire_id, tpl, {}, {}, earlier);
+  if (auto* e = std::get_if<api_error>(&r))
+    return std::move(*e);
+  const auto frame = json::parse(std::get<response_request>(r).chat.frames.at(0));
+  return dump(json{{"type", "tokenize"}, {"id", wire_id}, {"prompt", frame.at("prompt")}});
+}
+
+std::string input_tokens_json(const wire::tokenize_reply& r) {
+  return dump(json{{"object", "response.input_tokens"}, {"input_tokens", r.tokens.size()}});
+}
+
 api_error as_response_error(api_error e, const response_request& request) {
   // The wire names no param: the field its message begins with.
   if (constexpr std::string_view field = "field \""; e.param.empty() && e.message.starts_with(field)) {

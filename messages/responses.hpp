@@ -66,6 +66,15 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
                        const sampling_defaults& defaults = {}, const earlier_turns& earlier = {},
                        std::string_view new_session = {});
 
+/// A POST /v1/responses/input_tokens body (OpenAI's: a response request's
+/// fields, its input counted) as a wire tokenize frame of the prompt the
+/// response would run; errors as parse_response_request's.
+std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
+                                                        std::string_view wire_id, const chat_template& tpl,
+                                                        const earlier_turns& earlier = {});
+/// Its answer: {"object": "response.input_tokens", "input_tokens"}.
+std::string input_tokens_json(const wire::tokenize_reply& r);
+
 /// A chat error as the Responses request names it: its param and the
 /// messages it quotes mapped back (`response_format` is `text.format`,
 /// `messages[3]` the input item it came from).

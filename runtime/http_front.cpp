@@ -415,7 +415,13 @@ struct http_front::impl : zmq_io::owned_socket {
                          + cfg.no_chat + "; use /v1/completions with the conversation as the prompt")));
       co_return co_await completion(stream, req, kind);
     }
-    if (target.starts_with("/v1/responses/")) {
+    // OpenAI's count of a response request's input tokens.
+    const bool input_tokens = target == "/v1/responses/input_tokens";
+    if (input_tokens && !cfg.chat)
+      co_return co_await reply(error_response(
+        version, keep,
+        api_error_of(404, "invalid_request_error", "not_found", "responses are not served: " + cfg.no_chat)));
+    if (target.starts_with("/v1/responses/") && !input_tokens) {
       // A kept response: read, or deleted.
       const auto id = openai::percent_decoded(target.substr(14));
       if (method != http::verb::get && method != http::verb::delete_)
@@ -439,7 +445,7 @@ struct http_front::impl : zmq_io::owned_socket {
     // vLLM's paths for adapters loaded and unloaded while serving.
     const bool load = target == "/v1/load_lora_adapter";
     const bool unload = target == "/v1/unload_lora_adapter";
-    const bool post = advise || load || unload || tokenize || detokenize;
+    const bool post = advise || load || unload || tokenize || detokenize || input_tokens;
     // GET /v1/models/NAME: one model (an adapter's name may hold '/').
     constexpr std::string_view one_model = "/v1/models/";
     const bool named = target.starts_with(one_model) && target.size() > one_model.size();
@@ -461,7 +467,11 @@ struct http_front::impl : zmq_io::owned_socket {
       std::optional<wire::reply> r;
       if (post) {
         auto [id, w] = expect();
+        openai::earlier_turns turns;
+        if (input_tokens && stored.capacity() > 0)
+          turns = [this](const std::string& previous) { return earlier(previous); };
         auto frame = advise                    ? openai::parse_advise(req.body(), id)
+                     : input_tokens           ? openai::parse_input_tokens(req.body(), cfg.model, id, *cfg.chat, turns)
                      : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize,
                                                                                 cfg.chat ? &*cfg.chat : nullptr, cfg.model)
                                               : openai::parse_adapter_update(req.body(), id, load);
@@ -504,8 +514,11 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await reply(make(version, keep, http::status::ok, openai::advise_json(*a)));
       if (const auto* a = std::get_if<wire::adapter_reply>(&*r))
         co_return co_await reply(make(version, keep, http::status::ok, openai::adapter_update_json(*a)));
-      if (const auto* t = std::get_if<wire::tokenize_reply>(&*r))
-        co_return co_await reply(make(version, keep, http::status::ok, openai::tokenize_json(*t)));
+      if (const auto* t = std::get_if<wire::tokenize_reply>(&*r)) {
+        auto res = make(version, keep, http::status::ok,
+                        input_tokens ? openai::input_tokens_json(*t) : openai::tokenize_json(*t));
+        co_return co_await reply(std::move(res));
+      }
       if (const auto* d = std::get_if<wire::detokenize_reply>(&*r))
         co_return co_await reply(make(version, keep, http::status::ok, openai::detokenize_json(*d)));
       if (const auto* s = std::get_if<wire::stats_reply>(&*r))

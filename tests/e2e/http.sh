@@ -840,6 +840,11 @@ assert second["usage"]["input_tokens"] == json.loads(body)["count"], (second, bo
 # The conversation runs in a Troupe session (its first response's id): the
 # second turn reuses the first's K and V, prompt and reply.
 assert second["usage"]["input_tokens_details"]["cached_tokens"] > 0, second
+# OpenAI's count of a response request's input: the same prompt.
+status, _, body = call("/v1/responses/input_tokens", {"model": "demo", "input": "More?",
+                                                      "previous_response_id": first["id"]})
+assert status == 200 and json.loads(body) == {"object": "response.input_tokens",
+                                              "input_tokens": second["usage"]["input_tokens"]}, (body, second)
 status, _, body = call("/v1/responses/" + second["id"], method="GET")
 assert status == 200 and json.loads(body) == second, body
 status, _, body = call("/v1/responses/" + first["id"], method="DELETE")

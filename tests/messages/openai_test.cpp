@@ -74,6 +74,13 @@ TEST(openai, a_completion_becomes_a_wire_generate_with_its_fields) {
   EXPECT_TRUE(g.session.empty());
   EXPECT_EQ(as_generate(ok(R"({"model":"m","prompt":"p","session":"conv-7"})")).session, "conv-7")
     << "Troupe's own field: the turn reuses the session's KV";
+  // OpenAI's include_obfuscation is taken (no chunk is padded), the usage asked apart.
+  EXPECT_FALSE(ok(R"({"model":"m","prompt":"p","stream":true,"stream_options":{"include_obfuscation":true}})").include_usage);
+  EXPECT_TRUE(ok(R"({"model":"m","prompt":"p","stream":true,"stream_options":{"include_obfuscation":false,)"
+                 R"("include_usage":true}})")
+                .include_usage);
+  EXPECT_EQ(refused(R"({"model":"m","prompt":"p","stream":true,"stream_options":{"include_obfuscation":1}})").param,
+            "stream_options");
 }
 
 TEST(openai, the_base_models_name_means_no_adapter_and_token_prompts_pass_as_ids) {
