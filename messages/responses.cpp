@@ -31,11 +31,11 @@ bool in(const std::array<std::string_view, N>& names, std::string_view key) {
 
 /// The Responses fields that go to the chat as they are (OpenAI's that
 /// both share, and vLLM's sampling fields), and those renamed.
-constexpr std::array<std::string_view, 21> passed{
+constexpr std::array<std::string_view, 22> passed{
   "model",         "temperature", "top_p",          "stream",      "parallel_tool_calls", "user",
   "safety_identifier", "prompt_cache_key", "metadata", "service_tier", "top_logprobs",       "seed",
   "top_k",         "min_p",       "repetition_penalty", "presence_penalty", "frequency_penalty", "stop",
-  "logit_bias",    "priority",    "session"};
+  "logit_bias",    "priority",    "session",        "stream_options"};
 constexpr std::array<std::string_view, 14> own{
   "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text", "reasoning", "include", "store",
   "previous_response_id", "conversation", "background", "truncation", "max_tool_calls"};

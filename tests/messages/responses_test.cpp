@@ -115,6 +115,9 @@ TEST(responses, a_requests_input_and_settings_become_the_chat_they_stand_for) {
   EXPECT_EQ(echo["text"]["format"]["type"], "text");
   EXPECT_EQ(echo["store"], false);
   // vLLM's sampling fields pass; OpenAI's neutral ones are taken.
+  EXPECT_TRUE(taken(R"({"model":"base","input":"Hi","stream":true,"stream_options":{"include_obfuscation":false}})",
+                    chatml)
+                .chat.stream);
   EXPECT_EQ(taken(R"({"model":"base","input":"Hi","seed":3,"top_k":5,"store":false,"truncation":"disabled",)"
                   R"("background":false,"text":{"verbosity":"medium"},"include":["reasoning.encrypted_content"]})",
                   chatml)
