@@ -1538,10 +1538,118 @@ std::variant<std::optional<chat_template>, api_error> request_template(const jso
 
 } // namespace
 
+/// The chat completion of a body in the current form (no legacy functions).
+std::variant<completion_request, api_error>
+parse_chat_completion_of(std::string_view body, std::string_view base_model, std::string_view wire_id,
+                         const chat_template& served, const std::function<bool(const std::string&)>& enforceable,
+                         const sampling_defaults& defaults);
+
+namespace {
+
+/// OpenAI's legacy function calling as tools: `functions` as tools,
+/// `function_call` as tool_choice (one call: parallel_tool_calls false),
+/// an assistant's `function_call` as its one tool call, a `function`
+/// message as the tool message answering it. None where the body uses none
+/// of them (or is no object: the chat's checks say so).
+struct legacy_body {
+  std::string body; ///< in the current form
+  bool asked;       ///< functions or function_call given (not only a history of calls)
+};
+std::optional<std::variant<legacy_body, api_error>> legacy_functions(std::string_view body) {
+  using ojson = nlohmann::ordered_json;
+  if (body.find("\"function") == std::string_view::npos)
+    return std::nullopt;
+  auto doc = ojson::parse(body, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object())
+    return std::nullopt;
+  const bool asked = doc.contains("functions") || doc.contains("function_call");
+  bool history = false;
+  if (const auto m = doc.find("messages"); m != doc.end() && m->is_array())
+    for (const auto& one : *m)
+      history = history || (one.is_object() && (one.value("role", ojson()) == "function"
+                                                || (one.contains("function_call") && !one["function_call"].is_null())));
+  if (!asked && !history)
+    return std::nullopt;
+  using result = std::variant<legacy_body, api_error>;
+  if (const auto f = doc.find("functions"); f != doc.end() && !f->is_null()) {
+    if (doc.contains("tools"))
+      return result(bad("fields \"functions\" and \"tools\" cannot go together: give tools (functions is their legacy form)",
+                        "functions"));
+    if (!f->is_array())
+      return result(bad("field \"functions\" must be an array of {\"name\", \"description\", \"parameters\"}", "functions"));
+    ojson tools = ojson::array();
+    for (const auto& fn : *f)
+      tools.push_back({{"type", "function"}, {"function", fn}});
+    doc["tools"] = std::move(tools);
+  }
+  if (const auto c = doc.find("function_call"); c != doc.end() && !c->is_null()) {
+    if (doc.contains("tool_choice"))
+      return result(bad("fields \"function_call\" and \"tool_choice\" cannot go together: give tool_choice", "function_call"));
+    if (*c == "auto" || *c == "none")
+      doc["tool_choice"] = *c;
+    else if (c->is_object() && c->size() == 1 && c->contains("name"))
+      doc["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*c)["name"]}}}};
+    else
+      return result(bad("field \"function_call\" must be \"auto\", \"none\" or {\"name\"}, got " + c->dump().substr(0, 80),
+                        "function_call"));
+  }
+  doc.erase("functions");
+  doc.erase("function_call");
+  if (asked && !doc.contains("parallel_tool_calls"))
+    doc["parallel_tool_calls"] = false; // a legacy answer holds one call
+  std::string last; // the id given to the last assistant function_call
+  auto& messages = doc["messages"];
+  for (std::size_t i = 0; messages.is_array() && i < messages.size(); ++i) {
+    auto& m = messages[i];
+    if (!m.is_object())
+      continue;
+    const auto at = "messages[" + std::to_string(i) + "]";
+    if (const auto fc = m.find("function_call"); fc != m.end() && !fc->is_null() && m.value("role", ojson()) == "assistant") {
+      if (m.contains("tool_calls"))
+        return result(bad("\"" + at + "\" has both function_call and tool_calls: give tool_calls", "messages"));
+      last = "call_fn" + std::to_string(i);
+      m["tool_calls"] = ojson::array({{{"id", last}, {"type", "function"}, {"function", *fc}}});
+      m.erase("function_call");
+    } else if (m.value("role", ojson()) == "function") {
+      if (last.empty())
+        return result(bad("\"" + at + "\" (a function's result) answers no assistant function_call before it", "messages"));
+      m["role"] = "tool";
+      m["tool_call_id"] = last;
+    }
+  }
+  return result(legacy_body{doc.dump(), asked});
+}
+
+} // namespace
+
 std::variant<completion_request, api_error>
 parse_chat_completion(std::string_view body, std::string_view base_model, std::string_view wire_id,
                       const chat_template& served, const std::function<bool(const std::string&)>& enforceable,
                       const sampling_defaults& defaults) {
+  if (auto legacy = legacy_functions(body)) {
+    if (auto* e = std::get_if<api_error>(&*legacy))
+      return std::move(*e);
+    const auto& [converted, asked] = std::get<legacy_body>(*legacy);
+    auto r = parse_chat_completion_of(converted, base_model, wire_id, served, enforceable, defaults);
+    if (auto* e = std::get_if<api_error>(&r)) {
+      // Named as the request named them.
+      if (asked && e->param == "tools")
+        e->param = "functions";
+      else if (asked && e->param == "tool_choice")
+        e->param = "function_call";
+      return r;
+    }
+    auto& c = std::get<completion_request>(r);
+    c.legacy_functions = asked && c.tools.has_value();
+    return r;
+  }
+  return parse_chat_completion_of(body, base_model, wire_id, served, enforceable, defaults);
+}
+
+std::variant<completion_request, api_error>
+parse_chat_completion_of(std::string_view body, std::string_view base_model, std::string_view wire_id,
+                         const chat_template& served, const std::function<bool(const std::string&)>& enforceable,
+                         const sampling_defaults& defaults) {
   // For a Hugging Face template the body is read in order (the template may
   // show the client's objects with tojson), once: the checks read a copy.
   std::optional<nlohmann::ordered_json> ordered;
@@ -1991,6 +2099,7 @@ completion_answer::completion_answer(std::string id, std::int64_t created, const
     stop_(request.stop), stops_kept_(request.stops_kept),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
     tools_(request.tools), reasoning_(request.reasoning), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
+  legacy_ = request.legacy_functions;
 }
 
 namespace {
@@ -2317,9 +2426,15 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
         if (!calls.calls().empty()) {
           const auto before = text.substr(0, at);
           message["content"] = trimmed(before).empty() ? json() : json(before);
-          message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index, short_ids(*tools_));
+          if (legacy_) {
+            // The legacy form: one call, no id.
+            const auto& first = calls.calls().front();
+            message["function_call"] = {{"name", first.name}, {"arguments", first.arguments}};
+          } else {
+            message["tool_calls"] = tool_calls_json(calls.calls(), id_, created_, index, short_ids(*tools_));
+          }
           if (calls.all_whole())
-            choice["finish_reason"] = "tool_calls";
+            choice["finish_reason"] = legacy_ ? "function_call" : "tool_calls";
         }
       }
       choice["message"] = std::move(message);
@@ -2551,7 +2666,7 @@ std::string completion_answer::call_deltas(std::size_t k, std::vector<placed_log
     return {};
   const auto& calls = c.reader->calls();
   json deltas = json::array();
-  for (std::size_t j = 0; j < calls.size(); ++j) {
+  for (std::size_t j = 0; j < calls.size() && (!legacy_ || j == 0); ++j) { // legacy: the first call alone
     const auto& call = calls[j];
     if (j == c.arguments_sent.size()) {
       deltas.push_back({{"index", j},
@@ -2566,8 +2681,10 @@ std::string completion_answer::call_deltas(std::size_t k, std::vector<placed_log
   }
   if (deltas.empty())
     return {};
-  json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr},
-                 {"delta", {{"tool_calls", std::move(deltas)}}}};
+  json delta = {{"tool_calls", std::move(deltas)}};
+  if (legacy_) // {"function_call": {"name", "arguments"}}, then {"function_call": {"arguments"}}
+    delta = {{"function_call", std::move(delta["tool_calls"][0]["function"])}};
+  json choice = {{"index", k}, {"logprobs", nullptr}, {"finish_reason", nullptr}, {"delta", std::move(delta)}};
   if (!logprobs.empty())
     choice["logprobs"] = logprobs_json(std::exchange(logprobs, {}), chat_);
   json j = {{"id", id_}, {"object", "chat.completion.chunk"}, {"created", created_}, {"model", model_},
@@ -2585,7 +2702,8 @@ std::string completion_answer::calls_end(std::size_t k, const std::string& reaso
       out += chunk_with(k, text, nullptr, false, std::exchange(logprobs, {}));
     return out + chunk_with(k, "", reason.c_str(), false, logprobs);
   }
-  return out + chunk_with(k, "", c.reader->all_whole() ? "tool_calls" : reason.c_str(), false, logprobs);
+  return out + chunk_with(k, "", c.reader->all_whole() ? (legacy_ ? "function_call" : "tool_calls") : reason.c_str(),
+                          false, logprobs);
 }
 
 std::string completion_answer::stream_end() const {

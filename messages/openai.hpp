@@ -101,6 +101,9 @@ struct completion_request {
   bool stream = false;
   bool include_usage = false; ///< stream_options.include_usage: a last chunk with the usage
   bool chat = false;          ///< a chat completion (its answer is a message)
+  /// Asked with OpenAI's legacy `functions` / `function_call`: the answer's
+  /// call is `message.function_call` (one), finish_reason "function_call".
+  bool legacy_functions = false;
   /// The stop strings (the request's, then the chat template's): the wire
   /// keeps the one that ended the output in its text, OpenAI leaves it out.
   std::vector<std::string> stop;
@@ -417,6 +420,7 @@ private:
   /// its tokens placed from the text's start (none without logprobs).
   std::pair<std::string, std::vector<placed_logprobs>> echoed(std::size_t k,
                                                               const std::vector<wire::token_logprobs>& prompt) const;
+  bool legacy_ = false; ///< the call as legacy function_call
   std::string id_;
   std::string model_;
   std::int64_t created_;

@@ -740,6 +740,13 @@ assert calls[0]["function"]["name"] == "get_time", ev
 assert all(set(c) == {"index", "function"} and set(c["function"]) == {"arguments"} for c in calls[1:]), ev
 assert "".join(c["function"]["arguments"] for c in calls) == "{}", ev
 assert ev[-2]["choices"][0]["finish_reason"] == "tool_calls" and ev[-1] == "[DONE]", ev[-2:]
+# OpenAI's legacy function calling: the same call, as message.function_call.
+legacy = {"model": "demo", "messages": ask["messages"], "functions": [clock["function"]],
+          "function_call": {"name": "get_time"}, "max_completion_tokens": 120, "seed": 3}
+status, _, body = call("/v1/chat/completions", legacy)
+old = json.loads(body)["choices"][0]
+assert status == 200 and old["finish_reason"] == "function_call", body
+assert old["message"]["function_call"] == {"name": "get_time", "arguments": "{}"} and "tool_calls" not in old["message"], old
 # "auto": the model's text, or its calls where they read as calls; a turn
 # after calls and their results goes on.
 status, _, body = call("/v1/chat/completions", dict(ask, seed=1))

@@ -612,7 +612,7 @@ TEST(openai, chat_requests_it_cannot_serve_are_refused_naming_the_field) {
   chat_ok(R"({"model":"m","messages":[)" + q + R"(,{"role":"assistant","content":"a","refusal":null,"function_call":null,)"
             R"("audio":null,"reasoning_content":null,"name":"x"},)" + q + "]}",
           tpl);
-  for (const char* field : {R"("refusal":"no")", R"("function_call":{"name":"f","arguments":"{}"})", R"("audio":{"id":"a"})",
+  for (const char* field : {R"("refusal":"no")", R"("audio":{"id":"a"})",
                             R"("reasoning_content":3)", R"("reasoning":"x","reasoning_content":"y")"}) {
     const auto e = chat_refused(R"({"model":"m","messages":[)" + q + R"(,{"role":"assistant","content":"a",)" + field + "}," + q
                                   + "]}",
@@ -1884,6 +1884,88 @@ TEST(openai, with_tools_the_log_probabilities_list_every_token_the_calls_too) {
   EXPECT_EQ(last["finish_reason"], "tool_calls");
   ASSERT_FALSE(last["logprobs"].is_null());
   EXPECT_EQ(last["logprobs"]["content"].size(), 2u) << "the closing tag's and the end's, with the finish";
+}
+
+TEST(openai, legacy_functions_are_tools_and_their_call_comes_back_as_function_call) {
+  const auto tpl = builtin("chatml");
+  const std::string fn = R"({"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}})";
+  const std::string tool = R"({"type":"function","function":)" + fn + "}";
+  const std::string q = R"({"model":"m","messages":[{"role":"user","content":"Weather?"}],)";
+  // functions are tools; function_call is tool_choice; one call.
+  const auto named = chat_ok(q + R"("functions":[)" + fn + R"(],"function_call":{"name":"get_weather"}})", tpl);
+  EXPECT_TRUE(named.legacy_functions);
+  EXPECT_EQ(named.frames, chat_ok(q + R"("tools":[)" + tool + R"(],"tool_choice":{"type":"function","function":)"
+                                      R"({"name":"get_weather"}},"parallel_tool_calls":false})",
+                                  tpl)
+                            .frames);
+  const auto any = chat_ok(q + R"("functions":[)" + fn + "]}", tpl);
+  EXPECT_EQ(any.frames, chat_ok(q + R"("tools":[)" + tool + R"(],"parallel_tool_calls":false})", tpl).frames);
+  EXPECT_FALSE(chat_ok(q + R"("tools":[)" + tool + "]}", tpl).legacy_functions);
+  // A history of legacy calls and results: the tool calls and results they stand for.
+  const std::string past = R"({"model":"m","messages":[{"role":"user","content":"Weather?"},)"
+                           R"({"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},)";
+  EXPECT_EQ(chat_ok(past + R"({"role":"function","name":"get_weather","content":"12C"}],"functions":[)" + fn + "]}", tpl).frames,
+            chat_ok(past.substr(0, past.find("\"function_call\"")) + R"("tool_calls":[{"id":"call_fn1","type":"function",)"
+                      R"("function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]},)"
+                      R"({"role":"tool","tool_call_id":"call_fn1","name":"get_weather","content":"12C"}],)"
+                      R"("tools":[)" + tool + R"(],"parallel_tool_calls":false})",
+                    tpl)
+              .frames);
+  // The answer: message.function_call (no id), finish_reason "function_call".
+  const std::string out = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>";
+  const auto m = whole_message(any, out, "eos");
+  EXPECT_EQ(m["finish_reason"], "function_call");
+  EXPECT_FALSE(m["message"].contains("tool_calls"));
+  EXPECT_TRUE(m["message"]["content"].is_null());
+  EXPECT_EQ(m["message"]["function_call"], json::parse(R"({"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"})"));
+  // Streamed: the name first, then the arguments, as deltas of function_call.
+  for (std::size_t split = 1; split < out.size(); split += 7) {
+    completion_answer a{"chatcmpl-http-5", 42, any};
+    std::string sse = a.stream_start();
+    wire::token_reply t;
+    t.text = out.substr(0, split);
+    sse += a.chunk(0, t);
+    t.index = 1;
+    t.text = out.substr(split);
+    sse += a.chunk(0, t);
+    auto d = done("eos");
+    d.text = out;
+    sse += a.choice_end(0, d);
+    json call = {{"name", ""}, {"arguments", ""}};
+    json finish;
+    bool first = true;
+    for (const auto& e : events(sse)) {
+      if (!e.is_object() || e["choices"].empty())
+        continue;
+      const auto& ch = e["choices"][0];
+      if (!ch["finish_reason"].is_null())
+        finish = ch["finish_reason"];
+      EXPECT_FALSE(ch["delta"].contains("tool_calls"));
+      if (!ch["delta"].contains("function_call"))
+        continue;
+      const auto& f = ch["delta"]["function_call"];
+      EXPECT_EQ(f.contains("name"), first) << "the name in the first delta alone";
+      first = false;
+      if (f.contains("name"))
+        call["name"] = f["name"];
+      call["arguments"] = call["arguments"].get<std::string>() + f.value("arguments", "");
+    }
+    EXPECT_EQ(call, m["message"]["function_call"]) << split;
+    EXPECT_EQ(finish, "function_call") << split;
+  }
+  // Errors name the legacy fields.
+  auto param_of = [&](const std::string& extra) { return chat_refused("{\"model\":\"m\"," + extra + "}", tpl).param; };
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q"}],"functions":[)" + fn + R"(],"tools":[)" + tool + "]"),
+            "functions");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q"}],"functions":[)" + fn + R"(],"function_call":"any")"),
+            "function_call");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q"}],"functions":[{"name":1}])"), "functions");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q"}],"functions":[)" + fn +
+                     R"(],"function_call":{"name":"nope"})"),
+            "function_call");
+  EXPECT_EQ(param_of(R"("messages":[{"role":"user","content":"q"},{"role":"function","name":"f","content":"x"}])"),
+            "messages")
+    << "a result answering no call";
 }
 
 TEST(openai, a_streamed_call_goes_out_as_it_is_read_its_id_and_name_first_then_its_arguments) {
