@@ -451,7 +451,9 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   // under chatml. Bit 16: response_format json_object beside the tools
   // (the answer is calls or an object: read as without it). Bit 32:
   // logprobs, each part a token of its own log-probability: the stream
-  // gives each token's once, in the whole answer's order.
+  // gives each token's once, in the whole answer's order. Bit 64: OpenAI's
+  // legacy functions and function_call where the choice has a legacy form
+  // (not "required"): the call comes back as message.function_call.
   const auto custom = [](const char* tool_call) {
     return std::get<openai::chat_template>(openai::make_chat_template(
       "custom", {.system = "S: {content}\n", .user = "U: {content}\n", .assistant = "A: {content}\n",
@@ -462,11 +464,17 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   const bool named = (in[0] & 8) != 0, array = !named && (in[0] & 4) != 0;
   const auto& tpl = named ? mistral_named : array ? mistral : template_for(1); // chatml
   const std::string marker = named || array ? "[TOOL_CALLS]" : "<tool_call>";
-  const auto body = std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],"tools":[)")
-                    + R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
-                    + R"({"type":"function","function":{"name":"get_time"}}],"stream":true,"tool_choice":)"
-                    + choices[in[0] % 4] + (in[0] & 16 ? R"(,"response_format":{"type":"json_object"})" : "")
-                    + (in[0] & 32 ? R"(,"logprobs":true)" : "") + "}";
+  static const char* const legacy_choices[] = {R"("auto")", R"("auto")", nullptr, R"({"name":"get_time"})"};
+  const bool legacy = (in[0] & 64) != 0 && legacy_choices[in[0] % 4] != nullptr;
+  const std::string functions = R"({"name":"get_weather","parameters":{"type":"object"}},{"name":"get_time"})";
+  const auto body =
+    std::string(R"({"model":"base","messages":[{"role":"user","content":"q"}],)")
+    + (legacy ? R"("functions":[)" + functions + R"(],"function_call":)" + legacy_choices[in[0] % 4]
+              : std::string(R"("tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object"}}},)"
+                            R"({"type":"function","function":{"name":"get_time"}}],"tool_choice":)")
+                  + choices[in[0] % 4])
+    + R"(,"stream":true)" + (in[0] & 16 ? R"(,"response_format":{"type":"json_object"})" : "")
+    + (in[0] & 32 ? R"(,"logprobs":true)" : "") + "}";
   auto parsed = openai::parse_chat_completion(body, "base", "w1", tpl);
   require(std::holds_alternative<openai::completion_request>(parsed), "the tool request is refused");
   const auto& req = std::get<openai::completion_request>(parsed);
@@ -497,8 +505,14 @@ bool openai_tools(std::span<const std::uint8_t> in) {
   const auto whole = nlohmann::json::parse(openai::completion_answer("chatcmpl-1", 0, req).body({done}));
   const auto& choice = whole.at("choices").at(0);
   const auto& message = choice.at("message");
-  const auto calls = message.value("tool_calls", nlohmann::json::array());
-  const bool all_whole = choice.at("finish_reason") == "tool_calls";
+  auto calls = message.value("tool_calls", nlohmann::json::array());
+  if (legacy) {
+    // One call, as function_call, and never tool_calls.
+    require(!message.contains("tool_calls"), "a legacy answer with tool_calls");
+    if (message.contains("function_call"))
+      calls.push_back({{"function", message["function_call"]}});
+  }
+  const bool all_whole = choice.at("finish_reason") == (legacy ? "function_call" : "tool_calls");
   require(!all_whole || !calls.empty(), "finish_reason tool_calls without calls");
   for (const auto& c : calls) {
     const auto& f = c.at("function");
@@ -507,7 +521,7 @@ bool openai_tools(std::span<const std::uint8_t> in) {
     require(arguments.starts_with("{"), "arguments that do not begin an object");
     require(!all_whole || nlohmann::json::parse(arguments).is_object(), "arguments not an object");
   }
-  require(calls.size() <= 1 || in[0] % 4 == 0 || in[0] % 4 == 2, "more than one call where there is one");
+  require(calls.size() <= 1 || (!legacy && (in[0] % 4 == 0 || in[0] % 4 == 2)), "more than one call where there is one");
   const std::string content = message.at("content").is_null() ? "" : message.at("content").get<std::string>();
   // (chatml's <|im_end|> is a stop string; the custom template has none)
   require(calls.empty() ? content == whole_text.substr(0, named || array ? std::string::npos : whole_text.find("<|im_end|>"))
@@ -553,6 +567,19 @@ bool openai_tools(std::span<const std::uint8_t> in) {
     const auto& delta = ch.at("delta");
     if (delta.contains("content") && delta["content"].is_string())
       text += delta["content"].get<std::string>();
+    if (legacy) {
+      require(!delta.contains("tool_calls"), "a legacy stream with tool_calls");
+      if (const auto f = delta.find("function_call"); f != delta.end()) {
+        if (streamed_calls.empty()) {
+          require(f->contains("name"), "a legacy call's first delta without its name");
+          streamed_calls.push_back({{"function", {{"name", (*f)["name"]}, {"arguments", f->value("arguments", "")}}}});
+        } else {
+          require(f->size() == 1 && f->contains("arguments"), "more of a legacy call that is not its arguments");
+          auto& arguments = streamed_calls[0]["function"]["arguments"];
+          arguments = arguments.get<std::string>() + (*f)["arguments"].get<std::string>();
+        }
+      }
+    }
     for (auto c : delta.value("tool_calls", nlohmann::json::array())) {
       // A call's first delta has its id and name; the next ones, more of
       // its arguments.
