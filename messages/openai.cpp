@@ -1557,7 +1557,9 @@ struct legacy_body {
 };
 std::optional<std::variant<legacy_body, api_error>> legacy_functions(std::string_view body) {
   using ojson = nlohmann::ordered_json;
-  if (body.find("\"function") == std::string_view::npos)
+  // (A function message answers a function_call: one of these is there.
+  // Tools' "type": "function" alone is no reason to read the body twice.)
+  if (body.find("\"functions\"") == std::string_view::npos && body.find("\"function_call\"") == std::string_view::npos)
     return std::nullopt;
   auto doc = ojson::parse(body, nullptr, false);
   if (doc.is_discarded() || !doc.is_object())
