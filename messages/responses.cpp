@@ -565,13 +565,15 @@ struct response_answer::state {
     std::string out = close_open();
     open = output.size();
     output.push_back(item);
+    if (item["type"] == "function_call")
+      return out + emit("response.output_item.added", {{"output_index", *open}, {"item", std::move(item)}});
+    // Added with no content: the part comes in its own event (a client
+    // that builds the response from the events appends it there).
+    auto part = std::move(item["content"][0]);
+    item["content"] = json::array();
     out += emit("response.output_item.added", {{"output_index", *open}, {"item", item}});
-    if (item["type"] != "function_call")
-      out += emit("response.content_part.added", {{"item_id", item["id"]},
-                                                  {"output_index", *open},
-                                                  {"content_index", 0},
-                                                  {"part", item["content"][0]}});
-    return out;
+    return out + emit("response.content_part.added",
+                      {{"item_id", item["id"]}, {"output_index", *open}, {"content_index", 0}, {"part", std::move(part)}});
   }
 
   std::string close_open() {

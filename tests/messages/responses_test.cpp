@@ -355,15 +355,38 @@ TEST(responses, a_streamed_response_says_what_the_whole_one_says_however_its_tok
           // arguments), done as the whole response has it.
           std::map<std::size_t, std::string> joined;
           std::set<std::size_t> added, done;
+          // The output as a client builds it from the events (as OpenAI's
+          // SDK's stream helper does): items added, parts added to them,
+          // deltas added to those.
+          json built = json::array();
           for (const auto& e : ev) {
             const auto type = e["type"].get<std::string>();
             if (!e.contains("output_index"))
               continue;
             const auto k = e["output_index"].get<std::size_t>();
+            if (type == "response.output_item.added")
+              built.push_back(e["item"]);
+            else if (type == "response.content_part.added")
+              built[k]["content"].push_back(e["part"]);
+            else if (type == "response.output_text.delta" || type == "response.reasoning_text.delta") {
+              auto& part = built[k]["content"][e["content_index"].get<std::size_t>()];
+              part["text"] = part["text"].get<std::string>() + e["delta"].get<std::string>();
+              for (const auto& lp : e.value("logprobs", json::array()))
+                part["logprobs"].push_back(lp);
+            } else if (type == "response.function_call_arguments.delta")
+              built[k]["arguments"] = built[k]["arguments"].get<std::string>() + e["delta"].get<std::string>();
+            else if (type == "response.output_item.done") {
+              auto item = built[k];
+              item["status"] = e["item"]["status"];
+              EXPECT_EQ(item, e["item"]) << "the item built from the events is the one done";
+            }
             if (type == "response.output_item.added") {
               EXPECT_TRUE(added.insert(k).second);
               EXPECT_EQ(k, added.size() - 1) << "items open in order";
               EXPECT_EQ(e["item"]["status"], "in_progress");
+              if (e["item"]["type"] != "function_call") {
+                EXPECT_EQ(e["item"]["content"], json::array()) << "its part comes in content_part.added";
+              }
             } else if (type == "response.output_item.done") {
               EXPECT_TRUE(done.insert(k).second);
               EXPECT_EQ(e["item"], want["output"][k]);
