@@ -189,6 +189,11 @@ std::string regex_to_gbnf(std::string_view re, std::string_view flags, int line)
       out += ' ';
     out += atom;
   };
+  // An empty alternative or group (`a|`, `()`) as the empty string.
+  auto close_empty = [&] {
+    if (out.back() == '|' || out.back() == '(')
+      out += out.back() == '|' ? " \"\"" : "\"\"";
+  };
   for (std::size_t i = 0; i < re.size();) {
     const char c = re[i];
     if (c == '\\') {
@@ -277,6 +282,7 @@ std::string regex_to_gbnf(std::string_view re, std::string_view flags, int line)
       }
       put("(");
     } else if (c == ')') {
+      close_empty();
       out += ')';
       ++i;
     } else if (c == '|') {
@@ -313,6 +319,7 @@ std::string regex_to_gbnf(std::string_view re, std::string_view flags, int line)
       i += n;
     }
   }
+  close_empty();
   return out + ")";
 }
 

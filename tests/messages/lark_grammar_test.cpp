@@ -100,6 +100,8 @@ TEST(lark_grammar, expressions_become_the_classes_groups_and_repeats_they_stand_
   // '.' is any character but a newline, unless the s flag says otherwise.
   expect_sentences(R"(start: /a.b/)", {"axb", "a\xc3\xa9" "b"}, {"a\nb", "ab"});
   expect_sentences(R"(start: /a.b/s)", {"a\nb"}, {"ab"});
+  // Empty alternatives and groups.
+  expect_sentences(R"L(start: /x(a|)y|/ "!")L", {"xay!", "xy!", "!"}, {"xa!", "x!"});
   // A class's own escapes and a literal slash; named groups.
   expect_sentences(R"L(start: /[\]\-x]+/ /(?P<n>\/)/)L", {"]-x/", "x/"}, {"y/", "x"});
 }
