@@ -247,9 +247,9 @@ std::string regex_to_gbnf(std::string_view re, std::string_view flags, int line)
             cls += "a-zA-Z0-9_";
           else if (e == 's')
             cls += blank_class;
-          else if (e == 'D' || e == 'W' || e == 'S' || e == 'b')
+          else if (e == 'D' || e == 'W' || e == 'S' || e == 'b' || std::isdigit(static_cast<unsigned char>(e)) != 0)
             throw refused(line, std::string("\\") + e + " inside a class is not served");
-          else if (std::string_view("nrt\\]-^xu\"'[").find(e) != std::string_view::npos)
+          else if (std::string_view("nrt\\]-^xuU\"'[").find(e) != std::string_view::npos)
             cls += std::string("\\") + e;
           else if (e == 'f')
             cls += "\\x0C";
@@ -298,9 +298,9 @@ std::string regex_to_gbnf(std::string_view re, std::string_view flags, int line)
       const auto inner = close == std::string_view::npos ? std::string_view() : re.substr(i + 1, close - i - 1);
       const bool bound = !inner.empty() && std::all_of(inner.begin(), inner.end(), [](char d) {
         return std::isdigit(static_cast<unsigned char>(d)) != 0 || d == ',';
-      }) && std::isdigit(static_cast<unsigned char>(inner[0])) != 0 && inner.find(',') == inner.rfind(',');
+      }) && inner != "," && inner.find(',') == inner.rfind(',');
       if (bound) {
-        out += "{" + std::string(inner) + "}";
+        out += "{" + std::string(inner[0] == ',' ? "0" : "") + std::string(inner) + "}"; // Python's {,n}: {0,n}
         i = close + 1;
         if (i < re.size() && (re[i] == '?' || re[i] == '+'))
           ++i;
@@ -583,7 +583,11 @@ private:
         };
         if (hi.k != kind::string || !one(t.text) || !one(hi.text))
           throw refused(t.line, "a range is two strings of one character (\"a\"..\"z\")");
-        return "[" + t.text + "-" + hi.text + "]";
+        // (A class's own marks escaped: "^".."z" is no negated class.)
+        const auto end = [](const std::string& c) {
+          return c.size() == 1 && std::string_view("^]-[").find(c[0]) != std::string_view::npos ? "\\" + c : c;
+        };
+        return "[" + end(t.text) + "-" + end(hi.text) + "]";
       }
       return string_to_gbnf(t.text, t.flags, t.line);
     case kind::regex:
@@ -595,6 +599,8 @@ private:
       return rule_name(t.text);
     case kind::punct:
       if (t.text == "(" || t.text == "[") {
+        if (depth >= 64)
+          throw refused(t.line, "groups nested more than 64 deep");
         const auto inner = expansions(depth + 1);
         while (peek().k == kind::newline)
           ++at_;

@@ -1564,14 +1564,15 @@ std::optional<std::variant<legacy_body, api_error>> legacy_functions(std::string
   auto doc = ojson::parse(body, nullptr, false);
   if (doc.is_discarded() || !doc.is_object())
     return std::nullopt;
-  const bool asked = doc.contains("functions") || doc.contains("function_call");
+  const auto given = [&](const char* key) { return doc.contains(key) && !doc[key].is_null(); };
+  const bool asked = given("functions") || given("function_call");
   bool history = false;
   if (const auto m = doc.find("messages"); m != doc.end() && m->is_array())
     for (const auto& one : *m)
       history = history || (one.is_object() && (one.value("role", ojson()) == "function"
                                                 || (one.contains("function_call") && !one["function_call"].is_null())));
-  if (!asked && !history)
-    return std::nullopt;
+  if (!asked && !history && !doc.contains("functions") && !doc.contains("function_call"))
+    return std::nullopt; // (both null: read past below)
   using result = std::variant<legacy_body, api_error>;
   if (const auto f = doc.find("functions"); f != doc.end() && !f->is_null()) {
     if (doc.contains("tools"))
@@ -1587,10 +1588,11 @@ std::optional<std::variant<legacy_body, api_error>> legacy_functions(std::string
   if (const auto c = doc.find("function_call"); c != doc.end() && !c->is_null()) {
     if (doc.contains("tool_choice"))
       return result(bad("fields \"function_call\" and \"tool_choice\" cannot go together: give tool_choice", "function_call"));
-    if (*c == "auto" || *c == "none")
-      doc["tool_choice"] = *c;
-    else if (c->is_object() && c->size() == 1 && c->contains("name"))
-      doc["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*c)["name"]}}}};
+    const auto call = *c; // (copied: doc's operator[] below may move its members)
+    if (call == "auto" || call == "none")
+      doc["tool_choice"] = call;
+    else if (call.is_object() && call.size() == 1 && call.contains("name"))
+      doc["tool_choice"] = {{"type", "function"}, {"function", {{"name", call["name"]}}}};
     else
       return result(bad("field \"function_call\" must be \"auto\", \"none\" or {\"name\"}, got " + c->dump().substr(0, 80),
                         "function_call"));
@@ -1607,10 +1609,11 @@ std::optional<std::variant<legacy_body, api_error>> legacy_functions(std::string
       continue;
     const auto at = "messages[" + std::to_string(i) + "]";
     if (const auto fc = m.find("function_call"); fc != m.end() && !fc->is_null() && m.value("role", ojson()) == "assistant") {
-      if (m.contains("tool_calls"))
+      if (m.contains("tool_calls") && !m["tool_calls"].is_null())
         return result(bad("\"" + at + "\" has both function_call and tool_calls: give tool_calls", "messages"));
       last = "call_fn" + std::to_string(i);
-      m["tool_calls"] = ojson::array({{{"id", last}, {"type", "function"}, {"function", *fc}}});
+      const auto called = *fc;
+      m["tool_calls"] = ojson::array({{{"id", last}, {"type", "function"}, {"function", called}}});
       m.erase("function_call");
     } else if (m.value("role", ojson()) == "function") {
       if (last.empty())
@@ -1945,11 +1948,12 @@ std::variant<std::string, api_error> parse_tokenizer_request(std::string_view bo
     if (tpl == nullptr)
       return bad("field \"messages\" needs chat completions, which this server does not serve (no chat template)",
                  "messages");
-    json chat = doc;
+    // Read again in order: a template shows the tools as the request gives them.
+    auto chat = nlohmann::ordered_json::parse(body);
     chat.erase("add_special_tokens");
     if (!chat.contains("model") || chat["model"].is_null())
       chat["model"] = base_model;
-    auto rendered = parse_chat_completion(dump(chat), base_model, wire_id, *tpl);
+    auto rendered = parse_chat_completion(chat.dump(), base_model, wire_id, *tpl);
     if (auto* e = std::get_if<api_error>(&rendered))
       return std::move(*e);
     const auto g = json::parse(std::get<completion_request>(rendered).frames.at(0));

@@ -27,6 +27,11 @@ public:
 
   /// Keeps at most `capacity` bytes of entries (0: none).
   explicit response_store(std::size_t capacity) : capacity_(capacity) {}
+  // (The index views the list's own strings: moved, they stay; copied, they would not.)
+  response_store(const response_store&) = delete;
+  response_store& operator=(const response_store&) = delete;
+  response_store(response_store&&) noexcept = default;
+  response_store& operator=(response_store&&) noexcept = default;
 
   /// Keeps `e` under `id` as the most recently used, dropping the least
   /// recently used past the capacity; false (nothing kept) where `e` alone

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <optional>
-#include <regex>
+#include <charconv>
 #include <utility>
 
 namespace troupe::openai {
@@ -156,6 +156,11 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
         m["reasoning_content"] = std::exchange(thought, {});
       return m;
     };
+    // A reasoning item belongs to the assistant turn right after it: a
+    // message of another role before one drops it (a thought of a turn
+    // that gave no message, as an answer cut short in its thinking).
+    if (t != "reasoning" && t != "function_call" && !(t == "message" && item.value("role", json()) == "assistant"))
+      thought.clear();
     if (t == "message") {
       for (const auto& [key, value] : item.items())
         if (key != "type" && key != "role" && key != "content" && key != "id" && key != "status")
@@ -205,7 +210,7 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
       auto text = reasoning_text(item, at);
       if (auto* e = std::get_if<api_error>(&text))
         return std::move(*e);
-      thought += std::get<std::string>(text);
+      thought += (thought.empty() ? "" : "\n") + std::get<std::string>(text);
       calls_open = false;
     } else if (t == "item_reference") {
       return bad("\"" + at + "\" refers to a stored item: Troupe stores none; send the item itself", "input");
@@ -306,6 +311,12 @@ std::optional<api_error> read_shaping(const json& doc, json& chat) {
         return bad("field \"reasoning." + key + "\" is not supported (effort, summary)", "reasoning");
       }
     }
+  }
+  if (const auto top = doc.find("top_logprobs"); top != doc.end() && !top->is_null() && *top != json(0)) {
+    const auto inc = doc.find("include");
+    if (inc == doc.end() || !inc->is_array()
+        || std::find(inc->begin(), inc->end(), json("message.output_text.logprobs")) == inc->end())
+      return bad("field \"top_logprobs\" needs \"include\": [\"message.output_text.logprobs\"]", "top_logprobs");
   }
   if (const auto inc = doc.find("include"); inc != doc.end() && !inc->is_null()) {
     if (!inc->is_array())
@@ -470,32 +481,33 @@ api_error as_response_error(api_error e, const response_request& request) {
       e.param = std::string(to);
       break;
     }
-  // Fields quoted in the message, and messages[K] as the input item.
-  static const std::regex message_at(R"(messages\[([0-9]+)\])");
-  std::string text;
-  auto it = std::sregex_iterator(e.message.begin(), e.message.end(), message_at);
-  std::size_t last = 0;
-  for (; it != std::sregex_iterator(); ++it) {
-    const auto& m = *it;
-    text += e.message.substr(last, static_cast<std::size_t>(m.position()) - last);
-    const auto k = std::stoull(m[1].str());
-    if (k < request.input_of.size() && request.input_of[k] >= 0)
-      text += "input[" + std::to_string(request.input_of[k]) + "]";
-    else if (k < request.input_of.size())
-      text += request.input_of[k] == -1 ? "instructions" : "an earlier response's item";
-    else
-      text += m.str();
-    last = static_cast<std::size_t>(m.position() + m.length());
-  }
-  e.message = text + e.message.substr(last);
-  // "response_format.json_schema" and "response_format" quoted whole
-  // or leading a path ("response_format.type").
-  for (const auto& [from, to] : renamed) {
-    const auto quoted = "\"" + std::string(from);
-    for (auto at = e.message.find(quoted); at != std::string::npos; at = e.message.find(quoted, at + 1)) {
-      const auto after = at + quoted.size();
-      if (after < e.message.size() && (e.message[after] == '"' || e.message[after] == '.'))
-        e.message.replace(at, quoted.size(), "\"" + std::string(to));
+  // The message's own path: "messages[K]..." quoted at its start (the chat
+  // writes them so), K the input item it came from; and the field a
+  // message begins with (`field "response_format..."`), renamed. Text the
+  // message quotes from the request is left as it is.
+  auto& m = e.message;
+  for (const std::string_view lead : {std::string_view("\""), std::string_view("field \"")}) {
+    if (!m.starts_with(lead))
+      continue;
+    const auto at = lead.size();
+    if (constexpr std::string_view index = "messages["; m.compare(at, index.size(), index) == 0) {
+      const auto digits = at + index.size();
+      std::size_t k = 0;
+      const auto [end, ec] = std::from_chars(m.data() + digits, m.data() + std::min(m.size(), digits + 9), k);
+      if (ec == std::errc() && end < m.data() + m.size() && *end == ']' && k < request.input_of.size()) {
+        const auto where = request.input_of[k] >= 0   ? "input[" + std::to_string(request.input_of[k]) + "]"
+                           : request.input_of[k] == -1 ? std::string("instructions")
+                                                       : std::string("an earlier response's item");
+        m.replace(at, static_cast<std::size_t>(end + 1 - m.data()) - at, where);
+      }
+      continue;
+    }
+    for (const auto& [from, to] : renamed) {
+      const auto after = at + from.size();
+      if (m.compare(at, from.size(), from) == 0 && after < m.size() && (m[after] == '"' || m[after] == '.')) {
+        m.replace(at, from.size(), to);
+        break;
+      }
     }
   }
   return e;

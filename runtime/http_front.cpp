@@ -27,6 +27,7 @@
 #include <spdlog/spdlog.h>
 #include <zmq.h>
 
+#include <sys/random.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -34,7 +35,6 @@
 #include <cerrno>
 #include <chrono>
 #include <deque>
-#include <random>
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
@@ -158,14 +158,23 @@ struct http_front::impl : zmq_io::owned_socket {
   /// POST /v1/responses answers kept (io thread only), under ids no client
   /// can guess.
   openai::response_store stored{0};
-  std::mt19937_64 id_bits{std::random_device{}()};
 
-  std::string response_id() {
+  /// 128 bits from the kernel's cryptographic generator, as 32 hex digits.
+  static std::string response_id() {
     static constexpr char hex[] = "0123456789abcdef";
+    std::array<unsigned char, 16> bits{};
+    for (std::size_t got = 0; got < bits.size();) {
+      const auto n = getrandom(bits.data() + got, bits.size() - got, 0);
+      if (n > 0)
+        got += static_cast<std::size_t>(n);
+      else if (errno != EINTR)
+        throw std::runtime_error("getrandom failed");
+    }
     std::string id = "resp_";
-    for (int w = 0; w < 2; ++w)
-      for (auto bits = id_bits(), k = decltype(bits){0}; k < 16; ++k, bits >>= 4)
-        id += hex[bits & 15];
+    for (const auto b : bits) {
+      id += hex[b >> 4];
+      id += hex[b & 15];
+    }
     return id;
   }
 

@@ -100,6 +100,8 @@ TEST(lark_grammar, expressions_become_the_classes_groups_and_repeats_they_stand_
   // '.' is any character but a newline, unless the s flag says otherwise.
   expect_sentences(R"(start: /a.b/)", {"axb", "a\xc3\xa9" "b"}, {"a\nb", "ab"});
   expect_sentences(R"(start: /a.b/s)", {"a\nb"}, {"ab"});
+  // A range of a class's own marks, and Python's {,n}.
+  expect_sentences(R"L(start: ("^".."a")+ /b{,2}/)L", {"^_a", "`bb", "a"}, {"-", "z", "abbb"});
   // Empty alternatives and groups.
   expect_sentences(R"L(start: /x(a|)y|/ "!")L", {"xay!", "xy!", "!"}, {"xa!", "x!"});
   // A class's own escapes and a literal slash; named groups.
@@ -108,7 +110,7 @@ TEST(lark_grammar, expressions_become_the_classes_groups_and_repeats_they_stand_
 
 TEST(lark_grammar, what_cannot_be_read_is_refused_saying_what_and_where) {
   struct row {
-    const char* lark;
+    std::string lark;
     const char* says;
   };
   for (const auto& r : std::vector<row>{
@@ -128,6 +130,8 @@ TEST(lark_grammar, what_cannot_be_read_is_refused_saying_what_and_where) {
          {"start: \"a\" ~ x", "a count expected"},
          {"start: \"ab\"..\"z\"", "two strings of one character"},
          {"start: @", "unexpected character '@'"},
+         {"start: /[\\1]/", "\\1 inside a class"},
+         {"start: " + std::string(100, '(') + "\"a\"" + std::string(100, ')'), "nested more than 64 deep"},
        }) {
     SCOPED_TRACE(r.lark);
     const auto g = lark_to_gbnf(r.lark);

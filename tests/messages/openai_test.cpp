@@ -1901,6 +1901,13 @@ TEST(openai, legacy_functions_are_tools_and_their_call_comes_back_as_function_ca
   const auto any = chat_ok(q + R"("functions":[)" + fn + "]}", tpl);
   EXPECT_EQ(any.frames, chat_ok(q + R"("tools":[)" + tool + R"(],"parallel_tool_calls":false})", tpl).frames);
   EXPECT_FALSE(chat_ok(q + R"("tools":[)" + tool + "]}", tpl).legacy_functions);
+  EXPECT_FALSE(chat_ok(q + R"("tools":[)" + tool + R"(],"functions":null,"function_call":null})", tpl).legacy_functions)
+    << "nulls ask for nothing";
+  // A legacy answer's message sent back as the SDK writes it (tool_calls null).
+  chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,)"
+          R"("function_call":{"name":"get_weather","arguments":"{}"},"tool_calls":null},)"
+          R"({"role":"function","name":"get_weather","content":"x"}],"functions":[)" + fn + "]}",
+          tpl);
   // A history of legacy calls and results: the tool calls and results they stand for.
   const std::string past = R"({"model":"m","messages":[{"role":"user","content":"Weather?"},)"
                            R"({"role":"assistant","content":null,"function_call":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}},)";

@@ -184,6 +184,11 @@ TEST(responses, the_chats_errors_name_the_responses_own_fields_and_items) {
   EXPECT_EQ(e.message, "field \"max_output_tokens\" must be an integer");
   e = as_response_error(refusal(many.chat, wire::error_code::bad_request, "field \"temperature\" must be at least 0"), many);
   EXPECT_EQ(e.param, "temperature") << e.message;
+  // What a message quotes of the request is left as it is, however it reads.
+  const auto quoted = bad_request("\"messages[99999999999999999999999]\" and \"response_format\" are named in " +
+                                    std::string("a value, \"json_schema\""),
+                                  "tool_choice");
+  EXPECT_EQ(as_response_error(quoted, many).message, quoted.message);
   e = refused(R"({"model":"base","input":"q","top_logprobs":3})", chatml);
   EXPECT_EQ(e.param, "top_logprobs") << "needs the logprobs include: " << e.message;
   EXPECT_NE(e.message.find("\"include\""), std::string::npos) << e.message;
