@@ -16,7 +16,8 @@
 // tokens, and a sentence without it is one of the grammar's all the same.
 // Refused, saying what and on which line: templates, `%declare`,
 // `%override`, `%extend`, imports from other grammars, anchors and
-// lookarounds in expressions, the `i` and `x` flags on expressions.
+// lookarounds in expressions, the `i` and `x` flags on expressions, groups
+// nested more than 64 deep.
 #pragma once
 
 #include <string>
