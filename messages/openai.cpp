@@ -2104,8 +2104,8 @@ completion_answer::completion_answer(std::string id, std::int64_t created, const
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), per_prompt_(std::max(n_, request.best_of)),
     stop_(request.stop), stops_kept_(request.stops_kept),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
-    tools_(request.tools), reasoning_(request.reasoning), choices_(std::max<std::size_t>(request.frames.size(), 1)) {
-  legacy_ = request.legacy_functions;
+    tools_(request.tools), reasoning_(request.reasoning), legacy_(request.legacy_functions),
+    choices_(std::max<std::size_t>(request.frames.size(), 1)) {
 }
 
 namespace {

@@ -420,7 +420,6 @@ private:
   /// its tokens placed from the text's start (none without logprobs).
   std::pair<std::string, std::vector<placed_logprobs>> echoed(std::size_t k,
                                                               const std::vector<wire::token_logprobs>& prompt) const;
-  bool legacy_ = false; ///< the call as legacy function_call
   std::string id_;
   std::string model_;
   std::int64_t created_;
@@ -436,6 +435,7 @@ private:
   std::vector<std::string> echo_text_;
   std::optional<completion_request::tool_calling> tools_;
   std::optional<reasoning_format> reasoning_;
+  bool legacy_; ///< the call as legacy function_call
   std::vector<choice> choices_;
 };
 

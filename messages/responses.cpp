@@ -336,12 +336,15 @@ std::optional<api_error> read_shaping(const json& doc, json& chat) {
 /// What needs a stored conversation (or, without a store, a stored
 /// response), or another mode.
 std::optional<api_error> read_refused(const json& doc, bool stored) {
-  for (const char* key : {"previous_response_id", "conversation"})
-    if (const auto v = doc.find(key); v != doc.end() && !v->is_null() && (!stored || std::string_view(key) == "conversation"))
-      return bad(std::string("field \"") + key + "\" needs a stored " + (stored ? "conversation" : "response")
-                   + ": Troupe stores none" + (stored ? "" : " here ([http] response_store_mb = 0)")
-                   + "; send the whole conversation in \"input\"",
-                 key);
+  const auto given = [&](const char* key) { return doc.contains(key) && !doc[key].is_null(); };
+  if (given("conversation"))
+    return bad("field \"conversation\" needs a stored conversation: Troupe stores none; send the whole conversation "
+               "in \"input\"",
+               "conversation");
+  if (!stored && given("previous_response_id"))
+    return bad("field \"previous_response_id\" needs a stored response: Troupe stores none here ([http] "
+               "response_store_mb = 0); send the whole conversation in \"input\"",
+               "previous_response_id");
   if (const auto v = doc.find("store"); v != doc.end() && !v->is_null() && !v->is_boolean())
     return bad("field \"store\" must be true or false", "store");
   const auto off = [&](const char* key, const json& neutral, const char* why) -> std::optional<api_error> {

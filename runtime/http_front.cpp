@@ -192,6 +192,14 @@ struct http_front::impl : zmq_io::owned_socket {
     return openai::conversation_of(std::get<std::vector<const openai::response_store::entry*>>(turns));
   }
 
+  /// What previous_response_id reads: the kept turns (none where the
+  /// front keeps no responses).
+  openai::earlier_turns kept_turns() {
+    if (stored.capacity() == 0)
+      return {};
+    return [this](const std::string& id) { return earlier(id); };
+  }
+
   /// A response's answer kept, where the request asked for it.
   void keep_response(const openai::response_request& r, const std::string& id, std::string body) {
     if (r.store)
@@ -476,11 +484,8 @@ struct http_front::impl : zmq_io::owned_socket {
       std::optional<wire::reply> r;
       if (post) {
         auto [id, w] = expect();
-        openai::earlier_turns turns;
-        if (input_tokens && stored.capacity() > 0)
-          turns = [this](const std::string& previous) { return earlier(previous); };
         auto frame = advise                    ? openai::parse_advise(req.body(), id)
-                     : input_tokens           ? openai::parse_input_tokens(req.body(), cfg.model, id, *cfg.chat, turns)
+                     : input_tokens           ? openai::parse_input_tokens(req.body(), cfg.model, id, *cfg.chat, kept_turns())
                      : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize,
                                                                                 cfg.chat ? &*cfg.chat : nullptr, cfg.model)
                                               : openai::parse_adapter_update(req.body(), id, load);
@@ -573,9 +578,7 @@ struct http_front::impl : zmq_io::owned_socket {
     std::string resp_id;
     std::variant<openai::completion_request, openai::api_error> parsed = openai::api_error{};
     if (kind == api::responses) {
-      openai::earlier_turns turns;
-      if (stored.capacity() > 0)
-        turns = [this](const std::string& id) { return earlier(id); };
+      const auto turns = kept_turns();
       // A new conversation's turns run in a session named by its first
       // response's id: the next turn reuses their K and V.
       resp_id = response_id();
