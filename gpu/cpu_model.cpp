@@ -196,7 +196,8 @@ void cpu_model::impl::add_lora(std::span<const cpu_sequence> batch, size_t layer
   }
 }
 
-// att[row] = softmax(q K^T / sqrt(hd)) V over positions 0..pos of the row's sequence.
+// att[row] = softmax(q K^T / sqrt(hd)) V over positions 0..pos of the row's
+// sequence; with a sliding window, over the last sliding_window of them.
 void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t layer) {
   const size_t hd = c.head_dim;
   const size_t kd = kvd();
@@ -214,11 +215,12 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
     for (size_t i = 0; i < n; ++i) {
       const size_t row = row_off[s] + i;
       const size_t len = size_t{seq.start_pos} + i + 1;
+      const size_t first = c.sliding_window > 0 && len > c.sliding_window ? len - c.sliding_window : 0;
       for (size_t head = 0; head < c.num_heads; ++head) {
         const size_t kvh = head / group;
         const float* qh = q.data() + row * qdim + head * hd;
         float mx = -std::numeric_limits<float>::infinity();
-        for (size_t t = 0; t < len; ++t) {
+        for (size_t t = first; t < len; ++t) {
           const float* kt = seq.hidden ? hk.data() + t * kd + kvh * hd
                                        : kv_block(seq.pages[t / page_tokens], layer, 0) +
                                            (t % page_tokens) * kd + kvh * hd;
@@ -229,14 +231,14 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
           mx = std::max(mx, scores[t]);
         }
         float sum = 0;
-        for (size_t t = 0; t < len; ++t) {
+        for (size_t t = first; t < len; ++t) {
           scores[t] = std::exp(scores[t] - mx);
           sum += scores[t];
         }
         const float inv = 1.0f / sum;
         float* oh = att.data() + row * qdim + head * hd;
         std::fill(oh, oh + hd, 0.0f);
-        for (size_t t = 0; t < len; ++t) {
+        for (size_t t = first; t < len; ++t) {
           const float* vt = seq.hidden ? hv.data() + t * kd + kvh * hd
                                        : kv_block(seq.pages[t / page_tokens], layer, 1) +
                                            (t % page_tokens) * kd + kvh * hd;

@@ -215,12 +215,10 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   c.head_dim = in.positive("head_dim", 1);
   c.max_position_embeddings = in.positive("max_position_embeddings", 4096);
   // Mistral 7B v0.1 attends over a window of 4,096 tokens; later Mistrals
-  // say null, and are Llama's architecture.
-  if (c.model_type == "mistral" && in.present("sliding_window") &&
-      in.positive("sliding_window", std::nullopt) < c.max_position_embeddings && !in.error())
-    in.fail("sliding_window", "is " + in.at("sliding_window").dump() +
-                                  ": sliding-window attention is not supported (null, or at least "
-                                  "max_position_embeddings, is)");
+  // say null. A window that holds the whole context changes nothing.
+  if (c.model_type == "mistral" && in.present("sliding_window"))
+    if (const auto w = in.positive("sliding_window", std::nullopt); !in.error() && w < c.max_position_embeddings)
+      c.sliding_window = w;
   c.rms_norm_eps = in.positive_float("rms_norm_eps", 1e-6f);
   c.rope_theta = in.positive_float("rope_theta", 10000.0f);
   c.tie_word_embeddings = in.boolean("tie_word_embeddings", false);
@@ -351,7 +349,9 @@ std::string to_config_json(const llama_config& c) {
                          {"rope_type", c.rope.type}};
   }
   j["rope_theta"] = shortest(c.rope_theta);
-  if (qwen2 || qwen3 || c.model_type == "mistral")
+  if (c.sliding_window > 0)
+    j["sliding_window"] = c.sliding_window;
+  else if (qwen2 || qwen3 || c.model_type == "mistral")
     j["sliding_window"] = nullptr;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;

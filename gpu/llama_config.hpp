@@ -23,8 +23,8 @@ struct rope_scaling {
 };
 
 struct llama_config {
-  /// config.json "model_type": "llama", "mistral" (Llama's architecture;
-  /// no sliding window), "qwen2" (Llama's with biases on q, k and v) or
+  /// config.json "model_type": "llama", "mistral" (Llama's architecture,
+  /// with or without a sliding window), "qwen2" (Llama's with biases on q, k and v) or
   /// "qwen3" (Llama's with q and k RMS-normalised per head).
   std::string model_type = "llama";
   std::uint32_t hidden_size = 0;
@@ -38,6 +38,11 @@ struct llama_config {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   rope_scaling rope;
+  /// Mistral's sliding window: a token attends to itself and the
+  /// sliding_window - 1 positions before it, in every layer (config.json
+  /// "sliding_window", Mistral 7B v0.1's 4,096); 0: to every position before
+  /// it (null, or a window no shorter than max_position_embeddings).
+  std::uint32_t sliding_window = 0;
   bool tie_word_embeddings = false;
   /// Whether the q, k and v projections add a bias (Qwen2's; Llama's with
   /// attention_bias), and the o projection (Llama's with attention_bias).

@@ -51,7 +51,8 @@ constexpr std::string_view usage =
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
   "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
   "         [--arch llama|qwen2|qwen3|mistral] [--head-dim N (default hidden / heads)]\n"
-  "         [--mistral-calls array|named (with --arch mistral; default array)]\n";
+  "         [--mistral-calls array|named (with --arch mistral; default array)]\n"
+  "         [--sliding-window N (with --arch mistral, below --max-context; default none)]\n";
 
 struct options {
   std::string out;
@@ -84,6 +85,7 @@ struct options {
   /// [TOOL_RESULTS] tags without ids, a system prompt in its own tags).
   std::string mistral_calls = "array";
   std::uint32_t head_dim = 0; ///< 0: hidden / heads
+  std::uint32_t sliding_window = 0; ///< Mistral 7B v0.1's attention window; 0: none
   bool qwen() const { return arch == "qwen2" || arch == "qwen3"; }
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
@@ -186,6 +188,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       err = number(o.kv_heads, 1, 1024);
     } else if (arg == "--head-dim") {
       err = number(o.head_dim, 2, 1024);
+    } else if (arg == "--sliding-window") {
+      err = number(o.sliding_window, 1, 1u << 24);
     } else if (arg == "--vocab") {
       err = number(o.vocab, 1, 1u << 20);
     } else if (arg == "--max-context") {
@@ -284,6 +288,10 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
     return std::string{"--ranks and --targets must not be empty"};
   if (o.mistral_calls != "array" && o.arch != "mistral")
     return std::string{"--mistral-calls goes with --arch mistral"};
+  if (o.sliding_window != 0 && o.arch != "mistral")
+    return std::string{"--sliding-window goes with --arch mistral (Mistral 7B v0.1's window)"};
+  if (o.sliding_window >= o.max_context)
+    return std::string{"--sliding-window must be below --max-context (a longer window is none)"};
   if (o.bpe && o.arch == "mistral")
     return std::string{"--arch mistral writes a SentencePiece tokenizer, as Mistral's is (no --tokenizer bpe)"};
   return o;
@@ -345,6 +353,7 @@ llama_config make_config(const options& o) {
   c.head_dim = o.head_dim;
   c.vocab_size = o.vocab;
   c.max_position_embeddings = o.max_context;
+  c.sliding_window = o.sliding_window;
   c.rms_norm_eps = 1e-5f;
   c.rope_theta = o.rope_llama3 ? 500000.0f : 10000.0f;
   if (o.rope_llama3) {

@@ -104,6 +104,7 @@ void launch_attention(const device_plan& plan, const kv_layout& kv, std::uint32_
   p.group = group;
   p.rows_per_block = attn::block_m / group;
   p.scale_log2 = scale * 1.4426950408889634f;
+  p.window = plan.sliding_window;
 
   if (split || !decode_only) {
     auto* header = reinterpret_cast<std::uint32_t*>(partial);

@@ -59,7 +59,14 @@ struct attention_params {
   std::uint32_t group = 0;          // heads / kv heads
   std::uint32_t rows_per_block = 0; // prefill: block_m / group
   float scale_log2 = 0;             // scale * log2(e)
+  std::uint32_t window = 0;         // sliding window: a row at p sees p - window < t <= p; 0: t <= p
 };
+
+/// Whether a row at position `pos` sees cache position `t` below its own
+/// (the causal bound is checked apart): inside its sliding window.
+__device__ __forceinline__ bool in_window(std::uint32_t t, std::uint32_t pos, std::uint32_t window) {
+  return window == 0 || t + window > pos;
+}
 
 // -- element conversions ------------------------------------------------------------
 

@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(threads) decode_attention_kernel(attention_par
           for (int e = 0; e < 8; ++e)
             s[g] += q_s[g][c * 8 + e] * kf[e];
       }
-      const bool visible = t0 + j < t_end;
+      const bool visible = t0 + j < t_end && in_window(t0 + j, pos, p.window);
 #pragma unroll
       for (int g = 0; g < NH; ++g) {
         s[g] += __shfl_xor_sync(0xffffffffu, s[g], 1);

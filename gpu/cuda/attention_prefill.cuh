@@ -144,8 +144,10 @@ __global__ void __launch_bounds__(threads) prefill_attention_kernel(attention_pa
         float mx = -INFINITY;
         for (int c = half; c < kv_tile; c += 2) {
           const std::uint32_t t = t0 + c;
-          const float s = t < t_end && static_cast<int>(t) <= pos ? srow[c] * p.scale_log2
-                                                                  : -INFINITY;
+          const float s = t < t_end && static_cast<int>(t) <= pos &&
+                                  in_window(t, static_cast<std::uint32_t>(pos), p.window)
+                            ? srow[c] * p.scale_log2
+                            : -INFINITY;
           srow[c] = s;
           mx = fmaxf(mx, s);
         }

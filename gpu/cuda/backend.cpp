@@ -271,6 +271,7 @@ step_result cuda_backend::run_step(std::span<const step_entry> batch) {
   in.vocab_size = model_->config().vocab;
   in.pool_pages = model_->pool_pages();
   in.split = split_for(batch, in.kv.num_kv_heads, sms_);
+  in.sliding_window = model_->config().sliding_window;
   batch_plan plan;
   {
     // The plan copies each adapter's pages: a drop after this is harmless

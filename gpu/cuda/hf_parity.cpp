@@ -122,6 +122,7 @@ int run(const std::string& cases_path, dtype t, const std::string& out_path) {
     return it == resident.end() ? nullptr : &it->second;
   };
   pin.split = {.q_tile = 16, .kv_chunk = 32};
+  pin.sliding_window = c.sliding_window;
 
   const float tol = t == dtype::f16 ? 0.03f : 0.12f;
   nlohmann::json report = nlohmann::json::array();

@@ -48,6 +48,7 @@ struct device_plan {
   const std::uint8_t* adjust_repeated = nullptr;
   std::uint32_t max_new_tokens = 0;
   std::uint32_t max_kv_len = 0;
+  std::uint32_t sliding_window = 0; ///< batch_plan's; 0: none
 };
 
 // -- elementwise and normalisation -------------------------------------------

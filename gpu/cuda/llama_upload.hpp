@@ -30,6 +30,7 @@ inline model_config model_config_for(const llama_config& c, dtype t) {
   m.qkv_bias = c.qkv_bias;
   m.o_bias = c.o_bias;
   m.qk_norm = c.qk_norm;
+  m.sliding_window = c.sliding_window;
   m.type = t;
   return m;
 }

@@ -48,7 +48,7 @@ bool grow(device_buffer<T>& b, std::uint64_t n) {
 // takes (it grows every decode step; comparing it would capture each step
 // anew).
 bool same_launches(const device_plan& a, const device_plan& b) noexcept {
-  static_assert(sizeof(device_plan) == 208, "a device_plan field was added: compare it here");
+  static_assert(sizeof(device_plan) == 216, "a device_plan field was added: compare it here");
   return a.seqs == b.seqs && a.rows == b.rows && a.token_ids == b.token_ids &&
          a.positions == b.positions && a.row_seq == b.row_seq && a.qo_indptr == b.qo_indptr &&
          a.last_row == b.last_row && a.kv_indptr == b.kv_indptr && a.kv_pages == b.kv_pages &&
@@ -59,7 +59,7 @@ bool same_launches(const device_plan& a, const device_plan& b) noexcept {
          a.num_tiles == b.num_tiles && a.sampling == b.sampling && a.adjust_indptr == b.adjust_indptr &&
          a.adjust_tokens == b.adjust_tokens && a.adjust_deltas == b.adjust_deltas &&
          a.adjust_repeated == b.adjust_repeated &&
-         a.max_new_tokens == b.max_new_tokens;
+         a.max_new_tokens == b.max_new_tokens && a.sliding_window == b.sliding_window;
 }
 
 } // namespace
@@ -327,6 +327,9 @@ void cuda_model::enqueue_forward(const batch_plan& plan,
 }
 
 device_plan cuda_model::upload_plan(const batch_plan& plan) {
+  if (plan.sliding_window != cfg_.sliding_window)
+    throw cuda_error("cuda_model: a plan for a sliding window of " + std::to_string(plan.sliding_window) +
+                     " positions, but the model's is " + std::to_string(cfg_.sliding_window) + " (0: none)");
   if (ensure_scratch(plan))
     drop_graphs();
   return upload_.upload(plan, stream_);

@@ -38,6 +38,10 @@ struct model_config {
   bool o_bias = false;
   /// Each head of q and of k RMS-normalised before the rotation (Qwen3's).
   bool qk_norm = false;
+  /// Mistral 7B v0.1's sliding window (llama_config::sliding_window); 0:
+  /// none. Every plan the model runs must be made for it
+  /// (plan_inputs::sliding_window).
+  std::uint32_t sliding_window = 0;
   dtype type = dtype::f16;
   /// The q, k and v projections as one strided-batched cuBLAS call (two
   /// with grouped-query heads: q, then k and v) instead of three: fewer

@@ -119,6 +119,7 @@ batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) 
   std::stable_sort(accepted.begin(), accepted.end(),
                    [&](std::uint32_t a, std::uint32_t b) { return group[a] < group[b]; });
   p.order = accepted;
+  p.sliding_window = in.sliding_window;
 
   // LoRA slots, one per group, in group order.
   std::vector<std::int32_t> slot_of_group(group_of.size() + 1, -1);
@@ -169,15 +170,18 @@ batch_plan plan_batch(std::span<const step_entry> batch, const plan_inputs& in) 
     p.max_new_tokens = std::max(p.max_new_tokens, e.new_tokens);
     p.max_kv_len = std::max(p.max_kv_len, len);
 
-    // Attention: tiles of q_tile rows; each tile's visible positions (up to
-    // its last row's) cut into kv_chunk items.
+    // Attention: tiles of q_tile rows; each tile's visible positions (from
+    // its first row's window, up to its last row's) cut into kv_chunk items.
     const std::uint32_t q_tile = std::max<std::uint32_t>(in.split.q_tile, 1);
+    const std::uint32_t window = in.sliding_window;
     for (std::uint32_t q0 = 0; q0 < e.new_tokens; q0 += q_tile) {
       const std::uint32_t q1 = std::min(e.new_tokens, q0 + q_tile);
       const std::uint32_t visible = e.context_tokens + q1; // positions < visible
+      const std::uint32_t first_seen = e.context_tokens + q0 + 1;
+      const std::uint32_t from = window > 0 && first_seen > window ? first_seen - window : 0;
       p.tile_indptr.push_back(static_cast<std::uint32_t>(p.items.size()));
-      const std::uint32_t chunk = in.split.kv_chunk == 0 ? visible : in.split.kv_chunk;
-      for (std::uint32_t k0 = 0; k0 < visible; k0 += chunk)
+      const std::uint32_t chunk = in.split.kv_chunk == 0 ? visible - from : in.split.kv_chunk;
+      for (std::uint32_t k0 = from; k0 < visible; k0 += chunk)
         p.items.push_back({s, first_row + q0, first_row + q1, k0, std::min(visible, k0 + chunk)});
     }
   }

@@ -117,7 +117,8 @@ struct sample_params {
 
 /// One unit of attention work: query rows [q_begin, q_end) of sequence
 /// `seq` (rows of the flattened batch) against its cache positions
-/// [kv_begin, kv_end); causal: a row at position p sees positions <= p only.
+/// [kv_begin, kv_end); causal: a row at position p sees positions <= p only
+/// (and, with batch_plan::sliding_window w, above p - w).
 /// A tile's items are merged by their softmax statistics.
 struct attention_item {
   std::uint32_t seq = 0;
@@ -169,6 +170,10 @@ struct batch_plan {
   std::uint32_t max_rank = 0;
 
   // -- attention ---------------------------------------------------------------
+  /// The model's sliding window (plan_inputs::sliding_window): a row at
+  /// position p sees positions p - w + 1 to p; 0: every position to p. Each
+  /// tile's items begin at the first position its first row sees.
+  std::uint32_t sliding_window = 0;
   std::vector<attention_item> items;
   /// Tiles: items [tile_indptr[t], tile_indptr[t+1]) share query rows.
   std::vector<std::uint32_t> tile_indptr;
@@ -214,6 +219,8 @@ struct plan_inputs {
   /// The adapter with this id, or nullptr when it is not resident.
   std::function<const resident_adapter*(std::uint32_t id)> adapter;
   attention_split split;
+  /// llama_config::sliding_window (Mistral 7B v0.1's); 0: none.
+  std::uint32_t sliding_window = 0;
 };
 
 /// How a step on `sms` multiprocessors cuts its attention (kv_heads heads

@@ -46,6 +46,7 @@ device_plan plan_upload::upload(const batch_plan& plan, cudaStream_t stream) {
   d.num_tiles = plan.tile_indptr.empty() ? 0 : static_cast<std::uint32_t>(plan.tile_indptr.size() - 1);
   d.max_new_tokens = plan.max_new_tokens;
   d.max_kv_len = plan.max_kv_len;
+  d.sliding_window = plan.sliding_window;
 
   // The arrays whose length changes while a decode batch stays the same
   // (its caches' pages, its adapters' pages) go last, so the others keep

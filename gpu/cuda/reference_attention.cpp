@@ -149,6 +149,9 @@ attention_partial item_partial(const float* table, const batch_plan& plan, const
     for (std::uint32_t r = 0; r < part.rows; ++r) {
       const auto pos = static_cast<std::uint32_t>(plan.positions[it.q_begin + r]);
       const std::uint32_t end = std::min(it.kv_end, pos + 1);
+      // The first position the row sees: its sliding window's.
+      const std::uint32_t window = plan.sliding_window;
+      const std::uint32_t first = window > 0 && pos + 1 > window ? pos + 1 - window : 0;
       for (std::uint32_t g = 0; g < group; ++g) {
         const std::uint32_t h = kvh * group + g;
         const auto qh = query(table, q, it.q_begin + r, heads, h, hd);
@@ -159,9 +162,12 @@ attention_partial item_partial(const float* table, const batch_plan& plan, const
           const std::uint32_t n = std::min(end - t0, attention_kv_tile);
           float tile_max = neg_inf;
           for (std::uint32_t j = 0; j < n; ++j) {
-            s[j] = dot(qh.data(), k.data() + std::size_t{t0 + j - it.kv_begin} * hd, hd) * scale;
+            s[j] = t0 + j < first ? neg_inf
+                                  : dot(qh.data(), k.data() + std::size_t{t0 + j - it.kv_begin} * hd, hd) * scale;
             tile_max = std::max(tile_max, s[j]);
           }
+          if (tile_max == neg_inf)
+            continue; // all before the window: the kernels' tile changes nothing
           const float m_new = std::max(m, tile_max);
           const float alpha = std::exp(m - m_new); // 0 while m is -inf
           l *= alpha;
@@ -312,21 +318,23 @@ std::vector<float> attention_unsplit_reference_f32(dtype t, const batch_plan& pl
       const auto v = gather(table, plan, kv, layer, pool, seq, kvh, 1, 0, plan.kv_len[seq]);
       for (std::uint32_t r = plan.qo_indptr[seq]; r < plan.qo_indptr[seq + 1]; ++r) {
         const auto len = static_cast<std::uint32_t>(plan.positions[r]) + 1;
+        const std::uint32_t window = plan.sliding_window;
+        const std::uint32_t first = window > 0 && len > window ? len - window : 0;
         for (std::uint32_t g = 0; g < group; ++g) {
           const std::uint32_t h = kvh * group + g;
           const auto qh = query(table, q, r, heads, h, hd);
           float mx = neg_inf;
-          for (std::uint32_t j = 0; j < len; ++j) {
+          for (std::uint32_t j = first; j < len; ++j) {
             s[j] = dot(qh.data(), k.data() + std::size_t{j} * hd, hd) * scale;
             mx = std::max(mx, s[j]);
           }
           float sum = 0.0f;
-          for (std::uint32_t j = 0; j < len; ++j) {
+          for (std::uint32_t j = first; j < len; ++j) {
             s[j] = std::exp(s[j] - mx);
             sum += s[j];
           }
           float* o = out.data() + r * width + std::size_t{h} * hd;
-          for (std::uint32_t j = 0; j < len; ++j) {
+          for (std::uint32_t j = first; j < len; ++j) {
             const float p = s[j] / sum;
             const float* vt = v.data() + std::size_t{j} * hd;
             for (std::uint32_t d = 0; d < hd; ++d)

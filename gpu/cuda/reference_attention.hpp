@@ -49,7 +49,8 @@ void write_kv_reference(dtype t, const batch_plan& plan, const kv_layout& kv, st
 
 /// The partial of plan.items[item]: for each of its rows and each head h,
 /// softmax(q K^T * scale) V over its cache positions [kv_begin, kv_end) that
-/// the row sees (position <= the row's), with K and V of kv head
+/// the row sees (position <= the row's, and within plan.sliding_window of
+/// it), with K and V of kv head
 /// h / (heads / kv.num_kv_heads), walked attention_kv_tile positions at a
 /// time with a running max and sum. q: [rows, heads * head_dim] bits; pool
 /// as for write_kv_reference. Throws std::invalid_argument on bad shapes.
@@ -80,7 +81,8 @@ std::vector<std::uint16_t> attention_reference(dtype t, const batch_plan& plan,
                                                std::span<const std::uint16_t> pool);
 
 /// Plain attention, ignoring the plan's items and tiles: each row against
-/// all positions <= its own of its sequence, max and sum over all of them at
+/// all positions <= its own of its sequence (within plan.sliding_window of
+/// it), max and sum over all of them at
 /// once (the split's yardstick). [rows, heads * head_dim] fp32.
 std::vector<float> attention_unsplit_reference_f32(dtype t, const batch_plan& plan,
                                                    const kv_layout& kv, std::uint32_t layer,

@@ -435,6 +435,28 @@ TEST_F(loaders, config_qwen2_and_mistral) {
   EXPECT_EQ(mistral.model_type, "mistral");
   EXPECT_FALSE(mistral.qkv_bias);
   EXPECT_NE(to_config_json(mistral).find("\"MistralForCausalLM\""), std::string::npos);
+  EXPECT_EQ(mistral.sliding_window, 0u);
+  // Mistral 7B v0.1: a window of 4,096 in a context of 32,768, written back
+  // as read; a window that holds the whole context is none.
+  const auto v01 = expect_ok(parse_llama_config(
+      R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1, "vocab_size": 16,
+          "num_attention_heads": 2, "model_type": "mistral", "sliding_window": 4096,
+          "max_position_embeddings": 32768})",
+      "config.json"));
+  EXPECT_EQ(v01.sliding_window, 4096u);
+  EXPECT_EQ(expect_ok(parse_llama_config(to_config_json(v01), "again.json")).sliding_window, 4096u);
+  const auto whole = expect_ok(parse_llama_config(
+      R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1, "vocab_size": 16,
+          "num_attention_heads": 2, "model_type": "mistral", "sliding_window": 4096,
+          "max_position_embeddings": 4096})",
+      "config.json"));
+  EXPECT_EQ(whole.sliding_window, 0u);
+  // Llama's architecture has no window: the key is not read.
+  const auto llama = expect_ok(parse_llama_config(
+      R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 1, "vocab_size": 16,
+          "num_attention_heads": 2, "sliding_window": 16})",
+      "config.json"));
+  EXPECT_EQ(llama.sliding_window, 0u);
 }
 
 TEST_F(loaders, config_qwen3) {
@@ -483,8 +505,7 @@ TEST_F(loaders, config_errors_name_file_and_key) {
     {"{" + base + R"(, "num_attention_heads": 4, "num_key_value_heads": 3})", "num_key_value_heads"},
     {"{" + base + R"(, "num_attention_heads": 3})", "hidden_size"},
     {"{" + base + R"(, "num_attention_heads": 4, "model_type": "gemma"})", "model_type"},
-    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "mistral", "sliding_window": 4096,
-                     "max_position_embeddings": 32768})",
+    {"{" + base + R"(, "num_attention_heads": 4, "model_type": "mistral", "sliding_window": 0})",
      "sliding_window"},
     {"{" + base + R"(, "num_attention_heads": 4, "model_type": "qwen2", "use_sliding_window": true})",
      "use_sliding_window"},

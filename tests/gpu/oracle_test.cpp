@@ -97,6 +97,12 @@ const oracle_case cases[] = {
   {"qwen3_qk_norm_wide_heads_all_linear_r8", "--arch qwen3 --hidden 96 --head-dim 32 --intermediate 192 --layers 2 "
                                             "--heads 4 --kv-heads 2 --adapters 1 --ranks 8 --targets all-linear",
    1, {3, 26}},
+  // Mistral 7B v0.1's sliding window, shorter than most prompts: 12 and 13
+  // tokens are the window's edge, 50 cover several pages past it.
+  {"mistral_sliding_window_12_gqa_all_linear_r8",
+   "--arch mistral --hidden 128 --intermediate 256 --layers 2 --heads 8 --kv-heads 2 --max-context 256 "
+   "--sliding-window 12 --adapters 1 --ranks 8 --targets all-linear",
+   1, {5, 12, 13, 50}},
 };
 
 class oracle_test : public ::testing::TestWithParam<oracle_case> {

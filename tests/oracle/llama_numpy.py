@@ -175,6 +175,9 @@ class Llama:
         self.n_layers = int(c["num_hidden_layers"])
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.inv_freq = inverse_frequencies(c, self.head_dim)
+        # Mistral's sliding window (Hugging Face's MistralModel reads it in
+        # every layer; Llama's architecture has none).
+        self.window = c.get("sliding_window") if c.get("model_type") == "mistral" else None
         if c.get("tie_word_embeddings", False) and "lm_head.weight" not in self.w:
             self.lm_head = self.w["model.embed_tokens.weight"]
         else:
@@ -209,6 +212,9 @@ class Llama:
         v = np.repeat(v, rep, axis=0)
         scores = q @ k.transpose(0, 2, 1) / math.sqrt(self.head_dim)   # [H, T, T]
         mask = np.triu(np.ones((t, t), dtype=bool), k=1)
+        if self.window:
+            # Query i sees key j where i - window < j <= i.
+            mask |= np.tril(np.ones((t, t), dtype=bool), k=-int(self.window))
         scores = np.where(mask[None], -np.inf, scores)
         scores = scores - scores.max(axis=-1, keepdims=True)
         probs = np.exp(scores)

@@ -180,6 +180,18 @@ def main():
     # (checked through prefixes: last logits of prompt[:k] are unaffected by later ones).
     full = [m.last_logits(prompt[:k]) for k in range(1, len(prompt) + 1)]
     assert all(np.all(np.isfinite(f)) for f in full)
+
+    # 8. Mistral's sliding window. One layer: the last token sees the last
+    # `window` tokens only, and rotary embeddings are relative, so its
+    # logits are those of the same prompt cut to them (positions from 0) with
+    # no window; a window as long as the prompt changes nothing.
+    slid = os.path.join(tmp, "slid")
+    make_model(slid, dict(one, model_type="mistral", sliding_window=3), w)
+    assert close(ln.Llama(slid).last_logits(prompt), m1.last_logits(prompt[-3:]), 1e-7), "sliding window"
+    assert not close(m1.last_logits(prompt), m1.last_logits(prompt[-3:]), 1e-3), "window has no effect"
+    whole = os.path.join(tmp, "whole")
+    make_model(whole, dict(cfg, model_type="mistral", sliding_window=len(prompt)), w)
+    assert close(ln.Llama(whole).last_logits(prompt), m.last_logits(prompt)), "window over the whole prompt"
     print("OK")
 
 

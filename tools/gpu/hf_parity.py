@@ -2,9 +2,10 @@
 """Parity with Hugging Face (issue 4), run on a GPU machine with PyTorch,
 transformers and PEFT.
 
-Writes a random Llama, a random Qwen2 (biases on q, k and v) and a random
+Writes a random Llama, a random Qwen2 (biases on q, k and v), a random
 Qwen3 (q and k normalised per head, heads wider than the hidden size; where
-this transformers has it), each with two LoRA adapters, with transformers' and PEFT's own save_pretrained,
+this transformers has it) and a random Mistral with a sliding window of 16
+positions (Mistral 7B v0.1's kind), each with two LoRA adapters, with transformers' and PEFT's own save_pretrained,
 computes each case's greedy tokens and logits with transformers + PEFT, then
 runs troupe-hf-parity on the same files (all cases in one mixed-adapter
 batch) and prints its verdict. Exit 0 when Troupe's logits and greedy tokens
@@ -20,9 +21,11 @@ import sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
+                          Qwen2ForCausalLM)
 
-ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM)}
+ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+         "mistral": (MistralConfig, MistralForCausalLM)}
 try:  # transformers 4.51 on
     from transformers import Qwen3Config, Qwen3ForCausalLM
     ARCHS["qwen3"] = (Qwen3Config, Qwen3ForCausalLM)
@@ -34,6 +37,8 @@ def make_files(work, arch):
     torch.manual_seed(0)
     config_class, model_class = ARCHS[arch]
     extra = {"head_dim": 128} if arch == "qwen3" else {}  # 8 heads of 128: 1,024 wide
+    if arch == "mistral":  # Mistral 7B v0.1's sliding window, shorter than most prompts
+        extra = {"sliding_window": 16}
     cfg = config_class(vocab_size=1000, hidden_size=512, intermediate_size=1024,
                        num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
                        max_position_embeddings=1024, rms_norm_eps=1e-5,
@@ -96,7 +101,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "all"], default="all")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "all"], default="all")
     args = ap.parse_args()
     rc = 0
     results = {}

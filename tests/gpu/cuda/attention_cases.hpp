@@ -72,6 +72,7 @@ struct case_options {
   std::uint32_t spare_pages = 3; ///< pages no sequence uses (NaN)
   float q_scale = 4.0f;          ///< q uniform in [-q_scale, q_scale)
   std::uint64_t seed = 1;
+  std::uint32_t sliding_window = 0; ///< plan_inputs::sliding_window; 0: none
 };
 
 /// Plans `seqs` and fills the pool and queries as the header says.
@@ -113,6 +114,7 @@ inline attention_case make_case(const std::vector<seq_spec>& seqs, const case_op
   in.vocab_size = 1000;
   in.pool_pages = c.pool_pages;
   in.split = o.split;
+  in.sliding_window = o.sliding_window;
   c.plan = plan_batch(c.entries, in);
 
   uniform_source u{o.seed * 0x100000001b3ull + 17};
@@ -139,7 +141,8 @@ inline std::string describe(const std::vector<seq_spec>& seqs, const case_option
   std::string s = std::string(to_string(o.t)) + " hd " + std::to_string(o.head_dim) + " kv " +
                   std::to_string(o.kv_heads) + " x" + std::to_string(o.group) + " q_tile " +
                   std::to_string(o.split.q_tile) + " chunk " + std::to_string(o.split.kv_chunk) +
-                  " pt " + std::to_string(o.page_tokens) + " seqs";
+                  " pt " + std::to_string(o.page_tokens) +
+                  (o.sliding_window > 0 ? " window " + std::to_string(o.sliding_window) : std::string{}) + " seqs";
   const std::size_t shown = std::min<std::size_t>(seqs.size(), 6);
   // Appends, not "..." + std::string: GCC 12 warns falsely (-Wrestrict) on
   // the latter when it inlines it at -O3.

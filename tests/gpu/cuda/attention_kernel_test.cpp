@@ -294,6 +294,25 @@ TEST_P(attention_kernel, mixed_batches_with_odd_tiles_pages_and_groups) {
   }
 }
 
+// Mistral 7B v0.1's sliding window: windows of one position, shorter than
+// a tile (64) and a query block, and longer than some contexts; prefills
+// whose rows each start elsewhere, decodes whose items begin mid-page,
+// unsplit and split.
+TEST_P(attention_kernel, sliding_windows_match_reference) {
+  TROUPE_REQUIRE_GPU();
+  const std::vector<seq_spec> seqs{{0, 300}, {700, 1}, {5, 1}, {90, 70}, {0, 2}, {2000, 1}};
+  for (std::uint32_t window : {1u, 37u, 64u, 500u})
+    for (std::uint32_t group : {1u, 4u})
+      for (std::uint32_t chunk : {0u, 100u}) {
+        auto o = base();
+        o.group = group;
+        o.split = {.q_tile = 64, .kv_chunk = chunk};
+        o.sliding_window = window;
+        o.seed = window * 5 + group + chunk;
+        check_case(seqs, o);
+      }
+}
+
 // More query blocks than the prefill grid has blocks (about 8 per SM over
 // the kv heads), so blocks take several query blocks each and reuse their
 // shared memory, and more items and tiles than the prep kernel's block of

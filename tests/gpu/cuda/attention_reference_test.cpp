@@ -45,7 +45,8 @@ void expect_near_all(const std::vector<float>& got, const std::vector<float>& wa
 }
 
 // softmax(q K^T * scale) V in fp64 over K and V copied out of the pool into
-// contiguous per-sequence arrays, written without the reference's helpers.
+// contiguous per-sequence arrays, written without the reference's helpers;
+// a row at pos sees positions pos - window + 1 to pos (window 0: from 0).
 std::vector<double> naive_attention(const attention_case& c) {
   const auto& p = c.plan;
   const std::uint32_t hd = c.kv.head_dim, kvd = c.kv.kv_dim(), group = c.heads / c.kv.num_kv_heads;
@@ -64,9 +65,11 @@ std::vector<double> naive_attention(const attention_case& c) {
       const std::uint32_t row = p.qo_indptr[s] + i, pos = e.context_tokens + i;
       for (std::uint32_t h = 0; h < c.heads; ++h) {
         const std::uint32_t kvh = h / group;
-        std::vector<double> w(pos + 1);
+        const std::uint32_t window = c.plan.sliding_window;
+        const std::uint32_t first = window == 0 || pos < window ? 0 : pos - window + 1;
+        std::vector<double> w(pos + 1, -std::numeric_limits<double>::infinity());
         double mx = -std::numeric_limits<double>::infinity();
-        for (std::uint32_t t = 0; t <= pos; ++t) {
+        for (std::uint32_t t = first; t <= pos; ++t) {
           double dot = 0;
           for (std::uint32_t d = 0; d < hd; ++d)
             dot += from_bits(c.t, c.q[(std::size_t{row} * c.heads + h) * hd + d]) *
@@ -77,7 +80,7 @@ std::vector<double> naive_attention(const attention_case& c) {
         double sum = 0;
         for (auto& x : w)
           sum += (x = std::exp(x - mx));
-        for (std::uint32_t t = 0; t <= pos; ++t)
+        for (std::uint32_t t = first; t <= pos; ++t)
           for (std::uint32_t d = 0; d < hd; ++d)
             out[(std::size_t{row} * c.heads + h) * hd + d] += w[t] / sum * v[t * kvd + kvh * hd + d];
       }
@@ -131,6 +134,67 @@ TEST(attention_reference, matches_a_naive_fp64_attention_over_contiguous_kv) {
     }
 }
 
+TEST(attention_reference, sliding_windows_split_or_not_match_a_naive_fp64_attention) {
+  // Windows of one position, shorter than a page, than a tile (64) and
+  // than the longest context, each cut into items several ways.
+  const attention_split splits[] = {{64, 0}, {4, 16}, {7, 5}, {16, 100}};
+  for (std::uint32_t window : {1u, 3u, 40u, 64u, 65u, 129u})
+    for (const auto& split : splits) {
+      case_options o{.t = window % 2 ? dtype::f16 : dtype::bf16, .kv_heads = 2, .group = 2, .head_dim = 16,
+                     .page_tokens = 8, .split = split, .seed = 11 + window, .sliding_window = window};
+      SCOPED_TRACE(testing::describe(mixed_batch, o));
+      const auto c = make_case(mixed_batch, o);
+      ASSERT_TRUE(c.plan.rejected.empty());
+      ASSERT_EQ(c.plan.sliding_window, window);
+      const auto want = naive_attention(c);
+      const std::vector<float> want_f(want.begin(), want.end());
+      expect_near_all(reference_split(c), want_f, 1e-5f);
+      expect_near_all(reference_unsplit(c), want_f, 1e-5f);
+      // Items begin no earlier than their tile's first row sees.
+      for (const auto& it : c.plan.items) {
+        const auto first_pos = static_cast<std::uint32_t>(c.plan.positions[it.q_begin]);
+        EXPECT_GE(it.kv_begin + window, first_pos + 1) << "an item reads positions no row of it sees";
+      }
+    }
+}
+
+// Changes K and V of entry `entry`'s position `p` in the tested layer.
+void perturb(attention_case& c, std::size_t entry, std::uint32_t p) {
+  const auto& e = c.entries[entry];
+  const std::uint32_t pt = c.kv.page_tokens;
+  for (std::uint32_t which = 0; which < 2; ++which)
+    for (std::uint32_t d = 0; d < c.kv.kv_dim(); ++d) {
+      auto& x = c.pool[c.kv.offset(e.pages[p / pt], c.layer, which, p % pt) + d];
+      x = to_bits(c.t, -3.0f * from_bits(c.t, x) + 0.5f);
+    }
+}
+
+TEST(attention_reference, a_row_sees_only_its_sliding_window) {
+  // One sequence: 9 cached positions, 40 new rows, a window of 6; position
+  // 20 is perturbed: rows at positions 20 to 25 see it, no others do.
+  const std::vector<seq_spec> seqs{{9, 40}, {30, 1}};
+  for (const auto& split : {attention_split{64, 0}, attention_split{8, 8}}) {
+    case_options o{.group = 2, .head_dim = 16, .page_tokens = 4, .split = split, .sliding_window = 6};
+    auto c = make_case(seqs, o);
+    const auto before = reference_split(c);
+    const std::uint32_t p = 20;
+    perturb(c, 0, p);
+    const auto after = reference_split(c);
+    const auto after_plain = reference_unsplit(c);
+    const std::uint32_t w = c.width();
+    for (std::uint32_t r = 0; r < c.plan.rows(); ++r) {
+      bool same = true;
+      for (std::uint32_t i = 0; i < w; ++i)
+        same = same && after[r * w + i] == before[r * w + i];
+      const auto pos = static_cast<std::uint32_t>(c.plan.positions[r]);
+      const bool sees = c.plan.row_seq[r] == 0 && pos >= p && pos < p + 6;
+      EXPECT_EQ(same, !sees) << "row " << r << " at position " << pos;
+      for (std::uint32_t i = 0; i < w; ++i)
+        ASSERT_NEAR(after[r * w + i], after_plain[r * w + i], 1e-5f) << "row " << r;
+    }
+  }
+}
+
 TEST(attention_reference, a_row_never_sees_later_positions) {
   // One sequence: 9 cached positions, 40 new rows; position 30 is perturbed.
   const std::vector<seq_spec> seqs{{9, 40}, {3, 1}};
@@ -140,12 +204,7 @@ TEST(attention_reference, a_row_never_sees_later_positions) {
     const auto before = reference_split(c);
     const auto before_plain = reference_unsplit(c);
     const std::uint32_t p = 30;
-    const auto& e = c.entries[0];
-    for (std::uint32_t which = 0; which < 2; ++which)
-      for (std::uint32_t d = 0; d < c.kv.kv_dim(); ++d) {
-        auto& x = c.pool[c.kv.offset(e.pages[p / 4], c.layer, which, p % 4) + d];
-        x = to_bits(c.t, -3.0f * from_bits(c.t, x) + 0.5f);
-      }
+    perturb(c, 0, p);
     const auto after = reference_split(c);
     const auto after_plain = reference_unsplit(c);
     const std::uint32_t w = c.width();

@@ -34,6 +34,7 @@ enum class projections {
   biased,          ///< batched, with biases on q, k, v (Qwen2's) and o
   qk_norm,         ///< batched, q and k normalised per head (Qwen3's), twice the heads
                    ///< (heads * head_dim twice the hidden size)
+  sliding_window,  ///< batched, a sliding window of 12 positions (Mistral 7B v0.1's kind)
 };
 // (type, head_dim, query heads per kv head, projections)
 using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, projections>;
@@ -47,7 +48,8 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   const bool qk_norm = proj == projections::qk_norm;
   const std::uint32_t heads = (qk_norm ? 1024 : 512) / head_dim;
   const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = heads, .kv_heads = heads / group,
-               .head_dim = head_dim, .vocab = 1000, .qkv_bias = biased, .o_bias = biased, .qk_norm = qk_norm};
+               .head_dim = head_dim, .vocab = 1000, .qkv_bias = biased, .o_bias = biased, .qk_norm = qk_norm,
+               .sliding_window = proj == projections::sliding_window ? 12u : 0u};
   const std::uint32_t page_tokens = 16, pool_pages = 64;
   auto weights = make_weights(d, t, 11);
 
@@ -85,6 +87,7 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
     in.vocab_size = d.vocab;
     in.pool_pages = pool_pages;
     in.split = {.q_tile = 16, .kv_chunk = 32};
+    in.sliding_window = mc.sliding_window;
 
     const float tol = t == dtype::f16 ? 0.03f : 0.12f;
     std::uint32_t compared = 0;
@@ -150,6 +153,18 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
       }
     }
     EXPECT_GT(compared, 6u) << "too few clear margins to compare greedy tokens";
+    if (mc.sliding_window > 0) {
+      // A plan made for no window would attend too far back: refused.
+      step_entry e;
+      e.request_id = 1;
+      e.tokens = {1};
+      e.new_tokens = 1;
+      e.pages = seqs[0].pages;
+      auto other = in;
+      other.sliding_window = 0;
+      std::vector<std::int32_t> token(1);
+      EXPECT_THROW(gpu.forward(plan_batch(std::vector<step_entry>{e}, other), token), cuda_error);
+    }
   }
   cudaStreamDestroy(s);
 }
@@ -391,6 +406,7 @@ std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
          (proj == projections::separate_cublas ? "_separate_qkv_cublas"
           : proj == projections::biased        ? "_biases"
           : proj == projections::qk_norm       ? "_qk_norm_wide_heads"
+          : proj == projections::sliding_window ? "_sliding_window"
                                                : "");
 }
 
@@ -415,6 +431,12 @@ INSTANTIATE_TEST_SUITE_P(biases, model_parity,
 INSTANTIATE_TEST_SUITE_P(qk_norm, model_parity,
                          ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
                                             ::testing::Values(2u), ::testing::Values(projections::qk_norm)),
+                         parity_name);
+// ... and with a sliding window shorter than two of the prompts (5, 40, 17
+// tokens, then decode steps): prefill tiles of 16 rows start mid-cache.
+INSTANTIATE_TEST_SUITE_P(sliding_window, model_parity,
+                         ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
+                                            ::testing::Values(2u), ::testing::Values(projections::sliding_window)),
                          parity_name);
 
 } // namespace

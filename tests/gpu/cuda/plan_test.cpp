@@ -152,24 +152,12 @@ TEST(plan_batch, a_mixed_prefill_and_decode_batch_is_flattened_in_adapter_groups
   EXPECT_FLOAT_EQ(p.sampling[2].temperature, 0.5f);
 }
 
-TEST(plan_batch, attention_tiles_cut_rows_and_items_cut_the_visible_cache) {
-  fixture f;
-  f.in.split = {.q_tile = 2, .kv_chunk = 4};
-  std::vector<step_entry> batch{entry(1, 3, 5, {1, 2}), entry(2, 9, 1, {3, 4, 5})};
-  const auto p = plan_batch(batch, f.in);
-  ASSERT_TRUE(p.rejected.empty());
-  // Sequence 0: rows 0..4 at positions 3..7 in tiles [0,2) [2,4) [4,5),
-  // seeing positions < 5, < 7, < 8. Sequence 1: one row at position 9,
-  // seeing 10 positions.
-  struct want {
-    std::uint32_t seq, q0, q1, k0, k1;
-  };
-  const std::vector<want> items{
-    {0, 0, 2, 0, 4}, {0, 0, 2, 4, 5},                 // tile 0
-    {0, 2, 4, 0, 4}, {0, 2, 4, 4, 7},                 // tile 1
-    {0, 4, 5, 0, 4}, {0, 4, 5, 4, 8},                 // tile 2
-    {1, 5, 6, 0, 4}, {1, 5, 6, 4, 8}, {1, 5, 6, 8, 10} // tile 3
-  };
+/// An attention item as a test expects it: sequence, rows [q0, q1), cache [k0, k1).
+struct item_want {
+  std::uint32_t seq, q0, q1, k0, k1;
+};
+
+void expect_items(const batch_plan& p, const std::vector<item_want>& items) {
   ASSERT_EQ(p.items.size(), items.size());
   for (std::size_t i = 0; i < items.size(); ++i) {
     SCOPED_TRACE(i);
@@ -179,7 +167,49 @@ TEST(plan_batch, attention_tiles_cut_rows_and_items_cut_the_visible_cache) {
     EXPECT_EQ(p.items[i].kv_begin, items[i].k0);
     EXPECT_EQ(p.items[i].kv_end, items[i].k1);
   }
+}
+
+TEST(plan_batch, attention_tiles_cut_rows_and_items_cut_the_visible_cache) {
+  fixture f;
+  f.in.split = {.q_tile = 2, .kv_chunk = 4};
+  std::vector<step_entry> batch{entry(1, 3, 5, {1, 2}), entry(2, 9, 1, {3, 4, 5})};
+  const auto p = plan_batch(batch, f.in);
+  ASSERT_TRUE(p.rejected.empty());
+  // Sequence 0: rows 0..4 at positions 3..7 in tiles [0,2) [2,4) [4,5),
+  // seeing positions < 5, < 7, < 8. Sequence 1: one row at position 9,
+  // seeing 10 positions.
+  const std::vector<item_want> items{
+    {0, 0, 2, 0, 4}, {0, 0, 2, 4, 5},                 // tile 0
+    {0, 2, 4, 0, 4}, {0, 2, 4, 4, 7},                 // tile 1
+    {0, 4, 5, 0, 4}, {0, 4, 5, 4, 8},                 // tile 2
+    {1, 5, 6, 0, 4}, {1, 5, 6, 4, 8}, {1, 5, 6, 8, 10} // tile 3
+  };
+  expect_items(p, items);
   EXPECT_EQ(p.tile_indptr, (std::vector<std::uint32_t>{0, 2, 4, 6, 9}));
+}
+
+TEST(plan_batch, a_sliding_window_starts_each_tile_where_its_first_row_sees) {
+  fixture f;
+  f.in.split = {.q_tile = 2, .kv_chunk = 4};
+  f.in.sliding_window = 3;
+  std::vector<step_entry> batch{entry(1, 3, 5, {1, 2}), entry(2, 9, 1, {3, 4, 5}), entry(3, 0, 2, {6})};
+  const auto p = plan_batch(batch, f.in);
+  ASSERT_TRUE(p.rejected.empty());
+  EXPECT_EQ(p.sliding_window, 3u);
+  // Sequence 0: rows at positions 3..7 in tiles [0,2) [2,4) [4,5); their
+  // first rows (3, 5, 7) see from 1, 3, 5. Sequence 1: position 9 sees
+  // 7..9. Sequence 2: a prompt shorter than the window sees from 0.
+  const std::vector<item_want> items{{0, 0, 2, 1, 5}, {0, 2, 4, 3, 7}, {0, 4, 5, 5, 8}, {1, 5, 6, 7, 10},
+                                {2, 6, 8, 0, 2}};
+  expect_items(p, items);
+  // A long context is still cut into kv_chunk items, from the window's start.
+  f.in.sliding_window = 10;
+  const auto long_one = plan_batch(std::vector<step_entry>{entry(2, 40, 1, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})}, f.in);
+  ASSERT_EQ(long_one.items.size(), 3u);
+  EXPECT_EQ(long_one.items[0].kv_begin, 31u);
+  EXPECT_EQ(long_one.items[1].kv_begin, 35u);
+  EXPECT_EQ(long_one.items[2].kv_begin, 39u);
+  EXPECT_EQ(long_one.items[2].kv_end, 41u);
 }
 
 TEST(plan_batch, without_a_chunk_each_tile_is_one_item_over_its_visible_cache) {

@@ -19,6 +19,7 @@ struct dims {
   bool qkv_bias = false; ///< Qwen2's biases on q, k and v
   bool o_bias = false;
   bool qk_norm = false; ///< Qwen3's per-head norms of q and k
+  std::uint32_t sliding_window = 0; ///< Mistral 7B v0.1's attention window; 0: none
 };
 
 inline std::vector<float> randn(std::mt19937_64& rng, std::size_t n, float scale, float mean, dtype t) {
@@ -44,6 +45,9 @@ inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
   c.qkv_bias = d.qkv_bias;
   c.o_bias = d.o_bias;
   c.qk_norm = d.qk_norm;
+  c.sliding_window = d.sliding_window;
+  if (d.sliding_window > 0)
+    c.model_type = "mistral";
   const std::size_t h = d.hidden, qd = d.heads * d.head_dim, kd = d.kv_heads * d.head_dim;
   const float s_h = 1.0f / std::sqrt(static_cast<float>(h));
   w.embed = randn(rng, d.vocab * h, 1.0f, 0, t);

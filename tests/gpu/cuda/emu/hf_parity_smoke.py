@@ -2,8 +2,8 @@
 """troupe-hf-parity on the emulated device, with the NumPy oracle
 (tests/oracle/llama_numpy.py, Hugging Face's forward pass in float64) in
 transformers' place: a random Llama, a random Qwen2 (biases on q, k and v)
-and a random Qwen3 (q and k normalised per head, heads wider than the hidden
-size), each with PEFT adapters written by troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
+a random Qwen3 (q and k normalised per head, heads wider than the hidden
+size) and a random Mistral with a sliding window of 16, each with PEFT adapters written by troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
 tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
 troupe-hf-parity at fp16 and bf16. Passes when all match.
 usage: hf_parity_smoke.py HF_PARITY MKMODEL ORACLE [PYTHON]"""
@@ -20,7 +20,9 @@ def check(work, arch):
                     "--kv-heads", "2", "--layers", "2", "--vocab", "512", "--adapters", "2", "--ranks", "8,16",
                     "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3", "--arch", arch]
                    # Qwen3's heads wider than the hidden size: 4 of 128 over 256.
-                   + (["--head-dim", "128"] if arch == "qwen3" else []),
+                   + (["--head-dim", "128"] if arch == "qwen3" else [])
+                   # Mistral 7B v0.1's sliding window, shorter than most prompts.
+                   + (["--sliding-window", "16"] if arch == "mistral" else []),
                    check=True, stdout=subprocess.DEVNULL)
     adapter_dirs = sorted(os.listdir(os.path.join(model, "adapters")))
     adapters = {name: os.path.join(model, "adapters", name) for name in adapter_dirs}
@@ -61,7 +63,7 @@ def check(work, arch):
 
 
 failed = []
-for arch in ("llama", "qwen2", "qwen3"):
+for arch in ("llama", "qwen2", "qwen3", "mistral"):
     with tempfile.TemporaryDirectory() as work:
         failed += check(work, arch)
 if failed:
