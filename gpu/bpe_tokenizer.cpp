@@ -1,5 +1,7 @@
 #include "gpu/bpe_tokenizer.hpp"
 
+#include "gpu/added_tokens.hpp"
+
 #include "gpu/json_bounded.hpp"
 #include "gpu/unicode_norm.hpp"
 
@@ -24,7 +26,7 @@ namespace {
 using json = nlohmann::json;
 
 /// Ids above this are refused: a hostile file must not size the tables.
-constexpr std::int64_t max_token_id = (std::int64_t{1} << 24) - 1;
+constexpr std::int64_t max_token_id = max_added_token_id;
 
 /// GPT-2's pre-tokenizer pattern, which ByteLevel applies when use_regex.
 constexpr std::string_view gpt2_pattern =
@@ -52,38 +54,6 @@ std::string utf8(std::uint32_t cp) {
   return s;
 }
 
-/// Reads the well-formed UTF-8 character at s[i]: its length, 0 when the
-/// bytes there are not one (stray continuation, overlong, surrogate, cut).
-std::size_t utf8_char(std::string_view s, std::size_t i, std::uint32_t& cp) {
-  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
-  const unsigned char c = b(i);
-  std::size_t n = 0;
-  std::uint32_t min = 0;
-  if (c < 0x80) {
-    cp = c;
-    return 1;
-  }
-  if ((c & 0xE0) == 0xC0) {
-    n = 2, cp = c & 0x1F, min = 0x80;
-  } else if ((c & 0xF0) == 0xE0) {
-    n = 3, cp = c & 0x0F, min = 0x800;
-  } else if ((c & 0xF8) == 0xF0) {
-    n = 4, cp = c & 0x07, min = 0x10000;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size())
-    return 0;
-  for (std::size_t k = 1; k < n; ++k) {
-    if ((b(i + k) & 0xC0) != 0x80)
-      return 0;
-    cp = (cp << 6) | (b(i + k) & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-    return 0;
-  return n;
-}
-
 /// Calls run(piece) for each longest run of well-formed UTF-8 in `text` and
 /// stray(byte) for each byte outside one, in order.
 template <class Run, class Stray>
@@ -104,19 +74,6 @@ void for_each_utf8_run(std::string_view text, Run&& run, Stray&& stray) {
       stray(static_cast<unsigned char>(text[j++]));
     i = j;
   }
-}
-
-bool is_whitespace(std::uint32_t cp) {
-  return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F ||
-         cp == 0x205F || cp == 0x3000;
-}
-
-/// A character of a word, for single_word added tokens: ASCII letters,
-/// digits and '_', and every non-ASCII character.
-bool is_word_byte(unsigned char c) {
-  return c >= 0x80 || (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         c == '_';
 }
 
 // -- GPT-2's byte alphabet -------------------------------------------------
@@ -332,19 +289,6 @@ std::optional<split_behavior> behavior_named(std::string_view name) {
   return std::nullopt;
 }
 
-struct added_token {
-  std::string content;
-  /// What the text must hold: the content, normalized for a normalized
-  /// token (one matched in the normalized text).
-  std::string match;
-  std::int32_t id = -1;
-  bool special = false;
-  bool normalized = false;
-  bool lstrip = false;
-  bool rstrip = false;
-  bool single_word = false;
-};
-
 std::uint64_t pair_key(std::int32_t a, std::int32_t b) {
   return (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b);
 }
@@ -414,11 +358,7 @@ struct bpe_tokenizer::impl {
   std::array<std::int32_t, 256> byte_id{};                ///< each byte's symbol
   bool ignore_merges = false;
   std::vector<pre_step> steps;
-  std::vector<added_token> added;                         ///< longest match first
-  /// Indices into added by first byte of their match: [0] the tokens found
-  /// in the raw text, [1] the normalized ones, found in the normalized text.
-  std::array<std::array<std::vector<std::size_t>, 256>, 2> added_by_byte;
-  bool any_normalized = false;
+  added_vocabulary added;
   std::vector<unicode_form> normalizers; ///< applied in order
   std::unordered_map<std::string, std::int32_t> added_ids;
   std::vector<std::string> text_of;                       ///< id -> decoded bytes
@@ -518,67 +458,6 @@ struct bpe_tokenizer::impl {
     for_each_utf8_run(text, run, [&](unsigned char b) { out.push_back(byte_id[b]); });
   }
 
-  /// The added token of `phase` (0 raw, 1 normalized) matching at text[i]
-  /// (longest first), its range after lstrip / rstrip in [b, e); nullptr
-  /// when none.
-  const added_token* added_at(std::string_view text, std::size_t i, std::size_t floor, int phase, std::size_t& b,
-                              std::size_t& e) const {
-    for (const std::size_t k : added_by_byte[static_cast<std::size_t>(phase)][static_cast<unsigned char>(text[i])]) {
-      const auto& t = added[k];
-      if (text.substr(i, t.match.size()) != t.match)
-        continue;
-      const std::size_t end = i + t.match.size();
-      if (t.single_word && ((i > 0 && is_word_byte(static_cast<unsigned char>(text[i - 1]))) ||
-                            (end < text.size() && is_word_byte(static_cast<unsigned char>(text[end])))))
-        continue;
-      b = i;
-      e = end;
-      if (t.lstrip) {
-        while (b > floor) {
-          std::size_t s = b - 1;
-          while (s > floor && (static_cast<unsigned char>(text[s]) & 0xC0) == 0x80)
-            --s;
-          std::uint32_t cp = 0;
-          if (utf8_char(text, s, cp) != b - s || !is_whitespace(cp))
-            break;
-          b = s;
-        }
-      }
-      if (t.rstrip) {
-        std::uint32_t cp = 0;
-        while (e < text.size()) {
-          const std::size_t n = utf8_char(text, e, cp);
-          if (n == 0 || !is_whitespace(cp))
-            break;
-          e += n;
-        }
-      }
-      return &t;
-    }
-    return nullptr;
-  }
-
-  /// Cuts `text` at the added tokens of `phase`, as Hugging Face's added
-  /// vocabulary does (leftmost first, then longest): the text before, between
-  /// and after them to on_text (empty pieces too), each token's id to `out`.
-  template <class OnText>
-  void split_added(std::string_view text, int phase, std::vector<std::int32_t>& out, OnText&& on_text) const {
-    std::size_t from = 0; // start of the text not yet passed on
-    std::size_t i = 0;
-    while (i < text.size()) {
-      std::size_t b = 0, e = 0;
-      const added_token* t = added_at(text, i, from, phase, b, e);
-      if (t == nullptr) {
-        ++i;
-        continue;
-      }
-      on_text(text.substr(from, b - from));
-      out.push_back(t->id);
-      from = i = e;
-    }
-    on_text(text.substr(from));
-  }
-
   /// The text through every normalizer.
   std::string normalize(std::string_view text) const {
     std::string s{text};
@@ -599,14 +478,14 @@ std::vector<std::int32_t> bpe_tokenizer::encode(const std::string& text) const {
   // As Hugging Face's tokenizers: the tokens that are not normalized are cut
   // out of the raw text; each piece between them is normalized, and the
   // normalized tokens are cut out of it; what is left is pre-tokenized.
-  m.split_added(text, 0, out, [&](std::string_view piece) {
-    if (m.normalizers.empty() && !m.any_normalized) {
+  m.added.split(text, 0, out, [&](std::string_view piece) {
+    if (m.normalizers.empty() && !m.added.any_normalized()) {
       m.encode_text(piece, out);
       return;
     }
     const std::string normalized = m.normalize(piece);
-    if (m.any_normalized)
-      m.split_added(normalized, 1, out, [&](std::string_view rest) { m.encode_text(rest, out); });
+    if (m.added.any_normalized())
+      m.added.split(normalized, 1, out, [&](std::string_view rest) { m.encode_text(rest, out); });
     else
       m.encode_text(normalized, out);
   });
@@ -894,31 +773,15 @@ bpe_tokenizer::parse(std::string_view json_text, const std::string& source, std:
   }
 
   // added tokens
+  std::vector<added_token> added;
   if (doc.contains("added_tokens") && !doc.at("added_tokens").is_null()) {
-    const json& list = doc.at("added_tokens");
-    if (!list.is_array())
-      return source + ": added_tokens: must be a list";
-    for (std::size_t k = 0; k < list.size(); ++k) {
-      const std::string where = "added_tokens[" + std::to_string(k) + "]";
-      const json& t = list[k];
-      if (!t.is_object() || !t.contains("id") || !t.contains("content"))
-        return source + ": " + where + ": must be an object with id and content";
-      added_token a;
-      a.id = in.id(t.at("id"), where + ".id");
-      a.content = in.string(t, "content", where);
-      a.special = in.boolean(t, "special", where, false);
-      a.normalized = in.boolean(t, "normalized", where, !a.special);
-      a.lstrip = in.boolean(t, "lstrip", where, false);
-      a.rstrip = in.boolean(t, "rstrip", where, false);
-      a.single_word = in.boolean(t, "single_word", where, false);
-      if (in.failed())
-        return in.error();
-      if (a.content.empty())
-        return source + ": " + where + ".content: must not be empty";
-      if (const auto [it, fresh] = m->added_ids.emplace(a.content, a.id); !fresh)
-        return source + ": " + where + ": \"" + a.content + "\" is added twice";
+    auto read = read_added_tokens(doc.at("added_tokens"), source);
+    if (auto* err = std::get_if<std::string>(&read))
+      return *err;
+    added = std::move(std::get<std::vector<added_token>>(read));
+    for (const auto& a : added) {
+      m->added_ids.emplace(a.content, a.id);
       max_id = std::max<std::int64_t>(max_id, a.id);
-      m->added.push_back(std::move(a));
     }
   }
   // normalizer
@@ -929,18 +792,12 @@ bpe_tokenizer::parse(std::string_view json_text, const std::string& source, std:
 
   // A normalized token is found in the normalized text, so by its content
   // normalized (Hugging Face's normalized trie).
-  for (auto& a : m->added) {
+  for (auto& a : added) {
     a.match = a.normalized ? m->normalize(a.content) : a.content;
     if (a.match.empty())
       return source + ": added token \"" + a.content + "\": normalizes to nothing";
-    m->any_normalized = m->any_normalized || a.normalized;
   }
-  std::stable_sort(m->added.begin(), m->added.end(),
-                   [](const added_token& x, const added_token& y) { return x.match.size() > y.match.size(); });
-  for (std::size_t k = 0; k < m->added.size(); ++k) {
-    const auto& a = m->added[k];
-    m->added_by_byte[a.normalized ? 1 : 0][static_cast<unsigned char>(a.match.front())].push_back(k);
-  }
+  m->added = added_vocabulary{std::move(added)};
 
   // pre-tokenizer
   bool has_byte_level = false;
@@ -978,7 +835,7 @@ bpe_tokenizer::parse(std::string_view json_text, const std::string& source, std:
   for (std::size_t id = 0; id < token_of.size(); ++id)
     if (!token_of[id].empty())
       m->text_of[id] = from_symbols(token_of[id]);
-  for (const auto& a : m->added) {
+  for (const auto& a : m->added.tokens()) {
     m->text_of[static_cast<std::size_t>(a.id)] = a.special ? std::string{} : a.content;
     if (a.special)
       m->special_of[a.id] = a.content;

@@ -31,6 +31,34 @@ private:
   std::vector<std::int32_t> ends_;
 };
 
+/// The added tokens Hugging Face puts beside a SentencePiece model:
+/// tokenizer.json's "added_tokens", or else tokenizer_config.json's
+/// "added_tokens_decoder"; none when neither file has them.
+std::variant<std::vector<added_token>, std::string> sentencepiece_added_tokens(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  for (const auto& [file, key] : {std::pair{"tokenizer.json", "added_tokens"},
+                                  std::pair{"tokenizer_config.json", "added_tokens_decoder"}}) {
+    const std::string path = model_dir + "/" + file;
+    if (!fs::exists(path))
+      continue;
+    std::ifstream f{path, std::ios::binary};
+    std::ostringstream text;
+    text << f.rdbuf();
+    if (!f && !f.eof())
+      return path + ": cannot read";
+    bool too_deep = false;
+    const nlohmann::json doc = detail::parse_bounded(text.str(), too_deep, false);
+    if (doc.is_discarded() || too_deep)
+      return path + ": not valid JSON";
+    if (!doc.is_object() || !doc.contains(key) || doc.at(key).is_null())
+      continue;
+    if (std::string_view{key} == "added_tokens")
+      return read_added_tokens(doc.at(key), path);
+    return read_added_tokens_decoder(doc.at(key), path);
+  }
+  return std::vector<added_token>{};
+}
+
 } // namespace
 
 std::variant<std::vector<std::int32_t>, std::string> parse_generation_eos(std::string_view json_text,
@@ -69,7 +97,10 @@ std::variant<std::unique_ptr<tokenizer>, std::string> load_model_tokenizer(const
   std::unique_ptr<tokenizer> tok;
   std::string path = model_dir + "/tokenizer.model";
   if (fs::exists(path)) {
-    auto sp = sp_tokenizer::load(path, config.bos_token_id, eos);
+    auto added = sentencepiece_added_tokens(model_dir);
+    if (auto* err = std::get_if<std::string>(&added))
+      return *err;
+    auto sp = sp_tokenizer::load(path, config.bos_token_id, eos, std::move(std::get<std::vector<added_token>>(added)));
     if (auto* err = std::get_if<std::string>(&sp))
       return *err;
     tok = std::move(std::get<std::unique_ptr<sp_tokenizer>>(sp));

@@ -49,7 +49,7 @@ std::string replace_markers(std::string_view piece) {
 } // namespace
 
 sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p,
-                           std::int32_t bos_id, std::int32_t eos_id)
+                           std::int32_t bos_id, std::int32_t eos_id, std::vector<added_token> added)
   : sp_(std::move(p)), bos_id_(bos_id), eos_id_(eos_id) {
   const int n = sp_->GetPieceSize();
   pieces_.resize(static_cast<std::size_t>(n));
@@ -73,6 +73,19 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
     }
     pieces_[static_cast<std::size_t>(id)] = replace_markers(piece);
   }
+  // Added tokens: matched in the raw text, their ids past the pieces or
+  // standing for one (Hugging Face's added vocabulary wins).
+  for (auto& a : added) {
+    const auto id = static_cast<std::size_t>(a.id);
+    if (id >= pieces_.size())
+      pieces_.resize(id + 1);
+    pieces_[id] = a.special ? std::string{} : a.content;
+    if (a.special)
+      special_of_[a.id] = a.content;
+    a.match = a.content;
+    a.normalized = false;
+  }
+  added_ = added_vocabulary{std::move(added)};
   std::stable_sort(specials_.begin(), specials_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   for (const auto& [piece, id] : specials_)
@@ -83,20 +96,23 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
 sp_tokenizer::~sp_tokenizer() = default;
 
 std::variant<std::unique_ptr<sp_tokenizer>, std::string>
-sp_tokenizer::load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id) {
+sp_tokenizer::load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id,
+                   std::vector<added_token> added) {
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   if (const auto status = sp->Load(model_path); !status.ok())
     return model_path + ": cannot load SentencePiece model: " + status.ToString();
-  const int n = sp->GetPieceSize();
+  int n = sp->GetPieceSize();
   if (n <= 0)
     return model_path + ": SentencePiece model has no pieces";
+  for (const auto& a : added)
+    n = std::max(n, a.id + 1);
   if (bos_id >= n)
     return model_path + ": bos id " + std::to_string(bos_id) + " outside the vocabulary of " +
            std::to_string(n);
   if (eos_id >= n)
     return model_path + ": eos id " + std::to_string(eos_id) + " outside the vocabulary of " +
            std::to_string(n);
-  return std::unique_ptr<sp_tokenizer>(new sp_tokenizer(std::move(sp), bos_id, eos_id));
+  return std::unique_ptr<sp_tokenizer>(new sp_tokenizer(std::move(sp), bos_id, eos_id, std::move(added)));
 }
 
 std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
@@ -112,22 +128,25 @@ std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
       return; // Encode only fails on an unloaded model, which load() rules out
     ids.insert(ids.end(), pieces.begin(), pieces.end());
   };
-  const std::string_view all(text);
-  std::size_t from = 0;
-  for (std::size_t i = 0; i < all.size(); ++i) {
-    if (special_firsts_.find(all[i]) == std::string::npos)
-      continue;
-    for (const auto& [piece, id] : specials_) {
-      if (all.substr(i, piece.size()) == piece) {
-        encode_chunk(all.substr(from, i - from));
-        ids.push_back(id);
-        from = i + piece.size();
-        i = from - 1;
-        break;
+  // Between the added tokens, the control pieces' texts.
+  const auto encode_text = [&](std::string_view all) {
+    std::size_t from = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      if (special_firsts_.find(all[i]) == std::string::npos)
+        continue;
+      for (const auto& [piece, id] : specials_) {
+        if (all.substr(i, piece.size()) == piece) {
+          encode_chunk(all.substr(from, i - from));
+          ids.push_back(id);
+          from = i + piece.size();
+          i = from - 1;
+          break;
+        }
       }
     }
-  }
-  encode_chunk(all.substr(from));
+    encode_chunk(all.substr(from));
+  };
+  added_.split(text, 0, ids, encode_text);
   return ids;
 }
 

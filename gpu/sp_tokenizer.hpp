@@ -3,6 +3,7 @@
 // (and later cuda) backend, troupe-mkmodel's tests and the oracle tests.
 #pragma once
 
+#include "gpu/added_tokens.hpp"
 #include "gpu/backend.hpp"
 
 #include <cstdint>
@@ -28,9 +29,16 @@ namespace troupe::gpu {
 class sp_tokenizer final : public tokenizer {
 public:
   /// Loads `model_path`; `bos_id` is prepended by encode() (-1: none) and
-  /// `eos_id` is what eos_token() reports. The error names the file.
+  /// `eos_id` is what eos_token() reports. `added` are the model's added
+  /// tokens (tokenizer.json's, as Hugging Face adds them beside the
+  /// SentencePiece model: ChatML's <|im_start|> on a Mistral, Phi-3's
+  /// <|user|>): each is cut out of a text before SentencePiece reads it,
+  /// with its lstrip, rstrip and single_word (every one matched in the raw
+  /// text: SentencePiece's normalization only maps blanks), and its id may
+  /// lie past the model's pieces. The error names the file.
   static std::variant<std::unique_ptr<sp_tokenizer>, std::string>
-  load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id);
+  load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id,
+       std::vector<added_token> added = {});
 
   ~sp_tokenizer() override;
   sp_tokenizer(const sp_tokenizer&) = delete;
@@ -39,17 +47,20 @@ public:
   // -- tokenizer ---------------------------------------------------------
 
   /// BOS (when set) followed by the ids of `text`'s pieces; bytes outside
-  /// the vocabulary become byte-fallback pieces when the model has them. A
-  /// control or unknown piece's text ("</s><s>") is that token, and the
-  /// text between such tokens is encoded chunk by chunk (each with the
-  /// model's dummy prefix), as Hugging Face's Llama tokenizers read it.
+  /// the vocabulary become byte-fallback pieces when the model has them. An
+  /// added token's text, then a control or unknown piece's ("</s><s>"), is
+  /// that token, and the text between such tokens is encoded chunk by chunk
+  /// (each with the model's dummy prefix), as Hugging Face's Llama
+  /// tokenizers read it.
   std::vector<std::int32_t> encode(const std::string& text) const override;
   /// The piece with U+2581 turned into ' ', a byte piece <0xAB> as that
-  /// byte, "" for control/unknown pieces and ids outside [0, vocab_size()).
+  /// byte, a non-special added token's content, "" for control/unknown
+  /// pieces, special added tokens and ids outside [0, vocab_size()).
   std::string decode(std::int32_t token) const override;
-  /// A control or unknown piece's text ("</s>", "<unk>").
+  /// A control or unknown piece's text ("</s>", "<unk>"), or a special
+  /// added token's.
   std::string special_text(std::int32_t token) const override;
-  /// Number of pieces in the model.
+  /// Number of pieces in the model, or past them the largest added id + 1.
   std::int32_t vocab_size() const override;
   /// The eos id given to load().
   std::int32_t eos_token() const override { return eos_id_; }
@@ -61,7 +72,7 @@ public:
 
 private:
   sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p, std::int32_t bos_id,
-               std::int32_t eos_id);
+               std::int32_t eos_id, std::vector<added_token> added);
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::vector<std::string> pieces_; ///< [vocab] decoded text of each id
@@ -70,7 +81,8 @@ private:
   /// the tokens themselves.
   std::vector<std::pair<std::string, std::int32_t>> specials_;
   std::string special_firsts_;
-  std::unordered_map<std::int32_t, std::string> special_of_; ///< the same by id
+  std::unordered_map<std::int32_t, std::string> special_of_; ///< the same by id, and special added tokens
+  added_vocabulary added_;
   std::int32_t bos_id_;
   std::int32_t eos_id_;
 };

@@ -2,12 +2,14 @@
 // (BPE, 512 pieces, byte fallback): BOS handling, special tokens, and the
 // round trip of text through per-token decodes.
 
+#include "gpu/model_tokenizer.hpp"
 #include "gpu/sp_tokenizer.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <type_traits>
 
@@ -153,6 +155,110 @@ TEST_F(sp_tokenizer_test, special_tokens_in_a_text_are_the_tokens_themselves) {
     const auto ids = tok_->encode(near);
     EXPECT_EQ(stream_decode(ids), " " + near) << near;
   }
+}
+
+TEST_F(sp_tokenizer_test, added_tokens_are_cut_out_first_with_their_blanks) {
+  using troupe::gpu::added_token;
+  // ChatML's markers past the model's 512 pieces (a Mistral fine-tune's),
+  // Phi-3's <|user|> that takes the blanks after it, one that takes the
+  // blanks before it, one only as a word of its own, and a plain one.
+  std::vector<added_token> added{
+    {.content = "<|im_start|>", .match = {}, .id = 512, .special = true},
+    {.content = "<|im_end|>", .match = {}, .id = 513, .special = true},
+    {.content = "<|user|>", .match = {}, .id = 514, .special = true, .rstrip = true},
+    {.content = "<|pad|>", .match = {}, .id = 515, .special = true, .lstrip = true},
+    {.content = "word", .match = {}, .id = 516, .single_word = true},
+    {.content = "<sep>", .match = {}, .id = 517},
+  };
+  auto r = sp_tokenizer::load(dir_ + "/tokenizer.model", 1, 513, added);
+  ASSERT_TRUE(std::holds_alternative<std::unique_ptr<sp_tokenizer>>(r)) << std::get<std::string>(r);
+  const auto& t = *std::get<std::unique_ptr<sp_tokenizer>>(r);
+  EXPECT_EQ(t.vocab_size(), 518);
+  EXPECT_EQ(t.eos_token(), 513) << "an end id among the added tokens";
+  const auto body = [&](const std::string& text) {
+    auto ids = tok_->encode(text);
+    ids.erase(ids.begin());
+    return ids;
+  };
+  const auto join = [](std::initializer_list<std::vector<std::int32_t>> parts) {
+    std::vector<std::int32_t> out{1};
+    for (const auto& p : parts)
+      out.insert(out.end(), p.begin(), p.end());
+    return out;
+  };
+  EXPECT_EQ(t.encode("<|im_start|>user\nHi<|im_end|>\n"),
+            join({{512}, body("user\nHi"), {513}, body("\n")}));
+  EXPECT_EQ(t.encode("<|user|>\n Hello<|im_end|>"), join({{514}, body("Hello"), {513}})) << "rstrip";
+  EXPECT_EQ(t.encode("Hi  \n<|pad|>"), join({body("Hi"), {515}})) << "lstrip";
+  EXPECT_EQ(t.encode("a word"), join({body("a "), {516}}));
+  EXPECT_EQ(t.encode("swordfish"), join({body("swordfish")})) << "single_word: inside a word, text";
+  // The control pieces' texts still are their tokens between added ones.
+  EXPECT_EQ(t.encode("</s><sep><s>"), join({{2, 517, 1}}));
+  // Special added tokens decode to nothing and show their text; a plain one
+  // decodes to its content.
+  EXPECT_EQ(t.decode(512), "");
+  EXPECT_EQ(t.special_text(512), "<|im_start|>");
+  EXPECT_EQ(t.decode(517), "<sep>");
+  EXPECT_EQ(t.special_text(517), "");
+  EXPECT_EQ(t.decode(518), "");
+  // An end id past every id is refused.
+  auto bad = sp_tokenizer::load(dir_ + "/tokenizer.model", 1, 518, added);
+  ASSERT_TRUE(std::holds_alternative<std::string>(bad));
+  EXPECT_NE(std::get<std::string>(bad).find("eos id 518 outside the vocabulary of 518"), std::string::npos)
+    << std::get<std::string>(bad);
+}
+
+TEST_F(sp_tokenizer_test, a_model_directory_adds_the_tokens_its_hugging_face_files_list) {
+  std::string templ = (fs::temp_directory_path() / "troupe_sp_added_XXXXXX").string();
+  ASSERT_NE(mkdtemp(templ.data()), nullptr);
+  const fs::path d = templ;
+  fs::copy_file(fs::path{dir_} / "tokenizer.model", d / "tokenizer.model");
+  troupe::gpu::llama_config config;
+  config.vocab_size = 516;
+  config.bos_token_id = 1;
+  config.eos_token_ids = {513}; // <|im_end|> ends a ChatML fine-tune's turns
+  const auto load = [&]() { return troupe::gpu::load_model_tokenizer(d.string(), config); };
+  const auto check = [&](const char* from) {
+    auto r = load();
+    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<troupe::gpu::tokenizer>>(r))
+      << from << ": " << std::get<std::string>(r);
+    const auto& t = *std::get<std::unique_ptr<troupe::gpu::tokenizer>>(r);
+    EXPECT_EQ(t.vocab_size(), 514) << from;
+    const auto ids = t.encode("<|im_start|>user\nHi<|im_end|>");
+    ASSERT_GE(ids.size(), 4u) << from;
+    EXPECT_EQ(ids[1], 512) << from;
+    EXPECT_EQ(ids.back(), 513) << from;
+    EXPECT_EQ(t.special_text(513), "<|im_end|>") << from;
+  };
+  // Without either file, a ChatML end id past the pieces is refused.
+  {
+    auto r = load();
+    ASSERT_TRUE(std::holds_alternative<std::string>(r));
+    EXPECT_NE(std::get<std::string>(r).find("eos id 513 outside the vocabulary of 512"), std::string::npos)
+      << std::get<std::string>(r);
+  }
+  std::ofstream(d / "tokenizer_config.json") << R"({"added_tokens_decoder": {
+      "512": {"content": "<|im_start|>", "lstrip": false, "normalized": false, "rstrip": false,
+              "single_word": false, "special": true},
+      "513": {"content": "<|im_end|>", "special": true}}})";
+  check("tokenizer_config.json");
+  // tokenizer.json, where there is one, is the list read.
+  std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [
+      {"id": 0, "content": "<unk>", "special": true}, {"id": 512, "content": "<|im_start|>", "special": true},
+      {"id": 513, "content": "<|im_end|>", "special": true}]})";
+  check("tokenizer.json");
+  std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [{"id": "x", "content": "<|im_end|>"}]})";
+  auto bad = load();
+  ASSERT_TRUE(std::holds_alternative<std::string>(bad));
+  EXPECT_NE(std::get<std::string>(bad).find("tokenizer.json: added_tokens[0].id: must be a token id"), std::string::npos)
+    << std::get<std::string>(bad);
+  std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [{"id": 512, "content": "a"}, {"id": 513, "content": "a"}]})";
+  bad = load();
+  ASSERT_TRUE(std::holds_alternative<std::string>(bad));
+  EXPECT_NE(std::get<std::string>(bad).find("added_tokens[1]: \"a\" is added twice"), std::string::npos)
+    << std::get<std::string>(bad);
+  std::error_code ec;
+  fs::remove_all(d, ec);
 }
 
 TEST_F(sp_tokenizer_test, common_words_become_few_pieces) {
