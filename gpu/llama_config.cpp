@@ -182,9 +182,9 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   key_reader in{doc, source};
   llama_config c;
   if (const auto type = in.string("model_type")) {
-    if (*type != "llama" && *type != "mistral" && *type != "qwen2" && *type != "qwen3")
-      in.fail("model_type",
-              "is \"" + *type + "\": unsupported model type (llama, mistral, qwen2 and qwen3 are supported)");
+    if (*type != "llama" && *type != "mistral" && *type != "qwen2" && *type != "qwen3" && *type != "phi3")
+      in.fail("model_type", "is \"" + *type +
+                              "\": unsupported model type (llama, mistral, qwen2, qwen3 and phi3 are supported)");
     c.model_type = *type;
   }
   if (const auto act = in.string("hidden_act"); act && *act != "silu")
@@ -194,6 +194,14 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   if (c.model_type == "qwen2") {
     // Qwen2's attention always has biases on q, k and v, none on o.
     c.qkv_bias = true;
+  } else if (c.model_type == "phi3") {
+    // Phi-3's projections have no biases; q, k and v are one tensor, and
+    // so are gate and up.
+    c.fused_projections = true;
+    if (in.present("partial_rotary_factor") &&
+        (!in.at("partial_rotary_factor").is_number() || in.at("partial_rotary_factor").get<double>() != 1.0))
+      in.fail("partial_rotary_factor", "is " + in.at("partial_rotary_factor").dump() +
+                                           ": rotary embeddings over part of each head are not supported");
   } else {
     c.qkv_bias = c.o_bias = in.boolean("attention_bias", false);
   }
@@ -214,9 +222,10 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   const bool has_head_dim = in.present("head_dim");
   c.head_dim = in.positive("head_dim", 1);
   c.max_position_embeddings = in.positive("max_position_embeddings", 4096);
-  // Mistral 7B v0.1 attends over a window of 4,096 tokens; later Mistrals
-  // say null. A window that holds the whole context changes nothing.
-  if (c.model_type == "mistral" && in.present("sliding_window"))
+  // Mistral 7B v0.1 attends over a window of 4,096 tokens, Phi-3 mini 4K
+  // over 2,047; later Mistrals say null. A window that holds the whole
+  // context changes nothing.
+  if ((c.model_type == "mistral" || c.model_type == "phi3") && in.present("sliding_window"))
     if (const auto w = in.positive("sliding_window", std::nullopt); !in.error() && w < c.max_position_embeddings)
       c.sliding_window = w;
   c.rms_norm_eps = in.positive_float("rms_norm_eps", 1e-6f);
@@ -311,11 +320,13 @@ std::variant<llama_config, std::string> load_llama_config(const std::string& pat
 std::string to_config_json(const llama_config& c) {
   const bool qwen2 = c.model_type == "qwen2", qwen3 = c.model_type == "qwen3";
   json j = json::object();
+  const bool phi3 = c.model_type == "phi3";
   j["architectures"] = json::array({qwen2                          ? "Qwen2ForCausalLM"
                                     : qwen3                        ? "Qwen3ForCausalLM"
                                     : c.model_type == "mistral" ? "MistralForCausalLM"
+                                    : phi3                         ? "Phi3ForCausalLM"
                                                                    : "LlamaForCausalLM"});
-  if (!qwen2)
+  if (!qwen2 && !phi3)
     j["attention_bias"] = c.qkv_bias;
   j["attention_dropout"] = 0.0;
   j["bos_token_id"] = c.bos_token_id;
@@ -351,7 +362,7 @@ std::string to_config_json(const llama_config& c) {
   j["rope_theta"] = shortest(c.rope_theta);
   if (c.sliding_window > 0)
     j["sliding_window"] = c.sliding_window;
-  else if (qwen2 || qwen3 || c.model_type == "mistral")
+  else if (qwen2 || qwen3 || phi3 || c.model_type == "mistral")
     j["sliding_window"] = nullptr;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
   j["torch_dtype"] = c.torch_dtype;

@@ -24,7 +24,8 @@ struct rope_scaling {
 
 struct llama_config {
   /// config.json "model_type": "llama", "mistral" (Llama's architecture,
-  /// with or without a sliding window), "qwen2" (Llama's with biases on q, k and v) or
+  /// with or without a sliding window), "phi3" (Llama's, with q, k and v
+  /// stored as one tensor and gate and up as one; a window or not), "qwen2" (Llama's with biases on q, k and v) or
   /// "qwen3" (Llama's with q and k RMS-normalised per head).
   std::string model_type = "llama";
   std::uint32_t hidden_size = 0;
@@ -48,6 +49,11 @@ struct llama_config {
   /// attention_bias), and the o projection (Llama's with attention_bias).
   bool qkv_bias = false;
   bool o_bias = false;
+  /// Whether the checkpoint stores q, k and v as one tensor
+  /// (self_attn.qkv_proj, their rows in that order) and gate and up as one
+  /// (mlp.gate_up_proj), as Phi-3 does; its adapters then name qkv_proj and
+  /// gate_up_proj.
+  bool fused_projections = false;
   /// Whether each head of q and of k is RMS-normalised (weights
   /// [head_dim], eps rms_norm_eps) before the rotary embeddings (Qwen3's).
   bool qk_norm = false;

@@ -24,22 +24,39 @@ std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c) {
   const std::uint64_t inter = c.intermediate_size;
   const std::uint64_t vocab = c.vocab_size;
   std::vector<llama_tensor_ref> t;
-  t.push_back({llama_tensor::embed, 0, "model.embed_tokens.weight", {vocab, hidden}});
+  t.push_back({llama_tensor::embed, 0, "model.embed_tokens.weight", {vocab, hidden}, {}, 0});
   for (std::uint32_t i = 0; i < c.num_layers; ++i) {
     const auto add = [&](llama_tensor w, std::string_view module, std::vector<std::uint64_t> shape) {
-      t.push_back({w, i, llama_tensor_name(i, module), std::move(shape)});
+      t.push_back({w, i, llama_tensor_name(i, module), std::move(shape), {}, 0});
+    };
+    // Rows [row_begin, row_begin + rows) of `module`, stored as [total, cols].
+    const auto part = [&](llama_tensor w, std::string_view module, std::uint64_t rows, std::uint64_t cols,
+                          std::uint64_t row_begin, std::uint64_t total) {
+      t.push_back({w, i, llama_tensor_name(i, module), {rows, cols}, {total, cols}, row_begin});
     };
     add(llama_tensor::attn_norm, "input_layernorm", {hidden});
-    add(llama_tensor::q, "self_attn.q_proj", {q_dim, hidden});
-    add(llama_tensor::k, "self_attn.k_proj", {kv_dim, hidden});
-    add(llama_tensor::v, "self_attn.v_proj", {kv_dim, hidden});
+    if (c.fused_projections) {
+      const std::uint64_t qkv = q_dim + 2 * kv_dim;
+      part(llama_tensor::q, "self_attn.qkv_proj", q_dim, hidden, 0, qkv);
+      part(llama_tensor::k, "self_attn.qkv_proj", kv_dim, hidden, q_dim, qkv);
+      part(llama_tensor::v, "self_attn.qkv_proj", kv_dim, hidden, q_dim + kv_dim, qkv);
+    } else {
+      add(llama_tensor::q, "self_attn.q_proj", {q_dim, hidden});
+      add(llama_tensor::k, "self_attn.k_proj", {kv_dim, hidden});
+      add(llama_tensor::v, "self_attn.v_proj", {kv_dim, hidden});
+    }
     add(llama_tensor::o, "self_attn.o_proj", {hidden, q_dim});
     add(llama_tensor::mlp_norm, "post_attention_layernorm", {hidden});
-    add(llama_tensor::gate, "mlp.gate_proj", {inter, hidden});
-    add(llama_tensor::up, "mlp.up_proj", {inter, hidden});
+    if (c.fused_projections) { // gate's rows, then up's
+      part(llama_tensor::gate, "mlp.gate_up_proj", inter, hidden, 0, 2 * inter);
+      part(llama_tensor::up, "mlp.gate_up_proj", inter, hidden, inter, 2 * inter);
+    } else {
+      add(llama_tensor::gate, "mlp.gate_proj", {inter, hidden});
+      add(llama_tensor::up, "mlp.up_proj", {inter, hidden});
+    }
     add(llama_tensor::down, "mlp.down_proj", {hidden, inter});
     const auto bias = [&](llama_tensor w, std::string_view module, std::uint64_t n) {
-      t.push_back({w, i, llama_tensor_name(i, module, "bias"), {n}});
+      t.push_back({w, i, llama_tensor_name(i, module, "bias"), {n}, {}, 0});
     };
     if (c.qkv_bias) {
       bias(llama_tensor::q_bias, "self_attn.q_proj", q_dim);
@@ -53,10 +70,27 @@ std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c) {
       add(llama_tensor::k_norm, "self_attn.k_norm", {c.head_dim});
     }
   }
-  t.push_back({llama_tensor::final_norm, 0, "model.norm.weight", {hidden}});
+  t.push_back({llama_tensor::final_norm, 0, "model.norm.weight", {hidden}, {}, 0});
   if (!c.tie_word_embeddings)
-    t.push_back({llama_tensor::lm_head, 0, "lm_head.weight", {vocab, hidden}});
+    t.push_back({llama_tensor::lm_head, 0, "lm_head.weight", {vocab, hidden}, {}, 0});
   return t;
+}
+
+std::vector<named_tensor> llama_checkpoint_named(
+  const llama_config& c, const std::function<std::vector<float>(const llama_tensor_ref&)>& values) {
+  std::vector<named_tensor> out;
+  for (const auto& t : llama_checkpoint_tensors(c)) {
+    auto v = values(t);
+    if (t.stored_shape.empty()) {
+      out.push_back({t.name, t.shape, std::move(v)});
+      continue;
+    }
+    // A part of a stored tensor: its parts come in row order, one after another.
+    if (t.row_begin == 0)
+      out.push_back({t.name, t.stored_shape, {}});
+    out.back().values.insert(out.back().values.end(), v.begin(), v.end());
+  }
+  return out;
 }
 
 std::vector<float>& llama_weights::tensor(llama_tensor which, std::uint32_t layer) {
@@ -101,19 +135,26 @@ visit_llama_tensors(const std::string& model_dir, const llama_config& c,
     return *err;
   const auto& archive = std::get<safetensors_archive>(opened);
   const auto tensors = llama_checkpoint_tensors(c);
-  std::vector<const tensor_view*> views;
+  std::vector<tensor_view> views;
   views.reserve(tensors.size());
   for (const auto& t : tensors) {
-    auto v = archive.get(t.name, t.shape);
+    auto v = archive.get(t.name, t.stored_shape.empty() ? t.shape : t.stored_shape);
     if (auto* err = std::get_if<std::string>(&v)) {
       if (t.which == llama_tensor::lm_head && archive.find(t.name) == nullptr)
         *err += " (and config.json has tie_word_embeddings false)";
       return *err;
     }
-    views.push_back(std::get<const tensor_view*>(v));
+    tensor_view view = *std::get<const tensor_view*>(v);
+    if (!t.stored_shape.empty()) { // its rows of the stored tensor
+      const std::uint64_t row_bytes = t.shape[1] * dtype_size(view.type);
+      view.name += " rows " + std::to_string(t.row_begin) + ".." + std::to_string(t.row_begin + t.shape[0]);
+      view.shape = t.shape;
+      view.data = view.data.subspan(t.row_begin * row_bytes, t.shape[0] * row_bytes);
+    }
+    views.push_back(std::move(view));
   }
   for (std::size_t i = 0; i < tensors.size(); ++i)
-    visit(tensors[i].which, tensors[i].layer, *views[i]);
+    visit(tensors[i].which, tensors[i].layer, views[i]);
   return std::nullopt;
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "gpu/llama_config.hpp"
+#include "gpu/safetensors.hpp"
 
 #include <cstdint>
 #include <functional>
@@ -56,12 +57,17 @@ struct llama_weights {
 };
 
 /// One tensor of a checkpoint: which, its layer (0 for the model's own),
-/// Hugging Face's name and the shape the config gives it.
+/// Hugging Face's name and the shape the config gives it. Where the file
+/// stores it inside a larger tensor (fused_projections: Phi-3's q, k and v
+/// in self_attn.qkv_proj), `name` is that tensor's, `stored_shape` its
+/// shape, and this one its rows from `row_begin`.
 struct llama_tensor_ref {
   llama_tensor which;
   std::uint32_t layer = 0;
   std::string name;
   std::vector<std::uint64_t> shape;
+  std::vector<std::uint64_t> stored_shape; ///< empty: stored alone, as `shape`
+  std::uint64_t row_begin = 0;
 };
 
 /// Every tensor of a checkpoint with config `c`, in this order: embed, each
@@ -69,6 +75,12 @@ struct llama_tensor_ref {
 /// q, k and v biases (qkv_bias), o bias (o_bias) and q and k norms
 /// (qk_norm), final_norm, and lm_head unless the embeddings are tied.
 std::vector<llama_tensor_ref> llama_checkpoint_tensors(const llama_config& c);
+
+/// The checkpoint's tensors as a file holds them, for writers: each
+/// tensor's values(ref), those stored in one tensor joined in row order
+/// under its name, in llama_checkpoint_tensors' order of their first.
+std::vector<named_tensor> llama_checkpoint_named(
+  const llama_config& c, const std::function<std::vector<float>(const llama_tensor_ref&)>& values);
 
 struct tensor_view;
 

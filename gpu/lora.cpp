@@ -41,8 +41,12 @@ std::string_view to_string(lora_target x) noexcept {
 
 std::string peft_tensor_name(std::uint32_t layer, lora_target t, char matrix) {
   const bool attn = t == lora_target::q || t == lora_target::k || t == lora_target::v || t == lora_target::o;
-  return "base_model.model.model.layers." + std::to_string(layer) + (attn ? ".self_attn." : ".mlp.") +
-         std::string{to_string(t)} + ".lora_" + std::string(1, matrix) + ".weight";
+  return peft_tensor_name(layer, (attn ? "self_attn." : "mlp.") + std::string{to_string(t)}, matrix);
+}
+
+std::string peft_tensor_name(std::uint32_t layer, std::string_view module, char matrix) {
+  return "base_model.model.model.layers." + std::to_string(layer) + "." + std::string{module} + ".lora_" +
+         std::string(1, matrix) + ".weight";
 }
 
 namespace {
@@ -155,13 +159,31 @@ std::variant<lora_adapter, std::string> parse_adapter_config(const json& doc, co
       a.targets.fill(true);
       continue;
     }
+    // Phi-3's fused projections: one adapter over q, k and v, one over
+    // gate and up.
+    const std::string_view last = std::string_view{name}.substr(name.rfind('.') + 1);
+    if (last == "qkv_proj" || last == "gate_up_proj") {
+      if (last == "qkv_proj")
+        for (const auto t : {lora_target::q, lora_target::k, lora_target::v})
+          a.targets[static_cast<std::size_t>(t)] = true;
+      else
+        for (const auto t : {lora_target::gate, lora_target::up})
+          a.targets[static_cast<std::size_t>(t)] = true;
+      a.names_fused = true;
+      continue;
+    }
     const auto t = parse_target(name);
     if (!t)
       return key_error("target_modules", "names unsupported target module '" + name +
                                              "' (supported: q_proj, k_proj, v_proj, o_proj, "
-                                             "gate_proj, up_proj, down_proj, all-linear)");
+                                             "gate_proj, up_proj, down_proj, all-linear; "
+                                             "qkv_proj and gate_up_proj for Phi-3)");
     a.targets[static_cast<std::size_t>(*t)] = true;
+    a.names_separate = a.names_separate || (*t != lora_target::o && *t != lora_target::down);
   }
+  if (a.names_fused && a.names_separate)
+    return key_error("target_modules", "names both fused projections (qkv_proj, gate_up_proj) and separate "
+                                       "ones (q_proj, k_proj, v_proj, gate_proj, up_proj): a model has one kind");
   if (std::none_of(a.targets.begin(), a.targets.end(), [](bool b) { return b; }))
     return key_error("target_modules", "is empty");
   return a;
@@ -206,13 +228,60 @@ std::variant<lora_adapter, std::string> load_peft_adapter(const std::string& dir
       return *err;
     const auto& archive = std::get<safetensors_archive>(opened);
 
+    if (base.fused_projections && a.names_separate)
+      return config_path + ": key 'target_modules' names q_proj, k_proj, v_proj, gate_proj or up_proj, but the "
+                           "base model (" + base.model_type + ") stores them fused, as qkv_proj and gate_up_proj";
+    if (!base.fused_projections && a.names_fused)
+      return config_path + ": key 'target_modules' names qkv_proj or gate_up_proj, which the base model (" +
+             base.model_type + ") does not have (it has q_proj, k_proj, v_proj, gate_proj and up_proj)";
+
     std::set<std::string> expected;
+    // One fused adapter's A and B (Phi-3's qkv_proj: B's rows q's, then k's
+    // and v's), each part given A and its rows of B.
+    const auto read_fused = [&](std::uint32_t i, std::string_view module,
+                                std::initializer_list<lora_target> parts) -> std::optional<std::string> {
+      const std::uint64_t in = dims(*parts.begin(), base).first;
+      std::uint64_t out = 0;
+      for (const auto t : parts)
+        out += dims(t, base).second;
+      const std::uint64_t shape_a[] = {a.rank, in};
+      const std::uint64_t shape_b[] = {out, a.rank};
+      std::vector<float> m[2];
+      for (const char which : {'A', 'B'}) {
+        const std::string name = peft_tensor_name(i, module, which);
+        expected.insert(name);
+        auto r = archive.read_f32(name, which == 'A' ? std::span<const std::uint64_t>{shape_a}
+                                                     : std::span<const std::uint64_t>{shape_b});
+        if (auto* err = std::get_if<std::string>(&r))
+          return *err;
+        m[which == 'B'] = std::move(std::get<std::vector<float>>(r));
+      }
+      std::size_t row = 0;
+      for (const auto t : parts) {
+        auto& part = a.layers[i][static_cast<std::size_t>(t)];
+        const std::size_t rows = dims(t, base).second;
+        part.a = m[0];
+        part.b.assign(m[1].begin() + static_cast<std::ptrdiff_t>(row * a.rank),
+                      m[1].begin() + static_cast<std::ptrdiff_t>((row + rows) * a.rank));
+        row += rows;
+      }
+      return std::nullopt;
+    };
     a.layers.resize(base.num_layers);
     for (std::uint32_t i = 0; i < base.num_layers; ++i) {
       for (std::size_t ti = 0; ti < lora_target_count; ++ti) {
         if (!a.targets[ti])
           continue;
         const auto t = static_cast<lora_target>(ti);
+        if (base.fused_projections && (t == lora_target::q || t == lora_target::gate)) {
+          const bool qkv = t == lora_target::q;
+          if (auto err = qkv ? read_fused(i, "self_attn.qkv_proj", {lora_target::q, lora_target::k, lora_target::v})
+                             : read_fused(i, "mlp.gate_up_proj", {lora_target::gate, lora_target::up}))
+            return *err;
+          continue;
+        }
+        if (base.fused_projections && (t == lora_target::k || t == lora_target::v || t == lora_target::up))
+          continue; // read with its fused tensor
         const auto [in, out] = dims(t, base);
         const std::uint64_t shape_a[] = {a.rank, in};
         const std::uint64_t shape_b[] = {out, a.rank};

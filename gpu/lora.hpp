@@ -34,7 +34,13 @@ struct lora_adapter {
   /// alpha / r, or alpha / sqrt(r) with rsLoRA.
   float scale = 0;
   std::array<bool, lora_target_count> targets{};
-  /// layers[i][t] is set when targets[t].
+  /// How target_modules names the projections: "qkv_proj" or
+  /// "gate_up_proj" (a model with fused_projections, Phi-3's), or one of
+  /// q_proj, k_proj, v_proj, gate_proj, up_proj; neither for o_proj,
+  /// down_proj and all-linear alone. The base model must store them so.
+  bool names_fused = false;
+  bool names_separate = false;
+  /// layers[i][t] is set when targets[t]; a fused tensor's parts share A.
   std::vector<std::array<lora_matrix, lora_target_count>> layers;
 };
 
@@ -50,5 +56,8 @@ std::variant<lora_adapter, std::string> read_peft_config(const std::string& dir)
 
 /// PEFT's tensor name for layer `i`, target `t`, matrix "A" or "B".
 std::string peft_tensor_name(std::uint32_t layer, lora_target t, char matrix);
+/// The same for a fused projection's adapter (`module` "self_attn.qkv_proj"
+/// or "mlp.gate_up_proj").
+std::string peft_tensor_name(std::uint32_t layer, std::string_view module, char matrix);
 
 } // namespace troupe::gpu

@@ -40,16 +40,16 @@ std::string_view to_string(dtype x) noexcept {
   return "?";
 }
 
+std::size_t dtype_size(dtype x) noexcept {
+  return x == dtype::f32 ? 4 : 2;
+}
+
 namespace {
 
 using json = nlohmann::json;
 namespace fs = std::filesystem;
 
 using detail::parse_bounded;
-
-std::size_t dtype_size(dtype x) noexcept {
-  return x == dtype::f32 ? 4 : 2;
-}
 
 // -- conversions -------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 // memory-mapped. Used by the Llama and PEFT loaders and by troupe-mkmodel.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -17,6 +18,8 @@ enum class dtype : std::uint8_t { f32, f16, bf16 };
 
 /// "F32", "F16", "BF16".
 std::string_view to_string(dtype x) noexcept;
+/// Bytes of one element: 4 or 2.
+std::size_t dtype_size(dtype x) noexcept;
 
 /// A tensor inside a mapped file; valid while its archive lives.
 struct tensor_view {

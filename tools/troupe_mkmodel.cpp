@@ -50,9 +50,9 @@ constexpr std::string_view usage =
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
   "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
   "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
-  "         [--arch llama|qwen2|qwen3|mistral] [--head-dim N (default hidden / heads)]\n"
+  "         [--arch llama|qwen2|qwen3|mistral|phi3] [--head-dim N (default hidden / heads)]\n"
   "         [--mistral-calls array|named (with --arch mistral; default array)]\n"
-  "         [--sliding-window N (with --arch mistral, below --max-context; default none)]\n";
+  "         [--sliding-window N (with --arch mistral or phi3, below --max-context; default none)]\n";
 
 struct options {
   std::string out;
@@ -258,8 +258,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       (arg == "--spm-train" ? o.spm_train : o.corpus) = *v;
     } else if (arg == "--arch") {
       const auto v = value();
-      if (!v || (*v != "llama" && *v != "qwen2" && *v != "qwen3" && *v != "mistral"))
-        return std::string{"--arch needs llama, qwen2, qwen3 or mistral"};
+      if (!v || (*v != "llama" && *v != "qwen2" && *v != "qwen3" && *v != "mistral" && *v != "phi3"))
+        return std::string{"--arch needs llama, qwen2, qwen3, mistral or phi3"};
       o.arch = std::string{*v};
     } else if (arg == "--mistral-calls") {
       const auto v = value();
@@ -288,8 +288,17 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
     return std::string{"--ranks and --targets must not be empty"};
   if (o.mistral_calls != "array" && o.arch != "mistral")
     return std::string{"--mistral-calls goes with --arch mistral"};
-  if (o.sliding_window != 0 && o.arch != "mistral")
-    return std::string{"--sliding-window goes with --arch mistral (Mistral 7B v0.1's window)"};
+  if (o.sliding_window != 0 && o.arch != "mistral" && o.arch != "phi3")
+    return std::string{"--sliding-window goes with --arch mistral or phi3 (Mistral 7B v0.1's, Phi-3 mini's window)"};
+  if (o.arch == "phi3") {
+    // Phi-3's adapters are over its fused projections: q, k and v together,
+    // gate and up together.
+    const auto has = [&](lora_target t) { return std::find(o.targets.begin(), o.targets.end(), t) != o.targets.end(); };
+    if (!(has(lora_target::q) == has(lora_target::k) && has(lora_target::k) == has(lora_target::v)))
+      return std::string{"--arch phi3: --targets q_proj, k_proj and v_proj go together (Phi-3's qkv_proj)"};
+    if (has(lora_target::gate) != has(lora_target::up))
+      return std::string{"--arch phi3: --targets gate_proj and up_proj go together (Phi-3's gate_up_proj)"};
+  }
   if (o.sliding_window >= o.max_context)
     return std::string{"--sliding-window must be below --max-context (a longer window is none)"};
   if (o.bpe && o.arch == "mistral")
@@ -345,6 +354,7 @@ llama_config make_config(const options& o) {
   c.model_type = o.arch;
   c.qkv_bias = o.arch == "qwen2";
   c.qk_norm = o.arch == "qwen3";
+  c.fused_projections = o.arch == "phi3";
   c.hidden_size = o.hidden;
   c.intermediate_size = o.intermediate;
   c.num_layers = o.layers;
@@ -390,9 +400,8 @@ llama_config make_config(const options& o) {
 }
 
 std::optional<std::string> write_model(const options& o, const llama_config& c, std::uint64_t& params) {
-  std::vector<named_tensor> ts;
   std::uint64_t stream = 0;
-  for (auto& t : llama_checkpoint_tensors(c)) {
+  const auto ts = llama_checkpoint_named(c, [&](const llama_tensor_ref& t) {
     // Norm weights near 1, projections and embeddings near 0, biases
     // wider: Qwen2's are large enough to matter.
     const bool norm = t.which == llama_tensor::attn_norm || t.which == llama_tensor::mlp_norm ||
@@ -400,9 +409,9 @@ std::optional<std::string> write_model(const options& o, const llama_config& c, 
                       t.which == llama_tensor::k_norm;
     const bool bias = t.which == llama_tensor::q_bias || t.which == llama_tensor::k_bias ||
                       t.which == llama_tensor::v_bias || t.which == llama_tensor::o_bias;
-    ts.push_back(random_tensor(std::move(t.name), std::move(t.shape), o.seed, stream++, norm ? 1.0 : 0.0,
-                               norm ? 0.05 : bias ? 0.5 : 0.02));
-  }
+    return random_tensor(t.name, t.shape, o.seed, stream++, norm ? 1.0 : 0.0, norm ? 0.05 : bias ? 0.5 : 0.02)
+      .values;
+  });
   params = 0;
   for (const auto& t : ts)
     params += t.values.size();
@@ -420,10 +429,20 @@ std::optional<std::string> write_adapter(const options& o, const llama_config& c
   std::array<bool, lora_target_count> on{};
   for (const auto t : o.targets)
     on[static_cast<std::size_t>(t)] = true;
+  const bool fused = c.fused_projections; // Phi-3's qkv_proj and gate_up_proj
+  const auto fused_part = [&](lora_target t) {
+    return fused && (t == lora_target::k || t == lora_target::v || t == lora_target::up);
+  };
   nlohmann::json names = nlohmann::json::array();
-  for (std::size_t t = 0; t < lora_target_count; ++t)
-    if (on[t])
-      names.push_back(std::string{to_string(static_cast<lora_target>(t))});
+  for (std::size_t t = 0; t < lora_target_count; ++t) {
+    const auto target = static_cast<lora_target>(t);
+    if (!on[t] || fused_part(target))
+      continue;
+    names.push_back(!fused                          ? std::string{to_string(target)}
+                    : target == lora_target::q    ? std::string{"qkv_proj"}
+                    : target == lora_target::gate ? std::string{"gate_up_proj"}
+                                                  : std::string{to_string(target)});
+  }
   const double alpha = o.alpha.value_or(2.0 * rank);
   nlohmann::json cfg = {{"peft_type", "LORA"},
                         {"r", rank},
@@ -450,10 +469,12 @@ std::optional<std::string> write_adapter(const options& o, const llama_config& c
       if (!on[ti])
         continue;
       const auto t = static_cast<lora_target>(ti);
+      if (fused_part(t))
+        continue; // in its fused tensor
       std::uint64_t in = h, out = h;
       switch (t) {
         case lora_target::q:
-          out = q_dim;
+          out = fused ? q_dim + 2 * kv_dim : q_dim;
           break;
         case lora_target::k:
         case lora_target::v:
@@ -464,14 +485,19 @@ std::optional<std::string> write_adapter(const options& o, const llama_config& c
           break;
         case lora_target::gate:
         case lora_target::up:
-          out = inter;
+          out = fused ? 2 * inter : inter;
           break;
         case lora_target::down:
           in = inter;
           break;
       }
-      ts.push_back(random_tensor(peft_tensor_name(i, t, 'A'), {rank, in}, seed, stream++, 0.0, 0.02));
-      ts.push_back(random_tensor(peft_tensor_name(i, t, 'B'), {out, rank}, seed, stream++, 0.0, 0.02));
+      const auto name = [&](char matrix) {
+        return !fused || (t != lora_target::q && t != lora_target::gate)
+                 ? peft_tensor_name(i, t, matrix)
+                 : peft_tensor_name(i, t == lora_target::q ? "self_attn.qkv_proj" : "mlp.gate_up_proj", matrix);
+      };
+      ts.push_back(random_tensor(name('A'), {rank, in}, seed, stream++, 0.0, 0.02));
+      ts.push_back(random_tensor(name('B'), {out, rank}, seed, stream++, 0.0, 0.02));
     }
   }
   // PEFT saves adapters in the base model's dtype.

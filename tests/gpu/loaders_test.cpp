@@ -565,6 +565,122 @@ TEST_F(loaders, llama_dir_loads_with_every_shape) {
   EXPECT_EQ(w.lm_head, tensors.back().values);
 }
 
+TEST_F(loaders, phi3_fused_projections_load_as_their_parts_and_are_written_back_fused) {
+  // Values of microsoft/Phi-3-mini-4k-instruct's config.json, shrunk.
+  const auto c = expect_ok(parse_llama_config(
+      R"({"architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1, "embd_pdrop": 0.0,
+          "eos_token_id": 15, "hidden_act": "silu", "hidden_size": 8, "initializer_range": 0.02,
+          "intermediate_size": 12, "max_position_embeddings": 64, "model_type": "phi3",
+          "num_attention_heads": 4, "num_hidden_layers": 2, "num_key_value_heads": 2,
+          "original_max_position_embeddings": 64, "pad_token_id": 15, "resid_pdrop": 0.0,
+          "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0, "sliding_window": 31,
+          "tie_word_embeddings": false, "torch_dtype": "bfloat16", "use_cache": true, "vocab_size": 16})",
+      "config.json"));
+  EXPECT_EQ(c.model_type, "phi3");
+  EXPECT_TRUE(c.fused_projections);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(c.sliding_window, 31u);
+  // The checkpoint holds qkv_proj [q + 2 kv, hidden] and gate_up_proj [2 inter, hidden].
+  std::uint64_t next = 0;
+  const auto named = llama_checkpoint_named(c, [&](const llama_tensor_ref& t) {
+    return ramp(static_cast<std::size_t>(t.shape[0] * (t.shape.size() > 1 ? t.shape[1] : 1)), 0.01f,
+                0.125f * static_cast<float>(++next));
+  });
+  const auto find = [&](const std::string& name) -> const named_tensor* {
+    for (const auto& t : named)
+      if (t.name == name)
+        return &t;
+    return nullptr;
+  };
+  const auto* qkv = find(llama_tensor_name(1, "self_attn.qkv_proj"));
+  const auto* gate_up = find(llama_tensor_name(1, "mlp.gate_up_proj"));
+  ASSERT_NE(qkv, nullptr);
+  ASSERT_NE(gate_up, nullptr);
+  EXPECT_EQ(qkv->shape, (std::vector<std::uint64_t>{8 + 4 + 4, 8}));
+  EXPECT_EQ(gate_up->shape, (std::vector<std::uint64_t>{24, 8}));
+  EXPECT_EQ(find(llama_tensor_name(1, "self_attn.q_proj")), nullptr);
+  write_text("phi/config.json", to_config_json(c));
+  ASSERT_FALSE(write_safetensors(path("phi/model.safetensors"), named, dtype::bf16));
+  const auto w = expect_ok(load_llama(path("phi")));
+  EXPECT_TRUE(w.config.fused_projections);
+  EXPECT_EQ(w.config.sliding_window, 31u);
+  const auto& l = w.layers[1];
+  ASSERT_EQ(l.q.size(), 8u * 8u);
+  ASSERT_EQ(l.k.size(), 4u * 8u);
+  ASSERT_EQ(l.v.size(), 4u * 8u);
+  ASSERT_EQ(l.gate.size(), 12u * 8u);
+  ASSERT_EQ(l.up.size(), 12u * 8u);
+  // Each part is its rows of the stored tensor (bf16 rounding aside).
+  EXPECT_NEAR(l.q[0], qkv->values[0], 1e-2f);
+  EXPECT_NEAR(l.k[0], qkv->values[8 * 8], 1e-2f);
+  EXPECT_NEAR(l.v.back(), qkv->values.back(), 1e-2f);
+  EXPECT_NEAR(l.gate[5], gate_up->values[5], 1e-2f);
+  EXPECT_NEAR(l.up[0], gate_up->values[12 * 8], 1e-2f);
+  EXPECT_NE(l.k[0], l.q[0]);
+  // A file without the fused tensor names it.
+  std::vector<named_tensor> missing;
+  for (const auto& t : named)
+    if (t.name != qkv->name)
+      missing.push_back(t);
+  write_text("phi_bad/config.json", to_config_json(c));
+  ASSERT_FALSE(write_safetensors(path("phi_bad/model.safetensors"), missing, dtype::f32));
+  const auto bad = load_llama(path("phi_bad"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(bad));
+  EXPECT_NE(std::get<std::string>(bad).find("model.layers.1.self_attn.qkv_proj.weight"), std::string::npos)
+    << std::get<std::string>(bad);
+  // Rotary embeddings over part of a head (Phi-4 mini's 0.75) are refused.
+  const auto partial = parse_llama_config(
+    R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "vocab_size": 16, "model_type": "phi3", "partial_rotary_factor": 0.75})",
+    "c.json");
+  ASSERT_TRUE(std::holds_alternative<std::string>(partial));
+  EXPECT_NE(std::get<std::string>(partial).find("partial_rotary_factor"), std::string::npos) << std::get<std::string>(partial);
+}
+
+TEST_F(loaders, phi3_adapters_name_the_fused_projections_and_split_into_their_parts) {
+  auto c = small_config();
+  c.model_type = "phi3";
+  c.fused_projections = true;
+  const std::uint64_t h = 8, qkv = 8 + 4 + 4, r = 4;
+  std::vector<named_tensor> t;
+  for (std::uint32_t i = 0; i < c.num_layers; ++i) {
+    t.push_back({peft_tensor_name(i, "self_attn.qkv_proj", 'A'), {r, h}, ramp(r * h, 0.01f, 0.5f + i)});
+    t.push_back({peft_tensor_name(i, "self_attn.qkv_proj", 'B'), {qkv, r}, ramp(qkv * r, 0.01f, 1.5f + i)});
+  }
+  write_text("ad/adapter_config.json", R"({"r": 4, "lora_alpha": 8, "target_modules": ["qkv_proj"]})");
+  ASSERT_FALSE(write_safetensors(path("ad/adapter_model.safetensors"), t, dtype::f32));
+  const auto a = expect_ok(load_peft_adapter(path("ad"), c));
+  EXPECT_TRUE(a.names_fused);
+  for (const auto target : {lora_target::q, lora_target::k, lora_target::v}) {
+    const auto& m = a.layers[1][static_cast<std::size_t>(target)];
+    EXPECT_TRUE(a.targets[static_cast<std::size_t>(target)]);
+    EXPECT_EQ(m.a, t[2].values) << "every part reads the fused A";
+  }
+  EXPECT_FALSE(a.targets[static_cast<std::size_t>(lora_target::o)]);
+  const auto& k = a.layers[1][static_cast<std::size_t>(lora_target::k)].b;
+  ASSERT_EQ(k.size(), 4u * r);
+  EXPECT_EQ(k.front(), t[3].values[8 * r]) << "k's rows follow q's";
+  EXPECT_EQ(a.layers[1][static_cast<std::size_t>(lora_target::v)].b.back(), t[3].values.back());
+  // Names of the other kind are refused, naming what the base model has.
+  write_text("sep/adapter_config.json", R"({"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "v_proj"]})");
+  ASSERT_FALSE(write_safetensors(path("sep/adapter_model.safetensors"), peft_tensors(small_config(), 4,
+                                 {lora_target::q, lora_target::v}), dtype::f32));
+  const auto sep = load_peft_adapter(path("sep"), c);
+  ASSERT_TRUE(std::holds_alternative<std::string>(sep));
+  EXPECT_NE(std::get<std::string>(sep).find("stores them fused, as qkv_proj and gate_up_proj"), std::string::npos)
+    << std::get<std::string>(sep);
+  const auto on_llama = load_peft_adapter(path("ad"), small_config());
+  ASSERT_TRUE(std::holds_alternative<std::string>(on_llama));
+  EXPECT_NE(std::get<std::string>(on_llama).find("names qkv_proj or gate_up_proj, which the base model (llama)"),
+            std::string::npos)
+    << std::get<std::string>(on_llama);
+  write_text("mixed/adapter_config.json", R"({"r": 4, "lora_alpha": 8, "target_modules": ["qkv_proj", "up_proj"]})");
+  const auto mixed = read_peft_config(path("mixed"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(mixed));
+  EXPECT_NE(std::get<std::string>(mixed).find("names both fused projections"), std::string::npos)
+    << std::get<std::string>(mixed);
+}
+
 TEST_F(loaders, llama_tied_embeddings_need_no_lm_head_and_bf16_loads) {
   const auto c = small_config(true);
   write_text("llama/config.json", to_config_json(c));

@@ -103,6 +103,12 @@ const oracle_case cases[] = {
    "--arch mistral --hidden 128 --intermediate 256 --layers 2 --heads 8 --kv-heads 2 --max-context 256 "
    "--sliding-window 12 --adapters 1 --ranks 8 --targets all-linear",
    1, {5, 12, 13, 50}},
+  // Phi-3: q, k and v stored as one tensor, gate and up as one, adapters
+  // over those (one A for the parts), and Phi-3 mini's sliding window.
+  {"phi3_fused_qkv_gate_up_window_20_all_linear_r8_r16",
+   "--arch phi3 --hidden 128 --intermediate 256 --layers 2 --heads 8 --kv-heads 2 --max-context 256 "
+   "--sliding-window 20 --adapters 2 --ranks 8,16 --targets all-linear",
+   2, {3, 25, 40}},
 };
 
 class oracle_test : public ::testing::TestWithParam<oracle_case> {

@@ -117,6 +117,7 @@ def apply_rope(x, positions, inv_freq):
 # -- PEFT adapter ------------------------------------------------------------
 
 LINEAR_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+FUSED_MODULES = ["qkv_proj", "gate_up_proj"]  # Phi-3's
 
 
 class Adapter:
@@ -145,7 +146,7 @@ class Adapter:
         # module whose name equals an entry or ends with "." + entry.
         if isinstance(self.targets, str):
             if self.targets == "all-linear":
-                return full_name.rsplit(".", 1)[-1] in LINEAR_MODULES
+                return full_name.rsplit(".", 1)[-1] in LINEAR_MODULES + FUSED_MODULES
             return re.fullmatch(self.targets, full_name) is not None
         return any(full_name == t or full_name.endswith("." + t) for t in self.targets)
 
@@ -175,9 +176,9 @@ class Llama:
         self.n_layers = int(c["num_hidden_layers"])
         self.eps = float(c.get("rms_norm_eps", 1e-6))
         self.inv_freq = inverse_frequencies(c, self.head_dim)
-        # Mistral's sliding window (Hugging Face's MistralModel reads it in
-        # every layer; Llama's architecture has none).
-        self.window = c.get("sliding_window") if c.get("model_type") == "mistral" else None
+        # Mistral's and Phi-3's sliding window (Hugging Face's MistralModel
+        # and Phi3Model read it in every layer; Llama's architecture has none).
+        self.window = c.get("sliding_window") if c.get("model_type") in ("mistral", "phi3") else None
         if c.get("tie_word_embeddings", False) and "lm_head.weight" not in self.w:
             self.lm_head = self.w["model.embed_tokens.weight"]
         else:
@@ -195,15 +196,23 @@ class Llama:
     def attention(self, i, x, positions):
         p = f"model.layers.{i}.self_attn."
         t = x.shape[0]
-        q = self.linear(p + "q_proj", x).reshape(t, self.n_heads, self.head_dim)
-        k = self.linear(p + "k_proj", x).reshape(t, self.n_kv, self.head_dim)
+        if p + "qkv_proj.weight" in self.w:
+            # Phi-3: one projection whose outputs are q's, then k's and v's.
+            qkv = self.linear(p + "qkv_proj", x)
+            qd, kd = self.n_heads * self.head_dim, self.n_kv * self.head_dim
+            q_out, k_out, v_out = qkv[:, :qd], qkv[:, qd:qd + kd], qkv[:, qd + kd:]
+        else:
+            q_out, k_out = self.linear(p + "q_proj", x), self.linear(p + "k_proj", x)
+            v_out = self.linear(p + "v_proj", x)
+        q = q_out.reshape(t, self.n_heads, self.head_dim)
+        k = k_out.reshape(t, self.n_kv, self.head_dim)
         # Qwen3: each head of q and k RMS-normalised before the rotation.
         if p + "q_norm.weight" in self.w:
             q = rms_norm(q, self.w[p + "q_norm.weight"], self.eps)
             k = rms_norm(k, self.w[p + "k_norm.weight"], self.eps)
         q = q.transpose(1, 0, 2)
         k = k.transpose(1, 0, 2)
-        v = self.linear(p + "v_proj", x).reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
+        v = v_out.reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
         q = apply_rope(q, positions, self.inv_freq)
         k = apply_rope(k, positions, self.inv_freq)
         # repeat_kv: query head h reads key/value head h // (heads / kv_heads).
@@ -224,6 +233,10 @@ class Llama:
 
     def mlp(self, i, x):
         p = f"model.layers.{i}.mlp."
+        if p + "gate_up_proj.weight" in self.w:
+            # Phi-3: gate's outputs, then up's, from one projection.
+            gate, up = np.split(self.linear(p + "gate_up_proj", x), 2, axis=-1)
+            return self.linear(p + "down_proj", silu(gate) * up)
         return self.linear(p + "down_proj",
                            silu(self.linear(p + "gate_proj", x)) * self.linear(p + "up_proj", x))
 

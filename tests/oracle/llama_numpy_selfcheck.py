@@ -192,6 +192,39 @@ def main():
     whole = os.path.join(tmp, "whole")
     make_model(whole, dict(cfg, model_type="mistral", sliding_window=len(prompt)), w)
     assert close(ln.Llama(whole).last_logits(prompt), m.last_logits(prompt)), "window over the whole prompt"
+
+    # 9. Phi-3's fused projections: qkv_proj's rows q's, k's, v's and
+    # gate_up_proj's gate's, up's; a fused adapter is one A over the part's
+    # rows of B. Both equal the separate model and adapters.
+    fw = {k: v for k, v in w.items() if not any(n in k for n in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
+    fad, sad = {}, {}
+    for i in range(2):
+        a_, m_ = f"model.layers.{i}.self_attn.", f"model.layers.{i}.mlp."
+        fw[a_ + "qkv_proj.weight"] = np.concatenate([w[a_ + n + ".weight"] for n in ("q_proj", "k_proj", "v_proj")])
+        fw[m_ + "gate_up_proj.weight"] = np.concatenate([w[m_ + n + ".weight"] for n in ("gate_proj", "up_proj")])
+        for fused, parts in ((a_ + "qkv_proj", [a_ + "q_proj", a_ + "k_proj", a_ + "v_proj"]),
+                             (m_ + "gate_up_proj", [m_ + "gate_proj", m_ + "up_proj"])):
+            a = (rng.normal(size=(4, 16)) * 0.3).astype(np.float32)
+            bs = [(rng.normal(size=(w[n + ".weight"].shape[0], 4)) * 0.3).astype(np.float32) for n in parts]
+            fad[f"base_model.model.{fused}.lora_A.weight"] = a
+            fad[f"base_model.model.{fused}.lora_B.weight"] = np.concatenate(bs)
+            for n, b in zip(parts, bs):
+                sad[f"base_model.model.{n}.lora_A.weight"] = a
+                sad[f"base_model.model.{n}.lora_B.weight"] = b
+    dphi = os.path.join(tmp, "phi3")
+    make_model(dphi, dict(cfg, model_type="phi3"), fw)
+    for name, tensors, targets in (("fused", fad, ["qkv_proj", "gate_up_proj"]),
+                                   ("separate", sad, ["q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"])):
+        d = os.path.join(tmp, "ad_" + name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "adapter_config.json"), "w") as f:
+            json.dump({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "target_modules": targets}, f)
+        write_st(os.path.join(d, "adapter_model.safetensors"), tensors)
+    assert close(ln.Llama(dphi).last_logits(prompt), m.last_logits(prompt)), "phi3 fused projections"
+    fused_out = ln.Llama(dphi, ln.Adapter(os.path.join(tmp, "ad_fused"))).last_logits(prompt)
+    assert close(fused_out, ln.Llama(base, ln.Adapter(os.path.join(tmp, "ad_separate"))).last_logits(prompt)), \
+        "phi3 fused adapter"
+    assert not close(fused_out, m.last_logits(prompt), 1e-3), "fused adapter has no effect"
     print("OK")
 
 

@@ -4,8 +4,9 @@ transformers and PEFT.
 
 Writes a random Llama, a random Qwen2 (biases on q, k and v), a random
 Qwen3 (q and k normalised per head, heads wider than the hidden size; where
-this transformers has it) and a random Mistral with a sliding window of 16
-positions (Mistral 7B v0.1's kind), each with two LoRA adapters, with transformers' and PEFT's own save_pretrained,
+this transformers has it), a random Mistral with a sliding window of 16
+positions (Mistral 7B v0.1's kind) and a random Phi-3 (q, k and v fused,
+gate and up fused, a window of 24), each with two LoRA adapters, with transformers' and PEFT's own save_pretrained,
 computes each case's greedy tokens and logits with transformers + PEFT, then
 runs troupe-hf-parity on the same files (all cases in one mixed-adapter
 batch) and prints its verdict. Exit 0 when Troupe's logits and greedy tokens
@@ -21,11 +22,11 @@ import sys
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
-from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config,
-                          Qwen2ForCausalLM)
+from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Phi3Config,
+                          Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-         "mistral": (MistralConfig, MistralForCausalLM)}
+         "mistral": (MistralConfig, MistralForCausalLM), "phi3": (Phi3Config, Phi3ForCausalLM)}
 try:  # transformers 4.51 on
     from transformers import Qwen3Config, Qwen3ForCausalLM
     ARCHS["qwen3"] = (Qwen3Config, Qwen3ForCausalLM)
@@ -39,6 +40,8 @@ def make_files(work, arch):
     extra = {"head_dim": 128} if arch == "qwen3" else {}  # 8 heads of 128: 1,024 wide
     if arch == "mistral":  # Mistral 7B v0.1's sliding window, shorter than most prompts
         extra = {"sliding_window": 16}
+    if arch == "phi3":  # fused projections, Phi-3 mini 4K's kind of window; no rope scaling
+        extra = {"sliding_window": 24, "rope_scaling": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     cfg = config_class(vocab_size=1000, hidden_size=512, intermediate_size=1024,
                        num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
                        max_position_embeddings=1024, rms_norm_eps=1e-5,
@@ -57,8 +60,9 @@ def make_files(work, arch):
     adapters = {}
     for name, rank in (("a8", 8), ("a16", 16)):
         base = model_class.from_pretrained(model_dir, torch_dtype=torch.float32)
+        targets = ["qkv_proj", "o_proj"] if arch == "phi3" else ["q_proj", "k_proj", "v_proj", "o_proj"]
         lc = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, init_lora_weights=False,
-                        target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])
+                        target_modules=targets)
         peft = get_peft_model(base, lc)
         path = os.path.join(work, name)
         peft.save_pretrained(path)
@@ -101,7 +105,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "all"], default="all")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "phi3", "all"], default="all")
     args = ap.parse_args()
     rc = 0
     results = {}

@@ -3,7 +3,8 @@
 (tests/oracle/llama_numpy.py, Hugging Face's forward pass in float64) in
 transformers' place: a random Llama, a random Qwen2 (biases on q, k and v)
 a random Qwen3 (q and k normalised per head, heads wider than the hidden
-size) and a random Mistral with a sliding window of 16, each with PEFT adapters written by troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
+size), a random Mistral with a sliding window of 16 and a random Phi-3
+(fused projections, a window of 24), each with PEFT adapters written by troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
 tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
 troupe-hf-parity at fp16 and bf16. Passes when all match.
 usage: hf_parity_smoke.py HF_PARITY MKMODEL ORACLE [PYTHON]"""
@@ -22,7 +23,8 @@ def check(work, arch):
                    # Qwen3's heads wider than the hidden size: 4 of 128 over 256.
                    + (["--head-dim", "128"] if arch == "qwen3" else [])
                    # Mistral 7B v0.1's sliding window, shorter than most prompts.
-                   + (["--sliding-window", "16"] if arch == "mistral" else []),
+                   + (["--sliding-window", "16"] if arch == "mistral" else [])
+                   + (["--sliding-window", "24"] if arch == "phi3" else []),
                    check=True, stdout=subprocess.DEVNULL)
     adapter_dirs = sorted(os.listdir(os.path.join(model, "adapters")))
     adapters = {name: os.path.join(model, "adapters", name) for name in adapter_dirs}
@@ -63,7 +65,7 @@ def check(work, arch):
 
 
 failed = []
-for arch in ("llama", "qwen2", "qwen3", "mistral"):
+for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3"):
     with tempfile.TemporaryDirectory() as work:
         failed += check(work, arch)
 if failed:
