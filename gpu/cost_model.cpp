@@ -27,6 +27,23 @@ std::optional<std::string> validate_cost_constants(const cost_constants& c) {
 roofline_cost_model::roofline_cost_model(model_shape shape, gpu_spec gpu, cost_constants constants)
   : shape_(std::move(shape)), gpu_(std::move(gpu)), constants_(constants) {}
 
+namespace {
+
+/// Σ min(t, w) over t = a..b (every t when w is 0): the positions the new
+/// tokens at lengths a..b attend to under a sliding window of w.
+double window_sum(double a, double b, std::uint32_t window) noexcept {
+  if (b < a)
+    return 0.0;
+  const double w = window;
+  if (window == 0 || b <= w)
+    return (a + b) * (b - a + 1.0) / 2.0;
+  if (a > w)
+    return w * (b - a + 1.0);
+  return (a + w) * (w - a + 1.0) / 2.0 + w * (b - w);
+}
+
+} // namespace
+
 double roofline_cost_model::flops(std::span<const step_entry> batch) const noexcept {
   const double layer_params = static_cast<double>(shape_.layer_matmul_parameters());
   const double lm_head_params = static_cast<double>(shape_.embedding_parameters());
@@ -39,8 +56,9 @@ double roofline_cost_model::flops(std::span<const step_entry> batch) const noexc
       continue;
     const double n = e.new_tokens;
     const double c = e.context_tokens;
-    // New token i (0-based) attends to the c cached tokens and to i + 1 new ones.
-    const double pairs = n * c + n * (n + 1.0) / 2.0;
+    // New token i (0-based) attends to the c cached tokens and to i + 1 new
+    // ones, or to the last sliding_window of them.
+    const double pairs = window_sum(c + 1.0, c + n, shape_.sliding_window);
     total += 2.0 * layer_params * n + 2.0 * lm_head_params + attention_per_pair * pairs;
     // A hidden cache recomputes K and V of every cached token, every layer.
     if (e.hidden)
@@ -62,7 +80,12 @@ double roofline_cost_model::bytes(std::span<const step_entry> batch) const noexc
   const double hidden_per_token =
     static_cast<double>(shape_.hidden_size) * shape_.num_layers * shape_.dtype_bytes;
   for (const auto& e : batch) {
-    total += (e.hidden ? hidden_per_token : kv_per_token) * (static_cast<double>(e.context_tokens) + e.new_tokens);
+    // K and V read: the positions the step's tokens see (a hidden cache's
+    // every position, to recompute them).
+    double read = static_cast<double>(e.context_tokens) + e.new_tokens;
+    if (shape_.sliding_window > 0 && !e.hidden && e.new_tokens > 0)
+      read = std::min(read, static_cast<double>(shape_.sliding_window) + e.new_tokens - 1.0);
+    total += (e.hidden ? hidden_per_token : kv_per_token) * read;
     if (e.adapter_id != 0)
       adapters.emplace_back(e.adapter_id, e.adapter_rank);
   }
@@ -149,8 +172,20 @@ double roofline_cost_model::isolated_seconds(std::uint32_t prompt_tokens, std::u
   ++e.context_tokens;
   const double c1 = compute_seconds(one) - c0, m1 = memory_seconds(one) - m0;
   const std::uint64_t steps = output_tokens - 1u;
+  // With a sliding window, a step whose token sees a whole window costs
+  // what every later one does: affine steps, then equal ones.
+  std::uint64_t growing = steps;
+  if (const std::uint64_t w = shape_.sliding_window; w > 0) {
+    const std::uint64_t context = std::max<std::uint32_t>(prompt_tokens, 1);
+    growing = std::min<std::uint64_t>(steps, context + 1 >= w ? 0 : w - context - 1);
+  }
+  double flat = 0.0;
+  if (growing < steps) {
+    e.context_tokens = static_cast<std::uint32_t>(std::max<std::uint32_t>(prompt_tokens, 1) + growing);
+    flat = static_cast<double>(steps - growing) * std::max(compute_seconds(one), memory_seconds(one));
+  }
   return total + constants_.step_overhead_seconds * static_cast<double>(steps)
-         + sum_of_max_affine(c0, c1, m0, m1, steps);
+         + sum_of_max_affine(c0, c1, m0, m1, growing) + flat;
 }
 
 double roofline_cost_model::disk_seconds(std::uint64_t bytes) const noexcept {

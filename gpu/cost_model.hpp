@@ -68,11 +68,13 @@ public:
   /// FLOPs of the step: 2 * layer matmul parameters per new token, the
   /// lm_head once per entry (only its last position is sampled), attention
   /// QK^T and PV of every new token over its context and the new tokens before
-  /// it (causal), and each entry's LoRA FLOPs at its rank.
+  /// it (causal; within the shape's sliding window where it has one), and
+  /// each entry's LoRA FLOPs at its rank.
   double flops(std::span<const step_entry> batch) const noexcept;
 
   /// HBM bytes the step moves: base weights read once, each entry's context
-  /// KV read, the new tokens' KV written, and the weights of each distinct
+  /// KV read (what its tokens' sliding windows hold, where the shape has
+  /// one), the new tokens' KV written, and the weights of each distinct
   /// adapter (adapter_id != 0) read once; 0 for an empty batch.
   double bytes(std::span<const step_entry> batch) const noexcept;
 

@@ -33,6 +33,7 @@ model_shape llama_config::to_shape(const std::string& name) const {
   s.max_context = max_position_embeddings;
   s.dtype_bytes = torch_dtype == "float32" ? 4 : 2;
   s.tie_word_embeddings = tie_word_embeddings;
+  s.sliding_window = sliding_window;
   return s;
 }
 

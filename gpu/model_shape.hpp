@@ -39,6 +39,9 @@ struct model_shape {
   std::uint32_t dtype_bytes = 2;
   /// True when lm_head shares the embedding matrix (stored once).
   bool tie_word_embeddings = false;
+  /// A token attends to at most this many positions, its own among them
+  /// (llama_config::sliding_window); 0: to every position before it.
+  std::uint32_t sliding_window = 0;
 
   // -- dimensions ------------------------------------------------------------
 

@@ -288,6 +288,41 @@ TEST(roofline_cost_model, a_request_alone_is_summed_exactly_where_the_bound_chan
   EXPECT_NEAR(model.isolated_seconds(1000, 39001), steps, 1e-9 * steps);
 }
 
+TEST(roofline_cost_model, a_sliding_window_bounds_what_a_token_attends_to_and_reads) {
+  // Mistral 7B v0.1's shape, its window of 4,096.
+  const auto plain = make_model("llama-2-7b", "A100-80GB");
+  auto shape = plain.shape();
+  shape.sliding_window = 4096;
+  const roofline_cost_model model{shape, plain.gpu()};
+  // Within the window, the same; past it, a decode costs what the window's does.
+  for (const auto c : {0u, 100u, 4095u}) {
+    const std::vector<step_entry> b{decode(c)};
+    EXPECT_DOUBLE_EQ(model.flops(b), plain.flops(b)) << c;
+    EXPECT_DOUBLE_EQ(model.bytes(b), plain.bytes(b)) << c;
+  }
+  const std::vector<step_entry> at{decode(4095)}, past{decode(30000)};
+  EXPECT_DOUBLE_EQ(model.flops(past), model.flops(at));
+  EXPECT_DOUBLE_EQ(model.bytes(past), model.bytes(at));
+  EXPECT_LT(model.step_seconds(past), plain.step_seconds(past));
+  // A prefill of 10,000 tokens: token t attends to min(t, 4,096) of them,
+  // summed term by term.
+  const std::vector<step_entry> long_prefill{prefill_chunk(10000, 0)};
+  double pairs = 0;
+  for (std::uint32_t t = 1; t <= 10000; ++t)
+    pairs += std::min<std::uint32_t>(t, 4096);
+  const double full_pairs = 10000.0 * 10001.0 / 2.0;
+  const double attention_per_pair = 4.0 * shape.num_layers * static_cast<double>(shape.q_dim());
+  EXPECT_NEAR(plain.flops(long_prefill) - model.flops(long_prefill), attention_per_pair * (full_pairs - pairs),
+              1e-9 * plain.flops(long_prefill));
+  // A request alone, summed exactly: prompts below, at and past the window,
+  // outputs that cross it or not.
+  for (const auto& [prompt, output] : std::vector<std::pair<std::uint32_t, std::uint32_t>>{
+         {1000, 200}, {1000, 5000}, {4094, 3}, {4095, 10}, {9000, 50}, {1, 6000}}) {
+    const double steps = isolated_by_steps(model, prompt, output);
+    EXPECT_NEAR(model.isolated_seconds(prompt, output), steps, 1e-9 * steps) << prompt << " + " << output;
+  }
+}
+
 TEST(roofline_cost_model, transfer_time_is_linear_in_bytes) {
   const auto model = make_model("llama-2-7b", "H100-80GB");
   EXPECT_EQ(model.transfer_seconds(0), 0.0);
