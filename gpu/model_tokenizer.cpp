@@ -31,32 +31,95 @@ private:
   std::vector<std::int32_t> ends_;
 };
 
-/// The added tokens Hugging Face puts beside a SentencePiece model:
-/// tokenizer.json's "added_tokens", or else tokenizer_config.json's
-/// "added_tokens_decoder"; none when neither file has them.
-std::variant<std::vector<added_token>, std::string> sentencepiece_added_tokens(const std::string& model_dir) {
+/// What Hugging Face's files say of a SentencePiece model: its added
+/// tokens and where the dummy prefix goes.
+struct sentencepiece_extras {
+  std::vector<added_token> added;
+  sp_tokenizer::prefix_scheme prefix = sp_tokenizer::prefix_scheme::always;
+};
+
+/// The step of `type` in a tokenizer.json normalizer or pre-tokenizer (the
+/// step itself, or one of a Sequence's), or nullptr.
+const nlohmann::json* step_of(const nlohmann::json& doc, const char* part, std::string_view type) {
+  if (!doc.contains(part) || !doc.at(part).is_object())
+    return nullptr;
+  const auto& p = doc.at(part);
+  if (p.value("type", "") == type)
+    return &p;
+  for (const char* list : {"normalizers", "pretokenizers"})
+    if (p.contains(list) && p.at(list).is_array())
+      for (const auto& s : p.at(list))
+        if (s.is_object() && s.value("type", "") == type)
+          return &s;
+  return nullptr;
+}
+
+/// Reads `path` as JSON; the error names it.
+std::variant<nlohmann::json, std::string> read_json(const std::string& path) {
+  std::ifstream f{path, std::ios::binary};
+  std::ostringstream text;
+  text << f.rdbuf();
+  if (!f && !f.eof())
+    return path + ": cannot read";
+  bool too_deep = false;
+  nlohmann::json doc = detail::parse_bounded(text.str(), too_deep, false);
+  if (doc.is_discarded() || too_deep || !doc.is_object())
+    return path + ": not valid JSON (an object)";
+  return doc;
+}
+
+/// tokenizer.json's added_tokens (or else tokenizer_config.json's
+/// added_tokens_decoder), and its normalizer's Prepend (every piece
+/// prefixed) or pre-tokenizer's Metaspace prepend_scheme; without
+/// tokenizer.json, tokenizer_config.json's legacy false is "first" and
+/// add_prefix_space false "never" (Hugging Face's LlamaTokenizer's).
+std::variant<sentencepiece_extras, std::string> sentencepiece_extras_of(const std::string& model_dir) {
   namespace fs = std::filesystem;
-  for (const auto& [file, key] : {std::pair{"tokenizer.json", "added_tokens"},
-                                  std::pair{"tokenizer_config.json", "added_tokens_decoder"}}) {
-    const std::string path = model_dir + "/" + file;
-    if (!fs::exists(path))
-      continue;
-    std::ifstream f{path, std::ios::binary};
-    std::ostringstream text;
-    text << f.rdbuf();
-    if (!f && !f.eof())
-      return path + ": cannot read";
-    bool too_deep = false;
-    const nlohmann::json doc = detail::parse_bounded(text.str(), too_deep, false);
-    if (doc.is_discarded() || too_deep)
-      return path + ": not valid JSON";
-    if (!doc.is_object() || !doc.contains(key) || doc.at(key).is_null())
-      continue;
-    if (std::string_view{key} == "added_tokens")
-      return read_added_tokens(doc.at(key), path);
-    return read_added_tokens_decoder(doc.at(key), path);
+  using scheme = sp_tokenizer::prefix_scheme;
+  sentencepiece_extras out;
+  bool have_added = false;
+  const std::string fast = model_dir + "/tokenizer.json";
+  if (fs::exists(fast)) {
+    auto read = read_json(fast);
+    if (auto* err = std::get_if<std::string>(&read))
+      return *err;
+    const auto& doc = std::get<nlohmann::json>(read);
+    if (doc.contains("added_tokens") && !doc.at("added_tokens").is_null()) {
+      auto added = read_added_tokens(doc.at("added_tokens"), fast);
+      if (auto* err = std::get_if<std::string>(&added))
+        return *err;
+      out.added = std::move(std::get<std::vector<added_token>>(added));
+      have_added = true;
+    }
+    if (const auto* meta = step_of(doc, "pre_tokenizer", "Metaspace"); meta && !step_of(doc, "normalizer", "Prepend")) {
+      const std::string s = meta->contains("prepend_scheme") && meta->at("prepend_scheme").is_string()
+                              ? meta->at("prepend_scheme").get<std::string>()
+                              : meta->value("add_prefix_space", true) ? "always" : "never";
+      if (s != "always" && s != "first" && s != "never")
+        return fast + ": pre_tokenizer: Metaspace's prepend_scheme \"" + s + "\" is not always, first or never";
+      out.prefix = s == "first" ? scheme::first : s == "never" ? scheme::never : scheme::always;
+    }
   }
-  return std::vector<added_token>{};
+  const std::string config = model_dir + "/tokenizer_config.json";
+  if (fs::exists(config)) {
+    auto read = read_json(config);
+    if (auto* err = std::get_if<std::string>(&read))
+      return *err;
+    const auto& doc = std::get<nlohmann::json>(read);
+    if (!have_added && doc.contains("added_tokens_decoder") && !doc.at("added_tokens_decoder").is_null()) {
+      auto added = read_added_tokens_decoder(doc.at("added_tokens_decoder"), config);
+      if (auto* err = std::get_if<std::string>(&added))
+        return *err;
+      out.added = std::move(std::get<std::vector<added_token>>(added));
+    }
+    if (!fs::exists(fast)) {
+      if (doc.contains("legacy") && doc.at("legacy") == false)
+        out.prefix = scheme::first;
+      if (doc.contains("add_prefix_space") && doc.at("add_prefix_space") == false)
+        out.prefix = scheme::never;
+    }
+  }
+  return out;
 }
 
 } // namespace
@@ -97,10 +160,11 @@ std::variant<std::unique_ptr<tokenizer>, std::string> load_model_tokenizer(const
   std::unique_ptr<tokenizer> tok;
   std::string path = model_dir + "/tokenizer.model";
   if (fs::exists(path)) {
-    auto added = sentencepiece_added_tokens(model_dir);
-    if (auto* err = std::get_if<std::string>(&added))
+    auto extras = sentencepiece_extras_of(model_dir);
+    if (auto* err = std::get_if<std::string>(&extras))
       return *err;
-    auto sp = sp_tokenizer::load(path, config.bos_token_id, eos, std::move(std::get<std::vector<added_token>>(added)));
+    auto& e = std::get<sentencepiece_extras>(extras);
+    auto sp = sp_tokenizer::load(path, config.bos_token_id, eos, std::move(e.added), e.prefix);
     if (auto* err = std::get_if<std::string>(&sp))
       return *err;
     tok = std::move(std::get<std::unique_ptr<sp_tokenizer>>(sp));

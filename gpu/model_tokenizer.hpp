@@ -24,7 +24,8 @@ std::variant<std::vector<std::int32_t>, std::string> parse_generation_eos(std::s
 
 /// Loads `model_dir`'s tokenizer: tokenizer.model when there is one (BOS from
 /// config.json; with the added tokens of tokenizer.json, or else of
-/// tokenizer_config.json's added_tokens_decoder), otherwise tokenizer.json
+/// tokenizer_config.json's added_tokens_decoder, and the dummy prefix where
+/// tokenizer.json puts it: sp_tokenizer::prefix_scheme), otherwise tokenizer.json
 /// (BOS from its post-processor).
 /// Its eos_token() is config.json's first eos id, and its end_tokens() are
 /// config.json's ids with generation_config.json's (Llama 3 Instruct ends

@@ -49,8 +49,9 @@ std::string replace_markers(std::string_view piece) {
 } // namespace
 
 sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p,
-                           std::int32_t bos_id, std::int32_t eos_id, std::vector<added_token> added)
-  : sp_(std::move(p)), bos_id_(bos_id), eos_id_(eos_id) {
+                           std::int32_t bos_id, std::int32_t eos_id, std::vector<added_token> added,
+                           prefix_scheme prefix)
+  : sp_(std::move(p)), bos_id_(bos_id), eos_id_(eos_id), prefix_(prefix) {
   const int n = sp_->GetPieceSize();
   pieces_.resize(static_cast<std::size_t>(n));
   for (int id = 0; id < n; ++id) {
@@ -86,6 +87,18 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
     a.normalized = false;
   }
   added_ = added_vocabulary{std::move(added)};
+  // A model that adds no dummy prefix has none to leave out.
+  std::vector<std::string> probe;
+  if (!sp_->Encode("a", &probe).ok() || probe.empty() || probe.front().rfind(space_marker, 0) != 0)
+    prefix_ = prefix_scheme::always;
+  if (prefix_ != prefix_scheme::always) {
+    lead_ = sp_->unk_id() >= 0 ? sp_->IdToPiece(sp_->unk_id()) : std::string{};
+    if (lead_.empty())
+      lead_ = "<unk>";
+    std::vector<int> lead;
+    if (sp_->Encode(lead_, &lead).ok())
+      lead_pieces_ = lead.size();
+  }
   std::stable_sort(specials_.begin(), specials_.end(),
                    [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
   for (const auto& [piece, id] : specials_)
@@ -97,7 +110,7 @@ sp_tokenizer::~sp_tokenizer() = default;
 
 std::variant<std::unique_ptr<sp_tokenizer>, std::string>
 sp_tokenizer::load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id,
-                   std::vector<added_token> added) {
+                   std::vector<added_token> added, prefix_scheme prefix) {
   auto sp = std::make_unique<sentencepiece::SentencePieceProcessor>();
   if (const auto status = sp->Load(model_path); !status.ok())
     return model_path + ": cannot load SentencePiece model: " + status.ToString();
@@ -112,7 +125,23 @@ sp_tokenizer::load(const std::string& model_path, std::int32_t bos_id, std::int3
   if (eos_id >= n)
     return model_path + ": eos id " + std::to_string(eos_id) + " outside the vocabulary of " +
            std::to_string(n);
-  return std::unique_ptr<sp_tokenizer>(new sp_tokenizer(std::move(sp), bos_id, eos_id, std::move(added)));
+  return std::unique_ptr<sp_tokenizer>(
+    new sp_tokenizer(std::move(sp), bos_id, eos_id, std::move(added), prefix));
+}
+
+void sp_tokenizer::encode_chunk(std::string_view chunk, bool prefixed, std::vector<std::int32_t>& ids) const {
+  std::vector<int> pieces;
+  if (chunk.empty())
+    return;
+  if (prefixed) {
+    if (sp_->Encode(chunk, &pieces).ok()) // Encode only fails on an unloaded model, which load() rules out
+      ids.insert(ids.end(), pieces.begin(), pieces.end());
+    return;
+  }
+  std::string led = lead_;
+  led.append(chunk);
+  if (sp_->Encode(led, &pieces).ok() && pieces.size() >= lead_pieces_)
+    ids.insert(ids.end(), pieces.begin() + static_cast<std::ptrdiff_t>(lead_pieces_), pieces.end());
 }
 
 std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
@@ -121,12 +150,11 @@ std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
     ids.push_back(bos_id_);
   // The text between special tokens' texts is encoded piece by piece, each
   // with the model's dummy prefix (as Meta's reference encodes each turn,
-  // and Hugging Face's legacy Llama tokenizers each chunk).
-  const auto encode_chunk = [&](std::string_view chunk) {
-    std::vector<int> pieces;
-    if (chunk.empty() || !sp_->Encode(chunk, &pieces).ok())
-      return; // Encode only fails on an unloaded model, which load() rules out
-    ids.insert(ids.end(), pieces.begin(), pieces.end());
+  // and Hugging Face's legacy Llama tokenizers each chunk), or only the
+  // piece at the text's start (prefix_scheme first), or none.
+  const auto chunk = [&](std::string_view piece) {
+    const bool at_start = piece.data() == text.data();
+    encode_chunk(piece, prefix_ == prefix_scheme::always || (prefix_ == prefix_scheme::first && at_start), ids);
   };
   // Between the added tokens, the control pieces' texts.
   const auto encode_text = [&](std::string_view all) {
@@ -136,7 +164,7 @@ std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
         continue;
       for (const auto& [piece, id] : specials_) {
         if (all.substr(i, piece.size()) == piece) {
-          encode_chunk(all.substr(from, i - from));
+          chunk(all.substr(from, i - from));
           ids.push_back(id);
           from = i + piece.size();
           i = from - 1;
@@ -144,7 +172,7 @@ std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
         }
       }
     }
-    encode_chunk(all.substr(from));
+    chunk(all.substr(from));
   };
   added_.split(text, 0, ids, encode_text);
   return ids;

@@ -28,6 +28,13 @@ namespace troupe::gpu {
 /// every SentencePiece decoder.)
 class sp_tokenizer final : public tokenizer {
 public:
+  /// Which text pieces get SentencePiece's dummy prefix ("\u2581") when the
+  /// model adds one, as Hugging Face's tokenizer.json says: `always`, each
+  /// piece between special tokens (the Prepend normalizer of legacy Llama
+  /// tokenizers, Meta's reference); `first`, only the one at the text's
+  /// start (Metaspace's prepend_scheme "first": legacy=false); `never`.
+  enum class prefix_scheme : std::uint8_t { always, first, never };
+
   /// Loads `model_path`; `bos_id` is prepended by encode() (-1: none) and
   /// `eos_id` is what eos_token() reports. `added` are the model's added
   /// tokens (tokenizer.json's, as Hugging Face adds them beside the
@@ -38,7 +45,7 @@ public:
   /// lie past the model's pieces. The error names the file.
   static std::variant<std::unique_ptr<sp_tokenizer>, std::string>
   load(const std::string& model_path, std::int32_t bos_id, std::int32_t eos_id,
-       std::vector<added_token> added = {});
+       std::vector<added_token> added = {}, prefix_scheme prefix = prefix_scheme::always);
 
   ~sp_tokenizer() override;
   sp_tokenizer(const sp_tokenizer&) = delete;
@@ -72,7 +79,9 @@ public:
 
 private:
   sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor> p, std::int32_t bos_id,
-               std::int32_t eos_id, std::vector<added_token> added);
+               std::int32_t eos_id, std::vector<added_token> added, prefix_scheme prefix);
+  /// `chunk`'s pieces, with the dummy prefix or without it.
+  void encode_chunk(std::string_view chunk, bool prefixed, std::vector<std::int32_t>& ids) const;
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::vector<std::string> pieces_; ///< [vocab] decoded text of each id
@@ -85,6 +94,12 @@ private:
   added_vocabulary added_;
   std::int32_t bos_id_;
   std::int32_t eos_id_;
+  prefix_scheme prefix_;
+  /// Without a prefix, a chunk is encoded after this text and its pieces
+  /// dropped (as Hugging Face's Llama tokenizer does with legacy=false):
+  /// the unknown piece's text, and how many pieces it encodes to.
+  std::string lead_;
+  std::size_t lead_pieces_ = 0;
 };
 
 } // namespace troupe::gpu

@@ -247,6 +247,37 @@ TEST_F(sp_tokenizer_test, a_model_directory_adds_the_tokens_its_hugging_face_fil
       {"id": 0, "content": "<unk>", "special": true}, {"id": 512, "content": "<|im_start|>", "special": true},
       {"id": 513, "content": "<|im_end|>", "special": true}]})";
   check("tokenizer.json");
+  // Metaspace's prepend_scheme "first" (legacy=false): no prefix after <|im_start|>.
+  std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [
+      {"id": 512, "content": "<|im_start|>", "special": true}, {"id": 513, "content": "<|im_end|>", "special": true}],
+      "normalizer": null, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                                            "split": false}})";
+  {
+    auto r = load();
+    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<troupe::gpu::tokenizer>>(r)) << std::get<std::string>(r);
+    const auto& t = *std::get<std::unique_ptr<troupe::gpu::tokenizer>>(r);
+    const auto ids = t.encode("Hi<|im_start|>Hi");
+    std::string shown;
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      shown += t.shown(ids[i], true);
+    EXPECT_EQ(shown, " Hi<|im_start|>Hi");
+  }
+  // Llama 2's legacy normalizer prepends to every piece, whatever Metaspace says.
+  std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [
+      {"id": 512, "content": "<|im_start|>", "special": true}, {"id": 513, "content": "<|im_end|>", "special": true}],
+      "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
+                                                         {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
+      "pre_tokenizer": null})";
+  {
+    auto r = load();
+    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<troupe::gpu::tokenizer>>(r)) << std::get<std::string>(r);
+    const auto& t = *std::get<std::unique_ptr<troupe::gpu::tokenizer>>(r);
+    const auto ids = t.encode("Hi<|im_start|>Hi");
+    std::string shown;
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      shown += t.shown(ids[i], true);
+    EXPECT_EQ(shown, " Hi<|im_start|> Hi");
+  }
   std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [{"id": "x", "content": "<|im_end|>"}]})";
   auto bad = load();
   ASSERT_TRUE(std::holds_alternative<std::string>(bad));
@@ -259,6 +290,38 @@ TEST_F(sp_tokenizer_test, a_model_directory_adds_the_tokens_its_hugging_face_fil
     << std::get<std::string>(bad);
   std::error_code ec;
   fs::remove_all(d, ec);
+}
+
+TEST_F(sp_tokenizer_test, the_dummy_prefix_goes_where_the_prefix_scheme_says) {
+  using scheme = sp_tokenizer::prefix_scheme;
+  std::vector<troupe::gpu::added_token> added{{.content = "<|user|>", .match = {}, .id = 512, .special = true}};
+  const auto load = [&](scheme s) {
+    auto r = sp_tokenizer::load(dir_ + "/tokenizer.model", 1, 2, added, s);
+    EXPECT_TRUE(std::holds_alternative<std::unique_ptr<sp_tokenizer>>(r));
+    return std::move(std::get<std::unique_ptr<sp_tokenizer>>(r));
+  };
+  const auto always = load(scheme::always), first = load(scheme::first), never = load(scheme::never);
+  const auto text = [](const sp_tokenizer& t, const std::vector<std::int32_t>& ids) {
+    std::string s;
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      s += t.shown(ids[i], true);
+    return s;
+  };
+  // Every piece between special tokens, only the text's start, or none.
+  const std::string turn = "Hello<|user|>Hello</s>Hi there";
+  EXPECT_EQ(text(*always, always->encode(turn)), " Hello<|user|> Hello</s> Hi there");
+  EXPECT_EQ(text(*first, first->encode(turn)), " Hello<|user|>Hello</s>Hi there");
+  EXPECT_EQ(text(*never, never->encode(turn)), "Hello<|user|>Hello</s>Hi there");
+  // A text that begins with a special token has no start to prefix.
+  EXPECT_EQ(text(*first, first->encode("<|user|>Hi")), "<|user|>Hi");
+  // A blank written after the token is the piece's own.
+  EXPECT_EQ(text(*first, first->encode("<|user|> Hi")), "<|user|> Hi");
+  // Without a prefix the pieces are the text's alone, not the prefixed
+  // text's with its first piece cut.
+  const auto plain = never->encode("Hello");
+  const auto prefixed = always->encode("Hello");
+  EXPECT_NE(plain, prefixed);
+  EXPECT_EQ(first->encode("Hello"), prefixed);
 }
 
 TEST_F(sp_tokenizer_test, common_words_become_few_pieces) {
