@@ -247,37 +247,30 @@ TEST_F(sp_tokenizer_test, a_model_directory_adds_the_tokens_its_hugging_face_fil
       {"id": 0, "content": "<unk>", "special": true}, {"id": 512, "content": "<|im_start|>", "special": true},
       {"id": 513, "content": "<|im_end|>", "special": true}]})";
   check("tokenizer.json");
+  // What `text`'s tokens after the BOS show.
+  const auto expect_shown = [&](const std::string& text, const std::string& want) {
+    auto r = load();
+    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<troupe::gpu::tokenizer>>(r)) << std::get<std::string>(r);
+    const auto& t = *std::get<std::unique_ptr<troupe::gpu::tokenizer>>(r);
+    const auto ids = t.encode(text);
+    std::string shown;
+    for (std::size_t i = 1; i < ids.size(); ++i)
+      shown += t.shown(ids[i], true);
+    EXPECT_EQ(shown, want) << text;
+  };
   // Metaspace's prepend_scheme "first" (legacy=false): no prefix after <|im_start|>.
   std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [
       {"id": 512, "content": "<|im_start|>", "special": true}, {"id": 513, "content": "<|im_end|>", "special": true}],
       "normalizer": null, "pre_tokenizer": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
                                             "split": false}})";
-  {
-    auto r = load();
-    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<troupe::gpu::tokenizer>>(r)) << std::get<std::string>(r);
-    const auto& t = *std::get<std::unique_ptr<troupe::gpu::tokenizer>>(r);
-    const auto ids = t.encode("Hi<|im_start|>Hi");
-    std::string shown;
-    for (std::size_t i = 1; i < ids.size(); ++i)
-      shown += t.shown(ids[i], true);
-    EXPECT_EQ(shown, " Hi<|im_start|>Hi");
-  }
+  expect_shown("Hi<|im_start|>Hi", " Hi<|im_start|>Hi");
   // Llama 2's legacy normalizer prepends to every piece, whatever Metaspace says.
   std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [
       {"id": 512, "content": "<|im_start|>", "special": true}, {"id": 513, "content": "<|im_end|>", "special": true}],
       "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"},
                                                          {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
       "pre_tokenizer": null})";
-  {
-    auto r = load();
-    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<troupe::gpu::tokenizer>>(r)) << std::get<std::string>(r);
-    const auto& t = *std::get<std::unique_ptr<troupe::gpu::tokenizer>>(r);
-    const auto ids = t.encode("Hi<|im_start|>Hi");
-    std::string shown;
-    for (std::size_t i = 1; i < ids.size(); ++i)
-      shown += t.shown(ids[i], true);
-    EXPECT_EQ(shown, " Hi<|im_start|> Hi");
-  }
+  expect_shown("Hi<|im_start|>Hi", " Hi<|im_start|> Hi");
   std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [{"id": "x", "content": "<|im_end|>"}]})";
   auto bad = load();
   ASSERT_TRUE(std::holds_alternative<std::string>(bad));
