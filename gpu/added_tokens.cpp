@@ -99,9 +99,9 @@ std::variant<std::vector<added_token>, std::string> read_added_tokens_decoder(co
     if (!t.is_object() || !t.contains("content"))
       return source + ": " + at + ": must be an object with content";
     // The key is the id, written as a decimal string.
-    json id = key;
-    if (!key.empty() && key.size() <= 9 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
-      id = std::stoll(key);
+    if (key.empty() || key.size() > 9 || !std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      return source + ": added_tokens_decoder: key \"" + key + "\" is not a token id";
+    const json id = std::stoll(key);
     if (auto err = take_entry(t, id, source, at, seen, out); !err.empty())
       return err;
   }

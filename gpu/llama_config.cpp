@@ -361,7 +361,7 @@ std::string to_config_json(const llama_config& c) {
                          {"rope_type", c.rope.type}};
   }
   j["rope_theta"] = shortest(c.rope_theta);
-  if (c.sliding_window > 0)
+  if (c.sliding_window > 0 && (phi3 || c.model_type == "mistral"))
     j["sliding_window"] = c.sliding_window;
   else if (qwen2 || qwen3 || phi3 || c.model_type == "mistral")
     j["sliding_window"] = nullptr;

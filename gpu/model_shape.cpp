@@ -276,6 +276,10 @@ model_shape_result parse_document(const json& doc, const std::string& source) {
   shape.max_context = in.required("max_position_embeddings");
   shape.tie_word_embeddings = in.optional_bool("tie_word_embeddings", false);
   shape.name = in.optional_string("name").value_or(source);
+  // Mistral 7B v0.1's and Phi-3 mini's window, read as llama_config reads it.
+  if (const auto type = in.optional_string("model_type"); type && (*type == "mistral" || *type == "phi3"))
+    if (const auto window = in.optional("sliding_window"); window && *window < shape.max_context)
+      shape.sliding_window = *window;
 
   // Older configs say torch_dtype, newer ones dtype; both mean the same.
   const bool has_torch_dtype = doc.contains("torch_dtype") && !doc.at("torch_dtype").is_null();

@@ -164,10 +164,13 @@ std::variant<std::unique_ptr<tokenizer>, std::string> load_model_tokenizer(const
     if (auto* err = std::get_if<std::string>(&extras))
       return *err;
     auto& e = std::get<sentencepiece_extras>(extras);
+    const bool added = !e.added.empty();
     auto sp = sp_tokenizer::load(path, config.bos_token_id, eos, std::move(e.added), e.prefix);
     if (auto* err = std::get_if<std::string>(&sp))
       return *err;
     tok = std::move(std::get<std::unique_ptr<sp_tokenizer>>(sp));
+    if (added) // the ids past the pieces come from them
+      path += " with the added tokens of tokenizer.json or tokenizer_config.json";
   } else {
     path = model_dir + "/tokenizer.json";
     if (!fs::exists(path))

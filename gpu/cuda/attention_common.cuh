@@ -62,10 +62,10 @@ struct attention_params {
   std::uint32_t window = 0;         // sliding window: a row at p sees p - window < t <= p; 0: t <= p
 };
 
-/// Whether a row at position `pos` sees cache position `t` below its own
-/// (the causal bound is checked apart): inside its sliding window.
+/// Whether a row at position `pos` sees cache position `t` <= pos (the
+/// causal bound is checked first): inside its sliding window.
 __device__ __forceinline__ bool in_window(std::uint32_t t, std::uint32_t pos, std::uint32_t window) {
-  return window == 0 || t + window > pos;
+  return window == 0 || pos - t < window;
 }
 
 // -- element conversions ------------------------------------------------------------

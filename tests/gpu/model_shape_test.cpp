@@ -187,6 +187,20 @@ TEST_F(model_shape_file, applies_defaults_and_optional_keys) {
   EXPECT_TRUE(shape.tie_word_embeddings);
 }
 
+TEST_F(model_shape_file, reads_mistral_and_phi3_sliding_windows_as_the_model_loader_does) {
+  const auto shape_of = [](const std::string& extra) {
+    const auto r = parse_model_shape(R"({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 8192)" + extra + "}", "inline");
+    EXPECT_TRUE(std::holds_alternative<model_shape>(r)) << std::get<std::string>(r);
+    return std::holds_alternative<model_shape>(r) ? std::get<model_shape>(r) : model_shape{};
+  };
+  EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": 4096)").sliding_window, 4096u);
+  EXPECT_EQ(shape_of(R"(, "model_type": "phi3", "sliding_window": 2047)").sliding_window, 2047u);
+  EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": null)").sliding_window, 0u);
+  EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": 8192)").sliding_window, 0u) << "holds the context";
+  EXPECT_EQ(shape_of(R"(, "model_type": "llama", "sliding_window": 16)").sliding_window, 0u) << "not Llama's";
+}
+
 TEST_F(model_shape_file, reads_gqa_explicit_head_dim_and_new_dtype_key) {
   const auto result = parse_model_shape(R"({"num_hidden_layers": 28, "hidden_size": 1024,
       "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,

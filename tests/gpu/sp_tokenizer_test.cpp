@@ -271,6 +271,17 @@ TEST_F(sp_tokenizer_test, a_model_directory_adds_the_tokens_its_hugging_face_fil
                                                          {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}]},
       "pre_tokenizer": null})";
   expect_shown("Hi<|im_start|>Hi", " Hi<|im_start|> Hi");
+  // An added id past config.json's vocabulary names where the ids come from.
+  config.vocab_size = 513;
+  {
+    auto r = load();
+    ASSERT_TRUE(std::holds_alternative<std::string>(r));
+    EXPECT_NE(std::get<std::string>(r).find("tokenizer.model with the added tokens of tokenizer.json or "
+                                            "tokenizer_config.json: 514 ids, but config.json's vocab_size is 513"),
+              std::string::npos)
+      << std::get<std::string>(r);
+  }
+  config.vocab_size = 516;
   std::ofstream(d / "tokenizer.json") << R"({"added_tokens": [{"id": "x", "content": "<|im_end|>"}]})";
   auto bad = load();
   ASSERT_TRUE(std::holds_alternative<std::string>(bad));
@@ -280,6 +291,13 @@ TEST_F(sp_tokenizer_test, a_model_directory_adds_the_tokens_its_hugging_face_fil
   bad = load();
   ASSERT_TRUE(std::holds_alternative<std::string>(bad));
   EXPECT_NE(std::get<std::string>(bad).find("added_tokens[1]: \"a\" is added twice"), std::string::npos)
+    << std::get<std::string>(bad);
+  fs::remove(d / "tokenizer.json");
+  std::ofstream(d / "tokenizer_config.json") << R"({"added_tokens_decoder": {"5x": {"content": "<|im_end|>"}}})";
+  bad = load();
+  ASSERT_TRUE(std::holds_alternative<std::string>(bad));
+  EXPECT_NE(std::get<std::string>(bad).find("tokenizer_config.json: added_tokens_decoder: key \"5x\" is not a token id"),
+            std::string::npos)
     << std::get<std::string>(bad);
   std::error_code ec;
   fs::remove_all(d, ec);

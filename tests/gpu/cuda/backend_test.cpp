@@ -74,9 +74,8 @@ public:
     if (dir().empty())
       return;
     std::ofstream{dir() / "config.json"} << to_config_json(w.config);
-    std::vector<named_tensor> ts;
-    for (auto& t : llama_checkpoint_tensors(w.config))
-      ts.push_back({std::move(t.name), std::move(t.shape), w.tensor(t.which, t.layer)});
+    const auto ts =
+      llama_checkpoint_named(w.config, [&](const llama_tensor_ref& t) { return w.tensor(t.which, t.layer); });
     if (auto err = write_safetensors((dir() / "model.safetensors").string(), ts, stored))
       ADD_FAILURE() << *err;
   }
