@@ -33,22 +33,24 @@ inline float lane_sum(const float (&a)[lanes]) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+// One element: lane l sums a[p] * b[p] for p = l, l + 8, ... by fused
+// multiply-adds (zeros past k), then lane_sum.
+float portable_dot(const float* a, const float* b, size_t k) {
+  float acc[lanes] = {};
+  for (size_t p = 0; p < k; p += lanes)
+    for (size_t l = 0; l < lanes; ++l) {
+      const bool in = p + l < k;
+      acc[l] = std::fma(in ? a[p + l] : 0.0f, in ? b[p + l] : 0.0f, acc[l]);
+    }
+  return lane_sum(acc);
+}
+
 // x: [m, k], w: [n, k], c: [m, n]; columns j0..j1 of every row.
 void portable_columns(const float* x, const float* w, float* c, size_t m, size_t n, size_t k, float alpha,
                       float beta, size_t j0, size_t j1) {
-  for (size_t i = 0; i < m; ++i) {
-    const float* xi = x + i * k;
-    for (size_t j = j0; j < j1; ++j) {
-      const float* wj = w + j * k;
-      float acc[lanes] = {};
-      for (size_t p = 0; p < k; p += lanes)
-        for (size_t l = 0; l < lanes; ++l) {
-          const bool in = p + l < k;
-          acc[l] = std::fma(in ? xi[p + l] : 0.0f, in ? wj[p + l] : 0.0f, acc[l]);
-        }
-      store(c + i * n + j, lane_sum(acc), alpha, beta);
-    }
-  }
+  for (size_t i = 0; i < m; ++i)
+    for (size_t j = j0; j < j1; ++j)
+      store(c + i * n + j, portable_dot(x + i * k, w + j * k, k), alpha, beta);
 }
 
 #ifdef TROUPE_GEMM_AVX2
@@ -155,6 +157,31 @@ TROUPE_AVX2 void avx2_columns(const float* x, const float* w, float* c, size_t m
   }
 }
 
+// One element: a[0..k) against b[0..k).
+TROUPE_AVX2 float avx2_dot(const float* a, const float* b, size_t k) {
+  __m256 acc = _mm256_setzero_ps();
+  size_t p = 0;
+  for (; p + lanes <= k; p += lanes)
+    acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + p), _mm256_loadu_ps(b + p), acc);
+  if (p < k) {
+    alignas(32) std::int32_t bits[lanes];
+    for (size_t l = 0; l < lanes; ++l)
+      bits[l] = l < k - p ? -1 : 0;
+    const __m256i mask = _mm256_load_si256(reinterpret_cast<const __m256i*>(bits));
+    acc = _mm256_fmadd_ps(_mm256_maskload_ps(a + p, mask), _mm256_maskload_ps(b + p, mask), acc);
+  }
+  return lane_sum(acc);
+}
+
+TROUPE_AVX2 void avx2_axpy(float* y, const float* x, float a, size_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  size_t i = 0;
+  for (; i + lanes <= n; i += lanes)
+    _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(y + i), _mm256_mul_ps(av, _mm256_loadu_ps(x + i))));
+  for (; i < n; ++i)
+    y[i] = y[i] + a * x[i];
+}
+
 #undef TROUPE_AVX2
 
 #endif // TROUPE_GEMM_AVX2
@@ -200,6 +227,25 @@ std::string_view to_string(gemm_kernel k) noexcept {
     return "avx2_fma";
   }
   return "?";
+}
+
+float dot(const float* a, const float* b, size_t k, gemm_kernel kernel) noexcept {
+#ifdef TROUPE_GEMM_AVX2
+  if (kernel == gemm_kernel::avx2_fma && runs_avx2())
+    return avx2_dot(a, b, k);
+#endif
+  return portable_dot(a, b, k);
+}
+
+void axpy(float* y, const float* x, float a, size_t n, gemm_kernel kernel) noexcept {
+#ifdef TROUPE_GEMM_AVX2
+  if (kernel == gemm_kernel::avx2_fma && runs_avx2()) {
+    avx2_axpy(y, x, a, n);
+    return;
+  }
+#endif
+  for (size_t i = 0; i < n; ++i)
+    y[i] = y[i] + a * x[i];
 }
 
 gemm_kernel best_gemm_kernel() noexcept {

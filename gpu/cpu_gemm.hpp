@@ -35,4 +35,14 @@ gemm_kernel best_gemm_kernel() noexcept;
 void gemm_xwt(const float* x, const float* w, float* c, std::size_t m, std::size_t n, std::size_t k,
               float alpha, float beta, gemm_kernel kernel = best_gemm_kernel(), unsigned threads = 0);
 
+/// sum_i a[i] * b[i] over k elements in gemm_xwt's order for one element
+/// (gemm_xwt's with alpha 1 and beta 0, bit for bit), on either kernel:
+/// the cpu model's attention scores.
+float dot(const float* a, const float* b, std::size_t k, gemm_kernel kernel = best_gemm_kernel()) noexcept;
+
+/// y[i] += a * x[i] for i < n, each a product rounded and then a sum
+/// rounded (no fused multiply-add), so every kernel gives the same bits:
+/// the cpu model's attention-weighted sum of V.
+void axpy(float* y, const float* x, float a, std::size_t n, gemm_kernel kernel = best_gemm_kernel()) noexcept;
+
 } // namespace troupe::gpu

@@ -204,6 +204,7 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
   const size_t qdim = qd();
   const size_t group = c.num_heads / c.num_kv_heads;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const gemm_kernel kernel = best_gemm_kernel(); // either gives the same scores
   for (size_t s = 0; s < batch.size(); ++s) {
     const auto& seq = batch[s];
     const size_t n = seq.tokens.size();
@@ -224,10 +225,7 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
           const float* kt = seq.hidden ? hk.data() + t * kd + kvh * hd
                                        : kv_block(seq.pages[t / page_tokens], layer, 0) +
                                            (t % page_tokens) * kd + kvh * hd;
-          float dot = 0;
-          for (size_t j = 0; j < hd; ++j)
-            dot += qh[j] * kt[j];
-          scores[t] = dot * scale;
+          scores[t] = dot(qh, kt, hd, kernel) * scale;
           mx = std::max(mx, scores[t]);
         }
         float sum = 0;
@@ -242,9 +240,7 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
           const float* vt = seq.hidden ? hv.data() + t * kd + kvh * hd
                                        : kv_block(seq.pages[t / page_tokens], layer, 1) +
                                            (t % page_tokens) * kd + kvh * hd;
-          const float p = scores[t] * inv;
-          for (size_t j = 0; j < hd; ++j)
-            oh[j] += p * vt[j];
+          axpy(oh, vt, scores[t] * inv, hd, kernel);
         }
       }
     }

@@ -103,6 +103,46 @@ TEST(cpu_gemm, vector_kernel_gives_the_portable_bits) {
   }
 }
 
+// dot: one element of gemm_xwt (alpha 1, beta 0), bit for bit, on either
+// kernel, for lengths with and without a tail past the last 8.
+TEST(cpu_gemm, dot_is_one_element_of_the_product) {
+  std::mt19937_64 rng{5};
+  for (const std::size_t k : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{8}, std::size_t{9},
+                              std::size_t{64}, std::size_t{100}, std::size_t{128}}) {
+    const vec a = randn(rng, k), b = randn(rng, k);
+    float want = 0;
+    gemm_xwt(a.data(), b.data(), &want, 1, 1, k, 1.0f, 0.0f, gemm_kernel::portable, 1);
+    for (const auto kernel : {gemm_kernel::portable, gemm_kernel::avx2_fma}) {
+      const float got = dot(a.data(), b.data(), k, kernel);
+      EXPECT_EQ(std::bit_cast<std::uint32_t>(got), std::bit_cast<std::uint32_t>(want))
+          << "k " << k << " " << to_string(kernel);
+    }
+    double exact = 0;
+    for (std::size_t i = 0; i < k; ++i)
+      exact += static_cast<double>(a[i]) * b[i];
+    EXPECT_NEAR(want, exact, 1e-4 * (1 + std::abs(exact))) << "k " << k;
+  }
+}
+
+// axpy: y + a x element by element, a product then a sum, on either kernel.
+TEST(cpu_gemm, axpy_adds_a_scaled_row_with_the_same_bits_on_every_kernel) {
+  std::mt19937_64 rng{6};
+  for (const std::size_t n : {std::size_t{0}, std::size_t{3}, std::size_t{8}, std::size_t{13}, std::size_t{128}}) {
+    const vec x = randn(rng, n), y0 = randn(rng, n);
+    const float a = 0.37f;
+    vec want = y0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const float product = a * x[i];
+      want[i] = want[i] + product;
+    }
+    for (const auto kernel : {gemm_kernel::portable, gemm_kernel::avx2_fma}) {
+      vec y = y0;
+      axpy(y.data(), x.data(), a, n, kernel);
+      EXPECT_EQ(bits(y), bits(want)) << "n " << n << " " << to_string(kernel);
+    }
+  }
+}
+
 // Row i of a batch, computed alone, in a batch of any size, by any number
 // of threads: the same bits. (OpenBLAS's sgemm, which the cpu model used
 // before, gives different bits for one row at m = 1 and at m = 4 or 16.)
