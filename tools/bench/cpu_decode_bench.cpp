@@ -1,7 +1,8 @@
 // troupe-cpu-bench: decode throughput of the cpu backend's forward pass at
 // several batch sizes, beside the bound that this machine's memory bandwidth
 // (measured in the same run) puts on it: every decode step must read all the
-// weights once plus each sequence's KV cache. Then a prefill of the context
+// weights once plus each sequence's KV cache (what its sliding window holds,
+// for a model with one). Then a prefill of the context
 // with and without its prompt's log-probabilities, and the host-side work
 // per output token on a step's logits: a sampled draw and the
 // log-probabilities a client may ask for, against the decode step's time
@@ -98,9 +99,10 @@ int main(int argc, char** argv) {
   const std::uint32_t per_seq = (context + steps + page_tokens) / page_tokens + 1;
   cpu_model model{std::move(weights), std::uint64_t{per_seq} * max_batch, page_tokens};
   const double bandwidth = measure_read_bandwidth();
-  std::printf("model %s: %.1fM parameters (%.0f MB fp32), context %u, read bandwidth %.2f GB/s\n",
-              dir.c_str(), static_cast<double>(shape.parameter_count()) / 1e6, weight_bytes / 1e6,
-              context, bandwidth / 1e9);
+  std::printf("model %s: %.1fM parameters (%.0f MB fp32), context %u%s, read bandwidth %.2f GB/s\n",
+              dir.c_str(), static_cast<double>(shape.parameter_count()) / 1e6, weight_bytes / 1e6, context,
+              cfg.sliding_window > 0 ? (", sliding window " + std::to_string(cfg.sliding_window)).c_str() : "",
+              bandwidth / 1e9);
   std::printf("%6s %14s %14s %8s\n", "batch", "tokens/s", "bound tok/s", "ratio");
   std::vector<float> last_logits; // a decode step's first row, for the sampling figures
   double last_tps = 0;
@@ -134,7 +136,12 @@ int main(int argc, char** argv) {
     batch.resize(1);
     last_logits = model.forward(batch);
     last_tps = tps;
-    const double step_bytes = weight_bytes + kv_token_bytes * b * (context + steps / 2.0);
+    // Each step reads the positions its token sees: the whole cache, or
+    // the last sliding_window of it.
+    double seen = context + steps / 2.0;
+    if (cfg.sliding_window > 0)
+      seen = std::min(seen, static_cast<double>(cfg.sliding_window));
+    const double step_bytes = weight_bytes + kv_token_bytes * b * seen;
     const double bound = bandwidth / step_bytes * b;
     std::printf("%6u %14.1f %14.1f %8.2f\n", b, tps, bound, tps / bound);
   }
