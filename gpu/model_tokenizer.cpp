@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 namespace troupe::gpu {
@@ -78,19 +79,23 @@ std::variant<sentencepiece_extras, std::string> sentencepiece_extras_of(const st
   using scheme = sp_tokenizer::prefix_scheme;
   sentencepiece_extras out;
   bool have_added = false;
+  // Keeps a list read (the first file's), or the error.
+  const auto take = [&](std::variant<std::vector<added_token>, std::string> read) -> std::optional<std::string> {
+    if (auto* err = std::get_if<std::string>(&read))
+      return *err;
+    out.added = std::move(std::get<std::vector<added_token>>(read));
+    have_added = true;
+    return std::nullopt;
+  };
   const std::string fast = model_dir + "/tokenizer.json";
   if (fs::exists(fast)) {
     auto read = read_json(fast);
     if (auto* err = std::get_if<std::string>(&read))
       return *err;
     const auto& doc = std::get<nlohmann::json>(read);
-    if (doc.contains("added_tokens") && !doc.at("added_tokens").is_null()) {
-      auto added = read_added_tokens(doc.at("added_tokens"), fast);
-      if (auto* err = std::get_if<std::string>(&added))
+    if (doc.contains("added_tokens") && !doc.at("added_tokens").is_null())
+      if (auto err = take(read_added_tokens(doc.at("added_tokens"), fast)))
         return *err;
-      out.added = std::move(std::get<std::vector<added_token>>(added));
-      have_added = true;
-    }
     if (const auto* meta = step_of(doc, "pre_tokenizer", "Metaspace"); meta && !step_of(doc, "normalizer", "Prepend")) {
       const std::string s = meta->contains("prepend_scheme") && meta->at("prepend_scheme").is_string()
                               ? meta->at("prepend_scheme").get<std::string>()
@@ -106,12 +111,9 @@ std::variant<sentencepiece_extras, std::string> sentencepiece_extras_of(const st
     if (auto* err = std::get_if<std::string>(&read))
       return *err;
     const auto& doc = std::get<nlohmann::json>(read);
-    if (!have_added && doc.contains("added_tokens_decoder") && !doc.at("added_tokens_decoder").is_null()) {
-      auto added = read_added_tokens_decoder(doc.at("added_tokens_decoder"), config);
-      if (auto* err = std::get_if<std::string>(&added))
+    if (!have_added && doc.contains("added_tokens_decoder") && !doc.at("added_tokens_decoder").is_null())
+      if (auto err = take(read_added_tokens_decoder(doc.at("added_tokens_decoder"), config)))
         return *err;
-      out.added = std::move(std::get<std::vector<added_token>>(added));
-    }
     if (!fs::exists(fast)) {
       if (doc.contains("legacy") && doc.at("legacy") == false)
         out.prefix = scheme::first;

@@ -3,6 +3,7 @@
 #include <sentencepiece_processor.h>
 
 #include <algorithm>
+#include <set>
 #include <string_view>
 
 namespace troupe::gpu {
@@ -54,14 +55,17 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
   : sp_(std::move(p)), bos_id_(bos_id), eos_id_(eos_id), prefix_(prefix) {
   const int n = sp_->GetPieceSize();
   pieces_.resize(static_cast<std::size_t>(n));
+  // Control and unknown pieces join the added tokens: written in a text
+  // (Llama 2's "</s><s>" between turns), each is the token itself, as
+  // Hugging Face's Llama tokenizers read it (its tokenizer.json lists them
+  // among its added tokens; a listed one is taken as listed).
+  std::set<std::string> listed;
+  for (const auto& a : added)
+    listed.insert(a.content);
   for (int id = 0; id < n; ++id) {
     if (sp_->IsControl(id) || sp_->IsUnknown(id)) {
-      // Written in a text (Llama 2's "</s><s>" between turns), it is the
-      // token itself, as Hugging Face's Llama tokenizers read it.
-      if (const std::string& piece = sp_->IdToPiece(id); !piece.empty()) {
-        specials_.emplace_back(piece, id);
-        special_of_.emplace(id, piece);
-      }
+      if (const std::string& piece = sp_->IdToPiece(id); !piece.empty() && !listed.count(piece))
+        added.push_back({.content = piece, .match = {}, .id = id, .special = true});
       continue;
     }
     if (sp_->IsUnused(id))
@@ -99,11 +103,6 @@ sp_tokenizer::sp_tokenizer(std::unique_ptr<sentencepiece::SentencePieceProcessor
     if (sp_->Encode(lead_, &lead).ok())
       lead_pieces_ = lead.size();
   }
-  std::stable_sort(specials_.begin(), specials_.end(),
-                   [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
-  for (const auto& [piece, id] : specials_)
-    if (special_firsts_.find(piece[0]) == std::string::npos)
-      special_firsts_ += piece[0];
 }
 
 sp_tokenizer::~sp_tokenizer() = default;
@@ -156,25 +155,7 @@ std::vector<std::int32_t> sp_tokenizer::encode(const std::string& text) const {
     const bool at_start = piece.data() == text.data();
     encode_chunk(piece, prefix_ == prefix_scheme::always || (prefix_ == prefix_scheme::first && at_start), ids);
   };
-  // Between the added tokens, the control pieces' texts.
-  const auto encode_text = [&](std::string_view all) {
-    std::size_t from = 0;
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      if (special_firsts_.find(all[i]) == std::string::npos)
-        continue;
-      for (const auto& [piece, id] : specials_) {
-        if (all.substr(i, piece.size()) == piece) {
-          chunk(all.substr(from, i - from));
-          ids.push_back(id);
-          from = i + piece.size();
-          i = from - 1;
-          break;
-        }
-      }
-    }
-    chunk(all.substr(from));
-  };
-  added_.split(text, 0, ids, encode_text);
+  added_.split(text, 0, ids, chunk);
   return ids;
 }
 

@@ -85,12 +85,11 @@ private:
 
   std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
   std::vector<std::string> pieces_; ///< [vocab] decoded text of each id
-  /// Control and unknown pieces' texts ("<s>", "</s>", "<unk>") with their
-  /// ids, longest first, and the bytes they begin with: in a text they are
-  /// the tokens themselves.
-  std::vector<std::pair<std::string, std::int32_t>> specials_;
-  std::string special_firsts_;
-  std::unordered_map<std::int32_t, std::string> special_of_; ///< the same by id, and special added tokens
+  /// Special tokens' texts by id: control and unknown pieces ("<s>",
+  /// "</s>", "<unk>") and special added tokens.
+  std::unordered_map<std::int32_t, std::string> special_of_;
+  /// The added tokens and the control and unknown pieces: in a text, each
+  /// is the token itself.
   added_vocabulary added_;
   std::int32_t bos_id_;
   std::int32_t eos_id_;
