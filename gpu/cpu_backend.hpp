@@ -27,10 +27,12 @@ public:
   /// tokenizer.model or tokenizer.json) with a KV store of `pages` pages of `page_tokens`
   /// tokens. Adapters come later, one load_adapter() each, through a host
   /// tier of parsed adapters bounded by `host_adapter_bytes` (0: unbounded).
-  /// Errors name the file at fault.
+  /// `serving_context` is the longest sequence a request may reach
+  /// (llama_config::serving_context; 0: the model's own). Errors name the
+  /// file at fault.
   static std::variant<std::unique_ptr<cpu_backend>, std::string>
   open(const std::string& model_dir, std::uint64_t pages, std::uint32_t page_tokens,
-       std::uint64_t host_adapter_bytes = 0);
+       std::uint64_t host_adapter_bytes = 0, std::uint32_t serving_context = 0);
 
   /// Runs the batch; an entry the model cannot run (bad token id, missing
   /// pages, unknown adapter, its cache stream failed) gets token -1 and a

@@ -5,6 +5,7 @@
 #include "gpu/cpu_model.hpp"
 
 #include "gpu/cpu_gemm.hpp"
+#include "gpu/rope.hpp"
 #include "gpu/sampling.hpp"
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <limits>
 #include <numbers>
+#include <stdexcept>
 #include <string>
 
 namespace troupe::gpu {
@@ -39,7 +41,8 @@ std::array<proj_dims, lora_target_count> projection_dims(const llama_config& c) 
 bool weights_ok(const llama_weights& w) {
   const auto& c = w.config;
   if (c.hidden_size == 0 || c.intermediate_size == 0 || c.num_heads == 0 || c.num_kv_heads == 0 ||
-      c.head_dim == 0 || c.head_dim % 2 != 0 || c.vocab_size == 0 ||
+      c.head_dim == 0 || c.head_dim % 2 != 0 || c.rotary_dims() % 2 != 0 || c.rotary_dims() > c.head_dim ||
+      c.vocab_size == 0 ||
       c.num_heads % c.num_kv_heads != 0 || w.layers.size() != c.num_layers)
     return false;
   const size_t h = c.hidden_size;
@@ -108,7 +111,7 @@ struct cpu_model::impl {
   std::uint32_t page_tokens = 0;
   bool ok = false;
   std::array<proj_dims, lora_target_count> dims{};
-  std::vector<float> inv_freq; // [head_dim / 2]
+  rope_table rope; // inv_freq: [rotary_dim / 2]
   std::vector<float> kv;       // [num_pages, layers, 2, page_tokens, kv_heads * head_dim]
 
   // Scratch, grown as needed and kept between passes.
@@ -128,6 +131,31 @@ struct cpu_model::impl {
   // blocks of a layer (contiguous): hidden_tokens() tokens per page.
   size_t hidden_tokens() const { return c.hidden_size == 0 ? 0 : 2 * size_t{page_tokens} * kvd() / c.hidden_size; }
   bool hidden_saves() const { return hidden_tokens() > page_tokens; }
+
+  // cos and sin of each rotary pair at `pos` (angle pos * inv_freq in fp32,
+  // as HF computes it), times the table's scale: cr, sr [rotary_dim / 2].
+  void rope_angles(float pos, float* cr, float* sr) const {
+    for (size_t j = 0; j < rope.inv_freq.size(); ++j) {
+      const float angle = pos * rope.inv_freq[j];
+      cr[j] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.scale;
+      sr[j] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.scale;
+    }
+  }
+
+  // HF's rotate_half over the leading rotary_dim elements of each of
+  // `heads` heads at `p`: (a, b) -> (a cos - b sin, b cos + a sin) for the
+  // pairs (j, j + rotary_dim / 2); the rest of a head passes through.
+  void rotate(float* p, size_t heads, const float* cr, const float* sr) const {
+    const size_t half = rope.inv_freq.size();
+    for (size_t hh = 0; hh < heads; ++hh, p += c.head_dim) {
+      for (size_t j = 0; j < half; ++j) {
+        const float a = p[j];
+        const float b = p[j + half];
+        p[j] = a * cr[j] - b * sr[j];
+        p[j + half] = b * cr[j] + a * sr[j];
+      }
+    }
+  }
   float* hidden_slot(std::span<const std::uint32_t> pages, size_t layer, size_t pos) {
     const size_t per = hidden_tokens();
     return kv_block(pages[pos / per], layer, 0) + (pos % per) * c.hidden_size;
@@ -253,8 +281,6 @@ void cpu_model::impl::attention(std::span<const cpu_sequence> batch, size_t laye
 void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
   const size_t hid = c.hidden_size;
   const size_t kd = kvd();
-  const size_t hd = c.head_dim;
-  const size_t half = hd / 2;
   const size_t ctx = size_t{seq.start_pos} + seq.tokens.size();
   hh.resize(ctx * hid);
   hk.resize(ctx * kd);
@@ -279,19 +305,12 @@ void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
     }
   }
   if (c.qk_norm)
-    rms_norm(hk.data(), lw.k_norm.data(), hk.data(), ctx * c.num_kv_heads, hd, c.rms_norm_eps);
+    rms_norm(hk.data(), lw.k_norm.data(), hk.data(), ctx * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
+  const size_t half = rope.inv_freq.size();
+  std::vector<float> cs(2 * half);
   for (size_t t = 0; t < ctx; ++t) {
-    for (size_t head = 0; head < c.num_kv_heads; ++head) {
-      float* p = hk.data() + t * kd + head * hd;
-      for (size_t j = 0; j < half; ++j) {
-        const float angle = static_cast<float>(t) * inv_freq[j];
-        const auto cr = static_cast<float>(std::cos(static_cast<double>(angle)));
-        const auto sr = static_cast<float>(std::sin(static_cast<double>(angle)));
-        const float x0 = p[j], x1 = p[j + half];
-        p[j] = x0 * cr - x1 * sr;
-        p[j + half] = x1 * cr + x0 * sr;
-      }
-    }
+    rope_angles(static_cast<float>(t), cs.data(), cs.data() + half);
+    rotate(hk.data() + t * kd, c.num_kv_heads, cs.data(), cs.data() + half);
   }
 }
 
@@ -300,8 +319,7 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
   if (batch.empty() || !batch_ok(batch))
     return {};
   const size_t hid = c.hidden_size;
-  const size_t hd = c.head_dim;
-  const size_t half = hd / 2;
+  const size_t half = rope.inv_freq.size();
   const size_t kd = kvd();
   const size_t qdim = qd();
   const size_t inter = c.intermediate_size;
@@ -329,29 +347,10 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
       const size_t row = row_off[s] + i;
       const float* e = w.embed.data() + static_cast<size_t>(batch[s].tokens[i]) * hid;
       std::copy(e, e + hid, x.data() + row * hid);
-      const auto pos = static_cast<float>(size_t{batch[s].start_pos} + i);
-      for (size_t j = 0; j < half; ++j) {
-        const float angle = pos * inv_freq[j];
-        cos[row * half + j] = static_cast<float>(std::cos(static_cast<double>(angle)));
-        sin[row * half + j] = static_cast<float>(std::sin(static_cast<double>(angle)));
-      }
+      rope_angles(static_cast<float>(size_t{batch[s].start_pos} + i), cos.data() + row * half,
+                  sin.data() + row * half);
     }
   }
-
-  // rotate_half: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin) for pairs (j, j + hd/2).
-  auto rope = [&](float* base, size_t heads, size_t row) {
-    const float* cr = cos.data() + row * half;
-    const float* sr = sin.data() + row * half;
-    for (size_t hh = 0; hh < heads; ++hh) {
-      float* p = base + hh * hd;
-      for (size_t j = 0; j < half; ++j) {
-        const float a = p[j];
-        const float b = p[j + half];
-        p[j] = a * cr[j] - b * sr[j];
-        p[j + half] = b * cr[j] + a * sr[j];
-      }
-    }
-  };
 
   for (size_t l = 0; l < c.num_layers; ++l) {
     if (before_layer)
@@ -368,16 +367,16 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
     add_lora(batch, l, lora_target::k, h.data(), k.data());
     add_lora(batch, l, lora_target::v, h.data(), v.data());
     if (c.qk_norm) { // each head of q and k on its own, in place
-      rms_norm(q.data(), lw.q_norm.data(), q.data(), rows * c.num_heads, hd, c.rms_norm_eps);
-      rms_norm(k.data(), lw.k_norm.data(), k.data(), rows * c.num_kv_heads, hd, c.rms_norm_eps);
+      rms_norm(q.data(), lw.q_norm.data(), q.data(), rows * c.num_heads, c.head_dim, c.rms_norm_eps);
+      rms_norm(k.data(), lw.k_norm.data(), k.data(), rows * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
     }
 
     for (size_t s = 0; s < nb; ++s) {
       const auto& seq = batch[s];
       for (size_t i = 0; i < seq.tokens.size(); ++i) {
         const size_t row = row_off[s] + i;
-        rope(q.data() + row * qdim, c.num_heads, row);
-        rope(k.data() + row * kd, c.num_kv_heads, row);
+        rotate(q.data() + row * qdim, c.num_heads, cos.data() + row * half, sin.data() + row * half);
+        rotate(k.data() + row * kd, c.num_kv_heads, cos.data() + row * half, sin.data() + row * half);
         const size_t pos = size_t{seq.start_pos} + i;
         if (seq.hidden) {
           // The normalised input of the QKV projection; K and V are
@@ -446,7 +445,12 @@ cpu_model::cpu_model(llama_weights weights, std::uint64_t num_pages, std::uint32
   if (!m.ok)
     return;
   m.dims = projection_dims(m.c);
-  m.inv_freq = rope_inv_freq(m.c);
+  try {
+    m.rope = rope_for(m.c);
+  } catch (const std::invalid_argument&) { // longrope factors that do not fit the rotary pairs
+    m.ok = false;
+    return;
+  }
   m.kv.assign(num_pages * m.c.num_layers * 2 * page_tokens * m.kvd(), 0.0f);
 }
 

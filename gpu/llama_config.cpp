@@ -144,9 +144,35 @@ private:
   std::optional<std::string> error_;
 };
 
-/// Reads "rope_scaling"; only llama3 (and none) are supported.
-std::optional<std::string> read_rope_scaling(const json& v, const std::string& source,
-                                             rope_scaling& out) {
+/// A list of `count` positive numbers under `key`, as a LongRoPE factor list.
+std::vector<double> positive_list(key_reader& in, const char* key, std::size_t count) {
+  std::vector<double> out;
+  if (!in.present(key)) {
+    in.fail(key, "is missing");
+    return out;
+  }
+  const json& v = in.at(key);
+  if (!v.is_array() || v.size() != count) {
+    in.fail(key, "must be a list of " + std::to_string(count) +
+                   " numbers (one per rotary pair: head_dim * partial_rotary_factor / 2), got " +
+                   (v.is_array() ? std::to_string(v.size()) + " entries" : v.dump()));
+    return out;
+  }
+  for (const json& f : v) {
+    if (!f.is_number() || !(f.get<double>() > 0) || !std::isfinite(f.get<double>())) {
+      in.fail(key, "must hold positive numbers, got " + f.dump());
+      return {};
+    }
+    out.push_back(f.get<double>());
+  }
+  return out;
+}
+
+/// Reads "rope_scaling": llama3, longrope (also "su") or none. `c` holds
+/// the rest of the config (its rotary_dim, max_position_embeddings and
+/// top-level original_max_position_embeddings, 0 when absent).
+std::optional<std::string> read_rope_scaling(const json& v, const std::string& source, llama_config& c,
+                                             std::uint32_t top_original) {
   if (v.is_null())
     return std::nullopt;
   if (!v.is_object())
@@ -161,9 +187,39 @@ std::optional<std::string> read_rope_scaling(const json& v, const std::string& s
     return source + ": key 'rope_scaling.rope_type' is missing";
   if (*type == "default")
     return std::nullopt;
+  rope_scaling& out = c.rope;
+  if (*type == "longrope" || *type == "su") {
+    // Hugging Face's _compute_longrope_parameters: Phi-3 keeps the
+    // pretrained context at the top level, and the attention factor then
+    // follows max_position_embeddings over it.
+    out.type = "longrope";
+    const std::size_t pairs = c.rotary_dims() / 2;
+    out.short_factor = positive_list(in, "short_factor", pairs);
+    out.long_factor = positive_list(in, "long_factor", pairs);
+    double factor = in.number("factor", 1.0);
+    if (top_original != 0) {
+      out.original_max_position_embeddings = top_original;
+      factor = static_cast<double>(c.max_position_embeddings) / top_original;
+    } else {
+      out.original_max_position_embeddings = in.positive("original_max_position_embeddings", c.max_position_embeddings);
+    }
+    if (in.present("attention_factor")) {
+      out.attention_factor = in.number("attention_factor", 1.0);
+      if (!in.error() && !(out.attention_factor > 0))
+        in.fail("attention_factor", "must be positive");
+    } else {
+      out.attention_factor = factor <= 1.0 ? 1.0
+                                           : std::sqrt(1.0 + std::log(factor) /
+                                                                 std::log(static_cast<double>(
+                                                                   out.original_max_position_embeddings)));
+    }
+    if (!in.error() && out.original_max_position_embeddings < 2)
+      in.fail("original_max_position_embeddings", "must be at least 2");
+    return in.error();
+  }
   if (*type != "llama3")
     return source + ": key 'rope_scaling." + type_key + "' is \"" + *type +
-           "\": unsupported rope scaling type (only llama3 is supported)";
+           "\": unsupported rope scaling type (llama3 and longrope are supported)";
   out.type = "llama3";
   out.factor = in.number("factor", 1.0, true);
   out.low_freq_factor = in.number("low_freq_factor", 1.0, true);
@@ -199,10 +255,6 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
     // Phi-3's projections have no biases; q, k and v are one tensor, and
     // so are gate and up.
     c.fused_projections = true;
-    if (in.present("partial_rotary_factor") &&
-        (!in.at("partial_rotary_factor").is_number() || in.at("partial_rotary_factor").get<double>() != 1.0))
-      in.fail("partial_rotary_factor", "is " + in.at("partial_rotary_factor").dump() +
-                                           ": rotary embeddings over part of each head are not supported");
   } else {
     c.qkv_bias = c.o_bias = in.boolean("attention_bias", false);
   }
@@ -257,10 +309,6 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   if (in.error())
     return *in.error();
 
-  if (doc.contains("rope_scaling"))
-    if (auto err = read_rope_scaling(doc.at("rope_scaling"), source, c.rope))
-      return *err;
-
   if (!has_head_dim) {
     if (c.hidden_size % c.num_heads != 0)
       in.fail("hidden_size", "(" + std::to_string(c.hidden_size) +
@@ -268,6 +316,28 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
                                  std::to_string(c.num_heads) + ")");
     c.head_dim = c.hidden_size / c.num_heads;
   }
+  // Phi-3's (Phi-4 mini's 0.75): the rotation turns the first
+  // int(head_dim * factor) elements of each head, as Hugging Face's Phi3
+  // attention does; other architectures apply it to the whole head.
+  if (c.model_type == "phi3" && in.present("partial_rotary_factor") && !in.error()) {
+    const double f = in.number("partial_rotary_factor", 1.0);
+    const double dims = std::floor(static_cast<double>(c.head_dim) * f);
+    if (!in.error() && (!(f > 0 && f <= 1) || dims < 2 || static_cast<std::uint32_t>(dims) % 2 != 0))
+      in.fail("partial_rotary_factor", "is " + in.at("partial_rotary_factor").dump() +
+                                           ": it must be in (0, 1] and turn an even number of each head's " +
+                                           std::to_string(c.head_dim) + " elements");
+    else if (!in.error() && static_cast<std::uint32_t>(dims) != c.head_dim)
+      c.rotary_dim = static_cast<std::uint32_t>(dims);
+  }
+  if (in.error())
+    return *in.error();
+  const std::uint32_t top_original =
+    in.present("original_max_position_embeddings") ? in.positive("original_max_position_embeddings", 0) : 0;
+  if (in.error())
+    return *in.error();
+  if (doc.contains("rope_scaling"))
+    if (auto err = read_rope_scaling(doc.at("rope_scaling"), source, c, top_original))
+      return *err;
   if (c.num_heads % c.num_kv_heads != 0)
     in.fail("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
                                        ") does not divide key 'num_attention_heads' (" +
@@ -349,10 +419,18 @@ std::string to_config_json(const llama_config& c) {
   j["num_attention_heads"] = c.num_heads;
   j["num_hidden_layers"] = c.num_layers;
   j["num_key_value_heads"] = c.num_kv_heads;
+  const bool longrope = c.rope.type == "longrope";
+  if (longrope) // Phi-3's place for it; the attention factor follows from it
+    j["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
+  if (phi3 && c.rotary_dims() != c.head_dim)
+    j["partial_rotary_factor"] = static_cast<double>(c.rotary_dims()) / c.head_dim;
   j["pretraining_tp"] = 1;
   j["rms_norm_eps"] = shortest(c.rms_norm_eps);
   if (c.rope.type.empty()) {
     j["rope_scaling"] = nullptr;
+  } else if (longrope) {
+    j["rope_scaling"] = {{"long_factor", c.rope.long_factor}, {"short_factor", c.rope.short_factor},
+                         {"type", "longrope"}};
   } else {
     j["rope_scaling"] = {{"factor", c.rope.factor},
                          {"high_freq_factor", c.rope.high_freq_factor},
@@ -372,10 +450,6 @@ std::string to_config_json(const llama_config& c) {
     j["use_sliding_window"] = false;
   j["vocab_size"] = c.vocab_size;
   return j.dump(2) + "\n";
-}
-
-std::vector<float> rope_inv_freq(const llama_config& c) {
-  return rope_inv_freq(c.head_dim, c.rope_theta, c.rope);
 }
 
 } // namespace troupe::gpu

@@ -15,11 +15,23 @@ namespace troupe::gpu {
 
 /// config.json "rope_scaling"; type "" means none.
 struct rope_scaling {
-  std::string type; ///< "" or "llama3"
+  /// "", "llama3" or "longrope" (Phi-3's 128K models, Phi-3.5 and Phi-4
+  /// mini; "su" in older configs).
+  std::string type;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
+  /// llama3's, or LongRoPE's (config.json's top-level key, else
+  /// rope_scaling's): the context the model was pretrained on.
   std::uint32_t original_max_position_embeddings = 8192;
+  /// longrope: per rotary pair, what its frequency is divided by for
+  /// sequences no longer than original_max_position_embeddings (short) and
+  /// for longer ones ([rotary_dim / 2] each).
+  std::vector<double> short_factor, long_factor;
+  /// longrope: what cos and sin are multiplied by ("attention_factor", else
+  /// sqrt(1 + ln(max_position_embeddings / original) / ln(original)), as
+  /// Hugging Face computes it).
+  double attention_factor = 1.0;
 };
 
 struct llama_config {
@@ -39,6 +51,17 @@ struct llama_config {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   rope_scaling rope;
+  /// The leading elements of each head of q and k that the rotary
+  /// embeddings turn (head_dim * partial_rotary_factor, Phi-4 mini's 0.75;
+  /// the pairs are (i, i + rotary_dim / 2)); the rest pass through. 0: all
+  /// of head_dim.
+  std::uint32_t rotary_dim = 0;
+  /// The longest sequence (prompt and output) this deployment lets a
+  /// request reach ([model] max_context); 0: max_position_embeddings. Not
+  /// in config.json: LongRoPE's factors follow it (long where it exceeds
+  /// rope.original_max_position_embeddings, so every cache in the
+  /// deployment is turned alike).
+  std::uint32_t serving_context = 0;
   /// Mistral's sliding window: a token attends to itself and the
   /// sliding_window - 1 positions before it, in every layer (config.json
   /// "sliding_window", Mistral 7B v0.1's 4,096); 0: to every position before
@@ -64,6 +87,8 @@ struct llama_config {
 
   /// The shape the cost model and the memory pool use.
   model_shape to_shape(const std::string& name) const;
+  /// rotary_dim, or head_dim where it is 0.
+  std::uint32_t rotary_dims() const noexcept { return rotary_dim != 0 ? rotary_dim : head_dim; }
 };
 
 /// Parses config.json text; the error names `source` and the key.
@@ -71,10 +96,6 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view json
                                                            const std::string& source);
 /// Reads and parses a config.json file.
 std::variant<llama_config, std::string> load_llama_config(const std::string& path);
-/// The rotary inverse frequencies [head_dim / 2] as Hugging Face computes
-/// them: theta^(-2i/head_dim), then the llama3 scaling when configured.
-std::vector<float> rope_inv_freq(const llama_config& c);
-
 /// Serializes as Hugging Face writes it (for troupe-mkmodel).
 std::string to_config_json(const llama_config& c);
 

@@ -1,4 +1,5 @@
-// rope_inv_freq: HF's default inv_freq, then _compute_llama3_parameters.
+// rope_inv_freq: HF's default inv_freq, then _compute_llama3_parameters or
+// _compute_longrope_parameters; rope_for: a model's table.
 #include "gpu/rope.hpp"
 
 #include <cmath>
@@ -8,16 +9,28 @@
 
 namespace troupe::gpu {
 
-std::vector<float> rope_inv_freq(std::uint32_t head_dim, float theta,
-                                 const rope_scaling& scaling) {
-  if (head_dim == 0 || head_dim % 2 != 0)
-    throw std::invalid_argument("rope_inv_freq: head_dim " + std::to_string(head_dim) + " is not even");
-  const std::uint32_t half = head_dim / 2;
-  std::vector<float> inv(half);
+std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scaling& scaling,
+                                 bool long_factors) {
+  if (dim == 0 || dim % 2 != 0)
+    throw std::invalid_argument("rope_inv_freq: rotary dim " + std::to_string(dim) + " is not even");
+  const std::uint32_t half = dim / 2;
+  std::vector<double> base(half);
   for (std::uint32_t i = 0; i < half; ++i) {
-    const double e = static_cast<double>(2 * i) / static_cast<double>(head_dim);
-    inv[i] = static_cast<float>(1.0 / std::pow(static_cast<double>(theta), e));
+    const double e = static_cast<double>(2 * i) / static_cast<double>(dim);
+    base[i] = 1.0 / std::pow(static_cast<double>(theta), e);
   }
+  std::vector<float> inv(half);
+  if (scaling.type == "longrope") {
+    const auto& ext = long_factors ? scaling.long_factor : scaling.short_factor;
+    if (ext.size() != half)
+      throw std::invalid_argument("rope_inv_freq: " + std::to_string(ext.size()) + " longrope factors for " +
+                                  std::to_string(half) + " rotary pairs");
+    for (std::uint32_t i = 0; i < half; ++i)
+      inv[i] = static_cast<float>(base[i] / ext[i]);
+    return inv;
+  }
+  for (std::uint32_t i = 0; i < half; ++i)
+    inv[i] = static_cast<float>(base[i]);
   if (scaling.type != "llama3")
     return inv;
   const double factor = scaling.factor;
@@ -39,6 +52,17 @@ std::vector<float> rope_inv_freq(std::uint32_t head_dim, float theta,
     f = static_cast<float>(out);
   }
   return inv;
+}
+
+rope_table rope_for(const llama_config& c) {
+  rope_table t;
+  const bool longrope = c.rope.type == "longrope";
+  const std::uint32_t context = c.serving_context != 0 ? c.serving_context : c.max_position_embeddings;
+  t.inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope,
+                             longrope && context > c.rope.original_max_position_embeddings);
+  if (longrope)
+    t.scale = static_cast<float>(c.rope.attention_factor);
+  return t;
 }
 
 } // namespace troupe::gpu

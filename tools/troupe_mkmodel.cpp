@@ -48,11 +48,13 @@ constexpr std::string_view usage =
   "usage: troupe-mkmodel --out DIR [--preset 100m] [--hidden 256] [--intermediate 688]\n"
   "         [--layers 4] [--heads 8] [--kv-heads 4] [--vocab 512] [--max-context 2048]\n"
   "         [--seed 1] [--dtype f32|f16|bf16] [--rope-llama3] [--tie]\n"
-  "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj | all-linear]\n"
+  "         [--adapters N] [--ranks 4,8,16,64] [--targets q_proj,v_proj (phi3: q_proj,k_proj,v_proj) | all-linear]\n"
   "         [--alpha A] [--rslora] [--tokenizer spm|bpe] [--spm-train PATH] [--corpus PATH]\n"
   "         [--arch llama|qwen2|qwen3|mistral|phi3] [--head-dim N (default hidden / heads)]\n"
   "         [--mistral-calls array|named (with --arch mistral; default array)]\n"
-  "         [--sliding-window N (with --arch mistral or phi3, below --max-context; default none)]\n";
+  "         [--sliding-window N (with --arch mistral or phi3, below --max-context; default none)]\n"
+  "         [--partial-rotary F (with --arch phi3: the share of each head that turns, as Phi-4 mini's 0.75)]\n"
+  "         [--longrope N (LongRoPE over a pretrained context of N, below --max-context, as Phi-3.5's)]\n";
 
 struct options {
   std::string out;
@@ -69,7 +71,9 @@ struct options {
   bool tie = false;
   std::uint32_t adapters = 0;
   std::vector<std::uint32_t> ranks{4, 8, 16, 64};
+  /// --targets; none given: q_proj and v_proj, or with --arch phi3 qkv_proj.
   std::vector<lora_target> targets{lora_target::q, lora_target::v};
+  bool targets_given = false;
   std::optional<double> alpha;
   bool rslora = false;
   bool bpe = false; ///< --tokenizer bpe: tokenizer.json, Llama 3's special tokens
@@ -86,6 +90,8 @@ struct options {
   std::string mistral_calls = "array";
   std::uint32_t head_dim = 0; ///< 0: hidden / heads
   std::uint32_t sliding_window = 0; ///< Mistral 7B v0.1's attention window; 0: none
+  double partial_rotary = 1.0; ///< Phi-3's partial_rotary_factor
+  std::uint32_t longrope = 0; ///< LongRoPE's original_max_position_embeddings; 0: none
   bool qwen() const { return arch == "qwen2" || arch == "qwen3"; }
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
@@ -224,6 +230,7 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       if (!v)
         return std::string{"--targets needs a list such as q_proj,v_proj or all-linear"};
       o.targets.clear();
+      o.targets_given = true;
       for (const auto& part : split(*v)) {
         if (part == "all-linear") {
           for (std::size_t t = 0; t < lora_target_count; ++t)
@@ -240,6 +247,14 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       if (!v || std::from_chars(v->data(), v->data() + v->size(), a).ec != std::errc{} || !(a > 0))
         return std::string{"--alpha needs a positive number"};
       o.alpha = a;
+    } else if (arg == "--partial-rotary") {
+      const auto v = value();
+      double f = 0;
+      if (!v || std::from_chars(v->data(), v->data() + v->size(), f).ec != std::errc{} || !(f > 0 && f <= 1))
+        return std::string{"--partial-rotary needs a number in (0, 1]"};
+      o.partial_rotary = f;
+    } else if (arg == "--longrope") {
+      err = number(o.longrope, 2, 1u << 24);
     } else if (arg == "--rope-llama3") {
       o.rope_llama3 = true;
     } else if (arg == "--tie") {
@@ -290,6 +305,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
     return std::string{"--mistral-calls goes with --arch mistral"};
   if (o.sliding_window != 0 && o.arch != "mistral" && o.arch != "phi3")
     return std::string{"--sliding-window goes with --arch mistral or phi3 (Mistral 7B v0.1's, Phi-3 mini's window)"};
+  if (o.arch == "phi3" && !o.targets_given)
+    o.targets = {lora_target::q, lora_target::k, lora_target::v};
   if (o.arch == "phi3") {
     // Phi-3's adapters are over its fused projections: q, k and v together,
     // gate and up together.
@@ -299,6 +316,16 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
     if (has(lora_target::gate) != has(lora_target::up))
       return std::string{"--arch phi3: --targets gate_proj and up_proj go together (Phi-3's gate_up_proj)"};
   }
+  if (o.partial_rotary != 1.0) {
+    if (o.arch != "phi3")
+      return std::string{"--partial-rotary goes with --arch phi3 (Phi-4 mini's partial_rotary_factor)"};
+    const auto dims = static_cast<std::uint32_t>(o.head_dim * o.partial_rotary);
+    if (dims < 2 || dims % 2 != 0)
+      return "--partial-rotary " + std::to_string(o.partial_rotary) + " of a head of " + std::to_string(o.head_dim) +
+             " turns " + std::to_string(dims) + " elements: it must be an even number";
+  }
+  if (o.longrope != 0 && (o.rope_llama3 || o.longrope >= o.max_context))
+    return std::string{"--longrope must be below --max-context, without --rope-llama3"};
   if (o.sliding_window >= o.max_context)
     return std::string{"--sliding-window must be below --max-context (a longer window is none)"};
   if (o.bpe && o.arch == "mistral")
@@ -372,6 +399,22 @@ llama_config make_config(const options& o) {
     c.rope.low_freq_factor = 1.0;
     c.rope.high_freq_factor = 4.0;
     c.rope.original_max_position_embeddings = 8192;
+  }
+  if (o.partial_rotary != 1.0)
+    c.rotary_dim = static_cast<std::uint32_t>(o.head_dim * o.partial_rotary);
+  if (o.longrope != 0) {
+    // Factors shaped as Phi-3.5's: near 1 for short sequences; for long
+    // ones growing with the wavelength, so that the two sets part clearly.
+    c.rope.type = "longrope";
+    c.rope.original_max_position_embeddings = o.longrope;
+    const std::uint32_t pairs = c.rotary_dims() / 2;
+    for (std::uint32_t i = 0; i < pairs; ++i) {
+      const double x = static_cast<double>(i) / pairs;
+      c.rope.short_factor.push_back(1.0 + 0.25 * x);
+      c.rope.long_factor.push_back(1.0 + 40.0 * x * x);
+    }
+    const double factor = static_cast<double>(o.max_context) / o.longrope;
+    c.rope.attention_factor = std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(o.longrope)));
   }
   c.tie_word_embeddings = o.tie;
   if (o.bpe && o.qwen()) {

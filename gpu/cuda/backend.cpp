@@ -158,6 +158,7 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
   std::unique_ptr<cuda_backend> b{new cuda_backend};
   b->device_ = opts.device;
   b->llama_ = config;
+  b->llama_.serving_context = opts.serving_context;
   b->tokenizer_ = std::move(tok);
   b->host_ = host_tier{opts.host_adapter_bytes};
   try {
@@ -171,7 +172,7 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
     TROUPE_CUDA_CHECK(cudaStreamCreateWithFlags(&b->d2h_, cudaStreamNonBlocking));
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_begin_));
     TROUPE_CUDA_CHECK(cudaEventCreate(&b->step_end_));
-    auto cfg = model_config_for(config, opts.type);
+    auto cfg = model_config_for(b->llama_, opts.type);
     cfg.step_graphs = opts.step_graphs;
     const kv_layout kv{cfg.layers, cfg.kv_heads, cfg.head_dim, opts.page_tokens};
     if (auto why = unsupported_model(cfg.hidden, cfg.heads, kv); !why.empty())

@@ -57,6 +57,9 @@ struct cuda_backend_options {
   std::uint32_t max_rank = 64;
   /// model_config::step_graphs: CUDA graphs of repeated steps kept; 0 off.
   std::uint32_t step_graphs = 0;
+  /// The longest sequence a request may reach (llama_config::
+  /// serving_context, which LongRoPE's factors follow); 0: the model's own.
+  std::uint32_t serving_context = 0;
   /// Rows of logits a prompt's log-probabilities are read in at a time (a
   /// buffer on the device and one on the host); 0: 8 MiB's worth.
   std::uint32_t prompt_logits_rows = 0;

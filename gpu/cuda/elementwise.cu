@@ -167,21 +167,24 @@ struct kv_sink {
   std::uint64_t page_elems = 0, layer_offset = 0, v_offset = 0;
 };
 
-/// One block per row: the row's cos and sin into shared memory, then every
-/// (head, chunk of Vec pairs) of q and k rotated in place, and with a sink
-/// the rotated K and the V copied into the row's cache slot. The products
-/// and differences are the reference's (no fused multiply-add).
+/// One block per row: the row's cos and sin (times `scale`) into shared
+/// memory, then every (head, chunk of Vec pairs) of the leading rotary_dim
+/// elements of q and k rotated in place, and with a sink the rotated K, the
+/// rest of K (past rotary_dim) and the V copied into the row's cache slot.
+/// The products and differences are the reference's (no fused
+/// multiply-add).
 template <class T, int Vec>
 __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, heads * head_dim]
                             bits16* __restrict__ k,                   // [rows, kv_heads * head_dim]
                             const std::int32_t* __restrict__ positions, // [rows]
-                            const float* __restrict__ inv_freq,       // [head_dim / 2]
+                            const float* __restrict__ inv_freq,       // [rotary_dim / 2]
+                            std::uint32_t rotary_dim, float scale,
                             std::uint32_t heads, std::uint32_t kv_heads,
                             std::uint32_t head_dim, kv_sink sink) {
   using E = elem<T>;
   using P = pack<Vec>;
-  extern __shared__ float cos_sin[]; // [2][head_dim / 2]
-  const std::uint32_t half = head_dim / 2;
+  extern __shared__ float cos_sin[]; // [2][rotary_dim / 2]
+  const std::uint32_t half = rotary_dim / 2;
   const std::size_t row = blockIdx.x;
   const std::uint64_t kv_dim = std::uint64_t{kv_heads} * head_dim;
   bits16* slot = sink.pool == nullptr
@@ -192,8 +195,8 @@ __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, 
   for (std::uint32_t j = threadIdx.x; j < half; j += blockDim.x) {
     float s, c;
     sincosf(__fmul_rn(pos, inv_freq[j]), &s, &c);
-    cos_sin[j] = c;
-    cos_sin[half + j] = s;
+    cos_sin[j] = __fmul_rn(c, scale);
+    cos_sin[half + j] = __fmul_rn(s, scale);
   }
   __syncthreads();
 
@@ -225,6 +228,12 @@ __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, 
   }
   if (slot == nullptr)
     return;
+  // The part of each K head that does not turn (partial rotary embeddings).
+  const std::uint32_t pass = (head_dim - rotary_dim) / Vec;
+  for (std::uint32_t it = threadIdx.x; it < kv_heads * pass; it += blockDim.x) {
+    const std::uint64_t e = std::uint64_t{it / pass} * head_dim + rotary_dim + (it % pass) * Vec;
+    *reinterpret_cast<P*>(slot + e) = *reinterpret_cast<const P*>(k + row * kv_dim + e);
+  }
   const auto* vs = reinterpret_cast<const P*>(sink.v + row * kv_dim);
   auto* vd = reinterpret_cast<P*>(slot + sink.v_offset);
   for (std::uint64_t c = threadIdx.x; c < kv_dim / Vec; c += blockDim.x)
@@ -411,24 +420,31 @@ void add_rmsnorm(dtype t, void* residual, const void* x, const void* weight, flo
 
 namespace {
 
-void check_rope_head_dim(std::uint32_t head_dim, const char* who) {
+/// The rotary dim `freqs` turns, checked against the head; throws
+/// std::invalid_argument naming `who`.
+std::uint32_t check_rope(std::uint32_t head_dim, const rope_freqs& freqs, const char* who) {
   if (head_dim == 0 || head_dim % 2 != 0)
     throw std::invalid_argument(std::string(who) + ": head_dim " + std::to_string(head_dim) +
                                 " is not even");
   if (head_dim > 8192)
     throw std::invalid_argument(std::string(who) + ": head_dim " + std::to_string(head_dim) +
                                 " exceeds the 8192 the shared cos/sin table holds");
+  const std::uint32_t rotary = freqs.rotary_dim == 0 ? head_dim : freqs.rotary_dim;
+  if (rotary % 2 != 0 || rotary > head_dim)
+    throw std::invalid_argument(std::string(who) + ": rotary_dim " + std::to_string(rotary) +
+                                " is odd or exceeds head_dim " + std::to_string(head_dim));
+  return rotary;
 }
 
 // rope_kernel over `rows` rows, in packs of 8 where `aligned` (every array
 // it touches on a 16-byte boundary) and the head allows.
 void rope_launch(dtype t, const char* who, void* q, void* k, const std::int32_t* positions,
-                 const float* inv_freq, std::uint32_t rows, std::uint32_t heads,
+                 const rope_freqs& freqs, std::uint32_t rotary, std::uint32_t rows, std::uint32_t heads,
                  std::uint32_t kv_heads, std::uint32_t head_dim, bool aligned, const kv_sink& sink,
                  cudaStream_t stream) {
   check_grid_rows(rows, who);
-  const std::uint32_t half = head_dim / 2;
-  const bool vec = half % 8 == 0 && aligned;
+  const std::uint32_t half = rotary / 2;
+  const bool vec = half % 8 == 0 && (head_dim - rotary) % 8 == 0 && aligned;
   const int width = vec ? 8 : 1;
   const std::uint64_t items = std::uint64_t{heads + kv_heads} * (half / width);
   const unsigned threads = std::min(256u, round_up_warp(std::max<std::uint64_t>(items, half)));
@@ -438,30 +454,30 @@ void rope_launch(dtype t, const char* who, void* q, void* k, const std::int32_t*
     auto* qb = static_cast<bits16*>(q);
     auto* kb = static_cast<bits16*>(k);
     if (vec)
-      rope_kernel<T, 8><<<rows, threads, smem, stream>>>(qb, kb, positions, inv_freq, heads,
-                                                          kv_heads, head_dim, sink);
+      rope_kernel<T, 8><<<rows, threads, smem, stream>>>(qb, kb, positions, freqs.inv_freq, rotary,
+                                                          freqs.scale, heads, kv_heads, head_dim, sink);
     else
-      rope_kernel<T, 1><<<rows, threads, smem, stream>>>(qb, kb, positions, inv_freq, heads,
-                                                          kv_heads, head_dim, sink);
+      rope_kernel<T, 1><<<rows, threads, smem, stream>>>(qb, kb, positions, freqs.inv_freq, rotary,
+                                                          freqs.scale, heads, kv_heads, head_dim, sink);
   });
 }
 
 } // namespace
 
-void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float* inv_freq,
+void rope(dtype t, void* q, void* k, const std::int32_t* positions, rope_freqs freqs,
           std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
           cudaStream_t stream) {
-  check_rope_head_dim(head_dim, "rope");
+  const std::uint32_t rotary = check_rope(head_dim, freqs, "rope");
   if (rows == 0 || heads + kv_heads == 0)
     return;
-  rope_launch(t, "rope", q, k, positions, inv_freq, rows, heads, kv_heads, head_dim,
+  rope_launch(t, "rope", q, k, positions, freqs, rotary, rows, heads, kv_heads, head_dim,
               aligned16(q) && aligned16(k), kv_sink{}, stream);
 }
 
 void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
-                   std::uint32_t heads, void* q, void* k, const void* v, const float* inv_freq,
+                   std::uint32_t heads, void* q, void* k, const void* v, rope_freqs freqs,
                    void* pool, cudaStream_t stream) {
-  check_rope_head_dim(kv.head_dim, "rope_write_kv");
+  const std::uint32_t rotary = check_rope(kv.head_dim, freqs, "rope_write_kv");
   if (layer >= kv.num_layers || kv.page_tokens == 0 || kv.num_kv_heads == 0)
     throw std::invalid_argument("rope_write_kv: layer " + std::to_string(layer) + " of a pool of " +
                                 std::to_string(kv.num_layers) + " layers, " +
@@ -477,8 +493,8 @@ void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::u
                      .layer_offset = std::uint64_t{layer} * kv.layer_elems(),
                      .v_offset = std::uint64_t{kv.page_tokens} * kv.kv_dim()};
   // Offsets into the pool are multiples of kv_dim, a multiple of 8 whenever
-  // the packs are (head_dim / 2 a multiple of 8).
-  rope_launch(t, "rope_write_kv", q, k, plan.positions, inv_freq, plan.rows, heads,
+  // the packs are (rotary_dim / 2 and head_dim - rotary_dim multiples of 8).
+  rope_launch(t, "rope_write_kv", q, k, plan.positions, freqs, rotary, plan.rows, heads,
               kv.num_kv_heads, kv.head_dim,
               aligned16(q) && aligned16(k) && aligned16(v) && aligned16(pool), sink, stream);
 }

@@ -66,22 +66,34 @@ void rmsnorm(dtype t, const void* x, const void* weight, float eps, std::uint32_
 void add_rmsnorm(dtype t, void* residual, const void* x, const void* weight, float eps,
                  std::uint32_t rows, std::uint32_t hidden, void* out, cudaStream_t stream);
 
-/// Rotary embeddings in place, Hugging Face Llama's rotate-half form: for
-/// each head, element i < head_dim/2 pairs with i + head_dim/2, angle
-/// positions[r] * inv_freq[i] (inv_freq: [head_dim/2] fp32, any scaling
-/// already applied). q: [rows, heads * head_dim], k: [rows, kv_heads * head_dim].
-void rope(dtype t, void* q, void* k, const std::int32_t* positions, const float* inv_freq,
+/// A model's rotary embedding on the device (rope_table): the leading
+/// rotary_dim elements of each head turn, element i < rotary_dim/2 pairing
+/// with i + rotary_dim/2 at angle positions[r] * inv_freq[i] ([rotary_dim/2]
+/// fp32, any scaling applied), cos and sin multiplied by `scale`; the rest
+/// of the head passes through. rotary_dim 0: the whole head.
+struct rope_freqs {
+  const float* inv_freq = nullptr;
+  std::uint32_t rotary_dim = 0;
+  float scale = 1.0f;
+};
+
+/// Rotary embeddings in place, Hugging Face Llama's rotate-half form, as
+/// `freqs` says. q: [rows, heads * head_dim], k: [rows, kv_heads * head_dim].
+/// Throws std::invalid_argument for an odd head_dim or rotary_dim, or a
+/// rotary_dim past head_dim.
+void rope(dtype t, void* q, void* k, const std::int32_t* positions, rope_freqs freqs,
           std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads, std::uint32_t head_dim,
           cudaStream_t stream);
 
 /// rope(q, k) and then write_kv(k, v) in one launch, bit for bit the two:
 /// q and k ([rows, heads * head_dim], [rows, kv_heads * head_dim]) rotated
-/// in place at plan.positions, and each row's rotated K and its V written
-/// into its page and slot (plan.row_page, plan.row_slot) of `layer` in
-/// `pool`; kv_heads and head_dim are the layout's. Throws
-/// std::invalid_argument for an odd head_dim or a layer outside the pool.
+/// in place at plan.positions, and each row's K (its rotated part and the
+/// rest) and its V written into its page and slot (plan.row_page,
+/// plan.row_slot) of `layer` in `pool`; kv_heads and head_dim are the
+/// layout's. Throws std::invalid_argument as rope() does, or for a layer
+/// outside the pool.
 void rope_write_kv(dtype t, const device_plan& plan, const kv_layout& kv, std::uint32_t layer,
-                   std::uint32_t heads, void* q, void* k, const void* v, const float* inv_freq,
+                   std::uint32_t heads, void* q, void* k, const void* v, rope_freqs freqs,
                    void* pool, cudaStream_t stream);
 
 /// out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i]; gate_up is the

@@ -25,7 +25,9 @@ inline model_config model_config_for(const llama_config& c, dtype t) {
   m.head_dim = c.head_dim;
   m.vocab = c.vocab_size;
   m.rms_eps = c.rms_norm_eps;
-  m.inv_freq = rope_inv_freq(c.head_dim, c.rope_theta, c.rope);
+  auto rope = rope_for(c);
+  m.inv_freq = std::move(rope.inv_freq);
+  m.rope_scale = rope.scale;
   m.tied_embeddings = c.tie_word_embeddings;
   m.qkv_bias = c.qkv_bias;
   m.o_bias = c.o_bias;

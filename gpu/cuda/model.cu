@@ -89,7 +89,7 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
     throw cuda_error("cuda_model: the pool's layout (" + std::to_string(kv_.num_layers) +
                      " layers, " + std::to_string(kv_.num_kv_heads) + " KV heads of " +
                      std::to_string(kv_.head_dim) + ") does not match the model's");
-  if (cfg_.inv_freq.size() != cfg_.head_dim / 2)
+  if (cfg_.inv_freq.empty() || cfg_.inv_freq.size() > cfg_.head_dim / 2)
     throw cuda_error("cuda_model: " + std::to_string(cfg_.inv_freq.size()) +
                      " rotary frequencies for head_dim " + std::to_string(cfg_.head_dim));
   lora_ = lora_layout::make(kv_, cfg_.hidden, cfg_.q_dim());
@@ -463,7 +463,9 @@ void cuda_model::launch_step(const device_plan& d,
               stream_);
     }
     part(step_part::rope_kv);
-    rope_write_kv(t, d, kv_, l, cfg_.heads, qr, kr, v, inv_freq_.data(), pool_.data(), stream_);
+    rope_write_kv(t, d, kv_, l, cfg_.heads, qr, kr, v,
+                  rope_freqs{inv_freq_.data(), static_cast<std::uint32_t>(2 * cfg_.inv_freq.size()), cfg_.rope_scale},
+                  pool_.data(), stream_);
     part(step_part::attention);
     attention(t, d, kv_, l, cfg_.heads, scale, qr, pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);

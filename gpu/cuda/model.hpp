@@ -30,8 +30,12 @@ struct model_config {
   std::uint32_t head_dim = 0;
   std::uint32_t vocab = 0;
   float rms_eps = 1e-6f;
-  /// [head_dim / 2] rotary inverse frequencies, scaling applied.
+  /// [rotary_dim / 2] rotary inverse frequencies, scaling applied: the
+  /// leading rotary_dim (at most head_dim) elements of each head turn
+  /// (rope_table).
   std::vector<float> inv_freq;
+  /// What cos and sin are multiplied by (LongRoPE's attention factor).
+  float rope_scale = 1.0f;
   bool tied_embeddings = false;
   /// Biases on the q, k and v projections (Qwen2's), and on o.
   bool qkv_bias = false;

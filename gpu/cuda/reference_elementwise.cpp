@@ -102,14 +102,16 @@ void add_rmsnorm_reference(dtype t, std::span<std::uint16_t> residual,
 void rope_reference(dtype t, std::span<std::uint16_t> q, std::span<std::uint16_t> k,
                     std::span<const std::int32_t> positions, std::span<const float> inv_freq,
                     std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads,
-                    std::uint32_t head_dim) {
+                    std::uint32_t head_dim, float scale) {
   if (head_dim == 0 || head_dim % 2 != 0)
     fail("rope_reference: head_dim " + std::to_string(head_dim) + " is not even");
-  const std::uint32_t half = head_dim / 2;
+  if (inv_freq.empty() || inv_freq.size() > head_dim / 2)
+    fail("rope_reference: " + std::to_string(inv_freq.size()) + " rotary frequencies for head_dim " +
+         std::to_string(head_dim));
+  const auto half = static_cast<std::uint32_t>(inv_freq.size());
   need("rope_reference", "q", q.size(), std::uint64_t{rows} * heads * head_dim);
   need("rope_reference", "k", k.size(), std::uint64_t{rows} * kv_heads * head_dim);
   need("rope_reference", "positions", positions.size(), rows);
-  need("rope_reference", "inv_freq", inv_freq.size(), half);
   std::vector<rope_cos_sin> cs(half);
   auto rotate = [&](std::span<std::uint16_t> x, std::uint64_t row, std::uint32_t n_heads) {
     for (std::uint64_t h = 0; h < n_heads; ++h) {
@@ -122,8 +124,11 @@ void rope_reference(dtype t, std::span<std::uint16_t> q, std::span<std::uint16_t
     }
   };
   for (std::uint64_t r = 0; r < rows; ++r) {
-    for (std::uint32_t i = 0; i < half; ++i)
+    for (std::uint32_t i = 0; i < half; ++i) {
       cs[i] = rope_angle(positions[r], inv_freq[i]);
+      cs[i].cos *= scale;
+      cs[i].sin *= scale;
+    }
     rotate(q, r, heads);
     rotate(k, r, kv_heads);
   }

@@ -74,16 +74,18 @@ void add_rmsnorm_reference(dtype t, std::span<std::uint16_t> residual,
                            float eps, std::uint32_t rows, std::uint32_t hidden,
                            std::span<std::uint16_t> out);
 
-/// Rotary embeddings in place, HF's rotate-half: for every head of q
-/// ([rows, heads * head_dim]) and of k ([rows, kv_heads * head_dim]) and
-/// i < head_dim / 2, (x[i], x[i + head_dim/2]) = rope_rotate(...,
-/// rope_angle(positions[r], inv_freq[i])), each rounded once to t.
-/// positions: [rows]; inv_freq: [head_dim / 2]. Throws std::invalid_argument
-/// for an odd head_dim or a span too short.
+/// Rotary embeddings in place, HF's rotate-half over the leading
+/// rotary_dim = 2 * inv_freq.size() elements of each head: for every head of
+/// q ([rows, heads * head_dim]) and of k ([rows, kv_heads * head_dim]) and
+/// i < rotary_dim / 2, (x[i], x[i + rotary_dim/2]) = rope_rotate(..., cs)
+/// with cs = rope_angle(positions[r], inv_freq[i]) times `scale` (cos and
+/// sin, fp32), each rounded once to t; the rest of the head is untouched.
+/// positions: [rows]. Throws std::invalid_argument for an odd head_dim, no
+/// frequencies or more than head_dim / 2, or a span too short.
 void rope_reference(dtype t, std::span<std::uint16_t> q, std::span<std::uint16_t> k,
                     std::span<const std::int32_t> positions, std::span<const float> inv_freq,
                     std::uint32_t rows, std::uint32_t heads, std::uint32_t kv_heads,
-                    std::uint32_t head_dim);
+                    std::uint32_t head_dim, float scale = 1.0f);
 
 /// out[r, i] = round_t(silu_mul(gate_up[r, i], gate_up[r, inter + i])).
 /// gate_up: [rows, 2 * inter]; out: [rows, inter]. Throws

@@ -62,7 +62,8 @@ llama_weights make_weights(const dims& d, std::uint64_t seed) {
   if (d.llama3) {
     // With head_dim 16 and theta 1e4, this puts frequencies in all three bands.
     c.rope = rope_scaling{.type = "llama3", .factor = 8.0, .low_freq_factor = 1.0,
-                          .high_freq_factor = 4.0, .original_max_position_embeddings = 64};
+                          .high_freq_factor = 4.0, .original_max_position_embeddings = 64,
+                          .short_factor = {}, .long_factor = {}};
   }
   const std::size_t h = d.hidden, qd = d.heads * d.head_dim, kd = d.kv_heads * d.head_dim;
   w.embed = randn(rng, std::size_t{d.vocab} * h, 0.5f);

@@ -16,6 +16,7 @@
 #include <iostream>
 #include <cstdlib>
 #include <limits>
+#include <regex>
 #include <type_traits>
 #include <unistd.h>
 
@@ -628,13 +629,86 @@ TEST_F(loaders, phi3_fused_projections_load_as_their_parts_and_are_written_back_
   ASSERT_TRUE(std::holds_alternative<std::string>(bad));
   EXPECT_NE(std::get<std::string>(bad).find("model.layers.1.self_attn.qkv_proj.weight"), std::string::npos)
     << std::get<std::string>(bad);
-  // Rotary embeddings over part of a head (Phi-4 mini's 0.75) are refused.
+  // A rotation over part of a head that turns no whole pairs is refused.
   const auto partial = parse_llama_config(
     R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2, "num_attention_heads": 4,
         "vocab_size": 16, "model_type": "phi3", "partial_rotary_factor": 0.75})",
     "c.json");
   ASSERT_TRUE(std::holds_alternative<std::string>(partial));
   EXPECT_NE(std::get<std::string>(partial).find("partial_rotary_factor"), std::string::npos) << std::get<std::string>(partial);
+}
+
+/// Phi-4 mini's config.json, its 48 factors of each list shortened to `n`.
+std::string phi4_mini_config(std::size_t n) {
+  std::string shorts, longs;
+  for (std::size_t i = 0; i < n; ++i) {
+    shorts += (i ? ", " : "") + std::to_string(1.0 + 0.001 * static_cast<double>(i));
+    longs += (i ? ", " : "") + std::to_string(1.0 + static_cast<double>(i));
+  }
+  return R"({"architectures": ["Phi3ForCausalLM"], "hidden_act": "silu", "hidden_size": 3072,
+    "intermediate_size": 8192, "max_position_embeddings": 131072, "model_type": "phi3",
+    "num_attention_heads": 24, "num_hidden_layers": 32, "num_key_value_heads": 8,
+    "original_max_position_embeddings": 4096, "partial_rotary_factor": 0.75, "rms_norm_eps": 1e-05,
+    "rope_scaling": {"long_factor": [)" + longs + R"(], "short_factor": [)" + shorts +
+         R"(], "type": "longrope"}, "rope_theta": 10000.0, "sliding_window": 262144,
+    "tie_word_embeddings": true, "torch_dtype": "bfloat16", "vocab_size": 200064})";
+}
+
+TEST_F(loaders, phi4_mini_turns_three_quarters_of_each_head_with_longrope) {
+  const auto parsed = parse_llama_config(phi4_mini_config(48), "phi4/config.json");
+  ASSERT_TRUE(std::holds_alternative<llama_config>(parsed)) << std::get<std::string>(parsed);
+  const auto& c = std::get<llama_config>(parsed);
+  EXPECT_EQ(c.head_dim, 128u);
+  EXPECT_EQ(c.rotary_dim, 96u);
+  EXPECT_EQ(c.rotary_dims(), 96u);
+  EXPECT_EQ(c.sliding_window, 0u); // 262,144 holds the whole context
+  EXPECT_EQ(c.rope.type, "longrope");
+  EXPECT_EQ(c.rope.original_max_position_embeddings, 4096u);
+  ASSERT_EQ(c.rope.short_factor.size(), 48u);
+  ASSERT_EQ(c.rope.long_factor.size(), 48u);
+  EXPECT_DOUBLE_EQ(c.rope.long_factor[47], 48.0);
+  // Hugging Face's: sqrt(1 + ln(131072 / 4096) / ln(4096)).
+  EXPECT_NEAR(c.rope.attention_factor, 1.1902380714238083, 1e-12);
+
+  // The older name, and an attention factor the config states.
+  const auto stated = parse_llama_config(
+    std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"},
+                       R"("type": "su", "attention_factor": 1.5)"),
+    "su/config.json");
+  ASSERT_TRUE(std::holds_alternative<llama_config>(stated)) << std::get<std::string>(stated);
+  EXPECT_EQ(std::get<llama_config>(stated).rope.type, "longrope");
+  EXPECT_DOUBLE_EQ(std::get<llama_config>(stated).rope.attention_factor, 1.5);
+
+  // Written back as Hugging Face writes it, read again the same.
+  const auto back = parse_llama_config(to_config_json(c), "back.json");
+  ASSERT_TRUE(std::holds_alternative<llama_config>(back)) << std::get<std::string>(back);
+  const auto& b = std::get<llama_config>(back);
+  EXPECT_EQ(b.rotary_dim, 96u);
+  EXPECT_EQ(b.rope.short_factor, c.rope.short_factor);
+  EXPECT_EQ(b.rope.long_factor, c.rope.long_factor);
+  EXPECT_EQ(b.rope.original_max_position_embeddings, 4096u);
+  EXPECT_DOUBLE_EQ(b.rope.attention_factor, c.rope.attention_factor);
+}
+
+TEST_F(loaders, longrope_and_partial_rotary_refusals_name_the_key) {
+  const std::pair<std::string, std::string> bad[] = {
+    {phi4_mini_config(64), "rope_scaling.short_factor' must be a list of 48 numbers"},
+    {std::regex_replace(phi4_mini_config(48), std::regex{R"("long_factor": \[1\.0+)"}, R"("long_factor": [-1)"),
+     "rope_scaling.long_factor' must hold positive numbers"},
+    {std::regex_replace(phi4_mini_config(48), std::regex{R"("partial_rotary_factor": 0\.75)"},
+                        R"("partial_rotary_factor": 1.5)"),
+     "partial_rotary_factor"},
+    {std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"},
+                        R"("type": "longrope", "attention_factor": 0)"),
+     "rope_scaling.attention_factor"},
+    {std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"}, R"("type": "yarn")"),
+     "llama3 and longrope are supported"},
+  };
+  for (const auto& [text, want] : bad) {
+    const auto parsed = parse_llama_config(text, "c.json");
+    ASSERT_TRUE(std::holds_alternative<std::string>(parsed)) << want;
+    EXPECT_NE(std::get<std::string>(parsed).find(want), std::string::npos) << std::get<std::string>(parsed);
+  }
 }
 
 TEST_F(loaders, phi3_adapters_name_the_fused_projections_and_split_into_their_parts) {

@@ -78,13 +78,54 @@ def silu(x):
     return x / (1.0 + np.exp(-x))
 
 
-def inverse_frequencies(cfg, head_dim):
+def rotary_dims(cfg, head_dim):
+    """The leading elements of each head that turn: Phi-3's attention turns
+    int(head_dim * partial_rotary_factor) (Phi-4 mini's 0.75); Llama's all."""
+    if cfg.get("model_type") == "phi3":
+        return int(head_dim * float(cfg.get("partial_rotary_factor") or 1.0))
+    return head_dim
+
+
+def longrope_original(cfg):
+    scaling = cfg.get("rope_scaling") or {}
+    return int(cfg.get("original_max_position_embeddings")
+               or scaling.get("original_max_position_embeddings")
+               or cfg.get("max_position_embeddings", 4096))
+
+
+def attention_scaling(cfg):
+    """What cos and sin are multiplied by: transformers'
+    _compute_longrope_parameters' attention factor, else 1."""
+    scaling = cfg.get("rope_scaling") or {}
+    if scaling.get("rope_type", scaling.get("type")) not in ("longrope", "su"):
+        return 1.0
+    if scaling.get("attention_factor") is not None:
+        return float(scaling["attention_factor"])
+    original = longrope_original(cfg)
+    if cfg.get("original_max_position_embeddings"):
+        factor = float(cfg["max_position_embeddings"]) / original
+    else:
+        factor = float(scaling.get("factor") or 1.0)
+    return 1.0 if factor <= 1.0 else math.sqrt(1.0 + math.log(factor) / math.log(original))
+
+
+def inverse_frequencies(cfg, dim, seq_len=1):
+    """inv_freq over `dim` rotary elements for a forward pass over `seq_len`
+    positions (longrope's factors depend on it)."""
     base = float(cfg.get("rope_theta", 10000.0))
-    inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.float64) / head_dim))
+    inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
     scaling = cfg.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind in (None, "default"):
         return inv_freq
+    if kind in ("longrope", "su"):
+        # transformers' longrope: a pass whose sequence is longer than the
+        # pretrained context divides by the long factors, else the short.
+        which = "long_factor" if seq_len > longrope_original(cfg) else "short_factor"
+        ext = np.asarray(scaling[which], dtype=np.float64)
+        if ext.shape != inv_freq.shape:
+            raise ValueError(f"{which} has {ext.size} entries for {inv_freq.size} rotary pairs")
+        return inv_freq / ext
     if kind != "llama3":
         raise ValueError(f"unsupported rope_scaling type {kind}")
     # transformers' _compute_llama3_parameters.
@@ -107,11 +148,14 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
-def apply_rope(x, positions, inv_freq):
-    # x: [heads, T, head_dim]
-    freqs = np.outer(positions.astype(np.float64), inv_freq)     # [T, hd/2]
-    emb = np.concatenate([freqs, freqs], axis=-1)                 # [T, hd]
-    return x * np.cos(emb)[None] + rotate_half(x) * np.sin(emb)[None]
+def apply_rope(x, positions, inv_freq, scale=1.0):
+    # x: [heads, T, head_dim]; the leading 2 * len(inv_freq) elements turn.
+    rot = 2 * len(inv_freq)
+    x_rot, x_pass = x[..., :rot], x[..., rot:]
+    freqs = np.outer(positions.astype(np.float64), inv_freq)     # [T, rot/2]
+    emb = np.concatenate([freqs, freqs], axis=-1)                 # [T, rot]
+    cos, sin = np.cos(emb) * scale, np.sin(emb) * scale
+    return np.concatenate([x_rot * cos[None] + rotate_half(x_rot) * sin[None], x_pass], axis=-1)
 
 
 # -- PEFT adapter ------------------------------------------------------------
@@ -175,7 +219,8 @@ class Llama:
         self.head_dim = int(c.get("head_dim") or self.hidden // self.n_heads)
         self.n_layers = int(c["num_hidden_layers"])
         self.eps = float(c.get("rms_norm_eps", 1e-6))
-        self.inv_freq = inverse_frequencies(c, self.head_dim)
+        self.rotary = rotary_dims(c, self.head_dim)
+        self.rope_scale = attention_scaling(c)
         # Mistral's and Phi-3's sliding window (Hugging Face's MistralModel
         # and Phi3Model read it in every layer; Llama's architecture has none).
         self.window = c.get("sliding_window") if c.get("model_type") in ("mistral", "phi3") else None
@@ -213,8 +258,8 @@ class Llama:
         q = q.transpose(1, 0, 2)
         k = k.transpose(1, 0, 2)
         v = v_out.reshape(t, self.n_kv, self.head_dim).transpose(1, 0, 2)
-        q = apply_rope(q, positions, self.inv_freq)
-        k = apply_rope(k, positions, self.inv_freq)
+        q = apply_rope(q, positions, self.inv_freq, self.rope_scale)
+        k = apply_rope(k, positions, self.inv_freq, self.rope_scale)
         # repeat_kv: query head h reads key/value head h // (heads / kv_heads).
         rep = self.n_heads // self.n_kv
         k = np.repeat(k, rep, axis=0)
@@ -244,6 +289,7 @@ class Llama:
         ids = np.asarray(tokens, dtype=np.int64)
         h = self.w["model.embed_tokens.weight"][ids]
         positions = np.arange(len(tokens))
+        self.inv_freq = inverse_frequencies(self.cfg, self.rotary, len(tokens))
         for i in range(self.n_layers):
             p = f"model.layers.{i}."
             h = h + self.attention(i, rms_norm(h, self.w[p + "input_layernorm.weight"], self.eps),

@@ -3,7 +3,10 @@
 a one-token prompt's attention is o(v(x)); RoPE equals complex rotation of
 (first half, second half) pairs; GQA equals MHA with duplicated K/V heads;
 an adapter equals merging scale*B@A into the weights; tied equals an explicit
-lm_head copy; BF16 files read back what was written. Run:
+lm_head copy; BF16 files read back what was written; a sliding window is a
+cut prompt; Phi-3's fused projections are the separate ones; partial rotary
+embeddings turn the leading pairs only; LongRoPE's factors are plain and
+theta-scaled frequencies, its attention factor scaled q and k weights. Run:
 /usr/bin/python3 tests/oracle/llama_numpy_selfcheck.py  (prints OK or fails)
 """
 import json
@@ -225,6 +228,47 @@ def main():
     assert close(fused_out, ln.Llama(base, ln.Adapter(os.path.join(tmp, "ad_separate"))).last_logits(prompt)), \
         "phi3 fused adapter"
     assert not close(fused_out, m.last_logits(prompt), 1e-3), "fused adapter has no effect"
+
+    # 10. Partial rotary embeddings: the leading pairs turn as complex
+    # numbers, the rest of the head stays; a factor of 1 is the whole head.
+    xs = rng.normal(size=(2, 5, 8))
+    inv = ln.inverse_frequencies({"rope_theta": 500.0}, 6)
+    got = ln.apply_rope(xs, np.arange(5), inv, 1.5)
+    z = (xs[..., :3] + 1j * xs[..., 3:6]) * 1.5 * np.exp(1j * np.outer(np.arange(5), inv))[None]
+    assert close(got, np.concatenate([z.real, z.imag, xs[..., 6:]], axis=-1)), "partial rope"
+    assert ln.rotary_dims({"model_type": "phi3", "partial_rotary_factor": 0.75}, 128) == 96
+    assert ln.rotary_dims({"model_type": "llama", "partial_rotary_factor": 0.75}, 128) == 128
+    assert close(ln.Llama(dphi).last_logits(prompt), m.last_logits(prompt)), "partial rotary factor 1"
+    dpart = os.path.join(tmp, "phi3_part")
+    make_model(dpart, dict(cfg, model_type="phi3", partial_rotary_factor=0.5), fw)
+    assert not close(ln.Llama(dpart).last_logits(prompt), m.last_logits(prompt), 1e-3), "partial rotary has no effect"
+    # LongRoPE over a pretrained context of 4. Short factors of 1 are plain
+    # frequencies; long factors k^(2i/d) are theta * k's; the attention
+    # factor s on cos and sin is q's and k's weights times s (one layer, the
+    # whole head turning). A pass over 4 tokens takes the short, over 5 the long.
+    hd, k_ = 4, 7.0
+    lr = dict(one, max_position_embeddings=16, original_max_position_embeddings=4,
+              rope_scaling={"type": "longrope", "short_factor": [1.0] * (hd // 2),
+                            "long_factor": [k_ ** (2 * i / hd) for i in range(hd // 2)],
+                            "attention_factor": 1.3})
+    dlr = os.path.join(tmp, "longrope")
+    make_model(dlr, lr, w)
+    ws = dict(w)
+    for n in ("q_proj", "k_proj"):
+        ws[f"model.layers.0.self_attn.{n}.weight"] = w[f"model.layers.0.self_attn.{n}.weight"] * np.float32(1.3)
+    dplain = os.path.join(tmp, "longrope_plain")
+    make_model(dplain, one, ws)
+    dtheta = os.path.join(tmp, "longrope_theta")
+    make_model(dtheta, dict(one, rope_theta=10000.0 * k_), ws)
+    assert close(ln.Llama(dlr).last_logits(prompt[:4]), ln.Llama(dplain).last_logits(prompt[:4]), 1e-6), \
+        "longrope short factors"
+    assert close(ln.Llama(dlr).last_logits(prompt[:5]), ln.Llama(dtheta).last_logits(prompt[:5]), 1e-6), \
+        "longrope long factors"
+    assert not close(ln.Llama(dplain).last_logits(prompt[:5]), ln.Llama(dtheta).last_logits(prompt[:5]), 1e-3), \
+        "long factors have no effect"
+    # Hugging Face's attention factor: sqrt(1 + ln(16 / 4) / ln(4)).
+    computed = dict(lr, rope_scaling=dict(lr["rope_scaling"], attention_factor=None))
+    assert close(ln.attention_scaling(computed), math.sqrt(2.0)), "longrope attention factor"
     print("OK")
 
 

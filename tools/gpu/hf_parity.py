@@ -5,8 +5,12 @@ transformers and PEFT.
 Writes a random Llama, a random Qwen2 (biases on q, k and v), a random
 Qwen3 (q and k normalised per head, heads wider than the hidden size; where
 this transformers has it), a random Mistral with a sliding window of 16
-positions (Mistral 7B v0.1's kind) and a random Phi-3 (q, k and v fused,
-gate and up fused, a window of 24), each with two LoRA adapters, with transformers' and PEFT's own save_pretrained,
+positions (Mistral 7B v0.1's kind), a random Phi-3 (q, k and v fused,
+gate and up fused, a window of 24) and two with Phi-4 mini's rotation
+(three quarters of each head, LongRoPE): "phi4" with prompts past its
+pretrained context of 16 (the long factors), "phi4_short" served within its
+pretrained context of 512 (the short ones), each with two LoRA adapters,
+with transformers' and PEFT's own save_pretrained,
 computes each case's greedy tokens and logits with transformers + PEFT, then
 runs troupe-hf-parity on the same files (all cases in one mixed-adapter
 batch) and prints its verdict. Exit 0 when Troupe's logits and greedy tokens
@@ -15,6 +19,7 @@ match for every architecture.
   tools/gpu/hf_parity.py --bin build-gpu/bin/troupe-hf-parity --work /tmp/hf --out results/hf_parity.json
 """
 import argparse
+import inspect
 import json
 import os
 import subprocess
@@ -27,6 +32,17 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
          "mistral": (MistralConfig, MistralForCausalLM), "phi3": (Phi3Config, Phi3ForCausalLM)}
+# Phi-4 mini's kind (Phi3Config with these): its pretrained context, the
+# context the deployment serves (0: the model's own), and prompt lengths on
+# the one side of the pretrained context, steps included.
+PHI4 = {"phi4": {"original": 16, "serving_context": 0, "lengths": (17, 20, 33, 18, 64)},
+        "phi4_short": {"original": 512, "serving_context": 512, "lengths": (7, 20, 33, 1, 64)}}
+if "partial_rotary_factor" in inspect.signature(Phi3Config.__init__).parameters:
+    for name in PHI4:
+        ARCHS[name] = ARCHS["phi3"]
+else:
+    print("hf_parity: this transformers' Phi-3 has no partial_rotary_factor; Phi-4 mini's kind left out",
+          file=sys.stderr)
 try:  # transformers 4.51 on
     from transformers import Qwen3Config, Qwen3ForCausalLM
     ARCHS["qwen3"] = (Qwen3Config, Qwen3ForCausalLM)
@@ -42,6 +58,13 @@ def make_files(work, arch):
         extra = {"sliding_window": 16}
     if arch == "phi3":  # fused projections, Phi-3 mini 4K's kind of window; no rope scaling
         extra = {"sliding_window": 24, "rope_scaling": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    if arch in PHI4:  # Phi-4 mini's: 48 of each head's 64 elements turn, by LongRoPE's factors
+        pairs = 24
+        extra = {"partial_rotary_factor": 0.75, "original_max_position_embeddings": PHI4[arch]["original"],
+                 "rope_scaling": {"type": "longrope",
+                                  "short_factor": [1.0 + 0.25 * i / pairs for i in range(pairs)],
+                                  "long_factor": [1.0 + 40.0 * (i / pairs) ** 2 for i in range(pairs)]},
+                 "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     cfg = config_class(vocab_size=1000, hidden_size=512, intermediate_size=1024,
                        num_hidden_layers=3, num_attention_heads=8, num_key_value_heads=4,
                        max_position_embeddings=1024, rms_norm_eps=1e-5,
@@ -60,7 +83,7 @@ def make_files(work, arch):
     adapters = {}
     for name, rank in (("a8", 8), ("a16", 16)):
         base = model_class.from_pretrained(model_dir, torch_dtype=torch.float32)
-        targets = ["qkv_proj", "o_proj"] if arch == "phi3" else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        targets = ["qkv_proj", "o_proj"] if arch == "phi3" or arch in PHI4 else ["q_proj", "k_proj", "v_proj", "o_proj"]
         lc = LoraConfig(r=rank, lora_alpha=2 * rank, lora_dropout=0.0, init_lora_weights=False,
                         target_modules=targets)
         peft = get_peft_model(base, lc)
@@ -78,7 +101,8 @@ def reference(model_dir, adapters, steps, arch):
         model.load_adapter(adapters[n], adapter_name=n)
     g = torch.Generator().manual_seed(1)
     cases = []
-    for adapter, length in (("", 7), ("a8", 20), ("a16", 33), ("a8", 1), ("a16", 64)):
+    lengths = PHI4[arch]["lengths"] if arch in PHI4 else (7, 20, 33, 1, 64)
+    for adapter, length in zip(("", "a8", "a16", "a8", "a16"), lengths):
         prompt = torch.randint(0, 1000, (length,), generator=g).tolist()
         ids = list(prompt)
         tokens, logits = [], []
@@ -105,7 +129,7 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "phi3", "all"], default="all")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "phi3", *PHI4, "all"], default="all")
     args = ap.parse_args()
     rc = 0
     results = {}
@@ -116,7 +140,8 @@ def main():
         cases = reference(model_dir, adapters, args.steps, arch)
         spec = os.path.join(work, "cases.json")
         with open(spec, "w") as f:
-            json.dump({"model": model_dir, "adapters": adapters, "cases": cases}, f)
+            json.dump({"model": model_dir, "adapters": adapters, "cases": cases,
+                       "serving_context": PHI4[arch]["serving_context"] if arch in PHI4 else 0}, f)
         for dtype in ("f16", "bf16"):
             out = os.path.join(work, f"troupe_{dtype}.json")
             p = subprocess.run([args.bin, "--cases", spec, "--dtype", dtype, "--out", out])

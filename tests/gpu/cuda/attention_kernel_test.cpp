@@ -137,8 +137,10 @@ void expect_write_kv_matches_reference(attention_case& c, const std::vector<std:
 // rope_write_kv on case `c` with random k and v against its two parts:
 // rope then write_kv on the device, bit for bit (q, k and the pool), and
 // the CPU references (rope_reference within the rope kernel's tolerance,
-// write_kv_reference of the rotated k exactly).
-void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t seed) {
+// write_kv_reference of the rotated k exactly). `rotary` elements of each
+// head turn (0: all), cos and sin times `scale`.
+void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t seed,
+                                                std::uint32_t rotary = 0, float scale = 1.0f) {
   const std::uint32_t rows = c.plan.rows(), hd = c.kv.head_dim;
   testing::uniform_source u{seed};
   for (auto& x : c.pool) // arbitrary finite contents
@@ -149,9 +151,10 @@ void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t
     k[i] = to_bits(c.t, u.next());
     v[i] = to_bits(c.t, u.next());
   }
-  std::vector<float> inv_freq(hd / 2);
-  for (std::uint32_t i = 0; i < hd / 2; ++i)
-    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / hd));
+  const std::uint32_t rot = rotary == 0 ? hd : rotary;
+  std::vector<float> inv_freq(rot / 2);
+  for (std::uint32_t i = 0; i < rot / 2; ++i)
+    inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rot));
 
   stream_holder stream;
   struct run_out {
@@ -166,11 +169,12 @@ void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t
     TROUPE_CUDA_CHECK(cudaDeviceSynchronize()); // the uploads, before the non-blocking stream's work
     plan_upload upload;
     const device_plan dp = upload.upload(c.plan, stream.s);
+    const rope_freqs freqs{inv.data(), rotary, scale};
     if (fused) {
-      rope_write_kv(c.t, dp, c.kv, c.layer, c.heads, dq.data(), dk.data(), dv.data(), inv.data(),
+      rope_write_kv(c.t, dp, c.kv, c.layer, c.heads, dq.data(), dk.data(), dv.data(), freqs,
                     pool.data(), stream.s);
     } else {
-      rope(c.t, dq.data(), dk.data(), dp.positions, inv.data(), rows, c.heads, c.kv.num_kv_heads, hd,
+      rope(c.t, dq.data(), dk.data(), dp.positions, freqs, rows, c.heads, c.kv.num_kv_heads, hd,
            stream.s);
       write_kv(c.t, dp, c.kv, c.layer, dk.data(), dv.data(), pool.data(), stream.s);
     }
@@ -193,7 +197,7 @@ void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t
   auto want_q = c.q;
   auto want_k = k;
   rope_reference(c.t, want_q, want_k, c.plan.positions, inv_freq, rows, c.heads, c.kv.num_kv_heads,
-                 hd);
+                 hd, scale);
   const float tol = c.t == dtype::f16 ? 2e-3f : 1.6e-2f;
   const auto near = [&](const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
                         const char* what) {
@@ -379,6 +383,20 @@ TEST_P(attention_kernel, rope_write_kv_is_rope_then_write_kv_bit_for_bit) {
     }
 }
 
+TEST_P(attention_kernel, partial_rotary_with_a_scale_is_rope_then_write_kv) {
+  TROUPE_REQUIRE_GPU();
+  // Phi-4 mini's three quarters of each head turn (LongRoPE's attention
+  // factor on cos and sin); the rest of K reaches the cache unturned.
+  const std::vector<seq_spec> seqs{{0, 37}, {16, 1}, {500, 1}};
+  auto o = base();
+  o.kv_heads = 2;
+  o.group = 3;
+  auto c = make_case(seqs, o);
+  const std::uint32_t rotary = 3 * o.head_dim / 4;
+  SCOPED_TRACE(testing::describe(seqs, o) + " rotary " + std::to_string(rotary));
+  expect_rope_write_kv_is_rope_then_write_kv(c, 77, rotary, 1.19f);
+}
+
 std::string shape_name(const ::testing::TestParamInfo<std::tuple<dtype, std::uint32_t>>& info) {
   return std::string(to_string(std::get<0>(info.param))) + "_hd" +
          std::to_string(std::get<1>(info.param));
@@ -411,15 +429,20 @@ TEST(attention_kernel_edges, rope_write_kv_element_by_element_and_its_errors) {
   case_options o{.t = dtype::bf16, .kv_heads = 3, .group = 2, .head_dim = 6, .page_tokens = 4};
   auto c = make_case({{0, 9}, {3, 1}}, o);
   expect_rope_write_kv_is_rope_then_write_kv(c, 8);
+  expect_rope_write_kv_is_rope_then_write_kv(c, 9, 4, 1.5f); // two of three pairs turn
   const device_plan empty{};
   EXPECT_THROW(rope_write_kv(c.t, empty, c.kv, c.kv.num_layers, c.heads, nullptr, nullptr, nullptr,
-                             nullptr, nullptr, nullptr),
+                             rope_freqs{}, nullptr, nullptr),
                std::invalid_argument);
   kv_layout odd = c.kv;
   odd.head_dim = 7;
-  EXPECT_THROW(rope_write_kv(c.t, empty, odd, 0, c.heads, nullptr, nullptr, nullptr, nullptr,
+  EXPECT_THROW(rope_write_kv(c.t, empty, odd, 0, c.heads, nullptr, nullptr, nullptr, rope_freqs{},
                              nullptr, nullptr),
                std::invalid_argument);
+  for (std::uint32_t rotary : {3u, 8u}) // odd, past the head
+    EXPECT_THROW(rope_write_kv(c.t, empty, c.kv, 0, c.heads, nullptr, nullptr, nullptr,
+                               rope_freqs{nullptr, rotary, 1.0f}, nullptr, nullptr),
+                 std::invalid_argument);
 }
 
 TEST(attention_kernel_edges, the_workspace_is_needed_unless_an_unsplit_decode) {

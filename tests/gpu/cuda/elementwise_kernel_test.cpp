@@ -216,24 +216,32 @@ struct rope_case {
 };
 
 // Within an ulp, or (where a cos - b sin cancels) within a few fp32 ulps of
-// |a| + |b|: the device's sincosf is not the reference's fp64 cos and sin.
+// scale (|a| + |b|): the device's sincosf is not the reference's fp64 cos
+// and sin. Elements past the `rotary` ones of a head must not move.
 comparison compare_rope(dtype t, const std::vector<std::uint16_t>& got,
                         const std::vector<std::uint16_t>& want,
-                        const std::vector<std::uint16_t>& in, std::uint32_t hd) {
+                        const std::vector<std::uint16_t>& in, std::uint32_t hd, std::uint32_t rotary,
+                        float scale) {
   return compare_bits(t, got, want, [&](std::size_t i) {
-    const std::size_t head = i / hd * hd, j = i % hd % (hd / 2);
-    return 2e-6 * (std::abs(from_bits(t, in[head + j])) +
-                   std::abs(from_bits(t, in[head + hd / 2 + j])));
+    const std::size_t head = i / hd * hd, e = i % hd;
+    if (e >= rotary)
+      return 0.0;
+    const std::size_t j = e % (rotary / 2);
+    return 2e-6 * scale * (std::abs(from_bits(t, in[head + j])) +
+                           std::abs(from_bits(t, in[head + rotary / 2 + j])));
   });
 }
 
+// `rotary` elements of each head turn (0: all), cos and sin times `scale`.
 void check_rope(dtype t, const rope_case& rc, std::uint32_t rows, bool llama3, std::size_t offset,
-                std::uint64_t seed) {
+                std::uint64_t seed, std::uint32_t rotary = 0, float scale = 1.0f) {
+  const std::uint32_t rot = rotary == 0 ? rc.head_dim : rotary;
   SCOPED_TRACE(std::string(to_string(t)) + " heads " + std::to_string(rc.heads) + "/" +
                std::to_string(rc.kv_heads) + " head_dim " + std::to_string(rc.head_dim) +
                " rows " + std::to_string(rows) + (llama3 ? " llama3" : "") +
-               (offset != 0 ? " misaligned" : ""));
-  const auto inv = rope_inv_freq(rc.head_dim, llama3 ? 500000.0f : 10000.0f,
+               (offset != 0 ? " misaligned" : "") + " rotary " + std::to_string(rot) + " scale " +
+               std::to_string(scale));
+  const auto inv = rope_inv_freq(rot, llama3 ? 500000.0f : 10000.0f,
                                  llama3 ? llama3_scaling() : rope_scaling{});
   std::mt19937 rng{static_cast<unsigned>(seed)};
   std::uniform_int_distribution<std::int32_t> position{0, 131071};
@@ -244,28 +252,40 @@ void check_rope(dtype t, const rope_case& rc, std::uint32_t rows, bool llama3, s
   const auto q0 = random_bits(t, std::size_t{rows} * rc.heads * rc.head_dim, seed + 1);
   const auto k0 = random_bits(t, std::size_t{rows} * rc.kv_heads * rc.head_dim, seed + 2);
   auto q_want = q0, k_want = k0;
-  rope_reference(t, q_want, k_want, pos, inv, rows, rc.heads, rc.kv_heads, rc.head_dim);
+  rope_reference(t, q_want, k_want, pos, inv, rows, rc.heads, rc.kv_heads, rc.head_dim, scale);
 
   const guarded d_q(q0, offset), d_k(k0, offset);
   const auto d_pos = to_device(pos);
   const auto d_inv = to_device(inv);
-  rope(t, d_q.data(), d_k.data(), d_pos.data(), d_inv.data(), rows, rc.heads, rc.kv_heads,
-       rc.head_dim, nullptr);
+  rope(t, d_q.data(), d_k.data(), d_pos.data(), rope_freqs{d_inv.data(), rotary, scale}, rows, rc.heads,
+       rc.kv_heads, rc.head_dim, nullptr);
   finish();
   const auto q = d_q.read(), k = d_k.read();
   EXPECT_TRUE(q.guards_intact);
   EXPECT_TRUE(k.guards_intact);
-  const auto cq = compare_rope(t, q.data, q_want, q0, rc.head_dim);
-  const auto ck = compare_rope(t, k.data, k_want, k0, rc.head_dim);
+  const auto cq = compare_rope(t, q.data, q_want, q0, rc.head_dim, rot, scale);
+  const auto ck = compare_rope(t, k.data, k_want, k0, rc.head_dim, rot, scale);
   EXPECT_EQ(cq.bad + cq.nan_mismatch, 0u) << "q " << cq.first;
   EXPECT_EQ(ck.bad + ck.nan_mismatch, 0u) << "k " << ck.first;
   EXPECT_LE(cq.inexact, inexact_allowance(q0.size()));
   EXPECT_LE(ck.inexact, inexact_allowance(k0.size()));
-  // Position 0 (row 0) is the identity, exactly.
-  for (std::size_t i = 0; i < std::size_t{rc.heads} * rc.head_dim; ++i)
-    ASSERT_EQ(q.data[i], q0[i]) << i;
-  for (std::size_t i = 0; i < std::size_t{rc.kv_heads} * rc.head_dim; ++i)
-    ASSERT_EQ(k.data[i], k0[i]) << i;
+  // Position 0 (row 0) is the identity, exactly, unscaled; past `rotary`
+  // every row is.
+  for (std::size_t i = 0; i < std::size_t{rc.heads} * rc.head_dim; ++i) {
+    if (scale == 1.0f || i % rc.head_dim >= rot) {
+      ASSERT_EQ(q.data[i], q0[i]) << i;
+    }
+  }
+  for (std::size_t i = 0; i < std::size_t{rc.kv_heads} * rc.head_dim; ++i) {
+    if (scale == 1.0f || i % rc.head_dim >= rot) {
+      ASSERT_EQ(k.data[i], k0[i]) << i;
+    }
+  }
+  for (std::size_t i = 0; i < q0.size(); ++i) {
+    if (i % rc.head_dim >= rot) {
+      ASSERT_EQ(q.data[i], q0[i]) << i;
+    }
+  }
 }
 
 TEST(elementwise_kernel, rope_matches_reference_with_and_without_llama3_scaling) {
@@ -291,6 +311,18 @@ TEST(elementwise_kernel, rope_scalar_path_for_narrow_heads_and_misaligned_arrays
   }
 }
 
+TEST(elementwise_kernel, rope_partial_rotary_and_scale_match_reference) {
+  TROUPE_REQUIRE_GPU();
+  std::uint64_t seed = 1300;
+  for (dtype t : both_dtypes) {
+    check_rope(t, {24, 8, 128}, 37, false, 0, seed += 10, 96, 1.19f); // Phi-4 mini: packs of 8
+    check_rope(t, {4, 2, 64}, 7, true, 0, seed += 10, 48);             // 24 pairs, 16 pass through
+    check_rope(t, {4, 2, 64}, 7, false, 1, seed += 10, 32, 0.75f);     // misaligned
+    check_rope(t, {3, 1, 40}, 9, false, 0, seed += 10, 20, 1.5f);      // 10 pairs: no packs
+    check_rope(t, {2, 2, 128}, 5, false, 0, seed += 10, 128, 1.19f);   // the whole head, scaled
+  }
+}
+
 TEST(elementwise_kernel, rope_nan_stays_in_its_pair_and_bad_shapes_throw) {
   TROUPE_REQUIRE_GPU();
   const std::uint32_t hd = 128, heads = 4, rows = 3;
@@ -303,17 +335,21 @@ TEST(elementwise_kernel, rope_nan_stays_in_its_pair_and_bad_shapes_throw) {
     const guarded d_q(q0), d_k(std::vector<std::uint16_t>(std::size_t{rows} * hd, 0));
     const auto d_pos = to_device(pos);
     const auto d_inv = to_device(inv);
-    rope(t, d_q.data(), d_k.data(), d_pos.data(), d_inv.data(), rows, heads, 1, hd, nullptr);
+    rope(t, d_q.data(), d_k.data(), d_pos.data(), rope_freqs{d_inv.data()}, rows, heads, 1, hd, nullptr);
     finish();
     const auto q = d_q.read().data;
     for (std::size_t i = 0; i < q.size(); ++i)
       EXPECT_EQ(is_nan_bits(t, q[i]), i == poisoned || i == poisoned + hd / 2) << i;
   }
-  EXPECT_THROW(rope(dtype::f16, nullptr, nullptr, nullptr, nullptr, 1, 1, 1, 63, nullptr),
+  EXPECT_THROW(rope(dtype::f16, nullptr, nullptr, nullptr, rope_freqs{}, 1, 1, 1, 63, nullptr),
                std::invalid_argument);
-  EXPECT_THROW(rope(static_cast<dtype>(7), nullptr, nullptr, nullptr, nullptr, 1, 1, 1, 64,
+  EXPECT_THROW(rope(static_cast<dtype>(7), nullptr, nullptr, nullptr, rope_freqs{}, 1, 1, 1, 64,
                     nullptr),
                std::invalid_argument);
+  for (std::uint32_t rotary : {31u, 66u}) // odd; past the head
+    EXPECT_THROW(rope(dtype::f16, nullptr, nullptr, nullptr, rope_freqs{nullptr, rotary, 1.0f}, 1, 1, 1, 64,
+                      nullptr),
+                 std::invalid_argument);
 }
 
 // -- swiglu -------------------------------------------------------------------------------------
@@ -402,7 +438,7 @@ TEST(elementwise_kernel, no_rows_launch_nothing) {
   embedding_gather(dtype::f16, nullptr, nullptr, 0, 64, nullptr, nullptr);
   rmsnorm(dtype::f16, nullptr, nullptr, eps, 0, 64, nullptr, nullptr);
   add_rmsnorm(dtype::bf16, nullptr, nullptr, nullptr, eps, 0, 64, nullptr, nullptr);
-  rope(dtype::bf16, nullptr, nullptr, nullptr, nullptr, 0, 8, 8, 64, nullptr);
+  rope(dtype::bf16, nullptr, nullptr, nullptr, rope_freqs{}, 0, 8, 8, 64, nullptr);
   swiglu(dtype::f16, nullptr, 0, 64, nullptr, nullptr);
   add_bias(dtype::bf16, nullptr, nullptr, 0, 64, nullptr);
   finish();

@@ -50,6 +50,56 @@ TEST(elementwise_reference, inv_freq_is_hf_default_without_scaling) {
   EXPECT_THROW(rope_inv_freq(0, 10000.0f, rope_scaling{}), std::invalid_argument);
 }
 
+TEST(elementwise_reference, inv_freq_longrope_divides_each_pair_by_its_factor) {
+  rope_scaling s;
+  s.type = "longrope";
+  for (std::uint32_t i = 0; i < 48; ++i) {
+    s.short_factor.push_back(1.0 + 0.01 * i);
+    s.long_factor.push_back(1.0 + i);
+  }
+  const auto plain = rope_inv_freq(96, 10000.0f, rope_scaling{});
+  const auto shorter = rope_inv_freq(96, 10000.0f, s);
+  const auto longer = rope_inv_freq(96, 10000.0f, s, true);
+  ASSERT_EQ(shorter.size(), 48u);
+  ASSERT_EQ(longer.size(), 48u);
+  for (std::uint32_t i = 0; i < 48; ++i) {
+    const double base = std::pow(10000.0, -2.0 * i / 96);
+    EXPECT_EQ(shorter[i], static_cast<float>(base / s.short_factor[i])) << i;
+    EXPECT_EQ(longer[i], static_cast<float>(base / s.long_factor[i])) << i;
+  }
+  EXPECT_EQ(shorter[0], plain[0]); // a factor of 1 changes nothing
+  EXPECT_THROW(rope_inv_freq(128, 10000.0f, s), std::invalid_argument); // 48 factors, 64 pairs
+}
+
+TEST(elementwise_reference, rope_for_takes_long_factors_where_sequences_pass_the_pretrained_context) {
+  llama_config c;
+  c.head_dim = 8;
+  c.rotary_dim = 6;
+  c.max_position_embeddings = 64;
+  c.rope.type = "longrope";
+  c.rope.original_max_position_embeddings = 16;
+  c.rope.short_factor = {1.0, 2.0, 4.0};
+  c.rope.long_factor = {8.0, 16.0, 32.0};
+  c.rope.attention_factor = 1.25;
+  const auto shorter = rope_inv_freq(6, c.rope_theta, c.rope);
+  const auto longer = rope_inv_freq(6, c.rope_theta, c.rope, true);
+  auto t = rope_for(c); // the model's own 64 positions pass 16
+  EXPECT_EQ(t.rotary_dim(), 6u);
+  EXPECT_EQ(t.inv_freq, longer);
+  EXPECT_EQ(t.scale, 1.25f);
+  c.serving_context = 17;
+  EXPECT_EQ(rope_for(c).inv_freq, longer);
+  c.serving_context = 16; // no sequence passes it: Hugging Face's short factors, always
+  t = rope_for(c);
+  EXPECT_EQ(t.inv_freq, shorter);
+  EXPECT_EQ(t.scale, 1.25f);
+  c.rope = rope_scaling{}; // no scaling: the whole rotary part plain, unscaled
+  c.rotary_dim = 0;
+  t = rope_for(c);
+  EXPECT_EQ(t.inv_freq, rope_inv_freq(8, c.rope_theta, rope_scaling{}));
+  EXPECT_EQ(t.scale, 1.0f);
+}
+
 TEST(elementwise_reference, inv_freq_llama3_scales_low_frequencies_and_blends_the_middle) {
   const auto s = llama3_scaling();
   const auto plain = rope_inv_freq(128, 500000.0f, rope_scaling{});
@@ -353,15 +403,46 @@ TEST(elementwise_reference, rope_angle_is_the_fp32_product_as_in_hf) {
   EXPECT_GT(exact_angle_differs, 0u);
 }
 
+TEST(elementwise_reference, partial_rope_turns_the_leading_elements_as_a_head_of_their_own) {
+  // 48 of 64 elements turn: they come out as a 48-element head's would,
+  // the other 16 as they were; a scale of 2 doubles the turned ones exactly.
+  const std::uint32_t hd = 64, rot = 48, rows = 5, heads = 3;
+  const auto inv = rope_inv_freq(rot, 10000.0f, rope_scaling{});
+  ASSERT_EQ(inv.size(), rot / 2);
+  const std::vector<std::int32_t> pos{0, 1, 17, 4095, 70000};
+  for (dtype t : {dtype::f16, dtype::bf16}) {
+    const auto q0 = random_bits(t, std::size_t{rows} * heads * hd, 71);
+    auto q = q0, q2 = q0;
+    std::vector<std::uint16_t> none;
+    rope_reference(t, q, none, pos, inv, rows, heads, 0, hd);
+    rope_reference(t, q2, none, pos, inv, rows, heads, 0, hd, 2.0f);
+    std::vector<std::uint16_t> lead;
+    for (std::size_t h = 0; h < std::size_t{rows} * heads; ++h)
+      lead.insert(lead.end(), q0.begin() + h * hd, q0.begin() + h * hd + rot);
+    rope_reference(t, lead, none, pos, inv, rows, heads, 0, rot);
+    for (std::size_t h = 0; h < std::size_t{rows} * heads; ++h)
+      for (std::uint32_t e = 0; e < hd; ++e) {
+        const std::size_t i = h * hd + e;
+        if (e >= rot) {
+          EXPECT_EQ(q[i], q0[i]) << i;
+          EXPECT_EQ(q2[i], q0[i]) << i;
+        } else {
+          EXPECT_EQ(q[i], lead[h * rot + e]) << i;
+          EXPECT_EQ(from_bits(t, q2[i]), 2.0f * from_bits(t, q[i])) << i;
+        }
+      }
+  }
+}
+
 TEST(elementwise_reference, rope_rejects_odd_head_dim_and_short_spans) {
   std::vector<std::uint16_t> q(63), k(63);
   const std::vector<std::int32_t> pos{0};
   const std::vector<float> inv(32, 1.0f);
   EXPECT_THROW(rope_reference(dtype::bf16, q, k, pos, inv, 1, 1, 1, 63), std::invalid_argument);
   std::vector<std::uint16_t> q64(64), k64(64);
-  const std::vector<float> inv_short(31, 1.0f);
-  EXPECT_THROW(rope_reference(dtype::bf16, q64, k64, pos, inv_short, 1, 1, 1, 64),
-               std::invalid_argument);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{33}}) // none; more pairs than the head has
+    EXPECT_THROW(rope_reference(dtype::bf16, q64, k64, pos, std::vector<float>(n, 1.0f), 1, 1, 1, 64),
+                 std::invalid_argument);
   EXPECT_THROW(rope_reference(dtype::bf16, q64, k64, pos, inv, 2, 1, 1, 64),
                std::invalid_argument);
 }

@@ -35,6 +35,7 @@ enum class projections {
   qk_norm,         ///< batched, q and k normalised per head (Qwen3's), twice the heads
                    ///< (heads * head_dim twice the hidden size)
   sliding_window,  ///< batched, a sliding window of 12 positions (Mistral 7B v0.1's kind)
+  partial_longrope, ///< batched, three quarters of each head turning by LongRoPE (Phi-4 mini's kind)
 };
 // (type, head_dim, query heads per kv head, projections)
 using parity_param = std::tuple<dtype, std::uint32_t, std::uint32_t, projections>;
@@ -49,7 +50,8 @@ TEST_P(model_parity, logits_and_greedy_tokens_match_the_cpu_model) {
   const std::uint32_t heads = (qk_norm ? 1024 : 512) / head_dim;
   const dims d{.hidden = 512, .inter = 1024, .layers = 3, .heads = heads, .kv_heads = heads / group,
                .head_dim = head_dim, .vocab = 1000, .qkv_bias = biased, .o_bias = biased, .qk_norm = qk_norm,
-               .sliding_window = proj == projections::sliding_window ? 12u : 0u};
+               .sliding_window = proj == projections::sliding_window ? 12u : 0u,
+               .rotary_dim = proj == projections::partial_longrope ? 3 * head_dim / 4 : 0u};
   const std::uint32_t page_tokens = 16, pool_pages = 64;
   auto weights = make_weights(d, t, 11);
 
@@ -407,6 +409,7 @@ std::string parity_name(const ::testing::TestParamInfo<parity_param>& i) {
           : proj == projections::biased        ? "_biases"
           : proj == projections::qk_norm       ? "_qk_norm_wide_heads"
           : proj == projections::sliding_window ? "_sliding_window"
+          : proj == projections::partial_longrope ? "_partial_longrope"
                                                : "");
 }
 
@@ -437,6 +440,12 @@ INSTANTIATE_TEST_SUITE_P(qk_norm, model_parity,
 INSTANTIATE_TEST_SUITE_P(sliding_window, model_parity,
                          ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
                                             ::testing::Values(2u), ::testing::Values(projections::sliding_window)),
+                         parity_name);
+// ... and with 48 of each head's 64 elements turning, by LongRoPE's long
+// factors and attention factor.
+INSTANTIATE_TEST_SUITE_P(partial_longrope, model_parity,
+                         ::testing::Combine(::testing::Values(dtype::f16, dtype::bf16), ::testing::Values(64u),
+                                            ::testing::Values(2u), ::testing::Values(projections::partial_longrope)),
                          parity_name);
 
 } // namespace

@@ -20,6 +20,9 @@ struct dims {
   bool o_bias = false;
   bool qk_norm = false; ///< Qwen3's per-head norms of q and k
   std::uint32_t sliding_window = 0; ///< Mistral 7B v0.1's attention window; 0: none
+  /// Phi-4 mini's rotation: the leading elements of each head that turn
+  /// (0: all), by LongRoPE's long factors with an attention factor of 1.19.
+  std::uint32_t rotary_dim = 0;
 };
 
 inline std::vector<float> randn(std::mt19937_64& rng, std::size_t n, float scale, float mean, dtype t) {
@@ -48,6 +51,17 @@ inline llama_weights make_weights(const dims& d, dtype t, std::uint64_t seed) {
   c.sliding_window = d.sliding_window;
   if (d.sliding_window > 0)
     c.model_type = "mistral";
+  if (d.rotary_dim > 0) {
+    c.model_type = "phi3";
+    c.rotary_dim = d.rotary_dim;
+    c.rope.type = "longrope";
+    c.rope.original_max_position_embeddings = 32; // below max_position_embeddings: the long factors
+    for (std::uint32_t i = 0; i < d.rotary_dim / 2; ++i) {
+      c.rope.short_factor.push_back(1.0);
+      c.rope.long_factor.push_back(1.0 + 0.5 * i);
+    }
+    c.rope.attention_factor = 1.19;
+  }
   const std::size_t h = d.hidden, qd = d.heads * d.head_dim, kd = d.kv_heads * d.head_dim;
   const float s_h = 1.0f / std::sqrt(static_cast<float>(h));
   w.embed = randn(rng, d.vocab * h, 1.0f, 0, t);

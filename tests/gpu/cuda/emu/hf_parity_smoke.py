@@ -3,8 +3,12 @@
 (tests/oracle/llama_numpy.py, Hugging Face's forward pass in float64) in
 transformers' place: a random Llama, a random Qwen2 (biases on q, k and v)
 a random Qwen3 (q and k normalised per head, heads wider than the hidden
-size), a random Mistral with a sliding window of 16 and a random Phi-3
-(fused projections, a window of 24), each with PEFT adapters written by troupe-mkmodel, five prompts with and without adapters, the oracle's greedy
+size), a random Mistral with a sliding window of 16, a random Phi-3
+(fused projections, a window of 24) and two with Phi-4 mini's rotation
+(three quarters of each head, LongRoPE: a deployment held within the
+pretrained context, which turns by the short factors, and prompts past it,
+by the long), each with PEFT adapters written by troupe-mkmodel, five
+prompts with and without adapters, the oracle's greedy
 tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
 troupe-hf-parity at fp16 and bf16. Passes when all match.
 usage: hf_parity_smoke.py HF_PARITY MKMODEL ORACLE [PYTHON]"""
@@ -15,23 +19,34 @@ python = sys.argv[4] if len(sys.argv) > 4 else "/usr/bin/python3"
 STEPS = 4
 
 
+# Phi-4 mini's rotation (--arch phi3 with these): its mkmodel arguments, the
+# deployment's serving context, and prompt lengths on the one side of the
+# pretrained context (with the steps after them).
+PHI4 = {"phi4_short": {"args": ["--partial-rotary", "0.75", "--longrope", "64", "--max-context", "128"],
+                       "serving_context": 64, "lengths": (7, 20, 33, 1, 40)},
+        "phi4_long": {"args": ["--partial-rotary", "0.75", "--longrope", "16", "--max-context", "128"],
+                      "lengths": (17, 20, 33, 18, 40)}}
+
+
 def check(work, arch):
     model = os.path.join(work, "model")
     subprocess.run([mkmodel, "--out", model, "--hidden", "256", "--intermediate", "512", "--heads", "4",
                     "--kv-heads", "2", "--layers", "2", "--vocab", "512", "--adapters", "2", "--ranks", "8,16",
-                    "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3", "--arch", arch]
+                    "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3",
+                    "--arch", "phi3" if arch in PHI4 else arch]
                    # Qwen3's heads wider than the hidden size: 4 of 128 over 256.
                    + (["--head-dim", "128"] if arch == "qwen3" else [])
                    # Mistral 7B v0.1's sliding window, shorter than most prompts.
                    + (["--sliding-window", "16"] if arch == "mistral" else [])
-                   + (["--sliding-window", "24"] if arch == "phi3" else []),
+                   + (["--sliding-window", "24"] if arch == "phi3" else [])
+                   + PHI4.get(arch, {}).get("args", []),
                    check=True, stdout=subprocess.DEVNULL)
     adapter_dirs = sorted(os.listdir(os.path.join(model, "adapters")))
     adapters = {name: os.path.join(model, "adapters", name) for name in adapter_dirs}
     rng = random.Random(1)
     cases = []
-    for adapter, length in (("", 7), (adapter_dirs[0], 20), (adapter_dirs[1], 33), (adapter_dirs[0], 1),
-                            (adapter_dirs[1], 40)):
+    lengths = PHI4.get(arch, {}).get("lengths", (7, 20, 33, 1, 40))
+    for adapter, length in zip(("", adapter_dirs[0], adapter_dirs[1], adapter_dirs[0], adapter_dirs[1]), lengths):
         prompt = [rng.randrange(512) for _ in range(length)]
         ids, tokens, logits = list(prompt), [], []
         for _ in range(STEPS):
@@ -47,7 +62,8 @@ def check(work, arch):
         cases.append({"adapter": adapter, "prompt": prompt, "tokens": tokens, "logits": logits})
     spec = os.path.join(work, "cases.json")
     with open(spec, "w") as f:
-        json.dump({"model": model, "adapters": adapters, "cases": cases}, f)
+        json.dump({"model": model, "adapters": adapters, "cases": cases,
+                   "serving_context": PHI4.get(arch, {}).get("serving_context", 0)}, f)
     failed = []
     for dtype in ("f16", "bf16"):
         out = os.path.join(work, f"troupe_{dtype}.json")
@@ -65,7 +81,7 @@ def check(work, arch):
 
 
 failed = []
-for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3"):
+for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3", "phi4_short", "phi4_long"):
     with tempfile.TemporaryDirectory() as work:
         failed += check(work, arch)
 if failed:
