@@ -567,6 +567,7 @@ scheduler_actor::behavior_type scheduler_impl(self_ptr self, scheduler_config cf
         stat_counter("scheduler_steps", static_cast<double>(st.steps)),
         stat_counter("adapter_trims", static_cast<double>(st.trims)),
         stat_counter("requests_squashed", static_cast<double>(c.squashed())),
+        stat_counter("requests_rope_recomputed", static_cast<double>(c.rope_recomputed())),
         stat_counter("requests_aborted", static_cast<double>(c.aborted())),
         stat_counter("requests_swapped_out", static_cast<double>(c.swapped_out())),
         stat_counter("requests_swapped_in", static_cast<double>(c.swapped_in())),

@@ -148,6 +148,12 @@ public:
     (void)kv_page_tokens;
     return 0;
   }
+  /// LongRoPE (Phi-3.5 and Phi-4 mini): a pass after which a sequence
+  /// holds more tokens than this turns by other frequencies than a shorter
+  /// one, as in Hugging Face, so a cache made by one is not read by the
+  /// other: the scheduler recomputes a sequence that grows past it. 0: the
+  /// model turns every pass alike.
+  virtual std::uint32_t rope_long_after() const { return 0; }
   /// The tokenizer of the served model.
   virtual const tokenizer& vocab() const = 0;
   /// Whether run_step fills step_result::logprobs for entries that ask

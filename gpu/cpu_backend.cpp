@@ -11,12 +11,11 @@ namespace troupe::gpu {
 
 std::variant<std::unique_ptr<cpu_backend>, std::string>
 cpu_backend::open(const std::string& model_dir, std::uint64_t pages, std::uint32_t page_tokens,
-                  std::uint64_t host_adapter_bytes, std::uint32_t serving_context) {
+                  std::uint64_t host_adapter_bytes) {
   auto weights = load_llama(model_dir);
   if (auto* err = std::get_if<std::string>(&weights))
     return *err;
   auto& w = std::get<llama_weights>(weights);
-  w.config.serving_context = serving_context;
   auto tok = load_model_tokenizer(model_dir, w.config);
   if (auto* err = std::get_if<std::string>(&tok))
     return *err;

@@ -6,6 +6,7 @@
 
 #include "gpu/backend.hpp"
 #include "gpu/cpu_model.hpp"
+#include "gpu/rope.hpp"
 #include "gpu/host_tier.hpp"
 #include "gpu/lora.hpp"
 
@@ -27,12 +28,10 @@ public:
   /// tokenizer.model or tokenizer.json) with a KV store of `pages` pages of `page_tokens`
   /// tokens. Adapters come later, one load_adapter() each, through a host
   /// tier of parsed adapters bounded by `host_adapter_bytes` (0: unbounded).
-  /// `serving_context` is the longest sequence a request may reach
-  /// (llama_config::serving_context; 0: the model's own). Errors name the
-  /// file at fault.
+  /// Errors name the file at fault.
   static std::variant<std::unique_ptr<cpu_backend>, std::string>
   open(const std::string& model_dir, std::uint64_t pages, std::uint32_t page_tokens,
-       std::uint64_t host_adapter_bytes = 0, std::uint32_t serving_context = 0);
+       std::uint64_t host_adapter_bytes = 0);
 
   /// Runs the batch; an entry the model cannot run (bad token id, missing
   /// pages, unknown adapter, its cache stream failed) gets token -1 and a
@@ -70,6 +69,7 @@ public:
   std::uint32_t hidden_cache_tokens_per_page(std::uint32_t) const override {
     return model_->hidden_saves() ? model_->hidden_page_tokens() : 0;
   }
+  std::uint32_t rope_long_after() const override { return rope_for(model_->config()).long_after; }
   void forget_adapter(std::uint32_t id) override;
   /// Adapters on the device and in the host tier (for tests).
   std::size_t device_adapters() const;

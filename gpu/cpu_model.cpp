@@ -132,11 +132,12 @@ struct cpu_model::impl {
   size_t hidden_tokens() const { return c.hidden_size == 0 ? 0 : 2 * size_t{page_tokens} * kvd() / c.hidden_size; }
   bool hidden_saves() const { return hidden_tokens() > page_tokens; }
 
-  // cos and sin of each rotary pair at `pos` (angle pos * inv_freq in fp32,
+  // cos and sin of each rotary pair at `pos` (angle pos * inv[j] in fp32,
   // as HF computes it), times the table's scale: cr, sr [rotary_dim / 2].
-  void rope_angles(float pos, float* cr, float* sr) const {
-    for (size_t j = 0; j < rope.inv_freq.size(); ++j) {
-      const float angle = pos * rope.inv_freq[j];
+  // `inv`: the table's frequencies for the pass (rope_table::for_length).
+  void rope_angles(const std::vector<float>& inv, float pos, float* cr, float* sr) const {
+    for (size_t j = 0; j < inv.size(); ++j) {
+      const float angle = pos * inv[j];
       cr[j] = static_cast<float>(std::cos(static_cast<double>(angle))) * rope.scale;
       sr[j] = static_cast<float>(std::sin(static_cast<double>(angle))) * rope.scale;
     }
@@ -308,8 +309,9 @@ void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
     rms_norm(hk.data(), lw.k_norm.data(), hk.data(), ctx * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
   const size_t half = rope.inv_freq.size();
   std::vector<float> cs(2 * half);
+  const auto& inv = rope.for_length(ctx);
   for (size_t t = 0; t < ctx; ++t) {
-    rope_angles(static_cast<float>(t), cs.data(), cs.data() + half);
+    rope_angles(inv, static_cast<float>(t), cs.data(), cs.data() + half);
     rotate(hk.data() + t * kd, c.num_kv_heads, cs.data(), cs.data() + half);
   }
 }
@@ -347,7 +349,9 @@ std::vector<float> cpu_model::impl::forward(std::span<const cpu_sequence> batch,
       const size_t row = row_off[s] + i;
       const float* e = w.embed.data() + static_cast<size_t>(batch[s].tokens[i]) * hid;
       std::copy(e, e + hid, x.data() + row * hid);
-      rope_angles(static_cast<float>(size_t{batch[s].start_pos} + i), cos.data() + row * half,
+      // Hugging Face's choice for the pass: the sequence's length after it.
+      rope_angles(rope.for_length(size_t{batch[s].start_pos} + batch[s].tokens.size()),
+                  static_cast<float>(size_t{batch[s].start_pos} + i), cos.data() + row * half,
                   sin.data() + row * half);
     }
   }

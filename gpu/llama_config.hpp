@@ -56,12 +56,6 @@ struct llama_config {
   /// the pairs are (i, i + rotary_dim / 2)); the rest pass through. 0: all
   /// of head_dim.
   std::uint32_t rotary_dim = 0;
-  /// The longest sequence (prompt and output) this deployment lets a
-  /// request reach ([model] max_context); 0: max_position_embeddings. Not
-  /// in config.json: LongRoPE's factors follow it (long where it exceeds
-  /// rope.original_max_position_embeddings, so every cache in the
-  /// deployment is turned alike).
-  std::uint32_t serving_context = 0;
   /// Mistral's sliding window: a token attends to itself and the
   /// sliding_window - 1 positions before it, in every layer (config.json
   /// "sliding_window", Mistral 7B v0.1's 4,096); 0: to every position before

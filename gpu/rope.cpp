@@ -56,12 +56,12 @@ std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scal
 
 rope_table rope_for(const llama_config& c) {
   rope_table t;
-  const bool longrope = c.rope.type == "longrope";
-  const std::uint32_t context = c.serving_context != 0 ? c.serving_context : c.max_position_embeddings;
-  t.inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope,
-                             longrope && context > c.rope.original_max_position_embeddings);
-  if (longrope)
+  t.inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope);
+  if (c.rope.type == "longrope") {
+    t.long_inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope, true);
+    t.long_after = c.rope.original_max_position_embeddings;
     t.scale = static_cast<float>(c.rope.attention_factor);
+  }
   return t;
 }
 

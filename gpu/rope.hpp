@@ -26,19 +26,24 @@ std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scal
 /// head of q and k turn, pairs (i, i + rotary_dim() / 2) at angle
 /// position * inv_freq[i], with cos and sin multiplied by `scale`
 /// (LongRoPE's attention factor; 1 otherwise); the rest of the head passes
-/// through.
+/// through. LongRoPE has two sets of frequencies: as Hugging Face, a pass
+/// after which the sequence holds more than `long_after` tokens turns by
+/// long_inv_freq, a shorter one by inv_freq. A cache turned by one set is
+/// not read by a pass of the other: the server recomputes a sequence that
+/// grows past long_after, as Hugging Face's generate() does.
 struct rope_table {
-  std::vector<float> inv_freq; ///< [rotary_dim / 2]
+  std::vector<float> inv_freq;      ///< [rotary_dim / 2]; LongRoPE's short factors'
+  std::vector<float> long_inv_freq; ///< [rotary_dim / 2]: LongRoPE's long factors'; else empty
   float scale = 1.0f;
+  std::uint32_t long_after = 0; ///< LongRoPE's original_max_position_embeddings; 0: one set
   std::uint32_t rotary_dim() const noexcept { return static_cast<std::uint32_t>(2 * inv_freq.size()); }
+  /// The frequencies of a pass after which its sequence holds `length` tokens.
+  const std::vector<float>& for_length(std::uint64_t length) const noexcept {
+    return long_after != 0 && length > long_after ? long_inv_freq : inv_freq;
+  }
 };
 
-/// The table `c` runs with: its rotary_dims(), theta and scaling. LongRoPE
-/// takes its long factors where the deployment's sequences may pass the
-/// pretrained context (c.serving_context, else max_position_embeddings,
-/// above rope.original_max_position_embeddings), else its short ones:
-/// Hugging Face's choice for a sequence of that length, made once for
-/// every sequence so that no cache is turned two ways.
+/// The table of `c`: its rotary_dims(), theta and scaling.
 rope_table rope_for(const llama_config& c);
 
 } // namespace troupe::gpu

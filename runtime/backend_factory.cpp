@@ -61,8 +61,7 @@ std::variant<resolved_backend, std::string> make_cpu_backend(const deployment_op
     out.pool_pages = std::max<std::uint64_t>(1, std::min(per_request * opts.scheduler.max_running, cap));
   }
   auto backend = gpu::cpu_backend::open(opts.model.path, out.pool_pages,
-                                        opts.memory_pool.page_tokens, opts.adapter_cache.host_bytes,
-                                        out.max_context);
+                                        opts.memory_pool.page_tokens, opts.adapter_cache.host_bytes);
   if (auto* err = std::get_if<std::string>(&backend))
     return *err;
   out.backend = std::shared_ptr<gpu::executor_backend>(

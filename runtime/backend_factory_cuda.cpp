@@ -33,7 +33,6 @@ std::variant<resolved_backend, std::string> make_cuda_backend(const deployment_o
   o.max_rows = opts.scheduler.token_budget;
   o.max_seqs = opts.scheduler.max_running;
   o.step_graphs = opts.backend.step_graphs;
-  o.serving_context = out.max_context;
   auto opened = gpu::cuda::cuda_backend::open(opts.model.path,
                                               std::move(std::get<std::unique_ptr<gpu::tokenizer>>(tok)), o);
   if (auto* err = std::get_if<std::string>(&opened))

@@ -324,6 +324,7 @@ deployment::start(const deployment_options& opts) {
   sc.limits.total_pages = rb.pool_pages;
   sc.limits.page_tokens = opts.memory_pool.page_tokens;
   sc.limits.hidden_page_tokens = rb.backend->hidden_cache_tokens_per_page(opts.memory_pool.page_tokens);
+  sc.limits.rope_long_after = rb.backend->rope_long_after();
   sc.limits.host_pages = opts.memory_pool.host_pages;
   sc.limits.on_demand = opts.scheduler.kv_reservation == "on_demand";
   sc.limits.session_pages = static_cast<std::uint64_t>(

@@ -568,7 +568,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
       // left to prefill. K and V depend on the adapter: only a cache of the
       // turn's own adapter serves it.
       auto& e = sit->second;
-      const auto shared = reusable_prefix(e, r);
+      const auto shared = reusable_prefix(e, r, limits_.rope_long_after);
       const bool extends = shared > 0;
       const bool partial = shared < e.tokens.size();
       if (extends && e.where == session_tier::awaiting_host)
@@ -1003,9 +1003,14 @@ std::optional<finish_reason> scheduler_core::json_after(record& r, std::int32_t 
   return std::nullopt;
 }
 
-std::size_t scheduler_core::reusable_prefix(const session_entry& e, const record& r) noexcept {
+std::size_t scheduler_core::reusable_prefix(const session_entry& e, const record& r,
+                                           std::uint32_t long_after) noexcept {
   // A turn that asks for its prompt's log-probabilities computes all of it.
   if (e.adapter_id != r.spec.adapter_id || r.spec.prompt_logprobs >= 0)
+    return 0;
+  // The cache's last pass left its sequence e.tokens long; the turn's
+  // prefill leaves its prompt.
+  if (long_after != 0 && (e.tokens.size() > long_after) != (r.spec.prompt.size() > long_after))
     return 0;
   const auto shared = shared_prefix(e.tokens, r.spec.prompt);
   return shared == e.tokens.size() || 2 * shared >= e.tokens.size() ? shared : 0;
@@ -1106,7 +1111,15 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       finish(r, finish_reason::error, now_s, fx); // every token was banned (none allowed could follow)
     else if (r.generated >= r.spec.max_new_tokens)
       finish(r, finish_reason::length, now_s, fx);
-    else if (r.swap_requested)
+    else if (limits_.rope_long_after != 0 && r.spec.prompt.size() + r.generated - 1 == limits_.rope_long_after) {
+      // LongRoPE: this pass left the sequence at the pretrained context and
+      // the next passes it, turning by the long factors: its cache, turned
+      // by the short ones, is recomputed by them (Hugging Face's generate()
+      // recomputes it there too). Its tokens so far are kept.
+      ++rope_recomputed_;
+      r.swap_requested = false;
+      squash(r, fx);
+    } else if (r.swap_requested)
       swap_out(r, fx); // chosen while this step ran; its token is kept
   }
   flush_finished();
@@ -1984,7 +1997,7 @@ void scheduler_core::read_prefix(record& r, double now_s) {
   // A session's turn has its own cache; a hidden cache is no K and V; a
   // prompt's log-probabilities need every position computed.
   if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
-      || !r.prefix_keys.empty() || r.spec.prompt.empty())
+      || !r.prefix_keys.empty() || r.spec.prompt.empty() || rope_long(r))
     return;
   // At least one prompt token is left to prefill (its logits sample the
   // first output token).
@@ -2010,7 +2023,7 @@ std::span<const std::uint64_t> scheduler_core::prompt_keys(record& r) {
 
 bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_decision& d) {
   if (!prefix_ || computing_.empty() || r.swapped || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
-      || r.spec.prompt.empty())
+      || r.spec.prompt.empty() || rope_long(r))
     return false;
   if (limits_.hidden_page_tokens > 0
       && std::find(d.hidden.begin(), d.hidden.end(), r.spec.request_id) != d.hidden.end())
@@ -2023,7 +2036,7 @@ bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_d
 }
 
 void scheduler_core::note_computing(record& r) {
-  if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty())
+  if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty() || rope_long(r))
     return;
   const auto keys = prompt_keys(r);
   r.computing_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())),
@@ -2041,7 +2054,7 @@ void scheduler_core::stop_computing(record& r) {
 
 void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx) {
   stop_computing(r);
-  if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted)
+  if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted || rope_long(r))
     return;
   const auto per = limits_.page_tokens;
   const auto whole = std::min<std::size_t>(r.spec.prompt.size() / per, r.page_ids.size());
@@ -2126,7 +2139,7 @@ std::uint64_t scheduler_core::adoptable_pages(record& r) {
   const auto& e = sit->second;
   if (r.adopt_owner != e.owner) { // a prefix compared once per cache
     r.adopt_owner = e.owner;
-    r.adopt_shared = reusable_prefix(e, r);
+    r.adopt_shared = reusable_prefix(e, r, limits_.rope_long_after);
   }
   return r.adopt_shared > 0 ? e.pages : 0;
 }

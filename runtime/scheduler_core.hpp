@@ -42,6 +42,13 @@ struct scheduler_limits {
   std::uint32_t max_adapter_failures = 3;
   /// Tokens a page holds as a hidden cache; 0: the backend keeps none.
   std::uint32_t hidden_page_tokens = 0;
+  /// LongRoPE's pretrained context (executor_backend::rope_long_after; 0:
+  /// none). A pass that leaves a sequence longer than this turns by other
+  /// frequencies, so a request that grows past it is recomputed (as
+  /// Hugging Face's generate() does), a turn whose prompt passes it does
+  /// not reuse a session cache that did not, and a prompt past it neither
+  /// reads nor adds prefix-cache pages.
+  std::uint32_t rope_long_after = 0;
   /// Pages of the host pool for swapped-out caches (0: no swapping) and the
   /// bytes of a page (what a swap moves per page).
   std::uint64_t host_pages = 0;
@@ -358,6 +365,9 @@ public:
   std::size_t admitting() const noexcept { return admitting_; }
   std::size_t in_system() const noexcept { return records_.size(); }
   std::uint64_t squashed() const noexcept { return squashed_; }
+  /// Requests recomputed as they grew past scheduler_limits::rope_long_after
+  /// (counted in squashed() too).
+  std::uint64_t rope_recomputed() const noexcept { return rope_recomputed_; }
   std::uint64_t aborted() const noexcept { return aborted_; }
   /// Swap-outs that completed, and swap-ins.
   std::uint64_t swapped_out() const noexcept { return swapped_out_; }
@@ -683,6 +693,7 @@ private:
   std::unordered_map<std::uint32_t, std::uint32_t> waiting_per_adapter_;
   std::vector<std::uint32_t> queued_dirty_;
   std::uint64_t squashed_ = 0;
+  std::uint64_t rope_recomputed_ = 0;
   std::uint64_t aborted_ = 0;
   std::uint64_t swapped_out_ = 0;
   std::uint64_t swapped_in_ = 0;
@@ -740,7 +751,14 @@ private:
   /// The tokens of `e` that turn `r` reuses: its shared prefix when the
   /// cache is of the turn's adapter (K and V depend on it) and the prompt
   /// extends the whole cache or at least half of it; else 0.
-  static std::size_t reusable_prefix(const session_entry& e, const record& r) noexcept;
+  /// Nor where LongRoPE turns the turn's prefill by the other factors
+  /// (`long_after`: scheduler_limits::rope_long_after).
+  static std::size_t reusable_prefix(const session_entry& e, const record& r, std::uint32_t long_after) noexcept;
+  /// LongRoPE: whether `r`'s prefill (its prompt and any output it
+  /// recomputes) turns by the long factors.
+  bool rope_long(const record& r) const noexcept {
+    return limits_.rope_long_after != 0 && r.spec.prompt.size() + r.generated > limits_.rope_long_after;
+  }
   std::unordered_map<std::uint64_t, session_entry> sessions_;
   /// The cache of `tier` to move down first (the session policy's choice),
   /// sparing `keep`; end() when there is none.

@@ -158,7 +158,6 @@ cuda_backend::build(const llama_config& config, std::unique_ptr<tokenizer> tok, 
   std::unique_ptr<cuda_backend> b{new cuda_backend};
   b->device_ = opts.device;
   b->llama_ = config;
-  b->llama_.serving_context = opts.serving_context;
   b->tokenizer_ = std::move(tok);
   b->host_ = host_tier{opts.host_adapter_bytes};
   try {

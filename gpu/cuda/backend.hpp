@@ -57,9 +57,6 @@ struct cuda_backend_options {
   std::uint32_t max_rank = 64;
   /// model_config::step_graphs: CUDA graphs of repeated steps kept; 0 off.
   std::uint32_t step_graphs = 0;
-  /// The longest sequence a request may reach (llama_config::
-  /// serving_context, which LongRoPE's factors follow); 0: the model's own.
-  std::uint32_t serving_context = 0;
   /// Rows of logits a prompt's log-probabilities are read in at a time (a
   /// buffer on the device and one on the host); 0: 8 MiB's worth.
   std::uint32_t prompt_logits_rows = 0;
@@ -103,6 +100,7 @@ public:
   adapter_load load_adapter(std::uint32_t id, const std::string& path, std::uint64_t bytes,
                             std::span<const std::uint32_t> device_pages) override;
   void drop_adapter(std::uint32_t id) override;
+  std::uint32_t rope_long_after() const override { return model_->config().rope_long_after; }
   void forget_adapter(std::uint32_t id) override;
   /// Whole pages between the device pool and the pinned host pool, on the
   /// device-to-host or host-to-device stream.

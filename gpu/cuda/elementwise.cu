@@ -177,8 +177,11 @@ template <class T, int Vec>
 __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, heads * head_dim]
                             bits16* __restrict__ k,                   // [rows, kv_heads * head_dim]
                             const std::int32_t* __restrict__ positions, // [rows]
-                            const float* __restrict__ inv_freq,       // [rotary_dim / 2]
+                            const float* __restrict__ inv_freq,       // [rotary_dim / 2], or [2][...]
                             std::uint32_t rotary_dim, float scale,
+                            std::uint32_t long_after,                 // LongRoPE (rope_freqs)
+                            const std::uint32_t* __restrict__ row_seq,
+                            const std::uint32_t* __restrict__ seq_len,
                             std::uint32_t heads, std::uint32_t kv_heads,
                             std::uint32_t head_dim, kv_sink sink) {
   using E = elem<T>;
@@ -192,6 +195,8 @@ __global__ void rope_kernel(bits16* __restrict__ q,                   // [rows, 
                    : sink.pool + sink.row_page[row] * sink.page_elems + sink.layer_offset +
                        sink.row_slot[row] * kv_dim;
   const float pos = static_cast<float>(positions[row]);
+  if (long_after != 0 && seq_len[row_seq[row]] > long_after)
+    inv_freq += half; // the long factors' frequencies
   for (std::uint32_t j = threadIdx.x; j < half; j += blockDim.x) {
     float s, c;
     sincosf(__fmul_rn(pos, inv_freq[j]), &s, &c);
@@ -433,6 +438,8 @@ std::uint32_t check_rope(std::uint32_t head_dim, const rope_freqs& freqs, const 
   if (rotary % 2 != 0 || rotary > head_dim)
     throw std::invalid_argument(std::string(who) + ": rotary_dim " + std::to_string(rotary) +
                                 " is odd or exceeds head_dim " + std::to_string(head_dim));
+  if (freqs.long_after != 0 && (freqs.row_seq == nullptr || freqs.seq_len == nullptr))
+    throw std::invalid_argument(std::string(who) + ": LongRoPE needs each row's sequence and its length");
   return rotary;
 }
 
@@ -454,11 +461,13 @@ void rope_launch(dtype t, const char* who, void* q, void* k, const std::int32_t*
     auto* qb = static_cast<bits16*>(q);
     auto* kb = static_cast<bits16*>(k);
     if (vec)
-      rope_kernel<T, 8><<<rows, threads, smem, stream>>>(qb, kb, positions, freqs.inv_freq, rotary,
-                                                          freqs.scale, heads, kv_heads, head_dim, sink);
+      rope_kernel<T, 8><<<rows, threads, smem, stream>>>(qb, kb, positions, freqs.inv_freq, rotary, freqs.scale,
+                                                          freqs.long_after, freqs.row_seq, freqs.seq_len, heads,
+                                                          kv_heads, head_dim, sink);
     else
-      rope_kernel<T, 1><<<rows, threads, smem, stream>>>(qb, kb, positions, freqs.inv_freq, rotary,
-                                                          freqs.scale, heads, kv_heads, head_dim, sink);
+      rope_kernel<T, 1><<<rows, threads, smem, stream>>>(qb, kb, positions, freqs.inv_freq, rotary, freqs.scale,
+                                                          freqs.long_after, freqs.row_seq, freqs.seq_len, heads,
+                                                          kv_heads, head_dim, sink);
   });
 }
 

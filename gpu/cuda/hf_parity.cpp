@@ -17,7 +17,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdint>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -53,13 +52,7 @@ int run(const std::string& cases_path, dtype t, const std::string& out_path) {
   auto config = load_llama_config(model_dir + "/config.json");
   if (auto* err = std::get_if<std::string>(&config))
     bad_input(*err);
-  auto c = std::get<llama_config>(config);
-  // The deployment's longest sequence, which LongRoPE's factors follow
-  // (llama_config::serving_context); 0 or absent: the model's own.
-  const auto& serving = spec.value("serving_context", nlohmann::json(0u));
-  if (!serving.is_number_unsigned() || serving.get<std::uint64_t>() > UINT32_MAX)
-    bad_input(cases_path + ": serving_context must be a non-negative integer, got " + serving.dump());
-  c.serving_context = serving.get<std::uint32_t>();
+  const auto c = std::get<llama_config>(config);
 
   const auto mc = model_config_for(c, t);
   const std::uint32_t page_tokens = 16;

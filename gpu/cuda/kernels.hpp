@@ -70,11 +70,18 @@ void add_rmsnorm(dtype t, void* residual, const void* x, const void* weight, flo
 /// rotary_dim elements of each head turn, element i < rotary_dim/2 pairing
 /// with i + rotary_dim/2 at angle positions[r] * inv_freq[i] ([rotary_dim/2]
 /// fp32, any scaling applied), cos and sin multiplied by `scale`; the rest
-/// of the head passes through. rotary_dim 0: the whole head.
+/// of the head passes through. rotary_dim 0: the whole head. LongRoPE
+/// (long_after > 0): inv_freq holds the short factors' frequencies and then
+/// the long ones', and row r turns by the long ones where its sequence
+/// (row_seq[r]) holds more than long_after tokens after the step
+/// (seq_len[...], device_plan::kv_len).
 struct rope_freqs {
   const float* inv_freq = nullptr;
   std::uint32_t rotary_dim = 0;
   float scale = 1.0f;
+  std::uint32_t long_after = 0;
+  const std::uint32_t* row_seq = nullptr; ///< [rows], with long_after
+  const std::uint32_t* seq_len = nullptr; ///< [seqs], with long_after
 };
 
 /// Rotary embeddings in place, Hugging Face Llama's rotate-half form, as

@@ -27,6 +27,8 @@ inline model_config model_config_for(const llama_config& c, dtype t) {
   m.rms_eps = c.rms_norm_eps;
   auto rope = rope_for(c);
   m.inv_freq = std::move(rope.inv_freq);
+  m.long_inv_freq = std::move(rope.long_inv_freq);
+  m.rope_long_after = rope.long_after;
   m.rope_scale = rope.scale;
   m.tied_embeddings = c.tie_word_embeddings;
   m.qkv_bias = c.qkv_bias;

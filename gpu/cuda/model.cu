@@ -89,9 +89,11 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
     throw cuda_error("cuda_model: the pool's layout (" + std::to_string(kv_.num_layers) +
                      " layers, " + std::to_string(kv_.num_kv_heads) + " KV heads of " +
                      std::to_string(kv_.head_dim) + ") does not match the model's");
-  if (cfg_.inv_freq.empty() || cfg_.inv_freq.size() > cfg_.head_dim / 2)
-    throw cuda_error("cuda_model: " + std::to_string(cfg_.inv_freq.size()) +
-                     " rotary frequencies for head_dim " + std::to_string(cfg_.head_dim));
+  if (cfg_.inv_freq.empty() || cfg_.inv_freq.size() > cfg_.head_dim / 2 ||
+      (cfg_.rope_long_after != 0 && cfg_.long_inv_freq.size() != cfg_.inv_freq.size()))
+    throw cuda_error("cuda_model: " + std::to_string(cfg_.inv_freq.size()) + " rotary frequencies (" +
+                     std::to_string(cfg_.long_inv_freq.size()) + " long ones) for head_dim " +
+                     std::to_string(cfg_.head_dim));
   lora_ = lora_layout::make(kv_, cfg_.hidden, cfg_.q_dim());
   const std::uint64_t h = cfg_.hidden;
   embed_ = device_buffer<std::uint16_t>(std::uint64_t{cfg_.vocab} * h);
@@ -114,8 +116,12 @@ cuda_model::cuda_model(model_config cfg, kv_layout kv, std::uint64_t pool_pages,
       l.qk_norm = device_buffer<std::uint16_t>(2 * std::uint64_t{cfg_.head_dim});
   }
   pool_ = device_buffer<std::uint16_t>(pool_pages_ * kv_.page_elems());
-  inv_freq_ = device_buffer<float>(cfg_.inv_freq.size());
-  inv_freq_.upload(cfg_.inv_freq);
+  // LongRoPE's long frequencies right after the short ones (rope_freqs).
+  std::vector<float> freqs = cfg_.inv_freq;
+  if (cfg_.rope_long_after != 0)
+    freqs.insert(freqs.end(), cfg_.long_inv_freq.begin(), cfg_.long_inv_freq.end());
+  inv_freq_ = device_buffer<float>(freqs.size());
+  inv_freq_.upload(freqs);
 }
 
 cuda_model::~cuda_model() { drop_graphs(); }
@@ -463,9 +469,14 @@ void cuda_model::launch_step(const device_plan& d,
               stream_);
     }
     part(step_part::rope_kv);
-    rope_write_kv(t, d, kv_, l, cfg_.heads, qr, kr, v,
-                  rope_freqs{inv_freq_.data(), static_cast<std::uint32_t>(2 * cfg_.inv_freq.size()), cfg_.rope_scale},
-                  pool_.data(), stream_);
+    // LongRoPE: each row by its sequence's length after the step.
+    const rope_freqs freqs{.inv_freq = inv_freq_.data(),
+                           .rotary_dim = static_cast<std::uint32_t>(2 * cfg_.inv_freq.size()),
+                           .scale = cfg_.rope_scale,
+                           .long_after = cfg_.rope_long_after,
+                           .row_seq = d.row_seq,
+                           .seq_len = d.kv_len};
+    rope_write_kv(t, d, kv_, l, cfg_.heads, qr, kr, v, freqs, pool_.data(), stream_);
     part(step_part::attention);
     attention(t, d, kv_, l, cfg_.heads, scale, qr, pool_.data(), s_.partial_buf.data(),
               s_.attn.data(), stream_);

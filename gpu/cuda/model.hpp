@@ -36,6 +36,10 @@ struct model_config {
   std::vector<float> inv_freq;
   /// What cos and sin are multiplied by (LongRoPE's attention factor).
   float rope_scale = 1.0f;
+  /// LongRoPE: a step's rows of a sequence longer than rope_long_after
+  /// after it turn by long_inv_freq ([rotary_dim / 2]); 0: inv_freq only.
+  std::vector<float> long_inv_freq;
+  std::uint32_t rope_long_after = 0;
   bool tied_embeddings = false;
   /// Biases on the q, k and v projections (Qwen2's), and on o.
   bool qkv_bias = false;

@@ -210,5 +210,18 @@ TEST_F(cpu_backend_adapters, logit_adjustments_steer_sampling_not_the_log_probab
   testing::expect_min_p_one_draws_the_greedy_pick(*b, entry(1, {1, 5, 9, 13, 17}, {0}, 0));
 }
 
+TEST(cpu_backend_rope, a_longrope_model_says_where_its_passes_change_factors) {
+  // The scheduler recomputes a request there (scheduler_limits::rope_long_after).
+  const testing::temp_model phi4{"--arch phi3 --hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2 "
+                                 "--max-context 64 --partial-rotary 0.75 --longrope 20"};
+  const testing::temp_model llama{"--hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2"};
+  ASSERT_FALSE(phi4.dir().empty() || llama.dir().empty()) << "troupe-mkmodel failed";
+  for (const auto& [dir, want] : {std::pair{phi4.dir(), 20u}, std::pair{llama.dir(), 0u}}) {
+    auto b = cpu_backend::open(dir, 8, 16);
+    ASSERT_TRUE(std::holds_alternative<std::unique_ptr<cpu_backend>>(b)) << std::get<std::string>(b);
+    EXPECT_EQ(std::get<std::unique_ptr<cpu_backend>>(b)->rope_long_after(), want) << dir;
+  }
+}
+
 } // namespace
 } // namespace troupe::gpu

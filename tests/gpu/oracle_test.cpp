@@ -72,8 +72,6 @@ struct oracle_case {
   const char* mkmodel_args;
   std::uint32_t adapters;
   std::vector<std::uint32_t> prompt_lengths;
-  /// llama_config::serving_context (0: the model's own context).
-  std::uint32_t serving_context = 0;
 };
 
 std::ostream& operator<<(std::ostream& os, const oracle_case& c) { return os << c.name; }
@@ -114,19 +112,14 @@ const oracle_case cases[] = {
    "--sliding-window 20 --adapters 2 --ranks 8,16 --targets all-linear",
    2, {3, 25, 40}},
   // Phi-4 mini's rotation over three quarters of each head (12 of 16
-  // pairs) with LongRoPE over a pretrained context of 20: a deployment
-  // whose sequences stay within 20 turns by the short factors, Hugging
-  // Face's choice for them...
-  {"phi4_partial_rotary_longrope_short_tied_all_linear_r8",
+  // pairs) with LongRoPE over a pretrained context of 20: prompts of up to
+  // 20 tokens turn by the short factors, longer ones by the long, as
+  // Hugging Face's forward pass does. (Each prompt is also prefilled but
+  // for its last token and then decoded: 18 and 40 are long both times.)
+  {"phi4_partial_rotary_longrope_20_tied_all_linear_r8",
    "--arch phi3 --hidden 128 --intermediate 256 --layers 2 --heads 4 --kv-heads 2 --max-context 64 "
    "--partial-rotary 0.75 --longrope 20 --tie --adapters 1 --ranks 8 --targets all-linear",
-   1, {3, 20}, 20},
-  // ...and one whose sequences may pass it by the long factors, Hugging
-  // Face's for a prompt longer than 20.
-  {"phi4_partial_rotary_longrope_long_tied_all_linear_r8",
-   "--arch phi3 --hidden 128 --intermediate 256 --layers 2 --heads 4 --kv-heads 2 --max-context 64 "
-   "--partial-rotary 0.75 --longrope 20 --tie --adapters 1 --ranks 8 --targets all-linear",
-   1, {21, 50}},
+   1, {3, 20, 22, 40}},
 };
 
 class oracle_test : public ::testing::TestWithParam<oracle_case> {
@@ -206,7 +199,6 @@ TEST_P(oracle_test, cpu_model_matches_numpy_oracle) {
 
   auto loaded = load_llama(dir_);
   ASSERT_TRUE(std::holds_alternative<llama_weights>(loaded)) << std::get<std::string>(loaded);
-  std::get<llama_weights>(loaded).config.serving_context = c.serving_context;
   const llama_config config = std::get<llama_weights>(loaded).config;
   const std::uint32_t vocab = config.vocab_size;
 

@@ -1,10 +1,8 @@
-// The backend factory's choices and refusals: which backends this binary
-// has, what a backend that reads files demands of its adapters, the pages an
-// adapter takes where the backend lays adapters out its own way, the cuda
-// backend's answer on a machine without a GPU, and what [model] max_context
-// tells a LongRoPE model on the cpu backend.
+// The backend factory's choices and refusals that need no model: which
+// backends this binary has, what a backend that reads files demands of its
+// adapters, the pages an adapter takes where the backend lays adapters out
+// its own way, and the cuda backend's answer on a machine without a GPU.
 #include "runtime/backend_factory.hpp"
-#include "tests/support/temp_model.hpp"
 
 #if TROUPE_HAVE_CUDA_BACKEND
 #include <cuda_runtime_api.h>
@@ -110,47 +108,6 @@ TEST(backend_factory, the_sim_prices_steps_with_the_configured_cost_table) {
   o.backend.cost = {{"pcie_eficiency", 1}};
   EXPECT_NE(error_of(make_backend(o)).find("backend.cost: unknown cost constant \"pcie_eficiency\""),
             std::string::npos);
-}
-
-/// The greedy first token's log-probability of a fixed 12-token prompt on
-/// the cpu backend make_backend opens for `opts`.
-float first_logprob(const deployment_options& opts) {
-  auto made = make_backend(opts);
-  if (auto* err = std::get_if<std::string>(&made)) {
-    ADD_FAILURE() << *err;
-    return 0;
-  }
-  auto& backend = *std::get<resolved_backend>(made).backend;
-  gpu::step_entry e;
-  e.request_id = 1;
-  e.tokens = {1, 17, 33, 5, 90, 41, 7, 62, 12, 99, 3, 28};
-  e.new_tokens = static_cast<std::uint32_t>(e.tokens.size());
-  e.temperature = 0;
-  e.pages = {0};
-  e.logprobs = 0;
-  const auto out = backend.run_step(std::vector<gpu::step_entry>{e});
-  EXPECT_GE(out.tokens.at(0), 0);
-  return out.logprobs.empty() ? 0.0f : out.logprobs[0].logprob;
-}
-
-TEST(backend_factory, max_context_picks_the_longrope_factors_of_a_cpu_model) {
-  // LongRoPE over a pretrained context of 16, served up to 64.
-  const testing::temp_model model{"--arch phi3 --hidden 64 --intermediate 128 --layers 2 --heads 4 --kv-heads 2 "
-                                  "--max-context 64 --partial-rotary 0.75 --longrope 16"};
-  ASSERT_FALSE(model.dir().empty()) << "troupe-mkmodel failed";
-  deployment_options opts;
-  opts.backend.kind = "cpu";
-  opts.model.path = model.dir();
-  opts.memory_pool.pages = 8;
-  const auto with_context = [&](std::uint32_t max_context) {
-    opts.model.max_context = max_context;
-    return first_logprob(opts);
-  };
-  // Within 16 the short factors, whatever the limit; past it the long
-  // ones, as the model's own context of 64 (max_context 0) is.
-  EXPECT_EQ(with_context(12), with_context(16));
-  EXPECT_EQ(with_context(17), with_context(0));
-  EXPECT_NE(with_context(16), with_context(17));
 }
 
 } // namespace

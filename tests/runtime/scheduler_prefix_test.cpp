@@ -59,7 +59,7 @@ public:
                         const gpu::tokenizer* vocab = nullptr)
     : core(limits, policy ? std::move(policy) : std::make_unique<policies::fcfs_scheduling_policy>(), vocab),
       pool(limits.total_pages), host(limits.host_pages), vocab_(vocab), per_(limits.page_tokens),
-      page_bytes_(limits.page_bytes) {}
+      page_bytes_(limits.page_bytes), rope_long_after_(limits.rope_long_after) {}
 
   void submit(std::uint64_t id, request r) {
     request_spec s;
@@ -186,15 +186,19 @@ private:
     ASSERT_LE(end, seq.size()) << "request " << e.request_id;
     ASSERT_GE(e.pages.size() * per_, end) << "request " << e.request_id << ": too few pages";
     ASSERT_EQ(e.tokens, std::vector<std::int32_t>(seq.begin() + e.context_tokens, seq.begin() + end));
+    // LongRoPE: a pass leaving the sequence past rope_long_after turns K by
+    // other frequencies; each slot keeps which (a high bit) beside its token.
+    const std::int32_t turned = rope_long_after_ != 0 && end > rope_long_after_ ? 1 << 30 : 0;
     for (std::uint32_t p = 0; p < e.context_tokens; ++p)
-      ASSERT_EQ(slots(e.pages[p / per_])[p % per_], seq[p])
-        << "request " << e.request_id << " reads position " << p << " from page " << e.pages[p / per_];
+      ASSERT_EQ(slots(e.pages[p / per_])[p % per_], seq[p] | turned)
+        << "request " << e.request_id << " reads position " << p << " from page " << e.pages[p / per_]
+        << (turned != 0 ? " (a long pass)" : "");
     const auto cached = pool.pages_of({page_owner_kind::request, prefix_cache_owner});
     for (auto p = e.context_tokens; p < end; ++p) {
       const auto page = e.pages[p / per_];
       ASSERT_EQ(std::count(cached.begin(), cached.end(), page), 0)
         << "request " << e.request_id << " writes into cached page " << page;
-      slots(page)[p % per_] = seq[p];
+      slots(page)[p % per_] = seq[p] | turned;
     }
   }
 
@@ -269,6 +273,7 @@ private:
   const gpu::tokenizer* vocab_;
   std::uint32_t per_;
   std::uint64_t page_bytes_;
+  std::uint32_t rope_long_after_;
   std::map<std::uint64_t, request> requests_;
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::int32_t> chosen_; ///< (request, output index)
   std::unordered_map<std::uint32_t, std::vector<std::int32_t>> kv_;
@@ -387,6 +392,37 @@ TEST(scheduler_prefix, another_adapter_a_session_or_prompt_logprobs_read_nothing
   sh.submit(5, {prompt, 4, 3});
   sh.run();
   EXPECT_EQ(sh.prefill_of(5)->context_tokens, 8u);
+  sh.expect_all_back();
+}
+
+TEST(scheduler_prefix, longrope_passes_read_only_pages_turned_alike_and_a_request_growing_past_recomputes) {
+  // LongRoPE over 12 tokens (the shell checks that no pass reads K turned
+  // by the other factors).
+  auto limits = prefix_limits(64);
+  limits.rope_long_after = 12;
+  prefix_shell sh{limits};
+  const auto system = tokens(1, 8); // two whole pages
+  // 11 tokens: within; its second output makes 13, so it is recomputed by
+  // the long factors then.
+  sh.submit(1, {concat(system, tokens(100, 3)), 4});
+  sh.run();
+  EXPECT_EQ(sh.core.rope_recomputed(), 1u);
+  EXPECT_EQ(sh.core.squashed(), 1u);
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 2u); // its first, short prefill's whole pages
+  ASSERT_EQ(sh.steps.size(), 4u); // four outputs, the third from the recomputing prefill
+  const auto& again = sh.steps[2].front();
+  EXPECT_EQ(again.context_tokens, 0u) << "the long prefill reads no short pages";
+  EXPECT_EQ(again.new_tokens, 13u);
+  EXPECT_EQ(again.output_index, 2u);
+  // Past 12 tokens a prompt reads nothing cached and adds nothing; within
+  // them it reads the system prompt's pages.
+  sh.submit(2, {concat(system, tokens(200, 7)), 2});
+  sh.submit(3, {concat(system, tokens(300, 2)), 2});
+  sh.run();
+  EXPECT_EQ(sh.prefill_of(2)->context_tokens, 0u);
+  EXPECT_EQ(sh.prefill_of(3)->context_tokens, 8u);
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 2u);
+  EXPECT_EQ(sh.core.rope_recomputed(), 1u);
   sh.expect_all_back();
 }
 

@@ -77,7 +77,8 @@ struct swap_shell {
   explicit swap_shell(std::uint64_t device_pages, std::uint64_t host_pages, bool on_demand = false,
                       std::uint64_t session_pages = 0, std::uint64_t disk_pages = 0, bool streaming = false,
                       policies::session_eviction how = policies::session_eviction::lru, double write_back = 0,
-                      std::optional<policies::disk_fetch_model> fetch = std::nullopt)
+                      std::optional<policies::disk_fetch_model> fetch = std::nullopt,
+                      std::uint32_t rope_long_after = 0)
     : device(device_pages), host(host_pages) {
     scheduler_limits limits;
     limits.total_pages = device_pages;
@@ -91,6 +92,7 @@ struct swap_shell {
     limits.session_eviction = how;
     limits.disk_write_back = write_back;
     limits.disk_fetch = fetch;
+    limits.rope_long_after = rope_long_after;
     auto p = std::make_unique<scripted_preemption>();
     policy = p.get();
     core = std::make_unique<scheduler_core>(limits, std::move(p), nullptr);
@@ -757,6 +759,32 @@ TEST(scheduler_session, the_next_turn_reuses_the_cached_history) {
   EXPECT_EQ(s.core->sessions_cached(), 1u) << "its own turn replaced the cache";
   EXPECT_TRUE(s.device.pages_of(turn2).empty()) << "the replaced cache was freed";
   EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
+TEST(scheduler_session, a_turn_past_longropes_pretrained_context_prefills_a_history_turned_within_it) {
+  // LongRoPE over 12 tokens: turn 1 (6 + 4 tokens) ran within it, its cache
+  // turned by the short factors. A turn of 11 tokens is within it too and
+  // reuses the cache; one of 13 passes it: its prefill turns by the long
+  // factors, so it prefills its whole history.
+  for (const std::uint32_t extra : {1u, 3u}) {
+    SCOPED_TRACE("turn 2 of " + std::to_string(10 + extra) + " tokens");
+    swap_shell s{40, 0, false, 20, 0, false, policies::session_eviction::lru, 0, std::nullopt, 12};
+    s.submit_tokens(1, tokens_from(10, 6), 4, 7);
+    run_until_done(s, 1);
+    ASSERT_EQ(s.core->sessions_cached(), 1u);
+    auto prompt2 = tokens_from(10, 6);
+    prompt2.insert(prompt2.end(), s.tokens[1].begin(), s.tokens[1].end());
+    for (std::uint32_t i = 0; i < extra; ++i)
+      prompt2.push_back(static_cast<std::int32_t>(50 + i));
+    s.expect_cached[2] = extra == 1 ? 6 + 3 : 0;
+    s.submit_tokens(2, prompt2, 1, 7);
+    run_until_done(s, 2);
+    EXPECT_EQ(s.finished.at(2), finish_reason::length);
+    EXPECT_EQ(s.core->session_hits(), extra == 1 ? 1u : 0u);
+    EXPECT_EQ(s.core->prefilled_tokens(), 6u + (extra == 1 ? 2u : 13u));
+    EXPECT_EQ(s.core->rope_recomputed(), 0u);
+    EXPECT_EQ(s.device.empty_releases(), 0u);
+  }
 }
 
 TEST(scheduler_session, a_turn_asking_for_its_prompts_log_probabilities_computes_its_whole_history) {

@@ -8,7 +8,7 @@ this transformers has it), a random Mistral with a sliding window of 16
 positions (Mistral 7B v0.1's kind), a random Phi-3 (q, k and v fused,
 gate and up fused, a window of 24) and two with Phi-4 mini's rotation
 (three quarters of each head, LongRoPE): "phi4" with prompts past its
-pretrained context of 16 (the long factors), "phi4_short" served within its
+pretrained context of 16 (the long factors), "phi4_short" within its
 pretrained context of 512 (the short ones), each with two LoRA adapters,
 with transformers' and PEFT's own save_pretrained,
 computes each case's greedy tokens and logits with transformers + PEFT, then
@@ -32,11 +32,10 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
          "mistral": (MistralConfig, MistralForCausalLM), "phi3": (Phi3Config, Phi3ForCausalLM)}
-# Phi-4 mini's kind (Phi3Config with these): its pretrained context, the
-# context the deployment serves (0: the model's own), and prompt lengths on
-# the one side of the pretrained context, steps included.
-PHI4 = {"phi4": {"original": 16, "serving_context": 0, "lengths": (17, 20, 33, 18, 64)},
-        "phi4_short": {"original": 512, "serving_context": 512, "lengths": (7, 20, 33, 1, 64)}}
+# Phi-4 mini's kind (Phi3Config with these): its pretrained context and
+# prompt lengths on the one side of it, steps included.
+PHI4 = {"phi4": {"original": 16, "lengths": (17, 20, 33, 18, 64)},
+        "phi4_short": {"original": 512, "lengths": (7, 20, 33, 1, 64)}}
 if "partial_rotary_factor" in inspect.signature(Phi3Config.__init__).parameters:
     for name in PHI4:
         ARCHS[name] = ARCHS["phi3"]
@@ -140,8 +139,7 @@ def main():
         cases = reference(model_dir, adapters, args.steps, arch)
         spec = os.path.join(work, "cases.json")
         with open(spec, "w") as f:
-            json.dump({"model": model_dir, "adapters": adapters, "cases": cases,
-                       "serving_context": PHI4[arch]["serving_context"] if arch in PHI4 else 0}, f)
+            json.dump({"model": model_dir, "adapters": adapters, "cases": cases}, f)
         for dtype in ("f16", "bf16"):
             out = os.path.join(work, f"troupe_{dtype}.json")
             p = subprocess.run([args.bin, "--cases", spec, "--dtype", dtype, "--out", out])

@@ -138,9 +138,12 @@ void expect_write_kv_matches_reference(attention_case& c, const std::vector<std:
 // rope then write_kv on the device, bit for bit (q, k and the pool), and
 // the CPU references (rope_reference within the rope kernel's tolerance,
 // write_kv_reference of the rotated k exactly). `rotary` elements of each
-// head turn (0: all), cos and sin times `scale`.
+// head turn (0: all), cos and sin times `scale`; with `long_after`, LongRoPE:
+// the rows of a sequence longer than that after the step by frequencies
+// of their own.
 void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t seed,
-                                                std::uint32_t rotary = 0, float scale = 1.0f) {
+                                                std::uint32_t rotary = 0, float scale = 1.0f,
+                                                std::uint32_t long_after = 0) {
   const std::uint32_t rows = c.plan.rows(), hd = c.kv.head_dim;
   testing::uniform_source u{seed};
   for (auto& x : c.pool) // arbitrary finite contents
@@ -152,9 +155,13 @@ void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t
     v[i] = to_bits(c.t, u.next());
   }
   const std::uint32_t rot = rotary == 0 ? hd : rotary;
-  std::vector<float> inv_freq(rot / 2);
-  for (std::uint32_t i = 0; i < rot / 2; ++i)
+  std::vector<float> inv_freq(rot / 2), long_freq(rot / 2);
+  for (std::uint32_t i = 0; i < rot / 2; ++i) {
     inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rot));
+    long_freq[i] = inv_freq[i] / static_cast<float>(1 + i);
+  }
+  auto both = inv_freq;
+  both.insert(both.end(), long_freq.begin(), long_freq.end());
 
   stream_holder stream;
   struct run_out {
@@ -165,11 +172,12 @@ void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t
     auto dk = to_device(k);
     const auto dv = to_device(v);
     auto pool = to_device(c.pool);
-    const auto inv = to_device(inv_freq);
+    const auto inv = to_device(long_after != 0 ? both : inv_freq);
     TROUPE_CUDA_CHECK(cudaDeviceSynchronize()); // the uploads, before the non-blocking stream's work
     plan_upload upload;
     const device_plan dp = upload.upload(c.plan, stream.s);
-    const rope_freqs freqs{inv.data(), rotary, scale};
+    const rope_freqs freqs{.inv_freq = inv.data(), .rotary_dim = rotary, .scale = scale, .long_after = long_after,
+                           .row_seq = dp.row_seq, .seq_len = dp.kv_len};
     if (fused) {
       rope_write_kv(c.t, dp, c.kv, c.layer, c.heads, dq.data(), dk.data(), dv.data(), freqs,
                     pool.data(), stream.s);
@@ -196,8 +204,21 @@ void expect_rope_write_kv_is_rope_then_write_kv(attention_case& c, std::uint64_t
   // The references: rotation within the type's last bits, placement exact.
   auto want_q = c.q;
   auto want_k = k;
-  rope_reference(c.t, want_q, want_k, c.plan.positions, inv_freq, rows, c.heads, c.kv.num_kv_heads,
-                 hd, scale);
+  if (long_after == 0) {
+    rope_reference(c.t, want_q, want_k, c.plan.positions, inv_freq, rows, c.heads, c.kv.num_kv_heads, hd, scale);
+  } else {
+    std::size_t longer = 0;
+    for (std::uint32_t r = 0; r < rows; ++r) { // row by row, each by its sequence's frequencies
+      const bool is_long = c.plan.kv_len[c.plan.row_seq[r]] > long_after;
+      longer += is_long;
+      const std::size_t qn = std::size_t{c.heads} * hd, kn = c.kv.kv_dim();
+      rope_reference(c.t, std::span{want_q}.subspan(r * qn, qn), std::span{want_k}.subspan(r * kn, kn),
+                     std::span{c.plan.positions}.subspan(r, 1), is_long ? long_freq : inv_freq, 1, c.heads,
+                     c.kv.num_kv_heads, hd, scale);
+    }
+    EXPECT_GT(longer, 0u);
+    EXPECT_LT(longer, std::size_t{rows}); // both kinds of row
+  }
   const float tol = c.t == dtype::f16 ? 2e-3f : 1.6e-2f;
   const auto near = [&](const std::vector<std::uint16_t>& got, const std::vector<std::uint16_t>& want,
                         const char* what) {
@@ -395,6 +416,9 @@ TEST_P(attention_kernel, partial_rotary_with_a_scale_is_rope_then_write_kv) {
   const std::uint32_t rotary = 3 * o.head_dim / 4;
   SCOPED_TRACE(testing::describe(seqs, o) + " rotary " + std::to_string(rotary));
   expect_rope_write_kv_is_rope_then_write_kv(c, 77, rotary, 1.19f);
+  // LongRoPE past 40 positions: the 37-token prefill and the 17th token by
+  // the short factors, the 501st by the long ones.
+  expect_rope_write_kv_is_rope_then_write_kv(c, 78, rotary, 1.19f, 40);
 }
 
 std::string shape_name(const ::testing::TestParamInfo<std::tuple<dtype, std::uint32_t>>& info) {
@@ -437,6 +461,11 @@ TEST(attention_kernel_edges, rope_write_kv_element_by_element_and_its_errors) {
   kv_layout odd = c.kv;
   odd.head_dim = 7;
   EXPECT_THROW(rope_write_kv(c.t, empty, odd, 0, c.heads, nullptr, nullptr, nullptr, rope_freqs{},
+                             nullptr, nullptr),
+               std::invalid_argument);
+  // LongRoPE without each row's sequence length.
+  EXPECT_THROW(rope_write_kv(c.t, empty, c.kv, 0, c.heads, nullptr, nullptr, nullptr,
+                             rope_freqs{.inv_freq = nullptr, .rotary_dim = 0, .scale = 1.0f, .long_after = 16},
                              nullptr, nullptr),
                std::invalid_argument);
   for (std::uint32_t rotary : {3u, 8u}) // odd, past the head

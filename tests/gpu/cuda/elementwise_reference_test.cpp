@@ -71,7 +71,7 @@ TEST(elementwise_reference, inv_freq_longrope_divides_each_pair_by_its_factor) {
   EXPECT_THROW(rope_inv_freq(128, 10000.0f, s), std::invalid_argument); // 48 factors, 64 pairs
 }
 
-TEST(elementwise_reference, rope_for_takes_long_factors_where_sequences_pass_the_pretrained_context) {
+TEST(elementwise_reference, rope_for_turns_a_pass_past_the_pretrained_context_by_the_long_factors) {
   llama_config c;
   c.head_dim = 8;
   c.rotary_dim = 6;
@@ -83,21 +83,26 @@ TEST(elementwise_reference, rope_for_takes_long_factors_where_sequences_pass_the
   c.rope.attention_factor = 1.25;
   const auto shorter = rope_inv_freq(6, c.rope_theta, c.rope);
   const auto longer = rope_inv_freq(6, c.rope_theta, c.rope, true);
-  auto t = rope_for(c); // the model's own 64 positions pass 16
+  ASSERT_NE(shorter, longer);
+  const auto t = rope_for(c);
   EXPECT_EQ(t.rotary_dim(), 6u);
-  EXPECT_EQ(t.inv_freq, longer);
-  EXPECT_EQ(t.scale, 1.25f);
-  c.serving_context = 17;
-  EXPECT_EQ(rope_for(c).inv_freq, longer);
-  c.serving_context = 16; // no sequence passes it: Hugging Face's short factors, always
-  t = rope_for(c);
   EXPECT_EQ(t.inv_freq, shorter);
+  EXPECT_EQ(t.long_inv_freq, longer);
+  EXPECT_EQ(t.long_after, 16u);
   EXPECT_EQ(t.scale, 1.25f);
-  c.rope = rope_scaling{}; // no scaling: the whole rotary part plain, unscaled
+  // Hugging Face's rule: a pass after which the sequence holds 16 tokens
+  // turns by the short factors, one after which it holds 17 by the long.
+  EXPECT_EQ(t.for_length(1), shorter);
+  EXPECT_EQ(t.for_length(16), shorter);
+  EXPECT_EQ(t.for_length(17), longer);
+  EXPECT_EQ(t.for_length(100000), longer);
+  c.rope = rope_scaling{}; // no scaling: one set over the whole head, unscaled
   c.rotary_dim = 0;
-  t = rope_for(c);
-  EXPECT_EQ(t.inv_freq, rope_inv_freq(8, c.rope_theta, rope_scaling{}));
-  EXPECT_EQ(t.scale, 1.0f);
+  const auto plain = rope_for(c);
+  EXPECT_EQ(plain.inv_freq, rope_inv_freq(8, c.rope_theta, rope_scaling{}));
+  EXPECT_TRUE(plain.long_inv_freq.empty());
+  EXPECT_EQ(plain.for_length(100000), plain.inv_freq);
+  EXPECT_EQ(plain.scale, 1.0f);
 }
 
 TEST(elementwise_reference, inv_freq_llama3_scales_low_frequencies_and_blends_the_middle) {

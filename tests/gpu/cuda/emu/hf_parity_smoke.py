@@ -5,9 +5,8 @@ transformers' place: a random Llama, a random Qwen2 (biases on q, k and v)
 a random Qwen3 (q and k normalised per head, heads wider than the hidden
 size), a random Mistral with a sliding window of 16, a random Phi-3
 (fused projections, a window of 24) and two with Phi-4 mini's rotation
-(three quarters of each head, LongRoPE: a deployment held within the
-pretrained context, which turns by the short factors, and prompts past it,
-by the long), each with PEFT adapters written by troupe-mkmodel, five
+(three quarters of each head, LongRoPE: sequences within the pretrained
+context, which turn by the short factors, and past it, by the long), each with PEFT adapters written by troupe-mkmodel, five
 prompts with and without adapters, the oracle's greedy
 tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
 troupe-hf-parity at fp16 and bf16. Passes when all match.
@@ -19,11 +18,11 @@ python = sys.argv[4] if len(sys.argv) > 4 else "/usr/bin/python3"
 STEPS = 4
 
 
-# Phi-4 mini's rotation (--arch phi3 with these): its mkmodel arguments, the
-# deployment's serving context, and prompt lengths on the one side of the
-# pretrained context (with the steps after them).
+# Phi-4 mini's rotation (--arch phi3 with these): its mkmodel arguments and
+# prompt lengths on the one side of the pretrained context (with the steps
+# after them).
 PHI4 = {"phi4_short": {"args": ["--partial-rotary", "0.75", "--longrope", "64", "--max-context", "128"],
-                       "serving_context": 64, "lengths": (7, 20, 33, 1, 40)},
+                       "lengths": (7, 20, 33, 1, 40)},
         "phi4_long": {"args": ["--partial-rotary", "0.75", "--longrope", "16", "--max-context", "128"],
                       "lengths": (17, 20, 33, 18, 40)}}
 
@@ -62,8 +61,7 @@ def check(work, arch):
         cases.append({"adapter": adapter, "prompt": prompt, "tokens": tokens, "logits": logits})
     spec = os.path.join(work, "cases.json")
     with open(spec, "w") as f:
-        json.dump({"model": model, "adapters": adapters, "cases": cases,
-                   "serving_context": PHI4.get(arch, {}).get("serving_context", 0)}, f)
+        json.dump({"model": model, "adapters": adapters, "cases": cases}, f)
     failed = []
     for dtype in ("f16", "bf16"):
         out = os.path.join(work, f"troupe_{dtype}.json")
