@@ -34,6 +34,8 @@ model_shape llama_config::to_shape(const std::string& name) const {
   s.dtype_bytes = torch_dtype == "float32" ? 4 : 2;
   s.tie_word_embeddings = tie_word_embeddings;
   s.sliding_window = sliding_window;
+  if (rope.type == "longrope")
+    s.rope_long_after = rope.original_max_position_embeddings;
   return s;
 }
 

@@ -281,6 +281,23 @@ model_shape_result parse_document(const json& doc, const std::string& source) {
     if (const auto window = in.optional("sliding_window"); window && *window < shape.max_context)
       shape.sliding_window = *window;
 
+  // LongRoPE (Phi-3.5 and Phi-4 mini): where a sequence's passes change
+  // factors, the pretrained context (top-level, as Phi-3 keeps it, else
+  // the scaling's own).
+  if (doc.contains("rope_scaling") && doc.at("rope_scaling").is_object()) {
+    const json& scaling = doc.at("rope_scaling");
+    const json* type = scaling.contains("rope_type") ? &scaling.at("rope_type")
+                       : scaling.contains("type")    ? &scaling.at("type")
+                                                     : nullptr;
+    if (type != nullptr && type->is_string() && (*type == "longrope" || *type == "su")) {
+      field_reader rs{scaling, source};
+      shape.rope_long_after = in.optional("original_max_position_embeddings")
+                                .value_or(rs.optional("original_max_position_embeddings").value_or(shape.max_context));
+      if (rs.error())
+        return *rs.error();
+    }
+  }
+
   // Older configs say torch_dtype, newer ones dtype; both mean the same.
   const bool has_torch_dtype = doc.contains("torch_dtype") && !doc.at("torch_dtype").is_null();
   const char* dtype_key = has_torch_dtype ? "torch_dtype" : "dtype";

@@ -42,6 +42,9 @@ struct model_shape {
   /// A token attends to at most this many positions, its own among them
   /// (llama_config::sliding_window); 0: to every position before it.
   std::uint32_t sliding_window = 0;
+  /// LongRoPE's pretrained context (executor_backend::rope_long_after):
+  /// a request growing past it is recomputed; 0: none.
+  std::uint32_t rope_long_after = 0;
 
   // -- dimensions ------------------------------------------------------------
 

@@ -59,6 +59,8 @@ public:
   std::uint32_t hidden_cache_tokens_per_page(std::uint32_t kv_page_tokens) const override {
     return cost_model_.hidden_tokens_per_page(kv_page_tokens);
   }
+  /// The shape's: a request growing past it is recomputed, as on a GPU.
+  std::uint32_t rope_long_after() const override { return cost_model_.shape().rope_long_after; }
   /// A sim_tokenizer over the shape's vocab_size.
   const tokenizer& vocab() const override { return tokenizer_; }
   /// Always "sim".

@@ -674,6 +674,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cfg.cache.prefetch_free_fraction = o.prefetch_free;
       auto backend = std::make_shared<gpu::sim_backend>(*shape, *spec, 1, constants, o.host_bytes);
       cfg.limits.hidden_page_tokens = backend->hidden_cache_tokens_per_page(page_tokens);
+      cfg.limits.rope_long_after = backend->rope_long_after();
       if (sched_name == "aptserve") // ρ: measured on the backend by the engine's calibration
         cfg.scheduling->configure({{"ttft_slo_s", o.slo > 0 ? o.slo : 5.0},
                                    {"violated_decay", 0.4}});

@@ -1,5 +1,6 @@
 // Tests for model_shape: parameter and byte counts of the Llama-2 presets,
 // LoRA sizes with grouped-query attention, and config.json parsing errors.
+#include "gpu/llama_config.hpp"
 #include "gpu/model_shape.hpp"
 
 #include <gtest/gtest.h>
@@ -199,6 +200,32 @@ TEST_F(model_shape_file, reads_mistral_and_phi3_sliding_windows_as_the_model_loa
   EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": null)").sliding_window, 0u);
   EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": 8192)").sliding_window, 0u) << "holds the context";
   EXPECT_EQ(shape_of(R"(, "model_type": "llama", "sliding_window": 16)").sliding_window, 0u) << "not Llama's";
+}
+
+TEST_F(model_shape_file, reads_longropes_pretrained_context_where_a_request_is_recomputed) {
+  const auto shape_of = [](const std::string& extra) {
+    const auto r = parse_model_shape(R"({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+        "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 131072)" + extra + "}", "inline");
+    EXPECT_TRUE(std::holds_alternative<model_shape>(r)) << std::get<std::string>(r);
+    return std::holds_alternative<model_shape>(r) ? std::get<model_shape>(r) : model_shape{};
+  };
+  // Phi-3.5 mini's: the pretrained context at the top level.
+  EXPECT_EQ(shape_of(R"(, "original_max_position_embeddings": 4096,
+      "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [2]})").rope_long_after, 4096u);
+  EXPECT_EQ(shape_of(R"(, "rope_scaling": {"rope_type": "su", "original_max_position_embeddings": 2048})")
+              .rope_long_after, 2048u);
+  // None, or another scaling: no recompute.
+  EXPECT_EQ(shape_of("").rope_long_after, 0u);
+  EXPECT_EQ(shape_of(R"(, "original_max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3"})")
+              .rope_long_after, 0u);
+  // The model loader's shape says the same.
+  const auto config = parse_llama_config(R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+      "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 131072,
+      "original_max_position_embeddings": 4096,
+      "rope_scaling": {"type": "longrope", "short_factor": [1, 1, 1, 1, 1, 1, 1, 1],
+                       "long_factor": [2, 2, 2, 2, 2, 2, 2, 2]}})", "inline");
+  ASSERT_TRUE(std::holds_alternative<llama_config>(config)) << std::get<std::string>(config);
+  EXPECT_EQ(std::get<llama_config>(config).to_shape("x").rope_long_after, 4096u);
 }
 
 TEST_F(model_shape_file, reads_gqa_explicit_head_dim_and_new_dtype_key) {

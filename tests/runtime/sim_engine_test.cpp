@@ -92,6 +92,41 @@ TEST(sim_engine, every_request_finishes_and_every_page_comes_back) {
   }
 }
 
+TEST(sim_engine, a_longrope_model_recomputes_each_request_as_it_grows_past_the_pretrained_context) {
+  // Phi-3.5 mini's kind, its pretrained context cut to 512 tokens.
+  auto shape = *gpu::find_model_preset("llama-2-7b");
+  shape.rope_long_after = 512;
+  const auto gpu = *gpu::find_gpu_spec("A100-80GB");
+  const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token(), pool_pages = 4000;
+  adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
+  auto backend = std::make_shared<gpu::sim_backend>(shape, gpu, 1);
+  sim_engine_config cfg;
+  cfg.limits.total_pages = pool_pages;
+  cfg.limits.page_tokens = 16;
+  cfg.limits.page_bytes = page_bytes;
+  cfg.limits.rope_long_after = backend->rope_long_after();
+  ASSERT_EQ(cfg.limits.rope_long_after, 512u);
+  cfg.scheduling = policies::make_scheduling_policy("fcfs");
+  cfg.eviction = policies::make_eviction_policy("lru");
+  sim_engine engine{std::move(cfg), backend, std::move(catalog), pool_pages};
+  std::vector<sim_request> reqs;
+  std::uint64_t crossing = 0;
+  for (std::uint32_t i = 0; i < 200; ++i) {
+    const std::uint32_t prompt = 400 + (i * 37) % 200, output = 1 + (i * 53) % 120;
+    reqs.push_back({i * 0.02, prompt, output, 0});
+    // A pass leaves prompt + k tokens (k = 0 .. output - 1); the one that
+    // leaves exactly 512 with more to come starts the recompute.
+    crossing += prompt <= 512 && prompt + output - 2 >= 512;
+  }
+  ASSERT_GT(crossing, 10u);
+  const auto out = engine.run(reqs);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(out[i].reason, finish_reason::length) << "request " << i;
+    EXPECT_EQ(out[i].completion_tokens, reqs[i].output_tokens) << "request " << i;
+  }
+  EXPECT_EQ(engine.totals().squashed, crossing);
+}
+
 TEST(sim_engine, pages_on_demand_with_preemption_finish_every_request_under_each_policy) {
   // 400 requests at once into 128 pages (2,048 tokens: two or three
   // prompts): on demand they grow until the pool runs short and the policy
