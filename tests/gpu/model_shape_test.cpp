@@ -188,13 +188,18 @@ TEST_F(model_shape_file, applies_defaults_and_optional_keys) {
   EXPECT_TRUE(shape.tie_word_embeddings);
 }
 
+/// A small model's shape with `max_context` positions and `extra` keys.
+model_shape small_shape(std::uint32_t max_context, const std::string& extra) {
+  const auto r = parse_model_shape(R"({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": )" +
+                                     std::to_string(max_context) + extra + "}",
+                                   "inline");
+  EXPECT_TRUE(std::holds_alternative<model_shape>(r)) << std::get<std::string>(r);
+  return std::holds_alternative<model_shape>(r) ? std::get<model_shape>(r) : model_shape{};
+}
+
 TEST_F(model_shape_file, reads_mistral_and_phi3_sliding_windows_as_the_model_loader_does) {
-  const auto shape_of = [](const std::string& extra) {
-    const auto r = parse_model_shape(R"({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 8192)" + extra + "}", "inline");
-    EXPECT_TRUE(std::holds_alternative<model_shape>(r)) << std::get<std::string>(r);
-    return std::holds_alternative<model_shape>(r) ? std::get<model_shape>(r) : model_shape{};
-  };
+  const auto shape_of = [](const std::string& extra) { return small_shape(8192, extra); };
   EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": 4096)").sliding_window, 4096u);
   EXPECT_EQ(shape_of(R"(, "model_type": "phi3", "sliding_window": 2047)").sliding_window, 2047u);
   EXPECT_EQ(shape_of(R"(, "model_type": "mistral", "sliding_window": null)").sliding_window, 0u);
@@ -203,12 +208,7 @@ TEST_F(model_shape_file, reads_mistral_and_phi3_sliding_windows_as_the_model_loa
 }
 
 TEST_F(model_shape_file, reads_longropes_pretrained_context_where_a_request_is_recomputed) {
-  const auto shape_of = [](const std::string& extra) {
-    const auto r = parse_model_shape(R"({"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
-        "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 131072)" + extra + "}", "inline");
-    EXPECT_TRUE(std::holds_alternative<model_shape>(r)) << std::get<std::string>(r);
-    return std::holds_alternative<model_shape>(r) ? std::get<model_shape>(r) : model_shape{};
-  };
+  const auto shape_of = [](const std::string& extra) { return small_shape(131072, extra); };
   // Phi-3.5 mini's: the pretrained context at the top level.
   EXPECT_EQ(shape_of(R"(, "original_max_position_embeddings": 4096,
       "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [2]})").rope_long_after, 4096u);
