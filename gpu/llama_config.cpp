@@ -146,6 +146,12 @@ private:
   std::optional<std::string> error_;
 };
 
+/// Hugging Face's LongRoPE attention factor where a config states none:
+/// sqrt(1 + ln(factor) / ln(original)), 1 for a factor of at most 1.
+double longrope_attention_factor(double factor, double original) {
+  return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original));
+}
+
 /// A list of `count` positive numbers under `key`, as a LongRoPE factor list.
 std::vector<double> positive_list(key_reader& in, const char* key, std::size_t count) {
   std::vector<double> out;
@@ -171,10 +177,10 @@ std::vector<double> positive_list(key_reader& in, const char* key, std::size_t c
 }
 
 /// Reads "rope_scaling": llama3, longrope (also "su") or none. `c` holds
-/// the rest of the config (its rotary_dim, max_position_embeddings and
-/// top-level original_max_position_embeddings, 0 when absent).
-std::optional<std::string> read_rope_scaling(const json& v, const std::string& source, llama_config& c,
-                                             std::uint32_t top_original) {
+/// the rest of the config (its model_type, rotary_dim and
+/// max_position_embeddings), `doc` the whole of it.
+std::optional<std::string> read_rope_scaling(const json& v, const json& doc, const std::string& source,
+                                             llama_config& c) {
   if (v.is_null())
     return std::nullopt;
   if (!v.is_object())
@@ -198,25 +204,33 @@ std::optional<std::string> read_rope_scaling(const json& v, const std::string& s
     const std::size_t pairs = c.rotary_dims() / 2;
     out.short_factor = positive_list(in, "short_factor", pairs);
     out.long_factor = positive_list(in, "long_factor", pairs);
-    double factor = in.number("factor", 1.0);
-    if (top_original != 0) {
-      out.original_max_position_embeddings = top_original;
-      factor = static_cast<double>(c.max_position_embeddings) / top_original;
+    // The pretrained context: config.json's top-level key (Phi3Config's
+    // default of 4,096 where a phi3 file leaves it out), whose ratio to
+    // max_position_embeddings is the factor; without one,
+    // max_position_embeddings and rope_scaling's factor.
+    key_reader top{doc, source};
+    std::uint32_t original = top.present("original_max_position_embeddings")
+                               ? top.positive("original_max_position_embeddings", std::nullopt)
+                               : (c.model_type == "phi3" ? 4096 : 0);
+    if (!top.error() && original == 1)
+      top.fail("original_max_position_embeddings", "must be at least 2");
+    if (top.error())
+      return top.error();
+    double factor = 1.0;
+    if (original != 0) {
+      factor = static_cast<double>(c.max_position_embeddings) / original;
     } else {
-      out.original_max_position_embeddings = in.positive("original_max_position_embeddings", c.max_position_embeddings);
+      original = c.max_position_embeddings;
+      factor = in.number("factor", 1.0);
     }
+    out.original_max_position_embeddings = original;
     if (in.present("attention_factor")) {
       out.attention_factor = in.number("attention_factor", 1.0);
       if (!in.error() && !(out.attention_factor > 0))
         in.fail("attention_factor", "must be positive");
     } else {
-      out.attention_factor = factor <= 1.0 ? 1.0
-                                           : std::sqrt(1.0 + std::log(factor) /
-                                                                 std::log(static_cast<double>(
-                                                                   out.original_max_position_embeddings)));
+      out.attention_factor = longrope_attention_factor(factor, original);
     }
-    if (!in.error() && out.original_max_position_embeddings < 2)
-      in.fail("original_max_position_embeddings", "must be at least 2");
     return in.error();
   }
   if (*type != "llama3")
@@ -333,12 +347,8 @@ std::variant<llama_config, std::string> parse_document(const json& doc, const st
   }
   if (in.error())
     return *in.error();
-  const std::uint32_t top_original =
-    in.present("original_max_position_embeddings") ? in.positive("original_max_position_embeddings", 0) : 0;
-  if (in.error())
-    return *in.error();
   if (doc.contains("rope_scaling"))
-    if (auto err = read_rope_scaling(doc.at("rope_scaling"), source, c, top_original))
+    if (auto err = read_rope_scaling(doc.at("rope_scaling"), doc, source, c))
       return *err;
   if (c.num_heads % c.num_kv_heads != 0)
     in.fail("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
@@ -424,8 +434,14 @@ std::string to_config_json(const llama_config& c) {
   const bool longrope = c.rope.type == "longrope";
   if (longrope) // Phi-3's place for it; the attention factor follows from it
     j["original_max_position_embeddings"] = c.rope.original_max_position_embeddings;
-  if (phi3 && c.rotary_dims() != c.head_dim)
-    j["partial_rotary_factor"] = static_cast<double>(c.rotary_dims()) / c.head_dim;
+  if (phi3 && c.rotary_dims() != c.head_dim) {
+    // A factor that int(head_dim * factor) reads back as rotary_dim (the
+    // plain ratio can land just below it).
+    double f = static_cast<double>(c.rotary_dims()) / c.head_dim;
+    if (std::floor(c.head_dim * f) != c.rotary_dims())
+      f = (c.rotary_dims() + 0.5) / c.head_dim;
+    j["partial_rotary_factor"] = f;
+  }
   j["pretraining_tp"] = 1;
   j["rms_norm_eps"] = shortest(c.rms_norm_eps);
   if (c.rope.type.empty()) {
@@ -433,6 +449,11 @@ std::string to_config_json(const llama_config& c) {
   } else if (longrope) {
     j["rope_scaling"] = {{"long_factor", c.rope.long_factor}, {"short_factor", c.rope.short_factor},
                          {"type", "longrope"}};
+    // Phi3Config takes these three keys alone; an attention factor other
+    // than the one max_position_embeddings implies is written too.
+    const double original = c.rope.original_max_position_embeddings;
+    if (c.rope.attention_factor != longrope_attention_factor(c.max_position_embeddings / original, original))
+      j["rope_scaling"]["attention_factor"] = c.rope.attention_factor;
   } else {
     j["rope_scaling"] = {{"factor", c.rope.factor},
                          {"high_freq_factor", c.rope.high_freq_factor},

@@ -87,8 +87,9 @@ namespace {
 const std::vector<model_shape>& presets() {
   // Values from the published config.json of meta-llama/Llama-2-{7,13}b-hf,
   // meta-llama/Meta-Llama-3-8B, mistralai/Mistral-7B-v0.3,
-  // Qwen/Qwen2.5-7B-Instruct and Qwen/Qwen3-8B (the Qwens' q, k and v biases
-  // and q and k norms are left out: thousands of parameters in billions).
+  // Qwen/Qwen2.5-7B-Instruct, Qwen/Qwen3-8B, microsoft/Phi-3.5-mini-instruct
+  // and microsoft/Phi-4-mini-instruct (the Qwens' q, k and v biases and q
+  // and k norms are left out: thousands of parameters in billions).
   static const std::vector<model_shape> all{
     model_shape{.name = "llama-2-7b",
                 .num_layers = 32,
@@ -144,6 +145,29 @@ const std::vector<model_shape>& presets() {
                 .head_dim = 128,
                 .vocab_size = 151936,
                 .max_context = 40960},
+    // LongRoPE: a request growing past the pretrained 4,096 tokens is
+    // recomputed there (rope_long_after).
+    model_shape{.name = "phi-3.5-mini",
+                .num_layers = 32,
+                .hidden_size = 3072,
+                .intermediate_size = 8192,
+                .num_heads = 32,
+                .num_kv_heads = 32,
+                .head_dim = 96,
+                .vocab_size = 32064,
+                .max_context = 131072,
+                .rope_long_after = 4096},
+    model_shape{.name = "phi-4-mini",
+                .num_layers = 32,
+                .hidden_size = 3072,
+                .intermediate_size = 8192,
+                .num_heads = 24,
+                .num_kv_heads = 8,
+                .head_dim = 128,
+                .vocab_size = 200064,
+                .max_context = 131072,
+                .tie_word_embeddings = true,
+                .rope_long_after = 4096},
   };
   return all;
 }
@@ -282,19 +306,18 @@ model_shape_result parse_document(const json& doc, const std::string& source) {
       shape.sliding_window = *window;
 
   // LongRoPE (Phi-3.5 and Phi-4 mini): where a sequence's passes change
-  // factors, the pretrained context (top-level, as Phi-3 keeps it, else
-  // the scaling's own).
+  // factors, the pretrained context, read as llama_config reads it (the
+  // top-level key; Phi3Config's 4,096 where a phi3 file leaves it out; else
+  // max_position_embeddings, past which nothing grows).
   if (doc.contains("rope_scaling") && doc.at("rope_scaling").is_object()) {
     const json& scaling = doc.at("rope_scaling");
     const json* type = scaling.contains("rope_type") ? &scaling.at("rope_type")
                        : scaling.contains("type")    ? &scaling.at("type")
                                                      : nullptr;
     if (type != nullptr && type->is_string() && (*type == "longrope" || *type == "su")) {
-      field_reader rs{scaling, source};
+      const auto model_type = in.optional_string("model_type");
       shape.rope_long_after = in.optional("original_max_position_embeddings")
-                                .value_or(rs.optional("original_max_position_embeddings").value_or(shape.max_context));
-      if (rs.error())
-        return *rs.error();
+                                .value_or(model_type == "phi3" ? 4096 : shape.max_context);
     }
   }
 

@@ -6,37 +6,38 @@
 
 namespace troupe {
 
-std::uint64_t prefix_cache::key_of(std::uint64_t parent, std::uint32_t adapter_id,
+std::uint64_t prefix_cache::key_of(std::uint64_t parent, std::uint64_t space,
                                    std::span<const std::int32_t> tokens) noexcept {
-  auto h = gpu::splitmix64(parent ^ (std::uint64_t{adapter_id} << 32));
+  // The adapter in the high half, LongRoPE's factor set (bit 32) in the low.
+  auto h = gpu::splitmix64(parent ^ (space << 32) ^ (space >> 32));
   for (const auto t : tokens)
     h = gpu::splitmix64(h ^ static_cast<std::uint32_t>(t));
   return h == 0 ? 1 : h; // 0 names no page
 }
 
-const prefix_cache::entry* prefix_cache::find(std::uint64_t key, std::uint64_t parent, std::uint32_t adapter_id,
+const prefix_cache::entry* prefix_cache::find(std::uint64_t key, std::uint64_t parent, std::uint64_t space,
                                               std::span<const std::int32_t> tokens) const {
   const auto i = entries_.find(key);
   if (i == entries_.end())
     return nullptr;
   const auto& e = i->second;
   // A hash collision must not hand out another history's K and V.
-  if (e.parent != parent || e.adapter_id != adapter_id || !std::ranges::equal(e.tokens, tokens))
+  if (e.parent != parent || e.space != space || !std::ranges::equal(e.tokens, tokens))
     return nullptr;
   return &e;
 }
 
-prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+prefix_cache::match prefix_cache::lookup(std::uint64_t space, std::span<const std::int32_t> tokens,
                                          std::size_t max_pages) const {
-  return lookup(adapter_id, tokens, keys_of(adapter_id, tokens, max_pages));
+  return lookup(space, tokens, keys_of(space, tokens, max_pages));
 }
 
-prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+prefix_cache::match prefix_cache::lookup(std::uint64_t space, std::span<const std::int32_t> tokens,
                                          std::span<const std::uint64_t> keys) const {
   match out;
   std::uint64_t parent = 0;
   for (std::size_t p = 0; p < keys.size() && (p + 1) * page_tokens_ <= tokens.size(); ++p) {
-    const auto* e = find(keys[p], parent, adapter_id, tokens.subspan(p * page_tokens_, page_tokens_));
+    const auto* e = find(keys[p], parent, space, tokens.subspan(p * page_tokens_, page_tokens_));
     if (e == nullptr)
       break;
     out.keys.push_back(keys[p]);
@@ -46,13 +47,13 @@ prefix_cache::match prefix_cache::lookup(std::uint32_t adapter_id, std::span<con
   return out;
 }
 
-std::vector<std::uint64_t> prefix_cache::keys_of(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+std::vector<std::uint64_t> prefix_cache::keys_of(std::uint64_t space, std::span<const std::int32_t> tokens,
                                                  std::size_t max_pages) const {
   std::vector<std::uint64_t> out;
   const auto pages = std::min<std::size_t>(max_pages, page_tokens_ == 0 ? 0 : tokens.size() / page_tokens_);
   std::uint64_t parent = 0;
   for (std::size_t p = 0; p < pages; ++p) {
-    parent = key_of(parent, adapter_id, tokens.subspan(p * page_tokens_, page_tokens_));
+    parent = key_of(parent, space, tokens.subspan(p * page_tokens_, page_tokens_));
     out.push_back(parent);
   }
   return out;
@@ -90,11 +91,11 @@ void prefix_cache::unuse(std::span<const std::uint64_t> keys, double now_s) {
   }
 }
 
-std::uint64_t prefix_cache::insert(std::uint64_t parent, std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+std::uint64_t prefix_cache::insert(std::uint64_t parent, std::uint64_t space, std::span<const std::int32_t> tokens,
                                    std::uint32_t page, double now_s) {
   if (tokens.size() != page_tokens_ || (parent != 0 && !entries_.contains(parent)))
     return 0;
-  const auto key = key_of(parent, adapter_id, tokens);
+  const auto key = key_of(parent, space, tokens);
   if (entries_.contains(key))
     return 0; // cached already (or a collision: this page stays uncached)
   if (parent != 0) {
@@ -104,7 +105,7 @@ std::uint64_t prefix_cache::insert(std::uint64_t parent, std::uint32_t adapter_i
   }
   entry e;
   e.parent = parent;
-  e.adapter_id = adapter_id;
+  e.space = space;
   e.page = page;
   e.users = 1;
   e.last_use_s = now_s;

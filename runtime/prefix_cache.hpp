@@ -34,13 +34,15 @@ public:
     std::vector<std::uint64_t> keys;
     std::vector<std::uint32_t> pages;
   };
-  match lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens, std::size_t max_pages) const;
+  /// `space` is what else K and V depend on: the adapter's id, and (bit
+  /// 32) the set of rotary factors they were turned by (LongRoPE's).
+  match lookup(std::uint64_t space, std::span<const std::int32_t> tokens, std::size_t max_pages) const;
   /// The same for pages whose keys (keys_of's) the caller kept.
-  match lookup(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+  match lookup(std::uint64_t space, std::span<const std::int32_t> tokens,
                std::span<const std::uint64_t> keys) const;
   /// The keys the first `max_pages` whole pages of `tokens` have (or would
   /// have once cached), in order.
-  std::vector<std::uint64_t> keys_of(std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+  std::vector<std::uint64_t> keys_of(std::uint64_t space, std::span<const std::int32_t> tokens,
                                      std::size_t max_pages) const;
 
   /// A request reads these pages (keys from lookup or insert) until unuse.
@@ -49,10 +51,10 @@ public:
 
   /// Caches `page` (pool page id), holding K and V of the page of
   /// `page_tokens` tokens `tokens` after the cached page `parent` (0: the
-  /// prompt's first page) under `adapter_id`; the inserting request reads
+  /// prompt's first page) under `space`; the inserting request reads
   /// it (as use). Returns its key, or 0 when such a page is cached already
   /// (the caller keeps its own copy) or `parent` is not cached.
-  std::uint64_t insert(std::uint64_t parent, std::uint32_t adapter_id, std::span<const std::int32_t> tokens,
+  std::uint64_t insert(std::uint64_t parent, std::uint64_t space, std::span<const std::int32_t> tokens,
                        std::uint32_t page, double now_s);
 
   /// Frees up to `n` idle pages, least recently used first (a page goes
@@ -69,17 +71,17 @@ public:
 private:
   struct entry {
     std::uint64_t parent = 0;
-    std::uint32_t adapter_id = 0;
+    std::uint64_t space = 0;
     std::uint32_t page = 0;
     std::uint32_t users = 0;
     std::uint32_t children = 0;
     double last_use_s = 0;
     std::vector<std::int32_t> tokens;
   };
-  static std::uint64_t key_of(std::uint64_t parent, std::uint32_t adapter_id,
+  static std::uint64_t key_of(std::uint64_t parent, std::uint64_t space,
                               std::span<const std::int32_t> tokens) noexcept;
   /// The entry `key` names if it holds exactly this page; nullptr otherwise.
-  const entry* find(std::uint64_t key, std::uint64_t parent, std::uint32_t adapter_id,
+  const entry* find(std::uint64_t key, std::uint64_t parent, std::uint64_t space,
                     std::span<const std::int32_t> tokens) const;
   bool idle(const entry& e) const noexcept { return e.users == 0 && e.children == 0; }
   /// Takes `e` out of (before a change) or puts it into (after) the

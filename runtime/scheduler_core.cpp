@@ -1118,6 +1118,7 @@ scheduler_effects scheduler_core::on_step_done(std::span<const gpu::step_entry> 
       // recomputes it there too). Its tokens so far are kept.
       ++rope_recomputed_;
       r.swap_requested = false;
+      r.page_keys.clear(); // its prompt's pages are named by the long factors now
       squash(r, fx);
     } else if (r.swap_requested)
       swap_out(r, fx); // chosen while this step ran; its token is kept
@@ -1997,13 +1998,13 @@ void scheduler_core::read_prefix(record& r, double now_s) {
   // A session's turn has its own cache; a hidden cache is no K and V; a
   // prompt's log-probabilities need every position computed.
   if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
-      || !r.prefix_keys.empty() || r.spec.prompt.empty() || rope_long(r))
+      || !r.prefix_keys.empty() || r.spec.prompt.empty())
     return;
   // At least one prompt token is left to prefill (its logits sample the
   // first output token).
   const auto keys = prompt_keys(r);
   const auto max_pages = std::min(keys.size(), (r.spec.prompt.size() - 1) / limits_.page_tokens);
-  auto m = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, keys.first(max_pages));
+  auto m = prefix_->lookup(prefix_space(r), r.spec.prompt, keys.first(max_pages));
   if (m.keys.empty())
     return;
   prefix_->use(m.keys, now_s);
@@ -2017,13 +2018,13 @@ void scheduler_core::read_prefix(record& r, double now_s) {
 
 std::span<const std::uint64_t> scheduler_core::prompt_keys(record& r) {
   if (r.page_keys.empty())
-    r.page_keys = prefix_->keys_of(r.spec.adapter_id, r.spec.prompt, r.spec.prompt.size() / limits_.page_tokens);
+    r.page_keys = prefix_->keys_of(prefix_space(r), r.spec.prompt, r.spec.prompt.size() / limits_.page_tokens);
   return r.page_keys;
 }
 
 bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_decision& d) {
   if (!prefix_ || computing_.empty() || r.swapped || r.spec.session != 0 || r.spec.prompt_logprobs >= 0
-      || r.spec.prompt.empty() || rope_long(r))
+      || r.spec.prompt.empty())
     return false;
   if (limits_.hidden_page_tokens > 0
       && std::find(d.hidden.begin(), d.hidden.end(), r.spec.request_id) != d.hidden.end())
@@ -2031,12 +2032,12 @@ bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_d
   // The first page it would compute (past those it can read now).
   const auto keys = prompt_keys(r);
   const auto readable = std::min(keys.size(), (r.spec.prompt.size() - 1) / limits_.page_tokens);
-  const auto cached = prefix_->lookup(r.spec.adapter_id, r.spec.prompt, keys.first(readable)).keys.size();
+  const auto cached = prefix_->lookup(prefix_space(r), r.spec.prompt, keys.first(readable)).keys.size();
   return cached < readable && computing_.contains(keys[cached]);
 }
 
 void scheduler_core::note_computing(record& r) {
-  if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty() || rope_long(r))
+  if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty())
     return;
   const auto keys = prompt_keys(r);
   r.computing_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())),
@@ -2054,7 +2055,7 @@ void scheduler_core::stop_computing(record& r) {
 
 void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx) {
   stop_computing(r);
-  if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted || rope_long(r))
+  if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted)
     return;
   const auto per = limits_.page_tokens;
   const auto whole = std::min<std::size_t>(r.spec.prompt.size() / per, r.page_ids.size());
@@ -2062,7 +2063,7 @@ void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx
   std::vector<std::uint32_t> moved;
   for (auto p = r.prefix_keys.size(); p < whole; ++p) {
     const auto parent = r.prefix_keys.empty() ? 0 : r.prefix_keys.back();
-    const auto key = prefix_->insert(parent, r.spec.adapter_id, prompt.subspan(p * per, per), r.page_ids[p], now_s);
+    const auto key = prefix_->insert(parent, prefix_space(r), prompt.subspan(p * per, per), r.page_ids[p], now_s);
     if (key == 0)
       break; // cached already by another request: this one keeps its copy from here on
     r.prefix_keys.push_back(key);

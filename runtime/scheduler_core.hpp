@@ -46,8 +46,8 @@ struct scheduler_limits {
   /// none). A pass that leaves a sequence longer than this turns by other
   /// frequencies, so a request that grows past it is recomputed (as
   /// Hugging Face's generate() does), a turn whose prompt passes it does
-  /// not reuse a session cache that did not, and a prompt past it neither
-  /// reads nor adds prefix-cache pages.
+  /// not reuse a session cache that did not, and the prefix cache keeps
+  /// the pages of prompts past it apart from the others'.
   std::uint32_t rope_long_after = 0;
   /// Pages of the host pool for swapped-out caches (0: no swapping) and the
   /// bytes of a page (what a swap moves per page).
@@ -758,6 +758,11 @@ private:
   /// recomputes) turns by the long factors.
   bool rope_long(const record& r) const noexcept {
     return limits_.rope_long_after != 0 && r.spec.prompt.size() + r.generated > limits_.rope_long_after;
+  }
+  /// What K and V of `r`'s prompt pages depend on beside their tokens (the
+  /// prefix cache's space): its adapter, and LongRoPE's factor set.
+  std::uint64_t prefix_space(const record& r) const noexcept {
+    return std::uint64_t{r.spec.adapter_id} | (rope_long(r) ? std::uint64_t{1} << 32 : 0);
   }
   std::unordered_map<std::uint64_t, session_entry> sessions_;
   /// The cache of `tier` to move down first (the session policy's choice),

@@ -678,6 +678,17 @@ TEST_F(loaders, phi4_mini_turns_three_quarters_of_each_head_with_longrope) {
   ASSERT_TRUE(std::holds_alternative<llama_config>(stated)) << std::get<std::string>(stated);
   EXPECT_EQ(std::get<llama_config>(stated).rope.type, "longrope");
   EXPECT_DOUBLE_EQ(std::get<llama_config>(stated).rope.attention_factor, 1.5);
+  const auto stated_back = parse_llama_config(to_config_json(std::get<llama_config>(stated)), "back.json");
+  ASSERT_TRUE(std::holds_alternative<llama_config>(stated_back)) << std::get<std::string>(stated_back);
+  EXPECT_DOUBLE_EQ(std::get<llama_config>(stated_back).rope.attention_factor, 1.5) << "written back";
+
+  // A phi3 file without the pretrained context has Phi3Config's 4,096.
+  const auto unstated = parse_llama_config(
+    std::regex_replace(phi4_mini_config(48), std::regex{R"("original_max_position_embeddings": 4096,)"}, ""),
+    "unstated/config.json");
+  ASSERT_TRUE(std::holds_alternative<llama_config>(unstated)) << std::get<std::string>(unstated);
+  EXPECT_EQ(std::get<llama_config>(unstated).rope.original_max_position_embeddings, 4096u);
+  EXPECT_NEAR(std::get<llama_config>(unstated).rope.attention_factor, 1.1902380714238083, 1e-12);
 
   // Written back as Hugging Face writes it, read again the same.
   const auto back = parse_llama_config(to_config_json(c), "back.json");
@@ -688,6 +699,28 @@ TEST_F(loaders, phi4_mini_turns_three_quarters_of_each_head_with_longrope) {
   EXPECT_EQ(b.rope.long_factor, c.rope.long_factor);
   EXPECT_EQ(b.rope.original_max_position_embeddings, 4096u);
   EXPECT_DOUBLE_EQ(b.rope.attention_factor, c.rope.attention_factor);
+}
+
+TEST_F(loaders, a_partial_rotation_is_written_back_as_int_head_dim_times_factor_reads_it) {
+  // 30 of 44: 30 / 44 * 44 is just below 30 in doubles (and in Python).
+  auto c = small_config();
+  c.model_type = "phi3";
+  c.fused_projections = true;
+  c.hidden_size = 176;
+  c.num_heads = 4;
+  c.num_kv_heads = 4;
+  c.head_dim = 44;
+  for (const std::uint32_t rotary : {30u, 32u, 40u}) {
+    c.rotary_dim = rotary;
+    const auto back = parse_llama_config(to_config_json(c), "back.json");
+    ASSERT_TRUE(std::holds_alternative<llama_config>(back)) << std::get<std::string>(back);
+    EXPECT_EQ(std::get<llama_config>(back).rotary_dims(), rotary);
+  }
+  // The top-level pretrained context is read only with LongRoPE.
+  const auto plain = parse_llama_config(
+    R"({"hidden_size": 8, "intermediate_size": 12, "num_hidden_layers": 2, "num_attention_heads": 2,
+        "vocab_size": 16, "original_max_position_embeddings": 0})", "c.json");
+  EXPECT_TRUE(std::holds_alternative<llama_config>(plain)) << std::get<std::string>(plain);
 }
 
 TEST_F(loaders, longrope_and_partial_rotary_refusals_name_the_key) {
@@ -703,6 +736,9 @@ TEST_F(loaders, longrope_and_partial_rotary_refusals_name_the_key) {
      "rope_scaling.attention_factor"},
     {std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"}, R"("type": "yarn")"),
      "llama3 and longrope are supported"},
+    {std::regex_replace(phi4_mini_config(48), std::regex{R"("original_max_position_embeddings": 4096)"},
+                        R"("original_max_position_embeddings": 1)"),
+     "key 'original_max_position_embeddings' must be at least 2"},
   };
   for (const auto& [text, want] : bad) {
     const auto parsed = parse_llama_config(text, "c.json");

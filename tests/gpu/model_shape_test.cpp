@@ -29,7 +29,7 @@ model_shape preset(std::string_view name) {
 TEST(model_shape, presets_are_listed_and_found) {
   const auto names = model_preset_names();
   EXPECT_EQ(names, (std::vector<std::string>{"llama-2-7b", "llama-2-13b", "llama-3-8b", "mistral-7b", "qwen2.5-7b",
-                                             "qwen3-8b"}));
+                                             "qwen3-8b", "phi-3.5-mini", "phi-4-mini"}));
   for (const auto& name : names)
     EXPECT_EQ(preset(name).name, name);
   EXPECT_FALSE(find_model_preset("llama-2-70b").has_value());
@@ -50,9 +50,14 @@ TEST(model_shape, llama_2_13b_has_13_billion_parameters) {
 TEST(model_shape, newer_presets_have_their_published_sizes) {
   // Parameters as their model cards give them, and grouped-query KV bytes.
   const std::pair<const char*, double> sizes[] = {
-    {"llama-3-8b", 8.03e9}, {"mistral-7b", 7.25e9}, {"qwen2.5-7b", 7.62e9}, {"qwen3-8b", 8.19e9}};
+    {"llama-3-8b", 8.03e9}, {"mistral-7b", 7.25e9}, {"qwen2.5-7b", 7.62e9}, {"qwen3-8b", 8.19e9},
+    {"phi-3.5-mini", 3.82e9}, {"phi-4-mini", 3.84e9}};
   for (const auto& [name, params] : sizes)
     EXPECT_NEAR(static_cast<double>(preset(name).parameter_count()), params, 0.005 * params) << name;
+  // The Phis' LongRoPE: recomputed past the pretrained 4,096 tokens.
+  EXPECT_EQ(preset("phi-3.5-mini").rope_long_after, 4096u);
+  EXPECT_EQ(preset("phi-4-mini").rope_long_after, 4096u);
+  EXPECT_EQ(preset("llama-3-8b").rope_long_after, 0u);
   EXPECT_EQ(preset("qwen2.5-7b").kv_bytes_per_token(), 2u * 28 * 4 * 128 * 2);
   EXPECT_EQ(preset("qwen3-8b").q_dim(), 4096u);
 }
@@ -212,8 +217,11 @@ TEST_F(model_shape_file, reads_longropes_pretrained_context_where_a_request_is_r
   // Phi-3.5 mini's: the pretrained context at the top level.
   EXPECT_EQ(shape_of(R"(, "original_max_position_embeddings": 4096,
       "rope_scaling": {"type": "longrope", "short_factor": [1], "long_factor": [2]})").rope_long_after, 4096u);
+  // Without it, Phi3Config's default; another architecture's
+  // max_position_embeddings (nothing grows past it), as Hugging Face reads it.
+  EXPECT_EQ(shape_of(R"(, "model_type": "phi3", "rope_scaling": {"rope_type": "su"})").rope_long_after, 4096u);
   EXPECT_EQ(shape_of(R"(, "rope_scaling": {"rope_type": "su", "original_max_position_embeddings": 2048})")
-              .rope_long_after, 2048u);
+              .rope_long_after, 131072u);
   // None, or another scaling: no recompute.
   EXPECT_EQ(shape_of("").rope_long_after, 0u);
   EXPECT_EQ(shape_of(R"(, "original_max_position_embeddings": 8192, "rope_scaling": {"rope_type": "llama3"})")

@@ -115,7 +115,7 @@ const oracle_case cases[] = {
   // pairs) with LongRoPE over a pretrained context of 20: prompts of up to
   // 20 tokens turn by the short factors, longer ones by the long, as
   // Hugging Face's forward pass does. (Each prompt is also prefilled but
-  // for its last token and then decoded: 18 and 40 are long both times.)
+  // for its last token and then decoded: 22 and 40 are long both times.)
   {"phi4_partial_rotary_longrope_20_tied_all_linear_r8",
    "--arch phi3 --hidden 128 --intermediate 256 --layers 2 --heads 4 --kv-heads 2 --max-context 64 "
    "--partial-rotary 0.75 --longrope 20 --tie --adapters 1 --ranks 8 --targets all-linear",

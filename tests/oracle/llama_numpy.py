@@ -86,11 +86,16 @@ def rotary_dims(cfg, head_dim):
     return head_dim
 
 
+def stated_original(cfg):
+    """The config's original_max_position_embeddings as transformers holds
+    it: the top-level key, or Phi3Config's default of 4096; else None."""
+    if cfg.get("original_max_position_embeddings"):
+        return int(cfg["original_max_position_embeddings"])
+    return 4096 if cfg.get("model_type") == "phi3" else None
+
+
 def longrope_original(cfg):
-    scaling = cfg.get("rope_scaling") or {}
-    return int(cfg.get("original_max_position_embeddings")
-               or scaling.get("original_max_position_embeddings")
-               or cfg.get("max_position_embeddings", 4096))
+    return stated_original(cfg) or int(cfg.get("max_position_embeddings", 4096))
 
 
 def attention_scaling(cfg):
@@ -102,7 +107,7 @@ def attention_scaling(cfg):
     if scaling.get("attention_factor") is not None:
         return float(scaling["attention_factor"])
     original = longrope_original(cfg)
-    if cfg.get("original_max_position_embeddings"):
+    if stated_original(cfg):
         factor = float(cfg["max_position_embeddings"]) / original
     else:
         factor = float(scaling.get("factor") or 1.0)

@@ -403,25 +403,26 @@ TEST(scheduler_prefix, longrope_passes_read_only_pages_turned_alike_and_a_reques
   prefix_shell sh{limits};
   const auto system = tokens(1, 8); // two whole pages
   // 11 tokens: within; its second output makes 13, so it is recomputed by
-  // the long factors then.
+  // the long factors then, caching its prompt's pages so turned too.
   sh.submit(1, {concat(system, tokens(100, 3)), 4});
   sh.run();
   EXPECT_EQ(sh.core.rope_recomputed(), 1u);
   EXPECT_EQ(sh.core.squashed(), 1u);
-  EXPECT_EQ(sh.core.prefix_cached_pages(), 2u); // its first, short prefill's whole pages
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 4u); // two pages each way
   ASSERT_EQ(sh.steps.size(), 4u); // four outputs, the third from the recomputing prefill
   const auto& again = sh.steps[2].front();
   EXPECT_EQ(again.context_tokens, 0u) << "the long prefill reads no short pages";
   EXPECT_EQ(again.new_tokens, 13u);
   EXPECT_EQ(again.output_index, 2u);
-  // Past 12 tokens a prompt reads nothing cached and adds nothing; within
-  // them it reads the system prompt's pages.
+  // A prompt past 12 tokens reads the system prompt's pages turned by the
+  // long factors, one within them those turned by the short.
   sh.submit(2, {concat(system, tokens(200, 7)), 2});
   sh.submit(3, {concat(system, tokens(300, 2)), 2});
   sh.run();
-  EXPECT_EQ(sh.prefill_of(2)->context_tokens, 0u);
+  EXPECT_EQ(sh.prefill_of(2)->context_tokens, 8u);
   EXPECT_EQ(sh.prefill_of(3)->context_tokens, 8u);
-  EXPECT_EQ(sh.core.prefix_cached_pages(), 2u);
+  EXPECT_NE(sh.prefill_of(2)->pages.front(), sh.prefill_of(3)->pages.front());
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 5u); // and 2's third page
   EXPECT_EQ(sh.core.rope_recomputed(), 1u);
   sh.expect_all_back();
 }
