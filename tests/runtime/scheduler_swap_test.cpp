@@ -787,6 +787,28 @@ TEST(scheduler_session, a_turn_past_longropes_pretrained_context_prefills_a_hist
   }
 }
 
+TEST(scheduler_session, a_turn_within_longropes_pretrained_context_reads_no_history_turned_past_it) {
+  // LongRoPE over 12 tokens: turn 1 (10 + 4 tokens) grows past it and is
+  // recomputed, its cache (13 tokens) turned by the long factors. Turn 2
+  // shares 8 of them (more than half) but stays within 12 tokens, turning by
+  // the short factors: it prefills all of its prompt.
+  swap_shell s{40, 0, false, 20, 0, false, policies::session_eviction::lru, 0, std::nullopt, 12};
+  s.submit_tokens(1, tokens_from(10, 10), 4, 7);
+  run_until_done(s, 1);
+  EXPECT_EQ(s.finished.at(1), finish_reason::length);
+  EXPECT_EQ(s.core->rope_recomputed(), 1u);
+  ASSERT_EQ(s.core->sessions_cached(), 1u);
+  auto prompt2 = tokens_from(10, 8);
+  for (std::int32_t t : {50, 51, 52})
+    prompt2.push_back(t);
+  s.expect_cached[2] = 0;
+  s.submit_tokens(2, prompt2, 1, 7);
+  run_until_done(s, 2);
+  EXPECT_EQ(s.finished.at(2), finish_reason::length);
+  EXPECT_EQ(s.core->session_hits(), 0u);
+  EXPECT_EQ(s.device.empty_releases(), 0u);
+}
+
 TEST(scheduler_session, a_turn_asking_for_its_prompts_log_probabilities_computes_its_whole_history) {
   swap_shell s{40, 0, false, 20};
   s.submit_tokens(1, tokens_from(10, 6), 4, 7);
