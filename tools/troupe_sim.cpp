@@ -66,6 +66,8 @@ constexpr const char* usage =
   "  --cost N=V[,N=V...]   the cost model's constants and the GPU's rates by name, as\n"
   "                        troupe-cost-fit prints them (e.g. hbm_efficiency=0.85)\n"
   "  --max-context N       prompt + output limit; longer prompts are cut (default 4096)\n"
+  "  --rope-long-after N|off   LongRoPE's pretrained context: a request growing past it is recomputed\n"
+  "                        (the --model preset's: 4096 for phi-3.5-mini and phi-4-mini, else off)\n"
   "  --policies LIST       eviction policies to compare, scheduler fcfs (default lru,lfu,fairshare,slora,chameleon)\n"
   "  --setups LIST         instead: scheduler:eviction pairs to compare, e.g. fcfs:lru,slora:slora,chameleon:chameleon;\n"
   "                        chameleon scheduling brings its classifier and the queue tuner\n"
@@ -146,6 +148,7 @@ struct options {
   double base_fraction = 0;
   std::string model = "llama-2-7b", gpu = "A100-80GB";
   std::uint32_t max_context = 4096;
+  std::optional<std::uint32_t> rope_long_after; ///< --rope-long-after; unset: the preset's
   std::vector<std::string> policies{"lru", "lfu", "fairshare", "slora", "chameleon"};
   std::vector<std::string> setups;
   bool poisson = false;
@@ -306,6 +309,11 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
         }
         o.cost[item.substr(0, eq)] = x;
       }
+    }
+    else if (a == "--rope-long-after") {
+      if (v == "off") o.rope_long_after = 0;
+      else if (!is_num || !whole(num) || num < 2 || num > 4294967295.0) { err = "--rope-long-after must be a whole number >= 2, or off"; return false; }
+      else o.rope_long_after = static_cast<std::uint32_t>(num);
     }
     else if (a == "--max-context") { if (!need_num() || num < 2) { err = "--max-context must be >= 2"; return false; } o.max_context = static_cast<std::uint32_t>(num); }
     else if (a == "--policies") o.policies = split(v);
@@ -490,6 +498,8 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     std::cerr << "troupe-sim: unknown " << (!shape ? "--model " + o.model : "--gpu " + o.gpu) << "\n";
     return 2;
   }
+  if (o.rope_long_after)
+    shape->rope_long_after = *o.rope_long_after;
   gpu::cost_constants constants;
   if (auto error = gpu::apply_cost_overrides(o.cost, constants, *spec)) {
     std::cerr << "troupe-sim: --cost: " << *error << "\n";

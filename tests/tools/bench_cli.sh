@@ -78,6 +78,21 @@ cost, read = (json.load(open(f))["results"][0] for f in sys.argv[1:])
 assert read["session_disk_skips"] == 0 and read["session_disk_reads"] > cost["session_disk_reads"], (read, cost)
 PY
 
+# LongRoPE: a Phi-3.5 mini preset recomputes each request that grows past
+# its pretrained context (here 300 tokens); off, none is.
+for after in 300 off; do
+  "$bin/troupe-sim" --requests 40 --rate 2 --prompt-range 200:400 --output-range 1:200 --adapters 1 \
+    --base-fraction 1 --model phi-3.5-mini --gpu H100-80GB --setups fcfs:lru --rope-long-after "$after" \
+    --json "$work/rope-$after.json" > /dev/null
+done
+python3 - "$work/rope-300.json" "$work/rope-off.json" <<'PY'
+import json, sys
+on, off = (json.load(open(f))["results"][0] for f in sys.argv[1:])
+assert on["finished"] == off["finished"] == 40, (on, off)
+assert on["squashed"] > 0 and off["squashed"] == 0, (on["squashed"], off["squashed"])
+assert on["prefill_tokens"] > off["prefill_tokens"], (on["prefill_tokens"], off["prefill_tokens"])
+PY
+
 # The closed loop over both fronts: every request answered, tokens counted
 # (a stream's from its usage event), adapters named as models.
 for front in "--window 2" "--http" "--http --stream" "--http --adapters 4"; do
@@ -127,6 +142,7 @@ expect_usage_error --network-gbps "$bin/troupe-sim" --requests 10 --rate 1 --net
 expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --disk-gib 8
 expect_usage_error --disk-fetch "$bin/troupe-sim" --requests 10 --rate 1 --disk-fetch sometimes
 expect_usage_error --disk-gib "$bin/troupe-sim" --requests 10 --rate 1 --host-gib 1 --disk-gib -1
+expect_usage_error --rope-long-after "$bin/troupe-sim" --requests 10 --rate 1 --rope-long-after 1
 expect_usage_error --token-budget "$bin/troupe-sim" --requests 10 --rate 1 --token-budget 0
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
 expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv
