@@ -979,8 +979,9 @@ private:
 /// A small deployment and workload on the virtual clock, every policy and
 /// memory mode the input picks (with `tiers`, also a disk tier below the
 /// host pool, adapters in a partition of their own and predictive
-/// prefetch): it ends, every request ends once with its tokens, and every
-/// page of a request comes back.
+/// prefetch; LongRoPE's recompute past a pretrained context): it ends,
+/// every request ends once with its tokens, and every page of a request
+/// comes back.
 bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
   choices c(in);
   static const auto schedulers = policies::scheduling_policy_names();
@@ -1040,6 +1041,9 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
       cfg.limits.prefix_idle_pages = c.next(static_cast<std::uint32_t>(pool / 2));
   }
   const bool prefix = cfg.limits.prefix_caching;
+  // LongRoPE: a request growing past this is recomputed (0: none).
+  cfg.limits.rope_long_after = c.next(3) == 2 ? 64 + c.next(512) : 0;
+  const auto rope_long_after = cfg.limits.rope_long_after;
   const auto where = " (" + scheduling + ", pool " + std::to_string(pool) + ", max_running "
                      + std::to_string(cfg.limits.max_running) + (cfg.limits.on_demand ? ", on demand" : "")
                      + ", host " + std::to_string(cfg.limits.host_pages) + ", session pages "
@@ -1047,6 +1051,7 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
                      + ", disk " + std::to_string(cfg.limits.disk_pages) + ", partition " + std::to_string(partition)
                      + (cfg.prefetcher ? ", prefetcher" : "")
                      + (prefix ? ", prefix caching over " + std::to_string(cfg.shared_prefix_tokens) + " tokens" : "")
+                     + (rope_long_after > 0 ? ", recomputed past " + std::to_string(rope_long_after) + " tokens" : "")
                      + ")";
   sim_engine engine{std::move(cfg), std::make_shared<gpu::sim_backend>(shape, gpu_spec, 1), std::move(catalog), pool};
 
