@@ -589,6 +589,31 @@ TEST_F(bpe_oracle, qwen2_nfc_normalizer_and_normalized_added_tokens) {
   }
 }
 
+TEST_F(bpe_oracle, gpt4o_pattern_inverted_as_phi4_mini_writes_it) {
+  // Phi-4 mini's tokenizer.json (GPT-4o's o200k vocabulary): the pattern's
+  // matches kept, what lies between them removed (invert), then ByteLevel
+  // without its own regex.
+  bpe_training o;
+  o.vocab_size = 650;
+  o.special_tokens = {"<|endoftext|>", "<|user|>", "<|end|>"};
+  o.ignore_merges = false;
+  json doc = trained(o);
+  const std::string o200k =
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|)"
+    R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  doc["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers", json::array({{{"type", "Split"},
+                                                          {"pattern", {{"Regex", o200k}}},
+                                                          {"behavior", "Removed"},
+                                                          {"invert", true}},
+                                                         {{"type", "ByteLevel"},
+                                                          {"add_prefix_space", false},
+                                                          {"trim_offsets", true},
+                                                          {"use_regex", false}}})}};
+  agree(doc, 8, o.special_tokens);
+}
+
 TEST_F(bpe_oracle, gpt2_pre_tokenizer_and_other_splits) {
   bpe_training o;
   o.vocab_size = 600;
