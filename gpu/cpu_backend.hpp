@@ -6,7 +6,6 @@
 
 #include "gpu/backend.hpp"
 #include "gpu/cpu_model.hpp"
-#include "gpu/rope.hpp"
 #include "gpu/host_tier.hpp"
 #include "gpu/lora.hpp"
 
@@ -69,7 +68,7 @@ public:
   std::uint32_t hidden_cache_tokens_per_page(std::uint32_t) const override {
     return model_->hidden_saves() ? model_->hidden_page_tokens() : 0;
   }
-  std::uint32_t rope_long_after() const override { return rope_for(model_->config()).long_after; }
+  std::uint32_t rope_long_after() const override { return model_->config().rope_long_after(); }
   void forget_adapter(std::uint32_t id) override;
   /// Adapters on the device and in the host tier (for tests).
   std::size_t device_adapters() const;

@@ -164,7 +164,7 @@ struct cpu_model::impl {
   size_t tokens_per_page(const cpu_sequence& s) const { return s.hidden ? hidden_tokens() : page_tokens; }
 
   // Scratch for K and V recomputed from a hidden cache: [ctx, kvd] each.
-  std::vector<float> hk, hv, hh;
+  std::vector<float> hk, hv, hh, hcs; // hcs: cos and sin of one position
   void recompute_kv(const cpu_sequence& seq, size_t layer);
 
   std::string refusal(const cpu_sequence& s) const;
@@ -308,11 +308,11 @@ void cpu_model::impl::recompute_kv(const cpu_sequence& seq, size_t layer) {
   if (c.qk_norm)
     rms_norm(hk.data(), lw.k_norm.data(), hk.data(), ctx * c.num_kv_heads, c.head_dim, c.rms_norm_eps);
   const size_t half = rope.inv_freq.size();
-  std::vector<float> cs(2 * half);
+  hcs.resize(2 * half);
   const auto& inv = rope.for_length(ctx);
   for (size_t t = 0; t < ctx; ++t) {
-    rope_angles(inv, static_cast<float>(t), cs.data(), cs.data() + half);
-    rotate(hk.data() + t * kd, c.num_kv_heads, cs.data(), cs.data() + half);
+    rope_angles(inv, static_cast<float>(t), hcs.data(), hcs.data() + half);
+    rotate(hk.data() + t * kd, c.num_kv_heads, hcs.data(), hcs.data() + half);
   }
 }
 

@@ -34,8 +34,7 @@ model_shape llama_config::to_shape(const std::string& name) const {
   s.dtype_bytes = torch_dtype == "float32" ? 4 : 2;
   s.tie_word_embeddings = tie_word_embeddings;
   s.sliding_window = sliding_window;
-  if (rope.type == "longrope")
-    s.rope_long_after = rope.original_max_position_embeddings;
+  s.rope_long_after = rope_long_after();
   return s;
 }
 
@@ -145,12 +144,6 @@ private:
   std::string prefix_;
   std::optional<std::string> error_;
 };
-
-/// Hugging Face's LongRoPE attention factor where a config states none:
-/// sqrt(1 + ln(factor) / ln(original)), 1 for a factor of at most 1.
-double longrope_attention_factor(double factor, double original) {
-  return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original));
-}
 
 /// A list of `count` positive numbers under `key`, as a LongRoPE factor list.
 std::vector<double> positive_list(key_reader& in, const char* key, std::size_t count) {
@@ -398,6 +391,10 @@ std::variant<llama_config, std::string> load_llama_config(const std::string& pat
   } catch (const std::exception& e) {
     return path + ": cannot read config file: " + e.what();
   }
+}
+
+double longrope_attention_factor(double factor, double original) {
+  return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original));
 }
 
 std::string to_config_json(const llama_config& c) {

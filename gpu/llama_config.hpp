@@ -83,6 +83,11 @@ struct llama_config {
   model_shape to_shape(const std::string& name) const;
   /// rotary_dim, or head_dim where it is 0.
   std::uint32_t rotary_dims() const noexcept { return rotary_dim != 0 ? rotary_dim : head_dim; }
+  /// LongRoPE: a pass leaving a sequence longer than this turns by the
+  /// long factors (rope.original_max_position_embeddings); 0: one set.
+  std::uint32_t rope_long_after() const noexcept {
+    return rope.type == "longrope" ? rope.original_max_position_embeddings : 0;
+  }
 };
 
 /// Parses config.json text; the error names `source` and the key.
@@ -90,6 +95,10 @@ std::variant<llama_config, std::string> parse_llama_config(std::string_view json
                                                            const std::string& source);
 /// Reads and parses a config.json file.
 std::variant<llama_config, std::string> load_llama_config(const std::string& path);
+/// Hugging Face's LongRoPE attention factor where a config states none:
+/// sqrt(1 + ln(factor) / ln(original)), 1 for a factor of at most 1
+/// (factor: max_position_embeddings over the pretrained context).
+double longrope_attention_factor(double factor, double original);
 /// Serializes as Hugging Face writes it (for troupe-mkmodel).
 std::string to_config_json(const llama_config& c);
 

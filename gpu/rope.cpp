@@ -57,9 +57,9 @@ std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scal
 rope_table rope_for(const llama_config& c) {
   rope_table t;
   t.inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope);
-  if (c.rope.type == "longrope") {
+  if (c.rope_long_after() != 0) {
     t.long_inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope, true);
-    t.long_after = c.rope.original_max_position_embeddings;
+    t.long_after = c.rope_long_after();
     t.scale = static_cast<float>(c.rope.attention_factor);
   }
   return t;

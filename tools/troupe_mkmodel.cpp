@@ -414,7 +414,7 @@ llama_config make_config(const options& o) {
       c.rope.long_factor.push_back(1.0 + 40.0 * x * x);
     }
     const double factor = static_cast<double>(o.max_context) / o.longrope;
-    c.rope.attention_factor = std::sqrt(1.0 + std::log(factor) / std::log(static_cast<double>(o.longrope)));
+    c.rope.attention_factor = longrope_attention_factor(factor, o.longrope);
   }
   c.tie_word_embeddings = o.tie;
   if (o.bpe && o.qwen()) {

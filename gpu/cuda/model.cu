@@ -431,6 +431,14 @@ void cuda_model::launch_step(const device_plan& d,
     if (probe_)
       probe_(p);
   };
+  // LongRoPE: each row by its sequence's length after the step.
+  const rope_freqs freqs{.inv_freq = inv_freq_.data(),
+                         .rotary_dim = static_cast<std::uint32_t>(2 * cfg_.inv_freq.size()),
+                         .scale = cfg_.rope_scale,
+                         .long_after = cfg_.rope_long_after,
+                         .row_seq = d.row_seq,
+                         .seq_len = d.kv_len};
+
   part(step_part::embed);
   embedding_gather(t, embed_.data(), d.token_ids, rows, h, s_.residual.data(), stream_);
   for (std::uint32_t l = 0; l < cfg_.layers; ++l) {
@@ -469,13 +477,6 @@ void cuda_model::launch_step(const device_plan& d,
               stream_);
     }
     part(step_part::rope_kv);
-    // LongRoPE: each row by its sequence's length after the step.
-    const rope_freqs freqs{.inv_freq = inv_freq_.data(),
-                           .rotary_dim = static_cast<std::uint32_t>(2 * cfg_.inv_freq.size()),
-                           .scale = cfg_.rope_scale,
-                           .long_after = cfg_.rope_long_after,
-                           .row_seq = d.row_seq,
-                           .seq_len = d.kv_len};
     rope_write_kv(t, d, kv_, l, cfg_.heads, qr, kr, v, freqs, pool_.data(), stream_);
     part(step_part::attention);
     attention(t, d, kv_, l, cfg_.heads, scale, qr, pool_.data(), s_.partial_buf.data(),
