@@ -10,15 +10,19 @@
 namespace troupe::gpu {
 
 /// Hugging Face's inv_freq over `dim` rotary elements: 1 / theta^(2i / dim)
-/// for i < dim / 2 (computed in double, rounded to fp32), then
+/// for i < dim / 2, then
 /// - scaling.type "llama3": _compute_llama3_parameters (wavelengths longer
 ///   than original_max / low_freq_factor divided by factor, shorter than
 ///   original_max / high_freq_factor kept, smoothly blended between);
 /// - "longrope": _compute_longrope_parameters, each divided by its
-///   long_factor where `long_factors`, else by its short_factor (double,
-///   then rounded);
-/// any other type unscaled. Throws std::invalid_argument for an odd or zero
-/// dim, or longrope factor lists not dim / 2 long.
+///   long_factor where `long_factors`, else by its short_factor;
+/// any other type unscaled. Each step is the float32 operation torch does
+/// (the exponent 2i / dim rounded, the power rounded, `1 / x` a reciprocal,
+/// a Python scalar cast to float32), so the table is transformers' to the
+/// bit but where torch's float32 pow is not correctly rounded: at 128K
+/// positions a few ulps of inv_freq turn a pair by up to 0.01 radian.
+/// Throws std::invalid_argument for an odd or zero dim, or longrope factor
+/// lists not dim / 2 long.
 std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scaling& scaling,
                                  bool long_factors = false);
 

@@ -3,12 +3,15 @@
 // over models that troupe-mkmodel generates: MHA and GQA, tied embeddings,
 // llama3 RoPE, f32/f16/bf16 files, LoRA ranks 4-64 on several target sets,
 // rsLoRA, Qwen2's biases, Qwen3's q/k norms, sliding windows, Phi-3's fused
-// projections, partial rotary embeddings and LongRoPE. Needs troupe-mkmodel
-// (built alongside) and /usr/bin/python3 with numpy.
+// projections, partial rotary embeddings and LongRoPE; and the rotary
+// frequencies of real models' configs, which must be transformers' float32
+// ones to the bit. Needs troupe-mkmodel (built alongside) and
+// /usr/bin/python3 with numpy.
 
 #include "gpu/cpu_model.hpp"
 #include "gpu/llama_weights.hpp"
 #include "gpu/lora.hpp"
+#include "gpu/rope.hpp"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -18,7 +21,10 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -279,6 +285,97 @@ TEST_P(oracle_test, cpu_model_matches_numpy_oracle) {
       }
     }
   }
+}
+
+// -- rotary frequencies --------------------------------------------------------
+
+// One config.json's rotary embedding and the sequence lengths to ask for.
+struct rope_config_case {
+  const char* name;
+  std::string json;
+  std::vector<std::uint32_t> lengths;
+};
+
+std::string factors_json(std::size_t n, double first, double step, double power) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < n; ++i)
+    out += (i == 0 ? "" : ", ") + std::to_string(first + step * std::pow(static_cast<double>(i), power));
+  return out + "]";
+}
+
+std::vector<rope_config_case> rope_config_cases() {
+  const std::string common = R"("vocab_size": 32000, "intermediate_size": 11008, "num_hidden_layers": 32, )";
+  return {
+    {"llama2", "{" + common + R"("model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "rope_theta": 10000.0, "max_position_embeddings": 4096})", {1}},
+    {"llama31", "{" + common + R"("model_type": "llama", "hidden_size": 4096, "num_attention_heads": 32,
+      "num_key_value_heads": 8, "rope_theta": 500000.0, "max_position_embeddings": 131072,
+      "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                       "original_max_position_embeddings": 8192}})", {1}},
+    {"qwen25", "{" + common + R"("model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+      "num_key_value_heads": 4, "rope_theta": 1000000.0, "max_position_embeddings": 32768})", {1}},
+    {"head_dim_64", "{" + common + R"("model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32,
+      "rope_theta": 10000.0, "max_position_embeddings": 2048})", {1}},
+    {"phi35_longrope", "{" + common + R"("model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 32,
+      "rope_theta": 10000.0, "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+      "rope_scaling": {"type": "longrope", "short_factor": )" + factors_json(48, 1.0, 0.013, 1.1) +
+       R"(, "long_factor": )" + factors_json(48, 1.08, 0.37, 1.3) + "}}", {1, 4096, 4097}},
+    {"phi4_partial_longrope", "{" + common + R"("model_type": "phi3", "hidden_size": 3072, "num_attention_heads": 24,
+      "num_key_value_heads": 8, "partial_rotary_factor": 0.75, "rope_theta": 10000.0,
+      "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
+      "rope_scaling": {"type": "longrope", "short_factor": )" + factors_json(48, 1.0, 0.021, 1.05) +
+       R"(, "long_factor": )" + factors_json(48, 1.0, 0.51, 1.2) + "}}", {1, 4097}},
+  };
+}
+
+std::uint32_t bits_of(float f) {
+  std::uint32_t b = 0;
+  std::memcpy(&b, &f, sizeof b);
+  return b;
+}
+
+// The frequencies the cpu and cuda models turn q and k by are the ones
+// transformers computes, bit for bit, for each pass length (LongRoPE's
+// short and long sets): at 128K positions an ulp of a frequency moves a
+// pair's angle by up to 0.01 radian.
+TEST(rope_frequencies, are_transformers_float32_ones_to_the_bit) {
+  std::string dir = (fs::temp_directory_path() / "troupe_rope_XXXXXX").string();
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  std::size_t moved_by_double = 0; // elements the one-rounding double formula gets wrong
+  for (const auto& rc : rope_config_cases()) {
+    auto parsed = parse_llama_config(rc.json, rc.name);
+    ASSERT_TRUE(std::holds_alternative<llama_config>(parsed)) << std::get<std::string>(parsed);
+    const llama_config& config = std::get<llama_config>(parsed);
+    const rope_table table = rope_for(config);
+    const std::string path = dir + "/" + rc.name + ".json";
+    std::ofstream(path) << rc.json;
+    for (const std::uint32_t len : rc.lengths) {
+      const auto [out, ok] = capture(shell_quote(python()) + " " + shell_quote(TROUPE_ORACLE_SCRIPT) + " --config " +
+                                     shell_quote(path) + " --inv-freq " + std::to_string(len));
+      ASSERT_TRUE(ok) << rc.name << ": the oracle failed";
+      std::istringstream lines{out};
+      std::vector<std::uint32_t> want;
+      std::string hex;
+      while (lines >> hex)
+        want.push_back(static_cast<std::uint32_t>(std::stoul(hex, nullptr, 16)));
+      const std::vector<float>& ours = table.for_length(len);
+      ASSERT_EQ(ours.size(), want.size()) << rc.name << " length " << len;
+      ASSERT_EQ(ours.size() * 2, config.rotary_dims()) << rc.name;
+      for (std::size_t i = 0; i < ours.size(); ++i) {
+        EXPECT_EQ(bits_of(ours[i]), want[i]) << rc.name << " length " << len << " pair " << i << ": ours "
+                                             << ours[i];
+      }
+      if (config.rope.type.empty() || config.rope.type == "default") {
+        for (std::size_t i = 0; i < ours.size(); ++i) {
+          const double e = static_cast<double>(2 * i) / config.rotary_dims();
+          moved_by_double += bits_of(static_cast<float>(1.0 / std::pow(double{config.rope_theta}, e))) != want[i];
+        }
+      }
+    }
+  }
+  // The comparison tells float32 steps from one rounding of the exact value.
+  EXPECT_GT(moved_by_double, 20u);
+  fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(models, oracle_test, ::testing::ValuesIn(cases),

@@ -1,13 +1,18 @@
 #!/usr/bin/python3
 """Independent NumPy reference for the Hugging Face Llama forward pass with an
-optional PEFT LoRA adapter, computed in float64. Written from the semantics of
-transformers' modeling_llama.py and PEFT's tuners/lora (not from Troupe's C++);
-tests/gpu/oracle_test.cpp compares gpu::cpu_model against it.
+optional PEFT LoRA adapter, computed in float64 but for the rotary angles,
+which are transformers' float32 ones. Written from the semantics of
+transformers' modeling_llama.py, modeling_rope_utils.py and PEFT's tuners/lora
+(not from Troupe's C++); tests/gpu/oracle_test.cpp compares gpu::cpu_model
+against it.
 
 usage: /usr/bin/python3 tests/oracle/llama_numpy.py --model DIR [--adapter DIR]
            --tokens 1,5,9 [--tokens 1,7 ...]
 prints {"logits": [...last token of the first prompt...],
         "all_logits": [[...one list per --tokens...]]}
+   or: llama_numpy.py --config FILE --inv-freq LEN
+prints the model's inv_freq for a pass over LEN positions, one float32 a
+line as its bits in hex
 """
 import argparse
 import json
@@ -114,23 +119,42 @@ def attention_scaling(cfg):
     return 1.0 if factor <= 1.0 else math.sqrt(1.0 + math.log(factor) / math.log(original))
 
 
+F32 = np.float32
+
+
+def f32_pow(base, e):
+    """torch's float32 pow of a Python scalar base: the base cast to float32,
+    the power rounded once to float32."""
+    return (F32(base).astype(np.float64) ** e.astype(np.float64)).astype(F32)
+
+
+def f32_rdiv(scalar, x):
+    """`scalar / tensor` in torch: tensor.reciprocal() * scalar (Tensor's
+    __rtruediv__), the scalar cast to float32."""
+    return (F32(1.0) / x) * F32(scalar)
+
+
 def inverse_frequencies(cfg, dim, seq_len=1):
     """inv_freq over `dim` rotary elements for a forward pass over `seq_len`
-    positions (longrope's factors depend on it)."""
+    positions (longrope's factors depend on it), float32 as transformers'
+    modeling_rope_utils computes it, one float32 operation at a time (Python
+    floats meet float32 tensors as float32)."""
     base = float(cfg.get("rope_theta", 10000.0))
-    inv_freq = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float64) / dim))
+    shape = np.arange(0, dim, 2).astype(F32) / F32(dim)
+    power = f32_pow(base, shape)
     scaling = cfg.get("rope_scaling") or {}
     kind = scaling.get("rope_type", scaling.get("type", "default"))
-    if kind in (None, "default"):
-        return inv_freq
     if kind in ("longrope", "su"):
         # transformers' longrope: a pass whose sequence is longer than the
         # pretrained context divides by the long factors, else the short.
         which = "long_factor" if seq_len > longrope_original(cfg) else "short_factor"
-        ext = np.asarray(scaling[which], dtype=np.float64)
-        if ext.shape != inv_freq.shape:
-            raise ValueError(f"{which} has {ext.size} entries for {inv_freq.size} rotary pairs")
-        return inv_freq / ext
+        ext = np.asarray(scaling[which], dtype=F32)
+        if ext.shape != power.shape:
+            raise ValueError(f"{which} has {ext.size} entries for {power.size} rotary pairs")
+        return f32_rdiv(1.0, ext * power)
+    inv_freq = f32_rdiv(1.0, power)
+    if kind in (None, "default"):
+        return inv_freq
     if kind != "llama3":
         raise ValueError(f"unsupported rope_scaling type {kind}")
     # transformers' _compute_llama3_parameters.
@@ -138,14 +162,14 @@ def inverse_frequencies(cfg, dim, seq_len=1):
     low = float(scaling["low_freq_factor"])
     high = float(scaling["high_freq_factor"])
     old_len = float(scaling["original_max_position_embeddings"])
-    low_wavelen = old_len / low
-    high_wavelen = old_len / high
-    wavelen = 2.0 * math.pi / inv_freq
-    scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
-    smooth = (old_len / wavelen - low) / (high - low)
-    smoothed = (1.0 - smooth) * scaled / factor + smooth * scaled
+    low_wavelen = F32(old_len / low)
+    high_wavelen = F32(old_len / high)
+    wavelen = f32_rdiv(2.0 * math.pi, inv_freq)
+    scaled = np.where(wavelen > low_wavelen, inv_freq / F32(factor), inv_freq)
+    smooth = (f32_rdiv(old_len, wavelen) - F32(low)) / F32(high - low)
+    smoothed = (F32(1.0) - smooth) * scaled / F32(factor) + smooth * scaled
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
-    return np.where(medium, smoothed, scaled)
+    return np.where(medium, smoothed, scaled).astype(F32)
 
 
 def rotate_half(x):
@@ -153,11 +177,18 @@ def rotate_half(x):
     return np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
 
 
+def rope_angles(positions, inv_freq):
+    """[T, len(inv_freq)]: each position times each frequency, the float32
+    product transformers' rotary embedding takes (it computes cos and sin of
+    it in float32; here in float64)."""
+    return np.outer(positions.astype(F32), inv_freq.astype(F32)).astype(F32).astype(np.float64)
+
+
 def apply_rope(x, positions, inv_freq, scale=1.0):
     # x: [heads, T, head_dim]; the leading 2 * len(inv_freq) elements turn.
     rot = 2 * len(inv_freq)
     x_rot, x_pass = x[..., :rot], x[..., rot:]
-    freqs = np.outer(positions.astype(np.float64), inv_freq)     # [T, rot/2]
+    freqs = rope_angles(positions, inv_freq)                      # [T, rot/2]
     emb = np.concatenate([freqs, freqs], axis=-1)                 # [T, rot]
     cos, sin = np.cos(emb) * scale, np.sin(emb) * scale
     return np.concatenate([x_rot * cos[None] + rotate_half(x_rot) * sin[None], x_pass], axis=-1)
@@ -305,13 +336,37 @@ class Llama:
         return self.lm_head @ h[-1]
 
 
+def print_inv_freq(config_path, seq_len):
+    with open(config_path, encoding="utf-8") as f:
+        cfg = json.load(f)
+    n_heads = int(cfg["num_attention_heads"])
+    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // n_heads)
+    inv = inverse_frequencies(cfg, rotary_dims(cfg, head_dim), seq_len).astype(F32)
+    for bits in inv.view(np.uint32):
+        print(f"{int(bits):08x}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
     ap.add_argument("--adapter")
-    ap.add_argument("--tokens", action="append", required=True,
+    ap.add_argument("--tokens", action="append",
                     help="comma-separated token ids; repeat for more prompts")
+    ap.add_argument("--config", help="with --inv-freq: a config.json")
+    ap.add_argument("--inv-freq", type=int, metavar="LEN",
+                    help="print the config's inv_freq for a pass over LEN positions")
     args = ap.parse_args()
+    if args.inv_freq is not None:
+        if not args.config:
+            ap.error("--inv-freq needs --config")
+        try:
+            print_inv_freq(args.config, args.inv_freq)
+        except (OSError, ValueError, KeyError) as e:
+            print(f"llama_numpy.py: error: {e!r}", file=sys.stderr)
+            return 1
+        return 0
+    if not args.model or not args.tokens:
+        ap.error("--model and --tokens are required")
     try:
         adapter = Adapter(args.adapter) if args.adapter else None
         model = Llama(args.model, adapter)

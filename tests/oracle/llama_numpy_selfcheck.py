@@ -101,12 +101,13 @@ def main():
     hf = h2 / np.sqrt(np.mean(h2 * h2) + 1e-5) * W["model.norm.weight"]
     assert close(m1.last_logits([7]), W["lm_head.weight"] @ hf), "one-token forward"
 
-    # 2. RoPE as complex rotation of (x[j], x[j + hd/2]) by pos * inv_freq[j].
+    # 2. RoPE as complex rotation of (x[j], x[j + hd/2]) by pos * inv_freq[j]
+    # (the float32 product, as transformers takes it).
     hd = 8
     xs = rng.normal(size=(1, 5, hd))
     inv = ln.inverse_frequencies({"rope_theta": 500.0}, hd)
     got = ln.apply_rope(xs, np.arange(5), inv)
-    z = (xs[..., :4] + 1j * xs[..., 4:]) * np.exp(1j * np.outer(np.arange(5), inv))[None]
+    z = (xs[..., :4] + 1j * xs[..., 4:]) * np.exp(1j * np.outer(np.arange(5, dtype=np.float32), inv).astype(np.float64))[None]
     assert close(got, np.concatenate([z.real, z.imag], axis=-1)), "rope"
     # llama3 scaling: high frequencies kept, low ones divided by factor.
     l3 = {"rope_theta": 500000.0, "rope_scaling": {"rope_type": "llama3", "factor": 8.0,
@@ -234,7 +235,7 @@ def main():
     xs = rng.normal(size=(2, 5, 8))
     inv = ln.inverse_frequencies({"rope_theta": 500.0}, 6)
     got = ln.apply_rope(xs, np.arange(5), inv, 1.5)
-    z = (xs[..., :3] + 1j * xs[..., 3:6]) * 1.5 * np.exp(1j * np.outer(np.arange(5), inv))[None]
+    z = (xs[..., :3] + 1j * xs[..., 3:6]) * 1.5 * np.exp(1j * np.outer(np.arange(5, dtype=np.float32), inv).astype(np.float64))[None]
     assert close(got, np.concatenate([z.real, z.imag, xs[..., 6:]], axis=-1)), "partial rope"
     assert ln.rotary_dims({"model_type": "phi3", "partial_rotary_factor": 0.75}, 128) == 96
     assert ln.rotary_dims({"model_type": "llama", "partial_rotary_factor": 0.75}, 128) == 128
@@ -269,6 +270,16 @@ def main():
     # Hugging Face's attention factor: sqrt(1 + ln(16 / 4) / ln(4)).
     computed = dict(lr, rope_scaling=dict(lr["rope_scaling"], attention_factor=None))
     assert close(ln.attention_scaling(computed), math.sqrt(2.0)), "longrope attention factor"
+    # 11. transformers' inv_freq is float32 step by step: within a few ulps
+    # of the exact 1 / theta^(2i/d), but not its rounding everywhere (the
+    # exponent 2i/d is rounded first); the angle at a long position moves.
+    for theta, d in ((10000.0, 128), (1e6, 128), (10000.0, 96)):
+        got = ln.inverse_frequencies({"rope_theta": theta}, d)
+        exact = 1.0 / theta ** (np.arange(0, d, 2, dtype=np.float64) / d)
+        assert got.dtype == np.float32, "inv_freq dtype"
+        ulps = np.abs(got.view(np.int32).astype(np.int64) - exact.astype(np.float32).view(np.int32))
+        assert ulps.max() <= 8 and ulps.max() >= 1, f"inv_freq ulps {ulps.max()} for theta {theta}, dim {d}"
+        assert got[0] == 1.0, "inv_freq[0]"
     print("OK")
 
 
