@@ -357,8 +357,23 @@ std::optional<api_error> read_refused(const json& doc, bool stored) {
   if (!stored)
     if (auto e = off("store", false, "Troupe stores no responses here ([http] response_store_mb = 0)"))
       return e;
-  if (auto e = off("background", false, "a response is answered while the request waits"))
-    return e;
+  if (const auto v = doc.find("background"); v != doc.end() && !v->is_null()) {
+    if (!v->is_boolean())
+      return bad("field \"background\" must be true or false", "background");
+    if (v->get<bool>()) {
+      if (!stored)
+        return bad("field \"background\" needs a stored response, read with GET /v1/responses/ID: Troupe stores "
+                   "none here ([http] response_store_mb = 0)",
+                   "background");
+      if (doc.value("store", json(true)) == json(false))
+        return bad("field \"background\" needs \"store\": true (the response is read with GET /v1/responses/ID)",
+                   "background");
+      if (doc.value("stream", json(false)) == json(true))
+        return bad("field \"background\" with \"stream\": true is not served: leave \"stream\" out and poll "
+                   "GET /v1/responses/ID",
+                   "background");
+    }
+  }
   if (auto e = off("truncation", "disabled", "a prompt past the context is refused, not cut"))
     return e;
   if (const auto v = doc.find("max_tool_calls"); v != doc.end() && !v->is_null())
@@ -409,6 +424,7 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
     session = std::move(c.session);
   }
   out.store = static_cast<bool>(earlier) && doc.value("store", json(true)) != json(false);
+  out.background = doc.value("background", json(false)) == json(true);
   // The session a kept conversation runs in (the request's own first).
   if (const auto own = doc.find("session"); own != doc.end() && own->is_string())
     out.session = own->get<std::string>();
@@ -446,6 +462,7 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
                {"metadata", doc.contains("metadata") && doc["metadata"].is_object() ? doc["metadata"] : json::object()},
                {"user", doc.value("user", json())},
                {"store", out.store},
+               {"background", out.background},
                {"truncation", "disabled"},
                {"previous_response_id", out.previous_id.empty() ? json() : json(out.previous_id)}};
   out.echo = dump(echo);
@@ -764,6 +781,25 @@ std::string response_answer::stream_error(const api_error& e) {
 
 std::optional<std::string> response_answer::finished() const {
   return s_->finished;
+}
+
+std::string response_answer::snapshot(std::string_view status, const api_error* error) const {
+  auto r = s_->response(std::string(status));
+  r["output"] = json::array();
+  if (error != nullptr)
+    r["error"] = {{"code", error->code}, {"message", error->message}};
+  return dump(r);
+}
+
+response_state response_state_of(std::string_view body) {
+  response_state out;
+  const auto j = json::parse(body, nullptr, false);
+  if (!j.is_object())
+    return out;
+  if (const auto st = j.find("status"); st != j.end() && st->is_string())
+    out.status = st->get<std::string>();
+  out.background = j.value("background", json(false)) == json(true);
+  return out;
 }
 
 conversation conversation_of(const std::vector<const response_store::entry*>& turns) {

@@ -34,6 +34,9 @@ struct response_request {
   /// error names the request's own item.
   std::vector<std::int64_t> input_of;
   bool store = true;          ///< kept for previous_response_id (OpenAI's default)
+  /// Answered at once, `queued`, and run while the client is away; read
+  /// with GET /v1/responses/ID (needs `store`; never streamed).
+  bool background = false;
   std::string previous_id;    ///< the response this one goes on from ("" for none)
   std::string input_items;    ///< this turn's input as items (a JSON array), as a store keeps it
   /// The Troupe session its turns share (kept K and V), where it is kept:
@@ -101,10 +104,24 @@ public:
   /// Once the stream ended (completed or incomplete): the response object,
   /// as the whole answer gives it; none before, or after a failure.
   std::optional<std::string> finished() const;
+  /// The response object in `status` with no output yet: a background
+  /// response's "queued", "in_progress" or "cancelled", or "failed" with
+  /// `error`'s code and message.
+  std::string snapshot(std::string_view status, const api_error* error = nullptr) const;
 
 private:
   struct state;
   std::unique_ptr<state> s_;
 };
+
+/// What a kept response object says of itself: its `status` ("" where the
+/// body is not a response) and whether it ran in the background.
+struct response_state {
+  std::string status;
+  bool background = false;
+  /// Still running: "queued" or "in_progress".
+  bool running() const noexcept { return status == "queued" || status == "in_progress"; }
+};
+response_state response_state_of(std::string_view body);
 
 } // namespace troupe::openai

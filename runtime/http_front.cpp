@@ -59,6 +59,19 @@ struct waiter {
   bool closed = false; ///< the front is stopping: no reply will come
 };
 
+/// A background response (POST /v1/responses with background true) while
+/// it runs: what a cancel or a delete needs (io thread only).
+struct background_job {
+  background_job(openai::response_request r, std::string wire_id, openai::response_answer a)
+      : request(std::move(r)), id(std::move(wire_id)), answer(std::move(a)) {}
+  openai::response_request request;
+  std::string id; ///< its one wire request
+  openai::response_answer answer;
+  bool cancelled = false; ///< POST /v1/responses/ID/cancel: its status stays "cancelled"
+  bool deleted = false;   ///< DELETE /v1/responses/ID: nothing is kept when it ends
+  std::string status = "queued"; ///< "in_progress" once the intake took it
+};
+
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
     .count();
@@ -158,6 +171,8 @@ struct http_front::impl : zmq_io::owned_socket {
   /// POST /v1/responses answers kept (io thread only), under ids no client
   /// can guess.
   openai::response_store stored{0};
+  /// Background responses running, by response id (io thread only).
+  std::unordered_map<std::string, std::shared_ptr<background_job>> jobs;
 
   /// 128 bits from the kernel's cryptographic generator, as 32 hex digits.
   static std::string response_id() {
@@ -189,7 +204,15 @@ struct http_front::impl : zmq_io::owned_socket {
       e.param = "previous_response_id";
       return e;
     }
-    return openai::conversation_of(std::get<std::vector<const openai::response_store::entry*>>(turns));
+    const auto& kept = std::get<std::vector<const openai::response_store::entry*>>(turns);
+    if (const auto st = openai::response_state_of(kept.back()->body); st.running()) {
+      auto e = api_error_of(400, "invalid_request_error", "previous_response_running",
+                            "response " + id + " is still running in the background (status \"" + st.status
+                              + "\"): poll GET /v1/responses/" + id + " until it ends, then go on from it");
+      e.param = "previous_response_id";
+      return e;
+    }
+    return openai::conversation_of(kept);
   }
 
   /// What previous_response_id reads: the kept turns (none where the
@@ -204,6 +227,55 @@ struct http_front::impl : zmq_io::owned_socket {
   void keep_response(const openai::response_request& r, const std::string& id, std::string body) {
     if (r.store)
       stored.put(id, {r.previous_id, r.input_items, std::move(body), r.session});
+  }
+
+  /// A background response's run: its status kept as it goes ("queued",
+  /// "in_progress", then the whole response, or "failed" with the error);
+  /// one a client cancelled or deleted keeps what that left.
+  asio::awaitable<void> run_background(std::string resp_id, std::shared_ptr<background_job> job,
+                                       std::shared_ptr<waiter> w) {
+    const auto never = asio::steady_timer::time_point::max();
+    const auto& r = job->request;
+    bool accepted = false;
+    std::string body;
+    for (;;) {
+      auto reply = co_await next(w, never);
+      if (!reply) {
+        const auto e = stopping();
+        body = job->answer.snapshot("failed", &e);
+        break;
+      }
+      if (std::holds_alternative<wire::accepted_reply>(*reply)) {
+        accepted = true;
+        job->status = "in_progress";
+        if (!job->cancelled && !job->deleted)
+          keep_response(r, resp_id, job->answer.snapshot("in_progress"));
+      } else if (auto* d = std::get_if<wire::done_reply>(&*reply)) {
+        body = job->answer.body({std::move(*d)});
+        break;
+      } else if (auto* e = std::get_if<wire::error_reply>(&*reply)) {
+        const auto err = openai::as_response_error(
+          accepted ? openai::from_wire(e->code, e->message) : openai::refusal(r.chat, e->code, e->message), r);
+        body = job->answer.snapshot("failed", &err);
+        break;
+      }
+    }
+    pending.erase(job->id);
+    if (const auto j = jobs.find(resp_id); j != jobs.end() && j->second == job)
+      jobs.erase(j);
+    if (!job->cancelled && !job->deleted)
+      keep_response(r, resp_id, std::move(body));
+  }
+
+  /// Stops a running background response: its request cancelled, and its
+  /// status "cancelled" (kept unless it is being deleted).
+  void stop_background(const std::string& resp_id, background_job& job, bool deleting) {
+    if (!job.cancelled && !job.deleted)
+      cancel(job.id);
+    job.deleted = job.deleted || deleting;
+    job.cancelled = true;
+    if (!job.deleted)
+      keep_response(job.request, resp_id, job.answer.snapshot("cancelled"));
   }
 
   // -- the intake side ------------------------------------------------------
@@ -439,11 +511,24 @@ struct http_front::impl : zmq_io::owned_socket {
         version, keep,
         api_error_of(404, "invalid_request_error", "not_found", "responses are not served: " + cfg.no_chat)));
     if (target.starts_with("/v1/responses/") && !input_tokens) {
-      // A kept response: read, or deleted.
-      const auto id = openai::percent_decoded(target.substr(14));
-      if (method != http::verb::get && method != http::verb::delete_)
+      // A kept response: read, deleted, or (running in the background) cancelled.
+      auto rest = target.substr(14);
+      const bool cancelling = rest.ends_with("/cancel");
+      if (cancelling)
+        rest.remove_suffix(7);
+      const auto id = openai::percent_decoded(rest);
+      if (cancelling && method != http::verb::post)
+        co_return co_await reply(wrong_method("POST"));
+      if (!cancelling && method != http::verb::get && method != http::verb::delete_)
         co_return co_await reply(wrong_method("GET, DELETE"));
       const auto* e = stored.find(id);
+      const auto job = jobs.find(id);
+      if (e == nullptr && job != jobs.end() && !job->second->deleted) {
+        // Dropped for room while it runs: kept again as it stands.
+        const auto& j = *job->second;
+        keep_response(j.request, id, j.answer.snapshot(j.cancelled ? "cancelled" : j.status));
+        e = stored.find(id);
+      }
       if (e == nullptr)
         co_return co_await reply(error_response(
           version, keep,
@@ -452,8 +537,23 @@ struct http_front::impl : zmq_io::owned_socket {
                          + (stored.capacity() == 0 ? ": this server keeps none ([http] response_store_mb = 0)"
                                                    : ": it was not kept (store false), was deleted, or was dropped for "
                                                      "room ([http] response_store_mb)"))));
+      if (cancelling) {
+        // OpenAI's: only a background response; cancelling one that ended
+        // (or twice) gives it as it is.
+        if (!openai::response_state_of(e->body).background)
+          co_return co_await reply(error_response(
+            version, keep,
+            api_error_of(400, "invalid_request_error", "not_background",
+                         "response " + id + " did not run in the background (it was answered whole): only a "
+                         "background response can be cancelled")));
+        if (job != jobs.end())
+          stop_background(id, *job->second, false);
+        co_return co_await reply(make(version, keep, http::status::ok, stored.find(id)->body));
+      }
       if (method == http::verb::get)
         co_return co_await reply(make(version, keep, http::status::ok, e->body));
+      if (job != jobs.end())
+        stop_background(id, *job->second, true); // deleted while running: cancelled, nothing kept
       stored.erase(id);
       co_return co_await reply(
         make(version, keep, http::status::ok, "{\"id\":\"" + id + "\",\"object\":\"response\",\"deleted\":true}"));
@@ -599,6 +699,26 @@ struct http_front::impl : zmq_io::owned_socket {
     const auto named = [&](openai::api_error e) {
       return as_response ? openai::as_response_error(std::move(e), *as_response) : e;
     };
+    if (as_response && as_response->background) {
+      // Answered now, "queued"; run_background keeps its status as it runs.
+      auto w = std::make_shared<waiter>(io);
+      const auto& wire_id = c.ids.at(0); // a response is one choice
+      pending[wire_id] = w;
+      if (!send(c.frames.at(0))) {
+        pending.erase(wire_id);
+        co_return co_await fail(
+          api_error_of(503, "server_error", "overloaded", "the server cannot take the request now"));
+      }
+      auto job = std::make_shared<background_job>(*as_response, wire_id,
+                                                  openai::response_answer(resp_id, unix_now(), *as_response));
+      auto queued = job->answer.snapshot("queued");
+      keep_response(job->request, resp_id, queued);
+      jobs[resp_id] = job;
+      asio::co_spawn(io, run_background(resp_id, std::move(job), std::move(w)), asio::detached);
+      auto res = make(version, keep, http::status::ok, std::move(queued));
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && keep;
+    }
     const auto n = c.ids.size();
     auto w = std::make_shared<waiter>(io);
     std::unordered_map<std::string, std::size_t> index;

@@ -133,7 +133,7 @@ if "$bin/troupe-client" --endpoint "$zmq" --prompt x --json-schema "$work/no-suc
 fi
 
 python3 - "$http" "$ref" "$ref_lp" "$ref_plp" "$ref_min" <<'PY'
-import json, socket, sys, time, urllib.request, urllib.error
+import json, re, socket, sys, time, urllib.request, urllib.error
 
 base = "http://" + sys.argv[1]
 ref = json.loads(sys.argv[2])
@@ -791,7 +791,7 @@ resp_ask = {"model": "demo", "instructions": "Be brief.", "input": "Weather in P
             "temperature": 0}
 status, _, body = call("/v1/responses", resp_ask)
 assert status == 200, body
-r = json.loads(body)
+r = r_whole = json.loads(body)
 assert r["object"] == "response" and r["id"].startswith("resp_") and r["status"] in ("completed", "incomplete"), r
 said = "".join(p["text"] for it in r["output"] if it["type"] == "message" for p in it["content"])
 status, _, body = call("/v1/chat/completions", {"model": "demo", "max_completion_tokens": 8, "temperature": 0, "messages": [
@@ -867,6 +867,62 @@ err = refused(400, path="/v1/responses", body=dict(resp_ask, input=[{"role": "us
     {"type": "function_call_output", "call_id": "nope", "output": "x"}]), says="input[1].tool_call_id")
 assert err["param"] == "input", err
 refused(405, path="/v1/responses/" + second["id"], method="POST", raw=b"{}")
+# Background: answered at once, queued, then read with GET until it ends;
+# its output is the whole answer's. A cancel stops one that runs (again:
+# the same), and is refused for a response answered whole.
+def poll(rid):
+    for _ in range(600):
+        status, _, body = call("/v1/responses/" + rid, method="GET")
+        assert status == 200, body
+        r = json.loads(body)
+        if r["status"] not in ("queued", "in_progress"):
+            return r
+        time.sleep(0.05)
+    raise AssertionError("background response " + rid + " still running after 30 s")
+status, _, body = call("/v1/responses", dict(resp_ask, background=True))
+queued = json.loads(body)
+assert status == 200 and queued["status"] == "queued" and queued["background"] is True and queued["output"] == [], body
+ended = poll(queued["id"])
+assert ended["status"] == r_whole["status"] and ended["background"] is True, ended
+assert "".join(p["text"] for it in ended["output"] if it["type"] == "message" for p in it["content"]) == said, ended
+assert ended["usage"] == r_whole["usage"], (ended, r_whole)
+def cancelled_total():
+    text = call("/metrics", method="GET")[2]
+    return float(re.search(r"^troupe_finished_cancelled_total (\S+)$", text, re.M).group(1))
+before = cancelled_total()
+long_ask = dict(resp_ask, max_output_tokens=1900, logit_bias={"2": -100}, background=True) # (no end token: it runs)
+status, _, body = call("/v1/responses", long_ask)
+running = json.loads(body)
+assert status == 200 and running["status"] == "queued", body
+err = refused(400, path="/v1/responses", body={"model": "demo", "input": "q", "previous_response_id": running["id"]},
+              says="still running in the background")
+assert err["param"] == "previous_response_id", err
+status, _, body = call("/v1/responses/" + running["id"] + "/cancel", method="POST")
+assert status == 200 and json.loads(body)["status"] == "cancelled" and json.loads(body)["output"] == [], body
+status, _, again = call("/v1/responses/" + running["id"] + "/cancel", method="POST")
+assert status == 200 and json.loads(again) == json.loads(body), again
+for _ in range(200): # the request's end, counted once
+    if cancelled_total() == before + 1:
+        break
+    time.sleep(0.05)
+assert cancelled_total() == before + 1, (before, cancelled_total())
+assert poll(running["id"])["status"] == "cancelled"
+refused(400, path="/v1/responses/" + second["id"] + "/cancel", method="POST", says="did not run in the background")
+refused(405, path="/v1/responses/" + second["id"] + "/cancel", method="GET")
+refused(404, path="/v1/responses/resp_none/cancel", method="POST", says="no stored response")
+# Deleted while it runs: cancelled, and nothing is kept when it ends.
+status, _, body = call("/v1/responses", long_ask)
+gone = json.loads(body)
+status, _, body = call("/v1/responses/" + gone["id"], method="DELETE")
+assert status == 200 and json.loads(body)["deleted"] is True, body
+for _ in range(200):
+    if cancelled_total() == before + 2:
+        break
+    time.sleep(0.05)
+assert cancelled_total() == before + 2, (before, cancelled_total())
+refused(404, path="/v1/responses/" + gone["id"], method="GET", says="no stored response")
+refused(400, path="/v1/responses", body=dict(resp_ask, background=True, stream=True), says="poll GET")
+refused(400, path="/v1/responses", body=dict(resp_ask, background=True, store=False), says='"store": true')
 # Parameters the server cannot hold a call to are refused when the call is
 # forced, naming the function; offered ("auto"), they are shown as given.
 patterned = {"type": "function", "function": {"name": "lookup", "parameters": {

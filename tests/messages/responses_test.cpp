@@ -132,7 +132,8 @@ TEST(responses, what_needs_a_stored_response_or_is_not_text_is_refused_naming_th
          {R"("input":"q","previous_response_id":"resp_1")", "previous_response_id", "stores none"},
          {R"("input":"q","conversation":"conv_1")", "conversation", "stores none"},
          {R"("input":"q","store":true)", "store", "stores no responses"},
-         {R"("input":"q","background":true)", "background", "served only as false"},
+         {R"("input":"q","background":true)", "background", "stores none here"},
+         {R"("input":"q","background":"yes")", "background", "true or false"},
          {R"("input":"q","truncation":"auto")", "truncation", "refused, not cut"},
          {R"("input":"q","max_tool_calls":2)", "max_tool_calls", "not supported"},
          {R"("input":"q","n":2)", "n", "unknown field"},
@@ -540,6 +541,66 @@ TEST(responses, a_failure_after_the_stream_began_is_an_error_event) {
   EXPECT_EQ(ev[1]["type"], "response.failed");
   EXPECT_EQ(ev[1]["response"]["status"], "failed");
   EXPECT_EQ(ev[1]["response"]["error"], json({{"code", "overloaded"}, {"message", "gone"}}));
+}
+
+TEST(responses, a_background_response_is_kept_and_read_by_its_status) {
+  const auto chatml = builtin("chatml");
+  response_store st(1 << 20);
+  const auto none = [](const std::string&) -> std::variant<conversation, api_error> { return conversation{}; };
+  auto parse = [&](const std::string& body) {
+    return parse_response_request(body, "base", "h7", chatml, {}, {}, none, "resp_b");
+  };
+  const auto r = std::get<response_request>(parse(R"({"model":"base","input":"Hi","background":true})"));
+  EXPECT_TRUE(r.background);
+  EXPECT_TRUE(r.store);
+  EXPECT_EQ(json::parse(r.echo)["background"], true);
+  // The same chat as the whole answer's: only when it is answered differs.
+  EXPECT_EQ(r.chat.frames, std::get<response_request>(parse(R"({"model":"base","input":"Hi"})")).chat.frames);
+  EXPECT_FALSE(std::get<response_request>(parse(R"({"model":"base","input":"Hi","background":false})")).background);
+  // It is read back by GET: it needs the store, and is never streamed.
+  for (const auto& [fields, says] : std::vector<std::pair<std::string, std::string>>{
+         {R"("store":false)", "needs \"store\": true"},
+         {R"("stream":true)", "poll GET /v1/responses/ID"},
+         {R"("background":1)", "true or false"},
+       }) {
+    auto e = parse(R"({"model":"base","input":"Hi","background":true,)" + fields + "}");
+    ASSERT_TRUE(std::holds_alternative<api_error>(e)) << fields;
+    EXPECT_EQ(std::get<api_error>(e).param, "background") << fields;
+    EXPECT_NE(std::get<api_error>(e).message.find(says), std::string::npos) << std::get<api_error>(e).message;
+  }
+
+  // Its states: queued, in progress, cancelled or failed with no output;
+  // then the whole response, as a foreground one's.
+  const response_answer a("resp_b", 5, r);
+  for (const char* status : {"queued", "in_progress", "cancelled"}) {
+    const auto snap = json::parse(a.snapshot(status));
+    EXPECT_EQ(snap["id"], "resp_b");
+    EXPECT_EQ(snap["status"], status);
+    EXPECT_EQ(snap["output"], json::array());
+    EXPECT_EQ(snap["background"], true);
+    EXPECT_EQ(snap["error"], nullptr);
+    const auto state = response_state_of(a.snapshot(status));
+    EXPECT_EQ(state.status, status);
+    EXPECT_TRUE(state.background);
+    EXPECT_EQ(state.running(), std::string(status) != "cancelled") << status;
+  }
+  api_error e;
+  e.code = "overloaded";
+  e.message = "full";
+  const auto failed = json::parse(a.snapshot("failed", &e));
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_EQ(failed["error"], json({{"code", "overloaded"}, {"message", "full"}}));
+  const auto whole = a.body({done_with("Hello.")});
+  EXPECT_EQ(response_state_of(whole).status, "completed");
+  EXPECT_TRUE(response_state_of(whole).background);
+  EXPECT_FALSE(response_state_of(whole).running());
+  EXPECT_EQ(json::parse(whole)["output"][0]["content"][0]["text"], "Hello.");
+  // A foreground response is not a background one; a body that is not a
+  // response has no status.
+  const auto fg = std::get<response_request>(parse(R"({"model":"base","input":"Hi"})"));
+  EXPECT_FALSE(response_state_of(response_answer("resp_f", 5, fg).body({done_with("x")})).background);
+  EXPECT_EQ(response_state_of("not json").status, "");
+  EXPECT_EQ(response_state_of("[1]").status, "");
 }
 
 } // namespace
