@@ -603,7 +603,7 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   scheduler_options o;
   s.allow_only({"policy", "params", "max_running", "token_budget", "max_waiting", "kv_reservation",
                 "growth_watermark", "session_fraction", "session_eviction", "advise_fetch_lead_s",
-                "prefix_caching", "prefix_cache_fraction"});
+                "prefix_caching", "prefix_cache_fraction", "prefix_cache_admission"});
   o.policy = s.choice("policy", o.policy, catalog.scheduling_policies, "scheduling policy");
   o.params = s.numbers("params");
   o.max_running = s.u32("max_running", o.max_running, 1);
@@ -622,6 +622,9 @@ scheduler_options read_scheduler(section s, const config_catalog& catalog) {
   o.prefix_caching = s.flag("prefix_caching", o.prefix_caching);
   o.prefix_cache_fraction = s.real("prefix_cache_fraction", o.prefix_cache_fraction);
   s.require("prefix_cache_fraction", o.prefix_cache_fraction >= 0 && o.prefix_cache_fraction <= 1, "must be in [0, 1]");
+  static const std::vector<std::string> admissions{"repeated", "all"};
+  o.prefix_cache_admission = s.choice("prefix_cache_admission", o.prefix_cache_admission, admissions,
+                                      "prefix cache admission");
   return o;
 }
 

@@ -345,6 +345,7 @@ deployment::start(const deployment_options& opts) {
   sc.limits.layer_streaming = opts.copy_engine.layer_streaming && rb.backend->streams_layers();
   sc.limits.advise_fetch_lead_s = opts.scheduler.advise_fetch_lead_s;
   sc.limits.prefix_caching = opts.scheduler.prefix_caching;
+  sc.limits.prefix_admit_offers = opts.scheduler.prefix_cache_admission == "repeated" ? 2 : 1;
   sc.limits.prefix_idle_pages = static_cast<std::uint64_t>(
     opts.scheduler.prefix_cache_fraction * static_cast<double>(rb.pool_pages));
   sc.limits.session_eviction =

@@ -193,7 +193,11 @@ struct scheduler_options {
   /// Automatic prefix caching: whole prompt pages stay cached after their
   /// prefill, and later prompts that begin with the same tokens (and
   /// adapter) read them instead of computing them again.
-  bool prefix_caching = false;
+  bool prefix_caching = true;
+  /// "repeated": a prompt page is cached once a second request's prompt
+  /// holds it (a prompt seen once takes no memory from the adapter cache);
+  /// "all": every prompt's pages.
+  std::string prefix_cache_admission = "repeated";
   /// Share of the pool cached prompt pages no request reads may keep (the
   /// rest of idle memory is the adapter cache's).
   double prefix_cache_fraction = 0.25;

@@ -114,6 +114,37 @@ std::uint64_t prefix_cache::insert(std::uint64_t parent, std::uint64_t space, st
   return key;
 }
 
+void prefix_cache::admit_after(std::uint32_t offers, std::size_t memory) {
+  admit_offers_ = std::max<std::uint32_t>(offers, 1);
+  offer_memory_ = admit_offers_ > 1 ? std::max<std::size_t>(memory, 1) : 0;
+  offers_.clear();
+  offer_order_.clear();
+}
+
+void prefix_cache::offer(std::span<const std::uint64_t> keys) {
+  if (admit_offers_ <= 1)
+    return;
+  for (const auto key : keys) {
+    auto [it, fresh] = offers_.try_emplace(key, 0);
+    if (it->second < admit_offers_)
+      ++it->second;
+    if (!fresh)
+      continue;
+    offer_order_.push_back(key);
+    if (offer_order_.size() > offer_memory_) {
+      offers_.erase(offer_order_.front());
+      offer_order_.pop_front();
+    }
+  }
+}
+
+bool prefix_cache::admits(std::uint64_t key) const {
+  if (admit_offers_ <= 1 || entries_.contains(key))
+    return true;
+  const auto it = offers_.find(key);
+  return it != offers_.end() && it->second >= admit_offers_;
+}
+
 std::vector<std::uint32_t> prefix_cache::evict(std::uint64_t n) {
   std::vector<std::uint32_t> out;
   while (out.size() < n && !idle_.empty()) {

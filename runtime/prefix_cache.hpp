@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <set>
 #include <span>
 #include <unordered_map>
@@ -57,6 +58,18 @@ public:
   std::uint64_t insert(std::uint64_t parent, std::uint64_t space, std::span<const std::int32_t> tokens,
                        std::uint32_t page, double now_s);
 
+  /// Admission: a page is cached only once `offers` prompts (requests) have
+  /// held it, so that a prompt seen once costs no memory that idle adapters
+  /// could use (the doorkeeper of TinyLFU; CDNs' cache on second hit). The
+  /// keys of the last `memory` pages offered are remembered. `offers` of 1
+  /// (the default) caches every prompt's pages.
+  void admit_after(std::uint32_t offers, std::size_t memory);
+  /// One request's prompt pages (keys_of's), offered once: counted.
+  void offer(std::span<const std::uint64_t> keys);
+  /// Whether the page `key` may be cached now: cached already, or offered
+  /// by enough prompts.
+  bool admits(std::uint64_t key) const;
+
   /// Frees up to `n` idle pages, least recently used first (a page goes
   /// only once no cached page extends it); returns their pool page ids.
   std::vector<std::uint32_t> evict(std::uint64_t n);
@@ -96,6 +109,11 @@ private:
   std::set<std::pair<double, std::uint64_t>> idle_;
   std::uint64_t idle_count_ = 0;
   std::uint64_t evictions_ = 0;
+  /// Admission: prompts that offered each remembered key, oldest first out.
+  std::uint32_t admit_offers_ = 1;
+  std::size_t offer_memory_ = 0;
+  std::unordered_map<std::uint64_t, std::uint32_t> offers_;
+  std::deque<std::uint64_t> offer_order_;
 };
 
 } // namespace troupe

@@ -81,8 +81,11 @@ scheduler_core::scheduler_core(scheduler_limits limits,
     std::sort(ends_.begin(), ends_.end());
     ends_.erase(std::unique(ends_.begin(), ends_.end()), ends_.end());
   }
-  if (limits_.prefix_caching && limits_.page_tokens > 0)
+  if (limits_.prefix_caching && limits_.page_tokens > 0) {
     prefix_.emplace(limits_.page_tokens);
+    prefix_->admit_after(limits_.prefix_admit_offers,
+                         static_cast<std::size_t>(std::max<std::uint64_t>(16 * limits_.total_pages, 4096)));
+  }
 }
 
 request_state scheduler_core::state_of(std::uint64_t request_id) const {
@@ -2017,8 +2020,10 @@ void scheduler_core::read_prefix(record& r, double now_s) {
 }
 
 std::span<const std::uint64_t> scheduler_core::prompt_keys(record& r) {
-  if (r.page_keys.empty())
+  if (r.page_keys.empty()) {
     r.page_keys = prefix_->keys_of(prefix_space(r), r.spec.prompt, r.spec.prompt.size() / limits_.page_tokens);
+    prefix_->offer(r.page_keys); // once a request (and once more where LongRoPE renames its pages)
+  }
   return r.page_keys;
 }
 
@@ -2039,9 +2044,11 @@ bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_d
 void scheduler_core::note_computing(record& r) {
   if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty())
     return;
+  // The pages it will cache (those admitted now): a request that would
+  // read them waits for them.
   const auto keys = prompt_keys(r);
-  r.computing_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())),
-                          keys.end());
+  for (auto p = std::min(keys.size(), r.prefix_keys.size()); p < keys.size() && prefix_->admits(keys[p]); ++p)
+    r.computing_keys.push_back(keys[p]);
   for (const auto k : r.computing_keys)
     ++computing_[k];
 }
@@ -2061,7 +2068,8 @@ void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx
   const auto whole = std::min<std::size_t>(r.spec.prompt.size() / per, r.page_ids.size());
   const std::span<const std::int32_t> prompt{r.spec.prompt};
   std::vector<std::uint32_t> moved;
-  for (auto p = r.prefix_keys.size(); p < whole; ++p) {
+  const auto keys = prompt_keys(r);
+  for (auto p = r.prefix_keys.size(); p < whole && p < keys.size() && prefix_->admits(keys[p]); ++p) {
     const auto parent = r.prefix_keys.empty() ? 0 : r.prefix_keys.back();
     const auto key = prefix_->insert(parent, prefix_space(r), prompt.subspan(p * per, per), r.page_ids[p], now_s);
     if (key == 0)

@@ -97,6 +97,10 @@ struct scheduler_limits {
   /// least recently used beyond go at the next admission round), so that
   /// idle memory is left for the adapter cache too.
   std::uint64_t prefix_idle_pages = std::numeric_limits<std::uint64_t>::max();
+  /// A prompt page is cached once this many requests' prompts have held it
+  /// (2: a prompt seen once takes no idle memory; 1: every prompt's pages).
+  /// The keys of the last 16 pages per pool page offered are remembered.
+  std::uint32_t prefix_admit_offers = 1;
 };
 
 /// The memory pool's owner (page_owner_kind::request) of the prefix cache's

@@ -5,7 +5,6 @@
 #include "runtime/tuner_params.hpp"
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
 #include <utility>
 
@@ -318,7 +317,6 @@ void sim_engine::step() {
 }
 
 std::vector<sim_outcome> sim_engine::end() {
-  if (core_.in_system() > 0) std::fprintf(stderr, "DBG waiting %zu admitting %zu running %zu reserved %llu adapters_in_use %llu blocked %d cached %llu idle %llu pool_free %llu pool_req %llu pool_adapters %llu short %llu growths_denied %llu\n", core_.waiting(), core_.admitting(), core_.running(), (unsigned long long)core_.reserved_pages(), (unsigned long long)core_.adapter_pages_in_use(), (int)core_.memory_blocked(), (unsigned long long)core_.prefix_cached_pages(), (unsigned long long)core_.prefix_idle_pages(), (unsigned long long)pool_.free_pages(), (unsigned long long)pool_.used_pages(page_owner_kind::request), (unsigned long long)pool_.used_pages(page_owner_kind::adapter), (unsigned long long)core_.pages_short(), (unsigned long long)core_.growths_denied());
   totals_.end_s = now_;
   totals_.adapter_hits = cache_.hits();
   totals_.adapter_misses = cache_.misses();

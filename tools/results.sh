@@ -12,14 +12,16 @@ traces=${TROUPE_TRACES:-../shared/traces}
 mkdir -p "$out"
 
 # Runs troupe-sim once per rate, appending the summary rows to $csv; the
-# label column becomes "$label" when one is given.
+# label column becomes "$label" when one is given. Prefix caching is off
+# unless the arguments turn it on: the seeds' experiments were sized and
+# recorded without it (troupe-sim's default until 2026-12-07).
 sweep() { # csv label rates... -- troupe-sim args
   local csv=$1 label=$2; shift 2
   local rates=()
   while [ "$1" != "--" ]; do rates+=("$1"); shift; done
   shift
   for r in "${rates[@]}"; do
-    "$sim" "$@" --rate "$r" --csv "$out/.one.csv" > /dev/null
+    "$sim" --prefix-caching off "$@" --rate "$r" --csv "$out/.one.csv" > /dev/null
     if [ ! -s "$csv" ]; then head -1 "$out/.one.csv" > "$csv"; fi
     if [ -n "$label" ]; then
       tail -n +2 "$out/.one.csv" | awk -F, -v OFS=, -v l="$label" '{ $1 = l; print }' >> "$csv"
@@ -60,7 +62,7 @@ chameleon() {
     --sched-params chameleon.max_wait_s=30 --cache-window 3600 --kv on_demand --host-gib 64
   # Slowdown (e2e over the latency alone) at 5.5 req/s, overall and for the
   # shorter half and the longest tenth of requests by latency alone (Fig. 7).
-  "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
+  "$sim" --prefix-caching off --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 100 --ranks 8,16,32,64,128 \
     --popularity chameleon:1 --gpu A100-80GB --arrivals poisson --setups slora:slora,sjf:lru,chameleon:chameleon \
     --rate 5.5 --records "$out/.records.csv" > /dev/null
   python3 - "$out/.records.csv" > "$out/chameleon-slowdown.csv" <<'PY'
@@ -102,11 +104,11 @@ compose() {
 
 eviction() {
   # Eviction policies alone (FCFS scheduling), 2,000 adapters, Zipf(1).
-  "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
+  "$sim" --prefix-caching off --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
     --gpu A100-80GB --popularity zipf:1 --rate 2 --csv "$out/eviction.csv"
   # The same with ranks dealt in turn, so that an adapter's size is unrelated
   # to its Zipf popularity (in blocks the most popular adapters are the smallest).
-  "$sim" --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
+  "$sim" --prefix-caching off --trace "$traces/AzureLLMInferenceTrace_conv.csv" --adapters 2000 --ranks 8,16,32,64,128 \
     --gpu A100-80GB --popularity zipf:1 --rate 2 --rank-order cycle --csv "$out/eviction-cycle.csv" \
     > "$out/eviction-cycle.txt"
   # lfu with an hour of history, under both popularities.
@@ -246,7 +248,7 @@ symphony() {
                all:0.9:128:on:1:1 advise10:0.9:128:off:10:1 advise10-at-once:0.9:128:off:10:1e9; do
     local label f host stream lead fetch_lead
     IFS=: read -r label f host stream lead fetch_lead <<< "$setup"
-    "$sim" --layer-streaming "$stream" --advise-lead "$lead" --advise-fetch-lead "$fetch_lead" \
+    "$sim" --prefix-caching off --layer-streaming "$stream" --advise-lead "$lead" --advise-fetch-lead "$fetch_lead" \
       --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.1,0.2,0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB \
       --setups fcfs:lru --session-fraction "$f" --host-gib "$host" --csv "$out/.one.csv" > "$out/symphony-$label.txt"
@@ -269,7 +271,7 @@ symphony() {
                disk-cost-advise:512:cost:2e9:1 disk7-cost-advise:512:cost:7e9:1; do
     local label disk fetch rate lead
     IFS=: read -r label disk fetch rate lead <<< "$setup"
-    "$sim" --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
+    "$sim" --prefix-caching off --advise-lead "$lead" --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 \
       --rates 0.3,0.4,0.5,0.6 --think 10 --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru \
       --session-fraction 0.9 --host-gib 8 --disk-gib "$disk" --disk-fetch "$fetch" --cost disk_bytes_per_s="$rate" \
       --csv "$out/.one.csv" > "$out/symphony-disk-$label.txt"
@@ -295,7 +297,7 @@ symphony() {
                migrate+advise10-at-once:0.9:128:2:on:10:off; do
     local label f host imbalance migrate lead place_lead
     IFS=: read -r label f host imbalance migrate lead place_lead <<< "$setup"
-    "$sim" --nodes 4 --imbalance "$imbalance" --migrate "$migrate" --advise-lead "$lead" --advise-place-lead "$place_lead" \
+    "$sim" --prefix-caching off --nodes 4 --imbalance "$imbalance" --migrate "$migrate" --advise-lead "$lead" --advise-place-lead "$place_lead" \
       --conversations "$traces/sharegpt52k_head1000_conversations.csv" --requests 1000 --rates 2,3,4,5,6,8 --think 10 \
       --adapters 1 --base-fraction 1 --gpu A100-80GB --setups fcfs:lru --session-fraction "$f" --host-gib "$host" \
       --csv "$out/.one.csv" > "$out/symphony-nodes-$label.txt"

@@ -88,8 +88,10 @@ constexpr const char* usage =
   "                        [scheduler] token_budget; default 8192)\n"
   "  --kv full|on_demand   reserve each request's whole life at admission, or pages as it grows (default full)\n"
   "  --prefix-caching on|off  whole prompt pages stay cached after their prefill and later prompts that\n"
-  "                        begin with them read them (the server's [scheduler] prefix_caching; default off)\n"
+  "                        begin with them read them (the server's [scheduler] prefix_caching; default on)\n"
   "  --prefix-fraction F   share of the pool cached pages no request reads may keep (default 0.25)\n"
+  "  --prefix-admission repeated|all  cache a prompt page once a second prompt holds it, or every\n"
+  "                        prompt's (the server's [scheduler] prefix_cache_admission; default repeated)\n"
   "  --shared-prefix N[:G] every prompt begins with the first N tokens of one of G system prompts\n"
   "                        (request i: prompt i mod G; G default 1); the rest is the request's own\n"
   "  --layer-streaming on|off  a cache coming back from the host pool streams in layer by layer under\n"
@@ -167,8 +169,9 @@ struct options {
   std::uint32_t token_budget = 8192;
   bool on_demand = false;
   bool layer_streaming = false;
-  bool prefix_caching = false;
+  bool prefix_caching = true;
   double prefix_fraction = 0.25;
+  bool prefix_repeated = true;
   std::uint32_t shared_prefix = 0, prefix_groups = 1;
   double advise_lead = -1;
   double advise_fetch_lead = 1.0;
@@ -387,6 +390,10 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
     else if (a == "--prefix-caching") {
       if (v != "on" && v != "off") { err = "--prefix-caching: on or off"; return false; }
       o.prefix_caching = v == "on";
+    }
+    else if (a == "--prefix-admission") {
+      if (v != "repeated" && v != "all") { err = "--prefix-admission: repeated or all"; return false; }
+      o.prefix_repeated = v == "repeated";
     }
     else if (a == "--prefix-fraction") { if (!need_num() || num > 1) { err = "--prefix-fraction must be in [0, 1]"; return false; } o.prefix_fraction = num; }
     else if (a == "--shared-prefix") {
@@ -648,6 +655,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       cfg.layer_streaming = o.layer_streaming;
       cfg.limits.prefix_caching = o.prefix_caching;
       cfg.limits.prefix_idle_pages = static_cast<std::uint64_t>(o.prefix_fraction * static_cast<double>(pool_pages));
+      cfg.limits.prefix_admit_offers = o.prefix_repeated ? 2 : 1;
       cfg.shared_prefix_tokens = o.shared_prefix;
       cfg.prefix_groups = o.prefix_groups;
       cfg.advise_lead_s = o.advise_lead;

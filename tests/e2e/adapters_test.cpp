@@ -441,12 +441,14 @@ TEST(prefix_cache_e2e, prompts_reading_cached_pages_give_the_tokens_they_compute
       g.adapter = "demo-r4";
     requests.push_back(g);
   }
-  const auto [alone, alone_stats] = run_demo("prefix-off", "[scheduler]\nmax_running = 2\n", requests);
+  const auto [alone, alone_stats] =
+    run_demo("prefix-off", "[scheduler]\nmax_running = 2\nprefix_caching = false\n", requests);
   ASSERT_EQ(alone.size(), requests.size());
   EXPECT_EQ(alone_stats.at("prefix_cache_hits"), 0.0);
-  // Two at a time: the later ones read what the earlier ones cached.
-  const auto [cached, cached_stats] =
-    run_demo("prefix-on", "[scheduler]\nmax_running = 2\nprefix_caching = true\n", requests);
+  // Two at a time: the later ones read what the earlier ones cached
+  // (every prompt's pages cached, from the first).
+  const auto [cached, cached_stats] = run_demo(
+    "prefix-on", "[scheduler]\nmax_running = 2\nprefix_caching = true\nprefix_cache_admission = \"all\"\n", requests);
   ASSERT_EQ(cached.size(), requests.size());
   for (const auto& [id, tokens] : alone) {
     EXPECT_EQ(tokens.size(), 12u) << id;
@@ -460,6 +462,15 @@ TEST(prefix_cache_e2e, prompts_reading_cached_pages_give_the_tokens_they_compute
   EXPECT_EQ(cached_stats.at("prefix_cache_idle_pages"), cached_stats.at("prefix_cache_pages"));
   EXPECT_EQ(cached_stats.at("pool_refused_page_moves"), 0.0);
   EXPECT_EQ(cached_stats.at("pool_empty_releases"), 0.0);
+  // The default: pages cached once a second prompt holds them, read from
+  // then on; the same tokens.
+  const auto [repeated, repeated_stats] = run_demo("prefix-default", "[scheduler]\nmax_running = 2\n", requests);
+  ASSERT_EQ(repeated.size(), requests.size());
+  for (const auto& [id, tokens] : alone)
+    EXPECT_EQ(repeated.at(id), tokens) << id << ": reading pages cached on their second prompt changed the output";
+  EXPECT_GT(repeated_stats.at("prefix_cache_hits"), 0.0);
+  EXPECT_LT(repeated_stats.at("prompt_tokens_prefilled"), alone_stats.at("prompt_tokens_prefilled"));
+  EXPECT_EQ(repeated_stats.at("pool_pages_kv"), repeated_stats.at("prefix_cache_pages"));
   // A pool of 12 pages with pages on demand, the adaptive policy preempting
   // freely and a host pool to swap to: cached pages are read, evicted and
   // swapped out with their readers' caches, and the tokens stay the same.

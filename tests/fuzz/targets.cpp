@@ -1039,6 +1039,7 @@ bool run_sim(std::span<const std::uint8_t> in, bool tiers) {
     cfg.prefix_groups = 1 + c.next(3);
     if (c.next(2) == 1)
       cfg.limits.prefix_idle_pages = c.next(static_cast<std::uint32_t>(pool / 2));
+    cfg.limits.prefix_admit_offers = 1 + c.next(2); // every prompt's pages, or from the second prompt on
   }
   const bool prefix = cfg.limits.prefix_caching;
   // LongRoPE: a request growing past this is recomputed (0: none).

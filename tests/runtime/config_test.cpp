@@ -379,8 +379,9 @@ max_running = 1
 token_budget = 1
 max_waiting = 2
 advise_fetch_lead_s = 2.5
-prefix_caching = true
+prefix_caching = false
 prefix_cache_fraction = 0.5
+prefix_cache_admission = "all"
 [classifier]
 enabled = false
 policy = "single_queue"
@@ -432,8 +433,9 @@ ranks = [4]
   EXPECT_EQ(o.scheduler.token_budget, 1u);
   EXPECT_EQ(o.scheduler.max_waiting, 2u);
   EXPECT_EQ(o.scheduler.advise_fetch_lead_s, 2.5);
-  EXPECT_TRUE(o.scheduler.prefix_caching);
+  EXPECT_FALSE(o.scheduler.prefix_caching);
   EXPECT_EQ(o.scheduler.prefix_cache_fraction, 0.5);
+  EXPECT_EQ(o.scheduler.prefix_cache_admission, "all");
   EXPECT_FALSE(o.classifier.enabled);
   EXPECT_EQ(o.adapter_cache.max_resident, 12u);
   EXPECT_EQ(o.memory_pool.host_pages, 77u);
@@ -706,6 +708,8 @@ const error_case error_cases[] = {
   {"growth_watermark_of_one", "[scheduler]\ngrowth_watermark = 1.0\n", "scheduler.growth_watermark", "must be in [0, 1)"},
   {"negative_fetch_lead", "[scheduler]\nadvise_fetch_lead_s = -1\n", "scheduler.advise_fetch_lead_s", "must be >= 0"},
   {"prefix_fraction_above_one", "[scheduler]\nprefix_cache_fraction = 1.5\n", "scheduler.prefix_cache_fraction", "must be in [0, 1]"},
+  {"unknown_prefix_admission", "[scheduler]\nprefix_cache_admission = \"often\"\n", "scheduler.prefix_cache_admission",
+   "often"},
   {"zero_frame_bytes", "[server]\nmax_frame_bytes = 0\n", "server.max_frame_bytes", "must be at least 1, got 0"},
   {"zero_inflight", "[copy_engine]\nmax_inflight = 0\n", "copy_engine.max_inflight", "must be at least 1, got 0"},
   {"u32_overflow", "[scheduler]\nmax_running = 5000000000\n", "scheduler.max_running",

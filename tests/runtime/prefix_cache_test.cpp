@@ -121,5 +121,47 @@ TEST(prefix_cache, a_shared_first_page_stays_while_any_extension_or_reader_does)
   EXPECT_EQ(c.lookup(0, sys, 1).pages.size(), 0u);
 }
 
+TEST(prefix_cache, repeated_admission_takes_a_page_once_a_second_prompt_offers_it) {
+  prefix_cache c{4};
+  const auto a = iota_tokens(8);
+  auto b = iota_tokens(8);
+  b[5] = 99; // the same first page, another second one
+  const auto ka = c.keys_of(7, a, 2);
+  const auto kb = c.keys_of(7, b, 2);
+  ASSERT_EQ(ka[0], kb[0]);
+  // By default every page is admitted.
+  EXPECT_TRUE(c.admits(ka[0]));
+  c.admit_after(2, 16);
+  EXPECT_FALSE(c.admits(ka[0])); // never offered
+  c.offer(ka);
+  EXPECT_FALSE(c.admits(ka[0])); // one prompt held it
+  EXPECT_FALSE(c.admits(ka[1]));
+  c.offer(kb);
+  EXPECT_TRUE(c.admits(ka[0])); // two prompts held the first page
+  EXPECT_FALSE(c.admits(ka[1])); // the second pages differ: one each
+  EXPECT_FALSE(c.admits(kb[1]));
+  c.offer(ka);
+  EXPECT_TRUE(c.admits(ka[1]));
+  // A page cached already is admitted whatever its count.
+  prefix_cache d{4};
+  d.admit_after(2, 16);
+  const auto kd = cache_prompt(d, 7, a, 1, 100, 0.0);
+  EXPECT_TRUE(d.admits(kd[0]));
+  // Only the last `memory` keys offered are remembered: the oldest count is
+  // forgotten, and its page starts over.
+  prefix_cache e{4};
+  e.admit_after(2, 3);
+  const auto k = e.keys_of(1, iota_tokens(16), 4);
+  e.offer(std::span<const std::uint64_t>{k}.first(1));
+  e.offer(std::span<const std::uint64_t>{k}.subspan(1)); // k[0] forgotten: 3 remembered
+  e.offer(std::span<const std::uint64_t>{k}.first(1));
+  EXPECT_FALSE(e.admits(k[0]));
+  e.offer(std::span<const std::uint64_t>{k}.last(1));
+  EXPECT_TRUE(e.admits(k[3]));
+  // Back to every page.
+  e.admit_after(1, 0);
+  EXPECT_TRUE(e.admits(k[1]));
+}
+
 } // namespace
 } // namespace troupe

@@ -577,6 +577,38 @@ TEST(scheduler_prefix, json_outputs_stay_json_through_recomputes_and_swaps) {
   }
 }
 
+TEST(scheduler_prefix, repeated_admission_caches_a_prompt_from_its_second_request_on) {
+  auto limits = prefix_limits(64);
+  limits.prefix_admit_offers = 2; // the server's default, "repeated"
+  prefix_shell sh{limits};
+  const auto system = tokens(1, 8); // two whole pages
+  sh.submit(1, {concat(system, tokens(100, 3))});
+  sh.run();
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 0u) << "a prompt seen once is not cached";
+  sh.submit(2, {concat(system, tokens(200, 3))});
+  sh.run();
+  EXPECT_EQ(sh.prefill_of(2)->context_tokens, 0u);
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 2u) << "the system prompt's two pages, held twice now";
+  sh.submit(3, {concat(system, tokens(300, 3))});
+  sh.run();
+  EXPECT_EQ(sh.prefill_of(3)->context_tokens, 8u);
+  EXPECT_EQ(sh.core.prefix_hits(), 1u);
+  // Copies arriving together: the first and the second compute (the
+  // first's pages are not to be cached when it starts), the rest wait for
+  // the second's and read them.
+  const auto prompt = tokens(500, 13);
+  for (std::uint64_t id = 10; id <= 13; ++id)
+    sh.submit(id, {prompt, 3});
+  sh.run();
+  EXPECT_EQ(sh.prefill_of(10)->context_tokens, 0u);
+  EXPECT_EQ(sh.prefill_of(11)->context_tokens, 0u);
+  EXPECT_EQ(sh.prefill_of(12)->context_tokens, 12u);
+  EXPECT_EQ(sh.prefill_of(13)->context_tokens, 12u);
+  EXPECT_EQ(sh.core.prefix_holds(), 2u);
+  EXPECT_EQ(sh.core.prefix_hits(), 3u);
+  sh.expect_all_back();
+}
+
 TEST(scheduler_prefix, off_by_default_nothing_is_cached) {
   auto limits = prefix_limits(64);
   limits.prefix_caching = false;

@@ -56,10 +56,11 @@ assert len(rows) > 60 and all(r["outcome"] == "length" for r in rows), {r["outco
 PY
 
 # The disk tier below a small host pool: caches written to disk and read
-# back for their next turns; every turn finishes.
+# back for their next turns; every turn finishes. (Prefix caching off: the
+# turns' tokens as these runs were sized on.)
 "$bin/troupe-sim" --conversations tests/tools/data/sharegpt_conversations_head60.csv --requests 60 --rate 2 \
   --think 2 --adapters 1 --base-fraction 1 --setups fcfs:lru --session-fraction 0.05 --host-pages 400 \
-  --disk-gib 8 --json "$work/disk.json" --records "$work/disk.csv" > "$work/disk.txt"
+  --prefix-caching off --disk-gib 8 --json "$work/disk.json" --records "$work/disk.csv" > "$work/disk.txt"
 python3 - "$work/disk.json" "$work/disk.csv" <<'PY'
 import csv, json, sys
 r = json.load(open(sys.argv[1]))["results"][0]
@@ -71,7 +72,7 @@ assert len(rows) > 60 and all(x["outcome"] == "length" for x in rows), {x["outco
 PY
 "$bin/troupe-sim" --conversations tests/tools/data/sharegpt_conversations_head60.csv --requests 60 --rate 2 \
   --think 2 --adapters 1 --base-fraction 1 --setups fcfs:lru --session-fraction 0.05 --host-pages 400 \
-  --disk-gib 8 --disk-fetch read --json "$work/disk-read.json" > /dev/null
+  --prefix-caching off --disk-gib 8 --disk-fetch read --json "$work/disk-read.json" > /dev/null
 python3 - "$work/disk.json" "$work/disk-read.json" <<'PY'
 import json, sys
 cost, read = (json.load(open(f))["results"][0] for f in sys.argv[1:])
