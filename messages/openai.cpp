@@ -1861,12 +1861,11 @@ parse_chat_completion_of(std::string_view body, std::string_view base_model, std
     out.tools = std::move(calling);
   }
   out.reasoning = tpl.reasoning;
-  if (tpl.reasoning
-      && (gen.contains("json_schema") || gen.contains("response_format") || gen.contains("choice")
-          || gen.contains("regex") || gen.contains("grammar"))) {
+  if (tpl.reasoning) {
     // The model thinks first, freely: what it answers after is held (as
     // vLLM starts structured output where the reasoning ends), guided
-    // choices and expressions as JSON.
+    // choices and expressions as JSON; the thinking's tokens are counted
+    // (usage.completion_tokens_details.reasoning_tokens).
     gen["reasoning_close"] = tpl.reasoning->close;
     if (!tpl.reasoning->opened_by_prompt)
       gen["reasoning_open"] = tpl.reasoning->open;
@@ -2116,12 +2115,17 @@ struct usage_counts {
   std::uint64_t prompt = 0;
   std::uint64_t completion = 0;
   std::uint64_t cached = 0;
+  std::uint64_t reasoning = 0; ///< of completion, the thinking's
 };
 
-json usage_json(const usage_counts& u) {
+/// `reasoning`: the model thinks (a reasoning parser): its thinking's
+/// tokens are given, 0 too.
+json usage_json(const usage_counts& u, bool reasoning) {
   json j = {{"prompt_tokens", u.prompt}, {"completion_tokens", u.completion}, {"total_tokens", u.prompt + u.completion}};
   if (u.cached > 0) // OpenAI's prompt caching field
     j["prompt_tokens_details"] = {{"cached_tokens", u.cached}};
+  if (reasoning)
+    j["completion_tokens_details"] = {{"reasoning_tokens", u.reasoning}};
   return j;
 }
 
@@ -2174,6 +2178,7 @@ usage_counts tally(std::size_t choices, std::uint32_t n, Counts counts) {
     }
     fewest = std::min(fewest, c.cached);
     u.completion += c.completion;
+    u.reasoning += c.reasoning;
   }
   u.cached += choices > 0 ? fewest : 0;
   return u;
@@ -2449,11 +2454,12 @@ std::string completion_answer::body(const std::vector<wire::done_reply>& done) c
     choices.push_back(std::move(choice));
   }
   const auto u = tally(done.size(), per_prompt_, [&](std::size_t k) {
-    return usage_counts{done[k].prompt_tokens, prompt_only_ ? 0 : done[k].completion_tokens, done[k].cached_tokens};
+    return usage_counts{done[k].prompt_tokens, prompt_only_ ? 0 : done[k].completion_tokens, done[k].cached_tokens,
+                        done[k].reasoning_tokens};
   });
   json j = {{"id", id_},       {"object", chat_ ? "chat.completion" : "text_completion"},
             {"created", created_}, {"model", model_},
-            {"choices", std::move(choices)}, {"usage", usage_json(u)}};
+            {"choices", std::move(choices)}, {"usage", usage_json(u, reasoning_.has_value())}};
   return dump(j);
 }
 
@@ -2575,6 +2581,7 @@ std::string completion_answer::choice_end(std::size_t k, const wire::done_reply&
   c.prompt_tokens = done.prompt_tokens;
   c.completion_tokens = prompt_only_ ? 0 : done.completion_tokens;
   c.cached_tokens = done.cached_tokens;
+  c.reasoning_tokens = done.reasoning_tokens;
   const std::string reason(prompt_only_ ? "length" : finish_reason(done.finish_reason));
   if (tools_)
     return out + calls_end(k, reason, pending);
@@ -2719,8 +2726,8 @@ std::string completion_answer::stream_end() const {
               {"created", created_}, {"model", model_}, {"choices", json::array()},
               {"usage", usage_json(tally(choices_.size(), per_prompt_, [this](std::size_t k) {
                  const auto& c = choices_[k];
-                 return usage_counts{c.prompt_tokens, c.completion_tokens, c.cached_tokens};
-               }))}};
+                 return usage_counts{c.prompt_tokens, c.completion_tokens, c.cached_tokens, c.reasoning_tokens};
+               }), reasoning_.has_value())}};
     out += event(j);
   }
   return out + "data: [DONE]\n\n";

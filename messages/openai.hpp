@@ -373,6 +373,7 @@ private:
     std::uint64_t prompt_tokens = 0;
     std::uint64_t completion_tokens = 0;
     std::uint64_t cached_tokens = 0;
+    std::uint64_t reasoning_tokens = 0;
     std::size_t received = 0;    ///< bytes of streamed text so far
     std::size_t token_bytes = 0; ///< bytes of the streamed tokens' own texts so far
     std::size_t token_chars = 0; ///< characters of those

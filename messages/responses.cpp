@@ -575,13 +575,15 @@ struct response_answer::state {
     if (usage.is_object()) {
       const auto in_tokens = usage.value("prompt_tokens", 0ULL);
       const auto out_tokens = usage.value("completion_tokens", 0ULL);
-      std::uint64_t cached = 0;
+      std::uint64_t cached = 0, reasoning = 0;
       if (usage.contains("prompt_tokens_details"))
         cached = usage["prompt_tokens_details"].value("cached_tokens", 0ULL);
+      if (usage.contains("completion_tokens_details"))
+        reasoning = usage["completion_tokens_details"].value("reasoning_tokens", 0ULL);
       r["usage"] = {{"input_tokens", in_tokens},
                     {"input_tokens_details", {{"cached_tokens", cached}}},
                     {"output_tokens", out_tokens},
-                    {"output_tokens_details", {{"reasoning_tokens", 0}}},
+                    {"output_tokens_details", {{"reasoning_tokens", reasoning}}},
                     {"total_tokens", in_tokens + out_tokens}};
     }
     return r;

@@ -514,11 +514,6 @@ generate_request read_generate(const json& obj, std::string id, const parse_limi
                    *j);
     g.grammar = j->get<std::string>();
   }
-  if (!g.reasoning_close.empty() && !g.json_object && g.json_schema.empty() && g.choice.empty() && g.regex.empty()
-      && g.grammar.empty())
-    reject_field("reasoning_close", "given with \"response_format\": \"json_object\", \"json_schema\", \"choice\", "
-                                   "\"regex\" or \"grammar\" (which hold the content after the thinking)",
-                 *find(obj, "reasoning_close"));
   if (auto j = find(obj, "stream")) {
     if (!j->is_boolean())
       reject_field("stream", "true or false", *j);
@@ -843,6 +838,8 @@ reply read_reply(const json& obj) {
     x.completion_tokens = usage.count("completion_tokens");
     if (usage.has("cached_tokens"))
       x.cached_tokens = usage.count("cached_tokens");
+    if (usage.has("reasoning_tokens"))
+      x.reasoning_tokens = usage.count("reasoning_tokens");
     auto t = r.object("timings");
     x.time = timings{t.number("queue_ms"), t.number("ttft_ms"), t.number("e2e_ms")};
     if (r.has("tokens"))
@@ -1251,6 +1248,8 @@ std::string to_json(const done_reply& x) {
                     {"completion_tokens", x.completion_tokens}};
   if (x.cached_tokens > 0)
     j["usage"]["cached_tokens"] = x.cached_tokens;
+  if (x.reasoning_tokens > 0)
+    j["usage"]["reasoning_tokens"] = x.reasoning_tokens;
   j["timings"] = json{{"queue_ms", x.time.queue_ms},
                       {"ttft_ms", x.time.ttft_ms},
                       {"e2e_ms", x.time.e2e_ms}};

@@ -147,11 +147,12 @@ struct generate_request {
   /// response_format together use. A backend that samples from no logits
   /// refuses it, as it does json_schema.
   std::string json_answer{};
-  /// "reasoning_close": "</think>" (1 to 64 bytes), with response_format
-  /// "json_object" or json_schema: a reasoning model's output thinks first,
-  /// free text up to this mark, and only what follows it (the content) is
-  /// held as those and json_trigger say. Output that never writes it is all
-  /// thinking. Empty: none.
+  /// "reasoning_close": "</think>" (1 to 64 bytes): a reasoning model's
+  /// output thinks first, free text up to this mark; with response_format
+  /// "json_object", json_schema, choice, regex or grammar only what follows
+  /// it (the content) is held as those and json_trigger say. Output that
+  /// never writes it is all thinking. The done reply counts the thinking's
+  /// tokens (usage.reasoning_tokens). Empty: none.
   std::string reasoning_close{};
   /// "reasoning_open": "<think>" (up to 64 bytes), with reasoning_close:
   /// only output that begins with it (after at most 32 blanks) thinks
@@ -338,6 +339,9 @@ struct done_reply {
   /// session's history, or prompt pages cached by prefix caching); in
   /// "usage" only when not 0.
   std::uint32_t cached_tokens = 0;
+  /// Of completion_tokens, the thinking's (a request with reasoning_close:
+  /// up to the token that completes the mark); in "usage" only when not 0.
+  std::uint32_t reasoning_tokens = 0;
 };
 
 struct error_reply {

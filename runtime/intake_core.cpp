@@ -252,6 +252,11 @@ std::uint64_t session_id_of(const std::string& name) noexcept {
 void intake_core::generate(const std::string& peer, wire::generate_request&& g,
                            double now_s, intake_actions& out) {
   using wire::error_code;
+  // Thinking counted whatever holds the content (the marks are taken off a
+  // request whose constraint this backend cannot hold).
+  std::optional<reasoning_counter> thinking;
+  if (!g.reasoning_close.empty())
+    thinking.emplace(g.reasoning_open, g.reasoning_close);
   if (draining_) {
     out.replies.push_back(error_frame(peer, g.id, error_code::shutting_down,
                                       "the server is shutting down and takes no new requests"));
@@ -460,6 +465,7 @@ void intake_core::generate(const std::string& peer, wire::generate_request&& g,
     p.prompt = spec.prompt;
   p.prompt_tokens = static_cast<std::uint32_t>(spec.prompt.size());
   p.keep_special = !spec.skip_special_tokens;
+  p.thinking = std::move(thinking);
   if (p.keep_special) {
     p.ends = spec.stop_token_ids;
     if (!spec.ignore_eos)
@@ -557,6 +563,9 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
     if (i != requests_.end() && !i->second.peer_gone) {
       auto& p = i->second;
       send_accepted(p, out);
+      if (p.thinking)
+        for (auto j = k; j < end && !p.thinking->done(); ++j)
+          p.thinking->feed(backend_->vocab().shown(batch.tokens[j].token, p.keep_special));
       if (p.stream) {
         wire::token_reply t;
         t.id = p.client_id;
@@ -606,6 +615,7 @@ std::vector<outbound_frame> intake_core::on_progress(const progress_batch& batch
       d.prompt_tokens = f.prompt_tokens;
       d.completion_tokens = f.completion_tokens;
       d.cached_tokens = f.cached_tokens;
+      d.reasoning_tokens = p.thinking ? p.thinking->count() : 0;
       d.time = {f.queue_ms, f.ttft_ms, f.e2e_ms};
       if (!p.stream) {
         d.text = decode(p.tokens, p.keep_special, ended_by_last(p, p.tokens, f.reason));

@@ -4,6 +4,7 @@
 // Wrapped by the intake actor; CPU-testable without CAF or ZeroMQ.
 #pragma once
 
+#include "runtime/reasoning_counter.hpp"
 #include "gpu/backend.hpp"
 #include "messages/payloads.hpp"
 #include "messages/wire.hpp"
@@ -142,6 +143,9 @@ private:
     /// ended the output.
     bool keep_special = false;
     std::vector<std::int32_t> ends;
+    /// With reasoning marks: the thinking's tokens, counted as they come
+    /// (the done reply's usage.reasoning_tokens).
+    std::optional<reasoning_counter> thinking;
   };
 
   void generate(const std::string& peer, wire::generate_request&& g, double now_s,

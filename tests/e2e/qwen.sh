@@ -117,6 +117,9 @@ if arch == "qwen3":
     status, out = call(base, "/v1/chat/completions", think)
     m = out["choices"][0]["message"]
     assert status == 200 and m["reasoning_content"] == "<think><think>" and m["content"] is None, out
+    # Every token of it is the thinking's.
+    assert out["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3} == {
+        "reasoning_tokens": out["usage"]["completion_tokens"]}, out
     status, raw = post_text(base, "/v1/chat/completions", dict(think, stream=True))
     assert status == 200, raw
     deltas = [json.loads(line[6:])["choices"][0]["delta"] for line in raw.splitlines()
@@ -150,6 +153,13 @@ if arch == "qwen3":
             value = json.loads(m["content"])
             assert set(value) == {"a"} and isinstance(value["a"], bool), out
             thought += m["reasoning_content"] is not None
+            # The thinking's tokens, <think> and </think> among them, and
+            # never the value's.
+            counted = out["usage"]["completion_tokens_details"]["reasoning_tokens"]
+            if m["reasoning_content"] is None:
+                assert counted == 0, out
+            else:
+                assert 2 <= counted < out["usage"]["completion_tokens"], out
         else:
             assert c["finish_reason"] == "length", out
             assert m["content"] is None or m["content"].lstrip().startswith("{"), out

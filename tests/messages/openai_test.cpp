@@ -2988,6 +2988,31 @@ TEST(openai, llama_31_json_calls_have_no_marker_and_their_arguments_under_parame
   EXPECT_EQ(std::get<chat_template_error>(t).key, "chat_tool_call");
 }
 
+TEST(openai, a_thinking_models_usage_counts_its_reasoning_tokens) {
+  const std::string body = R"({"model":"base","messages":[{"role":"user","content":"2+2?"}])";
+  const auto c = chat_ok(body + "}", reasoning_template("qwen3"));
+  const completion_answer a{"chatcmpl-1", 1, c};
+  auto d = done("stop");
+  d.text = "<think>Four.</think>4";
+  d.completion_tokens = 9;
+  d.reasoning_tokens = 6;
+  const auto j = json::parse(a.body({d}));
+  EXPECT_EQ(j["usage"]["completion_tokens"], 9);
+  EXPECT_EQ(j["usage"]["completion_tokens_details"], json({{"reasoning_tokens", 6}}));
+  // Streamed, with its usage: the same count; none thought: 0, given.
+  const auto streamed = chat_ok(body + R"(,"stream":true,"stream_options":{"include_usage":true}})",
+                                reasoning_template("qwen3"));
+  completion_answer s{"chatcmpl-2", 1, streamed};
+  (void)s.stream_start();
+  const auto end = events(end_of(s, d));
+  EXPECT_EQ(end[end.size() - 2]["usage"]["completion_tokens_details"]["reasoning_tokens"], 6);
+  d.reasoning_tokens = 0;
+  EXPECT_EQ(json::parse(a.body({d}))["usage"]["completion_tokens_details"]["reasoning_tokens"], 0);
+  // A model that does not think has no such detail.
+  const completion_answer plain{"chatcmpl-3", 1, chat_ok(body + "}", builtin("chatml"))};
+  EXPECT_FALSE(json::parse(plain.body({d}))["usage"].contains("completion_tokens_details"));
+}
+
 TEST(openai, with_reasoning_the_format_guided_output_and_forced_calls_hold_the_content_after_the_thinking) {
   const std::string body = R"({"model":"m","messages":[{"role":"user","content":"2+2?"}])";
   const std::string as_json = R"(,"response_format":{"type":"json_object"}})";
@@ -3016,8 +3041,11 @@ TEST(openai, with_reasoning_the_format_guided_output_and_forced_calls_hold_the_c
                               "<think>Two and two.</think>4")["message"];
   EXPECT_EQ(picked["reasoning_content"], "Two and two.");
   EXPECT_EQ(picked["content"], "4");
-  // Nothing held, or no parser: no marks.
-  EXPECT_EQ(as_generate(chat_ok(body + "}", reasoning_template("qwen3"))).reasoning_close, "");
+  // Nothing held: the marks still go, for the thinking's count; no parser:
+  // no marks.
+  EXPECT_EQ(as_generate(chat_ok(body + "}", reasoning_template("qwen3"))).reasoning_close, "</think>");
+  EXPECT_EQ(as_generate(chat_ok(body + "}", reasoning_template("qwen3"))).reasoning_open, "<think>");
+  EXPECT_EQ(as_generate(chat_ok(body + "}", builtin("chatml"))).reasoning_close, "");
   EXPECT_EQ(as_generate(chat_ok(body + R"(,"guided_choice":["4"]})", builtin("chatml"))).reasoning_close, "");
   EXPECT_EQ(as_generate(chat_ok(body + as_json, builtin("chatml"))).reasoning_close, "");
   // The answer: the thinking apart, the content the JSON.

@@ -543,6 +543,22 @@ TEST(responses, a_failure_after_the_stream_began_is_an_error_event) {
   EXPECT_EQ(ev[1]["response"]["error"], json({{"code", "overloaded"}, {"message", "gone"}}));
 }
 
+TEST(responses, the_thinkings_tokens_are_the_usages_reasoning_tokens) {
+  auto thinking = builtin("chatml");
+  thinking.reasoning = reasoning_parser("qwen3");
+  const auto r = taken(R"({"model":"base","input":"2+2?"})", thinking);
+  auto d = done_with("<think>Four.</think>4");
+  d.reasoning_tokens = 5;
+  d.completion_tokens = 7;
+  const auto j = json::parse(response_answer("resp_r", 1, r).body({d}));
+  EXPECT_EQ(j["usage"]["output_tokens"], 7);
+  EXPECT_EQ(j["usage"]["output_tokens_details"]["reasoning_tokens"], 5);
+  // A model that does not think: 0.
+  const auto plain = taken(R"({"model":"base","input":"2+2?"})", builtin("chatml"));
+  EXPECT_EQ(json::parse(response_answer("resp_p", 1, plain).body({d}))["usage"]["output_tokens_details"]["reasoning_tokens"],
+            0);
+}
+
 TEST(responses, a_background_response_is_kept_and_read_by_its_status) {
   const auto chatml = builtin("chatml");
   response_store st(1 << 20);

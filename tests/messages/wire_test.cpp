@@ -155,6 +155,8 @@ void expect_same(const reply& a, const reply& b) {
         EXPECT_EQ(x.finish_reason, y.finish_reason);
         EXPECT_EQ(x.prompt_tokens, y.prompt_tokens);
         EXPECT_EQ(x.completion_tokens, y.completion_tokens);
+        EXPECT_EQ(x.cached_tokens, y.cached_tokens);
+        EXPECT_EQ(x.reasoning_tokens, y.reasoning_tokens);
         EXPECT_EQ(x.time.queue_ms, y.time.queue_ms);
         EXPECT_EQ(x.time.ttft_ms, y.time.ttft_ms);
         EXPECT_EQ(x.time.e2e_ms, y.time.e2e_ms);
@@ -351,6 +353,12 @@ std::vector<accept_case> accept_cases() {
        r.reasoning_close = "</think>";
        r.reasoning_open = "<think>";
        r.choice = {"a", "b"};
+     }},
+    // Nothing held: the thinking's tokens are only counted.
+    {"reasoning_counted_alone", gen(R"("reasoning_close":"</think>","reasoning_open":"<think>")"),
+     [](g r) {
+       r.reasoning_close = "</think>";
+       r.reasoning_open = "<think>";
      }},
     {"reasoning_before_a_regex", gen(R"("regex":"[ab]","reasoning_close":"</think>")"),
      [](g r) {
@@ -630,8 +638,6 @@ std::vector<reject_case> reject_cases() {
      {"\"json_answer\"", "a JSON Schema (an object)"}},
     {"json_trigger_first_alone", gen(R"("json_schema":{},"json_trigger_first":true)"), bad, "g1",
      {"\"json_trigger_first\"", "given with \"json_trigger\""}},
-    {"reasoning_close_alone", gen(R"("reasoning_close":"</think>")"), bad, "g1",
-     {"\"reasoning_close\"", "given with \"response_format\"", "\"choice\", \"regex\" or \"grammar\""}},
     {"reasoning_close_empty", gen(R"("json_schema":{},"reasoning_close":"")"), bad, "g1",
      {"\"reasoning_close\"", "a string of 1 to 64 bytes"}},
     {"reasoning_close_too_long", gen(R"("json_schema":{},"reasoning_close":")" + std::string(65, 'a') + "\""), bad, "g1",
@@ -802,6 +808,10 @@ TEST(wire, reply_json_shapes) {
                         R"("usage":{"prompt_tokens":3,"completion_tokens":2},)"
                         R"("timings":{"queue_ms":1.5,"ttft_ms":2.0,"e2e_ms":3.25},)"
                         R"("tokens":[5,6],"text":"ab"})");
+  d.reasoning_tokens = 2;
+  EXPECT_NE(to_json(d).find(R"("usage":{"prompt_tokens":3,"completion_tokens":2,"reasoning_tokens":2})"), std::string::npos)
+    << to_json(d);
+  d.reasoning_tokens = 0;
   d.tokens.reset();
   d.text.reset();
   auto streamed = to_json(d);
@@ -832,6 +842,8 @@ TEST(wire, reply_round_trips) {
     done_reply{"a", "cancelled", 3, 1, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt},
     // Part of the prompt read from a cache.
     done_reply{"a", "length", 40, 2, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 32},
+    // Of the output, the thinking's tokens.
+    done_reply{"a", "stop", 4, 9, {1, 2, 3}, std::nullopt, std::nullopt, std::nullopt, std::nullopt, 0, 7},
     token_reply{"a", 3, {9, 4}, "x", {{{9, "x", -0.25f}, {{9, "x", -0.25f}, {11, "\xe2\x98\xba", -2.5f}}},
                                            {{4, "\xe2", -std::numeric_limits<float>::infinity()}, {}}},
                 {}},

@@ -590,6 +590,36 @@ TEST_F(intake_core_test, non_streaming_requests_get_one_done_with_tokens_and_tex
   EXPECT_EQ(core.in_flight(), 0u);
 }
 
+TEST_F(intake_core_test, the_thinkings_tokens_are_counted_in_the_done_reply) {
+  // One token a character: "<t>a</t>" thinks (8 tokens), "ok" answers.
+  const std::string output = "<t>a</t>ok";
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "streamed" : "whole");
+    const auto id = submit("p", stream ? "r2" : "r1",
+                           std::string(R"("reasoning_close":"</t>","reasoning_open":"<t>")") + (stream ? R"(,"stream":true)" : ""));
+    ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+    for (std::size_t i = 0; i < output.size(); i += 3) { // in chunks that cut the marks
+      std::vector<token_event> batch;
+      for (std::size_t j = i; j < std::min(output.size(), i + 3); ++j)
+        batch.push_back({id, static_cast<std::uint32_t>(j), 3 + output[j]});
+      (void)core.on_progress({batch, {}, {}, {}});
+    }
+    auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 10)}, {}, {}});
+    ASSERT_EQ(out.size(), 1u);
+    const auto d = as<wire::done_reply>(out[0]);
+    EXPECT_EQ(d.reasoning_tokens, 8u);
+  }
+  // Output that answers at once, and a request that names no marks: none.
+  for (const char* fields : {R"("reasoning_close":"</t>","reasoning_open":"<t>")", R"("max_tokens":4)"}) {
+    const auto id = submit("p", "r3", fields);
+    ASSERT_EQ(core.on_submit_result(id, sr::accepted).size(), 1u);
+    (void)core.on_progress({{{id, 0, 3 + 'o'}, {id, 1, 3 + '<'}, {id, 2, 3 + 't'}}, {}, {}, {}});
+    auto out = core.on_progress({{}, {fin(id, finish_reason::stop, 2, 3)}, {}, {}});
+    ASSERT_EQ(out.size(), 1u);
+    EXPECT_EQ(as<wire::done_reply>(out[0]).reasoning_tokens, 0u) << fields;
+  }
+}
+
 TEST_F(intake_core_test, kept_special_tokens_show_their_text_but_for_the_one_that_ended_the_output) {
   // The sim vocabulary's specials: 1 <s>, 2 </s> (end of sequence).
   const auto a = 3 + 'a', b = 3 + 'b';
