@@ -20,7 +20,7 @@ namespace troupe::gpu {
 /// (the exponent 2i / dim rounded, the power rounded, `1 / x` a reciprocal,
 /// a Python scalar cast to float32), so the table is transformers' to the
 /// bit but where torch's float32 pow is not correctly rounded: at 128K
-/// positions a few ulps of inv_freq turn a pair by up to 0.01 radian.
+/// positions a few ulps of inv_freq turn a pair by up to 0.008 radian.
 /// Throws std::invalid_argument for an odd or zero dim, or longrope factor
 /// lists not dim / 2 long.
 std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scaling& scaling,

@@ -462,6 +462,8 @@ std::uint64_t deployment::stop() {
     return 0;
   p.stopped = true;
   std::uint64_t left = 0;
+  if (p.http)
+    p.http->cancel_background(); // their answers would be lost with the front's memory
   if (p.intake) {
     // Bootstrap code, like main(): blocking here is fine.
     caf::scoped_actor self{*p.sys};

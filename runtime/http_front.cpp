@@ -37,6 +37,7 @@
 #include <deque>
 #include <stdexcept>
 #include <thread>
+#include <future>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -251,6 +252,9 @@ struct http_front::impl : zmq_io::owned_socket {
         if (!job->cancelled && !job->deleted)
           keep_response(r, resp_id, job->answer.snapshot("in_progress"));
       } else if (auto* d = std::get_if<wire::done_reply>(&*reply)) {
+        // A cancel that came after the end cancelled nothing: the answer stands.
+        if (d->finish_reason != "cancelled")
+          job->cancelled = false;
         body = job->answer.body({std::move(*d)});
         break;
       } else if (auto* e = std::get_if<wire::error_reply>(&*reply)) {
@@ -548,7 +552,11 @@ struct http_front::impl : zmq_io::owned_socket {
                          "background response can be cancelled")));
         if (job != jobs.end())
           stop_background(id, *job->second, false);
-        co_return co_await reply(make(version, keep, http::status::ok, stored.find(id)->body));
+        const auto* now = stored.find(id); // (none where the store had no room left for it)
+        auto body = now != nullptr      ? now->body
+                    : job != jobs.end() ? job->second->answer.snapshot("cancelled")
+                                        : std::string();
+        co_return co_await reply(make(version, keep, http::status::ok, std::move(body)));
       }
       if (method == http::verb::get)
         co_return co_await reply(make(version, keep, http::status::ok, e->body));
@@ -978,6 +986,24 @@ void http_front::stop() {
     p.work.reset();
   });
   p.thread.join();
+}
+
+void http_front::cancel_background() {
+  auto& p = *impl_;
+  if (!p.thread.joinable())
+    return;
+  std::promise<void> done;
+  asio::post(p.io, [&p, &done] {
+    const auto e = stopping();
+    for (auto& [id, job] : p.jobs)
+      if (!job->cancelled && !job->deleted) {
+        p.cancel(job->id);
+        job->cancelled = true;
+        p.keep_response(job->request, id, job->answer.snapshot("failed", &e));
+      }
+    done.set_value();
+  });
+  done.get_future().wait();
 }
 
 const std::string& http_front::endpoint() const noexcept {

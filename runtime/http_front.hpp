@@ -59,6 +59,10 @@ public:
   /// Stops taking connections; requests still waiting for the intake are
   /// answered 503; then the io thread ends.
   void stop();
+  /// The server is draining: background responses still running are
+  /// cancelled (what they would answer is kept in this front's memory only,
+  /// gone when it stops) and kept as "failed", shutting down.
+  void cancel_background();
 
   /// "host:port" actually bound (the real port when the config said 0).
   const std::string& endpoint() const noexcept;

@@ -125,15 +125,16 @@ void prefix_cache::offer(std::span<const std::uint64_t> keys) {
   if (admit_offers_ <= 1)
     return;
   for (const auto key : keys) {
-    auto [it, fresh] = offers_.try_emplace(key, 0);
-    if (it->second < admit_offers_)
-      ++it->second;
-    if (!fresh)
-      continue;
-    offer_order_.push_back(key);
-    if (offer_order_.size() > offer_memory_) {
-      offers_.erase(offer_order_.front());
+    auto& o = offers_[key];
+    if (o.count < admit_offers_)
+      ++o.count;
+    o.last = ++offer_seq_;
+    offer_order_.emplace_back(o.last, key);
+    while (offer_order_.size() > offer_memory_) {
+      const auto [seq, old] = offer_order_.front();
       offer_order_.pop_front();
+      if (const auto it = offers_.find(old); it != offers_.end() && it->second.last == seq)
+        offers_.erase(it); // not offered since
     }
   }
 }
@@ -142,7 +143,7 @@ bool prefix_cache::admits(std::uint64_t key) const {
   if (admit_offers_ <= 1 || entries_.contains(key))
     return true;
   const auto it = offers_.find(key);
-  return it != offers_.end() && it->second >= admit_offers_;
+  return it != offers_.end() && it->second.count >= admit_offers_;
 }
 
 std::vector<std::uint32_t> prefix_cache::evict(std::uint64_t n) {

@@ -112,8 +112,15 @@ private:
   /// Admission: prompts that offered each remembered key, oldest first out.
   std::uint32_t admit_offers_ = 1;
   std::size_t offer_memory_ = 0;
-  std::unordered_map<std::uint64_t, std::uint32_t> offers_;
-  std::deque<std::uint64_t> offer_order_;
+  struct offered {
+    std::uint32_t count = 0;
+    std::uint64_t last = 0; ///< the sequence number of its last offer
+  };
+  std::unordered_map<std::uint64_t, offered> offers_;
+  /// (sequence number, key) of each offer, oldest first: a key goes when
+  /// its last offer leaves the window.
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> offer_order_;
+  std::uint64_t offer_seq_ = 0;
 };
 
 } // namespace troupe

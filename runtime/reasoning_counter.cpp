@@ -1,16 +1,9 @@
 #include "runtime/reasoning_counter.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace troupe {
-
-namespace {
-
-bool blank(char c) noexcept {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r';
-}
-
-} // namespace
 
 reasoning_counter::reasoning_counter(std::string open, std::string close)
     : open_(std::move(open)), close_(std::move(close)), phase_(open_.empty() ? phase::thinking : phase::start) {
@@ -40,15 +33,9 @@ void reasoning_counter::feed(std::string_view text) {
     return;
   case phase::start: {
     seen_ += text;
-    std::size_t blanks = 0;
-    while (blanks < seen_.size() && blank(seen_[blanks]))
-      ++blanks;
-    if (blanks > max_blank) {
-      phase_ = phase::content;
-      seen_.clear();
-      return;
-    }
-    const std::string_view rest = std::string_view(seen_).substr(blanks);
+    // Blanks first, as the chat answer's reader skips them.
+    seen_.erase(0, std::min(seen_.size(), seen_.find_first_not_of(" \t\r\n")));
+    const std::string_view rest = seen_;
     if (rest.size() < open_.size() && std::string_view(open_).starts_with(rest)) {
       ++pending_; // may still be the mark's beginning (or blanks only)
       return;

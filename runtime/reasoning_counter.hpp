@@ -1,12 +1,12 @@
 // Counts a reasoning model's thinking tokens, as the chat answer's
-// reasoning parser splits its text (messages/openai.hpp, reasoning_format;
-// the same reading as runtime/reasoning_gate.hpp's start): with an opening
-// mark ("<think>"), output that begins with it after at most max_blank
-// blanks thinks up to the closing mark ("</think>"), and other output is
-// all content; without one, the prompt opened the thinking and the output
-// begins in it. A token counts as thinking while the closing mark has not
-// ended before it: the one that completes the mark is the last. What the
-// wire's done reply says as usage.reasoning_tokens. No CAF, no I/O.
+// reasoning parser splits its text (messages/openai.hpp, reasoning_format):
+// with an opening mark ("<think>"), output that begins with it after any
+// blanks (runtime/reasoning_gate.hpp takes at most 32) thinks up to the
+// closing mark ("</think>"), and other output is all content; without one,
+// the prompt opened the thinking and the output begins in it. A token
+// counts as thinking while the closing mark has not ended before it: the
+// one that completes the mark is the last. What the wire's done reply says
+// as usage.reasoning_tokens. No CAF, no I/O.
 #pragma once
 
 #include <cstdint>
@@ -17,9 +17,6 @@ namespace troupe {
 
 class reasoning_counter {
 public:
-  /// Blanks (spaces, tabs, newlines) taken before the opening mark.
-  static constexpr std::uint32_t max_blank = 32;
-
   /// `close` must not be empty; `open` empty: the output begins thinking.
   reasoning_counter(std::string open, std::string close);
 

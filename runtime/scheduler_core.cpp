@@ -2061,6 +2061,9 @@ void scheduler_core::stop_computing(record& r) {
 }
 
 void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx) {
+  // The pages it said it would cache (others may wait for them) stay
+  // admitted, whatever the admission has forgotten since.
+  const auto promised = r.prefix_keys.size() + r.computing_keys.size();
   stop_computing(r);
   if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted)
     return;
@@ -2069,7 +2072,7 @@ void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx
   const std::span<const std::int32_t> prompt{r.spec.prompt};
   std::vector<std::uint32_t> moved;
   const auto keys = prompt_keys(r);
-  for (auto p = r.prefix_keys.size(); p < whole && p < keys.size() && prefix_->admits(keys[p]); ++p) {
+  for (auto p = r.prefix_keys.size(); p < whole && p < keys.size() && (p < promised || prefix_->admits(keys[p])); ++p) {
     const auto parent = r.prefix_keys.empty() ? 0 : r.prefix_keys.back();
     const auto key = prefix_->insert(parent, prefix_space(r), prompt.subspan(p * per, per), r.page_ids[p], now_s);
     if (key == 0)

@@ -337,7 +337,7 @@ std::uint32_t bits_of(float f) {
 // The frequencies the cpu and cuda models turn q and k by are the ones
 // transformers computes, bit for bit, for each pass length (LongRoPE's
 // short and long sets): at 128K positions an ulp of a frequency moves a
-// pair's angle by up to 0.01 radian.
+// pair's angle by up to 0.008 radian.
 TEST(rope_frequencies, are_transformers_float32_ones_to_the_bit) {
   std::string dir = (fs::temp_directory_path() / "troupe_rope_XXXXXX").string();
   ASSERT_NE(mkdtemp(dir.data()), nullptr);

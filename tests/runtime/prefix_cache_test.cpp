@@ -158,6 +158,16 @@ TEST(prefix_cache, repeated_admission_takes_a_page_once_a_second_prompt_offers_i
   EXPECT_FALSE(e.admits(k[0]));
   e.offer(std::span<const std::uint64_t>{k}.last(1));
   EXPECT_TRUE(e.admits(k[3]));
+  // A key offered again is remembered from its last offer.
+  prefix_cache f{4};
+  f.admit_after(2, 3);
+  const auto q = f.keys_of(2, iota_tokens(20), 5);
+  f.offer(std::span<const std::uint64_t>{q}.first(2)); // q0, q1
+  f.offer(std::span<const std::uint64_t>{q}.first(1)); // q0 again: held twice
+  f.offer(std::span<const std::uint64_t>{q}.subspan(2, 2)); // q2, q3: q1 forgotten, q0 not
+  EXPECT_TRUE(f.admits(q[0]));
+  f.offer(std::span<const std::uint64_t>{q}.subspan(4, 1)); // three offers since q0's last
+  EXPECT_FALSE(f.admits(q[0]));
   // Back to every page.
   e.admit_after(1, 0);
   EXPECT_TRUE(e.admits(k[1]));

@@ -609,7 +609,7 @@ TEST(scheduler_prefix, repeated_admission_caches_a_prompt_from_its_second_reques
   sh.expect_all_back();
 }
 
-TEST(scheduler_prefix, off_by_default_nothing_is_cached) {
+TEST(scheduler_prefix, off_nothing_is_cached) {
   auto limits = prefix_limits(64);
   limits.prefix_caching = false;
   prefix_shell sh{limits};
