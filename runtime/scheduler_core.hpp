@@ -99,7 +99,8 @@ struct scheduler_limits {
   std::uint64_t prefix_idle_pages = std::numeric_limits<std::uint64_t>::max();
   /// A prompt page is cached once this many requests' prompts have held it
   /// (2: a prompt seen once takes no idle memory; 1: every prompt's pages).
-  /// The keys of the last 16 pages per pool page offered are remembered.
+  /// A page's count is remembered until 16 offers per pool page have come
+  /// since its last.
   std::uint32_t prefix_admit_offers = 1;
 };
 
