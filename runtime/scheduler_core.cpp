@@ -2038,41 +2038,52 @@ bool scheduler_core::prefix_being_computed(record& r, const policies::schedule_d
   const auto keys = prompt_keys(r);
   const auto readable = std::min(keys.size(), (r.spec.prompt.size() - 1) / limits_.page_tokens);
   const auto cached = prefix_->lookup(prefix_space(r), r.spec.prompt, keys.first(readable)).keys.size();
-  return cached < readable && computing_.contains(keys[cached]);
+  // Held only for a page that will be cached (admitted), which it then is.
+  if (cached >= readable || !computing_.contains(keys[cached]) || !prefix_->admits(keys[cached]))
+    return false;
+  awaited_.insert(keys[cached]);
+  return true;
 }
 
 void scheduler_core::note_computing(record& r) {
   if (!prefix_ || r.swapped || r.hidden || r.spec.session != 0 || !r.computing_keys.empty())
     return;
-  // The pages it will cache (those admitted now): a request that would
-  // read them waits for them.
+  // A request that would read these pages may wait for them (where they
+  // are to be cached), rather than compute them too.
   const auto keys = prompt_keys(r);
-  for (auto p = std::min(keys.size(), r.prefix_keys.size()); p < keys.size() && prefix_->admits(keys[p]); ++p)
-    r.computing_keys.push_back(keys[p]);
+  r.computing_keys.assign(keys.begin() + static_cast<std::ptrdiff_t>(std::min(keys.size(), r.prefix_keys.size())),
+                          keys.end());
   for (const auto k : r.computing_keys)
     ++computing_[k];
 }
 
 void scheduler_core::stop_computing(record& r) {
   for (const auto k : r.computing_keys)
-    if (auto i = computing_.find(k); i != computing_.end() && --i->second == 0)
+    if (auto i = computing_.find(k); i != computing_.end() && --i->second == 0) {
       computing_.erase(i);
+      awaited_.erase(k);
+    }
   r.computing_keys.clear();
 }
 
 void scheduler_core::share_prompt(record& r, double now_s, scheduler_effects& fx) {
-  // The pages it said it would cache (others may wait for them) stay
-  // admitted, whatever the admission has forgotten since.
-  const auto promised = r.prefix_keys.size() + r.computing_keys.size();
-  stop_computing(r);
-  if (!prefix_ || r.hidden || r.spec.session != 0 || !r.pages_granted)
-    return;
+  const bool shares = prefix_ && !r.hidden && r.spec.session == 0 && r.pages_granted;
   const auto per = limits_.page_tokens;
-  const auto whole = std::min<std::size_t>(r.spec.prompt.size() / per, r.page_ids.size());
+  // The pages it caches: those admitted, and those another request waits
+  // for (admitted when it began to wait, whatever admission forgot since).
+  std::size_t run = r.prefix_keys.size();
+  if (shares) {
+    const auto keys = prompt_keys(r);
+    const auto whole = std::min({r.spec.prompt.size() / per, r.page_ids.size(), keys.size()});
+    while (run < whole && (prefix_->admits(keys[run]) || awaited_.contains(keys[run])))
+      ++run;
+  }
+  stop_computing(r);
+  if (!shares)
+    return;
   const std::span<const std::int32_t> prompt{r.spec.prompt};
   std::vector<std::uint32_t> moved;
-  const auto keys = prompt_keys(r);
-  for (auto p = r.prefix_keys.size(); p < whole && p < keys.size() && (p < promised || prefix_->admits(keys[p])); ++p) {
+  for (auto p = r.prefix_keys.size(); p < run; ++p) {
     const auto parent = r.prefix_keys.empty() ? 0 : r.prefix_keys.back();
     const auto key = prefix_->insert(parent, prefix_space(r), prompt.subspan(p * per, per), r.page_ids[p], now_s);
     if (key == 0)

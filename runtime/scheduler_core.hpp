@@ -25,6 +25,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <optional>
 #include <variant>
 #include <vector>
@@ -869,6 +870,8 @@ private:
   std::uint64_t prefix_holds_ = 0;
   /// Keys of prompt pages admitted requests are computing, and how many.
   std::unordered_map<std::uint64_t, std::uint32_t> computing_;
+  /// Pages being computed that a request waits for: cached when computed.
+  std::unordered_set<std::uint64_t> awaited_;
 };
 
 } // namespace troupe

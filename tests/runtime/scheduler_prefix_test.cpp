@@ -593,19 +593,22 @@ TEST(scheduler_prefix, repeated_admission_caches_a_prompt_from_its_second_reques
   sh.run();
   EXPECT_EQ(sh.prefill_of(3)->context_tokens, 8u);
   EXPECT_EQ(sh.core.prefix_hits(), 1u);
-  // Copies arriving together: the first and the second compute (the
-  // first's pages are not to be cached when it starts), the rest wait for
-  // the second's and read them.
+  // Copies arriving together: the first computes; the second makes its
+  // pages a second prompt's, so it and the rest wait for them and read them.
   const auto prompt = tokens(500, 13);
   for (std::uint64_t id = 10; id <= 13; ++id)
     sh.submit(id, {prompt, 3});
   sh.run();
   EXPECT_EQ(sh.prefill_of(10)->context_tokens, 0u);
-  EXPECT_EQ(sh.prefill_of(11)->context_tokens, 0u);
-  EXPECT_EQ(sh.prefill_of(12)->context_tokens, 12u);
-  EXPECT_EQ(sh.prefill_of(13)->context_tokens, 12u);
-  EXPECT_EQ(sh.core.prefix_holds(), 2u);
-  EXPECT_EQ(sh.core.prefix_hits(), 3u);
+  for (std::uint64_t id = 11; id <= 13; ++id)
+    EXPECT_EQ(sh.prefill_of(id)->context_tokens, 12u) << id;
+  EXPECT_EQ(sh.core.prefix_holds(), 3u);
+  EXPECT_EQ(sh.core.prefix_hits(), 4u);
+  // A prompt nobody else holds is computed and never waited for.
+  sh.submit(20, {tokens(900, 13), 3});
+  sh.run();
+  EXPECT_EQ(sh.core.prefix_holds(), 3u);
+  EXPECT_EQ(sh.core.prefix_cached_pages(), 5u) << "the system prompt's two pages and the copies' three";
   sh.expect_all_back();
 }
 
