@@ -408,13 +408,15 @@ void sim_engine::apply(scheduler_effects fx) {
     pool_.transfer(request_owner(a.from), request_owner(a.to));
   for (auto id : fx.release_pages)
     pool_.release(request_owner(id));
-  for (const auto& r : fx.reserves) {
-    const bool ok = pool_.allocate(request_owner(r.request_id), r.pages);
-    const auto pages = pool_.pages_of(request_owner(r.request_id));
-    apply(core_.on_pages(r.request_id, ok, now_,
-                         ok ? std::vector<std::uint32_t>(pages.begin(), pages.end())
-                            : std::vector<std::uint32_t>{}));
-  }
+  // The pool grants or refuses reservations at once, in order; the core
+  // hears the answers once the rest of these effects are carried out, as
+  // the live scheduler hears the pool's replies after it has sent its other
+  // messages. (Heard at once, a refusal's trim could evict the idle adapter
+  // that this same admission is about to acquire: the load, then the
+  // refusal again, would repeat forever.)
+  std::vector<std::pair<std::uint64_t, bool>> page_answers;
+  for (const auto& r : fx.reserves)
+    page_answers.emplace_back(r.request_id, pool_.allocate(request_owner(r.request_id), r.pages));
   for (const auto& g : fx.grows) {
     // The pool answers at once, so no growth is ever stale here.
     const bool ok = pool_.allocate(request_owner(g.request_id), g.pages);
@@ -516,6 +518,11 @@ void sim_engine::apply(scheduler_effects fx) {
       cfg_.classifier->observe(adapter, prompt, f.completion_tokens);
     }
     ended(f.request_id - 1, f.reason);
+  }
+  for (const auto& [id, ok] : page_answers) {
+    const auto pages = pool_.pages_of(request_owner(id));
+    apply(core_.on_pages(id, ok, now_,
+                         ok ? std::vector<std::uint32_t>(pages.begin(), pages.end()) : std::vector<std::uint32_t>{}));
   }
 }
 
