@@ -23,6 +23,9 @@ public:
     std::string input_items; ///< this turn's input items (a JSON array)
     std::string body;        ///< the response object
     std::string session{};   ///< the Troupe session its conversation runs in ("" for none)
+    /// A streamed background response's events (event_log::text()), read
+    /// again by GET ?stream=true; "" for any other.
+    std::string events{};
   };
 
   /// Keeps at most `capacity` bytes of entries (0: none).
@@ -57,7 +60,7 @@ private:
   };
   static std::size_t bytes_of(const std::string& id, const entry& e) noexcept {
     return id.size() + e.previous.size() + e.input_items.size() + e.body.size() + e.session.size()
-           + 64; // with the bookkeeping's
+           + e.events.size() + 64; // with the bookkeeping's
   }
   std::size_t capacity_;
   std::size_t bytes_ = 0;

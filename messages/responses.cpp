@@ -368,10 +368,6 @@ std::optional<api_error> read_refused(const json& doc, bool stored) {
       if (doc.value("store", json(true)) == json(false))
         return bad("field \"background\" needs \"store\": true (the response is read with GET /v1/responses/ID)",
                    "background");
-      if (doc.value("stream", json(false)) == json(true))
-        return bad("field \"background\" with \"stream\": true is not served: leave \"stream\" out and poll "
-                   "GET /v1/responses/ID",
-                   "background");
     }
   }
   if (auto e = off("truncation", "disabled", "a prompt past the context is refused, not cut"))
@@ -781,6 +777,11 @@ std::string response_answer::stream_error(const api_error& e) {
   return out + s_->emit("response.failed", {{"response", std::move(failed)}});
 }
 
+std::string response_answer::error_event(const api_error& e) {
+  return s_->emit("error",
+                  {{"code", e.code}, {"message", e.message}, {"param", e.param.empty() ? json() : json(e.param)}});
+}
+
 std::optional<std::string> response_answer::finished() const {
   return s_->finished;
 }
@@ -791,6 +792,66 @@ std::string response_answer::snapshot(std::string_view status, const api_error* 
   if (error != nullptr)
     r["error"] = {{"code", error->code}, {"message", error->message}};
   return dump(r);
+}
+
+event_log::event_log(std::string all) {
+  add(all);
+}
+
+void event_log::add(std::string_view events) {
+  // Each event ends with a blank line; its data is one line of JSON, which
+  // holds no raw line break.
+  const auto base = text_.size();
+  text_ += events;
+  for (std::size_t at = 0; at < events.size();) {
+    starts_.push_back(base + at);
+    const auto end = events.find("\n\n", at);
+    at = end == std::string_view::npos ? events.size() : end + 2;
+  }
+}
+
+std::string_view event_log::from(std::size_t first) const noexcept {
+  if (first >= starts_.size())
+    return {};
+  return std::string_view(text_).substr(starts_[first]);
+}
+
+std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view query) {
+  retrieve_query q;
+  bool stream_given = false;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const auto pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (pair.empty())
+      continue;
+    const auto eq = pair.find('=');
+    const auto key = percent_decoded(pair.substr(0, eq));
+    const auto value = eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1));
+    if (key == "stream") {
+      if (value != "true" && value != "false")
+        return bad_request("query parameter \"stream\" must be true or false, got \"" + value.substr(0, 40) + "\"",
+                           "stream");
+      q.stream = value == "true";
+      stream_given = true;
+    } else if (key == "starting_after") {
+      if (value.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos)
+        return bad_request("query parameter \"starting_after\" must be an event's sequence number (an integer from 0), "
+                           "got \"" + value.substr(0, 40) + "\"",
+                           "starting_after");
+      q.starting_after = std::stoull(value);
+    } else if (key != "include" && key != "include[]" && key != "include_obfuscation") {
+      return bad_request("query parameter \"" + key.substr(0, 40)
+                           + "\" is not served: GET /v1/responses/ID takes stream, starting_after, include and "
+                             "include_obfuscation",
+                         key.substr(0, 40));
+    }
+  }
+  if (q.starting_after && !(stream_given && q.stream))
+    return bad_request("query parameter \"starting_after\" needs stream=true (it names the event after which the "
+                       "stream starts)",
+                       "starting_after");
+  return q;
 }
 
 response_state response_state_of(std::string_view body) {

@@ -35,7 +35,9 @@ struct response_request {
   std::vector<std::int64_t> input_of;
   bool store = true;          ///< kept for previous_response_id (OpenAI's default)
   /// Answered at once, `queued`, and run while the client is away; read
-  /// with GET /v1/responses/ID (needs `store`; never streamed).
+  /// with GET /v1/responses/ID (needs `store`). With `chat.stream` its
+  /// events stream as they come, and are kept, so that a client that lost
+  /// the stream reads them again (GET /v1/responses/ID?stream=true).
   bool background = false;
   std::string previous_id;    ///< the response this one goes on from ("" for none)
   std::string input_items;    ///< this turn's input as items (a JSON array), as a store keeps it
@@ -101,6 +103,9 @@ public:
   std::string choice_end(std::size_t k, const wire::done_reply& done);
   std::string stream_end();
   std::string stream_error(const api_error& e);
+  /// An `error` event alone: how a background response's stream ends when
+  /// it is cancelled (the response then is as snapshot("cancelled") gives).
+  std::string error_event(const api_error& e);
   /// Once the stream ended (completed or incomplete): the response object,
   /// as the whole answer gives it; none before, or after a failure.
   std::optional<std::string> finished() const;
@@ -113,6 +118,38 @@ private:
   struct state;
   std::unique_ptr<state> s_;
 };
+
+/// A streamed background response's events as they were sent, each under
+/// its sequence_number (the first is 0): what GET
+/// /v1/responses/ID?stream=true&starting_after=N sends again.
+class event_log {
+public:
+  event_log() = default;
+  /// The log of text() `all` (as a response_store entry keeps it).
+  explicit event_log(std::string all);
+  /// Appends whole events ("event: TYPE\ndata: {...}\n\n", one or more).
+  void add(std::string_view events);
+  std::size_t size() const noexcept { return starts_.size(); }
+  /// The events from sequence number `first` on, as sent (empty past the end).
+  std::string_view from(std::size_t first) const noexcept;
+  const std::string& text() const noexcept { return text_; }
+
+private:
+  std::string text_;
+  std::vector<std::size_t> starts_; ///< where each event begins in text_
+};
+
+/// What GET /v1/responses/ID's query asks (OpenAI's retrieve): the
+/// response's events again rather than the object, from after a sequence
+/// number. `include` and `include_obfuscation` are read past (no
+/// obfuscation is added); any other key is refused.
+struct retrieve_query {
+  bool stream = false;
+  std::optional<std::uint64_t> starting_after;
+  /// The first event to send.
+  std::size_t first() const noexcept { return starting_after ? static_cast<std::size_t>(*starting_after) + 1 : 0; }
+};
+std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view query);
 
 /// What a kept response object says of itself: its `status` ("" where the
 /// body is not a response) and whether it ran in the background.

@@ -70,7 +70,24 @@ struct background_job {
   openai::response_answer answer;
   bool cancelled = false; ///< POST /v1/responses/ID/cancel: its status stays "cancelled"
   bool deleted = false;   ///< DELETE /v1/responses/ID: nothing is kept when it ends
+  bool shutting_down = false; ///< cancelled as the server stops: it ends "failed"
   std::string status = "queued"; ///< "in_progress" once the intake took it
+  /// Streamed (asked with stream): its events so far, and the streams
+  /// following them, each woken (its timer cancelled) by every event.
+  bool streamed = false;
+  openai::event_log events;
+  bool ended = false; ///< its last event is in
+  std::vector<asio::steady_timer*> followers;
+  void add(const std::string& sse) {
+    if (sse.empty())
+      return;
+    events.add(sse);
+    wake();
+  }
+  void wake() {
+    for (auto* t : followers)
+      t->cancel();
+  }
 };
 
 std::int64_t unix_now() {
@@ -225,8 +242,13 @@ struct http_front::impl : zmq_io::owned_socket {
   }
 
   /// A response's answer kept, where the request asked for it.
-  void keep_response(const openai::response_request& r, const std::string& id, std::string body) {
-    if (r.store)
+  /// A streamed background response's events go with it where the store
+  /// has room for both, else the object alone.
+  void keep_response(const openai::response_request& r, const std::string& id, std::string body,
+                     const std::string& events = {}) {
+    if (!r.store)
+      return;
+    if (events.empty() || !stored.put(id, {r.previous_id, r.input_items, body, r.session, events}))
       stored.put(id, {r.previous_id, r.input_items, std::move(body), r.session});
   }
 
@@ -237,38 +259,128 @@ struct http_front::impl : zmq_io::owned_socket {
                                        std::shared_ptr<waiter> w) {
     const auto never = asio::steady_timer::time_point::max();
     const auto& r = job->request;
+    auto& answer = job->answer;
+    const bool streamed = job->streamed;
     bool accepted = false;
     std::string body;
     for (;;) {
       auto reply = co_await next(w, never);
       if (!reply) {
         const auto e = stopping();
-        body = job->answer.snapshot("failed", &e);
+        body = answer.snapshot("failed", &e);
+        if (streamed)
+          job->add(answer.stream_error(e));
         break;
       }
       if (std::holds_alternative<wire::accepted_reply>(*reply)) {
         accepted = true;
         job->status = "in_progress";
         if (!job->cancelled && !job->deleted)
-          keep_response(r, resp_id, job->answer.snapshot("in_progress"));
+          keep_response(r, resp_id, answer.snapshot("in_progress"));
+        if (streamed)
+          job->add(answer.stream_start());
+      } else if (auto* t = std::get_if<wire::token_reply>(&*reply)) {
+        job->add(answer.chunk(0, *t)); // (only a streamed request's come)
       } else if (auto* d = std::get_if<wire::done_reply>(&*reply)) {
         // A cancel that came after the end cancelled nothing: the answer stands.
-        if (d->finish_reason != "cancelled")
+        const bool cut = d->finish_reason == "cancelled";
+        if (!cut)
           job->cancelled = false;
-        body = job->answer.body({std::move(*d)});
+        if (cut && job->cancelled) {
+          if (streamed)
+            job->add(job->shutting_down
+                       ? answer.stream_error(stopping())
+                       : answer.error_event(api_error_of(400, "invalid_request_error", "response_cancelled",
+                                                         "response " + resp_id
+                                                           + (job->deleted ? " was deleted" : " was cancelled")
+                                                           + " while it ran")));
+        } else if (!streamed) {
+          body = answer.body({std::move(*d)});
+        } else {
+          auto events = answer.choice_end(0, *d); // (before the end: it counts the usage)
+          job->add(events + answer.stream_end());
+          body = answer.finished().value_or(answer.body({std::move(*d)}));
+        }
         break;
       } else if (auto* e = std::get_if<wire::error_reply>(&*reply)) {
         const auto err = openai::as_response_error(
           accepted ? openai::from_wire(e->code, e->message) : openai::refusal(r.chat, e->code, e->message), r);
-        body = job->answer.snapshot("failed", &err);
+        body = answer.snapshot("failed", &err);
+        if (streamed)
+          job->add(answer.stream_error(err));
         break;
       }
     }
+    job->ended = true;
+    job->wake();
     pending.erase(job->id);
     if (const auto j = jobs.find(resp_id); j != jobs.end() && j->second == job)
       jobs.erase(j);
-    if (!job->cancelled && !job->deleted)
-      keep_response(r, resp_id, std::move(body));
+    if (job->deleted)
+      co_return;
+    if (job->cancelled) {
+      const auto e = stopping();
+      body = job->shutting_down ? answer.snapshot("failed", &e) : answer.snapshot("cancelled");
+    }
+    if (!job->cancelled || streamed)
+      keep_response(r, resp_id, std::move(body), job->events.text());
+  }
+
+  /// A streamed background response's events from `first` on, as they
+  /// come, to a client (the one that created it, or one that reads it
+  /// again); a client that goes away leaves the response running.
+  asio::awaitable<bool> follow(beast::tcp_stream& stream, unsigned version, bool keep,
+                               std::shared_ptr<background_job> job, std::size_t first) {
+    boost::system::error_code ec;
+    if (!co_await stream_head(stream, version, keep))
+      co_return false;
+    asio::steady_timer wake(io, asio::steady_timer::time_point::max());
+    job->followers.push_back(&wake);
+    struct unfollow {
+      background_job& job;
+      asio::steady_timer* t;
+      ~unfollow() { std::erase(job.followers, t); }
+    } unfollow_at_exit{*job, &wake};
+    for (;;) {
+      if (first < job->events.size() || job->ended) {
+        const std::string out(job->events.from(first));
+        first = job->events.size();
+        if (job->ended)
+          co_return co_await stream_last(stream, out, keep);
+        co_await asio::async_write(stream, http::make_chunk(asio::buffer(out)),
+                                   asio::redirect_error(asio::use_awaitable, ec));
+        if (ec)
+          co_return false;
+        continue; // events may have come while it was written
+      }
+      co_await wake.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      wake.expires_at(asio::steady_timer::time_point::max());
+    }
+  }
+
+  /// The headers of a stream of server-sent events.
+  asio::awaitable<bool> stream_head(beast::tcp_stream& stream, unsigned version, bool keep) {
+    http::response<http::empty_body> head{http::status::ok, version};
+    head.set(http::field::server, "troupe");
+    head.set(http::field::content_type, "text/event-stream");
+    head.set(http::field::cache_control, "no-cache");
+    head.keep_alive(keep);
+    head.chunked(true);
+    http::response_serializer<http::empty_body> sr{head};
+    boost::system::error_code ec;
+    co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec;
+  }
+
+  /// A stream's last events and the end of its body, in one write.
+  asio::awaitable<bool> stream_last(beast::tcp_stream& stream, std::string_view out, bool keep) {
+    boost::system::error_code ec;
+    if (out.empty())
+      co_await asio::async_write(stream, http::make_chunk_last(), asio::redirect_error(asio::use_awaitable, ec));
+    else
+      co_await asio::async_write(stream, beast::buffers_cat(http::make_chunk(asio::buffer(out)), http::make_chunk_last()),
+                                 asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec && keep;
   }
 
   /// Stops a running background response: its request cancelled, and its
@@ -469,7 +581,9 @@ struct http_front::impl : zmq_io::owned_socket {
     const auto version = req.version();
     const bool keep = req.keep_alive();
     std::string_view target(req.target().data(), req.target().size());
-    target = target.substr(0, target.find('?'));
+    const auto mark = target.find('?');
+    const auto query = mark == std::string_view::npos ? std::string_view{} : target.substr(mark + 1);
+    target = target.substr(0, mark);
     boost::system::error_code ec;
     auto reply = [&](response res) -> asio::awaitable<bool> {
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
@@ -525,6 +639,13 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await reply(wrong_method("POST"));
       if (!cancelling && method != http::verb::get && method != http::verb::delete_)
         co_return co_await reply(wrong_method("GET, DELETE"));
+      openai::retrieve_query asked;
+      if (method == http::verb::get) {
+        auto q = openai::parse_retrieve_query(query);
+        if (auto* bad = std::get_if<openai::api_error>(&q))
+          co_return co_await reply(error_response(version, keep, *bad));
+        asked = std::get<openai::retrieve_query>(q);
+      }
       const auto* e = stored.find(id);
       const auto job = jobs.find(id);
       if (e == nullptr && job != jobs.end() && !job->second->deleted) {
@@ -558,8 +679,27 @@ struct http_front::impl : zmq_io::owned_socket {
                                         : std::string();
         co_return co_await reply(make(version, keep, http::status::ok, std::move(body)));
       }
-      if (method == http::verb::get)
+      if (method == http::verb::get && !asked.stream)
         co_return co_await reply(make(version, keep, http::status::ok, e->body));
+      if (method == http::verb::get) {
+        // Its events again, from after starting_after: as they come while
+        // it runs, all at once once it ended.
+        const bool running = job != jobs.end() && !job->second->deleted;
+        if (running ? !job->second->streamed : e->events.empty())
+          co_return co_await reply(error_response(
+            version, keep,
+            api_error_of(400, "invalid_request_error", "not_streamed",
+                         "response " + id + " was not created with \"background\": true and \"stream\": true: only "
+                         "such a response's events are kept (or they were dropped for room, [http] "
+                         "response_store_mb); GET it without stream=true")));
+        if (running)
+          co_return co_await follow(stream, version, keep, job->second, asked.first());
+        const openai::event_log log(e->events);
+        const std::string out(log.from(asked.first()));
+        if (!co_await stream_head(stream, version, keep))
+          co_return false;
+        co_return co_await stream_last(stream, out, keep);
+      }
       if (job != jobs.end())
         stop_background(id, *job->second, true); // deleted while running: cancelled, nothing kept
       stored.erase(id);
@@ -719,10 +859,13 @@ struct http_front::impl : zmq_io::owned_socket {
       }
       auto job = std::make_shared<background_job>(*as_response, wire_id,
                                                   openai::response_answer(resp_id, unix_now(), *as_response));
+      job->streamed = c.stream;
       auto queued = job->answer.snapshot("queued");
       keep_response(job->request, resp_id, queued);
       jobs[resp_id] = job;
-      asio::co_spawn(io, run_background(resp_id, std::move(job), std::move(w)), asio::detached);
+      asio::co_spawn(io, run_background(resp_id, job, std::move(w)), asio::detached);
+      if (job->streamed) // its events as they come; the response runs on should this client go
+        co_return co_await follow(stream, version, keep, std::move(job), 0);
       auto res = make(version, keep, http::status::ok, std::move(queued));
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
@@ -837,21 +980,13 @@ struct http_front::impl : zmq_io::owned_socket {
     }
 
     // Streaming: the headers now, then one chunk per write.
-    http::response<http::empty_body> head{http::status::ok, version};
-    head.set(http::field::server, "troupe");
-    head.set(http::field::content_type, "text/event-stream");
-    head.set(http::field::cache_control, "no-cache");
-    head.keep_alive(keep);
-    head.chunked(true);
-    http::response_serializer<http::empty_body> sr{head};
-    co_await http::async_write_header(stream, sr, asio::redirect_error(asio::use_awaitable, ec));
+    bool open = co_await stream_head(stream, version, keep);
     auto write = [&](const std::string& s) -> asio::awaitable<bool> {
       if (!ec && !s.empty())
         co_await asio::async_write(stream, http::make_chunk(asio::buffer(s)),
                                    asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec;
     };
-    bool open = !ec;
     if (open)
       open = co_await write(answer.stream_start());
     if (!open) {
@@ -892,11 +1027,8 @@ struct http_front::impl : zmq_io::owned_socket {
           break;
         r = co_await next_reply(); // at hand: does not wait
       }
-      if (end) { // the last events and the end of the body, in one write
-        co_await asio::async_write(stream, beast::buffers_cat(http::make_chunk(asio::buffer(out)), http::make_chunk_last()),
-                                   asio::redirect_error(asio::use_awaitable, ec));
-        co_return !ec && keep;
-      }
+      if (end) // the last events and the end of the body, in one write
+        co_return co_await stream_last(stream, out, keep);
       if (!co_await write(out)) {
         cancel_open(); // the client went away
         co_return false;
@@ -999,6 +1131,7 @@ void http_front::cancel_background() {
       if (!job->cancelled && !job->deleted) {
         p.cancel(job->id);
         job->cancelled = true;
+        job->shutting_down = true;
         p.keep_response(job->request, id, job->answer.snapshot("failed", &e));
       }
     done.set_value();

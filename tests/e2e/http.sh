@@ -921,7 +921,94 @@ for _ in range(200):
     time.sleep(0.05)
 assert cancelled_total() == before + 2, (before, cancelled_total())
 refused(404, path="/v1/responses/" + gone["id"], method="GET", says="no stored response")
-refused(400, path="/v1/responses", body=dict(resp_ask, background=True, stream=True), says="poll GET")
+# Streamed in the background: the events a foreground stream sends; read
+# again, whole or from after a sequence number; a client that goes away
+# leaves it running, and one that follows it sees a cancel end it.
+import http.client
+def typed_events(text):
+    out = []
+    for block in text.strip().split("\n\n"):
+        if not block:
+            continue
+        head, data = block.split("\n", 1)
+        out.append(json.loads(data[len("data: "):]))
+        assert head == "event: " + out[-1]["type"], block
+    return out
+def output_text(response):
+    return "".join(p["text"] for it in response["output"] if it["type"] == "message" for p in it["content"])
+status, ctype, body = call("/v1/responses", dict(resp_ask, background=True, stream=True))
+assert status == 200 and ctype == "text/event-stream", (status, body)
+bg = typed_events(body)
+assert [e["sequence_number"] for e in bg] == list(range(len(bg))), bg
+assert bg[0]["type"] == "response.created" and bg[0]["response"]["background"] is True, bg[0]
+assert bg[-1]["type"] == "response." + r_whole["status"], bg[-1]
+assert "".join(e["delta"] for e in bg if e["type"] == "response.output_text.delta") == said, bg
+rid = bg[0]["response"]["id"]
+status, _, body = call("/v1/responses/" + rid, method="GET")
+kept = json.loads(body)
+assert status == 200 and kept["status"] == r_whole["status"] and output_text(kept) == said, body
+assert kept == bg[-1]["response"], (kept, bg[-1])
+status, ctype, body = call("/v1/responses/" + rid + "?stream=true", method="GET")
+assert status == 200 and ctype == "text/event-stream" and typed_events(body) == bg, body
+status, _, body = call("/v1/responses/" + rid + "?stream=true&starting_after=2", method="GET")
+assert status == 200 and typed_events(body) == bg[3:], body
+status, _, body = call("/v1/responses/" + rid + "?stream=true&starting_after=" + str(len(bg) - 1), method="GET")
+assert status == 200 and body == "", body
+refused(400, path="/v1/responses/" + rid + "?starting_after=2", method="GET", says="needs stream=true")
+refused(400, path="/v1/responses/" + rid + "?stream=true&starting_after=x", method="GET", says="sequence number")
+refused(400, path="/v1/responses/" + rid + "?stream=true&limit=2", method="GET", says="not served")
+refused(400, path="/v1/responses/" + queued["id"] + "?stream=true", method="GET", says="was not created with")
+host, port = base[len("http://"):].rsplit(":", 1)
+def open_stream(body):
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("POST", "/v1/responses", json.dumps(body), {"Content-Type": "application/json"})
+    res = conn.getresponse()
+    assert res.status == 200 and res.getheader("Content-Type") == "text/event-stream", res.status
+    return conn, res
+def read_events(res, n):
+    got = b""
+    while got.count(b"\n\n") < n:
+        piece = res.read1(4096)
+        assert piece, "the stream ended after " + repr(got[-300:])
+        got += piece
+    return got
+# Gone after its first events: it runs to its end, and its events are read
+# from after the last one seen.
+conn, res = open_stream(dict(long_ask, max_output_tokens=200, stream=True))
+first = read_events(res, 4)
+conn.close()
+first = typed_events(first[:first.rfind(b"\n\n") + 2].decode())
+rid = first[0]["response"]["id"]
+ended = poll(rid)
+assert ended["status"] == "incomplete" and ended["usage"]["output_tokens"] == 200, ended
+status, _, body = call("/v1/responses/" + rid + "?stream=true&starting_after=" + str(first[-1]["sequence_number"]),
+                       method="GET")
+rest = typed_events(body)
+whole_events = first + rest
+assert [e["sequence_number"] for e in whole_events] == list(range(len(whole_events))), whole_events[:6]
+assert rest[-1]["type"] == "response.incomplete" and rest[-1]["response"] == ended, rest[-1]
+assert "".join(e["delta"] for e in whole_events if e["type"] == "response.output_text.delta") == output_text(ended)
+# Followed while it is cancelled: its stream ends with the cancel's error,
+# and it is kept "cancelled", its events with it.
+conn, res = open_stream(dict(long_ask, stream=True))
+first = read_events(res, 2).decode()
+rid = typed_events(first[:first.rfind("\n\n") + 2])[0]["response"]["id"]
+status, ctype, follower = None, None, None
+fconn = http.client.HTTPConnection(host, int(port), timeout=30)
+fconn.request("GET", "/v1/responses/" + rid + "?stream=true&starting_after=0")
+fres = fconn.getresponse()
+assert fres.status == 200 and fres.getheader("Content-Type") == "text/event-stream", fres.status
+status, _, body = call("/v1/responses/" + rid + "/cancel", method="POST")
+assert status == 200 and json.loads(body)["status"] == "cancelled", body
+mine = typed_events(first + res.read().decode())
+conn.close()
+theirs = typed_events(fres.read().decode())
+fconn.close()
+assert mine[-1]["type"] == "error" and mine[-1]["code"] == "response_cancelled", mine[-1]
+assert theirs == mine[1:], (theirs[:3], mine[:3])
+assert poll(rid)["status"] == "cancelled"
+status, _, body = call("/v1/responses/" + rid + "?stream=true", method="GET")
+assert status == 200 and typed_events(body) == mine, body[-400:]
 refused(400, path="/v1/responses", body=dict(resp_ask, background=True, store=False), says='"store": true')
 # Parameters the server cannot hold a call to are refused when the call is
 # forced, naming the function; offered ("auto"), they are shown as given.

@@ -675,15 +675,23 @@ bool openai_responses(std::span<const std::uint8_t> in) {
   // (the chat's "tool_calls").
   require(cut || whole.at("status") == "completed", "a response not cut that is not completed");
   openai::response_answer streamed("resp_1", 0, req);
-  std::string events = streamed.stream_start();
+  // (A background response's log takes the events as they come.)
+  openai::event_log log;
+  std::string events;
+  const auto sent = [&](std::string more) {
+    log.add(more);
+    events += more;
+  };
+  sent(streamed.stream_start());
   for (std::size_t k = 0; k < parts.size(); ++k) {
     wire::token_reply t{"w1", static_cast<std::uint32_t>(k), {1}, parts[k], {}, {}};
     if (req.chat.logprobs >= 0)
       t.logprobs.push_back(lps[k]);
-    events += streamed.chunk(0, t);
+    sent(streamed.chunk(0, t));
   }
-  events += streamed.choice_end(0, done);
-  events += streamed.stream_end();
+  sent(streamed.choice_end(0, done));
+  sent(streamed.stream_end());
+  require(log.text() == events, "the log's text is not the events sent");
   std::uint64_t seq = 0;
   std::map<std::size_t, std::string> joined;
   std::set<std::size_t> added, finished;
@@ -695,6 +703,7 @@ bool openai_responses(std::span<const std::uint8_t> in) {
     require(events.compare(nl + 1, 6, "data: ") == 0, "an event without its data");
     const auto type = events.substr(at + 7, nl - at - 7);
     last = nlohmann::json::parse(events.substr(nl + 7, end - nl - 7));
+    require(log.from(seq) == std::string_view(events).substr(at), "the log's event is not the one sent under its number");
     at = end + 2;
     require(last.at("type") == type && last.at("sequence_number") == seq++, "an event misnamed or out of order");
     if (!last.contains("output_index"))
@@ -709,6 +718,7 @@ bool openai_responses(std::span<const std::uint8_t> in) {
       joined[k] += last.at("delta").get<std::string>();
     }
   }
+  require(log.size() == seq && log.from(seq).empty(), "the log holds other events than those sent");
   require(last.at("type") == "response." + whole.at("status").get<std::string>(), "a stream not ended by its response");
   require(last.at("response") == whole, "the streamed response differs from the whole one");
   const auto& output = whole.at("output");

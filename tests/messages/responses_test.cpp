@@ -573,10 +573,14 @@ TEST(responses, a_background_response_is_kept_and_read_by_its_status) {
   // The same chat as the whole answer's: only when it is answered differs.
   EXPECT_EQ(r.chat.frames, std::get<response_request>(parse(R"({"model":"base","input":"Hi"})")).chat.frames);
   EXPECT_FALSE(std::get<response_request>(parse(R"({"model":"base","input":"Hi","background":false})")).background);
-  // It is read back by GET: it needs the store, and is never streamed.
+  // It is read back by GET: it needs the store. Streamed, it asks for the
+  // token replies a foreground stream asks for.
+  const auto streamed = std::get<response_request>(parse(R"({"model":"base","input":"Hi","background":true,"stream":true})"));
+  EXPECT_TRUE(streamed.background);
+  EXPECT_TRUE(streamed.chat.stream);
+  EXPECT_EQ(streamed.chat.frames, std::get<response_request>(parse(R"({"model":"base","input":"Hi","stream":true})")).chat.frames);
   for (const auto& [fields, says] : std::vector<std::pair<std::string, std::string>>{
          {R"("store":false)", "needs \"store\": true"},
-         {R"("stream":true)", "poll GET /v1/responses/ID"},
          {R"("background":1)", "true or false"},
        }) {
     auto e = parse(R"({"model":"base","input":"Hi","background":true,)" + fields + "}");
@@ -617,6 +621,92 @@ TEST(responses, a_background_response_is_kept_and_read_by_its_status) {
   EXPECT_FALSE(response_state_of(response_answer("resp_f", 5, fg).body({done_with("x")})).background);
   EXPECT_EQ(response_state_of("not json").status, "");
   EXPECT_EQ(response_state_of("[1]").status, "");
+}
+
+
+TEST(responses, a_streamed_background_response_keeps_its_events_by_sequence_number) {
+  const auto chatml = builtin("chatml");
+  // (A foreground stream's events are a background one's: the same answer.)
+  const auto r = taken(R"({"model":"base","input":"Hi","stream":true})", chatml);
+  response_answer a("resp_s", 3, r);
+  event_log log;
+  log.add(a.stream_start()); // created, in_progress
+  ASSERT_EQ(log.size(), 2u);
+  wire::token_reply t;
+  t.text = "Hel";
+  log.add(a.chunk(0, t));
+  t.index = 1;
+  t.text = "lo";
+  log.add(a.chunk(0, t));
+  wire::done_reply d;
+  d.finish_reason = "stop";
+  d.prompt_tokens = 4;
+  d.completion_tokens = 2;
+  log.add(a.choice_end(0, d)); // (then the end, which counts the usage it gave)
+  log.add(a.stream_end());
+  // Each event is whole, under its own sequence number, in the order sent.
+  std::vector<json> events;
+  for (std::size_t k = 0; k < log.size(); ++k) {
+    const auto rest = log.from(k);
+    const auto one = rest.substr(0, rest.find("\n\n") + 2);
+    ASSERT_TRUE(one.starts_with("event: ")) << one;
+    const auto j = json::parse(one.substr(one.find("data: ") + 6));
+    EXPECT_EQ(j["sequence_number"], k);
+    events.push_back(j);
+  }
+  EXPECT_EQ(events.front()["type"], "response.created");
+  EXPECT_EQ(events.back()["type"], "response.completed");
+  EXPECT_EQ(events.back()["response"]["output"][0]["content"][0]["text"], "Hello");
+  EXPECT_EQ(events.back()["response"]["usage"]["input_tokens"], 4);
+  EXPECT_EQ(events.back()["response"]["usage"]["output_tokens"], 2);
+  EXPECT_EQ(log.from(log.size()), "");
+  EXPECT_EQ(log.from(log.size() + 5), "");
+  EXPECT_EQ(log.from(0), log.text());
+  // Kept as its text and read back, the same events.
+  const event_log again(log.text());
+  EXPECT_EQ(again.size(), log.size());
+  for (std::size_t k = 0; k <= log.size(); ++k)
+    EXPECT_EQ(again.from(k), log.from(k));
+  // A cancelled one ends with an error event, numbered on.
+  api_error e;
+  e.code = "response_cancelled";
+  e.message = "cancelled";
+  log.add(a.error_event(e));
+  const auto last = json::parse(log.from(log.size() - 1).substr(log.from(log.size() - 1).find("data: ") + 6));
+  EXPECT_EQ(last["type"], "error");
+  EXPECT_EQ(last["code"], "response_cancelled");
+  EXPECT_EQ(last["sequence_number"], log.size() - 1);
+}
+
+TEST(responses, a_retrieve_query_asks_for_the_events_after_a_sequence_number) {
+  auto q = [](std::string_view s) { return parse_retrieve_query(s); };
+  const auto plain = std::get<retrieve_query>(q(""));
+  EXPECT_FALSE(plain.stream);
+  EXPECT_EQ(plain.first(), 0u);
+  const auto all = std::get<retrieve_query>(q("stream=true"));
+  EXPECT_TRUE(all.stream);
+  EXPECT_EQ(all.first(), 0u);
+  const auto after = std::get<retrieve_query>(q("stream=true&starting_after=7&include%5B%5D=x&include_obfuscation=false"));
+  EXPECT_TRUE(after.stream);
+  EXPECT_EQ(after.first(), 8u);
+  EXPECT_EQ(std::get<retrieve_query>(q("starting_after=0&stream=true")).first(), 1u);
+  EXPECT_FALSE(std::get<retrieve_query>(q("stream=false")).stream);
+  for (const auto& [query, param, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+         {"stream=yes", "stream", "true or false"},
+         {"stream=true&starting_after=-1", "starting_after", "sequence number"},
+         {"stream=true&starting_after=", "starting_after", "sequence number"},
+         {"stream=true&starting_after=1234567890123456789", "starting_after", "sequence number"},
+         {"starting_after=3", "starting_after", "needs stream=true"},
+         {"stream=false&starting_after=3", "starting_after", "needs stream=true"},
+         {"limit=3", "limit", "not served"},
+       }) {
+    auto r = q(query);
+    ASSERT_TRUE(std::holds_alternative<api_error>(r)) << query;
+    const auto& e = std::get<api_error>(r);
+    EXPECT_EQ(e.status, 400) << query;
+    EXPECT_EQ(e.param, param) << query;
+    EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
+  }
 }
 
 } // namespace
