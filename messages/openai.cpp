@@ -48,7 +48,8 @@ constexpr std::array<std::string_view, 37> taken_by_both{
   "response_format", "min_p", "repetition_penalty", "include_stop_str_in_output", "skip_special_tokens",
   "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_whitespace_pattern",
   "guided_decoding_backend", "structured_outputs", "truncate_prompt_tokens", "bad_words", "allowed_token_ids"};
-constexpr std::array<std::string_view, 4> taken_by_completions{"prompt", "logprobs", "echo", "best_of"};
+constexpr std::array<std::string_view, 6> taken_by_completions{"prompt", "logprobs", "echo", "best_of",
+                                                                 "use_beam_search", "length_penalty"};
 constexpr std::array<std::string_view, 12> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
   "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "reasoning_effort"};
@@ -65,7 +66,7 @@ struct neutral_field {
   const char* serves;
 };
 constexpr std::array<neutral_field, 4> neutral_fields{{
-  {"use_beam_search", "false", nullptr, "samples with no beam search"},
+  {"use_beam_search", "false", nullptr, "searches beams in /v1/completions only"},
   {"store", "false", nullptr, "stores no completions"},
   {"service_tier", "\"auto\"", "\"default\"", "has one tier; the field \"priority\" orders requests"},
   {"modalities", "[\"text\"]", nullptr, "answers in text"},
@@ -474,6 +475,51 @@ std::optional<api_error> expand(const std::vector<json>& prompts, std::uint32_t 
   return std::nullopt;
 }
 
+/// vLLM's use_beam_search (completions): the front searches beams of
+/// one-token generates (messages/beam_search.hpp); `best_of` (else `n`)
+/// beams, of which the `n` best are the choices. Only the fields that
+/// search serves may be given.
+std::optional<api_error> take_beam(const json& doc, const json& gen, completion_request& out) {
+  const auto on = doc.find("use_beam_search");
+  if (on != doc.end() && !on->is_null() && !on->is_boolean())
+    return bad("field \"use_beam_search\" must be true or false, got " + on->dump().substr(0, 40), "use_beam_search");
+  const auto penalty = doc.find("length_penalty");
+  if (penalty != doc.end() && !penalty->is_null() && (!penalty->is_number() || !std::isfinite(penalty->get<double>())))
+    return bad("field \"length_penalty\" must be a number, got " + penalty->dump().substr(0, 40), "length_penalty");
+  if (on == doc.end() || *on != json(true)) {
+    if (penalty != doc.end() && !penalty->is_null() && penalty->get<double>() != 1.0)
+      return bad("field \"length_penalty\" weighs beams: it needs \"use_beam_search\": true", "length_penalty");
+    return std::nullopt;
+  }
+  // The fields a beam search reads (the rest would change what a step
+  // samples, which the search does not: it reads each step's likeliest).
+  static constexpr std::array<std::string_view, 17> served{
+    "model", "prompt", "max_tokens", "n", "best_of", "use_beam_search", "length_penalty", "ignore_eos", "logprobs",
+    "user", "safety_identifier", "prompt_cache_key", "metadata", "priority", "store", "service_tier", "modalities"};
+  for (const auto& [key, value] : doc.items()) {
+    if (value.is_null() || in(served, key) || (key == "stream" && value == json(false))
+        || (key == "temperature" && value.is_number() && value.get<double>() == 0) || (key == "echo" && value == json(false)))
+      continue;
+    return bad("field \"" + key + "\" is not served with \"use_beam_search\": a beam search takes model, prompt, "
+               "max_tokens, n, best_of, length_penalty, ignore_eos, logprobs and priority (temperature only 0, "
+               "stream only false)",
+               key);
+  }
+  constexpr std::uint32_t widest = 10; // 2 × width alternatives a step, at most the wire's 20
+  if (out.best_of > widest)
+    return bad("a beam search keeps at most " + std::to_string(widest) + " beams (\"best_of\", else \"n\"), got "
+                 + std::to_string(out.best_of),
+               doc.contains("best_of") && !doc["best_of"].is_null() ? "best_of" : "n");
+  beam_settings b;
+  b.width = out.best_of;
+  b.max_tokens = gen.value("max_tokens", 16U);
+  b.length_penalty = penalty != doc.end() && !penalty->is_null() ? penalty->get<double>() : 1.0;
+  b.ignore_eos = doc.value("ignore_eos", json(false)) == json(true);
+  b.logprobs = out.logprobs;
+  out.beam = b;
+  return std::nullopt;
+}
+
 } // namespace
 
 std::string to_json(const api_error& e) {
@@ -574,6 +620,8 @@ std::variant<completion_request, api_error> parse_completion(std::string_view bo
     for (const auto& p : prompts)
       for (std::uint32_t k = 0; k < out.best_of; ++k)
         out.echo_text.push_back(p.get<std::string>());
+  if (auto e = take_beam(doc, gen, out))
+    return std::move(*e);
   return out;
 }
 

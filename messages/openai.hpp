@@ -10,6 +10,7 @@
 #pragma once
 
 #include "messages/tool_calls.hpp"
+#include "messages/beam_search.hpp"
 #include "messages/wire.hpp"
 
 #include <cstddef>
@@ -137,6 +138,10 @@ struct completion_request {
   /// reasoning_parser): the answer gives it as `reasoning_content`, apart
   /// from the content, and only the content may hold tool calls.
   std::optional<reasoning_format> reasoning;
+  /// vLLM's use_beam_search (completions): the front searches `best_of`
+  /// beams per prompt with one-token generates (frames[p × best_of] is
+  /// prompt p's), and the `n` best are its choices.
+  std::optional<beam_settings> beam{};
 };
 
 /// Translates a POST /v1/completions body. `model` names `base_model` (the

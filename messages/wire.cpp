@@ -906,7 +906,8 @@ reply read_reply(const json& obj) {
   if (type == "advise")
     return advise_reply{std::move(id), r.string("session"), r.string("status")};
   if (type == "tokenize")
-    return tokenize_reply{std::move(id), r.tokens("tokens"), r.count("max_context")};
+    return tokenize_reply{std::move(id), r.tokens("tokens"), r.count("max_context"),
+                          r.has("end_tokens") ? r.tokens("end_tokens") : std::vector<std::int32_t>{}};
   if (type == "detokenize")
     return detokenize_reply{std::move(id), r.string("text")};
   reject("field \"type\" must be one of \"accepted\", \"token\", \"done\", \"error\", "
@@ -1328,6 +1329,7 @@ std::string to_json(const tokenize_reply& x) {
   j["tokens"] = x.tokens;
   j["count"] = x.tokens.size();
   j["max_context"] = x.max_context;
+  j["end_tokens"] = x.end_tokens;
   return dump(j);
 }
 

@@ -412,6 +412,9 @@ struct tokenize_reply {
   std::string id;
   std::vector<std::int32_t> tokens;
   std::uint64_t max_context = 0;
+  /// The model's end-of-sequence tokens (what ends a generate's output
+  /// unless ignore_eos): a front's beam search ends a beam at them.
+  std::vector<std::int32_t> end_tokens{};
 };
 std::string to_json(const tokenize_reply& x);
 

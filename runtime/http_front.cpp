@@ -37,6 +37,7 @@
 #include <deque>
 #include <stdexcept>
 #include <thread>
+#include <functional>
 #include <future>
 #include <unordered_map>
 #include <unordered_set>
@@ -799,6 +800,169 @@ struct http_front::impl : zmq_io::owned_socket {
                        "GET /metrics, GET /version)")));
   }
 
+  /// POST /v1/completions with use_beam_search: each prompt's beams
+  /// searched with one-token generates (messages/beam_search.hpp), a step's
+  /// generates for all its live beams sent together; the answer gives the
+  /// n best beams as a completion's choices.
+  asio::awaitable<bool> beam_answer(beast::tcp_stream& stream, unsigned version, bool keep,
+                                    const openai::completion_request& c, const std::string& base) {
+    boost::system::error_code ec;
+    auto fail = [&](const openai::api_error& e) -> asio::awaitable<bool> {
+      auto res = error_response(version, keep, e);
+      co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+      co_return !ec && keep;
+    };
+    const auto never = asio::steady_timer::time_point::max();
+    auto w = std::make_shared<waiter>(io);
+    std::vector<std::string> asked; // every id sent, forgotten at the end
+    struct forget {
+      impl& self;
+      std::vector<std::string>& ids;
+      ~forget() {
+        for (const auto& id : ids)
+          self.pending.erase(id);
+      }
+    } forget_them{*this, asked};
+    std::size_t sent_count = 0;
+    bool overloaded = false;
+    // Sends each frame (built for its fresh id) and waits for each one's
+    // answer (its done, error, tokenize or detokenize reply), in order;
+    // none where the server stops or the intake would not take a frame.
+    auto ask_all = [&](const std::vector<std::function<std::string(const std::string&)>>& frames)
+      -> asio::awaitable<std::optional<std::vector<wire::reply>>> {
+      std::unordered_map<std::string, std::size_t> at;
+      std::vector<std::string> ids;
+      for (std::size_t k = 0; k < frames.size(); ++k) {
+        ids.push_back(base + ".b" + std::to_string(++sent_count));
+        pending[ids.back()] = w;
+        asked.push_back(ids.back());
+        at[ids.back()] = k;
+      }
+      for (std::size_t k = 0; k < frames.size(); ++k)
+        if (!send(frames[k](ids[k]))) {
+          for (std::size_t j = 0; j < k; ++j)
+            cancel(ids[j]);
+          overloaded = true;
+          co_return std::nullopt;
+        }
+      std::vector<std::optional<wire::reply>> got(frames.size());
+      for (std::size_t left = frames.size(); left > 0;) {
+        auto r = co_await next(w, never);
+        if (!r) {
+          for (std::size_t k = 0; k < frames.size(); ++k)
+            if (!got[k])
+              cancel(ids[k]);
+          co_return std::nullopt;
+        }
+        const auto i = at.find(reply_id(*r));
+        if (i == at.end() || got[i->second] || std::holds_alternative<wire::accepted_reply>(*r)
+            || std::holds_alternative<wire::token_reply>(*r))
+          continue;
+        got[i->second] = std::move(*r);
+        pending.erase(i->first);
+        --left;
+      }
+      std::vector<wire::reply> out;
+      for (auto& g : got)
+        out.push_back(std::move(*g));
+      co_return out;
+    };
+    auto lost = [&]() -> openai::api_error {
+      return overloaded ? api_error_of(503, "server_error", "overloaded", "the server cannot take the request now")
+                        : stopping();
+    };
+    // A client that went away stops the search between steps.
+    auto gone = [&] {
+      char probe = 0;
+      const auto n = ::recv(stream.socket().native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+      return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+    };
+    const auto per = std::max<std::uint32_t>(c.best_of, 1);
+    const auto prompts = c.frames.size() / per;
+    std::vector<wire::done_reply> dones;
+    for (std::size_t p = 0; p < prompts; ++p) {
+      const auto& frame = c.frames[p * per];
+      std::vector<std::function<std::string(const std::string&)>> tokenize;
+      tokenize.emplace_back([&frame](const std::string& id) { return openai::beam_frames::tokenize(frame, id); });
+      auto got = co_await ask_all(tokenize);
+      if (!got)
+        co_return co_await fail(lost());
+      const auto* t = std::get_if<wire::tokenize_reply>(&got->front());
+      if (t == nullptr) {
+        const auto* e = std::get_if<wire::error_reply>(&got->front());
+        co_return co_await fail(e ? openai::refusal(c, e->code, e->message)
+                                  : api_error_of(500, "server_error", "internal", "an unexpected reply from the server"));
+      }
+      const auto prompt = openai::beam_frames::prompt_tokens(frame).value_or(t->tokens);
+      openai::beam_search search(prompt, t->end_tokens, *c.beam);
+      for (auto live = search.step(); !live.empty(); live = search.step()) {
+        if (gone())
+          co_return false;
+        std::vector<std::function<std::string(const std::string&)>> steps;
+        for (const auto& tokens : live)
+          steps.emplace_back([&frame, &tokens, alternatives = search.alternatives()](const std::string& id) {
+            return openai::beam_frames::step(frame, id, tokens, alternatives);
+          });
+        auto answers = co_await ask_all(steps);
+        if (!answers)
+          co_return co_await fail(lost());
+        for (std::size_t k = 0; k < answers->size(); ++k) {
+          const auto& a = (*answers)[k];
+          if (const auto* d = std::get_if<wire::done_reply>(&a); d != nullptr && d->logprobs && !d->logprobs->empty()) {
+            search.extend(k, d->logprobs->front().top);
+          } else if (const auto* e = std::get_if<wire::error_reply>(&a); e != nullptr && e->code == wire::error_code::prompt_too_long) {
+            search.stop(k); // its context is full
+          } else if (e != nullptr) {
+            co_return co_await fail(openai::refusal(c, e->code, e->message));
+          } else {
+            co_return co_await fail(
+              api_error_of(500, "server_error", "internal", "a beam's step came back without its log-probabilities"));
+          }
+        }
+        if (!search.advance())
+          break;
+      }
+      // The n best as a generate would have answered them: their texts read
+      // back (the end token left out), fewer beams than n repeating the last.
+      auto best = search.best();
+      std::vector<std::vector<std::int32_t>> outputs;
+      std::vector<std::function<std::string(const std::string&)>> reads;
+      for (std::uint32_t i = 0; i < c.n; ++i) {
+        const auto& b = best[std::min<std::size_t>(i, best.size() - 1)];
+        outputs.emplace_back(b.tokens.begin(), b.tokens.end() - (b.ended ? 1 : 0));
+      }
+      for (const auto& o : outputs)
+        if (!o.empty())
+          reads.emplace_back([&o](const std::string& id) { return openai::beam_frames::detokenize(id, o); });
+      auto texts = co_await ask_all(reads);
+      if (!texts)
+        co_return co_await fail(lost());
+      std::size_t read = 0;
+      for (std::uint32_t i = 0; i < c.n; ++i) {
+        std::string text;
+        if (!outputs[i].empty()) {
+          const auto* d = std::get_if<wire::detokenize_reply>(&(*texts)[read++]);
+          if (d == nullptr)
+            co_return co_await fail(api_error_of(500, "server_error", "internal", "a beam's text could not be read"));
+          text = d->text;
+        }
+        auto done = openai::beam_done(best[std::min<std::size_t>(i, best.size() - 1)], c.ids[p * per + i],
+                                      std::move(text), static_cast<std::uint32_t>(prompt.size()), c.logprobs >= 0);
+        done.tokens = outputs[i];
+        dones.push_back(std::move(done));
+      }
+    }
+    // Answered as n choices a prompt, in order.
+    auto shown = c;
+    shown.best_of = shown.n;
+    shown.frames.resize(dones.size());
+    shown.ids.resize(dones.size());
+    const openai::completion_answer answer("cmpl-" + base, unix_now(), shown);
+    auto res = make(version, keep, http::status::ok, answer.body(dones));
+    co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
+    co_return !ec && keep;
+  }
+
   /// POST /v1/completions and /v1/chat/completions: whole, or streamed as
   /// server-sent events. Each choice (a prompt's n) is one wire request;
   /// their replies come to one waiter, told apart by id.
@@ -847,6 +1011,8 @@ struct http_front::impl : zmq_io::owned_socket {
     const auto named = [&](openai::api_error e) {
       return as_response ? openai::as_response_error(std::move(e), *as_response) : e;
     };
+    if (c.beam)
+      co_return co_await beam_answer(stream, version, keep, c, base);
     if (as_response && as_response->background) {
       // Answered now, "queued"; run_background keeps its status as it runs.
       auto w = std::make_shared<waiter>(io);

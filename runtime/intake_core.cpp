@@ -233,7 +233,8 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
                                       wire::error_code::internal, "this server has no tokenizer"));
   } else if (auto* t = std::get_if<wire::tokenize_request>(&req)) {
     out.replies.push_back(
-      {peer, wire::to_json(wire::tokenize_reply{t->id, backend_->vocab().encode(t->prompt), limits_.max_context})});
+      {peer, wire::to_json(wire::tokenize_reply{t->id, backend_->vocab().encode(t->prompt), limits_.max_context,
+                                                backend_->vocab().end_tokens()})});
   } else if (auto* d = std::get_if<wire::detokenize_request>(&req)) {
     out.replies.push_back({peer, wire::to_json(wire::detokenize_reply{d->id, decode(d->tokens)})});
   }

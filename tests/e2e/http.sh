@@ -237,6 +237,42 @@ assert status == 200 and len(best["choices"]) == 1 and best["choices"][0]["logpr
 assert best["choices"][0]["text"] == cands[means.index(max(means))]["text"], (body, cands, means)
 assert best["usage"]["completion_tokens"] == sum(len(c["logprobs"]["tokens"]) for c in cands), (body, cands)
 refused(400, body=dict(sampled, best_of=3, stream=True), says="cannot be streamed")
+# Beam search (vLLM's use_beam_search): one beam is the greedy answer; three
+# give their n best, each a sequence the model's own log-probabilities
+# score (the mean per token, length_penalty 1), best first, the first no
+# worse than greedy's; every step's tokens billed once per choice shown.
+greedy = dict(req, max_tokens=6, ignore_eos=True, logprobs=0)
+g = json.loads(call("/v1/completions", greedy)[2])["choices"][0]
+status, _, body = call("/v1/completions", dict(greedy, use_beam_search=True))
+one = json.loads(body)
+assert status == 200 and one["choices"][0]["text"] == g["text"], (body, g)
+assert one["choices"][0]["logprobs"]["token_logprobs"] == g["logprobs"]["token_logprobs"], (body, g)
+status, _, body = call("/v1/completions", dict(greedy, use_beam_search=True, n=2, best_of=3))
+beams = json.loads(body)
+assert status == 200 and len(beams["choices"]) == 2, body
+def mean(c):
+    return sum(c["logprobs"]["token_logprobs"]) / len(c["logprobs"]["token_logprobs"])
+assert all(c["finish_reason"] == "length" and len(c["logprobs"]["tokens"]) == 6 for c in beams["choices"]), body
+assert mean(beams["choices"][0]) >= mean(beams["choices"][1]) >= mean(beams["choices"][1]) - 1e-9, body
+assert mean(beams["choices"][0]) >= mean(g) - 1e-6, (body, g)
+assert beams["usage"]["completion_tokens"] == 12, body
+# Each beam's tokens are the model's: its text completed greedily token by
+# token (n 1) from its own prefix scores each token as the beam did.
+for c in beams["choices"]:
+    text, lps = "", []
+    for tok, lp in zip(c["logprobs"]["tokens"], c["logprobs"]["token_logprobs"]):
+        step = json.loads(call("/v1/completions", dict(req, prompt=req["prompt"] + text, max_tokens=1,
+                                                       logprobs=6, ignore_eos=True))[2])["choices"][0]
+        alts = step["logprobs"]["top_logprobs"][0]
+        assert tok in alts and abs(alts[tok] - lp) < 1e-3, (tok, lp, alts)
+        text += tok
+    assert text == c["text"], (text, c)
+refused(400, body=dict(greedy, use_beam_search=True, stream=True), says="not served with")
+refused(400, body=dict(greedy, use_beam_search=True, stop=["x"]), says='"stop" is not served')
+refused(400, body=dict(greedy, use_beam_search=True, temperature=0.7), says='"temperature" is not served')
+refused(400, body=dict(greedy, use_beam_search=True, best_of=11), says="at most 10 beams")
+refused(400, body=dict(greedy, length_penalty=2), says="needs \"use_beam_search\": true")
+refused(400, body=dict(greedy, use_beam_search="yes"), says="true or false")
 refused(413, raw=b'{"model":"demo","prompt":"' + b"x" * (2 << 20) + b'"}')
 refused(405, method="GET")
 refused(405, path="/v1/chat/completions", method="GET")
@@ -913,6 +949,10 @@ refused(404, path="/v1/responses/resp_none/cancel", method="POST", says="no stor
 # Deleted while it runs: cancelled, and nothing is kept when it ends.
 status, _, body = call("/v1/responses", long_ask)
 gone = json.loads(body)
+for _ in range(200): # taken on by the server first
+    if json.loads(call("/v1/responses/" + gone["id"], method="GET")[2])["status"] == "in_progress":
+        break
+    time.sleep(0.05)
 status, _, body = call("/v1/responses/" + gone["id"], method="DELETE")
 assert status == 200 and json.loads(body)["deleted"] is True, body
 for _ in range(200):

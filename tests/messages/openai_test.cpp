@@ -2432,7 +2432,7 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
     EXPECT_EQ(refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}").param, field) << value;
   // Another value: refused, naming the field and what Troupe serves.
   for (const auto& [field, value] : std::vector<std::pair<std::string, std::string>>{
-         {"use_beam_search", "true"}, {"use_beam_search", "\"false\""}, {"store", "true"},
+         {"store", "true"},
          {"service_tier", "\"flex\""}, {"modalities", R"(["text","audio"])"}}) {
     const auto e = refused(R"({"model":"m","prompt":"p",")" + field + "\":" + value + "}");
     EXPECT_EQ(e.status, 400);
@@ -2444,6 +2444,39 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
                 .param,
               field);
   }
+  // vLLM's beam search: a completion's (its settings taken); a chat's only off.
+  EXPECT_FALSE(ok(R"({"model":"m","prompt":"p","use_beam_search":false,"length_penalty":1})").beam);
+  const auto beams = ok(R"({"model":"m","prompt":"p","use_beam_search":true,"n":2,"best_of":4,"max_tokens":7,)"
+                        R"("length_penalty":0.5,"ignore_eos":true,"logprobs":3,"temperature":0,"user":"u"})");
+  ASSERT_TRUE(beams.beam);
+  EXPECT_EQ(beams.beam->width, 4u);
+  EXPECT_EQ(beams.beam->max_tokens, 7u);
+  EXPECT_EQ(beams.beam->length_penalty, 0.5);
+  EXPECT_TRUE(beams.beam->ignore_eos);
+  EXPECT_EQ(beams.beam->logprobs, 3);
+  EXPECT_EQ(beams.n, 2u);
+  EXPECT_EQ(beams.best_of, 4u);
+  EXPECT_EQ(ok(R"({"model":"m","prompt":"p","use_beam_search":true,"n":3})").beam->width, 3u);
+  for (const auto& [fields, param, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
+         {R"("use_beam_search":"false")", "use_beam_search", "true or false"},
+         {R"("use_beam_search":true,"stream":true)", "stream", "not served with"},
+         {R"("use_beam_search":true,"top_p":0.5)", "top_p", "not served with"},
+         {R"("use_beam_search":true,"temperature":1)", "temperature", "not served with"},
+         {R"("use_beam_search":true,"echo":true)", "echo", "not served with"},
+         {R"("use_beam_search":true,"best_of":11)", "best_of", "at most 10 beams"},
+         {R"("use_beam_search":true,"n":11)", "n", "at most 10 beams"},
+         {R"("length_penalty":2)", "length_penalty", "needs \"use_beam_search\": true"},
+         {R"("use_beam_search":true,"length_penalty":"long")", "length_penalty", "a number"},
+       }) {
+    const auto e = refused(R"({"model":"m","prompt":"p",)" + fields + "}");
+    EXPECT_EQ(e.status, 400) << fields;
+    EXPECT_EQ(e.param, param) << fields;
+    EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
+  }
+  const auto chat_beam =
+    chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"}],"use_beam_search":true})", builtin("chatml"));
+  EXPECT_EQ(chat_beam.param, "use_beam_search");
+  EXPECT_NE(chat_beam.message.find("/v1/completions only"), std::string::npos) << chat_beam.message;
   // Below -1, the wire refuses it, naming it.
   const auto below = ok(R"({"model":"m","prompt":"p","top_k":-2})");
   const auto parsed = wire::parse_request(below.frames.at(0), wire::parse_limits{});

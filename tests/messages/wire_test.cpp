@@ -1033,4 +1033,18 @@ TEST(wire, the_protocol_reference_lists_every_error_code) {
 }
 
 } // namespace
+TEST(wire, a_tokenize_reply_carries_the_models_end_tokens) {
+  const auto frame = to_json(tokenize_reply{"t", {1, 450}, 4096, {2, 32000}});
+  auto r = parse_reply(frame);
+  ASSERT_TRUE(std::holds_alternative<reply>(r)) << frame;
+  const auto* t = std::get_if<tokenize_reply>(&std::get<reply>(r));
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->tokens, (std::vector<std::int32_t>{1, 450}));
+  EXPECT_EQ(t->end_tokens, (std::vector<std::int32_t>{2, 32000}));
+  // An older server's reply, without them: none.
+  auto old = parse_reply(R"({"type":"tokenize","id":"t","tokens":[1],"count":1,"max_context":9})");
+  ASSERT_TRUE(std::holds_alternative<reply>(old));
+  EXPECT_TRUE(std::get<tokenize_reply>(std::get<reply>(old)).end_tokens.empty());
+}
+
 } // namespace troupe::wire
