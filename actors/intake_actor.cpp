@@ -43,6 +43,8 @@ void submit(self_ptr self, request_spec spec) {
   auto ok = [self, id](std::uint8_t r) {
     emit(self, self->state.core->on_submit_result(
                  id, static_cast<scheduler_core::submit_result>(r)));
+    for (const auto due : self->state.core->take_due_cancels())
+      cancel(self, due);
   };
   auto fail = [self, id](const caf::error& e) {
     emit(self, self->state.core->on_submit_failed(id, self->system().render(e)));

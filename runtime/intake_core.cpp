@@ -208,8 +208,10 @@ intake_actions intake_core::on_frame(const std::string& peer, std::string_view p
       out.replies.push_back(error_frame(peer, c->id, wire::error_code::unknown_request,
                                         "no request with id \"" + c->id
                                           + "\" is in flight for this client"));
-    else
+    else if (auto& p = requests_.at(i->second); p.submitted)
       out.cancel = i->second;
+    else
+      p.cancel_held = true; // sent once the scheduler has it
   } else if (auto* h = std::get_if<wire::health_request>(&req)) {
     const bool failed = backend_ && !backend_->broken().empty();
     out.replies.push_back(
@@ -495,6 +497,9 @@ std::vector<outbound_frame> intake_core::on_submit_result(std::uint64_t request_
   wire::error_code code = wire::error_code::internal;
   switch (r) {
     case sr::accepted:
+      p.submitted = true;
+      if (p.cancel_held)
+        due_cancels_.push_back(request_id);
       if (!p.peer_gone)
         send_accepted(p, out);
       return out;
@@ -651,7 +656,10 @@ std::vector<std::uint64_t> intake_core::on_peer_gone(const std::string& peer) {
   for (auto& [id, p] : requests_) {
     if (p.peer == peer && !p.peer_gone) {
       p.peer_gone = true;
-      out.push_back(id);
+      if (p.submitted)
+        out.push_back(id);
+      else
+        p.cancel_held = true;
     }
   }
   return out;

@@ -20,6 +20,7 @@
 #include <string>
 #include <unordered_map>
 #include <variant>
+#include <utility>
 #include <vector>
 
 namespace troupe {
@@ -80,9 +81,14 @@ public:
   /// Handles one client frame from `peer`.
   intake_actions on_frame(const std::string& peer, std::string_view payload, double now_s);
 
-  /// The scheduler answered a submission.
+  /// The scheduler answered a submission. A cancel that came before the
+  /// answer is due now (take_due_cancels): sent earlier, it could pass the
+  /// submission on its way (through the classifier) and find nothing.
   std::vector<outbound_frame> on_submit_result(std::uint64_t request_id,
                                                scheduler_core::submit_result r);
+  /// Internal ids to cancel now: cancels held until their submission was
+  /// taken (each given once).
+  std::vector<std::uint64_t> take_due_cancels() { return std::exchange(due_cancels_, {}); }
 
   /// The submission never reached the scheduler (an actor failed).
   std::vector<outbound_frame> on_submit_failed(std::uint64_t request_id,
@@ -100,8 +106,9 @@ public:
   std::vector<outbound_frame> on_unregistered(const std::string& peer, const std::string& client_id,
                                               const adapter_entry& entry, const std::string& error);
 
-  /// `peer` cannot be reached any more: returns internal ids to cancel; their
-  /// replies are dropped from now on.
+  /// `peer` cannot be reached any more: returns internal ids to cancel
+  /// (those the scheduler has taken; the others are cancelled once it has,
+  /// take_due_cancels); their replies are dropped from now on.
   std::vector<std::uint64_t> on_peer_gone(const std::string& peer);
 
   /// Refuse new generate requests from now on.
@@ -125,6 +132,8 @@ private:
     bool stream = false;
     bool accepted_sent = false;
     bool peer_gone = false;
+    bool submitted = false;   ///< the scheduler has taken it: a cancel reaches it
+    bool cancel_held = false; ///< cancelled before that: sent once it has
     std::uint32_t prompt_tokens = 0;
     std::string adapter;
     std::vector<std::int32_t> tokens; // non-streaming only
@@ -173,6 +182,7 @@ private:
   void adapter_request(const std::string& peer, wire::unload_adapter_request&& u, intake_actions& out);
 
   intake_limits limits_;
+  std::vector<std::uint64_t> due_cancels_;
   std::unordered_map<std::string, adapter_entry> adapters_;
   std::unordered_map<std::string, std::uint32_t> adapter_users_;
   std::shared_ptr<const gpu::executor_backend> backend_;

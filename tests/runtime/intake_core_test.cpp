@@ -319,6 +319,7 @@ TEST(intake_core_broken_backend, refuses_new_requests_and_fails_health_checks_sa
 
 TEST_F(intake_core_test, shutting_down_after_start_drain) {
   const auto id = submit("p", "r1");
+  (void)core.on_submit_result(id, scheduler_core::submit_result::accepted);
   core.start_drain();
   EXPECT_TRUE(core.draining());
   expect_error("p", gen("r2"), error_code::shutting_down, "r2");
@@ -421,6 +422,7 @@ TEST_F(intake_core_test, queries_are_handed_to_the_shell) {
 
 TEST_F(intake_core_test, cancel_of_an_in_flight_request_names_its_internal_id) {
   const auto id = submit("p", "r1");
+  (void)core.on_submit_result(id, scheduler_core::submit_result::accepted);
   auto c = core.on_frame("p", R"({"type":"cancel","id":"r1"})", 5.0);
   EXPECT_TRUE(c.replies.empty());
   ASSERT_TRUE(c.cancel.has_value());
@@ -428,6 +430,34 @@ TEST_F(intake_core_test, cancel_of_an_in_flight_request_names_its_internal_id) {
   // Another peer cannot cancel it.
   expect_error("q", R"({"type":"cancel","id":"r1"})", error_code::unknown_request, "r1");
   EXPECT_EQ(core.in_flight(), 1u); // still in flight until the scheduler finishes it
+  EXPECT_TRUE(core.take_due_cancels().empty());
+}
+
+TEST_F(intake_core_test, a_cancel_before_the_scheduler_took_the_request_waits_for_it) {
+  // Sent at once, the cancel could pass the submission on its way to the
+  // scheduler (through the classifier) and find nothing there: it is held
+  // until the scheduler has taken the request, then due once.
+  const auto id = submit("p", "r1");
+  auto c = core.on_frame("p", R"({"type":"cancel","id":"r1"})", 5.0);
+  EXPECT_TRUE(c.replies.empty());
+  EXPECT_FALSE(c.cancel.has_value());
+  EXPECT_TRUE(core.take_due_cancels().empty());
+  const auto out = core.on_submit_result(id, scheduler_core::submit_result::accepted);
+  ASSERT_EQ(out.size(), 1u); // accepted: its done (cancelled) follows
+  EXPECT_EQ(core.take_due_cancels(), (std::vector<std::uint64_t>{id}));
+  EXPECT_TRUE(core.take_due_cancels().empty());
+  // A refused submission ends the request: nothing to cancel.
+  const auto refused = submit("p", "r2");
+  (void)core.on_frame("p", R"({"type":"cancel","id":"r2"})", 6.0);
+  (void)core.on_submit_result(refused, scheduler_core::submit_result::queue_full);
+  EXPECT_TRUE(core.take_due_cancels().empty());
+  // A peer gone: its taken requests are cancelled at once, the others once taken.
+  const auto taken = submit("q", "s1");
+  (void)core.on_submit_result(taken, scheduler_core::submit_result::accepted);
+  const auto waiting = submit("q", "s2");
+  EXPECT_EQ(core.on_peer_gone("q"), (std::vector<std::uint64_t>{taken}));
+  EXPECT_TRUE(core.on_submit_result(waiting, scheduler_core::submit_result::accepted).empty()); // (no one to tell)
+  EXPECT_EQ(core.take_due_cancels(), (std::vector<std::uint64_t>{waiting}));
 }
 
 // -- submit results --------------------------------------------------------------------
@@ -758,11 +788,14 @@ TEST_F(intake_core_test, a_gone_peer_gets_nothing_more) {
   ASSERT_EQ(core.on_submit_result(a1, sr::accepted).size(), 1u);
   auto ids = core.on_peer_gone("gone");
   std::sort(ids.begin(), ids.end());
-  EXPECT_EQ(ids, (std::vector<std::uint64_t>{a1, a2}));
+  EXPECT_EQ(ids, (std::vector<std::uint64_t>{a1})); // a2 once the scheduler has it
   EXPECT_TRUE(core.on_peer_gone("gone").empty()); // reported once
   EXPECT_TRUE(core.on_peer_gone("nobody").empty());
-  // a2's late submit result, tokens and finishes for a1/a2: no frames.
+  // a2's late submit result, tokens and finishes for a1/a2: no frames; a2's
+  // cancel is due then.
+  EXPECT_TRUE(core.take_due_cancels().empty());
   EXPECT_TRUE(core.on_submit_result(a2, sr::accepted).empty());
+  EXPECT_EQ(core.take_due_cancels(), (std::vector<std::uint64_t>{a2}));
   auto out = core.on_progress({{{a1, 0, 400}, {a2, 0, 401}, {b1, 0, 402}}, {}, {}, {}});
   ASSERT_EQ(out.size(), 2u); // b1: accepted, then its token
   for (const auto& f : out)
