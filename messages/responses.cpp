@@ -794,6 +794,26 @@ std::string response_answer::snapshot(std::string_view status, const api_error* 
   return dump(r);
 }
 
+namespace {
+
+/// A URL query's key=value pairs, percent-decoded, in order.
+std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query) {
+  std::vector<std::pair<std::string, std::string>> out;
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const auto pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    if (pair.empty())
+      continue;
+    const auto eq = pair.find('=');
+    out.emplace_back(percent_decoded(pair.substr(0, eq)),
+                     eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1)));
+  }
+  return out;
+}
+
+} // namespace
+
 event_log::event_log(std::string all) {
   add(all);
 }
@@ -819,15 +839,7 @@ std::string_view event_log::from(std::size_t first) const noexcept {
 std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view query) {
   retrieve_query q;
   bool stream_given = false;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const auto pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    if (pair.empty())
-      continue;
-    const auto eq = pair.find('=');
-    const auto key = percent_decoded(pair.substr(0, eq));
-    const auto value = eq == std::string_view::npos ? std::string() : percent_decoded(pair.substr(eq + 1));
+  for (const auto& [key, value] : query_pairs(query)) {
     if (key == "stream") {
       if (value != "true" && value != "false")
         return bad_request("query parameter \"stream\" must be true or false, got \"" + value.substr(0, 40) + "\"",
@@ -852,6 +864,79 @@ std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view qu
                        "stream starts)",
                        "starting_after");
   return q;
+}
+
+std::variant<std::string, api_error> input_items_page(std::string_view response_id, std::string_view input_items,
+                                                      std::string_view query) {
+  std::size_t limit = 20;
+  bool ascending = false;
+  std::optional<std::string> after;
+  for (const auto& [key, value] : query_pairs(query)) {
+    if (key == "limit") {
+      if (value.empty() || value.size() > 3 || value.find_first_not_of("0123456789") != std::string::npos
+          || std::stoul(value) < 1 || std::stoul(value) > 100)
+        return bad_request("query parameter \"limit\" must be an integer from 1 to 100, got \"" + value.substr(0, 40)
+                             + "\"",
+                           "limit");
+      limit = std::stoul(value);
+    } else if (key == "order") {
+      if (value != "asc" && value != "desc")
+        return bad_request("query parameter \"order\" must be \"asc\" or \"desc\", got \"" + value.substr(0, 40) + "\"",
+                           "order");
+      ascending = value == "asc";
+    } else if (key == "after") {
+      after = value;
+    } else if (key != "include" && key != "include[]") {
+      return bad_request("query parameter \"" + key.substr(0, 40)
+                           + "\" is not served: GET /v1/responses/ID/input_items takes limit, order, after and include",
+                         key.substr(0, 40));
+    }
+  }
+  auto items = json::parse(input_items);
+  const auto tail = std::string(response_id.substr(response_id.find('_') + 1));
+  for (std::size_t k = 0; k < items.size(); ++k) {
+    auto& item = items[k];
+    if (!item.is_object())
+      continue;
+    const auto type = item.value("type", std::string("message"));
+    if (type == "message") {
+      item["type"] = "message";
+      const bool assistant = item.value("role", std::string()) == "assistant";
+      if (const auto c = item.find("content"); c != item.end() && c->is_string())
+        *c = json::array({{{"type", assistant ? "output_text" : "input_text"}, {"text", *c}}});
+    }
+    if (!item.contains("id")) {
+      const char* prefix = type == "message"                ? "msg"
+                           : type == "function_call"        ? "fc"
+                           : type == "function_call_output" ? "fco"
+                           : type == "reasoning"            ? "rs"
+                                                            : "item";
+      item["id"] = std::string(prefix) + "_" + tail + "_in" + std::to_string(k);
+    }
+  }
+  if (!ascending)
+    std::reverse(items.begin(), items.end());
+  std::size_t first = 0;
+  if (after) {
+    const auto at = std::find_if(items.begin(), items.end(), [&](const json& i) {
+      return i.is_object() && i.value("id", json()) == json(*after);
+    });
+    if (at == items.end())
+      return bad_request("query parameter \"after\": no input item \"" + after->substr(0, 80) + "\" in response "
+                           + std::string(response_id),
+                         "after");
+    first = static_cast<std::size_t>(at - items.begin()) + 1;
+  }
+  json data = json::array();
+  for (auto k = first; k < items.size() && data.size() < limit; ++k)
+    data.push_back(items[k]);
+  const bool more = first + data.size() < items.size();
+  json page = {{"object", "list"},
+               {"data", data},
+               {"first_id", data.empty() ? json() : data.front().value("id", json())},
+               {"last_id", data.empty() ? json() : data.back().value("id", json())},
+               {"has_more", more}};
+  return dump(page);
 }
 
 response_state response_state_of(std::string_view body) {

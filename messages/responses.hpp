@@ -151,6 +151,17 @@ struct retrieve_query {
 };
 std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view query);
 
+/// GET /v1/responses/ID/input_items (OpenAI's): a page of the input items
+/// of kept response `response_id` (`input_items`, as a response_store
+/// entry keeps them), each as OpenAI lists it: messages typed, their text
+/// content as parts (`input_text`; an assistant's `output_text`), and an
+/// id (the item's own, else made from the response's and the item's place,
+/// the same at every read). The query: `limit` (1 to 100, default 20),
+/// `order` (`desc`, the default: the last item first; or `asc`), `after`
+/// (an item id: those after it in that order); `include` read past.
+std::variant<std::string, api_error> input_items_page(std::string_view response_id, std::string_view input_items,
+                                                      std::string_view query);
+
 /// What a kept response object says of itself: its `status` ("" where the
 /// body is not a response) and whether it ran in the background.
 struct response_state {

@@ -633,15 +633,20 @@ struct http_front::impl : zmq_io::owned_socket {
       // A kept response: read, deleted, or (running in the background) cancelled.
       auto rest = target.substr(14);
       const bool cancelling = rest.ends_with("/cancel");
+      const bool listing = rest.ends_with("/input_items");
       if (cancelling)
         rest.remove_suffix(7);
+      if (listing)
+        rest.remove_suffix(12);
       const auto id = openai::percent_decoded(rest);
       if (cancelling && method != http::verb::post)
         co_return co_await reply(wrong_method("POST"));
+      if (listing && method != http::verb::get)
+        co_return co_await reply(wrong_method("GET"));
       if (!cancelling && method != http::verb::get && method != http::verb::delete_)
         co_return co_await reply(wrong_method("GET, DELETE"));
       openai::retrieve_query asked;
-      if (method == http::verb::get) {
+      if (method == http::verb::get && !listing) {
         auto q = openai::parse_retrieve_query(query);
         if (auto* bad = std::get_if<openai::api_error>(&q))
           co_return co_await reply(error_response(version, keep, *bad));
@@ -663,6 +668,12 @@ struct http_front::impl : zmq_io::owned_socket {
                          + (stored.capacity() == 0 ? ": this server keeps none ([http] response_store_mb = 0)"
                                                    : ": it was not kept (store false), was deleted, or was dropped for "
                                                      "room ([http] response_store_mb)"))));
+      if (listing) {
+        auto page = openai::input_items_page(id, e->input_items, query);
+        if (auto* bad = std::get_if<openai::api_error>(&page))
+          co_return co_await reply(error_response(version, keep, *bad));
+        co_return co_await reply(make(version, keep, http::status::ok, std::get<std::string>(std::move(page))));
+      }
       if (cancelling) {
         // OpenAI's: only a background response; cancelling one that ended
         // (or twice) gives it as it is.

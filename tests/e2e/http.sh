@@ -903,6 +903,23 @@ err = refused(400, path="/v1/responses", body=dict(resp_ask, input=[{"role": "us
     {"type": "function_call_output", "call_id": "nope", "output": "x"}]), says="input[1].tool_call_id")
 assert err["param"] == "input", err
 refused(405, path="/v1/responses/" + second["id"], method="POST", raw=b"{}")
+# A kept response's input items, a page at a time (OpenAI's list).
+status, _, body = call("/v1/responses", dict(resp_ask, input=[{"role": "user", "content": "Weather?"},
+                                                          {"role": "assistant", "content": "Where?"},
+                                                          {"role": "user", "content": "Paris"}]))
+listed = json.loads(body)["id"]
+status, _, body = call("/v1/responses/" + listed + "/input_items", method="GET")
+page = json.loads(body)
+assert status == 200 and page["object"] == "list" and page["has_more"] is False, body
+assert [i["content"][0]["text"] for i in page["data"]] == ["Paris", "Where?", "Weather?"], page
+assert [i["content"][0]["type"] for i in page["data"]] == ["input_text", "output_text", "input_text"], page
+status, _, body = call("/v1/responses/" + listed + "/input_items?order=asc&limit=1&after=" + page["data"][2]["id"],
+                       method="GET")
+assert status == 200 and [i["id"] for i in json.loads(body)["data"]] == [page["data"][1]["id"]], body
+assert json.loads(body)["has_more"] is True, body
+refused(400, path="/v1/responses/" + listed + "/input_items?limit=0", method="GET", says='"limit"')
+refused(405, path="/v1/responses/" + listed + "/input_items", method="DELETE")
+refused(404, path="/v1/responses/resp_none/input_items", method="GET", says="no stored response")
 # Background: answered at once, queued, then read with GET until it ends;
 # its output is the whole answer's. A cancel stops one that runs (again:
 # the same), and is refused for a response answered whole.

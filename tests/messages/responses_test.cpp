@@ -709,5 +709,53 @@ TEST(responses, a_retrieve_query_asks_for_the_events_after_a_sequence_number) {
   }
 }
 
+TEST(responses, input_items_are_listed_as_openai_lists_them_a_page_at_a_time) {
+  const std::string kept =
+    R"([{"role":"user","content":"Weather?"},)"
+    R"({"type":"message","role":"assistant","content":"Let me look."},)"
+    R"({"type":"function_call","call_id":"c1","name":"get_weather","arguments":"{}"},)"
+    R"({"type":"function_call_output","call_id":"c1","output":"sunny"},)"
+    R"({"id":"msg_own","role":"user","content":[{"type":"input_text","text":"And tomorrow?"}]}])";
+  auto page = [&](std::string_view query) { return json::parse(std::get<std::string>(input_items_page("resp_ab12", kept, query))); };
+  const auto all = page("order=asc");
+  EXPECT_EQ(all["object"], "list");
+  ASSERT_EQ(all["data"].size(), 5u);
+  EXPECT_EQ(all["has_more"], false);
+  const auto& d = all["data"];
+  EXPECT_EQ(d[0], json::parse(R"({"role":"user","content":[{"type":"input_text","text":"Weather?"}],"type":"message","id":"msg_ab12_in0"})"));
+  EXPECT_EQ(d[1]["content"], json::parse(R"([{"type":"output_text","text":"Let me look."}])"));
+  EXPECT_EQ(d[2]["id"], "fc_ab12_in2");
+  EXPECT_EQ(d[2]["call_id"], "c1");
+  EXPECT_EQ(d[3]["id"], "fco_ab12_in3");
+  EXPECT_EQ(d[4]["id"], "msg_own"); // its own
+  EXPECT_EQ(all["first_id"], "msg_ab12_in0");
+  EXPECT_EQ(all["last_id"], "msg_own");
+  // The default order is the last first; pages follow `after`.
+  const auto first = page("limit=2");
+  ASSERT_EQ(first["data"].size(), 2u);
+  EXPECT_EQ(first["data"][0]["id"], "msg_own");
+  EXPECT_EQ(first["data"][1]["id"], "fco_ab12_in3");
+  EXPECT_EQ(first["has_more"], true);
+  const auto second = page("limit=2&after=fco_ab12_in3&include%5B%5D=message.input_image.image_url");
+  ASSERT_EQ(second["data"].size(), 2u);
+  EXPECT_EQ(second["data"][0]["id"], "fc_ab12_in2");
+  EXPECT_EQ(second["has_more"], true);
+  const auto last = page("limit=2&after=msg_ab12_in1");
+  ASSERT_EQ(last["data"].size(), 1u);
+  EXPECT_EQ(last["data"][0]["id"], "msg_ab12_in0");
+  EXPECT_EQ(last["has_more"], false);
+  const auto none = page("after=msg_ab12_in0");
+  EXPECT_TRUE(none["data"].empty());
+  EXPECT_EQ(none["first_id"], nullptr);
+  for (const auto& [query, param] : std::vector<std::pair<std::string, std::string>>{
+         {"limit=0", "limit"}, {"limit=101", "limit"}, {"limit=x", "limit"}, {"order=up", "order"},
+         {"after=msg_nope", "after"}, {"before=msg_own", "before"}}) {
+    auto r = input_items_page("resp_ab12", kept, query);
+    ASSERT_TRUE(std::holds_alternative<api_error>(r)) << query;
+    EXPECT_EQ(std::get<api_error>(r).param, param) << query;
+    EXPECT_EQ(std::get<api_error>(r).status, 400) << query;
+  }
+}
+
 } // namespace
 } // namespace troupe::openai
