@@ -28,21 +28,11 @@ grep -q '^host_pages = 60$' "$work/tight.toml"
 grep -q '^kv_reservation = "on_demand"$' "$work/tight.toml"
 grep -q '^policy = "adaptive"$' "$work/tight.toml"
 grep -q '^max_running = 6$' "$work/tight.toml"
+. "$(dirname "$0")/serve_lib.sh"
 for cfg in roomy tight; do
-  : > "$work/log"
-  "$bin/troupe-serve" --config "$work/$cfg.toml" --endpoint "tcp://127.0.0.1:*" --log-level warn > "$work/log" 2>&1 &
-  pid=$!
-  http=""
-  for _ in $(seq 1 400); do
-    http="$(sed -n 's/^troupe-serve: http on //p' "$work/log")"
-    [ -n "$http" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$work/log"; exit 1; }
-    sleep 0.05
-  done
-  [ -n "$http" ] || { echo "chaos: the server did not start"; cat "$work/log"; exit 1; }
+  cp "$work/$cfg.toml" "$work/serve.toml"
+  serve "$cfg"
   python3 tests/e2e/chaos_clients.py "$http" 7 200 || { echo "chaos ($cfg): the books do not add up"; exit 1; }
-  kill -INT "$pid"
-  wait "$pid" || { echo "chaos ($cfg): the server did not stop cleanly"; cat "$work/log"; exit 1; }
-  pid=""
+  stop
   echo "chaos: $cfg: the books add up"
 done
