@@ -342,16 +342,21 @@ std::optional<api_error> take_common(const json& doc, std::string_view base_mode
       return bad("field \"stream_options\" is only allowed with \"stream\": true", "stream_options");
     if (!so->is_object())
       return bad("field \"stream_options\" must be an object, got " + std::string(so->type_name()), "stream_options");
+    bool continuous = false;
     for (const auto& [key, value] : so->items()) {
       // include_obfuscation (OpenAI's): Troupe pads no chunk, either way.
-      if (key != "include_usage" && key != "include_obfuscation")
+      if (key != "include_usage" && key != "include_obfuscation" && key != "continuous_usage_stats")
         return bad("unknown field \"" + key + "\" in \"stream_options\"", "stream_options");
       if (!value.is_boolean())
         return bad("field \"stream_options." + key + "\" must be true or false, got " + value.dump(),
                    "stream_options");
       if (key == "include_usage")
         out.include_usage = value.get<bool>();
+      if (key == "continuous_usage_stats")
+        continuous = value.get<bool>();
     }
+    // vLLM's: every chunk with its choice's usage so far, where the usage is asked for.
+    out.continuous_usage = continuous && out.include_usage;
   }
   // Who asks, and OpenAI's cache key (Troupe's prefix caching goes by the
   // prompt itself): strings, read past.
@@ -2148,6 +2153,7 @@ std::string_view finish_reason(std::string_view wire_reason) noexcept {
 
 completion_answer::completion_answer(std::string id, std::int64_t created, const completion_request& request)
   : id_(std::move(id)), model_(request.model), created_(created), include_usage_(request.include_usage),
+    continuous_usage_(request.continuous_usage),
     chat_(request.chat), n_(std::max<std::uint32_t>(request.n, 1)), per_prompt_(std::max(n_, request.best_of)),
     stop_(request.stop), stops_kept_(request.stops_kept),
     logprobs_(request.logprobs), echo_(request.echo), prompt_only_(request.prompt_only), echo_text_(request.echo_text),
@@ -2528,7 +2534,17 @@ std::string completion_answer::chunk_with(std::size_t k, std::string_view text, 
     choice["delta"] = {{field, text}};
   json j = {{"id", id_}, {"object", chat_ ? "chat.completion.chunk" : "text_completion"}, {"created", created_},
             {"model", model_}, {"choices", json::array({choice})}};
+  if (continuous_usage_) {
+    const auto& c = choices_.at(k);
+    j["usage"] = {{"prompt_tokens", c.prompt_tokens},
+                  {"completion_tokens", c.completion_tokens},
+                  {"total_tokens", c.prompt_tokens + c.completion_tokens}};
+  }
   return event(j);
+}
+
+void completion_answer::accepted(std::size_t k, std::uint32_t prompt_tokens) {
+  choices_.at(k).prompt_tokens = prompt_tokens;
 }
 
 std::string completion_answer::stream_start() const {
@@ -2543,6 +2559,7 @@ std::string completion_answer::chunk(std::size_t k, const wire::token_reply& t) 
   auto& c = choices_.at(k);
   if (c.cut)
     return {};
+  c.completion_tokens = std::max<std::uint64_t>(c.completion_tokens, t.index + t.tokens.size());
   // Echoed, the prompt goes first, in a chunk of its own.
   std::string echo_chunk;
   if (echo_ && t.index == 0) {

@@ -101,6 +101,9 @@ struct completion_request {
   std::string model;         ///< as the client named it (the base model or an adapter)
   bool stream = false;
   bool include_usage = false; ///< stream_options.include_usage: a last chunk with the usage
+  /// vLLM's stream_options.continuous_usage_stats (with include_usage): every
+  /// chunk carries its choice's usage so far.
+  bool continuous_usage = false;
   bool chat = false;          ///< a chat completion (its answer is a message)
   /// Asked with OpenAI's legacy `functions` / `function_call`: the answer's
   /// call is `message.function_call` (one), finish_reason "function_call".
@@ -347,6 +350,9 @@ public:
   /// Streaming: the events that open the stream ("" for a text completion;
   /// a chat's first chunk of each choice names the assistant's role).
   std::string stream_start() const;
+  /// Streaming: choice `k` was accepted, its prompt `prompt_tokens` long
+  /// (what each chunk's usage counts under continuous_usage).
+  void accepted(std::size_t k, std::uint32_t prompt_tokens);
   /// Streaming: the events for a chunk of choice `k`'s tokens
   /// ("data: {...}\n\n"): its text, then what it adds to the tool calls
   /// read; "" when all its text is held back or after a stop string.
@@ -430,6 +436,7 @@ private:
   std::string model_;
   std::int64_t created_;
   bool include_usage_;
+  bool continuous_usage_;
   bool chat_;
   std::uint32_t n_;
   std::uint32_t per_prompt_; ///< frames per prompt: max(n, best_of)

@@ -145,6 +145,11 @@ public:
   std::string stream_start() {
     return std::visit([](auto& a) { return a.stream_start(); }, a_);
   }
+  /// Choice `k` was accepted: what a completion's usage so far counts.
+  void accepted(std::size_t k, std::uint32_t prompt_tokens) {
+    if (auto* c = std::get_if<openai::completion_answer>(&a_))
+      c->accepted(k, prompt_tokens);
+  }
   std::string chunk(std::size_t k, const wire::token_reply& t) {
     return std::visit([&](auto& a) { return a.chunk(k, t); }, a_);
   }
@@ -1094,8 +1099,9 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await fail(stopping());
       }
       const auto k = index.at(reply_id(*r));
-      if (std::holds_alternative<wire::accepted_reply>(*r)) {
+      if (const auto* a = std::get_if<wire::accepted_reply>(&*r)) {
         accepted[k] = 1;
+        answer.accepted(k, a->prompt_tokens);
         ++answered;
       } else if (auto* e = std::get_if<wire::error_reply>(&*r); e != nullptr && !accepted[k]) {
         ended[k] = 1;

@@ -191,6 +191,14 @@ streamed = "".join(e["choices"][0]["text"] for e in ev[:-2])
 assert streamed == choice["text"], (streamed, choice["text"])
 assert ev[-3]["choices"][0]["finish_reason"] == choice["finish_reason"], ev[-3]
 
+# vLLM's continuous_usage_stats: every chunk with the usage so far.
+status, _, body = call("/v1/completions", dict(req, stream=True, stream_options={"include_usage": True,
+                                                                                "continuous_usage_stats": True}))
+ev = events(body)
+counted = [e["usage"]["completion_tokens"] for e in ev[:-2]]
+assert status == 200 and all(e["usage"]["prompt_tokens"] == whole["usage"]["prompt_tokens"] for e in ev[:-1]), ev
+assert counted == sorted(counted) and counted[-1] == whole["usage"]["completion_tokens"], counted
+assert counted[0] >= 1 and ev[-2]["usage"] == whole["usage"], ev[-2:]
 status, _, body = call("/v1/completions", dict(req, model="demo-r8", temperature=1, seed=3))
 assert status == 200 and json.loads(body)["model"] == "demo-r8", body
 

@@ -252,6 +252,53 @@ std::vector<json> events(const std::string& sse) {
   return out;
 }
 
+TEST(openai, continuous_usage_puts_each_choices_usage_so_far_in_every_chunk) {
+  // vLLM's stream_options.continuous_usage_stats, with include_usage.
+  const auto asked = ok(R"({"model":"m","prompt":"p","stream":true,)"
+                        R"("stream_options":{"include_usage":true,"continuous_usage_stats":true}})");
+  EXPECT_TRUE(asked.continuous_usage);
+  EXPECT_FALSE(ok(R"({"model":"m","prompt":"p","stream":true,"stream_options":{"continuous_usage_stats":true}})")
+                 .continuous_usage); // (vLLM's: only with the usage asked for)
+  EXPECT_FALSE(ok(R"({"model":"m","prompt":"p","stream":true,"stream_options":{"include_usage":true}})").continuous_usage);
+  EXPECT_EQ(refused(R"({"model":"m","prompt":"p","stream":true,"stream_options":{"continuous_usage_stats":1}})").param,
+            "stream_options");
+  for (const bool chat : {false, true}) {
+    auto c = answered("m", true, chat);
+    c.continuous_usage = true;
+    completion_answer a{"cmpl-9", 1, c};
+    a.accepted(0, 3);
+    const auto start = events(a.stream_start());
+    if (chat) {
+      ASSERT_EQ(start.size(), 1u);
+      EXPECT_EQ(start[0]["usage"], json::parse(R"({"prompt_tokens":3,"completion_tokens":0,"total_tokens":3})"));
+    }
+    wire::token_reply t;
+    t.tokens = {7};
+    t.text = "a";
+    const auto first = events(a.chunk(0, t));
+    ASSERT_EQ(first.size(), 1u);
+    EXPECT_EQ(first[0]["usage"], json::parse(R"({"prompt_tokens":3,"completion_tokens":1,"total_tokens":4})")) << chat;
+    t.index = 1;
+    t.text = "b";
+    const auto second = events(a.chunk(0, t));
+    ASSERT_EQ(second.size(), 1u);
+    EXPECT_EQ(second[0]["usage"]["completion_tokens"], 2);
+    auto d = done("length");
+    const auto end = events(end_of(a, d));
+    ASSERT_GE(end.size(), 3u); // the finish, the usage, [DONE]
+    EXPECT_EQ(end[end.size() - 3]["usage"]["completion_tokens"], 2);
+    EXPECT_EQ(end[end.size() - 2]["usage"]["total_tokens"], 5);
+    EXPECT_EQ(end.back(), "[DONE]");
+  }
+  // Without it, chunks carry no usage.
+  completion_answer plain{"cmpl-8", 1, answered("m", true)};
+  plain.accepted(0, 3);
+  wire::token_reply t;
+  t.tokens = {7};
+  t.text = "a";
+  EXPECT_FALSE(events(plain.chunk(0, t))[0].contains("usage"));
+}
+
 TEST(openai, a_stream_is_chunks_then_the_finish_then_done) {
   completion_answer a{"cmpl-2", 1, answered("llama-2-7b", true)};
   EXPECT_EQ(a.stream_start(), "") << "a text completion's stream opens with its first chunk";
