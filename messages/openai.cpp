@@ -50,9 +50,10 @@ constexpr std::array<std::string_view, 37> taken_by_both{
   "guided_decoding_backend", "structured_outputs", "truncate_prompt_tokens", "bad_words", "allowed_token_ids"};
 constexpr std::array<std::string_view, 6> taken_by_completions{"prompt", "logprobs", "echo", "best_of",
                                                                  "use_beam_search", "length_penalty"};
-constexpr std::array<std::string_view, 12> taken_by_chat{
+constexpr std::array<std::string_view, 14> taken_by_chat{
   "messages", "max_completion_tokens", "parallel_tool_calls", "logprobs", "top_logprobs", "tools", "tool_choice",
-  "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "reasoning_effort"};
+  "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "chat_template", "reasoning_effort",
+  "use_beam_search", "length_penalty"};
 constexpr std::array<std::string_view, 1> off_in_completions{"suffix"};
 constexpr std::array<std::string_view, 0> off_in_chat{};
 
@@ -65,8 +66,7 @@ struct neutral_field {
   const char* also;    ///< JSON text of another such value, or null
   const char* serves;
 };
-constexpr std::array<neutral_field, 4> neutral_fields{{
-  {"use_beam_search", "false", nullptr, "searches beams in /v1/completions only"},
+constexpr std::array<neutral_field, 3> neutral_fields{{
   {"store", "false", nullptr, "stores no completions"},
   {"service_tier", "\"auto\"", "\"default\"", "has one tier; the field \"priority\" orders requests"},
   {"modalities", "[\"text\"]", nullptr, "answers in text"},
@@ -480,11 +480,11 @@ std::optional<api_error> expand(const std::vector<json>& prompts, std::uint32_t 
   return std::nullopt;
 }
 
-/// vLLM's use_beam_search (completions): the front searches beams of
-/// one-token generates (messages/beam_search.hpp); `best_of` (else `n`)
-/// beams, of which the `n` best are the choices. Only the fields that
-/// search serves may be given.
-std::optional<api_error> take_beam(const json& doc, const json& gen, completion_request& out) {
+/// vLLM's use_beam_search: the front searches beams of one-token generates
+/// (messages/beam_search.hpp); `best_of` (else `n`; a chat's `n`) beams,
+/// of which the `n` best are the choices. Only the fields that search
+/// serves may be given (`doc` as the client sent it).
+std::optional<api_error> take_beam(const json& doc, const json& gen, completion_request& out, bool chat = false) {
   const auto on = doc.find("use_beam_search");
   if (on != doc.end() && !on->is_null() && !on->is_boolean())
     return bad("field \"use_beam_search\" must be true or false, got " + on->dump().substr(0, 40), "use_beam_search");
@@ -501,13 +501,24 @@ std::optional<api_error> take_beam(const json& doc, const json& gen, completion_
   static constexpr std::array<std::string_view, 17> served{
     "model", "prompt", "max_tokens", "n", "best_of", "use_beam_search", "length_penalty", "ignore_eos", "logprobs",
     "user", "safety_identifier", "prompt_cache_key", "metadata", "priority", "store", "service_tier", "modalities"};
+  // A chat's messages and template settings, and its names for the same.
+  static constexpr std::array<std::string_view, 8> served_in_chat{
+    "messages", "max_completion_tokens", "top_logprobs", "chat_template_kwargs", "add_generation_prompt",
+    "continue_final_message", "chat_template", "reasoning_effort"};
+  if (chat && !(doc.contains("max_tokens") && !doc["max_tokens"].is_null())
+      && !(doc.contains("max_completion_tokens") && !doc["max_completion_tokens"].is_null()))
+    return bad("field \"use_beam_search\" needs \"max_completion_tokens\" (or \"max_tokens\"): a search runs that "
+               "many steps",
+               "max_completion_tokens");
   for (const auto& [key, value] : doc.items()) {
-    if (value.is_null() || in(served, key) || (key == "stream" && value == json(false))
+    if (value.is_null() || in(served, key) || (chat && in(served_in_chat, key)) || (key == "stream" && value == json(false))
         || (key == "temperature" && value.is_number() && value.get<double>() == 0) || (key == "echo" && value == json(false)))
       continue;
-    return bad("field \"" + key + "\" is not served with \"use_beam_search\": a beam search takes model, prompt, "
-               "max_tokens, n, best_of, length_penalty, ignore_eos, logprobs and priority (temperature only 0, "
-               "stream only false)",
+    return bad("field \"" + key + "\" is not served with \"use_beam_search\": a beam search takes model, "
+                 + (chat ? "messages and the template's settings, max_completion_tokens, n, length_penalty, ignore_eos, "
+                           "logprobs, top_logprobs"
+                         : "prompt, max_tokens, n, best_of, length_penalty, ignore_eos, logprobs")
+                 + " and priority (temperature only 0, stream only false)",
                key);
   }
   constexpr std::uint32_t widest = 10; // 2 × width alternatives a step, at most the wire's 20
@@ -1720,6 +1731,11 @@ parse_chat_completion_of(std::string_view body, std::string_view base_model, std
   if (auto* e = std::get_if<api_error>(&read))
     return std::move(*e);
   auto& doc = std::get<json>(read);
+  // A beam search checks the fields as the client sent them (the template's
+  // stop strings join `stop` below).
+  std::optional<json> as_sent;
+  if (const auto b = doc.find("use_beam_search"); b != doc.end() && *b == json(true))
+    as_sent = doc;
   auto own = request_template(doc, served);
   if (auto* e = std::get_if<api_error>(&own))
     return std::move(*e);
@@ -1925,6 +1941,8 @@ parse_chat_completion_of(std::string_view body, std::string_view base_model, std
   }
   out.n = std::get<std::uint32_t>(n);
   if (auto e = expand({json(std::move(opening))}, out.n, gen, wire_id, out))
+    return std::move(*e);
+  if (auto e = take_beam(as_sent ? *as_sent : doc, gen, out, true))
     return std::move(*e);
   return out;
 }

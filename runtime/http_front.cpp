@@ -973,7 +973,7 @@ struct http_front::impl : zmq_io::owned_socket {
     shown.best_of = shown.n;
     shown.frames.resize(dones.size());
     shown.ids.resize(dones.size());
-    const openai::completion_answer answer("cmpl-" + base, unix_now(), shown);
+    const openai::completion_answer answer((c.chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), shown);
     auto res = make(version, keep, http::status::ok, answer.body(dones));
     co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
     co_return !ec && keep;

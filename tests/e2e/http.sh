@@ -275,6 +275,19 @@ for c in beams["choices"]:
         assert tok in alts and abs(alts[tok] - lp) < 1e-3, (tok, lp, alts)
         text += tok
     assert text == c["text"], (text, c)
+# A chat's: one beam says what the greedy chat says (its template's stop
+# strings cut both); two give two messages.
+chat_greedy = {"model": "demo", "messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 6,
+               "ignore_eos": True, "temperature": 0}
+g = json.loads(call("/v1/chat/completions", chat_greedy)[2])
+status, _, body = call("/v1/chat/completions", dict(chat_greedy, use_beam_search=True))
+one = json.loads(body)
+assert status == 200 and one["object"] == "chat.completion" and one["id"].startswith("chatcmpl-"), body
+assert one["choices"][0]["message"]["content"] == g["choices"][0]["message"]["content"], (body, g)
+status, _, body = call("/v1/chat/completions", dict(chat_greedy, use_beam_search=True, n=2))
+assert status == 200 and len(json.loads(body)["choices"]) == 2, body
+refused(400, path="/v1/chat/completions", body=dict(chat_greedy, use_beam_search=True, max_tokens=None),
+        says="needs \"max_completion_tokens\"")
 refused(400, body=dict(greedy, use_beam_search=True, stream=True), says="not served with")
 refused(400, body=dict(greedy, use_beam_search=True, stop=["x"]), says='"stop" is not served')
 refused(400, body=dict(greedy, use_beam_search=True, temperature=0.7), says='"temperature" is not served')

@@ -2520,10 +2520,26 @@ TEST(openai, vllms_fields_at_the_values_that_leave_them_out_are_taken_and_others
     EXPECT_EQ(e.param, param) << fields;
     EXPECT_NE(e.message.find(says), std::string::npos) << e.message;
   }
-  const auto chat_beam =
-    chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"}],"use_beam_search":true})", builtin("chatml"));
-  EXPECT_EQ(chat_beam.param, "use_beam_search");
-  EXPECT_NE(chat_beam.message.find("/v1/completions only"), std::string::npos) << chat_beam.message;
+  // A chat's: n beams, as many steps as it gives tokens (it must give a
+  // count), its template's stop strings no field of the client's.
+  const auto chatml = builtin("chatml");
+  const auto chat_beams = chat_ok(R"({"model":"m","messages":[{"role":"user","content":"q"}],"use_beam_search":true,)"
+                                  R"("n":3,"max_completion_tokens":5,"logprobs":true,"top_logprobs":2,"temperature":0})",
+                                  chatml);
+  ASSERT_TRUE(chat_beams.beam);
+  EXPECT_EQ(chat_beams.beam->width, 3u);
+  EXPECT_EQ(chat_beams.beam->max_tokens, 5u);
+  EXPECT_EQ(chat_beams.beam->logprobs, 2);
+  EXPECT_FALSE(chat_beams.stop.empty()); // the template's, applied to the answer's text
+  for (const auto& [fields, param] : std::vector<std::pair<std::string, std::string>>{
+         {R"("use_beam_search":true)", "max_completion_tokens"},
+         {R"("use_beam_search":true,"max_tokens":4,"stop":["x"])", "stop"},
+         {R"("use_beam_search":true,"max_tokens":4,"tools":[{"type":"function","function":{"name":"f"}}])", "tools"},
+         {R"("use_beam_search":true,"max_tokens":4,"n":11)", "n"},
+         {R"("length_penalty":3)", "length_penalty"}}) {
+    const auto e = chat_refused(R"({"model":"m","messages":[{"role":"user","content":"q"}],)" + fields + "}", chatml);
+    EXPECT_EQ(e.param, param) << fields << " " << e.message;
+  }
   // Below -1, the wire refuses it, naming it.
   const auto below = ok(R"({"model":"m","prompt":"p","top_k":-2})");
   const auto parsed = wire::parse_request(below.frames.at(0), wire::parse_limits{});
