@@ -89,27 +89,30 @@ std::string dump(const json& j) {
 
 } // namespace
 
-std::string beam_frames::tokenize(std::string_view base, std::string_view id) {
+beam_frames::beam_frames(std::string_view base) {
   const auto g = json::parse(base);
-  return dump({{"type", "tokenize"}, {"id", id}, {"prompt", g.value("prompt", std::string())}});
-}
-
-std::optional<std::vector<std::int32_t>> beam_frames::prompt_tokens(std::string_view base) {
-  const auto g = json::parse(base);
+  prompt_ = g.value("prompt", std::string());
   if (const auto t = g.find("prompt_tokens"); t != g.end())
-    return t->get<std::vector<std::int32_t>>();
-  return std::nullopt;
+    prompt_tokens_ = t->get<std::vector<std::int32_t>>();
+  if (const auto a = g.find("adapter"); a != g.end() && a->is_string())
+    adapter_ = a->get<std::string>();
+  if (const auto p = g.find("priority"); p != g.end() && p->is_number_integer())
+    priority_ = p->get<std::int64_t>();
 }
 
-std::string beam_frames::step(std::string_view base, std::string_view id, const std::vector<std::int32_t>& tokens,
-                              std::uint32_t alternatives) {
-  const auto g = json::parse(base);
+std::string beam_frames::tokenize(std::string_view id) const {
+  return dump({{"type", "tokenize"}, {"id", id}, {"prompt", prompt_}});
+}
+
+std::string beam_frames::step(std::string_view id, const std::vector<std::int32_t>& tokens,
+                              std::uint32_t alternatives) const {
   json out = {{"type", "generate"}, {"id", id},          {"prompt_tokens", tokens},
               {"max_tokens", 1},    {"temperature", 0},  {"logprobs", alternatives},
               {"ignore_eos", true}};
-  for (const char* key : {"adapter", "priority"})
-    if (const auto v = g.find(key); v != g.end())
-      out[key] = *v;
+  if (adapter_)
+    out["adapter"] = *adapter_;
+  if (priority_)
+    out["priority"] = *priority_;
   return dump(out);
 }
 

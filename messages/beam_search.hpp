@@ -72,21 +72,29 @@ private:
 };
 
 /// The wire frames a front's beam search sends for a completion's prompt,
-/// from that prompt's generate (`base`, a frame of completion_request):
-struct beam_frames {
+/// from that prompt's generate (`base`, a frame of completion_request,
+/// read once).
+class beam_frames {
+public:
+  explicit beam_frames(std::string_view base);
   /// The tokenize asking for the prompt's tokens (as the generate would
   /// run them) and the model's end tokens.
-  static std::string tokenize(std::string_view base, std::string_view id);
+  std::string tokenize(std::string_view id) const;
   /// The prompt's tokens where the generate gives them itself (a prompt of
   /// token ids); none for a text prompt.
-  static std::optional<std::vector<std::int32_t>> prompt_tokens(std::string_view base);
+  const std::optional<std::vector<std::int32_t>>& prompt_tokens() const noexcept { return prompt_tokens_; }
   /// One step of a beam: a greedy generate of one token after `tokens`, its
   /// `alternatives` likeliest listed, for the same model or adapter and
-  /// priority as `base`.
-  static std::string step(std::string_view base, std::string_view id, const std::vector<std::int32_t>& tokens,
-                          std::uint32_t alternatives);
+  /// priority as the prompt's.
+  std::string step(std::string_view id, const std::vector<std::int32_t>& tokens, std::uint32_t alternatives) const;
   /// A detokenize of `tokens` (not empty).
   static std::string detokenize(std::string_view id, const std::vector<std::int32_t>& tokens);
+
+private:
+  std::string prompt_;
+  std::optional<std::vector<std::int32_t>> prompt_tokens_;
+  std::optional<std::string> adapter_;
+  std::optional<std::int64_t> priority_;
 };
 
 /// A beam as the done reply a generate of it would have given: its text

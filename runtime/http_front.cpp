@@ -91,6 +91,25 @@ struct background_job {
   }
 };
 
+/// Whether the peer of `sock` closed the connection or reset it (a look
+/// without reading: a pipelined request stays for the next read).
+bool peer_closed(tcp::socket& sock) {
+  char probe = 0;
+  const auto n = ::recv(sock.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/// Forgets wire ids' waiters when it goes out of scope.
+template <class Pending>
+struct forget_ids {
+  Pending& pending;
+  const std::vector<std::string>& ids;
+  ~forget_ids() {
+    for (const auto& id : ids)
+      pending.erase(id);
+  }
+};
+
 std::int64_t unix_now() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
     .count();
@@ -305,7 +324,7 @@ struct http_front::impl : zmq_io::owned_socket {
         } else {
           auto events = answer.choice_end(0, *d); // (before the end: it counts the usage)
           job->add(events + answer.stream_end());
-          body = answer.finished().value_or(answer.body({std::move(*d)}));
+          body = *answer.finished(); // (the stream's end made it)
         }
         break;
       } else if (auto* e = std::get_if<wire::error_reply>(&*reply)) {
@@ -447,9 +466,7 @@ struct http_front::impl : zmq_io::owned_socket {
     co_await sock.async_wait(tcp::socket::wait_read, asio::redirect_error(asio::use_awaitable, ec));
     if (*done || ec || stopped)
       co_return; // `sock` may be gone: only `done` is looked at first
-    char probe = 0;
-    const auto n = ::recv(sock.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+    if (peer_closed(sock))
       for (const auto& id : ids)
         cancel(id); // the end of the stream, or a reset
   }
@@ -831,14 +848,7 @@ struct http_front::impl : zmq_io::owned_socket {
     const auto never = asio::steady_timer::time_point::max();
     auto w = std::make_shared<waiter>(io);
     std::vector<std::string> asked; // every id sent, forgotten at the end
-    struct forget {
-      impl& self;
-      std::vector<std::string>& ids;
-      ~forget() {
-        for (const auto& id : ids)
-          self.pending.erase(id);
-      }
-    } forget_them{*this, asked};
+    const forget_ids<decltype(pending)> forget_them{pending, asked};
     std::size_t sent_count = 0;
     bool overloaded = false;
     // Sends each frame (built for its fresh id) and waits for each one's
@@ -887,19 +897,13 @@ struct http_front::impl : zmq_io::owned_socket {
       return overloaded ? api_error_of(503, "server_error", "overloaded", "the server cannot take the request now")
                         : stopping();
     };
-    // A client that went away stops the search between steps.
-    auto gone = [&] {
-      char probe = 0;
-      const auto n = ::recv(stream.socket().native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
-      return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
-    };
     const auto per = std::max<std::uint32_t>(c.best_of, 1);
     const auto prompts = c.frames.size() / per;
     std::vector<wire::done_reply> dones;
     for (std::size_t p = 0; p < prompts; ++p) {
-      const auto& frame = c.frames[p * per];
+      const openai::beam_frames frames(c.frames[p * per]);
       std::vector<std::function<std::string(const std::string&)>> tokenize;
-      tokenize.emplace_back([&frame](const std::string& id) { return openai::beam_frames::tokenize(frame, id); });
+      tokenize.emplace_back([&frames](const std::string& id) { return frames.tokenize(id); });
       auto got = co_await ask_all(tokenize);
       if (!got)
         co_return co_await fail(lost());
@@ -909,15 +913,15 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await fail(e ? openai::refusal(c, e->code, e->message)
                                   : api_error_of(500, "server_error", "internal", "an unexpected reply from the server"));
       }
-      const auto prompt = openai::beam_frames::prompt_tokens(frame).value_or(t->tokens);
+      const auto prompt = frames.prompt_tokens().value_or(t->tokens);
       openai::beam_search search(prompt, t->end_tokens, *c.beam);
       for (auto live = search.step(); !live.empty(); live = search.step()) {
-        if (gone())
-          co_return false;
+        if (peer_closed(stream.socket()))
+          co_return false; // the client went away: the search stops between steps
         std::vector<std::function<std::string(const std::string&)>> steps;
         for (const auto& tokens : live)
-          steps.emplace_back([&frame, &tokens, alternatives = search.alternatives()](const std::string& id) {
-            return openai::beam_frames::step(frame, id, tokens, alternatives);
+          steps.emplace_back([&frames, &tokens, alternatives = search.alternatives()](const std::string& id) {
+            return frames.step(id, tokens, alternatives);
           });
         auto answers = co_await ask_all(steps);
         if (!answers)
@@ -1059,14 +1063,7 @@ struct http_front::impl : zmq_io::owned_socket {
       pending[c.ids[k]] = w;
       index[c.ids[k]] = k;
     }
-    struct forget {
-      impl& self;
-      const std::vector<std::string>& ids;
-      ~forget() {
-        for (const auto& id : ids)
-          self.pending.erase(id);
-      }
-    } forget_them{*this, c.ids};
+    const forget_ids<decltype(pending)> forget_them{pending, c.ids};
     // Choices ended (a done or an error): the rest are cancelled when the
     // answer cannot be given.
     std::vector<char> ended(n, 0);
