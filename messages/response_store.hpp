@@ -6,11 +6,11 @@
 // the fronts of a multi-node deployment.
 #pragma once
 
+#include "messages/kept_lru.hpp"
+
 #include <cstddef>
-#include <list>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -29,43 +29,33 @@ public:
   };
 
   /// Keeps at most `capacity` bytes of entries (0: none).
-  explicit response_store(std::size_t capacity) : capacity_(capacity) {}
-  // (The index views the list's own strings: moved, they stay; copied, they would not.)
-  response_store(const response_store&) = delete;
-  response_store& operator=(const response_store&) = delete;
-  response_store(response_store&&) noexcept = default;
-  response_store& operator=(response_store&&) noexcept = default;
+  explicit response_store(std::size_t capacity) : kept_(capacity) {}
 
   /// Keeps `e` under `id` as the most recently used, dropping the least
   /// recently used past the capacity; false (nothing kept) where `e` alone
   /// is larger than it.
-  bool put(std::string id, entry e);
+  bool put(std::string id, entry e) {
+    const auto b = bytes_of(id, e);
+    return kept_.put(std::move(id), std::move(e), b);
+  }
   /// The entry under `id` (now the most recently used), or null.
-  const entry* find(std::string_view id);
+  const entry* find(std::string_view id) { return kept_.find(id); }
   /// Drops `id`; false where it was not kept.
-  bool erase(std::string_view id);
+  bool erase(std::string_view id) { return kept_.erase(id); }
   /// The turns of the conversation `id` ends, oldest first; or the id of
   /// the first of them no longer kept.
   std::variant<std::vector<const entry*>, std::string> chain(std::string_view id);
 
-  std::size_t bytes() const noexcept { return bytes_; }
-  std::size_t size() const noexcept { return index_.size(); }
-  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t bytes() const noexcept { return kept_.bytes(); }
+  std::size_t size() const noexcept { return kept_.size(); }
+  std::size_t capacity() const noexcept { return kept_.capacity(); }
 
 private:
-  struct kept {
-    std::string id;
-    entry e;
-    std::size_t bytes;
-  };
   static std::size_t bytes_of(const std::string& id, const entry& e) noexcept {
     return id.size() + e.previous.size() + e.input_items.size() + e.body.size() + e.session.size()
            + e.events.size() + 64; // with the bookkeeping's
   }
-  std::size_t capacity_;
-  std::size_t bytes_ = 0;
-  std::list<kept> order_; ///< most recently used first
-  std::unordered_map<std::string_view, std::list<kept>::iterator> index_;
+  kept_lru<entry> kept_;
 };
 
 } // namespace troupe::openai

@@ -119,7 +119,7 @@ std::variant<std::string, api_error> reasoning_text(const json& item, const std:
 /// one is), each call's output as a tool message, and a reasoning item as
 /// the next assistant message's reasoning_content.
 std::optional<api_error> read_input(const json& doc, const json& prior, json& messages,
-                                    std::vector<std::int64_t>& input_of) {
+                                    std::vector<std::int64_t>& input_of, const std::string& field = "input") {
   if (const auto ins = doc.find("instructions"); ins != doc.end() && !ins->is_null()) {
     if (!ins->is_string())
       return bad("field \"instructions\" must be a string", "instructions");
@@ -128,9 +128,9 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
   }
   const auto given = doc.find("input");
   if (given == doc.end() || given->is_null())
-    return bad("missing field \"input\": a string, or an array of messages and items", "input");
+    return bad("missing field \"input\": a string, or an array of messages and items", field);
   if (!given->is_string() && (!given->is_array() || given->empty()))
-    return bad("field \"input\" must be a string or a non-empty array of messages and items", "input");
+    return bad("field \"input\" must be a string or a non-empty array of messages and items", field);
   // The earlier turns' items, then this one's.
   json items = prior;
   const auto own = static_cast<std::int64_t>(prior.size());
@@ -144,12 +144,12 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
   for (std::size_t i = 0; i < input->size(); ++i) {
     const auto& item = (*input)[i];
     const auto here = static_cast<std::int64_t>(i) - own; // the request's own index (negative: earlier)
-    const auto at = here >= 0 ? "input[" + std::to_string(here) + "]" : "an earlier response's item";
+    const auto at = here >= 0 ? field + "[" + std::to_string(here) + "]" : "an earlier response's item";
     if (!item.is_object())
-      return bad("\"" + at + "\" must be an object", "input");
+      return bad("\"" + at + "\" must be an object", field);
     const auto type = item.contains("type") && !item["type"].is_null() ? item["type"] : json("message");
     if (!type.is_string())
-      return bad("\"" + at + ".type\" must be a string", "input");
+      return bad("\"" + at + ".type\" must be a string", field);
     const auto t = type.get<std::string>();
     const auto with_thought = [&](json m) {
       if (!thought.empty())
@@ -164,10 +164,10 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
     if (t == "message") {
       for (const auto& [key, value] : item.items())
         if (key != "type" && key != "role" && key != "content" && key != "id" && key != "status")
-          return bad("field \"" + at + "." + key + "\" is not supported in a message (role, content)", "input");
+          return bad("field \"" + at + "." + key + "\" is not supported in a message (role, content)", field);
       const auto role = item.value("role", json());
       if (role != "user" && role != "system" && role != "developer" && role != "assistant")
-        return bad("\"" + at + ".role\" must be \"user\", \"system\", \"developer\" or \"assistant\"", "input");
+        return bad("\"" + at + ".role\" must be \"user\", \"system\", \"developer\" or \"assistant\"", field);
       auto content = content_of(item.value("content", json()), at);
       if (auto* e = std::get_if<api_error>(&content))
         return std::move(*e);
@@ -180,7 +180,7 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
     } else if (t == "function_call") {
       for (const char* key : {"call_id", "name", "arguments"})
         if (!item.contains(key) || !item[key].is_string())
-          return bad("\"" + at + "." + key + "\" must be a string", "input");
+          return bad("\"" + at + "." + key + "\" must be a string", field);
       json call = {{"id", item["call_id"]},
                    {"type", "function"},
                    {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}};
@@ -196,10 +196,10 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
     } else if (t == "function_call_output") {
       const auto id = item.find("call_id");
       if (id == item.end() || !id->is_string())
-        return bad("\"" + at + ".call_id\" must name the call it answers (a string)", "input");
+        return bad("\"" + at + ".call_id\" must name the call it answers (a string)", field);
       const auto output = item.find("output");
       if (output == item.end() || (!output->is_string() && !output->is_array()))
-        return bad("\"" + at + ".output\" must be a string or an array of text parts", "input");
+        return bad("\"" + at + ".output\" must be a string or an array of text parts", field);
       auto content = content_of(*output, at);
       if (auto* e = std::get_if<api_error>(&content))
         return std::move(*e);
@@ -213,12 +213,14 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
       thought += (thought.empty() ? "" : "\n") + std::get<std::string>(text);
       calls_open = false;
     } else if (t == "item_reference") {
-      return bad("\"" + at + "\" refers to a stored item: Troupe stores none; send the item itself", "input");
+      return bad("\"" + at + "\" refers to a stored item: item references are not served; send the item itself "
+                 "(or go on from its response or conversation)",
+                 field);
     } else {
       return bad("\"" + at + ".type\" is \"" + t
                    + "\": Troupe serves \"message\", \"function_call\", \"function_call_output\" and \"reasoning\" "
                      "items",
-                 "input");
+                 field);
     }
   }
   return std::nullopt;
@@ -335,11 +337,15 @@ std::optional<api_error> read_shaping(const json& doc, json& chat) {
 
 /// What needs a stored conversation (or, without a store, a stored
 /// response), or another mode.
-std::optional<api_error> read_refused(const json& doc, bool stored) {
+std::optional<api_error> read_refused(const json& doc, bool stored, bool conversations) {
   const auto given = [&](const char* key) { return doc.contains(key) && !doc[key].is_null(); };
-  if (given("conversation"))
-    return bad("field \"conversation\" needs a stored conversation: Troupe stores none; send the whole conversation "
-               "in \"input\"",
+  if (given("conversation") && !conversations)
+    return bad("field \"conversation\" needs a stored conversation: Troupe keeps none here ([http] "
+               "conversation_store_mb = 0); send the whole conversation in \"input\"",
+               "conversation");
+  if (given("conversation") && given("previous_response_id"))
+    return bad("fields \"conversation\" and \"previous_response_id\" cannot both be given: a response goes on from "
+               "one or the other",
                "conversation");
   if (!stored && given("previous_response_id"))
     return bad("field \"previous_response_id\" needs a stored response: Troupe stores none here ([http] "
@@ -384,7 +390,7 @@ std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable,
                        const sampling_defaults& defaults, const earlier_turns& earlier,
-                       std::string_view new_session) {
+                       std::string_view new_session, const earlier_turns& conversations) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -404,27 +410,44 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
   if (const auto m = doc.find("max_output_tokens"); m != doc.end() && !m->is_null())
     chat["max_completion_tokens"] = *m;
   json messages = json::array();
-  if (auto e = read_refused(doc, static_cast<bool>(earlier))) // first: what cannot be served at all
+  if (auto e = read_refused(doc, static_cast<bool>(earlier), static_cast<bool>(conversations))) // first: what cannot be served at all
     return std::move(*e);
   json prior = json::array();
   std::string session(new_session);
-  if (const auto p = doc.find("previous_response_id"); p != doc.end() && !p->is_null()) {
-    if (!p->is_string())
-      return bad("field \"previous_response_id\" must be a string", "previous_response_id");
-    out.previous_id = p->get<std::string>();
-    auto turns = earlier(out.previous_id);
+  // The items and session of what the response goes on from (a kept
+  // response, or a kept conversation).
+  const auto go_on_from = [&](const earlier_turns& kept, const std::string& id) -> std::optional<api_error> {
+    auto turns = kept(id);
     if (auto* e = std::get_if<api_error>(&turns))
       return std::move(*e);
     auto& c = std::get<conversation>(turns);
     prior = json::parse(c.items);
     session = std::move(c.session);
+    return std::nullopt;
+  };
+  if (const auto p = doc.find("previous_response_id"); p != doc.end() && !p->is_null()) {
+    if (!p->is_string())
+      return bad("field \"previous_response_id\" must be a string", "previous_response_id");
+    out.previous_id = p->get<std::string>();
+    if (auto e = go_on_from(earlier, out.previous_id))
+      return std::move(*e);
+  }
+  bool in_conversation = false;
+  if (const auto c = doc.find("conversation"); c != doc.end() && !c->is_null()) {
+    const auto id = c->is_object() ? c->value("id", json()) : *c;
+    if (!id.is_string() || (c->is_object() && c->size() != 1))
+      return bad("field \"conversation\" must be a conversation's id, or an object {\"id\": its id}", "conversation");
+    out.conversation = id.get<std::string>();
+    if (auto e = go_on_from(conversations, out.conversation))
+      return std::move(*e);
+    in_conversation = true;
   }
   out.store = static_cast<bool>(earlier) && doc.value("store", json(true)) != json(false);
   out.background = doc.value("background", json(false)) == json(true);
   // The session a kept conversation runs in (the request's own first).
   if (const auto own = doc.find("session"); own != doc.end() && own->is_string())
     out.session = own->get<std::string>();
-  else if (out.store && !session.empty())
+  else if ((out.store || in_conversation) && !session.empty())
     out.session = session;
   if (!out.session.empty())
     chat["session"] = out.session;
@@ -461,6 +484,8 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
                {"background", out.background},
                {"truncation", "disabled"},
                {"previous_response_id", out.previous_id.empty() ? json() : json(out.previous_id)}};
+  if (in_conversation)
+    echo["conversation"] = {{"id", out.conversation}};
   out.echo = dump(echo);
 
   auto parsed = parse_chat_completion(dump(chat), base_model, wire_id, tpl, enforceable, defaults);
@@ -473,8 +498,9 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
 
 std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
                                                         std::string_view wire_id, const chat_template& tpl,
-                                                        const earlier_turns& earlier) {
-  auto r = parse_response_request(body, base_model, wire_id, tpl, {}, {}, earlier);
+                                                        const earlier_turns& earlier,
+                                                        const earlier_turns& conversations) {
+  auto r = parse_response_request(body, base_model, wire_id, tpl, {}, {}, earlier, {}, conversations);
   if (auto* e = std::get_if<api_error>(&r))
     return std::move(*e);
   const auto frame = json::parse(std::get<response_request>(r).chat.frames.at(0));
@@ -866,8 +892,48 @@ std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view qu
   return q;
 }
 
-std::variant<std::string, api_error> input_items_page(std::string_view response_id, std::string_view input_items,
-                                                      std::string_view query) {
+std::optional<api_error> check_input_items(std::string_view items, const std::string& field) {
+  const auto given = json::parse(items, nullptr, false);
+  if (!given.is_array())
+    return bad("field \"" + field + "\" must be an array of items", field);
+  json messages = json::array();
+  std::vector<std::int64_t> input_of;
+  if (given.empty())
+    return std::nullopt;
+  if (auto e = read_input(json{{"input", given}}, json::array(), messages, input_of, field)) {
+    e->param = field;
+    return e;
+  }
+  return std::nullopt;
+}
+
+std::string listed_items(std::string_view items, std::string_view tail) {
+  auto listed = json::parse(items);
+  for (std::size_t k = 0; k < listed.size(); ++k) {
+    auto& item = listed[k];
+    if (!item.is_object())
+      continue;
+    const auto type = item.value("type", std::string("message"));
+    if (type == "message") {
+      item["type"] = "message";
+      const bool assistant = item.value("role", std::string()) == "assistant";
+      if (const auto c = item.find("content"); c != item.end() && c->is_string())
+        *c = json::array({{{"type", assistant ? "output_text" : "input_text"}, {"text", *c}}});
+    }
+    if (!item.contains("id")) {
+      const char* prefix = type == "message"                ? "msg"
+                           : type == "function_call"        ? "fc"
+                           : type == "function_call_output" ? "fco"
+                           : type == "reasoning"            ? "rs"
+                                                            : "item";
+      item["id"] = std::string(prefix) + "_" + std::string(tail) + std::to_string(k);
+    }
+  }
+  return dump(listed);
+}
+
+std::variant<std::string, api_error> items_page(std::string_view listed, std::string_view query,
+                                                std::string_view what, std::string_view path) {
   std::size_t limit = 20;
   bool ascending = false;
   std::optional<std::string> after;
@@ -887,33 +953,12 @@ std::variant<std::string, api_error> input_items_page(std::string_view response_
     } else if (key == "after") {
       after = value;
     } else if (key != "include" && key != "include[]") {
-      return bad_request("query parameter \"" + key.substr(0, 40)
-                           + "\" is not served: GET /v1/responses/ID/input_items takes limit, order, after and include",
+      return bad_request("query parameter \"" + key.substr(0, 40) + "\" is not served: " + std::string(path)
+                           + " takes limit, order, after and include",
                          key.substr(0, 40));
     }
   }
-  auto items = json::parse(input_items);
-  const auto tail = std::string(response_id.substr(response_id.find('_') + 1));
-  for (std::size_t k = 0; k < items.size(); ++k) {
-    auto& item = items[k];
-    if (!item.is_object())
-      continue;
-    const auto type = item.value("type", std::string("message"));
-    if (type == "message") {
-      item["type"] = "message";
-      const bool assistant = item.value("role", std::string()) == "assistant";
-      if (const auto c = item.find("content"); c != item.end() && c->is_string())
-        *c = json::array({{{"type", assistant ? "output_text" : "input_text"}, {"text", *c}}});
-    }
-    if (!item.contains("id")) {
-      const char* prefix = type == "message"                ? "msg"
-                           : type == "function_call"        ? "fc"
-                           : type == "function_call_output" ? "fco"
-                           : type == "reasoning"            ? "rs"
-                                                            : "item";
-      item["id"] = std::string(prefix) + "_" + tail + "_in" + std::to_string(k);
-    }
-  }
+  auto items = json::parse(listed);
   if (!ascending)
     std::reverse(items.begin(), items.end());
   std::size_t first = 0;
@@ -922,8 +967,7 @@ std::variant<std::string, api_error> input_items_page(std::string_view response_
       return i.is_object() && i.value("id", json()) == json(*after);
     });
     if (at == items.end())
-      return bad_request("query parameter \"after\": no input item \"" + after->substr(0, 80) + "\" in response "
-                           + std::string(response_id),
+      return bad_request("query parameter \"after\": no item \"" + after->substr(0, 80) + "\" in " + std::string(what),
                          "after");
     first = static_cast<std::size_t>(at - items.begin()) + 1;
   }
@@ -937,6 +981,13 @@ std::variant<std::string, api_error> input_items_page(std::string_view response_
                {"last_id", data.empty() ? json() : data.back().value("id", json())},
                {"has_more", more}};
   return dump(page);
+}
+
+std::variant<std::string, api_error> input_items_page(std::string_view response_id, std::string_view input_items,
+                                                      std::string_view query) {
+  const auto tail = std::string(response_id.substr(response_id.find('_') + 1)) + "_in";
+  return items_page(listed_items(input_items, tail), query, "response " + std::string(response_id),
+                    "GET /v1/responses/ID/input_items");
 }
 
 response_state response_state_of(std::string_view body) {

@@ -40,6 +40,9 @@ struct response_request {
   /// the stream reads them again (GET /v1/responses/ID?stream=true).
   bool background = false;
   std::string previous_id;    ///< the response this one goes on from ("" for none)
+  /// The conversation (OpenAI's Conversations API) it goes on from, and
+  /// that its input and output items join once it ends ("" for none).
+  std::string conversation;
   std::string input_items;    ///< this turn's input as items (a JSON array), as a store keeps it
   /// The Troupe session its turns share (kept K and V), where it is kept:
   /// the request's own `session`, the conversation's it goes on from, or
@@ -55,8 +58,9 @@ struct conversation {
 };
 conversation conversation_of(const std::vector<const response_store::entry*>& turns);
 
-/// The conversation an earlier response ends, or why it cannot be given.
-using earlier_turns = std::function<std::variant<conversation, api_error>(const std::string& previous_id)>;
+/// The conversation an earlier response ends (or a kept conversation has),
+/// or why it cannot be given.
+using earlier_turns = std::function<std::variant<conversation, api_error>(const std::string& id)>;
 
 /// Translates a POST /v1/responses body, as parse_chat_completion does a
 /// chat's (same template, schema check and defaults); errors name the
@@ -65,18 +69,22 @@ using earlier_turns = std::function<std::variant<conversation, api_error>(const 
 /// stores no responses, and the field, or `store: true`, is refused). A
 /// kept response's turn runs in a Troupe session, so that the next turn
 /// reuses its K and V: its conversation's, or `new_session` for a new one.
+/// `conversations` gives what a `conversation` names (a kept conversation's
+/// items and session; none: the field is refused): the response goes on
+/// from its items, in its session, kept or not.
 std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {},
                        const sampling_defaults& defaults = {}, const earlier_turns& earlier = {},
-                       std::string_view new_session = {});
+                       std::string_view new_session = {}, const earlier_turns& conversations = {});
 
 /// A POST /v1/responses/input_tokens body (OpenAI's: a response request's
 /// fields, its input counted) as a wire tokenize frame of the prompt the
 /// response would run; errors as parse_response_request's.
 std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
                                                         std::string_view wire_id, const chat_template& tpl,
-                                                        const earlier_turns& earlier = {});
+                                                        const earlier_turns& earlier = {},
+                                                        const earlier_turns& conversations = {});
 /// Its answer: {"object": "response.input_tokens", "input_tokens"}.
 std::string input_tokens_json(const wire::tokenize_reply& r);
 
@@ -161,6 +169,22 @@ std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view qu
 /// (an item id: those after it in that order); `include` read past.
 std::variant<std::string, api_error> input_items_page(std::string_view response_id, std::string_view input_items,
                                                       std::string_view query);
+
+/// Checks `items` (a JSON array's text) as a response's input items are
+/// checked (each a message, function call, call output or reasoning item
+/// Troupe serves), errors naming `field[k]`.
+std::optional<api_error> check_input_items(std::string_view items, const std::string& field);
+/// `items` (a JSON array's text) as OpenAI lists them: messages typed,
+/// their text content as parts (`input_text`; an assistant's
+/// `output_text`), and each an id: its own, else its type's prefix, "_",
+/// `tail` and its place (`msg_` + tail + "3").
+std::string listed_items(std::string_view items, std::string_view tail);
+/// A page of listed items (OpenAI's list): the query's `limit` (1 to 100,
+/// default 20), `order` (`desc`, the default, or `asc`) and `after` (an
+/// item id); `include` read past. `what` names the list in errors
+/// ("response resp_..."), `path` the endpoint.
+std::variant<std::string, api_error> items_page(std::string_view listed, std::string_view query,
+                                                std::string_view what, std::string_view path);
 
 /// What a kept response object says of itself: its `status` ("" where the
 /// body is not a response) and whether it ran in the background.

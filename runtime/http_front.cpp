@@ -1,6 +1,7 @@
 #include "runtime/http_front.hpp"
 
 #include "messages/openai.hpp"
+#include "messages/conversations.hpp"
 #include "messages/responses.hpp"
 #include "messages/wire.hpp"
 #include "runtime/json_schema.hpp"
@@ -216,9 +217,12 @@ struct http_front::impl : zmq_io::owned_socket {
   openai::response_store stored{0};
   /// Background responses running, by response id (io thread only).
   std::unordered_map<std::string, std::shared_ptr<background_job>> jobs;
+  /// /v1/conversations' conversations (io thread only).
+  openai::conversation_store conversations{0};
 
-  /// 128 bits from the kernel's cryptographic generator, as 32 hex digits.
-  static std::string response_id() {
+  /// `prefix`, "_" and 128 bits from the kernel's cryptographic generator,
+  /// as 32 hex digits.
+  static std::string fresh_id(std::string_view prefix) {
     static constexpr char hex[] = "0123456789abcdef";
     std::array<unsigned char, 16> bits{};
     for (std::size_t got = 0; got < bits.size();) {
@@ -228,7 +232,7 @@ struct http_front::impl : zmq_io::owned_socket {
       else if (errno != EINTR)
         throw std::runtime_error("getrandom failed");
     }
-    std::string id = "resp_";
+    std::string id = std::string(prefix) + "_";
     for (const auto b : bits) {
       id += hex[b >> 4];
       id += hex[b & 15];
@@ -258,6 +262,16 @@ struct http_front::impl : zmq_io::owned_socket {
     return openai::conversation_of(kept);
   }
 
+  static std::string response_id() { return fresh_id("resp"); }
+
+  /// What a response's `conversation` reads (none where the front keeps
+  /// no conversations).
+  openai::earlier_turns kept_conversations() {
+    if (conversations.capacity() == 0)
+      return {};
+    return [this](const std::string& id) { return conversations.turns(id); };
+  }
+
   /// What previous_response_id reads: the kept turns (none where the
   /// front keeps no responses).
   openai::earlier_turns kept_turns() {
@@ -269,8 +283,13 @@ struct http_front::impl : zmq_io::owned_socket {
   /// A response's answer kept, where the request asked for it.
   /// A streamed background response's events go with it where the store
   /// has room for both, else the object alone.
+  /// A response that ended (completed, or cut short as incomplete) in a
+  /// conversation adds its input and output items to it.
   void keep_response(const openai::response_request& r, const std::string& id, std::string body,
                      const std::string& events = {}) {
+    if (!r.conversation.empty())
+      if (const auto st = openai::response_state_of(body).status; st == "completed" || st == "incomplete")
+        conversations.add_turn(r.conversation, id, r.input_items, body);
     if (!r.store)
       return;
     if (events.empty() || !stored.put(id, {r.previous_id, r.input_items, body, r.session, events}))
@@ -740,6 +759,36 @@ struct http_front::impl : zmq_io::owned_socket {
       co_return co_await reply(
         make(version, keep, http::status::ok, "{\"id\":\"" + id + "\",\"object\":\"response\",\"deleted\":true}"));
     }
+    if (target == "/v1/conversations" || target.starts_with("/v1/conversations/")) {
+      // OpenAI's Conversations API: answered here, from the front's own store.
+      const auto rest = target.substr(17);
+      const auto allowed = openai::conversation_methods(rest);
+      if (allowed.empty())
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       "no such path: " + std::string(target)
+                         + " (served: /v1/conversations, /v1/conversations/ID, /v1/conversations/ID/items, "
+                           "/v1/conversations/ID/items/ITEM)")));
+      const std::string_view verb = method == http::verb::get      ? "GET"
+                                    : method == http::verb::post   ? "POST"
+                                    : method == http::verb::delete_ ? "DELETE"
+                                                                    : "";
+      if (verb.empty() || allowed.find(verb) == std::string_view::npos) {
+        auto res = wrong_method(allowed.data()); // (a literal's view: it ends with its NUL)
+        co_return co_await reply(std::move(res));
+      }
+      if (conversations.capacity() == 0)
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       "conversations are not kept here ([http] conversation_store_mb = 0); send the whole "
+                       "conversation in a response's \"input\"")));
+      auto answer = conversations.serve(verb, rest, query, req.body(), unix_now(), fresh_id);
+      if (auto* bad = std::get_if<openai::api_error>(&answer))
+        co_return co_await reply(error_response(version, keep, *bad));
+      co_return co_await reply(make(version, keep, http::status::ok, std::get<std::string>(std::move(answer))));
+    }
     const bool advise = target == "/v1/advise";
     // vLLM's paths for adapters loaded and unloaded while serving.
     const bool load = target == "/v1/load_lora_adapter";
@@ -767,7 +816,8 @@ struct http_front::impl : zmq_io::owned_socket {
       if (post) {
         auto [id, w] = expect();
         auto frame = advise                    ? openai::parse_advise(req.body(), id)
-                     : input_tokens           ? openai::parse_input_tokens(req.body(), cfg.model, id, *cfg.chat, kept_turns())
+                     : input_tokens           ? openai::parse_input_tokens(req.body(), cfg.model, id, *cfg.chat, kept_turns(),
+                                                                         kept_conversations())
                      : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize,
                                                                                 cfg.chat ? &*cfg.chat : nullptr, cfg.model)
                                               : openai::parse_adapter_update(req.body(), id, load);
@@ -828,6 +878,7 @@ struct http_front::impl : zmq_io::owned_socket {
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
                      + " (served: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, "
+                       "/v1/conversations, "
                        "GET /v1/models[/NAME], POST /v1/advise, "
                        "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, POST /tokenize, POST /detokenize, GET /health, "
                        "GET /metrics, GET /version)")));
@@ -1015,7 +1066,7 @@ struct http_front::impl : zmq_io::owned_socket {
       // response's id: the next turn reuses their K and V.
       resp_id = response_id();
       auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling, turns,
-                                              resp_id);
+                                              resp_id, kept_conversations());
       if (auto* e = std::get_if<openai::api_error>(&r))
         co_return co_await fail(*e);
       as_response = std::get<openai::response_request>(std::move(r));
@@ -1228,6 +1279,7 @@ std::variant<std::unique_ptr<http_front>, std::string> http_front::open(const ht
   auto p = std::make_unique<impl>();
   p->cfg = cfg;
   p->stored = openai::response_store(cfg.response_store_bytes);
+  p->conversations = openai::conversation_store(cfg.conversation_store_bytes);
   const auto colon = cfg.listen.rfind(':');
   if (colon == std::string::npos)
     return "http.listen \"" + cfg.listen + "\" is not \"host:port\"";

@@ -38,6 +38,9 @@ struct http_front_config {
   /// Bytes of POST /v1/responses answers kept for previous_response_id and
   /// GET /v1/responses/ID (0: none).
   std::size_t response_store_bytes = std::size_t{64} << 20;
+  /// Bytes of conversations kept for /v1/conversations and a response's
+  /// `conversation` (0: none).
+  std::size_t conversation_store_bytes = std::size_t{64} << 20;
   /// How POST /v1/chat/completions renders messages; none: not served,
   /// for the reason `no_chat` gives.
   std::optional<openai::chat_template> chat;

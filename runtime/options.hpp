@@ -44,6 +44,9 @@ struct http_options {
   /// previous_response_id and GET /v1/responses/ID (least recently used
   /// dropped first); 0: none kept.
   std::uint32_t response_store_mb = 64;
+  /// Memory (MiB) the front keeps conversations in (OpenAI's Conversations
+  /// API, /v1/conversations; least recently used dropped first); 0: none.
+  std::uint32_t conversation_store_mb = 64;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face
   /// template of model.path: chat_template.jinja or tokenizer_config.json),

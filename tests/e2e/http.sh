@@ -160,6 +160,17 @@ def events(text):
             out.append(p if p == "[DONE]" else json.loads(p))
     return out
 
+# A Responses stream's typed events ("event: TYPE" then its data).
+def typed_events(text):
+    out = []
+    for block in text.strip().split("\n\n"):
+        if not block:
+            continue
+        head, data = block.split("\n", 1)
+        out.append(json.loads(data[len("data: "):]))
+        assert head == "event: " + out[-1]["type"], block
+    return out
+
 status, _, body = call("/health")
 assert status == 200 and json.loads(body) == {"status": "ok"}, (status, body)
 
@@ -941,6 +952,58 @@ assert json.loads(body)["has_more"] is True, body
 refused(400, path="/v1/responses/" + listed + "/input_items?limit=0", method="GET", says='"limit"')
 refused(405, path="/v1/responses/" + listed + "/input_items", method="DELETE")
 refused(404, path="/v1/responses/resp_none/input_items", method="GET", says="no stored response")
+# A conversation (OpenAI's Conversations API): a response that names it
+# goes on from its items, in its session (the turn reuses the K and V of
+# the turns before it), and its input and output join them.
+status, _, body = call("/v1/conversations", {"metadata": {"topic": "e2e"},
+                                             "items": [{"role": "user", "content": "Hi"}]})
+conv = json.loads(body)
+assert status == 200 and conv["object"] == "conversation" and conv["id"].startswith("conv_"), body
+assert conv["metadata"] == {"topic": "e2e"}, body
+conv_at = "/v1/conversations/" + conv["id"]
+status, _, body = call(conv_at, method="GET")
+assert status == 200 and json.loads(body) == conv, body
+status, _, body = call("/v1/responses", {"model": "demo", "input": "More?", "conversation": conv["id"],
+                                         "max_output_tokens": 4, "temperature": 0})
+turn1 = json.loads(body)
+assert status == 200 and turn1["conversation"] == {"id": conv["id"]}, body
+status, _, body = call("/tokenize", {"messages": [{"role": "user", "content": "Hi"},
+                                                  {"role": "user", "content": "More?"}]})
+assert turn1["usage"]["input_tokens"] == json.loads(body)["count"], (turn1, body)
+status, _, body = call(conv_at + "/items?order=asc", method="GET")
+items = json.loads(body)["data"]
+assert status == 200 and [i["type"] for i in items] == ["message"] * 3, body
+assert [i["content"][0]["text"] for i in items[:2]] == ["Hi", "More?"], items
+assert items[2] == turn1["output"][0], (items, turn1)
+status, _, body = call("/v1/responses", {"model": "demo", "input": "And?", "conversation": {"id": conv["id"]},
+                                         "max_output_tokens": 4, "temperature": 0, "stream": True})
+assert status == 200 and typed_events(body)[-1]["type"] in ("response.completed", "response.incomplete"), body
+assert typed_events(body)[-1]["response"]["usage"]["input_tokens_details"]["cached_tokens"] > 0, body
+status, _, body = call(conv_at + "/items?limit=2", method="GET")
+page = json.loads(body)
+assert [i["role"] for i in page["data"]] == ["assistant", "user"] and page["has_more"] is True, body
+assert page["data"][1]["content"][0]["text"] == "And?", body
+status, _, body = call(conv_at + "/items", {"items": [{"role": "user", "content": "Noted"}]})
+added = json.loads(body)["data"][0]
+assert status == 200 and added["content"] == [{"type": "input_text", "text": "Noted"}], body
+status, _, body = call(conv_at + "/items/" + added["id"], method="GET")
+assert status == 200 and json.loads(body) == added, body
+status, _, body = call(conv_at + "/items/" + added["id"], method="DELETE")
+assert status == 200 and json.loads(body)["id"] == conv["id"], body
+refused(404, path=conv_at + "/items/" + added["id"], method="GET", says="no item")
+status, _, body = call(conv_at, {"metadata": {"topic": "done"}})
+assert status == 200 and json.loads(body)["metadata"] == {"topic": "done"}, body
+refused(400, path="/v1/conversations", body={"items": [{"type": "web_search_call"}]}, says="items[0].type")
+refused(400, path="/v1/responses", body={"model": "demo", "input": "q", "conversation": conv["id"],
+                                         "previous_response_id": turn1["id"]}, says="cannot both be given")
+refused(405, path="/v1/conversations", method="GET")
+refused(405, path=conv_at + "/items", method="DELETE")
+refused(404, path=conv_at + "/other", method="GET", says="no such path")
+status, _, body = call(conv_at, method="DELETE")
+assert status == 200 and json.loads(body) == {"id": conv["id"], "object": "conversation.deleted", "deleted": True}
+err = refused(404, path="/v1/responses", body={"model": "demo", "input": "q", "conversation": conv["id"]},
+              says="no conversation")
+assert err["param"] == "conversation", err
 # Background: answered at once, queued, then read with GET until it ends;
 # its output is the whole answer's. A cancel stops one that runs (again:
 # the same), and is refused for a response answered whole.
@@ -999,15 +1062,6 @@ refused(404, path="/v1/responses/" + gone["id"], method="GET", says="no stored r
 # again, whole or from after a sequence number; a client that goes away
 # leaves it running, and one that follows it sees a cancel end it.
 import http.client
-def typed_events(text):
-    out = []
-    for block in text.strip().split("\n\n"):
-        if not block:
-            continue
-        head, data = block.split("\n", 1)
-        out.append(json.loads(data[len("data: "):]))
-        assert head == "event: " + out[-1]["type"], block
-    return out
 def output_text(response):
     return "".join(p["text"] for it in response["output"] if it["type"] == "message" for p in it["content"])
 status, ctype, body = call("/v1/responses", dict(resp_ask, background=True, stream=True))

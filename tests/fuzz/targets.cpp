@@ -8,6 +8,7 @@
 #include "gpu/safetensors.hpp"
 #include "gpu/sim_backend.hpp"
 #include "gpu/unicode_norm.hpp"
+#include "messages/conversations.hpp"
 #include "messages/jinja.hpp"
 #include "messages/lark_grammar.hpp"
 #include "messages/openai.hpp"
@@ -612,6 +613,88 @@ bool openai_tools(std::span<const std::uint8_t> in) {
 /// include (bit 8): the stream's events are numbered in order, each item
 /// added before its deltas and done after them, the deltas join to its
 /// text or arguments, and the last event's response is the whole answer.
+/// The Conversations API over a small store: each '\x01'-separated
+/// operation (its first byte picks the call and the conversation) answers
+/// JSON or a named error; the store stays within its bytes, and every kept
+/// conversation's items read as a response's prior input, each with an id.
+bool conversations(std::span<const std::uint8_t> in) {
+  const auto all = text_of(in);
+  if (!wire::valid_utf8(all))
+    return false;
+  openai::conversation_store store(6000);
+  int next = 0;
+  const openai::conversation_store::id_maker fresh = [&](std::string_view prefix) {
+    return std::string(prefix) + "_" + std::to_string(++next);
+  };
+  std::vector<std::string> made;
+  const openai::earlier_turns kept = [&](const std::string& id) { return store.turns(id); };
+  for (std::size_t at = 0; at < all.size();) {
+    const auto end = all.find('\x01', at);
+    const auto op = all.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
+    at = end == std::string_view::npos ? all.size() : end + 1;
+    if (op.empty())
+      continue;
+    const auto pick = static_cast<unsigned char>(op[0]);
+    const auto arg = op.substr(1);
+    const std::string id = made.empty() ? "conv_0" : made[(pick >> 3) % made.size()];
+    std::variant<std::string, openai::api_error> answer = std::string("{}");
+    switch (pick & 7) {
+      case 0:
+        answer = store.serve("POST", "", "", arg, 0, fresh);
+        if (auto* ok = std::get_if<std::string>(&answer))
+          made.push_back(nlohmann::json::parse(*ok).at("id").get<std::string>());
+        break;
+      case 1: answer = store.serve((pick & 64) ? "DELETE" : "GET", "/" + id, arg, "", 0, fresh); break;
+      case 2: answer = store.serve("POST", "/" + id, "", arg, 0, fresh); break;
+      case 3: answer = store.serve("POST", "/" + id + "/items", "", arg, 0, fresh); break;
+      case 4: answer = store.serve("GET", "/" + id + "/items", arg, "", 0, fresh); break;
+      case 5:
+        answer = store.serve((pick & 64) ? "DELETE" : "GET", "/" + id + "/items/" + openai::percent_decoded(arg), "",
+                             "", 0, fresh);
+        break;
+      default: {
+        // A response in the conversation, its turn added as the front adds it.
+        auto r = openai::parse_response_request(
+          nlohmann::json{{"model", "base"}, {"input", arg}, {"conversation", id}}.dump(), "base", "w1", template_for(1),
+          {}, {}, {}, {}, kept);
+        if (auto* err = std::get_if<openai::api_error>(&r)) {
+          require(err->status == 404 || err->status == 400, "a response refused with another status");
+          break;
+        }
+        const auto& rr = std::get<openai::response_request>(r);
+        require(rr.conversation == id && rr.session == store.find(id)->session, "the conversation's session not used");
+        const auto before = store.find(id)->items.size();
+        const auto body = nlohmann::json{{"id", "resp_" + std::to_string(++next)},
+                                         {"status", "completed"},
+                                         {"output", nlohmann::json::array({{{"id", "msg_out"},
+                                                                            {"type", "message"},
+                                                                            {"role", "assistant"},
+                                                                            {"content", nlohmann::json::array({{
+                                                                              {"type", "output_text"},
+                                                                              {"text", arg}}})}}})}};
+        store.add_turn(id, body["id"].get<std::string>(), rr.input_items, body.dump());
+        if (const auto* e = store.find(id))
+          require(e->items.size() == before + 2, "a turn that added other than its input and output");
+      }
+    }
+    if (auto* ok = std::get_if<std::string>(&answer))
+      require(nlohmann::json::parse(*ok).is_object(), "an answer that is not a JSON object");
+    else {
+      const auto& e = std::get<openai::api_error>(answer);
+      require((e.status == 400 || e.status == 404) && !e.message.empty(), "an error without a 400 or 404 and a message");
+    }
+    require(store.bytes() <= store.capacity(), "a store past its bytes");
+    for (const auto& c : made)
+      if (auto t = store.turns(c); auto* conv = std::get_if<openai::conversation>(&t)) {
+        const auto items = nlohmann::json::parse(conv->items);
+        for (const auto& item : items)
+          require(item.contains("id") && item["id"].is_string(), "an item without an id");
+        require(!openai::check_input_items(conv->items, "items"), "kept items a response would refuse");
+      }
+  }
+  return true;
+}
+
 bool openai_responses(std::span<const std::uint8_t> in) {
   if (in.empty())
     return false;
@@ -1322,13 +1405,14 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 21> all{{
+constexpr std::array<target, 22> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
   {"openai_stream", openai_stream},
   {"openai_tools", openai_tools},
   {"openai_responses", openai_responses},
+  {"conversations", conversations},
   {"config", config},
   {"llama_config", llama_config},
   {"safetensors", safetensors},

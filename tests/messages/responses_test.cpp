@@ -130,7 +130,7 @@ TEST(responses, what_needs_a_stored_response_or_is_not_text_is_refused_naming_th
   const std::string head = R"({"model":"base",)";
   for (const auto& [fields, param, says] : std::vector<std::tuple<std::string, std::string, std::string>>{
          {R"("input":"q","previous_response_id":"resp_1")", "previous_response_id", "stores none"},
-         {R"("input":"q","conversation":"conv_1")", "conversation", "stores none"},
+         {R"("input":"q","conversation":"conv_1")", "conversation", "conversation_store_mb = 0"},
          {R"("input":"q","store":true)", "store", "stores no responses"},
          {R"("input":"q","background":true)", "background", "stores none here"},
          {R"("input":"q","background":"yes")", "background", "true or false"},
@@ -140,7 +140,7 @@ TEST(responses, what_needs_a_stored_response_or_is_not_text_is_refused_naming_th
          {R"("input":"q","messages":[])", "messages", "unknown field"},
          {R"("max_output_tokens":3)", "input", "missing field \"input\""},
          {R"("input":[])", "input", "non-empty"},
-         {R"("input":[{"type":"item_reference","id":"msg_1"}])", "input", "stores none"},
+         {R"("input":[{"type":"item_reference","id":"msg_1"}])", "input", "references are not served"},
          {R"("input":[{"type":"web_search_call","id":"w"}])", "input", "input[0].type"},
          {R"("input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}])", "input",
           "input[0].content[0].type"},

@@ -482,6 +482,10 @@ max_connections = 8
   EXPECT_NE(parse_error_message("[http]\nadapter_updates = 1\n").find("http.adapter_updates"), std::string::npos);
   EXPECT_EQ(parse_ok("").http.response_store_mb, 64u) << "responses kept, as OpenAI keeps them by default";
   EXPECT_EQ(parse_ok("[http]\nresponse_store_mb = 0\n").http.response_store_mb, 0u);
+  EXPECT_EQ(parse_ok("").http.conversation_store_mb, 64u);
+  EXPECT_EQ(parse_ok("[http]\nconversation_store_mb = 0\n").http.conversation_store_mb, 0u);
+  EXPECT_NE(parse_error_message("[http]\nconversation_store_mb = -1\n").find("http.conversation_store_mb"),
+            std::string::npos);
   EXPECT_NE(parse_error_message("[http]\nresponse_store_mb = -1\n").find("http.response_store_mb"), std::string::npos);
 }
 

@@ -1,0 +1,287 @@
+#include "messages/conversations.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+namespace troupe::openai {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string dump(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+api_error not_kept(std::string_view id, std::string param = {}) {
+  return api_error{404, "invalid_request_error", "not_found",
+                   "no conversation " + std::string(id.substr(0, 80))
+                     + ": it was deleted, or was dropped for room ([http] conversation_store_mb)",
+                   std::move(param)};
+}
+
+std::string object_of(std::string_view id, const conversation_store::entry& e) {
+  return dump(json{{"id", id},
+                   {"object", "conversation"},
+                   {"created_at", e.created_at},
+                   {"metadata", json::parse(e.metadata)}});
+}
+
+/// The body as a JSON object of `allowed` keys ("" reads as {}).
+std::variant<json, api_error> body_object(std::string_view body, std::initializer_list<std::string_view> allowed,
+                                          std::string_view path) {
+  json doc = json::object();
+  if (body.find_first_not_of(" \t\r\n") != std::string_view::npos) {
+    doc = json::parse(body, nullptr, false);
+    if (doc.is_discarded())
+      return bad_request("the body is not valid JSON");
+    if (!doc.is_object())
+      return bad_request("the body must be a JSON object, got " + std::string(doc.type_name()));
+  }
+  for (const auto& [key, value] : doc.items())
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      std::string takes;
+      for (const auto k : allowed)
+        takes += (takes.empty() ? "" : ", ") + std::string(k);
+      return bad_request("unknown field \"" + key.substr(0, 40) + "\": " + std::string(path) + " takes " + takes,
+                         key.substr(0, 40));
+    }
+  return doc;
+}
+
+/// OpenAI's metadata: at most 16 pairs of strings, keys of at most 64
+/// characters, values of at most 512; null is none.
+std::variant<std::string, api_error> metadata_of(const json& m) {
+  if (m.is_null())
+    return std::string("{}");
+  if (!m.is_object())
+    return bad_request("field \"metadata\" must be an object of strings", "metadata");
+  if (m.size() > max_metadata_pairs)
+    return bad_request("field \"metadata\" has " + std::to_string(m.size()) + " pairs; at most "
+                         + std::to_string(max_metadata_pairs) + " are taken",
+                       "metadata");
+  for (const auto& [key, value] : m.items()) {
+    if (key.size() > 64)
+      return bad_request("field \"metadata\": key \"" + key.substr(0, 40) + "...\" is longer than 64 characters",
+                         "metadata");
+    if (!value.is_string() || value.get_ref<const std::string&>().size() > 512)
+      return bad_request("field \"metadata." + key + "\" must be a string of at most 512 characters", "metadata");
+  }
+  return dump(m);
+}
+
+/// The items a body adds: at most 20, each checked as a response's input
+/// item is; at least one where `needed`.
+std::variant<json, api_error> items_of(const json& doc, bool needed) {
+  const auto it = doc.find("items");
+  if (it == doc.end() || it->is_null()) {
+    if (needed)
+      return bad_request("missing field \"items\": an array of 1 to 20 items", "items");
+    return json::array();
+  }
+  if (!it->is_array() || (needed && it->empty()))
+    return bad_request(std::string("field \"items\" must be an array of ") + (needed ? "1" : "0") + " to 20 items",
+                       "items");
+  if (it->size() > max_items_added)
+    return bad_request("field \"items\" has " + std::to_string(it->size()) + " items; at most "
+                         + std::to_string(max_items_added) + " are added at a time",
+                       "items");
+  if (auto e = check_input_items(dump(*it), "items"))
+    return std::move(*e);
+  return *it;
+}
+
+/// Refuses query keys other than `include` (which is read past).
+std::optional<api_error> only_include(std::string_view query, std::string_view path) {
+  while (!query.empty()) {
+    const auto amp = query.find('&');
+    const auto pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
+    const auto key = percent_decoded(pair.substr(0, pair.find('=')));
+    if (!key.empty() && key != "include" && key != "include[]")
+      return bad_request("query parameter \"" + key.substr(0, 40) + "\" is not served: " + std::string(path)
+                           + " takes include",
+                         key.substr(0, 40));
+  }
+  return std::nullopt;
+}
+
+/// `rest` split at '/', each part percent-decoded ("" has none).
+std::vector<std::string> parts_of(std::string_view rest) {
+  std::vector<std::string> out;
+  if (rest.starts_with('/'))
+    rest.remove_prefix(1);
+  if (rest.empty())
+    return out;
+  for (;;) {
+    const auto slash = rest.find('/');
+    out.push_back(percent_decoded(rest.substr(0, slash)));
+    if (slash == std::string_view::npos)
+      return out;
+    rest.remove_prefix(slash + 1); // (a last '/' leaves an empty part)
+  }
+}
+
+} // namespace
+
+std::string_view conversation_methods(std::string_view rest) {
+  if (rest.empty())
+    return "POST";
+  if (!rest.starts_with('/') || rest.size() == 1)
+    return "";
+  const auto parts = parts_of(rest);
+  if (std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
+    return "";
+  if (parts.size() == 1)
+    return "GET, POST, DELETE";
+  if (parts.size() == 2 && parts[1] == "items")
+    return "GET, POST";
+  if (parts.size() == 3 && parts[1] == "items")
+    return "GET, DELETE";
+  return "";
+}
+
+std::size_t conversation_store::bytes_of(std::string_view id, const entry& e) noexcept {
+  std::size_t b = id.size() + e.metadata.size() + e.session.size() + 64; // with the bookkeeping's
+  for (const auto& [item_id, item] : e.items)
+    b += item_id.size() + item.size() + 32;
+  return b;
+}
+
+bool conversation_store::append(const std::string& id, entry& e, std::string_view listed) {
+  const auto items = json::parse(listed);
+  std::size_t added = 0;
+  for (const auto& item : items)
+    added += dump(item.value("id", json(""))).size() + dump(item).size() + 32;
+  const auto bytes = bytes_of(id, e) + added;
+  if (bytes > capacity())
+    return false;
+  for (const auto& item : items)
+    e.items.emplace_back(item.value("id", std::string()), dump(item));
+  return kept_.reweigh(id, bytes);
+}
+
+std::variant<std::string, api_error> conversation_store::serve(std::string_view method, std::string_view rest,
+                                                               std::string_view query, std::string_view body,
+                                                               std::int64_t now, const id_maker& fresh) {
+  const auto parts = parts_of(rest);
+  if (parts.empty()) { // POST /v1/conversations: a new one, with its first items
+    auto doc = body_object(body, {"items", "metadata"}, "POST /v1/conversations");
+    if (auto* e = std::get_if<api_error>(&doc))
+      return std::move(*e);
+    const auto& d = std::get<json>(doc);
+    auto meta = metadata_of(d.value("metadata", json()));
+    if (auto* e = std::get_if<api_error>(&meta))
+      return std::move(*e);
+    auto items = items_of(d, false);
+    if (auto* e = std::get_if<api_error>(&items))
+      return std::move(*e);
+    const auto id = fresh("conv");
+    entry fresh_entry{now, std::get<std::string>(std::move(meta)), {}, id};
+    if (!kept_.put(id, fresh_entry, bytes_of(id, fresh_entry)))
+      return bad_request("no room to keep a conversation ([http] conversation_store_mb)");
+    auto* e = kept_.find(id);
+    const auto tail = fresh("item").substr(5) + "_";
+    if (!append(id, *e, listed_items(dump(std::get<json>(items)), tail))) {
+      kept_.erase(id);
+      return bad_request("field \"items\" holds more than a conversation may keep ([http] conversation_store_mb)",
+                         "items");
+    }
+    return object_of(id, *e);
+  }
+  const auto& id = parts[0];
+  auto* e = kept_.find(id);
+  if (e == nullptr)
+    return not_kept(id);
+  if (parts.size() == 1) {
+    if (method == "GET") {
+      if (auto bad = only_include(query, "GET /v1/conversations/ID"))
+        return std::move(*bad);
+      return object_of(id, *e);
+    }
+    if (method == "DELETE") {
+      kept_.erase(id);
+      return dump(json{{"id", id}, {"object", "conversation.deleted"}, {"deleted", true}});
+    }
+    // POST: its metadata replaced.
+    auto doc = body_object(body, {"metadata"}, "POST /v1/conversations/ID");
+    if (auto* bad = std::get_if<api_error>(&doc))
+      return std::move(*bad);
+    const auto& d = std::get<json>(doc);
+    if (!d.contains("metadata"))
+      return bad_request("missing field \"metadata\": the conversation's new metadata (an object of strings)",
+                         "metadata");
+    auto meta = metadata_of(d["metadata"]);
+    if (auto* bad = std::get_if<api_error>(&meta))
+      return std::move(*bad);
+    e->metadata = std::get<std::string>(std::move(meta));
+    if (!kept_.reweigh(id, bytes_of(id, *e)))
+      return not_kept(id); // (alone larger than the store: a 16-pair bound makes it never so)
+    return object_of(id, *e);
+  }
+  if (parts.size() == 2) {
+    const auto listed = [&] {
+      std::string all = "[";
+      for (const auto& [item_id, item] : e->items)
+        all += (all.size() > 1 ? "," : "") + item;
+      return all + "]";
+    };
+    if (method == "GET")
+      return items_page(listed(), query, "conversation " + id, "GET /v1/conversations/ID/items");
+    if (auto bad = only_include(query, "POST /v1/conversations/ID/items"))
+      return std::move(*bad);
+    auto doc = body_object(body, {"items"}, "POST /v1/conversations/ID/items");
+    if (auto* bad = std::get_if<api_error>(&doc))
+      return std::move(*bad);
+    auto items = items_of(std::get<json>(doc), true);
+    if (auto* bad = std::get_if<api_error>(&items))
+      return std::move(*bad);
+    const auto added = listed_items(dump(std::get<json>(items)), fresh("item").substr(5) + "_");
+    if (!append(id, *e, added))
+      return bad_request("the conversation has no room for these items ([http] conversation_store_mb)", "items");
+    return items_page(added, "order=asc&limit=100", "", "");
+  }
+  const auto& item_id = parts[2];
+  const auto at = std::find_if(e->items.begin(), e->items.end(), [&](const auto& i) { return i.first == item_id; });
+  if (at == e->items.end())
+    return api_error{404, "invalid_request_error", "not_found",
+                     "no item " + item_id.substr(0, 80) + " in conversation " + id, ""};
+  if (method == "GET") {
+    if (auto bad = only_include(query, "GET /v1/conversations/ID/items/ITEM"))
+      return std::move(*bad);
+    return at->second;
+  }
+  e->items.erase(at);
+  kept_.reweigh(id, bytes_of(id, *e)); // (smaller: it stays)
+  return object_of(id, *e);
+}
+
+std::variant<conversation, api_error> conversation_store::turns(const std::string& id) {
+  const auto* e = kept_.find(id);
+  if (e == nullptr)
+    return not_kept(id, "conversation");
+  std::string items = "[";
+  for (const auto& [item_id, item] : e->items)
+    items += (items.size() > 1 ? "," : "") + item;
+  return conversation{items + "]", e->session};
+}
+
+void conversation_store::add_turn(const std::string& id, std::string_view response_id, std::string_view input_items,
+                                  std::string_view response_body) {
+  auto* e = kept_.find(id);
+  if (e == nullptr)
+    return;
+  const auto tail = std::string(response_id.substr(response_id.find('_') + 1)) + "_in";
+  auto items = json::parse(listed_items(input_items, tail));
+  const auto body = json::parse(response_body, nullptr, false);
+  if (body.is_object())
+    if (const auto out = body.find("output"); out != body.end() && out->is_array())
+      items.insert(items.end(), out->begin(), out->end());
+  if (!append(id, *e, dump(items)))
+    kept_.erase(id); // larger than the store: dropped, as one dropped for room
+}
+
+} // namespace troupe::openai

@@ -1,0 +1,89 @@
+// OpenAI's Conversations API (/v1/conversations): conversations the HTTP
+// front keeps, each its items (messages, function calls and their outputs,
+// reasoning), oldest first, its metadata, and the Troupe session its
+// responses run in, so that each turn reuses the K and V of the turns
+// before it. A response that names a conversation goes on from its items,
+// and its input and output items join them once it ends. Kept in memory,
+// the least recently used dropped past a bound on their bytes: gone at
+// restart, and not shared between the fronts of a multi-node deployment.
+// See docs/protocol.md, "Conversations".
+#pragma once
+
+#include "messages/kept_lru.hpp"
+#include "messages/openai.hpp"
+#include "messages/responses.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace troupe::openai {
+
+/// Most items one call may add (OpenAI's 20), and most metadata pairs (16).
+inline constexpr std::size_t max_items_added = 20;
+inline constexpr std::size_t max_metadata_pairs = 16;
+
+/// The methods a path under /v1/conversations takes (`rest`: the path after
+/// it, "" or "/ID", "/ID/items" or "/ID/items/ITEM"), as an Allow header
+/// lists them; "" where the path is none of those.
+std::string_view conversation_methods(std::string_view rest);
+
+class conversation_store {
+public:
+  struct entry {
+    std::int64_t created_at = 0;
+    std::string metadata = "{}"; ///< a JSON object of strings
+    /// (id, the item as listed: typed, with its id), oldest first.
+    std::vector<std::pair<std::string, std::string>> items;
+    std::string session; ///< the Troupe session its responses run in
+  };
+
+  /// Keeps at most `capacity` bytes of conversations (0: none).
+  explicit conversation_store(std::size_t capacity) : kept_(capacity) {}
+
+  /// Makes an id no client can guess, with the given prefix ("conv", "msg").
+  using id_maker = std::function<std::string(std::string_view prefix)>;
+
+  /// One call of the API: `method` ("GET", "POST" or "DELETE", one
+  /// conversation_methods(rest) lists), `rest` the path after
+  /// /v1/conversations (percent-encoded), the query and the body. The
+  /// answer's JSON, or the error (404 for a conversation or item not kept,
+  /// 400 for a bad body or query).
+  std::variant<std::string, api_error> serve(std::string_view method, std::string_view rest, std::string_view query,
+                                             std::string_view body, std::int64_t now, const id_maker& fresh);
+
+  /// What a response's `conversation` reads: the items so far (a JSON
+  /// array) and the session; a 404 naming `conversation` where it is not
+  /// kept.
+  std::variant<conversation, api_error> turns(const std::string& id);
+
+  /// A response in conversation `id` ended: its input items (a JSON
+  /// array's text), then its output items (of the response object
+  /// `response_body`), join the conversation's; nothing where it is no
+  /// longer kept. The input items take ids from the response's, as GET
+  /// /v1/responses/ID/input_items lists them.
+  void add_turn(const std::string& id, std::string_view response_id, std::string_view input_items,
+                std::string_view response_body);
+
+  /// The conversation kept under `id` (now the most recently used), or null.
+  const entry* find(std::string_view id) { return kept_.find(id); }
+
+  std::size_t bytes() const noexcept { return kept_.bytes(); }
+  std::size_t size() const noexcept { return kept_.size(); }
+  std::size_t capacity() const noexcept { return kept_.capacity(); }
+
+private:
+  static std::size_t bytes_of(std::string_view id, const entry& e) noexcept;
+  /// Adds listed items (a JSON array's text, each with its id) to `e`
+  /// kept under `id`; false (none added) where they would not fit.
+  bool append(const std::string& id, entry& e, std::string_view listed);
+
+  kept_lru<entry> kept_;
+};
+
+} // namespace troupe::openai

@@ -1,0 +1,279 @@
+// OpenAI's Conversations API over the front's store: conversations made,
+// read, changed and deleted, their items listed a page at a time, a
+// response going on from one, and its turn joining it.
+
+#include "messages/conversations.hpp"
+#include "tests/messages/builtin_template.hpp"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace troupe::openai {
+namespace {
+
+using json = nlohmann::json;
+using testing::builtin;
+
+/// Ids from a counter: "conv_1", "item_2", ...
+struct counter_ids {
+  int next = 0;
+  std::string operator()(std::string_view prefix) { return std::string(prefix) + "_" + std::to_string(++next); }
+};
+
+struct conversations_api : ::testing::Test {
+  conversation_store store{1 << 20};
+  counter_ids ids;
+
+  /// The answer's JSON; a test failure (and null) on an error.
+  json ok(std::string_view method, std::string_view rest, std::string_view body = {}, std::string_view query = {}) {
+    auto r = store.serve(method, rest, query, body, 1700000000, std::ref(ids));
+    if (auto* e = std::get_if<api_error>(&r)) {
+      ADD_FAILURE() << method << " " << rest << ": " << e->status << " " << e->message;
+      return nullptr;
+    }
+    return json::parse(std::get<std::string>(r));
+  }
+  /// The error; a default one (status 0) and a test failure on an answer.
+  api_error refused(std::string_view method, std::string_view rest, std::string_view body = {},
+                    std::string_view query = {}) {
+    auto r = store.serve(method, rest, query, body, 1700000000, std::ref(ids));
+    if (auto* e = std::get_if<api_error>(&r))
+      return *e;
+    ADD_FAILURE() << method << " " << rest << " answered " << std::get<std::string>(r);
+    return api_error{0, "", "", "", ""};
+  }
+};
+
+TEST(kept_lru, an_entry_that_grows_pushes_out_the_least_recently_used_never_itself) {
+  kept_lru<std::string> kept(1000);
+  EXPECT_TRUE(kept.put("a", "A", 300));
+  EXPECT_TRUE(kept.put("b", "B", 300));
+  EXPECT_TRUE(kept.put("c", "C", 300));
+  ASSERT_NE(kept.find("a"), nullptr); // a is now the most recently used: b the least
+  EXPECT_TRUE(kept.reweigh("c", 500)); // 300 + 300 + 500: b goes
+  EXPECT_EQ(kept.find("b"), nullptr);
+  EXPECT_NE(kept.find("a"), nullptr);
+  EXPECT_EQ(kept.bytes(), 800u);
+  EXPECT_TRUE(kept.reweigh("c", 1000)); // all the room: a goes, c stays
+  EXPECT_EQ(kept.size(), 1u);
+  EXPECT_EQ(*kept.find("c"), "C");
+  EXPECT_TRUE(kept.reweigh("c", 10)); // smaller
+  EXPECT_EQ(kept.bytes(), 10u);
+  EXPECT_FALSE(kept.reweigh("c", 1001)) << "larger than the whole store: dropped";
+  EXPECT_EQ(kept.size(), 0u);
+  EXPECT_EQ(kept.bytes(), 0u);
+  EXPECT_FALSE(kept.reweigh("zz", 1));
+}
+
+TEST(conversation_methods, each_path_takes_what_openai_serves_there) {
+  EXPECT_EQ(conversation_methods(""), "POST");
+  EXPECT_EQ(conversation_methods("/conv_1"), "GET, POST, DELETE");
+  EXPECT_EQ(conversation_methods("/conv_1/items"), "GET, POST");
+  EXPECT_EQ(conversation_methods("/conv_1/items/msg_2"), "GET, DELETE");
+  for (const auto* none : {"/", "x", "/conv_1/", "/conv_1/other", "/conv_1/items/", "/conv_1/items/a/b", "//items"})
+    EXPECT_EQ(conversation_methods(none), "") << none;
+}
+
+TEST_F(conversations_api, a_conversation_is_made_read_changed_and_deleted) {
+  const auto made = ok("POST", "", R"({"metadata": {"topic": "demo"}})");
+  ASSERT_TRUE(made.is_object());
+  EXPECT_EQ(made, json::parse(R"({"id": "conv_1", "object": "conversation", "created_at": 1700000000,
+                                  "metadata": {"topic": "demo"}})"));
+  EXPECT_EQ(ok("GET", "/conv_1"), made);
+  EXPECT_EQ(ok("POST", "", "")["metadata"], json::object()) << "an empty body makes one too";
+  const auto changed = ok("POST", "/conv_1", R"({"metadata": {"topic": "other", "user": "u1"}})");
+  EXPECT_EQ(changed["metadata"], json::parse(R"({"topic": "other", "user": "u1"})"));
+  EXPECT_EQ(ok("GET", "/conv_1"), changed);
+  EXPECT_EQ(ok("DELETE", "/conv_1"), json::parse(R"({"id": "conv_1", "object": "conversation.deleted",
+                                                      "deleted": true})"));
+  const auto gone = refused("GET", "/conv_1");
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_NE(gone.message.find("no conversation conv_1"), std::string::npos) << gone.message;
+  EXPECT_EQ(refused("DELETE", "/conv_1").status, 404);
+  EXPECT_EQ(refused("GET", "/conv_1/items").status, 404);
+}
+
+TEST_F(conversations_api, items_are_listed_a_page_at_a_time_read_and_deleted) {
+  const auto made = ok("POST", "", R"({"items": [{"role": "user", "content": "Hi"},
+                                                 {"type": "message", "role": "assistant", "content": "Hello"}]})");
+  const std::string at = "/" + made["id"].get<std::string>();
+  auto page = ok("GET", at + "/items");
+  ASSERT_EQ(page["data"].size(), 2u);
+  EXPECT_EQ(page["object"], "list");
+  EXPECT_EQ(page["has_more"], false);
+  // The newest first, typed, text as parts, each with an id.
+  EXPECT_EQ(page["data"][0]["content"], json::parse(R"([{"type": "output_text", "text": "Hello"}])"));
+  EXPECT_EQ(page["data"][1]["content"], json::parse(R"([{"type": "input_text", "text": "Hi"}])"));
+  EXPECT_EQ(page["data"][1]["type"], "message");
+  const auto hi = page["data"][1]["id"].get<std::string>();
+  const auto hello = page["data"][0]["id"].get<std::string>();
+  EXPECT_NE(hi, hello);
+  EXPECT_EQ(page["first_id"], hello);
+  EXPECT_EQ(page["last_id"], hi);
+  // Added: answered with the items added, each its id (its own where given).
+  const auto added = ok("POST", at + "/items", R"({"items": [{"role": "user", "content": "Weather?"},
+      {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}", "id": "fc_mine"},
+      {"type": "function_call_output", "call_id": "c1", "output": "sunny"}]})");
+  ASSERT_EQ(added["data"].size(), 3u);
+  EXPECT_EQ(added["data"][1]["id"], "fc_mine");
+  EXPECT_EQ(added["first_id"], added["data"][0]["id"]);
+  EXPECT_EQ(added["has_more"], false);
+  page = ok("GET", at + "/items", {}, "order=asc&limit=2&after=" + hi);
+  ASSERT_EQ(page["data"].size(), 2u);
+  EXPECT_EQ(page["data"][0]["id"], hello);
+  EXPECT_EQ(page["data"][1], added["data"][0]);
+  EXPECT_EQ(page["has_more"], true);
+  EXPECT_EQ(ok("GET", at + "/items/fc_mine"), added["data"][1]);
+  // Deleted: answered with the conversation; the others stay in order.
+  EXPECT_EQ(ok("DELETE", at + "/items/" + hello), ok("GET", at));
+  page = ok("GET", at + "/items", {}, "order=asc");
+  ASSERT_EQ(page["data"].size(), 4u);
+  EXPECT_EQ(page["data"][0]["id"], hi);
+  EXPECT_EQ(page["data"][1]["id"], added["data"][0]["id"]);
+  EXPECT_EQ(refused("GET", at + "/items/" + hello).status, 404);
+  EXPECT_EQ(refused("DELETE", at + "/items/" + hello).status, 404);
+  EXPECT_EQ(refused("GET", at + "/items", {}, "after=nope").param, "after");
+}
+
+TEST_F(conversations_api, bad_bodies_and_queries_are_refused_naming_what_was_wrong) {
+  struct bad_case {
+    std::string body;
+    std::string param;
+    std::string says;
+  };
+  std::string many_pairs = "{";
+  for (int k = 0; k < 17; ++k)
+    many_pairs += (k ? ",\"k" : "\"k") + std::to_string(k) + "\": \"v\"";
+  many_pairs += "}";
+  std::string many_items = "[";
+  for (int k = 0; k < 21; ++k)
+    many_items += std::string(k ? "," : "") + R"({"role": "user", "content": "x"})";
+  many_items += "]";
+  const bad_case cases[] = {
+    {"[1]", "", "must be a JSON object"},
+    {"{", "", "not valid JSON"},
+    {R"({"title": "x"})", "title", "takes items, metadata"},
+    {R"({"metadata": []})", "metadata", "an object of strings"},
+    {R"({"metadata": )" + many_pairs + "}", "metadata", "17 pairs"},
+    {R"({"metadata": {")" + std::string(65, 'k') + R"(": "v"}})", "metadata", "longer than 64"},
+    {R"({"metadata": {"k": 1}})", "metadata", "metadata.k"},
+    {R"({"metadata": {"k": ")" + std::string(513, 'v') + R"("}})", "metadata", "at most 512"},
+    {R"({"items": {}})", "items", "an array"},
+    {R"({"items": )" + many_items + "}", "items", "21 items"},
+    {R"({"items": [{"role": "user", "content": "x"}, {"type": "web_search_call"}]})", "items", "items[1].type"},
+    {R"({"items": [{"role": "robot", "content": "x"}]})", "items", "items[0].role"},
+  };
+  for (const auto& c : cases) {
+    const auto e = refused("POST", "", c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << ": " << e.message;
+  }
+  EXPECT_EQ(store.size(), 0u) << "nothing made by a refused call";
+  const auto at = "/" + ok("POST", "")["id"].get<std::string>();
+  EXPECT_EQ(refused("POST", at + "/items", R"({"items": []})").param, "items");
+  EXPECT_EQ(refused("POST", at + "/items", "{}").param, "items");
+  EXPECT_EQ(refused("POST", at, "{}").param, "metadata");
+  EXPECT_EQ(refused("POST", at, R"({"metadata": {}, "items": []})").param, "items");
+  EXPECT_EQ(refused("GET", at, {}, "limit=3").param, "limit");
+  EXPECT_EQ(refused("GET", at + "/items", {}, "limit=101").param, "limit");
+  EXPECT_EQ(refused("GET", at + "/items", {}, "order=up").param, "order");
+  EXPECT_EQ(refused("GET", at + "/items", {}, "sort=x").param, "sort");
+  EXPECT_TRUE(ok("GET", at + "/items", {}, "include=message.output_text.logprobs").is_object());
+  EXPECT_EQ(ok("GET", at + "/items")["data"], json::array());
+}
+
+TEST(conversation_store, the_least_recently_used_conversation_goes_for_room_and_one_too_large_is_refused) {
+  conversation_store store(2000);
+  counter_ids ids;
+  const auto make = [&](std::size_t text) {
+    const auto body = R"({"items": [{"role": "user", "content": ")" + std::string(text, 'x') + R"("}]})";
+    return store.serve("POST", "", "", body, 0, std::ref(ids));
+  };
+  ASSERT_TRUE(std::holds_alternative<std::string>(make(500))); // conv_1
+  ASSERT_TRUE(std::holds_alternative<std::string>(make(500))); // conv_3
+  ASSERT_NE(store.find("conv_1"), nullptr);                    // conv_3 the least recently used
+  ASSERT_TRUE(std::holds_alternative<std::string>(make(500))); // conv_5
+  EXPECT_EQ(store.find("conv_3"), nullptr);
+  EXPECT_NE(store.find("conv_1"), nullptr);
+  EXPECT_LE(store.bytes(), store.capacity());
+  const auto huge = make(3000);
+  ASSERT_TRUE(std::holds_alternative<api_error>(huge));
+  EXPECT_EQ(std::get<api_error>(huge).param, "items");
+  EXPECT_NE(store.find("conv_1"), nullptr) << "a refused one pushes none out";
+  EXPECT_NE(store.find("conv_5"), nullptr);
+}
+
+TEST(conversation_store, a_response_goes_on_from_its_conversation_and_its_turn_joins_it) {
+  const auto chatml = builtin("chatml");
+  conversation_store store(1 << 20);
+  counter_ids ids;
+  const auto made = json::parse(std::get<std::string>(
+    store.serve("POST", "", "", R"({"items": [{"role": "user", "content": "Hi"},
+                                               {"role": "assistant", "content": "Hello"}]})",
+                0, std::ref(ids))));
+  const auto id = made["id"].get<std::string>();
+  const earlier_turns kept = [&](const std::string& c) { return store.turns(c); };
+  const earlier_turns no_responses;
+  auto parse = [&](const std::string& body) {
+    return parse_response_request(body, "base", "h7", chatml, {}, {}, no_responses, "resp_new", kept);
+  };
+  // The conversation's items come first; it runs in the conversation's
+  // session (the store keeps no responses here) and names it.
+  for (const auto& named : {json(id), json{{"id", id}}}) {
+    auto r = parse(json{{"model", "base"}, {"input", "More?"}, {"conversation", named}}.dump());
+    ASSERT_TRUE(std::holds_alternative<response_request>(r)) << std::get<api_error>(r).message;
+    const auto& req = std::get<response_request>(r);
+    EXPECT_EQ(req.conversation, id);
+    EXPECT_EQ(req.session, id);
+    const auto frame = json::parse(req.chat.frames.at(0));
+    EXPECT_EQ(frame["session"], id);
+    const auto prompt = frame["prompt"].get<std::string>();
+    const auto hi = prompt.find("Hi"), hello = prompt.find("Hello"), more = prompt.find("More?");
+    EXPECT_TRUE(hi < hello && hello < more && more != std::string::npos) << prompt;
+    EXPECT_EQ(json::parse(req.echo)["conversation"], json({{"id", id}}));
+  }
+  const auto refused = [&](const std::string& body) {
+    auto r = parse(body);
+    return std::holds_alternative<api_error>(r) ? std::get<api_error>(r) : api_error{0, "", "", "", ""};
+  };
+  EXPECT_EQ(refused(R"({"input": "q", "conversation": "conv_none"})").status, 404);
+  EXPECT_EQ(refused(R"({"input": "q", "conversation": "conv_none"})").param, "conversation");
+  EXPECT_EQ(refused(R"({"input": "q", "conversation": 7})").param, "conversation");
+  EXPECT_EQ(refused(R"({"input": "q", "conversation": {"id": "x", "more": 1}})").param, "conversation");
+  const auto both = refused(json{{"input", "q"}, {"conversation", id}, {"previous_response_id", "resp_1"}}.dump());
+  EXPECT_NE(both.message.find("cannot both be given"), std::string::npos) << both.message;
+  // A server that keeps no conversations refuses the field.
+  auto none = parse_response_request(json{{"input", "q"}, {"conversation", id}}.dump(), "base", "h7", chatml);
+  ASSERT_TRUE(std::holds_alternative<api_error>(none));
+  EXPECT_NE(std::get<api_error>(none).message.find("conversation_store_mb = 0"), std::string::npos);
+
+  // The turn ends: its input, then its output, join the conversation; the
+  // input items take the ids GET /v1/responses/ID/input_items gives them.
+  const std::string input = R"([{"role": "user", "content": "More?"}])";
+  const std::string body = R"({"id": "resp_abc", "object": "response", "status": "completed", "output": [
+      {"id": "msg_out", "type": "message", "status": "completed", "role": "assistant",
+       "content": [{"type": "output_text", "text": "Sure", "annotations": []}]}]})";
+  store.add_turn(id, "resp_abc", input, body);
+  const auto listed = json::parse(std::get<std::string>(input_items_page("resp_abc", input, "")));
+  const auto page = json::parse(std::get<std::string>(store.serve("GET", "/" + id + "/items", "order=asc", "", 0,
+                                                                  std::ref(ids))));
+  ASSERT_EQ(page["data"].size(), 4u);
+  EXPECT_EQ(page["data"][2], listed["data"][0]);
+  EXPECT_EQ(page["data"][3]["id"], "msg_out");
+  // The next turn reads all four.
+  auto r = parse(json{{"model", "base"}, {"input", "Again"}, {"conversation", id}}.dump());
+  ASSERT_TRUE(std::holds_alternative<response_request>(r));
+  const auto prompt = json::parse(std::get<response_request>(r).chat.frames.at(0))["prompt"].get<std::string>();
+  EXPECT_LT(prompt.find("More?"), prompt.find("Sure"));
+  EXPECT_LT(prompt.find("Sure"), prompt.find("Again"));
+  // A conversation no longer kept takes no turn (and none is made).
+  ASSERT_TRUE(std::holds_alternative<std::string>(store.serve("DELETE", "/" + id, "", "", 0, std::ref(ids))));
+  store.add_turn(id, "resp_def", input, body);
+  EXPECT_EQ(store.find(id), nullptr);
+}
+
+} // namespace
+} // namespace troupe::openai
