@@ -118,8 +118,33 @@ std::variant<std::string, api_error> reasoning_text(const json& item, const std:
 /// message's tool_calls (the assistant message just before them, where
 /// one is), each call's output as a tool message, and a reasoning item as
 /// the next assistant message's reasoning_content.
+/// An `item_reference` item (`{"type": "item_reference", "id"}`) in
+/// place of the item it names: one before it, an earlier turn's or this
+/// input's.
+std::optional<api_error> resolve_reference(json& items, std::size_t i, const std::string& at,
+                                           const std::string& field) {
+  auto& item = items[i];
+  if (!item.is_object() || item.value("type", json()) != "item_reference")
+    return std::nullopt;
+  const auto id = item.find("id");
+  if (id == item.end() || !id->is_string())
+    return bad("\"" + at + ".id\" must name an item (a string)", field);
+  for (std::size_t k = 0; k < i; ++k)
+    if (items[k].is_object() && items[k].value("id", json()) == *id) {
+      item = json(items[k]); // (itself no reference: those before it are resolved)
+      return std::nullopt;
+    }
+  return bad("\"" + at + "\" refers to item " + id->get<std::string>().substr(0, 80)
+               + ", which is not among the items before it (a conversation's items, the output items of the "
+                 "responses previous_response_id names, or this input's)",
+             field);
+}
+
+/// (`own`, where given, is set to the request's own items, references
+/// resolved.)
 std::optional<api_error> read_input(const json& doc, const json& prior, json& messages,
-                                    std::vector<std::int64_t>& input_of, const std::string& field = "input") {
+                                    std::vector<std::int64_t>& input_of, const std::string& field = "input",
+                                    json* own_items = nullptr) {
   if (const auto ins = doc.find("instructions"); ins != doc.end() && !ins->is_null()) {
     if (!ins->is_string())
       return bad("field \"instructions\" must be a string", "instructions");
@@ -138,13 +163,15 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
     items.push_back({{"role", "user"}, {"content", *given}});
   else
     items.insert(items.end(), given->begin(), given->end());
-  const auto* input = &items;
+  const json* input = &items;
   std::string thought; // a reasoning item's, for the next assistant message
   bool calls_open = false; // the last message is an assistant's that calls may join
   for (std::size_t i = 0; i < input->size(); ++i) {
-    const auto& item = (*input)[i];
     const auto here = static_cast<std::int64_t>(i) - own; // the request's own index (negative: earlier)
     const auto at = here >= 0 ? field + "[" + std::to_string(here) + "]" : "an earlier response's item";
+    if (auto e = resolve_reference(items, i, at, field))
+      return e;
+    const auto& item = (*input)[i];
     if (!item.is_object())
       return bad("\"" + at + "\" must be an object", field);
     const auto type = item.contains("type") && !item["type"].is_null() ? item["type"] : json("message");
@@ -212,10 +239,6 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
         return std::move(*e);
       thought += (thought.empty() ? "" : "\n") + std::get<std::string>(text);
       calls_open = false;
-    } else if (t == "item_reference") {
-      return bad("\"" + at + "\" refers to a stored item: item references are not served; send the item itself "
-                 "(or go on from its response or conversation)",
-                 field);
     } else {
       return bad("\"" + at + ".type\" is \"" + t
                    + "\": Troupe serves \"message\", \"function_call\", \"function_call_output\" and \"reasoning\" "
@@ -223,6 +246,8 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
                  field);
     }
   }
+  if (own_items != nullptr)
+    *own_items = json(items.begin() + own, items.end());
   return std::nullopt;
 }
 
@@ -451,10 +476,10 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
     out.session = session;
   if (!out.session.empty())
     chat["session"] = out.session;
-  if (auto e = read_input(doc, prior, messages, out.input_of))
+  json own_items;
+  if (auto e = read_input(doc, prior, messages, out.input_of, "input", &own_items))
     return std::move(*e);
-  out.input_items = dump(doc["input"].is_string() ? json::array({{{"role", "user"}, {"content", doc["input"]}}})
-                                                  : doc["input"]);
+  out.input_items = dump(own_items); // (an item_reference as the item it names)
   chat["messages"] = std::move(messages);
   if (auto e = read_tools(doc, chat))
     return std::move(*e);

@@ -269,6 +269,33 @@ TEST(conversation_store, a_response_goes_on_from_its_conversation_and_its_turn_j
   const auto prompt = json::parse(std::get<response_request>(r).chat.frames.at(0))["prompt"].get<std::string>();
   EXPECT_LT(prompt.find("More?"), prompt.find("Sure"));
   EXPECT_LT(prompt.find("Sure"), prompt.find("Again"));
+  // An item_reference names an item before it (the conversation's, or the
+  // input's own) and stands for it, in the prompt and in the turn kept.
+  const auto hello_id = page["data"][1]["id"].get<std::string>();
+  auto referring = parse(json{{"model", "base"},
+                              {"conversation", id},
+                              {"input", json::array({{{"type", "item_reference"}, {"id", "msg_out"}},
+                                                     {{"role", "user"}, {"content", "Once more"}, {"id", "u1"}},
+                                                     {{"type", "item_reference"}, {"id", "u1"}}})}}
+                           .dump());
+  ASSERT_TRUE(std::holds_alternative<response_request>(referring)) << std::get<api_error>(referring).message;
+  const auto& rq = std::get<response_request>(referring);
+  const auto said = json::parse(rq.chat.frames.at(0))["prompt"].get<std::string>();
+  EXPECT_NE(said.find("Once more"), said.rfind("Once more")) << "the reference stands for the item: " << said;
+  const auto own = json::parse(rq.input_items);
+  ASSERT_EQ(own.size(), 3u);
+  EXPECT_EQ(own[0]["id"], "msg_out");
+  EXPECT_EQ(own[0]["role"], "assistant");
+  EXPECT_EQ(own[2], own[1]);
+  EXPECT_NE(hello_id, "");
+  for (const auto* bad : {R"([{"type": "item_reference", "id": "nope"}])",
+                          R"([{"type": "item_reference"}])",
+                          R"([{"type": "item_reference", "id": "u2"}, {"role": "user", "content": "x", "id": "u2"}])"}) {
+    const auto e = refused(json{{"model", "base"}, {"conversation", id}, {"input", json::parse(bad)}}.dump());
+    EXPECT_EQ(e.status, 400) << bad;
+    EXPECT_EQ(e.param, "input") << bad;
+    EXPECT_NE(e.message.find("input[0]"), std::string::npos) << e.message;
+  }
   // A conversation no longer kept takes no turn (and none is made).
   ASSERT_TRUE(std::holds_alternative<std::string>(store.serve("DELETE", "/" + id, "", "", 0, std::ref(ids))));
   store.add_turn(id, "resp_def", input, body);

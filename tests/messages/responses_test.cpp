@@ -140,7 +140,7 @@ TEST(responses, what_needs_a_stored_response_or_is_not_text_is_refused_naming_th
          {R"("input":"q","messages":[])", "messages", "unknown field"},
          {R"("max_output_tokens":3)", "input", "missing field \"input\""},
          {R"("input":[])", "input", "non-empty"},
-         {R"("input":[{"type":"item_reference","id":"msg_1"}])", "input", "references are not served"},
+         {R"("input":[{"type":"item_reference","id":"msg_1"}])", "input", "not among the items before it"},
          {R"("input":[{"type":"web_search_call","id":"w"}])", "input", "input[0].type"},
          {R"("input":[{"role":"user","content":[{"type":"input_image","image_url":"x"}]}])", "input",
           "input[0].content[0].type"},
