@@ -169,6 +169,8 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
                                                                std::int64_t now, const id_maker& fresh) {
   const auto parts = parts_of(rest);
   if (parts.empty()) { // POST /v1/conversations: a new one, with its first items
+    if (auto bad = only_include(query, "POST /v1/conversations"))
+      return std::move(*bad);
     auto doc = body_object(body, {"items", "metadata"}, "POST /v1/conversations");
     if (auto* e = std::get_if<api_error>(&doc))
       return std::move(*e);

@@ -171,6 +171,7 @@ TEST_F(conversations_api, bad_bodies_and_queries_are_refused_naming_what_was_wro
     EXPECT_EQ(e.param, c.param) << c.body;
     EXPECT_NE(e.message.find(c.says), std::string::npos) << c.body << ": " << e.message;
   }
+  EXPECT_EQ(refused("POST", "", "{}", "limit=1").param, "limit");
   EXPECT_EQ(store.size(), 0u) << "nothing made by a refused call";
   const auto at = "/" + ok("POST", "")["id"].get<std::string>();
   EXPECT_EQ(refused("POST", at + "/items", R"({"items": []})").param, "items");

@@ -8,7 +8,8 @@ tokens generated.
 The same conversations through the Responses API (POST /v1/responses): each
 turn's whole conversation sent again (store false), against each turn going
 on from the last with previous_response_id, whose kept conversation runs in
-a session of its own.
+a session of its own; and each turn naming a conversation
+(POST /v1/conversations), which keeps the items and a session of its own.
 
 Needs a running troupe-serve with [http] listen and chat_template set; the
 user messages are sentences of tools/mkmodel/corpus.txt. Prints the server's
@@ -63,17 +64,20 @@ def run(base, model, sentences, args, with_session):
     return prompt_tokens, delta
 
 
-def run_responses(base, model, sentences, args, chained):
+def run_responses(base, model, sentences, args, chained, conversation=False):
     rng = random.Random(args.seed)
     before = metrics(base)
     prompt_tokens = 0
     for c in range(args.conversations):
         items, previous = [], None
+        conv = post(base, "/v1/conversations", {})["id"] if conversation else None
         for t in range(args.turns):
             said = {"role": "user", "content": " ".join(rng.sample(sentences, 2))}
             body = {"model": model, "instructions": "You answer briefly.", "max_output_tokens": args.max_tokens,
                     "temperature": 0.8, "seed": c * 100 + t}
-            if chained:
+            if conversation:
+                body.update(input=[said], conversation=conv, store=False)
+            elif chained:
                 body.update(input=[said], previous_response_id=previous) if previous else body.update(input=[said])
             else:
                 items.append(said)
@@ -106,7 +110,8 @@ def main():
     passes = [("chat, without", lambda: run(base, model, sentences, args, False)),
               ("chat, sessions", lambda: run(base, model, sentences, args, True)),
               ("responses, whole input", lambda: run_responses(base, model, sentences, args, False)),
-              ("responses, previous_response_id", lambda: run_responses(base, model, sentences, args, True))]
+              ("responses, previous_response_id", lambda: run_responses(base, model, sentences, args, True)),
+              ("responses, conversation", lambda: run_responses(base, model, sentences, args, False, True))]
     for label, one in passes:
         prompt, d = one()
         print("%-32s %d turns, %d prompt tokens: %d prefilled, %d reused; session hits %d (%d partial)"
