@@ -401,8 +401,11 @@ std::optional<api_error> read_refused(const json& doc, bool stored, bool convers
                    "background");
     }
   }
-  if (auto e = off("truncation", "disabled", "a prompt past the context is refused, not cut"))
-    return e;
+  if (const auto v = doc.find("truncation"); v != doc.end() && !v->is_null() && *v != "auto" && *v != "disabled")
+    return bad("field \"truncation\" must be \"auto\" (the earliest items of the conversation it goes on from are "
+               "dropped where the prompt would not fit the context) or \"disabled\" (such a prompt is refused), got "
+                 + v->dump().substr(0, 80),
+               "truncation");
   if (const auto v = doc.find("max_tool_calls"); v != doc.end() && !v->is_null())
     return bad("field \"max_tool_calls\" is not supported (parallel_tool_calls false keeps one call)",
                "max_tool_calls");
@@ -415,7 +418,7 @@ std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable,
                        const sampling_defaults& defaults, const earlier_turns& earlier,
-                       std::string_view new_session, const earlier_turns& conversations) {
+                       std::string_view new_session, const earlier_turns& conversations, std::size_t drop_earlier) {
   json doc;
   try {
     doc = json::parse(body.begin(), body.end());
@@ -458,6 +461,25 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
       return std::move(*e);
   }
   bool in_conversation = false;
+  const auto cut_earlier = [&]() -> std::optional<api_error> {
+    // Truncation: the places the earlier items may be cut (each leaves them
+    // beginning with a user's message, or none left), and the cut asked for.
+    out.truncate = doc.value("truncation", json()) == "auto";
+    if (!out.truncate)
+      return std::nullopt;
+    for (std::size_t k = 1; k <= prior.size(); ++k)
+      if (k == prior.size()
+          || (prior[k].is_object() && prior[k].value("type", json("message")) == "message"
+              && prior[k].value("role", json()) == "user"))
+        out.cuts.push_back(k);
+    if (drop_earlier == 0)
+      return std::nullopt;
+    if (std::find(out.cuts.begin(), out.cuts.end(), drop_earlier) == out.cuts.end())
+      return bad("the earlier items cannot be cut after " + std::to_string(drop_earlier), "truncation");
+    prior.erase(prior.begin(), prior.begin() + static_cast<std::ptrdiff_t>(drop_earlier));
+    out.dropped = drop_earlier;
+    return std::nullopt;
+  };
   if (const auto c = doc.find("conversation"); c != doc.end() && !c->is_null()) {
     const auto id = c->is_object() ? c->value("id", json()) : *c;
     if (!id.is_string() || (c->is_object() && c->size() != 1))
@@ -467,6 +489,8 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
       return std::move(*e);
     in_conversation = true;
   }
+  if (auto e = cut_earlier())
+    return std::move(*e);
   out.store = static_cast<bool>(earlier) && doc.value("store", json(true)) != json(false);
   out.background = doc.value("background", json(false)) == json(true);
   // The session a kept conversation runs in (the request's own first).
@@ -507,7 +531,7 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
                {"user", doc.value("user", json())},
                {"store", out.store},
                {"background", out.background},
-               {"truncation", "disabled"},
+               {"truncation", out.truncate ? "auto" : "disabled"},
                {"previous_response_id", out.previous_id.empty() ? json() : json(out.previous_id)}};
   if (in_conversation)
     echo["conversation"] = {{"id", out.conversation}};
@@ -518,7 +542,14 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
     return as_response_error(std::move(*e), out);
   out.chat = std::get<completion_request>(std::move(parsed));
   out.chat.include_usage = true; // the response's usage comes at the stream's end
+  if (const auto m = doc.find("max_output_tokens"); m != doc.end() && m->is_number_unsigned())
+    out.output_room = std::max<std::uint64_t>(1, m->get<std::uint64_t>());
   return out;
+}
+
+std::string tokenize_frame(const response_request& r, std::string_view wire_id) {
+  const auto frame = json::parse(r.chat.frames.at(0));
+  return dump(json{{"type", "tokenize"}, {"id", wire_id}, {"prompt", frame.at("prompt")}});
 }
 
 std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
@@ -528,8 +559,7 @@ std::variant<std::string, api_error> parse_input_tokens(std::string_view body, s
   auto r = parse_response_request(body, base_model, wire_id, tpl, {}, {}, earlier, {}, conversations);
   if (auto* e = std::get_if<api_error>(&r))
     return std::move(*e);
-  const auto frame = json::parse(std::get<response_request>(r).chat.frames.at(0));
-  return dump(json{{"type", "tokenize"}, {"id", wire_id}, {"prompt", frame.at("prompt")}});
+  return tokenize_frame(std::get<response_request>(r), wire_id);
 }
 
 std::string input_tokens_json(const wire::tokenize_reply& r) {

@@ -43,6 +43,18 @@ struct response_request {
   /// The conversation (OpenAI's Conversations API) it goes on from, and
   /// that its input and output items join once it ends ("" for none).
   std::string conversation;
+  /// truncation "auto": where the prompt would not fit the context, the
+  /// earliest of the earlier items (a conversation's, or the turns
+  /// previous_response_id names) are dropped, as few as let it fit (the
+  /// front tries the cuts, tokenizing each prompt). `cuts`: how many of
+  /// them each possible cut drops, ascending (each leaves them beginning
+  /// with a user's message, or none); `dropped`: those dropped here.
+  bool truncate = false;
+  std::vector<std::size_t> cuts;
+  std::size_t dropped = 0;
+  /// Tokens the context must leave after the prompt: max_output_tokens,
+  /// else 1.
+  std::uint64_t output_room = 1;
   std::string input_items;    ///< this turn's input as items (a JSON array), as a store keeps it
   /// The Troupe session its turns share (kept K and V), where it is kept:
   /// the request's own `session`, the conversation's it goes on from, or
@@ -71,12 +83,18 @@ using earlier_turns = std::function<std::variant<conversation, api_error>(const 
 /// reuses its K and V: its conversation's, or `new_session` for a new one.
 /// `conversations` gives what a `conversation` names (a kept conversation's
 /// items and session; none: the field is refused): the response goes on
-/// from its items, in its session, kept or not.
+/// from its items, in its session, kept or not. With truncation "auto",
+/// `drop_earlier` (one of the request's `cuts`) of the earliest earlier
+/// items are left out.
 std::variant<response_request, api_error>
 parse_response_request(std::string_view body, std::string_view base_model, std::string_view wire_id,
                        const chat_template& tpl, const std::function<bool(const std::string&)>& enforceable = {},
                        const sampling_defaults& defaults = {}, const earlier_turns& earlier = {},
-                       std::string_view new_session = {}, const earlier_turns& conversations = {});
+                       std::string_view new_session = {}, const earlier_turns& conversations = {},
+                       std::size_t drop_earlier = 0);
+
+/// The wire's tokenize frame of the prompt a response request runs.
+std::string tokenize_frame(const response_request& r, std::string_view wire_id);
 
 /// A POST /v1/responses/input_tokens body (OpenAI's: a response request's
 /// fields, its input counted) as a wire tokenize frame of the prompt the

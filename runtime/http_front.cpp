@@ -296,6 +296,54 @@ struct http_front::impl : zmq_io::owned_socket {
       stored.put(id, {r.previous_id, r.input_items, std::move(body), r.session});
   }
 
+  /// Whether a response request's prompt and output room fit the context
+  /// (a tokenize round trip); none where the server does not answer.
+  asio::awaitable<std::optional<bool>> fits_context(const openai::response_request& r) {
+    auto [id, w] = expect();
+    auto reply = co_await ask(w, id, openai::tokenize_frame(r, id));
+    const auto* t = reply ? std::get_if<wire::tokenize_reply>(&*reply) : nullptr;
+    if (t == nullptr)
+      co_return std::nullopt;
+    co_return t->max_context == 0 || t->tokens.size() + r.output_room <= t->max_context;
+  }
+
+  /// truncation "auto": `r`, or where its prompt would not fit the context,
+  /// `r` made again (`reparse`) leaving out as few of its earliest earlier
+  /// items as let it fit: a binary search over its cuts, a tokenize each.
+  /// Where none fits, the most left out (the server refuses it, saying
+  /// why); where the server does not answer, `r` as it is.
+  asio::awaitable<openai::response_request>
+  fitted(openai::response_request r,
+         std::function<std::variant<openai::response_request, openai::api_error>(std::size_t)> reparse) {
+    const auto whole = co_await fits_context(r);
+    if (!whole || *whole)
+      co_return r;
+    const auto cuts = r.cuts;
+    std::optional<openai::response_request> best;
+    for (std::size_t lo = 0, hi = cuts.size(); lo < hi;) { // the first cut that fits is in [lo, hi)
+      const auto mid = lo + (hi - lo) / 2;
+      auto q = reparse(cuts[mid]);
+      auto* made = std::get_if<openai::response_request>(&q);
+      std::optional<bool> ok = false; // (one that cannot be made fits no better)
+      if (made != nullptr)
+        ok = co_await fits_context(*made);
+      if (!ok)
+        co_return r;
+      if (*ok) {
+        best = std::move(*made);
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    if (best)
+      co_return std::move(*best);
+    auto most = reparse(cuts.back());
+    if (auto* q = std::get_if<openai::response_request>(&most))
+      co_return std::move(*q);
+    co_return r;
+  }
+
   /// A background response's run: its status kept as it goes ("queued",
   /// "in_progress", then the whole response, or "failed" with the error);
   /// one a client cancelled or deleted keeps what that left.
@@ -1070,6 +1118,11 @@ struct http_front::impl : zmq_io::owned_socket {
       if (auto* e = std::get_if<openai::api_error>(&r))
         co_return co_await fail(*e);
       as_response = std::get<openai::response_request>(std::move(r));
+      if (as_response->truncate && !as_response->cuts.empty())
+        as_response = co_await fitted(std::move(*as_response), [&, turns](std::size_t drop) {
+          return openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling,
+                                                turns, resp_id, kept_conversations(), drop);
+        });
       parsed = as_response->chat;
     } else {
       parsed = kind == api::chat

@@ -999,6 +999,22 @@ refused(400, path="/v1/responses", body={"model": "demo", "input": "q", "convers
 refused(405, path="/v1/conversations", method="GET")
 refused(405, path=conv_at + "/items", method="DELETE")
 refused(404, path=conv_at + "/other", method="GET", says="no such path")
+# truncation "auto": a conversation past the context drops its earliest
+# items (whole turns) until the prompt and max_output_tokens fit; without
+# it the same request is refused.
+status, _, body = call("/v1/conversations", {"items": [
+    {"role": "user" if k % 2 == 0 else "assistant", "content": "The river runs past the old mill. " * 60}
+    for k in range(12)]})
+long_conv = json.loads(body)["id"]
+past_ask = {"model": "demo", "input": "Now?", "conversation": long_conv, "max_output_tokens": 8, "store": False}
+err = refused(400, path="/v1/responses", body=past_ask, says="exceeds the context")
+status, _, body = call("/v1/responses", dict(past_ask, truncation="auto"))
+cut = json.loads(body)
+assert status == 200 and cut["truncation"] == "auto", body
+status, _, body = call("/tokenize", {"prompt": "x"})
+assert cut["usage"]["input_tokens"] + 8 <= json.loads(body)["max_model_len"], (cut["usage"], body)
+assert cut["usage"]["input_tokens"] > json.loads(body)["max_model_len"] // 2, cut["usage"] # (only what must go)
+refused(400, path="/v1/responses", body=dict(past_ask, truncation="middle"), says='"truncation"')
 status, _, body = call(conv_at, method="DELETE")
 assert status == 200 and json.loads(body) == {"id": conv["id"], "object": "conversation.deleted", "deleted": True}
 err = refused(404, path="/v1/responses", body={"model": "demo", "input": "q", "conversation": conv["id"]},

@@ -270,6 +270,32 @@ TEST(conversation_store, a_response_goes_on_from_its_conversation_and_its_turn_j
   const auto prompt = json::parse(std::get<response_request>(r).chat.frames.at(0))["prompt"].get<std::string>();
   EXPECT_LT(prompt.find("More?"), prompt.find("Sure"));
   EXPECT_LT(prompt.find("Sure"), prompt.find("Again"));
+  // truncation "auto": the cuts leave the earlier items beginning with a
+  // user's message (or none); a cut drops the earliest.
+  const auto truncated = [&](std::size_t drop) {
+    return parse_response_request(
+      json{{"model", "base"}, {"input", "Again"}, {"conversation", id}, {"truncation", "auto"}}.dump(), "base", "h7",
+      chatml, {}, {}, no_responses, "resp_new", kept, drop);
+  };
+  auto whole = truncated(0);
+  ASSERT_TRUE(std::holds_alternative<response_request>(whole));
+  EXPECT_TRUE(std::get<response_request>(whole).truncate);
+  EXPECT_EQ(std::get<response_request>(whole).cuts, (std::vector<std::size_t>{2, 4}));
+  EXPECT_EQ(json::parse(std::get<response_request>(whole).echo)["truncation"], "auto");
+  auto cut = truncated(2);
+  ASSERT_TRUE(std::holds_alternative<response_request>(cut));
+  EXPECT_EQ(std::get<response_request>(cut).dropped, 2u);
+  const auto shorter = json::parse(std::get<response_request>(cut).chat.frames.at(0))["prompt"].get<std::string>();
+  EXPECT_EQ(shorter.find("Hello"), std::string::npos) << shorter;
+  EXPECT_NE(shorter.find("More?"), std::string::npos) << shorter;
+  EXPECT_LT(shorter.size(), prompt.size());
+  const auto all_gone = json::parse(std::get<response_request>(truncated(4)).chat.frames.at(0))["prompt"];
+  EXPECT_EQ(all_gone.get<std::string>().find("Sure"), std::string::npos);
+  ASSERT_TRUE(std::holds_alternative<api_error>(truncated(1)));
+  EXPECT_EQ(std::get<api_error>(truncated(1)).param, "truncation");
+  EXPECT_TRUE(std::get<response_request>(r).cuts.empty()) << "none without truncation \"auto\"";
+  EXPECT_EQ(json::parse(std::get<response_request>(r).echo)["truncation"], "disabled");
+
   // An item_reference names an item before it (the conversation's, or the
   // input's own) and stands for it, in the prompt and in the turn kept.
   const auto hello_id = page["data"][1]["id"].get<std::string>();

@@ -134,7 +134,7 @@ TEST(responses, what_needs_a_stored_response_or_is_not_text_is_refused_naming_th
          {R"("input":"q","store":true)", "store", "stores no responses"},
          {R"("input":"q","background":true)", "background", "stores none here"},
          {R"("input":"q","background":"yes")", "background", "true or false"},
-         {R"("input":"q","truncation":"auto")", "truncation", "refused, not cut"},
+         {R"("input":"q","truncation":"middle")", "truncation", "must be \"auto\""},
          {R"("input":"q","max_tool_calls":2)", "max_tool_calls", "not supported"},
          {R"("input":"q","n":2)", "n", "unknown field"},
          {R"("input":"q","messages":[])", "messages", "unknown field"},
