@@ -3,6 +3,7 @@
 #include "messages/openai.hpp"
 #include "messages/conversations.hpp"
 #include "messages/responses.hpp"
+#include "messages/stat.hpp"
 #include "messages/wire.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/zmq_io.hpp"
@@ -915,9 +916,15 @@ struct http_front::impl : zmq_io::owned_socket {
       }
       if (const auto* d = std::get_if<wire::detokenize_reply>(&*r))
         co_return co_await reply(make(version, keep, http::status::ok, openai::detokenize_json(*d)));
-      if (const auto* s = std::get_if<wire::stats_reply>(&*r))
-        co_return co_await reply(
-          make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4"));
+      if (auto* s = std::get_if<wire::stats_reply>(&*r)) {
+        // With the front's own: what its stores keep, against their bounds.
+        s->values.push_back(stat_gauge("http_responses_kept", static_cast<double>(stored.size())));
+        s->values.push_back(stat_gauge("http_response_store_bytes", static_cast<double>(stored.bytes())));
+        s->values.push_back(stat_gauge("http_conversations_kept", static_cast<double>(conversations.size())));
+        s->values.push_back(stat_gauge("http_conversation_store_bytes", static_cast<double>(conversations.bytes())));
+        auto res = make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4");
+        co_return co_await reply(std::move(res));
+      }
       co_return co_await reply(error_response(
         version, keep, api_error_of(500, "server_error", "internal", "an unexpected reply from the server")));
     }

@@ -961,6 +961,10 @@ conv = json.loads(body)
 assert status == 200 and conv["object"] == "conversation" and conv["id"].startswith("conv_"), body
 assert conv["metadata"] == {"topic": "e2e"}, body
 conv_at = "/v1/conversations/" + conv["id"]
+metrics_text = call("/metrics", method="GET")[2]
+kept_now = float(re.search(r"^troupe_http_conversations_kept (\S+)$", metrics_text, re.M).group(1))
+assert kept_now >= 1 and re.search(r"^troupe_http_conversation_store_bytes [1-9]", metrics_text, re.M), metrics_text
+assert re.search(r"^# TYPE troupe_http_responses_kept gauge$", metrics_text, re.M), metrics_text
 status, _, body = call(conv_at, method="GET")
 assert status == 200 and json.loads(body) == conv, body
 status, _, body = call("/v1/responses", {"model": "demo", "input": "More?", "conversation": conv["id"],

@@ -653,15 +653,28 @@ bool conversations(std::span<const std::uint8_t> in) {
                              "", 0, fresh);
         break;
       default: {
-        // A response in the conversation, its turn added as the front adds it.
-        auto r = openai::parse_response_request(
-          nlohmann::json{{"model", "base"}, {"input", arg}, {"conversation", id}}.dump(), "base", "w1", template_for(1),
-          {}, {}, {}, {}, kept);
+        // A response in the conversation (truncated or not), its turn added
+        // as the front adds it.
+        auto ask = nlohmann::json{{"model", "base"}, {"input", arg}, {"conversation", id}};
+        if (pick & 32)
+          ask["truncation"] = "auto";
+        const auto parse = [&](std::size_t drop) {
+          return openai::parse_response_request(ask.dump(), "base", "w1", template_for(1), {}, {}, {}, {}, kept, drop);
+        };
+        auto r = parse(0);
         if (auto* err = std::get_if<openai::api_error>(&r)) {
           require(err->status == 404 || err->status == 400, "a response refused with another status");
           break;
         }
         const auto& rr = std::get<openai::response_request>(r);
+        const auto prompt_size = [](const openai::response_request& q) {
+          return nlohmann::json::parse(q.chat.frames.at(0)).at("prompt").get<std::string>().size();
+        };
+        for (const auto cut : rr.cuts) {
+          auto shorter = parse(cut);
+          if (const auto* q = std::get_if<openai::response_request>(&shorter))
+            require(q->dropped == cut && prompt_size(*q) <= prompt_size(rr), "a cut that did not shorten the prompt");
+        }
         require(rr.conversation == id && rr.session == store.find(id)->session, "the conversation's session not used");
         const auto before = store.find(id)->items.size();
         const auto body = nlohmann::json{{"id", "resp_" + std::to_string(++next)},
