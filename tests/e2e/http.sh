@@ -983,6 +983,9 @@ status, _, body = call("/v1/responses", {"model": "demo", "input": "And?", "conv
                                          "max_output_tokens": 4, "temperature": 0, "stream": True})
 assert status == 200 and typed_events(body)[-1]["type"] in ("response.completed", "response.incomplete"), body
 assert typed_events(body)[-1]["response"]["usage"]["input_tokens_details"]["cached_tokens"] > 0, body
+# Its session is named by its id: Symphony's advisory names it so.
+status, _, advice = call("/v1/advise", {"session": conv["id"], "in_s": 0})
+assert status == 200 and json.loads(advice)["status"] in ("on_gpu", "fetching", "in_host", "scheduled"), advice
 status, _, body = call(conv_at + "/items?limit=2", method="GET")
 page = json.loads(body)
 assert [i["role"] for i in page["data"]] == ["assistant", "user"] and page["has_more"] is True, body
