@@ -192,6 +192,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
       return bad_request("field \"items\" holds more than a conversation may keep ([http] conversation_store_mb)",
                          "items");
     }
+    tell(id);
     return object_of(id, *e);
   }
   const auto& id = parts[0];
@@ -222,6 +223,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
     e->metadata = std::get<std::string>(std::move(meta));
     if (!kept_.reweigh(id, bytes_of(id, *e)))
       return not_kept(id); // (alone larger than the store: a 16-pair bound makes it never so)
+    tell(id);
     return object_of(id, *e);
   }
   if (parts.size() == 2) {
@@ -244,6 +246,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
     const auto added = listed_items(dump(std::get<json>(items)), fresh("item").substr(5) + "_");
     if (!append(id, *e, added))
       return bad_request("the conversation has no room for these items ([http] conversation_store_mb)", "items");
+    tell(id);
     return items_page(added, "order=asc&limit=100", "", "");
   }
   const auto& item_id = parts[2];
@@ -258,6 +261,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
   }
   e->items.erase(at);
   kept_.reweigh(id, bytes_of(id, *e)); // (smaller: it stays)
+  tell(id);
   return object_of(id, *e);
 }
 
@@ -282,8 +286,45 @@ void conversation_store::add_turn(const std::string& id, std::string_view respon
   if (body.is_object())
     if (const auto out = body.find("output"); out != body.end() && out->is_array())
       items.insert(items.end(), out->begin(), out->end());
-  if (!append(id, *e, dump(items)))
+  if (!append(id, *e, dump(items))) {
     kept_.erase(id); // larger than the store: dropped, as one dropped for room
+    return;
+  }
+  tell(id);
+}
+
+void conversation_store::tell(const std::string& id) {
+  if (!changed_)
+    return;
+  if (const auto* e = kept_.find(id))
+    changed_(id, *e);
+}
+
+std::string conversation_store::to_text(const entry& e) {
+  json items = json::array();
+  for (const auto& [item_id, item] : e.items)
+    items.push_back(json::array({item_id, item}));
+  return dump(json{{"created_at", e.created_at}, {"metadata", e.metadata}, {"session", e.session}, {"items", items}});
+}
+
+std::optional<conversation_store::entry> conversation_store::from_text(std::string_view text) {
+  const auto j = json::parse(text, nullptr, false);
+  if (!j.is_object() || !j.value("created_at", json()).is_number_integer() || !j.value("metadata", json()).is_string()
+      || !j.value("session", json()).is_string() || !j.value("items", json()).is_array())
+    return std::nullopt;
+  entry e;
+  e.created_at = j["created_at"].get<std::int64_t>();
+  e.metadata = j["metadata"].get<std::string>();
+  e.session = j["session"].get<std::string>();
+  if (!json::parse(e.metadata, nullptr, false).is_object())
+    return std::nullopt;
+  for (const auto& pair : j["items"]) {
+    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()
+        || !json::parse(pair[1].get<std::string>(), nullptr, false).is_object())
+      return std::nullopt;
+    e.items.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+  }
+  return e;
 }
 
 } // namespace troupe::openai

@@ -4,8 +4,9 @@
 // responses run in, so that each turn reuses the K and V of the turns
 // before it. A response that names a conversation goes on from its items,
 // and its input and output items join them once it ends. Kept in memory,
-// the least recently used dropped past a bound on their bytes: gone at
-// restart, and not shared between the fronts of a multi-node deployment.
+// the least recently used dropped past a bound on their bytes (and, where
+// the front watches the store, in files: runtime/kept_files), and not
+// shared between the fronts of a multi-node deployment.
 // See docs/protocol.md, "Conversations".
 #pragma once
 
@@ -16,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -73,6 +75,24 @@ public:
   /// The conversation kept under `id` (now the most recently used), or null.
   const entry* find(std::string_view id) { return kept_.find(id); }
 
+  /// Hears each conversation made or changed (`changed`) and each that
+  /// goes (`dropped`): to keep a copy elsewhere, in files.
+  void watch(std::function<void(const std::string& id, const entry& e)> changed,
+             std::function<void(const std::string& id)> dropped) {
+    changed_ = std::move(changed);
+    kept_.on_drop = std::move(dropped);
+  }
+  /// Keeps `e` under `id` unheard by watch's `changed` (one read back from
+  /// where `changed` wrote it); false where it alone is larger than the store.
+  bool restore(std::string id, entry e) {
+    const auto b = bytes_of(id, e);
+    return kept_.put(std::move(id), std::move(e), b);
+  }
+  /// A conversation as text (a JSON object), and back; none where the
+  /// text is not one.
+  static std::string to_text(const entry& e);
+  static std::optional<entry> from_text(std::string_view text);
+
   std::size_t bytes() const noexcept { return kept_.bytes(); }
   std::size_t size() const noexcept { return kept_.size(); }
   std::size_t capacity() const noexcept { return kept_.capacity(); }
@@ -83,7 +103,11 @@ private:
   /// kept under `id`; false (none added) where they would not fit.
   bool append(const std::string& id, entry& e, std::string_view listed);
 
+  /// Tells `changed_` of the conversation under `id`, where it is kept.
+  void tell(const std::string& id);
+
   kept_lru<entry> kept_;
+  std::function<void(const std::string&, const entry&)> changed_;
 };
 
 } // namespace troupe::openai

@@ -1,9 +1,11 @@
 // What the HTTP front keeps in memory under ids (responses, conversations):
 // entries by id, the least recently used dropped past a bound on their
-// bytes. The caller says what an entry weighs.
+// bytes. The caller says what an entry weighs, and may hear of each entry
+// that goes (to drop a copy it keeps elsewhere, a file).
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <list>
 #include <string>
 #include <string_view>
@@ -27,7 +29,7 @@ public:
   /// of one kept under it), dropping the least recently used past the
   /// capacity; false (nothing kept) where `e` alone is larger than it.
   bool put(std::string id, Entry e, std::size_t bytes) {
-    erase(id);
+    remove(id, false);
     if (bytes > capacity_)
       return false;
     drop_for(bytes, 0);
@@ -54,7 +56,7 @@ public:
     if (it == index_.end())
       return false;
     if (bytes > capacity_) {
-      erase(id);
+      remove(id, true);
       return false;
     }
     order_.splice(order_.begin(), order_, it->second);
@@ -67,16 +69,11 @@ public:
   }
 
   /// Drops `id`; false where it was not kept.
-  bool erase(std::string_view id) {
-    const auto it = index_.find(id);
-    if (it == index_.end())
-      return false;
-    const auto at = it->second;
-    bytes_ -= at->bytes;
-    index_.erase(it);
-    order_.erase(at);
-    return true;
-  }
+  bool erase(std::string_view id) { return remove(id, true); }
+
+  /// Called with the id of each entry that goes: erased, dropped for room,
+  /// or grown past the capacity (not one put again in place).
+  std::function<void(const std::string& id)> on_drop;
 
   std::size_t bytes() const noexcept { return bytes_; }
   std::size_t size() const noexcept { return index_.size(); }
@@ -88,14 +85,24 @@ private:
     Entry e;
     std::size_t bytes;
   };
+  bool remove(std::string_view id, bool notify) {
+    const auto it = index_.find(id);
+    if (it == index_.end())
+      return false;
+    const auto at = it->second;
+    bytes_ -= at->bytes;
+    index_.erase(it);
+    std::string gone = std::move(at->id);
+    order_.erase(at);
+    if (notify && on_drop)
+      on_drop(gone);
+    return true;
+  }
   /// Drops the least recently used, all but the first `spared`, until
   /// `bytes` more fit.
   void drop_for(std::size_t bytes, std::size_t spared) {
-    while (bytes_ + bytes > capacity_ && order_.size() > spared) {
-      bytes_ -= order_.back().bytes;
-      index_.erase(order_.back().id);
-      order_.pop_back();
-    }
+    while (bytes_ + bytes > capacity_ && order_.size() > spared)
+      remove(order_.back().id, true);
   }
   std::size_t capacity_;
   std::size_t bytes_ = 0;

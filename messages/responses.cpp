@@ -1056,6 +1056,15 @@ response_state response_state_of(std::string_view body) {
   return out;
 }
 
+std::string failed_snapshot(std::string_view body, const api_error& error) {
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object())
+    return std::string(body);
+  j["status"] = "failed";
+  j["error"] = {{"code", error.code}, {"message", error.message}};
+  return dump(j);
+}
+
 conversation conversation_of(const std::vector<const response_store::entry*>& turns) {
   json items = json::array();
   for (const auto* t : turns) {

@@ -213,5 +213,9 @@ struct response_state {
   bool running() const noexcept { return status == "queued" || status == "in_progress"; }
 };
 response_state response_state_of(std::string_view body);
+/// A kept response object `body` as failed with `error` (its code and
+/// message), its output as it was: how a response that was running when
+/// the server went down is read back.
+std::string failed_snapshot(std::string_view body, const api_error& error);
 
 } // namespace troupe::openai

@@ -466,7 +466,7 @@ http_options read_http(section s) {
   s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_jinja",
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
                 "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser",
-                "request_chat_template", "generation_config", "response_store_mb", "conversation_store_mb"});
+                "request_chat_template", "generation_config", "response_store_mb", "conversation_store_mb", "store_dir"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -484,6 +484,7 @@ http_options read_http(section s) {
   o.adapter_updates = s.flag("adapter_updates", o.adapter_updates);
   o.response_store_mb = s.u32("response_store_mb", o.response_store_mb, 0);
   o.conversation_store_mb = s.u32("conversation_store_mb", o.conversation_store_mb, 0);
+  o.store_dir = s.text("store_dir", o.store_dir);
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
   names.insert(names.end(), {"custom", "model", "jinja", "auto"});

@@ -220,6 +220,7 @@ deployment::start(const deployment_options& opts) {
       hc.adapter_updates = opts.http.adapter_updates;
       hc.response_store_bytes = std::size_t{opts.http.response_store_mb} << 20;
       hc.conversation_store_bytes = std::size_t{opts.http.conversation_store_mb} << 20;
+      hc.store_dir = opts.http.store_dir;
       if (opts.http.generation_config == "auto") {
         // The model's sampling defaults, as vLLM takes them by default.
         auto read = read_generation_defaults(opts.model.path);

@@ -4,6 +4,7 @@
 #include "messages/conversations.hpp"
 #include "messages/responses.hpp"
 #include "messages/stat.hpp"
+#include "runtime/kept_files.hpp"
 #include "messages/wire.hpp"
 #include "runtime/json_schema.hpp"
 #include "runtime/zmq_io.hpp"
@@ -39,6 +40,7 @@
 #include <deque>
 #include <stdexcept>
 #include <thread>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <unordered_map>
@@ -264,6 +266,69 @@ struct http_front::impl : zmq_io::owned_socket {
   }
 
   static std::string response_id() { return fresh_id("resp"); }
+
+  /// Keeps the stores' entries in files under `dir` as well (responses/,
+  /// conversations/), reading back those a run before left there: the
+  /// least recently written first, so that the most recent stay where
+  /// the bounds drop some. A response a crash left running is kept as
+  /// failed. An error ("" for none) where the directories cannot be used.
+  std::string keep_on_disk(const std::string& dir) {
+    auto response_files = kept_files::open(std::filesystem::path(dir) / "responses");
+    if (auto* why = std::get_if<std::string>(&response_files))
+      return *why;
+    auto conversation_files = kept_files::open(std::filesystem::path(dir) / "conversations");
+    if (auto* why = std::get_if<std::string>(&conversation_files))
+      return *why;
+    const auto files = std::make_shared<std::pair<kept_files, kept_files>>(
+      std::get<kept_files>(std::move(response_files)), std::get<kept_files>(std::move(conversation_files)));
+    // (Entries the bounds drop while they are read back go from disk too.)
+    const auto drop_response = [files](const std::string& id) { files->first.remove(id); };
+    const auto drop_conversation = [files](const std::string& id) { files->second.remove(id); };
+    const auto write = [](const kept_files& f, const std::string& id, const std::string& text) {
+      if (std::string why; !f.write(id, text, why))
+        spdlog::warn("http: {} is kept in memory only: {}", id, why);
+    };
+    stored.watch({}, drop_response);
+    conversations.watch({}, drop_conversation);
+    std::size_t skipped = 0;
+    for (auto& [id, text] : files->first.read_all()) {
+      auto e = openai::response_store::from_text(text);
+      if (!e) {
+        ++skipped;
+        continue;
+      }
+      if (openai::response_state_of(e->body).running()) {
+        // A crash left it running: it ended then, as a stop ends one.
+        const auto stop = stopping();
+        e->body = openai::failed_snapshot(e->body, stop);
+        stored.restore(id, *e);
+        write(files->first, id, openai::response_store::to_text(*e));
+      } else {
+        stored.restore(id, std::move(*e));
+      }
+    }
+    for (auto& [id, text] : files->second.read_all()) {
+      auto e = openai::conversation_store::from_text(text);
+      if (!e) {
+        ++skipped;
+        continue;
+      }
+      conversations.restore(id, std::move(*e));
+    }
+    if (skipped > 0)
+      spdlog::warn("http: {} files under {} are no response or conversation; left as they are", skipped, dir);
+    stored.watch(
+      [files, write](const std::string& id, const openai::response_store::entry& e) {
+        write(files->first, id, openai::response_store::to_text(e));
+      },
+      drop_response);
+    conversations.watch(
+      [files, write](const std::string& id, const openai::conversation_store::entry& e) {
+        write(files->second, id, openai::conversation_store::to_text(e));
+      },
+      drop_conversation);
+    return {};
+  }
 
   /// What a response's `conversation` reads (none where the front keeps
   /// no conversations).
@@ -1340,6 +1405,9 @@ std::variant<std::unique_ptr<http_front>, std::string> http_front::open(const ht
   p->cfg = cfg;
   p->stored = openai::response_store(cfg.response_store_bytes);
   p->conversations = openai::conversation_store(cfg.conversation_store_bytes);
+  if (!cfg.store_dir.empty())
+    if (auto why = p->keep_on_disk(cfg.store_dir); !why.empty())
+      return "http.store_dir: " + why;
   const auto colon = cfg.listen.rfind(':');
   if (colon == std::string::npos)
     return "http.listen \"" + cfg.listen + "\" is not \"host:port\"";

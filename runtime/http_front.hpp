@@ -41,6 +41,9 @@ struct http_front_config {
   /// Bytes of conversations kept for /v1/conversations and a response's
   /// `conversation` (0: none).
   std::size_t conversation_store_bytes = std::size_t{64} << 20;
+  /// A directory the stores are written through to, and read back from at
+  /// start ("": memory only).
+  std::string store_dir;
   /// How POST /v1/chat/completions renders messages; none: not served,
   /// for the reason `no_chat` gives.
   std::optional<openai::chat_template> chat;
@@ -63,8 +66,9 @@ public:
   /// answered 503; then the io thread ends.
   void stop();
   /// The server is draining: background responses still running are
-  /// cancelled (what they would answer is kept in this front's memory only,
-  /// gone when it stops) and kept as "failed", shutting down.
+  /// cancelled (what they would answer is kept in this front's memory, and
+  /// in store_dir's files where there are any) and kept as "failed",
+  /// shutting down.
   void cancel_background();
 
   /// "host:port" actually bound (the real port when the config said 0).

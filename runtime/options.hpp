@@ -47,6 +47,10 @@ struct http_options {
   /// Memory (MiB) the front keeps conversations in (OpenAI's Conversations
   /// API, /v1/conversations; least recently used dropped first); 0: none.
   std::uint32_t conversation_store_mb = 64;
+  /// A directory the front writes kept responses and conversations to (a
+  /// file each), and reads them back from at start, so that a restart
+  /// loses none; "": kept in memory only.
+  std::string store_dir;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face
   /// template of model.path: chat_template.jinja or tokenizer_config.json),

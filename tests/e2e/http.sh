@@ -1385,4 +1385,69 @@ print("http: tool calls offered (auto) are held to the tools' schema after the m
       "their tokens' log-probabilities listed and streamed" % whole)
 PY
 stop
+
+# [http] store_dir: kept responses and conversations written through to
+# files, and read back by the next start: a restart loses none. A background
+# response a crash left running reads back as failed.
+sed "s|^listen = \"\"\$|listen = \"127.0.0.1:0\"\nchat_template = \"chatml\"\nstore_dir = \"$work/store\"|" \
+  config/default.toml > "$work/kept.toml"
+grep -q "^store_dir = \"$work/store\"\$" "$work/kept.toml"
+start "$work/kept.toml"
+python3 - "$http" "$work/before.json" <<'PY'
+import json, sys
+sys.path.insert(0, "tests/e2e")
+from http_call import call
+base = "http://" + sys.argv[1]
+status, conv = call(base, "/v1/conversations", {"metadata": {"k": "v"}, "items": [{"role": "user", "content": "Hi"}]})
+assert status == 200, conv
+status, turn = call(base, "/v1/responses", {"model": "demo", "input": "More?", "conversation": conv["id"],
+                                            "max_output_tokens": 4, "temperature": 0})
+assert status == 200, turn
+status, gone = call(base, "/v1/responses", {"model": "demo", "input": "x", "max_output_tokens": 2})
+assert status == 200, gone
+with open(sys.argv[2], "w") as f:
+    json.dump({"conv": conv, "turn": turn, "gone": gone}, f)
+PY
+[ "$(ls "$work/store/conversations" | wc -l)" = 1 ] && [ "$(ls "$work/store/responses" | wc -l)" = 2 ]
+stop
+# A response a crash left in progress, written as the front writes one.
+python3 - "$work/store/responses" <<'PY'
+import json, os, sys
+body = {"id": "resp_crashed", "object": "response", "status": "in_progress", "background": True, "output": []}
+with open(os.path.join(sys.argv[1], "resp_crashed.json"), "w") as f:
+    json.dump({"previous": "", "input_items": "[]", "body": json.dumps(body), "session": "", "events": ""}, f)
+with open(os.path.join(sys.argv[1], "resp_torn.json"), "w") as f:
+    f.write("{not json")
+PY
+start "$work/kept.toml"
+grep -q "are no response or conversation" "$work/log"
+python3 - "$http" "$work/before.json" <<'PY'
+import json, sys, urllib.request
+sys.path.insert(0, "tests/e2e")
+from http_call import call
+base = "http://" + sys.argv[1]
+before = json.load(open(sys.argv[2]))
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        return json.loads(r.read())
+conv_at = "/v1/conversations/" + before["conv"]["id"]
+assert get(conv_at) == before["conv"], get(conv_at)
+items = get(conv_at + "/items?order=asc")["data"]
+assert [i["role"] for i in items] == ["user", "user", "assistant"], items
+assert items[2] == before["turn"]["output"][0], items
+assert get("/v1/responses/" + before["turn"]["id"]) == before["turn"]
+assert get("/v1/responses/" + before["gone"]["id"]) == before["gone"]
+crashed = get("/v1/responses/resp_crashed")
+assert crashed["status"] == "failed" and crashed["error"]["code"] == "shutting_down", crashed
+# The conversation goes on (its K and V recomputed: the sessions did not last).
+status, turn = call(base, "/v1/responses", {"model": "demo", "input": "And?", "conversation": before["conv"]["id"],
+                                            "max_output_tokens": 4, "temperature": 0, "previous_response_id": None})
+assert status == 200 and len(get(conv_at + "/items")["data"]) == 5, turn
+# A delete takes its file too.
+req = urllib.request.Request(base + conv_at, method="DELETE")
+urllib.request.urlopen(req, timeout=30).read()
+print("http: kept responses and conversations read back after a restart")
+PY
+[ ! -e "$work/store/conversations/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["conv"]["id"])' "$work/before.json").json" ]
+stop
 echo "http: ok"

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
+#include <vector>
 
 namespace troupe::openai {
 namespace {
@@ -65,6 +67,100 @@ TEST(kept_lru, an_entry_that_grows_pushes_out_the_least_recently_used_never_itse
   EXPECT_EQ(kept.size(), 0u);
   EXPECT_EQ(kept.bytes(), 0u);
   EXPECT_FALSE(kept.reweigh("zz", 1));
+}
+
+TEST(kept_lru, each_entry_that_goes_is_told_but_not_one_put_again) {
+  kept_lru<int> kept(100);
+  std::vector<std::string> gone;
+  kept.on_drop = [&](const std::string& id) { gone.push_back(id); };
+  kept.put("a", 1, 40);
+  kept.put("b", 2, 40);
+  kept.put("a", 3, 40); // in place: not told
+  EXPECT_TRUE(gone.empty());
+  kept.put("c", 4, 40); // b, the least recently used, goes for room
+  EXPECT_EQ(gone, (std::vector<std::string>{"b"}));
+  kept.erase("c");
+  EXPECT_FALSE(kept.reweigh("a", 101));
+  EXPECT_EQ(gone, (std::vector<std::string>{"b", "c", "a"}));
+  EXPECT_EQ(kept.size(), 0u);
+}
+
+TEST(conversation_store, each_change_is_heard_and_the_text_form_reads_back_the_same) {
+  conversation_store store(1 << 20);
+  counter_ids ids;
+  std::map<std::string, std::string> files; // as the front's would hold them
+  store.watch([&](const std::string& id, const conversation_store::entry& e) {
+    files[id] = conversation_store::to_text(e);
+  }, [&](const std::string& id) { files.erase(id); });
+  const auto serve = [&](std::string_view method, const std::string& rest, std::string_view body) {
+    return store.serve(method, rest, "", body, 1700000000, std::ref(ids));
+  };
+  const auto made = json::parse(std::get<std::string>(serve("POST", "", R"({"metadata": {"a": "b"},
+      "items": [{"role": "user", "content": "Hi"}]})")));
+  const auto id = made["id"].get<std::string>();
+  ASSERT_EQ(files.count(id), 1u);
+  const auto same = [&] {
+    auto back = conversation_store::from_text(files.at(id));
+    const auto* now = store.find(id);
+    return back && now && back->created_at == now->created_at && back->metadata == now->metadata
+           && back->items == now->items && back->session == now->session;
+  };
+  EXPECT_TRUE(same());
+  serve("POST", "/" + id + "/items", R"({"items": [{"role": "assistant", "content": "Hello"}]})");
+  EXPECT_TRUE(same());
+  EXPECT_EQ(conversation_store::from_text(files.at(id))->items.size(), 2u);
+  serve("POST", "/" + id, R"({"metadata": {"c": "d"}})");
+  EXPECT_TRUE(same());
+  serve("DELETE", "/" + id + "/items/" + store.find(id)->items[0].first, "");
+  EXPECT_TRUE(same());
+  store.add_turn(id, "resp_x", R"([{"role": "user", "content": "More?"}])",
+                 R"({"id": "resp_x", "status": "completed", "output": []})");
+  EXPECT_TRUE(same());
+  EXPECT_EQ(store.find(id)->items.size(), 2u);
+  // Read back into a new store, unheard, it serves as before.
+  conversation_store again(1 << 20);
+  ASSERT_TRUE(again.restore(id, *conversation_store::from_text(files.at(id))));
+  EXPECT_EQ(std::get<std::string>(again.serve("GET", "/" + id + "/items", "", "", 0, std::ref(ids))),
+            std::get<std::string>(store.serve("GET", "/" + id + "/items", "", "", 0, std::ref(ids))));
+  serve("DELETE", "/" + id, "");
+  EXPECT_TRUE(files.empty());
+  for (const auto* bad : {"", "[]", R"({"created_at": 1})",
+                          R"({"created_at": 1, "metadata": "[]", "session": "s", "items": []})",
+                          R"({"created_at": 1, "metadata": "{}", "session": "s", "items": [["i", "not json"]]})",
+                          R"({"created_at": 1, "metadata": "{}", "session": "s", "items": [["i"]]})"})
+    EXPECT_FALSE(conversation_store::from_text(bad).has_value()) << bad;
+}
+
+TEST(response_store, each_put_is_heard_and_the_text_form_reads_back_the_same) {
+  response_store store(1 << 20);
+  std::map<std::string, std::string> files;
+  store.watch([&](const std::string& id, const response_store::entry& e) { files[id] = response_store::to_text(e); },
+              [&](const std::string& id) { files.erase(id); });
+  const response_store::entry e{"resp_0", R"([{"role": "user", "content": "Hi"}])",
+                                R"({"id": "resp_1", "status": "completed", "output": []})", "resp_0", "event: x\n\n"};
+  ASSERT_TRUE(store.put("resp_1", e));
+  const auto back = response_store::from_text(files.at("resp_1"));
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->previous, e.previous);
+  EXPECT_EQ(back->input_items, e.input_items);
+  EXPECT_EQ(back->body, e.body);
+  EXPECT_EQ(back->session, e.session);
+  EXPECT_EQ(back->events, e.events);
+  response_store again(1 << 20);
+  EXPECT_TRUE(again.restore("resp_1", *back));
+  EXPECT_EQ(again.find("resp_1")->body, e.body);
+  store.erase("resp_1");
+  EXPECT_TRUE(files.empty());
+  for (const auto* bad : {"{", R"({"previous": ""})",
+                          R"({"previous": "", "input_items": "{}", "body": "{\"output\": []}", "session": "", "events": ""})",
+                          R"({"previous": "", "input_items": "[]", "body": "{}", "session": "", "events": ""})"})
+    EXPECT_FALSE(response_store::from_text(bad).has_value()) << bad;
+  // A response a crash left running reads back failed, its output kept.
+  const auto failed = json::parse(failed_snapshot(R"({"id": "r", "status": "in_progress", "output": [1]})",
+                                                  api_error{503, "server_error", "shutting_down", "stopped", ""}));
+  EXPECT_EQ(failed["status"], "failed");
+  EXPECT_EQ(failed["error"], json::parse(R"({"code": "shutting_down", "message": "stopped"})"));
+  EXPECT_EQ(failed["output"], json::parse("[1]"));
 }
 
 TEST(conversation_methods, each_path_takes_what_openai_serves_there) {

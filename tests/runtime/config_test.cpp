@@ -483,6 +483,8 @@ max_connections = 8
   EXPECT_EQ(parse_ok("").http.response_store_mb, 64u) << "responses kept, as OpenAI keeps them by default";
   EXPECT_EQ(parse_ok("[http]\nresponse_store_mb = 0\n").http.response_store_mb, 0u);
   EXPECT_EQ(parse_ok("").http.conversation_store_mb, 64u);
+  EXPECT_EQ(parse_ok("").http.store_dir, "") << "kept in memory only by default";
+  EXPECT_EQ(parse_ok("[http]\nstore_dir = \"/var/lib/troupe\"\n").http.store_dir, "/var/lib/troupe");
   EXPECT_EQ(parse_ok("[http]\nconversation_store_mb = 0\n").http.conversation_store_mb, 0u);
   EXPECT_NE(parse_error_message("[http]\nconversation_store_mb = -1\n").find("http.conversation_store_mb"),
             std::string::npos);

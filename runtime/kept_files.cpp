@@ -1,0 +1,107 @@
+#include "runtime/kept_files.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+namespace troupe {
+
+namespace {
+
+constexpr std::string_view suffix = ".json";
+
+bool valid_id(std::string_view id) {
+  return !id.empty() && id.size() <= 200 && std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  });
+}
+
+} // namespace
+
+std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return "cannot make the directory " + dir.string() + ": " + ec.message();
+  if (!std::filesystem::is_directory(dir, ec))
+    return dir.string() + " is not a directory";
+  kept_files files(std::move(dir));
+  std::string why;
+  if (!files.write("write-check", "{}", why))
+    return why;
+  files.remove("write-check");
+  return files;
+}
+
+bool kept_files::write(const std::string& id, std::string_view text, std::string& why) const {
+  if (!valid_id(id)) {
+    why = "not an id a file is named by: " + id.substr(0, 80);
+    return false;
+  }
+  const auto path = dir_ / (id + std::string(suffix));
+  auto temp = path;
+  temp += ".tmp";
+  {
+    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
+    out.write(text.data(), static_cast<std::streamsize>(text.size()));
+    out.flush();
+    if (!out) {
+      why = "cannot write " + temp.string() + ": " + std::strerror(errno);
+      std::error_code ignored;
+      std::filesystem::remove(temp, ignored);
+      return false;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(temp, path, ec);
+  if (ec) {
+    why = "cannot rename " + temp.string() + " to " + path.string() + ": " + ec.message();
+    std::filesystem::remove(temp, ec);
+    return false;
+  }
+  return true;
+}
+
+void kept_files::remove(const std::string& id) const {
+  if (!valid_id(id))
+    return;
+  std::error_code ignored;
+  std::filesystem::remove(dir_ / (id + std::string(suffix)), ignored);
+}
+
+std::vector<std::pair<std::string, std::string>> kept_files::read_all() const {
+  struct found {
+    std::filesystem::file_time_type when;
+    std::string id;
+    std::filesystem::path path;
+  };
+  std::vector<found> files;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(dir_, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    if (!name.ends_with(suffix) || !it->is_regular_file(ec))
+      continue;
+    const auto id = name.substr(0, name.size() - suffix.size());
+    if (!valid_id(id))
+      continue;
+    const auto when = it->last_write_time(ec);
+    if (!ec)
+      files.push_back({when, id, it->path()});
+  }
+  std::sort(files.begin(), files.end(),
+            [](const found& a, const found& b) { return a.when != b.when ? a.when < b.when : a.id < b.id; });
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& f : files) {
+    std::ifstream in(f.path, std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in)
+      out.emplace_back(f.id, text.str());
+  }
+  return out;
+}
+
+} // namespace troupe

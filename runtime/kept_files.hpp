@@ -1,0 +1,38 @@
+// A directory of small files, one per id: what the HTTP front keeps in
+// memory (responses, conversations) written through to disk, so that a
+// restart finds it again. Each file is written whole or not at all (a
+// temporary renamed over it); files are read back oldest first.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace troupe {
+
+class kept_files {
+public:
+  /// The directory `dir`, made where it is missing; an error naming it and
+  /// saying why where it cannot be made or written.
+  static std::variant<kept_files, std::string> open(std::filesystem::path dir);
+
+  /// Writes `text` as the file of `id` (letters, digits, '_' and '-' only:
+  /// ids the front made). False, with `why` set, where it could not.
+  bool write(const std::string& id, std::string_view text, std::string& why) const;
+  /// Removes the file of `id`, where there is one.
+  void remove(const std::string& id) const;
+  /// Every file's id and text, the least recently written first; files
+  /// that cannot be read, and temporaries a stop left, are passed over.
+  std::vector<std::pair<std::string, std::string>> read_all() const;
+
+  const std::filesystem::path& dir() const noexcept { return dir_; }
+
+private:
+  explicit kept_files(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  std::filesystem::path dir_;
+};
+
+} // namespace troupe

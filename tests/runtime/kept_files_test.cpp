@@ -1,0 +1,56 @@
+// The front's stores written through to a directory: each id's file whole,
+// read back oldest first, removed on request; what is not one is passed over.
+
+#include "runtime/kept_files.hpp"
+#include "tests/support/temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+namespace troupe {
+namespace {
+
+TEST(kept_files, files_are_written_whole_read_back_oldest_first_and_removed) {
+  testing::temp_dir tmp("kept_files");
+  auto opened = kept_files::open(tmp.dir() / "a" / "b");
+  ASSERT_TRUE(std::holds_alternative<kept_files>(opened)) << std::get<std::string>(opened);
+  const auto& files = std::get<kept_files>(opened);
+  std::string why;
+  ASSERT_TRUE(files.write("conv_2", R"({"n": 2})", why)) << why;
+  ASSERT_TRUE(files.write("conv_1", R"({"n": 1})", why)) << why;
+  ASSERT_TRUE(files.write("resp_3", R"({"n": 3})", why)) << why;
+  const auto t0 = std::filesystem::file_time_type::clock::now();
+  std::filesystem::last_write_time(files.dir() / "conv_2.json", t0 - std::chrono::hours(2));
+  std::filesystem::last_write_time(files.dir() / "conv_1.json", t0 - std::chrono::hours(1));
+  std::filesystem::last_write_time(files.dir() / "resp_3.json", t0 - std::chrono::minutes(30));
+  ASSERT_TRUE(files.write("conv_2", R"({"n": 22})", why)) << why; // written again: now the newest
+  const auto all = files.read_all();
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0], (std::pair<std::string, std::string>{"conv_1", R"({"n": 1})"}));
+  EXPECT_EQ(all[2].first, "conv_2");
+  EXPECT_EQ(all[2].second, R"({"n": 22})");
+  files.remove("conv_1");
+  files.remove("conv_1"); // (none: nothing happens)
+  EXPECT_EQ(files.read_all().size(), 2u);
+  // Temporaries a stop left, other files and names that are no id are passed over.
+  std::ofstream(files.dir() / "conv_9.json.tmp") << "{";
+  std::ofstream(files.dir() / "notes.txt") << "x";
+  std::ofstream(files.dir() / "bad name.json") << "{}";
+  EXPECT_EQ(files.read_all().size(), 2u);
+  // Only ids the front makes name files.
+  EXPECT_FALSE(files.write("../escape", "{}", why));
+  EXPECT_NE(why.find("not an id"), std::string::npos) << why;
+  EXPECT_FALSE(std::filesystem::exists(tmp.dir() / "a" / "escape.json"));
+}
+
+TEST(kept_files, a_directory_that_cannot_be_made_is_refused_naming_it) {
+  testing::temp_dir tmp("kept_files");
+  std::ofstream(tmp.dir() / "plain") << "a file";
+  auto opened = kept_files::open(tmp.dir() / "plain" / "under");
+  ASSERT_TRUE(std::holds_alternative<std::string>(opened));
+  EXPECT_NE(std::get<std::string>(opened).find("plain"), std::string::npos) << std::get<std::string>(opened);
+}
+
+} // namespace
+} // namespace troupe
