@@ -301,10 +301,12 @@ struct http_front::impl : zmq_io::owned_socket {
         // A crash left it running: it ended then, as a stop ends one.
         const auto stop = stopping();
         e->body = openai::failed_snapshot(e->body, stop);
-        stored.restore(id, *e);
-        write(files->first, id, openai::response_store::to_text(*e));
-      } else {
-        stored.restore(id, std::move(*e));
+        if (stored.restore(id, *e))
+          write(files->first, id, openai::response_store::to_text(*e));
+        else
+          files->first.remove(id); // (larger than the whole store now)
+      } else if (!stored.restore(id, std::move(*e))) {
+        files->first.remove(id);
       }
     }
     for (auto& [id, text] : files->second.read_all()) {
@@ -313,7 +315,8 @@ struct http_front::impl : zmq_io::owned_socket {
         ++skipped;
         continue;
       }
-      conversations.restore(id, std::move(*e));
+      if (!conversations.restore(id, std::move(*e)))
+        files->second.remove(id);
     }
     if (skipped > 0)
       spdlog::warn("http: {} files under {} are no response or conversation; left as they are", skipped, dir);

@@ -702,6 +702,11 @@ bool conversations(std::span<const std::uint8_t> in) {
         const auto items = nlohmann::json::parse(conv->items);
         for (const auto& item : items)
           require(item.contains("id") && item["id"].is_string(), "an item without an id");
+        const auto* e = store.find(c);
+        const auto back = openai::conversation_store::from_text(openai::conversation_store::to_text(*e));
+        require(back && back->items == e->items && back->metadata == e->metadata && back->session == e->session
+                  && back->created_at == e->created_at,
+                "a conversation whose text form reads back otherwise");
         require(!openai::check_input_items(conv->items, "items"), "kept items a response would refuse");
       }
   }
