@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_set>
 #include <utility>
 
 namespace troupe::openai {
@@ -74,8 +75,9 @@ std::variant<std::string, api_error> metadata_of(const json& m) {
 }
 
 /// The items a body adds: at most 20, each checked as a response's input
-/// item is; at least one where `needed`.
-std::variant<json, api_error> items_of(const json& doc, bool needed) {
+/// item is (an item_reference as the item it names, among `prior`, the
+/// conversation's, or before it); at least one where `needed`.
+std::variant<json, api_error> items_of(const json& doc, bool needed, std::string_view prior) {
   const auto it = doc.find("items");
   if (it == doc.end() || it->is_null()) {
     if (needed)
@@ -89,9 +91,18 @@ std::variant<json, api_error> items_of(const json& doc, bool needed) {
     return bad_request("field \"items\" has " + std::to_string(it->size()) + " items; at most "
                          + std::to_string(max_items_added) + " are added at a time",
                        "items");
-  if (auto e = check_input_items(dump(*it), "items"))
+  auto resolved = resolve_input_items(prior, dump(*it), "items");
+  if (auto* e = std::get_if<api_error>(&resolved))
     return std::move(*e);
-  return *it;
+  return json::parse(std::get<std::string>(resolved));
+}
+
+/// A conversation's items as a JSON array's text.
+std::string items_text(const conversation_store::entry& e) {
+  std::string all = "[";
+  for (const auto& [item_id, item] : e.items)
+    all += (all.size() > 1 ? "," : "") + item;
+  return all + "]";
 }
 
 /// Refuses query keys other than `include` (which is read past).
@@ -151,17 +162,39 @@ std::size_t conversation_store::bytes_of(std::string_view id, const entry& e) no
   return b;
 }
 
-bool conversation_store::append(const std::string& id, entry& e, std::string_view listed) {
-  const auto items = json::parse(listed);
+bool conversation_store::append(const std::string& id, entry& e, std::string_view listed, bool make_room) {
+  auto items = json::parse(listed);
+  // Ids stay unique: an item whose id the conversation holds already (one
+  // sent back as it was listed) is listed under one of its own.
+  std::unordered_set<std::string> taken;
+  for (const auto& [item_id, item] : e.items)
+    taken.insert(item_id);
+  std::vector<std::pair<std::string, std::string>> adding;
   std::size_t added = 0;
-  for (const auto& item : items)
-    added += dump(item.value("id", json(""))).size() + dump(item).size() + 32;
-  const auto bytes = bytes_of(id, e) + added;
-  if (bytes > capacity())
-    return false;
-  for (const auto& item : items)
-    e.items.emplace_back(item.value("id", std::string()), dump(item));
-  return kept_.reweigh(id, bytes);
+  for (auto& item : items) {
+    std::string item_id = item.contains("id") && item["id"].is_string() ? item["id"].get<std::string>() : "item";
+    if (taken.contains(item_id)) {
+      std::size_t n = 2;
+      while (taken.contains(item_id + "_" + std::to_string(n)))
+        ++n;
+      item_id += "_" + std::to_string(n);
+      item["id"] = item_id;
+    }
+    taken.insert(item_id);
+    adding.emplace_back(item_id, dump(item));
+    added += adding.back().first.size() + adding.back().second.size() + 32;
+  }
+  if (bytes_of(id, e) + added > capacity()) {
+    if (!make_room || added + bytes_of(id, entry{e.created_at, e.metadata, {}, e.session}) > capacity())
+      return false;
+    std::size_t first = 0; // the oldest items give way
+    for (std::size_t bytes = bytes_of(id, e); bytes + added > capacity(); ++first)
+      bytes -= e.items[first].first.size() + e.items[first].second.size() + 32;
+    e.items.erase(e.items.begin(), e.items.begin() + static_cast<std::ptrdiff_t>(first));
+  }
+  for (auto& item : adding)
+    e.items.push_back(std::move(item));
+  return kept_.reweigh(id, bytes_of(id, e));
 }
 
 std::variant<std::string, api_error> conversation_store::serve(std::string_view method, std::string_view rest,
@@ -178,7 +211,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
     auto meta = metadata_of(d.value("metadata", json()));
     if (auto* e = std::get_if<api_error>(&meta))
       return std::move(*e);
-    auto items = items_of(d, false);
+    auto items = items_of(d, false, "[]");
     if (auto* e = std::get_if<api_error>(&items))
       return std::move(*e);
     const auto id = fresh("conv");
@@ -187,7 +220,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
       return bad_request("no room to keep a conversation ([http] conversation_store_mb)");
     auto* e = kept_.find(id);
     const auto tail = fresh("item").substr(5) + "_";
-    if (!append(id, *e, listed_items(dump(std::get<json>(items)), tail))) {
+    if (!append(id, *e, listed_items(dump(std::get<json>(items)), tail), false)) {
       kept_.erase(id);
       return bad_request("field \"items\" holds more than a conversation may keep ([http] conversation_store_mb)",
                          "items");
@@ -227,27 +260,29 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
     return object_of(id, *e);
   }
   if (parts.size() == 2) {
-    const auto listed = [&] {
-      std::string all = "[";
-      for (const auto& [item_id, item] : e->items)
-        all += (all.size() > 1 ? "," : "") + item;
-      return all + "]";
-    };
     if (method == "GET")
-      return items_page(listed(), query, "conversation " + id, "GET /v1/conversations/ID/items");
+      return items_page(items_text(*e), query, "conversation " + id, "GET /v1/conversations/ID/items");
     if (auto bad = only_include(query, "POST /v1/conversations/ID/items"))
       return std::move(*bad);
     auto doc = body_object(body, {"items"}, "POST /v1/conversations/ID/items");
     if (auto* bad = std::get_if<api_error>(&doc))
       return std::move(*bad);
-    auto items = items_of(std::get<json>(doc), true);
+    auto items = items_of(std::get<json>(doc), true, items_text(*e));
     if (auto* bad = std::get_if<api_error>(&items))
       return std::move(*bad);
     const auto added = listed_items(dump(std::get<json>(items)), fresh("item").substr(5) + "_");
-    if (!append(id, *e, added))
+    const auto before = e->items.size();
+    if (!append(id, *e, added, false))
       return bad_request("the conversation has no room for these items ([http] conversation_store_mb)", "items");
     tell(id);
-    return items_page(added, "order=asc&limit=100", "", "");
+    json data = json::array(); // (as listed: an id made unique shows)
+    for (auto k = before; k < e->items.size(); ++k)
+      data.push_back(json::parse(e->items[k].second));
+    return dump(json{{"object", "list"},
+                     {"data", data},
+                     {"first_id", data.front()["id"]},
+                     {"last_id", data.back()["id"]},
+                     {"has_more", false}});
   }
   const auto& item_id = parts[2];
   const auto at = std::find_if(e->items.begin(), e->items.end(), [&](const auto& i) { return i.first == item_id; });
@@ -269,10 +304,7 @@ std::variant<conversation, api_error> conversation_store::turns(const std::strin
   const auto* e = kept_.find(id);
   if (e == nullptr)
     return not_kept(id, "conversation");
-  std::string items = "[";
-  for (const auto& [item_id, item] : e->items)
-    items += (items.size() > 1 ? "," : "") + item;
-  return conversation{items + "]", e->session};
+  return conversation{items_text(*e), e->session};
 }
 
 void conversation_store::add_turn(const std::string& id, std::string_view response_id, std::string_view input_items,
@@ -286,8 +318,8 @@ void conversation_store::add_turn(const std::string& id, std::string_view respon
   if (body.is_object())
     if (const auto out = body.find("output"); out != body.end() && out->is_array())
       items.insert(items.end(), out->begin(), out->end());
-  if (!append(id, *e, dump(items))) {
-    kept_.erase(id); // larger than the store: dropped, as one dropped for room
+  if (!append(id, *e, dump(items), true)) {
+    kept_.erase(id); // its turn alone larger than the store: dropped, as one dropped for room
     return;
   }
   tell(id);

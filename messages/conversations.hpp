@@ -68,7 +68,8 @@ public:
   /// array's text), then its output items (of the response object
   /// `response_body`), join the conversation's; nothing where it is no
   /// longer kept. The input items take ids from the response's, as GET
-  /// /v1/responses/ID/input_items lists them.
+  /// /v1/responses/ID/input_items lists them. Where the store cannot hold
+  /// the conversation with them, its oldest items give way.
   void add_turn(const std::string& id, std::string_view response_id, std::string_view input_items,
                 std::string_view response_body);
 
@@ -99,9 +100,11 @@ public:
 
 private:
   static std::size_t bytes_of(std::string_view id, const entry& e) noexcept;
-  /// Adds listed items (a JSON array's text, each with its id) to `e`
-  /// kept under `id`; false (none added) where they would not fit.
-  bool append(const std::string& id, entry& e, std::string_view listed);
+  /// Adds listed items (a JSON array's text, each with its id; one the
+  /// conversation holds already is made unique) to `e` kept under `id`;
+  /// false (none added) where they would not fit, unless `make_room`: the
+  /// oldest items give way (false only where the new alone do not fit).
+  bool append(const std::string& id, entry& e, std::string_view listed, bool make_room);
 
   /// Tells `changed_` of the conversation under `id`, where it is kept.
   void tell(const std::string& id);

@@ -29,7 +29,7 @@ public:
   /// of one kept under it), dropping the least recently used past the
   /// capacity; false (nothing kept) where `e` alone is larger than it.
   bool put(std::string id, Entry e, std::size_t bytes) {
-    remove(id, false);
+    remove(id, bytes > capacity_); // (told where it goes for good)
     if (bytes > capacity_)
       return false;
     drop_for(bytes, 0);

@@ -132,6 +132,7 @@ std::optional<api_error> resolve_reference(json& items, std::size_t i, const std
   for (std::size_t k = 0; k < i; ++k)
     if (items[k].is_object() && items[k].value("id", json()) == *id) {
       item = json(items[k]); // (itself no reference: those before it are resolved)
+      item.erase("id");      // a copy: an item of its own, listed under an id of its own
       return std::nullopt;
     }
   return bad("\"" + at + "\" refers to item " + id->get<std::string>().substr(0, 80)
@@ -174,6 +175,8 @@ std::optional<api_error> read_input(const json& doc, const json& prior, json& me
     const auto& item = (*input)[i];
     if (!item.is_object())
       return bad("\"" + at + "\" must be an object", field);
+    if (const auto id = item.find("id"); id != item.end() && !id->is_null() && !id->is_string())
+      return bad("\"" + at + ".id\" must be a string", field);
     const auto type = item.contains("type") && !item["type"].is_null() ? item["type"] : json("message");
     if (!type.is_string())
       return bad("\"" + at + ".type\" must be a string", field);
@@ -947,19 +950,24 @@ std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view qu
   return q;
 }
 
-std::optional<api_error> check_input_items(std::string_view items, const std::string& field) {
+std::variant<std::string, api_error> resolve_input_items(std::string_view prior, std::string_view items,
+                                                         const std::string& field) {
   const auto given = json::parse(items, nullptr, false);
   if (!given.is_array())
     return bad("field \"" + field + "\" must be an array of items", field);
+  if (given.empty())
+    return std::string("[]");
+  auto before = json::parse(prior, nullptr, false);
+  if (!before.is_array())
+    before = json::array();
   json messages = json::array();
   std::vector<std::int64_t> input_of;
-  if (given.empty())
-    return std::nullopt;
-  if (auto e = read_input(json{{"input", given}}, json::array(), messages, input_of, field)) {
+  json own;
+  if (auto e = read_input(json{{"input", given}}, before, messages, input_of, field, &own)) {
     e->param = field;
-    return e;
+    return std::move(*e);
   }
-  return std::nullopt;
+  return dump(own);
 }
 
 std::string listed_items(std::string_view items, std::string_view tail) {
@@ -968,14 +976,15 @@ std::string listed_items(std::string_view items, std::string_view tail) {
     auto& item = listed[k];
     if (!item.is_object())
       continue;
-    const auto type = item.value("type", std::string("message"));
+    const auto given = item.find("type");
+    const std::string type = given != item.end() && given->is_string() ? given->get<std::string>() : "message";
     if (type == "message") {
       item["type"] = "message";
-      const bool assistant = item.value("role", std::string()) == "assistant";
+      const bool assistant = item.value("role", json()) == "assistant";
       if (const auto c = item.find("content"); c != item.end() && c->is_string())
         *c = json::array({{{"type", assistant ? "output_text" : "input_text"}, {"text", *c}}});
     }
-    if (!item.contains("id")) {
+    if (!item.contains("id") || !item["id"].is_string()) {
       const char* prefix = type == "message"                ? "msg"
                            : type == "function_call"        ? "fc"
                            : type == "function_call_output" ? "fco"

@@ -190,8 +190,10 @@ std::variant<std::string, api_error> input_items_page(std::string_view response_
 
 /// Checks `items` (a JSON array's text) as a response's input items are
 /// checked (each a message, function call, call output or reasoning item
-/// Troupe serves), errors naming `field[k]`.
-std::optional<api_error> check_input_items(std::string_view items, const std::string& field);
+/// Troupe serves, or an item_reference to one before it, in `prior` or in
+/// `items`), errors naming `field[k]`; the items, references resolved.
+std::variant<std::string, api_error> resolve_input_items(std::string_view prior, std::string_view items,
+                                                         const std::string& field);
 /// `items` (a JSON array's text) as OpenAI lists them: messages typed,
 /// their text content as parts (`input_text`; an assistant's
 /// `output_text`), and each an id: its own, else its type's prefix, "_",

@@ -357,8 +357,13 @@ struct http_front::impl : zmq_io::owned_socket {
   void keep_response(const openai::response_request& r, const std::string& id, std::string body,
                      const std::string& events = {}) {
     if (!r.conversation.empty())
-      if (const auto st = openai::response_state_of(body).status; st == "completed" || st == "incomplete")
-        conversations.add_turn(r.conversation, id, r.input_items, body);
+      if (const auto st = openai::response_state_of(body).status; st == "completed" || st == "incomplete") {
+        try {
+          conversations.add_turn(r.conversation, id, r.input_items, body);
+        } catch (const std::exception& e) { // (none is known to throw: the response is kept all the same)
+          spdlog::error("http: response {} did not join conversation {}: {}", id, r.conversation, e.what());
+        }
+      }
     if (!r.store)
       return;
     if (events.empty() || !stored.put(id, {r.previous_id, r.input_items, body, r.session, events}))
@@ -901,7 +906,13 @@ struct http_front::impl : zmq_io::owned_socket {
           api_error_of(404, "invalid_request_error", "not_found",
                        "conversations are not kept here ([http] conversation_store_mb = 0); send the whole "
                        "conversation in a response's \"input\"")));
-      auto answer = conversations.serve(verb, rest, query, req.body(), unix_now(), fresh_id);
+      std::variant<std::string, openai::api_error> answer;
+      try {
+        answer = conversations.serve(verb, rest, query, req.body(), unix_now(), fresh_id);
+      } catch (const std::exception& e) { // (none is known to throw: an answer all the same)
+        spdlog::error("http: {} {}: {}", verb, target, e.what());
+        answer = api_error_of(500, "server_error", "internal", "the conversation could not be read or changed");
+      }
       if (auto* bad = std::get_if<openai::api_error>(&answer))
         co_return co_await reply(error_response(version, keep, *bad));
       co_return co_await reply(make(version, keep, http::status::ok, std::get<std::string>(std::move(answer))));
@@ -1193,11 +1204,14 @@ struct http_front::impl : zmq_io::owned_socket {
       if (auto* e = std::get_if<openai::api_error>(&r))
         co_return co_await fail(*e);
       as_response = std::get<openai::response_request>(std::move(r));
-      if (as_response->truncate && !as_response->cuts.empty())
-        as_response = co_await fitted(std::move(*as_response), [&, turns](std::size_t drop) {
-          return openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling,
-                                                turns, resp_id, kept_conversations(), drop);
-        });
+      if (as_response->truncate && !as_response->cuts.empty()) {
+        std::function<std::variant<openai::response_request, openai::api_error>(std::size_t)> reparse =
+          [&, turns](std::size_t drop) {
+            return openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling,
+                                                  turns, resp_id, kept_conversations(), drop);
+          };
+        as_response = co_await fitted(std::move(*as_response), std::move(reparse));
+      }
       parsed = as_response->chat;
     } else {
       parsed = kind == api::chat
@@ -1331,7 +1345,9 @@ struct http_front::impl : zmq_io::owned_socket {
         }
       }
       auto body = answer.body(dones);
-      if (as_response)
+      // (One whose client went away, its request cancelled, answers no one:
+      // it is not kept, nor does it join a conversation.)
+      if (as_response && dones.at(0).finish_reason != "cancelled")
         keep_response(*as_response, resp_id, body);
       auto res = make(version, keep, http::status::ok, std::move(body));
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));

@@ -28,6 +28,13 @@ std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir
     return "cannot make the directory " + dir.string() + ": " + ec.message();
   if (!std::filesystem::is_directory(dir, ec))
     return dir.string() + " is not a directory";
+  // Temporaries a crash left behind, never renamed: not kept.
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
+    if (it->path().filename().string().ends_with(std::string(suffix) + ".tmp")) {
+      std::error_code ignored;
+      std::filesystem::remove(it->path(), ignored);
+    }
+  ec.clear();
   kept_files files(std::move(dir));
   std::string why;
   if (!files.write("write-check", "{}", why))

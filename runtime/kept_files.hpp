@@ -15,8 +15,9 @@ namespace troupe {
 
 class kept_files {
 public:
-  /// The directory `dir`, made where it is missing; an error naming it and
-  /// saying why where it cannot be made or written.
+  /// The directory `dir`, made where it is missing (temporaries a crash
+  /// left in it removed); an error naming it and saying why where it cannot
+  /// be made or written.
   static std::variant<kept_files, std::string> open(std::filesystem::path dir);
 
   /// Writes `text` as the file of `id` (letters, digits, '_' and '-' only:

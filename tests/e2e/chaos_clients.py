@@ -79,7 +79,26 @@ def expect(kind, answer, allowed=(200, 503)):
 
 
 def client(i, kind, model, prompt, r):
-    if kind == "stream_dropped":
+    if kind == "conversation":
+        # A turn of one of the shared conversations, whole or streamed and
+        # dropped; the earliest turns cut where the context is short.
+        body = {"model": model, "input": prompt[:r.randint(10, 200)], "conversation": r.choice(shared),
+                "max_output_tokens": r.randint(1, 40), "truncation": "auto", "store": r.random() < 0.5}
+        if r.random() < 0.3:
+            post("/v1/responses", dict(body, stream=True), events=r.randint(1, 8))
+        else:
+            expect(kind, post("/v1/responses", body))
+    elif kind == "conversation_deleted":
+        # A conversation deleted while its background turn runs.
+        made = post("/v1/conversations", {"items": [{"role": "user", "content": prompt[:100]}]})
+        expect(kind, made, (200,))
+        conv = json.loads(made[1])["id"]
+        expect(kind, post("/v1/responses", {"model": model, "input": "More?", "conversation": conv,
+                                            "max_output_tokens": r.randint(1, 100), "background": True}))
+        time.sleep(r.random() * 0.3)
+        expect(kind + " delete", call("/v1/conversations/" + conv, "DELETE"), (200,))
+        expect(kind + " gone", call("/v1/conversations/" + conv, "GET"), (404,))
+    elif kind == "stream_dropped":
         post("/v1/completions", {"model": model, "prompt": prompt, "max_tokens": r.randint(1, 200), "stream": True},
              events=r.randint(0, 6))
     elif kind == "whole":
@@ -128,7 +147,8 @@ def client(i, kind, model, prompt, r):
 def run(i, seed):
     r = random.Random(seed)
     kind = r.choice(["stream_dropped", "whole", "hung_up", "choices", "chat", "background",
-                     "background_stream_dropped", "beam", "beam_hung_up"])
+                     "background_stream_dropped", "beam", "beam_hung_up", "conversation", "conversation",
+                     "conversation_deleted"])
     model = r.choice(["demo", "demo-r8", "demo-r16"])
     prompt = "The river runs " * r.randint(1, 60)
     try:
@@ -139,6 +159,7 @@ def run(i, seed):
         note(kind, repr(e))
 
 
+shared = [json.loads(post("/v1/conversations", {"metadata": {"shared": str(k)}})[1])["id"] for k in range(3)]
 threads = []
 for i in range(requests):
     t = threading.Thread(target=run, args=(i, rng.randrange(1 << 30)))
@@ -171,6 +192,22 @@ checks = {
     "no page released twice": m["troupe_pool_empty_releases_total"] == 0,
     "every answer one a client may get": not problems,
 }
+# Each turn's input and output joined its conversation together: the shared
+# conversations' items alternate, a user's message then the answer, and no
+# id is given twice.
+for conv in shared:
+    items, after = [], ""
+    while True:
+        status, body = call("/v1/conversations/%s/items?order=asc&limit=100%s" % (conv, after), "GET")
+        page = json.loads(body)
+        items += page["data"]
+        if not page["has_more"]:
+            break
+        after = "&after=" + page["last_id"]
+    roles = [i.get("role") for i in items]
+    checks["conversation %s: its turns whole (%d items)" % (conv[:12], len(items))] = (
+        roles == ["user", "assistant"] * (len(items) // 2)
+        and len({i["id"] for i in items}) == len(items))
 print("chaos: accepted %d, finished %d (%s)" % (m["troupe_intake_accepted_total"], finished, ", ".join(
     "%s %d" % (k[len("troupe_finished_"):-len("_total")], v) for k, v in sorted(m.items())
     if k.startswith("troupe_finished_") and v > 0)))

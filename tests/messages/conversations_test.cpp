@@ -233,6 +233,60 @@ TEST_F(conversations_api, items_are_listed_a_page_at_a_time_read_and_deleted) {
   EXPECT_EQ(refused("GET", at + "/items", {}, "after=nope").param, "after");
 }
 
+TEST_F(conversations_api, ids_stay_unique_and_references_read_the_conversations_items) {
+  const auto made = ok("POST", "", R"({"items": [{"role": "user", "content": "Hi", "id": "m1"},
+                                                 {"type": null, "role": "assistant", "content": "Hello"}]})");
+  const std::string at = "/" + made["id"].get<std::string>();
+  // An item sent back as it was listed (its id taken) is listed under one of its own.
+  const auto again = ok("POST", at + "/items", R"({"items": [{"role": "user", "content": "Hi", "id": "m1"},
+                                                              {"role": "user", "content": "Hi", "id": "m1"}]})");
+  ASSERT_EQ(again["data"].size(), 2u);
+  EXPECT_EQ(again["data"][0]["id"], "m1_2");
+  EXPECT_EQ(again["data"][1]["id"], "m1_3");
+  EXPECT_EQ(ok("GET", at + "/items/m1_2")["content"][0]["text"], "Hi");
+  // A page at a time reaches every item once.
+  std::vector<std::string> seen;
+  for (std::string after;;) {
+    const auto page = ok("GET", at + "/items", {}, "limit=1" + (after.empty() ? "" : "&after=" + after));
+    for (const auto& i : page["data"])
+      seen.push_back(i["id"]);
+    if (!page["has_more"].get<bool>() || seen.size() > 10)
+      break;
+    after = page["last_id"].get<std::string>();
+  }
+  EXPECT_EQ(seen.size(), 4u);
+  // A reference names one of the conversation's items (or one before it in
+  // the call); the conversation keeps the item itself.
+  const auto referred = ok("POST", at + "/items", R"({"items": [{"type": "item_reference", "id": "m1"}]})");
+  ASSERT_EQ(referred["data"].size(), 1u);
+  EXPECT_EQ(referred["data"][0]["content"][0]["text"], "Hi");
+  EXPECT_NE(referred["data"][0]["id"], "m1");
+  EXPECT_EQ(referred["data"][0]["type"], "message");
+  EXPECT_EQ(refused("POST", at + "/items", R"({"items": [{"type": "item_reference", "id": "zz"}]})").param, "items");
+  // An id must be a string.
+  const auto e = refused("POST", at + "/items", R"({"items": [{"role": "user", "content": "x", "id": 7}]})");
+  EXPECT_NE(e.message.find("items[0].id"), std::string::npos) << e.message;
+}
+
+TEST(conversation_store, a_turn_the_store_cannot_hold_beside_the_oldest_items_pushes_them_out) {
+  conversation_store store(3000);
+  counter_ids ids;
+  const auto made = json::parse(std::get<std::string>(store.serve("POST", "", "", "{}", 0, std::ref(ids))));
+  const auto id = made["id"].get<std::string>();
+  const std::string body = R"({"id": "resp_x", "status": "completed", "output": []})";
+  for (int k = 0; k < 20; ++k)
+    store.add_turn(id, "resp_" + std::to_string(k), json::array({{{"role", "user"}, {"content", std::string(200, 'a' + k)}}}).dump(),
+                   body);
+  const auto* e = store.find(id);
+  ASSERT_NE(e, nullptr) << "the conversation stays";
+  EXPECT_LT(e->items.size(), 20u);
+  EXPECT_LE(store.bytes(), store.capacity());
+  EXPECT_NE(e->items.back().second.find(std::string(200, 'a' + 19)), std::string::npos) << "the newest kept";
+  // A turn larger than the whole store drops the conversation.
+  store.add_turn(id, "resp_big", json::array({{{"role", "user"}, {"content", std::string(4000, 'z')}}}).dump(), body);
+  EXPECT_EQ(store.find(id), nullptr);
+}
+
 TEST_F(conversations_api, bad_bodies_and_queries_are_refused_naming_what_was_wrong) {
   struct bad_case {
     std::string body;
@@ -407,9 +461,11 @@ TEST(conversation_store, a_response_goes_on_from_its_conversation_and_its_turn_j
   EXPECT_NE(said.find("Once more"), said.rfind("Once more")) << "the reference stands for the item: " << said;
   const auto own = json::parse(rq.input_items);
   ASSERT_EQ(own.size(), 3u);
-  EXPECT_EQ(own[0]["id"], "msg_out");
+  EXPECT_FALSE(own[0].contains("id")) << "a copy, listed under an id of its own";
   EXPECT_EQ(own[0]["role"], "assistant");
-  EXPECT_EQ(own[2], own[1]);
+  auto copy = own[1];
+  copy.erase("id");
+  EXPECT_EQ(own[2], copy);
   EXPECT_NE(hello_id, "");
   for (const auto* bad : {R"([{"type": "item_reference", "id": "nope"}])",
                           R"([{"type": "item_reference"}])",
