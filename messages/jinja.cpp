@@ -2005,17 +2005,26 @@ value binary(const std::string& op, const value& x, const value& y, int line) {
     const bool ys = y.is_string() || y.is_list();
     if ((xs && (y.is_int() || y.is_bool())) || (ys && (x.is_int() || x.is_bool()))) {
       const auto& seq = xs ? x : y;
-      const auto n = std::max<std::int64_t>(0, as_int(xs ? y : x));
+      const auto n = static_cast<std::size_t>(std::max<std::int64_t>(0, as_int(xs ? y : x)));
+      // (Bounded before anything is made: a count past the bound, even of
+      // an empty sequence, would take that many turns.)
+      const auto size = seq.is_string() ? seq.str().size() : seq.list()->size();
+      if (size == 0 || n == 0)
+        return seq.is_string() ? value(std::string()) : make_list({});
       if (seq.is_string()) {
-        if (seq.str().size() * static_cast<std::size_t>(n) > (64u << 20))
+        if (n > (std::size_t{64} << 20) / size)
           fail(line, "a string repeated past 64 MiB");
         std::string out;
-        for (std::int64_t i = 0; i < n; ++i)
+        out.reserve(size * n);
+        for (std::size_t i = 0; i < n; ++i)
           out += seq.str();
         return value(std::move(out));
       }
+      if (n > (std::size_t{1} << 20) / size)
+        fail(line, "a list repeated past 1,048,576 items");
       std::vector<value> out;
-      for (std::int64_t i = 0; i < n; ++i)
+      out.reserve(size * n);
+      for (std::size_t i = 0; i < n; ++i)
         out.insert(out.end(), seq.list()->begin(), seq.list()->end());
       return make_list(std::move(out));
     }

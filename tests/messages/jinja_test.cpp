@@ -394,6 +394,14 @@ TEST(jinja, a_render_is_bounded) {
             std::string::npos);
   EXPECT_NE(render_error("{{ range(1000000)|length }}").find("limited to 100000"), std::string::npos);
   EXPECT_NE(render_error("{{ 'x' * 100000000 }}").find("64 MiB"), std::string::npos);
+  EXPECT_NE(render_error("{{ 'abcd' * 4611686018427387904 }}").find("64 MiB"), std::string::npos)
+    << "a count whose product with the length wraps";
+  EXPECT_NE(render_error("{{ (9**9 * [1, 2])|length }}").find("1,048,576 items"), std::string::npos);
+  // An empty sequence repeated any number of times is empty at once.
+  EXPECT_EQ(program("{{ ('' * 4611686018427387904)|length }}{{ ([] * 4611686018427387904)|length }}").render(
+              ojson::object()),
+            "00");
+  EXPECT_EQ(program("{{ [1, 2] * 2 }}{{ 'ab' * 0 }}{{ 3 * 'x' }}").render(ojson::object()), "[1, 2, 1, 2]xxx");
   // Within the limits, the same program renders again and again, the same.
   const program p("{% for m in messages %}{{ loop.index }}:{{ m }};{% endfor %}");
   const ojson vars = {{"messages", {"a", "b"}}};
