@@ -107,16 +107,11 @@ std::string items_text(const conversation_store::entry& e) {
 
 /// Refuses query keys other than `include` (which is read past).
 std::optional<api_error> only_include(std::string_view query, std::string_view path) {
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const auto pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view{} : query.substr(amp + 1);
-    const auto key = percent_decoded(pair.substr(0, pair.find('=')));
+  for (const auto& [key, value] : query_pairs(query))
     if (!key.empty() && key != "include" && key != "include[]")
       return bad_request("query parameter \"" + key.substr(0, 40) + "\" is not served: " + std::string(path)
                            + " takes include",
                          key.substr(0, 40));
-  }
   return std::nullopt;
 }
 
@@ -184,12 +179,15 @@ bool conversation_store::append(const std::string& id, entry& e, std::string_vie
     adding.emplace_back(item_id, dump(item));
     added += adding.back().first.size() + adding.back().second.size() + 32;
   }
-  if (bytes_of(id, e) + added > capacity()) {
-    if (!make_room || added + bytes_of(id, entry{e.created_at, e.metadata, {}, e.session}) > capacity())
+  if (const auto bytes = bytes_of(id, e); bytes + added > capacity()) {
+    std::size_t held = 0; // the items' own
+    for (const auto& [item_id, item] : e.items)
+      held += item_id.size() + item.size() + 32;
+    if (!make_room || bytes - held + added > capacity())
       return false;
     std::size_t first = 0; // the oldest items give way
-    for (std::size_t bytes = bytes_of(id, e); bytes + added > capacity(); ++first)
-      bytes -= e.items[first].first.size() + e.items[first].second.size() + 32;
+    for (auto left = bytes; left + added > capacity(); ++first)
+      left -= e.items[first].first.size() + e.items[first].second.size() + 32;
     e.items.erase(e.items.begin(), e.items.begin() + static_cast<std::ptrdiff_t>(first));
   }
   for (auto& item : adding)

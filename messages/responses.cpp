@@ -878,9 +878,6 @@ std::string response_answer::snapshot(std::string_view status, const api_error* 
   return dump(r);
 }
 
-namespace {
-
-/// A URL query's key=value pairs, percent-decoded, in order.
 std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query) {
   std::vector<std::pair<std::string, std::string>> out;
   while (!query.empty()) {
@@ -896,7 +893,6 @@ std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view qu
   return out;
 }
 
-} // namespace
 
 event_log::event_log(std::string all) {
   add(all);

@@ -19,6 +19,7 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <utility>
 #include <vector>
 
 namespace troupe::openai {
@@ -176,6 +177,9 @@ struct retrieve_query {
   std::size_t first() const noexcept { return starting_after ? static_cast<std::size_t>(*starting_after) + 1 : 0; }
 };
 std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view query);
+
+/// A URL query's key=value pairs, percent-decoded, in order.
+std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query);
 
 /// GET /v1/responses/ID/input_items (OpenAI's): a page of the input items
 /// of kept response `response_id` (`input_items`, as a response_store
