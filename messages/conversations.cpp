@@ -53,8 +53,8 @@ std::variant<json, api_error> body_object(std::string_view body, std::initialize
   return doc;
 }
 
-/// OpenAI's metadata: at most 16 pairs of strings, keys of at most 64
-/// characters, values of at most 512; null is none.
+} // namespace
+
 std::variant<std::string, api_error> metadata_of(const json& m) {
   if (m.is_null())
     return std::string("{}");
@@ -73,6 +73,8 @@ std::variant<std::string, api_error> metadata_of(const json& m) {
   }
   return dump(m);
 }
+
+namespace {
 
 /// The items a body adds: at most 20, each checked as a response's input
 /// item is (an item_reference as the item it names, among `prior`, the
@@ -115,22 +117,6 @@ std::optional<api_error> only_include(std::string_view query, std::string_view p
   return std::nullopt;
 }
 
-/// `rest` split at '/', each part percent-decoded ("" has none).
-std::vector<std::string> parts_of(std::string_view rest) {
-  std::vector<std::string> out;
-  if (rest.starts_with('/'))
-    rest.remove_prefix(1);
-  if (rest.empty())
-    return out;
-  for (;;) {
-    const auto slash = rest.find('/');
-    out.push_back(percent_decoded(rest.substr(0, slash)));
-    if (slash == std::string_view::npos)
-      return out;
-    rest.remove_prefix(slash + 1); // (a last '/' leaves an empty part)
-  }
-}
-
 } // namespace
 
 std::string_view conversation_methods(std::string_view rest) {
@@ -138,7 +124,7 @@ std::string_view conversation_methods(std::string_view rest) {
     return "POST";
   if (!rest.starts_with('/') || rest.size() == 1)
     return "";
-  const auto parts = parts_of(rest);
+  const auto parts = path_parts(rest);
   if (std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
     return "";
   if (parts.size() == 1)
@@ -198,7 +184,7 @@ bool conversation_store::append(const std::string& id, entry& e, std::string_vie
 std::variant<std::string, api_error> conversation_store::serve(std::string_view method, std::string_view rest,
                                                                std::string_view query, std::string_view body,
                                                                std::int64_t now, const id_maker& fresh) {
-  const auto parts = parts_of(rest);
+  const auto parts = path_parts(rest);
   if (parts.empty()) { // POST /v1/conversations: a new one, with its first items
     if (auto bad = only_include(query, "POST /v1/conversations"))
       return std::move(*bad);

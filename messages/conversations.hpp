@@ -14,6 +14,8 @@
 #include "messages/openai.hpp"
 #include "messages/responses.hpp"
 
+#include <nlohmann/json_fwd.hpp>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -29,6 +31,11 @@ namespace troupe::openai {
 /// Most items one call may add (OpenAI's 20), and most metadata pairs (16).
 inline constexpr std::size_t max_items_added = 20;
 inline constexpr std::size_t max_metadata_pairs = 16;
+
+/// OpenAI's metadata (a conversation's, a batch's): null, or at most 16
+/// pairs of strings, keys of at most 64 characters, values of at most 512.
+/// Its JSON text ("{}" for null), or a 400 naming `metadata`.
+std::variant<std::string, api_error> metadata_of(const nlohmann::ordered_json& m);
 
 /// The methods a path under /v1/conversations takes (`rest`: the path after
 /// it, "" or "/ID", "/ID/items" or "/ID/items/ITEM"), as an Allow header

@@ -878,6 +878,21 @@ std::string response_answer::snapshot(std::string_view status, const api_error* 
   return dump(r);
 }
 
+std::vector<std::string> path_parts(std::string_view rest) {
+  std::vector<std::string> out;
+  if (rest.starts_with('/'))
+    rest.remove_prefix(1);
+  if (rest.empty())
+    return out;
+  for (;;) {
+    const auto slash = rest.find('/');
+    out.push_back(percent_decoded(rest.substr(0, slash)));
+    if (slash == std::string_view::npos)
+      return out;
+    rest.remove_prefix(slash + 1); // (a last '/' leaves an empty part)
+  }
+}
+
 std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query) {
   std::vector<std::pair<std::string, std::string>> out;
   while (!query.empty()) {

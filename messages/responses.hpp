@@ -178,6 +178,10 @@ struct retrieve_query {
 };
 std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view query);
 
+/// A path's rest after an API's root ("/ID/items") split at '/', each
+/// part percent-decoded ("" and "/" have none; a last '/' leaves an empty
+/// part).
+std::vector<std::string> path_parts(std::string_view rest);
 /// A URL query's key=value pairs, percent-decoded, in order.
 std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query);
 

@@ -466,7 +466,8 @@ http_options read_http(section s) {
   s.allow_only({"listen", "model", "max_connections", "api_keys", "adapter_updates", "chat_template", "chat_jinja",
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
                 "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser",
-                "request_chat_template", "generation_config", "response_store_mb", "conversation_store_mb", "store_dir"});
+                "request_chat_template", "generation_config", "response_store_mb", "conversation_store_mb", "store_dir", "file_store_mb",
+                "batch_concurrency"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -485,6 +486,8 @@ http_options read_http(section s) {
   o.response_store_mb = s.u32("response_store_mb", o.response_store_mb, 0);
   o.conversation_store_mb = s.u32("conversation_store_mb", o.conversation_store_mb, 0);
   o.store_dir = s.text("store_dir", o.store_dir);
+  o.file_store_mb = s.u32("file_store_mb", o.file_store_mb, 0);
+  o.batch_concurrency = s.u32("batch_concurrency", o.batch_concurrency, 1);
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
   names.insert(names.end(), {"custom", "model", "jinja", "auto"});

@@ -221,6 +221,8 @@ deployment::start(const deployment_options& opts) {
       hc.response_store_bytes = std::size_t{opts.http.response_store_mb} << 20;
       hc.conversation_store_bytes = std::size_t{opts.http.conversation_store_mb} << 20;
       hc.store_dir = opts.http.store_dir;
+      hc.file_store_bytes = std::size_t{opts.http.file_store_mb} << 20;
+      hc.batch_concurrency = opts.http.batch_concurrency;
       if (opts.http.generation_config == "auto") {
         // The model's sampling defaults, as vLLM takes them by default.
         auto read = read_generation_defaults(opts.model.path);

@@ -1,6 +1,7 @@
 #include "runtime/http_front.hpp"
 
 #include "messages/openai.hpp"
+#include "messages/batches.hpp"
 #include "messages/conversations.hpp"
 #include "messages/responses.hpp"
 #include "messages/stat.hpp"
@@ -222,6 +223,28 @@ struct http_front::impl : zmq_io::owned_socket {
   std::unordered_map<std::string, std::shared_ptr<background_job>> jobs;
   /// /v1/conversations' conversations (io thread only).
   openai::conversation_store conversations{0};
+  /// /v1/files' files and /v1/batches' batches (io thread only).
+  openai::file_store files{0};
+  openai::batch_store batches;
+  /// A batch's run while its lines are taken: where it takes its next
+  /// line, its lines in flight and their wire ids (cancelled with it), and
+  /// when its state was last written to store_dir.
+  struct batch_run {
+    std::size_t next = 0;
+    std::size_t running = 0;
+    std::unordered_set<std::string> ids;
+    bool expiring = false; ///< its window passed: no line is taken now
+    bool dirty = false;    ///< changed since it was last written
+    std::chrono::steady_clock::time_point written{};
+    std::chrono::steady_clock::duration write_took{};
+  };
+  std::unordered_map<std::string, batch_run> batch_runs;
+  std::size_t batch_lines_running = 0;
+  /// The server drains: no batch line is taken, and one the stop cut short
+  /// is left to run again (a restart with store_dir resumes it).
+  bool batches_held = false;
+  /// Writes a batch's state to store_dir (none: memory only).
+  std::function<void(const std::string&, const openai::batch&)> write_batch;
 
   /// `prefix`, "_" and 128 bits from the kernel's cryptographic generator,
   /// as 32 hex digits.
@@ -318,6 +341,8 @@ struct http_front::impl : zmq_io::owned_socket {
       if (!conversations.restore(id, std::move(*e)))
         files->second.remove(id);
     }
+    if (auto why = keep_batches_on_disk(dir); !why.empty())
+      return why;
     if (skipped > 0)
       spdlog::warn("http: {} files under {} are no response or conversation; left as they are", skipped, dir);
     stored.watch(
@@ -330,6 +355,48 @@ struct http_front::impl : zmq_io::owned_socket {
         write(files->second, id, openai::conversation_store::to_text(e));
       },
       drop_conversation);
+    return {};
+  }
+
+  /// keep_on_disk's files/ and batches/: files and batches read back (a
+  /// batch that was running goes on from the lines it had written), then
+  /// written through.
+  std::string keep_batches_on_disk(const std::string& dir) {
+    auto file_dir = kept_files::open(std::filesystem::path(dir) / "files");
+    if (auto* why = std::get_if<std::string>(&file_dir))
+      return *why;
+    auto batch_dir = kept_files::open(std::filesystem::path(dir) / "batches");
+    if (auto* why = std::get_if<std::string>(&batch_dir))
+      return *why;
+    const auto kept = std::make_shared<std::pair<kept_files, kept_files>>(std::get<kept_files>(std::move(file_dir)),
+                                                                         std::get<kept_files>(std::move(batch_dir)));
+    std::size_t skipped = 0;
+    for (auto& [id, text] : kept->first.read_all()) {
+      if (auto e = openai::file_store::from_text(text))
+        files.restore(id, std::move(*e));
+      else
+        ++skipped;
+    }
+    for (auto& [id, text] : kept->second.read_all()) {
+      if (auto b = openai::batch_store::from_text(text))
+        batches.put(id, std::move(*b));
+      else
+        ++skipped;
+    }
+    if (skipped > 0)
+      spdlog::warn("http: {} files under {} are no file or batch; left as they are", skipped, dir);
+    const auto write = [](const kept_files& f, const std::string& id, const std::string& text) {
+      if (std::string why; !f.write(id, text, why))
+        spdlog::warn("http: {} is kept in memory only: {}", id, why);
+    };
+    files.watch(
+      [kept, write](const std::string& id, const openai::file_store::entry& e) {
+        write(kept->first, id, openai::file_store::to_text(e));
+      },
+      [kept](const std::string& id) { kept->first.remove(id); });
+    write_batch = [kept, write](const std::string& id, const openai::batch& b) {
+      write(kept->second, id, openai::batch_store::to_text(b));
+    };
     return {};
   }
 
@@ -696,6 +763,11 @@ struct http_front::impl : zmq_io::owned_socket {
       stream.expires_after(std::chrono::seconds(300)); // an idle keep-alive connection
       boost::system::error_code ec;
       co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
+      // An upload (POST /v1/files) may be as large as the file store.
+      std::uint64_t limit = cfg.max_body_bytes;
+      if (!ec && parser.get().method() == http::verb::post && std::string_view(parser.get().target().data(), parser.get().target().size()).starts_with("/v1/files"))
+        limit = std::max<std::uint64_t>(limit, cfg.file_store_bytes);
+      parser.body_limit(limit);
       if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         // curl asks before sending a body over 1 KiB, and waits a second
         // for the answer if none comes.
@@ -707,7 +779,7 @@ struct http_front::impl : zmq_io::owned_socket {
       if (ec == http::error::body_limit) {
         auto res = error_response(11, false, api_error_of(413, "invalid_request_error", "frame_too_large",
                                                           "the request body is over "
-                                                            + std::to_string(cfg.max_body_bytes) + " bytes"));
+                                                            + std::to_string(limit) + " bytes"));
         co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
         // The client may still be sending the body: read it away (for a
         // while) so that closing does not reset the connection before the
@@ -917,6 +989,76 @@ struct http_front::impl : zmq_io::owned_socket {
         co_return co_await reply(error_response(version, keep, *bad));
       co_return co_await reply(make(version, keep, http::status::ok, std::get<std::string>(std::move(answer))));
     }
+    if (target == "/v1/files" || target.starts_with("/v1/files/") || target == "/v1/batches"
+        || target.starts_with("/v1/batches/")) {
+      // OpenAI's Files and Batch APIs: answered here, from the front's own stores.
+      const bool batch = target.starts_with("/v1/batches");
+      const auto rest = target.substr(batch ? 11 : 9);
+      const std::string_view verb = method == http::verb::get      ? "GET"
+                                    : method == http::verb::post   ? "POST"
+                                    : method == http::verb::delete_ ? "DELETE"
+                                                                    : "";
+      const std::string_view allowed = !batch                     ? openai::file_store::methods(rest)
+                                       : rest.empty()             ? "GET, POST"
+                                       : rest.ends_with("/cancel") ? "POST"
+                                       : rest.size() > 1 && rest.find('/', 1) == std::string_view::npos ? "GET"
+                                                                                                        : "";
+      if (allowed.empty())
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       "no such path: " + std::string(target)
+                         + (batch ? " (served: /v1/batches, /v1/batches/ID, /v1/batches/ID/cancel)"
+                                  : " (served: /v1/files, /v1/files/ID, /v1/files/ID/content)"))));
+      if (verb.empty() || allowed.find(verb) == std::string_view::npos) {
+        auto res = wrong_method(std::string(allowed).c_str());
+        co_return co_await reply(std::move(res));
+      }
+      if (files.capacity() == 0)
+        co_return co_await reply(error_response(
+          version, keep,
+          api_error_of(404, "invalid_request_error", "not_found",
+                       "files and batches are not served here ([http] file_store_mb = 0)")));
+      std::variant<std::string, openai::api_error> answer;
+      std::string content_type = "application/json";
+      try {
+        if (!batch && verb == "POST") {
+          const auto type = req[http::field::content_type];
+          answer = files.upload(std::string_view(type.data(), type.size()), req.body(), unix_now(), fresh_id);
+        } else if (!batch) {
+          auto got = files.serve(verb, rest, query);
+          if (auto* e = std::get_if<openai::api_error>(&got)) {
+            answer = std::move(*e);
+          } else {
+            auto& s = std::get<openai::file_store::served>(got);
+            answer = std::move(s.body);
+            content_type = s.content_type;
+          }
+        } else if (rest.empty()) {
+          answer = verb == "POST" ? create_batch(req.body()) : batches.list(query);
+        } else {
+          auto id = rest.substr(1);
+          const bool cancelling = id.ends_with("/cancel");
+          if (cancelling)
+            id.remove_suffix(7);
+          const auto name = openai::percent_decoded(id);
+          if (cancelling) {
+            answer = cancel_batch(name);
+          } else if (const auto* b = batches.find(name)) {
+            answer = openai::batch_json(name, *b);
+          } else {
+            answer = api_error_of(404, "invalid_request_error", "not_found", "no batch " + name);
+          }
+        }
+      } catch (const std::exception& e) { // (none is known to throw: an answer all the same)
+        spdlog::error("http: {} {}: {}", verb, target, e.what());
+        answer = api_error_of(500, "server_error", "internal", "the file or batch could not be read or changed");
+      }
+      if (auto* bad = std::get_if<openai::api_error>(&answer))
+        co_return co_await reply(error_response(version, keep, *bad));
+      auto res = make(version, keep, http::status::ok, std::get<std::string>(std::move(answer)), content_type.c_str());
+      co_return co_await reply(std::move(res));
+    }
     const bool advise = target == "/v1/advise";
     // vLLM's paths for adapters loaded and unloaded while serving.
     const bool load = target == "/v1/load_lora_adapter";
@@ -1001,6 +1143,10 @@ struct http_front::impl : zmq_io::owned_socket {
         s->values.push_back(stat_gauge("http_response_store_bytes", static_cast<double>(stored.bytes())));
         s->values.push_back(stat_gauge("http_conversations_kept", static_cast<double>(conversations.size())));
         s->values.push_back(stat_gauge("http_conversation_store_bytes", static_cast<double>(conversations.bytes())));
+        s->values.push_back(stat_gauge("http_files_kept", static_cast<double>(files.size())));
+        s->values.push_back(stat_gauge("http_file_store_bytes", static_cast<double>(files.bytes())));
+        s->values.push_back(stat_gauge("http_batches_running", static_cast<double>(batch_runs.size())));
+        s->values.push_back(stat_gauge("http_batch_lines_running", static_cast<double>(batch_lines_running)));
         auto res = make(version, keep, http::status::ok, openai::prometheus_text(*s), "text/plain; version=0.0.4");
         co_return co_await reply(std::move(res));
       }
@@ -1012,7 +1158,7 @@ struct http_front::impl : zmq_io::owned_socket {
       api_error_of(404, "invalid_request_error", "not_found",
                    "no such path: " + std::string(target)
                      + " (served: POST /v1/completions, POST /v1/chat/completions, POST /v1/responses, "
-                       "/v1/conversations, "
+                       "/v1/conversations, /v1/files, /v1/batches, "
                        "GET /v1/models[/NAME], POST /v1/advise, "
                        "POST /v1/load_lora_adapter, POST /v1/unload_lora_adapter, POST /tokenize, POST /detokenize, GET /health, "
                        "GET /metrics, GET /version)")));
@@ -1168,9 +1314,188 @@ struct http_front::impl : zmq_io::owned_socket {
     co_return !ec && keep;
   }
 
-  /// POST /v1/completions and /v1/chat/completions: whole, or streamed as
-  /// server-sent events. Each choice (a prompt's n) is one wire request;
-  /// their replies come to one waiter, told apart by id.
+  /// A POST /v1/completions, /v1/chat/completions or /v1/responses request
+  /// parsed: its wire frames, and for a response what it is kept as.
+  struct prepared {
+    openai::completion_request c;
+    std::optional<openai::response_request> as_response;
+    std::string resp_id;
+    std::string base; ///< the wire ids' stem
+    /// An error as the request's API names it (a response's own way).
+    openai::api_error named(openai::api_error e) const {
+      return as_response ? openai::as_response_error(std::move(e), *as_response) : e;
+    }
+    /// The answer it builds, with `created` its time.
+    any_answer answer(api kind, std::int64_t created) const {
+      if (as_response)
+        return any_answer(openai::response_answer(resp_id, created, *as_response));
+      return any_answer(openai::completion_answer((kind == api::chat ? "chatcmpl-" : "cmpl-") + base, created, c));
+    }
+  };
+
+  /// Parses a request of `kind` (a response's earlier turns read, its
+  /// conversation cut to fit where it asks for truncation).
+  asio::awaitable<std::variant<prepared, openai::api_error>> prepare(const std::string& body, api kind) {
+    prepared p;
+    p.base = "http-" + std::to_string(++next_id);
+    const auto enforceable = [this](const std::string& schema) {
+      try {
+        (void)parameters.get(schema);
+        return true;
+      } catch (const std::invalid_argument&) {
+        return false;
+      }
+    };
+    // A response request is a chat's, its errors named as it names them.
+    std::variant<openai::completion_request, openai::api_error> parsed = openai::api_error{};
+    if (kind == api::responses) {
+      const auto turns = kept_turns();
+      // A new conversation's turns run in a session named by its first
+      // response's id: the next turn reuses their K and V.
+      p.resp_id = response_id();
+      auto r = openai::parse_response_request(body, cfg.model, p.base, *cfg.chat, enforceable, cfg.sampling, turns,
+                                              p.resp_id, kept_conversations());
+      if (auto* e = std::get_if<openai::api_error>(&r))
+        co_return std::move(*e);
+      p.as_response = std::get<openai::response_request>(std::move(r));
+      if (p.as_response->truncate && !p.as_response->cuts.empty()) {
+        std::function<std::variant<openai::response_request, openai::api_error>(std::size_t)> reparse =
+          [&, turns](std::size_t drop) {
+            return openai::parse_response_request(body, cfg.model, p.base, *cfg.chat, enforceable, cfg.sampling,
+                                                  turns, p.resp_id, kept_conversations(), drop);
+          };
+        p.as_response = co_await fitted(std::move(*p.as_response), std::move(reparse));
+      }
+      parsed = p.as_response->chat;
+    } else {
+      parsed = kind == api::chat
+                 ? openai::parse_chat_completion(body, cfg.model, p.base, *cfg.chat, enforceable, cfg.sampling)
+                 : openai::parse_completion(body, cfg.model, p.base, cfg.sampling);
+    }
+    if (auto* e = std::get_if<openai::api_error>(&parsed))
+      co_return std::move(*e);
+    p.c = std::get<openai::completion_request>(std::move(parsed));
+    co_return p;
+  }
+
+  /// A request's choices (a prompt's n each: one wire request a choice)
+  /// sent to the intake and followed; their replies come to one waiter,
+  /// told apart by id. Its ids' waiters are forgotten at the end.
+  struct call {
+    impl& front;
+    const prepared& p;
+    std::size_t n;
+    std::shared_ptr<waiter> w;
+    std::unordered_map<std::string, std::size_t> index;
+    /// Choices ended (a done or an error): the rest are cancelled when the
+    /// answer cannot be given.
+    std::vector<char> ended;
+    /// What came for a choice after its accepted, while others were not.
+    std::deque<wire::reply> later;
+    forget_ids<decltype(impl::pending)> forget;
+
+    call(impl& f, const prepared& pr)
+        : front(f), p(pr), n(pr.c.ids.size()), w(std::make_shared<waiter>(f.io)), ended(n, 0),
+          forget{f.pending, pr.c.ids} {
+      for (std::size_t k = 0; k < n; ++k) {
+        front.pending[p.c.ids[k]] = w;
+        index[p.c.ids[k]] = k;
+      }
+    }
+    void cancel_open() {
+      for (std::size_t k = 0; k < n; ++k)
+        if (!ended[k])
+          front.cancel(p.c.ids[k]);
+    }
+    asio::awaitable<std::optional<wire::reply>> next_reply() {
+      if (later.empty())
+        co_return co_await front.next(w, asio::steady_timer::time_point::max());
+      auto r = std::move(later.front());
+      later.pop_front();
+      co_return r;
+    }
+
+    /// Sends every choice and waits until each is taken on: nothing (and
+    /// `answer` told each one's prompt), or the error to answer (the rest
+    /// cancelled).
+    asio::awaitable<std::optional<openai::api_error>> start(any_answer& answer) {
+      for (std::size_t k = 0; k < n; ++k)
+        if (!front.send(p.c.frames[k])) {
+          std::fill(ended.begin() + static_cast<std::ptrdiff_t>(k), ended.end(), 1);
+          cancel_open();
+          co_return api_error_of(503, "server_error", "overloaded", "the server cannot take the request now");
+        }
+      std::vector<char> accepted(n, 0);
+      std::optional<openai::api_error> refused;
+      for (std::size_t answered = 0; answered < n;) {
+        auto r = co_await front.next(w, asio::steady_timer::time_point::max());
+        if (!r) {
+          cancel_open();
+          co_return stopping();
+        }
+        const auto k = index.at(reply_id(*r));
+        if (const auto* a = std::get_if<wire::accepted_reply>(&*r)) {
+          accepted[k] = 1;
+          answer.accepted(k, a->prompt_tokens);
+          ++answered;
+        } else if (auto* e = std::get_if<wire::error_reply>(&*r); e != nullptr && !accepted[k]) {
+          ended[k] = 1;
+          ++answered;
+          if (!refused)
+            refused = p.named(openai::refusal(p.c, e->code, e->message));
+        } else {
+          later.push_back(std::move(*r));
+        }
+      }
+      if (refused)
+        cancel_open();
+      co_return refused;
+    }
+
+    /// After start: every choice's done (a choice's error ends it, the
+    /// rest cancelled), or the error to answer.
+    asio::awaitable<std::variant<std::vector<wire::done_reply>, openai::api_error>> dones() {
+      std::vector<wire::done_reply> out(n);
+      for (std::size_t finished = 0; finished < n;) {
+        auto r = co_await next_reply();
+        if (!r) {
+          cancel_open();
+          co_return stopping();
+        }
+        const auto k = index.at(reply_id(*r));
+        if (auto* d = std::get_if<wire::done_reply>(&*r)) {
+          out[k] = std::move(*d);
+          ended[k] = 1;
+          ++finished;
+        } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
+          ended[k] = 1;
+          cancel_open();
+          co_return p.named(openai::from_wire(e->code, e->message));
+        }
+      }
+      co_return out;
+    }
+  };
+
+  /// The whole answer's body of a call started: a response's kept (one
+  /// whose requests were cancelled answers no one: it is not kept, nor
+  /// does it join a conversation).
+  asio::awaitable<std::variant<std::string, openai::api_error>> whole(call& k, any_answer& answer,
+                                                                     bool* cut = nullptr) {
+    auto got = co_await k.dones();
+    if (auto* e = std::get_if<openai::api_error>(&got))
+      co_return std::move(*e);
+    const auto& dones = std::get<std::vector<wire::done_reply>>(got);
+    if (cut != nullptr)
+      *cut = std::any_of(dones.begin(), dones.end(), [](const auto& d) { return d.finish_reason == "cancelled"; });
+    auto body = answer.body(dones);
+    if (k.p.as_response && dones.at(0).finish_reason != "cancelled")
+      keep_response(*k.p.as_response, k.p.resp_id, body);
+    co_return body;
+  }
+
+  /// POST /v1/completions, /v1/chat/completions and /v1/responses: whole,
+  /// or streamed as server-sent events.
   asio::awaitable<bool> completion(beast::tcp_stream& stream, const http::request<http::string_body>& req,
                                    api kind) {
     const auto version = req.version();
@@ -1181,51 +1506,15 @@ struct http_front::impl : zmq_io::owned_socket {
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
     };
-    const auto base = "http-" + std::to_string(++next_id);
-    const auto enforceable = [this](const std::string& schema) {
-      try {
-        (void)parameters.get(schema);
-        return true;
-      } catch (const std::invalid_argument&) {
-        return false;
-      }
-    };
-    // A response request is a chat's, its errors named as it names them.
-    std::optional<openai::response_request> as_response;
-    std::string resp_id;
-    std::variant<openai::completion_request, openai::api_error> parsed = openai::api_error{};
-    if (kind == api::responses) {
-      const auto turns = kept_turns();
-      // A new conversation's turns run in a session named by its first
-      // response's id: the next turn reuses their K and V.
-      resp_id = response_id();
-      auto r = openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling, turns,
-                                              resp_id, kept_conversations());
-      if (auto* e = std::get_if<openai::api_error>(&r))
-        co_return co_await fail(*e);
-      as_response = std::get<openai::response_request>(std::move(r));
-      if (as_response->truncate && !as_response->cuts.empty()) {
-        std::function<std::variant<openai::response_request, openai::api_error>(std::size_t)> reparse =
-          [&, turns](std::size_t drop) {
-            return openai::parse_response_request(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling,
-                                                  turns, resp_id, kept_conversations(), drop);
-          };
-        as_response = co_await fitted(std::move(*as_response), std::move(reparse));
-      }
-      parsed = as_response->chat;
-    } else {
-      parsed = kind == api::chat
-                 ? openai::parse_chat_completion(req.body(), cfg.model, base, *cfg.chat, enforceable, cfg.sampling)
-                 : openai::parse_completion(req.body(), cfg.model, base, cfg.sampling);
-    }
-    if (auto* e = std::get_if<openai::api_error>(&parsed))
+    auto made = co_await prepare(req.body(), kind);
+    if (auto* e = std::get_if<openai::api_error>(&made))
       co_return co_await fail(*e);
-    const auto c = std::get<openai::completion_request>(std::move(parsed));
-    const auto named = [&](openai::api_error e) {
-      return as_response ? openai::as_response_error(std::move(e), *as_response) : e;
-    };
+    const auto& p = std::get<prepared>(made);
+    const auto& c = p.c;
+    const auto& as_response = p.as_response;
+    const auto& resp_id = p.resp_id;
     if (c.beam)
-      co_return co_await beam_answer(stream, version, keep, c, base);
+      co_return co_await beam_answer(stream, version, keep, c, p.base);
     if (as_response && as_response->background) {
       // Answered now, "queued"; run_background keeps its status as it runs.
       auto w = std::make_shared<waiter>(io);
@@ -1249,70 +1538,11 @@ struct http_front::impl : zmq_io::owned_socket {
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
     }
-    const auto n = c.ids.size();
-    auto w = std::make_shared<waiter>(io);
-    std::unordered_map<std::string, std::size_t> index;
-    for (std::size_t k = 0; k < n; ++k) {
-      pending[c.ids[k]] = w;
-      index[c.ids[k]] = k;
-    }
-    const forget_ids<decltype(pending)> forget_them{pending, c.ids};
-    // Choices ended (a done or an error): the rest are cancelled when the
-    // answer cannot be given.
-    std::vector<char> ended(n, 0);
-    auto cancel_open = [&] {
-      for (std::size_t k = 0; k < n; ++k)
-        if (!ended[k])
-          cancel(c.ids[k]);
-    };
-    any_answer answer = as_response ? any_answer(openai::response_answer(resp_id, unix_now(), *as_response))
-                                    : any_answer(openai::completion_answer(
-                                        (kind == api::chat ? "chatcmpl-" : "cmpl-") + base, unix_now(), c));
-    const auto never = asio::steady_timer::time_point::max();
-    for (std::size_t k = 0; k < n; ++k)
-      if (!send(c.frames[k])) {
-        std::fill(ended.begin() + static_cast<std::ptrdiff_t>(k), ended.end(), 1);
-        cancel_open();
-        co_return co_await fail(
-          api_error_of(503, "server_error", "overloaded", "the server cannot take the request now"));
-      }
-
-    // Until every choice is taken on (or one refused) nothing is sent; what
-    // comes for a choice after its accepted waits in `later`.
-    std::deque<wire::reply> later;
-    std::vector<char> accepted(n, 0);
-    std::optional<openai::api_error> refused;
-    for (std::size_t answered = 0; answered < n;) {
-      auto r = co_await next(w, never);
-      if (!r) {
-        cancel_open();
-        co_return co_await fail(stopping());
-      }
-      const auto k = index.at(reply_id(*r));
-      if (const auto* a = std::get_if<wire::accepted_reply>(&*r)) {
-        accepted[k] = 1;
-        answer.accepted(k, a->prompt_tokens);
-        ++answered;
-      } else if (auto* e = std::get_if<wire::error_reply>(&*r); e != nullptr && !accepted[k]) {
-        ended[k] = 1;
-        ++answered;
-        if (!refused)
-          refused = named(openai::refusal(c, e->code, e->message));
-      } else {
-        later.push_back(std::move(*r));
-      }
-    }
-    if (refused) {
-      cancel_open();
+    call k(*this, p);
+    auto answer = p.answer(kind, unix_now());
+    // Until every choice is taken on (or one refused) nothing is sent.
+    if (auto refused = co_await k.start(answer))
       co_return co_await fail(*refused);
-    }
-    auto next_reply = [&]() -> asio::awaitable<std::optional<wire::reply>> {
-      if (later.empty())
-        co_return co_await next(w, never);
-      auto r = std::move(later.front());
-      later.pop_front();
-      co_return r;
-    };
 
     if (!c.stream) {
       auto done = std::make_shared<bool>(false);
@@ -1326,30 +1556,10 @@ struct http_front::impl : zmq_io::owned_socket {
           sock.cancel(ignored); // its wait, the only operation on the socket now
         }
       } end_watch_at_exit{done, stream.socket()};
-      std::vector<wire::done_reply> dones(n);
-      for (std::size_t finished = 0; finished < n;) {
-        auto r = co_await next_reply();
-        if (!r) {
-          cancel_open();
-          co_return co_await fail(stopping());
-        }
-        const auto k = index.at(reply_id(*r));
-        if (auto* d = std::get_if<wire::done_reply>(&*r)) {
-          dones[k] = std::move(*d);
-          ended[k] = 1;
-          ++finished;
-        } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
-          ended[k] = 1;
-          cancel_open();
-          co_return co_await fail(named(openai::from_wire(e->code, e->message)));
-        }
-      }
-      auto body = answer.body(dones);
-      // (One whose client went away, its request cancelled, answers no one:
-      // it is not kept, nor does it join a conversation.)
-      if (as_response && dones.at(0).finish_reason != "cancelled")
-        keep_response(*as_response, resp_id, body);
-      auto res = make(version, keep, http::status::ok, std::move(body));
+      auto body = co_await whole(k, answer);
+      if (auto* e = std::get_if<openai::api_error>(&body))
+        co_return co_await fail(*e);
+      auto res = make(version, keep, http::status::ok, std::get<std::string>(std::move(body)));
       co_await http::async_write(stream, res, asio::redirect_error(asio::use_awaitable, ec));
       co_return !ec && keep;
     }
@@ -1365,7 +1575,7 @@ struct http_front::impl : zmq_io::owned_socket {
     if (open)
       open = co_await write(answer.stream_start());
     if (!open) {
-      cancel_open(); // the client went away: the requests are cancelled, their memory freed
+      k.cancel_open(); // the client went away: the requests are cancelled, their memory freed
       co_return false;
     }
     std::size_t finished = 0;
@@ -1373,42 +1583,291 @@ struct http_front::impl : zmq_io::owned_socket {
       // Everything the intake has sent by now goes out in one write.
       std::string out;
       bool end = false;
-      auto r = co_await next_reply();
+      auto r = co_await k.next_reply();
       for (;;) {
         if (!r) {
           out += answer.stream_error(stopping());
           end = true;
         } else {
-          const auto k = index.at(reply_id(*r));
+          const auto i = k.index.at(reply_id(*r));
           if (auto* t = std::get_if<wire::token_reply>(&*r)) {
-            out += answer.chunk(k, *t);
+            out += answer.chunk(i, *t);
           } else if (auto* d = std::get_if<wire::done_reply>(&*r)) {
-            ended[k] = 1;
-            out += answer.choice_end(k, *d);
-            if (++finished == n) {
+            k.ended[i] = 1;
+            out += answer.choice_end(i, *d);
+            if (++finished == k.n) {
               out += answer.stream_end();
               end = true;
               if (auto whole = answer.finished(); whole && as_response)
                 keep_response(*as_response, resp_id, std::move(*whole));
             }
           } else if (auto* e = std::get_if<wire::error_reply>(&*r)) {
-            ended[k] = 1;
-            cancel_open();
-            out += answer.stream_error(named(openai::from_wire(e->code, e->message)));
+            k.ended[i] = 1;
+            k.cancel_open();
+            out += answer.stream_error(p.named(openai::from_wire(e->code, e->message)));
             end = true;
           }
         }
-        if (end || (later.empty() && w->replies.empty()))
+        if (end || (k.later.empty() && k.w->replies.empty()))
           break;
-        r = co_await next_reply(); // at hand: does not wait
+        r = co_await k.next_reply(); // at hand: does not wait
       }
       if (end) // the last events and the end of the body, in one write
         co_return co_await stream_last(stream, out, keep);
       if (!co_await write(out)) {
-        cancel_open(); // the client went away
+        k.cancel_open(); // the client went away
         co_return false;
       }
     }
+  }
+
+  // -- batches (OpenAI's Batch API) -------------------------------------------
+
+  /// The generating API a batch's endpoint names.
+  static std::optional<api> endpoint_api(std::string_view endpoint) {
+    if (endpoint == "/v1/completions")
+      return api::completions;
+    if (endpoint == "/v1/chat/completions")
+      return api::chat;
+    if (endpoint == "/v1/responses")
+      return api::responses;
+    return std::nullopt;
+  }
+
+  /// Writes batch `id`'s state where the front keeps files: at once with
+  /// `now`, else where it last was written long enough ago (at least 1 s,
+  /// and 20 times what a write takes: a large batch's state is written
+  /// the less often), else later.
+  void persist_batch(const std::string& id, const openai::batch& b, bool now) {
+    if (!write_batch)
+      return;
+    auto& run = batch_runs[id];
+    const auto t = std::chrono::steady_clock::now();
+    const auto gap = std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(1), 20 * run.write_took);
+    if (!now && t - run.written < gap) {
+      run.dirty = true;
+      return;
+    }
+    write_batch(id, b);
+    run.written = std::chrono::steady_clock::now();
+    run.write_took = run.written - t;
+    run.dirty = false;
+  }
+
+  /// Takes batch lines while fewer than batch_concurrency run, the oldest
+  /// batch's first; ends the batches with no line left to run.
+  void pump_batches() {
+    if (stopped)
+      return;
+    const auto now = unix_now();
+    for (auto& [id, b] : batches.all()) {
+      if (b->status != "in_progress" && b->status != "cancelling")
+        continue;
+      auto& run = batch_runs[id];
+      if (b->status == "in_progress" && now >= b->expires_at && !run.expiring) {
+        run.expiring = true; // its lines in flight are cancelled: the rest expire
+        for (const auto& wire_id : run.ids)
+          cancel(wire_id);
+      }
+      const bool taking = b->status == "in_progress" && !run.expiring && !batches_held;
+      while (taking && batch_lines_running < cfg.batch_concurrency && run.next < b->lines.size()) {
+        const auto i = run.next++;
+        if (b->finished[i])
+          continue; // (its result was read back at start)
+        ++run.running;
+        ++batch_lines_running;
+        asio::co_spawn(io, run_batch_line(id, i), asio::detached);
+      }
+      if (run.running == 0 && !batches_held && (!taking || run.next >= b->lines.size()))
+        finish_batch(id, *b);
+    }
+  }
+
+  /// Batch `id` has no line running and none to take: the lines it did not
+  /// run are written as errors (batch_cancelled or batch_expired), its
+  /// output and errors become files, and it ends.
+  void finish_batch(const std::string& id, openai::batch& b) {
+    const auto now = unix_now();
+    const bool cancelling = b.status == "cancelling";
+    const bool expiring = !cancelling && batch_runs[id].expiring;
+    for (std::size_t i = 0; i < b.lines.size(); ++i)
+      if (!b.finished[i] && (cancelling || expiring)) {
+        b.error_output += openai::batch_error_line(
+          fresh_id("batch_req"), b.lines[i].custom_id, cancelling ? "batch_cancelled" : "batch_expired",
+          cancelling ? "the batch was cancelled before this request ran"
+                     : "the batch's completion window (24h) passed before this request ran");
+        ++b.failed;
+      }
+    b.finalizing_at = now;
+    if (!b.output.empty())
+      b.output_file_id = files.add("batch_" + id + "_output.jsonl", "batch_output", std::move(b.output), now, fresh_id);
+    if (!b.error_output.empty())
+      b.error_file_id = files.add("batch_" + id + "_error.jsonl", "batch_output", std::move(b.error_output), now,
+                                  fresh_id);
+    if (cancelling) {
+      b.status = "cancelled";
+      b.cancelled_at = now;
+    } else if (expiring) {
+      b.status = "expired";
+      b.expired_at = now;
+    } else {
+      b.status = "completed";
+      b.completed_at = now;
+    }
+    b.lines = {};
+    b.finished = {};
+    b.output = {};
+    b.error_output = {};
+    persist_batch(id, b, true);
+    batch_runs.erase(id);
+  }
+
+  /// Why a batch does not run a request it could run alone (none: it does).
+  static std::optional<openai::api_error> batch_refusal(const prepared& p) {
+    const char* what = p.c.stream                                ? "\"stream\": true"
+                       : p.c.beam                                ? "\"use_beam_search\""
+                       : p.as_response && p.as_response->background ? "\"background\": true"
+                                                                    : nullptr;
+    if (what == nullptr)
+      return std::nullopt;
+    return openai::bad_request(std::string("a batch's request cannot ask for ") + what
+                                 + ": each is answered whole, into the batch's output file",
+                               p.c.stream ? "stream" : p.c.beam ? "use_beam_search" : "background");
+  }
+
+  /// Runs line `i` of batch `id` as its endpoint's request would run, and
+  /// writes its answer (or error) to the batch's output (or error) file.
+  asio::awaitable<void> run_batch_line(std::string id, std::size_t i) {
+    std::string custom_id;
+    std::string body;
+    api kind = api::completions;
+    if (auto* b = batches.find(id)) {
+      custom_id = b->lines[i].custom_id;
+      body = b->lines[i].body;
+      kind = endpoint_api(b->endpoint).value_or(api::completions);
+    }
+    std::variant<std::string, openai::api_error> out = openai::api_error{};
+    std::string request_id;
+    bool cut = false; // its requests were cancelled (the batch's cancel or window)
+    try {
+      auto made = co_await prepare(body, kind);
+      if (auto* e = std::get_if<openai::api_error>(&made)) {
+        out = std::move(*e);
+      } else {
+        const auto& p = std::get<prepared>(made);
+        request_id = p.base;
+        if (auto refused = batch_refusal(p)) {
+          out = std::move(*refused);
+        } else {
+          call k(*this, p);
+          auto answer = p.answer(kind, unix_now());
+          auto& ids = batch_runs[id].ids;
+          ids.insert(p.c.ids.begin(), p.c.ids.end());
+          if (auto no = co_await k.start(answer))
+            out = std::move(*no);
+          else
+            out = co_await whole(k, answer, &cut);
+          for (const auto& wire_id : p.c.ids)
+            batch_runs[id].ids.erase(wire_id);
+        }
+      }
+    } catch (const std::exception& e) { // (none is known to throw: the line gets an answer all the same)
+      spdlog::error("http: batch {} line {}: {}", id, i + 1, e.what());
+      out = api_error_of(500, "server_error", "internal", "the request could not be run");
+    }
+    auto& run = batch_runs[id];
+    --run.running;
+    --batch_lines_running;
+    auto* b = batches.find(id);
+    const auto* e = std::get_if<openai::api_error>(&out);
+    // Cut short by the stop: left to run again.
+    const bool stopped_line = (stopped || batches_held) && (cut || (e != nullptr && e->code == stopping().code));
+    if (b != nullptr && !stopped_line) {
+      const auto line_id = fresh_id("batch_req");
+      if (cut && (b->status == "cancelling" || run.expiring)) {
+        b->error_output += openai::batch_error_line(
+          line_id, custom_id, b->status == "cancelling" ? "batch_cancelled" : "batch_expired",
+          b->status == "cancelling" ? "the batch was cancelled while this request ran"
+                                    : "the batch's completion window (24h) passed while this request ran");
+        ++b->failed;
+      } else if (e != nullptr) {
+        b->error_output += openai::batch_output_line(line_id, custom_id, e->status, request_id, openai::to_json(*e));
+        ++b->failed;
+      } else {
+        b->output += openai::batch_output_line(line_id, custom_id, 200, request_id, std::get<std::string>(out));
+        ++b->completed;
+      }
+      b->finished[i] = 1;
+      persist_batch(id, *b, false);
+    }
+    pump_batches();
+  }
+
+  /// POST /v1/batches: the batch made from its input file (failed where a
+  /// line is not one it can run), its lines taken as room allows.
+  std::variant<std::string, openai::api_error> create_batch(std::string_view body) {
+    auto asked = openai::parse_batch_create(body);
+    if (auto* e = std::get_if<openai::api_error>(&asked))
+      return std::move(*e);
+    const auto& c = std::get<openai::batch_create>(asked);
+    if (!cfg.chat && c.endpoint != "/v1/completions")
+      return openai::bad_request("endpoint " + c.endpoint + " is not served here: " + cfg.no_chat, "endpoint");
+    const auto* f = files.find(c.input_file_id);
+    if (f == nullptr) {
+      auto e = api_error_of(404, "invalid_request_error", "not_found",
+                            "no file " + c.input_file_id + ": upload the batch's input with POST /v1/files first");
+      e.param = "input_file_id";
+      return e;
+    }
+    if (f->purpose != "batch")
+      return openai::bad_request("file " + c.input_file_id + " has purpose \"" + f->purpose
+                                   + "\": a batch's input is a file uploaded with purpose \"batch\"",
+                                 "input_file_id");
+    const auto now = unix_now();
+    openai::batch b;
+    b.endpoint = c.endpoint;
+    b.input_file_id = c.input_file_id;
+    b.completion_window = c.completion_window;
+    b.metadata = c.metadata;
+    b.created_at = now;
+    b.expires_at = now + 24 * 3600;
+    auto lines = openai::read_batch_input(f->content, c.endpoint);
+    if (auto* bad = std::get_if<std::vector<openai::batch_line_error>>(&lines)) {
+      b.status = "failed";
+      b.failed_at = now;
+      b.errors = std::move(*bad);
+    } else {
+      b.lines = std::get<std::vector<openai::batch_line>>(std::move(lines));
+      b.finished.assign(b.lines.size(), 0);
+      b.total = b.lines.size();
+      b.status = "in_progress";
+      b.in_progress_at = now;
+    }
+    const auto id = fresh_id("batch");
+    auto& kept = batches.put(id, std::move(b));
+    persist_batch(id, kept, true);
+    if (kept.status != "in_progress")
+      batch_runs.erase(id);
+    pump_batches();
+    return openai::batch_json(id, *batches.find(id));
+  }
+
+  /// POST /v1/batches/ID/cancel: a running batch's lines in flight are
+  /// cancelled, the rest not taken; it ends "cancelled" once none runs.
+  /// One that ended is given as it is.
+  std::variant<std::string, openai::api_error> cancel_batch(const std::string& id) {
+    auto* b = batches.find(id);
+    if (b == nullptr)
+      return api_error_of(404, "invalid_request_error", "not_found", "no batch " + id);
+    if (b->status == "in_progress") {
+      b->status = "cancelling";
+      b->cancelling_at = unix_now();
+      for (const auto& wire_id : batch_runs[id].ids)
+        cancel(wire_id);
+      persist_batch(id, *b, true);
+      pump_batches();
+    }
+    return openai::batch_json(id, *batches.find(id));
   }
 };
 
@@ -1424,6 +1883,7 @@ std::variant<std::unique_ptr<http_front>, std::string> http_front::open(const ht
   p->cfg = cfg;
   p->stored = openai::response_store(cfg.response_store_bytes);
   p->conversations = openai::conversation_store(cfg.conversation_store_bytes);
+  p->files = openai::file_store(cfg.file_store_bytes);
   if (!cfg.store_dir.empty())
     if (auto why = p->keep_on_disk(cfg.store_dir); !why.empty())
       return "http.store_dir: " + why;
@@ -1463,6 +1923,7 @@ std::variant<std::unique_ptr<http_front>, std::string> http_front::open(const ht
   p->fd.emplace(p->io, raw);
   asio::co_spawn(p->io, zmq_io::serve(*p->fd, p->stopped, [ip = p.get()] { ip->drain(); }, "http"), asio::detached);
   asio::co_spawn(p->io, p->accept_loop(), asio::detached);
+  asio::post(p->io, [ip = p.get()] { ip->pump_batches(); }); // those read back from store_dir go on
   p->work.emplace(p->io.get_executor());
   auto* ip = p.get();
   p->thread = std::thread([ip] { ip->io.run(); });
@@ -1476,6 +1937,9 @@ void http_front::stop() {
   asio::steady_timer grace(p.io);
   asio::post(p.io, [&p, &grace] {
     p.stopped = true;
+    for (auto& [id, run] : p.batch_runs) // (lines still running are run again at the next start)
+      if (auto* b = p.batches.find(id); b != nullptr && p.write_batch)
+        p.write_batch(id, *b);
     boost::system::error_code ignored;
     p.acceptor.close(ignored);
     if (p.fd) {
@@ -1505,6 +1969,7 @@ void http_front::cancel_background() {
     return;
   std::promise<void> done;
   asio::post(p.io, [&p, &done] {
+    p.batches_held = true; // no line taken now; those in flight end as the drain lets them
     const auto e = stopping();
     for (auto& [id, job] : p.jobs)
       if (!job->cancelled && !job->deleted) {

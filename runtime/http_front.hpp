@@ -41,6 +41,11 @@ struct http_front_config {
   /// Bytes of conversations kept for /v1/conversations and a response's
   /// `conversation` (0: none).
   std::size_t conversation_store_bytes = std::size_t{64} << 20;
+  /// Bytes of uploaded files kept for batches (0: the Files and Batch
+  /// APIs are not served); POST /v1/files takes a body up to this size.
+  std::size_t file_store_bytes = std::size_t{256} << 20;
+  /// Batch lines run at once, across all batches.
+  std::uint32_t batch_concurrency = 32;
   /// A directory the stores are written through to, and read back from at
   /// start ("": memory only).
   std::string store_dir;

@@ -47,9 +47,17 @@ struct http_options {
   /// Memory (MiB) the front keeps conversations in (OpenAI's Conversations
   /// API, /v1/conversations; least recently used dropped first); 0: none.
   std::uint32_t conversation_store_mb = 64;
-  /// A directory the front writes kept responses and conversations to (a
-  /// file each), and reads them back from at start, so that a restart
-  /// loses none; "": kept in memory only.
+  /// A directory the front writes kept responses, conversations, files
+  /// and batches to (a file each), and reads them back from at start, so
+  /// that a restart loses none (a running batch goes on); "": kept in
+  /// memory only.
+  /// Bytes of files uploaded for batches (POST /v1/files) kept at most;
+  /// 0: the Files and Batch APIs are not served. A batch's output files
+  /// are kept even past it.
+  std::uint32_t file_store_mb = 256;
+  /// Lines of batches (POST /v1/batches) this front runs at once, across
+  /// all batches.
+  std::uint32_t batch_concurrency = 32;
   std::string store_dir;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face

@@ -15,7 +15,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
 seconds="${1:-60}"
 shift || true
-all=(wire_request wire_reply openai openai_stream openai_tools openai_responses conversations config llama_config safetensors peft_config trace sim sim_tiers json_schema grammar lark reasoning_gate tokenizer_json bpe_encode jinja unicode_norm)
+all=(wire_request wire_reply openai openai_stream openai_tools openai_responses conversations batches config llama_config safetensors peft_config trace sim sim_tiers json_schema grammar lark reasoning_gate tokenizer_json bpe_encode jinja unicode_norm)
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=("${all[@]}")
 for t in "${targets[@]}"; do

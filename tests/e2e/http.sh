@@ -11,7 +11,9 @@
 # the ZeroMQ front's, list the greedy token as the most likely, and are the
 # same streamed; echoed, a prompt's score its greedy tokens' own; best_of
 # answers its most likely candidate. vLLM's stop_token_ids, ignore_eos and
-# min_tokens end the output where they say.
+# min_tokens end the output where they say. A batch (OpenAI's Files and
+# Batch APIs) answers its lines as the requests sent alone answer them, and
+# one running at a stop goes on at the next start, each line answered once.
 # Usage: http.sh BIN_DIR (from the source tree: the demo model's paths are relative)
 set -euo pipefail
 bin="$1"
@@ -1389,7 +1391,7 @@ stop
 # [http] store_dir: kept responses and conversations written through to
 # files, and read back by the next start: a restart loses none. A background
 # response a crash left running reads back as failed.
-sed "s|^listen = \"\"\$|listen = \"127.0.0.1:0\"\nchat_template = \"chatml\"\nstore_dir = \"$work/store\"|" \
+sed "s|^listen = \"\"\$|listen = \"127.0.0.1:0\"\nchat_template = \"chatml\"\nstore_dir = \"$work/store\"\nbatch_concurrency = 2|" \
   config/default.toml > "$work/kept.toml"
 grep -q "^store_dir = \"$work/store\"\$" "$work/kept.toml"
 start "$work/kept.toml"
@@ -1409,6 +1411,143 @@ with open(sys.argv[2], "w") as f:
     json.dump({"conv": conv, "turn": turn, "gone": gone}, f)
 PY
 [ "$(ls "$work/store/conversations" | wc -l)" = 1 ] && [ "$(ls "$work/store/responses" | wc -l)" = 2 ]
+
+# OpenAI's Files and Batch APIs: a batch's lines answered as the same
+# requests sent alone answer them, a line the server refuses in the error
+# file, a bad input failing the batch at once, a cancel, and a batch
+# running at a stop going on after the restart with each line answered once.
+python3 - "$http" "$work/batch.json" <<'PY'
+import json, sys, time, urllib.request, urllib.error
+sys.path.insert(0, "tests/e2e")
+from http_call import call
+base = "http://" + sys.argv[1]
+
+def request(path, data=None, method=None, headers=None):
+    req = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.headers.get("Content-Type"), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type"), e.read()
+
+def upload(content, purpose="batch", filename="in.jsonl"):
+    """POST /v1/files as OpenAI's client sends it: multipart/form-data."""
+    b = "troupe-e2e-boundary"
+    body = (f'--{b}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n{purpose}\r\n'
+            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
+            f'Content-Type: application/octet-stream\r\n\r\n').encode() + content + f'\r\n--{b}--\r\n'.encode()
+    status, _, text = request("/v1/files", body, headers={"Content-Type": f'multipart/form-data; boundary="{b}"'})
+    return status, json.loads(text)
+
+def get(path):
+    status, _, text = request(path)
+    assert status == 200, (path, status, text)
+    return json.loads(text)
+
+def lines(rows):
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+def chat(custom_id, text, **kw):
+    return {"custom_id": custom_id, "method": "POST", "url": "/v1/chat/completions",
+            "body": dict({"model": "demo", "messages": [{"role": "user", "content": text}], "max_tokens": 6,
+                          "temperature": 0}, **kw)}
+
+def batch(file_id, endpoint="/v1/chat/completions"):
+    status, b = call(base, "/v1/batches", {"input_file_id": file_id, "endpoint": endpoint,
+                                           "completion_window": "24h", "metadata": {"job": "e2e"}})
+    assert status == 200 and b["object"] == "batch" and b["id"].startswith("batch_"), b
+    return b
+
+def ended(b, within=60):
+    deadline = time.time() + within
+    while b["status"] not in ("completed", "failed", "cancelled", "expired"):
+        assert time.time() < deadline, b
+        time.sleep(0.05)
+        b = get("/v1/batches/" + b["id"])
+    return b
+
+def outputs(file_id):
+    if file_id is None:
+        return []
+    status, kind, text = request("/v1/files/" + file_id + "/content")
+    assert status == 200 and kind == "application/octet-stream", (status, kind)
+    return [json.loads(l) for l in text.decode().splitlines()]
+
+# A batch answered as the requests alone are; the refused line in the error file.
+rows = [chat("a", "Hello"), chat("b", "Tell me more"), chat("c", "x", max_tokens=-5)]
+status, f = upload(lines(rows))
+assert status == 200 and f["object"] == "file" and f["purpose"] == "batch" and f["bytes"] == len(lines(rows)), f
+assert get("/v1/files/" + f["id"]) == f
+status, kind, raw = request("/v1/files/" + f["id"] + "/content")
+assert raw == lines(rows), raw
+b = ended(batch(f["id"]))
+assert b["status"] == "completed" and b["request_counts"] == {"total": 3, "completed": 2, "failed": 1}, b
+assert b["metadata"] == {"job": "e2e"} and b["input_file_id"] == f["id"], b
+out = {o["custom_id"]: o for o in outputs(b["output_file_id"])}
+for r in rows[:2]:
+    status, alone = call(base, "/v1/chat/completions", r["body"])
+    got = out[r["custom_id"]]["response"]
+    assert got["status_code"] == 200 and got["body"]["choices"] == alone["choices"], (got, alone)
+    assert out[r["custom_id"]]["id"].startswith("batch_req_") and out[r["custom_id"]]["error"] is None
+[err] = outputs(b["error_file_id"])
+assert err["custom_id"] == "c" and err["response"]["status_code"] == 400, err
+assert "max_tokens" in err["response"]["body"]["error"]["message"], err
+assert get("/v1/files/" + b["output_file_id"])["purpose"] == "batch_output"
+
+# The Responses API in a batch; a line for another endpoint fails the batch at once.
+rrow = {"custom_id": "r", "method": "POST", "url": "/v1/responses",
+        "body": {"model": "demo", "input": "Hi", "max_output_tokens": 4, "temperature": 0}}
+status, f2 = upload(lines([rrow]))
+b2 = ended(batch(f2["id"], "/v1/responses"))
+[o] = outputs(b2["output_file_id"])
+assert b2["status"] == "completed" and o["response"]["body"]["object"] == "response", (b2, o)
+status, f3 = upload(lines([rrow, rows[0]]))
+b3 = batch(f3["id"], "/v1/responses")
+assert b3["status"] == "failed" and b3["errors"]["data"][0]["line"] == 2, b3
+assert "/v1/chat/completions" in b3["errors"]["data"][0]["message"], b3
+# Refusals, each saying what was wrong.
+status, bad = upload(b"{}", purpose="fine-tune")
+assert status == 400 and "purpose" in bad["error"]["message"], bad
+status, bad = call(base, "/v1/batches", {"input_file_id": "file_none", "endpoint": "/v1/completions",
+                                         "completion_window": "24h"})
+assert status == 404 and bad["error"]["param"] == "input_file_id", bad
+status, bad = call(base, "/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/embeddings",
+                                         "completion_window": "24h"})
+assert status == 400 and bad["error"]["param"] == "endpoint", bad
+status, bad = call(base, "/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/completions",
+                                         "completion_window": "1h"})
+assert status == 400 and "completion_window" in bad["error"]["message"], bad
+status, _, text = request("/v1/batches/batch_none")
+assert status == 404, text
+listed = get("/v1/batches?limit=2")
+assert [x["id"] for x in listed["data"]] == [b3["id"], b2["id"]] and listed["has_more"] is True, listed
+
+# A cancel: the lines it did not run go to the error file; each line once.
+many = [chat("m%d" % i, "Count to %d" % i, max_tokens=48, ignore_eos=True) for i in range(24)]
+status, f4 = upload(lines(many))
+b4 = batch(f4["id"])
+status, c4 = call(base, "/v1/batches/" + b4["id"] + "/cancel", None)
+assert status == 200 and c4["status"] in ("cancelling", "cancelled"), c4
+b4 = ended(c4)
+assert b4["status"] == "cancelled" and b4["cancelled_at"] is not None, b4
+done = outputs(b4["output_file_id"])
+gone = outputs(b4["error_file_id"])
+assert sorted(o["custom_id"] for o in done + gone) == sorted(r["custom_id"] for r in many), (done, gone)
+assert gone and all(g["error"]["code"] == "batch_cancelled" for g in gone), gone
+assert b4["request_counts"] == {"total": 24, "completed": len(done), "failed": len(gone)}, b4
+metrics = request("/metrics")[2].decode()
+assert "troupe_http_files_kept" in metrics and "troupe_http_batch_lines_running" in metrics, metrics
+
+# A batch left running at a stop: the restart goes on with it.
+status, f5 = upload(lines([chat("s%d" % i, "Say %d" % i, max_tokens=64, ignore_eos=True) for i in range(60)]))
+b5 = batch(f5["id"])
+deadline = time.time() + 30
+while get("/v1/batches/" + b5["id"])["request_counts"]["completed"] < 2:
+    assert time.time() < deadline
+    time.sleep(0.02)
+json.dump({"file": f, "batch": b, "running": b5["id"]}, open(sys.argv[2], "w"))
+print("http: batches answered, refused, cancelled")
+PY
 stop
 # A response a crash left in progress, written as the front writes one.
 python3 - "$work/store/responses" <<'PY'
@@ -1449,5 +1588,31 @@ urllib.request.urlopen(req, timeout=30).read()
 print("http: kept responses and conversations read back after a restart")
 PY
 [ ! -e "$work/store/conversations/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["conv"]["id"])' "$work/before.json").json" ]
+# The files and batches read back; the batch the stop cut short goes on,
+# each of its lines answered once.
+python3 - "$http" "$work/batch.json" <<'PY'
+import json, sys, time, urllib.request
+base = "http://" + sys.argv[1]
+before = json.load(open(sys.argv[2]))
+def get(path, raw=False):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        body = r.read()
+        return body if raw else json.loads(body)
+assert get("/v1/batches/" + before["batch"]["id"]) == before["batch"]
+assert get("/v1/files/" + before["file"]["id"]) == before["file"]
+b = get("/v1/batches/" + before["running"])
+assert b["status"] == "in_progress" and b["request_counts"]["completed"] < 60, b # (it goes on from here)
+print("http: the batch read back with %d of 60 lines answered" % b["request_counts"]["completed"])
+deadline = time.time() + 60
+while b["status"] != "completed":
+    assert b["status"] == "in_progress" and time.time() < deadline, b
+    time.sleep(0.05)
+    b = get("/v1/batches/" + before["running"])
+assert b["request_counts"] == {"total": 60, "completed": 60, "failed": 0}, b
+out = [json.loads(l) for l in get("/v1/files/" + b["output_file_id"] + "/content", raw=True).decode().splitlines()]
+assert sorted(o["custom_id"] for o in out) == sorted("s%d" % i for i in range(60)), [o["custom_id"] for o in out]
+assert all(o["response"]["body"]["usage"]["completion_tokens"] == 64 for o in out), out
+print("http: a batch cut short by a stop went on after the restart, each line answered once")
+PY
 stop
 echo "http: ok"

@@ -8,6 +8,7 @@
 #include "gpu/safetensors.hpp"
 #include "gpu/sim_backend.hpp"
 #include "gpu/unicode_norm.hpp"
+#include "messages/batches.hpp"
 #include "messages/conversations.hpp"
 #include "messages/jinja.hpp"
 #include "messages/lark_grammar.hpp"
@@ -1421,10 +1422,83 @@ bool reasoning_gate_walk(std::span<const std::uint8_t> in) {
   return s.complete;
 }
 
+/// Files and batches: the first byte picks what the rest is.
+///   even: a multipart/form-data upload (its Content-Type the first line):
+///         each part's body lies in the body sent; an accepted file reads
+///         back whole, and through its text form;
+///   odd:  a batch's input file (for the endpoint the byte's next bits
+///         pick): accepted lines have unique custom_ids and object bodies;
+///         refused, at most 100 errors, each naming a line of the file; a
+///         running batch of it reads back the same through its text form.
+bool batches(std::span<const std::uint8_t> in) {
+  if (in.empty())
+    return false;
+  const auto pick = in[0];
+  const auto rest = text_of(in.subspan(1));
+  if ((pick & 1) == 0) {
+    const auto nl = rest.find('\n');
+    const auto type = rest.substr(0, nl);
+    const auto body = nl == std::string_view::npos ? std::string_view{} : rest.substr(nl + 1);
+    auto parts = openai::parse_multipart(type, body);
+    if (std::holds_alternative<openai::api_error>(parts))
+      return false;
+    for (const auto& p : std::get<std::vector<openai::form_part>>(parts))
+      require(p.body.empty() || body.find(p.body) != std::string_view::npos, "a part's body that is not in the body");
+    openai::file_store files(1 << 20);
+    int next = 0;
+    const openai::file_store::id_maker fresh = [&](std::string_view prefix) {
+      return std::string(prefix) + "_" + std::to_string(++next);
+    };
+    auto made = files.upload(type, body, 0, fresh);
+    if (std::holds_alternative<openai::api_error>(made))
+      return false;
+    const auto id = nlohmann::json::parse(std::get<std::string>(made)).at("id").get<std::string>();
+    const auto* kept = files.find(id);
+    require(kept != nullptr, "an uploaded file not kept");
+    auto content = files.serve("GET", "/" + id + "/content", "");
+    require(std::holds_alternative<openai::file_store::served>(content)
+              && std::get<openai::file_store::served>(content).body == kept->content,
+            "a file's content read back otherwise");
+    const auto again = openai::file_store::from_text(openai::file_store::to_text(*kept));
+    require(again && again->content == kept->content && again->filename == kept->filename,
+            "a file read back otherwise from its text");
+    return true;
+  }
+  const auto endpoint = openai::batch_endpoints[(pick >> 1) % std::size(openai::batch_endpoints)];
+  auto read = openai::read_batch_input(rest, endpoint);
+  if (auto* errors = std::get_if<std::vector<openai::batch_line_error>>(&read)) {
+    require(!errors->empty() && errors->size() <= openai::max_batch_errors, "no errors, or too many listed");
+    const auto lines = static_cast<std::size_t>(std::count(rest.begin(), rest.end(), '\n')) + 1;
+    for (const auto& e : *errors)
+      require(e.line <= lines && !e.code.empty() && !e.message.empty(), "an error naming no line of the file");
+    return false;
+  }
+  auto& lines = std::get<std::vector<openai::batch_line>>(read);
+  std::set<std::string> ids;
+  for (const auto& l : lines) {
+    require(ids.insert(l.custom_id).second, "a custom_id twice");
+    require(nlohmann::json::parse(l.body).is_object(), "a line's body that is not an object");
+  }
+  openai::batch b;
+  b.endpoint = endpoint;
+  b.status = "in_progress";
+  b.total = lines.size();
+  b.finished.assign(lines.size(), 0);
+  b.finished[0] = 1;
+  b.output = openai::batch_output_line("batch_req_1", lines[0].custom_id, 200, "r1", lines[0].body);
+  b.error_output = std::string(rest.substr(0, 64));
+  b.lines = std::move(lines);
+  const auto back = openai::batch_store::from_text(openai::batch_store::to_text(b));
+  require(back && back->lines.size() == b.lines.size() && back->finished == b.finished && back->output == b.output
+            && back->error_output == b.error_output && back->lines.back().body == b.lines.back().body,
+          "a running batch read back otherwise from its text");
+  return true;
+}
+
 bool sim(std::span<const std::uint8_t> in) { return run_sim(in, false); }
 bool sim_tiers(std::span<const std::uint8_t> in) { return run_sim(in, true); }
 
-constexpr std::array<target, 22> all{{
+constexpr std::array<target, 23> all{{
   {"wire_request", wire_request},
   {"wire_reply", wire_reply},
   {"openai", openai_bodies},
@@ -1432,6 +1506,7 @@ constexpr std::array<target, 22> all{{
   {"openai_tools", openai_tools},
   {"openai_responses", openai_responses},
   {"conversations", conversations},
+  {"batches", batches},
   {"config", config},
   {"llama_config", llama_config},
   {"safetensors", safetensors},

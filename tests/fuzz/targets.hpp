@@ -38,6 +38,9 @@ struct target {
 ///   llama_config   config.json; an accepted one serializes and parses back the same
 ///   safetensors    a .safetensors file; every tensor it lists reads within the file
 ///   peft_config    adapter_config.json of a PEFT adapter
+///   batches        a multipart upload (parts within the body; the file read back
+///                  whole) or a batch's input file (unique ids, object bodies,
+///                  errors naming lines; a running batch's text form read back)
 ///   trace          a trace file (Azure, ShareGPT lengths, conversations) as
 ///                  troupe-sim and troupe-bench read it
 ///   sim            a small deployment and workload on the virtual clock, with the

@@ -489,6 +489,12 @@ max_connections = 8
   EXPECT_NE(parse_error_message("[http]\nconversation_store_mb = -1\n").find("http.conversation_store_mb"),
             std::string::npos);
   EXPECT_NE(parse_error_message("[http]\nresponse_store_mb = -1\n").find("http.response_store_mb"), std::string::npos);
+  EXPECT_EQ(parse_ok("").http.file_store_mb, 256u) << "the Files and Batch APIs served by default";
+  EXPECT_EQ(parse_ok("[http]\nfile_store_mb = 0\n").http.file_store_mb, 0u);
+  EXPECT_EQ(parse_ok("").http.batch_concurrency, 32u);
+  EXPECT_EQ(parse_ok("[http]\nbatch_concurrency = 4\n").http.batch_concurrency, 4u);
+  EXPECT_NE(parse_error_message("[http]\nbatch_concurrency = 0\n").find("http.batch_concurrency"), std::string::npos)
+    << "a batch that could run no line would never end";
 }
 
 TEST(config, api_keys_are_read_and_a_bad_one_is_refused_without_being_shown) {
