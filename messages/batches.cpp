@@ -447,6 +447,8 @@ std::variant<std::string, api_error> file_store::upload(std::string_view content
     return bad_request("missing part \"file\": the file to upload (a part with a filename)", "file");
   if (file->filename.empty())
     return bad_request("the part \"file\" must be a file: its Content-Disposition needs a filename", "file");
+  if (!is_utf8(file->filename))
+    return bad_request("the file's name is not UTF-8 text", "file");
   if (file->body.empty())
     return bad_request("the file \"" + quoted(file->filename, 80) + "\" is empty", "file");
   const auto size = file->body.size();
@@ -717,9 +719,10 @@ std::variant<std::vector<batch_line>, std::vector<batch_line_error>> read_batch_
   errors wrong;
   std::unordered_map<std::string, std::size_t> seen; // custom_id: its line
   const std::string to = std::string(endpoint);
-  for (const auto& [number, text] : given) {
+  for (const auto& [line_number, text] : given) {
     if (wrong.size() == max_batch_errors)
       break;
+    const auto number = line_number; // (a structured binding, which lambdas cannot all capture)
     const auto at = "line " + std::to_string(number) + ": ";
     const auto fail = [&](std::string code, std::string message, std::string param = {}) {
       wrong.push_back({std::move(code), at + message, std::move(param), number});

@@ -6,12 +6,14 @@
 # background responses cancelled, deleted or read, background streams
 # dropped then resumed or cancelled, beam searches kept or hung up on,
 # turns of three shared conversations whole or dropped, conversations
-# deleted while their background turn runs),
+# deleted while their background turn runs, two batches of completions,
+# one cancelled midway),
 # over three adapters; once all is quiet, every request the intake accepted
 # has finished exactly once (the finish counters add up to the accepted),
 # none is left in flight, and every page of the pool is free or held by
 # what holds pages when nothing runs (cached prompts, kept sessions,
-# resident adapters); each shared conversation's items are whole turns, and
+# resident adapters); each shared conversation's items are whole turns, each
+# batch's lines are answered once in its output and error files, and
 # with store_dir its file and those of the kept responses are what the
 # front keeps. Run on the default's pool (with store_dir), then on one of 120 pages
 # with 60 host pages, on-demand pages, the adaptive policy and 6 running

@@ -160,6 +160,33 @@ def run(i, seed):
 
 
 shared = [json.loads(post("/v1/conversations", {"metadata": {"shared": str(k)}})[1])["id"] for k in range(3)]
+
+
+def start_batch(k, lines):
+    """A batch of `lines` completions over the adapters (one in seven refused
+    for a bad max_tokens), run beside the clients."""
+    rows = []
+    for n in range(lines):
+        body = {"model": rng.choice(["demo", "demo-r8", "demo-r16"]), "prompt": "Line %d runs " % n * rng.randint(1, 20),
+                "max_tokens": -1 if n % 7 == 3 else rng.randint(1, 16)}
+        rows.append(json.dumps({"custom_id": "b%d-%d" % (k, n), "method": "POST", "url": "/v1/completions",
+                                "body": body}))
+    b = "chaos"
+    upload = ('--%s\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--%s\r\nContent-Disposition: '
+              'form-data; name="file"; filename="c.jsonl"\r\n\r\n%s\n\r\n--%s--\r\n' % (b, b, "\n".join(rows), b))
+    c = http.client.HTTPConnection(host, port, timeout=120)
+    c.request("POST", "/v1/files", upload.encode(), {"Content-Type": "multipart/form-data; boundary=" + b})
+    f = json.loads(c.getresponse().read())
+    c.close()
+    status, body = post("/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/completions",
+                                        "completion_window": "24h"})
+    assert status == 200, body
+    return json.loads(body)["id"], lines
+
+
+# Two batches run beside the clients; one of them is cancelled midway.
+batches = [start_batch(0, 60), start_batch(1, 60)]
+threading.Timer(0.5 + rng.random(), lambda: call("/v1/batches/%s/cancel" % batches[1][0], "POST")).start()
 threads = []
 for i in range(requests):
     t = threading.Thread(target=run, args=(i, rng.randrange(1 << 30)))
@@ -172,7 +199,8 @@ for i in range(requests):
 for t in threads:
     t.join()
 
-quiet = ("troupe_intake_in_flight", "troupe_requests_running", "troupe_requests_waiting", "troupe_requests_admitting")
+quiet = ("troupe_intake_in_flight", "troupe_requests_running", "troupe_requests_waiting", "troupe_requests_admitting",
+         "troupe_http_batches_running")
 for _ in range(600):
     m = metrics()
     if all(m[k] == 0 for k in quiet):
@@ -208,6 +236,20 @@ for conv in shared:
     # (A turn whose answer was empty, an end token first, adds its input alone.)
     checks["conversation %s: its turns whole (%s)" % (conv[:12], roles)] = (
         re.fullmatch(r"(ua?)*", roles) is not None and len({i["id"] for i in items}) == len(items))
+# Each batch ended with every line answered once, in its output or its
+# error file, and its counts adding up.
+for batch_id, lines in batches:
+    b = json.loads(call("/v1/batches/" + batch_id, "GET")[1])
+    answered = []
+    for f in (b["output_file_id"], b["error_file_id"]):
+        if f is not None:
+            answered += [json.loads(x)["custom_id"] for x in call("/v1/files/%s/content" % f, "GET")[1].decode().splitlines()]
+    counts = b["request_counts"]
+    print("chaos: batch %s %s: %d completed, %d failed of %d" % (batch_id[:14], b["status"], counts["completed"],
+                                                                 counts["failed"], counts["total"]))
+    checks["batch %s: each line answered once (%s, %s)" % (batch_id[:14], b["status"], counts)] = (
+        b["status"] in ("completed", "cancelled") and len(answered) == lines == len(set(answered))
+        and counts["completed"] + counts["failed"] == counts["total"] == lines)
 print("chaos: accepted %d, finished %d (%s)" % (m["troupe_intake_accepted_total"], finished, ", ".join(
     "%s %d" % (k[len("troupe_finished_"):-len("_total")], v) for k, v in sorted(m.items())
     if k.startswith("troupe_finished_") and v > 0)))

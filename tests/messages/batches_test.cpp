@@ -290,6 +290,9 @@ TEST_F(files_api, an_upload_needs_purpose_batch_and_a_named_file_with_bytes) {
   e = refused_upload("{}", "batch", "\"\"");
   EXPECT_EQ(e.param, "file");
   EXPECT_NE(e.message.find("filename"), std::string::npos) << e.message;
+  e = refused_upload("{}", "batch", "\"\xf0.jsonl\""); // (kept, it would read back otherwise from its file)
+  EXPECT_EQ(e.param, "file");
+  EXPECT_NE(e.message.find("not UTF-8"), std::string::npos) << e.message;
 
   const auto part = [](std::string_view name, std::string_view value) {
     return "--" + boundary + "\r\nContent-Disposition: form-data; name=\"" + std::string(name) + "\"\r\n\r\n"
