@@ -516,11 +516,10 @@ bool file_store::erase(std::string_view id) {
 std::string_view file_store::methods(std::string_view rest) {
   if (rest.empty())
     return "GET, POST";
-  if (!rest.starts_with('/') || rest.size() == 1)
+  const auto named = named_parts(rest);
+  if (!named)
     return "";
-  const auto parts = path_parts(rest);
-  if (std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
-    return "";
+  const auto& parts = *named;
   if (parts.size() == 1)
     return "GET, DELETE";
   if (parts.size() == 2 && parts[1] == "content")

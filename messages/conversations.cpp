@@ -122,11 +122,10 @@ std::optional<api_error> only_include(std::string_view query, std::string_view p
 std::string_view conversation_methods(std::string_view rest) {
   if (rest.empty())
     return "POST";
-  if (!rest.starts_with('/') || rest.size() == 1)
+  const auto named = named_parts(rest);
+  if (!named)
     return "";
-  const auto parts = path_parts(rest);
-  if (std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
-    return "";
+  const auto& parts = *named;
   if (parts.size() == 1)
     return "GET, POST, DELETE";
   if (parts.size() == 2 && parts[1] == "items")

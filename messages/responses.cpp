@@ -893,6 +893,15 @@ std::vector<std::string> path_parts(std::string_view rest) {
   }
 }
 
+std::optional<std::vector<std::string>> named_parts(std::string_view rest) {
+  if (!rest.starts_with('/') || rest.size() == 1)
+    return std::nullopt;
+  auto parts = path_parts(rest);
+  if (std::any_of(parts.begin(), parts.end(), [](const std::string& p) { return p.empty(); }))
+    return std::nullopt;
+  return parts;
+}
+
 std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query) {
   std::vector<std::pair<std::string, std::string>> out;
   while (!query.empty()) {

@@ -182,6 +182,9 @@ std::variant<retrieve_query, api_error> parse_retrieve_query(std::string_view qu
 /// part percent-decoded ("" and "/" have none; a last '/' leaves an empty
 /// part).
 std::vector<std::string> path_parts(std::string_view rest);
+/// path_parts of a rest that names something ("/A" or "/A/B", no part
+/// empty); none for another ("" included).
+std::optional<std::vector<std::string>> named_parts(std::string_view rest);
 /// A URL query's key=value pairs, percent-decoded, in order.
 std::vector<std::pair<std::string, std::string>> query_pairs(std::string_view query);
 
