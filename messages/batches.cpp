@@ -648,6 +648,16 @@ std::optional<file_store::entry> file_store::from_text(std::string_view text) {
 
 // --- batches ---
 
+std::string with_default_priority(std::string_view body, std::int32_t priority) {
+  if (priority == 0)
+    return std::string(body);
+  auto j = json::parse(body, nullptr, false);
+  if (!j.is_object() || j.contains("priority"))
+    return std::string(body);
+  j["priority"] = priority;
+  return dump(j);
+}
+
 std::variant<batch_create, api_error> parse_batch_create(std::string_view body) {
   const auto doc = json::parse(body, nullptr, false);
   if (doc.is_discarded())

@@ -166,6 +166,11 @@ struct batch_line {
 
 /// What is wrong with a batch's input file, as OpenAI lists it in the
 /// batch's `errors`.
+/// A line's request body (a JSON object's text) with `priority` set to
+/// `priority` where it gives none (as it was where it gives one, or where
+/// `priority` is 0, the default).
+std::string with_default_priority(std::string_view body, std::int32_t priority);
+
 struct batch_line_error {
   std::string code;
   std::string message;

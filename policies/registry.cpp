@@ -4,6 +4,7 @@
 #include "policies/aptserve_scheduling_policy.hpp"
 #include "policies/chameleon_scheduling_policy.hpp"
 #include "policies/fcfs_scheduling_policy.hpp"
+#include "policies/priority_scheduling_policy.hpp"
 #include "policies/sjf_scheduling_policy.hpp"
 #include "policies/slora_scheduling_policy.hpp"
 
@@ -60,6 +61,7 @@ registry<scheduling_policy>& schedulers() {
     built.add("adaptive", [] { return std::make_unique<adaptive_scheduling_policy>(); });
     built.add("aptserve", [] { return std::make_unique<aptserve_scheduling_policy>(); });
     built.add("sjf", [] { return std::make_unique<sjf_scheduling_policy>(); });
+    built.add("priority", [] { return std::make_unique<priority_scheduling_policy>(); });
     return built;
   }();
   return r;

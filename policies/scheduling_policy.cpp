@@ -79,6 +79,14 @@ bool batch_admission::admit(const waiting_view& w, schedule_decision& d) {
 }
 
 void scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
+  // Latest arrival first (ties: the larger id).
+  squash_for_growth(in, d, [](const running_view* a, const running_view* b) {
+    return a->arrival_s != b->arrival_s ? a->arrival_s > b->arrival_s : a->request_id > b->request_id;
+  });
+}
+
+void scheduling_policy::squash_for_growth(const schedule_input& in, schedule_decision& d,
+                                          bool (*first)(const running_view* a, const running_view* b)) {
   std::uint64_t freed = 0;
   auto chosen = [&](std::uint64_t id) {
     return std::find(d.squash.begin(), d.squash.end(), id) != d.squash.end()
@@ -91,10 +99,7 @@ void scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_de
     else if (r.started)
       order.push_back(&r);
   }
-  // Latest arrival first (ties: the larger id).
-  std::sort(order.begin(), order.end(), [](const running_view* a, const running_view* b) {
-    return a->arrival_s != b->arrival_s ? a->arrival_s > b->arrival_s : a->request_id > b->request_id;
-  });
+  std::sort(order.begin(), order.end(), first);
   for (const auto* r : order) {
     if (freed >= in.pages_short)
       break;

@@ -69,6 +69,7 @@ struct running_view {
   std::uint64_t pages = 0;            ///< KV pages it holds (freed when it ends)
   std::uint64_t adapter_pages = 0;
   double arrival_s = 0;               ///< first arrival, on the scheduler's clock
+  std::int32_t priority = 0;          ///< the request's own (the wire's): higher is more urgent
   /// It has run at least one step since it was (re)admitted; preempting one
   /// that has not would undo an admission before it made any progress.
   bool started = false;
@@ -216,6 +217,13 @@ public:
   /// Levels for stats that may go down as well (name, value); none by
   /// default.
   virtual std::vector<std::pair<std::string, double>> gauges() const { return {}; }
+
+protected:
+  /// preempt_for_growth's work: running requests that have run a step
+  /// (and are not in `d` already) squashed in the order `first` ranks them,
+  /// until in.pages_short pages are freed.
+  static void squash_for_growth(const schedule_input& in, schedule_decision& d,
+                                bool (*first)(const running_view* a, const running_view* b));
 };
 
 } // namespace troupe::policies

@@ -317,6 +317,23 @@ public:
     return value ? static_cast<std::uint32_t>(*value) : fallback;
   }
 
+  /// A whole number that fits 32 bits, signed.
+  std::int32_t i32(std::string_view key, std::int32_t fallback) {
+    const toml::node* n = node(key);
+    if (n == nullptr || c_.failed())
+      return fallback;
+    const auto* i = n->as_integer();
+    if (i == nullptr) {
+      c_.fail(n->source(), path(key), "expected an integer, got " + typed_text(*n));
+      return fallback;
+    }
+    if (i->get() < INT32_MIN || i->get() > INT32_MAX) {
+      c_.reject(*n, path(key), "must be between -2147483648 and 2147483647");
+      return fallback;
+    }
+    return static_cast<std::int32_t>(i->get());
+  }
+
   std::uint64_t u64(std::string_view key, std::uint64_t fallback, std::uint64_t lo = 0) {
     const toml::node* n = node(key);
     if (n == nullptr || c_.failed())
@@ -467,7 +484,7 @@ http_options read_http(section s) {
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
                 "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser",
                 "request_chat_template", "generation_config", "response_store_mb", "conversation_store_mb", "store_dir", "file_store_mb",
-                "batch_concurrency"});
+                "batch_concurrency", "batch_priority"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -488,6 +505,7 @@ http_options read_http(section s) {
   o.store_dir = s.text("store_dir", o.store_dir);
   o.file_store_mb = s.u32("file_store_mb", o.file_store_mb, 0);
   o.batch_concurrency = s.u32("batch_concurrency", o.batch_concurrency, 1);
+  o.batch_priority = s.i32("batch_priority", o.batch_priority);
   auto names = openai::chat_template_names();
   names.insert(names.begin(), "");
   names.insert(names.end(), {"custom", "model", "jinja", "auto"});

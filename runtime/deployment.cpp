@@ -223,6 +223,7 @@ deployment::start(const deployment_options& opts) {
       hc.store_dir = opts.http.store_dir;
       hc.file_store_bytes = std::size_t{opts.http.file_store_mb} << 20;
       hc.batch_concurrency = opts.http.batch_concurrency;
+      hc.batch_priority = opts.http.batch_priority;
       if (opts.http.generation_config == "auto") {
         // The model's sampling defaults, as vLLM takes them by default.
         auto read = read_generation_defaults(opts.model.path);

@@ -1743,7 +1743,7 @@ struct http_front::impl : zmq_io::owned_socket {
     api kind = api::completions;
     if (auto* b = batches.find(id)) {
       custom_id = b->lines[i].custom_id;
-      body = b->lines[i].body;
+      body = openai::with_default_priority(b->lines[i].body, cfg.batch_priority);
       kind = endpoint_api(b->endpoint).value_or(api::completions);
     }
     std::variant<std::string, openai::api_error> out = openai::api_error{};

@@ -46,6 +46,8 @@ struct http_front_config {
   std::size_t file_store_bytes = std::size_t{256} << 20;
   /// Batch lines run at once, across all batches.
   std::uint32_t batch_concurrency = 32;
+  /// A batch line's priority where its body gives none.
+  std::int32_t batch_priority = -1;
   /// A directory the stores are written through to, and read back from at
   /// start ("": memory only).
   std::string store_dir;

@@ -58,6 +58,10 @@ struct http_options {
   /// Lines of batches (POST /v1/batches) this front runs at once, across
   /// all batches.
   std::uint32_t batch_concurrency = 32;
+  /// The `priority` a batch line runs at where its body gives none: below
+  /// interactive requests' default 0, so that a policy that honours
+  /// priorities ([scheduler] policy "priority") serves them first.
+  std::int32_t batch_priority = -1;
   std::string store_dir;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face

@@ -1388,6 +1388,66 @@ print("http: tool calls offered (auto) are held to the tools' schema after the m
 PY
 stop
 
+# [scheduler] policy "priority": batch lines run below interactive requests
+# (batch_priority -1): with two running at most, an interactive request
+# preempts a batch line rather than wait behind the batch, and the line
+# preempted is recomputed, its answer whole.
+sed -e 's/^listen = ""$/listen = "127.0.0.1:0"\nbatch_concurrency = 4/' -e '0,/^policy = "fcfs"/s//policy = "priority"/' \
+  -e 's/^max_running = 32$/max_running = 2/' config/default.toml > "$work/priority.toml"
+grep -q '^policy = "priority"$' "$work/priority.toml"
+grep -q '^max_running = 2$' "$work/priority.toml"
+start "$work/priority.toml"
+python3 - "$http" <<'PY'
+import json, re, sys, time, urllib.request
+sys.path.insert(0, "tests/e2e")
+from http_call import call
+base = "http://" + sys.argv[1]
+def get(path, raw=False):
+    with urllib.request.urlopen(base + path, timeout=30) as r:
+        body = r.read()
+        return body if raw else json.loads(body)
+def squashed():
+    text = get("/metrics", raw=True).decode()
+    return float(re.search(r"^troupe_requests_squashed_total (\S+)$", text, re.M).group(1))
+rows = "".join(json.dumps({"custom_id": "p%d" % i, "method": "POST", "url": "/v1/completions",
+                           "body": {"model": "demo", "prompt": "Batch line %d runs" % i, "max_tokens": 96,
+                                    "ignore_eos": True, "temperature": 0}}) + "\n" for i in range(8))
+b = "prio"
+upload = ('--%s\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--%s\r\nContent-Disposition: '
+          'form-data; name="file"; filename="p.jsonl"\r\n\r\n%s\r\n--%s--\r\n' % (b, b, rows, b)).encode()
+req = urllib.request.Request(base + "/v1/files", data=upload,
+                             headers={"Content-Type": "multipart/form-data; boundary=" + b})
+f = json.loads(urllib.request.urlopen(req, timeout=30).read())
+before = squashed()
+status, batch = call(base, "/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/completions",
+                                           "completion_window": "24h"})
+assert status == 200, batch
+deadline = time.time() + 30
+while get("/metrics", raw=True).decode().find("troupe_requests_running 2") < 0:
+    assert time.time() < deadline, "the batch's lines did not fill the running batch"
+    time.sleep(0.01)
+# (A line may end just as the request comes, leaving it room without a
+# preemption: a few tries.)
+for _ in range(4):
+    status, alone = call(base, "/v1/completions", {"model": "demo", "prompt": "Now, please", "max_tokens": 4,
+                                                   "temperature": 0})
+    assert status == 200 and alone["usage"]["completion_tokens"] == 4, alone
+    if squashed() > before:
+        break
+assert squashed() > before, "the interactive requests did not preempt a batch line"
+while batch["status"] != "completed":
+    assert time.time() < deadline, batch
+    time.sleep(0.05)
+    batch = get("/v1/batches/" + batch["id"])
+out = [json.loads(l) for l in get("/v1/files/%s/content" % batch["output_file_id"], raw=True).decode().splitlines()]
+assert sorted(o["custom_id"] for o in out) == ["p%d" % i for i in range(8)], out
+for o in out:
+    alone_line = call(base, "/v1/completions", dict(json.loads(rows.splitlines()[int(o["custom_id"][1:])])["body"]))[1]
+    assert o["response"]["body"]["choices"][0]["text"] == alone_line["choices"][0]["text"], (o, alone_line)
+print("http: policy priority: an interactive request preempted a batch line, which was recomputed whole")
+PY
+stop
+
 # [http] store_dir: kept responses and conversations written through to
 # files, and read back by the next start: a restart loses none. A background
 # response a crash left running reads back as failed.

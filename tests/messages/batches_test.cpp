@@ -784,5 +784,13 @@ TEST(batch_store, a_running_batch_reads_back_from_its_text_whole) {
     EXPECT_FALSE(batch_store::from_text(bad).has_value()) << bad;
 }
 
+TEST(batch_lines, run_at_the_batch_priority_unless_they_give_their_own) {
+  EXPECT_EQ(nlohmann::json::parse(with_default_priority(R"({"model":"m","prompt":"p"})", -1)),
+            nlohmann::json::parse(R"({"model":"m","prompt":"p","priority":-1})"));
+  EXPECT_EQ(with_default_priority(R"({"model":"m","priority":7})", -1), R"({"model":"m","priority":7})")
+    << "a line's own priority stands";
+  EXPECT_EQ(with_default_priority(R"({"model":"m"})", 0), R"({"model":"m"})") << "0 is the default: nothing added";
+}
+
 } // namespace
 } // namespace troupe::openai

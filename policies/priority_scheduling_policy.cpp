@@ -1,0 +1,70 @@
+#include "policies/priority_scheduling_policy.hpp"
+
+#include "policies/params.hpp"
+
+#include <algorithm>
+
+namespace troupe::policies {
+
+namespace {
+
+/// Which running request gives way first: the lowest priority, then the
+/// latest arrival (ties: the larger id).
+bool gives_way_before(const running_view* a, const running_view* b) noexcept {
+  if (a->priority != b->priority)
+    return a->priority < b->priority;
+  return a->arrival_s != b->arrival_s ? a->arrival_s > b->arrival_s : a->request_id > b->request_id;
+}
+
+} // namespace
+
+std::string priority_scheduling_policy::configure(const std::map<std::string, double>& params) {
+  return param_spec{"policy \"priority\""}.flag("preempt", preempt_).apply(params);
+}
+
+schedule_decision priority_scheduling_policy::schedule(const schedule_input& in) {
+  order_.resize(in.waiting.size());
+  for (std::size_t i = 0; i < order_.size(); ++i)
+    order_[i] = i;
+  // (Stable: arrival order within a priority.)
+  std::stable_sort(order_.begin(), order_.end(),
+                   [&](std::size_t a, std::size_t b) { return in.waiting[a].priority > in.waiting[b].priority; });
+  // Admits in order until one does not fit; its place in order_ (or the end).
+  const auto admit_all = [&](batch_admission& batch, schedule_decision& d) {
+    std::size_t k = 0;
+    while (k < order_.size() && batch.admit(in.waiting[order_[k]], d))
+      ++k;
+    return k;
+  };
+  schedule_decision out;
+  batch_admission batch{in};
+  const auto blocked = admit_all(batch, out);
+  if (!preempt_ || blocked == order_.size())
+    return out;
+  // Running requests of a lower priority than the blocked one, in the order
+  // they give way; the fewest of them that let it (and those before it) in.
+  const auto& first = in.waiting[order_[blocked]];
+  std::vector<const running_view*> victims;
+  for (const auto& r : in.running)
+    if (r.started && r.priority < first.priority)
+      victims.push_back(&r);
+  std::sort(victims.begin(), victims.end(), gives_way_before);
+  auto room = in;
+  for (std::size_t n = 1; n <= victims.size(); ++n) {
+    room.limits.free_pages += victims[n - 1]->pages;
+    schedule_decision d;
+    batch_admission freed{room, n};
+    if (admit_all(freed, d) <= blocked)
+      continue;
+    for (std::size_t i = 0; i < n; ++i)
+      d.squash.push_back(victims[i]->request_id);
+    return d;
+  }
+  return out; // (no preemption lets it in: it waits, as under fcfs)
+}
+
+void priority_scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
+  squash_for_growth(in, d, gives_way_before);
+}
+
+} // namespace troupe::policies

@@ -1,0 +1,146 @@
+// Tests for policies/priority_scheduling_policy: a table of waiting and
+// running requests (priorities, arrivals, pages) -> the requests admitted,
+// in order, and those preempted: higher priority first, arrival order within
+// one, the stop at the first that does not fit; the fewest running requests
+// of a lower priority (the lowest first, then the latest) preempted so that
+// it fits, none of the same or a higher priority, none that has not run a
+// step; with preemption off, admission order alone; one priority throughout
+// is fcfs's decision; growth on demand takes the lowest priority first;
+// configure().
+#include "policies/fcfs_scheduling_policy.hpp"
+#include "policies/priority_scheduling_policy.hpp"
+#include "policies/registry.hpp"
+#include "tests/support/policy_views.hpp"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace troupe::policies {
+namespace {
+
+static_assert(std::is_final_v<priority_scheduling_policy>);
+
+using ids = std::vector<std::uint64_t>;
+
+/// A waiting request of `prompt` tokens (max_new_tokens 16: with the prompt,
+/// whole pages of 16 tokens), of `priority`, arrived at `arrival`.
+waiting_view w(std::uint64_t id, std::uint32_t prompt, std::int32_t priority, double arrival = 0) {
+  auto v = testing::waiting(id, prompt, 16, arrival);
+  v.priority = priority;
+  return v;
+}
+
+/// A running request holding `pages`, of `priority`, arrived at `arrival`,
+/// that has run a step unless `started` is false.
+running_view r(std::uint64_t id, std::uint64_t pages, std::int32_t priority, double arrival = 0, bool started = true) {
+  running_view v;
+  v.request_id = id;
+  v.pages = pages;
+  v.priority = priority;
+  v.arrival_s = arrival;
+  v.started = started;
+  return v;
+}
+
+struct priority_case {
+  std::string name;
+  std::vector<waiting_view> waiting; ///< arrival order
+  std::vector<running_view> running;
+  std::uint64_t free_pages;
+  std::uint32_t max_running;
+  ids admitted; ///< in admission order
+  ids squashed; ///< in the order they give way
+  bool preempt = true;
+};
+
+TEST(priority_scheduling_policy, admits_by_priority_and_preempts_the_least_urgent) {
+  // Each waiting request of 16 prompt tokens takes 2 pages (16 + 16 output).
+  const std::vector<priority_case> table{
+    {"higher priority first, arrival order within one",
+     {w(1, 16, 0, 0), w(2, 16, 5, 1), w(3, 16, 0, 2), w(4, 16, 5, 3)}, {}, 100, 64, {2, 4, 1, 3}, {}},
+    {"negative priorities after the default",
+     {w(1, 16, -1, 0), w(2, 16, 0, 1)}, {}, 100, 64, {2, 1}, {}},
+    {"stops at the first that does not fit, no backfilling past it",
+     {w(1, 16, 5, 0), w(2, 48, 3, 1), w(3, 16, 0, 2)}, {}, 3, 64, {1}, {}},
+    {"a blocked request preempts the lowest priority running, the latest arrival first among equals",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, -1, 2), r(12, 2, 0, 3)}, 0, 64, {1}, {11}},
+    {"as many as it takes, in order",
+     {w(1, 48, 5)}, {r(10, 2, 0, 1), r(11, 2, -1, 2), r(12, 2, 0, 3)}, 0, 64, {1}, {11, 12}},
+    {"the running cap: one leaving makes room",
+     {w(1, 16, 1)}, {r(10, 1, 0, 1), r(11, 1, 0, 2)}, 100, 2, {1}, {11}},
+    {"never one of the same or a higher priority",
+     {w(1, 16, 0)}, {r(10, 2, 0, 1), r(11, 2, 3, 2)}, 0, 64, {}, {}},
+    {"never one that has not run a step since its admission",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1, false)}, 0, 64, {}, {}},
+    {"nothing preempted where all the lower ones would not make room",
+     {w(1, 80, 5)}, {r(10, 2, 0, 1), r(11, 2, 0, 2)}, 0, 64, {}, {}},
+    {"the requests before the blocked one are admitted with it",
+     {w(1, 16, 5, 0), w(2, 16, 4, 1), w(3, 16, 0, 2)}, {r(10, 2, 0, 0), r(11, 2, 1, 1)}, 2, 64, {1, 2}, {10}},
+    {"preemption off: admission order alone",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1)}, 0, 64, {}, {}, false},
+  };
+  for (const auto& c : table) {
+    SCOPED_TRACE(c.name);
+    priority_scheduling_policy p;
+    ASSERT_EQ(p.configure({{"preempt", c.preempt ? 1.0 : 0.0}}), "");
+    auto in = testing::schedule_at(10, c.waiting, c.running, c.free_pages);
+    in.limits.max_running = c.max_running;
+    const auto d = p.schedule(in);
+    EXPECT_EQ(d.admit, c.admitted);
+    EXPECT_EQ(d.squash, c.squashed);
+    EXPECT_TRUE(d.swap.empty());
+    EXPECT_TRUE(d.abort.empty());
+  }
+}
+
+TEST(priority_scheduling_policy, one_priority_throughout_decides_as_fcfs_does) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    SCOPED_TRACE(round);
+    std::vector<waiting_view> waiting;
+    const auto n = rng() % 12;
+    for (std::uint64_t i = 0; i < n; ++i)
+      waiting.push_back(w(i + 1, 1 + rng() % 100, 3, static_cast<double>(i)));
+    std::vector<running_view> running;
+    for (std::uint64_t i = 0; i < rng() % 4; ++i)
+      running.push_back(r(100 + i, 1 + rng() % 4, 3, static_cast<double>(i)));
+    auto in = testing::schedule_at(10, waiting, running, rng() % 30);
+    in.limits.max_running = 2 + rng() % 8;
+    priority_scheduling_policy p;
+    fcfs_scheduling_policy f;
+    const auto mine = p.schedule(in);
+    const auto theirs = f.schedule(in);
+    EXPECT_EQ(mine.admit, theirs.admit);
+    EXPECT_TRUE(mine.squash.empty());
+  }
+}
+
+TEST(priority_scheduling_policy, growth_on_demand_takes_the_lowest_priority_first) {
+  const std::vector<running_view> running{r(10, 3, 0, 1), r(11, 3, -2, 0), r(12, 3, 0, 2), r(13, 3, 1, 3),
+                                          r(14, 3, -2, 5, false)};
+  auto in = testing::schedule_at(10, {}, running, 0);
+  in.limits.on_demand = true;
+  in.pages_short = 5;
+  priority_scheduling_policy p;
+  schedule_decision d;
+  p.preempt_for_growth(in, d);
+  EXPECT_EQ(d.squash, (ids{11, 12})) << "the lowest priority, then the latest arrival; not one that has not started";
+}
+
+TEST(priority_scheduling_policy, is_registered_and_checks_its_keys) {
+  auto made = make_scheduling_policy("priority");
+  ASSERT_NE(made, nullptr);
+  EXPECT_EQ(made->name(), "priority");
+  priority_scheduling_policy p;
+  EXPECT_EQ(p.configure({}), "");
+  EXPECT_NE(p.configure({{"preempt", 2}}).find("preempt"), std::string::npos);
+  const auto e = p.configure({{"aging_tokens_per_s", 1}});
+  EXPECT_NE(e.find("policy \"priority\""), std::string::npos) << e;
+}
+
+} // namespace
+} // namespace troupe::policies
