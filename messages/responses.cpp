@@ -555,16 +555,6 @@ std::string tokenize_frame(const response_request& r, std::string_view wire_id) 
   return dump(json{{"type", "tokenize"}, {"id", wire_id}, {"prompt", frame.at("prompt")}});
 }
 
-std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
-                                                        std::string_view wire_id, const chat_template& tpl,
-                                                        const earlier_turns& earlier,
-                                                        const earlier_turns& conversations) {
-  auto r = parse_response_request(body, base_model, wire_id, tpl, {}, {}, earlier, {}, conversations);
-  if (auto* e = std::get_if<api_error>(&r))
-    return std::move(*e);
-  return tokenize_frame(std::get<response_request>(r), wire_id);
-}
-
 std::string input_tokens_json(const wire::tokenize_reply& r) {
   return dump(json{{"object", "response.input_tokens"}, {"input_tokens", r.tokens.size()}});
 }

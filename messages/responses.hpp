@@ -97,13 +97,6 @@ parse_response_request(std::string_view body, std::string_view base_model, std::
 /// The wire's tokenize frame of the prompt a response request runs.
 std::string tokenize_frame(const response_request& r, std::string_view wire_id);
 
-/// A POST /v1/responses/input_tokens body (OpenAI's: a response request's
-/// fields, its input counted) as a wire tokenize frame of the prompt the
-/// response would run; errors as parse_response_request's.
-std::variant<std::string, api_error> parse_input_tokens(std::string_view body, std::string_view base_model,
-                                                        std::string_view wire_id, const chat_template& tpl,
-                                                        const earlier_turns& earlier = {},
-                                                        const earlier_turns& conversations = {});
 /// Its answer: {"object": "response.input_tokens", "input_tokens"}.
 std::string input_tokens_json(const wire::tokenize_reply& r);
 

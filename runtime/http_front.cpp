@@ -485,6 +485,24 @@ struct http_front::impl : zmq_io::owned_socket {
     co_return r;
   }
 
+  /// POST /v1/responses/input_tokens: the wire tokenize frame (id `id`) of
+  /// the prompt the response would run, cut as truncation "auto" would cut
+  /// it where it asks for that.
+  asio::awaitable<std::variant<std::string, openai::api_error>> input_tokens_frame(const std::string& body,
+                                                                                   const std::string& id) {
+    std::function<std::variant<openai::response_request, openai::api_error>(std::size_t)> parse =
+      [this, &body, &id, turns = kept_turns(), convs = kept_conversations()](std::size_t drop) {
+        return openai::parse_response_request(body, cfg.model, id, *cfg.chat, {}, {}, turns, {}, convs, drop);
+      };
+    auto r = parse(0);
+    if (auto* e = std::get_if<openai::api_error>(&r))
+      co_return std::move(*e);
+    auto q = std::get<openai::response_request>(std::move(r));
+    if (q.truncate && !q.cuts.empty())
+      q = co_await fitted(std::move(q), parse);
+    co_return openai::tokenize_frame(q, id);
+  }
+
   /// A background response's run: its status kept as it goes ("queued",
   /// "in_progress", then the whole response, or "failed" with the error);
   /// one a client cancelled or deleted keeps what that left.
@@ -1085,12 +1103,14 @@ struct http_front::impl : zmq_io::owned_socket {
       std::optional<wire::reply> r;
       if (post) {
         auto [id, w] = expect();
-        auto frame = advise                    ? openai::parse_advise(req.body(), id)
-                     : input_tokens           ? openai::parse_input_tokens(req.body(), cfg.model, id, *cfg.chat, kept_turns(),
-                                                                         kept_conversations())
-                     : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize,
-                                                                                cfg.chat ? &*cfg.chat : nullptr, cfg.model)
-                                              : openai::parse_adapter_update(req.body(), id, load);
+        std::variant<std::string, openai::api_error> frame = openai::api_error{};
+        if (input_tokens)
+          frame = co_await input_tokens_frame(req.body(), id);
+        else
+          frame = advise                   ? openai::parse_advise(req.body(), id)
+                  : tokenize || detokenize ? openai::parse_tokenizer_request(req.body(), id, tokenize,
+                                                                             cfg.chat ? &*cfg.chat : nullptr, cfg.model)
+                                           : openai::parse_adapter_update(req.body(), id, load);
         if (auto* e = std::get_if<openai::api_error>(&frame)) {
           pending.erase(id);
           co_return co_await reply(error_response(version, keep, *e));

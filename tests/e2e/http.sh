@@ -1017,12 +1017,22 @@ status, _, body = call("/v1/conversations", {"items": [
 long_conv = json.loads(body)["id"]
 past_ask = {"model": "demo", "input": "Now?", "conversation": long_conv, "max_output_tokens": 8, "store": False}
 err = refused(400, path="/v1/responses", body=past_ask, says="exceeds the context")
+status, _, body = call("/v1/responses/input_tokens", dict(past_ask, truncation="auto"))
+assert status == 200, body
+counted_cut = json.loads(body)["input_tokens"]
+status, _, body = call("/v1/responses/input_tokens", past_ask)
+assert status == 200, body
+counted_whole = json.loads(body)["input_tokens"]
 status, _, body = call("/v1/responses", dict(past_ask, truncation="auto"))
 cut = json.loads(body)
 assert status == 200 and cut["truncation"] == "auto", body
 status, _, body = call("/tokenize", {"prompt": "x"})
 assert cut["usage"]["input_tokens"] + 8 <= json.loads(body)["max_model_len"], (cut["usage"], body)
 assert cut["usage"]["input_tokens"] > json.loads(body)["max_model_len"] // 2, cut["usage"] # (only what must go)
+# Counted as it would run: cut the same way (before the turn joined the
+# conversation), and uncut without truncation.
+assert counted_cut == cut["usage"]["input_tokens"], (counted_cut, cut["usage"])
+assert counted_whole > cut["usage"]["input_tokens"] + 8, counted_whole
 refused(400, path="/v1/responses", body=dict(past_ask, truncation="middle"), says='"truncation"')
 status, _, body = call(conv_at, method="DELETE")
 assert status == 200 and json.loads(body) == {"id": conv["id"], "object": "conversation.deleted", "deleted": True}
