@@ -376,6 +376,8 @@ std::variant<std::vector<form_part>, api_error> parse_multipart(std::string_view
   for (std::size_t p = at + dash.size();;) {
     if (body.substr(p).starts_with("--"))
       return parts; // the final boundary (what follows is an epilogue)
+    if (parts.size() == max_form_parts)
+      return bad_request("multipart body: more than " + std::to_string(max_form_parts) + " parts");
     while (p < size && blank(body[p]))
       ++p;
     if (p < size && body[p] == '\r')
@@ -713,17 +715,18 @@ std::variant<std::vector<batch_line>, std::vector<batch_line_error>> read_batch_
     const auto eol = content.find('\n');
     auto line = content.substr(0, eol);
     content = eol == std::string_view::npos ? std::string_view{} : content.substr(eol + 1);
-    if (line.find_first_not_of(" \t\r") != std::string_view::npos)
-      given.emplace_back(number, line);
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos)
+      continue;
+    if (given.size() == max_batch_lines) // (counted no further: a hostile file's lines are not all kept)
+      return std::vector<batch_line_error>{{"too_many_requests",
+                                            "the input file holds more than " + std::to_string(max_batch_lines)
+                                              + " requests, the most a batch takes",
+                                            "", 0}};
+    given.emplace_back(number, line);
   }
   using errors = std::vector<batch_line_error>;
   if (given.empty())
     return errors{{"empty_file", "the input file holds no requests (one JSON object a line)", "", 0}};
-  if (given.size() > max_batch_lines)
-    return errors{{"too_many_requests",
-                   "the input file holds " + std::to_string(given.size()) + " requests; a batch takes at most "
-                     + std::to_string(max_batch_lines),
-                   "", 0}};
   std::vector<batch_line> lines;
   errors wrong;
   std::unordered_map<std::string, std::size_t> seen; // custom_id: its line

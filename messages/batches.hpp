@@ -34,6 +34,9 @@ struct form_part {
   std::string body;
 };
 
+/// Most parts a multipart body may hold (an upload needs two).
+inline constexpr std::size_t max_form_parts = 16;
+
 /// Reads a multipart/form-data body into its parts. `content_type` is the
 /// request's Content-Type header value; its boundary parameter (quoted or
 /// not) frames the body. Line ends are CRLF (bare LF is taken too); a

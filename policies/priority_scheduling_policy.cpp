@@ -30,7 +30,7 @@ schedule_decision priority_scheduling_policy::schedule(const schedule_input& in)
   std::stable_sort(order_.begin(), order_.end(),
                    [&](std::size_t a, std::size_t b) { return in.waiting[a].priority > in.waiting[b].priority; });
   // Admits in order until one does not fit; its place in order_ (or the end).
-  const auto admit_all = [&](batch_admission& batch, schedule_decision& d) {
+  const auto admit_until_blocked = [&](batch_admission& batch, schedule_decision& d) {
     std::size_t k = 0;
     while (k < order_.size() && batch.admit(in.waiting[order_[k]], d))
       ++k;
@@ -38,29 +38,45 @@ schedule_decision priority_scheduling_policy::schedule(const schedule_input& in)
   };
   schedule_decision out;
   batch_admission batch{in};
-  const auto blocked = admit_all(batch, out);
+  const auto blocked = admit_until_blocked(batch, out);
   if (!preempt_ || blocked == order_.size())
     return out;
+  // Whether the blocked request (with those before it) fits once `room`'s
+  // requests leave the batch.
+  const auto fits_after = [&](const schedule_input& room, std::uint64_t leaving) {
+    schedule_decision d;
+    batch_admission freed{room, leaving};
+    return admit_until_blocked(freed, d) > blocked;
+  };
+  // Requests chosen before and still leaving: where their pages and places
+  // let it in, it waits for them (no second victim for the same room).
+  auto room = in;
+  std::uint64_t leaving = 0;
+  for (const auto& r : in.running)
+    if (r.leaving) {
+      room.limits.free_pages += r.pages;
+      ++leaving;
+    }
+  if (leaving > 0 && fits_after(room, leaving))
+    return out;
   // Running requests of a lower priority than the blocked one, in the order
-  // they give way; the fewest of them that let it (and those before it) in.
+  // they give way; the fewest of them that let it in are preempted now, and
+  // it is admitted once they have left (a later decision).
   const auto& first = in.waiting[order_[blocked]];
   std::vector<const running_view*> victims;
   for (const auto& r : in.running)
-    if (r.started && r.priority < first.priority)
+    if (r.started && !r.leaving && r.priority < first.priority)
       victims.push_back(&r);
   std::sort(victims.begin(), victims.end(), gives_way_before);
-  auto room = in;
   for (std::size_t n = 1; n <= victims.size(); ++n) {
     room.limits.free_pages += victims[n - 1]->pages;
-    schedule_decision d;
-    batch_admission freed{room, n};
-    if (admit_all(freed, d) <= blocked)
+    if (!fits_after(room, leaving + n))
       continue;
     for (std::size_t i = 0; i < n; ++i)
-      d.squash.push_back(victims[i]->request_id);
-    return d;
+      out.squash.push_back(victims[i]->request_id);
+    break;
   }
-  return out; // (no preemption lets it in: it waits, as under fcfs)
+  return out; // (where no preemption lets it in, it waits, as under fcfs)
 }
 
 void priority_scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {

@@ -2,9 +2,12 @@
 // "priority"): waiting requests are admitted by their `priority` (the
 // wire's, higher first: docs/protocol.md), then in arrival order, stopping
 // at the first that does not fit, as fcfs does. Where that request does not
-// fit and running requests of a lower priority have run a step, the lowest
-// of them (the latest arrival first among equals) are preempted, recomputed
-// later, until it fits: a request never waits behind less urgent ones.
+// fit and running requests of a lower priority have run a step, the fewest
+// of them that make room for it are preempted (recomputed later): the
+// lowest priority first, the latest arrival first among equals; it is
+// admitted by a later decision, once they have left, and while requests
+// chosen before are still leaving with room enough, no other is chosen. A
+// request never waits for long behind less urgent ones.
 // Requests of one priority are served exactly as fcfs serves them. Running
 // requests short of pages (on-demand reservation) give way the same way:
 // the lowest priority first.

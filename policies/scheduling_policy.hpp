@@ -70,6 +70,9 @@ struct running_view {
   std::uint64_t adapter_pages = 0;
   double arrival_s = 0;               ///< first arrival, on the scheduler's clock
   std::int32_t priority = 0;          ///< the request's own (the wire's): higher is more urgent
+  /// Chosen for preemption already (squashed or swapped out when its step
+  /// ends): its pages are on their way back, not yet free.
+  bool leaving = false;
   /// It has run at least one step since it was (re)admitted; preempting one
   /// that has not would undo an admission before it made any progress.
   bool started = false;

@@ -484,7 +484,7 @@ http_options read_http(section s) {
                 "chat_system", "chat_user", "chat_assistant", "chat_generation", "chat_stop", "chat_tools",
                 "chat_tool_call", "chat_tool_result", "chat_tool_arguments", "reasoning_parser",
                 "request_chat_template", "generation_config", "response_store_mb", "conversation_store_mb", "store_dir", "file_store_mb",
-                "batch_concurrency", "batch_priority"});
+                "batch_concurrency", "batch_priority", "store_sync"});
   o.listen = s.text("listen", o.listen);
   s.require("listen", o.listen.empty() || valid_host_port(o.listen, 0),
             "must be \"host:port\" (an IP address or localhost, port 0..65535; 0: any free port), or empty for "
@@ -503,6 +503,7 @@ http_options read_http(section s) {
   o.response_store_mb = s.u32("response_store_mb", o.response_store_mb, 0);
   o.conversation_store_mb = s.u32("conversation_store_mb", o.conversation_store_mb, 0);
   o.store_dir = s.text("store_dir", o.store_dir);
+  o.store_sync = s.flag("store_sync", o.store_sync);
   o.file_store_mb = s.u32("file_store_mb", o.file_store_mb, 0);
   o.batch_concurrency = s.u32("batch_concurrency", o.batch_concurrency, 1);
   o.batch_priority = s.i32("batch_priority", o.batch_priority);

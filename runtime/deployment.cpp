@@ -215,12 +215,14 @@ deployment::start(const deployment_options& opts) {
       if (hc.model.empty()) // a path ending in '/'
         hc.model = std::filesystem::path(opts.model.path).lexically_normal().parent_path().filename().string();
       hc.max_body_bytes = opts.server.max_frame_bytes;
+      hc.max_frame_bytes = opts.server.max_frame_bytes;
       hc.max_connections = opts.http.max_connections;
       hc.api_keys = opts.http.api_keys;
       hc.adapter_updates = opts.http.adapter_updates;
       hc.response_store_bytes = std::size_t{opts.http.response_store_mb} << 20;
       hc.conversation_store_bytes = std::size_t{opts.http.conversation_store_mb} << 20;
       hc.store_dir = opts.http.store_dir;
+      hc.store_sync = opts.http.store_sync;
       hc.file_store_bytes = std::size_t{opts.http.file_store_mb} << 20;
       hc.batch_concurrency = opts.http.batch_concurrency;
       hc.batch_priority = opts.http.batch_priority;

@@ -243,6 +243,8 @@ struct http_front::impl : zmq_io::owned_socket {
   /// The server drains: no batch line is taken, and one the stop cut short
   /// is left to run again (a restart with store_dir resumes it).
   bool batches_held = false;
+  bool pumping = false;
+  bool pump_again = false;
   /// Writes a batch's state to store_dir (none: memory only).
   std::function<void(const std::string&, const openai::batch&)> write_batch;
 
@@ -296,10 +298,10 @@ struct http_front::impl : zmq_io::owned_socket {
   /// the bounds drop some. A response a crash left running is kept as
   /// failed. An error ("" for none) where the directories cannot be used.
   std::string keep_on_disk(const std::string& dir) {
-    auto response_files = kept_files::open(std::filesystem::path(dir) / "responses");
+    auto response_files = kept_files::open(std::filesystem::path(dir) / "responses", cfg.store_sync);
     if (auto* why = std::get_if<std::string>(&response_files))
       return *why;
-    auto conversation_files = kept_files::open(std::filesystem::path(dir) / "conversations");
+    auto conversation_files = kept_files::open(std::filesystem::path(dir) / "conversations", cfg.store_sync);
     if (auto* why = std::get_if<std::string>(&conversation_files))
       return *why;
     const auto files = std::make_shared<std::pair<kept_files, kept_files>>(
@@ -362,10 +364,10 @@ struct http_front::impl : zmq_io::owned_socket {
   /// batch that was running goes on from the lines it had written), then
   /// written through.
   std::string keep_batches_on_disk(const std::string& dir) {
-    auto file_dir = kept_files::open(std::filesystem::path(dir) / "files");
+    auto file_dir = kept_files::open(std::filesystem::path(dir) / "files", cfg.store_sync);
     if (auto* why = std::get_if<std::string>(&file_dir))
       return *why;
-    auto batch_dir = kept_files::open(std::filesystem::path(dir) / "batches");
+    auto batch_dir = kept_files::open(std::filesystem::path(dir) / "batches", cfg.store_sync);
     if (auto* why = std::get_if<std::string>(&batch_dir))
       return *why;
     const auto kept = std::make_shared<std::pair<kept_files, kept_files>>(std::get<kept_files>(std::move(file_dir)),
@@ -377,12 +379,18 @@ struct http_front::impl : zmq_io::owned_socket {
       else
         ++skipped;
     }
+    std::vector<std::pair<std::string, openai::batch>> read;
     for (auto& [id, text] : kept->second.read_all()) {
       if (auto b = openai::batch_store::from_text(text))
-        batches.put(id, std::move(*b));
+        read.emplace_back(id, std::move(*b));
       else
         ++skipped;
     }
+    // In the order they were made (the files' is the order they were last written).
+    std::stable_sort(read.begin(), read.end(),
+                     [](const auto& a, const auto& b) { return a.second.created_at < b.second.created_at; });
+    for (auto& [id, b] : read)
+      batches.put(id, std::move(b));
     if (skipped > 0)
       spdlog::warn("http: {} files under {} are no file or batch; left as they are", skipped, dir);
     const auto write = [](const kept_files& f, const std::string& id, const std::string& text) {
@@ -668,6 +676,17 @@ struct http_front::impl : zmq_io::owned_socket {
     }
   }
 
+  /// A frame the intake would refuse for its size (its refusal names no
+  /// request, so none would wait for it): the 413 to answer instead.
+  std::optional<openai::api_error> oversized(const std::string& frame) const {
+    if (frame.size() <= cfg.max_frame_bytes)
+      return std::nullopt;
+    return api_error_of(413, "invalid_request_error", "frame_too_large",
+                        "the request as the engine takes it is " + std::to_string(frame.size())
+                          + " bytes, over the limit of " + std::to_string(cfg.max_frame_bytes)
+                          + " ([server] max_frame_bytes)");
+  }
+
   /// Sends a wire frame; false when ZeroMQ would not take it.
   bool send(const std::string& frame) {
     const bool ok = zmq_send(socket, frame.data(), frame.size(), ZMQ_DONTWAIT) >= 0;
@@ -777,15 +796,23 @@ struct http_front::impl : zmq_io::owned_socket {
     beast::flat_buffer buffer;
     for (;;) {
       http::request_parser<http::string_body> parser;
-      parser.body_limit(cfg.max_body_bytes);
+      // (Beast holds a Content-Length to the limit as it reads the header:
+      // the largest one any request may have then, each its own after.)
+      parser.body_limit(std::max<std::uint64_t>(cfg.max_body_bytes, cfg.file_store_bytes));
       stream.expires_after(std::chrono::seconds(300)); // an idle keep-alive connection
       boost::system::error_code ec;
       co_await http::async_read_header(stream, buffer, parser, asio::redirect_error(asio::use_awaitable, ec));
       // An upload (POST /v1/files) may be as large as the file store.
       std::uint64_t limit = cfg.max_body_bytes;
-      if (!ec && parser.get().method() == http::verb::post && std::string_view(parser.get().target().data(), parser.get().target().size()).starts_with("/v1/files"))
-        limit = std::max<std::uint64_t>(limit, cfg.file_store_bytes);
+      if (!ec && parser.get().method() == http::verb::post
+          && std::string_view(parser.get().target().data(), parser.get().target().size()).starts_with("/v1/files")) {
+        const auto key = parser.get()[http::field::authorization];
+        if (openai::authorized(std::string_view(key.data(), key.size()), cfg.api_keys)) // (else 401 after a small body)
+          limit = std::max<std::uint64_t>(limit, cfg.file_store_bytes);
+      }
       parser.body_limit(limit);
+      if (!ec && parser.content_length() && *parser.content_length() > limit)
+        ec = http::error::body_limit;
       if (!ec && beast::iequals(parser.get()[http::field::expect], "100-continue")) {
         // curl asks before sending a body over 1 KiB, and waits a second
         // for the answer if none comes.
@@ -1439,6 +1466,11 @@ struct http_front::impl : zmq_io::owned_socket {
     /// `answer` told each one's prompt), or the error to answer (the rest
     /// cancelled).
     asio::awaitable<std::optional<openai::api_error>> start(any_answer& answer) {
+      for (const auto& frame : p.c.frames)
+        if (auto e = front.oversized(frame)) {
+          std::fill(ended.begin(), ended.end(), 1);
+          co_return p.named(std::move(*e));
+        }
       for (std::size_t k = 0; k < n; ++k)
         if (!front.send(p.c.frames[k])) {
           std::fill(ended.begin() + static_cast<std::ptrdiff_t>(k), ended.end(), 1);
@@ -1483,6 +1515,8 @@ struct http_front::impl : zmq_io::owned_socket {
           co_return stopping();
         }
         const auto k = index.at(reply_id(*r));
+        if (ended[k])
+          continue; // (a cancel's answer for a choice that had ended)
         if (auto* d = std::get_if<wire::done_reply>(&*r)) {
           out[k] = std::move(*d);
           ended[k] = 1;
@@ -1537,6 +1571,8 @@ struct http_front::impl : zmq_io::owned_socket {
       co_return co_await beam_answer(stream, version, keep, c, p.base);
     if (as_response && as_response->background) {
       // Answered now, "queued"; run_background keeps its status as it runs.
+      if (auto e = oversized(c.frames.at(0)))
+        co_return co_await fail(p.named(std::move(*e)));
       auto w = std::make_shared<waiter>(io);
       const auto& wire_id = c.ids.at(0); // a response is one choice
       pending[wire_id] = w;
@@ -1679,6 +1715,21 @@ struct http_front::impl : zmq_io::owned_socket {
   void pump_batches() {
     if (stopped)
       return;
+    // (A line's coroutine may run to its end inside co_spawn, calling this
+    // again: that call asks for another round rather than nesting.)
+    if (pumping) {
+      pump_again = true;
+      return;
+    }
+    pumping = true;
+    do {
+      pump_again = false;
+      pump_round();
+    } while (pump_again && !stopped);
+    pumping = false;
+  }
+
+  void pump_round() {
     const auto now = unix_now();
     for (auto& [id, b] : batches.all()) {
       if (b->status != "in_progress" && b->status != "cancelling")
@@ -1757,7 +1808,9 @@ struct http_front::impl : zmq_io::owned_socket {
 
   /// Runs line `i` of batch `id` as its endpoint's request would run, and
   /// writes its answer (or error) to the batch's output (or error) file.
-  asio::awaitable<void> run_batch_line(std::string id, std::size_t i) {
+  // (Not inlined into its caller: GCC 12 then takes the coroutine frame's
+  // own operator delete for a mismatch with the new that made it.)
+  [[gnu::noinline]] asio::awaitable<void> run_batch_line(std::string id, std::size_t i) {
     std::string custom_id;
     std::string body;
     api kind = api::completions;
@@ -1776,7 +1829,10 @@ struct http_front::impl : zmq_io::owned_socket {
       } else {
         const auto& p = std::get<prepared>(made);
         request_id = p.base;
-        if (auto refused = batch_refusal(p)) {
+        const auto* now = batches.find(id);
+        if (now == nullptr || now->status == "cancelling" || batch_runs[id].expiring) {
+          cut = true; // cancelled, or out of its window, while it was read: not run
+        } else if (auto refused = batch_refusal(p)) {
           out = std::move(*refused);
         } else {
           call k(*this, p);
@@ -1818,7 +1874,7 @@ struct http_front::impl : zmq_io::owned_socket {
         ++b->completed;
       }
       b->finished[i] = 1;
-      persist_batch(id, *b, false);
+      persist_batch(id, *b, batches_held); // (while the server drains, every answer is written)
     }
     pump_batches();
   }
@@ -1843,6 +1899,17 @@ struct http_front::impl : zmq_io::owned_socket {
       return openai::bad_request("file " + c.input_file_id + " has purpose \"" + f->purpose
                                    + "\": a batch's input is a file uploaded with purpose \"batch\"",
                                  "input_file_id");
+    // The lines of running batches are held apart from the files they came
+    // from: as many bytes of them as the file store holds, at most.
+    std::size_t held = 0;
+    for (const auto& [other, running] : batches.all())
+      for (const auto& line : running->lines)
+        held += line.body.size() + line.custom_id.size();
+    if (held + f->content.size() > cfg.file_store_bytes)
+      return api_error_of(429, "invalid_request_error", "batch_queue_full",
+                          "the batches running hold " + std::to_string(held) + " bytes of requests; with this one's "
+                            + std::to_string(f->content.size()) + " that would pass [http] file_store_mb ("
+                            + std::to_string(cfg.file_store_bytes) + " bytes): create it once some have ended");
     const auto now = unix_now();
     openai::batch b;
     b.endpoint = c.endpoint;

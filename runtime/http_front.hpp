@@ -27,6 +27,9 @@ struct http_front_config {
   std::string model;
   /// Larger request bodies get 413.
   std::uint64_t max_body_bytes = 1 << 20;
+  /// The intake's limit on a wire frame: a request whose frame is larger
+  /// gets 413 (the intake would refuse it without naming it).
+  std::uint64_t max_frame_bytes = 1 << 20;
   /// Connections open at once; past it a new one gets 503 and is closed.
   std::uint32_t max_connections = 256;
   /// Keys a client must send ("Authorization: Bearer KEY") for /v1/ paths;
@@ -51,6 +54,8 @@ struct http_front_config {
   /// A directory the stores are written through to, and read back from at
   /// start ("": memory only).
   std::string store_dir;
+  /// Each of store_dir's writes reaches the disk before the front goes on.
+  bool store_sync = false;
   /// How POST /v1/chat/completions renders messages; none: not served,
   /// for the reason `no_chat` gives.
   std::optional<openai::chat_template> chat;

@@ -7,6 +7,9 @@
 #include <sstream>
 #include <system_error>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 namespace troupe {
 
 namespace {
@@ -21,7 +24,7 @@ bool valid_id(std::string_view id) {
 
 } // namespace
 
-std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir) {
+std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir, bool sync) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec)
@@ -35,7 +38,7 @@ std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir
       std::filesystem::remove(it->path(), ignored);
     }
   ec.clear();
-  kept_files files(std::move(dir));
+  kept_files files(std::move(dir), sync);
   std::string why;
   if (!files.write("write-check", "{}", why))
     return why;
@@ -51,16 +54,30 @@ bool kept_files::write(const std::string& id, std::string_view text, std::string
   const auto path = dir_ / (id + std::string(suffix));
   auto temp = path;
   temp += ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.flush();
-    if (!out) {
-      why = "cannot write " + temp.string() + ": " + std::strerror(errno);
-      std::error_code ignored;
-      std::filesystem::remove(temp, ignored);
-      return false;
-    }
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    why = "cannot write " + temp.string() + ": " + std::strerror(errno);
+    return false;
+  }
+  bool ok = true;
+  for (std::size_t done = 0; ok && done < text.size();) {
+    const auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0)
+      done += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR)
+      ok = false;
+  }
+  // With sync, the bytes are on the disk before the name points at them.
+  if (ok && sync_ && ::fsync(fd) != 0)
+    ok = false;
+  const int saved = errno;
+  if (::close(fd) != 0 && ok)
+    ok = false;
+  if (!ok) {
+    why = "cannot write " + temp.string() + ": " + std::strerror(saved != 0 ? saved : errno);
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    return false;
   }
   std::error_code ec;
   std::filesystem::rename(temp, path, ec);
@@ -69,14 +86,26 @@ bool kept_files::write(const std::string& id, std::string_view text, std::string
     std::filesystem::remove(temp, ec);
     return false;
   }
+  if (sync_)
+    sync_dir();
   return true;
+}
+
+void kept_files::sync_dir() const {
+  // The rename (or the removal) itself on the disk: the directory synced.
+  const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
 }
 
 void kept_files::remove(const std::string& id) const {
   if (!valid_id(id))
     return;
-  std::error_code ignored;
-  std::filesystem::remove(dir_ / (id + std::string(suffix)), ignored);
+  std::error_code ec;
+  if (std::filesystem::remove(dir_ / (id + std::string(suffix)), ec) && sync_)
+    sync_dir();
 }
 
 std::vector<std::pair<std::string, std::string>> kept_files::read_all() const {

@@ -18,7 +18,9 @@ public:
   /// The directory `dir`, made where it is missing (temporaries a crash
   /// left in it removed); an error naming it and saying why where it cannot
   /// be made or written.
-  static std::variant<kept_files, std::string> open(std::filesystem::path dir);
+  /// With `sync`, each write and removal reaches the disk (fsync of the
+  /// file, then of the directory) before it returns.
+  static std::variant<kept_files, std::string> open(std::filesystem::path dir, bool sync = false);
 
   /// Writes `text` as the file of `id` (letters, digits, '_' and '-' only:
   /// ids the front made). False, with `why` set, where it could not.
@@ -32,8 +34,10 @@ public:
   const std::filesystem::path& dir() const noexcept { return dir_; }
 
 private:
-  explicit kept_files(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  kept_files(std::filesystem::path dir, bool sync) : dir_(std::move(dir)), sync_(sync) {}
+  void sync_dir() const;
   std::filesystem::path dir_;
+  bool sync_ = false;
 };
 
 } // namespace troupe

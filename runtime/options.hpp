@@ -63,6 +63,10 @@ struct http_options {
   /// priorities ([scheduler] policy "priority") serves them first.
   std::int32_t batch_priority = -1;
   std::string store_dir;
+  /// Each store_dir write reaches the disk (fsync) before the front goes
+  /// on: a crash of the machine loses nothing written, and each write waits
+  /// for the disk.
+  bool store_sync = false;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face
   /// template of model.path: chat_template.jinja or tokenizer_config.json),

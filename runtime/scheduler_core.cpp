@@ -440,6 +440,7 @@ scheduler_effects scheduler_core::admit(double now_s) {
     v.adapter_pages = r.spec.adapter_pages;
     v.arrival_s = r.spec.arrival_s;
     v.priority = r.spec.priority;
+    v.leaving = r.squash_requested || r.swap_requested;
     // One already chosen for preemption (waiting for its step) is not
     // offered again.
     v.started = r.stepped && !r.squash_requested && !r.swap_requested;

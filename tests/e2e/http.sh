@@ -1273,6 +1273,23 @@ for key in ("k-1", "k-2"):
 status, _, text = call("/v1/completions", "k-2", {"model": "demo", "prompt": "x", "max_tokens": 2})
 assert status == 200 and json.loads(text)["usage"]["completion_tokens"] == 2, text
 assert call("/health")[0] == 200 and call("/metrics")[0] == 200, "health and metrics need no key"
+# An upload as large as the file store is taken from a client with a key
+# only: without one, the usual body limit (nothing large is read first).
+big = urllib.request.Request(base + "/v1/files", data=b"x" * (2 << 20), method="POST",
+                             headers={"Content-Type": "multipart/form-data; boundary=b"})
+try:
+    urllib.request.urlopen(big, timeout=30)
+    assert False, "a large upload without a key was read"
+except urllib.error.HTTPError as e:
+    assert e.code == 413, e.code
+except (ConnectionError, urllib.error.URLError):
+    pass  # (the answer may come while the body is still being sent)
+big.add_header("Authorization", "Bearer k-1")
+try:
+    urllib.request.urlopen(big, timeout=30)
+    assert False, "not multipart: refused"
+except urllib.error.HTTPError as e:
+    assert e.code == 400 and "multipart" in json.loads(e.read())["error"]["message"], e.code
 status, _, text = call("/v1/chat/completions", "k-1", {"model": "demo", "max_tokens": 2,
                                                       "messages": [{"role": "user", "content": "x"}]})
 status_t, _, rendered = call("/tokenize", "k-1", {"prompt": "[INST] x [/INST]"})
@@ -1544,14 +1561,15 @@ def outputs(file_id):
     return [json.loads(l) for l in text.decode().splitlines()]
 
 # A batch answered as the requests alone are; the refused line in the error file.
-rows = [chat("a", "Hello"), chat("b", "Tell me more"), chat("c", "x", max_tokens=-5)]
+rows = [chat("a", "Hello"), chat("b", "Tell me more"), chat("c", "x", max_tokens=-5),
+        chat("d", "x" * 1100000)]  # (its frame past the intake's limit: 413, not a line waiting for ever)
 status, f = upload(lines(rows))
 assert status == 200 and f["object"] == "file" and f["purpose"] == "batch" and f["bytes"] == len(lines(rows)), f
 assert get("/v1/files/" + f["id"]) == f
 status, kind, raw = request("/v1/files/" + f["id"] + "/content")
 assert raw == lines(rows), raw
 b = ended(batch(f["id"]))
-assert b["status"] == "completed" and b["request_counts"] == {"total": 3, "completed": 2, "failed": 1}, b
+assert b["status"] == "completed" and b["request_counts"] == {"total": 4, "completed": 2, "failed": 2}, b
 assert b["metadata"] == {"job": "e2e"} and b["input_file_id"] == f["id"], b
 out = {o["custom_id"]: o for o in outputs(b["output_file_id"])}
 for r in rows[:2]:
@@ -1559,9 +1577,12 @@ for r in rows[:2]:
     got = out[r["custom_id"]]["response"]
     assert got["status_code"] == 200 and got["body"]["choices"] == alone["choices"], (got, alone)
     assert out[r["custom_id"]]["id"].startswith("batch_req_") and out[r["custom_id"]]["error"] is None
-[err] = outputs(b["error_file_id"])
-assert err["custom_id"] == "c" and err["response"]["status_code"] == 400, err
+errs = {e["custom_id"]: e for e in outputs(b["error_file_id"])}
+err = errs["c"]
+assert err["response"]["status_code"] == 400, err
 assert "max_tokens" in err["response"]["body"]["error"]["message"], err
+assert errs["d"]["response"]["status_code"] == 413, errs["d"]["response"]["status_code"]
+assert errs["d"]["response"]["body"]["error"]["code"] == "frame_too_large", errs["d"]
 assert get("/v1/files/" + b["output_file_id"])["purpose"] == "batch_output"
 
 # The Responses API in a batch; a line for another endpoint fails the batch at once.

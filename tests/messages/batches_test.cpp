@@ -592,7 +592,7 @@ TEST(batch_input, empty_too_large_and_very_bad_files_are_refused_as_a_whole_or_t
   ASSERT_EQ(e.size(), 1u);
   EXPECT_EQ(e[0].code, "too_many_requests");
   EXPECT_EQ(e[0].line, 0u);
-  EXPECT_NE(e[0].message.find("50001"), std::string::npos) << e[0].message;
+  EXPECT_NE(e[0].message.find("more than 50000"), std::string::npos) << e[0].message;
   many.clear();
   for (std::size_t k = 0; k < max_batch_lines; ++k)
     many += R"({"custom_id": "r)" + std::to_string(k) + R"(", "method": "POST", "url": "/v1/completions", "body": {}})"
@@ -790,6 +790,16 @@ TEST(batch_lines, run_at_the_batch_priority_unless_they_give_their_own) {
   EXPECT_EQ(with_default_priority(R"({"model":"m","priority":7})", -1), R"({"model":"m","priority":7})")
     << "a line's own priority stands";
   EXPECT_EQ(with_default_priority(R"({"model":"m"})", 0), R"({"model":"m"})") << "0 is the default: nothing added";
+}
+
+TEST(multipart, more_parts_than_an_upload_needs_are_refused) {
+  std::string body;
+  for (std::size_t k = 0; k <= max_form_parts; ++k)
+    body += "--b\r\nContent-Disposition: form-data; name=\"p" + std::to_string(k) + "\"\r\n\r\nv\r\n";
+  body += "--b--\r\n";
+  const auto r = parse_multipart("multipart/form-data; boundary=b", body);
+  ASSERT_TRUE(std::holds_alternative<api_error>(r));
+  EXPECT_NE(std::get<api_error>(r).message.find("more than 16 parts"), std::string::npos);
 }
 
 } // namespace

@@ -3,8 +3,9 @@
 // in order, and those preempted: higher priority first, arrival order within
 // one, the stop at the first that does not fit; the fewest running requests
 // of a lower priority (the lowest first, then the latest) preempted so that
-// it fits, none of the same or a higher priority, none that has not run a
-// step; with preemption off, admission order alone; one priority throughout
+// it fits once they leave, none of the same or a higher priority, none that
+// has not run a step, no second victim while the first ones' room is on its
+// way; with preemption off, admission order alone; one priority throughout
 // is fcfs's decision; growth on demand takes the lowest priority first;
 // configure().
 #include "policies/fcfs_scheduling_policy.hpp"
@@ -35,9 +36,12 @@ waiting_view w(std::uint64_t id, std::uint32_t prompt, std::int32_t priority, do
 }
 
 /// A running request holding `pages`, of `priority`, arrived at `arrival`,
-/// that has run a step unless `started` is false.
-running_view r(std::uint64_t id, std::uint64_t pages, std::int32_t priority, double arrival = 0, bool started = true) {
+/// that has run a step unless `started` is false; `leaving`: chosen for
+/// preemption by an earlier decision.
+running_view r(std::uint64_t id, std::uint64_t pages, std::int32_t priority, double arrival = 0, bool started = true,
+               bool leaving = false) {
   running_view v;
+  v.leaving = leaving;
   v.request_id = id;
   v.pages = pages;
   v.priority = priority;
@@ -66,20 +70,25 @@ TEST(priority_scheduling_policy, admits_by_priority_and_preempts_the_least_urgen
      {w(1, 16, -1, 0), w(2, 16, 0, 1)}, {}, 100, 64, {2, 1}, {}},
     {"stops at the first that does not fit, no backfilling past it",
      {w(1, 16, 5, 0), w(2, 48, 3, 1), w(3, 16, 0, 2)}, {}, 3, 64, {1}, {}},
+    // A blocked request is admitted by a later decision, once its victims have left.
     {"a blocked request preempts the lowest priority running, the latest arrival first among equals",
-     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, -1, 2), r(12, 2, 0, 3)}, 0, 64, {1}, {11}},
+     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, -1, 2), r(12, 2, 0, 3)}, 0, 64, {}, {11}},
     {"as many as it takes, in order",
-     {w(1, 48, 5)}, {r(10, 2, 0, 1), r(11, 2, -1, 2), r(12, 2, 0, 3)}, 0, 64, {1}, {11, 12}},
+     {w(1, 48, 5)}, {r(10, 2, 0, 1), r(11, 2, -1, 2), r(12, 2, 0, 3)}, 0, 64, {}, {11, 12}},
     {"the running cap: one leaving makes room",
-     {w(1, 16, 1)}, {r(10, 1, 0, 1), r(11, 1, 0, 2)}, 100, 2, {1}, {11}},
+     {w(1, 16, 1)}, {r(10, 1, 0, 1), r(11, 1, 0, 2)}, 100, 2, {}, {11}},
+    {"victims still leaving that make room: it waits for them, no second victim",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1, false, true), r(11, 2, 0, 2)}, 0, 64, {}, {}},
+    {"victims still leaving that do not make room: more are chosen",
+     {w(1, 48, 5)}, {r(10, 2, 0, 1, false, true), r(11, 2, 0, 2)}, 0, 64, {}, {11}},
     {"never one of the same or a higher priority",
      {w(1, 16, 0)}, {r(10, 2, 0, 1), r(11, 2, 3, 2)}, 0, 64, {}, {}},
     {"never one that has not run a step since its admission",
      {w(1, 16, 5)}, {r(10, 2, 0, 1, false)}, 0, 64, {}, {}},
     {"nothing preempted where all the lower ones would not make room",
      {w(1, 80, 5)}, {r(10, 2, 0, 1), r(11, 2, 0, 2)}, 0, 64, {}, {}},
-    {"the requests before the blocked one are admitted with it",
-     {w(1, 16, 5, 0), w(2, 16, 4, 1), w(3, 16, 0, 2)}, {r(10, 2, 0, 0), r(11, 2, 1, 1)}, 2, 64, {1, 2}, {10}},
+    {"those before the blocked one are admitted at once, those after it wait",
+     {w(1, 16, 5, 0), w(2, 16, 4, 1), w(3, 16, 0, 2)}, {r(10, 2, 0, 0), r(11, 2, 1, 1)}, 2, 64, {1}, {10}},
     {"preemption off: admission order alone",
      {w(1, 16, 5)}, {r(10, 2, 0, 1)}, 0, 64, {}, {}, false},
   };

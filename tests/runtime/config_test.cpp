@@ -495,6 +495,8 @@ max_connections = 8
   EXPECT_EQ(parse_ok("[http]\nbatch_concurrency = 4\n").http.batch_concurrency, 4u);
   EXPECT_NE(parse_error_message("[http]\nbatch_concurrency = 0\n").find("http.batch_concurrency"), std::string::npos)
     << "a batch that could run no line would never end";
+  EXPECT_FALSE(parse_ok("").http.store_sync) << "written without waiting for the disk by default";
+  EXPECT_TRUE(parse_ok("[http]\nstore_sync = true\n").http.store_sync);
   EXPECT_EQ(parse_ok("").http.batch_priority, -1) << "below interactive requests' default";
   EXPECT_EQ(parse_ok("[http]\nbatch_priority = -20\n").http.batch_priority, -20);
   EXPECT_NE(parse_error_message("[http]\nbatch_priority = 3000000000\n").find("http.batch_priority"), std::string::npos);

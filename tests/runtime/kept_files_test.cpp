@@ -44,6 +44,23 @@ TEST(kept_files, files_are_written_whole_read_back_oldest_first_and_removed) {
   EXPECT_FALSE(std::filesystem::exists(tmp.dir() / "a" / "escape.json"));
 }
 
+TEST(kept_files, synced_files_are_written_replaced_and_removed_alike) {
+  testing::temp_dir tmp("kept_files_sync");
+  auto opened = kept_files::open(tmp.dir() / "s", true);
+  ASSERT_TRUE(std::holds_alternative<kept_files>(opened)) << std::get<std::string>(opened);
+  const auto& files = std::get<kept_files>(opened);
+  std::string why;
+  const std::string big(300000, 'x'); // (more than one write's worth on some systems)
+  ASSERT_TRUE(files.write("file_1", big, why)) << why;
+  ASSERT_TRUE(files.write("file_2", "{}", why)) << why;
+  ASSERT_TRUE(files.write("file_2", R"({"again": true})", why)) << why;
+  files.remove("file_1");
+  const auto all = files.read_all();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0], (std::pair<std::string, std::string>{"file_2", R"({"again": true})"}));
+  EXPECT_FALSE(std::filesystem::exists(files.dir() / "file_2.json.tmp"));
+}
+
 TEST(kept_files, a_directory_that_cannot_be_made_is_refused_naming_it) {
   testing::temp_dir tmp("kept_files");
   std::ofstream(tmp.dir() / "plain") << "a file";
