@@ -2,6 +2,7 @@
 
 #include "messages/conversations.hpp"
 #include "messages/responses.hpp"
+#include "messages/wire.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -141,45 +142,6 @@ std::optional<api_error> read_limit(const std::string& value, std::size_t most, 
   return std::nullopt;
 }
 
-/// Whether `s` is UTF-8 as JSON text may hold it (no overlong forms, no
-/// surrogates, nothing past U+10FFFF).
-bool is_utf8(std::string_view s) noexcept {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    std::size_t len = 0;
-    std::uint32_t cp = 0;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-      cp = c & 0x1Fu;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      cp = c & 0x0Fu;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      cp = c & 0x07u;
-    } else {
-      return false;
-    }
-    if (s.size() - i < len)
-      return false;
-    for (std::size_t k = 1; k < len; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0u) != 0x80u)
-        return false;
-      cp = (cp << 6) | (d & 0x3Fu);
-    }
-    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
-      return false;
-    i += len;
-  }
-  return true;
-}
-
 constexpr char base64_digits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 std::string base64(std::string_view s) {
@@ -240,7 +202,7 @@ std::optional<std::string> unbase64(std::string_view s) {
 /// Bytes kept in a JSON object losslessly: under `key` as a string where
 /// they are UTF-8, else under `key`_base64.
 void put_bytes(json& j, const std::string& key, std::string_view bytes) {
-  if (is_utf8(bytes))
+  if (wire::valid_utf8(bytes))
     j[key] = bytes;
   else
     j[key + "_base64"] = base64(bytes);
@@ -327,6 +289,17 @@ const char* const batch_statuses[] = {"validating", "failed",  "in_progress", "f
 json optional_time(const std::optional<std::int64_t>& t) {
   return t ? json(*t) : json();
 }
+
+/// A batch's times that are none (null) until they come, by name.
+constexpr std::array<std::pair<const char*, std::optional<std::int64_t> batch::*>, 7> batch_times{{
+  {"in_progress_at", &batch::in_progress_at},
+  {"finalizing_at", &batch::finalizing_at},
+  {"completed_at", &batch::completed_at},
+  {"failed_at", &batch::failed_at},
+  {"expired_at", &batch::expired_at},
+  {"cancelling_at", &batch::cancelling_at},
+  {"cancelled_at", &batch::cancelled_at},
+}};
 
 } // namespace
 
@@ -449,7 +422,7 @@ std::variant<std::string, api_error> file_store::upload(std::string_view content
     return bad_request("missing part \"file\": the file to upload (a part with a filename)", "file");
   if (file->filename.empty())
     return bad_request("the part \"file\" must be a file: its Content-Disposition needs a filename", "file");
-  if (!is_utf8(file->filename))
+  if (!wire::valid_utf8(file->filename))
     return bad_request("the file's name is not UTF-8 text", "file");
   if (file->body.empty())
     return bad_request("the file \"" + quoted(file->filename, 80) + "\" is empty", "file");
@@ -818,26 +791,22 @@ std::string batch_json(std::string_view id, const batch& b) {
   auto metadata = json::parse(b.metadata, nullptr, false);
   if (metadata.is_discarded())
     metadata = nullptr;
-  return dump(json{{"id", id},
-                   {"object", "batch"},
-                   {"endpoint", b.endpoint},
-                   {"errors", errors},
-                   {"input_file_id", b.input_file_id},
-                   {"completion_window", b.completion_window},
-                   {"status", b.status},
-                   {"output_file_id", b.output_file_id.empty() ? json() : json(b.output_file_id)},
-                   {"error_file_id", b.error_file_id.empty() ? json() : json(b.error_file_id)},
-                   {"created_at", b.created_at},
-                   {"in_progress_at", optional_time(b.in_progress_at)},
-                   {"expires_at", b.expires_at},
-                   {"finalizing_at", optional_time(b.finalizing_at)},
-                   {"completed_at", optional_time(b.completed_at)},
-                   {"failed_at", optional_time(b.failed_at)},
-                   {"expired_at", optional_time(b.expired_at)},
-                   {"cancelling_at", optional_time(b.cancelling_at)},
-                   {"cancelled_at", optional_time(b.cancelled_at)},
-                   {"request_counts", {{"total", b.total}, {"completed", b.completed}, {"failed", b.failed}}},
-                   {"metadata", metadata}});
+  json j{{"id", id},
+         {"object", "batch"},
+         {"endpoint", b.endpoint},
+         {"errors", errors},
+         {"input_file_id", b.input_file_id},
+         {"completion_window", b.completion_window},
+         {"status", b.status},
+         {"output_file_id", b.output_file_id.empty() ? json() : json(b.output_file_id)},
+         {"error_file_id", b.error_file_id.empty() ? json() : json(b.error_file_id)},
+         {"created_at", b.created_at},
+         {"expires_at", b.expires_at}};
+  for (const auto& [name, time] : batch_times)
+    j[name] = optional_time(b.*time);
+  j["request_counts"] = {{"total", b.total}, {"completed", b.completed}, {"failed", b.failed}};
+  j["metadata"] = metadata;
+  return dump(j);
 }
 
 std::string batch_output_line(std::string_view line_id, std::string_view custom_id, int status_code,
@@ -939,13 +908,6 @@ std::string batch_store::to_text(const batch& b) {
          {"status", b.status},
          {"created_at", b.created_at},
          {"expires_at", b.expires_at},
-         {"in_progress_at", optional_time(b.in_progress_at)},
-         {"finalizing_at", optional_time(b.finalizing_at)},
-         {"completed_at", optional_time(b.completed_at)},
-         {"failed_at", optional_time(b.failed_at)},
-         {"expired_at", optional_time(b.expired_at)},
-         {"cancelling_at", optional_time(b.cancelling_at)},
-         {"cancelled_at", optional_time(b.cancelled_at)},
          {"errors", errors},
          {"output_file_id", b.output_file_id},
          {"error_file_id", b.error_file_id},
@@ -954,6 +916,8 @@ std::string batch_store::to_text(const batch& b) {
          {"total", b.total},
          {"completed", b.completed},
          {"failed", b.failed}};
+  for (const auto& [name, time] : batch_times)
+    j[name] = optional_time(b.*time);
   put_bytes(j, "output", b.output);
   put_bytes(j, "error_output", b.error_output);
   return dump(j);
@@ -990,10 +954,8 @@ std::optional<batch> batch_store::from_text(std::string_view text) {
   if (!at("endpoint", b.endpoint) || !at("input_file_id", b.input_file_id)
       || !at("completion_window", b.completion_window) || !at("metadata", b.metadata)
       || !at("status", b.status) || !at("created_at", b.created_at) || !at("expires_at", b.expires_at)
-      || !at("in_progress_at", b.in_progress_at) || !at("finalizing_at", b.finalizing_at)
-      || !at("completed_at", b.completed_at) || !at("failed_at", b.failed_at)
-      || !at("expired_at", b.expired_at) || !at("cancelling_at", b.cancelling_at)
-      || !at("cancelled_at", b.cancelled_at) || !at("output_file_id", b.output_file_id)
+      || !std::all_of(batch_times.begin(), batch_times.end(), [&](const auto& t) { return at(t.first, b.*t.second); })
+      || !at("output_file_id", b.output_file_id)
       || !at("error_file_id", b.error_file_id) || !at("finished", finished)
       || !at("total", b.total) || !at("completed", b.completed) || !at("failed", b.failed))
     return std::nullopt;

@@ -221,6 +221,8 @@ struct batch {
   std::size_t completed = 0;
   std::size_t failed = 0;
   /// Failed, completed, expired or cancelled: nothing more happens to it.
+  /// In progress or cancelling: lines still run or are to be taken.
+  bool running() const noexcept { return status == "in_progress" || status == "cancelling"; }
   bool ended() const noexcept {
     return status == "failed" || status == "completed" || status == "expired" || status == "cancelled";
   }

@@ -239,6 +239,9 @@ struct http_front::impl : zmq_io::owned_socket {
     std::chrono::steady_clock::duration write_took{};
   };
   std::unordered_map<std::string, batch_run> batch_runs;
+  /// The running batches' ids (in progress or cancelling), oldest first:
+  /// the order their lines are taken in.
+  std::deque<std::string> running_batches;
   std::size_t batch_lines_running = 0;
   /// The server drains: no batch line is taken, and one the stop cut short
   /// is left to run again (a restart with store_dir resumes it).
@@ -390,7 +393,8 @@ struct http_front::impl : zmq_io::owned_socket {
     std::stable_sort(read.begin(), read.end(),
                      [](const auto& a, const auto& b) { return a.second.created_at < b.second.created_at; });
     for (auto& [id, b] : read)
-      batches.put(id, std::move(b));
+      if (batches.put(id, std::move(b)).running())
+        run_batch(id); // (goes on once the front serves)
     if (skipped > 0)
       spdlog::warn("http: {} files under {} are no file or batch; left as they are", skipped, dir);
     const auto write = [](const kept_files& f, const std::string& id, const std::string& text) {
@@ -889,12 +893,10 @@ struct http_front::impl : zmq_io::owned_socket {
       res.set(http::field::www_authenticate, "Bearer");
       co_return co_await reply(std::move(res));
     }
-    if (target == "/v1/completions" || target == "/v1/chat/completions" || target == "/v1/responses") {
+    if (const auto generating = endpoint_api(target)) {
       if (method != http::verb::post)
         co_return co_await reply(wrong_method("POST"));
-      const auto kind = target == "/v1/completions"        ? api::completions
-                        : target == "/v1/chat/completions" ? api::chat
-                                                           : api::responses;
+      const auto kind = *generating;
       if (kind != api::completions && !cfg.chat)
         co_return co_await reply(error_response(
           version, keep,
@@ -1679,7 +1681,7 @@ struct http_front::impl : zmq_io::owned_socket {
 
   // -- batches (OpenAI's Batch API) -------------------------------------------
 
-  /// The generating API a batch's endpoint names.
+  /// The generating API a path (a batch's endpoint) names.
   static std::optional<api> endpoint_api(std::string_view endpoint) {
     if (endpoint == "/v1/completions")
       return api::completions;
@@ -1697,7 +1699,12 @@ struct http_front::impl : zmq_io::owned_socket {
   void persist_batch(const std::string& id, const openai::batch& b, bool now) {
     if (!write_batch)
       return;
-    auto& run = batch_runs[id];
+    const auto it = batch_runs.find(id);
+    if (it == batch_runs.end()) { // (one not running: written once)
+      write_batch(id, b);
+      return;
+    }
+    auto& run = it->second;
     const auto t = std::chrono::steady_clock::now();
     const auto gap = std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(1), 20 * run.write_took);
     if (!now && t - run.written < gap) {
@@ -1708,6 +1715,12 @@ struct http_front::impl : zmq_io::owned_socket {
     run.written = std::chrono::steady_clock::now();
     run.write_took = run.written - t;
     run.dirty = false;
+  }
+
+  /// Batch `id` (made, or read back running) has its lines taken from now on.
+  void run_batch(const std::string& id) {
+    batch_runs.try_emplace(id);
+    running_batches.push_back(id);
   }
 
   /// Takes batch lines while fewer than batch_concurrency run, the oldest
@@ -1731,9 +1744,9 @@ struct http_front::impl : zmq_io::owned_socket {
 
   void pump_round() {
     const auto now = unix_now();
-    for (auto& [id, b] : batches.all()) {
-      if (b->status != "in_progress" && b->status != "cancelling")
-        continue;
+    const std::vector<std::string> order(running_batches.begin(), running_batches.end()); // (finish_batch drops from it)
+    for (const auto& id : order) {
+      auto* b = batches.find(id);
       auto& run = batch_runs[id];
       if (b->status == "in_progress" && now >= b->expires_at && !run.expiring) {
         run.expiring = true; // its lines in flight are cancelled: the rest expire
@@ -1789,8 +1802,9 @@ struct http_front::impl : zmq_io::owned_socket {
     b.finished = {};
     b.output = {};
     b.error_output = {};
-    persist_batch(id, b, true);
     batch_runs.erase(id);
+    std::erase(running_batches, id);
+    persist_batch(id, b, true);
   }
 
   /// Why a batch does not run a request it could run alone (none: it does).
@@ -1902,8 +1916,8 @@ struct http_front::impl : zmq_io::owned_socket {
     // The lines of running batches are held apart from the files they came
     // from: as many bytes of them as the file store holds, at most.
     std::size_t held = 0;
-    for (const auto& [other, running] : batches.all())
-      for (const auto& line : running->lines)
+    for (const auto& other : running_batches)
+      for (const auto& line : batches.find(other)->lines)
         held += line.body.size() + line.custom_id.size();
     if (held + f->content.size() > cfg.file_store_bytes)
       return api_error_of(429, "invalid_request_error", "batch_queue_full",
@@ -1932,9 +1946,9 @@ struct http_front::impl : zmq_io::owned_socket {
     }
     const auto id = fresh_id("batch");
     auto& kept = batches.put(id, std::move(b));
+    if (kept.running())
+      run_batch(id);
     persist_batch(id, kept, true);
-    if (kept.status != "in_progress")
-      batch_runs.erase(id);
     pump_batches();
     return openai::batch_json(id, *batches.find(id));
   }
