@@ -215,6 +215,7 @@ void sim_engine::step() {
         spec.adapter_pages = cfg_.adapter_partition_pages > 0 ? 0 : e->pages;
       }
       spec.seed = ev.arg;
+      spec.priority = r.priority;
       spec.arrival_s = sent_s_[ev.arg];
       if (cfg_.prefetcher && spec.adapter_id != 0)
         cfg_.prefetcher->on_request(spec.adapter_id, now_);

@@ -91,6 +91,8 @@ struct sim_request {
   /// earlier prompt and reply) followed by its own `prompt_tokens`.
   std::uint64_t session = 0;
   double think_s = 0;
+  /// Higher is more urgent (the wire's); the `priority` policy reads it.
+  std::int32_t priority = 0;
 };
 
 /// What happened to one request.

@@ -120,8 +120,10 @@ std::vector<workload::request_record> run_open_loop(const std::vector<workload::
       r.max_tokens = q.output_tokens;
       r.session = q.session;
       r.adapter = q.adapter == workload::none_adapter ? -1 : static_cast<std::int64_t>(q.adapter);
+      r.priority = q.priority;
       wire::generate_request g;
       g.id = r.id;
+      g.priority = q.priority;
       std::vector<std::int32_t> prompt;
       if (q.session != 0) {
         prompt = history[q.session];

@@ -47,6 +47,8 @@ void run_one(const workload::request& q, std::size_t index, const http_open_loop
                {"stream_options", {{"include_usage", true}}}};
   if (opt.ignore_eos)
     body["ignore_eos"] = true;
+  if (q.priority != 0)
+    body["priority"] = q.priority;
   auto c = http_client::connect(opt.endpoint);
   if (std::holds_alternative<std::string>(c)) {
     r.outcome = "send_failed";
@@ -138,6 +140,7 @@ std::vector<workload::request_record> run_open_loop_http(const std::vector<workl
     r.prompt_tokens = q.prompt_tokens;
     r.max_tokens = q.output_tokens;
     r.adapter = q.adapter == workload::none_adapter ? -1 : static_cast<std::int64_t>(q.adapter);
+    r.priority = q.priority;
     std::this_thread::sleep_until(t0 + std::chrono::duration_cast<clock_type::duration>(
                                          std::chrono::duration<double>(q.arrival_s * scale)));
     // The record is written by its thread alone until it counts itself done.

@@ -56,6 +56,8 @@ void usage(std::FILE* out) {
                "  --max-context N               prompt + output limit; longer prompts are cut (default 4096)\n"
                "  --adapters N --popularity P --base-fraction F   adapters lora-0..N-1 by uniform |\n"
                "                                power:A | zipf:S (default 0: base model only)\n"
+               "  --priorities MIX              priority classes P:S[,P:S...]: share S of requests sent with\n"
+               "                                priority P (e.g. 0:0.7,-1:0.3), each class reported apart\n"
                "  --time-scale X                wall s per model s (default: the config's sim time_scale, else 1)\n"
                "  --slo-ttft S --slo-tbt S      SLOs for attainment (default 0: not checked)\n"
                "  --slo-tbt-stat mean|p99       --slo-tbt on each request's mean time between tokens or its P99\n"
@@ -115,6 +117,7 @@ struct open_loop_args {
   std::uint32_t adapters = 0;
   std::string popularity = "uniform";
   double base_fraction = 0;
+  std::vector<troupe::workload::priority_share> priorities;
   double time_scale = -1;
   troupe::workload::slo target;
   std::string label = "run";
@@ -199,6 +202,7 @@ std::variant<std::vector<troupe::workload::request>, std::string> make_workload(
       return "--popularity: " + *e;
     assign_adapters(reqs, std::get<adapter_set>(set), a.base_fraction, a.seed);
   }
+  assign_priorities(reqs, a.priorities, a.seed);
   return reqs;
 }
 
@@ -313,6 +317,11 @@ int run_open_loop_mode(const std::string& config, std::string endpoint, open_loo
                 s.label.c_str(), s.offered_rate, s.finished, s.requests, s.requests_per_s, s.tokens_per_s,
                 s.ttft.p50, s.ttft.p90, s.ttft.p99, s.tbt.p50, s.tbt.p99, s.e2e.p50, s.e2e.p99, s.attainment,
                 s.pcie_bytes >= 0 ? s.pcie_bytes / 1e9 : 0.0, s.adapter_hit_rate);
+    for (const auto& c : s.classes)
+      std::printf("  priority %d: %zu/%zu ok, TTFT p50 %.3f p90 %.3f p99 %.3f s, E2E p50 %.2f p99 %.2f s, "
+                  "attainment %.3f\n",
+                  c.priority, c.finished, c.requests, c.ttft.p50, c.ttft.p90, c.ttft.p99, c.e2e.p50, c.e2e.p99,
+                  c.attainment);
     runs.push_back(s);
   }
   if (runs.size() > 1)
@@ -404,6 +413,14 @@ int main(int argc, char** argv) {
     else if (arg == "--max-context") ol.max_context = static_cast<std::uint32_t>(number(arg, value()));
     else if (arg == "--popularity") ol.popularity = value();
     else if (arg == "--base-fraction") ol.base_fraction = number(arg, value());
+    else if (arg == "--priorities") {
+      auto mix = workload::parse_priority_mix(value());
+      if (auto* e = std::get_if<std::string>(&mix)) {
+        std::fprintf(stderr, "troupe-bench: --priorities: %s\n", e->c_str());
+        return 2;
+      }
+      ol.priorities = std::get<std::vector<workload::priority_share>>(std::move(mix));
+    }
     else if (arg == "--time-scale") ol.time_scale = number(arg, value());
     else if (arg == "--slo-ttft") ol.target.ttft_s = number(arg, value());
     else if (arg == "--slo-tbt") ol.target.tbt_s = number(arg, value());

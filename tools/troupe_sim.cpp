@@ -61,6 +61,8 @@ constexpr const char* usage =
   "                        unrelated to a Zipf or Power popularity order (default blocks)\n"
   "  --popularity P        uniform | power:A | zipf:S | chameleon:A (default zipf:1)\n"
   "  --base-fraction F     share of requests without an adapter (default 0)\n"
+  "  --priorities MIX      priority classes P:S[,P:S...] (share S of requests sent with priority P, higher\n"
+  "                        more urgent; e.g. 0:0.7,-1:0.3), each class reported apart (compare fcfs and priority)\n"
   "  --model NAME          model shape preset (default llama-2-7b)\n"
   "  --gpu NAME            GPU preset (default A100-80GB)\n"
   "  --cost N=V[,N=V...]   the cost model's constants and the GPU's rates by name, as\n"
@@ -148,6 +150,7 @@ struct options {
   bool cycle_ranks = false;
   std::string popularity = "zipf:1";
   double base_fraction = 0;
+  std::vector<troupe::workload::priority_share> priorities; // --priorities
   std::string model = "llama-2-7b", gpu = "A100-80GB";
   std::uint32_t max_context = 4096;
   std::optional<std::uint32_t> rope_long_after; ///< --rope-long-after; unset: the preset's
@@ -299,6 +302,11 @@ bool parse(int argc, char** argv, options& o, std::string& err) {
       o.cycle_ranks = v == "cycle";
     }
     else if (a == "--base-fraction") { if (!need_num() || num > 1) { err = "--base-fraction must be in [0, 1]"; return false; } o.base_fraction = num; }
+    else if (a == "--priorities") {
+      auto mix = troupe::workload::parse_priority_mix(v);
+      if (auto* e = std::get_if<std::string>(&mix)) { err = "--priorities: " + *e; return false; }
+      o.priorities = std::get<std::vector<troupe::workload::priority_share>>(std::move(mix));
+    }
     else if (a == "--model") o.model = v;
     else if (a == "--gpu") o.gpu = v;
     else if (a == "--cost") {
@@ -568,6 +576,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     return 2;
   }
   workload::assign_adapters(reqs, std::get<workload::adapter_set>(set), o.base_fraction, o.seed);
+  workload::assign_priorities(reqs, o.priorities, o.seed);
   const auto sum = workload::summarize(reqs);
   std::printf("workload: %zu requests over %.0f s (%.2f req/s), prompt mean %.0f p99 %.0f, output mean %.0f p99 %.0f, "
               "%zu of %u adapters used, %zu prompts cut to %u tokens\n",
@@ -732,7 +741,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
     in.reserve(reqs.size());
     for (const auto& r : reqs)
       in.push_back({r.arrival_s, r.prompt_tokens, r.output_tokens,
-                    r.adapter == workload::none_adapter ? 0u : r.adapter + 1, r.session, r.think_s});
+                    r.adapter == workload::none_adapter ? 0u : r.adapter + 1, r.session, r.think_s, r.priority});
     result res;
     res.policy = o.setups.empty() ? name : sched_name + ":" + name;
     std::vector<sim_outcome> out;
@@ -798,6 +807,7 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
       r.ttft_s = x.ttft_s;
       r.e2e_s = x.e2e_s;
       r.queue_s = x.queue_s;
+      r.priority = in[i].priority;
       if (x.completion_tokens >= 2 && x.ttft_s >= 0)
         r.tbt_mean_s = (x.e2e_s - x.ttft_s) / static_cast<double>(x.completion_tokens - 1);
       r.tbt_p99_s = x.tbt_p99_s;
@@ -873,6 +883,15 @@ int simulate(options o, std::vector<workload::run_summary>& summaries, std::ofst
                 static_cast<double>(t.pcie_bytes) / 1e9, static_cast<double>(t.disk_bytes) / 1e9, r.ttft_p50,
                 r.ttft_p99, r.e2e_p99, r.wall_s);
   }
+  }
+  if (!o.priorities.empty()) {
+    std::printf("\n| setup | priority | requests | finished | TTFT P50 s | TTFT P90 s | TTFT P99 s | E2E P50 s | E2E P99 s | attainment |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (std::size_t i = 0; i < results.size(); ++i)
+      for (const auto& c : summaries[first_summary + i].classes)
+        std::printf("| %s | %d | %zu | %zu | %.3f | %.3f | %.3f | %.2f | %.2f | %.3f |\n", results[i].policy.c_str(),
+                    c.priority, c.requests, c.finished, c.ttft.p50, c.ttft.p90, c.ttft.p99, c.e2e.p50, c.e2e.p99,
+                    c.attainment);
   }
   if (!o.json.empty()) {
     std::ofstream j{o.json};

@@ -48,6 +48,39 @@ TEST(report, summary_percentiles_throughput_and_attainment) {
   EXPECT_DOUBLE_EQ(summarize_run(records, {}, 1.0, "x").attainment, 4.0 / 5.0) << "no SLO: finished ones";
 }
 
+TEST(report, requests_of_several_priorities_are_also_summarised_per_class_highest_first) {
+  std::vector<request_record> records{rec(0, 0.1, 0.02, 1.0, 10), rec(1, 0.2, 0.03, 2.0, 20),
+                                      rec(2, 3.0, 0.05, 6.0, 30), rec(3, 4.0, 0.04, 8.0, 40),
+                                      rec(4, -1, -1, -1, 0, "overloaded")};
+  EXPECT_TRUE(summarize_run(records, {}, 2.0, "one").classes.empty()) << "one priority: no split";
+  records[2].priority = records[3].priority = records[4].priority = -1;
+  const auto s = summarize_run(records, {1.0, 0}, 2.0, "priority");
+  EXPECT_EQ(s.requests, 5u);
+  EXPECT_DOUBLE_EQ(s.attainment, 2.0 / 5.0);
+  ASSERT_EQ(s.classes.size(), 2u);
+  const auto& hi = s.classes[0];
+  const auto& lo = s.classes[1];
+  EXPECT_EQ(hi.priority, 0);
+  EXPECT_EQ(hi.label, "priority 0");
+  EXPECT_EQ(hi.requests, 2u);
+  EXPECT_EQ(hi.finished, 2u);
+  EXPECT_DOUBLE_EQ(hi.offered_rate, 0.8) << "its share of the run's offered rate";
+  EXPECT_DOUBLE_EQ(hi.ttft.p99, 0.2);
+  EXPECT_DOUBLE_EQ(hi.attainment, 1.0);
+  EXPECT_EQ(lo.priority, -1);
+  EXPECT_EQ(lo.requests, 3u);
+  EXPECT_EQ(lo.finished, 2u);
+  EXPECT_EQ(lo.failed, 1u);
+  EXPECT_DOUBLE_EQ(lo.ttft.p50, 3.0);
+  EXPECT_DOUBLE_EQ(lo.attainment, 0.0);
+  EXPECT_TRUE(hi.classes.empty());
+  std::ostringstream json;
+  write_json(json, {s});
+  EXPECT_NE(json.str().find("\"classes\":[{\"priority\":0,\"requests\":2,\"finished\":2,"), std::string::npos)
+    << json.str();
+  EXPECT_NE(json.str().find("{\"priority\":-1,\"requests\":3,\"finished\":2,\"failed\":1,"), std::string::npos);
+}
+
 TEST(report, the_tbt_slo_on_each_requests_p99_catches_stalls_its_mean_hides) {
   // Two requests with the same mean time between tokens; the second stalled
   // once (its own P99 gap is 0.5 s).
@@ -64,7 +97,7 @@ TEST(report, the_tbt_slo_on_each_requests_p99_catches_stalls_its_mean_hides) {
   EXPECT_DOUBLE_EQ(summarize_run(records, p99, 1.0, "x").attainment, 2.0 / 3.0);
   std::ostringstream csv;
   write_records_csv(csv, "x", 1.0, records, false);
-  EXPECT_NE(csv.str().find(",0.5\n"), std::string::npos) << csv.str();
+  EXPECT_NE(csv.str().find(",0.5,0\n"), std::string::npos) << csv.str();
 }
 
 TEST(report, slowdown_is_e2e_over_the_latency_alone_where_that_is_known) {
@@ -96,8 +129,8 @@ TEST(report, slowdown_is_e2e_over_the_latency_alone_where_that_is_known) {
   EXPECT_NE(sim_json.str().find("\"slowdown\":{\"mean\":2.5,\"p50\":2,\"p90\":3,\"p99\":3,\"count\":2}"),
             std::string::npos) << sim_json.str();
   write_records_csv(recs_csv, "sim", 1.0, records, true);
-  EXPECT_NE(recs_csv.str().find(",tokens_fnv,isolated_s,tbt_p99_s\n"), std::string::npos) << recs_csv.str();
-  EXPECT_NE(recs_csv.str().find(",0.5,-1\n"), std::string::npos) << recs_csv.str();
+  EXPECT_NE(recs_csv.str().find(",tokens_fnv,isolated_s,tbt_p99_s,priority\n"), std::string::npos) << recs_csv.str();
+  EXPECT_NE(recs_csv.str().find(",0.5,-1,0\n"), std::string::npos) << recs_csv.str();
 }
 
 TEST(report, effective_throughput_is_the_highest_rate_meeting_the_attainment) {

@@ -222,6 +222,61 @@ TEST(workload, popularity_samplers_follow_their_formulas) {
   EXPECT_TRUE(std::holds_alternative<std::string>(make_adapter_set(0, ranks, "uniform")));
 }
 
+TEST(workload, a_priority_mix_is_read_normalised_and_bad_entries_named) {
+  const auto mix = std::get<std::vector<priority_share>>(parse_priority_mix("0:7,-1:3"));
+  ASSERT_EQ(mix.size(), 2u);
+  EXPECT_EQ(mix[0].priority, 0);
+  EXPECT_DOUBLE_EQ(mix[0].share, 0.7);
+  EXPECT_EQ(mix[1].priority, -1);
+  EXPECT_DOUBLE_EQ(mix[1].share, 0.3);
+  EXPECT_EQ(std::get<std::vector<priority_share>>(parse_priority_mix("5:1")).front().share, 1.0);
+  const std::pair<const char*, const char*> bad[] = {
+    {"", "expected PRIORITY:SHARE"},          {"0", "expected PRIORITY:SHARE"},
+    {"0:0.5,", "expected PRIORITY:SHARE"},    {"x:1", "\"x\" is not a 32-bit integer"},
+    {"3000000000:1", "is not a 32-bit integer"}, {"1:0", "\"0\" is not a share > 0"},
+    {"1:-2", "is not a share > 0"},           {"1:abc", "is not a share > 0"},
+    {"1:0.5,1:0.5", "priority 1 is given twice"}};
+  for (const auto& [text, why] : bad) {
+    const auto got = parse_priority_mix(text);
+    ASSERT_TRUE(std::holds_alternative<std::string>(got)) << text;
+    EXPECT_NE(std::get<std::string>(got).find(why), std::string::npos) << text << ": " << std::get<std::string>(got);
+  }
+}
+
+TEST(workload, priorities_are_drawn_by_share_sessions_keep_their_first_and_adapters_stay) {
+  const auto set = std::get<adapter_set>(make_adapter_set(50, {8, 16}, "zipf:1"));
+  std::vector<request> r(30000);
+  for (std::size_t i = 0; i < r.size(); ++i)
+    r[i].session = i % 3 == 0 ? 1 + i % 11 : 0; // eleven sessions among single requests
+  assign_adapters(r, set, 0.1, 4);
+  auto before = r;
+  assign_priorities(r, {}, 4);
+  for (std::size_t i = 0; i < r.size(); ++i)
+    ASSERT_EQ(r[i].priority, 0) << "an empty mix leaves every priority 0";
+  assign_priorities(r, std::get<std::vector<priority_share>>(parse_priority_mix("2:0.6,0:0.3,-5:0.1")), 4);
+  std::map<std::int32_t, double> share;
+  std::map<std::uint64_t, std::int32_t> first;
+  double singles = 0;
+  for (std::size_t i = 0; i < r.size(); ++i) {
+    ASSERT_EQ(r[i].adapter, before[i].adapter) << "a priority draw moves no adapter draw";
+    if (r[i].session != 0) {
+      EXPECT_EQ(first.emplace(r[i].session, r[i].priority).first->second, r[i].priority) << i;
+      continue;
+    }
+    share[r[i].priority] += 1;
+    singles += 1;
+  }
+  ASSERT_EQ(share.size(), 3u);
+  EXPECT_NEAR(share[2] / singles, 0.6, 0.015);
+  EXPECT_NEAR(share[0] / singles, 0.3, 0.015);
+  EXPECT_NEAR(share[-5] / singles, 0.1, 0.01);
+  // Reproducible from the seed.
+  auto again = before;
+  assign_priorities(again, std::get<std::vector<priority_share>>(parse_priority_mix("2:0.6,0:0.3,-5:0.1")), 4);
+  for (std::size_t i = 0; i < r.size(); ++i)
+    ASSERT_EQ(again[i].priority, r[i].priority) << i;
+}
+
 TEST(workload, summary_and_percentiles) {
   EXPECT_EQ(percentile({}, 50), 0);
   EXPECT_EQ(percentile({5, 1, 3, 2, 4}, 50), 3);

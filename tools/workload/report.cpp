@@ -70,6 +70,16 @@ run_summary summarize_run(const std::vector<request_record>& records, const slo&
   r.slowdown = summarize_latency(std::move(slowdown));
   r.weighted_turnaround = wtt_n > 0 ? wtt / static_cast<double>(wtt_n) : 0;
   r.attainment = r.requests > 0 ? static_cast<double>(attained) / static_cast<double>(r.requests) : 0;
+  std::map<std::int32_t, std::vector<request_record>, std::greater<>> by_priority;
+  for (const auto& x : records)
+    by_priority[x.priority].push_back(x);
+  if (by_priority.size() > 1)
+    for (auto& [priority, of_class] : by_priority) {
+      const double share = static_cast<double>(of_class.size()) / static_cast<double>(records.size());
+      auto c = summarize_run(of_class, target, offered_rate * share, "priority " + std::to_string(priority));
+      c.priority = priority;
+      r.classes.push_back(std::move(c));
+    }
   return r;
 }
 
@@ -119,7 +129,23 @@ void write_json(std::ostream& out, const std::vector<run_summary>& runs, double 
       latency_json(out, "slowdown", r.slowdown);
     }
     out << ",\"weighted_turnaround\":" << r.weighted_turnaround << ",\"attainment\":" << r.attainment << ",\"pcie_bytes\":" << r.pcie_bytes
-        << ",\"adapter_hit_rate\":" << r.adapter_hit_rate << "}";
+        << ",\"adapter_hit_rate\":" << r.adapter_hit_rate;
+    if (!r.classes.empty()) {
+      out << ",\"classes\":[";
+      for (std::size_t k = 0; k < r.classes.size(); ++k) {
+        const auto& c = r.classes[k];
+        out << (k ? "," : "") << "{\"priority\":" << c.priority << ",\"requests\":" << c.requests
+            << ",\"finished\":" << c.finished << ",\"failed\":" << c.failed << ",\"tokens_per_s\":" << c.tokens_per_s << ",";
+        latency_json(out, "ttft_s", c.ttft);
+        out << ",";
+        latency_json(out, "tbt_s", c.tbt);
+        out << ",";
+        latency_json(out, "e2e_s", c.e2e);
+        out << ",\"attainment\":" << c.attainment << "}";
+      }
+      out << "]";
+    }
+    out << "}";
   }
   out << "],\"effective_throughput\":{";
   std::map<std::string, std::vector<run_summary>> by_label;
@@ -172,12 +198,12 @@ void write_records_csv(std::ostream& out, const std::string& label, double offer
                        const std::vector<request_record>& records, bool header) {
   if (header)
     out << "label,offered_rate,id,arrival_s,prompt_tokens,max_tokens,completion_tokens,adapter,ttft_s,tbt_mean_s,"
-           "e2e_s,queue_s,outcome,session,tokens_fnv,isolated_s,tbt_p99_s\n";
+           "e2e_s,queue_s,outcome,session,tokens_fnv,isolated_s,tbt_p99_s,priority\n";
   for (const auto& x : records)
     out << label << "," << offered_rate << "," << x.id << "," << x.arrival_s << "," << x.prompt_tokens << ","
         << x.max_tokens << "," << x.completion_tokens << "," << x.adapter << "," << x.ttft_s << ","
         << x.tbt_mean_s << "," << x.e2e_s << "," << x.queue_s << "," << x.outcome << "," << x.session << ","
-        << x.tokens_fnv << "," << x.isolated_s << "," << x.tbt_p99_s << "\n";
+        << x.tokens_fnv << "," << x.isolated_s << "," << x.tbt_p99_s << "," << x.priority << "\n";
 }
 
 } // namespace troupe::workload

@@ -40,6 +40,8 @@ struct request_record {
   /// Its latency alone on an idle server (troupe-sim prices it with its cost
   /// model); -1: unknown, as in a live run.
   double isolated_s = -1;
+  /// The priority it was sent with (the wire's; higher is more urgent).
+  std::int32_t priority = 0;
   bool ok() const noexcept { return outcome == "length" || outcome == "eos" || outcome == "stop"; }
 };
 
@@ -75,6 +77,12 @@ struct run_summary {
   double attainment = 0;
   /// Server figures pulled from stats (-1: not available).
   double pcie_bytes = -1, adapter_hit_rate = -1;
+  /// With requests of more than one priority: each priority's own summary
+  /// (highest first; its label "priority P", its offered rate that
+  /// priority's share of the run's), so a policy's gain for one class can be
+  /// read beside its cost for the others. Empty otherwise.
+  std::vector<run_summary> classes;
+  std::int32_t priority = 0; ///< a class's priority (in `classes`)
 };
 
 latency_summary summarize_latency(std::vector<double> v);

@@ -428,6 +428,64 @@ void assign_adapters(std::vector<request>& r, const adapter_set& set, double bas
   }
 }
 
+std::variant<std::vector<priority_share>, std::string> parse_priority_mix(const std::string& text) {
+  std::vector<priority_share> mix;
+  double total = 0;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const auto comma = std::min(text.find(',', at), text.size());
+    const auto entry = text.substr(at, comma - at);
+    at = comma + 1;
+    const auto colon = entry.find(':');
+    if (colon == std::string::npos)
+      return "priority mix entry \"" + entry + "\": expected PRIORITY:SHARE, e.g. -1:0.3";
+    const auto p_text = entry.substr(0, colon), s_text = entry.substr(colon + 1);
+    std::int32_t p = 0;
+    const auto [p_end, p_err] = std::from_chars(p_text.data(), p_text.data() + p_text.size(), p);
+    if (p_text.empty() || p_err != std::errc{} || p_end != p_text.data() + p_text.size())
+      return "priority mix entry \"" + entry + "\": \"" + p_text + "\" is not a 32-bit integer";
+    char* end = nullptr;
+    const double share = std::strtod(s_text.c_str(), &end);
+    if (s_text.empty() || end != s_text.c_str() + s_text.size() || !std::isfinite(share) || share <= 0)
+      return "priority mix entry \"" + entry + "\": \"" + s_text + "\" is not a share > 0";
+    for (const auto& m : mix)
+      if (m.priority == p)
+        return "priority mix \"" + text + "\": priority " + p_text + " is given twice";
+    mix.push_back({p, share});
+    total += share;
+  }
+  for (auto& m : mix)
+    m.share /= total;
+  return mix;
+}
+
+void assign_priorities(std::vector<request>& r, const std::vector<priority_share>& mix, std::uint64_t seed) {
+  if (mix.empty())
+    return;
+  // Drawn from a stream of their own, so a mix changes no adapter draw.
+  std::uint64_t s = seed ^ 0x7072696f72697479ull;
+  std::unordered_map<std::uint64_t, std::int32_t> of_session;
+  for (auto& x : r) {
+    if (x.session != 0) {
+      if (auto seen = of_session.find(x.session); seen != of_session.end()) {
+        x.priority = seen->second;
+        continue;
+      }
+    }
+    double u = uniform(s);
+    x.priority = mix.back().priority; // where rounding leaves u past the sum
+    for (const auto& m : mix) {
+      if (u < m.share) {
+        x.priority = m.priority;
+        break;
+      }
+      u -= m.share;
+    }
+    if (x.session != 0)
+      of_session.emplace(x.session, x.priority);
+  }
+}
+
 double percentile(std::vector<double> v, double p) {
   if (v.empty())
     return 0;

@@ -23,6 +23,9 @@ struct request {
   /// previous reply after `think_s` (see multi_turn).
   std::uint64_t session = 0;
   double think_s = 0;
+  /// The request's priority (the wire's: higher is more urgent); only the
+  /// `priority` scheduling policy reads it.
+  std::int32_t priority = 0;
 };
 inline constexpr std::uint32_t none_adapter = 0xffffffffu;
 
@@ -124,6 +127,23 @@ std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
 /// get its first turn's.
 void assign_adapters(std::vector<request>& r, const adapter_set& set, double base_fraction,
                      std::uint64_t seed);
+
+// -- priority classes -------------------------------------------------------
+
+/// A share of the requests that carries one priority.
+struct priority_share {
+  std::int32_t priority = 0;
+  double share = 0; ///< normalised over the mix: the shares sum to 1
+};
+
+/// Reads "P:S[,P:S...]" (each P an integer priority, each S > 0, normalised
+/// over the list; e.g. "0:0.7,-1:0.3": 70 % interactive, 30 % batch). An
+/// error says which entry was wrong and why.
+std::variant<std::vector<priority_share>, std::string> parse_priority_mix(const std::string& text);
+
+/// Gives each request a priority drawn from `mix`; the later turns of a
+/// session get its first turn's. An empty mix leaves every priority 0.
+void assign_priorities(std::vector<request>& r, const std::vector<priority_share>& mix, std::uint64_t seed);
 
 // -- summary ----------------------------------------------------------------
 
