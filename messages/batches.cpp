@@ -890,6 +890,39 @@ std::variant<std::string, api_error> batch_store::list(std::string_view query) c
                    {"has_more", more}});
 }
 
+bool batch::answer(std::size_t i, bool error, std::string_view text) {
+  if (i >= finished.size() || finished[i] != 0)
+    return false;
+  finished[i] = 1;
+  (error ? error_output : output) += text;
+  ++(error ? failed : completed);
+  return true;
+}
+
+std::string batch_log_record(std::size_t i, bool error, std::string_view text) {
+  json j{{"line", i}, {"error", error}};
+  put_bytes(j, "text", text);
+  return dump(j) + "\n";
+}
+
+std::size_t replay_batch_log(batch& b, std::string_view log) {
+  std::size_t answered = 0;
+  while (!log.empty()) {
+    const auto end = log.find('\n');
+    if (end == std::string_view::npos)
+      break; // a record a crash cut short
+    const auto j = json::parse(log.substr(0, end), nullptr, false);
+    log.remove_prefix(end + 1);
+    if (!j.is_object() || !j.value("line", json()).is_number_unsigned() || !j.value("error", json()).is_boolean())
+      break;
+    const auto text = get_bytes(j, "text");
+    if (!text)
+      break;
+    answered += b.answer(j["line"].get<std::size_t>(), j["error"].get<bool>(), *text) ? 1 : 0;
+  }
+  return answered;
+}
+
 std::string batch_store::to_text(const batch& b) {
   json errors = json::array();
   for (const auto& e : b.errors)

@@ -223,6 +223,10 @@ struct batch {
   /// Failed, completed, expired or cancelled: nothing more happens to it.
   /// In progress or cancelling: lines still run or are to be taken.
   bool running() const noexcept { return status == "in_progress" || status == "cancelling"; }
+  /// Line `i` answered: `text` (a file line, with its newline) goes to the
+  /// error file, counted failed, or to the output file, counted completed.
+  /// False (nothing changes) where `i` is past the lines or finished.
+  bool answer(std::size_t i, bool error, std::string_view text);
   bool ended() const noexcept {
     return status == "failed" || status == "completed" || status == "expired" || status == "cancelled";
   }
@@ -248,6 +252,18 @@ std::string batch_output_line(std::string_view line_id, std::string_view custom_
 /// "custom_id", "response": null, "error": {"code", "message"}}.
 std::string batch_error_line(std::string_view line_id, std::string_view custom_id, std::string_view code,
                              std::string_view message);
+
+/// A running batch's journal record, one line with its newline: line `i`
+/// was answered with `text` (batch::answer's). Appended as each line ends,
+/// so that a crash loses no answer; replay_batch_log reads them back.
+std::string batch_log_record(std::size_t i, bool error, std::string_view text);
+
+/// Applies a journal's records to `b` (a running batch read back) with
+/// batch::answer: a record of a line finished already (its answer in the
+/// state written after it) or past the lines is passed over; one that
+/// does not parse (a write a crash cut short) ends the replay. How many
+/// lines it answered.
+std::size_t replay_batch_log(batch& b, std::string_view log);
 
 /// The batches the front keeps, by id, in the order they were made. All
 /// are kept: once ended, a batch is small (its run is cleared).

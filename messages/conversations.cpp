@@ -299,8 +299,14 @@ void conversation_store::add_turn(const std::string& id, std::string_view respon
   auto items = json::parse(listed_items(input_items, tail));
   const auto body = json::parse(response_body, nullptr, false);
   if (body.is_object())
-    if (const auto out = body.find("output"); out != body.end() && out->is_array())
+    if (const auto out = body.find("output"); out != body.end() && out->is_array()) {
+      if (!out->empty() && out->front().is_object())
+        if (const auto first = out->front().find("id"); first != out->front().end() && first->is_string())
+          for (const auto& [item_id, item] : e->items)
+            if (item_id == first->get_ref<const std::string&>())
+              return; // joined already
       items.insert(items.end(), out->begin(), out->end());
+    }
   if (!append(id, *e, dump(items), true)) {
     kept_.erase(id); // its turn alone larger than the store: dropped, as one dropped for room
     return;

@@ -76,7 +76,9 @@ public:
   /// `response_body`), join the conversation's; nothing where it is no
   /// longer kept. The input items take ids from the response's, as GET
   /// /v1/responses/ID/input_items lists them. Where the store cannot hold
-  /// the conversation with them, its oldest items give way.
+  /// the conversation with them, its oldest items give way. A turn joins
+  /// once: where the conversation holds the response's first output item
+  /// already (a batch line run again after a crash), nothing changes.
   void add_turn(const std::string& id, std::string_view response_id, std::string_view input_items,
                 std::string_view response_body);
 

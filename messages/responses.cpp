@@ -1072,6 +1072,9 @@ response_state response_state_of(std::string_view body) {
   if (const auto st = j.find("status"); st != j.end() && st->is_string())
     out.status = st->get<std::string>();
   out.background = j.value("background", json(false)) == json(true);
+  if (const auto c = j.find("conversation"); c != j.end() && c->is_object())
+    if (const auto id = c->find("id"); id != c->end() && id->is_string())
+      out.conversation = id->get<std::string>();
   return out;
 }
 

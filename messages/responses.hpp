@@ -215,8 +215,11 @@ std::variant<std::string, api_error> items_page(std::string_view listed, std::st
 struct response_state {
   std::string status;
   bool background = false;
+  std::string conversation; ///< the conversation it is a turn of ("" for none)
   /// Still running: "queued" or "in_progress".
   bool running() const noexcept { return status == "queued" || status == "in_progress"; }
+  /// Ended with an answer: "completed", or "incomplete" (cut short).
+  bool answered() const noexcept { return status == "completed" || status == "incomplete"; }
 };
 response_state response_state_of(std::string_view body);
 /// A kept response object `body` as failed with `error` (its code and

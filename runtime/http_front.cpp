@@ -234,9 +234,8 @@ struct http_front::impl : zmq_io::owned_socket {
     std::size_t running = 0;
     std::unordered_set<std::string> ids;
     bool expiring = false; ///< its window passed: no line is taken now
-    bool dirty = false;    ///< changed since it was last written
-    std::chrono::steady_clock::time_point written{};
-    std::chrono::steady_clock::duration write_took{};
+    std::size_t state_bytes = 0; ///< of its state as last written whole
+    std::size_t log_bytes = 0;   ///< of its log since
   };
   std::unordered_map<std::string, batch_run> batch_runs;
   /// The running batches' ids (in progress or cancelling), oldest first:
@@ -248,8 +247,11 @@ struct http_front::impl : zmq_io::owned_socket {
   bool batches_held = false;
   bool pumping = false;
   bool pump_again = false;
-  /// Writes a batch's state to store_dir (none: memory only).
-  std::function<void(const std::string&, const openai::batch&)> write_batch;
+  /// Writes a batch's state to store_dir whole, clearing its log (none:
+  /// memory only); the bytes written.
+  std::function<std::size_t(const std::string&, const openai::batch&)> write_batch;
+  /// Appends a record to a batch's log in store_dir.
+  std::function<void(const std::string&, std::string_view)> log_batch;
 
   /// `prefix`, "_" and 128 bits from the kernel's cryptographic generator,
   /// as 32 hex digits.
@@ -384,10 +386,13 @@ struct http_front::impl : zmq_io::owned_socket {
     }
     std::vector<std::pair<std::string, openai::batch>> read;
     for (auto& [id, text] : kept->second.read_all()) {
-      if (auto b = openai::batch_store::from_text(text))
+      if (auto b = openai::batch_store::from_text(text)) {
+        if (b->running()) // the answers written since its state
+          openai::replay_batch_log(*b, kept->second.read_log(id));
         read.emplace_back(id, std::move(*b));
-      else
+      } else {
         ++skipped;
+      }
     }
     // In the order they were made (the files' is the order they were last written).
     std::stable_sort(read.begin(), read.end(),
@@ -407,7 +412,14 @@ struct http_front::impl : zmq_io::owned_socket {
       },
       [kept](const std::string& id) { kept->first.remove(id); });
     write_batch = [kept, write](const std::string& id, const openai::batch& b) {
-      write(kept->second, id, openai::batch_store::to_text(b));
+      const auto text = openai::batch_store::to_text(b);
+      write(kept->second, id, text);
+      kept->second.remove_log(id);
+      return text.size();
+    };
+    log_batch = [kept](const std::string& id, std::string_view record) {
+      if (std::string why; !kept->second.append(id, record, why))
+        spdlog::warn("http: batch {}'s answer is kept in memory only: {}", id, why);
     };
     return {};
   }
@@ -433,20 +445,47 @@ struct http_front::impl : zmq_io::owned_socket {
   /// has room for both, else the object alone.
   /// A response that ended (completed, or cut short as incomplete) in a
   /// conversation adds its input and output items to it.
+  /// The response is kept before it joins its conversation, so that a
+  /// batch line run again after a crash between the two finds it kept and
+  /// joins it then (join_conversation adds a turn once).
   void keep_response(const openai::response_request& r, const std::string& id, std::string body,
                      const std::string& events = {}) {
-    if (!r.conversation.empty())
-      if (const auto st = openai::response_state_of(body).status; st == "completed" || st == "incomplete") {
-        try {
-          conversations.add_turn(r.conversation, id, r.input_items, body);
-        } catch (const std::exception& e) { // (none is known to throw: the response is kept all the same)
-          spdlog::error("http: response {} did not join conversation {}: {}", id, r.conversation, e.what());
-        }
-      }
-    if (!r.store)
-      return;
-    if (events.empty() || !stored.put(id, {r.previous_id, r.input_items, body, r.session, events}))
-      stored.put(id, {r.previous_id, r.input_items, std::move(body), r.session});
+    const bool joins = !r.conversation.empty() && openai::response_state_of(body).answered();
+    if (r.store && (events.empty() || !stored.put(id, {r.previous_id, r.input_items, body, r.session, events})))
+      stored.put(id, {r.previous_id, r.input_items, joins ? body : std::move(body), r.session});
+    if (joins)
+      join_conversation(r.conversation, id, r.input_items, body);
+  }
+
+  void join_conversation(const std::string& conversation, const std::string& id, const std::string& input_items,
+                         const std::string& body) {
+    try {
+      conversations.add_turn(conversation, id, input_items, body);
+    } catch (const std::exception& e) { // (none is known to throw: the response is kept all the same)
+      spdlog::error("http: response {} did not join conversation {}: {}", id, conversation, e.what());
+    }
+  }
+
+  /// A batch line's response id: the same on every run of the line, so
+  /// that a run after a crash finds what the run before left.
+  static std::string batch_line_response_id(std::string_view batch_id, std::size_t i) {
+    return "resp_" + std::string(batch_id.substr(batch_id.find('_') + 1)) + "_" + std::to_string(i + 1);
+  }
+
+  /// The answer a batch line's earlier run kept under `id` (a crash came
+  /// before the line's answer was written), joined to its conversation
+  /// where it had not yet joined; none where no finished one is kept.
+  std::optional<std::string> kept_line_answer(const std::string& id) {
+    const auto* e = stored.find(id);
+    if (e == nullptr)
+      return std::nullopt;
+    const auto state = openai::response_state_of(e->body);
+    if (!state.answered())
+      return std::nullopt;
+    auto body = e->body;
+    if (!state.conversation.empty())
+      join_conversation(state.conversation, id, e->input_items, body);
+    return body;
   }
 
   /// Whether a response request's prompt and output room fit the context
@@ -1384,7 +1423,9 @@ struct http_front::impl : zmq_io::owned_socket {
 
   /// Parses a request of `kind` (a response's earlier turns read, its
   /// conversation cut to fit where it asks for truncation).
-  asio::awaitable<std::variant<prepared, openai::api_error>> prepare(const std::string& body, api kind) {
+  /// `resp_id`: a response's id where it must be this one (a batch line's).
+  asio::awaitable<std::variant<prepared, openai::api_error>> prepare(const std::string& body, api kind,
+                                                                      std::string resp_id = {}) {
     prepared p;
     p.base = "http-" + std::to_string(++next_id);
     const auto enforceable = [this](const std::string& schema) {
@@ -1401,7 +1442,7 @@ struct http_front::impl : zmq_io::owned_socket {
       const auto turns = kept_turns();
       // A new conversation's turns run in a session named by its first
       // response's id: the next turn reuses their K and V.
-      p.resp_id = response_id();
+      p.resp_id = resp_id.empty() ? response_id() : std::move(resp_id);
       auto r = openai::parse_response_request(body, cfg.model, p.base, *cfg.chat, enforceable, cfg.sampling, turns,
                                               p.resp_id, kept_conversations());
       if (auto* e = std::get_if<openai::api_error>(&r))
@@ -1692,29 +1733,31 @@ struct http_front::impl : zmq_io::owned_socket {
     return std::nullopt;
   }
 
-  /// Writes batch `id`'s state where the front keeps files: at once with
-  /// `now`, else where it last was written long enough ago (at least 1 s,
-  /// and 20 times what a write takes: a large batch's state is written
-  /// the less often), else later.
-  void persist_batch(const std::string& id, const openai::batch& b, bool now) {
+  /// Writes batch `id`'s state whole where the front keeps files.
+  void persist_batch(const std::string& id, const openai::batch& b) {
     if (!write_batch)
       return;
-    const auto it = batch_runs.find(id);
-    if (it == batch_runs.end()) { // (one not running: written once)
-      write_batch(id, b);
-      return;
+    const auto bytes = write_batch(id, b);
+    if (const auto it = batch_runs.find(id); it != batch_runs.end()) {
+      it->second.state_bytes = bytes;
+      it->second.log_bytes = 0;
     }
-    auto& run = it->second;
-    const auto t = std::chrono::steady_clock::now();
-    const auto gap = std::max<std::chrono::steady_clock::duration>(std::chrono::seconds(1), 20 * run.write_took);
-    if (!now && t - run.written < gap) {
-      run.dirty = true;
+  }
+
+  /// Line `i` of batch `id` answered (batch::answer's `error` and `text`):
+  /// where the front keeps files, its record appended to the batch's log
+  /// at once, so that a crash loses no answer. Once the log outgrows the
+  /// state last written (and 1 MiB), the state is written whole and the log
+  /// cleared: a batch's writes stay within a few times its size.
+  void keep_batch_answer(const std::string& id, openai::batch& b, std::size_t i, bool error, std::string_view text) {
+    if (!b.answer(i, error, text) || !log_batch)
       return;
-    }
-    write_batch(id, b);
-    run.written = std::chrono::steady_clock::now();
-    run.write_took = run.written - t;
-    run.dirty = false;
+    const auto record = openai::batch_log_record(i, error, text);
+    log_batch(id, record);
+    auto& run = batch_runs[id];
+    run.log_bytes += record.size();
+    if (run.log_bytes > std::max<std::size_t>(run.state_bytes, 1 << 20))
+      persist_batch(id, b);
   }
 
   /// Batch `id` (made, or read back running) has its lines taken from now on.
@@ -1775,13 +1818,12 @@ struct http_front::impl : zmq_io::owned_socket {
     const bool cancelling = b.status == "cancelling";
     const bool expiring = !cancelling && batch_runs[id].expiring;
     for (std::size_t i = 0; i < b.lines.size(); ++i)
-      if (!b.finished[i] && (cancelling || expiring)) {
-        b.error_output += openai::batch_error_line(
-          fresh_id("batch_req"), b.lines[i].custom_id, cancelling ? "batch_cancelled" : "batch_expired",
-          cancelling ? "the batch was cancelled before this request ran"
-                     : "the batch's completion window (24h) passed before this request ran");
-        ++b.failed;
-      }
+      if (!b.finished[i] && (cancelling || expiring))
+        b.answer(i, true,
+                 openai::batch_error_line(fresh_id("batch_req"), b.lines[i].custom_id,
+                                          cancelling ? "batch_cancelled" : "batch_expired",
+                                          cancelling ? "the batch was cancelled before this request ran"
+                                                     : "the batch's completion window (24h) passed before this request ran"));
     b.finalizing_at = now;
     if (!b.output.empty())
       b.output_file_id = files.add("batch_" + id + "_output.jsonl", "batch_output", std::move(b.output), now, fresh_id);
@@ -1804,7 +1846,7 @@ struct http_front::impl : zmq_io::owned_socket {
     b.error_output = {};
     batch_runs.erase(id);
     std::erase(running_batches, id);
-    persist_batch(id, b, true);
+    persist_batch(id, b);
   }
 
   /// Why a batch does not run a request it could run alone (none: it does).
@@ -1836,9 +1878,16 @@ struct http_front::impl : zmq_io::owned_socket {
     std::variant<std::string, openai::api_error> out = openai::api_error{};
     std::string request_id;
     bool cut = false; // its requests were cancelled (the batch's cancel or window)
+    const auto resp_id = kind == api::responses ? batch_line_response_id(id, i) : std::string{};
+    std::optional<std::string> kept = kind == api::responses ? kept_line_answer(resp_id) : std::nullopt;
     try {
-      auto made = co_await prepare(body, kind);
-      if (auto* e = std::get_if<openai::api_error>(&made)) {
+      std::variant<prepared, openai::api_error> made = openai::api_error{};
+      if (!kept)
+        made = co_await prepare(body, kind, resp_id);
+      if (kept) {
+        out = std::move(*kept); // answered by the run a crash cut short
+        request_id = resp_id;
+      } else if (auto* e = std::get_if<openai::api_error>(&made)) {
         out = std::move(*e);
       } else {
         const auto& p = std::get<prepared>(made);
@@ -1874,21 +1923,19 @@ struct http_front::impl : zmq_io::owned_socket {
     const bool stopped_line = (stopped || batches_held) && (cut || (e != nullptr && e->code == stopping().code));
     if (b != nullptr && !stopped_line) {
       const auto line_id = fresh_id("batch_req");
-      if (cut && (b->status == "cancelling" || run.expiring)) {
-        b->error_output += openai::batch_error_line(
-          line_id, custom_id, b->status == "cancelling" ? "batch_cancelled" : "batch_expired",
-          b->status == "cancelling" ? "the batch was cancelled while this request ran"
-                                    : "the batch's completion window (24h) passed while this request ran");
-        ++b->failed;
-      } else if (e != nullptr) {
-        b->error_output += openai::batch_output_line(line_id, custom_id, e->status, request_id, openai::to_json(*e));
-        ++b->failed;
-      } else {
-        b->output += openai::batch_output_line(line_id, custom_id, 200, request_id, std::get<std::string>(out));
-        ++b->completed;
-      }
-      b->finished[i] = 1;
-      persist_batch(id, *b, batches_held); // (while the server drains, every answer is written)
+      if (cut && (b->status == "cancelling" || run.expiring))
+        keep_batch_answer(id, *b, i, true,
+                          openai::batch_error_line(
+                            line_id, custom_id, b->status == "cancelling" ? "batch_cancelled" : "batch_expired",
+                            b->status == "cancelling"
+                              ? "the batch was cancelled while this request ran"
+                              : "the batch's completion window (24h) passed while this request ran"));
+      else if (e != nullptr)
+        keep_batch_answer(id, *b, i, true,
+                          openai::batch_output_line(line_id, custom_id, e->status, request_id, openai::to_json(*e)));
+      else
+        keep_batch_answer(id, *b, i, false,
+                          openai::batch_output_line(line_id, custom_id, 200, request_id, std::get<std::string>(out)));
     }
     pump_batches();
   }
@@ -1948,7 +1995,7 @@ struct http_front::impl : zmq_io::owned_socket {
     auto& kept = batches.put(id, std::move(b));
     if (kept.running())
       run_batch(id);
-    persist_batch(id, kept, true);
+    persist_batch(id, kept);
     pump_batches();
     return openai::batch_json(id, *batches.find(id));
   }
@@ -1965,7 +2012,7 @@ struct http_front::impl : zmq_io::owned_socket {
       b->cancelling_at = unix_now();
       for (const auto& wire_id : batch_runs[id].ids)
         cancel(wire_id);
-      persist_batch(id, *b, true);
+      persist_batch(id, *b);
       pump_batches();
     }
     return openai::batch_json(id, *batches.find(id));

@@ -15,11 +15,30 @@ namespace troupe {
 namespace {
 
 constexpr std::string_view suffix = ".json";
+constexpr std::string_view log_suffix = ".log";
 
 bool valid_id(std::string_view id) {
   return !id.empty() && id.size() <= 200 && std::all_of(id.begin(), id.end(), [](char c) {
     return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
   });
+}
+
+/// Writes all of `text` to `fd` (fsynced with `sync`) and closes it: 0, or
+/// the errno of what failed.
+int write_and_close(int fd, std::string_view text, bool sync) {
+  int err = 0;
+  for (std::size_t done = 0; err == 0 && done < text.size();) {
+    const auto n = ::write(fd, text.data() + done, text.size() - done);
+    if (n > 0)
+      done += static_cast<std::size_t>(n);
+    else if (n < 0 && errno != EINTR)
+      err = errno;
+  }
+  if (err == 0 && sync && ::fsync(fd) != 0)
+    err = errno;
+  if (::close(fd) != 0 && err == 0)
+    err = errno;
+  return err;
 }
 
 } // namespace
@@ -31,12 +50,17 @@ std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir
     return "cannot make the directory " + dir.string() + ": " + ec.message();
   if (!std::filesystem::is_directory(dir, ec))
     return dir.string() + " is not a directory";
-  // Temporaries a crash left behind, never renamed: not kept.
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (it->path().filename().string().ends_with(std::string(suffix) + ".tmp")) {
-      std::error_code ignored;
+  // Temporaries a crash left behind, never renamed, and logs whose file a
+  // crash removed before them: not kept.
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    auto own = it->path();
+    own.replace_extension(suffix);
+    std::error_code ignored;
+    if (name.ends_with(std::string(suffix) + ".tmp")
+        || (name.ends_with(log_suffix) && !std::filesystem::exists(own, ignored)))
       std::filesystem::remove(it->path(), ignored);
-    }
+  }
   ec.clear();
   kept_files files(std::move(dir), sync);
   std::string why;
@@ -59,22 +83,9 @@ bool kept_files::write(const std::string& id, std::string_view text, std::string
     why = "cannot write " + temp.string() + ": " + std::strerror(errno);
     return false;
   }
-  bool ok = true;
-  for (std::size_t done = 0; ok && done < text.size();) {
-    const auto n = ::write(fd, text.data() + done, text.size() - done);
-    if (n > 0)
-      done += static_cast<std::size_t>(n);
-    else if (n < 0 && errno != EINTR)
-      ok = false;
-  }
   // With sync, the bytes are on the disk before the name points at them.
-  if (ok && sync_ && ::fsync(fd) != 0)
-    ok = false;
-  const int saved = errno;
-  if (::close(fd) != 0 && ok)
-    ok = false;
-  if (!ok) {
-    why = "cannot write " + temp.string() + ": " + std::strerror(saved != 0 ? saved : errno);
+  if (const int err = write_and_close(fd, text, sync_); err != 0) {
+    why = "cannot write " + temp.string() + ": " + std::strerror(err);
     std::error_code ignored;
     std::filesystem::remove(temp, ignored);
     return false;
@@ -104,7 +115,44 @@ void kept_files::remove(const std::string& id) const {
   if (!valid_id(id))
     return;
   std::error_code ec;
-  if (std::filesystem::remove(dir_ / (id + std::string(suffix)), ec) && sync_)
+  const bool gone = std::filesystem::remove(dir_ / (id + std::string(suffix)), ec);
+  const bool log_gone = std::filesystem::remove(dir_ / (id + std::string(log_suffix)), ec);
+  if ((gone || log_gone) && sync_)
+    sync_dir();
+}
+
+bool kept_files::append(const std::string& id, std::string_view text, std::string& why) const {
+  if (!valid_id(id)) {
+    why = "not an id a file is named by: " + id.substr(0, 80);
+    return false;
+  }
+  const auto path = dir_ / (id + std::string(log_suffix));
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    why = "cannot append to " + path.string() + ": " + std::strerror(errno);
+    return false;
+  }
+  if (const int err = write_and_close(fd, text, sync_); err != 0) {
+    why = "cannot append to " + path.string() + ": " + std::strerror(err);
+    return false;
+  }
+  return true;
+}
+
+std::string kept_files::read_log(const std::string& id) const {
+  if (!valid_id(id))
+    return {};
+  std::ifstream in(dir_ / (id + std::string(log_suffix)), std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return in ? text.str() : std::string{};
+}
+
+void kept_files::remove_log(const std::string& id) const {
+  if (!valid_id(id))
+    return;
+  std::error_code ec;
+  if (std::filesystem::remove(dir_ / (id + std::string(log_suffix)), ec) && sync_)
     sync_dir();
 }
 

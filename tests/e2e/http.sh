@@ -1507,24 +1507,14 @@ python3 - "$http" "$work/batch.json" <<'PY'
 import json, sys, time, urllib.request, urllib.error
 sys.path.insert(0, "tests/e2e")
 from http_call import call
+import http_call
 base = "http://" + sys.argv[1]
 
 def request(path, data=None, method=None, headers=None):
-    req = urllib.request.Request(base + path, data=data, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.headers.get("Content-Type"), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.headers.get("Content-Type"), e.read()
+    return http_call.request(base, path, data, method, headers)
 
 def upload(content, purpose="batch", filename="in.jsonl"):
-    """POST /v1/files as OpenAI's client sends it: multipart/form-data."""
-    b = "troupe-e2e-boundary"
-    body = (f'--{b}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\n{purpose}\r\n'
-            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="{filename}"\r\n'
-            f'Content-Type: application/octet-stream\r\n\r\n').encode() + content + f'\r\n--{b}--\r\n'.encode()
-    status, _, text = request("/v1/files", body, headers={"Content-Type": f'multipart/form-data; boundary="{b}"'})
-    return status, json.loads(text)
+    return http_call.upload(base, content, purpose, filename)
 
 def get(path):
     status, _, text = request(path)
@@ -1704,6 +1694,72 @@ out = [json.loads(l) for l in get("/v1/files/" + b["output_file_id"] + "/content
 assert sorted(o["custom_id"] for o in out) == sorted("s%d" % i for i in range(60)), [o["custom_id"] for o in out]
 assert all(o["response"]["body"]["usage"]["completion_tokens"] == 64 for o in out), out
 print("http: a batch cut short by a stop went on after the restart, each line answered once")
+PY
+
+# A crash (SIGKILL) while a batch of Responses turns in one conversation
+# runs: the restart answers each line once, and each line's turn joins the
+# conversation once, as the line's answer has it (a line whose response was
+# kept before the crash is answered with it, not run again). (The turns
+# together stay within the demo model's 2,048 tokens.)
+python3 - "$http" "$work/crash.json" <<'PY'
+import json, sys, time
+sys.path.insert(0, "tests/e2e")
+from http_call import call, request, upload
+base = "http://" + sys.argv[1]
+status, conv = call(base, "/v1/conversations", {})
+assert status == 200, conv
+rows = [{"custom_id": "t%d" % i, "method": "POST", "url": "/v1/responses",
+         "body": {"model": "demo", "input": "Turn %d" % i, "conversation": conv["id"], "max_output_tokens": 8,
+                  "temperature": 0}} for i in range(24)]
+status, f = upload(base, "".join(json.dumps(r) + "\n" for r in rows).encode())
+assert status == 200, f
+status, b = call(base, "/v1/batches", {"input_file_id": f["id"], "endpoint": "/v1/responses", "completion_window": "24h"})
+assert status == 200, b
+deadline = time.time() + 30
+while True:
+    items = json.loads(request(base, "/v1/conversations/" + conv["id"] + "/items?limit=100")[2])["data"]
+    if len(items) >= 8: # (four turns joined: the crash comes mid-batch)
+        break
+    assert time.time() < deadline, items
+    time.sleep(0.01)
+json.dump({"conv": conv["id"], "batch": b["id"]}, open(sys.argv[2], "w"))
+PY
+kill -9 "$pid"
+wait "$pid" 2>/dev/null || true
+pid=""
+start "$work/kept.toml"
+python3 - "$http" "$work/crash.json" <<'PY'
+import json, sys, time
+sys.path.insert(0, "tests/e2e")
+from http_call import request
+base = "http://" + sys.argv[1]
+before = json.load(open(sys.argv[2]))
+def get(path):
+    status, _, body = request(base, path)
+    assert status == 200, (path, status, body)
+    return body if path.endswith("/content") else json.loads(body)
+b = get("/v1/batches/" + before["batch"])
+deadline = time.time() + 60
+while b["status"] != "completed":
+    assert b["status"] == "in_progress" and time.time() < deadline, b
+    time.sleep(0.05)
+    b = get("/v1/batches/" + before["batch"])
+errors = get("/v1/files/" + b["error_file_id"] + "/content").decode() if b["error_file_id"] else ""
+assert b["request_counts"] == {"total": 24, "completed": 24, "failed": 0}, (b, errors[:2000])
+out = [json.loads(l) for l in get("/v1/files/" + b["output_file_id"] + "/content").decode().splitlines()]
+assert sorted(o["custom_id"] for o in out) == sorted("t%d" % i for i in range(24)), [o["custom_id"] for o in out]
+items = get("/v1/conversations/" + before["conv"] + "/items?limit=100&order=asc")["data"]
+assert len(items) == 48, "each turn joins once: %d items for 24 turns" % len(items)
+ids = [i["id"] for i in items]
+assert len(set(ids)) == 48, ids
+by_id = {i["id"]: i for i in items}
+for o in out:
+    r = o["response"]["body"]
+    assert r["status"] in ("completed", "incomplete") and r["id"].startswith("resp_"), r
+    [message] = r["output"]
+    assert by_id[message["id"]] == message, (message, by_id.get(message["id"]))
+    assert get("/v1/responses/" + r["id"]) == r
+print("http: a crash mid-batch: each of 24 Responses lines answered once, each turn in its conversation once")
 PY
 stop
 echo "http: ok"

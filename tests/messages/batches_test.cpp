@@ -784,6 +784,42 @@ TEST(batch_store, a_running_batch_reads_back_from_its_text_whole) {
     EXPECT_FALSE(batch_store::from_text(bad).has_value()) << bad;
 }
 
+TEST(batch_store, a_running_batchs_log_replays_its_answers_onto_its_state_once) {
+  batch b;
+  b.status = "in_progress";
+  b.lines = {{"a", "{}"}, {"b", "{}"}, {"c", "{}"}, {"d", "{}"}};
+  b.finished.assign(4, 0);
+  b.total = 4;
+  const auto out_a = batch_output_line("r1", "a", 200, "q1", R"({"x": 1})");
+  const auto err_c = batch_output_line("r3", "c", 400, "q3", R"({"error": {}})");
+  const auto out_d = batch_output_line("r4", "d", 200, "q4", R"({"x": 4})") + std::string("\xff", 1);
+  EXPECT_TRUE(b.answer(0, false, out_a));
+  EXPECT_FALSE(b.answer(0, false, out_a)) << "a line is answered once";
+  EXPECT_FALSE(b.answer(9, false, out_a)) << "past the lines";
+  // The state written with line a answered; then c and d logged, and a
+  // again (a record the state's write came after).
+  const auto state = batch_store::to_text(b);
+  const auto log = batch_log_record(2, true, err_c) + batch_log_record(3, false, out_d) + batch_log_record(0, false, out_a);
+  auto back = *batch_store::from_text(state);
+  EXPECT_EQ(replay_batch_log(back, log), 2u);
+  EXPECT_EQ(back.finished, (std::vector<std::uint8_t>{1, 0, 1, 1}));
+  EXPECT_EQ(back.output, out_a + out_d) << "every byte, the not-UTF-8 one too";
+  EXPECT_EQ(back.error_output, err_c);
+  EXPECT_EQ(back.completed, 2u);
+  EXPECT_EQ(back.failed, 1u);
+  EXPECT_EQ(replay_batch_log(back, log), 0u) << "replayed again, nothing changes";
+  // A record a crash cut short ends the replay; one past the lines is passed over.
+  auto torn = *batch_store::from_text(state);
+  const auto whole = batch_log_record(2, true, err_c);
+  EXPECT_EQ(replay_batch_log(torn, batch_log_record(7, false, out_a) + whole + whole.substr(0, 10)), 1u);
+  EXPECT_EQ(torn.failed, 1u);
+  for (const auto* bad : {"not json\n", "{\"line\": -1, \"error\": false, \"text\": \"\"}\n",
+                          "{\"line\": 1, \"error\": 0, \"text\": \"\"}\n", "{\"line\": 1, \"error\": false}\n"}) {
+    auto t = *batch_store::from_text(state);
+    EXPECT_EQ(replay_batch_log(t, std::string(bad) + batch_log_record(1, false, out_a)), 0u) << bad;
+  }
+}
+
 TEST(batch_lines, run_at_the_batch_priority_unless_they_give_their_own) {
   EXPECT_EQ(nlohmann::json::parse(with_default_priority(R"({"model":"m","prompt":"p"})", -1)),
             nlohmann::json::parse(R"({"model":"m","prompt":"p","priority":-1})"));

@@ -414,6 +414,10 @@ TEST(conversation_store, a_response_goes_on_from_its_conversation_and_its_turn_j
   ASSERT_EQ(page["data"].size(), 4u);
   EXPECT_EQ(page["data"][2], listed["data"][0]);
   EXPECT_EQ(page["data"][3]["id"], "msg_out");
+  // The same response's turn again (a batch line run after a crash): it
+  // joins once.
+  store.add_turn(id, "resp_abc", input, body);
+  EXPECT_EQ(store.find(id)->items.size(), 4u);
   // The next turn reads all four.
   auto r = parse(json{{"model", "base"}, {"input", "Again"}, {"conversation", id}}.dump());
   ASSERT_TRUE(std::holds_alternative<response_request>(r));

@@ -598,6 +598,7 @@ TEST(responses, a_background_response_is_kept_and_read_by_its_status) {
     EXPECT_EQ(state.status, status);
     EXPECT_TRUE(state.background);
     EXPECT_EQ(state.running(), std::string(status) != "cancelled") << status;
+    EXPECT_FALSE(state.answered()) << status;
   }
   api_error e;
   e.code = "overloaded";
@@ -609,6 +610,10 @@ TEST(responses, a_background_response_is_kept_and_read_by_its_status) {
   EXPECT_EQ(response_state_of(whole).status, "completed");
   EXPECT_TRUE(response_state_of(whole).background);
   EXPECT_FALSE(response_state_of(whole).running());
+  EXPECT_TRUE(response_state_of(whole).answered());
+  EXPECT_EQ(response_state_of(whole).conversation, "");
+  EXPECT_EQ(response_state_of(R"({"status": "incomplete", "conversation": {"id": "conv_1"}})").conversation, "conv_1");
+  EXPECT_TRUE(response_state_of(R"({"status": "incomplete"})").answered());
   EXPECT_EQ(json::parse(whole)["output"][0]["content"][0]["text"], "Hello.");
   // A foreground response is not a background one; a body that is not a
   // response has no status.

@@ -61,6 +61,41 @@ TEST(kept_files, synced_files_are_written_replaced_and_removed_alike) {
   EXPECT_FALSE(std::filesystem::exists(files.dir() / "file_2.json.tmp"));
 }
 
+TEST(kept_files, a_log_is_appended_read_cleared_and_goes_with_its_file) {
+  testing::temp_dir tmp("kept_files_log");
+  for (const bool sync : {false, true}) {
+    SCOPED_TRACE(sync ? "synced" : "not synced");
+    auto opened = kept_files::open(tmp.dir() / (sync ? "s" : "n"), sync);
+    ASSERT_TRUE(std::holds_alternative<kept_files>(opened)) << std::get<std::string>(opened);
+    const auto& files = std::get<kept_files>(opened);
+    std::string why;
+    EXPECT_EQ(files.read_log("batch_1"), "") << "none yet";
+    ASSERT_TRUE(files.write("batch_1", "{}", why)) << why;
+    ASSERT_TRUE(files.append("batch_1", "one\n", why)) << why;
+    ASSERT_TRUE(files.append("batch_1", std::string(200000, 'x') + "\n", why)) << why;
+    EXPECT_EQ(files.read_log("batch_1"), "one\n" + std::string(200000, 'x') + "\n");
+    ASSERT_EQ(files.read_all().size(), 1u) << "a log is no file of its own";
+    EXPECT_EQ(files.read_all()[0].second, "{}");
+    files.remove_log("batch_1");
+    EXPECT_EQ(files.read_log("batch_1"), "");
+    ASSERT_TRUE(files.append("batch_1", "two\n", why)) << why;
+    EXPECT_EQ(files.read_log("batch_1"), "two\n");
+    files.remove("batch_1");
+    EXPECT_FALSE(std::filesystem::exists(files.dir() / "batch_1.log")) << "removed with its file";
+    EXPECT_FALSE(files.append("../up", "x", why));
+    EXPECT_NE(why.find("not an id"), std::string::npos) << why;
+    // A log a crash left without its file is removed by the next open; one
+    // with its file stays.
+    ASSERT_TRUE(files.write("batch_2", "{}", why)) << why;
+    ASSERT_TRUE(files.append("batch_2", "kept\n", why)) << why;
+    std::ofstream(files.dir() / "batch_3.log") << "orphan\n";
+    auto again = kept_files::open(files.dir(), sync);
+    ASSERT_TRUE(std::holds_alternative<kept_files>(again));
+    EXPECT_FALSE(std::filesystem::exists(files.dir() / "batch_3.log"));
+    EXPECT_EQ(std::get<kept_files>(again).read_log("batch_2"), "kept\n");
+  }
+}
+
 TEST(kept_files, a_directory_that_cannot_be_made_is_refused_naming_it) {
   testing::temp_dir tmp("kept_files");
   std::ofstream(tmp.dir() / "plain") << "a file";
