@@ -16,10 +16,19 @@ bool gives_way_before(const running_view* a, const running_view* b) noexcept {
   return a->arrival_s != b->arrival_s ? a->arrival_s > b->arrival_s : a->request_id > b->request_id;
 }
 
+/// Which running request ends first on its own: the fewest tokens left.
+bool ends_before(const running_view* a, const running_view* b) noexcept {
+  return a->remaining_tokens != b->remaining_tokens ? a->remaining_tokens < b->remaining_tokens
+                                                    : a->request_id < b->request_id;
+}
+
 } // namespace
 
 std::string priority_scheduling_policy::configure(const std::map<std::string, double>& params) {
-  return param_spec{"policy \"priority\""}.flag("preempt", preempt_).apply(params);
+  return param_spec{"policy \"priority\""}
+    .flag("preempt", preempt_)
+    .whole("patience_steps", patience_steps_, 0, 1 << 20)
+    .apply(params);
 }
 
 schedule_decision priority_scheduling_policy::schedule(const schedule_input& in) {
@@ -59,6 +68,23 @@ schedule_decision priority_scheduling_policy::schedule(const schedule_input& in)
     }
   if (leaving > 0 && fits_after(room, leaving))
     return out;
+  // Where the running requests' own ends make the room within
+  // patience_steps steps, it waits for them: a preemption throws away its
+  // victim's work, and under sustained load repeated ones cost more than
+  // the wait they save.
+  if (patience_steps_ > 0) {
+    std::vector<const running_view*> ending;
+    for (const auto& r : in.running)
+      if (!r.leaving)
+        ending.push_back(&r);
+    std::sort(ending.begin(), ending.end(), ends_before);
+    auto natural = room;
+    for (std::size_t n = 0; n < ending.size() && ending[n]->remaining_tokens <= patience_steps_; ++n) {
+      natural.limits.free_pages += ending[n]->pages;
+      if (fits_after(natural, leaving + n + 1))
+        return out;
+    }
+  }
   // Running requests of a lower priority than the blocked one, in the order
   // they give way; the fewest of them that let it in are preempted now, and
   // it is admitted once they have left (a later decision).

@@ -7,7 +7,11 @@
 // lowest priority first, the latest arrival first among equals; it is
 // admitted by a later decision, once they have left, and while requests
 // chosen before are still leaving with room enough, no other is chosen. A
-// request never waits for long behind less urgent ones.
+// request never waits for long behind less urgent ones. But where running
+// requests that end within `patience_steps` steps on their own make the
+// room, it waits for them instead: each preemption throws its victim's work
+// away, and under sustained load vLLM's way (preempting at once) starves
+// the less urgent class and costs throughput (docs/benchmarks.md).
 // Requests of one priority are served exactly as fcfs serves them. Running
 // requests short of pages (on-demand reservation) give way the same way:
 // the lowest priority first.
@@ -27,12 +31,16 @@ public:
   schedule_decision schedule(const schedule_input& in) override;
   std::string_view name() const noexcept override { return "priority"; }
   /// Keys: "preempt" (1, the default: running requests of a lower priority
-  /// make room for a waiting one; 0: admission order alone).
+  /// make room for a waiting one; 0: admission order alone);
+  /// "patience_steps" (8: no preemption where running requests ending
+  /// within that many steps, by their tokens left, make the room; 0: none
+  /// waited for, as vLLM does).
   std::string configure(const std::map<std::string, double>& params) override;
   void preempt_for_growth(const schedule_input& in, schedule_decision& d) override;
 
 private:
   bool preempt_ = true;
+  std::uint32_t patience_steps_ = 8;
   /// Reused across calls: waiting indices in admission order.
   std::vector<std::size_t> order_;
 };

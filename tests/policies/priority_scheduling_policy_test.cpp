@@ -5,7 +5,8 @@
 // of a lower priority (the lowest first, then the latest) preempted so that
 // it fits once they leave, none of the same or a higher priority, none that
 // has not run a step, no second victim while the first ones' room is on its
-// way; with preemption off, admission order alone; one priority throughout
+// way, none where requests ending within patience_steps make the room; with
+// preemption off, admission order alone; one priority throughout
 // is fcfs's decision; growth on demand takes the lowest priority first;
 // configure().
 #include "policies/fcfs_scheduling_policy.hpp"
@@ -37,11 +38,12 @@ waiting_view w(std::uint64_t id, std::uint32_t prompt, std::int32_t priority, do
 
 /// A running request holding `pages`, of `priority`, arrived at `arrival`,
 /// that has run a step unless `started` is false; `leaving`: chosen for
-/// preemption by an earlier decision.
+/// preemption by an earlier decision; `remaining` tokens to go.
 running_view r(std::uint64_t id, std::uint64_t pages, std::int32_t priority, double arrival = 0, bool started = true,
-               bool leaving = false) {
+               bool leaving = false, std::uint32_t remaining = 1000) {
   running_view v;
   v.leaving = leaving;
+  v.remaining_tokens = remaining;
   v.request_id = id;
   v.pages = pages;
   v.priority = priority;
@@ -59,6 +61,7 @@ struct priority_case {
   ids admitted; ///< in admission order
   ids squashed; ///< in the order they give way
   bool preempt = true;
+  std::uint32_t patience = 8;
 };
 
 TEST(priority_scheduling_policy, admits_by_priority_and_preempts_the_least_urgent) {
@@ -91,11 +94,23 @@ TEST(priority_scheduling_policy, admits_by_priority_and_preempts_the_least_urgen
      {w(1, 16, 5, 0), w(2, 16, 4, 1), w(3, 16, 0, 2)}, {r(10, 2, 0, 0), r(11, 2, 1, 1)}, 2, 64, {1}, {10}},
     {"preemption off: admission order alone",
      {w(1, 16, 5)}, {r(10, 2, 0, 1)}, 0, 64, {}, {}, false},
+    {"one ending within patience_steps on its own makes the room: it waits for it",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, 0, 2, true, false, 8)}, 0, 64, {}, {}},
+    {"so does one of the same priority, or one not started",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, 5, 2, false, false, 3)}, 0, 64, {}, {}},
+    {"one ending a step later does not: the least urgent is preempted",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, 0, 0, true, false, 9)}, 0, 64, {}, {10}},
+    {"those ending within patience_steps that do not make room together: preempted as before",
+     {w(1, 48, 5)}, {r(10, 2, 0, 1), r(11, 2, 0, 2, true, false, 2)}, 0, 64, {}, {11, 10}},
+    {"the running cap: one ending soon makes room",
+     {w(1, 16, 1)}, {r(10, 1, 0, 1), r(11, 1, 0, 2, true, false, 1)}, 100, 2, {}, {}},
+    {"patience_steps 0: preempted at once (vLLM's)",
+     {w(1, 16, 5)}, {r(10, 2, 0, 1), r(11, 2, 0, 2, true, false, 1)}, 0, 64, {}, {11}, true, 0},
   };
   for (const auto& c : table) {
     SCOPED_TRACE(c.name);
     priority_scheduling_policy p;
-    ASSERT_EQ(p.configure({{"preempt", c.preempt ? 1.0 : 0.0}}), "");
+    ASSERT_EQ(p.configure({{"preempt", c.preempt ? 1.0 : 0.0}, {"patience_steps", c.patience}}), "");
     auto in = testing::schedule_at(10, c.waiting, c.running, c.free_pages);
     in.limits.max_running = c.max_running;
     const auto d = p.schedule(in);
@@ -147,6 +162,9 @@ TEST(priority_scheduling_policy, is_registered_and_checks_its_keys) {
   priority_scheduling_policy p;
   EXPECT_EQ(p.configure({}), "");
   EXPECT_NE(p.configure({{"preempt", 2}}).find("preempt"), std::string::npos);
+  EXPECT_EQ(p.configure({{"patience_steps", 0}}), "");
+  for (const double bad : {-1.0, 1.5, 2e6})
+    EXPECT_NE(p.configure({{"patience_steps", bad}}).find("patience_steps"), std::string::npos) << bad;
   const auto e = p.configure({{"aging_tokens_per_s", 1}});
   EXPECT_NE(e.find("policy \"priority\""), std::string::npos) << e;
 }

@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""What keeping a batch in [http] store_dir writes: one batch of --lines
+short completions (one token each by default, so that the front's work
+weighs most) on a running server, timed from its creation to its end, with
+the bytes the server process wrote meanwhile (/proc/PID/io write_bytes:
+what reached the file system, the batch's state and log and the other
+stores alike) and the size of the batch's output. Run it against servers
+alike but for store_dir (or but for their build) and compare the figures.
+
+Needs a running troupe-serve with [http] listen; --pid is its process id.
+
+  tools/bench/batch_store_writes.py --http 127.0.0.1:18080 --pid 1234 --lines 5000
+"""
+import argparse
+import json
+import time
+import urllib.request
+
+
+def post(base, path, body, headers=None):
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data,
+                                 headers=headers or {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def get(base, path, raw=False):
+    with urllib.request.urlopen(base + path, timeout=600) as r:
+        body = r.read()
+        return body if raw else json.loads(body)
+
+
+def written(pid):
+    with open("/proc/%d/io" % pid) as f:
+        for line in f:
+            if line.startswith("write_bytes:"):
+                return int(line.split()[1])
+    raise RuntimeError("no write_bytes in /proc/%d/io" % pid)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--http", required=True, help="host:port of the server")
+    ap.add_argument("--pid", type=int, required=True, help="the server's process id")
+    ap.add_argument("--lines", type=int, default=5000)
+    ap.add_argument("--max-tokens", type=int, default=1)
+    ap.add_argument("--model", default="demo")
+    a = ap.parse_args()
+    base = "http://" + a.http
+    content = "".join(json.dumps({"custom_id": str(i), "method": "POST", "url": "/v1/completions",
+                                  "body": {"model": a.model, "prompt": "Line %d" % i, "max_tokens": a.max_tokens,
+                                           "temperature": 0}}) + "\n" for i in range(a.lines)).encode()
+    b = "troupe-bench-boundary"
+    body = (f'--{b}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
+            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="bench.jsonl"\r\n\r\n').encode() \
+        + content + f'\r\n--{b}--\r\n'.encode()
+    file_id = post(base, "/v1/files", body, {"Content-Type": "multipart/form-data; boundary=" + b})["id"]
+    before = written(a.pid)
+    start = time.perf_counter()
+    batch = post(base, "/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/completions",
+                                       "completion_window": "24h"})
+    while batch["status"] not in ("completed", "failed", "cancelled", "expired"):
+        time.sleep(0.1)
+        batch = get(base, "/v1/batches/" + batch["id"])
+    seconds = time.perf_counter() - start
+    wrote = written(a.pid) - before
+    output = len(get(base, "/v1/files/" + batch["output_file_id"] + "/content", raw=True))
+    print(json.dumps({"lines": a.lines, "status": batch["status"], "counts": batch["request_counts"],
+                      "seconds": round(seconds, 2), "written_bytes": wrote, "output_bytes": output,
+                      "input_bytes": len(content), "written_over_output": round(wrote / max(output, 1), 2)}))
+
+
+if __name__ == "__main__":
+    main()
