@@ -1492,6 +1492,16 @@ bool batches(std::span<const std::uint8_t> in) {
   require(back && back->lines.size() == b.lines.size() && back->finished == b.finished && back->output == b.output
             && back->error_output == b.error_output && back->lines.back().body == b.lines.back().body,
           "a running batch read back otherwise from its text");
+  // Its log: an answer of any bytes for its last line, then whatever the
+  // input holds. The answer replays byte for byte; no line is answered twice.
+  auto replayed = *back;
+  const auto last = b.lines.size() - 1;
+  const std::string text(rest.substr(rest.size() / 2));
+  const auto answered = openai::replay_batch_log(replayed, openai::batch_log_record(last, true, text) + std::string(rest));
+  require(answered <= b.lines.size() && replayed.completed + replayed.failed == answered,
+          "a log's replay counted otherwise than it answered");
+  require(last == 0 || (replayed.finished[last] == 1 && replayed.error_output.starts_with(b.error_output + text)),
+          "a logged answer replayed otherwise");
   return true;
 }
 
