@@ -16,19 +16,7 @@ import json
 import time
 import urllib.request
 
-
-def post(base, path, body, headers=None):
-    data = body if isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data,
-                                 headers=headers or {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=600) as r:
-        return json.loads(r.read())
-
-
-def get(base, path, raw=False):
-    with urllib.request.urlopen(base + path, timeout=600) as r:
-        body = r.read()
-        return body if raw else json.loads(body)
+from batch_time import get, post, upload  # (the same directory)
 
 
 def written(pid):
@@ -51,11 +39,7 @@ def main():
     content = "".join(json.dumps({"custom_id": str(i), "method": "POST", "url": "/v1/completions",
                                   "body": {"model": a.model, "prompt": "Line %d" % i, "max_tokens": a.max_tokens,
                                            "temperature": 0}}) + "\n" for i in range(a.lines)).encode()
-    b = "troupe-bench-boundary"
-    body = (f'--{b}\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n'
-            f'--{b}\r\nContent-Disposition: form-data; name="file"; filename="bench.jsonl"\r\n\r\n').encode() \
-        + content + f'\r\n--{b}--\r\n'.encode()
-    file_id = post(base, "/v1/files", body, {"Content-Type": "multipart/form-data; boundary=" + b})["id"]
+    file_id = upload(base, content)
     before = written(a.pid)
     start = time.perf_counter()
     batch = post(base, "/v1/batches", {"input_file_id": file_id, "endpoint": "/v1/completions",
@@ -65,7 +49,8 @@ def main():
         batch = get(base, "/v1/batches/" + batch["id"])
     seconds = time.perf_counter() - start
     wrote = written(a.pid) - before
-    output = len(get(base, "/v1/files/" + batch["output_file_id"] + "/content", raw=True))
+    with urllib.request.urlopen(base + "/v1/files/" + batch["output_file_id"] + "/content", timeout=600) as r:
+        output = len(r.read())
     print(json.dumps({"lines": a.lines, "status": batch["status"], "counts": batch["request_counts"],
                       "seconds": round(seconds, 2), "written_bytes": wrote, "output_bytes": output,
                       "input_bytes": len(content), "written_over_output": round(wrote / max(output, 1), 2)}))
