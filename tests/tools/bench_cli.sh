@@ -120,6 +120,30 @@ for r in rows:
     assert 0 <= float(r["ttft_s"]) <= float(r["e2e_s"]), r
 PY
 
+# Priority classes: each class summarised apart, in the table, the report
+# and the records, in the simulator and live (over ZeroMQ and HTTP).
+"$bin/troupe-sim" --trace tests/tools/data/azure_conv_head200.csv --adapters 10 --rate 4 \
+  --setups fcfs:lru,priority:lru --priorities 0:0.6,-1:0.4 --report "$work/p.json" --records "$work/p.csv" \
+  > "$work/p.txt"
+grep -Eq "^\| priority:lru \| -1 \| [0-9]+ \| [0-9]+ \|" "$work/p.txt" || fail "no per-class row: $(tail -5 "$work/p.txt")"
+for front in "" "--http"; do
+  # shellcheck disable=SC2086
+  "$bin/troupe-bench" --config tests/e2e/configs/sim-realtime.toml --synthetic 20 --rate 20 --output-range 4:8 \
+    --priorities 0:0.5,-1:0.5 --no-progress $front --records "$work/p-live.csv" > "$work/p-live.txt" 2>&1 \
+    || fail "open loop with priorities $front: $(cat "$work/p-live.txt")"
+  grep -Eq "^  priority -1: [0-9]+/[0-9]+ ok" "$work/p-live.txt" || fail "no per-class line $front: $(cat "$work/p-live.txt")"
+done
+python3 - "$work/p.json" "$work/p.csv" "$work/p-live.csv" <<'PY' || fail "priority classes: the report or records"
+import csv, json, sys
+for run in json.load(open(sys.argv[1]))["runs"]:
+    classes = run["classes"]
+    assert [c["priority"] for c in classes] == [0, -1], classes
+    assert sum(c["requests"] for c in classes) == run["requests"] == 200, run
+for f in sys.argv[2:]:
+    rows = list(csv.DictReader(open(f)))
+    assert {r["priority"] for r in rows} == {"0", "-1"}, (f, {r["priority"] for r in rows})
+PY
+
 expect_usage_error() { # what, then the command
   local what=$1; shift
   if "$@" > "$work/err.txt" 2>&1; then fail "$what: accepted"; fi
@@ -147,5 +171,7 @@ expect_usage_error --rope-long-after "$bin/troupe-sim" --requests 10 --rate 1 --
 expect_usage_error --token-budget "$bin/troupe-sim" --requests 10 --rate 1 --token-budget 0
 expect_usage_error --prompt-range "$bin/troupe-bench" --synthetic 10 --rate 1 --prompt-range x
 expect_usage_error "exclusive" "$bin/troupe-bench" --synthetic 10 --trace tests/tools/data/azure_conv_head200.csv
+expect_usage_error "--priorities: priority mix entry \"x:1\"" "$bin/troupe-sim" --requests 10 --rate 1 --priorities x:1
+expect_usage_error "--priorities: priority mix entry \"0\"" "$bin/troupe-bench" --synthetic 10 --rate 1 --priorities 0
 set -e
 echo "bench_cli: ok"
