@@ -87,6 +87,13 @@ double mape(std::span<const double> predicted, std::span<const double> measured)
   return used == 0 ? 0 : 100.0 * sum / static_cast<double>(used);
 }
 
+bool swap_beats_recompute(std::uint64_t pages, std::uint64_t kv_bytes, std::uint32_t seq_len,
+                          std::uint64_t host_pages_free, const swap_model& swap,
+                          const recompute_model& recompute) noexcept {
+  // The predictors are consulted only when the host pool has room.
+  return pages <= host_pages_free && swap.seconds(kv_bytes) < recompute.seconds(seq_len);
+}
+
 std::vector<preemption> choose_preemptions(std::span<const preempt_candidate> running,
                                            std::uint64_t pages_short, std::uint64_t host_pages_free,
                                            const swap_model& swap, const recompute_model& recompute) {
@@ -105,8 +112,7 @@ std::vector<preemption> choose_preemptions(std::span<const preempt_candidate> ru
     if (freed >= pages_short)
       break;
     preemption p{r->request_id, preempt_mode::recompute};
-    // The predictors are consulted only when the host pool has room.
-    if (r->pages <= host_pages_free && swap.seconds(r->kv_bytes) < recompute.seconds(r->seq_len)) {
+    if (swap_beats_recompute(r->pages, r->kv_bytes, r->seq_len, host_pages_free, swap, recompute)) {
       p.mode = preempt_mode::swap;
       host_pages_free -= r->pages;
     }

@@ -59,6 +59,14 @@ struct preemption {
   preempt_mode mode = preempt_mode::recompute;
 };
 
+/// Whether a victim holding `pages` (a swap moving `kv_bytes`, a recompute
+/// prefilling `seq_len` tokens) is better swapped out than recomputed: the
+/// host pool has room for it and the swap is predicted the quicker. With
+/// the models unmeasured (bandwidths 0), never.
+bool swap_beats_recompute(std::uint64_t pages, std::uint64_t kv_bytes, std::uint32_t seq_len,
+                          std::uint64_t host_pages_free, const swap_model& swap,
+                          const recompute_model& recompute) noexcept;
+
 /// Algorithm 1: victims, lowest priority first, until `pages_short` pages are
 /// freed. A swap needs the victim's pages free in the host pool
 /// (`host_pages_free`, consumed as victims are swapped).

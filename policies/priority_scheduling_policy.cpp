@@ -28,7 +28,13 @@ std::string priority_scheduling_policy::configure(const std::map<std::string, do
   return param_spec{"policy \"priority\""}
     .flag("preempt", preempt_)
     .whole("patience_steps", patience_steps_, 0, 1 << 20)
+    .flag("swap", swap_)
     .apply(params);
+}
+
+void priority_scheduling_policy::on_calibration(const cost_calibration& c) {
+  swap_model_ = {c.d2h_bytes_per_s, c.h2d_bytes_per_s};
+  recompute_model_ = recompute_model::fit(c.prefill_points);
 }
 
 schedule_decision priority_scheduling_policy::schedule(const schedule_input& in) {
@@ -98,8 +104,17 @@ schedule_decision priority_scheduling_policy::schedule(const schedule_input& in)
     room.limits.free_pages += victims[n - 1]->pages;
     if (!fits_after(room, leaving + n))
       continue;
-    for (std::size_t i = 0; i < n; ++i)
-      out.squash.push_back(victims[i]->request_id);
+    auto host_free = swap_ ? in.limits.host_free_pages : 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& v = *victims[i];
+      if (swap_beats_recompute(v.pages, v.pages * in.limits.page_bytes, v.context_tokens, host_free, swap_model_,
+                               recompute_model_)) {
+        out.swap.push_back(v.request_id);
+        host_free -= v.pages;
+      } else {
+        out.squash.push_back(v.request_id);
+      }
+    }
     break;
   }
   return out; // (where no preemption lets it in, it waits, as under fcfs)

@@ -8,6 +8,7 @@
 // way, none where requests ending within patience_steps make the room; with
 // preemption off, admission order alone; one priority throughout
 // is fcfs's decision; growth on demand takes the lowest priority first;
+// victims swapped out where the start-up measurements say a swap is quicker;
 // configure().
 #include "policies/fcfs_scheduling_policy.hpp"
 #include "policies/priority_scheduling_policy.hpp"
@@ -153,6 +154,48 @@ TEST(priority_scheduling_policy, growth_on_demand_takes_the_lowest_priority_firs
   schedule_decision d;
   p.preempt_for_growth(in, d);
   EXPECT_EQ(d.squash, (ids{11, 12})) << "the lowest priority, then the latest arrival; not one that has not started";
+}
+
+TEST(priority_scheduling_policy, a_victim_is_swapped_out_where_the_measurements_say_that_is_quicker) {
+  // Two running requests of 3 pages (context 900 tokens) of priority 0; the
+  // waiting one of priority 5 needs 4 pages: both give way, the later first.
+  auto v10 = r(10, 3, 0, 1), v11 = r(11, 3, 0, 2);
+  v10.context_tokens = v11.context_tokens = 900;
+  const std::vector<waiting_view> waiting{w(1, 48, 5)};
+  const std::vector<running_view> running{v10, v11};
+  auto in = testing::schedule_at(10, waiting, running, 0);
+  in.limits.page_bytes = 1 << 20;
+  in.limits.host_free_pages = 10;
+  priority_scheduling_policy p;
+  EXPECT_TRUE(p.wants_calibration());
+  auto d = p.schedule(in);
+  EXPECT_EQ(d.squash, (ids{11, 10})) << "unmeasured: recomputed";
+  EXPECT_TRUE(d.swap.empty());
+  // 3 MiB out and back at 1 GB/s: 6.3 ms; a prefill of 900 tokens at 1 ms a
+  // token: 900 ms. Swapped.
+  cost_calibration c;
+  c.d2h_bytes_per_s = c.h2d_bytes_per_s = 1e9;
+  c.prefill_points = {{100, 0.1}, {200, 0.2}, {400, 0.4}, {800, 0.8}};
+  p.on_calibration(c);
+  d = p.schedule(in);
+  EXPECT_EQ(d.swap, (ids{11, 10}));
+  EXPECT_TRUE(d.squash.empty());
+  // Room in the host pool for one: the other recomputed.
+  in.limits.host_free_pages = 4;
+  d = p.schedule(in);
+  EXPECT_EQ(d.swap, (ids{11}));
+  EXPECT_EQ(d.squash, (ids{10}));
+  // A slow link makes the recompute the quicker.
+  in.limits.host_free_pages = 10;
+  c.d2h_bytes_per_s = c.h2d_bytes_per_s = 1e6;
+  p.on_calibration(c);
+  EXPECT_EQ(p.schedule(in).squash, (ids{11, 10}));
+  // swap 0: recomputed, and nothing measured at start-up.
+  c.d2h_bytes_per_s = c.h2d_bytes_per_s = 1e9;
+  p.on_calibration(c);
+  ASSERT_EQ(p.configure({{"swap", 0}}), "");
+  EXPECT_FALSE(p.wants_calibration());
+  EXPECT_EQ(p.schedule(in).squash, (ids{11, 10}));
 }
 
 TEST(priority_scheduling_policy, is_registered_and_checks_its_keys) {

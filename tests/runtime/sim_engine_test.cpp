@@ -426,13 +426,15 @@ TEST(sim_engine, the_same_input_gives_the_same_run) {
 // Interactive requests (priority 0) and batch ones (-1) arriving together
 // past what 8 running slots serve: `priority` lets the interactive ones
 // preempt, fcfs serves both alike. Returns each class's median TTFT.
-std::pair<double, double> class_ttft(const std::string& scheduling, sim_totals& totals) {
+std::pair<double, double> class_ttft(const std::string& scheduling, sim_totals& totals,
+                                     std::uint64_t host_pages = 0) {
   const auto shape = *gpu::find_model_preset("llama-2-7b");
   const auto gpu = *gpu::find_gpu_spec("A100-80GB");
   const std::uint64_t page_bytes = 16 * shape.kv_bytes_per_token(), pool_pages = 4000;
   adapter_catalog catalog{{}, {}, [&](std::uint32_t r) { return shape.lora_adapter_bytes(r); }, page_bytes};
   sim_engine_config cfg;
   cfg.limits.max_running = 8;
+  cfg.limits.host_pages = host_pages;
   cfg.limits.total_pages = pool_pages;
   cfg.limits.page_tokens = 16;
   cfg.limits.page_bytes = page_bytes;
@@ -474,6 +476,16 @@ TEST(sim_engine, the_priority_policy_serves_the_urgent_class_first_and_still_fin
   EXPECT_LT(std::abs(fcfs_hi - fcfs_lo), 0.2 * fcfs_lo) << fcfs_hi << " vs " << fcfs_lo;
   EXPECT_LT(prio_hi * 4, fcfs_hi) << prio_hi << " vs " << fcfs_hi;
   EXPECT_GT(prio_lo, fcfs_lo) << prio_lo << " vs " << fcfs_lo;
+  // With a host pool, victims whose swap is quicker than their recompute
+  // are swapped out (the policy is calibrated on the sim backend's costs)
+  // and resume where they were: every token still comes, once.
+  sim_totals swapped;
+  const auto [swap_hi, swap_lo] = class_ttft("priority", swapped, 4000);
+  EXPECT_GT(swapped.swapped_out, 0u);
+  EXPECT_LT(swapped.squashed, swapped.swapped_out);
+  EXPECT_EQ(swapped.pool_request_pages_at_end, 0u);
+  EXPECT_LT(swap_hi * 4, fcfs_hi) << swap_hi << " vs " << fcfs_hi;
+  EXPECT_LT(swap_lo, prio_lo) << "a swap keeps the victim's work: " << swap_lo << " vs " << prio_lo;
 }
 
 } // namespace
