@@ -121,7 +121,18 @@ schedule_decision priority_scheduling_policy::schedule(const schedule_input& in)
 }
 
 void priority_scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_decision& d) {
-  squash_for_growth(in, d, gives_way_before);
+  // The host pool less what this decision's swaps take already.
+  auto host_free = swap_ ? in.limits.host_free_pages : 0;
+  for (const auto& r : in.running)
+    if (std::find(d.swap.begin(), d.swap.end(), r.request_id) != d.swap.end())
+      host_free -= std::min(host_free, r.pages);
+  squash_for_growth(in, d, gives_way_before, [&](const running_view& v) {
+    if (!swap_beats_recompute(v.pages, v.pages * in.limits.page_bytes, v.context_tokens, host_free, swap_model_,
+                              recompute_model_))
+      return false;
+    host_free -= v.pages;
+    return true;
+  });
 }
 
 } // namespace troupe::policies

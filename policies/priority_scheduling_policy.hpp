@@ -16,7 +16,7 @@
 // urgent class and costs throughput (docs/benchmarks.md).
 // Requests of one priority are served exactly as fcfs serves them. Running
 // requests short of pages (on-demand reservation) give way the same way:
-// the lowest priority first.
+// the lowest priority first, swapped out by the same rule.
 #pragma once
 
 #include "policies/adaptive_preemption.hpp"

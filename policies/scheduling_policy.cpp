@@ -86,7 +86,8 @@ void scheduling_policy::preempt_for_growth(const schedule_input& in, schedule_de
 }
 
 void scheduling_policy::squash_for_growth(const schedule_input& in, schedule_decision& d,
-                                          bool (*first)(const running_view* a, const running_view* b)) {
+                                          bool (*first)(const running_view* a, const running_view* b),
+                                          const std::function<bool(const running_view&)>& swap) {
   std::uint64_t freed = 0;
   auto chosen = [&](std::uint64_t id) {
     return std::find(d.squash.begin(), d.squash.end(), id) != d.squash.end()
@@ -103,7 +104,7 @@ void scheduling_policy::squash_for_growth(const schedule_input& in, schedule_dec
   for (const auto* r : order) {
     if (freed >= in.pages_short)
       break;
-    d.squash.push_back(r->request_id);
+    (swap && swap(*r) ? d.swap : d.squash).push_back(r->request_id);
     freed += r->pages;
   }
 }

@@ -7,6 +7,7 @@
 #include "policies/queue_tuning.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -224,9 +225,11 @@ public:
 protected:
   /// preempt_for_growth's work: running requests that have run a step
   /// (and are not in `d` already) squashed in the order `first` ranks them,
-  /// until in.pages_short pages are freed.
+  /// until in.pages_short pages are freed; each swapped out instead where
+  /// `swap` (when given) says so.
   static void squash_for_growth(const schedule_input& in, schedule_decision& d,
-                                bool (*first)(const running_view* a, const running_view* b));
+                                bool (*first)(const running_view* a, const running_view* b),
+                                const std::function<bool(const running_view&)>& swap = {});
 };
 
 } // namespace troupe::policies

@@ -154,6 +154,24 @@ TEST(priority_scheduling_policy, growth_on_demand_takes_the_lowest_priority_firs
   schedule_decision d;
   p.preempt_for_growth(in, d);
   EXPECT_EQ(d.squash, (ids{11, 12})) << "the lowest priority, then the latest arrival; not one that has not started";
+  // Calibrated, with room in the host pool for one: the first swapped out
+  // (its swap the quicker), the next recomputed.
+  cost_calibration c;
+  c.d2h_bytes_per_s = c.h2d_bytes_per_s = 1e9;
+  c.prefill_points = {{100, 0.1}, {200, 0.2}, {400, 0.4}, {800, 0.8}};
+  p.on_calibration(c);
+  std::vector<running_view> long_ones = running;
+  for (auto& v : long_ones)
+    v.context_tokens = 900;
+  auto grown = testing::schedule_at(10, {}, long_ones, 0);
+  grown.limits.on_demand = true;
+  grown.limits.page_bytes = 1 << 20;
+  grown.limits.host_free_pages = 4;
+  grown.pages_short = 5;
+  schedule_decision g;
+  p.preempt_for_growth(grown, g);
+  EXPECT_EQ(g.swap, (ids{11}));
+  EXPECT_EQ(g.squash, (ids{12}));
 }
 
 TEST(priority_scheduling_policy, a_victim_is_swapped_out_where_the_measurements_say_that_is_quicker) {
