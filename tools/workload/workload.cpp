@@ -399,33 +399,38 @@ std::variant<adapter_set, std::string> make_adapter_set(std::uint32_t n,
   return set;
 }
 
+/// Sets `field` of each request to what `draw()` gives, but a later turn of
+/// a conversation to its first turn's (its KV cache is of that adapter, its
+/// client of that class); draw() is called for first turns only.
+template <class T, class Draw>
+void draw_per_conversation(std::vector<request>& r, T request::*field, Draw draw) {
+  std::unordered_map<std::uint64_t, T> of_session;
+  for (auto& x : r) {
+    if (x.session != 0)
+      if (auto seen = of_session.find(x.session); seen != of_session.end()) {
+        x.*field = seen->second;
+        continue;
+      }
+    x.*field = draw();
+    if (x.session != 0)
+      of_session.emplace(x.session, x.*field);
+  }
+}
+
 void assign_adapters(std::vector<request>& r, const adapter_set& set, double base_fraction,
                      std::uint64_t seed) {
   std::vector<double> cdf(set.weights.size());
   std::partial_sum(set.weights.begin(), set.weights.end(), cdf.begin());
   const double total = cdf.empty() ? 0 : cdf.back();
   std::uint64_t s = seed;
-  // A conversation stays with the model its first turn drew (its KV cache
-  // is of that adapter).
-  std::unordered_map<std::uint64_t, std::uint32_t> of_session;
-  for (auto& x : r) {
-    if (x.session != 0) {
-      if (auto seen = of_session.find(x.session); seen != of_session.end()) {
-        x.adapter = seen->second;
-        continue;
-      }
-    }
-    if (cdf.empty() || uniform(s) < base_fraction) {
-      x.adapter = none_adapter;
-    } else {
-      const double u = uniform(s) * total;
-      const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
-      x.adapter = static_cast<std::uint32_t>(
-        std::min<std::ptrdiff_t>(it - cdf.begin(), static_cast<std::ptrdiff_t>(cdf.size()) - 1));
-    }
-    if (x.session != 0)
-      of_session.emplace(x.session, x.adapter);
-  }
+  draw_per_conversation(r, &request::adapter, [&]() -> std::uint32_t {
+    if (cdf.empty() || uniform(s) < base_fraction)
+      return none_adapter;
+    const double u = uniform(s) * total;
+    const auto it = std::upper_bound(cdf.begin(), cdf.end(), u);
+    return static_cast<std::uint32_t>(
+      std::min<std::ptrdiff_t>(it - cdf.begin(), static_cast<std::ptrdiff_t>(cdf.size()) - 1));
+  });
 }
 
 std::variant<std::vector<priority_share>, std::string> parse_priority_mix(const std::string& text) {
@@ -464,26 +469,15 @@ void assign_priorities(std::vector<request>& r, const std::vector<priority_share
     return;
   // Drawn from a stream of their own, so a mix changes no adapter draw.
   std::uint64_t s = seed ^ 0x7072696f72697479ull;
-  std::unordered_map<std::uint64_t, std::int32_t> of_session;
-  for (auto& x : r) {
-    if (x.session != 0) {
-      if (auto seen = of_session.find(x.session); seen != of_session.end()) {
-        x.priority = seen->second;
-        continue;
-      }
-    }
+  draw_per_conversation(r, &request::priority, [&] {
     double u = uniform(s);
-    x.priority = mix.back().priority; // where rounding leaves u past the sum
     for (const auto& m : mix) {
-      if (u < m.share) {
-        x.priority = m.priority;
-        break;
-      }
+      if (u < m.share)
+        return m.priority;
       u -= m.share;
     }
-    if (x.session != 0)
-      of_session.emplace(x.session, x.priority);
-  }
+    return mix.back().priority; // where rounding leaves u past the sum
+  });
 }
 
 double percentile(std::vector<double> v, double p) {
