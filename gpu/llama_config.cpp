@@ -30,7 +30,7 @@ model_shape llama_config::to_shape(const std::string& name) const {
   s.num_kv_heads = num_kv_heads;
   s.head_dim = head_dim;
   s.vocab_size = vocab_size;
-  s.max_context = max_position_embeddings;
+  s.max_context = context_limit();
   s.dtype_bytes = torch_dtype == "float32" ? 4 : 2;
   s.tie_word_embeddings = tie_word_embeddings;
   s.sliding_window = sliding_window;
@@ -226,9 +226,45 @@ std::optional<std::string> read_rope_scaling(const json& v, const json& doc, con
     }
     return in.error();
   }
+  if (*type == "linear" || *type == "yarn") {
+    out.type = *type;
+    out.factor = in.number("factor", 1.0, true);
+    if (!in.error() && !(out.factor >= 1.0 && out.factor <= 1e6))
+      in.fail("factor", "must be from 1 to 1,000,000, got " + in.at("factor").dump());
+    if (*type == "linear")
+      return in.error();
+    // Hugging Face's _compute_yarn_parameters: the pretrained context is
+    // rope_scaling's own key, else max_position_embeddings; a beta of 0 or
+    // null takes its default.
+    out.original_max_position_embeddings =
+      in.positive("original_max_position_embeddings", c.max_position_embeddings);
+    const auto beta = [&](const char* key, double fallback) {
+      const double b = in.number(key, fallback);
+      if (!in.error() && b < 0)
+        in.fail(key, "must be positive, got " + in.at(key).dump());
+      return b == 0 ? fallback : b;
+    };
+    out.beta_fast = beta("beta_fast", 32.0);
+    out.beta_slow = beta("beta_slow", 1.0);
+    out.truncate = in.boolean("truncate", true);
+    if (in.present("attention_factor")) {
+      out.attention_factor = in.number("attention_factor", 1.0);
+      if (!in.error() && !(out.attention_factor > 0))
+        in.fail("attention_factor", "must be positive");
+    } else {
+      out.attention_factor = yarn_attention_factor(out.factor, in.number("mscale", 0.0),
+                                                   in.number("mscale_all_dim", 0.0));
+    }
+    return in.error();
+  }
+  if (*type == "dynamic")
+    return source + ": key 'rope_scaling." + type_key +
+           "' is \"dynamic\": unsupported rope scaling type (dynamic NTK changes every frequency as a "
+           "sequence grows, so a cached key would not match a recomputed one; llama3, longrope, linear and "
+           "yarn are supported)";
   if (*type != "llama3")
     return source + ": key 'rope_scaling." + type_key + "' is \"" + *type +
-           "\": unsupported rope scaling type (llama3 and longrope are supported)";
+           "\": unsupported rope scaling type (llama3, longrope, linear and yarn are supported)";
   out.type = "llama3";
   out.factor = in.number("factor", 1.0, true);
   out.low_freq_factor = in.number("low_freq_factor", 1.0, true);
@@ -397,6 +433,16 @@ double longrope_attention_factor(double factor, double original) {
   return factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(factor) / std::log(original));
 }
 
+double yarn_attention_factor(double factor, double mscale, double mscale_all_dim) {
+  const auto m = [factor](double scale) { return factor <= 1.0 ? 1.0 : 0.1 * scale * std::log(factor) + 1.0; };
+  return mscale != 0 && mscale_all_dim != 0 ? m(mscale) / m(mscale_all_dim) : m(1.0);
+}
+
+std::uint32_t llama_config::context_limit() const noexcept {
+  const double original = rope.type == "yarn" ? rope.original_max_position_embeddings : max_position_embeddings;
+  return stretched_context(max_position_embeddings, rope.type, original, rope.factor);
+}
+
 std::string to_config_json(const llama_config& c) {
   const bool qwen2 = c.model_type == "qwen2", qwen3 = c.model_type == "qwen3";
   json j = json::object();
@@ -451,6 +497,17 @@ std::string to_config_json(const llama_config& c) {
     const double original = c.rope.original_max_position_embeddings;
     if (c.rope.attention_factor != longrope_attention_factor(c.max_position_embeddings / original, original))
       j["rope_scaling"]["attention_factor"] = c.rope.attention_factor;
+  } else if (c.rope.type == "linear") {
+    j["rope_scaling"] = {{"factor", c.rope.factor}, {"rope_type", "linear"}};
+  } else if (c.rope.type == "yarn") {
+    j["rope_scaling"] = {{"attention_factor", c.rope.attention_factor},
+                         {"beta_fast", c.rope.beta_fast},
+                         {"beta_slow", c.rope.beta_slow},
+                         {"factor", c.rope.factor},
+                         {"original_max_position_embeddings", c.rope.original_max_position_embeddings},
+                         {"rope_type", "yarn"}};
+    if (!c.rope.truncate)
+      j["rope_scaling"]["truncate"] = false;
   } else {
     j["rope_scaling"] = {{"factor", c.rope.factor},
                          {"high_freq_factor", c.rope.high_freq_factor},

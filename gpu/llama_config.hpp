@@ -15,22 +15,37 @@ namespace troupe::gpu {
 
 /// config.json "rope_scaling"; type "" means none.
 struct rope_scaling {
-  /// "", "llama3" or "longrope" (Phi-3's 128K models, Phi-3.5 and Phi-4
-  /// mini; "su" in older configs).
+  /// "", "llama3", "longrope" (Phi-3's 128K models, Phi-3.5 and Phi-4
+  /// mini; "su" in older configs), "linear" (position interpolation: every
+  /// frequency divided by factor) or "yarn" (YaRN: Qwen2.5's and Qwen3's
+  /// long-context setting, DeepSeek's distilled Llamas).
   std::string type;
+  /// llama3's, linear's and yarn's: how many times the pretrained context
+  /// the model reaches.
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
-  /// llama3's, or LongRoPE's (config.json's top-level key, else
-  /// rope_scaling's): the context the model was pretrained on.
+  /// llama3's, LongRoPE's (config.json's top-level key, else
+  /// rope_scaling's) or yarn's (rope_scaling's, else
+  /// max_position_embeddings): the context the model was pretrained on.
   std::uint32_t original_max_position_embeddings = 8192;
+  /// yarn: the rotations over the pretrained context past which a pair
+  /// keeps its frequency (beta_fast, 32) and below which it is divided by
+  /// factor (beta_slow, 1); pairs between are blended linearly. With
+  /// `truncate` (Hugging Face's default) the blend's ends are rounded out
+  /// to whole pairs.
+  double beta_fast = 32.0;
+  double beta_slow = 1.0;
+  bool truncate = true;
   /// longrope: per rotary pair, what its frequency is divided by for
   /// sequences no longer than original_max_position_embeddings (short) and
   /// for longer ones ([rotary_dim / 2] each).
   std::vector<double> short_factor, long_factor;
-  /// longrope: what cos and sin are multiplied by ("attention_factor", else
-  /// sqrt(1 + ln(max_position_embeddings / original) / ln(original)), as
-  /// Hugging Face computes it).
+  /// longrope and yarn: what cos and sin are multiplied by
+  /// ("attention_factor", else as Hugging Face computes it: longrope's
+  /// sqrt(1 + ln(max_position_embeddings / original) / ln(original)),
+  /// yarn's 0.1 ln(factor) + 1, or with "mscale" and "mscale_all_dim" the
+  /// ratio of 0.1 m ln(factor) + 1 for the two).
   double attention_factor = 1.0;
 };
 
@@ -83,6 +98,13 @@ struct llama_config {
   model_shape to_shape(const std::string& name) const;
   /// rotary_dim, or head_dim where it is 0.
   std::uint32_t rotary_dims() const noexcept { return rotary_dim != 0 ? rotary_dim : head_dim; }
+  /// The longest sequence the server admits: max_position_embeddings,
+  /// or where linear or yarn scaling stretches the pretrained context
+  /// (yarn's original_max_position_embeddings, else
+  /// max_position_embeddings) by factor, the stretched length where it is
+  /// longer (as vLLM derives it: Qwen2.5's 32,768 with yarn's factor 4
+  /// admits 131,072).
+  std::uint32_t context_limit() const noexcept;
   /// LongRoPE: a pass leaving a sequence longer than this turns by the
   /// long factors (rope.original_max_position_embeddings); 0: one set.
   std::uint32_t rope_long_after() const noexcept {
@@ -99,6 +121,11 @@ std::variant<llama_config, std::string> load_llama_config(const std::string& pat
 /// sqrt(1 + ln(factor) / ln(original)), 1 for a factor of at most 1
 /// (factor: max_position_embeddings over the pretrained context).
 double longrope_attention_factor(double factor, double original);
+/// Hugging Face's YaRN attention factor where a config states none:
+/// 0.1 ln(factor) + 1, or with mscale and mscale_all_dim (both nonzero)
+/// (0.1 mscale ln(factor) + 1) / (0.1 mscale_all_dim ln(factor) + 1); 1
+/// for a factor of at most 1.
+double yarn_attention_factor(double factor, double mscale = 0, double mscale_all_dim = 0);
 /// Serializes as Hugging Face writes it (for troupe-mkmodel).
 std::string to_config_json(const llama_config& c);
 

@@ -319,6 +319,18 @@ model_shape_result parse_document(const json& doc, const std::string& source) {
       shape.rope_long_after = in.optional("original_max_position_embeddings")
                                 .value_or(model_type == "phi3" ? 4096 : shape.max_context);
     }
+    // Linear and YaRN scaling stretch the pretrained context by their
+    // factor: the server admits the stretched length where it is longer
+    // (llama_config::context_limit).
+    const json* factor = scaling.contains("factor") ? &scaling.at("factor") : nullptr;
+    if (type != nullptr && type->is_string() && (*type == "linear" || *type == "yarn") && factor != nullptr &&
+        factor->is_number() && factor->get<double>() > 1) {
+      const std::string where = source + " rope_scaling";
+      field_reader rope{scaling, where}; // keeps a reference to `where`
+      const double original = *type == "yarn" ? rope.optional("original_max_position_embeddings").value_or(shape.max_context)
+                                              : shape.max_context;
+      shape.max_context = stretched_context(shape.max_context, type->get<std::string>(), original, factor->get<double>());
+    }
   }
 
   // Older configs say torch_dtype, newer ones dtype; both mean the same.
@@ -355,6 +367,16 @@ model_shape_result parse_document(const json& doc, const std::string& source) {
 }
 
 } // namespace
+
+std::uint32_t stretched_context(std::uint32_t max_positions, std::string_view type, double original, double factor) {
+  if (type != "linear" && type != "yarn")
+    return max_positions;
+  const double stretched = original * factor;
+  if (!(stretched > max_positions))
+    return max_positions;
+  return stretched >= std::numeric_limits<std::uint32_t>::max() ? std::numeric_limits<std::uint32_t>::max()
+                                                                : static_cast<std::uint32_t>(stretched);
+}
 
 model_shape_result parse_model_shape(std::string_view json_text, const std::string& source) {
   try {

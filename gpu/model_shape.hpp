@@ -98,6 +98,13 @@ std::vector<std::string> model_preset_names();
 /// Either a parsed shape or an error message naming the file and the key.
 using model_shape_result = std::variant<model_shape, std::string>;
 
+/// The longest sequence a model whose rope scaling of `type` stretches a
+/// pretrained context of `original` positions by `factor` admits:
+/// `max_positions` (config.json's max_position_embeddings), or for
+/// "linear" and "yarn" original * factor where that is longer (as vLLM
+/// derives it), at most 2^32 - 1.
+std::uint32_t stretched_context(std::uint32_t max_positions, std::string_view type, double original, double factor);
+
 /// Parses a Hugging Face config.json text. Keys: num_hidden_layers,
 /// hidden_size, intermediate_size, num_attention_heads, vocab_size,
 /// max_position_embeddings (required); num_key_value_heads (default: heads),

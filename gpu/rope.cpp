@@ -1,8 +1,10 @@
-// rope_inv_freq: HF's default inv_freq, then _compute_llama3_parameters or
-// _compute_longrope_parameters, each step a float32 operation as torch does
-// it; rope_for: a model's table.
+// rope_inv_freq: HF's default inv_freq, then _compute_llama3_parameters,
+// _compute_longrope_parameters, _compute_linear_scaling_rope_parameters or
+// _compute_yarn_parameters, each step a float32 operation as torch does it;
+// rope_for: a model's table.
 #include "gpu/rope.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 #include <stdexcept>
@@ -23,6 +25,43 @@ float pow_f32(float base, float e) {
 float rdiv_f32(float scalar, float x) {
   const float r = 1.0f / x;
   return r * scalar;
+}
+
+// _compute_yarn_parameters from the default frequencies `extra`
+// (1 / power): each pair's frequency blends the interpolated one
+// (1 / (factor * power)) and `extra` by a ramp over the pairs between the
+// correction range's ends (Python floats, their float32 casts meeting the
+// float32 arange).
+std::vector<float> yarn_blend(const std::vector<float>& extra, const std::vector<float>& power, std::uint32_t dim,
+                              float theta, const rope_scaling& s) {
+  // find_correction_dim: the pair index at which a pair turns `rotations`
+  // times over the pretrained context (math.log in double).
+  const double base = theta; // config.rope_theta, a Python float
+  const auto correction_dim = [&](double rotations) {
+    return dim * std::log(s.original_max_position_embeddings / (rotations * 2 * std::numbers::pi)) /
+           (2 * std::log(base));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high)
+    high += 0.001; // linear_ramp_factor's guard against a zero span
+  const auto low_f = static_cast<float>(low), span = static_cast<float>(high - low);
+  const auto factor = static_cast<float>(s.factor);
+  std::vector<float> inv(extra.size());
+  for (std::size_t i = 0; i < inv.size(); ++i) {
+    const float ramp = std::clamp((static_cast<float>(i) - low_f) / span, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp; // inv_freq_extrapolation_factor
+    const float interpolated = rdiv_f32(1.0f, factor * power[i]);
+    const float a = interpolated * (1.0f - keep);
+    const float b = extra[i] * keep;
+    inv[i] = a + b;
+  }
+  return inv;
 }
 
 } // namespace
@@ -49,6 +88,15 @@ std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scal
   }
   for (std::uint32_t i = 0; i < half; ++i)
     inv[i] = rdiv_f32(1.0f, power[i]);
+  if (scaling.type == "linear") {
+    // _compute_linear_scaling_rope_parameters: inv_freq /= factor.
+    const auto factor = static_cast<float>(scaling.factor);
+    for (auto& f : inv)
+      f /= factor;
+    return inv;
+  }
+  if (scaling.type == "yarn")
+    return yarn_blend(inv, power, dim, theta, scaling);
   if (scaling.type != "llama3")
     return inv;
   // _compute_llama3_parameters, op by op: Python floats meet float32
@@ -81,8 +129,9 @@ rope_table rope_for(const llama_config& c) {
   if (c.rope_long_after() != 0) {
     t.long_inv_freq = rope_inv_freq(c.rotary_dims(), c.rope_theta, c.rope, true);
     t.long_after = c.rope_long_after();
-    t.scale = static_cast<float>(c.rope.attention_factor);
   }
+  if (c.rope.type == "longrope" || c.rope.type == "yarn")
+    t.scale = static_cast<float>(c.rope.attention_factor);
   return t;
 }
 

@@ -16,6 +16,10 @@ namespace troupe::gpu {
 ///   original_max / high_freq_factor kept, smoothly blended between);
 /// - "longrope": _compute_longrope_parameters, each divided by its
 ///   long_factor where `long_factors`, else by its short_factor;
+/// - "linear": each divided by factor;
+/// - "yarn": _compute_yarn_parameters (pairs turning more than beta_fast
+///   times over the pretrained context kept, fewer than beta_slow times
+///   divided by factor, linearly blended between);
 /// any other type unscaled. Each step is the float32 operation torch does
 /// (the exponent 2i / dim rounded, the power rounded, `1 / x` a reciprocal,
 /// a Python scalar cast to float32), so the table is transformers' to the
@@ -29,7 +33,7 @@ std::vector<float> rope_inv_freq(std::uint32_t dim, float theta, const rope_scal
 /// One model's rotary embedding: the leading rotary_dim() elements of each
 /// head of q and k turn, pairs (i, i + rotary_dim() / 2) at angle
 /// position * inv_freq[i], with cos and sin multiplied by `scale`
-/// (LongRoPE's attention factor; 1 otherwise); the rest of the head passes
+/// (LongRoPE's or YaRN's attention factor; 1 otherwise); the rest of the head passes
 /// through. LongRoPE has two sets of frequencies: as Hugging Face, a pass
 /// after which the sequence holds more than `long_after` tokens turns by
 /// long_inv_freq, a shorter one by inv_freq. A cache turned by one set is

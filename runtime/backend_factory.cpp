@@ -38,7 +38,7 @@ std::variant<hf_model, std::string> describe_hf_model(const deployment_options& 
   m.config = std::get<gpu::llama_config>(config);
   out.shape = m.config.to_shape(opts.model.path);
   out.shape.dtype_bytes = dtype_bytes;
-  out.max_context = opts.model.max_context ? opts.model.max_context : m.config.max_position_embeddings;
+  out.max_context = opts.model.max_context ? opts.model.max_context : m.config.context_limit();
   return m;
 }
 

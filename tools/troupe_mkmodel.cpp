@@ -54,7 +54,8 @@ constexpr std::string_view usage =
   "         [--mistral-calls array|named (with --arch mistral; default array)]\n"
   "         [--sliding-window N (with --arch mistral or phi3, below --max-context; default none)]\n"
   "         [--partial-rotary F (with --arch phi3: the share of each head that turns, as Phi-4 mini's 0.75)]\n"
-  "         [--longrope N (LongRoPE over a pretrained context of N, below --max-context, as Phi-3.5's)]\n";
+  "         [--longrope N (LongRoPE over a pretrained context of N, below --max-context, as Phi-3.5's)]\n"
+  "         [--yarn N (YaRN stretching a pretrained context of N to --max-context, as Qwen2.5's setting)]\n";
 
 struct options {
   std::string out;
@@ -92,6 +93,10 @@ struct options {
   std::uint32_t sliding_window = 0; ///< Mistral 7B v0.1's attention window; 0: none
   double partial_rotary = 1.0; ///< Phi-3's partial_rotary_factor
   std::uint32_t longrope = 0; ///< LongRoPE's original_max_position_embeddings; 0: none
+  /// YaRN's original_max_position_embeddings (and the config's
+  /// max_position_embeddings, as Qwen2.5's setting keeps it), stretched to
+  /// max_context; 0: none.
+  std::uint32_t yarn = 0;
   bool qwen() const { return arch == "qwen2" || arch == "qwen3"; }
   std::string spm_train = "spm_train";
   std::string corpus = TROUPE_MKMODEL_CORPUS;
@@ -255,6 +260,8 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
       o.partial_rotary = f;
     } else if (arg == "--longrope") {
       err = number(o.longrope, 2, 1u << 24);
+    } else if (arg == "--yarn") {
+      err = number(o.yarn, 2, 1u << 24);
     } else if (arg == "--rope-llama3") {
       o.rope_llama3 = true;
     } else if (arg == "--tie") {
@@ -326,6 +333,10 @@ std::variant<options, std::string> parse_args(int argc, char** argv) {
   }
   if (o.longrope != 0 && (o.rope_llama3 || o.longrope >= o.max_context))
     return std::string{"--longrope must be below --max-context, without --rope-llama3"};
+  if (o.yarn != 0 && (o.rope_llama3 || o.longrope != 0 || o.yarn >= o.max_context))
+    return std::string{"--yarn must be below --max-context, without --rope-llama3 or --longrope"};
+  if (o.yarn != 0 && o.sliding_window >= o.yarn)
+    return std::string{"--sliding-window must be below --yarn's pretrained context"};
   if (o.sliding_window >= o.max_context)
     return std::string{"--sliding-window must be below --max-context (a longer window is none)"};
   if (o.bpe && o.arch == "mistral")
@@ -415,6 +426,15 @@ llama_config make_config(const options& o) {
     }
     const double factor = static_cast<double>(o.max_context) / o.longrope;
     c.rope.attention_factor = longrope_attention_factor(factor, o.longrope);
+  }
+  if (o.yarn != 0) {
+    // Qwen2.5's long-context setting: max_position_embeddings stays the
+    // pretrained context and rope_scaling stretches it by factor.
+    c.max_position_embeddings = o.yarn;
+    c.rope.type = "yarn";
+    c.rope.original_max_position_embeddings = o.yarn;
+    c.rope.factor = static_cast<double>(o.max_context) / o.yarn;
+    c.rope.attention_factor = yarn_attention_factor(c.rope.factor);
   }
   c.tie_word_embeddings = o.tie;
   if (o.bpe && o.qwen()) {

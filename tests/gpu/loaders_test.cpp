@@ -4,6 +4,7 @@
 #include "gpu/llama_config.hpp"
 #include "gpu/llama_weights.hpp"
 #include "gpu/lora.hpp"
+#include "gpu/rope.hpp"
 #include "gpu/safetensors.hpp"
 
 #include <gtest/gtest.h>
@@ -16,6 +17,7 @@
 #include <iostream>
 #include <cstdlib>
 #include <limits>
+#include <numbers>
 #include <regex>
 #include <type_traits>
 #include <unistd.h>
@@ -516,10 +518,24 @@ TEST_F(loaders, config_errors_name_file_and_key) {
     {"{" + base + R"(, "num_attention_heads": 4, "eos_token_id": [2, "x"]})", "eos_token_id"},
     {"{" + base + R"(, "num_attention_heads": 4, "tie_word_embeddings": 1})", "tie_word_embeddings"},
     {"{" + base + R"(, "num_attention_heads": 4, "torch_dtype": "int8"})", "torch_dtype"},
-    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "linear", "factor": 2}})",
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "ntk-by-parts", "factor": 2}})",
      "rope_scaling.type"},
     {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"rope_type": "dynamic", "factor": 2}})",
      "rope_scaling.rope_type"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "linear", "factor": 0.5}})",
+     "rope_scaling.factor"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "linear"}})", "rope_scaling.factor"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "yarn"}})", "rope_scaling.factor"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "yarn", "factor": 4, "beta_fast": -32}})",
+     "rope_scaling.beta_fast"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "yarn", "factor": 4,
+                      "attention_factor": 0}})",
+     "rope_scaling.attention_factor"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "yarn", "factor": 4,
+                      "original_max_position_embeddings": 0}})",
+     "rope_scaling.original_max_position_embeddings"},
+    {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"type": "yarn", "factor": 4, "truncate": 1}})",
+     "rope_scaling.truncate"},
     {"{" + base + R"(, "num_attention_heads": 4, "rope_scaling": {"rope_type": "llama3", "factor": 8}})",
      "rope_scaling."},
     {"{" + base + R"(, "num_attention_heads": 4, "rms_norm_eps": 0})", "rms_norm_eps"},
@@ -536,8 +552,123 @@ TEST_F(loaders, config_errors_name_file_and_key) {
     EXPECT_NE(err.find("/x/config.json"), std::string::npos) << err;
     EXPECT_NE(err.find(r.key), std::string::npos) << err;
   }
-  const auto linear = parse_llama_config(rows[15].json, "c.json");
-  EXPECT_NE(std::get<std::string>(linear).find("\"linear\": unsupported"), std::string::npos);
+  const auto unknown = parse_llama_config(rows[15].json, "c.json");
+  EXPECT_NE(std::get<std::string>(unknown).find("\"ntk-by-parts\": unsupported rope scaling type (llama3, "
+                                                "longrope, linear and yarn are supported)"),
+            std::string::npos)
+    << std::get<std::string>(unknown);
+  const auto dynamic = parse_llama_config(rows[16].json, "c.json");
+  EXPECT_NE(std::get<std::string>(dynamic).find("a cached key would not match"), std::string::npos)
+    << std::get<std::string>(dynamic);
+}
+
+// YaRN and linear scaling: Hugging Face's defaults and attention factors,
+// the context the server admits (the pretrained one stretched by factor,
+// as vLLM derives it), and to_config_json reads back the same.
+TEST_F(loaders, config_yarn_and_linear_scaling) {
+  const std::string base = R"("hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                              "vocab_size": 16, "num_attention_heads": 4)";
+  // Qwen2.5's setting: max_position_embeddings stays the pretrained 32,768.
+  const auto qwen = expect_ok(parse_llama_config("{" + base + R"(, "model_type": "qwen2",
+      "max_position_embeddings": 32768, "rope_scaling": {"factor": 4.0, "original_max_position_embeddings": 32768,
+      "type": "yarn"}})", "q.json"));
+  EXPECT_EQ(qwen.rope.type, "yarn");
+  EXPECT_EQ(qwen.rope.factor, 4.0);
+  EXPECT_EQ(qwen.rope.original_max_position_embeddings, 32768u);
+  EXPECT_EQ(qwen.rope.beta_fast, 32.0);
+  EXPECT_EQ(qwen.rope.beta_slow, 1.0);
+  EXPECT_TRUE(qwen.rope.truncate);
+  EXPECT_DOUBLE_EQ(qwen.rope.attention_factor, 0.1 * std::log(4.0) + 1.0);
+  EXPECT_EQ(qwen.context_limit(), 131072u);
+  EXPECT_EQ(qwen.to_shape("q").max_context, 131072u);
+  EXPECT_EQ(qwen.max_position_embeddings, 32768u);
+  EXPECT_EQ(rope_for(qwen).scale, static_cast<float>(0.1 * std::log(4.0) + 1.0));
+
+  // DeepSeek's: max_position_embeddings already stretched; mscale over
+  // mscale_all_dim; a beta of 0 takes its default, as Python's `or` does.
+  const auto deepseek = expect_ok(parse_llama_config("{" + base + R"(, "max_position_embeddings": 163840,
+      "rope_scaling": {"rope_type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+      "beta_fast": 0, "beta_slow": null, "mscale": 0.707, "mscale_all_dim": 1.0, "truncate": false}})", "d.json"));
+  EXPECT_EQ(deepseek.context_limit(), 163840u);
+  EXPECT_EQ(deepseek.rope.beta_fast, 32.0);
+  EXPECT_EQ(deepseek.rope.beta_slow, 1.0);
+  EXPECT_FALSE(deepseek.rope.truncate);
+  EXPECT_DOUBLE_EQ(deepseek.rope.attention_factor,
+                   (0.1 * 0.707 * std::log(40.0) + 1.0) / (0.1 * std::log(40.0) + 1.0));
+  EXPECT_DOUBLE_EQ(yarn_attention_factor(40, 0.707, 0), 0.1 * std::log(40.0) + 1.0) << "mscale alone is ignored";
+  EXPECT_EQ(yarn_attention_factor(1.0), 1.0);
+
+  // Without a stated pretrained context, max_position_embeddings is it.
+  const auto stated = expect_ok(parse_llama_config("{" + base + R"(, "max_position_embeddings": 4096,
+      "rope_scaling": {"rope_type": "yarn", "factor": 2.5, "attention_factor": 1.25}})", "s.json"));
+  EXPECT_EQ(stated.rope.original_max_position_embeddings, 4096u);
+  EXPECT_EQ(stated.rope.attention_factor, 1.25);
+  EXPECT_EQ(stated.context_limit(), 10240u);
+
+  const auto vicuna = expect_ok(parse_llama_config("{" + base + R"(, "max_position_embeddings": 4096,
+      "rope_scaling": {"factor": 4.0, "type": "linear"}})", "v.json"));
+  EXPECT_EQ(vicuna.rope.type, "linear");
+  EXPECT_EQ(vicuna.context_limit(), 16384u);
+  EXPECT_EQ(rope_for(vicuna).scale, 1.0f);
+  const auto plain = rope_inv_freq(16, 10000.0f, rope_scaling{});
+  const auto linear = rope_for(vicuna);
+  ASSERT_EQ(linear.inv_freq.size(), plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_EQ(linear.inv_freq[i], plain[i] / 4.0f) << i;
+
+  // A factor of 1 stretches nothing.
+  EXPECT_EQ(expect_ok(parse_llama_config("{" + base + R"(, "max_position_embeddings": 4096,
+      "rope_scaling": {"factor": 1, "rope_type": "yarn"}})", "one.json")).context_limit(), 4096u);
+
+  for (const auto* c : {&qwen, &deepseek, &stated, &vicuna}) {
+    const auto again = expect_ok(parse_llama_config(to_config_json(*c), "again.json"));
+    EXPECT_EQ(again.rope.type, c->rope.type);
+    EXPECT_EQ(again.rope.factor, c->rope.factor);
+    EXPECT_EQ(again.context_limit(), c->context_limit());
+    EXPECT_EQ(rope_for(again).inv_freq, rope_for(*c).inv_freq);
+    EXPECT_EQ(rope_for(again).scale, rope_for(*c).scale);
+    if (c->rope.type == "yarn") {
+      EXPECT_EQ(again.rope.original_max_position_embeddings, c->rope.original_max_position_embeddings);
+      EXPECT_EQ(again.rope.truncate, c->rope.truncate);
+      EXPECT_EQ(again.rope.attention_factor, c->rope.attention_factor);
+    }
+  }
+}
+
+// YaRN's frequencies by the paper's rule, in double: a pair that turns
+// more than beta_fast times over the pretrained context keeps its
+// frequency, one that turns fewer than beta_slow times is divided by
+// factor, and those between blend.
+TEST_F(loaders, yarn_keeps_fast_pairs_divides_slow_ones_and_blends_between) {
+  rope_scaling s;
+  s.type = "yarn";
+  s.factor = 8;
+  s.original_max_position_embeddings = 2048;
+  const std::uint32_t dim = 64;
+  const float theta = 10000.0f;
+  const auto plain = rope_inv_freq(dim, theta, rope_scaling{});
+  const auto yarn = rope_inv_freq(dim, theta, s);
+  ASSERT_EQ(yarn.size(), plain.size());
+  std::size_t kept = 0, divided = 0, blended = 0;
+  for (std::size_t i = 0; i < yarn.size(); ++i) {
+    const double turns = 2048.0 * plain[i] / (2 * std::numbers::pi);
+    if (turns > 32 * 1.5) { // clear of the rounded-out ends
+      EXPECT_EQ(yarn[i], plain[i]) << i;
+      ++kept;
+    } else if (turns < 1 / 1.5) {
+      EXPECT_NEAR(yarn[i], plain[i] / 8, 1e-6 * plain[i]) << i;
+      ++divided;
+    } else {
+      EXPECT_LE(yarn[i], plain[i] * (1 + 1e-6)) << i;
+      EXPECT_GE(yarn[i], plain[i] / 8 * (1 - 1e-6)) << i;
+      ++blended;
+    }
+  }
+  EXPECT_GT(kept, 0u);
+  EXPECT_GT(divided, 0u);
+  EXPECT_GT(blended, 0u);
+  for (std::size_t i = 1; i < yarn.size(); ++i)
+    EXPECT_LT(yarn[i], yarn[i - 1]) << "frequencies fall with the pair, " << i;
 }
 
 // -- Llama checkpoint ----------------------------------------------------------
@@ -734,8 +865,8 @@ TEST_F(loaders, longrope_and_partial_rotary_refusals_name_the_key) {
     {std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"},
                         R"("type": "longrope", "attention_factor": 0)"),
      "rope_scaling.attention_factor"},
-    {std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"}, R"("type": "yarn")"),
-     "llama3 and longrope are supported"},
+    {std::regex_replace(phi4_mini_config(48), std::regex{R"("type": "longrope")"}, R"("type": "longrope2")"),
+     "llama3, longrope, linear and yarn are supported"},
     {std::regex_replace(phi4_mini_config(48), std::regex{R"("original_max_position_embeddings": 4096)"},
                         R"("original_max_position_embeddings": 1)"),
      "key 'original_max_position_embeddings' must be at least 2"},
@@ -1070,10 +1201,10 @@ TEST_F(malformed, every_error_names_file_and_subject) {
      [](loaders& t) {
        auto& m = static_cast<malformed&>(t);
        m.write_text("rope/config.json",
-                    small_config_json(R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"));
+                    small_config_json(R"(, "rope_scaling": {"rope_type": "dynamic", "factor": 4.0})"));
        return error_of(load_llama(m.path("rope")));
      },
-     {"rope/config.json", "rope_scaling.rope_type", "yarn", "unsupported"}},
+     {"rope/config.json", "rope_scaling.rope_type", "dynamic", "unsupported"}},
     {"unsupported target module",
      [](loaders& t) {
        auto& m = static_cast<malformed&>(t);

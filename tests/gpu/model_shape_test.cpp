@@ -212,6 +212,28 @@ TEST_F(model_shape_file, reads_mistral_and_phi3_sliding_windows_as_the_model_loa
   EXPECT_EQ(shape_of(R"(, "model_type": "llama", "sliding_window": 16)").sliding_window, 0u) << "not Llama's";
 }
 
+// Linear and YaRN scaling stretch the context the server admits, as the
+// model loader's shape (llama_config::context_limit) says.
+TEST_F(model_shape_file, reads_the_context_linear_and_yarn_scaling_stretch_as_the_model_loader_does) {
+  const std::vector<std::pair<std::string, std::uint32_t>> rows{
+    {R"(, "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768})", 131072},
+    {R"(, "rope_scaling": {"rope_type": "yarn", "factor": 2.5})", 81920},
+    {R"(, "rope_scaling": {"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 4096})", 32768},
+    {R"(, "rope_scaling": {"type": "linear", "factor": 4.0})", 131072},
+    {R"(, "rope_scaling": {"type": "linear", "factor": 1.0})", 32768},
+    {R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192})", 32768},
+    {"", 32768},
+  };
+  for (const auto& [extra, want] : rows) {
+    EXPECT_EQ(small_shape(32768, extra).max_context, want) << extra;
+    const auto config = parse_llama_config(R"({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 32768)" + extra + "}", "inline");
+    ASSERT_TRUE(std::holds_alternative<llama_config>(config)) << std::get<std::string>(config);
+    EXPECT_EQ(std::get<llama_config>(config).to_shape("x").max_context, want) << extra;
+  }
+}
+
 TEST_F(model_shape_file, reads_longropes_pretrained_context_where_a_request_is_recomputed) {
   const auto shape_of = [](const std::string& extra) { return small_shape(131072, extra); };
   // Phi-3.5 mini's: the pretrained context at the top level.

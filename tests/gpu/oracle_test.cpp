@@ -126,6 +126,15 @@ const oracle_case cases[] = {
    "--arch phi3 --hidden 128 --intermediate 256 --layers 2 --heads 4 --kv-heads 2 --max-context 64 "
    "--partial-rotary 0.75 --longrope 20 --tie --adapters 1 --ranks 8 --targets all-linear",
    1, {3, 20, 22, 40}},
+  // Qwen2.5's long-context setting: YaRN stretching a pretrained context
+  // of 64 (max_position_embeddings) by 4, with its attention factor on cos
+  // and sin. Of the 8 pairs, 0 keeps its frequency, 1 and 2 blend and 3 to
+  // 7 are divided by 4; prompts past 64 tokens are within the stretched
+  // context.
+  {"qwen2_yarn_64_by_4_gqa_qkv_r8",
+   "--arch qwen2 --hidden 128 --intermediate 256 --layers 2 --heads 8 --kv-heads 2 --max-context 256 "
+   "--yarn 64 --adapters 1 --ranks 8 --targets q_proj,k_proj,v_proj",
+   1, {3, 64, 65, 200}},
 };
 
 class oracle_test : public ::testing::TestWithParam<oracle_case> {
@@ -325,6 +334,20 @@ std::vector<rope_config_case> rope_config_cases() {
       "max_position_embeddings": 131072, "original_max_position_embeddings": 4096,
       "rope_scaling": {"type": "longrope", "short_factor": )" + factors_json(48, 1.0, 0.021, 1.05) +
        R"(, "long_factor": )" + factors_json(48, 1.0, 0.51, 1.2) + "}}", {1, 4097}},
+    // Qwen2.5's YaRN setting, as its model cards give it.
+    {"qwen25_yarn", "{" + common + R"("model_type": "qwen2", "hidden_size": 3584, "num_attention_heads": 28,
+      "num_key_value_heads": 4, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+      "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}})", {1}},
+    // YaRN without a stated pretrained context (max_position_embeddings
+    // is), and the correction range's ends not rounded, as gpt-oss's.
+    {"yarn_untruncated", "{" + common + R"("model_type": "llama", "hidden_size": 2048, "num_attention_heads": 32,
+      "rope_theta": 150000.0, "max_position_embeddings": 4096,
+      "rope_scaling": {"rope_type": "yarn", "factor": 32.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                       "truncate": false}})", {1}},
+    // Position interpolation, as Vicuna v1.5 16K's.
+    {"vicuna_linear", "{" + common + R"("model_type": "llama", "hidden_size": 5120, "num_attention_heads": 40,
+      "rope_theta": 10000.0, "max_position_embeddings": 4096, "rope_scaling": {"factor": 4.0, "type": "linear"}})",
+     {1}},
   };
 }
 

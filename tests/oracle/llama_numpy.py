@@ -103,11 +103,25 @@ def longrope_original(cfg):
     return stated_original(cfg) or int(cfg.get("max_position_embeddings", 4096))
 
 
+def yarn_mscale(factor, m=1.0):
+    return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+
+
 def attention_scaling(cfg):
     """What cos and sin are multiplied by: transformers'
-    _compute_longrope_parameters' attention factor, else 1."""
+    _compute_longrope_parameters' or _compute_yarn_parameters' attention
+    factor, else 1."""
     scaling = cfg.get("rope_scaling") or {}
-    if scaling.get("rope_type", scaling.get("type")) not in ("longrope", "su"):
+    kind = scaling.get("rope_type", scaling.get("type"))
+    if kind == "yarn":
+        if scaling.get("attention_factor") is not None:
+            return float(scaling["attention_factor"])
+        factor = float(scaling["factor"])
+        m, m_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+        if m and m_all:
+            return yarn_mscale(factor, m) / yarn_mscale(factor, m_all)
+        return yarn_mscale(factor)
+    if kind not in ("longrope", "su"):
         return 1.0
     if scaling.get("attention_factor") is not None:
         return float(scaling["attention_factor"])
@@ -155,6 +169,12 @@ def inverse_frequencies(cfg, dim, seq_len=1):
     inv_freq = f32_rdiv(1.0, power)
     if kind in (None, "default"):
         return inv_freq
+    if kind == "linear":
+        # transformers' _compute_linear_scaling_rope_parameters.
+        return (inv_freq / F32(scaling["factor"])).astype(F32)
+    if kind == "yarn":
+        return yarn_frequencies(scaling, inv_freq, power, dim, base,
+                                int(cfg.get("max_position_embeddings", 4096)))
     if kind != "llama3":
         raise ValueError(f"unsupported rope_scaling type {kind}")
     # transformers' _compute_llama3_parameters.
@@ -170,6 +190,30 @@ def inverse_frequencies(cfg, dim, seq_len=1):
     smoothed = (F32(1.0) - smooth) * scaled / F32(factor) + smooth * scaled
     medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
     return np.where(medium, smoothed, scaled).astype(F32)
+
+
+def yarn_frequencies(scaling, extrapolated, power, dim, base, max_positions):
+    """transformers' _compute_yarn_parameters (the pretrained context from
+    rope_scaling, else max_position_embeddings; truncate as stated, else
+    true), float32 where it meets the tensors."""
+    factor = float(scaling["factor"])
+    original = scaling.get("original_max_position_embeddings") or max_positions
+    beta_fast = scaling.get("beta_fast") or 32
+    beta_slow = scaling.get("beta_slow") or 1
+
+    def correction_dim(rotations):
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if scaling.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(dim // 2).astype(F32) - F32(low)) / F32(high - low), F32(0), F32(1))
+    keep = F32(1) - ramp
+    interpolated = f32_rdiv(1.0, F32(factor) * power)
+    return (interpolated * (F32(1) - keep) + extrapolated * keep).astype(F32)
 
 
 def rotate_half(x):

@@ -116,6 +116,20 @@ def main():
     plain = ln.inverse_frequencies({"rope_theta": 500000.0}, 64)
     scaled = ln.inverse_frequencies(l3, 64)
     assert scaled[0] == plain[0] and close(scaled[-1], plain[-1] / 8.0), "llama3 rope"
+    # linear: every frequency divided by factor.
+    assert close(ln.inverse_frequencies({"rope_theta": 500000.0, "rope_scaling": {"type": "linear", "factor": 4.0}},
+                                        64), plain / 4.0), "linear rope"
+    # yarn, by the paper: a pair turning over 32 times over the pretrained
+    # 4,096 positions kept, under once divided by factor, blended between; cos
+    # and sin times 0.1 ln(factor) + 1.
+    yarn = {"rope_theta": 500000.0, "max_position_embeddings": 4096,
+            "rope_scaling": {"type": "yarn", "factor": 8.0}}
+    ys = ln.inverse_frequencies(yarn, 64)
+    turns = 4096 * plain / (2 * math.pi)
+    assert (ys[turns > 48] == plain[turns > 48]).all() and (turns > 48).any(), "yarn keeps fast pairs"
+    assert close(ys[turns < 0.6], plain[turns < 0.6] / 8.0) and (turns < 0.6).any(), "yarn divides slow pairs"
+    assert ((ys <= plain * (1 + 1e-6)) & (ys >= plain / 8.0 * (1 - 1e-6))).all(), "yarn blends between"
+    assert close(ln.attention_scaling(yarn), 0.1 * math.log(8.0) + 1.0), "yarn attention factor"
 
     # 3. GQA == MHA with K/V heads duplicated (head h reads kv head h // 2).
     mha_cfg = dict(cfg, num_key_value_heads=4)

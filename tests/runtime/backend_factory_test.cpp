@@ -11,6 +11,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
 
 namespace troupe {
 namespace {
@@ -91,6 +96,28 @@ TEST(backend_factory, an_adapters_pages_come_from_the_backends_own_size_when_it_
   ASSERT_TRUE(std::holds_alternative<adapter_catalog>(own)) << std::get<std::string>(own);
   EXPECT_EQ(std::get<adapter_catalog>(own).find("small")->pages, 3u);
   EXPECT_EQ(std::get<adapter_catalog>(own).find("big")->pages, 24u);
+}
+
+// A model whose rope scaling stretches its pretrained context admits the
+// stretched length (Qwen2.5's YaRN setting), unless model.max_context lowers it.
+TEST(backend_factory, a_yarn_models_requests_may_fill_the_stretched_context) {
+  const auto dir = std::filesystem::temp_directory_path() / ("troupe_factory_yarn_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "config.json") << R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_hidden_layers": 2, "num_attention_heads": 4, "vocab_size": 300, "max_position_embeddings": 32768,
+      "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}})";
+  deployment_options o;
+  o.backend.kind = "cpu";
+  o.model.path = dir.string();
+  const auto stretched = describe_hf_model(o, 4);
+  ASSERT_TRUE(std::holds_alternative<hf_model>(stretched)) << std::get<std::string>(stretched);
+  EXPECT_EQ(std::get<hf_model>(stretched).resolved.max_context, 131072u);
+  EXPECT_EQ(std::get<hf_model>(stretched).resolved.shape.max_context, 131072u);
+  o.model.max_context = 40000;
+  const auto lowered = describe_hf_model(o, 4);
+  ASSERT_TRUE(std::holds_alternative<hf_model>(lowered)) << std::get<std::string>(lowered);
+  EXPECT_EQ(std::get<hf_model>(lowered).resolved.max_context, 40000u);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(backend_factory, the_sim_prices_steps_with_the_configured_cost_table) {

@@ -9,7 +9,10 @@ positions (Mistral 7B v0.1's kind), a random Phi-3 (q, k and v fused,
 gate and up fused, a window of 24) and two with Phi-4 mini's rotation
 (three quarters of each head, LongRoPE): "phi4" with prompts past its
 pretrained context of 16 (the long factors), "phi4_short" within its
-pretrained context of 512 (the short ones), each with two LoRA adapters,
+pretrained context of 512 (the short ones), and "qwen2_yarn", a Qwen2 with
+YaRN stretching its 1,024 positions by 4 (Qwen2.5's long-context setting;
+the pretrained context left to max_position_embeddings, which every
+transformers since YaRN's reads alike), each with two LoRA adapters,
 with transformers' and PEFT's own save_pretrained,
 computes each case's greedy tokens and logits with transformers + PEFT, then
 runs troupe-hf-parity on the same files (all cases in one mixed-adapter
@@ -31,7 +34,8 @@ from transformers import (LlamaConfig, LlamaForCausalLM, MistralConfig, MistralF
                           Phi3ForCausalLM, Qwen2Config, Qwen2ForCausalLM)
 
 ARCHS = {"llama": (LlamaConfig, LlamaForCausalLM), "qwen2": (Qwen2Config, Qwen2ForCausalLM),
-         "mistral": (MistralConfig, MistralForCausalLM), "phi3": (Phi3Config, Phi3ForCausalLM)}
+         "mistral": (MistralConfig, MistralForCausalLM), "phi3": (Phi3Config, Phi3ForCausalLM),
+         "qwen2_yarn": (Qwen2Config, Qwen2ForCausalLM)}
 # Phi-4 mini's kind (Phi3Config with these): its pretrained context and
 # prompt lengths on the one side of it, steps included.
 PHI4 = {"phi4": {"original": 16, "lengths": (17, 20, 33, 18, 64)},
@@ -55,6 +59,8 @@ def make_files(work, arch):
     extra = {"head_dim": 128} if arch == "qwen3" else {}  # 8 heads of 128: 1,024 wide
     if arch == "mistral":  # Mistral 7B v0.1's sliding window, shorter than most prompts
         extra = {"sliding_window": 16}
+    if arch == "qwen2_yarn":  # head_dim 64: pairs 0-4 keep, 5-18 blend, 19-31 divided by 4
+        extra = {"rope_scaling": {"type": "yarn", "factor": 4.0}}
     if arch == "phi3":  # fused projections, Phi-3 mini 4K's kind of window; no rope scaling
         extra = {"sliding_window": 24, "rope_scaling": None, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     if arch in PHI4:  # Phi-4 mini's: 48 of each head's 64 elements turn, by LongRoPE's factors
@@ -128,7 +134,8 @@ def main():
     ap.add_argument("--work", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "phi3", *PHI4, "all"], default="all")
+    ap.add_argument("--arch", choices=["llama", "qwen2", "qwen3", "mistral", "phi3", "qwen2_yarn", *PHI4, "all"],
+                    default="all")
     args = ap.parse_args()
     rc = 0
     results = {}

@@ -6,7 +6,9 @@ a random Qwen3 (q and k normalised per head, heads wider than the hidden
 size), a random Mistral with a sliding window of 16, a random Phi-3
 (fused projections, a window of 24) and two with Phi-4 mini's rotation
 (three quarters of each head, LongRoPE: sequences within the pretrained
-context, which turn by the short factors, and past it, by the long), each with PEFT adapters written by troupe-mkmodel, five
+context, which turn by the short factors, and past it, by the long), a
+Qwen2 with YaRN stretching a pretrained context of 16 to 128 (Qwen2.5's
+long-context setting), each with PEFT adapters written by troupe-mkmodel, five
 prompts with and without adapters, the oracle's greedy
 tokens and logits as the cases file tools/gpu/hf_parity.py writes, then
 troupe-hf-parity at fp16 and bf16. Passes when all match.
@@ -25,6 +27,11 @@ PHI4 = {"phi4_short": {"args": ["--partial-rotary", "0.75", "--longrope", "64", 
                        "lengths": (7, 20, 33, 1, 40)},
         "phi4_long": {"args": ["--partial-rotary", "0.75", "--longrope", "16", "--max-context", "128"],
                       "lengths": (17, 20, 33, 18, 40)}}
+# Variants of an architecture: the one troupe-mkmodel writes, its
+# arguments and prompt lengths.
+VARIANTS = {name: {"arch": "phi3", **v} for name, v in PHI4.items()}
+VARIANTS["qwen2_yarn"] = {"arch": "qwen2", "args": ["--yarn", "16", "--max-context", "128"],
+                          "lengths": (17, 20, 33, 18, 40)}
 
 
 def check(work, arch):
@@ -32,19 +39,19 @@ def check(work, arch):
     subprocess.run([mkmodel, "--out", model, "--hidden", "256", "--intermediate", "512", "--heads", "4",
                     "--kv-heads", "2", "--layers", "2", "--vocab", "512", "--adapters", "2", "--ranks", "8,16",
                     "--targets", "q_proj,k_proj,v_proj,o_proj", "--dtype", "f16", "--seed", "3",
-                    "--arch", "phi3" if arch in PHI4 else arch]
+                    "--arch", VARIANTS.get(arch, {}).get("arch", arch)]
                    # Qwen3's heads wider than the hidden size: 4 of 128 over 256.
                    + (["--head-dim", "128"] if arch == "qwen3" else [])
                    # Mistral 7B v0.1's sliding window, shorter than most prompts.
                    + (["--sliding-window", "16"] if arch == "mistral" else [])
                    + (["--sliding-window", "24"] if arch == "phi3" else [])
-                   + PHI4.get(arch, {}).get("args", []),
+                   + VARIANTS.get(arch, {}).get("args", []),
                    check=True, stdout=subprocess.DEVNULL)
     adapter_dirs = sorted(os.listdir(os.path.join(model, "adapters")))
     adapters = {name: os.path.join(model, "adapters", name) for name in adapter_dirs}
     rng = random.Random(1)
     cases = []
-    lengths = PHI4.get(arch, {}).get("lengths", (7, 20, 33, 1, 40))
+    lengths = VARIANTS.get(arch, {}).get("lengths", (7, 20, 33, 1, 40))
     for adapter, length in zip(("", adapter_dirs[0], adapter_dirs[1], adapter_dirs[0], adapter_dirs[1]), lengths):
         prompt = [rng.randrange(512) for _ in range(length)]
         ids, tokens, logits = list(prompt), [], []
@@ -79,7 +86,7 @@ def check(work, arch):
 
 
 failed = []
-for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3", "phi4_short", "phi4_long"):
+for arch in ("llama", "qwen2", "qwen3", "mistral", "phi3", "phi4_short", "phi4_long", "qwen2_yarn"):
     with tempfile.TemporaryDirectory() as work:
         failed += check(work, arch)
 if failed:
