@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <system_error>
+#include <thread>
+#include <utility>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -41,7 +46,132 @@ int write_and_close(int fd, std::string_view text, bool sync) {
   return err;
 }
 
+void sync_directory(const std::filesystem::path& dir) {
+  // A rename, creation or removal in it on the disk: the directory synced.
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
 } // namespace
+
+/// Flushes appended logs on a thread of its own: each round takes every
+/// log appended to since the round before and fsyncs it once (and the
+/// directory where one was new), so that appends that come while a flush
+/// is under way share the next.
+class kept_files::log_flusher {
+public:
+  explicit log_flusher(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  log_flusher(const log_flusher&) = delete;
+  log_flusher& operator=(const log_flusher&) = delete;
+  ~log_flusher() {
+    {
+      std::lock_guard lock{mutex_};
+      stop_ = true;
+    }
+    wake_.notify_all();
+    if (thread_.joinable())
+      thread_.join(); // after a last round for what is pending
+  }
+
+  void appended(std::filesystem::path log, bool created) {
+    {
+      std::lock_guard lock{mutex_};
+      if (!thread_.joinable()) // started by the first append: a directory without logs has none
+        thread_ = std::thread([this] { run(); });
+      pending_.insert(std::move(log));
+      new_entry_ = new_entry_ || created;
+      ++appended_;
+    }
+    wake_.notify_all();
+  }
+
+  void flush() {
+    std::unique_lock lock{mutex_};
+    const auto want = appended_;
+    wake_.wait(lock, [&] { return flushed_ >= want; });
+  }
+
+  void hold(bool held) {
+    {
+      std::lock_guard lock{mutex_};
+      held_ = held;
+    }
+    wake_.notify_all();
+  }
+
+  std::uint64_t rounds() {
+    std::lock_guard lock{mutex_};
+    return rounds_;
+  }
+
+  /// The first flush failure since the last call ("" for none).
+  std::string take_error() {
+    std::lock_guard lock{mutex_};
+    return std::exchange(error_, {});
+  }
+
+private:
+  void run() {
+    std::unique_lock lock{mutex_};
+    for (;;) {
+      wake_.wait(lock, [&] { return stop_ || (!held_ && !pending_.empty()); });
+      if (pending_.empty()) // (stopping)
+        return;
+      const auto logs = std::exchange(pending_, {});
+      const bool new_entry = std::exchange(new_entry_, false);
+      const auto upto = appended_;
+      lock.unlock();
+      std::string failed;
+      for (const auto& log : logs) {
+        // fsync flushes the file's data whichever descriptor wrote it; a
+        // log removed meanwhile (its records in its file now) is passed over.
+        const int fd = ::open(log.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+          continue;
+        if (::fsync(fd) != 0 && failed.empty())
+          failed = "cannot flush " + log.string() + ": " + std::strerror(errno);
+        ::close(fd);
+      }
+      if (new_entry)
+        sync_directory(dir_);
+      lock.lock();
+      if (error_.empty())
+        error_ = std::move(failed);
+      flushed_ = upto;
+      ++rounds_;
+      wake_.notify_all();
+    }
+  }
+
+  const std::filesystem::path dir_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::set<std::filesystem::path> pending_;
+  bool new_entry_ = false;
+  bool held_ = false;
+  bool stop_ = false;
+  std::uint64_t appended_ = 0, flushed_ = 0, rounds_ = 0;
+  std::string error_;
+  std::thread thread_;
+};
+
+kept_files::kept_files(std::filesystem::path dir, bool sync)
+  : dir_(std::move(dir)), sync_(sync), flusher_(sync ? std::make_shared<log_flusher>(dir_) : nullptr) {}
+
+void kept_files::flush_logs() const {
+  if (flusher_)
+    flusher_->flush();
+}
+
+std::uint64_t kept_files::log_flushes() const { return flusher_ ? flusher_->rounds() : 0; }
+
+void kept_files::hold_log_flushes(bool held) const {
+  if (flusher_)
+    flusher_->hold(held);
+}
 
 std::variant<kept_files, std::string> kept_files::open(std::filesystem::path dir, bool sync) {
   std::error_code ec;
@@ -102,14 +232,7 @@ bool kept_files::write(const std::string& id, std::string_view text, std::string
   return true;
 }
 
-void kept_files::sync_dir() const {
-  // The rename (or the removal) itself on the disk: the directory synced.
-  const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
-}
+void kept_files::sync_dir() const { sync_directory(dir_); }
 
 void kept_files::remove(const std::string& id) const {
   if (!valid_id(id))
@@ -127,14 +250,23 @@ bool kept_files::append(const std::string& id, std::string_view text, std::strin
     return false;
   }
   const auto path = dir_ / (id + std::string(log_suffix));
+  std::error_code ec;
+  const bool created = !std::filesystem::exists(path, ec);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     why = "cannot append to " + path.string() + ": " + std::strerror(errno);
     return false;
   }
-  if (const int err = write_and_close(fd, text, sync_); err != 0) {
+  if (const int err = write_and_close(fd, text, false); err != 0) {
     why = "cannot append to " + path.string() + ": " + std::strerror(err);
     return false;
+  }
+  if (flusher_) {
+    flusher_->appended(path, created);
+    if (auto failed = flusher_->take_error(); !failed.empty()) {
+      why = "an earlier record was not flushed to the disk: " + failed;
+      return false;
+    }
   }
   return true;
 }

@@ -5,7 +5,9 @@
 // also have a log, appended to between whole writes.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,7 +22,8 @@ public:
   /// left in it removed); an error naming it and saying why where it cannot
   /// be made or written.
   /// With `sync`, each write and removal reaches the disk (fsync of the
-  /// file, then of the directory) before it returns.
+  /// file, then of the directory) before it returns; appends are flushed
+  /// in the background (append).
   static std::variant<kept_files, std::string> open(std::filesystem::path dir, bool sync = false);
 
   /// Writes `text` as the file of `id` (letters, digits, '_' and '-' only:
@@ -31,10 +34,24 @@ public:
 
   /// Appends `text` to the log of `id` (a file beside its own, for what
   /// changes a little at a time: a record per change, rather than the
-  /// whole rewritten). False, with `why` set, where it could not; a crash
-  /// may cut the last record short. With sync, on the disk before it
-  /// returns. A log whose file is gone is removed at the next open.
+  /// whole rewritten). False, with `why` set, where it could not (or, with
+  /// sync, where an earlier append's flush failed); a crash may cut the
+  /// last record short. A log whose file is gone is removed at the next
+  /// open.
+  /// With sync, the record is written at once and flushed to the disk by a
+  /// thread of the directory's own, together with every record appended
+  /// while the flush before was under way (group commit): the caller never
+  /// waits for the disk, and a crash of the machine loses at most the
+  /// records of the flush under way and those after it.
   bool append(const std::string& id, std::string_view text, std::string& why) const;
+  /// With sync: returns once every record appended before the call is on
+  /// the disk (not while log flushes are held). Without: at once.
+  void flush_logs() const;
+  /// With sync: the log flushes done so far, each one fsync per log
+  /// touched since the one before (0 without sync).
+  std::uint64_t log_flushes() const;
+  /// With sync, for tests: while held, appends queue up unflushed.
+  void hold_log_flushes(bool held) const;
   /// The log of `id` ("" where it has none).
   std::string read_log(const std::string& id) const;
   /// Removes the log of `id` (its records now in its file).
@@ -46,10 +63,13 @@ public:
   const std::filesystem::path& dir() const noexcept { return dir_; }
 
 private:
-  kept_files(std::filesystem::path dir, bool sync) : dir_(std::move(dir)), sync_(sync) {}
+  class log_flusher;
+  kept_files(std::filesystem::path dir, bool sync);
   void sync_dir() const;
   std::filesystem::path dir_;
   bool sync_ = false;
+  /// With sync: the thread that flushes appends (shared by copies).
+  std::shared_ptr<log_flusher> flusher_;
 };
 
 } // namespace troupe

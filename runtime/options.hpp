@@ -65,7 +65,8 @@ struct http_options {
   std::string store_dir;
   /// Each store_dir write reaches the disk (fsync) before the front goes
   /// on: a crash of the machine loses nothing written, and each write waits
-  /// for the disk.
+  /// for the disk. A batch's answers (its log) are flushed in the
+  /// background instead, together (kept_files::append).
   bool store_sync = false;
   /// POST /v1/chat/completions' template: "llama2", "llama3", "chatml",
   /// "custom" (the chat_* formats below), "model" (the Hugging Face

@@ -1477,10 +1477,13 @@ stop
 
 # [http] store_dir: kept responses and conversations written through to
 # files, and read back by the next start: a restart loses none. A background
-# response a crash left running reads back as failed.
-sed "s|^listen = \"\"\$|listen = \"127.0.0.1:0\"\nchat_template = \"chatml\"\nstore_dir = \"$work/store\"\nbatch_concurrency = 2|" \
+# response a crash left running reads back as failed. With store_sync, as a
+# deployment that must survive the machine's crash runs (each write fsynced;
+# a batch's answers flushed together by a thread of their own).
+sed "s|^listen = \"\"\$|listen = \"127.0.0.1:0\"\nchat_template = \"chatml\"\nstore_dir = \"$work/store\"\nstore_sync = true\nbatch_concurrency = 2|" \
   config/default.toml > "$work/kept.toml"
 grep -q "^store_dir = \"$work/store\"\$" "$work/kept.toml"
+grep -q "^store_sync = true\$" "$work/kept.toml"
 start "$work/kept.toml"
 python3 - "$http" "$work/before.json" <<'PY'
 import json, sys

@@ -669,9 +669,11 @@ bool conversations(std::span<const std::uint8_t> in) {
         }
         require(rr.conversation == id && rr.session == store.find(id)->session, "the conversation's session not used");
         const auto before = store.find(id)->items.size();
-        const auto body = nlohmann::json{{"id", "resp_" + std::to_string(++next)},
+        // Output item ids made from the response's, as the front makes them.
+        const auto resp = std::to_string(++next);
+        const auto body = nlohmann::json{{"id", "resp_" + resp},
                                          {"status", "completed"},
-                                         {"output", nlohmann::json::array({{{"id", "msg_out"},
+                                         {"output", nlohmann::json::array({{{"id", "msg_" + resp + "_0"},
                                                                             {"type", "message"},
                                                                             {"role", "assistant"},
                                                                             {"content", nlohmann::json::array({{
@@ -680,6 +682,11 @@ bool conversations(std::span<const std::uint8_t> in) {
         store.add_turn(id, body["id"].get<std::string>(), rr.input_items, body.dump());
         if (const auto* e = store.find(id))
           require(e->items.size() == before + 2, "a turn that added other than its input and output");
+        if (pick & 16) { // the same turn again (a batch line run again after a crash): added once
+          store.add_turn(id, body["id"].get<std::string>(), rr.input_items, body.dump());
+          if (const auto* e = store.find(id))
+            require(e->items.size() == before + 2, "a turn added twice");
+        }
       }
     }
     if (auto* ok = std::get_if<std::string>(&answer))

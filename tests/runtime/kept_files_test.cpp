@@ -96,6 +96,57 @@ TEST(kept_files, a_log_is_appended_read_cleared_and_goes_with_its_file) {
   }
 }
 
+// With sync, appends are flushed in the background: those that come while
+// a flush is held back (as while one is under way) share the next, one
+// fsync per log however many records it took.
+TEST(kept_files, synced_appends_are_flushed_together_in_the_background) {
+  testing::temp_dir tmp("kept_files_group");
+  auto opened = kept_files::open(tmp.dir() / "g", true);
+  ASSERT_TRUE(std::holds_alternative<kept_files>(opened)) << std::get<std::string>(opened);
+  const auto& files = std::get<kept_files>(opened);
+  EXPECT_EQ(files.log_flushes(), 0u);
+  files.flush_logs(); // nothing appended: at once
+  std::string why;
+  files.hold_log_flushes(true);
+  std::string want_1, want_2;
+  for (int i = 0; i < 50; ++i) {
+    const auto record = "answer " + std::to_string(i) + "\n";
+    ASSERT_TRUE(files.append(i % 2 == 0 ? "batch_1" : "batch_2", record, why)) << why;
+    (i % 2 == 0 ? want_1 : want_2) += record;
+  }
+  EXPECT_EQ(files.log_flushes(), 0u) << "held";
+  EXPECT_EQ(files.read_log("batch_1"), want_1) << "written at once, flushed later";
+  files.hold_log_flushes(false);
+  files.flush_logs();
+  EXPECT_EQ(files.log_flushes(), 1u) << "50 records of 2 logs in one flush";
+  ASSERT_TRUE(files.append("batch_1", "more\n", why)) << why;
+  files.flush_logs();
+  EXPECT_EQ(files.log_flushes(), 2u);
+  EXPECT_EQ(files.read_log("batch_1"), want_1 + "more\n");
+  EXPECT_EQ(files.read_log("batch_2"), want_2);
+
+  // A log removed while its flush waits is passed over; a copy shares the
+  // flusher, and the last one's end flushes what is pending.
+  files.hold_log_flushes(true);
+  ASSERT_TRUE(files.append("batch_3", "gone\n", why)) << why;
+  files.remove_log("batch_3");
+  ASSERT_TRUE(files.append("batch_4", "last\n", why)) << why;
+  {
+    const kept_files copy = files;
+    copy.hold_log_flushes(false);
+    copy.flush_logs();
+    EXPECT_EQ(files.log_flushes(), 3u);
+  }
+  EXPECT_EQ(files.read_log("batch_4"), "last\n");
+
+  // Without sync there is no flusher.
+  auto plain = kept_files::open(tmp.dir() / "p", false);
+  ASSERT_TRUE(std::holds_alternative<kept_files>(plain));
+  ASSERT_TRUE(std::get<kept_files>(plain).append("batch_1", "x\n", why)) << why;
+  std::get<kept_files>(plain).flush_logs();
+  EXPECT_EQ(std::get<kept_files>(plain).log_flushes(), 0u);
+}
+
 TEST(kept_files, a_directory_that_cannot_be_made_is_refused_naming_it) {
   testing::temp_dir tmp("kept_files");
   std::ofstream(tmp.dir() / "plain") << "a file";
