@@ -142,7 +142,8 @@ std::size_t conversation_store::bytes_of(std::string_view id, const entry& e) no
   return b;
 }
 
-bool conversation_store::append(const std::string& id, entry& e, std::string_view listed, bool make_room) {
+bool conversation_store::append(const std::string& id, entry& e, std::string_view listed, bool make_room,
+                                bool* trimmed) {
   auto items = json::parse(listed);
   // Ids stay unique: an item whose id the conversation holds already (one
   // sent back as it was listed) is listed under one of its own.
@@ -174,6 +175,8 @@ bool conversation_store::append(const std::string& id, entry& e, std::string_vie
     for (auto left = bytes; left + added > capacity(); ++first)
       left -= e.items[first].first.size() + e.items[first].second.size() + 32;
     e.items.erase(e.items.begin(), e.items.begin() + static_cast<std::ptrdiff_t>(first));
+    if (trimmed != nullptr && first > 0)
+      *trimmed = true;
   }
   for (auto& item : adding)
     e.items.push_back(std::move(item));
@@ -257,7 +260,7 @@ std::variant<std::string, api_error> conversation_store::serve(std::string_view 
     const auto before = e->items.size();
     if (!append(id, *e, added, false))
       return bad_request("the conversation has no room for these items ([http] conversation_store_mb)", "items");
-    tell(id);
+    tell_added(id, before);
     json data = json::array(); // (as listed: an id made unique shows)
     for (auto k = before; k < e->items.size(); ++k)
       data.push_back(json::parse(e->items[k].second));
@@ -307,11 +310,16 @@ void conversation_store::add_turn(const std::string& id, std::string_view respon
               return; // joined already
       items.insert(items.end(), out->begin(), out->end());
     }
-  if (!append(id, *e, dump(items), true)) {
+  bool trimmed = false;
+  const auto before = e->items.size();
+  if (!append(id, *e, dump(items), true, &trimmed)) {
     kept_.erase(id); // its turn alone larger than the store: dropped, as one dropped for room
     return;
   }
-  tell(id);
+  if (trimmed) // older items gave way: not an addition alone
+    tell(id);
+  else
+    tell_added(id, before);
 }
 
 void conversation_store::tell(const std::string& id) {
@@ -319,6 +327,50 @@ void conversation_store::tell(const std::string& id) {
     return;
   if (const auto* e = kept_.find(id))
     changed_(id, *e);
+}
+
+void conversation_store::tell_added(const std::string& id, std::size_t first) {
+  if (!added_) {
+    tell(id);
+    return;
+  }
+  if (const auto* e = kept_.find(id))
+    added_(id, *e, first);
+}
+
+std::string conversation_store::log_record(const entry& e, std::size_t first) {
+  json record = json::array();
+  for (auto k = first; k < e.items.size(); ++k)
+    record.push_back(json::array({e.items[k].first, e.items[k].second}));
+  return dump(record) + "\n";
+}
+
+std::size_t conversation_store::replay_log(entry& e, std::string_view log) {
+  std::unordered_set<std::string> held;
+  for (const auto& [item_id, item] : e.items)
+    held.insert(item_id);
+  std::size_t added = 0;
+  while (!log.empty()) {
+    const auto end = log.find('\n');
+    if (end == std::string_view::npos) // cut short by a crash
+      break;
+    const auto record = json::parse(log.substr(0, end), nullptr, false);
+    log.remove_prefix(end + 1);
+    if (!record.is_array())
+      break;
+    bool whole = true; // each pair as from_text takes an item
+    for (const auto& pair : record)
+      whole = whole && pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string()
+              && json::parse(pair[1].get<std::string>(), nullptr, false).is_object();
+    if (!whole)
+      break;
+    for (const auto& pair : record)
+      if (held.insert(pair[0].get<std::string>()).second) {
+        e.items.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
+        ++added;
+      }
+  }
+  return added;
 }
 
 std::string conversation_store::to_text(const entry& e) {

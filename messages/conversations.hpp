@@ -86,12 +86,26 @@ public:
   const entry* find(std::string_view id) { return kept_.find(id); }
 
   /// Hears each conversation made or changed (`changed`) and each that
-  /// goes (`dropped`): to keep a copy elsewhere, in files.
+  /// goes (`dropped`): to keep a copy elsewhere, in files. Where `added`
+  /// is given, a change that only adds items at the end (a turn, POST
+  /// /v1/conversations/ID/items) is told to it instead, with the index of
+  /// the first new item: a copy can append them (log_record) rather than
+  /// write the whole again.
   void watch(std::function<void(const std::string& id, const entry& e)> changed,
-             std::function<void(const std::string& id)> dropped) {
+             std::function<void(const std::string& id)> dropped,
+             std::function<void(const std::string& id, const entry& e, std::size_t first_new)> added = {}) {
     changed_ = std::move(changed);
     kept_.on_drop = std::move(dropped);
+    added_ = std::move(added);
   }
+  /// The items of `e` from `first` on as one line of a conversation's log
+  /// (a JSON array of [id, item] pairs, then a newline).
+  static std::string log_record(const entry& e, std::size_t first);
+  /// Adds to `e` the items of a log's records, in order, but those it
+  /// holds already (a log a crash left beside a conversation written whole
+  /// since); a record cut short (the crash's) or not one ends the log.
+  /// The items added.
+  static std::size_t replay_log(entry& e, std::string_view log);
   /// Keeps `e` under `id` unheard by watch's `changed` (one read back from
   /// where `changed` wrote it); false where it alone is larger than the store.
   bool restore(std::string id, entry e) {
@@ -113,13 +127,18 @@ private:
   /// conversation holds already is made unique) to `e` kept under `id`;
   /// false (none added) where they would not fit, unless `make_room`: the
   /// oldest items give way (false only where the new alone do not fit).
-  bool append(const std::string& id, entry& e, std::string_view listed, bool make_room);
+  /// `trimmed`: set where older items gave way.
+  bool append(const std::string& id, entry& e, std::string_view listed, bool make_room, bool* trimmed = nullptr);
 
   /// Tells `changed_` of the conversation under `id`, where it is kept.
   void tell(const std::string& id);
+  /// Tells `added_` (else `changed_`) of items added to the conversation
+  /// under `id` from `first` on.
+  void tell_added(const std::string& id, std::size_t first);
 
   kept_lru<entry> kept_;
   std::function<void(const std::string&, const entry&)> changed_;
+  std::function<void(const std::string&, const entry&, std::size_t)> added_;
 };
 
 } // namespace troupe::openai

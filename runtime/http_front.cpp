@@ -339,14 +339,35 @@ struct http_front::impl : zmq_io::owned_socket {
         files->first.remove(id);
       }
     }
+    // Per conversation, the bytes of its file and of its log since.
+    const auto logged = std::make_shared<std::unordered_map<std::string, std::pair<std::size_t, std::size_t>>>();
+    // A conversation is written whole when it is made or changed other
+    // than at its end; a turn's items are appended to its log (on the disk
+    // before the front goes on, with store_sync), until the log outgrows
+    // the file (or 1 MiB): then it is written whole again. A long
+    // conversation is so written a few times over, not once per turn.
+    const auto whole = [files, write, logged](const std::string& id, const openai::conversation_store::entry& e) {
+      const auto text = openai::conversation_store::to_text(e);
+      write(files->second, id, text);
+      files->second.remove_log(id);
+      (*logged)[id] = {text.size(), 0};
+    };
     for (auto& [id, text] : files->second.read_all()) {
       auto e = openai::conversation_store::from_text(text);
       if (!e) {
         ++skipped;
         continue;
       }
+      // The turns added since it was written whole; written whole again
+      // with them, so that no record a crash cut short stays in the log.
+      const auto log = files->second.read_log(id);
+      openai::conversation_store::replay_log(*e, log);
       if (!conversations.restore(id, std::move(*e)))
         files->second.remove(id);
+      else if (!log.empty())
+        whole(id, *conversations.find(id));
+      else
+        (*logged)[id] = {text.size(), 0};
     }
     if (auto why = keep_batches_on_disk(dir); !why.empty())
       return why;
@@ -358,10 +379,24 @@ struct http_front::impl : zmq_io::owned_socket {
       },
       drop_response);
     conversations.watch(
-      [files, write](const std::string& id, const openai::conversation_store::entry& e) {
-        write(files->second, id, openai::conversation_store::to_text(e));
+      whole,
+      [drop_conversation, logged](const std::string& id) {
+        logged->erase(id);
+        drop_conversation(id);
       },
-      drop_conversation);
+      [files, whole, logged](const std::string& id, const openai::conversation_store::entry& e, std::size_t first) {
+        const auto record = openai::conversation_store::log_record(e, first);
+        auto& [file_bytes, log_bytes] = (*logged)[id];
+        std::string why;
+        if (log_bytes + record.size() > std::max<std::size_t>(file_bytes, 1 << 20)
+            || !files->second.append(id, record, why, true)) {
+          if (!why.empty())
+            spdlog::warn("http: conversation {} is written whole: its log takes no more: {}", id, why);
+          whole(id, e);
+          return;
+        }
+        log_bytes += record.size();
+      });
     return {};
   }
 
@@ -385,10 +420,15 @@ struct http_front::impl : zmq_io::owned_socket {
         ++skipped;
     }
     std::vector<std::pair<std::string, openai::batch>> read;
+    std::vector<std::string> replayed; // written whole again below, their logs cleared
     for (auto& [id, text] : kept->second.read_all()) {
       if (auto b = openai::batch_store::from_text(text)) {
-        if (b->running()) // the answers written since its state
-          openai::replay_batch_log(*b, kept->second.read_log(id));
+        if (b->running()) { // the answers written since its state
+          const auto log = kept->second.read_log(id);
+          openai::replay_batch_log(*b, log);
+          if (!log.empty())
+            replayed.push_back(id);
+        }
         read.emplace_back(id, std::move(*b));
       } else {
         ++skipped;
@@ -421,6 +461,11 @@ struct http_front::impl : zmq_io::owned_socket {
       if (std::string why; !kept->second.append(id, record, why))
         spdlog::warn("http: batch {}'s answer is kept in memory only: {}", id, why);
     };
+    // A record a crash cut short ends a log's replay: the answers after it
+    // would not be read back. Each replayed batch starts a fresh log.
+    for (const auto& id : replayed)
+      if (const auto* b = batches.find(id))
+        persist_batch(id, *b);
     return {};
   }
 

@@ -244,7 +244,7 @@ void kept_files::remove(const std::string& id) const {
     sync_dir();
 }
 
-bool kept_files::append(const std::string& id, std::string_view text, std::string& why) const {
+bool kept_files::append(const std::string& id, std::string_view text, std::string& why, bool now) const {
   if (!valid_id(id)) {
     why = "not an id a file is named by: " + id.substr(0, 80);
     return false;
@@ -257,11 +257,15 @@ bool kept_files::append(const std::string& id, std::string_view text, std::strin
     why = "cannot append to " + path.string() + ": " + std::strerror(errno);
     return false;
   }
-  if (const int err = write_and_close(fd, text, false); err != 0) {
+  const bool sync_now = sync_ && now;
+  if (const int err = write_and_close(fd, text, sync_now); err != 0) {
     why = "cannot append to " + path.string() + ": " + std::strerror(err);
     return false;
   }
-  if (flusher_) {
+  if (sync_now) {
+    if (created)
+      sync_dir();
+  } else if (flusher_) {
     flusher_->appended(path, created);
     if (auto failed = flusher_->take_error(); !failed.empty()) {
       why = "an earlier record was not flushed to the disk: " + failed;

@@ -42,8 +42,9 @@ public:
   /// thread of the directory's own, together with every record appended
   /// while the flush before was under way (group commit): the caller never
   /// waits for the disk, and a crash of the machine loses at most the
-  /// records of the flush under way and those after it.
-  bool append(const std::string& id, std::string_view text, std::string& why) const;
+  /// records of the flush under way and those after it. With sync and
+  /// `now`, on the disk before it returns instead.
+  bool append(const std::string& id, std::string_view text, std::string& why, bool now = false) const;
   /// With sync: returns once every record appended before the call is on
   /// the disk (not while log flushes are held). Without: at once.
   void flush_logs() const;

@@ -620,6 +620,21 @@ bool conversations(std::span<const std::uint8_t> in) {
   };
   std::vector<std::string> made;
   const openai::earlier_turns kept = [&](const std::string& id) { return store.turns(id); };
+  // As the front keeps them in files: whole, then additions in a log.
+  std::map<std::string, std::string> files, logs;
+  store.watch(
+    [&](const std::string& id, const openai::conversation_store::entry& e) {
+      files[id] = openai::conversation_store::to_text(e);
+      logs.erase(id);
+    },
+    [&](const std::string& id) {
+      files.erase(id);
+      logs.erase(id);
+    },
+    [&](const std::string& id, const openai::conversation_store::entry& e, std::size_t first) {
+      require(first <= e.items.size(), "an addition past the items");
+      logs[id] += openai::conversation_store::log_record(e, first);
+    });
   for (std::size_t at = 0; at < all.size();) {
     const auto end = all.find('\x01', at);
     const auto op = all.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at);
@@ -706,6 +721,12 @@ bool conversations(std::span<const std::uint8_t> in) {
         require(back && back->items == e->items && back->metadata == e->metadata && back->session == e->session
                   && back->created_at == e->created_at,
                 "a conversation whose text form reads back otherwise");
+        require(files.contains(c), "a kept conversation never written");
+        auto from_files = openai::conversation_store::from_text(files.at(c));
+        require(from_files.has_value(), "a conversation's file that does not read back");
+        openai::conversation_store::replay_log(*from_files, logs[c]);
+        require(from_files->items == e->items && from_files->metadata == e->metadata,
+                "a conversation's file and log that read back otherwise");
         require(std::holds_alternative<std::string>(openai::resolve_input_items("[]", conv->items, "items")),
                 "kept items a response would refuse");
       }

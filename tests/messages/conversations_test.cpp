@@ -268,6 +268,88 @@ TEST_F(conversations_api, ids_stay_unique_and_references_read_the_conversations_
   EXPECT_NE(e.message.find("items[0].id"), std::string::npos) << e.message;
 }
 
+// With `added` watched, as the front keeps conversations in files: a turn
+// or added items are told as an addition (appended to a log), any other
+// change whole; the file with its log replayed reads back the same, a
+// record a crash cut short ends the replay, and a record already in the
+// file adds nothing.
+TEST(conversation_store, additions_are_told_apart_and_a_log_replays_onto_the_file) {
+  conversation_store store(1 << 20);
+  counter_ids ids;
+  std::map<std::string, std::string> files, logs;
+  int wholes = 0, additions = 0;
+  store.watch(
+    [&](const std::string& id, const conversation_store::entry& e) {
+      files[id] = conversation_store::to_text(e);
+      logs.erase(id);
+      ++wholes;
+    },
+    [&](const std::string& id) {
+      files.erase(id);
+      logs.erase(id);
+    },
+    [&](const std::string& id, const conversation_store::entry& e, std::size_t first) {
+      logs[id] += conversation_store::log_record(e, first);
+      ++additions;
+    });
+  const auto serve = [&](std::string_view method, const std::string& rest, std::string_view body) {
+    return store.serve(method, rest, "", body, 1700000000, std::ref(ids));
+  };
+  const auto id = json::parse(std::get<std::string>(serve("POST", "", R"({"items": [{"role": "user", "content": "Hi"}]})")))
+                    ["id"].get<std::string>();
+  EXPECT_EQ(wholes, 1);
+  const auto read_back = [&](std::string_view log) {
+    auto e = conversation_store::from_text(files.at(id));
+    conversation_store::replay_log(*e, log);
+    return e->items;
+  };
+  serve("POST", "/" + id + "/items", R"({"items": [{"role": "assistant", "content": "Hello"}]})");
+  store.add_turn(id, "resp_7", R"([{"role": "user", "content": "More?"}])",
+                 R"({"id": "resp_7", "status": "completed", "output": [{"id": "msg_7_0", "type": "message",
+                     "role": "assistant", "content": [{"type": "output_text", "text": "Sure."}]}]})");
+  EXPECT_EQ(additions, 2);
+  EXPECT_EQ(wholes, 1) << "additions alone: no whole write";
+  ASSERT_EQ(store.find(id)->items.size(), 4u);
+  EXPECT_EQ(read_back(logs[id]), store.find(id)->items);
+  // A turn joins once: a second add_turn is no addition.
+  store.add_turn(id, "resp_7", R"([{"role": "user", "content": "More?"}])",
+                 R"({"id": "resp_7", "status": "completed", "output": [{"id": "msg_7_0", "type": "message",
+                     "role": "assistant", "content": [{"type": "output_text", "text": "Sure."}]}]})");
+  EXPECT_EQ(additions, 2);
+  // A record cut short ends the replay; one already in the file adds nothing.
+  const auto log = logs[id];
+  const auto first_record = log.substr(0, log.find('\n') + 1);
+  EXPECT_EQ(read_back(log.substr(0, log.size() - 5)).size(), 2u) << "the second record cut short";
+  EXPECT_EQ(read_back(first_record + "[[\"x\", \"not json\"]]\n" + log).size(), 2u) << "a record that is none ends it";
+  EXPECT_EQ(read_back(log + log).size(), 4u) << "the same records twice";
+  auto e = conversation_store::from_text(files.at(id));
+  EXPECT_EQ(conversation_store::replay_log(*e, log), 3u) << "one item, then a turn of two";
+  EXPECT_EQ(conversation_store::replay_log(*e, log), 0u);
+  // Any other change is whole, and clears the log.
+  serve("POST", "/" + id, R"({"metadata": {"c": "d"}})");
+  EXPECT_EQ(wholes, 2);
+  EXPECT_EQ(logs.count(id), 0u);
+  EXPECT_EQ(read_back(""), store.find(id)->items);
+}
+
+// A turn that pushes out the oldest items is told whole, not as an addition.
+TEST(conversation_store, a_turn_that_pushes_out_older_items_is_told_whole) {
+  conversation_store store(3000);
+  counter_ids ids;
+  int wholes = 0, additions = 0;
+  store.watch([&](const std::string&, const conversation_store::entry&) { ++wholes; }, [](const std::string&) {},
+              [&](const std::string&, const conversation_store::entry&, std::size_t) { ++additions; });
+  const auto id = json::parse(std::get<std::string>(store.serve("POST", "", "", "{}", 0, std::ref(ids))))["id"]
+                    .get<std::string>();
+  const std::string body = R"({"id": "resp_x", "status": "completed", "output": []})";
+  int k = 0;
+  for (; wholes == 1 && k < 20; ++k)
+    store.add_turn(id, "resp_" + std::to_string(k),
+                   json::array({{{"role", "user"}, {"content", std::string(200, 'a' + k)}}}).dump(), body);
+  EXPECT_EQ(wholes, 2) << "the turn that made room";
+  EXPECT_EQ(additions, k - 1);
+}
+
 TEST(conversation_store, a_turn_the_store_cannot_hold_beside_the_oldest_items_pushes_them_out) {
   conversation_store store(3000);
   counter_ids ids;
