@@ -43,11 +43,18 @@ TEST(elementwise_reference, inv_freq_is_hf_default_without_scaling) {
       }
     }
   }
-  // Another type is not llama3: unscaled.
+  // A type it does not know (the config reader refuses "dynamic"): unscaled.
   rope_scaling other;
-  other.type = "linear";
+  other.type = "dynamic";
   other.factor = 4.0;
-  EXPECT_EQ(rope_inv_freq(128, 500000.0f, other), rope_inv_freq(128, 500000.0f, rope_scaling{}));
+  const auto plain = rope_inv_freq(128, 500000.0f, rope_scaling{});
+  EXPECT_EQ(rope_inv_freq(128, 500000.0f, other), plain);
+  // Linear: each divided by factor.
+  other.type = "linear";
+  const auto linear = rope_inv_freq(128, 500000.0f, other);
+  ASSERT_EQ(linear.size(), plain.size());
+  for (std::size_t i = 0; i < plain.size(); ++i)
+    EXPECT_EQ(linear[i], plain[i] / 4.0f) << i;
   EXPECT_THROW(rope_inv_freq(63, 10000.0f, rope_scaling{}), std::invalid_argument);
   EXPECT_THROW(rope_inv_freq(0, 10000.0f, rope_scaling{}), std::invalid_argument);
 }
