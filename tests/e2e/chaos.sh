@@ -42,11 +42,15 @@ for cfg in roomy tight; do
   serve "$cfg"
   python3 tests/e2e/chaos_clients.py "$http" 7 200 || { echo "chaos ($cfg): the books do not add up"; exit 1; }
   if [ "$cfg" = roomy ]; then
-    # The files are what the front keeps: the three shared conversations,
+    # The files are what the front keeps: the three shared conversations
+    # (each with the log of the turns added since it was written whole),
     # and as many responses as it holds.
     kept="$(python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1]).read().decode())' \
       "http://$http/metrics" | sed -n 's/^troupe_http_responses_kept //p')"
-    [ "$(ls "$work/store/conversations" | wc -l)" = 3 ] || { echo "chaos: conversation files"; ls "$work/store/conversations"; exit 1; }
+    [ "$(ls "$work/store/conversations" | grep -c '\.json$')" = 3 ] \
+      || { echo "chaos: conversation files"; ls "$work/store/conversations"; exit 1; }
+    [ "$(ls "$work/store/conversations" | grep -vc '\.\(json\|log\)$')" = 0 ] \
+      || { echo "chaos: other conversation files"; ls "$work/store/conversations"; exit 1; }
     [ "$(ls "$work/store/responses" | wc -l)" = "${kept%.*}" ] || { echo "chaos: $kept kept, files:"; ls "$work/store/responses" | wc -l; exit 1; }
   fi
   stop
