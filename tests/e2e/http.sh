@@ -1500,7 +1500,10 @@ assert status == 200, gone
 with open(sys.argv[2], "w") as f:
     json.dump({"conv": conv, "turn": turn, "gone": gone}, f)
 PY
-[ "$(ls "$work/store/conversations" | wc -l)" = 1 ] && [ "$(ls "$work/store/responses" | wc -l)" = 2 ]
+# (A conversation's file, and the log of the turn added since; one file a response.)
+[ "$(ls "$work/store/conversations" | grep -c '\.json$')" = 1 ] && [ "$(ls "$work/store/conversations" | wc -l)" = 2 ] \
+  && [ "$(ls "$work/store/responses" | wc -l)" = 2 ] \
+  || { echo "http: store_dir holds otherwise:"; ls -R "$work/store"; exit 1; }
 
 # OpenAI's Files and Batch APIs: a batch's lines answered as the same
 # requests sent alone answer them, a line the server refuses in the error
