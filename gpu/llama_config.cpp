@@ -169,6 +169,17 @@ std::vector<double> positive_list(key_reader& in, const char* key, std::size_t c
   return out;
 }
 
+/// rope_scaling's "attention_factor" where it states one (positive), for
+/// LongRoPE and YaRN; none where it does not.
+std::optional<double> stated_attention_factor(key_reader& in) {
+  if (!in.present("attention_factor"))
+    return std::nullopt;
+  const double f = in.number("attention_factor", 1.0);
+  if (!in.error() && !(f > 0))
+    in.fail("attention_factor", "must be positive");
+  return f;
+}
+
 /// Reads "rope_scaling": llama3, longrope (also "su") or none. `c` holds
 /// the rest of the config (its model_type, rotary_dim and
 /// max_position_embeddings), `doc` the whole of it.
@@ -217,13 +228,7 @@ std::optional<std::string> read_rope_scaling(const json& v, const json& doc, con
       factor = in.number("factor", 1.0);
     }
     out.original_max_position_embeddings = original;
-    if (in.present("attention_factor")) {
-      out.attention_factor = in.number("attention_factor", 1.0);
-      if (!in.error() && !(out.attention_factor > 0))
-        in.fail("attention_factor", "must be positive");
-    } else {
-      out.attention_factor = longrope_attention_factor(factor, original);
-    }
+    out.attention_factor = stated_attention_factor(in).value_or(longrope_attention_factor(factor, original));
     return in.error();
   }
   if (*type == "linear" || *type == "yarn") {
@@ -247,14 +252,11 @@ std::optional<std::string> read_rope_scaling(const json& v, const json& doc, con
     out.beta_fast = beta("beta_fast", 32.0);
     out.beta_slow = beta("beta_slow", 1.0);
     out.truncate = in.boolean("truncate", true);
-    if (in.present("attention_factor")) {
-      out.attention_factor = in.number("attention_factor", 1.0);
-      if (!in.error() && !(out.attention_factor > 0))
-        in.fail("attention_factor", "must be positive");
-    } else {
+    if (const auto stated = stated_attention_factor(in))
+      out.attention_factor = *stated;
+    else
       out.attention_factor = yarn_attention_factor(out.factor, in.number("mscale", 0.0),
                                                    in.number("mscale_all_dim", 0.0));
-    }
     return in.error();
   }
   if (*type == "dynamic")

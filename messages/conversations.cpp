@@ -338,6 +338,16 @@ void conversation_store::tell_added(const std::string& id, std::size_t first) {
     added_(id, *e, first);
 }
 
+namespace {
+
+/// A kept item as its text form holds it: [id, the item's JSON object as text].
+bool item_pair(const json& pair) {
+  return pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string()
+         && json::parse(pair[1].get<std::string>(), nullptr, false).is_object();
+}
+
+} // namespace
+
 std::string conversation_store::log_record(const entry& e, std::size_t first) {
   json record = json::array();
   for (auto k = first; k < e.items.size(); ++k)
@@ -358,11 +368,7 @@ std::size_t conversation_store::replay_log(entry& e, std::string_view log) {
     log.remove_prefix(end + 1);
     if (!record.is_array())
       break;
-    bool whole = true; // each pair as from_text takes an item
-    for (const auto& pair : record)
-      whole = whole && pair.is_array() && pair.size() == 2 && pair[0].is_string() && pair[1].is_string()
-              && json::parse(pair[1].get<std::string>(), nullptr, false).is_object();
-    if (!whole)
+    if (!std::all_of(record.begin(), record.end(), item_pair))
       break;
     for (const auto& pair : record)
       if (held.insert(pair[0].get<std::string>()).second) {
@@ -392,8 +398,7 @@ std::optional<conversation_store::entry> conversation_store::from_text(std::stri
   if (!json::parse(e.metadata, nullptr, false).is_object())
     return std::nullopt;
   for (const auto& pair : j["items"]) {
-    if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_string()
-        || !json::parse(pair[1].get<std::string>(), nullptr, false).is_object())
+    if (!item_pair(pair))
       return std::nullopt;
     e.items.emplace_back(pair[0].get<std::string>(), pair[1].get<std::string>());
   }

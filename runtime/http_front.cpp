@@ -388,7 +388,7 @@ struct http_front::impl : zmq_io::owned_socket {
         const auto record = openai::conversation_store::log_record(e, first);
         auto& [file_bytes, log_bytes] = (*logged)[id];
         std::string why;
-        if (log_bytes + record.size() > std::max<std::size_t>(file_bytes, 1 << 20)
+        if (kept_files::log_outgrows(file_bytes, log_bytes + record.size())
             || !files->second.append(id, record, why, true)) {
           if (!why.empty())
             spdlog::warn("http: conversation {} is written whole: its log takes no more: {}", id, why);
@@ -1801,7 +1801,7 @@ struct http_front::impl : zmq_io::owned_socket {
     log_batch(id, record);
     auto& run = batch_runs[id];
     run.log_bytes += record.size();
-    if (run.log_bytes > std::max<std::size_t>(run.state_bytes, 1 << 20))
+    if (kept_files::log_outgrows(run.state_bytes, run.log_bytes))
       persist_batch(id, b);
   }
 

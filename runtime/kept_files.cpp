@@ -250,8 +250,9 @@ bool kept_files::append(const std::string& id, std::string_view text, std::strin
     return false;
   }
   const auto path = dir_ / (id + std::string(log_suffix));
+  // (Whether it is new matters only to a flush: its directory is synced too.)
   std::error_code ec;
-  const bool created = !std::filesystem::exists(path, ec);
+  const bool created = sync_ && !std::filesystem::exists(path, ec);
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (fd < 0) {
     why = "cannot append to " + path.string() + ": " + std::strerror(errno);

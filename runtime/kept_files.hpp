@@ -5,6 +5,8 @@
 // also have a log, appended to between whole writes.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <memory>
@@ -53,6 +55,12 @@ public:
   std::uint64_t log_flushes() const;
   /// With sync, for tests: while held, appends queue up unflushed.
   void hold_log_flushes(bool held) const;
+  /// Whether a log of `log_bytes` beside a file of `file_bytes` has
+  /// outgrown it (and 1 MiB), so that the file is best written whole again
+  /// and the log cleared: the one rule of the logs' callers.
+  static bool log_outgrows(std::size_t file_bytes, std::size_t log_bytes) noexcept {
+    return log_bytes > std::max<std::size_t>(file_bytes, std::size_t{1} << 20);
+  }
   /// The log of `id` ("" where it has none).
   std::string read_log(const std::string& id) const;
   /// Removes the log of `id` (its records now in its file).
